@@ -1,0 +1,440 @@
+//! `plan` and `build`: read the base, choose the recipe, write one layer, merge the config,
+//! and write the new image.
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::config::{rfc3339, ConfigEdit, EnvChange};
+use crate::distro::OsRelease;
+use crate::error::{Error, Result};
+use crate::layer::{LayerCompression, LayerContents, LayerInfo};
+use crate::progress::{Counters, Reporter, Transfer};
+use crate::recipe::{Backend, Recipe};
+use crate::registry::Registries;
+use crate::sink::{Reuse, Sink, Top};
+use crate::source::{PlatformChoice, Source, SourceImage};
+use crate::transport::ImageRef;
+
+pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+pub const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+
+/// Everything a build needs, resolved from the command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub base: ImageRef,
+    pub platform: PlatformChoice,
+    /// Built-in recipe name or a path; detected from the base's os-release when unset.
+    pub recipe: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub env_presets: bool,
+    pub compression: LayerCompression,
+    pub insecure_registries: Vec<String>,
+    /// Key files for the recipe's repositories, replacing the download from `key_url`.
+    pub keyring: Option<PathBuf>,
+    /// mtime of every file and the config's `created`: `SOURCE_DATE_EPOCH` or 0.
+    pub epoch: u64,
+}
+
+impl Options {
+    pub fn epoch_from_env() -> u64 {
+        std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct BaseLayer {
+    pub digest: String,
+    pub size: u64,
+    /// What happened to it on the way to the output (`build` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<Reuse>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ImageReport {
+    pub platform: Option<String>,
+    pub recipe: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os_release: Option<OsRelease>,
+    pub files_added: Vec<String>,
+    pub files_removed: Vec<String>,
+    pub env: Vec<EnvChange>,
+    pub base_layers: Vec<BaseLayer>,
+    pub layer: LayerInfo,
+    pub config_digest: String,
+    pub manifest_digest: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub base: String,
+    pub base_digest: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The digest the output name now points at (a manifest, or an index with `--platform all`).
+    pub digest: String,
+    pub images: Vec<ImageReport>,
+    pub bytes_downloaded: u64,
+    pub bytes_uploaded: u64,
+}
+
+/// Shows what a build would do; writes nothing.
+pub async fn plan(opts: &Options, reporter: Arc<dyn Reporter>) -> Result<Report> {
+    run(opts, None, reporter).await
+}
+
+/// Builds the image and writes it to `output`.
+pub async fn build(opts: &Options, output: &ImageRef, reporter: Arc<dyn Reporter>) -> Result<Report> {
+    run(opts, Some(output), reporter).await
+}
+
+/// A prepared image: the new layer, config and manifest, not yet written anywhere.
+struct Prepared {
+    report: ImageReport,
+    layer_path: PathBuf,
+    config_raw: Vec<u8>,
+    manifest_raw: Vec<u8>,
+    platform_json: Option<Value>,
+    base_layers: Vec<(String, u64)>,
+}
+
+async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Reporter>) -> Result<Report> {
+    let registries: Vec<&str> = [Some(&opts.base), output].into_iter().flatten().filter_map(ImageRef::registry).collect();
+    let regs = Arc::new(Registries::new(&registries, &opts.insecure_registries));
+    let counters = Arc::new(Counters::default());
+    let work = tempfile::Builder::new().prefix("erdma-build-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
+
+    reporter.step(&format!("reading {}", opts.base));
+    let src = Source::open(&opts.base, &regs).await?;
+    let images = src.images(&opts.platform).await?;
+
+    // Open the output before any heavy work so an unwritable destination fails fast.
+    let sink = match output {
+        Some(out) => {
+            let sink = Sink::open(out, &regs, reporter.clone(), counters.clone()).await?;
+            if images.len() > 1 && !sink.supports_index() {
+                return Err(Error::Unsupported(format!("{out} holds one image; --platform all needs docker:// or oci: or oci-archive: output")));
+            }
+            Some(sink)
+        }
+        None => None,
+    };
+
+    let cache = LayerCache { dir: work.path().to_path_buf(), files: Mutex::new(HashMap::new()) };
+    let mut prepared = Vec::new();
+    let mut layers_by_recipe: HashMap<String, (PathBuf, LayerInfo, Vec<String>, Vec<String>)> = HashMap::new();
+    for (i, img) in images.iter().enumerate() {
+        let (recipe, os_release) = choose_recipe(opts, &src, img, &cache, &reporter, &counters).await?;
+        if !layers_by_recipe.contains_key(&recipe.name) {
+            let (contents, added, removed) = recipe_contents(&recipe, opts).await?;
+            let path = work.path().join(format!("layer-{i}"));
+            let info = contents.write_layer(&path, opts.compression, opts.epoch)?;
+            layers_by_recipe.insert(recipe.name.clone(), (path, info, added, removed));
+        }
+        let (layer_path, info, added, removed) = layers_by_recipe[&recipe.name].clone();
+        prepared.push(prepare(opts, &src, img, recipe, os_release, layer_path, info, added, removed)?);
+    }
+
+    let (top, digest) = top_object(&prepared, images.len() > 1 || src.is_multi_platform() && opts.platform == PlatformChoice::All);
+
+    if let Some(sink) = sink {
+        for p in prepared.iter_mut() {
+            reporter.step("writing layers");
+            let reuses: Vec<Result<Reuse>> = futures_util::stream::iter(p.base_layers.iter().map(|(d, s)| sink.put_base_blob(&src, d, *s)))
+                .buffered(3)
+                .collect()
+                .await;
+            for (bl, reuse) in p.report.base_layers.iter_mut().zip(reuses) {
+                bl.reuse = Some(reuse?);
+            }
+            sink.put_file(&p.layer_path, &p.report.layer.digest, p.report.layer.size).await?;
+            sink.put_bytes(&p.config_raw, &p.report.config_digest).await?;
+            if top.media_type == INDEX_TYPE {
+                sink.put_child_manifest(&p.manifest_raw, &p.report.manifest_digest, MANIFEST_TYPE).await?;
+            }
+        }
+        reporter.step(&format!("committing {}", output.expect("sink implies output")));
+        sink.commit(&top).await?;
+    }
+
+    Ok(Report {
+        base: opts.base.to_string(),
+        base_digest: src.digest().to_string(),
+        output: output.map(ToString::to_string),
+        digest,
+        images: prepared.into_iter().map(|p| p.report).collect(),
+        bytes_downloaded: counters.get(Transfer::Download),
+        bytes_uploaded: counters.get(Transfer::Upload),
+    })
+}
+
+/// The object the output name points at: the manifest, or an index over all of them.
+fn top_object(prepared: &[Prepared], multi: bool) -> (Top, String) {
+    if !multi {
+        let p = &prepared[0];
+        let top = Top { digest: p.report.manifest_digest.clone(), media_type: MANIFEST_TYPE.into(), raw: p.manifest_raw.clone() };
+        let d = top.digest.clone();
+        return (top, d);
+    }
+    let manifests: Vec<Value> = prepared
+        .iter()
+        .map(|p| {
+            let mut d = json!({"mediaType": MANIFEST_TYPE, "digest": p.report.manifest_digest, "size": p.manifest_raw.len()});
+            if let Some(pl) = &p.platform_json {
+                d["platform"] = pl.clone();
+            }
+            d
+        })
+        .collect();
+    let raw = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": manifests})).expect("json");
+    let digest = crate::blob::sha256_digest(&raw);
+    (Top { digest: digest.clone(), media_type: INDEX_TYPE.into(), raw }, digest)
+}
+
+/// Source layers fetched for reading files, kept for the build's duration.
+struct LayerCache {
+    dir: PathBuf,
+    files: Mutex<HashMap<String, PathBuf>>,
+}
+
+impl LayerCache {
+    async fn path(&self, src: &Source, digest: &str, size: u64, reporter: &Arc<dyn Reporter>, counters: &Counters) -> Result<PathBuf> {
+        if let Some(p) = self.files.lock().expect("poisoned").get(digest) {
+            return Ok(p.clone());
+        }
+        let path = self.dir.join(crate::blob::digest_hex(digest)?);
+        let id = format!("↓{}", &digest[7..19]);
+        reporter.transfer_start(&id, Transfer::Download, Some(size));
+        let mut stream = src.blob_stream(digest, size).await?;
+        let mut f = tokio::fs::File::create(&path).await.map_err(Error::io("writing", &path))?;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| crate::source::stream_error(e, src.registry_ref().expect("remote")))?;
+            counters.add(Transfer::Download, chunk.len() as u64);
+            reporter.transfer_progress(&id, chunk.len() as u64);
+            tokio::io::AsyncWriteExt::write_all(&mut f, &chunk).await.map_err(Error::io("writing", &path))?;
+        }
+        reporter.transfer_done(&id);
+        self.files.lock().expect("poisoned").insert(digest.to_string(), path.clone());
+        Ok(path)
+    }
+}
+
+/// Reads a file from the image as a container would see it (topmost layer wins, whiteouts
+/// honoured). Only the layers down to the one that has the file are fetched.
+async fn read_image_file(
+    src: &Source,
+    img: &SourceImage,
+    path: &str,
+    max: u64,
+    cache: &LayerCache,
+    reporter: &Arc<dyn Reporter>,
+    counters: &Counters,
+) -> Result<Option<Vec<u8>>> {
+    let layers: Vec<(String, u64)> = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(|| {
+        let mut open = |i: usize| -> Result<Box<dyn BufRead>> {
+            let (digest, size) = &layers[i];
+            if src.is_remote() {
+                // Registry blobs were verified while downloading.
+                let p = handle.block_on(cache.path(src, digest, *size, reporter, counters))?;
+                let f = std::fs::File::open(&p).map_err(Error::io("reading", &p))?;
+                Ok(Box::new(std::io::BufReader::new(f)))
+            } else {
+                Ok(Box::new(src.blob_reader(digest)?))
+            }
+        };
+        crate::rootfs::read_file(layers.len(), &mut open, path, max)
+    })
+}
+
+async fn choose_recipe(
+    opts: &Options,
+    src: &Source,
+    img: &SourceImage,
+    cache: &LayerCache,
+    reporter: &Arc<dyn Reporter>,
+    counters: &Counters,
+) -> Result<(Recipe, Option<OsRelease>)> {
+    let (recipe, os) = match &opts.recipe {
+        Some(name) => (Recipe::load(name)?, None),
+        None => {
+            reporter.step("detecting the distribution");
+            let text = read_image_file(src, img, "etc/os-release", 64 << 10, cache, reporter, counters).await?;
+            let text = match text {
+                Some(t) => Some(t),
+                None => read_image_file(src, img, "usr/lib/os-release", 64 << 10, cache, reporter, counters).await?,
+            };
+            let text = text.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })?;
+            let os = OsRelease::parse(&String::from_utf8_lossy(&text));
+            (Recipe::for_distro(&os.id, &os.version_id)?, Some(os))
+        }
+    };
+    if let Some(why) = &recipe.unsupported {
+        return Err(Error::UnsupportedDistro { found: recipe.distro.pretty.clone(), supported: why.clone() });
+    }
+    if recipe.distro.backend != Backend::Apt {
+        return Err(Error::Unsupported(format!("recipe {}: the {:?} backend is not implemented yet", recipe.name, recipe.distro.backend)));
+    }
+    Ok((recipe, os))
+}
+
+/// The files the recipe puts in the image: apt sources and keys for its repositories, plain
+/// files, and whiteouts for the files it removes.
+async fn recipe_contents(recipe: &Recipe, opts: &Options) -> Result<(LayerContents, Vec<String>, Vec<String>)> {
+    let mut layer = LayerContents::new();
+    for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
+        let url = repo.urls.first().expect("validated: urls or from_base");
+        let line = format!("deb {} {} {}\n", url.trim_end_matches('/'), repo.suite.as_deref().unwrap_or("/"), repo.components.join(" "));
+        layer.add_file(&format!("etc/apt/sources.list.d/{}.list", repo.name), line.into_bytes(), 0o644)?;
+        let key = repo_key(recipe, repo, opts.keyring.as_deref()).await?;
+        // Dearmoured into trusted.gpg.d as the eRDMA manual does; apt >= 1.4 reads it there.
+        layer.add_file(&format!("etc/apt/trusted.gpg.d/{}.gpg", repo.name), key, 0o644)?;
+    }
+    for f in &recipe.files {
+        layer.add_file(&f.path, f.content.clone().into_bytes(), f.mode)?;
+    }
+    let removed: Vec<String> = recipe.packages.remove_files.iter().filter_map(|p| crate::layer::normalize(p)).collect();
+    for p in &removed {
+        layer.add_whiteout(p)?;
+    }
+    let added = layer
+        .files()
+        .filter(|(_, e)| e.kind != crate::layer::EntryKind::Whiteout)
+        .map(|(p, _)| format!("/{p}"))
+        .collect();
+    Ok((layer, added, removed.into_iter().map(|p| format!("/{p}")).collect()))
+}
+
+async fn repo_key(recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<Vec<u8>> {
+    let raw = match (keyring, &repo.key_url) {
+        (Some(path), _) => std::fs::read(path).map_err(Error::io("reading keyring", path))?,
+        (None, Some(url)) => fetch_key(url).await.map_err(|reason| {
+            Error::Unsupported(format!(
+                "fetching the key of repository `{}` (recipe {}) from {url} failed: {reason}; hint: pass --keyring FILE",
+                repo.name, recipe.name
+            ))
+        })?,
+        (None, None) => {
+            return Err(Error::RecipeInvalid { name: recipe.name.clone(), reason: format!("repository `{}` has no key_url; pass --keyring FILE", repo.name) })
+        }
+    };
+    let packets = crate::keys::dearmor(&raw)?;
+    if let Some(want) = &repo.fingerprint {
+        let got = crate::keys::fingerprint(&packets)?;
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(Error::Unsupported(format!("key of repository `{}` has fingerprint {got}, recipe {} pins {want}", repo.name, recipe.name)));
+        }
+    }
+    Ok(packets)
+}
+
+async fn fetch_key(url: &str) -> std::result::Result<Vec<u8>, String> {
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(20)).build().map_err(|e| e.to_string())?;
+    let resp = client.get(url).send().await.map_err(|e| e.to_string())?;
+    let resp = resp.error_for_status().map_err(|e| e.to_string())?;
+    Ok(resp.bytes().await.map_err(|e| e.to_string())?.to_vec())
+}
+
+/// Maps Docker schema 2 media types to their OCI equivalents: the bytes are the same, and an
+/// OCI manifest may not mix the two (and `tar+zstd` has no Docker type).
+fn oci_layer_type(mt: &str) -> &str {
+    match mt {
+        "application/vnd.docker.image.rootfs.diff.tar.gzip" => crate::layer::MEDIA_TYPE_GZIP,
+        "application/vnd.docker.image.rootfs.diff.tar" => crate::layer::MEDIA_TYPE_TAR,
+        "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+        other => other,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn prepare(
+    opts: &Options,
+    src: &Source,
+    img: &SourceImage,
+    recipe: Recipe,
+    os_release: Option<OsRelease>,
+    layer_path: PathBuf,
+    info: LayerInfo,
+    files_added: Vec<String>,
+    files_removed: Vec<String>,
+) -> Result<Prepared> {
+    let base_name = src.reference.to_string();
+    let base_digest = src.digest().to_string();
+    let labels = [
+        ("org.opencontainers.image.base.name".to_string(), base_name.clone()),
+        ("org.opencontainers.image.base.digest".to_string(), base_digest.clone()),
+    ]
+    .into();
+    let edit = ConfigEdit {
+        presets: if opts.env_presets { recipe.env.clone() } else { Default::default() },
+        overrides: opts.env.clone(),
+        labels,
+        created: rfc3339(opts.epoch),
+        history_comment: format!("eRDMA layer from recipe {}", recipe.name),
+    };
+    let env = edit.env_changes(&img.config);
+    let created_by = format!("erdma-build build --recipe {} (added {})", recipe.name, files_added.join(" "));
+    let config = edit.apply(&img.config, &info.diff_id, &created_by)?;
+    let config_raw = serde_json::to_vec(&config).expect("json");
+    let config_digest = crate::blob::sha256_digest(&config_raw);
+
+    let mut layers: Vec<Value> = img
+        .layers
+        .iter()
+        .zip(img.manifest["layers"].as_array().into_iter().flatten())
+        .map(|((d, s, mt), orig)| {
+            let mut l = json!({"mediaType": oci_layer_type(mt), "digest": d, "size": s});
+            if let Some(a) = orig.get("annotations") {
+                l["annotations"] = a.clone();
+            }
+            l
+        })
+        .collect();
+    layers.push(json!({"mediaType": info.media_type, "digest": info.digest, "size": info.size}));
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": {"mediaType": CONFIG_TYPE, "digest": config_digest, "size": config_raw.len()},
+        "layers": layers,
+        "annotations": {
+            "org.opencontainers.image.base.name": base_name,
+            "org.opencontainers.image.base.digest": base_digest,
+        },
+    });
+    let manifest_raw = serde_json::to_vec(&manifest).expect("json");
+    let manifest_digest = crate::blob::sha256_digest(&manifest_raw);
+    let platform_json = img.platform.as_ref().map(|p| {
+        let mut parts = p.0.splitn(3, '/');
+        let mut v = json!({"os": parts.next(), "architecture": parts.next()});
+        if let Some(var) = parts.next() {
+            v["variant"] = json!(var);
+        }
+        v
+    });
+    Ok(Prepared {
+        report: ImageReport {
+            platform: img.platform.as_ref().map(|p| p.0.clone()),
+            recipe: recipe.name,
+            os_release,
+            files_added,
+            files_removed,
+            env,
+            base_layers: img.layers.iter().map(|(d, s, _)| crate::build::BaseLayer { digest: d.clone(), size: *s, reuse: None }).collect(),
+            layer: info,
+            config_digest,
+            manifest_digest,
+        },
+        layer_path,
+        config_raw,
+        manifest_raw,
+        platform_json,
+        base_layers: img.layers.iter().map(|(d, s, _)| (d.clone(), *s)).collect(),
+    })
+}

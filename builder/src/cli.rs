@@ -1,0 +1,103 @@
+//! Command-line arguments, kept apart from the resolved [`crate::build::Options`].
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::build::Options;
+use crate::error::Result;
+use crate::layer::LayerCompression;
+use crate::source::{Platform, PlatformChoice};
+use crate::transport::ImageRef;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "erdma-build",
+    version,
+    about = "Add Alibaba Cloud eRDMA user space to container images, without a daemon or root",
+    long_about = "Add Alibaba Cloud eRDMA user space to container images, without a daemon or root.\n\n\
+Images are named as skopeo names them:\n  \
+docker://REGISTRY/REPO[:TAG|@DIGEST]   a registry (plain HTTP for loopback and --insecure-registry)\n  \
+oci:DIR[:TAG]                          an OCI image layout\n  \
+oci-archive:FILE[:TAG]                 a tar of an OCI image layout\n  \
+docker-archive:FILE[:NAME:TAG]         what `docker save` writes and `docker load` reads"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// No progress bars or step messages.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Print the result as JSON on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Build a new image from BASE with the eRDMA layer added, and write it to OUTPUT.
+    Build(BuildArgs),
+    /// Show what `build` would do (files added, env set, layers reused) without writing anything.
+    Plan(CommonArgs),
+    /// List the built-in distribution recipes.
+    Recipes,
+}
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Where to write the new image, e.g. docker://registry/repo:tag or oci:out:demo.
+    #[arg(long, short)]
+    pub output: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// The image to start from, e.g. docker://registry/pytorch:24.05 or oci:DIR:TAG.
+    #[arg(long, short)]
+    pub base: String,
+    /// os/arch[/variant] to take from a multi-platform base, or `all` to build every platform
+    /// and write a new index [default: the host's platform].
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Recipe name (see `erdma-build recipes`) or path to a recipe file [default: detected from
+    /// the base's /etc/os-release].
+    #[arg(long)]
+    pub recipe: Option<String>,
+    /// Set an environment variable in the image config, replacing the base's value (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Do not add the recipe's NCCL/PAI environment presets.
+    #[arg(long)]
+    pub no_env_presets: bool,
+    /// Compression of the new layer.
+    #[arg(long, value_enum, default_value_t = LayerCompression::Gzip)]
+    pub compression: LayerCompression,
+    /// Use plain HTTP for this registry (host or host:port; loopback always is). Repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    pub insecure_registries: Vec<String>,
+    /// OpenPGP key file for the recipe's repositories, instead of downloading it (air-gapped sites).
+    #[arg(long)]
+    pub keyring: Option<PathBuf>,
+}
+
+impl CommonArgs {
+    pub fn resolve(&self) -> Result<Options> {
+        let platform = match self.platform.as_deref() {
+            None => PlatformChoice::One(Platform::host()),
+            Some("all") => PlatformChoice::All,
+            Some(p) => PlatformChoice::One(Platform(p.to_string())),
+        };
+        Ok(Options {
+            base: ImageRef::parse(&self.base)?,
+            platform,
+            recipe: self.recipe.clone(),
+            env: self.env.iter().map(|e| crate::config::parse_env(e)).collect::<Result<_>>()?,
+            env_presets: !self.no_env_presets,
+            compression: self.compression,
+            insecure_registries: self.insecure_registries.clone(),
+            keyring: self.keyring.clone(),
+            epoch: Options::epoch_from_env(),
+        })
+    }
+}

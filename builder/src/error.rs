@@ -1,0 +1,106 @@
+//! One error type for the library; each variant names the operation and the object.
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid image reference `{reference}`: {reason}")]
+    InvalidReference { reference: String, reason: String },
+
+    #[error("registry {registry}: {operation} failed")]
+    Registry {
+        registry: String,
+        operation: String,
+        #[source]
+        source: oci_client::errors::OciDistributionError,
+    },
+
+    #[error("registry {registry} refused the credentials for {reference}")]
+    AuthRefused { registry: String, reference: String },
+
+    #[error("manifest unknown: {reference}")]
+    ManifestUnknown { reference: String },
+
+    #[error("malformed {what} in {reference}: {reason}")]
+    Malformed {
+        what: &'static str,
+        reference: String,
+        reason: String,
+    },
+
+    #[error("digest mismatch for blob {expected}: got {actual}")]
+    DigestMismatch { expected: String, actual: String },
+
+    #[error("no manifest for platform {platform} in {reference} (available: {available})")]
+    NoPlatform {
+        platform: String,
+        reference: String,
+        available: String,
+    },
+
+    #[error("unsupported distribution `{found}`; supported: {supported}")]
+    UnsupportedDistro { found: String, supported: String },
+
+    #[error("cannot find /etc/os-release in {reference}; pass --recipe to choose a recipe")]
+    NoOsRelease { reference: String },
+
+    #[error("unknown recipe `{name}`; available: {available}")]
+    UnknownRecipe { name: String, available: String },
+
+    #[error("invalid recipe {name}")]
+    Recipe {
+        name: String,
+        #[source]
+        source: toml::de::Error,
+    },
+
+    #[error("invalid recipe {name}: {reason}")]
+    RecipeInvalid { name: String, reason: String },
+
+    #[error("invalid --env `{0}`: expected KEY=VALUE")]
+    InvalidEnv(String),
+
+    #[error("output {path} is not writable")]
+    OutputNotWritable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{operation} {path}")]
+    Io {
+        operation: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("reading credentials from {path}")]
+    AuthConfig {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("credential helper docker-credential-{helper} failed for {registry}: {reason}")]
+    CredentialHelper {
+        helper: String,
+        registry: String,
+        reason: String,
+    },
+
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl Error {
+    pub(crate) fn io(operation: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io {
+            operation,
+            path,
+            source,
+        }
+    }
+}

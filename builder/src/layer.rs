@@ -1,0 +1,273 @@
+//! The reproducible layer writer: where a layer gets written.
+//!
+//! Entries are sorted by path, every mtime is the build epoch, owners are root unless an
+//! entry says otherwise, and compression is single-threaded with fixed parameters, so the
+//! same entries always give the same bytes and digests on every machine.
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::blob::HashingWriter;
+use crate::error::{Error, Result};
+
+pub const MEDIA_TYPE_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+pub const MEDIA_TYPE_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+pub const MEDIA_TYPE_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
+
+/// Layer compression, chosen with `--compression`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LayerCompression {
+    #[default]
+    Gzip,
+    Zstd,
+}
+
+impl LayerCompression {
+    pub fn media_type(self) -> &'static str {
+        match self {
+            LayerCompression::Gzip => MEDIA_TYPE_GZIP,
+            LayerCompression::Zstd => MEDIA_TYPE_ZSTD,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    Dir,
+    File(Vec<u8>),
+    Symlink(String),
+    /// An OCI whiteout: hides the path from lower layers.
+    Whiteout,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: EntryKind,
+    pub mode: u32,
+    pub uid: u64,
+    pub gid: u64,
+}
+
+/// What the layer will hold, keyed by normalised relative path (`etc/apt/x.list`).
+#[derive(Debug, Default, Clone)]
+pub struct LayerContents {
+    entries: BTreeMap<String, Entry>,
+}
+
+/// A written layer: the numbers that go into the manifest and config.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerInfo {
+    pub digest: String,
+    pub diff_id: String,
+    pub size: u64,
+    pub media_type: String,
+}
+
+/// Normalises an in-image path: no leading `/` or `./`, no empty, `.` or `..` components.
+pub fn normalize(path: &str) -> Option<String> {
+    let mut parts = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return None,
+            c => parts.push(c),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+impl LayerContents {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a regular file, creating its parent directories (0755, root).
+    pub fn add_file(&mut self, path: &str, content: Vec<u8>, mode: u32) -> Result<()> {
+        self.insert(path, Entry { kind: EntryKind::File(content), mode, uid: 0, gid: 0 })
+    }
+
+    pub fn add_dir(&mut self, path: &str, mode: u32) -> Result<()> {
+        self.insert(path, Entry { kind: EntryKind::Dir, mode, uid: 0, gid: 0 })
+    }
+
+    pub fn add_symlink(&mut self, path: &str, target: &str) -> Result<()> {
+        self.insert(path, Entry { kind: EntryKind::Symlink(target.to_string()), mode: 0o777, uid: 0, gid: 0 })
+    }
+
+    pub fn add_whiteout(&mut self, path: &str) -> Result<()> {
+        self.insert(path, Entry { kind: EntryKind::Whiteout, mode: 0o644, uid: 0, gid: 0 })
+    }
+
+    pub fn insert(&mut self, path: &str, entry: Entry) -> Result<()> {
+        let norm = normalize(path)
+            .ok_or_else(|| Error::Unsupported(format!("invalid path `{path}` for a layer entry")))?;
+        let mut parent = String::new();
+        for comp in norm.split('/').collect::<Vec<_>>().split_last().map(|(_, p)| p.to_vec()).unwrap_or_default() {
+            if !parent.is_empty() {
+                parent.push('/');
+            }
+            parent.push_str(comp);
+            self.entries
+                .entry(parent.clone())
+                .or_insert(Entry { kind: EntryKind::Dir, mode: 0o755, uid: 0, gid: 0 });
+        }
+        self.entries.insert(norm, entry);
+        Ok(())
+    }
+
+    /// Paths of the regular files, symlinks and whiteouts, sorted (directories left out).
+    pub fn files(&self) -> impl Iterator<Item = (&str, &Entry)> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.kind != EntryKind::Dir)
+            .map(|(p, e)| (p.as_str(), e))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Writes the uncompressed tar stream to `w`, entries sorted, all mtimes `mtime`.
+    pub fn write_tar<W: Write>(&self, w: W, mtime: u64) -> io::Result<W> {
+        let mut tar = tar::Builder::new(w);
+        for (path, entry) in &self.entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_mtime(mtime);
+            h.set_uid(entry.uid);
+            h.set_gid(entry.gid);
+            h.set_mode(entry.mode);
+            match &entry.kind {
+                EntryKind::Dir => {
+                    h.set_entry_type(tar::EntryType::Directory);
+                    h.set_size(0);
+                    tar.append_data(&mut h, format!("{path}/"), io::empty())?;
+                }
+                EntryKind::File(data) => {
+                    h.set_entry_type(tar::EntryType::Regular);
+                    h.set_size(data.len() as u64);
+                    tar.append_data(&mut h, path, data.as_slice())?;
+                }
+                EntryKind::Symlink(target) => {
+                    h.set_entry_type(tar::EntryType::Symlink);
+                    h.set_size(0);
+                    tar.append_link(&mut h, path, target)?;
+                }
+                EntryKind::Whiteout => {
+                    let wh = match path.rsplit_once('/') {
+                        Some((dir, name)) => format!("{dir}/.wh.{name}"),
+                        None => format!(".wh.{path}"),
+                    };
+                    h.set_entry_type(tar::EntryType::Regular);
+                    h.set_size(0);
+                    tar.append_data(&mut h, wh, io::empty())?;
+                }
+            }
+        }
+        tar.into_inner()
+    }
+
+    /// Writes the compressed layer to `dest` and returns its digests.
+    pub fn write_layer(&self, dest: &Path, compression: LayerCompression, mtime: u64) -> Result<LayerInfo> {
+        let file = File::create(dest).map_err(Error::io("creating layer", dest))?;
+        let write = || -> io::Result<(String, String, u64)> {
+            let compressed = HashingWriter::new(BufWriter::new(file));
+            let (compressed, diff_id) = match compression {
+                LayerCompression::Gzip => {
+                    // mtime 0, OS "unknown" and a fixed level: the gzip header then carries
+                    // nothing that varies between machines or runs.
+                    let gz = flate2::GzBuilder::new()
+                        .mtime(0)
+                        .operating_system(255)
+                        .write(compressed, flate2::Compression::new(6));
+                    let raw = self.write_tar(HashingWriter::new(gz), mtime)?;
+                    let (gz, diff_id, _) = raw.finish();
+                    (gz.finish()?, diff_id)
+                }
+                LayerCompression::Zstd => {
+                    let mut z = zstd::Encoder::new(compressed, 3)?;
+                    z.include_checksum(true)?;
+                    let raw = self.write_tar(HashingWriter::new(z), mtime)?;
+                    let (z, diff_id, _) = raw.finish();
+                    (z.finish()?, diff_id)
+                }
+            };
+            let (mut buf, digest, size) = compressed.finish();
+            buf.flush()?;
+            buf.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            Ok((digest, diff_id, size))
+        };
+        let (digest, diff_id, size) = write().map_err(Error::io("writing layer", dest))?;
+        Ok(LayerInfo { digest, diff_id, size, media_type: compression.media_type().to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn sample() -> LayerContents {
+        let mut l = LayerContents::new();
+        l.add_file("/etc/apt/sources.list.d/erdma.list", b"deb x y z\n".to_vec(), 0o644).unwrap();
+        l.add_file("etc/apt/trusted.gpg.d/erdma.asc", b"key".to_vec(), 0o644).unwrap();
+        l.add_symlink("usr/lib/libx.so", "libx.so.1").unwrap();
+        l.add_whiteout("etc/apt/sources.list.d/mellanox_mlnx_ofed.list").unwrap();
+        l
+    }
+
+    #[test]
+    fn entries_sorted_with_parents_and_fixed_metadata() {
+        let tar = sample().write_tar(Vec::new(), 1234).unwrap();
+        let mut a = tar::Archive::new(tar.as_slice());
+        let mut names = Vec::new();
+        for e in a.entries().unwrap() {
+            let e = e.unwrap();
+            assert_eq!(e.header().mtime().unwrap(), 1234);
+            assert_eq!(e.header().uid().unwrap(), 0);
+            names.push(e.path().unwrap().to_string_lossy().into_owned());
+        }
+        assert_eq!(
+            names,
+            [
+                "etc/",
+                "etc/apt/",
+                "etc/apt/sources.list.d/",
+                "etc/apt/sources.list.d/erdma.list",
+                "etc/apt/sources.list.d/.wh.mellanox_mlnx_ofed.list",
+                "etc/apt/trusted.gpg.d/",
+                "etc/apt/trusted.gpg.d/erdma.asc",
+                "usr/",
+                "usr/lib/",
+                "usr/lib/libx.so",
+            ]
+        );
+    }
+
+    #[test]
+    fn same_contents_same_digest_for_both_compressions() {
+        let dir = tempfile::tempdir().unwrap();
+        for c in [LayerCompression::Gzip, LayerCompression::Zstd] {
+            let a = sample().write_layer(&dir.path().join("a"), c, 0).unwrap();
+            let b = sample().write_layer(&dir.path().join("b"), c, 0).unwrap();
+            assert_eq!(a.digest, b.digest);
+            assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), std::fs::read(dir.path().join("b")).unwrap());
+            // The diff_id is the digest of the uncompressed tar.
+            let f = std::io::BufReader::new(File::open(dir.path().join("a")).unwrap());
+            let mut raw = Vec::new();
+            crate::blob::decompressed(f).unwrap().read_to_end(&mut raw).unwrap();
+            assert_eq!(crate::blob::sha256_digest(&raw), a.diff_id);
+            assert_eq!(a.size, std::fs::metadata(dir.path().join("a")).unwrap().len());
+        }
+    }
+
+    #[test]
+    fn rejects_escaping_paths() {
+        assert!(LayerContents::new().add_file("../etc/passwd", vec![], 0o644).is_err());
+        assert_eq!(normalize("/./a//b/"), Some("a/b".into()));
+        assert_eq!(normalize("/"), None);
+    }
+}

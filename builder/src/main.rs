@@ -1,0 +1,156 @@
+//! The `erdma-build` binary: parse arguments, set up logging and progress, call the library,
+//! print the result, map errors to an exit code.
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use clap::Parser;
+use erdma_build::build::Report;
+use erdma_build::cli::{Cli, Command};
+use erdma_build::progress::{Reporter, Silent, Transfer};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal())
+        .without_time()
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => return fail(&anyhow::Error::new(e).context("starting the async runtime")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+/// Prints `error: …`, the cause chain, and a hint where we have one.
+fn fail(e: &anyhow::Error) -> ExitCode {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "error: {e}");
+    for cause in e.chain().skip(1) {
+        let _ = writeln!(err, "  Caused by: {cause}");
+    }
+    if let Some(hint) = hint(e) {
+        let _ = writeln!(err, "hint: {hint}");
+    }
+    ExitCode::from(1)
+}
+
+fn hint(e: &anyhow::Error) -> Option<&'static str> {
+    use erdma_build::Error;
+    match e.downcast_ref::<Error>()? {
+        Error::AuthRefused { .. } => Some("log in with `docker login` or `skopeo login`, or set REGISTRY_AUTH_FILE"),
+        Error::UnsupportedDistro { .. } | Error::NoOsRelease { .. } => Some("`erdma-build recipes` lists the recipes; --recipe NAME|PATH picks one"),
+        Error::Registry { .. } => Some("check the registry address; use --insecure-registry HOST for plain HTTP"),
+        Error::DigestMismatch { .. } => Some("the source served corrupt or tampered content; nothing was written"),
+        _ => None,
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let reporter: Arc<dyn Reporter> = if cli.quiet || !std::io::stderr().is_terminal() {
+        Arc::new(Silent)
+    } else {
+        Arc::new(Bars::default())
+    };
+    match cli.command {
+        Command::Recipes => {
+            let recipes = erdma_build::recipe::builtin()?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&recipes)?);
+            } else {
+                for r in recipes {
+                    let status = r.unsupported.as_deref().map(|u| format!(" (unsupported: {u})")).unwrap_or_default();
+                    println!("{:<14} {}{}", r.name, r.distro.pretty, status);
+                }
+            }
+        }
+        Command::Plan(args) => {
+            let opts = args.resolve()?;
+            let report = erdma_build::build::plan(&opts, reporter).await?;
+            print_report(&report, cli.json, false)?;
+        }
+        Command::Build(args) => {
+            let opts = args.common.resolve()?;
+            let output = erdma_build::transport::ImageRef::parse(&args.output)?;
+            let report = erdma_build::build::build(&opts, &output, reporter).await?;
+            print_report(&report, cli.json, true)?;
+        }
+    }
+    Ok(())
+}
+
+fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(r)?)?;
+        return Ok(());
+    }
+    if built {
+        writeln!(out, "wrote {} ({})", r.output.as_deref().unwrap_or("-"), r.digest)?;
+    } else {
+        writeln!(out, "plan for {} ({})", r.base, r.base_digest)?;
+    }
+    for img in &r.images {
+        writeln!(out, "{}recipe {}", img.platform.as_ref().map(|p| format!("[{p}] ")).unwrap_or_default(), img.recipe)?;
+        for f in &img.files_added {
+            writeln!(out, "  + {f}")?;
+        }
+        for f in &img.files_removed {
+            writeln!(out, "  - {f}")?;
+        }
+        for e in &img.env {
+            let was = e.replaced.as_ref().map(|v| format!(" (was {v})")).unwrap_or_default();
+            writeln!(out, "  env {}={}{}", e.name, e.value, was)?;
+        }
+        let total: u64 = img.base_layers.iter().map(|l| l.size).sum();
+        writeln!(out, "  base layers reused: {} ({} bytes), new layer {} ({} bytes)", img.base_layers.len(), total, img.layer.digest, img.layer.size)?;
+    }
+    if built {
+        writeln!(out, "downloaded {} bytes, uploaded {} bytes", r.bytes_downloaded, r.bytes_uploaded)?;
+    }
+    Ok(())
+}
+
+/// Progress bars on stderr, one per transfer.
+#[derive(Default)]
+struct Bars {
+    multi: MultiProgress,
+    bars: Mutex<HashMap<String, ProgressBar>>,
+}
+
+impl Reporter for Bars {
+    fn transfer_start(&self, id: &str, kind: Transfer, total: Option<u64>) {
+        let bar = self.multi.add(ProgressBar::new(total.unwrap_or(0)));
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>10} {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(match kind {
+            Transfer::Download => "download",
+            Transfer::Upload => "upload",
+        });
+        bar.set_message(id.to_string());
+        self.bars.lock().expect("poisoned").insert(id.to_string(), bar);
+    }
+    fn transfer_progress(&self, id: &str, bytes: u64) {
+        if let Some(b) = self.bars.lock().expect("poisoned").get(id) {
+            b.inc(bytes);
+        }
+    }
+    fn transfer_done(&self, id: &str) {
+        if let Some(b) = self.bars.lock().expect("poisoned").remove(id) {
+            b.finish_and_clear();
+        }
+    }
+    fn step(&self, message: &str) {
+        let _ = self.multi.println(format!("==> {message}"));
+    }
+}

@@ -1,0 +1,200 @@
+//! Reading single files out of an image's layers without unpacking them.
+//!
+//! Layers are hostile input: nothing here writes to disk, entry names are only compared
+//! after normalisation, file reads are capped, and callers hand in readers that check the
+//! layer digest at end of input (we drain every layer to the end so that check runs).
+use std::io::{self, BufRead, Read};
+
+use crate::blob::decompressed;
+use crate::error::{Error, Result};
+use crate::layer::normalize;
+
+const MAX_SYMLINKS: usize = 16;
+
+/// What one layer says about a path.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Nothing,
+    File(Vec<u8>),
+    Symlink(String),
+    /// A directory or another non-file type: not readable as a file.
+    NotAFile,
+    /// Whited out here (the path or a parent), or a parent is opaque: lower layers are hidden.
+    Hidden,
+}
+
+/// Reads `path` as the container would see it. `open(i)` opens layer `i` counted from the
+/// top (0 is the topmost) and is only called for layers that have to be looked at.
+pub fn read_file(
+    layer_count: usize,
+    open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>,
+    path: &str,
+    max_size: u64,
+) -> Result<Option<Vec<u8>>> {
+    let Some(mut want) = normalize(path) else { return Ok(None) };
+    'resolve: for _ in 0..MAX_SYMLINKS {
+        for i in 0..layer_count {
+            let mut r = open(i)?;
+            match scan(&mut r, &want, max_size).map_err(|e| layer_error(e, i))? {
+                Seen::Nothing => continue,
+                Seen::File(data) => return Ok(Some(data)),
+                Seen::NotAFile | Seen::Hidden => return Ok(None),
+                Seen::Symlink(target) => {
+                    let base = if target.starts_with('/') {
+                        String::new()
+                    } else {
+                        want.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default()
+                    };
+                    match resolve(&base, &target) {
+                        Some(p) => {
+                            want = p;
+                            continue 'resolve;
+                        }
+                        None => return Ok(None),
+                    }
+                }
+            }
+        }
+        return Ok(None);
+    }
+    Ok(None)
+}
+
+fn layer_error(e: io::Error, i: usize) -> Error {
+    crate::blob::digest_error(&e).unwrap_or(Error::Malformed {
+        what: "layer",
+        reference: format!("layer {i} from the top"),
+        reason: e.to_string(),
+    })
+}
+
+/// Joins a symlink target onto its directory, clamping `..` at the root as the kernel does.
+fn resolve(base: &str, target: &str) -> Option<String> {
+    let mut parts: Vec<&str> = base.split('/').filter(|p| !p.is_empty()).collect();
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// Scans one (possibly compressed) layer for `want`, then reads the rest of the input.
+fn scan(r: &mut dyn BufRead, want: &str, max_size: u64) -> io::Result<Seen> {
+    let mut seen = Seen::Nothing;
+    let mut hidden = false;
+    {
+        let mut archive = tar::Archive::new(decompressed(&mut *r)?);
+        for entry in archive.entries()? {
+            let mut entry = entry?;
+            let raw = entry.path_bytes();
+            let name = String::from_utf8_lossy(&raw).into_owned();
+            let Some(name) = normalize(&name) else { continue };
+            let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
+            if let Some(hidden_name) = base.strip_prefix(".wh.") {
+                let target = if dir.is_empty() { hidden_name.to_string() } else { format!("{dir}/{hidden_name}") };
+                if hidden_name == ".wh..opq" {
+                    // Opaque directory: everything below `dir` in lower layers is hidden.
+                    if is_below(want, dir) {
+                        hidden = true;
+                    }
+                } else if want == target || is_below(want, &target) {
+                    hidden = true;
+                }
+                continue;
+            }
+            if name == want {
+                let kind = entry.header().entry_type();
+                seen = if kind.is_file() {
+                    if entry.size() > max_size {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("{want} is {} bytes, more than the {max_size} allowed", entry.size()),
+                        ));
+                    }
+                    let mut data = Vec::with_capacity(entry.size() as usize);
+                    (&mut entry).take(max_size).read_to_end(&mut data)?;
+                    Seen::File(data)
+                } else if kind.is_symlink() {
+                    let target = entry
+                        .link_name_bytes()
+                        .map(|l| String::from_utf8_lossy(&l).into_owned())
+                        .unwrap_or_default();
+                    Seen::Symlink(target)
+                } else {
+                    Seen::NotAFile
+                };
+            } else if is_below(want, &name) && !entry.header().entry_type().is_dir() {
+                // A parent replaced by a file or symlink in this layer: the path is gone.
+                // (Symlinked parent directories are not followed; our callers read
+                // /etc and /var paths, which images keep as real directories.)
+                hidden = true;
+            }
+        }
+        // Leave the tar reader, then drain the input so digest checks see its end.
+    }
+    io::copy(r, &mut io::sink())?;
+    Ok(match seen {
+        Seen::Nothing if hidden => Seen::Hidden,
+        other => other,
+    })
+}
+
+fn is_below(path: &str, dir: &str) -> bool {
+    dir.is_empty() || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::LayerContents;
+
+    fn layer(f: impl FnOnce(&mut LayerContents)) -> Vec<u8> {
+        let mut l = LayerContents::new();
+        f(&mut l);
+        l.write_tar(Vec::new(), 0).unwrap()
+    }
+
+    fn read(layers: &[Vec<u8>], path: &str) -> Option<Vec<u8>> {
+        let mut open = |i: usize| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(layers[i].clone()))) };
+        read_file(layers.len(), &mut open, path, 1 << 20).unwrap()
+    }
+
+    #[test]
+    fn topmost_wins_and_symlinks_resolve() {
+        let bottom = layer(|l| {
+            l.add_file("usr/lib/os-release", b"ID=debian\n".to_vec(), 0o644).unwrap();
+            l.add_symlink("etc/os-release", "../usr/lib/os-release").unwrap();
+        });
+        let top = layer(|l| l.add_file("usr/lib/os-release", b"ID=ubuntu\n".to_vec(), 0o644).unwrap());
+        assert_eq!(read(&[top.clone(), bottom.clone()], "/etc/os-release").unwrap(), b"ID=ubuntu\n");
+        assert_eq!(read(&[bottom], "/etc/os-release").unwrap(), b"ID=debian\n");
+    }
+
+    #[test]
+    fn whiteouts_and_opaque_dirs_hide_lower_layers() {
+        let bottom = layer(|l| l.add_file("etc/os-release", b"ID=debian\n".to_vec(), 0o644).unwrap());
+        let wh = layer(|l| l.add_whiteout("etc/os-release").unwrap());
+        assert_eq!(read(&[wh, bottom.clone()], "etc/os-release"), None);
+        let opq = layer(|l| l.add_file("etc/.wh..wh..opq", vec![], 0o644).unwrap());
+        assert_eq!(read(&[opq, bottom.clone()], "etc/os-release"), None);
+        let dirwh = layer(|l| l.add_whiteout("etc").unwrap());
+        assert_eq!(read(&[dirwh, bottom], "etc/os-release"), None);
+    }
+
+    #[test]
+    fn hostile_entries_are_ignored_and_sizes_capped() {
+        let evil = layer(|l| l.add_symlink("etc/os-release", "../../../../../proc/self/environ").unwrap());
+        // The link is resolved inside the image (clamped at its root), never on the host.
+        assert_eq!(read(&[evil], "etc/os-release"), None);
+        let big = layer(|l| l.add_file("etc/os-release", vec![b'x'; 100], 0o644).unwrap());
+        let mut open = |_| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(big.clone()))) };
+        assert!(read_file(1, &mut open, "etc/os-release", 10).is_err());
+        let loop_ = layer(|l| l.add_symlink("etc/os-release", "os-release").unwrap());
+        assert_eq!(read(&[loop_], "etc/os-release"), None);
+    }
+}
