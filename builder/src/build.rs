@@ -210,16 +210,22 @@ impl LayerCache {
         }
         let path = self.dir.join(crate::blob::digest_hex(digest)?);
         let id = format!("↓{}", &digest[7..19]);
-        reporter.transfer_start(&id, Transfer::Download, Some(size));
-        let mut stream = src.blob_stream(digest, size).await?;
-        let mut f = tokio::fs::File::create(&path).await.map_err(Error::io("writing", &path))?;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| crate::source::stream_error(e, src.registry_ref().expect("remote")))?;
-            counters.add(Transfer::Download, chunk.len() as u64);
-            reporter.transfer_progress(&id, chunk.len() as u64);
-            tokio::io::AsyncWriteExt::write_all(&mut f, &chunk).await.map_err(Error::io("writing", &path))?;
-        }
-        reporter.transfer_done(&id);
+        crate::sink::with_restarts(digest, || async {
+            reporter.transfer_start(&id, Transfer::Download, Some(size));
+            let mut stream = src.blob_stream(digest, size).await?;
+            let mut f = tokio::fs::File::create(&path).await.map_err(Error::io("writing", &path))?;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| crate::source::stream_error(e, src.registry_ref().expect("remote")))?;
+                counters.add(Transfer::Download, chunk.len() as u64);
+                reporter.transfer_progress(&id, chunk.len() as u64);
+                tokio::io::AsyncWriteExt::write_all(&mut f, &chunk).await.map_err(Error::io("writing", &path))?;
+            }
+            // tokio's File finishes writes in the background: flush before anyone reads it.
+            tokio::io::AsyncWriteExt::flush(&mut f).await.map_err(Error::io("writing", &path))?;
+            reporter.transfer_done(&id);
+            Ok(())
+        })
+        .await?;
         self.files.lock().expect("poisoned").insert(digest.to_string(), path.clone());
         Ok(path)
     }

@@ -28,11 +28,11 @@ pub struct Recipe {
     /// Set when this distro cannot get the erdma provider: the reason, shown as the error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsupported: Option<String>,
-    #[serde(default, rename = "repository")]
+    #[serde(default, rename(deserialize = "repository"))]
     pub repositories: Vec<Repository>,
     #[serde(default)]
     pub packages: Packages,
-    #[serde(default, rename = "file")]
+    #[serde(default, rename(deserialize = "file"))]
     pub files: Vec<PlainFile>,
     /// Env presets added to the image config unless the base sets the variable.
     #[serde(default)]

@@ -139,19 +139,13 @@ impl Sink {
                         return Ok(Reuse::Mounted);
                     }
                 }
-                let mut attempt = 0;
-                loop {
-                    attempt += 1;
+                with_restarts(digest, || async {
                     let stream = self.track(src.blob_stream(digest, size).await?, digest, Transfer::Download, Some(size));
                     let stream = self.track(stream, digest, Transfer::Upload, Some(size));
-                    match reg.push_blob(r, digest, size, stream).await {
-                        Ok(()) => return Ok(Reuse::Copied),
-                        Err(Error::Registry { .. }) if attempt < 3 => {
-                            tracing::warn!("copy of {digest} failed, starting it again");
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
+                    reg.push_blob(r, digest, size, stream).await
+                })
+                .await?;
+                Ok(Reuse::Copied)
             }
             _ => {
                 if self.existing_blob(digest)?.is_some() {
@@ -170,8 +164,11 @@ impl Sink {
                         return Ok(Reuse::Linked);
                     }
                 }
-                let stream = self.track(src.blob_stream(digest, size).await?, digest, Transfer::Download, Some(size));
-                write_stream(stream, &dest, src).await?;
+                with_restarts(digest, || async {
+                    let stream = self.track(src.blob_stream(digest, size).await?, digest, Transfer::Download, Some(size));
+                    write_stream(stream, &dest, src).await
+                })
+                .await?;
                 Ok(Reuse::Copied)
             }
         }
@@ -342,6 +339,25 @@ impl Sink {
             reporter.transfer_done(&id);
         })
     }
+}
+
+/// Whole-blob transfers that fail mid-stream (connection reset, registry gone) start again
+/// from the beginning, a bounded number of times; a digest mismatch is final.
+pub async fn with_restarts<T, F, Fut>(digest: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    const TRANSFERS: u32 = 3;
+    for attempt in 1.. {
+        match f().await {
+            Err(Error::Registry { registry, operation, source }) if attempt < TRANSFERS => {
+                tracing::warn!("{operation} {digest} from {registry} failed ({source}); starting it again");
+            }
+            other => return other,
+        }
+    }
+    unreachable!("the loop returns")
 }
 
 async fn write_stream(mut stream: BoxStream<'static, std::io::Result<Bytes>>, dest: &Path, src: &Source) -> Result<()> {

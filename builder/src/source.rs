@@ -212,16 +212,19 @@ impl Source {
     pub async fn read_blob(&self, digest: &str, max: u64) -> Result<Vec<u8>> {
         match &self.store {
             Store::Registry { reg, r } => {
-                let mut s = reg.blob_stream(r, digest, 0).await?;
-                let mut out = Vec::new();
-                while let Some(chunk) = s.next().await {
-                    let chunk = chunk.map_err(|e| stream_error(e, r))?;
-                    out.extend_from_slice(&chunk);
-                    if out.len() as u64 > max {
-                        return Err(Error::Malformed { what: "blob", reference: digest.into(), reason: format!("larger than {max} bytes") });
+                crate::sink::with_restarts(digest, || async {
+                    let mut out = Vec::new();
+                    let mut s = reg.blob_stream(r, digest, 0).await?;
+                    while let Some(chunk) = s.next().await {
+                        let chunk = chunk.map_err(|e| stream_error(e, r))?;
+                        out.extend_from_slice(&chunk);
+                        if out.len() as u64 > max {
+                            return Err(Error::Malformed { what: "blob", reference: digest.into(), reason: format!("larger than {max} bytes") });
+                        }
                     }
-                }
-                Ok(out)
+                    Ok(out)
+                })
+                .await
             }
             store => read_verified(store, digest, max),
         }

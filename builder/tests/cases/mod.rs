@@ -1,0 +1,117 @@
+//! Product tests: `erdma-build` run as a user runs it, against real registries, skopeo and docker.
+mod errors;
+mod registry;
+mod transports;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::support;
+
+/// Runs `erdma-build ARGS --json`, asserts success and returns the parsed report.
+#[track_caller]
+pub fn build_json(args: &[&str]) -> Value {
+    let mut all: Vec<&str> = args.to_vec();
+    all.push("--json");
+    let out = support::run_build(&all);
+    support::assert_success("erdma-build", &out);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Runs `erdma-build ARGS`, asserts failure and returns stderr.
+#[track_caller]
+pub fn build_fails(args: &[&str]) -> String {
+    let out: Output = support::run_build(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "expected failure, got success\n{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Retry warnings may come first; the error and its causes are the rest.
+    let at = stderr.find("error: ").unwrap_or_else(|| panic!("no `error:` line: {stderr}"));
+    assert_eq!(stderr.matches("\nerror: ").count() + usize::from(stderr.starts_with("error: ")), 1, "{stderr}");
+    stderr[at..].to_string()
+}
+
+/// Every file under `dir` with its content, for "left untouched" assertions.
+pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    if !dir.exists() {
+        return out;
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            if e.file_type().unwrap().is_dir() {
+                out.insert(format!("{rel}/"), Vec::new());
+                stack.push(p);
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// A base that runs: static busybox with a few applet links, and a Debian 12 os-release.
+pub fn runnable_base(dir: &Path) -> support::OciFixture {
+    let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed by scripts/setup");
+    support::fixture_image(
+        dir,
+        &[vec![
+            ("bin/", b"".as_slice(), 0o755),
+            ("bin/busybox", busybox.as_slice(), 0o755),
+            ("bin/sh", b"busybox".as_slice(), 0o120777),
+            ("bin/cat", b"busybox".as_slice(), 0o120777),
+            ("bin/env", b"busybox".as_slice(), 0o120777),
+            ("bin/ls", b"busybox".as_slice(), 0o120777),
+        ]],
+        &[("PATH", "/bin"), ("NCCL_DEBUG", "WARN")],
+        Some(support::DEBIAN12_OS_RELEASE),
+    )
+}
+
+/// A recipe file that adds an apt source, its key and a plain file: what an eRDMA recipe for
+/// Ubuntu does, with a repository we control.
+pub fn test_recipe(dir: &Path, fingerprint: Option<&str>) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key = dir.join("test-key.asc");
+    std::fs::write(&key, TEST_KEY).unwrap();
+    let fp = fingerprint.map(|f| format!("fingerprint = \"{f}\"\n")).unwrap_or_default();
+    let recipe = dir.join("test-recipe.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            r#"[distro]
+id = "debian"
+version_id = "12"
+pretty = "Debian 12 (test)"
+backend = "apt"
+
+[[repository]]
+name = "erdma"
+urls = ["http://127.0.0.1:9/erdma/apt/ubuntu"]
+suite = "bookworm/erdma"
+components = ["main"]
+{fp}
+[[file]]
+path = "/etc/erdma/build-info"
+content = "built by erdma-build\n"
+
+[env]
+NCCL_DEBUG = "INFO"
+NCCL_IB_HCA = "erdma"
+"#
+        ),
+    )
+    .unwrap();
+    (recipe, key)
+}
+
+/// A test-only OpenPGP public key (Ed25519, no secret part anywhere), fingerprint [`TEST_KEY_FP`].
+pub const TEST_KEY: &str = include_str!("../../../testdata/keys/test-only-pubkey.asc");
+pub const TEST_KEY_FP: &str = include_str!("../../../testdata/keys/test-only-pubkey.fpr");

@@ -1,0 +1,429 @@
+//! OCI image layouts for tests, written with tar + flate2 + sha2 directly so that they do not
+//! depend on the code under test (OCI image-spec v1.1: `image-layout.md`, `manifest.md`,
+//! `config.md`, `layer.md`).
+//!
+//! Output is deterministic: fixed mtimes, owners and gzip header, so equal inputs give equal
+//! digests.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+pub const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub const MEDIA_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+pub const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+/// Tag used by [`fixture_image`] and [`big_layer_image`].
+pub const DEFAULT_TAG: &str = "latest";
+
+/// 2024-01-01T00:00:00Z, used for every timestamp in fixtures.
+const EPOCH: u64 = 1_704_067_200;
+const CREATED: &str = "2024-01-01T00:00:00Z";
+
+/// `/etc/os-release` of Debian 12 (bookworm), as shipped by base-files 12.4+deb12u5.
+pub const DEBIAN12_OS_RELEASE: &str = r#"PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
+NAME="Debian GNU/Linux"
+VERSION_ID="12"
+VERSION="12 (bookworm)"
+VERSION_CODENAME=bookworm
+ID=debian
+HOME_URL="https://www.debian.org/"
+SUPPORT_URL="https://www.debian.org/support"
+BUG_REPORT_URL="https://bugs.debian.org/"
+"#;
+
+/// One tar entry: `(path, contents, mode)`.
+///
+/// - `path` is relative to the image root (a leading `/` or `./` is dropped); one ending in
+///   `/` is a directory and its contents are ignored.
+/// - `mode` holds the permission bits; with the file-type bits `0o120000` set the entry is a
+///   symlink whose target is `contents`.
+/// - Missing parent directories are added (mode 0755) before their first child.
+pub type Entry<'a> = (&'a str, &'a [u8], u32);
+
+const S_IFMT: u32 = 0o170000;
+const S_IFLNK: u32 = 0o120000;
+
+#[derive(Debug, Clone)]
+pub struct LayerInfo {
+    /// Digest of the compressed blob, `sha256:HEX`.
+    pub digest: String,
+    /// Digest of the uncompressed tar, `sha256:HEX` (config `rootfs.diff_ids`).
+    pub diff_id: String,
+    /// Compressed size in bytes.
+    pub size: u64,
+}
+
+/// An image written into an OCI layout.
+#[derive(Debug, Clone)]
+pub struct OciFixture {
+    pub dir: PathBuf,
+    pub tag: String,
+    pub manifest_digest: String,
+    pub manifest_size: u64,
+    pub config_digest: String,
+    pub layers: Vec<LayerInfo>,
+}
+
+impl OciFixture {
+    /// `oci:DIR:TAG`, as skopeo and erdma-build take it.
+    pub fn reference(&self) -> String {
+        format!("oci:{}:{}", self.dir.display(), self.tag)
+    }
+
+    /// Path of a blob in the layout, `digest` being `sha256:HEX`.
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        blob_path(&self.dir, digest)
+    }
+
+    pub fn config(&self) -> Value {
+        serde_json::from_slice(&fs::read(self.blob_path(&self.config_digest)).unwrap()).unwrap()
+    }
+
+    pub fn manifest(&self) -> Value {
+        serde_json::from_slice(&fs::read(self.blob_path(&self.manifest_digest)).unwrap()).unwrap()
+    }
+}
+
+pub fn blob_path(layout: &Path, digest: &str) -> PathBuf {
+    let (alg, hex) = digest.split_once(':').expect("digest is ALG:HEX");
+    layout.join("blobs").join(alg).join(hex)
+}
+
+/// Writes an image tagged [`DEFAULT_TAG`] into the OCI layout `dir` (created if needed; other
+/// tags already in its `index.json` are kept). One gzip layer per element of `layers`;
+/// `env` becomes the config's `Env` (`KEY=VALUE`, in order); `os_release`, when given, is
+/// written to `etc/os-release` in the last layer (a layer is added if there is none).
+pub fn fixture_image(
+    dir: &Path,
+    layers: &[Vec<Entry<'_>>],
+    env: &[(&str, &str)],
+    os_release: Option<&str>,
+) -> OciFixture {
+    fixture_image_tagged(dir, DEFAULT_TAG, layers, env, os_release)
+}
+
+/// [`fixture_image`] with a chosen tag.
+pub fn fixture_image_tagged(
+    dir: &Path,
+    tag: &str,
+    layers: &[Vec<Entry<'_>>],
+    env: &[(&str, &str)],
+    os_release: Option<&str>,
+) -> OciFixture {
+    let mut layers: Vec<Vec<Entry<'_>>> = layers.to_vec();
+    if let Some(os) = os_release {
+        if layers.is_empty() {
+            layers.push(Vec::new());
+        }
+        layers
+            .last_mut()
+            .unwrap()
+            .push(("etc/os-release", os.as_bytes(), 0o644));
+    }
+    init_layout(dir);
+    let infos = layers
+        .iter()
+        .map(|entries| {
+            write_layer(dir, Compression::default(), |tar| {
+                append_entries(tar, entries)
+            })
+        })
+        .collect::<Vec<_>>();
+    write_image(dir, tag, infos, env)
+}
+
+/// A base image whose first layer is a gzip'd tar holding one file, `data/big.bin`, of
+/// `size_bytes` pseudo-random (xorshift) bytes, and whose second layer holds a Debian 12
+/// `etc/os-release`. Streams to disk: memory use does not grow with `size_bytes`.
+///
+/// The big layer is gzip at level 1 ("fast"): random data does not compress, so a higher
+/// level only costs time. Speed is bound by sha2 and flate2, which in the test (debug)
+/// profile run unoptimised: about 5 MB/s there, about 150 MB/s with
+/// `[profile.dev.package."*"] opt-level = 3` in the workspace manifest.
+pub fn big_layer_image(dir: &Path, size_bytes: u64) -> OciFixture {
+    init_layout(dir);
+    let big = write_layer(dir, Compression::fast(), |tar| {
+        append_dir(tar, "data/", 0o755)?;
+        let mut h = header(tar::EntryType::Regular, 0o644, size_bytes);
+        tar.append_data(&mut h, "data/big.bin", XorShiftReader::new(size_bytes))
+    });
+    let os = write_layer(dir, Compression::default(), |tar| {
+        append_entries(
+            tar,
+            &[("etc/os-release", DEBIAN12_OS_RELEASE.as_bytes(), 0o644)],
+        )
+    });
+    write_image(
+        dir,
+        DEFAULT_TAG,
+        vec![big, os],
+        &[(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )],
+    )
+}
+
+/// Cheap incompressible bytes: xorshift64* output, `len` bytes in all.
+pub struct XorShiftReader {
+    state: u64,
+    remaining: u64,
+}
+
+impl XorShiftReader {
+    pub fn new(len: u64) -> Self {
+        XorShiftReader {
+            state: 0x9E37_79B9_7F4A_7C15,
+            remaining: len,
+        }
+    }
+}
+
+impl Read for XorShiftReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (buf.len() as u64).min(self.remaining) as usize;
+        let mut s = self.state;
+        for chunk in buf[..n].chunks_mut(8) {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            let v = s.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+        self.state = s;
+        self.remaining -= n as u64;
+        Ok(n)
+    }
+}
+
+/// A writer that hashes and counts what passes through it.
+struct HashWriter<W> {
+    inner: W,
+    hasher: Sha256,
+    count: u64,
+}
+
+impl<W: Write> HashWriter<W> {
+    fn new(inner: W) -> Self {
+        HashWriter {
+            inner,
+            hasher: Sha256::new(),
+            count: 0,
+        }
+    }
+
+    fn finish(self) -> (W, String, u64) {
+        let digest = format!("sha256:{}", hex::encode(self.hasher.finalize()));
+        (self.inner, digest, self.count)
+    }
+}
+
+impl<W: Write> Write for HashWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+type LayerTar = tar::Builder<HashWriter<GzEncoder<HashWriter<BufWriter<File>>>>>;
+
+fn init_layout(dir: &Path) {
+    fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+    fs::write(dir.join("oci-layout"), "{\"imageLayoutVersion\":\"1.0.0\"}").unwrap();
+}
+
+/// Streams one layer into `blobs/sha256/` and returns its digests.
+fn write_layer(
+    dir: &Path,
+    level: Compression,
+    fill: impl FnOnce(&mut LayerTar) -> io::Result<()>,
+) -> LayerInfo {
+    let tmp = tempfile::NamedTempFile::new_in(dir.join("blobs/sha256")).unwrap();
+    let file = BufWriter::with_capacity(1 << 20, tmp.reopen().unwrap());
+    // mtime 0 and no file name in the gzip header keep the blob reproducible.
+    let gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(HashWriter::new(file), level);
+    let mut tar = tar::Builder::new(HashWriter::new(gz));
+    tar.mode(tar::HeaderMode::Deterministic);
+    fill(&mut tar).expect("write layer entries");
+    let (gz, diff_id, _) = tar.into_inner().expect("finish tar").finish();
+    let (file, digest, size) = gz.finish().expect("finish gzip").finish();
+    file.into_inner().expect("flush layer").sync_all().unwrap();
+    tmp.persist(blob_path(dir, &digest)).unwrap();
+    LayerInfo {
+        digest,
+        diff_id,
+        size,
+    }
+}
+
+fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode & 0o7777);
+    h.set_size(size);
+    h.set_mtime(EPOCH);
+    h.set_uid(0);
+    h.set_gid(0);
+    h
+}
+
+fn append_dir<W: Write>(tar: &mut tar::Builder<W>, path: &str, mode: u32) -> io::Result<()> {
+    let mut h = header(tar::EntryType::Directory, mode, 0);
+    tar.append_data(&mut h, path, io::empty())
+}
+
+fn normalize(path: &str) -> &str {
+    let mut p = path;
+    loop {
+        if let Some(rest) = p.strip_prefix("./") {
+            p = rest;
+        } else if let Some(rest) = p.strip_prefix('/') {
+            p = rest;
+        } else {
+            return p;
+        }
+    }
+}
+
+fn append_entries<W: Write>(tar: &mut tar::Builder<W>, entries: &[Entry<'_>]) -> io::Result<()> {
+    // Modes of directories listed explicitly, so implicit parents get them and the explicit
+    // entry is not written a second time.
+    let explicit: BTreeMap<&str, u32> = entries
+        .iter()
+        .filter_map(|(p, _, m)| {
+            let p = normalize(p);
+            p.ends_with('/').then(|| (p.trim_end_matches('/'), *m))
+        })
+        .collect();
+    let mut written: HashSet<String> = HashSet::new();
+    for (path, contents, mode) in entries {
+        let path = normalize(path);
+        let is_dir = path.ends_with('/');
+        let trimmed = path.trim_end_matches('/');
+        // Parents first.
+        let mut parent = String::new();
+        let comps: Vec<&str> = trimmed.split('/').collect();
+        for comp in &comps[..comps.len().saturating_sub(1)] {
+            if !parent.is_empty() {
+                parent.push('/');
+            }
+            parent.push_str(comp);
+            if written.insert(parent.clone()) {
+                let m = explicit.get(parent.as_str()).copied().unwrap_or(0o755);
+                append_dir(tar, &format!("{parent}/"), m)?;
+            }
+        }
+        if is_dir {
+            if written.insert(trimmed.to_string()) {
+                append_dir(tar, path, *mode)?;
+            }
+        } else if mode & S_IFMT == S_IFLNK {
+            let target = std::str::from_utf8(contents).expect("symlink target is UTF-8");
+            let mut h = header(tar::EntryType::Symlink, *mode, 0);
+            tar.append_link(&mut h, trimmed, target)?;
+        } else {
+            let mut h = header(tar::EntryType::Regular, *mode, contents.len() as u64);
+            tar.append_data(&mut h, trimmed, *contents)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` as a blob; returns (digest, size).
+fn write_blob(dir: &Path, bytes: &[u8]) -> (String, u64) {
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+    fs::write(blob_path(dir, &digest), bytes).unwrap();
+    (digest, bytes.len() as u64)
+}
+
+fn oci_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    }
+}
+
+fn write_image(dir: &Path, tag: &str, layers: Vec<LayerInfo>, env: &[(&str, &str)]) -> OciFixture {
+    let config = json!({
+        "created": CREATED,
+        "architecture": oci_arch(),
+        "os": "linux",
+        "config": {
+            "Env": env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+            "Cmd": ["/bin/sh"],
+        },
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": layers.iter().map(|l| l.diff_id.clone()).collect::<Vec<_>>(),
+        },
+        "history": layers.iter().enumerate().map(|(i, _)| json!({
+            "created": CREATED,
+            "created_by": format!("erdma-kit test fixture layer {i}"),
+        })).collect::<Vec<_>>(),
+    });
+    let (config_digest, config_size) = write_blob(dir, &serde_json::to_vec(&config).unwrap());
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_MANIFEST,
+        "config": {
+            "mediaType": MEDIA_CONFIG,
+            "digest": config_digest,
+            "size": config_size,
+        },
+        "layers": layers.iter().map(|l| json!({
+            "mediaType": MEDIA_LAYER_GZIP,
+            "digest": l.digest,
+            "size": l.size,
+        })).collect::<Vec<_>>(),
+    });
+    let (manifest_digest, manifest_size) = write_blob(dir, &serde_json::to_vec(&manifest).unwrap());
+
+    // Keep other tags already in the layout; replace this one.
+    let index_path = dir.join("index.json");
+    let mut manifests: Vec<Value> = fs::read(&index_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v.get("manifests").and_then(|m| m.as_array()).cloned())
+        .unwrap_or_default();
+    manifests.retain(|m| m["annotations"][REF_NAME].as_str() != Some(tag));
+    manifests.push(json!({
+        "mediaType": MEDIA_MANIFEST,
+        "digest": manifest_digest,
+        "size": manifest_size,
+        "annotations": { REF_NAME: tag },
+    }));
+    let index = json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_INDEX,
+        "manifests": manifests,
+    });
+    fs::write(&index_path, serde_json::to_vec_pretty(&index).unwrap()).unwrap();
+
+    OciFixture {
+        dir: dir.to_path_buf(),
+        tag: tag.to_string(),
+        manifest_digest,
+        manifest_size,
+        config_digest,
+        layers,
+    }
+}

@@ -1,0 +1,158 @@
+//! Helpers for the one integration-test binary (`tests/it.rs`), in the manner of ripgrep's
+//! `tests/util.rs`: real components (Debian's `docker-registry`, skopeo, docker) rather than
+//! mocks, each started per test on 127.0.0.1 and torn down on drop.
+//!
+//! Tests that need root, a daemon or a tool call one of the `require_*` functions first:
+//! locally a missing precondition prints a skip note and the test returns; with `CI` set it
+//! panics, so that in CI every such test really runs (CONVENTIONS.md, "In practice" 9).
+
+// Each test uses a subset of the helpers.
+#![allow(dead_code)]
+
+pub mod fixture;
+pub mod proxy;
+pub mod registry;
+
+pub use fixture::{big_layer_image, fixture_image, OciFixture, DEBIAN12_OS_RELEASE};
+pub use proxy::{Fault, FaultyProxy};
+pub use registry::{AccessLogEntry, Registry};
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// The `erdma-build` binary Cargo built for this test run.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_erdma-build"))
+}
+
+/// Runs `erdma-build ARGS` to completion with stdin closed and `NO_COLOR` set.
+pub fn run_build<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(bin());
+    cmd.args(args).env("NO_COLOR", "1").stdin(Stdio::null());
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin().display()))
+}
+
+/// Runs `skopeo ARGS` to completion. Registry transports on 127.0.0.1 are plain HTTP, so pass
+/// `--tls-verify=false` (or `--src-/--dest-tls-verify=false`) for `docker://` references.
+pub fn skopeo<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new("skopeo")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run skopeo: {e}"))
+}
+
+/// Panics with both output streams unless `out` is a success.
+#[track_caller]
+pub fn assert_success(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed with {}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether `cmd` is an executable on `PATH` (or an executable path).
+pub fn have(cmd: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let is_exe = |p: &std::path::Path| {
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if cmd.contains('/') {
+        return is_exe(std::path::Path::new(cmd));
+    }
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| is_exe(&dir.join(cmd))))
+        .unwrap_or(false)
+}
+
+/// Whether a docker daemon answers (`docker info` succeeds).
+pub fn docker_available() -> bool {
+    have("docker")
+        && Command::new("docker")
+            .arg("info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+}
+
+/// Whether this process runs with effective uid 0 (read from /proc to stay free of unsafe).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Whether we run under CI (`CI` set to anything but empty, "0" or "false").
+pub fn is_ci() -> bool {
+    match std::env::var("CI") {
+        Ok(v) => !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("false")),
+        Err(_) => false,
+    }
+}
+
+/// Returns `ok`; when it is false, panics under CI and prints a skip note otherwise.
+/// Use as `if !support::require(cond, "what is missing") { return; }`.
+#[track_caller]
+pub fn require(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    if is_ci() {
+        panic!("precondition not met under CI: {what}");
+    }
+    eprintln!("skipping: {what} (set CI=1 to make this a failure)");
+    false
+}
+
+#[track_caller]
+pub fn require_registry() -> bool {
+    require(
+        have(registry::REGISTRY_BIN) && have("skopeo"),
+        "docker-registry and skopeo are needed (run scripts/setup)",
+    )
+}
+
+#[track_caller]
+pub fn require_docker() -> bool {
+    require(
+        docker_available(),
+        "a running docker daemon is needed (run scripts/setup)",
+    )
+}
+
+#[track_caller]
+pub fn require_root() -> bool {
+    require(is_root(), "root is needed")
+}
+
+/// A free TCP port on 127.0.0.1 at the time of the call (the listener is closed again, so a
+/// caller that hands it to another process should retry on a bind failure).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
