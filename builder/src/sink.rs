@@ -296,6 +296,11 @@ impl Sink {
                     let digest = layer["digest"].as_str().expect("digest");
                     let diff_id = diff_id.as_str().unwrap_or_default();
                     let lname = format!("{}/layer.tar", digest_hex(diff_id)?);
+                    if layer_names.contains(&lname) {
+                        // The same layer twice (a base built by us, built on again): one copy.
+                        layer_names.push(lname);
+                        continue;
+                    }
                     let raw_path = staging.join(format!("{}.tar", digest_hex(diff_id)?));
                     let compressed = self.staged(digest)?;
                     let reader = std::io::BufReader::new(File::open(&compressed).map_err(Error::io("reading", &compressed))?);

@@ -1,5 +1,6 @@
 //! Product tests: `erdma-build` run as a user runs it, against real registries, skopeo and docker.
 mod errors;
+mod memory;
 mod registry;
 mod transports;
 

@@ -146,9 +146,8 @@ pub fn fixture_image_tagged(
 /// `etc/os-release`. Streams to disk: memory use does not grow with `size_bytes`.
 ///
 /// The big layer is gzip at level 1 ("fast"): random data does not compress, so a higher
-/// level only costs time. Speed is bound by sha2 and flate2, which in the test (debug)
-/// profile run unoptimised: about 5 MB/s there, about 150 MB/s with
-/// `[profile.dev.package."*"] opt-level = 3` in the workspace manifest.
+/// level only costs time. Speed is bound by sha2 and flate2: about 150 MB/s with the
+/// workspace's `[profile.dev.package."*"] opt-level = 3`, about 5 MB/s without it.
 pub fn big_layer_image(dir: &Path, size_bytes: u64) -> OciFixture {
     init_layout(dir);
     let big = write_layer(dir, Compression::fast(), |tar| {
