@@ -31,6 +31,10 @@ fn main() -> ExitCode {
 
 /// Prints `error: …`, the cause chain, and a hint where we have one.
 fn fail(e: &anyhow::Error) -> ExitCode {
+    // A reader that went away (`erdma-build plan --json | head`) is not an error (as ripgrep).
+    if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+        return ExitCode::SUCCESS;
+    }
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "error: {e}");
     for cause in e.chain().skip(1) {
@@ -62,12 +66,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Recipes => {
             let recipes = erdma_build::recipe::builtin()?;
+            let mut out = std::io::stdout().lock();
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&recipes)?);
+                writeln!(out, "{}", serde_json::to_string_pretty(&recipes)?)?;
             } else {
                 for r in recipes {
                     let status = r.unsupported.as_deref().map(|u| format!(" (unsupported: {u})")).unwrap_or_default();
-                    println!("{:<14} {}{}", r.name, r.distro.pretty, status);
+                    writeln!(out, "{:<14} {}{}", r.name, r.distro.pretty, status)?;
                 }
             }
         }

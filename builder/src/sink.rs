@@ -160,7 +160,9 @@ impl Sink {
                     let mut r = VerifyingReader::new(File::open(&local).map_err(Error::io("opening blob", &local))?, digest);
                     std::io::copy(&mut r, &mut std::io::sink())
                         .map_err(|e| crate::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: local.clone(), source: e }))?;
-                    if std::fs::hard_link(&local, &dest).is_ok() {
+                    // Only a plain file is linked: a symlink in a hostile layout could point anywhere.
+                    let plain = std::fs::symlink_metadata(&local).is_ok_and(|m| m.file_type().is_file());
+                    if plain && std::fs::hard_link(&local, &dest).is_ok() {
                         return Ok(Reuse::Linked);
                     }
                 }
@@ -202,6 +204,7 @@ impl Sink {
                 if reg.blob_exists(r, digest).await? {
                     return Ok(());
                 }
+                self.counters.add(Transfer::Upload, raw.len() as u64);
                 let data = Bytes::copy_from_slice(raw);
                 let stream: BoxStream<'static, std::io::Result<Bytes>> = Box::pin(futures_util::stream::once(async move { Ok(data) }));
                 reg.push_blob(r, digest, raw.len() as u64, stream).await

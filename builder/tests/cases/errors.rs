@@ -106,11 +106,7 @@ fn registry_serving_a_corrupt_blob_or_dropping_it() {
     for (fault, expect) in [(Fault::CorruptBlob, "digest mismatch"), (Fault::DropMidBlobAlways, "downloading blob")] {
         let proxy = FaultyProxy::start(reg.addr(), fault.clone());
         for output in [oci(&tmp.path().join("o")), format!("docker-archive:{}", tmp.path().join("d.tar").display()), reg.reference("copy:1")] {
-            let out = std::process::Command::new(support::bin())
-                .args(["build", "--base", &proxy.reference("base:1"), "--output", &output.replace(reg.addr(), proxy.addr())])
-                .env("ERDMA_BUILD_RETRY_BACKOFF_MS", "10")
-                .output()
-                .unwrap();
+            let out = super::build_env(&["build", "--base", &proxy.reference("base:1"), "--output", &output.replace(reg.addr(), proxy.addr())], &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "10")]);
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{fault:?} -> {output}: {err}");
             assert!(err.lines().filter(|l| l.starts_with("error: ")).count() == 1 && err.contains(expect), "{fault:?} -> {output}: {err}");
@@ -165,11 +161,7 @@ fn auth_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let auth = tmp.path().join("auth.json");
     std::fs::write(&auth, r#"{"auths":{"REG":{"auth":"ZXJkbWE6d3Jvbmc="}}}"#.replace("REG", reg.addr())).unwrap();
-    let out = std::process::Command::new(support::bin())
-        .args(["plan", "--base", &reg.reference("base:1")])
-        .env("REGISTRY_AUTH_FILE", &auth)
-        .output()
-        .unwrap();
+    let out = super::build_env(&["plan", "--base", &reg.reference("base:1")], &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.lines().next().unwrap().contains(&format!("registry {} refused the credentials", reg.addr())), "{err}");

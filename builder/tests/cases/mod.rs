@@ -22,6 +22,16 @@ pub fn build_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// Runs `erdma-build ARGS` with extra environment variables.
+pub fn build_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = std::process::Command::new(support::bin());
+    cmd.args(args).env("NO_COLOR", "1").stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
 /// Runs `erdma-build ARGS`, asserts failure and returns stderr.
 #[track_caller]
 pub fn build_fails(args: &[&str]) -> String {

@@ -36,12 +36,14 @@ fn registry_to_registry_moves_no_base_layer() {
     assert_eq!(reg.count_blob_mounts(), 1);
     assert_eq!(reg.count_blob_uploads() - uploads_before, 2, "only our layer and config were uploaded:\n{}", reg.log());
     assert_eq!(r["bytes_downloaded"], 0);
-    assert_eq!(r["bytes_uploaded"].as_u64().unwrap(), r["images"][0]["layer"]["size"].as_u64().unwrap() + 0, "config bytes are sent by oci-client, not counted");
 
     // The result is an image any client reads, with the merged config.
     let out = support::skopeo(["inspect", "--tls-verify=false", &reg.reference("out:1")]);
     support::assert_success("skopeo inspect", &out);
     let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let raw: Value = serde_json::from_slice(&support::skopeo(["inspect", "--raw", "--tls-verify=false", &reg.reference("out:1")]).stdout).unwrap();
+    let uploaded = r["images"][0]["layer"]["size"].as_u64().unwrap() + raw["config"]["size"].as_u64().unwrap();
+    assert_eq!(r["bytes_uploaded"].as_u64().unwrap(), uploaded, "our layer and config, nothing else");
     assert_eq!(info["Digest"], r["digest"]);
     assert!(info["Env"].as_array().unwrap().iter().any(|e| e == "NCCL_IB_HCA=erdma"));
 
@@ -95,14 +97,40 @@ fn transient_registry_failures_are_retried() {
     for fault in [Fault::ServerErrorTimes(2), Fault::DropMidBlob] {
         let proxy = FaultyProxy::start(reg.addr(), fault.clone());
         let out_dir = tmp.path().join(format!("out-{}", proxy.addr().replace(':', "-")));
-        let out = std::process::Command::new(support::bin())
-            .args(["build", "--json", "--base", &proxy.reference("base:1"), "--output", &format!("oci:{}", out_dir.display())])
-            .env("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")
-            .output()
-            .unwrap();
+        let out = super::build_env(&["build", "--json", "--base", &proxy.reference("base:1"), "--output", &format!("oci:{}", out_dir.display())], &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
         support::assert_success(&format!("build through {fault:?}"), &out);
         assert!(proxy.faults_injected() >= 1, "{fault:?} was never injected");
         let info = support::skopeo(["inspect", &format!("oci:{}", out_dir.display())]);
         support::assert_success("skopeo inspect", &info);
     }
+}
+
+#[test]
+fn docker_schema2_base_across_registries_is_copied_once() {
+    if !support::require_registry() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = runnable_base(&tmp.path().join("base"));
+    let (a, b) = (Registry::start(), Registry::start());
+    // A Docker schema 2 manifest with Docker media types, as Docker Hub serves.
+    let out = support::skopeo(["copy", "--format", "v2s2", "--dest-tls-verify=false", &base.reference(), &a.reference("base:1")]);
+    support::assert_success("skopeo copy --format v2s2", &out);
+    let raw = support::skopeo(["inspect", "--raw", "--tls-verify=false", &a.reference("base:1")]);
+    let m: Value = serde_json::from_slice(&raw.stdout).unwrap();
+    assert_eq!(m["mediaType"], "application/vnd.docker.distribution.manifest.v2+json");
+    let layer = m["layers"][0]["digest"].as_str().unwrap().to_string();
+
+    let r = build_json(&["build", "--base", &a.reference("base:1"), "--output", &b.reference("out:1"), "--recipe", "debian-12"]);
+    assert_eq!(r["images"][0]["base_layers"][0]["reuse"], "copied", "another registry cannot mount");
+    assert_eq!(a.count_blob_gets(&layer), 1, "streamed from A once:\n{}", a.log());
+    assert_eq!(b.count_blob_mounts(), 0);
+    let raw = support::skopeo(["inspect", "--raw", "--tls-verify=false", &b.reference("out:1")]);
+    support::assert_success("skopeo inspect --raw", &raw);
+    let out: Value = serde_json::from_slice(&raw.stdout).unwrap();
+    assert_eq!(out["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(out["layers"][0]["mediaType"], "application/vnd.oci.image.layer.v1.tar+gzip", "Docker media types become their OCI twins");
+    assert_eq!(out["layers"][0]["digest"], layer.as_str(), "same bytes, same digest");
+    let copy = support::skopeo(["copy", "--src-tls-verify=false", &b.reference("out:1"), &format!("oci:{}:x", tmp.path().join("check").display())]);
+    support::assert_success("skopeo copy of the result", &copy);
 }

@@ -75,6 +75,11 @@ fn every_output_transport_is_accepted_by_skopeo() {
         let gpg = file_in_top_layer(&copy, "c", "etc/apt/trusted.gpg.d/erdma.gpg").expect("key in the layer");
         assert_eq!(gpg, dearmored_with_gpg(&key), "key dearmoured exactly as gpg --dearmor does");
         assert_eq!(file_in_top_layer(&copy, "c", "etc/erdma/build-info").unwrap(), b"built by erdma-build\n");
+
+        // Every output transport is also an input: build on top of it, detecting the distro.
+        let again = build_json(&["plan", "--base", output]);
+        assert_eq!(again["images"][0]["recipe"], "debian-12", "{output}");
+        assert_eq!(again["images"][0]["base_layers"].as_array().unwrap().len(), 2, "{output}");
     }
 }
 
@@ -96,11 +101,7 @@ fn two_builds_are_byte_identical() {
         assert_eq!(mt, &format!("application/vnd.oci.image.layer.v1.tar+{compression}"));
     }
     // SOURCE_DATE_EPOCH is an input: a different one gives a different image.
-    let out = std::process::Command::new(support::bin())
-        .args(["plan", "--json", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key)])
-        .env("SOURCE_DATE_EPOCH", "1700000000")
-        .output()
-        .unwrap();
+    let out = super::build_env(&["plan", "--json", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key)], &[("SOURCE_DATE_EPOCH", "1700000000")]);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_ne!(r["digest"].as_str().unwrap(), digests_of_gzip(&tmp.path().join("gzip-0")));
 }
@@ -246,10 +247,19 @@ fn docker_loads_and_runs_the_docker_archive() {
         .args(["run", "--rm", "--network", "none", &name, "sh", "-c", "cat /etc/erdma/build-info /etc/apt/sources.list.d/erdma.list; env"])
         .output()
         .unwrap();
+    // What `docker save` writes is a base too.
+    let saved = tmp.path().join("saved.tar");
+    let save = std::process::Command::new("docker").args(["save", "-o"]).arg(&saved).arg(&name).output().unwrap();
     let _ = std::process::Command::new("docker").args(["rmi", "-f", &name]).output();
     support::assert_success("docker run", &run);
+    support::assert_success("docker save", &save);
     let text = String::from_utf8_lossy(&run.stdout);
     for want in ["built by erdma-build", "deb http://127.0.0.1:9/erdma/apt/ubuntu bookworm/erdma main", "NCCL_IB_HCA=erdma", "NCCL_DEBUG=WARN", "FROM_CLI=yes", "PATH=/bin"] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
+    let r = build_json(&["build", "--base", &format!("docker-archive:{}", s(&saved)), "--output", &format!("oci:{}:resaved", s(&tmp.path().join("resaved")))]);
+    assert_eq!(r["images"][0]["recipe"], "debian-12");
+    let info = inspect(&format!("oci:{}:resaved", s(&tmp.path().join("resaved"))));
+    assert_eq!(info["Layers"].as_array().unwrap().len(), 3);
+    assert!(info["Env"].as_array().unwrap().iter().any(|e| e == "FROM_CLI=yes"), "the base's env is kept: {info}");
 }
