@@ -166,4 +166,12 @@ fn auth_refused() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.lines().next().unwrap().contains(&format!("registry {} refused the credentials", reg.addr())), "{err}");
     assert!(err.contains("hint: log in"), "{err}");
+
+    // The right password, from the same kind of file, works end to end.
+    let base = runnable_base(&tmp.path().join("base"));
+    let push = support::skopeo(["copy", "--dest-tls-verify=false", "--dest-creds", "erdma:right-password", &base.reference(), &reg.reference("base:1")]);
+    support::assert_success("skopeo copy with credentials", &push);
+    std::fs::write(&auth, r#"{"auths":{"REG":{"auth":"ZXJkbWE6cmlnaHQtcGFzc3dvcmQ="}}}"#.replace("REG", reg.addr())).unwrap();
+    let out = super::build_env(&["build", "--base", &reg.reference("base:1"), "--output", &reg.reference("out:1")], &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())]);
+    support::assert_success("build with credentials", &out);
 }
