@@ -19,6 +19,7 @@ pub mod config;
 pub mod distro;
 pub mod error;
 pub mod keys;
+pub mod packages;
 pub mod layer;
 pub mod layout;
 pub mod progress;

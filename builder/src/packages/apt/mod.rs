@@ -1,0 +1,5 @@
+//! The apt backend: Debian and Ubuntu packages, installed the way `apt-get install` would.
+pub mod deb;
+pub mod deb822;
+pub mod repo;
+pub mod version;
