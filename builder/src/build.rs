@@ -130,7 +130,8 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
     let mut prepared = Vec::new();
     let mut layers_by_recipe: HashMap<String, (PathBuf, LayerInfo, Vec<String>, Vec<String>)> = HashMap::new();
     for (i, img) in images.iter().enumerate() {
-        let (recipe, os_release) = choose_recipe(opts, &src, img, &cache, &reporter, &counters).await?;
+        let files = ImageFiles::new(&src, img, &cache, &reporter, &counters);
+        let (recipe, os_release) = choose_recipe(opts, &src, &files)?;
         if !layers_by_recipe.contains_key(&recipe.name) {
             let (contents, added, removed) = recipe_contents(&recipe, opts).await?;
             let path = work.path().join(format!("layer-{i}"));
@@ -198,7 +199,7 @@ fn top_object(prepared: &[Prepared], multi: bool) -> (Top, String) {
 }
 
 /// Source layers fetched for reading files, kept for the build's duration.
-struct LayerCache {
+pub struct LayerCache {
     dir: PathBuf,
     files: Mutex<HashMap<String, PathBuf>>,
 }
@@ -231,51 +232,52 @@ impl LayerCache {
     }
 }
 
-/// Reads a file from the image as a container would see it (topmost layer wins, whiteouts
-/// honoured). Only the layers down to the one that has the file are fetched.
-async fn read_image_file(
-    src: &Source,
-    img: &SourceImage,
-    path: &str,
-    max: u64,
-    cache: &LayerCache,
-    reporter: &Arc<dyn Reporter>,
-    counters: &Counters,
-) -> Result<Option<Vec<u8>>> {
-    let layers: Vec<(String, u64)> = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::block_in_place(|| {
-        let mut open = |i: usize| -> Result<Box<dyn BufRead>> {
-            let (digest, size) = &layers[i];
-            if src.is_remote() {
-                // Registry blobs were verified while downloading.
-                let p = handle.block_on(cache.path(src, digest, *size, reporter, counters))?;
-                let f = std::fs::File::open(&p).map_err(Error::io("reading", &p))?;
-                Ok(Box::new(std::io::BufReader::new(f)))
-            } else {
-                Ok(Box::new(src.blob_reader(digest)?))
-            }
-        };
-        crate::rootfs::read_file(layers.len(), &mut open, path, max)
-    })
+/// Files of one source image as a container would see them (topmost layer wins, whiteouts
+/// honoured). Only the layers down to the one that has the answer are fetched.
+pub struct ImageFiles<'a> {
+    src: &'a Source,
+    layers: Vec<(String, u64)>,
+    cache: &'a LayerCache,
+    reporter: &'a Arc<dyn Reporter>,
+    counters: &'a Counters,
+    handle: tokio::runtime::Handle,
 }
 
-async fn choose_recipe(
-    opts: &Options,
-    src: &Source,
-    img: &SourceImage,
-    cache: &LayerCache,
-    reporter: &Arc<dyn Reporter>,
-    counters: &Counters,
-) -> Result<(Recipe, Option<OsRelease>)> {
+impl<'a> ImageFiles<'a> {
+    fn new(src: &'a Source, img: &SourceImage, cache: &'a LayerCache, reporter: &'a Arc<dyn Reporter>, counters: &'a Counters) -> Self {
+        let layers = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
+        ImageFiles { src, layers, cache, reporter, counters, handle: tokio::runtime::Handle::current() }
+    }
+
+    fn open(&self, i: usize) -> Result<Box<dyn BufRead>> {
+        let (digest, size) = &self.layers[i];
+        if self.src.is_remote() {
+            // Registry blobs were verified while downloading.
+            let p = tokio::task::block_in_place(|| self.handle.block_on(self.cache.path(self.src, digest, *size, self.reporter, self.counters)))?;
+            let f = std::fs::File::open(&p).map_err(Error::io("reading", &p))?;
+            Ok(Box::new(std::io::BufReader::new(f)))
+        } else {
+            Ok(Box::new(self.src.blob_reader(digest)?))
+        }
+    }
+
+    pub fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        tokio::task::block_in_place(|| crate::rootfs::read_file(self.layers.len(), &mut |i| self.open(i), path, max))
+    }
+
+    pub fn list(&self, dir: &str) -> Result<Vec<String>> {
+        tokio::task::block_in_place(|| crate::rootfs::list_dir(self.layers.len(), &mut |i| self.open(i), dir))
+    }
+}
+
+fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Recipe, Option<OsRelease>)> {
     let (recipe, os) = match &opts.recipe {
         Some(name) => (Recipe::load(name)?, None),
         None => {
-            reporter.step("detecting the distribution");
-            let text = read_image_file(src, img, "etc/os-release", 64 << 10, cache, reporter, counters).await?;
-            let text = match text {
+            files.reporter.step("detecting the distribution");
+            let text = match files.read("etc/os-release", 64 << 10)? {
                 Some(t) => Some(t),
-                None => read_image_file(src, img, "usr/lib/os-release", 64 << 10, cache, reporter, counters).await?,
+                None => files.read("usr/lib/os-release", 64 << 10)?,
             };
             let text = text.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })?;
             let os = OsRelease::parse(&String::from_utf8_lossy(&text));

@@ -3,6 +3,7 @@
 //! Layers are hostile input: nothing here writes to disk, entry names are only compared
 //! after normalisation, file reads are capped, and callers hand in readers that check the
 //! layer digest at end of input (we drain every layer to the end so that check runs).
+use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read};
 
 use crate::blob::decompressed;
@@ -58,6 +59,61 @@ pub fn read_file(
         return Ok(None);
     }
     Ok(None)
+}
+
+/// Names directly inside directory `dir` as the container sees them (regular files and
+/// symlinks only), sorted. Symlinked directories are not followed.
+pub fn list_dir(layer_count: usize, open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>, dir: &str) -> Result<Vec<String>> {
+    let dir = normalize(dir).unwrap_or_default();
+    let mut seen: BTreeMap<String, bool> = BTreeMap::new(); // name -> visible file
+    for i in 0..layer_count {
+        let mut r = open(i)?;
+        let (entries, hidden_below) = scan_dir(&mut r, &dir).map_err(|e| layer_error(e, i))?;
+        for (name, visible) in entries {
+            seen.entry(name).or_insert(visible);
+        }
+        if hidden_below {
+            break;
+        }
+    }
+    Ok(seen.into_iter().filter(|(_, v)| *v).map(|(n, _)| n).collect())
+}
+
+/// One layer's entries directly under `dir`: (name, is a visible file); whiteouts give
+/// `false` so lower layers cannot bring the name back. The flag says lower layers are hidden.
+fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, bool)> {
+    let mut out = Vec::new();
+    let mut hidden = false;
+    {
+        let mut archive = tar::Archive::new(decompressed(&mut *r)?);
+        for entry in archive.entries()? {
+            let entry = entry?;
+            let raw = entry.path_bytes();
+            let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { continue };
+            let (parent, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
+            if base == ".wh..wh..opq" && parent == dir {
+                hidden = true;
+                continue;
+            }
+            if let Some(w) = base.strip_prefix(".wh.") {
+                let target = if parent.is_empty() { w.to_string() } else { format!("{parent}/{w}") };
+                if parent == dir {
+                    out.push((w.to_string(), false));
+                } else if target == dir || is_below(dir, &target) {
+                    hidden = true;
+                }
+                continue;
+            }
+            if parent == dir {
+                let t = entry.header().entry_type();
+                out.push((base.to_string(), t.is_file() || t.is_symlink()));
+            } else if (name == dir || is_below(dir, &name)) && !entry.header().entry_type().is_dir() {
+                hidden = true;
+            }
+        }
+    }
+    io::copy(r, &mut io::sink())?;
+    Ok((out, hidden))
 }
 
 fn layer_error(e: io::Error, i: usize) -> Error {
@@ -184,6 +240,25 @@ mod tests {
         assert_eq!(read(&[opq, bottom.clone()], "etc/os-release"), None);
         let dirwh = layer(|l| l.add_whiteout("etc").unwrap());
         assert_eq!(read(&[dirwh, bottom], "etc/os-release"), None);
+    }
+
+    #[test]
+    fn lists_directories_across_layers() {
+        let bottom = layer(|l| {
+            l.add_file("etc/apt/sources.list.d/a.list", vec![], 0o644).unwrap();
+            l.add_file("etc/apt/sources.list.d/gone.list", vec![], 0o644).unwrap();
+        });
+        let top = layer(|l| {
+            l.add_file("etc/apt/sources.list.d/b.sources", vec![], 0o644).unwrap();
+            l.add_whiteout("etc/apt/sources.list.d/gone.list").unwrap();
+        });
+        let layers = [top, bottom.clone()];
+        let mut open = |i: usize| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(layers[i].clone()))) };
+        assert_eq!(list_dir(2, &mut open, "/etc/apt/sources.list.d/").unwrap(), ["a.list", "b.sources"]);
+        let opq = layer(|l| l.add_file("etc/apt/sources.list.d/.wh..wh..opq", vec![], 0o644).unwrap());
+        let layers = [opq, bottom];
+        let mut open = |i: usize| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(layers[i].clone()))) };
+        assert!(list_dir(2, &mut open, "etc/apt/sources.list.d").unwrap().is_empty());
     }
 
     #[test]
