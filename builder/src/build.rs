@@ -39,6 +39,12 @@ pub struct Options {
     pub keyring: Option<PathBuf>,
     /// mtime of every file and the config's `created`: `SOURCE_DATE_EPOCH` or 0.
     pub epoch: u64,
+    /// `--mirror`: the archive for recipes that use the base's own repositories.
+    pub mirror: Option<String>,
+    /// `--repo NAME=URL`.
+    pub repo_urls: std::collections::BTreeMap<String, String>,
+    /// Install the recipe's packages (off with `--no-packages`).
+    pub packages: bool,
 }
 
 impl Options {

@@ -76,9 +76,20 @@ pub struct CommonArgs {
     /// Use plain HTTP for this registry (host or host:port; loopback always is). Repeatable.
     #[arg(long = "insecure-registry", value_name = "HOST")]
     pub insecure_registries: Vec<String>,
-    /// OpenPGP key file for the recipe's repositories, instead of downloading it (air-gapped sites).
+    /// OpenPGP key file to trust for the repositories read, instead of the recipe's key URL
+    /// or the base image's keys (mirrors, air-gapped sites).
     #[arg(long)]
     pub keyring: Option<PathBuf>,
+    /// Archive URL to use instead of the one the base image is configured with (Debian 12,
+    /// Ubuntu 24.04 recipes).
+    #[arg(long, value_name = "URL")]
+    pub mirror: Option<String>,
+    /// Replace a recipe repository's URL, e.g. `--repo erdma=https://mirror.example/erdma/apt/ubuntu`.
+    #[arg(long = "repo", value_name = "NAME=URL")]
+    pub repos: Vec<String>,
+    /// Add only the repository configuration, files and env presets; install no packages.
+    #[arg(long)]
+    pub no_packages: bool,
 }
 
 impl CommonArgs {
@@ -97,6 +108,16 @@ impl CommonArgs {
             compression: self.compression,
             insecure_registries: self.insecure_registries.clone(),
             keyring: self.keyring.clone(),
+            mirror: self.mirror.clone(),
+            repo_urls: self
+                .repos
+                .iter()
+                .map(|r| match r.split_once('=') {
+                    Some((n, u)) if !n.is_empty() && !u.is_empty() => Ok((n.to_string(), u.to_string())),
+                    _ => Err(crate::Error::Unsupported(format!("invalid --repo `{r}`: expected NAME=URL"))),
+                })
+                .collect::<Result<_>>()?,
+            packages: !self.no_packages,
             epoch: Options::epoch_from_env(),
         })
     }
