@@ -13,6 +13,8 @@ use crate::config::{rfc3339, ConfigEdit, EnvChange};
 use crate::distro::OsRelease;
 use crate::error::{Error, Result};
 use crate::layer::{LayerCompression, LayerContents, LayerInfo};
+use crate::packages::apt::install::{self as apt, AptInputs, PackagesReport};
+use std::collections::BTreeMap;
 use crate::progress::{Counters, Reporter, Transfer};
 use crate::recipe::{Backend, Recipe};
 use crate::registry::Registries;
@@ -71,10 +73,15 @@ pub struct ImageReport {
     pub files_added: Vec<String>,
     pub files_removed: Vec<String>,
     pub env: Vec<EnvChange>,
+    /// Packages added, upgraded, replaced and removed (absent with `--no-packages` or when the
+    /// recipe installs none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packages: Option<PackagesReport>,
     pub base_layers: Vec<BaseLayer>,
-    pub layer: LayerInfo,
-    pub config_digest: String,
-    pub manifest_digest: String,
+    /// The new layer; `plan` leaves it out when packages would be downloaded to know it.
+    pub layer: Option<LayerInfo>,
+    pub config_digest: Option<String>,
+    pub manifest_digest: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -83,8 +90,9 @@ pub struct Report {
     pub base_digest: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
-    /// The digest the output name now points at (a manifest, or an index with `--platform all`).
-    pub digest: String,
+    /// The digest the output name now points at (a manifest, or an index with `--platform all`);
+    /// absent from a `plan` that would need package downloads to know it.
+    pub digest: Option<String>,
     pub images: Vec<ImageReport>,
     pub bytes_downloaded: u64,
     pub bytes_uploaded: u64,
@@ -134,21 +142,24 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
 
     let cache = LayerCache { dir: work.path().to_path_buf(), files: Mutex::new(HashMap::new()) };
     let mut prepared = Vec::new();
-    let mut layers_by_recipe: HashMap<String, (PathBuf, LayerInfo, Vec<String>, Vec<String>)> = HashMap::new();
+    let mut layers_by_recipe: HashMap<String, RecipeLayer> = HashMap::new();
     for (i, img) in images.iter().enumerate() {
         let files = ImageFiles::new(&src, img, &cache, &reporter, &counters);
         let (recipe, os_release) = choose_recipe(opts, &src, &files)?;
+        let arch = debian_arch(img);
         if !layers_by_recipe.contains_key(&recipe.name) {
-            let (contents, added, removed) = recipe_contents(&recipe, opts).await?;
+            let mut c = recipe_contents(&recipe, opts, &files, &arch, output.is_some(), reporter.as_ref()).await?;
             let path = work.path().join(format!("layer-{i}"));
-            let info = contents.write_layer(&path, opts.compression, opts.epoch)?;
-            layers_by_recipe.insert(recipe.name.clone(), (path, info, added, removed));
+            c.info = Some(c.layer.write_layer(&path, opts.compression, opts.epoch)?);
+            c.path = path;
+            layers_by_recipe.insert(recipe.name.clone(), c);
         }
-        let (layer_path, info, added, removed) = layers_by_recipe[&recipe.name].clone();
-        prepared.push(prepare(opts, &src, img, recipe, os_release, layer_path, info, added, removed)?);
+        let c = &layers_by_recipe[&recipe.name];
+        prepared.push(prepare(opts, &src, img, recipe, os_release, c)?);
     }
 
-    let (top, digest) = top_object(&prepared, images.len() > 1 || src.is_multi_platform() && opts.platform == PlatformChoice::All);
+    let top = top_object(&prepared, images.len() > 1 || src.is_multi_platform() && opts.platform == PlatformChoice::All);
+    let digest = top.as_ref().map(|t| t.digest.clone());
 
     if let Some(sink) = sink {
         for p in prepared.iter_mut() {
@@ -160,14 +171,16 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
             for (bl, reuse) in p.report.base_layers.iter_mut().zip(reuses) {
                 bl.reuse = Some(reuse?);
             }
-            sink.put_file(&p.layer_path, &p.report.layer.digest, p.report.layer.size).await?;
-            sink.put_bytes(&p.config_raw, &p.report.config_digest).await?;
+            let top = top.as_ref().expect("a build knows its layers");
+            let layer = p.report.layer.as_ref().expect("a build knows its layers");
+            sink.put_file(&p.layer_path, &layer.digest, layer.size).await?;
+            sink.put_bytes(&p.config_raw, p.report.config_digest.as_deref().expect("known")).await?;
             if top.media_type == INDEX_TYPE {
-                sink.put_child_manifest(&p.manifest_raw, &p.report.manifest_digest, MANIFEST_TYPE).await?;
+                sink.put_child_manifest(&p.manifest_raw, p.report.manifest_digest.as_deref().expect("known"), MANIFEST_TYPE).await?;
             }
         }
         reporter.step(&format!("committing {}", output.expect("sink implies output")));
-        sink.commit(&top).await?;
+        sink.commit(top.as_ref().expect("a build knows its layers")).await?;
     }
 
     Ok(Report {
@@ -182,12 +195,14 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
 }
 
 /// The object the output name points at: the manifest, or an index over all of them.
-fn top_object(prepared: &[Prepared], multi: bool) -> (Top, String) {
+/// `None` for a plan that did not download its packages.
+fn top_object(prepared: &[Prepared], multi: bool) -> Option<Top> {
+    if prepared.iter().any(|p| p.report.manifest_digest.is_none()) {
+        return None;
+    }
     if !multi {
         let p = &prepared[0];
-        let top = Top { digest: p.report.manifest_digest.clone(), media_type: MANIFEST_TYPE.into(), raw: p.manifest_raw.clone() };
-        let d = top.digest.clone();
-        return (top, d);
+        return Some(Top { digest: p.report.manifest_digest.clone()?, media_type: MANIFEST_TYPE.into(), raw: p.manifest_raw.clone() });
     }
     let manifests: Vec<Value> = prepared
         .iter()
@@ -201,7 +216,7 @@ fn top_object(prepared: &[Prepared], multi: bool) -> (Top, String) {
         .collect();
     let raw = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": manifests})).expect("json");
     let digest = crate::blob::sha256_digest(&raw);
-    (Top { digest: digest.clone(), media_type: INDEX_TYPE.into(), raw }, digest)
+    Some(Top { digest, media_type: INDEX_TYPE.into(), raw })
 }
 
 /// Source layers fetched for reading files, kept for the build's duration.
@@ -299,31 +314,109 @@ fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Re
     Ok((recipe, os))
 }
 
-/// The files the recipe puts in the image: apt sources and keys for its repositories, plain
-/// files, and whiteouts for the files it removes.
-async fn recipe_contents(recipe: &Recipe, opts: &Options) -> Result<(LayerContents, Vec<String>, Vec<String>)> {
+/// What the recipe puts in the image, before it is written as a layer.
+#[derive(Clone)]
+struct RecipeLayer {
+    layer: LayerContents,
+    added: Vec<String>,
+    removed: Vec<String>,
+    packages: Option<PackagesReport>,
+    /// False for a plan whose packages were resolved but not downloaded.
+    complete: bool,
+    path: PathBuf,
+    info: Option<LayerInfo>,
+}
+
+/// Debian's name for the image's architecture.
+fn debian_arch(img: &SourceImage) -> String {
+    let arch = img.config.get("architecture").and_then(Value::as_str).unwrap_or("amd64");
+    let variant = img.config.get("variant").and_then(Value::as_str);
+    match (arch, variant) {
+        ("arm", Some("v5")) => "armel",
+        ("arm", _) => "armhf",
+        ("386", _) => "i386",
+        ("ppc64le", _) => "ppc64el",
+        (a, _) => a,
+    }
+    .to_string()
+}
+
+fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("erdma-build")
+}
+
+/// The files the recipe puts in the image: apt sources and keys for its repositories, the
+/// packages it installs (with the dpkg database), plain files, and whiteouts for what it removes.
+async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>, arch: &str, build: bool, reporter: &dyn Reporter) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
+    let mut keys = BTreeMap::new();
     for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
-        let url = repo.urls.first().expect("validated: urls or from_base");
+        keys.insert(repo.name.clone(), repo_key(recipe, repo, opts.keyring.as_deref()).await?);
+    }
+    let mut packages = None;
+    let mut complete = true;
+    let mut removed: Vec<String> = Vec::new();
+    let mut used_urls = BTreeMap::new();
+    if opts.packages && !recipe.packages.install.is_empty() {
+        let keyring = match &opts.keyring {
+            Some(p) => Some(crate::keys::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?)?),
+            None => None,
+        };
+        let inputs = AptInputs {
+            recipe,
+            arch,
+            mirror: opts.mirror.as_deref(),
+            repo_urls: &opts.repo_urls,
+            repo_keys: &keys,
+            keyring,
+            cache_dir: cache_dir(),
+        };
+        let (res, mut report, status) = apt::resolve(&inputs, base, reporter).await?;
+        if build {
+            let debs = apt::fetch_debs(&res.install, &inputs.cache_dir, &mut report, reporter).await?;
+            removed = apt::unpack(&res, &debs, &status, base, &mut layer)?;
+        } else {
+            complete = false;
+        }
+        used_urls = report.repositories.clone();
+        packages = Some(report);
+    }
+    for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
+        let url = used_urls.get(&repo.name).or_else(|| opts.repo_urls.get(&repo.name)).or(repo.urls.first()).expect("validated: urls or from_base");
         let line = format!("deb {} {} {}\n", url.trim_end_matches('/'), repo.suite.as_deref().unwrap_or("/"), repo.components.join(" "));
         layer.add_file(&format!("etc/apt/sources.list.d/{}.list", repo.name), line.into_bytes(), 0o644)?;
-        let key = repo_key(recipe, repo, opts.keyring.as_deref()).await?;
         // Dearmoured into trusted.gpg.d as the eRDMA manual does; apt >= 1.4 reads it there.
-        layer.add_file(&format!("etc/apt/trusted.gpg.d/{}.gpg", repo.name), key, 0o644)?;
+        layer.add_file(&format!("etc/apt/trusted.gpg.d/{}.gpg", repo.name), keys[&repo.name].clone(), 0o644)?;
     }
     for f in &recipe.files {
         layer.add_file(&f.path, f.content.clone().into_bytes(), f.mode)?;
     }
-    let removed: Vec<String> = recipe.packages.remove_files.iter().filter_map(|p| crate::layer::normalize(p)).collect();
-    for p in &removed {
+    let whiteouts: Vec<String> = recipe.packages.remove_files.iter().filter_map(|p| crate::layer::normalize(p)).collect();
+    for p in &whiteouts {
         layer.add_whiteout(p)?;
+        removed.push(format!("/{p}"));
     }
     let added = layer
         .files()
         .filter(|(_, e)| e.kind != crate::layer::EntryKind::Whiteout)
         .map(|(p, _)| format!("/{p}"))
         .collect();
-    Ok((layer, added, removed.into_iter().map(|p| format!("/{p}")).collect()))
+    removed.sort();
+    removed.dedup();
+    Ok(RecipeLayer { layer, added, removed, packages, complete, path: PathBuf::new(), info: None })
+}
+
+impl apt::BaseFiles for ImageFiles<'_> {
+    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        ImageFiles::read(self, path, max)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        ImageFiles::list(self, dir)
+    }
 }
 
 async fn repo_key(recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<Vec<u8>> {
@@ -367,18 +460,10 @@ fn oci_layer_type(mt: &str) -> &str {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn prepare(
-    opts: &Options,
-    src: &Source,
-    img: &SourceImage,
-    recipe: Recipe,
-    os_release: Option<OsRelease>,
-    layer_path: PathBuf,
-    info: LayerInfo,
-    files_added: Vec<String>,
-    files_removed: Vec<String>,
-) -> Result<Prepared> {
+fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_release: Option<OsRelease>, c: &RecipeLayer) -> Result<Prepared> {
+    let info = c.info.clone().expect("layer written before prepare");
+    let files_added = c.added.clone();
+    let files_removed = c.removed.clone();
     let base_name = src.reference.to_string();
     let base_digest = src.digest().to_string();
     let labels = [
@@ -440,12 +525,13 @@ fn prepare(
             files_added,
             files_removed,
             env,
+            packages: c.packages.clone(),
             base_layers: img.layers.iter().map(|(d, s, _)| crate::build::BaseLayer { digest: d.clone(), size: *s, reuse: None }).collect(),
-            layer: info,
-            config_digest,
-            manifest_digest,
+            layer: c.complete.then_some(info),
+            config_digest: c.complete.then_some(config_digest),
+            manifest_digest: c.complete.then_some(manifest_digest),
         },
-        layer_path,
+        layer_path: c.path.clone(),
         config_raw,
         manifest_raw,
         platform_json,

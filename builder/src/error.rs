@@ -90,6 +90,22 @@ pub enum Error {
         reason: String,
     },
 
+    #[error(transparent)]
+    Repo(#[from] crate::packages::apt::repo::RepoError),
+
+    #[error(transparent)]
+    Resolve(#[from] crate::packages::apt::resolve::ResolveError),
+
+    #[error("reading package {path}")]
+    Deb {
+        path: PathBuf,
+        #[source]
+        source: crate::packages::apt::deb::DebError,
+    },
+
+    #[error("downloading {url} failed: {reason}")]
+    Download { url: String, reason: String },
+
     #[error("{0}")]
     Unsupported(String),
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use clap::Parser;
 use erdma_build::build::Report;
+use erdma_build::packages::apt::resolve::Action;
 use erdma_build::cli::{Cli, Command};
 use erdma_build::progress::{Reporter, Silent, Transfer};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -98,7 +99,7 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     if built {
-        writeln!(out, "wrote {} ({})", r.output.as_deref().unwrap_or("-"), r.digest)?;
+        writeln!(out, "wrote {} ({})", r.output.as_deref().unwrap_or("-"), r.digest.as_deref().unwrap_or("-"))?;
     } else {
         writeln!(out, "plan for {} ({})", r.base, r.base_digest)?;
     }
@@ -110,12 +111,32 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         for f in &img.files_removed {
             writeln!(out, "  - {f}")?;
         }
+        if let Some(p) = &img.packages {
+            for c in &p.install {
+                let what = match &c.action {
+                    Action::Install => "install".to_string(),
+                    Action::Upgrade { from } => format!("upgrade from {from}"),
+                    Action::Replace { from } => format!("replace {from}"),
+                };
+                writeln!(out, "  package {} {} ({what}; {})", c.name, c.version, c.origin)?;
+            }
+            for k in &p.kept {
+                writeln!(out, "  package {} {} (already installed)", k.name, k.version)?;
+            }
+            for g in &p.remove {
+                writeln!(out, "  package {} {} (remove)", g.name, g.version)?;
+            }
+        }
         for e in &img.env {
             let was = e.replaced.as_ref().map(|v| format!(" (was {v})")).unwrap_or_default();
             writeln!(out, "  env {}={}{}", e.name, e.value, was)?;
         }
         let total: u64 = img.base_layers.iter().map(|l| l.size).sum();
-        writeln!(out, "  base layers reused: {} ({} bytes), new layer {} ({} bytes)", img.base_layers.len(), total, img.layer.digest, img.layer.size)?;
+        let layer = match &img.layer {
+            Some(l) => format!("new layer {} ({} bytes)", l.digest, l.size),
+            None => "new layer known after the packages are downloaded".to_string(),
+        };
+        writeln!(out, "  base layers reused: {} ({} bytes), {layer}", img.base_layers.len(), total)?;
     }
     if built {
         writeln!(out, "downloaded {} bytes, uploaded {} bytes", r.bytes_downloaded, r.bytes_uploaded)?;

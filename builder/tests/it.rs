@@ -325,4 +325,590 @@ mod support_selftest {
             proxy.request_lines()
         );
     }
+
+    /// Debian base, real and fake .debs, signed apt repositories (support/{debian,debs,apt_repo}.rs).
+    /// Names say what a test needs: `net` the Debian mirror, `root` root.
+    mod debian_apt {
+        use crate::support::{self, apt_repo, debian, debs};
+        use std::collections::BTreeMap;
+        use std::io::Read;
+        use std::path::{Path, PathBuf};
+        use std::process::Command;
+
+        /// (kind, mode, uid, link target, contents for files under 1 MiB) of a layer entry.
+        type LayerEntry = (tar::EntryType, u32, u64, Option<String>, Vec<u8>);
+
+        /// Path → entry of one gzip layer.
+        fn layer_entries(img: &support::OciFixture, i: usize) -> BTreeMap<String, LayerEntry> {
+            let f = std::fs::File::open(img.blob_path(&img.layers[i].digest)).unwrap();
+            let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+            tar.entries()
+                .unwrap()
+                .map(|e| {
+                    let mut e = e.unwrap();
+                    let path = e.path().unwrap().to_string_lossy().into_owned();
+                    let h = e.header().clone();
+                    let link = e
+                        .link_name()
+                        .unwrap()
+                        .map(|l| l.to_string_lossy().into_owned());
+                    let mut body = Vec::new();
+                    if h.size().unwrap() < 1 << 20 {
+                        e.read_to_end(&mut body).unwrap();
+                    }
+                    (
+                        path,
+                        (
+                            h.entry_type(),
+                            h.mode().unwrap(),
+                            h.uid().unwrap(),
+                            link,
+                            body,
+                        ),
+                    )
+                })
+                .collect()
+        }
+
+        fn text(b: &[u8]) -> String {
+            String::from_utf8_lossy(b).into_owned()
+        }
+
+        fn ofed_like_debs(dir: &Path) -> Vec<PathBuf> {
+            let mut v = debs::ofed_fake_debs(dir);
+            v.push(debs::fake_deb(
+                dir,
+                debs::FakeDeb {
+                    name: "erdma-test-tool",
+                    version: "1:2.0-1",
+                    arch: "all",
+                    depends: Some("libibverbs1"),
+                    files: vec![(
+                        "/usr/bin/erdma-test-tool",
+                        b"#!/bin/sh\necho ok\n".as_slice(),
+                        0o755,
+                    )],
+                    postinst: Some("echo configured > /dev/null\n"),
+                    ..Default::default()
+                },
+            ));
+            v
+        }
+
+        #[test]
+        fn debian_mirror_is_read_from_host_sources() {
+            if !support::require(
+                std::path::Path::new("/etc/apt/sources.list.d").is_dir()
+                    || std::path::Path::new("/etc/apt/sources.list").is_file(),
+                "apt sources on the host",
+            ) {
+                return;
+            }
+            let m = debian::debian_mirror().expect("a Debian mirror in the host's apt sources");
+            assert!(m.starts_with("http://") || m.starts_with("https://"), "{m}");
+            assert!(!m.ends_with('/'), "{m}");
+            let cache = debian::cache_root();
+            assert!(cache.is_absolute(), "{}", cache.display());
+        }
+
+        #[test]
+        fn fake_deb_is_valid_for_dpkg_deb() {
+            if !support::require(support::have("dpkg-deb"), "dpkg-deb is needed") {
+                return;
+            }
+            let tmp = tempfile::tempdir().unwrap();
+            let v = ofed_like_debs(tmp.path());
+            assert_eq!(
+                v.iter()
+                    .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>(),
+                [
+                    "libibverbs1_2307mlnx47-1.2310036_amd64.deb",
+                    "ibverbs-providers_2307mlnx47-1.2310036_amd64.deb",
+                    "erdma-test-tool_1%3a2.0-1_all.deb"
+                ]
+            );
+            let field = |deb: &Path, f: &str| {
+                text(&debian::run_ok(
+                    "dpkg-deb -f",
+                    Command::new("dpkg-deb").arg("-f").arg(deb).arg(f),
+                ))
+                .trim()
+                .to_string()
+            };
+            assert_eq!(field(&v[0], "Version"), debs::OFED_VERSION);
+            assert_eq!(field(&v[0], "Multi-Arch"), "same");
+            assert!(field(&v[1], "Provides").contains("libmlx5-1"));
+            assert_eq!(
+                field(&v[1], "Depends"),
+                "libc6 (>= 2.34), libibverbs1 (= 2307mlnx47-1.2310036)"
+            );
+            assert_eq!(field(&v[2], "Version"), "1:2.0-1");
+            let contents = text(&debian::run_ok(
+                "dpkg-deb -c",
+                Command::new("dpkg-deb").arg("-c").arg(&v[0]),
+            ));
+            assert!(contents.contains("root/root"), "{contents}");
+            assert!(
+                contents.contains(
+                    "./usr/lib/x86_64-linux-gnu/libibverbs.so.1 -> libibverbs.so.1.14.47.0"
+                ),
+                "{contents}"
+            );
+            // Control members: md5sums for plain files, conffiles for the driver file.
+            let x = tempfile::tempdir().unwrap();
+            debian::run_ok(
+                "dpkg-deb -e",
+                Command::new("dpkg-deb").arg("-e").arg(&v[1]).arg(x.path()),
+            );
+            let md5 = std::fs::read_to_string(x.path().join("md5sums")).unwrap();
+            assert!(
+                md5.contains("  usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.47.0\n"),
+                "{md5}"
+            );
+            assert!(!md5.contains("mlx5.driver"), "{md5}");
+            assert_eq!(
+                std::fs::read_to_string(x.path().join("conffiles")).unwrap(),
+                "/etc/libibverbs.d/mlx5.driver\n"
+            );
+            let y = tempfile::tempdir().unwrap();
+            debian::run_ok(
+                "dpkg-deb -e",
+                Command::new("dpkg-deb").arg("-e").arg(&v[2]).arg(y.path()),
+            );
+            let postinst = std::fs::read_to_string(y.path().join("postinst")).unwrap();
+            assert!(postinst.starts_with("#!/bin/sh\nset -e\n"), "{postinst}");
+            // xz-compressed data member, as asked.
+            let ar = text(&debian::run_ok(
+                "ar t",
+                Command::new("ar").arg("t").arg(&v[0]),
+            ));
+            assert!(ar.contains("data.tar.xz"), "{ar}");
+        }
+
+        #[test]
+        fn apt_repo_nested_is_verified_by_apt() {
+            if !apt_repo::require_tools()
+                || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+            {
+                return;
+            }
+            let tmp = tempfile::tempdir().unwrap();
+            let key = apt_repo::TestKey::generate();
+            assert_eq!(key.fingerprint().len(), 40);
+            assert!(key
+                .armored_public()
+                .starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----"));
+            let repo = apt_repo::AptRepo::build_under(
+                "erdma/apt/debian",
+                apt_repo::Layout::erdma(),
+                &ofed_like_debs(&tmp.path().join("debs")),
+                &key,
+            );
+            assert!(repo.url().ends_with("/erdma/apt/debian"), "{}", repo.url());
+            assert_eq!(repo.suite(), "bookworm/erdma");
+            for f in [
+                "InRelease",
+                "Release",
+                "Release.gpg",
+                "main/binary-amd64/Packages",
+                "main/binary-amd64/Packages.gz",
+                "main/binary-amd64/Packages.xz",
+            ] {
+                assert!(
+                    repo.dir().join("dists/bookworm/erdma").join(f).is_file(),
+                    "{f}"
+                );
+            }
+            let release = std::fs::read_to_string(repo.release_dir().join("Release")).unwrap();
+            assert!(
+                release.contains("Components: main\n")
+                    && release.contains("Architectures: amd64\n"),
+                "{release}"
+            );
+            assert!(
+                release.contains(" main/binary-amd64/Packages.xz\n"),
+                "{release}"
+            );
+
+            let keyring = key.write_public(tmp.path(), "erdma-test.gpg");
+            let apt = apt_repo::AptClient::new(&repo.source_line(&keyring));
+            let out = apt.update();
+            assert!(
+                apt_repo::update_ok(&out),
+                "apt-get update: {}\n{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+            assert!(
+                repo.get_paths()
+                    .iter()
+                    .any(|p| p == "/erdma/apt/debian/dists/bookworm/erdma/InRelease"),
+                "{:?}",
+                repo.get_paths()
+            );
+            let policy = apt.apt_cache(&["policy", "ibverbs-providers"]);
+            assert!(
+                text(&policy.stdout).contains(debs::OFED_VERSION),
+                "{}",
+                text(&policy.stdout)
+            );
+            let dl = apt.apt_get(&["download", "libibverbs1"]);
+            support::assert_success("apt-get download", &dl);
+
+            // A flipped bit in a .deb: apt refuses the download.
+            repo.tamper_deb("ibverbs-providers");
+            let dl = apt.apt_get(&["download", "ibverbs-providers"]);
+            assert!(!dl.status.success(), "{}", text(&dl.stdout));
+            let msg = text(&dl.stderr) + &text(&dl.stdout);
+            assert!(
+                msg.contains("Hash Sum mismatch") || msg.contains("hash"),
+                "{msg}"
+            );
+
+            // One character of InRelease: update fails, with a fresh client and an old one.
+            repo.tamper_inrelease();
+            for client in [apt_repo::AptClient::new(&repo.source_line(&keyring)), apt] {
+                let out = client.update();
+                let err = text(&out.stderr) + &text(&out.stdout);
+                assert!(
+                    !apt_repo::update_ok(&out),
+                    "apt-get update accepted a tampered InRelease\n{err}"
+                );
+                assert!(
+                    err.contains("BADSIG") || err.contains("invalid") || err.contains("not signed"),
+                    "{err}"
+                );
+            }
+        }
+
+        #[test]
+        fn apt_repo_flat_wrong_key_and_tampered_index() {
+            if !apt_repo::require_tools()
+                || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+            {
+                return;
+            }
+            let tmp = tempfile::tempdir().unwrap();
+            let key = apt_repo::TestKey::generate();
+            let repo = apt_repo::AptRepo::build(
+                apt_repo::Layout::Flat,
+                &ofed_like_debs(&tmp.path().join("debs")),
+                &key,
+            );
+            assert!(repo.url().starts_with("http://127.0.0.1:"));
+            assert_eq!(repo.suite(), "./");
+            for f in [
+                "InRelease",
+                "Release",
+                "Release.gpg",
+                "Packages",
+                "Packages.gz",
+                "Packages.xz",
+            ] {
+                assert!(repo.dir().join(f).is_file(), "{f}");
+            }
+            let release = std::fs::read_to_string(repo.dir().join("Release")).unwrap();
+            assert!(!release.contains("Components:"), "{release}");
+            let packages = std::fs::read_to_string(repo.dir().join("Packages")).unwrap();
+            assert!(
+                packages.contains("Filename: pool/libibverbs1_2307mlnx47-1.2310036_amd64.deb\n"),
+                "{packages}"
+            );
+
+            let asc = key.write_public(tmp.path(), "erdma-test.asc");
+            let apt = apt_repo::AptClient::new(&repo.source_line(&asc));
+            let out = apt.update();
+            assert!(
+                apt_repo::update_ok(&out),
+                "apt-get update: {}\n{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+            assert!(
+                repo.get_paths().iter().any(|p| p == "/./Packages.xz"),
+                "{:?}",
+                repo.get_paths()
+            );
+
+            // Another key: NO_PUBKEY.
+            let other = apt_repo::TestKey::generate();
+            let wrong = other.write_public(tmp.path(), "other.gpg");
+            let out = apt_repo::AptClient::new(&repo.source_line(&wrong)).update();
+            assert!(!apt_repo::update_ok(&out));
+            let err = text(&out.stderr) + &text(&out.stdout);
+            assert!(err.contains("NO_PUBKEY"), "{err}");
+
+            // A different Packages.xz that Release does not list.
+            repo.tamper_packages_xz();
+            let out = apt_repo::AptClient::new(&repo.source_line(&asc)).update();
+            let err = text(&out.stderr) + &text(&out.stdout);
+            assert!(
+                !apt_repo::update_ok(&out),
+                "apt-get update accepted a tampered Packages.xz\n{err}"
+            );
+            assert!(
+                err.contains("Hash Sum mismatch") || err.contains("unexpected size"),
+                "{err}"
+            );
+        }
+
+        #[test]
+        fn real_debs_closure_net() {
+            if !debs::require_download() {
+                return;
+            }
+            let t0 = std::time::Instant::now();
+            let v = debs::real_debs_closure();
+            eprintln!("real_debs_closure: {:.1?}", t0.elapsed());
+            assert_eq!(v.len(), debs::ERDMA_CLOSURE.len());
+            for (name, deb) in debs::ERDMA_CLOSURE.iter().zip(&v) {
+                let out = debian::run_ok(
+                    "dpkg-deb -f",
+                    Command::new("dpkg-deb").arg("-f").arg(deb).arg("Package"),
+                );
+                assert_eq!(text(&out).trim(), *name, "{}", deb.display());
+                assert!(deb.starts_with(debian::cache_root()), "{}", deb.display());
+            }
+            // Cached: same files, no download.
+            let t1 = std::time::Instant::now();
+            assert_eq!(debs::real_debs(&["libibverbs1"]), vec![v[2].clone()]);
+            assert!(t1.elapsed() < std::time::Duration::from_secs(5));
+        }
+
+        #[test]
+        fn real_debs_served_by_apt_repo_net() {
+            if !debs::require_download() || !apt_repo::require_tools() {
+                return;
+            }
+            let v = debs::real_debs_closure();
+            let key = apt_repo::TestKey::generate();
+            let repo = apt_repo::AptRepo::build(apt_repo::Layout::erdma(), &v, &key);
+            let tmp = tempfile::tempdir().unwrap();
+            let apt =
+                apt_repo::AptClient::new(&repo.source_line(&key.write_public(tmp.path(), "k.gpg")));
+            let out = apt.update();
+            assert!(
+                apt_repo::update_ok(&out),
+                "{}\n{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+            let mut args = vec!["download"];
+            args.extend(debs::ERDMA_CLOSURE);
+            support::assert_success("apt-get download from the test repo", &apt.apt_get(&args));
+            for deb in &v {
+                let got = apt.downloads().join(deb.file_name().unwrap());
+                assert_eq!(
+                    std::fs::read(&got).unwrap(),
+                    std::fs::read(deb).unwrap(),
+                    "{}",
+                    got.display()
+                );
+            }
+        }
+
+        #[test]
+        fn debian12_base_root_net() {
+            if !debian::require_base() {
+                return;
+            }
+            let t0 = std::time::Instant::now();
+            let img = debian::debian12_base();
+            eprintln!("debian12_base: {:.1?}", t0.elapsed());
+            assert_eq!(img.layers.len(), 1);
+            let config = img.config();
+            assert_eq!(config["architecture"], "amd64");
+            assert_eq!(config["config"]["Cmd"], serde_json::json!(["bash"]));
+            assert_eq!(
+                config["config"]["Env"],
+                serde_json::json!([format!("PATH={}", debian::DEBIAN_PATH)])
+            );
+            let files = layer_entries(&img, 0);
+            // As in the official images, etc/os-release is a relative symlink.
+            assert_eq!(
+                files["etc/os-release"].3.as_deref(),
+                Some("../usr/lib/os-release")
+            );
+            let os = text(&files["usr/lib/os-release"].4);
+            assert!(
+                os.contains("VERSION_ID=\"12\"") && os.contains("VERSION_CODENAME=bookworm"),
+                "{os}"
+            );
+            // usr-merged: /bin is a symlink.
+            assert!(files["bin"].0.is_symlink() && files["bin"].3.as_deref() == Some("usr/bin"));
+            assert!(files["usr/bin/bash"].0.is_file());
+            assert!(files["usr/bin/apt-get"].0.is_file());
+            assert_eq!(files["tmp/"].1, 0o1777);
+            assert_eq!(files["root/"].1, 0o700);
+            // setuid kept (passwd's su is in util-linux: usr/bin/su).
+            assert_eq!(files["usr/bin/su"].1 & 0o4000, 0o4000);
+            assert!(files.contains_key("dev/") && files.contains_key("proc/"));
+            assert!(
+                !files.keys().any(|k| k.starts_with("dev/") && k != "dev/"),
+                "device nodes in the layer"
+            );
+            assert!(!files
+                .keys()
+                .any(|k| k.starts_with("var/cache/apt/archives/") && k.ends_with(".deb")));
+            for host_specific in ["etc/resolv.conf", "etc/hostname", "var/log/bootstrap.log"] {
+                assert!(!files.contains_key(host_specific), "{host_specific}");
+            }
+            let status = text(&files["var/lib/dpkg/status"].4);
+            assert!(status.contains("Package: apt\nStatus: install ok installed\n"));
+            assert!(!status.contains("Package: libibverbs1\n"));
+            let mirror = debian::debian_mirror().unwrap();
+            let sources = text(&files["etc/apt/sources.list"].4);
+            assert!(
+                sources.contains(&format!("deb {mirror} bookworm main")),
+                "{sources}"
+            );
+            if support::have("skopeo") {
+                support::assert_success(
+                    "skopeo inspect",
+                    &support::skopeo(["inspect", &img.reference()]),
+                );
+            }
+            // A private copy has the same layer.
+            let tmp = tempfile::tempdir().unwrap();
+            let copy = debian::debian12_base_copy(tmp.path());
+            assert_eq!(copy.layers[0].digest, img.layers[0].digest);
+            assert_eq!(copy.manifest_digest, img.manifest_digest);
+        }
+
+        #[test]
+        fn debs_closure_matches_apt_root_net() {
+            if !debian::require_base() || !debs::require_download() {
+                return;
+            }
+            let rootfs = debian::debian12_rootfs();
+            let status = rootfs.join("var/lib/dpkg/status");
+            let out = Command::new("apt-get")
+                .args(["-s", "--no-install-recommends", "-o"])
+                .arg(format!("Dir::State::status={}", status.display()))
+                .arg("install")
+                .args(debs::ERDMA_PACKAGES)
+                .env("LC_ALL", "C")
+                .output()
+                .unwrap();
+            support::assert_success("apt-get -s install", &out);
+            let mut inst: Vec<String> = text(&out.stdout)
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("Inst ")
+                        .and_then(|r| r.split(' ').next())
+                        .map(str::to_string)
+                })
+                .collect();
+            inst.sort();
+            let mut want: Vec<String> = debs::ERDMA_CLOSURE.iter().map(|s| s.to_string()).collect();
+            want.sort();
+            assert_eq!(inst, want, "{}", text(&out.stdout));
+        }
+
+        #[test]
+        fn ngc_like_base_root_net() {
+            if !debs::require_ngc_like() {
+                return;
+            }
+            let tmp = tempfile::tempdir().unwrap();
+            let t0 = std::time::Instant::now();
+            let img = debs::ngc_like_base(tmp.path());
+            eprintln!("ngc_like_base: {:.1?}", t0.elapsed());
+            let base = debian::debian12_base();
+            assert_eq!(img.layers.len(), 2);
+            assert_eq!(img.layers[0].digest, base.layers[0].digest);
+            let top = layer_entries(&img, 1);
+            let status = text(&top["var/lib/dpkg/status"].4);
+            let stanza = |name: &str| {
+                status
+                    .split("\n\n")
+                    .find(|s| s.starts_with(&format!("Package: {name}\n")))
+                    .unwrap_or_else(|| panic!("no {name} in status"))
+                    .to_string()
+            };
+            for name in ["libibverbs1", "ibverbs-providers"] {
+                let s = stanza(name);
+                assert!(s.contains("Status: install ok installed\n"), "{s}");
+                assert!(
+                    s.contains(&format!("Version: {}\n", debs::OFED_VERSION)),
+                    "{s}"
+                );
+            }
+            assert!(stanza("libnl-3-200").contains("Status: install ok installed\n"));
+            assert!(stanza("apt").contains("Status: install ok installed\n"));
+            assert!(
+                stanza("ibverbs-providers").contains("Conffiles:\n /etc/libibverbs.d/mlx5.driver ")
+            );
+            let list = text(&top["var/lib/dpkg/info/libibverbs1:amd64.list"].4);
+            assert!(
+                list.contains("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.47.0\n"),
+                "{list}"
+            );
+            assert!(top.contains_key("var/lib/dpkg/info/ibverbs-providers:amd64.md5sums"));
+            assert!(top["usr/lib/x86_64-linux-gnu/libibverbs.so.1"]
+                .0
+                .is_symlink());
+            assert!(top.contains_key("usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.47.0"));
+            assert!(top.contains_key("usr/lib/x86_64-linux-gnu/libnl-3.so.200"));
+            assert_eq!(text(&top[debs::MLNX_SOURCE_PATH].4), debs::MLNX_SOURCE);
+            // Only what changed: bash is in the base layer alone, and nothing was deleted.
+            assert!(!top.contains_key("usr/bin/bash"));
+            assert!(
+                !top.keys().any(|k| k.contains(".wh.")),
+                "{:?}",
+                top.keys()
+                    .filter(|k| k.contains(".wh."))
+                    .collect::<Vec<_>>()
+            );
+            assert!(
+                top.len() < 200,
+                "{} entries: {:?}",
+                top.len(),
+                top.keys().collect::<Vec<_>>()
+            );
+            if support::have("skopeo") {
+                support::assert_success(
+                    "skopeo inspect",
+                    &support::skopeo(["inspect", &img.reference()]),
+                );
+            }
+        }
+
+        #[test]
+        fn ngc_like_base_runs_in_docker_root_net() {
+            if !debs::require_ngc_like()
+                || !support::require_docker()
+                || !support::require(support::have("skopeo"), "skopeo is needed")
+            {
+                return;
+            }
+            let tmp = tempfile::tempdir().unwrap();
+            let img = debs::ngc_like_base(tmp.path());
+            let tag = format!("erdma-selftest/ngc-like:{}", std::process::id());
+            support::assert_success(
+                "skopeo copy to docker",
+                &support::skopeo([
+                    "copy",
+                    "--quiet",
+                    &img.reference(),
+                    &format!("docker-daemon:{tag}"),
+                ]),
+            );
+            let out = Command::new("docker")
+                .args(["run", "--rm", "--network", "none", &tag, "bash", "-c"])
+                .arg("set -e; cat /etc/debian_version; dpkg-query -W -f='${Version}\\n' libibverbs1 ibverbs-providers libnl-3-200; dpkg --audit; apt-get -q check >/dev/null; cat /etc/apt/sources.list.d/mellanox_mlnx_ofed.list")
+                .output()
+                .unwrap();
+            let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+            support::assert_success("docker run", &out);
+            let stdout = text(&out.stdout);
+            let lines: Vec<&str> = stdout.lines().collect();
+            assert!(lines[0].starts_with("12."), "{stdout}");
+            assert_eq!(lines[1], debs::OFED_VERSION, "{stdout}");
+            assert_eq!(lines[2], debs::OFED_VERSION, "{stdout}");
+            assert!(lines[3].starts_with("3.7"), "{stdout}");
+            assert_eq!(format!("{}\n", lines[4]), debs::MLNX_SOURCE);
+        }
+    }
 }

@@ -24,7 +24,7 @@ fn unreachable_registry() {
     let tmp = tempfile::tempdir().unwrap();
     let port = support::free_port();
     let out = tmp.path().join("out");
-    let err = build_fails(&["build", "--base", &format!("docker://127.0.0.1:{port}/base:1"), "--output", &oci(&out)]);
+    let err = build_fails(&["build", "--no-packages", "--base", &format!("docker://127.0.0.1:{port}/base:1"), "--output", &oci(&out)]);
     assert!(err.contains(&format!("registry 127.0.0.1:{port}")) && err.contains("Caused by:"), "{err}");
     assert!(err.contains("hint:"), "{err}");
     assert!(!out.exists());
@@ -37,9 +37,9 @@ fn manifest_unknown() {
     }
     let reg = Registry::start();
     let tmp = tempfile::tempdir().unwrap();
-    let err = build_fails(&["build", "--base", &reg.reference("nothing:1"), "--output", &oci(&tmp.path().join("o"))]);
+    let err = build_fails(&["build", "--no-packages", "--base", &reg.reference("nothing:1"), "--output", &oci(&tmp.path().join("o"))]);
     assert!(err.lines().next().unwrap().contains("manifest unknown") && err.contains("nothing:1"), "{err}");
-    let err = build_fails(&["plan", "--base", &format!("oci:{}:nope", tmp.path().join("none").display())]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &format!("oci:{}:nope", tmp.path().join("none").display())]);
     assert!(err.contains("reading image layout"), "{err}");
 }
 
@@ -48,7 +48,7 @@ fn malformed_manifest_and_config() {
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
     let broken = with_manifest(&base.dir, b"{\"schemaVersion\": 2, \"layers\": [");
-    let err = build_fails(&["plan", "--base", &broken]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &broken]);
     assert!(err.lines().next().unwrap().contains("malformed manifest"), "{err}");
 
     let base = runnable_base(&tmp.path().join("base2"));
@@ -58,13 +58,13 @@ fn malformed_manifest_and_config() {
     std::fs::write(base.blob_path(&cd), bad_config).unwrap();
     m["config"]["digest"] = Value::String(cd);
     let broken = with_manifest(&base.dir, &serde_json::to_vec(&m).unwrap());
-    let err = build_fails(&["plan", "--base", &broken]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &broken]);
     assert!(err.lines().next().unwrap().contains("malformed image config"), "{err}");
 
     let mut m = base.manifest();
     m["layers"][0]["digest"] = Value::String("sha256:../../../etc/passwd".into());
     let broken = with_manifest(&base.dir, &serde_json::to_vec(&m).unwrap());
-    let err = build_fails(&["plan", "--base", &broken]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &broken]);
     assert!(err.contains("malformed digest"), "{err}");
 }
 
@@ -73,7 +73,7 @@ fn tampered_layer_in_a_layout_leaves_the_output_as_it_was() {
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
     let out = tmp.path().join("out");
-    build_json(&["build", "--base", &base.reference(), "--output", &format!("{}:good", oci(&out))]);
+    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("{}:good", oci(&out))]);
     let before = snapshot(&out);
     // A second base whose layer the output does not have yet (a blob the output already holds
     // is not read again: its digest names content we verified when we stored it).
@@ -85,7 +85,7 @@ fn tampered_layer_in_a_layout_leaves_the_output_as_it_was() {
     data[mid] ^= 0xff;
     std::fs::write(&layer, data).unwrap();
     for output in [format!("{}:bad", oci(&out)), oci(&tmp.path().join("fresh"))] {
-        let err = build_fails(&["build", "--base", &base.reference(), "--output", &output, "--recipe", "debian-12", "-e", "NEW=1"]);
+        let err = build_fails(&["build", "--no-packages", "--base", &base.reference(), "--output", &output, "--recipe", "debian-12", "-e", "NEW=1"]);
         assert!(err.lines().next().unwrap().contains("digest mismatch"), "{err}");
     }
     assert_eq!(snapshot(&out), before, "the existing layout is byte for byte as it was");
@@ -106,7 +106,7 @@ fn registry_serving_a_corrupt_blob_or_dropping_it() {
     for (fault, expect) in [(Fault::CorruptBlob, "digest mismatch"), (Fault::DropMidBlobAlways, "downloading blob")] {
         let proxy = FaultyProxy::start(reg.addr(), fault.clone());
         for output in [oci(&tmp.path().join("o")), format!("docker-archive:{}", tmp.path().join("d.tar").display()), reg.reference("copy:1")] {
-            let out = super::build_env(&["build", "--base", &proxy.reference("base:1"), "--output", &output.replace(reg.addr(), proxy.addr())], &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "10")]);
+            let out = super::build_env(&["build", "--no-packages", "--base", &proxy.reference("base:1"), "--output", &output.replace(reg.addr(), proxy.addr())], &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "10")]);
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{fault:?} -> {output}: {err}");
             assert!(err.lines().filter(|l| l.starts_with("error: ")).count() == 1 && err.contains(expect), "{fault:?} -> {output}: {err}");
@@ -121,16 +121,16 @@ fn registry_serving_a_corrupt_blob_or_dropping_it() {
 fn unsupported_distros() {
     let tmp = tempfile::tempdir().unwrap();
     let fedora = support::fixture_image(&tmp.path().join("f"), &[vec![]], &[], Some("ID=fedora\nVERSION_ID=40\n"));
-    let err = build_fails(&["plan", "--base", &fedora.reference()]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &fedora.reference()]);
     let first = err.lines().next().unwrap();
     assert!(first.contains("unsupported distribution `fedora 40`") && first.contains("Ubuntu 22.04 (jammy)") && first.contains("Debian 12"), "{err}");
     let bullseye = support::fixture_image(&tmp.path().join("b"), &[vec![]], &[], Some("ID=debian\nVERSION_ID=\"11\"\n"));
-    let err = build_fails(&["plan", "--base", &bullseye.reference()]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &bullseye.reference()]);
     assert!(err.contains("no erdma provider"), "{err}");
     let none = support::fixture_image(&tmp.path().join("n"), &[vec![("etc/motd", b"x".as_slice(), 0o644)]], &[], None);
-    let err = build_fails(&["plan", "--base", &none.reference()]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &none.reference()]);
     assert!(err.contains("cannot find /etc/os-release") && err.contains("--recipe"), "{err}");
-    let err = build_fails(&["plan", "--base", &none.reference(), "--recipe", "centos-7"]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &none.reference(), "--recipe", "centos-7"]);
     assert!(err.contains("unknown recipe `centos-7`") && err.contains("ubuntu-22.04"), "{err}");
 }
 
@@ -138,17 +138,17 @@ fn unsupported_distros() {
 fn output_not_writable_and_bad_arguments() {
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
-    let err = build_fails(&["build", "--base", &base.reference(), "--output", "oci:/proc/erdma-out"]);
+    let err = build_fails(&["build", "--no-packages", "--base", &base.reference(), "--output", "oci:/proc/erdma-out"]);
     assert!(err.lines().next().unwrap().contains("output /proc/erdma-out is not writable"), "{err}");
     let junk = tmp.path().join("junk");
     std::fs::create_dir(&junk).unwrap();
     std::fs::write(junk.join("x"), "mine").unwrap();
-    let err = build_fails(&["build", "--base", &base.reference(), "--output", &oci(&junk)]);
+    let err = build_fails(&["build", "--no-packages", "--base", &base.reference(), "--output", &oci(&junk)]);
     assert!(err.contains("not an OCI image layout"), "{err}");
     assert_eq!(std::fs::read(junk.join("x")).unwrap(), b"mine");
-    let err = build_fails(&["plan", "--base", &base.reference(), "-e", "NOEQUALS"]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &base.reference(), "-e", "NOEQUALS"]);
     assert!(err.contains("invalid --env `NOEQUALS`"), "{err}");
-    let err = build_fails(&["plan", "--base", "ftp://x"]);
+    let err = build_fails(&["plan", "--no-packages", "--base", "ftp://x"]);
     assert!(err.contains("unknown transport `ftp`"), "{err}");
 }
 
@@ -161,7 +161,7 @@ fn auth_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let auth = tmp.path().join("auth.json");
     std::fs::write(&auth, r#"{"auths":{"REG":{"auth":"ZXJkbWE6d3Jvbmc="}}}"#.replace("REG", reg.addr())).unwrap();
-    let out = super::build_env(&["plan", "--base", &reg.reference("base:1")], &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())]);
+    let out = super::build_env(&["plan", "--no-packages", "--base", &reg.reference("base:1")], &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.lines().next().unwrap().contains(&format!("registry {} refused the credentials", reg.addr())), "{err}");
@@ -172,6 +172,6 @@ fn auth_refused() {
     let push = support::skopeo(["copy", "--dest-tls-verify=false", "--dest-creds", "erdma:right-password", &base.reference(), &reg.reference("base:1")]);
     support::assert_success("skopeo copy with credentials", &push);
     std::fs::write(&auth, r#"{"auths":{"REG":{"auth":"ZXJkbWE6cmlnaHQtcGFzc3dvcmQ="}}}"#.replace("REG", reg.addr())).unwrap();
-    let out = super::build_env(&["build", "--base", &reg.reference("base:1"), "--output", &reg.reference("out:1")], &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())]);
+    let out = super::build_env(&["build", "--no-packages", "--base", &reg.reference("base:1"), "--output", &reg.reference("out:1")], &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())]);
     support::assert_success("build with credentials", &out);
 }

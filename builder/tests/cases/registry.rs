@@ -28,7 +28,7 @@ fn registry_to_registry_moves_no_base_layer() {
     let before = reg.requests().len();
     let uploads_before = reg.count_blob_uploads();
 
-    let r = build_json(&["build", "--base", &reg.reference("base:1"), "--output", &reg.reference("out:1"), "--recipe", &recipe.display().to_string(), "--keyring", &key.display().to_string()]);
+    let r = build_json(&["build", "--no-packages", "--base", &reg.reference("base:1"), "--output", &reg.reference("out:1"), "--recipe", &recipe.display().to_string(), "--keyring", &key.display().to_string()]);
     let log = lines_after(&reg, before);
     let gets = log.iter().filter(|l| l.method == "GET" && l.blob_digest() == Some(base_layer.as_str())).count();
     assert_eq!(gets, 0, "the base layer was downloaded:\n{}", reg.log());
@@ -49,7 +49,7 @@ fn registry_to_registry_moves_no_base_layer() {
 
     // Building the same thing again moves nothing at all: every blob is already there.
     let before = reg.requests().len();
-    let again = build_json(&["build", "--base", &reg.reference("base:1"), "--output", &reg.reference("out:1"), "--recipe", &recipe.display().to_string(), "--keyring", &key.display().to_string()]);
+    let again = build_json(&["build", "--no-packages", "--base", &reg.reference("base:1"), "--output", &reg.reference("out:1"), "--recipe", &recipe.display().to_string(), "--keyring", &key.display().to_string()]);
     assert_eq!(again["digest"], r["digest"], "same inputs, same digest");
     assert_eq!(again["images"][0]["base_layers"][0]["reuse"], "present");
     let log = lines_after(&reg, before);
@@ -72,7 +72,7 @@ fn detection_reads_only_the_layer_it_needs() {
     let reg = Registry::start();
     push(&base, &reg, "base:1");
     let before = reg.requests().len();
-    let r = build_json(&["build", "--base", &reg.reference("base:1"), "--output", &reg.reference("other/out:1")]);
+    let r = build_json(&["build", "--no-packages", "--base", &reg.reference("base:1"), "--output", &reg.reference("other/out:1")]);
     assert_eq!(r["images"][0]["recipe"], "debian-12");
     let log = lines_after(&reg, before);
     let get = |d: &str| log.iter().filter(|l| l.method == "GET" && l.blob_digest() == Some(d)).count();
@@ -97,7 +97,7 @@ fn transient_registry_failures_are_retried() {
     for fault in [Fault::ServerErrorTimes(2), Fault::DropMidBlob] {
         let proxy = FaultyProxy::start(reg.addr(), fault.clone());
         let out_dir = tmp.path().join(format!("out-{}", proxy.addr().replace(':', "-")));
-        let out = super::build_env(&["build", "--json", "--base", &proxy.reference("base:1"), "--output", &format!("oci:{}", out_dir.display())], &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
+        let out = super::build_env(&["build", "--json", "--no-packages", "--base", &proxy.reference("base:1"), "--output", &format!("oci:{}", out_dir.display())], &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
         support::assert_success(&format!("build through {fault:?}"), &out);
         assert!(proxy.faults_injected() >= 1, "{fault:?} was never injected");
         let info = support::skopeo(["inspect", &format!("oci:{}", out_dir.display())]);
@@ -121,7 +121,7 @@ fn docker_schema2_base_across_registries_is_copied_once() {
     assert_eq!(m["mediaType"], "application/vnd.docker.distribution.manifest.v2+json");
     let layer = m["layers"][0]["digest"].as_str().unwrap().to_string();
 
-    let r = build_json(&["build", "--base", &a.reference("base:1"), "--output", &b.reference("out:1"), "--recipe", "debian-12"]);
+    let r = build_json(&["build", "--no-packages", "--base", &a.reference("base:1"), "--output", &b.reference("out:1"), "--recipe", "debian-12"]);
     assert_eq!(r["images"][0]["base_layers"][0]["reuse"], "copied", "another registry cannot mount");
     assert_eq!(a.count_blob_gets(&layer), 1, "streamed from A once:\n{}", a.log());
     assert_eq!(b.count_blob_mounts(), 0);

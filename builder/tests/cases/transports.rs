@@ -57,7 +57,7 @@ fn every_output_transport_is_accepted_by_skopeo() {
         format!("docker-archive:{}:erdma/built:1", s(&tmp.path().join("image.docker.tar"))),
     ];
     for output in &outputs {
-        let report = build_json(&["build", "--base", &base.reference(), "--output", output, "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "EXTRA=1"]);
+        let report = build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", output, "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "EXTRA=1"]);
         assert_eq!(report["output"], output.as_str());
         let info = inspect(output);
         let env: Vec<&str> = info["Env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
@@ -77,7 +77,7 @@ fn every_output_transport_is_accepted_by_skopeo() {
         assert_eq!(file_in_top_layer(&copy, "c", "etc/erdma/build-info").unwrap(), b"built by erdma-build\n");
 
         // Every output transport is also an input: build on top of it, detecting the distro.
-        let again = build_json(&["plan", "--base", output]);
+        let again = build_json(&["plan", "--no-packages", "--base", output]);
         assert_eq!(again["images"][0]["recipe"], "debian-12", "{output}");
         assert_eq!(again["images"][0]["base_layers"].as_array().unwrap().len(), 2, "{output}");
     }
@@ -92,16 +92,16 @@ fn two_builds_are_byte_identical() {
         let mut digests = Vec::new();
         for run in 0..2 {
             let out = tmp.path().join(format!("{compression}-{run}"));
-            let r = build_json(&["build", "--base", &base.reference(), "--output", &format!("oci:{}:x", s(&out)), "--recipe", &s(&recipe), "--keyring", &s(&key), "--compression", compression]);
+            let r = build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("oci:{}:x", s(&out)), "--recipe", &s(&recipe), "--keyring", &s(&key), "--compression", compression]);
             digests.push((r["digest"].as_str().unwrap().to_string(), snapshot(&out)));
         }
         assert_eq!(digests[0].0, digests[1].0);
         assert_eq!(digests[0].1, digests[1].1, "every byte of the two layouts is the same");
-        let mt = &build_json(&["plan", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key), "--compression", compression])["images"][0]["layer"]["media_type"];
+        let mt = &build_json(&["plan", "--no-packages", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key), "--compression", compression])["images"][0]["layer"]["media_type"];
         assert_eq!(mt, &format!("application/vnd.oci.image.layer.v1.tar+{compression}"));
     }
     // SOURCE_DATE_EPOCH is an input: a different one gives a different image.
-    let out = super::build_env(&["plan", "--json", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key)], &[("SOURCE_DATE_EPOCH", "1700000000")]);
+    let out = super::build_env(&["plan", "--json", "--no-packages", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key)], &[("SOURCE_DATE_EPOCH", "1700000000")]);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_ne!(r["digest"].as_str().unwrap(), digests_of_gzip(&tmp.path().join("gzip-0")));
 }
@@ -117,7 +117,7 @@ fn plan_shows_files_env_and_layers_and_writes_nothing() {
     let base = runnable_base(&tmp.path().join("base"));
     let before = snapshot(tmp.path());
     let (recipe, key) = test_recipe(tmp.path(), None);
-    let r = build_json(&["plan", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "NCCL_DEBUG=TRACE"]);
+    let r = build_json(&["plan", "--no-packages", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "NCCL_DEBUG=TRACE"]);
     let img = &r["images"][0];
     let files: Vec<&str> = img["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(files, ["/etc/apt/sources.list.d/erdma.list", "/etc/apt/trusted.gpg.d/erdma.gpg", "/etc/erdma/build-info"]);
@@ -129,7 +129,7 @@ fn plan_shows_files_env_and_layers_and_writes_nothing() {
     after.retain(|k, _| !k.starts_with("test-"));
     assert_eq!(before, after, "plan wrote nothing");
     // Human output too.
-    let out = support::run_build(["plan", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key)]);
+    let out = support::run_build(["plan", "--no-packages", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key)]);
     support::assert_success("plan", &out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("+ /etc/apt/sources.list.d/erdma.list") && text.contains("env NCCL_IB_HCA=erdma"), "{text}");
@@ -139,7 +139,7 @@ fn plan_shows_files_env_and_layers_and_writes_nothing() {
 fn detects_the_distro_and_lists_recipes() {
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
-    let r = build_json(&["plan", "--base", &base.reference()]);
+    let r = build_json(&["plan", "--no-packages", "--base", &base.reference()]);
     assert_eq!(r["images"][0]["recipe"], "debian-12");
     assert_eq!(r["images"][0]["os_release"]["version_id"], "12");
     let out = support::run_build(["recipes"]);
@@ -158,7 +158,7 @@ fn pinned_key_fingerprint_is_enforced() {
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
     let (recipe, key) = test_recipe(tmp.path(), Some(&"0".repeat(40)));
-    let err = build_fails(&["build", "--base", &base.reference(), "--output", &format!("oci:{}", s(&tmp.path().join("o"))), "--recipe", &s(&recipe), "--keyring", &s(&key)]);
+    let err = build_fails(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("oci:{}", s(&tmp.path().join("o"))), "--recipe", &s(&recipe), "--keyring", &s(&key)]);
     assert!(err.contains(TEST_KEY_FP) && err.contains(&"0".repeat(40)), "{err}");
     assert!(!tmp.path().join("o").exists());
 }
@@ -168,8 +168,8 @@ fn existing_layout_gets_a_second_tag() {
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
     let out = tmp.path().join("out");
-    build_json(&["build", "--base", &base.reference(), "--output", &format!("oci:{}:one", s(&out))]);
-    build_json(&["build", "--base", &base.reference(), "--output", &format!("oci:{}:two", s(&out)), "-e", "X=2"]);
+    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("oci:{}:one", s(&out))]);
+    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("oci:{}:two", s(&out)), "-e", "X=2"]);
     for tag in ["one", "two"] {
         inspect(&format!("oci:{}:{tag}", s(&out)));
     }
@@ -206,12 +206,12 @@ fn multi_platform_base(dir: &Path) -> (String, Vec<String>) {
 fn platforms_one_or_all() {
     let tmp = tempfile::tempdir().unwrap();
     let (base, _) = multi_platform_base(tmp.path());
-    let r = build_json(&["plan", "--base", &base, "--platform", "linux/arm64"]);
+    let r = build_json(&["plan", "--no-packages", "--base", &base, "--platform", "linux/arm64"]);
     assert_eq!(r["images"].as_array().unwrap().len(), 1);
     assert_eq!(r["images"][0]["platform"], "linux/arm64/v8");
 
     let out = format!("oci:{}:all", s(&tmp.path().join("out")));
-    let r = build_json(&["build", "--base", &base, "--platform", "all", "--output", &out]);
+    let r = build_json(&["build", "--no-packages", "--base", &base, "--platform", "all", "--output", &out]);
     assert_eq!(r["images"].as_array().unwrap().len(), 2);
     let raw = support::skopeo(["inspect", "--raw", &out]);
     support::assert_success("skopeo inspect --raw", &raw);
@@ -224,9 +224,9 @@ fn platforms_one_or_all() {
         let d = index["manifests"][i]["digest"].as_str().unwrap();
         assert_eq!(r["images"][i]["manifest_digest"], d, "{arch}");
     }
-    let err = build_fails(&["plan", "--base", &base, "--platform", "linux/s390x"]);
+    let err = build_fails(&["plan", "--no-packages", "--base", &base, "--platform", "linux/s390x"]);
     assert!(err.contains("linux/s390x") && err.contains("linux/amd64, linux/arm64/v8"), "{err}");
-    let err = build_fails(&["build", "--base", &base, "--platform", "all", "--output", &format!("docker-archive:{}", s(&tmp.path().join("d.tar")))]);
+    let err = build_fails(&["build", "--no-packages", "--base", &base, "--platform", "all", "--output", &format!("docker-archive:{}", s(&tmp.path().join("d.tar")))]);
     assert!(err.contains("--platform all"), "{err}");
 }
 
@@ -240,7 +240,7 @@ fn docker_loads_and_runs_the_docker_archive() {
     let (recipe, key) = test_recipe(tmp.path(), None);
     let archive = tmp.path().join("image.tar");
     let name = format!("erdma-test/loaded:{}", std::process::id());
-    build_json(&["build", "--base", &base.reference(), "--output", &format!("docker-archive:{}:{name}", s(&archive)), "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "FROM_CLI=yes"]);
+    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("docker-archive:{}:{name}", s(&archive)), "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "FROM_CLI=yes"]);
     let load = std::process::Command::new("docker").args(["load", "-i"]).arg(&archive).output().unwrap();
     support::assert_success("docker load", &load);
     let run = std::process::Command::new("docker")
@@ -257,7 +257,7 @@ fn docker_loads_and_runs_the_docker_archive() {
     for want in ["built by erdma-build", "deb http://127.0.0.1:9/erdma/apt/ubuntu bookworm/erdma main", "NCCL_IB_HCA=erdma", "NCCL_DEBUG=WARN", "FROM_CLI=yes", "PATH=/bin"] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
-    let r = build_json(&["build", "--base", &format!("docker-archive:{}", s(&saved)), "--output", &format!("oci:{}:resaved", s(&tmp.path().join("resaved")))]);
+    let r = build_json(&["build", "--no-packages", "--base", &format!("docker-archive:{}", s(&saved)), "--output", &format!("oci:{}:resaved", s(&tmp.path().join("resaved")))]);
     assert_eq!(r["images"][0]["recipe"], "debian-12");
     let info = inspect(&format!("oci:{}:resaved", s(&tmp.path().join("resaved"))));
     assert_eq!(info["Layers"].as_array().unwrap().len(), 3);

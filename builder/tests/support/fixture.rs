@@ -362,13 +362,25 @@ fn oci_arch() -> &'static str {
 }
 
 fn write_image(dir: &Path, tag: &str, layers: Vec<LayerInfo>, env: &[(&str, &str)]) -> OciFixture {
+    image_from_layers(dir, tag, layers, env, &["/bin/sh"])
+}
+
+/// Writes config, manifest and the `index.json` entry for `tag` over layers already in the
+/// layout `dir` (from [`tree_layer`] or [`import_layer`]); `cmd` becomes the config's `Cmd`.
+pub fn image_from_layers(
+    dir: &Path,
+    tag: &str,
+    layers: Vec<LayerInfo>,
+    env: &[(&str, &str)],
+    cmd: &[&str],
+) -> OciFixture {
     let config = json!({
         "created": CREATED,
         "architecture": oci_arch(),
         "os": "linux",
         "config": {
             "Env": env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-            "Cmd": ["/bin/sh"],
+            "Cmd": cmd,
         },
         "rootfs": {
             "type": "layers",
@@ -422,6 +434,212 @@ fn write_image(dir: &Path, tag: &str, layers: Vec<LayerInfo>, env: &[(&str, &str
         tag: tag.to_string(),
         manifest_digest,
         manifest_size,
+        config_digest,
+        layers,
+    }
+}
+
+// --- Layers from directory trees (used for the debootstrapped Debian bases) ------------------
+
+/// Creates the OCI layout skeleton (`oci-layout`, `blobs/sha256/`) in `dir`.
+pub fn init_oci_layout(dir: &Path) {
+    init_layout(dir);
+}
+
+/// One entry of a tree walked by [`walk_tree`]: its path relative to the root (no leading
+/// `./`, no trailing `/`) and its `lstat` metadata.
+pub type TreeEntry = (PathBuf, fs::Metadata);
+
+/// Every entry under `root` (not `root` itself), depth first, siblings sorted by their byte
+/// names, parents before children, never following symlinks and never crossing into another
+/// file system (like `tar --one-file-system`: a `proc` or `sys` left mounted by an
+/// interrupted debootstrap is listed as a directory but not entered).
+pub fn walk_tree(root: &Path) -> Vec<TreeEntry> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::symlink_metadata(root)
+        .unwrap_or_else(|e| panic!("lstat {}: {e}", root.display()))
+        .dev();
+    let mut out = Vec::new();
+    walk_into(root, Path::new(""), dev, &mut out);
+    out
+}
+
+fn walk_into(root: &Path, rel: &Path, dev: u64, out: &mut Vec<TreeEntry>) {
+    use std::os::unix::fs::MetadataExt;
+    let dir = root.join(rel);
+    let mut names: Vec<_> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
+    for name in names {
+        let rel = rel.join(&name);
+        let meta = fs::symlink_metadata(root.join(&rel))
+            .unwrap_or_else(|e| panic!("lstat {}: {e}", root.join(&rel).display()));
+        let descend = meta.is_dir() && meta.dev() == dev;
+        out.push((rel.clone(), meta));
+        if descend {
+            walk_into(root, &rel, dev, out);
+        }
+    }
+}
+
+/// Writes one gzip layer of the tree under `root` into the layout `layout` (see
+/// [`init_oci_layout`]) and returns its digests.
+///
+/// - Entries come from [`walk_tree`]; `keep(rel, meta)` selects them. A directory that is not
+///   selected is still written when something below it is (or a whiteout is), so that every
+///   entry's parents precede it.
+/// - Directories, regular files and symlinks are written with their permission bits
+///   (setuid, setgid and sticky included), uid, gid and mtime; hard links become separate
+///   regular files; device nodes, FIFOs and sockets are skipped (a container runtime
+///   provides `/dev`). Extended attributes are not written.
+/// - `whiteouts` are paths (relative to the root) deleted relative to the lower layers; each
+///   becomes an empty `DIR/.wh.NAME` file (OCI image-spec `layer.md`, "Whiteouts").
+pub fn tree_layer(
+    layout: &Path,
+    root: &Path,
+    keep: &dyn Fn(&Path, &fs::Metadata) -> bool,
+    whiteouts: &[PathBuf],
+) -> LayerInfo {
+    let entries = walk_tree(root);
+    let mut wanted: HashSet<PathBuf> = HashSet::new();
+    let add_parents = |p: &Path, wanted: &mut HashSet<PathBuf>| {
+        let mut a = p.parent();
+        while let Some(d) = a {
+            if d.as_os_str().is_empty() || !wanted.insert(d.to_path_buf()) {
+                break;
+            }
+            a = d.parent();
+        }
+    };
+    for (rel, meta) in &entries {
+        if keep(rel, meta) {
+            wanted.insert(rel.clone());
+            add_parents(rel, &mut wanted);
+        }
+    }
+    for w in whiteouts {
+        add_parents(w, &mut wanted);
+    }
+    let missing_parents: Vec<PathBuf> = {
+        let present: HashSet<&PathBuf> = entries.iter().map(|(p, _)| p).collect();
+        let mut v: Vec<PathBuf> = wanted
+            .iter()
+            .filter(|p| !present.contains(p))
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    };
+    write_layer(layout, Compression::default(), |tar| {
+        for dir in &missing_parents {
+            append_dir(tar, &format!("{}/", dir.display()), 0o755)?;
+        }
+        for (rel, meta) in &entries {
+            if wanted.contains(rel) {
+                append_tree_entry(tar, root, rel, meta)?;
+            }
+        }
+        for w in whiteouts {
+            let name = w.file_name().expect("whiteout path has a file name");
+            let mut wh = std::ffi::OsString::from(".wh.");
+            wh.push(name);
+            let path = w.with_file_name(wh);
+            let mut h = header(tar::EntryType::Regular, 0o644, 0);
+            tar.append_data(&mut h, &path, io::empty())?;
+        }
+        Ok(())
+    })
+}
+
+fn append_tree_entry<W: Write>(
+    tar: &mut tar::Builder<W>,
+    root: &Path,
+    rel: &Path,
+    meta: &fs::Metadata,
+) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let ft = meta.file_type();
+    let kind = if ft.is_dir() {
+        tar::EntryType::Directory
+    } else if ft.is_symlink() {
+        tar::EntryType::Symlink
+    } else if ft.is_file() {
+        tar::EntryType::Regular
+    } else {
+        return Ok(());
+    };
+    let size = if ft.is_file() { meta.len() } else { 0 };
+    let mut h = header(kind, meta.mode(), size);
+    h.set_uid(meta.uid().into());
+    h.set_gid(meta.gid().into());
+    h.set_mtime(meta.mtime().max(0) as u64);
+    let full = root.join(rel);
+    if ft.is_dir() {
+        let mut name = rel.as_os_str().to_owned();
+        name.push("/");
+        tar.append_data(&mut h, Path::new(&name), io::empty())
+    } else if ft.is_symlink() {
+        let target = fs::read_link(&full)?;
+        tar.append_link(&mut h, rel, target)
+    } else {
+        tar.append_data(&mut h, rel, File::open(&full)?)
+    }
+}
+
+/// Copies layer `index` of `from` into the layout `to` (initialised if needed), for an image
+/// built on top of another one.
+pub fn import_layer(from: &OciFixture, index: usize, to: &Path) -> LayerInfo {
+    init_layout(to);
+    let layer = from.layers[index].clone();
+    let dest = blob_path(to, &layer.digest);
+    if !dest.exists() {
+        let tmp = tempfile::NamedTempFile::new_in(to.join("blobs/sha256")).unwrap();
+        fs::copy(from.blob_path(&layer.digest), tmp.path()).unwrap();
+        tmp.persist(&dest).unwrap();
+    }
+    layer
+}
+
+/// The image tagged `tag` in an existing OCI layout (single-manifest images only).
+pub fn read_fixture(dir: &Path, tag: &str) -> OciFixture {
+    let index: Value = serde_json::from_slice(
+        &fs::read(dir.join("index.json"))
+            .unwrap_or_else(|e| panic!("read {}/index.json: {e}", dir.display())),
+    )
+    .unwrap();
+    let desc = index["manifests"]
+        .as_array()
+        .and_then(|m| {
+            m.iter()
+                .find(|d| d["annotations"][REF_NAME].as_str() == Some(tag))
+        })
+        .unwrap_or_else(|| panic!("no tag {tag} in {}", dir.display()))
+        .clone();
+    let manifest_digest = desc["digest"].as_str().unwrap().to_string();
+    let manifest: Value =
+        serde_json::from_slice(&fs::read(blob_path(dir, &manifest_digest)).unwrap()).unwrap();
+    let config_digest = manifest["config"]["digest"].as_str().unwrap().to_string();
+    let config: Value =
+        serde_json::from_slice(&fs::read(blob_path(dir, &config_digest)).unwrap()).unwrap();
+    let diff_ids = config["rootfs"]["diff_ids"].as_array().unwrap();
+    let layers = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(diff_ids)
+        .map(|(l, d)| LayerInfo {
+            digest: l["digest"].as_str().unwrap().to_string(),
+            diff_id: d.as_str().unwrap().to_string(),
+            size: l["size"].as_u64().unwrap(),
+        })
+        .collect();
+    OciFixture {
+        dir: dir.to_path_buf(),
+        tag: tag.to_string(),
+        manifest_digest,
+        manifest_size: desc["size"].as_u64().unwrap(),
         config_digest,
         layers,
     }

@@ -9,6 +9,9 @@
 // Each test uses a subset of the helpers.
 #![allow(dead_code)]
 
+pub mod apt_repo;
+pub mod debian;
+pub mod debs;
 pub mod fixture;
 pub mod proxy;
 pub mod registry;

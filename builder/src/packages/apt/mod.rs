@@ -1,5 +1,7 @@
 //! The apt backend: Debian and Ubuntu packages, installed the way `apt-get install` would.
 pub mod deb;
 pub mod deb822;
+pub mod install;
 pub mod repo;
+pub mod resolve;
 pub mod version;

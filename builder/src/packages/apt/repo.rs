@@ -1,1 +1,2560 @@
-//! placeholder: being written
+//! Fetching and verifying apt repository metadata, the way apt does it.
+//!
+//! The chain of trust is apt's (apt-secure(8)): the `InRelease` file (or `Release` with its
+//! detached `Release.gpg`) must carry a valid OpenPGP signature by a key of the repository's
+//! keyring; the `Release` text lists the SHA256 and size of every index; each `Packages` index
+//! is checked against that list before it is decompressed and read; each package stanza in
+//! turn carries the SHA256 and size of its `.deb`, which the caller checks after downloading.
+//! There is no unsigned fallback.
+//!
+//! Layouts (sources.list(5), <https://wiki.debian.org/DebianRepository/Format>):
+//! - `deb URL bookworm main`: `URL/dists/bookworm/InRelease`,
+//!   `URL/dists/bookworm/main/binary-amd64/Packages.xz`;
+//! - nested suites such as Alibaba's `deb URL jammy/erdma main`: the same below
+//!   `URL/dists/jammy/erdma/`;
+//! - flat repositories, `deb URL subdir/` (a suite ending in `/`, no components):
+//!   `URL/subdir/InRelease` and `URL/subdir/Packages.xz`.
+//!
+//! In every layout a stanza's `Filename` is relative to `URL`, the archive root (apt's
+//! `debReleaseIndex::ArchiveURI`).
+//!
+//! Signature checking uses rpgp, which verifies signatures but leaves policy to its caller;
+//! the policy here is gpgv's as apt uses it: a signature counts when it verifies against a
+//! primary key or signing subkey of the keyring that is bound by a valid self-signature, not
+//! expired and not revoked; a signature that names a keyring key but does not verify (gpgv's
+//! `BADSIG`) fails the whole file even when another signature is good; signatures by keys
+//! outside the keyring are ignored; MD5, SHA-1 and RIPEMD-160 digests are refused as apt
+//! refuses them (`methods/gpgv.cc`, "weak digest").
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pgp::composed::{
+    CleartextSignedMessage, Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey,
+};
+use pgp::crypto::hash::HashAlgorithm;
+use pgp::packet::{PublicKey, Signature, SignatureType, SubpacketData};
+use pgp::types::{KeyDetails, Tag};
+use sha2::{Digest as _, Sha256};
+
+use super::deb822::{self, Deb822Error, Paragraph};
+
+/// Largest `InRelease`, `Release` or `Release.gpg` accepted (Debian's are about 150 KiB).
+const MAX_META: u64 = 32 << 20;
+/// Largest decompressed `Packages` index accepted (Debian's main/amd64 is about 50 MiB).
+const MAX_INDEX: u64 = 1 << 30;
+/// Retries after the first attempt of a GET that failed to connect or got a 5xx.
+const RETRIES: u32 = 3;
+/// How far in the future a Release `Date` may be before the file counts as not valid yet.
+/// apt's `Acquire::Max-FutureTime` is 10 seconds; we allow for a less well-kept clock.
+const MAX_FUTURE: i64 = 600;
+/// The index files apt looks for, in the order it prefers them.
+const INDEX_NAMES: [&str; 3] = ["Packages.xz", "Packages.gz", "Packages"];
+
+/// One repository to read: one `deb` line with one suite.
+#[derive(Clone)]
+pub struct RepoSpec {
+    /// The archive root, e.g. `http://deb.debian.org/debian`.
+    pub url: String,
+    /// `bookworm`, `jammy/erdma`, or for a flat repository a directory ending in `/`.
+    pub suite: String,
+    /// Empty for a flat repository.
+    pub components: Vec<String>,
+    /// Debian architecture name, e.g. `amd64`.
+    pub arch: String,
+    /// One or more OpenPGP public keys, binary or ASCII-armoured.
+    pub keyring: Vec<u8>,
+}
+
+impl fmt::Debug for RepoSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RepoSpec")
+            .field("url", &self.url)
+            .field("suite", &self.suite)
+            .field("components", &self.components)
+            .field("arch", &self.arch)
+            .field("keyring", &format_args!("{} bytes", self.keyring.len()))
+            .finish()
+    }
+}
+
+/// Every package stanza of the indices a [`RepoSpec`] names.
+#[derive(Debug, Clone, Default)]
+pub struct RepoIndex {
+    pub packages: Vec<IndexedPackage>,
+}
+
+/// One stanza of a `Packages` index, with what is needed to download and check its `.deb`.
+#[derive(Debug, Clone)]
+pub struct IndexedPackage {
+    pub paragraph: Paragraph,
+    /// Absolute URL of the `.deb`: the archive root joined with `Filename`.
+    pub url: String,
+    /// Lower-case hex SHA256 of the `.deb`, from the index.
+    pub sha256: String,
+    pub size: u64,
+    /// The Release's `Origin`, else its `Label`, else the archive root.
+    pub origin: String,
+    /// The archive root and suite, for messages: `http://deb.debian.org/debian bookworm`.
+    pub repo: String,
+}
+
+/// One entry of a sources.list or `.sources` file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceEntry {
+    /// `deb`, `deb-src`.
+    pub types: Vec<String>,
+    pub uris: Vec<String>,
+    pub suites: Vec<String>,
+    pub components: Vec<String>,
+    /// `signed-by`: a key file path (or several, or fingerprints, space-separated as written),
+    /// or an inline ASCII-armoured key block with deb822 continuation marks removed.
+    pub signed_by: Option<String>,
+    /// `arch=` / `Architectures:`, when given.
+    pub arch: Option<Vec<String>>,
+    /// `trusted=yes` / `Trusted: yes`: apt would skip signature checks; callers should refuse.
+    pub trusted: bool,
+}
+
+/// Why an OpenPGP signature was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureError {
+    #[error("cannot read the keyring: {0}")]
+    Keyring(String),
+
+    #[error("the keyring holds no public key")]
+    EmptyKeyring,
+
+    #[error("malformed signature: {0}")]
+    Malformed(String),
+
+    /// gpgv's `BADSIG`: the signature names a key of the keyring but does not verify.
+    #[error("signature by key {key} does not match the signed data")]
+    Bad { key: String },
+
+    #[error("no valid signature by a key in the keyring ({details})")]
+    NoValidSignature { details: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("invalid repository {repo}: {reason}")]
+    InvalidSpec { repo: String, reason: String },
+
+    #[error("fetching {url}")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+
+    #[error("fetching {url}: server answered {status}")]
+    Status {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+
+    #[error("{url} is larger than {limit} bytes")]
+    TooLarge { url: String, limit: u64 },
+
+    #[error("no InRelease or Release at {url}")]
+    NoRelease { url: String },
+
+    #[error("{url} is not signed: there is no Release.gpg beside it")]
+    Unsigned { url: String },
+
+    #[error("cannot use the keyring of {repo}")]
+    Keyring {
+        repo: String,
+        #[source]
+        source: SignatureError,
+    },
+
+    #[error("bad signature on {url}")]
+    BadSignature {
+        url: String,
+        #[source]
+        source: SignatureError,
+    },
+
+    /// From [`verify_clearsigned`] and [`verify_detached`], which know no URL.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+
+    #[error("malformed Release file {url}: {reason}")]
+    MalformedRelease { url: String, reason: String },
+
+    #[error("release file {url} has expired (valid until {valid_until})")]
+    Expired { url: String, valid_until: String },
+
+    #[error("release file {url} is not valid yet (dated {date})")]
+    NotYetValid { url: String, date: String },
+
+    #[error("repository {repo} has no architecture `{arch}` (has: {available})")]
+    NoArchitecture {
+        repo: String,
+        arch: String,
+        available: String,
+    },
+
+    #[error("repository {repo} has no component `{component}` (has: {available})")]
+    NoComponent {
+        repo: String,
+        component: String,
+        available: String,
+    },
+
+    #[error("release file {url} lists no {wanted} (nor .xz, .gz)")]
+    NoIndex { url: String, wanted: String },
+
+    #[error("{url} is listed in the Release file but the server does not have it")]
+    IndexMissing { url: String },
+
+    #[error("size mismatch for {file} from {repo}: Release says {expected} bytes, got {actual}")]
+    SizeMismatch {
+        file: String,
+        repo: String,
+        expected: u64,
+        actual: String,
+    },
+
+    #[error(
+        "hash mismatch for {file} from {repo}: Release says sha256:{expected}, got sha256:{actual}"
+    )]
+    HashMismatch {
+        file: String,
+        repo: String,
+        expected: String,
+        actual: String,
+    },
+
+    #[error("decompressing {url}")]
+    Decompress {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("malformed Packages index {url}")]
+    IndexSyntax {
+        url: String,
+        #[source]
+        source: Deb822Error,
+    },
+
+    #[error("malformed Packages index {url}: {reason}")]
+    MalformedIndex { url: String, reason: String },
+}
+
+impl RepoError {
+    /// The server could not be reached or failed on its side (connection error, timeout,
+    /// 5xx, 429): another mirror may do. Everything else (signatures, hashes, missing
+    /// files, malformed metadata) is a property of what the mirror serves.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            RepoError::Http { .. } => true,
+            RepoError::Status { status, .. } => retryable_status(*status),
+            _ => false,
+        }
+    }
+
+    /// Names the file a signature error came from.
+    fn at(self, url: &str) -> RepoError {
+        match self {
+            RepoError::Signature(source) => RepoError::BadSignature {
+                url: url.to_owned(),
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fetching
+// ---------------------------------------------------------------------------------------
+
+/// Where a [`RepoSpec`]'s files are.
+struct Layout {
+    /// Archive root, no trailing slash.
+    base: String,
+    /// Directory of InRelease, with a trailing slash.
+    meta: String,
+    /// Index directories relative to `meta` (`main/binary-amd64/`, or `` for flat).
+    index_dirs: Vec<String>,
+    flat: bool,
+    /// `URL suite`, for messages.
+    display: String,
+}
+
+impl Layout {
+    fn new(spec: &RepoSpec) -> Result<Self, RepoError> {
+        let base = spec.url.trim_end_matches('/').to_owned();
+        let display = format!("{} {}", base, spec.suite);
+        let invalid = |reason: &str| RepoError::InvalidSpec {
+            repo: display.clone(),
+            reason: reason.to_owned(),
+        };
+        if base.is_empty() {
+            return Err(invalid("the URL is empty"));
+        }
+        if spec.suite.is_empty() {
+            return Err(invalid("the suite is empty"));
+        }
+        if spec.suite.split('/').any(|part| part == "..") {
+            return Err(invalid("the suite contains `..`"));
+        }
+        if spec.suite.ends_with('/') {
+            // sources.list(5): "if the suite is an exact path, components must be omitted".
+            if !spec.components.is_empty() {
+                return Err(invalid(
+                    "a flat repository (suite ending in `/`) takes no components",
+                ));
+            }
+            let dir = spec.suite.trim_start_matches("./").trim_start_matches('/');
+            Ok(Layout {
+                meta: format!("{base}/{dir}"),
+                base,
+                index_dirs: vec![String::new()],
+                flat: true,
+                display,
+            })
+        } else {
+            if spec.components.is_empty() {
+                return Err(invalid("no component given"));
+            }
+            if spec.arch.is_empty() || spec.arch.contains('/') {
+                return Err(invalid("invalid architecture"));
+            }
+            let mut index_dirs = Vec::new();
+            for c in &spec.components {
+                if c.is_empty() || c.split('/').any(|p| p == ".." || p.is_empty()) {
+                    return Err(invalid(&format!("invalid component `{c}`")));
+                }
+                index_dirs.push(format!("{c}/binary-{}/", spec.arch));
+            }
+            Ok(Layout {
+                meta: format!("{base}/dists/{}/", spec.suite.trim_matches('/')),
+                base,
+                index_dirs,
+                flat: false,
+                display,
+            })
+        }
+    }
+}
+
+/// Downloads, verifies and parses the package indices of one repository.
+pub async fn fetch_index(
+    client: &reqwest::Client,
+    spec: &RepoSpec,
+) -> Result<RepoIndex, RepoError> {
+    let layout = Layout::new(spec)?;
+    let keyring = Keyring::load(&spec.keyring).map_err(|source| RepoError::Keyring {
+        repo: layout.display.clone(),
+        source,
+    })?;
+    let (release_url, text) = fetch_release(client, &layout.meta, &keyring).await?;
+    let release = Release::parse(&text, &release_url)?;
+    release.check_dates(&release_url, now())?;
+    if !layout.flat {
+        release.check_wanted(spec, &layout.meta)?;
+    }
+    let origin = release
+        .origin
+        .clone()
+        .or_else(|| release.label.clone())
+        .unwrap_or_else(|| layout.base.clone());
+
+    let mut packages = Vec::new();
+    for dir in &layout.index_dirs {
+        let listed: Vec<(String, FileEntry)> = INDEX_NAMES
+            .iter()
+            .map(|name| format!("{dir}{name}"))
+            .filter_map(|path| release.sha256.get(&path).map(|e| (path, e.clone())))
+            .collect();
+        if listed.is_empty() {
+            return Err(RepoError::NoIndex {
+                url: release_url,
+                wanted: format!("{dir}Packages"),
+            });
+        }
+        for (i, (path, entry)) in listed.iter().enumerate() {
+            let url = format!("{}{}", layout.meta, path);
+            // Read one byte more than the Release promises, to tell a longer file apart.
+            let Some(body) = get(client, &url, entry.size).await? else {
+                // apt tries the next compression the Release lists (Debian lists an
+                // uncompressed `Packages` that is not on the mirrors).
+                if i + 1 < listed.len() {
+                    tracing::debug!("{url} is missing; trying the next index format");
+                    continue;
+                }
+                return Err(RepoError::IndexMissing { url });
+            };
+            let ctx = IndexContext {
+                url,
+                file: path.clone(),
+                repo_meta: layout.meta.clone(),
+                base: layout.base.clone(),
+                origin: origin.clone(),
+                repo: layout.display.clone(),
+                entry: entry.clone(),
+            };
+            let parsed = tokio::task::spawn_blocking(move || decode_index(body, &ctx))
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            packages.extend(parsed);
+            break;
+        }
+    }
+    Ok(RepoIndex { packages })
+}
+
+/// Fetches `InRelease`, or `Release` and `Release.gpg` when there is no `InRelease`, and
+/// returns the URL and the signed text.
+async fn fetch_release(
+    client: &reqwest::Client,
+    meta: &str,
+    keyring: &Keyring,
+) -> Result<(String, String), RepoError> {
+    let in_release = format!("{meta}InRelease");
+    if let Some(body) = get_meta(client, &in_release).await? {
+        // A bad InRelease is an error; apt does not fall back to Release then.
+        let text = verify_clearsigned_with(&body, keyring, now()).map_err(|e| e.at(&in_release))?;
+        return Ok((in_release, text));
+    }
+    let release = format!("{meta}Release");
+    let Some(body) = get_meta(client, &release).await? else {
+        return Err(RepoError::NoRelease {
+            url: meta.to_owned(),
+        });
+    };
+    let sig_url = format!("{meta}Release.gpg");
+    let Some(sig) = get_meta(client, &sig_url).await? else {
+        return Err(RepoError::Unsigned { url: release });
+    };
+    verify_detached_with(&body, &sig, keyring, now()).map_err(|e| e.at(&release))?;
+    let text = String::from_utf8(body).map_err(|_| RepoError::MalformedRelease {
+        url: release.clone(),
+        reason: "not UTF-8".into(),
+    })?;
+    Ok((release, text))
+}
+
+async fn get_meta(client: &reqwest::Client, url: &str) -> Result<Option<Vec<u8>>, RepoError> {
+    let body = get(client, url, MAX_META).await?;
+    if body.as_ref().is_some_and(|b| b.len() as u64 > MAX_META) {
+        return Err(RepoError::TooLarge {
+            url: url.to_owned(),
+            limit: MAX_META,
+        });
+    }
+    Ok(body)
+}
+
+fn retryable_status(status: reqwest::StatusCode) -> bool {
+    status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+}
+
+/// GET with bounded retries. `None` for 404 and 410. Reads at most `limit + 1` bytes, so a
+/// caller can tell a body longer than `limit` without downloading all of it.
+async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, RepoError> {
+    let mut attempt = 0;
+    loop {
+        match get_once(client, url, limit).await {
+            Ok(body) => return Ok(body),
+            Err((true, e)) if attempt < RETRIES => {
+                attempt += 1;
+                let delay = Duration::from_millis(250 << attempt);
+                tracing::warn!("{e}; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+            }
+            Err((_, e)) => return Err(e),
+        }
+    }
+}
+
+/// One GET; on error, whether it is worth retrying.
+async fn get_once(
+    client: &reqwest::Client,
+    url: &str,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, (bool, RepoError)> {
+    let http = |source: reqwest::Error| {
+        let retry = !source.is_builder() && !source.is_redirect();
+        (
+            retry,
+            RepoError::Http {
+                url: url.to_owned(),
+                source,
+            },
+        )
+    };
+    let mut resp = client.get(url).send().await.map_err(http)?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
+        return Ok(None);
+    }
+    if !status.is_success() {
+        return Err((
+            retryable_status(status),
+            RepoError::Status {
+                url: url.to_owned(),
+                status,
+            },
+        ));
+    }
+    let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
+    let mut body = Vec::with_capacity(
+        resp.content_length()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
+            .min(cap)
+            .min(64 << 20),
+    );
+    while let Some(chunk) = resp.chunk().await.map_err(http)? {
+        let room = cap - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= cap {
+            break;
+        }
+    }
+    Ok(Some(body))
+}
+
+/// What [`decode_index`] needs to know, owned so it can run on the blocking pool.
+struct IndexContext {
+    url: String,
+    /// Path relative to the Release file, as the Release names it.
+    file: String,
+    repo_meta: String,
+    base: String,
+    origin: String,
+    repo: String,
+    entry: FileEntry,
+}
+
+/// Checks a downloaded index against its Release entry, decompresses and parses it.
+fn decode_index(body: Vec<u8>, ctx: &IndexContext) -> Result<Vec<IndexedPackage>, RepoError> {
+    if body.len() as u64 != ctx.entry.size {
+        let actual = if body.len() as u64 > ctx.entry.size {
+            format!("more than {}", ctx.entry.size)
+        } else {
+            body.len().to_string()
+        };
+        return Err(RepoError::SizeMismatch {
+            file: ctx.file.clone(),
+            repo: ctx.repo_meta.clone(),
+            expected: ctx.entry.size,
+            actual,
+        });
+    }
+    let actual = hex::encode(Sha256::digest(&body));
+    if actual != ctx.entry.sha256 {
+        return Err(RepoError::HashMismatch {
+            file: ctx.file.clone(),
+            repo: ctx.repo_meta.clone(),
+            expected: ctx.entry.sha256.clone(),
+            actual,
+        });
+    }
+    let raw = decompress(&ctx.file, body).map_err(|source| RepoError::Decompress {
+        url: ctx.url.clone(),
+        source,
+    })?;
+    let text = match String::from_utf8(raw) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("{} is not valid UTF-8; reading it lossily", ctx.url);
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
+        }
+    };
+    let paragraphs = deb822::parse(&text).map_err(|source| RepoError::IndexSyntax {
+        url: ctx.url.clone(),
+        source,
+    })?;
+    drop(text);
+    paragraphs
+        .into_iter()
+        .map(|p| indexed_package(p, ctx))
+        .collect()
+}
+
+fn decompress(file: &str, body: Vec<u8>) -> std::io::Result<Vec<u8>> {
+    let reader: Box<dyn Read> = if file.ends_with(".xz") {
+        Box::new(liblzma::read::XzDecoder::new_multi_decoder(&body[..]))
+    } else if file.ends_with(".gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(&body[..]))
+    } else {
+        return Ok(body);
+    };
+    let mut out = Vec::with_capacity(body.len().saturating_mul(5));
+    reader.take(MAX_INDEX + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > MAX_INDEX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("decompresses to more than {MAX_INDEX} bytes"),
+        ));
+    }
+    Ok(out)
+}
+
+fn indexed_package(paragraph: Paragraph, ctx: &IndexContext) -> Result<IndexedPackage, RepoError> {
+    let name = paragraph.get("Package").unwrap_or("").to_owned();
+    let malformed = |reason: String| RepoError::MalformedIndex {
+        url: ctx.url.clone(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(malformed("a stanza has no Package field".into()));
+    }
+    let field = |f: &str| {
+        paragraph
+            .get(f)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| malformed(format!("package `{name}` has no {f} field")))
+    };
+    let filename = field("Filename")?;
+    let sha256 = field("SHA256")?.to_ascii_lowercase();
+    let size = field("Size")?;
+    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(malformed(format!(
+            "package `{name}` has an invalid SHA256 `{sha256}`"
+        )));
+    }
+    let size: u64 = size
+        .parse()
+        .map_err(|_| malformed(format!("package `{name}` has an invalid Size `{size}`")))?;
+    if filename.contains("://") || filename.split('/').any(|p| p == "..") {
+        return Err(malformed(format!(
+            "package `{name}` has an invalid Filename `{filename}`"
+        )));
+    }
+    let filename = filename.trim_start_matches("./").trim_start_matches('/');
+    let url = format!("{}/{}", ctx.base, filename);
+    Ok(IndexedPackage {
+        url,
+        sha256,
+        size,
+        origin: ctx.origin.clone(),
+        repo: ctx.repo.clone(),
+        paragraph,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The Release file
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileEntry {
+    sha256: String,
+    size: u64,
+}
+
+#[derive(Debug)]
+struct Release {
+    origin: Option<String>,
+    label: Option<String>,
+    date: Option<i64>,
+    valid_until: Option<i64>,
+    architectures: Option<Vec<String>>,
+    components: Option<Vec<String>>,
+    /// Path relative to the Release file -> entry.
+    sha256: HashMap<String, FileEntry>,
+}
+
+impl Release {
+    fn parse(text: &str, url: &str) -> Result<Self, RepoError> {
+        let malformed = |reason: String| RepoError::MalformedRelease {
+            url: url.to_owned(),
+            reason,
+        };
+        let paragraph = deb822::parse(text)
+            .map_err(|e| malformed(e.to_string()))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| malformed("it is empty".into()))?;
+        let get = |name: &str| {
+            paragraph
+                .get(name)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        let date_field = |name: &str| -> Result<Option<i64>, RepoError> {
+            match get(name) {
+                None => Ok(None),
+                Some(v) => parse_rfc2822(&v)
+                    .map(Some)
+                    .ok_or_else(|| malformed(format!("invalid {name} `{v}`"))),
+            }
+        };
+        let list =
+            |name: &str| get(name).map(|v| v.split_whitespace().map(str::to_owned).collect());
+        let Some(sums) = get("SHA256") else {
+            // apt refuses a Release with only MD5Sum/SHA1 ("no Hash entry ... strong enough").
+            return Err(malformed("it has no SHA256 checksums".into()));
+        };
+        let mut sha256 = HashMap::new();
+        for line in sums.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            let [hash, size, path] = parts[..] else {
+                return Err(malformed(format!("invalid SHA256 line `{line}`")));
+            };
+            let size: u64 = size
+                .parse()
+                .map_err(|_| malformed(format!("invalid size in SHA256 line `{line}`")))?;
+            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(malformed(format!("invalid hash in SHA256 line `{line}`")));
+            }
+            sha256.insert(
+                path.to_owned(),
+                FileEntry {
+                    sha256: hash.to_ascii_lowercase(),
+                    size,
+                },
+            );
+        }
+        Ok(Release {
+            origin: get("Origin"),
+            label: get("Label"),
+            date: date_field("Date")?,
+            valid_until: date_field("Valid-Until")?,
+            architectures: list("Architectures"),
+            components: list("Components"),
+            sha256,
+        })
+    }
+
+    /// apt's `Valid-Until` check (apt-secure(8): protection against replayed old metadata)
+    /// and its check that the file is not dated in the future.
+    fn check_dates(&self, url: &str, now: i64) -> Result<(), RepoError> {
+        if let Some(until) = self.valid_until {
+            if now > until {
+                return Err(RepoError::Expired {
+                    url: url.to_owned(),
+                    valid_until: format_utc(until),
+                });
+            }
+        }
+        if let Some(date) = self.date {
+            if date > now + MAX_FUTURE {
+                return Err(RepoError::NotYetValid {
+                    url: url.to_owned(),
+                    date: format_utc(date),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The architecture and components asked for are ones the Release says it has.
+    fn check_wanted(&self, spec: &RepoSpec, repo: &str) -> Result<(), RepoError> {
+        if let Some(archs) = &self.architectures {
+            if !archs.contains(&spec.arch) {
+                return Err(RepoError::NoArchitecture {
+                    repo: repo.to_owned(),
+                    arch: spec.arch.clone(),
+                    available: archs.join(", "),
+                });
+            }
+        }
+        if let Some(comps) = &self.components {
+            for c in &spec.components {
+                // Old security archives list `updates/main` for the component `main`; apt
+                // matches on the last path element.
+                let has = comps
+                    .iter()
+                    .any(|have| have == c || have.rsplit('/').next() == Some(c.as_str()));
+                if !has {
+                    return Err(RepoError::NoComponent {
+                        repo: repo.to_owned(),
+                        component: c.clone(),
+                        available: comps.join(", "),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dates (RFC 2822 as apt writes and reads them: `Sat, 11 Jul 2026 10:16:37 UTC`)
+// ---------------------------------------------------------------------------------------
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+fn format_utc(secs: i64) -> String {
+    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// Parses `[Day,] DD Mon YYYY HH:MM[:SS] [zone]`, zone `UTC`, `GMT`, `UT`, `Z` or `±hhmm`
+/// (apt's `RFC1123StrToTime` accepts the same forms). Seconds since the epoch.
+fn parse_rfc2822(s: &str) -> Option<i64> {
+    let mut tokens: Vec<&str> = s.split_whitespace().collect();
+    if tokens.first()?.ends_with(',') || tokens.first()?.chars().all(|c| c.is_ascii_alphabetic()) {
+        tokens.remove(0);
+    }
+    let (day, month, year, time) = match tokens[..] {
+        [d, m, y, t] | [d, m, y, t, _] => (d, m, y, t),
+        _ => return None,
+    };
+    let zone = tokens.get(4).copied().unwrap_or("UTC");
+    let day: u32 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    let month = MONTHS.iter().position(|m| m.eq_ignore_ascii_case(month))? as u32 + 1;
+    let year: i64 = year.parse().ok().filter(|y| (1970..=9999).contains(y))?;
+    let mut hms = time.split(':').map(|p| p.parse::<i64>().ok());
+    let h = hms.next()??;
+    let mi = hms.next()??;
+    let sec = hms.next().unwrap_or(Some(0))?;
+    if hms.next().is_some()
+        || !(0..24).contains(&h)
+        || !(0..60).contains(&mi)
+        || !(0..=60).contains(&sec)
+    {
+        return None;
+    }
+    let offset = match zone {
+        z if ["UTC", "GMT", "UT", "Z"]
+            .iter()
+            .any(|u| u.eq_ignore_ascii_case(z)) =>
+        {
+            0
+        }
+        z if z.len() == 5 && (z.starts_with('+') || z.starts_with('-')) => {
+            let hh: i64 = z[1..3].parse().ok()?;
+            let mm: i64 = z[3..5].parse().ok()?;
+            let off = hh * 3600 + mm * 60;
+            if z.starts_with('-') {
+                -off
+            } else {
+                off
+            }
+        }
+        _ => return None,
+    };
+    Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + mi * 60 + sec - offset)
+}
+
+// ---------------------------------------------------------------------------------------
+// OpenPGP
+// ---------------------------------------------------------------------------------------
+
+/// The public keys of a keyring file.
+struct Keyring {
+    keys: Vec<SignedPublicKey>,
+}
+
+impl Keyring {
+    /// Reads a binary keyring (`gpg --export`, several keys concatenated) or one or more
+    /// ASCII-armoured key blocks.
+    fn load(data: &[u8]) -> Result<Self, SignatureError> {
+        let start = data
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .ok_or(SignatureError::EmptyKeyring)?;
+        let mut keys = Vec::new();
+        let mut push =
+            |parsed: Box<dyn Iterator<Item = pgp::errors::Result<SignedPublicKey>> + '_>| {
+                for key in parsed {
+                    match key {
+                        Ok(k) => keys.push(k),
+                        // One unreadable key does not make the others unusable; if it was the
+                        // signer the verification fails and says so.
+                        Err(e) => tracing::warn!("skipping a key of the keyring: {e}"),
+                    }
+                }
+            };
+        const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
+        const END: &str = "-----END PGP PUBLIC KEY BLOCK-----";
+        // Every OpenPGP packet starts with a tag byte with the high bit set (RFC 9580 §4.2);
+        // anything else is taken for armour, which may have comment lines before it.
+        if data[start] & 0x80 != 0 {
+            let parsed = SignedPublicKey::from_bytes_many(&data[start..])
+                .map_err(|e| SignatureError::Keyring(e.to_string()))?;
+            push(parsed);
+        } else {
+            let text = std::str::from_utf8(data)
+                .map_err(|_| SignatureError::Keyring("neither binary nor armoured".into()))?;
+            if !text.contains(BEGIN) {
+                return Err(SignatureError::Keyring(format!("no `{BEGIN}` line")));
+            }
+            // rpgp reads one armour block per call; a `.asc` file may hold several.
+            let mut rest = text;
+            while let Some(b) = rest.find(BEGIN) {
+                let block = &rest[b..];
+                let e = block.find(END).ok_or_else(|| {
+                    SignatureError::Keyring("an armoured key block has no END line".into())
+                })? + END.len();
+                let (parsed, _headers) = SignedPublicKey::from_armor_many(&block.as_bytes()[..e])
+                    .map_err(|e| SignatureError::Keyring(e.to_string()))?;
+                push(parsed);
+                rest = &block[e..];
+            }
+        }
+        if keys.is_empty() {
+            return Err(SignatureError::EmptyKeyring);
+        }
+        Ok(Keyring { keys })
+    }
+}
+
+/// Verifies a clear-signed message (an `InRelease` file) against `keyring` and returns the
+/// signed text only, with LF line endings.
+pub fn verify_clearsigned(text: &[u8], keyring: &[u8]) -> Result<String, RepoError> {
+    let keyring = Keyring::load(keyring)?;
+    verify_clearsigned_with(text, &keyring, now())
+}
+
+/// Verifies a detached signature (`Release.gpg`, armoured or binary) over `data`.
+pub fn verify_detached(data: &[u8], sig: &[u8], keyring: &[u8]) -> Result<(), RepoError> {
+    let keyring = Keyring::load(keyring)?;
+    verify_detached_with(data, sig, &keyring, now())
+}
+
+fn verify_clearsigned_with(text: &[u8], keyring: &Keyring, now: i64) -> Result<String, RepoError> {
+    let text = std::str::from_utf8(text)
+        .map_err(|_| SignatureError::Malformed("the clear-signed message is not UTF-8".into()))?;
+    // rpgp refuses text before the BEGIN line and after the signature block, as apt does
+    // since data outside the signed part was used to inject content (CVE-2013-1051 and
+    // apt's 1.0.9 / 1.4.9 InRelease splitting fixes).
+    let (msg, _headers) = CleartextSignedMessage::from_string(text)
+        .map_err(|e| SignatureError::Malformed(format!("not a clear-signed message: {e}")))?;
+    // The text the signatures cover: dash-escapes removed, CRLF line endings (RFC 9580 §7.1).
+    let signed = msg.signed_text();
+    check_signatures(msg.signatures(), signed.as_bytes(), keyring, now)?;
+    let mut text = signed.replace("\r\n", "\n");
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+fn verify_detached_with(
+    data: &[u8],
+    sig: &[u8],
+    keyring: &Keyring,
+    now: i64,
+) -> Result<(), RepoError> {
+    let (parsed, _headers) = DetachedSignature::from_reader_many(sig)
+        .map_err(|e| SignatureError::Malformed(e.to_string()))?;
+    let signatures = parsed
+        .map(|s| s.map(|s| s.signature))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| SignatureError::Malformed(e.to_string()))?;
+    check_signatures(&signatures, data, keyring, now)?;
+    Ok(())
+}
+
+/// How a signature names its issuer, for messages.
+fn issuer_name(sig: &Signature) -> String {
+    if let Some(fp) = sig.issuer_fingerprint().first() {
+        format!("{fp:X}")
+    } else if let Some(id) = sig.issuer_key_id().first() {
+        id.to_string().to_ascii_uppercase()
+    } else {
+        "(unnamed)".into()
+    }
+}
+
+/// Whether `sig` names `key` as its issuer. `None` when it names no issuer at all.
+fn names_issuer(sig: &Signature, key: &impl KeyDetails) -> Option<bool> {
+    let fps = sig.issuer_fingerprint();
+    let ids = sig.issuer_key_id();
+    if fps.is_empty() && ids.is_empty() {
+        return None;
+    }
+    let fp = key.fingerprint();
+    let id = key.legacy_key_id();
+    Some(fps.iter().any(|f| **f == fp) || ids.iter().any(|i| **i == id))
+}
+
+fn seconds(d: pgp::types::Duration) -> i64 {
+    std::time::Duration::from(d).as_secs() as i64
+}
+
+fn created(sig: &Signature) -> i64 {
+    sig.created().map(|t| i64::from(t.as_secs())).unwrap_or(0)
+}
+
+/// A signature whose own expiration time (a hashed subpacket) has passed.
+fn signature_expired(sig: &Signature, now: i64) -> bool {
+    match sig.signature_expiration_time().map(seconds) {
+        Some(d) if d > 0 => created(sig) + d <= now,
+        _ => false,
+    }
+}
+
+/// Whether the hashed area has a Key Flags subpacket (without one, gpg lets a primary key
+/// sign).
+fn has_key_flags(sig: &Signature) -> bool {
+    sig.config().is_some_and(|c| {
+        c.hashed_subpackets()
+            .any(|p| matches!(p.data, SubpacketData::KeyFlags(_)))
+    })
+}
+
+/// When a key bound by `binding` expires, if it does.
+fn key_expiry(created_at: i64, binding: &Signature) -> Option<i64> {
+    match binding.key_expiration_time().map(seconds) {
+        Some(d) if d > 0 => Some(created_at + d),
+        _ => None,
+    }
+}
+
+fn newer<'a>(best: Option<&'a Signature>, sig: &'a Signature) -> Option<&'a Signature> {
+    match best {
+        Some(b) if created(b) >= created(sig) => Some(b),
+        _ => Some(sig),
+    }
+}
+
+/// Whether the primary key may be trusted now, as gpg judges it: not revoked, bound to a
+/// user ID or by a direct-key signature, not expired. Returns the newest self-signature.
+fn primary_validity(key: &SignedPublicKey, now: i64) -> Result<&Signature, String> {
+    let pk = &key.primary_key;
+    for sig in &key.details.revocation_signatures {
+        if names_issuer(sig, pk) != Some(false) && sig.verify_key(pk).is_ok() {
+            return Err("revoked".into());
+        }
+    }
+    let mut newest: Option<&Signature> = None;
+    for user in &key.details.users {
+        for sig in &user.signatures {
+            // Third-party certifications (Debian's keys carry many) are not self-signatures.
+            if sig.typ() == Some(SignatureType::CertRevocation)
+                || names_issuer(sig, pk) == Some(false)
+                || signature_expired(sig, now)
+            {
+                continue;
+            }
+            if sig.verify_certification(pk, Tag::UserId, &user.id).is_ok() {
+                newest = newer(newest, sig);
+            }
+        }
+    }
+    for sig in &key.details.direct_signatures {
+        if sig.typ() == Some(SignatureType::Key)
+            && names_issuer(sig, pk) != Some(false)
+            && !signature_expired(sig, now)
+            && sig.verify_key(pk).is_ok()
+        {
+            newest = newer(newest, sig);
+        }
+    }
+    let binding = newest.ok_or_else(|| "without a valid self-signature".to_owned())?;
+    if let Some(at) = key_expiry(i64::from(pk.created_at().as_secs()), binding) {
+        if now >= at {
+            return Err(format!("expired since {}", format_utc(at)));
+        }
+    }
+    Ok(binding)
+}
+
+/// Whether a subkey may sign now: bound by a valid binding signature that marks it for
+/// signing and carries a valid back-signature (RFC 9580 §5.2.1, 0x19), not expired, not
+/// revoked.
+fn subkey_validity(primary: &PublicKey, sub: &SignedPublicSubKey, now: i64) -> Result<(), String> {
+    for sig in &sub.signatures {
+        if sig.typ() == Some(SignatureType::SubkeyRevocation)
+            && sig.verify_subkey_binding(primary, &sub.key).is_ok()
+        {
+            return Err("revoked".into());
+        }
+    }
+    let mut newest: Option<&Signature> = None;
+    for sig in &sub.signatures {
+        if sig.typ() == Some(SignatureType::SubkeyBinding)
+            && !signature_expired(sig, now)
+            && sig.verify_subkey_binding(primary, &sub.key).is_ok()
+        {
+            newest = newer(newest, sig);
+        }
+    }
+    let binding = newest.ok_or_else(|| "not bound to its primary key".to_owned())?;
+    if !binding.key_flags().sign() {
+        return Err("not a signing subkey".into());
+    }
+    let backsig_ok = binding
+        .embedded_signature()
+        .is_some_and(|b| b.verify_primary_key_binding(&sub.key, primary).is_ok());
+    if !backsig_ok {
+        return Err("without a valid primary key binding signature".into());
+    }
+    if let Some(at) = key_expiry(i64::from(sub.key.created_at().as_secs()), binding) {
+        if now >= at {
+            return Err(format!("expired since {}", format_utc(at)));
+        }
+    }
+    Ok(())
+}
+
+/// The acceptance rule described in the module documentation.
+fn check_signatures(
+    signatures: &[Signature],
+    data: &[u8],
+    keyring: &Keyring,
+    now: i64,
+) -> Result<(), SignatureError> {
+    if signatures.is_empty() {
+        return Err(SignatureError::Malformed("no signature found".into()));
+    }
+    let mut good = false;
+    let mut problems: Vec<String> = Vec::new();
+    for sig in signatures {
+        let issuer = issuer_name(sig);
+        if !matches!(sig.typ(), Some(SignatureType::Binary | SignatureType::Text)) {
+            problems.push(format!("{issuer}: not a document signature"));
+            continue;
+        }
+        if matches!(
+            sig.hash_alg(),
+            Some(
+                HashAlgorithm::None
+                    | HashAlgorithm::Md5
+                    | HashAlgorithm::Sha1
+                    | HashAlgorithm::Ripemd160
+            ) | None
+        ) {
+            problems.push(format!("{issuer}: weak digest algorithm"));
+            continue;
+        }
+        if signature_expired(sig, now) {
+            problems.push(format!("{issuer}: the signature has expired"));
+            continue;
+        }
+        let mut candidate = false;
+        for key in &keyring.keys {
+            let pk = &key.primary_key;
+            let named = names_issuer(sig, pk);
+            if named != Some(false) {
+                candidate = true;
+                match sig.verify(pk, data) {
+                    Ok(()) => match primary_validity(key, now) {
+                        Ok(binding) if has_key_flags(binding) && !binding.key_flags().sign() => {
+                            problems.push(format!("{issuer}: key not marked for signing"))
+                        }
+                        Ok(_) => good = true,
+                        Err(why) => problems.push(format!("{issuer}: key {why}")),
+                    },
+                    Err(_) if named == Some(true) => {
+                        return Err(SignatureError::Bad { key: issuer });
+                    }
+                    Err(_) => {}
+                }
+            }
+            for sub in &key.public_subkeys {
+                let named = names_issuer(sig, &sub.key);
+                if named == Some(false) {
+                    continue;
+                }
+                candidate = true;
+                match sig.verify(&sub.key, data) {
+                    Ok(()) => {
+                        match primary_validity(key, now)
+                            .map(|_| ())
+                            .and_then(|()| subkey_validity(pk, sub, now))
+                        {
+                            Ok(()) => good = true,
+                            Err(why) => problems.push(format!("{issuer}: key {why}")),
+                        }
+                    }
+                    Err(_) if named == Some(true) => {
+                        return Err(SignatureError::Bad { key: issuer });
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        if !candidate {
+            problems.push(format!("{issuer}: key not in the keyring"));
+        }
+    }
+    if good {
+        return Ok(());
+    }
+    if problems.is_empty() {
+        problems.push("no signature verifies against the keyring".into());
+    }
+    Err(SignatureError::NoValidSignature {
+        details: problems.join("; "),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// sources.list and .sources
+// ---------------------------------------------------------------------------------------
+
+/// apt's boolean option values (`StringToBool`).
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "yes" | "true" | "with" | "on" | "enable" | "1" => Some(true),
+        "no" | "false" | "without" | "off" | "disable" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+fn split_list(v: &str) -> Vec<String> {
+    v.split([',', ' ', '\t', '\n'])
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Parses one-line-style sources (`/etc/apt/sources.list`, `*.list`), sources.list(5):
+/// `deb [ option=value ... ] URI suite [component ...]`. Comments (`#` to the end of the
+/// line) and blank lines are skipped; malformed lines are skipped with a warning, as the
+/// signature gives no way to report them.
+pub fn parse_one_line_sources(text: &str) -> Vec<SourceEntry> {
+    let mut out = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let warn =
+            |why: &str| tracing::warn!("sources.list line {}: {why}: `{}`", n + 1, raw.trim());
+        let (kind, mut rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        if kind != "deb" && kind != "deb-src" {
+            warn("unknown type");
+            continue;
+        }
+        let mut entry = SourceEntry {
+            types: vec![kind.to_owned()],
+            ..SourceEntry::default()
+        };
+        rest = rest.trim_start();
+        if let Some(opts) = rest.strip_prefix('[') {
+            let Some((opts, after)) = opts.split_once(']') else {
+                warn("unterminated `[` options");
+                continue;
+            };
+            rest = after;
+            for opt in opts.split_whitespace() {
+                let Some((key, value)) = opt.split_once('=') else {
+                    warn("option without `=`");
+                    continue;
+                };
+                match key {
+                    "arch" => entry.arch = Some(split_list(value)),
+                    "signed-by" => entry.signed_by = Some(value.to_owned()),
+                    "trusted" => entry.trusted = parse_bool(value).unwrap_or(false),
+                    _ => tracing::debug!("sources.list line {}: ignoring option `{key}`", n + 1),
+                }
+            }
+        }
+        let mut words = rest.split_whitespace();
+        let (Some(uri), Some(suite)) = (words.next(), words.next()) else {
+            warn("expected a URI and a suite");
+            continue;
+        };
+        entry.uris.push(uri.to_owned());
+        entry.suites.push(suite.to_owned());
+        entry.components = words.map(str::to_owned).collect();
+        out.push(entry);
+    }
+    out
+}
+
+/// The text of an inline `Signed-By` key block, as a key file would hold it: deb822's
+/// continuation indentation removed and ` .` lines turned back into blank lines.
+fn inline_key_block(value: &str) -> String {
+    let mut out = String::new();
+    for line in value.lines() {
+        let line = line.strip_prefix([' ', '\t']).unwrap_or(line).trim_end();
+        if out.is_empty() && line.is_empty() {
+            continue;
+        }
+        out.push_str(if line == "." { "" } else { line });
+        out.push('\n');
+    }
+    out
+}
+
+/// Parses deb822-style sources (`*.sources`, sources.list(5) "DEB822-STYLE FORMAT").
+/// Stanzas with `Enabled: no` are left out; malformed stanzas are skipped with a warning.
+pub fn parse_deb822_sources(text: &str) -> Vec<SourceEntry> {
+    // Parse stanza by stanza so that one broken stanza does not hide the others.
+    let mut stanzas = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            if !current.trim().is_empty() {
+                stanzas.push(std::mem::take(&mut current));
+            }
+            current.clear();
+        } else {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    if !current.trim().is_empty() {
+        stanzas.push(current);
+    }
+    let mut out = Vec::new();
+    for stanza in stanzas {
+        let paragraphs = match deb822::parse(&stanza) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("skipping a malformed .sources stanza: {e}");
+                continue;
+            }
+        };
+        for p in paragraphs {
+            let list = |name: &str| p.get(name).map(split_list).unwrap_or_default();
+            if p.get("Enabled").and_then(parse_bool) == Some(false) {
+                continue;
+            }
+            let entry = SourceEntry {
+                types: list("Types"),
+                uris: list("URIs"),
+                suites: list("Suites"),
+                components: list("Components"),
+                signed_by: p.get("Signed-By").map(|v| {
+                    if v.contains("-----BEGIN PGP") {
+                        inline_key_block(v)
+                    } else {
+                        v.split_whitespace().collect::<Vec<_>>().join(" ")
+                    }
+                }),
+                arch: p.get("Architectures").map(split_list),
+                trusted: p.get("Trusted").and_then(parse_bool).unwrap_or(false),
+            };
+            if entry.types.is_empty() || entry.uris.is_empty() || entry.suites.is_empty() {
+                tracing::warn!("skipping a .sources stanza without Types, URIs or Suites");
+                continue;
+            }
+            out.push(entry);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::net::{TcpListener, TcpStream};
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::time::Instant;
+
+    // -----------------------------------------------------------------------------------
+    // Helpers: a throw-away GnuPG home, a local HTTP server, a signed repository.
+    // -----------------------------------------------------------------------------------
+
+    /// A temporary GNUPGHOME; its gpg-agent is stopped on drop.
+    struct Gpg {
+        home: tempfile::TempDir,
+    }
+
+    impl Gpg {
+        fn new() -> Self {
+            // Short path: the agent's socket lives in it (sockaddr_un holds 108 bytes).
+            let home = tempfile::Builder::new()
+                .prefix("gpg")
+                .tempdir_in("/tmp")
+                .expect("creating a GNUPGHOME");
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+            Gpg { home }
+        }
+
+        fn run(&self, args: &[&str]) -> Vec<u8> {
+            let out = Command::new("gpg")
+                .env("GNUPGHOME", self.home.path())
+                .args([
+                    "--batch",
+                    "--no-tty",
+                    "--pinentry-mode",
+                    "loopback",
+                    "--passphrase",
+                    "",
+                ])
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("running gpg (is gnupg installed?)");
+            assert!(
+                out.status.success(),
+                "gpg {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        }
+
+        /// `gpg --quick-gen-key`; returns the primary key's fingerprint.
+        fn gen_key(
+            &self,
+            email: &str,
+            algo: &str,
+            usage: &str,
+            expire: &str,
+            extra: &[&str],
+        ) -> String {
+            let uid = format!("Test {email} <{email}>");
+            let mut args = extra.to_vec();
+            args.extend(["--quick-gen-key", &uid, algo, usage, expire]);
+            self.run(&args);
+            self.fingerprints(email)[0].clone()
+        }
+
+        /// Fingerprints of the primary key and subkeys of `email`, in order.
+        fn fingerprints(&self, email: &str) -> Vec<String> {
+            let out = self.run(&["--with-colons", "--list-keys", email]);
+            String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .filter(|l| l.starts_with("fpr:"))
+                .map(|l| l.split(':').nth(9).unwrap().to_owned())
+                .collect()
+        }
+
+        fn export(&self, who: &str, armor: bool) -> Vec<u8> {
+            let mut args = vec!["--export"];
+            if armor {
+                args.insert(0, "--armor");
+            }
+            args.push(who);
+            let out = self.run(&args);
+            assert!(!out.is_empty(), "gpg exported nothing for {who}");
+            out
+        }
+
+        fn sign(&self, signer: &str, data: &[u8], mode: &[&str], extra: &[&str]) -> Vec<u8> {
+            let input = self.home.path().join("input");
+            let output = self.home.path().join("output");
+            std::fs::write(&input, data).unwrap();
+            let _ = std::fs::remove_file(&output);
+            let mut args = extra.to_vec();
+            args.extend(["--yes", "--local-user", signer]);
+            args.extend(mode);
+            args.extend([
+                "--output",
+                output.to_str().unwrap(),
+                input.to_str().unwrap(),
+            ]);
+            self.run(&args);
+            std::fs::read(&output).unwrap()
+        }
+
+        fn clearsign(&self, signer: &str, data: &[u8]) -> Vec<u8> {
+            self.sign(signer, data, &["--clearsign"], &[])
+        }
+
+        /// `gpg -abs` (armoured) or `gpg -bs` (binary).
+        fn detach_sign(&self, signer: &str, data: &[u8], armor: bool) -> Vec<u8> {
+            let mode: &[&str] = if armor {
+                &["--armor", "--detach-sign"]
+            } else {
+                &["--detach-sign"]
+            };
+            self.sign(signer, data, mode, &[])
+        }
+    }
+
+    impl Drop for Gpg {
+        fn drop(&mut self) {
+            let _ = Command::new("gpgconf")
+                .env("GNUPGHOME", self.home.path())
+                .args(["--kill", "gpg-agent"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+
+    /// `python3 -m http.server` serving a directory on 127.0.0.1; killed on drop.
+    struct HttpServer {
+        child: Child,
+        url: String,
+    }
+
+    impl HttpServer {
+        fn start(dir: &Path) -> Self {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = Command::new("python3")
+                .args([
+                    "-m",
+                    "http.server",
+                    "--bind",
+                    "127.0.0.1",
+                    &port.to_string(),
+                    "--directory",
+                ])
+                .arg(dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting python3 -m http.server");
+            let server = HttpServer {
+                child,
+                url: format!("http://127.0.0.1:{port}"),
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "http.server did not start on port {port}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            server
+        }
+    }
+
+    impl Drop for HttpServer {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    const DEB_SHA: &str = "5d41402abc4b2a76b9719d911017c592aaf4c6f8c2a0c8f8f4c6f8c2a0c8f8f4";
+
+    fn packages_text(prefix: &str) -> String {
+        format!(
+            "Package: erdma-tools\n\
+             Version: 1.0-1\n\
+             Architecture: amd64\n\
+             Depends: libc6 (>= 2.34), liberdma1 (= 1.0-1)\n\
+             Filename: {prefix}erdma-tools_1.0-1_amd64.deb\n\
+             Size: 1234\n\
+             SHA256: {DEB_SHA}\n\
+             Description: eRDMA tools\n \
+             Tools for the Alibaba Cloud elastic RDMA adapter.\n\
+             \n\
+             Package: liberdma1\n\
+             Version: 1.0-1\n\
+             Architecture: amd64\n\
+             Filename: {prefix}liberdma1_1.0-1_amd64.deb\n\
+             Size: 99\n\
+             SHA256: {}\n\
+             Description: eRDMA provider for libibverbs\n",
+            "AB".repeat(32)
+        )
+    }
+
+    fn compress(name: &str, data: &[u8]) -> Vec<u8> {
+        if name.ends_with(".xz") {
+            let mut e = liblzma::write::XzEncoder::new(Vec::new(), 6);
+            e.write_all(data).unwrap();
+            e.finish().unwrap()
+        } else if name.ends_with(".gz") {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(data).unwrap();
+            e.finish().unwrap()
+        } else {
+            data.to_vec()
+        }
+    }
+
+    fn rfc2822(secs: i64) -> String {
+        const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let days = secs.div_euclid(86_400);
+        let (y, m, d) = civil_from_days(days);
+        let s = secs.rem_euclid(86_400);
+        format!(
+            "{}, {d:02} {} {y} {:02}:{:02}:{:02} UTC",
+            DAYS[days.rem_euclid(7) as usize],
+            MONTHS[m as usize - 1],
+            s / 3600,
+            s / 60 % 60,
+            s % 60
+        )
+    }
+
+    fn apt_ftparchive_available() -> bool {
+        Command::new("apt-ftparchive")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// A Release written by hand: `header`, then the SHA256 of every index under `meta`.
+    fn hand_release(meta: &Path, header: &str) -> String {
+        fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(&p, base, out);
+                } else if p
+                    .file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with("Packages")
+                {
+                    let rel = p.strip_prefix(base).unwrap().to_str().unwrap().to_owned();
+                    out.push((rel, std::fs::read(&p).unwrap()));
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(meta, meta, &mut files);
+        files.sort();
+        let mut text = header.to_owned();
+        text.push_str("SHA256:\n");
+        for (rel, data) in files {
+            text.push_str(&format!(
+                " {} {:>8} {rel}\n",
+                hex::encode(Sha256::digest(&data)),
+                data.len()
+            ));
+        }
+        text
+    }
+
+    /// A signed repository in a temporary directory, to be served over HTTP.
+    struct Fixture {
+        root: tempfile::TempDir,
+        gpg: Gpg,
+        fpr: String,
+        keyring: Vec<u8>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let gpg = Gpg::new();
+            let fpr = gpg.gen_key("repo@example.org", "ed25519", "sign", "never", &[]);
+            let keyring = gpg.export(&fpr, false);
+            Fixture {
+                root: tempfile::tempdir().unwrap(),
+                gpg,
+                fpr,
+                keyring,
+            }
+        }
+
+        /// Writes `index_dir/Packages.{formats}` below `root/meta_rel`, a Release for them
+        /// (by apt-ftparchive unless `header` asks for a hand-written one), InRelease and
+        /// Release.gpg. Returns the metadata directory.
+        fn publish(
+            &self,
+            meta_rel: &str,
+            index_dir: &str,
+            formats: &[&str],
+            filename_prefix: &str,
+            components: Option<&str>,
+            header: Option<&str>,
+        ) -> PathBuf {
+            let meta = self.root.path().join(meta_rel);
+            let idx = meta.join(index_dir);
+            std::fs::create_dir_all(&idx).unwrap();
+            let text = packages_text(filename_prefix);
+            for f in formats {
+                let name = format!("Packages{f}");
+                std::fs::write(idx.join(&name), compress(&name, text.as_bytes())).unwrap();
+            }
+            let release = match header {
+                None if apt_ftparchive_available() => {
+                    let mut cmd = Command::new("apt-ftparchive");
+                    for (k, v) in [
+                        ("Origin", "erdma-test"),
+                        ("Label", "erdma"),
+                        ("Suite", "bookworm"),
+                        ("Codename", "bookworm"),
+                        ("Architectures", "amd64 arm64"),
+                    ] {
+                        cmd.arg("-o")
+                            .arg(format!("APT::FTPArchive::Release::{k}={v}"));
+                    }
+                    if let Some(c) = components {
+                        cmd.arg("-o")
+                            .arg(format!("APT::FTPArchive::Release::Components={c}"));
+                    }
+                    let out = cmd
+                        .args(["release", "."])
+                        .current_dir(&meta)
+                        .output()
+                        .unwrap();
+                    assert!(
+                        out.status.success(),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    String::from_utf8(out.stdout).unwrap()
+                }
+                None => {
+                    let mut h = format!(
+                        "Origin: erdma-test\nLabel: erdma\nSuite: bookworm\nCodename: bookworm\n\
+                         Date: {}\nArchitectures: amd64 arm64\n",
+                        rfc2822(now())
+                    );
+                    if let Some(c) = components {
+                        h.push_str(&format!("Components: {c}\n"));
+                    }
+                    hand_release(&meta, &h)
+                }
+                Some(h) => hand_release(&meta, h),
+            };
+            self.sign_release(&meta, release.as_bytes());
+            meta
+        }
+
+        fn sign_release(&self, meta: &Path, release: &[u8]) {
+            std::fs::write(meta.join("Release"), release).unwrap();
+            std::fs::write(
+                meta.join("InRelease"),
+                self.gpg.clearsign(&self.fpr, release),
+            )
+            .unwrap();
+            std::fs::write(
+                meta.join("Release.gpg"),
+                self.gpg.detach_sign(&self.fpr, release, true),
+            )
+            .unwrap();
+        }
+
+        fn spec(&self, url: &str, suite: &str, components: &[&str]) -> RepoSpec {
+            RepoSpec {
+                url: url.to_owned(),
+                suite: suite.to_owned(),
+                components: components.iter().map(|c| c.to_string()).collect(),
+                arch: "amd64".into(),
+                keyring: self.keyring.clone(),
+            }
+        }
+    }
+
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    }
+
+    fn err_chain(e: &dyn std::error::Error) -> String {
+        let mut s = e.to_string();
+        let mut cur = e.source();
+        while let Some(c) = cur {
+            s.push_str(": ");
+            s.push_str(&c.to_string());
+            cur = c.source();
+        }
+        s
+    }
+
+    const RELEASE: &str = "Origin: erdma-test\nLabel: erdma\nSuite: bookworm\n\
+        Description: a line\n -starting with a dash inside a continuation\n\
+        -----\nSHA256:\n 0000000000000000000000000000000000000000000000000000000000000000 1 main/x\n";
+
+    // -----------------------------------------------------------------------------------
+    // OpenPGP
+    // -----------------------------------------------------------------------------------
+
+    #[test]
+    fn clearsigned_verifies_with_binary_and_armoured_keyrings() {
+        let gpg = Gpg::new();
+        for (email, algo) in [
+            ("ed@example.org", "ed25519"),
+            ("rsa@example.org", "rsa3072"),
+        ] {
+            let fpr = gpg.gen_key(email, algo, "sign", "never", &[]);
+            let signed = gpg.clearsign(&fpr, RELEASE.as_bytes());
+            for armor in [false, true] {
+                let keyring = gpg.export(&fpr, armor);
+                let text = verify_clearsigned(&signed, &keyring)
+                    .unwrap_or_else(|e| panic!("{algo}, armour {armor}: {}", err_chain(&e)));
+                assert_eq!(
+                    text, RELEASE,
+                    "{algo}: the signed text, dash-escaping undone"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tampered_clearsigned_text_is_refused() {
+        let gpg = Gpg::new();
+        let fpr = gpg.gen_key("t@example.org", "ed25519", "sign", "never", &[]);
+        let signed = String::from_utf8(gpg.clearsign(&fpr, RELEASE.as_bytes())).unwrap();
+        let keyring = gpg.export(&fpr, false);
+        let tampered = signed.replace("Suite: bookworm", "Suite: bookwarm");
+        assert_ne!(tampered, signed);
+        let e = verify_clearsigned(tampered.as_bytes(), &keyring).unwrap_err();
+        assert!(
+            matches!(e, RepoError::Signature(SignatureError::Bad { .. })),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(&fpr), "{e}");
+
+        // Text outside the signed block is refused, not silently dropped or used.
+        let before = format!("Injected: yes\n\n{signed}");
+        assert!(verify_clearsigned(before.as_bytes(), &keyring).is_err());
+        let after = format!("{signed}\nInjected: yes\n");
+        assert!(verify_clearsigned(after.as_bytes(), &keyring).is_err());
+        // Not a signed message at all.
+        let e = verify_clearsigned(RELEASE.as_bytes(), &keyring).unwrap_err();
+        assert!(e.to_string().contains("not a clear-signed message"), "{e}");
+    }
+
+    #[test]
+    fn signature_by_a_key_outside_the_keyring_is_refused() {
+        let gpg = Gpg::new();
+        let trusted = gpg.gen_key("trusted@example.org", "ed25519", "sign", "never", &[]);
+        let other = gpg.gen_key("other@example.org", "ed25519", "sign", "never", &[]);
+        let keyring = gpg.export(&trusted, false);
+        let signed = gpg.clearsign(&other, RELEASE.as_bytes());
+        let e = verify_clearsigned(&signed, &keyring).unwrap_err();
+        let msg = err_chain(&e);
+        assert!(
+            msg.contains("not in the keyring") && msg.contains(&other),
+            "{msg}"
+        );
+        let sig = gpg.detach_sign(&other, RELEASE.as_bytes(), true);
+        assert!(verify_detached(RELEASE.as_bytes(), &sig, &keyring).is_err());
+        // An empty keyring is an error of its own.
+        let e = verify_clearsigned(&signed, b"").unwrap_err();
+        assert!(
+            matches!(e, RepoError::Signature(SignatureError::EmptyKeyring)),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn any_key_of_a_keyring_of_several_may_sign() {
+        let gpg = Gpg::new();
+        let first = gpg.gen_key("first@example.org", "ed25519", "sign", "never", &[]);
+        let second = gpg.gen_key("second@example.org", "rsa3072", "sign", "never", &[]);
+        let signed = gpg.clearsign(&second, RELEASE.as_bytes());
+        // Binary keys concatenated, as in debian-archive-keyring.gpg.
+        let mut binary = gpg.export(&first, false);
+        binary.extend(gpg.export(&second, false));
+        assert_eq!(verify_clearsigned(&signed, &binary).unwrap(), RELEASE);
+        // Two armour blocks one after the other, as `cat a.asc b.asc` makes.
+        let mut armoured = b"# keys of the test archive\n".to_vec();
+        armoured.extend(gpg.export(&first, true));
+        armoured.extend(b"\n");
+        armoured.extend(gpg.export(&second, true));
+        assert_eq!(verify_clearsigned(&signed, &armoured).unwrap(), RELEASE);
+        // One armour block holding both keys.
+        let both = gpg.run(&["--armor", "--export", &first, &second]);
+        assert_eq!(verify_clearsigned(&signed, &both).unwrap(), RELEASE);
+    }
+
+    #[test]
+    fn detached_signatures_armoured_and_binary() {
+        let gpg = Gpg::new();
+        let fpr = gpg.gen_key("d@example.org", "rsa3072", "sign", "never", &[]);
+        let keyring = gpg.export(&fpr, true);
+        for armor in [true, false] {
+            let sig = gpg.detach_sign(&fpr, RELEASE.as_bytes(), armor);
+            verify_detached(RELEASE.as_bytes(), &sig, &keyring)
+                .unwrap_or_else(|e| panic!("armour {armor}: {}", err_chain(&e)));
+            let mut tampered = RELEASE.as_bytes().to_vec();
+            tampered[0] = b'o';
+            let e = verify_detached(&tampered, &sig, &keyring).unwrap_err();
+            assert!(
+                matches!(e, RepoError::Signature(SignatureError::Bad { .. })),
+                "{e:?}"
+            );
+        }
+        let e = verify_detached(RELEASE.as_bytes(), b"garbage", &keyring).unwrap_err();
+        assert!(
+            matches!(e, RepoError::Signature(SignatureError::Malformed(_))),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn signing_subkey_verifies() {
+        let gpg = Gpg::new();
+        let primary = gpg.gen_key("sub@example.org", "ed25519", "cert", "never", &[]);
+        gpg.run(&["--quick-add-key", &primary, "rsa3072", "sign", "never"]);
+        let fprs = gpg.fingerprints("sub@example.org");
+        assert_eq!(fprs.len(), 2);
+        let signed = gpg.clearsign(&format!("{}!", fprs[1]), RELEASE.as_bytes());
+        let keyring = gpg.export(&primary, false);
+        assert_eq!(verify_clearsigned(&signed, &keyring).unwrap(), RELEASE);
+    }
+
+    #[test]
+    fn expired_key_is_refused() {
+        let gpg = Gpg::new();
+        // Made and used in 2020, valid for one day.
+        let fpr = gpg.gen_key(
+            "old@example.org",
+            "ed25519",
+            "sign",
+            "1d",
+            &["--faked-system-time", "20200101T000000!"],
+        );
+        let signed = gpg.sign(
+            &fpr,
+            RELEASE.as_bytes(),
+            &["--clearsign"],
+            &["--faked-system-time", "20200101T010000!"],
+        );
+        let keyring = gpg.export(&fpr, false);
+        let e = verify_clearsigned(&signed, &keyring).unwrap_err();
+        let msg = err_chain(&e);
+        assert!(msg.contains("expired since 2020-01-02"), "{msg}");
+        // The same key and signature were fine back then.
+        let k = Keyring::load(&keyring).unwrap();
+        let then = parse_rfc2822("1 Jan 2020 12:00:00 UTC").unwrap();
+        verify_clearsigned_with(&signed, &k, then).unwrap();
+    }
+
+    #[test]
+    fn revoked_key_is_refused() {
+        let gpg = Gpg::new();
+        let fpr = gpg.gen_key("rev@example.org", "ed25519", "sign", "never", &[]);
+        let signed = gpg.clearsign(&fpr, RELEASE.as_bytes());
+        verify_clearsigned(&signed, &gpg.export(&fpr, false)).unwrap();
+        // gpg stores a revocation certificate at key generation, its armour line
+        // prefixed with ':' against accidental import.
+        let rev = gpg.home.path().join(format!("openpgp-revocs.d/{fpr}.rev"));
+        let cert = std::fs::read_to_string(&rev)
+            .unwrap()
+            .replace(":-----BEGIN", "-----BEGIN");
+        std::fs::write(&rev, cert).unwrap();
+        gpg.run(&["--import", rev.to_str().unwrap()]);
+        let e = verify_clearsigned(&signed, &gpg.export(&fpr, false)).unwrap_err();
+        assert!(err_chain(&e).contains("key revoked"), "{}", err_chain(&e));
+    }
+
+    #[test]
+    fn loads_the_debian_archive_keyring() {
+        let path = Path::new("/usr/share/keyrings/debian-archive-keyring.gpg");
+        let Ok(data) = std::fs::read(path) else {
+            eprintln!("skipping: {} is not installed", path.display());
+            return;
+        };
+        let k = Keyring::load(&data).unwrap();
+        assert!(k.keys.len() >= 3, "{} keys", k.keys.len());
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Release, dates, layouts, sources
+    // -----------------------------------------------------------------------------------
+
+    #[test]
+    fn parses_rfc2822_dates() {
+        assert_eq!(
+            parse_rfc2822("Sat, 11 Jul 2026 10:16:37 UTC"),
+            Some(1_783_764_997)
+        );
+        assert_eq!(
+            parse_rfc2822("Thu, 29 Feb 2024 23:59:59 +0200"),
+            Some(1_709_243_999)
+        );
+        assert_eq!(parse_rfc2822("1 Mar 2000 00:00 GMT"), Some(951_868_800));
+        assert_eq!(parse_rfc2822("Thu, 01 Jan 1970 00:00:00 Z"), Some(0));
+        assert_eq!(parse_rfc2822("2026-07-11 10:16:37"), None);
+        assert_eq!(parse_rfc2822("Sat, 11 Foo 2026 10:16:37 UTC"), None);
+        assert_eq!(parse_rfc2822("Sat, 11 Jul 2026 10:16:37 CEST"), None);
+        assert_eq!(format_utc(1_783_764_997), "2026-07-11 10:16:37 UTC");
+        for t in [0, 951_868_800, 1_709_243_999, 1_783_764_997] {
+            assert_eq!(parse_rfc2822(&rfc2822(t)), Some(t), "{}", rfc2822(t));
+        }
+    }
+
+    const RELEASE_FIELDS: &str = "Origin: Debian\nLabel: Debian-Security\nSuite: oldstable-security\n\
+        Date: Sat, 11 Jul 2026 10:16:37 UTC\nValid-Until: Sat, 18 Jul 2026 10:16:37 UTC\n\
+        Architectures: amd64 arm64\nComponents: updates/main contrib\n\
+        MD5Sum:\n 0ed6d4c8891eb86358b94bb35d9e4da4 1 main/binary-amd64/Packages.xz\n\
+        SHA256:\n 9E0B5AABB2465B3D2E7A7FE27F9913846277833F7A2826E7767ACCCFF5B588C5  8790396 main/binary-amd64/Packages.xz\n \
+        515e692f2c4121c6fcec444ef100cc18f79a991910615f3a88c8b7becfc94d2f 50060337 main/binary-amd64/Packages\n";
+
+    #[test]
+    fn parses_and_checks_release_fields() {
+        let r = Release::parse(RELEASE_FIELDS, "URL").unwrap();
+        assert_eq!(r.origin.as_deref(), Some("Debian"));
+        assert_eq!(r.sha256.len(), 2);
+        assert_eq!(
+            r.sha256["main/binary-amd64/Packages.xz"],
+            FileEntry {
+                sha256: "9e0b5aabb2465b3d2e7a7fe27f9913846277833f7a2826e7767acccff5b588c5".into(),
+                size: 8_790_396
+            }
+        );
+        let date = 1_783_764_997;
+        r.check_dates("URL", date + 3600).unwrap();
+        let e = r.check_dates("URL", date + 8 * 86_400).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "release file URL has expired (valid until 2026-07-18 10:16:37 UTC)"
+        );
+        let e = r.check_dates("URL", date - 86_400).unwrap_err();
+        assert!(e.to_string().contains("is not valid yet"), "{e}");
+
+        let mut spec = RepoSpec {
+            url: "u".into(),
+            suite: "bookworm-security".into(),
+            components: vec!["main".into(), "contrib".into()],
+            arch: "amd64".into(),
+            keyring: vec![],
+        };
+        r.check_wanted(&spec, "REPO").unwrap();
+        spec.components.push("x".into());
+        assert_eq!(
+            r.check_wanted(&spec, "REPO").unwrap_err().to_string(),
+            "repository REPO has no component `x` (has: updates/main, contrib)"
+        );
+        spec.components.pop();
+        spec.arch = "riscv64".into();
+        assert_eq!(
+            r.check_wanted(&spec, "REPO").unwrap_err().to_string(),
+            "repository REPO has no architecture `riscv64` (has: amd64, arm64)"
+        );
+
+        let no_sha = "Origin: x\nMD5Sum:\n 0ed6d4c8891eb86358b94bb35d9e4da4 1 Packages\n";
+        let e = Release::parse(no_sha, "URL").unwrap_err();
+        assert!(e.to_string().contains("no SHA256"), "{e}");
+        let bad_date = "Valid-Until: tomorrow\nSHA256:\n";
+        assert!(Release::parse(bad_date, "URL").is_err());
+    }
+
+    #[test]
+    fn layouts() {
+        let spec = |url: &str, suite: &str, comps: &[&str]| RepoSpec {
+            url: url.into(),
+            suite: suite.into(),
+            components: comps.iter().map(|c| c.to_string()).collect(),
+            arch: "amd64".into(),
+            keyring: vec![],
+        };
+        let l = Layout::new(&spec("http://m/debian/", "bookworm", &["main", "contrib"])).unwrap();
+        assert_eq!(l.meta, "http://m/debian/dists/bookworm/");
+        assert_eq!(
+            l.index_dirs,
+            ["main/binary-amd64/", "contrib/binary-amd64/"]
+        );
+        assert_eq!(l.display, "http://m/debian bookworm");
+        let l = Layout::new(&spec("http://m/erdma", "jammy/erdma", &["main"])).unwrap();
+        assert_eq!(l.meta, "http://m/erdma/dists/jammy/erdma/");
+        for (suite, meta) in [
+            ("/", "http://m/r/"),
+            ("./", "http://m/r/"),
+            ("sub/", "http://m/r/sub/"),
+        ] {
+            let l = Layout::new(&spec("http://m/r", suite, &[])).unwrap();
+            assert_eq!((l.meta.as_str(), l.flat), (meta, true), "{suite}");
+            assert_eq!(l.index_dirs, [""]);
+        }
+        assert!(Layout::new(&spec("http://m/r", "sub/", &["main"])).is_err());
+        assert!(Layout::new(&spec("http://m/r", "bookworm", &[])).is_err());
+        assert!(Layout::new(&spec("http://m/r", "../x", &["main"])).is_err());
+        assert!(Layout::new(&spec("http://m/r", "bookworm", &["../main"])).is_err());
+    }
+
+    #[test]
+    fn parses_one_line_sources() {
+        let text = "\
+# a comment
+deb http://deb.debian.org/debian bookworm main contrib # trailing comment
+deb-src http://deb.debian.org/debian bookworm main
+
+deb [arch=amd64,arm64 signed-by=/usr/share/keyrings/erdma.gpg] http://mirrors.cloud.aliyuncs.com/erdma jammy/erdma main
+deb [ trusted=yes ] http://insecure.example/ ./
+deb [arch=amd64] http://broken.example
+rpm http://x/ y z
+";
+        let e = parse_one_line_sources(text);
+        assert_eq!(e.len(), 4, "{e:#?}");
+        assert_eq!(
+            e[0],
+            SourceEntry {
+                types: vec!["deb".into()],
+                uris: vec!["http://deb.debian.org/debian".into()],
+                suites: vec!["bookworm".into()],
+                components: vec!["main".into(), "contrib".into()],
+                ..SourceEntry::default()
+            }
+        );
+        assert_eq!(e[1].types, ["deb-src"]);
+        assert_eq!(
+            e[2].arch.as_deref(),
+            Some(&["amd64".to_string(), "arm64".to_string()][..])
+        );
+        assert_eq!(
+            e[2].signed_by.as_deref(),
+            Some("/usr/share/keyrings/erdma.gpg")
+        );
+        assert_eq!(e[2].suites, ["jammy/erdma"]);
+        assert!(!e[2].trusted);
+        assert!(e[3].trusted);
+        assert_eq!(e[3].suites, ["./"]);
+        assert!(e[3].components.is_empty());
+    }
+
+    #[test]
+    fn parses_deb822_sources() {
+        let text = "\
+# Debian sources
+Types: deb deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://disabled.example/
+Suites: x
+Components: main
+Enabled: no
+
+Types: deb
+URIs: http://inline.example/
+Suites: stable
+Components: main
+Architectures: amd64
+Trusted: yes
+Signed-By:
+ -----BEGIN PGP PUBLIC KEY BLOCK-----
+ .
+ mDMEZQ==
+ =abcd
+ -----END PGP PUBLIC KEY BLOCK-----
+
+this stanza is broken
+";
+        let e = parse_deb822_sources(text);
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert_eq!(e[0].types, ["deb", "deb-src"]);
+        assert_eq!(e[0].suites, ["bookworm", "bookworm-updates"]);
+        assert_eq!(e[0].components, ["main", "non-free-firmware"]);
+        assert_eq!(
+            e[0].signed_by.as_deref(),
+            Some("/usr/share/keyrings/debian-archive-keyring.gpg")
+        );
+        assert_eq!(e[0].arch, None);
+        assert!(!e[0].trusted);
+        assert_eq!(e[1].uris, ["http://inline.example/"]);
+        assert!(e[1].trusted);
+        assert_eq!(e[1].arch.as_deref(), Some(&["amd64".to_string()][..]));
+        assert_eq!(
+            e[1].signed_by.as_deref(),
+            Some("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZQ==\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----\n")
+        );
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Repositories over HTTP
+    // -----------------------------------------------------------------------------------
+
+    #[tokio::test]
+    async fn nested_and_flat_repositories_over_http() {
+        let fx = Fixture::new();
+        fx.publish(
+            "dists/bookworm/erdma",
+            "main/binary-amd64",
+            &[".xz", ""],
+            "pool/main/e/erdma/",
+            Some("main"),
+            None,
+        );
+        fx.publish("flat", "", &[".gz"], "flat/", None, None);
+        let server = HttpServer::start(fx.root.path());
+        let client = client();
+
+        // Nested suite (Alibaba's layout); a trailing slash on the URL is fine.
+        let spec = fx.spec(&format!("{}/", server.url), "bookworm/erdma", &["main"]);
+        let index = fetch_index(&client, &spec)
+            .await
+            .unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        assert_eq!(index.packages.len(), 2);
+        let tools = &index.packages[0];
+        assert_eq!(tools.paragraph.get("Package"), Some("erdma-tools"));
+        assert_eq!(tools.paragraph.get("version"), Some("1.0-1"));
+        assert_eq!(
+            tools.url,
+            format!(
+                "{}/pool/main/e/erdma/erdma-tools_1.0-1_amd64.deb",
+                server.url
+            )
+        );
+        assert_eq!(tools.sha256, DEB_SHA);
+        assert_eq!(tools.size, 1234);
+        assert_eq!(tools.origin, "erdma-test");
+        assert_eq!(tools.repo, format!("{} bookworm/erdma", server.url));
+        assert_eq!(index.packages[1].sha256, "ab".repeat(32));
+
+        // What the Release does not have is named, with what it has.
+        let mut wrong = spec.clone();
+        wrong.components = vec!["contrib".into()];
+        let e = fetch_index(&client, &wrong).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "repository {}/dists/bookworm/erdma/ has no component `contrib` (has: main)",
+                server.url
+            )
+        );
+        let mut wrong = spec.clone();
+        wrong.arch = "s390x".into();
+        let e = fetch_index(&client, &wrong).await.unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("has no architecture `s390x` (has: amd64, arm64)"),
+            "{e}"
+        );
+
+        // Flat repository: `deb URL flat/`, only Packages.gz, Filename relative to URL.
+        let flat = fx.spec(&server.url, "flat/", &[]);
+        let index = fetch_index(&client, &flat)
+            .await
+            .unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        assert_eq!(index.packages.len(), 2);
+        assert_eq!(
+            index.packages[1].url,
+            format!("{}/flat/liberdma1_1.0-1_amd64.deb", server.url)
+        );
+
+        // A suite that is not there.
+        let e = fetch_index(&client, &fx.spec(&server.url, "trixie", &["main"]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("no InRelease or Release at {}/dists/trixie/", server.url)
+        );
+        assert!(!e.is_unreachable());
+    }
+
+    #[tokio::test]
+    async fn tampering_and_fallbacks_over_http() {
+        let fx = Fixture::new();
+        let meta = fx.publish(
+            "dists/bookworm",
+            "main/binary-amd64",
+            &[".xz"],
+            "pool/main/",
+            Some("main"),
+            None,
+        );
+        let server = HttpServer::start(fx.root.path());
+        let client = client();
+        let spec = fx.spec(&server.url, "bookworm", &["main"]);
+        let meta_url = format!("{}/dists/bookworm/", server.url);
+        fetch_index(&client, &spec).await.unwrap();
+
+        // Packages.xz changed after signing: same size, different bytes.
+        let xz = meta.join("main/binary-amd64/Packages.xz");
+        let good = std::fs::read(&xz).unwrap();
+        let mut bad = good.clone();
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0xff;
+        std::fs::write(&xz, &bad).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        let want = format!(
+            "hash mismatch for main/binary-amd64/Packages.xz from {meta_url}: Release says sha256:{}, got sha256:{}",
+            hex::encode(Sha256::digest(&good)),
+            hex::encode(Sha256::digest(&bad))
+        );
+        assert_eq!(e.to_string(), want);
+        // A longer file is caught by its size, without reading it all.
+        let mut longer = good.clone();
+        longer.extend([0u8; 4096]);
+        std::fs::write(&xz, &longer).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("size mismatch for main/binary-amd64/Packages.xz"),
+            "{e}"
+        );
+        std::fs::write(&xz, &good).unwrap();
+
+        // InRelease tampered: a bad signature, and no fallback to Release.
+        let in_release = std::fs::read_to_string(meta.join("InRelease")).unwrap();
+        let forged = in_release.replace("Origin: erdma-test", "Origin: erdma-evil");
+        assert_ne!(forged, in_release);
+        std::fs::write(meta.join("InRelease"), forged).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("bad signature on {meta_url}InRelease")
+        );
+        assert!(!e.is_unreachable());
+
+        // InRelease signed by a key outside the keyring.
+        let other = fx
+            .gpg
+            .gen_key("mallory@example.org", "ed25519", "sign", "never", &[]);
+        let release = std::fs::read(meta.join("Release")).unwrap();
+        std::fs::write(meta.join("InRelease"), fx.gpg.clearsign(&other, &release)).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        let msg = err_chain(&e);
+        assert!(
+            msg.starts_with(&format!("bad signature on {meta_url}InRelease")),
+            "{msg}"
+        );
+        assert!(msg.contains("not in the keyring"), "{msg}");
+
+        // No InRelease: Release + Release.gpg.
+        std::fs::remove_file(meta.join("InRelease")).unwrap();
+        let index = fetch_index(&client, &spec)
+            .await
+            .unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        assert_eq!(index.packages.len(), 2);
+
+        // Release.gpg over other content.
+        std::fs::write(
+            meta.join("Release.gpg"),
+            fx.gpg.detach_sign(&fx.fpr, b"other", true),
+        )
+        .unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(e.to_string(), format!("bad signature on {meta_url}Release"));
+
+        // Release without Release.gpg: never used unsigned.
+        std::fs::remove_file(meta.join("Release.gpg")).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{meta_url}Release is not signed: there is no Release.gpg beside it")
+        );
+
+        // Neither.
+        std::fs::remove_file(meta.join("Release")).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("no InRelease or Release at {meta_url}")
+        );
+
+        // Properly signed but expired metadata.
+        let past = now() - 2 * 86_400;
+        let header = format!(
+            "Origin: erdma-test\nSuite: bookworm\nDate: {}\nValid-Until: {}\nArchitectures: amd64\nComponents: main\n",
+            rfc2822(past),
+            rfc2822(past + 86_400)
+        );
+        fx.publish(
+            "dists/bookworm",
+            "main/binary-amd64",
+            &[".xz"],
+            "pool/main/",
+            Some("main"),
+            Some(&header),
+        );
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "release file {meta_url}InRelease has expired (valid until "
+            )),
+            "{e}"
+        );
+
+        // Release lists only an index the server does not have.
+        let header = "Origin: erdma-test\nSuite: bookworm\nComponents: main\n";
+        fx.publish(
+            "dists/bookworm",
+            "main/binary-amd64",
+            &[".xz"],
+            "pool/main/",
+            Some("main"),
+            Some(header),
+        );
+        std::fs::remove_file(&xz).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{meta_url}main/binary-amd64/Packages.xz is listed in the Release file but the server does not have it")
+        );
+    }
+
+    #[tokio::test]
+    async fn packages_without_checksums_are_malformed() {
+        let fx = Fixture::new();
+        let meta = fx.root.path().join("dists/bookworm");
+        let idx = meta.join("main/binary-amd64");
+        std::fs::create_dir_all(&idx).unwrap();
+        std::fs::write(
+            idx.join("Packages"),
+            "Package: a\nVersion: 1\nFilename: pool/a.deb\nSize: 1\n",
+        )
+        .unwrap();
+        let release = hand_release(&meta, "Origin: x\nComponents: main\n");
+        fx.sign_release(&meta, release.as_bytes());
+        let server = HttpServer::start(fx.root.path());
+        let e = fetch_index(&client(), &fx.spec(&server.url, "bookworm", &["main"]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "malformed Packages index {}/dists/bookworm/main/binary-amd64/Packages: package `a` has no SHA256 field",
+                server.url
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_reported_as_such() {
+        // Nothing listens on a port we just released; every retry is refused.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let spec = RepoSpec {
+            url: format!("http://127.0.0.1:{port}"),
+            suite: "bookworm".into(),
+            components: vec!["main".into()],
+            arch: "amd64".into(),
+            keyring: Gpg::new_key_for_tests(),
+        };
+        let started = Instant::now();
+        let e = fetch_index(&client(), &spec).await.unwrap_err();
+        assert!(e.is_unreachable(), "{e:?}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "fetching http://127.0.0.1:{port}/dists/bookworm/InRelease"
+            )),
+            "{e}"
+        );
+        // Three retries with backoff happened.
+        assert!(
+            started.elapsed() >= Duration::from_millis(500 + 1000 + 2000),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    impl Gpg {
+        fn new_key_for_tests() -> Vec<u8> {
+            let gpg = Gpg::new();
+            let fpr = gpg.gen_key("k@example.org", "ed25519", "sign", "never", &[]);
+            gpg.export(&fpr, false)
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // The real Debian archive
+    // -----------------------------------------------------------------------------------
+
+    /// The first `deb` URI configured for `bookworm` in /etc/apt/sources.list.d/*.sources.
+    fn configured_debian_mirror() -> Option<String> {
+        let mut names: Vec<_> = std::fs::read_dir("/etc/apt/sources.list.d")
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "sources"))
+            .collect();
+        names.sort();
+        names.into_iter().find_map(|p| {
+            let text = std::fs::read_to_string(p).ok()?;
+            parse_deb822_sources(&text).into_iter().find_map(|e| {
+                let wanted =
+                    e.types.iter().any(|t| t == "deb") && e.suites.iter().any(|s| s == "bookworm");
+                wanted.then(|| e.uris.first().cloned()).flatten()
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn fetches_bookworm_main_needs_debian_archive() {
+        let ci = std::env::var_os("CI").is_some();
+        let skip = |why: String| {
+            assert!(!ci, "CI is set, so this test may not be skipped: {why}");
+            eprintln!("skipping fetches_bookworm_main_needs_debian_archive: {why}");
+        };
+        let Some(url) = configured_debian_mirror() else {
+            return skip("no bookworm mirror in /etc/apt/sources.list.d/*.sources".into());
+        };
+        let keyring = std::fs::read("/usr/share/keyrings/debian-archive-keyring.gpg")
+            .expect("reading /usr/share/keyrings/debian-archive-keyring.gpg");
+        let spec = RepoSpec {
+            url,
+            suite: "bookworm".into(),
+            components: vec!["main".into()],
+            arch: "amd64".into(),
+            keyring,
+        };
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(15))
+            .timeout(Duration::from_secs(600))
+            .build()
+            .unwrap();
+        let index = match fetch_index(&client, &spec).await {
+            Ok(i) => i,
+            Err(e) if e.is_unreachable() => return skip(err_chain(&e)),
+            Err(e) => panic!("{}", err_chain(&e)),
+        };
+        assert!(
+            index.packages.len() > 50_000,
+            "{} packages",
+            index.packages.len()
+        );
+        let ibverbs: Vec<_> = index
+            .packages
+            .iter()
+            .filter(|p| p.paragraph.get("Package") == Some("libibverbs1"))
+            .collect();
+        assert!(!ibverbs.is_empty(), "libibverbs1 not in bookworm main");
+        let p = ibverbs[0];
+        let version = p.paragraph.get("Version").unwrap();
+        assert!(version.starts_with("44."), "libibverbs1 {version}");
+        assert!(
+            p.url.starts_with(&spec.url) && p.url.ends_with("_amd64.deb"),
+            "{}",
+            p.url
+        );
+        assert!(p.url.contains("/pool/main/r/rdma-core/"), "{}", p.url);
+        assert_eq!(p.sha256.len(), 64);
+        assert!(p.size > 0);
+        assert_eq!(p.origin, "Debian");
+        assert_eq!(
+            p.repo,
+            format!("{} bookworm", spec.url.trim_end_matches('/'))
+        );
+    }
+}

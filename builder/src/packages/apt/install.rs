@@ -1,0 +1,489 @@
+//! `apt-get install`, without apt, dpkg, root or a container: resolve against verified
+//! indices, download and check the `.deb`s, unpack their data into the layer and write the
+//! dpkg database so that dpkg and apt inside the image see the truth.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use futures_util::StreamExt;
+use md5::{Digest as _, Md5};
+use serde::Serialize;
+use sha2::Sha256;
+
+use super::deb::{self, DataKind, Deb};
+use super::deb822::{self, Paragraph};
+use super::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
+use super::resolve::{self, Action, Installed, Planned, Request};
+use crate::error::{Error, Result};
+use crate::layer::{Entry, EntryKind, LayerContents};
+use crate::progress::Reporter;
+use crate::recipe::Recipe;
+
+/// Files of the base image, read as a container would see them.
+pub trait BaseFiles: Sync {
+    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>>;
+    fn list(&self, dir: &str) -> Result<Vec<String>>;
+}
+
+pub const STATUS: &str = "var/lib/dpkg/status";
+const INFO: &str = "var/lib/dpkg/info";
+/// dpkg's own status is a few MiB on big images; refuse absurd ones.
+const MAX_STATUS: u64 = 64 << 20;
+
+pub struct AptInputs<'a> {
+    pub recipe: &'a Recipe,
+    /// Debian architecture of the image (`amd64`, `arm64`).
+    pub arch: &'a str,
+    /// `--mirror URL`: replaces the base's archive URL for `from_base` repositories.
+    pub mirror: Option<&'a str>,
+    /// `--repo NAME=URL`: replaces a recipe repository's URLs.
+    pub repo_urls: &'a BTreeMap<String, String>,
+    /// Keys of the recipe's own repositories (fetched or from `--keyring`), by repository name.
+    pub repo_keys: &'a BTreeMap<String, Vec<u8>>,
+    /// `--keyring`: trusted for every repository read, instead of the recipe's or the base's keys.
+    pub keyring: Option<Vec<u8>>,
+    /// `$XDG_CACHE_HOME/erdma-build`.
+    pub cache_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PackageChange {
+    pub name: String,
+    pub version: String,
+    pub arch: String,
+    #[serde(flatten)]
+    pub action: Action,
+    pub origin: String,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PackageRef {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PackagesReport {
+    pub install: Vec<PackageChange>,
+    pub remove: Vec<PackageRef>,
+    /// Requested packages the base already has.
+    pub kept: Vec<PackageRef>,
+    /// The repository URL each recipe repository was reached at.
+    pub repositories: BTreeMap<String, String>,
+    pub downloaded_bytes: u64,
+    pub cached_debs: usize,
+}
+
+/// Which maintainer-script effects we reproduce (see the README).
+pub const EMULATED_SCRIPTS: &[&str] = &["libibverbs1 postinst: addgroup --system rdma"];
+
+/// Resolves the recipe's packages against its repositories; writes nothing.
+pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dyn Reporter) -> Result<(resolve::Resolution, PackagesReport, Vec<Paragraph>)> {
+    let status_text = base.read(STATUS, MAX_STATUS)?.unwrap_or_default();
+    let status = deb822::parse(&String::from_utf8_lossy(&status_text)).map_err(|e| Error::Malformed {
+        what: "dpkg status",
+        reference: format!("/{STATUS}"),
+        reason: e.to_string(),
+    })?;
+    let installed = Installed::from_status(&status);
+
+    let client = reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| Error::Unsupported(format!("http client: {e}")))?;
+    let mut available = Vec::new();
+    let mut report = PackagesReport::default();
+    for (name, specs) in repo_specs(inputs, base)? {
+        reporter.step(&format!("reading repository {name}"));
+        let mut last = None;
+        for spec in specs {
+            match repo::fetch_index(&client, &spec).await {
+                Ok(index) => {
+                    report.repositories.insert(name.clone(), spec.url.clone());
+                    available.extend(index.packages);
+                    last = None;
+                    break;
+                }
+                // Try the next mirror only when this one cannot be reached; a bad signature
+                // or hash is an attack or a broken mirror and stops the build.
+                Err(e) if e.is_unreachable() => last = Some(e),
+                Err(e) => return Err(Error::Repo(e)),
+            }
+        }
+        if let Some(e) = last {
+            return Err(Error::Repo(e));
+        }
+    }
+    let req = Request { install: &inputs.recipe.packages.install, replace: &inputs.recipe.packages.remove, arch: inputs.arch };
+    let res = resolve::resolve(&req, &installed, &available)?;
+    report.install = res
+        .install
+        .iter()
+        .map(|p| PackageChange {
+            name: p.name.clone(),
+            version: p.version.to_string(),
+            arch: p.arch.clone(),
+            action: p.action.clone(),
+            origin: p.pkg.origin.clone(),
+            size: p.pkg.size,
+        })
+        .collect();
+    report.remove = res.remove.iter().map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() }).collect();
+    report.kept = res.kept.iter().map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() }).collect();
+    Ok((res, report, status))
+}
+
+/// The repositories to read, each with its mirrors in order.
+fn repo_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
+    let mut out = Vec::new();
+    for r in &inputs.recipe.repositories {
+        if r.from_base {
+            out.extend(base_specs(inputs, base)?);
+            continue;
+        }
+        let urls = match inputs.repo_urls.get(&r.name) {
+            Some(u) => vec![u.clone()],
+            None => r.urls.clone(),
+        };
+        let keyring = inputs.keyring.clone().or_else(|| inputs.repo_keys.get(&r.name).cloned()).unwrap_or_default();
+        let specs = urls
+            .into_iter()
+            .map(|url| RepoSpec {
+                url,
+                suite: r.suite.clone().unwrap_or_else(|| "/".into()),
+                components: r.components.clone(),
+                arch: inputs.arch.to_string(),
+                keyring: keyring.clone(),
+            })
+            .collect();
+        out.push((r.name.clone(), specs));
+    }
+    Ok(out)
+}
+
+/// The archive the base image is configured with: its sources.list and sources.list.d, with
+/// the keys they name (`signed-by`), else the keys in trusted.gpg.d, read from the image.
+fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
+    let mut entries: Vec<SourceEntry> = Vec::new();
+    if let Some(text) = base.read("etc/apt/sources.list", 1 << 20)? {
+        entries.extend(repo::parse_one_line_sources(&String::from_utf8_lossy(&text)));
+    }
+    for name in base.list("etc/apt/sources.list.d")? {
+        let Some(text) = base.read(&format!("etc/apt/sources.list.d/{name}"), 1 << 20)? else { continue };
+        let text = String::from_utf8_lossy(&text);
+        if name.ends_with(".sources") {
+            entries.extend(repo::parse_deb822_sources(&text));
+        } else if name.ends_with(".list") {
+            entries.extend(repo::parse_one_line_sources(&text));
+        }
+    }
+    // Images that carry Mellanox's repository lose it; we never read it.
+    entries.retain(|e| e.types.iter().any(|t| t == "deb") && !e.uris.iter().any(|u| u.contains("mellanox") || u.contains("/mlnx")));
+    if entries.is_empty() {
+        return Err(Error::Unsupported("the base image configures no apt repository; pass --mirror URL".into()));
+    }
+    let default_keys = trusted_keys(base)?;
+    let mut out = Vec::new();
+    for e in entries {
+        if e.trusted {
+            return Err(Error::Unsupported(format!("the base's apt source {} is marked trusted=yes; unsigned repositories are not used", e.uris.join(" "))));
+        }
+        let keyring = match &e.signed_by {
+            _ if inputs.keyring.is_some() => inputs.keyring.clone().unwrap_or_default(),
+            Some(s) if s.contains("BEGIN PGP PUBLIC KEY BLOCK") => crate::keys::dearmor(s.as_bytes())?,
+            Some(path) => {
+                let data = base
+                    .read(path, 4 << 20)?
+                    .ok_or_else(|| Error::Unsupported(format!("the base's apt source names key {path}, which the image does not have")))?;
+                crate::keys::dearmor(&data)?
+            }
+            None => default_keys.clone(),
+        };
+        for suite in &e.suites {
+            let uris: Vec<String> = match inputs.mirror {
+                Some(m) => vec![m.to_string()],
+                None => e.uris.clone(),
+            };
+            let specs = uris
+                .into_iter()
+                .map(|url| RepoSpec { url, suite: suite.clone(), components: e.components.clone(), arch: inputs.arch.to_string(), keyring: keyring.clone() })
+                .collect();
+            out.push((format!("base {suite}"), specs));
+        }
+    }
+    Ok(out)
+}
+
+/// apt's default trust: /etc/apt/trusted.gpg and /etc/apt/trusted.gpg.d/*.{gpg,asc}.
+fn trusted_keys(base: &dyn BaseFiles) -> Result<Vec<u8>> {
+    let mut keys = Vec::new();
+    if let Some(k) = base.read("etc/apt/trusted.gpg", 4 << 20)? {
+        keys.extend(crate::keys::dearmor(&k)?);
+    }
+    for name in base.list("etc/apt/trusted.gpg.d")? {
+        if name.ends_with(".gpg") || name.ends_with(".asc") {
+            if let Some(k) = base.read(&format!("etc/apt/trusted.gpg.d/{name}"), 4 << 20)? {
+                keys.extend(crate::keys::dearmor(&k)?);
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// Downloads (or takes from the cache) every planned `.deb`, checked against the index.
+pub async fn fetch_debs(plan: &[Planned], cache_dir: &Path, report: &mut PackagesReport, reporter: &dyn Reporter) -> Result<Vec<PathBuf>> {
+    let dir = cache_dir.join("debs");
+    std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
+    let client = reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| Error::Unsupported(format!("http client: {e}")))?;
+    let results: Vec<Result<(PathBuf, u64)>> = futures_util::stream::iter(plan.iter().map(|p| {
+        let client = client.clone();
+        let dir = dir.clone();
+        async move { fetch_one(&client, &p.pkg, &dir).await }
+    }))
+    .buffered(4)
+    .collect()
+    .await;
+    let mut paths = Vec::new();
+    for (r, p) in results.into_iter().zip(plan) {
+        let (path, downloaded) = r?;
+        if downloaded == 0 {
+            report.cached_debs += 1;
+        }
+        report.downloaded_bytes += downloaded;
+        reporter.step(&format!("got {} {}", p.name, p.version));
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// The cache is keyed by SHA256, so a cached file is right by construction; a download is
+/// written to a temporary name, checked, then renamed.
+async fn fetch_one(client: &reqwest::Client, pkg: &IndexedPackage, dir: &Path) -> Result<(PathBuf, u64)> {
+    let path = dir.join(format!("{}.deb", pkg.sha256));
+    if crate::blob::digest_hex(&format!("sha256:{}", pkg.sha256)).is_err() {
+        return Err(Error::Unsupported(format!("malformed SHA256 for {} in {}", pkg.url, pkg.repo)));
+    }
+    if path.exists() {
+        return Ok((path, 0));
+    }
+    let fail = |reason: String| Error::Download { url: pkg.url.clone(), reason };
+    let mut attempt = 0;
+    let bytes = loop {
+        attempt += 1;
+        let r = async {
+            let resp = client.get(&pkg.url).send().await?.error_for_status()?;
+            resp.bytes().await
+        }
+        .await;
+        match r {
+            Ok(b) => break b,
+            Err(e) if attempt < 3 && (e.is_connect() || e.is_timeout() || e.is_body() || e.status().is_some_and(|s| s.is_server_error())) => {
+                tokio::time::sleep(std::time::Duration::from_millis(300 * attempt)).await;
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    };
+    if bytes.len() as u64 != pkg.size {
+        return Err(fail(format!("size {} but the index says {}", bytes.len(), pkg.size)));
+    }
+    let got = hex::encode(Sha256::digest(&bytes));
+    if got != pkg.sha256 {
+        return Err(Error::DigestMismatch { expected: format!("sha256:{} ({})", pkg.sha256, pkg.url), actual: format!("sha256:{got}") });
+    }
+    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(Error::io("writing cache", dir))?;
+    std::fs::write(tmp.path(), &bytes).map_err(Error::io("writing cache", tmp.path()))?;
+    tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
+    Ok((path, bytes.len() as u64))
+}
+
+/// dpkg's name for a package's info files: `pkg:arch` for `Multi-Arch: same` (info format 1).
+fn info_name(control: &Paragraph, arch: &str) -> String {
+    let name = control.get("Package").unwrap_or_default();
+    if control.get("Multi-Arch") == Some("same") {
+        format!("{name}:{arch}")
+    } else {
+        name.to_string()
+    }
+}
+
+/// Unpacks the packages into `layer` and writes the dpkg database, the removals and the
+/// emulated maintainer-script effects.
+pub fn unpack(
+    res: &resolve::Resolution,
+    debs: &[PathBuf],
+    status: &[Paragraph],
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<Vec<String>> {
+    let mut new_paths: BTreeSet<String> = BTreeSet::new();
+    let mut stanzas: Vec<Paragraph> = Vec::new();
+    for (planned, path) in res.install.iter().zip(debs) {
+        let deb = deb::read_control(path).map_err(|source| Error::Deb { path: path.clone(), source })?;
+        let mut list = vec!["/.".to_string()];
+        let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        deb::for_each_data_entry(path, |entry, data| {
+            list.push(format!("/{}", entry.path));
+            let kind = match &entry.kind {
+                DataKind::Dir => EntryKind::Dir,
+                DataKind::File { .. } => {
+                    let mut buf = Vec::new();
+                    std::io::Read::read_to_end(data, &mut buf).map_err(|e| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) })?;
+                    files.insert(entry.path.clone(), buf.clone());
+                    EntryKind::File(buf)
+                }
+                DataKind::Symlink(target) => EntryKind::Symlink(target.clone()),
+                // Hard links become copies: same content and mode, as far as apt can tell.
+                DataKind::Hardlink(target) => EntryKind::File(files.get(target).cloned().unwrap_or_default()),
+                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
+                    return Err(deb::DebError::Handler { entry: entry.path.clone(), source: "device nodes and fifos in packages are not supported".into() })
+                }
+            };
+            layer
+                .insert(&entry.path, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid })
+                .map_err(|e| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) })?;
+            if !matches!(entry.kind, DataKind::Dir) {
+                new_paths.insert(entry.path.clone());
+            }
+            Ok(())
+        })
+        .map_err(|source| Error::Deb { path: path.clone(), source })?;
+        write_info(&deb, planned, &list, &files, layer, &mut stanzas)?;
+    }
+
+    // What the removed packages owned and nothing new provides goes, as `apt remove` would.
+    let mut removed_files = Vec::new();
+    for gone in &res.remove {
+        let iname = info_name(&gone.paragraph, &gone.arch);
+        if let Some(list) = base.read(&format!("{INFO}/{iname}.list"), 16 << 20)? {
+            for p in String::from_utf8_lossy(&list).lines() {
+                let Some(p) = crate::layer::normalize(p) else { continue };
+                if new_paths.contains(&p) || base_is_dir(base, &p)? {
+                    continue;
+                }
+                layer.add_whiteout(&p)?;
+                removed_files.push(format!("/{p}"));
+            }
+        }
+        let replaced = res.install.iter().any(|p| p.name == gone.name);
+        for suffix in ["list", "md5sums", "conffiles", "shlibs", "symbols", "triggers", "preinst", "postinst", "prerm", "postrm", "templates", "config"] {
+            let p = format!("{INFO}/{iname}.{suffix}");
+            // A replacement under the same info name has just written its own files there.
+            if replaced && layer_has(layer, &p) {
+                continue;
+            }
+            if base.read(&p, 64 << 20)?.is_some() {
+                layer.add_whiteout(&p)?;
+            }
+        }
+    }
+
+    // The status file: the base's stanzas, less what went, plus what came, sorted by name
+    // as dpkg keeps it.
+    let gone: BTreeSet<(&str, &str)> = res.remove.iter().map(|i| (i.name.as_str(), i.arch.as_str())).collect();
+    let mut all: Vec<Paragraph> = status
+        .iter()
+        .filter(|p| {
+            let key = (p.get("Package").unwrap_or_default(), p.get("Architecture").unwrap_or_default());
+            !gone.contains(&key) && !res.install.iter().any(|n| n.name == key.0 && (n.arch == key.1 || key.1 == "all" || n.arch == "all"))
+        })
+        .cloned()
+        .collect();
+    all.extend(stanzas);
+    all.sort_by(|a, b| (a.get("Package"), a.get("Architecture")).cmp(&(b.get("Package"), b.get("Architecture"))));
+    let text: String = all.iter().map(|p| format!("{p}\n")).collect();
+    layer.add_file(STATUS, text.into_bytes(), 0o644)?;
+    // dpkg keeps the previous status as status-old; apt-get leaves one too.
+    if let Some(old) = base.read(STATUS, MAX_STATUS)? {
+        layer.add_file("var/lib/dpkg/status-old", old, 0o644)?;
+    }
+
+    emulate_scripts(res, base, layer)?;
+    Ok(removed_files)
+}
+
+fn layer_has(layer: &LayerContents, path: &str) -> bool {
+    layer.files().any(|(p, e)| p == path && e.kind != EntryKind::Whiteout)
+}
+
+fn base_is_dir(base: &dyn BaseFiles, path: &str) -> Result<bool> {
+    // A path whose listing has entries is a directory; dpkg leaves non-empty dirs alone.
+    Ok(!base.list(path)?.is_empty())
+}
+
+fn write_info(
+    deb: &Deb,
+    planned: &Planned,
+    list: &[String],
+    files: &BTreeMap<String, Vec<u8>>,
+    layer: &mut LayerContents,
+    stanzas: &mut Vec<Paragraph>,
+) -> Result<()> {
+    let iname = info_name(&deb.control, &planned.arch);
+    layer.add_file(&format!("{INFO}/{iname}.list"), (list.join("\n") + "\n").into_bytes(), 0o644)?;
+    for (name, data) in &deb.control_files {
+        // Maintainer scripts stay executable, as dpkg installs them.
+        let mode = if ["preinst", "postinst", "prerm", "postrm", "config"].contains(&name.as_str()) { 0o755 } else { 0o644 };
+        layer.add_file(&format!("{INFO}/{iname}.{name}"), data.clone(), mode)?;
+    }
+    let bad = |e: super::deb822::Deb822Error| Error::Malformed { what: "package control", reference: planned.name.clone(), reason: e.to_string() };
+    let mut stanza = Paragraph::default();
+    for (k, v) in deb.control.fields() {
+        stanza.set(k, v).map_err(bad)?;
+        if k.eq_ignore_ascii_case("Package") {
+            stanza.set("Status", "install ok installed").map_err(bad)?;
+        }
+    }
+    if let Some(conffiles) = deb.control_files.get("conffiles") {
+        let mut lines = Vec::new();
+        for c in String::from_utf8_lossy(conffiles).lines().map(str::trim).filter(|l| !l.is_empty() && l.starts_with('/')) {
+            let sum = files.get(c.trim_start_matches('/')).map(|d| hex::encode(Md5::digest(d))).unwrap_or_else(|| "newconffile".into());
+            lines.push(format!(" {c} {sum}"));
+        }
+        if !lines.is_empty() {
+            // dpkg writes Conffiles before Description.
+            let desc = stanza.remove("Description");
+            stanza.set("Conffiles", format!("\n{}", lines.join("\n"))).map_err(bad)?;
+            if let Some(d) = desc {
+                stanza.set("Description", d).map_err(bad)?;
+            }
+        }
+    }
+    stanzas.push(stanza);
+    Ok(())
+}
+
+/// libibverbs1's postinst runs `addgroup --system --quiet rdma`; adduser picks the lowest free
+/// gid from FIRST_SYSTEM_GID (100) to LAST_SYSTEM_GID (999) and writes group and gshadow,
+/// keeping the previous versions as `group-` and `gshadow-`.
+fn emulate_scripts(res: &resolve::Resolution, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+    if !res.install.iter().any(|p| p.name == "libibverbs1") {
+        return Ok(());
+    }
+    let group = String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()).into_owned();
+    if group.lines().any(|l| l.split(':').next() == Some("rdma")) {
+        return Ok(());
+    }
+    let used: BTreeSet<u32> = group.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
+    let gid = (100..=999).find(|g| !used.contains(g)).ok_or_else(|| Error::Unsupported("no free system gid for group rdma".into()))?;
+    let mut new_group = group.clone();
+    if !new_group.is_empty() && !new_group.ends_with('\n') {
+        new_group.push('\n');
+    }
+    new_group.push_str(&format!("rdma:x:{gid}:\n"));
+    layer.add_file("etc/group", new_group.into_bytes(), 0o644)?;
+    layer.add_file("etc/group-", group.into_bytes(), 0o644)?;
+    if let Some(gshadow) = base.read("etc/gshadow", 4 << 20)? {
+        let mut new = String::from_utf8_lossy(&gshadow).into_owned();
+        if !new.is_empty() && !new.ends_with('\n') {
+            new.push('\n');
+        }
+        new.push_str("rdma:!::\n");
+        layer.insert("etc/gshadow", Entry { kind: EntryKind::File(new.into_bytes()), mode: 0o640, uid: 0, gid: 42 })?;
+        layer.insert("etc/gshadow-", Entry { kind: EntryKind::File(gshadow), mode: 0o640, uid: 0, gid: 42 })?;
+    }
+    Ok(())
+}
