@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use crate::config::{rfc3339, ConfigEdit, EnvChange};
 use crate::distro::OsRelease;
+use crate::rootfs::{SnapEntry, Snapshot};
 use crate::error::{Error, Result};
 use crate::layer::{LayerCompression, LayerContents, LayerInfo};
 use crate::packages::apt::install::{self as apt, AptInputs, PackagesReport};
@@ -254,7 +255,8 @@ impl LayerCache {
 }
 
 /// Files of one source image as a container would see them (topmost layer wins, whiteouts
-/// honoured). Only the layers down to the one that has the answer are fetched.
+/// honoured, symlinks resolved inside the image). Layers are read once each, top down, and
+/// only as far down as a question needs.
 pub struct ImageFiles<'a> {
     src: &'a Source,
     layers: Vec<(String, u64)>,
@@ -262,12 +264,14 @@ pub struct ImageFiles<'a> {
     reporter: &'a Arc<dyn Reporter>,
     counters: &'a Counters,
     handle: tokio::runtime::Handle,
+    snapshots: Vec<std::sync::OnceLock<Snapshot>>,
 }
 
 impl<'a> ImageFiles<'a> {
     fn new(src: &'a Source, img: &SourceImage, cache: &'a LayerCache, reporter: &'a Arc<dyn Reporter>, counters: &'a Counters) -> Self {
-        let layers = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
-        ImageFiles { src, layers, cache, reporter, counters, handle: tokio::runtime::Handle::current() }
+        let layers: Vec<(String, u64)> = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
+        let snapshots = layers.iter().map(|_| std::sync::OnceLock::new()).collect();
+        ImageFiles { src, layers, cache, reporter, counters, handle: tokio::runtime::Handle::current(), snapshots }
     }
 
     fn open(&self, i: usize) -> Result<Box<dyn BufRead>> {
@@ -282,12 +286,46 @@ impl<'a> ImageFiles<'a> {
         }
     }
 
+    fn snapshot(&self, i: usize) -> Result<&Snapshot> {
+        if let Some(s) = self.snapshots[i].get() {
+            return Ok(s);
+        }
+        let snap = tokio::task::block_in_place(|| Snapshot::read(&mut *self.open(i)?))?;
+        Ok(self.snapshots[i].get_or_init(|| snap))
+    }
+
+    fn entry(&self, path: &str) -> Result<Option<SnapEntry>> {
+        Ok(crate::rootfs::lookup((0..self.layers.len()).map(|i| self.snapshot(i)), path)?.cloned())
+    }
+
+    /// `path` with every symlink in it resolved inside the image (the last one too when `last`).
+    pub fn real_path(&self, path: &str, last: bool) -> Result<Option<String>> {
+        crate::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p))
+    }
+
     pub fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
-        tokio::task::block_in_place(|| crate::rootfs::read_file(self.layers.len(), &mut |i| self.open(i), path, max))
+        let Some(real) = self.real_path(path, true)? else { return Ok(None) };
+        match self.entry(&real)? {
+            Some(SnapEntry::File(Some(data))) if data.len() as u64 <= max => Ok(Some(data)),
+            // Content the snapshot did not keep: one streaming pass for it.
+            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::rootfs::read_file(self.layers.len(), &mut |i| self.open(i), &real, max)),
+            _ => Ok(None),
+        }
     }
 
     pub fn list(&self, dir: &str) -> Result<Vec<String>> {
-        tokio::task::block_in_place(|| crate::rootfs::list_dir(self.layers.len(), &mut |i| self.open(i), dir))
+        let Some(real) = self.real_path(dir, true)? else { return Ok(Vec::new()) };
+        let mut seen: BTreeMap<String, bool> = BTreeMap::new();
+        for i in 0..self.layers.len() {
+            let (children, hidden) = self.snapshot(i)?.children(&real);
+            for (name, visible) in children {
+                seen.entry(name).or_insert(visible);
+            }
+            if hidden {
+                break;
+            }
+        }
+        Ok(seen.into_iter().filter(|(_, v)| *v).map(|(n, _)| n).collect())
     }
 }
 
@@ -416,6 +454,12 @@ impl apt::BaseFiles for ImageFiles<'_> {
     }
     fn list(&self, dir: &str) -> Result<Vec<String>> {
         ImageFiles::list(self, dir)
+    }
+    fn real_path(&self, path: &str) -> Result<Option<String>> {
+        ImageFiles::real_path(self, path, false)
+    }
+    fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
+        self.entry(path)
     }
 }
 

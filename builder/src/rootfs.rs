@@ -273,3 +273,172 @@ mod tests {
         assert_eq!(read(&[loop_], "etc/os-release"), None);
     }
 }
+
+/// One layer's entries, read once: the kind of every path, whiteouts and opaque directories,
+/// and the content of the small configuration files a build asks about, so repeated questions
+/// (os-release, dpkg status, apt sources, keys, groups, directory symlinks) cost one pass.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    entries: BTreeMap<String, SnapEntry>,
+    /// Paths whited out in this layer (hiding that path and everything below it).
+    whiteouts: std::collections::HashSet<String>,
+    /// Directories made opaque in this layer.
+    opaque: std::collections::HashSet<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum SnapEntry {
+    /// A regular file; its content when it was small and of interest.
+    File(Option<Vec<u8>>),
+    Dir,
+    Symlink(String),
+    Other,
+}
+
+/// Whether a file's content is kept in the snapshot.
+fn of_interest(path: &str, size: u64) -> bool {
+    const KEEP: &[&str] = &["etc/", "usr/share/keyrings/", "usr/lib/os-release", "var/lib/dpkg/status", "var/lib/dpkg/info/format"];
+    size <= 16 << 20 && KEEP.iter().any(|k| path.starts_with(k) && !path.starts_with("var/lib/dpkg/status-"))
+}
+
+impl Snapshot {
+    /// Reads a whole (possibly compressed) layer; the input is drained for its digest check.
+    pub fn read(r: &mut dyn BufRead) -> Result<Snapshot> {
+        Self::scan(r).map_err(|e| crate::blob::digest_error(&e).unwrap_or(Error::Malformed { what: "layer", reference: "base image".into(), reason: e.to_string() }))
+    }
+
+    fn scan(r: &mut dyn BufRead) -> io::Result<Snapshot> {
+        let mut snap = Snapshot::default();
+        {
+            let mut archive = tar::Archive::new(decompressed(&mut *r)?);
+            for entry in archive.entries()? {
+                let mut entry = entry?;
+                let raw = entry.path_bytes();
+                let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { continue };
+                let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
+                if base == ".wh..wh..opq" {
+                    snap.opaque.insert(dir.to_string());
+                    continue;
+                }
+                if let Some(w) = base.strip_prefix(".wh.") {
+                    snap.whiteouts.insert(if dir.is_empty() { w.to_string() } else { format!("{dir}/{w}") });
+                    continue;
+                }
+                let t = entry.header().entry_type();
+                let e = if t.is_file() {
+                    if of_interest(&name, entry.size()) {
+                        let mut data = Vec::with_capacity(entry.size() as usize);
+                        (&mut entry).take(16 << 20).read_to_end(&mut data)?;
+                        SnapEntry::File(Some(data))
+                    } else {
+                        SnapEntry::File(None)
+                    }
+                } else if t.is_dir() {
+                    SnapEntry::Dir
+                } else if t.is_symlink() {
+                    SnapEntry::Symlink(entry.link_name_bytes().map(|l| String::from_utf8_lossy(&l).into_owned()).unwrap_or_default())
+                } else if t.is_hard_link() {
+                    // Content lives under the link target; resolve it inside this layer.
+                    let target = entry.link_name_bytes().and_then(|l| normalize(&String::from_utf8_lossy(&l)));
+                    match target.and_then(|t| snap.entries.get(&t).cloned()) {
+                        Some(e @ SnapEntry::File(_)) => e,
+                        _ => SnapEntry::Other,
+                    }
+                } else {
+                    SnapEntry::Other
+                };
+                snap.entries.insert(name, e);
+            }
+        }
+        io::copy(r, &mut io::sink())?;
+        Ok(snap)
+    }
+
+    /// Whether this layer hides `path` in the layers below it: a whiteout of it or of a parent,
+    /// an opaque parent, or a parent replaced by something that is not a directory.
+    fn hides(&self, path: &str) -> bool {
+        if self.whiteouts.contains(path) || self.opaque.contains("") {
+            return true;
+        }
+        let mut at = 0;
+        while let Some(i) = path[at..].find('/') {
+            let parent = &path[..at + i];
+            if self.whiteouts.contains(parent) || self.opaque.contains(parent) || self.entries.get(parent).is_some_and(|e| !matches!(e, SnapEntry::Dir)) {
+                return true;
+            }
+            at += i + 1;
+        }
+        false
+    }
+}
+
+impl Snapshot {
+    /// Names directly in `dir` that this layer has (true) or whites out (false), and whether
+    /// lower layers' contents of `dir` are hidden.
+    pub fn children(&self, dir: &str) -> (Vec<(String, bool)>, bool) {
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let mut out = Vec::new();
+        for (p, e) in self.entries.range(prefix.clone()..).take_while(|(p, _)| p.starts_with(&prefix)) {
+            let rest = &p[prefix.len()..];
+            if !rest.contains('/') {
+                out.push((rest.to_string(), matches!(e, SnapEntry::File(_) | SnapEntry::Symlink(_))));
+            }
+        }
+        for w in &self.whiteouts {
+            if let Some(rest) = w.strip_prefix(&prefix) {
+                if !rest.contains('/') {
+                    out.push((rest.to_string(), false));
+                }
+            }
+        }
+        let hidden = self.opaque.contains(dir) || (!dir.is_empty() && (self.hides(dir) || self.entries.get(dir).is_some_and(|e| !matches!(e, SnapEntry::Dir))));
+        (out, hidden)
+    }
+}
+
+/// What the merged view of `snapshots` (topmost first) has at `path`, without following a
+/// final symlink: `None` when nothing is there. `Err(i)` means layer `i` has a file whose
+/// content the snapshot did not keep.
+pub fn lookup<'a>(snapshots: impl Iterator<Item = Result<&'a Snapshot>>, path: &str) -> Result<Option<&'a SnapEntry>> {
+    for snap in snapshots {
+        let snap = snap?;
+        if let Some(e) = snap.entries.get(path) {
+            return Ok(Some(e));
+        }
+        if snap.hides(path) {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+/// Resolves symlinks in `path`'s directories (and in the path itself when `last` is set)
+/// inside the image, as the kernel would with the image as root. `kind(p)` answers what the
+/// merged image has at `p`.
+pub fn resolve_in_image(path: &str, last: bool, kind: &mut dyn FnMut(&str) -> Result<Option<SnapEntry>>) -> Result<Option<String>> {
+    let mut parts: Vec<String> = normalize(path).map(|p| p.split('/').map(str::to_string).collect()).unwrap_or_default();
+    let mut done: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while !parts.is_empty() {
+        let comp = parts.remove(0);
+        done.push(comp);
+        if parts.is_empty() && !last {
+            break;
+        }
+        let here = done.join("/");
+        if let Some(SnapEntry::Symlink(target)) = kind(&here)? {
+            hops += 1;
+            if hops > MAX_SYMLINKS {
+                return Ok(None);
+            }
+            done.pop();
+            let base = if target.starts_with('/') { String::new() } else { done.join("/") };
+            let resolved = resolve(&base, &target).unwrap_or_default();
+            let mut rest: Vec<String> = resolved.split('/').filter(|p| !p.is_empty()).map(str::to_string).collect();
+            rest.extend(parts);
+            parts = rest;
+            done.clear();
+        }
+    }
+    Ok(Some(done.join("/")))
+}

@@ -22,6 +22,10 @@ use crate::recipe::Recipe;
 pub trait BaseFiles: Sync {
     fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>>;
     fn list(&self, dir: &str) -> Result<Vec<String>>;
+    /// `path` with the symlinks in its directories resolved inside the image.
+    fn real_path(&self, path: &str) -> Result<Option<String>>;
+    /// What the image has at `path` (not following a final symlink).
+    fn kind(&self, path: &str) -> Result<Option<crate::rootfs::SnapEntry>>;
 }
 
 pub const STATUS: &str = "var/lib/dpkg/status";
@@ -342,11 +346,19 @@ pub fn unpack(
                     return Err(deb::DebError::Handler { entry: entry.path.clone(), source: "device nodes and fifos in packages are not supported".into() })
                 }
             };
-            layer
-                .insert(&entry.path, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid })
-                .map_err(|e| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) })?;
+            // dpkg follows the symlinks the system already has for directories (merged /usr:
+            // /lib -> usr/lib), so a package's /lib/x lands in /usr/lib/x and the symlink stays.
+            let handler = |e: Error| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) };
+            let real = base.real_path(&entry.path).map_err(handler)?.unwrap_or_else(|| entry.path.clone());
+            if matches!(kind, EntryKind::Dir) && matches!(base.kind(&real).map_err(handler)?, Some(crate::rootfs::SnapEntry::Symlink(_))) {
+                return Ok(());
+            }
+            if real.is_empty() {
+                return Ok(());
+            }
+            layer.insert(&real, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid }).map_err(handler)?;
             if !matches!(entry.kind, DataKind::Dir) {
-                new_paths.insert(entry.path.clone());
+                new_paths.insert(real);
             }
             Ok(())
         })
@@ -361,7 +373,10 @@ pub fn unpack(
         if let Some(list) = base.read(&format!("{INFO}/{iname}.list"), 16 << 20)? {
             for p in String::from_utf8_lossy(&list).lines() {
                 let Some(p) = crate::layer::normalize(p) else { continue };
-                if new_paths.contains(&p) || base_is_dir(base, &p)? {
+                let Some(p) = base.real_path(&p)?.filter(|p| !p.is_empty()) else { continue };
+                // Directories stay (dpkg leaves those other packages use), and so do paths
+                // the image does not have any more.
+                if new_paths.contains(&p) || !matches!(base.kind(&p)?, Some(crate::rootfs::SnapEntry::File(_) | crate::rootfs::SnapEntry::Symlink(_))) {
                     continue;
                 }
                 layer.add_whiteout(&p)?;
@@ -407,11 +422,6 @@ pub fn unpack(
 
 fn layer_has(layer: &LayerContents, path: &str) -> bool {
     layer.files().any(|(p, e)| p == path && e.kind != EntryKind::Whiteout)
-}
-
-fn base_is_dir(base: &dyn BaseFiles, path: &str) -> Result<bool> {
-    // A path whose listing has entries is a directory; dpkg leaves non-empty dirs alone.
-    Ok(!base.list(path)?.is_empty())
 }
 
 fn write_info(
