@@ -1,6 +1,7 @@
 //! Product tests: `erdma-build` run as a user runs it, against real registries, skopeo and docker.
 mod errors;
 mod memory;
+mod packages;
 mod registry;
 mod transports;
 

@@ -1,0 +1,367 @@
+//! Installing eRDMA user space from real, signed apt repositories into real Debian 12 images,
+//! checked with dpkg and apt inside a real Docker engine.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{build_env, build_fails, snapshot};
+use crate::support::apt_repo::{AptRepo, Layout, TestKey};
+use crate::support::{self, debian, debs};
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// A recipe that installs `install` from one repository at `url`, Alibaba-style.
+fn repo_recipe(dir: &Path, url: &str, suite: &str, components: &[&str], install: &[&str]) -> PathBuf {
+    let path = dir.join("repo-recipe.toml");
+    let comps: Vec<String> = components.iter().map(|c| format!("\"{c}\"")).collect();
+    let pkgs: Vec<String> = install.iter().map(|c| format!("\"{c}\"")).collect();
+    std::fs::write(
+        &path,
+        format!(
+            r#"[distro]
+id = "debian"
+version_id = "12"
+pretty = "Debian 12 (test repository)"
+backend = "apt"
+
+[[repository]]
+name = "erdma"
+urls = ["{url}"]
+suite = "{suite}"
+components = [{comps}]
+
+[packages]
+install = [{pkgs}]
+remove = ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]
+remove_files = ["/etc/apt/sources.list.d/mellanox_mlnx_ofed.list"]
+
+[env]
+NCCL_IB_HCA = "erdma"
+"#,
+            comps = comps.join(", "),
+            pkgs = pkgs.join(", ")
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Runs a build with its own package cache; returns the JSON report.
+fn build(args: &[&str], cache: &Path) -> Value {
+    let mut all = vec!["build", "--json"];
+    all.extend_from_slice(args);
+    let out = build_env(&all, &[("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
+    support::assert_success("erdma-build build", &out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn docker(args: &[&str]) -> std::process::Output {
+    Command::new("docker").args(args).output().unwrap()
+}
+
+/// Loads a docker-archive and returns its name; removed again by [`Loaded`]'s drop.
+struct Loaded(String);
+impl Loaded {
+    fn new(archive: &Path, name: &str) -> Loaded {
+        let out = docker(&["load", "-i", &s(archive)]);
+        support::assert_success("docker load", &out);
+        Loaded(name.to_string())
+    }
+    fn run(&self, script: &str) -> std::process::Output {
+        docker(&["run", "--rm", "--network", "none", &self.0, "bash", "-c", script])
+    }
+}
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        let _ = docker(&["rmi", "-f", &self.0]);
+    }
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// What a layer tar (compressed or not) holds: regular files and symlinks, whiteouts apart.
+fn layer_paths(blob: &[u8]) -> (Vec<String>, u64) {
+    let mut raw = Vec::new();
+    let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(blob)) } else { Box::new(blob) };
+    std::io::Read::read_to_end(&mut r, &mut raw).unwrap();
+    let mut out = Vec::new();
+    for e in tar::Archive::new(raw.as_slice()).entries().unwrap() {
+        let e = e.unwrap();
+        if e.header().entry_type().is_dir() {
+            continue;
+        }
+        out.push(e.path().unwrap().to_string_lossy().trim_start_matches("./").to_string());
+    }
+    out.sort();
+    (out, raw.len() as u64)
+}
+
+#[test]
+fn debian12_from_its_own_archive_passes_dpkg_and_apt_in_docker() {
+    if !support::require_docker() || !debian::require_base() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = debian::debian12_base();
+    let archive = tmp.path().join("out.tar");
+    let name = format!("erdma-test/deb12-erdma:{}", std::process::id());
+    let r = build(&["--base", &base.reference(), "--output", &format!("docker-archive:{}:{name}", s(&archive))], &tmp.path().join("cache"));
+    let pk = &r["images"][0]["packages"];
+    let names: Vec<&str> = pk["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for want in ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian" && p["action"] == "install"), "{pk}");
+    assert!(pk["downloaded_bytes"].as_u64().unwrap() > 100_000);
+
+    let img = Loaded::new(&archive, &name);
+    let out = img.run(
+        "set -e
+         dpkg -s libibverbs1 ibverbs-providers librdmacm1 | grep -c '^Status: install ok installed$'
+         echo AUDIT; dpkg --audit; echo END
+         apt-get check -q >/dev/null && echo CHECK-OK
+         dpkg --verify libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 libnl-3-200 libnl-route-3-200 && echo VERIFY-OK
+         test -f /etc/libibverbs.d/erdma.driver && echo DRIVER-OK
+         test -f /usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so && echo PROVIDER-OK
+         ibv_devices 2>&1 || echo \"ibv_devices exit $?\"
+         getent group rdma
+         dpkg -S /usr/bin/ibv_devices
+         test -L /lib && echo MERGED-USR-OK",
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("3\n"), "three packages installed: {text}");
+    assert!(text.contains("AUDIT\nEND\n"), "dpkg --audit is empty: {text}");
+    for ok in ["CHECK-OK", "VERIFY-OK", "DRIVER-OK", "PROVIDER-OK", "MERGED-USR-OK", "ibverbs-utils: /usr/bin/ibv_devices", "rdma:x:"] {
+        assert!(text.contains(ok), "missing {ok} in\n{text}");
+    }
+    // No RDMA device here: the tool runs, loads libibverbs, and says it found none.
+    assert!(text.contains("Failed to get IB devices list") && !text.contains("error while loading shared libraries"), "{text}");
+
+    // A Dockerfile FROM the result keeps using apt.
+    let ctx = tmp.path().join("ctx");
+    std::fs::create_dir(&ctx).unwrap();
+    std::fs::write(ctx.join("Dockerfile"), format!("FROM {name}\nRUN apt-get update -q && apt-get install -y -q rdmacm-utils && rping --help 2>&1 | head -1\n")).unwrap();
+    let child = format!("{name}-child");
+    let out = Command::new("docker").args(["build", "-q", "-t", &child]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
+    let _ = docker(&["rmi", "-f", &child]);
+    support::assert_success("docker build FROM the result with apt-get install rdmacm-utils", &out);
+}
+
+#[test]
+fn layer_has_the_files_apt_get_adds_and_is_ten_times_smaller() {
+    if !support::require_docker() || !debian::require_base() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = debian::debian12_base();
+    // Ours.
+    let out_layout = tmp.path().join("ours");
+    let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&out_layout)), "--no-env-presets"], &tmp.path().join("cache"));
+    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
+    let (ours, ours_size) = layer_paths(&std::fs::read(support::fixture::blob_path(&out_layout, layer)).unwrap());
+
+    // Docker's, with the same packages, on the same base.
+    let base_name = format!("erdma-test/deb12-base:{}", std::process::id());
+    let base_tar = tmp.path().join("base.tar");
+    support::assert_success("skopeo copy", &support::skopeo(["copy", &base.reference(), &format!("docker-archive:{}:{base_name}", s(&base_tar))]));
+    let _base = Loaded::new(&base_tar, &base_name);
+    let ctx = tmp.path().join("ctx");
+    std::fs::create_dir(&ctx).unwrap();
+    std::fs::write(ctx.join("Dockerfile"), format!("FROM {base_name}\nRUN apt-get update && apt-get install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1\n")).unwrap();
+    let theirs_name = format!("{base_name}-apt");
+    let out = Command::new("docker").args(["build", "-q", "-t", &theirs_name]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
+    support::assert_success("docker build", &out);
+    let saved = tmp.path().join("theirs.tar");
+    let out = docker(&["save", "-o", &s(&saved), &theirs_name]);
+    let _ = docker(&["rmi", "-f", &theirs_name]);
+    support::assert_success("docker save", &out);
+    let theirs_dir = tmp.path().join("theirs");
+    support::assert_success("skopeo copy", &support::skopeo(["copy", &format!("docker-archive:{}", s(&saved)), &format!("oci:{}:x", s(&theirs_dir))]));
+    let index: Value = serde_json::from_slice(&std::fs::read(theirs_dir.join("index.json")).unwrap()).unwrap();
+    let m: Value = serde_json::from_slice(&std::fs::read(support::fixture::blob_path(&theirs_dir, index["manifests"][0]["digest"].as_str().unwrap())).unwrap()).unwrap();
+    let top = m["layers"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap().to_string();
+    let (theirs, theirs_size) = layer_paths(&std::fs::read(support::fixture::blob_path(&theirs_dir, &top)).unwrap());
+
+    // apt's caches and logs, and what only running programs leave, are not part of the install.
+    let noise = |p: &str| {
+        ["var/cache/", "var/lib/apt/", "var/log/", "tmp/", "var/lib/dpkg/triggers/", "var/lib/dpkg/lock", "var/lib/dpkg/updates/"].iter().any(|n| p.starts_with(n))
+            || p == "etc/ld.so.cache"
+            // Lock files adduser leaves behind when its script runs (lckpwdf(3), adduser's own).
+            || p == "etc/.pwd.lock"
+            || p == "run/adduser"
+            || p.ends_with("-old")
+            || p.contains("/.wh.")
+            || p.starts_with(".wh.")
+    };
+    let ours_set: std::collections::BTreeSet<&str> = ours.iter().map(String::as_str).filter(|p| !noise(p)).collect();
+    let theirs_set: std::collections::BTreeSet<&str> = theirs.iter().map(String::as_str).filter(|p| !noise(p)).collect();
+    let only_ours: Vec<_> = ours_set.difference(&theirs_set).collect();
+    let only_theirs: Vec<_> = theirs_set.difference(&ours_set).collect();
+    assert!(only_ours.is_empty() && only_theirs.is_empty(), "only in ours: {only_ours:?}\nonly in apt-get's: {only_theirs:?}");
+    eprintln!("layer (uncompressed): erdma-build {ours_size} bytes, docker build {theirs_size} bytes");
+    assert!(theirs_size >= 10 * ours_size, "ours {ours_size}, docker's {theirs_size}");
+}
+
+/// The eRDMA packages and their libnl dependencies, in a signed repository of ours.
+fn erdma_repo(layout: Layout, key: &TestKey) -> AptRepo {
+    AptRepo::build_under("erdma/apt/debian", layout, &debs::real_debs_closure(), key)
+}
+
+#[test]
+fn alibaba_style_nested_and_flat_repositories() {
+    if !debian::require_base() || !debs::require_download() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let key = TestKey::generate();
+    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let base = debian::debian12_base();
+    let cache = tmp.path().join("cache");
+    for (layout, suite, comps) in [(Layout::erdma(), "bookworm/erdma", vec!["main"]), (Layout::Flat, "./", vec![])] {
+        let repo = erdma_repo(layout, &key);
+        let recipe = repo_recipe(tmp.path(), &repo.url(), suite, &comps, &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+        let out = tmp.path().join(format!("out-{}", repo.port()));
+        let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&out)), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &cache);
+        let pk = &r["images"][0]["packages"];
+        assert_eq!(pk["repositories"]["erdma"], repo.url().as_str(), "{pk}");
+        assert_eq!(pk["install"].as_array().unwrap().len(), 6, "the four and libnl's two: {pk}");
+        assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == crate::support::apt_repo::ORIGIN), "{pk}");
+        let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        assert!(files.contains(&"/etc/apt/sources.list.d/erdma.list") && files.contains(&"/etc/apt/trusted.gpg.d/erdma.gpg"));
+        assert!(files.contains(&"/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so"), "{files:?}");
+        // The .debs came through our repository once; later builds use the cache.
+        let debs_fetched = repo.get_paths().iter().filter(|p| p.ends_with(".deb")).count();
+        assert!(debs_fetched <= 6, "{:?}", repo.get_paths());
+    }
+    // A second build downloads no package.
+    let repo = erdma_repo(Layout::erdma(), &key);
+    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+    let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&tmp.path().join("warm"))), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &cache);
+    assert_eq!(r["images"][0]["packages"]["downloaded_bytes"], 0);
+    assert_eq!(r["images"][0]["packages"]["cached_debs"], 6);
+    assert!(!repo.get_paths().iter().any(|p| p.ends_with(".deb")), "{:?}", repo.get_paths());
+
+    // plan lists the packages with versions and origins and writes nothing.
+    let out = build_env(&["plan", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    support::assert_success("plan", &out);
+    let text = stdout(&out);
+    assert!(text.contains("package libibverbs1 44.0-2 (install; erdma-kit-test)"), "{text}");
+}
+
+#[test]
+fn tampered_or_broken_repositories_fail_with_nothing_written() {
+    if !debian::require_base() || !debs::require_download() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let key = TestKey::generate();
+    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let base = debian::debian12_base();
+    let four = ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"];
+    let out = tmp.path().join("out");
+    let attempt = |repo: &AptRepo, install: &[&str], keyfile: &Path| -> String {
+        let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], install);
+        let cache = tempfile::tempdir().unwrap();
+        let mut args = vec!["build", "--base", &*base.reference().leak(), "--output"];
+        let o = format!("oci:{}:x", s(&out));
+        args.push(&o);
+        let r = s(&recipe);
+        let k = s(keyfile);
+        args.extend(["--recipe", &r, "--keyring", &k]);
+        let out_cmd = build_env(&args, &[("XDG_CACHE_HOME", cache.path().to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "10")]);
+        let err = String::from_utf8_lossy(&out_cmd.stderr).into_owned();
+        assert_eq!(out_cmd.status.code(), Some(1), "{err}");
+        err
+    };
+
+    let repo = erdma_repo(Layout::erdma(), &key);
+    repo.tamper_inrelease();
+    let err = attempt(&repo, &four, &keyfile);
+    assert!(err.contains("bad signature") && err.contains("InRelease"), "{err}");
+
+    let repo = erdma_repo(Layout::erdma(), &key);
+    repo.tamper_packages_xz();
+    let err = attempt(&repo, &four, &keyfile);
+    assert!(err.contains("mismatch") && err.contains("Packages"), "{err}");
+
+    let repo = erdma_repo(Layout::erdma(), &key);
+    repo.tamper_deb("ibverbs-providers");
+    let err = attempt(&repo, &four, &keyfile);
+    assert!(err.contains("digest mismatch") && err.contains("ibverbs-providers"), "{err}");
+
+    let repo = erdma_repo(Layout::erdma(), &key);
+    let err = attempt(&repo, &["no-such-package"], &keyfile);
+    assert!(err.contains("unknown package `no-such-package`"), "{err}");
+
+    let other = TestKey::generate();
+    let otherfile = other.write_public(tmp.path(), "other.asc");
+    let err = attempt(&repo, &four, &otherfile);
+    assert!(err.contains("bad signature") || err.contains("no valid signature"), "a repository signed by another key: {err}");
+
+    let broken = debs::fake_deb(tmp.path(), debs::FakeDeb { name: "needs-missing", version: "1.0", depends: Some("libdoes-not-exist1 (>= 2)"), ..Default::default() });
+    let repo = AptRepo::build_under("erdma/apt/debian", Layout::erdma(), &[broken], &key);
+    let err = attempt(&repo, &["needs-missing"], &keyfile);
+    assert!(err.contains("cannot satisfy `libdoes-not-exist1 (>= 2)` of needs-missing 1.0"), "{err}");
+
+    assert!(!out.exists(), "no output after any failure");
+    let leftovers: Vec<_> = snapshot(tmp.path()).into_keys().filter(|k| k.contains(".erdma-build")).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn ngc_like_base_loses_mellanox_ofed() {
+    if !support::require_docker() || !debs::require_ngc_like() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let key = TestKey::generate();
+    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let base = debs::ngc_like_base(&tmp.path().join("ngc"));
+    let repo = erdma_repo(Layout::erdma(), &key);
+    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+    let archive = tmp.path().join("out.tar");
+    let name = format!("erdma-test/ngc-erdma:{}", std::process::id());
+    let r = build(&["--base", &base.reference(), "--output", &format!("docker-archive:{}:{name}", s(&archive)), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &tmp.path().join("cache"));
+    let pk = &r["images"][0]["packages"];
+    for p in ["libibverbs1", "ibverbs-providers"] {
+        let c = pk["install"].as_array().unwrap().iter().find(|c| c["name"] == p).unwrap_or_else(|| panic!("{p} in {pk}"));
+        assert_eq!(c["action"], "replace", "{c}");
+        assert_eq!(c["from"], debs::OFED_VERSION);
+    }
+    let removed: Vec<&str> = r["images"][0]["files_removed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(removed.contains(&"/etc/apt/sources.list.d/mellanox_mlnx_ofed.list"), "{removed:?}");
+
+    // Every file the OFED builds had, unless the new packages own it, is gone.
+    let mut ofed_files = Vec::new();
+    for deb in debs::ofed_fake_debs(&tmp.path().join("ofed")) {
+        let out = Command::new("dpkg-deb").arg("--fsys-tarfile").arg(&deb).output().unwrap();
+        for e in tar::Archive::new(out.stdout.as_slice()).entries().unwrap() {
+            let e = e.unwrap();
+            if !e.header().entry_type().is_dir() {
+                ofed_files.push(format!("/{}", e.path().unwrap().to_string_lossy().trim_start_matches("./")));
+            }
+        }
+    }
+    assert!(!ofed_files.is_empty());
+    let img = Loaded::new(&archive, &name);
+    let script = format!(
+        "for f in {}; do if [ -e \"$f\" ] || [ -L \"$f\" ]; then dpkg -S \"$f\" >/dev/null 2>&1 && echo \"owned $f\" || echo \"LEFT $f\"; fi; done
+         dpkg-query -W -f='${{Package}} ${{Version}}\\n' libibverbs1 ibverbs-providers
+         echo AUDIT; dpkg --audit; echo END
+         test -e /etc/apt/sources.list.d/mellanox_mlnx_ofed.list && echo MLNX-LEFT || echo MLNX-GONE",
+        ofed_files.join(" ")
+    );
+    let out = img.run(&script);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("LEFT "), "OFED files left that nothing owns:\n{text}");
+    assert!(text.contains("libibverbs1 44.0-2\n") && text.contains("ibverbs-providers 44.0-2\n"), "dpkg lists only the new versions:\n{text}");
+    assert!(!text.contains(debs::OFED_VERSION), "{text}");
+    assert!(text.contains("AUDIT\nEND\n") && text.contains("MLNX-GONE"), "{text}");
+}
