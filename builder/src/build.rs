@@ -417,6 +417,15 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         if build {
             let debs = apt::fetch_debs(&res.install, &inputs.cache_dir, &mut report, reporter).await?;
             removed = apt::unpack(&res, &debs, &status, base, &mut layer)?;
+            // The whole point: an image whose libibverbs has no erdma provider silently falls
+            // back to TCP. Refuse it (rdma-core gained the provider in v43).
+            let has_provider = layer.files().any(|(p, _)| p == "etc/libibverbs.d/erdma.driver") || base.read("etc/libibverbs.d/erdma.driver", 4096)?.is_some();
+            if !has_provider {
+                return Err(Error::Unsupported(format!(
+                    "the packages recipe {} installs have no erdma provider (/etc/libibverbs.d/erdma.driver is missing): this rdma-core is older than 43; use a repository with eRDMA builds (--repo) or another base",
+                    recipe.name
+                )));
+            }
         } else {
             complete = false;
         }

@@ -139,7 +139,8 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         writeln!(out, "  base layers reused: {} ({} bytes), {layer}", img.base_layers.len(), total)?;
     }
     if built {
-        writeln!(out, "downloaded {} bytes, uploaded {} bytes", r.bytes_downloaded, r.bytes_uploaded)?;
+        let debs: u64 = r.images.iter().filter_map(|i| i.packages.as_ref()).map(|p| p.downloaded_bytes).sum();
+        writeln!(out, "downloaded {} bytes of image layers and {} bytes of packages, uploaded {} bytes", r.bytes_downloaded, debs, r.bytes_uploaded)?;
     }
     Ok(())
 }

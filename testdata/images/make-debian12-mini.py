@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes testdata/images/debian12-mini: a tiny OCI image layout standing in for a Debian 12
-base (os-release, an apt sources file, a dpkg status file). Deterministic: run it again and
+base: os-release, an apt sources file, and the dpkg status, group and gshadow files of a real
+`debootstrap --variant=minbase bookworm` root (debian12-mini-files/), without the binaries. Deterministic: run it again and
 the digests do not change. The real Debian base for the package tests is made by debootstrap."""
 import gzip, hashlib, io, json, os, shutil, sys, tarfile
 
@@ -16,11 +17,17 @@ HOME_URL="https://www.debian.org/"
 FILES = [
     ("usr/lib/os-release", OS_RELEASE, None),
     ("etc/os-release", None, "../usr/lib/os-release"),
+    # Debian 12 is merged-/usr: packages' /lib paths must land in /usr/lib.
+    ("bin", None, "usr/bin"), ("sbin", None, "usr/sbin"), ("lib", None, "usr/lib"), ("lib64", None, "usr/lib64"),
     ("etc/apt/sources.list.d/debian.sources",
-     b"Types: deb\nURIs: http://archive.invalid/debian\nSuites: bookworm bookworm-updates\nComponents: main\n"
+     b"Types: deb\nURIs: http://archive.invalid/debian\nSuites: bookworm\nComponents: main\n"
      b"Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n", None),
-    ("var/lib/dpkg/status", b"", None),
 ]
+HERE = os.path.dirname(os.path.abspath(__file__))
+for name, path, mode in [("status", "var/lib/dpkg/status", 0o644), ("group", "etc/group", 0o644), ("gshadow", "etc/gshadow", 0o640)]:
+    with open(os.path.join(HERE, "debian12-mini-files", name), "rb") as f:
+        FILES.append((path, f.read(), None))
+MODES = {"etc/gshadow": 0o640}
 
 def blob(data):
     d = hashlib.sha256(data).hexdigest()
@@ -41,7 +48,7 @@ def main():
             if link:
                 ti.type = tarfile.SYMTYPE; ti.linkname = link; t.addfile(ti)
             else:
-                ti.size = len(data); ti.mode = 0o644; t.addfile(ti, io.BytesIO(data))
+                ti.size = len(data); ti.mode = MODES.get(path, 0o644); t.addfile(ti, io.BytesIO(data))
     tar = raw.getvalue()
     gz = gzip.compress(tar, mtime=0)
     layer = blob(gz)

@@ -365,3 +365,57 @@ fn ngc_like_base_loses_mellanox_ofed() {
     assert!(!text.contains(debs::OFED_VERSION), "{text}");
     assert!(text.contains("AUDIT\nEND\n") && text.contains("MLNX-GONE"), "{text}");
 }
+
+fn testdata(rel: &str) -> String {
+    format!("{}/../testdata/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn the_offline_demo_installs_from_testdata() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = build(
+        &[
+            "--base",
+            &format!("oci:{}:latest", testdata("images/debian12-mini")),
+            "--mirror",
+            &format!("file://{}", testdata("repos/debian-demo")),
+            "--keyring",
+            &testdata("repos/debian-demo/demo-key.asc"),
+            "--output",
+            &format!("oci:{}:demo", s(&tmp.path().join("out"))),
+        ],
+        &tmp.path().join("cache"),
+    );
+    let pk = &r["images"][0]["packages"];
+    let got: Vec<String> = pk["install"].as_array().unwrap().iter().map(|p| format!("{} {}", p["name"].as_str().unwrap(), p["version"].as_str().unwrap())).collect();
+    assert_eq!(got, ["ibverbs-providers 44.0-2", "ibverbs-utils 44.0-2", "libibverbs1 44.0-2", "libnl-3-200 3.7.0-0.2+b1", "libnl-route-3-200 3.7.0-0.2+b1", "librdmacm1 44.0-2"]);
+    assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "erdma-kit-demo"));
+    let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for f in ["/etc/libibverbs.d/erdma.driver", "/var/lib/dpkg/info/libibverbs1:amd64.list", "/var/lib/dpkg/info/libibverbs1:amd64.md5sums", "/var/lib/dpkg/status", "/etc/group", "/etc/gshadow"] {
+        assert!(files.contains(&f), "{f} not in {files:?}");
+    }
+    // libnl ships /lib/...: it lands under /usr/lib, leaving the base's lib -> usr/lib alone.
+    assert!(files.contains(&"/usr/lib/x86_64-linux-gnu/libnl-3.so.200.26.0"), "{files:?}");
+    assert!(!files.iter().any(|f| f.starts_with("/lib/")), "{files:?}");
+}
+
+#[test]
+fn packages_without_the_erdma_provider_are_refused() {
+    if !support::require(support::have("dpkg-deb") && support::have("apt-ftparchive") && support::have("gpg"), "dpkg-deb, apt-ftparchive and gpg are needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let key = TestKey::generate();
+    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    // Ubuntu 22.04's rdma-core 39: providers, but no erdma.
+    let old = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb { name: "ibverbs-providers", version: "39.0-1", multi_arch: Some("same"), files: vec![("/etc/libibverbs.d/mlx5.driver", b"driver mlx5\n", 0o644)], ..Default::default() },
+    );
+    let repo = AptRepo::build_under("erdma/apt/debian", Layout::erdma(), &[old], &key);
+    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["ibverbs-providers"]);
+    let out = tmp.path().join("out");
+    let err = build_fails(&["build", "--base", &format!("oci:{}:latest", testdata("images/debian12-mini")), "--recipe", &s(&recipe), "--keyring", &s(&keyfile), "--output", &format!("oci:{}", s(&out))]);
+    assert!(err.contains("no erdma provider"), "{err}");
+    assert!(!out.exists());
+}

@@ -188,6 +188,7 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
         return Err(Error::Unsupported("the base image configures no apt repository; pass --mirror URL".into()));
     }
     let default_keys = trusted_keys(base)?;
+    let main_uri = entries.first().and_then(|e| e.uris.first()).cloned();
     let mut out = Vec::new();
     for e in entries {
         if e.trusted {
@@ -205,9 +206,11 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
             None => default_keys.clone(),
         };
         for suite in &e.suites {
+            // --mirror stands in for the main archive (the first source's URI), not for
+            // separate ones such as debian-security.
             let uris: Vec<String> = match inputs.mirror {
-                Some(m) => vec![m.to_string()],
-                None => e.uris.clone(),
+                Some(m) if e.uris.first() == main_uri.as_ref() => vec![m.to_string()],
+                _ => e.uris.clone(),
             };
             let specs = uris
                 .into_iter()
@@ -275,22 +278,7 @@ async fn fetch_one(client: &reqwest::Client, pkg: &IndexedPackage, dir: &Path) -
         return Ok((path, 0));
     }
     let fail = |reason: String| Error::Download { url: pkg.url.clone(), reason };
-    let mut attempt = 0;
-    let bytes = loop {
-        attempt += 1;
-        let r = async {
-            let resp = client.get(&pkg.url).send().await?.error_for_status()?;
-            resp.bytes().await
-        }
-        .await;
-        match r {
-            Ok(b) => break b,
-            Err(e) if attempt < 3 && (e.is_connect() || e.is_timeout() || e.is_body() || e.status().is_some_and(|s| s.is_server_error())) => {
-                tokio::time::sleep(std::time::Duration::from_millis(300 * attempt)).await;
-            }
-            Err(e) => return Err(fail(e.to_string())),
-        }
-    };
+    let bytes = repo::get(client, &pkg.url, pkg.size).await?.ok_or_else(|| fail("not found (404)".into()))?;
     if bytes.len() as u64 != pkg.size {
         return Err(fail(format!("size {} but the index says {}", bytes.len(), pkg.size)));
     }

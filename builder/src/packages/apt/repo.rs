@@ -139,6 +139,12 @@ pub enum SignatureError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
+    #[error("reading {url}")]
+    File {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("invalid repository {repo}: {reason}")]
     InvalidSpec { repo: String, reason: String },
 
@@ -459,7 +465,9 @@ fn retryable_status(status: reqwest::StatusCode) -> bool {
 
 /// GET with bounded retries. `None` for 404 and 410. Reads at most `limit + 1` bytes, so a
 /// caller can tell a body longer than `limit` without downloading all of it.
-async fn get(
+/// GETs `url` (http, https, or `file://` for repositories on disk, as apt's file method),
+/// at most `limit` + 1 bytes; `None` for 404/410 or a missing file. Retries transient errors.
+pub(crate) async fn get(
     client: &reqwest::Client,
     url: &str,
     limit: u64,
@@ -485,6 +493,18 @@ async fn get_once(
     url: &str,
     limit: u64,
 ) -> Result<Option<Vec<u8>>, (bool, RepoError)> {
+    if let Some(path) = url.strip_prefix("file://") {
+        return match std::fs::File::open(path) {
+            Ok(f) => {
+                let mut body = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, limit.saturating_add(1)), &mut body)
+                    .map_err(|e| (false, RepoError::File { url: url.to_owned(), source: e }))?;
+                Ok(Some(body))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err((false, RepoError::File { url: url.to_owned(), source: e })),
+        };
+    }
     let http = |source: reqwest::Error| {
         let retry = !source.is_builder() && !source.is_redirect();
         (
