@@ -68,9 +68,6 @@ pub fn cached_dir(name: &str, build: impl FnOnce(&Path)) -> PathBuf {
 }
 
 /// An exclusive `flock` on `path` (created if needed), released when the file is dropped.
-// `File::lock` is stable since Rust 1.89; the workspace's `rust-version` is older but the
-// tests are built with the toolchain scripts/setup installs.
-#[allow(clippy::incompatible_msrv)]
 pub fn lock_file(path: &Path) -> File {
     let f = File::options()
         .create(true)

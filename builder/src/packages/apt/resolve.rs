@@ -295,3 +295,90 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
     res.remove = installed.iter().filter(|i| gone.contains(&i.name)).cloned().collect();
     Ok(res)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packages::apt::deb822;
+
+    fn pkg(text: &str) -> IndexedPackage {
+        IndexedPackage {
+            paragraph: deb822::parse(text).unwrap().remove(0),
+            url: "http://repo.invalid/x.deb".into(),
+            sha256: "0".repeat(64),
+            size: 1,
+            origin: "test".into(),
+            repo: "http://repo.invalid bookworm".into(),
+        }
+    }
+
+    fn installed(text: &str) -> Vec<Installed> {
+        Installed::from_status(&deb822::parse(text).unwrap())
+    }
+
+    fn names(r: &Resolution) -> Vec<String> {
+        r.install.iter().map(|p| format!("{} {} {:?}", p.name, p.version, p.action)).collect()
+    }
+
+    const REPO: &str = "Package: libibverbs1\nVersion: 44.0-2\nArchitecture: amd64\nDepends: libc6 (>= 2.34), libnl-3-200 (>= 3.2.7)\nBreaks: ibverbs-providers (<< 44.0-2)\n\n\
+        Package: ibverbs-providers\nVersion: 44.0-2\nArchitecture: amd64\nDepends: libibverbs1 (>= 44.0-2)\n\n\
+        Package: libnl-3-200\nVersion: 3.7.0-0.2+b1\nArchitecture: amd64\n\n\
+        Package: libnl-3-200\nVersion: 3.5.0-1\nArchitecture: amd64\n\n\
+        Package: arm-only\nVersion: 1\nArchitecture: arm64\n\n\
+        Package: wants-virtual\nVersion: 1\nArchitecture: all\nDepends: some-virtual (>= 2) | missing-alt\n\n\
+        Package: provider\nVersion: 5\nArchitecture: amd64\nProvides: some-virtual (= 2)\n";
+
+    fn available() -> Vec<IndexedPackage> {
+        REPO.split("\n\n").map(pkg).collect()
+    }
+
+    #[test]
+    fn newest_candidates_and_dependencies() {
+        let base = installed("Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n");
+        let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
+        let r = resolve(&req, &base, &available()).unwrap();
+        assert_eq!(names(&r), ["libibverbs1 44.0-2 Install", "libnl-3-200 3.7.0-0.2+b1 Install"]);
+    }
+
+    #[test]
+    fn breaks_upgrade_the_installed_partner() {
+        let base = installed(
+            "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n\n\
+             Package: libnl-3-200\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3.7.0-0.2+b1\n\n\
+             Package: ibverbs-providers\nStatus: install ok installed\nArchitecture: amd64\nVersion: 39.0-1\n",
+        );
+        let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
+        let r = resolve(&req, &base, &available()).unwrap();
+        assert_eq!(names(&r), ["ibverbs-providers 44.0-2 Upgrade { from: \"39.0-1\" }", "libibverbs1 44.0-2 Install"]);
+        assert_eq!(r.remove.len(), 1, "the old providers stanza goes");
+    }
+
+    #[test]
+    fn other_builds_are_replaced_and_satisfying_ones_kept() {
+        let base = installed(
+            "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n\n\
+             Package: libnl-3-200\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3.7.0-0.2+b1\n\n\
+             Package: libibverbs1\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2307mlnx47-1.2310036\n",
+        );
+        let replace = vec!["libibverbs1".to_string()];
+        let req = Request { install: &["libibverbs1".into(), "libnl-3-200".into()], replace: &replace, arch: "amd64" };
+        let r = resolve(&req, &base, &available()).unwrap();
+        assert_eq!(names(&r), ["libibverbs1 44.0-2 Replace { from: \"2307mlnx47-1.2310036\" }"]);
+        assert_eq!(r.kept.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["libnl-3-200"]);
+        // Without the replace list, apt keeps the newer-looking OFED build.
+        let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
+        assert!(resolve(&req, &base, &available()).unwrap().install.is_empty());
+    }
+
+    #[test]
+    fn versioned_provides_and_errors() {
+        let req = Request { install: &["wants-virtual".into()], replace: &[], arch: "amd64" };
+        let r = resolve(&req, &[], &available()).unwrap();
+        assert_eq!(names(&r), ["provider 5 Install", "wants-virtual 1 Install"]);
+        let req = Request { install: &["arm-only".into()], replace: &[], arch: "amd64" };
+        assert!(matches!(resolve(&req, &[], &available()), Err(ResolveError::UnknownPackage { .. })));
+        let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
+        let e = resolve(&req, &[], &available()).unwrap_err().to_string();
+        assert!(e.contains("cannot satisfy `libc6 (>= 2.34)` of libibverbs1 44.0-2"), "{e}");
+    }
+}
