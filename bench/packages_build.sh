@@ -49,8 +49,8 @@ docker push -q "$REG/base:1" >/dev/null
 docker rmi -f "$REG/base:1" >/dev/null
 rm -rf "$WORK/rootfs"
 
-lo() { awk '$1 == "lo:" { print $2 + $10 }' /proc/net/dev; }
-eth() { awk 'NR > 2 && $1 != "lo:" { b += $2 } END { print b }' /proc/net/dev; }
+lo() { awk '$1 == "lo:" { printf "%.0f\n", $2 + $10 }' /proc/net/dev; }
+eth() { awk 'NR > 2 && $1 != "lo:" { b += $2 } END { printf "%.0f\n", b }' /proc/net/dev; }
 now() { date +%s.%N; }
 declare -A R
 
@@ -76,7 +76,7 @@ run_docker() { # $1 = cold|warm, $2 = output tag
     R[docker-$1,wall]=$(echo "$t1 - $t0" | bc)
     R[docker-$1,net]=$(( $(eth) - e0 + $(lo) - l0 ))
     R[docker-$1,layer]=$(skopeo inspect --raw --tls-verify=false "docker://$REG/out-docker:$2" | jq '.layers[-1].size')
-    fetched=$(grep -o 'Fetched [0-9.]* [kMG]B' "$WORK/docker-$1.log" | awk '{ v=$2; u=$3; m=(u=="kB")?1e3:(u=="MB")?1e6:1e9; s += v*m } END { printf "%d", s }')
+    fetched=$(grep -o 'Fetched [0-9.]* [kMG]B' "$WORK/docker-$1.log" | awk '{ v=$2; u=$3; m=(u=="kB")?1e3:(u=="MB")?1e6:1e9; s += v*m } END { printf "%.0f", s }')
     R[docker-$1,debs]=$fetched
 }
 

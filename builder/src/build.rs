@@ -290,7 +290,23 @@ impl<'a> ImageFiles<'a> {
         if let Some(s) = self.snapshots[i].get() {
             return Ok(s);
         }
+        // Snapshots are cached by the layer's digest (content-addressed, so a cached one is
+        // the same answer): a rebuild on the same base downloads no base layer at all.
+        let cached = crate::blob::digest_hex(&self.layers[i].0).ok().map(|h| cache_dir().join("layers").join(format!("{h}.snapshot.json")));
+        if let Some(snap) = cached.as_ref().and_then(|p| std::fs::read(p).ok()).and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok()) {
+            return Ok(self.snapshots[i].get_or_init(|| snap));
+        }
         let snap = tokio::task::block_in_place(|| Snapshot::read(&mut *self.open(i)?))?;
+        if let Some(p) = cached {
+            if let (Some(dir), Ok(json)) = (p.parent(), serde_json::to_vec(&snap)) {
+                let _ = std::fs::create_dir_all(dir);
+                if let Ok(tmp) = tempfile::NamedTempFile::new_in(dir) {
+                    if std::fs::write(tmp.path(), json).is_ok() {
+                        let _ = tmp.persist(&p);
+                    }
+                }
+            }
+        }
         Ok(self.snapshots[i].get_or_init(|| snap))
     }
 

@@ -277,7 +277,7 @@ mod tests {
 /// One layer's entries, read once: the kind of every path, whiteouts and opaque directories,
 /// and the content of the small configuration files a build asks about, so repeated questions
 /// (os-release, dpkg status, apt sources, keys, groups, directory symlinks) cost one pass.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     entries: BTreeMap<String, SnapEntry>,
     /// Paths whited out in this layer (hiding that path and everything below it).
@@ -286,13 +286,32 @@ pub struct Snapshot {
     opaque: std::collections::HashSet<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum SnapEntry {
     /// A regular file; its content when it was small and of interest.
-    File(Option<Vec<u8>>),
+    File(#[serde(with = "b64")] Option<Vec<u8>>),
     Dir,
     Symlink(String),
     Other,
+}
+
+/// File contents as base64 in the on-disk snapshot cache.
+mod b64 {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(b) => s.serialize_some(&base64::engine::general_purpose::STANDARD.encode(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|t| base64::engine::general_purpose::STANDARD.decode(t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 /// Whether a file's content is kept in the snapshot.

@@ -7,6 +7,7 @@ fn build_measured(args: &[&str]) -> (String, u64) {
         .arg("-v")
         .arg(support::bin())
         .args(args)
+        .env("XDG_CACHE_HOME", support::test_cache())
         .output()
         .unwrap();
     support::assert_success("erdma-build under /usr/bin/time", &out);

@@ -26,7 +26,7 @@ pub fn build_json(args: &[&str]) -> Value {
 /// Runs `erdma-build ARGS` with extra environment variables.
 pub fn build_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = std::process::Command::new(support::bin());
-    cmd.args(args).env("NO_COLOR", "1").stdin(std::process::Stdio::null());
+    cmd.args(args).env("NO_COLOR", "1").env("XDG_CACHE_HOME", support::test_cache()).stdin(std::process::Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }

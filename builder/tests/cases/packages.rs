@@ -246,6 +246,9 @@ fn alibaba_style_nested_and_flat_repositories() {
     assert_eq!(r["images"][0]["packages"]["downloaded_bytes"], 0);
     assert_eq!(r["images"][0]["packages"]["cached_debs"], 6);
     assert!(!repo.get_paths().iter().any(|p| p.ends_with(".deb")), "{:?}", repo.get_paths());
+    // Nor an index: the signed InRelease is read again, and names the cached Packages.xz.
+    let paths = repo.get_paths();
+    assert!(paths.iter().any(|p| p.ends_with("InRelease")) && !paths.iter().any(|p| p.contains("Packages")), "{paths:?}");
 
     // plan lists the packages with versions and origins and writes nothing.
     let out = build_env(&["plan", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
@@ -418,4 +421,27 @@ fn packages_without_the_erdma_provider_are_refused() {
     let err = build_fails(&["build", "--base", &format!("oci:{}:latest", testdata("images/debian12-mini")), "--recipe", &s(&recipe), "--keyring", &s(&keyfile), "--output", &format!("oci:{}", s(&out))]);
     assert!(err.contains("no erdma provider"), "{err}");
     assert!(!out.exists());
+}
+
+#[test]
+fn a_rebuild_on_the_same_registry_base_downloads_no_layer() {
+    if !support::require_registry() || !debian::require_base() || !debs::require_download() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let key = TestKey::generate();
+    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let base = debian::debian12_base();
+    let reg = support::Registry::start();
+    super::registry::push(&base, &reg, "deb12:1");
+    let repo = erdma_repo(Layout::erdma(), &key);
+    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+    let cache = tmp.path().join("cache");
+    let layer = &base.layers[0].digest;
+    for (run, want_gets) in [(1, 1), (2, 0)] {
+        let before = reg.count_blob_gets(layer);
+        let r = build(&["--base", &reg.reference("deb12:1"), "--output", &reg.reference(&format!("out:{run}")), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &cache);
+        assert_eq!(reg.count_blob_gets(layer) - before, want_gets, "run {run}: base layer GETs");
+        assert_eq!(r["images"][0]["base_layers"][0]["reuse"], if run == 1 { "mounted" } else { "present" });
+    }
 }

@@ -36,9 +36,16 @@ where
     S: AsRef<OsStr>,
 {
     let mut cmd = Command::new(bin());
-    cmd.args(args).env("NO_COLOR", "1").stdin(Stdio::null());
+    cmd.args(args).env("NO_COLOR", "1").env("XDG_CACHE_HOME", test_cache()).stdin(Stdio::null());
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin().display()))
+}
+
+/// A package and layer cache of this test process's own, so that what one test downloaded does
+/// not change what another one measures. Tests that study the cache pass their own.
+pub fn test_cache() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::Builder::new().prefix("erdma-test-cache-").tempdir().expect("tempdir")).path()
 }
 
 /// Runs `skopeo ARGS` to completion. Registry transports on 127.0.0.1 are plain HTTP, so pass

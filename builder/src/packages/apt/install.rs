@@ -102,7 +102,7 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
         reporter.step(&format!("reading repository {name}"));
         let mut last = None;
         for spec in specs {
-            match repo::fetch_index(&client, &spec).await {
+            match repo::fetch_index_cached(&client, &spec, Some(&inputs.cache_dir.join("indices"))).await {
                 Ok(index) => {
                     report.repositories.insert(name.clone(), spec.url.clone());
                     available.extend(index.packages);

@@ -356,6 +356,17 @@ pub async fn fetch_index(
     client: &reqwest::Client,
     spec: &RepoSpec,
 ) -> Result<RepoIndex, RepoError> {
+    fetch_index_cached(client, spec, None).await
+}
+
+/// [`fetch_index`], keeping downloaded index files in `cache` named by their SHA256. The
+/// Release (always fetched and verified) names the hash, and a cached file is checked against
+/// it like a downloaded one, so the cache cannot feed in anything the signature does not cover.
+pub async fn fetch_index_cached(
+    client: &reqwest::Client,
+    spec: &RepoSpec,
+    cache: Option<&std::path::Path>,
+) -> Result<RepoIndex, RepoError> {
     let layout = Layout::new(spec)?;
     let keyring = Keyring::load(&spec.keyring).map_err(|source| RepoError::Keyring {
         repo: layout.display.clone(),
@@ -388,8 +399,16 @@ pub async fn fetch_index(
         }
         for (i, (path, entry)) in listed.iter().enumerate() {
             let url = format!("{}{}", layout.meta, path);
+            let hex_ok = entry.sha256.len() == 64 && entry.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            let cached = cache.filter(|_| hex_ok).map(|c| c.join(format!("{}{}", entry.sha256.to_ascii_lowercase(), index_suffix(path))));
+            let from_cache = cached.as_ref().and_then(|p| std::fs::read(p).ok());
+            let hit = from_cache.is_some();
             // Read one byte more than the Release promises, to tell a longer file apart.
-            let Some(body) = get(client, &url, entry.size).await? else {
+            let body = match from_cache {
+                Some(b) => Some(b),
+                None => get(client, &url, entry.size).await?,
+            };
+            let Some(body) = body else {
                 // apt tries the next compression the Release lists (Debian lists an
                 // uncompressed `Packages` that is not on the mirrors).
                 if i + 1 < listed.len() {
@@ -407,14 +426,35 @@ pub async fn fetch_index(
                 repo: layout.display.clone(),
                 entry: entry.clone(),
             };
+            let keep = (!hit).then(|| cached.clone()).flatten().map(|p| (p, body.clone()));
             let parsed = tokio::task::spawn_blocking(move || decode_index(body, &ctx))
                 .await
                 .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            if let Some((p, body)) = keep {
+                // Only verified files reach the cache; a failed write only costs a download.
+                let _ = p.parent().map(std::fs::create_dir_all);
+                if let Ok(tmp) = tempfile::NamedTempFile::new_in(p.parent().unwrap_or(std::path::Path::new("."))) {
+                    if std::fs::write(tmp.path(), &body).is_ok() {
+                        let _ = tmp.persist(&p);
+                    }
+                }
+            }
             packages.extend(parsed);
             break;
         }
     }
     Ok(RepoIndex { packages })
+}
+
+/// `.xz`, `.gz` or nothing: cached files keep their compression in the name.
+fn index_suffix(path: &str) -> &'static str {
+    if path.ends_with(".xz") {
+        ".xz"
+    } else if path.ends_with(".gz") {
+        ".gz"
+    } else {
+        ""
+    }
 }
 
 /// Fetches `InRelease`, or `Release` and `Release.gpg` when there is no `InRelease`, and
