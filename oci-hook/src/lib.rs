@@ -1,2 +1,19 @@
-//! eRDMA OCI runtime wrapper and hooks (issue 4). Empty for now.
+//! eRDMA in containers: host discovery, the OCI spec edits a container that asks for eRDMA
+//! gets, and the pieces that apply them in each engine.
+//!
+//! Where things happen, for a newcomer:
+//! - [`config`]: `/etc/erdma/oci-hook.toml`.
+//! - [`discover`]: eRDMA devices from sysfs and /dev.
+//! - [`request`]: whether and what a container asks for.
+//! - [`modify`]: where a spec gets edited (devices, cgroup rules, memlock, network, env).
+//! - [`spec`]: reading and atomically writing `config.json` as JSON, unknown fields kept.
 #![forbid(unsafe_code)]
+
+pub mod config;
+pub mod discover;
+pub mod error;
+pub mod modify;
+pub mod request;
+pub mod spec;
+
+pub use error::{Error, Result};

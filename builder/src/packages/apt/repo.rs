@@ -386,6 +386,32 @@ pub async fn fetch_index_cached(
 
     let mut packages = Vec::new();
     for dir in &layout.index_dirs {
+        // The Release also lists the uncompressed index's hash (mirrors need not serve it):
+        // a cached decompressed copy checked against it skips both download and
+        // decompression, and stays covered by the signature.
+        let plain = format!("{dir}Packages");
+        let plain_entry = release.sha256.get(&plain).cloned().filter(|e| e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_hexdigit()));
+        let plain_cache = cache.zip(plain_entry.as_ref()).map(|(c, e)| c.join(e.sha256.to_ascii_lowercase()));
+        if let (Some(path), Some(entry)) = (&plain_cache, &plain_entry) {
+            if let Ok(body) = std::fs::read(path) {
+                let ctx = IndexContext {
+                    url: format!("{}{}", layout.meta, plain),
+                    file: plain.clone(),
+                    repo_meta: layout.meta.clone(),
+                    base: layout.base.clone(),
+                    origin: origin.clone(),
+                    repo: layout.display.clone(),
+                    entry: entry.clone(),
+                };
+                match tokio::task::spawn_blocking(move || decode_index(body, &ctx)).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())) {
+                    Ok(parsed) => {
+                        packages.extend(parsed);
+                        continue;
+                    }
+                    Err(e) => tracing::warn!("ignoring cached index {}: {e}", path.display()),
+                }
+            }
+        }
         let listed: Vec<(String, FileEntry)> = INDEX_NAMES
             .iter()
             .map(|name| format!("{dir}{name}"))
@@ -427,16 +453,21 @@ pub async fn fetch_index_cached(
                 entry: entry.clone(),
             };
             let keep = (!hit).then(|| cached.clone()).flatten().map(|p| (p, body.clone()));
-            let parsed = tokio::task::spawn_blocking(move || decode_index(body, &ctx))
-                .await
-                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            let want_plain = plain_cache.is_some();
+            let (parsed, raw) = tokio::task::spawn_blocking(move || {
+                let mut raw = want_plain.then(Vec::new);
+                decode_index_keeping(body, &ctx, &mut raw).map(|p| (p, raw))
+            })
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            if let (Some(path), Some(entry), Some(raw)) = (&plain_cache, &plain_entry, raw) {
+                if raw.len() as u64 == entry.size && hex::encode(Sha256::digest(&raw)) == entry.sha256.to_ascii_lowercase() {
+                    store_cached(path, &raw);
+                }
+            }
             if let Some((p, body)) = keep {
-                // Only verified files reach the cache; a failed write only costs a download.
-                let _ = p.parent().map(std::fs::create_dir_all);
-                if let Ok(tmp) = tempfile::NamedTempFile::new_in(p.parent().unwrap_or(std::path::Path::new("."))) {
-                    if std::fs::write(tmp.path(), &body).is_ok() {
-                        let _ = tmp.persist(&p);
-                    }
+                if !want_plain {
+                    store_cached(&p, &body);
                 }
             }
             packages.extend(parsed);
@@ -444,6 +475,17 @@ pub async fn fetch_index_cached(
         }
     }
     Ok(RepoIndex { packages })
+}
+
+/// Writes a verified index into the cache; a failed write only costs a download next time.
+fn store_cached(path: &std::path::Path, data: &[u8]) {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let _ = std::fs::create_dir_all(dir);
+    if let Ok(tmp) = tempfile::NamedTempFile::new_in(dir) {
+        if std::fs::write(tmp.path(), data).is_ok() {
+            let _ = tmp.persist(path);
+        }
+    }
 }
 
 /// `.xz`, `.gz` or nothing: cached files keep their compression in the name.
@@ -601,6 +643,11 @@ struct IndexContext {
 
 /// Checks a downloaded index against its Release entry, decompresses and parses it.
 fn decode_index(body: Vec<u8>, ctx: &IndexContext) -> Result<Vec<IndexedPackage>, RepoError> {
+    decode_index_keeping(body, ctx, &mut None)
+}
+
+/// [`decode_index`], handing back the decompressed index in `keep` when asked.
+fn decode_index_keeping(body: Vec<u8>, ctx: &IndexContext, keep: &mut Option<Vec<u8>>) -> Result<Vec<IndexedPackage>, RepoError> {
     if body.len() as u64 != ctx.entry.size {
         let actual = if body.len() as u64 > ctx.entry.size {
             format!("more than {}", ctx.entry.size)
@@ -627,6 +674,9 @@ fn decode_index(body: Vec<u8>, ctx: &IndexContext) -> Result<Vec<IndexedPackage>
         url: ctx.url.clone(),
         source,
     })?;
+    if keep.is_some() {
+        *keep = Some(raw.clone());
+    }
     let text = match String::from_utf8(raw) {
         Ok(t) => t,
         Err(e) => {

@@ -1,0 +1,146 @@
+//! The operator's configuration, `/etc/erdma/oci-hook.toml` (`ERDMA_OCI_HOOK_CONFIG` names
+//! another file, for tests). A missing file means the defaults; unknown keys are errors.
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+pub const DEFAULT_PATH: &str = "/etc/erdma/oci-hook.toml";
+pub const ENV_PATH: &str = "ERDMA_OCI_HOOK_CONFIG";
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The real OCI runtime `erdma-runtime` hands over to (a name on PATH or a path).
+    pub runtime: String,
+    /// Where `erdma-runtime` and the hooks log; never stdout, which belongs to the engine.
+    pub log_file: Option<PathBuf>,
+    /// `RUST_LOG`-style filter for that log.
+    pub log_level: String,
+    /// Root of sysfs and of /dev, configurable so tests run on fixture trees.
+    pub sysfs_root: PathBuf,
+    pub dev_root: PathBuf,
+    /// Kernel drivers whose RDMA devices count as eRDMA (add `mlx5_core` for RoCE NICs).
+    pub drivers: Vec<String>,
+    /// Honour `ERDMA_VISIBLE_DEVICES` from the image and container env. Off: only the
+    /// annotation (set by the operator's orchestration) can ask, so an image cannot grant
+    /// itself devices.
+    pub accept_env: bool,
+    /// What a container that does not ask gets: `none` (untouched) or `all`.
+    pub default_request: String,
+    /// `RLIMIT_MEMLOCK` for containers that ask: `unlimited` or a number of bytes.
+    pub memlock: Memlock,
+    /// What to do when the engine manages the container's network namespace.
+    pub network: NetworkPolicy,
+    /// Add the NCCL presets (never overriding the container's own values).
+    pub env_presets: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memlock {
+    Unlimited,
+    Bytes(u64),
+}
+
+impl Memlock {
+    /// The value for `process.rlimits` (`u64::MAX` is RLIM_INFINITY).
+    pub fn value(self) -> u64 {
+        match self {
+            Memlock::Unlimited => u64::MAX,
+            Memlock::Bytes(b) => b,
+        }
+    }
+}
+
+impl Serialize for Memlock {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Memlock::Unlimited => s.serialize_str("unlimited"),
+            Memlock::Bytes(b) => s.serialize_u64(*b),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Memlock {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            N(u64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::S(s) if s == "unlimited" => Ok(Memlock::Unlimited),
+            Raw::S(s) => Err(serde::de::Error::custom(format!("memlock must be \"unlimited\" or a number of bytes, not `{s}`"))),
+            Raw::N(n) => Ok(Memlock::Bytes(n)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkPolicy {
+    /// Refuse to start a container whose network namespace an engine manages.
+    Require,
+    /// Log and go on (the container will fall back to TCP).
+    Warn,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            runtime: "runc".into(),
+            log_file: None,
+            log_level: "info".into(),
+            sysfs_root: "/sys".into(),
+            dev_root: "/dev".into(),
+            drivers: vec!["erdma".into()],
+            accept_env: true,
+            default_request: "none".into(),
+            memlock: Memlock::Unlimited,
+            network: NetworkPolicy::Require,
+            env_presets: true,
+        }
+    }
+}
+
+impl Config {
+    /// Loads the file named by `ERDMA_OCI_HOOK_CONFIG`, else `/etc/erdma/oci-hook.toml`.
+    pub fn load() -> Result<Config> {
+        let path = std::env::var_os(ENV_PATH).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_PATH));
+        Self::load_from(&path)
+    }
+
+    pub fn load_from(path: &Path) -> Result<Config> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str(&text).map_err(|source| Error::Config { path: path.to_path_buf(), source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(Error::io("reading config", path)(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c: Config = toml::from_str("memlock = 8388608\nnetwork = \"warn\"\naccept_env = false\n").unwrap();
+        assert_eq!(c.memlock, Memlock::Bytes(8 << 20));
+        assert_eq!(c.network, NetworkPolicy::Warn);
+        assert!(!c.accept_env);
+        assert_eq!(c.runtime, "runc");
+        assert_eq!(Config::default().memlock.value(), u64::MAX);
+        let e = toml::from_str::<Config>("memlok = 1\n").unwrap_err().to_string();
+        assert!(e.contains("memlok"), "{e}");
+        let e = toml::from_str::<Config>("memlock = \"lots\"\n").unwrap_err().to_string();
+        assert!(e.contains("unlimited"), "{e}");
+    }
+
+    #[test]
+    fn missing_file_is_defaults() {
+        assert_eq!(Config::load_from(Path::new("/nonexistent/erdma.toml")).unwrap(), Config::default());
+    }
+}

@@ -1,0 +1,67 @@
+//! Whether a container asks for eRDMA, and for which devices.
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+pub const ANNOTATION: &str = "com.alibabacloud.erdma.devices";
+pub const ENV: &str = "ERDMA_VISIBLE_DEVICES";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    None,
+    All,
+    Named(Vec<String>),
+}
+
+fn parse(value: &str, source_name: &'static str) -> Result<Request> {
+    let v = value.trim();
+    match v {
+        "" | "none" | "void" => Ok(Request::None),
+        "all" => Ok(Request::All),
+        _ => {
+            let names: Vec<String> = v.split(',').map(|s| s.trim().to_string()).collect();
+            if names.iter().any(|n| n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')) {
+                return Err(Error::BadRequest { value: value.to_string(), source_name });
+            }
+            Ok(Request::Named(names))
+        }
+    }
+}
+
+/// The request in `spec`: the annotation first, then (if the operator allows) the env, then
+/// the runtime-wide default.
+pub fn from_spec(spec: &Value, config: &Config) -> Result<Request> {
+    if let Some(v) = spec.pointer("/annotations").and_then(|a| a.get(ANNOTATION)).and_then(Value::as_str) {
+        return parse(v, "the annotation");
+    }
+    if config.accept_env {
+        let env = spec.pointer("/process/env").and_then(Value::as_array);
+        // The last definition wins, as in execve's environment handling by runc.
+        if let Some(v) = env.into_iter().flatten().filter_map(Value::as_str).filter_map(|e| e.strip_prefix(ENV).and_then(|r| r.strip_prefix('='))).last() {
+            return parse(v, "ERDMA_VISIBLE_DEVICES");
+        }
+    }
+    parse(&config.default_request, "the default_request setting")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn annotation_env_and_default() {
+        let c = Config::default();
+        let s = json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=erdma_0,erdma_1"]}});
+        assert_eq!(from_spec(&s, &c).unwrap(), Request::Named(vec!["erdma_0".into(), "erdma_1".into()]));
+        let s = json!({"annotations": {ANNOTATION: "all"}, "process": {"env": ["ERDMA_VISIBLE_DEVICES=none"]}});
+        assert_eq!(from_spec(&s, &c).unwrap(), Request::All);
+        assert_eq!(from_spec(&json!({}), &c).unwrap(), Request::None);
+        let no_env = Config { accept_env: false, ..Config::default() };
+        assert_eq!(from_spec(&json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=all"]}}), &no_env).unwrap(), Request::None, "an image cannot grant itself devices");
+        let def = Config { default_request: "all".into(), ..Config::default() };
+        assert_eq!(from_spec(&json!({}), &def).unwrap(), Request::All);
+        assert!(from_spec(&json!({"annotations": {ANNOTATION: "../../x"}}), &c).is_err());
+    }
+}
