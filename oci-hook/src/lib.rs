@@ -9,11 +9,16 @@
 //! - [`spec`]: reading and atomically writing `config.json` as JSON, unknown fields kept.
 #![forbid(unsafe_code)]
 
+pub mod cdi;
 pub mod config;
 pub mod discover;
+pub mod engine;
 pub mod error;
+pub mod hooks;
 pub mod modify;
+pub mod prestart;
 pub mod request;
+pub mod runtime;
 pub mod spec;
 
 pub use error::{Error, Result};

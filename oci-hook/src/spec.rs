@@ -28,3 +28,15 @@ pub fn write_atomic(path: &Path, spec: &Value) -> Result<()> {
     tmp.persist(path).map_err(|e| Error::io("writing", path)(e.error))?;
     Ok(())
 }
+
+/// Writes `data` to `path` through a temporary file and a rename (same mode if it existed).
+pub fn write_bytes_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o644);
+    let mut tmp = tempfile::Builder::new().prefix(".erdma.").tempfile_in(dir).map_err(Error::io("writing", path))?;
+    tmp.write_all(data).map_err(Error::io("writing", path))?;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode)).map_err(Error::io("writing", path))?;
+    tmp.as_file().sync_all().map_err(Error::io("writing", path))?;
+    tmp.persist(path).map_err(|e| Error::io("writing", path)(e.error))?;
+    Ok(())
+}
