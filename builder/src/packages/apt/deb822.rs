@@ -6,6 +6,7 @@
 //! and trailing whitespace trimmed, continuation lines joined by `\n` with their leading space
 //! kept. Writing a paragraph back therefore gives the text dpkg writes, byte for byte.
 use std::fmt;
+use std::ops::Range;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Deb822Error {
@@ -258,6 +259,277 @@ impl Iterator for Paragraphs<'_> {
     }
 }
 
+/// Where [`scan`] found the value of a field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueSpan {
+    /// `text[range]` is the value exactly as [`Paragraph::get`] would give it.
+    Text(Range<usize>),
+    /// The value's lines are not contiguous in the text in their stored form (a comment line
+    /// or a carriage return inside a multi-line value): parse the paragraph to read it.
+    Folded,
+}
+
+/// One paragraph found by [`scan`]: where it is, and where its wanted values are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scanned<const N: usize> {
+    /// From the start of the paragraph's first field line to the end of its last line;
+    /// [`parse_single`] of `text[range]` gives the paragraph [`parse`] would.
+    pub range: Range<usize>,
+    /// 1-based number of the line `range` starts on, to place errors in the whole text.
+    pub line: usize,
+    /// The wanted fields' values, in the order they were asked for; `None` when absent.
+    pub values: [Option<ValueSpan>; N],
+}
+
+/// Paragraphs of a control file, located without building them (see [`scan`]).
+pub struct Scanner<'a, const N: usize> {
+    text: &'a str,
+    wanted: [&'a str; N],
+    wanted_keys: [u64; N],
+    /// Start of the next line, and its 1-based number; `None` after the last line.
+    next: Option<(usize, usize)>,
+    /// The field names of the current paragraph, for the duplicate check.
+    names: Vec<(u64, Range<usize>)>,
+    failed: bool,
+}
+
+/// Finds the paragraphs of `text` and the values of the `wanted` fields in each, without
+/// copying anything: for large `Packages` files, of which a caller needs a few fields of every
+/// stanza and whole paragraphs for only a handful.
+///
+/// The syntax is checked exactly as [`paragraphs`] checks it, with the same errors and line
+/// numbers, so a text that scans cleanly parses cleanly, paragraph by paragraph. After the
+/// first error the iterator ends.
+pub fn scan<'a, const N: usize>(text: &'a str, wanted: [&'a str; N]) -> Scanner<'a, N> {
+    Scanner {
+        text,
+        wanted,
+        wanted_keys: wanted.map(|w| name_key(w.as_bytes())),
+        next: Some((0, 1)),
+        names: Vec::new(),
+        failed: false,
+    }
+}
+
+/// A field name's length and first 7 bytes, lower-cased: equal keys mean equal names (for
+/// names of up to 7 bytes) or names worth comparing in full.
+fn name_key(name: &[u8]) -> u64 {
+    let mut key = name.len() as u64 & 0xff;
+    for (i, c) in name.iter().take(7).enumerate() {
+        key |= u64::from(c.to_ascii_lowercase()) << (8 * (i + 1));
+    }
+    key
+}
+
+/// The first `\n` at or after `from`, eight bytes at a time: lines are short, and the
+/// standard library's search spends most of its time lining up with a word boundary.
+fn find_newline(bytes: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    const NEWLINES: u64 = ONES * b'\n' as u64;
+    let mut i = from;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default()) ^ NEWLINES;
+        // The lowest zero byte of `word` (a newline in `chunk`) sets the lowest high bit here;
+        // bits above it may be set spuriously, never below.
+        let zeros = word.wrapping_sub(ONES) & !word & HIGHS;
+        if zeros != 0 {
+            return Some(i + (zeros.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    bytes
+        .get(i..)?
+        .iter()
+        .position(|&c| c == b'\n')
+        .map(|p| i + p)
+}
+
+/// The value being read, for one of the wanted fields.
+struct OpenValue {
+    index: usize,
+    start: usize,
+    end: usize,
+    folded: bool,
+    /// The last line read had a carriage return (not part of the range, part of the text).
+    cr: bool,
+    /// A comment line came after the last line read.
+    comment: bool,
+}
+
+impl<const N: usize> Scanner<'_, N> {
+    /// The next line: its start, its end without `\n`, and its number.
+    fn next_line(&mut self) -> Option<(usize, usize, usize)> {
+        let (start, number) = self.next?;
+        let end = match find_newline(self.text.as_bytes(), start) {
+            Some(end) => {
+                self.next = Some((end + 1, number + 1));
+                end
+            }
+            None => {
+                self.next = None;
+                self.text.len()
+            }
+        };
+        Some((start, end, number))
+    }
+
+    fn close(&self, open: Option<OpenValue>, values: &mut [Option<ValueSpan>; N]) {
+        let Some(v) = open else { return };
+        values[v.index] = Some(if v.folded {
+            ValueSpan::Folded
+        } else {
+            // dpkg trims the whole value's trailing whitespace (see `trim_last_value`).
+            let bytes = self.text.as_bytes();
+            let mut end = v.end;
+            while end > v.start && matches!(bytes[end - 1], b' ' | b'\t' | b'\r') {
+                end -= 1;
+            }
+            ValueSpan::Text(v.start..end)
+        });
+    }
+
+    fn next_stanza(&mut self) -> Result<Option<Scanned<N>>, Deb822Error> {
+        let mut values: [Option<ValueSpan>; N] = std::array::from_fn(|_| None);
+        let mut first: Option<(usize, usize)> = None;
+        let mut last_end = 0;
+        let mut open: Option<OpenValue> = None;
+        let mut seen = 0u128;
+        self.names.clear();
+        while let Some((start, raw_end, line_number)) = self.next_line() {
+            let bytes = self.text.as_bytes();
+            // CRLF files read like LF files.
+            let cr = raw_end > start && bytes[raw_end - 1] == b'\r';
+            let end = if cr { raw_end - 1 } else { raw_end };
+            let line = &bytes[start..end];
+            if line.iter().all(|&c| c == b' ' || c == b'\t') {
+                if first.is_none() {
+                    continue;
+                }
+                break;
+            }
+            if line[0] == b'#' {
+                if let Some(v) = &mut open {
+                    v.comment = true;
+                }
+                continue;
+            }
+            if line[0] == b' ' || line[0] == b'\t' {
+                if first.is_none() {
+                    return Err(Deb822Error::ContinuationBeforeField { line: line_number });
+                }
+                if let Some(v) = &mut open {
+                    v.folded |= v.cr || v.comment;
+                    v.end = end;
+                    v.cr = cr;
+                    v.comment = false;
+                }
+                last_end = raw_end;
+                continue;
+            }
+            // One pass over the name finds the colon, checks the name and builds its key.
+            let mut colon = start;
+            let mut valid = line[0] != b'-';
+            let mut key = 0u64;
+            while colon < end && bytes[colon] != b':' {
+                let c = bytes[colon];
+                valid &= c.is_ascii_graphic();
+                if colon - start < 7 {
+                    key |= u64::from(c.to_ascii_lowercase()) << (8 * (colon - start + 1));
+                }
+                colon += 1;
+            }
+            if colon == end {
+                return Err(Deb822Error::MissingColon { line: line_number });
+            }
+            let name = &self.text[start..colon];
+            if !valid || name.is_empty() {
+                return Err(Deb822Error::InvalidFieldName {
+                    line: line_number,
+                    name: name.to_owned(),
+                });
+            }
+            let key = key | (name.len() as u64 & 0xff);
+            let same = |k: u64, other: &str| {
+                k == key && (name.len() <= 7 || other.eq_ignore_ascii_case(name))
+            };
+            // A 128-bit filter of the names seen spares the comparisons with each of them.
+            let bit = 1u128 << (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 57);
+            if seen & bit != 0
+                && self
+                    .names
+                    .iter()
+                    .any(|(k, range)| same(*k, &self.text[range.clone()]))
+            {
+                return Err(Deb822Error::DuplicateField {
+                    line: line_number,
+                    name: name.to_owned(),
+                });
+            }
+            seen |= bit;
+            self.names.push((key, start..colon));
+            let taken = open.take();
+            self.close(taken, &mut values);
+            if let Some(index) = (0..N).find(|&i| same(self.wanted_keys[i], self.wanted[i])) {
+                let mut value = colon + 1;
+                while value < end && matches!(bytes[value], b' ' | b'\t') {
+                    value += 1;
+                }
+                open = Some(OpenValue {
+                    index,
+                    start: value,
+                    end,
+                    folded: false,
+                    cr,
+                    comment: false,
+                });
+            }
+            first.get_or_insert((start, line_number));
+            last_end = raw_end;
+        }
+        self.close(open, &mut values);
+        Ok(first.map(|(start, line)| Scanned {
+            range: start..last_end,
+            line,
+            values,
+        }))
+    }
+}
+
+impl<const N: usize> Iterator for Scanner<'_, N> {
+    type Item = Result<Scanned<N>, Deb822Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let result = self.next_stanza();
+        self.failed = result.is_err();
+        result.transpose()
+    }
+}
+
+impl Deb822Error {
+    /// The error with its line number moved down by `lines`: for a paragraph parsed on its
+    /// own, as [`scan`] located it, to name the line in the whole file.
+    pub fn shifted(self, lines: usize) -> Self {
+        use Deb822Error::*;
+        match self {
+            ContinuationBeforeField { line } => ContinuationBeforeField { line: line + lines },
+            MissingColon { line } => MissingColon { line: line + lines },
+            InvalidFieldName { line, name } => InvalidFieldName {
+                line: line + lines,
+                name,
+            },
+            DuplicateField { line, name } => DuplicateField {
+                line: line + lines,
+                name,
+            },
+            other => other,
+        }
+    }
+}
+
 /// Parses every paragraph of `text`. Paragraphs are separated by one or more blank lines
 /// (lines of only spaces and tabs count as blank); `#` comment lines are skipped.
 pub fn parse(text: &str) -> Result<Vec<Paragraph>, Deb822Error> {
@@ -460,6 +732,121 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
         );
         p.set("Empty", "").unwrap();
         assert!(p.to_string().ends_with("Empty:\n"));
+    }
+
+    /// [`scan`] against [`parse`]: the same paragraphs, the same values, the same first error.
+    fn assert_scan_agrees(text: &str) {
+        const WANTED: [&str; 4] = ["Package", "b", "Long-Field-Name", "C"];
+        let scanned: Result<Vec<_>, _> = scan(text, WANTED).collect();
+        let parsed = parse(text);
+        let (scanned, parsed) = match (scanned, parsed) {
+            (Ok(s), Ok(p)) => (s, p),
+            (s, p) => {
+                assert_eq!(s.map(|_| ()), p.map(|_| ()), "{text:?}");
+                return;
+            }
+        };
+        assert_eq!(scanned.len(), parsed.len(), "{text:?}");
+        for (s, p) in scanned.iter().zip(&parsed) {
+            let alone = parse_single(&text[s.range.clone()]).unwrap();
+            assert_eq!(&alone, p, "{text:?}");
+            let first_line = text[..s.range.start].matches('\n').count() + 1;
+            assert_eq!(s.line, first_line, "{text:?}");
+            for (name, value) in WANTED.iter().zip(&s.values) {
+                match value {
+                    None => assert_eq!(p.get(name), None, "{name} in {text:?}"),
+                    Some(ValueSpan::Text(r)) => {
+                        assert_eq!(Some(&text[r.clone()]), p.get(name), "{name} in {text:?}")
+                    }
+                    Some(ValueSpan::Folded) => {
+                        let v = p.get(name).unwrap();
+                        assert!(v.contains('\n'), "{name} folded in {text:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn scan_agrees_with_parse() {
+        for text in [
+            CONTROL,
+            "",
+            "\n\n",
+            "Package: a\nB: 1\n more \n\t# not a comment\nC: x\r\n\r\nPackage: b\n",
+            "# lead\nPackage: a\nB: x\r\n y\r\nC: 1\n# c\n z\n",
+            "Package:\n\nB:   \t\n",
+            "Long-Field-Name: 1\nlong-field-name: 2\n",
+            "Long-Field-Name: 1\nLong-Field-Namf: 2\nB: é\n",
+            "A: 1\n\n cont\n",
+            "A: 1\nno colon\n",
+            "A: 1\n-x: 2\n",
+            "Bé: 1\n",
+        ] {
+            assert_scan_agrees(text);
+        }
+        // Random texts from lines that exercise every rule.
+        const LINES: [&str; 22] = [
+            "Package: p",
+            "package: q",
+            "B: x ",
+            "b:",
+            "B:\t y\t",
+            " cont",
+            "\tcont\t",
+            " ",
+            "",
+            "\t \r",
+            "# c",
+            "#",
+            "Version: 1\r",
+            "C: y\r",
+            " more\r",
+            " \r\r",
+            "no colon",
+            "-x: 1",
+            "Long-Field-Name: v",
+            "long-field-NAME: w",
+            "Long-Field-Namf: z",
+            "Cé: 1",
+        ];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let n = next() % 12;
+            let text: Vec<&str> = (0..n)
+                .map(|_| LINES[(next() % LINES.len() as u64) as usize])
+                .collect();
+            let mut text = text.join("\n");
+            if next() % 2 == 0 {
+                text.push('\n');
+            }
+            assert_scan_agrees(&text);
+        }
+    }
+
+    #[test]
+    fn shifted_errors_name_the_line_in_the_whole_text() {
+        assert_eq!(
+            Deb822Error::DuplicateField {
+                line: 2,
+                name: "A".into()
+            }
+            .shifted(10),
+            Deb822Error::DuplicateField {
+                line: 12,
+                name: "A".into()
+            }
+        );
+        assert_eq!(
+            Deb822Error::ParagraphCount { found: 2 }.shifted(10),
+            Deb822Error::ParagraphCount { found: 2 }
+        );
     }
 
     /// The machine's own dpkg database: parsing and writing it back must give the same bytes.

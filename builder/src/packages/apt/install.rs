@@ -129,8 +129,8 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
             version: p.version.to_string(),
             arch: p.arch.clone(),
             action: p.action.clone(),
-            origin: p.pkg.origin.clone(),
-            size: p.pkg.size,
+            origin: p.pkg.origin().to_string(),
+            size: p.pkg.size(),
         })
         .collect();
     report.remove = res.remove.iter().map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() }).collect();
@@ -270,21 +270,22 @@ pub async fn fetch_debs(plan: &[Planned], cache_dir: &Path, report: &mut Package
 /// The cache is keyed by SHA256, so a cached file is right by construction; a download is
 /// written to a temporary name, checked, then renamed.
 async fn fetch_one(client: &reqwest::Client, pkg: &IndexedPackage, dir: &Path) -> Result<(PathBuf, u64)> {
-    let path = dir.join(format!("{}.deb", pkg.sha256));
-    if crate::blob::digest_hex(&format!("sha256:{}", pkg.sha256)).is_err() {
-        return Err(Error::Unsupported(format!("malformed SHA256 for {} in {}", pkg.url, pkg.repo)));
+    let (sha256, url, size) = (pkg.sha256(), pkg.url(), pkg.size());
+    let path = dir.join(format!("{sha256}.deb"));
+    if crate::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
+        return Err(Error::Unsupported(format!("malformed SHA256 for {url} in {}", pkg.repo())));
     }
     if path.exists() {
         return Ok((path, 0));
     }
-    let fail = |reason: String| Error::Download { url: pkg.url.clone(), reason };
-    let bytes = repo::get(client, &pkg.url, pkg.size).await?.ok_or_else(|| fail("not found (404)".into()))?;
-    if bytes.len() as u64 != pkg.size {
-        return Err(fail(format!("size {} but the index says {}", bytes.len(), pkg.size)));
+    let fail = |reason: String| Error::Download { url: url.clone(), reason };
+    let bytes = repo::get(client, &url, size).await?.ok_or_else(|| fail("not found (404)".into()))?;
+    if bytes.len() as u64 != size {
+        return Err(fail(format!("size {} but the index says {size}", bytes.len())));
     }
     let got = hex::encode(Sha256::digest(&bytes));
-    if got != pkg.sha256 {
-        return Err(Error::DigestMismatch { expected: format!("sha256:{} ({})", pkg.sha256, pkg.url), actual: format!("sha256:{got}") });
+    if got != sha256 {
+        return Err(Error::DigestMismatch { expected: format!("sha256:{sha256} ({url})"), actual: format!("sha256:{got}") });
     }
     let tmp = tempfile::NamedTempFile::new_in(dir).map_err(Error::io("writing cache", dir))?;
     std::fs::write(tmp.path(), &bytes).map_err(Error::io("writing cache", tmp.path()))?;

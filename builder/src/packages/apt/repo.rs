@@ -28,6 +28,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io::Read;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pgp::composed::{
@@ -86,18 +87,209 @@ pub struct RepoIndex {
 }
 
 /// One stanza of a `Packages` index, with what is needed to download and check its `.deb`.
-#[derive(Debug, Clone)]
+///
+/// A full index is big (Debian's main/amd64 has about 63,000 stanzas in 50 MiB) and a build
+/// looks closely at a few dozen of them, so a package keeps the fields every stanza is
+/// checked or chosen by, and a place in the index text, shared by all its packages; the whole
+/// [`Paragraph`] is built the first time [`IndexedPackage::paragraph`] asks for it.
+#[derive(Clone)]
 pub struct IndexedPackage {
-    pub paragraph: Paragraph,
-    /// Absolute URL of the `.deb`: the archive root joined with `Filename`.
-    pub url: String,
-    /// Lower-case hex SHA256 of the `.deb`, from the index.
-    pub sha256: String,
-    pub size: u64,
+    index: Arc<IndexText>,
+    /// The stanza: `index.text[start..end]`, starting on line `line` of the index.
+    start: u32,
+    end: u32,
+    line: u32,
+    /// Where [`INDEX_FIELDS`] are in `index.text`, as [`deb822::scan`] found them: a byte
+    /// range, [`ABSENT`] or [`FOLDED`] (32-bit offsets keep 63,000 of these small).
+    values: [(u32, u32); INDEX_FIELDS.len()],
+    size: u64,
+    paragraph: OnceLock<Paragraph>,
+}
+
+/// A decompressed `Packages` index, shared by its packages.
+struct IndexText {
+    text: String,
+    /// The index's URL, for messages.
+    url: String,
+    /// The archive root `Filename`s are relative to.
+    base: String,
     /// The Release's `Origin`, else its `Label`, else the archive root.
-    pub origin: String,
+    origin: String,
     /// The archive root and suite, for messages: `http://deb.debian.org/debian bookworm`.
-    pub repo: String,
+    repo: String,
+}
+
+/// The fields of every stanza that are read up front, in [`IndexedPackage::values`] order.
+const INDEX_FIELDS: [&str; 7] = ["Package", "Version", "Architecture", "Provides", "Filename", "SHA256", "Size"];
+const PACKAGE: usize = 0;
+const VERSION: usize = 1;
+const ARCHITECTURE: usize = 2;
+const PROVIDES: usize = 3;
+const FILENAME: usize = 4;
+const SHA256: usize = 5;
+const SIZE: usize = 6;
+/// A field the stanza does not have.
+const ABSENT: (u32, u32) = (u32::MAX, 0);
+/// A value to read from the parsed paragraph ([`deb822::ValueSpan::Folded`]).
+const FOLDED: (u32, u32) = (u32::MAX, 1);
+
+impl fmt::Debug for IndexedPackage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IndexedPackage")
+            .field("name", &self.name())
+            .field("version", &self.version())
+            .field("arch", &self.arch())
+            .field("url", &self.url())
+            .field("sha256", &self.sha256())
+            .field("size", &self.size)
+            .field("repo", &self.repo())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IndexedPackage {
+    /// The packages of an index's text, each checked for what its download needs, as
+    /// [`decode_index`] reads them; `url` names the index in errors.
+    pub(crate) fn read_index(text: String, url: &str, base: &str, origin: &str, repo: &str) -> Result<Vec<IndexedPackage>, RepoError> {
+        let index = Arc::new(IndexText { text, url: url.to_owned(), base: base.to_owned(), origin: origin.to_owned(), repo: repo.to_owned() });
+        let text = index.text.as_str();
+        // Offsets are kept in 32 bits; MAX_INDEX keeps indices well below 4 GiB.
+        if u32::try_from(text.len()).is_err() {
+            return Err(RepoError::MalformedIndex { url: url.to_owned(), reason: format!("it is larger than {} bytes", u32::MAX) });
+        }
+        // Debian's stanzas average about 800 bytes; room that is never written costs no memory.
+        let mut packages = Vec::with_capacity(text.len() / 512);
+        for stanza in deb822::scan(text, INDEX_FIELDS) {
+            let stanza = stanza.map_err(|source| RepoError::IndexSyntax { url: url.to_owned(), source })?;
+            packages.push(IndexedPackage::checked(&index, stanza)?);
+        }
+        Ok(packages)
+    }
+
+    fn checked(index: &Arc<IndexText>, stanza: deb822::Scanned<{ INDEX_FIELDS.len() }>) -> Result<IndexedPackage, RepoError> {
+        let mut pkg = IndexedPackage {
+            index: Arc::clone(index),
+            start: stanza.range.start as u32,
+            end: stanza.range.end as u32,
+            line: stanza.line as u32,
+            values: stanza.values.map(|v| match v {
+                None => ABSENT,
+                Some(deb822::ValueSpan::Text(r)) => (r.start as u32, r.end as u32),
+                Some(deb822::ValueSpan::Folded) => FOLDED,
+            }),
+            size: 0,
+            paragraph: OnceLock::new(),
+        };
+        if pkg.values.contains(&FOLDED) {
+            // Rare: a value whose lines are not contiguous in the text; it is read from the
+            // parsed paragraph.
+            let paragraph = pkg.parse_paragraph()?;
+            let _ = pkg.paragraph.set(paragraph);
+        }
+        let malformed = |reason: String| RepoError::MalformedIndex { url: index.url.clone(), reason };
+        let name = pkg.name();
+        if name.is_empty() {
+            return Err(malformed("a stanza has no Package field".into()));
+        }
+        let field = |i: usize| {
+            pkg.value(i)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| malformed(format!("package `{name}` has no {} field", INDEX_FIELDS[i])))
+        };
+        let filename = field(FILENAME)?;
+        let sha256 = field(SHA256)?;
+        let size = field(SIZE)?;
+        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(malformed(format!("package `{name}` has an invalid SHA256 `{}`", sha256.to_ascii_lowercase())));
+        }
+        let size: u64 = size.parse().map_err(|_| malformed(format!("package `{name}` has an invalid Size `{size}`")))?;
+        if filename.contains("://") || filename.split('/').any(|p| p == "..") {
+            return Err(malformed(format!("package `{name}` has an invalid Filename `{filename}`")));
+        }
+        pkg.size = size;
+        Ok(pkg)
+    }
+
+    /// One of [`INDEX_FIELDS`], in the form [`Paragraph::get`] gives.
+    fn value(&self, i: usize) -> Option<&str> {
+        match self.values[i] {
+            ABSENT => None,
+            // `checked` parsed the paragraph of every stanza with a folded value.
+            FOLDED => self.paragraph.get().and_then(|p| p.get(INDEX_FIELDS[i])),
+            (start, end) => self.index.text.get(start as usize..end as usize),
+        }
+    }
+
+    fn parse_paragraph(&self) -> Result<Paragraph, RepoError> {
+        let text = &self.index.text[self.start as usize..self.end as usize];
+        deb822::parse_single(text).map_err(|e| RepoError::IndexSyntax {
+            url: self.index.url.clone(),
+            source: e.shifted(self.line as usize - 1),
+        })
+    }
+
+    /// The whole stanza, parsed the first time it is asked for.
+    pub fn paragraph(&self) -> Result<&Paragraph, RepoError> {
+        if let Some(p) = self.paragraph.get() {
+            return Ok(p);
+        }
+        let parsed = self.parse_paragraph()?;
+        Ok(self.paragraph.get_or_init(|| parsed))
+    }
+
+    /// Whether [`IndexedPackage::paragraph`] has been built.
+    #[cfg(test)]
+    pub(crate) fn is_parsed(&self) -> bool {
+        self.paragraph.get().is_some()
+    }
+
+    /// `Package`.
+    pub fn name(&self) -> &str {
+        self.value(PACKAGE).unwrap_or_default()
+    }
+
+    /// `Version`, as written.
+    pub fn version(&self) -> Option<&str> {
+        self.value(VERSION)
+    }
+
+    /// `Architecture`, as written.
+    pub fn arch(&self) -> Option<&str> {
+        self.value(ARCHITECTURE)
+    }
+
+    /// `Provides`, as written.
+    pub fn provides(&self) -> Option<&str> {
+        self.value(PROVIDES)
+    }
+
+    /// Absolute URL of the `.deb`: the archive root joined with `Filename`.
+    pub fn url(&self) -> String {
+        let filename = self.value(FILENAME).unwrap_or_default().trim();
+        let filename = filename.trim_start_matches("./").trim_start_matches('/');
+        format!("{}/{}", self.index.base, filename)
+    }
+
+    /// Lower-case hex SHA256 of the `.deb`, from the index.
+    pub fn sha256(&self) -> String {
+        self.value(SHA256).unwrap_or_default().trim().to_ascii_lowercase()
+    }
+
+    /// Size of the `.deb` in bytes, from the index.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The Release's `Origin`, else its `Label`, else the archive root.
+    pub fn origin(&self) -> &str {
+        &self.index.origin
+    }
+
+    /// The archive root and suite, for messages: `http://deb.debian.org/debian bookworm`.
+    pub fn repo(&self) -> &str {
+        &self.index.repo
+    }
 }
 
 /// One entry of a sources.list or `.sources` file.
@@ -684,15 +876,7 @@ fn decode_index_keeping(body: Vec<u8>, ctx: &IndexContext, keep: &mut Option<Vec
             String::from_utf8_lossy(e.as_bytes()).into_owned()
         }
     };
-    let paragraphs = deb822::parse(&text).map_err(|source| RepoError::IndexSyntax {
-        url: ctx.url.clone(),
-        source,
-    })?;
-    drop(text);
-    paragraphs
-        .into_iter()
-        .map(|p| indexed_package(p, ctx))
-        .collect()
+    IndexedPackage::read_index(text, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)
 }
 
 fn decompress(file: &str, body: Vec<u8>) -> std::io::Result<Vec<u8>> {
@@ -712,50 +896,6 @@ fn decompress(file: &str, body: Vec<u8>) -> std::io::Result<Vec<u8>> {
         ));
     }
     Ok(out)
-}
-
-fn indexed_package(paragraph: Paragraph, ctx: &IndexContext) -> Result<IndexedPackage, RepoError> {
-    let name = paragraph.get("Package").unwrap_or("").to_owned();
-    let malformed = |reason: String| RepoError::MalformedIndex {
-        url: ctx.url.clone(),
-        reason,
-    };
-    if name.is_empty() {
-        return Err(malformed("a stanza has no Package field".into()));
-    }
-    let field = |f: &str| {
-        paragraph
-            .get(f)
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| malformed(format!("package `{name}` has no {f} field")))
-    };
-    let filename = field("Filename")?;
-    let sha256 = field("SHA256")?.to_ascii_lowercase();
-    let size = field("Size")?;
-    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(malformed(format!(
-            "package `{name}` has an invalid SHA256 `{sha256}`"
-        )));
-    }
-    let size: u64 = size
-        .parse()
-        .map_err(|_| malformed(format!("package `{name}` has an invalid Size `{size}`")))?;
-    if filename.contains("://") || filename.split('/').any(|p| p == "..") {
-        return Err(malformed(format!(
-            "package `{name}` has an invalid Filename `{filename}`"
-        )));
-    }
-    let filename = filename.trim_start_matches("./").trim_start_matches('/');
-    let url = format!("{}/{}", ctx.base, filename);
-    Ok(IndexedPackage {
-        url,
-        sha256,
-        size,
-        origin: ctx.origin.clone(),
-        repo: ctx.repo.clone(),
-        paragraph,
-    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2124,6 +2264,81 @@ mod tests {
         SHA256:\n 9E0B5AABB2465B3D2E7A7FE27F9913846277833F7A2826E7767ACCCFF5B588C5  8790396 main/binary-amd64/Packages.xz\n \
         515e692f2c4121c6fcec444ef100cc18f79a991910615f3a88c8b7becfc94d2f 50060337 main/binary-amd64/Packages\n";
 
+    fn read(text: &str) -> Result<Vec<IndexedPackage>, RepoError> {
+        IndexedPackage::read_index(text.to_owned(), "http://repo.test/Packages", "http://repo.test", "Test", "http://repo.test bookworm")
+    }
+
+    #[test]
+    fn index_stanzas_are_read_lazily() {
+        let sha = "AB".repeat(32);
+        let text = format!(
+            "Package: a\nVersion: 1.0-1\nArchitecture: amd64\nDepends: b (>= 2)\nFilename: ./pool/a.deb\nSize: 10\nSHA256: {sha}\n\n\
+             # a comment between stanzas\n\
+             Package: b\r\nVersion: 2\r\nProvides: x,\r\n y (= 1)\r\nFilename: pool/b.deb \r\nSize: 20\r\nSHA256: {sha}\r\n\r\n\
+             Package: c\nProvides: z,\n# inside\n w\nFilename: pool/c.deb\nSize: 30\nSHA256: {sha}\n"
+        );
+        let pkgs = read(&text).unwrap();
+        assert_eq!(pkgs.len(), 3);
+        let [a, b, c] = &pkgs[..] else { unreachable!() };
+        assert_eq!((a.name(), a.version(), a.arch(), a.provides()), ("a", Some("1.0-1"), Some("amd64"), None));
+        assert_eq!(a.url(), "http://repo.test/pool/a.deb");
+        assert_eq!(a.sha256(), "ab".repeat(32));
+        assert_eq!((a.size(), a.origin(), a.repo()), (10, "Test", "http://repo.test bookworm"));
+        assert!(a.paragraph.get().is_none(), "not parsed until asked");
+        assert_eq!(a.paragraph().unwrap().get("Depends"), Some("b (>= 2)"));
+        assert!(a.paragraph.get().is_some());
+        // A CRLF continuation and a comment inside a value read as deb822 reads them.
+        assert_eq!((b.name(), b.provides(), b.size()), ("b", Some("x,\n y (= 1)"), 20));
+        assert_eq!(b.url(), "http://repo.test/pool/b.deb");
+        assert_eq!(c.provides(), Some("z,\n w"));
+        for (pkg, parsed) in pkgs.iter().zip(deb822::parse(&text).unwrap()) {
+            assert_eq!(pkg.paragraph().unwrap(), &parsed);
+        }
+        // Debug names the package, not the whole index.
+        let debug = format!("{a:?}");
+        assert!(debug.contains("\"a\"") && !debug.contains("Package: b"), "{debug}");
+        assert!(read("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_index_stanzas_are_refused() {
+        let sha = "ab".repeat(32);
+        let good = format!("Package: a\nFilename: a.deb\nSize: 1\nSHA256: {sha}\n\n");
+        let err = |text: &str| read(&format!("{good}{text}")).unwrap_err().to_string();
+        let at = "malformed Packages index http://repo.test/Packages";
+        // Syntax errors are found in every stanza, with the line in the whole index.
+        assert_eq!(
+            read(&format!("{good}Package: b\nFilename: b.deb\npackage: c\n")).unwrap_err().to_string(),
+            at
+        );
+        match read(&format!("{good}Package: b\nFilename: b.deb\npackage: c\n")).unwrap_err() {
+            RepoError::IndexSyntax { source, .. } => {
+                assert_eq!(source, Deb822Error::DuplicateField { line: 8, name: "package".into() })
+            }
+            e => panic!("{e}"),
+        }
+        assert_eq!(err("Version: 1\n"), format!("{at}: a stanza has no Package field"));
+        assert_eq!(err("Package: b\nSize: 1\nSHA256: {sha}\n"), format!("{at}: package `b` has no Filename field"));
+        assert_eq!(err(&format!("Package: b\nFilename: b.deb\nSHA256: {sha}\n")), format!("{at}: package `b` has no Size field"));
+        assert_eq!(err("Package: b\nFilename: b.deb\nSize: 1\nSHA256:\n"), format!("{at}: package `b` has no SHA256 field"));
+        assert_eq!(
+            err("Package: b\nFilename: b.deb\nSize: 1\nSHA256: XYZ\n"),
+            format!("{at}: package `b` has an invalid SHA256 `xyz`")
+        );
+        assert_eq!(
+            err(&format!("Package: b\nFilename: b.deb\nSize: -1\nSHA256: {sha}\n")),
+            format!("{at}: package `b` has an invalid Size `-1`")
+        );
+        assert_eq!(
+            err(&format!("Package: b\nFilename: ../b.deb\nSize: 1\nSHA256: {sha}\n")),
+            format!("{at}: package `b` has an invalid Filename `../b.deb`")
+        );
+        assert_eq!(
+            err(&format!("Package: b\nFilename: http://x/b.deb\nSize: 1\nSHA256: {sha}\n")),
+            format!("{at}: package `b` has an invalid Filename `http://x/b.deb`")
+        );
+    }
+
     #[test]
     fn parses_and_checks_release_fields() {
         let r = Release::parse(RELEASE_FIELDS, "URL").unwrap();
@@ -2323,20 +2538,20 @@ this stanza is broken
             .unwrap_or_else(|e| panic!("{}", err_chain(&e)));
         assert_eq!(index.packages.len(), 2);
         let tools = &index.packages[0];
-        assert_eq!(tools.paragraph.get("Package"), Some("erdma-tools"));
-        assert_eq!(tools.paragraph.get("version"), Some("1.0-1"));
+        assert_eq!(tools.paragraph().unwrap().get("Package"), Some("erdma-tools"));
+        assert_eq!(tools.paragraph().unwrap().get("version"), Some("1.0-1"));
         assert_eq!(
-            tools.url,
+            tools.url(),
             format!(
                 "{}/pool/main/e/erdma/erdma-tools_1.0-1_amd64.deb",
                 server.url
             )
         );
-        assert_eq!(tools.sha256, DEB_SHA);
-        assert_eq!(tools.size, 1234);
-        assert_eq!(tools.origin, "erdma-test");
-        assert_eq!(tools.repo, format!("{} bookworm/erdma", server.url));
-        assert_eq!(index.packages[1].sha256, "ab".repeat(32));
+        assert_eq!(tools.sha256(), DEB_SHA);
+        assert_eq!(tools.size(), 1234);
+        assert_eq!(tools.origin(), "erdma-test");
+        assert_eq!(tools.repo(), format!("{} bookworm/erdma", server.url));
+        assert_eq!(index.packages[1].sha256(), "ab".repeat(32));
 
         // What the Release does not have is named, with what it has.
         let mut wrong = spec.clone();
@@ -2365,7 +2580,7 @@ this stanza is broken
             .unwrap_or_else(|e| panic!("{}", err_chain(&e)));
         assert_eq!(index.packages.len(), 2);
         assert_eq!(
-            index.packages[1].url,
+            index.packages[1].url(),
             format!("{}/flat/liberdma1_1.0-1_amd64.deb", server.url)
         );
 
@@ -2647,23 +2862,23 @@ this stanza is broken
         let ibverbs: Vec<_> = index
             .packages
             .iter()
-            .filter(|p| p.paragraph.get("Package") == Some("libibverbs1"))
+            .filter(|p| p.name() == "libibverbs1")
             .collect();
         assert!(!ibverbs.is_empty(), "libibverbs1 not in bookworm main");
         let p = ibverbs[0];
-        let version = p.paragraph.get("Version").unwrap();
+        let version = p.version().unwrap();
         assert!(version.starts_with("44."), "libibverbs1 {version}");
         assert!(
-            p.url.starts_with(&spec.url) && p.url.ends_with("_amd64.deb"),
+            p.url().starts_with(&spec.url) && p.url().ends_with("_amd64.deb"),
             "{}",
-            p.url
+            p.url()
         );
-        assert!(p.url.contains("/pool/main/r/rdma-core/"), "{}", p.url);
-        assert_eq!(p.sha256.len(), 64);
-        assert!(p.size > 0);
-        assert_eq!(p.origin, "Debian");
+        assert!(p.url().contains("/pool/main/r/rdma-core/"), "{}", p.url());
+        assert_eq!(p.sha256().len(), 64);
+        assert!(p.size() > 0);
+        assert_eq!(p.origin(), "Debian");
         assert_eq!(
-            p.repo,
+            p.repo(),
             format!("{} bookworm", spec.url.trim_end_matches('/'))
         );
     }

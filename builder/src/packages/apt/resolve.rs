@@ -5,12 +5,14 @@
 //! against everything that will be installed, upgrading an installed package when a newer
 //! candidate clears the conflict (that is how `libibverbs1` and `ibverbs-providers` move
 //! together); packages the base already has at a satisfying version are not added again.
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::OnceCell;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
 use super::deb822::Paragraph;
-use super::repo::IndexedPackage;
+use super::repo::{IndexedPackage, RepoError};
 use super::version::{parse_relations, Dependency, Version};
 
 /// A package the base image has installed (`Status: install ok installed`).
@@ -79,6 +81,9 @@ pub enum ResolveError {
     Conflict { package: String, version: String, kind: &'static str, other: String, other_version: String },
     #[error("malformed {field} of {package}: {reason}")]
     Malformed { package: String, field: &'static str, reason: String },
+    /// A stanza the resolver reads in full did not parse.
+    #[error(transparent)]
+    Index(#[from] RepoError),
 }
 
 /// What to install and replace.
@@ -89,11 +94,15 @@ pub struct Request<'a> {
     pub arch: &'a str,
 }
 
-fn relations(p: &Paragraph, field: &'static str, package: &str) -> Result<Vec<Vec<Dependency>>, ResolveError> {
-    match p.get(field) {
+fn parse_field(value: Option<&str>, field: &'static str, package: &str) -> Result<Vec<Vec<Dependency>>, ResolveError> {
+    match value {
         None => Ok(Vec::new()),
         Some(v) => parse_relations(v).map_err(|e| ResolveError::Malformed { package: package.into(), field, reason: e.to_string() }),
     }
+}
+
+fn relations(p: &Paragraph, field: &'static str, package: &str) -> Result<Vec<Vec<Dependency>>, ResolveError> {
+    parse_field(p.get(field), field, package)
 }
 
 fn dep_text(d: &Dependency) -> String {
@@ -106,14 +115,14 @@ fn dep_text(d: &Dependency) -> String {
 /// A version that a relation can be checked against, with what offers it.
 struct Offer<'a> {
     name: &'a str,
-    version: Option<Version>,
+    version: Option<&'a Version>,
 }
 
 fn matches(dep: &Dependency, offer: &Offer) -> bool {
     if dep.name != offer.name {
         return false;
     }
-    match (&dep.constraint, &offer.version) {
+    match (&dep.constraint, offer.version) {
         (None, _) => true,
         (Some((rel, want)), Some(have)) => rel.satisfied_by(have, want),
         // An unversioned Provides never satisfies a versioned relation (Policy 7.5).
@@ -121,74 +130,155 @@ fn matches(dep: &Dependency, offer: &Offer) -> bool {
     }
 }
 
-/// Everything a package offers: itself at its version, and its Provides.
-fn offers<'a>(name: &'a str, version: &Version, provides: &'a [Vec<Dependency>]) -> Vec<Offer<'a>> {
-    let mut out = vec![Offer { name, version: Some(version.clone()) }];
-    for alt in provides.iter().flatten() {
-        out.push(Offer { name: &alt.name, version: alt.constraint.as_ref().map(|(_, v)| v.clone()) });
-    }
-    out
+/// Whether a package offers what `dep` asks for: itself at its version, or its Provides.
+fn offered(dep: &Dependency, name: &str, version: &Version, provides: &[Vec<Dependency>]) -> bool {
+    matches(dep, &Offer { name, version: Some(version) })
+        || provides.iter().flatten().any(|p| matches(dep, &Offer { name: &p.name, version: p.constraint.as_ref().map(|(_, v)| v) }))
 }
 
 struct Cand<'a> {
     pkg: &'a IndexedPackage,
-    name: String,
-    arch: String,
+    name: &'a str,
+    arch: &'a str,
     version: Version,
-    provides: Vec<Vec<Dependency>>,
+    /// Parsed when first needed: most candidates are never asked.
+    provides: OnceCell<Vec<Vec<Dependency>>>,
+}
+
+impl Cand<'_> {
+    fn provides(&self) -> Result<&[Vec<Dependency>], ResolveError> {
+        if let Some(p) = self.provides.get() {
+            return Ok(p);
+        }
+        let parsed = parse_field(self.pkg.provides(), "Provides", self.name)?;
+        Ok(self.provides.get_or_init(|| parsed))
+    }
+
+    fn offers(&self, dep: &Dependency) -> Result<bool, ResolveError> {
+        Ok(offered(dep, self.name, &self.version, self.provides()?))
+    }
+
+    fn is(&self, dep: &Dependency) -> bool {
+        matches(dep, &Offer { name: self.name, version: Some(&self.version) })
+    }
+}
+
+/// The candidates of our architecture, by name, newest first; a name's list is built (its
+/// versions parsed and sorted) the first time the name is looked up, as a resolution looks
+/// at a few dozen names of the tens of thousands an index has.
+struct Candidates<'a> {
+    arch: &'a str,
+    available: &'a [IndexedPackage],
+    by_name: HashMap<&'a str, usize>,
+    /// Per name: the first and last package of that name in `available`; `next` chains them
+    /// in index order.
+    ends: Vec<(u32, u32)>,
+    next: Vec<u32>,
+    lists: Vec<OnceCell<Vec<Cand<'a>>>>,
+}
+
+impl<'a> Candidates<'a> {
+    const END: u32 = u32::MAX;
+
+    fn new(available: &'a [IndexedPackage], arch: &'a str) -> Self {
+        let mut by_name: HashMap<&str, usize> = HashMap::with_capacity(available.len());
+        let mut ends: Vec<(u32, u32)> = Vec::new();
+        let mut next = vec![Self::END; available.len()];
+        for (i, pkg) in available.iter().enumerate() {
+            let i = i as u32;
+            match by_name.entry(pkg.name()) {
+                Entry::Occupied(e) => {
+                    let (_, last) = &mut ends[*e.get()];
+                    next[*last as usize] = i;
+                    *last = i;
+                }
+                Entry::Vacant(e) => {
+                    e.insert(ends.len());
+                    ends.push((i, i));
+                }
+            }
+        }
+        let lists = std::iter::repeat_with(OnceCell::new).take(ends.len()).collect();
+        Candidates { arch, available, by_name, ends, next, lists }
+    }
+
+    /// The candidates named `name`, newest first (in index order among equal versions).
+    fn get(&self, name: &str) -> &[Cand<'a>] {
+        let Some(&slot) = self.by_name.get(name) else { return &[] };
+        self.lists[slot].get_or_init(|| {
+            let mut list = Vec::new();
+            let mut i = self.ends[slot].0;
+            while i != Self::END {
+                let pkg = &self.available[i as usize];
+                i = self.next[i as usize];
+                let Some(version) = pkg.version() else { continue };
+                let arch = pkg.arch().unwrap_or("all");
+                if arch != self.arch && arch != "all" {
+                    continue;
+                }
+                let Ok(version) = version.parse::<Version>() else { continue };
+                list.push(Cand { pkg, name: pkg.name(), arch, version, provides: OnceCell::new() });
+            }
+            list.sort_by(|a, b| b.version.cmp(&a.version));
+            list
+        })
+    }
+
+    /// The newest candidate whose Provides meets `dep` (the last of equal versions, in name
+    /// order).
+    fn newest_provider(&self, dep: &Dependency) -> Result<Option<&Cand<'a>>, ResolveError> {
+        // Only a stanza whose Provides text names the package can provide it.
+        let names: BTreeSet<&str> = self.available.iter().filter(|p| p.provides().is_some_and(|v| v.contains(dep.name.as_str()))).map(|p| p.name()).collect();
+        let mut best: Option<&Cand> = None;
+        for name in names {
+            for c in self.get(name) {
+                let provides = c.provides()?;
+                if provides.iter().flatten().any(|p| matches(dep, &Offer { name: &p.name, version: p.constraint.as_ref().map(|(_, v)| v) })) && best.is_none_or(|b| c.version >= b.version) {
+                    best = Some(c);
+                }
+            }
+        }
+        Ok(best)
+    }
 }
 
 pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPackage]) -> Result<Resolution, ResolveError> {
-    // Candidates of our architecture, newest first per name.
-    let mut cands: BTreeMap<String, Vec<Cand>> = BTreeMap::new();
-    for pkg in available {
-        let p = &pkg.paragraph;
-        let (Some(name), Some(version)) = (p.get("Package"), p.get("Version")) else { continue };
-        let arch = p.get("Architecture").unwrap_or("all");
-        if arch != req.arch && arch != "all" {
-            continue;
-        }
-        let Ok(version) = version.parse::<Version>() else { continue };
-        let provides = relations(p, "Provides", name)?;
-        cands.entry(name.to_string()).or_default().push(Cand { pkg, name: name.to_string(), arch: arch.to_string(), version, provides });
-    }
-    for list in cands.values_mut() {
-        list.sort_by(|a, b| b.version.cmp(&a.version));
-    }
+    let cands = Candidates::new(available, req.arch);
     let inst: BTreeMap<&str, &Installed> = installed.iter().map(|i| (i.name.as_str(), i)).collect();
     let mut inst_provides: BTreeMap<&str, Vec<Vec<Dependency>>> = BTreeMap::new();
     for i in installed {
         inst_provides.insert(i.name.as_str(), relations(&i.paragraph, "Provides", &i.name)?);
     }
 
-    let mut chosen: BTreeMap<String, &Cand> = BTreeMap::new();
+    let mut chosen: BTreeMap<&str, &Cand> = BTreeMap::new();
     let mut gone: BTreeSet<String> = BTreeSet::new();
     let mut res = Resolution::default();
     let repos = || {
-        let mut r: Vec<&str> = available.iter().map(|p| p.repo.as_str()).collect();
+        let mut r: Vec<&str> = available.iter().map(|p| p.repo()).collect();
         r.dedup();
         r.join(", ")
     };
 
     // Is `dep` met by what will be installed, or by what stays installed?
-    let satisfied = |dep: &Dependency, chosen: &BTreeMap<String, &Cand>, gone: &BTreeSet<String>| -> bool {
-        chosen.values().any(|c| offers(&c.name, &c.version, &c.provides).iter().any(|o| matches(dep, o)))
-            || installed
-                .iter()
-                .filter(|i| !gone.contains(&i.name))
-                .any(|i| offers(&i.name, &i.version, &inst_provides[i.name.as_str()]).iter().any(|o| matches(dep, o)))
+    let satisfied = |dep: &Dependency, chosen: &BTreeMap<&str, &Cand>, gone: &BTreeSet<String>| -> Result<bool, ResolveError> {
+        for c in chosen.values() {
+            if c.offers(dep)? {
+                return Ok(true);
+            }
+        }
+        Ok(installed.iter().filter(|i| !gone.contains(&i.name)).any(|i| offered(dep, &i.name, &i.version, &inst_provides[i.name.as_str()])))
     };
     // The newest candidate that meets `dep`: the package itself, else a provider.
-    let find = |dep: &Dependency| -> Option<&Cand> {
-        if let Some(c) = cands.get(&dep.name).and_then(|l| l.iter().find(|c| matches(dep, &Offer { name: &c.name, version: Some(c.version.clone()) }))) {
-            return Some(c);
+    let find = |dep: &Dependency| -> Result<Option<&Cand>, ResolveError> {
+        if let Some(c) = cands.get(&dep.name).iter().find(|c| c.is(dep)) {
+            return Ok(Some(c));
         }
-        cands.values().flatten().filter(|c| c.provides.iter().flatten().any(|p| matches(dep, &Offer { name: &p.name, version: p.constraint.as_ref().map(|(_, v)| v.clone()) }))).max_by(|a, b| a.version.cmp(&b.version))
+        cands.newest_provider(dep)
     };
 
     let mut queue: Vec<&Cand> = Vec::new();
     for name in req.install {
-        let newest = cands.get(name).and_then(|l| l.first());
+        let newest = cands.get(name).first();
         if let Some(i) = inst.get(name.as_str()) {
             let replace = req.replace.contains(name) && newest.is_some_and(|c| c.version != i.version);
             let upgrade = newest.is_some_and(|c| c.version > i.version) && !replace;
@@ -209,20 +299,40 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
     // Dependencies, then conflicts, until nothing changes.
     for _round in 0..64 {
         while let Some(c) = queue.pop() {
-            if chosen.contains_key(&c.name) {
+            if chosen.contains_key(c.name) {
                 continue;
             }
-            if inst.contains_key(c.name.as_str()) {
-                gone.insert(c.name.clone());
+            if inst.contains_key(c.name) {
+                gone.insert(c.name.to_string());
             }
-            chosen.insert(c.name.clone(), c);
-            let p = &c.pkg.paragraph;
-            for group in relations(p, "Pre-Depends", &c.name)?.into_iter().chain(relations(p, "Depends", &c.name)?) {
-                if group.iter().any(|d| satisfied(d, &chosen, &gone) || queue.iter().any(|q| offers(&q.name, &q.version, &q.provides).iter().any(|o| matches(d, o)))) {
+            chosen.insert(c.name, c);
+            let p = c.pkg.paragraph()?;
+            for group in relations(p, "Pre-Depends", c.name)?.into_iter().chain(relations(p, "Depends", c.name)?) {
+                let mut met = false;
+                'alternatives: for d in &group {
+                    if satisfied(d, &chosen, &gone)? {
+                        met = true;
+                        break;
+                    }
+                    for q in &queue {
+                        if q.offers(d)? {
+                            met = true;
+                            break 'alternatives;
+                        }
+                    }
+                }
+                if met {
                     continue;
                 }
-                let pick = group.iter().find_map(find).ok_or_else(|| ResolveError::Unsatisfiable {
-                    package: c.name.clone(),
+                let mut pick = None;
+                for d in &group {
+                    if let Some(c) = find(d)? {
+                        pick = Some(c);
+                        break;
+                    }
+                }
+                let pick = pick.ok_or_else(|| ResolveError::Unsatisfiable {
+                    package: c.name.to_string(),
                     version: c.version.to_string(),
                     dependency: group.iter().map(dep_text).collect::<Vec<_>>().join(" | "),
                 })?;
@@ -234,17 +344,17 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
         let chosen_now: Vec<&Cand> = chosen.values().copied().collect();
         for c in &chosen_now {
             for (kind, field) in [("breaks", "Breaks"), ("conflicts with", "Conflicts")] {
-                for dep in relations(&c.pkg.paragraph, field, &c.name)?.into_iter().flatten() {
-                    if let Some(other) = chosen_now.iter().find(|o| o.name != c.name && matches(&dep, &Offer { name: &o.name, version: Some(o.version.clone()) })) {
-                        return Err(ResolveError::Conflict { package: c.name.clone(), version: c.version.to_string(), kind, other: other.name.clone(), other_version: other.version.to_string() });
+                for dep in relations(c.pkg.paragraph()?, field, c.name)?.into_iter().flatten() {
+                    if let Some(other) = chosen_now.iter().find(|o| o.name != c.name && o.is(&dep)) {
+                        return Err(ResolveError::Conflict { package: c.name.to_string(), version: c.version.to_string(), kind, other: other.name.to_string(), other_version: other.version.to_string() });
                     }
-                    let staying: Vec<&Installed> = installed.iter().filter(|i| !gone.contains(&i.name) && !chosen.contains_key(&i.name)).collect();
+                    let staying: Vec<&Installed> = installed.iter().filter(|i| !gone.contains(&i.name) && !chosen.contains_key(i.name.as_str())).collect();
                     for i in staying {
-                        if !matches(&dep, &Offer { name: &i.name, version: Some(i.version.clone()) }) {
+                        if !matches(&dep, &Offer { name: &i.name, version: Some(&i.version) }) {
                             continue;
                         }
                         // Upgrade the installed package to a candidate the relation does not hit.
-                        let fix = cands.get(&i.name).and_then(|l| l.iter().find(|n| n.version > i.version && !matches(&dep, &Offer { name: &n.name, version: Some(n.version.clone()) })));
+                        let fix = cands.get(&i.name).iter().find(|n| n.version > i.version && !n.is(&dep));
                         match fix {
                             Some(n) => {
                                 queue.push(n);
@@ -255,7 +365,7 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
                                 changed = true;
                             }
                             None => {
-                                return Err(ResolveError::Conflict { package: c.name.clone(), version: c.version.to_string(), kind, other: i.name.clone(), other_version: i.version.to_string() })
+                                return Err(ResolveError::Conflict { package: c.name.to_string(), version: c.version.to_string(), kind, other: i.name.clone(), other_version: i.version.to_string() })
                             }
                         }
                     }
@@ -263,17 +373,17 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
             }
         }
         // Breaks/Conflicts of what stays installed, against what we install.
-        for i in installed.iter().filter(|i| !gone.contains(&i.name) && !chosen.contains_key(&i.name)) {
+        for i in installed.iter().filter(|i| !gone.contains(&i.name) && !chosen.contains_key(i.name.as_str())) {
             for (kind, field) in [("breaks", "Breaks"), ("conflicts with", "Conflicts")] {
                 for dep in relations(&i.paragraph, field, &i.name)?.into_iter().flatten() {
-                    let Some(c) = chosen_now.iter().find(|c| matches(&dep, &Offer { name: &c.name, version: Some(c.version.clone()) })) else { continue };
-                    match cands.get(&i.name).and_then(|l| l.iter().find(|n| n.version > i.version)) {
+                    let Some(c) = chosen_now.iter().find(|c| c.is(&dep)) else { continue };
+                    match cands.get(&i.name).iter().find(|n| n.version > i.version) {
                         Some(n) => {
                             queue.push(n);
                             changed = true;
                         }
                         None => {
-                            return Err(ResolveError::Conflict { package: i.name.clone(), version: i.version.to_string(), kind, other: c.name.clone(), other_version: c.version.to_string() })
+                            return Err(ResolveError::Conflict { package: i.name.clone(), version: i.version.to_string(), kind, other: c.name.to_string(), other_version: c.version.to_string() })
                         }
                     }
                 }
@@ -285,12 +395,12 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
     }
 
     for c in chosen.values() {
-        let action = match inst.get(c.name.as_str()) {
+        let action = match inst.get(c.name) {
             None => Action::Install,
-            Some(i) if req.replace.contains(&c.name) && c.version != i.version => Action::Replace { from: i.version.to_string() },
+            Some(i) if req.replace.iter().any(|r| r == c.name) && c.version != i.version => Action::Replace { from: i.version.to_string() },
             Some(i) => Action::Upgrade { from: i.version.to_string() },
         };
-        res.install.push(Planned { pkg: c.pkg.clone(), name: c.name.clone(), arch: c.arch.clone(), version: c.version.clone(), action });
+        res.install.push(Planned { pkg: c.pkg.clone(), name: c.name.to_string(), arch: c.arch.to_string(), version: c.version.clone(), action });
     }
     res.remove = installed.iter().filter(|i| gone.contains(&i.name)).cloned().collect();
     Ok(res)
@@ -301,15 +411,9 @@ mod tests {
     use super::*;
     use crate::packages::apt::deb822;
 
-    fn pkg(text: &str) -> IndexedPackage {
-        IndexedPackage {
-            paragraph: deb822::parse(text).unwrap().remove(0),
-            url: "http://repo.invalid/x.deb".into(),
-            sha256: "0".repeat(64),
-            size: 1,
-            origin: "test".into(),
-            repo: "http://repo.invalid bookworm".into(),
-        }
+    fn available_from(text: &str) -> Vec<IndexedPackage> {
+        let stanzas: Vec<String> = text.split("\n\n").map(|s| format!("{}\nFilename: pool/x.deb\nSHA256: {}\nSize: 1\n", s.trim_end(), "0".repeat(64))).collect();
+        IndexedPackage::read_index(stanzas.join("\n"), "http://repo.invalid/Packages", "http://repo.invalid", "test", "http://repo.invalid bookworm").unwrap()
     }
 
     fn installed(text: &str) -> Vec<Installed> {
@@ -329,7 +433,7 @@ mod tests {
         Package: provider\nVersion: 5\nArchitecture: amd64\nProvides: some-virtual (= 2)\n";
 
     fn available() -> Vec<IndexedPackage> {
-        REPO.split("\n\n").map(pkg).collect()
+        available_from(REPO)
     }
 
     #[test]
@@ -368,6 +472,40 @@ mod tests {
         // Without the replace list, apt keeps the newer-looking OFED build.
         let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
         assert!(resolve(&req, &base, &available()).unwrap().install.is_empty());
+    }
+
+    #[test]
+    fn only_what_the_resolution_touches_is_parsed() {
+        // A malformed relation in a stanza nothing needs does not stop the resolution.
+        let text = format!("{REPO}\n\nPackage: broken\nVersion: 1\nArchitecture: amd64\nProvides: ,,\nDepends: ((\n");
+        let available = available_from(&text);
+        let base = installed("Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n");
+        let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
+        let r = resolve(&req, &base, &available).unwrap();
+        assert_eq!(names(&r), ["libibverbs1 44.0-2 Install", "libnl-3-200 3.7.0-0.2+b1 Install"]);
+        let parsed: Vec<&str> = available.iter().filter(|p| p.is_parsed()).map(|p| p.name()).collect();
+        assert_eq!(parsed, ["libibverbs1", "libnl-3-200"], "the chosen stanzas only");
+        // One that is needed is reported.
+        let req = Request { install: &["wants-virtual".into()], replace: &[], arch: "amd64" };
+        let text = text.replace("Provides: ,,", "Provides: some-virtual (= 2),,");
+        let e = resolve(&req, &[], &available_from(&text)).unwrap_err().to_string();
+        assert!(e.starts_with("malformed Provides of broken: "), "{e}");
+        let req = Request { install: &["broken".into()], replace: &[], arch: "amd64" };
+        let e = resolve(&req, &[], &available_from(&text)).unwrap_err().to_string();
+        assert!(e.starts_with("malformed Depends of broken: "), "{e}");
+    }
+
+    #[test]
+    fn providers_of_equal_version_go_by_name_order() {
+        let text = "Package: wants\nVersion: 1\nArchitecture: all\nDepends: virt\n\n\
+                    Package: zz-provider\nVersion: 1\nArchitecture: amd64\nProvides: virt\n\n\
+                    Package: aa-provider\nVersion: 1\nArchitecture: amd64\nProvides: virtual-other, virt\n\n\
+                    Package: old-provider\nVersion: 0.5\nArchitecture: amd64\nProvides: virt\n\n\
+                    Package: arm-provider\nVersion: 9\nArchitecture: arm64\nProvides: virt";
+        let req = Request { install: &["wants".into()], replace: &[], arch: "amd64" };
+        let r = resolve(&req, &[], &available_from(text)).unwrap();
+        // apt's choice here is ours since the beginning: the newest, the last name among equals.
+        assert_eq!(names(&r), ["wants 1 Install", "zz-provider 1 Install"]);
     }
 
     #[test]
