@@ -183,5 +183,156 @@ mod tests {
         let rdev = ((300u64 & 0xfff) << 8) | ((300u64 & !0xfff) << 32) | (70000 & 0xff) | ((70000 & !0xff) << 12);
         assert_eq!(split_rdev(rdev), (300, 70000));
         assert_eq!(parse_dev("231:192\n"), Some((231, 192)));
+        assert_eq!(parse_dev("231"), None);
+    }
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/sysfs");
+
+    fn is_root() -> bool {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2)).map(|u| u == "0"))
+            .unwrap_or(false)
+    }
+
+    /// A /dev root with the nodes `testdata/sysfs/<scenario>/dev.txt` declares, made with
+    /// `mknod` (root). Without root: a skip locally (`None`), a failure under `CI`.
+    fn dev_root(scenario: &str) -> Option<tempfile::TempDir> {
+        if !is_root() {
+            assert!(std::env::var_os("CI").is_none(), "discover fixture tests need root (mknod) in CI");
+            eprintln!("skipped: discover fixture tests need root (mknod)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let list = std::fs::read_to_string(format!("{FIXTURES}/{scenario}/dev.txt")).unwrap();
+        for l in list.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let path = dir.path().join(f[0]);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let st = std::process::Command::new("mknod").arg(&path).args(&f[1..]).status().unwrap();
+            assert!(st.success(), "mknod {l}");
+        }
+        Some(dir)
+    }
+
+    fn scan(scenario: &str, drivers: &[&str]) -> Option<(Host, tempfile::TempDir)> {
+        let dev = dev_root(scenario)?;
+        let drivers: Vec<String> = drivers.iter().map(|d| d.to_string()).collect();
+        let host = discover(Path::new(&format!("{FIXTURES}/{scenario}/sys")), dev.path(), &drivers).unwrap();
+        Some((host, dev))
+    }
+
+    fn names(devs: &[RdmaDevice]) -> Vec<&str> {
+        devs.iter().map(|d| d.name.as_str()).collect()
+    }
+
+    #[test]
+    fn fixture_one() {
+        let Some((h, dev)) = scan("one", &["erdma"]) else { return };
+        assert_eq!(names(&h.devices), ["erdma_0"]);
+        assert!(h.others.is_empty());
+        let d = &h.devices[0];
+        assert_eq!(d.driver.as_deref(), Some("erdma"));
+        assert_eq!(
+            d.ports,
+            [Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: Some("eth0".into()), mtu: Some(8500) }]
+        );
+        assert!(d.all_ports_active());
+        assert_eq!(
+            d.uverbs,
+            Some(CharDev { path: "/dev/infiniband/uverbs0".into(), host_path: dev.path().join("infiniband/uverbs0"), major: 231, minor: 192 })
+        );
+        assert_eq!(d.problem, None);
+        assert_eq!(
+            h.rdma_cm,
+            Some(CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: dev.path().join("infiniband/rdma_cm"), major: 10, minor: 58 })
+        );
+    }
+
+    #[test]
+    fn fixture_two() {
+        let Some((h, _dev)) = scan("two", &["erdma"]) else { return };
+        assert_eq!(names(&h.devices), ["erdma_0", "erdma_1"]);
+        let summary: Vec<_> = h.devices.iter().map(|d| (d.uverbs.as_ref().unwrap().minor, d.ports[0].netdev.clone().unwrap(), d.ports[0].mtu)).collect();
+        assert_eq!(summary, [(192, "eth0".to_string(), Some(8500)), (193, "eth1".to_string(), Some(8500))]);
+        assert!(h.rdma_cm.is_some());
+    }
+
+    #[test]
+    fn fixture_four_rocep_names() {
+        let Some((h, _dev)) = scan("four", &["erdma"]) else { return };
+        // Names from udev's rdma naming scheme (rocep<bus>s<slot>), sorted as strings.
+        assert_eq!(names(&h.devices), ["rocep10s0", "rocep11s0", "rocep12s0", "rocep9s0"]);
+        let by_name = |n: &str| h.devices.iter().find(|d| d.name == n).unwrap();
+        // The uverbs node is the one sysfs ties to the device, not the one of the same rank.
+        assert_eq!(by_name("rocep9s0").uverbs.as_ref().unwrap().path, "/dev/infiniband/uverbs0");
+        assert_eq!(by_name("rocep12s0").uverbs.as_ref().unwrap().minor, 195);
+        assert!(h.devices.iter().all(|d| d.driver.as_deref() == Some("erdma") && d.ports[0].mtu == Some(1400) && d.all_ports_active()));
+    }
+
+    #[test]
+    fn fixture_missing_uverbs_is_flagged() {
+        let Some((h, dev)) = scan("missing-uverbs", &["erdma"]) else { return };
+        assert_eq!(names(&h.devices), ["erdma_0", "erdma_1"]);
+        assert!(h.devices[0].uverbs.is_some() && h.devices[0].problem.is_none());
+        let d = &h.devices[1];
+        assert_eq!(d.uverbs, None);
+        let problem = d.problem.as_deref().unwrap();
+        assert!(problem.starts_with(&format!("{}: ", dev.path().join("infiniband/uverbs1").display())), "{problem}");
+        // What `devices --json` shows.
+        let j = serde_json::to_value(&h).unwrap();
+        assert_eq!(j["devices"][1]["uverbs"], serde_json::Value::Null);
+        assert!(j["devices"][0].get("problem").is_none());
+    }
+
+    #[test]
+    fn fixture_port_down() {
+        let Some((h, _dev)) = scan("port-down", &["erdma"]) else { return };
+        let d = &h.devices[0];
+        assert_eq!((d.ports[0].state, d.ports[0].state_name.as_str()), (1, "DOWN"));
+        assert!(!d.all_ports_active());
+        assert!(d.uverbs.is_some(), "a down port does not make the node unusable");
+    }
+
+    #[test]
+    fn fixture_mlx5_beside() {
+        let Some((h, _dev)) = scan("mlx5-beside", &["erdma"]) else { return };
+        assert_eq!(names(&h.devices), ["erdma_0"]);
+        assert_eq!(names(&h.others), ["mlx5_0"]);
+        let m = &h.others[0];
+        assert_eq!(m.driver.as_deref(), Some("mlx5_core"));
+        assert_eq!((m.ports[0].netdev.as_deref(), m.ports[0].mtu), (Some("ens1f0np0"), Some(9000)));
+        assert_eq!(m.uverbs.as_ref().unwrap().minor, 193);
+        // The operator can count mlx5 in.
+        let Some((h, _dev)) = scan("mlx5-beside", &["erdma", "mlx5_core"]) else { return };
+        assert_eq!(names(&h.devices), ["erdma_0", "mlx5_0"]);
+        assert!(h.others.is_empty());
+    }
+
+    #[test]
+    fn fixture_none() {
+        let Some((h, _dev)) = scan("none", &["erdma"]) else { return };
+        assert!(h.devices.is_empty() && h.others.is_empty() && h.rdma_cm.is_none());
+        // A sysfs root that does not exist at all is no devices either, not an error.
+        let h = discover(Path::new("/nonexistent/sys"), Path::new("/nonexistent/dev"), &["erdma".into()]).unwrap();
+        assert!(h.devices.is_empty());
+    }
+
+    #[test]
+    fn wrong_nodes_are_flagged() {
+        let Some(dev) = dev_root("two") else { return };
+        let sys = Path::new(FIXTURES).join("two/sys");
+        // uverbs0 with the wrong minor, uverbs1 a regular file, rdma_cm gone.
+        let u0 = dev.path().join("infiniband/uverbs0");
+        std::fs::remove_file(&u0).unwrap();
+        assert!(std::process::Command::new("mknod").arg(&u0).args(["c", "231", "200"]).status().unwrap().success());
+        let u1 = dev.path().join("infiniband/uverbs1");
+        std::fs::remove_file(&u1).unwrap();
+        std::fs::write(&u1, "").unwrap();
+        std::fs::remove_file(dev.path().join("infiniband/rdma_cm")).unwrap();
+        let h = discover(&sys, dev.path(), &["erdma".into()]).unwrap();
+        assert_eq!(h.devices[0].problem.as_deref(), Some(format!("{} is 231:200, sysfs says 231:192", u0.display()).as_str()));
+        assert_eq!(h.devices[1].problem.as_deref(), Some(format!("{} is not a character device", u1.display()).as_str()));
+        assert_eq!(h.rdma_cm, None);
     }
 }

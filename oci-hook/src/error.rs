@@ -41,6 +41,28 @@ pub enum Error {
     )]
     HostNetworkRequired,
 
+    /// A path inside a container root, resolved through `pathrs` (prestart hook).
+    #[error("{operation} {path} in container root {root}")]
+    InRoot {
+        operation: &'static str,
+        path: String,
+        root: PathBuf,
+        #[source]
+        source: pathrs::error::Error,
+    },
+
+    /// The container root holds something we must not write through or over (CVE-2024-0132).
+    #[error("refusing to change container root {root}: {reason}")]
+    HostileRoot { root: PathBuf, reason: String },
+
+    /// A system call on a process or the host (prlimit, cgroup files), with what it was for.
+    #[error("{operation}")]
+    Sys {
+        operation: String,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("{0}")]
     Invalid(String),
 }

@@ -1,10 +1,114 @@
-//! Podman's hooks.d `precreate` stage: the spec on stdin, the edited spec on stdout.
-//! (Being written.)
+//! The spec edit shared by `erdma-runtime` and Podman's hooks.d `precreate` stage, and the
+//! `precreate` stage itself (the spec on stdin, the edited spec on stdout).
+//!
+//! Only a runtime wrapper or a `precreate` hook can change rlimits and namespaces: once the
+//! runtime has read `config.json`, changes to it no longer affect the container (OCI runtime
+//! spec, "Lifecycle").
 use std::io::{Read, Write};
 
-use crate::config::Config;
-use crate::error::{Error, Result};
+use serde_json::Value;
 
-pub fn precreate(_config: &Config, _input: &mut dyn Read, _output: &mut dyn Write) -> Result<()> {
-    Err(Error::Invalid("precreate is not implemented yet".into()))
+use crate::config::Config;
+use crate::discover;
+use crate::error::{Error, Result};
+use crate::modify::{self, Report};
+use crate::request::{self, Request};
+
+/// The spec `spec` becomes when its container asks for eRDMA, with what was done; `None` when
+/// it does not ask (the caller must then leave the spec untouched, byte for byte).
+///
+/// Everything is computed on a copy: on error the caller's spec is as it was.
+pub fn edit(spec: &Value, config: &Config) -> Result<Option<(Value, Report)>> {
+    let request = request::from_spec(spec, config)?;
+    if request == Request::None {
+        return Ok(None);
+    }
+    let host = discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
+    let (devices, nodes) = modify::select(&request, &host, config)?;
+    let mut edited = spec.clone();
+    let mut report = modify::apply(&mut edited, &devices, &nodes, config)?;
+    // Things that do not stop the container but will make eRDMA slow or absent in it.
+    if request == Request::All {
+        for d in host.devices.iter().filter(|d| d.uverbs.is_none()) {
+            report.warnings.push(format!("{} left out: {}", d.name, d.problem.as_deref().unwrap_or("no usable uverbs node")));
+        }
+    }
+    for d in &devices {
+        for p in d.ports.iter().filter(|p| p.state != 4) {
+            report.warnings.push(format!("{} port {} is {} (not ACTIVE): RDMA traffic over it will fail", d.name, p.num, p.state_name));
+        }
+    }
+    Ok(Some((edited, report)))
+}
+
+/// Logs what [`edit`] did for `what` (a bundle path, `stdin`).
+pub fn log_report(what: &str, report: &Report) {
+    tracing::info!(
+        devices = %report.devices.join(","),
+        nodes = %report.nodes.join(","),
+        memlock = report.memlock,
+        network = ?report.network,
+        env_added = %report.env_added.join(" "),
+        "eRDMA edit of {what}"
+    );
+    for w in &report.warnings {
+        tracing::warn!("{what}: {w}");
+    }
+}
+
+/// Podman hooks.d `precreate`: reads the spec from `input`, writes the edited spec to `output`
+/// (the input unchanged, byte for byte, when the container does not ask).
+pub fn precreate(config: &Config, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
+    let mut raw = Vec::new();
+    input.read_to_end(&mut raw).map_err(Error::io("reading the OCI spec from", "stdin"))?;
+    let malformed = |reason: String| Error::Malformed { what: "OCI spec", path: "stdin".into(), reason };
+    let spec: Value = serde_json::from_slice(&raw).map_err(|e| malformed(e.to_string()))?;
+    if !spec.is_object() {
+        return Err(malformed("not a JSON object".into()));
+    }
+    let out = match edit(&spec, config)? {
+        None => {
+            tracing::debug!("precreate: the container does not ask for eRDMA; spec passed through");
+            raw
+        }
+        Some((edited, report)) => {
+            log_report("precreate spec", &report);
+            serde_json::to_vec(&edited).expect("a Value serialises")
+        }
+    };
+    output.write_all(&out).and_then(|()| output.flush()).map_err(Error::io("writing the OCI spec to", "stdout"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn none_host() -> Config {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/sysfs/none");
+        Config { sysfs_root: format!("{dir}/sys").into(), dev_root: format!("{dir}/dev-absent").into(), ..Config::default() }
+    }
+
+    #[test]
+    fn precreate_echoes_a_spec_that_does_not_ask() {
+        // Odd formatting and unknown fields: the bytes come back as they were.
+        let input = b"{ \"ociVersion\":\"1.0.2\",  \"x-unknown\": [1,2],\n \"process\": {\"env\": [\"A=b\"]}}".to_vec();
+        let mut out = Vec::new();
+        precreate(&none_host(), &mut input.as_slice(), &mut out).unwrap();
+        assert_eq!(out, input);
+    }
+
+    #[test]
+    fn precreate_errors() {
+        let mut out = Vec::new();
+        let e = precreate(&none_host(), &mut b"{nope".as_slice(), &mut out).unwrap_err().to_string();
+        assert!(e.starts_with("malformed OCI spec stdin:"), "{e}");
+        let e = precreate(&none_host(), &mut b"[1]".as_slice(), &mut out).unwrap_err().to_string();
+        assert!(e.contains("not a JSON object"), "{e}");
+        // Asking on a host without devices is an error, and nothing is written.
+        let spec = serde_json::to_vec(&json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=all"]}})).unwrap();
+        let e = precreate(&none_host(), &mut spec.as_slice(), &mut out).unwrap_err().to_string();
+        assert!(e.contains("no eRDMA device was found"), "{e}");
+        assert!(out.is_empty());
+    }
 }

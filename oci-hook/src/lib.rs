@@ -15,6 +15,7 @@ pub mod discover;
 pub mod engine;
 pub mod error;
 pub mod hooks;
+pub mod log;
 pub mod modify;
 pub mod prestart;
 pub mod request;

@@ -42,7 +42,9 @@ enum Command {
         /// Print the change as a diff and write nothing.
         #[arg(long)]
         dry_run: bool,
-        /// The engine's config file or drop-in directory [default: the engine's own].
+        /// docker: daemon.json; containerd, crio: the main config (the drop-in goes beside it);
+        /// podman: the hooks directory [default: /etc/docker/daemon.json,
+        /// /etc/containerd/config.toml, /etc/crio/crio.conf, /etc/containers/oci/hooks.d].
         #[arg(long)]
         config: Option<PathBuf>,
         /// Path of erdma-runtime [default: beside this binary].
@@ -78,6 +80,15 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load()?;
+    let _log = erdma_oci_hook::log::init(&config, "erdma-oci-hook");
+    let result = dispatch(cli, &config);
+    if let Err(e) = &result {
+        tracing::error!("{}", e.chain().map(ToString::to_string).collect::<Vec<_>>().join(": "));
+    }
+    result
+}
+
+fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<()> {
     match cli.command {
         Command::Devices { json } => {
             let host = erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
@@ -95,17 +106,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Precreate => erdma_oci_hook::hooks::precreate(&config, &mut std::io::stdin().lock(), &mut std::io::stdout().lock())?,
+        Command::Precreate => erdma_oci_hook::hooks::precreate(config, &mut std::io::stdin().lock(), &mut std::io::stdout().lock())?,
         Command::Prestart | Command::CreateRuntime => {
             let mut state = Vec::new();
             std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut state)?;
-            erdma_oci_hook::prestart::run(&config, &state)?;
+            erdma_oci_hook::prestart::run(config, &state)?;
         }
         Command::Cdi { command: CdiCommand::Generate { output } } => {
-            let spec = erdma_oci_hook::cdi::generate(&config)?;
+            let spec = erdma_oci_hook::cdi::generate(config)?;
             let text = serde_json::to_string_pretty(&spec)? + "\n";
             match output {
-                Some(path) => erdma_oci_hook::spec::write_bytes_atomic(&path, text.as_bytes())?,
+                Some(path) => erdma_oci_hook::cdi::write(&path, text.as_bytes())?,
                 None => std::io::stdout().lock().write_all(text.as_bytes())?,
             }
         }
@@ -117,9 +128,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if dry_run {
                 write!(out, "{}", report.diff)?;
             } else if report.changed {
-                writeln!(out, "updated {}{}", report.path.display(), report.backup.map(|b| format!(" (backup {})", b.display())).unwrap_or_default())?;
+                let changed = std::iter::once((&report.path, report.changed, &report.backup)).chain(report.also.iter().map(|f| (&f.path, f.changed, &f.backup)));
+                for (path, _, backup) in changed.filter(|(_, c, _)| *c) {
+                    writeln!(out, "updated {}{}", path.display(), backup.as_ref().map(|b| format!(" (backup {})", b.display())).unwrap_or_default())?;
+                }
             } else {
                 writeln!(out, "{} already configured", report.path.display())?;
+            }
+            // Notes are advice, not data: stderr.
+            for note in &report.notes {
+                eprintln!("note: {note}");
             }
         }
     }

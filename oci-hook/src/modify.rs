@@ -55,10 +55,20 @@ pub fn select<'a>(request: &Request, host: &'a Host, config: &Config) -> Result<
         Request::None => return Ok((Vec::new(), Vec::new())),
         Request::All => host.devices.iter().filter(|d| d.uverbs.is_some()).collect(),
         Request::Named(names) => {
-            let all: Vec<&RdmaDevice> = host.devices.iter().chain(&host.others).collect();
+            // Only devices of the configured drivers: a container must not be able to name its
+            // way to an RDMA device the operator did not make available (e.g. an mlx5 NIC
+            // beside the eRDMA ones while `drivers` is just `erdma`).
+            let all = &host.devices;
             names
                 .iter()
                 .map(|n| {
+                    if let Some(other) = host.others.iter().find(|d| &d.name == n) {
+                        return Err(Error::Invalid(format!(
+                            "RDMA device `{n}` has driver {}, which is not in the configured drivers ({}); add it to `drivers` in the config to allow it",
+                            other.driver.as_deref().unwrap_or("unknown"),
+                            config.drivers.join(", ")
+                        )));
+                    }
                     let d = all.iter().find(|d| &d.name == n).ok_or_else(|| Error::UnknownDevice {
                         name: n.clone(),
                         found: if all.is_empty() { "none".into() } else { all.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ") },
@@ -66,11 +76,15 @@ pub fn select<'a>(request: &Request, host: &'a Host, config: &Config) -> Result<
                     if d.uverbs.is_none() {
                         return Err(Error::DeviceUnusable { name: n.clone(), reason: d.problem.clone().unwrap_or_default() });
                     }
-                    Ok(*d)
+                    Ok(d)
                 })
                 .collect::<Result<_>>()?
         }
     };
+    let mut chosen = chosen;
+    // `erdma_0,erdma_0` names one device once.
+    let mut seen = std::collections::HashSet::new();
+    chosen.retain(|d| seen.insert(d.name.as_str()));
     if chosen.is_empty() {
         return Err(Error::NoDevices { sysfs: config.sysfs_root.clone() });
     }
@@ -91,6 +105,19 @@ fn engine_hook(spec: &Value) -> bool {
     })
 }
 
+/// Whether `path` is the network namespace this process is in (the host's, for a runtime
+/// wrapper or a hook the engine runs): same nsfs inode, as `ip netns identify` compares.
+fn is_own_netns(path: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if path.is_empty() {
+        return false;
+    }
+    match (std::fs::metadata(path), std::fs::metadata("/proc/self/ns/net")) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
 fn env_get<'a>(env: &'a [Value], name: &str) -> Option<&'a str> {
     env.iter().rev().filter_map(Value::as_str).find_map(|e| e.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
@@ -103,6 +130,10 @@ pub fn apply(spec: &mut Value, devices: &[&RdmaDevice], nodes: &[&CharDev], conf
     let net = namespaces.iter().position(|n| n.get("type").and_then(Value::as_str) == Some("network"));
     let network = match net {
         None => NetworkOutcome::AlreadyHost,
+        // Docker's `--network host` names the host's namespace by a path of its own
+        // (`/var/run/docker/netns/default`; moby `WithNamespaces` sets `SandboxKey`): that is
+        // host networking already, and the path is left as it is.
+        Some(i) if namespaces[i].get("path").and_then(Value::as_str).is_some_and(is_own_netns) => NetworkOutcome::AlreadyHost,
         Some(i) => {
             let managed = namespaces[i].get("path").and_then(Value::as_str).is_some_and(|p| !p.is_empty()) || engine_hook(spec);
             match (managed, config.network) {
@@ -139,7 +170,11 @@ pub fn apply(spec: &mut Value, devices: &[&RdmaDevice], nodes: &[&CharDev], conf
         let rules = res.entry("devices").or_insert_with(|| json!([]));
         if let Some(rules) = rules.as_array_mut() {
             for n in nodes {
-                rules.push(json!({"allow": true, "type": "c", "major": n.major, "minor": n.minor, "access": "rwm"}));
+                // Idempotent: an engine retrying `create` on the same bundle must not pile up rules.
+                let rule = json!({"allow": true, "type": "c", "major": n.major, "minor": n.minor, "access": "rwm"});
+                if !rules.contains(&rule) {
+                    rules.push(rule);
+                }
             }
         }
     }
@@ -192,4 +227,291 @@ pub fn apply(spec: &mut Value, devices: &[&RdmaDevice], nodes: &[&CharDev], conf
         env_added,
         warnings,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Memlock;
+    use crate::discover::Port;
+    use serde_json::json;
+
+    fn port(mtu: u32, state: u32) -> Port {
+        Port { num: 1, state, state_name: if state == 4 { "ACTIVE".into() } else { "DOWN".into() }, link_layer: Some("Ethernet".into()), netdev: Some("eth0".into()), mtu: Some(mtu) }
+    }
+
+    fn dev(name: &str, n: u32, mtu: u32, driver: &str) -> RdmaDevice {
+        RdmaDevice {
+            name: name.into(),
+            driver: Some(driver.into()),
+            ports: vec![port(mtu, 4)],
+            uverbs: Some(CharDev { path: format!("/dev/infiniband/uverbs{n}"), host_path: format!("/dev/infiniband/uverbs{n}").into(), major: 231, minor: 192 + n }),
+            problem: None,
+        }
+    }
+
+    fn cm() -> CharDev {
+        CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: "/dev/infiniband/rdma_cm".into(), major: 10, minor: 58 }
+    }
+
+    fn host(mtus: &[u32]) -> Host {
+        Host { devices: mtus.iter().enumerate().map(|(i, m)| dev(&format!("erdma_{i}"), i as u32, *m, "erdma")).collect(), others: vec![], rdma_cm: Some(cm()) }
+    }
+
+    /// The spec `runc spec` writes, trimmed to what the edits look at.
+    fn runc_spec() -> Value {
+        json!({
+            "ociVersion": "1.0.2-dev",
+            "process": {"args": ["sh"], "env": ["PATH=/bin", "TERM=xterm"], "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]},
+            "linux": {
+                "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+                "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]
+            },
+            "x-unknown": {"kept": true}
+        })
+    }
+
+    /// Selects `request` on `host` and applies it to `spec`.
+    fn edit(spec: &mut Value, request: Request, host: &Host, config: &Config) -> Result<Report> {
+        let (devices, nodes) = select(&request, host, config)?;
+        apply(spec, &devices, &nodes, config)
+    }
+
+    fn env(spec: &Value) -> Vec<String> {
+        spec["process"]["env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    }
+
+    fn env_value<'a>(spec: &'a Value, k: &str) -> Option<&'a str> {
+        env_get(spec["process"]["env"].as_array().unwrap(), k)
+    }
+
+    #[test]
+    fn mtu_8500_keeps_ll128() {
+        let mut s = runc_spec();
+        let r = edit(&mut s, Request::All, &host(&[8500]), &Config::default()).unwrap();
+        assert_eq!(env_value(&s, "NCCL_PROTO"), None);
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("erdma_0"));
+        for (k, v) in NCCL_PRESETS {
+            assert_eq!(env_value(&s, k), Some(*v), "{k}");
+        }
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // Added after the container's own entries, which stay first and unchanged.
+        assert_eq!(&env(&s)[..2], ["PATH=/bin", "TERM=xterm"]);
+    }
+
+    #[test]
+    fn mtu_1400_turns_ll128_off() {
+        let mut s = runc_spec();
+        let r = edit(&mut s, Request::All, &host(&[1400, 1400]), &Config::default()).unwrap();
+        assert_eq!(env_value(&s, "NCCL_PROTO"), Some("^LL128"));
+        assert_eq!(r.warnings.len(), 1, "1400 is a valid MTU, only LL128 is reported: {:?}", r.warnings);
+        assert!(r.warnings[0].contains("LL128"), "{:?}", r.warnings);
+        // One 8500 and one 1400: LL128 is still unsafe.
+        let mut s = runc_spec();
+        edit(&mut s, Request::All, &host(&[8500, 1400]), &Config::default()).unwrap();
+        assert_eq!(env_value(&s, "NCCL_PROTO"), Some("^LL128"));
+    }
+
+    #[test]
+    fn other_mtus_are_misconfigurations() {
+        let mut s = runc_spec();
+        let r = edit(&mut s, Request::All, &host(&[9000]), &Config::default()).unwrap();
+        assert_eq!(env_value(&s, "NCCL_PROTO"), Some("^LL128"));
+        assert!(r.warnings.iter().any(|w| w.contains("erdma_0 has MTU 9000") && w.contains("8500") && w.contains("1400")), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn container_values_are_never_overridden() {
+        let mut s = runc_spec();
+        let own = ["NCCL_PROTO=Simple", "NCCL_IB_HCA=mlx5_0", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=bond0"];
+        s["process"]["env"].as_array_mut().unwrap().extend(own.iter().map(|e| json!(e)));
+        let r = edit(&mut s, Request::All, &host(&[1400]), &Config::default()).unwrap();
+        for e in own {
+            let (k, v) = e.split_once('=').unwrap();
+            assert_eq!(env_value(&s, k), Some(v));
+            assert_eq!(env(&s).iter().filter(|x| x.starts_with(&format!("{k}="))).count(), 1, "{k} defined twice");
+            assert!(!r.env_added.iter().any(|x| x.starts_with(&format!("{k}="))), "{k} reported as added");
+        }
+        assert!(r.warnings.iter().all(|w| !w.contains("LL128")), "the container chose NCCL_PROTO: {:?}", r.warnings);
+        // An empty value is a value the container set.
+        let mut s = runc_spec();
+        s["process"]["env"].as_array_mut().unwrap().push(json!("NCCL_PROTO="));
+        edit(&mut s, Request::All, &host(&[1400]), &Config::default()).unwrap();
+        assert_eq!(env_value(&s, "NCCL_PROTO"), Some(""));
+    }
+
+    #[test]
+    fn nccl_ib_hca_names_the_selected_devices() {
+        let h = host(&[8500, 8500, 8500]);
+        let mut s = runc_spec();
+        edit(&mut s, Request::All, &h, &Config::default()).unwrap();
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("erdma_0,erdma_1,erdma_2"));
+        let mut s = runc_spec();
+        let r = edit(&mut s, Request::Named(vec!["erdma_2".into(), "erdma_0".into(), "erdma_2".into()]), &h, &Config::default()).unwrap();
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("erdma_2,erdma_0"));
+        assert_eq!(r.devices, ["erdma_2", "erdma_0"]);
+        assert_eq!(r.nodes, ["/dev/infiniband/uverbs2", "/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]);
+    }
+
+    #[test]
+    fn no_presets_when_turned_off() {
+        let mut s = runc_spec();
+        let c = Config { env_presets: false, ..Config::default() };
+        let r = edit(&mut s, Request::All, &host(&[1400]), &c).unwrap();
+        assert_eq!(env(&s), ["PATH=/bin", "TERM=xterm"]);
+        assert!(r.env_added.is_empty());
+    }
+
+    #[test]
+    fn devices_rules_and_memlock() {
+        let mut s = runc_spec();
+        s["process"]["rlimits"].as_array_mut().unwrap().push(json!({"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536}));
+        s["linux"]["devices"] = json!([{"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 1}, {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]);
+        let c = Config { memlock: Memlock::Bytes(4 << 20), ..Config::default() };
+        let r = edit(&mut s, Request::All, &host(&[8500]), &c).unwrap();
+        assert_eq!(r.memlock, 4 << 20);
+        // Replaced, never a second entry (a duplicate type is an error for runc).
+        assert_eq!(
+            s["process"]["rlimits"],
+            json!([{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}, {"type": "RLIMIT_MEMLOCK", "hard": 4194304, "soft": 4194304}])
+        );
+        assert_eq!(
+            s["linux"]["devices"],
+            json!([
+                {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229},
+                {"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192, "fileMode": 438, "uid": 0, "gid": 0},
+                {"path": "/dev/infiniband/rdma_cm", "type": "c", "major": 10, "minor": 58, "fileMode": 438, "uid": 0, "gid": 0}
+            ])
+        );
+        assert_eq!(
+            s["linux"]["resources"]["devices"],
+            json!([
+                {"allow": false, "access": "rwm"},
+                {"allow": true, "type": "c", "major": 231, "minor": 192, "access": "rwm"},
+                {"allow": true, "type": "c", "major": 10, "minor": 58, "access": "rwm"}
+            ])
+        );
+        assert_eq!(s["x-unknown"], json!({"kept": true}));
+        // The default is unlimited (RLIM_INFINITY).
+        let mut s = runc_spec();
+        edit(&mut s, Request::All, &host(&[8500]), &Config::default()).unwrap();
+        assert_eq!(s["process"]["rlimits"][1], json!({"type": "RLIMIT_MEMLOCK", "hard": u64::MAX, "soft": u64::MAX}));
+    }
+
+    #[test]
+    fn applying_twice_changes_nothing_more() {
+        let h = host(&[1400]);
+        let mut once = runc_spec();
+        edit(&mut once, Request::All, &h, &Config::default()).unwrap();
+        let mut twice = once.clone();
+        let r = edit(&mut twice, Request::All, &h, &Config::default()).unwrap();
+        assert_eq!(once, twice);
+        assert!(r.env_added.is_empty());
+        assert_eq!(r.network, NetworkOutcome::AlreadyHost);
+    }
+
+    #[test]
+    fn a_spec_without_linux_or_process() {
+        let mut s = json!({"ociVersion": "1.0.2"});
+        let r = edit(&mut s, Request::All, &host(&[8500]), &Config::default()).unwrap();
+        assert_eq!(r.network, NetworkOutcome::AlreadyHost);
+        assert_eq!(s["linux"]["devices"].as_array().unwrap().len(), 2);
+        assert_eq!(s["process"]["rlimits"].as_array().unwrap().len(), 1);
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("erdma_0"));
+    }
+
+    #[test]
+    fn network_namespace_policy() {
+        let h = host(&[8500]);
+        // A fresh private namespace no engine manages is dropped; the others stay in order.
+        let mut s = runc_spec();
+        let r = edit(&mut s, Request::All, &h, &Config::default()).unwrap();
+        assert_eq!(r.network, NetworkOutcome::Dropped);
+        assert_eq!(s["linux"]["namespaces"], json!([{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]));
+
+        let managed_path = {
+            let mut s = runc_spec();
+            s["linux"]["namespaces"][1]["path"] = json!("/var/run/netns/cni-1234");
+            s
+        };
+        let docker_hook = {
+            let mut s = runc_spec();
+            s["hooks"] = json!({"prestart": [{"path": "/usr/bin/dockerd", "args": ["libnetwork-setkey", "-exec-root=/var/run/docker", "0123abc", "4567def"]}]});
+            s
+        };
+        for managed in [managed_path, docker_hook] {
+            let mut s = managed.clone();
+            let e = edit(&mut s, Request::All, &h, &Config::default()).unwrap_err();
+            assert!(matches!(e, Error::HostNetworkRequired), "{e}");
+            let msg = e.to_string();
+            assert!(msg.contains("--network host") && msg.contains("hostNetwork: true"), "{msg}");
+            assert_eq!(s, managed, "a refused spec is unchanged");
+
+            let warn = Config { network: NetworkPolicy::Warn, ..Config::default() };
+            let mut s = managed.clone();
+            let r = edit(&mut s, Request::All, &h, &warn).unwrap();
+            assert_eq!(r.network, NetworkOutcome::ManagedWarned);
+            assert_eq!(s["linux"]["namespaces"], managed["linux"]["namespaces"], "a managed namespace is never touched");
+            assert!(r.warnings.iter().any(|w| w.contains("network namespace")), "{:?}", r.warnings);
+        }
+        // A path to the host's own namespace (Docker's `--network host`) is host networking.
+        let mut s = runc_spec();
+        s["linux"]["namespaces"][1]["path"] = json!("/proc/self/ns/net");
+        let before = s.clone();
+        let r = edit(&mut s, Request::All, &h, &Config::default()).unwrap();
+        assert_eq!(r.network, NetworkOutcome::AlreadyHost);
+        assert_eq!(s["linux"]["namespaces"], before["linux"]["namespaces"]);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // An empty path is no path: the namespace is fresh.
+        let mut s = runc_spec();
+        s["linux"]["namespaces"][1]["path"] = json!("");
+        assert_eq!(edit(&mut s, Request::All, &h, &Config::default()).unwrap().network, NetworkOutcome::Dropped);
+        // Already the host's.
+        let mut s = json!({"linux": {"namespaces": [{"type": "mount"}]}});
+        assert_eq!(edit(&mut s, Request::All, &h, &Config::default()).unwrap().network, NetworkOutcome::AlreadyHost);
+    }
+
+    #[test]
+    fn selection_errors() {
+        let c = Config::default();
+        let mut h = host(&[8500, 8500]);
+        h.others.push(dev("mlx5_0", 2, 9000, "mlx5_core"));
+        let named = |n: &str| Request::Named(n.split(',').map(String::from).collect());
+
+        let e = select(&named("erdma_7"), &h, &c).unwrap_err().to_string();
+        assert_eq!(e, "eRDMA device `erdma_7` does not exist (found: erdma_0, erdma_1)");
+        // Another driver's device is not there for the taking.
+        let e = select(&named("mlx5_0"), &h, &c).unwrap_err().to_string();
+        assert!(e.contains("`mlx5_0` has driver mlx5_core") && e.contains("`drivers`"), "{e}");
+        // Unless the operator configured that driver (then discovery lists it in `devices`).
+        let mut h2 = h.clone();
+        h2.devices.push(h2.others.pop().unwrap());
+        let (d, _) = select(&named("mlx5_0"), &h2, &Config { drivers: vec!["erdma".into(), "mlx5_core".into()], ..c.clone() }).unwrap();
+        assert_eq!(d[0].name, "mlx5_0");
+
+        h.devices[1].uverbs = None;
+        h.devices[1].problem = Some("/dev/infiniband/uverbs1: No such file or directory".into());
+        let e = select(&named("erdma_1"), &h, &c).unwrap_err().to_string();
+        assert!(e.contains("erdma_1 has no usable uverbs node: /dev/infiniband/uverbs1"), "{e}");
+        // `all` takes the usable ones.
+        let (d, n) = select(&Request::All, &h, &c).unwrap();
+        assert_eq!((d.len(), n.len()), (1, 2));
+        h.devices[0].uverbs = None;
+        let e = select(&Request::All, &h, &c).unwrap_err().to_string();
+        assert!(e.contains("no eRDMA device was found"), "{e}");
+
+        let mut h = host(&[8500]);
+        h.rdma_cm = None;
+        let e = select(&Request::All, &h, &c).unwrap_err().to_string();
+        assert!(e.contains("rdma_cm"), "{e}");
+        assert!(select(&Request::None, &host(&[]), &c).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn a_failed_edit_leaves_the_spec_alone() {
+        let mut s = json!({"ociVersion": "1.0.2", "linux": "not an object"});
+        let before = s.clone();
+        assert!(edit(&mut s, Request::All, &host(&[8500]), &Config::default()).is_err());
+        assert_eq!(s, before);
+    }
 }

@@ -64,4 +64,46 @@ mod tests {
         assert_eq!(from_spec(&json!({}), &def).unwrap(), Request::All);
         assert!(from_spec(&json!({"annotations": {ANNOTATION: "../../x"}}), &c).is_err());
     }
+
+    fn env(vars: &[&str]) -> Value {
+        json!({"process": {"env": vars}})
+    }
+
+    #[test]
+    fn env_details() {
+        let c = Config::default();
+        // The last definition wins, as in the process's environment.
+        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES=all", "ERDMA_VISIBLE_DEVICES=none"]), &c).unwrap(), Request::None);
+        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES=none", "ERDMA_VISIBLE_DEVICES=all"]), &c).unwrap(), Request::All);
+        // Neighbours and malformed entries are not the variable.
+        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES_X=all", "ERDMA_VISIBLE_DEVICES", "X_ERDMA_VISIBLE_DEVICES=all"]), &c).unwrap(), Request::None);
+        // Empty and `void` mean none (as NVIDIA_VISIBLE_DEVICES); spaces around names are fine.
+        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES="]), &c).unwrap(), Request::None);
+        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES=void"]), &c).unwrap(), Request::None);
+        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES= erdma_0 , rocep9s0"]), &c).unwrap(), Request::Named(vec!["erdma_0".into(), "rocep9s0".into()]));
+        // A spec without process or env.
+        assert_eq!(from_spec(&json!({"process": {}}), &c).unwrap(), Request::None);
+    }
+
+    #[test]
+    fn bad_values_name_their_source() {
+        let c = Config::default();
+        for bad in ["erdma_0,", "erdma 0", "a/b", ",", "erdma_0;rm"] {
+            let e = from_spec(&env(&[&format!("ERDMA_VISIBLE_DEVICES={bad}")]), &c).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{bad}` from ERDMA_VISIBLE_DEVICES")), "{e}");
+        }
+        // The annotation comes first: a bad one is an error even when the env is fine.
+        let s = json!({"annotations": {ANNOTATION: "x y"}, "process": {"env": ["ERDMA_VISIBLE_DEVICES=all"]}});
+        assert!(from_spec(&s, &c).unwrap_err().to_string().contains("from the annotation"));
+        // An annotation that is not a string does not ask.
+        assert_eq!(from_spec(&json!({"annotations": {ANNOTATION: 1}}), &c).unwrap(), Request::None);
+        let bad_default = Config { default_request: "everything!".into(), ..Config::default() };
+        assert!(from_spec(&json!({}), &bad_default).unwrap_err().to_string().contains("default_request"));
+        // The annotation still asks when the env is ignored.
+        let no_env = Config { accept_env: false, ..Config::default() };
+        assert_eq!(from_spec(&json!({"annotations": {ANNOTATION: "erdma_1"}}), &no_env).unwrap(), Request::Named(vec!["erdma_1".into()]));
+        // A container can opt out of a default of `all`.
+        let def = Config { default_request: "all".into(), ..Config::default() };
+        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES=none"]), &def).unwrap(), Request::None);
+    }
 }

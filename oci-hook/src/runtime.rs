@@ -1,8 +1,377 @@
-//! `erdma-runtime`: a runc/crun wrapper. (Being written.)
-use std::ffi::OsString;
+//! `erdma-runtime`: a runc/crun wrapper.
+//!
+//! Only `create` and `run` are intercepted: the bundle's `config.json` gets the eRDMA edit
+//! ([`crate::hooks::edit`]) when the container asks for eRDMA, and is not touched at all when
+//! it does not. Then the real runtime replaces this process (`execve`) with the original
+//! arguments, so its exit code, signals, stdio and inherited file descriptors
+//! (`--preserve-fds`, console sockets) are the engine's, unchanged. Every other subcommand is
+//! exec'd straight through.
+//!
+//! Errors are one line on stderr (and in the log), exit code 1, and the spec untouched: the
+//! edit is computed fully, and the real runtime is found, before anything is written.
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 
-/// Runs the wrapper with `args` (without argv[0]); returns the exit code.
-pub fn main_with(_args: Vec<OsString>) -> i32 {
-    eprintln!("erdma-runtime: not implemented yet");
-    1
+use crate::config::Config;
+use crate::error::Error;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("OCI runtime `{name}` not found {where_}; set `runtime` in {config}")]
+    NotFound { name: String, where_: String, config: String },
+
+    #[error("bundle {} does not exist or is not a directory", .0.display())]
+    NoBundle(PathBuf),
+
+    #[error("executing the OCI runtime {}", .path.display())]
+    Exec {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error(transparent)]
+    Edit(#[from] Error),
+}
+
+/// Global flags of runc (urfave/cli) and crun (argp) that take a value; any other flag before
+/// the subcommand is a switch (`--debug`, `--systemd-cgroup`, `--help`, `--version`).
+const GLOBAL_VALUE_FLAGS: &[&str] = &["root", "log", "log-format", "log-level", "criu", "rootless", "cgroup-manager"];
+
+/// Flags of `create`/`run` that take a value, so that a value is never taken for the container
+/// id. `config`/`f` is crun's alternative to `config.json` (relative to the bundle).
+const CREATE_VALUE_FLAGS: &[&str] = &["bundle", "b", "console-socket", "pid-file", "preserve-fds", "pidfd-socket", "config", "f"];
+
+/// Subcommands runc and crun know; anything else is passed through with a warning, as it may
+/// mean we misread a global flag.
+const KNOWN_COMMANDS: &[&str] = &[
+    "checkpoint", "create", "delete", "events", "exec", "features", "help", "h", "init", "kill", "list", "mounts", "pause", "ps", "restore",
+    "resume", "run", "spec", "start", "state", "update",
+];
+
+/// What the arguments say, as far as the wrapper cares.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Invocation {
+    /// The global `--log FILE` and `--log-format text|json`: where the engine reads the
+    /// runtime's error from (containerd's runc shim takes the last `"level":"error"` line).
+    pub log: Option<PathBuf>,
+    pub log_format: Option<String>,
+    pub command: Option<String>,
+    pub bundle: Option<PathBuf>,
+    /// crun's `--config FILE`.
+    pub config_file: Option<PathBuf>,
+    pub container_id: Option<String>,
+}
+
+/// A flag's name and inline value: `--root=x` → (`root`, Some(`x`)), `-b` → (`b`, None).
+/// Go's flag package accepts one or two dashes for every flag; `-` alone and `--` are not flags.
+fn flag(arg: &OsStr) -> Option<(&str, Option<&OsStr>)> {
+    let b = arg.as_bytes();
+    let body = b.strip_prefix(b"--").or_else(|| b.strip_prefix(b"-"))?;
+    if body.is_empty() || body[0] == b'-' {
+        return None;
+    }
+    let (name, value) = match body.iter().position(|c| *c == b'=') {
+        Some(i) => (&body[..i], Some(OsStr::from_bytes(&body[i + 1..]))),
+        None => (body, None),
+    };
+    Some((std::str::from_utf8(name).ok()?, value))
+}
+
+/// Finds the subcommand and, for `create`/`run`, the bundle, config file and container id.
+pub fn parse(args: &[OsString]) -> Invocation {
+    let mut inv = Invocation::default();
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        let (name, value, used) = match flag(a) {
+            Some((name, None)) if GLOBAL_VALUE_FLAGS.contains(&name) => (name, args.get(i + 1).map(OsString::as_os_str), 2),
+            Some((name, value)) => (name, value, 1),
+            None => break,
+        };
+        match name {
+            "log" => inv.log = value.map(PathBuf::from),
+            "log-format" => inv.log_format = value.map(|v| v.to_string_lossy().into_owned()),
+            _ => {}
+        }
+        i += used;
+    }
+    let Some(cmd) = args.get(i) else { return inv };
+    let cmd = cmd.to_string_lossy().into_owned();
+    let rest = &args[i + 1..];
+    if cmd == "create" || cmd == "run" {
+        // runc (urfave/cli v1) moves flags after the container id in front of it, so look at
+        // every argument until `--`.
+        let mut j = 0;
+        while j < rest.len() {
+            let a = &rest[j];
+            if a == "--" {
+                if inv.container_id.is_none() {
+                    inv.container_id = rest.get(j + 1).map(|s| s.to_string_lossy().into_owned());
+                }
+                break;
+            }
+            let (name, value, used) = match flag(a) {
+                Some((name, Some(v))) => (name, Some(v.to_os_string()), 1),
+                Some((name, None)) if CREATE_VALUE_FLAGS.contains(&name) => (name, rest.get(j + 1).cloned(), 2),
+                // crun (argp) also takes `-b/path`, glued.
+                Some((name, None)) if name.len() > 1 && name.starts_with('b') && matches!(name.as_bytes()[1], b'/' | b'.') => {
+                    ("b", Some(OsString::from(&name[1..])), 1)
+                }
+                Some((name, None)) => (name, None, 1),
+                None => {
+                    if inv.container_id.is_none() {
+                        inv.container_id = Some(a.to_string_lossy().into_owned());
+                    }
+                    ("", None, 1)
+                }
+            };
+            match name {
+                "bundle" | "b" => inv.bundle = value.map(PathBuf::from),
+                "config" | "f" => inv.config_file = value.map(PathBuf::from),
+                _ => {}
+            }
+            j += used;
+        }
+    }
+    inv.command = Some(cmd);
+    inv
+}
+
+fn is_executable(path: &Path) -> Option<std::fs::Metadata> {
+    std::fs::metadata(path).ok().filter(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The real runtime: a path, or a name looked up on `PATH`, never this wrapper itself (an
+/// `erdma-runtime` installed as `runc` earlier on `PATH` would otherwise exec itself forever).
+pub fn resolve_runtime(name: &str) -> Result<PathBuf, RuntimeError> {
+    let config = std::env::var(crate::config::ENV_PATH).unwrap_or_else(|_| crate::config::DEFAULT_PATH.into());
+    if name.contains('/') {
+        return match is_executable(Path::new(name)) {
+            Some(_) => Ok(PathBuf::from(name)),
+            None => Err(RuntimeError::NotFound { name: name.into(), where_: "(no executable file there)".into(), config }),
+        };
+    }
+    let me = std::fs::metadata("/proc/self/exe").ok().map(|m| (m.dev(), m.ino()));
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    for dir in std::env::split_paths(&path).filter(|d| !d.as_os_str().is_empty()) {
+        let candidate = dir.join(name);
+        if let Some(m) = is_executable(&candidate) {
+            if Some((m.dev(), m.ino())) == me {
+                continue;
+            }
+            return Ok(candidate);
+        }
+    }
+    Err(RuntimeError::NotFound { name: name.into(), where_: format!("on PATH ({})", path.to_string_lossy()), config })
+}
+
+/// Edits the bundle's spec for `create`/`run` when the container asks for eRDMA.
+fn intercept(inv: &Invocation, config: &Config) -> Result<(), RuntimeError> {
+    let bundle = match &inv.bundle {
+        Some(b) => b.clone(),
+        None => std::env::current_dir().map_err(|e| Error::io("getting the current directory (the default bundle)", ".")(e))?,
+    };
+    if !bundle.is_dir() {
+        return Err(RuntimeError::NoBundle(bundle));
+    }
+    let path = bundle.join(inv.config_file.as_deref().unwrap_or(Path::new("config.json")));
+    let (_raw, spec) = crate::spec::read(&path)?;
+    let id = inv.container_id.as_deref().unwrap_or("?");
+    match crate::hooks::edit(&spec, config)? {
+        None => tracing::debug!("container {id}: does not ask for eRDMA; {} untouched", path.display()),
+        Some((edited, report)) => {
+            crate::spec::write_atomic(&path, &edited)?;
+            crate::hooks::log_report(&format!("container {id} ({})", path.display()), &report);
+        }
+    }
+    Ok(())
+}
+
+fn run(args: &[OsString]) -> Result<std::convert::Infallible, RuntimeError> {
+    let config = Config::load()?;
+    let inv = parse(args);
+    let intercepted = matches!(inv.command.as_deref(), Some("create" | "run"));
+    let unknown = inv.command.as_deref().is_some_and(|c| !KNOWN_COMMANDS.contains(&c));
+    // Pass-through calls (start, state, delete, ... several per container) have nothing to log
+    // at info level: they set logging up only when asked for debug, or when something is wrong.
+    let mut log = (intercepted || unknown || crate::log::wants_debug(&config)).then(|| crate::log::init(&config, "erdma-runtime"));
+    // Found before the spec is edited: a missing runtime must leave no edit behind.
+    let runtime = resolve_runtime(&config.runtime).inspect_err(|e| {
+        log.get_or_insert_with(|| crate::log::init(&config, "erdma-runtime"));
+        tracing::error!("{e}");
+    })?;
+    if intercepted {
+        intercept(&inv, &config).inspect_err(|e| tracing::error!("{}", one_line(e)))?;
+    } else if unknown {
+        tracing::warn!("unknown subcommand `{}` in {args:?}: passed through without an eRDMA edit", inv.command.as_deref().unwrap_or_default());
+    }
+    tracing::debug!("exec {} {args:?}", runtime.display());
+    let err = std::process::Command::new(&runtime).arg0(&config.runtime).args(args).exec();
+    let err = RuntimeError::Exec { path: runtime, source: err };
+    log.get_or_insert_with(|| crate::log::init(&config, "erdma-runtime"));
+    tracing::error!("{}", one_line(&err));
+    Err(err)
+}
+
+/// `error: outer: cause: cause`, on one line: engines keep the runtime's stderr line by line.
+fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = Vec::new();
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        // toml's Display is a multi-line snippet; its message names the key and the problem.
+        match c.downcast_ref::<toml::de::Error>() {
+            Some(t) => parts.push(t.message().trim().to_string()),
+            None => parts.push(c.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")),
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
+}
+
+/// Runs the wrapper with `args` (without argv[0]); returns only on error, with the exit code.
+pub fn main_with(args: Vec<OsString>) -> i32 {
+    match run(&args) {
+        Ok(never) => match never {},
+        Err(e) => {
+            let msg = one_line(&e);
+            eprintln!("erdma-runtime: error: {msg}");
+            let inv = parse(&args);
+            if let Some(log) = &inv.log {
+                // Where the engine looks for the runtime's error: without this line Docker
+                // only says "unable to retrieve OCI runtime error (open .../log.json)".
+                if let Err(e) = runtime_log_error(log, inv.log_format.as_deref(), &msg) {
+                    eprintln!("erdma-runtime: error: writing the error to {}: {e}", log.display());
+                }
+            }
+            1
+        }
+    }
+}
+
+/// Appends `msg` at level error to the runtime log the engine gave with `--log`, in runc's
+/// format (logrus: JSON lines with `--log-format json`, else `key=value` text).
+fn runtime_log_error(path: &Path, format: Option<&str>, msg: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let time = rfc3339_now();
+    let line = if format == Some("json") {
+        serde_json::json!({"level": "error", "msg": msg, "time": time}).to_string()
+    } else {
+        let quoted = serde_json::Value::from(msg).to_string();
+        format!("time=\"{time}\" level=error msg={quoted}")
+    };
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o644).open(path)?;
+    f.write_all(format!("{line}\n").as_bytes())
+}
+
+/// The current UTC time as RFC 3339 (`2006-01-02T15:04:05Z`), which Go's `time.Time` decodes.
+fn rfc3339_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    rfc3339(secs)
+}
+
+fn rfc3339(secs: u64) -> String {
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Invocation {
+        parse(&args.iter().map(OsString::from).collect::<Vec<_>>())
+    }
+
+    fn inv(cmd: &str, bundle: Option<&str>, id: Option<&str>) -> Invocation {
+        Invocation { command: Some(cmd.into()), bundle: bundle.map(PathBuf::from), container_id: id.map(String::from), ..Default::default() }
+    }
+
+    #[test]
+    fn errors_reach_the_engines_log() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400 + 3_723), "2000-02-29T01:02:03Z");
+        assert_eq!(rfc3339(1_795_251_196), "2026-11-21T08:53:16Z");
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("log.json");
+        runtime_log_error(&json, Some("json"), "eRDMA needs \"host\" networking").unwrap();
+        let v: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&json).unwrap().trim()).unwrap();
+        assert_eq!((v["level"].as_str(), v["msg"].as_str()), (Some("error"), Some("eRDMA needs \"host\" networking")));
+        let txt = dir.path().join("log");
+        runtime_log_error(&txt, None, "bad \"x\"").unwrap();
+        let line = std::fs::read_to_string(&txt).unwrap();
+        assert!(line.starts_with("time=\"") && line.ends_with(" level=error msg=\"bad \\\"x\\\"\"\n"), "{line}");
+    }
+
+    #[test]
+    fn bundle_flag_spellings() {
+        for args in [
+            &["create", "--bundle", "/b", "c1"][..],
+            &["create", "-b", "/b", "c1"],
+            &["create", "--bundle=/b", "c1"],
+            &["create", "-bundle", "/b", "c1"],
+            &["create", "-bundle=/b", "c1"],
+            &["create", "-b=/b", "c1"],
+            &["create", "--b", "/b", "c1"],
+            &["create", "-b/b", "c1"],
+            // Flags after the id (urfave/cli reorders them).
+            &["create", "c1", "--bundle", "/b"],
+            &["create", "--pid-file", "/p", "--console-socket", "/s", "c1", "-b", "/b"],
+            &["create", "--no-pivot", "--bundle", "/b", "--preserve-fds=2", "c1"],
+        ] {
+            assert_eq!(p(args), inv("create", Some("/b"), Some("c1")), "{args:?}");
+        }
+        assert_eq!(p(&["run", "-d", "--keep", "c1"]), inv("run", None, Some("c1")));
+        // A value is never the id.
+        assert_eq!(p(&["create", "--pid-file", "c0", "c1"]), inv("create", None, Some("c1")));
+        assert_eq!(p(&["create", "--", "-odd-id"]), inv("create", None, Some("-odd-id")));
+        let crun = p(&["create", "--config", "alt.json", "-b", "/b", "c1"]);
+        assert_eq!(crun.config_file.as_deref(), Some(Path::new("alt.json")));
+    }
+
+    #[test]
+    fn global_flags_before_the_subcommand() {
+        let args = ["--root", "/run/x", "--log", "/l.json", "--log-format", "json", "--systemd-cgroup", "create", "--bundle", "/b", "c1"];
+        assert_eq!(p(&args), Invocation { log: Some("/l.json".into()), log_format: Some("json".into()), ..inv("create", Some("/b"), Some("c1")) });
+        let args = ["-root", "/r", "-debug", "--log=/l", "--rootless", "false", "--cgroup-manager=systemd", "run", "c1"];
+        assert_eq!(p(&args), Invocation { log: Some("/l".into()), ..inv("run", None, Some("c1")) });
+        // Values that look like subcommands are still values.
+        assert_eq!(p(&["--root", "create", "--log", "run", "state", "c1"]), Invocation { command: Some("state".into()), log: Some("run".into()), ..Default::default() });
+        assert_eq!(p(&["--version"]), Invocation::default());
+        assert_eq!(p(&[]), Invocation::default());
+        assert_eq!(p(&["--root", "/r", "delete", "--force", "c1"]).command.as_deref(), Some("delete"));
+        // Only create and run look for a bundle.
+        assert_eq!(p(&["exec", "-b", "/b", "c1"]), Invocation { command: Some("exec".into()), ..Default::default() });
+    }
+
+    #[test]
+    fn runtime_lookup() {
+        assert_eq!(resolve_runtime("sh").unwrap().file_name().unwrap(), "sh");
+        assert_eq!(resolve_runtime("/bin/sh").unwrap(), Path::new("/bin/sh"));
+        let e = resolve_runtime("erdma-no-such-runtime").unwrap_err().to_string();
+        assert!(e.starts_with("OCI runtime `erdma-no-such-runtime` not found on PATH"), "{e}");
+        let e = resolve_runtime("/nonexistent/runc").unwrap_err().to_string();
+        assert!(e.contains("`/nonexistent/runc` not found (no executable file there)"), "{e}");
+        // A directory or a non-executable file is not a runtime.
+        assert!(resolve_runtime("/etc").is_err());
+        assert!(resolve_runtime("/etc/passwd").is_err());
+    }
 }

@@ -1,0 +1,8 @@
+//! The one integration test binary of erdma-oci-hook (CONVENTIONS: one per crate, small
+//! helpers in `support`). Cases that need root or real runc say so and call
+//! `support::require`, which fails under `CI` and skips locally.
+
+mod support;
+mod runtime_cases;
+mod prestart_cases;
+mod engine_cases;

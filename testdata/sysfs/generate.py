@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Writes the testdata/sysfs/<scenario> trees, laid out like a real sysfs: class entries are
+relative symlinks into devices/, as the kernel makes them, so discovery is tested through the
+same links. Rerun after a change and commit the result:
+
+    python3 testdata/sysfs/generate.py
+"""
+import os, shutil, sys
+
+ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+def link(path, target):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.symlink(target, path)
+
+def rel(frm_dir, to):
+    return os.path.relpath(to, frm_dir)
+
+VENDOR = {"erdma": ("0x1ded", "0x107f"), "mlx5_core": ("0x15b3", "0x101d")}
+
+def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=()):
+    """devices: (ibdev, pci, driver, uverbs_index, netdev, port_state, phys_state)"""
+    base = os.path.join(ROOT, name)
+    shutil.rmtree(base, ignore_errors=True)
+    sys_ = os.path.join(base, "sys")
+    os.makedirs(sys_)
+    drivers = set()
+    # The virtio-net functions with the netdevs and their MTUs.
+    for i, (nd, mtu) in enumerate(netdevs):
+        ndir = os.path.join(sys_, f"devices/pci0000:00/0000:00:0{3+i}.0/virtio{i}/net/{nd}")
+        write(os.path.join(ndir, "mtu"), f"{mtu}\n")
+        write(os.path.join(ndir, "operstate"), "up\n")
+        write(os.path.join(ndir, "address"), f"00:16:3e:00:0{i}:01\n")
+        link(os.path.join(sys_, "class/net", nd), rel(os.path.join(sys_, "class/net"), ndir))
+    lo = os.path.join(sys_, "devices/virtual/net/lo")
+    write(os.path.join(lo, "mtu"), "65536\n")
+    write(os.path.join(lo, "operstate"), "unknown\n")
+    link(os.path.join(sys_, "class/net/lo"), rel(os.path.join(sys_, "class/net"), lo))
+    nodes = []
+    for (ib, pci, driver, uv, nd, state, phys) in devices:
+        drivers.add(driver)
+        bus = pci.split(":")[1]
+        pdir = os.path.join(sys_, f"devices/pci0000:{bus}/{pci}")
+        vendor, device = VENDOR[driver]
+        write(os.path.join(pdir, "vendor"), vendor + "\n")
+        write(os.path.join(pdir, "device"), device + "\n")
+        link(os.path.join(pdir, "driver"), rel(pdir, os.path.join(sys_, "bus/pci/drivers", driver)))
+        idir = os.path.join(pdir, "infiniband", ib)
+        if driver == "erdma":
+            write(os.path.join(idir, "node_type"), "4: RNIC\n")
+        else:
+            write(os.path.join(idir, "node_type"), "1: CA\n")
+        write(os.path.join(idir, "node_guid"), f"0216:3eff:fe00:{uv:04x}\n")
+        write(os.path.join(idir, "fw_ver"), "0.2.0\n")
+        p = os.path.join(idir, "ports/1")
+        write(os.path.join(p, "state"), state + "\n")
+        write(os.path.join(p, "phys_state"), phys + "\n")
+        write(os.path.join(p, "link_layer"), "Ethernet\n")
+        write(os.path.join(p, "gid_attrs/ndevs/0"), nd + "\n")
+        write(os.path.join(p, "gid_attrs/types/0"), "IB/RoCE v1\n" if driver != "erdma" else "\n")
+        link(os.path.join(idir, "device"), rel(idir, pdir))
+        link(os.path.join(sys_, "class/infiniband", ib), rel(os.path.join(sys_, "class/infiniband"), idir))
+        vdir = os.path.join(pdir, "infiniband_verbs", f"uverbs{uv}")
+        write(os.path.join(vdir, "ibdev"), ib + "\n")
+        write(os.path.join(vdir, "dev"), f"231:{192+uv}\n")
+        write(os.path.join(vdir, "abi_version"), "1\n")
+        link(os.path.join(vdir, "device"), rel(vdir, pdir))
+        link(os.path.join(sys_, "class/infiniband_verbs", f"uverbs{uv}"), rel(os.path.join(sys_, "class/infiniband_verbs"), vdir))
+        nodes.append(f"infiniband/uverbs{uv} c 231 {192+uv}")
+    for (ib, pci, n) in umad:
+        bus = pci.split(":")[1]
+        udir = os.path.join(sys_, f"devices/pci0000:{bus}/{pci}/infiniband_mad/umad{n}")
+        write(os.path.join(udir, "ibdev"), ib + "\n")
+        write(os.path.join(udir, "dev"), f"231:{n}\n")
+        write(os.path.join(udir, "port"), "1\n")
+        link(os.path.join(sys_, "class/infiniband_mad", f"umad{n}"), rel(os.path.join(sys_, "class/infiniband_mad"), udir))
+        nodes.append(f"infiniband/umad{n} c 231 {n}")
+    for d in sorted(drivers):
+        write(os.path.join(sys_, "bus/pci/drivers", d, "uevent"), f"DRIVER={d}\n")
+    if devices:
+        write(os.path.join(sys_, "class/infiniband_verbs/abi_version"), "6\n")
+    if rdma_cm:
+        cm = os.path.join(sys_, "devices/virtual/misc/rdma_cm")
+        write(os.path.join(cm, "dev"), "10:58\n")
+        link(os.path.join(sys_, "class/misc/rdma_cm"), rel(os.path.join(sys_, "class/misc"), cm))
+        nodes.append("infiniband/rdma_cm c 10 58")
+    if dev_nodes is not None:
+        nodes = [n for n in nodes if n.split()[0] in dev_nodes]
+    with open(os.path.join(base, "dev.txt"), "w") as f:
+        f.write("# /dev nodes the tests create for this scenario (path under /dev, type, major, minor)\n")
+        f.write("".join(n + "\n" for n in nodes))
+
+ACTIVE = ("4: ACTIVE", "5: LinkUp")
+DOWN = ("1: DOWN", "3: Disabled")
+
+scenario("one", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE)], [("eth0", 8500)])
+scenario("two", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
+                 ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
+         [("eth0", 8500), ("eth1", 8500)])
+scenario("four", [(f"rocep{b}s0", f"0000:{b:02x}:00.0", "erdma", i, f"eth{i}", *ACTIVE) for i, b in enumerate([9, 10, 11, 12])],
+         [(f"eth{i}", 1400) for i in range(4)])
+scenario("missing-uverbs", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
+                            ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
+         [("eth0", 8500), ("eth1", 8500)], dev_nodes={"infiniband/uverbs0", "infiniband/rdma_cm"})
+scenario("port-down", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *DOWN)], [("eth0", 8500)])
+scenario("mlx5-beside", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
+                         ("mlx5_0", "0000:3b:00.0", "mlx5_core", 1, "ens1f0np0", *ACTIVE)],
+         [("eth0", 8500), ("ens1f0np0", 9000)], umad=[("mlx5_0", "0000:3b:00.0", 0)])
+scenario("none", [], [("eth0", 1500)], rdma_cm=False)
