@@ -21,5 +21,6 @@ pub mod prestart;
 pub mod request;
 pub mod runtime;
 pub mod spec;
+pub mod time;
 
 pub use error::{Error, Result};
