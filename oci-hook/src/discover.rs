@@ -180,7 +180,9 @@ mod tests {
     fn dev_t_encoding() {
         // makedev(231, 192) and a large minor.
         assert_eq!(split_rdev((231 << 8) | 192), (231, 192));
-        let rdev = ((300u64 & 0xfff) << 8) | ((300u64 & !0xfff) << 32) | (70000 & 0xff) | ((70000 & !0xff) << 12);
+        // glibc's makedev: major bits 0-11 at 8, the rest at 32; minor bits 0-7 at 0, the rest at 12.
+        let (major, minor) = (300u64, 70000u64);
+        let rdev = ((major & 0xfff) << 8) | ((major >> 12) << 44) | (minor & 0xff) | ((minor >> 8) << 20);
         assert_eq!(split_rdev(rdev), (300, 70000));
         assert_eq!(parse_dev("231:192\n"), Some((231, 192)));
         assert_eq!(parse_dev("231"), None);

@@ -2,7 +2,7 @@
 //! gets, and the pieces that apply them in each engine.
 //!
 //! Where things happen, for a newcomer:
-//! - [`config`]: `/etc/erdma/oci-hook.toml`.
+//! - [`config`]: the operator's settings in `/etc/erdma/oci-hook.toml`.
 //! - [`discover`]: eRDMA devices from sysfs and /dev.
 //! - [`request`]: whether and what a container asks for.
 //! - [`modify`]: where a spec gets edited (devices, cgroup rules, memlock, network, env).

@@ -209,11 +209,9 @@ pub fn apply(spec: &mut Value, devices: &[&RdmaDevice], nodes: &[&CharDev], conf
                 warnings.push(format!("{} has MTU {m}: eRDMA expects {MTU_JUMBO} with jumbo frames or {MTU_STANDARD} without; data corruption is possible", d.name));
             }
         }
-        if mtus.iter().any(|m| *m != MTU_JUMBO) {
-            if env_get(&env, "NCCL_PROTO").is_none() {
-                env_added.push("NCCL_PROTO=^LL128".into());
-                warnings.push(format!("MTU {:?} is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off (NCCL_PROTO=^LL128)", mtus));
-            }
+        if mtus.iter().any(|m| *m != MTU_JUMBO) && env_get(&env, "NCCL_PROTO").is_none() {
+            env_added.push("NCCL_PROTO=^LL128".into());
+            warnings.push(format!("MTU {:?} is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off (NCCL_PROTO=^LL128)", mtus));
         }
         if let Some(list) = process.as_object_mut().and_then(|p| p.get_mut("env")).and_then(Value::as_array_mut) {
             list.extend(env_added.iter().map(|e| json!(e)));

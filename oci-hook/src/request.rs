@@ -38,7 +38,7 @@ pub fn from_spec(spec: &Value, config: &Config) -> Result<Request> {
     if config.accept_env {
         let env = spec.pointer("/process/env").and_then(Value::as_array);
         // The last definition wins, as in execve's environment handling by runc.
-        if let Some(v) = env.into_iter().flatten().filter_map(Value::as_str).filter_map(|e| e.strip_prefix(ENV).and_then(|r| r.strip_prefix('='))).last() {
+        if let Some(v) = env.into_iter().flatten().rev().filter_map(Value::as_str).find_map(|e| e.strip_prefix(ENV).and_then(|r| r.strip_prefix('='))) {
             return parse(v, "ERDMA_VISIBLE_DEVICES");
         }
     }

@@ -208,6 +208,14 @@ fn layer_has_the_files_apt_get_adds_and_is_ten_times_smaller() {
     assert!(theirs_size >= 10 * ours_size, "ours {ours_size}, docker's {theirs_size}");
 }
 
+/// A work directory, a repository signing key, and its public half written there.
+fn signing_setup() -> (tempfile::TempDir, TestKey, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = TestKey::generate();
+    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    (tmp, key, keyfile)
+}
+
 /// The eRDMA packages and their libnl dependencies, in a signed repository of ours.
 fn erdma_repo(layout: Layout, key: &TestKey) -> AptRepo {
     AptRepo::build_under("erdma/apt/debian", layout, &debs::real_debs_closure(), key)
@@ -218,14 +226,12 @@ fn alibaba_style_nested_and_flat_repositories() {
     if !debian::require_base() || !debs::require_download() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let key = TestKey::generate();
-    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let (tmp, key, keyfile) = signing_setup();
     let base = debian::debian12_base();
     let cache = tmp.path().join("cache");
     for (layout, suite, comps) in [(Layout::erdma(), "bookworm/erdma", vec!["main"]), (Layout::Flat, "./", vec![])] {
         let repo = erdma_repo(layout, &key);
-        let recipe = repo_recipe(tmp.path(), &repo.url(), suite, &comps, &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+        let recipe = repo_recipe(tmp.path(), &repo.url(), suite, &comps, &debs::ERDMA_PACKAGES);
         let out = tmp.path().join(format!("out-{}", repo.port()));
         let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&out)), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &cache);
         let pk = &r["images"][0]["packages"];
@@ -241,7 +247,7 @@ fn alibaba_style_nested_and_flat_repositories() {
     }
     // A second build downloads no package.
     let repo = erdma_repo(Layout::erdma(), &key);
-    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
     let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&tmp.path().join("warm"))), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &cache);
     assert_eq!(r["images"][0]["packages"]["downloaded_bytes"], 0);
     assert_eq!(r["images"][0]["packages"]["cached_debs"], 6);
@@ -262,11 +268,9 @@ fn tampered_or_broken_repositories_fail_with_nothing_written() {
     if !debian::require_base() || !debs::require_download() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let key = TestKey::generate();
-    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let (tmp, key, keyfile) = signing_setup();
     let base = debian::debian12_base();
-    let four = ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"];
+    let four = debs::ERDMA_PACKAGES;
     let out = tmp.path().join("out");
     let attempt = |repo: &AptRepo, install: &[&str], keyfile: &Path| -> String {
         let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], install);
@@ -322,12 +326,10 @@ fn ngc_like_base_loses_mellanox_ofed() {
     if !support::require_docker() || !debs::require_ngc_like() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let key = TestKey::generate();
-    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let (tmp, key, keyfile) = signing_setup();
     let base = debs::ngc_like_base(&tmp.path().join("ngc"));
     let repo = erdma_repo(Layout::erdma(), &key);
-    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
     let archive = tmp.path().join("out.tar");
     let name = format!("erdma-test/ngc-erdma:{}", std::process::id());
     let r = build(&["--base", &base.reference(), "--output", &format!("docker-archive:{}:{name}", s(&archive)), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &tmp.path().join("cache"));
@@ -407,9 +409,7 @@ fn packages_without_the_erdma_provider_are_refused() {
     if !support::require(support::have("dpkg-deb") && support::have("apt-ftparchive") && support::have("gpg"), "dpkg-deb, apt-ftparchive and gpg are needed") {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let key = TestKey::generate();
-    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let (tmp, key, keyfile) = signing_setup();
     // Ubuntu 22.04's rdma-core 39: providers, but no erdma.
     let old = debs::fake_deb(
         tmp.path(),
@@ -428,14 +428,12 @@ fn a_rebuild_on_the_same_registry_base_downloads_no_layer() {
     if !support::require_registry() || !debian::require_base() || !debs::require_download() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let key = TestKey::generate();
-    let keyfile = key.write_public(tmp.path(), "repo.asc");
+    let (tmp, key, keyfile) = signing_setup();
     let base = debian::debian12_base();
     let reg = support::Registry::start();
     super::registry::push(&base, &reg, "deb12:1");
     let repo = erdma_repo(Layout::erdma(), &key);
-    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
     let cache = tmp.path().join("cache");
     let layer = &base.layers[0].digest;
     for (run, want_gets) in [(1, 1), (2, 0)] {
