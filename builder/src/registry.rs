@@ -1,7 +1,7 @@
 //! Registry access through `oci-client`'s blob-level calls, with credentials and bounded retries.
 //!
 //! Never `pull()`/`push()`: those hold whole layers in memory and re-upload everything.
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -28,7 +28,7 @@ const ATTEMPTS: u32 = 4;
 
 pub struct Registries {
     client: Client,
-    authed: Mutex<HashMap<(String, String, bool), ()>>,
+    authed: Mutex<HashSet<(String, String, bool)>>,
     backoff: Duration,
 }
 
@@ -53,20 +53,20 @@ impl Registries {
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        Registries { client, authed: Mutex::new(HashMap::new()), backoff }
+        Registries { client, authed: Mutex::new(HashSet::new()), backoff }
     }
 
     /// Logs in for `op` once per (registry, repository, op); credentials from [`crate::auth`].
     pub async fn login(&self, r: &Reference, push: bool) -> Result<()> {
         let key = (r.resolve_registry().to_string(), r.repository().to_string(), push);
-        if self.authed.lock().expect("poisoned").contains_key(&key) {
+        if self.authed.lock().expect("poisoned").contains(&key) {
             return Ok(());
         }
         let creds = crate::auth::credentials(r.resolve_registry())?;
         let op = if push { RegistryOperation::Push } else { RegistryOperation::Pull };
         self.retry(r, "logging in", || self.client.auth(r, &creds, op)).await?;
         self.client.store_auth_if_needed(r.resolve_registry(), &creds).await;
-        self.authed.lock().expect("poisoned").insert(key, ());
+        self.authed.lock().expect("poisoned").insert(key);
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::config::{Config, NetworkPolicy};
 use crate::discover::{CharDev, Host, RdmaDevice};
 use crate::error::{Error, Result};
-use crate::request::Request;
+use crate::request::{env_get, Request};
 
 /// NCCL presets PAI-DLC sets on eRDMA instances (seed 001). `NCCL_IB_HCA` is replaced by the
 /// devices actually given to the container.
@@ -116,10 +116,6 @@ fn is_own_netns(path: &str) -> bool {
         (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
         _ => false,
     }
-}
-
-fn env_get<'a>(env: &'a [Value], name: &str) -> Option<&'a str> {
-    env.iter().rev().filter_map(Value::as_str).find_map(|e| e.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
 
 /// Applies the edits for `devices`/`nodes` to `spec`. Nothing is changed when it fails.

@@ -29,6 +29,12 @@ fn parse(value: &str, source_name: &'static str) -> Result<Request> {
     }
 }
 
+/// The value of `name` in an OCI `process.env` list; the last definition wins, as in
+/// execve's environment handling by runc.
+pub fn env_get<'a>(env: &'a [Value], name: &str) -> Option<&'a str> {
+    env.iter().rev().filter_map(Value::as_str).find_map(|e| e.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
+}
+
 /// The request in `spec`: the annotation first, then (if the operator allows) the env, then
 /// the runtime-wide default.
 pub fn from_spec(spec: &Value, config: &Config) -> Result<Request> {
@@ -37,8 +43,7 @@ pub fn from_spec(spec: &Value, config: &Config) -> Result<Request> {
     }
     if config.accept_env {
         let env = spec.pointer("/process/env").and_then(Value::as_array);
-        // The last definition wins, as in execve's environment handling by runc.
-        if let Some(v) = env.into_iter().flatten().rev().filter_map(Value::as_str).find_map(|e| e.strip_prefix(ENV).and_then(|r| r.strip_prefix('='))) {
+        if let Some(v) = env.and_then(|e| env_get(e, ENV)) {
             return parse(v, "ERDMA_VISIBLE_DEVICES");
         }
     }

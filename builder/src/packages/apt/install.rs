@@ -81,10 +81,17 @@ pub struct PackagesReport {
 /// Which maintainer-script effects we reproduce (see the README).
 pub const EMULATED_SCRIPTS: &[&str] = &["libibverbs1 postinst: addgroup --system rdma"];
 
+/// The base's dpkg status, as read once by [`resolve`] and used again by [`unpack`].
+pub struct BaseStatus {
+    pub paragraphs: Vec<Paragraph>,
+    /// The file as it was, for `status-old`; `None` when the base has none.
+    pub raw: Option<Vec<u8>>,
+}
+
 /// Resolves the recipe's packages against its repositories; writes nothing.
-pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dyn Reporter) -> Result<(resolve::Resolution, PackagesReport, Vec<Paragraph>)> {
-    let status_text = base.read(STATUS, MAX_STATUS)?.unwrap_or_default();
-    let status = deb822::parse(&String::from_utf8_lossy(&status_text)).map_err(|e| Error::Malformed {
+pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dyn Reporter) -> Result<(resolve::Resolution, PackagesReport, BaseStatus)> {
+    let raw = base.read(STATUS, MAX_STATUS)?;
+    let status = deb822::parse(&String::from_utf8_lossy(raw.as_deref().unwrap_or_default())).map_err(|e| Error::Malformed {
         what: "dpkg status",
         reference: format!("/{STATUS}"),
         reason: e.to_string(),
@@ -135,7 +142,7 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
         .collect();
     report.remove = res.remove.iter().map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() }).collect();
     report.kept = res.kept.iter().map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() }).collect();
-    Ok((res, report, status))
+    Ok((res, report, BaseStatus { paragraphs: status, raw }))
 }
 
 /// The repositories to read, each with its mirrors in order.
@@ -308,7 +315,7 @@ fn info_name(control: &Paragraph, arch: &str) -> String {
 pub fn unpack(
     res: &resolve::Resolution,
     debs: &[PathBuf],
-    status: &[Paragraph],
+    status: &BaseStatus,
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
 ) -> Result<Vec<String>> {
@@ -389,6 +396,7 @@ pub fn unpack(
     // as dpkg keeps it.
     let gone: BTreeSet<(&str, &str)> = res.remove.iter().map(|i| (i.name.as_str(), i.arch.as_str())).collect();
     let mut all: Vec<Paragraph> = status
+        .paragraphs
         .iter()
         .filter(|p| {
             let key = (p.get("Package").unwrap_or_default(), p.get("Architecture").unwrap_or_default());
@@ -401,8 +409,8 @@ pub fn unpack(
     let text: String = all.iter().map(|p| format!("{p}\n")).collect();
     layer.add_file(STATUS, text.into_bytes(), 0o644)?;
     // dpkg keeps the previous status as status-old; apt-get leaves one too.
-    if let Some(old) = base.read(STATUS, MAX_STATUS)? {
-        layer.add_file("var/lib/dpkg/status-old", old, 0o644)?;
+    if let Some(old) = &status.raw {
+        layer.add_file("var/lib/dpkg/status-old", old.clone(), 0o644)?;
     }
 
     emulate_scripts(res, base, layer)?;
