@@ -14,7 +14,9 @@ use crate::distro::OsRelease;
 use crate::rootfs::{SnapEntry, Snapshot};
 use crate::error::{Error, Result};
 use crate::layer::{LayerCompression, LayerContents, LayerInfo};
-use crate::packages::apt::install::{self as apt, AptInputs, PackagesReport};
+use crate::inspect::{CudaFact, NcclFact, TorchFact};
+use crate::packages::apt::install::{self as apt, AptInputs, NcclRequest, PackagesReport};
+use crate::packages::nccl::{Cuda, Want};
 use std::collections::BTreeMap;
 use crate::progress::{Counters, Reporter, Transfer};
 use crate::recipe::{Backend, Recipe};
@@ -48,6 +50,14 @@ pub struct Options {
     pub repo_urls: std::collections::BTreeMap<String, String>,
     /// Install the recipe's packages (off with `--no-packages`).
     pub packages: bool,
+    /// `--keyring NAME=FILE`: a key file for one repository (`base`: the base's archive).
+    pub repo_keyrings: BTreeMap<String, PathBuf>,
+    /// `--nccl [VERSION|latest]`: add NVIDIA's `libnccl2`.
+    pub nccl: Option<Want>,
+    /// `--nccl-dev`: and `libnccl-dev`.
+    pub nccl_dev: bool,
+    /// `--cuda X.Y`: the CUDA the NCCL build is for, when the base does not say.
+    pub cuda: Option<Cuda>,
 }
 
 impl Options {
@@ -79,10 +89,25 @@ pub struct ImageReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packages: Option<PackagesReport>,
     pub base_layers: Vec<BaseLayer>,
+    /// What `--nccl` chose, and the NCCL the image's Python brings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<NcclSummary>,
+    /// Things the user should know about the result (an old pip NCCL that PyTorch loads).
+    pub warnings: Vec<String>,
     /// The new layer; `plan` leaves it out when packages would be downloaded to know it.
     pub layer: Option<LayerInfo>,
     pub config_digest: Option<String>,
     pub manifest_digest: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NcclSummary {
+    /// The `libnccl2` package version added (or kept).
+    pub libnccl2: String,
+    pub cuda: CudaFact,
+    /// NCCL from pip wheels (`nvidia-nccl-cu*`) in the image's site-packages.
+    pub python_nccl: Vec<NcclFact>,
+    pub torch: Option<TorchFact>,
 }
 
 #[derive(Debug, Serialize)]
@@ -141,21 +166,31 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
         None => None,
     };
 
-    let cache = LayerCache { dir: work.path().to_path_buf(), files: Mutex::new(HashMap::new()) };
+    let cache = LayerCache::new(work.path());
     let mut prepared = Vec::new();
-    let mut layers_by_recipe: HashMap<String, RecipeLayer> = HashMap::new();
+    // One layer per recipe and architecture (platforms of one architecture share it).
+    let mut layers_by_recipe: HashMap<(String, String), RecipeLayer> = HashMap::new();
     for (i, img) in images.iter().enumerate() {
         let files = ImageFiles::new(&src, img, &cache, &reporter, &counters);
         let (recipe, os_release) = choose_recipe(opts, &src, &files)?;
+        for name in opts.repo_keyrings.keys() {
+            if name != "base" && !recipe.repositories.iter().any(|r| &r.name == name) {
+                let names: Vec<&str> = std::iter::once("base").chain(recipe.repositories.iter().filter(|r| !r.from_base).map(|r| r.name.as_str())).collect();
+                return Err(Error::Unsupported(format!("--keyring {name}=…: recipe {} has no repository `{name}` (it has {})", recipe.name, names.join(", "))));
+            }
+        }
         let arch = debian_arch(img);
-        if !layers_by_recipe.contains_key(&recipe.name) {
-            let mut c = recipe_contents(&recipe, opts, &files, &arch, output.is_some(), reporter.as_ref()).await?;
+        let recipe = recipe.for_build(opts.nccl.is_some(), &arch);
+        let key = (recipe.name.clone(), arch.clone());
+        if !layers_by_recipe.contains_key(&key) {
+            let env = crate::inspect::env_of(&img.config);
+            let mut c = recipe_contents(&recipe, opts, &files, &arch, &env, output.is_some(), reporter.as_ref()).await?;
             let path = work.path().join(format!("layer-{i}"));
             c.info = Some(c.layer.write_layer(&path, opts.compression, opts.epoch)?);
             c.path = path;
-            layers_by_recipe.insert(recipe.name.clone(), c);
+            layers_by_recipe.insert(key.clone(), c);
         }
-        let c = &layers_by_recipe[&recipe.name];
+        let c = &layers_by_recipe[&key];
         prepared.push(prepare(opts, &src, img, recipe, os_release, c)?);
     }
 
@@ -227,6 +262,10 @@ pub struct LayerCache {
 }
 
 impl LayerCache {
+    pub(crate) fn new(dir: &Path) -> LayerCache {
+        LayerCache { dir: dir.to_path_buf(), files: Mutex::new(HashMap::new()) }
+    }
+
     async fn path(&self, src: &Source, digest: &str, size: u64, reporter: &Arc<dyn Reporter>, counters: &Counters) -> Result<PathBuf> {
         if let Some(p) = self.files.lock().expect("poisoned").get(digest) {
             return Ok(p.clone());
@@ -268,7 +307,7 @@ pub struct ImageFiles<'a> {
 }
 
 impl<'a> ImageFiles<'a> {
-    fn new(src: &'a Source, img: &SourceImage, cache: &'a LayerCache, reporter: &'a Arc<dyn Reporter>, counters: &'a Counters) -> Self {
+    pub(crate) fn new(src: &'a Source, img: &SourceImage, cache: &'a LayerCache, reporter: &'a Arc<dyn Reporter>, counters: &'a Counters) -> Self {
         let layers: Vec<(String, u64)> = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
         let snapshots = layers.iter().map(|_| std::sync::OnceLock::new()).collect();
         ImageFiles { src, layers, cache, reporter, counters, handle: tokio::runtime::Handle::current(), snapshots }
@@ -319,6 +358,23 @@ impl<'a> ImageFiles<'a> {
         crate::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p))
     }
 
+    /// What the image has at `path`, symlinks followed.
+    pub fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
+        match self.real_path(path, true)? {
+            Some(real) => self.entry(&real),
+            None => Ok(None),
+        }
+    }
+
+    /// Streams the file at `path` through `content` (for files too big to hold).
+    pub fn scan(&self, path: &str, content: &mut dyn FnMut(&mut dyn std::io::Read, u64) -> std::io::Result<Vec<u8>>) -> Result<Option<Vec<u8>>> {
+        let Some(real) = self.real_path(path, true)? else { return Ok(None) };
+        match self.entry(&real)? {
+            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::rootfs::read_file_with(self.layers.len(), &mut |i| self.open(i), &real, content)),
+            _ => Ok(None),
+        }
+    }
+
     pub fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
         let Some(real) = self.real_path(path, true)? else { return Ok(None) };
         match self.entry(&real)? {
@@ -329,11 +385,21 @@ impl<'a> ImageFiles<'a> {
         }
     }
 
+    /// Files and symlinks in `dir`.
     pub fn list(&self, dir: &str) -> Result<Vec<String>> {
+        self.list_entries(dir, false)
+    }
+
+    /// Everything in `dir`, directories too.
+    pub fn list_all(&self, dir: &str) -> Result<Vec<String>> {
+        self.list_entries(dir, true)
+    }
+
+    fn list_entries(&self, dir: &str, dirs: bool) -> Result<Vec<String>> {
         let Some(real) = self.real_path(dir, true)? else { return Ok(Vec::new()) };
         let mut seen: BTreeMap<String, bool> = BTreeMap::new();
         for i in 0..self.layers.len() {
-            let (children, hidden) = self.snapshot(i)?.children(&real);
+            let (children, hidden) = self.snapshot(i)?.children(&real, dirs);
             for (name, visible) in children {
                 seen.entry(name).or_insert(visible);
             }
@@ -375,6 +441,8 @@ struct RecipeLayer {
     added: Vec<String>,
     removed: Vec<String>,
     packages: Option<PackagesReport>,
+    nccl: Option<NcclSummary>,
+    warnings: Vec<String>,
     /// False for a plan whose packages were resolved but not downloaded.
     complete: bool,
     path: PathBuf,
@@ -382,7 +450,7 @@ struct RecipeLayer {
 }
 
 /// Debian's name for the image's architecture.
-fn debian_arch(img: &SourceImage) -> String {
+pub(crate) fn debian_arch(img: &SourceImage) -> String {
     let arch = img.config.get("architecture").and_then(Value::as_str).unwrap_or("amd64");
     let variant = img.config.get("variant").and_then(Value::as_str);
     match (arch, variant) {
@@ -405,21 +473,27 @@ fn cache_dir() -> PathBuf {
 
 /// The files the recipe puts in the image: apt sources and keys for its repositories, the
 /// packages it installs (with the dpkg database), plain files, and whiteouts for what it removes.
-async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>, arch: &str, build: bool, reporter: &dyn Reporter) -> Result<RecipeLayer> {
+#[allow(clippy::too_many_arguments)]
+async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>, arch: &str, env: &[(String, String)], build: bool, reporter: &dyn Reporter) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
     let mut keys = BTreeMap::new();
     for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
-        keys.insert(repo.name.clone(), repo_key(recipe, repo, opts.keyring.as_deref()).await?);
+        let keyring = opts.repo_keyrings.get(&repo.name).or(opts.keyring.as_ref());
+        keys.insert(repo.name.clone(), repo_key(recipe, repo, keyring.map(PathBuf::as_path)).await?);
     }
     let mut packages = None;
     let mut complete = true;
     let mut removed: Vec<String> = Vec::new();
     let mut used_urls = BTreeMap::new();
-    if opts.packages && !recipe.packages.install.is_empty() {
-        let keyring = match &opts.keyring {
-            Some(p) => Some(crate::keys::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?)?),
-            None => None,
-        };
+    let mut warnings = Vec::new();
+    let nccl = match &opts.nccl {
+        Some(want) => Some(nccl_plan(want, opts, base, arch, env, reporter, &mut warnings)?),
+        None => None,
+    };
+    if (opts.packages && !recipe.packages.install.is_empty()) || nccl.is_some() {
+        let read_key = |p: &PathBuf| -> Result<Vec<u8>> { crate::keys::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?) };
+        let keyring = opts.keyring.as_ref().map(read_key).transpose()?;
+        let repo_keyrings = opts.repo_keyrings.iter().map(|(n, p)| Ok((n.clone(), read_key(p)?))).collect::<Result<BTreeMap<_, _>>>()?;
         let inputs = AptInputs {
             recipe,
             arch,
@@ -427,6 +501,9 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             repo_urls: &opts.repo_urls,
             repo_keys: &keys,
             keyring,
+            repo_keyrings: &repo_keyrings,
+            recipe_packages: opts.packages,
+            nccl: nccl.as_ref().map(|(req, _)| req.clone()),
             cache_dir: cache_dir(),
         };
         let (res, mut report, status) = apt::resolve(&inputs, base, reporter).await?;
@@ -448,9 +525,20 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         used_urls = report.repositories.clone();
         packages = Some(report);
     }
+    let base_sources = base_source_text(base)?;
     for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
         let url = used_urls.get(&repo.name).or_else(|| opts.repo_urls.get(&repo.name)).or(repo.urls.first()).expect("validated: urls or from_base");
-        let line = format!("deb {} {} {}\n", url.trim_end_matches('/'), repo.suite.as_deref().unwrap_or("/"), repo.components.join(" "));
+        // NVIDIA's CUDA images already list their repository: a second entry for it makes
+        // apt warn about every index being configured twice.
+        if repo.nccl && base_sources.contains(url.trim_end_matches('/')) {
+            continue;
+        }
+        let suite = repo.suite.as_deref().unwrap_or("/");
+        let line = if repo.components.is_empty() {
+            format!("deb {} {suite}\n", url.trim_end_matches('/').to_string() + if suite == "/" { "/" } else { "" })
+        } else {
+            format!("deb {} {suite} {}\n", url.trim_end_matches('/'), repo.components.join(" "))
+        };
         layer.add_file(&format!("etc/apt/sources.list.d/{}.list", repo.name), line.into_bytes(), 0o644)?;
         // Dearmoured into trusted.gpg.d as the eRDMA manual does; apt >= 1.4 reads it there.
         layer.add_file(&format!("etc/apt/trusted.gpg.d/{}.gpg", repo.name), keys[&repo.name].clone(), 0o644)?;
@@ -470,7 +558,64 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         .collect();
     removed.sort();
     removed.dedup();
-    Ok(RecipeLayer { layer, added, removed, packages, complete, path: PathBuf::new(), info: None })
+    let nccl = nccl.map(|(_, mut summary)| {
+        summary.libnccl2 = packages.as_ref().and_then(|p| p.nccl.clone()).unwrap_or_default();
+        summary
+    });
+    Ok(RecipeLayer { layer, added, removed, packages, nccl, warnings, complete, path: PathBuf::new(), info: None })
+}
+
+/// Everything the base's apt sources say, to tell whether a repository is already listed.
+fn base_source_text(base: &ImageFiles<'_>) -> Result<String> {
+    let mut text = String::new();
+    if let Some(t) = base.read("etc/apt/sources.list", 1 << 20)? {
+        text.push_str(&String::from_utf8_lossy(&t));
+    }
+    for name in base.list("etc/apt/sources.list.d")? {
+        if let Some(t) = base.read(&format!("etc/apt/sources.list.d/{name}"), 1 << 20)? {
+            text.push_str(&String::from_utf8_lossy(&t));
+        }
+    }
+    Ok(text)
+}
+
+/// Checks what `--nccl` needs of the base and finds its CUDA; warns about a pip NCCL older
+/// than eRDMA needs that PyTorch would load instead of the one we add.
+fn nccl_plan(
+    want: &Want,
+    opts: &Options,
+    base: &ImageFiles<'_>,
+    arch: &str,
+    env: &[(String, String)],
+    reporter: &dyn Reporter,
+    warnings: &mut Vec<String>,
+) -> Result<(NcclRequest, NcclSummary)> {
+    reporter.step("looking for CUDA, NCCL and PyTorch in the base");
+    let cuda = match opts.cuda {
+        Some(c) => CudaFact { version: c, source: "--cuda".into() },
+        None => crate::inspect::cuda(base, env)?.ok_or_else(|| {
+            Error::Unsupported(
+                "the base has no CUDA (no CUDA_VERSION in its config, no /usr/local/cuda/version.json), and NCCL builds are per CUDA major version; hint: pass --cuda X.Y".into(),
+            )
+        })?,
+    };
+    let facts = crate::inspect::facts(base, arch, env)?;
+    if !opts.packages && !(facts.rdma.erdma_driver && facts.rdma.erdma_provider.is_some() && facts.rdma.libibverbs.is_some()) {
+        return Err(Error::Unsupported(
+            "--nccl with --no-packages needs a base whose libibverbs has the erdma provider: NCCL opens libibverbs with dlopen and, without it, silently falls back to TCP; hint: drop --no-packages to add the eRDMA packages".into(),
+        ));
+    }
+    if let (Some(t), Some(p)) = (&facts.torch, facts.python_nccl.iter().find(|p| !p.version.supports_erdma())) {
+        if t.loads == Some(crate::inspect::Loads::Python) {
+            let cu = cuda.version.major;
+            warnings.push(format!(
+                "PyTorch in {} loads its own NCCL {} ({}), not the system NCCL added here, and NCCL {} is older than 2.19, which eRDMA needs; fix: pip install -U nvidia-nccl-cu{cu}",
+                t.path, p.version, p.path, p.version
+            ));
+        }
+    }
+    let req = NcclRequest { want: want.clone(), cuda: cuda.version, dev: opts.nccl_dev };
+    Ok((req, NcclSummary { libnccl2: String::new(), cuda, python_nccl: facts.python_nccl, torch: facts.torch }))
 }
 
 impl apt::BaseFiles for ImageFiles<'_> {
@@ -595,6 +740,8 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
             files_removed,
             env,
             packages: c.packages.clone(),
+            nccl: c.nccl.clone(),
+            warnings: c.warnings.clone(),
             base_layers: img.layers.iter().map(|(d, s, _)| crate::build::BaseLayer { digest: d.clone(), size: *s, reuse: None }).collect(),
             layer: c.complete.then_some(info),
             config_digest: c.complete.then_some(config_digest),

@@ -7,7 +7,14 @@ use crate::build::Options;
 use crate::error::Result;
 use crate::layer::LayerCompression;
 use crate::source::{Platform, PlatformChoice};
+use crate::packages::nccl::Want;
 use crate::transport::ImageRef;
+
+/// `NAME=FILE` of `--keyring`: a repository name (letters, digits, `-`, `_`) before the `=`.
+fn named(k: &str) -> Option<(&str, &str)> {
+    let (n, f) = k.split_once('=')?;
+    (!n.is_empty() && !f.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')).then_some((n, f))
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,8 +45,26 @@ pub enum Command {
     Build(BuildArgs),
     /// Show what `build` would do (files added, env set, layers reused) without writing anything.
     Plan(CommonArgs),
+    /// Tell whether IMAGE is ready for eRDMA training: RDMA user space, no Mellanox OFED, NCCL,
+    /// CUDA, Python and the NCCL env. Exit 0 when ready, 1 when not.
+    Check(CheckArgs),
     /// List the built-in distribution recipes.
     Recipes,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The image to check, e.g. docker://registry/pytorch:24.05 or oci:DIR:TAG.
+    pub image: String,
+    /// Add a platform's requirements: `pai-dlc` (CUDA 12.1 or later, NCCL 2.19 or later, Python 3).
+    #[arg(long, value_enum)]
+    pub profile: Option<crate::check::Profile>,
+    /// os/arch[/variant] to check in a multi-platform image [default: the host's platform].
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Use plain HTTP for this registry (host or host:port; loopback always is). Repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    pub insecure_registries: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -76,10 +101,11 @@ pub struct CommonArgs {
     /// Use plain HTTP for this registry (host or host:port; loopback always is). Repeatable.
     #[arg(long = "insecure-registry", value_name = "HOST")]
     pub insecure_registries: Vec<String>,
-    /// OpenPGP key file to trust for the repositories read, instead of the recipe's key URL
-    /// or the base image's keys (mirrors, air-gapped sites).
-    #[arg(long)]
-    pub keyring: Option<PathBuf>,
+    /// OpenPGP key file to trust instead of the recipe's key URL or the base image's keys
+    /// (mirrors, air-gapped sites): FILE for every repository read, or NAME=FILE for one
+    /// (`base` is the base image's own archive, `cuda` NVIDIA's). Repeatable.
+    #[arg(long = "keyring", value_name = "[NAME=]FILE")]
+    pub keyrings: Vec<String>,
     /// Archive URL to use instead of the one the base image is configured with (Debian 12,
     /// Ubuntu 24.04 recipes).
     #[arg(long, value_name = "URL")]
@@ -87,9 +113,22 @@ pub struct CommonArgs {
     /// Replace a recipe repository's URL, e.g. `--repo erdma=https://mirror.example/erdma/apt/ubuntu`.
     #[arg(long = "repo", value_name = "NAME=URL")]
     pub repos: Vec<String>,
-    /// Add only the repository configuration, files and env presets; install no packages.
+    /// Install none of the recipe's eRDMA packages; add only its repository configuration,
+    /// files and env presets (and NCCL with --nccl).
     #[arg(long)]
     pub no_packages: bool,
+    /// Add NVIDIA's NCCL (`libnccl2`) from the CUDA repository for the base's distribution:
+    /// `latest`, a release such as `2.21.5`, or a package version such as `2.21.5-1+cuda12.4`.
+    /// The build for the base's CUDA major version is taken; releases before 2.19 are refused.
+    #[arg(long, value_name = "VERSION", num_args = 0..=1, default_missing_value = "latest")]
+    pub nccl: Option<String>,
+    /// With --nccl: add `libnccl-dev` (headers, static library) too.
+    #[arg(long, requires = "nccl")]
+    pub nccl_dev: bool,
+    /// With --nccl: the CUDA version (X.Y) to take the NCCL build for, when the base has no
+    /// CUDA_VERSION or /usr/local/cuda/version.json (or to override them).
+    #[arg(long, value_name = "X.Y", requires = "nccl")]
+    pub cuda: Option<String>,
 }
 
 impl CommonArgs {
@@ -107,7 +146,18 @@ impl CommonArgs {
             env_presets: !self.no_env_presets,
             compression: self.compression,
             insecure_registries: self.insecure_registries.clone(),
-            keyring: self.keyring.clone(),
+            keyring: self.keyrings.iter().rfind(|k| named(k).is_none()).map(PathBuf::from),
+            repo_keyrings: self.keyrings.iter().filter_map(|k| named(k)).map(|(n, f)| (n.to_string(), PathBuf::from(f))).collect(),
+            nccl: self.nccl.as_deref().map(Want::parse).transpose()?,
+            nccl_dev: self.nccl_dev,
+            cuda: match &self.cuda {
+                Some(c) => Some(
+                    crate::packages::nccl::Cuda::parse(c)
+                        .filter(|_| c.trim().split('.').count() <= 3)
+                        .ok_or_else(|| crate::Error::Unsupported(format!("invalid --cuda `{c}`: expected a version such as 12.4")))?,
+                ),
+                None => None,
+            },
             mirror: self.mirror.clone(),
             repo_urls: self
                 .repos

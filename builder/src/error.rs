@@ -96,6 +96,9 @@ pub enum Error {
     #[error(transparent)]
     Resolve(#[from] crate::packages::apt::resolve::ResolveError),
 
+    #[error(transparent)]
+    Nccl(#[from] crate::packages::nccl::NcclError),
+
     #[error("reading package {path}")]
     Deb {
         path: PathBuf,

@@ -14,11 +14,13 @@
 pub mod auth;
 pub mod blob;
 pub mod build;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod distro;
 pub mod error;
 pub mod keys;
+pub mod inspect;
 pub mod packages;
 pub mod layer;
 pub mod layout;

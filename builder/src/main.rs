@@ -24,8 +24,14 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&anyhow::Error::new(e).context("starting the async runtime")),
     };
+    let checking = matches!(cli.command, Command::Check(_));
     match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
+        // `check` keeps 1 for "not ready": a check that could not run exits 2.
+        Err(e) if checking => {
+            fail(&e);
+            ExitCode::from(2)
+        }
         Err(e) => fail(&e),
     }
 }
@@ -58,7 +64,7 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let reporter: Arc<dyn Reporter> = if cli.quiet || !std::io::stderr().is_terminal() {
         Arc::new(Silent)
     } else {
@@ -88,7 +94,47 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let report = erdma_build::build::build(&opts, &output, reporter).await?;
             print_report(&report, cli.json, true)?;
         }
+        Command::Check(args) => {
+            let opts = erdma_build::check::CheckOptions {
+                image: erdma_build::transport::ImageRef::parse(&args.image)?,
+                platform: match args.platform {
+                    Some(p) => erdma_build::source::PlatformChoice::One(erdma_build::source::Platform(p)),
+                    None => erdma_build::source::PlatformChoice::One(erdma_build::source::Platform::host()),
+                },
+                profile: args.profile,
+                insecure_registries: args.insecure_registries,
+            };
+            let report = erdma_build::check::check(&opts, reporter).await?;
+            print_check(&report, cli.json)?;
+            return Ok(if report.ready { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_check(r: &erdma_build::check::CheckReport, json: bool) -> anyhow::Result<()> {
+    use erdma_build::check::Status;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(r)?)?;
+        return Ok(());
+    }
+    let fails = r.checks.iter().filter(|c| c.status == Status::Fail).count();
+    let warns = r.checks.iter().filter(|c| c.status == Status::Warn).count();
+    let profile = r.profile.map(|_| " (profile pai-dlc)").unwrap_or_default();
+    for c in &r.checks {
+        let mark = match c.status {
+            Status::Ok => "ok  ",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        };
+        writeln!(out, "{mark} {:<16} {}", c.id, c.message)?;
+        if let Some(h) = &c.hint {
+            writeln!(out, "     {:<16} hint: {h}", "")?;
+        }
+    }
+    let verdict = if r.ready { "ready" } else { "NOT READY" };
+    writeln!(out, "{}{profile}: {verdict} ({fails} failed, {warns} warnings)", r.image)?;
     Ok(())
 }
 
@@ -117,6 +163,7 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
                     Action::Install => "install".to_string(),
                     Action::Upgrade { from } => format!("upgrade from {from}"),
                     Action::Replace { from } => format!("replace {from}"),
+                    Action::Downgrade { from } => format!("downgrade from {from}"),
                 };
                 writeln!(out, "  package {} {} ({what}; {})", c.name, c.version, c.origin)?;
             }
@@ -126,6 +173,15 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
             for g in &p.remove {
                 writeln!(out, "  package {} {} (remove)", g.name, g.version)?;
             }
+        }
+        if let Some(n) = &img.nccl {
+            writeln!(out, "  nccl libnccl2 {} for CUDA {} ({}), held against apt upgrades", n.libnccl2, n.cuda.version, n.cuda.source)?;
+            for p in &n.python_nccl {
+                writeln!(out, "  nccl from pip: {} at {}", p.version, p.path)?;
+            }
+        }
+        for w in &img.warnings {
+            writeln!(out, "  warning: {w}")?;
         }
         for e in &img.env {
             let was = e.replaced.as_ref().map(|v| format!(" (was {v})")).unwrap_or_default();

@@ -80,6 +80,11 @@ pub struct Repository {
     /// Pinned OpenPGP v4 fingerprint of the repository key (40 hex digits).
     #[serde(default)]
     pub fingerprint: Option<String>,
+    /// NVIDIA's CUDA repository: read (and added to the image) only with `--nccl`, and the
+    /// only origin NCCL is taken from. `{nvarch}` in its URLs is NVIDIA's name for the
+    /// architecture (`x86_64`, `sbsa`).
+    #[serde(default)]
+    pub nccl: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -124,6 +129,9 @@ impl Recipe {
             if !repo.from_base && repo.suite.is_none() {
                 return bad(format!("repository `{}` has no `suite`", repo.name));
             }
+            if repo.nccl && repo.from_base {
+                return bad(format!("repository `{}`: an NCCL repository cannot be `from_base`", repo.name));
+            }
             if let Some(fp) = &repo.fingerprint {
                 if fp.len() != 40 || !fp.bytes().all(|b| b.is_ascii_hexdigit()) {
                     return bad(format!("repository `{}`: fingerprint must be 40 hex digits", repo.name));
@@ -136,6 +144,30 @@ impl Recipe {
             }
         }
         Ok(())
+    }
+
+    /// The recipe as one build uses it: NCCL repositories kept only when `nccl` is asked for,
+    /// with `{nvarch}` in their URLs filled in for the Debian architecture `arch`.
+    pub fn for_build(&self, nccl: bool, arch: &str) -> Recipe {
+        let mut r = self.clone();
+        r.repositories.retain(|repo| nccl || !repo.nccl);
+        let nvarch = match arch {
+            "amd64" => "x86_64",
+            "arm64" => "sbsa",
+            "ppc64el" => "ppc64le",
+            other => other,
+        };
+        for repo in r.repositories.iter_mut().filter(|repo| repo.nccl) {
+            for u in repo.urls.iter_mut() {
+                *u = u.replace("{nvarch}", nvarch);
+            }
+        }
+        r
+    }
+
+    /// Names of the repositories NCCL may come from.
+    pub fn nccl_repositories(&self) -> Vec<&str> {
+        self.repositories.iter().filter(|r| r.nccl).map(|r| r.name.as_str()).collect()
     }
 
     /// A built-in recipe by name, or a recipe file when `name` is a path.
@@ -191,6 +223,20 @@ mod tests {
         assert_eq!(jammy.packages.install, ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
         assert_eq!(jammy.env["NCCL_IB_HCA"], "erdma");
         assert!(Recipe::load("debian-11").unwrap().unsupported.is_some());
+        for r in all.iter().filter(|r| r.unsupported.is_none()) {
+            assert_eq!(r.nccl_repositories(), ["cuda"], "{}", r.name);
+        }
+    }
+
+    #[test]
+    fn nccl_repositories_only_with_nccl() {
+        let jammy = Recipe::load("ubuntu-22.04").unwrap();
+        let plain = jammy.for_build(false, "amd64");
+        assert!(plain.repositories.iter().all(|r| !r.nccl));
+        let with = jammy.for_build(true, "arm64");
+        let cuda = with.repositories.iter().find(|r| r.nccl).unwrap();
+        assert_eq!(cuda.urls, ["https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/sbsa/"]);
+        assert_eq!(cuda.suite.as_deref(), Some("/"));
     }
 
     #[test]

@@ -32,11 +32,30 @@ pub fn read_file(
     path: &str,
     max_size: u64,
 ) -> Result<Option<Vec<u8>>> {
+    let mut whole = |entry: &mut dyn Read, size: u64| -> io::Result<Vec<u8>> {
+        if size > max_size {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{path} is {size} bytes, more than the {max_size} allowed")));
+        }
+        let mut data = Vec::with_capacity(size as usize);
+        entry.take(max_size).read_to_end(&mut data)?;
+        Ok(data)
+    };
+    read_file_with(layer_count, open, path, &mut whole)
+}
+
+/// [`read_file`], with the file's content handed to `content` (its reader and size) as the
+/// layer streams past; what `content` returns is the answer. For files too big to hold.
+pub fn read_file_with(
+    layer_count: usize,
+    open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>,
+    path: &str,
+    content: &mut dyn FnMut(&mut dyn Read, u64) -> io::Result<Vec<u8>>,
+) -> Result<Option<Vec<u8>>> {
     let Some(mut want) = normalize(path) else { return Ok(None) };
     'resolve: for _ in 0..MAX_SYMLINKS {
         for i in 0..layer_count {
             let mut r = open(i)?;
-            match scan(&mut r, &want, max_size).map_err(|e| layer_error(e, i))? {
+            match scan(&mut r, &want, content).map_err(|e| layer_error(e, i))? {
                 Seen::Nothing => continue,
                 Seen::File(data) => return Ok(Some(data)),
                 Seen::NotAFile | Seen::Hidden => return Ok(None),
@@ -140,7 +159,7 @@ fn resolve(base: &str, target: &str) -> Option<String> {
 }
 
 /// Scans one (possibly compressed) layer for `want`, then reads the rest of the input.
-fn scan(r: &mut dyn BufRead, want: &str, max_size: u64) -> io::Result<Seen> {
+fn scan(r: &mut dyn BufRead, want: &str, content: &mut dyn FnMut(&mut dyn Read, u64) -> io::Result<Vec<u8>>) -> io::Result<Seen> {
     let mut seen = Seen::Nothing;
     let mut hidden = false;
     {
@@ -166,15 +185,8 @@ fn scan(r: &mut dyn BufRead, want: &str, max_size: u64) -> io::Result<Seen> {
             if name == want {
                 let kind = entry.header().entry_type();
                 seen = if kind.is_file() {
-                    if entry.size() > max_size {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("{want} is {} bytes, more than the {max_size} allowed", entry.size()),
-                        ));
-                    }
-                    let mut data = Vec::with_capacity(entry.size() as usize);
-                    (&mut entry).take(max_size).read_to_end(&mut data)?;
-                    Seen::File(data)
+                    let size = entry.size();
+                    Seen::File(content(&mut entry, size)?)
                 } else if kind.is_symlink() {
                     let target = entry
                         .link_name_bytes()
@@ -394,13 +406,14 @@ impl Snapshot {
 impl Snapshot {
     /// Names directly in `dir` that this layer has (true) or whites out (false), and whether
     /// lower layers' contents of `dir` are hidden.
-    pub fn children(&self, dir: &str) -> (Vec<(String, bool)>, bool) {
+    /// Directories count as children only with `dirs`.
+    pub fn children(&self, dir: &str, dirs: bool) -> (Vec<(String, bool)>, bool) {
         let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
         let mut out = Vec::new();
         for (p, e) in self.entries.range(prefix.clone()..).take_while(|(p, _)| p.starts_with(&prefix)) {
             let rest = &p[prefix.len()..];
             if !rest.contains('/') {
-                out.push((rest.to_string(), matches!(e, SnapEntry::File(_) | SnapEntry::Symlink(_))));
+                out.push((rest.to_string(), matches!(e, SnapEntry::File(_) | SnapEntry::Symlink(_)) || (dirs && matches!(e, SnapEntry::Dir))));
             }
         }
         for w in &self.whiteouts {

@@ -15,6 +15,7 @@ use super::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
 use super::resolve::{self, Action, Installed, Planned, Request};
 use crate::error::{Error, Result};
 use crate::layer::{Entry, EntryKind, LayerContents};
+use crate::packages::nccl;
 use crate::progress::Reporter;
 use crate::recipe::Recipe;
 
@@ -43,10 +44,27 @@ pub struct AptInputs<'a> {
     pub repo_urls: &'a BTreeMap<String, String>,
     /// Keys of the recipe's own repositories (fetched or from `--keyring`), by repository name.
     pub repo_keys: &'a BTreeMap<String, Vec<u8>>,
-    /// `--keyring`: trusted for every repository read, instead of the recipe's or the base's keys.
+    /// `--keyring FILE`: trusted for every repository read, instead of the recipe's or the
+    /// base's keys.
     pub keyring: Option<Vec<u8>>,
+    /// `--keyring NAME=FILE`: for one repository (`base` for the base's own archive).
+    pub repo_keyrings: &'a BTreeMap<String, Vec<u8>>,
+    /// Install the recipe's packages (off with `--no-packages`).
+    pub recipe_packages: bool,
+    /// `--nccl`: the `libnccl2` build to add.
+    pub nccl: Option<NcclRequest>,
     /// `$XDG_CACHE_HOME/erdma-build`.
     pub cache_dir: PathBuf,
+}
+
+/// What `--nccl` asks of the resolver.
+#[derive(Debug, Clone)]
+pub struct NcclRequest {
+    pub want: nccl::Want,
+    /// The image's CUDA (or `--cuda`): the `+cudaX.Y` build must have its major version.
+    pub cuda: nccl::Cuda,
+    /// `libnccl-dev` too.
+    pub dev: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -76,6 +94,9 @@ pub struct PackagesReport {
     pub repositories: BTreeMap<String, String>,
     pub downloaded_bytes: u64,
     pub cached_debs: usize,
+    /// The `libnccl2` version `--nccl` chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
 }
 
 /// Which maintainer-script effects we reproduce (see the README).
@@ -105,6 +126,8 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
         .map_err(|e| Error::Unsupported(format!("http client: {e}")))?;
     let mut available = Vec::new();
     let mut report = PackagesReport::default();
+    // Where each repository's packages are in `available`.
+    let mut ranges: Vec<(String, std::ops::Range<usize>)> = Vec::new();
     for (name, specs) in repo_specs(inputs, base)? {
         reporter.step(&format!("reading repository {name}"));
         let mut last = None;
@@ -112,7 +135,9 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
             match repo::fetch_index_cached(&client, &spec, Some(&inputs.cache_dir.join("indices"))).await {
                 Ok(index) => {
                     report.repositories.insert(name.clone(), spec.url.clone());
+                    let start = available.len();
                     available.extend(index.packages);
+                    ranges.push((name.clone(), start..available.len()));
                     last = None;
                     break;
                 }
@@ -126,8 +151,28 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
             return Err(Error::Repo(e));
         }
     }
-    let req = Request { install: &inputs.recipe.packages.install, replace: &inputs.recipe.packages.remove, arch: inputs.arch };
-    let res = resolve::resolve(&req, &installed, &available)?;
+    let mut install: Vec<String> = Vec::new();
+    let mut replace: Vec<String> = Vec::new();
+    if inputs.recipe_packages {
+        install.extend(inputs.recipe.packages.install.iter().cloned());
+        replace.extend(inputs.recipe.packages.remove.iter().cloned());
+    }
+    let mut held: Vec<&str> = Vec::new();
+    if let Some(want) = &inputs.nccl {
+        let version = nccl_version(inputs, want, &available, &ranges)?;
+        install.push(format!("libnccl2={version}"));
+        held.push("libnccl2");
+        if want.dev {
+            install.push(format!("libnccl-dev={version}"));
+            held.push("libnccl-dev");
+        }
+        report.nccl = Some(version);
+    }
+    let req = Request { install: &install, replace: &replace, arch: inputs.arch };
+    let mut res = resolve::resolve(&req, &installed, &available)?;
+    for p in res.install.iter_mut() {
+        p.hold = held.contains(&p.name.as_str());
+    }
     report.install = res
         .install
         .iter()
@@ -145,6 +190,23 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
     Ok((res, report, BaseStatus { paragraphs: status, raw }))
 }
 
+/// The `libnccl2` version for `want`, from the recipe's NCCL repositories only: a distro's
+/// own `libnccl2` (Ubuntu 24.04's 2.18.3) never counts, whatever its version.
+fn nccl_version(inputs: &AptInputs<'_>, want: &NcclRequest, available: &[IndexedPackage], ranges: &[(String, std::ops::Range<usize>)]) -> Result<String> {
+    let names = inputs.recipe.nccl_repositories();
+    if names.is_empty() {
+        return Err(Error::Unsupported(format!("recipe {} names no NCCL repository (`nccl = true`)", inputs.recipe.name)));
+    }
+    let versions = ranges
+        .iter()
+        .filter(|(n, _)| names.contains(&n.as_str()))
+        .flat_map(|(_, r)| available[r.clone()].iter())
+        .filter(|p| p.name() == "libnccl2" && p.arch().is_none_or(|a| a == inputs.arch || a == "all"))
+        .filter_map(|p| p.version());
+    let repos = names.iter().map(|n| format!("repository `{n}`")).collect::<Vec<_>>().join(", ");
+    Ok(nccl::select(versions, &want.want, want.cuda, &repos)?)
+}
+
 /// The repositories to read, each with its mirrors in order.
 fn repo_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
     let mut out = Vec::new();
@@ -157,7 +219,7 @@ fn repo_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
             Some(u) => vec![u.clone()],
             None => r.urls.clone(),
         };
-        let keyring = inputs.keyring.clone().or_else(|| inputs.repo_keys.get(&r.name).cloned()).unwrap_or_default();
+        let keyring = inputs.repo_keyrings.get(&r.name).cloned().or_else(|| inputs.keyring.clone()).or_else(|| inputs.repo_keys.get(&r.name).cloned()).unwrap_or_default();
         let specs = urls
             .into_iter()
             .map(|url| RepoSpec {
@@ -201,8 +263,9 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
         if e.trusted {
             return Err(Error::Unsupported(format!("the base's apt source {} is marked trusted=yes; unsigned repositories are not used", e.uris.join(" "))));
         }
+        let forced = inputs.repo_keyrings.get("base").or(inputs.keyring.as_ref());
         let keyring = match &e.signed_by {
-            _ if inputs.keyring.is_some() => inputs.keyring.clone().unwrap_or_default(),
+            _ if forced.is_some() => forced.cloned().unwrap_or_default(),
             Some(s) if s.contains("BEGIN PGP PUBLIC KEY BLOCK") => crate::keys::dearmor(s.as_bytes())?,
             Some(path) => {
                 let data = base
@@ -441,7 +504,8 @@ fn write_info(
     for (k, v) in deb.control.fields() {
         stanza.set(k, v).map_err(bad)?;
         if k.eq_ignore_ascii_case("Package") {
-            stanza.set("Status", "install ok installed").map_err(bad)?;
+            // `apt-mark hold` writes the same selection.
+            stanza.set("Status", if planned.hold { "hold ok installed" } else { "install ok installed" }).map_err(bad)?;
         }
     }
     if let Some(conffiles) = deb.control_files.get("conffiles") {

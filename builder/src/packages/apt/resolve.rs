@@ -51,6 +51,8 @@ pub enum Action {
     Upgrade { from: String },
     /// The base has another build of it (e.g. Mellanox OFED's): removed, then installed.
     Replace { from: String },
+    /// A pinned version (`name=version`) older than the base's.
+    Downgrade { from: String },
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +62,9 @@ pub struct Planned {
     pub arch: String,
     pub version: Version,
     pub action: Action,
+    /// Held in dpkg (`apt-mark hold`): a later `apt-get upgrade` in the image must not swap
+    /// it for another build (NCCL: a newer `+cuda13` build on a CUDA 12 image).
+    pub hold: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -75,6 +80,8 @@ pub struct Resolution {
 pub enum ResolveError {
     #[error("unknown package `{name}`: no repository ({repos}) has it for {arch}")]
     UnknownPackage { name: String, repos: String, arch: String },
+    #[error("no repository ({repos}) has {name} version {version} for {arch}")]
+    UnknownVersion { name: String, version: String, repos: String, arch: String },
     #[error("cannot satisfy `{dependency}` of {package} {version}: no installed package or candidate provides it")]
     Unsatisfiable { package: String, version: String, dependency: String },
     #[error("{package} {version} {kind} {other} {other_version}, and no candidate resolves it")]
@@ -88,6 +95,8 @@ pub enum ResolveError {
 
 /// What to install and replace.
 pub struct Request<'a> {
+    /// Package names, or `name=version` for exactly that version (as `apt-get install` takes
+    /// them): the newest candidate otherwise.
     pub install: &'a [String],
     /// The recipe's remove list: installed builds of these are replaced or removed.
     pub replace: &'a [String],
@@ -277,21 +286,43 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
     };
 
     let mut queue: Vec<&Cand> = Vec::new();
-    for name in req.install {
-        let newest = cands.get(name).first();
-        if let Some(i) = inst.get(name.as_str()) {
-            let replace = req.replace.contains(name) && newest.is_some_and(|c| c.version != i.version);
-            let upgrade = newest.is_some_and(|c| c.version > i.version) && !replace;
-            if !replace && !upgrade {
+    let mut requested: Vec<&str> = Vec::new();
+    for item in req.install {
+        let (name, pin) = match item.split_once('=') {
+            Some((n, v)) => (n, Some(v.parse::<Version>().map_err(|e| ResolveError::Malformed { package: n.into(), field: "requested version", reason: e.to_string() })?)),
+            None => (item.as_str(), None),
+        };
+        requested.push(name);
+        let unknown = || ResolveError::UnknownPackage { name: name.into(), repos: repos(), arch: req.arch.into() };
+        let chosen_cand = match &pin {
+            None => cands.get(name).first(),
+            Some(v) => {
+                let all = cands.get(name);
+                if all.is_empty() {
+                    return Err(unknown());
+                }
+                let found = all.iter().find(|c| &c.version == v);
+                Some(found.ok_or_else(|| ResolveError::UnknownVersion { name: name.into(), version: v.to_string(), repos: repos(), arch: req.arch.into() })?)
+            }
+        };
+        if let Some(i) = inst.get(name) {
+            let keep = match (&pin, chosen_cand) {
+                (Some(v), _) => &i.version == v,
+                (None, c) => {
+                    let replace = req.replace.iter().any(|r| r == name) && c.is_some_and(|c| c.version != i.version);
+                    let upgrade = c.is_some_and(|c| c.version > i.version) && !replace;
+                    !replace && !upgrade
+                }
+            };
+            if keep {
                 res.kept.push((*i).clone());
                 continue;
             }
         }
-        let c = newest.ok_or_else(|| ResolveError::UnknownPackage { name: name.clone(), repos: repos(), arch: req.arch.into() })?;
-        queue.push(c);
+        queue.push(chosen_cand.ok_or_else(unknown)?);
     }
     for name in req.replace {
-        if inst.contains_key(name.as_str()) && !req.install.contains(name) {
+        if inst.contains_key(name.as_str()) && !requested.contains(&name.as_str()) {
             gone.insert(name.clone());
         }
     }
@@ -398,9 +429,10 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
         let action = match inst.get(c.name) {
             None => Action::Install,
             Some(i) if req.replace.iter().any(|r| r == c.name) && c.version != i.version => Action::Replace { from: i.version.to_string() },
+            Some(i) if c.version < i.version => Action::Downgrade { from: i.version.to_string() },
             Some(i) => Action::Upgrade { from: i.version.to_string() },
         };
-        res.install.push(Planned { pkg: c.pkg.clone(), name: c.name.to_string(), arch: c.arch.to_string(), version: c.version.clone(), action });
+        res.install.push(Planned { pkg: c.pkg.clone(), name: c.name.to_string(), arch: c.arch.to_string(), version: c.version.clone(), action, hold: false });
     }
     res.remove = installed.iter().filter(|i| gone.contains(&i.name)).cloned().collect();
     Ok(res)
@@ -518,5 +550,28 @@ mod tests {
         let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
         let e = resolve(&req, &[], &available()).unwrap_err().to_string();
         assert!(e.contains("cannot satisfy `libc6 (>= 2.34)` of libibverbs1 44.0-2"), "{e}");
+    }
+
+    #[test]
+    fn pinned_versions_are_exact() {
+        let nccl = "Package: libnccl2\nVersion: 2.27.7-1+cuda13.0\nArchitecture: amd64\n\n\
+                    Package: libnccl2\nVersion: 2.21.5-1+cuda12.4\nArchitecture: amd64\n\n\
+                    Package: libnccl2\nVersion: 2.21.5-1+cuda11.8\nArchitecture: amd64\n\n\
+                    Package: libnccl-dev\nVersion: 2.21.5-1+cuda12.4\nArchitecture: amd64\nDepends: libnccl2 (= 2.21.5-1+cuda12.4)\n\n\
+                    Package: libnccl-dev\nVersion: 2.27.7-1+cuda13.0\nArchitecture: amd64\nDepends: libnccl2 (= 2.27.7-1+cuda13.0)";
+        let avail = available_from(nccl);
+        let req = Request { install: &["libnccl2=2.21.5-1+cuda12.4".into(), "libnccl-dev=2.21.5-1+cuda12.4".into()], replace: &[], arch: "amd64" };
+        let r = resolve(&req, &[], &avail).unwrap();
+        assert_eq!(names(&r), ["libnccl-dev 2.21.5-1+cuda12.4 Install", "libnccl2 2.21.5-1+cuda12.4 Install"]);
+        // The base's build: kept when it is the pinned one, else swapped (even for an older one).
+        let base = installed("Package: libnccl2\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.21.5-1+cuda12.4\n");
+        let only = ["libnccl2=2.21.5-1+cuda12.4".to_string()];
+        let r = resolve(&Request { install: &only, replace: &[], arch: "amd64" }, &base, &avail).unwrap();
+        assert!(r.install.is_empty() && r.kept.len() == 1);
+        let newer = installed("Package: libnccl2\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.27.7-1+cuda13.0\n");
+        let r = resolve(&Request { install: &only, replace: &[], arch: "amd64" }, &newer, &avail).unwrap();
+        assert_eq!(names(&r), ["libnccl2 2.21.5-1+cuda12.4 Downgrade { from: \"2.27.7-1+cuda13.0\" }"]);
+        let e = resolve(&Request { install: &["libnccl2=2.19.3-1+cuda12.3".into()], replace: &[], arch: "amd64" }, &[], &avail).unwrap_err().to_string();
+        assert!(e.starts_with("no repository (") && e.contains("libnccl2 version 2.19.3-1+cuda12.3 for amd64"), "{e}");
     }
 }
