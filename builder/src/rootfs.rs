@@ -12,6 +12,9 @@ use crate::layer::normalize;
 
 const MAX_SYMLINKS: usize = 16;
 
+/// What a file read is answered with: given the file's reader and size, the bytes to return.
+pub type ContentFn<'a> = dyn FnMut(&mut dyn Read, u64) -> io::Result<Vec<u8>> + 'a;
+
 /// What one layer says about a path.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
@@ -49,7 +52,7 @@ pub fn read_file_with(
     layer_count: usize,
     open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>,
     path: &str,
-    content: &mut dyn FnMut(&mut dyn Read, u64) -> io::Result<Vec<u8>>,
+    content: &mut ContentFn<'_>,
 ) -> Result<Option<Vec<u8>>> {
     let Some(mut want) = normalize(path) else { return Ok(None) };
     'resolve: for _ in 0..MAX_SYMLINKS {
@@ -159,7 +162,7 @@ fn resolve(base: &str, target: &str) -> Option<String> {
 }
 
 /// Scans one (possibly compressed) layer for `want`, then reads the rest of the input.
-fn scan(r: &mut dyn BufRead, want: &str, content: &mut dyn FnMut(&mut dyn Read, u64) -> io::Result<Vec<u8>>) -> io::Result<Seen> {
+fn scan(r: &mut dyn BufRead, want: &str, content: &mut ContentFn<'_>) -> io::Result<Seen> {
     let mut seen = Seen::Nothing;
     let mut hidden = false;
     {

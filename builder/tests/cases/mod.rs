@@ -1,6 +1,8 @@
 //! Product tests: `erdma-build` run as a user runs it, against real registries, skopeo and docker.
+mod check;
 mod errors;
 mod memory;
+mod nccl;
 mod packages;
 mod registry;
 mod transports;

@@ -588,6 +588,23 @@ fn append_tree_entry<W: Write>(
     }
 }
 
+/// One gzip layer of `entries` written into the layout `dir` (initialised if needed), for
+/// [`image_from_layers`].
+pub fn entries_layer(dir: &Path, entries: &[Entry<'_>]) -> LayerInfo {
+    init_layout(dir);
+    write_layer(dir, Compression::default(), |tar| append_entries(tar, entries))
+}
+
+/// The `KEY=VALUE` pairs of `image`'s config `Env`.
+pub fn env_of(image: &OciFixture) -> Vec<(String, String)> {
+    image.config()["config"]["Env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.as_str()?.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
 /// Copies layer `index` of `from` into the layout `to` (initialised if needed), for an image
 /// built on top of another one.
 pub fn import_layer(from: &OciFixture, index: usize, to: &Path) -> LayerInfo {

@@ -13,6 +13,7 @@ pub mod apt_repo;
 pub mod debian;
 pub mod debs;
 pub mod fixture;
+pub mod nccl;
 pub mod proxy;
 pub mod registry;
 

@@ -1,0 +1,115 @@
+//! `erdma-build check IMAGE`: readiness reports on images that are and are not ready.
+use std::process::Output;
+
+use serde_json::Value;
+
+use super::nccl::{check_status, demo_archive_args, mini, nvidia, s};
+use crate::support::nccl::{self as nv, Extras};
+use crate::support::{self, apt_repo, debs};
+
+fn check(args: &[&str]) -> (Output, Value) {
+    let mut all = vec!["check"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = support::run_build(&all);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("check --json ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    (out, v)
+}
+
+fn failed(report: &Value) -> Vec<String> {
+    report["checks"].as_array().unwrap().iter().filter(|c| c["status"] == "fail").map(|c| c["id"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn a_pai_ready_image_is_ready_and_its_base_is_not() {
+    if !apt_repo::require_tools() {
+        return;
+    }
+    let nvr = nvidia(&[]);
+    let base = nv::extend(&mini(), &nvr.tmp.path().join("base"), "latest", &Extras { cuda: Some("12.4.1"), python3: true, ..Default::default() });
+
+    let (out, before) = check(&[&base.reference(), "--profile", "pai-dlc"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(before["ready"], false);
+    assert_eq!(failed(&before), ["erdma-provider", "libibverbs", "librdmacm", "nccl"], "{before:#}");
+    assert_eq!(check_status(&before, "cuda"), "ok");
+    assert_eq!(check_status(&before, "python3"), "ok");
+
+    let layout = nvr.tmp.path().join("out");
+    let mut args: Vec<String> = ["build", "--quiet", "--base", &base.reference(), "--nccl", "--output", &format!("oci:{}:pai", s(&layout))].iter().map(|s| s.to_string()).collect();
+    args.extend(nvr.args());
+    args.extend(demo_archive_args());
+    support::assert_success("erdma-build build", &support::run_build(&args));
+
+    let built = format!("oci:{}:pai", s(&layout));
+    let (out, after) = check(&[&built, "--profile", "pai-dlc"]);
+    assert_eq!(out.status.code(), Some(0), "{after:#}");
+    assert_eq!(after["ready"], true);
+    assert_eq!(after["profile"], "pai-dlc");
+    for id in ["erdma-provider", "libibverbs", "librdmacm", "rdma-core-build", "mellanox-ofed", "cuda", "nccl", "python3", "nccl-env"] {
+        assert_eq!(check_status(&after, id), "ok", "{id}: {after:#}");
+    }
+    assert_eq!(after["facts"]["rdma"]["packages"]["libibverbs1"], "44.0-2");
+    assert_eq!(after["facts"]["system_nccl"]["cuda"], "12.4");
+    assert_eq!(after["nccl_env"]["NCCL_IB_HCA"], "erdma");
+
+    // The human report: one line per check, then the verdict.
+    let human = support::run_build(["check", &built, "--profile", "pai-dlc"]);
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(human.status.success(), "{text}");
+    assert!(text.contains("ok   nccl             NCCL 2.21.5+cuda12.4 at /usr/lib/x86_64-linux-gnu/libnccl.so.2 (libnccl2 2.21.5-1+cuda12.4)"), "{text}");
+    assert!(text.trim_end().ends_with("(profile pai-dlc): ready (0 failed, 0 warnings)"), "{text}");
+
+    // PAI-DLC needs CUDA 12.1: an 11.8 image with everything else is not ready for it, and is
+    // for plain eRDMA.
+    let old_cuda = nv::extend(&mini(), &nvr.tmp.path().join("cuda11"), "latest", &Extras { cuda: Some("11.8.0"), cuda_in_env: true, python3: true, ..Default::default() });
+    let (_, r) = check(&[&old_cuda.reference(), "--profile", "pai-dlc"]);
+    assert!(failed(&r).contains(&"cuda".to_string()), "{r:#}");
+}
+
+#[test]
+fn an_ngc_like_image_with_ofed_and_old_pip_nccl_is_not_ready_for_both_reasons() {
+    if !debs::require_ngc_like() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ngc = debs::ngc_like_base(&tmp.path().join("ngc"));
+    let image = nv::extend(
+        &ngc,
+        &tmp.path().join("ngc-py"),
+        "latest",
+        &Extras {
+            cuda: Some("12.2.2"),
+            cuda_in_env: true,
+            python3: true,
+            pip_nccl: Some(("2.18.1", "12.1")),
+            torch: true,
+            env: vec![("NCCL_IB_HCA", "mlx5")],
+            ..Default::default()
+        },
+    );
+    let (out, r) = check(&[&image.reference()]);
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    let fails = failed(&r);
+    for want in ["mellanox-ofed", "nccl", "nccl-env"] {
+        assert!(fails.contains(&want.to_string()), "{want} in {fails:?}");
+    }
+    let find = |id: &str| r["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap().clone();
+    let ofed = find("mellanox-ofed");
+    assert!(ofed["message"].as_str().unwrap().contains(debs::OFED_VERSION) && ofed["message"].as_str().unwrap().contains("/etc/apt/sources.list.d/mellanox_mlnx_ofed.list"), "{ofed}");
+    let nccl = find("nccl");
+    assert!(nccl["message"].as_str().unwrap().contains("NCCL 2.18.1+cuda12.1 at /usr/local/lib/python3.11/dist-packages/nvidia/nccl/lib/libnccl.so.2; PyTorch loads the pip one"), "{nccl}");
+    assert_eq!(nccl["hint"], "pip install -U nvidia-nccl-cu12");
+    assert_eq!(r["facts"]["torch"]["loads"], "python");
+    assert!(find("nccl-env")["message"].as_str().unwrap().contains("NCCL_IB_HCA=mlx5 excludes the eRDMA devices"));
+}
+
+#[test]
+fn an_image_that_cannot_be_read_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = support::run_build(["check", &format!("oci:{}:none", s(&tmp.path().join("missing")))]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(out.stdout.is_empty());
+}
