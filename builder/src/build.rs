@@ -525,7 +525,9 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         used_urls = report.repositories.clone();
         packages = Some(report);
     }
-    let base_sources = base_source_text(base)?;
+    // Only an NCCL repository needs the base's sources read (proving a file absent reads
+    // every layer, and a build without --nccl reads none below the one with os-release).
+    let base_sources = if recipe.repositories.iter().any(|r| r.nccl) { base_source_text(base)? } else { String::new() };
     for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
         let url = used_urls.get(&repo.name).or_else(|| opts.repo_urls.get(&repo.name)).or(repo.urls.first()).expect("validated: urls or from_base");
         // NVIDIA's CUDA images already list their repository: a second entry for it makes

@@ -93,9 +93,17 @@ pub fn runnable_base(dir: &Path) -> support::OciFixture {
 /// A recipe file that adds an apt source, its key and a plain file: what an eRDMA recipe for
 /// Ubuntu does, with a repository we control.
 pub fn test_recipe(dir: &Path, fingerprint: Option<&str>) -> (std::path::PathBuf, std::path::PathBuf) {
+    test_recipe_with(dir, fingerprint, None)
+}
+
+/// [`test_recipe`] whose repository names a `key_url`.
+pub fn test_recipe_with(dir: &Path, fingerprint: Option<&str>, key_url: Option<&str>) -> (std::path::PathBuf, std::path::PathBuf) {
     let key = dir.join("test-key.asc");
     std::fs::write(&key, TEST_KEY).unwrap();
-    let fp = fingerprint.map(|f| format!("fingerprint = \"{f}\"\n")).unwrap_or_default();
+    let mut fp = fingerprint.map(|f| format!("fingerprint = \"{f}\"\n")).unwrap_or_default();
+    if let Some(u) = key_url {
+        fp.push_str(&format!("key_url = \"{u}\"\n"));
+    }
     let recipe = dir.join("test-recipe.toml");
     std::fs::write(
         &recipe,

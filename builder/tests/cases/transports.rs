@@ -157,10 +157,22 @@ fn detects_the_distro_and_lists_recipes() {
 fn pinned_key_fingerprint_is_enforced() {
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
-    let (recipe, key) = test_recipe(tmp.path(), Some(&"0".repeat(40)));
-    let err = build_fails(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("oci:{}", s(&tmp.path().join("o"))), "--recipe", &s(&recipe), "--keyring", &s(&key)]);
+    let www = tmp.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(www.join("GPGKEY"), super::TEST_KEY).unwrap();
+    let server = crate::support::apt_repo::Served::start(&www);
+    let key_url = server.url("GPGKEY");
+    // The key downloaded from key_url must have the pinned fingerprint.
+    let (recipe, key) = super::test_recipe_with(tmp.path(), Some(&"0".repeat(40)), Some(&key_url));
+    let out = format!("oci:{}", s(&tmp.path().join("o")));
+    let err = build_fails(&["build", "--no-packages", "--base", &base.reference(), "--output", &out, "--recipe", &s(&recipe)]);
     assert!(err.contains(TEST_KEY_FP) && err.contains(&"0".repeat(40)), "{err}");
     assert!(!tmp.path().join("o").exists());
+    // A key file the user names is their own trust decision (a mirror re-signed with a site
+    // key): the pin guards only the download.
+    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &out, "--recipe", &s(&recipe), "--keyring", &s(&key)]);
+    let (recipe, _) = super::test_recipe_with(tmp.path(), Some(TEST_KEY_FP), Some(&key_url));
+    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("{out}:pinned"), "--recipe", &s(&recipe)]);
 }
 
 #[test]

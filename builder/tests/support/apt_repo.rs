@@ -510,6 +510,30 @@ fn write_indexes(dir: &Path, layout: &Layout, key: &TestKey) {
 }
 
 /// Starts `python3 -m http.server` for `www` on a free port; retries when the port was taken.
+/// A directory served over HTTP on 127.0.0.1 until dropped.
+pub struct Served {
+    child: Child,
+    pub port: u16,
+}
+
+impl Served {
+    pub fn start(www: &Path) -> Served {
+        let (child, port) = serve(www, &www.with_extension("http.log"));
+        Served { child, port }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}/{}", self.port, path.trim_start_matches('/'))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn serve(www: &Path, log_path: &Path) -> (Child, u16) {
     let mut last = String::new();
     for _ in 0..5 {
