@@ -19,12 +19,17 @@ use serde_json::{json, Map, Value};
 use crate::config::Config;
 use crate::discover::{self, CharDev, Host};
 use crate::error::{Error, Result};
-use crate::modify::{MTU_JUMBO, NCCL_PRESETS};
+use crate::modify::{ll128_off, port_mtus, NCCL_PRESETS, NO_LL128};
 
 /// The CDI kind: `--device aliyun.com/erdma=all` (DOMAIN.md, seed 002 `aliyun/erdma`).
 pub const KIND: &str = "aliyun.com/erdma";
 /// The device that holds every eRDMA device.
 pub const ALL: &str = "all";
+/// Where engines look for CDI specs, the later directory taking precedence (CDI SPEC.md,
+/// "CDI JSON Specification"; container-device-interface `DefaultSpecDirs`).
+pub const SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
+/// The file name `doctor` suggests for `cdi generate --output`.
+pub const SPEC_FILE: &str = "erdma.json";
 
 /// The spec for this host's eRDMA devices (discovered under the configured sysfs and /dev).
 pub fn generate(config: &Config) -> Result<Value> {
@@ -107,9 +112,10 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
     env.push(format!("NCCL_IB_HCA={}", names.join(",")));
     if config.env_presets {
         // Seed 000: LL128 is only safe with the jumbo MTU; same rule as `modify::apply`.
-        let mtus: Vec<u32> = usable.iter().flat_map(|d| d.ports.iter().filter_map(|p| p.mtu)).collect();
-        if mtus.iter().any(|m| *m != MTU_JUMBO) {
-            env.push("NCCL_PROTO=^LL128".into());
+        let mtus: Vec<u32> = port_mtus(usable.iter().copied()).into_iter().map(|(_, m)| m).collect();
+        if ll128_off(&mtus) {
+            let (proto, no_ll128) = NO_LL128;
+            env.push(format!("{proto}={no_ll128}"));
         }
     }
 

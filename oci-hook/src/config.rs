@@ -108,8 +108,12 @@ impl Default for Config {
 impl Config {
     /// Loads the file named by `ERDMA_OCI_HOOK_CONFIG`, else `/etc/erdma/oci-hook.toml`.
     pub fn load() -> Result<Config> {
-        let path = std::env::var_os(ENV_PATH).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_PATH));
-        Self::load_from(&path)
+        Self::load_from(&Self::path())
+    }
+
+    /// The file [`Config::load`] reads (it need not exist).
+    pub fn path() -> PathBuf {
+        std::env::var_os(ENV_PATH).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_PATH))
     }
 
     pub fn load_from(path: &Path) -> Result<Config> {

@@ -7,11 +7,13 @@
 //! - [`request`]: whether and what a container asks for.
 //! - [`modify`]: where a spec gets edited (devices, cgroup rules, memlock, network, env).
 //! - [`spec`]: reading and atomically writing `config.json` as JSON, unknown fields kept.
+//! - [`doctor`]: the host readiness report (`erdma-oci-hook doctor`).
 #![forbid(unsafe_code)]
 
 pub mod cdi;
 pub mod config;
 pub mod discover;
+pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod hooks;

@@ -35,6 +35,31 @@ enum Command {
         #[command(subcommand)]
         command: CdiCommand,
     },
+    /// Tell whether this host is ready for eRDMA containers.
+    ///
+    /// Checks the erdma driver, devices and ports, the MTU, nvidia_peermem, each engine's
+    /// registration and memlock, and the CDI spec. Exit 0 when nothing failed, 1 otherwise,
+    /// 2 for a usage or hook-config error.
+    Doctor {
+        /// Print the report as JSON (`ready`, `summary`, `checks`).
+        #[arg(long)]
+        json: bool,
+        /// Docker's daemon config [default: /etc/docker/daemon.json].
+        #[arg(long, value_name = "FILE")]
+        docker_config: Option<PathBuf>,
+        /// containerd's main config [default: /etc/containerd/config.toml].
+        #[arg(long, value_name = "FILE")]
+        containerd_config: Option<PathBuf>,
+        /// CRI-O's main config, crio.conf.d beside it [default: /etc/crio/crio.conf].
+        #[arg(long, value_name = "FILE")]
+        crio_config: Option<PathBuf>,
+        /// Podman's OCI hooks directory [default: /etc/containers/oci/hooks.d].
+        #[arg(long, value_name = "DIR")]
+        podman_hooks_dir: Option<PathBuf>,
+        /// A CDI spec directory; repeat for several, lowest precedence first [default: /etc/cdi, /var/run/cdi].
+        #[arg(long = "cdi-dir", value_name = "DIR")]
+        cdi_dirs: Vec<PathBuf>,
+    },
     /// Register erdma-runtime or the hooks with a container engine.
     Configure {
         #[arg(value_enum)]
@@ -63,23 +88,34 @@ enum CdiCommand {
     },
 }
 
+/// The hook config could not be loaded: `doctor` exits 2 for it (a usage problem, not a host
+/// that is not ready).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct ConfigError(erdma_oci_hook::Error);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let config_error_code = if matches!(cli.command, Command::Doctor { .. }) { 2 } else { 1 };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             let mut err = std::io::stderr().lock();
             let _ = writeln!(err, "error: {e}");
             for cause in e.chain().skip(1) {
                 let _ = writeln!(err, "  Caused by: {cause}");
             }
+            if e.is::<ConfigError>() {
+                let _ = writeln!(err, "hint: fix {} (or name another file with {})", Config::path().display(), erdma_oci_hook::config::ENV_PATH);
+                return ExitCode::from(config_error_code);
+            }
             ExitCode::from(1)
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = Config::load()?;
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = Config::load().map_err(ConfigError)?;
     let _log = erdma_oci_hook::log::init(&config, "erdma-oci-hook");
     let result = dispatch(cli, &config);
     if let Err(e) = &result {
@@ -88,7 +124,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     result
 }
 
-fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<()> {
+fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Devices { json } => {
             let host = erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
@@ -120,6 +156,25 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<()> {
                 None => std::io::stdout().lock().write_all(text.as_bytes())?,
             }
         }
+        Command::Doctor { json, docker_config, containerd_config, crio_config, podman_hooks_dir, cdi_dirs } => {
+            let defaults = erdma_oci_hook::doctor::Options::default();
+            let opts = erdma_oci_hook::doctor::Options {
+                config_path: Config::path(),
+                docker_config: docker_config.unwrap_or(defaults.docker_config),
+                containerd_config: containerd_config.unwrap_or(defaults.containerd_config),
+                crio_config: crio_config.unwrap_or(defaults.crio_config),
+                podman_hooks_dir: podman_hooks_dir.unwrap_or(defaults.podman_hooks_dir),
+                cdi_dirs: if cdi_dirs.is_empty() { defaults.cdi_dirs } else { cdi_dirs },
+            };
+            let report = erdma_oci_hook::doctor::run(config, &opts);
+            let mut out = std::io::stdout().lock();
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            } else {
+                write!(out, "{}", report.render())?;
+            }
+            return Ok(if report.ready { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        }
         Command::Configure { engine, dry_run, config: config_path, runtime_path } => {
             let me = std::env::current_exe()?;
             let runtime_path = runtime_path.unwrap_or_else(|| me.with_file_name("erdma-runtime"));
@@ -141,5 +196,5 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

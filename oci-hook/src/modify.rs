@@ -26,6 +26,25 @@ pub const NCCL_PRESETS: &[(&str, &str)] = &[
 /// MTU with jumbo frames; NCCL's LL128 protocol is only safe there (seed 000).
 pub const MTU_JUMBO: u32 = 8500;
 pub const MTU_STANDARD: u32 = 1400;
+/// What turns LL128 off when an MTU is not [`MTU_JUMBO`].
+pub const NO_LL128: (&str, &str) = ("NCCL_PROTO", "^LL128");
+
+/// Whether eRDMA expects this netdev MTU: 8500 with jumbo frames, 1400 without (seed 000).
+/// Anything else is a misconfiguration that risks data corruption.
+pub fn mtu_expected(mtu: u32) -> bool {
+    mtu == MTU_JUMBO || mtu == MTU_STANDARD
+}
+
+/// Whether NCCL's LL128 protocol must be off for ports with these MTUs: it is only safe when
+/// every one is the jumbo MTU (seed 000).
+pub fn ll128_off(mtus: &[u32]) -> bool {
+    mtus.iter().any(|m| *m != MTU_JUMBO)
+}
+
+/// The MTUs of the netdevs behind the ports of `devices`, with the device each belongs to.
+pub fn port_mtus<'a>(devices: impl IntoIterator<Item = &'a RdmaDevice>) -> Vec<(&'a RdmaDevice, u32)> {
+    devices.into_iter().flat_map(|d| d.ports.iter().filter_map(move |p| p.mtu.map(|m| (d, m)))).collect()
+}
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -199,15 +218,17 @@ pub fn apply(spec: &mut Value, devices: &[&RdmaDevice], nodes: &[&CharDev], conf
         }
         add("NCCL_IB_HCA", devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","), &mut env_added);
         // LL128 needs the 8500 MTU (seed 000); anything else gets it turned off.
-        let mtus: Vec<u32> = devices.iter().flat_map(|d| d.ports.iter().filter_map(|p| p.mtu)).collect();
-        for (d, m) in devices.iter().flat_map(|d| d.ports.iter().filter_map(move |p| p.mtu.map(|m| (d, m)))) {
-            if m != MTU_JUMBO && m != MTU_STANDARD {
+        let port_mtus = port_mtus(devices.iter().copied());
+        for (d, m) in &port_mtus {
+            if !mtu_expected(*m) {
                 warnings.push(format!("{} has MTU {m}: eRDMA expects {MTU_JUMBO} with jumbo frames or {MTU_STANDARD} without; data corruption is possible", d.name));
             }
         }
-        if mtus.iter().any(|m| *m != MTU_JUMBO) && env_get(&env, "NCCL_PROTO").is_none() {
-            env_added.push("NCCL_PROTO=^LL128".into());
-            warnings.push(format!("MTU {:?} is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off (NCCL_PROTO=^LL128)", mtus));
+        let mtus: Vec<u32> = port_mtus.iter().map(|(_, m)| *m).collect();
+        let (proto, no_ll128) = NO_LL128;
+        if ll128_off(&mtus) && env_get(&env, proto).is_none() {
+            env_added.push(format!("{proto}={no_ll128}"));
+            warnings.push(format!("MTU {:?} is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off ({proto}={no_ll128})", mtus));
         }
         if let Some(list) = process.as_object_mut().and_then(|p| p.get_mut("env")).and_then(Value::as_array_mut) {
             list.extend(env_added.iter().map(|e| json!(e)));

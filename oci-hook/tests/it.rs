@@ -6,3 +6,4 @@ mod support;
 mod runtime_cases;
 mod prestart_cases;
 mod engine_cases;
+mod doctor_cases;

@@ -23,8 +23,18 @@ def rel(frm_dir, to):
 
 VENDOR = {"erdma": ("0x1ded", "0x107f"), "mlx5_core": ("0x15b3", "0x101d")}
 
-def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=()):
-    """devices: (ibdev, pci, driver, uverbs_index, netdev, port_state, phys_state)"""
+def module(sys_, name, version):
+    """/sys/module/<name> of a loaded module: `initstate` and `refcnt` as the kernel writes
+    them, `version` only when the module declares MODULE_VERSION (both here do)."""
+    mdir = os.path.join(sys_, "module", name)
+    write(os.path.join(mdir, "initstate"), "live\n")
+    write(os.path.join(mdir, "refcnt"), "0\n")
+    write(os.path.join(mdir, "version"), version + "\n")
+
+def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False):
+    """devices: (ibdev, pci, driver, uverbs_index, netdev, port_state, phys_state);
+    erdma_version: the loaded erdma module's version (None: not loaded); peermem: whether
+    nvidia_peermem is loaded (GPU Direct RDMA)."""
     base = os.path.join(ROOT, name)
     shutil.rmtree(base, ignore_errors=True)
     sys_ = os.path.join(base, "sys")
@@ -89,6 +99,10 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=()):
         write(os.path.join(cm, "dev"), "10:58\n")
         link(os.path.join(sys_, "class/misc/rdma_cm"), rel(os.path.join(sys_, "class/misc"), cm))
         nodes.append("infiniband/rdma_cm c 10 58")
+    if erdma_version is not None:
+        module(sys_, "erdma", erdma_version)
+    if peermem:
+        module(sys_, "nvidia_peermem", PEERMEM_VERSION)
     if dev_nodes is not None:
         nodes = [n for n in nodes if n.split()[0] in dev_nodes]
     with open(os.path.join(base, "dev.txt"), "w") as f:
@@ -96,19 +110,21 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=()):
         f.write("".join(n + "\n" for n in nodes))
 
 ACTIVE = ("4: ACTIVE", "5: LinkUp")
+# nvidia_peermem carries the NVIDIA driver's version.
+PEERMEM_VERSION = "535.161.08"
 DOWN = ("1: DOWN", "3: Disabled")
 
-scenario("one", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE)], [("eth0", 8500)])
+scenario("one", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE)], [("eth0", 8500)], erdma_version="0.2.35")
 scenario("two", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
                  ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
-         [("eth0", 8500), ("eth1", 8500)])
+         [("eth0", 8500), ("eth1", 8500)], erdma_version="0.2.37", peermem=True)
 scenario("four", [(f"rocep{b}s0", f"0000:{b:02x}:00.0", "erdma", i, f"eth{i}", *ACTIVE) for i, b in enumerate([9, 10, 11, 12])],
-         [(f"eth{i}", 1400) for i in range(4)])
+         [(f"eth{i}", 1400) for i in range(4)], erdma_version="0.2.38", peermem=True)
 scenario("missing-uverbs", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
                             ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
-         [("eth0", 8500), ("eth1", 8500)], dev_nodes={"infiniband/uverbs0", "infiniband/rdma_cm"})
-scenario("port-down", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *DOWN)], [("eth0", 8500)])
+         [("eth0", 8500), ("eth1", 8500)], dev_nodes={"infiniband/uverbs0", "infiniband/rdma_cm"}, erdma_version="0.2.36")
+scenario("port-down", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *DOWN)], [("eth0", 8500)], erdma_version="0.2.34")
 scenario("mlx5-beside", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
                          ("mlx5_0", "0000:3b:00.0", "mlx5_core", 1, "ens1f0np0", *ACTIVE)],
-         [("eth0", 8500), ("ens1f0np0", 9000)], umad=[("mlx5_0", "0000:3b:00.0", 0)])
+         [("eth0", 8500), ("ens1f0np0", 9000)], umad=[("mlx5_0", "0000:3b:00.0", 0)], erdma_version="0.2.33", peermem=True)
 scenario("none", [], [("eth0", 1500)], rdma_cm=False)

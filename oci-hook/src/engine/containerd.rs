@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{value, Array, DocumentMut, Item, Table};
 
-use super::{read_existing, ConfigureOptions, Plan, Planned};
+use super::{read_existing, ConfigureOptions, Engine, Entry, Plan, Planned, Registration};
 use crate::error::{Error, Result};
 use crate::request::ANNOTATION;
 
@@ -56,9 +56,35 @@ fn drop_in_for(import: &str, main_dir: &Path) -> Option<PathBuf> {
     (literal_dir && !pattern.contains('[') && glob_match(pattern.as_bytes(), DROP_IN_NAME.as_bytes())).then(|| dir.join(DROP_IN_NAME))
 }
 
-pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
-    let old_main = read_existing(main_path)?;
-    let mut main: DocumentMut = old_main.as_deref().unwrap_or("").parse().map_err(|e: toml_edit::TomlError| malformed(main_path, e.to_string()))?;
+/// The files an `imports` entry loads: the path itself, or what a wildcard in its last
+/// component matches, sorted as `filepath.Glob` returns them. Wildcards in directories and
+/// `[...]` classes are not followed (`configure` never writes them).
+fn import_files(import: &str, main_dir: &Path) -> Vec<PathBuf> {
+    let import = Path::new(import);
+    let import = if import.is_absolute() { import.to_path_buf() } else { main_dir.join(import) };
+    let (Some(dir), Some(pattern)) = (import.parent(), import.file_name().and_then(|p| p.to_str())) else { return Vec::new() };
+    if !pattern.contains(['*', '?', '[']) {
+        return if import.is_file() { vec![import] } else { Vec::new() };
+    }
+    if pattern.contains('[') || dir.to_string_lossy().contains(['*', '?', '[']) {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| glob_match(pattern.as_bytes(), e.file_name().as_encoded_bytes()) && e.path().is_file())
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files
+}
+
+fn parse(path: &Path, text: &str) -> Result<DocumentMut> {
+    text.parse().map_err(|e: toml_edit::TomlError| malformed(path, e.to_string()))
+}
+
+/// The config's version and the name of the CRI plugin section that holds runtime handlers.
+fn version_and_plugin(main: &DocumentMut, main_path: &Path) -> Result<(i64, &'static str)> {
     let version = match main.get("version") {
         Some(v) => v.as_integer().ok_or_else(|| malformed(main_path, "`version` is not an integer"))?,
         // No version and no plugin settings: nothing tells v1 from v2; v2 it becomes.
@@ -70,18 +96,63 @@ pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
         3 => "io.containerd.cri.v1.runtime",
         v => return Err(malformed(main_path, format!("config version {v} is not supported (2 or 3)"))),
     };
-    let main_dir = main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    Ok((version, plugin))
+}
 
-    // Where the drop-in goes, and whether the main config must learn to import it.
-    let imports = match main.get("imports") {
-        None => Vec::new(),
+fn imports_of(main: &DocumentMut, main_path: &Path) -> Result<Vec<String>> {
+    match main.get("imports") {
+        None => Ok(Vec::new()),
         Some(i) => i
             .as_array()
             .ok_or_else(|| malformed(main_path, "`imports` is not an array"))?
             .iter()
             .map(|v| v.as_str().map(str::to_string).ok_or_else(|| malformed(main_path, "`imports` holds a non-string")))
-            .collect::<Result<Vec<_>>>()?,
-    };
+            .collect(),
+    }
+}
+
+/// The runtime handler that runs erdma-runtime, as containerd would load it: the main config,
+/// then its imports in order. With a version 2 config an imported file that sets the CRI section
+/// replaces it whole (containerd < 2.0, see the module docs), so the last such file decides.
+pub(super) fn inspect(main_path: &Path) -> Result<Registration> {
+    let Some(text) = read_existing(main_path)? else { return Ok(Registration::absent(Engine::Containerd, main_path)) };
+    let main = parse(main_path, &text)?;
+    let (version, plugin) = version_and_plugin(&main, main_path)?;
+    let main_dir = main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut files = vec![(main_path.to_path_buf(), main.clone())];
+    for import in imports_of(&main, main_path)? {
+        for file in import_files(&import, main_dir) {
+            let Some(text) = read_existing(&file)? else { continue };
+            let doc = parse(&file, &text)?;
+            files.push((file, doc));
+        }
+    }
+    let mut entry = None;
+    for (file, doc) in &files {
+        let Some(section) = doc.get("plugins").and_then(|p| p.get(plugin)) else { continue };
+        let runtimes = section.get("containerd").and_then(|c| c.get("runtimes")).and_then(Item::as_table_like);
+        let program = |handler: &Item| handler.get("options").and_then(|o| o.get("BinaryName")).and_then(Item::as_str).map(PathBuf::from);
+        let found = runtimes.and_then(|r| {
+            r.get(HANDLER)
+                .map(|h| (HANDLER, h))
+                .or_else(|| r.iter().find(|(_, h)| program(h).is_some_and(|p| super::is_erdma_runtime(&p))))
+                .map(|(name, h)| Entry { file: file.clone(), name: name.to_string(), program: program(h) })
+        });
+        if version == 2 || found.is_some() {
+            entry = found;
+        }
+    }
+    Ok(Registration { engine: Engine::Containerd, config_path: main_path.to_path_buf(), installed: true, entry, default_memlock: None })
+}
+
+pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
+    let old_main = read_existing(main_path)?;
+    let mut main = parse(main_path, old_main.as_deref().unwrap_or(""))?;
+    let (version, plugin) = version_and_plugin(&main, main_path)?;
+    let main_dir = main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+
+    // Where the drop-in goes, and whether the main config must learn to import it.
+    let imports = imports_of(&main, main_path)?;
     let imported = imports.iter().find_map(|i| drop_in_for(i, &main_dir));
     let (drop_in, add_import) = match imported {
         Some(p) => (p, None),
@@ -184,5 +255,32 @@ mod tests {
         assert_eq!(drop_in_for("config.d/*.toml", d), Some(PathBuf::from("/etc/containerd/config.d/erdma.toml")));
         assert_eq!(drop_in_for("/etc/containerd/*/x.toml", d), None);
         assert_eq!(drop_in_for("/etc/containerd/runtimes.toml", d), None);
+    }
+
+    #[test]
+    fn inspect_follows_imports_as_containerd_merges_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.toml");
+        let conf_d = dir.path().join("conf.d");
+        std::fs::create_dir_all(&conf_d).unwrap();
+        let handler = "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.erdma.options]\nBinaryName = \"/opt/erdma-runtime\"\n";
+        std::fs::write(conf_d.join("erdma.toml"), format!("version = 2\n{handler}")).unwrap();
+        std::fs::write(conf_d.join("notes.txt"), "not matched by the glob").unwrap();
+        std::fs::write(&main, "version = 2\nimports = [\"conf.d/*.toml\"]\n").unwrap();
+        let r = inspect(&main).unwrap();
+        let e = r.entry.expect("the imported handler");
+        assert_eq!((e.file, e.name.as_str(), e.program), (conf_d.join("erdma.toml"), "erdma", Some(PathBuf::from("/opt/erdma-runtime"))));
+        // A later import that sets the CRI section replaces it whole (version 2, containerd < 2.0)...
+        std::fs::write(conf_d.join("zz.toml"), "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n").unwrap();
+        assert_eq!(inspect(&main).unwrap().entry, None);
+        // ...while version 3 merges key by key.
+        std::fs::write(conf_d.join("erdma.toml"), handler.replace("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")).unwrap();
+        std::fs::write(conf_d.join("zz.toml"), "[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = true\n").unwrap();
+        std::fs::write(&main, "version = 3\nimports = [\"conf.d/*.toml\"]\n").unwrap();
+        assert!(inspect(&main).unwrap().entry.is_some());
+        // Not there: not installed; not TOML: an error naming the file.
+        assert!(!inspect(&dir.path().join("absent.toml")).unwrap().installed);
+        std::fs::write(&main, "version = [").unwrap();
+        assert!(inspect(&main).unwrap_err().to_string().contains(&main.display().to_string()));
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{value, DocumentMut, Item, Table};
 
-use super::{read_existing, ConfigureOptions, Plan, Planned};
+use super::{read_existing, ConfigureOptions, Engine, Entry, Plan, Planned, Registration};
 use crate::error::{Error, Result};
 
 pub const DEFAULT_PATH: &str = "/etc/crio/crio.conf";
@@ -27,18 +27,63 @@ fn runc_entry(doc: &DocumentMut) -> Option<Table> {
     doc.get("crio")?.get("runtime")?.get("runtimes")?.get("runc")?.clone().into_table().ok()
 }
 
-pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
-    let main_dir = main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let drop_in_dir = main_dir.join("crio.conf.d");
-    let drop_in = drop_in_dir.join(DROP_IN_NAME);
+fn drop_in_dir(main_path: &Path) -> PathBuf {
+    main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).join("crio.conf.d")
+}
 
-    // The configuration CRI-O would load, in its order, without our own drop-in.
+/// The files CRI-O loads, in its order: the main config, then the drop-ins sorted by name.
+fn loaded_files(main_path: &Path) -> Vec<PathBuf> {
     let mut sources: Vec<PathBuf> = vec![main_path.to_path_buf()];
-    if let Ok(entries) = std::fs::read_dir(&drop_in_dir) {
-        let mut names: Vec<PathBuf> = entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_file())).map(|e| e.path()).filter(|p| *p != drop_in).collect();
+    if let Ok(entries) = std::fs::read_dir(drop_in_dir(main_path)) {
+        let mut names: Vec<PathBuf> = entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_file())).map(|e| e.path()).collect();
         names.sort();
         sources.extend(names);
     }
+    sources
+}
+
+/// The runtime handler that runs erdma-runtime, merged key by key over every file CRI-O loads.
+pub(super) fn inspect(main_path: &Path) -> Result<Registration> {
+    let installed = main_path.is_file() || drop_in_dir(main_path).is_dir();
+    if !installed {
+        return Ok(Registration::absent(Engine::Crio, main_path));
+    }
+    // handler -> (file of its last runtime_path, runtime_path)
+    let mut handlers: Vec<(String, Option<(PathBuf, PathBuf)>)> = Vec::new();
+    for path in loaded_files(main_path) {
+        let Some(text) = read_existing(&path)? else { continue };
+        let doc = parse(&path, &text)?;
+        let Some(runtimes) = doc.get("crio").and_then(|c| c.get("runtime")).and_then(|r| r.get("runtimes")).and_then(Item::as_table_like) else { continue };
+        for (name, h) in runtimes.iter() {
+            let i = match handlers.iter().position(|(n, _)| n == name) {
+                Some(i) => i,
+                None => {
+                    handlers.push((name.to_string(), None));
+                    handlers.len() - 1
+                }
+            };
+            if let Some(p) = h.get("runtime_path").and_then(Item::as_str) {
+                handlers[i].1 = Some((path.clone(), PathBuf::from(p)));
+            }
+        }
+    }
+    let found = handlers
+        .iter()
+        .find(|(n, _)| n == HANDLER)
+        .or_else(|| handlers.iter().find(|(_, p)| p.as_ref().is_some_and(|(_, p)| super::is_erdma_runtime(p))));
+    let entry = found.map(|(name, p)| Entry {
+        file: p.as_ref().map(|(f, _)| f.clone()).unwrap_or_else(|| main_path.to_path_buf()),
+        name: name.clone(),
+        program: p.as_ref().map(|(_, p)| p.clone()),
+    });
+    Ok(Registration { engine: Engine::Crio, config_path: main_path.to_path_buf(), installed, entry, default_memlock: None })
+}
+
+pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
+    let drop_in = drop_in_dir(main_path).join(DROP_IN_NAME);
+
+    // The configuration CRI-O would load, in its order, without our own drop-in.
+    let sources: Vec<PathBuf> = loaded_files(main_path).into_iter().filter(|p| *p != drop_in).collect();
     let mut handler = Table::new();
     for path in &sources {
         let Some(text) = read_existing(path)? else { continue };
@@ -80,4 +125,27 @@ pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
     let old = read_existing(&drop_in)?;
     let restart = Some("restart CRI-O to load the `erdma` runtime handler; Kubernetes pods then use it through a RuntimeClass with `handler: erdma`".to_string());
     Ok(Plan { files: vec![Planned::drop_in(drop_in, old, new)], notes: Vec::new(), restart })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inspect_merges_drop_ins_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("crio.conf");
+        assert!(!inspect(&main).unwrap().installed);
+        let d = dir.path().join("crio.conf.d");
+        std::fs::create_dir_all(&d).unwrap();
+        // Only the drop-in directory: installed, nothing registered.
+        let r = inspect(&main).unwrap();
+        assert!(r.installed && r.entry.is_none());
+        // A handler under another name that runs erdma-runtime counts; a later file's
+        // runtime_path wins.
+        std::fs::write(d.join("10-rdma.conf"), "[crio.runtime.runtimes.rdma]\nruntime_path = \"/old/erdma-runtime\"\n").unwrap();
+        std::fs::write(d.join("20-rdma.conf"), "[crio.runtime.runtimes.rdma]\nruntime_path = \"/new/erdma-runtime\"\n").unwrap();
+        let e = inspect(&main).unwrap().entry.unwrap();
+        assert_eq!((e.name.as_str(), e.file, e.program), ("rdma", d.join("20-rdma.conf"), Some(PathBuf::from("/new/erdma-runtime"))));
+    }
 }

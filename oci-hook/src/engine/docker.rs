@@ -7,7 +7,8 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::{read_existing, ConfigureOptions, Plan, Planned};
+use super::{read_existing, ConfigureOptions, Engine, Entry, Plan, Planned, Registration};
+use crate::config::Memlock;
 use crate::error::{Error, Result};
 
 pub const DEFAULT_PATH: &str = "/etc/docker/daemon.json";
@@ -37,6 +38,35 @@ pub(super) fn plan(path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
         "reload dockerd to pick up the runtime (`kill -HUP $(pidof dockerd)` or restart it), then `docker run --runtime={RUNTIME_NAME} -e ERDMA_VISIBLE_DEVICES=all --network host ...`"
     );
     Ok(Plan { files: vec![Planned::beside(path.to_path_buf(), old, new)], notes: Vec::new(), restart: Some(restart) })
+}
+
+/// `runtimes.erdma` (or a runtime under another name whose `path` is an erdma-runtime) and
+/// `default-ulimits.memlock`, which containers get when nothing raises it.
+pub(super) fn inspect(path: &Path) -> Result<Registration> {
+    let Some(text) = read_existing(path)? else { return Ok(Registration::absent(Engine::Docker, path)) };
+    let malformed = |reason: String| Error::Malformed { what: "Docker daemon config", path: path.to_path_buf(), reason };
+    let config: Value = if text.trim().is_empty() { json!({}) } else { serde_json::from_str(&text).map_err(|e| malformed(e.to_string()))? };
+    let root = config.as_object().ok_or_else(|| malformed("not a JSON object".into()))?;
+    let empty = serde_json::Map::new();
+    let runtimes = match root.get("runtimes") {
+        None => &empty,
+        Some(r) => r.as_object().ok_or_else(|| malformed("`runtimes` is not an object".into()))?,
+    };
+    let program = |v: &Value| v.get("path").and_then(Value::as_str).map(std::path::PathBuf::from);
+    let entry = runtimes
+        .get_key_value(RUNTIME_NAME)
+        .or_else(|| runtimes.iter().find(|(_, v)| program(v).is_some_and(|p| super::is_erdma_runtime(&p))))
+        .map(|(name, v)| Entry { file: path.to_path_buf(), name: name.clone(), program: program(v) });
+    // `{"Name": "memlock", "Hard": -1, "Soft": -1}`; -1 is unlimited (dockerd(8), --default-ulimit).
+    let default_memlock = match root.get("default-ulimits").and_then(|u| u.get("memlock")) {
+        None => None,
+        Some(m) => match m.get("Soft").and_then(Value::as_i64) {
+            Some(soft) if soft < 0 => Some(Memlock::Unlimited),
+            Some(soft) => Some(Memlock::Bytes(soft as u64)),
+            None => return Err(malformed("`default-ulimits.memlock` has no integer `Soft`".into())),
+        },
+    };
+    Ok(Registration { engine: Engine::Docker, config_path: path.to_path_buf(), installed: true, entry, default_memlock })
 }
 
 /// The indentation the file already uses (its first indented line's), so that the diff shows

@@ -11,11 +11,14 @@
 //!   would be loaded as configuration;
 //! - `--dry-run`: the unified diff, nothing written;
 //! - a config that does not parse is an error naming the file, and nothing is written.
+//!
+//! [`inspect`] reads the same files back, as each engine would, for `erdma-oci-hook doctor`.
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::config::Memlock;
 use crate::error::{Error, Result};
 
 mod containerd;
@@ -33,6 +36,28 @@ pub enum Engine {
 }
 
 impl Engine {
+    pub const ALL: [Engine; 4] = [Engine::Docker, Engine::Containerd, Engine::Crio, Engine::Podman];
+
+    /// The engine's name as its project writes it.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Engine::Docker => "Docker",
+            Engine::Containerd => "containerd",
+            Engine::Crio => "CRI-O",
+            Engine::Podman => "Podman",
+        }
+    }
+
+    /// The name `configure` takes.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Engine::Docker => "docker",
+            Engine::Containerd => "containerd",
+            Engine::Crio => "crio",
+            Engine::Podman => "podman",
+        }
+    }
+
     /// What `--config` names for this engine when it is not given.
     pub fn default_config_path(self) -> &'static Path {
         Path::new(match self {
@@ -84,6 +109,55 @@ pub struct ConfigureReport {
     pub also: Vec<FileChange>,
     /// What the operator should do or know next (reload the engine, a caveat).
     pub notes: Vec<String>,
+}
+
+/// What an engine's configuration says about eRDMA (`erdma-oci-hook doctor`), read the way
+/// the engine reads it (Docker: `runtimes`; containerd: the main config and its `imports`;
+/// CRI-O: the main config and `crio.conf.d` in order; Podman: the hooks directory).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Registration {
+    pub engine: Engine,
+    /// The main config file (Docker, containerd, CRI-O) or the hooks directory (Podman).
+    pub config_path: PathBuf,
+    /// Whether that configuration exists; without it the engine counts as not installed.
+    pub installed: bool,
+    /// The entry that makes the engine run erdma-runtime (Podman: the precreate hook).
+    pub entry: Option<Entry>,
+    /// Docker's `default-ulimits.memlock` (soft limit): what containers get unless raised.
+    pub default_memlock: Option<Memlock>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Entry {
+    /// The file that holds it (daemon.json, a drop-in, the hook file).
+    pub file: PathBuf,
+    /// The runtime or handler name (`erdma`), or the hook file's name (`erdma.json`).
+    pub name: String,
+    /// The program it runs: erdma-runtime, or erdma-oci-hook for Podman. `None` when the
+    /// entry names none (the engine would then run something else).
+    pub program: Option<PathBuf>,
+}
+
+impl Registration {
+    fn absent(engine: Engine, config_path: &Path) -> Registration {
+        Registration { engine, config_path: config_path.to_path_buf(), installed: false, entry: None, default_memlock: None }
+    }
+}
+
+/// Whether `program` is an erdma-runtime (an entry registered under another name counts too).
+fn is_erdma_runtime(program: &Path) -> bool {
+    program.file_name().is_some_and(|n| n == "erdma-runtime")
+}
+
+/// Reads `engine`'s configuration at `config_path` ([`Engine::default_config_path`] unless
+/// overridden). A config that does not parse is an error naming the file.
+pub fn inspect(engine: Engine, config_path: &Path) -> Result<Registration> {
+    match engine {
+        Engine::Docker => docker::inspect(config_path),
+        Engine::Containerd => containerd::inspect(config_path),
+        Engine::Crio => crio::inspect(config_path),
+        Engine::Podman => podman::inspect(config_path),
+    }
 }
 
 /// A file an engine wants to have: its current content (`None`: absent) and the new one.

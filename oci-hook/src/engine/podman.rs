@@ -20,7 +20,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::{read_existing, ConfigureOptions, Plan, Planned};
+use super::{read_existing, ConfigureOptions, Engine, Entry, Plan, Planned, Registration};
 use crate::error::{Error, Result};
 use crate::request::ANNOTATION;
 
@@ -39,6 +39,38 @@ pub fn hook_json(hook_path: &Path) -> Value {
         "when": {"annotations": {key: ".+"}},
         "stages": ["precreate"],
     })
+}
+
+/// The precreate hook that runs erdma-oci-hook in `dir`: `erdma.json`, else any hook file
+/// whose program is an `erdma-oci-hook` with the `precreate` stage.
+pub(super) fn inspect(dir: &Path) -> Result<Registration> {
+    if !dir.is_dir() {
+        return Ok(Registration::absent(Engine::Podman, dir));
+    }
+    let entries = std::fs::read_dir(dir).map_err(Error::io("reading hooks directory", dir))?;
+    let mut files: Vec<std::path::PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    // Ours first, then the others in name order.
+    files.sort_by_key(|p| (p.file_name() != Some(FILE_NAME.as_ref()), p.clone()));
+    let mut entry = None;
+    for path in files {
+        let Some(text) = read_existing(&path)? else { continue };
+        let ours = path.file_name() == Some(FILE_NAME.as_ref());
+        let hook: Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            // Podman refuses the whole directory over a hook that does not parse.
+            Err(e) if ours => return Err(Error::Malformed { what: "OCI hook", path, reason: e.to_string() }),
+            Err(_) => continue,
+        };
+        let program = hook.pointer("/hook/path").and_then(Value::as_str).map(std::path::PathBuf::from);
+        let precreate = hook.get("stages").and_then(Value::as_array).is_some_and(|s| s.iter().any(|x| x == "precreate"));
+        let is_hook = program.as_ref().is_some_and(|p| p.file_name().is_some_and(|n| n == "erdma-oci-hook"));
+        if precreate && (ours || is_hook) {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            entry = Some(Entry { file: path, name, program });
+            break;
+        }
+    }
+    Ok(Registration { engine: Engine::Podman, config_path: dir.to_path_buf(), installed: true, entry, default_memlock: None })
 }
 
 pub(super) fn plan(dir: &Path, opts: &ConfigureOptions) -> Result<Plan> {
