@@ -103,6 +103,7 @@ fn presets_for(files: &ImageFiles) -> Result<BTreeMap<String, String>> {
     let recipe = os
         .map(|t| crate::distro::OsRelease::parse(&String::from_utf8_lossy(&t)))
         .and_then(|os| Recipe::for_distro(&os.id, &os.version_id).ok())
+        .filter(|r| !r.env.is_empty())
         .map_or_else(|| Recipe::load("debian-12"), Ok)?;
     Ok(recipe.env)
 }
