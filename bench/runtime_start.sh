@@ -7,13 +7,19 @@
 #
 # Variants:
 #   runc            runc itself
+#   runc, edited    runc itself on the asking bundle's spec as erdma-runtime edits it (two
+#                   uverbs nodes and rdma_cm, memlock, the host's network namespace): what the
+#                   edit costs runc, apart from the wrapper
 #   erdma, no ask   erdma-runtime over the `two` fixture; the container does not ask (the spec is
 #                   read, the request found empty, then runc exec'd; start/delete exec straight)
 #   erdma, ask all  the same with ERDMA_VISIBLE_DEVICES=all: discovery over the fixture sysfs,
-#                   the spec edit and its atomic write (fsync + rename) on every create. The
+#                   the spec edit and its atomic write (temporary file + exchange, see
+#                   oci-hook/src/spec.rs) on every create. The
 #                   original spec is put back between runs (outside the timing) so that every run
 #                   edits a fresh spec, as an engine's new bundle would.
 # The wrapper runs for all three calls (create, start, delete), as it does under an engine.
+# "added" compares with plain runc; "wrapper" with runc on the spec the container ends up with
+# (plain for "no ask", edited for "ask all"), i.e. the wrapper's own share.
 # memlock is 4 MiB: the default (unlimited) is above this machine's hard limit without
 # CAP_SYS_RESOURCE and runc would refuse it.
 #
@@ -21,8 +27,8 @@
 # own cost, which the first table can only show through runc's far larger and noisier time.
 # Every wrapper call is one more execve: a do-nothing Rust wrapper costs about 0.4 ms (static)
 # or 0.7 ms (dynamic, PIE) per call on a small VM, so three calls per container set the floor.
-# To see a static build: build it with RUSTFLAGS="-C target-feature=+crt-static
-# -C relocation-model=static" --target x86_64-unknown-linux-gnu and pass it as ERDMA_RUNTIME.
+# The binary timed is the one scripts/build-runtime makes (static, non-PIE, `runtime` profile),
+# as it is meant to be installed; ERDMA_RUNTIME=path times another (e.g. target/release's).
 # On a busy machine run the script under `nice -n -15`.
 #
 # Needs root, runc and busybox-static (scripts/setup). ERDMA_RUNTIME=path skips the build.
@@ -36,8 +42,7 @@ for t in runc mknod; do command -v "$t" >/dev/null || { echo "runtime_start: $t 
 [ -x /bin/busybox ] || { echo "runtime_start: /bin/busybox not found (busybox-static; run scripts/setup)" >&2; exit 1; }
 
 if [ -z "${ERDMA_RUNTIME:-}" ]; then
-    cargo build --quiet --release -p erdma-oci-hook --bin erdma-runtime
-    ERDMA_RUNTIME=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release/erdma-runtime
+    ERDMA_RUNTIME=$(scripts/build-runtime)
 fi
 [ -x "$ERDMA_RUNTIME" ] || { echo "runtime_start: $ERDMA_RUNTIME is not executable" >&2; exit 1; }
 
@@ -66,6 +71,8 @@ memlock = 4194304
 EOF
 export ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook.toml"
 unset RUST_LOG
+# The same with /bin/true as the real runtime: the per-call table, and the edited spec below.
+sed "s|^runtime = .*|runtime = \"/bin/true\"|" "$WORK/oci-hook.toml" >"$WORK/oci-hook-true.toml"
 
 # One read-only busybox rootfs, two bundles: plain and asking.
 mkdir -p "$WORK/rootfs/bin" "$WORK/rootfs/proc" "$WORK/rootfs/dev" "$WORK/rootfs/sys"
@@ -82,6 +89,12 @@ for b in plain ask; do
         "$WORK/$b/config.json" >"$WORK/$b/config.json.orig"
     cp "$WORK/$b/config.json.orig" "$WORK/$b/config.json"
 done
+# The asking spec as erdma-runtime edits it, for runc alone.
+mkdir -p "$WORK/edited"
+cp "$WORK/ask/config.json.orig" "$WORK/edited/config.json"
+ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook-true.toml" "$ERDMA_RUNTIME" create --bundle "$WORK/edited" edit-only
+cp "$WORK/edited/config.json" "$WORK/edited/config.json.orig"
+cmp -s "$WORK/edited/config.json" "$WORK/ask/config.json.orig" && { echo "runtime_start: the asking spec was not edited" >&2; exit 1; }
 
 STATE="$WORK/state"
 n=0
@@ -97,10 +110,18 @@ wait_exit() { # PIDFILE
         case "${stat%% *}" in Z|X) break ;; esac
     done
 }
+# A fresh config.json for each run, as an engine writes one into each new bundle. Not `cp` over
+# the previous one: that truncates it, and ext4 then writes the new data out at close
+# (auto_da_alloc), so the wrapper's replacement of the spec would pay for freeing (and, mounted
+# with `discard`, trimming) disk blocks that an engine's just-written spec does not have yet.
+fresh_spec() { # BUNDLE
+    rm -f "$1/config.json"
+    cp "$1/config.json.orig" "$1/config.json"
+}
 one() { # VARIANT RUNTIME BUNDLE OUTFILE: one timed create+start+delete, milliseconds appended
     local rt=$2 bundle=$3 id t0 t1
     n=$((n + 1)); id="bench-$n"
-    cp "$bundle/config.json.orig" "$bundle/config.json"
+    fresh_spec "$bundle"
     t0=$EPOCHREALTIME
     "$rt" --root "$STATE" create --bundle "$bundle" --pid-file "$WORK/pid" "$id" </dev/null >/dev/null
     "$rt" --root "$STATE" start "$id"
@@ -111,20 +132,22 @@ one() { # VARIANT RUNTIME BUNDLE OUTFILE: one timed create+start+delete, millise
     echo $(( (${t1/./} - ${t0/./}) )) >>"$4"
 }
 
-VARIANTS=("runc" "erdma, no ask" "erdma, ask all")
+VARIANTS=("runc" "runc, edited" "erdma, no ask" "erdma, ask all")
+SAME_SPEC=(- - 0 1)  # the runc variant each one ends up running the same spec as
 run_variant() { # INDEX OUTFILE
     case "$1" in
         0) one runc "$(command -v runc)" "$WORK/plain" "$2" ;;
-        1) one erdma "$ERDMA_RUNTIME" "$WORK/plain" "$2" ;;
-        2) one erdma "$ERDMA_RUNTIME" "$WORK/ask" "$2" ;;
+        1) one runc "$(command -v runc)" "$WORK/edited" "$2" ;;
+        2) one erdma "$ERDMA_RUNTIME" "$WORK/plain" "$2" ;;
+        3) one erdma "$ERDMA_RUNTIME" "$WORK/ask" "$2" ;;
     esac
 }
 
-echo "runtime_start: $WARMUP warm-up + $RUNS runs per variant, $(nproc) CPUs, $(runc --version | head -1)" >&2
-for _ in $(seq "$WARMUP"); do for v in 0 1 2; do run_variant "$v" /dev/null; done; done
-for v in 0 1 2; do : >"$WORK/times.$v"; done
+echo "runtime_start: $WARMUP warm-up + $RUNS runs per variant, $(nproc) CPUs, $(runc --version | head -1), $ERDMA_RUNTIME" >&2
+for _ in $(seq "$WARMUP"); do for v in 0 1 2 3; do run_variant "$v" /dev/null; done; done
+for v in 0 1 2 3; do : >"$WORK/times.$v"; done
 for i in $(seq "$RUNS"); do
-    for v in 0 1 2; do run_variant "$v" "$WORK/times.$v"; done
+    for v in 0 1 2 3; do run_variant "$v" "$WORK/times.$v"; done
     [ $((i % 50)) -eq 0 ] && echo "  $i/$RUNS" >&2
 done
 
@@ -135,12 +158,11 @@ cmp -s "$WORK/plain/config.json" "$WORK/plain/config.json.orig" || { echo "runti
 
 # The wrapper's own cost per call, with the real runtime replaced by /bin/true: what the
 # table above measures through runc's much larger and noisier start time.
-sed "s|^runtime = .*|runtime = \"/bin/true\"|" "$WORK/oci-hook.toml" >"$WORK/oci-hook-true.toml"
 CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all")
 call() { # INDEX OUTFILE
     local t0 t1 b=plain
     [ "$1" -eq 3 ] && b=ask
-    [ "$1" -ge 2 ] && cp "$WORK/$b/config.json.orig" "$WORK/$b/config.json"
+    [ "$1" -ge 2 ] && fresh_spec "$WORK/$b"
     t0=$EPOCHREALTIME
     case "$1" in
         0) /bin/true --root "$STATE" state x ;;
@@ -157,14 +179,27 @@ for _ in $(seq "$RUNS"); do for c in 0 1 2 3; do call "$c" "$WORK/calls.$c"; don
 pct() { # FILE P: nearest-rank percentile, in ms with two decimals
     sort -n "$1" | awk -v p="$2" '{ v[NR] = $1 } END { r = int((p / 100) * NR + 0.999999); if (r < 1) r = 1; printf "%.2f", v[r] / 1000 }'
 }
+# Runs are interleaved, so run i of every variant saw the same moment of the machine: the
+# median of the per-run differences ("paired") is less disturbed by drift than the difference
+# of the medians.
+paired() { # FILE BASEFILE: p50 of the per-run differences, signed ms
+    paste "$1" "$2" | awk '{ print $1 - $2 }' >"$WORK/diff"
+    sort -n "$WORK/diff" | awk '{ v[NR] = $1 } END { r = int(0.5 * NR + 0.999999); printf "%+.2f", v[r] / 1000 }'
+}
 base50=$(pct "$WORK/times.0" 50)
-printf '\n%-16s %6s %9s %9s %14s\n' "variant" "runs" "p50 ms" "p95 ms" "added p50 ms"
-for v in 0 1 2; do
+printf '\n%-16s %6s %9s %9s %14s %16s %14s\n' "variant" "runs" "p50 ms" "p95 ms" "added p50 ms" "wrapper p50 ms" "paired p50 ms"
+for v in 0 1 2 3; do
     p50=$(pct "$WORK/times.$v" 50)
     p95=$(pct "$WORK/times.$v" 95)
     added=$(awk -v a="$p50" -v b="$base50" 'BEGIN { printf "%+.2f", a - b }')
     [ "$v" -eq 0 ] && added="-"
-    printf '%-16s %6d %9s %9s %14s\n' "${VARIANTS[$v]}" "$(wc -l <"$WORK/times.$v")" "$p50" "$p95" "$added"
+    wrapper=-
+    if [ "${SAME_SPEC[$v]}" != - ]; then
+        wrapper=$(awk -v a="$p50" -v b="$(pct "$WORK/times.${SAME_SPEC[$v]}" 50)" 'BEGIN { printf "%+.2f", a - b }')
+    fi
+    pair=-
+    [ "${SAME_SPEC[$v]}" != - ] && pair=$(paired "$WORK/times.$v" "$WORK/times.${SAME_SPEC[$v]}")
+    printf '%-16s %6d %9s %9s %14s %16s %14s\n' "${VARIANTS[$v]}" "$(wc -l <"$WORK/times.$v")" "$p50" "$p95" "$added" "$wrapper" "$pair"
 done
 
 base50=$(pct "$WORK/calls.0" 50)
@@ -174,6 +209,13 @@ for c in 0 1 2 3; do
     added=$(awk -v a="$p50" -v b="$base50" 'BEGIN { printf "%+.2f", a - b }')
     [ "$c" -eq 0 ] && added="-"
     printf '%-22s %6d %9s %9s %14s\n' "${CALLS[$c]}" "$(wc -l <"$WORK/calls.$c")" "$p50" "$(pct "$WORK/calls.$c" 95)" "$added"
+done
+# A container is one create and two pass-through calls (start, delete) through the wrapper.
+st=$(pct "$WORK/calls.1" 50); t=$(pct "$WORK/calls.0" 50)
+for c in 2 3; do
+    cr=$(pct "$WORK/calls.$c" 50)
+    awk -v cr="$cr" -v st="$st" -v t="$t" -v what="${CALLS[$c]#erdma create, }" \
+        'BEGIN { printf "per container, %s: create + start + delete = %+.2f ms\n", what, (cr - t) + 2 * (st - t) }'
 done
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

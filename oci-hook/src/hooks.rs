@@ -19,14 +19,25 @@ use crate::request::{self, Request};
 ///
 /// Everything is computed on a copy: on error the caller's spec is as it was.
 pub fn edit(spec: &Value, config: &Config) -> Result<Option<(Value, Report)>> {
+    if request::from_spec(spec, config)? == Request::None {
+        return Ok(None);
+    }
+    let mut edited = spec.clone();
+    Ok(edit_in_place(&mut edited, config)?.map(|report| (edited, report)))
+}
+
+/// [`edit`] without the copy, for a caller that drops `spec` on error (`erdma-runtime` reads
+/// the spec, edits it and writes it back, or writes nothing): `None` and `spec` untouched when
+/// the container does not ask; on error `spec` may be partly edited. The copy and its drop
+/// are about a tenth of an asking `create`'s own work.
+pub fn edit_in_place(spec: &mut Value, config: &Config) -> Result<Option<Report>> {
     let request = request::from_spec(spec, config)?;
     if request == Request::None {
         return Ok(None);
     }
     let host = discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
     let (devices, nodes) = modify::select(&request, &host, config)?;
-    let mut edited = spec.clone();
-    let mut report = modify::apply(&mut edited, &devices, &nodes, config)?;
+    let mut report = modify::apply(spec, &devices, &nodes, config)?;
     // Things that do not stop the container but will make eRDMA slow or absent in it.
     if request == Request::All {
         for d in host.devices.iter().filter(|d| d.uverbs.is_none()) {
@@ -38,7 +49,7 @@ pub fn edit(spec: &Value, config: &Config) -> Result<Option<(Value, Report)>> {
             report.warnings.push(format!("{} port {} is {} (not ACTIVE): RDMA traffic over it will fail", d.name, p.num, p.state_name));
         }
     }
-    Ok(Some((edited, report)))
+    Ok(Some(report))
 }
 
 /// Logs what [`edit`] did for `what` (a bundle path, `stdin`).

@@ -173,8 +173,26 @@ pub fn resolve_runtime(name: &str) -> Result<PathBuf, RuntimeError> {
     Err(RuntimeError::NotFound { name: name.into(), where_: format!("on PATH ({})", path.to_string_lossy()), config })
 }
 
+/// Logging to the config's `log_file`, set up on first use. Setting it up (the log file opened,
+/// its directory created, the subscriber built) is a noticeable part of a call that has nothing
+/// to log: the pass-through subcommands (several per container) and the `create` of a container
+/// that does not ask. So it happens only for debug level, an unknown subcommand, an edit's
+/// report or an error.
+struct Log<'a> {
+    config: &'a Config,
+    guard: Option<crate::log::Guard>,
+}
+
+impl Log<'_> {
+    fn on(&mut self) {
+        if self.guard.is_none() {
+            self.guard = Some(crate::log::init(self.config, "erdma-runtime"));
+        }
+    }
+}
+
 /// Edits the bundle's spec for `create`/`run` when the container asks for eRDMA.
-fn intercept(inv: &Invocation, config: &Config) -> Result<(), RuntimeError> {
+fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), RuntimeError> {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
         None => std::env::current_dir().map_err(|e| Error::io("getting the current directory (the default bundle)", ".")(e))?,
@@ -183,12 +201,14 @@ fn intercept(inv: &Invocation, config: &Config) -> Result<(), RuntimeError> {
         return Err(RuntimeError::NoBundle(bundle));
     }
     let path = bundle.join(inv.config_file.as_deref().unwrap_or(Path::new("config.json")));
-    let (_raw, spec) = crate::spec::read(&path)?;
+    let (_raw, mut spec) = crate::spec::read(&path)?;
     let id = inv.container_id.as_deref().unwrap_or("?");
-    match crate::hooks::edit(&spec, config)? {
+    // In place: on error nothing is written and the spec is dropped.
+    match crate::hooks::edit_in_place(&mut spec, config)? {
         None => tracing::debug!("container {id}: does not ask for eRDMA; {} untouched", path.display()),
-        Some((edited, report)) => {
-            crate::spec::write_atomic(&path, &edited)?;
+        Some(report) => {
+            log.on();
+            crate::spec::write_atomic(&path, &spec)?;
             crate::hooks::log_report(&format!("container {id} ({})", path.display()), &report);
         }
     }
@@ -200,23 +220,27 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, RuntimeError> {
     let inv = parse(args);
     let intercepted = matches!(inv.command.as_deref(), Some("create" | "run"));
     let unknown = inv.command.as_deref().is_some_and(|c| !KNOWN_COMMANDS.contains(&c));
-    // Pass-through calls (start, state, delete, ... several per container) have nothing to log
-    // at info level: they set logging up only when asked for debug, or when something is wrong.
-    let mut log = (intercepted || unknown || crate::log::wants_debug(&config)).then(|| crate::log::init(&config, "erdma-runtime"));
+    let mut log = Log { config: &config, guard: None };
+    if unknown || crate::log::wants_debug(&config) {
+        log.on();
+    }
     // Found before the spec is edited: a missing runtime must leave no edit behind.
     let runtime = resolve_runtime(&config.runtime).inspect_err(|e| {
-        log.get_or_insert_with(|| crate::log::init(&config, "erdma-runtime"));
+        log.on();
         tracing::error!("{e}");
     })?;
     if intercepted {
-        intercept(&inv, &config).inspect_err(|e| tracing::error!("{}", one_line(e)))?;
+        intercept(&inv, &config, &mut log).inspect_err(|e| {
+            log.on();
+            tracing::error!("{}", one_line(e));
+        })?;
     } else if unknown {
         tracing::warn!("unknown subcommand `{}` in {args:?}: passed through without an eRDMA edit", inv.command.as_deref().unwrap_or_default());
     }
     tracing::debug!("exec {} {args:?}", runtime.display());
     let err = std::process::Command::new(&runtime).arg0(&config.runtime).args(args).exec();
     let err = RuntimeError::Exec { path: runtime, source: err };
-    log.get_or_insert_with(|| crate::log::init(&config, "erdma-runtime"));
+    log.on();
     tracing::error!("{}", one_line(&err));
     Err(err)
 }
