@@ -4,7 +4,7 @@
 //! an engine's cost three times per container (create, start, delete). That start-up reads
 //! `/proc/self/maps` to find the main thread's stack guard, maps an alternate signal stack with
 //! SIGSEGV/SIGBUS handlers to report stack overflows, checks that fds 0-2 are open and ignores
-//! SIGPIPE: 0.07 ms of a 0.45 ms call on a 2-vCPU VM (bench/runtime_start.sh). What is lost:
+//! SIGPIPE: 0.06 ms of a 0.43 ms call on a 2-vCPU VM (bench/runtime_start.sh). What is lost:
 //! a stack overflow is a plain SIGSEGV, without std's message; stdio closed by the engine is
 //! not replaced by /dev/null (every file this program opens is close-on-exec, so the runtime
 //! still gets the descriptors the engine gave); SIGPIPE keeps the disposition the engine gave,
