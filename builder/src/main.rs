@@ -134,7 +134,8 @@ fn print_check(r: &erdma_build::check::CheckReport, json: bool) -> anyhow::Resul
         }
     }
     let verdict = if r.ready { "ready" } else { "NOT READY" };
-    writeln!(out, "{}{profile}: {verdict} ({fails} failed, {warns} warnings)", r.image)?;
+    let plural = if warns == 1 { "" } else { "s" };
+    writeln!(out, "{}{profile}: {verdict} ({fails} failed, {warns} warning{plural})", r.image)?;
     Ok(())
 }
 

@@ -16,6 +16,10 @@ fn check(args: &[&str]) -> (Output, Value) {
     (out, v)
 }
 
+fn regex_escape(s: &str) -> String {
+    s.chars().flat_map(|c| if "\\.+*?()|[]{}^$".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
+}
+
 fn failed(report: &Value) -> Vec<String> {
     report["checks"].as_array().unwrap().iter().filter(|c| c["status"] == "fail").map(|c| c["id"].as_str().unwrap().to_string()).collect()
 }
@@ -27,6 +31,13 @@ fn a_pai_ready_image_is_ready_and_its_base_is_not() {
     }
     let nvr = nvidia(&[]);
     let base = nv::extend(&mini(), &nvr.tmp.path().join("base"), "latest", &Extras { cuda: Some("12.4.1"), python3: true, ..Default::default() });
+
+    // What a user reads (snapshot, with the temporary path filtered).
+    let human = support::run_build(["check", &base.reference(), "--profile", "pai-dlc"]);
+    assert_eq!(human.status.code(), Some(1));
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(&regex_escape(&s(&nvr.tmp.path().join("base"))), "[BASE]");
+    settings.bind(|| insta::assert_snapshot!("check_pai_dlc_not_ready", String::from_utf8_lossy(&human.stdout)));
 
     let (out, before) = check(&[&base.reference(), "--profile", "pai-dlc"]);
     assert_eq!(out.status.code(), Some(1));
