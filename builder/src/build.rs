@@ -358,6 +358,15 @@ impl<'a> ImageFiles<'a> {
         crate::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p))
     }
 
+    /// The image's os-release(5): `/etc/os-release`, else `/usr/lib/os-release`.
+    pub fn os_release(&self) -> Result<Option<OsRelease>> {
+        let text = match self.read("etc/os-release", 64 << 10)? {
+            Some(t) => Some(t),
+            None => self.read("usr/lib/os-release", 64 << 10)?,
+        };
+        Ok(text.map(|t| OsRelease::parse(&String::from_utf8_lossy(&t))))
+    }
+
     /// What the image has at `path`, symlinks followed.
     pub fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
         match self.real_path(path, true)? {
@@ -416,12 +425,7 @@ fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Re
         Some(name) => (Recipe::load(name)?, None),
         None => {
             files.reporter.step("detecting the distribution");
-            let text = match files.read("etc/os-release", 64 << 10)? {
-                Some(t) => Some(t),
-                None => files.read("usr/lib/os-release", 64 << 10)?,
-            };
-            let text = text.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })?;
-            let os = OsRelease::parse(&String::from_utf8_lossy(&text));
+            let os = files.os_release()?.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })?;
             (Recipe::for_distro(&os.id, &os.version_id)?, Some(os))
         }
     };
@@ -491,17 +495,18 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         None => None,
     };
     if (opts.packages && !recipe.packages.install.is_empty()) || nccl.is_some() {
-        let read_key = |p: &PathBuf| -> Result<Vec<u8>> { crate::keys::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?) };
-        let keyring = opts.keyring.as_ref().map(read_key).transpose()?;
-        let repo_keyrings = opts.repo_keyrings.iter().map(|(n, p)| Ok((n.clone(), read_key(p)?))).collect::<Result<BTreeMap<_, _>>>()?;
+        // The recipe's own repositories have their keys in `keys` already.
+        let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {
+            Some(p) => Some(crate::keys::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?)?),
+            None => None,
+        };
         let inputs = AptInputs {
             recipe,
             arch,
             mirror: opts.mirror.as_deref(),
             repo_urls: &opts.repo_urls,
             repo_keys: &keys,
-            keyring,
-            repo_keyrings: &repo_keyrings,
+            base_keyring,
             recipe_packages: opts.packages,
             nccl: nccl.as_ref().map(|(req, _)| req.clone()),
             cache_dir: cache_dir(),
@@ -527,12 +532,16 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
     }
     // Only an NCCL repository needs the base's sources read (proving a file absent reads
     // every layer, and a build without --nccl reads none below the one with os-release).
-    let base_sources = if recipe.repositories.iter().any(|r| r.nccl) { base_source_text(base)? } else { String::new() };
+    let base_uris: Vec<String> = if recipe.repositories.iter().any(|r| r.nccl) {
+        apt::base_sources(base)?.into_iter().filter(|e| e.types.iter().any(|t| t == "deb")).flat_map(|e| e.uris).collect()
+    } else {
+        Vec::new()
+    };
     for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
         let url = used_urls.get(&repo.name).or_else(|| opts.repo_urls.get(&repo.name)).or(repo.urls.first()).expect("validated: urls or from_base");
         // NVIDIA's CUDA images already list their repository: a second entry for it makes
         // apt warn about every index being configured twice.
-        if repo.nccl && base_sources.contains(url.trim_end_matches('/')) {
+        if repo.nccl && base_uris.iter().any(|u| u.trim_end_matches('/') == url.trim_end_matches('/')) {
             continue;
         }
         let suite = repo.suite.as_deref().unwrap_or("/");
@@ -567,20 +576,6 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
     Ok(RecipeLayer { layer, added, removed, packages, nccl, warnings, complete, path: PathBuf::new(), info: None })
 }
 
-/// Everything the base's apt sources say, to tell whether a repository is already listed.
-fn base_source_text(base: &ImageFiles<'_>) -> Result<String> {
-    let mut text = String::new();
-    if let Some(t) = base.read("etc/apt/sources.list", 1 << 20)? {
-        text.push_str(&String::from_utf8_lossy(&t));
-    }
-    for name in base.list("etc/apt/sources.list.d")? {
-        if let Some(t) = base.read(&format!("etc/apt/sources.list.d/{name}"), 1 << 20)? {
-            text.push_str(&String::from_utf8_lossy(&t));
-        }
-    }
-    Ok(text)
-}
-
 /// Checks what `--nccl` needs of the base and finds its CUDA; warns about a pip NCCL older
 /// than eRDMA needs that PyTorch would load instead of the one we add.
 fn nccl_plan(
@@ -593,17 +588,16 @@ fn nccl_plan(
     warnings: &mut Vec<String>,
 ) -> Result<(NcclRequest, NcclSummary)> {
     reporter.step("looking for CUDA, NCCL and PyTorch in the base");
+    let facts = crate::inspect::facts(base, arch, env)?;
     let cuda = match opts.cuda {
         Some(c) => CudaFact { version: c, source: "--cuda".into() },
-        None => crate::inspect::cuda(base, env)?.ok_or_else(|| {
+        None => facts.cuda.clone().ok_or_else(|| {
             Error::Unsupported(
                 "the base has no CUDA (no CUDA_VERSION in its config, no /usr/local/cuda/version.json), and NCCL builds are per CUDA major version; hint: pass --cuda X.Y".into(),
             )
         })?,
     };
-    let facts = crate::inspect::facts(base, arch, env)?;
-    let has_erdma = facts.rdma.erdma_driver && facts.rdma.erdma_provider.is_some() && facts.rdma.libibverbs.is_some();
-    if !opts.packages && !has_erdma {
+    if !opts.packages && !facts.rdma.has_erdma() {
         return Err(Error::Unsupported(
             "--nccl with --no-packages needs a base whose libibverbs has the erdma provider: NCCL opens libibverbs with dlopen and, without it, silently falls back to TCP; hint: drop --no-packages to add the eRDMA packages".into(),
         ));

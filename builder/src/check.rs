@@ -96,12 +96,8 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
 
 /// The env presets of the image's distro recipe (they are the same in every recipe, seed 001).
 fn presets_for(files: &ImageFiles) -> Result<BTreeMap<String, String>> {
-    let os = match files.read("etc/os-release", 64 << 10)? {
-        Some(t) => Some(t),
-        None => files.read("usr/lib/os-release", 64 << 10)?,
-    };
-    let recipe = os
-        .map(|t| crate::distro::OsRelease::parse(&String::from_utf8_lossy(&t)))
+    let recipe = files
+        .os_release()?
         .and_then(|os| Recipe::for_distro(&os.id, &os.version_id).ok())
         .filter(|r| !r.env.is_empty())
         .map_or_else(|| Recipe::load("debian-12"), Ok)?;

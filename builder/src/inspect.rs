@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::build::ImageFiles;
 use crate::error::Result;
 use crate::packages::apt::deb822;
+use crate::packages::apt::resolve::Installed;
 use crate::packages::nccl::{self, Cuda, Nccl};
 use crate::rootfs::SnapEntry;
 
@@ -71,6 +72,13 @@ pub struct Facts {
     pub python_nccl: Vec<NcclFact>,
     pub torch: Option<TorchFact>,
     pub python3: Option<String>,
+}
+
+impl Rdma {
+    /// libibverbs with the erdma provider (its driver file and library).
+    pub fn has_erdma(&self) -> bool {
+        self.erdma_driver && self.erdma_provider.is_some() && self.libibverbs.is_some()
+    }
 }
 
 impl Facts {
@@ -147,11 +155,7 @@ pub fn cuda(files: &ImageFiles, env: &[(String, String)]) -> Result<Option<CudaF
 fn dpkg_packages(files: &ImageFiles) -> Result<BTreeMap<String, String>> {
     let Some(raw) = files.read(crate::packages::apt::install::STATUS, 64 << 20)? else { return Ok(BTreeMap::new()) };
     let Ok(paragraphs) = deb822::parse(&String::from_utf8_lossy(&raw)) else { return Ok(BTreeMap::new()) };
-    Ok(paragraphs
-        .iter()
-        .filter(|p| p.get("Status").is_some_and(|s| s.split_whitespace().nth(2) == Some("installed")))
-        .filter_map(|p| Some((p.get("Package")?.to_string(), p.get("Version")?.to_string())))
-        .collect())
+    Ok(Installed::from_status(&paragraphs).into_iter().map(|i| (i.name, i.version.to_string())).collect())
 }
 
 /// The version a `libnccl.so` file carries, read as a stream.
@@ -185,12 +189,7 @@ fn site_dirs(files: &ImageFiles) -> Result<Vec<String>> {
 
 /// `KEY=VALUE` pairs of an image config's `config.Env`.
 pub fn env_of(config: &serde_json::Value) -> Vec<(String, String)> {
-    config["config"]["Env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.as_str()?.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
-        .collect()
+    crate::config::env_list(config).into_iter().filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))).collect()
 }
 
 pub fn facts(files: &ImageFiles, arch: &str, env: &[(String, String)]) -> Result<Facts> {

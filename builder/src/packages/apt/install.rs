@@ -42,13 +42,12 @@ pub struct AptInputs<'a> {
     pub mirror: Option<&'a str>,
     /// `--repo NAME=URL`: replaces a recipe repository's URLs.
     pub repo_urls: &'a BTreeMap<String, String>,
-    /// Keys of the recipe's own repositories (fetched or from `--keyring`), by repository name.
+    /// Keys of the recipe's own repositories (fetched, or from `--keyring [NAME=]FILE`), by
+    /// repository name.
     pub repo_keys: &'a BTreeMap<String, Vec<u8>>,
-    /// `--keyring FILE`: trusted for every repository read, instead of the recipe's or the
-    /// base's keys.
-    pub keyring: Option<Vec<u8>>,
-    /// `--keyring NAME=FILE`: for one repository (`base` for the base's own archive).
-    pub repo_keyrings: &'a BTreeMap<String, Vec<u8>>,
+    /// `--keyring base=FILE` or `--keyring FILE`: trusted for the base's own archive instead
+    /// of the keys the image has.
+    pub base_keyring: Option<Vec<u8>>,
     /// Install the recipe's packages (off with `--no-packages`).
     pub recipe_packages: bool,
     /// `--nccl`: the `libnccl2` build to add.
@@ -219,7 +218,7 @@ fn repo_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
             Some(u) => vec![u.clone()],
             None => r.urls.clone(),
         };
-        let keyring = inputs.repo_keyrings.get(&r.name).cloned().or_else(|| inputs.keyring.clone()).or_else(|| inputs.repo_keys.get(&r.name).cloned()).unwrap_or_default();
+        let keyring = inputs.repo_keys.get(&r.name).cloned().unwrap_or_default();
         let specs = urls
             .into_iter()
             .map(|url| RepoSpec {
@@ -235,9 +234,9 @@ fn repo_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
     Ok(out)
 }
 
-/// The archive the base image is configured with: its sources.list and sources.list.d, with
-/// the keys they name (`signed-by`), else the keys in trusted.gpg.d, read from the image.
-fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
+/// The apt sources the base is configured with: `sources.list`, and `sources.list.d`'s
+/// `*.list` and deb822 `*.sources`.
+pub fn base_sources(base: &dyn BaseFiles) -> Result<Vec<SourceEntry>> {
     let mut entries: Vec<SourceEntry> = Vec::new();
     if let Some(text) = base.read("etc/apt/sources.list", 1 << 20)? {
         entries.extend(repo::parse_one_line_sources(&String::from_utf8_lossy(&text)));
@@ -251,6 +250,13 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
             entries.extend(repo::parse_one_line_sources(&text));
         }
     }
+    Ok(entries)
+}
+
+/// The archive the base image is configured with: its sources.list and sources.list.d, with
+/// the keys they name (`signed-by`), else the keys in trusted.gpg.d, read from the image.
+fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
+    let mut entries = base_sources(base)?;
     // Images that carry Mellanox's repository lose it; we never read it.
     entries.retain(|e| e.types.iter().any(|t| t == "deb") && !e.uris.iter().any(|u| u.contains("mellanox") || u.contains("/mlnx")));
     if entries.is_empty() {
@@ -263,9 +269,8 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
         if e.trusted {
             return Err(Error::Unsupported(format!("the base's apt source {} is marked trusted=yes; unsigned repositories are not used", e.uris.join(" "))));
         }
-        let forced = inputs.repo_keyrings.get("base").or(inputs.keyring.as_ref());
         let keyring = match &e.signed_by {
-            _ if forced.is_some() => forced.cloned().unwrap_or_default(),
+            _ if inputs.base_keyring.is_some() => inputs.base_keyring.clone().unwrap_or_default(),
             Some(s) if s.contains("BEGIN PGP PUBLIC KEY BLOCK") => crate::keys::dearmor(s.as_bytes())?,
             Some(path) => {
                 let data = base
