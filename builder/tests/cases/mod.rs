@@ -104,17 +104,12 @@ pub fn test_recipe_with(dir: &Path, fingerprint: Option<&str>, key_url: Option<&
     if let Some(u) = key_url {
         fp.push_str(&format!("key_url = \"{u}\"\n"));
     }
-    let recipe = dir.join("test-recipe.toml");
-    std::fs::write(
-        &recipe,
-        format!(
-            r#"[distro]
-id = "debian"
-version_id = "12"
-pretty = "Debian 12 (test)"
-backend = "apt"
-
-[[repository]]
+    let recipe = write_debian12_recipe(
+        dir,
+        "test-recipe.toml",
+        "Debian 12 (test)",
+        &format!(
+            r#"[[repository]]
 name = "erdma"
 urls = ["http://127.0.0.1:9/erdma/apt/ubuntu"]
 suite = "bookworm/erdma"
@@ -129,9 +124,16 @@ NCCL_DEBUG = "INFO"
 NCCL_IB_HCA = "erdma"
 "#
         ),
-    )
-    .unwrap();
+    );
     (recipe, key)
+}
+
+/// Writes the recipe file `dir/name` for Debian 12: the `[distro]` table (named `pretty`), then
+/// `body` (repositories, packages, files, env).
+pub fn write_debian12_recipe(dir: &Path, name: &str, pretty: &str, body: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("[distro]\nid = \"debian\"\nversion_id = \"12\"\npretty = \"{pretty}\"\nbackend = \"apt\"\n\n{body}")).unwrap();
+    path
 }
 
 /// A test-only OpenPGP public key (Ed25519, no secret part anywhere), fingerprint [`TEST_KEY_FP`].

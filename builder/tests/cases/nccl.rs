@@ -142,17 +142,12 @@ fn old_nccl_and_unknown_cuda_are_refused() {
 /// A recipe with a distro repository that has its own, newer-looking `libnccl2`, and the
 /// NVIDIA repository; no eRDMA packages.
 fn distro_and_nvidia_recipe(dir: &Path, distro: &AptRepo, nvidia: &AptRepo) -> PathBuf {
-    let path = dir.join("nccl-recipe.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[distro]
-id = "debian"
-version_id = "12"
-pretty = "Debian 12 (test repositories)"
-backend = "apt"
-
-[[repository]]
+    super::write_debian12_recipe(
+        dir,
+        "nccl-recipe.toml",
+        "Debian 12 (test repositories)",
+        &format!(
+            r#"[[repository]]
 name = "distro"
 urls = ["{}/"]
 suite = "/"
@@ -170,8 +165,6 @@ install = []
             nvidia.url()
         ),
     )
-    .unwrap();
-    path
 }
 
 #[test]

@@ -15,19 +15,14 @@ fn s(p: &Path) -> String {
 
 /// A recipe that installs `install` from one repository at `url`, Alibaba-style.
 fn repo_recipe(dir: &Path, url: &str, suite: &str, components: &[&str], install: &[&str]) -> PathBuf {
-    let path = dir.join("repo-recipe.toml");
     let comps: Vec<String> = components.iter().map(|c| format!("\"{c}\"")).collect();
     let pkgs: Vec<String> = install.iter().map(|c| format!("\"{c}\"")).collect();
-    std::fs::write(
-        &path,
-        format!(
-            r#"[distro]
-id = "debian"
-version_id = "12"
-pretty = "Debian 12 (test repository)"
-backend = "apt"
-
-[[repository]]
+    super::write_debian12_recipe(
+        dir,
+        "repo-recipe.toml",
+        "Debian 12 (test repository)",
+        &format!(
+            r#"[[repository]]
 name = "erdma"
 urls = ["{url}"]
 suite = "{suite}"
@@ -45,8 +40,6 @@ NCCL_IB_HCA = "erdma"
             pkgs = pkgs.join(", ")
         ),
     )
-    .unwrap();
-    path
 }
 
 /// Runs a build with its own package cache; returns the JSON report.
