@@ -19,9 +19,6 @@ use crate::request::{self, Request};
 ///
 /// Everything is computed on a copy: on error the caller's spec is as it was.
 pub fn edit(spec: &Value, config: &Config) -> Result<Option<(Value, Report)>> {
-    if request::from_spec(spec, config)? == Request::None {
-        return Ok(None);
-    }
     let mut edited = spec.clone();
     Ok(edit_in_place(&mut edited, config)?.map(|report| (edited, report)))
 }

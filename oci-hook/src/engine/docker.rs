@@ -14,16 +14,29 @@ use crate::error::{Error, Result};
 pub const DEFAULT_PATH: &str = "/etc/docker/daemon.json";
 pub const RUNTIME_NAME: &str = "erdma";
 
-pub(super) fn plan(path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
-    let old = read_existing(path)?;
-    let malformed = |reason: String| Error::Malformed { what: "Docker daemon config", path: path.to_path_buf(), reason };
-    let mut config: Value = match old.as_deref() {
-        // dockerd accepts an empty file as no configuration.
+fn malformed(path: &Path, reason: String) -> Error {
+    Error::Malformed { what: "Docker daemon config", path: path.to_path_buf(), reason }
+}
+
+/// daemon.json as dockerd reads it: a JSON object, or no configuration when the file is absent
+/// or empty (dockerd accepts an empty file).
+fn parse(path: &Path, text: Option<&str>) -> Result<Value> {
+    let config: Value = match text {
         None => json!({}),
         Some(text) if text.trim().is_empty() => json!({}),
-        Some(text) => serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?,
+        Some(text) => serde_json::from_str(text).map_err(|e| malformed(path, e.to_string()))?,
     };
-    let root = config.as_object_mut().ok_or_else(|| malformed("not a JSON object".into()))?;
+    if !config.is_object() {
+        return Err(malformed(path, "not a JSON object".into()));
+    }
+    Ok(config)
+}
+
+pub(super) fn plan(path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
+    let old = read_existing(path)?;
+    let malformed = |reason: String| malformed(path, reason);
+    let mut config = parse(path, old.as_deref())?;
+    let root = config.as_object_mut().expect("parse returns an object");
     let runtimes = root.entry("runtimes").or_insert_with(|| json!({}));
     let runtimes = runtimes.as_object_mut().ok_or_else(|| malformed("`runtimes` is not an object".into()))?;
     let want = json!({"path": opts.runtime_path, "runtimeArgs": []});
@@ -44,9 +57,9 @@ pub(super) fn plan(path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
 /// `default-ulimits.memlock`, which containers get when nothing raises it.
 pub(super) fn inspect(path: &Path) -> Result<Registration> {
     let Some(text) = read_existing(path)? else { return Ok(Registration::absent(Engine::Docker, path)) };
-    let malformed = |reason: String| Error::Malformed { what: "Docker daemon config", path: path.to_path_buf(), reason };
-    let config: Value = if text.trim().is_empty() { json!({}) } else { serde_json::from_str(&text).map_err(|e| malformed(e.to_string()))? };
-    let root = config.as_object().ok_or_else(|| malformed("not a JSON object".into()))?;
+    let malformed = |reason: String| malformed(path, reason);
+    let config = parse(path, Some(&text))?;
+    let root = config.as_object().expect("parse returns an object");
     let empty = serde_json::Map::new();
     let runtimes = match root.get("runtimes") {
         None => &empty,
