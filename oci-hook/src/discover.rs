@@ -55,7 +55,8 @@ pub struct Host {
     pub rdma_cm: Option<CharDev>,
 }
 
-fn read_trim(path: &Path) -> Option<String> {
+/// A sysfs attribute's value, trimmed.
+pub(crate) fn read_trim(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
 }
 

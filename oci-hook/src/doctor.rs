@@ -199,13 +199,10 @@ struct Module {
     initstate: Option<String>,
 }
 
-fn read_trim(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
-
 fn module(sysfs: &Path, name: &str) -> Option<Module> {
     let dir = sysfs.join("module").join(name);
-    dir.is_dir().then(|| Module { version: read_trim(&dir.join("version")), initstate: read_trim(&dir.join("initstate")) })
+    let attr = |name: &str| discover::read_trim(&dir.join(name)).filter(|s| !s.is_empty());
+    dir.is_dir().then(|| Module { version: attr("version"), initstate: attr("initstate") })
 }
 
 fn driver(config: &Config) -> Check {
