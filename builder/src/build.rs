@@ -28,6 +28,8 @@ use crate::transport::ImageRef;
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 pub const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+/// The image label listing `--package` files installed without a signature.
+pub const UNSIGNED_LABEL: &str = "com.alibabacloud.erdma.unsigned-packages";
 
 /// Everything a build needs, resolved from the command line.
 #[derive(Debug, Clone)]
@@ -44,12 +46,16 @@ pub struct Options {
     pub keyring: Option<PathBuf>,
     /// mtime of every file and the config's `created`: `SOURCE_DATE_EPOCH` or 0.
     pub epoch: u64,
-    /// `--mirror`: the archive for recipes that use the base's own repositories.
-    pub mirror: Option<String>,
+    /// `--mirror [FROM=]URL`: the archive for recipes that use the base's own repositories.
+    pub mirrors: Vec<apt::Mirror>,
     /// `--repo NAME=URL`.
     pub repo_urls: std::collections::BTreeMap<String, String>,
     /// Install the recipe's packages (off with `--no-packages`).
     pub packages: bool,
+    /// `--install NAME[=VERSION]`: more packages from the recipe's (and the base's) repositories.
+    pub install: Vec<String>,
+    /// `--package FILE|URL`: unsigned `.deb`s, allowed by `--allow-unsigned-package`.
+    pub local_packages: Vec<String>,
     /// `--keyring NAME=FILE`: a key file for one repository (`base`: the base's archive).
     pub repo_keyrings: BTreeMap<String, PathBuf>,
     /// `--nccl [VERSION|latest]`: add NVIDIA's `libnccl2`.
@@ -421,16 +427,32 @@ impl<'a> ImageFiles<'a> {
 }
 
 fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Recipe, Option<OsRelease>)> {
+    let os_release = || -> Result<OsRelease> {
+        files.reporter.step("detecting the distribution");
+        files.os_release()?.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })
+    };
     let (recipe, os) = match &opts.recipe {
-        Some(name) => (Recipe::load(name)?, None),
+        Some(name) => {
+            let recipe = Recipe::load(name)?;
+            if recipe.is_generic() {
+                // Named by hand: the release still fills in the generic recipe.
+                let os = os_release()?;
+                let rel = os.families().into_iter().filter(|f| recipe.distro.generic.contains_key(*f)).find_map(|f| os.release_of(f)).ok_or_else(|| Error::DistroRefused {
+                    found: os.describe(),
+                    reason: format!("recipe {} is for {} and their derivatives", recipe.name, recipe.distro.generic.keys().cloned().collect::<Vec<_>>().join(", ")),
+                })?;
+                (recipe.for_release(&rel), Some(os))
+            } else {
+                (recipe, None)
+            }
+        }
         None => {
-            files.reporter.step("detecting the distribution");
-            let os = files.os_release()?.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })?;
-            (Recipe::for_distro(&os.id, &os.version_id)?, Some(os))
+            let os = os_release()?;
+            (Recipe::for_os(&os)?, Some(os))
         }
     };
     if let Some(why) = &recipe.unsupported {
-        return Err(Error::UnsupportedDistro { found: recipe.distro.pretty.clone(), supported: why.clone() });
+        return Err(Error::DistroRefused { found: recipe.distro.pretty.clone(), reason: why.clone() });
     }
     if recipe.distro.backend != Backend::Apt {
         return Err(Error::Unsupported(format!("recipe {}: the {:?} backend is not implemented yet", recipe.name, recipe.distro.backend)));
@@ -494,7 +516,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         Some(want) => Some(nccl_plan(want, opts, base, arch, env, reporter, &mut warnings)?),
         None => None,
     };
-    if (opts.packages && !recipe.packages.install.is_empty()) || nccl.is_some() {
+    if (opts.packages && !recipe.packages.install.is_empty()) || nccl.is_some() || !opts.install.is_empty() || !opts.local_packages.is_empty() {
         // The recipe's own repositories have their keys in `keys` already.
         let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {
             Some(p) => Some(crate::keys::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?)?),
@@ -503,11 +525,13 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         let inputs = AptInputs {
             recipe,
             arch,
-            mirror: opts.mirror.as_deref(),
+            mirrors: &opts.mirrors,
             repo_urls: &opts.repo_urls,
             repo_keys: &keys,
             base_keyring,
             recipe_packages: opts.packages,
+            extra: &opts.install,
+            local: &opts.local_packages,
             nccl: nccl.as_ref().map(|(req, _)| req.clone()),
             cache_dir: cache_dir(),
         };
@@ -517,10 +541,22 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             removed = apt::unpack(&res, &debs, &status, base, &mut layer)?;
             // The whole point: an image whose libibverbs has no erdma provider silently falls
             // back to TCP. Refuse it (rdma-core gained the provider in v43).
-            let has_provider = layer.files().any(|(p, _)| p == "etc/libibverbs.d/erdma.driver") || base.read("etc/libibverbs.d/erdma.driver", 4096)?.is_some();
+            // (`--no-packages --install X` asks for no eRDMA packages: nothing to refuse.)
+            let has_provider = !(opts.packages || nccl.is_some())
+                || layer.files().any(|(p, _)| p == "etc/libibverbs.d/erdma.driver")
+                || base.read("etc/libibverbs.d/erdma.driver", 4096)?.is_some();
             if !has_provider {
+                // Name the rdma-core that came out: what was installed, else what the base kept.
+                let found = report
+                    .install
+                    .iter()
+                    .map(|p| (p.name.as_str(), p.version.as_str(), p.origin.as_str()))
+                    .chain(report.kept.iter().map(|p| (p.name.as_str(), p.version.as_str(), "the base")))
+                    .find(|(n, _, _)| ["ibverbs-providers", "libibverbs1"].contains(n))
+                    .map(|(n, v, o)| format!("rdma-core {v} ({n} from {o})"))
+                    .unwrap_or_else(|| "the rdma-core installed".into());
                 return Err(Error::Unsupported(format!(
-                    "the packages recipe {} installs have no erdma provider (/etc/libibverbs.d/erdma.driver is missing): this rdma-core is older than 43; use a repository with eRDMA builds (--repo) or another base",
+                    "{found} has no erdma provider (/etc/libibverbs.d/erdma.driver is missing; rdma-core gained it in 43.0), so recipe {} cannot give this image eRDMA; hint: use a repository with eRDMA builds (--repo, --mirror) or another base",
                     recipe.name
                 )));
             }
@@ -679,11 +715,16 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
     let files_removed = c.removed.clone();
     let base_name = src.reference.to_string();
     let base_digest = src.digest().to_string();
-    let labels = [
+    let mut labels: BTreeMap<String, String> = [
         ("org.opencontainers.image.base.name".to_string(), base_name.clone()),
         ("org.opencontainers.image.base.digest".to_string(), base_digest.clone()),
     ]
     .into();
+    // Whoever runs the image can tell that something in it was never signed.
+    let unsigned: Vec<String> = c.packages.iter().flat_map(|p| &p.unsigned).map(|d| format!("{}={} sha256:{} ({})", d.name, d.version, d.sha256, d.source)).collect();
+    if !unsigned.is_empty() {
+        labels.insert(UNSIGNED_LABEL.to_string(), unsigned.join(", "));
+    }
     let edit = ConfigEdit {
         presets: if opts.env_presets { recipe.env.clone() } else { Default::default() },
         overrides: opts.env.clone(),

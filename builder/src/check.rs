@@ -98,7 +98,7 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
 fn presets_for(files: &ImageFiles) -> Result<BTreeMap<String, String>> {
     let recipe = files
         .os_release()?
-        .and_then(|os| Recipe::for_distro(&os.id, &os.version_id).ok())
+        .and_then(|os| Recipe::for_os(&os).ok())
         .filter(|r| !r.env.is_empty())
         .map_or_else(|| Recipe::load("debian-12"), Ok)?;
     Ok(recipe.env)

@@ -106,13 +106,28 @@ pub struct CommonArgs {
     /// (`base` is the base image's own archive, `cuda` NVIDIA's). Repeatable.
     #[arg(long = "keyring", value_name = "[NAME=]FILE")]
     pub keyrings: Vec<String>,
-    /// Archive URL to use instead of the one the base image is configured with (Debian 12,
-    /// Ubuntu 24.04 recipes).
-    #[arg(long, value_name = "URL")]
-    pub mirror: Option<String>,
+    /// Archive URL to read instead of the ones the base image is configured with (recipes
+    /// using the base's archive: Debian 12+, Ubuntu 24.04+): URL stands in for every source
+    /// (main, -updates, -security), FROM=URL for the sources at FROM only. Repeatable. A base
+    /// without apt sources needs it.
+    #[arg(long = "mirror", value_name = "[FROM=]URL")]
+    pub mirrors: Vec<String>,
     /// Replace a recipe repository's URL, e.g. `--repo erdma=https://mirror.example/erdma/apt/ubuntu`.
     #[arg(long = "repo", value_name = "NAME=URL")]
     pub repos: Vec<String>,
+    /// Install NAME too (or exactly VERSION of it), from the same repositories, resolved and
+    /// verified like the recipe's packages: e.g. perftest, rdmacm-utils, infiniband-diags,
+    /// openmpi-bin. Repeatable.
+    #[arg(long = "install", value_name = "NAME[=VERSION]")]
+    pub install: Vec<String>,
+    /// Install a .deb that no repository signs (a file, or an http(s) URL), its dependencies
+    /// from the repositories; needs --allow-unsigned-package. Repeatable.
+    #[arg(long = "package", value_name = "FILE|URL")]
+    pub packages: Vec<String>,
+    /// Accept --package files without a signature; they are listed in the report and in the
+    /// image label com.alibabacloud.erdma.unsigned-packages.
+    #[arg(long)]
+    pub allow_unsigned_package: bool,
     /// Install none of the recipe's eRDMA packages; add only its repository configuration,
     /// files and env presets (and NCCL with --nccl).
     #[arg(long)]
@@ -133,6 +148,19 @@ pub struct CommonArgs {
 
 impl CommonArgs {
     pub fn resolve(&self) -> Result<Options> {
+        if !self.packages.is_empty() && !self.allow_unsigned_package {
+            return Err(crate::Error::Unsupported(format!(
+                "--package {} is not signed by any repository; hint: pass --allow-unsigned-package to install it anyway (it is then named in the report and the image label {})",
+                self.packages[0],
+                crate::build::UNSIGNED_LABEL
+            )));
+        }
+        for i in &self.install {
+            let name = i.split_once('=').map_or(i.as_str(), |(n, _)| n);
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b)) {
+                return Err(crate::Error::Unsupported(format!("invalid --install `{i}`: expected a package name (lowercase letters, digits, + - .) with an optional =VERSION")));
+            }
+        }
         let platform = match self.platform.as_deref() {
             None => PlatformChoice::One(Platform::host()),
             Some("all") => PlatformChoice::All,
@@ -158,7 +186,7 @@ impl CommonArgs {
                 ),
                 None => None,
             },
-            mirror: self.mirror.clone(),
+            mirrors: self.mirrors.iter().map(|m| crate::packages::apt::install::Mirror::parse(m)).collect(),
             repo_urls: self
                 .repos
                 .iter()
@@ -168,6 +196,8 @@ impl CommonArgs {
                 })
                 .collect::<Result<_>>()?,
             packages: !self.no_packages,
+            install: self.install.clone(),
+            local_packages: self.packages.clone(),
             epoch: Options::epoch_from_env(),
         })
     }

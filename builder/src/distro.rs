@@ -4,8 +4,14 @@ use serde::Serialize;
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct OsRelease {
     pub id: String,
+    /// `ID_LIKE`: the distributions this one derives from, closest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub id_like: Vec<String>,
     pub version_id: String,
     pub codename: Option<String>,
+    /// `UBUNTU_CODENAME` (Ubuntu and its derivatives: Mint, Pop!_OS) or `DEBIAN_CODENAME`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_codename: Option<String>,
     pub pretty_name: Option<String>,
 }
 
@@ -17,14 +23,105 @@ impl OsRelease {
             let Some((k, v)) = line.trim().split_once('=') else { continue };
             let v = unquote(v.trim());
             match k.trim() {
-                "ID" => r.id = v,
+                "ID" => r.id = v.to_ascii_lowercase(),
+                "ID_LIKE" => r.id_like = v.split_whitespace().map(str::to_ascii_lowercase).collect(),
                 "VERSION_ID" => r.version_id = v,
-                "VERSION_CODENAME" => r.codename = Some(v),
+                "VERSION_CODENAME" if !v.is_empty() => r.codename = Some(v),
+                "UBUNTU_CODENAME" | "DEBIAN_CODENAME" if !v.is_empty() => r.parent_codename = Some(v),
                 "PRETTY_NAME" => r.pretty_name = Some(v),
                 _ => {}
             }
         }
         r
+    }
+}
+
+/// The releases of the families we know, by codename: a derivative names its parent's
+/// codename (`UBUNTU_CODENAME=noble`, or a shared `VERSION_CODENAME=bookworm`), and Debian
+/// testing and unstable have a codename but no `VERSION_ID`.
+const RELEASES: &[(&str, &str, &str)] = &[
+    ("debian", "buster", "10"),
+    ("debian", "bullseye", "11"),
+    ("debian", "bookworm", "12"),
+    ("debian", "trixie", "13"),
+    ("debian", "forky", "14"),
+    ("debian", "duke", "15"),
+    ("ubuntu", "trusty", "14.04"),
+    ("ubuntu", "xenial", "16.04"),
+    ("ubuntu", "bionic", "18.04"),
+    ("ubuntu", "focal", "20.04"),
+    ("ubuntu", "jammy", "22.04"),
+    ("ubuntu", "noble", "24.04"),
+    ("ubuntu", "oracular", "24.10"),
+    ("ubuntu", "plucky", "25.04"),
+    ("ubuntu", "questing", "25.10"),
+    ("ubuntu", "resolute", "26.04"),
+];
+
+/// A release of a known family that an image is (or derives from).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FamilyRelease {
+    /// `debian` or `ubuntu`.
+    pub family: String,
+    /// `13`, `24.04`; empty for a codename we do not know (a newer one).
+    pub version: String,
+    pub codename: Option<String>,
+    /// Whether the image is the family itself rather than a derivative.
+    pub own: bool,
+}
+
+impl FamilyRelease {
+    /// `Debian 13 (trixie)`, `Ubuntu 24.10`.
+    pub fn pretty(&self) -> String {
+        let mut name = self.family[..1].to_ascii_uppercase() + &self.family[1..];
+        if !self.version.is_empty() {
+            name = format!("{name} {}", self.version);
+        }
+        match &self.codename {
+            Some(c) => format!("{name} ({c})"),
+            None => name,
+        }
+    }
+}
+
+/// Compares dotted release numbers (`24.10` after `24.04`, `13` after `12`) numerically.
+pub fn cmp_release(a: &str, b: &str) -> std::cmp::Ordering {
+    let parts = |s: &str| s.split('.').map(|p| p.parse::<u64>().unwrap_or(0)).collect::<Vec<_>>();
+    parts(a).cmp(&parts(b))
+}
+
+impl OsRelease {
+    /// Which release of `family` this image is: its own `VERSION_ID` when `ID` is the family,
+    /// else (a derivative naming it in `ID_LIKE`) the release its codename names. `None` when
+    /// the image is not of the family.
+    pub fn release_of(&self, family: &str) -> Option<FamilyRelease> {
+        let by_codename = |c: &str| RELEASES.iter().find(|(f, n, _)| *f == family && *n == c).map(|(_, _, v)| v.to_string());
+        if self.id == family {
+            let codename = self.codename.clone().or_else(|| RELEASES.iter().find(|(f, _, v)| *f == family && *v == self.version_id).map(|(_, n, _)| n.to_string()));
+            let version = if self.version_id.is_empty() { codename.as_deref().and_then(by_codename).unwrap_or_default() } else { self.version_id.clone() };
+            return Some(FamilyRelease { family: family.into(), version, codename, own: true });
+        }
+        if !self.id_like.iter().any(|l| l == family) {
+            return None;
+        }
+        // A derivative: Mint and Pop!_OS name Ubuntu's release in UBUNTU_CODENAME; Raspberry
+        // Pi OS shares Debian's VERSION_CODENAME.
+        for c in self.parent_codename.iter().chain(&self.codename) {
+            if let Some(v) = by_codename(c) {
+                return Some(FamilyRelease { family: family.into(), version: v, codename: Some(c.clone()), own: false });
+            }
+        }
+        Some(FamilyRelease { family: family.into(), version: String::new(), codename: self.parent_codename.clone().or(self.codename.clone()), own: false })
+    }
+
+    /// The families this image is or derives from, closest first (`ID`, then `ID_LIKE`).
+    pub fn families(&self) -> Vec<&str> {
+        std::iter::once(self.id.as_str()).chain(self.id_like.iter().map(String::as_str)).collect()
+    }
+
+    /// `PRETTY_NAME`, else `ID VERSION_ID`.
+    pub fn describe(&self) -> String {
+        self.pretty_name.clone().unwrap_or_else(|| format!("{} {}", self.id, self.version_id).trim().to_string())
     }
 }
 
@@ -56,5 +153,23 @@ mod tests {
         assert_eq!((d.id.as_str(), d.version_id.as_str(), d.codename.as_deref()), ("debian", "12", Some("bookworm")));
         let u = OsRelease::parse("ID=ubuntu\nVERSION_ID='22.04'\n# comment\nVERSION_CODENAME=jammy");
         assert_eq!(u.version_id, "22.04");
+    }
+
+    #[test]
+    fn releases_of_families_and_derivatives() {
+        // Debian 13's /etc/os-release as the debian:trixie image has it.
+        let trixie = OsRelease::parse("PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"13\"\nVERSION=\"13 (trixie)\"\nVERSION_CODENAME=trixie\nDEBIAN_VERSION_FULL=13.1\nID=debian\n");
+        assert_eq!(trixie.release_of("debian").unwrap().pretty(), "Debian 13 (trixie)");
+        assert_eq!(trixie.release_of("ubuntu"), None);
+        // Debian testing/unstable: a codename, no VERSION_ID.
+        let sid = OsRelease::parse("PRETTY_NAME=\"Debian GNU/Linux forky/sid\"\nNAME=\"Debian GNU/Linux\"\nVERSION_CODENAME=forky\nID=debian\n");
+        assert_eq!(sid.release_of("debian").unwrap().version, "14");
+        // Linux Mint 22 (Ubuntu 24.04 based), as its os-release says.
+        let mint = OsRelease::parse("NAME=\"Linux Mint\"\nVERSION=\"22 (Wilma)\"\nID=linuxmint\nID_LIKE=\"ubuntu debian\"\nVERSION_ID=\"22\"\nVERSION_CODENAME=wilma\nUBUNTU_CODENAME=noble\n");
+        assert_eq!(mint.families(), ["linuxmint", "ubuntu", "debian"]);
+        let r = mint.release_of("ubuntu").unwrap();
+        assert_eq!((r.version.as_str(), r.own), ("24.04", false));
+        assert_eq!(mint.release_of("debian").unwrap().version, "", "Mint does not say which Debian");
+        assert!(cmp_release("24.10", "24.04").is_gt() && cmp_release("9", "12").is_lt() && cmp_release("26.04", "26.04").is_eq());
     }
 }

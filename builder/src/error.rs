@@ -42,6 +42,9 @@ pub enum Error {
     #[error("unsupported distribution `{found}`; supported: {supported}")]
     UnsupportedDistro { found: String, supported: String },
 
+    #[error("cannot build for {found}: {reason}")]
+    DistroRefused { found: String, reason: String },
+
     #[error("cannot find /etc/os-release in {reference}; pass --recipe to choose a recipe")]
     NoOsRelease { reference: String },
 

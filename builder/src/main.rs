@@ -168,6 +168,12 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
                 };
                 writeln!(out, "  package {} {} ({what}; {})", c.name, c.version, c.origin)?;
             }
+            for s in &p.selected {
+                writeln!(out, "  selecting {} for {} (a virtual package)", s.package, s.requested)?;
+            }
+            for d in &p.unsigned {
+                writeln!(out, "  UNSIGNED package {} {} from {} (sha256:{})", d.name, d.version, d.source, d.sha256)?;
+            }
             for k in &p.kept {
                 writeln!(out, "  package {} {} (already installed)", k.name, k.version)?;
             }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::distro::{cmp_release, FamilyRelease, OsRelease};
 use crate::error::{Error, Result};
 
 /// The recipes in `recipes/`, compiled in.
@@ -17,6 +18,7 @@ const BUILTIN: &[(&str, &str)] = &[
     ("ubuntu-20.04", include_str!("../../recipes/ubuntu-20.04.toml")),
     ("ubuntu-22.04", include_str!("../../recipes/ubuntu-22.04.toml")),
     ("ubuntu-24.04", include_str!("../../recipes/ubuntu-24.04.toml")),
+    ("apt-generic", include_str!("../../recipes/apt-generic.toml")),
 ];
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -42,10 +44,16 @@ pub struct Recipe {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Distro {
-    /// `ID` from os-release.
+    /// `ID` from os-release (a generic recipe's is filled in when it is chosen).
+    #[serde(default)]
     pub id: String,
     /// `VERSION_ID` from os-release.
+    #[serde(default)]
     pub version_id: String,
+    /// A generic recipe: the families it serves (os-release `ID`, or `ID_LIKE` for their
+    /// derivatives), each from the release given, for releases without a recipe of their own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub generic: BTreeMap<String, String>,
     #[serde(default)]
     pub codename: Option<String>,
     pub pretty: String,
@@ -122,6 +130,9 @@ impl Recipe {
 
     fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(Error::RecipeInvalid { name: self.name.clone(), reason });
+        if self.distro.generic.is_empty() == (self.distro.id.is_empty() || self.distro.version_id.is_empty()) {
+            return bad("[distro] needs `id` and `version_id`, or `generic` (and not both)".into());
+        }
         for repo in &self.repositories {
             if repo.from_base != repo.urls.is_empty() {
                 return bad(format!("repository `{}` needs either `urls` or `from_base = true`", repo.name));
@@ -183,13 +194,75 @@ impl Recipe {
         }
     }
 
-    /// The built-in recipe for os-release `ID` and `VERSION_ID`.
-    pub fn for_distro(id: &str, version_id: &str) -> Result<Recipe> {
-        let name = format!("{id}-{version_id}");
-        if BUILTIN.iter().any(|(n, _)| *n == name) {
-            return Recipe::load(&name);
+    /// Whether this recipe serves whole families rather than one release.
+    pub fn is_generic(&self) -> bool {
+        !self.distro.generic.is_empty()
+    }
+
+    /// A generic recipe made concrete for one release: its `[distro]` filled in, and
+    /// `{nvdistro}` (NVIDIA's repository name, `debian13`, `ubuntu2404`) in its URLs.
+    pub fn for_release(&self, rel: &FamilyRelease) -> Recipe {
+        let mut r = self.clone();
+        r.distro.id = rel.family.clone();
+        r.distro.version_id = rel.version.clone();
+        r.distro.codename = rel.codename.clone();
+        r.distro.pretty = format!("{} (recipe {})", rel.pretty(), self.name);
+        let nvdistro = format!("{}{}", rel.family, rel.version.replace('.', ""));
+        for repo in r.repositories.iter_mut() {
+            for u in repo.urls.iter_mut().chain(repo.key_url.iter_mut()) {
+                *u = u.replace("{nvdistro}", &nvdistro);
+            }
         }
-        Err(Error::UnsupportedDistro { found: format!("{id} {version_id}"), supported: supported().join(", ") })
+        r
+    }
+
+    /// The built-in recipe for an image's os-release: the release's own recipe; else, for
+    /// a release of a family the generic recipe serves (or a derivative naming the family in
+    /// `ID_LIKE`), the generic one; releases older than the first recipe are refused with the
+    /// reason.
+    pub fn for_os(os: &OsRelease) -> Result<Recipe> {
+        let all = builtin()?;
+        if let Some(r) = all.iter().find(|r| r.distro.id == os.id && r.distro.version_id == os.version_id) {
+            return Ok(r.clone());
+        }
+        let generic = all.iter().find(|r| r.is_generic()).expect("a generic recipe is built in");
+        for family in os.families() {
+            let own: Vec<&Recipe> = all.iter().filter(|r| r.distro.id == family).collect();
+            let Some(from) = generic.distro.generic.get(family) else { continue };
+            let Some(rel) = os.release_of(family) else { continue };
+            let found = if rel.own { os.describe() } else { format!("{} (based on {})", os.describe(), rel.pretty()) };
+            if rel.version.is_empty() {
+                // A derivative of a release we cannot place, or a newer codename: the result
+                // is checked for the erdma provider all the same.
+                return Ok(generic.for_release(&rel));
+            }
+            if let Some(r) = own.iter().find(|r| r.distro.version_id == rel.version) {
+                return Ok((*r).clone());
+            }
+            let first = own.iter().filter(|r| r.unsupported.is_none()).min_by(|a, b| cmp_release(&a.distro.version_id, &b.distro.version_id));
+            if let Some(first) = first.filter(|f| cmp_release(&rel.version, &f.distro.version_id).is_lt()) {
+                return Err(Error::DistroRefused {
+                    found,
+                    reason: format!(
+                        "{} is older than {}, the first release erdma-build supports: its rdma-core has no erdma provider (added in rdma-core 43) and Alibaba's eRDMA repository has no packages for it",
+                        rel.pretty(),
+                        first.distro.pretty
+                    ),
+                });
+            }
+            if cmp_release(&rel.version, from).is_lt() {
+                return Err(Error::DistroRefused {
+                    found,
+                    reason: format!(
+                        "no recipe for {}: before {family} {from}, only the releases with a recipe are supported ({}); pass --recipe to choose one",
+                        rel.pretty(),
+                        own.iter().filter(|r| r.unsupported.is_none()).map(|r| r.distro.pretty.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                });
+            }
+            return Ok(generic.for_release(&rel));
+        }
+        Err(Error::UnsupportedDistro { found: os.describe(), supported: supported().join(", ") })
     }
 }
 
@@ -218,6 +291,7 @@ mod tests {
     fn builtin_recipes_parse() {
         let all = builtin().unwrap();
         assert_eq!(all.len(), BUILTIN.len());
+        assert_eq!(all.iter().filter(|r| r.is_generic()).count(), 1, "one generic recipe");
         let jammy = Recipe::load("ubuntu-22.04").unwrap();
         assert_eq!(jammy.repositories[0].suite.as_deref(), Some("jammy/erdma"));
         assert_eq!(jammy.packages.install, ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
@@ -247,10 +321,61 @@ mod tests {
         assert!(chain.contains("bogus"), "{chain}");
     }
 
+    fn os(text: &str) -> OsRelease {
+        OsRelease::parse(text)
+    }
+
     #[test]
     fn unsupported_distro_lists_supported() {
-        let e = Recipe::for_distro("fedora", "40").unwrap_err().to_string();
+        let e = Recipe::for_os(&os("ID=fedora\nVERSION_ID=40\n")).unwrap_err().to_string();
         assert!(e.contains("fedora 40") && e.contains("Debian 12") && e.contains("Ubuntu 22.04"), "{e}");
         assert!(!e.contains("Debian 11"), "{e}");
+    }
+
+    #[test]
+    fn every_release_of_a_known_family_finds_its_recipe() {
+        let pick = |text: &str| Recipe::for_os(&os(text)).map(|r| (r.name.clone(), r.distro.pretty.clone()));
+        // Releases with a recipe of their own.
+        assert_eq!(pick("ID=debian\nVERSION_ID=\"12\"\nVERSION_CODENAME=bookworm\n").unwrap().0, "debian-12");
+        assert_eq!(pick("ID=ubuntu\nVERSION_ID=\"22.04\"\n").unwrap().0, "ubuntu-22.04");
+        // Newer ones: the generic recipe, named for the release.
+        for (text, pretty) in [
+            ("ID=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n", "Debian 13 (trixie) (recipe apt-generic)"),
+            ("ID=debian\nVERSION_ID=\"14\"\nVERSION_CODENAME=forky\n", "Debian 14 (forky) (recipe apt-generic)"),
+            ("ID=debian\nVERSION_CODENAME=forky\nPRETTY_NAME=\"Debian GNU/Linux forky/sid\"\n", "Debian 14 (forky) (recipe apt-generic)"),
+            ("ID=ubuntu\nVERSION_ID=\"24.10\"\nVERSION_CODENAME=oracular\n", "Ubuntu 24.10 (oracular) (recipe apt-generic)"),
+            ("ID=ubuntu\nVERSION_ID=\"25.04\"\n", "Ubuntu 25.04 (plucky) (recipe apt-generic)"),
+            ("ID=ubuntu\nVERSION_ID=\"25.10\"\nVERSION_CODENAME=questing\n", "Ubuntu 25.10 (questing) (recipe apt-generic)"),
+            ("ID=ubuntu\nVERSION_ID=\"26.04\"\nVERSION_CODENAME=resolute\n", "Ubuntu 26.04 (resolute) (recipe apt-generic)"),
+            // A derivative of a release without a recipe (Raspberry Pi OS style).
+            ("ID=raspbian\nID_LIKE=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n", "Debian 13 (trixie) (recipe apt-generic)"),
+        ] {
+            assert_eq!(pick(text).unwrap().1, pretty, "{text}");
+        }
+        // A derivative of a release with a recipe takes that recipe (Linux Mint 21 is jammy).
+        assert_eq!(pick("ID=linuxmint\nID_LIKE=\"ubuntu debian\"\nVERSION_ID=\"21.3\"\nUBUNTU_CODENAME=jammy\n").unwrap().0, "ubuntu-22.04");
+        assert_eq!(pick("ID=pop\nID_LIKE=\"ubuntu debian\"\nVERSION_ID=\"24.04\"\nUBUNTU_CODENAME=noble\n").unwrap().0, "ubuntu-24.04");
+        // NVIDIA's repository for the release.
+        let r = Recipe::for_os(&os("ID=debian\nVERSION_ID=\"13\"\n")).unwrap().for_build(true, "amd64");
+        let cuda = r.repositories.iter().find(|r| r.nccl).unwrap();
+        assert_eq!(cuda.urls, ["https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"]);
+        assert_eq!(cuda.key_url.as_deref(), Some("https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/3bf863cc.pub"));
+    }
+
+    #[test]
+    fn older_releases_keep_their_reasoned_refusal() {
+        let refused = |text: &str| Recipe::for_os(&os(text)).unwrap_err().to_string();
+        let e = refused("ID=ubuntu\nVERSION_ID=\"16.04\"\nPRETTY_NAME=\"Ubuntu 16.04.7 LTS\"\n");
+        assert_eq!(e, "cannot build for Ubuntu 16.04.7 LTS: Ubuntu 16.04 (xenial) is older than Ubuntu 18.04 (bionic), the first release erdma-build supports: its rdma-core has no erdma provider (added in rdma-core 43) and Alibaba's eRDMA repository has no packages for it");
+        let e = refused("ID=debian\nVERSION_ID=\"10\"\n");
+        assert!(e.contains("Debian 10 (buster) is older than Debian 12 (bookworm)"), "{e}");
+        // Debian 11 has its own recipe, which says why.
+        assert!(Recipe::for_os(&os("ID=debian\nVERSION_ID=\"11\"\n")).unwrap().unsupported.unwrap().contains("33.2"));
+        // Non-LTS Ubuntu between the recipes: no repository serves it.
+        let e = refused("ID=ubuntu\nVERSION_ID=\"23.10\"\n");
+        assert!(e.contains("no recipe for Ubuntu 23.10") && e.contains("--recipe"), "{e}");
+        // A derivative placed by its codename is refused the same way.
+        let e = refused("ID=linuxmint\nID_LIKE=ubuntu\nVERSION_ID=\"18\"\nUBUNTU_CODENAME=xenial\n");
+        assert!(e.contains("(based on Ubuntu 16.04 (xenial))"), "{e}");
     }
 }

@@ -5,6 +5,7 @@ mod memory;
 mod nccl;
 mod packages;
 mod registry;
+mod releases;
 mod transports;
 
 use std::collections::BTreeMap;

@@ -77,23 +77,6 @@ fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// What a layer tar (compressed or not) holds: regular files and symlinks, whiteouts apart.
-fn layer_paths(blob: &[u8]) -> (Vec<String>, u64) {
-    let mut raw = Vec::new();
-    let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(blob)) } else { Box::new(blob) };
-    std::io::Read::read_to_end(&mut r, &mut raw).unwrap();
-    let mut out = Vec::new();
-    for e in tar::Archive::new(raw.as_slice()).entries().unwrap() {
-        let e = e.unwrap();
-        if e.header().entry_type().is_dir() {
-            continue;
-        }
-        out.push(e.path().unwrap().to_string_lossy().trim_start_matches("./").to_string());
-    }
-    out.sort();
-    (out, raw.len() as u64)
-}
-
 #[test]
 fn debian12_from_its_own_archive_passes_dpkg_and_apt_in_docker() {
     if !support::require_docker() || !debian::require_base() {
@@ -144,61 +127,6 @@ fn debian12_from_its_own_archive_passes_dpkg_and_apt_in_docker() {
     let out = Command::new("docker").args(["build", "-q", "-t", &child]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
     let _ = docker(&["rmi", "-f", &child]);
     support::assert_success("docker build FROM the result with apt-get install rdmacm-utils", &out);
-}
-
-#[test]
-fn layer_has_the_files_apt_get_adds_and_is_ten_times_smaller() {
-    if !support::require_docker() || !debian::require_base() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let base = debian::debian12_base();
-    // Ours.
-    let out_layout = tmp.path().join("ours");
-    let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&out_layout)), "--no-env-presets"], &tmp.path().join("cache"));
-    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
-    let (ours, ours_size) = layer_paths(&std::fs::read(support::fixture::blob_path(&out_layout, layer)).unwrap());
-
-    // Docker's, with the same packages, on the same base.
-    let base_name = format!("erdma-test/deb12-base:{}", std::process::id());
-    let base_tar = tmp.path().join("base.tar");
-    support::assert_success("skopeo copy", &support::skopeo(["copy", &base.reference(), &format!("docker-archive:{}:{base_name}", s(&base_tar))]));
-    let _base = Loaded::new(&base_tar, &base_name);
-    let ctx = tmp.path().join("ctx");
-    std::fs::create_dir(&ctx).unwrap();
-    std::fs::write(ctx.join("Dockerfile"), format!("FROM {base_name}\nRUN apt-get update && apt-get install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1\n")).unwrap();
-    let theirs_name = format!("{base_name}-apt");
-    let out = Command::new("docker").args(["build", "-q", "-t", &theirs_name]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
-    support::assert_success("docker build", &out);
-    let saved = tmp.path().join("theirs.tar");
-    let out = docker(&["save", "-o", &s(&saved), &theirs_name]);
-    let _ = docker(&["rmi", "-f", &theirs_name]);
-    support::assert_success("docker save", &out);
-    let theirs_dir = tmp.path().join("theirs");
-    support::assert_success("skopeo copy", &support::skopeo(["copy", &format!("docker-archive:{}", s(&saved)), &format!("oci:{}:x", s(&theirs_dir))]));
-    let index: Value = serde_json::from_slice(&std::fs::read(theirs_dir.join("index.json")).unwrap()).unwrap();
-    let m: Value = serde_json::from_slice(&std::fs::read(support::fixture::blob_path(&theirs_dir, index["manifests"][0]["digest"].as_str().unwrap())).unwrap()).unwrap();
-    let top = m["layers"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap().to_string();
-    let (theirs, theirs_size) = layer_paths(&std::fs::read(support::fixture::blob_path(&theirs_dir, &top)).unwrap());
-
-    // apt's caches and logs, and what only running programs leave, are not part of the install.
-    let noise = |p: &str| {
-        ["var/cache/", "var/lib/apt/", "var/log/", "tmp/", "var/lib/dpkg/triggers/", "var/lib/dpkg/lock", "var/lib/dpkg/updates/"].iter().any(|n| p.starts_with(n))
-            || p == "etc/ld.so.cache"
-            // Lock files adduser leaves behind when its script runs (lckpwdf(3), adduser's own).
-            || p == "etc/.pwd.lock"
-            || p == "run/adduser"
-            || p.ends_with("-old")
-            || p.contains("/.wh.")
-            || p.starts_with(".wh.")
-    };
-    let ours_set: std::collections::BTreeSet<&str> = ours.iter().map(String::as_str).filter(|p| !noise(p)).collect();
-    let theirs_set: std::collections::BTreeSet<&str> = theirs.iter().map(String::as_str).filter(|p| !noise(p)).collect();
-    let only_ours: Vec<_> = ours_set.difference(&theirs_set).collect();
-    let only_theirs: Vec<_> = theirs_set.difference(&ours_set).collect();
-    assert!(only_ours.is_empty() && only_theirs.is_empty(), "only in ours: {only_ours:?}\nonly in apt-get's: {only_theirs:?}");
-    eprintln!("layer (uncompressed): erdma-build {ours_size} bytes, docker build {theirs_size} bytes");
-    assert!(theirs_size >= 10 * ours_size, "ours {ours_size}, docker's {theirs_size}");
 }
 
 /// A work directory, a repository signing key, and its public half written there.
@@ -412,7 +340,7 @@ fn packages_without_the_erdma_provider_are_refused() {
     let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["ibverbs-providers"]);
     let out = tmp.path().join("out");
     let err = build_fails(&["build", "--base", &format!("oci:{}:latest", testdata("images/debian12-mini")), "--recipe", &s(&recipe), "--keyring", &s(&keyfile), "--output", &format!("oci:{}", s(&out))]);
-    assert!(err.contains("no erdma provider"), "{err}");
+    assert!(err.contains("rdma-core 39.0-1 (ibverbs-providers from ") && err.contains("has no erdma provider"), "{err}");
     assert!(!out.exists());
 }
 

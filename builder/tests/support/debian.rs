@@ -1,5 +1,5 @@
-//! A real Debian 12 (bookworm) base image, made once with `debootstrap --variant=minbase`
-//! from the Debian mirror this machine's apt uses, and cached across test runs.
+//! Real Debian base images (12 bookworm, 13 trixie), made once with `debootstrap
+//! --variant=minbase` from the Debian mirror this machine's apt uses, and cached across test runs.
 //!
 //! The mirror is read at run time from the host's apt sources (deb822 `URIs:` in
 //! `/etc/apt/sources.list.d/*.sources`, else one-line `deb` entries in
@@ -25,11 +25,20 @@ use std::time::{Duration, Instant};
 
 use super::fixture::{self, OciFixture};
 
-/// The suite the base is made from.
-pub const SUITE: &str = "bookworm";
-/// `PATH` of the official `debian:12` image.
+/// A Debian release a base is made from.
+#[derive(Debug, Clone, Copy)]
+pub struct Release {
+    pub suite: &'static str,
+    /// The cache directory's name.
+    pub dir: &'static str,
+}
+pub const BOOKWORM: Release = Release { suite: "bookworm", dir: "debian12-minbase" };
+pub const TRIXIE: Release = Release { suite: "trixie", dir: "debian13-minbase" };
+/// The suite whose mirror is looked up in the host's apt sources (this machine's own).
+pub const SUITE: &str = BOOKWORM.suite;
+/// `PATH` of the official `debian:12` and `debian:13` images.
 pub const DEBIAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const BASE_NAME: &str = "debian12-minbase";
+const BASE_NAME: &str = BOOKWORM.dir;
 
 /// Root of the test cache: `$ERDMA_TEST_CACHE`, else `erdma-test-cache` in Cargo's target
 /// directory (the parent of `CARGO_TARGET_TMPDIR`, so `CARGO_TARGET_DIR` is honoured).
@@ -213,14 +222,19 @@ pub fn require_base() -> bool {
 /// The layout lives in the shared cache: treat it as read-only (use
 /// [`debian12_base_copy`] for a test that modifies its input).
 pub fn debian12_base() -> OciFixture {
-    let dir = cached_dir(BASE_NAME, build_base);
+    base(BOOKWORM)
+}
+
+/// The minbase image of `rel`, as [`debian12_base`] is Debian 12's.
+pub fn base(rel: Release) -> OciFixture {
+    let dir = cached_dir(rel.dir, |tmp| build_base(tmp, rel.suite));
     fixture::read_fixture(&dir.join("oci"), fixture::DEFAULT_TAG)
 }
 
 /// The debootstrapped tree [`debian12_base`]'s layer was made from (read-only: other
 /// processes use it too).
 pub fn debian12_rootfs() -> PathBuf {
-    cached_dir(BASE_NAME, build_base).join("rootfs")
+    cached_dir(BASE_NAME, |tmp| build_base(tmp, BOOKWORM.suite)).join("rootfs")
 }
 
 /// A private copy of [`debian12_base`] in `dir` (tag `latest`).
@@ -236,18 +250,18 @@ pub fn debian12_base_copy(dir: &Path) -> OciFixture {
     )
 }
 
-fn build_base(tmp: &Path) {
+fn build_base(tmp: &Path, suite: &str) {
     let mirror =
         debian_mirror().expect("no Debian mirror in /etc/apt/sources.list.d or sources.list");
     let rootfs = tmp.join("rootfs");
     let log_path = tmp.join("debootstrap.log");
     let log = File::create(&log_path).unwrap();
     eprintln!(
-        "debian12_base: debootstrap --variant=minbase {SUITE} from {mirror} (once; about a minute)"
+        "debian base: debootstrap --variant=minbase {suite} from {mirror} (once; about a minute)"
     );
     let t0 = Instant::now();
     let status = Command::new("debootstrap")
-        .args(["--variant=minbase", "--arch=amd64", SUITE])
+        .args(["--variant=minbase", "--arch=amd64", suite])
         .arg(&rootfs)
         .arg(&mirror)
         .stdin(Stdio::null())
@@ -291,7 +305,7 @@ fn build_base(tmp: &Path) {
     );
     let layer_time = t1.elapsed();
     let info = serde_json::json!({
-        "suite": SUITE,
+        "suite": suite,
         "variant": "minbase",
         "debootstrap_seconds": secs(debootstrap_time),
         "layer_seconds": secs(layer_time),
@@ -304,7 +318,7 @@ fn build_base(tmp: &Path) {
     )
     .unwrap();
     eprintln!(
-        "debian12_base: debootstrap {debootstrap_time:.1?}, layer {layer_time:.1?} ({} MB gzip)",
+        "debian base {suite}: debootstrap {debootstrap_time:.1?}, layer {layer_time:.1?} ({} MB gzip)",
         layer.size >> 20
     );
 }

@@ -38,8 +38,8 @@ pub struct AptInputs<'a> {
     pub recipe: &'a Recipe,
     /// Debian architecture of the image (`amd64`, `arm64`).
     pub arch: &'a str,
-    /// `--mirror URL`: replaces the base's archive URL for `from_base` repositories.
-    pub mirror: Option<&'a str>,
+    /// `--mirror [FROM=]URL`: stand-ins for the base's archive URLs (`from_base` repositories).
+    pub mirrors: &'a [Mirror],
     /// `--repo NAME=URL`: replaces a recipe repository's URLs.
     pub repo_urls: &'a BTreeMap<String, String>,
     /// Keys of the recipe's own repositories (fetched, or from `--keyring [NAME=]FILE`), by
@@ -50,10 +50,40 @@ pub struct AptInputs<'a> {
     pub base_keyring: Option<Vec<u8>>,
     /// Install the recipe's packages (off with `--no-packages`).
     pub recipe_packages: bool,
+    /// `--install NAME[=VERSION]`: more packages from the same repositories.
+    pub extra: &'a [String],
+    /// `--package FILE|URL`: `.deb`s no repository signs (allowed by the caller).
+    pub local: &'a [String],
     /// `--nccl`: the `libnccl2` build to add.
     pub nccl: Option<NcclRequest>,
     /// `$XDG_CACHE_HOME/erdma-build`.
     pub cache_dir: PathBuf,
+}
+
+/// `--mirror [FROM=]URL`: where to read a source of the base's from instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mirror {
+    /// Only the sources with this URI; `None`: every source of the base.
+    pub from: Option<String>,
+    pub to: String,
+}
+
+impl Mirror {
+    /// `URL`, or `FROM=URL` when both sides are URLs (`http://deb.debian.org/debian-security=file:///srv/sec`).
+    pub fn parse(arg: &str) -> Mirror {
+        if let Some((from, to)) = arg.split_once('=') {
+            if from.contains("://") && to.contains("://") {
+                return Mirror { from: Some(from.to_string()), to: to.to_string() };
+            }
+        }
+        Mirror { from: None, to: arg.to_string() }
+    }
+
+    /// The URL to read `uri` from: a mirror named for it, else one for every source.
+    fn for_uri<'m>(mirrors: &'m [Mirror], uri: &str) -> Option<&'m str> {
+        let same = |a: &str| a.trim_end_matches('/') == uri.trim_end_matches('/');
+        mirrors.iter().rev().find(|m| m.from.as_deref().is_some_and(same)).or_else(|| mirrors.iter().rev().find(|m| m.from.is_none())).map(|m| m.to.as_str())
+    }
 }
 
 /// What `--nccl` asks of the resolver.
@@ -89,6 +119,9 @@ pub struct PackagesReport {
     pub remove: Vec<PackageRef>,
     /// Requested packages the base already has.
     pub kept: Vec<PackageRef>,
+    /// Requested names installed as the one package that provides them (apt's "selecting").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub selected: Vec<resolve::Selected>,
     /// The repository URL each recipe repository was reached at.
     pub repositories: BTreeMap<String, String>,
     pub downloaded_bytes: u64,
@@ -96,6 +129,9 @@ pub struct PackagesReport {
     /// The `libnccl2` version `--nccl` chose.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<String>,
+    /// `--package` files: installed without any signature vouching for them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsigned: Vec<super::local::LocalDeb>,
 }
 
 /// Which maintainer-script effects we reproduce (see the README).
@@ -156,6 +192,18 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
         install.extend(inputs.recipe.packages.install.iter().cloned());
         replace.extend(inputs.recipe.packages.remove.iter().cloned());
     }
+    install.extend(inputs.extra.iter().cloned());
+    for arg in inputs.local {
+        reporter.step(&format!("reading unsigned package {arg}"));
+        let deb = super::local::load(arg, &inputs.cache_dir, &client).await?;
+        if deb.arch != inputs.arch && deb.arch != "all" {
+            return Err(Error::Unsupported(format!("--package {arg} is {} {} for {}, not for the image's {}", deb.name, deb.version, deb.arch, inputs.arch)));
+        }
+        install.push(deb.request());
+        ranges.push((format!("--package {arg}"), available.len()..available.len() + 1));
+        available.push(deb.package.clone());
+        report.unsigned.push(deb);
+    }
     let mut held: Vec<&str> = Vec::new();
     if let Some(want) = &inputs.nccl {
         let version = nccl_version(inputs, want, &available, &ranges)?;
@@ -169,6 +217,10 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
     }
     let req = Request { install: &install, replace: &replace, arch: inputs.arch };
     let mut res = resolve::resolve(&req, &installed, &available)?;
+    for s in &res.selected {
+        reporter.step(&format!("selecting {} for {}", s.package, s.requested));
+    }
+    report.selected = res.selected.clone();
     for p in res.install.iter_mut() {
         p.hold = held.contains(&p.name.as_str());
     }
@@ -259,11 +311,20 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
     let mut entries = base_sources(base)?;
     // Images that carry Mellanox's repository lose it; we never read it.
     entries.retain(|e| e.types.iter().any(|t| t == "deb") && !e.uris.iter().any(|u| u.contains("mellanox") || u.contains("/mlnx")));
+    let everywhere = inputs.mirrors.iter().find(|m| m.from.is_none());
     if entries.is_empty() {
-        return Err(Error::Unsupported("the base image configures no apt repository; pass --mirror URL".into()));
+        // Slimmed images delete their lists: with --mirror, read the release's main suite.
+        let distro = &inputs.recipe.distro;
+        let (Some(m), Some(codename)) = (everywhere, distro.codename.as_ref()) else {
+            return Err(Error::Unsupported(format!(
+                "the base image configures no apt repository (its /etc/apt/sources.list and sources.list.d list none); hint: pass --mirror URL, the {} archive to install from",
+                if distro.pretty.is_empty() { "distribution's" } else { &distro.pretty }
+            )));
+        };
+        let components = if distro.id == "ubuntu" { vec!["main".to_string(), "universe".to_string()] } else { vec!["main".to_string()] };
+        entries.push(SourceEntry { types: vec!["deb".into()], uris: vec![m.to.clone()], suites: vec![codename.clone()], components, signed_by: None, arch: None, trusted: false });
     }
     let default_keys = trusted_keys(base)?;
-    let main_uri = entries.first().and_then(|e| e.uris.first()).cloned();
     let mut out = Vec::new();
     for e in entries {
         if e.trusted {
@@ -280,16 +341,14 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
             }
             None => default_keys.clone(),
         };
+        // --mirror stands in for every source (main archive, -updates, -security), or, as
+        // FROM=URL, for the sources at FROM; each URI of a source has its own stand-in.
+        let mut uris: Vec<String> = e.uris.iter().map(|u| Mirror::for_uri(inputs.mirrors, u).unwrap_or(u).to_string()).collect();
+        uris.dedup();
         for suite in &e.suites {
-            // --mirror stands in for the main archive (the first source's URI), not for
-            // separate ones such as debian-security.
-            let uris: Vec<String> = match inputs.mirror {
-                Some(m) if e.uris.first() == main_uri.as_ref() => vec![m.to_string()],
-                _ => e.uris.clone(),
-            };
             let specs = uris
-                .into_iter()
-                .map(|url| RepoSpec { url, suite: suite.clone(), components: e.components.clone(), arch: inputs.arch.to_string(), keyring: keyring.clone() })
+                .iter()
+                .map(|url| RepoSpec { url: url.clone(), suite: suite.clone(), components: e.components.clone(), arch: inputs.arch.to_string(), keyring: keyring.clone() })
                 .collect();
             out.push((format!("base {suite}"), specs));
         }

@@ -2,6 +2,7 @@
 pub mod deb;
 pub mod deb822;
 pub mod install;
+pub mod local;
 pub mod repo;
 pub mod resolve;
 pub mod version;

@@ -74,12 +74,25 @@ pub struct Resolution {
     pub remove: Vec<Installed>,
     /// Requested packages the base already has at a satisfying version.
     pub kept: Vec<Installed>,
+    /// Requested names that no package has, taken as their one provider (`librdmacm1` ->
+    /// `librdmacm1t64`), as apt's "Note, selecting 'X' instead of 'Y'".
+    pub selected: Vec<Selected>,
+}
+
+/// A requested virtual name and the package installed for it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Selected {
+    pub requested: String,
+    pub package: String,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error("unknown package `{name}`: no repository ({repos}) has it for {arch}")]
     UnknownPackage { name: String, repos: String, arch: String },
+    /// apt: "Package X is a virtual package provided by: … You should explicitly select one".
+    #[error("package `{name}` is a virtual package provided by {providers}; name the one to install")]
+    Virtual { name: String, providers: String },
     #[error("no repository ({repos}) has {name} version {version} for {arch}")]
     UnknownVersion { name: String, version: String, repos: String, arch: String },
     #[error("cannot satisfy `{dependency}` of {package} {version}: no installed package or candidate provides it")]
@@ -233,6 +246,25 @@ impl<'a> Candidates<'a> {
         })
     }
 
+    /// The names of the packages whose Provides offer `name` (any version), each with its
+    /// newest such candidate: what apt lists for a virtual package.
+    fn providers_of(&self, name: &str) -> Result<Vec<&Cand<'a>>, ResolveError> {
+        let dep = Dependency { name: name.to_string(), arch: None, constraint: None };
+        let names: BTreeSet<&str> = self.available.iter().filter(|p| p.provides().is_some_and(|v| v.contains(name))).map(|p| p.name()).collect();
+        let mut out = Vec::new();
+        for n in names {
+            let mut best = None;
+            for c in self.get(n) {
+                if c.provides()?.iter().flatten().any(|p| matches(&dep, &Offer { name: &p.name, version: None })) {
+                    best = Some(c);
+                    break;
+                }
+            }
+            out.extend(best);
+        }
+        Ok(out)
+    }
+
     /// The newest candidate whose Provides meets `dep` (the last of equal versions, in name
     /// order).
     fn newest_provider(&self, dep: &Dependency) -> Result<Option<&Cand<'a>>, ResolveError> {
@@ -285,23 +317,50 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
         cands.newest_provider(dep)
     };
 
+    // Installed packages the remove list names, by their own name or by what they provide
+    // (a `librdmacm1t64` for `librdmacm1`): replaced by the candidates, or removed.
+    let mut replaceable: BTreeSet<String> = installed
+        .iter()
+        .filter(|i| req.replace.contains(&i.name) || inst_provides[i.name.as_str()].iter().flatten().any(|p| req.replace.contains(&p.name)))
+        .map(|i| i.name.clone())
+        .collect();
     let mut queue: Vec<&Cand> = Vec::new();
     let mut requested: Vec<&str> = Vec::new();
     for item in req.install {
-        let (name, pin) = match item.split_once('=') {
+        let (asked, pin) = match item.split_once('=') {
             Some((n, v)) => (n, Some(v.parse::<Version>().map_err(|e| ResolveError::Malformed { package: n.into(), field: "requested version", reason: e.to_string() })?)),
             None => (item.as_str(), None),
         };
+        let unknown = || ResolveError::UnknownPackage { name: asked.into(), repos: repos(), arch: req.arch.into() };
+        let mut name = asked;
+        if cands.get(asked).is_empty() {
+            // Installed, in no repository and not to be replaced: apt leaves it as it is.
+            if let Some(i) = inst.get(asked).filter(|_| !replaceable.contains(asked) && pin.is_none()) {
+                res.kept.push((*i).clone());
+                continue;
+            }
+            // A name only Provides offer (the 64-bit time_t renames: `librdmacm1` is
+            // `librdmacm1t64` in Debian 13 and Ubuntu 24.04): apt installs its one provider,
+            // and asks the user to choose between several.
+            let providers = cands.providers_of(asked)?;
+            match providers.as_slice() {
+                [] => return Err(unknown()),
+                [one] if pin.is_none() => {
+                    res.selected.push(Selected { requested: asked.to_string(), package: one.name.to_string() });
+                    // The remove list's name stands for its provider too (an OFED build of it).
+                    if req.replace.iter().any(|r| r == asked) && inst.contains_key(one.name) {
+                        replaceable.insert(one.name.to_string());
+                    }
+                    name = one.name;
+                }
+                many => return Err(ResolveError::Virtual { name: asked.into(), providers: many.iter().map(|c| format!("{} {}", c.name, c.version)).collect::<Vec<_>>().join(", ") }),
+            }
+        }
         requested.push(name);
-        let unknown = || ResolveError::UnknownPackage { name: name.into(), repos: repos(), arch: req.arch.into() };
         let chosen_cand = match &pin {
             None => cands.get(name).first(),
             Some(v) => {
-                let all = cands.get(name);
-                if all.is_empty() {
-                    return Err(unknown());
-                }
-                let found = all.iter().find(|c| &c.version == v);
+                let found = cands.get(name).iter().find(|c| &c.version == v);
                 Some(found.ok_or_else(|| ResolveError::UnknownVersion { name: name.into(), version: v.to_string(), repos: repos(), arch: req.arch.into() })?)
             }
         };
@@ -309,7 +368,7 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
             let keep = match (&pin, chosen_cand) {
                 (Some(v), _) => &i.version == v,
                 (None, c) => {
-                    let replace = req.replace.iter().any(|r| r == name) && c.is_some_and(|c| c.version != i.version);
+                    let replace = replaceable.contains(name) && c.is_some_and(|c| c.version != i.version);
                     let upgrade = c.is_some_and(|c| c.version > i.version) && !replace;
                     !replace && !upgrade
                 }
@@ -321,8 +380,8 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
         }
         queue.push(chosen_cand.ok_or_else(unknown)?);
     }
-    for name in req.replace {
-        if inst.contains_key(name.as_str()) && !requested.contains(&name.as_str()) {
+    for name in &replaceable {
+        if !requested.contains(&name.as_str()) {
             gone.insert(name.clone());
         }
     }
@@ -391,7 +450,7 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
                                 queue.push(n);
                                 changed = true;
                             }
-                            None if req.replace.contains(&i.name) => {
+                            None if replaceable.contains(&i.name) => {
                                 gone.insert(i.name.clone());
                                 changed = true;
                             }
@@ -428,7 +487,7 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
     for c in chosen.values() {
         let action = match inst.get(c.name) {
             None => Action::Install,
-            Some(i) if req.replace.iter().any(|r| r == c.name) && c.version != i.version => Action::Replace { from: i.version.to_string() },
+            Some(i) if replaceable.contains(c.name) && c.version != i.version => Action::Replace { from: i.version.to_string() },
             Some(i) if c.version < i.version => Action::Downgrade { from: i.version.to_string() },
             Some(i) => Action::Upgrade { from: i.version.to_string() },
         };
@@ -573,5 +632,86 @@ mod tests {
         assert_eq!(names(&r), ["libnccl2 2.21.5-1+cuda12.4 Downgrade { from: \"2.27.7-1+cuda13.0\" }"]);
         let e = resolve(&Request { install: &["libnccl2=2.19.3-1+cuda12.3".into()], replace: &[], arch: "amd64" }, &[], &avail).unwrap_err().to_string();
         assert!(e.starts_with("no repository (") && e.contains("libnccl2 version 2.19.3-1+cuda12.3 for amd64"), "{e}");
+    }
+    /// Debian 13's rdma-core 56.1-1 relations, as its Packages index has them (trixie main
+    /// amd64; testdata/facts/README.md): `librdmacm1` is only a name `librdmacm1t64` provides.
+    const TRIXIE: &str = "Package: libibverbs1\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nDepends: adduser, libc6 (>= 2.38)\nBreaks: ibverbs-providers (<< 34~)\n\n\
+        Package: ibverbs-providers\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nDepends: libc6 (>= 2.38), libibverbs1 (>= 53)\nProvides: libefa1, libipathverbs1, libmana1, libmlx4-1, libmlx5-1, libmthca1\n\n\
+        Package: librdmacm1t64\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nDepends: libc6 (>= 2.38), libibverbs1 (>= 31)\nProvides: librdmacm1 (= 56.1-1)\nReplaces: librdmacm1\nBreaks: librdmacm1 (<< 56.1-1)\n\n\
+        Package: rdmacm-utils\nVersion: 56.1-1\nArchitecture: amd64\nDepends: libc6 (>= 2.38), libibverbs1 (>= 1.1.6), librdmacm1t64 (>= 23)\n\n\
+        Package: adduser\nVersion: 3.152\nArchitecture: all\n\n\
+        Package: libc6\nVersion: 2.41-12\nArchitecture: amd64\n";
+
+    const TRIXIE_LIBC: &str = "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.41-12\n\n\
+        Package: adduser\nStatus: install ok installed\nArchitecture: all\nVersion: 3.152\n";
+
+    const ERDMA: [&str; 4] = ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"];
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_virtual_name_installs_its_one_provider() {
+        let avail = available_from(TRIXIE);
+        let base = installed(TRIXIE_LIBC);
+        let want = strings(&["libibverbs1", "librdmacm1"]);
+        let r = resolve(&Request { install: &want, replace: &[], arch: "amd64" }, &base, &avail).unwrap();
+        assert_eq!(names(&r), ["libibverbs1 56.1-1 Install", "librdmacm1t64 56.1-1 Install"]);
+        assert_eq!(r.selected, [Selected { requested: "librdmacm1".into(), package: "librdmacm1t64".into() }]);
+        // Already there: kept, as apt says "librdmacm1t64 is already the newest version".
+        let base = installed(&format!("{TRIXIE_LIBC}\nPackage: librdmacm1t64\nStatus: install ok installed\nArchitecture: amd64\nVersion: 56.1-1\nProvides: librdmacm1 (= 56.1-1)\n"));
+        let r = resolve(&Request { install: &strings(&["librdmacm1"]), replace: &[], arch: "amd64" }, &base, &avail).unwrap();
+        assert!(r.install.is_empty(), "{:?}", names(&r));
+        assert_eq!(r.kept.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["librdmacm1t64"]);
+    }
+
+    #[test]
+    fn several_providers_are_an_error_naming_them() {
+        let text = format!("{TRIXIE}\nPackage: librdmacm1-ofed\nVersion: 2404mlnx51-1.2404066\nArchitecture: amd64\nProvides: librdmacm1\n");
+        let e = resolve(&Request { install: &strings(&["librdmacm1"]), replace: &[], arch: "amd64" }, &installed(TRIXIE_LIBC), &available_from(&text)).unwrap_err();
+        assert!(matches!(e, ResolveError::Virtual { .. }), "{e}");
+        let e = e.to_string();
+        assert_eq!(e, "package `librdmacm1` is a virtual package provided by librdmacm1-ofed 2404mlnx51-1.2404066, librdmacm1t64 56.1-1; name the one to install");
+        // A name nothing offers stays unknown; a pinned virtual name is refused.
+        let e = resolve(&Request { install: &strings(&["nothing-at-all"]), replace: &[], arch: "amd64" }, &[], &available_from(TRIXIE)).unwrap_err();
+        assert!(matches!(e, ResolveError::UnknownPackage { .. }), "{e}");
+        let e = resolve(&Request { install: &strings(&["librdmacm1=56.1-1"]), replace: &[], arch: "amd64" }, &[], &available_from(TRIXIE)).unwrap_err();
+        assert!(matches!(e, ResolveError::Virtual { .. }), "{e}");
+    }
+
+    #[test]
+    fn the_remove_list_reaches_t64_names_and_ofed_builds_of_either() {
+        let avail = available_from(TRIXIE);
+        let remove = strings(&ERDMA);
+        let want = strings(&["libibverbs1", "ibverbs-providers", "librdmacm1"]);
+        let ofed = |name: &str, provides: &str| {
+            installed(&format!(
+                "{TRIXIE_LIBC}\nPackage: libibverbs1\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2404mlnx51-1.2404066\n\n\
+                 Package: ibverbs-providers\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2404mlnx51-1.2404066\n\n\
+                 Package: {name}\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2404mlnx51-1.2404066\n{provides}"
+            ))
+        };
+        // An OFED build under the old name: removed, its successor installed.
+        let r = resolve(&Request { install: &want, replace: &remove, arch: "amd64" }, &ofed("librdmacm1", ""), &avail).unwrap();
+        assert_eq!(
+            names(&r),
+            [
+                "ibverbs-providers 56.1-1 Replace { from: \"2404mlnx51-1.2404066\" }",
+                "libibverbs1 56.1-1 Replace { from: \"2404mlnx51-1.2404066\" }",
+                "librdmacm1t64 56.1-1 Install"
+            ]
+        );
+        let gone: Vec<&str> = r.remove.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(gone, ["libibverbs1", "ibverbs-providers", "librdmacm1"]);
+        // An OFED build under the t64 name, with or without the Provides: replaced in place.
+        for provides in ["", "Provides: librdmacm1 (= 2404mlnx51-1.2404066)\n"] {
+            let r = resolve(&Request { install: &want, replace: &remove, arch: "amd64" }, &ofed("librdmacm1t64", provides), &avail).unwrap();
+            assert!(names(&r).contains(&"librdmacm1t64 56.1-1 Replace { from: \"2404mlnx51-1.2404066\" }".to_string()), "{provides}: {:?}", names(&r));
+            assert_eq!(r.remove.len(), 3, "{provides}");
+        }
+        // Nothing requested, only the remove list: the t64 build that provides a listed name goes.
+        let r = resolve(&Request { install: &[], replace: &remove, arch: "amd64" }, &ofed("librdmacm1t64", "Provides: librdmacm1\n"), &avail).unwrap();
+        assert_eq!(r.remove.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["libibverbs1", "ibverbs-providers", "librdmacm1t64"]);
     }
 }

@@ -1,0 +1,79 @@
+//! `--package FILE|URL`: a `.deb` that no repository signs (Alibaba's AIACC NCCL plugin is
+//! published as a bare download, seed 004), installed beside the recipe's packages.
+//!
+//! Nothing vouches for such a file, so it is taken only with `--allow-unsigned-package`, and
+//! the report and an image label name it with its SHA256. Its control file becomes a one-stanza
+//! index, so the resolver, the download cache and the dpkg bookkeeping treat it as they treat
+//! every other package; its dependencies come from the (verified) repositories.
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+use super::deb;
+use super::repo::{self, IndexedPackage};
+use crate::error::{Error, Result};
+
+/// The largest `.deb` accepted from a URL (NVIDIA's biggest packages are a few hundred MB).
+const MAX_DEB: u64 = 2 << 30;
+
+/// A local or downloaded package, checked to be a readable `.deb`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LocalDeb {
+    pub name: String,
+    pub version: String,
+    pub arch: String,
+    /// The file or URL as the user gave it.
+    pub source: String,
+    pub sha256: String,
+    #[serde(skip)]
+    pub package: IndexedPackage,
+}
+
+impl LocalDeb {
+    /// `name=version`, the request that installs exactly this file.
+    pub fn request(&self) -> String {
+        format!("{}={}", self.name, self.version)
+    }
+}
+
+/// Reads `--package FILE|URL`: a URL is downloaded into the package cache first (keyed by its
+/// SHA256, as every `.deb` is there).
+pub async fn load(arg: &str, cache_dir: &Path, client: &reqwest::Client) -> Result<LocalDeb> {
+    let path: PathBuf = if arg.starts_with("http://") || arg.starts_with("https://") {
+        let bytes = repo::get(client, arg, MAX_DEB).await?.ok_or_else(|| Error::Download { url: arg.to_string(), reason: "not found (404)".into() })?;
+        if bytes.len() as u64 > MAX_DEB {
+            return Err(Error::Download { url: arg.to_string(), reason: format!("larger than {MAX_DEB} bytes") });
+        }
+        let dir = cache_dir.join("debs");
+        std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
+        let path = dir.join(format!("{}.deb", hex::encode(Sha256::digest(&bytes))));
+        let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(Error::io("writing cache", &dir))?;
+        std::fs::write(tmp.path(), &bytes).map_err(Error::io("writing cache", tmp.path()))?;
+        tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
+        path
+    } else {
+        let p = Path::new(arg.strip_prefix("file://").unwrap_or(arg));
+        std::path::absolute(p).map_err(Error::io("reading package", p))?
+    };
+    let bytes = std::fs::read(&path).map_err(Error::io("reading package", &path))?;
+    let sha256 = hex::encode(Sha256::digest(&bytes));
+    let control = deb::read_control(&path).map_err(|source| Error::Deb { path: path.clone(), source })?.control;
+    let field = |f: &str| {
+        control.get(f).map(str::to_string).ok_or_else(|| Error::Malformed { what: "package control", reference: arg.to_string(), reason: format!("no {f} field") })
+    };
+    let (name, version, arch) = (field("Package")?, field("Version")?, field("Architecture")?);
+    // The control stanza as an index stanza: where the file is, and what it must hash to.
+    let dir = path.parent().unwrap_or(Path::new("/")).to_string_lossy().into_owned();
+    let file = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let mut stanza = control.clone();
+    let bad = |e: super::deb822::Deb822Error| Error::Malformed { what: "package control", reference: arg.to_string(), reason: e.to_string() };
+    stanza.set("Filename", file).map_err(bad)?;
+    stanza.set("Size", bytes.len().to_string()).map_err(bad)?;
+    stanza.set("SHA256", sha256.clone()).map_err(bad)?;
+    let origin = format!("unsigned {arg}");
+    let index = format!("{stanza}\n");
+    let mut packages = IndexedPackage::read_index(index, arg, &format!("file://{dir}"), &origin, &origin)?;
+    let package = packages.pop().ok_or_else(|| Error::Malformed { what: "package control", reference: arg.to_string(), reason: "no stanza".into() })?;
+    Ok(LocalDeb { name, version, arch, source: arg.to_string(), sha256, package })
+}

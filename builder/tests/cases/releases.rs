@@ -1,0 +1,273 @@
+//! Any Debian release, from its real archive: a `debootstrap --variant=minbase` base of Debian 12
+//! and 13 in a real registry, built from the archive it is configured with, run in Docker, and
+//! compared with what `apt-get install` adds in a container of the same base.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::build_env;
+use crate::support::{self, debian, Registry};
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn docker(args: &[&str]) -> std::process::Output {
+    Command::new("docker").args(args).output().unwrap()
+}
+
+fn build(args: &[&str], cache: &Path) -> Value {
+    let mut all = vec!["build", "--json"];
+    all.extend_from_slice(args);
+    let out = build_env(&all, &[("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
+    support::assert_success("erdma-build build", &out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// One entry of a layer: what a container sees there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Meta {
+    kind: char,
+    mode: u32,
+    uid: u64,
+    gid: u64,
+    /// SHA256 of a file's content, or a symlink's target.
+    content: String,
+}
+
+/// Every non-directory entry of a layer blob (gzip or plain tar), by path.
+fn layer_entries(blob: &[u8]) -> BTreeMap<String, Meta> {
+    let mut raw = Vec::new();
+    let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(blob)) } else { Box::new(blob) };
+    std::io::Read::read_to_end(&mut r, &mut raw).unwrap();
+    let mut out = BTreeMap::new();
+    for e in tar::Archive::new(raw.as_slice()).entries().unwrap() {
+        let mut e = e.unwrap();
+        let h = e.header().clone();
+        let t = h.entry_type();
+        if t.is_dir() {
+            continue;
+        }
+        let path = e.path().unwrap().to_string_lossy().trim_start_matches("./").to_string();
+        let (kind, content) = if t.is_symlink() {
+            ('l', e.link_name().unwrap().unwrap().to_string_lossy().into_owned())
+        } else {
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut data).unwrap();
+            ('f', hex::encode(Sha256::digest(&data)))
+        };
+        out.insert(path, Meta { kind, mode: h.mode().unwrap() & 0o7777, uid: h.uid().unwrap(), gid: h.gid().unwrap(), content });
+    }
+    out
+}
+
+/// The top layer of an image saved by `docker save`, as bytes.
+fn docker_top_layer(tmp: &Path, image: &str) -> Vec<u8> {
+    let saved = tmp.join("theirs.tar");
+    support::assert_success("docker save", &docker(&["save", "-o", &s(&saved), image]));
+    let dir = tmp.join("theirs");
+    support::assert_success("skopeo copy", &support::skopeo(["copy", &format!("docker-archive:{}", s(&saved)), &format!("oci:{}:x", s(&dir))]));
+    let index: Value = serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let m: Value = serde_json::from_slice(&std::fs::read(support::fixture::blob_path(&dir, index["manifests"][0]["digest"].as_str().unwrap())).unwrap()).unwrap();
+    let top = m["layers"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap().to_string();
+    std::fs::read(support::fixture::blob_path(&dir, &top)).unwrap()
+}
+
+/// The dpkg status stanzas of `names`, each as its fields (order and all).
+fn status_stanzas(status: &str, names: &[&str]) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut out = BTreeMap::new();
+    for stanza in status.split("\n\n") {
+        let mut fields: Vec<(String, String)> = Vec::new();
+        for line in stanza.lines() {
+            match (line.starts_with([' ', '\t']), fields.last_mut()) {
+                (true, Some(last)) => {
+                    last.1.push('\n');
+                    last.1.push_str(line);
+                }
+                _ => {
+                    if let Some((k, v)) = line.split_once(':') {
+                        fields.push((k.to_string(), v.trim_start().to_string()));
+                    }
+                }
+            }
+        }
+        if let Some((_, name)) = fields.iter().find(|(k, _)| k == "Package") {
+            if names.contains(&name.as_str()) {
+                out.insert(name.clone(), fields.clone());
+            }
+        }
+    }
+    out
+}
+
+/// What is in a layer because something ran, not because a package was installed: apt's
+/// caches and logs, the loader cache, lock files adduser leaves (lckpwdf(3)), dpkg's
+/// bookkeeping of its own run, and whiteouts.
+fn noise(p: &str) -> bool {
+    ["var/cache/", "var/lib/apt/", "var/log/", "tmp/", "var/lib/dpkg/triggers/", "var/lib/dpkg/lock", "var/lib/dpkg/updates/"].iter().any(|n| p.starts_with(n))
+        || p == "etc/ld.so.cache"
+        || p == "etc/.pwd.lock"
+        || p == "run/adduser"
+        || p.ends_with("-old")
+        || p.contains("/.wh.")
+        || p.starts_with(".wh.")
+}
+
+/// Builds `rel`'s base with erdma-build (packages from its own archive) and with `apt-get
+/// install` in Docker, and asserts the two layers hold the same files with the same modes,
+/// owners and contents, and the same dpkg status stanzas for `packages`.
+fn payload_equals_apt_get(rel: debian::Release, request: &[&str], packages: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = debian::base(rel);
+    let ours_dir = tmp.path().join("ours");
+    let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&ours_dir)), "--no-env-presets"], &tmp.path().join("cache"));
+    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
+    let ours = layer_entries(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
+
+    let base_name = format!("erdma-test/{}-base:{}", rel.suite, std::process::id());
+    let base_tar = tmp.path().join("base.tar");
+    support::assert_success("skopeo copy", &support::skopeo(["copy", &base.reference(), &format!("docker-archive:{}:{base_name}", s(&base_tar))]));
+    support::assert_success("docker load", &docker(&["load", "-i", &s(&base_tar)]));
+    let ctx = tmp.path().join("ctx");
+    std::fs::create_dir(&ctx).unwrap();
+    std::fs::write(ctx.join("Dockerfile"), format!("FROM {base_name}\nRUN apt-get update && apt-get install -y {}\n", request.join(" "))).unwrap();
+    let theirs_name = format!("{base_name}-apt");
+    let out = Command::new("docker").args(["build", "-q", "-t", &theirs_name]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
+    let _ = docker(&["rmi", "-f", &base_name]);
+    support::assert_success("docker build with apt-get install", &out);
+    let theirs_blob = docker_top_layer(tmp.path(), &theirs_name);
+    let _ = docker(&["rmi", "-f", &theirs_name]);
+    let theirs = layer_entries(&theirs_blob);
+
+    let size = |blob: &[u8]| {
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(blob), &mut raw).map(|_| raw.len()).unwrap_or(blob.len())
+    };
+    let (ours_size, theirs_size) = (size(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap()), size(&theirs_blob));
+    eprintln!("{}: layer (uncompressed) erdma-build {ours_size} bytes, docker build {theirs_size} bytes", rel.suite);
+    assert!(theirs_size >= 10 * ours_size, "ours {ours_size}, docker's {theirs_size}");
+    let status = "var/lib/dpkg/status";
+    let keep = |m: &BTreeMap<String, Meta>| -> BTreeMap<String, Meta> { m.iter().filter(|(p, _)| !noise(p) && p.as_str() != status).map(|(p, m)| (p.clone(), m.clone())).collect() };
+    let (o, t) = (keep(&ours), keep(&theirs));
+    let paths_o: BTreeSet<&String> = o.keys().collect();
+    let paths_t: BTreeSet<&String> = t.keys().collect();
+    assert_eq!(paths_o.difference(&paths_t).collect::<Vec<_>>(), Vec::<&&String>::new(), "only in erdma-build's layer");
+    assert_eq!(paths_t.difference(&paths_o).collect::<Vec<_>>(), Vec::<&&String>::new(), "only in apt-get's layer");
+    let differing: Vec<String> = o.iter().filter(|(p, m)| t[*p] != **m).map(|(p, m)| format!("{p}: ours {m:?}, apt-get's {:?}", t[p])).collect();
+    assert!(differing.is_empty(), "{} entries differ:\n{}", differing.len(), differing.join("\n"));
+    eprintln!("{}: {} files, symlinks and their modes, owners and contents equal apt-get install's", rel.suite, o.len());
+
+    // The status stanzas of what was installed: same fields, values and order as dpkg's.
+    let read_status = |dir: &Path, blob: &[u8]| -> String {
+        let _ = dir;
+        let mut raw = Vec::new();
+        let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(blob)) } else { Box::new(blob) };
+        std::io::Read::read_to_end(&mut r, &mut raw).unwrap();
+        for e in tar::Archive::new(raw.as_slice()).entries().unwrap() {
+            let mut e = e.unwrap();
+            if e.path().unwrap().to_string_lossy().trim_start_matches("./") == status {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut e, &mut text).unwrap();
+                return text;
+            }
+        }
+        panic!("no {status} in the layer");
+    };
+    let ours_status = status_stanzas(&read_status(&ours_dir, &std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap()), packages);
+    let theirs_status = status_stanzas(&read_status(tmp.path(), &theirs_blob), packages);
+    assert_eq!(ours_status.keys().collect::<Vec<_>>(), packages.iter().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>());
+    for (name, fields) in &theirs_status {
+        assert_eq!(&ours_status[name], fields, "status stanza of {name}");
+    }
+}
+
+#[test]
+fn debian13_payload_equals_apt_get_install() {
+    if !support::require_docker() || !debian::require_base() {
+        return;
+    }
+    // adduser: libibverbs1's postinst needs it, and a trixie minbase lacks it.
+    payload_equals_apt_get(
+        debian::TRIXIE,
+        &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"],
+        &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1t64", "libnl-3-200", "libnl-route-3-200", "adduser"],
+    );
+}
+
+#[test]
+fn debian12_payload_equals_apt_get_install() {
+    if !support::require_docker() || !debian::require_base() {
+        return;
+    }
+    payload_equals_apt_get(
+        debian::BOOKWORM,
+        &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"],
+        &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1", "libnl-3-200", "libnl-route-3-200"],
+    );
+}
+
+/// Debian 13 end to end: detected (no recipe of its own: the generic one), `librdmacm1` taken as
+/// `librdmacm1t64`, written to a real registry, and run in Docker with dpkg and apt checks.
+#[test]
+fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
+    if !support::require_docker() || !support::require_registry() || !debian::require_base() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let reg = Registry::start();
+    let base = debian::base(debian::TRIXIE);
+    support::assert_success("skopeo copy", &support::skopeo(["copy", "--dest-tls-verify=false", &base.reference(), &reg.reference("debian:13")]));
+    let r = build(&["--base", &reg.reference("debian:13"), "--output", &reg.reference("debian:13-erdma")], &tmp.path().join("cache"));
+    let img = &r["images"][0];
+    assert_eq!(img["recipe"], "apt-generic", "{img}");
+    assert_eq!(img["os_release"]["version_id"], "13");
+    let pk = &img["packages"];
+    assert_eq!(pk["selected"], serde_json::json!([{"requested": "librdmacm1", "package": "librdmacm1t64"}]), "{pk}");
+    let installed: BTreeMap<&str, &str> = pk["install"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap(), p["version"].as_str().unwrap())).collect();
+    for want in ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1t64"] {
+        assert!(installed[want].starts_with("56."), "{want}: {installed:?}");
+    }
+    assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian"), "{pk}");
+
+    // Docker pulls it from the registry (loopback registries are insecure by default).
+    let name = reg.reference("debian:13-erdma").trim_start_matches("docker://").to_string();
+    support::assert_success("docker pull", &docker(&["pull", "-q", &name]));
+    let out = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        &name,
+        "bash",
+        "-c",
+        "set -e
+         dpkg -s libibverbs1 ibverbs-providers ibverbs-utils librdmacm1t64 | grep -c '^Status: install ok installed$'
+         echo AUDIT; dpkg --audit; echo END
+         apt-get check -q >/dev/null && echo CHECK-OK
+         dpkg --verify libibverbs1 ibverbs-providers ibverbs-utils librdmacm1t64 libnl-3-200 libnl-route-3-200 adduser && echo VERIFY-OK
+         test -f /etc/libibverbs.d/erdma.driver && echo DRIVER-OK
+         ls /usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav*.so
+         ibv_devices 2>&1 || echo \"ibv_devices exit $?\"
+         getent group rdma",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("4\n"), "four packages installed: {text}");
+    assert!(text.contains("AUDIT\nEND\n"), "dpkg --audit is empty: {text}");
+    for ok in ["CHECK-OK", "VERIFY-OK", "DRIVER-OK", "liberdma-rdmav", "rdma:x:"] {
+        assert!(text.contains(ok), "missing {ok} in\n{text}");
+    }
+    assert!(text.contains("Failed to get IB devices list") && !text.contains("error while loading shared libraries"), "{text}");
+
+    // A Dockerfile FROM the result keeps using apt: rdmacm-utils depends on librdmacm1t64.
+    let ctx = tmp.path().join("ctx");
+    std::fs::create_dir(&ctx).unwrap();
+    std::fs::write(ctx.join("Dockerfile"), format!("FROM {name}\nRUN apt-get update -q && apt-get install -y -q rdmacm-utils && rping --help 2>&1 | head -1 && dpkg --audit\n")).unwrap();
+    let child = format!("{name}-child");
+    let out = Command::new("docker").args(["build", "-q", "-t", &child]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
+    let _ = docker(&["rmi", "-f", &child, &name]);
+    support::assert_success("docker build FROM the result with apt-get install rdmacm-utils", &out);
+}
