@@ -564,14 +564,9 @@ fn write_info(
         layer.add_file(&format!("{INFO}/{iname}.{name}"), data.clone(), mode)?;
     }
     let bad = |e: super::deb822::Deb822Error| Error::Malformed { what: "package control", reference: planned.name.clone(), reason: e.to_string() };
-    let mut stanza = Paragraph::default();
-    for (k, v) in deb.control.fields() {
-        stanza.set(k, v).map_err(bad)?;
-        if k.eq_ignore_ascii_case("Package") {
-            // `apt-mark hold` writes the same selection.
-            stanza.set("Status", if planned.hold { "hold ok installed" } else { "install ok installed" }).map_err(bad)?;
-        }
-    }
+    let mut fields: Vec<(String, String)> = deb.control.fields().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    // `apt-mark hold` writes the same selection.
+    fields.push(("Status".into(), if planned.hold { "hold ok installed" } else { "install ok installed" }.into()));
     if let Some(conffiles) = deb.control_files.get("conffiles") {
         let mut lines = Vec::new();
         for c in String::from_utf8_lossy(conffiles).lines().map(str::trim).filter(|l| !l.is_empty() && l.starts_with('/')) {
@@ -579,16 +574,32 @@ fn write_info(
             lines.push(format!(" {c} {sum}"));
         }
         if !lines.is_empty() {
-            // dpkg writes Conffiles before Description.
-            let desc = stanza.remove("Description");
-            stanza.set("Conffiles", format!("\n{}", lines.join("\n"))).map_err(bad)?;
-            if let Some(d) = desc {
-                stanza.set("Description", d).map_err(bad)?;
-            }
+            fields.push(("Conffiles".into(), format!("\n{}", lines.join("\n"))));
         }
+    }
+    let mut stanza = Paragraph::default();
+    for (k, v) in dpkg_order(fields) {
+        stanza.set(&k, v).map_err(bad)?;
     }
     stanzas.push(stanza);
     Ok(())
+}
+
+/// The fields dpkg knows, in the order it writes them to its status file (`fieldinfos[]` in
+/// dpkg's lib/dpkg/parse.c); every other field follows them, in the package's own order.
+const DPKG_FIELDS: &[&str] = &[
+    "Package", "Essential", "Protected", "Status", "Priority", "Section", "Installed-Size", "Origin", "Maintainer", "Bugs", "Architecture", "Multi-Arch", "Source",
+    "Version", "Config-Version", "Replaces", "Provides", "Depends", "Pre-Depends", "Recommends", "Suggests", "Breaks", "Conflicts", "Enhances", "Conffiles",
+    "Filename", "Size", "MD5sum", "MSDOS-Filename", "Description", "Triggers-Pending", "Triggers-Awaited",
+];
+
+/// `fields` as dpkg writes a status stanza: its known fields first, in its order.
+fn dpkg_order(fields: Vec<(String, String)>) -> Vec<(String, String)> {
+    let rank = |k: &str| DPKG_FIELDS.iter().position(|f| f.eq_ignore_ascii_case(k)).unwrap_or(DPKG_FIELDS.len());
+    let mut fields: Vec<(usize, (String, String))> = fields.into_iter().map(|f| (rank(&f.0), f)).collect();
+    // Stable: fields dpkg does not know keep the order the package gave them.
+    fields.sort_by_key(|(r, _)| *r);
+    fields.into_iter().map(|(_, f)| f).collect()
 }
 
 /// libibverbs1's postinst runs `addgroup --system --quiet rdma`; adduser picks the lowest free
