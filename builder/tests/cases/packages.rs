@@ -364,3 +364,68 @@ fn a_rebuild_on_the_same_registry_base_downloads_no_layer() {
         assert_eq!(r["images"][0]["base_layers"][0]["reuse"], if run == 1 { "mounted" } else { "present" });
     }
 }
+
+/// `--package FILE` (a `.deb` built here, standing in for Alibaba's AIACC NCCL plugin, seed 004)
+/// needs `--allow-unsigned-package`, gets its dependencies from the signed repository, and is
+/// named in the report and an image label; `--install` adds repository packages.
+#[test]
+fn unsigned_and_extra_packages() {
+    if !support::require(support::have("dpkg-deb"), "dpkg-deb is needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let plugin = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "aiacc-nccl-plugin",
+            version: "1.0.2",
+            depends: Some("libibverbs1 (>= 44), librdmacm1"),
+            files: vec![("/usr/local/lib/libnccl-net.so", b"\x7fELF stand-in for the AIACC NCCL net plugin\n".as_slice(), 0o644)],
+            ..Default::default()
+        },
+    );
+    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(std::fs::read(&plugin).unwrap()));
+    let base = format!("oci:{}:latest", testdata("images/debian12-mini"));
+    let mirror = format!("file://{}", testdata("repos/debian-demo"));
+    let key = testdata("repos/debian-demo/demo-key.asc");
+    let common = ["--base", base.as_str(), "--mirror", mirror.as_str(), "--keyring", key.as_str()];
+
+    let out = tmp.path().join("refused");
+    let mut args = vec!["build", "--package", plugin.to_str().unwrap(), "--output"];
+    let dest = format!("oci:{}:x", s(&out));
+    args.push(&dest);
+    args.extend_from_slice(&common);
+    let err = build_fails(&args);
+    assert!(err.contains("not signed by any repository") && err.contains("--allow-unsigned-package"), "{err}");
+    assert!(!out.exists());
+
+    let out = tmp.path().join("out");
+    let dest = format!("oci:{}:x", s(&out));
+    let mut args = vec!["--package", plugin.to_str().unwrap(), "--allow-unsigned-package", "--output", &dest];
+    args.extend_from_slice(&common);
+    let r = build(&args, &tmp.path().join("cache"));
+    let pk = &r["images"][0]["packages"];
+    assert_eq!(pk["unsigned"][0]["name"], "aiacc-nccl-plugin", "{pk}");
+    assert_eq!(pk["unsigned"][0]["sha256"], sha.as_str());
+    let plug = pk["install"].as_array().unwrap().iter().find(|p| p["name"] == "aiacc-nccl-plugin").unwrap_or_else(|| panic!("{pk}"));
+    assert_eq!(plug["version"], "1.0.2");
+    assert!(plug["origin"].as_str().unwrap().starts_with("unsigned "), "{plug}");
+    let img = support::fixture::read_fixture(&out, "x");
+    let label = img.config()["config"]["Labels"]["com.alibabacloud.erdma.unsigned-packages"].as_str().unwrap_or_default().to_string();
+    assert!(label.starts_with(&format!("aiacc-nccl-plugin=1.0.2 sha256:{sha} (")), "{label}");
+    let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(files.contains(&"/usr/local/lib/libnccl-net.so") && files.contains(&"/var/lib/dpkg/info/aiacc-nccl-plugin.list"), "{files:?}");
+
+    // --install: only what is asked, with what it needs, when the recipe's packages are off.
+    let dest = format!("oci:{}:y", s(&tmp.path().join("extra")));
+    let mut args = vec!["--no-packages", "--install", "libibverbs1", "--output", &dest];
+    args.extend_from_slice(&common);
+    let r = build(&args, &tmp.path().join("cache"));
+    let got: Vec<&str> = r["images"][0]["packages"]["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(got, ["libibverbs1", "libnl-3-200", "libnl-route-3-200"]);
+    let dest = format!("oci:{}:z", s(&tmp.path().join("unknown")));
+    let mut args = vec!["build", "--install", "no-such-package", "--output", &dest];
+    args.extend_from_slice(&common);
+    let err = build_fails(&args);
+    assert!(err.contains("unknown package `no-such-package`"), "{err}");
+}

@@ -271,3 +271,85 @@ fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
     let _ = docker(&["rmi", "-f", &child, &name]);
     support::assert_success("docker build FROM the result with apt-get install rdmacm-utils", &out);
 }
+
+/// The real Debian 12 base with its apt sources replaced by `sources` (deb822), or removed.
+fn with_sources(base: &support::OciFixture, dir: &Path, sources: Option<&str>) -> support::OciFixture {
+    use support::fixture;
+    let lower = fixture::import_layer(base, 0, dir);
+    let mut entries: Vec<fixture::Entry> = vec![("etc/apt/.wh.sources.list", b"".as_slice(), 0o644)];
+    if let Some(text) = sources {
+        entries.push(("etc/apt/sources.list.d/debian.sources", text.as_bytes(), 0o644));
+    }
+    let upper = fixture::entries_layer(dir, &entries);
+    fixture::image_from_layers(dir, fixture::DEFAULT_TAG, vec![lower, upper], &[("PATH", debian::DEBIAN_PATH)], &["bash"])
+}
+
+/// `--mirror URL` stands in for every source of the base (the main archive with several suites
+/// in one deb822 stanza, and -security), `--mirror FROM=URL` for one archive; a base without
+/// sources needs `--mirror`, and gets its release's suite from it.
+#[test]
+fn mirrors_stand_in_for_every_source_of_the_base() {
+    if !debian::require_base() || !support::debs::require_download() {
+        return;
+    }
+    let (Some(main), Some(security)) = (debian::debian_mirror(), debian::mirror_for_suite("bookworm-security")) else {
+        panic!("the host's apt sources name no bookworm-security archive");
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let base = debian::debian12_base();
+    let sources = "Types: deb\nURIs: http://archive.invalid/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+                   Types: deb\nURIs: http://security.invalid/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
+    let img = with_sources(&base, &tmp.path().join("several"), Some(sources));
+    let img_ref = img.reference();
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", "--json", "--base", img_ref.as_str()];
+        args.extend_from_slice(extra);
+        build_env(&args, &[("XDG_CACHE_HOME", cache.to_str().unwrap())])
+    };
+    let sec = format!("http://security.invalid/debian-security={security}");
+    let out = plan(&["--mirror", &main, "--mirror", &sec]);
+    support::assert_success("plan with mirrors", &out);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let repos = &r["images"][0]["packages"]["repositories"];
+    assert_eq!(repos["base bookworm"], main.as_str(), "{repos}");
+    assert_eq!(repos["base bookworm-updates"], main.as_str(), "{repos}");
+    assert_eq!(repos["base bookworm-security"], security.as_str(), "{repos}");
+    // The main archive's mirror alone has no bookworm-security: said, naming the suite.
+    let out = plan(&["--mirror", &main]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("bookworm-security"), "{err}");
+
+    // Slimmed images delete their lists.
+    let bare = with_sources(&base, &tmp.path().join("bare"), None);
+    let out = build_env(&["plan", "--base", &bare.reference()], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("configures no apt repository") && err.contains("--mirror"), "{err}");
+    let out = build_env(&["plan", "--json", "--base", &bare.reference(), "--mirror", &main], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    support::assert_success("plan of a base without sources, with --mirror", &out);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["images"][0]["packages"]["repositories"]["base bookworm"], main.as_str());
+}
+
+/// `--install` from the real Debian 13 archive: the tools seed 000 checks with, resolved with
+/// the eRDMA packages.
+#[test]
+fn extra_packages_from_the_debian13_archive() {
+    if !debian::require_base() || !support::debs::require_download() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = debian::base(debian::TRIXIE);
+    let out = build_env(
+        &["plan", "--json", "--base", &base.reference(), "--install", "perftest", "--install", "rdmacm-utils", "--install", "infiniband-diags"],
+        &[("XDG_CACHE_HOME", tmp.path().join("cache").to_str().unwrap())],
+    );
+    support::assert_success("plan --install", &out);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pk = &r["images"][0]["packages"];
+    let names: Vec<&str> = pk["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for want in ["perftest", "rdmacm-utils", "infiniband-diags", "librdmacm1t64", "libibverbs1", "libibumad3", "libibmad5"] {
+        assert!(names.contains(&want), "{want} not in {names:?}");
+    }
+    assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian"), "{pk}");
+}

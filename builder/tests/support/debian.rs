@@ -168,6 +168,14 @@ pub fn debian_mirror() -> Option<String> {
     })
 }
 
+/// The first `URIs:` of the host's deb822 stanza that lists `suite` (e.g. `bookworm-security`,
+/// served from another path than the main archive).
+pub fn mirror_for_suite(suite: &str) -> Option<String> {
+    let mut files: Vec<PathBuf> = fs::read_dir("/etc/apt/sources.list.d").into_iter().flatten().flatten().map(|e| e.path()).collect();
+    files.sort();
+    files.iter().filter_map(|f| fs::read_to_string(f).ok()).flat_map(|t| deb822_stanzas(&t)).find(|(_, suites, enabled)| *enabled && suites.iter().any(|s| s == suite)).and_then(|(uris, _, _)| uris.first().map(|u| u.trim_end_matches('/').to_string()))
+}
+
 /// `(URIs, Suites, Enabled)` of each stanza of a deb822 sources file with `Types: deb`.
 fn deb822_stanzas(text: &str) -> Vec<(Vec<String>, Vec<String>, bool)> {
     let mut out = Vec::new();
