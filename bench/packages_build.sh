@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installing the eRDMA packages: erdma-build against `docker build` running seed 001's
 # `apt install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1` (+ `apt update`), on the
-# same real Debian 12 base (debootstrap minbase) in a throwaway local registry, both pushing the
+# same real Debian base (debootstrap minbase) in a throwaway local registry, both pushing the
 # result there. Packages come from the Debian archive the base is configured with.
 #
-#   bench/packages_build.sh
+#   bench/packages_build.sh [SUITE...]      (default: bookworm trixie, i.e. Debian 12 and 13)
 #
 # Cold: erdma-build with an empty package cache; docker without the base pulled and with its
 #       build cache pruned.
@@ -12,16 +12,20 @@
 #       --no-cache: a cached RUN would skip the work being compared).
 # Measured: wall seconds; bytes downloaded (erdma-build: packages + indices + registry; docker:
 # what apt reports fetched + the base pull); the size of the layer each adds (compressed, as
-# pushed).
+# pushed); erdma-build's peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUITES=("$@")
+[ "${#SUITES[@]}" -gt 0 ] || SUITES=(bookworm trixie)
 WORK=$(mktemp -d /tmp/erdma-bench-pk.XXXXXX)
 REG_PID=
 cleanup() {
     set +e
     [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null
-    [ -n "${REG:-}" ] && docker rmi -f "$REG/base:1" "$REG/out-docker:1" "$REG/out-docker:2" >/dev/null 2>&1
+    for suite in "${SUITES[@]}"; do
+        [ -n "${REG:-}" ] && docker rmi -f "$REG/$suite:1" "$REG/out-docker-$suite:1" "$REG/out-docker-$suite:2" >/dev/null 2>&1
+    done
     [ "${KEEP_WORK:-0}" = 1 ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -41,24 +45,27 @@ docker-registry serve "$WORK/registry.yml" </dev/null >"$WORK/registry.log" 2>&1
 REG_PID=$!
 for _ in $(seq 100); do curl -fsS "http://$REG/v2/" >/dev/null 2>&1 && break; sleep 0.1; done
 
-say "Debian 12 base (debootstrap --variant=minbase bookworm $MIRROR)"
-debootstrap --variant=minbase bookworm "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1
-rm -rf "$WORK"/rootfs/var/cache/apt/archives/*.deb "$WORK"/rootfs/var/lib/apt/lists/*_Packages
-tar -C "$WORK/rootfs" -c . | docker import -c 'CMD ["bash"]' - "$REG/base:1" >/dev/null
-docker push -q "$REG/base:1" >/dev/null
-docker rmi -f "$REG/base:1" >/dev/null
-rm -rf "$WORK/rootfs"
-
 lo() { awk '$1 == "lo:" { printf "%.0f\n", $2 + $10 }' /proc/net/dev; }
 eth() { awk 'NR > 2 && $1 != "lo:" { b += $2 } END { printf "%.0f\n", b }' /proc/net/dev; }
 now() { date +%s.%N; }
 declare -A R
 
+make_base() { # $1 = suite
+    say "$1 base (debootstrap --variant=minbase $1 $MIRROR)"
+    debootstrap --variant=minbase "$1" "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1
+    rm -rf "$WORK"/rootfs/var/cache/apt/archives/*.deb "$WORK"/rootfs/var/lib/apt/lists/*_Packages
+    tar -C "$WORK/rootfs" -c . | docker import -c 'CMD ["bash"]' - "$REG/$1:1" >/dev/null
+    docker push -q "$REG/$1:1" >/dev/null
+    docker rmi -f "$REG/$1:1" >/dev/null
+    rm -rf "$WORK/rootfs"
+}
+
 run_erdma() { # $1 = cold|warm, $2 = output tag
     local t0 t1 e0 l0 json
     e0=$(eth); l0=$(lo); t0=$(now)
-    json=$(XDG_CACHE_HOME="$WORK/cache" "$BIN" build --quiet --json --base "docker://$REG/base:1" --output "docker://$REG/out-erdma:$2")
+    json=$(XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --quiet --json --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$2")
     t1=$(now)
+    R[erdma-$1,rss]=$(cat "$WORK/rss")
     R[erdma-$1,wall]=$(echo "$t1 - $t0" | bc)
     R[erdma-$1,net]=$(( $(eth) - e0 + $(lo) - l0 ))
     R[erdma-$1,layer]=$(echo "$json" | jq '.images[0].layer.size')
@@ -68,34 +75,40 @@ run_erdma() { # $1 = cold|warm, $2 = output tag
 run_docker() { # $1 = cold|warm, $2 = output tag
     local t0 t1 e0 l0 fetched
     mkdir -p "$WORK/ctx"
-    printf 'FROM %s/base:1\nRUN apt-get update && apt-get install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1\n' "$REG" >"$WORK/ctx/Dockerfile"
+    printf 'FROM %s/%s:1\nRUN apt-get update && apt-get install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1\n' "$REG" "$SUITE" >"$WORK/ctx/Dockerfile"
     e0=$(eth); l0=$(lo); t0=$(now)
-    DOCKER_BUILDKIT=0 docker build --no-cache -t "$REG/out-docker:$2" "$WORK/ctx" >"$WORK/docker-$1.log" 2>&1
-    docker push -q "$REG/out-docker:$2" >/dev/null
+    DOCKER_BUILDKIT=0 docker build --no-cache -t "$REG/out-docker-$SUITE:$2" "$WORK/ctx" >"$WORK/docker-$1.log" 2>&1
+    docker push -q "$REG/out-docker-$SUITE:$2" >/dev/null
     t1=$(now)
     R[docker-$1,wall]=$(echo "$t1 - $t0" | bc)
     R[docker-$1,net]=$(( $(eth) - e0 + $(lo) - l0 ))
-    R[docker-$1,layer]=$(skopeo inspect --raw --tls-verify=false "docker://$REG/out-docker:$2" | jq '.layers[-1].size')
+    R[docker-$1,layer]=$(skopeo inspect --raw --tls-verify=false "docker://$REG/out-docker-$SUITE:$2" | jq '.layers[-1].size')
     fetched=$(grep -o 'Fetched [0-9.]* [kMG]B' "$WORK/docker-$1.log" | awk '{ v=$2; u=$3; m=(u=="kB")?1e3:(u=="MB")?1e6:1e9; s += v*m } END { printf "%.0f", s }')
     R[docker-$1,debs]=$fetched
 }
 
-say "cold"
-docker builder prune -af >/dev/null 2>&1 || true
-run_docker cold 1
-run_erdma cold 1
-say "warm"
-run_docker warm 2
-run_erdma warm 2
+for SUITE in "${SUITES[@]}"; do
+    declare -A R=()
+    make_base "$SUITE"
+    say "$SUITE cold"
+    docker builder prune -af >/dev/null 2>&1 || true
+    run_docker cold 1
+    run_erdma cold 1
+    say "$SUITE warm"
+    run_docker warm 2
+    run_erdma warm 2
 
-python3 - "$(declare -p R)" <<'PY'
+    python3 - "$SUITE" "$(declare -p R)" <<'PY'
 import re, sys
-R = dict(re.findall(r'\[([^\]]+)\]="([^"]*)"', sys.argv[1]))
+suite = sys.argv[1]
+R = dict(re.findall(r'\[([^\]]+)\]="([^"]*)"', sys.argv[2]))
 g = lambda k: float(R[k])
-print(f"\n{'':14} {'wall s':>8} {'net bytes':>12} {'apt/deb bytes':>14} {'layer bytes':>12}")
+print(f"\n{suite}\n{'':14} {'wall s':>8} {'net bytes':>12} {'apt/deb bytes':>14} {'layer bytes':>12} {'peak RSS KiB':>13}")
 for t in ["docker-cold", "erdma-cold", "docker-warm", "erdma-warm"]:
-    print(f"{t:14} {g(t+',wall'):8.2f} {g(t+',net'):12.0f} {g(t+',debs'):14.0f} {g(t+',layer'):12.0f}")
+    rss = R.get(t + ',rss', '')
+    print(f"{t:14} {g(t+',wall'):8.2f} {g(t+',net'):12.0f} {g(t+',debs'):14.0f} {g(t+',layer'):12.0f} {rss:>13}")
 for c in ["cold", "warm"]:
     print(f"docker/erdma {c}: wall {g(f'docker-{c},wall')/g(f'erdma-{c},wall'):.1f}x, "
           f"network {g(f'docker-{c},net')/max(g(f'erdma-{c},net'),1):.1f}x, layer {g(f'docker-{c},layer')/g(f'erdma-{c},layer'):.1f}x")
 PY
+done

@@ -85,6 +85,8 @@ pub struct BaseLayer {
 pub struct ImageReport {
     pub platform: Option<String>,
     pub recipe: String,
+    /// What the recipe is for: `Debian 13 (trixie), generic recipe` for the generic one.
+    pub distro: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub os_release: Option<OsRelease>,
     pub files_added: Vec<String>,
@@ -774,6 +776,7 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
     Ok(Prepared {
         report: ImageReport {
             platform: img.platform.as_ref().map(|p| p.0.clone()),
+            distro: recipe.distro.pretty.clone(),
             recipe: recipe.name,
             os_release,
             files_added,

@@ -151,7 +151,7 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         writeln!(out, "plan for {} ({})", r.base, r.base_digest)?;
     }
     for img in &r.images {
-        writeln!(out, "{}recipe {}", img.platform.as_ref().map(|p| format!("[{p}] ")).unwrap_or_default(), img.recipe)?;
+        writeln!(out, "{}recipe {}: {}", img.platform.as_ref().map(|p| format!("[{p}] ")).unwrap_or_default(), img.recipe, img.distro)?;
         for f in &img.files_added {
             writeln!(out, "  + {f}")?;
         }

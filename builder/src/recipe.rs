@@ -206,7 +206,7 @@ impl Recipe {
         r.distro.id = rel.family.clone();
         r.distro.version_id = rel.version.clone();
         r.distro.codename = rel.codename.clone();
-        r.distro.pretty = format!("{} (recipe {})", rel.pretty(), self.name);
+        r.distro.pretty = format!("{}, generic recipe", rel.pretty());
         let nvdistro = format!("{}{}", rel.family, rel.version.replace('.', ""));
         for repo in r.repositories.iter_mut() {
             for u in repo.urls.iter_mut().chain(repo.key_url.iter_mut()) {
@@ -340,15 +340,15 @@ mod tests {
         assert_eq!(pick("ID=ubuntu\nVERSION_ID=\"22.04\"\n").unwrap().0, "ubuntu-22.04");
         // Newer ones: the generic recipe, named for the release.
         for (text, pretty) in [
-            ("ID=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n", "Debian 13 (trixie) (recipe apt-generic)"),
-            ("ID=debian\nVERSION_ID=\"14\"\nVERSION_CODENAME=forky\n", "Debian 14 (forky) (recipe apt-generic)"),
-            ("ID=debian\nVERSION_CODENAME=forky\nPRETTY_NAME=\"Debian GNU/Linux forky/sid\"\n", "Debian 14 (forky) (recipe apt-generic)"),
-            ("ID=ubuntu\nVERSION_ID=\"24.10\"\nVERSION_CODENAME=oracular\n", "Ubuntu 24.10 (oracular) (recipe apt-generic)"),
-            ("ID=ubuntu\nVERSION_ID=\"25.04\"\n", "Ubuntu 25.04 (plucky) (recipe apt-generic)"),
-            ("ID=ubuntu\nVERSION_ID=\"25.10\"\nVERSION_CODENAME=questing\n", "Ubuntu 25.10 (questing) (recipe apt-generic)"),
-            ("ID=ubuntu\nVERSION_ID=\"26.04\"\nVERSION_CODENAME=resolute\n", "Ubuntu 26.04 (resolute) (recipe apt-generic)"),
+            ("ID=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n", "Debian 13 (trixie), generic recipe"),
+            ("ID=debian\nVERSION_ID=\"14\"\nVERSION_CODENAME=forky\n", "Debian 14 (forky), generic recipe"),
+            ("ID=debian\nVERSION_CODENAME=forky\nPRETTY_NAME=\"Debian GNU/Linux forky/sid\"\n", "Debian 14 (forky), generic recipe"),
+            ("ID=ubuntu\nVERSION_ID=\"24.10\"\nVERSION_CODENAME=oracular\n", "Ubuntu 24.10 (oracular), generic recipe"),
+            ("ID=ubuntu\nVERSION_ID=\"25.04\"\n", "Ubuntu 25.04 (plucky), generic recipe"),
+            ("ID=ubuntu\nVERSION_ID=\"25.10\"\nVERSION_CODENAME=questing\n", "Ubuntu 25.10 (questing), generic recipe"),
+            ("ID=ubuntu\nVERSION_ID=\"26.04\"\nVERSION_CODENAME=resolute\n", "Ubuntu 26.04 (resolute), generic recipe"),
             // A derivative of a release without a recipe (Raspberry Pi OS style).
-            ("ID=raspbian\nID_LIKE=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n", "Debian 13 (trixie) (recipe apt-generic)"),
+            ("ID=raspbian\nID_LIKE=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n", "Debian 13 (trixie), generic recipe"),
         ] {
             assert_eq!(pick(text).unwrap().1, pretty, "{text}");
         }

@@ -6,6 +6,7 @@ mod nccl;
 mod packages;
 mod registry;
 mod releases;
+mod ubuntu;
 mod transports;
 
 use std::collections::BTreeMap;

@@ -635,15 +635,19 @@ mod tests {
     }
     /// Debian 13's rdma-core 56.1-1 relations, as its Packages index has them (trixie main
     /// amd64; testdata/facts/README.md): `librdmacm1` is only a name `librdmacm1t64` provides.
-    const TRIXIE: &str = "Package: libibverbs1\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nDepends: adduser, libc6 (>= 2.38)\nBreaks: ibverbs-providers (<< 34~)\n\n\
-        Package: ibverbs-providers\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nDepends: libc6 (>= 2.38), libibverbs1 (>= 53)\nProvides: libefa1, libipathverbs1, libmana1, libmlx4-1, libmlx5-1, libmthca1\n\n\
-        Package: librdmacm1t64\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nDepends: libc6 (>= 2.38), libibverbs1 (>= 31)\nProvides: librdmacm1 (= 56.1-1)\nReplaces: librdmacm1\nBreaks: librdmacm1 (<< 56.1-1)\n\n\
+    const TRIXIE: &str = "Package: libibverbs1\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nDepends: adduser, libc6 (>= 2.38), libnl-3-200 (>= 3.2.7), libnl-route-3-200 (>= 3.2.7)\nBreaks: ibverbs-providers (<< 34~)\n\n\
+        Package: ibverbs-providers\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nReplaces: libipathverbs1 (<< 15), libmlx4-1 (<< 15), libmlx5-1 (<< 15), libmthca1 (<< 15)\nProvides: libefa1, libipathverbs1, libmana1, libmlx4-1, libmlx5-1, libmthca1\nDepends: libc6 (>= 2.38), libibverbs1 (>= 53)\nBreaks: libipathverbs1 (<< 15), libmlx4-1 (<< 15), libmlx5-1 (<< 15), libmthca1 (<< 15)\n\n\
+        Package: librdmacm1t64\nVersion: 56.1-1\nArchitecture: amd64\nMulti-Arch: same\nReplaces: librdmacm1\nProvides: librdmacm1 (= 56.1-1)\nDepends: libc6 (>= 2.38), libibverbs1 (>= 31), libnl-3-200 (>= 3.2.7)\nBreaks: librdmacm1 (<< 56.1-1)\n\n\
         Package: rdmacm-utils\nVersion: 56.1-1\nArchitecture: amd64\nDepends: libc6 (>= 2.38), libibverbs1 (>= 1.1.6), librdmacm1t64 (>= 23)\n\n\
-        Package: adduser\nVersion: 3.152\nArchitecture: all\n\n\
-        Package: libc6\nVersion: 2.41-12\nArchitecture: amd64\n";
+        Package: libnl-3-200\nVersion: 3.7.0-2\nArchitecture: amd64\nMulti-Arch: same\nDepends: libc6 (>= 2.38)\n\n\
+        Package: libnl-route-3-200\nVersion: 3.7.0-2\nArchitecture: amd64\nMulti-Arch: same\nDepends: libnl-3-200 (= 3.7.0-2), libc6 (>= 2.38)\n\n\
+        Package: adduser\nVersion: 3.152\nArchitecture: all\nMulti-Arch: foreign\nDepends: passwd (>= 1:4.17.2-5)\n\n\
+        Package: libc6\nVersion: 2.41-12+deb13u5\nArchitecture: amd64\n";
 
-    const TRIXIE_LIBC: &str = "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.41-12\n\n\
-        Package: adduser\nStatus: install ok installed\nArchitecture: all\nVersion: 3.152\n";
+    const TRIXIE_LIBC: &str = "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.41-12+deb13u5\n\n\
+        Package: adduser\nStatus: install ok installed\nArchitecture: all\nVersion: 3.152\n\n\
+        Package: libnl-3-200\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3.7.0-2\n\n\
+        Package: libnl-route-3-200\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3.7.0-2\n";
 
     const ERDMA: [&str; 4] = ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"];
 
