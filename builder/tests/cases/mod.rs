@@ -141,3 +141,15 @@ pub fn write_debian12_recipe(dir: &Path, name: &str, pretty: &str, body: &str) -
 /// A test-only OpenPGP public key (Ed25519, no secret part anywhere), fingerprint [`TEST_KEY_FP`].
 pub const TEST_KEY: &str = include_str!("../../../testdata/keys/test-only-pubkey.asc");
 pub const TEST_KEY_FP: &str = include_str!("../../../testdata/keys/test-only-pubkey.fpr");
+
+/// A Dockerfile `FROM image` that runs `apt-get install rdmacm-utils` and `rping`: a result
+/// keeps working with apt. Asserts the `docker build` succeeds.
+pub fn apt_get_works_on_top(dir: &Path, image: &str) {
+    let ctx = dir.join("ctx-on-top");
+    std::fs::create_dir_all(&ctx).unwrap();
+    std::fs::write(ctx.join("Dockerfile"), format!("FROM {image}\nRUN apt-get update -q && apt-get install -y -q rdmacm-utils && rping --help 2>&1 | head -1 && dpkg --audit\n")).unwrap();
+    let child = format!("{image}-child");
+    let out = std::process::Command::new("docker").args(["build", "-q", "-t", &child]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
+    let _ = std::process::Command::new("docker").args(["rmi", "-f", &child]).output();
+    support::assert_success("docker build FROM the result with apt-get install rdmacm-utils", &out);
+}

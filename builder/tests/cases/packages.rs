@@ -120,13 +120,7 @@ fn debian12_from_its_own_archive_passes_dpkg_and_apt_in_docker() {
     assert!(text.contains("Failed to get IB devices list") && !text.contains("error while loading shared libraries"), "{text}");
 
     // A Dockerfile FROM the result keeps using apt.
-    let ctx = tmp.path().join("ctx");
-    std::fs::create_dir(&ctx).unwrap();
-    std::fs::write(ctx.join("Dockerfile"), format!("FROM {name}\nRUN apt-get update -q && apt-get install -y -q rdmacm-utils && rping --help 2>&1 | head -1\n")).unwrap();
-    let child = format!("{name}-child");
-    let out = Command::new("docker").args(["build", "-q", "-t", &child]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
-    let _ = docker(&["rmi", "-f", &child]);
-    support::assert_success("docker build FROM the result with apt-get install rdmacm-utils", &out);
+    super::apt_get_works_on_top(tmp.path(), &name);
 }
 
 /// A work directory, a repository signing key, and its public half written there.
