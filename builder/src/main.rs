@@ -65,10 +65,13 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let reporter: Arc<dyn Reporter> = if cli.quiet || !std::io::stderr().is_terminal() {
+    // A terminal gets bars; a CI log gets one timed line per step (no bars to garble it).
+    let reporter: Arc<dyn Reporter> = if cli.quiet {
         Arc::new(Silent)
-    } else {
+    } else if std::io::stderr().is_terminal() {
         Arc::new(Bars::default())
+    } else {
+        Arc::new(Lines(std::time::Instant::now()))
     };
     match cli.command {
         Command::Recipes => {
@@ -206,6 +209,15 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         writeln!(out, "downloaded {} bytes of image layers and {} bytes of packages, uploaded {} bytes", r.bytes_downloaded, debs, r.bytes_uploaded)?;
     }
     Ok(())
+}
+
+/// Steps as plain lines on stderr with the time since the start, for logs.
+struct Lines(std::time::Instant);
+
+impl Reporter for Lines {
+    fn step(&self, message: &str) {
+        eprintln!("[{:6.2}s] {message}", self.0.elapsed().as_secs_f64());
+    }
 }
 
 /// Progress bars on stderr, one per transfer.

@@ -37,7 +37,7 @@ const NOBLE: &[Spec] = &[
         "ibverbs-providers",
         NOBLE_RDMA,
         Some("same"),
-        Some("libc6 (>= 2.38), libibverbs1 (>= 48)"),
+        Some("libc6 (>= 2.38), libibverbs1 (>= 38)"),
         Some("libefa1, libipathverbs1, libmana1, libmlx4-1, libmlx5-1, libmthca1"),
         Some("libipathverbs1 (<< 15), libmlx4-1 (<< 15), libmlx5-1 (<< 15), libmthca1 (<< 15)"),
         Some("libipathverbs1 (<< 15), libmlx4-1 (<< 15), libmlx5-1 (<< 15), libmthca1 (<< 15)"),

@@ -37,9 +37,10 @@ use pgp::composed::{
 use pgp::crypto::hash::HashAlgorithm;
 use pgp::packet::{PublicKey, Signature, SignatureType, SubpacketData};
 use pgp::types::{KeyDetails, Tag};
-use sha2::{Digest as _, Sha256};
+
 
 use super::deb822::{self, Deb822Error, Paragraph};
+use super::index;
 
 /// Largest `InRelease`, `Release` or `Release.gpg` accepted (Debian's are about 150 KiB).
 const MAX_META: u64 = 32 << 20;
@@ -149,7 +150,7 @@ impl fmt::Debug for IndexedPackage {
 
 impl IndexedPackage {
     /// The packages of an index's text, each checked for what its download needs, as
-    /// [`decode_index`] reads them; `url` names the index in errors.
+    /// [`read_streamed`] reads them; `url` names the index in errors.
     pub(crate) fn read_index(text: String, url: &str, base: &str, origin: &str, repo: &str) -> Result<Vec<IndexedPackage>, RepoError> {
         let index = Arc::new(IndexText { text, url: url.to_owned(), base: base.to_owned(), origin: origin.to_owned(), repo: repo.to_owned() });
         let text = index.text.as_str();
@@ -347,6 +348,9 @@ pub enum RepoError {
         source: reqwest::Error,
     },
 
+    #[error("fetching {url}: {reason}")]
+    Stream { url: String, reason: String },
+
     #[error("fetching {url}: server answered {status}")]
     Status {
         url: String,
@@ -451,7 +455,7 @@ impl RepoError {
     /// files, malformed metadata) is a property of what the mirror serves.
     pub fn is_unreachable(&self) -> bool {
         match self {
-            RepoError::Http { .. } => true,
+            RepoError::Http { .. } | RepoError::Stream { .. } => true,
             RepoError::Status { status, .. } => retryable_status(*status),
             _ => false,
         }
@@ -584,18 +588,19 @@ pub async fn fetch_index_cached(
         let plain = format!("{dir}Packages");
         let plain_entry = release.sha256.get(&plain).cloned().filter(|e| e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_hexdigit()));
         let plain_cache = cache.zip(plain_entry.as_ref()).map(|(c, e)| c.join(e.sha256.to_ascii_lowercase()));
+        let context = |url: String, file: String, entry: FileEntry| IndexContext {
+            url,
+            file,
+            repo_meta: layout.meta.clone(),
+            base: layout.base.clone(),
+            origin: origin.clone(),
+            repo: layout.display.clone(),
+            entry,
+        };
         if let (Some(path), Some(entry)) = (&plain_cache, &plain_entry) {
-            if let Ok(body) = std::fs::read(path) {
-                let ctx = IndexContext {
-                    url: format!("{}{}", layout.meta, plain),
-                    file: plain.clone(),
-                    repo_meta: layout.meta.clone(),
-                    base: layout.base.clone(),
-                    origin: origin.clone(),
-                    repo: layout.display.clone(),
-                    entry: entry.clone(),
-                };
-                match tokio::task::spawn_blocking(move || decode_index(body, &ctx)).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())) {
+            if let Ok(f) = std::fs::File::open(path) {
+                let ctx = context(format!("{}{}", layout.meta, plain), plain.clone(), entry.clone());
+                match read_streamed(Box::new(f), None, ctx, None, None).await {
                     Ok(parsed) => {
                         packages.extend(parsed);
                         continue;
@@ -618,15 +623,54 @@ pub async fn fetch_index_cached(
         for (i, (path, entry)) in listed.iter().enumerate() {
             let url = format!("{}{}", layout.meta, path);
             let hex_ok = entry.sha256.len() == 64 && entry.sha256.bytes().all(|b| b.is_ascii_hexdigit());
-            let cached = cache.filter(|_| hex_ok).map(|c| c.join(format!("{}{}", entry.sha256.to_ascii_lowercase(), index_suffix(path))));
-            let from_cache = cached.as_ref().and_then(|p| std::fs::read(p).ok());
-            let hit = from_cache.is_some();
-            // Read one byte more than the Release promises, to tell a longer file apart.
-            let body = match from_cache {
-                Some(b) => Some(b),
-                None => get(client, &url, entry.size).await?,
+            // Without a Release entry for the decompressed index, the compressed file is what
+            // is cached (and checked against its own entry when read again).
+            let cached = cache.filter(|_| hex_ok && plain_cache.is_none()).map(|c| c.join(format!("{}{}", entry.sha256.to_ascii_lowercase(), index_suffix(path))));
+            let ctx = context(url.clone(), path.clone(), entry.clone());
+            let mut attempt = 0;
+            let parsed = loop {
+                let hit = cached.as_ref().and_then(|p| std::fs::File::open(p).ok());
+                let from_cache = hit.is_some();
+                let (src, failed): (Box<dyn Read + Send>, Option<Failed>) = match hit {
+                    Some(f) => (Box::new(f), None),
+                    None => match open_stream(client, &url).await {
+                        Ok(Some((src, failed))) => (src, Some(failed)),
+                        Ok(None) => break None,
+                        Err((true, e)) if attempt < RETRIES => {
+                            attempt += 1;
+                            backoff(&e, attempt).await;
+                            continue;
+                        }
+                        Err((_, e)) => return Err(e),
+                    },
+                };
+                // Copies for the cache, kept only when everything checked out.
+                let tee = |dest: Option<&std::path::PathBuf>| dest.and_then(|d| {
+                    let dir = d.parent()?;
+                    std::fs::create_dir_all(dir).ok()?;
+                    tempfile::NamedTempFile::new_in(dir).ok().map(|t| (t, d.clone()))
+                });
+                let plain_tee = tee(plain_cache.as_ref());
+                let compressed_tee = if from_cache { None } else { tee(cached.as_ref()) };
+                let tees = index::Tees {
+                    plain: plain_tee.as_ref().and_then(|(t, _)| t.reopen().ok()),
+                    compressed: compressed_tee.as_ref().and_then(|(t, _)| t.reopen().ok()),
+                };
+                match read_streamed(src, failed, ctx.clone(), plain_entry.clone(), Some(tees)).await {
+                    Ok(parsed) => {
+                        for (tmp, dest) in plain_tee.into_iter().chain(compressed_tee) {
+                            let _ = tmp.persist(dest);
+                        }
+                        break Some(parsed);
+                    }
+                    Err(e @ RepoError::Stream { .. }) if attempt < RETRIES => {
+                        attempt += 1;
+                        backoff(&e, attempt).await;
+                    }
+                    Err(e) => return Err(e),
+                }
             };
-            let Some(body) = body else {
+            let Some(parsed) = parsed else {
                 // apt tries the next compression the Release lists (Debian lists an
                 // uncompressed `Packages` that is not on the mirrors).
                 if i + 1 < listed.len() {
@@ -635,33 +679,6 @@ pub async fn fetch_index_cached(
                 }
                 return Err(RepoError::IndexMissing { url });
             };
-            let ctx = IndexContext {
-                url,
-                file: path.clone(),
-                repo_meta: layout.meta.clone(),
-                base: layout.base.clone(),
-                origin: origin.clone(),
-                repo: layout.display.clone(),
-                entry: entry.clone(),
-            };
-            let keep = (!hit).then(|| cached.clone()).flatten().map(|p| (p, body.clone()));
-            let want_plain = plain_cache.is_some();
-            let (parsed, raw) = tokio::task::spawn_blocking(move || {
-                let mut raw = want_plain.then(Vec::new);
-                decode_index_keeping(body, &ctx, &mut raw).map(|p| (p, raw))
-            })
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-            if let (Some(path), Some(entry), Some(raw)) = (&plain_cache, &plain_entry, raw) {
-                if raw.len() as u64 == entry.size && hex::encode(Sha256::digest(&raw)) == entry.sha256.to_ascii_lowercase() {
-                    store_cached(path, &raw);
-                }
-            }
-            if let Some((p, body)) = keep {
-                if !want_plain {
-                    store_cached(&p, &body);
-                }
-            }
             packages.extend(parsed);
             break;
         }
@@ -669,15 +686,80 @@ pub async fn fetch_index_cached(
     Ok(RepoIndex { packages })
 }
 
-/// Writes a verified index into the cache; a failed write only costs a download next time.
-fn store_cached(path: &std::path::Path, data: &[u8]) {
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    let _ = std::fs::create_dir_all(dir);
-    if let Ok(tmp) = tempfile::NamedTempFile::new_in(dir) {
-        if std::fs::write(tmp.path(), data).is_ok() {
-            let _ = tmp.persist(path);
-        }
+/// Set by the download when it fails midway.
+type Failed = Arc<std::sync::Mutex<Option<String>>>;
+
+async fn backoff(e: &RepoError, attempt: u32) {
+    let delay = Duration::from_millis(250 << attempt);
+    tracing::warn!("{e}; retrying in {delay:?}");
+    tokio::time::sleep(delay).await;
+}
+
+/// Opens `url` as a stream: a file for `file://`, else the body of a GET, pumped from the
+/// async side while the blocking side reads it. `None` for 404/410 or a missing file.
+async fn open_stream(client: &reqwest::Client, url: &str) -> Result<Option<(Box<dyn Read + Send>, Failed)>, (bool, RepoError)> {
+    if let Some(path) = url.strip_prefix("file://") {
+        return match std::fs::File::open(path) {
+            Ok(f) => Ok(Some((Box::new(f), Failed::default()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err((false, RepoError::File { url: url.to_owned(), source: e })),
+        };
     }
+    let http = |source: reqwest::Error| (!source.is_builder() && !source.is_redirect(), RepoError::Http { url: url.to_owned(), source });
+    let resp = client.get(url).send().await.map_err(http)?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
+        return Ok(None);
+    }
+    if !status.is_success() {
+        return Err((retryable_status(status), RepoError::Status { url: url.to_owned(), status }));
+    }
+    let (reader, tx) = index::ChannelReader::new(16);
+    let failed = reader.failed.clone();
+    tokio::spawn(async move {
+        let mut resp = resp;
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    // The reader stopped (done, or refused the data): stop downloading.
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("the download broke off: {e}"))).await;
+                    break;
+                }
+            }
+        }
+    });
+    Ok(Some((Box::new(reader), failed)))
+}
+
+/// Reads, checks and parses one index from `src` on the blocking pool (see [`index`]).
+async fn read_streamed(src: Box<dyn Read + Send>, failed: Option<Failed>, ctx: IndexContext, plain: Option<FileEntry>, tees: Option<index::Tees>) -> Result<Vec<IndexedPackage>, RepoError> {
+    tokio::task::spawn_blocking(move || {
+        let expect = index::Expect { size: ctx.entry.size, sha256: ctx.entry.sha256.clone() };
+        let plain_expect = plain.as_ref().map(|p| index::Expect { size: p.size, sha256: p.sha256.clone() });
+        let source_failed = || failed.as_ref().and_then(|f| f.lock().expect("poisoned").clone());
+        let plain_name = ctx.file.trim_end_matches(".xz").trim_end_matches(".gz").to_string();
+        let text = index::read_index(src, &ctx.file, &expect, plain_expect.as_ref(), MAX_INDEX, tees.unwrap_or_default(), &source_failed).map_err(|e| match e {
+            index::StreamError::Source { message, .. } => RepoError::Stream { url: ctx.url.clone(), reason: message },
+            index::StreamError::Size { actual } => RepoError::SizeMismatch { file: ctx.file.clone(), repo: ctx.repo_meta.clone(), expected: ctx.entry.size, actual },
+            index::StreamError::Hash { actual } => RepoError::HashMismatch { file: ctx.file.clone(), repo: ctx.repo_meta.clone(), expected: ctx.entry.sha256.clone(), actual },
+            index::StreamError::PlainSize { actual } => {
+                RepoError::SizeMismatch { file: plain_name.clone(), repo: ctx.repo_meta.clone(), expected: plain.as_ref().map_or(0, |p| p.size), actual }
+            }
+            index::StreamError::PlainHash { actual } => {
+                RepoError::HashMismatch { file: plain_name.clone(), repo: ctx.repo_meta.clone(), expected: plain.as_ref().map(|p| p.sha256.clone()).unwrap_or_default(), actual }
+            }
+            index::StreamError::Decompress(source) => RepoError::Decompress { url: ctx.url.clone(), source },
+        })?;
+        IndexedPackage::read_index(text, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 /// `.xz`, `.gz` or nothing: cached files keep their compression in the name.
@@ -821,7 +903,8 @@ async fn get_once(
     Ok(Some(body))
 }
 
-/// What [`decode_index`] needs to know, owned so it can run on the blocking pool.
+/// What [`read_streamed`] needs to know, owned so it can run on the blocking pool.
+#[derive(Clone)]
 struct IndexContext {
     url: String,
     /// Path relative to the Release file, as the Release names it.
@@ -831,71 +914,6 @@ struct IndexContext {
     origin: String,
     repo: String,
     entry: FileEntry,
-}
-
-/// Checks a downloaded index against its Release entry, decompresses and parses it.
-fn decode_index(body: Vec<u8>, ctx: &IndexContext) -> Result<Vec<IndexedPackage>, RepoError> {
-    decode_index_keeping(body, ctx, &mut None)
-}
-
-/// [`decode_index`], handing back the decompressed index in `keep` when asked.
-fn decode_index_keeping(body: Vec<u8>, ctx: &IndexContext, keep: &mut Option<Vec<u8>>) -> Result<Vec<IndexedPackage>, RepoError> {
-    if body.len() as u64 != ctx.entry.size {
-        let actual = if body.len() as u64 > ctx.entry.size {
-            format!("more than {}", ctx.entry.size)
-        } else {
-            body.len().to_string()
-        };
-        return Err(RepoError::SizeMismatch {
-            file: ctx.file.clone(),
-            repo: ctx.repo_meta.clone(),
-            expected: ctx.entry.size,
-            actual,
-        });
-    }
-    let actual = hex::encode(Sha256::digest(&body));
-    if actual != ctx.entry.sha256 {
-        return Err(RepoError::HashMismatch {
-            file: ctx.file.clone(),
-            repo: ctx.repo_meta.clone(),
-            expected: ctx.entry.sha256.clone(),
-            actual,
-        });
-    }
-    let raw = decompress(&ctx.file, body).map_err(|source| RepoError::Decompress {
-        url: ctx.url.clone(),
-        source,
-    })?;
-    if keep.is_some() {
-        *keep = Some(raw.clone());
-    }
-    let text = match String::from_utf8(raw) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!("{} is not valid UTF-8; reading it lossily", ctx.url);
-            String::from_utf8_lossy(e.as_bytes()).into_owned()
-        }
-    };
-    IndexedPackage::read_index(text, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)
-}
-
-fn decompress(file: &str, body: Vec<u8>) -> std::io::Result<Vec<u8>> {
-    let reader: Box<dyn Read> = if file.ends_with(".xz") {
-        Box::new(liblzma::read::XzDecoder::new_multi_decoder(&body[..]))
-    } else if file.ends_with(".gz") {
-        Box::new(flate2::read::MultiGzDecoder::new(&body[..]))
-    } else {
-        return Ok(body);
-    };
-    let mut out = Vec::with_capacity(body.len().saturating_mul(5));
-    reader.take(MAX_INDEX + 1).read_to_end(&mut out)?;
-    if out.len() as u64 > MAX_INDEX {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("decompresses to more than {MAX_INDEX} bytes"),
-        ));
-    }
-    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1630,6 +1648,7 @@ pub fn parse_deb822_sources(text: &str) -> Vec<SourceEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest as _, Sha256};
     use std::io::Write as _;
     use std::net::{TcpListener, TcpStream};
     use std::path::{Path, PathBuf};
