@@ -186,40 +186,45 @@ pub fn read_index(src: impl Read, file: &str, expect: &Expect, plain: Option<&Ex
     Ok(out)
 }
 
-/// The stanzas of a deb822 stream with only [`KEPT_FIELDS`], continuation lines included.
+/// The stanzas of a deb822 stream with only [`KEPT_FIELDS`], continuation lines included. This
+/// runs over every byte of every index (57 MB for Debian 13), so it works on bytes, line by
+/// line, without allocating per line.
 fn keep_fields(r: &mut impl BufRead) -> std::io::Result<String> {
-    let mut out = String::new();
-    let mut line = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
+    let mut line: Vec<u8> = Vec::with_capacity(4096);
     let mut keep = false;
     loop {
         line.clear();
         if r.read_until(b'\n', &mut line)? == 0 {
             break;
         }
-        let text = String::from_utf8_lossy(&line);
-        let trimmed = text.trim_end_matches(['\n', '\r']);
-        if trimmed.trim().is_empty() {
-            if !out.is_empty() && !out.ends_with("\n\n") {
-                out.push('\n');
+        let mut end = line.len();
+        while end > 0 && matches!(line[end - 1], b'\n' | b'\r') {
+            end -= 1;
+        }
+        let text = &line[..end];
+        if text.iter().all(u8::is_ascii_whitespace) {
+            if !out.is_empty() && !out.ends_with(b"\n\n") {
+                out.push(b'\n');
             }
             keep = false;
             continue;
         }
-        if trimmed.starts_with([' ', '\t']) {
+        if matches!(text[0], b' ' | b'\t') {
             if keep {
-                out.push_str(trimmed);
-                out.push('\n');
+                out.extend_from_slice(text);
+                out.push(b'\n');
             }
             continue;
         }
-        let name = trimmed.split(':').next().unwrap_or_default();
-        keep = KEPT_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(name.trim()));
+        let name = text.split(|&b| b == b':').next().unwrap_or_default().trim_ascii();
+        keep = KEPT_FIELDS.iter().any(|f| f.len() == name.len() && f.as_bytes().eq_ignore_ascii_case(name));
         if keep {
-            out.push_str(trimmed);
-            out.push('\n');
+            out.extend_from_slice(text);
+            out.push(b'\n');
         }
     }
-    Ok(out)
+    Ok(String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 #[cfg(test)]
