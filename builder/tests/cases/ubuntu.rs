@@ -76,10 +76,10 @@ fn noble_status(extra: &str) -> String {
 }
 
 /// An `ubuntu:24.04`-like base: merged /usr, the deb822 source list noble ships (trimmed to its
-/// release suite and `main`: the fixture repository serves one of each), its os-release and a
-/// dpkg status.
+/// release suite: the fixture repository serves one; it has only `main`, and the other
+/// components are skipped as apt skips them), its os-release and a dpkg status.
 fn noble_base(dir: &Path, status: &str) -> support::OciFixture {
-    let sources = "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu/\nSuites: noble\nComponents: main\nSigned-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n";
+    let sources = "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu/\nSuites: noble\nComponents: main restricted universe multiverse\nSigned-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n";
     fixture::fixture_image(
         dir,
         &[vec![

@@ -563,7 +563,7 @@ pub async fn fetch_index_cached(
     spec: &RepoSpec,
     cache: Option<&std::path::Path>,
 ) -> Result<RepoIndex, RepoError> {
-    let layout = Layout::new(spec)?;
+    let mut layout = Layout::new(spec)?;
     let keyring = Keyring::load(&spec.keyring).map_err(|source| RepoError::Keyring {
         repo: layout.display.clone(),
         source,
@@ -572,7 +572,11 @@ pub async fn fetch_index_cached(
     let release = Release::parse(&text, &release_url)?;
     release.check_dates(&release_url, now())?;
     if !layout.flat {
-        release.check_wanted(spec, &layout.meta)?;
+        for c in release.check_wanted(spec, &layout.meta)? {
+            tracing::warn!("skipping component `{c}` of {}: the repository does not have it (apt skips it too)", layout.display);
+            let dir = format!("{c}/binary-{}/", spec.arch);
+            layout.index_dirs.retain(|d| *d != dir);
+        }
     }
     let origin = release
         .origin
@@ -1024,7 +1028,11 @@ impl Release {
     }
 
     /// The architecture and components asked for are ones the Release says it has.
-    fn check_wanted(&self, spec: &RepoSpec, repo: &str) -> Result<(), RepoError> {
+    /// Checks the architecture and components a source asks for against the Release's lists.
+    /// Returns the components the Release lacks: apt skips those with a warning ("Skipping
+    /// acquire of configured file … as repository … doesn't have the component"), and so do we,
+    /// unless the Release has none of them.
+    fn check_wanted(&self, spec: &RepoSpec, repo: &str) -> Result<Vec<String>, RepoError> {
         if let Some(archs) = &self.architectures {
             if !archs.contains(&spec.arch) {
                 return Err(RepoError::NoArchitecture {
@@ -1034,6 +1042,7 @@ impl Release {
                 });
             }
         }
+        let mut missing = Vec::new();
         if let Some(comps) = &self.components {
             for c in &spec.components {
                 // Old security archives list `updates/main` for the component `main`; apt
@@ -1042,15 +1051,18 @@ impl Release {
                     .iter()
                     .any(|have| have == c || have.rsplit('/').next() == Some(c.as_str()));
                 if !has {
-                    return Err(RepoError::NoComponent {
-                        repo: repo.to_owned(),
-                        component: c.clone(),
-                        available: comps.join(", "),
-                    });
+                    missing.push(c.clone());
                 }
             }
+            if !missing.is_empty() && missing.len() == spec.components.len() {
+                return Err(RepoError::NoComponent {
+                    repo: repo.to_owned(),
+                    component: missing[0].clone(),
+                    available: comps.join(", "),
+                });
+            }
         }
-        Ok(())
+        Ok(missing)
     }
 }
 
@@ -2387,10 +2399,14 @@ mod tests {
             arch: "amd64".into(),
             keyring: vec![],
         };
-        r.check_wanted(&spec, "REPO").unwrap();
+        assert!(r.check_wanted(&spec, "REPO").unwrap().is_empty());
+        // A component the Release lacks is skipped, as apt does; none at all is an error.
         spec.components.push("x".into());
+        assert_eq!(r.check_wanted(&spec, "REPO").unwrap(), ["x"]);
+        let mut only_missing = spec.clone();
+        only_missing.components = vec!["x".into()];
         assert_eq!(
-            r.check_wanted(&spec, "REPO").unwrap_err().to_string(),
+            r.check_wanted(&only_missing, "REPO").unwrap_err().to_string(),
             "repository REPO has no component `x` (has: updates/main, contrib)"
         );
         spec.components.pop();
