@@ -293,7 +293,8 @@ mod tests {
         assert_eq!(all.len(), BUILTIN.len());
         assert_eq!(all.iter().filter(|r| r.is_generic()).count(), 1, "one generic recipe");
         let jammy = Recipe::load("ubuntu-22.04").unwrap();
-        assert_eq!(jammy.repositories[0].suite.as_deref(), Some("jammy/erdma"));
+        assert!(jammy.repositories[0].from_base, "the base archive, for the dependencies");
+        assert_eq!(jammy.repositories[1].suite.as_deref(), Some("jammy/erdma"));
         assert_eq!(jammy.packages.install, ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
         assert_eq!(jammy.env["NCCL_IB_HCA"], "erdma");
         assert!(Recipe::load("debian-11").unwrap().unsupported.is_some());

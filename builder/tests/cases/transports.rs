@@ -145,12 +145,16 @@ fn detects_the_distro_and_lists_recipes() {
     let out = support::run_build(["recipes"]);
     support::assert_success("recipes", &out);
     let text = String::from_utf8_lossy(&out.stdout);
-    for name in ["debian-12", "ubuntu-18.04", "ubuntu-20.04", "ubuntu-22.04", "ubuntu-24.04"] {
+    for name in ["debian-12", "ubuntu-18.04", "ubuntu-20.04", "ubuntu-22.04", "ubuntu-24.04", "apt-generic"] {
         assert!(text.contains(name), "{text}");
     }
+    // The generic rule is spelled out.
+    assert!(text.contains("Debian 12+ and Ubuntu 24.04+ releases without a recipe of their own"), "{text}");
     let json: Value = serde_json::from_slice(&support::run_build(["recipes", "--json"]).stdout).unwrap();
     let jammy = json.as_array().unwrap().iter().find(|r| r["name"] == "ubuntu-22.04").unwrap();
-    assert_eq!(jammy["repositories"][0]["suite"], "jammy/erdma");
+    assert_eq!(jammy["repositories"][1]["suite"], "jammy/erdma");
+    let generic = json.as_array().unwrap().iter().find(|r| r["name"] == "apt-generic").unwrap();
+    assert_eq!(generic["distro"]["generic"], serde_json::json!({"debian": "12", "ubuntu": "24.04"}));
 }
 
 #[test]

@@ -173,3 +173,109 @@ fn layer_file(blob: &Path, path: &str) -> String {
     }
     panic!("no {path} in {}", blob.display());
 }
+
+/// Alibaba's eRDMA repository for jammy (`jammy/erdma main`): its builds carry Debian's package
+/// names (no `t64` on jammy) at `56.2-1.0.3`. Their relations are not established
+/// (testdata/facts/README.md): these follow Debian's rdma-core packaging.
+const ALIBABA_JAMMY: &str = "56.2-1.0.3";
+
+fn alibaba_jammy_debs(dir: &Path) -> Vec<PathBuf> {
+    let v = ALIBABA_JAMMY;
+    let specs: Vec<(&str, Option<&str>, Option<&str>, Option<&str>, Vec<(&str, &[u8], u32)>)> = vec![
+        (
+            "libibverbs1",
+            Some("same"),
+            Some("adduser, libc6 (>= 2.34), libnl-3-200 (>= 3.2.7), libnl-route-3-200 (>= 3.2.7)"),
+            Some("ibverbs-providers (<< 34~)"),
+            vec![("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.56.2", b"stand-in".as_slice(), 0o644)],
+        ),
+        (
+            "ibverbs-providers",
+            Some("same"),
+            Some("libc6 (>= 2.34), libibverbs1 (>= 38)"),
+            None,
+            vec![
+                ("/etc/libibverbs.d/erdma.driver", b"driver erdma\n".as_slice(), 0o644),
+                ("/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so", b"stand-in".as_slice(), 0o644),
+                ("/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2", b"stand-in for Alibaba's liberdma".as_slice(), 0o644),
+            ],
+        ),
+        ("ibverbs-utils", None, Some("libc6 (>= 2.34), libibverbs1 (>= 34)"), None, vec![("/usr/bin/ibv_devices", b"#!/bin/sh\n".as_slice(), 0o755)]),
+        ("librdmacm1", Some("same"), Some("libc6 (>= 2.34), libibverbs1 (>= 31), libnl-3-200 (>= 3.2.7)"), None, vec![("/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.56.2", b"stand-in".as_slice(), 0o644)]),
+    ];
+    specs
+        .into_iter()
+        .map(|(name, multi_arch, depends, breaks, files)| debs::fake_deb(dir, FakeDeb { name, version: v, multi_arch, depends, breaks, files, ..Default::default() }))
+        .collect()
+}
+
+/// Ubuntu 22.04's own archive, for the dependencies: its rdma-core 39.0-1 has no erdma
+/// provider, and loses to Alibaba's newer builds.
+fn jammy_archive_debs(dir: &Path) -> Vec<PathBuf> {
+    vec![
+        debs::fake_deb(dir, FakeDeb { name: "libibverbs1", version: "39.0-1", multi_arch: Some("same"), depends: Some("adduser, libc6 (>= 2.34), libnl-3-200 (>= 3.2.7), libnl-route-3-200 (>= 3.2.7)"), files: vec![("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.39.0", b"old".as_slice(), 0o644)], ..Default::default() }),
+        debs::fake_deb(dir, FakeDeb { name: "libnl-3-200", version: "3.5.0-0.1", multi_arch: Some("same"), depends: Some("libc6 (>= 2.14)"), files: vec![("/usr/lib/x86_64-linux-gnu/libnl-3.so.200.26.0", b"stand-in".as_slice(), 0o644)], ..Default::default() }),
+        debs::fake_deb(dir, FakeDeb { name: "libnl-route-3-200", version: "3.5.0-0.1", multi_arch: Some("same"), depends: Some("libnl-3-200 (= 3.5.0-0.1), libc6 (>= 2.14)"), files: vec![("/usr/lib/x86_64-linux-gnu/libnl-route-3.so.200.26.0", b"stand-in".as_slice(), 0o644)], ..Default::default() }),
+    ]
+}
+
+/// The `ubuntu-22.04` recipe: Alibaba's repository for the eRDMA builds, Ubuntu's archive (as
+/// the base is configured with it) for their dependencies, as seed 001's `apt update && apt
+/// install` with Alibaba's source added resolves them.
+#[test]
+fn ubuntu2204_recipe_takes_alibabas_builds_and_ubuntus_dependencies() {
+    if !support::require(support::have("dpkg-deb") && crate::support::apt_repo::can_build(), "dpkg-deb, apt-ftparchive and gpg are needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let key = TestKey::generate();
+    let keyfile = key.write_public(tmp.path(), "repos.asc");
+    let erdma = AptRepo::build_under("erdma/apt/ubuntu", Layout::Nested { suite: "jammy/erdma".into(), component: "main".into() }, &alibaba_jammy_debs(&tmp.path().join("a")), &key);
+    let ubuntu = AptRepo::build_under("ubuntu", Layout::Nested { suite: "jammy".into(), component: "main".into() }, &jammy_archive_debs(&tmp.path().join("u")), &key);
+    let os_release = "PRETTY_NAME=\"Ubuntu 22.04.5 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"22.04\"\nVERSION=\"22.04.5 LTS (Jammy Jellyfish)\"\nVERSION_CODENAME=jammy\nID=ubuntu\nID_LIKE=debian\nUBUNTU_CODENAME=jammy\n";
+    let status = "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nMulti-Arch: same\nVersion: 2.35-0ubuntu3.8\nDescription: GNU C Library\n\n\
+                  Package: adduser\nStatus: install ok installed\nArchitecture: all\nVersion: 3.118ubuntu5\nDescription: add and remove users and groups\n";
+    let base = fixture::fixture_image(
+        &tmp.path().join("jammy"),
+        &[vec![
+            ("bin", b"usr/bin".as_slice(), 0o120777),
+            ("lib", b"usr/lib".as_slice(), 0o120777),
+            ("etc/apt/sources.list", b"deb http://archive.ubuntu.com/ubuntu/ jammy main restricted\n".as_slice(), 0o644),
+            ("var/lib/dpkg/status", status.as_bytes(), 0o644),
+        ]],
+        &[],
+        Some(os_release),
+    );
+    let out = tmp.path().join("out");
+    let r = build(
+        &[
+            "--base",
+            &base.reference(),
+            "--mirror",
+            &format!("http://archive.ubuntu.com/ubuntu/={}", ubuntu.url()),
+            "--repo",
+            &format!("erdma={}", erdma.url()),
+            "--keyring",
+            &keyfile.display().to_string(),
+            "--output",
+            &format!("oci:{}:x", out.display()),
+        ],
+        &tmp.path().join("cache"),
+    );
+    assert_eq!(r["images"][0]["recipe"], "ubuntu-22.04");
+    let got = installs(&r);
+    for name in ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"] {
+        assert_eq!(got[name], format!("{ALIBABA_JAMMY} install"), "{got:?}");
+    }
+    assert_eq!(got["libnl-3-200"], "3.5.0-0.1 install", "{got:?}");
+    let origin = |name: &str| r["images"][0]["packages"]["install"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["origin"].as_str().unwrap().to_string();
+    assert_eq!(origin("libibverbs1"), origin("ibverbs-providers"));
+    let repos = &r["images"][0]["packages"]["repositories"];
+    assert_eq!(repos["erdma"], erdma.url().as_str(), "{repos}");
+    assert_eq!(repos["base jammy"], ubuntu.url().as_str(), "{repos}");
+    let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(files.contains(&"/etc/apt/sources.list.d/erdma.list") && files.contains(&"/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2"), "{files:?}");
+    let img = fixture::read_fixture(&out, "x");
+    let list = layer_file(&img.blob_path(&img.layers.last().unwrap().digest), "etc/apt/sources.list.d/erdma.list");
+    assert_eq!(list, format!("deb {} jammy/erdma main\n", erdma.url()));
+}
