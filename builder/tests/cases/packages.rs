@@ -410,6 +410,19 @@ fn unsigned_and_extra_packages() {
     let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(files.contains(&"/usr/local/lib/libnccl-net.so") && files.contains(&"/var/lib/dpkg/info/aiacc-nccl-plugin.list"), "{files:?}");
 
+    // The same file from a URL (seed 004 downloads the plugin with wget).
+    let www = tmp.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::copy(&plugin, www.join("aiacc-nccl-plugin-1.0.2.deb")).unwrap();
+    let served = crate::support::apt_repo::Served::start(&www);
+    let url = served.url("aiacc-nccl-plugin-1.0.2.deb");
+    let dest = format!("oci:{}:u", s(&tmp.path().join("from-url")));
+    let mut args = vec!["--package", url.as_str(), "--allow-unsigned-package", "--output", &dest];
+    args.extend_from_slice(&common);
+    let r = build(&args, &tmp.path().join("cache"));
+    assert_eq!(r["images"][0]["packages"]["unsigned"][0]["sha256"], sha.as_str());
+    assert_eq!(r["images"][0]["packages"]["unsigned"][0]["source"], url.as_str());
+
     // --install: only what is asked, with what it needs, when the recipe's packages are off.
     let dest = format!("oci:{}:y", s(&tmp.path().join("extra")));
     let mut args = vec!["--no-packages", "--install", "libibverbs1", "--output", &dest];
