@@ -27,6 +27,17 @@ pub fn build_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// Runs `erdma-build build --json ARGS` with its own package cache `cache`, asserts success
+/// and returns the report.
+#[track_caller]
+pub fn build_cached(args: &[&str], cache: &Path) -> Value {
+    let mut all = vec!["build", "--json"];
+    all.extend_from_slice(args);
+    let out = build_env(&all, &[("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
+    support::assert_success("erdma-build build", &out);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// Runs `erdma-build ARGS` with extra environment variables.
 pub fn build_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = std::process::Command::new(support::bin());

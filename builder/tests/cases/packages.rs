@@ -3,9 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::Value;
 
-use super::{build_env, build_fails, snapshot};
+use super::{build_cached as build, build_env, build_fails, snapshot};
 use crate::support::apt_repo::{AptRepo, Layout, TestKey};
 use crate::support::{self, debian, debs};
 
@@ -42,14 +41,6 @@ NCCL_IB_HCA = "erdma"
     )
 }
 
-/// Runs a build with its own package cache; returns the JSON report.
-fn build(args: &[&str], cache: &Path) -> Value {
-    let mut all = vec!["build", "--json"];
-    all.extend_from_slice(args);
-    let out = build_env(&all, &[("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
-    support::assert_success("erdma-build build", &out);
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker").args(args).output().unwrap()

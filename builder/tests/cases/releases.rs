@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::build_env;
+use super::{build_cached as build, build_env};
 use crate::support::{self, debian, Registry};
 
 fn s(p: &Path) -> String {
@@ -19,13 +19,6 @@ fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker").args(args).output().unwrap()
 }
 
-fn build(args: &[&str], cache: &Path) -> Value {
-    let mut all = vec!["build", "--json"];
-    all.extend_from_slice(args);
-    let out = build_env(&all, &[("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
-    support::assert_success("erdma-build build", &out);
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// One entry of a layer: what a container sees there.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::build_env;
+use super::build_cached as build;
 use crate::support::apt_repo::{AptRepo, Layout, TestKey};
 use crate::support::debs::{self, FakeDeb};
 use crate::support::{self, fixture};
@@ -94,14 +94,6 @@ fn noble_base(dir: &Path, status: &str) -> support::OciFixture {
         &[("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")],
         Some(NOBLE_OS_RELEASE),
     )
-}
-
-fn build(args: &[&str], cache: &Path) -> Value {
-    let mut all = vec!["build", "--json"];
-    all.extend_from_slice(args);
-    let out = build_env(&all, &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
-    support::assert_success("erdma-build build", &out);
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn installs(r: &Value) -> BTreeMap<String, String> {
