@@ -172,16 +172,16 @@ fn layer_file(blob: &Path, path: &str) -> String {
 const ALIBABA_JAMMY: &str = "56.2-1.0.3";
 
 fn alibaba_jammy_debs(dir: &Path) -> Vec<PathBuf> {
-    let v = ALIBABA_JAMMY;
-    let specs: Vec<(&str, Option<&str>, Option<&str>, Option<&str>, Vec<(&str, &[u8], u32)>)> = vec![
-        (
+    let deb = |name, multi_arch, depends, breaks, files| FakeDeb { name, version: ALIBABA_JAMMY, multi_arch, depends, breaks, files, ..Default::default() };
+    [
+        deb(
             "libibverbs1",
             Some("same"),
             Some("adduser, libc6 (>= 2.34), libnl-3-200 (>= 3.2.7), libnl-route-3-200 (>= 3.2.7)"),
             Some("ibverbs-providers (<< 34~)"),
             vec![("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.56.2", b"stand-in".as_slice(), 0o644)],
         ),
-        (
+        deb(
             "ibverbs-providers",
             Some("same"),
             Some("libc6 (>= 2.34), libibverbs1 (>= 38)"),
@@ -192,13 +192,12 @@ fn alibaba_jammy_debs(dir: &Path) -> Vec<PathBuf> {
                 ("/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2", b"stand-in for Alibaba's liberdma".as_slice(), 0o644),
             ],
         ),
-        ("ibverbs-utils", None, Some("libc6 (>= 2.34), libibverbs1 (>= 34)"), None, vec![("/usr/bin/ibv_devices", b"#!/bin/sh\n".as_slice(), 0o755)]),
-        ("librdmacm1", Some("same"), Some("libc6 (>= 2.34), libibverbs1 (>= 31), libnl-3-200 (>= 3.2.7)"), None, vec![("/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.56.2", b"stand-in".as_slice(), 0o644)]),
-    ];
-    specs
-        .into_iter()
-        .map(|(name, multi_arch, depends, breaks, files)| debs::fake_deb(dir, FakeDeb { name, version: v, multi_arch, depends, breaks, files, ..Default::default() }))
-        .collect()
+        deb("ibverbs-utils", None, Some("libc6 (>= 2.34), libibverbs1 (>= 34)"), None, vec![("/usr/bin/ibv_devices", b"#!/bin/sh\n".as_slice(), 0o755)]),
+        deb("librdmacm1", Some("same"), Some("libc6 (>= 2.34), libibverbs1 (>= 31), libnl-3-200 (>= 3.2.7)"), None, vec![("/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.56.2", b"stand-in".as_slice(), 0o644)]),
+    ]
+    .into_iter()
+    .map(|d| debs::fake_deb(dir, d))
+    .collect()
 }
 
 /// Ubuntu 22.04's own archive, for the dependencies: its rdma-core 39.0-1 has no erdma
