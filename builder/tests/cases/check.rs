@@ -121,6 +121,8 @@ fn an_image_that_cannot_be_read_exits_2() {
     let out = support::run_build(["check", &format!("oci:{}:none", s(&tmp.path().join("missing")))]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("error: "), "{err}");
+    // Timed step lines (`[  0.01s] reading …`) may come first in a log; then the error.
+    let first = err.lines().find(|l| !l.starts_with('[')).unwrap_or_default();
+    assert!(first.starts_with("error: "), "{err}");
     assert!(out.stdout.is_empty());
 }

@@ -164,7 +164,8 @@ fn auth_refused() {
     let out = super::build_env(&["plan", "--no-packages", "--base", &reg.reference("base:1")], &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.lines().next().unwrap().contains(&format!("registry {} refused the credentials", reg.addr())), "{err}");
+    let first = err.lines().find(|l| !l.starts_with('[')).unwrap_or_default();
+    assert!(first.contains(&format!("registry {} refused the credentials", reg.addr())), "{err}");
     assert!(err.contains("hint: log in"), "{err}");
 
     // The right password, from the same kind of file, works end to end.
