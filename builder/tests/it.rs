@@ -640,7 +640,7 @@ mod support_selftest {
             assert!(err.contains("NO_PUBKEY"), "{err}");
 
             // A different Packages.xz that Release does not list.
-            repo.tamper_packages_xz();
+            repo.tamper_packages();
             let out = apt_repo::AptClient::new(&repo.source_line(&asc)).update();
             let err = text(&out.stderr) + &text(&out.stdout);
             assert!(

@@ -199,7 +199,7 @@ fn tampered_or_broken_repositories_fail_with_nothing_written() {
     assert!(err.contains("bad signature") && err.contains("InRelease"), "{err}");
 
     let repo = erdma_repo(Layout::erdma(), &key);
-    repo.tamper_packages_xz();
+    repo.tamper_packages();
     let err = attempt(&repo, &four, &keyfile);
     assert!(err.contains("mismatch") && err.contains("Packages"), "{err}");
 

@@ -360,9 +360,9 @@ impl AptRepo {
         bump_mtime(&p);
     }
 
-    /// Replaces `Packages.xz` with a valid xz stream of different content (an extra field
-    /// in the first stanza); `Release` still lists the old hashes and size.
-    pub fn tamper_packages_xz(&self) {
+    /// Replaces `Packages.xz` and `Packages.gz` with valid streams of different content (an
+    /// extra field in the first stanza); `Release` still lists the old hashes and sizes.
+    pub fn tamper_packages(&self) {
         let p = self.packages_dir().join("Packages");
         let text = fs::read_to_string(&p).unwrap();
         let modified = match text.find('\n') {
@@ -371,9 +371,14 @@ impl AptRepo {
         };
         let tmp = self.tmp.path().join("Packages.tampered");
         fs::write(&tmp, modified).unwrap();
-        let xz = run_ok("xz", Command::new("xz").args(["-9", "-c"]).arg(&tmp));
-        fs::write(self.packages_dir().join("Packages.xz"), xz).unwrap();
-        bump_mtime(&self.packages_dir().join("Packages.xz"));
+        for (tool, name) in [("xz", "Packages.xz"), ("gzip", "Packages.gz")] {
+            let dest = self.packages_dir().join(name);
+            if dest.exists() {
+                let packed = run_ok(tool, Command::new(tool).args(["-9", "-c"]).arg(&tmp));
+                fs::write(&dest, packed).unwrap();
+                bump_mtime(&dest);
+            }
+        }
     }
 
     /// Flips one bit in the middle of `pool/NAME_*.deb` (same size, wrong hashes).

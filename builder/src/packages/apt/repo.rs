@@ -51,8 +51,11 @@ const RETRIES: u32 = 3;
 /// How far in the future a Release `Date` may be before the file counts as not valid yet.
 /// apt's `Acquire::Max-FutureTime` is 10 seconds; we allow for a less well-kept clock.
 const MAX_FUTURE: i64 = 600;
-/// The index files apt looks for, in the order it prefers them.
-const INDEX_NAMES: [&str; 3] = ["Packages.xz", "Packages.gz", "Packages"];
+/// The index files looked for, in order. apt prefers `.xz` (the smallest); we take `.gz` first
+/// where the Release lists it: Debian 13's is 13.3 MB against 9.7 MB, but decompresses in about
+/// 0.1 s against 0.55 s here, and as the download and the decompression overlap, it is ready
+/// sooner on any link faster than about 200 Mbit/s (cloud mirrors; bench/packages_build.sh).
+const INDEX_NAMES: [&str; 3] = ["Packages.gz", "Packages.xz", "Packages"];
 
 /// One repository to read: one `deb` line with one suite.
 #[derive(Clone)]
