@@ -63,7 +63,9 @@ make_base() { # $1 = suite
 run_erdma() { # $1 = cold|warm, $2 = output tag
     local t0 t1 e0 l0 json
     e0=$(eth); l0=$(lo); t0=$(now)
-    json=$(XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --quiet --json --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$2")
+    json=$(XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --json --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$2" 2>"$WORK/erdma-$SUITE-$1.log")
+    # Where the time went: the timed step lines.
+    grep -v '] got ' "$WORK/erdma-$SUITE-$1.log" | sed "s/^/  erdma-build $SUITE $1: /" >&2
     t1=$(now)
     R[erdma-$1,rss]=$(cat "$WORK/rss")
     R[erdma-$1,wall]=$(echo "$t1 - $t0" | bc)
@@ -90,13 +92,16 @@ run_docker() { # $1 = cold|warm, $2 = output tag
 for SUITE in "${SUITES[@]}"; do
     declare -A R=()
     make_base "$SUITE"
+    # Each measurement starts on a settled machine (dockerd keeps working for a moment after a
+    # push), erdma-build first.
+    settle() { sync; sleep 3; }
     say "$SUITE cold"
     docker builder prune -af >/dev/null 2>&1 || true
-    run_docker cold 1
-    run_erdma cold 1
+    settle; run_erdma cold 1
+    settle; run_docker cold 1
     say "$SUITE warm"
-    run_docker warm 2
-    run_erdma warm 2
+    settle; run_erdma warm 2
+    settle; run_docker warm 2
 
     python3 - "$SUITE" "$(declare -p R)" <<'PY'
 import re, sys
