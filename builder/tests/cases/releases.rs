@@ -261,13 +261,14 @@ fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
 }
 
 /// The real Debian 12 base with its apt sources replaced by `sources` (deb822), or removed.
-fn with_sources(base: &support::OciFixture, dir: &Path, sources: Option<&str>) -> support::OciFixture {
+fn with_sources(base: &support::OciFixture, dir: &Path, sources: Option<&str>, extra: &[support::fixture::Entry]) -> support::OciFixture {
     use support::fixture;
     let lower = fixture::import_layer(base, 0, dir);
     let mut entries: Vec<fixture::Entry> = vec![("etc/apt/.wh.sources.list", b"".as_slice(), 0o644)];
     if let Some(text) = sources {
         entries.push(("etc/apt/sources.list.d/debian.sources", text.as_bytes(), 0o644));
     }
+    entries.extend_from_slice(extra);
     let upper = fixture::entries_layer(dir, &entries);
     fixture::image_from_layers(dir, fixture::DEFAULT_TAG, vec![lower, upper], &[("PATH", debian::DEBIAN_PATH)], &["bash"])
 }
@@ -288,7 +289,15 @@ fn mirrors_stand_in_for_every_source_of_the_base() {
     let base = debian::debian12_base();
     let sources = "Types: deb\nURIs: http://archive.invalid/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
                    Types: deb\nURIs: http://security.invalid/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
-    let img = with_sources(&base, &tmp.path().join("several"), Some(sources));
+    // And a repository that is not the distribution's, as NGC images list NVIDIA's: it keeps
+    // its own URL.
+    let key = support::apt_repo::TestKey::generate();
+    let key_text = std::fs::read(key.write_public(tmp.path(), "cuda.asc")).unwrap();
+    let plugin = support::debs::fake_deb(&tmp.path().join("debs"), support::debs::FakeDeb { name: "libnccl2", version: "2.21.5-1+cuda12.4", ..Default::default() });
+    let cuda = support::apt_repo::AptRepo::build_under("compute/cuda/repos/debian12/x86_64", support::apt_repo::Layout::Flat, &[plugin], &key);
+    let cuda_list = format!("deb [signed-by=/usr/share/keyrings/cuda-test.asc] {}/ /\n", cuda.url());
+    let extra: Vec<support::fixture::Entry> = vec![("usr/share/keyrings/cuda-test.asc", key_text.as_slice(), 0o644), ("etc/apt/sources.list.d/cuda.list", cuda_list.as_bytes(), 0o644)];
+    let img = with_sources(&base, &tmp.path().join("several"), Some(sources), &extra);
     let img_ref = img.reference();
     let plan = |extra: &[&str]| {
         let mut args = vec!["plan", "--json", "--base", img_ref.as_str()];
@@ -303,13 +312,14 @@ fn mirrors_stand_in_for_every_source_of_the_base() {
     assert_eq!(repos["base bookworm"], main.as_str(), "{repos}");
     assert_eq!(repos["base bookworm-updates"], main.as_str(), "{repos}");
     assert_eq!(repos["base bookworm-security"], security.as_str(), "{repos}");
+    assert_eq!(repos["base /"], format!("{}/", cuda.url()).as_str(), "{repos}");
     // The main archive's mirror alone has no bookworm-security: said, naming the suite.
     let out = plan(&["--mirror", &main]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("bookworm-security"), "{err}");
 
     // Slimmed images delete their lists.
-    let bare = with_sources(&base, &tmp.path().join("bare"), None);
+    let bare = with_sources(&base, &tmp.path().join("bare"), None, &[]);
     let out = build_env(&["plan", "--base", &bare.reference()], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("configures no apt repository") && err.contains("--mirror"), "{err}");

@@ -79,10 +79,12 @@ impl Mirror {
         Mirror { from: None, to: arg.to_string() }
     }
 
-    /// The URL to read `uri` from: a mirror named for it, else one for every source.
-    fn for_uri<'m>(mirrors: &'m [Mirror], uri: &str) -> Option<&'m str> {
+    /// The URL to read `uri` from: a mirror named for it, else, for a suite of the
+    /// distribution's own archive (`archive`), one for every source.
+    fn for_uri<'m>(mirrors: &'m [Mirror], uri: &str, archive: bool) -> Option<&'m str> {
         let same = |a: &str| a.trim_end_matches('/') == uri.trim_end_matches('/');
-        mirrors.iter().rev().find(|m| m.from.as_deref().is_some_and(same)).or_else(|| mirrors.iter().rev().find(|m| m.from.is_none())).map(|m| m.to.as_str())
+        let named = mirrors.iter().rev().find(|m| m.from.as_deref().is_some_and(same));
+        named.or_else(|| mirrors.iter().rev().find(|m| m.from.is_none()).filter(|_| archive)).map(|m| m.to.as_str())
     }
 }
 
@@ -341,11 +343,14 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
             }
             None => default_keys.clone(),
         };
-        // --mirror stands in for every source (main archive, -updates, -security), or, as
-        // FROM=URL, for the sources at FROM; each URI of a source has its own stand-in.
-        let mut uris: Vec<String> = e.uris.iter().map(|u| Mirror::for_uri(inputs.mirrors, u).unwrap_or(u).to_string()).collect();
-        uris.dedup();
         for suite in &e.suites {
+            // --mirror URL stands in for every source of the distribution's archive (main,
+            // -updates, -security, -backports); FROM=URL for the sources at FROM, whatever
+            // they are. Other repositories the base lists (NVIDIA's flat `deb URL /`) keep
+            // their own URLs.
+            let ours = inputs.recipe.distro.codename.as_deref().is_none_or(|c| suite == c || suite.starts_with(&format!("{c}-")));
+            let mut uris: Vec<String> = e.uris.iter().map(|u| Mirror::for_uri(inputs.mirrors, u, ours).unwrap_or(u).to_string()).collect();
+            uris.dedup();
             let specs = uris
                 .iter()
                 .map(|url| RepoSpec { url: url.clone(), suite: suite.clone(), components: e.components.clone(), arch: inputs.arch.to_string(), keyring: keyring.clone() })
