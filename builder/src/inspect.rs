@@ -13,8 +13,8 @@ use crate::packages::apt::resolve::Installed;
 use crate::packages::nccl::{self, Cuda, Nccl};
 use crate::rootfs::SnapEntry;
 
-/// The rdma-core packages whose builds must agree.
-pub const RDMA_PACKAGES: &[&str] = &["libibverbs1", "ibverbs-providers", "librdmacm1", "ibverbs-utils"];
+/// The rdma-core packages whose builds must agree (`librdmacm1t64`: Debian 13, Ubuntu 24.04).
+pub const RDMA_PACKAGES: &[&str] = &["libibverbs1", "ibverbs-providers", "librdmacm1", "librdmacm1t64", "ibverbs-utils"];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CudaFact {

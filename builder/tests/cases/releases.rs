@@ -224,6 +224,12 @@ fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
         assert!(installed[want].starts_with("56."), "{want}: {installed:?}");
     }
     assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian"), "{pk}");
+    // `check` reads the result as ready, the t64 library among the rdma-core builds that agree.
+    let out = support::run_build(["check", "--json", &reg.reference("debian:13-erdma")]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let build = report["checks"].as_array().unwrap().iter().find(|c| c["id"] == "rdma-core-build").unwrap().clone();
+    assert!(build["message"].as_str().unwrap().contains("librdmacm1t64"), "{build}");
 
     // Docker pulls it from the registry (loopback registries are insecure by default).
     let name = reg.reference("debian:13-erdma").trim_start_matches("docker://").to_string();
