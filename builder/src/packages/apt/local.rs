@@ -4,7 +4,8 @@
 //! Nothing vouches for such a file, so it is taken only with `--allow-unsigned-package`, and
 //! the report and an image label name it with its SHA256. Its control file becomes a one-stanza
 //! index, so the resolver, the download cache and the dpkg bookkeeping treat it as they treat
-//! every other package; its dependencies come from the (verified) repositories.
+//! every other package; its dependencies come from the (verified) repositories. A download is
+//! streamed into the cache while it is hashed, never held in memory whole.
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -41,23 +42,48 @@ impl LocalDeb {
 /// SHA256, as every `.deb` is there).
 pub async fn load(arg: &str, cache_dir: &Path, client: &reqwest::Client) -> Result<LocalDeb> {
     let path: PathBuf = if arg.starts_with("http://") || arg.starts_with("https://") {
-        let bytes = repo::get(client, arg, MAX_DEB).await?.ok_or_else(|| Error::Download { url: arg.to_string(), reason: "not found (404)".into() })?;
-        if bytes.len() as u64 > MAX_DEB {
-            return Err(Error::Download { url: arg.to_string(), reason: format!("larger than {MAX_DEB} bytes") });
-        }
+        // Streamed into the cache while it is hashed: a package can be hundreds of MB.
+        let (src, failed) = repo::open_stream(client, arg).await.map_err(|(_, e)| e)?.ok_or_else(|| Error::Download { url: arg.to_string(), reason: "not found (404)".into() })?;
         let dir = cache_dir.join("debs");
         std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
-        let path = dir.join(format!("{}.deb", hex::encode(Sha256::digest(&bytes))));
-        let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(Error::io("writing cache", &dir))?;
-        std::fs::write(tmp.path(), &bytes).map_err(Error::io("writing cache", tmp.path()))?;
-        tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
-        path
+        let url = arg.to_string();
+        tokio::task::spawn_blocking(move || -> Result<PathBuf> {
+            let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(Error::io("writing cache", &dir))?;
+            let mut hasher = Sha256::new();
+            let mut reader = std::io::Read::take(src, MAX_DEB + 1);
+            let mut buf = vec![0u8; 256 << 10];
+            let mut total = 0u64;
+            loop {
+                let n = match std::io::Read::read(&mut reader, &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) => {
+                        let reason = failed.lock().expect("poisoned").clone().unwrap_or_else(|| e.to_string());
+                        return Err(Error::Download { url: url.clone(), reason });
+                    }
+                };
+                total += n as u64;
+                if total > MAX_DEB {
+                    return Err(Error::Download { url: url.clone(), reason: format!("larger than {MAX_DEB} bytes") });
+                }
+                hasher.update(&buf[..n]);
+                std::io::Write::write_all(&mut tmp, &buf[..n]).map_err(Error::io("writing cache", tmp.path()))?;
+            }
+            let path = dir.join(format!("{}.deb", hex::encode(hasher.finalize())));
+            tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
+            Ok(path)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?
     } else {
         let p = Path::new(arg.strip_prefix("file://").unwrap_or(arg));
         std::path::absolute(p).map_err(Error::io("reading package", p))?
     };
-    let bytes = std::fs::read(&path).map_err(Error::io("reading package", &path))?;
-    let sha256 = hex::encode(Sha256::digest(&bytes));
+    // Hashed as it streams by, never held whole.
+    let mut file = std::fs::File::open(&path).map_err(Error::io("reading package", &path))?;
+    let mut hasher = Sha256::new();
+    let size = std::io::copy(&mut file, &mut hasher).map_err(Error::io("reading package", &path))?;
+    let sha256 = hex::encode(hasher.finalize());
     let control = deb::read_control(&path).map_err(|source| Error::Deb { path: path.clone(), source })?.control;
     let field = |f: &str| {
         control.get(f).map(str::to_string).ok_or_else(|| Error::Malformed { what: "package control", reference: arg.to_string(), reason: format!("no {f} field") })
@@ -69,7 +95,7 @@ pub async fn load(arg: &str, cache_dir: &Path, client: &reqwest::Client) -> Resu
     let mut stanza = control.clone();
     let bad = |e: super::deb822::Deb822Error| Error::Malformed { what: "package control", reference: arg.to_string(), reason: e.to_string() };
     stanza.set("Filename", file).map_err(bad)?;
-    stanza.set("Size", bytes.len().to_string()).map_err(bad)?;
+    stanza.set("Size", size.to_string()).map_err(bad)?;
     stanza.set("SHA256", sha256.clone()).map_err(bad)?;
     let origin = format!("unsigned {arg}");
     let index = format!("{stanza}\n");

@@ -694,7 +694,7 @@ pub async fn fetch_index_cached(
 }
 
 /// Set by the download when it fails midway.
-type Failed = Arc<std::sync::Mutex<Option<String>>>;
+pub(crate) type Failed = Arc<std::sync::Mutex<Option<String>>>;
 
 async fn backoff(e: &RepoError, attempt: u32) {
     let delay = Duration::from_millis(250 << attempt);
@@ -704,7 +704,7 @@ async fn backoff(e: &RepoError, attempt: u32) {
 
 /// Opens `url` as a stream: a file for `file://`, else the body of a GET, pumped from the
 /// async side while the blocking side reads it. `None` for 404/410 or a missing file.
-async fn open_stream(client: &reqwest::Client, url: &str) -> Result<Option<(Box<dyn Read + Send>, Failed)>, (bool, RepoError)> {
+pub(crate) async fn open_stream(client: &reqwest::Client, url: &str) -> Result<Option<(Box<dyn Read + Send>, Failed)>, (bool, RepoError)> {
     if let Some(path) = url.strip_prefix("file://") {
         return match std::fs::File::open(path) {
             Ok(f) => Ok(Some((Box::new(f), Failed::default()))),
