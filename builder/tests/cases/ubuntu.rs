@@ -171,20 +171,28 @@ fn layer_file(blob: &Path, path: &str) -> String {
 /// (testdata/facts/README.md): these follow Debian's rdma-core packaging.
 const ALIBABA_JAMMY: &str = "56.2-1.0.3";
 
-fn alibaba_jammy_debs(dir: &Path) -> Vec<PathBuf> {
+/// Alibaba's four packages for a release whose glibc is `libc` or newer.
+fn alibaba_debs(dir: &Path, libc: &str) -> Vec<PathBuf> {
+    let dep = |rest: &str| format!("libc6 (>= {libc}){rest}");
+    let (d_verbs, d_prov, d_utils, d_cm) = (
+        dep(", adduser, libnl-3-200 (>= 3.2.7), libnl-route-3-200 (>= 3.2.7)"),
+        dep(", libibverbs1 (>= 38)"),
+        dep(", libibverbs1 (>= 34)"),
+        dep(", libibverbs1 (>= 31), libnl-3-200 (>= 3.2.7)"),
+    );
     let deb = |name, multi_arch, depends, breaks, files| FakeDeb { name, version: ALIBABA_JAMMY, multi_arch, depends, breaks, files, ..Default::default() };
     [
         deb(
             "libibverbs1",
             Some("same"),
-            Some("adduser, libc6 (>= 2.34), libnl-3-200 (>= 3.2.7), libnl-route-3-200 (>= 3.2.7)"),
+            Some(d_verbs.as_str()),
             Some("ibverbs-providers (<< 34~)"),
             vec![("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.56.2", b"stand-in".as_slice(), 0o644)],
         ),
         deb(
             "ibverbs-providers",
             Some("same"),
-            Some("libc6 (>= 2.34), libibverbs1 (>= 38)"),
+            Some(d_prov.as_str()),
             None,
             vec![
                 ("/etc/libibverbs.d/erdma.driver", b"driver erdma\n".as_slice(), 0o644),
@@ -192,81 +200,89 @@ fn alibaba_jammy_debs(dir: &Path) -> Vec<PathBuf> {
                 ("/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2", b"stand-in for Alibaba's liberdma".as_slice(), 0o644),
             ],
         ),
-        deb("ibverbs-utils", None, Some("libc6 (>= 2.34), libibverbs1 (>= 34)"), None, vec![("/usr/bin/ibv_devices", b"#!/bin/sh\n".as_slice(), 0o755)]),
-        deb("librdmacm1", Some("same"), Some("libc6 (>= 2.34), libibverbs1 (>= 31), libnl-3-200 (>= 3.2.7)"), None, vec![("/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.56.2", b"stand-in".as_slice(), 0o644)]),
+        deb("ibverbs-utils", None, Some(d_utils.as_str()), None, vec![("/usr/bin/ibv_devices", b"#!/bin/sh\n".as_slice(), 0o755)]),
+        deb("librdmacm1", Some("same"), Some(d_cm.as_str()), None, vec![("/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.56.2", b"stand-in".as_slice(), 0o644)]),
     ]
     .into_iter()
     .map(|d| debs::fake_deb(dir, d))
     .collect()
 }
 
-/// Ubuntu 22.04's own archive, for the dependencies: its rdma-core 39.0-1 has no erdma
-/// provider, and loses to Alibaba's newer builds.
-fn jammy_archive_debs(dir: &Path) -> Vec<PathBuf> {
+/// An Ubuntu release's own archive, for the dependencies: its rdma-core (`rdma`, older than 43)
+/// has no erdma provider, and loses to Alibaba's newer builds.
+fn ubuntu_archive_debs(dir: &Path, rdma: &str) -> Vec<PathBuf> {
     vec![
-        debs::fake_deb(dir, FakeDeb { name: "libibverbs1", version: "39.0-1", multi_arch: Some("same"), depends: Some("adduser, libc6 (>= 2.34), libnl-3-200 (>= 3.2.7), libnl-route-3-200 (>= 3.2.7)"), files: vec![("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.39.0", b"old".as_slice(), 0o644)], ..Default::default() }),
+        debs::fake_deb(dir, FakeDeb { name: "libibverbs1", version: rdma, multi_arch: Some("same"), depends: Some("adduser, libc6 (>= 2.17), libnl-3-200 (>= 3.2.7), libnl-route-3-200 (>= 3.2.7)"), files: vec![("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.old", b"old".as_slice(), 0o644)], ..Default::default() }),
         debs::fake_deb(dir, FakeDeb { name: "libnl-3-200", version: "3.5.0-0.1", multi_arch: Some("same"), depends: Some("libc6 (>= 2.14)"), files: vec![("/usr/lib/x86_64-linux-gnu/libnl-3.so.200.26.0", b"stand-in".as_slice(), 0o644)], ..Default::default() }),
         debs::fake_deb(dir, FakeDeb { name: "libnl-route-3-200", version: "3.5.0-0.1", multi_arch: Some("same"), depends: Some("libnl-3-200 (= 3.5.0-0.1), libc6 (>= 2.14)"), files: vec![("/usr/lib/x86_64-linux-gnu/libnl-route-3.so.200.26.0", b"stand-in".as_slice(), 0o644)], ..Default::default() }),
     ]
 }
 
-/// The `ubuntu-22.04` recipe: Alibaba's repository for the eRDMA builds, Ubuntu's archive (as
-/// the base is configured with it) for their dependencies, as seed 001's `apt update && apt
-/// install` with Alibaba's source added resolves them.
+/// The `ubuntu-18.04`, `-20.04` and `-22.04` recipes: Alibaba's repository (`CODENAME/erdma
+/// main`, seeds 001 and 004) for the eRDMA builds, Ubuntu's archive (as the base is configured
+/// with it) for their dependencies, as `apt update && apt install` with Alibaba's source added
+/// resolves them. Only jammy's version is established; bionic and focal reuse it (a stand-in).
 #[test]
-fn ubuntu2204_recipe_takes_alibabas_builds_and_ubuntus_dependencies() {
+fn ubuntu_lts_recipes_take_alibabas_builds_and_ubuntus_dependencies() {
     if !support::require(support::have("dpkg-deb") && crate::support::apt_repo::can_build(), "dpkg-deb, apt-ftparchive and gpg are needed") {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let key = TestKey::generate();
-    let keyfile = key.write_public(tmp.path(), "repos.asc");
-    let erdma = AptRepo::build_under("erdma/apt/ubuntu", Layout::Nested { suite: "jammy/erdma".into(), component: "main".into() }, &alibaba_jammy_debs(&tmp.path().join("a")), &key);
-    let ubuntu = AptRepo::build_under("ubuntu", Layout::Nested { suite: "jammy".into(), component: "main".into() }, &jammy_archive_debs(&tmp.path().join("u")), &key);
-    let os_release = "PRETTY_NAME=\"Ubuntu 22.04.5 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"22.04\"\nVERSION=\"22.04.5 LTS (Jammy Jellyfish)\"\nVERSION_CODENAME=jammy\nID=ubuntu\nID_LIKE=debian\nUBUNTU_CODENAME=jammy\n";
-    let status = "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nMulti-Arch: same\nVersion: 2.35-0ubuntu3.8\nDescription: GNU C Library\n\n\
-                  Package: adduser\nStatus: install ok installed\nArchitecture: all\nVersion: 3.118ubuntu5\nDescription: add and remove users and groups\n";
-    let base = fixture::fixture_image(
-        &tmp.path().join("jammy"),
-        &[vec![
-            ("bin", b"usr/bin".as_slice(), 0o120777),
-            ("lib", b"usr/lib".as_slice(), 0o120777),
-            ("etc/apt/sources.list", b"deb http://archive.ubuntu.com/ubuntu/ jammy main restricted\n".as_slice(), 0o644),
-            ("var/lib/dpkg/status", status.as_bytes(), 0o644),
-        ]],
-        &[],
-        Some(os_release),
-    );
-    let out = tmp.path().join("out");
-    let r = build(
-        &[
-            "--base",
-            &base.reference(),
-            "--mirror",
-            &format!("http://archive.ubuntu.com/ubuntu/={}", ubuntu.url()),
-            "--repo",
-            &format!("erdma={}", erdma.url()),
-            "--keyring",
-            &keyfile.display().to_string(),
-            "--output",
-            &format!("oci:{}:x", out.display()),
-        ],
-        &tmp.path().join("cache"),
-    );
-    assert_eq!(r["images"][0]["recipe"], "ubuntu-22.04");
-    let got = installs(&r);
-    for name in ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"] {
-        assert_eq!(got[name], format!("{ALIBABA_JAMMY} install"), "{got:?}");
+    // (recipe, codename, PRETTY_NAME, glibc, Ubuntu's own rdma-core)
+    let releases = [
+        ("18.04", "bionic", "Ubuntu 18.04.6 LTS", "2.27-3ubuntu1.6", "17.1-1ubuntu0.2"),
+        ("20.04", "focal", "Ubuntu 20.04.6 LTS", "2.31-0ubuntu9.16", "28.0-1ubuntu1"),
+        ("22.04", "jammy", "Ubuntu 22.04.5 LTS", "2.35-0ubuntu3.8", "39.0-1"),
+    ];
+    for (version, codename, pretty, libc, rdma) in releases {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = TestKey::generate();
+        let keyfile = key.write_public(tmp.path(), "repos.asc");
+        let libc_min = if codename == "bionic" { "2.17" } else { "2.30" };
+        let erdma = AptRepo::build_under("erdma/apt/ubuntu", Layout::Nested { suite: format!("{codename}/erdma"), component: "main".into() }, &alibaba_debs(&tmp.path().join("a"), libc_min), &key);
+        let ubuntu = AptRepo::build_under("ubuntu", Layout::Nested { suite: codename.into(), component: "main".into() }, &ubuntu_archive_debs(&tmp.path().join("u"), rdma), &key);
+        let os_release = format!("PRETTY_NAME=\"{pretty}\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"{version}\"\nVERSION_CODENAME={codename}\nID=ubuntu\nID_LIKE=debian\nUBUNTU_CODENAME={codename}\n");
+        let status = format!(
+            "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nMulti-Arch: same\nVersion: {libc}\nDescription: GNU C Library\n\n\
+             Package: adduser\nStatus: install ok installed\nArchitecture: all\nVersion: 3.118ubuntu5\nDescription: add and remove users and groups\n"
+        );
+        let sources = format!("deb http://archive.ubuntu.com/ubuntu/ {codename} main restricted\n");
+        let base = fixture::fixture_image(
+            &tmp.path().join("base"),
+            &[vec![("etc/apt/sources.list", sources.as_bytes(), 0o644), ("var/lib/dpkg/status", status.as_bytes(), 0o644)]],
+            &[],
+            Some(&os_release),
+        );
+        let out = tmp.path().join("out");
+        let r = build(
+            &[
+                "--base",
+                &base.reference(),
+                "--mirror",
+                &format!("http://archive.ubuntu.com/ubuntu/={}", ubuntu.url()),
+                "--repo",
+                &format!("erdma={}", erdma.url()),
+                "--keyring",
+                &keyfile.display().to_string(),
+                "--output",
+                &format!("oci:{}:x", out.display()),
+            ],
+            &tmp.path().join("cache"),
+        );
+        assert_eq!(r["images"][0]["recipe"], format!("ubuntu-{version}"));
+        let got = installs(&r);
+        for name in ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"] {
+            assert_eq!(got[name], format!("{ALIBABA_JAMMY} install"), "{codename}: {got:?}");
+        }
+        assert_eq!(got["libnl-3-200"], "3.5.0-0.1 install", "{codename}: {got:?}");
+        let origin = |name: &str| r["images"][0]["packages"]["install"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["origin"].as_str().unwrap().to_string();
+        assert_eq!(origin("libibverbs1"), origin("ibverbs-providers"));
+        let repos = &r["images"][0]["packages"]["repositories"];
+        assert_eq!(repos["erdma"], erdma.url().as_str(), "{repos}");
+        assert_eq!(repos[format!("base {codename}")], ubuntu.url().as_str(), "{repos}");
+        let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        assert!(files.contains(&"/etc/apt/sources.list.d/erdma.list") && files.contains(&"/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2"), "{files:?}");
+        let img = fixture::read_fixture(&out, "x");
+        let list = layer_file(&img.blob_path(&img.layers.last().unwrap().digest), "etc/apt/sources.list.d/erdma.list");
+        assert_eq!(list, format!("deb {} {codename}/erdma main\n", erdma.url()));
     }
-    assert_eq!(got["libnl-3-200"], "3.5.0-0.1 install", "{got:?}");
-    let origin = |name: &str| r["images"][0]["packages"]["install"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["origin"].as_str().unwrap().to_string();
-    assert_eq!(origin("libibverbs1"), origin("ibverbs-providers"));
-    let repos = &r["images"][0]["packages"]["repositories"];
-    assert_eq!(repos["erdma"], erdma.url().as_str(), "{repos}");
-    assert_eq!(repos["base jammy"], ubuntu.url().as_str(), "{repos}");
-    let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(files.contains(&"/etc/apt/sources.list.d/erdma.list") && files.contains(&"/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2"), "{files:?}");
-    let img = fixture::read_fixture(&out, "x");
-    let list = layer_file(&img.blob_path(&img.layers.last().unwrap().digest), "etc/apt/sources.list.d/erdma.list");
-    assert_eq!(list, format!("deb {} jammy/erdma main\n", erdma.url()));
 }
