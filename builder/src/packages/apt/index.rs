@@ -38,7 +38,7 @@ pub enum StreamError {
 }
 
 /// Counts and hashes what passes through, copies it to `tee`, and stops at more than `limit`.
-struct Hashing<R> {
+pub(crate) struct Hashing<R> {
     inner: R,
     hasher: Sha256,
     read: u64,
@@ -48,8 +48,18 @@ struct Hashing<R> {
 }
 
 impl<R> Hashing<R> {
-    fn new(inner: R, limit: u64, tee: Option<std::fs::File>) -> Self {
+    pub(crate) fn new(inner: R, limit: u64, tee: Option<std::fs::File>) -> Self {
         Hashing { inner, hasher: Sha256::new(), read: 0, limit, over: false, tee }
+    }
+
+    /// Whether more than `limit` bytes came.
+    pub(crate) fn over(&self) -> bool {
+        self.over
+    }
+
+    /// The bytes read and their SHA256 (hex).
+    pub(crate) fn finish(self) -> (u64, String) {
+        (self.read, hex::encode(self.hasher.finalize()))
     }
 }
 

@@ -9,10 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use sha2::{Digest as _, Sha256};
 
-use super::deb;
 use super::repo::{self, IndexedPackage};
+use super::{deb, index};
 use crate::error::{Error, Result};
 
 /// The largest `.deb` accepted from a URL (NVIDIA's biggest packages are a few hundred MB).
@@ -41,49 +40,37 @@ impl LocalDeb {
 /// Reads `--package FILE|URL`: a URL is downloaded into the package cache first (keyed by its
 /// SHA256, as every `.deb` is there).
 pub async fn load(arg: &str, cache_dir: &Path, client: &reqwest::Client) -> Result<LocalDeb> {
-    let path: PathBuf = if arg.starts_with("http://") || arg.starts_with("https://") {
+    let (path, size, sha256): (PathBuf, u64, String) = if arg.starts_with("http://") || arg.starts_with("https://") {
         // Streamed into the cache while it is hashed: a package can be hundreds of MB.
         let (src, failed) = repo::open_stream(client, arg).await.map_err(|(_, e)| e)?.ok_or_else(|| Error::Download { url: arg.to_string(), reason: "not found (404)".into() })?;
         let dir = cache_dir.join("debs");
         std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
         let url = arg.to_string();
-        tokio::task::spawn_blocking(move || -> Result<PathBuf> {
-            let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(Error::io("writing cache", &dir))?;
-            let mut hasher = Sha256::new();
-            let mut reader = std::io::Read::take(src, MAX_DEB + 1);
-            let mut buf = vec![0u8; 256 << 10];
-            let mut total = 0u64;
-            loop {
-                let n = match std::io::Read::read(&mut reader, &mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) => {
-                        let reason = failed.lock().expect("poisoned").clone().unwrap_or_else(|| e.to_string());
-                        return Err(Error::Download { url: url.clone(), reason });
-                    }
-                };
-                total += n as u64;
-                if total > MAX_DEB {
-                    return Err(Error::Download { url: url.clone(), reason: format!("larger than {MAX_DEB} bytes") });
-                }
-                hasher.update(&buf[..n]);
-                std::io::Write::write_all(&mut tmp, &buf[..n]).map_err(Error::io("writing cache", tmp.path()))?;
+        tokio::task::spawn_blocking(move || -> Result<(PathBuf, u64, String)> {
+            let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(Error::io("writing cache", &dir))?;
+            let tee = tmp.reopen().map_err(Error::io("writing cache", tmp.path()))?;
+            let mut body = index::Hashing::new(src, MAX_DEB, Some(tee));
+            if let Err(e) = std::io::copy(&mut body, &mut std::io::sink()) {
+                let reason = if body.over() { format!("larger than {MAX_DEB} bytes") } else { failed.lock().expect("poisoned").clone().unwrap_or_else(|| e.to_string()) };
+                return Err(Error::Download { url, reason });
             }
-            let path = dir.join(format!("{}.deb", hex::encode(hasher.finalize())));
+            let (size, sha256) = body.finish();
+            let path = dir.join(format!("{sha256}.deb"));
             tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
-            Ok(path)
+            Ok((path, size, sha256))
         })
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?
     } else {
         let p = Path::new(arg.strip_prefix("file://").unwrap_or(arg));
-        std::path::absolute(p).map_err(Error::io("reading package", p))?
+        let path = std::path::absolute(p).map_err(Error::io("reading package", p))?;
+        // Hashed as it streams by, never held whole.
+        let file = std::fs::File::open(&path).map_err(Error::io("reading package", &path))?;
+        let mut body = index::Hashing::new(file, u64::MAX, None);
+        std::io::copy(&mut body, &mut std::io::sink()).map_err(Error::io("reading package", &path))?;
+        let (size, sha256) = body.finish();
+        (path, size, sha256)
     };
-    // Hashed as it streams by, never held whole.
-    let mut file = std::fs::File::open(&path).map_err(Error::io("reading package", &path))?;
-    let mut hasher = Sha256::new();
-    let size = std::io::copy(&mut file, &mut hasher).map_err(Error::io("reading package", &path))?;
-    let sha256 = hex::encode(hasher.finalize());
     let control = deb::read_control(&path).map_err(|source| Error::Deb { path: path.clone(), source })?.control;
     let field = |f: &str| {
         control.get(f).map(str::to_string).ok_or_else(|| Error::Malformed { what: "package control", reference: arg.to_string(), reason: format!("no {f} field") })

@@ -38,7 +38,6 @@ use pgp::crypto::hash::HashAlgorithm;
 use pgp::packet::{PublicKey, Signature, SignatureType, SubpacketData};
 use pgp::types::{KeyDetails, Tag};
 
-
 use super::deb822::{self, Deb822Error, Paragraph};
 use super::index;
 
@@ -702,18 +701,25 @@ async fn backoff(e: &RepoError, attempt: u32) {
     tokio::time::sleep(delay).await;
 }
 
-/// Opens `url` as a stream: a file for `file://`, else the body of a GET, pumped from the
-/// async side while the blocking side reads it. `None` for 404/410 or a missing file.
-pub(crate) async fn open_stream(client: &reqwest::Client, url: &str) -> Result<Option<(Box<dyn Read + Send>, Failed)>, (bool, RepoError)> {
-    if let Some(path) = url.strip_prefix("file://") {
-        return match std::fs::File::open(path) {
-            Ok(f) => Ok(Some((Box::new(f), Failed::default()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err((false, RepoError::File { url: url.to_owned(), source: e })),
-        };
+/// A `file://` URL's file, as apt's file method reads it; `None` when it is missing.
+fn open_file(url: &str, path: &str) -> Result<Option<std::fs::File>, (bool, RepoError)> {
+    match std::fs::File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err((false, RepoError::File { url: url.to_owned(), source: e })),
     }
-    let http = |source: reqwest::Error| (!source.is_builder() && !source.is_redirect(), RepoError::Http { url: url.to_owned(), source });
-    let resp = client.get(url).send().await.map_err(http)?;
+}
+
+/// A failed request to `url`, and whether it is worth retrying (not for a malformed request or
+/// a redirect loop).
+fn http_error(url: &str) -> impl Fn(reqwest::Error) -> (bool, RepoError) + '_ {
+    move |source| (!source.is_builder() && !source.is_redirect(), RepoError::Http { url: url.to_owned(), source })
+}
+
+/// A GET whose answer is a body to read: `None` for 404 and 410, an error (and whether it is
+/// worth retrying) for any other failure.
+async fn send(client: &reqwest::Client, url: &str) -> Result<Option<reqwest::Response>, (bool, RepoError)> {
+    let resp = client.get(url).send().await.map_err(http_error(url))?;
     let status = resp.status();
     if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
         return Ok(None);
@@ -721,6 +727,16 @@ pub(crate) async fn open_stream(client: &reqwest::Client, url: &str) -> Result<O
     if !status.is_success() {
         return Err((retryable_status(status), RepoError::Status { url: url.to_owned(), status }));
     }
+    Ok(Some(resp))
+}
+
+/// Opens `url` as a stream: a file for `file://`, else the body of a GET, pumped from the
+/// async side while the blocking side reads it. `None` for 404/410 or a missing file.
+pub(crate) async fn open_stream(client: &reqwest::Client, url: &str) -> Result<Option<(Box<dyn Read + Send>, Failed)>, (bool, RepoError)> {
+    if let Some(path) = url.strip_prefix("file://") {
+        return Ok(open_file(url, path)?.map(|f| (Box::new(f) as Box<dyn Read + Send>, Failed::default())));
+    }
+    let Some(resp) = send(client, url).await? else { return Ok(None) };
     let (reader, tx) = index::ChannelReader::new(16);
     let failed = reader.failed.clone();
     tokio::spawn(async move {
@@ -841,9 +857,7 @@ pub(crate) async fn get(
             Ok(body) => return Ok(body),
             Err((true, e)) if attempt < RETRIES => {
                 attempt += 1;
-                let delay = Duration::from_millis(250 << attempt);
-                tracing::warn!("{e}; retrying in {delay:?}");
-                tokio::time::sleep(delay).await;
+                backoff(&e, attempt).await;
             }
             Err((_, e)) => return Err(e),
         }
@@ -857,41 +871,12 @@ async fn get_once(
     limit: u64,
 ) -> Result<Option<Vec<u8>>, (bool, RepoError)> {
     if let Some(path) = url.strip_prefix("file://") {
-        return match std::fs::File::open(path) {
-            Ok(f) => {
-                let mut body = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::Read::take(f, limit.saturating_add(1)), &mut body)
-                    .map_err(|e| (false, RepoError::File { url: url.to_owned(), source: e }))?;
-                Ok(Some(body))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err((false, RepoError::File { url: url.to_owned(), source: e })),
-        };
+        let Some(f) = open_file(url, path)? else { return Ok(None) };
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(f, limit.saturating_add(1)), &mut body).map_err(|e| (false, RepoError::File { url: url.to_owned(), source: e }))?;
+        return Ok(Some(body));
     }
-    let http = |source: reqwest::Error| {
-        let retry = !source.is_builder() && !source.is_redirect();
-        (
-            retry,
-            RepoError::Http {
-                url: url.to_owned(),
-                source,
-            },
-        )
-    };
-    let mut resp = client.get(url).send().await.map_err(http)?;
-    let status = resp.status();
-    if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
-        return Ok(None);
-    }
-    if !status.is_success() {
-        return Err((
-            retryable_status(status),
-            RepoError::Status {
-                url: url.to_owned(),
-                status,
-            },
-        ));
-    }
+    let Some(mut resp) = send(client, url).await? else { return Ok(None) };
     let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
     let mut body = Vec::with_capacity(
         resp.content_length()
@@ -900,7 +885,7 @@ async fn get_once(
             .min(cap)
             .min(64 << 20),
     );
-    while let Some(chunk) = resp.chunk().await.map_err(http)? {
+    while let Some(chunk) = resp.chunk().await.map_err(http_error(url))? {
         let room = cap - body.len();
         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if body.len() >= cap {
@@ -1030,7 +1015,6 @@ impl Release {
         Ok(())
     }
 
-    /// The architecture and components asked for are ones the Release says it has.
     /// Checks the architecture and components a source asks for against the Release's lists.
     /// Returns the components the Release lacks: apt skips those with a warning ("Skipping
     /// acquire of configured file … as repository … doesn't have the component"), and so do we,
