@@ -154,8 +154,12 @@ fn matches(dep: &Dependency, offer: &Offer) -> bool {
 
 /// Whether a package offers what `dep` asks for: itself at its version, or its Provides.
 fn offered(dep: &Dependency, name: &str, version: &Version, provides: &[Vec<Dependency>]) -> bool {
-    matches(dep, &Offer { name, version: Some(version) })
-        || provides.iter().flatten().any(|p| matches(dep, &Offer { name: &p.name, version: p.constraint.as_ref().map(|(_, v)| v) }))
+    matches(dep, &Offer { name, version: Some(version) }) || provided(dep, provides)
+}
+
+/// Whether one of a package's Provides meets `dep`.
+fn provided(dep: &Dependency, provides: &[Vec<Dependency>]) -> bool {
+    provides.iter().flatten().any(|p| matches(dep, &Offer { name: &p.name, version: p.constraint.as_ref().map(|(_, v)| v) }))
 }
 
 struct Cand<'a> {
@@ -246,37 +250,39 @@ impl<'a> Candidates<'a> {
         })
     }
 
-    /// The names of the packages whose Provides offer `name` (any version), each with its
-    /// newest such candidate: what apt lists for a virtual package.
-    fn providers_of(&self, name: &str) -> Result<Vec<&Cand<'a>>, ResolveError> {
-        let dep = Dependency { name: name.to_string(), arch: None, constraint: None };
-        let names: BTreeSet<&str> = self.available.iter().filter(|p| p.provides().is_some_and(|v| v.contains(name))).map(|p| p.name()).collect();
+    /// The candidates whose Provides meet `dep`, per package (in name order), newest first.
+    fn providers(&self, dep: &Dependency) -> Result<Vec<Vec<&Cand<'a>>>, ResolveError> {
+        // Only a stanza whose Provides text names the package can provide it.
+        let names: BTreeSet<&str> = self.available.iter().filter(|p| p.provides().is_some_and(|v| v.contains(dep.name.as_str()))).map(|p| p.name()).collect();
         let mut out = Vec::new();
-        for n in names {
-            let mut best = None;
-            for c in self.get(n) {
-                if c.provides()?.iter().flatten().any(|p| matches(&dep, &Offer { name: &p.name, version: None })) {
-                    best = Some(c);
-                    break;
+        for name in names {
+            let mut list = Vec::new();
+            for c in self.get(name) {
+                if provided(dep, c.provides()?) {
+                    list.push(c);
                 }
             }
-            out.extend(best);
+            if !list.is_empty() {
+                out.push(list);
+            }
         }
         Ok(out)
+    }
+
+    /// The packages that provide `name` (any version), each as its newest such candidate:
+    /// what apt lists for a virtual package.
+    fn providers_of(&self, name: &str) -> Result<Vec<&Cand<'a>>, ResolveError> {
+        let dep = Dependency { name: name.to_string(), arch: None, constraint: None };
+        Ok(self.providers(&dep)?.into_iter().map(|list| list[0]).collect())
     }
 
     /// The newest candidate whose Provides meets `dep` (the last of equal versions, in name
     /// order).
     fn newest_provider(&self, dep: &Dependency) -> Result<Option<&Cand<'a>>, ResolveError> {
-        // Only a stanza whose Provides text names the package can provide it.
-        let names: BTreeSet<&str> = self.available.iter().filter(|p| p.provides().is_some_and(|v| v.contains(dep.name.as_str()))).map(|p| p.name()).collect();
         let mut best: Option<&Cand> = None;
-        for name in names {
-            for c in self.get(name) {
-                let provides = c.provides()?;
-                if provides.iter().flatten().any(|p| matches(dep, &Offer { name: &p.name, version: p.constraint.as_ref().map(|(_, v)| v) })) && best.is_none_or(|b| c.version >= b.version) {
-                    best = Some(c);
-                }
+        for c in self.providers(dep)?.into_iter().flatten() {
+            if best.is_none_or(|b| c.version >= b.version) {
+                best = Some(c);
             }
         }
         Ok(best)
