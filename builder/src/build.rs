@@ -439,11 +439,7 @@ fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Re
             if recipe.is_generic() {
                 // Named by hand: the release still fills in the generic recipe.
                 let os = os_release()?;
-                let rel = os.families().into_iter().filter(|f| recipe.distro.generic.contains_key(*f)).find_map(|f| os.release_of(f)).ok_or_else(|| Error::DistroRefused {
-                    found: os.describe(),
-                    reason: format!("recipe {} is for {} and their derivatives", recipe.name, recipe.distro.generic.keys().cloned().collect::<Vec<_>>().join(", ")),
-                })?;
-                (recipe.for_release(&rel), Some(os))
+                (recipe.for_image(&os)?, Some(os))
             } else {
                 (recipe, None)
             }

@@ -216,6 +216,19 @@ impl Recipe {
         r
     }
 
+    /// A generic recipe named by hand (`--recipe apt-generic`), made concrete for the image's
+    /// release; any other recipe as it is.
+    pub fn for_image(self, os: &OsRelease) -> Result<Recipe> {
+        if !self.is_generic() {
+            return Ok(self);
+        }
+        let rel = os.families().into_iter().filter(|f| self.distro.generic.contains_key(*f)).find_map(|f| os.release_of(f)).ok_or_else(|| Error::DistroRefused {
+            found: os.describe(),
+            reason: format!("recipe {} is for {} and their derivatives", self.name, self.distro.generic.keys().cloned().collect::<Vec<_>>().join(", ")),
+        })?;
+        Ok(self.for_release(&rel))
+    }
+
     /// The built-in recipe for an image's os-release: the release's own recipe; else, for
     /// a release of a family the generic recipe serves (or a derivative naming the family in
     /// `ID_LIKE`), the generic one; releases older than the first recipe are refused with the
@@ -228,6 +241,7 @@ impl Recipe {
         let generic = all.iter().find(|r| r.is_generic()).expect("a generic recipe is built in");
         for family in os.families() {
             let own: Vec<&Recipe> = all.iter().filter(|r| r.distro.id == family).collect();
+            let supported: Vec<&&Recipe> = own.iter().filter(|r| r.unsupported.is_none()).collect();
             let Some(from) = generic.distro.generic.get(family) else { continue };
             let Some(rel) = os.release_of(family) else { continue };
             let found = if rel.own { os.describe() } else { format!("{} (based on {})", os.describe(), rel.pretty()) };
@@ -239,7 +253,7 @@ impl Recipe {
             if let Some(r) = own.iter().find(|r| r.distro.version_id == rel.version) {
                 return Ok((*r).clone());
             }
-            let first = own.iter().filter(|r| r.unsupported.is_none()).min_by(|a, b| cmp_release(&a.distro.version_id, &b.distro.version_id));
+            let first = supported.iter().min_by(|a, b| cmp_release(&a.distro.version_id, &b.distro.version_id));
             if let Some(first) = first.filter(|f| cmp_release(&rel.version, &f.distro.version_id).is_lt()) {
                 return Err(Error::DistroRefused {
                     found,
@@ -256,7 +270,7 @@ impl Recipe {
                     reason: format!(
                         "no recipe for {}: before {family} {from}, only the releases with a recipe are supported ({}); pass --recipe to choose one",
                         rel.pretty(),
-                        own.iter().filter(|r| r.unsupported.is_none()).map(|r| r.distro.pretty.as_str()).collect::<Vec<_>>().join(", ")
+                        supported.iter().map(|r| r.distro.pretty.as_str()).collect::<Vec<_>>().join(", ")
                     ),
                 });
             }
