@@ -79,12 +79,17 @@ impl Mirror {
         Mirror { from: None, to: arg.to_string() }
     }
 
+    /// The mirror for every source: the last plain `--mirror URL`.
+    fn everywhere(mirrors: &[Mirror]) -> Option<&Mirror> {
+        mirrors.iter().rev().find(|m| m.from.is_none())
+    }
+
     /// The URL to read `uri` from: a mirror named for it, else, for a suite of the
-    /// distribution's own archive (`archive`), one for every source.
+    /// distribution's own archive (`archive`), the one for every source.
     fn for_uri<'m>(mirrors: &'m [Mirror], uri: &str, archive: bool) -> Option<&'m str> {
         let same = |a: &str| a.trim_end_matches('/') == uri.trim_end_matches('/');
         let named = mirrors.iter().rev().find(|m| m.from.as_deref().is_some_and(same));
-        named.or_else(|| mirrors.iter().rev().find(|m| m.from.is_none()).filter(|_| archive)).map(|m| m.to.as_str())
+        named.or_else(|| Mirror::everywhere(mirrors).filter(|_| archive)).map(|m| m.to.as_str())
     }
 }
 
@@ -313,7 +318,7 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
     let mut entries = base_sources(base)?;
     // Images that carry Mellanox's repository lose it; we never read it.
     entries.retain(|e| e.types.iter().any(|t| t == "deb") && !e.uris.iter().any(|u| u.contains("mellanox") || u.contains("/mlnx")));
-    let everywhere = inputs.mirrors.iter().find(|m| m.from.is_none());
+    let everywhere = Mirror::everywhere(inputs.mirrors);
     if entries.is_empty() {
         // Slimmed images delete their lists: with --mirror, read the release's main suite.
         let distro = &inputs.recipe.distro;
