@@ -73,7 +73,8 @@ pub struct FamilyRelease {
 impl FamilyRelease {
     /// `Debian 13 (trixie)`, `Ubuntu 24.10`.
     pub fn pretty(&self) -> String {
-        let mut name = self.family[..1].to_ascii_uppercase() + &self.family[1..];
+        let mut chars = self.family.chars();
+        let mut name: String = chars.next().map(|c| c.to_ascii_uppercase()).into_iter().chain(chars).collect();
         if !self.version.is_empty() {
             name = format!("{name} {}", self.version);
         }
