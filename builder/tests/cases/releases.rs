@@ -31,12 +31,22 @@ struct Meta {
     content: String,
 }
 
-/// Every non-directory entry of a layer blob (gzip or plain tar), by path.
-fn layer_entries(blob: &[u8]) -> BTreeMap<String, Meta> {
+/// A layer blob (gzip or plain tar), read once: its uncompressed size, every non-directory
+/// entry by path, and the dpkg status it holds.
+struct LayerView {
+    size: usize,
+    entries: BTreeMap<String, Meta>,
+    status: Option<String>,
+}
+
+const STATUS: &str = "var/lib/dpkg/status";
+
+fn read_layer(blob: &[u8]) -> LayerView {
     let mut raw = Vec::new();
     let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(blob)) } else { Box::new(blob) };
     std::io::Read::read_to_end(&mut r, &mut raw).unwrap();
-    let mut out = BTreeMap::new();
+    let mut entries = BTreeMap::new();
+    let mut status = None;
     for e in tar::Archive::new(raw.as_slice()).entries().unwrap() {
         let mut e = e.unwrap();
         let h = e.header().clone();
@@ -50,11 +60,14 @@ fn layer_entries(blob: &[u8]) -> BTreeMap<String, Meta> {
         } else {
             let mut data = Vec::new();
             std::io::Read::read_to_end(&mut e, &mut data).unwrap();
+            if path == STATUS {
+                status = Some(String::from_utf8_lossy(&data).into_owned());
+            }
             ('f', hex::encode(Sha256::digest(&data)))
         };
-        out.insert(path, Meta { kind, mode: h.mode().unwrap() & 0o7777, uid: h.uid().unwrap(), gid: h.gid().unwrap(), content });
+        entries.insert(path, Meta { kind, mode: h.mode().unwrap() & 0o7777, uid: h.uid().unwrap(), gid: h.gid().unwrap(), content });
     }
-    out
+    LayerView { size: raw.len(), entries, status }
 }
 
 /// The top layer of an image saved by `docker save`, as bytes.
@@ -118,7 +131,7 @@ fn payload_equals_apt_get(rel: debian::Release, request: &[&str], packages: &[&s
     let ours_dir = tmp.path().join("ours");
     let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&ours_dir)), "--no-env-presets"], &tmp.path().join("cache"));
     let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
-    let ours = layer_entries(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
+    let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
 
     let base_name = format!("erdma-test/{}-base:{}", rel.suite, std::process::id());
     let base_tar = tmp.path().join("base.tar");
@@ -131,20 +144,14 @@ fn payload_equals_apt_get(rel: debian::Release, request: &[&str], packages: &[&s
     let out = Command::new("docker").args(["build", "-q", "-t", &theirs_name]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
     let _ = docker(&["rmi", "-f", &base_name]);
     support::assert_success("docker build with apt-get install", &out);
-    let theirs_blob = docker_top_layer(tmp.path(), &theirs_name);
+    let theirs = read_layer(&docker_top_layer(tmp.path(), &theirs_name));
     let _ = docker(&["rmi", "-f", &theirs_name]);
-    let theirs = layer_entries(&theirs_blob);
 
-    let size = |blob: &[u8]| {
-        let mut raw = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(blob), &mut raw).map(|_| raw.len()).unwrap_or(blob.len())
-    };
-    let (ours_size, theirs_size) = (size(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap()), size(&theirs_blob));
+    let (ours_size, theirs_size) = (ours.size, theirs.size);
     eprintln!("{}: layer (uncompressed) erdma-build {ours_size} bytes, docker build {theirs_size} bytes", rel.suite);
     assert!(theirs_size >= 10 * ours_size, "ours {ours_size}, docker's {theirs_size}");
-    let status = "var/lib/dpkg/status";
-    let keep = |m: &BTreeMap<String, Meta>| -> BTreeMap<String, Meta> { m.iter().filter(|(p, _)| !noise(p) && p.as_str() != status).map(|(p, m)| (p.clone(), m.clone())).collect() };
-    let (o, t) = (keep(&ours), keep(&theirs));
+    let keep = |m: &BTreeMap<String, Meta>| -> BTreeMap<String, Meta> { m.iter().filter(|(p, _)| !noise(p) && p.as_str() != STATUS).map(|(p, m)| (p.clone(), m.clone())).collect() };
+    let (o, t) = (keep(&ours.entries), keep(&theirs.entries));
     let paths_o: BTreeSet<&String> = o.keys().collect();
     let paths_t: BTreeSet<&String> = t.keys().collect();
     assert_eq!(paths_o.difference(&paths_t).collect::<Vec<_>>(), Vec::<&&String>::new(), "only in erdma-build's layer");
@@ -154,23 +161,8 @@ fn payload_equals_apt_get(rel: debian::Release, request: &[&str], packages: &[&s
     eprintln!("{}: {} files, symlinks and their modes, owners and contents equal apt-get install's", rel.suite, o.len());
 
     // The status stanzas of what was installed: same fields, values and order as dpkg's.
-    let read_status = |dir: &Path, blob: &[u8]| -> String {
-        let _ = dir;
-        let mut raw = Vec::new();
-        let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(blob)) } else { Box::new(blob) };
-        std::io::Read::read_to_end(&mut r, &mut raw).unwrap();
-        for e in tar::Archive::new(raw.as_slice()).entries().unwrap() {
-            let mut e = e.unwrap();
-            if e.path().unwrap().to_string_lossy().trim_start_matches("./") == status {
-                let mut text = String::new();
-                std::io::Read::read_to_string(&mut e, &mut text).unwrap();
-                return text;
-            }
-        }
-        panic!("no {status} in the layer");
-    };
-    let ours_status = status_stanzas(&read_status(&ours_dir, &std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap()), packages);
-    let theirs_status = status_stanzas(&read_status(tmp.path(), &theirs_blob), packages);
+    let ours_status = status_stanzas(ours.status.as_deref().expect("our layer has a dpkg status"), packages);
+    let theirs_status = status_stanzas(theirs.status.as_deref().expect("apt-get's layer has a dpkg status"), packages);
     assert_eq!(ours_status.keys().collect::<Vec<_>>(), packages.iter().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>());
     for (name, fields) in &theirs_status {
         assert_eq!(&ours_status[name], fields, "status stanza of {name}");

@@ -123,29 +123,13 @@ pub fn unmount_below(dir: &Path) {
 /// whose `Suites:` has `bookworm`, else its first `URIs:` at all, else the first one-line
 /// `deb` entry of `/etc/apt/sources.list`.
 pub fn debian_mirror() -> Option<String> {
-    let mut files: Vec<PathBuf> = fs::read_dir("/etc/apt/sources.list.d")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "sources"))
-        .collect();
-    files.sort();
     let mut first_any = None;
-    for f in files {
-        let Ok(text) = fs::read_to_string(&f) else {
-            continue;
-        };
-        for (uris, suites, enabled) in deb822_stanzas(&text) {
-            let Some(uri) = uris.first() else { continue };
-            if !enabled {
-                continue;
-            }
-            if suites.iter().any(|s| s == SUITE) {
-                return Some(uri.trim_end_matches('/').to_string());
-            }
-            first_any.get_or_insert_with(|| uri.trim_end_matches('/').to_string());
+    for (uris, suites) in host_stanzas() {
+        let Some(uri) = uris.first() else { continue };
+        if suites.iter().any(|s| s == SUITE) {
+            return Some(uri.trim_end_matches('/').to_string());
         }
+        first_any.get_or_insert_with(|| uri.trim_end_matches('/').to_string());
     }
     if first_any.is_some() {
         return first_any;
@@ -171,9 +155,27 @@ pub fn debian_mirror() -> Option<String> {
 /// The first `URIs:` of the host's deb822 stanza that lists `suite` (e.g. `bookworm-security`,
 /// served from another path than the main archive).
 pub fn mirror_for_suite(suite: &str) -> Option<String> {
-    let mut files: Vec<PathBuf> = fs::read_dir("/etc/apt/sources.list.d").into_iter().flatten().flatten().map(|e| e.path()).collect();
+    host_stanzas().into_iter().find(|(_, suites)| suites.iter().any(|s| s == suite)).and_then(|(uris, _)| uris.first().map(|u| u.trim_end_matches('/').to_string()))
+}
+
+/// `(URIs, Suites)` of the enabled `Types: deb` stanzas of the host's
+/// `/etc/apt/sources.list.d/*.sources`, files in name order.
+fn host_stanzas() -> Vec<(Vec<String>, Vec<String>)> {
+    let mut files: Vec<PathBuf> = fs::read_dir("/etc/apt/sources.list.d")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sources"))
+        .collect();
     files.sort();
-    files.iter().filter_map(|f| fs::read_to_string(f).ok()).flat_map(|t| deb822_stanzas(&t)).find(|(_, suites, enabled)| *enabled && suites.iter().any(|s| s == suite)).and_then(|(uris, _, _)| uris.first().map(|u| u.trim_end_matches('/').to_string()))
+    files
+        .iter()
+        .filter_map(|f| fs::read_to_string(f).ok())
+        .flat_map(|t| deb822_stanzas(&t))
+        .filter(|(_, _, enabled)| *enabled)
+        .map(|(uris, suites, _)| (uris, suites))
+        .collect()
 }
 
 /// `(URIs, Suites, Enabled)` of each stanza of a deb822 sources file with `Types: deb`.
