@@ -14,9 +14,12 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Log lines and progress bars share stderr: each log line is written with the bars taken
+    // down and redrawn after it, so neither tears the other.
+    let multi = MultiProgress::new();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
+        .with_writer(BelowBars(multi.clone()))
         .with_ansi(std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal())
         .without_time()
         .init();
@@ -25,7 +28,7 @@ fn main() -> ExitCode {
         Err(e) => return fail(&anyhow::Error::new(e).context("starting the async runtime")),
     };
     let checking = matches!(cli.command, Command::Check(_));
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, multi)) {
         Ok(code) => code,
         // `check` keeps 1 for "not ready": a check that could not run exits 2.
         Err(e) if checking => {
@@ -64,12 +67,12 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
     // A terminal gets bars; a CI log gets one timed line per step (no bars to garble it).
     let reporter: Arc<dyn Reporter> = if cli.quiet {
         Arc::new(Silent)
     } else if std::io::stderr().is_terminal() {
-        Arc::new(Bars::default())
+        Arc::new(Bars { multi, bars: Mutex::default() })
     } else {
         Arc::new(Lines(std::time::Instant::now()))
     };
@@ -220,8 +223,29 @@ impl Reporter for Lines {
     }
 }
 
+/// The log's writer: stderr, with the progress bars cleared while a line is written.
+#[derive(Clone)]
+struct BelowBars(MultiProgress);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BelowBars {
+    type Writer = BelowBars;
+    fn make_writer(&'a self) -> BelowBars {
+        self.clone()
+    }
+}
+
+impl Write for BelowBars {
+    /// tracing's formatter writes each event whole, in one call.
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.suspend(|| std::io::stderr().lock().write_all(buf))?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 /// Progress bars on stderr, one per transfer.
-#[derive(Default)]
 struct Bars {
     multi: MultiProgress,
     bars: Mutex<HashMap<String, ProgressBar>>,
