@@ -64,6 +64,8 @@ pub struct Options {
     pub nccl_dev: bool,
     /// `--cuda X.Y`: the CUDA the NCCL build is for, when the base does not say.
     pub cuda: Option<Cuda>,
+    /// Bounds of every repository, key and package transfer (`--read-timeout`).
+    pub timeouts: crate::http::Timeouts,
 }
 
 impl Options {
@@ -500,10 +502,11 @@ fn cache_dir() -> PathBuf {
 #[allow(clippy::too_many_arguments)]
 async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>, arch: &str, env: &[(String, String)], build: bool, reporter: &dyn Reporter) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
+    let http = crate::http::Client::new(opts.timeouts).map_err(|e| Error::Unsupported(e.to_string()))?;
     let mut keys = BTreeMap::new();
     for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
         let keyring = opts.repo_keyrings.get(&repo.name).or(opts.keyring.as_ref());
-        keys.insert(repo.name.clone(), repo_key(recipe, repo, keyring.map(PathBuf::as_path)).await?);
+        keys.insert(repo.name.clone(), repo_key(&http, recipe, repo, keyring.map(PathBuf::as_path)).await?);
     }
     let mut packages = None;
     let mut complete = true;
@@ -521,6 +524,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             None => None,
         };
         let inputs = AptInputs {
+            http: &http,
             recipe,
             arch,
             mirrors: &opts.mirrors,
@@ -535,7 +539,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         };
         let (res, mut report, status) = apt::resolve(&inputs, base, reporter).await?;
         if build {
-            let debs = apt::fetch_debs(&res.install, &inputs.cache_dir, &mut report, reporter).await?;
+            let debs = apt::fetch_debs(&http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
             removed = apt::unpack(&res, &debs, &status, base, &mut layer)?;
             // The whole point: an image whose libibverbs has no erdma provider silently falls
             // back to TCP. Refuse it (rdma-core gained the provider in v43).
@@ -664,10 +668,10 @@ impl apt::BaseFiles for ImageFiles<'_> {
     }
 }
 
-async fn repo_key(recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<Vec<u8>> {
+async fn repo_key(http: &crate::http::Client, recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<Vec<u8>> {
     let raw = match (keyring, &repo.key_url) {
         (Some(path), _) => std::fs::read(path).map_err(Error::io("reading keyring", path))?,
-        (None, Some(url)) => fetch_key(url).await.map_err(|reason| {
+        (None, Some(url)) => fetch_key(http, url).await.map_err(|reason| {
             Error::Unsupported(format!(
                 "fetching the key of repository `{}` (recipe {}) from {url} failed: {reason}; hint: pass --keyring FILE",
                 repo.name, recipe.name
@@ -689,11 +693,16 @@ async fn repo_key(recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Op
     Ok(packets)
 }
 
-async fn fetch_key(url: &str) -> std::result::Result<Vec<u8>, String> {
-    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(20)).build().map_err(|e| e.to_string())?;
-    let resp = client.get(url).send().await.map_err(|e| e.to_string())?;
-    let resp = resp.error_for_status().map_err(|e| e.to_string())?;
-    Ok(resp.bytes().await.map_err(|e| e.to_string())?.to_vec())
+/// A key file is a few KiB; NVIDIA's and Alibaba's are under 4 KiB.
+const MAX_KEY: u64 = 1 << 20;
+
+async fn fetch_key(http: &crate::http::Client, url: &str) -> std::result::Result<Vec<u8>, String> {
+    match http.get(url, MAX_KEY).await {
+        Ok(Some(body)) if body.len() as u64 > MAX_KEY => Err(format!("larger than {MAX_KEY} bytes")),
+        Ok(Some(body)) => Ok(body),
+        Ok(None) => Err("not found (404)".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Maps Docker schema 2 media types to their OCI equivalents: the bytes are the same, and an

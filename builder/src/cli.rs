@@ -144,6 +144,11 @@ pub struct CommonArgs {
     /// CUDA_VERSION or /usr/local/cuda/version.json (or to override them).
     #[arg(long, value_name = "X.Y", requires = "nccl")]
     pub cuda: Option<String>,
+    /// Seconds a repository, key or package server may send nothing before the transfer is
+    /// given up (and retried, 3 times): a stalled mirror fails the build in about
+    /// 4 × SECS + 4 s per file instead of hanging it.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub read_timeout: u64,
 }
 
 impl CommonArgs {
@@ -199,6 +204,7 @@ impl CommonArgs {
             install: self.install.clone(),
             local_packages: self.packages.clone(),
             epoch: Options::epoch_from_env(),
+            timeouts: crate::http::Timeouts { read: std::time::Duration::from_secs(self.read_timeout), ..Default::default() },
         })
     }
 }

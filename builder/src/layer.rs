@@ -5,8 +5,10 @@
 //! same entries always give the same bytes and digests on every machine.
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::FileExt as _;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -39,6 +41,9 @@ impl LayerCompression {
 pub enum EntryKind {
     Dir,
     File(Vec<u8>),
+    /// A regular file whose bytes wait in the layer's spool file (large package files: a
+    /// layer never holds them in memory).
+    Spooled { offset: u64, len: u64 },
     Symlink(String),
     /// An OCI whiteout: hides the path from lower layers.
     Whiteout,
@@ -56,7 +61,14 @@ pub struct Entry {
 #[derive(Debug, Default, Clone)]
 pub struct LayerContents {
     entries: BTreeMap<String, Entry>,
+    /// Where the bytes of [`EntryKind::Spooled`] files are: an unnamed temporary file, gone
+    /// with the last clone of the layer.
+    spool: Option<Arc<File>>,
+    spooled: u64,
 }
+
+/// Files up to this size are held in memory; larger ones go to the spool file.
+pub const INLINE_MAX: u64 = 1 << 20;
 
 /// A written layer: the numbers that go into the manifest and config.
 #[derive(Debug, Clone, Serialize)]
@@ -131,6 +143,41 @@ impl LayerContents {
         self.entries.is_empty()
     }
 
+    /// Reads a regular file's `size` bytes from `r` into an entry kind, showing every chunk to
+    /// `inspect` (a checksum) on the way: up to [`INLINE_MAX`] in memory, larger files copied
+    /// to the spool file a buffer at a time. Fewer or more than `size` bytes is an error.
+    pub fn file_kind(&mut self, r: &mut dyn Read, size: u64, inspect: &mut dyn FnMut(&[u8])) -> io::Result<EntryKind> {
+        let short = || io::Error::new(io::ErrorKind::UnexpectedEof, format!("file shorter than its {size} bytes"));
+        if size <= INLINE_MAX {
+            let mut buf = Vec::with_capacity(size as usize);
+            r.take(size + 1).read_to_end(&mut buf)?;
+            if buf.len() as u64 != size {
+                return Err(if (buf.len() as u64) < size { short() } else { io::Error::new(io::ErrorKind::InvalidData, format!("file longer than its {size} bytes")) });
+            }
+            inspect(&buf);
+            return Ok(EntryKind::File(buf));
+        }
+        if self.spool.is_none() {
+            self.spool = Some(Arc::new(tempfile::tempfile()?));
+        }
+        let spool = self.spool.as_ref().expect("just set");
+        let offset = self.spooled;
+        let mut buf = vec![0u8; 256 << 10];
+        let mut done = 0u64;
+        while done < size {
+            let want = (size - done).min(buf.len() as u64) as usize;
+            let n = r.read(&mut buf[..want])?;
+            if n == 0 {
+                return Err(short());
+            }
+            inspect(&buf[..n]);
+            spool.write_all_at(&buf[..n], offset + done)?;
+            done += n as u64;
+        }
+        self.spooled += size;
+        Ok(EntryKind::Spooled { offset, len: size })
+    }
+
     /// Writes the uncompressed tar stream to `w`, entries sorted, all mtimes `mtime`.
     pub fn write_tar<W: Write>(&self, w: W, mtime: u64) -> io::Result<W> {
         let mut tar = tar::Builder::new(w);
@@ -150,6 +197,12 @@ impl LayerContents {
                     h.set_entry_type(tar::EntryType::Regular);
                     h.set_size(data.len() as u64);
                     tar.append_data(&mut h, path, data.as_slice())?;
+                }
+                EntryKind::Spooled { offset, len } => {
+                    let spool = self.spool.as_deref().ok_or_else(|| io::Error::other("spooled entry without a spool file"))?;
+                    h.set_entry_type(tar::EntryType::Regular);
+                    h.set_size(*len);
+                    tar.append_data(&mut h, path, SpoolReader { file: spool, at: *offset, end: offset + len })?;
                 }
                 EntryKind::Symlink(target) => {
                     h.set_entry_type(tar::EntryType::Symlink);
@@ -205,10 +258,31 @@ impl LayerContents {
     }
 }
 
+/// One spooled file's bytes, read in place.
+struct SpoolReader<'a> {
+    file: &'a File,
+    at: u64,
+    end: u64,
+}
+
+impl Read for SpoolReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = (self.end - self.at).min(buf.len() as u64) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "spool file shorter than written"));
+        }
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
 
     fn sample() -> LayerContents {
         let mut l = LayerContents::new();
@@ -262,6 +336,29 @@ mod tests {
             assert_eq!(crate::blob::sha256_digest(&raw), a.diff_id);
             assert_eq!(a.size, std::fs::metadata(dir.path().join("a")).unwrap().len());
         }
+    }
+
+    #[test]
+    fn large_files_are_spooled_and_written_the_same_as_held_ones() {
+        let big: Vec<u8> = (0..(INLINE_MAX as usize * 3 + 17)).map(|i| (i * 7 % 253) as u8).collect();
+        let mut seen = 0usize;
+        let mut spooled = LayerContents::new();
+        let kind = spooled.file_kind(&mut big.as_slice(), big.len() as u64, &mut |c| seen += c.len()).unwrap();
+        assert!(matches!(kind, EntryKind::Spooled { offset: 0, .. }), "{kind:?}");
+        assert_eq!(seen, big.len());
+        spooled.insert("usr/lib/big.so", Entry { kind: kind.clone(), mode: 0o644, uid: 0, gid: 0 }).unwrap();
+        // A hard link's copy shares the spooled bytes.
+        spooled.insert("usr/lib/big-link.so", Entry { kind, mode: 0o644, uid: 0, gid: 0 }).unwrap();
+        let mut held = LayerContents::new();
+        held.add_file("usr/lib/big.so", big.clone(), 0o644).unwrap();
+        held.add_file("usr/lib/big-link.so", big.clone(), 0o644).unwrap();
+        assert_eq!(spooled.write_tar(Vec::new(), 0).unwrap(), held.write_tar(Vec::new(), 0).unwrap());
+        // Small files stay in memory; a short or long source is an error.
+        let mut l = LayerContents::new();
+        assert_eq!(l.file_kind(&mut &b"abc"[..], 3, &mut |_| {}).unwrap(), EntryKind::File(b"abc".to_vec()));
+        assert!(l.file_kind(&mut &b"ab"[..], 3, &mut |_| {}).is_err());
+        assert!(l.file_kind(&mut &b"abcd"[..], 3, &mut |_| {}).is_err());
+        assert!(l.file_kind(&mut &big[..10], big.len() as u64, &mut |_| {}).is_err());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! Where things happen, for a newcomer:
 //! - [`transport`]: parsing `docker://`, `oci:`, `oci-archive:`, `docker-archive:` names.
+//! - [`http`]: the one HTTP client for repositories, keys and packages (timeouts, retries).
 //! - [`source`]: reading manifests, configs and blobs from any transport.
 //! - [`sink`]: writing blobs and manifests to any transport, atomically.
 //! - [`layer`]: the reproducible layer writer (where a layer gets written).
@@ -19,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod distro;
 pub mod error;
+pub mod http;
 pub mod keys;
 pub mod inspect;
 pub mod packages;

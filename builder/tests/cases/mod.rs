@@ -1,4 +1,5 @@
 //! Product tests: `erdma-build` run as a user runs it, against real registries, skopeo and docker.
+mod auth;
 mod check;
 mod errors;
 mod memory;
@@ -7,6 +8,7 @@ mod packages;
 mod registry;
 mod releases;
 mod ubuntu;
+mod transfers;
 mod transports;
 
 use std::collections::BTreeMap;

@@ -7,10 +7,11 @@
 //! index is used unless the whole compressed file matched the Release's SHA256 and size (and the
 //! decompressed one the Release's entry for it, when there is one): the text parsed from a file
 //! that fails is dropped.
-use std::io::{BufRead, BufReader, Read, Write};
-use std::sync::{Arc, Mutex};
+use std::io::{BufRead, BufReader, Read};
 
-use sha2::{Digest as _, Sha256};
+use sha2::Digest as _;
+
+use crate::http::Hashing;
 
 /// The fields of a `Packages` stanza that are kept.
 pub const KEPT_FIELDS: [&str; 13] = ["Package", "Version", "Architecture", "Multi-Arch", "Provides", "Depends", "Pre-Depends", "Breaks", "Conflicts", "Replaces", "Filename", "Size", "SHA256"];
@@ -25,8 +26,8 @@ pub struct Expect {
 /// How reading an index failed.
 #[derive(Debug)]
 pub enum StreamError {
-    /// The source (network or file) failed; `retry` when trying again may help.
-    Source { retry: bool, message: String },
+    /// The source (network or file) failed: trying again may help.
+    Source { message: String },
     /// The compressed file is not what the Release says.
     Size { actual: String },
     Hash { actual: String },
@@ -35,84 +36,6 @@ pub enum StreamError {
     PlainHash { actual: String },
     /// Decompression failed, or the index is larger than `limit`.
     Decompress(std::io::Error),
-}
-
-/// Counts and hashes what passes through, copies it to `tee`, and stops at more than `limit`.
-pub(crate) struct Hashing<R> {
-    inner: R,
-    hasher: Sha256,
-    read: u64,
-    limit: u64,
-    over: bool,
-    tee: Option<std::fs::File>,
-}
-
-impl<R> Hashing<R> {
-    pub(crate) fn new(inner: R, limit: u64, tee: Option<std::fs::File>) -> Self {
-        Hashing { inner, hasher: Sha256::new(), read: 0, limit, over: false, tee }
-    }
-
-    /// Whether more than `limit` bytes came.
-    pub(crate) fn over(&self) -> bool {
-        self.over
-    }
-
-    /// The bytes read and their SHA256 (hex).
-    pub(crate) fn finish(self) -> (u64, String) {
-        (self.read, hex::encode(self.hasher.finalize()))
-    }
-}
-
-impl<R: Read> Read for Hashing<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.read += n as u64;
-        if self.read > self.limit {
-            self.over = true;
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("more than {} bytes", self.limit)));
-        }
-        self.hasher.update(&buf[..n]);
-        if let Some(t) = &mut self.tee {
-            t.write_all(&buf[..n])?;
-        }
-        Ok(n)
-    }
-}
-
-/// The body of an HTTP response, fed chunk by chunk from the async side.
-pub struct ChannelReader {
-    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, String>>,
-    current: bytes::Bytes,
-    /// Set when the sender failed: a network error, not a decoding one.
-    pub failed: Arc<Mutex<Option<String>>>,
-}
-
-impl ChannelReader {
-    /// A reader and the sender to feed it; at most `depth` chunks wait in between.
-    pub fn new(depth: usize) -> (ChannelReader, tokio::sync::mpsc::Sender<Result<bytes::Bytes, String>>) {
-        let (tx, rx) = tokio::sync::mpsc::channel(depth);
-        (ChannelReader { rx, current: bytes::Bytes::new(), failed: Arc::default() }, tx)
-    }
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            // Read on the blocking pool only (see `read_index`'s callers).
-            match self.rx.blocking_recv() {
-                Some(Ok(chunk)) => self.current = chunk,
-                Some(Err(e)) => {
-                    *self.failed.lock().expect("poisoned") = Some(e.clone());
-                    return Err(std::io::Error::other(e));
-                }
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current = self.current.slice(n..);
-        Ok(n)
-    }
 }
 
 /// Where a read index goes besides the parse: the files to copy it into (decompressed, and
@@ -146,7 +69,7 @@ pub fn read_index(src: impl Read, file: &str, expect: &Expect, plain: Option<&Ex
         Ok(text) => text,
         Err(e) => {
             if let Some(message) = source_failed() {
-                return Err(StreamError::Source { retry: true, message });
+                return Err(StreamError::Source { message });
             }
             if compressed.over {
                 return Err(StreamError::Size { actual: format!("more than {}", expect.size) });
@@ -174,7 +97,7 @@ pub fn read_index(src: impl Read, file: &str, expect: &Expect, plain: Option<&Ex
     // What the decoder left unread still counts for the compressed file's size and hash.
     if let Err(e) = std::io::copy(&mut compressed, &mut std::io::sink()) {
         if let Some(message) = source_failed() {
-            return Err(StreamError::Source { retry: true, message });
+            return Err(StreamError::Source { message });
         }
         return Err(if compressed.over { StreamError::Size { actual: format!("more than {}", expect.size) } } else { StreamError::Decompress(e) });
     }
@@ -240,6 +163,7 @@ fn keep_fields(r: &mut impl BufRead) -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::Sha256;
 
     const INDEX: &str = "Package: librdmacm1t64\nSource: rdma-core\nVersion: 56.1-1\nInstalled-Size: 160\nMaintainer: Benjamin Drung <bdrung@ubuntu.com>\nArchitecture: amd64\nMulti-Arch: same\nReplaces: librdmacm1\nProvides: librdmacm1 (= 56.1-1)\nDepends: libc6 (>= 2.38),\n libibverbs1 (>= 31)\nBreaks: librdmacm1 (<< 56.1-1)\nDescription: Library for managing RDMA connections\n This library provides a connection manager.\n .\n More text.\nHomepage: https://github.com/linux-rdma/rdma-core\nSection: libs\nPriority: optional\nFilename: pool/main/r/rdma-core/librdmacm1t64_56.1-1_amd64.deb\nSize: 70396\nSHA256: 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n\nPackage: adduser\nVersion: 3.152\nArchitecture: all\nDescription: add and remove users\nFilename: pool/main/a/adduser/adduser_3.152_all.deb\nSize: 190932\nSHA256: ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100\n";
 
@@ -290,6 +214,6 @@ mod tests {
         // A failing source is said to be one, to be retried.
         let failing = || Some("connection reset".to_string());
         let e = read_index(&packed[..10], "Packages.xz", &expect(&packed), None, 1 << 20, Tees::default(), &failing).unwrap_err();
-        assert!(matches!(e, StreamError::Source { retry: true, .. }), "{e:?}");
+        assert!(matches!(e, StreamError::Source { .. }), "{e:?}");
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use futures_util::StreamExt;
 use md5::{Digest as _, Md5};
 use serde::Serialize;
-use sha2::Sha256;
+
 
 use super::deb::{self, DataKind, Deb};
 use super::deb822::{self, Paragraph};
@@ -35,6 +35,8 @@ const INFO: &str = "var/lib/dpkg/info";
 const MAX_STATUS: u64 = 64 << 20;
 
 pub struct AptInputs<'a> {
+    /// The one client for repositories and packages.
+    pub http: &'a crate::http::Client,
     pub recipe: &'a Recipe,
     /// Debian architecture of the image (`amd64`, `arm64`).
     pub arch: &'a str,
@@ -161,11 +163,7 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
     })?;
     let installed = Installed::from_status(&status);
 
-    let client = reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(10))
-        .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| Error::Unsupported(format!("http client: {e}")))?;
+    let client = inputs.http;
     let mut available = Vec::new();
     let mut report = PackagesReport::default();
     // Where each repository's packages are in `available`.
@@ -174,7 +172,7 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
         reporter.step(&format!("reading repository {name}"));
         let mut last = None;
         for spec in specs {
-            match repo::fetch_index_cached(&client, &spec, Some(&inputs.cache_dir.join("indices"))).await {
+            match repo::fetch_index_cached(client, &spec, Some(&inputs.cache_dir.join("indices"))).await {
                 Ok(index) => {
                     report.repositories.insert(name.clone(), spec.url.clone());
                     let start = available.len();
@@ -202,7 +200,7 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
     install.extend(inputs.extra.iter().cloned());
     for arg in inputs.local {
         reporter.step(&format!("reading unsigned package {arg}"));
-        let deb = super::local::load(arg, &inputs.cache_dir, &client).await?;
+        let deb = super::local::load(arg, &inputs.cache_dir, client).await?;
         if deb.arch != inputs.arch && deb.arch != "all" {
             return Err(Error::Unsupported(format!("--package {arg} is {} {} for {}, not for the image's {}", deb.name, deb.version, deb.arch, inputs.arch)));
         }
@@ -383,13 +381,9 @@ fn trusted_keys(base: &dyn BaseFiles) -> Result<Vec<u8>> {
 }
 
 /// Downloads (or takes from the cache) every planned `.deb`, checked against the index.
-pub async fn fetch_debs(plan: &[Planned], cache_dir: &Path, report: &mut PackagesReport, reporter: &dyn Reporter) -> Result<Vec<PathBuf>> {
+pub async fn fetch_debs(client: &crate::http::Client, plan: &[Planned], cache_dir: &Path, report: &mut PackagesReport, reporter: &dyn Reporter) -> Result<Vec<PathBuf>> {
     let dir = cache_dir.join("debs");
     std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
-    let client = reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(10))
-        .build()
-        .map_err(|e| Error::Unsupported(format!("http client: {e}")))?;
     let results: Vec<Result<(PathBuf, u64)>> = futures_util::stream::iter(plan.iter().map(|p| {
         let client = client.clone();
         let dir = dir.clone();
@@ -411,9 +405,9 @@ pub async fn fetch_debs(plan: &[Planned], cache_dir: &Path, report: &mut Package
     Ok(paths)
 }
 
-/// The cache is keyed by SHA256, so a cached file is right by construction; a download is
-/// written to a temporary name, checked, then renamed.
-async fn fetch_one(client: &reqwest::Client, pkg: &IndexedPackage, dir: &Path) -> Result<(PathBuf, u64)> {
+/// The cache is keyed by SHA256, so a cached file is right by construction; a download streams
+/// to a temporary name while it is hashed (never held in memory), is checked, then renamed.
+async fn fetch_one(client: &crate::http::Client, pkg: &IndexedPackage, dir: &Path) -> Result<(PathBuf, u64)> {
     let (sha256, url, size) = (pkg.sha256(), pkg.url(), pkg.size());
     let path = dir.join(format!("{sha256}.deb"));
     if crate::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
@@ -423,18 +417,21 @@ async fn fetch_one(client: &reqwest::Client, pkg: &IndexedPackage, dir: &Path) -
         return Ok((path, 0));
     }
     let fail = |reason: String| Error::Download { url: url.clone(), reason };
-    let bytes = repo::get(client, &url, size).await?.ok_or_else(|| fail("not found (404)".into()))?;
-    if bytes.len() as u64 != size {
-        return Err(fail(format!("size {} but the index says {size}", bytes.len())));
+    // One byte more than the index says is enough to know the file is wrong.
+    let (tmp, got_size, got) = match client.download(&url, dir, size).await {
+        Ok(Some(d)) => d,
+        Ok(None) => return Err(fail("not found (404)".into())),
+        Err(crate::http::HttpError::TooLarge { .. }) => return Err(fail(format!("larger than the {size} bytes the index says"))),
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    if got_size != size {
+        return Err(fail(format!("size {got_size} but the index says {size}")));
     }
-    let got = hex::encode(Sha256::digest(&bytes));
     if got != sha256 {
         return Err(Error::DigestMismatch { expected: format!("sha256:{sha256} ({url})"), actual: format!("sha256:{got}") });
     }
-    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(Error::io("writing cache", dir))?;
-    std::fs::write(tmp.path(), &bytes).map_err(Error::io("writing cache", tmp.path()))?;
     tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
-    Ok((path, bytes.len() as u64))
+    Ok((path, got_size))
 }
 
 /// dpkg's name for a package's info files: `pkg:arch` for `Multi-Arch: same` (info format 1).
@@ -461,20 +458,22 @@ pub fn unpack(
     for (planned, path) in res.install.iter().zip(debs) {
         let deb = deb::read_control(path).map_err(|source| Error::Deb { path: path.clone(), source })?;
         let mut list = vec!["/.".to_string()];
-        let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        // Each regular file's content (held when small, spooled when large) and MD5, for hard
+        // links and the conffiles' checksums; a package's files are never all held at once.
+        let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
         deb::for_each_data_entry(path, |entry, data| {
             list.push(format!("/{}", entry.path));
             let kind = match &entry.kind {
                 DataKind::Dir => EntryKind::Dir,
-                DataKind::File { .. } => {
-                    let mut buf = Vec::new();
-                    std::io::Read::read_to_end(data, &mut buf).map_err(|e| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) })?;
-                    files.insert(entry.path.clone(), buf.clone());
-                    EntryKind::File(buf)
+                DataKind::File { size } => {
+                    let mut md5 = Md5::new();
+                    let kind = layer.file_kind(data, *size, &mut |chunk| md5.update(chunk)).map_err(|e| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) })?;
+                    files.insert(entry.path.clone(), (kind.clone(), md5.finalize().into()));
+                    kind
                 }
                 DataKind::Symlink(target) => EntryKind::Symlink(target.clone()),
                 // Hard links become copies: same content and mode, as far as apt can tell.
-                DataKind::Hardlink(target) => EntryKind::File(files.get(target).cloned().unwrap_or_default()),
+                DataKind::Hardlink(target) => files.get(target).map(|(k, _)| k.clone()).unwrap_or(EntryKind::File(Vec::new())),
                 DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
                     return Err(deb::DebError::Handler { entry: entry.path.clone(), source: "device nodes and fifos in packages are not supported".into() })
                 }
@@ -562,7 +561,7 @@ fn write_info(
     deb: &Deb,
     planned: &Planned,
     list: &[String],
-    files: &BTreeMap<String, Vec<u8>>,
+    files: &BTreeMap<String, (EntryKind, [u8; 16])>,
     layer: &mut LayerContents,
     stanzas: &mut Vec<Paragraph>,
 ) -> Result<()> {
@@ -580,7 +579,7 @@ fn write_info(
     if let Some(conffiles) = deb.control_files.get("conffiles") {
         let mut lines = Vec::new();
         for c in String::from_utf8_lossy(conffiles).lines().map(str::trim).filter(|l| !l.is_empty() && l.starts_with('/')) {
-            let sum = files.get(c.trim_start_matches('/')).map(|d| hex::encode(Md5::digest(d))).unwrap_or_else(|| "newconffile".into());
+            let sum = files.get(c.trim_start_matches('/')).map(|(_, md5)| hex::encode(md5)).unwrap_or_else(|| "newconffile".into());
             lines.push(format!(" {c} {sum}"));
         }
         if !lines.is_empty() {

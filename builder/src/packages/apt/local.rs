@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::repo::{self, IndexedPackage};
-use super::{deb, index};
+use super::repo::IndexedPackage;
+use super::deb;
 use crate::error::{Error, Result};
 
 /// The largest `.deb` accepted from a URL (NVIDIA's biggest packages are a few hundred MB).
@@ -39,34 +39,27 @@ impl LocalDeb {
 
 /// Reads `--package FILE|URL`: a URL is downloaded into the package cache first (keyed by its
 /// SHA256, as every `.deb` is there).
-pub async fn load(arg: &str, cache_dir: &Path, client: &reqwest::Client) -> Result<LocalDeb> {
+pub async fn load(arg: &str, cache_dir: &Path, client: &crate::http::Client) -> Result<LocalDeb> {
     let (path, size, sha256): (PathBuf, u64, String) = if arg.starts_with("http://") || arg.starts_with("https://") {
         // Streamed into the cache while it is hashed: a package can be hundreds of MB.
-        let (src, failed) = repo::open_stream(client, arg).await.map_err(|(_, e)| e)?.ok_or_else(|| Error::Download { url: arg.to_string(), reason: "not found (404)".into() })?;
         let dir = cache_dir.join("debs");
         std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
-        let url = arg.to_string();
-        tokio::task::spawn_blocking(move || -> Result<(PathBuf, u64, String)> {
-            let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(Error::io("writing cache", &dir))?;
-            let tee = tmp.reopen().map_err(Error::io("writing cache", tmp.path()))?;
-            let mut body = index::Hashing::new(src, MAX_DEB, Some(tee));
-            if let Err(e) = std::io::copy(&mut body, &mut std::io::sink()) {
-                let reason = if body.over() { format!("larger than {MAX_DEB} bytes") } else { failed.lock().expect("poisoned").clone().unwrap_or_else(|| e.to_string()) };
-                return Err(Error::Download { url, reason });
-            }
-            let (size, sha256) = body.finish();
-            let path = dir.join(format!("{sha256}.deb"));
-            tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
-            Ok((path, size, sha256))
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?
+        let fail = |reason: String| Error::Download { url: arg.to_string(), reason };
+        let (tmp, size, sha256) = match client.download(arg, &dir, MAX_DEB).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return Err(fail("not found (404)".into())),
+            Err(crate::http::HttpError::TooLarge { .. }) => return Err(fail(format!("larger than {MAX_DEB} bytes"))),
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let path = dir.join(format!("{sha256}.deb"));
+        tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
+        (path, size, sha256)
     } else {
         let p = Path::new(arg.strip_prefix("file://").unwrap_or(arg));
         let path = std::path::absolute(p).map_err(Error::io("reading package", p))?;
         // Hashed as it streams by, never held whole.
         let file = std::fs::File::open(&path).map_err(Error::io("reading package", &path))?;
-        let mut body = index::Hashing::new(file, u64::MAX, None);
+        let mut body = crate::http::Hashing::new(file, u64::MAX, None);
         std::io::copy(&mut body, &mut std::io::sink()).map_err(Error::io("reading package", &path))?;
         let (size, sha256) = body.finish();
         (path, size, sha256)

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::Read;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use pgp::composed::{
     CleartextSignedMessage, Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey,
@@ -40,13 +40,12 @@ use pgp::types::{KeyDetails, Tag};
 
 use super::deb822::{self, Deb822Error, Paragraph};
 use super::index;
+use crate::http::{Client, Failed, HttpError, RETRIES};
 
 /// Largest `InRelease`, `Release` or `Release.gpg` accepted (Debian's are about 150 KiB).
 const MAX_META: u64 = 32 << 20;
 /// Largest decompressed `Packages` index accepted (Debian's main/amd64 is about 50 MiB).
 const MAX_INDEX: u64 = 1 << 30;
-/// Retries after the first attempt of a GET that failed to connect or got a 5xx.
-const RETRIES: u32 = 3;
 /// How far in the future a Release `Date` may be before the file counts as not valid yet.
 /// apt's `Acquire::Max-FutureTime` is 10 seconds; we allow for a less well-kept clock.
 const MAX_FUTURE: i64 = 600;
@@ -334,30 +333,12 @@ pub enum SignatureError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
-    #[error("reading {url}")]
-    File {
-        url: String,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("invalid repository {repo}: {reason}")]
     InvalidSpec { repo: String, reason: String },
 
-    #[error("fetching {url}")]
-    Http {
-        url: String,
-        #[source]
-        source: reqwest::Error,
-    },
-
-    #[error("fetching {url}: {reason}")]
-    Stream { url: String, reason: String },
-
-    #[error("fetching {url}: server answered {status}")]
-    Status {
-        url: String,
-        status: reqwest::StatusCode,
-    },
+    /// The transfer failed (connection, timeout, status, a body that broke off).
+    #[error(transparent)]
+    Http(#[from] HttpError),
 
     #[error("{url} is larger than {limit} bytes")]
     TooLarge { url: String, limit: u64 },
@@ -457,8 +438,7 @@ impl RepoError {
     /// files, malformed metadata) is a property of what the mirror serves.
     pub fn is_unreachable(&self) -> bool {
         match self {
-            RepoError::Http { .. } | RepoError::Stream { .. } => true,
-            RepoError::Status { status, .. } => retryable_status(*status),
+            RepoError::Http(e) => e.is_transient(),
             _ => false,
         }
     }
@@ -551,7 +531,7 @@ impl Layout {
 
 /// Downloads, verifies and parses the package indices of one repository.
 pub async fn fetch_index(
-    client: &reqwest::Client,
+    client: &Client,
     spec: &RepoSpec,
 ) -> Result<RepoIndex, RepoError> {
     fetch_index_cached(client, spec, None).await
@@ -561,7 +541,7 @@ pub async fn fetch_index(
 /// Release (always fetched and verified) names the hash, and a cached file is checked against
 /// it like a downloaded one, so the cache cannot feed in anything the signature does not cover.
 pub async fn fetch_index_cached(
-    client: &reqwest::Client,
+    client: &Client,
     spec: &RepoSpec,
     cache: Option<&std::path::Path>,
 ) -> Result<RepoIndex, RepoError> {
@@ -639,15 +619,15 @@ pub async fn fetch_index_cached(
                 let from_cache = hit.is_some();
                 let (src, failed): (Box<dyn Read + Send>, Option<Failed>) = match hit {
                     Some(f) => (Box::new(f), None),
-                    None => match open_stream(client, &url).await {
+                    None => match client.open_stream(&url).await {
                         Ok(Some((src, failed))) => (src, Some(failed)),
                         Ok(None) => break None,
-                        Err((true, e)) if attempt < RETRIES => {
+                        Err(e) if e.is_transient() && attempt < RETRIES => {
                             attempt += 1;
-                            backoff(&e, attempt).await;
+                            Client::backoff(&e, attempt).await;
                             continue;
                         }
-                        Err((_, e)) => return Err(e),
+                        Err(e) => return Err(e.into()),
                     },
                 };
                 // Copies for the cache, kept only when everything checked out.
@@ -669,9 +649,9 @@ pub async fn fetch_index_cached(
                         }
                         break Some(parsed);
                     }
-                    Err(e @ RepoError::Stream { .. }) if attempt < RETRIES => {
+                    Err(e @ RepoError::Http(HttpError::Transfer { .. })) if attempt < RETRIES => {
                         attempt += 1;
-                        backoff(&e, attempt).await;
+                        Client::backoff(&e, attempt).await;
                     }
                     Err(e) => return Err(e),
                 }
@@ -692,74 +672,6 @@ pub async fn fetch_index_cached(
     Ok(RepoIndex { packages })
 }
 
-/// Set by the download when it fails midway.
-pub(crate) type Failed = Arc<std::sync::Mutex<Option<String>>>;
-
-async fn backoff(e: &RepoError, attempt: u32) {
-    let delay = Duration::from_millis(250 << attempt);
-    tracing::warn!("{e}; retrying in {delay:?}");
-    tokio::time::sleep(delay).await;
-}
-
-/// A `file://` URL's file, as apt's file method reads it; `None` when it is missing.
-fn open_file(url: &str, path: &str) -> Result<Option<std::fs::File>, (bool, RepoError)> {
-    match std::fs::File::open(path) {
-        Ok(f) => Ok(Some(f)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err((false, RepoError::File { url: url.to_owned(), source: e })),
-    }
-}
-
-/// A failed request to `url`, and whether it is worth retrying (not for a malformed request or
-/// a redirect loop).
-fn http_error(url: &str) -> impl Fn(reqwest::Error) -> (bool, RepoError) + '_ {
-    move |source| (!source.is_builder() && !source.is_redirect(), RepoError::Http { url: url.to_owned(), source })
-}
-
-/// A GET whose answer is a body to read: `None` for 404 and 410, an error (and whether it is
-/// worth retrying) for any other failure.
-async fn send(client: &reqwest::Client, url: &str) -> Result<Option<reqwest::Response>, (bool, RepoError)> {
-    let resp = client.get(url).send().await.map_err(http_error(url))?;
-    let status = resp.status();
-    if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
-        return Ok(None);
-    }
-    if !status.is_success() {
-        return Err((retryable_status(status), RepoError::Status { url: url.to_owned(), status }));
-    }
-    Ok(Some(resp))
-}
-
-/// Opens `url` as a stream: a file for `file://`, else the body of a GET, pumped from the
-/// async side while the blocking side reads it. `None` for 404/410 or a missing file.
-pub(crate) async fn open_stream(client: &reqwest::Client, url: &str) -> Result<Option<(Box<dyn Read + Send>, Failed)>, (bool, RepoError)> {
-    if let Some(path) = url.strip_prefix("file://") {
-        return Ok(open_file(url, path)?.map(|f| (Box::new(f) as Box<dyn Read + Send>, Failed::default())));
-    }
-    let Some(resp) = send(client, url).await? else { return Ok(None) };
-    let (reader, tx) = index::ChannelReader::new(16);
-    let failed = reader.failed.clone();
-    tokio::spawn(async move {
-        let mut resp = resp;
-        loop {
-            match resp.chunk().await {
-                Ok(Some(chunk)) => {
-                    // The reader stopped (done, or refused the data): stop downloading.
-                    if tx.send(Ok(chunk)).await.is_err() {
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    let _ = tx.send(Err(format!("the download broke off: {e}"))).await;
-                    break;
-                }
-            }
-        }
-    });
-    Ok(Some((Box::new(reader), failed)))
-}
-
 /// Reads, checks and parses one index from `src` on the blocking pool (see [`index`]).
 async fn read_streamed(src: Box<dyn Read + Send>, failed: Option<Failed>, ctx: IndexContext, plain: Option<FileEntry>, tees: Option<index::Tees>) -> Result<Vec<IndexedPackage>, RepoError> {
     tokio::task::spawn_blocking(move || {
@@ -768,7 +680,7 @@ async fn read_streamed(src: Box<dyn Read + Send>, failed: Option<Failed>, ctx: I
         let source_failed = || failed.as_ref().and_then(|f| f.lock().expect("poisoned").clone());
         let plain_name = ctx.file.trim_end_matches(".xz").trim_end_matches(".gz").to_string();
         let text = index::read_index(src, &ctx.file, &expect, plain_expect.as_ref(), MAX_INDEX, tees.unwrap_or_default(), &source_failed).map_err(|e| match e {
-            index::StreamError::Source { message, .. } => RepoError::Stream { url: ctx.url.clone(), reason: message },
+            index::StreamError::Source { message } => RepoError::Http(HttpError::Transfer { url: ctx.url.clone(), reason: message, retry: true }),
             index::StreamError::Size { actual } => RepoError::SizeMismatch { file: ctx.file.clone(), repo: ctx.repo_meta.clone(), expected: ctx.entry.size, actual },
             index::StreamError::Hash { actual } => RepoError::HashMismatch { file: ctx.file.clone(), repo: ctx.repo_meta.clone(), expected: ctx.entry.sha256.clone(), actual },
             index::StreamError::PlainSize { actual } => {
@@ -799,7 +711,7 @@ fn index_suffix(path: &str) -> &'static str {
 /// Fetches `InRelease`, or `Release` and `Release.gpg` when there is no `InRelease`, and
 /// returns the URL and the signed text.
 async fn fetch_release(
-    client: &reqwest::Client,
+    client: &Client,
     meta: &str,
     keyring: &Keyring,
 ) -> Result<(String, String), RepoError> {
@@ -827,8 +739,8 @@ async fn fetch_release(
     Ok((release, text))
 }
 
-async fn get_meta(client: &reqwest::Client, url: &str) -> Result<Option<Vec<u8>>, RepoError> {
-    let body = get(client, url, MAX_META).await?;
+async fn get_meta(client: &Client, url: &str) -> Result<Option<Vec<u8>>, RepoError> {
+    let body = client.get(url, MAX_META).await?;
     if body.as_ref().is_some_and(|b| b.len() as u64 > MAX_META) {
         return Err(RepoError::TooLarge {
             url: url.to_owned(),
@@ -836,63 +748,6 @@ async fn get_meta(client: &reqwest::Client, url: &str) -> Result<Option<Vec<u8>>
         });
     }
     Ok(body)
-}
-
-fn retryable_status(status: reqwest::StatusCode) -> bool {
-    status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
-}
-
-/// GET with bounded retries. `None` for 404 and 410. Reads at most `limit + 1` bytes, so a
-/// caller can tell a body longer than `limit` without downloading all of it.
-/// GETs `url` (http, https, or `file://` for repositories on disk, as apt's file method),
-/// at most `limit` + 1 bytes; `None` for 404/410 or a missing file. Retries transient errors.
-pub(crate) async fn get(
-    client: &reqwest::Client,
-    url: &str,
-    limit: u64,
-) -> Result<Option<Vec<u8>>, RepoError> {
-    let mut attempt = 0;
-    loop {
-        match get_once(client, url, limit).await {
-            Ok(body) => return Ok(body),
-            Err((true, e)) if attempt < RETRIES => {
-                attempt += 1;
-                backoff(&e, attempt).await;
-            }
-            Err((_, e)) => return Err(e),
-        }
-    }
-}
-
-/// One GET; on error, whether it is worth retrying.
-async fn get_once(
-    client: &reqwest::Client,
-    url: &str,
-    limit: u64,
-) -> Result<Option<Vec<u8>>, (bool, RepoError)> {
-    if let Some(path) = url.strip_prefix("file://") {
-        let Some(f) = open_file(url, path)? else { return Ok(None) };
-        let mut body = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::Read::take(f, limit.saturating_add(1)), &mut body).map_err(|e| (false, RepoError::File { url: url.to_owned(), source: e }))?;
-        return Ok(Some(body));
-    }
-    let Some(mut resp) = send(client, url).await? else { return Ok(None) };
-    let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
-    let mut body = Vec::with_capacity(
-        resp.content_length()
-            .and_then(|n| usize::try_from(n).ok())
-            .unwrap_or(0)
-            .min(cap)
-            .min(64 << 20),
-    );
-    while let Some(chunk) = resp.chunk().await.map_err(http_error(url))? {
-        let room = cap - body.len();
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if body.len() >= cap {
-            break;
-        }
-    }
-    Ok(Some(body))
 }
 
 /// What [`read_streamed`] needs to know, owned so it can run on the blocking pool.
@@ -1647,6 +1502,7 @@ pub fn parse_deb822_sources(text: &str) -> Vec<SourceEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use sha2::{Digest as _, Sha256};
     use std::io::Write as _;
     use std::net::{TcpListener, TcpStream};
@@ -2042,11 +1898,8 @@ mod tests {
         }
     }
 
-    fn client() -> reqwest::Client {
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap()
+    fn client() -> Client {
+        Client::new(crate::http::Timeouts::default()).unwrap()
     }
 
     fn err_chain(e: &dyn std::error::Error) -> String {
@@ -2866,11 +2719,7 @@ this stanza is broken
             arch: "amd64".into(),
             keyring,
         };
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(15))
-            .timeout(Duration::from_secs(600))
-            .build()
-            .unwrap();
+        let client = Client::new(crate::http::Timeouts { connect: Duration::from_secs(15), ..Default::default() }).unwrap();
         let index = match fetch_index(&client, &spec).await {
             Ok(i) => i,
             Err(e) if e.is_unreachable() => return skip(err_chain(&e)),

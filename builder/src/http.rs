@@ -1,0 +1,454 @@
+//! The one HTTP client for package repositories, repository keys and packages (registries go
+//! through `oci-client`, see [`crate::registry`]).
+//!
+//! Every transfer is bounded three ways: a connect timeout, a read (idle) timeout that fires
+//! when the server sends nothing for that long, headers or body, and an overall deadline per
+//! transfer. Connection errors, timeouts, 5xx and 429 are retried ([`RETRIES`] times, backoff
+//! 0.5 s, 1 s, 2 s). A server that accepts the connection and then stalls therefore fails a
+//! transfer after at most `(1 + RETRIES) × read + 3.5 s`: about two minutes with the default
+//! 30 s read timeout, and the error names the URL. Bodies stream: nothing larger than a
+//! chunk is held in memory unless the caller asks for the bytes ([`Client::get`], for the
+//! small metadata files only).
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest as _, Sha256};
+
+/// Tries after the first for a transfer that failed in a way another try may fix.
+pub const RETRIES: u32 = 3;
+
+/// The bounds of every transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Establishing the TCP (and TLS) connection.
+    pub connect: Duration,
+    /// The longest the server may send nothing (`--read-timeout`).
+    pub read: Duration,
+    /// One whole transfer, request to last byte: NVIDIA's 200 MB packages on a slow link.
+    pub deadline: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { connect: Duration::from_secs(10), read: Duration::from_secs(30), deadline: Duration::from_secs(30 * 60) }
+    }
+}
+
+/// How a transfer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// No connection, a timeout, or the body broke off.
+    #[error("fetching {url}: {reason}")]
+    Transfer { url: String, reason: String, retry: bool },
+    #[error("fetching {url}: server answered {status}")]
+    Status { url: String, status: reqwest::StatusCode },
+    #[error("reading {url}")]
+    File {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{url} is larger than {limit} bytes")]
+    TooLarge { url: String, limit: u64 },
+    /// Writing what came (the cache).
+    #[error("writing {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("http client: {0}")]
+    Client(String),
+}
+
+impl HttpError {
+    /// Whether another try, or another mirror, may do better: connection errors, timeouts,
+    /// broken bodies, 5xx and 429. A 4xx, a local file or a size limit will not change.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            HttpError::Transfer { retry, .. } => *retry,
+            HttpError::Status { status, .. } => retryable_status(*status),
+            _ => false,
+        }
+    }
+}
+
+pub fn retryable_status(status: reqwest::StatusCode) -> bool {
+    status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+}
+
+/// Set by a streamed download when it fails midway (read by the blocking side).
+pub type Failed = Arc<Mutex<Option<String>>>;
+
+/// The client: cheap to clone (one connection pool).
+#[derive(Clone)]
+pub struct Client {
+    inner: reqwest::Client,
+    timeouts: Timeouts,
+}
+
+impl Client {
+    pub fn new(timeouts: Timeouts) -> Result<Client, HttpError> {
+        let inner = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            .read_timeout(timeouts.read)
+            .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| HttpError::Client(e.to_string()))?;
+        Ok(Client { inner, timeouts })
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Waits before try `attempt` (1-based) and says why in the log.
+    pub async fn backoff(e: &dyn std::fmt::Display, attempt: u32) {
+        let delay = Duration::from_millis(250 << attempt);
+        tracing::warn!("{e}; retrying in {delay:?}");
+        tokio::time::sleep(delay).await;
+    }
+
+    /// What a reqwest failure means, in words a user can act on.
+    fn failure(&self, url: &str, started: Instant) -> impl Fn(reqwest::Error) -> HttpError + '_ {
+        let url = url.to_owned();
+        move |e: reqwest::Error| {
+            let reason = if e.is_timeout() {
+                if e.is_connect() {
+                    format!("no connection within {} s (connect timeout)", self.timeouts.connect.as_secs())
+                } else if started.elapsed() >= self.timeouts.deadline {
+                    format!("not done within the {} s transfer deadline", self.timeouts.deadline.as_secs())
+                } else {
+                    format!("the server sent nothing for {} s (read timeout; --read-timeout SECS)", self.timeouts.read.as_secs())
+                }
+            } else {
+                // reqwest's own text is "error sending request": its cause says what happened.
+                let mut text = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    text = format!("{text}: {c}");
+                    cause = c.source();
+                }
+                text
+            };
+            HttpError::Transfer { url: url.clone(), reason, retry: !e.is_builder() && !e.is_redirect() }
+        }
+    }
+
+    /// One GET whose answer is a body to read: `None` for 404 and 410.
+    pub async fn send(&self, url: &str) -> Result<Option<(reqwest::Response, Instant)>, HttpError> {
+        let started = Instant::now();
+        let resp = self.inner.get(url).timeout(self.timeouts.deadline).send().await.map_err(self.failure(url, started))?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(HttpError::Status { url: url.to_owned(), status });
+        }
+        Ok(Some((resp, started)))
+    }
+
+    /// GETs `url` (http, https, or `file://` as apt's file method reads it), at most `limit` + 1
+    /// bytes, so a caller can tell a body longer than `limit`; `None` for 404/410 or a missing
+    /// file. Transient failures are retried. For small files: the body is held.
+    pub async fn get(&self, url: &str, limit: u64) -> Result<Option<Vec<u8>>, HttpError> {
+        let mut attempt = 0;
+        loop {
+            match self.get_once(url, limit).await {
+                Err(e) if e.is_transient() && attempt < RETRIES => {
+                    attempt += 1;
+                    Self::backoff(&e, attempt).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn get_once(&self, url: &str, limit: u64) -> Result<Option<Vec<u8>>, HttpError> {
+        if let Some(path) = url.strip_prefix("file://") {
+            let Some(f) = open_file(url, path)? else { return Ok(None) };
+            let mut body = Vec::new();
+            f.take(limit.saturating_add(1)).read_to_end(&mut body).map_err(|source| HttpError::File { url: url.to_owned(), source })?;
+            return Ok(Some(body));
+        }
+        let Some((mut resp, started)) = self.send(url).await? else { return Ok(None) };
+        let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
+        let mut body = Vec::with_capacity(resp.content_length().and_then(|n| usize::try_from(n).ok()).unwrap_or(0).min(cap).min(1 << 20));
+        while let Some(chunk) = resp.chunk().await.map_err(self.failure(url, started))? {
+            let room = cap - body.len();
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if body.len() >= cap {
+                break;
+            }
+        }
+        Ok(Some(body))
+    }
+
+    /// Opens `url` as a stream: a file for `file://`, else the body of one GET, pumped from the
+    /// async side while a blocking reader takes it (read it on the blocking pool only). `None`
+    /// for 404/410 or a missing file. Not retried: the caller knows what it had read.
+    pub async fn open_stream(&self, url: &str) -> Result<Option<(Box<dyn Read + Send>, Failed)>, HttpError> {
+        if let Some(path) = url.strip_prefix("file://") {
+            return Ok(open_file(url, path)?.map(|f| (Box::new(f) as Box<dyn Read + Send>, Failed::default())));
+        }
+        let Some((resp, started)) = self.send(url).await? else { return Ok(None) };
+        let (reader, tx) = ChannelReader::new(16);
+        let failed = reader.failed.clone();
+        let this = self.clone();
+        let url = url.to_owned();
+        tokio::spawn(async move {
+            let mut resp = resp;
+            loop {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => {
+                        // The reader stopped (done, or refused the data): stop downloading.
+                        if tx.send(Ok(chunk)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let reason = match this.failure(&url, started)(e) {
+                            HttpError::Transfer { reason, .. } => reason,
+                            other => other.to_string(),
+                        };
+                        let _ = tx.send(Err(format!("the download broke off: {reason}"))).await;
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Some((Box::new(reader), failed)))
+    }
+
+    /// Downloads `url` into a new file in `dir`, hashing it as it streams by (at most `limit`
+    /// bytes; nothing is held in memory but a chunk), retrying transient failures from the
+    /// start. Returns the temporary file (the caller checks and names it), its size and its
+    /// SHA256; `None` for 404/410.
+    pub async fn download(&self, url: &str, dir: &Path, limit: u64) -> Result<Option<(tempfile::NamedTempFile, u64, String)>, HttpError> {
+        let mut attempt = 0;
+        loop {
+            match self.download_once(url, dir, limit).await {
+                Err(e) if e.is_transient() && attempt < RETRIES => {
+                    attempt += 1;
+                    Self::backoff(&e, attempt).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn download_once(&self, url: &str, dir: &Path, limit: u64) -> Result<Option<(tempfile::NamedTempFile, u64, String)>, HttpError> {
+        let write = |source| HttpError::Write { path: dir.to_owned(), source };
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(write)?;
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        let mut take = |chunk: &[u8], tmp: &mut tempfile::NamedTempFile| -> Result<(), HttpError> {
+            size += chunk.len() as u64;
+            if size > limit {
+                return Err(HttpError::TooLarge { url: url.to_owned(), limit });
+            }
+            hasher.update(chunk);
+            tmp.write_all(chunk).map_err(write)
+        };
+        if let Some(path) = url.strip_prefix("file://") {
+            let Some(mut f) = open_file(url, path)? else { return Ok(None) };
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let n = f.read(&mut buf).map_err(|source| HttpError::File { url: url.to_owned(), source })?;
+                if n == 0 {
+                    break;
+                }
+                take(&buf[..n], &mut tmp)?;
+            }
+        } else {
+            let Some((mut resp, started)) = self.send(url).await? else { return Ok(None) };
+            while let Some(chunk) = resp.chunk().await.map_err(self.failure(url, started))? {
+                take(&chunk, &mut tmp)?;
+            }
+        }
+        tmp.flush().map_err(write)?;
+        Ok(Some((tmp, size, hex::encode(hasher.finalize()))))
+    }
+}
+
+/// A `file://` URL's file, as apt's file method reads it; `None` when it is missing.
+fn open_file(url: &str, path: &str) -> Result<Option<std::fs::File>, HttpError> {
+    match std::fs::File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(HttpError::File { url: url.to_owned(), source }),
+    }
+}
+
+/// Counts and hashes what passes through, copies it to `tee`, and stops at more than `limit`.
+pub struct Hashing<R> {
+    inner: R,
+    pub(crate) hasher: Sha256,
+    pub(crate) read: u64,
+    limit: u64,
+    pub(crate) over: bool,
+    tee: Option<std::fs::File>,
+}
+
+impl<R> Hashing<R> {
+    pub fn new(inner: R, limit: u64, tee: Option<std::fs::File>) -> Self {
+        Hashing { inner, hasher: Sha256::new(), read: 0, limit, over: false, tee }
+    }
+
+    /// Whether more than `limit` bytes came.
+    pub fn over(&self) -> bool {
+        self.over
+    }
+
+    /// The bytes read and their SHA256 (hex).
+    pub fn finish(self) -> (u64, String) {
+        (self.read, hex::encode(self.hasher.finalize()))
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if self.read > self.limit {
+            self.over = true;
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("more than {} bytes", self.limit)));
+        }
+        self.hasher.update(&buf[..n]);
+        if let Some(t) = &mut self.tee {
+            t.write_all(&buf[..n])?;
+        }
+        Ok(n)
+    }
+}
+
+/// The body of an HTTP response, fed chunk by chunk from the async side.
+pub struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, String>>,
+    current: bytes::Bytes,
+    /// Set when the sender failed: a network error, not a decoding one.
+    pub failed: Failed,
+}
+
+impl ChannelReader {
+    /// A reader and the sender to feed it; at most `depth` chunks wait in between.
+    pub fn new(depth: usize) -> (ChannelReader, tokio::sync::mpsc::Sender<Result<bytes::Bytes, String>>) {
+        let (tx, rx) = tokio::sync::mpsc::channel(depth);
+        (ChannelReader { rx, current: bytes::Bytes::new(), failed: Arc::default() }, tx)
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            // Read on the blocking pool only.
+            match self.rx.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(e)) => {
+                    *self.failed.lock().expect("poisoned") = Some(e.clone());
+                    return Err(std::io::Error::other(e));
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A server on 127.0.0.1 that answers every request with headers for `len` bytes and then
+    /// sends nothing, holding the connection open; counts the connections.
+    fn stalling_server(len: usize) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = count.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
+                let _ = s.write_all(b"partial");
+                held.push(s);
+            }
+        });
+        (format!("http://{addr}/pool/x.deb"), count)
+    }
+
+    fn quick() -> Timeouts {
+        Timeouts { connect: Duration::from_secs(2), read: Duration::from_millis(300), deadline: Duration::from_secs(60) }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_fails_after_the_retries_naming_the_url() {
+        let (url, count) = stalling_server(1000);
+        let client = Client::new(quick()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let e = client.download(&url, dir.path(), 1 << 20).await.unwrap_err();
+        let took = started.elapsed();
+        let text = e.to_string();
+        assert!(text.contains(&url) && text.contains("sent nothing for"), "{text}");
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1 + RETRIES as usize);
+        // 4 × 0.3 s of silence + 3.5 s of backoff, with room for a slow machine.
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        // Nothing is left behind in the cache directory.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_deadline_bounds_a_trickling_transfer() {
+        // One byte every 100 ms never trips the read timeout; the deadline stops it.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/slow", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf);
+                    let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
+                    while s.write_all(b"x").is_ok() {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                });
+            }
+        });
+        let client = Client::new(Timeouts { connect: Duration::from_secs(2), read: Duration::from_secs(5), deadline: Duration::from_millis(700) }).unwrap();
+        let started = Instant::now();
+        let e = client.get(&url, 1 << 20).await.unwrap_err();
+        assert!(e.to_string().contains("transfer deadline"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn downloads_hash_as_they_stream_and_refuse_oversized_bodies() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src.bin");
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&src, &data).unwrap();
+        let client = Client::new(quick()).unwrap();
+        let url = format!("file://{}", src.display());
+        let (tmp, size, sha) = client.download(&url, dir.path(), 1 << 20).await.unwrap().unwrap();
+        assert_eq!(size, data.len() as u64);
+        assert_eq!(sha, hex::encode(Sha256::digest(&data)));
+        assert_eq!(std::fs::read(tmp.path()).unwrap(), data);
+        let e = client.download(&url, dir.path(), 1000).await.unwrap_err();
+        assert!(matches!(e, HttpError::TooLarge { limit: 1000, .. }), "{e}");
+        assert!(client.download(&format!("file://{}/missing", dir.path().display()), dir.path(), 10).await.unwrap().is_none());
+    }
+}
