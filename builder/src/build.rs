@@ -102,8 +102,11 @@ pub struct ImageReport {
     /// What `--nccl` chose, and the NCCL the image's Python brings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<NcclSummary>,
-    /// Things the user should know about the result (an old pip NCCL that PyTorch loads).
+    /// Things the user should know about the result (an old pip NCCL that PyTorch loads, a
+    /// repository key trusted on first use).
     pub warnings: Vec<String>,
+    /// The keys each recipe repository was verified with (and that the image gets).
+    pub keys: Vec<crate::keys::Trusted>,
     /// The new layer; `plan` leaves it out when packages would be downloaded to know it.
     pub layer: Option<LayerInfo>,
     pub config_digest: Option<String>,
@@ -469,6 +472,7 @@ struct RecipeLayer {
     packages: Option<PackagesReport>,
     nccl: Option<NcclSummary>,
     warnings: Vec<String>,
+    keys: Vec<crate::keys::Trusted>,
     /// False for a plan whose packages were resolved but not downloaded.
     complete: bool,
     path: PathBuf,
@@ -504,15 +508,30 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
     let mut layer = LayerContents::new();
     let http = crate::http::Client::new(opts.timeouts).map_err(|e| Error::Unsupported(e.to_string()))?;
     let mut keys = BTreeMap::new();
+    let mut trusted = Vec::new();
+    let mut warnings = Vec::new();
     for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
         let keyring = opts.repo_keyrings.get(&repo.name).or(opts.keyring.as_ref());
-        keys.insert(repo.name.clone(), repo_key(&http, recipe, repo, keyring.map(PathBuf::as_path)).await?);
+        let (binary, t) = repo_key(&http, recipe, repo, keyring.map(PathBuf::as_path)).await?;
+        if t.trust == "first-use" {
+            warnings.push(format!(
+                "repository `{}`: trusted key {} from {} on first use (the recipe pins no fingerprint); check it, then pin it with --keyring {}=FILE",
+                t.repository,
+                t.fingerprints.join(", "),
+                t.source,
+                t.repository
+            ));
+        }
+        for d in &t.dropped {
+            warnings.push(format!("repository `{}`: {} also holds key {d}, which the recipe does not pin: dropped", t.repository, t.source));
+        }
+        keys.insert(repo.name.clone(), binary);
+        trusted.push(t);
     }
     let mut packages = None;
     let mut complete = true;
     let mut removed: Vec<String> = Vec::new();
     let mut used_urls = BTreeMap::new();
-    let mut warnings = Vec::new();
     let nccl = match &opts.nccl {
         Some(want) => Some(nccl_plan(want, opts, base, arch, env, reporter, &mut warnings)?),
         None => None,
@@ -537,7 +556,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             nccl: nccl.as_ref().map(|(req, _)| req.clone()),
             cache_dir: cache_dir(),
         };
-        let (res, mut report, status) = apt::resolve(&inputs, base, reporter).await?;
+        let (res, mut report, status) = apt::resolve(&inputs, base, reporter).await.map_err(|e| signed_by_dropped_key(e, &trusted))?;
         if build {
             let debs = apt::fetch_debs(&http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
             removed = apt::unpack(&res, &debs, &status, base, &mut layer)?;
@@ -611,7 +630,34 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         summary.libnccl2 = packages.as_ref().and_then(|p| p.nccl.clone()).unwrap_or_default();
         summary
     });
-    Ok(RecipeLayer { layer, added, removed, packages, nccl, warnings, complete, path: PathBuf::new(), info: None })
+    Ok(RecipeLayer { layer, added, removed, packages, nccl, warnings, keys: trusted, complete, path: PathBuf::new(), info: None })
+}
+
+/// A repository whose signature names a key the pin dropped from its key download: say so,
+/// rather than only "no valid signature".
+fn signed_by_dropped_key(e: Error, trusted: &[crate::keys::Trusted]) -> Error {
+    let Error::Repo(repo_err @ crate::packages::apt::repo::RepoError::BadSignature { .. }) = &e else { return e };
+    let text = {
+        let mut t = repo_err.to_string();
+        let mut cause = std::error::Error::source(repo_err);
+        while let Some(c) = cause {
+            t.push_str(&c.to_string());
+            cause = c.source();
+        }
+        t
+    };
+    for t in trusted {
+        // A signature names its issuer by fingerprint or key ID (v4: the last 16 digits, v6: the first 16).
+        if let Some(d) = t.dropped.iter().find(|d| text.contains(d.as_str()) || text.contains(&d[d.len() - 16..]) || text.contains(&d[..16])) {
+            return Error::Unsupported(format!(
+                "repository `{}` is signed by key {d}, which {} holds beside the pinned key {} but the recipe does not pin: refusing it ({repo_err})",
+                t.repository,
+                t.source,
+                t.fingerprints.join(", ")
+            ));
+        }
+    }
+    e
 }
 
 /// Checks what `--nccl` needs of the base and finds its CUDA; warns about a pip NCCL older
@@ -668,29 +714,31 @@ impl apt::BaseFiles for ImageFiles<'_> {
     }
 }
 
-async fn repo_key(http: &crate::http::Client, recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<Vec<u8>> {
-    let raw = match (keyring, &repo.key_url) {
-        (Some(path), _) => std::fs::read(path).map_err(Error::io("reading keyring", path))?,
-        (None, Some(url)) => fetch_key(http, url).await.map_err(|reason| {
-            Error::Unsupported(format!(
-                "fetching the key of repository `{}` (recipe {}) from {url} failed: {reason}; hint: pass --keyring FILE",
-                repo.name, recipe.name
-            ))
-        })?,
+/// The keys repository `repo` is verified with and that go into the image: a `--keyring` file
+/// the user names (their own trust decision: a mirror re-signed with a site key), else the
+/// download from `key_url`, of which only the key the recipe pins is kept (any other key in
+/// the download is dropped), or every key, trusted on first use, when the recipe pins none.
+async fn repo_key(http: &crate::http::Client, recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<(Vec<u8>, crate::keys::Trusted)> {
+    let what = format!("the key of repository `{}` (recipe {})", repo.name, recipe.name);
+    let (raw, source) = match (keyring, &repo.key_url) {
+        (Some(path), _) => (std::fs::read(path).map_err(Error::io("reading keyring", path))?, path.display().to_string()),
+        (None, Some(url)) => (
+            fetch_key(http, url).await.map_err(|reason| Error::Unsupported(format!("fetching {what} from {url} failed: {reason}; hint: pass --keyring {}=FILE", repo.name)))?,
+            url.clone(),
+        ),
         (None, None) => {
             return Err(Error::RecipeInvalid { name: recipe.name.clone(), reason: format!("repository `{}` has no key_url; pass --keyring FILE", repo.name) })
         }
     };
-    let packets = crate::keys::dearmor(&raw)?;
-    // The pin guards the download from `key_url`; a key file the user names is their own
-    // trust decision (a mirror re-signed with a site key).
-    if let (Some(want), None) = (&repo.fingerprint, keyring) {
-        let got = crate::keys::fingerprint(&packets)?;
-        if !got.eq_ignore_ascii_case(want) {
-            return Err(Error::Unsupported(format!("key of repository `{}` has fingerprint {got}, recipe {} pins {want}", repo.name, recipe.name)));
-        }
-    }
-    Ok(packets)
+    let pin = repo.fingerprint.as_deref().filter(|_| keyring.is_none());
+    let (keys, dropped) = crate::keys::select(&raw, pin, &format!("{what} from {source}"))?;
+    let trust = match (keyring, pin) {
+        (Some(_), _) => "keyring",
+        (None, Some(_)) => "pinned",
+        (None, None) => "first-use",
+    };
+    let trusted = crate::keys::Trusted { repository: repo.name.clone(), fingerprints: keys.iter().map(crate::keys::fingerprint).collect(), source, trust, dropped };
+    Ok((crate::keys::to_binary(&keys)?, trusted))
 }
 
 /// A key file is a few KiB; NVIDIA's and Alibaba's are under 4 KiB.
@@ -790,6 +838,7 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
             packages: c.packages.clone(),
             nccl: c.nccl.clone(),
             warnings: c.warnings.clone(),
+            keys: c.keys.clone(),
             base_layers: img.layers.iter().map(|(d, s, _)| crate::build::BaseLayer { digest: d.clone(), size: *s, reuse: None }).collect(),
             layer: c.complete.then_some(info),
             config_digest: c.complete.then_some(config_digest),

@@ -193,6 +193,14 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
                 writeln!(out, "  nccl from pip: {} at {}", p.version, p.path)?;
             }
         }
+        for k in &img.keys {
+            let how = match k.trust {
+                "pinned" => "pinned by the recipe",
+                "keyring" => "from --keyring",
+                _ => "trusted on first use, not pinned",
+            };
+            writeln!(out, "  key {} {} ({how}; {})", k.repository, k.fingerprints.join(", "), k.source)?;
+        }
         for w in &img.warnings {
             writeln!(out, "  warning: {w}")?;
         }

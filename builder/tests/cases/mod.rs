@@ -1,7 +1,7 @@
 //! Product tests: `erdma-build` run as a user runs it, against real registries, skopeo and docker.
-mod auth;
 mod check;
 mod errors;
+mod keys;
 mod memory;
 mod nccl;
 mod packages;

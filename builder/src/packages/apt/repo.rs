@@ -1016,55 +1016,13 @@ struct Keyring {
 
 impl Keyring {
     /// Reads a binary keyring (`gpg --export`, several keys concatenated) or one or more
-    /// ASCII-armoured key blocks.
+    /// ASCII-armoured key blocks ([`crate::keys::parse`]).
     fn load(data: &[u8]) -> Result<Self, SignatureError> {
-        let start = data
-            .iter()
-            .position(|b| !b.is_ascii_whitespace())
-            .ok_or(SignatureError::EmptyKeyring)?;
-        let mut keys = Vec::new();
-        let mut push =
-            |parsed: Box<dyn Iterator<Item = pgp::errors::Result<SignedPublicKey>> + '_>| {
-                for key in parsed {
-                    match key {
-                        Ok(k) => keys.push(k),
-                        // One unreadable key does not make the others unusable; if it was the
-                        // signer the verification fails and says so.
-                        Err(e) => tracing::warn!("skipping a key of the keyring: {e}"),
-                    }
-                }
-            };
-        const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
-        const END: &str = "-----END PGP PUBLIC KEY BLOCK-----";
-        // Every OpenPGP packet starts with a tag byte with the high bit set (RFC 9580 §4.2);
-        // anything else is taken for armour, which may have comment lines before it.
-        if data[start] & 0x80 != 0 {
-            let parsed = SignedPublicKey::from_bytes_many(&data[start..])
-                .map_err(|e| SignatureError::Keyring(e.to_string()))?;
-            push(parsed);
-        } else {
-            let text = std::str::from_utf8(data)
-                .map_err(|_| SignatureError::Keyring("neither binary nor armoured".into()))?;
-            if !text.contains(BEGIN) {
-                return Err(SignatureError::Keyring(format!("no `{BEGIN}` line")));
-            }
-            // rpgp reads one armour block per call; a `.asc` file may hold several.
-            let mut rest = text;
-            while let Some(b) = rest.find(BEGIN) {
-                let block = &rest[b..];
-                let e = block.find(END).ok_or_else(|| {
-                    SignatureError::Keyring("an armoured key block has no END line".into())
-                })? + END.len();
-                let (parsed, _headers) = SignedPublicKey::from_armor_many(&block.as_bytes()[..e])
-                    .map_err(|e| SignatureError::Keyring(e.to_string()))?;
-                push(parsed);
-                rest = &block[e..];
-            }
+        match crate::keys::parse(data) {
+            Ok(keys) => Ok(Keyring { keys }),
+            Err(crate::keys::KeyError::Empty) => Err(SignatureError::EmptyKeyring),
+            Err(crate::keys::KeyError::Unreadable(why)) => Err(SignatureError::Keyring(why)),
         }
-        if keys.is_empty() {
-            return Err(SignatureError::EmptyKeyring);
-        }
-        Ok(Keyring { keys })
     }
 }
 
