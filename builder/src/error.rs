@@ -93,6 +93,10 @@ pub enum Error {
         reason: String,
     },
 
+    /// The hint is in the message: the binary's hints are per variant and this one names the registry.
+    #[error("registry {registry}: exchanging the stored identity token at {url} failed: {reason}; log in again with `docker login {registry}`")]
+    TokenExchange { registry: String, url: String, reason: String },
+
     #[error(transparent)]
     Repo(#[from] crate::packages::apt::repo::RepoError),
 

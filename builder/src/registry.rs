@@ -1,10 +1,10 @@
 //! Registry access through `oci-client`'s blob-level calls, with credentials and bounded retries.
 //!
 //! Never `pull()`/`push()`: those hold whole layers in memory and re-upload everything.
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
@@ -12,8 +12,10 @@ use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
+use oci_client::token_cache::{RegistryToken, RegistryTokenType};
 use oci_client::{Client, Reference, RegistryOperation};
 
+use crate::auth::Credential;
 use crate::error::{Error, Result};
 
 pub const MANIFEST_TYPES: &[&str] = &[
@@ -26,10 +28,30 @@ pub const MANIFEST_TYPES: &[&str] = &[
 /// Attempts per call, including the first. Connection resets, timeouts and 5xx are retried.
 const ATTEMPTS: u32 = 4;
 
+/// How long before its end an access token from an identity token is replaced. oci-client
+/// keeps a token without an `exp` claim for [`oci_client::client::DEFAULT_TOKEN_EXPIRATION_SECS`]
+/// (60 s), and the token specification promises at least 60 s when `expires_in` is missing.
+const TOKEN_MARGIN: Duration = Duration::from_secs(15);
+const TOKEN_LIFETIME_DEFAULT: u64 = 60;
+
 pub struct Registries {
     client: Client,
     authed: Mutex<HashSet<(String, String, bool)>>,
     backoff: Duration,
+    /// Registries reached over plain HTTP, for the token exchange's ping.
+    http: Vec<String>,
+    /// Credentials per (registry, repository), read once.
+    creds: Mutex<HashMap<(String, String), Credential>>,
+    /// Access tokens we got for identity tokens, per (registry, repository, push). One exchange
+    /// at a time, so that parallel blob copies do not each make their own.
+    exchanged: tokio::sync::Mutex<HashMap<(String, String, bool), Exchanged>>,
+}
+
+/// An access token put into oci-client's token cache for a repository.
+struct Exchanged {
+    /// Other repositories of the registry the token may pull from (cross-repository mounts).
+    also_pull: BTreeSet<String>,
+    renew_at: Instant,
 }
 
 /// Registries reached over plain HTTP: loopback always, others when named with `--insecure-registry`.
@@ -42,7 +64,7 @@ impl Registries {
     pub fn new(registries: &[&str], insecure: &[String]) -> Self {
         let http: Vec<String> = registries.iter().filter(|r| is_insecure(r, insecure)).map(|r| r.to_string()).collect();
         let client = Client::new(ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(http),
+            protocol: ClientProtocol::HttpsExcept(http.clone()),
             connect_timeout: Some(Duration::from_secs(15)),
             read_timeout: Some(Duration::from_secs(120)),
             user_agent: concat!("erdma-build/", env!("CARGO_PKG_VERSION")),
@@ -53,20 +75,87 @@ impl Registries {
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        Registries { client, authed: Mutex::new(HashSet::new()), backoff }
+        Registries { client, authed: Mutex::new(HashSet::new()), backoff, http, creds: Mutex::default(), exchanged: Default::default() }
     }
 
-    /// Logs in for `op` once per (registry, repository, op); credentials from [`crate::auth`].
-    pub async fn login(&self, r: &Reference, push: bool) -> Result<()> {
-        let key = (r.resolve_registry().to_string(), r.repository().to_string(), push);
-        if self.authed.lock().expect("poisoned").contains(&key) {
-            return Ok(());
+    /// The credentials for `r`'s repository, from [`crate::auth`] the first time.
+    fn credential(&self, r: &Reference) -> Result<Credential> {
+        let key = (r.resolve_registry().to_string(), r.repository().to_string());
+        if let Some(c) = self.creds.lock().expect("poisoned").get(&key) {
+            return Ok(c.clone());
         }
-        let creds = crate::auth::credentials(r.resolve_registry())?;
+        let c = crate::auth::credentials(&key.0, &key.1)?;
+        self.creds.lock().expect("poisoned").insert(key, c.clone());
+        Ok(c)
+    }
+
+    /// Logs in for pulling from `r`, or pushing to it (which includes pulling): once per
+    /// (registry, repository, op) with user and password, and again before an access token
+    /// from an identity token runs out.
+    pub async fn login(&self, r: &Reference, push: bool) -> Result<()> {
+        self.login_also_pulling(r, push, None).await
+    }
+
+    /// [`Registries::login`], with pull access to `from` (another repository of the same
+    /// registry) as well: a cross-repository mount needs both.
+    async fn login_also_pulling(&self, r: &Reference, push: bool, from: Option<&Reference>) -> Result<()> {
+        let key = (r.resolve_registry().to_string(), r.repository().to_string(), push);
+        {
+            let authed = self.authed.lock().expect("poisoned");
+            // A push login serves pulls from the same repository (oci-client asks for pull,push).
+            if authed.contains(&key) || (!push && authed.contains(&(key.0.clone(), key.1.clone(), true))) {
+                return Ok(());
+            }
+        }
+        let creds = match self.credential(r)? {
+            Credential::Auth(a) => a,
+            Credential::IdentityToken(t) => return self.exchange(r, push, from, &t).await,
+        };
         let op = if push { RegistryOperation::Push } else { RegistryOperation::Pull };
         self.retry(r, "logging in", || self.client.auth(r, &creds, op)).await?;
         self.client.store_auth_if_needed(r.resolve_registry(), &creds).await;
         self.authed.lock().expect("poisoned").insert(key);
+        Ok(())
+    }
+
+    /// Exchanges the identity token for an access token to `r` (and `from`) unless one that
+    /// covers them is still fresh, and hands it to oci-client's token cache, which every
+    /// request of the client reads. A push token serves pulls from the repository too.
+    async fn exchange(&self, r: &Reference, push: bool, from: Option<&Reference>, refresh_token: &str) -> Result<()> {
+        let registry = r.resolve_registry().to_string();
+        let repo = r.repository().to_string();
+        let from = from.map(|f| f.repository().to_string()).filter(|f| *f != repo);
+        let mut exchanged = self.exchanged.lock().await;
+        let now = Instant::now();
+        let fresh = |push: bool| {
+            exchanged
+                .get(&(registry.clone(), repo.clone(), push))
+                .filter(|e| e.renew_at > now && from.as_ref().is_none_or(|f| e.also_pull.contains(f)))
+                .is_some()
+        };
+        if fresh(push) || (!push && fresh(true)) {
+            return Ok(());
+        }
+        let key = (registry.clone(), repo.clone(), push);
+        let mut also_pull = exchanged.get(&key).map(|e| e.also_pull.clone()).unwrap_or_default();
+        also_pull.extend(from);
+        let mut scopes = vec![format!("repository:{repo}:{}", if push { "pull,push" } else { "pull" })];
+        scopes.extend(also_pull.iter().map(|f| format!("repository:{f}:pull")));
+        let scheme = if self.http.contains(&registry) { "http" } else { "https" };
+        let got = crate::auth::exchange_identity_token(&format!("{scheme}://{registry}"), &registry, refresh_token, &scopes).await?;
+        let renew_at = match got {
+            Some(t) => {
+                let ops: &[RegistryOperation] = if push { &[RegistryOperation::Push, RegistryOperation::Pull] } else { &[RegistryOperation::Pull] };
+                for op in ops {
+                    self.client.tokens.insert(r, *op, RegistryTokenType::Bearer(RegistryToken::Token { token: t.token.clone() })).await;
+                }
+                let life = Duration::from_secs(t.expires_in.unwrap_or(TOKEN_LIFETIME_DEFAULT).min(TOKEN_LIFETIME_DEFAULT));
+                now + life.saturating_sub(TOKEN_MARGIN)
+            }
+            // No bearer challenge: nothing to exchange, requests go without a token.
+            None => now + Duration::from_secs(24 * 60 * 60),
+        };
+        exchanged.insert(key, Exchanged { also_pull, renew_at });
         Ok(())
     }
 
@@ -116,11 +205,13 @@ impl Registries {
     }
 
     pub async fn blob_exists(&self, r: &Reference, digest: &str) -> Result<bool> {
+        self.login(r, false).await?;
         self.retry(r, "checking blob", || self.client.blob_exists(r, digest)).await
     }
 
     /// Cross-repository mount; `Ok(false)` when the registry refuses (then copy instead).
     pub async fn mount(&self, target: &Reference, from: &Reference, digest: &str) -> Result<bool> {
+        self.login_also_pulling(target, true, Some(from)).await?;
         match self.client.mount_blob(target, from, digest).await {
             Ok(()) => Ok(true),
             Err(e) => {
@@ -131,6 +222,7 @@ impl Registries {
     }
 
     pub async fn push_blob(&self, r: &Reference, digest: &str, size: u64, stream: BoxStream<'static, std::io::Result<Bytes>>) -> Result<()> {
+        self.login(r, true).await?;
         let stream = futures_util::StreamExt::map(stream, |c| c.map_err(OciDistributionError::IoError));
         self.client
             .push_blob_stream(r, stream, digest, Some(size))
@@ -141,6 +233,7 @@ impl Registries {
 
     pub async fn push_manifest(&self, r: &Reference, body: Bytes, media_type: &str) -> Result<()> {
         let ct = reqwest_header(media_type)?;
+        self.login(r, true).await?;
         self.retry(r, "pushing manifest", || self.client.push_manifest_raw(r, body.clone(), ct.clone())).await?;
         Ok(())
     }
