@@ -154,7 +154,7 @@ impl Drop for FaultyProxy {
 }
 
 /// Reads one HTTP head (request or response) up to and including the blank line.
-fn read_head(r: &mut impl BufRead) -> io::Result<Vec<String>> {
+pub(crate) fn read_head(r: &mut impl BufRead) -> io::Result<Vec<String>> {
     let mut lines = Vec::new();
     loop {
         let mut raw = Vec::new();
@@ -181,14 +181,16 @@ fn ctx(e: io::Error, what: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
-fn header<'a>(head: &'a [String], name: &str) -> Option<&'a str> {
+/// The value of header `name` (any case) in an HTTP head.
+pub(crate) fn header<'a>(head: &'a [String], name: &str) -> Option<&'a str> {
     head.iter().skip(1).find_map(|l| {
         let (k, v) = l.split_once(':')?;
         k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
     })
 }
 
-fn write_head(w: &mut impl Write, head: &[String]) -> io::Result<()> {
+/// Writes an HTTP head and its blank line.
+pub(crate) fn write_head(w: &mut impl Write, head: &[String]) -> io::Result<()> {
     let mut buf = String::new();
     for l in head {
         buf.push_str(l);

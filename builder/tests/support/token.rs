@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::proxy::{header, read_head, write_head};
+
 pub const SERVICE: &str = "test-registry";
 
 /// One `POST /token` the gate answered.
@@ -133,38 +135,6 @@ impl Drop for TokenGate {
             let _ = h.join();
         }
     }
-}
-
-fn read_head(r: &mut impl BufRead) -> io::Result<Vec<String>> {
-    let mut lines = Vec::new();
-    loop {
-        let mut raw = Vec::new();
-        if r.read_until(b'\n', &mut raw)? == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside an HTTP head"));
-        }
-        let line = String::from_utf8_lossy(&raw).trim_end_matches(['\r', '\n']).to_string();
-        if line.is_empty() {
-            return Ok(lines);
-        }
-        lines.push(line);
-    }
-}
-
-fn header<'a>(head: &'a [String], name: &str) -> Option<&'a str> {
-    head.iter().skip(1).find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
-fn write_head(w: &mut impl Write, head: &[String]) -> io::Result<()> {
-    let mut buf = String::new();
-    for l in head {
-        buf.push_str(l);
-        buf.push_str("\r\n");
-    }
-    buf.push_str("\r\n");
-    w.write_all(buf.as_bytes())
 }
 
 fn percent_decode(s: &str) -> String {
