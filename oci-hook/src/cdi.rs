@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use crate::config::Config;
 use crate::discover::{self, CharDev, Host};
 use crate::error::{Error, Result};
-use crate::modify::{ll128_off, port_mtus, NCCL_PRESETS, NO_LL128};
+use crate::nccl;
 
 /// The CDI kind: `--device aliyun.com/erdma=all` (DOMAIN.md, seed 002 `aliyun/erdma`).
 pub const KIND: &str = "aliyun.com/erdma";
@@ -103,20 +103,18 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
     let all_nodes: Vec<Value> = usable.iter().map(|d| device_node(d.uverbs.as_ref().expect("filtered"))).collect();
     devices.push(json!({"name": ALL, "containerEdits": {"deviceNodes": all_nodes}}));
 
-    let names: Vec<&str> = usable.iter().map(|d| d.name.as_str()).collect();
+    // Derived for all devices, as the runtime wrapper derives them for the ones a container
+    // asked for (nccl.rs): CDI env cannot depend on which devices were asked for (module docs).
+    let derived = nccl::derive(host, &usable);
+    for n in &derived.notes {
+        tracing::warn!("{n}");
+    }
     let mut env: Vec<String> = Vec::new();
     if config.env_presets {
-        env.extend(NCCL_PRESETS.iter().map(|(k, v)| format!("{k}={v}")));
-    }
-    // All devices: CDI env cannot depend on which devices were asked for (see the module docs).
-    env.push(format!("NCCL_IB_HCA={}", names.join(",")));
-    if config.env_presets {
-        // Seed 000: LL128 is only safe with the jumbo MTU; same rule as `modify::apply`.
-        let mtus: Vec<u32> = port_mtus(usable.iter().copied()).into_iter().map(|(_, m)| m).collect();
-        if ll128_off(&mtus) {
-            let (proto, no_ll128) = NO_LL128;
-            env.push(format!("{proto}={no_ll128}"));
-        }
+        env.extend(nccl::PRESETS.iter().map(|(k, v)| format!("{k}={v}")));
+        env.extend(derived.vars.iter().map(|v| format!("{}={}", v.name, v.value)));
+    } else if let Some(hca) = derived.get("NCCL_IB_HCA") {
+        env.push(format!("NCCL_IB_HCA={hca}"));
     }
 
     let mut spec = Map::new();
@@ -176,7 +174,7 @@ mod tests {
         RdmaDevice {
             name: name.into(),
             driver: Some("erdma".into()),
-            ports: vec![Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: Some(format!("eth{n}")), mtu: Some(mtu) }],
+            ports: vec![Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: Some(format!("eth{n}")), mtu: Some(mtu), roce_v2_ipv4_gid: Some(1) }],
             uverbs: Some(CharDev { path: format!("/dev/infiniband/uverbs{n}"), host_path: PathBuf::from(format!("{dev_root}/infiniband/uverbs{n}")), major: 231, minor: 192 + n }),
             problem: None,
         }
@@ -187,6 +185,7 @@ mod tests {
             devices: vec![dev("erdma_0", 0, dev_root, mtu), dev("erdma_1", 1, dev_root, mtu)],
             others: vec![],
             rdma_cm: Some(CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: PathBuf::from(format!("{dev_root}/infiniband/rdma_cm")), major: 10, minor: 58 }),
+            netdevs: vec!["eth0".into(), "eth1".into(), "lo".into()],
         }
     }
 
@@ -200,7 +199,9 @@ mod tests {
         assert_eq!(spec["devices"][2]["containerEdits"]["deviceNodes"].as_array().unwrap().len(), 2);
         assert_eq!(spec["containerEdits"]["deviceNodes"][0], json!({"path": "/dev/infiniband/rdma_cm", "type": "c", "major": 10, "minor": 58, "permissions": "rw"}));
         let env: Vec<&str> = spec["containerEdits"]["env"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
-        assert!(env.contains(&"NCCL_IB_HCA=erdma_0,erdma_1"), "{env:?}");
+        // Derived from the host (nccl.rs): exact device:port names, the netdevs behind them.
+        assert!(env.contains(&"NCCL_IB_HCA==erdma_0:1,erdma_1:1"), "{env:?}");
+        assert!(env.contains(&"NCCL_SOCKET_IFNAME==eth0,eth1"), "{env:?}");
         assert!(env.contains(&"NCCL_IB_GID_INDEX=1"), "{env:?}");
         assert!(!env.iter().any(|e| e.starts_with("NCCL_PROTO=")), "jumbo MTU keeps LL128: {env:?}");
         assert!(spec.pointer("/containerEdits/hooks").is_none() && !spec.to_string().contains("hooks"));
@@ -218,7 +219,7 @@ mod tests {
     fn no_presets_keeps_hca_only() {
         let c = Config { env_presets: false, ..Config::default() };
         let spec = spec_for(&host("/dev", 1400), &c).unwrap();
-        assert_eq!(spec["containerEdits"]["env"], json!(["NCCL_IB_HCA=erdma_0,erdma_1"]));
+        assert_eq!(spec["containerEdits"]["env"], json!(["NCCL_IB_HCA==erdma_0:1,erdma_1:1"]));
     }
 
     #[test]

@@ -33,8 +33,27 @@ pub struct Config {
     pub memlock: Memlock,
     /// What to do when the engine manages the container's network namespace.
     pub network: NetworkPolicy,
-    /// Add the NCCL presets (never overriding the container's own values).
+    /// Set the NCCL environment: the settings derived from sysfs for the container's devices
+    /// and the presets that hold on every eRDMA host (`nccl.rs`).
     pub env_presets: bool,
+    /// Whose value wins when the container sets a variable the hook derives: `repair` (the
+    /// container's, unless it cannot work on this host), `keep` (always the container's) or
+    /// `replace` (always the derived one).
+    pub env_policy: EnvPolicy,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvPolicy {
+    /// The container's value, unless it cannot work here (an `NCCL_IB_HCA` that selects none of
+    /// its ACTIVE ports, an `NCCL_SOCKET_IFNAME` naming no interface of the host): replaced,
+    /// with a warning.
+    #[default]
+    Repair,
+    /// The container's value, always (a warning says when it cannot work).
+    Keep,
+    /// The derived value, always.
+    Replace,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +120,7 @@ impl Default for Config {
             memlock: Memlock::Unlimited,
             network: NetworkPolicy::Require,
             env_presets: true,
+            env_policy: EnvPolicy::Repair,
         }
     }
 }

@@ -27,6 +27,11 @@ pub struct Port {
     pub link_layer: Option<String>,
     pub netdev: Option<String>,
     pub mtu: Option<u32>,
+    /// The index of the port's RoCE v2 GID with an IPv4-mapped address (`::ffff:a.b.c.d`), the
+    /// one NCCL uses for RoCE v2 over IPv4: `gid_attrs/types/N` is `RoCE v2` and `gids/N` is
+    /// IPv4-mapped. `None` when the port has none (iWARP, IB, no address yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roce_v2_ipv4_gid: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -53,6 +58,9 @@ pub struct Host {
     /// RDMA devices of other drivers (e.g. mlx5 beside eRDMA), for reports.
     pub others: Vec<RdmaDevice>,
     pub rdma_cm: Option<CharDev>,
+    /// The host's network interfaces (`/sys/class/net`), sorted: what `NCCL_SOCKET_IFNAME`
+    /// may name.
+    pub netdevs: Vec<String>,
 }
 
 /// A sysfs attribute's value, trimmed.
@@ -107,10 +115,37 @@ fn ports(sysfs: &Path, dev_dir: &Path) -> Vec<Port> {
             std::fs::read_dir(dev_dir.join("device/net")).ok()?.flatten().next().map(|n| n.file_name().to_string_lossy().into_owned())
         });
         let mtu = netdev.as_ref().and_then(|n| read_trim(&sysfs.join("class/net").join(n).join("mtu"))?.parse().ok());
-        out.push(Port { num, state, state_name, link_layer: read_trim(&p.join("link_layer")), netdev, mtu });
+        out.push(Port { num, state, state_name, link_layer: read_trim(&p.join("link_layer")), netdev, mtu, roce_v2_ipv4_gid: roce_v2_ipv4_gid(&p) });
     }
     out.sort_by_key(|p| p.num);
     out
+}
+
+/// Most GID table entries read: mlx5 ports have 255 and fill them from index 0 (the kernel's
+/// `roce_gid_mgmt` takes the lowest free one), eRDMA's a handful.
+const MAX_GIDS: u32 = 256;
+
+/// The lowest index whose GID is an IPv4-mapped RoCE v2 one. The table is read in order and
+/// stops at the first missing entry; an empty slot reads as the zero GID (and its type file
+/// fails to read, EINVAL on real sysfs), and is skipped.
+fn roce_v2_ipv4_gid(port: &Path) -> Option<u32> {
+    let gids = port.join("gids");
+    for n in 0..MAX_GIDS {
+        let gid = read_trim(&gids.join(n.to_string()))?;
+        if !is_ipv4_mapped(&gid) {
+            continue;
+        }
+        if read_trim(&port.join("gid_attrs/types").join(n.to_string())).as_deref() == Some("RoCE v2") {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// `0000:0000:0000:0000:0000:ffff:0a00:0001` is `::ffff:10.0.0.1`.
+fn is_ipv4_mapped(gid: &str) -> bool {
+    let groups: Vec<&str> = gid.split(':').collect();
+    groups.len() == 8 && groups[..5].iter().all(|g| g.trim_start_matches('0').is_empty()) && groups[5].eq_ignore_ascii_case("ffff")
 }
 
 /// Finds the RDMA devices under `sysfs` and their nodes under `dev`.
@@ -170,7 +205,9 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
         let host_path = dev.join("infiniband/rdma_cm");
         check_node(&host_path, devnum).ok().map(|()| CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path, major: devnum.0, minor: devnum.1 })
     });
-    Ok(Host { devices, others, rdma_cm })
+    let mut netdevs: Vec<String> = std::fs::read_dir(sysfs.join("class/net")).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    netdevs.sort();
+    Ok(Host { devices, others, rdma_cm, netdevs })
 }
 
 #[cfg(test)]
@@ -238,7 +275,7 @@ mod tests {
         assert_eq!(d.driver.as_deref(), Some("erdma"));
         assert_eq!(
             d.ports,
-            [Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: Some("eth0".into()), mtu: Some(8500) }]
+            [Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: Some("eth0".into()), mtu: Some(8500), roce_v2_ipv4_gid: Some(1) }]
         );
         assert!(d.all_ports_active());
         assert_eq!(
@@ -306,10 +343,31 @@ mod tests {
         assert_eq!(m.driver.as_deref(), Some("mlx5_core"));
         assert_eq!((m.ports[0].netdev.as_deref(), m.ports[0].mtu), (Some("ens1f0np0"), Some(9000)));
         assert_eq!(m.uverbs.as_ref().unwrap().minor, 193);
+        // A full mlx5 RoCE table (link-local v1/v2, IPv4-mapped v1/v2): the IPv4 v2 GID is at 3.
+        assert_eq!(m.ports[0].roce_v2_ipv4_gid, Some(3));
         // The operator can count mlx5 in.
         let Some((h, _dev)) = scan("mlx5-beside", &["erdma", "mlx5_core"]) else { return };
         assert_eq!(names(&h.devices), ["erdma_0", "mlx5_0"]);
         assert!(h.others.is_empty());
+    }
+
+    #[test]
+    fn fixture_rocep_names_predictable_interfaces_and_differing_gids() {
+        let Some((h, _dev)) = scan("rocep-ens5", &["erdma"]) else { return };
+        assert_eq!(names(&h.devices), ["rocep156s0", "rocep26s0"]);
+        assert_eq!(h.netdevs, ["bond0", "ens5", "ens6", "lo"]);
+        let up: Vec<_> = h.devices.iter().map(|d| (d.name.as_str(), d.ports[0].state, d.ports[0].netdev.as_deref())).collect();
+        assert_eq!(up, [("rocep156s0", 1, Some("ens6")), ("rocep26s0", 4, Some("ens5"))]);
+        let Some((h, _dev)) = scan("gids-differ", &["erdma"]) else { return };
+        assert_eq!(h.devices.iter().map(|d| d.ports[0].roce_v2_ipv4_gid).collect::<Vec<_>>(), [Some(2), Some(1)]);
+    }
+
+    #[test]
+    fn gid_text() {
+        assert!(is_ipv4_mapped("0000:0000:0000:0000:0000:ffff:ac10:0005"));
+        assert!(!is_ipv4_mapped("fe80:0000:0000:0000:0216:3eff:fe00:0000"));
+        assert!(!is_ipv4_mapped("0000:0000:0000:0000:0000:0000:0000:0000"));
+        assert!(!is_ipv4_mapped("ffff:ac10:0005"));
     }
 
     #[test]

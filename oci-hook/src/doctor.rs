@@ -24,7 +24,7 @@ use crate::cdi;
 use crate::config::{Config, Memlock};
 use crate::discover::{self, Host, RdmaDevice};
 use crate::engine::{self, Engine, Registration};
-use crate::modify::{ll128_off, mtu_expected, MTU_JUMBO, MTU_STANDARD, NO_LL128};
+use crate::nccl::{ll128_off, mtu_expected, MTU_JUMBO, MTU_STANDARD, NO_LL128};
 
 /// The eRDMA driver's kernel module.
 pub const ERDMA_MODULE: &str = "erdma";
@@ -683,12 +683,12 @@ mod tests {
             .map(|(name, netdev, mtu)| RdmaDevice {
                 name: name.to_string(),
                 driver: Some("erdma".into()),
-                ports: vec![Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: netdev.map(str::to_string), mtu: *mtu }],
+                ports: vec![Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: netdev.map(str::to_string), mtu: *mtu, roce_v2_ipv4_gid: None }],
                 uverbs: None,
                 problem: None,
             })
             .collect();
-        Host { devices, others: vec![], rdma_cm: None }
+        Host { devices, others: vec![], rdma_cm: None, netdevs: vec![] }
     }
 
     #[test]

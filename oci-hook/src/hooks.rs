@@ -34,7 +34,7 @@ pub fn edit_in_place(spec: &mut Value, config: &Config) -> Result<Option<Report>
     }
     let host = discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
     let (devices, nodes) = modify::select(&request, &host, config)?;
-    let mut report = modify::apply(spec, &devices, &nodes, config)?;
+    let mut report = modify::apply(spec, &host, &devices, &nodes, config)?;
     // Things that do not stop the container but will make eRDMA slow or absent in it.
     if request == Request::All {
         for d in host.devices.iter().filter(|d| d.uverbs.is_none()) {

@@ -6,6 +6,7 @@
 //! - [`discover`]: eRDMA devices from sysfs and /dev.
 //! - [`request`]: whether and what a container asks for.
 //! - [`modify`]: where a spec gets edited (devices, cgroup rules, memlock, network, env).
+//! - [`nccl`]: the NCCL settings derived from sysfs for a container's devices.
 //! - [`spec`]: reading and atomically writing `config.json` as JSON, unknown fields kept.
 //! - [`doctor`]: the host readiness report (`erdma-oci-hook doctor`).
 #![forbid(unsafe_code)]
@@ -19,6 +20,7 @@ pub mod error;
 pub mod hooks;
 pub mod log;
 pub mod modify;
+pub mod nccl;
 pub mod prestart;
 pub mod request;
 pub mod runtime;

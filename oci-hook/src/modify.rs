@@ -9,37 +9,8 @@ use serde_json::{json, Value};
 use crate::config::{Config, NetworkPolicy};
 use crate::discover::{CharDev, Host, RdmaDevice};
 use crate::error::{Error, Result};
+use crate::nccl::{self, mtu_expected, MTU_JUMBO, MTU_STANDARD};
 use crate::request::{env_get, Request};
-
-/// NCCL presets PAI-DLC sets on eRDMA instances (seed 001). `NCCL_IB_HCA` is replaced by the
-/// devices actually given to the container.
-pub const NCCL_PRESETS: &[(&str, &str)] = &[
-    ("NCCL_DEBUG", "INFO"),
-    ("NCCL_SOCKET_IFNAME", "eth0"),
-    ("NCCL_IB_GID_INDEX", "1"),
-    ("NCCL_IB_QPS_PER_CONNECTION", "8"),
-    ("NCCL_MIN_NCHANNELS", "16"),
-    ("NCCL_NET_PLUGIN", "none"),
-    ("PYTHONUNBUFFERED", "1"),
-];
-
-/// MTU with jumbo frames; NCCL's LL128 protocol is only safe there (seed 000).
-pub const MTU_JUMBO: u32 = 8500;
-pub const MTU_STANDARD: u32 = 1400;
-/// What turns LL128 off when an MTU is not [`MTU_JUMBO`].
-pub const NO_LL128: (&str, &str) = ("NCCL_PROTO", "^LL128");
-
-/// Whether eRDMA expects this netdev MTU: 8500 with jumbo frames, 1400 without (seed 000).
-/// Anything else is a misconfiguration that risks data corruption.
-pub fn mtu_expected(mtu: u32) -> bool {
-    mtu == MTU_JUMBO || mtu == MTU_STANDARD
-}
-
-/// Whether NCCL's LL128 protocol must be off for ports with these MTUs: it is only safe when
-/// every one is the jumbo MTU (seed 000).
-pub fn ll128_off(mtus: &[u32]) -> bool {
-    mtus.iter().any(|m| *m != MTU_JUMBO)
-}
 
 /// The MTUs of the netdevs behind the ports of `devices`, with the device each belongs to.
 pub fn port_mtus<'a>(devices: impl IntoIterator<Item = &'a RdmaDevice>) -> Vec<(&'a RdmaDevice, u32)> {
@@ -64,6 +35,8 @@ pub struct Report {
     pub nodes: Vec<String>,
     pub memlock: u64,
     pub network: NetworkOutcome,
+    /// `NAME=VALUE` set in the container's env: added, or replacing a value that could not
+    /// work here (see [`nccl::plan`]).
     pub env_added: Vec<String>,
     pub warnings: Vec<String>,
 }
@@ -138,7 +111,7 @@ fn is_own_netns(path: &str) -> bool {
 }
 
 /// Applies the edits for `devices`/`nodes` to `spec`. Nothing is changed when it fails.
-pub fn apply(spec: &mut Value, devices: &[&RdmaDevice], nodes: &[&CharDev], config: &Config) -> Result<Report> {
+pub fn apply(spec: &mut Value, host: &Host, devices: &[&RdmaDevice], nodes: &[&CharDev], config: &Config) -> Result<Report> {
     let mut warnings = Vec::new();
     // Decide the network first: it is the one edit that can refuse.
     let namespaces = spec.pointer("/linux/namespaces").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -208,30 +181,26 @@ pub fn apply(spec: &mut Value, devices: &[&RdmaDevice], nodes: &[&CharDev], conf
     let mut env_added = Vec::new();
     if config.env_presets {
         let env = process.as_object_mut().and_then(|p| Some(p.entry("env").or_insert_with(|| json!([])).as_array_mut()?.clone())).unwrap_or_default();
-        let add = |k: &str, v: String, env_added: &mut Vec<String>| {
-            if env_get(&env, k).is_none() {
-                env_added.push(format!("{k}={v}"));
-            }
-        };
-        for (k, v) in NCCL_PRESETS {
-            add(k, v.to_string(), &mut env_added);
-        }
-        add("NCCL_IB_HCA", devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","), &mut env_added);
-        // LL128 needs the 8500 MTU (seed 000); anything else gets it turned off.
-        let port_mtus = port_mtus(devices.iter().copied());
-        for (d, m) in &port_mtus {
-            if !mtu_expected(*m) {
+        // Derived from this host's sysfs for these devices (nccl.rs), merged by the policy.
+        let derived = nccl::derive(host, devices);
+        let plan = nccl::plan(&|k| env_get(&env, k).map(str::to_string), &derived, host, devices, config.env_policy, true);
+        for (d, m) in port_mtus(devices.iter().copied()) {
+            if !mtu_expected(m) {
                 warnings.push(format!("{} has MTU {m}: eRDMA expects {MTU_JUMBO} with jumbo frames or {MTU_STANDARD} without; data corruption is possible", d.name));
             }
         }
-        let mtus: Vec<u32> = port_mtus.iter().map(|(_, m)| *m).collect();
-        let (proto, no_ll128) = NO_LL128;
-        if ll128_off(&mtus) && env_get(&env, proto).is_none() {
-            env_added.push(format!("{proto}={no_ll128}"));
-            warnings.push(format!("MTU {:?} is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off ({proto}={no_ll128})", mtus));
+        if let Some(v) = plan.set.iter().find(|c| c.name == nccl::NO_LL128.0 && c.replaced.is_none()) {
+            warnings.push(format!("an MTU is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off ({}={})", v.name, v.value));
         }
+        warnings.extend(plan.warnings);
         if let Some(list) = process.as_object_mut().and_then(|p| p.get_mut("env")).and_then(Value::as_array_mut) {
-            list.extend(env_added.iter().map(|e| json!(e)));
+            for c in &plan.set {
+                if c.replaced.is_some() {
+                    list.retain(|e| e.as_str().and_then(|e| e.split_once('=')).is_none_or(|(k, _)| k != c.name));
+                }
+                list.push(json!(format!("{}={}", c.name, c.value)));
+                env_added.push(format!("{}={}", c.name, c.value));
+            }
         }
     }
     Ok(Report {
@@ -252,7 +221,7 @@ mod tests {
     use serde_json::json;
 
     fn port(mtu: u32, state: u32) -> Port {
-        Port { num: 1, state, state_name: if state == 4 { "ACTIVE".into() } else { "DOWN".into() }, link_layer: Some("Ethernet".into()), netdev: Some("eth0".into()), mtu: Some(mtu) }
+        Port { num: 1, state, state_name: if state == 4 { "ACTIVE".into() } else { "DOWN".into() }, link_layer: Some("Ethernet".into()), netdev: Some("eth0".into()), mtu: Some(mtu), roce_v2_ipv4_gid: Some(1) }
     }
 
     fn dev(name: &str, n: u32, mtu: u32, driver: &str) -> RdmaDevice {
@@ -270,7 +239,7 @@ mod tests {
     }
 
     fn host(mtus: &[u32]) -> Host {
-        Host { devices: mtus.iter().enumerate().map(|(i, m)| dev(&format!("erdma_{i}"), i as u32, *m, "erdma")).collect(), others: vec![], rdma_cm: Some(cm()) }
+        Host { devices: mtus.iter().enumerate().map(|(i, m)| dev(&format!("erdma_{i}"), i as u32, *m, "erdma")).collect(), others: vec![], rdma_cm: Some(cm()), netdevs: vec!["eth0".into(), "lo".into()] }
     }
 
     /// The spec `runc spec` writes, trimmed to what the edits look at.
@@ -289,7 +258,7 @@ mod tests {
     /// Selects `request` on `host` and applies it to `spec`.
     fn edit(spec: &mut Value, request: Request, host: &Host, config: &Config) -> Result<Report> {
         let (devices, nodes) = select(&request, host, config)?;
-        apply(spec, &devices, &nodes, config)
+        apply(spec, host, &devices, &nodes, config)
     }
 
     fn env(spec: &Value) -> Vec<String> {
@@ -305,8 +274,10 @@ mod tests {
         let mut s = runc_spec();
         let r = edit(&mut s, Request::All, &host(&[8500]), &Config::default()).unwrap();
         assert_eq!(env_value(&s, "NCCL_PROTO"), None);
-        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("erdma_0"));
-        for (k, v) in NCCL_PRESETS {
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_0:1"));
+        assert_eq!(env_value(&s, "NCCL_SOCKET_IFNAME"), Some("=eth0"));
+        assert_eq!(env_value(&s, "NCCL_IB_GID_INDEX"), Some("1"));
+        for (k, v) in crate::nccl::PRESETS {
             assert_eq!(env_value(&s, k), Some(*v), "{k}");
         }
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
@@ -336,9 +307,9 @@ mod tests {
     }
 
     #[test]
-    fn container_values_are_never_overridden() {
+    fn container_values_that_work_are_never_overridden() {
         let mut s = runc_spec();
-        let own = ["NCCL_PROTO=Simple", "NCCL_IB_HCA=mlx5_0", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=bond0"];
+        let own = ["NCCL_PROTO=Simple", "NCCL_IB_HCA=erdma", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=eth", "NCCL_IB_GID_INDEX=3"];
         s["process"]["env"].as_array_mut().unwrap().extend(own.iter().map(|e| json!(e)));
         let r = edit(&mut s, Request::All, &host(&[1400]), &Config::default()).unwrap();
         for e in own {
@@ -356,14 +327,38 @@ mod tests {
     }
 
     #[test]
+    fn container_values_that_cannot_work_here_are_repaired_unless_kept() {
+        // An image built for PAI-DLC hosts (bond0, mlx5 names) on a host with eth0 and erdma_0.
+        let own = ["NCCL_IB_HCA=mlx5_0", "NCCL_SOCKET_IFNAME=bond0", "NCCL_DEBUG=WARN"];
+        let mut s = runc_spec();
+        s["process"]["env"].as_array_mut().unwrap().extend(own.iter().map(|e| json!(e)));
+        let r = edit(&mut s, Request::All, &host(&[8500]), &Config::default()).unwrap();
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_0:1"));
+        assert_eq!(env_value(&s, "NCCL_SOCKET_IFNAME"), Some("=eth0"));
+        assert_eq!(env_value(&s, "NCCL_DEBUG"), Some("WARN"));
+        for k in ["NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"] {
+            assert_eq!(env(&s).iter().filter(|x| x.starts_with(&format!("{k}="))).count(), 1, "{k} defined twice");
+        }
+        assert!(r.warnings.iter().any(|w| w.starts_with("NCCL_IB_HCA=mlx5_0 replaced by NCCL_IB_HCA==erdma_0:1")), "{:?}", r.warnings);
+        assert!(r.warnings.iter().any(|w| w.starts_with("NCCL_SOCKET_IFNAME=bond0 replaced") && w.contains("names no interface of this host")), "{:?}", r.warnings);
+        // env_policy = "keep": the container's values stay, and the report says they cannot work.
+        let mut s = runc_spec();
+        s["process"]["env"].as_array_mut().unwrap().extend(own.iter().map(|e| json!(e)));
+        let c = Config { env_policy: crate::config::EnvPolicy::Keep, ..Config::default() };
+        let r = edit(&mut s, Request::All, &host(&[8500]), &c).unwrap();
+        assert_eq!((env_value(&s, "NCCL_IB_HCA"), env_value(&s, "NCCL_SOCKET_IFNAME")), (Some("mlx5_0"), Some("bond0")));
+        assert_eq!(r.warnings.iter().filter(|w| w.contains("kept (env_policy = \"keep\")")).count(), 2, "{:?}", r.warnings);
+    }
+
+    #[test]
     fn nccl_ib_hca_names_the_selected_devices() {
         let h = host(&[8500, 8500, 8500]);
         let mut s = runc_spec();
         edit(&mut s, Request::All, &h, &Config::default()).unwrap();
-        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("erdma_0,erdma_1,erdma_2"));
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_0:1,erdma_1:1,erdma_2:1"));
         let mut s = runc_spec();
         let r = edit(&mut s, Request::Named(vec!["erdma_2".into(), "erdma_0".into(), "erdma_2".into()]), &h, &Config::default()).unwrap();
-        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("erdma_2,erdma_0"));
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_2:1,erdma_0:1"));
         assert_eq!(r.devices, ["erdma_2", "erdma_0"]);
         assert_eq!(r.nodes, ["/dev/infiniband/uverbs2", "/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]);
     }
@@ -432,7 +427,7 @@ mod tests {
         assert_eq!(r.network, NetworkOutcome::AlreadyHost);
         assert_eq!(s["linux"]["devices"].as_array().unwrap().len(), 2);
         assert_eq!(s["process"]["rlimits"].as_array().unwrap().len(), 1);
-        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("erdma_0"));
+        assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_0:1"));
     }
 
     #[test]

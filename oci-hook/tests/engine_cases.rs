@@ -740,7 +740,7 @@ fn docker_runs_erdma_containers_root_daemon() {
         let fields: Vec<&str> = line.split_whitespace().collect();
         assert!(line.starts_with('c') && fields.windows(2).any(|w| w == [major, minor]), "{line}");
     }
-    for var in ["NCCL_IB_HCA=erdma_0,erdma_1", "NCCL_DEBUG=INFO", "NCCL_IB_GID_INDEX=1", "NCCL_SOCKET_IFNAME=eth0", "ERDMA_VISIBLE_DEVICES=all"] {
+    for var in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_DEBUG=INFO", "NCCL_IB_GID_INDEX=1", "NCCL_SOCKET_IFNAME==eth0,eth1", "ERDMA_VISIBLE_DEVICES=all"] {
         assert!(env.lines().any(|l| l == var), "{var} missing from the container's env:\n{env}");
     }
     assert_eq!(memlock.trim(), "4096", "RLIMIT_MEMLOCK in KiB");
@@ -812,7 +812,7 @@ fn podman_runs_the_precreate_hook_root_daemon() {
     let mut parts = stdout.split("---\n");
     let (ls, env, memlock) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
     assert!(ls_line(ls, "uverbs0").is_some_and(|l| l.starts_with('c')) && ls_line(ls, "rdma_cm").is_some(), "{ls}");
-    assert!(env.lines().any(|l| l == "NCCL_IB_HCA=erdma_0") && env.lines().any(|l| l == "NCCL_DEBUG=INFO"), "{env}");
+    assert!(env.lines().any(|l| l == "NCCL_IB_HCA==erdma_0:1") && env.lines().any(|l| l == "NCCL_SOCKET_IFNAME==eth0") && env.lines().any(|l| l == "NCCL_DEBUG=INFO"), "{env}");
     assert_eq!(memlock.trim(), "4096");
 
     // Without the annotation the hook does not run: nothing added.
@@ -885,7 +885,7 @@ fn podman_injects_the_cdi_spec_root_daemon() {
     for node in ["uverbs0", "uverbs1", "rdma_cm"] {
         assert!(ls_line(ls, node).is_some_and(|l| l.starts_with('c')), "no {node}:\n{ls}");
     }
-    assert!(env.lines().any(|l| l == "NCCL_IB_HCA=erdma_0,erdma_1") && env.lines().any(|l| l == "NCCL_IB_GID_INDEX=1"), "{env}");
+    assert!(env.lines().any(|l| l == "NCCL_IB_HCA==erdma_0:1,erdma_1:1") && env.lines().any(|l| l == "NCCL_IB_GID_INDEX=1"), "{env}");
     let mut opens = opens.lines();
     assert!(opens.next().is_some_and(|l| l.contains("No such device or address")), "uverbs1 not openable: {stdout}");
     assert!(opens.next().is_some_and(|l| l.contains("Operation not permitted")), "control node not denied: {stdout}");

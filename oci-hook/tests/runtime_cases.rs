@@ -81,7 +81,10 @@ fn asking_container_gets_nodes_memlock_and_host_network_root() {
     let memlock = stdout.lines().find(|l| l.starts_with("Max locked memory")).unwrap_or_else(|| panic!("{stdout}"));
     assert_eq!(memlock.split_whitespace().collect::<Vec<_>>()[3..6], [MEMLOCK.to_string().as_str(), &MEMLOCK.to_string(), "bytes"], "{memlock}");
     assert!(stdout.lines().any(|l| l == host_netns()), "the container's net namespace is not the host's ({}):\n{stdout}", host_netns());
-    assert!(stdout.lines().any(|l| l == "NCCL_IB_HCA=erdma_0"), "{stdout}");
+    // Derived from the fixture host's sysfs: exact device:port, its netdev, its RoCE v2 GID.
+    for var in ["NCCL_IB_HCA==erdma_0:1", "NCCL_SOCKET_IFNAME==eth0", "NCCL_IB_GID_INDEX=1"] {
+        assert!(stdout.lines().any(|l| l == var), "{var} missing:\n{stdout}");
+    }
     assert!(!stdout.lines().any(|l| l.starts_with("NCCL_PROTO=")), "MTU 8500 keeps LL128:\n{stdout}");
 
     // The spec on disk: edited, unknown fields kept, mode kept.
@@ -158,7 +161,8 @@ fn default_config_edit_at_spec_level_root() {
     let rules: Vec<&Value> = s["linux"]["resources"]["devices"].as_array().unwrap().iter().filter(|r| r["allow"] == true).collect();
     assert_eq!(rules, [&json!({"allow": true, "type": "c", "major": 231, "minor": 193, "access": "rwm"}), &json!({"allow": true, "type": "c", "major": 10, "minor": 58, "access": "rwm"})]);
     assert!(!s["linux"]["namespaces"].as_array().unwrap().iter().any(|n| n["type"] == "network"));
-    assert_eq!(env_of(&s, "NCCL_IB_HCA"), Some("erdma_1"));
+    assert_eq!(env_of(&s, "NCCL_IB_HCA"), Some("=erdma_1:1"));
+    assert_eq!(env_of(&s, "NCCL_SOCKET_IFNAME"), Some("=eth1"));
     assert_eq!(env_of(&s, "NCCL_PROTO"), None);
     // Everything else as it was.
     let mut rest = s.clone();
@@ -177,7 +181,7 @@ fn default_config_edit_at_spec_level_root() {
     write_spec(&bundle2, &spec2);
     let out = fx.command("erdma-runtime").args(["create", "ctr-2"]).current_dir(&bundle2).output().unwrap();
     assert_success("erdma-runtime create in the bundle", &out);
-    assert_eq!(env_of(&read_spec(&bundle2), "NCCL_IB_HCA"), Some("erdma_0,erdma_1"));
+    assert_eq!(env_of(&read_spec(&bundle2), "NCCL_IB_HCA"), Some("=erdma_0:1,erdma_1:1"));
 }
 
 /// A spec, a fixture and a spy in front of real runc, for the error cases.
@@ -432,7 +436,7 @@ fn fifty_concurrent_creates_root() {
 
 /// The edit a container asking for `ask` ("all" or "erdma_1") on the `two` fixture gets.
 fn check_spec(s: &Value, ask: &str, i: usize) -> Result<(), String> {
-    let (hca, minors): (&str, &[u64]) = if ask == "all" { ("erdma_0,erdma_1", &[192, 193, 58]) } else { ("erdma_1", &[193, 58]) };
+    let (hca, minors): (&str, &[u64]) = if ask == "all" { ("=erdma_0:1,erdma_1:1", &[192, 193, 58]) } else { ("=erdma_1:1", &[193, 58]) };
     let got: Vec<u64> = s["linux"]["devices"].as_array().ok_or("no devices")?.iter().filter_map(|d| d["minor"].as_u64()).collect();
     let memlock: Vec<&Value> = s["process"]["rlimits"].as_array().ok_or("no rlimits")?.iter().filter(|r| r["type"] == "RLIMIT_MEMLOCK").collect();
     let ok = got == minors
@@ -463,7 +467,7 @@ fn precreate_edits_stdin_to_stdout_root() {
     let out = run(&serde_json::to_vec(&spec).unwrap());
     assert_success("precreate", &out);
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(env_of(&s, "NCCL_IB_HCA"), Some("rocep9s0"));
+    assert_eq!(env_of(&s, "NCCL_IB_HCA"), Some("=rocep9s0:1"));
     // MTU 1400 on this fixture: LL128 off.
     assert_eq!(env_of(&s, "NCCL_PROTO"), Some("^LL128"));
     assert_eq!(s["linux"]["namespaces"], json!([{"type": "mount"}]));

@@ -31,8 +31,27 @@ def module(sys_, name, version):
     write(os.path.join(mdir, "refcnt"), "0\n")
     write(os.path.join(mdir, "version"), version + "\n")
 
-def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False):
+def ipv4_mapped(a, b, c, d):
+    """The GID of an IPv4 address, as sysfs prints it: ::ffff:a.b.c.d in eight groups."""
+    return f"0000:0000:0000:0000:0000:ffff:{a:02x}{b:02x}:{c:02x}{d:02x}"
+
+def link_local(uv):
+    return f"fe80:0000:0000:0000:0216:3eff:fe00:{uv:04x}"
+
+def erdma_gids(uv, v2_at=1):
+    """eRDMA's table as modelled here (testdata/sysfs/README.md): the link-local GID at 0, the
+    IPv4-mapped RoCE v2 GID at `v2_at` (PAI-DLC's preset NCCL_IB_GID_INDEX=1 says 1)."""
+    table = [(link_local(uv), "IB/RoCE v1")] + [(link_local(uv), "RoCE v2")] * (v2_at - 1)
+    return table + [(ipv4_mapped(172, 16, uv, 5), "RoCE v2")]
+
+def mlx5_gids(uv):
+    """An mlx5 RoCE port with IPv4, as the kernel fills it (roce_gid_mgmt, one v1 and one v2
+    entry per address): link-local v1, v2, then IPv4-mapped v1, v2 at 3 (seed 003)."""
+    return [(link_local(uv), "IB/RoCE v1"), (link_local(uv), "RoCE v2"), (ipv4_mapped(192, 168, 1, 10 + uv), "IB/RoCE v1"), (ipv4_mapped(192, 168, 1, 10 + uv), "RoCE v2")]
+
+def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False, gids=None):
     """devices: (ibdev, pci, driver, uverbs_index, netdev, port_state, phys_state);
+    gids: per ibdev, the port's GID table [(gid, type)] (default erdma_gids / mlx5_gids);
     erdma_version: the loaded erdma module's version (None: not loaded); peermem: whether
     nvidia_peermem is loaded (GPU Direct RDMA)."""
     base = os.path.join(ROOT, name)
@@ -71,8 +90,14 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdm
         write(os.path.join(p, "state"), state + "\n")
         write(os.path.join(p, "phys_state"), phys + "\n")
         write(os.path.join(p, "link_layer"), "Ethernet\n")
-        write(os.path.join(p, "gid_attrs/ndevs/0"), nd + "\n")
-        write(os.path.join(p, "gid_attrs/types/0"), "IB/RoCE v1\n" if driver != "erdma" else "\n")
+        table = (gids or {}).get(ib) or (erdma_gids(uv) if driver == "erdma" else mlx5_gids(uv))
+        for n, (gid, typ) in enumerate(table):
+            write(os.path.join(p, f"gids/{n}"), gid + "\n")
+            write(os.path.join(p, f"gid_attrs/types/{n}"), typ + "\n")
+            write(os.path.join(p, f"gid_attrs/ndevs/{n}"), nd + "\n")
+        # Empty slots read as the zero GID (their type and ndev files fail with EINVAL).
+        for n in range(len(table), 8):
+            write(os.path.join(p, f"gids/{n}"), "0000:0000:0000:0000:0000:0000:0000:0000\n")
         link(os.path.join(idir, "device"), rel(idir, pdir))
         link(os.path.join(sys_, "class/infiniband", ib), rel(os.path.join(sys_, "class/infiniband"), idir))
         vdir = os.path.join(pdir, "infiniband_verbs", f"uverbs{uv}")
@@ -128,3 +153,14 @@ scenario("mlx5-beside", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE
                          ("mlx5_0", "0000:3b:00.0", "mlx5_core", 1, "ens1f0np0", *ACTIVE)],
          [("eth0", 8500), ("ens1f0np0", 9000)], umad=[("mlx5_0", "0000:3b:00.0", 0)], erdma_version="0.2.33", peermem=True)
 scenario("none", [], [("eth0", 1500)], rdma_cm=False)
+# The host of issue 12 (seed 002's device names, predictable interface names, no eth0):
+# rocep26s0 ACTIVE on ens5, rocep156s0 DOWN on ens6, and a bond0 with no RDMA device.
+scenario("rocep-ens5", [("rocep156s0", "0000:9c:00.0", "erdma", 0, "ens6", *DOWN),
+                        ("rocep26s0", "0000:1a:00.0", "erdma", 1, "ens5", *ACTIVE)],
+         [("ens5", 8500), ("ens6", 8500), ("bond0", 8500)], erdma_version="0.2.39", peermem=True)
+# Two ACTIVE devices of one node whose RoCE v2 GIDs sit at different indexes (2 and 1), as
+# Alibaba's eRDMA benchmark notes found: no one NCCL_IB_GID_INDEX is right for both.
+scenario("gids-differ", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
+                         ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
+         [("eth0", 8500), ("eth1", 8500)], erdma_version="0.2.39", peermem=True,
+         gids={"erdma_0": erdma_gids(0, v2_at=2), "erdma_1": erdma_gids(1, v2_at=1)})

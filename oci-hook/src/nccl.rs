@@ -1,0 +1,317 @@
+//! Where a container's NCCL settings come from: derived from this host's sysfs for the devices
+//! it was given, never guessed. The one implementation behind the runtime wrapper and the
+//! `precreate` hook (through [`crate::modify`]), the `prestart`/`createRuntime` hook's report,
+//! `cdi generate`, `erdma-oci-hook env` and `doctor`.
+//!
+//! - `NCCL_IB_HCA`: the given devices' ACTIVE ports, in NCCL's exact-match syntax
+//!   (`=rocep26s0:1,rocep9s0:1`): NCCL takes plain names as prefixes, so `erdma_1` would also
+//!   pick `erdma_10`, and `erdma` matches nothing on hosts whose devices are `rocep…`.
+//! - `NCCL_SOCKET_IFNAME`: the netdevs behind those ports (`=ens5`), never a name the host lacks
+//!   (NCCL stops at start when none matches: "Bootstrap : no socket interface found").
+//! - `NCCL_IB_GID_INDEX`: the ports' IPv4-mapped RoCE v2 GID index, when they all agree; else
+//!   unset, and NCCL 2.21+ chooses itself.
+//! - `NCCL_PROTO=^LL128` when a port's MTU is not the jumbo 8500 (seed 000).
+//! - `NCCL_IB_DISABLE` and `NCCL_NET` are never touched.
+//!
+//! Beside these, the presets that hold on every eRDMA host ([`PRESETS`], PAI-DLC's tuning,
+//! seed 001) are added unless the container sets them.
+use serde::Serialize;
+
+use crate::config::EnvPolicy;
+use crate::discover::{Host, RdmaDevice};
+
+/// What holds on every eRDMA host, whatever its device and interface names (seed 001's
+/// PAI-DLC values without the three that describe PAI's hosts).
+pub const PRESETS: &[(&str, &str)] = &[
+    ("NCCL_DEBUG", "INFO"),
+    ("NCCL_IB_QPS_PER_CONNECTION", "8"),
+    ("NCCL_MIN_NCHANNELS", "16"),
+    ("NCCL_NET_PLUGIN", "none"),
+    ("PYTHONUNBUFFERED", "1"),
+];
+
+/// MTU with jumbo frames; NCCL's LL128 protocol is only safe there (seed 000).
+pub const MTU_JUMBO: u32 = 8500;
+pub const MTU_STANDARD: u32 = 1400;
+/// What turns LL128 off when an MTU is not [`MTU_JUMBO`].
+pub const NO_LL128: (&str, &str) = ("NCCL_PROTO", "^LL128");
+
+/// Whether eRDMA expects this netdev MTU: 8500 with jumbo frames, 1400 without (seed 000).
+pub fn mtu_expected(mtu: u32) -> bool {
+    mtu == MTU_JUMBO || mtu == MTU_STANDARD
+}
+
+/// Whether NCCL's LL128 protocol must be off for ports with these MTUs.
+pub fn ll128_off(mtus: &[u32]) -> bool {
+    mtus.iter().any(|m| *m != MTU_JUMBO)
+}
+
+/// One derived variable, with where it came from.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Var {
+    pub name: &'static str,
+    pub value: String,
+    /// Why this value, for `env --format json`, `doctor` and the README's table.
+    pub source: String,
+}
+
+/// The settings for a set of devices on this host.
+#[derive(Debug, Clone, Serialize, Default, PartialEq, Eq)]
+pub struct Derived {
+    /// Host-specific variables, derived from sysfs.
+    pub vars: Vec<Var>,
+    /// What could not be derived, and why (no ACTIVE port, GID indexes that disagree).
+    pub notes: Vec<String>,
+}
+
+impl Derived {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.vars.iter().find(|v| v.name == name).map(|v| v.value.as_str())
+    }
+}
+
+/// The settings for `devices` (those given to a container, or every device) on `host`.
+pub fn derive(host: &Host, devices: &[&RdmaDevice]) -> Derived {
+    let mut d = Derived::default();
+    let active: Vec<(&RdmaDevice, &crate::discover::Port)> = devices.iter().flat_map(|dev| dev.ports.iter().filter(|p| p.state == 4).map(move |p| (*dev, p))).collect();
+    let down: Vec<String> = devices.iter().flat_map(|dev| dev.ports.iter().filter(|p| p.state != 4).map(move |p| format!("{}:{} ({})", dev.name, p.num, p.state_name))).collect();
+    if !down.is_empty() {
+        d.notes.push(format!("port(s) not ACTIVE, left out of NCCL_IB_HCA: {}", down.join(", ")));
+    }
+    if active.is_empty() {
+        d.notes.push("no ACTIVE port among the devices: NCCL_IB_HCA and NCCL_SOCKET_IFNAME are not set (NCCL would fall back to TCP sockets)".into());
+    } else {
+        let hca: Vec<String> = active.iter().map(|(dev, p)| format!("{}:{}", dev.name, p.num)).collect();
+        d.vars.push(Var { name: "NCCL_IB_HCA", value: format!("={}", hca.join(",")), source: "the ACTIVE ports of the container's devices (exact match)".into() });
+        let mut ifs: Vec<&str> = Vec::new();
+        for (_, p) in &active {
+            if let Some(n) = p.netdev.as_deref().filter(|n| host.netdevs.iter().any(|h| h == n)) {
+                if !ifs.contains(&n) {
+                    ifs.push(n);
+                }
+            }
+        }
+        if ifs.is_empty() {
+            d.notes.push("no netdev of the host is behind the ACTIVE ports: NCCL_SOCKET_IFNAME is not set".into());
+        } else {
+            d.vars.push(Var { name: "NCCL_SOCKET_IFNAME", value: format!("={}", ifs.join(",")), source: "the netdevs behind those ports (gid_attrs/ndevs)".into() });
+        }
+        let gids: Vec<Option<u32>> = active.iter().map(|(_, p)| p.roce_v2_ipv4_gid).collect();
+        match gids[0] {
+            Some(g) if gids.iter().all(|x| *x == Some(g)) => {
+                d.vars.push(Var { name: "NCCL_IB_GID_INDEX", value: g.to_string(), source: "the ports' IPv4-mapped RoCE v2 GID (gids/N, gid_attrs/types/N)".into() })
+            }
+            _ if gids.iter().all(Option::is_none) => d.notes.push("no IPv4-mapped RoCE v2 GID on the ports: NCCL_IB_GID_INDEX is not set (NCCL chooses)".into()),
+            _ => {
+                let seen: Vec<String> = active.iter().map(|(dev, p)| format!("{}:{} {}", dev.name, p.num, p.roce_v2_ipv4_gid.map_or("none".into(), |g| g.to_string()))).collect();
+                d.notes.push(format!("the ports' RoCE v2 GID indexes differ ({}): NCCL_IB_GID_INDEX is not set, NCCL 2.21+ chooses per port", seen.join(", ")));
+            }
+        }
+    }
+    let mtus: Vec<u32> = devices.iter().flat_map(|dev| dev.ports.iter().filter_map(|p| p.mtu)).collect();
+    if ll128_off(&mtus) {
+        let (k, v) = NO_LL128;
+        d.vars.push(Var { name: k, value: v.into(), source: format!("MTU {mtus:?} is not {MTU_JUMBO}: LL128 is only safe with jumbo frames") });
+    }
+    d
+}
+
+/// NCCL's interface and device list syntax (`src/misc/utils.cc`, `parseStringList`,
+/// `matchIfList`): a leading `^` excludes, a leading `=` makes names exact (else prefixes),
+/// entries are comma-separated `name[:port]`.
+struct NcclList {
+    exclude: bool,
+    exact: bool,
+    entries: Vec<(String, Option<u32>)>,
+}
+
+impl NcclList {
+    fn parse(s: &str) -> NcclList {
+        let mut s = s.trim();
+        let exclude = s.starts_with('^');
+        if exclude {
+            s = &s[1..];
+        }
+        let exact = s.starts_with('=');
+        if exact {
+            s = &s[1..];
+        }
+        let entries = s
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| match e.split_once(':') {
+                Some((n, p)) => (n.to_string(), p.parse().ok()),
+                None => (e.to_string(), None),
+            })
+            .collect();
+        NcclList { exclude, exact, entries }
+    }
+
+    /// Whether NCCL would use `name` (port `port`) under this list.
+    fn selects(&self, name: &str, port: Option<u32>) -> bool {
+        let hit = self.entries.iter().any(|(n, p)| (if self.exact { name == n } else { name.starts_with(n.as_str()) }) && (p.is_none() || port.is_none() || *p == port));
+        hit != self.exclude
+    }
+}
+
+/// Whether a container's `NCCL_IB_HCA` selects at least one ACTIVE port of its devices.
+pub fn hca_works(value: &str, devices: &[&RdmaDevice]) -> bool {
+    let list = NcclList::parse(value);
+    devices.iter().any(|d| d.ports.iter().any(|p| p.state == 4 && list.selects(&d.name, Some(p.num))))
+}
+
+/// Whether a container's `NCCL_SOCKET_IFNAME` selects at least one interface of the host.
+pub fn ifname_works(value: &str, host: &Host) -> bool {
+    let list = NcclList::parse(value);
+    host.netdevs.iter().any(|n| list.selects(n, None))
+}
+
+/// A change to a container's environment.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Change {
+    pub name: String,
+    pub value: String,
+    /// The container's own value this replaces (`repair` or `replace`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
+}
+
+/// What to do to an environment: variables to set, and why some of the container's own values
+/// were replaced.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Plan {
+    pub set: Vec<Change>,
+    pub warnings: Vec<String>,
+}
+
+/// Merges the derived settings (and, with `presets`, [`PRESETS`]) into an environment whose
+/// values `get` reads. The container's own values win, except under `repair` one that cannot
+/// work on this host (an `NCCL_IB_HCA` selecting none of its ACTIVE ports, an
+/// `NCCL_SOCKET_IFNAME` naming no interface of the host), and under `replace` every derived one.
+pub fn plan(get: &dyn Fn(&str) -> Option<String>, derived: &Derived, host: &Host, devices: &[&RdmaDevice], policy: EnvPolicy, presets: bool) -> Plan {
+    let mut out = Plan::default();
+    if presets {
+        for (k, v) in PRESETS {
+            if get(k).is_none() {
+                out.set.push(Change { name: k.to_string(), value: v.to_string(), replaced: None });
+            }
+        }
+    }
+    for var in &derived.vars {
+        let own = get(var.name);
+        let Some(own) = own else {
+            out.set.push(Change { name: var.name.into(), value: var.value.clone(), replaced: None });
+            continue;
+        };
+        let broken = match var.name {
+            "NCCL_IB_HCA" => (!hca_works(&own, devices)).then(|| format!("selects none of the container's ACTIVE ports ({})", var.value.trim_start_matches('='))),
+            "NCCL_SOCKET_IFNAME" => (!ifname_works(&own, host)).then(|| format!("names no interface of this host ({})", host.netdevs.join(", "))),
+            _ => None,
+        };
+        let replace = match policy {
+            EnvPolicy::Keep => false,
+            EnvPolicy::Replace => own != var.value,
+            EnvPolicy::Repair => broken.is_some(),
+        };
+        if replace {
+            let why = broken.map(|b| format!(": it {b}")).unwrap_or_else(|| " (env_policy = \"replace\")".into());
+            out.warnings.push(format!("{}={own} replaced by {}={}{why}", var.name, var.name, var.value));
+            out.set.push(Change { name: var.name.into(), value: var.value.clone(), replaced: Some(own) });
+        } else if let Some(b) = broken {
+            out.warnings.push(format!("{}={own} {b}: kept (env_policy = \"keep\"); NCCL will not use eRDMA", var.name));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::{CharDev, Port};
+
+    fn port(num: u32, up: bool, netdev: &str, mtu: u32, gid: Option<u32>) -> Port {
+        Port { num, state: if up { 4 } else { 1 }, state_name: if up { "ACTIVE".into() } else { "DOWN".into() }, link_layer: Some("Ethernet".into()), netdev: Some(netdev.into()), mtu: Some(mtu), roce_v2_ipv4_gid: gid }
+    }
+
+    fn dev(name: &str, ports: Vec<Port>) -> RdmaDevice {
+        RdmaDevice { name: name.into(), driver: Some("erdma".into()), ports, uverbs: Some(CharDev { path: "/dev/infiniband/uverbs0".into(), host_path: "/dev/infiniband/uverbs0".into(), major: 231, minor: 192 }), problem: None }
+    }
+
+    fn host(devices: Vec<RdmaDevice>, netdevs: &[&str]) -> Host {
+        Host { devices, others: vec![], rdma_cm: None, netdevs: netdevs.iter().map(|s| s.to_string()).collect() }
+    }
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn seed_002_host_rocep_names_one_port_down_predictable_interfaces() {
+        // What issue 12 saw: rocep26s0 ACTIVE on ens5, rocep156s0 DOWN; no eth0.
+        let h = host(vec![dev("rocep156s0", vec![port(1, false, "ens6", 8500, Some(1))]), dev("rocep26s0", vec![port(1, true, "ens5", 8500, Some(1))])], &["ens5", "ens6", "lo"]);
+        let all: Vec<&RdmaDevice> = h.devices.iter().collect();
+        let d = derive(&h, &all);
+        assert_eq!(d.get("NCCL_IB_HCA"), Some("=rocep26s0:1"));
+        assert_eq!(d.get("NCCL_SOCKET_IFNAME"), Some("=ens5"));
+        assert_eq!(d.get("NCCL_IB_GID_INDEX"), Some("1"));
+        assert_eq!(d.get("NCCL_PROTO"), None);
+        assert!(d.notes.iter().any(|n| n.contains("rocep156s0:1 (DOWN)")), "{:?}", d.notes);
+        // An image that baked PAI's values: both replaced under repair, with warnings.
+        let p = plan(&env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_DEBUG", "WARN")]), &d, &h, &all, EnvPolicy::Repair, true);
+        let set: Vec<String> = p.set.iter().map(|c| format!("{}={}", c.name, c.value)).collect();
+        assert!(set.contains(&"NCCL_IB_HCA==rocep26s0:1".to_string()) && set.contains(&"NCCL_SOCKET_IFNAME==ens5".to_string()), "{set:?}");
+        assert!(!set.iter().any(|s| s.starts_with("NCCL_DEBUG=")), "the container's NCCL_DEBUG wins: {set:?}");
+        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+        assert!(p.warnings[1].contains("names no interface of this host (ens5, ens6, lo)"), "{:?}", p.warnings);
+        // keep: nothing of the container's is touched, but the breakage is still said.
+        let p = plan(&env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_SOCKET_IFNAME", "eth0")]), &d, &h, &all, EnvPolicy::Keep, true);
+        assert!(p.set.iter().all(|c| c.replaced.is_none()) && p.warnings.len() == 2, "{p:?}");
+        // Values that work are kept under repair: a prefix that matches, an exclusion.
+        let p = plan(&env(&[("NCCL_IB_HCA", "rocep"), ("NCCL_SOCKET_IFNAME", "^docker,lo")]), &d, &h, &all, EnvPolicy::Repair, false);
+        assert!(p.set.iter().all(|c| c.replaced.is_none()) && p.warnings.is_empty(), "{p:?}");
+        // replace: every derived value wins.
+        let p = plan(&env(&[("NCCL_IB_HCA", "rocep"), ("NCCL_IB_GID_INDEX", "3")]), &d, &h, &all, EnvPolicy::Replace, false);
+        assert_eq!(p.set.iter().filter(|c| c.replaced.is_some()).count(), 2, "{p:?}");
+    }
+
+    #[test]
+    fn exact_names_keep_erdma_1_from_matching_erdma_10() {
+        let devs: Vec<RdmaDevice> = (0..11).map(|i| dev(&format!("erdma_{i}"), vec![port(1, true, &format!("eth{i}"), 8500, Some(1))])).collect();
+        let h = host(devs, &["eth0", "eth1", "eth10"]);
+        let given = vec![&h.devices[1]];
+        assert_eq!(derive(&h, &given).get("NCCL_IB_HCA"), Some("=erdma_1:1"));
+        let list = NcclList::parse("=erdma_1:1");
+        assert!(list.selects("erdma_1", Some(1)) && !list.selects("erdma_10", Some(1)) && !list.selects("erdma_1", Some(2)));
+        // Without `=`, NCCL takes a prefix: `erdma_1` matches erdma_10 too.
+        assert!(NcclList::parse("erdma_1").selects("erdma_10", Some(1)));
+    }
+
+    #[test]
+    fn gid_indexes_that_differ_or_are_missing_leave_nccl_to_choose() {
+        // Alibaba's benchmark notes: two devices of one node at RoCE v2 indexes 2 and 1.
+        let h = host(vec![dev("erdma_0", vec![port(1, true, "eth0", 8500, Some(2))]), dev("erdma_1", vec![port(1, true, "eth1", 1400, Some(1))])], &["eth0", "eth1"]);
+        let all: Vec<&RdmaDevice> = h.devices.iter().collect();
+        let d = derive(&h, &all);
+        assert_eq!(d.get("NCCL_IB_GID_INDEX"), None);
+        assert!(d.notes.iter().any(|n| n.contains("differ (erdma_0:1 2, erdma_1:1 1)")), "{:?}", d.notes);
+        assert_eq!(d.get("NCCL_SOCKET_IFNAME"), Some("=eth0,eth1"));
+        assert_eq!(d.get("NCCL_PROTO"), Some("^LL128"));
+        // A container's own GID index is kept under repair: it may be right.
+        let p = plan(&env(&[("NCCL_IB_GID_INDEX", "3")]), &d, &h, &all, EnvPolicy::Repair, false);
+        assert!(!p.set.iter().any(|c| c.name == "NCCL_IB_GID_INDEX"), "{p:?}");
+        let h = host(vec![dev("erdma_0", vec![port(1, true, "eth0", 8500, None)])], &["eth0"]);
+        assert_eq!(derive(&h, &h.devices.iter().collect::<Vec<_>>()).get("NCCL_IB_GID_INDEX"), None);
+    }
+
+    #[test]
+    fn no_active_port_sets_no_device_or_interface() {
+        let h = host(vec![dev("erdma_0", vec![port(1, false, "eth0", 8500, Some(1))])], &["eth0"]);
+        let d = derive(&h, &h.devices.iter().collect::<Vec<_>>());
+        assert_eq!((d.get("NCCL_IB_HCA"), d.get("NCCL_SOCKET_IFNAME"), d.get("NCCL_IB_GID_INDEX")), (None, None, None));
+        assert!(d.notes.iter().any(|n| n.contains("no ACTIVE port")), "{:?}", d.notes);
+        // A netdev the host does not list (a stale link) is never named.
+        let h = host(vec![dev("erdma_0", vec![port(1, true, "eth9", 8500, None)])], &["ens5"]);
+        assert_eq!(derive(&h, &h.devices.iter().collect::<Vec<_>>()).get("NCCL_SOCKET_IFNAME"), None);
+    }
+}
