@@ -259,6 +259,21 @@ fn device_checks(config: &Config, opts: &Options, host: &Host, checks: &mut Vec<
         ),
     });
     checks.push(mtu_check(config, opts, host));
+    checks.push(nccl_check(host));
+}
+
+/// The NCCL settings a container given every device gets here (`nccl.rs`; `erdma-oci-hook env`
+/// prints them for jobs without an engine). A warning when some cannot be derived.
+fn nccl_check(host: &Host) -> Check {
+    let usable: Vec<&RdmaDevice> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
+    let d = crate::nccl::derive(host, &usable);
+    let set: Vec<String> = d.vars.iter().map(|v| format!("{}={}", v.name, v.value)).collect();
+    let details = json!({"vars": d.vars, "notes": d.notes});
+    let shown = if set.is_empty() { "nothing can be derived".to_string() } else { set.join(" ") };
+    if d.get("NCCL_IB_HCA").is_none() || d.notes.iter().any(|n| n.contains("differ") || n.contains("no netdev")) {
+        return Check::warn("nccl-env", format!("derived for all devices: {shown}; {}", d.notes.join("; ")), "jobs without erdma-runtime or the hooks: `erdma-oci-hook env --devices NAME` prints the settings for the devices a job uses", details);
+    }
+    Check::ok("nccl-env", format!("derived for all devices: {shown}"), details)
 }
 
 fn port_checks(d: &RdmaDevice, checks: &mut Vec<Check>) {

@@ -30,6 +30,19 @@ enum Command {
     /// OCI createRuntime hook (same as prestart).
     #[command(name = "createRuntime", alias = "create-runtime")]
     CreateRuntime,
+    /// Print the NCCL settings this host gives a container with these devices, for jobs
+    /// started without a container engine (mpirun `-x`, `docker run --env-file`).
+    ///
+    /// What erdma-runtime and the hooks set: NCCL_IB_HCA, NCCL_SOCKET_IFNAME and
+    /// NCCL_IB_GID_INDEX derived from sysfs, NCCL_PROTO=^LL128 under MTU 8500, and the presets
+    /// that hold on every eRDMA host.
+    Env {
+        /// Devices by name, comma-separated [default: all usable eRDMA devices].
+        #[arg(long, value_delimiter = ',', value_name = "NAME,…")]
+        devices: Vec<String>,
+        #[arg(long, value_enum, default_value_t = EnvFormat::Shell)]
+        format: EnvFormat,
+    },
     /// Container Device Interface specs.
     Cdi {
         #[command(subcommand)]
@@ -76,6 +89,20 @@ enum Command {
         #[arg(long)]
         runtime_path: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum EnvFormat {
+    /// `export NAME='VALUE'` lines, for `eval` or `source`.
+    Shell,
+    /// `{"devices", "env", "derived", "notes"}`.
+    Json,
+    /// `-e NAME=VALUE` arguments for `docker run`.
+    DockerArgs,
+    /// `NAME=VALUE` lines, for `docker run --env-file`.
+    EnvFile,
+    /// `-x NAME=VALUE` arguments for Open MPI's `mpirun`.
+    Mpirun,
 }
 
 #[derive(Debug, Subcommand)]
@@ -140,6 +167,37 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 if host.devices.is_empty() && host.others.is_empty() {
                     writeln!(out, "no RDMA devices under {}", config.sysfs_root.display())?;
                 }
+            }
+        }
+        Command::Env { devices, format } => {
+            let host = erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
+            let request = if devices.is_empty() { erdma_oci_hook::request::Request::All } else { erdma_oci_hook::request::Request::Named(devices) };
+            let (chosen, _) = erdma_oci_hook::modify::select(&request, &host, config)?;
+            let derived = erdma_oci_hook::nccl::derive(&host, &chosen);
+            let mut env: Vec<(String, String)> = erdma_oci_hook::nccl::PRESETS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            env.extend(derived.vars.iter().map(|v| (v.name.to_string(), v.value.clone())));
+            for n in &derived.notes {
+                eprintln!("note: {n}");
+            }
+            let mut out = std::io::stdout().lock();
+            match format {
+                EnvFormat::Shell => {
+                    for (k, v) in &env {
+                        writeln!(out, "export {k}='{}'", v.replace('\'', "'\\''"))?;
+                    }
+                }
+                EnvFormat::Json => {
+                    let names: Vec<&str> = chosen.iter().map(|d| d.name.as_str()).collect();
+                    let env: serde_json::Map<String, serde_json::Value> = env.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect();
+                    writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({"devices": names, "env": env, "derived": derived.vars, "notes": derived.notes}))?)?;
+                }
+                EnvFormat::DockerArgs => writeln!(out, "{}", env.iter().map(|(k, v)| format!("-e {k}={v}")).collect::<Vec<_>>().join(" "))?,
+                EnvFormat::EnvFile => {
+                    for (k, v) in &env {
+                        writeln!(out, "{k}={v}")?;
+                    }
+                }
+                EnvFormat::Mpirun => writeln!(out, "{}", env.iter().map(|(k, v)| format!("-x {k}={v}")).collect::<Vec<_>>().join(" "))?,
             }
         }
         Command::Precreate => erdma_oci_hook::hooks::precreate(config, &mut std::io::stdin().lock(), &mut std::io::stdout().lock())?,

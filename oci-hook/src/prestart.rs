@@ -89,6 +89,9 @@ pub struct Report {
     pub cgroup: CgroupOutcome,
     pub memlock: MemlockOutcome,
     pub network: NetworkOutcome,
+    /// NCCL settings derived for the devices (`nccl.rs`) that the container's env lacks: a hook
+    /// running after the runtime read the spec cannot set them, so they are reported.
+    pub env_needed: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -181,6 +184,20 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
     }
     let mut warnings = Vec::new();
 
+    // 1b. The NCCL settings, derived as the runtime wrapper derives them; the env is the
+    // runtime's already, so what is missing or cannot work is said, not set.
+    let mut env_needed = Vec::new();
+    if config.env_presets {
+        let env = spec.pointer("/process/env").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
+        let derived = crate::nccl::derive(&host, &devices);
+        let plan = crate::nccl::plan(&|k| crate::request::env_get(&env, k).map(str::to_string), &derived, &host, &devices, crate::config::EnvPolicy::Keep, false);
+        env_needed = plan.set.iter().map(|c| format!("{}={}", c.name, c.value)).collect();
+        if !env_needed.is_empty() {
+            warnings.push(format!("the container's env lacks {}, which a prestart hook cannot set: use erdma-runtime, the precreate hook or the CDI spec, or set them (`erdma-oci-hook env`)", env_needed.join(" ")));
+        }
+        warnings.extend(plan.warnings);
+    }
+
     // 2. Network namespace.
     let network = if same_namespace(pid, "net")? {
         NetworkOutcome::Host
@@ -250,6 +267,7 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
         },
         memlock: MemlockOutcome { before, set: want },
         network,
+        env_needed,
         warnings,
     }))
 }

@@ -7,3 +7,4 @@ mod runtime_cases;
 mod prestart_cases;
 mod engine_cases;
 mod doctor_cases;
+mod nccl_cases;
