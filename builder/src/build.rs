@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::config::{rfc3339, ConfigEdit, EnvChange};
+use crate::env_presets::Profile;
 use crate::distro::OsRelease;
 use crate::rootfs::{SnapEntry, Snapshot};
 use crate::error::{Error, Result};
@@ -39,7 +40,11 @@ pub struct Options {
     /// Built-in recipe name or a path; detected from the base's os-release when unset.
     pub recipe: Option<String>,
     pub env: Vec<(String, String)>,
+    /// Add the env presets ([`crate::env_presets`], the recipe's `[env]`); off with
+    /// `--no-env-presets`.
     pub env_presets: bool,
+    /// `--profile`: a platform whose host-specific NCCL settings are baked in too.
+    pub profile: Option<Profile>,
     pub compression: LayerCompression,
     pub insecure_registries: Vec<String>,
     /// Key files for the recipe's repositories, replacing the download from `key_url`.
@@ -127,6 +132,8 @@ pub struct NcclSummary {
 pub struct Report {
     pub base: String,
     pub base_digest: String,
+    /// `--profile`: whose host-specific NCCL settings were baked in (`null`: none were).
+    pub profile: Option<Profile>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
     /// The digest the output name now points at (a manifest, or an index with `--platform all`);
@@ -235,6 +242,7 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
     Ok(Report {
         base: opts.base.to_string(),
         base_digest: src.digest().to_string(),
+        profile: opts.profile,
         output: output.map(ToString::to_string),
         digest,
         images: prepared.into_iter().map(|p| p.report).collect(),
@@ -781,7 +789,7 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
         labels.insert(UNSIGNED_LABEL.to_string(), unsigned.join(", "));
     }
     let edit = ConfigEdit {
-        presets: if opts.env_presets { recipe.env.clone() } else { Default::default() },
+        presets: if opts.env_presets { crate::config::presets(&recipe.env, opts.profile) } else { Default::default() },
         overrides: opts.env.clone(),
         labels,
         created: rfc3339(opts.epoch),

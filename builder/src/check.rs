@@ -11,18 +11,12 @@ use crate::error::{Error, Result};
 use crate::inspect::{Facts, Loads};
 use crate::packages::nccl::{Cuda, Nccl};
 use crate::progress::{Counters, Reporter, Transfer};
-use crate::recipe::Recipe;
 use crate::registry::Registries;
 use crate::source::{PlatformChoice, Source};
 use crate::transport::ImageRef;
 
-/// Requirements of a platform on top of eRDMA's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Profile {
-    /// Alibaba Cloud PAI-DLC custom images: CUDA 12.1 or later, NCCL 2.19 or later, Python 3.
-    PaiDlc,
-}
+/// Requirements of a platform on top of eRDMA's own (defined beside the env presets it bakes).
+pub use crate::env_presets::Profile;
 
 const PAI_MIN_CUDA: Cuda = Cuda { major: 12, minor: 1 };
 
@@ -79,8 +73,7 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
     let arch = crate::build::debian_arch(img);
     reporter.step("looking at RDMA user space, NCCL, CUDA and Python");
     let facts = crate::inspect::facts(&files, &arch, &env)?;
-    let presets = presets_for(&files)?;
-    let checks = judge(&facts, &env, &presets, opts.profile);
+    let checks = judge(&facts, &env, opts.profile);
     Ok(CheckReport {
         image: opts.image.to_string(),
         digest: src.digest().to_string(),
@@ -92,16 +85,6 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
         nccl_env: env.iter().filter(|(k, _)| k.starts_with("NCCL_")).cloned().collect(),
         bytes_downloaded: counters.get(Transfer::Download),
     })
-}
-
-/// The env presets of the image's distro recipe (they are the same in every recipe, seed 001).
-fn presets_for(files: &ImageFiles) -> Result<BTreeMap<String, String>> {
-    let recipe = files
-        .os_release()?
-        .and_then(|os| Recipe::for_os(&os).ok())
-        .filter(|r| !r.env.is_empty())
-        .map_or_else(|| Recipe::load("debian-12"), Ok)?;
-    Ok(recipe.env)
 }
 
 fn finding(id: &'static str, status: Status, message: String, hint: Option<&str>) -> Finding {
@@ -116,7 +99,7 @@ fn nccl_text(v: Nccl, cuda: Option<Cuda>) -> String {
 }
 
 /// The checks, in the order a user fixes things.
-pub fn judge(f: &Facts, env: &[(String, String)], presets: &BTreeMap<String, String>, profile: Option<Profile>) -> Vec<Finding> {
+pub fn judge(f: &Facts, env: &[(String, String)], profile: Option<Profile>) -> Vec<Finding> {
     use Status::*;
     let pai = profile == Some(Profile::PaiDlc);
     let build_hint = "erdma-build build --base IMAGE --output NEW adds the eRDMA user space";
@@ -166,7 +149,8 @@ pub fn judge(f: &Facts, env: &[(String, String)], presets: &BTreeMap<String, Str
         None => finding("python3", Warn, "no python3".into(), None),
     });
 
-    out.push(env_finding(env, presets));
+    out.push(env_finding(env, &crate::env_presets::for_profile(profile), profile));
+    out.extend(host_env_findings(env, profile));
     out
 }
 
@@ -213,9 +197,10 @@ fn nccl_findings(f: &Facts, pai: bool) -> Vec<Finding> {
     out
 }
 
-/// The NCCL env presets: missing ones are a warning (the erdma runtime hook adds them at
-/// start), values that turn eRDMA off are failures, other differences warnings.
-fn env_finding(env: &[(String, String)], presets: &BTreeMap<String, String>) -> Finding {
+/// The NCCL env presets ([`crate::env_presets`], with the profile's): missing ones are a
+/// warning (erdma-oci-hook adds them at start), values that turn eRDMA off are failures, other
+/// differences warnings.
+fn env_finding(env: &[(String, String)], presets: &BTreeMap<String, String>, profile: Option<Profile>) -> Finding {
     use Status::*;
     let get = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let mut off = Vec::new();
@@ -234,7 +219,7 @@ fn env_finding(env: &[(String, String)], presets: &BTreeMap<String, String>) -> 
         }
     }
     if !off.is_empty() {
-        return finding("nccl-env", Fail, off.join("; "), Some("remove these from the image's env; erdma-build build sets the PAI-DLC presets"));
+        return finding("nccl-env", Fail, off.join("; "), Some("remove these from the image's env"));
     }
     let missing: Vec<&str> = presets.keys().filter(|k| get(k).is_none()).map(String::as_str).collect();
     let differ: Vec<String> = presets.iter().filter_map(|(k, want)| get(k).filter(|v| v != want).map(|v| format!("{k}={v} (preset {want})"))).collect();
@@ -248,9 +233,30 @@ fn env_finding(env: &[(String, String)], presets: &BTreeMap<String, String>) -> 
             if !differ.is_empty() {
                 parts.push(format!("differ from the presets: {}", differ.join(", ")));
             }
-            finding("nccl-env", Warn, parts.join("; "), Some("erdma-build build sets the presets; the erdma runtime hook also adds missing ones when a container starts"))
+            let hint = match profile {
+                Some(p) => format!("erdma-build build --profile {p} sets them ({} runs no hook to add them at start)", p.platform()),
+                None => "erdma-build build sets them; erdma-oci-hook also adds missing ones when a container starts".into(),
+            };
+            Finding { id: "nccl-env", status: Warn, message: parts.join("; "), hint: Some(hint) }
         }
     }
+}
+
+/// Host data baked into the image ([`crate::env_presets::HOST_SPECIFIC`]): a warning each,
+/// saying what breaks where. A profile's hosts are known, so its own values are expected there
+/// (and others already differ from its presets).
+fn host_env_findings(env: &[(String, String)], profile: Option<Profile>) -> Vec<Finding> {
+    use crate::env_presets::{host_specific, HOST_SPECIFIC};
+    if profile.is_some() {
+        return Vec::new();
+    }
+    let get = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let baked: Vec<String> = HOST_SPECIFIC.iter().filter_map(|k| host_specific(k, get(k)?)).collect();
+    if baked.is_empty() {
+        return vec![finding("nccl-host-env", Status::Ok, format!("no host-specific NCCL settings in the image ({} are left to the host)", HOST_SPECIFIC.join(", ")), None)];
+    }
+    let hint = "leave it to erdma-oci-hook, which derives it per container, or set it at run time (docker run -e, the pod's env); rebuild from a base without it, or check with --profile pai-dlc if the image is for PAI-DLC";
+    baked.into_iter().map(|m| finding("nccl-host-env", Status::Warn, m, Some(hint))).collect()
 }
 
 #[cfg(test)]
@@ -264,13 +270,43 @@ mod tests {
     #[test]
     fn env_contradictions_fail_and_differences_warn() {
         let presets: BTreeMap<String, String> = [("NCCL_IB_HCA", "erdma"), ("NCCL_DEBUG", "INFO")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        assert_eq!(env_finding(&env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_DEBUG", "INFO")]), &presets).status, Status::Ok);
-        let w = env_finding(&env(&[("NCCL_IB_HCA", "erdma_0,erdma_1"), ("NCCL_DEBUG", "WARN")]), &presets);
+        assert_eq!(env_finding(&env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_DEBUG", "INFO")]), &presets, None).status, Status::Ok);
+        let w = env_finding(&env(&[("NCCL_IB_HCA", "erdma_0,erdma_1"), ("NCCL_DEBUG", "WARN")]), &presets, None);
         assert_eq!((w.status, w.message.as_str()), (Status::Warn, "differ from the presets: NCCL_DEBUG=WARN (preset INFO), NCCL_IB_HCA=erdma_0,erdma_1 (preset erdma)"));
         for bad in [("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "Socket"), ("NCCL_IB_HCA", "mlx5_0,mlx5_1"), ("NCCL_IB_HCA", "^erdma")] {
-            let f = env_finding(&env(&[bad]), &presets);
+            let f = env_finding(&env(&[bad]), &presets, None);
             assert_eq!(f.status, Status::Fail, "{bad:?}: {f:?}");
         }
-        assert_eq!(env_finding(&env(&[]), &presets).message, "not set: NCCL_DEBUG NCCL_IB_HCA");
+        assert_eq!(env_finding(&env(&[]), &presets, None).message, "not set: NCCL_DEBUG NCCL_IB_HCA");
+    }
+
+    #[test]
+    fn host_data_is_asked_for_only_by_the_profile() {
+        let universal: Vec<(&str, &str)> = crate::env_presets::ENV_PRESETS.to_vec();
+        let plain = crate::env_presets::for_profile(None);
+        let pai = crate::env_presets::for_profile(Some(Profile::PaiDlc));
+        // An image with the five universal presets is fine outside the profile...
+        assert_eq!(env_finding(&env(&universal), &plain, None).status, Status::Ok);
+        let ok = host_env_findings(&env(&universal), None);
+        assert_eq!((ok.len(), ok[0].status), (1, Status::Ok));
+        // ...and misses PAI-DLC's three inside it.
+        let w = env_finding(&env(&universal), &pai, Some(Profile::PaiDlc));
+        assert_eq!((w.status, w.message.as_str()), (Status::Warn, "not set: NCCL_IB_GID_INDEX NCCL_IB_HCA NCCL_SOCKET_IFNAME"));
+        assert!(w.hint.unwrap().contains("--profile pai-dlc"));
+
+        // PAI-DLC's values baked in: a warning each outside the profile, what it expects inside.
+        let mut baked = universal.clone();
+        baked.extend(crate::env_presets::PAI_DLC_ENV);
+        assert_eq!(env_finding(&env(&baked), &plain, None).status, Status::Ok, "the universal presets are all there");
+        let warns = host_env_findings(&env(&baked), None);
+        assert_eq!(warns.iter().map(|f| (f.id, f.status)).collect::<Vec<_>>(), [("nccl-host-env", Status::Warn); 3]);
+        assert!(warns[0].message.starts_with("NCCL_SOCKET_IFNAME=eth0 is host data: on a host without eth0 every NCCL job stops at start"), "{warns:?}");
+        assert!(warns[0].hint.as_deref().unwrap().starts_with("leave it to erdma-oci-hook, which derives it per container, or set it at run time"));
+        assert!(warns[1].message.starts_with("NCCL_IB_HCA=erdma is host data"), "{warns:?}");
+        assert!(warns[2].message.starts_with("NCCL_IB_GID_INDEX=1 is host data"), "{warns:?}");
+        assert!(host_env_findings(&env(&baked), Some(Profile::PaiDlc)).is_empty());
+        assert_eq!(env_finding(&env(&baked), &pai, Some(Profile::PaiDlc)).status, Status::Ok);
+        // NCCL_IB_GID_INDEX=-1 lets NCCL choose: not host data.
+        assert_eq!(host_env_findings(&env(&[("NCCL_IB_GID_INDEX", "-1")]), None)[0].status, Status::Ok);
     }
 }

@@ -56,9 +56,10 @@ pub enum Command {
 pub struct CheckArgs {
     /// The image to check, e.g. docker://registry/pytorch:24.05 or oci:DIR:TAG.
     pub image: String,
-    /// Add a platform's requirements: `pai-dlc` (CUDA 12.1 or later, NCCL 2.19 or later, Python 3).
+    /// Add a platform's requirements: `pai-dlc` (CUDA 12.1 or later, NCCL 2.19 or later, Python 3,
+    /// and PAI-DLC's NCCL_SOCKET_IFNAME, NCCL_IB_HCA and NCCL_IB_GID_INDEX in the env).
     #[arg(long, value_enum)]
-    pub profile: Option<crate::check::Profile>,
+    pub profile: Option<crate::env_presets::Profile>,
     /// os/arch[/variant] to check in a multi-platform image [default: the host's platform].
     #[arg(long)]
     pub platform: Option<String>,
@@ -92,9 +93,16 @@ pub struct CommonArgs {
     /// Set an environment variable in the image config, replacing the base's value (repeatable).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
     pub env: Vec<String>,
-    /// Do not add the recipe's NCCL/PAI environment presets.
+    /// Add none of the env presets (erdma-build's NCCL tuning, a recipe's `[env]`); --env still
+    /// applies.
     #[arg(long)]
     pub no_env_presets: bool,
+    /// Bake a platform's host-specific NCCL settings into the image too: `pai-dlc` adds
+    /// NCCL_SOCKET_IFNAME=eth0, NCCL_IB_HCA=erdma and NCCL_IB_GID_INDEX=1 (PAI-DLC's hosts have
+    /// eth0 and erdma_N devices and run no hook). Without it the image carries none of them: on
+    /// other hosts they break NCCL, and erdma-oci-hook derives them per container.
+    #[arg(long, value_enum, conflicts_with = "no_env_presets")]
+    pub profile: Option<crate::env_presets::Profile>,
     /// Compression of the new layer.
     #[arg(long, value_enum, default_value_t = LayerCompression::Gzip)]
     pub compression: LayerCompression,
@@ -129,7 +137,7 @@ pub struct CommonArgs {
     #[arg(long)]
     pub allow_unsigned_package: bool,
     /// Install none of the recipe's eRDMA packages; add only its repository configuration,
-    /// files and env presets (and NCCL with --nccl).
+    /// files and the env presets (and NCCL with --nccl).
     #[arg(long)]
     pub no_packages: bool,
     /// Add NVIDIA's NCCL (`libnccl2`) from the CUDA repository for the base's distribution:
@@ -177,6 +185,7 @@ impl CommonArgs {
             recipe: self.recipe.clone(),
             env: self.env.iter().map(|e| crate::config::parse_env(e)).collect::<Result<_>>()?,
             env_presets: !self.no_env_presets,
+            profile: self.profile,
             compression: self.compression,
             insecure_registries: self.insecure_registries.clone(),
             keyring: self.keyrings.iter().rfind(|k| named(k).is_none()).map(PathBuf::from),

@@ -7,6 +7,7 @@
 //! - [`sink`]: writing blobs and manifests to any transport, atomically.
 //! - [`layer`]: the reproducible layer writer (where a layer gets written).
 //! - [`config`]: merging the image config (env presets, labels, history).
+//! - [`env_presets`]: the NCCL env presets `build` adds (one table, and `--profile pai-dlc`'s).
 //! - [`rootfs`]: reading single files out of an image's layers (whiteouts honoured).
 //! - [`recipe`] and [`distro`]: choosing the per-distro recipe.
 //! - [`build`]: the `plan` and `build` commands tying the above together.
@@ -19,6 +20,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod distro;
+pub mod env_presets;
 pub mod error;
 pub mod http;
 pub mod keys;

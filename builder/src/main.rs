@@ -127,7 +127,7 @@ fn print_check(r: &erdma_build::check::CheckReport, json: bool) -> anyhow::Resul
     }
     let fails = r.checks.iter().filter(|c| c.status == Status::Fail).count();
     let warns = r.checks.iter().filter(|c| c.status == Status::Warn).count();
-    let profile = r.profile.map(|_| " (profile pai-dlc)").unwrap_or_default();
+    let profile = r.profile.map(|p| format!(" (profile {p})")).unwrap_or_default();
     for c in &r.checks {
         let mark = match c.status {
             Status::Ok => "ok  ",
@@ -155,6 +155,9 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         writeln!(out, "wrote {} ({})", r.output.as_deref().unwrap_or("-"), r.digest.as_deref().unwrap_or("-"))?;
     } else {
         writeln!(out, "plan for {} ({})", r.base, r.base_digest)?;
+    }
+    if let Some(p) = r.profile {
+        writeln!(out, "profile {p}: its hosts' NCCL settings are baked in")?;
     }
     for img in &r.images {
         writeln!(out, "{}recipe {}: {}", img.platform.as_ref().map(|p| format!("[{p}] ")).unwrap_or_default(), img.recipe, img.distro)?;
@@ -206,7 +209,12 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         }
         for e in &img.env {
             let was = e.replaced.as_ref().map(|v| format!(" (was {v})")).unwrap_or_default();
-            writeln!(out, "  env {}={}{}", e.name, e.value, was)?;
+            let from = match (e.source, r.profile) {
+                (erdma_build::config::EnvSource::Profile, Some(p)) => format!(" (profile {p})"),
+                (erdma_build::config::EnvSource::Recipe, _) => " (recipe)".to_string(),
+                _ => String::new(),
+            };
+            writeln!(out, "  env {}={}{}{}", e.name, e.value, was, from)?;
         }
         let total: u64 = img.base_layers.iter().map(|l| l.size).sum();
         let layer = match &img.layer {

@@ -1,4 +1,5 @@
-//! Per-distro recipes (`recipes/*.toml`): repositories, keys, packages, files and env presets.
+//! Per-distro recipes (`recipes/*.toml`): repositories, keys, packages and files. The env
+//! presets are not per distro: they live in [`crate::env_presets`].
 //!
 //! The recipes ship inside the binary so `erdma-build` works from any directory; `--recipe PATH`
 //! loads another file. Unknown keys are errors, with the key named.
@@ -36,7 +37,8 @@ pub struct Recipe {
     pub packages: Packages,
     #[serde(default, rename(deserialize = "file"))]
     pub files: Vec<PlainFile>,
-    /// Env presets added to the image config unless the base sets the variable.
+    /// A custom recipe's own env presets, added over [`crate::env_presets::ENV_PRESETS`] unless
+    /// the base sets the variable. The built-in recipes have none.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
 }
@@ -310,7 +312,9 @@ mod tests {
         assert!(jammy.repositories[0].from_base, "the base archive, for the dependencies");
         assert_eq!(jammy.repositories[1].suite.as_deref(), Some("jammy/erdma"));
         assert_eq!(jammy.packages.install, ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
-        assert_eq!(jammy.env["NCCL_IB_HCA"], "erdma");
+        for r in &all {
+            assert!(r.env.is_empty(), "{}: the presets live in env_presets, not in recipes", r.name);
+        }
         assert!(Recipe::load("debian-11").unwrap().unsupported.is_some());
         for r in all.iter().filter(|r| r.unsupported.is_none()) {
             assert_eq!(r.nccl_repositories(), ["cuda"], "{}", r.name);
@@ -326,6 +330,12 @@ mod tests {
         let cuda = with.repositories.iter().find(|r| r.nccl).unwrap();
         assert_eq!(cuda.urls, ["https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/sbsa/"]);
         assert_eq!(cuda.suite.as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn a_custom_recipe_may_still_set_env() {
+        let r = Recipe::parse("t", "[distro]\nid='x'\nversion_id='1'\npretty='X'\nbackend='apt'\n[env]\nNCCL_IB_HCA='=mlx5_0'\n").unwrap();
+        assert_eq!(r.env["NCCL_IB_HCA"], "=mlx5_0");
     }
 
     #[test]

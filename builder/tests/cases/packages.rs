@@ -310,6 +310,102 @@ fn the_offline_demo_installs_from_testdata() {
     assert!(!files.iter().any(|f| f.starts_with("/lib/")), "{files:?}");
 }
 
+/// The offline demo's arguments: its archive and key, `--output oci:DIR:demo`, and `extra`.
+fn demo_build(base: &str, out: &Path, extra: &[&str], cache: &Path) -> serde_json::Value {
+    let mirror = format!("file://{}", testdata("repos/debian-demo"));
+    let key = testdata("repos/debian-demo/demo-key.asc");
+    let output = format!("oci:{}:demo", s(out));
+    let mut args = vec!["--base", base, "--mirror", &mirror, "--keyring", &key, "--output", &output];
+    args.extend_from_slice(extra);
+    build(&args, cache)
+}
+
+/// The Env of the image `oci:DIR:demo`, as `NAME=VALUE` strings.
+fn demo_env(out: &Path) -> Vec<String> {
+    support::fixture::env_of(&support::fixture::read_fixture(out, "demo")).into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+const UNIVERSAL: [&str; 5] = ["NCCL_DEBUG=INFO", "NCCL_IB_QPS_PER_CONNECTION=8", "NCCL_MIN_NCHANNELS=16", "NCCL_NET_PLUGIN=none", "PYTHONUNBUFFERED=1"];
+const HOST_SPECIFIC: [&str; 3] = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX"];
+
+#[test]
+fn env_presets_carry_no_host_data_unless_the_pai_dlc_profile_asks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let mini = format!("oci:{}:latest", testdata("images/debian12-mini"));
+
+    // By default: the five that hold on every eRDMA host, none of the host-specific three.
+    let r = demo_build(&mini, &tmp.path().join("plain"), &[], &cache);
+    assert_eq!(r["profile"], serde_json::Value::Null, "{r:#}");
+    let env = demo_env(&tmp.path().join("plain"));
+    for want in UNIVERSAL {
+        assert!(env.iter().any(|e| e == want), "{want} not in {env:?}");
+    }
+    for host in HOST_SPECIFIC {
+        assert!(!env.iter().any(|e| e.starts_with(&format!("{host}="))), "{host} baked in: {env:?}");
+    }
+    assert!(r["images"][0]["env"].as_array().unwrap().iter().all(|e| e["source"] == "preset"), "{r:#}");
+
+    // With --profile pai-dlc: all eight, PAI-DLC's three marked as the profile's.
+    let r = demo_build(&mini, &tmp.path().join("pai"), &["--profile", "pai-dlc"], &cache);
+    assert_eq!(r["profile"], "pai-dlc");
+    let env = demo_env(&tmp.path().join("pai"));
+    for want in UNIVERSAL.into_iter().chain(["NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA=erdma", "NCCL_IB_GID_INDEX=1"]) {
+        assert!(env.iter().any(|e| e == want), "{want} not in {env:?}");
+    }
+    let changes = r["images"][0]["env"].as_array().unwrap();
+    assert_eq!(changes.len(), 8, "{changes:?}");
+    for host in HOST_SPECIFIC {
+        assert!(changes.iter().any(|e| e["name"] == host && e["source"] == "profile"), "{host}: {changes:?}");
+    }
+
+    // The plan says the same, in words too.
+    let out = support::run_build([
+        "plan",
+        "--no-packages",
+        "--base",
+        &mini,
+        "--mirror",
+        &format!("file://{}", testdata("repos/debian-demo")),
+        "--keyring",
+        &testdata("repos/debian-demo/demo-key.asc"),
+        "--profile",
+        "pai-dlc",
+    ]);
+    support::assert_success("plan --profile pai-dlc", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("profile pai-dlc: its hosts' NCCL settings are baked in") && text.contains("  env NCCL_SOCKET_IFNAME=eth0 (profile pai-dlc)\n") && text.contains("  env NCCL_DEBUG=INFO\n"), "{text}");
+
+    // --no-env-presets adds none, and cannot be asked for together with the profile.
+    demo_build(&mini, &tmp.path().join("none"), &["--no-env-presets"], &cache);
+    let env = demo_env(&tmp.path().join("none"));
+    assert_eq!(env, ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]);
+    let out = support::run_build(["plan", "--base", &mini, "--profile", "pai-dlc", "--no-env-presets"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_base_that_sets_a_host_specific_variable_keeps_its_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let base = crate::support::nccl::extend(
+        &super::nccl::mini(),
+        &tmp.path().join("base"),
+        "latest",
+        &crate::support::nccl::Extras { env: vec![("NCCL_SOCKET_IFNAME", "bond0"), ("NCCL_DEBUG", "WARN")], ..Default::default() },
+    );
+    let r = demo_build(&base.reference(), &tmp.path().join("pai"), &["--profile", "pai-dlc", "-e", "NCCL_IB_HCA==erdma_0"], &cache);
+    let env = demo_env(&tmp.path().join("pai"));
+    for want in ["NCCL_SOCKET_IFNAME=bond0", "NCCL_DEBUG=WARN", "NCCL_IB_HCA==erdma_0", "NCCL_IB_GID_INDEX=1", "PYTHONUNBUFFERED=1"] {
+        assert!(env.iter().any(|e| e == want), "{want} not in {env:?}");
+    }
+    assert_eq!(env.iter().filter(|e| e.starts_with("NCCL_SOCKET_IFNAME=") || e.starts_with("NCCL_IB_HCA=")).count(), 2, "{env:?}");
+    let changes = r["images"][0]["env"].as_array().unwrap();
+    assert!(!changes.iter().any(|e| e["name"] == "NCCL_SOCKET_IFNAME" || e["name"] == "NCCL_DEBUG"), "the base's values are left alone: {changes:?}");
+    assert!(changes.iter().any(|e| e["name"] == "NCCL_IB_HCA" && e["source"] == "command-line"), "--env wins over the profile: {changes:?}");
+}
+
 #[test]
 fn packages_without_the_erdma_provider_are_refused() {
     if !support::require(support::have("dpkg-deb") && support::have("apt-ftparchive") && support::have("gpg"), "dpkg-deb, apt-ftparchive and gpg are needed") {

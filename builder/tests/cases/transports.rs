@@ -122,7 +122,8 @@ fn plan_shows_files_env_and_layers_and_writes_nothing() {
     let files: Vec<&str> = img["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(files, ["/etc/apt/sources.list.d/erdma.list", "/etc/apt/trusted.gpg.d/erdma.gpg", "/etc/erdma/build-info"]);
     let env = img["env"].as_array().unwrap();
-    assert!(env.iter().any(|e| e["name"] == "NCCL_IB_HCA" && e["source"] == "preset"));
+    assert!(env.iter().any(|e| e["name"] == "NCCL_IB_HCA" && e["source"] == "recipe"), "a custom recipe's [env]: {env:?}");
+    assert!(env.iter().any(|e| e["name"] == "PYTHONUNBUFFERED" && e["source"] == "preset"), "{env:?}");
     assert!(env.iter().any(|e| e["name"] == "NCCL_DEBUG" && e["value"] == "TRACE" && e["replaced"] == "WARN"));
     assert_eq!(img["base_layers"][0]["digest"], base.layers[0].digest.as_str());
     let mut after = snapshot(tmp.path());
