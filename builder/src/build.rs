@@ -1,30 +1,31 @@
 //! `plan` and `build`: read the base, choose the recipe, write one layer, merge the config,
 //! and write the new image.
 use std::collections::HashMap;
-use std::io::BufRead;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::config::{rfc3339, ConfigEdit, EnvChange};
+use crate::image::config::{rfc3339, ConfigEdit, EnvChange};
 use crate::env_presets::Profile;
 use crate::distro::OsRelease;
-use crate::rootfs::{SnapEntry, Snapshot};
+use crate::image::files::{cache_dir, debian_arch, ImageFiles, LayerCache};
+use crate::image::rootfs::SnapEntry;
 use crate::error::{Error, Result};
-use crate::layer::{LayerCompression, LayerContents, LayerInfo};
+use crate::image::layer::{LayerCompression, LayerContents, LayerInfo};
 use crate::inspect::{CudaFact, NcclFact, TorchFact};
 use crate::packages::apt::install::{self as apt, AptInputs, NcclRequest, PackagesReport};
 use crate::packages::nccl::{Cuda, Want};
 use std::collections::BTreeMap;
 use crate::progress::{Counters, Reporter, Transfer};
 use crate::recipe::{Backend, Recipe};
-use crate::registry::Registries;
-use crate::sink::{Reuse, Sink, Top};
-use crate::source::{PlatformChoice, Source, SourceImage};
-use crate::transport::ImageRef;
+use crate::image::registry::Registries;
+use crate::image::sink::{Reuse, Sink, Top};
+use crate::image::source::{PlatformChoice, Source, SourceImage};
+use crate::image::transport::ImageRef;
 
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
@@ -272,179 +273,14 @@ fn top_object(prepared: &[Prepared], multi: bool) -> Option<Top> {
         })
         .collect();
     let raw = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": manifests})).expect("json");
-    let digest = crate::blob::sha256_digest(&raw);
+    let digest = crate::image::blob::sha256_digest(&raw);
     Some(Top { digest, media_type: INDEX_TYPE.into(), raw })
-}
-
-/// Source layers fetched for reading files, kept for the build's duration.
-pub struct LayerCache {
-    dir: PathBuf,
-    files: Mutex<HashMap<String, PathBuf>>,
-}
-
-impl LayerCache {
-    pub(crate) fn new(dir: &Path) -> LayerCache {
-        LayerCache { dir: dir.to_path_buf(), files: Mutex::new(HashMap::new()) }
-    }
-
-    async fn path(&self, src: &Source, digest: &str, size: u64, reporter: &Arc<dyn Reporter>, counters: &Counters) -> Result<PathBuf> {
-        if let Some(p) = self.files.lock().expect("poisoned").get(digest) {
-            return Ok(p.clone());
-        }
-        let path = self.dir.join(crate::blob::digest_hex(digest)?);
-        let id = format!("↓{}", &digest[7..19]);
-        crate::sink::with_restarts(digest, || async {
-            reporter.transfer_start(&id, Transfer::Download, Some(size));
-            let mut stream = src.blob_stream(digest, size).await?;
-            let mut f = tokio::fs::File::create(&path).await.map_err(Error::io("writing", &path))?;
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| crate::source::stream_error(e, src.registry_ref().expect("remote")))?;
-                counters.add(Transfer::Download, chunk.len() as u64);
-                reporter.transfer_progress(&id, chunk.len() as u64);
-                tokio::io::AsyncWriteExt::write_all(&mut f, &chunk).await.map_err(Error::io("writing", &path))?;
-            }
-            // tokio's File finishes writes in the background: flush before anyone reads it.
-            tokio::io::AsyncWriteExt::flush(&mut f).await.map_err(Error::io("writing", &path))?;
-            reporter.transfer_done(&id);
-            Ok(())
-        })
-        .await?;
-        self.files.lock().expect("poisoned").insert(digest.to_string(), path.clone());
-        Ok(path)
-    }
-}
-
-/// Files of one source image as a container would see them (topmost layer wins, whiteouts
-/// honoured, symlinks resolved inside the image). Layers are read once each, top down, and
-/// only as far down as a question needs.
-pub struct ImageFiles<'a> {
-    src: &'a Source,
-    layers: Vec<(String, u64)>,
-    cache: &'a LayerCache,
-    reporter: &'a Arc<dyn Reporter>,
-    counters: &'a Counters,
-    handle: tokio::runtime::Handle,
-    snapshots: Vec<std::sync::OnceLock<Snapshot>>,
-}
-
-impl<'a> ImageFiles<'a> {
-    pub(crate) fn new(src: &'a Source, img: &SourceImage, cache: &'a LayerCache, reporter: &'a Arc<dyn Reporter>, counters: &'a Counters) -> Self {
-        let layers: Vec<(String, u64)> = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
-        let snapshots = layers.iter().map(|_| std::sync::OnceLock::new()).collect();
-        ImageFiles { src, layers, cache, reporter, counters, handle: tokio::runtime::Handle::current(), snapshots }
-    }
-
-    fn open(&self, i: usize) -> Result<Box<dyn BufRead>> {
-        let (digest, size) = &self.layers[i];
-        if self.src.is_remote() {
-            // Registry blobs were verified while downloading.
-            let p = tokio::task::block_in_place(|| self.handle.block_on(self.cache.path(self.src, digest, *size, self.reporter, self.counters)))?;
-            let f = std::fs::File::open(&p).map_err(Error::io("reading", &p))?;
-            Ok(Box::new(std::io::BufReader::new(f)))
-        } else {
-            Ok(Box::new(self.src.blob_reader(digest)?))
-        }
-    }
-
-    fn snapshot(&self, i: usize) -> Result<&Snapshot> {
-        if let Some(s) = self.snapshots[i].get() {
-            return Ok(s);
-        }
-        // Snapshots are cached by the layer's digest (content-addressed, so a cached one is
-        // the same answer): a rebuild on the same base downloads no base layer at all.
-        let cached = crate::blob::digest_hex(&self.layers[i].0).ok().map(|h| cache_dir().join("layers").join(format!("{h}.snapshot.json")));
-        if let Some(snap) = cached.as_ref().and_then(|p| std::fs::read(p).ok()).and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok()) {
-            return Ok(self.snapshots[i].get_or_init(|| snap));
-        }
-        let snap = tokio::task::block_in_place(|| Snapshot::read(&mut *self.open(i)?))?;
-        if let Some(p) = cached {
-            if let (Some(dir), Ok(json)) = (p.parent(), serde_json::to_vec(&snap)) {
-                let _ = std::fs::create_dir_all(dir);
-                if let Ok(tmp) = tempfile::NamedTempFile::new_in(dir) {
-                    if std::fs::write(tmp.path(), json).is_ok() {
-                        let _ = tmp.persist(&p);
-                    }
-                }
-            }
-        }
-        Ok(self.snapshots[i].get_or_init(|| snap))
-    }
-
-    fn entry(&self, path: &str) -> Result<Option<SnapEntry>> {
-        Ok(crate::rootfs::lookup((0..self.layers.len()).map(|i| self.snapshot(i)), path)?.cloned())
-    }
-
-    /// `path` with every symlink in it resolved inside the image (the last one too when `last`).
-    pub fn real_path(&self, path: &str, last: bool) -> Result<Option<String>> {
-        crate::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p))
-    }
-
-    /// The image's os-release(5): `/etc/os-release`, else `/usr/lib/os-release`.
-    pub fn os_release(&self) -> Result<Option<OsRelease>> {
-        let text = match self.read("etc/os-release", 64 << 10)? {
-            Some(t) => Some(t),
-            None => self.read("usr/lib/os-release", 64 << 10)?,
-        };
-        Ok(text.map(|t| OsRelease::parse(&String::from_utf8_lossy(&t))))
-    }
-
-    /// What the image has at `path`, symlinks followed.
-    pub fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
-        match self.real_path(path, true)? {
-            Some(real) => self.entry(&real),
-            None => Ok(None),
-        }
-    }
-
-    /// Streams the file at `path` through `content` (for files too big to hold).
-    pub fn scan(&self, path: &str, content: &mut crate::rootfs::ContentFn<'_>) -> Result<Option<Vec<u8>>> {
-        let Some(real) = self.real_path(path, true)? else { return Ok(None) };
-        match self.entry(&real)? {
-            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::rootfs::read_file_with(self.layers.len(), &mut |i| self.open(i), &real, content)),
-            _ => Ok(None),
-        }
-    }
-
-    pub fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
-        let Some(real) = self.real_path(path, true)? else { return Ok(None) };
-        match self.entry(&real)? {
-            Some(SnapEntry::File(Some(data))) if data.len() as u64 <= max => Ok(Some(data)),
-            // Content the snapshot did not keep: one streaming pass for it.
-            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::rootfs::read_file(self.layers.len(), &mut |i| self.open(i), &real, max)),
-            _ => Ok(None),
-        }
-    }
-
-    /// Files and symlinks in `dir`.
-    pub fn list(&self, dir: &str) -> Result<Vec<String>> {
-        self.list_entries(dir, false)
-    }
-
-    /// Everything in `dir`, directories too.
-    pub fn list_all(&self, dir: &str) -> Result<Vec<String>> {
-        self.list_entries(dir, true)
-    }
-
-    fn list_entries(&self, dir: &str, dirs: bool) -> Result<Vec<String>> {
-        let Some(real) = self.real_path(dir, true)? else { return Ok(Vec::new()) };
-        let mut seen: BTreeMap<String, bool> = BTreeMap::new();
-        for i in 0..self.layers.len() {
-            let (children, hidden) = self.snapshot(i)?.children(&real, dirs);
-            for (name, visible) in children {
-                seen.entry(name).or_insert(visible);
-            }
-            if hidden {
-                break;
-            }
-        }
-        Ok(seen.into_iter().filter(|(_, v)| *v).map(|(n, _)| n).collect())
-    }
 }
 
 fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Recipe, Option<OsRelease>)> {
     let os_release = || -> Result<OsRelease> {
         files.reporter.step("detecting the distribution");
-        files.os_release()?.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })
+        crate::distro::of_image(files)?.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })
     };
     let (recipe, os) = match &opts.recipe {
         Some(name) => {
@@ -485,28 +321,6 @@ struct RecipeLayer {
     complete: bool,
     path: PathBuf,
     info: Option<LayerInfo>,
-}
-
-/// Debian's name for the image's architecture.
-pub(crate) fn debian_arch(img: &SourceImage) -> String {
-    let arch = img.config.get("architecture").and_then(Value::as_str).unwrap_or("amd64");
-    let variant = img.config.get("variant").and_then(Value::as_str);
-    match (arch, variant) {
-        ("arm", Some("v5")) => "armel",
-        ("arm", _) => "armhf",
-        ("386", _) => "i386",
-        ("ppc64le", _) => "ppc64el",
-        (a, _) => a,
-    }
-    .to_string()
-}
-
-fn cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("erdma-build")
 }
 
 /// The files the recipe puts in the image: apt sources and keys for its repositories, the
@@ -622,14 +436,14 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
     for f in &recipe.files {
         layer.add_file(&f.path, f.content.clone().into_bytes(), f.mode)?;
     }
-    let whiteouts: Vec<String> = recipe.packages.remove_files.iter().filter_map(|p| crate::layer::normalize(p)).collect();
+    let whiteouts: Vec<String> = recipe.packages.remove_files.iter().filter_map(|p| crate::image::layer::normalize(p)).collect();
     for p in &whiteouts {
         layer.add_whiteout(p)?;
         removed.push(format!("/{p}"));
     }
     let added = layer
         .files()
-        .filter(|(_, e)| e.kind != crate::layer::EntryKind::Whiteout)
+        .filter(|(_, e)| e.kind != crate::image::layer::EntryKind::Whiteout)
         .map(|(p, _)| format!("/{p}"))
         .collect();
     removed.sort();
@@ -765,8 +579,8 @@ async fn fetch_key(http: &crate::http::Client, url: &str) -> std::result::Result
 /// OCI manifest may not mix the two (and `tar+zstd` has no Docker type).
 fn oci_layer_type(mt: &str) -> &str {
     match mt {
-        "application/vnd.docker.image.rootfs.diff.tar.gzip" => crate::layer::MEDIA_TYPE_GZIP,
-        "application/vnd.docker.image.rootfs.diff.tar" => crate::layer::MEDIA_TYPE_TAR,
+        "application/vnd.docker.image.rootfs.diff.tar.gzip" => crate::image::layer::MEDIA_TYPE_GZIP,
+        "application/vnd.docker.image.rootfs.diff.tar" => crate::image::layer::MEDIA_TYPE_TAR,
         "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
         other => other,
     }
@@ -789,7 +603,7 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
         labels.insert(UNSIGNED_LABEL.to_string(), unsigned.join(", "));
     }
     let edit = ConfigEdit {
-        presets: if opts.env_presets { crate::config::presets(&recipe.env, opts.profile) } else { Default::default() },
+        presets: if opts.env_presets { crate::env_presets::presets(&recipe.env, opts.profile) } else { Default::default() },
         overrides: opts.env.clone(),
         labels,
         created: rfc3339(opts.epoch),
@@ -799,7 +613,7 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
     let created_by = format!("erdma-build build --recipe {} (added {})", recipe.name, files_added.join(" "));
     let config = edit.apply(&img.config, &info.diff_id, &created_by)?;
     let config_raw = serde_json::to_vec(&config).expect("json");
-    let config_digest = crate::blob::sha256_digest(&config_raw);
+    let config_digest = crate::image::blob::sha256_digest(&config_raw);
 
     let mut layers: Vec<Value> = img
         .layers
@@ -825,7 +639,7 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
         },
     });
     let manifest_raw = serde_json::to_vec(&manifest).expect("json");
-    let manifest_digest = crate::blob::sha256_digest(&manifest_raw);
+    let manifest_digest = crate::image::blob::sha256_digest(&manifest_raw);
     let platform_json = img.platform.as_ref().map(|p| {
         let mut parts = p.0.splitn(3, '/');
         let mut v = json!({"os": parts.next(), "architecture": parts.next()});

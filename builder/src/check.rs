@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::build::{ImageFiles, LayerCache};
+use crate::image::files::{ImageFiles, LayerCache};
 use crate::error::{Error, Result};
 use crate::inspect::{Facts, Loads};
 use crate::packages::nccl::{Cuda, Nccl};
 use crate::progress::{Counters, Reporter, Transfer};
-use crate::registry::Registries;
-use crate::source::{PlatformChoice, Source};
-use crate::transport::ImageRef;
+use crate::image::registry::Registries;
+use crate::image::source::{PlatformChoice, Source};
+use crate::image::transport::ImageRef;
 
 /// Requirements of a platform on top of eRDMA's own (defined beside the env presets it bakes).
 pub use crate::env_presets::Profile;
@@ -70,7 +70,7 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
     let cache = LayerCache::new(work.path());
     let files = ImageFiles::new(&src, img, &cache, &reporter, &counters);
     let env = crate::inspect::env_of(&img.config);
-    let arch = crate::build::debian_arch(img);
+    let arch = crate::image::files::debian_arch(img);
     reporter.step("looking at RDMA user space, NCCL, CUDA and Python");
     let facts = crate::inspect::facts(&files, &arch, &env)?;
     let checks = judge(&facts, &env, opts.profile);

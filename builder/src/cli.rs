@@ -5,10 +5,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::build::Options;
 use crate::error::Result;
-use crate::layer::LayerCompression;
-use crate::source::{Platform, PlatformChoice};
+use crate::image::layer::LayerCompression;
+use crate::image::source::{Platform, PlatformChoice};
 use crate::packages::nccl::Want;
-use crate::transport::ImageRef;
+use crate::image::transport::ImageRef;
 
 /// `NAME=FILE` of `--keyring`: a repository name (letters, digits, `-`, `_`) before the `=`.
 fn named(k: &str) -> Option<(&str, &str)> {
@@ -183,7 +183,7 @@ impl CommonArgs {
             base: ImageRef::parse(&self.base)?,
             platform,
             recipe: self.recipe.clone(),
-            env: self.env.iter().map(|e| crate::config::parse_env(e)).collect::<Result<_>>()?,
+            env: self.env.iter().map(|e| crate::image::config::parse_env(e)).collect::<Result<_>>()?,
             env_presets: !self.no_env_presets,
             profile: self.profile,
             compression: self.compression,

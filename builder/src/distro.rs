@@ -144,6 +144,15 @@ fn unquote(v: &str) -> String {
     out
 }
 
+/// The image's os-release(5): `/etc/os-release`, else `/usr/lib/os-release`.
+pub fn of_image(files: &crate::image::files::ImageFiles<'_>) -> crate::error::Result<Option<OsRelease>> {
+    let text = match files.read("etc/os-release", 64 << 10)? {
+        Some(t) => Some(t),
+        None => files.read("usr/lib/os-release", 64 << 10)?,
+    };
+    Ok(text.map(|t| OsRelease::parse(&String::from_utf8_lossy(&t))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

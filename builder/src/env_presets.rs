@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::image::config::EnvSource;
+
 /// Added to every image unless the base sets them: PAI-DLC's tuning, true on every eRDMA host
 /// whatever its device and interface names (seed 001). `erdma-oci-hook` adds the same ones.
 pub const ENV_PRESETS: &[(&str, &str)] = &[
@@ -96,9 +98,20 @@ pub fn host_specific(name: &str, value: &str) -> Option<String> {
     Some(format!("{name}={value} is host data: {why}"))
 }
 
+/// The presets of one build, each with its source: [`ENV_PRESETS`], a
+/// recipe's `[env]` over them (the built-in recipes have none), then the profile's host-specific
+/// ones.
+pub fn presets(recipe_env: &BTreeMap<String, String>, profile: Option<Profile>) -> BTreeMap<String, (String, EnvSource)> {
+    let mut out: BTreeMap<String, (String, EnvSource)> = ENV_PRESETS.iter().map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Preset))).collect();
+    out.extend(recipe_env.iter().map(|(k, v)| (k.clone(), (v.clone(), EnvSource::Recipe))));
+    out.extend(profile.map_or(&[][..], Profile::env).iter().map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Profile))));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_profile_adds_the_host_specific_three() {
@@ -127,5 +140,27 @@ mod tests {
         assert!(host_specific("NCCL_IB_GID_INDEX", "1").unwrap().contains("mlx5 RoCE: usually 3"));
         assert_eq!(host_specific("NCCL_IB_GID_INDEX", "-1"), None, "-1 lets NCCL choose");
         assert_eq!(host_specific("NCCL_DEBUG", "INFO"), None);
+    }
+
+    #[test]
+    fn presets_by_source_and_profile() {
+        let plain = presets(&BTreeMap::new(), None);
+        assert_eq!(plain.len(), ENV_PRESETS.len());
+        assert!(plain.values().all(|(_, s)| *s == EnvSource::Preset));
+        assert!(!plain.contains_key("NCCL_SOCKET_IFNAME") && !plain.contains_key("NCCL_IB_HCA") && !plain.contains_key("NCCL_IB_GID_INDEX"));
+        let recipe: BTreeMap<String, String> = [("NCCL_DEBUG".to_string(), "WARN".to_string()), ("NCCL_IB_HCA".to_string(), "=erdma_0".to_string())].into();
+        let pai = presets(&recipe, Some(Profile::PaiDlc));
+        assert_eq!(pai.len(), 8);
+        assert_eq!(pai["NCCL_DEBUG"], ("WARN".to_string(), EnvSource::Recipe), "a recipe's [env] wins over the built-in table");
+        assert_eq!(pai["NCCL_IB_HCA"], ("erdma".to_string(), EnvSource::Profile), "--profile is asked for on this run");
+        assert_eq!(pai["NCCL_SOCKET_IFNAME"], ("eth0".to_string(), EnvSource::Profile));
+        assert_eq!(pai["NCCL_IB_GID_INDEX"], ("1".to_string(), EnvSource::Profile));
+        // The base's value wins over every kind of preset.
+        let edit = crate::image::config::ConfigEdit { presets: pai, overrides: vec![], labels: BTreeMap::new(), created: crate::image::config::rfc3339(0), history_comment: String::new() };
+        let base = json!({"config": {"Env": ["NCCL_SOCKET_IFNAME=bond0"]}, "rootfs": {"type": "layers", "diff_ids": []}});
+        let out = edit.apply(&base, "sha256:bb", "x").unwrap();
+        let env = out["config"]["Env"].as_array().unwrap();
+        assert_eq!(env[0], "NCCL_SOCKET_IFNAME=bond0");
+        assert_eq!(env.len(), 8);
     }
 }

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::build::ImageFiles;
+use crate::image::files::ImageFiles;
 use crate::error::Result;
 use crate::packages::apt::deb822;
 use crate::packages::apt::resolve::Installed;
 use crate::packages::nccl::{self, Cuda, Nccl};
-use crate::rootfs::SnapEntry;
+use crate::image::rootfs::SnapEntry;
 
 /// The rdma-core packages whose builds must agree (`librdmacm1t64`: Debian 13, Ubuntu 24.04).
 pub const RDMA_PACKAGES: &[&str] = &["libibverbs1", "ibverbs-providers", "librdmacm1", "librdmacm1t64", "ibverbs-utils"];
@@ -189,7 +189,7 @@ fn site_dirs(files: &ImageFiles) -> Result<Vec<String>> {
 
 /// `KEY=VALUE` pairs of an image config's `config.Env`.
 pub fn env_of(config: &serde_json::Value) -> Vec<(String, String)> {
-    crate::config::env_list(config).into_iter().filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))).collect()
+    crate::image::config::env_list(config).into_iter().filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))).collect()
 }
 
 pub fn facts(files: &ImageFiles, arch: &str, env: &[(String, String)]) -> Result<Facts> {

@@ -96,16 +96,16 @@ async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
         }
         Command::Build(args) => {
             let opts = args.common.resolve()?;
-            let output = erdma_build::transport::ImageRef::parse(&args.output)?;
+            let output = erdma_build::image::transport::ImageRef::parse(&args.output)?;
             let report = erdma_build::build::build(&opts, &output, reporter).await?;
             print_report(&report, cli.json, true)?;
         }
         Command::Check(args) => {
             let opts = erdma_build::check::CheckOptions {
-                image: erdma_build::transport::ImageRef::parse(&args.image)?,
+                image: erdma_build::image::transport::ImageRef::parse(&args.image)?,
                 platform: match args.platform {
-                    Some(p) => erdma_build::source::PlatformChoice::One(erdma_build::source::Platform(p)),
-                    None => erdma_build::source::PlatformChoice::One(erdma_build::source::Platform::host()),
+                    Some(p) => erdma_build::image::source::PlatformChoice::One(erdma_build::image::source::Platform(p)),
+                    None => erdma_build::image::source::PlatformChoice::One(erdma_build::image::source::Platform::host()),
                 },
                 profile: args.profile,
                 insecure_registries: args.insecure_registries,
@@ -210,8 +210,8 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         for e in &img.env {
             let was = e.replaced.as_ref().map(|v| format!(" (was {v})")).unwrap_or_default();
             let from = match (e.source, r.profile) {
-                (erdma_build::config::EnvSource::Profile, Some(p)) => format!(" (profile {p})"),
-                (erdma_build::config::EnvSource::Recipe, _) => " (recipe)".to_string(),
+                (erdma_build::image::config::EnvSource::Profile, Some(p)) => format!(" (profile {p})"),
+                (erdma_build::image::config::EnvSource::Recipe, _) => " (recipe)".to_string(),
                 _ => String::new(),
             };
             writeln!(out, "  env {}={}{}{}", e.name, e.value, was, from)?;

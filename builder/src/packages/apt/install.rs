@@ -14,7 +14,7 @@ use super::deb822::{self, Paragraph};
 use super::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
 use super::resolve::{self, Action, Installed, Planned, Request};
 use crate::error::{Error, Result};
-use crate::layer::{Entry, EntryKind, LayerContents};
+use crate::image::layer::{Entry, EntryKind, LayerContents};
 use crate::packages::nccl;
 use crate::progress::Reporter;
 use crate::recipe::Recipe;
@@ -26,7 +26,7 @@ pub trait BaseFiles: Sync {
     /// `path` with the symlinks in its directories resolved inside the image.
     fn real_path(&self, path: &str) -> Result<Option<String>>;
     /// What the image has at `path` (not following a final symlink).
-    fn kind(&self, path: &str) -> Result<Option<crate::rootfs::SnapEntry>>;
+    fn kind(&self, path: &str) -> Result<Option<crate::image::rootfs::SnapEntry>>;
 }
 
 pub const STATUS: &str = "var/lib/dpkg/status";
@@ -410,7 +410,7 @@ pub async fn fetch_debs(client: &crate::http::Client, plan: &[Planned], cache_di
 async fn fetch_one(client: &crate::http::Client, pkg: &IndexedPackage, dir: &Path) -> Result<(PathBuf, u64)> {
     let (sha256, url, size) = (pkg.sha256(), pkg.url(), pkg.size());
     let path = dir.join(format!("{sha256}.deb"));
-    if crate::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
+    if crate::image::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
         return Err(Error::Unsupported(format!("malformed SHA256 for {url} in {}", pkg.repo())));
     }
     if path.exists() {
@@ -482,7 +482,7 @@ pub fn unpack(
             // /lib -> usr/lib), so a package's /lib/x lands in /usr/lib/x and the symlink stays.
             let handler = |e: Error| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) };
             let real = base.real_path(&entry.path).map_err(handler)?.unwrap_or_else(|| entry.path.clone());
-            if matches!(kind, EntryKind::Dir) && matches!(base.kind(&real).map_err(handler)?, Some(crate::rootfs::SnapEntry::Symlink(_))) {
+            if matches!(kind, EntryKind::Dir) && matches!(base.kind(&real).map_err(handler)?, Some(crate::image::rootfs::SnapEntry::Symlink(_))) {
                 return Ok(());
             }
             if real.is_empty() {
@@ -504,11 +504,11 @@ pub fn unpack(
         let iname = info_name(&gone.paragraph, &gone.arch);
         if let Some(list) = base.read(&format!("{INFO}/{iname}.list"), 16 << 20)? {
             for p in String::from_utf8_lossy(&list).lines() {
-                let Some(p) = crate::layer::normalize(p) else { continue };
+                let Some(p) = crate::image::layer::normalize(p) else { continue };
                 let Some(p) = base.real_path(&p)?.filter(|p| !p.is_empty()) else { continue };
                 // Directories stay (dpkg leaves those other packages use), and so do paths
                 // the image does not have any more.
-                if new_paths.contains(&p) || !matches!(base.kind(&p)?, Some(crate::rootfs::SnapEntry::File(_) | crate::rootfs::SnapEntry::Symlink(_))) {
+                if new_paths.contains(&p) || !matches!(base.kind(&p)?, Some(crate::image::rootfs::SnapEntry::File(_) | crate::image::rootfs::SnapEntry::Symlink(_))) {
                     continue;
                 }
                 layer.add_whiteout(&p)?;

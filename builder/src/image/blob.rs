@@ -129,6 +129,25 @@ pub fn decompressed<'a, R: io::BufRead + 'a>(mut r: R) -> io::Result<Box<dyn Rea
     })
 }
 
+/// Whole-blob transfers that fail mid-stream (connection reset, registry gone) start again
+/// from the beginning, a bounded number of times; a digest mismatch is final.
+pub async fn with_restarts<T, F, Fut>(digest: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    const TRANSFERS: u32 = 3;
+    for attempt in 1.. {
+        match f().await {
+            Err(Error::Registry { registry, operation, source }) if attempt < TRANSFERS => {
+                tracing::warn!("{operation} {digest} from {registry} failed ({source}); starting it again");
+            }
+            other => return other,
+        }
+    }
+    unreachable!("the loop returns")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

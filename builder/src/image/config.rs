@@ -8,15 +8,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::env_presets::{Profile, ENV_PRESETS};
 use crate::error::{Error, Result};
 
 /// Where an env variable's value came from, for `plan` and the build summary.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum EnvSource {
-    /// One of erdma-build's [`crate::env_presets::ENV_PRESETS`], added because the base does
-    /// not set it.
+    /// One of erdma-build's presets (`env_presets.rs`), added because the base does not set it.
     Preset,
     /// A custom recipe's `[env]`, added because the base does not set it.
     Recipe,
@@ -40,22 +38,12 @@ pub struct EnvChange {
 /// Everything the merge adds; computed once, shown by `plan`, applied by `build`.
 #[derive(Debug, Clone)]
 pub struct ConfigEdit {
-    /// Added where the base does not set the variable (see [`presets`]).
+    /// Added where the base does not set the variable (`env_presets::presets`).
     pub presets: BTreeMap<String, (String, EnvSource)>,
     pub overrides: Vec<(String, String)>,
     pub labels: BTreeMap<String, String>,
     pub created: String,
     pub history_comment: String,
-}
-
-/// The presets of one build, each with its source: [`crate::env_presets::ENV_PRESETS`], a
-/// recipe's `[env]` over them (the built-in recipes have none), then the profile's host-specific
-/// ones.
-pub fn presets(recipe_env: &BTreeMap<String, String>, profile: Option<Profile>) -> BTreeMap<String, (String, EnvSource)> {
-    let mut out: BTreeMap<String, (String, EnvSource)> = ENV_PRESETS.iter().map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Preset))).collect();
-    out.extend(recipe_env.iter().map(|(k, v)| (k.clone(), (v.clone(), EnvSource::Recipe))));
-    out.extend(profile.map_or(&[][..], Profile::env).iter().map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Profile))));
-    out
 }
 
 /// Parses `KEY=VALUE` from `--env`.
@@ -207,28 +195,6 @@ mod tests {
         let base = json!({"config": null, "rootfs": {"type": "layers", "diff_ids": []}});
         let out = edit().apply(&base, "sha256:bb", "x").unwrap();
         assert!(out["config"]["Env"].as_array().unwrap().len() >= 3);
-    }
-
-    #[test]
-    fn presets_by_source_and_profile() {
-        let plain = presets(&BTreeMap::new(), None);
-        assert_eq!(plain.len(), ENV_PRESETS.len());
-        assert!(plain.values().all(|(_, s)| *s == EnvSource::Preset));
-        assert!(!plain.contains_key("NCCL_SOCKET_IFNAME") && !plain.contains_key("NCCL_IB_HCA") && !plain.contains_key("NCCL_IB_GID_INDEX"));
-        let recipe: BTreeMap<String, String> = [("NCCL_DEBUG".to_string(), "WARN".to_string()), ("NCCL_IB_HCA".to_string(), "=erdma_0".to_string())].into();
-        let pai = presets(&recipe, Some(Profile::PaiDlc));
-        assert_eq!(pai.len(), 8);
-        assert_eq!(pai["NCCL_DEBUG"], ("WARN".to_string(), EnvSource::Recipe), "a recipe's [env] wins over the built-in table");
-        assert_eq!(pai["NCCL_IB_HCA"], ("erdma".to_string(), EnvSource::Profile), "--profile is asked for on this run");
-        assert_eq!(pai["NCCL_SOCKET_IFNAME"], ("eth0".to_string(), EnvSource::Profile));
-        assert_eq!(pai["NCCL_IB_GID_INDEX"], ("1".to_string(), EnvSource::Profile));
-        // The base's value wins over every kind of preset.
-        let edit = ConfigEdit { presets: pai, overrides: vec![], labels: BTreeMap::new(), created: rfc3339(0), history_comment: String::new() };
-        let base = json!({"config": {"Env": ["NCCL_SOCKET_IFNAME=bond0"]}, "rootfs": {"type": "layers", "diff_ids": []}});
-        let out = edit.apply(&base, "sha256:bb", "x").unwrap();
-        let env = out["config"]["Env"].as_array().unwrap();
-        assert_eq!(env[0], "NCCL_SOCKET_IFNAME=bond0");
-        assert_eq!(env.len(), 8);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::token_cache::{RegistryToken, RegistryTokenType};
 use oci_client::{Client, Reference, RegistryOperation};
 
-use crate::auth::Credential;
+use crate::image::auth::Credential;
 use crate::error::{Error, Result};
 
 pub const MANIFEST_TYPES: &[&str] = &[
@@ -78,13 +78,13 @@ impl Registries {
         Registries { client, authed: Mutex::new(HashSet::new()), backoff, http, creds: Mutex::default(), exchanged: Default::default() }
     }
 
-    /// The credentials for `r`'s repository, from [`crate::auth`] the first time.
+    /// The credentials for `r`'s repository, from [`crate::image::auth`] the first time.
     fn credential(&self, r: &Reference) -> Result<Credential> {
         let key = (r.resolve_registry().to_string(), r.repository().to_string());
         if let Some(c) = self.creds.lock().expect("poisoned").get(&key) {
             return Ok(c.clone());
         }
-        let c = crate::auth::credentials(&key.0, &key.1)?;
+        let c = crate::image::auth::credentials(&key.0, &key.1)?;
         self.creds.lock().expect("poisoned").insert(key, c.clone());
         Ok(c)
     }
@@ -142,7 +142,7 @@ impl Registries {
         let mut scopes = vec![format!("repository:{repo}:{}", if push { "pull,push" } else { "pull" })];
         scopes.extend(also_pull.iter().map(|f| format!("repository:{f}:pull")));
         let scheme = if self.http.contains(&registry) { "http" } else { "https" };
-        let got = crate::auth::exchange_identity_token(&format!("{scheme}://{registry}"), &registry, refresh_token, &scopes).await?;
+        let got = crate::image::auth::exchange_identity_token(&format!("{scheme}://{registry}"), &registry, refresh_token, &scopes).await?;
         let renew_at = match got {
             Some(t) => {
                 let ops: &[RegistryOperation] = if push { &[RegistryOperation::Push, RegistryOperation::Pull] } else { &[RegistryOperation::Pull] };
@@ -186,7 +186,7 @@ impl Registries {
         let (body, _) = self
             .retry(r, "fetching manifest", || self.client.pull_manifest_raw(r, &RegistryAuth::Anonymous, MANIFEST_TYPES))
             .await?;
-        let digest = crate::blob::sha256_digest(&body);
+        let digest = crate::image::blob::sha256_digest(&body);
         if let Some(want) = r.digest() {
             if want != digest {
                 return Err(Error::DigestMismatch { expected: want.to_string(), actual: digest });
@@ -248,7 +248,7 @@ pub fn transient(e: &OciDistributionError) -> bool {
     match e {
         OciDistributionError::RequestError(r) => r.is_connect() || r.is_timeout() || r.is_request() || r.is_body(),
         OciDistributionError::ServerError { code, .. } => *code >= 500 || *code == 429,
-        OciDistributionError::IoError(io) => crate::blob::digest_error(io).is_none(),
+        OciDistributionError::IoError(io) => crate::image::blob::digest_error(io).is_none(),
         OciDistributionError::RegistryError { envelope, .. } => {
             envelope.errors.iter().any(|e| matches!(e.code, OciErrorCode::Toomanyrequests))
         }
@@ -278,7 +278,7 @@ fn classify(r: &Reference, operation: &str, e: OciDistributionError) -> Error {
         }
         OciDistributionError::ServerError { code: 404, .. } => return Error::ManifestUnknown { reference: r.whole() },
         OciDistributionError::IoError(io) => {
-            if let Some(d) = crate::blob::digest_error(io) {
+            if let Some(d) = crate::image::blob::digest_error(io) {
                 return d;
             }
         }

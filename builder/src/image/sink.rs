@@ -18,13 +18,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use crate::blob::{digest_hex, VerifyingReader};
+use crate::image::blob::{digest_hex, VerifyingReader};
 use crate::error::{Error, Result};
-use crate::layout::{blob_rel_path, index_with, OCI_LAYOUT};
+use crate::image::layout::{blob_rel_path, index_with, OCI_LAYOUT};
 use crate::progress::{Counters, Reporter, Transfer};
-use crate::registry::Registries;
-use crate::source::{reader_stream, Source};
-use crate::transport::ImageRef;
+use crate::image::registry::Registries;
+use crate::image::source::{reader_stream, Source};
+use crate::image::transport::ImageRef;
 
 /// What happened to a base layer on the way to the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -139,7 +139,7 @@ impl Sink {
                         return Ok(Reuse::Mounted);
                     }
                 }
-                with_restarts(digest, || async {
+                crate::image::blob::with_restarts(digest, || async {
                     let stream = self.track(src.blob_stream(digest, size).await?, digest, Transfer::Download, Some(size));
                     let stream = self.track(stream, digest, Transfer::Upload, Some(size));
                     reg.push_blob(r, digest, size, stream).await
@@ -159,14 +159,14 @@ impl Sink {
                     // Checked before linking: the layout we read from is input we do not trust.
                     let mut r = VerifyingReader::new(File::open(&local).map_err(Error::io("opening blob", &local))?, digest);
                     std::io::copy(&mut r, &mut std::io::sink())
-                        .map_err(|e| crate::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: local.clone(), source: e }))?;
+                        .map_err(|e| crate::image::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: local.clone(), source: e }))?;
                     // Only a plain file is linked: a symlink in a hostile layout could point anywhere.
                     let plain = std::fs::symlink_metadata(&local).is_ok_and(|m| m.file_type().is_file());
                     if plain && std::fs::hard_link(&local, &dest).is_ok() {
                         return Ok(Reuse::Linked);
                     }
                 }
-                with_restarts(digest, || async {
+                crate::image::blob::with_restarts(digest, || async {
                     let stream = self.track(src.blob_stream(digest, size).await?, digest, Transfer::Download, Some(size));
                     write_stream(stream, &dest, src).await
                 })
@@ -307,8 +307,8 @@ impl Sink {
                     let raw_path = staging.join(format!("{}.tar", digest_hex(diff_id)?));
                     let compressed = self.staged(digest)?;
                     let reader = std::io::BufReader::new(File::open(&compressed).map_err(Error::io("reading", &compressed))?);
-                    let mut out = crate::blob::HashingWriter::new(BufWriter::new(File::create(&raw_path).map_err(not_writable(file))?));
-                    std::io::copy(&mut crate::blob::decompressed(reader).map_err(Error::io("decompressing", &compressed))?, &mut out)
+                    let mut out = crate::image::blob::HashingWriter::new(BufWriter::new(File::create(&raw_path).map_err(not_writable(file))?));
+                    std::io::copy(&mut crate::image::blob::decompressed(reader).map_err(Error::io("decompressing", &compressed))?, &mut out)
                         .map_err(Error::io("decompressing", &compressed))?;
                     let (mut w, got, _) = out.finish();
                     w.flush().map_err(not_writable(file))?;
@@ -349,25 +349,6 @@ impl Sink {
     }
 }
 
-/// Whole-blob transfers that fail mid-stream (connection reset, registry gone) start again
-/// from the beginning, a bounded number of times; a digest mismatch is final.
-pub async fn with_restarts<T, F, Fut>(digest: &str, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    const TRANSFERS: u32 = 3;
-    for attempt in 1.. {
-        match f().await {
-            Err(Error::Registry { registry, operation, source }) if attempt < TRANSFERS => {
-                tracing::warn!("{operation} {digest} from {registry} failed ({source}); starting it again");
-            }
-            other => return other,
-        }
-    }
-    unreachable!("the loop returns")
-}
-
 async fn write_stream(mut stream: BoxStream<'static, std::io::Result<Bytes>>, dest: &Path, src: &Source) -> Result<()> {
     let tmp = dest.with_extension("partial");
     let io = Error::io("writing blob", dest);
@@ -378,8 +359,8 @@ async fn write_stream(mut stream: BoxStream<'static, std::io::Result<Bytes>>, de
             Err(e) => {
                 let _ = tokio::fs::remove_file(&tmp).await;
                 return Err(match src.registry_ref() {
-                    Some(r) => crate::source::stream_error(e, r),
-                    None => crate::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: src.reference.to_string().into(), source: e }),
+                    Some(r) => crate::image::source::stream_error(e, r),
+                    None => crate::image::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: src.reference.to_string().into(), source: e }),
                 });
             }
         };

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::blob::digest_hex;
+use crate::image::blob::digest_hex;
 use crate::error::{Error, Result};
 
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
@@ -33,7 +33,7 @@ impl TarIndex {
         let malformed = |e: std::io::Error| Error::Malformed { what: "archive", reference: file.display().to_string(), reason: e.to_string() };
         for entry in archive.entries_with_seek().map_err(malformed)? {
             let entry = entry.map_err(malformed)?;
-            let Some(name) = crate::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes())) else { continue };
+            let Some(name) = crate::image::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes())) else { continue };
             let kind = entry.header().entry_type();
             if kind.is_file() {
                 entries.insert(name, (entry.raw_file_position(), entry.size()));
@@ -42,7 +42,7 @@ impl TarIndex {
                 if let Some(target) = entry.link_name_bytes() {
                     let target = String::from_utf8_lossy(&target).into_owned();
                     let base = if kind.is_symlink() { name.rsplit_once('/').map(|(d, _)| d).unwrap_or("").to_string() } else { String::new() };
-                    if let Some(t) = crate::layer::normalize(&format!("{base}/{target}")) {
+                    if let Some(t) = crate::image::layer::normalize(&format!("{base}/{target}")) {
                         links.push((name, t));
                     }
                 }

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read};
 
-use crate::blob::decompressed;
+use crate::image::blob::decompressed;
 use crate::error::{Error, Result};
-use crate::layer::normalize;
+use crate::image::layer::normalize;
 
 const MAX_SYMLINKS: usize = 16;
 
@@ -139,7 +139,7 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
 }
 
 fn layer_error(e: io::Error, i: usize) -> Error {
-    crate::blob::digest_error(&e).unwrap_or(Error::Malformed {
+    crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed {
         what: "layer",
         reference: format!("layer {i} from the top"),
         reason: e.to_string(),
@@ -222,7 +222,7 @@ fn is_below(path: &str, dir: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::LayerContents;
+    use crate::image::layer::LayerContents;
 
     fn layer(f: impl FnOnce(&mut LayerContents)) -> Vec<u8> {
         let mut l = LayerContents::new();
@@ -338,7 +338,7 @@ fn of_interest(path: &str, size: u64) -> bool {
 impl Snapshot {
     /// Reads a whole (possibly compressed) layer; the input is drained for its digest check.
     pub fn read(r: &mut dyn BufRead) -> Result<Snapshot> {
-        Self::scan(r).map_err(|e| crate::blob::digest_error(&e).unwrap_or(Error::Malformed { what: "layer", reference: "base image".into(), reason: e.to_string() }))
+        Self::scan(r).map_err(|e| crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed { what: "layer", reference: "base image".into(), reason: e.to_string() }))
     }
 
     fn scan(r: &mut dyn BufRead) -> io::Result<Snapshot> {

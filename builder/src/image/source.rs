@@ -13,11 +13,11 @@ use oci_client::Reference;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::blob::{digest_hex, sha256_digest, Compression, VerifyingReader};
+use crate::image::blob::{digest_hex, sha256_digest, Compression, VerifyingReader};
 use crate::error::{Error, Result};
-use crate::layout::{blob_rel_path, select_from_index, TarIndex};
-use crate::registry::Registries;
-use crate::transport::ImageRef;
+use crate::image::layout::{blob_rel_path, select_from_index, TarIndex};
+use crate::image::registry::Registries;
+use crate::image::transport::ImageRef;
 
 /// Manifests and configs larger than this are refused: they are JSON of a few KiB.
 pub const MAX_JSON: u64 = 8 << 20;
@@ -189,7 +189,7 @@ impl Source {
             .map(|l| {
                 let d = desc_digest(l, &display)?;
                 let size = l.get("size").and_then(Value::as_u64).ok_or_else(|| malformed(format!("layer {d} has no size")))?;
-                let mt = l.get("mediaType").and_then(Value::as_str).unwrap_or(crate::layer::MEDIA_TYPE_TAR).to_string();
+                let mt = l.get("mediaType").and_then(Value::as_str).unwrap_or(crate::image::layer::MEDIA_TYPE_TAR).to_string();
                 Ok((d, size, mt))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -212,7 +212,7 @@ impl Source {
     pub async fn read_blob(&self, digest: &str, max: u64) -> Result<Vec<u8>> {
         match &self.store {
             Store::Registry { reg, r } => {
-                crate::sink::with_restarts(digest, || async {
+                crate::image::blob::with_restarts(digest, || async {
                     let mut out = Vec::new();
                     let mut s = reg.blob_stream(r, digest, 0).await?;
                     while let Some(chunk) = s.next().await {
@@ -269,7 +269,7 @@ impl Source {
 }
 
 pub fn stream_error(e: std::io::Error, r: &Reference) -> Error {
-    crate::blob::digest_error(&e).unwrap_or_else(|| Error::Registry {
+    crate::image::blob::digest_error(&e).unwrap_or_else(|| Error::Registry {
         registry: r.resolve_registry().to_string(),
         operation: "downloading blob".into(),
         source: oci_client::errors::OciDistributionError::IoError(e),
@@ -341,7 +341,7 @@ fn read_verified(store: &Store, digest: &str, max: u64) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     VerifyingReader::new(r.take(max), digest)
         .read_to_end(&mut out)
-        .map_err(|e| crate::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: digest.into(), source: e }))?;
+        .map_err(|e| crate::image::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: digest.into(), source: e }))?;
     Ok(out)
 }
 
@@ -362,7 +362,7 @@ fn docker_archive(file: &std::path::Path, name: Option<&str>, display: &str) -> 
     }
     .ok_or_else(|| Error::ManifestUnknown { reference: display.into() })?;
     let config_name = entry.get("Config").and_then(Value::as_str).ok_or_else(|| malformed("no Config".into()))?;
-    let config_name = crate::layer::normalize(config_name).ok_or_else(|| malformed("bad Config path".into()))?;
+    let config_name = crate::image::layer::normalize(config_name).ok_or_else(|| malformed("bad Config path".into()))?;
     let config_raw = index.read_small(&config_name, MAX_JSON)?;
     let config_digest = sha256_digest(&config_raw);
     let config: Value = serde_json::from_slice(&config_raw).map_err(|e| malformed(format!("config: {e}")))?;
@@ -376,7 +376,7 @@ fn docker_archive(file: &std::path::Path, name: Option<&str>, display: &str) -> 
     names.insert(config_digest.clone(), config_name);
     let mut layers = Vec::new();
     for (i, l) in layer_names.iter().enumerate() {
-        let lname = l.as_str().and_then(crate::layer::normalize).ok_or_else(|| malformed("bad layer path".into()))?;
+        let lname = l.as_str().and_then(crate::image::layer::normalize).ok_or_else(|| malformed("bad layer path".into()))?;
         let size = index.size(&lname).ok_or_else(|| malformed(format!("missing layer {lname}")))?;
         let (mut r, _) = index.open_entry(&lname)?;
         let mut head = [0u8; 4];
@@ -388,15 +388,15 @@ fn docker_archive(file: &std::path::Path, name: Option<&str>, display: &str) -> 
             diff_ids[i].clone()
         } else {
             let (r, _) = index.open_entry(&lname)?;
-            let mut w = crate::blob::HashingWriter::new(std::io::sink());
+            let mut w = crate::image::blob::HashingWriter::new(std::io::sink());
             std::io::copy(&mut { r }, &mut w).map_err(Error::io("reading archive", file))?;
             w.finish().1
         };
         digest_hex(&digest)?;
         let media_type = match compression {
-            Compression::Gzip => crate::layer::MEDIA_TYPE_GZIP,
-            Compression::Zstd => crate::layer::MEDIA_TYPE_ZSTD,
-            Compression::None => crate::layer::MEDIA_TYPE_TAR,
+            Compression::Gzip => crate::image::layer::MEDIA_TYPE_GZIP,
+            Compression::Zstd => crate::image::layer::MEDIA_TYPE_ZSTD,
+            Compression::None => crate::image::layer::MEDIA_TYPE_TAR,
         };
         names.insert(digest.clone(), lname);
         layers.push(json!({"mediaType": media_type, "digest": digest, "size": size}));

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::blob::HashingWriter;
+use crate::image::blob::HashingWriter;
 use crate::error::{Error, Result};
 
 pub const MEDIA_TYPE_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
@@ -332,8 +332,8 @@ mod tests {
             // The diff_id is the digest of the uncompressed tar.
             let f = std::io::BufReader::new(File::open(dir.path().join("a")).unwrap());
             let mut raw = Vec::new();
-            crate::blob::decompressed(f).unwrap().read_to_end(&mut raw).unwrap();
-            assert_eq!(crate::blob::sha256_digest(&raw), a.diff_id);
+            crate::image::blob::decompressed(f).unwrap().read_to_end(&mut raw).unwrap();
+            assert_eq!(crate::image::blob::sha256_digest(&raw), a.diff_id);
             assert_eq!(a.size, std::fs::metadata(dir.path().join("a")).unwrap().len());
         }
     }
