@@ -1,8 +1,10 @@
-//! Per-distro recipes (`recipes/*.toml`): repositories, keys, packages and files. The env
-//! presets are not per distro: they live in [`crate::env_presets`].
+//! Per-distro recipes: repositories, keys, packages and files. The built-in ones come from family
+//! files (`recipes/debian-family.toml`: what the Debian/Ubuntu releases share, written once, and
+//! each release's differences); a user's `--recipe PATH` is one recipe in the [`Recipe`] format.
+//! The env presets are not per distro: they live in [`crate::env_presets`].
 //!
-//! The recipes ship inside the binary so `erdma-build` works from any directory; `--recipe PATH`
-//! loads another file. Unknown keys are errors, with the key named.
+//! The recipes ship inside the binary so `erdma-build` works from any directory. Unknown keys are
+//! errors, with the key named.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -11,16 +13,85 @@ use serde::{Deserialize, Serialize};
 use crate::distro::{cmp_release, FamilyRelease, OsRelease};
 use crate::error::{Error, Result};
 
-/// The recipes in `recipes/`, compiled in.
-const BUILTIN: &[(&str, &str)] = &[
-    ("debian-11", include_str!("../../recipes/debian-11.toml")),
-    ("debian-12", include_str!("../../recipes/debian-12.toml")),
-    ("ubuntu-18.04", include_str!("../../recipes/ubuntu-18.04.toml")),
-    ("ubuntu-20.04", include_str!("../../recipes/ubuntu-20.04.toml")),
-    ("ubuntu-22.04", include_str!("../../recipes/ubuntu-22.04.toml")),
-    ("ubuntu-24.04", include_str!("../../recipes/ubuntu-24.04.toml")),
-    ("apt-generic", include_str!("../../recipes/apt-generic.toml")),
-];
+/// The family files in `recipes/`, compiled in: each holds what a family's releases share and,
+/// per release, what differs ([`Family`]). Every release is one built-in recipe.
+const FAMILIES: &[(&str, &str)] = &[("debian-family", include_str!("../../recipes/debian-family.toml"))];
+
+/// A family file: the repositories, packages and files its releases share, and the releases.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Family {
+    backend: Backend,
+    #[serde(default, rename = "repository")]
+    repositories: Vec<Repository>,
+    #[serde(default)]
+    packages: Packages,
+    #[serde(default, rename = "file")]
+    files: Vec<PlainFile>,
+    #[serde(rename = "release")]
+    releases: Vec<Release>,
+}
+
+/// One release of a family: its os-release identity (or, for the generic recipe, the families
+/// it serves) and which of the family's repositories it reads, by name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Release {
+    name: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    version_id: String,
+    #[serde(default)]
+    codename: Option<String>,
+    pretty: String,
+    #[serde(default)]
+    generic: BTreeMap<String, String>,
+    #[serde(default)]
+    unsupported: Option<String>,
+    #[serde(default)]
+    repositories: Vec<String>,
+}
+
+/// The recipes of the family file `text`: for each release, the family's repositories it names
+/// with `{codename}` and `{nvdistro}` (NVIDIA's name: `debian12`, `ubuntu2204`) filled in (a
+/// generic recipe keeps `{nvdistro}` until it is made concrete for a release).
+fn family_recipes(family: &str, text: &str) -> Result<Vec<Recipe>> {
+    let f: Family = toml::from_str(text).map_err(|source| Error::Recipe { name: family.to_string(), source })?;
+    let mut out = Vec::new();
+    for rel in f.releases {
+        let nvdistro = format!("{}{}", rel.id, rel.version_id.replace('.', ""));
+        let mut repositories = Vec::new();
+        for want in &rel.repositories {
+            let mut repo = f.repositories.iter().find(|r| &r.name == want).cloned().ok_or_else(|| Error::RecipeInvalid {
+                name: rel.name.clone(),
+                reason: format!("no repository `{want}` in family {family} (has: {})", f.repositories.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")),
+            })?;
+            let fill = |s: &mut String| {
+                if let Some(c) = &rel.codename {
+                    *s = s.replace("{codename}", c);
+                }
+                if rel.generic.is_empty() {
+                    *s = s.replace("{nvdistro}", &nvdistro);
+                }
+            };
+            repo.urls.iter_mut().chain(repo.key_url.iter_mut()).chain(repo.suite.iter_mut()).for_each(fill);
+            repositories.push(repo);
+        }
+        let recipe = Recipe {
+            name: rel.name,
+            distro: Distro { id: rel.id, version_id: rel.version_id, generic: rel.generic, codename: rel.codename, pretty: rel.pretty, backend: f.backend },
+            unsupported: rel.unsupported,
+            repositories,
+            packages: f.packages.clone(),
+            files: f.files.clone(),
+            env: BTreeMap::new(),
+        };
+        recipe.validate()?;
+        out.push(recipe);
+    }
+    Ok(out)
+}
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -146,8 +217,8 @@ impl Recipe {
                 return bad(format!("repository `{}`: an NCCL repository cannot be `from_base`", repo.name));
             }
             if let Some(fp) = &repo.fingerprint {
-                if fp.len() != 40 || !fp.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return bad(format!("repository `{}`: fingerprint must be 40 hex digits", repo.name));
+                if crate::keys::normalise_pin(fp).is_none() {
+                    return bad(format!("repository `{}`: fingerprint must be a primary key's, 40 hex digits (v4) or 64 (v6)", repo.name));
                 }
             }
         }
@@ -190,9 +261,10 @@ impl Recipe {
             let text = std::fs::read_to_string(path).map_err(Error::io("reading recipe", path))?;
             return Recipe::parse(name, &text);
         }
-        match BUILTIN.iter().find(|(n, _)| *n == name) {
-            Some((n, text)) => Recipe::parse(n, text),
-            None => Err(Error::UnknownRecipe { name: name.to_string(), available: builtin_names().join(", ") }),
+        let all = builtin()?;
+        match all.iter().find(|r| r.name == name) {
+            Some(r) => Ok(r.clone()),
+            None => Err(Error::UnknownRecipe { name: name.to_string(), available: all.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ") }),
         }
     }
 
@@ -282,12 +354,13 @@ impl Recipe {
     }
 }
 
-pub fn builtin_names() -> Vec<&'static str> {
-    BUILTIN.iter().map(|(n, _)| *n).collect()
-}
-
+/// Every built-in recipe, one per release of each family file.
 pub fn builtin() -> Result<Vec<Recipe>> {
-    BUILTIN.iter().map(|(n, t)| Recipe::parse(n, t)).collect()
+    let mut all = Vec::new();
+    for (family, text) in FAMILIES {
+        all.extend(family_recipes(family, text)?);
+    }
+    Ok(all)
 }
 
 fn supported() -> Vec<String> {
@@ -306,7 +379,9 @@ mod tests {
     #[test]
     fn builtin_recipes_parse() {
         let all = builtin().unwrap();
-        assert_eq!(all.len(), BUILTIN.len());
+        let names: Vec<&str> = all.iter().map(|r| r.name.as_str()).collect();
+        // One family file, one recipe per release; placeholders filled per release.
+        assert_eq!(names, ["debian-11", "debian-12", "ubuntu-18.04", "ubuntu-20.04", "ubuntu-22.04", "ubuntu-24.04", "apt-generic"]);
         assert_eq!(all.iter().filter(|r| r.is_generic()).count(), 1, "one generic recipe");
         let jammy = Recipe::load("ubuntu-22.04").unwrap();
         assert!(jammy.repositories[0].from_base, "the base archive, for the dependencies");
@@ -319,6 +394,22 @@ mod tests {
         for r in all.iter().filter(|r| r.unsupported.is_none()) {
             assert_eq!(r.nccl_repositories(), ["cuda"], "{}", r.name);
         }
+    }
+
+    #[test]
+    fn family_files_fill_placeholders_and_name_bad_references() {
+        let focal = Recipe::load("ubuntu-20.04").unwrap();
+        let erdma = focal.repositories.iter().find(|r| r.name == "erdma").unwrap();
+        assert_eq!(erdma.suite.as_deref(), Some("focal/erdma"));
+        let cuda = focal.repositories.iter().find(|r| r.nccl).unwrap();
+        assert_eq!(cuda.key_url.as_deref(), Some("https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64/3bf863cc.pub"));
+        // Debian 12 and Ubuntu 24.04 read no Alibaba repository; the generic recipe keeps
+        // {nvdistro} until it is made concrete for a release.
+        assert!(Recipe::load("debian-12").unwrap().repositories.iter().all(|r| r.name != "erdma"));
+        assert!(Recipe::load("apt-generic").unwrap().repositories.iter().any(|r| r.urls.iter().any(|u| u.contains("{nvdistro}"))));
+        let bad = "backend = \"apt\"\n[[repository]]\nname = \"base\"\nfrom_base = true\n[[release]]\nname = \"x-1\"\nid = \"x\"\nversion_id = \"1\"\npretty = \"X 1\"\nrepositories = [\"base\", \"nope\"]\n";
+        let e = family_recipes("test-family", bad).unwrap_err().to_string();
+        assert!(e.contains("nope") && e.contains("x-1"), "{e}");
     }
 
     #[test]
