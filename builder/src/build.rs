@@ -112,7 +112,7 @@ pub struct ImageReport {
     /// repository key trusted on first use).
     pub warnings: Vec<String>,
     /// The keys each recipe repository was verified with (and that the image gets).
-    pub keys: Vec<crate::keys::Trusted>,
+    pub keys: Vec<crate::packages::openpgp::Trusted>,
     /// The new layer; `plan` leaves it out when packages would be downloaded to know it.
     pub layer: Option<LayerInfo>,
     pub config_digest: Option<String>,
@@ -316,7 +316,7 @@ struct RecipeLayer {
     packages: Option<PackagesReport>,
     nccl: Option<NcclSummary>,
     warnings: Vec<String>,
-    keys: Vec<crate::keys::Trusted>,
+    keys: Vec<crate::packages::openpgp::Trusted>,
     /// False for a plan whose packages were resolved but not downloaded.
     complete: bool,
     path: PathBuf,
@@ -361,7 +361,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
     if (opts.packages && !recipe.packages.install.is_empty()) || nccl.is_some() || !opts.install.is_empty() || !opts.local_packages.is_empty() {
         // The recipe's own repositories have their keys in `keys` already.
         let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {
-            Some(p) => Some(crate::keys::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?)?),
+            Some(p) => Some(crate::packages::openpgp::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?)?),
             None => None,
         };
         let inputs = AptInputs {
@@ -457,7 +457,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
 
 /// A repository whose signature names a key the pin dropped from its key download: say so,
 /// rather than only "no valid signature".
-fn signed_by_dropped_key(e: Error, trusted: &[crate::keys::Trusted]) -> Error {
+fn signed_by_dropped_key(e: Error, trusted: &[crate::packages::openpgp::Trusted]) -> Error {
     let Error::Repo(repo_err @ crate::packages::apt::repo::RepoError::BadSignature { .. }) = &e else { return e };
     let text = {
         let mut t = repo_err.to_string();
@@ -540,7 +540,7 @@ impl apt::BaseFiles for ImageFiles<'_> {
 /// the user names (their own trust decision: a mirror re-signed with a site key), else the
 /// download from `key_url`, of which only the key the recipe pins is kept (any other key in
 /// the download is dropped), or every key, trusted on first use, when the recipe pins none.
-async fn repo_key(http: &crate::http::Client, recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<(Vec<u8>, crate::keys::Trusted)> {
+async fn repo_key(http: &crate::http::Client, recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<(Vec<u8>, crate::packages::openpgp::Trusted)> {
     let what = format!("the key of repository `{}` (recipe {})", repo.name, recipe.name);
     let (raw, source) = match (keyring, &repo.key_url) {
         (Some(path), _) => (std::fs::read(path).map_err(Error::io("reading keyring", path))?, path.display().to_string()),
@@ -553,14 +553,14 @@ async fn repo_key(http: &crate::http::Client, recipe: &Recipe, repo: &crate::rec
         }
     };
     let pin = repo.fingerprint.as_deref().filter(|_| keyring.is_none());
-    let (keys, dropped) = crate::keys::select(&raw, pin, &format!("{what} from {source}"))?;
+    let (keys, dropped) = crate::packages::openpgp::select(&raw, pin, &format!("{what} from {source}"))?;
     let trust = match (keyring, pin) {
         (Some(_), _) => "keyring",
         (None, Some(_)) => "pinned",
         (None, None) => "first-use",
     };
-    let trusted = crate::keys::Trusted { repository: repo.name.clone(), fingerprints: keys.iter().map(crate::keys::fingerprint).collect(), source, trust, dropped };
-    Ok((crate::keys::to_binary(&keys)?, trusted))
+    let trusted = crate::packages::openpgp::Trusted { repository: repo.name.clone(), fingerprints: keys.iter().map(crate::packages::openpgp::fingerprint).collect(), source, trust, dropped };
+    Ok((crate::packages::openpgp::to_binary(&keys)?, trusted))
 }
 
 /// A key file is a few KiB; NVIDIA's and Alibaba's are under 4 KiB.

@@ -5,7 +5,7 @@
 //! - [`recipe`] and [`distro`]: choosing the per-distro recipe; [`env_presets`]: the NCCL env
 //!   presets `build` adds (one table, and `--profile pai-dlc`'s); [`inspect`]: what a base holds.
 //! - [`packages`]: where a package gets resolved and unpacked (`packages::apt`), and NCCL's
-//!   build chosen; [`keys`]: which repository keys are trusted; [`http`]: the one HTTP client for
+//!   build chosen; `packages::openpgp`: which repository keys are trusted and signatures verified; [`http`]: the one HTTP client for
 //!   repositories, keys and packages (timeouts, retries, streaming).
 //! - [`image`]: the image machinery below all of it: names (`image::transport`), reading
 //!   (`image::source`, `registry`, `layout`, `blob`), a base's files (`image::files`, `rootfs`),
@@ -21,7 +21,6 @@ pub mod env_presets;
 pub mod error;
 pub mod http;
 pub mod image;
-pub mod keys;
 pub mod inspect;
 pub mod packages;
 pub mod progress;

@@ -217,7 +217,7 @@ impl Recipe {
                 return bad(format!("repository `{}`: an NCCL repository cannot be `from_base`", repo.name));
             }
             if let Some(fp) = &repo.fingerprint {
-                if crate::keys::normalise_pin(fp).is_none() {
+                if crate::packages::openpgp::normalise_pin(fp).is_none() {
                     return bad(format!("repository `{}`: fingerprint must be a primary key's, 40 hex digits (v4) or 64 (v6)", repo.name));
                 }
             }

@@ -337,12 +337,12 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
         }
         let keyring = match &e.signed_by {
             _ if inputs.base_keyring.is_some() => inputs.base_keyring.clone().unwrap_or_default(),
-            Some(s) if s.contains("BEGIN PGP PUBLIC KEY BLOCK") => crate::keys::dearmor(s.as_bytes())?,
+            Some(s) if s.contains("BEGIN PGP PUBLIC KEY BLOCK") => crate::packages::openpgp::dearmor(s.as_bytes())?,
             Some(path) => {
                 let data = base
                     .read(path, 4 << 20)?
                     .ok_or_else(|| Error::Unsupported(format!("the base's apt source names key {path}, which the image does not have")))?;
-                crate::keys::dearmor(&data)?
+                crate::packages::openpgp::dearmor(&data)?
             }
             None => default_keys.clone(),
         };
@@ -368,12 +368,12 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
 fn trusted_keys(base: &dyn BaseFiles) -> Result<Vec<u8>> {
     let mut keys = Vec::new();
     if let Some(k) = base.read("etc/apt/trusted.gpg", 4 << 20)? {
-        keys.extend(crate::keys::dearmor(&k)?);
+        keys.extend(crate::packages::openpgp::dearmor(&k)?);
     }
     for name in base.list("etc/apt/trusted.gpg.d")? {
         if name.ends_with(".gpg") || name.ends_with(".asc") {
             if let Some(k) = base.read(&format!("etc/apt/trusted.gpg.d/{name}"), 4 << 20)? {
-                keys.extend(crate::keys::dearmor(&k)?);
+                keys.extend(crate::packages::openpgp::dearmor(&k)?);
             }
         }
     }

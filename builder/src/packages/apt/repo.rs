@@ -18,29 +18,19 @@
 //! In every layout a stanza's `Filename` is relative to `URL`, the archive root (apt's
 //! `debReleaseIndex::ArchiveURI`).
 //!
-//! Signature checking uses rpgp, which verifies signatures but leaves policy to its caller;
-//! the policy here is gpgv's as apt uses it: a signature counts when it verifies against a
-//! primary key or signing subkey of the keyring that is bound by a valid self-signature, not
-//! expired and not revoked; a signature that names a keyring key but does not verify (gpgv's
-//! `BADSIG`) fails the whole file even when another signature is good; signatures by keys
-//! outside the keyring are ignored; MD5, SHA-1 and RIPEMD-160 digests are refused as apt
-//! refuses them (`methods/gpgv.cc`, "weak digest").
+//! Signatures are checked by [`crate::packages::openpgp`] (gpgv's policy, as apt applies it).
 use std::collections::HashMap;
 use std::fmt;
 use std::io::Read;
 use std::sync::{Arc, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use pgp::composed::{
-    CleartextSignedMessage, Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey,
-};
-use pgp::crypto::hash::HashAlgorithm;
-use pgp::packet::{PublicKey, Signature, SignatureType, SubpacketData};
-use pgp::types::{KeyDetails, Tag};
 
 use super::deb822::{self, Deb822Error, Paragraph};
 use super::index;
 use crate::http::{Client, Failed, HttpError, RETRIES};
+use crate::packages::dates::{days_from_civil, format_utc, now};
+pub use crate::packages::openpgp::SignatureError;
+use crate::packages::openpgp::{verify_clearsigned_with, verify_detached_with, Keyring};
 
 /// Largest `InRelease`, `Release` or `Release.gpg` accepted (Debian's are about 150 KiB).
 const MAX_META: u64 = 32 << 20;
@@ -309,26 +299,6 @@ pub struct SourceEntry {
     pub arch: Option<Vec<String>>,
     /// `trusted=yes` / `Trusted: yes`: apt would skip signature checks; callers should refuse.
     pub trusted: bool,
-}
-
-/// Why an OpenPGP signature was not accepted.
-#[derive(Debug, thiserror::Error)]
-pub enum SignatureError {
-    #[error("cannot read the keyring: {0}")]
-    Keyring(String),
-
-    #[error("the keyring holds no public key")]
-    EmptyKeyring,
-
-    #[error("malformed signature: {0}")]
-    Malformed(String),
-
-    /// gpgv's `BADSIG`: the signature names a key of the keyring but does not verify.
-    #[error("signature by key {key} does not match the signed data")]
-    Bad { key: String },
-
-    #[error("no valid signature by a key in the keyring ({details})")]
-    NoValidSignature { details: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -718,7 +688,7 @@ async fn fetch_release(
     let in_release = format!("{meta}InRelease");
     if let Some(body) = get_meta(client, &in_release).await? {
         // A bad InRelease is an error; apt does not fall back to Release then.
-        let text = verify_clearsigned_with(&body, keyring, now()).map_err(|e| e.at(&in_release))?;
+        let text = verify_clearsigned_with(&body, keyring, now()).map_err(|e| RepoError::from(e).at(&in_release))?;
         return Ok((in_release, text));
     }
     let release = format!("{meta}Release");
@@ -731,7 +701,7 @@ async fn fetch_release(
     let Some(sig) = get_meta(client, &sig_url).await? else {
         return Err(RepoError::Unsigned { url: release });
     };
-    verify_detached_with(&body, &sig, keyring, now()).map_err(|e| e.at(&release))?;
+    verify_detached_with(&body, &sig, keyring, now()).map_err(|e| RepoError::from(e).at(&release))?;
     let text = String::from_utf8(body).map_err(|_| RepoError::MalformedRelease {
         url: release.clone(),
         reason: "not UTF-8".into(),
@@ -912,48 +882,6 @@ impl Release {
 // Dates (RFC 2822 as apt writes and reads them: `Sat, 11 Jul 2026 10:16:37 UTC`)
 // ---------------------------------------------------------------------------------------
 
-fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-fn format_utc(secs: i64) -> String {
-    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
 /// Parses `[Day,] DD Mon YYYY HH:MM[:SS] [zone]`, zone `UTC`, `GMT`, `UT`, `Z` or `±hhmm`
 /// (apt's `RFC1123StrToTime` accepts the same forms). Seconds since the epoch.
 fn parse_rfc2822(s: &str) -> Option<i64> {
@@ -1005,308 +933,23 @@ fn parse_rfc2822(s: &str) -> Option<i64> {
     Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + mi * 60 + sec - offset)
 }
 
-// ---------------------------------------------------------------------------------------
-// OpenPGP
-// ---------------------------------------------------------------------------------------
-
-/// The public keys of a keyring file.
-struct Keyring {
-    keys: Vec<SignedPublicKey>,
-}
-
-impl Keyring {
-    /// Reads a binary keyring (`gpg --export`, several keys concatenated) or one or more
-    /// ASCII-armoured key blocks ([`crate::keys::parse`]).
-    fn load(data: &[u8]) -> Result<Self, SignatureError> {
-        match crate::keys::parse(data) {
-            Ok(keys) => Ok(Keyring { keys }),
-            Err(crate::keys::KeyError::Empty) => Err(SignatureError::EmptyKeyring),
-            Err(crate::keys::KeyError::Unreadable(why)) => Err(SignatureError::Keyring(why)),
-        }
-    }
-}
-
 /// Verifies a clear-signed message (an `InRelease` file) against `keyring` and returns the
 /// signed text only, with LF line endings.
 pub fn verify_clearsigned(text: &[u8], keyring: &[u8]) -> Result<String, RepoError> {
-    let keyring = Keyring::load(keyring)?;
-    verify_clearsigned_with(text, &keyring, now())
+    let keyring = Keyring::load(keyring).map_err(RepoError::Signature)?;
+    Ok(verify_clearsigned_with(text, &keyring, now())?)
 }
 
 /// Verifies a detached signature (`Release.gpg`, armoured or binary) over `data`.
 pub fn verify_detached(data: &[u8], sig: &[u8], keyring: &[u8]) -> Result<(), RepoError> {
-    let keyring = Keyring::load(keyring)?;
-    verify_detached_with(data, sig, &keyring, now())
+    let keyring = Keyring::load(keyring).map_err(RepoError::Signature)?;
+    Ok(verify_detached_with(data, sig, &keyring, now())?)
 }
 
-fn verify_clearsigned_with(text: &[u8], keyring: &Keyring, now: i64) -> Result<String, RepoError> {
-    let text = std::str::from_utf8(text)
-        .map_err(|_| SignatureError::Malformed("the clear-signed message is not UTF-8".into()))?;
-    // rpgp refuses text before the BEGIN line and after the signature block, as apt does
-    // since data outside the signed part was used to inject content (CVE-2013-1051 and
-    // apt's 1.0.9 / 1.4.9 InRelease splitting fixes).
-    let (msg, _headers) = CleartextSignedMessage::from_string(text)
-        .map_err(|e| SignatureError::Malformed(format!("not a clear-signed message: {e}")))?;
-    // The text the signatures cover: dash-escapes removed, CRLF line endings (RFC 9580 §7.1).
-    let signed = msg.signed_text();
-    check_signatures(msg.signatures(), signed.as_bytes(), keyring, now)?;
-    let mut text = signed.replace("\r\n", "\n");
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    Ok(text)
-}
 
-fn verify_detached_with(
-    data: &[u8],
-    sig: &[u8],
-    keyring: &Keyring,
-    now: i64,
-) -> Result<(), RepoError> {
-    let (parsed, _headers) = DetachedSignature::from_reader_many(sig)
-        .map_err(|e| SignatureError::Malformed(e.to_string()))?;
-    let signatures = parsed
-        .map(|s| s.map(|s| s.signature))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| SignatureError::Malformed(e.to_string()))?;
-    check_signatures(&signatures, data, keyring, now)?;
-    Ok(())
-}
-
-/// How a signature names its issuer, for messages.
-fn issuer_name(sig: &Signature) -> String {
-    if let Some(fp) = sig.issuer_fingerprint().first() {
-        format!("{fp:X}")
-    } else if let Some(id) = sig.issuer_key_id().first() {
-        id.to_string().to_ascii_uppercase()
-    } else {
-        "(unnamed)".into()
-    }
-}
-
-/// Whether `sig` names `key` as its issuer. `None` when it names no issuer at all.
-fn names_issuer(sig: &Signature, key: &impl KeyDetails) -> Option<bool> {
-    let fps = sig.issuer_fingerprint();
-    let ids = sig.issuer_key_id();
-    if fps.is_empty() && ids.is_empty() {
-        return None;
-    }
-    let fp = key.fingerprint();
-    let id = key.legacy_key_id();
-    Some(fps.iter().any(|f| **f == fp) || ids.iter().any(|i| **i == id))
-}
-
-fn seconds(d: pgp::types::Duration) -> i64 {
-    std::time::Duration::from(d).as_secs() as i64
-}
-
-fn created(sig: &Signature) -> i64 {
-    sig.created().map(|t| i64::from(t.as_secs())).unwrap_or(0)
-}
-
-/// A signature whose own expiration time (a hashed subpacket) has passed.
-fn signature_expired(sig: &Signature, now: i64) -> bool {
-    match sig.signature_expiration_time().map(seconds) {
-        Some(d) if d > 0 => created(sig) + d <= now,
-        _ => false,
-    }
-}
-
-/// Whether the hashed area has a Key Flags subpacket (without one, gpg lets a primary key
-/// sign).
-fn has_key_flags(sig: &Signature) -> bool {
-    sig.config().is_some_and(|c| {
-        c.hashed_subpackets()
-            .any(|p| matches!(p.data, SubpacketData::KeyFlags(_)))
-    })
-}
-
-/// When a key bound by `binding` expires, if it does.
-fn key_expiry(created_at: i64, binding: &Signature) -> Option<i64> {
-    match binding.key_expiration_time().map(seconds) {
-        Some(d) if d > 0 => Some(created_at + d),
-        _ => None,
-    }
-}
-
-fn newer<'a>(best: Option<&'a Signature>, sig: &'a Signature) -> Option<&'a Signature> {
-    match best {
-        Some(b) if created(b) >= created(sig) => Some(b),
-        _ => Some(sig),
-    }
-}
-
-/// Whether the primary key may be trusted now, as gpg judges it: not revoked, bound to a
-/// user ID or by a direct-key signature, not expired. Returns the newest self-signature.
-fn primary_validity(key: &SignedPublicKey, now: i64) -> Result<&Signature, String> {
-    let pk = &key.primary_key;
-    for sig in &key.details.revocation_signatures {
-        if names_issuer(sig, pk) != Some(false) && sig.verify_key(pk).is_ok() {
-            return Err("revoked".into());
-        }
-    }
-    let mut newest: Option<&Signature> = None;
-    for user in &key.details.users {
-        for sig in &user.signatures {
-            // Third-party certifications (Debian's keys carry many) are not self-signatures.
-            if sig.typ() == Some(SignatureType::CertRevocation)
-                || names_issuer(sig, pk) == Some(false)
-                || signature_expired(sig, now)
-            {
-                continue;
-            }
-            if sig.verify_certification(pk, Tag::UserId, &user.id).is_ok() {
-                newest = newer(newest, sig);
-            }
-        }
-    }
-    for sig in &key.details.direct_signatures {
-        if sig.typ() == Some(SignatureType::Key)
-            && names_issuer(sig, pk) != Some(false)
-            && !signature_expired(sig, now)
-            && sig.verify_key(pk).is_ok()
-        {
-            newest = newer(newest, sig);
-        }
-    }
-    let binding = newest.ok_or_else(|| "without a valid self-signature".to_owned())?;
-    if let Some(at) = key_expiry(i64::from(pk.created_at().as_secs()), binding) {
-        if now >= at {
-            return Err(format!("expired since {}", format_utc(at)));
-        }
-    }
-    Ok(binding)
-}
-
-/// Whether a subkey may sign now: bound by a valid binding signature that marks it for
-/// signing and carries a valid back-signature (RFC 9580 §5.2.1, 0x19), not expired, not
-/// revoked.
-fn subkey_validity(primary: &PublicKey, sub: &SignedPublicSubKey, now: i64) -> Result<(), String> {
-    for sig in &sub.signatures {
-        if sig.typ() == Some(SignatureType::SubkeyRevocation)
-            && sig.verify_subkey_binding(primary, &sub.key).is_ok()
-        {
-            return Err("revoked".into());
-        }
-    }
-    let mut newest: Option<&Signature> = None;
-    for sig in &sub.signatures {
-        if sig.typ() == Some(SignatureType::SubkeyBinding)
-            && !signature_expired(sig, now)
-            && sig.verify_subkey_binding(primary, &sub.key).is_ok()
-        {
-            newest = newer(newest, sig);
-        }
-    }
-    let binding = newest.ok_or_else(|| "not bound to its primary key".to_owned())?;
-    if !binding.key_flags().sign() {
-        return Err("not a signing subkey".into());
-    }
-    let backsig_ok = binding
-        .embedded_signature()
-        .is_some_and(|b| b.verify_primary_key_binding(&sub.key, primary).is_ok());
-    if !backsig_ok {
-        return Err("without a valid primary key binding signature".into());
-    }
-    if let Some(at) = key_expiry(i64::from(sub.key.created_at().as_secs()), binding) {
-        if now >= at {
-            return Err(format!("expired since {}", format_utc(at)));
-        }
-    }
-    Ok(())
-}
-
-/// The acceptance rule described in the module documentation.
-fn check_signatures(
-    signatures: &[Signature],
-    data: &[u8],
-    keyring: &Keyring,
-    now: i64,
-) -> Result<(), SignatureError> {
-    if signatures.is_empty() {
-        return Err(SignatureError::Malformed("no signature found".into()));
-    }
-    let mut good = false;
-    let mut problems: Vec<String> = Vec::new();
-    for sig in signatures {
-        let issuer = issuer_name(sig);
-        if !matches!(sig.typ(), Some(SignatureType::Binary | SignatureType::Text)) {
-            problems.push(format!("{issuer}: not a document signature"));
-            continue;
-        }
-        if matches!(
-            sig.hash_alg(),
-            Some(
-                HashAlgorithm::None
-                    | HashAlgorithm::Md5
-                    | HashAlgorithm::Sha1
-                    | HashAlgorithm::Ripemd160
-            ) | None
-        ) {
-            problems.push(format!("{issuer}: weak digest algorithm"));
-            continue;
-        }
-        if signature_expired(sig, now) {
-            problems.push(format!("{issuer}: the signature has expired"));
-            continue;
-        }
-        let mut candidate = false;
-        for key in &keyring.keys {
-            let pk = &key.primary_key;
-            let named = names_issuer(sig, pk);
-            if named != Some(false) {
-                candidate = true;
-                match sig.verify(pk, data) {
-                    Ok(()) => match primary_validity(key, now) {
-                        Ok(binding) if has_key_flags(binding) && !binding.key_flags().sign() => {
-                            problems.push(format!("{issuer}: key not marked for signing"))
-                        }
-                        Ok(_) => good = true,
-                        Err(why) => problems.push(format!("{issuer}: key {why}")),
-                    },
-                    Err(_) if named == Some(true) => {
-                        return Err(SignatureError::Bad { key: issuer });
-                    }
-                    Err(_) => {}
-                }
-            }
-            for sub in &key.public_subkeys {
-                let named = names_issuer(sig, &sub.key);
-                if named == Some(false) {
-                    continue;
-                }
-                candidate = true;
-                match sig.verify(&sub.key, data) {
-                    Ok(()) => {
-                        match primary_validity(key, now)
-                            .map(|_| ())
-                            .and_then(|()| subkey_validity(pk, sub, now))
-                        {
-                            Ok(()) => good = true,
-                            Err(why) => problems.push(format!("{issuer}: key {why}")),
-                        }
-                    }
-                    Err(_) if named == Some(true) => {
-                        return Err(SignatureError::Bad { key: issuer });
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
-        if !candidate {
-            problems.push(format!("{issuer}: key not in the keyring"));
-        }
-    }
-    if good {
-        return Ok(());
-    }
-    if problems.is_empty() {
-        problems.push("no signature verifies against the keyring".into());
-    }
-    Err(SignatureError::NoValidSignature {
-        details: problems.join("; "),
-    })
-}
+// ---------------------------------------------------------------------------------------
+// OpenPGP
+// ---------------------------------------------------------------------------------------
 
 // ---------------------------------------------------------------------------------------
 // sources.list and .sources
@@ -1460,6 +1103,7 @@ pub fn parse_deb822_sources(text: &str) -> Vec<SourceEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::packages::dates::civil_from_days;
     use std::time::Duration;
     use sha2::{Digest as _, Sha256};
     use std::io::Write as _;

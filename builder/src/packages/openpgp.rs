@@ -1,0 +1,523 @@
+//! OpenPGP for every package backend: where a key file is read, a pin is enforced and the keys to
+//! trust are chosen, and where signatures over repository metadata are verified.
+//!
+//! Key files are parsed with rpgp, whatever their form: binary (`gpg --export`, several keys
+//! concatenated) or ASCII armour with one or several `PUBLIC KEY BLOCK`s. A pin names a primary
+//! key's fingerprint (v4: 40 hex digits, v6: 64); only the pinned keys (with their subkeys) are
+//! kept, so only they verify the repository and only they go into the image's
+//! `/etc/apt/trusted.gpg.d/NAME.gpg` (which apt trusts for every source). Any other key in the
+//! file is dropped with a warning; a repository signed by a dropped key fails.
+//!
+//! Signatures ([`verify_clearsigned_with`], [`verify_detached_with`]) are verified with rpgp, which
+//! leaves policy to its caller; the policy here is gpgv's as apt uses it: a signature counts when
+//! it verifies against a primary key or signing subkey of the keyring that is bound by a valid
+//! self-signature, not expired and not revoked; a signature that names a keyring key but does not
+//! verify (gpgv's `BADSIG`) fails the whole file even when another signature is good; signatures
+//! by keys outside the keyring are ignored; MD5, SHA-1 and RIPEMD-160 digests are refused as apt
+//! refuses them (`methods/gpgv.cc`, "weak digest").
+use pgp::composed::{CleartextSignedMessage, Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey};
+use pgp::crypto::hash::HashAlgorithm;
+use pgp::packet::{PublicKey, Signature, SignatureType, SubpacketData};
+use pgp::types::{KeyDetails, Tag};
+use pgp::ser::Serialize as _;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::packages::dates::format_utc;
+
+const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
+const END: &str = "-----END PGP PUBLIC KEY BLOCK-----";
+
+/// Why a key file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot read the keyring: {0}")]
+    Unreadable(String),
+    #[error("the keyring holds no public key")]
+    Empty,
+}
+
+/// Every public key in `data`: binary packets, or every armoured block in it. A key rpgp cannot
+/// read is skipped with a warning (if it was the signer, verification fails and says so).
+pub fn parse(data: &[u8]) -> std::result::Result<Vec<SignedPublicKey>, KeyError> {
+    let start = data.iter().position(|b| !b.is_ascii_whitespace()).ok_or(KeyError::Empty)?;
+    let mut keys = Vec::new();
+    let mut push = |parsed: Box<dyn Iterator<Item = pgp::errors::Result<SignedPublicKey>> + '_>| {
+        for key in parsed {
+            match key {
+                Ok(k) => keys.push(k),
+                Err(e) => tracing::warn!("skipping a key of the keyring: {e}"),
+            }
+        }
+    };
+    // Every OpenPGP packet starts with a tag byte with the high bit set (RFC 9580 §4.2);
+    // anything else is taken for armour, which may have comment lines before it.
+    if data[start] & 0x80 != 0 {
+        push(SignedPublicKey::from_bytes_many(&data[start..]).map_err(|e| KeyError::Unreadable(e.to_string()))?);
+    } else {
+        let text = std::str::from_utf8(data).map_err(|_| KeyError::Unreadable("neither binary OpenPGP nor armour".into()))?;
+        if !text.contains(BEGIN) {
+            return Err(KeyError::Unreadable(format!("no `{BEGIN}` line")));
+        }
+        // rpgp reads one armour block per call; a `.asc` file may hold several.
+        let mut rest = text;
+        while let Some(b) = rest.find(BEGIN) {
+            let block = &rest[b..];
+            let e = block.find(END).ok_or_else(|| KeyError::Unreadable("an armoured key block has no END line".into()))? + END.len();
+            let (parsed, _headers) = SignedPublicKey::from_armor_many(&block.as_bytes()[..e]).map_err(|e| KeyError::Unreadable(e.to_string()))?;
+            push(parsed);
+            rest = &block[e..];
+        }
+    }
+    if keys.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    Ok(keys)
+}
+
+/// A primary key's fingerprint, upper-case hex: 40 digits for v4, 64 for v6.
+pub fn fingerprint(key: &SignedPublicKey) -> String {
+    format!("{:X}", key.primary_key.fingerprint())
+}
+
+/// The keys as one binary keyring, what `gpg --dearmor` writes and apt reads from
+/// `trusted.gpg.d/*.gpg`.
+pub fn to_binary(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for k in keys {
+        k.to_writer(&mut out).map_err(|e| Error::Unsupported(format!("writing key {}: {e}", fingerprint(k))))?;
+    }
+    Ok(out)
+}
+
+/// Every key of an armoured or binary key file as one binary keyring.
+pub fn dearmor(data: &[u8]) -> Result<Vec<u8>> {
+    let keys = parse(data).map_err(|e| Error::Unsupported(format!("{e}")))?;
+    to_binary(&keys)
+}
+
+/// A pin as written in a recipe: hex digits, spaces and a `0x` prefix allowed, 40 (v4) or 64 (v6)
+/// digits; upper-case without spaces, or `None` when it is not one.
+pub fn normalise_pin(pin: &str) -> Option<String> {
+    let hex: String = pin.trim().trim_start_matches("0x").chars().filter(|c| !c.is_whitespace()).collect();
+    ((hex.len() == 40 || hex.len() == 64) && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hex.to_ascii_uppercase())
+}
+
+/// What a repository trusts, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trusted {
+    pub repository: String,
+    /// Primary key fingerprints of the keys kept.
+    pub fingerprints: Vec<String>,
+    /// Where the keys came from: the recipe's `key_url`, or a `--keyring` file.
+    pub source: String,
+    /// `pinned` (the recipe's fingerprint matched), `keyring` (a file the user named) or
+    /// `first-use` (downloaded, nothing to check it against).
+    pub trust: &'static str,
+    /// Keys of the file that the pin does not name: not trusted, not written to the image.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+}
+
+/// The keys of `data` to trust: with a pin, only the key(s) whose primary fingerprint it names
+/// (an error listing what the file holds when none does); without one, all of them.
+pub fn select(data: &[u8], pin: Option<&str>, what: &str) -> Result<(Vec<SignedPublicKey>, Vec<String>)> {
+    let keys = parse(data).map_err(|e| Error::Unsupported(format!("{what}: {e}")))?;
+    let Some(pin) = pin else { return Ok((keys, Vec::new())) };
+    let want = normalise_pin(pin).ok_or_else(|| Error::Unsupported(format!("{what}: the pin `{pin}` is not a key fingerprint (40 hex digits for a v4 key, 64 for v6)")))?;
+    let (kept, other): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| fingerprint(k) == want);
+    let dropped: Vec<String> = other.iter().map(fingerprint).collect();
+    if kept.is_empty() {
+        return Err(Error::Unsupported(format!("{what} holds key {}, but the recipe pins {want}", dropped.join(", "))));
+    }
+    for d in &dropped {
+        tracing::warn!("{what} also holds key {d}, which the recipe does not pin: dropped (not trusted, not added to the image)");
+    }
+    Ok((kept, dropped))
+}
+
+// ---------------------------------------------------------------------------------------
+// Signatures
+// ---------------------------------------------------------------------------------------
+
+/// Why an OpenPGP signature was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureError {
+    #[error("cannot read the keyring: {0}")]
+    Keyring(String),
+
+    #[error("the keyring holds no public key")]
+    EmptyKeyring,
+
+    #[error("malformed signature: {0}")]
+    Malformed(String),
+
+    /// gpgv's `BADSIG`: the signature names a key of the keyring but does not verify.
+    #[error("signature by key {key} does not match the signed data")]
+    Bad { key: String },
+
+    #[error("no valid signature by a key in the keyring ({details})")]
+    NoValidSignature { details: String },
+}
+
+/// The public keys of a keyring file.
+pub struct Keyring {
+    pub keys: Vec<SignedPublicKey>,
+}
+
+impl Keyring {
+    /// Reads a binary keyring (`gpg --export`, several keys concatenated) or one or more
+    /// ASCII-armoured key blocks ([`parse`]).
+    pub fn load(data: &[u8]) -> Result<Self, SignatureError> {
+        match parse(data) {
+            Ok(keys) => Ok(Keyring { keys }),
+            Err(KeyError::Empty) => Err(SignatureError::EmptyKeyring),
+            Err(KeyError::Unreadable(why)) => Err(SignatureError::Keyring(why)),
+        }
+    }
+}
+
+/// Verifies a clear-signed message (an `InRelease` file) against `keyring` at time `now` and
+/// returns the signed text only, with LF line endings.
+pub fn verify_clearsigned_with(text: &[u8], keyring: &Keyring, now: i64) -> Result<String, SignatureError> {
+    let text = std::str::from_utf8(text)
+        .map_err(|_| SignatureError::Malformed("the clear-signed message is not UTF-8".into()))?;
+    // rpgp refuses text before the BEGIN line and after the signature block, as apt does
+    // since data outside the signed part was used to inject content (CVE-2013-1051 and
+    // apt's 1.0.9 / 1.4.9 InRelease splitting fixes).
+    let (msg, _headers) = CleartextSignedMessage::from_string(text)
+        .map_err(|e| SignatureError::Malformed(format!("not a clear-signed message: {e}")))?;
+    // The text the signatures cover: dash-escapes removed, CRLF line endings (RFC 9580 §7.1).
+    let signed = msg.signed_text();
+    check_signatures(msg.signatures(), signed.as_bytes(), keyring, now)?;
+    let mut text = signed.replace("\r\n", "\n");
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// Verifies a detached signature (`Release.gpg`, armoured or binary) over `data` at time `now`.
+pub fn verify_detached_with(
+    data: &[u8],
+    sig: &[u8],
+    keyring: &Keyring,
+    now: i64,
+) -> Result<(), SignatureError> {
+    let (parsed, _headers) = DetachedSignature::from_reader_many(sig)
+        .map_err(|e| SignatureError::Malformed(e.to_string()))?;
+    let signatures = parsed
+        .map(|s| s.map(|s| s.signature))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| SignatureError::Malformed(e.to_string()))?;
+    check_signatures(&signatures, data, keyring, now)?;
+    Ok(())
+}
+
+/// How a signature names its issuer, for messages.
+fn issuer_name(sig: &Signature) -> String {
+    if let Some(fp) = sig.issuer_fingerprint().first() {
+        format!("{fp:X}")
+    } else if let Some(id) = sig.issuer_key_id().first() {
+        id.to_string().to_ascii_uppercase()
+    } else {
+        "(unnamed)".into()
+    }
+}
+
+/// Whether `sig` names `key` as its issuer. `None` when it names no issuer at all.
+fn names_issuer(sig: &Signature, key: &impl KeyDetails) -> Option<bool> {
+    let fps = sig.issuer_fingerprint();
+    let ids = sig.issuer_key_id();
+    if fps.is_empty() && ids.is_empty() {
+        return None;
+    }
+    let fp = key.fingerprint();
+    let id = key.legacy_key_id();
+    Some(fps.iter().any(|f| **f == fp) || ids.iter().any(|i| **i == id))
+}
+
+fn seconds(d: pgp::types::Duration) -> i64 {
+    std::time::Duration::from(d).as_secs() as i64
+}
+
+fn created(sig: &Signature) -> i64 {
+    sig.created().map(|t| i64::from(t.as_secs())).unwrap_or(0)
+}
+
+/// A signature whose own expiration time (a hashed subpacket) has passed.
+fn signature_expired(sig: &Signature, now: i64) -> bool {
+    match sig.signature_expiration_time().map(seconds) {
+        Some(d) if d > 0 => created(sig) + d <= now,
+        _ => false,
+    }
+}
+
+/// Whether the hashed area has a Key Flags subpacket (without one, gpg lets a primary key
+/// sign).
+fn has_key_flags(sig: &Signature) -> bool {
+    sig.config().is_some_and(|c| {
+        c.hashed_subpackets()
+            .any(|p| matches!(p.data, SubpacketData::KeyFlags(_)))
+    })
+}
+
+/// When a key bound by `binding` expires, if it does.
+fn key_expiry(created_at: i64, binding: &Signature) -> Option<i64> {
+    match binding.key_expiration_time().map(seconds) {
+        Some(d) if d > 0 => Some(created_at + d),
+        _ => None,
+    }
+}
+
+fn newer<'a>(best: Option<&'a Signature>, sig: &'a Signature) -> Option<&'a Signature> {
+    match best {
+        Some(b) if created(b) >= created(sig) => Some(b),
+        _ => Some(sig),
+    }
+}
+
+/// Whether the primary key may be trusted now, as gpg judges it: not revoked, bound to a
+/// user ID or by a direct-key signature, not expired. Returns the newest self-signature.
+fn primary_validity(key: &SignedPublicKey, now: i64) -> Result<&Signature, String> {
+    let pk = &key.primary_key;
+    for sig in &key.details.revocation_signatures {
+        if names_issuer(sig, pk) != Some(false) && sig.verify_key(pk).is_ok() {
+            return Err("revoked".into());
+        }
+    }
+    let mut newest: Option<&Signature> = None;
+    for user in &key.details.users {
+        for sig in &user.signatures {
+            // Third-party certifications (Debian's keys carry many) are not self-signatures.
+            if sig.typ() == Some(SignatureType::CertRevocation)
+                || names_issuer(sig, pk) == Some(false)
+                || signature_expired(sig, now)
+            {
+                continue;
+            }
+            if sig.verify_certification(pk, Tag::UserId, &user.id).is_ok() {
+                newest = newer(newest, sig);
+            }
+        }
+    }
+    for sig in &key.details.direct_signatures {
+        if sig.typ() == Some(SignatureType::Key)
+            && names_issuer(sig, pk) != Some(false)
+            && !signature_expired(sig, now)
+            && sig.verify_key(pk).is_ok()
+        {
+            newest = newer(newest, sig);
+        }
+    }
+    let binding = newest.ok_or_else(|| "without a valid self-signature".to_owned())?;
+    if let Some(at) = key_expiry(i64::from(pk.created_at().as_secs()), binding) {
+        if now >= at {
+            return Err(format!("expired since {}", format_utc(at)));
+        }
+    }
+    Ok(binding)
+}
+
+/// Whether a subkey may sign now: bound by a valid binding signature that marks it for
+/// signing and carries a valid back-signature (RFC 9580 §5.2.1, 0x19), not expired, not
+/// revoked.
+fn subkey_validity(primary: &PublicKey, sub: &SignedPublicSubKey, now: i64) -> Result<(), String> {
+    for sig in &sub.signatures {
+        if sig.typ() == Some(SignatureType::SubkeyRevocation)
+            && sig.verify_subkey_binding(primary, &sub.key).is_ok()
+        {
+            return Err("revoked".into());
+        }
+    }
+    let mut newest: Option<&Signature> = None;
+    for sig in &sub.signatures {
+        if sig.typ() == Some(SignatureType::SubkeyBinding)
+            && !signature_expired(sig, now)
+            && sig.verify_subkey_binding(primary, &sub.key).is_ok()
+        {
+            newest = newer(newest, sig);
+        }
+    }
+    let binding = newest.ok_or_else(|| "not bound to its primary key".to_owned())?;
+    if !binding.key_flags().sign() {
+        return Err("not a signing subkey".into());
+    }
+    let backsig_ok = binding
+        .embedded_signature()
+        .is_some_and(|b| b.verify_primary_key_binding(&sub.key, primary).is_ok());
+    if !backsig_ok {
+        return Err("without a valid primary key binding signature".into());
+    }
+    if let Some(at) = key_expiry(i64::from(sub.key.created_at().as_secs()), binding) {
+        if now >= at {
+            return Err(format!("expired since {}", format_utc(at)));
+        }
+    }
+    Ok(())
+}
+
+/// The acceptance rule described in the module documentation.
+fn check_signatures(
+    signatures: &[Signature],
+    data: &[u8],
+    keyring: &Keyring,
+    now: i64,
+) -> Result<(), SignatureError> {
+    if signatures.is_empty() {
+        return Err(SignatureError::Malformed("no signature found".into()));
+    }
+    let mut good = false;
+    let mut problems: Vec<String> = Vec::new();
+    for sig in signatures {
+        let issuer = issuer_name(sig);
+        if !matches!(sig.typ(), Some(SignatureType::Binary | SignatureType::Text)) {
+            problems.push(format!("{issuer}: not a document signature"));
+            continue;
+        }
+        if matches!(
+            sig.hash_alg(),
+            Some(
+                HashAlgorithm::None
+                    | HashAlgorithm::Md5
+                    | HashAlgorithm::Sha1
+                    | HashAlgorithm::Ripemd160
+            ) | None
+        ) {
+            problems.push(format!("{issuer}: weak digest algorithm"));
+            continue;
+        }
+        if signature_expired(sig, now) {
+            problems.push(format!("{issuer}: the signature has expired"));
+            continue;
+        }
+        let mut candidate = false;
+        for key in &keyring.keys {
+            let pk = &key.primary_key;
+            let named = names_issuer(sig, pk);
+            if named != Some(false) {
+                candidate = true;
+                match sig.verify(pk, data) {
+                    Ok(()) => match primary_validity(key, now) {
+                        Ok(binding) if has_key_flags(binding) && !binding.key_flags().sign() => {
+                            problems.push(format!("{issuer}: key not marked for signing"))
+                        }
+                        Ok(_) => good = true,
+                        Err(why) => problems.push(format!("{issuer}: key {why}")),
+                    },
+                    Err(_) if named == Some(true) => {
+                        return Err(SignatureError::Bad { key: issuer });
+                    }
+                    Err(_) => {}
+                }
+            }
+            for sub in &key.public_subkeys {
+                let named = names_issuer(sig, &sub.key);
+                if named == Some(false) {
+                    continue;
+                }
+                candidate = true;
+                match sig.verify(&sub.key, data) {
+                    Ok(()) => {
+                        match primary_validity(key, now)
+                            .map(|_| ())
+                            .and_then(|()| subkey_validity(pk, sub, now))
+                        {
+                            Ok(()) => good = true,
+                            Err(why) => problems.push(format!("{issuer}: key {why}")),
+                        }
+                    }
+                    Err(_) if named == Some(true) => {
+                        return Err(SignatureError::Bad { key: issuer });
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        if !candidate {
+            problems.push(format!("{issuer}: key not in the keyring"));
+        }
+    }
+    if good {
+        return Ok(());
+    }
+    if problems.is_empty() {
+        problems.push("no signature verifies against the keyring".into());
+    }
+    Err(SignatureError::NoValidSignature {
+        details: problems.join("; "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// Keys made by gpg in a throwaway home: (armoured public key, fingerprint) for each name.
+    fn gpg_keys(names: &[&str], algo: &str) -> Option<Vec<(String, String)>> {
+        let home = tempfile::tempdir().unwrap();
+        let gpg = |args: &[&str]| Command::new("gpg").arg("--homedir").arg(home.path()).args(["--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]).args(args).output().ok();
+        let mut out = Vec::new();
+        for n in names {
+            let o = gpg(&["--quick-gen-key", &format!("{n} <{n}@erdma-kit.invalid>"), algo, "sign", "never"])?;
+            if !o.status.success() {
+                return None;
+            }
+            let list = gpg(&["--with-colons", "--fingerprint", &format!("{n}@erdma-kit.invalid")])?;
+            let text = String::from_utf8_lossy(&list.stdout).into_owned();
+            let fpr = text.lines().find(|l| l.starts_with("fpr:"))?.split(':').nth(9)?.to_string();
+            let armoured = gpg(&["--armor", "--export", &format!("{n}@erdma-kit.invalid")])?;
+            out.push((String::from_utf8(armoured.stdout).ok()?, fpr));
+        }
+        Some(out)
+    }
+
+    #[test]
+    fn every_block_and_every_binary_key_is_read() {
+        let Some(keys) = gpg_keys(&["one", "two"], "ed25519") else {
+            assert!(std::env::var_os("CI").is_none(), "gpg is needed");
+            return;
+        };
+        let both = format!("{}\n{}", keys[0].0, keys[1].0);
+        let parsed = parse(both.as_bytes()).unwrap();
+        assert_eq!(parsed.iter().map(fingerprint).collect::<Vec<_>>(), [keys[0].1.clone(), keys[1].1.clone()]);
+        // Binary keyrings (what dearmor writes) read back to the same keys.
+        let binary = dearmor(both.as_bytes()).unwrap();
+        assert_eq!(parse(&binary).unwrap().iter().map(fingerprint).collect::<Vec<_>>(), [keys[0].1.clone(), keys[1].1.clone()]);
+        assert!(matches!(parse(b"  \n"), Err(KeyError::Empty)));
+        assert!(parse(b"hello").is_err());
+    }
+
+    #[test]
+    fn a_pin_keeps_only_its_key() {
+        let Some(keys) = gpg_keys(&["pinned", "intruder"], "ed25519") else {
+            assert!(std::env::var_os("CI").is_none(), "gpg is needed");
+            return;
+        };
+        let both = format!("{}\n{}", keys[0].0, keys[1].0);
+        let (kept, dropped) = select(both.as_bytes(), Some(&keys[0].1.to_lowercase()), "key").unwrap();
+        assert_eq!(kept.iter().map(fingerprint).collect::<Vec<_>>(), [keys[0].1.clone()]);
+        assert_eq!(dropped, [keys[1].1.clone()]);
+        // No pin: all of them.
+        assert_eq!(select(both.as_bytes(), None, "key").unwrap().0.len(), 2);
+        // A pin no key matches names what the file holds.
+        let e = select(keys[1].0.as_bytes(), Some(&keys[0].1), "key of repository `x`").unwrap_err().to_string();
+        assert!(e.contains(&keys[1].1) && e.contains(&keys[0].1), "{e}");
+        let e = select(both.as_bytes(), Some("1234"), "key").unwrap_err().to_string();
+        assert!(e.contains("not a key fingerprint"), "{e}");
+    }
+
+    #[test]
+    fn v6_keys_are_pinned_by_their_64_digit_fingerprint() {
+        // RFC 9580 Annex A.3's sample v6 certificate (testdata/keys/README.md): gpg 2.2 makes no v6 keys.
+        let cert = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/keys/rfc9580-v6-sample.pub.asc")).unwrap();
+        const FP: &str = "CB186C4F0609A697E4D52DFA6C722B0C1F1E27C18A56708F6525EC27BAD9ACC9";
+        assert_eq!(parse(&cert).unwrap().iter().map(fingerprint).collect::<Vec<_>>(), [FP]);
+        assert_eq!(select(&cert, Some(&format!("0x{}", FP.to_lowercase())), "key").unwrap().0.len(), 1);
+        // The v4-length prefix of it is no pin for it.
+        assert!(select(&cert, Some(&FP[..40]), "key").is_err());
+        // Round trip through the binary form the image gets.
+        assert_eq!(fingerprint(&parse(&dearmor(&cert).unwrap()).unwrap()[0]), FP);
+    }
+}
