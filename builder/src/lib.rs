@@ -16,6 +16,7 @@
 pub mod build;
 pub mod check;
 pub mod cli;
+pub mod dates;
 pub mod distro;
 pub mod env_presets;
 pub mod error;

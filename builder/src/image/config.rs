@@ -54,20 +54,10 @@ pub fn parse_env(s: &str) -> Result<(String, String)> {
     }
 }
 
-/// RFC 3339 UTC for a Unix time, without pulling in a date crate.
+/// RFC 3339 UTC for a Unix time.
 pub fn rfc3339(epoch: u64) -> String {
-    let days = (epoch / 86_400) as i64;
+    let (y, m, d) = crate::dates::civil_from_days((epoch / 86_400) as i64);
     let secs = epoch % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
 }
 

@@ -2,9 +2,8 @@
 //!
 //! `apt` is the one backend today; an `rpm` backend slots in beside it. What every backend
 //! needs lives here, once, below them: OpenPGP keys, pins and signature verification
-//! ([`openpgp`]), UTC dates ([`dates`]), and NCCL's build selection ([`nccl`]).
+//! ([`openpgp`]) and NCCL's build selection ([`nccl`]).
 pub mod apt;
-pub mod dates;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 pub mod openpgp;

@@ -23,7 +23,7 @@ use pgp::ser::Serialize as _;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::packages::dates::format_utc;
+use crate::dates::format_utc;
 
 const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
 const END: &str = "-----END PGP PUBLIC KEY BLOCK-----";

@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 use super::deb822::{self, Deb822Error, Paragraph};
 use super::index;
 use crate::http::{Client, Failed, HttpError, RETRIES};
-use crate::packages::dates::{days_from_civil, format_utc, now};
+use crate::dates::{days_from_civil, format_utc, now};
 pub use crate::packages::openpgp::SignatureError;
 use crate::packages::openpgp::{verify_clearsigned_with, verify_detached_with, Keyring};
 
@@ -1103,7 +1103,7 @@ pub fn parse_deb822_sources(text: &str) -> Vec<SourceEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packages::dates::civil_from_days;
+    use crate::dates::civil_from_days;
     use std::time::Duration;
     use sha2::{Digest as _, Sha256};
     use std::io::Write as _;

@@ -1,4 +1,5 @@
-//! UTC dates as package metadata and signatures carry them, without a date crate.
+//! UTC dates as image configs, package metadata and signatures carry them, without a date crate:
+//! a leaf below the image machinery and the package backends.
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Seconds since the Unix epoch, now.
