@@ -366,7 +366,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         };
         let inputs = AptInputs {
             http: &http,
-            recipe,
+            target: recipe.target(),
             arch,
             mirrors: &opts.mirrors,
             repo_urls: &opts.repo_urls,

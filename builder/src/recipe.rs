@@ -11,6 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::distro::{cmp_release, FamilyRelease, OsRelease};
+pub use crate::packages::{Packages, Repository};
 use crate::error::{Error, Result};
 
 /// The family files in `recipes/`, compiled in: each holds what a family's releases share and,
@@ -143,45 +144,6 @@ pub enum Backend {
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Repository {
-    pub name: String,
-    /// Mirrors in order of preference; the first goes into the image's source list.
-    /// Empty when `from_base` is set.
-    #[serde(default)]
-    pub urls: Vec<String>,
-    /// Use the archive the base image is configured with (its own sources.list).
-    #[serde(default)]
-    pub from_base: bool,
-    #[serde(default)]
-    pub suite: Option<String>,
-    #[serde(default)]
-    pub components: Vec<String>,
-    #[serde(default)]
-    pub key_url: Option<String>,
-    /// Pinned OpenPGP v4 fingerprint of the repository key (40 hex digits).
-    #[serde(default)]
-    pub fingerprint: Option<String>,
-    /// NVIDIA's CUDA repository: read (and added to the image) only with `--nccl`, and the
-    /// only origin NCCL is taken from. `{nvarch}` in its URLs is NVIDIA's name for the
-    /// architecture (`x86_64`, `sbsa`).
-    #[serde(default)]
-    pub nccl: bool,
-}
-
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Packages {
-    #[serde(default)]
-    pub install: Vec<String>,
-    #[serde(default)]
-    pub remove: Vec<String>,
-    /// Files removed (whited out) from the image, such as Mellanox's apt source.
-    #[serde(default)]
-    pub remove_files: Vec<String>,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct PlainFile {
     pub path: String,
     pub content: String,
@@ -249,9 +211,21 @@ impl Recipe {
         r
     }
 
+    /// What the package backends read of this recipe.
+    pub fn target(&self) -> crate::packages::Target<'_> {
+        crate::packages::Target {
+            recipe: &self.name,
+            repositories: &self.repositories,
+            packages: &self.packages,
+            distro_id: &self.distro.id,
+            codename: self.distro.codename.as_deref(),
+            pretty: &self.distro.pretty,
+        }
+    }
+
     /// Names of the repositories NCCL may come from.
     pub fn nccl_repositories(&self) -> Vec<&str> {
-        self.repositories.iter().filter(|r| r.nccl).map(|r| r.name.as_str()).collect()
+        self.target().nccl_repositories()
     }
 
     /// A built-in recipe by name, or a recipe file when `name` is a path.

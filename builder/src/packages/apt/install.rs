@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::image::layer::{Entry, EntryKind, LayerContents};
 use crate::packages::nccl;
 use crate::progress::Reporter;
-use crate::recipe::Recipe;
+use crate::packages::Target;
 
 /// Files of the base image, read as a container would see them.
 pub trait BaseFiles: Sync {
@@ -37,7 +37,8 @@ const MAX_STATUS: u64 = 64 << 20;
 pub struct AptInputs<'a> {
     /// The one client for repositories and packages.
     pub http: &'a crate::http::Client,
-    pub recipe: &'a Recipe,
+    /// The recipe's repositories, packages and release.
+    pub target: Target<'a>,
     /// Debian architecture of the image (`amd64`, `arm64`).
     pub arch: &'a str,
     /// `--mirror [FROM=]URL`: stand-ins for the base's archive URLs (`from_base` repositories).
@@ -194,8 +195,8 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
     let mut install: Vec<String> = Vec::new();
     let mut replace: Vec<String> = Vec::new();
     if inputs.recipe_packages {
-        install.extend(inputs.recipe.packages.install.iter().cloned());
-        replace.extend(inputs.recipe.packages.remove.iter().cloned());
+        install.extend(inputs.target.packages.install.iter().cloned());
+        replace.extend(inputs.target.packages.remove.iter().cloned());
     }
     install.extend(inputs.extra.iter().cloned());
     for arg in inputs.local {
@@ -249,9 +250,9 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
 /// The `libnccl2` version for `want`, from the recipe's NCCL repositories only: a distro's
 /// own `libnccl2` (Ubuntu 24.04's 2.18.3) never counts, whatever its version.
 fn nccl_version(inputs: &AptInputs<'_>, want: &NcclRequest, available: &[IndexedPackage], ranges: &[(String, std::ops::Range<usize>)]) -> Result<String> {
-    let names = inputs.recipe.nccl_repositories();
+    let names = inputs.target.nccl_repositories();
     if names.is_empty() {
-        return Err(Error::Unsupported(format!("recipe {} names no NCCL repository (`nccl = true`)", inputs.recipe.name)));
+        return Err(Error::Unsupported(format!("recipe {} names no NCCL repository (`nccl = true`)", inputs.target.recipe)));
     }
     let versions = ranges
         .iter()
@@ -266,7 +267,7 @@ fn nccl_version(inputs: &AptInputs<'_>, want: &NcclRequest, available: &[Indexed
 /// The repositories to read, each with its mirrors in order.
 fn repo_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
     let mut out = Vec::new();
-    for r in &inputs.recipe.repositories {
+    for r in inputs.target.repositories {
         if r.from_base {
             out.extend(base_specs(inputs, base)?);
             continue;
@@ -319,15 +320,15 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
     let everywhere = Mirror::everywhere(inputs.mirrors);
     if entries.is_empty() {
         // Slimmed images delete their lists: with --mirror, read the release's main suite.
-        let distro = &inputs.recipe.distro;
-        let (Some(m), Some(codename)) = (everywhere, distro.codename.as_ref()) else {
+        let t = &inputs.target;
+        let (Some(m), Some(codename)) = (everywhere, t.codename) else {
             return Err(Error::Unsupported(format!(
                 "the base image configures no apt repository (its /etc/apt/sources.list and sources.list.d list none); hint: pass --mirror URL, the {} archive to install from",
-                if distro.pretty.is_empty() { "distribution's" } else { &distro.pretty }
+                if t.pretty.is_empty() { "distribution's" } else { t.pretty }
             )));
         };
-        let components = if distro.id == "ubuntu" { vec!["main".to_string(), "universe".to_string()] } else { vec!["main".to_string()] };
-        entries.push(SourceEntry { types: vec!["deb".into()], uris: vec![m.to.clone()], suites: vec![codename.clone()], components, signed_by: None, arch: None, trusted: false });
+        let components = if t.distro_id == "ubuntu" { vec!["main".to_string(), "universe".to_string()] } else { vec!["main".to_string()] };
+        entries.push(SourceEntry { types: vec!["deb".into()], uris: vec![m.to.clone()], suites: vec![codename.to_string()], components, signed_by: None, arch: None, trusted: false });
     }
     let default_keys = trusted_keys(base)?;
     let mut out = Vec::new();
@@ -351,7 +352,7 @@ fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(Strin
             // -updates, -security, -backports); FROM=URL for the sources at FROM, whatever
             // they are. Other repositories the base lists (NVIDIA's flat `deb URL /`) keep
             // their own URLs.
-            let ours = inputs.recipe.distro.codename.as_deref().is_none_or(|c| suite == c || suite.starts_with(&format!("{c}-")));
+            let ours = inputs.target.codename.is_none_or(|c| suite == c || suite.starts_with(&format!("{c}-")));
             let mut uris: Vec<String> = e.uris.iter().map(|u| Mirror::for_uri(inputs.mirrors, u, ours).unwrap_or(u).to_string()).collect();
             uris.dedup();
             let specs = uris
