@@ -98,6 +98,9 @@ pub enum Error {
     TokenExchange { registry: String, url: String, reason: String },
 
     #[error(transparent)]
+    Key(#[from] crate::packages::openpgp::KeyError),
+
+    #[error(transparent)]
     Repo(#[from] crate::packages::apt::repo::RepoError),
 
     #[error(transparent)]

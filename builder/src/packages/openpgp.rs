@@ -22,7 +22,6 @@ use pgp::types::{KeyDetails, Tag};
 use pgp::ser::Serialize as _;
 use serde::Serialize;
 
-use crate::error::{Error, Result};
 use crate::dates::format_utc;
 
 const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
@@ -35,11 +34,22 @@ pub enum KeyError {
     Unreadable(String),
     #[error("the keyring holds no public key")]
     Empty,
+    /// A key file that cannot be used, with what it was for.
+    #[error("{what}: {reason}")]
+    Unusable { what: String, reason: String },
+    #[error("{what}: the pin `{pin}` is not a key fingerprint (40 hex digits for a v4 key, 64 for v6)")]
+    BadPin { what: String, pin: String },
+    #[error("{what} holds key {held}, but the recipe pins {pin}")]
+    PinMismatch { what: String, held: String, pin: String },
+    #[error("writing key {fingerprint}: {reason}")]
+    Write { fingerprint: String, reason: String },
 }
+
+type Result<T, E = KeyError> = std::result::Result<T, E>;
 
 /// Every public key in `data`: binary packets, or every armoured block in it. A key rpgp cannot
 /// read is skipped with a warning (if it was the signer, verification fails and says so).
-pub fn parse(data: &[u8]) -> std::result::Result<Vec<SignedPublicKey>, KeyError> {
+pub fn parse(data: &[u8]) -> Result<Vec<SignedPublicKey>> {
     let start = data.iter().position(|b| !b.is_ascii_whitespace()).ok_or(KeyError::Empty)?;
     let mut keys = Vec::new();
     let mut push = |parsed: Box<dyn Iterator<Item = pgp::errors::Result<SignedPublicKey>> + '_>| {
@@ -85,15 +95,14 @@ pub fn fingerprint(key: &SignedPublicKey) -> String {
 pub fn to_binary(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for k in keys {
-        k.to_writer(&mut out).map_err(|e| Error::Unsupported(format!("writing key {}: {e}", fingerprint(k))))?;
+        k.to_writer(&mut out).map_err(|e| KeyError::Write { fingerprint: fingerprint(k), reason: e.to_string() })?;
     }
     Ok(out)
 }
 
 /// Every key of an armoured or binary key file as one binary keyring.
 pub fn dearmor(data: &[u8]) -> Result<Vec<u8>> {
-    let keys = parse(data).map_err(|e| Error::Unsupported(format!("{e}")))?;
-    to_binary(&keys)
+    to_binary(&parse(data)?)
 }
 
 /// A pin as written in a recipe: hex digits, spaces and a `0x` prefix allowed, 40 (v4) or 64 (v6)
@@ -122,13 +131,13 @@ pub struct Trusted {
 /// The keys of `data` to trust: with a pin, only the key(s) whose primary fingerprint it names
 /// (an error listing what the file holds when none does); without one, all of them.
 pub fn select(data: &[u8], pin: Option<&str>, what: &str) -> Result<(Vec<SignedPublicKey>, Vec<String>)> {
-    let keys = parse(data).map_err(|e| Error::Unsupported(format!("{what}: {e}")))?;
+    let keys = parse(data).map_err(|e| KeyError::Unusable { what: what.to_string(), reason: e.to_string() })?;
     let Some(pin) = pin else { return Ok((keys, Vec::new())) };
-    let want = normalise_pin(pin).ok_or_else(|| Error::Unsupported(format!("{what}: the pin `{pin}` is not a key fingerprint (40 hex digits for a v4 key, 64 for v6)")))?;
+    let want = normalise_pin(pin).ok_or_else(|| KeyError::BadPin { what: what.to_string(), pin: pin.to_string() })?;
     let (kept, other): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| fingerprint(k) == want);
     let dropped: Vec<String> = other.iter().map(fingerprint).collect();
     if kept.is_empty() {
-        return Err(Error::Unsupported(format!("{what} holds key {}, but the recipe pins {want}", dropped.join(", "))));
+        return Err(KeyError::PinMismatch { what: what.to_string(), held: dropped.join(", "), pin: want });
     }
     for d in &dropped {
         tracing::warn!("{what} also holds key {d}, which the recipe does not pin: dropped (not trusted, not added to the image)");
@@ -173,6 +182,8 @@ impl Keyring {
             Ok(keys) => Ok(Keyring { keys }),
             Err(KeyError::Empty) => Err(SignatureError::EmptyKeyring),
             Err(KeyError::Unreadable(why)) => Err(SignatureError::Keyring(why)),
+            // parse() makes only the two above.
+            Err(other) => Err(SignatureError::Keyring(other.to_string())),
         }
     }
 }

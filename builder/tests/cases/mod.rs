@@ -1,4 +1,5 @@
 //! Product tests: `erdma-build` run as a user runs it, against real registries, skopeo and docker.
+mod architecture;
 mod auth;
 mod check;
 mod errors;

@@ -1,0 +1,112 @@
+//! The builder's shape, checked: no import circles between its modules, and the layers import
+//! only what is below them (README, "Where things are"). Read from the sources as text, code
+//! only (comments and `#[cfg(test)]` modules left out).
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Module path (`image::source`) -> the `crate::…` paths its code names.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().and_then(|x| x.to_str()) != Some("rs") {
+                continue;
+            }
+            let rel = p.strip_prefix(&src).unwrap().with_extension("");
+            let module = rel.to_string_lossy().trim_end_matches("/mod").replace('/', "::");
+            if module == "main" || module == "lib" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            let mut paths = BTreeSet::new();
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                let mut rest = line;
+                while let Some(i) = rest.find("crate::") {
+                    rest = &rest[i + 7..];
+                    let path: String = rest.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_' || *c == ':').collect();
+                    paths.insert(path.trim_end_matches(':').to_string());
+                }
+            }
+            out.insert(module, paths);
+        }
+    }
+    out
+}
+
+/// The module a `crate::` path names: its longest prefix that is a module.
+fn module_of<'a>(path: &str, modules: &'a BTreeMap<String, BTreeSet<String>>) -> Option<&'a str> {
+    let parts: Vec<&str> = path.split("::").collect();
+    (1..=parts.len()).rev().map(|k| parts[..k].join("::")).find_map(|c| modules.get_key_value(&c).map(|(k, _)| k.as_str()))
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let modules = imports();
+    let mut g = BTreeMap::new();
+    for (m, paths) in &modules {
+        let deps: BTreeSet<String> = paths.iter().filter_map(|p| module_of(p, &modules)).filter(|d| d != m && !m.starts_with(&format!("{d}::"))).map(str::to_string).collect();
+        g.insert(m.clone(), deps);
+    }
+    g
+}
+
+#[test]
+fn no_import_circles() {
+    let g = graph();
+    assert!(g.contains_key("image::source") && g.contains_key("packages::apt::install"), "{:?}", g.keys());
+    // Depth-first search; a module met again while still on the path closes a circle.
+    fn visit(m: &str, g: &BTreeMap<String, BTreeSet<String>>, path: &mut Vec<String>, done: &mut BTreeSet<String>, found: &mut Vec<String>) {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            found.push(format!("{} -> {m}", path[i..].join(" -> ")));
+            return;
+        }
+        if !done.insert(m.to_string()) {
+            return;
+        }
+        path.push(m.to_string());
+        for d in g.get(m).into_iter().flatten() {
+            visit(d, g, path, done, found);
+        }
+        path.pop();
+    }
+    let mut found = Vec::new();
+    let mut done = BTreeSet::new();
+    for m in g.keys() {
+        visit(m, &g, &mut Vec::new(), &mut done, &mut found);
+    }
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn layers_import_only_what_is_below_them() {
+    let g = graph();
+    // The leaves every layer may use.
+    let leaves = ["error", "progress", "dates"];
+    for (m, deps) in &g {
+        let allowed = |d: &str| -> bool {
+            if leaves.contains(&d) {
+                return true;
+            }
+            if m.starts_with("image") {
+                // The image machinery: nothing above it.
+                d.starts_with("image")
+            } else if m.starts_with("packages") {
+                // Package backends: each other, the image machinery, HTTP; never recipes or builds.
+                d.starts_with("packages") || d.starts_with("image") || d == "http"
+            } else {
+                true
+            }
+        };
+        let bad: Vec<&String> = deps.iter().filter(|d| !allowed(d)).collect();
+        assert!(bad.is_empty(), "{m} imports {bad:?}, which are not below it");
+    }
+    // And a module that must stay a leaf.
+    assert!(g["http"].is_empty() && g["dates"].is_empty(), "http: {:?}, dates: {:?}", g["http"], g["dates"]);
+}
