@@ -568,7 +568,6 @@ const MAX_KEY: u64 = 1 << 20;
 
 async fn fetch_key(http: &crate::http::Client, url: &str) -> std::result::Result<Vec<u8>, String> {
     match http.get(url, MAX_KEY).await {
-        Ok(Some(body)) if body.len() as u64 > MAX_KEY => Err(format!("larger than {MAX_KEY} bytes")),
         Ok(Some(body)) => Ok(body),
         Ok(None) => Err("not found (404)".into()),
         Err(e) => Err(e.to_string()),

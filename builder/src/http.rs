@@ -151,9 +151,10 @@ impl Client {
         Ok(Some((resp, started)))
     }
 
-    /// GETs `url` (http, https, or `file://` as apt's file method reads it), at most `limit` + 1
-    /// bytes, so a caller can tell a body longer than `limit`; `None` for 404/410 or a missing
-    /// file. Transient failures are retried. For small files: the body is held.
+    /// GETs `url` (http, https, or `file://` as apt's file method reads it); a body longer than
+    /// `limit` is [`HttpError::TooLarge`] (read no further than one byte past it); `None` for
+    /// 404/410 or a missing file. Transient failures are retried. For small files: the body is
+    /// held.
     pub async fn get(&self, url: &str, limit: u64) -> Result<Option<Vec<u8>>, HttpError> {
         let mut attempt = 0;
         loop {
@@ -172,7 +173,7 @@ impl Client {
             let Some(f) = open_file(url, path)? else { return Ok(None) };
             let mut body = Vec::new();
             f.take(limit.saturating_add(1)).read_to_end(&mut body).map_err(|source| HttpError::File { url: url.to_owned(), source })?;
-            return Ok(Some(body));
+            return within(url, body, limit);
         }
         let Some((mut resp, started)) = self.send(url).await? else { return Ok(None) };
         let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
@@ -184,7 +185,7 @@ impl Client {
                 break;
             }
         }
-        Ok(Some(body))
+        within(url, body, limit)
     }
 
     /// Opens `url` as a stream: a file for `file://`, else the body of one GET, pumped from the
@@ -273,6 +274,14 @@ impl Client {
         tmp.flush().map_err(write)?;
         Ok(Some((tmp, size, hex::encode(hasher.finalize()))))
     }
+}
+
+/// `body`, unless it is longer than `limit`.
+fn within(url: &str, body: Vec<u8>, limit: u64) -> Result<Option<Vec<u8>>, HttpError> {
+    if body.len() as u64 > limit {
+        return Err(HttpError::TooLarge { url: url.to_owned(), limit });
+    }
+    Ok(Some(body))
 }
 
 /// A `file://` URL's file, as apt's file method reads it; `None` when it is missing.
@@ -449,6 +458,10 @@ mod tests {
         assert_eq!(std::fs::read(tmp.path()).unwrap(), data);
         let e = client.download(&url, dir.path(), 1000).await.unwrap_err();
         assert!(matches!(e, HttpError::TooLarge { limit: 1000, .. }), "{e}");
+        // The same limit for bodies that are held.
+        assert_eq!(client.get(&url, data.len() as u64).await.unwrap().unwrap(), data);
+        let e = client.get(&url, data.len() as u64 - 1).await.unwrap_err();
+        assert!(matches!(e, HttpError::TooLarge { .. }) && e.to_string().contains(&url), "{e}");
         assert!(client.download(&format!("file://{}/missing", dir.path().display()), dir.path(), 10).await.unwrap().is_none());
     }
 }

@@ -306,12 +306,9 @@ pub enum RepoError {
     #[error("invalid repository {repo}: {reason}")]
     InvalidSpec { repo: String, reason: String },
 
-    /// The transfer failed (connection, timeout, status, a body that broke off).
+    /// The transfer failed (connection, timeout, status, a body that broke off or was too large).
     #[error(transparent)]
     Http(#[from] HttpError),
-
-    #[error("{url} is larger than {limit} bytes")]
-    TooLarge { url: String, limit: u64 },
 
     #[error("no InRelease or Release at {url}")]
     NoRelease { url: String },
@@ -710,14 +707,7 @@ async fn fetch_release(
 }
 
 async fn get_meta(client: &Client, url: &str) -> Result<Option<Vec<u8>>, RepoError> {
-    let body = client.get(url, MAX_META).await?;
-    if body.as_ref().is_some_and(|b| b.len() as u64 > MAX_META) {
-        return Err(RepoError::TooLarge {
-            url: url.to_owned(),
-            limit: MAX_META,
-        });
-    }
-    Ok(body)
+    Ok(client.get(url, MAX_META).await?)
 }
 
 /// What [`read_streamed`] needs to know, owned so it can run on the blocking pool.
