@@ -111,8 +111,7 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
     }
     let mut env: Vec<String> = Vec::new();
     if config.env_presets {
-        env.extend(nccl::PRESETS.iter().map(|(k, v)| format!("{k}={v}")));
-        env.extend(derived.vars.iter().map(|v| format!("{}={}", v.name, v.value)));
+        env.extend(derived.with_presets().iter().map(|(k, v)| format!("{k}={v}")));
     } else if let Some(hca) = derived.get("NCCL_IB_HCA") {
         env.push(format!("NCCL_IB_HCA={hca}"));
     }

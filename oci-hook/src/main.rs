@@ -174,8 +174,7 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
             let request = if devices.is_empty() { erdma_oci_hook::request::Request::All } else { erdma_oci_hook::request::Request::Named(devices) };
             let (chosen, _) = erdma_oci_hook::modify::select(&request, &host, config)?;
             let derived = erdma_oci_hook::nccl::derive(&host, &chosen);
-            let mut env: Vec<(String, String)> = erdma_oci_hook::nccl::PRESETS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            env.extend(derived.vars.iter().map(|v| (v.name.to_string(), v.value.clone())));
+            let env = derived.with_presets();
             for n in &derived.notes {
                 eprintln!("note: {n}");
             }

@@ -68,6 +68,11 @@ impl Derived {
     pub fn get(&self, name: &str) -> Option<&str> {
         self.vars.iter().find(|v| v.name == name).map(|v| v.value.as_str())
     }
+
+    /// What a container that sets none of them gets: [`PRESETS`], then the derived variables.
+    pub fn with_presets(&self) -> Vec<(String, String)> {
+        PRESETS.iter().map(|(k, v)| (k.to_string(), v.to_string())).chain(self.vars.iter().map(|v| (v.name.to_string(), v.value.clone()))).collect()
+    }
 }
 
 /// The settings for `devices` (those given to a container, or every device) on `host`.
