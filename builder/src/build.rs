@@ -458,19 +458,12 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
 /// A repository whose signature names a key the pin dropped from its key download: say so,
 /// rather than only "no valid signature".
 fn signed_by_dropped_key(e: Error, trusted: &[crate::packages::openpgp::Trusted]) -> Error {
-    let Error::Repo(repo_err @ crate::packages::apt::repo::RepoError::BadSignature { .. }) = &e else { return e };
-    let text = {
-        let mut t = repo_err.to_string();
-        let mut cause = std::error::Error::source(repo_err);
-        while let Some(c) = cause {
-            t.push_str(&c.to_string());
-            cause = c.source();
-        }
-        t
-    };
+    use crate::packages::{apt::repo::RepoError, openpgp::SignatureError};
+    let Error::Repo(repo_err @ RepoError::BadSignature { source: SignatureError::NoValidSignature { outside, .. }, .. }) = &e else { return e };
+    // A signature names its issuer by fingerprint or key ID (v4: the last 16 digits, v6: the first 16).
+    let issued = |d: &str| outside.iter().any(|i| i == d || (i.len() == 16 && (d.ends_with(i.as_str()) || d.starts_with(i.as_str()))));
     for t in trusted {
-        // A signature names its issuer by fingerprint or key ID (v4: the last 16 digits, v6: the first 16).
-        if let Some(d) = t.dropped.iter().find(|d| text.contains(d.as_str()) || text.contains(&d[d.len() - 16..]) || text.contains(&d[..16])) {
+        if let Some(d) = t.dropped.iter().find(|d| issued(d)) {
             return Error::Unsupported(format!(
                 "repository `{}` is signed by key {d}, which {} holds beside the pinned key {} but the recipe does not pin: refusing it ({repo_err})",
                 t.repository,

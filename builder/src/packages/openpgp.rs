@@ -166,7 +166,12 @@ pub enum SignatureError {
     Bad { key: String },
 
     #[error("no valid signature by a key in the keyring ({details})")]
-    NoValidSignature { details: String },
+    NoValidSignature {
+        details: String,
+        /// How the signatures by keys outside the keyring name their issuers (fingerprint, or
+        /// key ID), so a caller can tell whose they are.
+        outside: Vec<String>,
+    },
 }
 
 /// The public keys of a keyring file.
@@ -380,6 +385,7 @@ fn check_signatures(
     }
     let mut good = false;
     let mut problems: Vec<String> = Vec::new();
+    let mut outside: Vec<String> = Vec::new();
     for sig in signatures {
         let issuer = issuer_name(sig);
         if !matches!(sig.typ(), Some(SignatureType::Binary | SignatureType::Text)) {
@@ -447,6 +453,7 @@ fn check_signatures(
         }
         if !candidate {
             problems.push(format!("{issuer}: key not in the keyring"));
+            outside.push(issuer);
         }
     }
     if good {
@@ -455,9 +462,7 @@ fn check_signatures(
     if problems.is_empty() {
         problems.push("no signature verifies against the keyring".into());
     }
-    Err(SignatureError::NoValidSignature {
-        details: problems.join("; "),
-    })
+    Err(SignatureError::NoValidSignature { details: problems.join("; "), outside })
 }
 
 #[cfg(test)]
