@@ -17,7 +17,7 @@ use crate::image::rootfs::SnapEntry;
 use crate::error::{Error, Result};
 use crate::image::layer::{LayerCompression, LayerContents, LayerInfo};
 use crate::inspect::{CudaFact, NcclFact, TorchFact};
-use crate::packages::apt::install::{self as apt, AptInputs, NcclRequest, PackagesReport};
+use crate::packages::{Inputs, NcclRequest, PackagesReport};
 use crate::packages::nccl::{Cuda, Want};
 use std::collections::BTreeMap;
 use crate::progress::{Counters, Reporter, Transfer};
@@ -53,7 +53,7 @@ pub struct Options {
     /// mtime of every file and the config's `created`: `SOURCE_DATE_EPOCH` or 0.
     pub epoch: u64,
     /// `--mirror [FROM=]URL`: the archive for recipes that use the base's own repositories.
-    pub mirrors: Vec<apt::Mirror>,
+    pub mirrors: Vec<crate::packages::Mirror>,
     /// `--repo NAME=URL`.
     pub repo_urls: std::collections::BTreeMap<String, String>,
     /// Install the recipe's packages (off with `--no-packages`).
@@ -364,7 +364,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             Some(p) => Some(crate::packages::openpgp::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?)?),
             None => None,
         };
-        let inputs = AptInputs {
+        let inputs = Inputs {
             http: &http,
             target: recipe.target(),
             arch,
@@ -378,10 +378,9 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             nccl: nccl.as_ref().map(|(req, _)| req.clone()),
             cache_dir: cache_dir(),
         };
-        let (res, mut report, status) = apt::resolve(&inputs, base, reporter).await.map_err(|e| signed_by_dropped_key(e, &trusted))?;
+        let (report, gone) = crate::packages::install(recipe.distro.backend, &inputs, base, build.then_some(&mut layer), reporter).await.map_err(|e| signed_by_dropped_key(e, &trusted))?;
         if build {
-            let debs = apt::fetch_debs(&http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
-            removed = apt::unpack(&res, &debs, &status, base, &mut layer)?;
+            removed = gone;
             // The whole point: an image whose libibverbs has no erdma provider silently falls
             // back to TCP. Refuse it (rdma-core gained the provider in v43).
             // (`--no-packages --install X` asks for no eRDMA packages: nothing to refuse.)
@@ -409,30 +408,13 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         used_urls = report.repositories.clone();
         packages = Some(report);
     }
-    // Only an NCCL repository needs the base's sources read (proving a file absent reads
-    // every layer, and a build without --nccl reads none below the one with os-release).
-    let base_uris: Vec<String> = if recipe.repositories.iter().any(|r| r.nccl) {
-        apt::base_sources(base)?.into_iter().filter(|e| e.types.iter().any(|t| t == "deb")).flat_map(|e| e.uris).collect()
-    } else {
-        Vec::new()
-    };
-    for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
-        let url = used_urls.get(&repo.name).or_else(|| opts.repo_urls.get(&repo.name)).or(repo.urls.first()).expect("validated: urls or from_base");
-        // NVIDIA's CUDA images already list their repository: a second entry for it makes
-        // apt warn about every index being configured twice.
-        if repo.nccl && base_uris.iter().any(|u| u.trim_end_matches('/') == url.trim_end_matches('/')) {
-            continue;
-        }
-        let suite = repo.suite.as_deref().unwrap_or("/");
-        let line = if repo.components.is_empty() {
-            format!("deb {} {suite}\n", url.trim_end_matches('/').to_string() + if suite == "/" { "/" } else { "" })
-        } else {
-            format!("deb {} {suite} {}\n", url.trim_end_matches('/'), repo.components.join(" "))
-        };
-        layer.add_file(&format!("etc/apt/sources.list.d/{}.list", repo.name), line.into_bytes(), 0o644)?;
-        // Dearmoured into trusted.gpg.d as the eRDMA manual does; apt >= 1.4 reads it there.
-        layer.add_file(&format!("etc/apt/trusted.gpg.d/{}.gpg", repo.name), keys[&repo.name].clone(), 0o644)?;
-    }
+    let urls: BTreeMap<String, String> = recipe
+        .repositories
+        .iter()
+        .filter(|r| !r.from_base)
+        .map(|r| (r.name.clone(), used_urls.get(&r.name).or_else(|| opts.repo_urls.get(&r.name)).or(r.urls.first()).expect("validated: urls or from_base").clone()))
+        .collect();
+    crate::packages::add_repositories(recipe.distro.backend, &recipe.target(), &urls, &keys, base, &mut layer)?;
     for f in &recipe.files {
         layer.add_file(&f.path, f.content.clone().into_bytes(), f.mode)?;
     }
@@ -514,7 +496,7 @@ fn nccl_plan(
     Ok((req, NcclSummary { libnccl2: String::new(), cuda, python_nccl: facts.python_nccl, torch: facts.torch }))
 }
 
-impl apt::BaseFiles for ImageFiles<'_> {
+impl crate::packages::BaseFiles for ImageFiles<'_> {
     fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
         ImageFiles::read(self, path, max)
     }

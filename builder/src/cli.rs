@@ -200,7 +200,7 @@ impl CommonArgs {
                 ),
                 None => None,
             },
-            mirrors: self.mirrors.iter().map(|m| crate::packages::apt::install::Mirror::parse(m)).collect(),
+            mirrors: self.mirrors.iter().map(|m| crate::packages::Mirror::parse(m)).collect(),
             repo_urls: self
                 .repos
                 .iter()

@@ -144,13 +144,48 @@ fn unquote(v: &str) -> String {
     out
 }
 
-/// The image's os-release(5): `/etc/os-release`, else `/usr/lib/os-release`.
+/// The names `/etc/redhat-release` and `/etc/system-release` start with, and the os-release
+/// `ID` each stands for (CentOS 6 and other images from before os-release).
+const RELEASE_FILE_NAMES: &[(&str, &str)] = &[
+    ("CentOS", "centos"),
+    ("Red Hat Enterprise Linux", "rhel"),
+    ("Rocky Linux", "rocky"),
+    ("AlmaLinux", "almalinux"),
+    ("Alibaba Cloud Linux", "alinux"),
+    ("Anolis OS", "anolis"),
+    ("Oracle Linux", "ol"),
+];
+
+impl OsRelease {
+    /// Reads a `/etc/redhat-release`-style line (`CentOS Linux release 7.9.2009 (Core)`): the
+    /// distribution by its name, the release's major version as `VERSION_ID`, as dnf's
+    /// `$releasever` is. `None` for a line naming no distribution we know.
+    pub fn from_release_file(text: &str) -> Option<OsRelease> {
+        let line = text.lines().next()?.trim();
+        let id = RELEASE_FILE_NAMES.iter().find(|(name, _)| line.starts_with(name))?.1;
+        let version = line.split_whitespace().find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))?;
+        let major = version.split('.').next()?.to_string();
+        Some(OsRelease { id: id.to_string(), id_like: Vec::new(), version_id: major, codename: None, parent_codename: None, pretty_name: Some(line.to_string()) })
+    }
+}
+
+/// The image's os-release(5): `/etc/os-release`, else `/usr/lib/os-release`, else (an
+/// Enterprise Linux image from before os-release) `/etc/redhat-release` or
+/// `/etc/system-release`.
 pub fn of_image(files: &crate::image::files::ImageFiles<'_>) -> crate::error::Result<Option<OsRelease>> {
-    let text = match files.read("etc/os-release", 64 << 10)? {
-        Some(t) => Some(t),
-        None => files.read("usr/lib/os-release", 64 << 10)?,
-    };
-    Ok(text.map(|t| OsRelease::parse(&String::from_utf8_lossy(&t))))
+    for path in ["etc/os-release", "usr/lib/os-release"] {
+        if let Some(t) = files.read(path, 64 << 10)? {
+            return Ok(Some(OsRelease::parse(&String::from_utf8_lossy(&t))));
+        }
+    }
+    for path in ["etc/redhat-release", "etc/system-release"] {
+        if let Some(t) = files.read(path, 64 << 10)? {
+            if let Some(os) = OsRelease::from_release_file(&String::from_utf8_lossy(&t)) {
+                return Ok(Some(os));
+            }
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -163,6 +198,18 @@ mod tests {
         assert_eq!((d.id.as_str(), d.version_id.as_str(), d.codename.as_deref()), ("debian", "12", Some("bookworm")));
         let u = OsRelease::parse("ID=ubuntu\nVERSION_ID='22.04'\n# comment\nVERSION_CODENAME=jammy");
         assert_eq!(u.version_id, "22.04");
+    }
+
+    #[test]
+    fn enterprise_linux_release_files() {
+        // CentOS 7.9's /etc/redhat-release and Alibaba Cloud Linux 3's /etc/system-release.
+        let c = OsRelease::from_release_file("CentOS Linux release 7.9.2009 (Core)\n").unwrap();
+        assert_eq!((c.id.as_str(), c.version_id.as_str()), ("centos", "7"));
+        let a = OsRelease::from_release_file("Alibaba Cloud Linux release 3 (Soaring Falcon)\n").unwrap();
+        assert_eq!((a.id.as_str(), a.version_id.as_str()), ("alinux", "3"));
+        let r = OsRelease::from_release_file("Rocky Linux release 9.3 (Blue Onyx)").unwrap();
+        assert_eq!((r.id.as_str(), r.version_id.as_str()), ("rocky", "9"));
+        assert_eq!(OsRelease::from_release_file("Fedora release 40 (Forty)"), None);
     }
 
     #[test]

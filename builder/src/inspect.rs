@@ -8,8 +8,6 @@ use serde::Serialize;
 
 use crate::image::files::ImageFiles;
 use crate::error::Result;
-use crate::packages::apt::deb822;
-use crate::packages::apt::resolve::Installed;
 use crate::packages::nccl::{self, Cuda, Nccl};
 use crate::image::rootfs::SnapEntry;
 
@@ -151,12 +149,6 @@ pub fn cuda(files: &ImageFiles, env: &[(String, String)]) -> Result<Option<CudaF
     Ok(None)
 }
 
-/// Installed dpkg packages: name → version.
-fn dpkg_packages(files: &ImageFiles) -> Result<BTreeMap<String, String>> {
-    let Some(raw) = files.read(crate::packages::apt::install::STATUS, 64 << 20)? else { return Ok(BTreeMap::new()) };
-    let Ok(paragraphs) = deb822::parse(&String::from_utf8_lossy(&raw)) else { return Ok(BTreeMap::new()) };
-    Ok(Installed::from_status(&paragraphs).into_iter().map(|i| (i.name, i.version.to_string())).collect())
-}
 
 /// The version a `libnccl.so` file carries, read as a stream.
 fn library_nccl(files: &ImageFiles, path: &str) -> Result<Option<(Nccl, Option<Cuda>)>> {
@@ -194,7 +186,7 @@ pub fn env_of(config: &serde_json::Value) -> Vec<(String, String)> {
 
 pub fn facts(files: &ImageFiles, arch: &str, env: &[(String, String)]) -> Result<Facts> {
     let mut f = Facts::default();
-    let dpkg = dpkg_packages(files)?;
+    let dpkg = crate::packages::installed(files)?;
 
     f.rdma.erdma_driver = is_file(files, "etc/libibverbs.d/erdma.driver")?;
     for d in lib_dirs(arch) {

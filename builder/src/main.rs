@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use clap::Parser;
 use erdma_build::build::Report;
-use erdma_build::packages::apt::resolve::Action;
+use erdma_build::packages::Action;
 use erdma_build::cli::{Cli, Command};
 use erdma_build::progress::{Reporter, Silent, Transfer};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};

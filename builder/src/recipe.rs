@@ -11,12 +11,12 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::distro::{cmp_release, FamilyRelease, OsRelease};
-pub use crate::packages::{Packages, Repository};
+pub use crate::packages::{Backend, Packages, Repository};
 use crate::error::{Error, Result};
 
 /// The family files in `recipes/`, compiled in: each holds what a family's releases share and,
 /// per release, what differs ([`Family`]). Every release is one built-in recipe.
-const FAMILIES: &[(&str, &str)] = &[("debian-family", include_str!("../../recipes/debian-family.toml"))];
+const FAMILIES: &[(&str, &str)] = &[("debian-family", include_str!("../../recipes/debian-family.toml")), ("el-family", include_str!("../../recipes/el-family.toml"))];
 
 /// A family file: the repositories, packages and files its releases share, and the releases.
 #[derive(Debug, Deserialize)]
@@ -52,6 +52,10 @@ struct Release {
     unsupported: Option<String>,
     #[serde(default)]
     repositories: Vec<String>,
+    /// NVIDIA's name for the release's CUDA repository when it is not `ID` + `VERSION_ID`
+    /// (`rhel8` for Alibaba Cloud Linux 3).
+    #[serde(default)]
+    nvdistro: Option<String>,
 }
 
 /// The recipes of the family file `text`: for each release, the family's repositories it names
@@ -61,7 +65,7 @@ fn family_recipes(family: &str, text: &str) -> Result<Vec<Recipe>> {
     let f: Family = toml::from_str(text).map_err(|source| Error::Recipe { name: family.to_string(), source })?;
     let mut out = Vec::new();
     for rel in f.releases {
-        let nvdistro = format!("{}{}", rel.id, rel.version_id.replace('.', ""));
+        let nvdistro = rel.nvdistro.clone().unwrap_or_else(|| format!("{}{}", rel.id, rel.version_id.replace('.', "")));
         let mut repositories = Vec::new();
         for want in &rel.repositories {
             let mut repo = f.repositories.iter().find(|r| &r.name == want).cloned().ok_or_else(|| Error::RecipeInvalid {
@@ -73,7 +77,7 @@ fn family_recipes(family: &str, text: &str) -> Result<Vec<Recipe>> {
                     *s = s.replace("{codename}", c);
                 }
                 if rel.generic.is_empty() {
-                    *s = s.replace("{nvdistro}", &nvdistro);
+                    *s = s.replace("{nvdistro}", &nvdistro).replace("{releasever}", &rel.version_id);
                 }
             };
             repo.urls.iter_mut().chain(repo.key_url.iter_mut()).chain(repo.suite.iter_mut()).for_each(fill);
@@ -135,12 +139,6 @@ pub struct Distro {
     pub backend: Backend,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Apt,
-    Rpm,
-}
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -172,7 +170,7 @@ impl Recipe {
             if repo.from_base != repo.urls.is_empty() {
                 return bad(format!("repository `{}` needs either `urls` or `from_base = true`", repo.name));
             }
-            if !repo.from_base && repo.suite.is_none() {
+            if !repo.from_base && repo.suite.is_none() && self.distro.backend == Backend::Apt {
                 return bad(format!("repository `{}` has no `suite`", repo.name));
             }
             if repo.nccl && repo.from_base {
@@ -193,7 +191,7 @@ impl Recipe {
     }
 
     /// The recipe as one build uses it: NCCL repositories kept only when `nccl` is asked for,
-    /// with `{nvarch}` in their URLs filled in for the Debian architecture `arch`.
+    /// with `{nvarch}` and `{basearch}` in their URLs filled in for the Debian architecture `arch`.
     pub fn for_build(&self, nccl: bool, arch: &str) -> Recipe {
         let mut r = self.clone();
         r.repositories.retain(|repo| nccl || !repo.nccl);
@@ -203,9 +201,16 @@ impl Recipe {
             "ppc64el" => "ppc64le",
             other => other,
         };
-        for repo in r.repositories.iter_mut().filter(|repo| repo.nccl) {
-            for u in repo.urls.iter_mut() {
-                *u = u.replace("{nvarch}", nvarch);
+        // rpm's name for the architecture, dnf's `$basearch`.
+        let basearch = match arch {
+            "amd64" => "x86_64",
+            "arm64" => "aarch64",
+            "ppc64el" => "ppc64le",
+            other => other,
+        };
+        for repo in r.repositories.iter_mut() {
+            for u in repo.urls.iter_mut().chain(repo.key_url.iter_mut()) {
+                *u = u.replace("{nvarch}", nvarch).replace("{basearch}", basearch);
             }
         }
         r
@@ -240,6 +245,13 @@ impl Recipe {
             Some(r) => Ok(r.clone()),
             None => Err(Error::UnknownRecipe { name: name.to_string(), available: all.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ") }),
         }
+    }
+
+    /// Whether this recipe is for the release `version_id`: the same `VERSION_ID`, or, for the
+    /// rpm distributions, whose point releases (`9.4`, `8.10`) share one major version's
+    /// repositories (dnf's `$releasever`), the same major version.
+    fn serves_version(&self, version_id: &str) -> bool {
+        self.distro.version_id == version_id || (self.distro.backend == Backend::Rpm && version_id.split('.').next() == Some(self.distro.version_id.as_str()))
     }
 
     /// Whether this recipe serves whole families rather than one release.
@@ -283,11 +295,20 @@ impl Recipe {
     /// reason.
     pub fn for_os(os: &OsRelease) -> Result<Recipe> {
         let all = builtin()?;
-        if let Some(r) = all.iter().find(|r| r.distro.id == os.id && r.distro.version_id == os.version_id) {
+        if let Some(r) = all.iter().find(|r| r.distro.id == os.id && r.serves_version(&os.version_id)) {
             return Ok(r.clone());
         }
-        let generic = all.iter().find(|r| r.is_generic()).expect("a generic recipe is built in");
+        // An Enterprise Linux rebuild without a recipe of its own (Oracle Linux, OpenCloudOS)
+        // follows the RHEL or CentOS release its major version names, as its ID_LIKE says.
+        for family in &os.id_like {
+            if let Some(r) = all.iter().find(|r| r.distro.backend == Backend::Rpm && &r.distro.id == family && r.serves_version(&os.version_id)) {
+                let mut r = r.clone();
+                r.distro.pretty = format!("{} (based on {})", os.describe(), r.distro.pretty);
+                return Ok(r);
+            }
+        }
         for family in os.families() {
+            let Some(generic) = all.iter().find(|r| r.distro.generic.contains_key(family)) else { continue };
             let own: Vec<&Recipe> = all.iter().filter(|r| r.distro.id == family).collect();
             let supported: Vec<&&Recipe> = own.iter().filter(|r| r.unsupported.is_none()).collect();
             let Some(from) = generic.distro.generic.get(family) else { continue };
@@ -298,7 +319,7 @@ impl Recipe {
                 // is checked for the erdma provider all the same.
                 return Ok(generic.for_release(&rel));
             }
-            if let Some(r) = own.iter().find(|r| r.distro.version_id == rel.version) {
+            if let Some(r) = own.iter().find(|r| r.serves_version(&rel.version)) {
                 return Ok((*r).clone());
             }
             let first = supported.iter().min_by(|a, b| cmp_release(&a.distro.version_id, &b.distro.version_id));
@@ -354,9 +375,12 @@ mod tests {
     fn builtin_recipes_parse() {
         let all = builtin().unwrap();
         let names: Vec<&str> = all.iter().map(|r| r.name.as_str()).collect();
-        // One family file, one recipe per release; placeholders filled per release.
-        assert_eq!(names, ["debian-11", "debian-12", "ubuntu-18.04", "ubuntu-20.04", "ubuntu-22.04", "ubuntu-24.04", "apt-generic"]);
-        assert_eq!(all.iter().filter(|r| r.is_generic()).count(), 1, "one generic recipe");
+        // Family files, one recipe per release; placeholders filled per release.
+        assert_eq!(
+            names,
+            ["debian-11", "debian-12", "ubuntu-18.04", "ubuntu-20.04", "ubuntu-22.04", "ubuntu-24.04", "apt-generic", "alinux-3", "centos-7", "centos-8", "anolis-8", "rocky-8", "rocky-9", "almalinux-8", "almalinux-9", "rhel-8", "rhel-9"]
+        );
+        assert_eq!(all.iter().filter(|r| r.is_generic()).count(), 1, "one generic recipe (apt's)");
         let jammy = Recipe::load("ubuntu-22.04").unwrap();
         assert!(jammy.repositories[0].from_base, "the base archive, for the dependencies");
         assert_eq!(jammy.repositories[1].suite.as_deref(), Some("jammy/erdma"));
@@ -384,6 +408,24 @@ mod tests {
         let bad = "backend = \"apt\"\n[[repository]]\nname = \"base\"\nfrom_base = true\n[[release]]\nname = \"x-1\"\nid = \"x\"\nversion_id = \"1\"\npretty = \"X 1\"\nrepositories = [\"base\", \"nope\"]\n";
         let e = family_recipes("test-family", bad).unwrap_err().to_string();
         assert!(e.contains("nope") && e.contains("x-1"), "{e}");
+    }
+
+    #[test]
+    fn enterprise_linux_recipes_by_major_version_and_rebuilds() {
+        let os = |text: &str| crate::distro::OsRelease::parse(text);
+        // Rocky Linux 9.3's and Alibaba Cloud Linux 3's os-release, as their images have them.
+        let rocky = Recipe::for_os(&os("NAME=\"Rocky Linux\"\nVERSION=\"9.3 (Blue Onyx)\"\nID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.3\"\n")).unwrap();
+        assert_eq!(rocky.name, "rocky-9");
+        let alinux = Recipe::for_os(&os("NAME=\"Alibaba Cloud Linux\"\nVERSION=\"3 (Soaring Falcon)\"\nID=\"alinux\"\nID_LIKE=\"rhel fedora centos anolis\"\nVERSION_ID=\"3\"\n")).unwrap();
+        assert_eq!(alinux.name, "alinux-3");
+        let erdma = alinux.for_build(false, "amd64").repositories.into_iter().find(|r| r.name == "erdma").unwrap();
+        assert_eq!(erdma.urls[1], "https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64", "seed 004's baseurl with $releasever and $basearch expanded");
+        // A rebuild without a recipe follows the RHEL release its ID_LIKE and major version name.
+        let ol = Recipe::for_os(&os("NAME=\"Oracle Linux Server\"\nID=\"ol\"\nID_LIKE=\"fedora rhel\"\nVERSION_ID=\"8.9\"\n")).unwrap();
+        assert_eq!(ol.name, "rhel-8");
+        assert!(ol.distro.pretty.contains("based on Red Hat Enterprise Linux 8"), "{}", ol.distro.pretty);
+        let cuda = Recipe::load("alinux-3").unwrap().for_build(true, "arm64").repositories.into_iter().find(|r| r.nccl).unwrap();
+        assert_eq!(cuda.urls, ["https://developer.download.nvidia.com/compute/cuda/repos/rhel8/sbsa/"]);
     }
 
     #[test]

@@ -7,8 +7,16 @@ pub mod apt;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 pub mod openpgp;
+pub mod rpm;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::image::layer::LayerContents;
+use crate::progress::Reporter;
 
 /// A repository packages come from, as a recipe names it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -69,4 +77,197 @@ impl<'a> Target<'a> {
     pub fn nccl_repositories(&self) -> Vec<&'a str> {
         self.repositories.iter().filter(|r| r.nccl).map(|r| r.name.as_str()).collect()
     }
+}
+
+/// Files of the base image, read as a container would see them.
+pub trait BaseFiles: Sync {
+    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>>;
+    fn list(&self, dir: &str) -> Result<Vec<String>>;
+    /// `path` with the symlinks in its directories resolved inside the image.
+    fn real_path(&self, path: &str) -> Result<Option<String>>;
+    /// What the image has at `path` (not following a final symlink).
+    fn kind(&self, path: &str) -> Result<Option<crate::image::rootfs::SnapEntry>>;
+}
+
+/// The package manager a distribution uses, and so the backend that installs into it.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Apt,
+    Rpm,
+}
+
+/// What a build asks of a package backend: the recipe's target and the user's overrides.
+pub struct Inputs<'a> {
+    /// The one client for repositories and packages.
+    pub http: &'a crate::http::Client,
+    /// The recipe's repositories, packages and release.
+    pub target: Target<'a>,
+    /// Debian architecture of the image (`amd64`, `arm64`).
+    pub arch: &'a str,
+    /// `--mirror [FROM=]URL`: stand-ins for the base's archive URLs (`from_base` repositories).
+    pub mirrors: &'a [Mirror],
+    /// `--repo NAME=URL`: replaces a recipe repository's URLs.
+    pub repo_urls: &'a BTreeMap<String, String>,
+    /// Keys of the recipe's own repositories (fetched, or from `--keyring [NAME=]FILE`), by
+    /// repository name.
+    pub repo_keys: &'a BTreeMap<String, Vec<u8>>,
+    /// `--keyring base=FILE` or `--keyring FILE`: trusted for the base's own archive instead
+    /// of the keys the image has.
+    pub base_keyring: Option<Vec<u8>>,
+    /// Install the recipe's packages (off with `--no-packages`).
+    pub recipe_packages: bool,
+    /// `--install NAME[=VERSION]`: more packages from the same repositories.
+    pub extra: &'a [String],
+    /// `--package FILE|URL`: `.deb`s no repository signs (allowed by the caller).
+    pub local: &'a [String],
+    /// `--nccl`: the `libnccl2` build to add.
+    pub nccl: Option<NcclRequest>,
+    /// `$XDG_CACHE_HOME/erdma-build`.
+    pub cache_dir: PathBuf,
+}
+
+/// `--mirror [FROM=]URL`: where to read a source of the base's from instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mirror {
+    /// Only the sources with this URI; `None`: every source of the base.
+    pub from: Option<String>,
+    pub to: String,
+}
+
+impl Mirror {
+    /// `URL`, or `FROM=URL` when both sides are URLs (`http://deb.debian.org/debian-security=file:///srv/sec`).
+    pub fn parse(arg: &str) -> Mirror {
+        if let Some((from, to)) = arg.split_once('=') {
+            if from.contains("://") && to.contains("://") {
+                return Mirror { from: Some(from.to_string()), to: to.to_string() };
+            }
+        }
+        Mirror { from: None, to: arg.to_string() }
+    }
+
+    /// The mirror for every source: the last plain `--mirror URL`.
+    fn everywhere(mirrors: &[Mirror]) -> Option<&Mirror> {
+        mirrors.iter().rev().find(|m| m.from.is_none())
+    }
+
+    /// The URL to read `uri` from: a mirror named for it, else, for a suite of the
+    /// distribution's own archive (`archive`), the one for every source.
+    fn for_uri<'m>(mirrors: &'m [Mirror], uri: &str, archive: bool) -> Option<&'m str> {
+        let same = |a: &str| a.trim_end_matches('/') == uri.trim_end_matches('/');
+        let named = mirrors.iter().rev().find(|m| m.from.as_deref().is_some_and(same));
+        named.or_else(|| Mirror::everywhere(mirrors).filter(|_| archive)).map(|m| m.to.as_str())
+    }
+}
+
+/// What `--nccl` asks of the resolver.
+#[derive(Debug, Clone)]
+pub struct NcclRequest {
+    pub want: nccl::Want,
+    /// The image's CUDA (or `--cuda`): the `+cudaX.Y` build must have its major version.
+    pub cuda: nccl::Cuda,
+    /// `libnccl-dev` too.
+    pub dev: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PackageChange {
+    pub name: String,
+    pub version: String,
+    pub arch: String,
+    #[serde(flatten)]
+    pub action: Action,
+    pub origin: String,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PackageRef {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PackagesReport {
+    pub install: Vec<PackageChange>,
+    pub remove: Vec<PackageRef>,
+    /// Requested packages the base already has.
+    pub kept: Vec<PackageRef>,
+    /// Requested names installed as the one package that provides them (apt's "selecting").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub selected: Vec<Selected>,
+    /// The repository URL each recipe repository was reached at.
+    pub repositories: BTreeMap<String, String>,
+    pub downloaded_bytes: u64,
+    pub cached_debs: usize,
+    /// The `libnccl2` version `--nccl` chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+    /// `--package` files: installed without any signature vouching for them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsigned: Vec<Unsigned>,
+}
+
+/// A `--package` file installed without a signature vouching for it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unsigned {
+    pub name: String,
+    pub version: String,
+    pub arch: String,
+    /// The file or URL as the user gave it.
+    pub source: String,
+    pub sha256: String,
+}
+
+
+/// What a package of the plan does to the base.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", tag = "action")]
+pub enum Action {
+    /// Not in the base.
+    Install,
+    /// The base has an older version.
+    Upgrade { from: String },
+    /// The base has another build of it (e.g. Mellanox OFED's): removed, then installed.
+    Replace { from: String },
+    /// A pinned version (`name=version`) older than the base's.
+    Downgrade { from: String },
+}
+
+/// A requested virtual name and the package installed for it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Selected {
+    pub requested: String,
+    pub package: String,
+}
+
+/// Resolves the packages `inputs` asks for against the base's database and the repositories,
+/// and, given a layer, fetches and verifies them and writes their files and the updated
+/// package database into it. Without a layer (`plan`) nothing is downloaded but indices.
+/// Returns the report and the paths the layer removes from the base.
+pub async fn install(backend: Backend, inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
+    match backend {
+        Backend::Apt => apt::install::install(inputs, base, layer, reporter).await,
+        Backend::Rpm => rpm::install::install(inputs, base, layer, reporter).await,
+    }
+}
+
+/// Configures the image's package manager for the recipe's own repositories (`urls`: the URL
+/// each was reached at; `keys`: each one's verified key), so a later install inside the image
+/// reaches them with the same trust.
+pub fn add_repositories(backend: Backend, target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+    match backend {
+        Backend::Apt => apt::install::add_sources(target, urls, keys, base, layer),
+        Backend::Rpm => rpm::install::add_repos(target, urls, keys, base, layer),
+    }
+}
+
+/// The packages installed in the base, name → version, from whichever database it has
+/// (dpkg's status, or rpm's database); empty when it has none.
+pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
+    let dpkg = apt::install::installed(base)?;
+    if !dpkg.is_empty() {
+        return Ok(dpkg);
+    }
+    rpm::install::installed(base)
 }

@@ -6,146 +6,73 @@ use std::path::{Path, PathBuf};
 
 use futures_util::StreamExt;
 use md5::{Digest as _, Md5};
-use serde::Serialize;
 
 
 use super::deb::{self, DataKind, Deb};
 use super::deb822::{self, Paragraph};
 use super::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
-use super::resolve::{self, Action, Installed, Planned, Request};
+use super::resolve::{self, Installed, Planned, Request};
 use crate::error::{Error, Result};
 use crate::image::layer::{Entry, EntryKind, LayerContents};
 use crate::packages::nccl;
 use crate::progress::Reporter;
-use crate::packages::Target;
+use crate::packages::{BaseFiles, Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport};
 
-/// Files of the base image, read as a container would see them.
-pub trait BaseFiles: Sync {
-    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>>;
-    fn list(&self, dir: &str) -> Result<Vec<String>>;
-    /// `path` with the symlinks in its directories resolved inside the image.
-    fn real_path(&self, path: &str) -> Result<Option<String>>;
-    /// What the image has at `path` (not following a final symlink).
-    fn kind(&self, path: &str) -> Result<Option<crate::image::rootfs::SnapEntry>>;
-}
 
 pub const STATUS: &str = "var/lib/dpkg/status";
 const INFO: &str = "var/lib/dpkg/info";
 /// dpkg's own status is a few MiB on big images; refuse absurd ones.
 const MAX_STATUS: u64 = 64 << 20;
 
-pub struct AptInputs<'a> {
-    /// The one client for repositories and packages.
-    pub http: &'a crate::http::Client,
-    /// The recipe's repositories, packages and release.
-    pub target: Target<'a>,
-    /// Debian architecture of the image (`amd64`, `arm64`).
-    pub arch: &'a str,
-    /// `--mirror [FROM=]URL`: stand-ins for the base's archive URLs (`from_base` repositories).
-    pub mirrors: &'a [Mirror],
-    /// `--repo NAME=URL`: replaces a recipe repository's URLs.
-    pub repo_urls: &'a BTreeMap<String, String>,
-    /// Keys of the recipe's own repositories (fetched, or from `--keyring [NAME=]FILE`), by
-    /// repository name.
-    pub repo_keys: &'a BTreeMap<String, Vec<u8>>,
-    /// `--keyring base=FILE` or `--keyring FILE`: trusted for the base's own archive instead
-    /// of the keys the image has.
-    pub base_keyring: Option<Vec<u8>>,
-    /// Install the recipe's packages (off with `--no-packages`).
-    pub recipe_packages: bool,
-    /// `--install NAME[=VERSION]`: more packages from the same repositories.
-    pub extra: &'a [String],
-    /// `--package FILE|URL`: `.deb`s no repository signs (allowed by the caller).
-    pub local: &'a [String],
-    /// `--nccl`: the `libnccl2` build to add.
-    pub nccl: Option<NcclRequest>,
-    /// `$XDG_CACHE_HOME/erdma-build`.
-    pub cache_dir: PathBuf,
-}
-
-/// `--mirror [FROM=]URL`: where to read a source of the base's from instead.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mirror {
-    /// Only the sources with this URI; `None`: every source of the base.
-    pub from: Option<String>,
-    pub to: String,
-}
-
-impl Mirror {
-    /// `URL`, or `FROM=URL` when both sides are URLs (`http://deb.debian.org/debian-security=file:///srv/sec`).
-    pub fn parse(arg: &str) -> Mirror {
-        if let Some((from, to)) = arg.split_once('=') {
-            if from.contains("://") && to.contains("://") {
-                return Mirror { from: Some(from.to_string()), to: to.to_string() };
-            }
-        }
-        Mirror { from: None, to: arg.to_string() }
-    }
-
-    /// The mirror for every source: the last plain `--mirror URL`.
-    fn everywhere(mirrors: &[Mirror]) -> Option<&Mirror> {
-        mirrors.iter().rev().find(|m| m.from.is_none())
-    }
-
-    /// The URL to read `uri` from: a mirror named for it, else, for a suite of the
-    /// distribution's own archive (`archive`), the one for every source.
-    fn for_uri<'m>(mirrors: &'m [Mirror], uri: &str, archive: bool) -> Option<&'m str> {
-        let same = |a: &str| a.trim_end_matches('/') == uri.trim_end_matches('/');
-        let named = mirrors.iter().rev().find(|m| m.from.as_deref().is_some_and(same));
-        named.or_else(|| Mirror::everywhere(mirrors).filter(|_| archive)).map(|m| m.to.as_str())
-    }
-}
-
-/// What `--nccl` asks of the resolver.
-#[derive(Debug, Clone)]
-pub struct NcclRequest {
-    pub want: nccl::Want,
-    /// The image's CUDA (or `--cuda`): the `+cudaX.Y` build must have its major version.
-    pub cuda: nccl::Cuda,
-    /// `libnccl-dev` too.
-    pub dev: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PackageChange {
-    pub name: String,
-    pub version: String,
-    pub arch: String,
-    #[serde(flatten)]
-    pub action: Action,
-    pub origin: String,
-    pub size: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PackageRef {
-    pub name: String,
-    pub version: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct PackagesReport {
-    pub install: Vec<PackageChange>,
-    pub remove: Vec<PackageRef>,
-    /// Requested packages the base already has.
-    pub kept: Vec<PackageRef>,
-    /// Requested names installed as the one package that provides them (apt's "selecting").
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub selected: Vec<resolve::Selected>,
-    /// The repository URL each recipe repository was reached at.
-    pub repositories: BTreeMap<String, String>,
-    pub downloaded_bytes: u64,
-    pub cached_debs: usize,
-    /// The `libnccl2` version `--nccl` chose.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nccl: Option<String>,
-    /// `--package` files: installed without any signature vouching for them.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unsigned: Vec<super::local::LocalDeb>,
-}
-
 /// Which maintainer-script effects we reproduce (see the README).
 pub const EMULATED_SCRIPTS: &[&str] = &["libibverbs1 postinst: addgroup --system rdma"];
+
+/// The apt side of [`crate::packages::install`]: resolve, and with a layer, fetch the `.deb`s
+/// and unpack them with the dpkg database. Returns the report and the paths removed.
+pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
+    let (res, mut report, status) = resolve(inputs, base, reporter).await?;
+    let Some(layer) = layer else { return Ok((report, Vec::new())) };
+    let debs = fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
+    let removed = unpack(&res, &debs, &status, base, layer)?;
+    Ok((report, removed))
+}
+
+/// The apt side of [`crate::packages::add_repositories`]: a `sources.list.d` entry and the
+/// dearmoured key in `trusted.gpg.d` (as the eRDMA manual does; apt >= 1.4 reads it there) for
+/// each of the recipe's own repositories, at the URL it was reached at.
+pub fn add_sources(target: &crate::packages::Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+    // Only an NCCL repository needs the base's sources read (proving a file absent reads
+    // every layer, and a build without --nccl reads none below the one with os-release).
+    let base_uris: Vec<String> = if target.repositories.iter().any(|r| r.nccl) {
+        base_sources(base)?.into_iter().filter(|e| e.types.iter().any(|t| t == "deb")).flat_map(|e| e.uris).collect()
+    } else {
+        Vec::new()
+    };
+    for repo in target.repositories.iter().filter(|r| !r.from_base) {
+        let url = &urls[&repo.name];
+        // NVIDIA's CUDA images already list their repository: a second entry for it makes
+        // apt warn about every index being configured twice.
+        if repo.nccl && base_uris.iter().any(|u| u.trim_end_matches('/') == url.trim_end_matches('/')) {
+            continue;
+        }
+        let suite = repo.suite.as_deref().unwrap_or("/");
+        let line = if repo.components.is_empty() {
+            format!("deb {} {suite}\n", url.trim_end_matches('/').to_string() + if suite == "/" { "/" } else { "" })
+        } else {
+            format!("deb {} {suite} {}\n", url.trim_end_matches('/'), repo.components.join(" "))
+        };
+        layer.add_file(&format!("etc/apt/sources.list.d/{}.list", repo.name), line.into_bytes(), 0o644)?;
+        layer.add_file(&format!("etc/apt/trusted.gpg.d/{}.gpg", repo.name), keys[&repo.name].clone(), 0o644)?;
+    }
+    Ok(())
+}
+
+/// Installed dpkg packages: name → version (empty without a readable status file).
+pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
+    let Some(raw) = base.read(STATUS, MAX_STATUS)? else { return Ok(BTreeMap::new()) };
+    let Ok(paragraphs) = deb822::parse(&String::from_utf8_lossy(&raw)) else { return Ok(BTreeMap::new()) };
+    Ok(Installed::from_status(&paragraphs).into_iter().map(|i| (i.name, i.version.to_string())).collect())
+}
 
 /// The base's dpkg status, as read once by [`resolve`] and used again by [`unpack`].
 pub struct BaseStatus {
@@ -155,7 +82,7 @@ pub struct BaseStatus {
 }
 
 /// Resolves the recipe's packages against its repositories; writes nothing.
-pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dyn Reporter) -> Result<(resolve::Resolution, PackagesReport, BaseStatus)> {
+pub async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Reporter) -> Result<(resolve::Resolution, PackagesReport, BaseStatus)> {
     let raw = base.read(STATUS, MAX_STATUS)?;
     let status = deb822::parse(&String::from_utf8_lossy(raw.as_deref().unwrap_or_default())).map_err(|e| Error::Malformed {
         what: "dpkg status",
@@ -208,7 +135,7 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
         install.push(deb.request());
         ranges.push((format!("--package {arg}"), available.len()..available.len() + 1));
         available.push(deb.package.clone());
-        report.unsigned.push(deb);
+        report.unsigned.push(crate::packages::Unsigned { name: deb.name, version: deb.version, arch: deb.arch, source: deb.source, sha256: deb.sha256 });
     }
     let mut held: Vec<&str> = Vec::new();
     if let Some(want) = &inputs.nccl {
@@ -249,7 +176,7 @@ pub async fn resolve(inputs: &AptInputs<'_>, base: &dyn BaseFiles, reporter: &dy
 
 /// The `libnccl2` version for `want`, from the recipe's NCCL repositories only: a distro's
 /// own `libnccl2` (Ubuntu 24.04's 2.18.3) never counts, whatever its version.
-fn nccl_version(inputs: &AptInputs<'_>, want: &NcclRequest, available: &[IndexedPackage], ranges: &[(String, std::ops::Range<usize>)]) -> Result<String> {
+fn nccl_version(inputs: &Inputs<'_>, want: &NcclRequest, available: &[IndexedPackage], ranges: &[(String, std::ops::Range<usize>)]) -> Result<String> {
     let names = inputs.target.nccl_repositories();
     if names.is_empty() {
         return Err(Error::Unsupported(format!("recipe {} names no NCCL repository (`nccl = true`)", inputs.target.recipe)));
@@ -265,7 +192,7 @@ fn nccl_version(inputs: &AptInputs<'_>, want: &NcclRequest, available: &[Indexed
 }
 
 /// The repositories to read, each with its mirrors in order.
-fn repo_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
+fn repo_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
     let mut out = Vec::new();
     for r in inputs.target.repositories {
         if r.from_base {
@@ -313,7 +240,7 @@ pub fn base_sources(base: &dyn BaseFiles) -> Result<Vec<SourceEntry>> {
 
 /// The archive the base image is configured with: its sources.list and sources.list.d, with
 /// the keys they name (`signed-by`), else the keys in trusted.gpg.d, read from the image.
-fn base_specs(inputs: &AptInputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
+fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
     let mut entries = base_sources(base)?;
     // Images that carry Mellanox's repository lose it; we never read it.
     entries.retain(|e| e.types.iter().any(|t| t == "deb") && !e.uris.iter().any(|u| u.contains("mellanox") || u.contains("/mlnx")));

@@ -9,11 +9,11 @@ use std::cell::OnceCell;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::Serialize;
 
 use super::deb822::Paragraph;
 use super::repo::{IndexedPackage, RepoError};
 use super::version::{parse_relations, Dependency, Version};
+pub use crate::packages::{Action, Selected};
 
 /// A package the base image has installed (`Status: install ok installed`).
 #[derive(Debug, Clone)]
@@ -42,18 +42,6 @@ impl Installed {
     }
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case", tag = "action")]
-pub enum Action {
-    /// Not in the base.
-    Install,
-    /// The base has an older version.
-    Upgrade { from: String },
-    /// The base has another build of it (e.g. Mellanox OFED's): removed, then installed.
-    Replace { from: String },
-    /// A pinned version (`name=version`) older than the base's.
-    Downgrade { from: String },
-}
 
 #[derive(Debug, Clone)]
 pub struct Planned {
@@ -79,12 +67,6 @@ pub struct Resolution {
     pub selected: Vec<Selected>,
 }
 
-/// A requested virtual name and the package installed for it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Selected {
-    pub requested: String,
-    pub package: String,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
