@@ -21,7 +21,7 @@ use crate::packages::{Inputs, NcclRequest, PackagesReport};
 use crate::packages::nccl::{Cuda, Want};
 use std::collections::BTreeMap;
 use crate::progress::{Counters, Reporter, Transfer};
-use crate::recipe::{Backend, Recipe};
+use crate::recipe::Recipe;
 use crate::image::registry::Registries;
 use crate::image::sink::{Reuse, Sink, Top};
 use crate::image::source::{PlatformChoice, Source, SourceImage};
@@ -301,9 +301,6 @@ fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Re
     if let Some(why) = &recipe.unsupported {
         return Err(Error::DistroRefused { found: recipe.distro.pretty.clone(), reason: why.clone() });
     }
-    if recipe.distro.backend != Backend::Apt {
-        return Err(Error::Unsupported(format!("recipe {}: the {:?} backend is not implemented yet", recipe.name, recipe.distro.backend)));
-    }
     Ok((recipe, os))
 }
 
@@ -394,7 +391,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
                     .iter()
                     .map(|p| (p.name.as_str(), p.version.as_str(), p.origin.as_str()))
                     .chain(report.kept.iter().map(|p| (p.name.as_str(), p.version.as_str(), "the base")))
-                    .find(|(n, _, _)| ["ibverbs-providers", "libibverbs1"].contains(n))
+                    .find(|(n, _, _)| ["ibverbs-providers", "libibverbs1", "libibverbs"].contains(n))
                     .map(|(n, v, o)| format!("rdma-core {v} ({n} from {o})"))
                     .unwrap_or_else(|| "the rdma-core installed".into());
                 return Err(Error::Unsupported(format!(

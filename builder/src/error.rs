@@ -109,6 +109,16 @@ pub enum Error {
     #[error(transparent)]
     Nccl(#[from] crate::packages::nccl::NcclError),
 
+    #[error("repository `{repo}`: {source}")]
+    Repodata {
+        repo: String,
+        #[source]
+        source: crate::packages::rpm::repodata::RepodataError,
+    },
+
+    #[error(transparent)]
+    RpmResolve(#[from] crate::packages::rpm::resolve::ResolveError),
+
     #[error("reading package {path}")]
     Deb {
         path: PathBuf,

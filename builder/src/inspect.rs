@@ -12,7 +12,9 @@ use crate::packages::nccl::{self, Cuda, Nccl};
 use crate::image::rootfs::SnapEntry;
 
 /// The rdma-core packages whose builds must agree (`librdmacm1t64`: Debian 13, Ubuntu 24.04).
-pub const RDMA_PACKAGES: &[&str] = &["libibverbs1", "ibverbs-providers", "librdmacm1", "librdmacm1t64", "ibverbs-utils"];
+/// rdma-core's packages as Debian/Ubuntu (`libibverbs1`, …) and Enterprise Linux (rdma-core's
+/// redhat/rdma-core.spec: `libibverbs`, …) name them.
+pub const RDMA_PACKAGES: &[&str] = &["libibverbs1", "ibverbs-providers", "librdmacm1", "librdmacm1t64", "ibverbs-utils", "libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CudaFact {
@@ -208,7 +210,7 @@ pub fn facts(files: &ImageFiles, arch: &str, env: &[(String, String)]) -> Result
             f.ofed.push(format!("package {name} {version}"));
         }
     }
-    for path in ["etc/apt/sources.list.d/mellanox_mlnx_ofed.list", "usr/bin/ofed_info"] {
+    for path in ["etc/apt/sources.list.d/mellanox_mlnx_ofed.list", "etc/yum.repos.d/mlnx_ofed.repo", "usr/bin/ofed_info"] {
         if files.kind(path)?.is_some() {
             f.ofed.push(format!("/{path}"));
         }

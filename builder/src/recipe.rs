@@ -223,6 +223,7 @@ impl Recipe {
             repositories: &self.repositories,
             packages: &self.packages,
             distro_id: &self.distro.id,
+            version_id: &self.distro.version_id,
             codename: self.distro.codename.as_deref(),
             pretty: &self.distro.pretty,
         }

@@ -65,6 +65,9 @@ pub struct LayerContents {
     /// with the last clone of the layer.
     spool: Option<Arc<File>>,
     spooled: u64,
+    /// Entries whose mtime is their own rather than the build epoch: files from rpm packages,
+    /// whose headers record each file's mtime and whose `rpm -V` compares it.
+    mtimes: BTreeMap<String, u64>,
 }
 
 /// Files up to this size are held in memory; larger ones go to the spool file.
@@ -127,8 +130,16 @@ impl LayerContents {
                 .entry(parent.clone())
                 .or_insert(Entry { kind: EntryKind::Dir, mode: 0o755, uid: 0, gid: 0 });
         }
+        self.mtimes.remove(&norm);
         self.entries.insert(norm, entry);
         Ok(())
+    }
+
+    /// Gives the entry at `path` its own mtime in the written layer (until it is replaced).
+    pub fn set_mtime(&mut self, path: &str, mtime: u64) {
+        if let Some(norm) = normalize(path).filter(|n| self.entries.contains_key(n)) {
+            self.mtimes.insert(norm, mtime);
+        }
     }
 
     /// Paths of the regular files, symlinks and whiteouts, sorted (directories left out).
@@ -178,12 +189,13 @@ impl LayerContents {
         Ok(EntryKind::Spooled { offset, len: size })
     }
 
-    /// Writes the uncompressed tar stream to `w`, entries sorted, all mtimes `mtime`.
+    /// Writes the uncompressed tar stream to `w`, entries sorted, mtimes `mtime` except where
+    /// an entry has its own ([`Self::set_mtime`]).
     pub fn write_tar<W: Write>(&self, w: W, mtime: u64) -> io::Result<W> {
         let mut tar = tar::Builder::new(w);
         for (path, entry) in &self.entries {
             let mut h = tar::Header::new_gnu();
-            h.set_mtime(mtime);
+            h.set_mtime(self.mtimes.get(path).copied().unwrap_or(mtime));
             h.set_uid(entry.uid);
             h.set_gid(entry.gid);
             h.set_mode(entry.mode);

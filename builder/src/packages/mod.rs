@@ -45,6 +45,10 @@ pub struct Repository {
     /// architecture (`x86_64`, `sbsa`).
     #[serde(default)]
     pub nccl: bool,
+    /// rpm: `repo_gpgcheck`: the repository's `repomd.xml` must carry a valid signature
+    /// (`repomd.xml.asc`); one present is always verified.
+    #[serde(default)]
+    pub repo_gpgcheck: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -68,6 +72,8 @@ pub struct Target<'a> {
     pub packages: &'a Packages,
     /// os-release `ID`, the release's codename and its name, for a base without sources.
     pub distro_id: &'a str,
+    /// os-release `VERSION_ID` of the release (`3`, `9`): dnf's `$releasever` for rpm.
+    pub version_id: &'a str,
     pub codename: Option<&'a str>,
     pub pretty: &'a str,
 }
@@ -203,6 +209,9 @@ pub struct PackagesReport {
     /// The `libnccl2` version `--nccl` chose.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<String>,
+    /// Package scripts a build does not run, and what it does instead (rpm: `%pre`/`%post`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scriptlets: Vec<String>,
     /// `--package` files: installed without any signature vouching for them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unsigned: Vec<Unsigned>,

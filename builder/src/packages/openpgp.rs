@@ -100,6 +100,20 @@ pub fn to_binary(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The keys as ASCII armour, one `PUBLIC KEY BLOCK` each: what rpm's `--import` and dnf's
+/// `gpgkey=` read (`/etc/pki/rpm-gpg/…`).
+pub fn to_armored(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for k in keys {
+        let block = k.to_armored_bytes(pgp::composed::ArmorOptions::default()).map_err(|e| KeyError::Write { fingerprint: fingerprint(k), reason: e.to_string() })?;
+        out.extend_from_slice(&block);
+        if !out.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+    }
+    Ok(out)
+}
+
 /// Every key of an armoured or binary key file as one binary keyring.
 pub fn dearmor(data: &[u8]) -> Result<Vec<u8>> {
     to_binary(&parse(data)?)

@@ -303,7 +303,7 @@ impl Header {
             if offset as usize > data.len() {
                 return Err(bad(format!("offset {offset} past the {} bytes of data", data.len())));
             }
-            if offset as usize % kind.align() != 0 {
+            if !(offset as usize).is_multiple_of(kind.align()) {
                 return Err(bad(format!("offset {offset} not aligned for its type")));
             }
             let len = data_len(kind, &data[offset as usize..], count).ok_or_else(|| bad(format!("{count} values of type {kind:?} do not fit the data")))?;
@@ -458,7 +458,7 @@ impl Header {
                 return Err(HeaderError::BadEntry { index: self.entries.len() + i, tag: *t, why: "the tag is already in the header".into() });
             }
             let kind = v.kind();
-            while data.len() % kind.align() != 0 {
+            while !data.len().is_multiple_of(kind.align()) {
                 data.push(0);
             }
             let (count, bytes) = v.encode();
@@ -490,7 +490,7 @@ impl Header {
         sorted.sort_by_key(|(t, _)| *t);
         for (t, v) in sorted {
             let kind = v.kind();
-            while data.len() % kind.align() != 0 {
+            while !data.len().is_multiple_of(kind.align()) {
                 data.push(0);
             }
             let (count, bytes) = v.encode();

@@ -2,23 +2,480 @@
 //! metadata, download and verify the `.rpm`s, unpack their payloads into the layer and write
 //! the image's rpm database so that rpm and dnf inside the image see the truth.
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
+use super::repodata;
+use super::repos::{self, YumRepo};
+use super::PackageMeta;
 use crate::error::{Error, Result};
 use crate::image::layer::LayerContents;
-use crate::packages::{BaseFiles, Inputs, PackagesReport, Target};
+use crate::packages::openpgp::{self, Keyring};
+use crate::packages::{BaseFiles, Inputs, Mirror, PackagesReport, Target};
 use crate::progress::Reporter;
 
-/// The rpm side of [`crate::packages::install`].
-pub async fn install(inputs: &Inputs<'_>, _base: &dyn BaseFiles, _layer: Option<&mut LayerContents>, _reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
-    Err(Error::Unsupported(format!("recipe {}: the rpm backend cannot install packages yet", inputs.target.recipe)))
+/// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
+const MAX_REPOMD: u64 = 16 << 20;
+const MAX_PRIMARY: u64 = 256 << 20;
+const MAX_PRIMARY_OPEN: u64 = 1 << 30;
+
+/// rpm's name for a Debian architecture (dnf's `$basearch`).
+pub fn basearch(debian_arch: &str) -> &str {
+    match debian_arch {
+        "amd64" => "x86_64",
+        "arm64" => "aarch64",
+        "ppc64el" => "ppc64le",
+        other => other,
+    }
 }
 
-/// The rpm side of [`crate::packages::add_repositories`].
-pub fn add_repos(target: &Target<'_>, _urls: &BTreeMap<String, String>, _keys: &BTreeMap<String, Vec<u8>>, _base: &dyn BaseFiles, _layer: &mut LayerContents) -> Result<()> {
-    Err(Error::Unsupported(format!("recipe {}: the rpm backend cannot configure repositories yet", target.recipe)))
+/// A repository's packages, read from its verified metadata.
+pub struct LoadedRepo {
+    pub name: String,
+    /// The base URL it was reached at.
+    pub url: String,
+    pub packages: Vec<PackageMeta>,
+    pub keyring: Keyring,
+}
+
+/// Reads one repository's `repomd.xml` (verifying `repomd.xml.asc` when there is one, and
+/// requiring one with `repo_gpgcheck`) and its `primary` metadata, checked against repomd's
+/// checksum. Mirrors are tried in order while they cannot be reached; a bad signature or
+/// checksum stops the build (an attack or a broken mirror, as apt's backend treats it).
+pub async fn load_repo(http: &crate::http::Client, name: &str, urls: &[String], keyring: Keyring, repo_gpgcheck: bool, cache_dir: &Path, reporter: &dyn Reporter) -> Result<LoadedRepo> {
+    reporter.step(&format!("reading repository {name}"));
+    let mut unreachable = Vec::new();
+    for url in urls {
+        let base = format!("{}/", url.trim_end_matches('/'));
+        let repomd_url = format!("{base}repodata/repomd.xml");
+        let raw = match http.get(&repomd_url, MAX_REPOMD).await {
+            Ok(Some(raw)) => raw,
+            Ok(None) => {
+                unreachable.push(format!("{repomd_url}: not found"));
+                continue;
+            }
+            Err(e) if e.is_transient() => {
+                unreachable.push(e.to_string());
+                continue;
+            }
+            Err(e) => return Err(Error::Unsupported(format!("repository `{name}`: {e}"))),
+        };
+        let sig_url = format!("{repomd_url}.asc");
+        match http.get(&sig_url, 1 << 20).await.map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))? {
+            Some(sig) => openpgp::verify_detached_with(&raw, &sig, &keyring, crate::dates::now())
+                .map_err(|e| Error::Unsupported(format!("repository `{name}`: {repomd_url} does not verify against {sig_url}: {e}")))?,
+            None if repo_gpgcheck => return Err(Error::Unsupported(format!("repository `{name}`: repo_gpgcheck is set but {sig_url} does not exist"))),
+            None => {}
+        }
+        let md = repodata::parse_repomd(&raw).map_err(|e| Error::Unsupported(format!("repository `{name}`: {repomd_url}: {e}")))?;
+        let primary = md.primary().map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
+        let sum = primary.checksum.clone().ok_or_else(|| Error::Unsupported(format!("repository `{name}`: repomd.xml gives no checksum for {}", primary.location)))?;
+        let compressed = fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir).await.map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
+        let xml = repodata::decompress(&primary.location, &compressed, MAX_PRIMARY_OPEN).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
+        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
+        return Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring });
+    }
+    Err(Error::Unsupported(format!("repository `{name}` cannot be reached ({}); hint: --repo {name}=URL or --mirror", unreachable.join("; "))))
+}
+
+/// Fetches metadata by checksum, from the cache when a file with that checksum is there.
+async fn fetch_cached(http: &crate::http::Client, url: &str, sum: &super::Checksum, cache_dir: &Path) -> std::result::Result<Vec<u8>, String> {
+    let dir = cache_dir.join("rpm-md");
+    let cached: PathBuf = dir.join(format!("{}-{}", sum.kind, sum.hex));
+    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        if let Ok(bytes) = std::fs::read(&cached) {
+            if repodata::verify(&bytes, sum).is_ok() {
+                return Ok(bytes);
+            }
+        }
+    }
+    let bytes = http.get(url, MAX_PRIMARY).await.map_err(|e| e.to_string())?.ok_or_else(|| format!("{url}: not found"))?;
+    repodata::verify(&bytes, sum).map_err(|e| format!("{url}: {e}"))?;
+    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) && std::fs::create_dir_all(&dir).is_ok() {
+        // Best effort: a cache that cannot be written only costs a download next time.
+        let _ = tempfile::NamedTempFile::new_in(&dir).and_then(|mut f| {
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.persist(&cached).map(|_| ()).map_err(|e| e.error)
+        });
+    }
+    Ok(bytes)
+}
+
+/// The URLs of one of the base's repositories: its `baseurl`s, or the list its `mirrorlist`
+/// gives, with `--mirror` applied (`FROM=URL` replaces the prefix FROM; a plain `URL` stands
+/// in for the scheme and host of every base repository, as a mirror of the same layout).
+pub async fn base_repo_urls(http: &crate::http::Client, repo: &YumRepo, mirrors: &[Mirror]) -> Result<Vec<String>> {
+    let mut urls = repo.baseurls.clone();
+    if urls.is_empty() {
+        if let Some(list) = &repo.mirrorlist {
+            let text = http.get(list, 1 << 20).await.map_err(|e| Error::Unsupported(format!("repository `{}` ({}): mirrorlist: {e}", repo.id, repo.file)))?.unwrap_or_default();
+            urls = String::from_utf8_lossy(&text).lines().map(str::trim).filter(|l| l.contains("://") && !l.starts_with('#')).map(String::from).collect();
+        }
+    }
+    if urls.is_empty() {
+        let how = if repo.metalink.is_some() { "only a metalink, which erdma-build does not read" } else { "no baseurl or mirrorlist" };
+        return Err(Error::Unsupported(format!("repository `{}` ({}) has {how}; hint: --mirror URL for a mirror of it, or disable it in the base", repo.id, repo.file)));
+    }
+    Ok(urls.into_iter().map(|u| mirrored(&u, mirrors)).collect())
+}
+
+fn mirrored(url: &str, mirrors: &[Mirror]) -> String {
+    for m in mirrors.iter().rev() {
+        match &m.from {
+            Some(from) if url.starts_with(from.trim_end_matches('/')) => return format!("{}{}", m.to.trim_end_matches('/'), &url[from.trim_end_matches('/').len()..]),
+            Some(_) => {}
+            None => {
+                let Some((_, rest)) = url.split_once("://") else { continue };
+                let path = rest.find('/').map_or("", |i| &rest[i..]);
+                return format!("{}{path}", m.to.trim_end_matches('/'));
+            }
+        }
+    }
+    url.to_string()
+}
+
+/// The keys a base repository's `gpgkey=` names: `file://` keys from the image (as dnf reads
+/// them), unless `--keyring base=FILE` replaces them.
+pub fn base_repo_keys(repo: &YumRepo, base: &dyn BaseFiles, base_keyring: Option<&[u8]>) -> Result<Keyring> {
+    let bad = |why: String| Error::Unsupported(format!("repository `{}` ({}): {why}", repo.id, repo.file));
+    let mut raw = Vec::new();
+    match base_keyring {
+        Some(k) => raw.extend_from_slice(k),
+        None => {
+            for key in &repo.gpgkeys {
+                let Some(path) = key.strip_prefix("file://") else {
+                    return Err(bad(format!("its key {key} is not a file in the image; hint: --keyring base=FILE")));
+                };
+                let data = base.read(path.trim_start_matches('/'), 1 << 20)?.ok_or_else(|| bad(format!("its key {key} is not in the image")))?;
+                raw.extend(openpgp::dearmor(&data)?);
+            }
+        }
+    }
+    if raw.is_empty() {
+        return Err(bad("it names no gpgkey, and packages are only installed verified; hint: --keyring base=FILE".into()));
+    }
+    Keyring::load(&raw).map_err(|e| bad(e.to_string()))
+}
+
+/// What each install-time scriptlet of a package is replaced by: nothing is run in a build.
+/// rdma-core's packages (redhat/rdma-core.spec) have `%post -p /sbin/ldconfig` (libibverbs,
+/// librdmacm: their libraries are in /usr/lib64, which the dynamic loader searches without a
+/// cache entry) and rdma-core's `%post` (udevadm trigger, systemd presets: a container runs
+/// neither udev nor systemd).
+fn scriptlets(h: &super::header::Header) -> Vec<String> {
+    use super::header::tag;
+    let name = h.name();
+    let mut out = Vec::new();
+    for (script, prog, what) in [(tag::PREIN, tag::PREINPROG, "%pre"), (tag::POSTIN, tag::POSTINPROG, "%post")] {
+        let body = h.string(script).unwrap_or_default();
+        let interp = h.strings(prog).join(" ");
+        if body.trim().is_empty() && interp.is_empty() {
+            continue;
+        }
+        let shown = if body.trim().is_empty() { interp.clone() } else { format!("{} ({} lines)", if interp.is_empty() { "/bin/sh".into() } else { interp.clone() }, body.lines().count()) };
+        let instead = if interp.ends_with("ldconfig") && body.trim().is_empty() {
+            "not run: the libraries are in the loader's default directories, found without a cache entry"
+        } else {
+            "not run: a build runs nothing in the image"
+        };
+        out.push(format!("{name} {what}: {shown}: {instead}"));
+    }
+    out
+}
+
+/// What a build of an rpm image knows about its database and repositories after resolving.
+struct Resolved {
+    db: super::rpmdb::Database,
+    plan: super::resolve::Resolution,
+    repos: Vec<LoadedRepo>,
+    local: Vec<(PathBuf, PackageMeta)>,
+}
+
+/// Installed packages built by Mellanox OFED (`mlnx` in the version or release, or named in the
+/// recipe's remove list): each goes, replaced by the repository build of the same name when
+/// there is one, removed otherwise.
+fn ofed_rules(installed: &[PackageMeta], available: &[PackageMeta], remove: &[String]) -> (Vec<super::resolve::Replace>, Vec<String>) {
+    let mut replace = Vec::new();
+    let mut gone = Vec::new();
+    for p in installed {
+        let mlnx = format!("{}-{}", p.evr.version, p.evr.release).to_ascii_lowercase().contains("mlnx");
+        let listed = remove.iter().any(|r| r == &p.name);
+        if !(mlnx || listed) {
+            continue;
+        }
+        if available.iter().any(|a| a.name == p.name) && mlnx {
+            replace.push(super::resolve::Replace { installed: p.name.clone(), with: p.name.clone() });
+        } else if mlnx || (listed && !available.iter().any(|a| a.name == p.name)) {
+            gone.push(p.name.clone());
+        }
+    }
+    (replace, gone)
+}
+
+async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Reporter) -> Result<(Resolved, PackagesReport)> {
+    let arch = basearch(inputs.arch);
+    let db = super::rpmdb::open(base)
+        .map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))?
+        .ok_or_else(|| Error::Unsupported(format!("recipe {} is for {}, but the base has no rpm database (/var/lib/rpm)", inputs.target.recipe, inputs.target.pretty)))?;
+    let installed = db.installed();
+    let mut report = PackagesReport::default();
+    let mut repos_loaded = Vec::new();
+    let http = inputs.http;
+    let cache = inputs.cache_dir.join("rpm");
+    for repo in inputs.target.repositories {
+        if repo.from_base {
+            let vars = repos::variables(base, inputs.target.version_id, arch)?;
+            for yr in repos::base_repos(base, &vars)?.into_iter().filter(|r| r.enabled) {
+                let urls = base_repo_urls(http, &yr, inputs.mirrors).await?;
+                let keyring = base_repo_keys(&yr, base, inputs.base_keyring.as_deref())?;
+                let loaded = load_repo(http, &format!("base {}", yr.id), &urls, keyring, yr.repo_gpgcheck, &cache, reporter).await?;
+                report.repositories.insert(loaded.name.clone(), loaded.url.clone());
+                repos_loaded.push(loaded);
+            }
+            continue;
+        }
+        let urls = inputs.repo_urls.get(&repo.name).map(|u| vec![u.clone()]).unwrap_or_else(|| repo.urls.clone());
+        let key = inputs.repo_keys.get(&repo.name).ok_or_else(|| Error::Unsupported(format!("repository `{}` has no key", repo.name)))?;
+        let keyring = Keyring::load(key).map_err(|e| Error::Unsupported(format!("repository `{}`: {e}", repo.name)))?;
+        let mut loaded = load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, &cache, reporter).await?;
+        // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
+        let nccl_name = |n: &str| n.starts_with("libnccl");
+        loaded.packages.retain(|p| nccl_name(&p.name) == repo.nccl);
+        report.repositories.insert(repo.name.clone(), loaded.url.clone());
+        repos_loaded.push(loaded);
+    }
+    let mut available: Vec<PackageMeta> = repos_loaded.iter().flat_map(|r| r.packages.iter().cloned()).collect();
+    let mut install: Vec<String> = Vec::new();
+    if inputs.recipe_packages {
+        install.extend(inputs.target.packages.install.iter().cloned());
+    }
+    install.extend(inputs.extra.iter().cloned());
+    let mut local = Vec::new();
+    for arg in inputs.local {
+        reporter.step(&format!("reading unsigned package {arg}"));
+        let path = PathBuf::from(arg);
+        let pkg = super::package::open(&path).map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
+        let meta = pkg.header.meta(&format!("unsigned {arg}"));
+        if meta.arch != arch && meta.arch != "noarch" {
+            return Err(Error::Unsupported(format!("--package {arg} is {} for {}, not for the image's {arch}", meta.nevra(), meta.arch)));
+        }
+        install.push(format!("{}={}", meta.name, meta.evr));
+        report.unsigned.push(crate::packages::Unsigned { name: meta.name.clone(), version: meta.evr.to_string(), arch: meta.arch.clone(), source: arg.clone(), sha256: sha256_file(&path)? });
+        available.push(meta.clone());
+        local.push((path, meta));
+    }
+    if inputs.nccl.is_some() {
+        return Err(Error::Unsupported(format!("recipe {}: --nccl is not implemented for rpm images yet", inputs.target.recipe)));
+    }
+    let (replace, remove) = ofed_rules(&installed, &available, &inputs.target.packages.remove);
+    let request = super::resolve::Request { install: &install, remove: &remove, replace: &replace, arch };
+    reporter.step("resolving packages");
+    let has = |path: &str| base.kind(path.trim_start_matches('/')).ok().flatten().is_some();
+    let plan = super::resolve::resolve(&request, &installed, &available, &has)?;
+    for p in &plan.install {
+        let action = match &p.action {
+            super::resolve::Action::Install => crate::packages::Action::Install,
+            super::resolve::Action::Upgrade { from } => crate::packages::Action::Upgrade { from: from.clone() },
+            super::resolve::Action::Downgrade { from } => crate::packages::Action::Downgrade { from: from.clone() },
+            super::resolve::Action::Replace { of } => crate::packages::Action::Replace { from: of.join(", ") },
+        };
+        report.install.push(crate::packages::PackageChange { name: p.package.name.clone(), version: p.package.evr.to_string(), arch: p.package.arch.clone(), action, origin: p.package.origin.clone(), size: p.package.size });
+    }
+    for r in &plan.remove {
+        report.remove.push(crate::packages::PackageRef { name: r.name.clone(), version: r.evr.to_string() });
+    }
+    for k in &plan.kept {
+        report.kept.push(crate::packages::PackageRef { name: k.name.clone(), version: k.evr.to_string() });
+    }
+    Ok((Resolved { db, plan, repos: repos_loaded, local }, report))
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::Digest as _;
+    let mut f = std::fs::File::open(path).map_err(Error::io("reading package", path))?;
+    let mut h = sha2::Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(Error::io("reading package", path))?;
+    Ok(hex::encode(h.finalize()))
+}
+
+/// The rpm side of [`crate::packages::install`].
+pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
+    let (resolved, mut report) = resolve(inputs, base, reporter).await?;
+    let Some(layer) = layer else { return Ok((report, Vec::new())) };
+    let files = fetch(inputs, &resolved, &mut report, reporter).await?;
+    report.scriptlets = files.iter().flat_map(|(_, p)| scriptlets(&p.header)).collect();
+    let removed = unpack(&resolved, &files, base, basearch(inputs.arch), layer)?;
+    Ok((report, removed))
+}
+
+/// Downloads (or takes from the cache) every planned package, checks it against the checksum
+/// its repository's `primary.xml` gives, and verifies its OpenPGP header signature and payload
+/// digest against the repository's key, as dnf with `gpgcheck=1` does. `--package` files are
+/// only read.
+async fn fetch(inputs: &Inputs<'_>, resolved: &Resolved, report: &mut PackagesReport, reporter: &dyn Reporter) -> Result<Vec<(PathBuf, super::package::Package)>> {
+    let dir = inputs.cache_dir.join("rpm").join("packages");
+    std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
+    let mut out = Vec::new();
+    for planned in &resolved.plan.install {
+        let meta = &planned.package;
+        if let Some((path, _)) = resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name) {
+            let pkg = super::package::open(path).map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
+            out.push((path.clone(), pkg));
+            continue;
+        }
+        let repo = resolved.repos.iter().find(|r| r.name == meta.origin).ok_or_else(|| Error::Unsupported(format!("{} comes from no repository read", meta.nevra())))?;
+        let location = meta.location.as_deref().ok_or_else(|| Error::Unsupported(format!("{} has no location in {}", meta.nevra(), repo.name)))?;
+        let url = format!("{}/{}", repo.url.trim_end_matches('/'), location.trim_start_matches('/'));
+        let sum = meta.checksum.clone().ok_or_else(|| Error::Unsupported(format!("{} has no checksum in {}'s primary.xml", meta.nevra(), repo.name)))?;
+        if !sum.hex.chars().all(|c| c.is_ascii_hexdigit()) || sum.hex.is_empty() {
+            return Err(Error::Unsupported(format!("malformed checksum for {url} in {}", repo.name)));
+        }
+        let path = dir.join(format!("{}-{}.rpm", sum.kind, sum.hex));
+        if !path.exists() {
+            reporter.step(&format!("downloading {}", meta.nevra()));
+            let fail = |reason: String| Error::Download { url: url.clone(), reason };
+            let limit = if meta.size > 0 { meta.size } else { 4 << 30 };
+            let (tmp, got_size, got_sha256) = match inputs.http.download(&url, &dir, limit).await {
+                Ok(Some(d)) => d,
+                Ok(None) => return Err(fail("not found (404)".into())),
+                Err(crate::http::HttpError::TooLarge { .. }) => return Err(fail(format!("larger than the {limit} bytes primary.xml says"))),
+                Err(e) => return Err(fail(e.to_string())),
+            };
+            if meta.size > 0 && got_size != meta.size {
+                return Err(fail(format!("size {got_size} but primary.xml says {}", meta.size)));
+            }
+            // SHA256 (what createrepo_c writes) was computed as the file streamed by; another
+            // kind is checked from the file.
+            if sum.kind == "sha256" {
+                if got_sha256 != sum.hex {
+                    return Err(Error::DigestMismatch { expected: format!("sha256:{} ({url})", sum.hex), actual: format!("sha256:{got_sha256}") });
+                }
+            } else {
+                let bytes = std::fs::read(tmp.path()).map_err(Error::io("reading download", tmp.path()))?;
+                repodata::verify(&bytes, &sum).map_err(|e| Error::DigestMismatch { expected: format!("{}:{} ({url})", sum.kind, sum.hex), actual: e.to_string() })?;
+            }
+            tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
+            report.downloaded_bytes += got_size;
+        } else {
+            report.cached_debs += 1;
+        }
+        let pkg = super::package::open(&path).map_err(|e| Error::Unsupported(format!("{url}: {e}")))?;
+        pkg.verify(&path, &repo.keyring, crate::dates::now()).map_err(|e| Error::Unsupported(format!("{} from repository `{}` ({url}): {e}", meta.nevra(), repo.name)))?;
+        out.push((path, pkg));
+    }
+    Ok(out)
+}
+
+/// `name → id` from an `/etc/passwd` or `/etc/group` of the base (or the layer, when a
+/// package writes them: `setup` on EL).
+fn ids(text: &str) -> BTreeMap<String, u32> {
+    text.lines().filter_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?.to_string();
+        let id = f.nth(1)?.parse().ok()?;
+        Some((name, id))
+    }).collect()
+}
+
+/// Writes the planned packages' payloads into the layer, whites out the files of the packages
+/// that go (replaced, upgraded, removed) that nothing new puts back and no package that stays
+/// owns, and writes the rpm database with the gone packages' headers removed and the new ones
+/// added as rpm stores them. Returns the paths removed.
+fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], base: &dyn BaseFiles, arch: &str, layer: &mut LayerContents) -> Result<Vec<String>> {
+    let passwd = ids(&String::from_utf8_lossy(&base.read("etc/passwd", 4 << 20)?.unwrap_or_default()));
+    let group = ids(&String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()));
+    // rpm resolves file owners by name at install time and falls back to root (with a warning)
+    // for a name the image does not know (lib/fsm.c, lib/rpmug.c).
+    let owners = |user: &str, grp: &str| (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0));
+    let now = crate::dates::now().max(0) as u32;
+    let color = super::rpmdb::transaction_color(base, arch);
+    let mut blobs = Vec::new();
+    for (path, pkg) in files {
+        let unpacked = pkg.unpack(path, layer, &owners, &super::package::UnpackOptions::default()).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
+        let ctx = super::rpmdb::InstallCtx { install_time: now, tid: now, color, file_states: unpacked.file_states.clone() };
+        blobs.push(super::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?);
+    }
+    // The installed packages that go: removed, or replaced by a new build.
+    let mut gone: Vec<String> = resolved.plan.remove.iter().map(|r| r.nevra.clone()).collect();
+    for p in &resolved.plan.install {
+        match &p.action {
+            super::resolve::Action::Install => {}
+            super::resolve::Action::Upgrade { from } | super::resolve::Action::Downgrade { from } => gone.push(from.clone()),
+            super::resolve::Action::Replace { of } => gone.extend(of.iter().cloned()),
+        }
+    }
+    let mut gone_hnums = Vec::new();
+    let mut gone_files: Vec<String> = Vec::new();
+    let mut kept_files: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for (hnum, h) in resolved.db.headers() {
+        let meta = h.meta("installed");
+        let nevra = meta.nevra();
+        // A removal may name the package as `name-evr.arch` or by its EVR alone.
+        if gone.iter().any(|g| g == &nevra || g == &format!("{}-{}", meta.name, meta.evr) || g == &meta.name) {
+            gone_hnums.push(*hnum);
+            gone_files.extend(meta.files);
+        } else {
+            kept_files.extend(meta.files);
+        }
+    }
+    let mut removed = Vec::new();
+    for f in gone_files {
+        let Some(rel) = crate::image::layer::normalize(&f) else { continue };
+        if kept_files.contains(&f) || layer.files().any(|(p, _)| p == rel) {
+            continue;
+        }
+        // Directories stay: other packages' files may live in them, and rpm -e keeps a
+        // directory that is not empty.
+        if matches!(base.kind(&rel)?, Some(crate::image::rootfs::SnapEntry::Dir) | None) {
+            continue;
+        }
+        layer.add_whiteout(&rel)?;
+        removed.push(f);
+    }
+    for db_file in super::rpmdb::write(&resolved.db, &gone_hnums, &blobs).map_err(|e| Error::Unsupported(format!("writing the rpm database: {e}")))? {
+        db_file.apply(layer)?;
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// The rpm side of [`crate::packages::add_repositories`]: for each of the recipe's own
+/// repositories, `/etc/yum.repos.d/NAME.repo` at the URL the build reached, with `gpgcheck=1`
+/// and its verified key armoured at `/etc/pki/rpm-gpg/RPM-GPG-KEY-NAME`, as seed 004 sets up
+/// Alibaba's. An NCCL repository the base already lists (NVIDIA's CUDA images) is not added twice.
+pub fn add_repos(target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+    let listed: Vec<String> = if target.repositories.iter().any(|r| r.nccl) {
+        repos::base_repos(base, &BTreeMap::new())?.into_iter().flat_map(|r| r.baseurls).collect()
+    } else {
+        Vec::new()
+    };
+    for repo in target.repositories.iter().filter(|r| !r.from_base) {
+        let url = &urls[&repo.name];
+        if repo.nccl && listed.iter().any(|u| u.trim_end_matches('/') == url.trim_end_matches('/')) {
+            continue;
+        }
+        let key_path = format!("etc/pki/rpm-gpg/RPM-GPG-KEY-{}", repo.name);
+        layer.add_file(&key_path, openpgp::to_armored(&openpgp::parse(&keys[&repo.name])?)?, 0o644)?;
+        layer.add_file(&format!("etc/yum.repos.d/{}.repo", repo.name), repos::repo_file(&repo.name, url, &key_path, repo.repo_gpgcheck, &[]).into_bytes(), 0o644)?;
+    }
+    Ok(())
 }
 
 /// Installed rpm packages: name → `[E:]V-R` (empty without a database).
-pub fn installed(_base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
-    Ok(BTreeMap::new())
+pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
+    let Some(db) = super::rpmdb::open(base).map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))? else { return Ok(BTreeMap::new()) };
+    Ok(db.installed().into_iter().map(|p| (p.name, p.evr.to_string())).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mirrors_stand_in_for_base_repositories() {
+        let all = [Mirror::parse("http://127.0.0.1:8080")];
+        assert_eq!(mirrored("http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", &all), "http://127.0.0.1:8080/alinux/3/os/x86_64/");
+        let one = [Mirror::parse("http://mirrors.cloud.aliyuncs.com/alinux=file:///srv/alinux")];
+        assert_eq!(mirrored("http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", &one), "file:///srv/alinux/3/os/x86_64/");
+        assert_eq!(mirrored("https://other.example/x/", &one), "https://other.example/x/");
+    }
 }

@@ -1,13 +1,19 @@
 //! The rpm backend: Alibaba Cloud Linux, CentOS, Rocky, Alma and RHEL packages, installed the
 //! way `dnf install` would, without rpm, dnf, root or a container: verified repository metadata
-//! (repodata), dnf's resolution, `.rpm` files read and checked ([`header`]) and the image's own
-//! rpm database written. Being built: today it reads headers, and refuses to install.
+//! ([`repodata`]), dnf's resolution ([`resolve`], [`version`]), `.rpm` files read and checked
+//! ([`header`], [`package`]) and the image's own rpm database written ([`rpmdb`]).
 pub mod header;
 pub mod install;
+pub mod package;
+pub mod repodata;
+pub mod repos;
+pub mod resolve;
+pub mod rpmdb;
+pub mod version;
 
 use serde::Serialize;
 
-/// An epoch-version-release, as rpm compares it.
+/// An epoch-version-release, as rpm compares it ([`version::compare_evr`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Evr {
     /// `None` when the package declares none (compares as 0).
@@ -43,7 +49,7 @@ pub enum Cmp {
 
 /// One `Requires`/`Provides`/`Obsoletes`/`Conflicts` entry: `name`, or `name OP evr`. Rich
 /// dependencies (`(a or b)`) keep their whole text in `name` with no version; the resolver
-/// parses them.
+/// parses them ([`version::RichDep`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Dep {
     pub name: String,

@@ -1,0 +1,210 @@
+//! The image's yum/dnf repository configuration: `/etc/yum.repos.d/*.repo` read (the base's
+//! own repositories, where dependencies come from) and written (the recipe's, so a later `dnf
+//! install` in the image reaches them with the same trust).
+//!
+//! `.repo` files are INI as dnf reads them (libdnf's ConfigParser): `[id]` sections, `key=value`
+//! (or `key: value`), `#`/`;` comments, values continued on indented lines (several `baseurl`s,
+//! `gpgkey`s). Variables (`$releasever`, `$basearch`, `$arch`, and `/etc/dnf/vars/NAME`,
+//! `/etc/yum/vars/NAME`) are expanded as dnf's substitutions do.
+use std::collections::BTreeMap;
+
+use crate::error::Result;
+use crate::packages::BaseFiles;
+
+/// One `[id]` section of a `.repo` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct YumRepo {
+    pub id: String,
+    /// The file it came from, for messages.
+    pub file: String,
+    pub baseurls: Vec<String>,
+    pub mirrorlist: Option<String>,
+    pub metalink: Option<String>,
+    pub enabled: bool,
+    pub gpgcheck: bool,
+    pub repo_gpgcheck: bool,
+    /// `gpgkey=` URLs (`file:///etc/pki/rpm-gpg/…` in distribution images).
+    pub gpgkeys: Vec<String>,
+}
+
+/// Bounds: a `.repo` file is a few KiB; an image has a handful.
+const MAX_REPO_FILE: u64 = 1 << 20;
+
+/// dnf's booleans: `1`, `yes`, `true`, `on` (libdnf's OptionBool).
+fn truthy(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "yes" | "true" | "on" => Some(true),
+        "0" | "no" | "false" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// Expands `$name` and `${name}` from `vars`; unknown variables are left as they are, as dnf
+/// leaves them.
+pub fn substitute(text: &str, vars: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, used) = if let Some(inner) = after.strip_prefix('{') {
+            match inner.find('}') {
+                Some(end) => (&inner[..end], end + 2),
+                None => ("", 0),
+            }
+        } else {
+            let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        match vars.get(name).filter(|_| !name.is_empty()) {
+            Some(v) => {
+                out.push_str(v);
+                rest = &after[used..];
+            }
+            None => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Parses one `.repo` file (`file` names it in messages), expanding `vars`.
+pub fn parse(file: &str, text: &str, vars: &BTreeMap<String, String>) -> Vec<YumRepo> {
+    let mut sections: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for raw in text.lines() {
+        let line = raw.trim_end();
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with(';') {
+            continue;
+        }
+        if let Some(id) = trimmed.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            sections.push((id.trim().to_string(), Vec::new()));
+            continue;
+        }
+        let Some((_, keys)) = sections.last_mut() else { continue };
+        // A continuation line: more values for the last key.
+        if line.starts_with(char::is_whitespace) {
+            if let Some((_, v)) = keys.last_mut() {
+                v.push('\n');
+                v.push_str(trimmed);
+            }
+            continue;
+        }
+        let split = trimmed.find(['=', ':']).filter(|i| !trimmed[..*i].contains("//"));
+        if let Some(i) = split {
+            keys.push((trimmed[..i].trim().to_ascii_lowercase(), trimmed[i + 1..].trim().to_string()));
+        }
+    }
+    let list = |v: &str| v.split(|c: char| c == '\n' || c == ',' || c.is_whitespace()).filter(|s| !s.is_empty()).map(|s| substitute(s, vars)).collect::<Vec<_>>();
+    sections
+        .into_iter()
+        .filter(|(id, _)| id != "main")
+        .map(|(id, keys)| {
+            let get = |k: &str| keys.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+            YumRepo {
+                id: substitute(&id, vars),
+                file: file.to_string(),
+                baseurls: get("baseurl").map(list).unwrap_or_default(),
+                mirrorlist: get("mirrorlist").map(|v| substitute(v.trim(), vars)).filter(|v| !v.is_empty()),
+                metalink: get("metalink").map(|v| substitute(v.trim(), vars)).filter(|v| !v.is_empty()),
+                enabled: get("enabled").and_then(truthy).unwrap_or(true),
+                gpgcheck: get("gpgcheck").and_then(truthy).unwrap_or(false),
+                repo_gpgcheck: get("repo_gpgcheck").and_then(truthy).unwrap_or(false),
+                gpgkeys: get("gpgkey").map(list).unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// dnf's substitution variables for the image: `releasever` (the release's major version, as
+/// the `system-release(releasever)` of EL release packages is), `basearch`/`arch`, and any
+/// `/etc/dnf/vars/NAME` or `/etc/yum/vars/NAME` file (first line), which win.
+pub fn variables(base: &dyn BaseFiles, releasever: &str, basearch: &str) -> Result<BTreeMap<String, String>> {
+    let mut vars = BTreeMap::new();
+    vars.insert("releasever".to_string(), releasever.to_string());
+    vars.insert("releasever_major".to_string(), releasever.split('.').next().unwrap_or(releasever).to_string());
+    vars.insert("basearch".to_string(), basearch.to_string());
+    vars.insert("arch".to_string(), basearch.to_string());
+    for dir in ["etc/yum/vars", "etc/dnf/vars"] {
+        for name in base.list(dir)? {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            if let Some(v) = base.read(&format!("{dir}/{name}"), 4096)? {
+                let v = String::from_utf8_lossy(&v).lines().next().unwrap_or("").trim().to_string();
+                vars.insert(name, v);
+            }
+        }
+    }
+    Ok(vars)
+}
+
+/// Every repository the base's `/etc/yum.repos.d/*.repo` files define, in file name order.
+pub fn base_repos(base: &dyn BaseFiles, vars: &BTreeMap<String, String>) -> Result<Vec<YumRepo>> {
+    let mut names = base.list("etc/yum.repos.d")?;
+    names.sort();
+    let mut out = Vec::new();
+    for name in names.into_iter().filter(|n| n.ends_with(".repo")) {
+        let path = format!("etc/yum.repos.d/{name}");
+        if let Some(text) = base.read(&path, MAX_REPO_FILE)? {
+            out.extend(parse(&format!("/{path}"), &String::from_utf8_lossy(&text), vars));
+        }
+    }
+    Ok(out)
+}
+
+/// The `.repo` file erdma-build writes for one of the recipe's repositories, as seed 004 writes
+/// `/etc/yum.repos.d/erdma.repo` (`gpgcheck = 1`, the key from `gpgkey`), with the URL the
+/// build reached and the key it verified with, kept in the image at `key_path`.
+pub fn repo_file(id: &str, url: &str, key_path: &str, repo_gpgcheck: bool, exclude: &[String]) -> String {
+    let mut text = format!("[{id}]\nname={id} (added by erdma-build)\nbaseurl={url}\nenabled=1\ngpgcheck=1\ngpgkey=file:///{key_path}\n");
+    if repo_gpgcheck {
+        text.push_str("repo_gpgcheck=1\n");
+    }
+    if !exclude.is_empty() {
+        text.push_str(&format!("excludepkgs={}\n", exclude.join(" ")));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars() -> BTreeMap<String, String> {
+        [("releasever", "3"), ("basearch", "x86_64"), ("arch", "x86_64")].into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn reads_repo_files_as_dnf_does() {
+        // Seed 004's erdma.repo, with spaces around `=`, and an Alibaba Cloud Linux 3 style
+        // file with two sections, a continued baseurl and a disabled repository.
+        let erdma = parse("erdma.repo", "[erdma]\nname = ERDMA Repository\nbaseurl = https://mirrors.aliyun.com/erdma/yum/redhat/$releasever/erdma/x86_64\ngpgcheck = 1\nenabled = 1\ngpgkey = https://mirrors.aliyun.com/erdma/GPGKEY\n", &vars());
+        assert_eq!(erdma.len(), 1);
+        assert_eq!(erdma[0].baseurls, ["https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64"]);
+        assert!(erdma[0].enabled && erdma[0].gpgcheck && !erdma[0].repo_gpgcheck);
+        let al = parse(
+            "AliYun.repo",
+            "[main]\ngpgcheck=1\n\n# comment\n[alinux3-os]\nname=alinux3-os\nbaseurl=http://mirrors.cloud.aliyuncs.com/alinux/$releasever/os/$basearch/\n  https://mirrors.aliyun.com/alinux/${releasever}/os/$basearch/\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-ALINUX-3\nenabled=1\n\n[alinux3-plus]\nbaseurl=http://x/$unknown/\nenabled=0\n",
+            &vars(),
+        );
+        assert_eq!(al.len(), 2, "[main] is not a repository");
+        assert_eq!(al[0].baseurls, ["http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", "https://mirrors.aliyun.com/alinux/3/os/x86_64/"]);
+        assert_eq!(al[0].gpgkeys, ["file:///etc/pki/rpm-gpg/RPM-GPG-KEY-ALINUX-3"]);
+        assert!(!al[0].gpgcheck, "gpgcheck in [main] is not read per repository here");
+        assert!(!al[1].enabled);
+        assert_eq!(al[1].baseurls, ["http://x/$unknown/"], "unknown variables stay");
+    }
+
+    #[test]
+    fn written_repo_files_read_back() {
+        let text = repo_file("erdma", "https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64", "etc/pki/rpm-gpg/RPM-GPG-KEY-erdma", false, &[]);
+        let back = parse("erdma.repo", &text, &vars());
+        assert_eq!(back[0].baseurls, ["https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64"]);
+        assert_eq!(back[0].gpgkeys, ["file:///etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"]);
+        assert!(back[0].gpgcheck && back[0].enabled);
+    }
+}

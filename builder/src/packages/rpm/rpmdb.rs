@@ -1,0 +1,1236 @@
+//! The image's installed-package database, read and rewritten the way rpm itself keeps it.
+//!
+//! rpm has had three on-disk formats ("backends", lib/backend/): Berkeley DB (`Packages`, a
+//! hash database of header blobs, plus one btree per index; EL7, EL8, Alibaba Cloud Linux 3),
+//! SQLite (`rpmdb.sqlite`, rpm >= 4.16; EL9, EL10, Fedora) and ndb (`Packages.db`, SUSE), which
+//! is refused. Which one the image's own rpm opens is `%_db_backend` in its macros: a database
+//! in the other format would look empty to it, so a mismatch is refused too.
+//!
+//! What is stored per package is the blob rpm's `headerExport` makes of the package's header
+//! after the install has put its tags in (lib/psm.c `dbAdd`, lib/package.c
+//! `headerMergeLegacySigs` and `applyRetrofits`, lib/relocation.c `addPrefixes`): the package's
+//! immutable region verbatim, then those tags as dribbles sorted by tag
+//! ([`installed_header`]). The indexes hold keys that rpm's lib/rpmdb.c `tag2index` derives
+//! from that header ([`index_entries`]). Both were checked against what rpm 4.18 writes (the
+//! tests at the end).
+pub mod bdb;
+mod sqlite;
+
+use std::collections::BTreeMap;
+
+use super::header::{self, tag, Header, HeaderError, Value};
+use super::PackageMeta;
+use crate::packages::BaseFiles;
+
+/// Where rpm keeps its database (`%_dbpath`); Fedora >= 36 and EL10 link it to
+/// `usr/lib/sysimage/rpm`, which [`BaseFiles::real_path`] follows.
+pub const DBPATH: &str = "var/lib/rpm";
+/// A database of a big image is tens of MiB; refuse absurd ones.
+const MAX_DB: u64 = 2 << 30;
+const MAX_MACROS: u64 = 4 << 20;
+
+/// The indexes rpm keeps, in the order it fills them (lib/rpmdb.c `dbiTags`), with the tag
+/// each is keyed by and whether the key is a string (`RPM_STRING_CLASS`: SQLite `TEXT`,
+/// otherwise `BLOB`) and an array (SQLite indexes `hnum` too; lib/backend/sqlite.c
+/// `init_index`).
+pub const INDEXES: &[Index] = &[
+    Index { name: "Name", tag: tag::NAME, string: true, array: false },
+    Index { name: "Basenames", tag: tag::BASENAMES, string: true, array: true },
+    Index { name: "Group", tag: tag::GROUP, string: true, array: false },
+    Index { name: "Requirename", tag: tag::REQUIRENAME, string: true, array: true },
+    Index { name: "Providename", tag: tag::PROVIDENAME, string: true, array: true },
+    Index { name: "Conflictname", tag: tag::CONFLICTNAME, string: true, array: true },
+    Index { name: "Obsoletename", tag: tag::OBSOLETENAME, string: true, array: true },
+    Index { name: "Triggername", tag: TRIGGERNAME, string: true, array: true },
+    Index { name: "Dirnames", tag: tag::DIRNAMES, string: true, array: true },
+    Index { name: "Installtid", tag: tag::INSTALLTID, string: false, array: false },
+    Index { name: "Sigmd5", tag: tag::SIGMD5, string: false, array: false },
+    Index { name: "Sha1header", tag: tag::SHA1HEADER, string: true, array: false },
+    Index { name: "Filetriggername", tag: FILETRIGGERNAME, string: true, array: true },
+    Index { name: "Transfiletriggername", tag: TRANSFILETRIGGERNAME, string: true, array: true },
+    Index { name: "Recommendname", tag: RECOMMENDNAME, string: true, array: true },
+    Index { name: "Suggestname", tag: SUGGESTNAME, string: true, array: true },
+    Index { name: "Supplementname", tag: SUPPLEMENTNAME, string: true, array: true },
+    Index { name: "Enhancename", tag: ENHANCENAME, string: true, array: true },
+];
+
+/// One of rpm's secondary indexes.
+#[derive(Debug, Clone, Copy)]
+pub struct Index {
+    /// The table (SQLite) or file (Berkeley DB) name.
+    pub name: &'static str,
+    pub tag: u32,
+    pub string: bool,
+    pub array: bool,
+}
+
+// Tags (include/rpm/rpmtag.h) header.rs has no constant for.
+const TRIGGERNAME: u32 = 1066;
+const PREFIXES: u32 = 1098;
+const INSTPREFIXES: u32 = 1099;
+const SOURCEPACKAGE: u32 = 1106;
+const RECOMMENDNAME: u32 = 5046;
+const SUGGESTNAME: u32 = 5049;
+const SUPPLEMENTNAME: u32 = 5052;
+const ENHANCENAME: u32 = 5055;
+const FILETRIGGERNAME: u32 = 5069;
+const FILETRIGGERINDEX: u32 = 5070;
+const TRANSFILETRIGGERNAME: u32 = 5079;
+const TRANSFILETRIGGERINDEX: u32 = 5080;
+const FILESIGNATURES: u32 = 5090;
+const FILESIGNATURELENGTH: u32 = 5091;
+const VERITYSIGNATURES: u32 = 276;
+const VERITYSIGNATUREALGO: u32 = 277;
+
+/// `headerMergeLegacySigs`' table (lib/package.c `xlateTags`, rpm 4.18): signature tag, the
+/// main-header tag it becomes, the type that tag must have, the count it must have (0: any),
+/// and the "quirk" (the tag may be in either header, never both).
+const XLATE: &[(u32, u32, header::Type, u32, bool)] = {
+    use header::sigtag as s;
+    use header::Type as T;
+    &[
+        (s::SIZE, tag::SIGSIZE, T::Int32, 1, false),
+        (s::PGP, tag::SIGPGP, T::Bin, 0, false),
+        (s::MD5, tag::SIGMD5, T::Bin, 16, false),
+        (s::GPG, tag::SIGGPG, T::Bin, 0, false),
+        (s::PAYLOADSIZE, tag::ARCHIVESIZE, T::Int32, 1, true),
+        (274, FILESIGNATURES, T::StringArray, 0, true),
+        (275, FILESIGNATURELENGTH, T::Int32, 1, true),
+        (VERITYSIGNATURES, VERITYSIGNATURES, T::StringArray, 0, false),
+        (VERITYSIGNATUREALGO, VERITYSIGNATUREALGO, T::Int32, 1, false),
+        (s::SHA1, tag::SHA1HEADER, T::String, 1, false),
+        (s::SHA256, tag::SHA256HEADER, T::String, 1, false),
+        (s::DSA, tag::DSAHEADER, T::Bin, 0, false),
+        (s::RSA, tag::RSAHEADER, T::Bin, 0, false),
+        (s::LONGSIZE, tag::LONGSIGSIZE, T::Int64, 1, false),
+        (s::LONGARCHIVESIZE, tag::LONGARCHIVESIZE, T::Int64, 1, false),
+    ]
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RpmdbError {
+    #[error("reading /{path} from the base image")]
+    Base {
+        path: String,
+        #[source]
+        source: Box<crate::error::Error>,
+    },
+    #[error("the rpm database at /{path} is in rpm's ndb format, which erdma-build cannot write; hint: convert it in the base (`rpmdb --rebuilddb --define '_db_backend sqlite'`) or use a base with a sqlite or bdb database")]
+    Ndb { path: String },
+    #[error("the rpm database at /{path} is {found}, but the image's rpm is configured for {expects} (%_db_backend in {macros}); hint: run `rpmdb --rebuilddb` in the base so the database matches its rpm")]
+    Mismatch { path: String, found: &'static str, expects: String, macros: String },
+    #[error("the image's rpm is configured for the `{backend}` database backend (%_db_backend in {macros}), which erdma-build cannot write")]
+    UnknownBackend { backend: String, macros: String },
+    #[error("sqlite: {what} /{path}")]
+    Sqlite {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("berkeley db: reading /{path}")]
+    Bdb {
+        path: String,
+        #[source]
+        source: bdb::BdbError,
+    },
+    #[error("header #{hnum} in /{path} is unreadable")]
+    Header {
+        hnum: u32,
+        path: String,
+        #[source]
+        source: HeaderError,
+    },
+    #[error("the header of {package} cannot be installed")]
+    InstallHeader {
+        package: String,
+        #[source]
+        source: HeaderError,
+    },
+    #[error("{package}: its signature header's tag {tag} cannot be merged: {why}")]
+    SignatureTag { package: String, tag: u32, why: &'static str },
+    #[error("{package} is an rpm v3 package (its header has no immutable region), which erdma-build does not install")]
+    NoRegion { package: String },
+    #[error("no package with header instance {0} is installed")]
+    NotInstalled(u32),
+    #[error("{what}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RpmdbError {
+    fn base(path: &str, e: crate::error::Error) -> RpmdbError {
+        RpmdbError::Base { path: path.to_string(), source: Box::new(e) }
+    }
+}
+
+/// The on-disk format of a database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `rpmdb.sqlite`.
+    Sqlite,
+    /// `Packages` and one btree per index.
+    Bdb,
+}
+
+/// The base image's installed-package database.
+#[derive(Debug)]
+pub struct Database {
+    pub format: Format,
+    /// Where the files are, resolved inside the image (`var/lib/rpm`, or
+    /// `usr/lib/sysimage/rpm` behind a link).
+    pub dir: String,
+    /// Every installed header by instance number, in instance order; `gpg-pubkey`
+    /// pseudo-packages included.
+    pub headers: Vec<(u32, Header)>,
+    /// The largest instance number ever handed out (SQLite's `sqlite_sequence`, Berkeley DB's
+    /// record 0): new packages get the ones after it, as rpm does.
+    pub max_instance: u32,
+    /// The names in [`Self::dir`].
+    files: Vec<String>,
+    /// SQLite: the database with its write-ahead log applied.
+    sqlite: Option<Vec<u8>>,
+}
+
+impl Database {
+    /// What resolution needs of the installed packages; rpm's `gpg-pubkey` headers (imported
+    /// keys, not packages) are left out here and kept in the database.
+    pub fn installed(&self) -> Vec<PackageMeta> {
+        self.headers.iter().filter(|(_, h)| h.name() != "gpg-pubkey").map(|(_, h)| h.meta("installed")).collect()
+    }
+
+    /// Every installed header by instance number (see [`Self::headers`]).
+    pub fn headers(&self) -> &[(u32, Header)] {
+        &self.headers
+    }
+
+    fn path(&self, name: &str) -> String {
+        format!("{}/{name}", self.dir)
+    }
+}
+
+/// A file of the new database for the layer, or a path the layer removes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbFile {
+    File { path: String, bytes: Vec<u8>, mode: u32 },
+    Whiteout { path: String },
+}
+
+impl DbFile {
+    /// Puts the file into the layer, or whites the path out.
+    pub fn apply(self, layer: &mut crate::image::layer::LayerContents) -> crate::error::Result<()> {
+        match self {
+            DbFile::File { path, bytes, mode } => layer.add_file(&path, bytes, mode),
+            DbFile::Whiteout { path } => layer.add_whiteout(&path),
+        }
+    }
+}
+
+/// What rpm's own configuration inside the image says: the backend it opens, and the macro
+/// files that said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Configured {
+    backend: Option<String>,
+    dbpath: Option<String>,
+    from: Vec<String>,
+}
+
+/// `%_db_backend` and `%_dbpath` from the image's macro files, in rpm's `macrofiles` order
+/// (lib/rpmrc.c; later files override earlier ones): `usr/lib/rpm/macros`, `macros.d`, then
+/// `etc/rpm/macros.*` and `etc/rpm/macros`.
+fn configured(base: &dyn BaseFiles) -> Result<Configured, RpmdbError> {
+    let mut files = vec!["usr/lib/rpm/macros".to_string()];
+    let listed = |dir: &str, filter: &dyn Fn(&str) -> bool| -> Result<Vec<String>, RpmdbError> {
+        let mut names: Vec<String> = base.list(dir).map_err(|e| RpmdbError::base(dir, e))?.into_iter().filter(|n| filter(n)).map(|n| format!("{dir}/{n}")).collect();
+        names.sort();
+        Ok(names)
+    };
+    files.extend(listed("usr/lib/rpm/macros.d", &|n| n.starts_with("macros."))?);
+    files.extend(listed("etc/rpm", &|n| n.starts_with("macros."))?);
+    files.push("etc/rpm/macros".to_string());
+    let mut out = Configured { backend: None, dbpath: None, from: Vec::new() };
+    for f in files {
+        let Some(text) = base.read(&f, MAX_MACROS).map_err(|e| RpmdbError::base(&f, e))? else { continue };
+        for line in String::from_utf8_lossy(&text).lines() {
+            let mut words = line.split_whitespace();
+            let (Some(name), Some(value)) = (words.next(), words.next()) else { continue };
+            match name {
+                "%_db_backend" => {
+                    out.backend = Some(value.to_string());
+                    out.from.push(format!("/{f}"));
+                }
+                "%_dbpath" => out.dbpath = Some(value.to_string()),
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Finds and reads the base's rpm database: `None` when the image has none. The format is
+/// told by the files present (`rpmdb.sqlite`, `Packages`, `Packages.db`) and must be the one
+/// the image's rpm is configured for.
+pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
+    let conf = configured(base)?;
+    // `%_dbpath` moved to /usr/lib/sysimage/rpm in Fedora 36, with /var/lib/rpm a link to it.
+    let mut dirs = vec![DBPATH.to_string()];
+    if let Some(p) = conf.dbpath.as_deref() {
+        let p = p.replace("%{_var}", "/var").replace("%{_usr}", "/usr").replace("%{_prefix}", "/usr");
+        if !p.contains('%') {
+            let p = p.trim_matches('/').to_string();
+            if !p.is_empty() && !dirs.contains(&p) {
+                dirs.insert(0, p);
+            }
+        }
+    }
+    let mut found = None;
+    for d in &dirs {
+        let probe = format!("{d}/Packages");
+        let Some(real) = base.real_path(&probe).map_err(|e| RpmdbError::base(&probe, e))? else { continue };
+        let dir = real.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+        let files = base.list(&dir).map_err(|e| RpmdbError::base(&dir, e))?;
+        if ["rpmdb.sqlite", "Packages", "Packages.db"].iter().any(|n| files.iter().any(|f| f == n)) {
+            found = Some((dir, files));
+            break;
+        }
+    }
+    let Some((dir, files)) = found else { return Ok(None) };
+    let has = |n: &str| files.iter().any(|f| f == n);
+    let macros = if conf.from.is_empty() { "/usr/lib/rpm/macros".to_string() } else { conf.from.join(", ") };
+    // rpm before 4.15 has no %_db_backend and only Berkeley DB.
+    let expects = match conf.backend.as_deref() {
+        None | Some("bdb") => Some(Format::Bdb),
+        Some("sqlite") => Some(Format::Sqlite),
+        Some("ndb") => None,
+        Some(other) => return Err(RpmdbError::UnknownBackend { backend: other.to_string(), macros }),
+    };
+    let format = match expects {
+        Some(Format::Sqlite) if has("rpmdb.sqlite") => Format::Sqlite,
+        Some(Format::Bdb) if has("Packages") => Format::Bdb,
+        None if has("Packages.db") => return Err(RpmdbError::Ndb { path: format!("{dir}/Packages.db") }),
+        _ => {
+            let (found, file) = if has("rpmdb.sqlite") {
+                ("sqlite", "rpmdb.sqlite")
+            } else if has("Packages.db") {
+                return Err(RpmdbError::Ndb { path: format!("{dir}/Packages.db") });
+            } else {
+                ("berkeley db", "Packages")
+            };
+            let expects = conf.backend.clone().unwrap_or_else(|| "bdb".into());
+            return Err(RpmdbError::Mismatch { path: format!("{dir}/{file}"), found, expects, macros });
+        }
+    };
+    let read = |name: &str| -> Result<Option<Vec<u8>>, RpmdbError> {
+        let p = format!("{dir}/{name}");
+        base.read(&p, MAX_DB).map_err(|e| RpmdbError::base(&p, e))
+    };
+    match format {
+        Format::Sqlite => {
+            let path = format!("{dir}/rpmdb.sqlite");
+            let db = read("rpmdb.sqlite")?.unwrap_or_default();
+            let wal = if has("rpmdb.sqlite-wal") { read("rpmdb.sqlite-wal")? } else { None };
+            let read = sqlite::read(&db, wal.as_deref(), &path)?;
+            let headers = parse_all(read.blobs, &path)?;
+            Ok(Some(Database { format, dir, headers, max_instance: read.max_instance, files, sqlite: Some(read.db) }))
+        }
+        Format::Bdb => {
+            let path = format!("{dir}/Packages");
+            let bytes = read("Packages")?.unwrap_or_default();
+            let records = bdb::read_hash(&bytes).map_err(|source| RpmdbError::Bdb { path: path.clone(), source })?;
+            let mut blobs = Vec::new();
+            let mut max_instance = 0;
+            for (k, v) in records {
+                // Native byte order: x86_64 and aarch64 (the images erdma-build writes).
+                let Ok(k) = <[u8; 4]>::try_from(k.as_slice()) else { continue };
+                let hnum = u32::from_le_bytes(k);
+                if hnum == 0 {
+                    // Record 0 holds the largest instance handed out (db3.c `pkgInstance`).
+                    if let Ok(v) = <[u8; 4]>::try_from(v.get(..4).unwrap_or_default()) {
+                        max_instance = max_instance.max(u32::from_le_bytes(v));
+                    }
+                    continue;
+                }
+                blobs.push((hnum, v));
+            }
+            blobs.sort_by_key(|(h, _)| *h);
+            max_instance = max_instance.max(blobs.last().map_or(0, |(h, _)| *h));
+            let headers = parse_all(blobs, &path)?;
+            Ok(Some(Database { format, dir, headers, max_instance, files, sqlite: None }))
+        }
+    }
+}
+
+fn parse_all(blobs: Vec<(u32, Vec<u8>)>, path: &str) -> Result<Vec<(u32, Header)>, RpmdbError> {
+    blobs.into_iter().map(|(hnum, b)| Header::parse(b).map(|h| (hnum, h)).map_err(|source| RpmdbError::Header { hnum, path: path.to_string(), source })).collect()
+}
+
+/// What the install transaction adds to a package's header besides its signature tags.
+#[derive(Debug, Clone)]
+pub struct InstallCtx {
+    /// `INSTALLTIME`: seconds since the epoch (rpm: the transaction's time, plus one per
+    /// package installed before in the same transaction under `SOURCE_DATE_EPOCH`).
+    pub install_time: u32,
+    /// `INSTALLTID`: the transaction's id, its start time.
+    pub tid: u32,
+    /// `INSTALLCOLOR`: `%_transaction_color` of the installing rpm (3 on x86_64 and aarch64
+    /// Enterprise Linux; see [`transaction_color`]).
+    pub color: u32,
+    /// `FILESTATES`, one per file (`RPMFILE_STATE_*`: 0 normal, 2 not installed, ...);
+    /// empty: every file normal, as an install without `--excludedocs` or `%_install_langs`
+    /// leaves them.
+    pub file_states: Vec<u8>,
+}
+
+/// `%_transaction_color` as the image's rpm has it for `arch` (rpm's platform macros,
+/// `usr/lib/rpm/platform/ARCH-linux/macros`), else rpm's own default: 3 on 64-bit
+/// multilib arches, 0 elsewhere.
+pub fn transaction_color(base: &dyn BaseFiles, arch: &str) -> u32 {
+    let path = format!("usr/lib/rpm/platform/{arch}-linux/macros");
+    if let Ok(Some(text)) = base.read(&path, MAX_MACROS) {
+        for line in String::from_utf8_lossy(&text).lines() {
+            let mut w = line.split_whitespace();
+            if w.next() == Some("%_transaction_color") {
+                if let Some(v) = w.next().and_then(|v| v.parse().ok()) {
+                    return v;
+                }
+            }
+        }
+    }
+    match arch {
+        "x86_64" | "aarch64" | "ppc64le" | "ppc64" | "s390x" => 3,
+        _ => 0,
+    }
+}
+
+/// The blob rpm stores for a package it installs: the package's main header with its
+/// signature header's digests and signatures merged in (`headerMergeLegacySigs`), rpm's
+/// retrofits, and the install-time tags (`dbAdd`), appended after the immutable region sorted
+/// by tag as `headerExport` writes them.
+pub fn installed_header(main: &Header, sig: &Header, ctx: &InstallCtx) -> Result<Vec<u8>, RpmdbError> {
+    let package = format!("{}-{}.{}", main.name(), main.evr(), main.arch());
+    if main.region_with_magic().is_none() || !main.has(tag::NAME) {
+        return Err(RpmdbError::NoRegion { package });
+    }
+    let mut added: Vec<(u32, Value)> = Vec::new();
+    // There mustn't be one in the main header (quirk tags may be in either, never both).
+    for &(stag, xtag, _, _, quirk) in XLATE {
+        if main.has(xtag) {
+            if quirk && !sig.has(stag) {
+                continue;
+            }
+            return Err(RpmdbError::SignatureTag { package, tag: xtag, why: "it is in both the signature header and the main header" });
+        }
+    }
+    for &(stag, xtag, kind, count, _) in XLATE {
+        let Some(e) = sig.entries().iter().skip(1).find(|e| e.tag == stag) else { continue };
+        if e.kind != kind {
+            return Err(RpmdbError::SignatureTag { package, tag: stag, why: "it has the wrong type" });
+        }
+        if e.count < 1 || e.count > 16 * 1024 * 1024 || (count != 0 && e.count != count) {
+            return Err(RpmdbError::SignatureTag { package, tag: stag, why: "it has the wrong count" });
+        }
+        let Some(v) = sig.get(stag) else { continue };
+        added.push((xtag, v));
+    }
+    // applyRetrofits: a binary package without SOURCERPM gets "(none)".
+    if !main.has(tag::SOURCERPM) && !main.has(SOURCEPACKAGE) {
+        added.push((tag::SOURCERPM, Value::String("(none)".into())));
+    }
+    // addPrefixes: relocatable packages installed where they were built say so.
+    if main.has(PREFIXES) && !main.has(INSTPREFIXES) {
+        if let Some(v) = main.get(PREFIXES) {
+            added.push((INSTPREFIXES, v));
+        }
+    }
+    let files = main.strings(tag::BASENAMES).len().max(main.strings(tag::OLDFILENAMES).len());
+    if files > 0 {
+        let states = if ctx.file_states.is_empty() { vec![0; files] } else { ctx.file_states.clone() };
+        added.push((tag::FILESTATES, Value::Char(states)));
+    }
+    added.push((tag::INSTALLTID, Value::Int32(vec![ctx.tid])));
+    added.push((tag::INSTALLTIME, Value::Int32(vec![ctx.install_time])));
+    added.push((tag::INSTALLCOLOR, Value::Int32(vec![ctx.color])));
+    // Added entries all sort after the region, by tag (header.c `offsetCmp`).
+    added.sort_by_key(|(t, _)| *t);
+    main.with_dribbles(&added).map_err(|source| RpmdbError::InstallHeader { package, source })
+}
+
+/// rpm's `isTransientReq` (include/rpm/rpmds.h): requirements only the install needs
+/// (`Requires(pre)`, `(post)`, `rpmlib()`, ...) and not the erase, which the Requirename index
+/// leaves out.
+fn transient_req(flags: u32) -> bool {
+    use header::sense::*;
+    const POSTTRANS: u32 = 1 << 5;
+    const PRETRANS: u32 = 1 << 7;
+    const KEYRING: u32 = 1 << 26;
+    const META: u32 = 1 << 29;
+    let install_only = (SCRIPT_PRE | SCRIPT_POST | RPMLIB | KEYRING | PRETRANS | POSTTRANS) & !PREREQ;
+    let erase_only = (SCRIPT_PREUN | SCRIPT_POSTUN) & !PREREQ;
+    flags & install_only != 0 && flags & erase_only == 0 && flags & META == 0
+}
+
+/// The keys rpm's `tag2index` (lib/rpmdb.c) stores for header `hnum`, by index name, each
+/// with its `idx` (the position in the tag's array; the trigger index for file triggers), in
+/// the order rpm inserts them. Strings are keys without their NUL; `Installtid` is the u32 in
+/// native (little-endian) byte order and `Sigmd5` the 16 raw bytes. Rich dependencies are
+/// indexed whole and by each name in them (`updateRichDep`), `!`-prefixed inside conditions.
+pub fn index_entries(h: &Header, hnum: u32) -> BTreeMap<&'static str, Vec<(Vec<u8>, u32)>> {
+    let _ = hnum;
+    let mut out = BTreeMap::new();
+    for ix in INDEXES {
+        let mut keys: Vec<(Vec<u8>, u32)> = Vec::new();
+        let Some(value) = h.get(ix.tag) else {
+            // XXX preserve legacy behavior: a package without a group is in "Unknown".
+            if ix.tag == tag::GROUP {
+                keys.push((b"Unknown".to_vec(), 0));
+                out.insert(ix.name, keys);
+            }
+            continue;
+        };
+        let trig_index = match ix.tag {
+            FILETRIGGERNAME => h.ints(FILETRIGGERINDEX),
+            TRANSFILETRIGGERNAME => h.ints(TRANSFILETRIGGERINDEX),
+            _ => Vec::new(),
+        };
+        let req_flags = if ix.tag == tag::REQUIRENAME { h.ints(tag::REQUIREFLAGS) } else { Vec::new() };
+        let (items, array): (Vec<Vec<u8>>, bool) = match value {
+            Value::String(s) => (vec![s.into_bytes()], false),
+            // I18N strings come back as one string: the untranslated one.
+            Value::I18nString(v) => (v.into_iter().take(1).map(String::into_bytes).collect(), false),
+            Value::StringArray(v) => (v.into_iter().map(String::into_bytes).collect(), true),
+            // A BIN value is one key of all its bytes.
+            Value::Bin(b) => (vec![b], false),
+            Value::Char(b) | Value::Int8(b) => (b.into_iter().map(|x| vec![x]).collect(), false),
+            Value::Int16(v) => (v.into_iter().map(|x| x.to_le_bytes().to_vec()).collect(), false),
+            Value::Int32(v) => (v.into_iter().map(|x| x.to_le_bytes().to_vec()).collect(), false),
+            Value::Int64(v) => (v.into_iter().map(|x| x.to_le_bytes().to_vec()).collect(), false),
+            Value::Null => (Vec::new(), false),
+        };
+        for (i, key) in items.iter().enumerate() {
+            let idx = match ix.tag {
+                FILETRIGGERNAME | TRANSFILETRIGGERNAME => trig_index.get(i).copied().unwrap_or(0) as u32,
+                _ => i as u32,
+            };
+            if ix.tag == tag::REQUIRENAME && req_flags.get(i).is_some_and(|f| transient_req(*f as u32)) {
+                continue;
+            }
+            if ix.tag == TRIGGERNAME && items[..i].contains(key) {
+                continue;
+            }
+            keys.push((key.clone(), idx));
+            let rich = matches!(ix.tag, tag::REQUIRENAME | tag::CONFLICTNAME | SUGGESTNAME | SUPPLEMENTNAME | RECOMMENDNAME | ENHANCENAME);
+            if rich && array && key.first() == Some(&b'(') {
+                for name in rich_names(key) {
+                    keys.push((name, idx));
+                }
+            }
+        }
+        if !keys.is_empty() {
+            out.insert(ix.name, keys);
+        }
+    }
+    out
+}
+
+/// The names `updateRichDep` indexes for a rich dependency: each simple dependency's name,
+/// `!`-prefixed where it is a condition (`if`/`unless`, inverted again after `else`), without
+/// `rpmlib(...)`, sorted and without duplicates; nothing when it does not parse.
+fn rich_names(dep: &[u8]) -> Vec<Vec<u8>> {
+    struct P<'a> {
+        s: &'a [u8],
+        at: usize,
+        argv: Vec<Vec<u8>>,
+        neg: bool,
+        levels: Vec<usize>,
+    }
+    fn white(c: u8) -> bool {
+        c.is_ascii_whitespace() || c == b','
+    }
+    impl P<'_> {
+        fn peek(&self) -> u8 {
+            self.s.get(self.at).copied().unwrap_or(0)
+        }
+        fn skip_white(&mut self) {
+            while self.peek() != 0 && white(self.peek()) {
+                self.at += 1;
+            }
+        }
+        /// `SKIPNONWHITEX`: up to white space, or a `)` closing no `(` of this token.
+        fn skip_nonwhite(&mut self) {
+            let mut bl = 0i32;
+            while self.peek() != 0 && !white(self.peek()) {
+                if self.peek() == b')' {
+                    let stop = bl <= 0;
+                    bl -= 1;
+                    if stop {
+                        break;
+                    }
+                }
+                if self.peek() == b'(' {
+                    bl += 1;
+                }
+                self.at += 1;
+            }
+        }
+        fn simple(&mut self) -> Option<()> {
+            let n = self.at;
+            self.skip_nonwhite();
+            let s = self.s;
+            let name = &s[n..self.at];
+            if name.is_empty() {
+                return None;
+            }
+            self.skip_white();
+            if self.peek() != 0 {
+                let p = self.at;
+                self.skip_nonwhite();
+                let op = &s[p..self.at];
+                if [&b"<="[..], b"=<", b"<", b"==", b"=", b">=", b"=>", b">"].contains(&op) {
+                    self.skip_white();
+                    let e = self.at;
+                    self.skip_nonwhite();
+                    if self.at == e {
+                        return None;
+                    }
+                } else {
+                    self.at = p;
+                }
+            }
+            if !(name.len() > 7 && name.starts_with(b"rpmlib(")) {
+                let mut v = vec![if self.neg { b'!' } else { b' ' }];
+                v.extend_from_slice(name);
+                self.argv.push(v);
+            }
+            Some(())
+        }
+        fn rich(&mut self) -> Option<()> {
+            self.levels.push(self.argv.len());
+            if self.peek() != b'(' {
+                return None;
+            }
+            self.at += 1;
+            let mut op: &[u8] = b"";
+            loop {
+                self.skip_white();
+                if self.peek() == b')' {
+                    return None;
+                }
+                if self.peek() == b'(' {
+                    self.rich()?;
+                } else {
+                    self.simple()?;
+                }
+                self.skip_white();
+                if self.peek() == 0 {
+                    return None;
+                }
+                if self.peek() == b')' {
+                    break;
+                }
+                let start = self.at;
+                while self.peek() != 0 && !self.peek().is_ascii_whitespace() && self.peek() != b'(' && self.peek() != b')' {
+                    self.at += 1;
+                }
+                let s = self.s;
+                op = &s[start..self.at];
+                if !matches!(op, b"and" | b"or" | b"if" | b"unless" | b"else" | b"with" | b"without") {
+                    return None;
+                }
+                let level = self.levels.len() - 1;
+                match op {
+                    b"if" | b"unless" => {
+                        self.levels[level] = self.argv.len();
+                        self.neg = !self.neg;
+                    }
+                    b"else" => {
+                        let from = self.levels[level];
+                        let flipped: Vec<Vec<u8>> = self.argv[from..]
+                            .iter()
+                            .map(|n| {
+                                let mut n = n.clone();
+                                n[0] = if n[0] == b' ' { b'!' } else { b' ' };
+                                n
+                            })
+                            .collect();
+                        self.argv.extend(flipped);
+                        self.neg = !self.neg;
+                    }
+                    _ => {}
+                }
+            }
+            self.at += 1;
+            self.levels.pop();
+            if matches!(op, b"if" | b"unless") {
+                self.neg = !self.neg;
+            }
+            Some(())
+        }
+    }
+    let mut p = P { s: dep, at: 0, argv: Vec::new(), neg: false, levels: Vec::new() };
+    if p.rich().is_none() {
+        return Vec::new();
+    }
+    let mut argv = p.argv;
+    argv.sort();
+    argv.dedup();
+    argv.into_iter().map(|n| if n[0] == b' ' { n[1..].to_vec() } else { n }).collect()
+}
+
+/// rpm's default permissions for its database files (`%_dbi_perms`... lib/rpmdb.c `perms =
+/// 0644`); the base's own modes are not visible through [`BaseFiles`].
+const DB_MODE: u32 = 0o644;
+
+/// The new database: `db` without the packages `remove` (instance numbers) and with the
+/// installed-header blobs `add` (from [`installed_header`]), given new instance numbers after
+/// the largest ever handed out. Returns the files for the layer and the paths it whites out.
+pub fn write(db: &Database, remove: &[u32], add: &[Vec<u8>]) -> Result<Vec<DbFile>, RpmdbError> {
+    for r in remove {
+        if !db.headers.iter().any(|(h, _)| h == r) {
+            return Err(RpmdbError::NotInstalled(*r));
+        }
+    }
+    let added: Vec<(u32, Header)> = add
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let hnum = db.max_instance + 1 + i as u32;
+            Header::parse(b.clone()).map(|h| (hnum, h)).map_err(|source| RpmdbError::InstallHeader { package: format!("new package #{i}"), source })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::new();
+    match db.format {
+        Format::Sqlite => {
+            let path = db.path("rpmdb.sqlite");
+            let bytes = sqlite::write(db.sqlite.as_deref().unwrap_or_default(), remove, &added, &path)?;
+            out.push(DbFile::File { path, bytes, mode: DB_MODE });
+            // The log and its index belong to the old file: rpm starts new ones.
+            for name in ["rpmdb.sqlite-wal", "rpmdb.sqlite-shm", "rpmdb.sqlite-journal"] {
+                if db.files.iter().any(|f| f == name) {
+                    out.push(DbFile::Whiteout { path: db.path(name) });
+                }
+            }
+        }
+        Format::Bdb => {
+            let mut kept: Vec<(u32, &Header)> = db.headers.iter().filter(|(h, _)| !remove.contains(h)).map(|(n, h)| (*n, h)).collect();
+            kept.extend(added.iter().map(|(n, h)| (*n, h)));
+            kept.sort_by_key(|(n, _)| *n);
+            let max = db.max_instance + added.len() as u32;
+            let mut packages: Vec<(Vec<u8>, Vec<u8>)> = vec![(0u32.to_le_bytes().to_vec(), max.to_le_bytes().to_vec())];
+            packages.extend(kept.iter().map(|(n, h)| (n.to_le_bytes().to_vec(), h.blob().to_vec())));
+            out.push(DbFile::File { path: db.path("Packages"), bytes: bdb::write_hash(&packages, &seed("Packages", &packages)), mode: DB_MODE });
+            // Each index: key -> (hnum, idx) pairs in native order, appended as rpm adds
+            // packages, so in instance order (db3.c `set2dbt`, `dbiIndexSetAppend`).
+            let mut indexes: BTreeMap<&str, BTreeMap<Vec<u8>, Vec<u8>>> = INDEXES.iter().map(|ix| (ix.name, BTreeMap::new())).collect();
+            for (hnum, h) in &kept {
+                for (name, keys) in index_entries(h, *hnum) {
+                    let ix = indexes.get_mut(name).expect("every index");
+                    for (mut key, idx) in keys {
+                        if key.is_empty() {
+                            // db3.c `db3_idxdbPutOne`: the "/" fixup, an empty key is one NUL.
+                            key = vec![0];
+                        }
+                        let v = ix.entry(key).or_default();
+                        v.extend_from_slice(&hnum.to_le_bytes());
+                        v.extend_from_slice(&idx.to_le_bytes());
+                    }
+                }
+            }
+            for (name, recs) in indexes {
+                let recs: Vec<(Vec<u8>, Vec<u8>)> = recs.into_iter().collect();
+                out.push(DbFile::File { path: db.path(name), bytes: bdb::write_btree(&recs, &seed(name, &recs)), mode: DB_MODE });
+            }
+            // The environment caches pages of the old files: rpm recreates it.
+            for f in &db.files {
+                if f.starts_with("__db.") {
+                    out.push(DbFile::Whiteout { path: db.path(f) });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What feeds a Berkeley DB file's unique id: its name and content, so the same database
+/// gives the same bytes.
+fn seed(name: &str, recs: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(name.as_bytes());
+    for (k, v) in recs {
+        h.update((k.len() as u64).to_le_bytes());
+        h.update(k);
+        h.update((v.len() as u64).to_le_bytes());
+        h.update(v);
+    }
+    h.finalize().to_vec()
+}
+
+
+#[cfg(test)]
+mod tests {
+    //! The tests named `*_real_rpm` build packages with `rpmbuild` and install them with the
+    //! real rpm (4.18 on Debian: `apt-get install rpm sqlite3`), and are skipped without it.
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use super::*;
+
+    /// A base image that is a directory on this machine.
+    struct DirBase(PathBuf);
+
+    impl BaseFiles for DirBase {
+        fn read(&self, path: &str, _max: u64) -> crate::error::Result<Option<Vec<u8>>> {
+            Ok(std::fs::read(self.0.join(path)).ok())
+        }
+        fn list(&self, dir: &str) -> crate::error::Result<Vec<String>> {
+            let Ok(rd) = std::fs::read_dir(self.0.join(dir)) else { return Ok(Vec::new()) };
+            Ok(rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        }
+        fn real_path(&self, path: &str) -> crate::error::Result<Option<String>> {
+            let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+            let root = self.0.canonicalize().unwrap();
+            let Ok(real) = self.0.join(dir).canonicalize() else { return Ok(None) };
+            let rel = real.strip_prefix(&root).expect("inside the root").to_string_lossy().into_owned();
+            Ok(Some(if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") }))
+        }
+        fn kind(&self, _path: &str) -> crate::error::Result<Option<crate::image::rootfs::SnapEntry>> {
+            Ok(None)
+        }
+    }
+
+    fn have_rpm() -> bool {
+        let ok = |c: &str| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success());
+        if ok("rpm") && ok("rpmbuild") {
+            return true;
+        }
+        eprintln!("skipped: rpm and rpmbuild are not installed (apt-get install rpm)");
+        false
+    }
+
+    const SPEC_A: &str = r#"
+Name: erdma-testa
+Version: 1.0
+Release: 1
+Summary: test a
+License: MIT
+Group: System/Test
+BuildArch: x86_64
+Provides: testcap = 2.0
+Requires(pre): /bin/sh
+Requires(preun): /bin/rm
+Requires: erdma-libfoo >= 1:1.0
+Requires: (erdma-x or erdma-y)
+Requires: (erdma-p >= 2 if erdma-q else erdma-r)
+Recommends: erdma-rec
+Suggests: erdma-sug
+Supplements: (erdma-s and erdma-t)
+Enhances: erdma-enh
+Conflicts: erdma-conflicting
+Obsoletes: erdma-old < 1.0
+%description
+a
+%install
+mkdir -p %{buildroot}/usr/lib/erdma-testa %{buildroot}/etc %{buildroot}/usr/bin
+echo hello > %{buildroot}/usr/lib/erdma-testa/data.txt
+echo conf > %{buildroot}/etc/erdma-testa.conf
+printf '#!/bin/sh\necho a\n' > %{buildroot}/usr/bin/erdma-testa
+chmod 755 %{buildroot}/usr/bin/erdma-testa
+ln -s erdma-testa %{buildroot}/usr/bin/erdma-testa-link
+%triggerin -- erdma-libfoo
+true
+%triggerun -- erdma-libfoo
+true
+%filetriggerin -- /usr/share/erdma-libfoo
+true
+%transfiletriggerpostun -- /usr/lib
+true
+%post
+true
+%files
+%dir /usr/lib/erdma-testa
+/usr/lib/erdma-testa/data.txt
+%config(noreplace) /etc/erdma-testa.conf
+%ghost /etc/erdma-testa.state
+/usr/bin/erdma-testa
+/usr/bin/erdma-testa-link
+"#;
+
+    const SPEC_B: &str = r#"
+Name: erdma-libfoo
+Version: 1.2
+Release: 3
+Epoch: 1
+Summary: test b
+License: MIT
+BuildArch: noarch
+Prefix: /usr
+%description
+b
+%install
+mkdir -p %{buildroot}/usr/share/erdma-libfoo
+echo b > %{buildroot}/usr/share/erdma-libfoo/b.txt
+ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
+%files
+/usr/share/erdma-libfoo
+"#;
+
+    /// Builds the two test packages; returns their paths (a, b).
+    fn build(dir: &Path) -> (PathBuf, PathBuf) {
+        let mut out = Vec::new();
+        for (name, spec) in [("a", SPEC_A), ("b", SPEC_B)] {
+            let path = dir.join(format!("{name}.spec"));
+            std::fs::write(&path, spec).unwrap();
+            let top = dir.join("top");
+            let o = Command::new("rpmbuild").arg("--define").arg(format!("_topdir {}", top.display())).arg("-bb").arg(&path).output().unwrap();
+            assert!(o.status.success(), "rpmbuild: {}", String::from_utf8_lossy(&o.stderr));
+            let arch = if name == "a" { "x86_64" } else { "noarch" };
+            let rpm = std::fs::read_dir(top.join("RPMS").join(arch)).unwrap().next().unwrap().unwrap().path();
+            out.push(rpm);
+        }
+        (out[0].clone(), out[1].clone())
+    }
+
+    fn rpm(root: &Path, args: &[&str], env: Option<u32>) -> std::process::Output {
+        let mut c = Command::new("rpm");
+        c.arg("--root").arg(root).args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend sqlite"]).args(args);
+        if let Some(t) = env {
+            c.env("SOURCE_DATE_EPOCH", t.to_string());
+        }
+        c.output().unwrap()
+    }
+
+    fn install(root: &Path, pkg: &Path, time: u32) {
+        let o = rpm(root, &["-i", "--nodeps", "--noscripts", pkg.to_str().unwrap()], Some(time));
+        assert!(o.status.success(), "rpm -i: {}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    /// The signature and main headers of a package file.
+    fn headers(pkg: &Path) -> (Header, Header) {
+        let bytes = std::fs::read(pkg).unwrap();
+        let mut r = &bytes[96..];
+        let (sig, raw) = Header::read_with_magic(&mut r).unwrap();
+        let pad = (8 - raw.len() % 8) % 8;
+        let mut r = &r[pad..];
+        let (main, _) = Header::read_with_magic(&mut r).unwrap();
+        (sig, main)
+    }
+
+    fn blobs(db: &Path) -> Vec<(u32, Vec<u8>)> {
+        let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let mut s = c.prepare("SELECT hnum, blob FROM Packages ORDER BY hnum").unwrap();
+        s.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    }
+
+    /// Every table's rows in rowid order with each value's type, and the schema: what
+    /// `sqlite3 .dump` shows, compared exactly.
+    fn dump(db: &Path) -> Vec<String> {
+        let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let mut out: Vec<String> = Vec::new();
+        let tables: Vec<(String, String)> = {
+            let mut s = c.prepare("SELECT name, sql FROM sqlite_master ORDER BY rowid").unwrap();
+            s.query_map([], |r| Ok((r.get(0)?, r.get::<_, Option<String>>(1)?.unwrap_or_default()))).unwrap().map(Result::unwrap).collect()
+        };
+        for (name, sql) in tables {
+            out.push(sql.clone());
+            if !sql.starts_with("CREATE TABLE") {
+                continue;
+            }
+            let mut s = c.prepare(&format!("SELECT * FROM '{name}'")).unwrap();
+            let n = s.column_count();
+            let rows: Vec<String> = s
+                .query_map([], |r| {
+                    Ok((0..n)
+                        .map(|i| match r.get_ref(i).unwrap() {
+                            rusqlite::types::ValueRef::Text(t) => format!("text:{}", hex::encode(t)),
+                            rusqlite::types::ValueRef::Blob(b) => format!("blob:{}", hex::encode(b)),
+                            v => format!("{v:?}"),
+                        })
+                        .collect::<Vec<_>>()
+                        .join("|"))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            out.extend(rows.into_iter().map(|r| format!("{name}: {r}")));
+        }
+        out
+    }
+
+    fn copy_tree(from: &Path, to: &Path) {
+        let o = Command::new("cp").arg("-a").arg(from).arg(to).output().unwrap();
+        assert!(o.status.success());
+    }
+
+    /// Writes `files` into the directory tree `root` (the layer applied on the base).
+    fn apply(root: &Path, files: &[DbFile]) {
+        for f in files {
+            match f {
+                DbFile::File { path, bytes, .. } => std::fs::write(root.join(path), bytes).unwrap(),
+                DbFile::Whiteout { path } => {
+                    let _ = std::fs::remove_file(root.join(path));
+                }
+            }
+        }
+    }
+
+    const T1: u32 = 1_700_000_000;
+    const T2: u32 = 1_700_000_100;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        a: PathBuf,
+        /// Only b installed, by rpm at T1.
+        one: PathBuf,
+        /// b at T1, then a at T2, by rpm.
+        both: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = build(dir.path());
+        let one = dir.path().join("one");
+        let both = dir.path().join("both");
+        std::fs::create_dir_all(&one).unwrap();
+        std::fs::create_dir_all(&both).unwrap();
+        for root in [&one, &both] {
+            // What EL9's rpm says (its /usr/lib/rpm/macros).
+            std::fs::create_dir_all(root.join("usr/lib/rpm")).unwrap();
+            std::fs::write(root.join("usr/lib/rpm/macros"), "%_dbpath\t\t%{_var}/lib/rpm\n%_db_backend\t  sqlite\n").unwrap();
+        }
+        install(&one, &b, T1);
+        install(&both, &b, T1);
+        install(&both, &a, T2);
+        Fixture { _dir: dir, a, one, both }
+    }
+
+    fn color() -> u32 {
+        let o = Command::new("rpm").args(["--eval", "%{?_transaction_color}"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or(0)
+    }
+
+    #[test]
+    fn installed_header_and_index_keys_match_real_rpm() {
+        if !have_rpm() {
+            return;
+        }
+        let f = fixture();
+        let real = blobs(&f.both.join("var/lib/rpm/rpmdb.sqlite"));
+        let (sig, main) = headers(&f.a);
+        let ours = installed_header(&main, &sig, &InstallCtx { install_time: T2, tid: T2, color: color(), file_states: Vec::new() }).unwrap();
+        assert_eq!(real.len(), 2);
+        assert_eq!(hex::encode(&ours), hex::encode(&real[1].1), "the blob rpm stored for erdma-testa");
+        // The relocatable one gets INSTPREFIXES, and noarch the same color.
+        let (sig_b, main_b) = headers(&std::fs::read_dir(f._dir.path().join("top/RPMS/noarch")).unwrap().next().unwrap().unwrap().path());
+        let ours_b = installed_header(&main_b, &sig_b, &InstallCtx { install_time: T1, tid: T1, color: color(), file_states: Vec::new() }).unwrap();
+        assert_eq!(hex::encode(&ours_b), hex::encode(&real[0].1), "the blob rpm stored for erdma-libfoo");
+
+        // Every index row rpm wrote for each package, in rowid order.
+        let c = rusqlite::Connection::open_with_flags(f.both.join("var/lib/rpm/rpmdb.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        for (hnum, blob) in &real {
+            let h = Header::parse(blob.clone()).unwrap();
+            let ours = index_entries(&h, *hnum);
+            for ix in INDEXES {
+                let mut s = c.prepare(&format!("SELECT key, idx FROM '{}' WHERE hnum = ? ORDER BY rowid", ix.name)).unwrap();
+                let rows: Vec<(Vec<u8>, u32)> = s
+                    .query_map([hnum], |r| {
+                        let k = match r.get_ref(0)? {
+                            rusqlite::types::ValueRef::Text(t) => t.to_vec(),
+                            rusqlite::types::ValueRef::Blob(b) => b.to_vec(),
+                            v => panic!("key {v:?}"),
+                        };
+                        Ok((k, r.get(1)?))
+                    })
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect();
+                let show = |v: &[(Vec<u8>, u32)]| v.iter().map(|(k, i)| format!("{}#{i}", String::from_utf8_lossy(k))).collect::<Vec<_>>();
+                assert_eq!(show(ours.get(ix.name).map(Vec::as_slice).unwrap_or_default()), show(&rows), "index {} of #{hnum}", ix.name);
+            }
+        }
+    }
+
+    #[test]
+    fn sqlite_database_written_matches_real_rpm() {
+        if !have_rpm() {
+            return;
+        }
+        let f = fixture();
+        let base = DirBase(f.one.clone());
+        let db = open(&base).unwrap().expect("a database");
+        assert_eq!(db.format, Format::Sqlite);
+        assert_eq!(db.dir, "var/lib/rpm");
+        assert_eq!(db.installed().iter().map(|p| p.nevra()).collect::<Vec<_>>(), ["erdma-libfoo-1:1.2-3.noarch"]);
+        let (sig, main) = headers(&f.a);
+        let blob = installed_header(&main, &sig, &InstallCtx { install_time: T2, tid: T2, color: color(), file_states: Vec::new() }).unwrap();
+        let files = write(&db, &[], &[blob]).unwrap();
+        // rpm leaves an empty log and its index beside the database: both go.
+        assert_eq!(files.iter().filter(|f| matches!(f, DbFile::Whiteout { .. })).count(), 2, "{files:?}");
+
+        // The image: the files real rpm installed, with our database.
+        let ours = f._dir.path().join("ours");
+        copy_tree(&f.both, &ours);
+        let dbdir = ours.join("var/lib/rpm");
+        for e in std::fs::read_dir(&dbdir).unwrap() {
+            std::fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        apply(&ours, &files);
+        let real_dump = dump(&f.both.join("var/lib/rpm/rpmdb.sqlite"));
+        let our_dump = dump(&dbdir.join("rpmdb.sqlite"));
+        let diff: Vec<_> = real_dump.iter().zip(&our_dump).filter(|(a, b)| a != b).collect();
+        let only = |a: &[String], b: &[String]| a.iter().filter(|l| !b.contains(l)).cloned().collect::<Vec<_>>();
+        assert!(diff.is_empty() && real_dump.len() == our_dump.len(), "tables differ from real rpm's: {diff:#?}\nonly real: {:#?}\nonly ours: {:#?}", only(&real_dump, &our_dump), only(&our_dump, &real_dump));
+
+        // Real rpm reads it.
+        let q = |args: &[&str]| {
+            let o = rpm(&ours, args, None);
+            (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+        };
+        let (ok, out) = q(&["-qa", "--qf", "%{NEVRA}\n"]);
+        assert!(ok && out.contains("erdma-testa-1.0-1.x86_64") && out.contains("erdma-libfoo-1:1.2-3.noarch"), "{out}");
+        let (ok, out) = q(&["-q", "--whatprovides", "testcap"]);
+        assert!(ok && out.starts_with("erdma-testa-1.0-1"), "{out}");
+        let (ok, out) = q(&["-qf", "/usr/bin/erdma-testa"]);
+        assert!(ok && out.starts_with("erdma-testa-1.0-1"), "{out}");
+        let (ok, out) = q(&["-q", "--whatrequires", "erdma-libfoo"]);
+        assert!(ok && out.starts_with("erdma-testa-1.0-1"), "{out}");
+        let (ok, out) = q(&["-V", "--nodeps", "erdma-testa", "erdma-libfoo"]);
+        assert!(ok, "rpm -V: {out}");
+        let (ok, out) = q(&["-e", "--nodeps", "--noscripts", "erdma-testa"]);
+        assert!(ok, "rpm -e: {out}");
+        let (ok, out) = q(&["-qa", "--qf", "%{NEVRA}\n"]);
+        assert!(ok && out.trim() == "erdma-libfoo-1:1.2-3.noarch", "{out}");
+        assert!(!ours.join("usr/bin/erdma-testa").exists(), "rpm -e removed the files");
+    }
+
+    #[test]
+    fn removal_and_reopen_of_a_written_sqlite_database() {
+        if !have_rpm() {
+            return;
+        }
+        let f = fixture();
+        let db = open(&DirBase(f.both.clone())).unwrap().unwrap();
+        assert_eq!(db.max_instance, 2);
+        let files = write(&db, &[2], &[]).unwrap();
+        let root = f._dir.path().join("removed");
+        copy_tree(&f.both, &root);
+        apply(&root, &files);
+        let back = open(&DirBase(root.clone())).unwrap().unwrap();
+        assert_eq!(back.headers.iter().map(|(n, h)| (*n, h.name())).collect::<Vec<_>>(), [(1, "erdma-libfoo".to_string())]);
+        // The sequence survives: the next package is #3, as rpm would number it.
+        assert_eq!(back.max_instance, 2);
+        let o = rpm(&root, &["-qa"], None);
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "erdma-libfoo-1.2-3.noarch");
+        assert!(matches!(write(&db, &[7], &[]), Err(RpmdbError::NotInstalled(7))));
+    }
+
+    #[test]
+    fn an_unchecked_write_ahead_log_is_applied() {
+        if !have_rpm() {
+            return;
+        }
+        let f = fixture();
+        let root = f._dir.path().join("wal");
+        copy_tree(&f.both, &root);
+        let db = root.join("var/lib/rpm/rpmdb.sqlite");
+        // A transaction left in the log only, as a crashed or still-running rpm leaves it.
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute_batch("PRAGMA foreign_keys = OFF; PRAGMA wal_autocheckpoint = 0; DELETE FROM Name WHERE hnum = 2; DELETE FROM Packages WHERE hnum = 2;").unwrap();
+        let snap = f._dir.path().join("snap");
+        std::fs::create_dir_all(snap.join("var/lib/rpm")).unwrap();
+        std::fs::create_dir_all(snap.join("usr/lib/rpm")).unwrap();
+        std::fs::copy(root.join("usr/lib/rpm/macros"), snap.join("usr/lib/rpm/macros")).unwrap();
+        for n in ["rpmdb.sqlite", "rpmdb.sqlite-wal"] {
+            std::fs::copy(root.join("var/lib/rpm").join(n), snap.join("var/lib/rpm").join(n)).unwrap();
+        }
+        drop(c);
+        assert!(std::fs::metadata(snap.join("var/lib/rpm/rpmdb.sqlite-wal")).unwrap().len() > 0);
+        let read = open(&DirBase(snap)).unwrap().unwrap();
+        assert_eq!(read.headers.len(), 1, "the log's delete is seen");
+        let files = write(&read, &[], &[]).unwrap();
+        assert!(files.contains(&DbFile::Whiteout { path: "var/lib/rpm/rpmdb.sqlite-wal".into() }), "{files:?}");
+    }
+
+    #[test]
+    fn bdb_database_written_reads_back_and_in_real_rpm() {
+        if !have_rpm() {
+            return;
+        }
+        let f = fixture();
+        let sq = open(&DirBase(f.both.clone())).unwrap().unwrap();
+        // A Berkeley DB base: the same packages, as our writer lays them out.
+        let db = Database { format: Format::Bdb, dir: "var/lib/rpm".into(), headers: Vec::new(), max_instance: 0, files: vec!["__db.001".into()], sqlite: None };
+        let blobs: Vec<Vec<u8>> = sq.headers.iter().map(|(_, h)| h.blob().to_vec()).collect();
+        let files = write(&db, &[], &blobs).unwrap();
+        assert!(files.contains(&DbFile::Whiteout { path: "var/lib/rpm/__db.001".into() }));
+        let root = f._dir.path().join("bdb");
+        copy_tree(&f.both, &root);
+        for e in std::fs::read_dir(root.join("var/lib/rpm")).unwrap() {
+            std::fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        apply(&root, &files);
+        // Reading it back: the same headers, numbered 1 and 2, record 0 not a package.
+        std::fs::create_dir_all(root.join("usr/lib/rpm")).unwrap();
+        std::fs::write(root.join("usr/lib/rpm/macros"), "%_db_backend\tbdb\n").unwrap();
+        let back = open(&DirBase(root.clone())).unwrap().unwrap();
+        assert_eq!(back.format, Format::Bdb);
+        assert_eq!(back.max_instance, 2);
+        assert_eq!(back.headers.iter().map(|(n, h)| (*n, h.blob().to_vec())).collect::<Vec<_>>(), sq.headers.iter().map(|(n, h)| (*n, h.blob().to_vec())).collect::<Vec<_>>());
+        // rpm's read-only Berkeley DB backend (Debian's rpm cannot write one) finds them.
+        let o = Command::new("rpm").arg("--root").arg(&root).args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend bdb_ro", "-qa"]).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("erdma-testa-1.0-1.x86_64") && out.contains("erdma-libfoo-1.2-3.noarch"), "{out}{}", String::from_utf8_lossy(&o.stderr));
+        for (args, want) in [(&["-qf", "/usr/bin/erdma-testa"][..], "erdma-testa"), (&["-q", "--whatprovides", "testcap"][..], "erdma-testa"), (&["-q", "erdma-libfoo"][..], "erdma-libfoo")] {
+            let o = Command::new("rpm").arg("--root").arg(&root).args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend bdb_ro"]).args(args).output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(out.starts_with(want), "rpm {args:?}: {out}{}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+
+    #[test]
+    fn formats_are_told_by_files_and_macros() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let base = DirBase(root.to_path_buf());
+        assert!(open(&base).unwrap().is_none(), "no database");
+        std::fs::create_dir_all(root.join("usr/lib/sysimage/rpm")).unwrap();
+        std::fs::create_dir_all(root.join("var/lib")).unwrap();
+        std::os::unix::fs::symlink("../../usr/lib/sysimage/rpm", root.join("var/lib/rpm")).unwrap();
+        std::fs::write(root.join("usr/lib/sysimage/rpm/Packages.db"), b"").unwrap();
+        assert!(matches!(open(&base), Err(RpmdbError::Ndb { path }) if path == "usr/lib/sysimage/rpm/Packages.db"));
+        std::fs::remove_file(root.join("usr/lib/sysimage/rpm/Packages.db")).unwrap();
+        std::fs::write(root.join("usr/lib/sysimage/rpm/rpmdb.sqlite"), b"").unwrap();
+        // No %_db_backend: an rpm older than 4.15, Berkeley DB only.
+        let e = open(&base).unwrap_err();
+        assert!(matches!(&e, RpmdbError::Mismatch { found: "sqlite", .. }), "{e}");
+        std::fs::create_dir_all(root.join("usr/lib/rpm")).unwrap();
+        std::fs::write(root.join("usr/lib/rpm/macros"), "%_dbpath\t\t%{_var}/lib/rpm\n%_db_backend\t  sqlite\n").unwrap();
+        let db = open(&base).unwrap().unwrap();
+        assert_eq!((db.format, db.dir.as_str(), db.headers.len(), db.max_instance), (Format::Sqlite, "usr/lib/sysimage/rpm", 0, 0));
+        // /etc/rpm/macros.* override the vendor's.
+        std::fs::create_dir_all(root.join("etc/rpm")).unwrap();
+        std::fs::write(root.join("etc/rpm/macros.db"), "%_db_backend bdb\n").unwrap();
+        let e = open(&base).unwrap_err();
+        assert!(e.to_string().contains("/etc/rpm/macros.db") && e.to_string().contains("hint"), "{e}");
+    }
+
+    #[test]
+    fn rich_dependencies_index_their_names() {
+        let n = |s: &str| rich_names(s.as_bytes()).into_iter().map(|v| String::from_utf8(v).unwrap()).collect::<Vec<_>>();
+        assert_eq!(n("(a or b)"), ["a", "b"]);
+        assert_eq!(n("(foo >= 1.0 and (bar if baz))"), ["bar", "foo", "!baz"]);
+        assert_eq!(n("(p >= 2 if q else r)"), ["p", "q", "r", "!q"]);
+        assert_eq!(n("(a unless b)"), ["a", "!b"]);
+        assert_eq!(n("(rpmlib(Foo) and x)"), ["x"]);
+        assert!(n("(a or").is_empty() && n("(a foo b)").is_empty());
+    }
+
+    #[test]
+    fn transient_requirements_are_not_indexed() {
+        use header::sense::*;
+        assert!(transient_req(SCRIPT_PRE) && transient_req(SCRIPT_POST) && transient_req(RPMLIB | LESS | EQUAL));
+        assert!(!transient_req(0) && !transient_req(SCRIPT_PREUN) && !transient_req(SCRIPT_PRE | SCRIPT_POSTUN) && !transient_req(PREREQ));
+    }
+}
