@@ -411,7 +411,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         .filter(|r| !r.from_base)
         .map(|r| (r.name.clone(), used_urls.get(&r.name).or_else(|| opts.repo_urls.get(&r.name)).or(r.urls.first()).expect("validated: urls or from_base").clone()))
         .collect();
-    crate::packages::add_repositories(recipe.distro.backend, &recipe.target(), &urls, &keys, base, &mut layer)?;
+    crate::packages::add_repositories(recipe.distro.backend, &recipe.target(), &urls, &keys, nccl.as_ref().map(|(req, _)| req.cuda), base, &mut layer)?;
     for f in &recipe.files {
         layer.add_file(&f.path, f.content.clone().into_bytes(), f.mode)?;
     }

@@ -120,7 +120,8 @@ pub struct CommonArgs {
     /// without apt sources needs it.
     #[arg(long = "mirror", value_name = "[FROM=]URL")]
     pub mirrors: Vec<String>,
-    /// Replace a recipe repository's URL, e.g. `--repo erdma=https://mirror.example/erdma/apt/ubuntu`.
+    /// Replace a recipe repository's URL, e.g. `--repo erdma=https://mirror.example/erdma/apt/ubuntu`;
+    /// for rpm images also one of the base's own repositories by its id (`--repo baseos=URL`).
     #[arg(long = "repo", value_name = "NAME=URL")]
     pub repos: Vec<String>,
     /// Install NAME too (or exactly VERSION of it), from the same repositories, resolved and

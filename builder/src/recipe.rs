@@ -135,7 +135,7 @@ pub struct Distro {
     #[serde(default)]
     pub codename: Option<String>,
     pub pretty: String,
-    /// Package backend: `apt` today; `rpm` slots in beside it.
+    /// Package backend: `apt` (Debian, Ubuntu) or `rpm` (Enterprise Linux).
     pub backend: Backend,
 }
 

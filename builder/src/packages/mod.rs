@@ -1,8 +1,9 @@
 //! Package backends: where a package gets resolved, fetched and unpacked into the layer.
 //!
-//! `apt` is the one backend today; an `rpm` backend slots in beside it. What every backend
-//! needs lives here, once, below them: OpenPGP keys, pins and signature verification
-//! ([`openpgp`]) and NCCL's build selection ([`nccl`]).
+//! [`install`], [`add_repositories`] and [`installed`] are the one interface `build`, `plan`
+//! and `check` use; [`apt`] (Debian, Ubuntu) and [`rpm`] (Enterprise Linux) are behind it.
+//! What every backend needs lives here, once, below them: the inputs and the report, OpenPGP
+//! keys, pins and signature verification ([`openpgp`]) and NCCL's build selection ([`nccl`]).
 pub mod apt;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
@@ -263,11 +264,13 @@ pub async fn install(backend: Backend, inputs: &Inputs<'_>, base: &dyn BaseFiles
 
 /// Configures the image's package manager for the recipe's own repositories (`urls`: the URL
 /// each was reached at; `keys`: each one's verified key), so a later install inside the image
-/// reaches them with the same trust.
-pub fn add_repositories(backend: Backend, target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+/// reaches them with the same trust. `nccl_cuda`: the CUDA an NCCL build was chosen for, whose
+/// other majors' builds a later upgrade in the image must not bring (apt holds the package in
+/// dpkg's status instead).
+pub fn add_repositories(backend: Backend, target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, nccl_cuda: Option<nccl::Cuda>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
     match backend {
         Backend::Apt => apt::install::add_sources(target, urls, keys, base, layer),
-        Backend::Rpm => rpm::install::add_repos(target, urls, keys, base, layer),
+        Backend::Rpm => rpm::install::add_repos(target, urls, keys, nccl_cuda, base, layer),
     }
 }
 

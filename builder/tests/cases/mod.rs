@@ -9,6 +9,8 @@ mod nccl;
 mod packages;
 mod registry;
 mod releases;
+mod rpm;
+mod rpm_fixtures;
 mod ubuntu;
 mod transfers;
 mod transports;

@@ -164,15 +164,14 @@ impl TestKey {
     }
 }
 
+/// Stops the gpg-agent a test's GNUPGHOME started, so no daemon outlives the test.
+pub fn kill_gpg_agent(home: &Path) {
+    let _ = Command::new("gpgconf").env("GNUPGHOME", home).args(["--kill", "gpg-agent"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+}
+
 impl Drop for TestKey {
     fn drop(&mut self) {
-        let _ = Command::new("gpgconf")
-            .env("GNUPGHOME", self.home.path())
-            .args(["--kill", "gpg-agent"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        kill_gpg_agent(self.home.path());
     }
 }
 

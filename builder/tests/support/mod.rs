@@ -16,6 +16,7 @@ pub mod fixture;
 pub mod nccl;
 pub mod proxy;
 pub mod registry;
+pub mod rpm_repo;
 pub mod token;
 
 pub use fixture::{big_layer_image, fixture_image, OciFixture, DEBIAN12_OS_RELEASE};

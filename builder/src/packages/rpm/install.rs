@@ -18,6 +18,19 @@ const MAX_REPOMD: u64 = 16 << 20;
 const MAX_PRIMARY: u64 = 256 << 20;
 const MAX_PRIMARY_OPEN: u64 = 1 << 30;
 
+/// NVIDIA's NCCL package in its rpm repositories (`libnccl-devel` beside it).
+pub const NCCL: &str = "libnccl";
+
+/// `excludepkgs` patterns for NVIDIA's repository that keep a later `dnf upgrade` in the image
+/// from swapping the NCCL build chosen for CUDA `major` for one built for another CUDA major
+/// (NCCL links the CUDA runtime statically: a `+cuda13` build does not run on a CUDA 12
+/// driver stack). The rpm counterpart of `apt-mark hold`. dnf reads each as a NEVR glob
+/// (`name-version-release`), matching the `+cudaX.Y` in the release.
+pub fn nccl_excludes(major: u32) -> Vec<String> {
+    let others: Vec<u32> = (9..=20).filter(|m| *m != major).collect();
+    [NCCL, "libnccl-devel", "libnccl-static"].iter().flat_map(|n| others.iter().map(move |m| format!("{n}-*-*+cuda{m}.*"))).collect()
+}
+
 /// rpm's name for a Debian architecture (dnf's `$basearch`).
 pub fn basearch(debian_arch: &str) -> &str {
     match debian_arch {
@@ -224,8 +237,15 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
     for repo in inputs.target.repositories {
         if repo.from_base {
             let vars = repos::variables(base, inputs.target.version_id, arch)?;
-            for yr in repos::base_repos(base, &vars)?.into_iter().filter(|r| r.enabled) {
-                let urls = base_repo_urls(http, &yr, inputs.mirrors).await?;
+            // Repository files the recipe removes (MLNX_OFED's, pointing into a directory of
+            // the machine it was installed on) are not read.
+            let removed: Vec<String> = inputs.target.packages.remove_files.iter().filter_map(|f| crate::image::layer::normalize(f)).map(|f| format!("/{f}")).collect();
+            for yr in repos::base_repos(base, &vars)?.into_iter().filter(|r| r.enabled && !removed.contains(&r.file)) {
+                // `--repo ID=URL` names one of the base's repositories by its id, too.
+                let urls = match inputs.repo_urls.get(&yr.id) {
+                    Some(u) => vec![u.clone()],
+                    None => base_repo_urls(http, &yr, inputs.mirrors).await?,
+                };
                 let keyring = base_repo_keys(&yr, base, inputs.base_keyring.as_deref())?;
                 let loaded = load_repo(http, &format!("base {}", yr.id), &urls, keyring, yr.repo_gpgcheck, &cache, reporter).await?;
                 report.repositories.insert(loaded.name.clone(), loaded.url.clone());
@@ -263,8 +283,21 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
         available.push(meta.clone());
         local.push((path, meta));
     }
-    if inputs.nccl.is_some() {
-        return Err(Error::Unsupported(format!("recipe {}: --nccl is not implemented for rpm images yet", inputs.target.recipe)));
+    if let Some(want) = &inputs.nccl {
+        // NVIDIA's rpm builds are `libnccl` `2.21.5-1+cuda12.4` (and `libnccl-devel`): the
+        // same version shape as its `libnccl2` debs, so one selection serves both.
+        let names = inputs.target.nccl_repositories();
+        if names.is_empty() {
+            return Err(Error::Unsupported(format!("recipe {} names no NCCL repository (`nccl = true`)", inputs.target.recipe)));
+        }
+        let evrs: Vec<String> = repos_loaded.iter().filter(|r| names.contains(&r.name.as_str())).flat_map(|r| &r.packages).filter(|p| p.name == NCCL && (p.arch == arch || p.arch == "noarch")).map(|p| p.evr.to_string()).collect();
+        let repos = names.iter().map(|n| format!("repository `{n}`")).collect::<Vec<_>>().join(", ");
+        let version = crate::packages::nccl::select(evrs.iter().map(String::as_str), &want.want, want.cuda, &repos)?;
+        install.push(format!("{NCCL}={version}"));
+        if want.dev {
+            install.push(format!("{NCCL}-devel={version}"));
+        }
+        report.nccl = Some(version);
     }
     let (replace, remove) = ofed_rules(&installed, &available, &inputs.target.packages.remove);
     let request = super::resolve::Request { install: &install, remove: &remove, replace: &replace, arch };
@@ -274,8 +307,10 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
     for p in &plan.install {
         let action = match &p.action {
             super::resolve::Action::Install => crate::packages::Action::Install,
-            super::resolve::Action::Upgrade { from } => crate::packages::Action::Upgrade { from: from.clone() },
+            // A Mellanox build swapped for ours is a replacement, whichever EVR is higher.
+            super::resolve::Action::Downgrade { from } | super::resolve::Action::Upgrade { from } if replace.iter().any(|r| r.installed == p.package.name) => crate::packages::Action::Replace { from: from.clone() },
             super::resolve::Action::Downgrade { from } => crate::packages::Action::Downgrade { from: from.clone() },
+            super::resolve::Action::Upgrade { from } => crate::packages::Action::Upgrade { from: from.clone() },
             super::resolve::Action::Replace { of } => crate::packages::Action::Replace { from: of.join(", ") },
         };
         report.install.push(crate::packages::PackageChange { name: p.package.name.clone(), version: p.package.evr.to_string(), arch: p.package.arch.clone(), action, origin: p.package.origin.clone(), size: p.package.size });
@@ -399,7 +434,8 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
     for p in &resolved.plan.install {
         match &p.action {
             super::resolve::Action::Install => {}
-            super::resolve::Action::Upgrade { from } | super::resolve::Action::Downgrade { from } => gone.push(from.clone()),
+            // `from` is the EVR the same name had.
+            super::resolve::Action::Upgrade { from } | super::resolve::Action::Downgrade { from } => gone.push(format!("{}-{from}", p.package.name)),
             super::resolve::Action::Replace { of } => gone.extend(of.iter().cloned()),
         }
     }
@@ -441,21 +477,29 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
 /// The rpm side of [`crate::packages::add_repositories`]: for each of the recipe's own
 /// repositories, `/etc/yum.repos.d/NAME.repo` at the URL the build reached, with `gpgcheck=1`
 /// and its verified key armoured at `/etc/pki/rpm-gpg/RPM-GPG-KEY-NAME`, as seed 004 sets up
-/// Alibaba's. An NCCL repository the base already lists (NVIDIA's CUDA images) is not added twice.
-pub fn add_repos(target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
-    let listed: Vec<String> = if target.repositories.iter().any(|r| r.nccl) {
-        repos::base_repos(base, &BTreeMap::new())?.into_iter().flat_map(|r| r.baseurls).collect()
-    } else {
-        Vec::new()
-    };
+/// Alibaba's. An NCCL repository the base already lists (NVIDIA's CUDA images) is not added
+/// twice: its section in the base's file gains the `excludepkgs` that hold NCCL to the CUDA
+/// major it was chosen for ([`nccl_excludes`]), as ours has them.
+pub fn add_repos(target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, nccl_cuda: Option<crate::packages::nccl::Cuda>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+    let listed: Vec<YumRepo> = if target.repositories.iter().any(|r| r.nccl) { repos::base_repos(base, &BTreeMap::new())? } else { Vec::new() };
     for repo in target.repositories.iter().filter(|r| !r.from_base) {
         let url = &urls[&repo.name];
-        if repo.nccl && listed.iter().any(|u| u.trim_end_matches('/') == url.trim_end_matches('/')) {
+        let exclude = match (repo.nccl, nccl_cuda) {
+            (true, Some(c)) => nccl_excludes(c.major),
+            _ => Vec::new(),
+        };
+        let same = |u: &String| u.trim_end_matches('/') == url.trim_end_matches('/');
+        if let Some(theirs) = listed.iter().find(|r| repo.nccl && r.baseurls.iter().any(same)) {
+            if !exclude.is_empty() {
+                let path = theirs.file.trim_start_matches('/');
+                let text = String::from_utf8_lossy(&base.read(path, 1 << 20)?.unwrap_or_default()).into_owned();
+                layer.add_file(path, repos::add_excludes(&text, &theirs.id, &exclude).into_bytes(), 0o644)?;
+            }
             continue;
         }
         let key_path = format!("etc/pki/rpm-gpg/RPM-GPG-KEY-{}", repo.name);
         layer.add_file(&key_path, openpgp::to_armored(&openpgp::parse(&keys[&repo.name])?)?, 0o644)?;
-        layer.add_file(&format!("etc/yum.repos.d/{}.repo", repo.name), repos::repo_file(&repo.name, url, &key_path, repo.repo_gpgcheck, &[]).into_bytes(), 0o644)?;
+        layer.add_file(&format!("etc/yum.repos.d/{}.repo", repo.name), repos::repo_file(&repo.name, url, &key_path, repo.repo_gpgcheck, &exclude).into_bytes(), 0o644)?;
     }
     Ok(())
 }

@@ -170,6 +170,49 @@ pub fn repo_file(id: &str, url: &str, key_path: &str, repo_gpgcheck: bool, exclu
     text
 }
 
+/// `text` (a `.repo` file) with `excludepkgs=…` added to section `id`, every other line kept
+/// as it was; patterns the section already excludes are not repeated.
+pub fn add_excludes(text: &str, id: &str, exclude: &[String]) -> String {
+    let mut out = String::new();
+    let mut in_section = false;
+    let mut done = false;
+    let line_for = |existing: &str| {
+        let have: Vec<&str> = existing.split(|c: char| c == ',' || c.is_whitespace()).filter(|s| !s.is_empty()).collect();
+        let new: Vec<&str> = exclude.iter().map(String::as_str).filter(|e| !have.contains(e)).collect();
+        new.join(" ")
+    };
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if let Some(name) = trimmed.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            if in_section && !done {
+                out.push_str(&format!("excludepkgs={}\n", line_for("")));
+                done = true;
+            }
+            in_section = name.trim() == id;
+        } else if in_section && !done {
+            if let Some((k, v)) = trimmed.split_once('=') {
+                if matches!(k.trim(), "excludepkgs" | "exclude") {
+                    let add = line_for(v);
+                    out.push_str(line);
+                    if !add.is_empty() {
+                        out.push(' ');
+                        out.push_str(&add);
+                    }
+                    out.push('\n');
+                    done = true;
+                    continue;
+                }
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if in_section && !done {
+        out.push_str(&format!("excludepkgs={}\n", line_for("")));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +240,18 @@ mod tests {
         assert!(!al[0].gpgcheck, "gpgcheck in [main] is not read per repository here");
         assert!(!al[1].enabled);
         assert_eq!(al[1].baseurls, ["http://x/$unknown/"], "unknown variables stay");
+    }
+
+    #[test]
+    fn excludes_go_into_one_section_only() {
+        let text = "[cuda-rhel9-x86_64]\nname=cuda-rhel9-x86_64\nbaseurl=https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64\nenabled=1\n\n[other]\nbaseurl=http://x/\n";
+        let ex = vec!["libnccl-*-*+cuda11.*".to_string()];
+        let out = add_excludes(text, "cuda-rhel9-x86_64", &ex);
+        let parsed = parse("cuda.repo", &out, &vars());
+        assert_eq!(parsed.len(), 2);
+        assert!(out.contains("enabled=1\n\nexcludepkgs=libnccl-*-*+cuda11.*\n[other]"), "{out}");
+        let again = add_excludes(&out, "cuda-rhel9-x86_64", &ex);
+        assert_eq!(again, out, "idempotent");
     }
 
     #[test]

@@ -236,6 +236,8 @@ struct Configured {
     backend: Option<String>,
     dbpath: Option<String>,
     from: Vec<String>,
+    /// Whether the image has any rpm macro file (an image without rpm has none).
+    any: bool,
 }
 
 /// `%_db_backend` and `%_dbpath` from the image's macro files, in rpm's `macrofiles` order
@@ -251,9 +253,10 @@ fn configured(base: &dyn BaseFiles) -> Result<Configured, RpmdbError> {
     files.extend(listed("usr/lib/rpm/macros.d", &|n| n.starts_with("macros."))?);
     files.extend(listed("etc/rpm", &|n| n.starts_with("macros."))?);
     files.push("etc/rpm/macros".to_string());
-    let mut out = Configured { backend: None, dbpath: None, from: Vec::new() };
+    let mut out = Configured { backend: None, dbpath: None, from: Vec::new(), any: false };
     for f in files {
         let Some(text) = base.read(&f, MAX_MACROS).map_err(|e| RpmdbError::base(&f, e))? else { continue };
+        out.any = true;
         for line in String::from_utf8_lossy(&text).lines() {
             let mut words = line.split_whitespace();
             let (Some(name), Some(value)) = (words.next(), words.next()) else { continue };
@@ -300,8 +303,10 @@ pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
     let Some((dir, files)) = found else { return Ok(None) };
     let has = |n: &str| files.iter().any(|f| f == n);
     let macros = if conf.from.is_empty() { "/usr/lib/rpm/macros".to_string() } else { conf.from.join(", ") };
-    // rpm before 4.15 has no %_db_backend and only Berkeley DB.
+    // rpm before 4.15 has no %_db_backend and only Berkeley DB. An image with no rpm macros at
+    // all has no rpm to disagree with the files: they say.
     let expects = match conf.backend.as_deref() {
+        None if !conf.any && has("rpmdb.sqlite") => Some(Format::Sqlite),
         None | Some("bdb") => Some(Format::Bdb),
         Some("sqlite") => Some(Format::Sqlite),
         Some("ndb") => None,
@@ -1202,10 +1207,13 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         assert!(matches!(open(&base), Err(RpmdbError::Ndb { path }) if path == "usr/lib/sysimage/rpm/Packages.db"));
         std::fs::remove_file(root.join("usr/lib/sysimage/rpm/Packages.db")).unwrap();
         std::fs::write(root.join("usr/lib/sysimage/rpm/rpmdb.sqlite"), b"").unwrap();
-        // No %_db_backend: an rpm older than 4.15, Berkeley DB only.
+        // No rpm macros at all (an image without rpm): the files say.
+        assert!(!matches!(open(&base), Err(RpmdbError::Mismatch { .. })));
+        // Macros without %_db_backend: an rpm older than 4.15, Berkeley DB only.
+        std::fs::create_dir_all(root.join("usr/lib/rpm")).unwrap();
+        std::fs::write(root.join("usr/lib/rpm/macros"), "%_dbpath\t\t%{_var}/lib/rpm\n").unwrap();
         let e = open(&base).unwrap_err();
         assert!(matches!(&e, RpmdbError::Mismatch { found: "sqlite", .. }), "{e}");
-        std::fs::create_dir_all(root.join("usr/lib/rpm")).unwrap();
         std::fs::write(root.join("usr/lib/rpm/macros"), "%_dbpath\t\t%{_var}/lib/rpm\n%_db_backend\t  sqlite\n").unwrap();
         let db = open(&base).unwrap().unwrap();
         assert_eq!((db.format, db.dir.as_str(), db.headers.len(), db.max_instance), (Format::Sqlite, "usr/lib/sysimage/rpm", 0, 0));

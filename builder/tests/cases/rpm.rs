@@ -1,0 +1,440 @@
+//! The rpm backend end to end: erdma-build against EL-like bases whose rpm database real rpm
+//! wrote (Berkeley DB by Debian 11's rpm 4.16 on libdb 5.3, SQLite by rpm 4.18) and signed
+//! repositories laid out like Alibaba's eRDMA yum repository, holding rdma-core rpms made from
+//! Debian's real binaries (tests/support/rpm_repo.rs, testdata/rpm/README.md). Every result is
+//! checked with the real tools: rpm (-qa, -V, -i on top), dnf, db5.3_verify, Docker.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::support::rpm_repo::{self, BaseKind, El, RpmKey, RpmLayout, RpmRepo};
+use crate::support::{self, fixture::OciFixture};
+
+const SEED_004: [&str; 4] = ["libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"];
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// What a test builds against: the base, the signed eRDMA repository, and a BaseOS-like one
+/// with the dependencies (libnl3, pciutils) that the base's own repository would serve.
+struct Setup {
+    tmp: tempfile::TempDir,
+    base: OciFixture,
+    kind: BaseKind,
+    erdma: RpmRepo,
+    baseos: RpmRepo,
+    key_file: PathBuf,
+}
+
+impl Setup {
+    fn new(kind: BaseKind) -> Setup {
+        let tmp = tempfile::tempdir().unwrap();
+        let el = kind.el();
+        let key = RpmKey::generate();
+        let erdma = RpmRepo::build(RpmLayout::alibaba(kind.releasever()), &rpm_repo::el_rdma_rpms(el), &key, el.rpmv3_signatures());
+        let baseos = RpmRepo::build(RpmLayout::Flat, &rpm_repo::el_deps_rpms(el), &key, el.rpmv3_signatures());
+        let key_file = tmp.path().join("key.asc");
+        std::fs::write(&key_file, key.armored_public()).unwrap();
+        Setup { base: rpm_repo::el_base(kind), kind, erdma, baseos, key_file, tmp }
+    }
+
+    /// The base repository's id in the base's `.repo` file (`--repo ID=URL` points it here).
+    fn base_repo_id(&self) -> &'static str {
+        match self.kind.el() {
+            El::Al8 => "alinux3-os",
+            El::El8 | El::El9 => "baseos",
+        }
+    }
+
+    fn args(&self, cmd: &str) -> Vec<String> {
+        let k = s(&self.key_file).to_string();
+        vec![
+            cmd.into(),
+            "--json".into(),
+            "--base".into(),
+            self.base.reference(),
+            "--repo".into(),
+            format!("erdma={}", self.erdma.url()),
+            "--repo".into(),
+            format!("{}={}", self.base_repo_id(), self.baseos.url()),
+            "--keyring".into(),
+            format!("erdma={k}"),
+            "--keyring".into(),
+            format!("base={k}"),
+        ]
+    }
+
+    /// `erdma-build build` into an OCI layout; returns the report and the layout.
+    fn build(&self, extra: &[&str]) -> (Value, PathBuf) {
+        let out_dir = self.tmp.path().join("out");
+        let mut args = self.args("build");
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args.extend(["--output".into(), format!("oci:{}:erdma", s(&out_dir))]);
+        let out = support::run_build(&args);
+        support::assert_success("erdma-build build (rpm)", &out);
+        (serde_json::from_slice(&out.stdout).expect("--json report"), out_dir)
+    }
+}
+
+/// Applies an OCI image's layers (whiteouts included) into a new directory, as a container
+/// runtime would: the image's root file system, for rpm and dnf to work on.
+fn rootfs_of(layout: &Path, tag: &str, dest: &Path) {
+    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let desc = index["manifests"].as_array().unwrap().iter().find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag).expect("tag in index");
+    let blob = |d: &str| layout.join("blobs/sha256").join(d.trim_start_matches("sha256:"));
+    let manifest: Value = serde_json::from_slice(&std::fs::read(blob(desc["digest"].as_str().unwrap())).unwrap()).unwrap();
+    std::fs::create_dir_all(dest).unwrap();
+    for l in manifest["layers"].as_array().unwrap() {
+        let path = blob(l["digest"].as_str().unwrap());
+        let mt = l["mediaType"].as_str().unwrap();
+        let tool = if mt.ends_with("+zstd") { "--zstd" } else if mt.ends_with("+gzip") { "-z" } else { "--no-auto-compress" };
+        // Whiteouts first: remove what they name, then extract the rest.
+        let list = Command::new("tar").args(["-t", tool, "-f"]).arg(&path).output().unwrap();
+        support::assert_success("tar -t", &list);
+        for name in text(&list.stdout).lines() {
+            let p = Path::new(name.trim_start_matches("./"));
+            if let Some(f) = p.file_name().and_then(|f| f.to_str()).and_then(|f| f.strip_prefix(".wh.")) {
+                let victim = dest.join(p.parent().unwrap()).join(f);
+                let _ = std::fs::remove_dir_all(&victim).or_else(|_| std::fs::remove_file(&victim));
+            }
+        }
+        let out = Command::new("tar").args(["-x", tool, "--numeric-owner", "--same-permissions", "--exclude=.wh.*", "-C"]).arg(dest).arg("-f").arg(&path).output().unwrap();
+        support::assert_success("tar -x", &out);
+    }
+}
+
+fn rpm418(root: &Path, args: &[&str]) -> Output {
+    Command::new("rpm").arg("--root").arg(root).args(["--dbpath", "/var/lib/rpm"]).args(args).env("LC_ALL", "C").output().unwrap()
+}
+
+/// rpm as the image's own would run: 4.16 on libdb 5.3 for a Berkeley DB, 4.18 for SQLite.
+fn image_rpm(kind: BaseKind, root: &Path, args: &[&str], files: &[PathBuf]) -> Output {
+    if kind.sqlite() {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        for (i, f) in files.iter().enumerate() {
+            for a in all.iter_mut() {
+                *a = a.replace(&format!("{{{i}}}"), s(f));
+            }
+        }
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        rpm418(root, &refs)
+    } else {
+        rpm_repo::rpm416(root, args, files)
+    }
+}
+
+/// Every entry under `root`: its type, permission bits, owner, mtime (files) and content or
+/// link target, by relative path.
+fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    support::fixture::walk_tree(root)
+        .into_iter()
+        .map(|(rel, m)| {
+            let kind = if m.is_dir() {
+                "dir".to_string()
+            } else if m.file_type().is_symlink() {
+                format!("link {}", std::fs::read_link(root.join(&rel)).unwrap().display())
+            } else {
+                use sha2::Digest as _;
+                format!("file {} mtime {}", hex::encode(sha2::Sha256::digest(std::fs::read(root.join(&rel)).unwrap())), m.mtime())
+            };
+            (rel, format!("{kind} mode {:o} owner {}:{}", m.mode() & 0o7777, m.uid(), m.gid()))
+        })
+        .collect()
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// Seed 004's package set from a signed Alibaba-layout repository into EL-like bases, checked
+/// with real rpm: the database in the base's own format, `rpm -V` clean, a later `rpm -i` on
+/// top, the repository left configured for `yum install`.
+fn el_base_gets_erdma(kind: BaseKind) {
+    let setup = Setup::new(kind);
+    let (report, layout) = setup.build(&[]);
+    let img = &report["images"][0];
+    assert_eq!(img["recipe"], match kind.el() { El::Al8 => "alinux-3", El::El8 => "centos-8", El::El9 => "rocky-9" }, "{img}");
+    let pk = &img["packages"];
+    let installed = names(&pk["install"]);
+    for want in SEED_004 {
+        assert!(installed.contains(&want.to_string()), "{want} not installed: {pk}");
+    }
+    for p in pk["install"].as_array().unwrap() {
+        let origin = p["origin"].as_str().unwrap();
+        let from_erdma = ["rdma-core", "libibverbs", "librdmacm", "libibverbs-utils", "librdmacm-utils"].contains(&p["name"].as_str().unwrap());
+        assert!(if from_erdma { origin == "erdma" } else { origin.starts_with("base ") }, "origin of {p}");
+    }
+    assert!(pk["scriptlets"].as_array().is_some(), "the scriptlets not run are reported: {pk}");
+    assert!(img["keys"].as_array().unwrap().iter().any(|k| k["repository"] == "erdma"), "{img}");
+
+    let root = setup.tmp.path().join("root");
+    rootfs_of(&layout, "erdma", &root);
+    let r = root.as_path();
+    // The database is in the base's format, and real rpm reads it.
+    let db = r.join("var/lib/rpm");
+    assert_eq!(db.join("rpmdb.sqlite").exists(), kind.sqlite());
+    assert_eq!(db.join("Packages").exists(), !kind.sqlite());
+    let qa = image_rpm(kind, r, &["-qa", "--qf", "%{NAME}-%{VERSION}-%{RELEASE}\\n"], &[]);
+    support::assert_success("rpm -qa", &qa);
+    let qa = text(&qa.stdout);
+    let evr = kind.el().evr();
+    for want in SEED_004 {
+        assert!(qa.lines().any(|l| l == format!("{want}-{evr}")), "{want}-{evr} not in rpm -qa:\n{qa}");
+    }
+    for base_pkg in ["setup", "glibc", "bash"] {
+        assert!(qa.lines().any(|l| l.starts_with(&format!("{base_pkg}-"))), "the base's {base_pkg} is still there:\n{qa}");
+    }
+    let verify = image_rpm(kind, r, &["-V", "libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"], &[]);
+    assert!(verify.status.success() && verify.stdout.is_empty(), "rpm -V: {}{}", text(&verify.stdout), text(&verify.stderr));
+    let deps = image_rpm(kind, r, &["-q", "--whatprovides", "libibverbs.so.1()(64bit)"], &[]);
+    assert!(text(&deps.stdout).starts_with("libibverbs-"), "soname provides indexed: {}", text(&deps.stdout));
+    let owner = image_rpm(kind, r, &["-qf", "/etc/libibverbs.d/erdma.driver"], &[]);
+    assert_eq!(text(&owner.stdout).trim(), format!("libibverbs-{evr}.x86_64"));
+    assert!(r.join("usr/lib64/libibverbs/liberdma-rdmav34.so").exists(), "the erdma provider");
+    if !kind.sqlite() {
+        for f in std::fs::read_dir(&db).unwrap() {
+            let f = f.unwrap().path();
+            let name = f.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with("__db") || name.starts_with('.') {
+                continue;
+            }
+            let out = Command::new("db5.3_verify").arg("-q").arg(&f).output().unwrap();
+            assert!(out.status.success(), "db5.3_verify {name}: {}{}", text(&out.stdout), text(&out.stderr));
+        }
+        assert!(!db.join("__db.001").exists(), "the Berkeley DB environment is left for rpm to make");
+    }
+    // A later `rpm -i` in the image works on the database we wrote.
+    let extra = setup.erdma.rpm("librdmacm-utils");
+    let out = image_rpm(kind, r, &["-i", "--nosignature", "{0}"], &[extra]);
+    support::assert_success("rpm -i librdmacm-utils on top", &out);
+    let after = image_rpm(kind, r, &["-q", "librdmacm-utils", "libibverbs"], &[]);
+    support::assert_success("rpm -q after rpm -i", &after);
+    // Seed 004's repository file, with the key the build verified with.
+    let repo = std::fs::read_to_string(r.join("etc/yum.repos.d/erdma.repo")).unwrap();
+    assert!(repo.contains(&format!("baseurl={}", setup.erdma.url())) && repo.contains("gpgcheck=1") && repo.contains("gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"), "{repo}");
+    let key = std::fs::read_to_string(r.join("etc/pki/rpm-gpg/RPM-GPG-KEY-erdma")).unwrap();
+    assert!(key.starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----"), "{key}");
+}
+
+#[test]
+fn rocky9_sqlite_base_gets_erdma_root_net() {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    el_base_gets_erdma(BaseKind::Rocky9Sqlite);
+}
+
+#[test]
+fn alinux3_berkeley_db_base_gets_erdma_root_net() {
+    if !rpm_repo::require_bases() || !support::require(support::have("db5.3_verify"), "db5.3_verify is needed (run scripts/setup)") {
+        return;
+    }
+    el_base_gets_erdma(BaseKind::Alinux3Bdb);
+}
+
+#[test]
+fn centos8_berkeley_db_base_gets_erdma_root_net() {
+    if !rpm_repo::require_bases() || !support::require(support::have("db5.3_verify"), "db5.3_verify is needed (run scripts/setup)") {
+        return;
+    }
+    el_base_gets_erdma(BaseKind::Centos8Bdb);
+}
+
+/// What erdma-build writes equals what real `rpm -i` of the same packages writes into the same
+/// base: every file's type, mode, owner, content and link target, and each package's database
+/// entry as `rpm -q --dump` and the header's tags show it (install times aside).
+#[test]
+fn payload_and_database_equal_real_rpm_install_root_net() {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    let kind = BaseKind::Rocky9Sqlite;
+    let setup = Setup::new(kind);
+    let (report, layout) = setup.build(&[]);
+    let ours = setup.tmp.path().join("ours");
+    rootfs_of(&layout, "erdma", &ours);
+    // The same packages, installed by rpm 4.18 into the base's own tree.
+    let theirs = setup.tmp.path().join("theirs");
+    rootfs_of(&setup.base.dir, &setup.base.tag, &theirs);
+    let files: Vec<PathBuf> = report["images"][0]["packages"]["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let name = p["name"].as_str().unwrap();
+            if p["origin"] == "erdma" { setup.erdma.rpm(name) } else { setup.baseos.rpm(name) }
+        })
+        .collect();
+    let mut args = vec!["-i", "--nosignature", "--noscripts", "--notriggers"];
+    let paths: Vec<String> = files.iter().map(|f| s(f).to_string()).collect();
+    args.extend(paths.iter().map(String::as_str));
+    support::assert_success("rpm -i (the reference)", &rpm418(&theirs, &args));
+
+    let a = tree(&ours);
+    let b = tree(&theirs);
+    // What running programs leave behind is set aside: the database files themselves (compared
+    // through rpm below) and rpm's lock.
+    // What is not a package's payload either: the repository file and key the recipe adds.
+    let skip = |p: &Path| p.starts_with("var/lib/rpm") || p.starts_with("etc/pki") || p == Path::new("etc/yum.repos.d/erdma.repo");
+    let mut diffs = Vec::new();
+    for (p, e) in &b {
+        if skip(p) {
+            continue;
+        }
+        match a.get(p) {
+            None => diffs.push(format!("missing {}", p.display())),
+            Some(o) if o != e => diffs.push(format!("differs {}: ours {o:?} theirs {e:?}", p.display())),
+            _ => {}
+        }
+    }
+    for p in a.keys().filter(|p| !skip(p) && !b.contains_key(*p)) {
+        diffs.push(format!("extra {}", p.display()));
+    }
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+
+    // Each package's database entry, as rpm reads it back.
+    let qf = "%{NEVRA} %{SIGMD5} %{SHA256HEADER} %{RSAHEADER:pgpsig} %{INSTALLCOLOR} %{SIGSIZE} [%{FILESTATES:fstate} ][%{REQUIRENAME} ]\\n";
+    for root in [&ours, &theirs] {
+        support::assert_success("rpm -qa", &rpm418(root, &["-qa"]));
+    }
+    let q = |root: &Path| text(&rpm418(root, &["-qa", "--qf", qf]).stdout).lines().map(String::from).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(q(&ours), q(&theirs));
+    for name in SEED_004 {
+        let dump = |root: &Path| text(&rpm418(root, &["-q", "--dump", name]).stdout);
+        assert_eq!(dump(&ours), dump(&theirs), "rpm -q --dump {name}");
+    }
+}
+
+/// Alibaba Cloud Linux 3 with Mellanox OFED's user space: its `58mlnx43` builds are replaced by
+/// the eRDMA repository's (older by EVR, as seed 001 does by hand), its own packages
+/// (ofed-scripts, mlnx-ofa_kernel) removed with their files, and its repository file gone.
+#[test]
+fn ofed_base_loses_mellanox_ofed_root_net() {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    let kind = BaseKind::Alinux3BdbOfed;
+    let setup = Setup::new(kind);
+    let (report, layout) = setup.build(&[]);
+    let pk = &report["images"][0]["packages"];
+    let ibverbs = pk["install"].as_array().unwrap().iter().find(|p| p["name"] == "libibverbs").unwrap();
+    assert_eq!(ibverbs["action"], "replace", "{pk}");
+    assert!(ibverbs["from"].as_str().unwrap().contains("58mlnx43"), "{ibverbs}");
+    let removed = names(&pk["remove"]);
+    for gone in ["ofed-scripts", "mlnx-ofa_kernel"] {
+        assert!(removed.contains(&gone.to_string()), "{gone} removed: {pk}");
+    }
+    let root = setup.tmp.path().join("root");
+    rootfs_of(&layout, "erdma", &root);
+    assert!(!root.join(rpm_repo::OFED_REPO_FILE).exists(), "MLNX_OFED's repository file is gone");
+    let qa = text(&rpm_repo::rpm416(&root, &["-qa"], &[]).stdout);
+    assert!(!qa.contains("mlnx") && !qa.contains("ofed-scripts"), "no Mellanox build is left:\n{qa}");
+    let verify = rpm_repo::rpm416(&root, &["-Va", "--nodeps"], &[]);
+    let bad: Vec<&str> = std::str::from_utf8(&verify.stdout).unwrap().lines().filter(|l| !l.contains(" /etc/ld.so.cache")).collect();
+    assert!(bad.is_empty(), "rpm -Va after replacing OFED:\n{}", bad.join("\n"));
+    // OFED's libibverbs.so.1.14.58.0 is whited out; ours is there.
+    assert!(!root.join("usr/lib64/libibverbs.so.1.14.58.0").exists());
+    assert!(root.join("usr/lib64/libibverbs/liberdma-rdmav34.so").exists());
+}
+
+/// A tampered repository stops the build with a clear error, and nothing is written.
+#[test]
+fn tampered_repositories_fail_with_nothing_written_root_net() {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    for (what, expect) in [("repomd", "repomd.xml"), ("primary", "checksum"), ("rpm", "librdmacm")] {
+        let setup = Setup::new(BaseKind::Rocky9Sqlite);
+        match what {
+            "repomd" => setup.erdma.tamper_repomd(),
+            "primary" => setup.erdma.tamper_primary(),
+            _ => setup.erdma.tamper_rpm("librdmacm"),
+        }
+        let out_dir = setup.tmp.path().join("out");
+        let mut args = setup.args("build");
+        args.extend(["--output".into(), format!("oci:{}:erdma", s(&out_dir))]);
+        // Its own cache: a package cached by an earlier build would not be downloaded again.
+        let out = Command::new(support::bin()).args(&args).env("XDG_CACHE_HOME", setup.tmp.path().join("cache")).output().unwrap();
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{what}: the build must fail");
+        assert!(err.contains(expect), "{what}: error names it: {err}");
+        assert!(!out_dir.exists(), "{what}: nothing written");
+    }
+}
+
+/// The result runs: `ibv_devices` loads libibverbs and the erdma provider's directory under
+/// Docker (no RDMA device here, so it finds none). The fixture bases are Debian user space with
+/// EL's layout, and Debian's loader does not search /usr/lib64 by itself as EL's does (EL's
+/// `ld.so` has it built in, so the packages' `/sbin/ldconfig` scriptlets are not needed there):
+/// LD_LIBRARY_PATH stands in for that default.
+#[test]
+fn the_result_runs_ibv_devices_in_docker_root_net() {
+    if !rpm_repo::require_bases() || !support::require_docker() {
+        return;
+    }
+    let setup = Setup::new(BaseKind::Alinux3Bdb);
+    let archive = setup.tmp.path().join("out.tar");
+    let name = format!("erdma-test/alinux3-erdma:{}", std::process::id());
+    let mut args = setup.args("build");
+    args.extend(["--output".into(), format!("docker-archive:{}:{name}", s(&archive))]);
+    support::assert_success("build to docker-archive", &support::run_build(&args));
+    let load = Command::new("docker").args(["load", "-q", "-i"]).arg(&archive).output().unwrap();
+    support::assert_success("docker load", &load);
+    let out = Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "-e", "LD_LIBRARY_PATH=/usr/lib64", &name, "sh", "-c", "ibv_devices 2>&1; echo rc=$?; ls /etc/libibverbs.d/erdma.driver"])
+        .output()
+        .unwrap();
+    let _ = Command::new("docker").args(["rmi", "-f", &name]).output();
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!all.contains("error while loading shared libraries"), "{all}");
+    assert!(all.contains("Failed to get IB devices list") || all.contains("No IB devices found"), "{all}");
+    assert!(all.contains("/etc/libibverbs.d/erdma.driver"), "{all}");
+}
+
+/// `--nccl` on an rpm image: NVIDIA's `libnccl` build for the image's CUDA major (12.4 here) is
+/// chosen among builds for CUDA 11, 12 and 13, and the repository file the image gets keeps a
+/// later `dnf upgrade` from swapping it for another major's build: real dnf, reading the result's
+/// `/etc/yum.repos.d`, offers only the CUDA 12 builds.
+#[test]
+fn nccl_for_the_images_cuda_is_held_against_dnf_upgrades_root_net() {
+    if !rpm_repo::require_bases() || !support::require(support::have("dnf"), "dnf is needed (run scripts/setup)") {
+        return;
+    }
+    let setup = Setup::new(BaseKind::Rocky9Sqlite);
+    let key = RpmKey::generate();
+    let cuda = RpmRepo::build(RpmLayout::cuda("rhel9"), &rpm_repo::nccl_rpms(), &key, false);
+    let cuda_key = setup.tmp.path().join("cuda.asc");
+    std::fs::write(&cuda_key, key.armored_public()).unwrap();
+    let (report, layout) = setup.build(&["--nccl", "--nccl-dev", "--cuda", "12.4", "--repo", &format!("cuda={}", cuda.url()), "--keyring", &format!("cuda={}", s(&cuda_key))]);
+    let img = &report["images"][0];
+    assert_eq!(img["nccl"]["libnccl2"], "2.21.5-1+cuda12.4", "{img}");
+    let install = img["packages"]["install"].as_array().unwrap();
+    for name in ["libnccl", "libnccl-devel"] {
+        let p = install.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} installed: {install:?}"));
+        assert_eq!((p["version"].as_str(), p["origin"].as_str()), (Some("2.21.5-1+cuda12.4"), Some("cuda")), "{p}");
+    }
+    let root = setup.tmp.path().join("root");
+    rootfs_of(&layout, "erdma", &root);
+    assert!(root.join("usr/lib64/libnccl.so.2").is_symlink());
+    let repo = std::fs::read_to_string(root.join("etc/yum.repos.d/cuda.repo")).unwrap();
+    assert!(repo.contains("excludepkgs=") && repo.contains("libnccl-*-*+cuda13.*") && !repo.contains("+cuda12."), "{repo}");
+    let conf = rpm_repo::dnf_conf(&setup.tmp.path().join("dnf"));
+    let out = rpm_repo::dnf_command(&conf, &root)
+        .args(["--releasever", "9", "-q", "--disablerepo=*", "--enablerepo=cuda"])
+        .arg(format!("--setopt=reposdir={}", s(&root.join("etc/yum.repos.d"))))
+        .args(["list", "--showduplicates", "libnccl"])
+        .output()
+        .unwrap();
+    support::assert_success("dnf list libnccl on the result", &out);
+    let listed = text(&out.stdout);
+    assert!(listed.contains("2.21.5-1+cuda12.4") && listed.contains("2.18.3-1+cuda12.2"), "{listed}");
+    assert!(!listed.contains("+cuda11.") && !listed.contains("+cuda13."), "other CUDA majors' builds are excluded:\n{listed}");
+}
