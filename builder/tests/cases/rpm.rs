@@ -258,7 +258,11 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
     }
     let kind = BaseKind::Rocky9Sqlite;
     let setup = Setup::new(kind);
-    let (report, layout) = setup.build(&[]);
+    // A local package (`--package`, unsigned) with files under /sbin and /lib64, which the base
+    // has as symlinks into /usr (merged /usr, as EL9): rpm writes through them.
+    let local = local_merged_usr_rpm();
+    let (report, layout) = setup.build(&["--package", s(&local), "--allow-unsigned-package"]);
+    assert_eq!(report["images"][0]["packages"]["unsigned"][0]["name"], "erdma-local-probe", "{report}");
     let ours = setup.tmp.path().join("ours");
     rootfs_of(&layout, "erdma", &ours);
     // The same packages, installed by rpm 4.18 into the base's own tree.
@@ -270,7 +274,11 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
         .iter()
         .map(|p| {
             let name = p["name"].as_str().unwrap();
-            if p["origin"] == "erdma" { setup.erdma.rpm(name) } else { setup.baseos.rpm(name) }
+            match p["origin"].as_str().unwrap() {
+                "erdma" => setup.erdma.rpm(name),
+                o if o.starts_with("unsigned ") => local.clone(),
+                _ => setup.baseos.rpm(name),
+            }
         })
         .collect();
     let mut args = vec!["-i", "--nosignature", "--noscripts", "--notriggers"];
@@ -307,10 +315,27 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
     }
     let q = |root: &Path| text(&rpm418(root, &["-qa", "--qf", qf]).stdout).lines().map(String::from).collect::<std::collections::BTreeSet<_>>();
     assert_eq!(q(&ours), q(&theirs));
-    for name in SEED_004 {
+    assert!(ours.join("usr/sbin/erdma-probe").is_file() && ours.join("sbin").is_symlink(), "written through the /sbin symlink, which stays");
+    for name in SEED_004.iter().chain(&["erdma-local-probe"]) {
         let dump = |root: &Path| text(&rpm418(root, &["-q", "--dump", name]).stdout);
         assert_eq!(dump(&ours), dump(&theirs), "rpm -q --dump {name}");
     }
+}
+
+/// An rpm with files under /sbin and /lib64 (paths merged /usr images have as symlinks).
+fn local_merged_usr_rpm() -> PathBuf {
+    let specs = |_: &Path| {
+        let p = rpm_repo::RpmDef {
+            name: "erdma-local-probe".into(),
+            summary: "a local package (TEST ONLY)".into(),
+            no_auto: true,
+            contents: vec![("/sbin/erdma-probe".into(), b"#!/bin/sh\necho probe\n".to_vec(), 0o755), ("/lib64/liberdma-probe.so.1".into(), b"not an ELF".to_vec(), 0o644)],
+            symlinks: vec![("/lib64/liberdma-probe.so".into(), "liberdma-probe.so.1".into())],
+            ..Default::default()
+        };
+        vec![rpm_repo::SpecDef { name: "erdma-local-probe".into(), version: "1.0".into(), release: "1.el9".into(), license: "MIT".into(), packages: vec![p] }]
+    };
+    rpm_repo::cached_rpms("local-probe", El::El9, specs, &[]).remove(0)
 }
 
 /// Alibaba Cloud Linux 3 with Mellanox OFED's user space: its `58mlnx43` builds are replaced by

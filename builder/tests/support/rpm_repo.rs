@@ -332,7 +332,7 @@ fn rpms_in(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Builds `specs` once into `cache_root()/NAME-HASH/` and returns its rpms.
-fn cached_rpms(name: &str, el: El, specs: impl Fn(&Path) -> Vec<SpecDef>, inputs: &[PathBuf]) -> Vec<PathBuf> {
+pub fn cached_rpms(name: &str, el: El, specs: impl Fn(&Path) -> Vec<SpecDef>, inputs: &[PathBuf]) -> Vec<PathBuf> {
     // The spec text names the stage directory; hash it with a fixed placeholder.
     let texts: Vec<String> = specs(Path::new("/STAGE"))
         .iter()

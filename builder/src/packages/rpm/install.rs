@@ -421,11 +421,20 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
     // rpm resolves file owners by name at install time and falls back to root (with a warning)
     // for a name the image does not know (lib/fsm.c, lib/rpmug.c).
     let owners = |user: &str, grp: &str| (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0));
+    // rpm writes through the directory symlinks the image has (merged /usr on EL9: /sbin ->
+    // usr/sbin), and never replaces such a symlink with a directory.
+    let place = |p: &str, dir: bool| -> Option<String> {
+        let real = base.real_path(p).ok().flatten().unwrap_or_else(|| p.to_string());
+        if real.is_empty() || (dir && matches!(base.kind(&real), Ok(Some(crate::image::rootfs::SnapEntry::Symlink(_))))) {
+            return None;
+        }
+        Some(real)
+    };
     let now = crate::dates::now().max(0) as u32;
     let color = super::rpmdb::transaction_color(base, arch);
     let mut blobs = Vec::new();
     for (path, pkg) in files {
-        let unpacked = pkg.unpack(path, layer, &owners, &super::package::UnpackOptions::default()).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
+        let unpacked = pkg.unpack(path, layer, &owners, &super::package::UnpackOptions { place: Some(&place), ..Default::default() }).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
         let ctx = super::rpmdb::InstallCtx { install_time: now, tid: now, color, file_states: unpacked.file_states.clone() };
         blobs.push(super::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?);
     }
@@ -456,6 +465,7 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
     let mut removed = Vec::new();
     for f in gone_files {
         let Some(rel) = crate::image::layer::normalize(&f) else { continue };
+        let Some(rel) = base.real_path(&rel)?.filter(|p| !p.is_empty()) else { continue };
         if kept_files.contains(&f) || layer.files().any(|(p, _)| p == rel) {
             continue;
         }

@@ -196,12 +196,27 @@ impl FileInfo {
     }
 }
 
+/// Where a package path (normalised, no leading `/`) lands in the image, given whether it is a
+/// directory: `None` to write nothing there.
+pub type Place<'a> = &'a dyn Fn(&str, bool) -> Option<String>;
+
 /// How to install, as the transaction flags and macros of the image's dnf would say.
-#[derive(Debug, Clone, Default)]
-pub struct UnpackOptions {
+#[derive(Clone, Copy, Default)]
+pub struct UnpackOptions<'a> {
     /// `tsflags=nodocs` (`%_excludedocs`): `%doc` files are not written and recorded as not
     /// installed; `%license` files are kept, as rpm keeps them (lib/transaction.c `skipFiles`).
     pub nodocs: bool,
+    /// The image's symlinked directories, followed as rpm's fsm writes through them (EL9's
+    /// merged /usr: a package's `/sbin/x` lands in `usr/sbin/x`, and the `sbin -> usr/sbin`
+    /// link stays); a directory the image has as a symlink is not written. Unset: every path
+    /// as it is.
+    pub place: Option<Place<'a>>,
+}
+
+impl std::fmt::Debug for UnpackOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnpackOptions").field("nodocs", &self.nodocs).field("place", &self.place.is_some()).finish()
+    }
 }
 
 /// A device node, FIFO or socket: the layer cannot hold it, so it is reported, not created.
@@ -576,8 +591,15 @@ impl Package {
             let entry = |kind: EntryKind, f: &FileInfo| Entry { kind, mode: f.mode & 0o7777, uid: u64::from(uid), gid: u64::from(gid) };
             // rpm gives every file its header mtime (lib/fsm.c), and `rpm -V` compares it.
             let insert = |layer: &mut LayerContents, i: usize, e: Entry| {
-                layer.insert(&norm[i], e).map_err(|e| bad(&files[i].path, e.to_string()))?;
-                layer.set_mtime(&norm[i], u64::from(files[i].mtime));
+                let at = match opts.place {
+                    Some(place) => match place(&norm[i], matches!(e.kind, EntryKind::Dir)) {
+                        Some(at) => at,
+                        None => return Ok(()),
+                    },
+                    None => norm[i].clone(),
+                };
+                layer.insert(&at, e).map_err(|e| bad(&files[i].path, e.to_string()))?;
+                layer.set_mtime(&at, u64::from(files[i].mtime));
                 Ok::<(), RpmError>(())
             };
             match f.file_type() {
@@ -1083,7 +1105,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
 
             // nodocs: the %doc file is skipped and recorded as not installed.
             let mut layer = LayerContents::new();
-            let u = pkg.unpack(&signed, &mut layer, &owners, &UnpackOptions { nodocs: true }).unwrap();
+            let u = pkg.unpack(&signed, &mut layer, &owners, &UnpackOptions { nodocs: true, ..UnpackOptions::default() }).unwrap();
             assert!(!layer_entries(&layer).contains_key("usr/share/doc/erdmatest/README"));
             let doc = pkg.files().iter().position(|f| f.path == "/usr/share/doc/erdmatest/README").unwrap();
             assert_eq!(u.file_states[doc], filestate::NOT_INSTALLED);
