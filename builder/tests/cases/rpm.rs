@@ -175,6 +175,12 @@ fn el_base_gets_erdma(kind: BaseKind) {
     assert!(pk["scriptlets"].as_array().is_some(), "the scriptlets not run are reported: {pk}");
     assert!(img["keys"].as_array().unwrap().iter().any(|k| k["repository"] == "erdma"), "{img}");
 
+    // `check` reads the rpm database for the rdma-core it finds, and sees no Mellanox OFED.
+    let check = support::run_build(["check", "--json", &format!("oci:{}:erdma", s(&layout))]);
+    let facts: Value = serde_json::from_slice(&check.stdout).unwrap_or_else(|e| panic!("check --json ({e}): {}{}", text(&check.stdout), text(&check.stderr)));
+    let rdma = serde_json::to_string(&facts).unwrap();
+    assert!(rdma.contains(&format!("\"libibverbs\":\"{}\"", kind.el().evr())), "check names the rpm-installed libibverbs: {rdma}");
+    assert!(!rdma.contains("mlnx"), "{rdma}");
     let root = setup.tmp.path().join("root");
     rootfs_of(&layout, "erdma", &root);
     let r = root.as_path();
