@@ -159,6 +159,13 @@ fn names(list: &Value) -> Vec<String> {
 /// top, the repository left configured for `yum install`.
 fn el_base_gets_erdma(kind: BaseKind) {
     let setup = Setup::new(kind);
+    // `plan` resolves against the verified metadata and downloads no package.
+    let plan = support::run_build(setup.args("plan"));
+    support::assert_success("erdma-build plan (rpm)", &plan);
+    let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let planned = names(&plan["images"][0]["packages"]["install"]);
+    assert!(SEED_004.iter().all(|n| planned.contains(&n.to_string())) && plan["images"][0]["layer"].is_null(), "{plan}");
+    assert!(!setup.erdma.get_paths().iter().any(|p| p.ends_with(".rpm")), "plan downloads no package");
     let (report, layout) = setup.build(&[]);
     let img = &report["images"][0];
     assert_eq!(img["recipe"], match kind.el() { El::Al8 => "alinux-3", El::El8 => "centos-8", El::El9 => "rocky-9" }, "{img}");
@@ -200,6 +207,8 @@ fn el_base_gets_erdma(kind: BaseKind) {
     }
     let verify = image_rpm(kind, r, &["-V", "libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"], &[]);
     assert!(verify.status.success() && verify.stdout.is_empty(), "rpm -V: {}{}", text(&verify.stdout), text(&verify.stderr));
+    let requires = image_rpm(kind, r, &["-q", "--requires", "libibverbs-utils"], &[]);
+    assert!(text(&requires.stdout).lines().any(|l| l.starts_with("libibverbs.so.1()(64bit)")), "rpm -q --requires: {}", text(&requires.stdout));
     let deps = image_rpm(kind, r, &["-q", "--whatprovides", "libibverbs.so.1()(64bit)"], &[]);
     assert!(text(&deps.stdout).starts_with("libibverbs-"), "soname provides indexed: {}", text(&deps.stdout));
     let owner = image_rpm(kind, r, &["-qf", "/etc/libibverbs.d/erdma.driver"], &[]);
@@ -217,10 +226,23 @@ fn el_base_gets_erdma(kind: BaseKind) {
         }
         assert!(!db.join("__db.001").exists(), "the Berkeley DB environment is left for rpm to make");
     }
-    // A later `rpm -i` in the image works on the database we wrote.
-    let extra = setup.erdma.rpm("librdmacm-utils");
-    let out = image_rpm(kind, r, &["-i", "--nosignature", "{0}"], &[extra]);
-    support::assert_success("rpm -i librdmacm-utils on top", &out);
+    // A later install in the image works on the database we wrote: dnf with the repository
+    // file the image got (SQLite: this machine's dnf writes SQLite), else the image's rpm.
+    if kind.sqlite() && support::have("dnf") {
+        let conf = rpm_repo::dnf_conf(&setup.tmp.path().join("dnf"));
+        let out = rpm_repo::dnf_command(&conf, r)
+            .args(["--releasever", kind.releasever(), "-y", "-q", "--disablerepo=*", "--enablerepo=erdma"])
+            .arg(format!("--setopt=reposdir={}", s(&r.join("etc/yum.repos.d"))))
+            .arg(format!("--setopt=erdma.gpgkey=file://{}", s(&r.join("etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"))))
+            .args(["install", "librdmacm-utils"])
+            .output()
+            .unwrap();
+        support::assert_success("dnf --installroot install librdmacm-utils on the result", &out);
+    } else {
+        let extra = setup.erdma.rpm("librdmacm-utils");
+        let out = image_rpm(kind, r, &["-i", "--nosignature", "{0}"], &[extra]);
+        support::assert_success("rpm -i librdmacm-utils on top", &out);
+    }
     let after = image_rpm(kind, r, &["-q", "librdmacm-utils", "libibverbs"], &[]);
     support::assert_success("rpm -q after rpm -i", &after);
     // Seed 004's repository file, with the key the build verified with.
@@ -267,7 +289,8 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
     // A local package (`--package`, unsigned) with files under /sbin and /lib64, which the base
     // has as symlinks into /usr (merged /usr, as EL9): rpm writes through them.
     let local = local_merged_usr_rpm();
-    let (report, layout) = setup.build(&["--package", s(&local), "--allow-unsigned-package"]);
+    let (report, layout) = setup.build(&["--package", s(&local), "--allow-unsigned-package", "--install", "librdmacm-utils"]);
+    assert!(names(&report["images"][0]["packages"]["install"]).contains(&"librdmacm-utils".to_string()), "--install: {report}");
     assert_eq!(report["images"][0]["packages"]["unsigned"][0]["name"], "erdma-local-probe", "{report}");
     let ours = setup.tmp.path().join("ours");
     rootfs_of(&layout, "erdma", &ours);

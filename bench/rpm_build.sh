@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Installing the eRDMA packages on an EL image: erdma-build against what a user would otherwise
+# run without a container engine that has EL user space: `dnf --installroot` (dnf 4 and rpm 4.18,
+# this machine's) into the base's root file system plus a layer commit (a tar of what changed,
+# gzip-compressed as a registry layer is), in one run. Seed 004's `yum install libibverbs
+# rdma-core librdmacm libibverbs-utils` from a signed Alibaba-layout repository on 127.0.0.1,
+# the dependencies (libnl3, pciutils) from a BaseOS-like one.
+#
+#   bench/rpm_build.sh
+#
+# Fixtures: the Rocky 9 (SQLite rpmdb) base and the rdma-core rpms the tests build from Debian's
+# real binaries (tests/support/rpm_repo.rs), made by running the fixture tests once; here the
+# rpms are signed with a throwaway key and indexed with createrepo_c.
+# Cold: erdma-build with an empty cache; dnf with an empty cache directory.
+# Warm: erdma-build with its caches filled; dnf with its metadata and packages cached.
+# Measured: wall seconds, peak RSS (/usr/bin/time), the layer's compressed size.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WORK=$(mktemp -d /tmp/erdma-bench-rpm.XXXXXX)
+HTTP_PID=
+cleanup() {
+    set +e
+    [ -n "$HTTP_PID" ] && kill "$HTTP_PID" 2>/dev/null && wait "$HTTP_PID" 2>/dev/null
+    [ -n "${GNUPGHOME:-}" ] && gpgconf --kill gpg-agent 2>/dev/null
+    [ "${KEEP_WORK:-0}" = 1 ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
+}
+trap cleanup EXIT
+say() { printf '\n== %s\n' "$*" >&2; }
+
+scripts/setup --no-docker
+say "fixtures (the rpm fixture tests build them once)"
+CI=1 cargo nextest run -p erdma-build --test it -E 'test(rpm_fixtures)' >"$WORK/fixtures.log" 2>&1
+cargo build --release -p erdma-build
+BIN=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release/erdma-build
+CACHE=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/erdma-test-cache
+BASE=$(ls -d "$CACHE"/el-base-rocky9-sqlite-*/ | head -1)
+RDMA=$(ls -d "$CACHE"/el-rpms-rdma-el9-*/rpms | head -1)
+DEPS=$(ls -d "$CACHE"/el-rpms-deps-el9-*/rpms | head -1)
+
+say "signed repositories on 127.0.0.1"
+export GNUPGHOME=$WORK/gnupg
+mkdir -m 700 "$GNUPGHOME"
+gpg --batch --passphrase '' --quick-gen-key 'erdma-kit bench <bench@erdma-kit.invalid>' rsa3072 sign never 2>/dev/null
+gpg --armor --export bench@erdma-kit.invalid >"$WORK/key.asc"
+mkdir -p "$WORK/www/erdma/yum/redhat/9/erdma/x86_64" "$WORK/www/baseos"
+cp "$RDMA"/*.rpm "$WORK/www/erdma/yum/redhat/9/erdma/x86_64/"
+cp "$DEPS"/*.rpm "$WORK/www/baseos/"
+for d in "$WORK/www/erdma/yum/redhat/9/erdma/x86_64" "$WORK/www/baseos"; do
+    rpmsign --addsign --define '_gpg_name bench@erdma-kit.invalid' --define "__gpg $(command -v gpg)" "$d"/*.rpm >/dev/null 2>&1
+    createrepo_c -q "$d"
+    gpg --batch --yes --armor --detach-sign "$d/repodata/repomd.xml"
+done
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+(cd "$WORK/www" && exec python3 -m http.server "$PORT" --bind 127.0.0.1) >"$WORK/http.log" 2>&1 &
+HTTP_PID=$!
+for _ in $(seq 50); do curl -fsS "http://127.0.0.1:$PORT/" >/dev/null 2>&1 && break; sleep 0.1; done
+URL=http://127.0.0.1:$PORT
+
+now() { date +%s.%N; }
+declare -A R
+
+run_erdma() { # $1 = cold|warm
+    local t0 t1
+    rm -rf "$WORK/out"
+    t0=$(now)
+    XDG_CACHE_HOME="$WORK/erdma-cache" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --json --base "oci:${BASE}oci:latest" \
+        --repo "erdma=$URL/erdma/yum/redhat/9/erdma/x86_64" --repo "baseos=$URL/baseos" \
+        --keyring "erdma=$WORK/key.asc" --keyring "base=$WORK/key.asc" \
+        --output "oci:$WORK/out:erdma" >"$WORK/erdma-$1.json" 2>"$WORK/erdma-$1.log"
+    t1=$(now)
+    R[erdma-$1,wall]=$(echo "$t1 - $t0" | bc)
+    R[erdma-$1,rss]=$(cat "$WORK/rss")
+    R[erdma-$1,layer]=$(jq '.images[0].layer.size' "$WORK/erdma-$1.json")
+}
+
+run_dnf() { # $1 = cold|warm
+    local t0 t1
+    rm -rf "$WORK/root" "$WORK/layer.tar.gz"
+    cp -a "${BASE}rootfs" "$WORK/root"
+    # What the root holds before: the commit below takes what dnf added or changed (rpm gives
+    # files their packaged mtimes, so a timestamp cannot tell).
+    (cd "$WORK/root" && find . -path ./var/cache/dnf-bench -prune -o ! -type d -printf '%p %s %T@ %m %l\n' | sort) >"$WORK/before"
+    # dnf keeps its cache inside the install root: carried from the cold run's root for warm.
+    if [ "$1" = warm ]; then mkdir -p "$WORK/root/var/cache" && cp -a "$WORK/dnf-cache" "$WORK/root/var/cache/dnf-bench"; fi
+    mkdir -p "$WORK/home" "$WORK/reposdir"
+    printf '%%_dbpath /var/lib/rpm\n%%_db_backend sqlite\n' >"$WORK/home/.rpmmacros"
+    printf '[main]\ngpgcheck=1\nreposdir=%s\nplugins=0\ninstall_weak_deps=0\ncachedir=%s\nkeepcache=1\n' "$WORK/reposdir" /var/cache/dnf-bench >"$WORK/dnf.conf"
+    t0=$(now)
+    HOME=$WORK/home /usr/bin/time -f %M -o "$WORK/rss" dnf -q -y -c "$WORK/dnf.conf" --installroot "$WORK/root" --releasever 9 \
+        --repofrompath "erdma,$URL/erdma/yum/redhat/9/erdma/x86_64" --repofrompath "baseos,$URL/baseos" \
+        --setopt "erdma.gpgkey=file://$WORK/key.asc" --setopt "baseos.gpgkey=file://$WORK/key.asc" \
+        --setopt erdma.gpgcheck=1 --setopt baseos.gpgcheck=1 ${DNF_CACHEONLY:-} \
+        install libibverbs rdma-core librdmacm libibverbs-utils >"$WORK/dnf-$1.log" 2>&1
+    # The layer commit: what changed, as a gzip tar (dnf's cache left out, as `dnf clean all`
+    # in the same RUN would).
+    (cd "$WORK/root" && find . -path ./var/cache/dnf-bench -prune -o ! -type d -printf '%p %s %T@ %m %l\n' | sort) >"$WORK/after"
+    comm -13 "$WORK/before" "$WORK/after" | cut -d' ' -f1 >"$WORK/changed"
+    (cd "$WORK/root" && tar -czf "$WORK/layer.tar.gz" -T "$WORK/changed")
+    t1=$(now)
+    if [ "$1" = cold ]; then rm -rf "$WORK/dnf-cache" && cp -a "$WORK/root/var/cache/dnf-bench" "$WORK/dnf-cache"; fi
+    R[dnf-$1,wall]=$(echo "$t1 - $t0" | bc)
+    R[dnf-$1,rss]=$(cat "$WORK/rss")
+    R[dnf-$1,layer]=$(stat -c %s "$WORK/layer.tar.gz")
+}
+
+settle() { sync; sleep 2; }
+say "cold"
+rm -rf "$WORK/erdma-cache"
+settle; run_erdma cold
+settle; run_dnf cold
+say "warm"
+settle; run_erdma warm
+settle; DNF_CACHEONLY=-C run_dnf warm
+
+python3 - "$(declare -p R)" <<'PY'
+import re, sys
+R = dict(re.findall(r'\[([^\]]+)\]="([^"]*)"', sys.argv[1]))
+g = lambda k: float(R[k])
+print(f"\n{'':12} {'wall s':>8} {'peak RSS KiB':>13} {'layer bytes':>12}")
+for t in ["dnf-cold", "erdma-cold", "dnf-warm", "erdma-warm"]:
+    print(f"{t:12} {g(t+',wall'):8.2f} {R[t+',rss']:>13} {g(t+',layer'):12.0f}")
+for c in ["cold", "warm"]:
+    print(f"dnf/erdma {c}: wall {g(f'dnf-{c},wall')/g(f'erdma-{c},wall'):.1f}x, peak RSS {g(f'dnf-{c},rss')/g(f'erdma-{c},rss'):.1f}x")
+PY
