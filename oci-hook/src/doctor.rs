@@ -12,8 +12,11 @@
 //!   each device's uverbs node in /dev (`uverbs.DEV`), and `rdma_cm` (`rdma_cm`);
 //! - the netdev MTU and what it means for NCCL's LL128 protocol, seed 000 (`mtu`);
 //! - `nvidia_peermem` for GPU Direct RDMA (`nvidia_peermem`);
-//! - per engine, whether its config registers erdma-runtime or the precreate hook
-//!   (`engine.ENGINE`) and the memlock limit its containers get (`memlock.ENGINE`);
+//! - per engine, whether it is installed, told by its programs on PATH and its socket (not by
+//!   its config files: a fresh Docker has no daemon.json), its version and so the path that fits
+//!   it (CDI from Docker 25, containerd 1.7, CRI-O 1.23, Podman 4.1; else erdma-runtime or the
+//!   hook), whether its config registers erdma-runtime or the precreate hook (`engine.ENGINE`),
+//!   and the memlock limit its containers get (`memlock.ENGINE`);
 //! - the CDI spec, present and what `cdi generate` would write now (`cdi`).
 use std::path::{Path, PathBuf};
 
@@ -145,6 +148,8 @@ pub struct Options {
     pub podman_hooks_dir: PathBuf,
     /// CDI spec directories, lowest precedence first.
     pub cdi_dirs: Vec<PathBuf>,
+    /// Where the engines' programs and sockets are looked for.
+    pub probe: engine::detect::Probe,
 }
 
 impl Default for Options {
@@ -156,6 +161,7 @@ impl Default for Options {
             crio_config: Engine::Crio.default_config_path().to_path_buf(),
             podman_hooks_dir: Engine::Podman.default_config_path().to_path_buf(),
             cdi_dirs: cdi::SPEC_DIRS.iter().map(PathBuf::from).collect(),
+            probe: engine::detect::Probe::default(),
         }
     }
 }
@@ -422,17 +428,28 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
         }
     };
     let mut details = serde_json::to_value(&reg).expect("a Registration serialises");
-    if !reg.installed {
-        checks.push(Check::ok(id, format!("{name}: not installed, or never configured (no {})", path.display()), details));
+    // Installed is what is there (programs, socket), not whether a config file exists: a fresh
+    // Docker has no daemon.json and still runs containers, none of which gets eRDMA.
+    let found = engine::detect::detect(engine, &opts.probe);
+    details["found"] = serde_json::to_value(&found).expect("serialises");
+    let (fits, fits_note) = path_that_fits(engine, found.as_ref());
+    details["recommended"] = json!(fits);
+    if !reg.installed && found.is_none() {
+        checks.push(Check::ok(id, format!("{name}: not installed (no {} on PATH, no socket, no {})", engine.programs().join(" or "), path.display()), details));
         return;
     }
+    let seen = match &found {
+        Some(f) => format!("{name} {}", f.version.as_deref().unwrap_or("(version unknown)")),
+        None => name.to_string(),
+    };
     let check = match &reg.entry {
         None => {
-            let what = match engine {
-                Engine::Podman => format!("{} has no erdma-oci-hook precreate hook", path.display()),
-                _ => format!("{} does not register erdma-runtime", path.display()),
+            let what = match (engine, reg.installed) {
+                (_, false) => format!("installed, but {} does not exist, so nothing gives its containers eRDMA", path.display()),
+                (Engine::Podman, true) => format!("{} has no erdma-oci-hook precreate hook", path.display()),
+                (_, true) => format!("{} does not register erdma-runtime", path.display()),
             };
-            Check::warn(id, format!("{name}: {what}"), format!("run `{configure}` to give its containers eRDMA"), details)
+            Check::warn(id, format!("{seen}: {what}; {fits_note}"), format!("run `{configure}` to give its containers eRDMA"), details)
         }
         Some(entry) => {
             let what = match engine {
@@ -443,7 +460,11 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
             let exists = entry.program.as_deref().is_some_and(program_exists);
             details["entry"]["program_exists"] = json!(exists);
             match &entry.program {
-                Some(p) if exists => Check::ok(id, format!("{name}: {what} runs {}", p.display()), details),
+                // Registered and working: the CDI note only when the version says something.
+                Some(p) if exists => {
+                    let note = if found.as_ref().is_some_and(|f| f.version.is_some()) { format!("; {fits_note}") } else { String::new() };
+                    Check::ok(id, format!("{seen}: {what} runs {}{note}", p.display()), details)
+                }
                 Some(p) => Check::fail(id, format!("{name}: {what} runs {}, which does not exist", p.display()), format!("install it there, or run `{configure}` again"), details),
                 None => Check::fail(id, format!("{name}: {what} names no program"), format!("run `{configure}` again"), details),
             }
@@ -451,6 +472,19 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
     };
     checks.push(check);
     checks.push(memlock_check(engine, config, opts, &reg));
+}
+
+/// Which eRDMA path fits an engine of this version: CDI where the engine has it (`cdi`), else
+/// the runtime wrapper (`runtime`; the precreate hook for Podman), and a note saying why.
+fn path_that_fits(engine: Engine, found: Option<&engine::detect::Found>) -> (&'static str, String) {
+    let (major, minor) = engine.cdi_since();
+    let fallback = if engine == Engine::Podman { "hooks" } else { "runtime" };
+    let fallback_how = if engine == Engine::Podman { "the precreate hook" } else { "erdma-runtime" };
+    match found.map(|f| (f, engine::detect::has_cdi(f))) {
+        Some((f, Some(true))) => ("cdi", format!("{} {} has CDI ({major}.{minor}+): `--device {}=all` with `erdma-oci-hook cdi generate`, or {fallback_how}", engine.display_name(), f.version.as_deref().unwrap_or(""), cdi::KIND)),
+        Some((f, Some(false))) => (fallback, format!("{} {} has no CDI (it came in {major}.{minor}): use {fallback_how}", engine.display_name(), f.version.as_deref().unwrap_or(""))),
+        _ => (fallback, format!("its version is unknown: {fallback_how} works on every version")),
+    }
 }
 
 /// `4 MiB`, `64 KiB`, `1000 bytes`.
@@ -739,6 +773,7 @@ mod tests {
             crio_config: nowhere.join("crio.conf"),
             podman_hooks_dir: nowhere.join("hooks.d"),
             cdi_dirs: vec![nowhere.join("cdi")],
+            probe: engine::detect::Probe { path: std::ffi::OsString::new(), root: nowhere.clone(), timeout: std::time::Duration::from_secs(1) },
         };
         let r = run(&config, &opts);
         let status = |id: &str| r.checks.iter().find(|c| c.id == id).map(|c| c.status);

@@ -72,6 +72,10 @@ enum Command {
         /// A CDI spec directory; repeat for several, lowest precedence first [default: /etc/cdi, /var/run/cdi].
         #[arg(long = "cdi-dir", value_name = "DIR")]
         cdi_dirs: Vec<PathBuf>,
+        /// The root the engines' sockets are looked for under (`run/docker.sock`, …); their
+        /// programs are looked for on PATH [default: /].
+        #[arg(long, value_name = "DIR")]
+        engine_root: Option<PathBuf>,
     },
     /// Register erdma-runtime or the hooks with a container engine.
     Configure {
@@ -213,7 +217,7 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 None => std::io::stdout().lock().write_all(text.as_bytes())?,
             }
         }
-        Command::Doctor { json, docker_config, containerd_config, crio_config, podman_hooks_dir, cdi_dirs } => {
+        Command::Doctor { json, docker_config, containerd_config, crio_config, podman_hooks_dir, cdi_dirs, engine_root } => {
             let defaults = erdma_oci_hook::doctor::Options::default();
             let opts = erdma_oci_hook::doctor::Options {
                 config_path: Config::path(),
@@ -222,6 +226,7 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 crio_config: crio_config.unwrap_or(defaults.crio_config),
                 podman_hooks_dir: podman_hooks_dir.unwrap_or(defaults.podman_hooks_dir),
                 cdi_dirs: if cdi_dirs.is_empty() { defaults.cdi_dirs } else { cdi_dirs },
+                probe: erdma_oci_hook::engine::detect::Probe { root: engine_root.unwrap_or(defaults.probe.root.clone()), ..defaults.probe },
             };
             let report = erdma_oci_hook::doctor::run(config, &opts);
             let mut out = std::io::stdout().lock();

@@ -42,11 +42,22 @@ fn paths(f: &Fixture) -> Paths {
     }
 }
 
-/// `erdma-oci-hook doctor [extra]` with the fixture's config and [`paths`].
+/// `erdma-oci-hook doctor [extra]` with the fixture's config and [`paths`], and no engine on
+/// the host: PATH is an empty directory and sockets are looked for under the fixture's root.
 fn doctor(f: &Fixture, extra: &[&str]) -> Output {
+    let empty = f.dir.path().join("empty-bin");
+    std::fs::create_dir_all(&empty).unwrap();
+    doctor_on(f, extra, empty.as_os_str(), f.dir.path())
+}
+
+/// [`doctor`] with the engines' programs looked for on `path` and sockets under `engine_root`.
+fn doctor_on(f: &Fixture, extra: &[&str], path: &std::ffi::OsStr, engine_root: &Path) -> Output {
     let p = paths(f);
     f.command("erdma-oci-hook")
+        .env("PATH", path)
         .arg("doctor")
+        .arg("--engine-root")
+        .arg(engine_root)
         .arg("--docker-config")
         .arg(&p.docker)
         .arg("--containerd-config")
@@ -442,4 +453,71 @@ fn doctor_usage_and_config_errors_exit_2() {
     std::fs::write(&f.config_path, "memlok = 1\n").unwrap();
     let out = f.command("erdma-oci-hook").arg("devices").output().unwrap();
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// A fresh Docker install: `dockerd` and `docker` on PATH, no daemon.json. Not "not installed":
+/// a warning with the configure command, and, for Docker 20.10 (no CDI before 25), the runtime
+/// path recommended. The same engine at 25.0 gets CDI recommended.
+#[test]
+fn a_fresh_docker_without_daemon_json_is_a_warning_root() {
+    if !require(is_root(), "root is needed for the mknod'd device nodes") {
+        return;
+    }
+    let f = Fixture::new("one", "");
+    let stubs = f.dir.path().join("stub-bin");
+    std::fs::create_dir_all(&stubs).unwrap();
+    let stub = |name: &str, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = stubs.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // Debian 12's docker.io, as `docker version` and `dockerd --version` print it.
+    stub("docker", "[ \"$1\" = version ] && { echo 20.10.24+dfsg1; exit 0; }; echo 'Docker version 20.10.24+dfsg1, build 297e128'");
+    stub("dockerd", "echo 'Docker version 20.10.24+dfsg1, build 297e128'");
+    let out = doctor_on(&f, &["--json"], stubs.as_os_str(), f.dir.path());
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let docker = check(&report, "engine.docker");
+    assert_eq!(docker["status"], "warn", "{docker}");
+    let msg = docker["message"].as_str().unwrap();
+    assert!(msg.contains("Docker 20.10.24") && msg.contains("does not exist") && msg.contains("no CDI"), "{msg}");
+    assert!(docker["hint"].as_str().unwrap().contains("erdma-oci-hook configure docker"), "{docker}");
+    assert_eq!(docker["details"]["recommended"], "runtime");
+    assert_eq!(check(&report, "memlock.docker")["status"], "warn", "its containers get the daemon's default memlock");
+    for other in ["containerd", "crio", "podman"] {
+        assert_eq!(check(&report, &format!("engine.{other}"))["status"], "ok", "nothing of {other} is there");
+    }
+    stub("docker", "[ \"$1\" = version ] && { echo 25.0.3; exit 0; }; echo 'Docker version 25.0.3, build 4debf41'");
+    let out = doctor_on(&f, &["--json"], stubs.as_os_str(), f.dir.path());
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let docker = check(&report, "engine.docker");
+    assert_eq!(docker["details"]["recommended"], "cdi", "{docker}");
+    assert!(docker["message"].as_str().unwrap().contains("has CDI"), "{docker}");
+}
+
+/// The real engines of this machine (Debian 12: docker.io 20.10, containerd, podman 4.3), found
+/// by their programs and sockets and their versions read from them, none registered in the
+/// fixture's configs: each a warning, with the path its version supports.
+#[test]
+fn the_real_engines_of_this_host_are_seen_as_installed_root_daemon() {
+    if !(require(is_root(), "root is needed for the mknod'd device nodes") && require(crate::support::have("docker") && crate::support::have("podman"), "docker.io and podman are needed (run scripts/setup)")) {
+        return;
+    }
+    let f = Fixture::new("one", "");
+    let path = std::env::var_os("PATH").unwrap();
+    let out = doctor_on(&f, &["--json"], &path, Path::new("/"));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let real = |cmd: &str, args: &[&str]| text(&std::process::Command::new(cmd).args(args).output().unwrap().stdout);
+    let docker = check(&report, "engine.docker");
+    assert_eq!(docker["status"], "warn", "{docker}");
+    let server = real("docker", &["version", "--format", "{{.Server.Version}}"]);
+    let want = server.trim().split(['+', '~', '-']).next().unwrap().to_string();
+    assert_eq!(docker["details"]["found"]["version"], want.as_str(), "the daemon's version: {docker}");
+    assert!(docker["details"]["found"]["socket"].as_str().is_some_and(|s| s.ends_with("docker.sock")), "{docker}");
+    let podman = check(&report, "engine.podman");
+    assert_eq!(podman["status"], "warn", "{podman}");
+    let pv = real("podman", &["--version"]);
+    assert!(pv.contains(podman["details"]["found"]["version"].as_str().unwrap()), "{pv} vs {podman}");
+    // Podman 4.1+ has CDI.
+    assert_eq!(podman["details"]["recommended"], "cdi", "{podman}");
 }

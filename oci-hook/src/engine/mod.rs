@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 
 mod containerd;
 mod crio;
+pub mod detect;
 mod docker;
 mod podman;
 
