@@ -36,39 +36,7 @@ pub const PEERMEM_MODULE: &str = "nvidia_peermem";
 /// `ib_port_state` PORT_ACTIVE.
 const PORT_ACTIVE: u32 = 4;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Warn,
-    Fail,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    /// Stable identifier (see the module docs).
-    pub id: String,
-    pub status: Status,
-    pub message: String,
-    /// What to do about it, one line; `None` when the check is ok.
-    pub hint: Option<String>,
-    /// What the check saw, for machines.
-    pub details: Value,
-}
-
-impl Check {
-    fn ok(id: impl Into<String>, message: impl Into<String>, details: Value) -> Check {
-        Check { id: id.into(), status: Status::Ok, message: message.into(), hint: None, details }
-    }
-
-    fn warn(id: impl Into<String>, message: impl Into<String>, hint: impl Into<String>, details: Value) -> Check {
-        Check { id: id.into(), status: Status::Warn, message: message.into(), hint: Some(hint.into()), details }
-    }
-
-    fn fail(id: impl Into<String>, message: impl Into<String>, hint: impl Into<String>, details: Value) -> Check {
-        Check { id: id.into(), status: Status::Fail, message: message.into(), hint: Some(hint.into()), details }
-    }
-}
+pub use crate::check::{Check, Status};
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Summary {
@@ -150,6 +118,8 @@ pub struct Options {
     pub cdi_dirs: Vec<PathBuf>,
     /// Where the engines' programs and sockets are looked for.
     pub probe: engine::detect::Probe,
+    /// `--image`: one container started through an engine, checked inside ([`crate::trial`]).
+    pub trial: Option<crate::trial::Options>,
 }
 
 impl Default for Options {
@@ -162,6 +132,7 @@ impl Default for Options {
             podman_hooks_dir: Engine::Podman.default_config_path().to_path_buf(),
             cdi_dirs: cdi::SPEC_DIRS.iter().map(PathBuf::from).collect(),
             probe: engine::detect::Probe::default(),
+            trial: None,
         }
     }
 }
@@ -195,6 +166,9 @@ pub fn run(config: &Config, opts: &Options) -> Report {
         engine_checks(engine, config, opts, &mut checks);
     }
     checks.push(cdi_check(config, host.as_ref(), opts));
+    if let Some(t) = &opts.trial {
+        checks.extend(crate::trial::run(config, host.as_ref(), t));
+    }
     Report::new(checks)
 }
 
@@ -774,6 +748,7 @@ mod tests {
             podman_hooks_dir: nowhere.join("hooks.d"),
             cdi_dirs: vec![nowhere.join("cdi")],
             probe: engine::detect::Probe { path: std::ffi::OsString::new(), root: nowhere.clone(), timeout: std::time::Duration::from_secs(1) },
+            trial: None,
         };
         let r = run(&config, &opts);
         let status = |id: &str| r.checks.iter().find(|c| c.id == id).map(|c| c.status);

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cdi;
+pub mod check;
 pub mod config;
 pub mod discover;
 pub mod doctor;
@@ -25,6 +26,7 @@ pub mod prestart;
 pub mod request;
 pub mod runtime;
 pub mod spec;
+pub mod trial;
 pub mod time;
 
 pub use error::{Error, Result};

@@ -76,6 +76,22 @@ enum Command {
         /// programs are looked for on PATH [default: /].
         #[arg(long, value_name = "DIR")]
         engine_root: Option<PathBuf>,
+        /// Also start one short-lived container of IMAGE through an engine, as a user would
+        /// (Docker: `--runtime erdma`; Podman: the hook's annotation; host networking), and
+        /// check inside it: the device nodes, `ulimit -l`, the NCCL settings, the erdma
+        /// provider, `ibv_devinfo` and NCCL when the image has them. Removed afterwards.
+        #[arg(long, value_name = "IMAGE")]
+        image: Option<String>,
+        /// The engine for --image.
+        #[arg(long, value_enum, default_value = "docker", requires = "image")]
+        engine: Engine,
+        /// With --image: ask with the CDI device `aliyun.com/erdma=all` (Podman 4.1+, Docker
+        /// 25+; needs `erdma-oci-hook cdi generate`) instead of the runtime or hook.
+        #[arg(long, requires = "image")]
+        cdi: bool,
+        /// With --image: seconds the container may take, image pull included.
+        #[arg(long, value_name = "SECONDS", default_value_t = 120, requires = "image")]
+        timeout: u64,
     },
     /// Register erdma-runtime or the hooks with a container engine.
     Configure {
@@ -217,7 +233,7 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 None => std::io::stdout().lock().write_all(text.as_bytes())?,
             }
         }
-        Command::Doctor { json, docker_config, containerd_config, crio_config, podman_hooks_dir, cdi_dirs, engine_root } => {
+        Command::Doctor { json, docker_config, containerd_config, crio_config, podman_hooks_dir, cdi_dirs, engine_root, image, engine, cdi, timeout } => {
             let defaults = erdma_oci_hook::doctor::Options::default();
             let opts = erdma_oci_hook::doctor::Options {
                 config_path: Config::path(),
@@ -226,6 +242,13 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 crio_config: crio_config.unwrap_or(defaults.crio_config),
                 podman_hooks_dir: podman_hooks_dir.unwrap_or(defaults.podman_hooks_dir),
                 cdi_dirs: if cdi_dirs.is_empty() { defaults.cdi_dirs } else { cdi_dirs },
+                trial: image.map(|image| erdma_oci_hook::trial::Options {
+                    image,
+                    engine,
+                    program: erdma_oci_hook::engine::detect::which(&defaults.probe.path, engine.arg()).unwrap_or_else(|| PathBuf::from(engine.arg())),
+                    cdi,
+                    timeout: std::time::Duration::from_secs(timeout),
+                }),
                 probe: erdma_oci_hook::engine::detect::Probe { root: engine_root.unwrap_or(defaults.probe.root.clone()), ..defaults.probe },
             };
             let report = erdma_oci_hook::doctor::run(config, &opts);
