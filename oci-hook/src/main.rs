@@ -82,7 +82,8 @@ enum Command {
         /// provider, `ibv_devinfo` and NCCL when the image has them. Removed afterwards.
         #[arg(long, value_name = "IMAGE")]
         image: Option<String>,
-        /// The engine for --image.
+        /// The engine for --image (containerd: through `ctr`, with the erdma-runtime its config
+        /// registers; the image must be in containerd's store).
         #[arg(long, value_enum, default_value = "docker", requires = "image")]
         engine: Engine,
         /// With --image: ask with the CDI device `aliyun.com/erdma=all` (Podman 4.1+, Docker
@@ -235,19 +236,30 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
         }
         Command::Doctor { json, docker_config, containerd_config, crio_config, podman_hooks_dir, cdi_dirs, engine_root, image, engine, cdi, timeout } => {
             let defaults = erdma_oci_hook::doctor::Options::default();
+            let containerd_config = containerd_config.unwrap_or(defaults.containerd_config.clone());
             let opts = erdma_oci_hook::doctor::Options {
                 config_path: Config::path(),
                 docker_config: docker_config.unwrap_or(defaults.docker_config),
-                containerd_config: containerd_config.unwrap_or(defaults.containerd_config),
+                containerd_config: containerd_config.clone(),
                 crio_config: crio_config.unwrap_or(defaults.crio_config),
                 podman_hooks_dir: podman_hooks_dir.unwrap_or(defaults.podman_hooks_dir),
                 cdi_dirs: if cdi_dirs.is_empty() { defaults.cdi_dirs } else { cdi_dirs },
-                trial: image.map(|image| erdma_oci_hook::trial::Options {
-                    image,
-                    engine,
-                    program: erdma_oci_hook::engine::detect::which(&defaults.probe.path, engine.arg()).unwrap_or_else(|| PathBuf::from(engine.arg())),
-                    cdi,
-                    timeout: std::time::Duration::from_secs(timeout),
+                trial: image.map(|image| {
+                    // containerd's CLI is `ctr`; it runs the container with the erdma-runtime
+                    // containerd's config registers, else the one on PATH.
+                    let cli = if engine == Engine::Containerd { "ctr" } else { engine.arg() };
+                    let runtime = (engine == Engine::Containerd)
+                        .then(|| erdma_oci_hook::engine::inspect(engine, &containerd_config).ok().and_then(|r| r.entry).and_then(|e| e.program))
+                        .flatten()
+                        .or_else(|| (engine == Engine::Containerd).then(|| erdma_oci_hook::engine::detect::which(&defaults.probe.path, "erdma-runtime")).flatten());
+                    erdma_oci_hook::trial::Options {
+                        image,
+                        engine,
+                        program: erdma_oci_hook::engine::detect::which(&defaults.probe.path, cli).unwrap_or_else(|| PathBuf::from(cli)),
+                        cdi,
+                        timeout: std::time::Duration::from_secs(timeout),
+                        runtime,
+                    }
                 }),
                 probe: erdma_oci_hook::engine::detect::Probe { root: engine_root.unwrap_or(defaults.probe.root.clone()), ..defaults.probe },
             };

@@ -1,7 +1,8 @@
 //! `erdma-oci-hook doctor --image IMAGE`: the whole chain proved with one short-lived container
 //! (as `docker run --gpus all … nvidia-smi` proves a GPU host): started through the engine the
-//! way a user would (Docker: `--runtime erdma`; Podman: the precreate hook's annotation, or the
-//! CDI device with `--cdi`; host networking), it reports what it got, and each finding becomes a
+//! way a user would (Docker: `--runtime erdma`; Podman: the precreate hook's annotation;
+//! containerd: `ctr run --runc-binary` with the erdma-runtime its config registers; or the CDI
+//! device with `--cdi`; host networking), it reports what it got, and each finding becomes a
 //! check in doctor's ok/warn/FAIL form:
 //! - `container.start`: the engine started it (else the engine's own message);
 //! - `container.devices`: the host's uverbs nodes and `rdma_cm` are in it;
@@ -47,10 +48,28 @@ pub struct Options {
     pub cdi: bool,
     /// How long the container may take, start to end.
     pub timeout: Duration,
+    /// containerd (`ctr run`): the runtime binary to run the container with (`--runc-binary`),
+    /// erdma-runtime as containerd's config registers it.
+    pub runtime: Option<PathBuf>,
 }
 
 /// The engine command line that starts the container `name`.
 pub fn command_line(opts: &Options, name: &str) -> Vec<String> {
+    if opts.engine == Engine::Containerd {
+        // `ctr run` as a containerd user runs a container with a runtime of their choice; the
+        // image is one containerd has (`ctr images pull`/`import`), its command replaced.
+        let mut args: Vec<String> = vec!["run".into(), "--rm".into(), "--net-host".into()];
+        if opts.cdi {
+            args.extend(["--device".into(), format!("{}=all", crate::cdi::KIND)]);
+        } else {
+            args.extend(["--env".into(), format!("{}=all", crate::request::ENV)]);
+        }
+        if let Some(r) = &opts.runtime {
+            args.extend(["--runc-binary".into(), r.display().to_string()]);
+        }
+        args.extend([opts.image.clone(), name.into(), "sh".into(), "-c".into(), SCRIPT.into()]);
+        return args;
+    }
     let mut args: Vec<String> = vec!["run".into(), "--rm".into(), "--name".into(), name.into(), "--network".into(), "host".into()];
     match (opts.engine, opts.cdi) {
         (_, true) => args.extend(["--device".into(), format!("{}=all", crate::cdi::KIND)]),
@@ -63,11 +82,19 @@ pub fn command_line(opts: &Options, name: &str) -> Vec<String> {
 
 /// Starts the container, waits for it (up to the timeout) and removes it; returns the checks.
 pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
-    if !matches!(opts.engine, Engine::Docker | Engine::Podman) {
+    if opts.engine == Engine::Crio {
         return vec![Check::fail(
             "container.start",
-            format!("doctor --image runs its container through Docker or Podman; {} is not supported yet", opts.engine.display_name()),
-            "use --engine docker or --engine podman, or start a pod with the `erdma` runtime class and run `ibv_devinfo` in it",
+            "CRI-O runs pods for a kubelet, not containers for a user: doctor --image runs through Docker, Podman or containerd",
+            "start a pod with the `erdma` runtime class and run `ibv_devinfo` in it, or use --engine docker|podman|containerd",
+            json!({"engine": opts.engine}),
+        )];
+    }
+    if opts.engine == Engine::Containerd && opts.runtime.is_none() && !opts.cdi {
+        return vec![Check::fail(
+            "container.start",
+            "containerd: no erdma-runtime to run the container with (containerd's config registers none, and it is not on PATH)",
+            "run `erdma-oci-hook configure containerd`, or pass --cdi with a CDI spec (`erdma-oci-hook cdi generate`)",
             json!({"engine": opts.engine}),
         )];
     }
@@ -78,7 +105,17 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
     let out = outcome.and_then(|child| wait_with_timeout(child, opts.timeout));
     // Removed whatever happened: `--rm` covers a normal exit; a timeout or an engine error may
     // leave it behind.
-    let _ = Command::new(&opts.program).args(["rm", "-f", &name]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let quiet = |args: &[&str]| {
+        let _ = Command::new(&opts.program).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    };
+    match opts.engine {
+        Engine::Containerd => {
+            quiet(&["task", "kill", "-s", "SIGKILL", &name]);
+            quiet(&["task", "delete", "-f", &name]);
+            quiet(&["container", "delete", &name]);
+        }
+        _ => quiet(&["rm", "-f", &name]),
+    }
     let shown = format!("{} {}", opts.program.display(), args.iter().take_while(|a| **a != opts.image).cloned().collect::<Vec<_>>().join(" ") + " " + &opts.image);
     let out = match out {
         Ok(Some(out)) => out,
@@ -98,6 +135,8 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
             // Docker 20.10: "Unknown runtime specified erdma"; 24+: "unknown or invalid runtime name: erdma".
             Engine::Docker if lower.contains("unknown runtime") || lower.contains("unknown or invalid runtime") => "register erdma-runtime: `erdma-oci-hook configure docker`, then restart dockerd".to_string(),
             Engine::Docker => "check `erdma-oci-hook doctor` above for Docker, and that the image can run `sh`".to_string(),
+            Engine::Containerd if lower.contains("not found") && lower.contains("image") => format!("containerd has no image {}: `ctr images pull` or `ctr images import` it first", opts.image),
+            Engine::Containerd => "check `erdma-oci-hook doctor` above for containerd (`configure containerd`), and that the image can run `sh`".to_string(),
             _ => "check `erdma-oci-hook doctor` above for Podman (`configure podman`, or `cdi generate` with --cdi), and that the image can run `sh`".to_string(),
         };
         return vec![Check::fail("container.start", format!("the container failed: {last}"), hint, json!({"command": shown, "status": out.status.code(), "stderr": stderr}))];
@@ -274,7 +313,7 @@ mod tests {
 
     #[test]
     fn the_engine_is_asked_as_a_user_would() {
-        let mut o = Options { image: "img:1".into(), engine: Engine::Docker, program: "docker".into(), cdi: false, timeout: Duration::from_secs(60) };
+        let mut o = Options { image: "img:1".into(), engine: Engine::Docker, program: "docker".into(), cdi: false, timeout: Duration::from_secs(60), runtime: None };
         let a = command_line(&o, "n").join(" ");
         assert!(a.starts_with("run --rm --name n --network host --runtime erdma -e ERDMA_VISIBLE_DEVICES=all --entrypoint sh img:1 -c "), "{a}");
         o.engine = Engine::Podman;
@@ -282,6 +321,9 @@ mod tests {
         assert!(a.contains("--annotation com.alibabacloud.erdma.devices=all"), "{a}");
         o.cdi = true;
         assert!(command_line(&o, "n").join(" ").contains("--device aliyun.com/erdma=all"));
+        let c = Options { engine: Engine::Containerd, cdi: false, runtime: Some("/usr/local/bin/erdma-runtime".into()), ..o };
+        let a = command_line(&c, "n").join(" ");
+        assert!(a.starts_with("run --rm --net-host --env ERDMA_VISIBLE_DEVICES=all --runc-binary /usr/local/bin/erdma-runtime img:1 n sh -c "), "{a}");
     }
 
     #[test]

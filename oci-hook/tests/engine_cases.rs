@@ -1079,3 +1079,73 @@ fn doctor_image_proves_the_chain_through_podman_root_daemon() {
     let ps = podman(dir.path(), &hooks, &["ps", "-a", "-q"]);
     assert!(text(&ps.stdout).trim().is_empty(), "containers left: {}", text(&ps.stdout));
 }
+
+/// `doctor --image … --engine containerd` through a containerd of our own (its own root, state,
+/// socket, and network and mount namespaces; the CRI plugin off: no kubelet here) with
+/// erdma-runtime registered by `configure containerd`: `ctr run --runc-binary` as a containerd
+/// user runs a container, the image imported with `ctr images import`.
+#[test]
+fn doctor_image_proves_the_chain_through_containerd_root_daemon() {
+    if !(require(is_root(), "root is needed to run containerd")
+        && require(have("containerd") && have("ctr") && have("docker") && have("unshare"), "containerd and docker.io are needed (run scripts/setup)")
+        && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed"))
+    {
+        return;
+    }
+    let f = Fixture::new("one", "memlock = 4194304");
+    let dir = tempfile::Builder::new().prefix("erdma-containerd-doctor-").tempdir_in("/tmp").unwrap();
+    let main = dir.path().join("config.toml");
+    std::fs::write(&main, format!("version = 2\nroot = \"{}\"\nstate = \"{}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n", dir.path().join("root").display(), dir.path().join("state").display())).unwrap();
+    let out = Command::new(bin("erdma-oci-hook")).env("ERDMA_OCI_HOOK_CONFIG", &f.config_path).args(["configure", "containerd", "--config"]).arg(&main).arg("--runtime-path").arg(bin("erdma-runtime")).output().unwrap();
+    assert_success("configure containerd", &out);
+    let sock = dir.path().join("containerd.sock");
+    let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
+    let mut child = Command::new("unshare")
+        .args(["--net", "--mount", "--propagation", "private", "--", "sh", "-c", "ip link set lo up; exec containerd \"$@\"", "containerd", "--config"])
+        .arg(&main)
+        .arg("--address")
+        .arg(&sock)
+        .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let ctr = |args: &[&str]| Command::new("ctr").arg("--address").arg(&sock).args(["-n", "erdma-it"]).args(args).stdin(Stdio::null()).output().unwrap();
+    let up = wait_for(Duration::from_secs(30), || ctr(&["version"]).status.success());
+    assert!(up, "containerd did not come up:\n{}", read(&dir.path().join("containerd.log")));
+    // The image, as `docker save` writes it, imported into our containerd.
+    let name = format!("erdma-it/ctr-doctor:{}", std::process::id());
+    assert_success("docker import", &Command::new("docker").args(["import", busybox_tar(dir.path()).to_str().unwrap(), &name]).output().unwrap());
+    let archive = dir.path().join("image.tar");
+    assert_success("docker save", &Command::new("docker").args(["save", "-o", archive.to_str().unwrap(), &name]).output().unwrap());
+    let _ = Command::new("docker").args(["rmi", "-f", &name]).output();
+    assert_success("ctr images import", &ctr(&["images", "import", archive.to_str().unwrap()]));
+    let image = format!("docker.io/{name}");
+    let out = f
+        .command("erdma-oci-hook")
+        .env("CONTAINERD_ADDRESS", &sock)
+        .env("CONTAINERD_NAMESPACE", "erdma-it")
+        .args(["doctor", "--json", "--containerd-config"])
+        .arg(&main)
+        .args(["--image", &image, "--engine", "containerd", "--timeout", "60"])
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("doctor --json ({e}): {}{}", text(&out.stdout), text(&out.stderr)));
+    let check = |id: &str| -> Value { r["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no {id} in {r}")).clone() };
+    let start = check("container.start");
+    assert_eq!(start["status"], "ok", "{start}\ncontainerd log:\n{}", read(&dir.path().join("containerd.log")));
+    assert!(start["details"]["command"].as_str().unwrap().contains(&format!("--runc-binary {}", bin("erdma-runtime").display())), "{start}");
+    assert_eq!(check("container.devices")["status"], "ok", "{r}");
+    assert_eq!(check("container.memlock")["details"]["ulimit_l"], "4096");
+    assert_eq!(check("container.nccl-env")["status"], "ok", "{r}");
+    assert_eq!(check("container.provider")["status"], "fail");
+    let left = ctr(&["containers", "list", "-q"]);
+    assert!(text(&left.stdout).trim().is_empty(), "containers left: {}", text(&left.stdout));
+    kill(child.id(), "TERM");
+    let pid = child.id();
+    if !wait_for(Duration::from_secs(20), || !pid_alive(pid)) {
+        kill(pid, "KILL");
+    }
+    let _ = child.wait();
+}
