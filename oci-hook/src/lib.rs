@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cdi;
+pub mod deviceplugin;
 pub mod check;
 pub mod config;
 pub mod discover;

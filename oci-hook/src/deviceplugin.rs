@@ -1,0 +1,219 @@
+//! What the kubelet device plugin decides (issue 15), apart from its gRPC transport, which is
+//! not written yet: the devices it advertises as `aliyun/erdma` (each eRDMA device shared by up to
+//! N containers, as RDMA is shared on a host-network node), their health from the ports' state,
+//! what `Allocate` gives a container (the uverbs and `rdma_cm` device specs, the NCCL settings
+//! derived for the allocated devices, CDI device names when the runtime takes CDI), and
+//! `GetPreferredAllocation`'s choice (distinct devices first, on the NUMA node of the devices
+//! already required). Names follow the device-plugin API v1beta1 (`pkg/kubelet/apis/deviceplugin/
+//! v1beta1/api.proto`): `Device{ID, health, topology}`, `ContainerAllocateResponse{envs, mounts,
+//! devices, annotations, cdi_devices}`.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::discover::{Host, RdmaDevice};
+
+/// The resource ACK's jobs request (seed 002: `--device=aliyun/erdma=1`).
+pub const RESOURCE: &str = "aliyun/erdma";
+/// `Healthy` and `Unhealthy`, as v1beta1 spells them.
+pub const HEALTHY: &str = "Healthy";
+pub const UNHEALTHY: &str = "Unhealthy";
+
+/// The plugin's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginConfig {
+    pub resource: String,
+    /// How many containers may share one eRDMA device (each gets an ID of its own).
+    pub shares: u32,
+    /// Give CDI device names (`aliyun.com/erdma=erdma_0`) rather than device specs: for a
+    /// runtime with CDI (containerd 1.7+, CRI-O 1.23+) and a spec from `cdi generate`.
+    pub cdi: bool,
+}
+
+impl Default for PluginConfig {
+    fn default() -> PluginConfig {
+        PluginConfig { resource: RESOURCE.to_string(), shares: 8, cdi: false }
+    }
+}
+
+/// One advertised device (`v1beta1.Device`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Advertised {
+    /// `erdma_0-3`: the device and which of its shares.
+    pub id: String,
+    pub device: String,
+    pub health: &'static str,
+    /// The device's NUMA node (`device/numa_node` in sysfs; `None` for -1 or absent).
+    pub numa: Option<u32>,
+}
+
+/// The device of an advertised ID (`erdma_0-3` → `erdma_0`).
+pub fn device_of(id: &str) -> &str {
+    id.rsplit_once('-').map_or(id, |(d, _)| d)
+}
+
+/// A device's NUMA node from sysfs (`class/infiniband/DEV/device/numa_node`).
+pub fn numa_node(sysfs: &Path, device: &str) -> Option<u32> {
+    let text = std::fs::read_to_string(sysfs.join("class/infiniband").join(device).join("device/numa_node")).ok()?;
+    text.trim().parse::<i64>().ok().filter(|n| *n >= 0).and_then(|n| u32::try_from(n).ok())
+}
+
+/// Healthy: every port PORT_ACTIVE and the uverbs node present (what a container needs).
+fn healthy(d: &RdmaDevice) -> bool {
+    d.all_ports_active() && d.uverbs.is_some()
+}
+
+/// The devices to advertise for `host`: `shares` IDs per eRDMA device, in device order.
+pub fn advertise(host: &Host, sysfs: &Path, cfg: &PluginConfig) -> Vec<Advertised> {
+    host.devices
+        .iter()
+        .flat_map(|d| {
+            let numa = numa_node(sysfs, &d.name);
+            let health = if healthy(d) { HEALTHY } else { UNHEALTHY };
+            (0..cfg.shares.max(1)).map(move |i| Advertised { id: format!("{}-{i}", d.name), device: d.name.clone(), health, numa })
+        })
+        .collect()
+}
+
+/// A device node for the container (`v1beta1.DeviceSpec`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DeviceSpec {
+    pub container_path: String,
+    pub host_path: String,
+    pub permissions: String,
+}
+
+/// `v1beta1.ContainerAllocateResponse`, as far as the plugin fills it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub struct Allocation {
+    pub envs: BTreeMap<String, String>,
+    pub devices: Vec<DeviceSpec>,
+    /// CDI device names (`aliyun.com/erdma=erdma_0`), with [`PluginConfig::cdi`].
+    pub cdi_devices: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AllocateError {
+    #[error("device {0} is not advertised on this node")]
+    Unknown(String),
+    #[error("device {device} is unhealthy: {why}")]
+    Unhealthy { device: String, why: String },
+    #[error("this node has no usable /dev/infiniband/rdma_cm")]
+    NoRdmaCm,
+}
+
+/// What a container given the advertised `ids` gets: each distinct device's uverbs node once,
+/// `rdma_cm`, and the env the hooks would set for those devices (`ERDMA_VISIBLE_DEVICES`, the
+/// presets and the NCCL settings derived for them); with CDI, the device names instead of specs.
+pub fn allocate(host: &Host, cfg: &PluginConfig, ids: &[String]) -> Result<Allocation, AllocateError> {
+    let names: BTreeSet<&str> = ids.iter().map(|id| device_of(id)).collect();
+    let mut chosen: Vec<&RdmaDevice> = Vec::new();
+    for n in &names {
+        let d = host.devices.iter().find(|d| d.name == *n).ok_or_else(|| AllocateError::Unknown(n.to_string()))?;
+        if !healthy(d) {
+            let why = d.problem.clone().unwrap_or_else(|| if d.uverbs.is_none() { "no uverbs node".into() } else { "a port is not PORT_ACTIVE".into() });
+            return Err(AllocateError::Unhealthy { device: d.name.clone(), why });
+        }
+        chosen.push(d);
+    }
+    let cm = host.rdma_cm.as_ref().ok_or(AllocateError::NoRdmaCm)?;
+    let mut a = Allocation::default();
+    if cfg.cdi {
+        a.cdi_devices = chosen.iter().map(|d| format!("{}={}", crate::cdi::KIND, d.name)).collect();
+    } else {
+        for node in chosen.iter().filter_map(|d| d.uverbs.as_ref()).chain(std::iter::once(cm)) {
+            a.devices.push(DeviceSpec { container_path: node.path.clone(), host_path: node.host_path.display().to_string(), permissions: "rw".into() });
+        }
+    }
+    let derived = crate::nccl::derive(host, &chosen);
+    a.envs.insert(crate::request::ENV.to_string(), chosen.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","));
+    a.envs.extend(derived.with_presets());
+    Ok(a)
+}
+
+/// `GetPreferredAllocation`: `size` IDs from `available`, `must` included. Distinct devices before
+/// a second share of one (spreads a pod's traffic over the NICs), devices on the NUMA node of
+/// those already required (or of the first one taken) before others, then by name: the same
+/// answer for the same question.
+pub fn preferred(advertised: &[Advertised], available: &[String], must: &[String], size: usize) -> Vec<String> {
+    let numa_of = |id: &str| advertised.iter().find(|a| a.id == id).and_then(|a| a.numa);
+    let mut out: Vec<String> = must.to_vec();
+    let mut left: Vec<&String> = available.iter().filter(|a| !out.contains(a) && advertised.iter().any(|d| &d.id == *a && d.health == HEALTHY)).collect();
+    left.sort();
+    while out.len() < size && !left.is_empty() {
+        let used: BTreeSet<&str> = out.iter().map(|id| device_of(id)).collect();
+        let numa: Option<u32> = out.first().and_then(|id| numa_of(id));
+        let best = left
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, id)| {
+                let fresh = !used.contains(device_of(id));
+                let near = numa.is_none() || numa_of(id) == numa;
+                (!fresh, !near, device_of(id).to_string(), (*id).clone())
+            })
+            .map(|(i, _)| i)
+            .expect("not empty");
+        out.push(left.remove(best).clone());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::{CharDev, Port};
+
+    fn dev(name: &str, minor: u32, active: bool) -> RdmaDevice {
+        RdmaDevice {
+            name: name.into(),
+            driver: Some("erdma".into()),
+            ports: vec![Port { num: 1, state: if active { 4 } else { 1 }, state_name: if active { "ACTIVE".into() } else { "DOWN".into() }, link_layer: Some("Ethernet".into()), netdev: Some(format!("eth{}", minor - 192)), mtu: Some(8500), roce_v2_ipv4_gid: Some(1) }],
+            uverbs: Some(CharDev { path: format!("/dev/infiniband/uverbs{}", minor - 192), host_path: format!("/dev/infiniband/uverbs{}", minor - 192).into(), major: 231, minor }),
+            problem: None,
+        }
+    }
+
+    fn host(devs: Vec<RdmaDevice>) -> Host {
+        Host { devices: devs, others: Vec::new(), rdma_cm: Some(CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: "/dev/infiniband/rdma_cm".into(), major: 10, minor: 58 }), netdevs: vec!["eth0".into(), "eth1".into()] }
+    }
+
+    #[test]
+    fn shares_health_and_allocation() {
+        let h = host(vec![dev("erdma_0", 192, true), dev("erdma_1", 193, false)]);
+        let cfg = PluginConfig { shares: 2, ..PluginConfig::default() };
+        let ads = advertise(&h, Path::new("/nonexistent"), &cfg);
+        let ids: Vec<(&str, &str)> = ads.iter().map(|a| (a.id.as_str(), a.health)).collect();
+        assert_eq!(ids, [("erdma_0-0", HEALTHY), ("erdma_0-1", HEALTHY), ("erdma_1-0", UNHEALTHY), ("erdma_1-1", UNHEALTHY)]);
+        let a = allocate(&h, &cfg, &["erdma_0-1".into()]).unwrap();
+        let paths: Vec<&str> = a.devices.iter().map(|d| d.container_path.as_str()).collect();
+        assert_eq!(paths, ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]);
+        assert_eq!(a.envs["ERDMA_VISIBLE_DEVICES"], "erdma_0");
+        assert_eq!(a.envs.get("NCCL_IB_HCA").map(String::as_str), Some("=erdma_0:1"), "{:?}", a.envs);
+        assert!(matches!(allocate(&h, &cfg, &["erdma_1-0".into()]), Err(AllocateError::Unhealthy { .. })));
+        assert_eq!(allocate(&h, &cfg, &["erdma_9-0".into()]), Err(AllocateError::Unknown("erdma_9".into())));
+        let cdi = allocate(&h, &PluginConfig { cdi: true, ..cfg }, &["erdma_0-0".into(), "erdma_0-1".into()]).unwrap();
+        assert_eq!(cdi.cdi_devices, ["aliyun.com/erdma=erdma_0"], "one device, however many shares");
+        assert!(cdi.devices.is_empty());
+    }
+
+    #[test]
+    fn preferred_spreads_over_devices_on_one_numa_node() {
+        let dir = tempfile::tempdir().unwrap();
+        for (d, n) in [("erdma_0", "0"), ("erdma_1", "1"), ("erdma_2", "0")] {
+            let p = dir.path().join("class/infiniband").join(d).join("device");
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("numa_node"), format!("{n}\n")).unwrap();
+        }
+        let h = host(vec![dev("erdma_0", 192, true), dev("erdma_1", 193, true), dev("erdma_2", 194, true)]);
+        let ads = advertise(&h, dir.path(), &PluginConfig { shares: 2, ..PluginConfig::default() });
+        assert_eq!(ads[2].numa, Some(1));
+        let all: Vec<String> = ads.iter().map(|a| a.id.clone()).collect();
+        // Two devices: distinct ones, on erdma_0's NUMA node 0.
+        assert_eq!(preferred(&ads, &all, &[], 2), ["erdma_0-0", "erdma_2-0"]);
+        // Required erdma_1 (node 1): then node 1 first, then distinct devices elsewhere.
+        assert_eq!(preferred(&ads, &all, &["erdma_1-1".into()], 3), ["erdma_1-1", "erdma_0-0", "erdma_2-0"]);
+        assert_eq!(preferred(&ads, &all, &[], 4), ["erdma_0-0", "erdma_2-0", "erdma_1-0", "erdma_0-1"]);
+        assert_eq!(preferred(&ads, &all, &[], 2), preferred(&ads, &all, &[], 2), "deterministic");
+    }
+}
