@@ -150,7 +150,7 @@ pub fn preferred(advertised: &[Advertised], available: &[String], must: &[String
             .min_by_key(|(_, id)| {
                 let fresh = !used.contains(device_of(id));
                 let near = numa.is_none() || numa_of(id) == numa;
-                (!fresh, !near, device_of(id).to_string(), (*id).clone())
+                (!fresh, !near, device_of(id).to_string(), id.to_string())
             })
             .map(|(i, _)| i)
             .expect("not empty");
