@@ -403,6 +403,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             complete = false;
         }
         used_urls = report.repositories.clone();
+        warnings.extend(report.warnings.iter().cloned());
         packages = Some(report);
     }
     let urls: BTreeMap<String, String> = recipe

@@ -210,6 +210,9 @@ pub struct PackagesReport {
     /// The `libnccl2` version `--nccl` chose.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<String>,
+    /// What the user should know (a base repository that could not be reached and was skipped).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Package scripts a build does not run, and what it does instead (rpm: `%pre`/`%post`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scriptlets: Vec<String>,

@@ -492,3 +492,32 @@ fn nccl_for_the_images_cuda_is_held_against_dnf_upgrades_root_net() {
     assert!(listed.contains("2.21.5-1+cuda12.4") && listed.contains("2.18.3-1+cuda12.2"), "{listed}");
     assert!(!listed.contains("+cuda11.") && !listed.contains("+cuda13."), "other CUDA majors' builds are excluded:\n{listed}");
 }
+
+/// A base repository that cannot be reached (CentOS 8's retired mirrorlist, a VPC-only mirror)
+/// does not stop a build by itself: it is skipped with a warning. When resolution then misses a
+/// dependency it would have served, the error names it with the hint.
+#[test]
+fn an_unreachable_base_repository_is_skipped_then_named_root_net() {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    let setup = Setup::new(BaseKind::Rocky9Sqlite);
+    let mut args = setup.args("plan");
+    // Nothing listens on port 9 of 127.0.0.1: connection refused, as for a mirror out of reach.
+    let i = args.iter().position(|a| a.starts_with("baseos=")).unwrap();
+    args[i] = "baseos=http://127.0.0.1:9/".into();
+    let out = Command::new(support::bin()).args(&args).env("XDG_CACHE_HOME", setup.tmp.path().join("cache")).env("ERDMA_BUILD_RETRY_BACKOFF_MS", "20").output().unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "libnl3 and pciutils come only from the base's repository");
+    assert!(err.contains("could not be reached") && err.contains("baseos") && err.contains("--repo ID=URL"), "{err}");
+    // With those dependencies given as local packages, it plans; the warning is in the report.
+    let mut args = args.clone();
+    for dep in ["libnl3", "pciutils"] {
+        args.extend(["--package".into(), s(&setup.baseos.rpm(dep)).to_string()]);
+    }
+    args.push("--allow-unsigned-package".into());
+    let out = Command::new(support::bin()).args(&args).env("XDG_CACHE_HOME", setup.tmp.path().join("cache")).env("ERDMA_BUILD_RETRY_BACKOFF_MS", "20").output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    let warnings = serde_json::to_string(&report["images"][0]["warnings"]).unwrap();
+    assert!(warnings.contains("base baseos") && warnings.contains("skipped"), "{warnings}");
+}

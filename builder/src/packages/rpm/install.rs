@@ -54,7 +54,10 @@ pub struct LoadedRepo {
 /// requiring one with `repo_gpgcheck`) and its `primary` metadata, checked against repomd's
 /// checksum. Mirrors are tried in order while they cannot be reached; a bad signature or
 /// checksum stops the build (an attack or a broken mirror, as apt's backend treats it).
-pub async fn load_repo(http: &crate::http::Client, name: &str, urls: &[String], keyring: Keyring, repo_gpgcheck: bool, cache_dir: &Path, reporter: &dyn Reporter) -> Result<LoadedRepo> {
+///
+/// `Ok(Err(why))` when no mirror could be reached: the caller decides whether that stops the
+/// build (the recipe's repositories) or not (the base's own, see [`install`]).
+pub async fn load_repo(http: &crate::http::Client, name: &str, urls: &[String], keyring: Keyring, repo_gpgcheck: bool, cache_dir: &Path, reporter: &dyn Reporter) -> Result<std::result::Result<LoadedRepo, String>> {
     reporter.step(&format!("reading repository {name}"));
     let mut unreachable = Vec::new();
     for url in urls {
@@ -85,9 +88,9 @@ pub async fn load_repo(http: &crate::http::Client, name: &str, urls: &[String], 
         let compressed = fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir).await.map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
         let xml = repodata::decompress(&primary.location, &compressed, MAX_PRIMARY_OPEN).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
         let packages = repodata::parse_primary(std::io::Cursor::new(xml), name).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
-        return Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring });
+        return Ok(Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring }));
     }
-    Err(Error::Unsupported(format!("repository `{name}` cannot be reached ({}); hint: --repo {name}=URL or --mirror", unreachable.join("; "))))
+    Ok(Err(format!("repository `{name}` cannot be reached ({})", unreachable.join("; "))))
 }
 
 /// Fetches metadata by checksum, from the cache when a file with that checksum is there.
@@ -114,17 +117,23 @@ async fn fetch_cached(http: &crate::http::Client, url: &str, sum: &super::Checks
 }
 
 /// The URLs of one of the base's repositories: its `baseurl`s, or the list its `mirrorlist`
-/// gives, with `--mirror` applied (`FROM=URL` replaces the prefix FROM; a plain `URL` stands
+/// gives (none when the mirrorlist cannot be reached), with `--mirror` applied (`FROM=URL` replaces the prefix FROM; a plain `URL` stands
 /// in for the scheme and host of every base repository, as a mirror of the same layout).
 pub async fn base_repo_urls(http: &crate::http::Client, repo: &YumRepo, mirrors: &[Mirror]) -> Result<Vec<String>> {
     let mut urls = repo.baseurls.clone();
     if urls.is_empty() {
         if let Some(list) = &repo.mirrorlist {
-            let text = http.get(list, 1 << 20).await.map_err(|e| Error::Unsupported(format!("repository `{}` ({}): mirrorlist: {e}", repo.id, repo.file)))?.unwrap_or_default();
+            // A mirrorlist that cannot be fetched gives no URL: the repository counts as
+            // unreachable (below), as dnf's would.
+            let text = match http.get(list, 1 << 20).await {
+                Ok(t) => t.unwrap_or_default(),
+                Err(e) if e.is_transient() => Vec::new(),
+                Err(e) => return Err(Error::Unsupported(format!("repository `{}` ({}): mirrorlist: {e}", repo.id, repo.file))),
+            };
             urls = String::from_utf8_lossy(&text).lines().map(str::trim).filter(|l| l.contains("://") && !l.starts_with('#')).map(String::from).collect();
         }
     }
-    if urls.is_empty() {
+    if urls.is_empty() && repo.mirrorlist.is_none() {
         let how = if repo.metalink.is_some() { "only a metalink, which erdma-build does not read" } else { "no baseurl or mirrorlist" };
         return Err(Error::Unsupported(format!("repository `{}` ({}) has {how}; hint: --mirror URL for a mirror of it, or disable it in the base", repo.id, repo.file)));
     }
@@ -232,6 +241,7 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
     let installed = db.installed();
     let mut report = PackagesReport::default();
     let mut repos_loaded = Vec::new();
+    let mut unreached: Vec<String> = Vec::new();
     let http = inputs.http;
     let cache = inputs.cache_dir.join("rpm");
     for repo in inputs.target.repositories {
@@ -246,17 +256,34 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
                     Some(u) => vec![u.clone()],
                     None => base_repo_urls(http, &yr, inputs.mirrors).await?,
                 };
+                if urls.is_empty() {
+                    report.warnings.push(format!("repository `base {}` ({}): its mirrorlist {} cannot be reached: skipped; hint: --repo {}=URL for a mirror of it", yr.id, yr.file, yr.mirrorlist.as_deref().unwrap_or(""), yr.id));
+                    unreached.push(yr.id.clone());
+                    continue;
+                }
                 let keyring = base_repo_keys(&yr, base, inputs.base_keyring.as_deref())?;
-                let loaded = load_repo(http, &format!("base {}", yr.id), &urls, keyring, yr.repo_gpgcheck, &cache, reporter).await?;
-                report.repositories.insert(loaded.name.clone(), loaded.url.clone());
-                repos_loaded.push(loaded);
+                // A base repository that cannot be reached (CentOS 8's retired mirrorlist, a
+                // VPC-only mirror) is skipped with a warning: the base may already have every
+                // dependency. It is named again if resolution then misses something.
+                match load_repo(http, &format!("base {}", yr.id), &urls, keyring, yr.repo_gpgcheck, &cache, reporter).await? {
+                    Ok(loaded) => {
+                        report.repositories.insert(loaded.name.clone(), loaded.url.clone());
+                        repos_loaded.push(loaded);
+                    }
+                    Err(why) => {
+                        report.warnings.push(format!("{why}: skipped; hint: --repo {}=URL for a mirror of it", yr.id));
+                        unreached.push(yr.id.clone());
+                    }
+                }
             }
             continue;
         }
         let urls = inputs.repo_urls.get(&repo.name).map(|u| vec![u.clone()]).unwrap_or_else(|| repo.urls.clone());
         let key = inputs.repo_keys.get(&repo.name).ok_or_else(|| Error::Unsupported(format!("repository `{}` has no key", repo.name)))?;
         let keyring = Keyring::load(key).map_err(|e| Error::Unsupported(format!("repository `{}`: {e}", repo.name)))?;
-        let mut loaded = load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, &cache, reporter).await?;
+        let mut loaded = load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, &cache, reporter)
+            .await?
+            .map_err(|why| Error::Unsupported(format!("{why}; hint: --repo {}=URL or --mirror", repo.name)))?;
         // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
         let nccl_name = |n: &str| n.starts_with("libnccl");
         loaded.packages.retain(|p| nccl_name(&p.name) == repo.nccl);
@@ -303,7 +330,10 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
     let request = super::resolve::Request { install: &install, remove: &remove, replace: &replace, arch };
     reporter.step("resolving packages");
     let has = |path: &str| base.kind(path.trim_start_matches('/')).ok().flatten().is_some();
-    let plan = super::resolve::resolve(&request, &installed, &available, &has)?;
+    let plan = super::resolve::resolve(&request, &installed, &available, &has).map_err(|e| match unreached.is_empty() {
+        true => Error::from(e),
+        false => Error::Unsupported(format!("{e} (the base's repositories {} could not be reached; hint: --repo ID=URL for a mirror of each)", unreached.join(", "))),
+    })?;
     for p in &plan.install {
         let action = match &p.action {
             super::resolve::Action::Install => crate::packages::Action::Install,
