@@ -1,5 +1,5 @@
-//! What the kubelet device plugin decides (issue 15), apart from its gRPC transport, which is
-//! not written yet: the devices it advertises as `aliyun/erdma` (each eRDMA device shared by up to
+//! What the kubelet device plugin decides (issue 15), apart from its gRPC transport
+//! ([`crate::kubelet`]): the devices it advertises as `aliyun/erdma` (each eRDMA device shared by up to
 //! N containers, as RDMA is shared on a host-network node), their health from the ports' state,
 //! what `Allocate` gives a container (the uverbs and `rdma_cm` device specs, the NCCL settings
 //! derived for the allocated devices, CDI device names when the runtime takes CDI), and

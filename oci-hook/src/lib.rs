@@ -20,6 +20,7 @@ pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod hooks;
+pub mod kubelet;
 pub mod log;
 pub mod modify;
 pub mod nccl;

@@ -58,6 +58,14 @@ pub fn init(config: &Config, program: &'static str) -> Guard {
     Guard { _span: Some(span.entered()) }
 }
 
+/// Logs to stderr for a long-running daemon (the device plugin: its DaemonSet's log), at `info`
+/// unless `RUST_LOG` says otherwise.
+pub fn init_stderr() {
+    let filter = std::env::var("RUST_LOG").ok().filter(|v| !v.is_empty()).and_then(|v| v.parse::<Targets>().ok()).unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false).with_target(false);
+    let _ = tracing_subscriber::registry().with(layer.with_filter(filter)).try_init();
+}
+
 /// Appends, creating the file (and its directory) readable by root and the admin group only:
 /// the log names containers, bundles and devices.
 fn open(path: &Path) -> std::io::Result<std::fs::File> {

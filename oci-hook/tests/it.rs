@@ -8,3 +8,4 @@ mod prestart_cases;
 mod engine_cases;
 mod doctor_cases;
 mod nccl_cases;
+mod deviceplugin_cases;

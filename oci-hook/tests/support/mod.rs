@@ -24,6 +24,7 @@ pub fn bin(name: &str) -> PathBuf {
     match name {
         "erdma-oci-hook" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-oci-hook")),
         "erdma-runtime" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-runtime")),
+        "erdma-device-plugin" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-device-plugin")),
         other => panic!("no binary `{other}` in erdma-oci-hook"),
     }
 }

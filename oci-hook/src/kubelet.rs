@@ -1,0 +1,190 @@
+//! The kubelet device plugin's gRPC side (device-plugin API v1beta1, `proto/`): serves
+//! `DevicePlugin` on a unix socket in kubelet's device-plugin directory, registers it with
+//! kubelet (`kubelet.sock`), streams the devices ([`crate::deviceplugin`]) and their health to
+//! `ListAndWatch` whenever sysfs changes (re-read every poll interval: a port going DOWN makes
+//! its device Unhealthy, and back), answers `Allocate` and `GetPreferredAllocation`, and
+//! registers again when kubelet restarts (kubelet removes the plugins' sockets when it starts, and
+//! recreates its own).
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::config::Config;
+use crate::deviceplugin::{self, PluginConfig};
+use crate::discover::{self, Host};
+
+/// The generated API.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("v1beta1");
+}
+
+use pb::device_plugin_server::{DevicePlugin, DevicePluginServer};
+
+/// The API version kubelet is told (`RegisterRequest.version`).
+pub const VERSION: &str = "v1beta1";
+/// kubelet's directory for plugin sockets.
+pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// kubelet's registration socket in it.
+pub const KUBELET_SOCKET: &str = "kubelet.sock";
+
+/// What the plugin serves from.
+#[derive(Debug, Clone)]
+pub struct Plugin {
+    pub config: Config,
+    pub plugin: PluginConfig,
+    /// How often sysfs is read again for `ListAndWatch`.
+    pub poll: Duration,
+}
+
+impl Plugin {
+    fn host(&self) -> Result<Host, Status> {
+        discover::discover(&self.config.sysfs_root, &self.config.dev_root, &self.config.drivers).map_err(|e| Status::unavailable(format!("cannot list the RDMA devices: {e}")))
+    }
+
+    /// The devices as `ListAndWatch` sends them (an empty list when sysfs cannot be read).
+    fn devices(&self) -> Vec<pb::Device> {
+        let Ok(host) = self.host() else { return Vec::new() };
+        deviceplugin::advertise(&host, &self.config.sysfs_root, &self.plugin)
+            .into_iter()
+            .map(|a| pb::Device { id: a.id, health: a.health.to_string(), topology: a.numa.map(|n| pb::TopologyInfo { nodes: vec![pb::NumaNode { id: i64::from(n) }] }) })
+            .collect()
+    }
+}
+
+type DeviceStream = Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for Arc<Plugin> {
+    async fn get_device_plugin_options(&self, _: Request<pb::Empty>) -> Result<Response<pb::DevicePluginOptions>, Status> {
+        Ok(Response::new(pb::DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }))
+    }
+
+    type ListAndWatchStream = DeviceStream;
+
+    async fn list_and_watch(&self, _: Request<pb::Empty>) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut last: Option<Vec<pb::Device>> = None;
+            loop {
+                let now = me.devices();
+                if last.as_ref() != Some(&now) {
+                    if tx.send(Ok(pb::ListAndWatchResponse { devices: now.clone() })).await.is_err() {
+                        return;
+                    }
+                    last = Some(now);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(me.poll) => {}
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn get_preferred_allocation(&self, req: Request<pb::PreferredAllocationRequest>) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
+        let host = self.host()?;
+        let advertised = deviceplugin::advertise(&host, &self.config.sysfs_root, &self.plugin);
+        let container_responses = req
+            .into_inner()
+            .container_requests
+            .into_iter()
+            .map(|c| pb::ContainerPreferredAllocationResponse { device_i_ds: deviceplugin::preferred(&advertised, &c.available_device_i_ds, &c.must_include_device_i_ds, usize::try_from(c.allocation_size).unwrap_or(0)) })
+            .collect();
+        Ok(Response::new(pb::PreferredAllocationResponse { container_responses }))
+    }
+
+    async fn allocate(&self, req: Request<pb::AllocateRequest>) -> Result<Response<pb::AllocateResponse>, Status> {
+        let host = self.host()?;
+        let mut container_responses = Vec::new();
+        for c in req.into_inner().container_requests {
+            let a = deviceplugin::allocate(&host, &self.plugin, &c.devices_ids).map_err(|e| Status::failed_precondition(e.to_string()))?;
+            container_responses.push(pb::ContainerAllocateResponse {
+                envs: a.envs.into_iter().collect(),
+                mounts: Vec::new(),
+                devices: a.devices.into_iter().map(|d| pb::DeviceSpec { container_path: d.container_path, host_path: d.host_path, permissions: d.permissions }).collect(),
+                annotations: Default::default(),
+                cdi_devices: a.cdi_devices.into_iter().map(|name| pb::CdiDevice { name }).collect(),
+            });
+        }
+        Ok(Response::new(pb::AllocateResponse { container_responses }))
+    }
+
+    async fn pre_start_container(&self, _: Request<pb::PreStartContainerRequest>) -> Result<Response<pb::PreStartContainerResponse>, Status> {
+        Ok(Response::new(pb::PreStartContainerResponse {}))
+    }
+}
+
+/// A gRPC channel over the unix socket `path` (the URI is a placeholder gRPC needs).
+pub async fn unix_channel(path: &Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        }))
+        .await
+}
+
+/// Registers `endpoint` (a socket name in `dir`) with the kubelet listening on `dir/kubelet.sock`.
+pub async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), String> {
+    let kubelet = dir.join(KUBELET_SOCKET);
+    let channel = unix_channel(&kubelet).await.map_err(|e| format!("connecting to {}: {e}", kubelet.display()))?;
+    let mut client = pb::registration_client::RegistrationClient::new(channel);
+    client
+        .register(pb::RegisterRequest {
+            version: VERSION.to_string(),
+            endpoint: endpoint.to_string(),
+            resource_name: resource.to_string(),
+            options: Some(pb::DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }),
+        })
+        .await
+        .map_err(|e| format!("registering with {}: {}", kubelet.display(), e.message()))?;
+    Ok(())
+}
+
+/// The inode of `path`, to tell a recreated socket from the one registered with.
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// Serves the plugin on `dir/endpoint` and keeps it registered: forever, re-binding and
+/// registering again whenever kubelet restarts (its socket's inode changes, or ours is gone).
+pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), String> {
+    let plugin = Arc::new(plugin);
+    let socket = dir.join(&endpoint);
+    loop {
+        let _ = std::fs::remove_file(&socket);
+        let listener = tokio::net::UnixListener::bind(&socket).map_err(|e| format!("listening on {}: {e}", socket.display()))?;
+        let server = tokio::spawn(tonic::transport::Server::builder().add_service(DevicePluginServer::new(Arc::clone(&plugin))).serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)));
+        // kubelet may not be up yet: try until it answers.
+        let kubelet = dir.join(KUBELET_SOCKET);
+        let registered_with = loop {
+            match register(&dir, &endpoint, &plugin.plugin.resource).await {
+                Ok(()) => {
+                    tracing::info!("registered {} with {} as {}", socket.display(), kubelet.display(), plugin.plugin.resource);
+                    break inode(&kubelet);
+                }
+                Err(e) => {
+                    tracing::warn!("{e}; trying again");
+                    tokio::time::sleep(plugin.poll).await;
+                }
+            }
+        };
+        loop {
+            tokio::time::sleep(plugin.poll).await;
+            if server.is_finished() || !socket.exists() || inode(&kubelet) != registered_with {
+                tracing::info!("kubelet restarted (or the plugin socket went): registering again");
+                break;
+            }
+        }
+        server.abort();
+    }
+}

@@ -1,0 +1,117 @@
+//! `erdma-device-plugin` against a test kubelet that speaks the device-plugin API v1beta1 as
+//! kubelet does (its `Registration` service on `kubelet.sock`; `ListAndWatch`, `Allocate`,
+//! `GetPreferredAllocation` called on the plugin's socket), over the "two" fixture host with
+//! mknod'd nodes: registration, health following a port that goes DOWN and comes back, the
+//! allocation, and registering again after kubelet restarts.
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use erdma_oci_hook::kubelet::pb;
+use tokio::sync::mpsc;
+
+use crate::support::{bin, is_root, require, Fixture};
+
+/// kubelet's `Registration` service: hands each request to the test.
+struct TestKubelet(mpsc::Sender<pb::RegisterRequest>);
+
+#[tonic::async_trait]
+impl pb::registration_server::Registration for TestKubelet {
+    async fn register(&self, req: tonic::Request<pb::RegisterRequest>) -> Result<tonic::Response<pb::Empty>, tonic::Status> {
+        let _ = self.0.send(req.into_inner()).await;
+        Ok(tonic::Response::new(pb::Empty {}))
+    }
+}
+
+/// A kubelet's registration socket at `dir/kubelet.sock` (replacing one that is there, as a
+/// restarting kubelet does), served until the task is aborted.
+fn start_kubelet(dir: &Path, tx: mpsc::Sender<pb::RegisterRequest>) -> tokio::task::JoinHandle<()> {
+    let path = dir.join("kubelet.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(pb::registration_server::RegistrationServer::new(TestKubelet(tx)))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+            .await;
+    })
+}
+
+/// The next `ListAndWatch` update (within 10 s).
+async fn next(s: &mut tonic::Streaming<pb::ListAndWatchResponse>) -> Vec<pb::Device> {
+    tokio::time::timeout(Duration::from_secs(10), s.message()).await.expect("a ListAndWatch update").unwrap().unwrap().devices
+}
+
+fn health(devices: &[pb::Device]) -> Vec<(String, String)> {
+    devices.iter().map(|d| (d.id.clone(), d.health.clone())).collect()
+}
+
+#[test]
+fn device_plugin_registers_streams_health_and_allocates_root() {
+    if !require(is_root(), "root is needed for the mknod'd device nodes") {
+        return;
+    }
+    let f = Fixture::new("two", "");
+    let dir = f.dir.path().join("device-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (tx, mut rx) = mpsc::channel(4);
+        let kubelet = start_kubelet(&dir, tx.clone());
+        let mut child = tokio::process::Command::new(bin("erdma-device-plugin"))
+            .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+            .arg("--socket-dir")
+            .arg(&dir)
+            .args(["--poll-ms", "100", "--shares", "2"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect("the plugin registers").unwrap();
+        assert_eq!((reg.version.as_str(), reg.endpoint.as_str(), reg.resource_name.as_str()), ("v1beta1", "erdma.sock", "aliyun/erdma"));
+        assert!(reg.options.unwrap().get_preferred_allocation_available);
+
+        let channel = erdma_oci_hook::kubelet::unix_channel(&dir.join("erdma.sock")).await.unwrap();
+        let mut plugin = pb::device_plugin_client::DevicePluginClient::new(channel);
+        let mut stream = plugin.list_and_watch(pb::Empty {}).await.unwrap().into_inner();
+        let all_healthy: Vec<(String, String)> = ["erdma_0-0", "erdma_0-1", "erdma_1-0", "erdma_1-1"].iter().map(|i| (i.to_string(), "Healthy".to_string())).collect();
+        assert_eq!(health(&next(&mut stream).await), all_healthy);
+
+        // erdma_1's port goes DOWN, then comes back: kubelet is told each time.
+        let state = f.sysfs.join("class/infiniband/erdma_1/ports/1/state");
+        let up = std::fs::read_to_string(&state).unwrap();
+        std::fs::write(&state, "1: DOWN\n").unwrap();
+        let down = health(&next(&mut stream).await);
+        assert_eq!(down.iter().filter(|(_, h)| h == "Unhealthy").map(|(i, _)| i.as_str()).collect::<Vec<_>>(), ["erdma_1-0", "erdma_1-1"]);
+        let refused = plugin.allocate(pb::AllocateRequest { container_requests: vec![pb::ContainerAllocateRequest { devices_ids: vec!["erdma_1-0".into()] }] }).await.unwrap_err();
+        assert!(refused.message().contains("erdma_1 is unhealthy"), "{refused:?}");
+        std::fs::write(&state, up).unwrap();
+        assert_eq!(health(&next(&mut stream).await), all_healthy);
+
+        // Allocate: the device's uverbs node and rdma_cm, and the NCCL settings for it.
+        let a = plugin.allocate(pb::AllocateRequest { container_requests: vec![pb::ContainerAllocateRequest { devices_ids: vec!["erdma_0-1".into()] }] }).await.unwrap().into_inner();
+        let c = &a.container_responses[0];
+        let nodes: Vec<(&str, String)> = c.devices.iter().map(|d| (d.container_path.as_str(), d.host_path.clone())).collect();
+        assert_eq!(nodes, [("/dev/infiniband/uverbs0", f.dev.join("infiniband/uverbs0").display().to_string()), ("/dev/infiniband/rdma_cm", f.dev.join("infiniband/rdma_cm").display().to_string())]);
+        assert!(c.devices.iter().all(|d| d.permissions == "rw"));
+        assert_eq!(c.envs.get("ERDMA_VISIBLE_DEVICES").map(String::as_str), Some("erdma_0"));
+        assert_eq!(c.envs.get("NCCL_IB_HCA").map(String::as_str), Some("=erdma_0:1"), "{:?}", c.envs);
+        let p = plugin
+            .get_preferred_allocation(pb::PreferredAllocationRequest {
+                container_requests: vec![pb::ContainerPreferredAllocationRequest { available_device_i_ds: all_healthy.iter().map(|(i, _)| i.clone()).collect(), must_include_device_i_ds: vec![], allocation_size: 2 }],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(p.container_responses[0].device_i_ds, ["erdma_0-0", "erdma_1-0"], "distinct devices first");
+
+        // kubelet restarts: it removes the plugins' sockets and makes its own anew.
+        kubelet.abort();
+        let _ = std::fs::remove_file(dir.join("erdma.sock"));
+        let _kubelet = start_kubelet(&dir, tx);
+        let again = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect("the plugin registers again").unwrap();
+        assert_eq!(again.endpoint, "erdma.sock");
+        assert!(dir.join("erdma.sock").exists(), "serving again");
+        let _ = child.kill().await;
+    });
+}
