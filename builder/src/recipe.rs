@@ -202,12 +202,7 @@ impl Recipe {
             other => other,
         };
         // rpm's name for the architecture, dnf's `$basearch`.
-        let basearch = match arch {
-            "amd64" => "x86_64",
-            "arm64" => "aarch64",
-            "ppc64el" => "ppc64le",
-            other => other,
-        };
+        let basearch = crate::packages::rpm::install::basearch(arch);
         for repo in r.repositories.iter_mut() {
             for u in repo.urls.iter_mut().chain(repo.key_url.iter_mut()) {
                 *u = u.replace("{nvarch}", nvarch).replace("{basearch}", basearch);

@@ -286,3 +286,30 @@ pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
     }
     rpm::install::installed(base)
 }
+
+/// `--package FILE|URL` on disk, with its size and SHA256: a URL is downloaded into `dir`
+/// (named by its SHA256 and `ext`, as the cache names every package), a file read where it is;
+/// either hashed as it streams by, never held whole (a package can be hundreds of MB).
+pub async fn local_package(arg: &str, dir: &std::path::Path, ext: &str, max: u64, client: &crate::http::Client) -> Result<(PathBuf, u64, String)> {
+    use crate::error::Error;
+    if arg.starts_with("http://") || arg.starts_with("https://") {
+        std::fs::create_dir_all(dir).map_err(Error::io("creating cache", dir))?;
+        let fail = |reason: String| Error::Download { url: arg.to_string(), reason };
+        let (tmp, size, sha256) = match client.download(arg, dir, max).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return Err(fail("not found (404)".into())),
+            Err(crate::http::HttpError::TooLarge { .. }) => return Err(fail(format!("larger than {max} bytes"))),
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let path = dir.join(format!("{sha256}.{ext}"));
+        tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
+        return Ok((path, size, sha256));
+    }
+    let p = std::path::Path::new(arg.strip_prefix("file://").unwrap_or(arg));
+    let path = std::path::absolute(p).map_err(Error::io("reading package", p))?;
+    let file = std::fs::File::open(&path).map_err(Error::io("reading package", &path))?;
+    let mut body = crate::http::Hashing::new(file, u64::MAX, None);
+    std::io::copy(&mut body, &mut std::io::sink()).map_err(Error::io("reading package", &path))?;
+    let (size, sha256) = body.finish();
+    Ok((path, size, sha256))
+}

@@ -1075,31 +1075,10 @@ pub fn debian11_rpm_root() -> PathBuf {
 /// is moved into the bullseye tree (same file system), rpm runs chrooted there with
 /// `--root /mnt/...`, and `root` is moved back.
 fn install_bdb(root: &Path, rpms: &[PathBuf]) -> String {
-    let bull = debian11_rpm_root();
-    let _lock = lock_file(&cache_root().join("debian11-rpm.use.lock"));
-    let inner = format!("mnt/erdma-target-{}", std::process::id());
-    let inner_rpms = format!("tmp/erdma-rpms-{}", std::process::id());
-    let target = bull.join(&inner);
-    let _ = fs::remove_dir_all(&target);
-    let _ = fs::remove_dir_all(bull.join(&inner_rpms));
-    fs::create_dir_all(bull.join(&inner_rpms)).unwrap();
-    let mut names = Vec::new();
-    for r in rpms {
-        let n = r.file_name().unwrap();
-        fs::copy(r, bull.join(&inner_rpms).join(n)).unwrap();
-        names.push(format!("/{inner_rpms}/{}", n.to_string_lossy()));
-    }
-    fs::rename(root, &target).unwrap_or_else(|e| panic!("move {} into the bullseye tree: {e}", root.display()));
-    let out = Command::new("chroot")
-        .arg(&bull)
-        .args(["rpm", "--root", &format!("/{inner}"), "--dbpath", "/var/lib/rpm", "--define", "_db_backend bdb", "-i"])
-        .args(&names)
-        .env("LC_ALL", "C")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run chroot rpm");
-    fs::rename(&target, root).unwrap();
-    let _ = fs::remove_dir_all(bull.join(&inner_rpms));
+    let placeholders: Vec<String> = (0..rpms.len()).map(|i| format!("{{{i}}}")).collect();
+    let mut args = vec!["-i"];
+    args.extend(placeholders.iter().map(String::as_str));
+    let out = rpm416(root, &args, rpms);
     super::assert_success("rpm 4.16 (Debian 11) -i with _db_backend bdb", &out);
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -6,7 +6,7 @@
 //! index, so the resolver, the download cache and the dpkg bookkeeping treat it as they treat
 //! every other package; its dependencies come from the (verified) repositories. A download is
 //! streamed into the cache while it is hashed, never held in memory whole.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -40,30 +40,7 @@ impl LocalDeb {
 /// Reads `--package FILE|URL`: a URL is downloaded into the package cache first (keyed by its
 /// SHA256, as every `.deb` is there).
 pub async fn load(arg: &str, cache_dir: &Path, client: &crate::http::Client) -> Result<LocalDeb> {
-    let (path, size, sha256): (PathBuf, u64, String) = if arg.starts_with("http://") || arg.starts_with("https://") {
-        // Streamed into the cache while it is hashed: a package can be hundreds of MB.
-        let dir = cache_dir.join("debs");
-        std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
-        let fail = |reason: String| Error::Download { url: arg.to_string(), reason };
-        let (tmp, size, sha256) = match client.download(arg, &dir, MAX_DEB).await {
-            Ok(Some(d)) => d,
-            Ok(None) => return Err(fail("not found (404)".into())),
-            Err(crate::http::HttpError::TooLarge { .. }) => return Err(fail(format!("larger than {MAX_DEB} bytes"))),
-            Err(e) => return Err(fail(e.to_string())),
-        };
-        let path = dir.join(format!("{sha256}.deb"));
-        tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
-        (path, size, sha256)
-    } else {
-        let p = Path::new(arg.strip_prefix("file://").unwrap_or(arg));
-        let path = std::path::absolute(p).map_err(Error::io("reading package", p))?;
-        // Hashed as it streams by, never held whole.
-        let file = std::fs::File::open(&path).map_err(Error::io("reading package", &path))?;
-        let mut body = crate::http::Hashing::new(file, u64::MAX, None);
-        std::io::copy(&mut body, &mut std::io::sink()).map_err(Error::io("reading package", &path))?;
-        let (size, sha256) = body.finish();
-        (path, size, sha256)
-    };
+    let (path, size, sha256) = crate::packages::local_package(arg, &cache_dir.join("debs"), "deb", MAX_DEB, client).await?;
     let control = deb::read_control(&path).map_err(|source| Error::Deb { path: path.clone(), source })?.control;
     let field = |f: &str| {
         control.get(f).map(str::to_string).ok_or_else(|| Error::Malformed { what: "package control", reference: arg.to_string(), reason: format!("no {f} field") })

@@ -558,7 +558,7 @@ impl Header {
                     _ => None,
                 };
                 let version = match (cmp, ver) {
-                    (Some(c), Some(s)) => Some((c, parse_evr(s))),
+                    (Some(c), Some(s)) => Some((c, super::version::parse_evr(s))),
                     _ => None,
                 };
                 let pre = fl & (sense::PREREQ | sense::SCRIPT_PRE | sense::SCRIPT_POST) != 0;
@@ -584,19 +584,6 @@ impl Header {
             size: self.int(tag::LONGSIZE).or_else(|| self.int(tag::SIZE)).unwrap_or(0),
         }
     }
-}
-
-/// `[E:]V[-R]` (the last `-` splits the release off, as rpm's `parseEVR` does).
-fn parse_evr(s: &str) -> Evr {
-    let (epoch, rest) = match s.split_once(':') {
-        Some((e, r)) if !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()) => (e.parse().ok(), r),
-        _ => (None, s),
-    };
-    let (version, release) = match rest.rsplit_once('-') {
-        Some((v, r)) => (v.to_string(), r.to_string()),
-        None => (rest.to_string(), String::new()),
-    };
-    Evr { epoch, version, release }
 }
 
 /// Bytes that `count` values of `kind` span at the start of `d`, or `None` when they do not

@@ -17,6 +17,8 @@ use crate::progress::Reporter;
 const MAX_REPOMD: u64 = 16 << 20;
 const MAX_PRIMARY: u64 = 256 << 20;
 const MAX_PRIMARY_OPEN: u64 = 1 << 30;
+/// A `--package` URL larger than this is refused (NVIDIA's NCCL rpms are about 200 MiB).
+const MAX_RPM: u64 = 4 << 30;
 
 /// NVIDIA's NCCL package in its rpm repositories (`libnccl-devel` beside it).
 pub const NCCL: &str = "libnccl";
@@ -299,14 +301,14 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
     let mut local = Vec::new();
     for arg in inputs.local {
         reporter.step(&format!("reading unsigned package {arg}"));
-        let path = PathBuf::from(arg);
+        let (path, _, sha256) = crate::packages::local_package(arg, &cache.join("packages"), "rpm", MAX_RPM, http).await?;
         let pkg = super::package::open(&path).map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
         let meta = pkg.header.meta(&format!("unsigned {arg}"));
         if meta.arch != arch && meta.arch != "noarch" {
             return Err(Error::Unsupported(format!("--package {arg} is {} for {}, not for the image's {arch}", meta.nevra(), meta.arch)));
         }
         install.push(format!("{}={}", meta.name, meta.evr));
-        report.unsigned.push(crate::packages::Unsigned { name: meta.name.clone(), version: meta.evr.to_string(), arch: meta.arch.clone(), source: arg.clone(), sha256: sha256_file(&path)? });
+        report.unsigned.push(crate::packages::Unsigned { name: meta.name.clone(), version: meta.evr.to_string(), arch: meta.arch.clone(), source: arg.clone(), sha256 });
         available.push(meta.clone());
         local.push((path, meta));
     }
@@ -354,14 +356,6 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
     Ok((Resolved { db, plan, repos: repos_loaded, local }, report))
 }
 
-fn sha256_file(path: &Path) -> Result<String> {
-    use sha2::Digest as _;
-    let mut f = std::fs::File::open(path).map_err(Error::io("reading package", path))?;
-    let mut h = sha2::Sha256::new();
-    std::io::copy(&mut f, &mut h).map_err(Error::io("reading package", path))?;
-    Ok(hex::encode(h.finalize()))
-}
-
 /// The rpm side of [`crate::packages::install`].
 pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
     let (resolved, mut report) = resolve(inputs, base, reporter).await?;
@@ -398,7 +392,7 @@ async fn fetch(inputs: &Inputs<'_>, resolved: &Resolved, report: &mut PackagesRe
         if !path.exists() {
             reporter.step(&format!("downloading {}", meta.nevra()));
             let fail = |reason: String| Error::Download { url: url.clone(), reason };
-            let limit = if meta.size > 0 { meta.size } else { 4 << 30 };
+            let limit = if meta.size > 0 { meta.size } else { MAX_RPM };
             let (tmp, got_size, got_sha256) = match inputs.http.download(&url, &dir, limit).await {
                 Ok(Some(d)) => d,
                 Ok(None) => return Err(fail("not found (404)".into())),

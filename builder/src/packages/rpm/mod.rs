@@ -11,6 +11,29 @@ pub mod resolve;
 pub mod rpmdb;
 pub mod version;
 
+/// A small deterministic generator (xorshift64*) for the backend's generated-input tests, so
+/// failures reproduce without a crate.
+#[cfg(test)]
+pub(crate) struct TestRng(pub u64);
+
+#[cfg(test)]
+impl TestRng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
 use serde::Serialize;
 
 /// An epoch-version-release, as rpm compares it ([`version::compare_evr`]).

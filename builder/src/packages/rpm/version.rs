@@ -802,19 +802,7 @@ mod tests {
         Err("no python3 with the rpm module (python3-rpm)".into())
     }
 
-    /// xorshift64*: enough to generate versions without a crate.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::packages::rpm::TestRng as Rng;
 
     fn version(rng: &mut Rng) -> String {
         const CHARS: &[u8] = b"0012345689abzAZ..~~^^_+";

@@ -953,19 +953,7 @@ mod tests {
 
     type Records = Vec<(Vec<u8>, Vec<u8>)>;
 
-    /// A small deterministic generator (xorshift64*), so failures reproduce.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn bytes(&mut self, n: usize) -> Vec<u8> {
-            (0..n).map(|_| self.next() as u8).collect()
-        }
-    }
+    use crate::packages::rpm::TestRng as Rng;
 
     /// Whether `db5.3_<tool>` runs here: `false` (with the reason printed) when it does not,
     /// a failure instead under CI, where every test must run.
