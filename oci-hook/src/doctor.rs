@@ -386,7 +386,7 @@ fn program_exists(program: &Path) -> bool {
     if program.components().count() > 1 {
         return program.is_file();
     }
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+    std::env::var_os("PATH").is_some_and(|path| engine::detect::which(&path, program).is_some())
 }
 
 fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut Vec<Check>) {

@@ -101,8 +101,7 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
     let name = format!("erdma-doctor-{}", std::process::id());
     let args = command_line(opts, &name);
     let started = Instant::now();
-    let outcome = Command::new(&opts.program).args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
-    let out = outcome.and_then(|child| wait_with_timeout(child, opts.timeout));
+    let out = crate::engine::detect::output_within(Command::new(&opts.program).args(&args), opts.timeout);
     // Removed whatever happened: `--rm` covers a normal exit; a timeout or an engine error may
     // leave it behind.
     let quiet = |args: &[&str]| {
@@ -155,38 +154,6 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
     checks.push(ibv_check(host, &section("ibv"), !provider.is_empty()));
     checks.push(nccl_check(&section("nccl")));
     checks
-}
-
-/// `Ok(None)` when the child ran past `timeout` (it is killed).
-fn wait_with_timeout(mut child: std::process::Child, timeout: Duration) -> std::io::Result<Option<std::process::Output>> {
-    let start = Instant::now();
-    // Drain the pipes in threads: a container that prints much must not block on them.
-    let mut so = child.stdout.take().expect("piped");
-    let mut se = child.stderr.take().expect("piped");
-    let t1 = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut so, &mut b);
-        b
-    });
-    let t2 = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut se, &mut b);
-        b
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break Some(s);
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = t1.join().unwrap_or_default();
-    let stderr = t2.join().unwrap_or_default();
-    Ok(status.map(|status| std::process::Output { status, stdout, stderr }))
 }
 
 fn devices_check(host: Option<&Host>, listed: &[String]) -> Check {
@@ -294,17 +261,11 @@ fn nccl_check(found: &[String]) -> Check {
     let libs: Vec<&String> = found.iter().filter(|l| !l.trim().is_empty()).collect();
     let version = libs.iter().find_map(|l| l.rsplit_once("libnccl.so.").map(|(_, v)| v.to_string()));
     let details = json!({"libraries": libs, "version": version});
-    match version.as_deref().and_then(major_minor) {
+    match version.as_deref().and_then(crate::engine::detect::major_minor) {
         Some(v) if v >= (2, 19) => Check::ok("container.nccl", format!("NCCL {} in the image", version.as_deref().unwrap_or("")), details),
         Some(_) => Check::warn("container.nccl", format!("NCCL {} in the image is older than 2.19, which eRDMA needs", version.as_deref().unwrap_or("")), "install NCCL 2.19 or later (`erdma-build build --nccl`)", details),
         None => Check::warn("container.nccl", "no system NCCL in the image (a PyTorch wheel may bring its own)", "`erdma-build build --nccl` adds NVIDIA's NCCL for the image's CUDA", details),
     }
-}
-
-/// `2.21.5` → `(2, 21)`.
-fn major_minor(v: &str) -> Option<(u32, u32)> {
-    let mut it = v.split('.');
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
 #[cfg(test)]

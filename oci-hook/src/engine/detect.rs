@@ -73,8 +73,8 @@ impl Engine {
 }
 
 /// Finds `name` on `path`.
-pub fn which(path: &OsString, name: &str) -> Option<PathBuf> {
-    std::env::split_paths(path).map(|d| d.join(name)).find(|p| p.is_file())
+pub fn which(path: &OsString, name: impl AsRef<Path>) -> Option<PathBuf> {
+    std::env::split_paths(path).map(|d| d.join(name.as_ref())).find(|p| p.is_file())
 }
 
 /// Looks for `engine` on this host: `None` when nothing of it is there.
@@ -107,25 +107,42 @@ fn version(engine: Engine, programs: &[PathBuf], probe: &Probe) -> Option<String
     attempts.into_iter().find_map(|(program, args)| run(program, &args, probe).and_then(|out| parse_version(&out)))
 }
 
-/// Runs `program args` with `PATH` from the probe, giving up after its timeout.
+/// Runs `program args` with `PATH` from the probe, giving up after its timeout: its stdout
+/// when it succeeded.
 fn run(program: &Path, args: &[&str], probe: &Probe) -> Option<String> {
-    let mut child = Command::new(program).args(args).env("PATH", &probe.path).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().ok()?;
+    let out = output_within(Command::new(program).args(args).env("PATH", &probe.path), probe.timeout).ok()??;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `cmd` (stdin closed, stdout and stderr collected) for at most `timeout`: `Ok(None)` when
+/// it ran past it and was killed. Both pipes are drained while it runs, so a command that
+/// prints much cannot block on them.
+pub fn output_within(cmd: &mut Command, timeout: Duration) -> std::io::Result<Option<std::process::Output>> {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
     let start = std::time::Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => break,
-            Ok(Some(_)) | Err(_) => return None,
-            Ok(None) if start.elapsed() > probe.timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = r.read_to_end(&mut b);
+            b
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
         }
-    }
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
-    Some(out)
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    Ok(status.map(|status| std::process::Output { status, stdout, stderr }))
 }
 
 /// The first dotted version in an engine's version output: `Docker version 20.10.24+dfsg1,
