@@ -9,6 +9,8 @@
 //! - [`nccl`]: the NCCL settings derived from sysfs for a container's devices.
 //! - [`spec`]: reading and atomically writing `config.json` as JSON, unknown fields kept.
 //! - [`doctor`]: the host readiness report (`erdma-oci-hook doctor`).
+//! - Kubernetes: [`deviceplugin`] (what is advertised and allocated) with [`kubelet`] (its gRPC
+//!   side), and [`nri`] (the NRI plugin: the same edits as an NRI adjustment).
 #![forbid(unsafe_code)]
 
 pub mod cdi;
@@ -24,6 +26,7 @@ pub mod kubelet;
 pub mod log;
 pub mod modify;
 pub mod nccl;
+pub mod nri;
 pub mod prestart;
 pub mod request;
 pub mod runtime;
