@@ -4,14 +4,10 @@
 //! - `proto/nri_v1alpha1.proto`: the NRI plugin API's messages (carried over ttrpc by `nri/`);
 //! - `proto/cri_v1.proto`: the CRI runtime API, client only (the tests and the NRI bench drive
 //!   containerd with it as kubelet does).
-use std::path::Path;
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     tonic_prost_build::configure().build_client(true).build_server(true).compile_protos(&["proto/deviceplugin_v1beta1.proto"], &["proto"])?;
     tonic_prost_build::configure().build_client(false).build_server(false).compile_protos(&["proto/nri_v1alpha1.proto"], &["proto"])?;
-    if Path::new("proto/cri_v1.proto").exists() {
-        tonic_prost_build::configure().build_client(true).build_server(false).compile_protos(&["proto/cri_v1.proto"], &["proto"])?;
-    }
+    tonic_prost_build::configure().build_client(true).build_server(false).compile_protos(&["proto/cri_v1.proto"], &["proto"])?;
     Ok(())
 }
