@@ -55,22 +55,8 @@ cleanup() {
 trap cleanup EXIT
 
 # The fixture host: the `two` scenario's sysfs, its /dev nodes, a config pointing there.
-FIX=testdata/sysfs/two
-cp -a "$FIX/sys" "$WORK/sys"
-while read -r path type major minor; do
-    case "$path" in ''|'#'*) continue ;; esac
-    mkdir -p "$WORK/dev/$(dirname "$path")"
-    mknod -m 0666 "$WORK/dev/$path" "$type" "$major" "$minor"
-done <"$FIX/dev.txt"
-cat >"$WORK/oci-hook.toml" <<EOF
-runtime = "$(command -v runc)"
-sysfs_root = "$WORK/sys"
-dev_root = "$WORK/dev"
-log_file = "$WORK/erdma.log"
-memlock = 4194304
-EOF
-export ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook.toml"
-unset RUST_LOG
+. bench/fixture_host.sh
+fixture_host "$WORK"
 # The same with /bin/true as the real runtime: the per-call table, and the edited spec below.
 sed "s|^runtime = .*|runtime = \"/bin/true\"|" "$WORK/oci-hook.toml" >"$WORK/oci-hook-true.toml"
 

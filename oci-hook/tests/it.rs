@@ -9,3 +9,5 @@ mod engine_cases;
 mod doctor_cases;
 mod nccl_cases;
 mod deviceplugin_cases;
+mod cri_cases;
+mod nri_cases;

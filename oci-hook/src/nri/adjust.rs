@@ -182,15 +182,19 @@ mod tests {
         }
     }
 
-    /// A container as containerd 1.7's CRI describes a host-network pod's container to NRI: no
-    /// network namespace, the env kubelet and the image give it.
+    /// A container as containerd 1.7.24's CRI describes a host-network pod's container to NRI
+    /// (seen in cri_cases' runtime specs): a `network` namespace entry naming the pause
+    /// process's, which is the host's (here: this process's, as the plugin runs on the host
+    /// network), and the env kubelet and the image give it.
     fn container(env: &[&str]) -> pb::Container {
+        let ns = |t: &str, p: &str| pb::LinuxNamespace { r#type: t.into(), path: p.into() };
+        let pause_net = format!("/proc/{}/ns/net", std::process::id());
         pb::Container {
             id: "c1".into(),
             name: "worker".into(),
             env: env.iter().map(|s| s.to_string()).collect(),
             linux: Some(pb::LinuxContainer {
-                namespaces: ["pid", "ipc", "uts", "mount"].iter().map(|t| pb::LinuxNamespace { r#type: t.to_string(), path: String::new() }).collect(),
+                namespaces: vec![ns("pid", ""), ns("ipc", "/proc/1/ns/ipc"), ns("uts", ""), ns("mount", ""), ns("network", &pause_net)],
                 ..Default::default()
             }),
             ..Default::default()
@@ -256,7 +260,9 @@ mod tests {
     #[test]
     fn pods_off_the_host_network_are_named_with_the_fix() {
         let mut c = container(&["ERDMA_VISIBLE_DEVICES=all"]);
-        c.linux.as_mut().unwrap().namespaces.push(pb::LinuxNamespace { r#type: "network".into(), path: "/var/run/netns/cni-1234".into() });
+        let ns = &mut c.linux.as_mut().unwrap().namespaces;
+        ns.retain(|n| n.r#type != "network");
+        ns.push(pb::LinuxNamespace { r#type: "network".into(), path: "/var/run/netns/cni-1234".into() });
         let e = create(Some(&pod()), &c, || Ok(host()), &Config::default()).unwrap_err().to_string();
         assert!(e.contains("pod ml/train-0") && e.contains("`hostNetwork: true`"), "{e}");
         let warn = Config { network: NetworkPolicy::Warn, ..Config::default() };

@@ -87,8 +87,11 @@ impl NriPlugin {
             return status_err(code::INVALID_ARGUMENT, "CreateContainer without a container".into());
         };
         let pod = req.pod.as_ref();
+        let started = Instant::now();
         let host = || discover::discover(&self.config.sysfs_root, &self.config.dev_root, &self.config.drivers);
-        match adjust::create(pod, ctr, host, &self.config) {
+        let decision = adjust::create(pod, ctr, host, &self.config);
+        tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, asked = decision.as_ref().map_or(true, |d| d.adjust.is_some()), "CreateContainer decided");
+        match decision {
             Ok(d) => {
                 if let Some(r) = &d.report {
                     tracing::info!(pod = %adjust::pod_name(pod), container = %ctr.name, devices = ?r.devices, nodes = ?r.nodes, memlock = r.memlock, env = ?r.env_added, "eRDMA given");
@@ -123,7 +126,6 @@ impl NriPlugin {
                     }
                 }
                 (PLUGIN_CONN, REQUEST) => {
-                    let started = Instant::now();
                     let (reply, ended) = match wire::Request::decode(&m.body[..]) {
                         Ok(req) if req.service == PLUGIN_SERVICE => self.handle(&req.method, &req.payload),
                         Ok(req) => (status_err(code::UNIMPLEMENTED, format!("unknown service {}", req.service)), None),
@@ -134,7 +136,6 @@ impl NriPlugin {
                         Err(status) => wire::Response { status: Some(status), payload: Vec::new() },
                     };
                     wire::write_message(&mut writer, &Message { conn: PLUGIN_CONN, stream: m.stream, kind: RESPONSE, flags: 0, body: resp.encode_to_vec() })?;
-                    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "answered");
                     if let Some(e) = ended {
                         return Ok(e);
                     }

@@ -11,6 +11,8 @@
 // Each test module uses a subset of the helpers.
 #![allow(dead_code)]
 
+pub mod cri;
+
 use std::ffi::OsStr;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -25,6 +27,7 @@ pub fn bin(name: &str) -> PathBuf {
         "erdma-oci-hook" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-oci-hook")),
         "erdma-runtime" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-runtime")),
         "erdma-device-plugin" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-device-plugin")),
+        "erdma-nri-plugin" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-nri-plugin")),
         other => panic!("no binary `{other}` in erdma-oci-hook"),
     }
 }

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Container start through the CRI, as kubelet does it (CreateContainer + StartContainer on a
+# running host-network pod; oci-hook/examples/cri_start.rs), with the NRI plugin against plain
+# containerd/runc on the same pod spec, and against erdma-runtime as a containerd runtime
+# handler, in one run, the variants interleaved round by round.
+#
+#   bench/nri_start.sh [RUNS]      (default 100)
+#
+# Three private containerd 1.7 instances (Debian 13's, which scripts/setup puts in
+# /opt/erdma-ci/containerd-1.7; CONTAINERD17_BIN=dir overrides):
+#   A: NRI off; handlers runc (default) and erdma (erdma-runtime as the runc binary)
+#   B: NRI on, erdma-nri-plugin connected; handler runc
+#   C: NRI on, no plugin (what containerd's NRI path costs by itself)
+# Variants:
+#   plain                    A, runc, container does not ask
+#   nri on, no plugin        C, runc, does not ask
+#   nri, no ask              B, runc, container does not ask (the plugin is called, answers nothing)
+#   nri, ask all             B, runc, ERDMA_VISIBLE_DEVICES=all (nodes, memlock, NCCL env)
+#   erdma-runtime, no ask    A, erdma, does not ask
+#   erdma-runtime, ask all   A, erdma, ERDMA_VISIBLE_DEVICES=all
+# Host: the `two` sysfs fixture with mknod'd nodes; memlock 4 MiB (the default, unlimited, is
+# above this machine's hard limit and runc would refuse it).
+# Needs root, docker (to make the busybox image archive), runc, busybox-static.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-100}
+C17=${CONTAINERD17_BIN:-/opt/erdma-ci/containerd-1.7/usr/bin}
+[ "$(id -u)" -eq 0 ] || { echo "nri_start: needs root" >&2; exit 1; }
+[ -x "$C17/containerd" ] || { echo "nri_start: no containerd 1.7 in $C17 (run scripts/setup)" >&2; exit 1; }
+
+cargo build -q --release -p erdma-oci-hook --bin erdma-nri-plugin --example cri_start
+ERDMA_RUNTIME=${ERDMA_RUNTIME:-$(scripts/build-runtime)}
+BIN=$PWD/target/release
+
+WORK=$(mktemp -d /tmp/erdma-bench-nri.XXXXXX)
+PIDS=()
+cleanup() {
+    set +e
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    for inst in a b c; do
+        grep " $WORK/$inst/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r umount -l 2>/dev/null
+    done
+    pkill -f "containerd-shim-runc-v2 .*-address $WORK/" 2>/dev/null
+    [ "${KEEP_WORK:-0}" = 1 ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+. bench/fixture_host.sh
+fixture_host "$WORK"
+
+for inst in a b c; do
+    nri=true; [ "$inst" != a ] && nri=false
+    mkdir -p "$WORK/$inst/plugins"
+    cat >"$WORK/$inst/config.toml" <<EOF
+version = 2
+root = "$WORK/$inst/root"
+state = "$WORK/$inst/state"
+[grpc]
+  address = "$WORK/$inst/containerd.sock"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = $nri
+  socket_path = "$WORK/$inst/nri.sock"
+  plugin_path = "$WORK/$inst/plugins"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/erdma-bench/busybox:1"
+  # No CAP_SYS_RESOURCE here: containerd may not lower the pause container's OOM score below
+  # its own, as in a user namespace.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      Root = "$WORK/$inst/runc"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.erdma]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.erdma.options]
+      BinaryName = "$ERDMA_RUNTIME"
+      Root = "$WORK/$inst/runc"
+EOF
+    PATH="$C17:$PATH" setsid "$C17/containerd" --config "$WORK/$inst/config.toml" </dev/null >"$WORK/$inst/containerd.log" 2>&1 &
+    PIDS+=($!)
+done
+for inst in a b c; do
+    for _ in $(seq 100); do [ -S "$WORK/$inst/containerd.sock" ] && break; sleep 0.1; done
+done
+
+# One busybox image (`sleep` as the pause process, `true` as the container): imported into
+# docker from a rootfs tar, saved, and imported into both containerds' k8s.io namespace.
+mkdir -p "$WORK/rootfs/bin"
+cp /bin/busybox "$WORK/rootfs/bin/busybox"
+for a in sh true sleep; do ln -s busybox "$WORK/rootfs/bin/$a"; done
+tar -C "$WORK/rootfs" -cf "$WORK/rootfs.tar" .
+IMG=localhost/erdma-bench/busybox:1
+docker import -c 'CMD ["/bin/sleep", "2147483647"]' "$WORK/rootfs.tar" "$IMG" >/dev/null
+docker save "$IMG" -o "$WORK/image.tar"
+docker rmi -f "$IMG" >/dev/null
+for inst in a b c; do
+    "$C17/ctr" --address "$WORK/$inst/containerd.sock" -n k8s.io images import --all-platforms "$WORK/image.tar" >/dev/null
+done
+
+RUST_LOG=debug "$BIN/erdma-nri-plugin" --socket "$WORK/b/nri.sock" >"$WORK/nri-plugin.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 50); do grep -q "configured by the runtime" "$WORK/nri-plugin.log" && break; sleep 0.1; done
+grep -q "configured by the runtime" "$WORK/nri-plugin.log" || { echo "nri_start: the NRI plugin did not register" >&2; cat "$WORK/nri-plugin.log" >&2; exit 1; }
+
+echo "# $(date -u +%F) $(nproc) cores, $(uname -r); containerd $("$C17/containerd" --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'); $RUNS runs per variant"
+"$BIN/examples/cri_start" --image "$IMG" --runs "$RUNS" \
+    --variant "plain=$WORK/a/containerd.sock,runc" \
+    --variant "nri on, no plugin=$WORK/c/containerd.sock,runc" \
+    --variant "nri, no ask=$WORK/b/containerd.sock,runc" \
+    --variant "nri, ask all=$WORK/b/containerd.sock,runc,ERDMA_VISIBLE_DEVICES=all" \
+    --variant "erdma-runtime, no ask=$WORK/a/containerd.sock,erdma" \
+    --variant "erdma-runtime, ask all=$WORK/a/containerd.sock,erdma,ERDMA_VISIBLE_DEVICES=all"
+# The plugin really edited the asking containers; and its own time per call (from reading the
+# request to writing the answer), which is all a container start waits on in this process.
+grep -c "eRDMA given" "$WORK/nri-plugin.log" | sed 's/^/nri plugin: containers given eRDMA: /'
+for asked in false true; do
+    grep "CreateContainer decided" "$WORK/nri-plugin.log" | grep "asked=$asked" | grep -o 'elapsed_us=[0-9]*' | cut -d= -f2 | sort -n |
+        awk -v asked="$asked" '{a[NR]=$1} END {if (NR) printf "nri plugin: CreateContainer decided in p50 %.3f ms, max %.3f ms (%d calls, asked=%s)\n", a[int((NR+1)/2)]/1000, a[NR]/1000, NR, asked}'
+done

@@ -1,0 +1,207 @@
+//! erdma-nri-plugin under a real containerd 1.7 (Debian 13's) with NRI on, driven through the
+//! CRI as kubelet drives it (`RunPodSandbox`, `CreateContainer`, `StartContainer`), over the
+//! `two` sysfs fixture with mknod'd nodes. What a container ends up with is read from inside it
+//! (`ExecSync`): its device nodes, `/proc/self/limits`, its env.
+//!
+//! The device plugin's part is played as kubelet plays it: the IDs it advertises, its Allocate
+//! answer (`deviceplugin::allocate`, what `erdma-device-plugin` sends over gRPC; the gRPC side is
+//! deviceplugin_cases'), turned into CRI `devices` and `envs`.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use erdma_oci_hook::deviceplugin::{self, PluginConfig};
+use erdma_oci_hook::discover;
+use serde_json::Value;
+
+use crate::support::cri::{require_containerd17, Container, Containerd17, Device, Options};
+use crate::support::Fixture;
+
+/// memlock the asking containers get: within this machine's 8 MiB hard limit (no
+/// CAP_SYS_RESOURCE to raise it); the unlimited default is asserted on the adjustment in
+/// `nri::adjust`'s unit tests.
+const MEMLOCK: u64 = 4 << 20;
+
+/// The plugin as a DaemonSet would run it, killed on drop.
+struct NriPlugin {
+    child: Child,
+    log: PathBuf,
+}
+
+impl NriPlugin {
+    fn start(fixture: &Fixture, socket: &Path) -> NriPlugin {
+        let log = fixture.dir.path().join("nri-plugin.log");
+        let child = fixture
+            .command("erdma-nri-plugin")
+            .args(["--socket".as_ref(), socket.as_os_str(), "--retry-ms".as_ref(), "50".as_ref()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let p = NriPlugin { child, log };
+        p.wait_for("configured by the runtime", 1);
+        p
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `needle` is in the log `n` times.
+    fn wait_for(&self, needle: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.log_text().matches(needle).count() < n {
+            assert!(Instant::now() < deadline, "erdma-nri-plugin never logged `{needle}` ({n}×):\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for NriPlugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn limit_line(limits: &str, name: &str) -> String {
+    limits.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no `{name}` in {limits}")).split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `/dev/infiniband` inside, as `NAME MAJOR:MINOR` (hex, as stat prints them) lines.
+fn nodes_inside(h: &Containerd17, c: &str) -> Vec<String> {
+    let (code, out, _) = h.exec_sync(c, &["sh", "-c", "cd /dev/infiniband 2>/dev/null && for f in *; do stat -c '%n %t:%T' \"$f\"; done"]);
+    if code != 0 {
+        return Vec::new();
+    }
+    let mut v: Vec<String> = out.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+fn env_inside(h: &Containerd17, c: &str) -> Vec<String> {
+    let (code, out, err) = h.exec_sync(c, &["env"]);
+    assert_eq!(code, 0, "{err}");
+    out.lines().map(str::to_string).collect()
+}
+
+fn has_env(env: &[String], kv: &str) -> bool {
+    env.iter().any(|l| l == kv)
+}
+
+fn memlock_inside(h: &Containerd17, c: &str) -> String {
+    let (code, limits, err) = h.exec_sync(c, &["cat", "/proc/self/limits"]);
+    assert_eq!(code, 0, "{err}");
+    limit_line(&limits, "Max locked memory")
+}
+
+fn allow_rule(spec: &Value, major: u64, minor: u64) -> bool {
+    spec.pointer("/linux/resources/devices").and_then(Value::as_array).is_some_and(|r| {
+        r.iter().any(|r| r["allow"] == Value::Bool(true) && r["type"] == "c" && r["major"].as_u64() == Some(major) && r["minor"].as_u64() == Some(minor))
+    })
+}
+
+#[test]
+fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
+    if !require_containerd17() {
+        return;
+    }
+    let fixture = Fixture::new("two", &format!("memlock = {MEMLOCK}"));
+    let h = Containerd17::start(Options { cni_loopback: true, ..Default::default() });
+    let plugin = NriPlugin::start(&fixture, &h.nri_socket());
+    let ours = limit_line(&std::fs::read_to_string("/proc/self/limits").unwrap(), "Max locked memory");
+    let asked = format!("Max locked memory {MEMLOCK} {MEMLOCK} bytes");
+    assert_ne!(ours, asked, "the daemon's own limit must differ from what the plugin sets, or the check proves nothing");
+
+    // kubelet's part: one `aliyun/erdma` from the device plugin (erdma_0's first share).
+    let host = discover::discover(&fixture.sysfs, &fixture.dev, &["erdma".into()]).unwrap();
+    let dp = PluginConfig { resource: deviceplugin::RESOURCE.into(), shares: 8, cdi: false };
+    let ids = deviceplugin::advertise(&host, &fixture.sysfs, &dp);
+    let alloc = deviceplugin::allocate(&host, &dp, &[ids[0].id.clone()]).unwrap();
+    assert_eq!(ids[0].device, "erdma_0");
+
+    let pod = h.run_pod("nri-host", true, &[], "");
+    let allocated = h.create_and_start(
+        &pod,
+        &Container {
+            name: "allocated".into(),
+            devices: alloc.devices.iter().map(|d| Device { host_path: d.host_path.clone().into(), container_path: d.container_path.clone(), permissions: d.permissions.clone() }).collect(),
+            envs: alloc.envs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            ..Default::default()
+        },
+    );
+    let by_env = h.create_and_start(&pod, &Container { name: "by-env".into(), envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "erdma_1".into())], ..Default::default() });
+    let plain = h.create_and_start(&pod, &Container { name: "plain".into(), ..Default::default() });
+    plugin.wait_for("eRDMA given", 2);
+
+    // The allocated container: its node and rdma_cm from kubelet, memlock from the plugin
+    // (which nothing else gives a pod), the NCCL env for erdma_0.
+    assert_eq!(nodes_inside(&h, &allocated), ["rdma_cm a:3a", "uverbs0 e7:c0"]);
+    assert_eq!(memlock_inside(&h, &allocated), asked);
+    let env = env_inside(&h, &allocated);
+    for kv in ["ERDMA_VISIBLE_DEVICES=erdma_0", "NCCL_IB_HCA==erdma_0:1", "NCCL_SOCKET_IFNAME==eth0"] {
+        assert!(has_env(&env, kv), "{kv} not in {env:?}");
+    }
+
+    // Asked by env only: the plugin adds the nodes (with their cgroup rules), memlock, env.
+    assert_eq!(nodes_inside(&h, &by_env), ["rdma_cm a:3a", "uverbs1 e7:c1"]);
+    assert_eq!(memlock_inside(&h, &by_env), asked);
+    let env = env_inside(&h, &by_env);
+    assert!(has_env(&env, "NCCL_IB_HCA==erdma_1:1"), "{env:?}");
+    let spec = h.runtime_spec(&by_env);
+    assert!(allow_rule(&spec, 231, 193) && allow_rule(&spec, 10, 58), "cgroup rules: {}", spec["linux"]["resources"]);
+    // The nodes really open past the device cgroup: ENXIO (no driver here), not EPERM.
+    let (_, out, _) = h.exec_sync(&by_env, &["sh", "-c", "cat /dev/infiniband/uverbs1 2>&1"]);
+    assert!(out.contains("No such device or address"), "{out}");
+
+    // Not asking: exactly as containerd made it.
+    assert!(nodes_inside(&h, &plain).is_empty());
+    assert_eq!(memlock_inside(&h, &plain), ours);
+    assert!(!env_inside(&h, &plain).iter().any(|l| l.starts_with("NCCL_")));
+
+    // The pod annotation asks for every container of the pod.
+    let annotated = h.run_pod("nri-annotated", true, &[(erdma_oci_hook::request::ANNOTATION, "all")], "");
+    let c = h.create_and_start(&annotated, &Container { name: "all".into(), ..Default::default() });
+    assert_eq!(nodes_inside(&h, &c), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
+
+    // A pod off the host network: an asking container is refused with the fix named, which
+    // kubelet shows as the container's CreateContainerError event; a plain one starts.
+    let isolated = h.run_pod("nri-isolated", false, &[], "");
+    let err = h
+        .try_create_and_start(&isolated, &Container { name: "asks".into(), envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "all".into())], ..Default::default() })
+        .expect_err("an asking container without host networking must be refused");
+    assert!(err.message().contains("hostNetwork: true") && err.message().contains("nri-isolated"), "{}", err.message());
+    assert!(plugin.log_text().contains("hostNetwork: true"), "the plugin logs it too:\n{}", plugin.log_text());
+    let ok = h.create_and_start(&isolated, &Container { name: "plain".into(), ..Default::default() });
+    assert!(nodes_inside(&h, &ok).is_empty());
+}
+
+/// The plugin outlives the runtime: when containerd's NRI connection goes (plugin restart
+/// here, as a DaemonSet rollout does), a new plugin process registers and serves again; and a
+/// plugin started before the socket exists waits for it.
+#[test]
+fn nri_plugin_reconnects_root_daemon() {
+    if !require_containerd17() {
+        return;
+    }
+    let fixture = Fixture::new("two", &format!("memlock = {MEMLOCK}"));
+    let h = Containerd17::start(Options::default());
+    let first = NriPlugin::start(&fixture, &h.nri_socket());
+    drop(first);
+    let second = NriPlugin::start(&fixture, &h.nri_socket());
+    let pod = h.run_pod("nri-again", true, &[], "");
+    let c = h.create_and_start(&pod, &Container { envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "erdma_0".into())], ..Default::default() });
+    assert_eq!(nodes_inside(&h, &c), ["rdma_cm a:3a", "uverbs0 e7:c0"]);
+    second.wait_for("eRDMA given", 1);
+
+    // Waiting for a socket that is not there yet (the runtime starting after the plugin).
+    let later = fixture.dir.path().join("later.sock");
+    let mut waiting = fixture.command("erdma-nri-plugin").args(["--socket".as_ref(), later.as_os_str(), "--retry-ms".as_ref(), "20".as_ref()]).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(waiting.try_wait().unwrap().is_none(), "the plugin must keep waiting for the runtime");
+    waiting.kill().unwrap();
+    let out = waiting.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot connect to the runtime's NRI socket") && err.contains("disable = false"), "{err}");
+    assert_eq!(err.matches("cannot connect").count(), 1, "said once, not on every retry: {err}");
+}
