@@ -6,13 +6,15 @@
 #
 #   bench/nri_start.sh [RUNS]      (default 100)
 #
-# Three private containerd 1.7 instances (Debian 13's, which scripts/setup puts in
+# Four private containerd 1.7 instances (Debian 13's, which scripts/setup puts in
 # /opt/erdma-ci/containerd-1.7; CONTAINERD17_BIN=dir overrides):
 #   A: NRI off; handlers runc (default) and erdma (erdma-runtime as the runc binary)
 #   B: NRI on, erdma-nri-plugin connected; handler runc
 #   C: NRI on, no plugin (what containerd's NRI path costs by itself)
+#   D: as A (how far two identical instances differ: the noise floor of the comparison)
 # Variants:
 #   plain                    A, runc, container does not ask
+#   plain, 2nd containerd    D, runc, does not ask
 #   nri on, no plugin        C, runc, does not ask
 #   nri, no ask              B, runc, container does not ask (the plugin is called, answers nothing)
 #   nri, ask all             B, runc, ERDMA_VISIBLE_DEVICES=all (nodes, memlock, NCCL env)
@@ -38,7 +40,7 @@ cleanup() {
     set +e
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    for inst in a b c; do
+    for inst in a b c d; do
         grep " $WORK/$inst/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r umount -l 2>/dev/null
     done
     pkill -f "containerd-shim-runc-v2 .*-address $WORK/" 2>/dev/null
@@ -49,8 +51,8 @@ trap cleanup EXIT
 . bench/fixture_host.sh
 fixture_host "$WORK"
 
-for inst in a b c; do
-    nri=true; [ "$inst" != a ] && nri=false
+for inst in a b c d; do
+    nri=false; case $inst in a|d) nri=true ;; esac  # `disable`: NRI off in A and D
     mkdir -p "$WORK/$inst/plugins"
     cat >"$WORK/$inst/config.toml" <<EOF
 version = 2
@@ -80,7 +82,7 @@ EOF
     PATH="$C17:$PATH" setsid "$C17/containerd" --config "$WORK/$inst/config.toml" </dev/null >"$WORK/$inst/containerd.log" 2>&1 &
     PIDS+=($!)
 done
-for inst in a b c; do
+for inst in a b c d; do
     for _ in $(seq 100); do [ -S "$WORK/$inst/containerd.sock" ] && break; sleep 0.1; done
 done
 
@@ -94,7 +96,7 @@ IMG=localhost/erdma-bench/busybox:1
 docker import -c 'CMD ["/bin/sleep", "2147483647"]' "$WORK/rootfs.tar" "$IMG" >/dev/null
 docker save "$IMG" -o "$WORK/image.tar"
 docker rmi -f "$IMG" >/dev/null
-for inst in a b c; do
+for inst in a b c d; do
     "$C17/ctr" --address "$WORK/$inst/containerd.sock" -n k8s.io images import --all-platforms "$WORK/image.tar" >/dev/null
 done
 
@@ -106,6 +108,7 @@ grep -q "configured by the runtime" "$WORK/nri-plugin.log" || { echo "nri_start:
 echo "# $(date -u +%F) $(nproc) cores, $(uname -r); containerd $("$C17/containerd" --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'); $RUNS runs per variant"
 "$BIN/examples/cri_start" --image "$IMG" --runs "$RUNS" \
     --variant "plain=$WORK/a/containerd.sock,runc" \
+    --variant "plain, 2nd containerd=$WORK/d/containerd.sock,runc" \
     --variant "nri on, no plugin=$WORK/c/containerd.sock,runc" \
     --variant "nri, no ask=$WORK/b/containerd.sock,runc" \
     --variant "nri, ask all=$WORK/b/containerd.sock,runc,ERDMA_VISIBLE_DEVICES=all" \

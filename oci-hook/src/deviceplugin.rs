@@ -76,6 +76,18 @@ pub fn advertise(host: &Host, sysfs: &Path, cfg: &PluginConfig) -> Vec<Advertise
         .collect()
 }
 
+/// The socket of ACK's own eRDMA device plugin in kubelet's device-plugin directory, if it is
+/// there: the agent of `alibabacloud-erdma-controller` serves on `<unix time>-erdma.sock` and
+/// registers `aliyun/erdma` (its `internal/deviceplugin/deviceplugin.go`, `dpSocketPath`). Two
+/// plugins registering one resource replace each other in kubelet, so pods would get either's
+/// answer; `erdma-device-plugin` refuses to advertise the same resource beside it.
+pub fn ack_plugin_socket(dir: &Path) -> Option<std::path::PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries.flatten().map(|e| e.path()).find(|p| {
+        p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix("-erdma.sock")).is_some_and(|stamp| !stamp.is_empty() && stamp.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
 /// A device node for the container (`v1beta1.DeviceSpec`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DeviceSpec {
@@ -163,6 +175,18 @@ pub fn preferred(advertised: &[Advertised], available: &[String], must: &[String
 mod tests {
     use super::*;
     use crate::discover::{CharDev, Port};
+
+    #[test]
+    fn acks_plugin_socket_is_recognised_and_ours_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["kubelet.sock", "erdma.sock", "nvidia-gpu.sock", "x-erdma.sock", "-erdma.sock", "1732000000-erdma.sock.bak"] {
+            std::fs::write(dir.path().join(n), "").unwrap();
+        }
+        assert_eq!(ack_plugin_socket(dir.path()), None);
+        std::fs::write(dir.path().join("1732000000-erdma.sock"), "").unwrap();
+        assert_eq!(ack_plugin_socket(dir.path()), Some(dir.path().join("1732000000-erdma.sock")));
+        assert_eq!(ack_plugin_socket(&dir.path().join("missing")), None);
+    }
 
     fn dev(name: &str, minor: u32, active: bool) -> RdmaDevice {
         RdmaDevice {

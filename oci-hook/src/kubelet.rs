@@ -161,6 +161,15 @@ pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), S
     let plugin = Arc::new(plugin);
     let socket = dir.join(&endpoint);
     loop {
+        // Never two plugins advertising one resource on a node (checked again on every
+        // registration: ACK's agent may come after us).
+        if let Some(ack) = deviceplugin::ack_plugin_socket(&dir).filter(|_| plugin.plugin.resource == deviceplugin::RESOURCE) {
+            return Err(format!(
+                "{} is ACK's eRDMA device plugin, which advertises {} on this node already; kubelet would take either plugin's answers. Use one: remove ACK's eRDMA agent from this node, or run erdma-device-plugin with another --resource",
+                ack.display(),
+                deviceplugin::RESOURCE
+            ));
+        }
         let _ = std::fs::remove_file(&socket);
         let listener = tokio::net::UnixListener::bind(&socket).map_err(|e| format!("listening on {}: {e}", socket.display()))?;
         let server = tokio::spawn(tonic::transport::Server::builder().add_service(DevicePluginServer::new(Arc::clone(&plugin))).serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)));

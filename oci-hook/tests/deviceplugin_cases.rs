@@ -115,3 +115,43 @@ fn device_plugin_registers_streams_health_and_allocates_root() {
         let _ = child.kill().await;
     });
 }
+
+/// Beside ACK's own eRDMA device plugin (its agent's `<unix time>-erdma.sock`), the plugin does
+/// not advertise `aliyun/erdma` a second time: it exits with the choice to make. Under another
+/// resource name it registers.
+#[test]
+fn device_plugin_refuses_to_advertise_beside_acks_plugin() {
+    let f = Fixture::sysfs_only("two", "");
+    let dir = f.dir.path().join("device-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("1732000000-erdma.sock"), "").unwrap();
+    let out = std::process::Command::new(bin("erdma-device-plugin"))
+        .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+        .arg("--socket-dir")
+        .arg(&dir)
+        .args(["--poll-ms", "50"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("1732000000-erdma.sock is ACK's eRDMA device plugin") && err.contains("--resource"), "{err}");
+    assert!(!dir.join("erdma.sock").exists(), "nothing served");
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (tx, mut rx) = mpsc::channel(4);
+        let _kubelet = start_kubelet(&dir, tx);
+        let _child = tokio::process::Command::new(bin("erdma-device-plugin"))
+            .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+            .arg("--socket-dir")
+            .arg(&dir)
+            .args(["--poll-ms", "50", "--resource", "example.com/erdma"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect("the plugin registers").unwrap();
+        assert_eq!(reg.resource_name, "example.com/erdma");
+    });
+}
