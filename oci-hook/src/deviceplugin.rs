@@ -240,4 +240,26 @@ mod tests {
         assert_eq!(preferred(&ads, &all, &[], 4), ["erdma_0-0", "erdma_2-0", "erdma_1-0", "erdma_0-1"]);
         assert_eq!(preferred(&ads, &all, &[], 2), preferred(&ads, &all, &[], 2), "deterministic");
     }
+
+    /// The `four` fixture host: two devices on each of two NUMA nodes, as the PCI functions'
+    /// `numa_node` say (testdata/sysfs/README.md), and the others' `-1` (no affinity).
+    #[test]
+    fn numa_from_the_fixture_trees() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/sysfs");
+        let sysfs = root.join("four/sys");
+        let h = crate::discover::discover(&sysfs, &root.join("four/no-dev"), &["erdma".into()]).unwrap();
+        let mut ads = advertise(&h, &sysfs, &PluginConfig { shares: 1, ..PluginConfig::default() });
+        // No /dev nodes without root: health is deviceplugin_cases' business, NUMA is this one's.
+        ads.iter_mut().for_each(|a| a.health = HEALTHY);
+        let numa: Vec<(&str, Option<u32>)> = ads.iter().map(|a| (a.device.as_str(), a.numa)).collect();
+        assert_eq!(numa, [("rocep10s0", Some(0)), ("rocep11s0", Some(1)), ("rocep12s0", Some(1)), ("rocep9s0", Some(0))]);
+        let all: Vec<String> = ads.iter().map(|a| a.id.clone()).collect();
+        // kubelet required rocep11s0 (its Topology Manager put the pod on node 1): the second
+        // device comes from node 1 too.
+        assert_eq!(preferred(&ads, &all, &["rocep11s0-0".into()], 2), ["rocep11s0-0", "rocep12s0-0"]);
+        assert_eq!(preferred(&ads, &all, &["rocep9s0-0".into()], 2), ["rocep9s0-0", "rocep10s0-0"]);
+        let two = root.join("two/sys");
+        let h = crate::discover::discover(&two, &root.join("two/no-dev"), &["erdma".into()]).unwrap();
+        assert!(advertise(&h, &two, &PluginConfig::default()).iter().all(|a| a.numa.is_none()), "-1 is no NUMA node");
+    }
 }

@@ -49,8 +49,10 @@ def mlx5_gids(uv):
     entry per address): link-local v1, v2, then IPv4-mapped v1, v2 at 3 (seed 003)."""
     return [(link_local(uv), "IB/RoCE v1"), (link_local(uv), "RoCE v2"), (ipv4_mapped(192, 168, 1, 10 + uv), "IB/RoCE v1"), (ipv4_mapped(192, 168, 1, 10 + uv), "RoCE v2")]
 
-def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False, gids=None):
+def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False, gids=None, numa=None):
     """devices: (ibdev, pci, driver, uverbs_index, netdev, port_state, phys_state);
+    numa: per ibdev, its PCI function's NUMA node (default -1, what a kernel with one node or
+    no firmware affinity prints);
     gids: per ibdev, the port's GID table [(gid, type)] (default erdma_gids / mlx5_gids);
     erdma_version: the loaded erdma module's version (None: not loaded); peermem: whether
     nvidia_peermem is loaded (GPU Direct RDMA)."""
@@ -78,6 +80,7 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdm
         vendor, device = VENDOR[driver]
         write(os.path.join(pdir, "vendor"), vendor + "\n")
         write(os.path.join(pdir, "device"), device + "\n")
+        write(os.path.join(pdir, "numa_node"), f"{(numa or {}).get(ib, -1)}\n")
         link(os.path.join(pdir, "driver"), rel(pdir, os.path.join(sys_, "bus/pci/drivers", driver)))
         idir = os.path.join(pdir, "infiniband", ib)
         if driver == "erdma":
@@ -144,7 +147,8 @@ scenario("two", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
                  ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
          [("eth0", 8500), ("eth1", 8500)], erdma_version="0.2.37", peermem=True)
 scenario("four", [(f"rocep{b}s0", f"0000:{b:02x}:00.0", "erdma", i, f"eth{i}", *ACTIVE) for i, b in enumerate([9, 10, 11, 12])],
-         [(f"eth{i}", 1400) for i in range(4)], erdma_version="0.2.38", peermem=True)
+         [(f"eth{i}", 1400) for i in range(4)], erdma_version="0.2.38", peermem=True,
+         numa={"rocep9s0": 0, "rocep10s0": 0, "rocep11s0": 1, "rocep12s0": 1})
 scenario("missing-uverbs", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
                             ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
          [("eth0", 8500), ("eth1", 8500)], dev_nodes={"infiniband/uverbs0", "infiniband/rdma_cm"}, erdma_version="0.2.36")
