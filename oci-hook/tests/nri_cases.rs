@@ -22,7 +22,8 @@ use crate::support::Fixture;
 /// `nri::adjust`'s unit tests.
 const MEMLOCK: u64 = 4 << 20;
 
-/// The plugin as a DaemonSet would run it, killed on drop.
+/// The plugin as a DaemonSet runs it: in a PID namespace of its own (a container's), so the
+/// pause processes' `/proc/PID` that containerd names are not there to look at; killed on drop.
 struct NriPlugin {
     child: Child,
     log: PathBuf,
@@ -31,8 +32,13 @@ struct NriPlugin {
 impl NriPlugin {
     fn start(fixture: &Fixture, socket: &Path) -> NriPlugin {
         let log = fixture.dir.path().join("nri-plugin.log");
-        let child = fixture
-            .command("erdma-nri-plugin")
+        let (k, v) = fixture.env();
+        let child = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--mount", "--mount-proc", "--kill-child", "--"])
+            .arg(crate::support::bin("erdma-nri-plugin"))
+            .env(k, v)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
             .args(["--socket".as_ref(), socket.as_os_str(), "--retry-ms".as_ref(), "50".as_ref()])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

@@ -56,6 +56,14 @@ fn to_spec(pod: Option<&pb::PodSandbox>, ctr: &pb::Container) -> Value {
     let mut annotations: BTreeMap<&str, &str> = pod.map(|p| p.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()).unwrap_or_default();
     annotations.extend(ctr.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let linux = ctr.linux.clone().unwrap_or_default();
+    // The network namespace is the pod's business, and the pod says it: containerd 1.7 gives a
+    // host-network sandbox no `network` namespace and others `/var/run/netns/cni-…`, while
+    // every container's names the pause process's (`/proc/PID/ns/net`, whichever network it
+    // is in), which the plugin cannot even see from its own PID namespace.
+    let namespaces = match pod.and_then(|p| p.linux.as_ref()) {
+        Some(l) => &l.namespaces,
+        None => &linux.namespaces,
+    };
     json!({
         "annotations": annotations,
         "process": {
@@ -63,7 +71,7 @@ fn to_spec(pod: Option<&pb::PodSandbox>, ctr: &pb::Container) -> Value {
             "rlimits": ctr.rlimits.iter().map(|r| json!({"type": r.r#type, "hard": r.hard, "soft": r.soft})).collect::<Vec<_>>(),
         },
         "linux": {
-            "namespaces": linux.namespaces.iter().map(|n| json!({"type": n.r#type, "path": n.path})).collect::<Vec<_>>(),
+            "namespaces": namespaces.iter().map(|n| json!({"type": n.r#type, "path": n.path})).collect::<Vec<_>>(),
             "devices": linux.devices.iter().map(|d| json!({"path": d.path, "type": d.r#type, "major": d.major, "minor": d.minor})).collect::<Vec<_>>(),
         },
     })
@@ -182,27 +190,39 @@ mod tests {
         }
     }
 
-    /// A container as containerd 1.7.24's CRI describes a host-network pod's container to NRI
-    /// (seen in cri_cases' runtime specs): a `network` namespace entry naming the pause
-    /// process's, which is the host's (here: this process's, as the plugin runs on the host
-    /// network), and the env kubelet and the image give it.
+    fn ns(t: &str, p: &str) -> pb::LinuxNamespace {
+        pb::LinuxNamespace { r#type: t.into(), path: p.into() }
+    }
+
+    /// A container as containerd 1.7.24 describes it to NRI (logged by the plugin in nri_cases):
+    /// its namespaces name the pause process's (a PID the plugin's own PID namespace does not
+    /// have), network included, for host-network and other pods alike; and the env kubelet and
+    /// the image give it.
     fn container(env: &[&str]) -> pb::Container {
-        let ns = |t: &str, p: &str| pb::LinuxNamespace { r#type: t.into(), path: p.into() };
-        let pause_net = format!("/proc/{}/ns/net", std::process::id());
+        let pause_net = "/proc/4000000/ns/net";
         pb::Container {
             id: "c1".into(),
             name: "worker".into(),
             env: env.iter().map(|s| s.to_string()).collect(),
             linux: Some(pb::LinuxContainer {
-                namespaces: vec![ns("pid", ""), ns("ipc", "/proc/1/ns/ipc"), ns("uts", ""), ns("mount", ""), ns("network", &pause_net)],
+                namespaces: vec![ns("pid", ""), ns("ipc", "/proc/4000000/ns/ipc"), ns("uts", "/proc/4000000/ns/uts"), ns("mount", ""), ns("network", pause_net)],
                 ..Default::default()
             }),
             ..Default::default()
         }
     }
 
+    /// A host-network pod as containerd 1.7.24 describes it to NRI: no `network` namespace.
     fn pod() -> pb::PodSandbox {
-        pb::PodSandbox { name: "train-0".into(), namespace: "ml".into(), ..Default::default() }
+        let linux = pb::LinuxPodSandbox { namespaces: vec![ns("pid", ""), ns("ipc", ""), ns("mount", "")], ..Default::default() };
+        pb::PodSandbox { name: "train-0".into(), namespace: "ml".into(), linux: Some(linux), ..Default::default() }
+    }
+
+    /// A pod on the cluster network: its own namespace, made by CNI.
+    fn pod_off_host_network() -> pb::PodSandbox {
+        let mut p = pod();
+        p.linux.as_mut().unwrap().namespaces.extend([ns("uts", ""), ns("network", "/var/run/netns/cni-b12bf0e7-9df9-364b-63fa-33681d039790")]);
+        p
     }
 
     fn env_of(a: &pb::ContainerAdjustment, k: &str) -> Option<String> {
@@ -259,14 +279,11 @@ mod tests {
 
     #[test]
     fn pods_off_the_host_network_are_named_with_the_fix() {
-        let mut c = container(&["ERDMA_VISIBLE_DEVICES=all"]);
-        let ns = &mut c.linux.as_mut().unwrap().namespaces;
-        ns.retain(|n| n.r#type != "network");
-        ns.push(pb::LinuxNamespace { r#type: "network".into(), path: "/var/run/netns/cni-1234".into() });
-        let e = create(Some(&pod()), &c, || Ok(host()), &Config::default()).unwrap_err().to_string();
+        let c = container(&["ERDMA_VISIBLE_DEVICES=all"]);
+        let e = create(Some(&pod_off_host_network()), &c, || Ok(host()), &Config::default()).unwrap_err().to_string();
         assert!(e.contains("pod ml/train-0") && e.contains("`hostNetwork: true`"), "{e}");
         let warn = Config { network: NetworkPolicy::Warn, ..Config::default() };
-        let d = create(Some(&pod()), &c, || Ok(host()), &warn).unwrap();
+        let d = create(Some(&pod_off_host_network()), &c, || Ok(host()), &warn).unwrap();
         let w = d.report.unwrap().warnings;
         assert!(w.iter().any(|w| w.contains("hostNetwork: true") && w.contains("ml/train-0")), "{w:?}");
         assert!(d.adjust.is_some(), "warn: the devices are still given");
