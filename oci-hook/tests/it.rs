@@ -11,3 +11,4 @@ mod nccl_cases;
 mod deviceplugin_cases;
 mod cri_cases;
 mod nri_cases;
+mod deploy_cases;
