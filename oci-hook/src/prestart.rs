@@ -157,13 +157,21 @@ pub fn check_environment(names: impl IntoIterator<Item = String>) -> Result<()> 
     )))
 }
 
-/// Does the work for the state JSON `state`. `Ok(None)`: the container did not ask.
-pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
+/// The state JSON the runtime hands a hook, read and checked (`bundle` absolute): input from
+/// the engine, on which nothing is acted here.
+pub fn parse_state(state: &[u8]) -> Result<State> {
     let state: State = serde_json::from_slice(state).map_err(|e| malformed_state(e.to_string()))?;
     let bundle = state.bundle();
     if bundle.as_os_str().is_empty() || !bundle.is_absolute() {
         return Err(malformed_state(format!("`bundle` must be an absolute path, got {:?}", bundle.display().to_string())));
     }
+    Ok(state)
+}
+
+/// Does the work for the state JSON `state`. `Ok(None)`: the container did not ask.
+pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
+    let state = parse_state(state)?;
+    let bundle = state.bundle();
     let (_, spec) = spec::read(&bundle.join("config.json"))?;
     let request = request::from_spec(&spec, config)?;
     if request == Request::None {
