@@ -72,6 +72,11 @@ pub struct Options {
     pub cuda: Option<Cuda>,
     /// Bounds of every repository, key and package transfer (`--read-timeout`).
     pub timeouts: crate::http::Timeouts,
+    /// What a hostile base or repository may cost (`--max-layers`, `--max-inflation`,
+    /// `--max-entries`).
+    pub limits: crate::limits::Limits,
+    /// `plan --download`: fetch the packages into the cache to read their payloads.
+    pub download: bool,
 }
 
 impl Options {
@@ -172,13 +177,13 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
     let work = tempfile::Builder::new().prefix("erdma-build-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
 
     reporter.step(&format!("reading {}", opts.base));
-    let src = Source::open(&opts.base, &regs).await?;
+    let src = Source::open(&opts.base, &regs, opts.limits).await?;
     let images = src.images(&opts.platform).await?;
 
     // Open the output before any heavy work so an unwritable destination fails fast.
     let sink = match output {
         Some(out) => {
-            let sink = Sink::open(out, &regs, reporter.clone(), counters.clone()).await?;
+            let sink = Sink::open(out, &regs, reporter.clone(), counters.clone(), opts.limits.inflation).await?;
             if images.len() > 1 && !sink.supports_index() {
                 return Err(Error::Unsupported(format!("{out} holds one image; --platform all needs docker:// or oci: or oci-archive: output")));
             }
@@ -325,7 +330,7 @@ struct RecipeLayer {
 #[allow(clippy::too_many_arguments)]
 async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>, arch: &str, env: &[(String, String)], build: bool, reporter: &dyn Reporter) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
-    let http = crate::http::Client::new(opts.timeouts).map_err(|e| Error::Unsupported(e.to_string()))?;
+    let http = crate::http::Client::new(opts.timeouts).map_err(|e| Error::Unsupported(e.to_string()))?.max_inflation(opts.limits.inflation);
     let mut keys = BTreeMap::new();
     let mut trusted = Vec::new();
     let mut warnings = Vec::new();
@@ -374,6 +379,7 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             local: &opts.local_packages,
             nccl: nccl.as_ref().map(|(req, _)| req.clone()),
             cache_dir: cache_dir(),
+            download: opts.download,
         };
         let (report, gone) = crate::packages::install(recipe.distro.backend, &inputs, base, build.then_some(&mut layer), reporter).await.map_err(|e| signed_by_dropped_key(e, &trusted))?;
         if build {

@@ -44,7 +44,7 @@ pub enum Command {
     /// Build a new image from BASE with the eRDMA layer added, and write it to OUTPUT.
     Build(BuildArgs),
     /// Show what `build` would do (files added, env set, layers reused) without writing anything.
-    Plan(CommonArgs),
+    Plan(PlanArgs),
     /// Tell whether IMAGE is ready for eRDMA training: RDMA user space, no Mellanox OFED, NCCL,
     /// CUDA, Python and the NCCL env. Exit 0 when ready, 1 when not.
     Check(CheckArgs),
@@ -75,6 +75,23 @@ pub struct BuildArgs {
     /// Where to write the new image, e.g. docker://registry/repo:tag or oci:out:demo.
     #[arg(long, short)]
     pub output: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Download the packages too (into the cache, verified as a build verifies them) to list
+    /// their setuid and setgid files and device nodes; without it, only the packages already
+    /// on disk (--package files, the cache) are read.
+    #[arg(long)]
+    pub download: bool,
+}
+
+impl PlanArgs {
+    pub fn resolve(&self) -> Result<Options> {
+        Ok(Options { download: self.download, ..self.common.resolve()? })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -158,6 +175,19 @@ pub struct CommonArgs {
     /// 4 × SECS + 4 s per file instead of hanging it.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub read_timeout: u64,
+    /// Refuse a base image of more than N layers (before any is read). Docker runs images of
+    /// at most 125.
+    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_LAYERS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_layers: u64,
+    /// Refuse a base layer, Packages index or repository metadata file that decompresses to
+    /// more than N times its compressed size (after the first 64 MiB): a decompression bomb.
+    /// 0 lifts the limit.
+    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_INFLATION)]
+    pub max_inflation: u64,
+    /// Refuse a base whose layers read hold more than N tar entries in all (files,
+    /// directories, links, whiteouts; about 170 bytes of memory each).
+    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_entries: u64,
 }
 
 impl CommonArgs {
@@ -215,6 +245,8 @@ impl CommonArgs {
             local_packages: self.packages.clone(),
             epoch: Options::epoch_from_env(),
             timeouts: crate::http::Timeouts { read: std::time::Duration::from_secs(self.read_timeout), ..Default::default() },
+            limits: crate::limits::Limits { layers: usize::try_from(self.max_layers).unwrap_or(usize::MAX), inflation: self.max_inflation, entries: self.max_entries },
+            download: false,
         })
     }
 }

@@ -126,11 +126,22 @@ pub enum Error {
         source: crate::packages::apt::deb::DebError,
     },
 
+    /// A payload entry refused before anything is written ([`crate::packages::payload`]):
+    /// `package` is `name version (origin)`, `entry` the name as the package gives it, escaped
+    /// so that the message stays one line.
+    #[error("package {package}: refusing entry `{entry}`: {reason}")]
+    PackageEntry { package: String, entry: String, reason: String },
+
     #[error("downloading {url} failed: {reason}")]
     Download { url: String, reason: String },
 
     #[error("{0}")]
     Unsupported(String),
+
+    /// A bound on what a hostile input may cost ([`crate::limits`]): `what` names the input,
+    /// the limit says how to raise it. One line, so that it is the `error:` line.
+    #[error("{what} {exceeded}")]
+    Limit { what: String, exceeded: crate::limits::Exceeded },
 }
 
 impl Error {

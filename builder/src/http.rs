@@ -87,6 +87,9 @@ pub type Failed = Arc<Mutex<Option<String>>>;
 pub struct Client {
     inner: reqwest::Client,
     timeouts: Timeouts,
+    /// `--max-inflation`: how far what this client fetches may inflate when decompressed
+    /// (`None`: the default of `limits`, which this module does not import: it stays a leaf).
+    max_inflation: Option<u64>,
 }
 
 impl Client {
@@ -97,11 +100,22 @@ impl Client {
             .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| HttpError::Client(e.to_string()))?;
-        Ok(Client { inner, timeouts })
+        Ok(Client { inner, timeouts, max_inflation: None })
+    }
+
+    /// The client, with indices it fetches allowed to inflate `n` times (`--max-inflation`;
+    /// 0: no limit).
+    pub fn max_inflation(self, n: u64) -> Client {
+        Client { max_inflation: Some(n), ..self }
     }
 
     pub fn timeouts(&self) -> Timeouts {
         self.timeouts
+    }
+
+    /// `--max-inflation`, for what reads this client's downloads; `None` when not set.
+    pub fn inflation(&self) -> Option<u64> {
+        self.max_inflation
     }
 
     /// Waits before try `attempt` (1-based) and says why in the log.

@@ -7,6 +7,8 @@
 //! - [`packages`]: where a package gets resolved and unpacked (`packages::apt`), and NCCL's
 //!   build chosen; `packages::openpgp`: which repository keys are trusted and signatures verified; [`http`]: the one HTTP client for
 //!   repositories, keys and packages (timeouts, retries, streaming).
+//! - [`limits`]: what a hostile base or repository may cost (`--max-layers`, `--max-inflation`,
+//!   `--max-entries`), and the one reader that bounds decompression.
 //! - [`image`]: the image machinery below all of it: names (`image::transport`), reading
 //!   (`image::source`, `registry`, `layout`, `blob`), a base's files (`image::files`, `rootfs`),
 //!   where a layer gets written (`image::layer`), the config merge (`image::config`), writing
@@ -23,6 +25,7 @@ pub mod error;
 pub mod http;
 pub mod image;
 pub mod inspect;
+pub mod limits;
 pub mod packages;
 pub mod progress;
 pub mod recipe;

@@ -189,6 +189,18 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
             for g in &p.remove {
                 writeln!(out, "  package {} {} (remove)", g.name, g.version)?;
             }
+            for f in &p.special_files {
+                let what = match (f.major, f.minor) {
+                    (Some(major), Some(minor)) => format!("{} device {} {major}:{minor}", f.kind, f.path),
+                    _ if f.created => format!("{} file {}", f.kind, f.path),
+                    _ => format!("{} {}", f.kind, f.path),
+                };
+                let created = if f.created { "" } else { ", not created" };
+                writeln!(out, "  {what} (mode {}{created}) in package {}", f.mode, f.package)?;
+            }
+            if !p.not_inspected.is_empty() {
+                writeln!(out, "  payloads not read (not downloaded; plan --download reads them): {}", p.not_inspected.join(", "))?;
+            }
         }
         if let Some(n) = &img.nccl {
             writeln!(out, "  nccl libnccl2 {} for CUDA {} ({}), held against apt upgrades", n.libnccl2, n.cuda.version, n.cuda.source)?;

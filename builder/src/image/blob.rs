@@ -119,12 +119,13 @@ impl Compression {
     }
 }
 
-/// Wraps `r` in the decompressor its first bytes call for.
-pub fn decompressed<'a, R: io::BufRead + 'a>(mut r: R) -> io::Result<Box<dyn Read + 'a>> {
+/// Wraps `r` in the decompressor its first bytes call for, refusing a decompression bomb: more
+/// than `max_inflation` × the compressed bytes read ([`crate::limits::inflate`]; 0: no limit).
+pub fn decompressed<'a, R: io::BufRead + 'a>(mut r: R, max_inflation: u64) -> io::Result<Box<dyn Read + 'a>> {
     let head = r.fill_buf()?;
     Ok(match Compression::sniff(head) {
-        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
-        Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(r)?),
+        Compression::Gzip => Box::new(crate::limits::inflate(r, max_inflation, u64::MAX, |c| Ok(Box::new(flate2::bufread::MultiGzDecoder::new(c))))?),
+        Compression::Zstd => Box::new(crate::limits::inflate(r, max_inflation, u64::MAX, |c| Ok(Box::new(zstd::stream::read::Decoder::with_buffer(c)?)))?),
         Compression::None => Box::new(r),
     })
 }

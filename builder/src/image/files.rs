@@ -62,13 +62,16 @@ pub struct ImageFiles<'a> {
     counters: &'a Counters,
     handle: tokio::runtime::Handle,
     snapshots: Vec<std::sync::OnceLock<Snapshot>>,
+    /// What the snapshots may hold in all (`--max-entries`).
+    budget: crate::image::rootfs::Budget,
 }
 
 impl<'a> ImageFiles<'a> {
     pub(crate) fn new(src: &'a Source, img: &SourceImage, cache: &'a LayerCache, reporter: &'a Arc<dyn Reporter>, counters: &'a Counters) -> Self {
         let layers: Vec<(String, u64)> = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
         let snapshots = layers.iter().map(|_| std::sync::OnceLock::new()).collect();
-        ImageFiles { src, layers, cache, reporter, counters, handle: tokio::runtime::Handle::current(), snapshots }
+        let budget = crate::image::rootfs::Budget::new(&src.limits);
+        ImageFiles { src, layers, cache, reporter, counters, handle: tokio::runtime::Handle::current(), snapshots, budget }
     }
 
     fn open(&self, i: usize) -> Result<Box<dyn BufRead>> {
@@ -91,9 +94,10 @@ impl<'a> ImageFiles<'a> {
         // the same answer): a rebuild on the same base downloads no base layer at all.
         let cached = crate::image::blob::digest_hex(&self.layers[i].0).ok().map(|h| cache_dir().join("layers").join(format!("{h}.snapshot.json")));
         if let Some(snap) = cached.as_ref().and_then(|p| std::fs::read(p).ok()).and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok()) {
+            self.budget.take_entries(snap.len()).map_err(|exceeded| Error::Limit { what: format!("the base {}", self.src.reference), exceeded })?;
             return Ok(self.snapshots[i].get_or_init(|| snap));
         }
-        let snap = tokio::task::block_in_place(|| Snapshot::read(&mut *self.open(i)?))?;
+        let snap = tokio::task::block_in_place(|| Snapshot::read(&mut *self.open(i)?, self.src.limits.inflation, &self.budget).map_err(|e| self.layer_error(i, e)))?;
         if let Some(p) = cached {
             if let (Some(dir), Ok(json)) = (p.parent(), serde_json::to_vec(&snap)) {
                 let _ = std::fs::create_dir_all(dir);
@@ -107,6 +111,16 @@ impl<'a> ImageFiles<'a> {
         Ok(self.snapshots[i].get_or_init(|| snap))
     }
 
+    /// A layer that could not be read: a limit reached, a digest mismatch, or a bad tar.
+    fn layer_error(&self, i: usize, e: std::io::Error) -> Error {
+        let (digest, _) = &self.layers[i];
+        match crate::limits::exceeded(&e) {
+            Some(exceeded @ crate::limits::Exceeded::Entries { .. }) => Error::Limit { what: format!("the base {}", self.src.reference), exceeded: exceeded.clone() },
+            Some(exceeded) => Error::Limit { what: format!("layer {digest} of {}", self.src.reference), exceeded: exceeded.clone() },
+            None => crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed { what: "layer", reference: format!("{digest} of {}", self.src.reference), reason: e.to_string() }),
+        }
+    }
+
     /// What the image has at `path` (not following a final symlink).
     pub(crate) fn entry(&self, path: &str) -> Result<Option<SnapEntry>> {
         Ok(crate::image::rootfs::lookup((0..self.layers.len()).map(|i| self.snapshot(i)), path)?.cloned())
@@ -114,7 +128,15 @@ impl<'a> ImageFiles<'a> {
 
     /// `path` with every symlink in it resolved inside the image (the last one too when `last`).
     pub fn real_path(&self, path: &str, last: bool) -> Result<Option<String>> {
-        crate::image::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p))
+        crate::image::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p)).map_err(|e| self.name_image(e))
+    }
+
+    /// A limit reached at a path of the image: name the image too.
+    fn name_image(&self, e: Error) -> Error {
+        match e {
+            Error::Limit { what, exceeded } if what.starts_with('/') => Error::Limit { what: format!("{what} in {}", self.src.reference), exceeded },
+            other => other,
+        }
     }
 
     /// What the image has at `path`, symlinks followed.
@@ -129,7 +151,7 @@ impl<'a> ImageFiles<'a> {
     pub fn scan(&self, path: &str, content: &mut crate::image::rootfs::ContentFn<'_>) -> Result<Option<Vec<u8>>> {
         let Some(real) = self.real_path(path, true)? else { return Ok(None) };
         match self.entry(&real)? {
-            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::image::rootfs::read_file_with(self.layers.len(), &mut |i| self.open(i), &real, content)),
+            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::image::rootfs::read_file_with(self.layers.len(), &mut |i| self.open(i), &real, self.src.limits.inflation, content)).map_err(|e| self.name_image(e)),
             _ => Ok(None),
         }
     }
@@ -139,7 +161,7 @@ impl<'a> ImageFiles<'a> {
         match self.entry(&real)? {
             Some(SnapEntry::File(Some(data))) if data.len() as u64 <= max => Ok(Some(data)),
             // Content the snapshot did not keep: one streaming pass for it.
-            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::image::rootfs::read_file(self.layers.len(), &mut |i| self.open(i), &real, max)),
+            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::image::rootfs::read_file_bounded(self.layers.len(), &mut |i| self.open(i), &real, max, self.src.limits.inflation)).map_err(|e| self.name_image(e)),
             _ => Ok(None),
         }
     }

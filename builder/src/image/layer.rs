@@ -120,15 +120,28 @@ impl LayerContents {
     pub fn insert(&mut self, path: &str, entry: Entry) -> Result<()> {
         let norm = normalize(path)
             .ok_or_else(|| Error::Unsupported(format!("invalid path `{path}` for a layer entry")))?;
-        let mut parent = String::new();
-        for comp in norm.split('/').collect::<Vec<_>>().split_last().map(|(_, p)| p.to_vec()).unwrap_or_default() {
-            if !parent.is_empty() {
-                parent.push('/');
+        // Every entry's parents are directories of the layer, and a directory with entries
+        // under it stays one: an entry under a symlink of the same layer would be written
+        // wherever the link points when a runtime extracts the layer (packages::payload).
+        let under = |p: &str, e: &Entry| Error::Unsupported(format!("layer entry `{norm}` would lie under `{p}`, which the layer holds as a {}", match e.kind {
+            EntryKind::Symlink(_) => "symlink",
+            EntryKind::Whiteout => "whiteout",
+            _ => "file",
+        }));
+        if matches!(entry.kind, EntryKind::File(_) | EntryKind::Spooled { .. } | EntryKind::Symlink(_)) {
+            let prefix = format!("{norm}/");
+            if let Some((child, _)) = self.entries.range(prefix.clone()..).next().filter(|(p, _)| p.starts_with(&prefix)) {
+                return Err(Error::Unsupported(format!("layer entry `{norm}` would replace a directory that holds `{child}`")));
             }
-            parent.push_str(comp);
-            self.entries
-                .entry(parent.clone())
-                .or_insert(Entry { kind: EntryKind::Dir, mode: 0o755, uid: 0, gid: 0 });
+        }
+        let parents: Vec<&str> = norm.match_indices('/').map(|(i, _)| &norm[..i]).collect();
+        for p in &parents {
+            if let Some(e) = self.entries.get(*p).filter(|e| e.kind != EntryKind::Dir) {
+                return Err(under(p, e));
+            }
+        }
+        for p in parents {
+            self.entries.entry(p.to_string()).or_insert(Entry { kind: EntryKind::Dir, mode: 0o755, uid: 0, gid: 0 });
         }
         self.mtimes.remove(&norm);
         self.entries.insert(norm, entry);
@@ -344,7 +357,7 @@ mod tests {
             // The diff_id is the digest of the uncompressed tar.
             let f = std::io::BufReader::new(File::open(dir.path().join("a")).unwrap());
             let mut raw = Vec::new();
-            crate::image::blob::decompressed(f).unwrap().read_to_end(&mut raw).unwrap();
+            crate::image::blob::decompressed(f, 0).unwrap().read_to_end(&mut raw).unwrap();
             assert_eq!(crate::image::blob::sha256_digest(&raw), a.diff_id);
             assert_eq!(a.size, std::fs::metadata(dir.path().join("a")).unwrap().len());
         }
@@ -378,5 +391,27 @@ mod tests {
         assert!(LayerContents::new().add_file("../etc/passwd", vec![], 0o644).is_err());
         assert_eq!(normalize("/./a//b/"), Some("a/b".into()));
         assert_eq!(normalize("/"), None);
+    }
+
+    /// Nothing goes under a symlink, file or whiteout of the same layer, and a directory with
+    /// entries stays one: an extractor would otherwise write through the link.
+    #[test]
+    fn entries_never_lie_under_a_non_directory() {
+        let mut l = LayerContents::new();
+        l.add_symlink("usr/lib", "/tmp").unwrap();
+        let e = l.add_file("usr/lib/x", vec![], 0o644).unwrap_err().to_string();
+        assert_eq!(e, "layer entry `usr/lib/x` would lie under `usr/lib`, which the layer holds as a symlink");
+        assert!(!l.entries.contains_key("usr/lib/x"));
+        l.add_file("etc/f", vec![], 0o644).unwrap();
+        assert!(l.add_dir("etc/f/d", 0o755).is_err());
+        l.add_whiteout("opt/gone").unwrap();
+        assert!(l.add_file("opt/gone/x", vec![], 0o644).is_err());
+        let e = l.add_symlink("etc", "/").unwrap_err().to_string();
+        assert_eq!(e, "layer entry `etc` would replace a directory that holds `etc/f`");
+        // Replacing a file, a symlink or an empty directory is fine.
+        l.add_symlink("etc/f", "g").unwrap();
+        l.add_dir("srv", 0o755).unwrap();
+        l.add_file("srv", vec![], 0o644).unwrap();
+        l.add_file("usr/lib", vec![], 0o644).unwrap();
     }
 }

@@ -196,12 +196,24 @@ impl Registries {
     }
 
     /// A verified stream of a blob. Failures mid-stream surface as stream errors; callers
-    /// that can restart (whole-blob copies) retry through [`Registries::retry_stream`].
+    /// that can restart (whole-blob copies) retry through [`Registries::retry_stream`]. With a
+    /// `size` (the descriptor's), a body longer than it fails at its first byte too many
+    /// ([`crate::limits::Exceeded::BlobSize`]): the digest is only checked at the end, and an
+    /// endless body would otherwise fill the disk.
     pub async fn blob_stream(&self, r: &Reference, digest: &str, size: i64) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
         let desc = OciDescriptor { digest: digest.to_string(), size, ..Default::default() };
         self.login(r, false).await?;
         let s = self.retry(r, "downloading blob", || self.client.pull_blob_stream(r, &desc)).await?;
-        Ok(s.stream)
+        let Some(max) = u64::try_from(size).ok().filter(|s| *s > 0) else { return Ok(s.stream) };
+        let (digest, mut got) = (digest.to_string(), 0u64);
+        Ok(Box::pin(futures_util::StreamExt::map(s.stream, move |chunk| {
+            let chunk = chunk?;
+            got += chunk.len() as u64;
+            if got > max {
+                return Err(std::io::Error::other(crate::limits::Exceeded::BlobSize { digest: digest.clone(), size: max }));
+            }
+            Ok(chunk)
+        })))
     }
 
     pub async fn blob_exists(&self, r: &Reference, digest: &str) -> Result<bool> {

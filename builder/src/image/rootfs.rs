@@ -9,8 +9,7 @@ use std::io::{self, BufRead, Read};
 use crate::image::blob::decompressed;
 use crate::error::{Error, Result};
 use crate::image::layer::normalize;
-
-const MAX_SYMLINKS: usize = 16;
+use crate::limits::{EntryBudget, Exceeded, Limits, DEFAULT_INFLATION, MAX_SYMLINKS};
 
 /// What a file read is answered with: given the file's reader and size, the bytes to return.
 pub type ContentFn<'a> = dyn FnMut(&mut dyn Read, u64) -> io::Result<Vec<u8>> + 'a;
@@ -28,12 +27,24 @@ enum Seen {
 }
 
 /// Reads `path` as the container would see it. `open(i)` opens layer `i` counted from the
-/// top (0 is the topmost) and is only called for layers that have to be looked at.
+/// top (0 is the topmost) and is only called for layers that have to be looked at. Layers may
+/// inflate [`DEFAULT_INFLATION`] times ([`read_file_bounded`] takes another bound).
 pub fn read_file(
     layer_count: usize,
     open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>,
     path: &str,
     max_size: u64,
+) -> Result<Option<Vec<u8>>> {
+    read_file_bounded(layer_count, open, path, max_size, DEFAULT_INFLATION)
+}
+
+/// [`read_file`], with layers allowed to inflate `max_inflation` times (`--max-inflation`).
+pub fn read_file_bounded(
+    layer_count: usize,
+    open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>,
+    path: &str,
+    max_size: u64,
+    max_inflation: u64,
 ) -> Result<Option<Vec<u8>>> {
     let mut whole = |entry: &mut dyn Read, size: u64| -> io::Result<Vec<u8>> {
         if size > max_size {
@@ -43,7 +54,7 @@ pub fn read_file(
         entry.take(max_size).read_to_end(&mut data)?;
         Ok(data)
     };
-    read_file_with(layer_count, open, path, &mut whole)
+    read_file_with(layer_count, open, path, max_inflation, &mut whole)
 }
 
 /// [`read_file`], with the file's content handed to `content` (its reader and size) as the
@@ -52,13 +63,14 @@ pub fn read_file_with(
     layer_count: usize,
     open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>,
     path: &str,
+    max_inflation: u64,
     content: &mut ContentFn<'_>,
 ) -> Result<Option<Vec<u8>>> {
     let Some(mut want) = normalize(path) else { return Ok(None) };
-    'resolve: for _ in 0..MAX_SYMLINKS {
+    'resolve: for _ in 0..=MAX_SYMLINKS {
         for i in 0..layer_count {
             let mut r = open(i)?;
-            match scan(&mut r, &want, content).map_err(|e| layer_error(e, i))? {
+            match scan(&mut r, &want, max_inflation, content).map_err(|e| layer_error(e, i))? {
                 Seen::Nothing => continue,
                 Seen::File(data) => return Ok(Some(data)),
                 Seen::NotAFile | Seen::Hidden => return Ok(None),
@@ -80,7 +92,7 @@ pub fn read_file_with(
         }
         return Ok(None);
     }
-    Ok(None)
+    Err(Error::Limit { what: format!("/{}", normalize(path).unwrap_or_default()), exceeded: Exceeded::Symlinks })
 }
 
 /// Names directly inside directory `dir` as the container sees them (regular files and
@@ -107,7 +119,7 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
     let mut out = Vec::new();
     let mut hidden = false;
     {
-        let mut archive = tar::Archive::new(decompressed(&mut *r)?);
+        let mut archive = tar::Archive::new(decompressed(&mut *r, DEFAULT_INFLATION)?);
         for entry in archive.entries()? {
             let entry = entry?;
             let raw = entry.path_bytes();
@@ -139,6 +151,9 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
 }
 
 fn layer_error(e: io::Error, i: usize) -> Error {
+    if let Some(exceeded) = crate::limits::exceeded(&e) {
+        return Error::Limit { what: format!("layer {i} from the top"), exceeded: exceeded.clone() };
+    }
     crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed {
         what: "layer",
         reference: format!("layer {i} from the top"),
@@ -162,11 +177,11 @@ fn resolve(base: &str, target: &str) -> Option<String> {
 }
 
 /// Scans one (possibly compressed) layer for `want`, then reads the rest of the input.
-fn scan(r: &mut dyn BufRead, want: &str, content: &mut ContentFn<'_>) -> io::Result<Seen> {
+fn scan(r: &mut dyn BufRead, want: &str, max_inflation: u64, content: &mut ContentFn<'_>) -> io::Result<Seen> {
     let mut seen = Seen::Nothing;
     let mut hidden = false;
     {
-        let mut archive = tar::Archive::new(decompressed(&mut *r)?);
+        let mut archive = tar::Archive::new(decompressed(&mut *r, max_inflation)?);
         for entry in archive.entries()? {
             let mut entry = entry?;
             let raw = entry.path_bytes();
@@ -284,8 +299,40 @@ mod tests {
         let big = layer(|l| l.add_file("etc/os-release", vec![b'x'; 100], 0o644).unwrap());
         let mut open = |_| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(big.clone()))) };
         assert!(read_file(1, &mut open, "etc/os-release", 10).is_err());
+        // A symlink loop is refused, naming the path, as the kernel's ELOOP would.
         let loop_ = layer(|l| l.add_symlink("etc/os-release", "os-release").unwrap());
-        assert_eq!(read(&[loop_], "etc/os-release"), None);
+        let mut open = |_| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(loop_.clone()))) };
+        let e = read_file(1, &mut open, "etc/os-release", 10).unwrap_err();
+        assert!(matches!(&e, Error::Limit { what, exceeded: Exceeded::Symlinks } if what == "/etc/os-release"), "{e}");
+    }
+
+    #[test]
+    fn snapshots_take_their_entries_from_the_budget() {
+        let l = layer(|l| {
+            for i in 0..10 {
+                l.add_file(&format!("etc/f{i}"), vec![b'x'; 100], 0o644).unwrap();
+            }
+        });
+        let budget = Budget::new(&Limits { entries: 25, ..Limits::default() });
+        // etc/ and ten files: 11 entries each time.
+        let first = Snapshot::read(&mut io::Cursor::new(l.clone()), 100, &budget).unwrap();
+        assert_eq!(first.len(), 11);
+        Snapshot::read(&mut io::Cursor::new(l.clone()), 100, &budget).unwrap();
+        let e = Snapshot::read(&mut io::Cursor::new(l), 100, &budget).unwrap_err();
+        assert_eq!(crate::limits::exceeded(&e), Some(&Exceeded::Entries { limit: 25 }));
+    }
+
+    #[test]
+    fn kept_content_is_bounded_per_image() {
+        // Five 16 MiB files under /etc: four fit in KEEP_TOTAL, the fifth is read when asked.
+        let l = layer(|l| {
+            for i in 0..5 {
+                l.add_file(&format!("etc/big{i}"), vec![b'x'; 16 << 20], 0o644).unwrap();
+            }
+        });
+        let snap = Snapshot::read(&mut io::Cursor::new(l), 100, &Budget::new(&Limits::default())).unwrap();
+        let kept = (0..5).filter(|i| matches!(snap.entries.get(&format!("etc/big{i}")), Some(SnapEntry::File(Some(_))))).count();
+        assert_eq!(kept, 4);
     }
 }
 
@@ -329,6 +376,36 @@ mod b64 {
     }
 }
 
+/// What the snapshots of one image's layers may hold in all: entries ([`Limits::entries`]),
+/// and [`KEEP_TOTAL`] bytes of file content (past it, content is read again when asked for).
+#[derive(Debug)]
+pub struct Budget {
+    entries: EntryBudget,
+    kept: std::sync::atomic::AtomicU64,
+}
+
+/// File content (os-release, dpkg status, apt sources, keys) the snapshots of one image keep:
+/// a real base's `/etc` and dpkg status are a few MiB; a hostile one with thousands of 16 MiB
+/// files under `/etc` would otherwise be held whole.
+pub const KEEP_TOTAL: u64 = 64 << 20;
+
+impl Budget {
+    pub fn new(limits: &Limits) -> Budget {
+        Budget { entries: EntryBudget::new(limits.entries), kept: std::sync::atomic::AtomicU64::new(KEEP_TOTAL) }
+    }
+
+    /// Takes `n` entries for a snapshot.
+    pub fn take_entries(&self, n: u64) -> std::result::Result<(), Exceeded> {
+        self.entries.take(n)
+    }
+
+    /// Whether `size` more bytes of content may be kept (and takes them).
+    fn keep(&self, size: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.kept.fetch_update(Relaxed, Relaxed, |left| left.checked_sub(size)).is_ok()
+    }
+}
+
 /// Whether a file's content is kept in the snapshot.
 fn of_interest(path: &str, size: u64) -> bool {
     const KEEP: &[&str] = &["etc/", "usr/share/keyrings/", "usr/lib/os-release", "var/lib/dpkg/status", "var/lib/dpkg/info/format"];
@@ -336,17 +413,16 @@ fn of_interest(path: &str, size: u64) -> bool {
 }
 
 impl Snapshot {
-    /// Reads a whole (possibly compressed) layer; the input is drained for its digest check.
-    pub fn read(r: &mut dyn BufRead) -> Result<Snapshot> {
-        Self::scan(r).map_err(|e| crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed { what: "layer", reference: "base image".into(), reason: e.to_string() }))
-    }
-
-    fn scan(r: &mut dyn BufRead) -> io::Result<Snapshot> {
+    /// Reads a whole (possibly compressed) layer, inflating at most `max_inflation` times and
+    /// taking its entries from `budget`; the input is drained for its digest check. A limit
+    /// reached is an error carrying [`Exceeded`].
+    pub fn read(r: &mut dyn BufRead, max_inflation: u64, budget: &Budget) -> io::Result<Snapshot> {
         let mut snap = Snapshot::default();
         {
-            let mut archive = tar::Archive::new(decompressed(&mut *r)?);
+            let mut archive = tar::Archive::new(decompressed(&mut *r, max_inflation)?);
             for entry in archive.entries()? {
                 let mut entry = entry?;
+                budget.take_entries(1).map_err(io::Error::other)?;
                 let raw = entry.path_bytes();
                 let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { continue };
                 let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
@@ -360,7 +436,7 @@ impl Snapshot {
                 }
                 let t = entry.header().entry_type();
                 let e = if t.is_file() {
-                    if of_interest(&name, entry.size()) {
+                    if of_interest(&name, entry.size()) && budget.keep(entry.size()) {
                         let mut data = Vec::with_capacity(entry.size() as usize);
                         (&mut entry).take(16 << 20).read_to_end(&mut data)?;
                         SnapEntry::File(Some(data))
@@ -386,6 +462,16 @@ impl Snapshot {
         }
         io::copy(r, &mut io::sink())?;
         Ok(snap)
+    }
+
+    /// Entries, whiteouts and opaque directories: what [`Budget::take_entries`] counts (a
+    /// snapshot read from the cache is counted again).
+    pub fn len(&self) -> u64 {
+        (self.entries.len() + self.whiteouts.len() + self.opaque.len()) as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Whether this layer hides `path` in the layers below it: a whiteout of it or of a parent,
@@ -449,7 +535,8 @@ pub fn lookup<'a>(snapshots: impl Iterator<Item = Result<&'a Snapshot>>, path: &
 
 /// Resolves symlinks in `path`'s directories (and in the path itself when `last` is set)
 /// inside the image, as the kernel would with the image as root. `kind(p)` answers what the
-/// merged image has at `p`.
+/// merged image has at `p`. More than [`MAX_SYMLINKS`] links (a loop) is
+/// [`Exceeded::Symlinks`], as the kernel's `ELOOP`.
 pub fn resolve_in_image(path: &str, last: bool, kind: &mut dyn FnMut(&str) -> Result<Option<SnapEntry>>) -> Result<Option<String>> {
     let mut parts: Vec<String> = normalize(path).map(|p| p.split('/').map(str::to_string).collect()).unwrap_or_default();
     let mut done: Vec<String> = Vec::new();
@@ -464,7 +551,7 @@ pub fn resolve_in_image(path: &str, last: bool, kind: &mut dyn FnMut(&str) -> Re
         if let Some(SnapEntry::Symlink(target)) = kind(&here)? {
             hops += 1;
             if hops > MAX_SYMLINKS {
-                return Ok(None);
+                return Err(Error::Limit { what: format!("/{}", normalize(path).unwrap_or_default()), exceeded: Exceeded::Symlinks });
             }
             done.pop();
             let base = if target.starts_with('/') { String::new() } else { done.join("/") };

@@ -60,6 +60,8 @@ pub struct Sink {
     staging: Option<tempfile::TempDir>,
     reporter: Arc<dyn Reporter>,
     counters: Arc<Counters>,
+    /// `--max-inflation`, for base layers decompressed into a docker archive.
+    max_inflation: u64,
 }
 
 fn not_writable(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -79,7 +81,7 @@ fn stage_beside(dest: &Path) -> Result<tempfile::TempDir> {
 }
 
 impl Sink {
-    pub async fn open(output: &ImageRef, regs: &Arc<Registries>, reporter: Arc<dyn Reporter>, counters: Arc<Counters>) -> Result<Sink> {
+    pub async fn open(output: &ImageRef, regs: &Arc<Registries>, reporter: Arc<dyn Reporter>, counters: Arc<Counters>, max_inflation: u64) -> Result<Sink> {
         let (kind, staging) = match output {
             ImageRef::Registry(r) => {
                 regs.login(r, true).await?;
@@ -105,7 +107,7 @@ impl Sink {
             ImageRef::OciArchive { file, tag } => (Kind::OciArchive { file: file.clone(), tag: tag.clone() }, Some(stage_beside(file)?)),
             ImageRef::DockerArchive { file, name } => (Kind::DockerArchive { file: file.clone(), name: name.clone() }, Some(stage_beside(file)?)),
         };
-        Ok(Sink { kind, staging, reporter, counters })
+        Ok(Sink { kind, staging, reporter, counters, max_inflation })
     }
 
     pub fn supports_index(&self) -> bool {
@@ -308,8 +310,11 @@ impl Sink {
                     let compressed = self.staged(digest)?;
                     let reader = std::io::BufReader::new(File::open(&compressed).map_err(Error::io("reading", &compressed))?);
                     let mut out = crate::image::blob::HashingWriter::new(BufWriter::new(File::create(&raw_path).map_err(not_writable(file))?));
-                    std::io::copy(&mut crate::image::blob::decompressed(reader).map_err(Error::io("decompressing", &compressed))?, &mut out)
-                        .map_err(Error::io("decompressing", &compressed))?;
+                    let limit = |e: std::io::Error| match crate::limits::exceeded(&e) {
+                        Some(exceeded) => Error::Limit { what: format!("layer {digest}"), exceeded: exceeded.clone() },
+                        None => Error::Io { operation: "decompressing", path: compressed.clone(), source: e },
+                    };
+                    std::io::copy(&mut crate::image::blob::decompressed(reader, self.max_inflation).map_err(limit)?, &mut out).map_err(limit)?;
                     let (mut w, got, _) = out.finish();
                     w.flush().map_err(not_writable(file))?;
                     if got != diff_id {

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::image::layout::{blob_rel_path, select_from_index, TarIndex};
 use crate::image::registry::Registries;
 use crate::image::transport::ImageRef;
+use crate::limits::{Exceeded, Limits};
 
 /// Manifests and configs larger than this are refused: they are JSON of a few KiB.
 pub const MAX_JSON: u64 = 8 << 20;
@@ -35,6 +36,8 @@ pub struct Source {
     store: Store,
     root_digest: String,
     root: Value,
+    /// What reading the image may cost (`--max-*`).
+    pub limits: Limits,
 }
 
 /// A platform as `os/arch[/variant]`.
@@ -86,7 +89,7 @@ fn is_index(v: &Value) -> bool {
 }
 
 impl Source {
-    pub async fn open(reference: &ImageRef, regs: &Arc<Registries>) -> Result<Source> {
+    pub async fn open(reference: &ImageRef, regs: &Arc<Registries>, limits: Limits) -> Result<Source> {
         let display = reference.to_string();
         let malformed = |what: &'static str, reason: String| Error::Malformed { what, reference: display.clone(), reason };
         let (store, root_digest, raw) = match reference {
@@ -114,13 +117,13 @@ impl Source {
                 let raw = read_verified(&store, &digest, MAX_JSON)?;
                 (store, digest, raw)
             }
-            ImageRef::DockerArchive { file, name } => docker_archive(file, name.as_deref(), &display)?,
+            ImageRef::DockerArchive { file, name } => docker_archive(file, name.as_deref(), &display, &limits)?,
         };
         let root: Value = serde_json::from_slice(&raw).map_err(|e| malformed("manifest", e.to_string()))?;
         if !root.is_object() {
             return Err(malformed("manifest", "not a JSON object".into()));
         }
-        Ok(Source { reference: reference.clone(), store, root_digest, root })
+        Ok(Source { reference: reference.clone(), store, root_digest, root, limits })
     }
 
     /// The digest of what the reference names (a manifest or an index).
@@ -181,10 +184,10 @@ impl Source {
         }
         let config_desc = manifest.get("config").ok_or_else(|| malformed("no `config`".into()))?;
         let config_digest = desc_digest(config_desc, &display)?;
-        let layers = manifest
-            .get("layers")
-            .and_then(Value::as_array)
-            .ok_or_else(|| malformed("no `layers`".into()))?
+        let layers = manifest.get("layers").and_then(Value::as_array).ok_or_else(|| malformed("no `layers`".into()))?;
+        // Before anything is read for them: every layer costs a download, a scan and a copy.
+        check_layers(layers.len(), &self.limits, &display)?;
+        let layers = layers
             .iter()
             .map(|l| {
                 let d = desc_digest(l, &display)?;
@@ -269,6 +272,9 @@ impl Source {
 }
 
 pub fn stream_error(e: std::io::Error, r: &Reference) -> Error {
+    if let Some(exceeded) = crate::limits::exceeded(&e) {
+        return Error::Limit { what: format!("registry {}", r.resolve_registry()), exceeded: exceeded.clone() };
+    }
     crate::image::blob::digest_error(&e).unwrap_or_else(|| Error::Registry {
         registry: r.resolve_registry().to_string(),
         operation: "downloading blob".into(),
@@ -301,6 +307,14 @@ pub fn reader_stream(mut reader: Box<dyn BufRead + Send>) -> BoxStream<'static, 
             yield item;
         }
     })
+}
+
+/// [`Exceeded::Layers`] for an image of more than `--max-layers` layers.
+fn check_layers(count: usize, limits: &Limits, reference: &str) -> Result<()> {
+    if count > limits.layers {
+        return Err(Error::Limit { what: format!("the base {reference}"), exceeded: Exceeded::Layers { count, limit: limits.layers } });
+    }
+    Ok(())
 }
 
 fn desc_digest(desc: &Value, reference: &str) -> Result<String> {
@@ -348,7 +362,7 @@ fn read_verified(store: &Store, digest: &str, max: u64) -> Result<Vec<u8>> {
 /// Opens a `docker save` archive as an OCI image: the manifest is synthesised from
 /// `manifest.json`, and each layer is named by its digest (the file name when the archive
 /// uses `blobs/sha256/`, the config's diff_id for uncompressed layers, else hashed).
-fn docker_archive(file: &std::path::Path, name: Option<&str>, display: &str) -> Result<(Store, String, Vec<u8>)> {
+fn docker_archive(file: &std::path::Path, name: Option<&str>, display: &str, limits: &Limits) -> Result<(Store, String, Vec<u8>)> {
     let malformed = |reason: String| Error::Malformed { what: "docker archive manifest.json", reference: display.into(), reason };
     let index = TarIndex::open(file)?;
     let list: Value = serde_json::from_slice(&index.read_small("manifest.json", MAX_JSON)?).map_err(|e| malformed(e.to_string()))?;
@@ -372,6 +386,8 @@ fn docker_archive(file: &std::path::Path, name: Option<&str>, display: &str) -> 
         .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
         .unwrap_or_default();
     let layer_names = entry.get("Layers").and_then(Value::as_array).ok_or_else(|| malformed("no Layers".into()))?;
+    // Each layer is hashed below unless the archive names it by digest.
+    check_layers(layer_names.len(), limits, display)?;
     let mut names = HashMap::new();
     names.insert(config_digest.clone(), config_name);
     let mut layers = Vec::new();

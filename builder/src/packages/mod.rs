@@ -8,6 +8,8 @@ pub mod apt;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 pub mod openpgp;
+/// Package payloads into the layer: where entries land, what is refused, what is reported.
+pub mod payload;
 pub mod rpm;
 
 use std::collections::BTreeMap;
@@ -132,6 +134,9 @@ pub struct Inputs<'a> {
     pub nccl: Option<NcclRequest>,
     /// `$XDG_CACHE_HOME/erdma-build`.
     pub cache_dir: PathBuf,
+    /// `plan --download`: without a layer, download (and verify) the packages anyway, to read
+    /// their payloads for the report.
+    pub download: bool,
 }
 
 /// `--mirror [FROM=]URL`: where to read a source of the base's from instead.
@@ -219,6 +224,15 @@ pub struct PackagesReport {
     /// `--package` files: installed without any signature vouching for them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unsigned: Vec<Unsigned>,
+    /// Setuid and setgid files, device nodes, FIFOs and sockets in the payloads read
+    /// ([`payload::special`]): every package's in `build`; in `plan`, those of the packages
+    /// on disk (a `--package` file, the package cache), or all with `plan --download`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub special_files: Vec<payload::SpecialFile>,
+    /// `plan`: packages (`name version`) whose payload was not read because it has not been
+    /// downloaded yet (`plan --download` reads them all).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_inspected: Vec<String>,
 }
 
 /// A `--package` file installed without a signature vouching for it.
@@ -256,7 +270,9 @@ pub struct Selected {
 
 /// Resolves the packages `inputs` asks for against the base's database and the repositories,
 /// and, given a layer, fetches and verifies them and writes their files and the updated
-/// package database into it. Without a layer (`plan`) nothing is downloaded but indices.
+/// package database into it. Without a layer (`plan`) nothing is downloaded but indices
+/// (unless [`Inputs::download`]); the payloads of the packages already on disk are read for
+/// the report's [`PackagesReport::special_files`].
 /// Returns the report and the paths the layer removes from the base.
 pub async fn install(backend: Backend, inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
     match backend {

@@ -205,7 +205,7 @@ impl Read for XorShiftReader {
 }
 
 /// A writer that hashes and counts what passes through it.
-struct HashWriter<W> {
+pub struct HashWriter<W> {
     inner: W,
     hasher: Sha256,
     count: u64,
@@ -239,7 +239,8 @@ impl<W: Write> Write for HashWriter<W> {
     }
 }
 
-type LayerTar = tar::Builder<HashWriter<GzEncoder<HashWriter<BufWriter<File>>>>>;
+/// The tar builder [`custom_layer`] hands its `fill` (gzip and both digests underneath).
+pub type LayerTar = tar::Builder<HashWriter<GzEncoder<HashWriter<BufWriter<File>>>>>;
 
 fn init_layout(dir: &Path) {
     fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
@@ -593,6 +594,13 @@ fn append_tree_entry<W: Write>(
 pub fn entries_layer(dir: &Path, entries: &[Entry<'_>]) -> LayerInfo {
     init_layout(dir);
     write_layer(dir, Compression::default(), |tar| append_entries(tar, entries))
+}
+
+/// One gzip layer of whatever `fill` appends (streamed: millions of entries cost no memory),
+/// written into the layout `dir` (initialised if needed), for [`image_from_layers`].
+pub fn custom_layer(dir: &Path, level: Compression, fill: impl FnOnce(&mut LayerTar) -> io::Result<()>) -> LayerInfo {
+    init_layout(dir);
+    write_layer(dir, level, fill)
 }
 
 /// The `KEY=VALUE` pairs of `image`'s config `Env`.

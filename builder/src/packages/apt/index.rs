@@ -34,8 +34,19 @@ pub enum StreamError {
     /// The decompressed index is not what the Release says.
     PlainSize { actual: String },
     PlainHash { actual: String },
-    /// Decompression failed, or the index is larger than `limit`.
+    /// Decompression failed, or the index is larger than `bound.max`.
     Decompress(std::io::Error),
+    /// The compressed index inflates more than `bound.inflation` times: a decompression bomb
+    /// (in a file that matched the Release's size and hash).
+    Limit(crate::limits::Exceeded),
+}
+
+/// How large a decompressed index may be: `max` bytes, and `inflation` times the compressed
+/// bytes read (`--max-inflation`, [`crate::limits::inflate`]; 0: no ratio limit).
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub max: u64,
+    pub inflation: u64,
 }
 
 /// Where a read index goes besides the parse: the files to copy it into (decompressed, and
@@ -50,14 +61,14 @@ pub struct Tees {
 /// from `src`, checks it against `expect` (and the decompressed data against `plain`, when the
 /// Release lists it), and returns the stanzas with [`KEPT_FIELDS`] only. `source_failed` tells a
 /// failure of `src` from bad data.
-pub fn read_index(src: impl Read, file: &str, expect: &Expect, plain: Option<&Expect>, limit: u64, tees: Tees, source_failed: &dyn Fn() -> Option<String>) -> Result<String, StreamError> {
+pub fn read_index(src: impl Read, file: &str, expect: &Expect, plain: Option<&Expect>, bound: Bound, tees: Tees, source_failed: &dyn Fn() -> Option<String>) -> Result<String, StreamError> {
     let mut compressed = Hashing::new(src, expect.size, tees.compressed);
-    let plain_limit = plain.map_or(limit, |p| p.size.min(limit));
+    let plain_limit = plain.map_or(bound.max, |p| p.size.min(bound.max));
     let (result, plain_over, plain_read, plain_sha) = {
         let decoder: Box<dyn Read + '_> = if file.ends_with(".xz") {
-            Box::new(liblzma::read::XzDecoder::new_multi_decoder(&mut compressed))
+            Box::new(crate::limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c)))).map_err(StreamError::Decompress)?)
         } else if file.ends_with(".gz") {
-            Box::new(flate2::read::MultiGzDecoder::new(&mut compressed))
+            Box::new(crate::limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c)))).map_err(StreamError::Decompress)?)
         } else {
             Box::new(&mut compressed)
         };
@@ -89,6 +100,10 @@ pub fn read_index(src: impl Read, file: &str, expect: &Expect, plain: Option<&Ex
                 }
             } else if compressed.over {
                 return Err(StreamError::Size { actual: format!("more than {}", expect.size) });
+            }
+            // The file is what the Release signed, and a bomb.
+            if let Some(exceeded) = crate::limits::exceeded(&e) {
+                return Err(StreamError::Limit(exceeded.clone()));
             }
             return Err(StreamError::Decompress(e));
         }
@@ -167,6 +182,8 @@ mod tests {
 
     const INDEX: &str = "Package: librdmacm1t64\nSource: rdma-core\nVersion: 56.1-1\nInstalled-Size: 160\nMaintainer: Benjamin Drung <bdrung@ubuntu.com>\nArchitecture: amd64\nMulti-Arch: same\nReplaces: librdmacm1\nProvides: librdmacm1 (= 56.1-1)\nDepends: libc6 (>= 2.38),\n libibverbs1 (>= 31)\nBreaks: librdmacm1 (<< 56.1-1)\nDescription: Library for managing RDMA connections\n This library provides a connection manager.\n .\n More text.\nHomepage: https://github.com/linux-rdma/rdma-core\nSection: libs\nPriority: optional\nFilename: pool/main/r/rdma-core/librdmacm1t64_56.1-1_amd64.deb\nSize: 70396\nSHA256: 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n\nPackage: adduser\nVersion: 3.152\nArchitecture: all\nDescription: add and remove users\nFilename: pool/main/a/adduser/adduser_3.152_all.deb\nSize: 190932\nSHA256: ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100\n";
 
+    const MIB: Bound = Bound { max: 1 << 20, inflation: 100 };
+
     fn expect(data: &[u8]) -> Expect {
         Expect { size: data.len() as u64, sha256: hex::encode(Sha256::digest(data)) }
     }
@@ -190,30 +207,38 @@ mod tests {
     fn checks_both_hashes_and_sizes() {
         let packed = xz(INDEX.as_bytes());
         let none = || None;
-        let ok = read_index(packed.as_slice(), "main/binary-amd64/Packages.xz", &expect(&packed), Some(&expect(INDEX.as_bytes())), 1 << 20, Tees::default(), &none).unwrap();
+        let ok = read_index(packed.as_slice(), "main/binary-amd64/Packages.xz", &expect(&packed), Some(&expect(INDEX.as_bytes())), MIB, Tees::default(), &none).unwrap();
         assert!(ok.starts_with("Package: librdmacm1t64\n"));
         // A flipped byte of the compressed file: its hash (or its decompression) fails.
         let mut bad = packed.clone();
         let at = bad.len() / 2;
         bad[at] ^= 1;
-        assert!(read_index(bad.as_slice(), "Packages.xz", &expect(&packed), None, 1 << 20, Tees::default(), &none).is_err());
+        assert!(read_index(bad.as_slice(), "Packages.xz", &expect(&packed), None, MIB, Tees::default(), &none).is_err());
         // Longer and shorter than the Release says.
         let mut long = packed.clone();
         long.extend_from_slice(b"junk");
-        assert!(matches!(read_index(long.as_slice(), "Packages.xz", &expect(&packed), None, 1 << 20, Tees::default(), &none), Err(StreamError::Size { .. } | StreamError::Decompress(_))));
+        assert!(matches!(read_index(long.as_slice(), "Packages.xz", &expect(&packed), None, MIB, Tees::default(), &none), Err(StreamError::Size { .. } | StreamError::Decompress(_))));
         // The decompressed index against the Release's entry for it.
         let other = expect(b"something else");
-        assert!(matches!(read_index(packed.as_slice(), "Packages.xz", &expect(&packed), Some(&other), 1 << 20, Tees::default(), &none), Err(StreamError::PlainSize { .. })));
+        assert!(matches!(read_index(packed.as_slice(), "Packages.xz", &expect(&packed), Some(&other), MIB, Tees::default(), &none), Err(StreamError::PlainSize { .. })));
         // A bomb: more decompressed bytes than allowed.
-        assert!(matches!(read_index(packed.as_slice(), "Packages.xz", &expect(&packed), None, 100, Tees::default(), &none), Err(StreamError::Decompress(_))));
+        assert!(matches!(read_index(packed.as_slice(), "Packages.xz", &expect(&packed), None, Bound { max: 100, inflation: 100 }, Tees::default(), &none), Err(StreamError::Decompress(_))));
         // Plain, with the copy for the cache.
         let tmp = tempfile::NamedTempFile::new().unwrap();
         let tees = Tees { plain: Some(tmp.reopen().unwrap()), compressed: None };
-        read_index(INDEX.as_bytes(), "Packages", &expect(INDEX.as_bytes()), None, 1 << 20, tees, &none).unwrap();
+        read_index(INDEX.as_bytes(), "Packages", &expect(INDEX.as_bytes()), None, MIB, tees, &none).unwrap();
         assert_eq!(std::fs::read(tmp.path()).unwrap(), INDEX.as_bytes());
+        // A bomb that is what the Release signed: refused once it inflates past the ratio, and
+        // read whole with the ratio lifted.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &vec![0u8; 160 << 20]).unwrap();
+        let bomb = gz.finish().unwrap();
+        let e = read_index(bomb.as_slice(), "Packages.gz", &expect(&bomb), None, Bound { max: 1 << 30, inflation: 100 }, Tees::default(), &none).unwrap_err();
+        assert!(matches!(e, StreamError::Limit(crate::limits::Exceeded::Inflation { ratio: 100, .. })), "{e:?}");
+        assert_eq!(read_index(bomb.as_slice(), "Packages.gz", &expect(&bomb), None, Bound { max: 1 << 30, inflation: 0 }, Tees::default(), &none).unwrap(), "");
         // A failing source is said to be one, to be retried.
         let failing = || Some("connection reset".to_string());
-        let e = read_index(&packed[..10], "Packages.xz", &expect(&packed), None, 1 << 20, Tees::default(), &failing).unwrap_err();
+        let e = read_index(&packed[..10], "Packages.xz", &expect(&packed), None, MIB, Tees::default(), &failing).unwrap_err();
         assert!(matches!(e, StreamError::Source { .. }), "{e:?}");
     }
 }

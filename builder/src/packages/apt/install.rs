@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::image::layer::{Entry, EntryKind, LayerContents};
 use crate::packages::nccl;
 use crate::progress::Reporter;
+use crate::packages::payload::{self, FileType, Placer, Refused};
 use crate::packages::{BaseFiles, Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport};
 
 
@@ -31,9 +32,17 @@ pub const EMULATED_SCRIPTS: &[&str] = &["libibverbs1 postinst: addgroup --system
 /// and unpack them with the dpkg database. Returns the report and the paths removed.
 pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
     let (res, mut report, status) = resolve(inputs, base, reporter).await?;
-    let Some(layer) = layer else { return Ok((report, Vec::new())) };
+    let Some(layer) = layer else {
+        // `plan`: the payloads on disk (all of them with --download) for the special files.
+        let debs = match inputs.download {
+            true => Some(fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?),
+            false => None,
+        };
+        inspect(&res, debs.as_deref(), &inputs.cache_dir, base, &mut report)?;
+        return Ok((report, Vec::new()));
+    };
     let debs = fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
-    let removed = unpack(&res, &debs, &status, base, layer)?;
+    let removed = unpack(&res, &debs, &status, base, layer, &mut report)?;
     Ok((report, removed))
 }
 
@@ -372,25 +381,136 @@ fn info_name(control: &Paragraph, arch: &str) -> String {
     }
 }
 
+/// `name version (origin)`: how an error about a package's payload names it.
+fn package_label(planned: &Planned) -> String {
+    format!("{} {} ({})", planned.name, planned.version, planned.pkg.origin())
+}
+
+/// A refused entry, or a `.deb` that cannot be read, as one line naming the package.
+fn entry_error(planned: &Planned, path: &Path, e: deb::DebError, refused: Option<(String, Refused)>) -> Error {
+    let package = package_label(planned);
+    let shown = |entry: &str| entry.escape_debug().to_string();
+    match (refused, e) {
+        (Some((entry, why)), _) => Error::PackageEntry { package, entry: shown(&entry), reason: why.to_string() },
+        (None, deb::DebError::UnsafePath { entry, .. }) => Error::PackageEntry { package, entry: shown(&entry), reason: Refused::Escapes.to_string() },
+        (None, deb::DebError::BadEntry { entry, reason, .. }) => Error::PackageEntry { package, entry: shown(&entry), reason },
+        (None, source) => Error::Deb { path: path.to_owned(), source },
+    }
+}
+
+/// A hard link to anything but a regular file of the same package seen before it (tar writes
+/// a file's first name before its other names): `/etc/shadow`, a directory, a later entry.
+fn dangling_link(path: &Path, entry: &str, target: &str) -> deb::DebError {
+    deb::DebError::BadEntry {
+        path: path.to_owned(),
+        member: "data.tar".into(),
+        entry: entry.to_string(),
+        reason: format!("hard link to `{}`, which is not a regular file of this package before it", target.escape_debug()),
+    }
+}
+
+/// The `.deb` payload's entry kind, for [`payload::special`].
+fn file_type(kind: &DataKind) -> FileType {
+    match kind {
+        DataKind::Dir => FileType::Dir,
+        DataKind::File { .. } | DataKind::Hardlink(_) => FileType::File,
+        DataKind::Symlink(_) => FileType::Symlink,
+        DataKind::Fifo => FileType::Fifo,
+        DataKind::CharDevice { major, minor } => FileType::Char { major: *major, minor: *minor },
+        DataKind::BlockDevice { major, minor } => FileType::Block { major: *major, minor: *minor },
+    }
+}
+
+/// Reads the payload of each package of `res` that is on disk (a `--package` file, a `.deb`
+/// in the cache, one a `file://` repository serves that hashes as its index says) for the
+/// report's special files, without writing anything; the others are named in
+/// [`PackagesReport::not_inspected`]. `debs`: every package's file, when they were fetched.
+fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path, base: &dyn BaseFiles, report: &mut PackagesReport) -> Result<()> {
+    // What a build would refuse, a plan refuses too (for the packages it can read).
+    let mut placer = Placer::new(base);
+    for (i, planned) in res.install.iter().enumerate() {
+        let path = match debs {
+            Some(d) => Some(d[i].clone()),
+            None => on_disk(&planned.pkg, &cache_dir.join("debs")),
+        };
+        let Some(path) = path else {
+            report.not_inspected.push(format!("{} {}", planned.name, planned.version));
+            continue;
+        };
+        let label = format!("{} {}", planned.name, planned.version);
+        let mut refused: Option<(String, Refused)> = None;
+        let mut files: BTreeSet<String> = BTreeSet::new();
+        deb::for_each_data_entry(&path, |entry, _| {
+            report.special_files.extend(payload::special(&label, &entry.path, file_type(&entry.kind), entry.mode));
+            let place = match &entry.kind {
+                DataKind::Dir => payload::Kind::Dir,
+                DataKind::Symlink(t) => payload::Kind::Symlink(t),
+                DataKind::File { .. } => {
+                    files.insert(entry.path.clone());
+                    payload::Kind::File
+                }
+                DataKind::Hardlink(target) if files.contains(target) => payload::Kind::File,
+                DataKind::Hardlink(target) => return Err(dangling_link(&path, &entry.path, target)),
+                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => return Ok(()),
+            };
+            if let Err(why) = payload::check_name(&entry.path).and_then(|()| placer.place(&entry.path, place)) {
+                refused = Some((entry.path.clone(), why.clone()));
+                return Err(deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) });
+            }
+            Ok(())
+        })
+        .map_err(|e| entry_error(planned, &path, e, refused.take()))?;
+    }
+    Ok(())
+}
+
+/// Where `pkg` already is on this machine, checked to be the file its index names.
+fn on_disk(pkg: &IndexedPackage, cache: &Path) -> Option<PathBuf> {
+    let sha256 = pkg.sha256();
+    let cached = cache.join(format!("{sha256}.deb"));
+    if crate::image::blob::digest_hex(&format!("sha256:{sha256}")).is_ok() && cached.is_file() {
+        return Some(cached);
+    }
+    let url = pkg.url();
+    let file = std::path::PathBuf::from(url.strip_prefix("file://")?);
+    let mut hashing = crate::http::Hashing::new(std::fs::File::open(&file).ok()?, u64::MAX, None);
+    std::io::copy(&mut hashing, &mut std::io::sink()).ok()?;
+    let (_, got) = hashing.finish();
+    (got == sha256).then_some(file)
+}
+
 /// Unpacks the packages into `layer` and writes the dpkg database, the removals and the
-/// emulated maintainer-script effects.
+/// emulated maintainer-script effects. Every entry goes where [`Placer`] says, and the
+/// report gets the payloads' special files.
 pub fn unpack(
     res: &resolve::Resolution,
     debs: &[PathBuf],
     status: &BaseStatus,
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
+    report: &mut PackagesReport,
 ) -> Result<Vec<String>> {
     let mut new_paths: BTreeSet<String> = BTreeSet::new();
     let mut stanzas: Vec<Paragraph> = Vec::new();
+    // One placer for all the packages: a symlink one installs is seen by the next.
+    let mut placer = Placer::new(base);
     for (planned, path) in res.install.iter().zip(debs) {
-        let deb = deb::read_control(path).map_err(|source| Error::Deb { path: path.clone(), source })?;
+        let deb = deb::read_control(path).map_err(|e| entry_error(planned, path, e, None))?;
+        let label = format!("{} {}", planned.name, planned.version);
         let mut list = vec!["/.".to_string()];
         // Each regular file's content (held when small, spooled when large) and MD5, for hard
         // links and the conffiles' checksums; a package's files are never all held at once.
         let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
+        // The entry refused and why, for the error that names the package.
+        let mut refused: Option<(String, Refused)> = None;
         deb::for_each_data_entry(path, |entry, data| {
+            let mut refuse = |why: Refused| {
+                refused = Some((entry.path.clone(), why.clone()));
+                deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) }
+            };
+            payload::check_name(&entry.path).map_err(&mut refuse)?;
             list.push(format!("/{}", entry.path));
+            report.special_files.extend(payload::special(&label, &entry.path, file_type(&entry.kind), entry.mode));
             let kind = match &entry.kind {
                 DataKind::Dir => EntryKind::Dir,
                 DataKind::File { size } => {
@@ -400,29 +520,31 @@ pub fn unpack(
                     kind
                 }
                 DataKind::Symlink(target) => EntryKind::Symlink(target.clone()),
-                // Hard links become copies: same content and mode, as far as apt can tell.
-                DataKind::Hardlink(target) => files.get(target).map(|(k, _)| k.clone()).unwrap_or(EntryKind::File(Vec::new())),
-                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
-                    return Err(deb::DebError::Handler { entry: entry.path.clone(), source: "device nodes and fifos in packages are not supported".into() })
-                }
+                // Hard links become copies: same content and mode, as far as apt can tell. tar
+                // writes the first name of a file before its links, so a link to anything
+                // else (`/etc/shadow`, a directory) is not a file of this package.
+                DataKind::Hardlink(target) => match files.get(target) {
+                    Some((k, _)) => k.clone(),
+                    None => return Err(dangling_link(path, &entry.path, target)),
+                },
+                // Not created (see payload::SpecialFile::created); listed in the report.
+                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => return Ok(()),
             };
-            // dpkg follows the symlinks the system already has for directories (merged /usr:
-            // /lib -> usr/lib), so a package's /lib/x lands in /usr/lib/x and the symlink stays.
-            let handler = |e: Error| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) };
-            let real = base.real_path(&entry.path).map_err(handler)?.unwrap_or_else(|| entry.path.clone());
-            if matches!(kind, EntryKind::Dir) && matches!(base.kind(&real).map_err(handler)?, Some(crate::image::rootfs::SnapEntry::Symlink(_))) {
-                return Ok(());
-            }
-            if real.is_empty() {
-                return Ok(());
-            }
-            layer.insert(&real, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid }).map_err(handler)?;
+            let place = match &kind {
+                EntryKind::Dir => payload::Kind::Dir,
+                EntryKind::Symlink(t) => payload::Kind::Symlink(t),
+                _ => payload::Kind::File,
+            };
+            let Some(real) = placer.place(&entry.path, place).map_err(&mut refuse)? else { return Ok(()) };
+            layer
+                .insert(&real, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid })
+                .map_err(|e| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) })?;
             if !matches!(entry.kind, DataKind::Dir) {
                 new_paths.insert(real);
             }
             Ok(())
         })
-        .map_err(|source| Error::Deb { path: path.clone(), source })?;
+        .map_err(|e| entry_error(planned, path, e, refused.take()))?;
         write_info(&deb, planned, &list, &files, layer, &mut stanzas)?;
     }
 
@@ -494,8 +616,19 @@ fn write_info(
     stanzas: &mut Vec<Paragraph>,
 ) -> Result<()> {
     let iname = info_name(&deb.control, &planned.arch);
+    // The name becomes a file name in /var/lib/dpkg/info: dpkg's own rule (lib/dpkg/parsehelp.c
+    // `pkg_name_is_illegal`: an alphanumeric, then alphanumerics and `-+._`), the architecture
+    // alphanumerics and `-`.
+    let (name, arch) = iname.split_once(':').unwrap_or((&iname, "x"));
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-+._".contains(c)) || !arch.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') || arch.is_empty() {
+        return Err(Error::Malformed { what: "package control", reference: package_label(planned), reason: format!("`{}` is not a valid package name and architecture for dpkg", iname.escape_debug()) });
+    }
     layer.add_file(&format!("{INFO}/{iname}.list"), (list.join("\n") + "\n").into_bytes(), 0o644)?;
     for (name, data) in &deb.control_files {
+        // dpkg keeps each control file as info/PACKAGE.NAME: a flat name, one line.
+        if name.contains('/') || payload::check_name(name).is_err() {
+            return Err(Error::PackageEntry { package: package_label(planned), entry: name.escape_debug().to_string(), reason: "a control file must have a plain name (no `/`, newline or NUL)".into() });
+        }
         // Maintainer scripts stay executable, as dpkg installs them.
         let mode = if ["preinst", "postinst", "prerm", "postrm", "config"].contains(&name.as_str()) { 0o755 } else { 0o644 };
         layer.add_file(&format!("{INFO}/{iname}.{name}"), data.clone(), mode)?;

@@ -388,6 +388,10 @@ pub enum RepoError {
         source: std::io::Error,
     },
 
+    /// A decompression bomb ([`crate::limits`]); one line, naming the flag.
+    #[error("{url} {exceeded}")]
+    Limit { url: String, exceeded: crate::limits::Exceeded },
+
     #[error("malformed Packages index {url}")]
     IndexSyntax {
         url: String,
@@ -549,6 +553,7 @@ pub async fn fetch_index_cached(
             origin: origin.clone(),
             repo: layout.display.clone(),
             entry,
+            max_inflation: client.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION),
         };
         if let (Some(path), Some(entry)) = (&plain_cache, &plain_entry) {
             if let Ok(f) = std::fs::File::open(path) {
@@ -646,7 +651,8 @@ async fn read_streamed(src: Box<dyn Read + Send>, failed: Option<Failed>, ctx: I
         let plain_expect = plain.as_ref().map(|p| index::Expect { size: p.size, sha256: p.sha256.clone() });
         let source_failed = || failed.as_ref().and_then(|f| f.lock().expect("poisoned").clone());
         let plain_name = ctx.file.trim_end_matches(".xz").trim_end_matches(".gz").to_string();
-        let text = index::read_index(src, &ctx.file, &expect, plain_expect.as_ref(), MAX_INDEX, tees.unwrap_or_default(), &source_failed).map_err(|e| match e {
+        let bound = index::Bound { max: MAX_INDEX, inflation: ctx.max_inflation };
+        let text = index::read_index(src, &ctx.file, &expect, plain_expect.as_ref(), bound, tees.unwrap_or_default(), &source_failed).map_err(|e| match e {
             index::StreamError::Source { message } => RepoError::Http(HttpError::Transfer { url: ctx.url.clone(), reason: message, retry: true }),
             index::StreamError::Size { actual } => RepoError::SizeMismatch { file: ctx.file.clone(), repo: ctx.repo_meta.clone(), expected: ctx.entry.size, actual },
             index::StreamError::Hash { actual } => RepoError::HashMismatch { file: ctx.file.clone(), repo: ctx.repo_meta.clone(), expected: ctx.entry.sha256.clone(), actual },
@@ -657,6 +663,7 @@ async fn read_streamed(src: Box<dyn Read + Send>, failed: Option<Failed>, ctx: I
                 RepoError::HashMismatch { file: plain_name.clone(), repo: ctx.repo_meta.clone(), expected: plain.as_ref().map(|p| p.sha256.clone()).unwrap_or_default(), actual }
             }
             index::StreamError::Decompress(source) => RepoError::Decompress { url: ctx.url.clone(), source },
+            index::StreamError::Limit(exceeded) => RepoError::Limit { url: ctx.url.clone(), exceeded },
         })?;
         IndexedPackage::read_index(text, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)
     })
@@ -721,6 +728,8 @@ struct IndexContext {
     origin: String,
     repo: String,
     entry: FileEntry,
+    /// `--max-inflation`.
+    max_inflation: u64,
 }
 
 // ---------------------------------------------------------------------------------------

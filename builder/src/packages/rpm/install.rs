@@ -88,7 +88,7 @@ pub async fn load_repo(http: &crate::http::Client, name: &str, urls: &[String], 
         let primary = md.primary().map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
         let sum = primary.checksum.clone().ok_or_else(|| Error::Unsupported(format!("repository `{name}`: repomd.xml gives no checksum for {}", primary.location)))?;
         let compressed = fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir).await.map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
-        let xml = repodata::decompress(&primary.location, &compressed, MAX_PRIMARY_OPEN).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
+        let xml = repodata::decompress(&primary.location, &compressed, MAX_PRIMARY_OPEN, http.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION)).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
         let packages = repodata::parse_primary(std::io::Cursor::new(xml), name).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
         return Ok(Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring }));
     }
@@ -359,11 +359,99 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
 /// The rpm side of [`crate::packages::install`].
 pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
     let (resolved, mut report) = resolve(inputs, base, reporter).await?;
-    let Some(layer) = layer else { return Ok((report, Vec::new())) };
+    let Some(layer) = layer else {
+        // `plan`: the headers of the packages on disk (all of them with --download) for the
+        // special files; a header lists every file's mode and device numbers.
+        let files = match inputs.download {
+            true => fetch(inputs, &resolved, &mut report, reporter).await?.into_iter().map(Some).collect(),
+            false => resolved.plan.install.iter().map(|p| on_disk(inputs, &resolved, &p.package)).collect::<Result<Vec<_>>>()?,
+        };
+        // What a build would refuse, a plan refuses too (for the packages it can read).
+        let mut placer = crate::packages::payload::Placer::new(base);
+        for (planned, file) in resolved.plan.install.iter().zip(files) {
+            match file {
+                Some((_, pkg)) => {
+                    check_paths(&pkg, &planned.package, &mut placer)?;
+                    note_special(&pkg, &label(&planned.package), &mut report);
+                }
+                None => report.not_inspected.push(format!("{} {}", planned.package.name, planned.package.evr)),
+            }
+        }
+        return Ok((report, Vec::new()));
+    };
     let files = fetch(inputs, &resolved, &mut report, reporter).await?;
     report.scriptlets = files.iter().flat_map(|(_, p)| scriptlets(&p.header)).collect();
+    for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
+        note_special(pkg, &label(&planned.package), &mut report);
+    }
     let removed = unpack(&resolved, &files, base, basearch(inputs.arch), layer)?;
     Ok((report, removed))
+}
+
+/// The header's file list through [`crate::packages::payload::Placer`], as an unpack would
+/// place it (header order: a directory or symlink before what is under it).
+fn check_paths(pkg: &super::package::Package, meta: &PackageMeta, placer: &mut crate::packages::payload::Placer<'_>) -> Result<()> {
+    use crate::packages::payload::{check_name, Kind, Refused};
+    for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
+        let refuse = |why: Refused| Error::PackageEntry { package: format!("{} ({})", meta.nevra(), meta.origin), entry: f.path.escape_debug().to_string(), reason: why.to_string() };
+        let norm = crate::image::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
+        check_name(&norm).map_err(refuse)?;
+        let kind = match f.file_type() {
+            0o040000 => Kind::Dir,
+            0o100000 => Kind::File,
+            0o120000 => Kind::Symlink(&f.link_to),
+            _ => continue,
+        };
+        placer.place(&norm, kind).map_err(refuse)?;
+    }
+    Ok(())
+}
+
+/// `name evr`, as the report names a package.
+fn label(meta: &PackageMeta) -> String {
+    format!("{} {}", meta.name, meta.evr)
+}
+
+/// The package's setuid and setgid files, device nodes, FIFOs and sockets, from its header
+/// ([`crate::packages::payload::special`]); `%ghost` files are not in the payload.
+fn note_special(pkg: &super::package::Package, label: &str, report: &mut PackagesReport) {
+    use crate::packages::payload::{special, FileType};
+    for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
+        // Linux's `new_encode_dev` (include/linux/kdev_t.h), as rpm stores `FILERDEVS`.
+        let (major, minor) = ((f.rdev >> 8) & 0xfff, (f.rdev & 0xff) | ((f.rdev >> 12) & 0xfff00));
+        let t = match f.file_type() {
+            0o040000 => FileType::Dir,
+            0o100000 => FileType::File,
+            0o120000 => FileType::Symlink,
+            0o020000 => FileType::Char { major, minor },
+            0o060000 => FileType::Block { major, minor },
+            0o010000 => FileType::Fifo,
+            0o140000 => FileType::Socket,
+            _ => continue,
+        };
+        report.special_files.extend(special(label, &f.path, t, f.mode));
+    }
+}
+
+/// A planned package already on this machine: a `--package` file, or one in the package
+/// cache (named by the checksum its repository gives, and verified when it was stored).
+/// Its signature is checked again, as a build checks it.
+fn on_disk(inputs: &Inputs<'_>, resolved: &Resolved, meta: &PackageMeta) -> Result<Option<(PathBuf, super::package::Package)>> {
+    if let Some((path, _)) = resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name) {
+        let pkg = super::package::open(path).map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
+        return Ok(Some((path.clone(), pkg)));
+    }
+    let (Some(sum), Some(repo)) = (&meta.checksum, resolved.repos.iter().find(|r| r.name == meta.origin)) else { return Ok(None) };
+    if sum.hex.is_empty() || !sum.hex.chars().all(|c| c.is_ascii_hexdigit()) || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Ok(None);
+    }
+    let path = inputs.cache_dir.join("rpm").join("packages").join(format!("{}-{}.rpm", sum.kind, sum.hex));
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let pkg = super::package::open(&path).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
+    pkg.verify(&path, &repo.keyring, crate::dates::now()).map_err(|e| Error::Unsupported(format!("{} from repository `{}` (cached {}): {e}", meta.nevra(), repo.name, path.display())))?;
+    Ok(Some((path, pkg)))
 }
 
 /// Downloads (or takes from the cache) every planned package, checks it against the checksum
@@ -385,7 +473,8 @@ async fn fetch(inputs: &Inputs<'_>, resolved: &Resolved, report: &mut PackagesRe
         let location = meta.location.as_deref().ok_or_else(|| Error::Unsupported(format!("{} has no location in {}", meta.nevra(), repo.name)))?;
         let url = format!("{}/{}", repo.url.trim_end_matches('/'), location.trim_start_matches('/'));
         let sum = meta.checksum.clone().ok_or_else(|| Error::Unsupported(format!("{} has no checksum in {}'s primary.xml", meta.nevra(), repo.name)))?;
-        if !sum.hex.chars().all(|c| c.is_ascii_hexdigit()) || sum.hex.is_empty() {
+        // The cache file is named from these two: hex digits and an algorithm name only.
+        if !sum.hex.chars().all(|c| c.is_ascii_hexdigit()) || sum.hex.is_empty() || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric()) || sum.kind.is_empty() {
             return Err(Error::Unsupported(format!("malformed checksum for {url} in {}", repo.name)));
         }
         let path = dir.join(format!("{}-{}.rpm", sum.kind, sum.hex));
@@ -446,19 +535,23 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
     // for a name the image does not know (lib/fsm.c, lib/rpmug.c).
     let owners = |user: &str, grp: &str| (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0));
     // rpm writes through the directory symlinks the image has (merged /usr on EL9: /sbin ->
-    // usr/sbin), and never replaces such a symlink with a directory.
-    let place = |p: &str, dir: bool| -> Option<String> {
-        let real = base.real_path(p).ok().flatten().unwrap_or_else(|| p.to_string());
-        if real.is_empty() || (dir && matches!(base.kind(&real), Ok(Some(crate::image::rootfs::SnapEntry::Symlink(_))))) {
-            return None;
-        }
-        Some(real)
-    };
+    // usr/sbin), and never replaces such a symlink with a directory; nothing is written
+    // through a symlink this build installs (one placer for every package).
+    let placer = std::cell::RefCell::new(crate::packages::payload::Placer::new(base));
+    let place = |p: &str, kind: crate::packages::payload::Kind<'_>| placer.borrow_mut().place(p, kind).map_err(|why| why.to_string());
     let now = crate::dates::now().max(0) as u32;
     let color = super::rpmdb::transaction_color(base, arch);
     let mut blobs = Vec::new();
-    for (path, pkg) in files {
-        let unpacked = pkg.unpack(path, layer, &owners, &super::package::UnpackOptions { place: Some(&place), ..Default::default() }).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
+    for ((path, pkg), planned) in files.iter().zip(&resolved.plan.install) {
+        let entry_error = |e: super::package::RpmError| {
+            let package = format!("{} ({})", planned.package.nevra(), planned.package.origin);
+            match e {
+                super::package::RpmError::UnsafePath { entry, .. } => Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason: crate::packages::payload::Refused::Escapes.to_string() },
+                super::package::RpmError::BadEntry { entry, reason, .. } => Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason },
+                e => Error::Unsupported(format!("{}: {e}", path.display())),
+            }
+        };
+        let unpacked = pkg.unpack(path, layer, &owners, &super::package::UnpackOptions { place: Some(&place), ..Default::default() }).map_err(entry_error)?;
         let ctx = super::rpmdb::InstallCtx { install_time: now, tid: now, color, file_states: unpacked.file_states.clone() };
         blobs.push(super::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?);
     }

@@ -196,9 +196,10 @@ impl FileInfo {
     }
 }
 
-/// Where a package path (normalised, no leading `/`) lands in the image, given whether it is a
-/// directory: `None` to write nothing there.
-pub type Place<'a> = &'a dyn Fn(&str, bool) -> Option<String>;
+/// Where a package path (normalised, no leading `/`) of the given kind lands in the image:
+/// `None` to write nothing there, an error (the reason) to refuse the entry
+/// ([`crate::packages::payload::Placer`]).
+pub type Place<'a> = &'a dyn Fn(&str, crate::packages::payload::Kind<'_>) -> Result<Option<String>, String>;
 
 /// How to install, as the transaction flags and macros of the image's dnf would say.
 #[derive(Clone, Copy, Default)]
@@ -208,8 +209,8 @@ pub struct UnpackOptions<'a> {
     pub nodocs: bool,
     /// The image's symlinked directories, followed as rpm's fsm writes through them (EL9's
     /// merged /usr: a package's `/sbin/x` lands in `usr/sbin/x`, and the `sbin -> usr/sbin`
-    /// link stays); a directory the image has as a symlink is not written. Unset: every path
-    /// as it is.
+    /// link stays); a directory the image has as a symlink is not written; what would escape
+    /// is refused. Unset: every path as it is.
     pub place: Option<Place<'a>>,
 }
 
@@ -472,6 +473,7 @@ impl Package {
         let mut norm = Vec::with_capacity(n);
         for (i, f) in files.iter().enumerate() {
             let p = layer::normalize(&f.path).ok_or_else(|| RpmError::UnsafePath { path: path.to_owned(), entry: f.path.clone() })?;
+            crate::packages::payload::check_name(&p).map_err(|why| bad(&f.path, why.to_string()))?;
             if index.insert(p.clone(), i).is_some() {
                 return Err(bad(&f.path, "listed twice in the header".into()));
             }
@@ -592,10 +594,17 @@ impl Package {
             // rpm gives every file its header mtime (lib/fsm.c), and `rpm -V` compares it.
             let insert = |layer: &mut LayerContents, i: usize, e: Entry| {
                 let at = match opts.place {
-                    Some(place) => match place(&norm[i], matches!(e.kind, EntryKind::Dir)) {
-                        Some(at) => at,
-                        None => return Ok(()),
-                    },
+                    Some(place) => {
+                        let kind = match &e.kind {
+                            EntryKind::Dir => crate::packages::payload::Kind::Dir,
+                            EntryKind::Symlink(t) => crate::packages::payload::Kind::Symlink(t),
+                            _ => crate::packages::payload::Kind::File,
+                        };
+                        match place(&norm[i], kind).map_err(|why| bad(&files[i].path, why))? {
+                            Some(at) => at,
+                            None => return Ok(()),
+                        }
+                    }
                     None => norm[i].clone(),
                 };
                 layer.insert(&at, e).map_err(|e| bad(&files[i].path, e.to_string()))?;

@@ -34,6 +34,10 @@ pub enum RepodataError {
     #[error("{name} decompresses to more than {limit} bytes")]
     TooLarge { name: String, limit: u64 },
 
+    /// A decompression bomb: more than `--max-inflation` times the compressed size.
+    #[error("{name} {exceeded}")]
+    Limit { name: String, exceeded: crate::limits::Exceeded },
+
     #[error("cannot decompress {name}: {reason}")]
     UnsupportedCompression { name: String, reason: &'static str },
 
@@ -365,52 +369,26 @@ pub fn parse_primary<R: BufRead>(input: R, origin: &str) -> Result<Vec<PackageMe
     Ok(out)
 }
 
-/// A reader that fails once more than `limit` bytes have come out of it.
-struct Limited<R> {
-    inner: R,
-    left: u64,
-}
-
-impl<R: Read> Read for Limited<R> {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        // Read one byte past the limit, so that "exactly the limit" passes.
-        let want = out.len().min(usize::try_from(self.left.saturating_add(1)).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut out[..want])?;
-        if n as u64 > self.left {
-            return Err(std::io::Error::other(TooLargeMarker));
-        }
-        self.left -= n as u64;
-        Ok(n)
-    }
-}
-
-#[derive(Debug)]
-struct TooLargeMarker;
-impl std::fmt::Display for TooLargeMarker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("decompressed size limit exceeded")
-    }
-}
-impl std::error::Error for TooLargeMarker {}
-
 /// A reader of the decompressed content of `name` (chosen by its extension: `.gz`, `.xz`,
 /// `.zst`, or none), failing with [`RepodataError::TooLarge`] (through
-/// [`read_decompressed`]) past `limit` bytes. `.bz2` (createrepo_c's
+/// [`read_decompressed`]) past `limit` bytes, and with [`RepodataError::Limit`] past
+/// `inflation` times the compressed bytes read ([`crate::limits::inflate`]). `.bz2` (createrepo_c's
 /// `--compress-type=bz2`) and `.zck` (zchunk) are refused: dnf reads them, but nothing
 /// writes them by default and we keep no decoder for them.
-pub fn decompressor<'a, R: Read + 'a>(name: &str, input: R, limit: u64) -> Result<Box<dyn Read + 'a>, RepodataError> {
+pub fn decompressor<'a, R: Read + 'a>(name: &str, input: R, limit: u64, inflation: u64) -> Result<Box<dyn Read + 'a>, RepodataError> {
+    use crate::limits::inflate;
     let base = name.rsplit('/').next().unwrap_or(name);
     let ext = base.rsplit_once('.').map_or("", |(_, e)| e);
-    let inner: Box<dyn Read + 'a> = match ext {
-        "gz" => Box::new(flate2::read::MultiGzDecoder::new(input)),
-        "xz" => Box::new(liblzma::read::XzDecoder::new_multi_decoder(input)),
-        "zst" | "zstd" => Box::new(zstd::stream::read::Decoder::new(input).map_err(|source| RepodataError::Decompress { name: name.into(), source })?),
+    let bounded = match ext {
+        "gz" => inflate(input, inflation, limit, |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c)))),
+        "xz" => inflate(input, inflation, limit, |c| Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c)))),
+        "zst" | "zstd" => inflate(input, inflation, limit, |c| Ok(Box::new(zstd::stream::read::Decoder::new(c)?))),
         "bz2" => return Err(RepodataError::UnsupportedCompression { name: name.into(), reason: "bzip2 is not supported; rebuild the repository with createrepo_c's default (gz) or xz/zstd" }),
         "zck" => return Err(RepodataError::UnsupportedCompression { name: name.into(), reason: "zchunk is not supported; use the repository's non-zchunk metadata" }),
         "lzma" => return Err(RepodataError::UnsupportedCompression { name: name.into(), reason: "lzma (not xz) is not supported" }),
-        _ => Box::new(input),
+        _ => inflate(input, 0, limit, |c| Ok(Box::new(c))),
     };
-    Ok(Box::new(Limited { inner, left: limit }))
+    Ok(Box::new(bounded.map_err(|source| RepodataError::Decompress { name: name.into(), source })?))
 }
 
 /// Reads all of a [`decompressor`], mapping its limit to [`RepodataError::TooLarge`].
@@ -418,17 +396,20 @@ pub fn read_decompressed(name: &str, mut reader: impl Read, limit: u64) -> Resul
     let mut out = Vec::new();
     match reader.read_to_end(&mut out) {
         Ok(_) => Ok(out),
-        Err(e) if e.get_ref().is_some_and(|i| i.is::<TooLargeMarker>()) => Err(RepodataError::TooLarge { name: name.into(), limit }),
-        Err(source) => Err(RepodataError::Decompress { name: name.into(), source }),
+        Err(e) => Err(match crate::limits::exceeded(&e) {
+            Some(crate::limits::Exceeded::Size { .. }) => RepodataError::TooLarge { name: name.into(), limit },
+            Some(exceeded) => RepodataError::Limit { name: name.into(), exceeded: exceeded.clone() },
+            None => RepodataError::Decompress { name: name.into(), source: e },
+        }),
     }
 }
 
 /// Decompresses `bytes` of the file `name` by its extension (see [`decompressor`]),
 /// refusing more than `limit` bytes of output: the metadata is checked against
 /// `open-checksum` only after decompression, so a hostile mirror could otherwise send a
-/// small file that fills the memory.
-pub fn decompress(name: &str, bytes: &[u8], limit: u64) -> Result<Vec<u8>, RepodataError> {
-    read_decompressed(name, decompressor(name, bytes, limit)?, limit)
+/// small file that fills the memory. `inflation`: `--max-inflation`.
+pub fn decompress(name: &str, bytes: &[u8], limit: u64, inflation: u64) -> Result<Vec<u8>, RepodataError> {
+    read_decompressed(name, decompressor(name, bytes, limit, inflation)?, limit)
 }
 
 /// Checks `bytes` against a repodata checksum. `sha256` (createrepo_c's default since
@@ -561,14 +542,17 @@ mod tests {
         let zst = zstd::encode_all(data.as_bytes(), 3).unwrap();
         let n = data.len() as u64;
         for (name, bytes) in [("repodata/x-primary.xml.gz", &gz), ("x-primary.xml.xz", &xz), ("x-primary.xml.zst", &zst), ("primary.xml", &data.as_bytes().to_vec())] {
-            assert_eq!(decompress(name, bytes, n).unwrap(), data.as_bytes(), "{name}");
-            assert!(matches!(decompress(name, bytes, n - 1), Err(RepodataError::TooLarge { .. })), "{name}");
+            assert_eq!(decompress(name, bytes, n, 100).unwrap(), data.as_bytes(), "{name}");
+            assert!(matches!(decompress(name, bytes, n - 1, 100), Err(RepodataError::TooLarge { .. })), "{name}");
         }
-        // A bomb: 1 GiB of zeros in about a megabyte, stopped at the limit.
+        // A bomb: 1 GiB of zeros in about a megabyte, stopped at the limit, or (a higher limit)
+        // once it inflates more than 100×.
         let bomb = zstd::encode_all(std::io::repeat(0).take(1 << 30), 19).unwrap();
-        assert!(matches!(decompress("bomb.zst", &bomb, 1 << 20), Err(RepodataError::TooLarge { .. })));
-        assert!(matches!(decompress("x.xml.bz2", b"BZh", 10), Err(RepodataError::UnsupportedCompression { .. })));
-        assert!(matches!(decompress("x.xml.gz", b"not gzip", 100), Err(RepodataError::Decompress { .. })));
+        assert!(matches!(decompress("bomb.zst", &bomb, 1 << 20, 100), Err(RepodataError::TooLarge { .. })));
+        let e = decompress("bomb.zst", &bomb, 2 << 30, 100).unwrap_err();
+        assert!(matches!(e, RepodataError::Limit { exceeded: crate::limits::Exceeded::Inflation { ratio: 100, .. }, .. }), "{e}");
+        assert!(matches!(decompress("x.xml.bz2", b"BZh", 10, 100), Err(RepodataError::UnsupportedCompression { .. })));
+        assert!(matches!(decompress("x.xml.gz", b"not gzip", 100, 100), Err(RepodataError::Decompress { .. })));
     }
 
     #[test]
@@ -694,7 +678,7 @@ true
         assert_eq!(primary.size, Some(bytes.len() as u64));
         verify(&bytes, &sum).unwrap();
         assert!(md.get("filelists").is_some() && md.get("other").is_some());
-        let xml = decompress(&primary.location, &bytes, 1 << 24).unwrap();
+        let xml = decompress(&primary.location, &bytes, 1 << 24, 100).unwrap();
         assert_eq!(primary.open_size, Some(xml.len() as u64));
         verify(&xml, primary.open_checksum.as_ref().unwrap()).unwrap();
         let mut pkgs = parse_primary(xml.as_slice(), "local").unwrap();
