@@ -12,6 +12,7 @@
 //! | the base's manifest | layers | 125 | `--max-layers` |
 //! | a path in the base | symbolic links followed | 40 (the kernel's) | none |
 //! | a registry blob | bytes received ≤ the size its descriptor gives | — | none |
+//! | a registry manifest or index (by tag or digest) | bytes received | 8 MiB (`image::source::MAX_JSON`) | none |
 //! | base files a build keeps in memory (os-release, dpkg status, sources, keys) | [`crate::image::rootfs::KEEP_TOTAL`], then read again when asked | 64 MiB | none |
 //!
 //! Fixed caps elsewhere, far above any genuine file: manifests and configs 8 MiB
@@ -75,6 +76,8 @@ pub enum Exceeded {
     Symlinks,
     #[error("sent more of blob {digest} than the {size} bytes its descriptor gives (an endless body?)")]
     BlobSize { digest: String, size: u64 },
+    #[error("sent more than {limit} bytes of manifest for {reference}, the most a manifest or index may have (an endless body?)")]
+    Manifest { reference: String, limit: u64 },
 }
 
 /// The [`Exceeded`] an I/O error carries, if it carries one.

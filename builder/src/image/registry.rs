@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::errors::{DigestError, OciDistributionError, OciEnvelope, OciErrorCode};
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::token_cache::{RegistryToken, RegistryTokenType};
@@ -17,6 +17,8 @@ use oci_client::{Client, Reference, RegistryOperation};
 
 use crate::image::auth::Credential;
 use crate::error::{Error, Result};
+use crate::image::source::MAX_JSON;
+use crate::limits::Exceeded;
 
 pub const MANIFEST_TYPES: &[&str] = &[
     "application/vnd.oci.image.manifest.v1+json",
@@ -34,8 +36,13 @@ const ATTEMPTS: u32 = 4;
 const TOKEN_MARGIN: Duration = Duration::from_secs(15);
 const TOKEN_LIFETIME_DEFAULT: u64 = 60;
 
+/// How much of a registry's error answer is read: an OCI error envelope is a few hundred bytes.
+const ERROR_BODY: u64 = 64 << 10;
+
 pub struct Registries {
     client: Client,
+    /// For manifests, which oci-client would read whole: configured as `client`.
+    http_client: reqwest::Client,
     authed: Mutex<HashSet<(String, String, bool)>>,
     backoff: Duration,
     /// Registries reached over plain HTTP, for the token exchange's ping.
@@ -52,6 +59,8 @@ struct Exchanged {
     /// Other repositories of the registry the token may pull from (cross-repository mounts).
     also_pull: BTreeSet<String>,
     renew_at: Instant,
+    /// The access token; `None` when the registry asked for none.
+    token: Option<String>,
 }
 
 /// Registries reached over plain HTTP: loopback always, others when named with `--insecure-registry`.
@@ -63,19 +72,26 @@ pub fn is_insecure(registry: &str, insecure: &[String]) -> bool {
 impl Registries {
     pub fn new(registries: &[&str], insecure: &[String]) -> Self {
         let http: Vec<String> = registries.iter().filter(|r| is_insecure(r, insecure)).map(|r| r.to_string()).collect();
+        let (connect_timeout, read_timeout, user_agent) = (Duration::from_secs(15), Duration::from_secs(120), concat!("erdma-build/", env!("CARGO_PKG_VERSION")));
         let client = Client::new(ClientConfig {
             protocol: ClientProtocol::HttpsExcept(http.clone()),
-            connect_timeout: Some(Duration::from_secs(15)),
-            read_timeout: Some(Duration::from_secs(120)),
-            user_agent: concat!("erdma-build/", env!("CARGO_PKG_VERSION")),
+            connect_timeout: Some(connect_timeout),
+            read_timeout: Some(read_timeout),
+            user_agent,
             ..Default::default()
         });
+        let http_client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .read_timeout(read_timeout)
+            .user_agent(user_agent)
+            .build()
+            .expect("a reqwest client with timeouts and a user agent builds");
         let backoff = std::env::var("ERDMA_BUILD_RETRY_BACKOFF_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        Registries { client, authed: Mutex::new(HashSet::new()), backoff, http, creds: Mutex::default(), exchanged: Default::default() }
+        Registries { client, http_client, authed: Mutex::new(HashSet::new()), backoff, http, creds: Mutex::default(), exchanged: Default::default() }
     }
 
     /// The credentials for `r`'s repository, from [`crate::image::auth`] the first time.
@@ -143,6 +159,7 @@ impl Registries {
         scopes.extend(also_pull.iter().map(|f| format!("repository:{f}:pull")));
         let scheme = if self.http.contains(&registry) { "http" } else { "https" };
         let got = crate::image::auth::exchange_identity_token(&format!("{scheme}://{registry}"), &registry, refresh_token, &scopes).await?;
+        let token = got.as_ref().map(|t| t.token.clone());
         let renew_at = match got {
             Some(t) => {
                 let ops: &[RegistryOperation] = if push { &[RegistryOperation::Push, RegistryOperation::Pull] } else { &[RegistryOperation::Pull] };
@@ -155,7 +172,7 @@ impl Registries {
             // No bearer challenge: nothing to exchange, requests go without a token.
             None => now + Duration::from_secs(24 * 60 * 60),
         };
-        exchanged.insert(key, Exchanged { also_pull, renew_at });
+        exchanged.insert(key, Exchanged { also_pull, renew_at, token });
         Ok(())
     }
 
@@ -180,12 +197,13 @@ impl Registries {
         unreachable!("the loop returns")
     }
 
-    /// The raw manifest (or index) and its digest, computed from the bytes.
+    /// The raw manifest (or index) and its digest, computed from the bytes. Fetched here, not
+    /// with oci-client's `pull_manifest_raw`, which reads any body (an error's too) whole: a
+    /// body past [`MAX_JSON`] is refused as it streams, with [`Exceeded::Manifest`].
     pub async fn manifest(&self, r: &Reference) -> Result<(Bytes, String)> {
-        self.login(r, false).await?;
-        let (body, _) = self
-            .retry(r, "fetching manifest", || self.client.pull_manifest_raw(r, &RegistryAuth::Anonymous, MANIFEST_TYPES))
-            .await?;
+        let auth = self.pull_authorization(r).await?;
+        let got = self.retry(r, "fetching manifest", || self.manifest_once(r, auth.clone())).await?;
+        let body = got.map_err(|exceeded| Error::Limit { what: format!("registry {}", r.resolve_registry()), exceeded })?;
         let digest = crate::image::blob::sha256_digest(&body);
         if let Some(want) = r.digest() {
             if want != digest {
@@ -193,6 +211,103 @@ impl Registries {
             }
         }
         Ok((body, digest))
+    }
+
+    /// The `Authorization` oci-client's own pull of `r` would carry: the bearer token of a
+    /// login for pulling (asked for again, as oci-client does when its cached one runs out),
+    /// the access token from an identity token, or HTTP basic auth where the registry asks for
+    /// no bearer token.
+    async fn pull_authorization(&self, r: &Reference) -> Result<Option<http::HeaderValue>> {
+        let bearer = |t: &str| reqwest_header(&format!("Bearer {t}")).map(Some);
+        match self.credential(r)? {
+            Credential::IdentityToken(_) => {
+                self.login(r, false).await?;
+                // As `pull_manifest_raw` did: oci-client sends the cached token of a registry
+                // only once it holds some authentication for it.
+                self.client.store_auth_if_needed(r.resolve_registry(), &RegistryAuth::Anonymous).await;
+                let key = |push| (r.resolve_registry().to_string(), r.repository().to_string(), push);
+                let exchanged = self.exchanged.lock().await;
+                let freshest = [key(false), key(true)].iter().filter_map(|k| exchanged.get(k)).max_by_key(|e| e.renew_at).and_then(|e| e.token.clone());
+                match freshest {
+                    Some(t) => bearer(&t),
+                    None => Ok(None),
+                }
+            }
+            Credential::Auth(creds) => {
+                let token = self.retry(r, "logging in", || self.client.auth(r, &creds, RegistryOperation::Pull)).await?;
+                match (token, &creds) {
+                    (Some(t), _) => bearer(&t),
+                    (None, RegistryAuth::Basic(user, password)) => {
+                        use base64::Engine as _;
+                        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                        let mut v = reqwest_header(&format!("Basic {basic}"))?;
+                        v.set_sensitive(true);
+                        Ok(Some(v))
+                    }
+                    (None, _) => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// One GET of `r`'s manifest: `Ok(Err(_))` once the body passes [`MAX_JSON`] (final, not
+    /// retried); a non-2xx answer as oci-client reports it, its body read up to [`ERROR_BODY`].
+    async fn manifest_once(
+        &self,
+        r: &Reference,
+        auth: Option<http::HeaderValue>,
+    ) -> std::result::Result<std::result::Result<Bytes, Exceeded>, OciDistributionError> {
+        let registry = r.resolve_registry();
+        let scheme = if self.http.iter().any(|h| h == registry) { "http" } else { "https" };
+        let url = format!(
+            "{scheme}://{registry}/v2/{}/manifests/{}{}",
+            r.repository(),
+            r.digest().or(r.tag()).unwrap_or("latest"),
+            r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default(),
+        );
+        let mut req = self.http_client.get(&url).header(http::header::ACCEPT, MANIFEST_TYPES.join(", "));
+        if let Some(auth) = auth {
+            req = req.header(http::header::AUTHORIZATION, auth);
+        }
+        let mut res = req.send().await?;
+        let status = res.status();
+        let header = match res.headers().get("Docker-Content-Digest") {
+            Some(v) => Some(v.to_str().map_err(DigestError::from)?.to_owned()).filter(|v| !v.is_empty()),
+            None => None,
+        };
+        let limit = if status == reqwest::StatusCode::OK { MAX_JSON } else { ERROR_BODY };
+        let mut body = Vec::with_capacity(res.content_length().unwrap_or(0).min(limit).min(1 << 20) as usize);
+        let mut over = false;
+        while let Some(chunk) = res.chunk().await? {
+            let room = (limit as usize).saturating_sub(body.len());
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if chunk.len() > room {
+                over = true;
+                break;
+            }
+        }
+        drop(res);
+        match status {
+            reqwest::StatusCode::OK if over => Ok(Err(Exceeded::Manifest { reference: r.whole(), limit: MAX_JSON })),
+            reqwest::StatusCode::OK => {
+                check_digests(&body, header.as_deref(), r.digest())?;
+                Ok(Ok(Bytes::from(body)))
+            }
+            reqwest::StatusCode::UNAUTHORIZED => Err(OciDistributionError::UnauthorizedError { url }),
+            s if s.is_success() => Err(OciDistributionError::SpecViolationError(format!("Expected HTTP Status {}, got {s} instead", reqwest::StatusCode::OK))),
+            s => {
+                if s.is_client_error() {
+                    if let Ok(envelope) = serde_json::from_slice::<OciEnvelope>(&body) {
+                        return Err(OciDistributionError::RegistryError { envelope, url });
+                    }
+                }
+                let mut message = String::from_utf8_lossy(&body).into_owned();
+                if over {
+                    message.push('…');
+                }
+                Err(OciDistributionError::ServerError { code: s.as_u16(), url, message })
+            }
+        }
     }
 
     /// A verified stream of a blob. Failures mid-stream surface as stream errors; callers
@@ -249,6 +364,28 @@ impl Registries {
         self.retry(r, "pushing manifest", || self.client.push_manifest_raw(r, body.clone(), ct.clone())).await?;
         Ok(())
     }
+}
+
+/// What oci-client's `validate_digest` checks of a manifest: the digest of the reference, then
+/// the `Docker-Content-Digest` the registry sent.
+fn check_digests(body: &[u8], header: Option<&str>, reference: Option<&str>) -> std::result::Result<(), DigestError> {
+    use sha2::Digest as _;
+    let mut wanted: Vec<&str> = reference.into_iter().collect();
+    wanted.extend(header.filter(|h| Some(*h) != reference));
+    for want in wanted {
+        let (algorithm, _) = want.split_once(':').ok_or(DigestError::MissingAlgorithm)?;
+        let actual = match algorithm {
+            "sha256" => hex::encode(sha2::Sha256::digest(body)),
+            "sha384" => hex::encode(sha2::Sha384::digest(body)),
+            "sha512" => hex::encode(sha2::Sha512::digest(body)),
+            other => return Err(DigestError::UnsupportedAlgorithm(other.to_string())),
+        };
+        let actual = format!("{algorithm}:{actual}");
+        if actual != want {
+            return Err(DigestError::VerificationError { expected: want.to_string(), actual });
+        }
+    }
+    Ok(())
 }
 
 fn reqwest_header(v: &str) -> Result<http::HeaderValue> {

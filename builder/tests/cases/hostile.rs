@@ -8,6 +8,7 @@
 //! - `a_manifest_of_10000_layers_is_refused`: `--max-layers`;
 //! - `a_symlink_loop_at_os_release_is_refused`: 40 links, the kernel's limit;
 //! - `endless_bodies_are_cut_off`: a registry blob, an `InRelease` and a `.deb` that never end.
+//! - `endless_and_huge_manifests_are_refused`: a registry manifest that never ends, and one of 9 MiB.
 //!
 //! Each build runs under GNU time; the figures are printed (`--no-capture`) and bounded
 //! generously for a loaded two-core machine.
@@ -451,6 +452,40 @@ fn endless_bodies_are_cut_off() {
         assert_eq!(r.code, Some(1), "{}", r.stderr);
         assert!(e.contains(&mirror) && r.stderr.contains(&says), "{}", r.stderr);
         r.within(&format!("a mirror's endless {what}"), Duration::from_secs(20), 150);
+        dest.assert_untouched();
+    }
+}
+
+#[test]
+fn endless_and_huge_manifests_are_refused() {
+    if !have_time() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // 9 MiB of JSON, one past the 8 MiB a manifest or index may have (`image::source::MAX_JSON`).
+    let mut huge = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","annotations":{"x":""#.to_vec();
+    huge.resize(9 << 20, b'a');
+    huge.extend_from_slice(br#""},"manifests":[]}"#);
+    let huge = std::sync::Arc::new(huge);
+    for (what, endless) in [("endless", true), ("9 MiB", false)] {
+        let huge = huge.clone();
+        let registry = serve(move |_, path| {
+            if path == "/v2/" {
+                return Some(("application/json".into(), b"{}".to_vec()));
+            }
+            if path.ends_with("/manifests/1") {
+                return (!endless).then(|| ("application/vnd.oci.image.index.v1+json".into(), huge.to_vec()));
+            }
+            Some((String::new(), Vec::new()))
+        });
+        let dest = Dest::new();
+        let r = run(&["build", "--no-packages", "--base", &format!("docker://{registry}/hostile:1"), "--output", &dest.oci()], tmp.path());
+        let e = r.error();
+        assert!(
+            e.contains(&format!("registry {registry} sent more than {} bytes of manifest for {registry}/hostile:1", 8 * MIB)),
+            "{e}"
+        );
+        r.within(&format!("a registry's {what} manifest"), Duration::from_secs(20), 100);
         dest.assert_untouched();
     }
 }
