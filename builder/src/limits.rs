@@ -12,11 +12,11 @@
 //! | the base's manifest | layers | 125 | `--max-layers` |
 //! | a path in the base | symbolic links followed | 40 (the kernel's) | none |
 //! | a registry blob | bytes received ≤ the size its descriptor gives | — | none |
-//! | a registry manifest or index (by tag or digest) | bytes received | 8 MiB (`image::source::MAX_JSON`) | none |
+//! | a registry manifest or index (by tag or digest) | bytes received | 8 MiB ([`MAX_JSON`]) | none |
 //! | base files a build keeps in memory (os-release, dpkg status, sources, keys) | [`crate::image::rootfs::KEEP_TOTAL`], then read again when asked | 64 MiB | none |
 //!
 //! Fixed caps elsewhere, far above any genuine file: manifests and configs 8 MiB
-//! (`image::source::MAX_JSON`), `InRelease`/`Release` 32 MiB and a decompressed `Packages`
+//! ([`MAX_JSON`]), `InRelease`/`Release` 32 MiB and a decompressed `Packages`
 //! 1 GiB (`packages::apt::repo`), `primary.xml` 1 GiB (`packages::rpm::install`); a package
 //! or index body longer than its signed size is cut off there (`http`).
 use std::io::{self, BufRead, Read};
@@ -49,6 +49,9 @@ pub struct Limits {
     /// layer's entries is held for the build: about 170 bytes of memory each.
     pub entries: u64,
 }
+
+/// Manifests and configs larger than this are refused: they are JSON of a few KiB.
+pub const MAX_JSON: u64 = 8 << 20;
 
 pub const DEFAULT_LAYERS: usize = 125;
 pub const DEFAULT_INFLATION: u64 = 100;

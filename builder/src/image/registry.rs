@@ -17,7 +17,7 @@ use oci_client::{Client, Reference, RegistryOperation};
 
 use crate::image::auth::Credential;
 use crate::error::{Error, Result};
-use crate::image::source::MAX_JSON;
+use crate::limits::MAX_JSON;
 use crate::limits::Exceeded;
 
 pub const MANIFEST_TYPES: &[&str] = &[

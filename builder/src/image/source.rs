@@ -20,8 +20,7 @@ use crate::image::registry::Registries;
 use crate::image::transport::ImageRef;
 use crate::limits::{Exceeded, Limits};
 
-/// Manifests and configs larger than this are refused: they are JSON of a few KiB.
-pub const MAX_JSON: u64 = 8 << 20;
+pub use crate::limits::MAX_JSON;
 
 enum Store {
     Registry { reg: Arc<Registries>, r: Reference },
