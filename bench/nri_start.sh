@@ -38,6 +38,11 @@ WORK=$(mktemp -d /tmp/erdma-bench-nri.XXXXXX)
 PIDS=()
 cleanup() {
     set +e
+    # Containers a failed run left (pods are removed by cri_start when it finishes): through
+    # each instance's runc root, before containerd goes.
+    for inst in a b c d; do
+        for id in $(runc --root "$WORK/$inst/runc" list -q 2>/dev/null); do runc --root "$WORK/$inst/runc" delete --force "$id" 2>/dev/null; done
+    done
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
     for inst in a b c d; do
