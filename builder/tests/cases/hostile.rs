@@ -57,26 +57,8 @@ impl Run {
 
 /// Runs erdma-build ARGS under GNU time with `cache` as `XDG_CACHE_HOME`.
 fn run(args: &[&str], cache: &Path) -> Run {
-    let started = Instant::now();
-    let out = std::process::Command::new("/usr/bin/time")
-        .arg("-v")
-        .arg(support::bin())
-        .args(args)
-        .env("XDG_CACHE_HOME", cache)
-        .env("NO_COLOR", "1")
-        .env("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let wall = started.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let rss_kib = stderr
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes): "))
-        .unwrap_or_else(|| panic!("no RSS in\n{stderr}"))
-        .parse()
-        .unwrap();
-    Run { code: out.status.code(), stderr, rss_kib, wall }
+    let m = support::run_measured(args, cache, &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
+    Run { code: m.out.status.code(), stderr: String::from_utf8_lossy(&m.out.stderr).into_owned(), rss_kib: m.rss_kib, wall: m.wall }
 }
 
 fn have_time() -> bool {

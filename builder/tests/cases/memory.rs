@@ -23,24 +23,9 @@ fn build_measured(args: &[&str]) -> (String, u64) {
 
 /// [`build_measured`] with `cache` as `XDG_CACHE_HOME`.
 fn build_measured_in(args: &[&str], cache: &Path) -> (String, u64) {
-    let out = std::process::Command::new("/usr/bin/time")
-        .arg("-v")
-        .arg(support::bin())
-        .args(args)
-        .env("XDG_CACHE_HOME", cache)
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    support::assert_success("erdma-build under /usr/bin/time", &out);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let rss = stderr
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes): "))
-        .unwrap_or_else(|| panic!("no RSS in\n{stderr}"))
-        .parse()
-        .unwrap();
-    (String::from_utf8_lossy(&out.stdout).into_owned(), rss)
+    let m = support::run_measured(args, cache, &[]);
+    support::assert_success("erdma-build under /usr/bin/time", &m.out);
+    (String::from_utf8_lossy(&m.out.stdout).into_owned(), m.rss_kib)
 }
 
 #[test]

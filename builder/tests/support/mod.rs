@@ -32,6 +32,38 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_erdma-build"))
 }
 
+/// What a run of erdma-build under GNU time (`/usr/bin/time -v`) gave and cost.
+pub struct Measured {
+    pub out: Output,
+    /// Peak RSS, from GNU time's report on stderr.
+    pub rss_kib: u64,
+    pub wall: std::time::Duration,
+}
+
+/// Runs erdma-build ARGS under GNU time, with `cache` as `XDG_CACHE_HOME`, `NO_COLOR` and `env`.
+pub fn run_measured(args: &[&str], cache: &std::path::Path, env: &[(&str, &str)]) -> Measured {
+    let started = std::time::Instant::now();
+    let out = Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg(bin())
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let wall = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rss_kib = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes): "))
+        .unwrap_or_else(|| panic!("no RSS in\n{stderr}"))
+        .parse()
+        .unwrap();
+    Measured { out, rss_kib, wall }
+}
+
 /// Runs `erdma-build ARGS` to completion with stdin closed and `NO_COLOR` set.
 pub fn run_build<I, S>(args: I) -> Output
 where
