@@ -56,6 +56,8 @@ pub struct CheckOptions {
     pub platform: PlatformChoice,
     pub profile: Option<Profile>,
     pub insecure_registries: Vec<String>,
+    /// `--max-layers`, `--max-inflation`, `--max-entries`.
+    pub limits: crate::limits::Limits,
 }
 
 pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<CheckReport> {
@@ -64,7 +66,7 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
     let counters = Counters::default();
     let work = tempfile::Builder::new().prefix("erdma-check-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
     reporter.step(&format!("reading {}", opts.image));
-    let src = Source::open(&opts.image, &regs, crate::limits::Limits::default()).await?;
+    let src = Source::open(&opts.image, &regs, opts.limits).await?;
     let images = src.images(&opts.platform).await?;
     let img = images.first().ok_or_else(|| Error::Unsupported(format!("{} holds no image", opts.image)))?;
     let cache = LayerCache::new(work.path());

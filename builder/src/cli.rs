@@ -66,6 +66,32 @@ pub struct CheckArgs {
     /// Use plain HTTP for this registry (host or host:port; loopback always is). Repeatable.
     #[arg(long = "insecure-registry", value_name = "HOST")]
     pub insecure_registries: Vec<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// What a hostile base image or repository may cost (`limits`): build, plan and check.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Refuse a base image of more than N layers (before any is read). Docker runs images of
+    /// at most 125.
+    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_LAYERS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_layers: u64,
+    /// Refuse a base layer, package payload, Packages index or repository metadata file that
+    /// decompresses to more than N times its compressed size (after the first 64 MiB): a
+    /// decompression bomb. 0 lifts the limit.
+    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_INFLATION)]
+    pub max_inflation: u64,
+    /// Refuse a base whose layers read hold more than N tar entries in all (files,
+    /// directories, links, whiteouts; about 170 bytes of memory each).
+    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_entries: u64,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> crate::limits::Limits {
+        crate::limits::Limits { layers: usize::try_from(self.max_layers).unwrap_or(usize::MAX), inflation: self.max_inflation, entries: self.max_entries }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -175,19 +201,8 @@ pub struct CommonArgs {
     /// 4 × SECS + 4 s per file instead of hanging it.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub read_timeout: u64,
-    /// Refuse a base image of more than N layers (before any is read). Docker runs images of
-    /// at most 125.
-    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_LAYERS as u64, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_layers: u64,
-    /// Refuse a base layer, Packages index or repository metadata file that decompresses to
-    /// more than N times its compressed size (after the first 64 MiB): a decompression bomb.
-    /// 0 lifts the limit.
-    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_INFLATION)]
-    pub max_inflation: u64,
-    /// Refuse a base whose layers read hold more than N tar entries in all (files,
-    /// directories, links, whiteouts; about 170 bytes of memory each).
-    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_entries: u64,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 impl CommonArgs {
@@ -245,7 +260,7 @@ impl CommonArgs {
             local_packages: self.packages.clone(),
             epoch: Options::epoch_from_env(),
             timeouts: crate::http::Timeouts { read: std::time::Duration::from_secs(self.read_timeout), ..Default::default() },
-            limits: crate::limits::Limits { layers: usize::try_from(self.max_layers).unwrap_or(usize::MAX), inflation: self.max_inflation, entries: self.max_entries },
+            limits: self.limits.limits(),
             download: false,
         })
     }

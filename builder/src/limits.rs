@@ -13,13 +13,16 @@
 //! | a path in the base | symbolic links followed | 40 (the kernel's) | none |
 //! | a registry blob | bytes received ≤ the size its descriptor gives | — | none |
 //! | a registry manifest or index (by tag or digest) | bytes received | 8 MiB ([`MAX_JSON`]) | none |
+//! | one tar entry's headers (GNU long name and link, PAX, sparse map), in a layer, a `docker save` archive or a `.deb` | bytes read | 4 MiB ([`MAX_TAR_HEADERS`]) | none |
 //! | base files a build keeps in memory (os-release, dpkg status, sources, keys) | [`crate::image::rootfs::KEEP_TOTAL`], then read again when asked | 64 MiB | none |
 //!
 //! Fixed caps elsewhere, far above any genuine file: manifests and configs 8 MiB
 //! ([`MAX_JSON`]), `InRelease`/`Release` 32 MiB and a decompressed `Packages`
 //! 1 GiB (`packages::apt::repo`), `primary.xml` 1 GiB (`packages::rpm::install`); a package
 //! or index body longer than its signed size is cut off there (`http`).
-use std::io::{self, BufRead, Read};
+use std::cell::Cell;
+use std::io::{self, BufRead, Read, Seek};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -53,6 +56,13 @@ pub struct Limits {
 /// Manifests and configs larger than this are refused: they are JSON of a few KiB.
 pub const MAX_JSON: u64 = 8 << 20;
 
+/// What the headers of one tar entry may take, read into memory before the entry is seen:
+/// its GNU long name and long link, its PAX extensions, the header blocks and a GNU sparse
+/// map. Go's archive/tar, which Docker, containerd and the registries' tools use, refuses any
+/// one special header over 1 MiB since CVE-2022-2879 (`maxSpecialFileSize`); three of them and
+/// their blocks fit in this.
+pub const MAX_TAR_HEADERS: u64 = 4 << 20;
+
 pub const DEFAULT_LAYERS: usize = 125;
 pub const DEFAULT_INFLATION: u64 = 100;
 pub const DEFAULT_ENTRIES: u64 = 2_000_000;
@@ -81,6 +91,8 @@ pub enum Exceeded {
     BlobSize { digest: String, size: u64 },
     #[error("sent more than {limit} bytes of manifest for {reference}, the most a manifest or index may have (an endless body?)")]
     Manifest { reference: String, limit: u64 },
+    #[error("has a tar entry whose headers (GNU long name or link, PAX extensions, sparse map) take more than {limit} bytes (Go's archive/tar, which Docker and containerd use, refuses any one of them over 1 MiB)")]
+    TarHeaders { limit: u64 },
 }
 
 /// The [`Exceeded`] an I/O error carries, if it carries one.
@@ -153,6 +165,87 @@ pub fn inflate<'a, R: 'a>(input: R, ratio: u64, max: u64, decoder: impl FnOnce(C
     Ok(Inflated { inner, input: count, out: 0, ratio, max })
 }
 
+/// Where a tar walk stands: bytes read so far, and while the tar reader looks for the next
+/// entry, the position it may not read past.
+#[derive(Debug, Default)]
+struct TarState {
+    pos: Cell<u64>,
+    until: Cell<Option<u64>>,
+}
+
+/// The input of a tar walk ([`walk_tar`]): fails with [`Exceeded::TarHeaders`] when the tar
+/// reader, looking for the next entry, reads more than [`MAX_TAR_HEADERS`] past where the
+/// entry before it ends.
+pub struct TarInput<R> {
+    inner: R,
+    state: Rc<TarState>,
+}
+
+impl<R: Read> Read for TarInput<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let pos = self.state.pos.get();
+        let want = match self.state.until.get() {
+            Some(until) if pos >= until && !buf.is_empty() => return Err(io::Error::other(Exceeded::TarHeaders { limit: MAX_TAR_HEADERS })),
+            Some(until) => buf.len().min(usize::try_from(until - pos).unwrap_or(usize::MAX)),
+            None => buf.len(),
+        };
+        let n = self.inner.read(&mut buf[..want])?;
+        self.state.pos.set(pos + n as u64);
+        Ok(n)
+    }
+}
+
+impl<R: Seek> Seek for TarInput<R> {
+    fn seek(&mut self, to: io::SeekFrom) -> io::Result<u64> {
+        let pos = self.inner.seek(to)?;
+        self.state.pos.set(pos);
+        Ok(pos)
+    }
+}
+
+/// Calls `f` on each entry of the tar archive `input`, then gives the input back (for the
+/// caller to drain or check). The one way a tar archive from outside is read: the `tar` crate
+/// reads GNU long names and links and PAX extensions whole into memory, and a GNU sparse
+/// map block after block, before it shows an entry; here that costs at most
+/// [`MAX_TAR_HEADERS`] per entry, past it the walk fails with [`Exceeded::TarHeaders`]
+/// (through `io_err`).
+pub fn walk_tar<R: Read, E>(input: R, io_err: impl Fn(io::Error) -> E, f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>) -> Result<R, E> {
+    let state = Rc::new(TarState::default());
+    let mut archive = tar::Archive::new(TarInput { inner: input, state: state.clone() });
+    walk_entries(&state, archive.entries().map_err(&io_err)?, &io_err, f)?;
+    Ok(archive.into_inner().inner)
+}
+
+/// [`walk_tar`] over a file, skipping the content `f` does not read by seeking.
+pub fn walk_tar_seek<R: Read + Seek, E>(input: R, io_err: impl Fn(io::Error) -> E, f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>) -> Result<R, E> {
+    let state = Rc::new(TarState::default());
+    let mut archive = tar::Archive::new(TarInput { inner: input, state: state.clone() });
+    walk_entries(&state, archive.entries_with_seek().map_err(&io_err)?, &io_err, f)?;
+    Ok(archive.into_inner().inner)
+}
+
+fn walk_entries<R: Read, E>(state: &TarState, mut entries: tar::Entries<'_, TarInput<R>>, io_err: &impl Fn(io::Error) -> E, mut f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>) -> Result<(), E> {
+    // Where the entry before ends: the tar reader skips what `f` left of it, then reads the
+    // next entry's headers.
+    let mut end = 0u64;
+    loop {
+        state.until.set(Some(end.max(state.pos.get()).saturating_add(MAX_TAR_HEADERS)));
+        let next = entries.next();
+        state.until.set(None);
+        let Some(entry) = next else { return Ok(()) };
+        let mut entry = entry.map_err(io_err)?;
+        // The content as stored: a GNU sparse entry's header gives it (its size is the file's),
+        // and its sparse map's extension blocks, read with the headers, lie before it
+        // although `raw_file_position` does not count them (at most the limit: allowed again).
+        let stored = match entry.header().entry_type().is_gnu_sparse() {
+            true => entry.header().entry_size().map_err(io_err)?.saturating_add(MAX_TAR_HEADERS),
+            false => entry.size(),
+        };
+        end = entry.raw_file_position().saturating_add(stored.saturating_add(511) & !511);
+        f(&mut entry)?;
+    }
+}
+
 /// Entries left to the layers of one image ([`Limits::entries`]), shared by their snapshots.
 #[derive(Debug)]
 pub struct EntryBudget {
@@ -209,6 +302,143 @@ mod tests {
         let text = gzip(b"0123456789");
         assert_eq!(read_all(&text, 100, 10).unwrap(), 10);
         assert!(matches!(exceeded(&read_all(&text, 100, 9).unwrap_err()), Some(Exceeded::Size { max: 9 })));
+    }
+
+    /// Counts what the walk reads, to show where it stopped.
+    struct Meter<R> {
+        inner: R,
+        read: Rc<Cell<u64>>,
+    }
+    impl<R: Read> Read for Meter<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read.set(self.read.get() + n as u64);
+            Ok(n)
+        }
+    }
+
+    fn names(tar: &[u8]) -> Result<Vec<(String, u64)>, io::Error> {
+        let mut out = Vec::new();
+        walk_tar(tar, |e| e, |e| {
+            out.push((String::from_utf8_lossy(&e.path_bytes()).into_owned(), e.size()));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// A raw header block: name, type, size (octal), checksum.
+    fn block(name: &str, kind: u8, size: u64) -> Vec<u8> {
+        let mut h = tar::Header::new_gnu();
+        h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        h.set_entry_type(tar::EntryType::new(kind));
+        h.set_mode(0o644);
+        h.set_size(size);
+        h.set_cksum();
+        h.as_bytes().to_vec()
+    }
+
+    /// One PAX record: `LEN key=value\n`, LEN counting itself.
+    fn pax_record(key: &str, value: &str) -> String {
+        let rest = key.len() + value.len() + 3;
+        let mut len = rest + 1;
+        while len != rest + len.to_string().len() {
+            len = rest + len.to_string().len();
+        }
+        format!("{len} {key}={value}\n")
+    }
+
+    fn padded(data: &[u8]) -> Vec<u8> {
+        let mut v = data.to_vec();
+        v.resize(data.len().div_ceil(512) * 512, 0);
+        v
+    }
+
+    #[test]
+    fn a_huge_long_name_is_refused_after_the_limit_not_read_whole() {
+        // A GNU long name of 64 MiB (the tar crate would hold it all), then a file.
+        let mut tar = block("././@LongLink", b'L', 64 << 20);
+        tar.extend(vec![b'a'; 64 << 20]);
+        tar.extend(block("x", b'0', 0));
+        tar.extend([0u8; 1024]);
+        let read = Rc::new(Cell::new(0));
+        let e = walk_tar(Meter { inner: tar.as_slice(), read: read.clone() }, |e| e, |_| Ok(())).map(|_| ()).unwrap_err();
+        assert_eq!(exceeded(&e), Some(&Exceeded::TarHeaders { limit: MAX_TAR_HEADERS }), "{e}");
+        assert!(read.get() <= MAX_TAR_HEADERS + (64 << 10), "{}", read.get());
+        assert!(e.to_string().contains("more than 4194304 bytes"), "{e}");
+        // The same for PAX extensions.
+        let mut tar = block("pax", b'x', 8 << 20);
+        tar.extend(vec![b'1'; 8 << 20]);
+        tar.extend(block("x", b'0', 0));
+        tar.extend([0u8; 1024]);
+        assert!(matches!(exceeded(&names(&tar).unwrap_err()), Some(Exceeded::TarHeaders { .. })));
+    }
+
+    #[test]
+    fn genuine_long_headers_and_large_contents_pass() {
+        // A 900 KiB long name, a 900 KiB long link and 900 KiB of PAX records on one entry
+        // (each under Go's 1 MiB), after a 20 MiB file nobody reads: all within the limit.
+        let mut tar = block("big", b'0', 20 << 20);
+        tar.extend(vec![7u8; 20 << 20]);
+        let long = "d/".repeat(900 << 9);
+        tar.extend(block("././@LongLink", b'L', long.len() as u64));
+        tar.extend(padded(long.as_bytes()));
+        tar.extend(block("././@LongLink", b'K', long.len() as u64));
+        tar.extend(padded(long.as_bytes()));
+        let value = "v".repeat(900 << 10);
+        let record = pax_record("SCHILY.xattr.user.x", &value);
+        tar.extend(block("pax", b'x', record.len() as u64));
+        tar.extend(padded(record.as_bytes()));
+        tar.extend(block("short", b'1', 0));
+        tar.extend([0u8; 1024]);
+        let got = names(&tar).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], ("big".to_string(), 20 << 20));
+        assert!(got[1].0 == long, "the second name is {} bytes", got[1].0.len());
+    }
+
+    #[test]
+    fn a_pax_size_moves_the_next_header() {
+        // Go writes a file's size that does not fit the octal field as a PAX `size` record and
+        // leaves the field 0: the walk must expect the next header after the PAX size.
+        let content = vec![3u8; 6 << 20];
+        let record = pax_record("size", &content.len().to_string());
+        let mut tar = block("pax", b'x', record.len() as u64);
+        tar.extend(padded(record.as_bytes()));
+        tar.extend(block("big", b'0', 0));
+        tar.extend(padded(&content));
+        tar.extend(block("after", b'0', 0));
+        tar.extend([0u8; 1024]);
+        assert_eq!(names(&tar).unwrap(), vec![("big".to_string(), 6 << 20), ("after".to_string(), 0)]);
+    }
+
+    #[test]
+    fn gnu_tar_sparse_files_with_extended_maps_pass() {
+        // GNU tar's own sparse format ('S'), with more data segments than the header holds,
+        // so the map continues in extension blocks; then a file after it.
+        let dir = tempfile::tempdir().unwrap();
+        let sparse = dir.path().join("sparse");
+        let mut f = std::fs::File::create(&sparse).unwrap();
+        for i in 0..200u64 {
+            f.seek(io::SeekFrom::Start(i * (1 << 20))).unwrap();
+            f.write_all(&[1u8; 4096]).unwrap();
+        }
+        f.set_len(300 << 20).unwrap();
+        std::fs::write(dir.path().join("after"), b"x").unwrap();
+        let out = std::process::Command::new("tar").args(["--sparse", "--format=gnu", "-cf", "-", "sparse", "after"]).current_dir(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut kinds = Vec::new();
+        walk_tar(out.stdout.as_slice(), |e| e, |e| {
+            kinds.push((String::from_utf8_lossy(&e.path_bytes()).into_owned(), e.header().entry_type().as_byte()));
+            // Read part of the sparse file only: the walk skips the rest.
+            if e.header().entry_type().is_gnu_sparse() {
+                let mut head = [0u8; 4096];
+                e.read_exact(&mut head)?;
+                assert_eq!(head, [1u8; 4096]);
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(kinds, vec![("sparse".to_string(), b'S'), ("after".to_string(), b'0')]);
     }
 
     #[test]

@@ -109,6 +109,7 @@ async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
                 },
                 profile: args.profile,
                 insecure_registries: args.insecure_registries,
+                limits: args.limits.limits(),
             };
             let report = erdma_build::check::check(&opts, reporter).await?;
             print_check(&report, cli.json)?;

@@ -149,7 +149,7 @@ fn t_deb(data: &[u8]) {
     let p = scratch("x.deb", data);
     let _ = deb::read_control(&p);
     let mut budget = 100_000usize;
-    let _ = deb::for_each_data_entry(&p, |_entry, r| {
+    let _ = deb::for_each_data_entry(&p, erdma_build::limits::DEFAULT_INFLATION, |_entry, r| {
         budget = budget.saturating_sub(1);
         if budget == 0 {
             return Err(deb::DebError::Malformed { path: p.clone(), reason: "fuzz: entry budget".into() });

@@ -27,13 +27,14 @@ pub struct TarIndex {
 impl TarIndex {
     pub fn open(file: &Path) -> Result<TarIndex> {
         let f = File::open(file).map_err(Error::io("opening archive", file))?;
-        let mut archive = tar::Archive::new(std::io::BufReader::new(f));
         let mut entries = HashMap::new();
         let mut links = Vec::new();
-        let malformed = |e: std::io::Error| Error::Malformed { what: "archive", reference: file.display().to_string(), reason: e.to_string() };
-        for entry in archive.entries_with_seek().map_err(malformed)? {
-            let entry = entry.map_err(malformed)?;
-            let Some(name) = crate::image::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes())) else { continue };
+        let malformed = |e: std::io::Error| match crate::limits::exceeded(&e) {
+            Some(exceeded) => Error::Limit { what: file.display().to_string(), exceeded: exceeded.clone() },
+            None => Error::Malformed { what: "archive", reference: file.display().to_string(), reason: e.to_string() },
+        };
+        crate::limits::walk_tar_seek(std::io::BufReader::new(f), malformed, |entry| {
+            let Some(name) = crate::image::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes())) else { return Ok(()) };
             let kind = entry.header().entry_type();
             if kind.is_file() {
                 entries.insert(name, (entry.raw_file_position(), entry.size()));
@@ -47,7 +48,8 @@ impl TarIndex {
                     }
                 }
             }
-        }
+            Ok(())
+        })?;
         for (name, target) in links {
             if let Some(pos) = entries.get(&target).copied() {
                 entries.insert(name, pos);

@@ -119,15 +119,13 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
     let mut out = Vec::new();
     let mut hidden = false;
     {
-        let mut archive = tar::Archive::new(decompressed(&mut *r, DEFAULT_INFLATION)?);
-        for entry in archive.entries()? {
-            let entry = entry?;
+        crate::limits::walk_tar(decompressed(&mut *r, DEFAULT_INFLATION)?, |e| e, |entry| {
             let raw = entry.path_bytes();
-            let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { continue };
+            let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { return Ok(()) };
             let (parent, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
             if base == ".wh..wh..opq" && parent == dir {
                 hidden = true;
-                continue;
+                return Ok(());
             }
             if let Some(w) = base.strip_prefix(".wh.") {
                 let target = if parent.is_empty() { w.to_string() } else { format!("{parent}/{w}") };
@@ -136,7 +134,7 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
                 } else if target == dir || is_below(dir, &target) {
                     hidden = true;
                 }
-                continue;
+                return Ok(());
             }
             if parent == dir {
                 let t = entry.header().entry_type();
@@ -144,7 +142,8 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
             } else if (name == dir || is_below(dir, &name)) && !entry.header().entry_type().is_dir() {
                 hidden = true;
             }
-        }
+            Ok(())
+        })?;
     }
     io::copy(r, &mut io::sink())?;
     Ok((out, hidden))
@@ -181,12 +180,10 @@ fn scan(r: &mut dyn BufRead, want: &str, max_inflation: u64, content: &mut Conte
     let mut seen = Seen::Nothing;
     let mut hidden = false;
     {
-        let mut archive = tar::Archive::new(decompressed(&mut *r, max_inflation)?);
-        for entry in archive.entries()? {
-            let mut entry = entry?;
+        crate::limits::walk_tar(decompressed(&mut *r, max_inflation)?, |e| e, |entry| {
             let raw = entry.path_bytes();
             let name = String::from_utf8_lossy(&raw).into_owned();
-            let Some(name) = normalize(&name) else { continue };
+            let Some(name) = normalize(&name) else { return Ok(()) };
             let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
             if let Some(hidden_name) = base.strip_prefix(".wh.") {
                 let target = if dir.is_empty() { hidden_name.to_string() } else { format!("{dir}/{hidden_name}") };
@@ -198,13 +195,13 @@ fn scan(r: &mut dyn BufRead, want: &str, max_inflation: u64, content: &mut Conte
                 } else if want == target || is_below(want, &target) {
                     hidden = true;
                 }
-                continue;
+                return Ok(());
             }
             if name == want {
                 let kind = entry.header().entry_type();
                 seen = if kind.is_file() {
                     let size = entry.size();
-                    Seen::File(content(&mut entry, size)?)
+                    Seen::File(content(entry, size)?)
                 } else if kind.is_symlink() {
                     let target = entry
                         .link_name_bytes()
@@ -220,7 +217,8 @@ fn scan(r: &mut dyn BufRead, want: &str, max_inflation: u64, content: &mut Conte
                 // /etc and /var paths, which images keep as real directories.)
                 hidden = true;
             }
-        }
+            Ok(())
+        })?;
         // Leave the tar reader, then drain the input so digest checks see its end.
     }
     io::copy(r, &mut io::sink())?;
@@ -419,26 +417,24 @@ impl Snapshot {
     pub fn read(r: &mut dyn BufRead, max_inflation: u64, budget: &Budget) -> io::Result<Snapshot> {
         let mut snap = Snapshot::default();
         {
-            let mut archive = tar::Archive::new(decompressed(&mut *r, max_inflation)?);
-            for entry in archive.entries()? {
-                let mut entry = entry?;
+            crate::limits::walk_tar(decompressed(&mut *r, max_inflation)?, |e| e, |entry| {
                 budget.take_entries(1).map_err(io::Error::other)?;
                 let raw = entry.path_bytes();
-                let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { continue };
+                let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { return Ok(()) };
                 let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
                 if base == ".wh..wh..opq" {
                     snap.opaque.insert(dir.to_string());
-                    continue;
+                    return Ok(());
                 }
                 if let Some(w) = base.strip_prefix(".wh.") {
                     snap.whiteouts.insert(if dir.is_empty() { w.to_string() } else { format!("{dir}/{w}") });
-                    continue;
+                    return Ok(());
                 }
                 let t = entry.header().entry_type();
                 let e = if t.is_file() {
                     if of_interest(&name, entry.size()) && budget.keep(entry.size()) {
                         let mut data = Vec::with_capacity(entry.size() as usize);
-                        (&mut entry).take(16 << 20).read_to_end(&mut data)?;
+                        Read::take(&mut *entry, 16 << 20).read_to_end(&mut data)?;
                         SnapEntry::File(Some(data))
                     } else {
                         SnapEntry::File(None)
@@ -458,7 +454,8 @@ impl Snapshot {
                     SnapEntry::Other
                 };
                 snap.entries.insert(name, e);
-            }
+                Ok(())
+            })?;
         }
         io::copy(r, &mut io::sink())?;
         Ok(snap)

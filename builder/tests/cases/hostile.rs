@@ -9,6 +9,8 @@
 //! - `a_symlink_loop_at_os_release_is_refused`: 40 links, the kernel's limit;
 //! - `endless_bodies_are_cut_off`: a registry blob, an `InRelease` and a `.deb` that never end.
 //! - `endless_and_huge_manifests_are_refused`: a registry manifest that never ends, and one of 9 MiB.
+//! - `a_long_name_of_60_mib_is_refused`: a GNU long name of 60 MiB in a layer and in a
+//!   `docker save` archive (the tar crate would read it whole; `limits::MAX_TAR_HEADERS`).
 //!
 //! Each build runs under GNU time; the figures are printed (`--no-capture`) and bounded
 //! generously for a loaded two-core machine.
@@ -293,6 +295,15 @@ fn a_manifest_of_10000_layers_is_refused() {
     let r = run(&["build", "--quiet", "--no-packages", "--max-layers", "10000", "--base", &base, "--output", &dest.oci()], tmp.path());
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     r.within("a manifest of 10000 layers, --max-layers 10000", Duration::from_secs(60), 300);
+
+    // `check` takes the same limits: refused by default, and looked at when raised (the base
+    // has no RDMA user space: "not ready", exit 1, no error). An error is exit 2 in `check`.
+    let r = run(&["check", &base], tmp.path());
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.lines().any(|l| l.starts_with("error: ") && l.contains("lists 10000 layers (limit --max-layers 125")), "{}", r.stderr);
+    let r = run(&["check", "--max-layers", "10000", &base], tmp.path());
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(!r.stderr.contains("error:"), "{}", r.stderr);
 }
 
 #[test]
@@ -314,6 +325,57 @@ fn a_symlink_loop_at_os_release_is_refused() {
     let e = r.error();
     assert!(e.contains(&format!("/etc/os-release in {base} takes more than 40 symbolic links")), "{e}");
     r.within("a symlink loop at /etc/os-release", Duration::from_secs(10), 100);
+    dest.assert_untouched();
+}
+
+/// A tar stream whose first entry has a GNU long name (`L`) of `len` bytes, then a regular
+/// file under that name, and the end of the archive.
+fn long_name_tar(len: u64) -> Vec<u8> {
+    let header = |kind: tar::EntryType, size: u64| {
+        let mut h = tar::Header::new_gnu();
+        h.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.set_cksum();
+        h.as_bytes().to_vec()
+    };
+    let mut tar = header(tar::EntryType::GNULongName, len);
+    tar.resize(tar.len() + len.div_ceil(512) as usize * 512, b'a');
+    tar.extend(header(tar::EntryType::Regular, 0));
+    tar.extend([0u8; 1024]);
+    tar
+}
+
+#[test]
+fn a_long_name_of_60_mib_is_refused() {
+    if !have_time() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("base");
+    let os = os_release_layer(&dir);
+    // 60 MiB of name: within --max-inflation's grace, so only the header limit stops it.
+    let tar = long_name_tar(60 * MIB);
+    let blob = gzip(&tar, Compression::fast());
+    let layer = LayerInfo { digest: sha256(&blob), diff_id: sha256(&tar), size: blob.len() as u64 };
+    std::fs::write(fixture::blob_path(&dir, &layer.digest), &blob).unwrap();
+    let base = image(&dir, vec![os, layer.clone()]);
+    let dest = Dest::new();
+    let r = run(&["build", "--no-packages", "--base", &base, "--output", &dest.oci()], tmp.path());
+    let e = r.error();
+    assert!(e.contains(&format!("layer {}", layer.digest)) && e.contains("has a tar entry whose headers (GNU long name or link, PAX extensions, sparse map) take more than 4194304 bytes"), "{e}");
+    r.within("a layer with a 60 MiB long name", Duration::from_secs(20), 60);
+    dest.assert_untouched();
+
+    // A `docker save` archive is indexed in place: the same name at its start.
+    let archive = tmp.path().join("long.tar");
+    std::fs::write(&archive, &tar).unwrap();
+    let docker = format!("docker-archive:{}", archive.display());
+    let r = run(&["build", "--no-packages", "--base", &docker, "--output", &dest.oci()], tmp.path());
+    let e = r.error();
+    assert!(e.contains(&archive.display().to_string()) && e.contains("take more than 4194304 bytes"), "{e}");
+    r.within("a docker archive with a 60 MiB long name", Duration::from_secs(20), 60);
     dest.assert_untouched();
 }
 

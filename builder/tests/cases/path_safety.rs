@@ -200,6 +200,22 @@ fn bare_recipe(dir: &Path, backend: &str) -> PathBuf {
     path
 }
 
+/// A test's directory, a base and a bare recipe of one backend, and where output would go.
+struct Work {
+    tmp: tempfile::TempDir,
+    base: fixture::OciFixture,
+    recipe: PathBuf,
+    dest: PathBuf,
+}
+
+fn work(backend: &str) -> Work {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = if backend == "apt" { deb_base(&tmp.path().join("base")) } else { rpm_base(&tmp.path().join("base")) };
+    let recipe = bare_recipe(tmp.path(), backend);
+    let dest = tmp.path().join("out");
+    Work { tmp, base, recipe, dest }
+}
+
 /// `erdma-build CMD --json --base BASE --recipe RECIPE --no-packages --package P… --allow-unsigned-package [--output]`
 /// with a cache of its own.
 fn run(cmd: &str, base: &fixture::OciFixture, recipe: &Path, packages: &[&Path], output: Option<&Path>, cache: &Path) -> Output {
@@ -213,21 +229,29 @@ fn run(cmd: &str, base: &fixture::OciFixture, recipe: &Path, packages: &[&Path],
     Command::new(support::bin()).args(&args).env("NO_COLOR", "1").env("XDG_CACHE_HOME", cache).stdin(std::process::Stdio::null()).output().unwrap()
 }
 
-/// Asserts a refused build: exit 1, one `error:` line naming `package` and `entry` with
-/// `reason`, no panic, nothing at `out`. Returns the error line.
+/// Asserts a failed build: exit 1, one `error:` line and no cause below it, no panic, nothing
+/// at `dest`. Returns the error line.
 #[track_caller]
-fn assert_refused(out: &Output, package: &str, entry: &str, reason: &str, dest: &Path) -> String {
+fn refused_line(out: &Output, dest: &Path) -> String {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "expected a refusal\n{err}\n{}", text(&out.stdout));
-    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("panicked") && !err.contains("Caused by"), "{err}");
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
     assert_eq!(lines.len(), 1, "{err}");
-    let line = lines[0];
+    assert!(!dest.exists(), "a refused build writes nothing: {}", dest.display());
+    lines[0].to_string()
+}
+
+/// Asserts a refused build ([`refused_line`]) whose line names `package` and `entry` with
+/// `reason`. Returns the error line.
+#[track_caller]
+fn assert_refused(out: &Output, package: &str, entry: &str, reason: &str, dest: &Path) -> String {
+    let line = refused_line(out, dest);
+    let err = text(&out.stderr);
     assert!(line.starts_with(&format!("error: package {package}")), "names the package {package}: {err}");
     assert!(line.contains(&format!("refusing entry `{entry}`")), "names the entry {entry}: {err}");
     assert!(line.contains(reason), "says why ({reason}): {err}");
-    assert!(!dest.exists(), "a refused build writes nothing: {}", dest.display());
-    line.to_string()
+    line
 }
 
 /// (type, mode, link target) of each entry of the image's top layer, by path as stored.
@@ -293,10 +317,7 @@ fn hostile_debs_are_refused_naming_package_and_entry() {
     if !require_deb_tools() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let base = deb_base(&tmp.path().join("base"));
-    let recipe = bare_recipe(tmp.path(), "apt");
-    let dest = tmp.path().join("out");
+    let Work { tmp, base, recipe, dest } = work("apt");
     let cases: Vec<(&str, Vec<T<'_>>, &str, &str)> = vec![
         ("dotdot", vec![file(b"./../../etc/passwd", b"owned\n")], "./../../etc/passwd", "would be outside the image root"),
         ("inner-dotdot", vec![dirent(b"./a/"), file(b"./a/../../b", b"x")], "./a/../../b", "would be outside the image root"),
@@ -339,10 +360,7 @@ fn hostile_control_names_are_refused() {
     if !require_deb_tools() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let base = deb_base(&tmp.path().join("base"));
-    let recipe = bare_recipe(tmp.path(), "apt");
-    let dest = tmp.path().join("out");
+    let Work { tmp, base, recipe, dest } = work("apt");
     let control = |name: &str| format!("Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: x <x@erdma-kit.invalid>\nDescription: hostile control (TEST ONLY)\n");
     let data = [dirent(b"./usr/"), dirent(b"./usr/share/"), file(b"./usr/share/x", b"x")];
     for (stem, name) in [("dotdot", "../../x"), ("slash", "evil/x")] {
@@ -365,10 +383,7 @@ fn a_symlink_of_one_deb_never_carries_anothers_files() {
     if !require_deb_tools() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let base = deb_base(&tmp.path().join("base"));
-    let recipe = bare_recipe(tmp.path(), "apt");
-    let dest = tmp.path().join("out");
+    let Work { tmp, base, recipe, dest } = work("apt");
     let mut seen = Vec::new();
     // Packages are unpacked in name order here: `a-` first.
     for (link_name, file_name) in [("evil-a-link", "evil-b-file"), ("evil-b-link", "evil-a-file")] {
@@ -399,10 +414,7 @@ fn absolute_names_and_base_links_stay_inside_the_layer() {
     if !require_deb_tools() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let base = deb_base(&tmp.path().join("base"));
-    let recipe = bare_recipe(tmp.path(), "apt");
-    let dest = tmp.path().join("out");
+    let Work { tmp, base, recipe, dest } = work("apt");
     let deb = hand_deb(
         tmp.path(),
         "inside",
@@ -454,9 +466,7 @@ fn setuid_files_and_device_nodes_in_debs_are_reported() {
     if !require_deb_tools() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let base = deb_base(&tmp.path().join("base"));
-    let recipe = bare_recipe(tmp.path(), "apt");
+    let Work { tmp, base, recipe, .. } = work("apt");
     let suid = debs::fake_deb(
         tmp.path(),
         debs::FakeDeb {
@@ -638,22 +648,138 @@ Name: {name}\nVersion: 1.0\nRelease: 1\nLicense: MIT\nSummary: path safety fixtu
     rpm
 }
 
-/// Replaces `from` by `to` (same length) everywhere in the file: names in an rpm's header,
-/// which nothing checks for an unsigned `--package` but erdma-build itself.
+/// Replaces `from` by `to` (same length) everywhere in the file: names in an rpm's header.
+/// Then, as an attacker would, recomputes the digests that cover the header (the signature
+/// header's SHA1 and SHA256 of the main header, and its MD5 of header and payload): an unsigned
+/// `--package` gets its digests checked, as rpm checks them, so only erdma-build's own path
+/// checks stand between these names and the layer.
 fn patch(rpm: &Path, from: &[u8], to: &[u8]) -> PathBuf {
+    use sha2::Digest;
     assert_eq!(from.len(), to.len());
-    let mut bytes = std::fs::read(rpm).unwrap();
+    let original = std::fs::read(rpm).unwrap();
+    // The 96-byte lead, the signature header padded to 8 bytes, then the main header: each
+    // header is 16 bytes (magic, reserved, index count, data length), 16 per index entry, data.
+    let be = |b: &[u8], at: usize| u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+    let sig_len = 16 + 16 * be(&original, 104) + be(&original, 108);
+    let start = 96 + sig_len.div_ceil(8) * 8;
+    let end = start + 16 + 16 * be(&original, start + 8) + be(&original, start + 12);
+    // Only the main header: the payload (and its digest) stay as rpmbuild made them.
+    let mut bytes = original.clone();
     let mut n = 0;
-    let mut i = 0;
-    while let Some(at) = bytes[i..].windows(from.len()).position(|w| w == from) {
+    let mut i = start;
+    while let Some(at) = bytes[i..end].windows(from.len()).position(|w| w == from) {
         bytes[i + at..i + at + to.len()].copy_from_slice(to);
         i += at + to.len();
         n += 1;
     }
-    assert!(n > 0, "`{}` not in {}", from.escape_ascii(), rpm.display());
+    assert!(n > 0, "`{}` not in the header of {}", from.escape_ascii(), rpm.display());
+    // SHA1 too (rpm 4.18 still writes it, and `rpm -K` checks it), by coreutils' sha1sum.
+    let sha1 = |b: &[u8]| {
+        let f = rpm.with_extension("header");
+        std::fs::write(&f, b).unwrap();
+        let out = Command::new("sha1sum").arg(&f).output().unwrap();
+        support::assert_success("sha1sum", &out);
+        out.stdout[..40].to_vec()
+    };
+    let digests = |b: &[u8]| [sha1(&b[start..end]), hex::encode(sha2::Sha256::digest(&b[start..end])).into_bytes(), md5::Md5::digest(&b[start..]).to_vec()];
+    for (old, new) in digests(&original).into_iter().zip(digests(&bytes)) {
+        let at = bytes[96..start].windows(old.len()).position(|w| w == old.as_slice()).expect("the digest in the signature header") + 96;
+        bytes[at..at + new.len()].copy_from_slice(&new);
+    }
     let out = rpm.with_file_name(format!("patched-{}", rpm.file_name().unwrap().to_string_lossy()));
     std::fs::write(&out, bytes).unwrap();
     out
+}
+
+/// An unsigned `--package` whose header or payload was damaged after rpmbuild (digests not
+/// recomputed) is refused by its digests, as `rpm -K` refuses it, before anything is read
+/// from it; nothing is written.
+#[test]
+fn damaged_unsigned_rpms_are_refused_by_their_digests() {
+    if !require_rpm_tools() {
+        return;
+    }
+    let Work { tmp, base, recipe, dest } = work("rpm");
+    let rpm = rpmbuild(tmp.path(), "rpm-damaged", &[], &|r| write(r, "usr/bin/tool", &[7u8; 4096], 0o755), &["/usr/bin/tool"]);
+    let bytes = std::fs::read(&rpm).unwrap();
+    // The summary in the main header, then the payload's last byte (zstd's frame end).
+    let summary = bytes.windows(10).position(|w| w == b"path safet").unwrap();
+    for (at, which) in [(summary, "header SHA256"), (bytes.len() - 1, "payload SHA256")] {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x20;
+        let path = tmp.path().join(format!("damaged-{at}.rpm"));
+        std::fs::write(&path, bad).unwrap();
+        let k = Command::new("rpm").args(["-K", "--nosignature"]).arg(&path).output().unwrap();
+        assert!(!k.status.success(), "rpm -K took the damage: {}", text(&k.stdout));
+        let line = refused_line(&run("build", &base, &recipe, &[&path], Some(&dest), &tmp.path().join("cache")), &dest);
+        assert!(line.contains(&format!("--package {}", path.display())) && line.contains(which) && line.contains("mismatch"), "{line}");
+    }
+}
+
+/// Package payloads are bounded as layers are (`--max-inflation`): a `.deb` whose
+/// `data.tar.gz` is 1 GiB of zeros in 1 MiB, and an rpm whose zstd payload is 200 MiB of
+/// zeros in 12 KiB (rpmbuild's own), are refused after about 64 MiB + 100 × what was read,
+/// naming the package; nothing is written. Raised, the rpm goes in.
+#[test]
+fn package_payload_bombs_are_refused() {
+    if !require_deb_tools() || !require_rpm_tools() {
+        return;
+    }
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path();
+    let dest = w.join("out");
+    let gzip = |data: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    };
+    // data.tar.gz: the headers, then 16 gzip members of 64 MiB of zeros (one gzip stream).
+    let size = 16usize << 26;
+    let mut head = Vec::new();
+    for d in [b"./".as_slice(), b"./usr/", b"./usr/share/"] {
+        head.extend_from_slice(&header(d, b'5', 0o755, 0, b"", (0, 0)));
+    }
+    head.extend_from_slice(&header(b"./usr/share/zeros", b'0', 0o644, size, b"", (0, 0)));
+    let chunk = gzip(&vec![0u8; 64 << 20]);
+    let mut data = gzip(&head);
+    for _ in 0..16 {
+        data.extend_from_slice(&chunk);
+    }
+    data.extend(gzip(&[0u8; 1024]));
+    let parts = w.join("bomb.parts");
+    std::fs::create_dir_all(&parts).unwrap();
+    std::fs::write(parts.join("debian-binary"), "2.0\n").unwrap();
+    let control = "Package: deb-bomb\nVersion: 1.0\nArchitecture: all\nMaintainer: erdma-kit tests <tests@erdma-kit.invalid>\nDescription: decompression bomb (TEST ONLY)\n";
+    std::fs::write(parts.join("control.tar"), tar(&[dirent(b"./"), file(b"./control", control.as_bytes())])).unwrap();
+    std::fs::write(parts.join("data.tar.gz"), &data).unwrap();
+    let deb = w.join("deb-bomb_1.0_all.deb");
+    support::assert_success("ar rc", &Command::new("ar").arg("rc").arg(&deb).args(["debian-binary", "control.tar", "data.tar.gz"]).current_dir(&parts).output().unwrap());
+    assert!(dpkg_contents(&deb).contains(&format!("{size} 2023-11-14 22:13 ./usr/share/zeros")), "dpkg-deb reads it: {}", dpkg_contents(&deb));
+    let line = refused_line(&run("build", &deb_base(&w.join("deb-base")), &bare_recipe(w, "apt"), &[&deb], Some(&dest), &w.join("cache")), &dest);
+    assert!(line.starts_with("error: data.tar.gz of deb-bomb 1.0") && line.contains("inflates more than 100×") && line.contains("--max-inflation"), "{line}");
+
+    let rpm = rpmbuild(
+        w,
+        "rpm-bomb",
+        &[],
+        &|r| {
+            std::fs::create_dir_all(r.join("usr/share")).unwrap();
+            std::fs::File::create(r.join("usr/share/zeros")).unwrap().set_len(200 << 20).unwrap();
+        },
+        &["/usr/share/zeros"],
+    );
+    let len = std::fs::metadata(&rpm).unwrap().len();
+    assert!(len < (200 << 20) / 1000, "{len}");
+    let rpm_base = rpm_base(&w.join("rpm-base"));
+    let recipe = bare_recipe(w, "rpm");
+    let line = refused_line(&run("build", &rpm_base, &recipe, &[&rpm], Some(&dest), &w.join("cache")), &dest);
+    assert!(line.starts_with("error: the payload of rpm-bomb-1.0-1.noarch") && line.contains("inflates more than 100×"), "{line}");
+    // A genuine package of zeros: raised, it is built.
+    let mut args: Vec<String> = vec!["build".into(), "--quiet".into(), "--max-inflation".into(), "0".into(), "--base".into(), rpm_base.reference(), "--recipe".into(), s(&recipe), "--no-packages".into(), "--allow-unsigned-package".into(), "--package".into(), s(&rpm)];
+    args.extend(["--output".into(), format!("oci:{}:x", s(&dest))]);
+    let out = Command::new(support::bin()).args(&args).env("XDG_CACHE_HOME", w.join("cache")).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 fn write(root: &Path, rel: &str, content: &[u8], mode: u32) {
@@ -679,18 +805,16 @@ fn hostile_rpms_are_refused_naming_package_and_entry() {
     if !require_rpm_tools() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let base = rpm_base(&tmp.path().join("base"));
-    let recipe = bare_recipe(tmp.path(), "rpm");
-    let dest = tmp.path().join("out");
+    let Work { tmp, base, recipe, dest } = work("rpm");
     let w = tmp.path();
 
     let dotdot = rpmbuild(w, "rpm-dotdot", &[], &|r| write(r, "zz/zz/etc/passwd", b"owned\n", 0o644), &["/zz/zz/etc/passwd"]);
     // rpm stores `/zz/zz/etc/` once, in DIRNAMES: now `/../../etc/`.
     let dotdot = patch(&dotdot, b"/zz/zz/etc/", b"/../../etc/");
-    // rpm reads the patched name (its header digests no longer match: rpm itself would
-    // refuse the file without --nodigest; erdma-build checks no digest of an unsigned file).
-    assert!(text(&Command::new("rpm").args(["-qlp", "--nosignature", "--nodigest"]).arg(&dotdot).output().unwrap().stdout).lines().any(|l| l == "/../../etc/passwd"), "rpm reads the patched name");
+    // Its digests recomputed, rpm itself takes the file as whole and reads the patched name.
+    let k = Command::new("rpm").args(["-K", "--nosignature"]).arg(&dotdot).output().unwrap();
+    assert!(k.status.success(), "rpm -K: {}", text(&k.stdout));
+    assert!(text(&Command::new("rpm").args(["-qlp", "--nosignature"]).arg(&dotdot).output().unwrap().stdout).lines().any(|l| l == "/../../etc/passwd"), "rpm reads the patched name");
     let newline = patch(&rpmbuild(w, "rpm-newline", &[], &|r| write(r, "usr/bin/evil_nl", b"x", 0o755), &["/usr/bin/evil_nl"]), b"evil_nl", b"evil\nnl");
     let dir_to_link = rpmbuild(w, "rpm-dir-to-link", &[], &|r| link(r, "usr/lib", "/tmp"), &["/usr/lib"]);
     let own_link = rpmbuild(
@@ -736,9 +860,7 @@ fn setuid_files_and_device_nodes_in_rpms_are_reported() {
     if !require_rpm_tools() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let base = rpm_base(&tmp.path().join("base"));
-    let recipe = bare_recipe(tmp.path(), "rpm");
+    let Work { tmp, base, recipe, .. } = work("rpm");
     let rpm = rpmbuild(
         tmp.path(),
         "rpm-special",

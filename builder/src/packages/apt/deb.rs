@@ -52,6 +52,15 @@ pub enum DebError {
         source: io::Error,
     },
 
+    /// A limit of [`crate::limits`] reached reading the member (a decompression bomb, tar
+    /// headers past their bound).
+    #[error("{path}: member `{member}` {exceeded}")]
+    Limit {
+        path: PathBuf,
+        member: String,
+        exceeded: crate::limits::Exceeded,
+    },
+
     #[error("{path}: entry `{entry}` in `{member}` would be outside the package root")]
     UnsafePath {
         path: PathBuf,
@@ -152,7 +161,8 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
     let member = &layout.control;
     let mut files = BTreeMap::new();
     let mut total = 0u64;
-    let reader = ar.tar_stream(member)?;
+    // Control files add up to at most MAX_CONTROL_BYTES, well within the ratio's grace.
+    let reader = ar.tar_stream(member, crate::limits::DEFAULT_INFLATION)?;
     walk_tar(path, &member.name, reader, |entry| {
         let header = entry.header();
         let entry_type = header.entry_type();
@@ -235,15 +245,17 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
 /// Calls `f` for each entry of the package's `data.tar`, in archive order, with a reader for
 /// the content of regular files (empty for everything else). The root entry (`./`) is
 /// skipped. Content `f` does not read is skipped; a handler error stops the walk and is
-/// returned as is.
+/// returned as is. `data.tar` may inflate `inflation` times ([`crate::limits::inflate`],
+/// `--max-inflation`; 0: no limit).
 pub fn for_each_data_entry(
     path: &Path,
+    inflation: u64,
     mut f: impl FnMut(DataEntry, &mut dyn Read) -> Result<(), DebError>,
 ) -> Result<(), DebError> {
     let mut ar = ArReader::open(path)?;
     let layout = read_layout(&mut ar)?;
     let member = &layout.data;
-    let reader = ar.tar_stream(member)?;
+    let reader = ar.tar_stream(member, inflation)?;
     walk_tar(path, &member.name, reader, |entry| {
         let Some(data_entry) = data_entry(path, member, entry)? else {
             return Ok(());
@@ -252,7 +264,24 @@ pub fn for_each_data_entry(
             DataKind::File { size } => size,
             _ => 0,
         };
-        f(data_entry, &mut ExactReader::new(entry, size))
+        // A limit reached while the handler read the content is the member's, not the entry's.
+        f(data_entry, &mut ExactReader::new(entry, size)).map_err(|e| {
+            let limit = match &e {
+                DebError::Handler { source, .. } => source
+                    .downcast_ref::<io::Error>()
+                    .and_then(crate::limits::exceeded)
+                    .cloned(),
+                _ => None,
+            };
+            match limit {
+                Some(exceeded) => DebError::Limit {
+                    path: path.to_owned(),
+                    member: member.name.clone(),
+                    exceeded,
+                },
+                None => e,
+            }
+        })
     })
 }
 
@@ -373,10 +402,21 @@ fn entry_error(path: &Path, member: &Member, entry: &str, problem: PathProblem) 
 }
 
 fn member_error(path: &Path, member: &Member, source: io::Error) -> DebError {
-    DebError::Member {
-        path: path.to_owned(),
-        member: member.name.clone(),
-        source,
+    member_io_error(path, &member.name, source)
+}
+
+fn member_io_error(path: &Path, member: &str, source: io::Error) -> DebError {
+    match crate::limits::exceeded(&source) {
+        Some(exceeded) => DebError::Limit {
+            path: path.to_owned(),
+            member: member.to_owned(),
+            exceeded: exceeded.clone(),
+        },
+        None => DebError::Member {
+            path: path.to_owned(),
+            member: member.to_owned(),
+            source,
+        },
     }
 }
 
@@ -545,8 +585,9 @@ impl<'p> ArReader<'p> {
     }
 
     /// The member's decompressed content, after checking that its name and its first bytes
-    /// agree on the compression.
-    fn tar_stream<'a>(&'a mut self, member: &Member) -> Result<Box<dyn Read + 'a>, DebError> {
+    /// agree on the compression; refused once it inflates more than `inflation` times the
+    /// bytes read ([`crate::limits::inflate`], `--max-inflation`; 0: no limit).
+    fn tar_stream<'a>(&'a mut self, member: &Member, inflation: u64) -> Result<Box<dyn Read + 'a>, DebError> {
         let path = self.path;
         let expected = compression(path, member)?;
         let mut content = self.content(member)?;
@@ -564,17 +605,17 @@ impl<'p> ArReader<'p> {
             });
         }
         let stream = Cursor::new(head).chain(content);
-        Ok(match expected {
-            // The decompressors buffer their input; plain tar is read in 512-byte headers.
-            Compression::None => Box::new(io::BufReader::with_capacity(64 << 10, stream)),
+        let decoder: fn(_) -> io::Result<Box<dyn Read + 'a>> = match expected {
+            // Plain tar is read in 512-byte headers; the decompressors buffer their input.
+            Compression::None => return Ok(Box::new(io::BufReader::with_capacity(64 << 10, stream))),
             // Multi-member gzip, as zlib's gzread (which dpkg uses) accepts.
-            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(stream)),
-            Compression::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(stream)),
-            Compression::Zstd => Box::new(
-                zstd::stream::read::Decoder::new(stream)
-                    .map_err(|source| member_error(path, member, source))?,
-            ),
-        })
+            Compression::Gzip => |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c))),
+            Compression::Xz => |c| Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c))),
+            Compression::Zstd => |c| Ok(Box::new(zstd::stream::read::Decoder::new(c)?)),
+        };
+        crate::limits::inflate(stream, inflation, u64::MAX, decoder)
+            .map(|r| Box::new(r) as Box<dyn Read + 'a>)
+            .map_err(|source| member_error(path, member, source))
     }
 }
 
@@ -800,24 +841,16 @@ fn walk_tar<'a>(
     path: &Path,
     member_name: &str,
     reader: Box<dyn Read + 'a>,
-    mut on_entry: impl FnMut(
-        &mut tar::Entry<'_, EofTracker<Box<dyn Read + 'a>>>,
+    on_entry: impl FnMut(
+        &mut tar::Entry<'_, crate::limits::TarInput<EofTracker<Box<dyn Read + 'a>>>>,
     ) -> Result<(), DebError>,
 ) -> Result<(), DebError> {
-    let error = |source| DebError::Member {
-        path: path.to_owned(),
-        member: member_name.to_owned(),
-        source,
-    };
-    let mut archive = tar::Archive::new(EofTracker {
+    let error = |source| member_io_error(path, member_name, source);
+    let input = EofTracker {
         inner: reader,
         hit_eof: false,
-    });
-    for entry in archive.entries().map_err(error)? {
-        let mut entry = entry.map_err(error)?;
-        on_entry(&mut entry)?;
-    }
-    let mut rest = archive.into_inner();
+    };
+    let mut rest = crate::limits::walk_tar(input, error, on_entry)?;
     if rest.hit_eof {
         return Err(error(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -899,7 +932,7 @@ mod tests {
 
     fn collect(path: &Path) -> Result<Vec<(DataEntry, Vec<u8>)>, DebError> {
         let mut entries = Vec::new();
-        for_each_data_entry(path, |entry, content| {
+        for_each_data_entry(path, crate::limits::DEFAULT_INFLATION, |entry, content| {
             let mut buf = Vec::new();
             content
                 .read_to_end(&mut buf)
@@ -1002,7 +1035,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let deb_path = build_deb(dir.path(), "xz");
         // A handler that stops the walk: its error comes back as is.
-        let err = for_each_data_entry(&deb_path, |entry, _| {
+        let err = for_each_data_entry(&deb_path, crate::limits::DEFAULT_INFLATION, |entry, _| {
             if entry.path == "usr/bin/tool" {
                 return Err(DebError::Handler {
                     entry: entry.path,
@@ -1015,7 +1048,7 @@ mod tests {
         assert_eq!(err.to_string(), "handling entry `usr/bin/tool`");
         // A handler that reads part of a file, or nothing: the walk goes on.
         let mut seen = 0;
-        for_each_data_entry(&deb_path, |_, content| {
+        for_each_data_entry(&deb_path, crate::limits::DEFAULT_INFLATION, |_, content| {
             let mut byte = [0u8; 1];
             let _ = content.read(&mut byte);
             seen += 1;
@@ -1567,7 +1600,7 @@ mod tests {
         let library = format!("usr/lib/{triplet}/libibverbs.so.1");
         let mut checked = 0;
         let mut library_kind = None;
-        for_each_data_entry(&deb_path, |entry, content| {
+        for_each_data_entry(&deb_path, crate::limits::DEFAULT_INFLATION, |entry, content| {
             if entry.path == library {
                 library_kind = Some(entry.kind.clone());
             }

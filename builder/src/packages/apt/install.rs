@@ -38,11 +38,11 @@ pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&m
             true => Some(fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?),
             false => None,
         };
-        inspect(&res, debs.as_deref(), &inputs.cache_dir, base, &mut report)?;
+        inspect(&res, debs.as_deref(), &inputs.cache_dir, base, inflation(inputs), &mut report)?;
         return Ok((report, Vec::new()));
     };
     let debs = fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
-    let removed = unpack(&res, &debs, &status, base, layer, &mut report)?;
+    let removed = unpack(&res, &debs, &status, base, layer, inflation(inputs), &mut report)?;
     Ok((report, removed))
 }
 
@@ -394,6 +394,7 @@ fn entry_error(planned: &Planned, path: &Path, e: deb::DebError, refused: Option
         (Some((entry, why)), _) => Error::PackageEntry { package, entry: shown(&entry), reason: why.to_string() },
         (None, deb::DebError::UnsafePath { entry, .. }) => Error::PackageEntry { package, entry: shown(&entry), reason: Refused::Escapes.to_string() },
         (None, deb::DebError::BadEntry { entry, reason, .. }) => Error::PackageEntry { package, entry: shown(&entry), reason },
+        (None, deb::DebError::Limit { member, exceeded, .. }) => Error::Limit { what: format!("{member} of {package}"), exceeded },
         (None, source) => Error::Deb { path: path.to_owned(), source },
     }
 }
@@ -425,7 +426,7 @@ fn file_type(kind: &DataKind) -> FileType {
 /// in the cache, one a `file://` repository serves that hashes as its index says) for the
 /// report's special files, without writing anything; the others are named in
 /// [`PackagesReport::not_inspected`]. `debs`: every package's file, when they were fetched.
-fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path, base: &dyn BaseFiles, report: &mut PackagesReport) -> Result<()> {
+fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path, base: &dyn BaseFiles, inflation: u64, report: &mut PackagesReport) -> Result<()> {
     // What a build would refuse, a plan refuses too (for the packages it can read).
     let mut placer = Placer::new(base);
     for (i, planned) in res.install.iter().enumerate() {
@@ -440,7 +441,7 @@ fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path
         let label = format!("{} {}", planned.name, planned.version);
         let mut refused: Option<(String, Refused)> = None;
         let mut files: BTreeSet<String> = BTreeSet::new();
-        deb::for_each_data_entry(&path, |entry, _| {
+        deb::for_each_data_entry(&path, inflation, |entry, _| {
             report.special_files.extend(payload::special(&label, &entry.path, file_type(&entry.kind), entry.mode));
             let place = match &entry.kind {
                 DataKind::Dir => payload::Kind::Dir,
@@ -462,6 +463,11 @@ fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path
         .map_err(|e| entry_error(planned, &path, e, refused.take()))?;
     }
     Ok(())
+}
+
+/// How far a package's `data.tar` may inflate (`--max-inflation`).
+fn inflation(inputs: &Inputs<'_>) -> u64 {
+    inputs.http.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION)
 }
 
 /// Where `pkg` already is on this machine, checked to be the file its index names.
@@ -488,6 +494,7 @@ pub fn unpack(
     status: &BaseStatus,
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
+    inflation: u64,
     report: &mut PackagesReport,
 ) -> Result<Vec<String>> {
     let mut new_paths: BTreeSet<String> = BTreeSet::new();
@@ -503,7 +510,7 @@ pub fn unpack(
         let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
         // The entry refused and why, for the error that names the package.
         let mut refused: Option<(String, Refused)> = None;
-        deb::for_each_data_entry(path, |entry, data| {
+        deb::for_each_data_entry(path, inflation, |entry, data| {
             let mut refuse = |why: Refused| {
                 refused = Some((entry.path.clone(), why.clone()));
                 deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) }

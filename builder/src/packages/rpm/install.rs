@@ -303,6 +303,8 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
         reporter.step(&format!("reading unsigned package {arg}"));
         let (path, _, sha256) = crate::packages::local_package(arg, &cache.join("packages"), "rpm", MAX_RPM, http).await?;
         let pkg = super::package::open(&path).map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
+        // No signature is checked on it, but its digests are, as rpm checks them.
+        pkg.check_digests(&path).map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
         let meta = pkg.header.meta(&format!("unsigned {arg}"));
         if meta.arch != arch && meta.arch != "noarch" {
             return Err(Error::Unsupported(format!("--package {arg} is {} for {}, not for the image's {arch}", meta.nevra(), meta.arch)));
@@ -384,7 +386,8 @@ pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&m
     for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
         note_special(pkg, &label(&planned.package), &mut report);
     }
-    let removed = unpack(&resolved, &files, base, basearch(inputs.arch), layer)?;
+    let inflation = inputs.http.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION);
+    let removed = unpack(&resolved, &files, base, basearch(inputs.arch), layer, inflation)?;
     Ok((report, removed))
 }
 
@@ -528,7 +531,7 @@ fn ids(text: &str) -> BTreeMap<String, u32> {
 /// that go (replaced, upgraded, removed) that nothing new puts back and no package that stays
 /// owns, and writes the rpm database with the gone packages' headers removed and the new ones
 /// added as rpm stores them. Returns the paths removed.
-fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], base: &dyn BaseFiles, arch: &str, layer: &mut LayerContents) -> Result<Vec<String>> {
+fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], base: &dyn BaseFiles, arch: &str, layer: &mut LayerContents, inflation: u64) -> Result<Vec<String>> {
     let passwd = ids(&String::from_utf8_lossy(&base.read("etc/passwd", 4 << 20)?.unwrap_or_default()));
     let group = ids(&String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()));
     // rpm resolves file owners by name at install time and falls back to root (with a warning)
@@ -548,10 +551,11 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
             match e {
                 super::package::RpmError::UnsafePath { entry, .. } => Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason: crate::packages::payload::Refused::Escapes.to_string() },
                 super::package::RpmError::BadEntry { entry, reason, .. } => Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason },
+                super::package::RpmError::Limit { exceeded, .. } => Error::Limit { what: format!("the payload of {package}"), exceeded },
                 e => Error::Unsupported(format!("{}: {e}", path.display())),
             }
         };
-        let unpacked = pkg.unpack(path, layer, &owners, &super::package::UnpackOptions { place: Some(&place), ..Default::default() }).map_err(entry_error)?;
+        let unpacked = pkg.unpack(path, layer, &owners, &super::package::UnpackOptions { place: Some(&place), inflation, nodocs: false }).map_err(entry_error)?;
         let ctx = super::rpmdb::InstallCtx { install_time: now, tid: now, color, file_states: unpacked.file_states.clone() };
         blobs.push(super::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?);
     }

@@ -87,6 +87,10 @@ pub enum RpmError {
         source: io::Error,
     },
 
+    /// A limit of [`crate::limits`] reached reading the payload (a decompression bomb).
+    #[error("{path}: the payload {exceeded}")]
+    Limit { path: PathBuf, exceeded: crate::limits::Exceeded },
+
     #[error("{path}: payload entry `{entry}` would be outside the image root")]
     UnsafePath { path: PathBuf, entry: String },
 
@@ -202,8 +206,11 @@ impl FileInfo {
 pub type Place<'a> = &'a dyn Fn(&str, crate::packages::payload::Kind<'_>) -> Result<Option<String>, String>;
 
 /// How to install, as the transaction flags and macros of the image's dnf would say.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct UnpackOptions<'a> {
+    /// `--max-inflation`: how many times its compressed size the payload may decompress to
+    /// ([`crate::limits::inflate`]; 0: no limit). Default 100.
+    pub inflation: u64,
     /// `tsflags=nodocs` (`%_excludedocs`): `%doc` files are not written and recorded as not
     /// installed; `%license` files are kept, as rpm keeps them (lib/transaction.c `skipFiles`).
     pub nodocs: bool,
@@ -214,9 +221,15 @@ pub struct UnpackOptions<'a> {
     pub place: Option<Place<'a>>,
 }
 
+impl Default for UnpackOptions<'_> {
+    fn default() -> Self {
+        UnpackOptions { inflation: crate::limits::DEFAULT_INFLATION, nodocs: false, place: None }
+    }
+}
+
 impl std::fmt::Debug for UnpackOptions<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UnpackOptions").field("nodocs", &self.nodocs).field("place", &self.place.is_some()).finish()
+        f.debug_struct("UnpackOptions").field("inflation", &self.inflation).field("nodocs", &self.nodocs).field("place", &self.place.is_some()).finish()
     }
 }
 
@@ -327,13 +340,7 @@ impl Package {
         }
 
         // Header digests, compared first: a clearer message than a failing signature.
-        if let Some(want) = sig.string(sigtag::SHA256) {
-            let got = hex::encode(sha2::Sha256::digest(&header_bytes));
-            if !want.eq_ignore_ascii_case(&got) {
-                return Err(RpmError::Digest { path: path.to_owned(), which: "header SHA256".into(), expected: want, actual: got });
-            }
-            done.checks.push("header SHA256");
-        }
+        done.checks.extend(self.check_header_digest(path, &header_bytes)?);
         for (t, what) in &header_sigs {
             let blob = sig.bin(*t).ok_or_else(|| RpmError::Malformed { path: path.to_owned(), reason: format!("signature tag {t} is not binary") })?;
             check_signature(path, what, &header_bytes, &blob, keyring, now)?;
@@ -345,26 +352,11 @@ impl Package {
         let payload_digest = self.header.strings(tag::PAYLOADDIGEST).into_iter().next().filter(|_| use_payload_digest);
         let mut payload_signed = false;
         if let Some(want) = payload_digest {
-            let algo = self.header.int(tag::PAYLOADDIGESTALGO).unwrap_or(hashalgo::SHA256);
-            let mut h = FileHasher::new(algo).filter(|_| algo != hashalgo::MD5).ok_or_else(|| RpmError::Unverifiable { path: path.to_owned(), reason: format!("unsupported payload digest algorithm {algo}") })?;
-            self.stream_file(path, self.payload_offset, &mut |c| h.update(c))?;
-            let got = h.finish();
-            if !want.eq_ignore_ascii_case(&got) {
-                return Err(RpmError::Digest { path: path.to_owned(), which: format!("payload {}", h.name()), expected: want, actual: got });
-            }
-            done.checks.push(if algo == hashalgo::SHA256 { "payload SHA256" } else { "payload digest" });
+            done.checks.push(self.check_payload_digest(path, &want)?);
             payload_signed = !header_sigs.is_empty();
         }
         if !payload_signed {
-            if let Some(want) = sig.bin(sigtag::MD5) {
-                let mut h = md5::Md5::new();
-                self.stream_file(path, self.header_offset, &mut |c| h.update(c))?;
-                let got = hex::encode(h.finalize());
-                if !hex::encode(&want).eq_ignore_ascii_case(&got) {
-                    return Err(RpmError::Digest { path: path.to_owned(), which: "header+payload MD5".into(), expected: hex::encode(want), actual: got });
-                }
-                done.checks.push("header+payload MD5");
-            }
+            done.checks.extend(self.check_md5(path)?);
             if !legacy_sigs.is_empty() {
                 let len = self.file_len - self.header_offset;
                 if len > MAX_LEGACY_SIGNED {
@@ -386,6 +378,60 @@ impl Package {
         }
         done.signers.dedup();
         Ok(done)
+    }
+
+    /// Checks the digests of a package no signature is checked on (an unsigned `--package`),
+    /// as rpm ≥ 4.14.2 does at its default `%_pkgverify_level digest`: each digest present
+    /// must match, and header and payload must each be covered by one (header SHA256 or the
+    /// header+payload MD5; the payload digest or that MD5). Returns the checks made.
+    pub fn check_digests(&self, path: &Path) -> Result<Vec<&'static str>, RpmError> {
+        let header_bytes = self.signed_header(path)?;
+        let mut checks: Vec<&'static str> = self.check_header_digest(path, &header_bytes)?.into_iter().collect();
+        if let Some(want) = self.header.strings(tag::PAYLOADDIGEST).into_iter().next() {
+            checks.push(self.check_payload_digest(path, &want)?);
+        }
+        checks.extend(self.check_md5(path)?);
+        let header = checks.iter().any(|c| c.starts_with("header"));
+        let payload = checks.iter().any(|c| c.starts_with("payload") || c.contains("+payload"));
+        if !header || !payload {
+            let missing = if header { "payload" } else { "header" };
+            return Err(RpmError::Unverifiable { path: path.to_owned(), reason: format!("no digest covers its {missing} (no header SHA256, payload digest or header+payload MD5), so a damaged file could not be told apart") });
+        }
+        Ok(checks)
+    }
+
+    /// The header's SHA256 from the signature header, checked; `None` when there is none.
+    fn check_header_digest(&self, path: &Path, header_bytes: &[u8]) -> Result<Option<&'static str>, RpmError> {
+        let Some(want) = self.signature.string(sigtag::SHA256) else { return Ok(None) };
+        let got = hex::encode(sha2::Sha256::digest(header_bytes));
+        if !want.eq_ignore_ascii_case(&got) {
+            return Err(RpmError::Digest { path: path.to_owned(), which: "header SHA256".into(), expected: want, actual: got });
+        }
+        Ok(Some("header SHA256"))
+    }
+
+    /// The compressed payload against `want`, the main header's `PAYLOADDIGEST`.
+    fn check_payload_digest(&self, path: &Path, want: &str) -> Result<&'static str, RpmError> {
+        let algo = self.header.int(tag::PAYLOADDIGESTALGO).unwrap_or(hashalgo::SHA256);
+        let mut h = FileHasher::new(algo).filter(|_| algo != hashalgo::MD5).ok_or_else(|| RpmError::Unverifiable { path: path.to_owned(), reason: format!("unsupported payload digest algorithm {algo}") })?;
+        self.stream_file(path, self.payload_offset, &mut |c| h.update(c))?;
+        let got = h.finish();
+        if !want.eq_ignore_ascii_case(&got) {
+            return Err(RpmError::Digest { path: path.to_owned(), which: format!("payload {}", h.name()), expected: want.to_string(), actual: got });
+        }
+        Ok(if algo == hashalgo::SHA256 { "payload SHA256" } else { "payload digest" })
+    }
+
+    /// The signature header's MD5 of header and payload, checked; `None` when there is none.
+    fn check_md5(&self, path: &Path) -> Result<Option<&'static str>, RpmError> {
+        let Some(want) = self.signature.bin(sigtag::MD5) else { return Ok(None) };
+        let mut h = md5::Md5::new();
+        self.stream_file(path, self.header_offset, &mut |c| h.update(c))?;
+        let got = hex::encode(h.finalize());
+        if !hex::encode(&want).eq_ignore_ascii_case(&got) {
+            return Err(RpmError::Digest { path: path.to_owned(), which: "header+payload MD5".into(), expected: hex::encode(want), actual: got });
+        }
+        Ok(Some("header+payload MD5"))
     }
 
     /// Shows the file's bytes from `from` to its end (as it was opened) to `f`.
@@ -459,7 +505,7 @@ impl Package {
         let mut file = File::open(path).map_err(io_err("opening", path))?;
         file.seek(SeekFrom::Start(self.payload_offset)).map_err(io_err("seeking in", path))?;
         let compressed = BufReader::with_capacity(64 << 10, file.take(self.file_len - self.payload_offset));
-        let stream = decompressor(path, self.header.string(tag::PAYLOADCOMPRESSOR).as_deref(), compressed)?;
+        let stream = decompressor(path, self.header.string(tag::PAYLOADCOMPRESSOR).as_deref(), compressed, opts.inflation)?;
         self.unpack_stream(path, stream, layer, owners, opts)
     }
 
@@ -522,7 +568,7 @@ impl Package {
         let limit = files.iter().fold(512u64, |acc, f| acc.saturating_add(110 + 2 + f.path.len() as u64 + 1 + 8).saturating_add(f.size.saturating_add(3)));
         let mut cpio = Cpio { inner: stream, pos: 0, limit };
         let digest_algo = self.header.int(tag::FILEDIGESTALGO).unwrap_or(hashalgo::MD5);
-        let payload_err = |source: io::Error| RpmError::Payload { path: path.to_owned(), source };
+        let payload_err = |source: io::Error| payload_error(path, source);
         let mut found = vec![false; n];
 
         loop {
@@ -740,10 +786,20 @@ fn hex_field(b: &[u8]) -> Option<u64> {
     u64::from_str_radix(std::str::from_utf8(b).ok()?, 16).ok()
 }
 
+/// An error reading the payload: [`RpmError::Limit`] for a limit reached.
+fn payload_error(path: &Path, source: io::Error) -> RpmError {
+    match crate::limits::exceeded(&source) {
+        Some(exceeded) => RpmError::Limit { path: path.to_owned(), exceeded: exceeded.clone() },
+        None => RpmError::Payload { path: path.to_owned(), source },
+    }
+}
+
 /// The decompressed payload, after checking that `PAYLOADCOMPRESSOR` and the first bytes
-/// agree. bzip2 is refused: the crate is in Cargo.lock (through pgp) but not a dependency
-/// of ours, and no current distribution builds bzip2 payloads.
-fn decompressor<'a>(path: &Path, compressor: Option<&str>, mut r: impl Read + 'a) -> Result<Box<dyn Read + 'a>, RpmError> {
+/// agree, refused once it inflates more than `inflation` times the bytes read
+/// ([`crate::limits::inflate`]; 0: no limit). bzip2 is refused: the crate is in Cargo.lock
+/// (through pgp) but not a dependency of ours, and no current distribution builds bzip2
+/// payloads.
+fn decompressor<'a>(path: &Path, compressor: Option<&str>, mut r: impl Read + 'a, inflation: u64) -> Result<Box<dyn Read + 'a>, RpmError> {
     // rpm reads a package without the tag as gzip (lib/psm.c, rpm2cpio).
     let name = compressor.unwrap_or("gzip");
     let mut head = vec![0u8; 6];
@@ -769,16 +825,16 @@ fn decompressor<'a>(path: &Path, compressor: Option<&str>, mut r: impl Read + 'a
         return Err(RpmError::Malformed { path: path.to_owned(), reason: format!("the payload is said to be {name} but does not start like it") });
     }
     let stream = Cursor::new(head).chain(r);
-    let payload_err = |source: io::Error| RpmError::Payload { path: path.to_owned(), source };
-    Ok(match name {
-        "gzip" => Box::new(flate2::read::MultiGzDecoder::new(stream)),
-        "xz" => Box::new(liblzma::read::XzDecoder::new_multi_decoder(stream)),
-        "lzma" => {
-            let s = liblzma::stream::Stream::new_lzma_decoder(u64::MAX).map_err(|e| payload_err(io::Error::other(e)))?;
-            Box::new(liblzma::read::XzDecoder::new_stream(stream, s))
-        }
-        _ => Box::new(zstd::stream::read::Decoder::new(stream).map_err(payload_err)?),
-    })
+    let decoder: fn(_) -> io::Result<Box<dyn Read + 'a>> = match name {
+        "gzip" => |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c))),
+        "xz" => |c| Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c))),
+        "lzma" => |c| {
+            let s = liblzma::stream::Stream::new_lzma_decoder(u64::MAX).map_err(io::Error::other)?;
+            Ok(Box::new(liblzma::read::XzDecoder::new_stream(c, s)))
+        },
+        _ => |c| Ok(Box::new(zstd::stream::read::Decoder::new(c)?)),
+    };
+    crate::limits::inflate(stream, inflation, u64::MAX, decoder).map(|r| Box::new(r) as Box<dyn Read + 'a>).map_err(|source| payload_error(path, source))
 }
 
 /// The decompressed archive: counts its offset (cpio pads to 4 bytes from the start) and
@@ -1158,6 +1214,30 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let bad = flipped(&signed, at);
         let err = open(&bad).unwrap().verify(&bad, &keyring, now).unwrap_err();
         assert!(matches!(err, RpmError::BadSignature { .. }), "{err}");
+    }
+
+    #[test]
+    fn unsigned_packages_have_their_digests_checked() {
+        if !have_tools() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        // rpmbuild's own output, unsigned: every digest rpm 4.18 writes is there and checked.
+        let rpm = build(dir.path(), "w19.zstdio", 1000);
+        let pkg = open(&rpm).unwrap();
+        assert_eq!(pkg.check_digests(&rpm).unwrap(), vec!["header SHA256", "payload SHA256", "header+payload MD5"]);
+        // rpm itself agrees the file is whole (`rpm -K`: digests only, no key).
+        let out = Command::new("rpm").arg("-K").arg("--nosignature").arg(&rpm).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        // A byte of the main header, then one of the payload: refused, naming the digest, as
+        // `rpm -K` refuses them.
+        for (at, which) in [(pkg.payload_offset - 1, "header SHA256"), ((pkg.payload_offset + pkg.file_len) / 2, "payload SHA256")] {
+            let bad = flipped(&rpm, at);
+            let e = open(&bad).unwrap().check_digests(&bad).unwrap_err();
+            assert!(matches!(e, RpmError::Digest { which: ref w, .. } if w == which), "{e}");
+            let out = Command::new("rpm").arg("-K").arg("--nosignature").arg(&bad).output().unwrap();
+            assert!(!out.status.success(), "rpm -K took {which} damage: {}", String::from_utf8_lossy(&out.stdout));
+        }
     }
 
     #[test]
