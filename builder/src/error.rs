@@ -97,6 +97,9 @@ pub enum Error {
     #[error("registry {registry}: exchanging the stored identity token at {url} failed: {reason}; log in again with `docker login {registry}`")]
     TokenExchange { registry: String, url: String, reason: String },
 
+    #[error("registry {registry}: getting an access token from {url} failed: {reason}")]
+    TokenService { registry: String, url: String, reason: String },
+
     #[error(transparent)]
     Key(#[from] crate::packages::openpgp::KeyError),
 

@@ -413,22 +413,48 @@ pub fn refresh_form(refresh_token: &str, service: Option<&str>, scopes: &[String
 pub const EXCHANGE_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Exchanges an identity (refresh) token for an access token covering `scopes` (e.g.
-/// `repository:NAME:pull,push`), as `docker` and containers/image do: ping `BASE/v2/`, read the
-/// `Bearer` challenge, POST the refresh-token grant to its realm. `base` is `https://HOST` (or
-/// `http://` for plain-HTTP registries). `Ok(None)` when the registry asks for no bearer token:
-/// there is nothing to exchange, and requests go without one. The whole exchange is bounded by
-/// [`EXCHANGE_TIMEOUT`].
-pub async fn exchange_identity_token(base: &str, registry: &str, refresh_token: &str, scopes: &[String]) -> Result<Option<AccessToken>> {
+/// How [`access_token`] asks the registry's token service for an access token.
+#[derive(Clone, Copy)]
+pub enum Grant<'a> {
+    /// The OAuth2 refresh-token grant with an identity token (`POST`, `oauth.md`).
+    Refresh(&'a str),
+    /// User and password, as HTTP basic auth on `GET realm?service=…&scope=…` (`token.md`).
+    Password(&'a str, &'a str),
+    /// `GET realm?service=…&scope=…` without credentials: the anonymous token of a public
+    /// repository.
+    Anonymous,
+}
+
+/// The most of a token service's reply that is read: a JWT of a few KiB, far below.
+pub const MAX_TOKEN_REPLY: u64 = 1 << 20;
+
+/// Why [`access_token`] got no token.
+#[derive(Debug)]
+pub enum TokenError {
+    /// The registry or its realm could not be reached (retried as any registry request).
+    Transport(reqwest::Error),
+    /// The realm refused the password (401, 403).
+    Refused,
+    /// Any other failure of the token service at `url`.
+    Failed { url: String, reason: String },
+}
+
+/// An access token covering `scopes` (e.g. `repository:NAME:pull,push`) from the registry's
+/// token service, as `docker` and containers/image get one: ping `BASE/v2/`, read the `Bearer`
+/// challenge, ask its realm with `grant`. `base` is `https://HOST` (or `http://` for
+/// plain-HTTP registries). `Ok(None)` when the registry asks for no bearer token (requests go
+/// without one, or with basic auth). The reply is read up to [`MAX_TOKEN_REPLY`]; the whole
+/// exchange is bounded by [`EXCHANGE_TIMEOUT`].
+pub async fn access_token(base: &str, grant: Grant<'_>, scopes: &[String]) -> std::result::Result<Option<AccessToken>, TokenError> {
     let ping = format!("{base}/v2/");
-    match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(&ping, registry, refresh_token, scopes)).await {
+    match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(&ping, grant, scopes)).await {
         Ok(r) => r,
-        Err(_) => Err(Error::TokenExchange { registry: registry.into(), url: ping, reason: format!("no answer within {}s", EXCHANGE_TIMEOUT.as_secs()) }),
+        Err(_) => Err(TokenError::Failed { url: ping, reason: format!("no answer within {}s", EXCHANGE_TIMEOUT.as_secs()) }),
     }
 }
 
-async fn exchange(ping: &str, registry: &str, refresh_token: &str, scopes: &[String]) -> Result<Option<AccessToken>> {
-    let fail = |url: &str, reason: String| Error::TokenExchange { registry: registry.into(), url: url.into(), reason };
+async fn exchange(ping: &str, grant: Grant<'_>, scopes: &[String]) -> std::result::Result<Option<AccessToken>, TokenError> {
+    let fail = |url: &str, reason: String| TokenError::Failed { url: url.into(), reason };
     // The error text of reqwest is a chain; one line with the innermost cause says most.
     let why = |e: reqwest::Error| {
         let mut s = e.to_string();
@@ -445,27 +471,42 @@ async fn exchange(ping: &str, registry: &str, refresh_token: &str, scopes: &[Str
         .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| fail(ping, why(e)))?;
-    let res = client.get(ping).send().await.map_err(|e| fail(ping, why(e)))?;
+    let res = client.get(ping).send().await.map_err(TokenError::Transport)?;
     let values: Vec<&str> = res.headers().get_all(reqwest::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
     let Some(challenge) = bearer_challenge(values) else {
-        if res.status() == reqwest::StatusCode::UNAUTHORIZED {
-            tracing::warn!("{registry} asks for no bearer token; the stored identity token is not used");
+        if res.status() == reqwest::StatusCode::UNAUTHORIZED && matches!(grant, Grant::Refresh(_)) {
+            tracing::warn!("{ping} asks for no bearer token; the stored identity token is not used");
         }
         return Ok(None);
     };
     let realm = challenge.realm.as_str();
-    let res = client
-        .post(realm)
-        .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(refresh_form(refresh_token, challenge.service.as_deref(), scopes))
-        .send()
-        .await
-        .map_err(|e| fail(realm, why(e)))?;
+    let request = match grant {
+        Grant::Refresh(token) => client
+            .post(realm)
+            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(refresh_form(token, challenge.service.as_deref(), scopes)),
+        Grant::Password(..) | Grant::Anonymous => {
+            let mut query: Vec<(&str, &str)> = challenge.service.as_deref().map(|s| ("service", s)).into_iter().collect();
+            query.extend(scopes.iter().map(|s| ("scope", s.as_str())));
+            let request = client.get(realm).query(&query);
+            match grant {
+                Grant::Password(user, password) => request.basic_auth(user, Some(password)),
+                _ => request,
+            }
+        }
+    };
+    let mut res = request.send().await.map_err(TokenError::Transport)?;
     let status = res.status();
+    if matches!(grant, Grant::Password(..)) && matches!(status, reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN) {
+        return Err(TokenError::Refused);
+    }
     if !status.is_success() {
         return Err(fail(realm, format!("HTTP {status}")));
     }
-    let body = res.bytes().await.map_err(|e| fail(realm, why(e)))?;
+    let (body, over) = crate::limits::capped_body(&mut res, MAX_TOKEN_REPLY).await.map_err(|e| fail(realm, why(e)))?;
+    if over {
+        return Err(fail(realm, format!("the reply is longer than {MAX_TOKEN_REPLY} bytes, far more than any token (an endless body?)")));
+    }
     let reply: TokenReply = serde_json::from_slice(&body).map_err(|e| fail(realm, format!("unreadable reply: {e}")))?;
     let token = reply.access_token.or(reply.token).filter(|t| !t.is_empty()).ok_or_else(|| fail(realm, "the reply holds no access_token".into()))?;
     Ok(Some(AccessToken { token, expires_in: reply.expires_in }))

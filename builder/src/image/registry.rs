@@ -1,7 +1,13 @@
-//! Registry access through `oci-client`'s blob-level calls, with credentials and bounded retries.
+//! Registry access, with credentials and bounded retries.
 //!
-//! Never `pull()`/`push()`: those hold whole layers in memory and re-upload everything.
-use std::collections::{BTreeSet, HashMap, HashSet};
+//! What a registry sends us is read here, bounded: access tokens from its token service
+//! ([`crate::image::auth::access_token`], 1 MiB of reply), manifests (8 MiB), blobs (their
+//! descriptor's size, digest checked as they stream) and error answers (64 KiB). oci-client
+//! read each of these whole; it still does the blob-level writes (existence checks, mounts,
+//! uploads, manifest pushes) with the tokens put into its cache here, and reads the error
+//! answers to those whole (they go to the output registry, which the user chose). Never
+//! `pull()`/`push()`: those hold whole layers in memory and re-upload everything.
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -10,7 +16,6 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{DigestError, OciDistributionError, OciEnvelope, OciErrorCode};
-use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::token_cache::{RegistryToken, RegistryTokenType};
 use oci_client::{Client, Reference, RegistryOperation};
@@ -30,7 +35,7 @@ pub const MANIFEST_TYPES: &[&str] = &[
 /// Attempts per call, including the first. Connection resets, timeouts and 5xx are retried.
 const ATTEMPTS: u32 = 4;
 
-/// How long before its end an access token from an identity token is replaced. oci-client
+/// How long before its end an access token is replaced. oci-client
 /// keeps a token without an `exp` claim for [`oci_client::client::DEFAULT_TOKEN_EXPIRATION_SECS`]
 /// (60 s), and the token specification promises at least 60 s when `expires_in` is missing.
 const TOKEN_MARGIN: Duration = Duration::from_secs(15);
@@ -41,16 +46,15 @@ const ERROR_BODY: u64 = 64 << 10;
 
 pub struct Registries {
     client: Client,
-    /// For manifests, which oci-client would read whole: configured as `client`.
+    /// For manifests and blobs, which oci-client would read whole: configured as `client`.
     http_client: reqwest::Client,
-    authed: Mutex<HashSet<(String, String, bool)>>,
     backoff: Duration,
     /// Registries reached over plain HTTP, for the token exchange's ping.
     http: Vec<String>,
     /// Credentials per (registry, repository), read once.
     creds: Mutex<HashMap<(String, String), Credential>>,
-    /// Access tokens we got for identity tokens, per (registry, repository, push). One exchange
-    /// at a time, so that parallel blob copies do not each make their own.
+    /// Access tokens we got from the registries' token services, per (registry, repository,
+    /// push). One exchange at a time, so that parallel blob copies do not each make their own.
     exchanged: tokio::sync::Mutex<HashMap<(String, String, bool), Exchanged>>,
 }
 
@@ -91,7 +95,7 @@ impl Registries {
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        Registries { client, http_client, authed: Mutex::new(HashSet::new()), backoff, http, creds: Mutex::default(), exchanged: Default::default() }
+        Registries { client, http_client, backoff, http, creds: Mutex::default(), exchanged: Default::default() }
     }
 
     /// The credentials for `r`'s repository, from [`crate::image::auth`] the first time.
@@ -115,29 +119,34 @@ impl Registries {
     /// [`Registries::login`], with pull access to `from` (another repository of the same
     /// registry) as well: a cross-repository mount needs both.
     async fn login_also_pulling(&self, r: &Reference, push: bool, from: Option<&Reference>) -> Result<()> {
-        let key = (r.resolve_registry().to_string(), r.repository().to_string(), push);
-        {
-            let authed = self.authed.lock().expect("poisoned");
-            // A push login serves pulls from the same repository (oci-client asks for pull,push).
-            if authed.contains(&key) || (!push && authed.contains(&(key.0.clone(), key.1.clone(), true))) {
+        use crate::image::auth::Grant;
+        let cred = self.credential(r)?;
+        let grant = match &cred {
+            Credential::IdentityToken(t) => Grant::Refresh(t),
+            Credential::Auth(RegistryAuth::Basic(user, password)) => Grant::Password(user, password),
+            Credential::Auth(RegistryAuth::Anonymous) => Grant::Anonymous,
+            // A registry token given as it is: oci-client sends it.
+            Credential::Auth(bearer @ RegistryAuth::Bearer(_)) => {
+                self.client.store_auth_if_needed(r.resolve_registry(), bearer).await;
                 return Ok(());
             }
-        }
-        let creds = match self.credential(r)? {
-            Credential::Auth(a) => a,
-            Credential::IdentityToken(t) => return self.exchange(r, push, from, &t).await,
         };
-        let op = if push { RegistryOperation::Push } else { RegistryOperation::Pull };
-        self.retry(r, "logging in", || self.client.auth(r, &creds, op)).await?;
-        self.client.store_auth_if_needed(r.resolve_registry(), &creds).await;
-        self.authed.lock().expect("poisoned").insert(key);
-        Ok(())
+        // oci-client authenticates a request only once it holds some authentication for its
+        // registry; with a password, that is also what it sends to a registry asking for HTTP
+        // basic auth instead of a token.
+        let stored = match &cred {
+            Credential::Auth(a) => a.clone(),
+            Credential::IdentityToken(_) => RegistryAuth::Anonymous,
+        };
+        self.client.store_auth_if_needed(r.resolve_registry(), &stored).await;
+        self.exchange(r, push, from, grant).await
     }
 
-    /// Exchanges the identity token for an access token to `r` (and `from`) unless one that
-    /// covers them is still fresh, and hands it to oci-client's token cache, which every
-    /// request of the client reads. A push token serves pulls from the repository too.
-    async fn exchange(&self, r: &Reference, push: bool, from: Option<&Reference>, refresh_token: &str) -> Result<()> {
+    /// Gets an access token to `r` (and `from`) from the registry's token service unless one
+    /// that covers them is still fresh, and hands it to oci-client's token cache, which every
+    /// request of the client reads. A push token serves pulls from the repository too. Done
+    /// here, not by oci-client's `auth`, which reads the token service's reply whole.
+    async fn exchange(&self, r: &Reference, push: bool, from: Option<&Reference>, grant: crate::image::auth::Grant<'_>) -> Result<()> {
         let registry = r.resolve_registry().to_string();
         let repo = r.repository().to_string();
         let from = from.map(|f| f.repository().to_string()).filter(|f| *f != repo);
@@ -158,7 +167,22 @@ impl Registries {
         let mut scopes = vec![format!("repository:{repo}:{}", if push { "pull,push" } else { "pull" })];
         scopes.extend(also_pull.iter().map(|f| format!("repository:{f}:pull")));
         let scheme = if self.http.contains(&registry) { "http" } else { "https" };
-        let got = crate::image::auth::exchange_identity_token(&format!("{scheme}://{registry}"), &registry, refresh_token, &scopes).await?;
+        let base = format!("{scheme}://{registry}");
+        let got = self
+            .retry(r, "logging in", || async {
+                use crate::image::auth::{Grant, TokenError};
+                match crate::image::auth::access_token(&base, grant, &scopes).await {
+                    Ok(t) => Ok(Ok(t)),
+                    // Unreachable: retried, then reported as any registry request.
+                    Err(TokenError::Transport(e)) => Err(OciDistributionError::RequestError(e)),
+                    Err(TokenError::Refused) => Ok(Err(Error::AuthRefused { registry: registry.clone(), reference: r.whole() })),
+                    Err(TokenError::Failed { url, reason }) => Ok(Err(match grant {
+                        Grant::Refresh(_) => Error::TokenExchange { registry: registry.clone(), url, reason },
+                        _ => Error::TokenService { registry: registry.clone(), url, reason },
+                    })),
+                }
+            })
+            .await??;
         let token = got.as_ref().map(|t| t.token.clone());
         let renew_at = match got {
             Some(t) => {
@@ -169,7 +193,7 @@ impl Registries {
                 let life = Duration::from_secs(t.expires_in.unwrap_or(TOKEN_LIFETIME_DEFAULT).min(TOKEN_LIFETIME_DEFAULT));
                 now + life.saturating_sub(TOKEN_MARGIN)
             }
-            // No bearer challenge: nothing to exchange, requests go without a token.
+            // No bearer challenge: nothing to get, requests go without a token.
             None => now + Duration::from_secs(24 * 60 * 60),
         };
         exchanged.insert(key, Exchanged { also_pull, renew_at, token });
@@ -213,40 +237,27 @@ impl Registries {
         Ok((body, digest))
     }
 
-    /// The `Authorization` oci-client's own pull of `r` would carry: the bearer token of a
-    /// login for pulling (asked for again, as oci-client does when its cached one runs out),
-    /// the access token from an identity token, or HTTP basic auth where the registry asks for
-    /// no bearer token.
+    /// The `Authorization` oci-client's own pull of `r` would carry: the access token of a
+    /// login for pulling (or pushing), or HTTP basic auth where the registry asks for no
+    /// bearer token.
     async fn pull_authorization(&self, r: &Reference) -> Result<Option<http::HeaderValue>> {
-        let bearer = |t: &str| reqwest_header(&format!("Bearer {t}")).map(Some);
-        match self.credential(r)? {
-            Credential::IdentityToken(_) => {
-                self.login(r, false).await?;
-                // As `pull_manifest_raw` did: oci-client sends the cached token of a registry
-                // only once it holds some authentication for it.
-                self.client.store_auth_if_needed(r.resolve_registry(), &RegistryAuth::Anonymous).await;
-                let key = |push| (r.resolve_registry().to_string(), r.repository().to_string(), push);
-                let exchanged = self.exchanged.lock().await;
-                let freshest = [key(false), key(true)].iter().filter_map(|k| exchanged.get(k)).max_by_key(|e| e.renew_at).and_then(|e| e.token.clone());
-                match freshest {
-                    Some(t) => bearer(&t),
-                    None => Ok(None),
-                }
+        self.login(r, false).await?;
+        let key = |push| (r.resolve_registry().to_string(), r.repository().to_string(), push);
+        let token = {
+            let exchanged = self.exchanged.lock().await;
+            [key(false), key(true)].iter().filter_map(|k| exchanged.get(k)).max_by_key(|e| e.renew_at).and_then(|e| e.token.clone())
+        };
+        match (token, self.credential(r)?) {
+            (Some(t), _) => reqwest_header(&format!("Bearer {t}")).map(Some),
+            (None, Credential::Auth(RegistryAuth::Basic(user, password))) => {
+                use base64::Engine as _;
+                let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                let mut v = reqwest_header(&format!("Basic {basic}"))?;
+                v.set_sensitive(true);
+                Ok(Some(v))
             }
-            Credential::Auth(creds) => {
-                let token = self.retry(r, "logging in", || self.client.auth(r, &creds, RegistryOperation::Pull)).await?;
-                match (token, &creds) {
-                    (Some(t), _) => bearer(&t),
-                    (None, RegistryAuth::Basic(user, password)) => {
-                        use base64::Engine as _;
-                        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-                        let mut v = reqwest_header(&format!("Basic {basic}"))?;
-                        v.set_sensitive(true);
-                        Ok(Some(v))
-                    }
-                    (None, _) => Ok(None),
-                }
-            }
+            (None, Credential::Auth(RegistryAuth::Bearer(t))) => reqwest_header(&format!("Bearer {t}")).map(Some),
+            (None, _) => Ok(None),
         }
     }
 
@@ -276,16 +287,7 @@ impl Registries {
             None => None,
         };
         let limit = if status == reqwest::StatusCode::OK { MAX_JSON } else { ERROR_BODY };
-        let mut body = Vec::with_capacity(res.content_length().unwrap_or(0).min(limit).min(1 << 20) as usize);
-        let mut over = false;
-        while let Some(chunk) = res.chunk().await? {
-            let room = (limit as usize).saturating_sub(body.len());
-            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            if chunk.len() > room {
-                over = true;
-                break;
-            }
-        }
+        let (body, over) = crate::limits::capped_body(&mut res, limit).await?;
         drop(res);
         match status {
             reqwest::StatusCode::OK if over => Ok(Err(Exceeded::Manifest { reference: r.whole(), limit: MAX_JSON })),
@@ -293,21 +295,29 @@ impl Registries {
                 check_digests(&body, header.as_deref(), r.digest())?;
                 Ok(Ok(Bytes::from(body)))
             }
-            reqwest::StatusCode::UNAUTHORIZED => Err(OciDistributionError::UnauthorizedError { url }),
-            s if s.is_success() => Err(OciDistributionError::SpecViolationError(format!("Expected HTTP Status {}, got {s} instead", reqwest::StatusCode::OK))),
-            s => {
-                if s.is_client_error() {
-                    if let Ok(envelope) = serde_json::from_slice::<OciEnvelope>(&body) {
-                        return Err(OciDistributionError::RegistryError { envelope, url });
-                    }
-                }
-                let mut message = String::from_utf8_lossy(&body).into_owned();
-                if over {
-                    message.push('…');
-                }
-                Err(OciDistributionError::ServerError { code: s.as_u16(), url, message })
-            }
+            s => Err(answer_error(s, url, &body, over)),
         }
+    }
+
+    /// One GET of blob `digest` of `r`: the response once it says 200 (its body not read);
+    /// any other answer as oci-client reports it, its body read up to [`ERROR_BODY`].
+    async fn blob_once(&self, r: &Reference, digest: &str, auth: Option<http::HeaderValue>) -> std::result::Result<reqwest::Response, OciDistributionError> {
+        let registry = r.resolve_registry();
+        let scheme = if self.http.iter().any(|h| h == registry) { "http" } else { "https" };
+        let url = format!("{scheme}://{registry}/v2/{}/blobs/{digest}{}", r.repository(), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
+        // reqwest follows the registry's redirect (to its storage) and drops `Authorization`
+        // when that leaves the registry's host.
+        let mut req = self.http_client.get(&url);
+        if let Some(auth) = auth {
+            req = req.header(http::header::AUTHORIZATION, auth);
+        }
+        let mut res = req.send().await?;
+        let status = res.status();
+        if status == reqwest::StatusCode::OK {
+            return Ok(res);
+        }
+        let (body, over) = crate::limits::capped_body(&mut res, ERROR_BODY).await?;
+        Err(answer_error(status, url, &body, over))
     }
 
     /// A verified stream of a blob. Failures mid-stream surface as stream errors; callers
@@ -316,18 +326,44 @@ impl Registries {
     /// ([`crate::limits::Exceeded::BlobSize`]): the digest is only checked at the end, and an
     /// endless body would otherwise fill the disk.
     pub async fn blob_stream(&self, r: &Reference, digest: &str, size: i64) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
-        let desc = OciDescriptor { digest: digest.to_string(), size, ..Default::default() };
-        self.login(r, false).await?;
-        let s = self.retry(r, "downloading blob", || self.client.pull_blob_stream(r, &desc)).await?;
-        let Some(max) = u64::try_from(size).ok().filter(|s| *s > 0) else { return Ok(s.stream) };
+        crate::image::blob::digest_hex(digest)?;
+        let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+        let auth = self.pull_authorization(r).await?;
+        let res = self.retry(r, "downloading blob", || self.blob_once(r, digest, auth.clone())).await?;
+        let max = u64::try_from(size).ok().filter(|s| *s > 0);
+        let expected = digest.to_string();
         let (digest, mut got) = (digest.to_string(), 0u64);
-        Ok(Box::pin(futures_util::StreamExt::map(s.stream, move |chunk| {
-            let chunk = chunk?;
-            got += chunk.len() as u64;
-            if got > max {
-                return Err(std::io::Error::other(crate::limits::Exceeded::BlobSize { digest: digest.clone(), size: max }));
-            }
-            Ok(chunk)
+        let body = futures_util::StreamExt::map(res.bytes_stream(), |c| c.map_err(std::io::Error::other));
+        // The digest is checked at the end of the body: a mismatch is the last item.
+        let checked = futures_util::StreamExt::chain(
+            futures_util::StreamExt::map(body, move |chunk: std::io::Result<Bytes>| -> std::io::Result<(Bytes, bool)> {
+                let chunk = chunk?;
+                got += chunk.len() as u64;
+                if max.is_some_and(|max| got > max) {
+                    return Err(std::io::Error::other(Exceeded::BlobSize { digest: digest.clone(), size: max.unwrap_or(0) }));
+                }
+                Ok((chunk, false))
+            }),
+            futures_util::stream::once(async { Ok((Bytes::new(), true)) }),
+        );
+        let mut failed = false;
+        Ok(Box::pin(futures_util::StreamExt::filter_map(checked, move |item| {
+            let out = match item {
+                _ if failed => None,
+                Err(e) => {
+                    failed = true;
+                    Some(Err(e))
+                }
+                Ok((chunk, false)) => {
+                    sha2::Digest::update(&mut hasher, &chunk);
+                    Some(Ok(chunk))
+                }
+                Ok((_, true)) => {
+                    let actual = format!("sha256:{}", hex::encode(sha2::Digest::finalize_reset(&mut hasher)));
+                    (actual != expected).then(|| Err(std::io::Error::other(Error::DigestMismatch { expected: expected.clone(), actual })))
+                }
+            };
+            std::future::ready(out)
         })))
     }
 
@@ -363,6 +399,27 @@ impl Registries {
         self.login(r, true).await?;
         self.retry(r, "pushing manifest", || self.client.push_manifest_raw(r, body.clone(), ct.clone())).await?;
         Ok(())
+    }
+}
+
+/// A registry's answer other than the one expected, as oci-client reports it (`body`: at most
+/// [`ERROR_BODY`] of it; `over`: it had more).
+fn answer_error(status: reqwest::StatusCode, url: String, body: &[u8], over: bool) -> OciDistributionError {
+    match status {
+        reqwest::StatusCode::UNAUTHORIZED => OciDistributionError::UnauthorizedError { url },
+        s if s.is_success() => OciDistributionError::SpecViolationError(format!("Expected HTTP Status {}, got {s} instead", reqwest::StatusCode::OK)),
+        s => {
+            if s.is_client_error() {
+                if let Ok(envelope) = serde_json::from_slice::<OciEnvelope>(body) {
+                    return OciDistributionError::RegistryError { envelope, url };
+                }
+            }
+            let mut message = String::from_utf8_lossy(body).into_owned();
+            if over {
+                message.push('…');
+            }
+            OciDistributionError::ServerError { code: s.as_u16(), url, message }
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Registry credentials as docker and podman store them: an identity token exchanged at the
-//! registry's token service (through [`support::token::TokenGate`]), and Podman's auth.json.
+//! registry's token service (through [`support::token::TokenGate`]), a user and password
+//! sent to it as basic auth, and Podman's auth.json.
 use std::path::Path;
 use std::process::Output;
 
@@ -96,6 +97,51 @@ fn identity_token_is_exchanged_for_scoped_access_tokens() {
     support::assert_success("skopeo inspect of the result", &info);
     let info: Value = serde_json::from_slice(&info.stdout).unwrap();
     assert_eq!(info["Digest"], r["digest"]);
+}
+
+/// A user and password: erdma-build gets its access tokens from the token service itself
+/// (`GET realm?service=…&scope=…` with basic auth, read up to 1 MiB; oci-client read the reply
+/// whole), once per repository and mount; skopeo, a real Docker token client, pushes the base
+/// through the same gate. A wrong password is refused naming the registry.
+#[test]
+fn password_is_sent_to_the_token_service_for_scoped_tokens() {
+    if !support::require_registry() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let reg = Registry::start();
+    let gate = TokenGate::start_with_password(reg.addr(), "erdma", "s3cret");
+    let push = support::skopeo(["copy", "--dest-tls-verify=false", "--dest-creds", "erdma:s3cret", &base(&tmp.path().join("base")).reference(), &gate.reference("team/base:1")]);
+    support::assert_success("skopeo copy through the token gate", &push);
+    let skopeo_gets = gate.exchanges().len();
+    assert!(skopeo_gets > 0 && gate.exchanges().iter().all(|e| e.method == "GET" && e.basic_ok), "{:?}", gate.exchanges());
+
+    let home = tmp.path().join("home");
+    write_json(&home.join("docker/config.json"), &serde_json::json!({"auths": {gate.addr(): {"auth": b64("erdma:s3cret")}}}));
+    let out = build_in(&home, &["build", "--json", "--no-packages", "--recipe", "debian-12", "--base", &gate.reference("team/base:1"), "--output", &gate.reference("team/out:1")]);
+    support::assert_success("build with a password", &out);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ours = &gate.exchanges()[skopeo_gets..];
+    for e in ours {
+        assert_eq!((e.method.as_str(), e.basic_ok, e.status), ("GET", true, 200), "{e:?}");
+        assert_eq!(e.field("service"), Some(support::token::SERVICE));
+    }
+    let scopes: Vec<Vec<&str>> = ours.iter().map(|e| e.scopes()).collect();
+    assert!(scopes.contains(&vec!["repository:team/base:pull"]), "{scopes:?}");
+    assert!(scopes.iter().any(|s| s.contains(&"repository:team/out:pull,push") && s.contains(&"repository:team/base:pull")), "{scopes:?}");
+    assert!(ours.len() <= 4, "one token per repository and mount, not per request: {scopes:?}");
+    // Every request of the build carried a token the gate issued, never the password.
+    for q in gate.requests().iter().filter(|q| q.uri != "/v2/" && q.authorization.is_some()) {
+        assert!(q.authorization.as_deref().is_some_and(|a| a.starts_with("Bearer ")), "{q:?}");
+    }
+    assert_eq!(r["images"][0]["base_layers"][0]["reuse"], "mounted", "{r}");
+
+    write_json(&home.join("docker/config.json"), &serde_json::json!({"auths": {gate.addr(): {"auth": b64("erdma:wrong")}}}));
+    let out = build_in(&home, &["plan", "--no-packages", "--recipe", "debian-12", "--base", &gate.reference("team/base:1")]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.lines().any(|l| l.starts_with(&format!("error: registry {} refused the credentials for {}/team/base:1", gate.addr(), gate.addr()))), "{err}");
+    assert!(!err.contains("wrong") && !err.contains("s3cret"), "the password is a secret: {err}");
 }
 
 #[test]

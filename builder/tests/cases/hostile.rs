@@ -395,16 +395,16 @@ fn request(s: &std::net::TcpStream) -> Option<(String, String)> {
     Some((method, path))
 }
 
-/// Headers that end with the connection, then bytes until the client goes away.
-fn endless(mut s: std::net::TcpStream) {
-    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n");
-    let block = vec![b'A'; 64 << 10];
-    while s.write_all(&block).is_ok() {}
+/// A test server's answer: a status line's tail, headers, and a body (`None`: bytes until the
+/// client goes away).
+struct Reply {
+    status: &'static str,
+    headers: Vec<String>,
+    body: Option<Vec<u8>>,
 }
 
-/// Serves `answer(method, path)` on 127.0.0.1, one thread per connection: `Some((content
-/// type, body))`, or `None` for an endless body. Returns `host:port`.
-fn serve(answer: impl Fn(&str, &str) -> Option<(String, Vec<u8>)> + Send + Sync + 'static) -> String {
+/// Serves `answer(method, path)` on 127.0.0.1, one thread per connection. Returns `host:port`.
+fn serve_replies(answer: impl Fn(&str, &str) -> Reply + Send + Sync + 'static) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let answer = std::sync::Arc::new(answer);
@@ -414,11 +414,19 @@ fn serve(answer: impl Fn(&str, &str) -> Option<(String, Vec<u8>)> + Send + Sync 
             let answer = answer.clone();
             std::thread::spawn(move || {
                 let Some((method, path)) = request(&s) else { return };
-                match answer(&method, &path) {
-                    None => endless(s),
-                    Some((ctype, body)) => {
-                        let status = if ctype.is_empty() { "404 Not Found" } else { "200 OK" };
-                        let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                let reply = answer(&method, &path);
+                let mut head = format!("HTTP/1.1 {}\r\nConnection: close\r\n", reply.status);
+                for h in &reply.headers {
+                    head.push_str(&format!("{h}\r\n"));
+                }
+                match reply.body {
+                    None => {
+                        let _ = s.write_all(format!("{head}\r\n").as_bytes());
+                        let block = vec![b'A'; 64 << 10];
+                        while s.write_all(&block).is_ok() {}
+                    }
+                    Some(body) => {
+                        let _ = s.write_all(format!("{head}Content-Length: {}\r\n\r\n", body.len()).as_bytes());
                         if method != "HEAD" {
                             let _ = s.write_all(&body);
                         }
@@ -428,6 +436,15 @@ fn serve(answer: impl Fn(&str, &str) -> Option<(String, Vec<u8>)> + Send + Sync 
         }
     });
     addr
+}
+
+/// [`serve_replies`] of `answer(method, path)`: `Some((content type, body))` (404 when the
+/// type is empty), or `None` for an endless body.
+fn serve(answer: impl Fn(&str, &str) -> Option<(String, Vec<u8>)> + Send + Sync + 'static) -> String {
+    serve_replies(move |method, path| match answer(method, path) {
+        None => Reply { status: "200 OK", headers: vec!["Content-Type: application/octet-stream".into()], body: None },
+        Some((ctype, body)) => Reply { status: if ctype.is_empty() { "404 Not Found" } else { "200 OK" }, headers: vec![format!("Content-Type: {ctype}")], body: Some(body) },
+    })
 }
 
 /// Files of `root` by URL path; `None` (endless) for the paths `endless_at` picks.
@@ -498,6 +515,64 @@ fn endless_bodies_are_cut_off() {
         r.within(&format!("a mirror's endless {what}"), Duration::from_secs(20), 150);
         dest.assert_untouched();
     }
+}
+
+/// A registry's token service whose reply never ends, and a registry whose error answer to a
+/// blob never ends: oci-client read both whole; each is now read up to a bound (1 MiB of
+/// token reply, 64 KiB of error) and the build fails with one line, nothing written.
+#[test]
+fn endless_token_replies_and_error_bodies_are_cut_off() {
+    if !have_time() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("base");
+    let os = os_release_layer(&dir);
+    let img = fixture::image_from_layers(&dir, "latest", vec![os.clone()], &[], &["/bin/sh"]);
+    let manifest = std::fs::read(img.blob_path(&img.manifest_digest)).unwrap();
+    let json = |status: &'static str, body: &[u8]| Reply { status, headers: vec!["Content-Type: application/json".into()], body: Some(body.to_vec()) };
+
+    // Anonymous pull: the registry asks for a bearer token; its realm answers without end.
+    let realm = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
+    let realm2 = realm.clone();
+    let registry = serve_replies(move |_, path| {
+        if path.starts_with("/token") {
+            return Reply { status: "200 OK", headers: vec!["Content-Type: application/json".into()], body: None };
+        }
+        let challenge = format!(r#"WWW-Authenticate: Bearer realm="{}",service="hostile""#, realm2.get().unwrap());
+        Reply { status: "401 Unauthorized", headers: vec![challenge, "Content-Type: application/json".into()], body: Some(br#"{"errors":[{"code":"UNAUTHORIZED","message":"token"}]}"#.to_vec()) }
+    });
+    realm.set(format!("http://{registry}/token")).unwrap();
+    let dest = Dest::new();
+    let r = run(&["build", "--no-packages", "--base", &format!("docker://{registry}/hostile:1"), "--output", &dest.oci()], tmp.path());
+    let e = r.error();
+    assert!(e.contains(&format!("registry {registry}: getting an access token from http://{registry}/token failed: the reply is longer than 1048576 bytes")), "{e}");
+    r.within("a token service's endless reply", Duration::from_secs(20), 100);
+    dest.assert_untouched();
+
+    // No auth; the layer's blob answers 500 with an endless body (retried, as 5xx is).
+    let blob = os.digest.clone();
+    let registry = serve_replies(move |_, path| {
+        if path == "/v2/" {
+            json("200 OK", b"{}")
+        } else if path.ends_with("/manifests/1") {
+            Reply { status: "200 OK", headers: vec!["Content-Type: application/vnd.oci.image.manifest.v1+json".into()], body: Some(manifest.clone()) }
+        } else if path.ends_with(&blob) {
+            Reply { status: "500 Internal Server Error", headers: vec!["Content-Type: text/plain".into()], body: None }
+        } else {
+            let digest = path.rsplit('/').next().unwrap_or_default();
+            match std::fs::read(fixture::blob_path(&dir, digest)) {
+                Ok(b) => Reply { status: "200 OK", headers: vec!["Content-Type: application/octet-stream".into()], body: Some(b) },
+                Err(_) => json("404 Not Found", b"{}"),
+            }
+        }
+    });
+    let r = run(&["build", "--no-packages", "--base", &format!("docker://{registry}/hostile:1"), "--output", &dest.oci()], tmp.path());
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    let e = r.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
+    assert!(e.contains(&format!("registry {registry}")) && r.stderr.contains("500") && r.stderr.contains("AAAA…"), "{}", r.stderr);
+    r.within("a registry's endless error answer to a blob", Duration::from_secs(20), 100);
+    dest.assert_untouched();
 }
 
 #[test]

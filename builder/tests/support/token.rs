@@ -1,6 +1,9 @@
 //! A token gate in front of a [`super::Registry`]: the Docker token authentication of
 //! distribution's `docs/spec/auth/token.md` and the OAuth2 refresh-token grant of
-//! `docs/spec/auth/oauth.md`, small enough to read.
+//! `docs/spec/auth/oauth.md`, small enough to read. With [`TokenGate::start_with_password`],
+//! the token endpoint also answers `GET /token?service=…&scope=…` carrying HTTP basic auth
+//! with the right user and password (`token.md`'s flow, what `docker login` with a password
+//! and skopeo's `--creds` use).
 //!
 //! Requests without `Authorization: Bearer <an access token it issued>`, or whose token lacks
 //! the scope the request needs, get `401` with `WWW-Authenticate: Bearer realm="http://ADDR/token",
@@ -24,7 +27,11 @@ pub const SERVICE: &str = "test-registry";
 /// One `POST /token` the gate answered.
 #[derive(Debug, Clone)]
 pub struct Exchange {
-    /// The form fields in order (`scope` may repeat).
+    /// `POST` (the refresh-token grant) or `GET` (basic auth).
+    pub method: String,
+    /// Whether a `GET` carried `Authorization: Basic` with the right user and password.
+    pub basic_ok: bool,
+    /// The form fields (or query parameters) in order (`scope` may repeat).
     pub form: Vec<(String, String)>,
     pub status: u16,
 }
@@ -53,6 +60,8 @@ pub struct GatedRequest {
 #[derive(Default)]
 struct State {
     refresh_token: String,
+    /// `Basic BASE64(user:password)` that `GET /token` accepts, if any.
+    basic: Option<String>,
     /// access token → scopes (`repository:NAME:ACTIONS` split into (NAME, action) pairs).
     issued: Mutex<HashMap<String, BTreeSet<(String, String)>>>,
     exchanges: Mutex<Vec<Exchange>>,
@@ -71,10 +80,22 @@ impl TokenGate {
     /// Listens on 127.0.0.1:<free port>, forwards to `upstream` (`HOST:PORT`) and accepts
     /// `refresh_token` in the refresh-token grant.
     pub fn start(upstream: &str, refresh_token: &str) -> TokenGate {
+        Self::start_with(upstream, State { refresh_token: refresh_token.to_string(), ..Default::default() })
+    }
+
+    /// Like [`TokenGate::start`], with tokens for `GET /token` with basic auth of `user` and
+    /// `password` instead of a refresh token.
+    pub fn start_with_password(upstream: &str, user: &str, password: &str) -> TokenGate {
+        use base64::Engine as _;
+        let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")));
+        Self::start_with(upstream, State { refresh_token: String::new(), basic: Some(basic), ..Default::default() })
+    }
+
+    fn start_with(upstream: &str, state: State) -> TokenGate {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind token gate");
         let addr = listener.local_addr().unwrap().to_string();
         let stop = Arc::new(AtomicBool::new(false));
-        let state = Arc::new(State { refresh_token: refresh_token.to_string(), ..Default::default() });
+        let state = Arc::new(state);
         let (stop2, state2, upstream, addr2) = (stop.clone(), state.clone(), upstream.to_string(), addr.clone());
         let accept = std::thread::Builder::new()
             .name("token-gate-accept".into())
@@ -222,11 +243,18 @@ fn handle(client: TcpStream, state: &State, upstream: &str, addr: &str) -> io::R
 
     if uri.split('?').next() == Some("/token") {
         let body = read_body(&mut client_r, &head)?;
-        let form = parse_form(&String::from_utf8_lossy(&body));
-        let field = |n: &str| form.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
-        let ok = method == "POST" && field("grant_type") == Some("refresh_token") && field("refresh_token") == Some(state.refresh_token.as_str());
+        let (form, ok, basic_ok) = if method == "GET" {
+            let form = parse_form(uri.split_once('?').map_or("", |(_, q)| q));
+            let basic_ok = state.basic.is_some() && header(&head, "authorization") == state.basic.as_deref();
+            (form, basic_ok, basic_ok)
+        } else {
+            let form = parse_form(&String::from_utf8_lossy(&body));
+            let field = |n: &str| form.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+            let ok = method == "POST" && !state.refresh_token.is_empty() && field("grant_type") == Some("refresh_token") && field("refresh_token") == Some(state.refresh_token.as_str());
+            (form, ok, false)
+        };
         let status = if ok { 200 } else { 401 };
-        state.exchanges.lock().unwrap().push(Exchange { form: form.clone(), status });
+        state.exchanges.lock().unwrap().push(Exchange { method: method.clone(), basic_ok, form: form.clone(), status });
         if !ok {
             return respond(&mut client_w, "401 Unauthorized", &[], r#"{"error":"invalid_grant"}"#);
         }
