@@ -124,6 +124,19 @@ fn t_deb822(data: &[u8]) {
     }
 }
 
+/// A registry's `WWW-Authenticate` values (one per line, up to an empty line), then its token
+/// service's reply.
+fn t_registry_auth(data: &[u8]) {
+    let s = text(data);
+    let (head, body) = s.split_once("\n\n").unwrap_or((&s, ""));
+    if let Some(c) = erdma_build::image::auth::bearer_challenge(head.lines()) {
+        let _ = (c.realm.len(), c.service.map(|s| s.len()));
+    }
+    if let Ok(t) = erdma_build::image::auth::token_reply(body.as_bytes()) {
+        let _ = (t.token.len(), t.expires_in);
+    }
+}
+
 fn t_debian_version(data: &[u8]) {
     let s = text(data);
     // Two versions split at the first newline: parsing each, and comparing them both ways
@@ -359,4 +372,5 @@ pub static TARGETS: &[Target] = &[
     Target { name: "sysfs-values", input: "sysfs attribute values", run: t_sysfs_values, seeds: &[] },
     Target { name: "nri-wire", input: "NRI's mux frames and ttrpc messages", run: t_nri_wire, seeds: &[] },
     Target { name: "nri-create", input: "NRI CreateContainer requests", run: t_nri_create, seeds: &[] },
+    Target { name: "registry-auth", input: "registry WWW-Authenticate challenges and token service replies", run: t_registry_auth, seeds: &[] },
 ];

@@ -507,9 +507,15 @@ async fn exchange(ping: &str, grant: Grant<'_>, scopes: &[String]) -> std::resul
     if over {
         return Err(fail(realm, format!("the reply is longer than {MAX_TOKEN_REPLY} bytes, far more than any token (an endless body?)")));
     }
-    let reply: TokenReply = serde_json::from_slice(&body).map_err(|e| fail(realm, format!("unreadable reply: {e}")))?;
-    let token = reply.access_token.or(reply.token).filter(|t| !t.is_empty()).ok_or_else(|| fail(realm, "the reply holds no access_token".into()))?;
-    Ok(Some(AccessToken { token, expires_in: reply.expires_in }))
+    token_reply(&body).map(Some).map_err(|reason| fail(realm, reason))
+}
+
+/// A token service's reply (`token.md`, `oauth.md`): `access_token`, else `token`, and
+/// `expires_in`; the reason when it holds none.
+pub fn token_reply(body: &[u8]) -> std::result::Result<AccessToken, String> {
+    let reply: TokenReply = serde_json::from_slice(body).map_err(|e| format!("unreadable reply: {e}"))?;
+    let token = reply.access_token.or(reply.token).filter(|t| !t.is_empty()).ok_or("the reply holds no access_token")?;
+    Ok(AccessToken { token, expires_in: reply.expires_in })
 }
 
 #[cfg(test)]
