@@ -1,5 +1,5 @@
-//! The one HTTP client for package repositories, repository keys and packages (registries go
-//! through `oci-client`, see [`crate::image::registry`]).
+//! The one HTTP client for package repositories, repository keys and packages (registries have
+//! their own, see [`crate::image::registry`]).
 //!
 //! Every transfer is bounded three ways: a connect timeout, a read (idle) timeout that fires
 //! when the server sends nothing for that long, headers or body, and an overall deadline per

@@ -1,12 +1,11 @@
-//! Registry access, with credentials and bounded retries.
+//! Registry access, with credentials and bounded retries: the distribution API's few calls
+//! erdma-build needs, made here with one HTTP client.
 //!
-//! What a registry sends us is read here, bounded: access tokens from its token service
+//! What a registry sends is read bounded: access tokens from its token service
 //! ([`crate::image::auth::access_token`], 1 MiB of reply), manifests (8 MiB), blobs (their
-//! descriptor's size, digest checked as they stream) and error answers (64 KiB). oci-client
-//! read each of these whole; it still does the blob-level writes (existence checks, mounts,
-//! uploads, manifest pushes) with the tokens put into its cache here, and reads the error
-//! answers to those whole (they go to the output registry, which the user chose). Never
-//! `pull()`/`push()`: those hold whole layers in memory and re-upload everything.
+//! descriptor's size, the digest checked as they stream) and any other answer (64 KiB). Blobs
+//! go up in one streamed `PUT`. oci-client is kept for its types (references, errors); its
+//! client read token replies, manifests and error answers whole, and is not used.
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Mutex;
@@ -14,11 +13,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
-use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{DigestError, OciDistributionError, OciEnvelope, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
-use oci_client::token_cache::{RegistryToken, RegistryTokenType};
-use oci_client::{Client, Reference, RegistryOperation};
+use oci_client::Reference;
 
 use crate::image::auth::Credential;
 use crate::error::{Error, Result};
@@ -35,9 +32,8 @@ pub const MANIFEST_TYPES: &[&str] = &[
 /// Attempts per call, including the first. Connection resets, timeouts and 5xx are retried.
 const ATTEMPTS: u32 = 4;
 
-/// How long before its end an access token is replaced. oci-client
-/// keeps a token without an `exp` claim for [`oci_client::client::DEFAULT_TOKEN_EXPIRATION_SECS`]
-/// (60 s), and the token specification promises at least 60 s when `expires_in` is missing.
+/// How long before its end an access token is replaced: the token specification promises at
+/// least 60 s when `expires_in` is missing, and no longer is assumed.
 const TOKEN_MARGIN: Duration = Duration::from_secs(15);
 const TOKEN_LIFETIME_DEFAULT: u64 = 60;
 
@@ -45,8 +41,7 @@ const TOKEN_LIFETIME_DEFAULT: u64 = 60;
 const ERROR_BODY: u64 = 64 << 10;
 
 pub struct Registries {
-    client: Client,
-    /// For manifests and blobs, which oci-client would read whole: configured as `client`.
+    /// Every request to a registry (timeouts: connect 15 s, read 120 s).
     http_client: reqwest::Client,
     backoff: Duration,
     /// Registries reached over plain HTTP, for the token exchange's ping.
@@ -58,7 +53,7 @@ pub struct Registries {
     exchanged: tokio::sync::Mutex<HashMap<(String, String, bool), Exchanged>>,
 }
 
-/// An access token put into oci-client's token cache for a repository.
+/// An access token for a repository.
 struct Exchanged {
     /// Other repositories of the registry the token may pull from (cross-repository mounts).
     also_pull: BTreeSet<String>,
@@ -77,13 +72,6 @@ impl Registries {
     pub fn new(registries: &[&str], insecure: &[String]) -> Self {
         let http: Vec<String> = registries.iter().filter(|r| is_insecure(r, insecure)).map(|r| r.to_string()).collect();
         let (connect_timeout, read_timeout, user_agent) = (Duration::from_secs(15), Duration::from_secs(120), concat!("erdma-build/", env!("CARGO_PKG_VERSION")));
-        let client = Client::new(ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(http.clone()),
-            connect_timeout: Some(connect_timeout),
-            read_timeout: Some(read_timeout),
-            user_agent,
-            ..Default::default()
-        });
         let http_client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .read_timeout(read_timeout)
@@ -95,7 +83,7 @@ impl Registries {
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        Registries { client, http_client, backoff, http, creds: Mutex::default(), exchanged: Default::default() }
+        Registries { http_client, backoff, http, creds: Mutex::default(), exchanged: Default::default() }
     }
 
     /// The credentials for `r`'s repository, from [`crate::image::auth`] the first time.
@@ -125,27 +113,15 @@ impl Registries {
             Credential::IdentityToken(t) => Grant::Refresh(t),
             Credential::Auth(RegistryAuth::Basic(user, password)) => Grant::Password(user, password),
             Credential::Auth(RegistryAuth::Anonymous) => Grant::Anonymous,
-            // A registry token given as it is: oci-client sends it.
-            Credential::Auth(bearer @ RegistryAuth::Bearer(_)) => {
-                self.client.store_auth_if_needed(r.resolve_registry(), bearer).await;
-                return Ok(());
-            }
+            // A registry token given as it is: sent as it is ([`Registries::authorization`]).
+            Credential::Auth(RegistryAuth::Bearer(_)) => return Ok(()),
         };
-        // oci-client authenticates a request only once it holds some authentication for its
-        // registry; with a password, that is also what it sends to a registry asking for HTTP
-        // basic auth instead of a token.
-        let stored = match &cred {
-            Credential::Auth(a) => a.clone(),
-            Credential::IdentityToken(_) => RegistryAuth::Anonymous,
-        };
-        self.client.store_auth_if_needed(r.resolve_registry(), &stored).await;
         self.exchange(r, push, from, grant).await
     }
 
     /// Gets an access token to `r` (and `from`) from the registry's token service unless one
-    /// that covers them is still fresh, and hands it to oci-client's token cache, which every
-    /// request of the client reads. A push token serves pulls from the repository too. Done
-    /// here, not by oci-client's `auth`, which reads the token service's reply whole.
+    /// that covers them is still fresh; [`Registries::authorization`] sends it. A push token
+    /// serves pulls from the repository too.
     async fn exchange(&self, r: &Reference, push: bool, from: Option<&Reference>, grant: crate::image::auth::Grant<'_>) -> Result<()> {
         let registry = r.resolve_registry().to_string();
         let repo = r.repository().to_string();
@@ -186,10 +162,6 @@ impl Registries {
         let token = got.as_ref().map(|t| t.token.clone());
         let renew_at = match got {
             Some(t) => {
-                let ops: &[RegistryOperation] = if push { &[RegistryOperation::Push, RegistryOperation::Pull] } else { &[RegistryOperation::Pull] };
-                for op in ops {
-                    self.client.tokens.insert(r, *op, RegistryTokenType::Bearer(RegistryToken::Token { token: t.token.clone() })).await;
-                }
                 let life = Duration::from_secs(t.expires_in.unwrap_or(TOKEN_LIFETIME_DEFAULT).min(TOKEN_LIFETIME_DEFAULT));
                 now + life.saturating_sub(TOKEN_MARGIN)
             }
@@ -221,11 +193,10 @@ impl Registries {
         unreachable!("the loop returns")
     }
 
-    /// The raw manifest (or index) and its digest, computed from the bytes. Fetched here, not
-    /// with oci-client's `pull_manifest_raw`, which reads any body (an error's too) whole: a
-    /// body past [`MAX_JSON`] is refused as it streams, with [`Exceeded::Manifest`].
+    /// The raw manifest (or index) and its digest, computed from the bytes: a body past
+    /// [`MAX_JSON`] is refused as it streams, with [`Exceeded::Manifest`].
     pub async fn manifest(&self, r: &Reference) -> Result<(Bytes, String)> {
-        let auth = self.pull_authorization(r).await?;
+        let auth = self.authorization(r, false).await?;
         let got = self.retry(r, "fetching manifest", || self.manifest_once(r, auth.clone())).await?;
         let body = got.map_err(|exceeded| Error::Limit { what: format!("registry {}", r.resolve_registry()), exceeded })?;
         let digest = crate::image::blob::sha256_digest(&body);
@@ -237,15 +208,15 @@ impl Registries {
         Ok((body, digest))
     }
 
-    /// The `Authorization` oci-client's own pull of `r` would carry: the access token of a
-    /// login for pulling (or pushing), or HTTP basic auth where the registry asks for no
-    /// bearer token.
-    async fn pull_authorization(&self, r: &Reference) -> Result<Option<http::HeaderValue>> {
-        self.login(r, false).await?;
+    /// The `Authorization` for requests to `r`: the access token of a login for pulling (with
+    /// `push`, for pushing), or HTTP basic auth where the registry asks for no bearer token.
+    async fn authorization(&self, r: &Reference, push: bool) -> Result<Option<http::HeaderValue>> {
+        self.login(r, push).await?;
         let key = |push| (r.resolve_registry().to_string(), r.repository().to_string(), push);
         let token = {
             let exchanged = self.exchanged.lock().await;
-            [key(false), key(true)].iter().filter_map(|k| exchanged.get(k)).max_by_key(|e| e.renew_at).and_then(|e| e.token.clone())
+            let keys = if push { vec![key(true)] } else { vec![key(false), key(true)] };
+            keys.iter().filter_map(|k| exchanged.get(k)).max_by_key(|e| e.renew_at).and_then(|e| e.token.clone())
         };
         match (token, self.credential(r)?) {
             (Some(t), _) => reqwest_header(&format!("Bearer {t}")).map(Some),
@@ -261,6 +232,13 @@ impl Registries {
         }
     }
 
+    /// `SCHEME://REGISTRY/v2/REPOSITORY/` for `r`.
+    fn api(&self, r: &Reference) -> String {
+        let registry = r.resolve_registry();
+        let scheme = if self.http.iter().any(|h| h == registry) { "http" } else { "https" };
+        format!("{scheme}://{registry}/v2/{}/", r.repository())
+    }
+
     /// One GET of `r`'s manifest: `Ok(Err(_))` once the body passes [`MAX_JSON`] (final, not
     /// retried); a non-2xx answer as oci-client reports it, its body read up to [`ERROR_BODY`].
     async fn manifest_once(
@@ -268,14 +246,7 @@ impl Registries {
         r: &Reference,
         auth: Option<http::HeaderValue>,
     ) -> std::result::Result<std::result::Result<Bytes, Exceeded>, OciDistributionError> {
-        let registry = r.resolve_registry();
-        let scheme = if self.http.iter().any(|h| h == registry) { "http" } else { "https" };
-        let url = format!(
-            "{scheme}://{registry}/v2/{}/manifests/{}{}",
-            r.repository(),
-            r.digest().or(r.tag()).unwrap_or("latest"),
-            r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default(),
-        );
+        let url = format!("{}manifests/{}{}", self.api(r), r.digest().or(r.tag()).unwrap_or("latest"), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
         let mut req = self.http_client.get(&url).header(http::header::ACCEPT, MANIFEST_TYPES.join(", "));
         if let Some(auth) = auth {
             req = req.header(http::header::AUTHORIZATION, auth);
@@ -302,9 +273,7 @@ impl Registries {
     /// One GET of blob `digest` of `r`: the response once it says 200 (its body not read);
     /// any other answer as oci-client reports it, its body read up to [`ERROR_BODY`].
     async fn blob_once(&self, r: &Reference, digest: &str, auth: Option<http::HeaderValue>) -> std::result::Result<reqwest::Response, OciDistributionError> {
-        let registry = r.resolve_registry();
-        let scheme = if self.http.iter().any(|h| h == registry) { "http" } else { "https" };
-        let url = format!("{scheme}://{registry}/v2/{}/blobs/{digest}{}", r.repository(), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
+        let url = format!("{}blobs/{digest}{}", self.api(r), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
         // reqwest follows the registry's redirect (to its storage) and drops `Authorization`
         // when that leaves the registry's host.
         let mut req = self.http_client.get(&url);
@@ -328,7 +297,7 @@ impl Registries {
     pub async fn blob_stream(&self, r: &Reference, digest: &str, size: i64) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
         crate::image::blob::digest_hex(digest)?;
         let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
-        let auth = self.pull_authorization(r).await?;
+        let auth = self.authorization(r, false).await?;
         let res = self.retry(r, "downloading blob", || self.blob_once(r, digest, auth.clone())).await?;
         let max = u64::try_from(size).ok().filter(|s| *s > 0);
         let expected = digest.to_string();
@@ -368,15 +337,34 @@ impl Registries {
     }
 
     pub async fn blob_exists(&self, r: &Reference, digest: &str) -> Result<bool> {
-        self.login(r, false).await?;
-        self.retry(r, "checking blob", || self.client.blob_exists(r, digest)).await
+        let auth = self.authorization(r, false).await?;
+        let url = format!("{}blobs/{digest}", self.api(r));
+        self.retry(r, "checking blob", || async {
+            let res = self.send(self.http_client.head(&url), auth.clone()).await?;
+            match res.status() {
+                reqwest::StatusCode::OK => Ok(true),
+                reqwest::StatusCode::NOT_FOUND => Ok(false),
+                // A HEAD answer has no body.
+                status => Err(answer_error(status, url.clone(), &[], false)),
+            }
+        })
+        .await
     }
 
     /// Cross-repository mount; `Ok(false)` when the registry refuses (then copy instead).
     pub async fn mount(&self, target: &Reference, from: &Reference, digest: &str) -> Result<bool> {
         self.login_also_pulling(target, true, Some(from)).await?;
-        match self.client.mount_blob(target, from, digest).await {
-            Ok(()) => Ok(true),
+        let auth = self.authorization(target, true).await?;
+        let url = format!("{}blobs/uploads/?mount={digest}&from={}", self.api(target), from.repository());
+        let got = self.send(self.http_client.post(&url).header(http::header::CONTENT_LENGTH, 0), auth).await;
+        match got {
+            Ok(res) if res.status() == reqwest::StatusCode::CREATED => Ok(true),
+            Ok(mut res) => {
+                // 202: the registry opened an upload instead; it expires unused.
+                let (status, (body, _)) = (res.status(), crate::limits::capped_body(&mut res, ERROR_BODY).await.unwrap_or_default());
+                tracing::debug!("mount of {digest} from {} refused: {status} {}", from.repository(), String::from_utf8_lossy(&body));
+                Ok(false)
+            }
             Err(e) => {
                 tracing::debug!("mount of {digest} from {} refused: {e}", from.repository());
                 Ok(false)
@@ -384,21 +372,67 @@ impl Registries {
         }
     }
 
+    /// Uploads a blob in one `PUT` (the distribution spec's monolithic upload: `POST` opens the
+    /// upload, `PUT LOCATION?digest=` sends it), streaming; not retried (the stream is
+    /// consumed). Answers other than the expected ones are read up to [`ERROR_BODY`].
     pub async fn push_blob(&self, r: &Reference, digest: &str, size: u64, stream: BoxStream<'static, std::io::Result<Bytes>>) -> Result<()> {
-        self.login(r, true).await?;
-        let stream = futures_util::StreamExt::map(stream, |c| c.map_err(OciDistributionError::IoError));
-        self.client
-            .push_blob_stream(r, stream, digest, Some(size))
-            .await
-            .map(|_| ())
-            .map_err(|e| classify(r, "uploading blob", e))
+        let auth = self.authorization(r, true).await?;
+        let fail = |e: OciDistributionError| classify(r, "uploading blob", e);
+        let start = format!("{}blobs/uploads/", self.api(r));
+        let location = self.retry(r, "uploading blob", || self.upload_location(&start, auth.clone())).await?;
+        let mut put = reqwest::Url::parse(&start).and_then(|base| base.join(&location)).map_err(|e| fail(OciDistributionError::UrlParseError(e.to_string())))?;
+        put.query_pairs_mut().append_pair("digest", digest);
+        // Credentials go to the registry only, never to another host its Location names.
+        let same_host = reqwest::Url::parse(&start).is_ok_and(|s| s.host_str() == put.host_str() && s.port_or_known_default() == put.port_or_known_default());
+        let req = self
+            .http_client
+            .put(put)
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .header(http::header::CONTENT_LENGTH, size)
+            .body(reqwest::Body::wrap_stream(stream));
+        let mut res = self.send(req, auth.filter(|_| same_host)).await.map_err(fail)?;
+        if res.status() == reqwest::StatusCode::CREATED {
+            return Ok(());
+        }
+        let (status, (body, over)) = (res.status(), crate::limits::capped_body(&mut res, ERROR_BODY).await.map_err(|e| fail(e.into()))?);
+        Err(fail(answer_error(status, res.url().to_string(), &body, over)))
+    }
+
+    /// `POST …/blobs/uploads/`: the upload's `Location` (202).
+    async fn upload_location(&self, url: &str, auth: Option<http::HeaderValue>) -> std::result::Result<String, OciDistributionError> {
+        let mut res = self.send(self.http_client.post(url).header(http::header::CONTENT_LENGTH, 0), auth).await?;
+        if res.status() == reqwest::StatusCode::ACCEPTED {
+            let location = res.headers().get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_string);
+            return location.ok_or(OciDistributionError::RegistryNoLocationError);
+        }
+        let status = res.status();
+        let (body, over) = crate::limits::capped_body(&mut res, ERROR_BODY).await?;
+        Err(answer_error(status, url.to_string(), &body, over))
     }
 
     pub async fn push_manifest(&self, r: &Reference, body: Bytes, media_type: &str) -> Result<()> {
         let ct = reqwest_header(media_type)?;
-        self.login(r, true).await?;
-        self.retry(r, "pushing manifest", || self.client.push_manifest_raw(r, body.clone(), ct.clone())).await?;
-        Ok(())
+        let auth = self.authorization(r, true).await?;
+        let url = format!("{}manifests/{}", self.api(r), r.digest().or(r.tag()).unwrap_or("latest"));
+        self.retry(r, "pushing manifest", || async {
+            let mut res = self.send(self.http_client.put(&url).header(http::header::CONTENT_TYPE, ct.clone()).body(body.clone()), auth.clone()).await?;
+            if res.status() == reqwest::StatusCode::CREATED {
+                return Ok(());
+            }
+            let status = res.status();
+            let (text, over) = crate::limits::capped_body(&mut res, ERROR_BODY).await?;
+            Err(answer_error(status, url.clone(), &text, over))
+        })
+        .await
+    }
+
+    /// Sends `req` with `auth`.
+    async fn send(&self, req: reqwest::RequestBuilder, auth: Option<http::HeaderValue>) -> std::result::Result<reqwest::Response, OciDistributionError> {
+        let req = match auth {
+            Some(a) => req.header(http::header::AUTHORIZATION, a),
+            None => req,
+        };
+        Ok(req.send().await?)
     }
 }
 

@@ -517,9 +517,10 @@ fn endless_bodies_are_cut_off() {
     }
 }
 
-/// A registry's token service whose reply never ends, and a registry whose error answer to a
-/// blob never ends: oci-client read both whole; each is now read up to a bound (1 MiB of
-/// token reply, 64 KiB of error) and the build fails with one line, nothing written.
+/// A registry's token service whose reply never ends, a registry whose error answer to a blob
+/// never ends, and an output registry whose answer to an upload never ends: oci-client read
+/// each whole; each is now read up to a bound (1 MiB of token reply, 64 KiB of error) and the
+/// build fails, nothing written.
 #[test]
 fn endless_token_replies_and_error_bodies_are_cut_off() {
     if !have_time() {
@@ -573,6 +574,18 @@ fn endless_token_replies_and_error_bodies_are_cut_off() {
     assert!(e.contains(&format!("registry {registry}")) && r.stderr.contains("500") && r.stderr.contains("AAAA…"), "{}", r.stderr);
     r.within("a registry's endless error answer to a blob", Duration::from_secs(20), 100);
     dest.assert_untouched();
+
+    // The output registry: every upload it is asked to open answers 500 without end.
+    let output = serve_replies(move |method, path| match (method, path) {
+        ("GET", "/v2/") => json("200 OK", b"{}"),
+        ("POST", _) => Reply { status: "500 Internal Server Error", headers: vec!["Content-Type: text/plain".into()], body: None },
+        _ => json("404 Not Found", br#"{"errors":[{"code":"BLOB_UNKNOWN","message":"unknown"}]}"#),
+    });
+    let base = fixture::image_from_layers(&tmp.path().join("base2"), "latest", vec![os_release_layer(&tmp.path().join("base2"))], &[], &["/bin/sh"]).reference();
+    let r = run(&["build", "--no-packages", "--base", &base, "--output", &format!("docker://{output}/out:1")], tmp.path());
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stderr.lines().any(|l| l.starts_with(&format!("error: registry {output}: uploading blob failed"))) && r.stderr.contains("AAAA…"), "{}", r.stderr);
+    r.within("an output registry's endless error answer to an upload", Duration::from_secs(20), 100);
 }
 
 #[test]
