@@ -236,16 +236,28 @@ fn walk_entries<R: Read, E>(state: &TarState, mut entries: tar::Entries<'_, TarI
         state.until.set(None);
         let Some(entry) = next else { return Ok(()) };
         let mut entry = entry.map_err(io_err)?;
-        // The content as stored: a GNU sparse entry's header gives it (its size is the file's),
-        // and its sparse map's extension blocks, read with the headers, lie before it
-        // although `raw_file_position` does not count them (at most the limit: allowed again).
+        // The content starts here: the tar reader has read the headers (a sparse map's
+        // extension blocks included) and nothing of the content.
+        let start = state.pos.get();
+        // The content as stored, as the tar reader counts it: a PAX `size` over the header's;
+        // a GNU sparse entry's `size()` is the file's, its stored data is the header's (or
+        // PAX's) size.
         let stored = match entry.header().entry_type().is_gnu_sparse() {
-            true => entry.header().entry_size().map_err(io_err)?.saturating_add(MAX_TAR_HEADERS),
+            true => match pax_size(&mut entry) {
+                Some(size) => size,
+                None => entry.header().entry_size().map_err(io_err)?,
+            },
             false => entry.size(),
         };
-        end = entry.raw_file_position().saturating_add(stored.saturating_add(511) & !511);
+        end = start.saturating_add(stored.saturating_add(511) & !511);
         f(&mut entry)?;
     }
+}
+
+/// The PAX `size` record of `entry`, as the tar reader reads it (a number, else none).
+fn pax_size<R: Read>(entry: &mut tar::Entry<'_, R>) -> Option<u64> {
+    let records = entry.pax_extensions().ok()??;
+    records.flatten().find(|r| r.key_bytes() == b"size").and_then(|r| r.value().ok()?.parse().ok())
 }
 
 /// A response's body, read up to `limit` bytes as it comes: the bytes, and whether the body
@@ -427,6 +439,32 @@ mod tests {
         tar.extend(block("after", b'0', 0));
         tar.extend([0u8; 1024]);
         assert_eq!(names(&tar).unwrap(), vec![("big".to_string(), 6 << 20), ("after".to_string(), 0)]);
+    }
+
+    #[test]
+    fn a_sparse_header_cannot_move_the_limit_away() {
+        // A PAX `size=0`, then a GNU sparse entry whose header says 8 GiB and whose map is
+        // empty (real size 0): the tar reader takes the PAX size, so the next header follows at
+        // once; a walk that believed the header would let the 64 MiB long name through.
+        let record = pax_record("size", "0");
+        let mut tar = block("pax", b'x', record.len() as u64);
+        tar.extend(padded(record.as_bytes()));
+        let mut sparse = tar::Header::new_gnu();
+        sparse.as_old_mut().name[..6].copy_from_slice(b"sparse");
+        sparse.set_entry_type(tar::EntryType::GNUSparse);
+        sparse.set_mode(0o644);
+        sparse.set_size(8 << 30);
+        sparse.as_gnu_mut().unwrap().realsize.copy_from_slice(b"00000000000\0");
+        sparse.set_cksum();
+        tar.extend(sparse.as_bytes());
+        tar.extend(block("././@LongLink", b'L', 64 << 20));
+        tar.extend(vec![b'a'; 64 << 20]);
+        tar.extend(block("x", b'0', 0));
+        tar.extend([0u8; 1024]);
+        let read = Rc::new(Cell::new(0));
+        let e = walk_tar(Meter { inner: tar.as_slice(), read: read.clone() }, |e| e, |_| Ok(())).map(|_| ()).unwrap_err();
+        assert_eq!(exceeded(&e), Some(&Exceeded::TarHeaders { limit: MAX_TAR_HEADERS }), "{e}");
+        assert!(read.get() <= MAX_TAR_HEADERS + (64 << 10), "{}", read.get());
     }
 
     #[test]

@@ -433,7 +433,7 @@ pub const MAX_TOKEN_REPLY: u64 = 1 << 20;
 pub enum TokenError {
     /// The registry or its realm could not be reached (retried as any registry request).
     Transport(reqwest::Error),
-    /// The realm refused the password (401, 403).
+    /// The realm refused the password, or an anonymous token (401, 403).
     Refused,
     /// Any other failure of the token service at `url`.
     Failed { url: String, reason: String },
@@ -480,6 +480,10 @@ async fn exchange(ping: &str, grant: Grant<'_>, scopes: &[String]) -> std::resul
         return Ok(None);
     };
     let realm = challenge.realm.as_str();
+    // A secret goes to the realm only as protected as to the registry itself.
+    if ping.starts_with("https://") && !realm.starts_with("https://") && !matches!(grant, Grant::Anonymous) {
+        return Err(fail(realm, "the registry's token service is not HTTPS; refusing to send credentials to it in the clear".into()));
+    }
     let request = match grant {
         Grant::Refresh(token) => client
             .post(realm)
@@ -497,7 +501,7 @@ async fn exchange(ping: &str, grant: Grant<'_>, scopes: &[String]) -> std::resul
     };
     let mut res = request.send().await.map_err(TokenError::Transport)?;
     let status = res.status();
-    if matches!(grant, Grant::Password(..)) && matches!(status, reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN) {
+    if matches!(grant, Grant::Password(..) | Grant::Anonymous) && matches!(status, reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN) {
         return Err(TokenError::Refused);
     }
     if !status.is_success() {

@@ -137,6 +137,9 @@ impl Registries {
         if fresh(push) || (!push && fresh(true)) {
             return Ok(());
         }
+        // A repository pushed to keeps a push token: a pull-only one in its place would refuse
+        // the pushes after it (and a registry may refuse pulls of a repository not yet made).
+        let push = push || exchanged.contains_key(&(registry.clone(), repo.clone(), true));
         let key = (registry.clone(), repo.clone(), push);
         let mut also_pull = exchanged.get(&key).map(|e| e.also_pull.clone()).unwrap_or_default();
         also_pull.extend(from);
@@ -289,51 +292,15 @@ impl Registries {
         Err(answer_error(status, url, &body, over))
     }
 
-    /// A verified stream of a blob. Failures mid-stream surface as stream errors; callers
-    /// that can restart (whole-blob copies) retry through [`Registries::retry_stream`]. With a
-    /// `size` (the descriptor's), a body longer than it fails at its first byte too many
-    /// ([`crate::limits::Exceeded::BlobSize`]): the digest is only checked at the end, and an
-    /// endless body would otherwise fill the disk.
-    pub async fn blob_stream(&self, r: &Reference, digest: &str, size: i64) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
+    /// A verified stream of a blob ([`verified`]). Failures mid-stream surface as stream
+    /// errors; callers that can restart (whole-blob copies) retry through
+    /// [`crate::image::blob::with_restarts`]. `size`: the descriptor's, when known.
+    pub async fn blob_stream(&self, r: &Reference, digest: &str, size: Option<u64>) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
         crate::image::blob::digest_hex(digest)?;
-        let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
         let auth = self.authorization(r, false).await?;
         let res = self.retry(r, "downloading blob", || self.blob_once(r, digest, auth.clone())).await?;
-        let max = u64::try_from(size).ok().filter(|s| *s > 0);
-        let expected = digest.to_string();
-        let (digest, mut got) = (digest.to_string(), 0u64);
         let body = futures_util::StreamExt::map(res.bytes_stream(), |c| c.map_err(std::io::Error::other));
-        // The digest is checked at the end of the body: a mismatch is the last item.
-        let checked = futures_util::StreamExt::chain(
-            futures_util::StreamExt::map(body, move |chunk: std::io::Result<Bytes>| -> std::io::Result<(Bytes, bool)> {
-                let chunk = chunk?;
-                got += chunk.len() as u64;
-                if max.is_some_and(|max| got > max) {
-                    return Err(std::io::Error::other(Exceeded::BlobSize { digest: digest.clone(), size: max.unwrap_or(0) }));
-                }
-                Ok((chunk, false))
-            }),
-            futures_util::stream::once(async { Ok((Bytes::new(), true)) }),
-        );
-        let mut failed = false;
-        Ok(Box::pin(futures_util::StreamExt::filter_map(checked, move |item| {
-            let out = match item {
-                _ if failed => None,
-                Err(e) => {
-                    failed = true;
-                    Some(Err(e))
-                }
-                Ok((chunk, false)) => {
-                    sha2::Digest::update(&mut hasher, &chunk);
-                    Some(Ok(chunk))
-                }
-                Ok((_, true)) => {
-                    let actual = format!("sha256:{}", hex::encode(sha2::Digest::finalize_reset(&mut hasher)));
-                    (actual != expected).then(|| Err(std::io::Error::other(Error::DigestMismatch { expected: expected.clone(), actual })))
-                }
-            };
-            std::future::ready(out)
-        })))
+        Ok(verified(Box::pin(body), digest, size))
     }
 
     pub async fn blob_exists(&self, r: &Reference, digest: &str) -> Result<bool> {
@@ -378,12 +345,15 @@ impl Registries {
     pub async fn push_blob(&self, r: &Reference, digest: &str, size: u64, stream: BoxStream<'static, std::io::Result<Bytes>>) -> Result<()> {
         let auth = self.authorization(r, true).await?;
         let fail = |e: OciDistributionError| classify(r, "uploading blob", e);
+        // Whatever the source: the upload stops at `size` bytes, so the digest is checked there.
+        let stream = verified(stream, digest, Some(size));
         let start = format!("{}blobs/uploads/", self.api(r));
         let location = self.retry(r, "uploading blob", || self.upload_location(&start, auth.clone())).await?;
         let mut put = reqwest::Url::parse(&start).and_then(|base| base.join(&location)).map_err(|e| fail(OciDistributionError::UrlParseError(e.to_string())))?;
         put.query_pairs_mut().append_pair("digest", digest);
-        // Credentials go to the registry only, never to another host its Location names.
-        let same_host = reqwest::Url::parse(&start).is_ok_and(|s| s.host_str() == put.host_str() && s.port_or_known_default() == put.port_or_known_default());
+        // Credentials go to the registry only (same scheme, host and port), never to another
+        // origin its Location names.
+        let same_host = reqwest::Url::parse(&start).is_ok_and(|s| s.origin() == put.origin());
         let req = self
             .http_client
             .put(put)
@@ -434,6 +404,62 @@ impl Registries {
         };
         Ok(req.send().await?)
     }
+}
+
+/// `stream` checked against `digest` (sha256) and, when known, `size`. A byte past `size`
+/// fails with [`Exceeded::BlobSize`] (the digest comes only at the end, and an endless body
+/// would fill the disk); the digest is checked as the last byte of `size` arrives, so a reader
+/// that stops there (an upload of that `Content-Length`) still gets the mismatch instead of
+/// that byte, and at the end when the size is not known.
+pub fn verified(stream: BoxStream<'static, std::io::Result<Bytes>>, digest: &str, size: Option<u64>) -> BoxStream<'static, std::io::Result<Bytes>> {
+    use sha2::Digest as _;
+    struct State {
+        inner: BoxStream<'static, std::io::Result<Bytes>>,
+        hasher: sha2::Sha256,
+        got: u64,
+        size: Option<u64>,
+        digest: String,
+        checked: bool,
+        done: bool,
+    }
+    let check = |st: &mut State| -> std::io::Result<()> {
+        st.checked = true;
+        let actual = format!("sha256:{}", hex::encode(st.hasher.finalize_reset()));
+        if actual == st.digest {
+            return Ok(());
+        }
+        Err(std::io::Error::other(Error::DigestMismatch { expected: st.digest.clone(), actual }))
+    };
+    let state = State { inner: stream, hasher: sha2::Sha256::new(), got: 0, size, digest: digest.to_string(), checked: false, done: false };
+    Box::pin(futures_util::stream::unfold(state, move |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let item = match futures_util::StreamExt::next(&mut st.inner).await {
+            Some(Ok(chunk)) => {
+                st.got += chunk.len() as u64;
+                match st.size {
+                    Some(max) if st.got > max => Err(std::io::Error::other(Exceeded::BlobSize { digest: st.digest.clone(), size: max })),
+                    Some(max) if st.got == max => {
+                        st.hasher.update(&chunk);
+                        check(&mut st).map(|()| chunk)
+                    }
+                    _ => {
+                        st.hasher.update(&chunk);
+                        Ok(chunk)
+                    }
+                }
+            }
+            Some(Err(e)) => Err(e),
+            None if st.checked => return None,
+            None => match check(&mut st) {
+                Ok(()) => return None,
+                Err(e) => Err(e),
+            },
+        };
+        st.done = item.is_err();
+        Some((item, st))
+    }))
 }
 
 /// A registry's answer other than the one expected, as oci-client reports it (`body`: at most
@@ -537,5 +563,56 @@ mod tests {
         assert!(is_insecure("localhost:5000", &[]));
         assert!(!is_insecure("registry.example:5000", &[]));
         assert!(is_insecure("registry.example:5000", &["registry.example".into()]));
+    }
+
+    /// Reads `chunks` through [`verified`] the way an upload of `Content-Length: take` does:
+    /// it stops once `take` bytes came. Returns the bytes and the first error.
+    fn read_verified(chunks: &[&'static [u8]], digest: &str, size: Option<u64>, take: u64) -> (Vec<u8>, Option<std::io::Error>) {
+        let items: Vec<std::io::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::from_static(c))).collect();
+        let mut s = verified(Box::pin(futures_util::stream::iter(items)), digest, size);
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+            let mut out = Vec::new();
+            while (out.len() as u64) < take {
+                match futures_util::StreamExt::next(&mut s).await {
+                    Some(Ok(c)) => out.extend_from_slice(&c),
+                    Some(Err(e)) => return (out, Some(e)),
+                    None => break,
+                }
+            }
+            (out, None)
+        })
+    }
+
+    #[test]
+    fn blobs_are_checked_as_their_last_byte_arrives() {
+        let digest = crate::image::blob::sha256_digest(b"hello world");
+        let is_mismatch = |e: &Option<std::io::Error>| e.as_ref().and_then(crate::image::blob::digest_error).is_some_and(|e| matches!(e, Error::DigestMismatch { .. }));
+        // Whole and right: every byte, no error, with the size known or not.
+        for size in [Some(11), None] {
+            let (got, e) = read_verified(&[b"hello ", b"world"], &digest, size, u64::MAX);
+            assert_eq!(got, b"hello world");
+            assert!(e.is_none(), "{e:?}");
+        }
+        // Wrong bytes of the right length, read by a consumer that stops at 11 bytes: the
+        // last chunk is the mismatch, not the bytes.
+        let (got, e) = read_verified(&[b"hello ", b"WORLD"], &digest, Some(11), 11);
+        assert_eq!(got, b"hello ");
+        assert!(is_mismatch(&e), "{e:?}");
+        // Size unknown: the mismatch comes at the end.
+        let (got, e) = read_verified(&[b"hello ", b"WORLD"], &digest, None, u64::MAX);
+        assert_eq!(got, b"hello WORLD");
+        assert!(is_mismatch(&e), "{e:?}");
+        // More than the size: refused at the first byte too many; a size of 0 is a size.
+        let (got, e) = read_verified(&[b"hello ", b"world", b"!"], &digest, Some(11), u64::MAX);
+        assert_eq!(got, b"hello world");
+        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(Exceeded::BlobSize { size: 11, .. })), "{e:?}");
+        let (got, e) = read_verified(&[b"hello world!"], &digest, Some(11), u64::MAX);
+        assert!(got.is_empty());
+        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(Exceeded::BlobSize { size: 11, .. })), "{e:?}");
+        let (_, e) = read_verified(&[b"x"], &digest, Some(0), u64::MAX);
+        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(Exceeded::BlobSize { size: 0, .. })), "{e:?}");
+        // Short: the mismatch at the end.
+        let (_, e) = read_verified(&[b"hello "], &digest, Some(11), u64::MAX);
+        assert!(is_mismatch(&e), "{e:?}");
     }
 }

@@ -216,7 +216,7 @@ impl Source {
             Store::Registry { reg, r } => {
                 crate::image::blob::with_restarts(digest, || async {
                     let mut out = Vec::new();
-                    let mut s = reg.blob_stream(r, digest, 0).await?;
+                    let mut s = reg.blob_stream(r, digest, None).await?;
                     while let Some(chunk) = s.next().await {
                         let chunk = chunk.map_err(|e| stream_error(e, r))?;
                         out.extend_from_slice(&chunk);
@@ -235,7 +235,7 @@ impl Source {
     /// A checked stream of a blob, for copying to a sink.
     pub async fn blob_stream(&self, digest: &str, size: u64) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
         match &self.store {
-            Store::Registry { reg, r } => reg.blob_stream(r, digest, size as i64).await,
+            Store::Registry { reg, r } => reg.blob_stream(r, digest, Some(size)).await,
             _ => {
                 let reader = self.blob_reader(digest)?;
                 Ok(reader_stream(reader))
