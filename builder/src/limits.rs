@@ -383,17 +383,30 @@ mod tests {
         v
     }
 
-    #[test]
-    fn a_huge_long_name_is_refused_after_the_limit_not_read_whole() {
-        // A GNU long name of 64 MiB (the tar crate would hold it all), then a file.
-        let mut tar = block("././@LongLink", b'L', 64 << 20);
+    /// Appends a GNU long name of 64 MiB, a file under it, and the end of the archive.
+    fn long_name_then_file(tar: &mut Vec<u8>) {
+        tar.extend(block("././@LongLink", b'L', 64 << 20));
         tar.extend(vec![b'a'; 64 << 20]);
         tar.extend(block("x", b'0', 0));
         tar.extend([0u8; 1024]);
+    }
+
+    /// Walks `tar`, asserting it is refused for its headers about where the limit says.
+    #[track_caller]
+    fn refused_early(tar: &[u8]) -> io::Error {
         let read = Rc::new(Cell::new(0));
-        let e = walk_tar(Meter { inner: tar.as_slice(), read: read.clone() }, |e| e, |_| Ok(())).map(|_| ()).unwrap_err();
+        let e = walk_tar(Meter { inner: tar, read: read.clone() }, |e| e, |_| Ok(())).map(|_| ()).unwrap_err();
         assert_eq!(exceeded(&e), Some(&Exceeded::TarHeaders { limit: MAX_TAR_HEADERS }), "{e}");
         assert!(read.get() <= MAX_TAR_HEADERS + (64 << 10), "{}", read.get());
+        e
+    }
+
+    #[test]
+    fn a_huge_long_name_is_refused_after_the_limit_not_read_whole() {
+        // A GNU long name of 64 MiB (the tar crate would hold it all), then a file.
+        let mut tar = Vec::new();
+        long_name_then_file(&mut tar);
+        let e = refused_early(&tar);
         assert!(e.to_string().contains("more than 4194304 bytes"), "{e}");
         // The same for PAX extensions.
         let mut tar = block("pax", b'x', 8 << 20);
@@ -457,14 +470,8 @@ mod tests {
         sparse.as_gnu_mut().unwrap().realsize.copy_from_slice(b"00000000000\0");
         sparse.set_cksum();
         tar.extend(sparse.as_bytes());
-        tar.extend(block("././@LongLink", b'L', 64 << 20));
-        tar.extend(vec![b'a'; 64 << 20]);
-        tar.extend(block("x", b'0', 0));
-        tar.extend([0u8; 1024]);
-        let read = Rc::new(Cell::new(0));
-        let e = walk_tar(Meter { inner: tar.as_slice(), read: read.clone() }, |e| e, |_| Ok(())).map(|_| ()).unwrap_err();
-        assert_eq!(exceeded(&e), Some(&Exceeded::TarHeaders { limit: MAX_TAR_HEADERS }), "{e}");
-        assert!(read.get() <= MAX_TAR_HEADERS + (64 << 10), "{}", read.get());
+        long_name_then_file(&mut tar);
+        refused_early(&tar);
     }
 
     #[test]
