@@ -120,7 +120,7 @@ ERDMA_OK=1
 # shellcheck disable=SC2086 # ERDMA_BUILD_EXTRA_ARGS is a list of arguments
 if ! XDG_CACHE_HOME=$WORK/erdma-cache /usr/bin/time -f '%e %U %S %M' -o "$WORK/time.erdma" \
     "$BIN" build --base "docker://$REG/base:1" --output "docker://$REG/out:1" \
-    --recipe debian-12 --env FOO=bar ${ERDMA_BUILD_EXTRA_ARGS:-} >"$WORK/erdma.log" 2>&1; then
+    --recipe debian-12 --no-packages --env FOO=bar ${ERDMA_BUILD_EXTRA_ARGS:-} >"$WORK/erdma.log" 2>&1; then
     ERDMA_OK=0
     echo "erdma-build failed; its output:" >&2
     tail -n 40 "$WORK/erdma.log" >&2
