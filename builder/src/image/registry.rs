@@ -44,7 +44,7 @@ pub struct Registries {
     /// Every request to a registry (timeouts: connect 15 s, read 120 s).
     http_client: reqwest::Client,
     backoff: Duration,
-    /// Registries reached over plain HTTP, for the token exchange's ping.
+    /// Registries reached over plain HTTP ([`Registries::base`]).
     http: Vec<String>,
     /// Credentials per (registry, repository), read once.
     creds: Mutex<HashMap<(String, String), Credential>>,
@@ -145,8 +145,7 @@ impl Registries {
         also_pull.extend(from);
         let mut scopes = vec![format!("repository:{repo}:{}", if push { "pull,push" } else { "pull" })];
         scopes.extend(also_pull.iter().map(|f| format!("repository:{f}:pull")));
-        let scheme = if self.http.contains(&registry) { "http" } else { "https" };
-        let base = format!("{scheme}://{registry}");
+        let base = self.base(&registry);
         let got = self
             .retry(r, "logging in", || async {
                 use crate::image::auth::{Grant, TokenError};
@@ -235,11 +234,15 @@ impl Registries {
         }
     }
 
+    /// `SCHEME://REGISTRY`: plain HTTP for the registries in `http`.
+    fn base(&self, registry: &str) -> String {
+        let scheme = if self.http.iter().any(|h| h == registry) { "http" } else { "https" };
+        format!("{scheme}://{registry}")
+    }
+
     /// `SCHEME://REGISTRY/v2/REPOSITORY/` for `r`.
     fn api(&self, r: &Reference) -> String {
-        let registry = r.resolve_registry();
-        let scheme = if self.http.iter().any(|h| h == registry) { "http" } else { "https" };
-        format!("{scheme}://{registry}/v2/{}/", r.repository())
+        format!("{}/v2/{}/", self.base(r.resolve_registry()), r.repository())
     }
 
     /// One GET of `r`'s manifest: `Ok(Err(_))` once the body passes [`MAX_JSON`] (final, not
@@ -250,11 +253,7 @@ impl Registries {
         auth: Option<http::HeaderValue>,
     ) -> std::result::Result<std::result::Result<Bytes, Exceeded>, OciDistributionError> {
         let url = format!("{}manifests/{}{}", self.api(r), r.digest().or(r.tag()).unwrap_or("latest"), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
-        let mut req = self.http_client.get(&url).header(http::header::ACCEPT, MANIFEST_TYPES.join(", "));
-        if let Some(auth) = auth {
-            req = req.header(http::header::AUTHORIZATION, auth);
-        }
-        let mut res = req.send().await?;
+        let mut res = self.send(self.http_client.get(&url).header(http::header::ACCEPT, MANIFEST_TYPES.join(", ")), auth).await?;
         let status = res.status();
         let header = match res.headers().get("Docker-Content-Digest") {
             Some(v) => Some(v.to_str().map_err(DigestError::from)?.to_owned()).filter(|v| !v.is_empty()),
@@ -279,17 +278,11 @@ impl Registries {
         let url = format!("{}blobs/{digest}{}", self.api(r), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
         // reqwest follows the registry's redirect (to its storage) and drops `Authorization`
         // when that leaves the registry's host.
-        let mut req = self.http_client.get(&url);
-        if let Some(auth) = auth {
-            req = req.header(http::header::AUTHORIZATION, auth);
-        }
-        let mut res = req.send().await?;
-        let status = res.status();
-        if status == reqwest::StatusCode::OK {
+        let res = self.send(self.http_client.get(&url), auth).await?;
+        if res.status() == reqwest::StatusCode::OK {
             return Ok(res);
         }
-        let (body, over) = crate::limits::capped_body(&mut res, ERROR_BODY).await?;
-        Err(answer_error(status, url, &body, over))
+        Err(unexpected(res, url).await)
     }
 
     /// A verified stream of a blob ([`verified`]). Failures mid-stream surface as stream
@@ -326,10 +319,9 @@ impl Registries {
         let got = self.send(self.http_client.post(&url).header(http::header::CONTENT_LENGTH, 0), auth).await;
         match got {
             Ok(res) if res.status() == reqwest::StatusCode::CREATED => Ok(true),
-            Ok(mut res) => {
+            Ok(res) => {
                 // 202: the registry opened an upload instead; it expires unused.
-                let (status, (body, _)) = (res.status(), crate::limits::capped_body(&mut res, ERROR_BODY).await.unwrap_or_default());
-                tracing::debug!("mount of {digest} from {} refused: {status} {}", from.repository(), String::from_utf8_lossy(&body));
+                tracing::debug!("mount of {digest} from {} refused: {}", from.repository(), unexpected(res, url).await);
                 Ok(false)
             }
             Err(e) => {
@@ -360,24 +352,22 @@ impl Registries {
             .header(http::header::CONTENT_TYPE, "application/octet-stream")
             .header(http::header::CONTENT_LENGTH, size)
             .body(reqwest::Body::wrap_stream(stream));
-        let mut res = self.send(req, auth.filter(|_| same_host)).await.map_err(fail)?;
+        let res = self.send(req, auth.filter(|_| same_host)).await.map_err(fail)?;
         if res.status() == reqwest::StatusCode::CREATED {
             return Ok(());
         }
-        let (status, (body, over)) = (res.status(), crate::limits::capped_body(&mut res, ERROR_BODY).await.map_err(|e| fail(e.into()))?);
-        Err(fail(answer_error(status, res.url().to_string(), &body, over)))
+        let url = res.url().to_string();
+        Err(fail(unexpected(res, url).await))
     }
 
     /// `POST …/blobs/uploads/`: the upload's `Location` (202).
     async fn upload_location(&self, url: &str, auth: Option<http::HeaderValue>) -> std::result::Result<String, OciDistributionError> {
-        let mut res = self.send(self.http_client.post(url).header(http::header::CONTENT_LENGTH, 0), auth).await?;
+        let res = self.send(self.http_client.post(url).header(http::header::CONTENT_LENGTH, 0), auth).await?;
         if res.status() == reqwest::StatusCode::ACCEPTED {
             let location = res.headers().get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_string);
             return location.ok_or(OciDistributionError::RegistryNoLocationError);
         }
-        let status = res.status();
-        let (body, over) = crate::limits::capped_body(&mut res, ERROR_BODY).await?;
-        Err(answer_error(status, url.to_string(), &body, over))
+        Err(unexpected(res, url.to_string()).await)
     }
 
     pub async fn push_manifest(&self, r: &Reference, body: Bytes, media_type: &str) -> Result<()> {
@@ -385,13 +375,11 @@ impl Registries {
         let auth = self.authorization(r, true).await?;
         let url = format!("{}manifests/{}", self.api(r), r.digest().or(r.tag()).unwrap_or("latest"));
         self.retry(r, "pushing manifest", || async {
-            let mut res = self.send(self.http_client.put(&url).header(http::header::CONTENT_TYPE, ct.clone()).body(body.clone()), auth.clone()).await?;
+            let res = self.send(self.http_client.put(&url).header(http::header::CONTENT_TYPE, ct.clone()).body(body.clone()), auth.clone()).await?;
             if res.status() == reqwest::StatusCode::CREATED {
                 return Ok(());
             }
-            let status = res.status();
-            let (text, over) = crate::limits::capped_body(&mut res, ERROR_BODY).await?;
-            Err(answer_error(status, url.clone(), &text, over))
+            Err(unexpected(res, url.clone()).await)
         })
         .await
     }
@@ -460,6 +448,16 @@ pub fn verified(stream: BoxStream<'static, std::io::Result<Bytes>>, digest: &str
         st.done = item.is_err();
         Some((item, st))
     }))
+}
+
+/// `res`, an answer other than the one expected, as [`answer_error`] reports it, its body read
+/// up to [`ERROR_BODY`] (a body that cannot be read is reported as the failure).
+async fn unexpected(mut res: reqwest::Response, url: String) -> OciDistributionError {
+    let status = res.status();
+    match crate::limits::capped_body(&mut res, ERROR_BODY).await {
+        Ok((body, over)) => answer_error(status, url, &body, over),
+        Err(e) => e.into(),
+    }
 }
 
 /// A registry's answer other than the one expected, as oci-client reports it (`body`: at most

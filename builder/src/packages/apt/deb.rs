@@ -194,7 +194,7 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
             let mut content = Vec::with_capacity(size.min(1 << 20) as usize);
             ExactReader::new(&mut *entry, size)
                 .read_to_end(&mut content)
-                .map_err(|source| member_error(path, member, source))?;
+                .map_err(|source| member_error(path, &member.name, source))?;
             content
         } else if entry_type.is_hard_link() {
             // GNU tar stores a second name of the same file as a link to the first, so two
@@ -401,11 +401,8 @@ fn entry_error(path: &Path, member: &Member, entry: &str, problem: PathProblem) 
     }
 }
 
-fn member_error(path: &Path, member: &Member, source: io::Error) -> DebError {
-    member_io_error(path, &member.name, source)
-}
-
-fn member_io_error(path: &Path, member: &str, source: io::Error) -> DebError {
+/// An error reading member `member`: [`DebError::Limit`] for a limit reached.
+fn member_error(path: &Path, member: &str, source: io::Error) -> DebError {
     match crate::limits::exceeded(&source) {
         Some(exceeded) => DebError::Limit {
             path: path.to_owned(),
@@ -593,7 +590,7 @@ impl<'p> ArReader<'p> {
         let mut content = self.content(member)?;
         let mut head = vec![0u8; 512];
         let got = read_up_to(&mut content, &mut head)
-            .map_err(|source| member_error(path, member, source))?;
+            .map_err(|source| member_error(path, &member.name, source))?;
         head.truncate(got);
         let found = sniff(&head);
         if found != expected.format_name() {
@@ -615,7 +612,7 @@ impl<'p> ArReader<'p> {
         };
         crate::limits::inflate(stream, inflation, u64::MAX, decoder)
             .map(|r| Box::new(r) as Box<dyn Read + 'a>)
-            .map_err(|source| member_error(path, member, source))
+            .map_err(|source| member_error(path, &member.name, source))
     }
 }
 
@@ -723,7 +720,7 @@ fn read_layout(ar: &mut ArReader<'_>) -> Result<Layout, DebError> {
     let mut version = Vec::new();
     ar.content(&first)?
         .read_to_end(&mut version)
-        .map_err(|source| member_error(path, &first, source))?;
+        .map_err(|source| member_error(path, &first.name, source))?;
     check_format_version(path, &version)?;
 
     let control = match ar.next_required_member()? {
@@ -845,7 +842,7 @@ fn walk_tar<'a>(
         &mut tar::Entry<'_, crate::limits::TarInput<EofTracker<Box<dyn Read + 'a>>>>,
     ) -> Result<(), DebError>,
 ) -> Result<(), DebError> {
-    let error = |source| member_io_error(path, member_name, source);
+    let error = |source| member_error(path, member_name, source);
     let input = EofTracker {
         inner: reader,
         hit_eof: false,

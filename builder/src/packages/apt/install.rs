@@ -38,11 +38,11 @@ pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&m
             true => Some(fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?),
             false => None,
         };
-        inspect(&res, debs.as_deref(), &inputs.cache_dir, base, inflation(inputs), &mut report)?;
+        inspect(&res, debs.as_deref(), &inputs.cache_dir, base, crate::packages::max_inflation(inputs.http), &mut report)?;
         return Ok((report, Vec::new()));
     };
     let debs = fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
-    let removed = unpack(&res, &debs, &status, base, layer, inflation(inputs), &mut report)?;
+    let removed = unpack(&res, &debs, &status, base, layer, crate::packages::max_inflation(inputs.http), &mut report)?;
     Ok((report, removed))
 }
 
@@ -463,11 +463,6 @@ fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path
         .map_err(|e| entry_error(planned, &path, e, refused.take()))?;
     }
     Ok(())
-}
-
-/// How far a package's `data.tar` may inflate (`--max-inflation`).
-fn inflation(inputs: &Inputs<'_>) -> u64 {
-    inputs.http.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION)
 }
 
 /// Where `pkg` already is on this machine, checked to be the file its index names.

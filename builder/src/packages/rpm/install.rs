@@ -88,7 +88,7 @@ pub async fn load_repo(http: &crate::http::Client, name: &str, urls: &[String], 
         let primary = md.primary().map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
         let sum = primary.checksum.clone().ok_or_else(|| Error::Unsupported(format!("repository `{name}`: repomd.xml gives no checksum for {}", primary.location)))?;
         let compressed = fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir).await.map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
-        let xml = repodata::decompress(&primary.location, &compressed, MAX_PRIMARY_OPEN, http.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION)).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
+        let xml = repodata::decompress(&primary.location, &compressed, MAX_PRIMARY_OPEN, crate::packages::max_inflation(http)).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
         let packages = repodata::parse_primary(std::io::Cursor::new(xml), name).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
         return Ok(Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring }));
     }
@@ -386,8 +386,7 @@ pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&m
     for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
         note_special(pkg, &label(&planned.package), &mut report);
     }
-    let inflation = inputs.http.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION);
-    let removed = unpack(&resolved, &files, base, basearch(inputs.arch), layer, inflation)?;
+    let removed = unpack(&resolved, &files, base, basearch(inputs.arch), layer, crate::packages::max_inflation(inputs.http))?;
     Ok((report, removed))
 }
 
