@@ -1,6 +1,8 @@
 //! Digests, hashing adapters and compression sniffing shared by every transport.
 use std::io::{self, Read, Write};
 
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
 use sha2::{Digest as _, Sha256};
 
 use crate::error::{Error, Result};
@@ -99,6 +101,61 @@ pub fn digest_error(e: &io::Error) -> Option<Error> {
     None
 }
 
+/// `stream` checked against `digest` (sha256) and, when known, `size`. A byte past `size`
+/// fails with [`crate::limits::Exceeded::BlobSize`] (the digest comes only at the end, and an
+/// endless body would fill the disk); the digest is checked as the last byte of `size`
+/// arrives, so a reader that stops there (an upload of that `Content-Length`) still gets the
+/// mismatch instead of that byte, and at the end when the size is not known.
+pub fn verified(stream: BoxStream<'static, std::io::Result<Bytes>>, digest: &str, size: Option<u64>) -> BoxStream<'static, std::io::Result<Bytes>> {
+    struct State {
+        inner: BoxStream<'static, std::io::Result<Bytes>>,
+        hasher: Sha256,
+        got: u64,
+        size: Option<u64>,
+        digest: String,
+        checked: bool,
+        done: bool,
+    }
+    let check = |st: &mut State| -> std::io::Result<()> {
+        st.checked = true;
+        let actual = format!("sha256:{}", hex::encode(st.hasher.finalize_reset()));
+        if actual == st.digest {
+            return Ok(());
+        }
+        Err(std::io::Error::other(Error::DigestMismatch { expected: st.digest.clone(), actual }))
+    };
+    let state = State { inner: stream, hasher: Sha256::new(), got: 0, size, digest: digest.to_string(), checked: false, done: false };
+    Box::pin(futures_util::stream::unfold(state, move |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let item = match futures_util::StreamExt::next(&mut st.inner).await {
+            Some(Ok(chunk)) => {
+                st.got += chunk.len() as u64;
+                match st.size {
+                    Some(max) if st.got > max => Err(std::io::Error::other(crate::limits::Exceeded::BlobSize { digest: st.digest.clone(), size: max })),
+                    Some(max) if st.got == max => {
+                        st.hasher.update(&chunk);
+                        check(&mut st).map(|()| chunk)
+                    }
+                    _ => {
+                        st.hasher.update(&chunk);
+                        Ok(chunk)
+                    }
+                }
+            }
+            Some(Err(e)) => Err(e),
+            None if st.checked => return None,
+            None => match check(&mut st) {
+                Ok(()) => return None,
+                Err(e) => Err(e),
+            },
+        };
+        st.done = item.is_err();
+        Some((item, st))
+    }))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
     None,
@@ -175,5 +232,56 @@ mod tests {
         assert_eq!(Compression::sniff(&[0x1f, 0x8b, 8]), Compression::Gzip);
         assert_eq!(Compression::sniff(&[0x28, 0xb5, 0x2f, 0xfd]), Compression::Zstd);
         assert_eq!(Compression::sniff(b"etc/"), Compression::None);
+    }
+
+    /// Reads `chunks` through [`verified`] the way an upload of `Content-Length: take` does:
+    /// it stops once `take` bytes came. Returns the bytes and the first error.
+    fn read_verified(chunks: &[&'static [u8]], digest: &str, size: Option<u64>, take: u64) -> (Vec<u8>, Option<std::io::Error>) {
+        let items: Vec<std::io::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::from_static(c))).collect();
+        let mut s = verified(Box::pin(futures_util::stream::iter(items)), digest, size);
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+            let mut out = Vec::new();
+            while (out.len() as u64) < take {
+                match futures_util::StreamExt::next(&mut s).await {
+                    Some(Ok(c)) => out.extend_from_slice(&c),
+                    Some(Err(e)) => return (out, Some(e)),
+                    None => break,
+                }
+            }
+            (out, None)
+        })
+    }
+
+    #[test]
+    fn blobs_are_checked_as_their_last_byte_arrives() {
+        let digest = sha256_digest(b"hello world");
+        let is_mismatch = |e: &Option<std::io::Error>| e.as_ref().and_then(digest_error).is_some_and(|e| matches!(e, Error::DigestMismatch { .. }));
+        // Whole and right: every byte, no error, with the size known or not.
+        for size in [Some(11), None] {
+            let (got, e) = read_verified(&[b"hello ", b"world"], &digest, size, u64::MAX);
+            assert_eq!(got, b"hello world");
+            assert!(e.is_none(), "{e:?}");
+        }
+        // Wrong bytes of the right length, read by a consumer that stops at 11 bytes: the
+        // last chunk is the mismatch, not the bytes.
+        let (got, e) = read_verified(&[b"hello ", b"WORLD"], &digest, Some(11), 11);
+        assert_eq!(got, b"hello ");
+        assert!(is_mismatch(&e), "{e:?}");
+        // Size unknown: the mismatch comes at the end.
+        let (got, e) = read_verified(&[b"hello ", b"WORLD"], &digest, None, u64::MAX);
+        assert_eq!(got, b"hello WORLD");
+        assert!(is_mismatch(&e), "{e:?}");
+        // More than the size: refused at the first byte too many; a size of 0 is a size.
+        let (got, e) = read_verified(&[b"hello ", b"world", b"!"], &digest, Some(11), u64::MAX);
+        assert_eq!(got, b"hello world");
+        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(crate::limits::Exceeded::BlobSize { size: 11, .. })), "{e:?}");
+        let (got, e) = read_verified(&[b"hello world!"], &digest, Some(11), u64::MAX);
+        assert!(got.is_empty());
+        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(crate::limits::Exceeded::BlobSize { size: 11, .. })), "{e:?}");
+        let (_, e) = read_verified(&[b"x"], &digest, Some(0), u64::MAX);
+        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(crate::limits::Exceeded::BlobSize { size: 0, .. })), "{e:?}");
+        // Short: the mismatch at the end.
+        let (_, e) = read_verified(&[b"hello "], &digest, Some(11), u64::MAX);
+        assert!(is_mismatch(&e), "{e:?}");
     }
 }

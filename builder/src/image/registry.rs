@@ -285,7 +285,7 @@ impl Registries {
         Err(unexpected(res, url).await)
     }
 
-    /// A verified stream of a blob ([`verified`]). Failures mid-stream surface as stream
+    /// A verified stream of a blob ([`crate::image::blob::verified`]). Failures mid-stream surface as stream
     /// errors; callers that can restart (whole-blob copies) retry through
     /// [`crate::image::blob::with_restarts`]. `size`: the descriptor's, when known.
     pub async fn blob_stream(&self, r: &Reference, digest: &str, size: Option<u64>) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
@@ -293,7 +293,7 @@ impl Registries {
         let auth = self.authorization(r, false).await?;
         let res = self.retry(r, "downloading blob", || self.blob_once(r, digest, auth.clone())).await?;
         let body = futures_util::StreamExt::map(res.bytes_stream(), |c| c.map_err(std::io::Error::other));
-        Ok(verified(Box::pin(body), digest, size))
+        Ok(crate::image::blob::verified(Box::pin(body), digest, size))
     }
 
     pub async fn blob_exists(&self, r: &Reference, digest: &str) -> Result<bool> {
@@ -333,12 +333,11 @@ impl Registries {
 
     /// Uploads a blob in one `PUT` (the distribution spec's monolithic upload: `POST` opens the
     /// upload, `PUT LOCATION?digest=` sends it), streaming; not retried (the stream is
-    /// consumed). Answers other than the expected ones are read up to [`ERROR_BODY`].
+    /// consumed). The upload stops at `size` bytes: `stream` must be checked by then, as
+    /// [`crate::image::source::Source::blob_stream`]'s are. Answers other than the expected ones are read up to [`ERROR_BODY`].
     pub async fn push_blob(&self, r: &Reference, digest: &str, size: u64, stream: BoxStream<'static, std::io::Result<Bytes>>) -> Result<()> {
         let auth = self.authorization(r, true).await?;
         let fail = |e: OciDistributionError| classify(r, "uploading blob", e);
-        // Whatever the source: the upload stops at `size` bytes, so the digest is checked there.
-        let stream = verified(stream, digest, Some(size));
         let start = format!("{}blobs/uploads/", self.api(r));
         let location = self.retry(r, "uploading blob", || self.upload_location(&start, auth.clone())).await?;
         let mut put = reqwest::Url::parse(&start).and_then(|base| base.join(&location)).map_err(|e| fail(OciDistributionError::UrlParseError(e.to_string())))?;
@@ -392,62 +391,6 @@ impl Registries {
         };
         Ok(req.send().await?)
     }
-}
-
-/// `stream` checked against `digest` (sha256) and, when known, `size`. A byte past `size`
-/// fails with [`Exceeded::BlobSize`] (the digest comes only at the end, and an endless body
-/// would fill the disk); the digest is checked as the last byte of `size` arrives, so a reader
-/// that stops there (an upload of that `Content-Length`) still gets the mismatch instead of
-/// that byte, and at the end when the size is not known.
-pub fn verified(stream: BoxStream<'static, std::io::Result<Bytes>>, digest: &str, size: Option<u64>) -> BoxStream<'static, std::io::Result<Bytes>> {
-    use sha2::Digest as _;
-    struct State {
-        inner: BoxStream<'static, std::io::Result<Bytes>>,
-        hasher: sha2::Sha256,
-        got: u64,
-        size: Option<u64>,
-        digest: String,
-        checked: bool,
-        done: bool,
-    }
-    let check = |st: &mut State| -> std::io::Result<()> {
-        st.checked = true;
-        let actual = format!("sha256:{}", hex::encode(st.hasher.finalize_reset()));
-        if actual == st.digest {
-            return Ok(());
-        }
-        Err(std::io::Error::other(Error::DigestMismatch { expected: st.digest.clone(), actual }))
-    };
-    let state = State { inner: stream, hasher: sha2::Sha256::new(), got: 0, size, digest: digest.to_string(), checked: false, done: false };
-    Box::pin(futures_util::stream::unfold(state, move |mut st| async move {
-        if st.done {
-            return None;
-        }
-        let item = match futures_util::StreamExt::next(&mut st.inner).await {
-            Some(Ok(chunk)) => {
-                st.got += chunk.len() as u64;
-                match st.size {
-                    Some(max) if st.got > max => Err(std::io::Error::other(Exceeded::BlobSize { digest: st.digest.clone(), size: max })),
-                    Some(max) if st.got == max => {
-                        st.hasher.update(&chunk);
-                        check(&mut st).map(|()| chunk)
-                    }
-                    _ => {
-                        st.hasher.update(&chunk);
-                        Ok(chunk)
-                    }
-                }
-            }
-            Some(Err(e)) => Err(e),
-            None if st.checked => return None,
-            None => match check(&mut st) {
-                Ok(()) => return None,
-                Err(e) => Err(e),
-            },
-        };
-        st.done = item.is_err();
-        Some((item, st))
-    }))
 }
 
 /// `res`, an answer other than the one expected, as [`answer_error`] reports it, its body read
@@ -561,56 +504,5 @@ mod tests {
         assert!(is_insecure("localhost:5000", &[]));
         assert!(!is_insecure("registry.example:5000", &[]));
         assert!(is_insecure("registry.example:5000", &["registry.example".into()]));
-    }
-
-    /// Reads `chunks` through [`verified`] the way an upload of `Content-Length: take` does:
-    /// it stops once `take` bytes came. Returns the bytes and the first error.
-    fn read_verified(chunks: &[&'static [u8]], digest: &str, size: Option<u64>, take: u64) -> (Vec<u8>, Option<std::io::Error>) {
-        let items: Vec<std::io::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::from_static(c))).collect();
-        let mut s = verified(Box::pin(futures_util::stream::iter(items)), digest, size);
-        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-            let mut out = Vec::new();
-            while (out.len() as u64) < take {
-                match futures_util::StreamExt::next(&mut s).await {
-                    Some(Ok(c)) => out.extend_from_slice(&c),
-                    Some(Err(e)) => return (out, Some(e)),
-                    None => break,
-                }
-            }
-            (out, None)
-        })
-    }
-
-    #[test]
-    fn blobs_are_checked_as_their_last_byte_arrives() {
-        let digest = crate::image::blob::sha256_digest(b"hello world");
-        let is_mismatch = |e: &Option<std::io::Error>| e.as_ref().and_then(crate::image::blob::digest_error).is_some_and(|e| matches!(e, Error::DigestMismatch { .. }));
-        // Whole and right: every byte, no error, with the size known or not.
-        for size in [Some(11), None] {
-            let (got, e) = read_verified(&[b"hello ", b"world"], &digest, size, u64::MAX);
-            assert_eq!(got, b"hello world");
-            assert!(e.is_none(), "{e:?}");
-        }
-        // Wrong bytes of the right length, read by a consumer that stops at 11 bytes: the
-        // last chunk is the mismatch, not the bytes.
-        let (got, e) = read_verified(&[b"hello ", b"WORLD"], &digest, Some(11), 11);
-        assert_eq!(got, b"hello ");
-        assert!(is_mismatch(&e), "{e:?}");
-        // Size unknown: the mismatch comes at the end.
-        let (got, e) = read_verified(&[b"hello ", b"WORLD"], &digest, None, u64::MAX);
-        assert_eq!(got, b"hello WORLD");
-        assert!(is_mismatch(&e), "{e:?}");
-        // More than the size: refused at the first byte too many; a size of 0 is a size.
-        let (got, e) = read_verified(&[b"hello ", b"world", b"!"], &digest, Some(11), u64::MAX);
-        assert_eq!(got, b"hello world");
-        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(Exceeded::BlobSize { size: 11, .. })), "{e:?}");
-        let (got, e) = read_verified(&[b"hello world!"], &digest, Some(11), u64::MAX);
-        assert!(got.is_empty());
-        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(Exceeded::BlobSize { size: 11, .. })), "{e:?}");
-        let (_, e) = read_verified(&[b"x"], &digest, Some(0), u64::MAX);
-        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(Exceeded::BlobSize { size: 0, .. })), "{e:?}");
-        // Short: the mismatch at the end.
-        let (_, e) = read_verified(&[b"hello "], &digest, Some(11), u64::MAX);
-        assert!(is_mismatch(&e), "{e:?}");
     }
 }

@@ -232,13 +232,15 @@ impl Source {
         }
     }
 
-    /// A checked stream of a blob, for copying to a sink.
+    /// A stream of a blob for copying to a sink, checked against its digest and `size` as the
+    /// last byte arrives ([`crate::image::blob::verified`]), from a registry or a local store.
     pub async fn blob_stream(&self, digest: &str, size: u64) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
         match &self.store {
             Store::Registry { reg, r } => reg.blob_stream(r, digest, Some(size)).await,
-            _ => {
-                let reader = self.blob_reader(digest)?;
-                Ok(reader_stream(reader))
+            // Checked at `size` as a registry's are (a reader stopping there sees a mismatch).
+            store => {
+                let (r, _) = open_local(store, digest)?;
+                Ok(crate::image::blob::verified(reader_stream(Box::new(BufReader::with_capacity(1 << 16, r))), digest, Some(size)))
             }
         }
     }
