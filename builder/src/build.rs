@@ -47,7 +47,8 @@ pub struct Options {
     /// `--profile`: a platform whose host-specific NCCL settings are baked in too.
     pub profile: Option<Profile>,
     pub compression: LayerCompression,
-    pub insecure_registries: Vec<String>,
+    /// `--insecure-registry`, `--cert-dir`.
+    pub registry: crate::image::registry::RegistryOptions,
     /// Key files for the recipe's repositories, replacing the download from `key_url`.
     pub keyring: Option<PathBuf>,
     /// mtime of every file and the config's `created`: `SOURCE_DATE_EPOCH` or 0.
@@ -171,8 +172,7 @@ struct Prepared {
 }
 
 async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Reporter>) -> Result<Report> {
-    let registries: Vec<&str> = [Some(&opts.base), output].into_iter().flatten().filter_map(ImageRef::registry).collect();
-    let regs = Arc::new(Registries::new(&registries, &opts.insecure_registries));
+    let regs = Arc::new(Registries::new(&opts.registry));
     let counters = Arc::new(Counters::default());
     let work = tempfile::Builder::new().prefix("erdma-build-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
 

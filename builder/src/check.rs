@@ -55,14 +55,14 @@ pub struct CheckOptions {
     pub image: ImageRef,
     pub platform: PlatformChoice,
     pub profile: Option<Profile>,
-    pub insecure_registries: Vec<String>,
+    /// `--insecure-registry`, `--cert-dir`.
+    pub registry: crate::image::registry::RegistryOptions,
     /// `--max-layers`, `--max-inflation`, `--max-entries`.
     pub limits: crate::limits::Limits,
 }
 
 pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<CheckReport> {
-    let registries: Vec<&str> = opts.image.registry().into_iter().collect();
-    let regs = Arc::new(Registries::new(&registries, &opts.insecure_registries));
+    let regs = Arc::new(Registries::new(&opts.registry));
     let counters = Counters::default();
     let work = tempfile::Builder::new().prefix("erdma-check-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
     reporter.step(&format!("reading {}", opts.image));

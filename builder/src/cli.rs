@@ -23,7 +23,7 @@ fn named(k: &str) -> Option<(&str, &str)> {
     about = "Add Alibaba Cloud eRDMA user space to container images, without a daemon or root",
     long_about = "Add Alibaba Cloud eRDMA user space to container images, without a daemon or root.\n\n\
 Images are named as skopeo names them:\n  \
-docker://REGISTRY/REPO[:TAG|@DIGEST]   a registry (plain HTTP for loopback and --insecure-registry)\n  \
+docker://REGISTRY/REPO[:TAG|@DIGEST]   a registry (HTTPS; plain HTTP too for loopback and --insecure-registry)\n  \
 oci:DIR[:TAG]                          an OCI image layout\n  \
 oci-archive:FILE[:TAG]                 a tar of an OCI image layout\n  \
 docker-archive:FILE[:NAME:TAG]         what `docker save` writes and `docker load` reads"
@@ -63,11 +63,30 @@ pub struct CheckArgs {
     /// os/arch[/variant] to check in a multi-platform image [default: the host's platform].
     #[arg(long)]
     pub platform: Option<String>,
-    /// Use plain HTTP for this registry (host or host:port; loopback always is). Repeatable.
-    #[arg(long = "insecure-registry", value_name = "HOST")]
-    pub insecure_registries: Vec<String>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// How registries are reached: build, plan and check.
+#[derive(Debug, Args)]
+pub struct RegistryArgs {
+    /// Skip certificate checks for this registry (HOST or HOST:PORT), and use plain HTTP where it
+    /// does not speak HTTPS (as loopback registries may). Repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    pub insecure_registries: Vec<String>,
+    /// Read CA certificates (*.crt) and a client certificate (*.cert with its *.key) for every
+    /// registry from DIR, instead of HOST[:PORT]/ under ~/.config/containers/certs.d,
+    /// /etc/containers/certs.d and /etc/docker/certs.d.
+    #[arg(long = "cert-dir", value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+}
+
+impl RegistryArgs {
+    pub fn options(&self) -> crate::image::registry::RegistryOptions {
+        crate::image::registry::RegistryOptions { insecure: self.insecure_registries.clone(), cert_dir: self.cert_dir.clone() }
+    }
 }
 
 /// What a hostile base image or repository may cost (`limits`): build, plan and check.
@@ -149,9 +168,8 @@ pub struct CommonArgs {
     /// Compression of the new layer.
     #[arg(long, value_enum, default_value_t = LayerCompression::Gzip)]
     pub compression: LayerCompression,
-    /// Use plain HTTP for this registry (host or host:port; loopback always is). Repeatable.
-    #[arg(long = "insecure-registry", value_name = "HOST")]
-    pub insecure_registries: Vec<String>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
     /// OpenPGP key file to trust instead of the recipe's key URL or the base image's keys
     /// (mirrors, air-gapped sites): FILE for every repository read, or NAME=FILE for one
     /// (`base` is the base image's own archive, `cuda` NVIDIA's). Repeatable.
@@ -233,7 +251,7 @@ impl CommonArgs {
             env_presets: !self.no_env_presets,
             profile: self.profile,
             compression: self.compression,
-            insecure_registries: self.insecure_registries.clone(),
+            registry: self.registry.options(),
             keyring: self.keyrings.iter().rfind(|k| named(k).is_none()).map(PathBuf::from),
             repo_keyrings: self.keyrings.iter().filter_map(|k| named(k)).map(|(n, f)| (n.to_string(), PathBuf::from(f))).collect(),
             nccl: self.nccl.as_deref().map(Want::parse).transpose()?,

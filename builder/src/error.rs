@@ -16,8 +16,15 @@ pub enum Error {
         source: oci_client::errors::OciDistributionError,
     },
 
-    #[error("registry {registry} refused the credentials for {reference}")]
-    AuthRefused { registry: String, reference: String },
+    #[error("registry {registry} refused the credentials for {reference} ({answer})")]
+    AuthRefused { registry: String, reference: String, answer: String },
+
+    /// A TLS handshake with a registry failed; not retried. `hint` says where certificates go.
+    #[error("registry {registry}: TLS handshake failed: {failure}")]
+    Tls { registry: String, failure: String, hint: String },
+
+    #[error("certificate file {path}: {reason}")]
+    CertFile { path: PathBuf, reason: String },
 
     #[error("manifest unknown: {reference}")]
     ManifestUnknown { reference: String },

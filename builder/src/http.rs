@@ -79,6 +79,84 @@ pub fn retryable_status(status: reqwest::StatusCode) -> bool {
     status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
 }
 
+/// An error and its causes on one line (reqwest's own text is "error sending request": the
+/// causes say what happened).
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
+}
+
+/// Why a TLS connection failed, as far as the handshake tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsFailure {
+    UnknownIssuer,
+    Expired,
+    NotYetValid,
+    /// The certificate names other hosts.
+    WrongName,
+    /// The registry asked for a client certificate and got none.
+    ClientCertRequired,
+    /// The registry did not accept the client certificate sent.
+    ClientCertRefused,
+    /// The other end answered, but not in TLS (a plain-HTTP registry).
+    NotTls,
+    /// Any other certificate or handshake failure, as rustls names it.
+    Other(String),
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFailure::UnknownIssuer => "certificate signed by an unknown authority",
+            TlsFailure::Expired => "certificate has expired",
+            TlsFailure::NotYetValid => "certificate is not valid yet",
+            TlsFailure::WrongName => "certificate is not valid for this host name",
+            TlsFailure::ClientCertRequired => "the registry requires a client certificate",
+            TlsFailure::ClientCertRefused => "the registry refused the client certificate",
+            TlsFailure::NotTls => "the registry does not speak TLS",
+            TlsFailure::Other(s) => s,
+        })
+    }
+}
+
+/// The TLS failure behind `e`, if a TLS handshake (or the alert that ended one) caused it.
+pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
+    use rustls::{AlertDescription as A, CertificateError as C};
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        // rustls's error travels inside io::Errors (reqwest's connector wraps tokio-rustls's
+        // in another), and an io::Error's `source()` skips what it wraps: look inside.
+        if let Some(inner) = err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            cur = Some(inner as &(dyn std::error::Error + 'static));
+            continue;
+        }
+        if let Some(t) = err.downcast_ref::<rustls::Error>() {
+            return Some(match t {
+                rustls::Error::InvalidCertificate(c) => match c {
+                    C::UnknownIssuer => TlsFailure::UnknownIssuer,
+                    C::Expired | C::ExpiredContext { .. } => TlsFailure::Expired,
+                    C::NotValidYet | C::NotValidYetContext { .. } => TlsFailure::NotYetValid,
+                    C::NotValidForName | C::NotValidForNameContext { .. } => TlsFailure::WrongName,
+                    other => TlsFailure::Other(format!("invalid certificate: {other:?}")),
+                },
+                // TLS 1.3 (RFC 8446 §4.4.2.4): "certificate_required" when none was sent; a
+                // server that cannot verify the one sent says bad_certificate or unknown_ca.
+                rustls::Error::AlertReceived(A::CertificateRequired) => TlsFailure::ClientCertRequired,
+                rustls::Error::AlertReceived(A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::UnsupportedCertificate | A::AccessDenied | A::HandshakeFailure) => TlsFailure::ClientCertRefused,
+                rustls::Error::InvalidMessage(_) => TlsFailure::NotTls,
+                other => TlsFailure::Other(other.to_string()),
+            });
+        }
+        cur = err.source();
+    }
+    None
+}
+
 /// Set by a streamed download when it fails midway (read by the blocking side).
 pub type Failed = Arc<Mutex<Option<String>>>;
 
@@ -138,16 +216,11 @@ impl Client {
                     format!("the server sent nothing for {} s (read timeout; --read-timeout SECS)", self.timeouts.read.as_secs())
                 }
             } else {
-                // reqwest's own text is "error sending request": its cause says what happened.
-                let mut text = e.to_string();
-                let mut cause = std::error::Error::source(&e);
-                while let Some(c) = cause {
-                    text = format!("{text}: {c}");
-                    cause = c.source();
-                }
-                text
+                chain(&e)
             };
-            HttpError::Transfer { url: url.clone(), reason, retry: !e.is_builder() && !e.is_redirect() }
+            // A certificate that failed to verify fails again: not retried.
+            let retry = !e.is_builder() && !e.is_redirect() && tls_failure(&e).is_none();
+            HttpError::Transfer { url: url.clone(), reason, retry }
         }
     }
 
@@ -388,6 +461,25 @@ impl Read for ChannelReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handshake_errors_are_told_apart() {
+        use rustls::{AlertDescription as A, CertificateError as C};
+        // As reqwest's connector hands them on: an io::Error around tokio-rustls's.
+        let io = |e: rustls::Error| std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+        let cases = [
+            (io(rustls::Error::InvalidCertificate(C::UnknownIssuer)), TlsFailure::UnknownIssuer),
+            (io(rustls::Error::InvalidCertificate(C::Expired)), TlsFailure::Expired),
+            (io(rustls::Error::InvalidCertificate(C::NotValidForName)), TlsFailure::WrongName),
+            (io(rustls::Error::AlertReceived(A::CertificateRequired)), TlsFailure::ClientCertRequired),
+            (io(rustls::Error::AlertReceived(A::BadCertificate)), TlsFailure::ClientCertRefused),
+        ];
+        for (e, want) in cases {
+            assert_eq!(tls_failure(&e), Some(want));
+        }
+        assert_eq!(tls_failure(&std::io::Error::other("connection refused")), None);
+    }
+
     use std::net::TcpListener;
 
     /// A server on 127.0.0.1 that answers every request with headers for `len` bytes and then

@@ -17,8 +17,13 @@ fn main() -> ExitCode {
     // Log lines and progress bars share stderr: each log line is written with the bars taken
     // down and redrawn after it, so neither tears the other.
     let multi = MultiProgress::new();
+    // Only erdma-build speaks: its own warnings (none under --quiet), no dependency's log lines
+    // (reqwest, rustls and hyper log through `log`; a certificate failure would print as theirs).
+    // RUST_LOG overrides, for debugging.
+    let own = if cli.quiet { "off" } else { "erdma_build=warn" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| own.into()))
+        .with_target(false)
         .with_writer(BelowBars(multi.clone()))
         .with_ansi(std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal())
         .without_time()
@@ -56,15 +61,16 @@ fn fail(e: &anyhow::Error) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn hint(e: &anyhow::Error) -> Option<&'static str> {
+fn hint(e: &anyhow::Error) -> Option<String> {
     use erdma_build::Error;
-    match e.downcast_ref::<Error>()? {
-        Error::AuthRefused { .. } => Some("log in with `docker login` or `skopeo login`, or set REGISTRY_AUTH_FILE"),
-        Error::UnsupportedDistro { .. } | Error::NoOsRelease { .. } => Some("`erdma-build recipes` lists the recipes; --recipe NAME|PATH picks one"),
-        Error::Registry { .. } => Some("check the registry address; use --insecure-registry HOST for plain HTTP"),
-        Error::DigestMismatch { .. } => Some("the source served corrupt or tampered content; nothing was written"),
-        _ => None,
-    }
+    Some(match e.downcast_ref::<Error>()? {
+        Error::AuthRefused { .. } => "log in with `docker login` or `skopeo login`, or set REGISTRY_AUTH_FILE".into(),
+        Error::UnsupportedDistro { .. } | Error::NoOsRelease { .. } => "`erdma-build recipes` lists the recipes; --recipe NAME|PATH picks one".into(),
+        Error::Registry { .. } => "check the registry address; --insecure-registry HOST skips certificate checks and allows plain HTTP".into(),
+        Error::Tls { hint, .. } => hint.clone(),
+        Error::DigestMismatch { .. } => "the source served corrupt or tampered content; nothing was written".into(),
+        _ => return None,
+    })
 }
 
 async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
@@ -108,7 +114,7 @@ async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
                     None => erdma_build::image::source::PlatformChoice::One(erdma_build::image::source::Platform::host()),
                 },
                 profile: args.profile,
-                insecure_registries: args.insecure_registries,
+                registry: args.registry.options(),
                 limits: args.limits.limits(),
             };
             let report = erdma_build::check::check(&opts, reporter).await?;

@@ -410,7 +410,6 @@ pub fn refresh_form(refresh_token: &str, service: Option<&str>, scopes: &[String
     fields.iter().map(|(k, v)| format!("{k}={}", form_encode(v))).collect::<Vec<_>>().join("&")
 }
 
-pub const EXCHANGE_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How [`access_token`] asks the registry's token service for an access token.
@@ -433,8 +432,8 @@ pub const MAX_TOKEN_REPLY: u64 = 1 << 20;
 pub enum TokenError {
     /// The registry or its realm could not be reached (retried as any registry request).
     Transport(reqwest::Error),
-    /// The realm refused the password, or an anonymous token (401, 403).
-    Refused,
+    /// The realm refused the password, or an anonymous token (401, 403), with its status.
+    Refused(reqwest::StatusCode),
     /// Any other failure of the token service at `url`.
     Failed { url: String, reason: String },
 }
@@ -444,33 +443,19 @@ pub enum TokenError {
 /// challenge, ask its realm with `grant`. `base` is `https://HOST` (or `http://` for
 /// plain-HTTP registries). `Ok(None)` when the registry asks for no bearer token (requests go
 /// without one, or with basic auth). The reply is read up to [`MAX_TOKEN_REPLY`]; the whole
-/// exchange is bounded by [`EXCHANGE_TIMEOUT`].
-pub async fn access_token(base: &str, grant: Grant<'_>, scopes: &[String]) -> std::result::Result<Option<AccessToken>, TokenError> {
+/// exchange is bounded by [`EXCHANGE_TIMEOUT`]. `client` is the registry's, with its TLS set-up,
+/// which serves its token service too (as Docker's token handler uses the registry's transport).
+pub async fn access_token(client: &reqwest::Client, base: &str, grant: Grant<'_>, scopes: &[String]) -> std::result::Result<Option<AccessToken>, TokenError> {
     let ping = format!("{base}/v2/");
-    match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(&ping, grant, scopes)).await {
+    match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(client, &ping, grant, scopes)).await {
         Ok(r) => r,
         Err(_) => Err(TokenError::Failed { url: ping, reason: format!("no answer within {}s", EXCHANGE_TIMEOUT.as_secs()) }),
     }
 }
 
-async fn exchange(ping: &str, grant: Grant<'_>, scopes: &[String]) -> std::result::Result<Option<AccessToken>, TokenError> {
+async fn exchange(client: &reqwest::Client, ping: &str, grant: Grant<'_>, scopes: &[String]) -> std::result::Result<Option<AccessToken>, TokenError> {
     let fail = |url: &str, reason: String| TokenError::Failed { url: url.into(), reason };
-    // The error text of reqwest is a chain; one line with the innermost cause says most.
-    let why = |e: reqwest::Error| {
-        let mut s = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(c) = src {
-            s = format!("{s}: {c}");
-            src = c.source();
-        }
-        s
-    };
-    let client = reqwest::Client::builder()
-        .connect_timeout(EXCHANGE_CONNECT_TIMEOUT)
-        .timeout(EXCHANGE_TIMEOUT)
-        .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| fail(ping, why(e)))?;
+    let why = |e: reqwest::Error| crate::http::chain(&e);
     let res = client.get(ping).send().await.map_err(TokenError::Transport)?;
     let values: Vec<&str> = res.headers().get_all(reqwest::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
     let Some(challenge) = bearer_challenge(values) else {
@@ -502,7 +487,7 @@ async fn exchange(ping: &str, grant: Grant<'_>, scopes: &[String]) -> std::resul
     let mut res = request.send().await.map_err(TokenError::Transport)?;
     let status = res.status();
     if matches!(grant, Grant::Password(..) | Grant::Anonymous) && matches!(status, reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN) {
-        return Err(TokenError::Refused);
+        return Err(TokenError::Refused(status));
     }
     if !status.is_success() {
         return Err(fail(realm, format!("HTTP {status}")));

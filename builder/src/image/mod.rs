@@ -12,4 +12,5 @@ pub mod registry;
 pub mod rootfs;
 pub mod sink;
 pub mod source;
+pub mod tls;
 pub mod transport;

@@ -8,7 +8,7 @@
 //! client read token replies, manifests and error answers whole, and is not used.
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,6 +18,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::Reference;
 
 use crate::image::auth::Credential;
+use crate::image::tls::{CertEnv, TlsFailure};
 use crate::error::{Error, Result};
 use crate::limits::MAX_JSON;
 use crate::limits::Exceeded;
@@ -40,17 +41,36 @@ const TOKEN_LIFETIME_DEFAULT: u64 = 60;
 /// How much of a registry's error answer is read: an OCI error envelope is a few hundred bytes.
 const ERROR_BODY: u64 = 64 << 10;
 
+/// How erdma-build reaches registries: `--insecure-registry` and `--cert-dir` (build, plan
+/// and check take the same).
+#[derive(Debug, Clone, Default)]
+pub struct RegistryOptions {
+    /// Registries (host or host:port) whose certificates are not verified and that may be
+    /// reached over plain HTTP.
+    pub insecure: Vec<String>,
+    /// One directory of certificates for every registry, in place of the certs.d lookup.
+    pub cert_dir: Option<std::path::PathBuf>,
+}
+
 pub struct Registries {
-    /// Every request to a registry (timeouts: connect 15 s, read 120 s).
-    http_client: reqwest::Client,
     backoff: Duration,
-    /// Registries reached over plain HTTP ([`Registries::base`]).
-    http: Vec<String>,
+    insecure: Vec<String>,
+    /// Where each registry's CAs and client certificate are ([`crate::image::tls`]).
+    certs: CertEnv,
+    /// How each registry is reached, found on first use ([`Registries::endpoint`]).
+    endpoints: tokio::sync::Mutex<HashMap<String, Arc<Endpoint>>>,
     /// Credentials per (registry, repository), read once.
     creds: Mutex<HashMap<(String, String), Credential>>,
     /// Access tokens we got from the registries' token services, per (registry, repository,
     /// push). One exchange at a time, so that parallel blob copies do not each make their own.
     exchanged: tokio::sync::Mutex<HashMap<(String, String, bool), Exchanged>>,
+}
+
+/// One registry as it is reached: `SCHEME://HOST[:PORT]`, and a client holding its TLS set-up
+/// (timeouts: connect 15 s, read 120 s).
+struct Endpoint {
+    base: String,
+    client: reqwest::Client,
 }
 
 /// An access token for a repository.
@@ -62,28 +82,101 @@ struct Exchanged {
     token: Option<String>,
 }
 
-/// Registries reached over plain HTTP: loopback always, others when named with `--insecure-registry`.
-pub fn is_insecure(registry: &str, insecure: &[String]) -> bool {
-    let host = registry.rsplit_once(':').map(|(h, _)| h).unwrap_or(registry);
-    host == "localhost" || host.starts_with("127.") || host == "[::1]" || insecure.iter().any(|i| i == registry || i == host)
+/// Loopback registries: tried over HTTPS first, then plain HTTP ([`Registries::endpoint`]).
+pub fn is_loopback(registry: &str) -> bool {
+    let host = host_of(registry);
+    host == "localhost" || host.starts_with("127.") || host == "[::1]"
+}
+
+/// `registry` without its port.
+fn host_of(registry: &str) -> &str {
+    match registry.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':') => h,
+        _ => registry,
+    }
+}
+
+/// Registries named with `--insecure-registry` (as `HOST` or `HOST:PORT`).
+pub fn is_named_insecure(registry: &str, insecure: &[String]) -> bool {
+    insecure.iter().any(|i| i == registry || i == host_of(registry))
 }
 
 impl Registries {
-    pub fn new(registries: &[&str], insecure: &[String]) -> Self {
-        let http: Vec<String> = registries.iter().filter(|r| is_insecure(r, insecure)).map(|r| r.to_string()).collect();
-        let (connect_timeout, read_timeout, user_agent) = (Duration::from_secs(15), Duration::from_secs(120), concat!("erdma-build/", env!("CARGO_PKG_VERSION")));
-        let http_client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .read_timeout(read_timeout)
-            .user_agent(user_agent)
-            .build()
-            .expect("a reqwest client with timeouts and a user agent builds");
+    pub fn new(opts: &RegistryOptions) -> Self {
         let backoff = std::env::var("ERDMA_BUILD_RETRY_BACKOFF_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        Registries { http_client, backoff, http, creds: Mutex::default(), exchanged: Default::default() }
+        Registries {
+            backoff,
+            insecure: opts.insecure.clone(),
+            certs: CertEnv::from_process(opts.cert_dir.clone()),
+            endpoints: Default::default(),
+            creds: Mutex::default(),
+            exchanged: Default::default(),
+        }
+    }
+
+    /// How `registry` is reached, decided on first use. HTTPS, with the CAs and client
+    /// certificate of its certs.d directory beside the system store. A loopback registry, or one
+    /// named with `--insecure-registry`, is tried over HTTPS first and reached over plain HTTP
+    /// when that fails, as Docker does for insecure registries ("Test an insecure registry",
+    /// Docker's documentation); only `--insecure-registry` also skips certificate checks, so a
+    /// loopback registry that does speak TLS has its certificate verified.
+    async fn endpoint(&self, registry: &str) -> Result<Arc<Endpoint>> {
+        let mut endpoints = self.endpoints.lock().await;
+        if let Some(e) = endpoints.get(registry) {
+            return Ok(e.clone());
+        }
+        let named = is_named_insecure(registry, &self.insecure);
+        let files = crate::image::tls::cert_files(&self.certs, registry)?;
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(15))
+            .read_timeout(Duration::from_secs(120))
+            .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
+            .tls_certs_merge(files.cas)
+            .tls_danger_accept_invalid_certs(named);
+        if let Some(id) = files.identity {
+            builder = builder.identity(id);
+        }
+        let client = builder.build().map_err(|e| Error::CertFile {
+            path: files.dir.unwrap_or_default(),
+            reason: format!("cannot set up TLS with these certificates: {}", crate::http::chain(&e)),
+        })?;
+        let https = format!("https://{registry}");
+        let base = if named || is_loopback(registry) {
+            let ping = client.get(format!("{https}/v2/")).timeout(Duration::from_secs(15)).send().await;
+            match ping {
+                Ok(_) => https,
+                Err(e) => match crate::http::tls_failure(&e) {
+                    // A certificate the registry presents and we cannot trust, or a client
+                    // certificate it wants: said now, never by falling back to plain HTTP.
+                    Some(f) if f != TlsFailure::NotTls => return Err(self.tls_error(registry, f)),
+                    _ => {
+                        tracing::debug!("{registry}: no HTTPS ({}); using plain HTTP", crate::http::chain(&e));
+                        format!("http://{registry}")
+                    }
+                },
+            }
+        } else {
+            https
+        };
+        let e = Arc::new(Endpoint { base, client });
+        endpoints.insert(registry.to_string(), e.clone());
+        Ok(e)
+    }
+
+    /// [`Error::Tls`] for `failure` at `registry`, with where its certificates go.
+    fn tls_error(&self, registry: &str, failure: TlsFailure) -> Error {
+        // TLS 1.2 has no "certificate required" alert: a server wanting a certificate it did not
+        // get says bad_certificate or handshake_failure, as for one it refuses.
+        let failure = match failure {
+            TlsFailure::ClientCertRefused if !crate::image::tls::has_client_cert(&self.certs, registry) => TlsFailure::ClientCertRequired,
+            f => f,
+        };
+        let hint = crate::image::tls::hint(&failure, registry, &self.certs);
+        Error::Tls { registry: registry.to_string(), failure: failure.to_string(), hint }
     }
 
     /// The credentials for `r`'s repository, from [`crate::image::auth`] the first time.
@@ -145,15 +238,15 @@ impl Registries {
         also_pull.extend(from);
         let mut scopes = vec![format!("repository:{repo}:{}", if push { "pull,push" } else { "pull" })];
         scopes.extend(also_pull.iter().map(|f| format!("repository:{f}:pull")));
-        let base = self.base(&registry);
+        let endpoint = self.endpoint(&registry).await?;
         let got = self
             .retry(r, "logging in", || async {
                 use crate::image::auth::{Grant, TokenError};
-                match crate::image::auth::access_token(&base, grant, &scopes).await {
+                match crate::image::auth::access_token(&endpoint.client, &endpoint.base, grant, &scopes).await {
                     Ok(t) => Ok(Ok(t)),
                     // Unreachable: retried, then reported as any registry request.
                     Err(TokenError::Transport(e)) => Err(OciDistributionError::RequestError(e)),
-                    Err(TokenError::Refused) => Ok(Err(Error::AuthRefused { registry: registry.clone(), reference: r.whole() })),
+                    Err(TokenError::Refused(status)) => Ok(Err(Error::AuthRefused { registry: registry.clone(), reference: r.whole(), answer: format!("the token service answered HTTP {status}") })),
                     Err(TokenError::Failed { url, reason }) => Ok(Err(match grant {
                         Grant::Refresh(_) => Error::TokenExchange { registry: registry.clone(), url, reason },
                         _ => Error::TokenService { registry: registry.clone(), url, reason },
@@ -185,11 +278,16 @@ impl Registries {
             match f().await {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt < ATTEMPTS && transient(&e) => {
-                    tracing::warn!("{operation} at {}: {e}; retrying in {delay:?}", r.resolve_registry());
+                    // The cause, not reqwest's "error sending request": what went wrong is what a user can act on.
+                    let why = match &e {
+                        OciDistributionError::RequestError(re) => crate::http::chain(re),
+                        other => other.to_string(),
+                    };
+                    tracing::warn!("{operation} at {} failed ({why}); retrying in {delay:?} (attempt {} of {ATTEMPTS})", r.resolve_registry(), attempt + 1);
                     tokio::time::sleep(delay).await;
                     delay *= 2;
                 }
-                Err(e) => return Err(classify(r, operation, e)),
+                Err(e) => return Err(self.classify(r, operation, e)),
             }
         }
         unreachable!("the loop returns")
@@ -199,7 +297,8 @@ impl Registries {
     /// [`MAX_JSON`] is refused as it streams, with [`Exceeded::Manifest`].
     pub async fn manifest(&self, r: &Reference) -> Result<(Bytes, String)> {
         let auth = self.authorization(r, false).await?;
-        let got = self.retry(r, "fetching manifest", || self.manifest_once(r, auth.clone())).await?;
+        let (client, api) = self.api(r).await?;
+        let got = self.retry(r, "fetching manifest", || self.manifest_once(&client, &api, r, auth.clone())).await?;
         let body = got.map_err(|exceeded| Error::Limit { what: format!("registry {}", r.resolve_registry()), exceeded })?;
         let digest = crate::image::blob::sha256_digest(&body);
         if let Some(want) = r.digest() {
@@ -234,26 +333,23 @@ impl Registries {
         }
     }
 
-    /// `SCHEME://REGISTRY`: plain HTTP for the registries in `http`.
-    fn base(&self, registry: &str) -> String {
-        let scheme = if self.http.iter().any(|h| h == registry) { "http" } else { "https" };
-        format!("{scheme}://{registry}")
-    }
-
-    /// `SCHEME://REGISTRY/v2/REPOSITORY/` for `r`.
-    fn api(&self, r: &Reference) -> String {
-        format!("{}/v2/{}/", self.base(r.resolve_registry()), r.repository())
+    /// The client for `r`'s registry and `SCHEME://REGISTRY/v2/REPOSITORY/`.
+    async fn api(&self, r: &Reference) -> Result<(reqwest::Client, String)> {
+        let e = self.endpoint(r.resolve_registry()).await?;
+        Ok((e.client.clone(), format!("{}/v2/{}/", e.base, r.repository())))
     }
 
     /// One GET of `r`'s manifest: `Ok(Err(_))` once the body passes [`MAX_JSON`] (final, not
     /// retried); a non-2xx answer as oci-client reports it, its body read up to [`ERROR_BODY`].
     async fn manifest_once(
         &self,
+        client: &reqwest::Client,
+        api: &str,
         r: &Reference,
         auth: Option<http::HeaderValue>,
     ) -> std::result::Result<std::result::Result<Bytes, Exceeded>, OciDistributionError> {
-        let url = format!("{}manifests/{}{}", self.api(r), r.digest().or(r.tag()).unwrap_or("latest"), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
-        let mut res = self.send(self.http_client.get(&url).header(http::header::ACCEPT, MANIFEST_TYPES.join(", ")), auth).await?;
+        let url = format!("{api}manifests/{}{}", r.digest().or(r.tag()).unwrap_or("latest"), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
+        let mut res = self.send(client.get(&url).header(http::header::ACCEPT, MANIFEST_TYPES.join(", ")), auth).await?;
         let status = res.status();
         let header = match res.headers().get("Docker-Content-Digest") {
             Some(v) => Some(v.to_str().map_err(DigestError::from)?.to_owned()).filter(|v| !v.is_empty()),
@@ -274,11 +370,11 @@ impl Registries {
 
     /// One GET of blob `digest` of `r`: the response once it says 200 (its body not read);
     /// any other answer as oci-client reports it, its body read up to [`ERROR_BODY`].
-    async fn blob_once(&self, r: &Reference, digest: &str, auth: Option<http::HeaderValue>) -> std::result::Result<reqwest::Response, OciDistributionError> {
-        let url = format!("{}blobs/{digest}{}", self.api(r), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
+    async fn blob_once(&self, client: &reqwest::Client, api: &str, r: &Reference, digest: &str, auth: Option<http::HeaderValue>) -> std::result::Result<reqwest::Response, OciDistributionError> {
+        let url = format!("{api}blobs/{digest}{}", r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
         // reqwest follows the registry's redirect (to its storage) and drops `Authorization`
         // when that leaves the registry's host.
-        let res = self.send(self.http_client.get(&url), auth).await?;
+        let res = self.send(client.get(&url), auth).await?;
         if res.status() == reqwest::StatusCode::OK {
             return Ok(res);
         }
@@ -291,16 +387,18 @@ impl Registries {
     pub async fn blob_stream(&self, r: &Reference, digest: &str, size: Option<u64>) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
         crate::image::blob::digest_hex(digest)?;
         let auth = self.authorization(r, false).await?;
-        let res = self.retry(r, "downloading blob", || self.blob_once(r, digest, auth.clone())).await?;
+        let (client, api) = self.api(r).await?;
+        let res = self.retry(r, "downloading blob", || self.blob_once(&client, &api, r, digest, auth.clone())).await?;
         let body = futures_util::StreamExt::map(res.bytes_stream(), |c| c.map_err(std::io::Error::other));
         Ok(crate::image::blob::verified(Box::pin(body), digest, size))
     }
 
     pub async fn blob_exists(&self, r: &Reference, digest: &str) -> Result<bool> {
         let auth = self.authorization(r, false).await?;
-        let url = format!("{}blobs/{digest}", self.api(r));
+        let (client, api) = self.api(r).await?;
+        let url = format!("{api}blobs/{digest}");
         self.retry(r, "checking blob", || async {
-            let res = self.send(self.http_client.head(&url), auth.clone()).await?;
+            let res = self.send(client.head(&url), auth.clone()).await?;
             match res.status() {
                 reqwest::StatusCode::OK => Ok(true),
                 reqwest::StatusCode::NOT_FOUND => Ok(false),
@@ -315,8 +413,9 @@ impl Registries {
     pub async fn mount(&self, target: &Reference, from: &Reference, digest: &str) -> Result<bool> {
         self.login_also_pulling(target, true, Some(from)).await?;
         let auth = self.authorization(target, true).await?;
-        let url = format!("{}blobs/uploads/?mount={digest}&from={}", self.api(target), from.repository());
-        let got = self.send(self.http_client.post(&url).header(http::header::CONTENT_LENGTH, 0), auth).await;
+        let (client, api) = self.api(target).await?;
+        let url = format!("{api}blobs/uploads/?mount={digest}&from={}", from.repository());
+        let got = self.send(client.post(&url).header(http::header::CONTENT_LENGTH, 0), auth).await;
         match got {
             Ok(res) if res.status() == reqwest::StatusCode::CREATED => Ok(true),
             Ok(res) => {
@@ -337,16 +436,16 @@ impl Registries {
     /// [`crate::image::source::Source::blob_stream`]'s are. Answers other than the expected ones are read up to [`ERROR_BODY`].
     pub async fn push_blob(&self, r: &Reference, digest: &str, size: u64, stream: BoxStream<'static, std::io::Result<Bytes>>) -> Result<()> {
         let auth = self.authorization(r, true).await?;
-        let fail = |e: OciDistributionError| classify(r, "uploading blob", e);
-        let start = format!("{}blobs/uploads/", self.api(r));
-        let location = self.retry(r, "uploading blob", || self.upload_location(&start, auth.clone())).await?;
+        let fail = |e: OciDistributionError| self.classify(r, "uploading blob", e);
+        let (client, api) = self.api(r).await?;
+        let start = format!("{api}blobs/uploads/");
+        let location = self.retry(r, "uploading blob", || self.upload_location(&client, &start, auth.clone())).await?;
         let mut put = reqwest::Url::parse(&start).and_then(|base| base.join(&location)).map_err(|e| fail(OciDistributionError::UrlParseError(e.to_string())))?;
         put.query_pairs_mut().append_pair("digest", digest);
         // Credentials go to the registry only (same scheme, host and port), never to another
         // origin its Location names.
         let same_host = reqwest::Url::parse(&start).is_ok_and(|s| s.origin() == put.origin());
-        let req = self
-            .http_client
+        let req = client
             .put(put)
             .header(http::header::CONTENT_TYPE, "application/octet-stream")
             .header(http::header::CONTENT_LENGTH, size)
@@ -360,8 +459,8 @@ impl Registries {
     }
 
     /// `POST …/blobs/uploads/`: the upload's `Location` (202).
-    async fn upload_location(&self, url: &str, auth: Option<http::HeaderValue>) -> std::result::Result<String, OciDistributionError> {
-        let res = self.send(self.http_client.post(url).header(http::header::CONTENT_LENGTH, 0), auth).await?;
+    async fn upload_location(&self, client: &reqwest::Client, url: &str, auth: Option<http::HeaderValue>) -> std::result::Result<String, OciDistributionError> {
+        let res = self.send(client.post(url).header(http::header::CONTENT_LENGTH, 0), auth).await?;
         if res.status() == reqwest::StatusCode::ACCEPTED {
             let location = res.headers().get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_string);
             return location.ok_or(OciDistributionError::RegistryNoLocationError);
@@ -372,9 +471,10 @@ impl Registries {
     pub async fn push_manifest(&self, r: &Reference, body: Bytes, media_type: &str) -> Result<()> {
         let ct = reqwest_header(media_type)?;
         let auth = self.authorization(r, true).await?;
-        let url = format!("{}manifests/{}", self.api(r), r.digest().or(r.tag()).unwrap_or("latest"));
+        let (client, api) = self.api(r).await?;
+        let url = format!("{api}manifests/{}", r.digest().or(r.tag()).unwrap_or("latest"));
         self.retry(r, "pushing manifest", || async {
-            let res = self.send(self.http_client.put(&url).header(http::header::CONTENT_TYPE, ct.clone()).body(body.clone()), auth.clone()).await?;
+            let res = self.send(client.put(&url).header(http::header::CONTENT_TYPE, ct.clone()).body(body.clone()), auth.clone()).await?;
             if res.status() == reqwest::StatusCode::CREATED {
                 return Ok(());
             }
@@ -450,9 +550,11 @@ fn reqwest_header(v: &str) -> Result<http::HeaderValue> {
     v.parse().map_err(|_| Error::Unsupported(format!("invalid media type `{v}`")))
 }
 
-/// Connection resets, timeouts and 5xx are worth another try; the rest is final.
+/// Connection resets, timeouts and 5xx are worth another try; the rest is final, a TLS
+/// handshake's failure too (a certificate does not become trusted on the next try).
 pub fn transient(e: &OciDistributionError) -> bool {
     match e {
+        OciDistributionError::RequestError(r) if crate::http::tls_failure(r).is_some() => false,
         OciDistributionError::RequestError(r) => r.is_connect() || r.is_timeout() || r.is_request() || r.is_body(),
         OciDistributionError::ServerError { code, .. } => *code >= 500 || *code == 429,
         OciDistributionError::IoError(io) => crate::image::blob::digest_error(io).is_none(),
@@ -463,35 +565,38 @@ pub fn transient(e: &OciDistributionError) -> bool {
     }
 }
 
-fn classify(r: &Reference, operation: &str, e: OciDistributionError) -> Error {
-    let registry = r.resolve_registry().to_string();
-    match &e {
-        OciDistributionError::ImageManifestNotFoundError(_) => return Error::ManifestUnknown { reference: r.whole() },
-        OciDistributionError::UnauthorizedError { .. } | OciDistributionError::AuthenticationFailure(_) => {
-            return Error::AuthRefused { registry, reference: r.whole() }
-        }
-        OciDistributionError::RegistryError { envelope, .. } => {
-            for err in &envelope.errors {
-                match err.code {
-                    OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown => {
-                        return Error::ManifestUnknown { reference: r.whole() }
+impl Registries {
+    /// The error a user sees for `e`, a final failure of `operation` on `r`.
+    fn classify(&self, r: &Reference, operation: &str, e: OciDistributionError) -> Error {
+        let registry = r.resolve_registry().to_string();
+        let refused = |answer: String| Error::AuthRefused { registry: registry.clone(), reference: r.whole(), answer };
+        match &e {
+            OciDistributionError::ImageManifestNotFoundError(_) => return Error::ManifestUnknown { reference: r.whole() },
+            OciDistributionError::UnauthorizedError { .. } | OciDistributionError::AuthenticationFailure(_) => return refused("HTTP 401 Unauthorized".into()),
+            OciDistributionError::RegistryError { envelope, .. } => {
+                for err in &envelope.errors {
+                    match err.code {
+                        OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown => return Error::ManifestUnknown { reference: r.whole() },
+                        OciErrorCode::Unauthorized | OciErrorCode::Denied => return refused(format!("HTTP 403 Forbidden, {}", err.message)),
+                        _ => {}
                     }
-                    OciErrorCode::Unauthorized | OciErrorCode::Denied => {
-                        return Error::AuthRefused { registry, reference: r.whole() }
-                    }
-                    _ => {}
                 }
             }
-        }
-        OciDistributionError::ServerError { code: 404, .. } => return Error::ManifestUnknown { reference: r.whole() },
-        OciDistributionError::IoError(io) => {
-            if let Some(d) = crate::image::blob::digest_error(io) {
-                return d;
+            OciDistributionError::ServerError { code: 404, .. } => return Error::ManifestUnknown { reference: r.whole() },
+            OciDistributionError::IoError(io) => {
+                if let Some(d) = crate::image::blob::digest_error(io) {
+                    return d;
+                }
             }
+            OciDistributionError::RequestError(re) => {
+                if let Some(f) = crate::http::tls_failure(re) {
+                    return self.tls_error(&registry, f);
+                }
+            }
+            _ => {}
         }
-        _ => {}
+        Error::Registry { registry, operation: operation.to_string(), source: e }
     }
-    Error::Registry { registry, operation: operation.to_string(), source: e }
 }
 
 #[cfg(test)]
@@ -499,10 +604,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loopback_and_named_registries_use_http() {
-        assert!(is_insecure("127.0.0.1:5000", &[]));
-        assert!(is_insecure("localhost:5000", &[]));
-        assert!(!is_insecure("registry.example:5000", &[]));
-        assert!(is_insecure("registry.example:5000", &["registry.example".into()]));
+    fn loopback_and_named_registries_may_fall_back_to_http() {
+        assert!(is_loopback("127.0.0.1:5000"));
+        assert!(is_loopback("localhost:5000"));
+        assert!(is_loopback("localhost"));
+        assert!(is_loopback("[::1]:5000"));
+        assert!(!is_loopback("registry.example:5000"));
+        assert!(!is_named_insecure("registry.example:5000", &[]));
+        assert!(is_named_insecure("registry.example:5000", &["registry.example".into()]));
+        assert!(is_named_insecure("registry.example:5000", &["registry.example:5000".into()]));
+        assert!(!is_named_insecure("registry.example:5000", &["registry.example:5001".into()]));
     }
 }

@@ -13,6 +13,7 @@ mod registry;
 mod releases;
 mod rpm;
 mod rpm_fixtures;
+mod tls;
 mod ubuntu;
 mod transfers;
 mod transports;

@@ -14,6 +14,7 @@ pub mod debian;
 pub mod debs;
 pub mod fixture;
 pub mod nccl;
+pub mod pki;
 pub mod proxy;
 pub mod registry;
 pub mod rpm_repo;

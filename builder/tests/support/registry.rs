@@ -22,6 +22,21 @@ use std::time::{Duration, Instant};
 /// Debian installs the registry as /usr/bin/docker-registry.
 pub const REGISTRY_BIN: &str = "docker-registry";
 
+/// How [`Registry::start_with`] starts a registry.
+#[derive(Default)]
+pub struct Options<'a> {
+    /// One htpasswd user and password.
+    pub auth: Option<(&'a str, &'a str)>,
+    pub tls: Option<Tls>,
+}
+
+/// TLS for a registry: its certificate and key, and the CA its clients' certificates must have.
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
 pub struct Registry {
     child: Child,
     addr: String,
@@ -105,6 +120,13 @@ impl Registry {
     }
 
     fn start_inner(auth: Option<(&str, &str)>) -> Registry {
+        Self::start_with(&Options { auth, tls: None })
+    }
+
+    /// A registry as `opts` say: basic auth, TLS (with client certificates required when
+    /// `client_ca` is given: distribution's `http.tls.clientcas`).
+    pub fn start_with(opts: &Options<'_>) -> Registry {
+        let auth = opts.auth;
         assert!(
             super::have(REGISTRY_BIN),
             "{REGISTRY_BIN} not found on PATH (Debian package docker-registry; run scripts/setup)"
@@ -125,6 +147,12 @@ impl Registry {
             let port = super::free_port();
             let addr = format!("127.0.0.1:{port}");
             let mut yaml = config_yaml(&storage, &addr);
+            if let Some(tls) = &opts.tls {
+                yaml.push_str(&format!("  tls:\n    certificate: {}\n    key: {}\n", tls.cert.display(), tls.key.display()));
+                if let Some(ca) = &tls.client_ca {
+                    yaml.push_str(&format!("    clientcas:\n      - {}\n", ca.display()));
+                }
+            }
             if let Some((user, password)) = auth {
                 let htpasswd = dir.path().join("htpasswd");
                 let out = Command::new("htpasswd").args(["-Bbn", user, password]).output().expect("htpasswd (apache2-utils)");
@@ -152,7 +180,13 @@ impl Registry {
                     last_err = format!("registry exited with {status}");
                     break;
                 }
-                if let Ok((200 | 401, _)) = http_request(&addr, "GET", "/v2/") {
+                // A TLS registry is up once it accepts connections (its handshake is what
+                // the tests examine).
+                let up = match opts.tls {
+                    Some(_) => TcpStream::connect(&addr).is_ok(),
+                    None => matches!(http_request(&addr, "GET", "/v2/"), Ok((200 | 401, _))),
+                };
+                if up {
                     return Registry {
                         child,
                         addr,
