@@ -8,6 +8,7 @@ pub mod config;
 pub mod files;
 pub mod layer;
 pub mod layout;
+pub mod registries_conf;
 pub mod registry;
 pub mod rootfs;
 pub mod sink;
