@@ -146,8 +146,9 @@ impl Source {
         let mut available = Vec::new();
         for e in &entries {
             let Some(p) = e.get("platform").and_then(Platform::of) else { continue };
-            // Attestation manifests (buildx) say unknown/unknown; they describe the old images.
-            if p.0.starts_with("unknown/") {
+            // Attestation manifests (buildx) say unknown/unknown and carry
+            // `vnd.docker.reference.type`; they describe the old images.
+            if p.0.starts_with("unknown/") || e.pointer("/annotations/vnd.docker.reference.type").is_some() {
                 continue;
             }
             available.push(p.0.clone());
@@ -156,7 +157,12 @@ impl Source {
                 PlatformChoice::One(want) => picked.is_empty() && want.matches(&p),
             };
             if take {
-                picked.push((desc_digest(e, &display)?, p));
+                let size = e.get("size").and_then(Value::as_u64).ok_or_else(|| Error::Malformed {
+                    what: "index",
+                    reference: display.clone(),
+                    reason: format!("the entry for {} has no size", p.0),
+                })?;
+                picked.push((desc_digest(e, &display)?, size, p));
             }
         }
         if picked.is_empty() {
@@ -167,12 +173,40 @@ impl Source {
             return Err(Error::NoPlatform { platform, reference: display, available: available.join(", ") });
         }
         let mut out = Vec::new();
-        for (digest, platform) in picked {
-            let raw = self.read_blob(&digest, MAX_JSON).await?;
+        for (digest, size, platform) in picked {
+            let raw = self.child_manifest(&digest, size, &platform).await?;
             let m: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed { what: "manifest", reference: display.clone(), reason: e.to_string() })?;
             out.push(self.image(digest, m, Some(platform)).await?);
         }
         Ok(out)
+    }
+
+    /// The manifest an index entry names, checked against the entry's digest and size. A
+    /// registry serves manifests only from `/v2/NAME/manifests/DIGEST` (its blobs endpoint
+    /// answers "blob unknown" for them), so they are fetched there, with the manifest media
+    /// types in `Accept`; local stores keep them as blobs.
+    async fn child_manifest(&self, digest: &str, size: u64, platform: &Platform) -> Result<Vec<u8>> {
+        let display = self.reference.to_string();
+        let mismatch = |reason: String| Error::Malformed { what: "index", reference: display.clone(), reason };
+        if size > MAX_JSON {
+            return Err(mismatch(format!("its entry for {} says manifest {digest} is {size} bytes, more than the {MAX_JSON} a manifest may have", platform.0)));
+        }
+        let raw = match &self.store {
+            // `Registries::manifest` reads at most MAX_JSON and checks the body against the
+            // digest asked for (and the registry's `Docker-Content-Digest`).
+            Store::Registry { reg, r } => match reg.manifest(&r.clone_with_digest(digest.to_string())).await {
+                Ok((raw, _)) => raw.to_vec(),
+                Err(Error::Registry { source: oci_client::errors::OciDistributionError::DigestError(oci_client::errors::DigestError::VerificationError { expected, actual }), .. }) => {
+                    return Err(Error::DigestMismatch { expected, actual })
+                }
+                Err(e) => return Err(e),
+            },
+            store => read_verified(store, digest, MAX_JSON)?,
+        };
+        if raw.len() as u64 != size {
+            return Err(mismatch(format!("its entry for {} says manifest {digest} is {size} bytes, but it is {} bytes", platform.0, raw.len())));
+        }
+        Ok(raw)
     }
 
     async fn image(&self, digest: String, manifest: Value, platform: Option<Platform>) -> Result<SourceImage> {

@@ -7,7 +7,8 @@ use std::process::Output;
 use base64::Engine as _;
 use serde_json::Value;
 
-use super::registry::push;
+use super::multiplatform::IndexKind;
+use super::registry::{push, push_as, Form};
 use crate::support::{self, token::TokenGate, Registry};
 
 /// A small base with a Debian 12 os-release (`--recipe debian-12`, no packages: no network).
@@ -46,14 +47,24 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn identity_token_is_exchanged_for_scoped_access_tokens() {
-    if !support::require_registry() {
+    identity_token_exchanged(Form::Manifest);
+}
+
+/// The same with the base an index: its child manifest is read with the pull token too.
+#[test]
+fn identity_token_is_exchanged_for_scoped_access_tokens_index_base() {
+    identity_token_exchanged(Form::Index(IndexKind::OciIndex));
+}
+
+fn identity_token_exchanged(form: Form) {
+    if !support::require_registry() || !form.available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let base = base(&tmp.path().join("base"));
     let reg = Registry::start();
     // The base goes in behind the gate's back; every erdma-build request goes through it.
-    push(&base, &reg, "team/base:1");
+    push_as(form, &base, &reg, "team/base:1", tmp.path());
     let gate = TokenGate::start(reg.addr(), "REFRESH-secret");
     let home = tmp.path().join("home");
     write_json(&home.join("docker/config.json"), &serde_json::json!({"auths": {format!("http://{}/v2/", gate.addr()): {"auth": b64("<token>:"), "identitytoken": "REFRESH-secret"}}}));
@@ -87,6 +98,10 @@ fn identity_token_is_exchanged_for_scoped_access_tokens() {
         let token = q.authorization.as_deref().and_then(|a| a.strip_prefix("Bearer ")).unwrap_or_else(|| panic!("no bearer token: {q:?}"));
         assert!(gate.issued(token), "{q:?}");
         assert!(q.forwarded, "refused: {q:?}");
+    }
+    if form != Form::Manifest {
+        let child = format!("/v2/team/base/manifests/{}", base.manifest_digest);
+        assert!(requests.iter().any(|q| q.uri == child && q.forwarded), "the child manifest, through the gate with a token: {requests:?}");
     }
     assert!(!requests.iter().any(|q| q.authorization.as_deref().is_some_and(|a| a.contains("REFRESH"))), "{requests:?}");
 

@@ -3,6 +3,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::multiplatform::IndexKind;
+use super::registry::Form;
 use super::{build_fails, build_json, runnable_base, snapshot};
 use crate::support::{self, Fault, FaultyProxy, Registry};
 
@@ -96,20 +98,29 @@ fn tampered_layer_in_a_layout_leaves_the_output_as_it_was() {
 
 #[test]
 fn registry_serving_a_corrupt_blob_or_dropping_it() {
-    if !support::require_registry() {
+    corrupt_or_dropped_blob(Form::Manifest);
+}
+
+#[test]
+fn registry_serving_a_corrupt_blob_or_dropping_it_index_base() {
+    corrupt_or_dropped_blob(Form::Index(IndexKind::OciIndex));
+}
+
+fn corrupt_or_dropped_blob(form: Form) {
+    if !support::require_registry() || !form.available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
     let reg = Registry::start();
-    super::registry::push(&base, &reg, "base:1");
+    super::registry::push_as(form, &base, &reg, "base:1", tmp.path());
     for (fault, expect) in [(Fault::CorruptBlob, "digest mismatch"), (Fault::DropMidBlobAlways, "downloading blob")] {
         let proxy = FaultyProxy::start(reg.addr(), fault.clone());
         for output in [oci(&tmp.path().join("o")), format!("docker-archive:{}", tmp.path().join("d.tar").display()), reg.reference("copy:1")] {
             let out = super::build_env(&["build", "--no-packages", "--base", &proxy.reference("base:1"), "--output", &output.replace(reg.addr(), proxy.addr())], &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "10")]);
             let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(1), "{fault:?} -> {output}: {err}");
-            assert!(err.lines().filter(|l| l.starts_with("error: ")).count() == 1 && err.contains(expect), "{fault:?} -> {output}: {err}");
+            assert_eq!(out.status.code(), Some(1), "{form:?}: {fault:?} -> {output}: {err}");
+            assert!(err.lines().filter(|l| l.starts_with("error: ")).count() == 1 && err.contains(expect), "{form:?}: {fault:?} -> {output}: {err}");
         }
         assert!(!tmp.path().join("o").exists() && !tmp.path().join("d.tar").exists());
         let probe = support::skopeo(["inspect", "--tls-verify=false", &reg.reference("copy:1")]);

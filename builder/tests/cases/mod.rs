@@ -6,6 +6,7 @@ mod errors;
 mod hostile;
 mod keys;
 mod memory;
+mod multiplatform;
 mod nccl;
 mod packages;
 mod path_safety;

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 
+use super::multiplatform::IndexKind;
+use super::registry::Form;
 use super::{build_cached as build, build_env, build_fails, snapshot};
 use crate::support::apt_repo::{AptRepo, Layout, TestKey};
 use crate::support::{self, debian, debs};
@@ -427,13 +429,22 @@ fn packages_without_the_erdma_provider_are_refused() {
 
 #[test]
 fn a_rebuild_on_the_same_registry_base_downloads_no_layer() {
-    if !support::require_registry() || !debian::require_base() || !debs::require_download() {
+    rebuild_downloads_no_layer(Form::Manifest);
+}
+
+#[test]
+fn a_rebuild_on_the_same_registry_base_downloads_no_layer_index_base() {
+    rebuild_downloads_no_layer(Form::Index(IndexKind::OciIndex));
+}
+
+fn rebuild_downloads_no_layer(form: Form) {
+    if !support::require_registry() || !debian::require_base() || !debs::require_download() || !form.available() {
         return;
     }
     let (tmp, key, keyfile) = signing_setup();
     let base = debian::debian12_base();
     let reg = support::Registry::start();
-    super::registry::push(&base, &reg, "deb12:1");
+    super::registry::push_as(form, &base, &reg, "deb12:1", tmp.path());
     let repo = erdma_repo(Layout::erdma(), &key);
     let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
     let cache = tmp.path().join("cache");

@@ -1,5 +1,6 @@
 //! Real Debian base images (12 bookworm, 13 trixie), made once with `debootstrap
-//! --variant=minbase` from the Debian mirror this machine's apt uses, and cached across test runs.
+//! --variant=minbase` from the Debian mirror this machine's apt uses, and cached across test runs:
+//! amd64, and arm64 under qemu-user-static ([`base_for`]).
 //!
 //! The mirror is read at run time from the host's apt sources (deb822 `URIs:` in
 //! `/etc/apt/sources.list.d/*.sources`, else one-line `deb` entries in
@@ -11,6 +12,7 @@
 //! debian12-minbase/rootfs/          the debootstrapped tree, cleaned (read-only for tests)
 //! debian12-minbase/oci/             OCI layout, tag `latest`, one gzip layer
 //! debian12-minbase/build-info.json  mirror, timings
+//! debian12-minbase-arm64/           the same for arm64 (linux/arm64/v8)
 //! debian12-minbase.lock             flock(2) held while building
 //! ```
 //!
@@ -237,14 +239,79 @@ pub fn debian12_base() -> OciFixture {
 
 /// The minbase image of `rel`, as [`debian12_base`] is Debian 12's.
 pub fn base(rel: Release) -> OciFixture {
-    let dir = cached_dir(rel.dir, |tmp| build_base(tmp, rel.suite));
+    base_for(rel, AMD64)
+}
+
+/// A Debian architecture a base is made for, with the image platform it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arch {
+    /// Debian's name (`debootstrap --arch`).
+    pub debian: &'static str,
+    /// The image config's `architecture` and `variant`.
+    pub oci: &'static str,
+    pub variant: Option<&'static str>,
+    /// The binfmt_misc handler that runs its binaries here (`None`: the host's own).
+    pub binfmt: Option<&'static str>,
+    /// The multiarch triplet of its library directories.
+    pub triplet: &'static str,
+}
+pub const AMD64: Arch = Arch { debian: "amd64", oci: "amd64", variant: None, binfmt: None, triplet: "x86_64-linux-gnu" };
+/// Made under qemu-user-static (`scripts/setup` registers the qemu-aarch64 handler).
+pub const ARM64: Arch = Arch { debian: "arm64", oci: "arm64", variant: Some("v8"), binfmt: Some("qemu-aarch64"), triplet: "aarch64-linux-gnu" };
+
+impl Arch {
+    /// The cache directory of `rel`'s base for this architecture: amd64 keeps `rel.dir`.
+    fn dir(&self, rel: Release) -> String {
+        if self.binfmt.is_none() {
+            rel.dir.to_string()
+        } else {
+            format!("{}-{}", rel.dir, self.debian)
+        }
+    }
+
+    pub fn platform(&self) -> fixture::Platform {
+        fixture::Platform { architecture: self.oci.into(), variant: self.variant.map(str::to_string) }
+    }
+
+    /// Whether this machine runs the architecture's binaries: its own, or through an enabled
+    /// binfmt_misc handler (with the F flag, so that it works in a chroot and in containers).
+    pub fn runs_here(&self) -> bool {
+        match self.binfmt {
+            None => true,
+            Some(h) => fs::read_to_string(Path::new("/proc/sys/fs/binfmt_misc").join(h))
+                .is_ok_and(|t| t.lines().next() == Some("enabled") && t.lines().any(|l| l.starts_with("flags:") && l.contains('F'))),
+        }
+    }
+}
+
+/// The minbase image of `rel` for `arch` (cached as [`base`]'s, in `DIR-ARCH` for a foreign
+/// architecture: debootstrap runs its second stage under qemu-user-static, a few minutes).
+pub fn base_for(rel: Release, arch: Arch) -> OciFixture {
+    let dir = cached_dir(&arch.dir(rel), |tmp| build_base(tmp, rel.suite, arch));
     fixture::read_fixture(&dir.join("oci"), fixture::DEFAULT_TAG)
 }
+
+/// Whether [`base_for`] is cached already, or can be built here (as [`can_build_base`], and
+/// the architecture's binaries run).
+pub fn can_build_base_for(rel: Release, arch: Arch) -> bool {
+    cache_root().join(arch.dir(rel)).is_dir()
+        || (super::is_root() && super::have("debootstrap") && debian_mirror().is_some() && arch.runs_here())
+}
+
+#[track_caller]
+pub fn require_base_for(rel: Release, arch: Arch) -> bool {
+    super::require(
+        can_build_base_for(rel, arch),
+        &format!("a Debian {} {} base: {NEEDS_FOREIGN}", rel.suite, arch.debian),
+    )
+}
+
+pub const NEEDS_FOREIGN: &str = "root, debootstrap, a Debian mirror in /etc/apt/sources.list.d and, for a foreign architecture, qemu-user-static registered in binfmt_misc (run scripts/setup), or a filled ERDMA_TEST_CACHE";
 
 /// The debootstrapped tree [`debian12_base`]'s layer was made from (read-only: other
 /// processes use it too).
 pub fn debian12_rootfs() -> PathBuf {
-    cached_dir(BASE_NAME, |tmp| build_base(tmp, BOOKWORM.suite)).join("rootfs")
+    cached_dir(BASE_NAME, |tmp| build_base(tmp, BOOKWORM.suite, AMD64)).join("rootfs")
 }
 
 /// A private copy of [`debian12_base`] in `dir` (tag `latest`).
@@ -260,18 +327,21 @@ pub fn debian12_base_copy(dir: &Path) -> OciFixture {
     )
 }
 
-fn build_base(tmp: &Path, suite: &str) {
+fn build_base(tmp: &Path, suite: &str, arch: Arch) {
     let mirror =
         debian_mirror().expect("no Debian mirror in /etc/apt/sources.list.d or sources.list");
+    assert!(arch.runs_here(), "{} binaries do not run here: {NEEDS_FOREIGN}", arch.debian);
     let rootfs = tmp.join("rootfs");
     let log_path = tmp.join("debootstrap.log");
     let log = File::create(&log_path).unwrap();
     eprintln!(
-        "debian base: debootstrap --variant=minbase {suite} from {mirror} (once; about a minute)"
+        "debian base: debootstrap --variant=minbase --arch={} {suite} from {mirror} (once; {})",
+        arch.debian,
+        if arch.binfmt.is_some() { "several minutes under qemu" } else { "about a minute" }
     );
     let t0 = Instant::now();
     let status = Command::new("debootstrap")
-        .args(["--variant=minbase", "--arch=amd64", suite])
+        .args(["--variant=minbase", &format!("--arch={}", arch.debian), suite])
         .arg(&rootfs)
         .arg(&mirror)
         .stdin(Stdio::null())
@@ -306,16 +376,18 @@ fn build_base(tmp: &Path, suite: &str) {
             .any(|d| rel.starts_with(d) && rel != Path::new(d))
     };
     let layer = fixture::tree_layer(&oci, &rootfs, &keep, &[]);
-    fixture::image_from_layers(
+    fixture::image_for_platform(
         &oci,
         fixture::DEFAULT_TAG,
         vec![layer.clone()],
         &[("PATH", DEBIAN_PATH)],
         &["bash"],
+        &arch.platform(),
     );
     let layer_time = t1.elapsed();
     let info = serde_json::json!({
         "suite": suite,
+        "arch": arch.debian,
         "variant": "minbase",
         "debootstrap_seconds": secs(debootstrap_time),
         "layer_seconds": secs(layer_time),
@@ -328,7 +400,8 @@ fn build_base(tmp: &Path, suite: &str) {
     )
     .unwrap();
     eprintln!(
-        "debian base {suite}: debootstrap {debootstrap_time:.1?}, layer {layer_time:.1?} ({} MB gzip)",
+        "debian base {suite} {}: debootstrap {debootstrap_time:.1?}, layer {layer_time:.1?} ({} MB gzip)",
+        arch.debian,
         layer.size >> 20
     );
 }

@@ -375,9 +375,62 @@ pub fn image_from_layers(
     env: &[(&str, &str)],
     cmd: &[&str],
 ) -> OciFixture {
-    let config = json!({
+    image_for_platform(dir, tag, layers, env, cmd, &Platform::host())
+}
+
+/// A platform as an image config and an index entry give it (`os`, `architecture`, `variant`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Platform {
+    pub architecture: String,
+    pub variant: Option<String>,
+}
+
+impl Platform {
+    /// The machine's own (`linux/amd64` here).
+    pub fn host() -> Platform {
+        Platform { architecture: oci_arch().to_string(), variant: None }
+    }
+
+    /// `linux/arm64/v8`, as Debian's arm64 images (and `docker manifest`) describe themselves.
+    pub fn arm64() -> Platform {
+        Platform { architecture: "arm64".into(), variant: Some("v8".into()) }
+    }
+
+    /// `linux/amd64`.
+    pub fn amd64() -> Platform {
+        Platform { architecture: "amd64".into(), variant: None }
+    }
+
+    /// The `platform` object of an index entry.
+    pub fn json(&self) -> Value {
+        let mut v = json!({"os": "linux", "architecture": self.architecture});
+        if let Some(var) = &self.variant {
+            v["variant"] = json!(var);
+        }
+        v
+    }
+
+    /// `linux/ARCH[/VARIANT]`, as `--platform` takes it.
+    pub fn name(&self) -> String {
+        match &self.variant {
+            Some(v) => format!("linux/{}/{v}", self.architecture),
+            None => format!("linux/{}", self.architecture),
+        }
+    }
+}
+
+/// [`image_from_layers`] for `platform`: the config's `architecture` (and `variant`).
+pub fn image_for_platform(
+    dir: &Path,
+    tag: &str,
+    layers: Vec<LayerInfo>,
+    env: &[(&str, &str)],
+    cmd: &[&str],
+    platform: &Platform,
+) -> OciFixture {
+    let mut config = json!({
         "created": CREATED,
-        "architecture": oci_arch(),
+        "architecture": platform.architecture,
         "os": "linux",
         "config": {
             "Env": env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
@@ -392,6 +445,9 @@ pub fn image_from_layers(
             "created_by": format!("erdma-kit test fixture layer {i}"),
         })).collect::<Vec<_>>(),
     });
+    if let Some(v) = &platform.variant {
+        config["variant"] = json!(v);
+    }
     let (config_digest, config_size) = write_blob(dir, &serde_json::to_vec(&config).unwrap());
     let manifest = json!({
         "schemaVersion": 2,
@@ -668,4 +724,62 @@ pub fn read_fixture(dir: &Path, tag: &str) -> OciFixture {
         config_digest,
         layers,
     }
+}
+
+/// An image index in an OCI layout: its digest and size, and its entries' manifests.
+#[derive(Debug, Clone)]
+pub struct IndexFixture {
+    pub dir: PathBuf,
+    pub tag: String,
+    pub digest: String,
+    pub size: u64,
+    /// `(manifest digest, manifest size, platform)` of each image entry, in order.
+    pub manifests: Vec<(String, u64, Platform)>,
+}
+
+impl IndexFixture {
+    /// `oci:DIR:TAG`.
+    pub fn reference(&self) -> String {
+        format!("oci:{}:{}", self.dir.display(), self.tag)
+    }
+}
+
+/// A multi-platform image: the layout `dir` (created) gets the blobs of each of `images`
+/// (hard-linked where the file system allows, else copied), an image index whose entries name
+/// their manifests with each one's platform, plus `extra` entries as they are (an attestation
+/// manifest's, say, whose blobs the caller writes), and the index tagged `tag` in `index.json`.
+pub fn index_layout(dir: &Path, tag: &str, images: &[(&OciFixture, Platform)], extra: &[Value]) -> IndexFixture {
+    init_layout(dir);
+    for (img, _) in images {
+        for e in fs::read_dir(img.dir.join("blobs/sha256")).unwrap() {
+            let e = e.unwrap();
+            let dest = dir.join("blobs/sha256").join(e.file_name());
+            if !dest.exists() && fs::hard_link(e.path(), &dest).is_err() {
+                fs::copy(e.path(), &dest).unwrap();
+            }
+        }
+    }
+    let mut manifests: Vec<Value> = images
+        .iter()
+        .map(|(img, p)| json!({"mediaType": MEDIA_MANIFEST, "digest": img.manifest_digest, "size": img.manifest_size, "platform": p.json()}))
+        .collect();
+    manifests.extend(extra.iter().cloned());
+    let raw = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": manifests})).unwrap();
+    let (digest, size) = write_blob(dir, &raw);
+    let top = json!({"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": [
+        {"mediaType": MEDIA_INDEX, "digest": digest, "size": size, "annotations": {REF_NAME: tag}},
+    ]});
+    fs::write(dir.join("index.json"), serde_json::to_vec_pretty(&top).unwrap()).unwrap();
+    IndexFixture {
+        dir: dir.to_path_buf(),
+        tag: tag.to_string(),
+        digest,
+        size,
+        manifests: images.iter().map(|(img, p)| (img.manifest_digest.clone(), img.manifest_size, p.clone())).collect(),
+    }
+}
+
+/// Writes `bytes` as a blob of the layout `dir`; returns (digest, size).
+pub fn add_blob(dir: &Path, bytes: &[u8]) -> (String, u64) {
+    write_blob(dir, bytes)
 }

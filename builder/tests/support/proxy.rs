@@ -32,6 +32,9 @@ pub enum Fault {
     /// The first `n` requests, of any kind, are answered `503 Service Unavailable` by the
     /// proxy itself without reaching upstream; later ones pass.
     ServerErrorTimes(usize),
+    /// The first `times` requests whose URI contains `uri` are answered `503` as with
+    /// [`Fault::ServerErrorTimes`]; the rest pass (`/manifests/sha256:…`: one manifest).
+    ServerErrorOn { uri: String, times: usize },
 }
 
 /// What the proxy did, for assertions.
@@ -41,6 +44,8 @@ struct Stats {
     faults: AtomicUsize,
     lines: Mutex<Vec<String>>,
     faulted_digests: Mutex<HashSet<String>>,
+    /// Requests that [`Fault::ServerErrorOn`] matched.
+    matched: AtomicUsize,
 }
 
 pub struct FaultyProxy {
@@ -230,31 +235,34 @@ fn handle(client: TcpStream, shared: &Shared) -> io::Result<()> {
     let n = stats.requests.fetch_add(1, Ordering::SeqCst);
     stats.lines.lock().unwrap().push(format!("{method} {uri}"));
 
-    if let Fault::ServerErrorTimes(times) = shared.fault {
-        if n < times {
-            stats.faults.fetch_add(1, Ordering::SeqCst);
-            // Closing a socket with unread request bytes makes the kernel send RST, and the
-            // client may then never see our 503: read a sized body before answering, and a
-            // chunked one (whose end we do not parse) after, until the client hangs up.
-            if let Some(len) = header(&head, "content-length").and_then(|v| v.parse::<u64>().ok()) {
-                if len <= 64 << 20 {
-                    let _ = io::copy(&mut (&mut client_r).take(len), &mut io::sink());
-                }
+    let refuse = match &shared.fault {
+        Fault::ServerErrorTimes(times) => n < *times,
+        Fault::ServerErrorOn { uri: part, times } => uri.contains(part.as_str()) && stats.matched.fetch_add(1, Ordering::SeqCst) < *times,
+        _ => false,
+    };
+    if refuse {
+        stats.faults.fetch_add(1, Ordering::SeqCst);
+        // Closing a socket with unread request bytes makes the kernel send RST, and the
+        // client may then never see our 503: read a sized body before answering, and a
+        // chunked one (whose end we do not parse) after, until the client hangs up.
+        if let Some(len) = header(&head, "content-length").and_then(|v| v.parse::<u64>().ok()) {
+            if len <= 64 << 20 {
+                let _ = io::copy(&mut (&mut client_r).take(len), &mut io::sink());
             }
-            let body = "{\"errors\":[{\"code\":\"UNAVAILABLE\",\"message\":\"injected by faulty proxy\"}]}";
-            write!(
-                client_w,
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            )?;
-            client_w.flush()?;
-            if header(&head, "transfer-encoding").is_some() {
-                client_w.set_read_timeout(Some(Duration::from_secs(1)))?;
-                let _ = io::copy(&mut (&mut client_r).take(64 << 20), &mut io::sink());
-            }
-            let _ = client_w.shutdown(Shutdown::Both);
-            return Ok(());
         }
+        let body = "{\"errors\":[{\"code\":\"UNAVAILABLE\",\"message\":\"injected by faulty proxy\"}]}";
+        write!(
+            client_w,
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        client_w.flush()?;
+        if header(&head, "transfer-encoding").is_some() {
+            client_w.set_read_timeout(Some(Duration::from_secs(1)))?;
+            let _ = io::copy(&mut (&mut client_r).take(64 << 20), &mut io::sink());
+        }
+        let _ = client_w.shutdown(Shutdown::Both);
+        return Ok(());
     }
 
     // One request per connection: make both ends close after this exchange.
