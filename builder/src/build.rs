@@ -139,6 +139,10 @@ pub struct NcclSummary {
 pub struct Report {
     pub base: String,
     pub base_digest: String,
+    /// Where the base was read from, when registries.conf sent the pull elsewhere (a mirror, a
+    /// location), as `REGISTRY/REPOSITORY[:TAG|@DIGEST]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_read_from: Option<String>,
     /// `--profile`: whose host-specific NCCL settings were baked in (`null`: none were).
     pub profile: Option<Profile>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -172,7 +176,7 @@ struct Prepared {
 }
 
 async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Reporter>) -> Result<Report> {
-    let regs = Arc::new(Registries::new(&opts.registry));
+    let regs = Arc::new(Registries::new(&opts.registry)?);
     let counters = Arc::new(Counters::default());
     let work = tempfile::Builder::new().prefix("erdma-build-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
 
@@ -248,6 +252,10 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
     Ok(Report {
         base: opts.base.to_string(),
         base_digest: src.digest().to_string(),
+        base_read_from: match (&opts.base, src.registry_ref()) {
+            (ImageRef::Registry(named), Some(at)) if at.whole() != named.whole() => Some(at.whole()),
+            _ => None,
+        },
         profile: opts.profile,
         output: output.map(ToString::to_string),
         digest,

@@ -23,6 +23,10 @@ pub enum Error {
     #[error("registry {registry}: TLS handshake failed: {failure}")]
     Tls { registry: String, failure: String, hint: String },
 
+    /// containers-registries.conf(5): a file we cannot use, or a name it blocks.
+    #[error(transparent)]
+    RegistriesConf(#[from] crate::image::registries_conf::ConfError),
+
     #[error("certificate file {path}: {reason}")]
     CertFile { path: PathBuf, reason: String },
 

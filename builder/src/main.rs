@@ -68,6 +68,7 @@ fn hint(e: &anyhow::Error) -> Option<String> {
         Error::UnsupportedDistro { .. } | Error::NoOsRelease { .. } => "`erdma-build recipes` lists the recipes; --recipe NAME|PATH picks one".into(),
         Error::Registry { .. } => "check the registry address; --insecure-registry HOST skips certificate checks and allows plain HTTP".into(),
         Error::Tls { hint, .. } => hint.clone(),
+        Error::RegistriesConf(erdma_build::image::registries_conf::ConfError::Blocked { .. }) => "containers-registries.conf(5): remove `blocked = true` from that entry, or name another registry".into(),
         Error::DigestMismatch { .. } => "the source served corrupt or tampered content; nothing was written".into(),
         _ => return None,
     })

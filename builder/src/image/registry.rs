@@ -18,6 +18,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::Reference;
 
 use crate::image::auth::Credential;
+use crate::image::registries_conf::{ConfEnv, RegistriesConf};
 use crate::image::tls::{CertEnv, TlsFailure};
 use crate::error::{Error, Result};
 use crate::limits::MAX_JSON;
@@ -57,6 +58,10 @@ pub struct Registries {
     insecure: Vec<String>,
     /// Where each registry's CAs and client certificate are ([`crate::image::tls`]).
     certs: CertEnv,
+    /// containers-registries.conf(5): mirrors and locations for pulls, blocked names.
+    conf: RegistriesConf,
+    /// Registries an entry of registries.conf marks `insecure`, as they come into use.
+    conf_insecure: Mutex<BTreeSet<String>>,
     /// How each registry is reached, found on first use ([`Registries::endpoint`]).
     endpoints: tokio::sync::Mutex<HashMap<String, Arc<Endpoint>>>,
     /// Credentials per (registry, repository), read once.
@@ -82,6 +87,22 @@ struct Exchanged {
     token: Option<String>,
 }
 
+/// `REGISTRY/REPOSITORY` as the user named it (`docker.io`, not the host it resolves to): what
+/// registries.conf prefixes match.
+fn conf_name(r: &Reference) -> String {
+    format!("{}/{}", r.registry(), r.repository())
+}
+
+/// `r`'s tag or digest on the image `name`.
+fn with_name(r: &Reference, name: &str) -> Result<Reference> {
+    let whole = match (r.digest(), r.tag()) {
+        (Some(d), _) => format!("{name}@{d}"),
+        (None, Some(t)) => format!("{name}:{t}"),
+        (None, None) => name.to_string(),
+    };
+    whole.parse().map_err(|e: oci_client::ParseError| Error::InvalidReference { reference: whole.clone(), reason: format!("from registries.conf: {e}") })
+}
+
 /// Loopback registries: tried over HTTPS first, then plain HTTP ([`Registries::endpoint`]).
 pub fn is_loopback(registry: &str) -> bool {
     let host = host_of(registry);
@@ -102,20 +123,50 @@ pub fn is_named_insecure(registry: &str, insecure: &[String]) -> bool {
 }
 
 impl Registries {
-    pub fn new(opts: &RegistryOptions) -> Self {
+    pub fn new(opts: &RegistryOptions) -> Result<Self> {
         let backoff = std::env::var("ERDMA_BUILD_RETRY_BACKOFF_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        Registries {
+        let conf = RegistriesConf::load(&ConfEnv::from_process())?;
+        for unknown in &conf.unknown_keys {
+            tracing::warn!("{unknown} (ignored, as Podman and skopeo ignore it)");
+        }
+        Ok(Registries {
             backoff,
             insecure: opts.insecure.clone(),
             certs: CertEnv::from_process(opts.cert_dir.clone()),
+            conf,
+            conf_insecure: Mutex::default(),
             endpoints: Default::default(),
             creds: Mutex::default(),
             exchanged: Default::default(),
+        })
+    }
+
+    /// The manifest (or index) `r` names, from the first source registries.conf gives for it
+    /// that serves it: its mirrors in order, then its location (containers-registries.conf(5),
+    /// "Remapping and mirroring registries"), with the reference it was read from. A mirror that
+    /// fails is passed over with a warning; the last source's failure is the error.
+    pub async fn pull_manifest(&self, r: &Reference) -> Result<(Bytes, String, Reference)> {
+        let sources = self.conf.pull_sources(&conf_name(r), r.digest().is_some())?;
+        let last = sources.len().saturating_sub(1);
+        for (i, source) in sources.into_iter().enumerate() {
+            let at = with_name(r, &source.name)?;
+            if source.insecure {
+                self.conf_insecure.lock().expect("poisoned").insert(at.resolve_registry().to_string());
+            }
+            match self.manifest(&at).await {
+                Ok((body, digest)) => return Ok((body, digest, at)),
+                Err(e) if i < last => {
+                    let why = crate::http::chain(&e);
+                    tracing::warn!("reading {} from mirror {} failed ({why}); trying the next source registries.conf names", r.whole(), at.resolve_registry());
+                }
+                Err(e) => return Err(e),
+            }
         }
+        unreachable!("pull_sources gives at least one source or an error")
     }
 
     /// How `registry` is reached, decided on first use. HTTPS, with the CAs and client
@@ -129,7 +180,7 @@ impl Registries {
         if let Some(e) = endpoints.get(registry) {
             return Ok(e.clone());
         }
-        let named = is_named_insecure(registry, &self.insecure);
+        let named = is_named_insecure(registry, &self.insecure) || self.conf_insecure.lock().expect("poisoned").contains(registry);
         let files = crate::image::tls::cert_files(&self.certs, registry)?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(15))
@@ -201,6 +252,13 @@ impl Registries {
     /// registry) as well: a cross-repository mount needs both.
     async fn login_also_pulling(&self, r: &Reference, push: bool, from: Option<&Reference>) -> Result<()> {
         use crate::image::auth::Grant;
+        if push {
+            // Pushes go to the name itself, never a mirror or a location; blocked names are refused.
+            let to = self.conf.push_destination(&conf_name(r))?;
+            if to.insecure {
+                self.conf_insecure.lock().expect("poisoned").insert(r.resolve_registry().to_string());
+            }
+        }
         let cred = self.credential(r)?;
         let grant = match &cred {
             Credential::IdentityToken(t) => Grant::Refresh(t),

@@ -93,8 +93,10 @@ impl Source {
         let malformed = |what: &'static str, reason: String| Error::Malformed { what, reference: display.clone(), reason };
         let (store, root_digest, raw) = match reference {
             ImageRef::Registry(r) => {
-                let (raw, digest) = regs.manifest(r).await?;
-                (Store::Registry { reg: regs.clone(), r: r.clone() }, digest, raw.to_vec())
+                // Through registries.conf: the mirror or location that served it is where its
+                // blobs and child manifests are read.
+                let (raw, digest, at) = regs.pull_manifest(r).await?;
+                (Store::Registry { reg: regs.clone(), r: at }, digest, raw.to_vec())
             }
             ImageRef::Layout { dir, tag } => {
                 let index_path = dir.join("index.json");

@@ -10,6 +10,7 @@ mod multiplatform;
 mod nccl;
 mod packages;
 mod path_safety;
+mod registries_conf;
 mod registry;
 mod releases;
 mod rpm;
