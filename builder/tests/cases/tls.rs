@@ -271,3 +271,28 @@ fn wrong_password_on_a_tls_registry_names_the_401_and_docker_logins_work() {
     let pull = docker(&["pull", &image]);
     assert!(!pull.status.success(), "docker refuses the wrong password too:\n{}", text(&pull.stderr));
 }
+
+#[test]
+fn retries_are_erdma_builds_own_lines_naming_the_cause_and_quiet_prints_only_the_error() {
+    // Nothing listens on port 1: every attempt is refused, then the run fails. The first request
+    // is the login (the ping for a token challenge), anonymous or not.
+    let home = tempfile::tempdir().unwrap();
+    let (out, _) = run(home.path(), &["plan", "--base", "docker://127.0.0.1:1/base:1"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let warns: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warns.len(), 3, "three retries of four attempts:\n{stderr}");
+    for (i, w) in warns.iter().enumerate() {
+        assert!(w.starts_with(" WARN logging in at 127.0.0.1:1 failed ("), "{stderr}");
+        assert!(w.contains("Connection refused") && w.contains(&format!("(attempt {} of 4)", i + 2)), "the cause and the attempt are named:\n{stderr}");
+    }
+    // Every line is erdma-build's: its steps, warnings, the error, its causes and the hint.
+    for l in stderr.lines() {
+        let ours = l.starts_with('[') || l.starts_with(" WARN ") || l.starts_with("error: ") || l.starts_with("  Caused by: ") || l.starts_with("hint: ");
+        assert!(ours, "a line that is not erdma-build's: {l}\n{stderr}");
+    }
+    let (out, _) = run(home.path(), &["--quiet", "plan", "--base", "docker://127.0.0.1:1/base:1"]);
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("error: registry 127.0.0.1:1: logging in failed"), "{stderr}");
+    assert!(!stderr.contains("WARN") && !stderr.contains('['), "--quiet: the error alone:\n{stderr}");
+}
