@@ -209,6 +209,12 @@ fn certificate_failures_are_named_at_once_and_insecure_registry_skips_the_check(
         let (out, _) = run(&home, &["plan", "--insecure-registry", reg.addr(), "--base", &reg.reference("base:1")]);
         let stderr = text(&out.stderr);
         assert!(stderr.contains("manifest unknown"), "{what}: with --insecure-registry the registry is reached:\n{stderr}");
+        // registries.conf's `insecure = true` does the same (containers-registries.conf(5)).
+        let conf = tmp.path().join(format!("{what}.conf"));
+        std::fs::write(&conf, format!("[[registry]]\nlocation = \"{}\"\ninsecure = true\n", reg.addr())).unwrap();
+        let out = build_env(&["plan", "--base", &reg.reference("base:1")], &[("HOME", home.to_str().unwrap()), ("CONTAINERS_REGISTRIES_CONF", conf.to_str().unwrap())]);
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("manifest unknown"), "{what}: with insecure = true in registries.conf the registry is reached:\n{stderr}");
     }
 }
 
