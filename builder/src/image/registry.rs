@@ -58,8 +58,9 @@ pub struct Registries {
     insecure: Vec<String>,
     /// Where each registry's CAs and client certificate are ([`crate::image::tls`]).
     certs: CertEnv,
-    /// containers-registries.conf(5): mirrors and locations for pulls, blocked names.
-    conf: RegistriesConf,
+    /// containers-registries.conf(5): mirrors and locations for pulls, blocked names; read on
+    /// first use, so that a build touching no registry does not depend on it.
+    conf: Mutex<Option<Arc<RegistriesConf>>>,
     /// Registries an entry of registries.conf marks `insecure`, as they come into use.
     conf_insecure: Mutex<BTreeSet<String>>,
     /// How each registry is reached, found on first use ([`Registries::endpoint`]).
@@ -129,15 +130,11 @@ impl Registries {
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        let conf = RegistriesConf::load(&ConfEnv::from_process())?;
-        for unknown in &conf.unknown_keys {
-            tracing::warn!("{unknown} (ignored, as Podman and skopeo ignore it)");
-        }
         Ok(Registries {
             backoff,
             insecure: opts.insecure.clone(),
             certs: CertEnv::from_process(opts.cert_dir.clone()),
-            conf,
+            conf: Mutex::default(),
             conf_insecure: Mutex::default(),
             endpoints: Default::default(),
             creds: Mutex::default(),
@@ -145,12 +142,26 @@ impl Registries {
         })
     }
 
+    /// registries.conf, read the first time a registry is named.
+    fn conf(&self) -> Result<Arc<RegistriesConf>> {
+        let mut conf = self.conf.lock().expect("poisoned");
+        if let Some(c) = conf.as_ref() {
+            return Ok(c.clone());
+        }
+        let loaded = Arc::new(RegistriesConf::load(&ConfEnv::from_process())?);
+        for unknown in &loaded.unknown_keys {
+            tracing::warn!("{unknown} (ignored, as Podman and skopeo ignore it)");
+        }
+        *conf = Some(loaded.clone());
+        Ok(loaded)
+    }
+
     /// The manifest (or index) `r` names, from the first source registries.conf gives for it
     /// that serves it: its mirrors in order, then its location (containers-registries.conf(5),
     /// "Remapping and mirroring registries"), with the reference it was read from. A mirror that
     /// fails is passed over with a warning; the last source's failure is the error.
     pub async fn pull_manifest(&self, r: &Reference) -> Result<(Bytes, String, Reference)> {
-        let sources = self.conf.pull_sources(&conf_name(r), r.digest().is_some())?;
+        let sources = self.conf()?.pull_sources(&conf_name(r), r.digest().is_some())?;
         let last = sources.len().saturating_sub(1);
         for (i, source) in sources.into_iter().enumerate() {
             let at = with_name(r, &source.name)?;
@@ -254,7 +265,7 @@ impl Registries {
         use crate::image::auth::Grant;
         if push {
             // Pushes go to the name itself, never a mirror or a location; blocked names are refused.
-            let to = self.conf.push_destination(&conf_name(r))?;
+            let to = self.conf()?.push_destination(&conf_name(r))?;
             if to.insecure {
                 self.conf_insecure.lock().expect("poisoned").insert(r.resolve_registry().to_string());
             }

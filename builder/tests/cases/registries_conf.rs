@@ -155,3 +155,19 @@ fn a_push_goes_to_the_registry_itself_never_to_its_mirror() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains(&format!("from mirror {} failed", mirror.addr())), "{stderr}");
 }
+
+#[test]
+fn a_build_naming_no_registry_does_not_read_registries_conf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = runnable_base(&tmp.path().join("base"));
+    let conf = tmp.path().join("registries.conf");
+    std::fs::write(&conf, "this is [[ not toml").unwrap();
+    let (base_ref, out_ref) = (base.reference(), format!("oci:{}:x", tmp.path().join("out").display()));
+    let mut args = vec!["build", "--base", &base_ref, "--output", &out_ref];
+    let recipe = recipe_args(tmp.path());
+    args.extend(recipe.iter().map(String::as_str));
+    support::assert_success("a layout-to-layout build beside a broken registries.conf", &run(&conf, tmp.path(), &args));
+    // A registry name reads it, and the error names the file.
+    let out = run(&conf, tmp.path(), &["plan", "--base", "docker://127.0.0.1:1/base:1"]);
+    assert!(text(&out.stderr).contains(&format!("error: registries.conf {}: line 1", conf.display())), "{}", text(&out.stderr));
+}
