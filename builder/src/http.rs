@@ -142,12 +142,12 @@ pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> 
                     C::Expired | C::ExpiredContext { .. } => TlsFailure::Expired,
                     C::NotValidYet | C::NotValidYetContext { .. } => TlsFailure::NotYetValid,
                     C::NotValidForName | C::NotValidForNameContext { .. } => TlsFailure::WrongName,
-                    other => TlsFailure::Other(format!("invalid certificate: {other:?}")),
+                    _ => TlsFailure::Other(t.to_string()),
                 },
                 // TLS 1.3 (RFC 8446 §4.4.2.4): "certificate_required" when none was sent; a
                 // server that cannot verify the one sent says bad_certificate or unknown_ca.
                 rustls::Error::AlertReceived(A::CertificateRequired) => TlsFailure::ClientCertRequired,
-                rustls::Error::AlertReceived(A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::UnsupportedCertificate | A::AccessDenied | A::HandshakeFailure) => TlsFailure::ClientCertRefused,
+                rustls::Error::AlertReceived(A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::UnsupportedCertificate | A::AccessDenied) => TlsFailure::ClientCertRefused,
                 rustls::Error::InvalidMessage(_) => TlsFailure::NotTls,
                 other => TlsFailure::Other(other.to_string()),
             });
@@ -473,6 +473,8 @@ mod tests {
             (io(rustls::Error::InvalidCertificate(C::NotValidForName)), TlsFailure::WrongName),
             (io(rustls::Error::AlertReceived(A::CertificateRequired)), TlsFailure::ClientCertRequired),
             (io(rustls::Error::AlertReceived(A::BadCertificate)), TlsFailure::ClientCertRefused),
+            // What a plain-HTTP server's answer looks like to a TLS client: the fallback's cue.
+            (io(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)), TlsFailure::NotTls),
         ];
         for (e, want) in cases {
             assert_eq!(tls_failure(&e), Some(want));

@@ -61,10 +61,12 @@ pub struct Registries {
     /// containers-registries.conf(5): mirrors and locations for pulls, blocked names; read on
     /// first use, so that a build touching no registry does not depend on it.
     conf: Mutex<Option<Arc<RegistriesConf>>>,
-    /// Registries an entry of registries.conf marks `insecure`, as they come into use.
-    conf_insecure: Mutex<BTreeSet<String>>,
-    /// How each registry is reached, found on first use ([`Registries::endpoint`]).
-    endpoints: tokio::sync::Mutex<HashMap<String, Arc<Endpoint>>>,
+    /// (registry, repository) of the mirrors and locations pulls went to whose registries.conf
+    /// entry says `insecure`.
+    conf_insecure: Mutex<BTreeSet<(String, String)>>,
+    /// How each registry is reached, per (registry, insecure), found on first use
+    /// ([`Registries::endpoint`]).
+    endpoints: Mutex<HashMap<(String, bool), EndpointCell>>,
     /// Credentials per (registry, repository), read once.
     creds: Mutex<HashMap<(String, String), Credential>>,
     /// Access tokens we got from the registries' token services, per (registry, repository,
@@ -78,6 +80,9 @@ struct Endpoint {
     base: String,
     client: reqwest::Client,
 }
+
+/// An endpoint once it is decided; requests racing to it wait for the one decision.
+type EndpointCell = Arc<tokio::sync::OnceCell<Arc<Endpoint>>>;
 
 /// An access token for a repository.
 struct Exchanged {
@@ -104,10 +109,16 @@ fn with_name(r: &Reference, name: &str) -> Result<Reference> {
     whole.parse().map_err(|e: oci_client::ParseError| Error::InvalidReference { reference: whole.clone(), reason: format!("from registries.conf: {e}") })
 }
 
-/// Loopback registries: tried over HTTPS first, then plain HTTP ([`Registries::endpoint`]).
+/// Loopback registries (`127.0.0.0/8`, `::1`, `localhost`): tried over HTTPS first, then plain
+/// HTTP ([`Registries::new_endpoint`]). Addresses are parsed, not matched as text: a name such
+/// as `127.0.0.1.example` is a host name like any other.
 pub fn is_loopback(registry: &str) -> bool {
     let host = host_of(registry);
-    host == "localhost" || host.starts_with("127.") || host == "[::1]"
+    if host == "localhost" {
+        return true;
+    }
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `registry` without its port.
@@ -163,70 +174,95 @@ impl Registries {
     pub async fn pull_manifest(&self, r: &Reference) -> Result<(Bytes, String, Reference)> {
         let sources = self.conf()?.pull_sources(&conf_name(r), r.digest().is_some())?;
         let last = sources.len().saturating_sub(1);
+        let mut failed = None;
         for (i, source) in sources.into_iter().enumerate() {
-            let at = with_name(r, &source.name)?;
-            if source.insecure {
-                self.conf_insecure.lock().expect("poisoned").insert(at.resolve_registry().to_string());
-            }
-            match self.manifest(&at).await {
-                Ok((body, digest)) => return Ok((body, digest, at)),
+            let got = match with_name(r, &source.name) {
+                Ok(at) => {
+                    if source.insecure {
+                        self.conf_insecure.lock().expect("poisoned").insert((at.resolve_registry().to_string(), at.repository().to_string()));
+                    }
+                    self.manifest(&at).await.map(|(body, digest)| (body, digest, at))
+                }
+                Err(e) => Err(e),
+            };
+            match got {
+                Ok(got) => return Ok(got),
                 Err(e) if i < last => {
                     let why = crate::http::chain(&e);
-                    tracing::warn!("reading {} from mirror {} failed ({why}); trying the next source registries.conf names", r.whole(), at.resolve_registry());
+                    let kind = if source.mirror { "mirror" } else { "location" };
+                    tracing::warn!("reading {} from {kind} {} failed ({why}); trying the next source registries.conf names", r.whole(), source.name);
                 }
-                Err(e) => return Err(e),
+                Err(e) => failed = Some(e),
             }
         }
-        unreachable!("pull_sources gives at least one source or an error")
+        Err(failed.unwrap_or_else(|| Error::ManifestUnknown { reference: r.whole() }))
     }
 
-    /// How `registry` is reached, decided on first use. HTTPS, with the CAs and client
-    /// certificate of its certs.d directory beside the system store. A loopback registry, or one
-    /// named with `--insecure-registry`, is tried over HTTPS first and reached over plain HTTP
-    /// when that fails, as Docker does for insecure registries ("Test an insecure registry",
-    /// Docker's documentation); only `--insecure-registry` also skips certificate checks, so a
-    /// loopback registry that does speak TLS has its certificate verified.
-    async fn endpoint(&self, registry: &str) -> Result<Arc<Endpoint>> {
-        let mut endpoints = self.endpoints.lock().await;
-        if let Some(e) = endpoints.get(registry) {
-            return Ok(e.clone());
-        }
-        let named = is_named_insecure(registry, &self.insecure) || self.conf_insecure.lock().expect("poisoned").contains(registry);
+    /// Whether `r` may be reached without checking certificates, and over plain HTTP where its
+    /// registry does not speak HTTPS: `--insecure-registry` names its host, registries.conf's
+    /// entry for it says `insecure`, or it is the mirror or location a pull went to and that
+    /// one's entry says so. Per repository, as containers/image decides it per reference: an
+    /// insecure entry for one prefix leaves the rest of its host checked.
+    fn insecure_for(&self, r: &Reference) -> Result<bool> {
+        let host = r.resolve_registry();
+        Ok(is_named_insecure(host, &self.insecure)
+            || self.conf_insecure.lock().expect("poisoned").contains(&(host.to_string(), r.repository().to_string()))
+            || self.conf()?.insecure(&conf_name(r)))
+    }
+
+    /// How `r`'s registry is reached, decided on first use (one decision per registry and
+    /// `insecure`, made once even when requests race to it, without holding up other registries).
+    async fn endpoint(&self, r: &Reference) -> Result<Arc<Endpoint>> {
+        let registry = r.resolve_registry().to_string();
+        let insecure = self.insecure_for(r)?;
+        let cell = self.endpoints.lock().expect("poisoned").entry((registry.clone(), insecure)).or_default().clone();
+        cell.get_or_try_init(|| self.new_endpoint(&registry, insecure)).await.cloned()
+    }
+
+    /// HTTPS, with the CAs and client certificate of the registry's certs.d folder beside the
+    /// system store. A loopback registry, or an insecure one, is pinged over HTTPS first and
+    /// reached over plain HTTP only when it answers in plain HTTP, not TLS, or when HTTPS fails
+    /// and plain HTTP answers (Docker's rule for insecure registries, "Test an insecure registry"
+    /// in Docker's documentation; containers/image pings both the same way). Only an insecure one
+    /// also skips certificate checks: a loopback registry that speaks TLS has its certificate
+    /// verified, and a certificate failure is reported by the request that meets it.
+    async fn new_endpoint(&self, registry: &str, insecure: bool) -> Result<Arc<Endpoint>> {
         let files = crate::image::tls::cert_files(&self.certs, registry)?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(15))
             .read_timeout(Duration::from_secs(120))
             .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
             .tls_certs_merge(files.cas)
-            .tls_danger_accept_invalid_certs(named);
+            .tls_danger_accept_invalid_certs(insecure);
         if let Some(id) = files.identity {
             builder = builder.identity(id);
         }
         let client = builder.build().map_err(|e| Error::CertFile {
-            path: files.dir.unwrap_or_default(),
+            path: files.dir.unwrap_or_else(|| self.certs.suggested(registry)),
             reason: format!("cannot set up TLS with these certificates: {}", crate::http::chain(&e)),
         })?;
-        let https = format!("https://{registry}");
-        let base = if named || is_loopback(registry) {
-            let ping = client.get(format!("{https}/v2/")).timeout(Duration::from_secs(15)).send().await;
-            match ping {
-                Ok(_) => https,
-                Err(e) => match crate::http::tls_failure(&e) {
-                    // A certificate the registry presents and we cannot trust, or a client
-                    // certificate it wants: said now, never by falling back to plain HTTP.
-                    Some(f) if f != TlsFailure::NotTls => return Err(self.tls_error(registry, f)),
-                    _ => {
-                        tracing::debug!("{registry}: no HTTPS ({}); using plain HTTP", crate::http::chain(&e));
-                        format!("http://{registry}")
+        let (https, http) = (format!("https://{registry}"), format!("http://{registry}"));
+        let mut base = https.clone();
+        if insecure || is_loopback(registry) {
+            let ping = |base: &str| client.get(format!("{base}/v2/")).timeout(Duration::from_secs(15)).send();
+            if let Err(e) = ping(&https).await {
+                let plain = match crate::http::tls_failure(&e) {
+                    Some(TlsFailure::NotTls) => true,
+                    // A certificate we cannot trust, or a client certificate it wants: never a
+                    // reason for plain HTTP.
+                    Some(_) => false,
+                    // Refused, reset, timed out: plain HTTP only if it answers.
+                    None => ping(&http).await.is_ok(),
+                };
+                if plain {
+                    base = http;
+                    if !is_loopback(registry) {
+                        tracing::warn!("{registry} does not speak HTTPS: using plain HTTP, as it is named insecure");
                     }
-                },
+                }
             }
-        } else {
-            https
-        };
-        let e = Arc::new(Endpoint { base, client });
-        endpoints.insert(registry.to_string(), e.clone());
-        Ok(e)
+        }
+        Ok(Arc::new(Endpoint { base, client }))
     }
 
     /// [`Error::Tls`] for `failure` at `registry`, with where its certificates go.
@@ -265,10 +301,8 @@ impl Registries {
         use crate::image::auth::Grant;
         if push {
             // Pushes go to the name itself, never a mirror or a location; blocked names are refused.
-            let to = self.conf()?.push_destination(&conf_name(r))?;
-            if to.insecure {
-                self.conf_insecure.lock().expect("poisoned").insert(r.resolve_registry().to_string());
-            }
+            // (Its `insecure` is the entry's, which insecure_for reads.)
+            self.conf()?.push_destination(&conf_name(r))?;
         }
         let cred = self.credential(r)?;
         let grant = match &cred {
@@ -307,7 +341,7 @@ impl Registries {
         also_pull.extend(from);
         let mut scopes = vec![format!("repository:{repo}:{}", if push { "pull,push" } else { "pull" })];
         scopes.extend(also_pull.iter().map(|f| format!("repository:{f}:pull")));
-        let endpoint = self.endpoint(&registry).await?;
+        let endpoint = self.endpoint(r).await?;
         let got = self
             .retry(r, "logging in", || async {
                 use crate::image::auth::{Grant, TokenError};
@@ -404,7 +438,7 @@ impl Registries {
 
     /// The client for `r`'s registry and `SCHEME://REGISTRY/v2/REPOSITORY/`.
     async fn api(&self, r: &Reference) -> Result<(reqwest::Client, String)> {
-        let e = self.endpoint(r.resolve_registry()).await?;
+        let e = self.endpoint(r).await?;
         Ok((e.client.clone(), format!("{}/v2/{}/", e.base, r.repository())))
     }
 
@@ -646,7 +680,11 @@ impl Registries {
                 for err in &envelope.errors {
                     match err.code {
                         OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown => return Error::ManifestUnknown { reference: r.whole() },
-                        OciErrorCode::Unauthorized | OciErrorCode::Denied => return refused(format!("HTTP 403 Forbidden, {}", err.message)),
+                        // The registry's own words, on one line and short: they are not ours.
+                        OciErrorCode::Unauthorized | OciErrorCode::Denied => {
+                            let said: String = err.message.chars().map(|c| if c.is_control() { ' ' } else { c }).take(200).collect();
+                            return refused(format!("{}: {said}", format!("{:?}", err.code).to_uppercase()));
+                        }
                         _ => {}
                     }
                 }
@@ -679,6 +717,10 @@ mod tests {
         assert!(is_loopback("localhost"));
         assert!(is_loopback("[::1]:5000"));
         assert!(!is_loopback("registry.example:5000"));
+        assert!(is_loopback("127.1.2.3:5000"));
+        assert!(!is_loopback("127.0.0.1.nip.io:5000"));
+        assert!(!is_loopback("127.attacker.example"));
+        assert!(!is_loopback("localhost.example"));
         assert!(!is_named_insecure("registry.example:5000", &[]));
         assert!(is_named_insecure("registry.example:5000", &["registry.example".into()]));
         assert!(is_named_insecure("registry.example:5000", &["registry.example:5000".into()]));

@@ -75,7 +75,7 @@ insecure = true
         assert_eq!(report["base_read_from"], format!("{}/{served_as}", mirror.addr()), "{report}");
         let stderr = text(&out.stderr);
         if name.starts_with("docker.io") {
-            assert!(stderr.contains("from mirror 127.0.0.1:1 failed"), "the dead mirror is named:\n{stderr}");
+            assert!(stderr.contains("from mirror 127.0.0.1:1/library/debian failed"), "the dead mirror is named:\n{stderr}");
         }
         // skopeo, given the same file, reads the same manifest.
         let raw = support::skopeo(["--registries-conf", conf.to_str().unwrap(), "inspect", "--raw", &base_ref]);
@@ -124,6 +124,7 @@ fn a_blocked_registry_is_refused_naming_the_file_and_nothing_is_written() {
     let recipe = recipe_args(tmp.path());
     args.extend(recipe.iter().map(String::as_str));
     let out = run(&conf, &home, &args);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("is blocked by registries.conf"), "{}", text(&out.stderr));
     assert_eq!(reg.requests().len(), before, "nothing pushed");
 }
@@ -151,9 +152,14 @@ fn a_push_goes_to_the_registry_itself_never_to_its_mirror() {
     assert_eq!(dest.count_manifest_puts(), 1, "{}", dest.log());
     assert_eq!(mirror.requests().len(), mirror_before, "the mirror saw nothing:\n{}", mirror.log());
     // Pulled back by name, the mirror (which lacks it) is passed over for the registry.
-    let out = run(&conf, &home, &["plan", "--base", &out_ref, "--no-packages", "--recipe", "debian-12"]);
+    let mut args = vec!["plan", "--json", "--base", &out_ref];
+    args.extend(recipe.iter().map(String::as_str));
+    let out = run(&conf, &home, &args);
+    support::assert_success("plan of the pushed image through registries.conf", &out);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report.get("base_read_from").is_none(), "read from the registry itself: {report}");
     let stderr = text(&out.stderr);
-    assert!(stderr.contains(&format!("from mirror {} failed", mirror.addr())), "{stderr}");
+    assert!(stderr.contains(&format!("from mirror {}/out failed", mirror.addr())), "{stderr}");
 }
 
 #[test]
