@@ -176,7 +176,7 @@ struct Prepared {
 }
 
 async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Reporter>) -> Result<Report> {
-    let regs = Arc::new(Registries::new(&opts.registry)?);
+    let regs = Arc::new(Registries::new(&opts.registry));
     let counters = Arc::new(Counters::default());
     let work = tempfile::Builder::new().prefix("erdma-build-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
 

@@ -62,7 +62,7 @@ pub struct CheckOptions {
 }
 
 pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<CheckReport> {
-    let regs = Arc::new(Registries::new(&opts.registry)?);
+    let regs = Arc::new(Registries::new(&opts.registry));
     let counters = Counters::default();
     let work = tempfile::Builder::new().prefix("erdma-check-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
     reporter.step(&format!("reading {}", opts.image));

@@ -135,13 +135,13 @@ pub fn is_named_insecure(registry: &str, insecure: &[String]) -> bool {
 }
 
 impl Registries {
-    pub fn new(opts: &RegistryOptions) -> Result<Self> {
+    pub fn new(opts: &RegistryOptions) -> Self {
         let backoff = std::env::var("ERDMA_BUILD_RETRY_BACKOFF_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(500));
-        Ok(Registries {
+        Registries {
             backoff,
             insecure: opts.insecure.clone(),
             certs: CertEnv::from_process(opts.cert_dir.clone()),
@@ -150,7 +150,7 @@ impl Registries {
             endpoints: Default::default(),
             creds: Mutex::default(),
             exchanged: Default::default(),
-        })
+        }
     }
 
     /// registries.conf, read the first time a registry is named.
