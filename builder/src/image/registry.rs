@@ -20,6 +20,7 @@ use oci_client::Reference;
 use crate::image::auth::Credential;
 use crate::image::registries_conf::{ConfEnv, RegistriesConf};
 use crate::image::tls::{CertEnv, TlsFailure};
+use crate::image::transport::host_of;
 use crate::error::{Error, Result};
 use crate::limits::MAX_JSON;
 use crate::limits::Exceeded;
@@ -119,14 +120,6 @@ pub fn is_loopback(registry: &str) -> bool {
     }
     let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// `registry` without its port.
-fn host_of(registry: &str) -> &str {
-    match registry.rsplit_once(':') {
-        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':') => h,
-        _ => registry,
-    }
 }
 
 /// Registries named with `--insecure-registry` (as `HOST` or `HOST:PORT`).

@@ -114,10 +114,10 @@ pub fn cert_files(env: &CertEnv, registry: &str) -> Result<CertFiles> {
     Ok(files)
 }
 
-/// Whether `registry`'s certificate directory holds a client certificate (`*.cert`).
+/// Whether `registry`'s certificate directory gives a client certificate, by [`cert_files`]'s
+/// own reading of it.
 pub fn has_client_cert(env: &CertEnv, registry: &str) -> bool {
-    let Some(dir) = env.cert_dir(registry) else { return false };
-    std::fs::read_dir(dir).is_ok_and(|rd| rd.filter_map(|e| e.ok()).any(|e| e.path().extension().is_some_and(|x| x == "cert")))
+    cert_files(env, registry).is_ok_and(|f| f.identity.is_some())
 }
 
 /// What to do about `failure` at `registry`, whose certificates `env` looks up.
@@ -126,7 +126,7 @@ pub fn hint(failure: &TlsFailure, registry: &str, env: &CertEnv) -> String {
     match failure {
         TlsFailure::UnknownIssuer => format!("put the registry's CA certificate in {}/ca.crt (containers-certs.d(5); /etc/docker/certs.d/{registry}/ and ~/.config/containers/certs.d/{registry}/ are read too), or pass --cert-dir DIR", dir.display()),
         TlsFailure::Expired | TlsFailure::NotYetValid => "the registry's certificate must be renewed (check this machine's clock too)".into(),
-        TlsFailure::WrongName => format!("the certificate must name {} in its subject alternative names; reach the registry by a name it carries", registry.rsplit_once(':').map_or(registry, |(h, _)| h)),
+        TlsFailure::WrongName => format!("the certificate must name {} in its subject alternative names; reach the registry by a name it carries", crate::image::transport::host_of(registry)),
         TlsFailure::ClientCertRequired => format!("put a client certificate and its key in {}/client.cert and client.key, or pass --cert-dir DIR", dir.display()),
         TlsFailure::ClientCertRefused => format!("the client certificate in {} is not signed by a CA the registry trusts", env.cert_dir(registry).unwrap_or(dir).display()),
         TlsFailure::NotTls => format!("reach it over plain HTTP with --insecure-registry {registry}"),

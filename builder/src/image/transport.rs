@@ -66,6 +66,14 @@ impl ImageRef {
     }
 }
 
+/// A registry name (`HOST[:PORT]`) without its port; `[::1]:5000` gives `[::1]`.
+pub fn host_of(registry: &str) -> &str {
+    match registry.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':') => h,
+        _ => registry,
+    }
+}
+
 /// `PATH[:TAG]` split at the first `:`, as containers/image does, so a name means the
 /// same to skopeo and to us (`docker-archive:a.tar:repo/name:tag` has reference `repo/name:tag`).
 fn split_path_tag(rest: &str) -> (&str, Option<String>) {
