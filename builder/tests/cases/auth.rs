@@ -8,6 +8,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::multiplatform::IndexKind;
+use super::text;
 use super::registry::{push, push_as, Form};
 use crate::support::{self, token::TokenGate, Registry};
 
@@ -39,10 +40,6 @@ fn write_json(path: &Path, v: &Value) {
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

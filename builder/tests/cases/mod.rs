@@ -28,6 +28,18 @@ use serde_json::Value;
 
 use crate::support;
 
+/// A process's output as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `--recipe FILE --keyring FILE` of [`test_recipe`] written into `dir`: for bases such as
+/// [`runnable_base`] that list no apt source of their own.
+pub fn test_recipe_args(dir: &Path) -> Vec<String> {
+    let (recipe, key) = test_recipe(dir, None);
+    vec!["--recipe".into(), recipe.display().to_string(), "--keyring".into(), key.display().to_string()]
+}
+
 /// Runs `erdma-build ARGS --json`, asserts success and returns the parsed report.
 #[track_caller]
 pub fn build_json(args: &[&str]) -> Value {

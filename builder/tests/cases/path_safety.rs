@@ -25,14 +25,11 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use super::text;
 use crate::support::{self, debs, fixture, rpm_repo};
 
 fn s(p: &Path) -> String {
     p.display().to_string()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 // ---------------------------------------------------------------------------------------------

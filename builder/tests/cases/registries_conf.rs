@@ -4,12 +4,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{build_env, runnable_base, test_recipe};
+use super::{build_env, runnable_base, test_recipe_args, text};
 use crate::support::{self, Registry};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// erdma-build ARGS with `CONTAINERS_REGISTRIES_CONF=conf` (and a home without a config of its own).
 fn run(conf: &Path, home: &Path, args: &[&str]) -> std::process::Output {
@@ -18,8 +14,9 @@ fn run(conf: &Path, home: &Path, args: &[&str]) -> std::process::Output {
 
 /// `--recipe FILE --keyring FILE --no-packages`: the runnable base lists no apt source.
 fn recipe_args(dir: &Path) -> Vec<String> {
-    let (recipe, key) = test_recipe(dir, None);
-    vec!["--no-packages".into(), "--recipe".into(), recipe.display().to_string(), "--keyring".into(), key.display().to_string()]
+    let mut args = vec!["--no-packages".to_string()];
+    args.extend(test_recipe_args(dir));
+    args
 }
 
 #[test]

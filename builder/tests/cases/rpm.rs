@@ -9,14 +9,11 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use super::text;
 use crate::support::rpm_repo::{self, BaseKind, El, RpmKey, RpmLayout, RpmRepo};
 use crate::support::{self, fixture::OciFixture};
 
 const SEED_004: [&str; 4] = ["libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"];
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()

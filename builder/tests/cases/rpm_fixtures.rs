@@ -4,12 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use super::text;
 use crate::support::rpm_repo::{self, BaseKind, El, RpmKey, RpmLayout, RpmRepo};
 use crate::support::{self, registry::http_request};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn rpm(args: &[&str]) -> Output {
     Command::new("rpm").args(args).env("LC_ALL", "C").output().expect("run rpm")

@@ -8,14 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use super::{build_env, runnable_base, test_recipe};
+use super::{build_env, runnable_base, test_recipe_args as recipe_args, text};
 use crate::support::pki::{certs_dir, Ca, Validity};
 use crate::support::registry::{Options, Tls};
 use crate::support::{self, Registry};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// A TLS registry with `server`'s certificate, client certificates of `client_ca` required when given.
 fn tls_registry(server: &support::pki::Pair, client_ca: Option<&Path>) -> Registry {
@@ -36,12 +32,6 @@ fn run(home: &Path, args: &[&str]) -> (Output, Duration) {
     let t = Instant::now();
     let out = build_env(args, &[("HOME", home.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "200")]);
     (out, t.elapsed())
-}
-
-/// `--recipe FILE --keyring FILE` of the test recipe (the runnable base lists no apt source).
-fn recipe_args(tmp: &Path) -> Vec<String> {
-    let (recipe, key) = test_recipe(tmp, None);
-    vec!["--recipe".into(), recipe.display().to_string(), "--keyring".into(), key.display().to_string()]
 }
 
 /// Podman's default nofile/nproc limits exceed this machine's hard limits: ask for small ones.
