@@ -218,7 +218,7 @@ impl Registries {
     /// and plain HTTP answers (Docker's rule for insecure registries, "Test an insecure registry"
     /// in Docker's documentation; containers/image pings both the same way). Only an insecure one
     /// also skips certificate checks: a loopback registry that speaks TLS has its certificate
-    /// verified, and a certificate failure is reported by the request that meets it.
+    /// verified, and a certificate failure the ping meets is reported at once.
     async fn new_endpoint(&self, registry: &str, insecure: bool) -> Result<Arc<Endpoint>> {
         let files = crate::image::tls::cert_files(&self.certs, registry)?;
         let mut builder = reqwest::Client::builder()
@@ -242,10 +242,15 @@ impl Registries {
                 let plain = match crate::http::tls_failure(&e) {
                     Some(TlsFailure::NotTls) => true,
                     // A certificate we cannot trust, or a client certificate it wants: never a
-                    // reason for plain HTTP.
-                    Some(_) => false,
-                    // Refused, reset, timed out: plain HTTP only if it answers.
-                    None => ping(&http).await.is_ok(),
+                    // reason for plain HTTP, and said now. The requests after it would meet it
+                    // again, but not always as clearly: under TLS 1.3 the registry refuses a
+                    // client certificate after the handshake, and a request racing that close
+                    // fails as "connection was not ready", which is retried.
+                    Some(f) => return Err(self.tls_error(registry, f)),
+                    // Refused, reset, timed out: plain HTTP only if a registry answers there
+                    // (200, or 401 asking for credentials: distribution's `GET /v2/`), not a TLS
+                    // server's 400 "client sent an HTTP request to an HTTPS server".
+                    None => ping(&http).await.is_ok_and(|res| matches!(res.status(), reqwest::StatusCode::OK | reqwest::StatusCode::UNAUTHORIZED)),
                 };
                 if plain {
                     base = http;
@@ -702,6 +707,25 @@ impl Registries {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real reqwest error from a TLS handshake (a server answering the ClientHello in plain
+    /// HTTP) is a TLS failure, and never retried.
+    #[tokio::test]
+    async fn a_tls_failure_is_not_transient() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut hello = [0u8; 512];
+            let _ = s.read(&mut hello).await;
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+        });
+        let e = reqwest::Client::new().get(format!("https://{addr}/v2/")).send().await.unwrap_err();
+        assert_eq!(crate::http::tls_failure(&e), Some(TlsFailure::NotTls), "{}", crate::http::chain(&e));
+        assert!(e.is_connect(), "a connect error, which alone would be retried");
+        assert!(!transient(&OciDistributionError::RequestError(e)));
+    }
 
     #[test]
     fn loopback_and_named_registries_may_fall_back_to_http() {
