@@ -247,10 +247,11 @@ impl Registries {
                     // client certificate after the handshake, and a request racing that close
                     // fails as "connection was not ready", which is retried.
                     Some(f) => return Err(self.tls_error(registry, f)),
-                    // Refused, reset, timed out: plain HTTP only if a registry answers there
-                    // (200, or 401 asking for credentials: distribution's `GET /v2/`), not a TLS
-                    // server's 400 "client sent an HTTP request to an HTTPS server".
-                    None => ping(&http).await.is_ok_and(|res| matches!(res.status(), reqwest::StatusCode::OK | reqwest::StatusCode::UNAUTHORIZED)),
+                    // Refused, reset, timed out: plain HTTP only if it answers there, and not
+                    // with the 400 a TLS server gives a plain request (Go's "client sent an HTTP
+                    // request to an HTTPS server", nginx's "plain HTTP request was sent to HTTPS
+                    // port"). A 5xx is a plain-HTTP registry having a bad moment: still HTTP.
+                    None => ping(&http).await.is_ok_and(|res| res.status() != reqwest::StatusCode::BAD_REQUEST),
                 };
                 if plain {
                     base = http;
