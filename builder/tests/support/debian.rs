@@ -216,8 +216,7 @@ fn deb822_stanzas(text: &str) -> Vec<(Vec<String>, Vec<String>, bool)> {
 /// `if !support::require(support::debian::can_build_base(), support::debian::NEEDS) { return; }`
 /// or simply `if !support::debian::require_base() { return; }`.
 pub fn can_build_base() -> bool {
-    cache_root().join(BASE_NAME).is_dir()
-        || (super::is_root() && super::have("debootstrap") && debian_mirror().is_some())
+    can_build_base_for(BOOKWORM, AMD64)
 }
 
 pub const NEEDS: &str =
