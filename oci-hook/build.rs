@@ -6,8 +6,17 @@
 //!   containerd with it as kubelet does).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_protos(&["proto/deviceplugin_v1beta1.proto"], &["proto"])?;
-    tonic_prost_build::configure().build_client(false).build_server(false).compile_protos(&["proto/nri_v1alpha1.proto"], &["proto"])?;
-    tonic_prost_build::configure().build_client(true).build_server(false).compile_protos(&["proto/cri_v1.proto"], &["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&["proto/deviceplugin_v1beta1.proto"], &["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(false)
+        .compile_protos(&["proto/nri_v1alpha1.proto"], &["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(false)
+        .compile_protos(&["proto/cri_v1.proto"], &["proto"])?;
     Ok(())
 }

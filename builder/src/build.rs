@@ -9,23 +9,23 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::image::config::{rfc3339, ConfigEdit, EnvChange};
-use crate::env_presets::Profile;
 use crate::distro::OsRelease;
-use crate::image::files::{cache_dir, debian_arch, ImageFiles, LayerCache};
-use crate::image::rootfs::SnapEntry;
+use crate::env_presets::Profile;
 use crate::error::{Error, Result};
+use crate::image::config::{rfc3339, ConfigEdit, EnvChange};
+use crate::image::files::{cache_dir, debian_arch, ImageFiles, LayerCache};
 use crate::image::layer::{LayerCompression, LayerContents, LayerInfo};
-use crate::inspect::{CudaFact, NcclFact, TorchFact};
-use crate::packages::{Inputs, NcclRequest, PackagesReport};
-use crate::packages::nccl::{Cuda, Want};
-use std::collections::BTreeMap;
-use crate::progress::{Counters, Reporter, Transfer};
-use crate::recipe::Recipe;
 use crate::image::registry::Registries;
+use crate::image::rootfs::SnapEntry;
 use crate::image::sink::{Reuse, Sink, Top};
 use crate::image::source::{PlatformChoice, Source, SourceImage};
 use crate::image::transport::ImageRef;
+use crate::inspect::{CudaFact, NcclFact, TorchFact};
+use crate::packages::nccl::{Cuda, Want};
+use crate::packages::{Inputs, NcclRequest, PackagesReport};
+use crate::progress::{Counters, Reporter, Transfer};
+use crate::recipe::Recipe;
+use std::collections::BTreeMap;
 
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
@@ -161,7 +161,11 @@ pub async fn plan(opts: &Options, reporter: Arc<dyn Reporter>) -> Result<Report>
 }
 
 /// Builds the image and writes it to `output`.
-pub async fn build(opts: &Options, output: &ImageRef, reporter: Arc<dyn Reporter>) -> Result<Report> {
+pub async fn build(
+    opts: &Options,
+    output: &ImageRef,
+    reporter: Arc<dyn Reporter>,
+) -> Result<Report> {
     run(opts, Some(output), reporter).await
 }
 
@@ -175,10 +179,17 @@ struct Prepared {
     base_layers: Vec<(String, u64)>,
 }
 
-async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Reporter>) -> Result<Report> {
+async fn run(
+    opts: &Options,
+    output: Option<&ImageRef>,
+    reporter: Arc<dyn Reporter>,
+) -> Result<Report> {
     let regs = Arc::new(Registries::new(&opts.registry));
     let counters = Arc::new(Counters::default());
-    let work = tempfile::Builder::new().prefix("erdma-build-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
+    let work = tempfile::Builder::new()
+        .prefix("erdma-build-")
+        .tempdir()
+        .map_err(Error::io("creating work directory", std::env::temp_dir()))?;
 
     reporter.step(&format!("reading {}", opts.base));
     let src = Source::open(&opts.base, &regs, opts.limits).await?;
@@ -187,7 +198,9 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
     // Open the output before any heavy work so an unwritable destination fails fast.
     let sink = match output {
         Some(out) => {
-            let sink = Sink::open(out, &regs, reporter.clone(), counters.clone(), opts.limits.inflation).await?;
+            let sink =
+                Sink::open(out, &regs, reporter.clone(), counters.clone(), opts.limits.inflation)
+                    .await?;
             if images.len() > 1 && !sink.supports_index() {
                 return Err(Error::Unsupported(format!("{out} holds one image; --platform all needs docker:// or oci: or oci-archive: output")));
             }
@@ -205,8 +218,20 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
         let (recipe, os_release) = choose_recipe(opts, &src, &files)?;
         for name in opts.repo_keyrings.keys() {
             if name != "base" && !recipe.repositories.iter().any(|r| &r.name == name) {
-                let names: Vec<&str> = std::iter::once("base").chain(recipe.repositories.iter().filter(|r| !r.from_base).map(|r| r.name.as_str())).collect();
-                return Err(Error::Unsupported(format!("--keyring {name}=…: recipe {} has no repository `{name}` (it has {})", recipe.name, names.join(", "))));
+                let names: Vec<&str> = std::iter::once("base")
+                    .chain(
+                        recipe
+                            .repositories
+                            .iter()
+                            .filter(|r| !r.from_base)
+                            .map(|r| r.name.as_str()),
+                    )
+                    .collect();
+                return Err(Error::Unsupported(format!(
+                    "--keyring {name}=…: recipe {} has no repository `{name}` (it has {})",
+                    recipe.name,
+                    names.join(", ")
+                )));
             }
         }
         let arch = debian_arch(img);
@@ -214,7 +239,16 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
         let key = (recipe.name.clone(), arch.clone());
         if !layers_by_recipe.contains_key(&key) {
             let env = crate::inspect::env_of(&img.config);
-            let mut c = recipe_contents(&recipe, opts, &files, &arch, &env, output.is_some(), reporter.as_ref()).await?;
+            let mut c = recipe_contents(
+                &recipe,
+                opts,
+                &files,
+                &arch,
+                &env,
+                output.is_some(),
+                reporter.as_ref(),
+            )
+            .await?;
             let path = work.path().join(format!("layer-{i}"));
             c.info = Some(c.layer.write_layer(&path, opts.compression, opts.epoch)?);
             c.path = path;
@@ -224,25 +258,36 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
         prepared.push(prepare(opts, &src, img, recipe, os_release, c)?);
     }
 
-    let top = top_object(&prepared, images.len() > 1 || src.is_multi_platform() && opts.platform == PlatformChoice::All);
+    let top = top_object(
+        &prepared,
+        images.len() > 1 || src.is_multi_platform() && opts.platform == PlatformChoice::All,
+    );
     let digest = top.as_ref().map(|t| t.digest.clone());
 
     if let Some(sink) = sink {
         for p in prepared.iter_mut() {
             reporter.step("writing layers");
-            let reuses: Vec<Result<Reuse>> = futures_util::stream::iter(p.base_layers.iter().map(|(d, s)| sink.put_base_blob(&src, d, *s)))
-                .buffered(3)
-                .collect()
-                .await;
+            let reuses: Vec<Result<Reuse>> = futures_util::stream::iter(
+                p.base_layers.iter().map(|(d, s)| sink.put_base_blob(&src, d, *s)),
+            )
+            .buffered(3)
+            .collect()
+            .await;
             for (bl, reuse) in p.report.base_layers.iter_mut().zip(reuses) {
                 bl.reuse = Some(reuse?);
             }
             let top = top.as_ref().expect("a build knows its layers");
             let layer = p.report.layer.as_ref().expect("a build knows its layers");
             sink.put_file(&p.layer_path, &layer.digest, layer.size).await?;
-            sink.put_bytes(&p.config_raw, p.report.config_digest.as_deref().expect("known")).await?;
+            sink.put_bytes(&p.config_raw, p.report.config_digest.as_deref().expect("known"))
+                .await?;
             if top.media_type == INDEX_TYPE {
-                sink.put_child_manifest(&p.manifest_raw, p.report.manifest_digest.as_deref().expect("known"), MANIFEST_TYPE).await?;
+                sink.put_child_manifest(
+                    &p.manifest_raw,
+                    p.report.manifest_digest.as_deref().expect("known"),
+                    MANIFEST_TYPE,
+                )
+                .await?;
             }
         }
         reporter.step(&format!("committing {}", output.expect("sink implies output")));
@@ -253,7 +298,9 @@ async fn run(opts: &Options, output: Option<&ImageRef>, reporter: Arc<dyn Report
         base: opts.base.to_string(),
         base_digest: src.digest().to_string(),
         base_read_from: match (&opts.base, src.registry_ref()) {
-            (ImageRef::Registry(named), Some(at)) if at.whole() != named.whole() => Some(at.whole()),
+            (ImageRef::Registry(named), Some(at)) if at.whole() != named.whole() => {
+                Some(at.whole())
+            }
             _ => None,
         },
         profile: opts.profile,
@@ -273,7 +320,11 @@ fn top_object(prepared: &[Prepared], multi: bool) -> Option<Top> {
     }
     if !multi {
         let p = &prepared[0];
-        return Some(Top { digest: p.report.manifest_digest.clone()?, media_type: MANIFEST_TYPE.into(), raw: p.manifest_raw.clone() });
+        return Some(Top {
+            digest: p.report.manifest_digest.clone()?,
+            media_type: MANIFEST_TYPE.into(),
+            raw: p.manifest_raw.clone(),
+        });
     }
     let manifests: Vec<Value> = prepared
         .iter()
@@ -285,15 +336,23 @@ fn top_object(prepared: &[Prepared], multi: bool) -> Option<Top> {
             d
         })
         .collect();
-    let raw = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": manifests})).expect("json");
+    let raw = serde_json::to_vec(
+        &json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": manifests}),
+    )
+    .expect("json");
     let digest = crate::image::blob::sha256_digest(&raw);
     Some(Top { digest, media_type: INDEX_TYPE.into(), raw })
 }
 
-fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Recipe, Option<OsRelease>)> {
+fn choose_recipe(
+    opts: &Options,
+    src: &Source,
+    files: &ImageFiles,
+) -> Result<(Recipe, Option<OsRelease>)> {
     let os_release = || -> Result<OsRelease> {
         files.reporter.step("detecting the distribution");
-        crate::distro::of_image(files)?.ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })
+        crate::distro::of_image(files)?
+            .ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })
     };
     let (recipe, os) = match &opts.recipe {
         Some(name) => {
@@ -312,7 +371,10 @@ fn choose_recipe(opts: &Options, src: &Source, files: &ImageFiles) -> Result<(Re
         }
     };
     if let Some(why) = &recipe.unsupported {
-        return Err(Error::DistroRefused { found: recipe.distro.pretty.clone(), reason: why.clone() });
+        return Err(Error::DistroRefused {
+            found: recipe.distro.pretty.clone(),
+            reason: why.clone(),
+        });
     }
     Ok((recipe, os))
 }
@@ -336,9 +398,19 @@ struct RecipeLayer {
 /// The files the recipe puts in the image: apt sources and keys for its repositories, the
 /// packages it installs (with the dpkg database), plain files, and whiteouts for what it removes.
 #[allow(clippy::too_many_arguments)]
-async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>, arch: &str, env: &[(String, String)], build: bool, reporter: &dyn Reporter) -> Result<RecipeLayer> {
+async fn recipe_contents(
+    recipe: &Recipe,
+    opts: &Options,
+    base: &ImageFiles<'_>,
+    arch: &str,
+    env: &[(String, String)],
+    build: bool,
+    reporter: &dyn Reporter,
+) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
-    let http = crate::http::Client::new(opts.timeouts).map_err(|e| Error::Unsupported(e.to_string()))?.max_inflation(opts.limits.inflation);
+    let http = crate::http::Client::new(opts.timeouts)
+        .map_err(|e| Error::Unsupported(e.to_string()))?
+        .max_inflation(opts.limits.inflation);
     let mut keys = BTreeMap::new();
     let mut trusted = Vec::new();
     let mut warnings = Vec::new();
@@ -355,7 +427,10 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             ));
         }
         for d in &t.dropped {
-            warnings.push(format!("repository `{}`: {} also holds key {d}, which the recipe does not pin: dropped", t.repository, t.source));
+            warnings.push(format!(
+                "repository `{}`: {} also holds key {d}, which the recipe does not pin: dropped",
+                t.repository, t.source
+            ));
         }
         keys.insert(repo.name.clone(), binary);
         trusted.push(t);
@@ -368,10 +443,16 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         Some(want) => Some(nccl_plan(want, opts, base, arch, env, reporter, &mut warnings)?),
         None => None,
     };
-    if (opts.packages && !recipe.packages.install.is_empty()) || nccl.is_some() || !opts.install.is_empty() || !opts.local_packages.is_empty() {
+    if (opts.packages && !recipe.packages.install.is_empty())
+        || nccl.is_some()
+        || !opts.install.is_empty()
+        || !opts.local_packages.is_empty()
+    {
         // The recipe's own repositories have their keys in `keys` already.
         let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {
-            Some(p) => Some(crate::packages::openpgp::dearmor(&std::fs::read(p).map_err(Error::io("reading keyring", p))?)?),
+            Some(p) => Some(crate::packages::openpgp::dearmor(
+                &std::fs::read(p).map_err(Error::io("reading keyring", p))?,
+            )?),
             None => None,
         };
         let inputs = Inputs {
@@ -389,7 +470,15 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
             cache_dir: cache_dir(),
             download: opts.download,
         };
-        let (report, gone) = crate::packages::install(recipe.distro.backend, &inputs, base, build.then_some(&mut layer), reporter).await.map_err(|e| signed_by_dropped_key(e, &trusted))?;
+        let (report, gone) = crate::packages::install(
+            recipe.distro.backend,
+            &inputs,
+            base,
+            build.then_some(&mut layer),
+            reporter,
+        )
+        .await
+        .map_err(|e| signed_by_dropped_key(e, &trusted))?;
         if build {
             removed = gone;
             // The whole point: an image whose libibverbs has no erdma provider silently falls
@@ -404,8 +493,15 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
                     .install
                     .iter()
                     .map(|p| (p.name.as_str(), p.version.as_str(), p.origin.as_str()))
-                    .chain(report.kept.iter().map(|p| (p.name.as_str(), p.version.as_str(), "the base")))
-                    .find(|(n, _, _)| ["ibverbs-providers", "libibverbs1", "libibverbs"].contains(n))
+                    .chain(
+                        report
+                            .kept
+                            .iter()
+                            .map(|p| (p.name.as_str(), p.version.as_str(), "the base")),
+                    )
+                    .find(|(n, _, _)| {
+                        ["ibverbs-providers", "libibverbs1", "libibverbs"].contains(n)
+                    })
                     .map(|(n, v, o)| format!("rdma-core {v} ({n} from {o})"))
                     .unwrap_or_else(|| "the rdma-core installed".into());
                 return Err(Error::Unsupported(format!(
@@ -424,13 +520,36 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         .repositories
         .iter()
         .filter(|r| !r.from_base)
-        .map(|r| (r.name.clone(), used_urls.get(&r.name).or_else(|| opts.repo_urls.get(&r.name)).or(r.urls.first()).expect("validated: urls or from_base").clone()))
+        .map(|r| {
+            (
+                r.name.clone(),
+                used_urls
+                    .get(&r.name)
+                    .or_else(|| opts.repo_urls.get(&r.name))
+                    .or(r.urls.first())
+                    .expect("validated: urls or from_base")
+                    .clone(),
+            )
+        })
         .collect();
-    crate::packages::add_repositories(recipe.distro.backend, &recipe.target(), &urls, &keys, nccl.as_ref().map(|(req, _)| req.cuda), base, &mut layer)?;
+    crate::packages::add_repositories(
+        recipe.distro.backend,
+        &recipe.target(),
+        &urls,
+        &keys,
+        nccl.as_ref().map(|(req, _)| req.cuda),
+        base,
+        &mut layer,
+    )?;
     for f in &recipe.files {
         layer.add_file(&f.path, f.content.clone().into_bytes(), f.mode)?;
     }
-    let whiteouts: Vec<String> = recipe.packages.remove_files.iter().filter_map(|p| crate::image::layer::normalize(p)).collect();
+    let whiteouts: Vec<String> = recipe
+        .packages
+        .remove_files
+        .iter()
+        .filter_map(|p| crate::image::layer::normalize(p))
+        .collect();
     for p in &whiteouts {
         layer.add_whiteout(p)?;
         removed.push(format!("/{p}"));
@@ -446,16 +565,39 @@ async fn recipe_contents(recipe: &Recipe, opts: &Options, base: &ImageFiles<'_>,
         summary.libnccl2 = packages.as_ref().and_then(|p| p.nccl.clone()).unwrap_or_default();
         summary
     });
-    Ok(RecipeLayer { layer, added, removed, packages, nccl, warnings, keys: trusted, complete, path: PathBuf::new(), info: None })
+    Ok(RecipeLayer {
+        layer,
+        added,
+        removed,
+        packages,
+        nccl,
+        warnings,
+        keys: trusted,
+        complete,
+        path: PathBuf::new(),
+        info: None,
+    })
 }
 
 /// A repository whose signature names a key the pin dropped from its key download: say so,
 /// rather than only "no valid signature".
 fn signed_by_dropped_key(e: Error, trusted: &[crate::packages::openpgp::Trusted]) -> Error {
     use crate::packages::{apt::repo::RepoError, openpgp::SignatureError};
-    let Error::Repo(repo_err @ RepoError::BadSignature { source: SignatureError::NoValidSignature { outside, .. }, .. }) = &e else { return e };
+    let Error::Repo(
+        repo_err @ RepoError::BadSignature {
+            source: SignatureError::NoValidSignature { outside, .. },
+            ..
+        },
+    ) = &e
+    else {
+        return e;
+    };
     // A signature names its issuer by fingerprint or key ID (v4: the last 16 digits, v6: the first 16).
-    let issued = |d: &str| outside.iter().any(|i| i == d || (i.len() == 16 && (d.ends_with(i.as_str()) || d.starts_with(i.as_str()))));
+    let issued = |d: &str| {
+        outside.iter().any(|i| {
+            i == d || (i.len() == 16 && (d.ends_with(i.as_str()) || d.starts_with(i.as_str())))
+        })
+    };
     for t in trusted {
         if let Some(d) = t.dropped.iter().find(|d| issued(d)) {
             return Error::Unsupported(format!(
@@ -495,7 +637,9 @@ fn nccl_plan(
             "--nccl with --no-packages needs a base whose libibverbs has the erdma provider: NCCL opens libibverbs with dlopen and, without it, silently falls back to TCP; hint: drop --no-packages to add the eRDMA packages".into(),
         ));
     }
-    if let (Some(t), Some(p)) = (&facts.torch, facts.python_nccl.iter().find(|p| !p.version.supports_erdma())) {
+    if let (Some(t), Some(p)) =
+        (&facts.torch, facts.python_nccl.iter().find(|p| !p.version.supports_erdma()))
+    {
         if t.loads == Some(crate::inspect::Loads::Python) {
             let cu = cuda.version.major;
             warnings.push(format!(
@@ -505,7 +649,15 @@ fn nccl_plan(
         }
     }
     let req = NcclRequest { want: want.clone(), cuda: cuda.version, dev: opts.nccl_dev };
-    Ok((req, NcclSummary { libnccl2: String::new(), cuda, python_nccl: facts.python_nccl, torch: facts.torch }))
+    Ok((
+        req,
+        NcclSummary {
+            libnccl2: String::new(),
+            cuda,
+            python_nccl: facts.python_nccl,
+            torch: facts.torch,
+        },
+    ))
 }
 
 impl crate::packages::BaseFiles for ImageFiles<'_> {
@@ -527,26 +679,49 @@ impl crate::packages::BaseFiles for ImageFiles<'_> {
 /// the user names (their own trust decision: a mirror re-signed with a site key), else the
 /// download from `key_url`, of which only the key the recipe pins is kept (any other key in
 /// the download is dropped), or every key, trusted on first use, when the recipe pins none.
-async fn repo_key(http: &crate::http::Client, recipe: &Recipe, repo: &crate::recipe::Repository, keyring: Option<&Path>) -> Result<(Vec<u8>, crate::packages::openpgp::Trusted)> {
+async fn repo_key(
+    http: &crate::http::Client,
+    recipe: &Recipe,
+    repo: &crate::recipe::Repository,
+    keyring: Option<&Path>,
+) -> Result<(Vec<u8>, crate::packages::openpgp::Trusted)> {
     let what = format!("the key of repository `{}` (recipe {})", repo.name, recipe.name);
     let (raw, source) = match (keyring, &repo.key_url) {
-        (Some(path), _) => (std::fs::read(path).map_err(Error::io("reading keyring", path))?, path.display().to_string()),
+        (Some(path), _) => (
+            std::fs::read(path).map_err(Error::io("reading keyring", path))?,
+            path.display().to_string(),
+        ),
         (None, Some(url)) => (
-            fetch_key(http, url).await.map_err(|reason| Error::Unsupported(format!("fetching {what} from {url} failed: {reason}; hint: pass --keyring {}=FILE", repo.name)))?,
+            fetch_key(http, url).await.map_err(|reason| {
+                Error::Unsupported(format!(
+                    "fetching {what} from {url} failed: {reason}; hint: pass --keyring {}=FILE",
+                    repo.name
+                ))
+            })?,
             url.clone(),
         ),
         (None, None) => {
-            return Err(Error::RecipeInvalid { name: recipe.name.clone(), reason: format!("repository `{}` has no key_url; pass --keyring FILE", repo.name) })
+            return Err(Error::RecipeInvalid {
+                name: recipe.name.clone(),
+                reason: format!("repository `{}` has no key_url; pass --keyring FILE", repo.name),
+            })
         }
     };
     let pin = repo.fingerprint.as_deref().filter(|_| keyring.is_none());
-    let (keys, dropped) = crate::packages::openpgp::select(&raw, pin, &format!("{what} from {source}"))?;
+    let (keys, dropped) =
+        crate::packages::openpgp::select(&raw, pin, &format!("{what} from {source}"))?;
     let trust = match (keyring, pin) {
         (Some(_), _) => "keyring",
         (None, Some(_)) => "pinned",
         (None, None) => "first-use",
     };
-    let trusted = crate::packages::openpgp::Trusted { repository: repo.name.clone(), fingerprints: keys.iter().map(crate::packages::openpgp::fingerprint).collect(), source, trust, dropped };
+    let trusted = crate::packages::openpgp::Trusted {
+        repository: repo.name.clone(),
+        fingerprints: keys.iter().map(crate::packages::openpgp::fingerprint).collect(),
+        source,
+        trust,
+        dropped,
+    };
     Ok((crate::packages::openpgp::to_binary(&keys)?, trusted))
 }
 
@@ -567,12 +742,21 @@ fn oci_layer_type(mt: &str) -> &str {
     match mt {
         "application/vnd.docker.image.rootfs.diff.tar.gzip" => crate::image::layer::MEDIA_TYPE_GZIP,
         "application/vnd.docker.image.rootfs.diff.tar" => crate::image::layer::MEDIA_TYPE_TAR,
-        "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+        "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => {
+            "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+        }
         other => other,
     }
 }
 
-fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_release: Option<OsRelease>, c: &RecipeLayer) -> Result<Prepared> {
+fn prepare(
+    opts: &Options,
+    src: &Source,
+    img: &SourceImage,
+    recipe: Recipe,
+    os_release: Option<OsRelease>,
+    c: &RecipeLayer,
+) -> Result<Prepared> {
     let info = c.info.clone().expect("layer written before prepare");
     let files_added = c.added.clone();
     let files_removed = c.removed.clone();
@@ -584,19 +768,29 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
     ]
     .into();
     // Whoever runs the image can tell that something in it was never signed.
-    let unsigned: Vec<String> = c.packages.iter().flat_map(|p| &p.unsigned).map(|d| format!("{}={} sha256:{} ({})", d.name, d.version, d.sha256, d.source)).collect();
+    let unsigned: Vec<String> = c
+        .packages
+        .iter()
+        .flat_map(|p| &p.unsigned)
+        .map(|d| format!("{}={} sha256:{} ({})", d.name, d.version, d.sha256, d.source))
+        .collect();
     if !unsigned.is_empty() {
         labels.insert(UNSIGNED_LABEL.to_string(), unsigned.join(", "));
     }
     let edit = ConfigEdit {
-        presets: if opts.env_presets { crate::env_presets::presets(&recipe.env, opts.profile) } else { Default::default() },
+        presets: if opts.env_presets {
+            crate::env_presets::presets(&recipe.env, opts.profile)
+        } else {
+            Default::default()
+        },
         overrides: opts.env.clone(),
         labels,
         created: rfc3339(opts.epoch),
         history_comment: format!("eRDMA layer from recipe {}", recipe.name),
     };
     let env = edit.env_changes(&img.config);
-    let created_by = format!("erdma-build build --recipe {} (added {})", recipe.name, files_added.join(" "));
+    let created_by =
+        format!("erdma-build build --recipe {} (added {})", recipe.name, files_added.join(" "));
     let config = edit.apply(&img.config, &info.diff_id, &created_by)?;
     let config_raw = serde_json::to_vec(&config).expect("json");
     let config_digest = crate::image::blob::sha256_digest(&config_raw);
@@ -647,7 +841,15 @@ fn prepare(opts: &Options, src: &Source, img: &SourceImage, recipe: Recipe, os_r
             nccl: c.nccl.clone(),
             warnings: c.warnings.clone(),
             keys: c.keys.clone(),
-            base_layers: img.layers.iter().map(|(d, s, _)| crate::build::BaseLayer { digest: d.clone(), size: *s, reuse: None }).collect(),
+            base_layers: img
+                .layers
+                .iter()
+                .map(|(d, s, _)| crate::build::BaseLayer {
+                    digest: d.clone(),
+                    size: *s,
+                    reuse: None,
+                })
+                .collect(),
             layer: c.complete.then_some(info),
             config_digest: c.complete.then_some(config_digest),
             manifest_digest: c.complete.then_some(manifest_digest),

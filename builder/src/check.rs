@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::image::files::{ImageFiles, LayerCache};
 use crate::error::{Error, Result};
-use crate::inspect::{Facts, Loads};
-use crate::packages::nccl::{Cuda, Nccl};
-use crate::progress::{Counters, Reporter, Transfer};
+use crate::image::files::{ImageFiles, LayerCache};
 use crate::image::registry::Registries;
 use crate::image::source::{PlatformChoice, Source};
 use crate::image::transport::ImageRef;
+use crate::inspect::{Facts, Loads};
+use crate::packages::nccl::{Cuda, Nccl};
+use crate::progress::{Counters, Reporter, Transfer};
 
 /// Requirements of a platform on top of eRDMA's own (defined beside the env presets it bakes).
 pub use crate::env_presets::Profile;
@@ -64,11 +64,16 @@ pub struct CheckOptions {
 pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<CheckReport> {
     let regs = Arc::new(Registries::new(&opts.registry));
     let counters = Counters::default();
-    let work = tempfile::Builder::new().prefix("erdma-check-").tempdir().map_err(Error::io("creating work directory", std::env::temp_dir()))?;
+    let work = tempfile::Builder::new()
+        .prefix("erdma-check-")
+        .tempdir()
+        .map_err(Error::io("creating work directory", std::env::temp_dir()))?;
     reporter.step(&format!("reading {}", opts.image));
     let src = Source::open(&opts.image, &regs, opts.limits).await?;
     let images = src.images(&opts.platform).await?;
-    let img = images.first().ok_or_else(|| Error::Unsupported(format!("{} holds no image", opts.image)))?;
+    let img = images
+        .first()
+        .ok_or_else(|| Error::Unsupported(format!("{} holds no image", opts.image)))?;
     let cache = LayerCache::new(work.path());
     let files = ImageFiles::new(&src, img, &cache, &reporter, &counters);
     let env = crate::inspect::env_of(&img.config);
@@ -112,7 +117,10 @@ pub fn judge(f: &Facts, env: &[(String, String)], profile: Option<Profile>) -> V
         (_, false) => finding("erdma-provider", Fail, "no erdma provider: /etc/libibverbs.d/erdma.driver is missing, so libibverbs cannot use eRDMA devices".into(), Some(build_hint)),
         (None, true) => finding("erdma-provider", Fail, "erdma.driver is there but the provider library (libibverbs/liberdma-rdmav*.so) is not".into(), Some(build_hint)),
     });
-    for (id, lib, name) in [("libibverbs", &f.rdma.libibverbs, "libibverbs.so.1"), ("librdmacm", &f.rdma.librdmacm, "librdmacm.so.1")] {
+    for (id, lib, name) in [
+        ("libibverbs", &f.rdma.libibverbs, "libibverbs.so.1"),
+        ("librdmacm", &f.rdma.librdmacm, "librdmacm.so.1"),
+    ] {
         out.push(match lib {
             Some(p) => finding(id, Ok, format!("{name} at {p}"), None),
             None => finding(id, Fail, format!("{name} is missing"), Some(build_hint)),
@@ -147,7 +155,12 @@ pub fn judge(f: &Facts, env: &[(String, String)], profile: Option<Profile>) -> V
 
     out.push(match &f.python3 {
         Some(p) => finding("python3", Ok, format!("Python 3 at {p}"), None),
-        None if pai => finding("python3", Fail, "no python3; PAI-DLC needs Python 3".into(), Some("install python3 in the image")),
+        None if pai => finding(
+            "python3",
+            Fail,
+            "no python3; PAI-DLC needs Python 3".into(),
+            Some("install python3 in the image"),
+        ),
         None => finding("python3", Warn, "no python3".into(), None),
     });
 
@@ -164,7 +177,12 @@ fn nccl_findings(f: &Facts, pai: bool) -> Vec<Finding> {
         Some(Loads::System) => "; PyTorch loads the system one",
         None => "",
     };
-    let pip_fix = |cuda: Option<Cuda>| format!("pip install -U nvidia-nccl-cu{}", cuda.map(|c| c.major.to_string()).unwrap_or_else(|| "12".into()));
+    let pip_fix = |cuda: Option<Cuda>| {
+        format!(
+            "pip install -U nvidia-nccl-cu{}",
+            cuda.map(|c| c.major.to_string()).unwrap_or_else(|| "12".into())
+        )
+    };
     match f.effective_nccl() {
         None => out.push(finding(
             "nccl",
@@ -174,16 +192,37 @@ fn nccl_findings(f: &Facts, pai: bool) -> Vec<Finding> {
         )),
         Some(n) => {
             let is_pip = f.python_nccl.first().is_some_and(|p| p.path == n.path);
-            let what = format!("NCCL {} at {}{}", nccl_text(n.version, n.cuda), n.path, n.package.as_ref().map(|p| format!(" ({p})")).unwrap_or_default());
+            let what = format!(
+                "NCCL {} at {}{}",
+                nccl_text(n.version, n.cuda),
+                n.path,
+                n.package.as_ref().map(|p| format!(" ({p})")).unwrap_or_default()
+            );
             let cuda_clash = match (n.cuda, &f.cuda) {
-                (Some(built), Some(image)) if built.major != image.version.major => Some((built, image.version)),
+                (Some(built), Some(image)) if built.major != image.version.major => {
+                    Some((built, image.version))
+                }
                 _ => None,
             };
             if !n.version.supports_erdma() {
-                let hint = if is_pip { pip_fix(f.cuda.as_ref().map(|c| c.version).or(n.cuda)) } else { "erdma-build build --nccl latest".into() };
-                out.push(Finding { id: "nccl", status: Fail, message: format!("{what}{which}: older than 2.19, which eRDMA needs"), hint: Some(hint) });
+                let hint = if is_pip {
+                    pip_fix(f.cuda.as_ref().map(|c| c.version).or(n.cuda))
+                } else {
+                    "erdma-build build --nccl latest".into()
+                };
+                out.push(Finding {
+                    id: "nccl",
+                    status: Fail,
+                    message: format!("{what}{which}: older than 2.19, which eRDMA needs"),
+                    hint: Some(hint),
+                });
             } else if let Some((built, image)) = cuda_clash {
-                out.push(finding("nccl", Fail, format!("{what}{which}: built for CUDA {built}, the image has CUDA {image}"), Some("erdma-build build --nccl picks the build for the image's CUDA")));
+                out.push(finding(
+                    "nccl",
+                    Fail,
+                    format!("{what}{which}: built for CUDA {built}, the image has CUDA {image}"),
+                    Some("erdma-build build --nccl picks the build for the image's CUDA"),
+                ));
             } else {
                 out.push(finding("nccl", Ok, format!("{what}{which}"), None));
             }
@@ -193,7 +232,16 @@ fn nccl_findings(f: &Facts, pai: bool) -> Vec<Finding> {
     let effective = f.effective_nccl().map(|n| n.path.clone());
     for other in f.system_nccl.iter().chain(&f.python_nccl) {
         if Some(&other.path) != effective.as_ref() && !other.version.supports_erdma() {
-            out.push(finding("nccl-other", Warn, format!("NCCL {} at {} is older than 2.19 (not the one PyTorch loads)", nccl_text(other.version, other.cuda), other.path), None));
+            out.push(finding(
+                "nccl-other",
+                Warn,
+                format!(
+                    "NCCL {} at {} is older than 2.19 (not the one PyTorch loads)",
+                    nccl_text(other.version, other.cuda),
+                    other.path
+                ),
+                None,
+            ));
         }
     }
     out
@@ -202,7 +250,11 @@ fn nccl_findings(f: &Facts, pai: bool) -> Vec<Finding> {
 /// The NCCL env presets ([`crate::env_presets`], with the profile's): missing ones are a
 /// warning (erdma-oci-hook adds them at start), values that turn eRDMA off are failures, other
 /// differences warnings.
-fn env_finding(env: &[(String, String)], presets: &BTreeMap<String, String>, profile: Option<Profile>) -> Finding {
+fn env_finding(
+    env: &[(String, String)],
+    presets: &BTreeMap<String, String>,
+    profile: Option<Profile>,
+) -> Finding {
     use Status::*;
     let get = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let mut off = Vec::new();
@@ -215,16 +267,33 @@ fn env_finding(env: &[(String, String)], presets: &BTreeMap<String, String>, pro
         }
     }
     if let Some(hca) = get("NCCL_IB_HCA") {
-        let names: Vec<&str> = hca.trim_start_matches(['^', '=']).split(',').map(|h| h.split(':').next().unwrap_or(h).trim()).collect();
-        if hca.starts_with('^') && names.iter().any(|n| n.starts_with("erdma")) || !hca.starts_with('^') && names.iter().all(|n| n.starts_with("mlx")) {
+        let names: Vec<&str> = hca
+            .trim_start_matches(['^', '='])
+            .split(',')
+            .map(|h| h.split(':').next().unwrap_or(h).trim())
+            .collect();
+        if hca.starts_with('^') && names.iter().any(|n| n.starts_with("erdma"))
+            || !hca.starts_with('^') && names.iter().all(|n| n.starts_with("mlx"))
+        {
             off.push(format!("NCCL_IB_HCA={hca} excludes the eRDMA devices"));
         }
     }
     if !off.is_empty() {
-        return finding("nccl-env", Fail, off.join("; "), Some("remove these from the image's env"));
+        return finding(
+            "nccl-env",
+            Fail,
+            off.join("; "),
+            Some("remove these from the image's env"),
+        );
     }
-    let missing: Vec<&str> = presets.keys().filter(|k| get(k).is_none()).map(String::as_str).collect();
-    let differ: Vec<String> = presets.iter().filter_map(|(k, want)| get(k).filter(|v| v != want).map(|v| format!("{k}={v} (preset {want})"))).collect();
+    let missing: Vec<&str> =
+        presets.keys().filter(|k| get(k).is_none()).map(String::as_str).collect();
+    let differ: Vec<String> = presets
+        .iter()
+        .filter_map(|(k, want)| {
+            get(k).filter(|v| v != want).map(|v| format!("{k}={v} (preset {want})"))
+        })
+        .collect();
     match (missing.is_empty(), differ.is_empty()) {
         (true, true) => finding("nccl-env", Ok, "the NCCL presets for eRDMA are set".into(), None),
         _ => {
@@ -253,9 +322,18 @@ fn host_env_findings(env: &[(String, String)], profile: Option<Profile>) -> Vec<
         return Vec::new();
     }
     let get = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let baked: Vec<String> = HOST_SPECIFIC.iter().filter_map(|k| host_specific(k, get(k)?)).collect();
+    let baked: Vec<String> =
+        HOST_SPECIFIC.iter().filter_map(|k| host_specific(k, get(k)?)).collect();
     if baked.is_empty() {
-        return vec![finding("nccl-host-env", Status::Ok, format!("no host-specific NCCL settings in the image ({} are left to the host)", HOST_SPECIFIC.join(", ")), None)];
+        return vec![finding(
+            "nccl-host-env",
+            Status::Ok,
+            format!(
+                "no host-specific NCCL settings in the image ({} are left to the host)",
+                HOST_SPECIFIC.join(", ")
+            ),
+            None,
+        )];
     }
     let hint = "leave it to erdma-oci-hook, which derives it per container, or set it at run time (docker run -e, the pod's env); rebuild from a base without it, or check with --profile pai-dlc if the image is for PAI-DLC";
     baked.into_iter().map(|m| finding("nccl-host-env", Status::Warn, m, Some(hint))).collect()
@@ -271,15 +349,34 @@ mod tests {
 
     #[test]
     fn env_contradictions_fail_and_differences_warn() {
-        let presets: BTreeMap<String, String> = [("NCCL_IB_HCA", "erdma"), ("NCCL_DEBUG", "INFO")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        assert_eq!(env_finding(&env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_DEBUG", "INFO")]), &presets, None).status, Status::Ok);
-        let w = env_finding(&env(&[("NCCL_IB_HCA", "erdma_0,erdma_1"), ("NCCL_DEBUG", "WARN")]), &presets, None);
+        let presets: BTreeMap<String, String> = [("NCCL_IB_HCA", "erdma"), ("NCCL_DEBUG", "INFO")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(
+            env_finding(&env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_DEBUG", "INFO")]), &presets, None)
+                .status,
+            Status::Ok
+        );
+        let w = env_finding(
+            &env(&[("NCCL_IB_HCA", "erdma_0,erdma_1"), ("NCCL_DEBUG", "WARN")]),
+            &presets,
+            None,
+        );
         assert_eq!((w.status, w.message.as_str()), (Status::Warn, "differ from the presets: NCCL_DEBUG=WARN (preset INFO), NCCL_IB_HCA=erdma_0,erdma_1 (preset erdma)"));
-        for bad in [("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "Socket"), ("NCCL_IB_HCA", "mlx5_0,mlx5_1"), ("NCCL_IB_HCA", "^erdma")] {
+        for bad in [
+            ("NCCL_IB_DISABLE", "1"),
+            ("NCCL_NET", "Socket"),
+            ("NCCL_IB_HCA", "mlx5_0,mlx5_1"),
+            ("NCCL_IB_HCA", "^erdma"),
+        ] {
             let f = env_finding(&env(&[bad]), &presets, None);
             assert_eq!(f.status, Status::Fail, "{bad:?}: {f:?}");
         }
-        assert_eq!(env_finding(&env(&[]), &presets, None).message, "not set: NCCL_DEBUG NCCL_IB_HCA");
+        assert_eq!(
+            env_finding(&env(&[]), &presets, None).message,
+            "not set: NCCL_DEBUG NCCL_IB_HCA"
+        );
     }
 
     #[test]
@@ -293,22 +390,37 @@ mod tests {
         assert_eq!((ok.len(), ok[0].status), (1, Status::Ok));
         // ...and misses PAI-DLC's three inside it.
         let w = env_finding(&env(&universal), &pai, Some(Profile::PaiDlc));
-        assert_eq!((w.status, w.message.as_str()), (Status::Warn, "not set: NCCL_IB_GID_INDEX NCCL_IB_HCA NCCL_SOCKET_IFNAME"));
+        assert_eq!(
+            (w.status, w.message.as_str()),
+            (Status::Warn, "not set: NCCL_IB_GID_INDEX NCCL_IB_HCA NCCL_SOCKET_IFNAME")
+        );
         assert!(w.hint.unwrap().contains("--profile pai-dlc"));
 
         // PAI-DLC's values baked in: a warning each outside the profile, what it expects inside.
         let mut baked = universal.clone();
         baked.extend(crate::env_presets::PAI_DLC_ENV);
-        assert_eq!(env_finding(&env(&baked), &plain, None).status, Status::Ok, "the universal presets are all there");
+        assert_eq!(
+            env_finding(&env(&baked), &plain, None).status,
+            Status::Ok,
+            "the universal presets are all there"
+        );
         let warns = host_env_findings(&env(&baked), None);
-        assert_eq!(warns.iter().map(|f| (f.id, f.status)).collect::<Vec<_>>(), [("nccl-host-env", Status::Warn); 3]);
+        assert_eq!(
+            warns.iter().map(|f| (f.id, f.status)).collect::<Vec<_>>(),
+            [("nccl-host-env", Status::Warn); 3]
+        );
         assert!(warns[0].message.starts_with("NCCL_SOCKET_IFNAME=eth0 is host data: on a host without eth0 every NCCL job stops at start"), "{warns:?}");
-        assert!(warns[0].hint.as_deref().unwrap().starts_with("leave it to erdma-oci-hook, which derives it per container, or set it at run time"));
+        assert!(warns[0].hint.as_deref().unwrap().starts_with(
+            "leave it to erdma-oci-hook, which derives it per container, or set it at run time"
+        ));
         assert!(warns[1].message.starts_with("NCCL_IB_HCA=erdma is host data"), "{warns:?}");
         assert!(warns[2].message.starts_with("NCCL_IB_GID_INDEX=1 is host data"), "{warns:?}");
         assert!(host_env_findings(&env(&baked), Some(Profile::PaiDlc)).is_empty());
         assert_eq!(env_finding(&env(&baked), &pai, Some(Profile::PaiDlc)).status, Status::Ok);
         // NCCL_IB_GID_INDEX=-1 lets NCCL choose: not host data.
-        assert_eq!(host_env_findings(&env(&[("NCCL_IB_GID_INDEX", "-1")]), None)[0].status, Status::Ok);
+        assert_eq!(
+            host_env_findings(&env(&[("NCCL_IB_GID_INDEX", "-1")]), None)[0].status,
+            Status::Ok
+        );
     }
 }

@@ -7,13 +7,16 @@ use crate::build::Options;
 use crate::error::Result;
 use crate::image::layer::LayerCompression;
 use crate::image::source::{Platform, PlatformChoice};
-use crate::packages::nccl::Want;
 use crate::image::transport::ImageRef;
+use crate::packages::nccl::Want;
 
 /// `NAME=FILE` of `--keyring`: a repository name (letters, digits, `-`, `_`) before the `=`.
 fn named(k: &str) -> Option<(&str, &str)> {
     let (n, f) = k.split_once('=')?;
-    (!n.is_empty() && !f.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')).then_some((n, f))
+    (!n.is_empty()
+        && !f.is_empty()
+        && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    .then_some((n, f))
 }
 
 #[derive(Debug, Parser)]
@@ -85,7 +88,10 @@ pub struct RegistryArgs {
 
 impl RegistryArgs {
     pub fn options(&self) -> crate::image::registry::RegistryOptions {
-        crate::image::registry::RegistryOptions { insecure: self.insecure_registries.clone(), cert_dir: self.cert_dir.clone() }
+        crate::image::registry::RegistryOptions {
+            insecure: self.insecure_registries.clone(),
+            cert_dir: self.cert_dir.clone(),
+        }
     }
 }
 
@@ -109,7 +115,11 @@ pub struct LimitArgs {
 
 impl LimitArgs {
     pub fn limits(&self) -> crate::limits::Limits {
-        crate::limits::Limits { layers: usize::try_from(self.max_layers).unwrap_or(usize::MAX), inflation: self.max_inflation, entries: self.max_entries }
+        crate::limits::Limits {
+            layers: usize::try_from(self.max_layers).unwrap_or(usize::MAX),
+            inflation: self.max_inflation,
+            entries: self.max_entries,
+        }
     }
 }
 
@@ -234,7 +244,11 @@ impl CommonArgs {
         }
         for i in &self.install {
             let name = i.split_once('=').map_or(i.as_str(), |(n, _)| n);
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b)) {
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b))
+            {
                 return Err(crate::Error::Unsupported(format!("invalid --install `{i}`: expected a package name (lowercase letters, digits, + - .) with an optional =VERSION")));
             }
         }
@@ -247,20 +261,33 @@ impl CommonArgs {
             base: ImageRef::parse(&self.base)?,
             platform,
             recipe: self.recipe.clone(),
-            env: self.env.iter().map(|e| crate::image::config::parse_env(e)).collect::<Result<_>>()?,
+            env: self
+                .env
+                .iter()
+                .map(|e| crate::image::config::parse_env(e))
+                .collect::<Result<_>>()?,
             env_presets: !self.no_env_presets,
             profile: self.profile,
             compression: self.compression,
             registry: self.registry.options(),
             keyring: self.keyrings.iter().rfind(|k| named(k).is_none()).map(PathBuf::from),
-            repo_keyrings: self.keyrings.iter().filter_map(|k| named(k)).map(|(n, f)| (n.to_string(), PathBuf::from(f))).collect(),
+            repo_keyrings: self
+                .keyrings
+                .iter()
+                .filter_map(|k| named(k))
+                .map(|(n, f)| (n.to_string(), PathBuf::from(f)))
+                .collect(),
             nccl: self.nccl.as_deref().map(Want::parse).transpose()?,
             nccl_dev: self.nccl_dev,
             cuda: match &self.cuda {
                 Some(c) => Some(
                     crate::packages::nccl::Cuda::parse(c)
                         .filter(|_| c.trim().split('.').count() <= 3)
-                        .ok_or_else(|| crate::Error::Unsupported(format!("invalid --cuda `{c}`: expected a version such as 12.4")))?,
+                        .ok_or_else(|| {
+                            crate::Error::Unsupported(format!(
+                                "invalid --cuda `{c}`: expected a version such as 12.4"
+                            ))
+                        })?,
                 ),
                 None => None,
             },
@@ -269,15 +296,22 @@ impl CommonArgs {
                 .repos
                 .iter()
                 .map(|r| match r.split_once('=') {
-                    Some((n, u)) if !n.is_empty() && !u.is_empty() => Ok((n.to_string(), u.to_string())),
-                    _ => Err(crate::Error::Unsupported(format!("invalid --repo `{r}`: expected NAME=URL"))),
+                    Some((n, u)) if !n.is_empty() && !u.is_empty() => {
+                        Ok((n.to_string(), u.to_string()))
+                    }
+                    _ => Err(crate::Error::Unsupported(format!(
+                        "invalid --repo `{r}`: expected NAME=URL"
+                    ))),
                 })
                 .collect::<Result<_>>()?,
             packages: !self.no_packages,
             install: self.install.clone(),
             local_packages: self.packages.clone(),
             epoch: Options::epoch_from_env(),
-            timeouts: crate::http::Timeouts { read: std::time::Duration::from_secs(self.read_timeout), ..Default::default() },
+            timeouts: crate::http::Timeouts {
+                read: std::time::Duration::from_secs(self.read_timeout),
+                ..Default::default()
+            },
             limits: self.limits.limits(),
             download: false,
         })

@@ -24,10 +24,14 @@ impl OsRelease {
             let v = unquote(v.trim());
             match k.trim() {
                 "ID" => r.id = v.to_ascii_lowercase(),
-                "ID_LIKE" => r.id_like = v.split_whitespace().map(str::to_ascii_lowercase).collect(),
+                "ID_LIKE" => {
+                    r.id_like = v.split_whitespace().map(str::to_ascii_lowercase).collect()
+                }
                 "VERSION_ID" => r.version_id = v,
                 "VERSION_CODENAME" if !v.is_empty() => r.codename = Some(v),
-                "UBUNTU_CODENAME" | "DEBIAN_CODENAME" if !v.is_empty() => r.parent_codename = Some(v),
+                "UBUNTU_CODENAME" | "DEBIAN_CODENAME" if !v.is_empty() => {
+                    r.parent_codename = Some(v)
+                }
                 "PRETTY_NAME" => r.pretty_name = Some(v),
                 _ => {}
             }
@@ -74,7 +78,8 @@ impl FamilyRelease {
     /// `Debian 13 (trixie)`, `Ubuntu 24.10`.
     pub fn pretty(&self) -> String {
         let mut chars = self.family.chars();
-        let mut name: String = chars.next().map(|c| c.to_ascii_uppercase()).into_iter().chain(chars).collect();
+        let mut name: String =
+            chars.next().map(|c| c.to_ascii_uppercase()).into_iter().chain(chars).collect();
         if !self.version.is_empty() {
             name = format!("{name} {}", self.version);
         }
@@ -96,10 +101,21 @@ impl OsRelease {
     /// else (a derivative naming it in `ID_LIKE`) the release its codename names. `None` when
     /// the image is not of the family.
     pub fn release_of(&self, family: &str) -> Option<FamilyRelease> {
-        let by_codename = |c: &str| RELEASES.iter().find(|(f, n, _)| *f == family && *n == c).map(|(_, _, v)| v.to_string());
+        let by_codename = |c: &str| {
+            RELEASES.iter().find(|(f, n, _)| *f == family && *n == c).map(|(_, _, v)| v.to_string())
+        };
         if self.id == family {
-            let codename = self.codename.clone().or_else(|| RELEASES.iter().find(|(f, _, v)| *f == family && *v == self.version_id).map(|(_, n, _)| n.to_string()));
-            let version = if self.version_id.is_empty() { codename.as_deref().and_then(by_codename).unwrap_or_default() } else { self.version_id.clone() };
+            let codename = self.codename.clone().or_else(|| {
+                RELEASES
+                    .iter()
+                    .find(|(f, _, v)| *f == family && *v == self.version_id)
+                    .map(|(_, n, _)| n.to_string())
+            });
+            let version = if self.version_id.is_empty() {
+                codename.as_deref().and_then(by_codename).unwrap_or_default()
+            } else {
+                self.version_id.clone()
+            };
             return Some(FamilyRelease { family: family.into(), version, codename, own: true });
         }
         if !self.id_like.iter().any(|l| l == family) {
@@ -109,10 +125,20 @@ impl OsRelease {
         // Pi OS shares Debian's VERSION_CODENAME.
         for c in self.parent_codename.iter().chain(&self.codename) {
             if let Some(v) = by_codename(c) {
-                return Some(FamilyRelease { family: family.into(), version: v, codename: Some(c.clone()), own: false });
+                return Some(FamilyRelease {
+                    family: family.into(),
+                    version: v,
+                    codename: Some(c.clone()),
+                    own: false,
+                });
             }
         }
-        Some(FamilyRelease { family: family.into(), version: String::new(), codename: self.parent_codename.clone().or(self.codename.clone()), own: false })
+        Some(FamilyRelease {
+            family: family.into(),
+            version: String::new(),
+            codename: self.parent_codename.clone().or(self.codename.clone()),
+            own: false,
+        })
     }
 
     /// The families this image is or derives from, closest first (`ID`, then `ID_LIKE`).
@@ -122,7 +148,9 @@ impl OsRelease {
 
     /// `PRETTY_NAME`, else `ID VERSION_ID`.
     pub fn describe(&self) -> String {
-        self.pretty_name.clone().unwrap_or_else(|| format!("{} {}", self.id, self.version_id).trim().to_string())
+        self.pretty_name
+            .clone()
+            .unwrap_or_else(|| format!("{} {}", self.id, self.version_id).trim().to_string())
     }
 }
 
@@ -163,16 +191,27 @@ impl OsRelease {
     pub fn from_release_file(text: &str) -> Option<OsRelease> {
         let line = text.lines().next()?.trim();
         let id = RELEASE_FILE_NAMES.iter().find(|(name, _)| line.starts_with(name))?.1;
-        let version = line.split_whitespace().find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))?;
+        let version = line
+            .split_whitespace()
+            .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))?;
         let major = version.split('.').next()?.to_string();
-        Some(OsRelease { id: id.to_string(), id_like: Vec::new(), version_id: major, codename: None, parent_codename: None, pretty_name: Some(line.to_string()) })
+        Some(OsRelease {
+            id: id.to_string(),
+            id_like: Vec::new(),
+            version_id: major,
+            codename: None,
+            parent_codename: None,
+            pretty_name: Some(line.to_string()),
+        })
     }
 }
 
 /// The image's os-release(5): `/etc/os-release`, else `/usr/lib/os-release`, else (an
 /// Enterprise Linux image from before os-release) `/etc/redhat-release` or
 /// `/etc/system-release`.
-pub fn of_image(files: &crate::image::files::ImageFiles<'_>) -> crate::error::Result<Option<OsRelease>> {
+pub fn of_image(
+    files: &crate::image::files::ImageFiles<'_>,
+) -> crate::error::Result<Option<OsRelease>> {
     for path in ["etc/os-release", "usr/lib/os-release"] {
         if let Some(t) = files.read(path, 64 << 10)? {
             return Ok(Some(OsRelease::parse(&String::from_utf8_lossy(&t))));
@@ -195,8 +234,12 @@ mod tests {
     #[test]
     fn parses_debian_and_ubuntu() {
         let d = OsRelease::parse("PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nVERSION_CODENAME=bookworm\nID=debian\n");
-        assert_eq!((d.id.as_str(), d.version_id.as_str(), d.codename.as_deref()), ("debian", "12", Some("bookworm")));
-        let u = OsRelease::parse("ID=ubuntu\nVERSION_ID='22.04'\n# comment\nVERSION_CODENAME=jammy");
+        assert_eq!(
+            (d.id.as_str(), d.version_id.as_str(), d.codename.as_deref()),
+            ("debian", "12", Some("bookworm"))
+        );
+        let u =
+            OsRelease::parse("ID=ubuntu\nVERSION_ID='22.04'\n# comment\nVERSION_CODENAME=jammy");
         assert_eq!(u.version_id, "22.04");
     }
 
@@ -205,7 +248,8 @@ mod tests {
         // CentOS 7.9's /etc/redhat-release and Alibaba Cloud Linux 3's /etc/system-release.
         let c = OsRelease::from_release_file("CentOS Linux release 7.9.2009 (Core)\n").unwrap();
         assert_eq!((c.id.as_str(), c.version_id.as_str()), ("centos", "7"));
-        let a = OsRelease::from_release_file("Alibaba Cloud Linux release 3 (Soaring Falcon)\n").unwrap();
+        let a = OsRelease::from_release_file("Alibaba Cloud Linux release 3 (Soaring Falcon)\n")
+            .unwrap();
         assert_eq!((a.id.as_str(), a.version_id.as_str()), ("alinux", "3"));
         let r = OsRelease::from_release_file("Rocky Linux release 9.3 (Blue Onyx)").unwrap();
         assert_eq!((r.id.as_str(), r.version_id.as_str()), ("rocky", "9"));
@@ -226,7 +270,15 @@ mod tests {
         assert_eq!(mint.families(), ["linuxmint", "ubuntu", "debian"]);
         let r = mint.release_of("ubuntu").unwrap();
         assert_eq!((r.version.as_str(), r.own), ("24.04", false));
-        assert_eq!(mint.release_of("debian").unwrap().version, "", "Mint does not say which Debian");
-        assert!(cmp_release("24.10", "24.04").is_gt() && cmp_release("9", "12").is_lt() && cmp_release("26.04", "26.04").is_eq());
+        assert_eq!(
+            mint.release_of("debian").unwrap().version,
+            "",
+            "Mint does not say which Debian"
+        );
+        assert!(
+            cmp_release("24.10", "24.04").is_gt()
+                && cmp_release("9", "12").is_lt()
+                && cmp_release("26.04", "26.04").is_eq()
+        );
     }
 }

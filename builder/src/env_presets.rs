@@ -27,7 +27,8 @@ pub const ENV_PRESETS: &[(&str, &str)] = &[
 
 /// Added on top of [`ENV_PRESETS`] with `--profile pai-dlc` only: PAI-DLC's hosts have `eth0`
 /// and `erdma_N` devices with the IPv4-mapped RoCE v2 GID at index 1 (seed 001).
-pub const PAI_DLC_ENV: &[(&str, &str)] = &[("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_HCA", "erdma"), ("NCCL_IB_GID_INDEX", "1")];
+pub const PAI_DLC_ENV: &[(&str, &str)] =
+    &[("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_HCA", "erdma"), ("NCCL_IB_GID_INDEX", "1")];
 
 /// The variables that describe a host, not an image: `check` warns when an image bakes one in
 /// (outside `--profile pai-dlc`).
@@ -73,14 +74,25 @@ impl std::fmt::Display for Profile {
 
 /// Every preset for `profile`: [`ENV_PRESETS`], plus the profile's own.
 pub fn for_profile(profile: Option<Profile>) -> BTreeMap<String, String> {
-    ENV_PRESETS.iter().chain(profile.map_or(&[][..], Profile::env)).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    ENV_PRESETS
+        .iter()
+        .chain(profile.map_or(&[][..], Profile::env))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// Why `name=value` in an image config breaks NCCL on some hosts; `None` when it is not host
 /// data (`NCCL_IB_GID_INDEX=-1` asks NCCL to choose, which is right everywhere).
 pub fn host_specific(name: &str, value: &str) -> Option<String> {
     let v = value.trim();
-    let names = || v.trim_start_matches(['^', '=']).split(',').map(|n| n.split(':').next().unwrap_or(n).trim()).filter(|n| !n.is_empty()).collect::<Vec<_>>().join(" or ");
+    let names = || {
+        v.trim_start_matches(['^', '='])
+            .split(',')
+            .map(|n| n.split(':').next().unwrap_or(n).trim())
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join(" or ")
+    };
     let why = match name {
         // NCCL stops with "Bootstrap : no socket interface found" (seed 001 notes; NCCL #1837).
         "NCCL_SOCKET_IFNAME" if v.starts_with('^') => "it excludes interfaces by this host's names: where they differ, NCCL may bootstrap over the wrong interface".to_string(),
@@ -101,10 +113,21 @@ pub fn host_specific(name: &str, value: &str) -> Option<String> {
 /// The presets of one build, each with its source: [`ENV_PRESETS`], a
 /// recipe's `[env]` over them (the built-in recipes have none), then the profile's host-specific
 /// ones.
-pub fn presets(recipe_env: &BTreeMap<String, String>, profile: Option<Profile>) -> BTreeMap<String, (String, EnvSource)> {
-    let mut out: BTreeMap<String, (String, EnvSource)> = ENV_PRESETS.iter().map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Preset))).collect();
+pub fn presets(
+    recipe_env: &BTreeMap<String, String>,
+    profile: Option<Profile>,
+) -> BTreeMap<String, (String, EnvSource)> {
+    let mut out: BTreeMap<String, (String, EnvSource)> = ENV_PRESETS
+        .iter()
+        .map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Preset)))
+        .collect();
     out.extend(recipe_env.iter().map(|(k, v)| (k.clone(), (v.clone(), EnvSource::Recipe))));
-    out.extend(profile.map_or(&[][..], Profile::env).iter().map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Profile))));
+    out.extend(
+        profile
+            .map_or(&[][..], Profile::env)
+            .iter()
+            .map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Profile))),
+    );
     out
 }
 
@@ -116,11 +139,27 @@ mod tests {
     #[test]
     fn the_profile_adds_the_host_specific_three() {
         let plain = for_profile(None);
-        assert_eq!(plain.keys().map(String::as_str).collect::<Vec<_>>(), ["NCCL_DEBUG", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_MIN_NCHANNELS", "NCCL_NET_PLUGIN", "PYTHONUNBUFFERED"]);
+        assert_eq!(
+            plain.keys().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "NCCL_DEBUG",
+                "NCCL_IB_QPS_PER_CONNECTION",
+                "NCCL_MIN_NCHANNELS",
+                "NCCL_NET_PLUGIN",
+                "PYTHONUNBUFFERED"
+            ]
+        );
         assert!(HOST_SPECIFIC.iter().all(|k| !plain.contains_key(*k)));
         let pai = for_profile(Some(Profile::PaiDlc));
         assert_eq!(pai.len(), 8);
-        assert_eq!((pai["NCCL_SOCKET_IFNAME"].as_str(), pai["NCCL_IB_HCA"].as_str(), pai["NCCL_IB_GID_INDEX"].as_str()), ("eth0", "erdma", "1"));
+        assert_eq!(
+            (
+                pai["NCCL_SOCKET_IFNAME"].as_str(),
+                pai["NCCL_IB_HCA"].as_str(),
+                pai["NCCL_IB_GID_INDEX"].as_str()
+            ),
+            ("eth0", "erdma", "1")
+        );
         let mut host: Vec<&str> = PAI_DLC_ENV.iter().map(|(k, _)| *k).collect();
         host.sort_unstable();
         let mut want = HOST_SPECIFIC.to_vec();
@@ -134,8 +173,12 @@ mod tests {
             host_specific("NCCL_SOCKET_IFNAME", "eth0").unwrap(),
             "NCCL_SOCKET_IFNAME=eth0 is host data: on a host without eth0 every NCCL job stops at start (\"Bootstrap : no socket interface found\")"
         );
-        assert!(host_specific("NCCL_SOCKET_IFNAME", "=eth0,eth1").unwrap().contains("without eth0 or eth1"));
-        assert!(host_specific("NCCL_IB_HCA", "erdma").unwrap().contains("not named erdma (udev names them rocep26s0)"));
+        assert!(host_specific("NCCL_SOCKET_IFNAME", "=eth0,eth1")
+            .unwrap()
+            .contains("without eth0 or eth1"));
+        assert!(host_specific("NCCL_IB_HCA", "erdma")
+            .unwrap()
+            .contains("not named erdma (udev names them rocep26s0)"));
         assert!(host_specific("NCCL_IB_HCA", "=erdma_0:1").unwrap().contains("not named erdma_0 "));
         assert!(host_specific("NCCL_IB_GID_INDEX", "1").unwrap().contains("mlx5 RoCE: usually 3"));
         assert_eq!(host_specific("NCCL_IB_GID_INDEX", "-1"), None, "-1 lets NCCL choose");
@@ -147,16 +190,38 @@ mod tests {
         let plain = presets(&BTreeMap::new(), None);
         assert_eq!(plain.len(), ENV_PRESETS.len());
         assert!(plain.values().all(|(_, s)| *s == EnvSource::Preset));
-        assert!(!plain.contains_key("NCCL_SOCKET_IFNAME") && !plain.contains_key("NCCL_IB_HCA") && !plain.contains_key("NCCL_IB_GID_INDEX"));
-        let recipe: BTreeMap<String, String> = [("NCCL_DEBUG".to_string(), "WARN".to_string()), ("NCCL_IB_HCA".to_string(), "=erdma_0".to_string())].into();
+        assert!(
+            !plain.contains_key("NCCL_SOCKET_IFNAME")
+                && !plain.contains_key("NCCL_IB_HCA")
+                && !plain.contains_key("NCCL_IB_GID_INDEX")
+        );
+        let recipe: BTreeMap<String, String> = [
+            ("NCCL_DEBUG".to_string(), "WARN".to_string()),
+            ("NCCL_IB_HCA".to_string(), "=erdma_0".to_string()),
+        ]
+        .into();
         let pai = presets(&recipe, Some(Profile::PaiDlc));
         assert_eq!(pai.len(), 8);
-        assert_eq!(pai["NCCL_DEBUG"], ("WARN".to_string(), EnvSource::Recipe), "a recipe's [env] wins over the built-in table");
-        assert_eq!(pai["NCCL_IB_HCA"], ("erdma".to_string(), EnvSource::Profile), "--profile is asked for on this run");
+        assert_eq!(
+            pai["NCCL_DEBUG"],
+            ("WARN".to_string(), EnvSource::Recipe),
+            "a recipe's [env] wins over the built-in table"
+        );
+        assert_eq!(
+            pai["NCCL_IB_HCA"],
+            ("erdma".to_string(), EnvSource::Profile),
+            "--profile is asked for on this run"
+        );
         assert_eq!(pai["NCCL_SOCKET_IFNAME"], ("eth0".to_string(), EnvSource::Profile));
         assert_eq!(pai["NCCL_IB_GID_INDEX"], ("1".to_string(), EnvSource::Profile));
         // The base's value wins over every kind of preset.
-        let edit = crate::image::config::ConfigEdit { presets: pai, overrides: vec![], labels: BTreeMap::new(), created: crate::image::config::rfc3339(0), history_comment: String::new() };
+        let edit = crate::image::config::ConfigEdit {
+            presets: pai,
+            overrides: vec![],
+            labels: BTreeMap::new(),
+            created: crate::image::config::rfc3339(0),
+            history_comment: String::new(),
+        };
         let base = json!({"config": {"Env": ["NCCL_SOCKET_IFNAME=bond0"]}, "rootfs": {"type": "layers", "diff_ids": []}});
         let out = edit.apply(&base, "sha256:bb", "x").unwrap();
         let env = out["config"]["Env"].as_array().unwrap();

@@ -34,21 +34,13 @@ pub enum Error {
     ManifestUnknown { reference: String },
 
     #[error("malformed {what} in {reference}: {reason}")]
-    Malformed {
-        what: &'static str,
-        reference: String,
-        reason: String,
-    },
+    Malformed { what: &'static str, reference: String, reason: String },
 
     #[error("digest mismatch for blob {expected}: got {actual}")]
     DigestMismatch { expected: String, actual: String },
 
     #[error("no manifest for platform {platform} in {reference} (available: {available})")]
-    NoPlatform {
-        platform: String,
-        reference: String,
-        available: String,
-    },
+    NoPlatform { platform: String, reference: String, available: String },
 
     #[error("unsupported distribution `{found}`; supported: {supported}")]
     UnsupportedDistro { found: String, supported: String },
@@ -98,11 +90,7 @@ pub enum Error {
     },
 
     #[error("credential helper docker-credential-{helper} failed for {registry}: {reason}")]
-    CredentialHelper {
-        helper: String,
-        registry: String,
-        reason: String,
-    },
+    CredentialHelper { helper: String, registry: String, reason: String },
 
     /// The hint is in the message: the binary's hints are per variant and this one names the registry.
     #[error("registry {registry}: exchanging the stored identity token at {url} failed: {reason}; log in again with `docker login {registry}`")]
@@ -159,12 +147,11 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(operation: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+    pub(crate) fn io(
+        operation: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
-        move |source| Error::Io {
-            operation,
-            path,
-            source,
-        }
+        move |source| Error::Io { operation, path, source }
     }
 }

@@ -32,7 +32,11 @@ pub struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Timeouts { connect: Duration::from_secs(10), read: Duration::from_secs(30), deadline: Duration::from_secs(30 * 60) }
+        Timeouts {
+            connect: Duration::from_secs(10),
+            read: Duration::from_secs(30),
+            deadline: Duration::from_secs(30 * 60),
+        }
     }
 }
 
@@ -146,8 +150,16 @@ pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> 
                 },
                 // TLS 1.3 (RFC 8446 §4.4.2.4): "certificate_required" when none was sent; a
                 // server that cannot verify the one sent says bad_certificate or unknown_ca.
-                rustls::Error::AlertReceived(A::CertificateRequired) => TlsFailure::ClientCertRequired,
-                rustls::Error::AlertReceived(A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::UnsupportedCertificate | A::AccessDenied) => TlsFailure::ClientCertRefused,
+                rustls::Error::AlertReceived(A::CertificateRequired) => {
+                    TlsFailure::ClientCertRequired
+                }
+                rustls::Error::AlertReceived(
+                    A::BadCertificate
+                    | A::UnknownCA
+                    | A::CertificateUnknown
+                    | A::UnsupportedCertificate
+                    | A::AccessDenied,
+                ) => TlsFailure::ClientCertRefused,
                 rustls::Error::InvalidMessage(_) => TlsFailure::NotTls,
                 other => TlsFailure::Other(other.to_string()),
             });
@@ -209,11 +221,20 @@ impl Client {
         move |e: reqwest::Error| {
             let reason = if e.is_timeout() {
                 if e.is_connect() {
-                    format!("no connection within {} s (connect timeout)", self.timeouts.connect.as_secs())
+                    format!(
+                        "no connection within {} s (connect timeout)",
+                        self.timeouts.connect.as_secs()
+                    )
                 } else if started.elapsed() >= self.timeouts.deadline {
-                    format!("not done within the {} s transfer deadline", self.timeouts.deadline.as_secs())
+                    format!(
+                        "not done within the {} s transfer deadline",
+                        self.timeouts.deadline.as_secs()
+                    )
                 } else {
-                    format!("the server sent nothing for {} s (read timeout; --read-timeout SECS)", self.timeouts.read.as_secs())
+                    format!(
+                        "the server sent nothing for {} s (read timeout; --read-timeout SECS)",
+                        self.timeouts.read.as_secs()
+                    )
                 }
             } else {
                 chain(&e)
@@ -227,7 +248,13 @@ impl Client {
     /// One GET whose answer is a body to read: `None` for 404 and 410.
     pub async fn send(&self, url: &str) -> Result<Option<(reqwest::Response, Instant)>, HttpError> {
         let started = Instant::now();
-        let resp = self.inner.get(url).timeout(self.timeouts.deadline).send().await.map_err(self.failure(url, started))?;
+        let resp = self
+            .inner
+            .get(url)
+            .timeout(self.timeouts.deadline)
+            .send()
+            .await
+            .map_err(self.failure(url, started))?;
         let status = resp.status();
         if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
             return Ok(None);
@@ -259,12 +286,20 @@ impl Client {
         if let Some(path) = url.strip_prefix("file://") {
             let Some(f) = open_file(url, path)? else { return Ok(None) };
             let mut body = Vec::new();
-            f.take(limit.saturating_add(1)).read_to_end(&mut body).map_err(|source| HttpError::File { url: url.to_owned(), source })?;
+            f.take(limit.saturating_add(1))
+                .read_to_end(&mut body)
+                .map_err(|source| HttpError::File { url: url.to_owned(), source })?;
             return within(url, body, limit);
         }
         let Some((mut resp, started)) = self.send(url).await? else { return Ok(None) };
         let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
-        let mut body = Vec::with_capacity(resp.content_length().and_then(|n| usize::try_from(n).ok()).unwrap_or(0).min(cap).min(1 << 20));
+        let mut body = Vec::with_capacity(
+            resp.content_length()
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(0)
+                .min(cap)
+                .min(1 << 20),
+        );
         while let Some(chunk) = resp.chunk().await.map_err(self.failure(url, started))? {
             let room = cap - body.len();
             body.extend_from_slice(&chunk[..chunk.len().min(room)]);
@@ -278,9 +313,13 @@ impl Client {
     /// Opens `url` as a stream: a file for `file://`, else the body of one GET, pumped from the
     /// async side while a blocking reader takes it (read it on the blocking pool only). `None`
     /// for 404/410 or a missing file. Not retried: the caller knows what it had read.
-    pub async fn open_stream(&self, url: &str) -> Result<Option<(Box<dyn Read + Send>, Failed)>, HttpError> {
+    pub async fn open_stream(
+        &self,
+        url: &str,
+    ) -> Result<Option<(Box<dyn Read + Send>, Failed)>, HttpError> {
         if let Some(path) = url.strip_prefix("file://") {
-            return Ok(open_file(url, path)?.map(|f| (Box::new(f) as Box<dyn Read + Send>, Failed::default())));
+            return Ok(open_file(url, path)?
+                .map(|f| (Box::new(f) as Box<dyn Read + Send>, Failed::default())));
         }
         let Some((resp, started)) = self.send(url).await? else { return Ok(None) };
         let (reader, tx) = ChannelReader::new(16);
@@ -316,7 +355,12 @@ impl Client {
     /// bytes; nothing is held in memory but a chunk), retrying transient failures from the
     /// start. Returns the temporary file (the caller checks and names it), its size and its
     /// SHA256; `None` for 404/410.
-    pub async fn download(&self, url: &str, dir: &Path, limit: u64) -> Result<Option<(tempfile::NamedTempFile, u64, String)>, HttpError> {
+    pub async fn download(
+        &self,
+        url: &str,
+        dir: &Path,
+        limit: u64,
+    ) -> Result<Option<(tempfile::NamedTempFile, u64, String)>, HttpError> {
         let mut attempt = 0;
         loop {
             match self.download_once(url, dir, limit).await {
@@ -329,7 +373,12 @@ impl Client {
         }
     }
 
-    async fn download_once(&self, url: &str, dir: &Path, limit: u64) -> Result<Option<(tempfile::NamedTempFile, u64, String)>, HttpError> {
+    async fn download_once(
+        &self,
+        url: &str,
+        dir: &Path,
+        limit: u64,
+    ) -> Result<Option<(tempfile::NamedTempFile, u64, String)>, HttpError> {
         let write = |source| HttpError::Write { path: dir.to_owned(), source };
         let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(write)?;
         let mut hasher = Sha256::new();
@@ -346,7 +395,9 @@ impl Client {
             let Some(mut f) = open_file(url, path)? else { return Ok(None) };
             let mut buf = vec![0u8; 64 << 10];
             loop {
-                let n = f.read(&mut buf).map_err(|source| HttpError::File { url: url.to_owned(), source })?;
+                let n = f
+                    .read(&mut buf)
+                    .map_err(|source| HttpError::File { url: url.to_owned(), source })?;
                 if n == 0 {
                     break;
                 }
@@ -412,7 +463,10 @@ impl<R: Read> Read for Hashing<R> {
         self.read += n as u64;
         if self.read > self.limit {
             self.over = true;
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("more than {} bytes", self.limit)));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("more than {} bytes", self.limit),
+            ));
         }
         self.hasher.update(&buf[..n]);
         if let Some(t) = &mut self.tee {
@@ -432,7 +486,9 @@ pub struct ChannelReader {
 
 impl ChannelReader {
     /// A reader and the sender to feed it; at most `depth` chunks wait in between.
-    pub fn new(depth: usize) -> (ChannelReader, tokio::sync::mpsc::Sender<Result<bytes::Bytes, String>>) {
+    pub fn new(
+        depth: usize,
+    ) -> (ChannelReader, tokio::sync::mpsc::Sender<Result<bytes::Bytes, String>>) {
         let (tx, rx) = tokio::sync::mpsc::channel(depth);
         (ChannelReader { rx, current: bytes::Bytes::new(), failed: Arc::default() }, tx)
     }
@@ -466,15 +522,23 @@ mod tests {
     fn handshake_errors_are_told_apart() {
         use rustls::{AlertDescription as A, CertificateError as C};
         // As reqwest's connector hands them on: an io::Error around tokio-rustls's.
-        let io = |e: rustls::Error| std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+        let io = |e: rustls::Error| {
+            std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        };
         let cases = [
             (io(rustls::Error::InvalidCertificate(C::UnknownIssuer)), TlsFailure::UnknownIssuer),
             (io(rustls::Error::InvalidCertificate(C::Expired)), TlsFailure::Expired),
             (io(rustls::Error::InvalidCertificate(C::NotValidForName)), TlsFailure::WrongName),
-            (io(rustls::Error::AlertReceived(A::CertificateRequired)), TlsFailure::ClientCertRequired),
+            (
+                io(rustls::Error::AlertReceived(A::CertificateRequired)),
+                TlsFailure::ClientCertRequired,
+            ),
             (io(rustls::Error::AlertReceived(A::BadCertificate)), TlsFailure::ClientCertRefused),
             // What a plain-HTTP server's answer looks like to a TLS client: the fallback's cue.
-            (io(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)), TlsFailure::NotTls),
+            (
+                io(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)),
+                TlsFailure::NotTls,
+            ),
         ];
         for (e, want) in cases {
             assert_eq!(tls_failure(&e), Some(want));
@@ -507,7 +571,11 @@ mod tests {
     }
 
     fn quick() -> Timeouts {
-        Timeouts { connect: Duration::from_secs(2), read: Duration::from_millis(300), deadline: Duration::from_secs(60) }
+        Timeouts {
+            connect: Duration::from_secs(2),
+            read: Duration::from_millis(300),
+            deadline: Duration::from_secs(60),
+        }
     }
 
     #[tokio::test]
@@ -545,7 +613,12 @@ mod tests {
                 });
             }
         });
-        let client = Client::new(Timeouts { connect: Duration::from_secs(2), read: Duration::from_secs(5), deadline: Duration::from_millis(700) }).unwrap();
+        let client = Client::new(Timeouts {
+            connect: Duration::from_secs(2),
+            read: Duration::from_secs(5),
+            deadline: Duration::from_millis(700),
+        })
+        .unwrap();
         let started = Instant::now();
         let e = client.get(&url, 1 << 20).await.unwrap_err();
         assert!(e.to_string().contains("transfer deadline"), "{e}");
@@ -570,6 +643,10 @@ mod tests {
         assert_eq!(client.get(&url, data.len() as u64).await.unwrap().unwrap(), data);
         let e = client.get(&url, data.len() as u64 - 1).await.unwrap_err();
         assert!(matches!(e, HttpError::TooLarge { .. }) && e.to_string().contains(&url), "{e}");
-        assert!(client.download(&format!("file://{}/missing", dir.path().display()), dir.path(), 10).await.unwrap().is_none());
+        assert!(client
+            .download(&format!("file://{}/missing", dir.path().display()), dir.path(), 10)
+            .await
+            .unwrap()
+            .is_none());
     }
 }

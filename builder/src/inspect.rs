@@ -6,15 +6,25 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::image::files::ImageFiles;
 use crate::error::Result;
-use crate::packages::nccl::{self, Cuda, Nccl};
+use crate::image::files::ImageFiles;
 use crate::image::rootfs::SnapEntry;
+use crate::packages::nccl::{self, Cuda, Nccl};
 
 /// The rdma-core packages whose builds must agree (`librdmacm1t64`: Debian 13, Ubuntu 24.04).
 /// rdma-core's packages as Debian/Ubuntu (`libibverbs1`, …) and Enterprise Linux (rdma-core's
 /// redhat/rdma-core.spec: `libibverbs`, …) name them.
-pub const RDMA_PACKAGES: &[&str] = &["libibverbs1", "ibverbs-providers", "librdmacm1", "librdmacm1t64", "ibverbs-utils", "libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"];
+pub const RDMA_PACKAGES: &[&str] = &[
+    "libibverbs1",
+    "ibverbs-providers",
+    "librdmacm1",
+    "librdmacm1t64",
+    "ibverbs-utils",
+    "libibverbs",
+    "rdma-core",
+    "librdmacm",
+    "libibverbs-utils",
+];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CudaFact {
@@ -133,13 +143,21 @@ fn find_lib(files: &ImageFiles, arch: &str, name: &str) -> Result<Option<String>
 pub fn cuda(files: &ImageFiles, env: &[(String, String)]) -> Result<Option<CudaFact>> {
     if let Some((_, v)) = env.iter().rev().find(|(k, _)| k == "CUDA_VERSION") {
         if let Some(c) = Cuda::parse(v) {
-            return Ok(Some(CudaFact { version: c, source: "CUDA_VERSION in the image config".into() }));
+            return Ok(Some(CudaFact {
+                version: c,
+                source: "CUDA_VERSION in the image config".into(),
+            }));
         }
     }
     if let Some(raw) = files.read("usr/local/cuda/version.json", 1 << 20)? {
-        let v: Option<String> = serde_json::from_slice::<serde_json::Value>(&raw).ok().and_then(|j| j["cuda"]["version"].as_str().map(String::from));
+        let v: Option<String> = serde_json::from_slice::<serde_json::Value>(&raw)
+            .ok()
+            .and_then(|j| j["cuda"]["version"].as_str().map(String::from));
         if let Some(c) = v.as_deref().and_then(Cuda::parse) {
-            return Ok(Some(CudaFact { version: c, source: "/usr/local/cuda/version.json".into() }));
+            return Ok(Some(CudaFact {
+                version: c,
+                source: "/usr/local/cuda/version.json".into(),
+            }));
         }
     }
     if let Some(raw) = files.read("usr/local/cuda/version.txt", 64 << 10)? {
@@ -150,7 +168,6 @@ pub fn cuda(files: &ImageFiles, env: &[(String, String)]) -> Result<Option<CudaF
     }
     Ok(None)
 }
-
 
 /// The version a `libnccl.so` file carries, read as a stream.
 fn library_nccl(files: &ImageFiles, path: &str) -> Result<Option<(Nccl, Option<Cuda>)>> {
@@ -183,7 +200,10 @@ fn site_dirs(files: &ImageFiles) -> Result<Vec<String>> {
 
 /// `KEY=VALUE` pairs of an image config's `config.Env`.
 pub fn env_of(config: &serde_json::Value) -> Vec<(String, String)> {
-    crate::image::config::env_list(config).into_iter().filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))).collect()
+    crate::image::config::env_list(config)
+        .into_iter()
+        .filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
 }
 
 pub fn facts(files: &ImageFiles, arch: &str, env: &[(String, String)]) -> Result<Facts> {
@@ -193,24 +213,40 @@ pub fn facts(files: &ImageFiles, arch: &str, env: &[(String, String)]) -> Result
     f.rdma.erdma_driver = is_file(files, "etc/libibverbs.d/erdma.driver")?;
     for d in lib_dirs(arch) {
         let dir = format!("{d}/libibverbs");
-        if let Some(lib) = files.list(&dir)?.into_iter().find(|n| n.starts_with("liberdma-rdmav") && n.ends_with(".so")) {
+        if let Some(lib) = files
+            .list(&dir)?
+            .into_iter()
+            .find(|n| n.starts_with("liberdma-rdmav") && n.ends_with(".so"))
+        {
             f.rdma.erdma_provider = Some(format!("/{dir}/{lib}"));
             break;
         }
     }
     f.rdma.libibverbs = find_lib(files, arch, "libibverbs.so.1")?;
     f.rdma.librdmacm = find_lib(files, arch, "librdmacm.so.1")?;
-    f.rdma.packages = RDMA_PACKAGES.iter().filter_map(|p| dpkg.get(*p).map(|v| (p.to_string(), v.clone()))).collect();
+    f.rdma.packages = RDMA_PACKAGES
+        .iter()
+        .filter_map(|p| dpkg.get(*p).map(|v| (p.to_string(), v.clone())))
+        .collect();
 
     // MLNX_OFED / DOCA builds carry `mlnx` in their versions (`2307mlnx47-1.2310036`); its
     // own packages and tools have telling names.
     for (name, version) in &dpkg {
         let v = version.to_ascii_lowercase();
-        if v.contains("mlnx") || v.contains("ofed") || name.starts_with("mlnx-") || name == "ofed-scripts" || name.starts_with("doca-") {
+        if v.contains("mlnx")
+            || v.contains("ofed")
+            || name.starts_with("mlnx-")
+            || name == "ofed-scripts"
+            || name.starts_with("doca-")
+        {
             f.ofed.push(format!("package {name} {version}"));
         }
     }
-    for path in ["etc/apt/sources.list.d/mellanox_mlnx_ofed.list", "etc/yum.repos.d/mlnx_ofed.repo", "usr/bin/ofed_info"] {
+    for path in [
+        "etc/apt/sources.list.d/mellanox_mlnx_ofed.list",
+        "etc/yum.repos.d/mlnx_ofed.repo",
+        "usr/bin/ofed_info",
+    ] {
         if files.kind(path)?.is_some() {
             f.ofed.push(format!("/{path}"));
         }
@@ -222,10 +258,21 @@ pub fn facts(files: &ImageFiles, arch: &str, env: &[(String, String)]) -> Result
     // libnccl.so.2 in the library directories.
     if let Some(lib) = find_lib(files, arch, "libnccl.so.2")? {
         let from_lib = library_nccl(files, lib.trim_start_matches('/'))?;
-        let from_pkg = dpkg.get("libnccl2").and_then(|v| nccl::parse_build(v).map(|b| (v.clone(), b)));
+        let from_pkg =
+            dpkg.get("libnccl2").and_then(|v| nccl::parse_build(v).map(|b| (v.clone(), b)));
         let fact = match (from_lib, from_pkg) {
-            (Some((n, c)), pkg) => Some(NcclFact { version: n, cuda: c.or(pkg.as_ref().map(|p| p.1 .1)), path: lib.clone(), package: pkg.map(|p| format!("libnccl2 {}", p.0)) }),
-            (None, Some((v, (n, c)))) => Some(NcclFact { version: n, cuda: Some(c), path: lib.clone(), package: Some(format!("libnccl2 {v}")) }),
+            (Some((n, c)), pkg) => Some(NcclFact {
+                version: n,
+                cuda: c.or(pkg.as_ref().map(|p| p.1 .1)),
+                path: lib.clone(),
+                package: pkg.map(|p| format!("libnccl2 {}", p.0)),
+            }),
+            (None, Some((v, (n, c)))) => Some(NcclFact {
+                version: n,
+                cuda: Some(c),
+                path: lib.clone(),
+                package: Some(format!("libnccl2 {v}")),
+            }),
             (None, None) => None,
         };
         f.system_nccl = fact;
@@ -235,14 +282,23 @@ pub fn facts(files: &ImageFiles, arch: &str, env: &[(String, String)]) -> Result
         let lib = format!("{site}/nvidia/nccl/lib/libnccl.so.2");
         if is_file(files, &lib)? {
             if let Some((n, c)) = library_nccl(files, &lib)? {
-                f.python_nccl.push(NcclFact { version: n, cuda: c, path: format!("/{lib}"), package: None });
+                f.python_nccl.push(NcclFact {
+                    version: n,
+                    cuda: c,
+                    path: format!("/{lib}"),
+                    package: None,
+                });
             }
         }
         if f.torch.is_none() && is_file(files, &format!("{site}/torch/__init__.py"))? {
             // pip's torch wheels find NCCL through their RPATH in the same site directory;
             // a torch without that wheel beside it (NGC's, built from source) links the system's.
             let beside = f.python_nccl.iter().any(|p| p.path.starts_with(&format!("/{site}/")));
-            let loads = if beside { Some(Loads::Python) } else { f.system_nccl.as_ref().map(|_| Loads::System) };
+            let loads = if beside {
+                Some(Loads::Python)
+            } else {
+                f.system_nccl.as_ref().map(|_| Loads::System)
+            };
             f.torch = Some(TorchFact { path: format!("/{site}/torch"), loads });
         }
     }
@@ -261,5 +317,7 @@ pub fn mixed_rdma_builds(rdma: &Rdma) -> Option<String> {
     let mut versions: Vec<&String> = rdma.packages.values().collect();
     versions.sort();
     versions.dedup();
-    (versions.len() > 1).then(|| rdma.packages.iter().map(|(p, v)| format!("{p} {v}")).collect::<Vec<_>>().join(", "))
+    (versions.len() > 1).then(|| {
+        rdma.packages.iter().map(|(p, v)| format!("{p} {v}")).collect::<Vec<_>>().join(", ")
+    })
 }

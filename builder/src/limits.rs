@@ -89,7 +89,9 @@ pub enum Exceeded {
     Layers { count: usize, limit: usize },
     #[error("takes more than {MAX_SYMLINKS} symbolic links to resolve (a symlink loop; the kernel fails such a path with ELOOP)")]
     Symlinks,
-    #[error("sent more of blob {digest} than the {size} bytes its descriptor gives (an endless body?)")]
+    #[error(
+        "sent more of blob {digest} than the {size} bytes its descriptor gives (an endless body?)"
+    )]
     BlobSize { digest: String, size: u64 },
     #[error("sent more than {limit} bytes of manifest for {reference}, the most a manifest or index may have (an endless body?)")]
     Manifest { reference: String, limit: u64 },
@@ -141,7 +143,8 @@ pub struct Inflated<R> {
 impl<R: Read> Read for Inflated<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // One byte past `max` at most, so that exactly `max` passes.
-        let room = usize::try_from(self.max.saturating_sub(self.out).saturating_add(1)).unwrap_or(usize::MAX);
+        let room = usize::try_from(self.max.saturating_sub(self.out).saturating_add(1))
+            .unwrap_or(usize::MAX);
         let want = buf.len().min(room);
         let n = self.inner.read(&mut buf[..want])?;
         self.out += n as u64;
@@ -151,7 +154,11 @@ impl<R: Read> Read for Inflated<R> {
         if self.ratio > 0 && self.out > GRACE {
             let input = self.input.load(Ordering::Relaxed);
             if self.out - GRACE > input.saturating_mul(self.ratio) {
-                return Err(io::Error::other(Exceeded::Inflation { ratio: self.ratio, out: self.out, input }));
+                return Err(io::Error::other(Exceeded::Inflation {
+                    ratio: self.ratio,
+                    out: self.out,
+                    input,
+                }));
             }
         }
         Ok(n)
@@ -161,7 +168,12 @@ impl<R: Read> Read for Inflated<R> {
 /// `decoder` run over `input`, bounded as [`Inflated`] says (`ratio` 0: no ratio limit; `max`
 /// `u64::MAX`: no size limit). The one place decompressed input is bounded: base layers,
 /// `Packages` indices and rpm repository metadata all go through it.
-pub fn inflate<'a, R: 'a>(input: R, ratio: u64, max: u64, decoder: impl FnOnce(Counting<R>) -> io::Result<Box<dyn Read + 'a>>) -> io::Result<Inflated<Box<dyn Read + 'a>>> {
+pub fn inflate<'a, R: 'a>(
+    input: R,
+    ratio: u64,
+    max: u64,
+    decoder: impl FnOnce(Counting<R>) -> io::Result<Box<dyn Read + 'a>>,
+) -> io::Result<Inflated<Box<dyn Read + 'a>>> {
     let count = Arc::new(AtomicU64::new(0));
     let inner = decoder(Counting { inner: input, count: count.clone() })?;
     Ok(Inflated { inner, input: count, out: 0, ratio, max })
@@ -187,7 +199,9 @@ impl<R: Read> Read for TarInput<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let pos = self.state.pos.get();
         let want = match self.state.until.get() {
-            Some(until) if pos >= until && !buf.is_empty() => return Err(io::Error::other(Exceeded::TarHeaders { limit: MAX_TAR_HEADERS })),
+            Some(until) if pos >= until && !buf.is_empty() => {
+                return Err(io::Error::other(Exceeded::TarHeaders { limit: MAX_TAR_HEADERS }))
+            }
             Some(until) => buf.len().min(usize::try_from(until - pos).unwrap_or(usize::MAX)),
             None => buf.len(),
         };
@@ -211,7 +225,11 @@ impl<R: Seek> Seek for TarInput<R> {
 /// map block after block, before it shows an entry; here that costs at most
 /// [`MAX_TAR_HEADERS`] per entry, past it the walk fails with [`Exceeded::TarHeaders`]
 /// (through `io_err`).
-pub fn walk_tar<R: Read, E>(input: R, io_err: impl Fn(io::Error) -> E, f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>) -> Result<R, E> {
+pub fn walk_tar<R: Read, E>(
+    input: R,
+    io_err: impl Fn(io::Error) -> E,
+    f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>,
+) -> Result<R, E> {
     let state = Rc::new(TarState::default());
     let mut archive = tar::Archive::new(TarInput { inner: input, state: state.clone() });
     walk_entries(&state, archive.entries().map_err(&io_err)?, &io_err, f)?;
@@ -219,14 +237,23 @@ pub fn walk_tar<R: Read, E>(input: R, io_err: impl Fn(io::Error) -> E, f: impl F
 }
 
 /// [`walk_tar`] over a file, skipping the content `f` does not read by seeking.
-pub fn walk_tar_seek<R: Read + Seek, E>(input: R, io_err: impl Fn(io::Error) -> E, f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>) -> Result<R, E> {
+pub fn walk_tar_seek<R: Read + Seek, E>(
+    input: R,
+    io_err: impl Fn(io::Error) -> E,
+    f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>,
+) -> Result<R, E> {
     let state = Rc::new(TarState::default());
     let mut archive = tar::Archive::new(TarInput { inner: input, state: state.clone() });
     walk_entries(&state, archive.entries_with_seek().map_err(&io_err)?, &io_err, f)?;
     Ok(archive.into_inner().inner)
 }
 
-fn walk_entries<R: Read, E>(state: &TarState, mut entries: tar::Entries<'_, TarInput<R>>, io_err: &impl Fn(io::Error) -> E, mut f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>) -> Result<(), E> {
+fn walk_entries<R: Read, E>(
+    state: &TarState,
+    mut entries: tar::Entries<'_, TarInput<R>>,
+    io_err: &impl Fn(io::Error) -> E,
+    mut f: impl FnMut(&mut tar::Entry<'_, TarInput<R>>) -> Result<(), E>,
+) -> Result<(), E> {
     // Where the entry before ends: the tar reader skips what `f` left of it, then reads the
     // next entry's headers.
     let mut end = 0u64;
@@ -263,9 +290,17 @@ fn pax_size<R: Read>(entry: &mut tar::Entry<'_, R>) -> Option<u64> {
 /// A response's body, read up to `limit` bytes as it comes: the bytes, and whether the body
 /// had more (then the rest is not read). Every answer whose length a server chooses and that
 /// is held whole (registry manifests, error bodies, token replies) is read through this.
-pub async fn capped_body(res: &mut reqwest::Response, limit: u64) -> reqwest::Result<(Vec<u8>, bool)> {
+pub async fn capped_body(
+    res: &mut reqwest::Response,
+    limit: u64,
+) -> reqwest::Result<(Vec<u8>, bool)> {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let mut body = Vec::with_capacity(res.content_length().map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)).min(limit).min(1 << 20));
+    let mut body = Vec::with_capacity(
+        res.content_length()
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
+            .min(limit)
+            .min(1 << 20),
+    );
     while let Some(chunk) = res.chunk().await? {
         let room = limit.saturating_sub(body.len());
         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
@@ -309,7 +344,8 @@ mod tests {
     }
 
     fn read_all(packed: &[u8], ratio: u64, max: u64) -> io::Result<u64> {
-        let mut r = inflate(packed, ratio, max, |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c))))?;
+        let mut r =
+            inflate(packed, ratio, max, |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c))))?;
         io::copy(&mut r, &mut io::sink())
     }
 
@@ -318,9 +354,14 @@ mod tests {
         // 256 MiB of zeros: about 250 KiB of gzip, 1000× and more.
         let bomb = gzip(&vec![0u8; 256 << 20]);
         let e = read_all(&bomb, 100, u64::MAX).unwrap_err();
-        let Some(Exceeded::Inflation { ratio: 100, out, input }) = exceeded(&e).cloned() else { panic!("{e}") };
+        let Some(Exceeded::Inflation { ratio: 100, out, input }) = exceeded(&e).cloned() else {
+            panic!("{e}")
+        };
         // Stopped as soon as past the grace and 100× what was read: not at the bomb's end.
-        assert!(out > GRACE + 100 * input && out < GRACE + 100 * input + (1 << 20), "{out} {input}");
+        assert!(
+            out > GRACE + 100 * input && out < GRACE + 100 * input + (1 << 20),
+            "{out} {input}"
+        );
         assert!(input < bomb.len() as u64 / 2, "{input}");
         assert!(e.to_string().contains("--max-inflation 100"), "{e}");
         // Lifted with 0; a higher ratio lets it through too.
@@ -331,7 +372,10 @@ mod tests {
         // The absolute size: exactly the limit passes, a byte more fails.
         let text = gzip(b"0123456789");
         assert_eq!(read_all(&text, 100, 10).unwrap(), 10);
-        assert!(matches!(exceeded(&read_all(&text, 100, 9).unwrap_err()), Some(Exceeded::Size { max: 9 })));
+        assert!(matches!(
+            exceeded(&read_all(&text, 100, 9).unwrap_err()),
+            Some(Exceeded::Size { max: 9 })
+        ));
     }
 
     /// Counts what the walk reads, to show where it stopped.
@@ -349,10 +393,14 @@ mod tests {
 
     fn names(tar: &[u8]) -> Result<Vec<(String, u64)>, io::Error> {
         let mut out = Vec::new();
-        walk_tar(tar, |e| e, |e| {
-            out.push((String::from_utf8_lossy(&e.path_bytes()).into_owned(), e.size()));
-            Ok(())
-        })?;
+        walk_tar(
+            tar,
+            |e| e,
+            |e| {
+                out.push((String::from_utf8_lossy(&e.path_bytes()).into_owned(), e.size()));
+                Ok(())
+            },
+        )?;
         Ok(out)
     }
 
@@ -395,7 +443,9 @@ mod tests {
     #[track_caller]
     fn refused_early(tar: &[u8]) -> io::Error {
         let read = Rc::new(Cell::new(0));
-        let e = walk_tar(Meter { inner: tar, read: read.clone() }, |e| e, |_| Ok(())).map(|_| ()).unwrap_err();
+        let e = walk_tar(Meter { inner: tar, read: read.clone() }, |e| e, |_| Ok(()))
+            .map(|_| ())
+            .unwrap_err();
         assert_eq!(exceeded(&e), Some(&Exceeded::TarHeaders { limit: MAX_TAR_HEADERS }), "{e}");
         assert!(read.get() <= MAX_TAR_HEADERS + (64 << 10), "{}", read.get());
         e
@@ -451,7 +501,10 @@ mod tests {
         tar.extend(padded(&content));
         tar.extend(block("after", b'0', 0));
         tar.extend([0u8; 1024]);
-        assert_eq!(names(&tar).unwrap(), vec![("big".to_string(), 6 << 20), ("after".to_string(), 0)]);
+        assert_eq!(
+            names(&tar).unwrap(),
+            vec![("big".to_string(), 6 << 20), ("after".to_string(), 0)]
+        );
     }
 
     #[test]
@@ -487,19 +540,30 @@ mod tests {
         }
         f.set_len(300 << 20).unwrap();
         std::fs::write(dir.path().join("after"), b"x").unwrap();
-        let out = std::process::Command::new("tar").args(["--sparse", "--format=gnu", "-cf", "-", "sparse", "after"]).current_dir(dir.path()).output().unwrap();
+        let out = std::process::Command::new("tar")
+            .args(["--sparse", "--format=gnu", "-cf", "-", "sparse", "after"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let mut kinds = Vec::new();
-        walk_tar(out.stdout.as_slice(), |e| e, |e| {
-            kinds.push((String::from_utf8_lossy(&e.path_bytes()).into_owned(), e.header().entry_type().as_byte()));
-            // Read part of the sparse file only: the walk skips the rest.
-            if e.header().entry_type().is_gnu_sparse() {
-                let mut head = [0u8; 4096];
-                e.read_exact(&mut head)?;
-                assert_eq!(head, [1u8; 4096]);
-            }
-            Ok(())
-        })
+        walk_tar(
+            out.stdout.as_slice(),
+            |e| e,
+            |e| {
+                kinds.push((
+                    String::from_utf8_lossy(&e.path_bytes()).into_owned(),
+                    e.header().entry_type().as_byte(),
+                ));
+                // Read part of the sparse file only: the walk skips the rest.
+                if e.header().entry_type().is_gnu_sparse() {
+                    let mut head = [0u8; 4096];
+                    e.read_exact(&mut head)?;
+                    assert_eq!(head, [1u8; 4096]);
+                }
+                Ok(())
+            },
+        )
         .unwrap();
         assert_eq!(kinds, vec![("sparse".to_string(), b'S'), ("after".to_string(), b'0')]);
     }

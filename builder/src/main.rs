@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use clap::Parser;
 use erdma_build::build::Report;
-use erdma_build::packages::Action;
 use erdma_build::cli::{Cli, Command};
+use erdma_build::packages::Action;
 use erdma_build::progress::{Reporter, Silent, Transfer};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
@@ -22,7 +22,9 @@ fn main() -> ExitCode {
     // RUST_LOG overrides, for debugging.
     let own = if cli.quiet { "off" } else { "erdma_build=warn" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| own.into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| own.into()),
+        )
         .with_target(false)
         .with_writer(BelowBars(multi.clone()))
         .with_ansi(std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal())
@@ -47,7 +49,10 @@ fn main() -> ExitCode {
 /// Prints `error: …`, the cause chain, and a hint where we have one.
 fn fail(e: &anyhow::Error) -> ExitCode {
     // A reader that went away (`erdma-build plan --json | head`) is not an error (as ripgrep).
-    if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+    if e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    }) {
         return ExitCode::SUCCESS;
     }
     let mut err = std::io::stderr().lock();
@@ -91,7 +96,11 @@ async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
                 writeln!(out, "{}", serde_json::to_string_pretty(&recipes)?)?;
             } else {
                 for r in recipes {
-                    let status = r.unsupported.as_deref().map(|u| format!(" (unsupported: {u})")).unwrap_or_default();
+                    let status = r
+                        .unsupported
+                        .as_deref()
+                        .map(|u| format!(" (unsupported: {u})"))
+                        .unwrap_or_default();
                     writeln!(out, "{:<14} {}{}", r.name, r.distro.pretty, status)?;
                 }
             }
@@ -111,8 +120,12 @@ async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
             let opts = erdma_build::check::CheckOptions {
                 image: erdma_build::image::transport::ImageRef::parse(&args.image)?,
                 platform: match args.platform {
-                    Some(p) => erdma_build::image::source::PlatformChoice::One(erdma_build::image::source::Platform(p)),
-                    None => erdma_build::image::source::PlatformChoice::One(erdma_build::image::source::Platform::host()),
+                    Some(p) => erdma_build::image::source::PlatformChoice::One(
+                        erdma_build::image::source::Platform(p),
+                    ),
+                    None => erdma_build::image::source::PlatformChoice::One(
+                        erdma_build::image::source::Platform::host(),
+                    ),
                 },
                 profile: args.profile,
                 registry: args.registry.options(),
@@ -160,7 +173,12 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     if built {
-        writeln!(out, "wrote {} ({})", r.output.as_deref().unwrap_or("-"), r.digest.as_deref().unwrap_or("-"))?;
+        writeln!(
+            out,
+            "wrote {} ({})",
+            r.output.as_deref().unwrap_or("-"),
+            r.digest.as_deref().unwrap_or("-")
+        )?;
     } else {
         writeln!(out, "plan for {} ({})", r.base, r.base_digest)?;
     }
@@ -168,7 +186,13 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         writeln!(out, "profile {p}: its hosts' NCCL settings are baked in")?;
     }
     for img in &r.images {
-        writeln!(out, "{}recipe {}: {}", img.platform.as_ref().map(|p| format!("[{p}] ")).unwrap_or_default(), img.recipe, img.distro)?;
+        writeln!(
+            out,
+            "{}recipe {}: {}",
+            img.platform.as_ref().map(|p| format!("[{p}] ")).unwrap_or_default(),
+            img.recipe,
+            img.distro
+        )?;
         for f in &img.files_added {
             writeln!(out, "  + {f}")?;
         }
@@ -189,7 +213,11 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
                 writeln!(out, "  selecting {} for {} (a virtual package)", s.package, s.requested)?;
             }
             for d in &p.unsigned {
-                writeln!(out, "  UNSIGNED package {} {} from {} (sha256:{})", d.name, d.version, d.source, d.sha256)?;
+                writeln!(
+                    out,
+                    "  UNSIGNED package {} {} from {} (sha256:{})",
+                    d.name, d.version, d.source, d.sha256
+                )?;
             }
             for k in &p.kept {
                 writeln!(out, "  package {} {} (already installed)", k.name, k.version)?;
@@ -199,7 +227,9 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
             }
             for f in &p.special_files {
                 let what = match (f.major, f.minor) {
-                    (Some(major), Some(minor)) => format!("{} device {} {major}:{minor}", f.kind, f.path),
+                    (Some(major), Some(minor)) => {
+                        format!("{} device {} {major}:{minor}", f.kind, f.path)
+                    }
                     _ if f.created => format!("{} file {}", f.kind, f.path),
                     _ => format!("{} {}", f.kind, f.path),
                 };
@@ -207,11 +237,19 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
                 writeln!(out, "  {what} (mode {}{created}) in package {}", f.mode, f.package)?;
             }
             if !p.not_inspected.is_empty() {
-                writeln!(out, "  payloads not read (not downloaded; plan --download reads them): {}", p.not_inspected.join(", "))?;
+                writeln!(
+                    out,
+                    "  payloads not read (not downloaded; plan --download reads them): {}",
+                    p.not_inspected.join(", ")
+                )?;
             }
         }
         if let Some(n) = &img.nccl {
-            writeln!(out, "  nccl libnccl2 {} for CUDA {} ({}), held against apt upgrades", n.libnccl2, n.cuda.version, n.cuda.source)?;
+            writeln!(
+                out,
+                "  nccl libnccl2 {} for CUDA {} ({}), held against apt upgrades",
+                n.libnccl2, n.cuda.version, n.cuda.source
+            )?;
             for p in &n.python_nccl {
                 writeln!(out, "  nccl from pip: {} at {}", p.version, p.path)?;
             }
@@ -222,7 +260,13 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
                 "keyring" => "from --keyring",
                 _ => "trusted on first use, not pinned",
             };
-            writeln!(out, "  key {} {} ({how}; {})", k.repository, k.fingerprints.join(", "), k.source)?;
+            writeln!(
+                out,
+                "  key {} {} ({how}; {})",
+                k.repository,
+                k.fingerprints.join(", "),
+                k.source
+            )?;
         }
         for w in &img.warnings {
             writeln!(out, "  warning: {w}")?;
@@ -230,7 +274,9 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         for e in &img.env {
             let was = e.replaced.as_ref().map(|v| format!(" (was {v})")).unwrap_or_default();
             let from = match (e.source, r.profile) {
-                (erdma_build::image::config::EnvSource::Profile, Some(p)) => format!(" (profile {p})"),
+                (erdma_build::image::config::EnvSource::Profile, Some(p)) => {
+                    format!(" (profile {p})")
+                }
                 (erdma_build::image::config::EnvSource::Recipe, _) => " (recipe)".to_string(),
                 _ => String::new(),
             };
@@ -241,11 +287,21 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
             Some(l) => format!("new layer {} ({} bytes)", l.digest, l.size),
             None => "new layer known after the packages are downloaded".to_string(),
         };
-        writeln!(out, "  base layers reused: {} ({} bytes), {layer}", img.base_layers.len(), total)?;
+        writeln!(
+            out,
+            "  base layers reused: {} ({} bytes), {layer}",
+            img.base_layers.len(),
+            total
+        )?;
     }
     if built {
-        let debs: u64 = r.images.iter().filter_map(|i| i.packages.as_ref()).map(|p| p.downloaded_bytes).sum();
-        writeln!(out, "downloaded {} bytes of image layers and {} bytes of packages, uploaded {} bytes", r.bytes_downloaded, debs, r.bytes_uploaded)?;
+        let debs: u64 =
+            r.images.iter().filter_map(|i| i.packages.as_ref()).map(|p| p.downloaded_bytes).sum();
+        writeln!(
+            out,
+            "downloaded {} bytes of image layers and {} bytes of packages, uploaded {} bytes",
+            r.bytes_downloaded, debs, r.bytes_uploaded
+        )?;
     }
     Ok(())
 }
@@ -291,9 +347,11 @@ impl Reporter for Bars {
     fn transfer_start(&self, id: &str, kind: Transfer, total: Option<u64>) {
         let bar = self.multi.add(ProgressBar::new(total.unwrap_or(0)));
         bar.set_style(
-            ProgressStyle::with_template("{prefix:>10} {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")
-                .expect("static template")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>10} {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
         );
         bar.set_prefix(match kind {
             Transfer::Download => "download",

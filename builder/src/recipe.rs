@@ -11,12 +11,15 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::distro::{cmp_release, FamilyRelease, OsRelease};
-pub use crate::packages::{Backend, Packages, Repository};
 use crate::error::{Error, Result};
+pub use crate::packages::{Backend, Packages, Repository};
 
 /// The family files in `recipes/`, compiled in: each holds what a family's releases share and,
 /// per release, what differs ([`Family`]). Every release is one built-in recipe.
-const FAMILIES: &[(&str, &str)] = &[("debian-family", include_str!("../../recipes/debian-family.toml")), ("el-family", include_str!("../../recipes/el-family.toml"))];
+const FAMILIES: &[(&str, &str)] = &[
+    ("debian-family", include_str!("../../recipes/debian-family.toml")),
+    ("el-family", include_str!("../../recipes/el-family.toml")),
+];
 
 /// A family file: the repositories, packages and files its releases share, and the releases.
 #[derive(Debug, Deserialize)]
@@ -62,30 +65,56 @@ struct Release {
 /// with `{codename}` and `{nvdistro}` (NVIDIA's name: `debian12`, `ubuntu2204`) filled in (a
 /// generic recipe keeps `{nvdistro}` until it is made concrete for a release).
 fn family_recipes(family: &str, text: &str) -> Result<Vec<Recipe>> {
-    let f: Family = toml::from_str(text).map_err(|source| Error::Recipe { name: family.to_string(), source })?;
+    let f: Family = toml::from_str(text)
+        .map_err(|source| Error::Recipe { name: family.to_string(), source })?;
     let mut out = Vec::new();
     for rel in f.releases {
-        let nvdistro = rel.nvdistro.clone().unwrap_or_else(|| format!("{}{}", rel.id, rel.version_id.replace('.', "")));
+        let nvdistro = rel
+            .nvdistro
+            .clone()
+            .unwrap_or_else(|| format!("{}{}", rel.id, rel.version_id.replace('.', "")));
         let mut repositories = Vec::new();
         for want in &rel.repositories {
-            let mut repo = f.repositories.iter().find(|r| &r.name == want).cloned().ok_or_else(|| Error::RecipeInvalid {
-                name: rel.name.clone(),
-                reason: format!("no repository `{want}` in family {family} (has: {})", f.repositories.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")),
-            })?;
+            let mut repo =
+                f.repositories.iter().find(|r| &r.name == want).cloned().ok_or_else(|| {
+                    Error::RecipeInvalid {
+                        name: rel.name.clone(),
+                        reason: format!(
+                            "no repository `{want}` in family {family} (has: {})",
+                            f.repositories
+                                .iter()
+                                .map(|r| r.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    }
+                })?;
             let fill = |s: &mut String| {
                 if let Some(c) = &rel.codename {
                     *s = s.replace("{codename}", c);
                 }
                 if rel.generic.is_empty() {
-                    *s = s.replace("{nvdistro}", &nvdistro).replace("{releasever}", &rel.version_id);
+                    *s =
+                        s.replace("{nvdistro}", &nvdistro).replace("{releasever}", &rel.version_id);
                 }
             };
-            repo.urls.iter_mut().chain(repo.key_url.iter_mut()).chain(repo.suite.iter_mut()).for_each(fill);
+            repo.urls
+                .iter_mut()
+                .chain(repo.key_url.iter_mut())
+                .chain(repo.suite.iter_mut())
+                .for_each(fill);
             repositories.push(repo);
         }
         let recipe = Recipe {
             name: rel.name,
-            distro: Distro { id: rel.id, version_id: rel.version_id, generic: rel.generic, codename: rel.codename, pretty: rel.pretty, backend: f.backend },
+            distro: Distro {
+                id: rel.id,
+                version_id: rel.version_id,
+                generic: rel.generic,
+                codename: rel.codename,
+                pretty: rel.pretty,
+                backend: f.backend,
+            },
             unsupported: rel.unsupported,
             repositories,
             packages: f.packages.clone(),
@@ -139,7 +168,6 @@ pub struct Distro {
     pub backend: Backend,
 }
 
-
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlainFile {
@@ -155,7 +183,8 @@ fn default_mode() -> u32 {
 
 impl Recipe {
     pub fn parse(name: &str, text: &str) -> Result<Recipe> {
-        let mut r: Recipe = toml::from_str(text).map_err(|source| Error::Recipe { name: name.to_string(), source })?;
+        let mut r: Recipe = toml::from_str(text)
+            .map_err(|source| Error::Recipe { name: name.to_string(), source })?;
         r.name = name.to_string();
         r.validate()?;
         Ok(r)
@@ -163,18 +192,26 @@ impl Recipe {
 
     fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(Error::RecipeInvalid { name: self.name.clone(), reason });
-        if self.distro.generic.is_empty() == (self.distro.id.is_empty() || self.distro.version_id.is_empty()) {
+        if self.distro.generic.is_empty()
+            == (self.distro.id.is_empty() || self.distro.version_id.is_empty())
+        {
             return bad("[distro] needs `id` and `version_id`, or `generic` (and not both)".into());
         }
         for repo in &self.repositories {
             if repo.from_base != repo.urls.is_empty() {
-                return bad(format!("repository `{}` needs either `urls` or `from_base = true`", repo.name));
+                return bad(format!(
+                    "repository `{}` needs either `urls` or `from_base = true`",
+                    repo.name
+                ));
             }
             if !repo.from_base && repo.suite.is_none() && self.distro.backend == Backend::Apt {
                 return bad(format!("repository `{}` has no `suite`", repo.name));
             }
             if repo.nccl && repo.from_base {
-                return bad(format!("repository `{}`: an NCCL repository cannot be `from_base`", repo.name));
+                return bad(format!(
+                    "repository `{}`: an NCCL repository cannot be `from_base`",
+                    repo.name
+                ));
             }
             if let Some(fp) = &repo.fingerprint {
                 if crate::packages::openpgp::normalise_pin(fp).is_none() {
@@ -239,7 +276,10 @@ impl Recipe {
         let all = builtin()?;
         match all.iter().find(|r| r.name == name) {
             Some(r) => Ok(r.clone()),
-            None => Err(Error::UnknownRecipe { name: name.to_string(), available: all.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ") }),
+            None => Err(Error::UnknownRecipe {
+                name: name.to_string(),
+                available: all.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", "),
+            }),
         }
     }
 
@@ -247,7 +287,9 @@ impl Recipe {
     /// rpm distributions, whose point releases (`9.4`, `8.10`) share one major version's
     /// repositories (dnf's `$releasever`), the same major version.
     fn serves_version(&self, version_id: &str) -> bool {
-        self.distro.version_id == version_id || (self.distro.backend == Backend::Rpm && version_id.split('.').next() == Some(self.distro.version_id.as_str()))
+        self.distro.version_id == version_id
+            || (self.distro.backend == Backend::Rpm
+                && version_id.split('.').next() == Some(self.distro.version_id.as_str()))
     }
 
     /// Whether this recipe serves whole families rather than one release.
@@ -278,10 +320,19 @@ impl Recipe {
         if !self.is_generic() {
             return Ok(self);
         }
-        let rel = os.families().into_iter().filter(|f| self.distro.generic.contains_key(*f)).find_map(|f| os.release_of(f)).ok_or_else(|| Error::DistroRefused {
-            found: os.describe(),
-            reason: format!("recipe {} is for {} and their derivatives", self.name, self.distro.generic.keys().cloned().collect::<Vec<_>>().join(", ")),
-        })?;
+        let rel = os
+            .families()
+            .into_iter()
+            .filter(|f| self.distro.generic.contains_key(*f))
+            .find_map(|f| os.release_of(f))
+            .ok_or_else(|| Error::DistroRefused {
+                found: os.describe(),
+                reason: format!(
+                    "recipe {} is for {} and their derivatives",
+                    self.name,
+                    self.distro.generic.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            })?;
         Ok(self.for_release(&rel))
     }
 
@@ -291,25 +342,37 @@ impl Recipe {
     /// reason.
     pub fn for_os(os: &OsRelease) -> Result<Recipe> {
         let all = builtin()?;
-        if let Some(r) = all.iter().find(|r| r.distro.id == os.id && r.serves_version(&os.version_id)) {
+        if let Some(r) =
+            all.iter().find(|r| r.distro.id == os.id && r.serves_version(&os.version_id))
+        {
             return Ok(r.clone());
         }
         // An Enterprise Linux rebuild without a recipe of its own (Oracle Linux, OpenCloudOS)
         // follows the RHEL or CentOS release its major version names, as its ID_LIKE says.
         for family in &os.id_like {
-            if let Some(r) = all.iter().find(|r| r.distro.backend == Backend::Rpm && &r.distro.id == family && r.serves_version(&os.version_id)) {
+            if let Some(r) = all.iter().find(|r| {
+                r.distro.backend == Backend::Rpm
+                    && &r.distro.id == family
+                    && r.serves_version(&os.version_id)
+            }) {
                 let mut r = r.clone();
                 r.distro.pretty = format!("{} (based on {})", os.describe(), r.distro.pretty);
                 return Ok(r);
             }
         }
         for family in os.families() {
-            let Some(generic) = all.iter().find(|r| r.distro.generic.contains_key(family)) else { continue };
+            let Some(generic) = all.iter().find(|r| r.distro.generic.contains_key(family)) else {
+                continue;
+            };
             let own: Vec<&Recipe> = all.iter().filter(|r| r.distro.id == family).collect();
             let supported: Vec<&&Recipe> = own.iter().filter(|r| r.unsupported.is_none()).collect();
             let Some(from) = generic.distro.generic.get(family) else { continue };
             let Some(rel) = os.release_of(family) else { continue };
-            let found = if rel.own { os.describe() } else { format!("{} (based on {})", os.describe(), rel.pretty()) };
+            let found = if rel.own {
+                os.describe()
+            } else {
+                format!("{} (based on {})", os.describe(), rel.pretty())
+            };
             if rel.version.is_empty() {
                 // A derivative of a release we cannot place, or a newer codename: the result
                 // is checked for the erdma provider all the same.
@@ -318,8 +381,12 @@ impl Recipe {
             if let Some(r) = own.iter().find(|r| r.serves_version(&rel.version)) {
                 return Ok((*r).clone());
             }
-            let first = supported.iter().min_by(|a, b| cmp_release(&a.distro.version_id, &b.distro.version_id));
-            if let Some(first) = first.filter(|f| cmp_release(&rel.version, &f.distro.version_id).is_lt()) {
+            let first = supported
+                .iter()
+                .min_by(|a, b| cmp_release(&a.distro.version_id, &b.distro.version_id));
+            if let Some(first) =
+                first.filter(|f| cmp_release(&rel.version, &f.distro.version_id).is_lt())
+            {
                 return Err(Error::DistroRefused {
                     found,
                     reason: format!(
@@ -374,15 +441,40 @@ mod tests {
         // Family files, one recipe per release; placeholders filled per release.
         assert_eq!(
             names,
-            ["debian-11", "debian-12", "ubuntu-18.04", "ubuntu-20.04", "ubuntu-22.04", "ubuntu-24.04", "apt-generic", "alinux-3", "centos-7", "centos-8", "anolis-8", "rocky-8", "rocky-9", "almalinux-8", "almalinux-9", "rhel-8", "rhel-9"]
+            [
+                "debian-11",
+                "debian-12",
+                "ubuntu-18.04",
+                "ubuntu-20.04",
+                "ubuntu-22.04",
+                "ubuntu-24.04",
+                "apt-generic",
+                "alinux-3",
+                "centos-7",
+                "centos-8",
+                "anolis-8",
+                "rocky-8",
+                "rocky-9",
+                "almalinux-8",
+                "almalinux-9",
+                "rhel-8",
+                "rhel-9"
+            ]
         );
         assert_eq!(all.iter().filter(|r| r.is_generic()).count(), 1, "one generic recipe (apt's)");
         let jammy = Recipe::load("ubuntu-22.04").unwrap();
         assert!(jammy.repositories[0].from_base, "the base archive, for the dependencies");
         assert_eq!(jammy.repositories[1].suite.as_deref(), Some("jammy/erdma"));
-        assert_eq!(jammy.packages.install, ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]);
+        assert_eq!(
+            jammy.packages.install,
+            ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"]
+        );
         for r in &all {
-            assert!(r.env.is_empty(), "{}: the presets live in env_presets, not in recipes", r.name);
+            assert!(
+                r.env.is_empty(),
+                "{}: the presets live in env_presets, not in recipes",
+                r.name
+            );
         }
         assert!(Recipe::load("debian-11").unwrap().unsupported.is_some());
         for r in all.iter().filter(|r| r.unsupported.is_none()) {
@@ -400,7 +492,11 @@ mod tests {
         // Debian 12 and Ubuntu 24.04 read no Alibaba repository; the generic recipe keeps
         // {nvdistro} until it is made concrete for a release.
         assert!(Recipe::load("debian-12").unwrap().repositories.iter().all(|r| r.name != "erdma"));
-        assert!(Recipe::load("apt-generic").unwrap().repositories.iter().any(|r| r.urls.iter().any(|u| u.contains("{nvdistro}"))));
+        assert!(Recipe::load("apt-generic")
+            .unwrap()
+            .repositories
+            .iter()
+            .any(|r| r.urls.iter().any(|u| u.contains("{nvdistro}"))));
         let bad = "backend = \"apt\"\n[[repository]]\nname = \"base\"\nfrom_base = true\n[[release]]\nname = \"x-1\"\nid = \"x\"\nversion_id = \"1\"\npretty = \"X 1\"\nrepositories = [\"base\", \"nope\"]\n";
         let e = family_recipes("test-family", bad).unwrap_err().to_string();
         assert!(e.contains("nope") && e.contains("x-1"), "{e}");
@@ -414,14 +510,35 @@ mod tests {
         assert_eq!(rocky.name, "rocky-9");
         let alinux = Recipe::for_os(&os("NAME=\"Alibaba Cloud Linux\"\nVERSION=\"3 (Soaring Falcon)\"\nID=\"alinux\"\nID_LIKE=\"rhel fedora centos anolis\"\nVERSION_ID=\"3\"\n")).unwrap();
         assert_eq!(alinux.name, "alinux-3");
-        let erdma = alinux.for_build(false, "amd64").repositories.into_iter().find(|r| r.name == "erdma").unwrap();
-        assert_eq!(erdma.urls[1], "https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64", "seed 004's baseurl with $releasever and $basearch expanded");
+        let erdma = alinux
+            .for_build(false, "amd64")
+            .repositories
+            .into_iter()
+            .find(|r| r.name == "erdma")
+            .unwrap();
+        assert_eq!(
+            erdma.urls[1], "https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64",
+            "seed 004's baseurl with $releasever and $basearch expanded"
+        );
         // A rebuild without a recipe follows the RHEL release its ID_LIKE and major version name.
         let ol = Recipe::for_os(&os("NAME=\"Oracle Linux Server\"\nID=\"ol\"\nID_LIKE=\"fedora rhel\"\nVERSION_ID=\"8.9\"\n")).unwrap();
         assert_eq!(ol.name, "rhel-8");
-        assert!(ol.distro.pretty.contains("based on Red Hat Enterprise Linux 8"), "{}", ol.distro.pretty);
-        let cuda = Recipe::load("alinux-3").unwrap().for_build(true, "arm64").repositories.into_iter().find(|r| r.nccl).unwrap();
-        assert_eq!(cuda.urls, ["https://developer.download.nvidia.com/compute/cuda/repos/rhel8/sbsa/"]);
+        assert!(
+            ol.distro.pretty.contains("based on Red Hat Enterprise Linux 8"),
+            "{}",
+            ol.distro.pretty
+        );
+        let cuda = Recipe::load("alinux-3")
+            .unwrap()
+            .for_build(true, "arm64")
+            .repositories
+            .into_iter()
+            .find(|r| r.nccl)
+            .unwrap();
+        assert_eq!(
+            cuda.urls,
+            ["https://developer.download.nvidia.com/compute/cuda/repos/rhel8/sbsa/"]
+        );
     }
 
     #[test]
@@ -431,7 +548,10 @@ mod tests {
         assert!(plain.repositories.iter().all(|r| !r.nccl));
         let with = jammy.for_build(true, "arm64");
         let cuda = with.repositories.iter().find(|r| r.nccl).unwrap();
-        assert_eq!(cuda.urls, ["https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/sbsa/"]);
+        assert_eq!(
+            cuda.urls,
+            ["https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/sbsa/"]
+        );
         assert_eq!(cuda.suite.as_deref(), Some("/"));
     }
 
@@ -456,37 +576,77 @@ mod tests {
     #[test]
     fn unsupported_distro_lists_supported() {
         let e = Recipe::for_os(&os("ID=fedora\nVERSION_ID=40\n")).unwrap_err().to_string();
-        assert!(e.contains("fedora 40") && e.contains("Debian 12") && e.contains("Ubuntu 22.04"), "{e}");
+        assert!(
+            e.contains("fedora 40") && e.contains("Debian 12") && e.contains("Ubuntu 22.04"),
+            "{e}"
+        );
         assert!(!e.contains("Debian 11"), "{e}");
     }
 
     #[test]
     fn every_release_of_a_known_family_finds_its_recipe() {
-        let pick = |text: &str| Recipe::for_os(&os(text)).map(|r| (r.name.clone(), r.distro.pretty.clone()));
+        let pick = |text: &str| {
+            Recipe::for_os(&os(text)).map(|r| (r.name.clone(), r.distro.pretty.clone()))
+        };
         // Releases with a recipe of their own.
-        assert_eq!(pick("ID=debian\nVERSION_ID=\"12\"\nVERSION_CODENAME=bookworm\n").unwrap().0, "debian-12");
+        assert_eq!(
+            pick("ID=debian\nVERSION_ID=\"12\"\nVERSION_CODENAME=bookworm\n").unwrap().0,
+            "debian-12"
+        );
         assert_eq!(pick("ID=ubuntu\nVERSION_ID=\"22.04\"\n").unwrap().0, "ubuntu-22.04");
         // Newer ones: the generic recipe, named for the release.
         for (text, pretty) in [
-            ("ID=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n", "Debian 13 (trixie), generic recipe"),
-            ("ID=debian\nVERSION_ID=\"14\"\nVERSION_CODENAME=forky\n", "Debian 14 (forky), generic recipe"),
-            ("ID=debian\nVERSION_CODENAME=forky\nPRETTY_NAME=\"Debian GNU/Linux forky/sid\"\n", "Debian 14 (forky), generic recipe"),
-            ("ID=ubuntu\nVERSION_ID=\"24.10\"\nVERSION_CODENAME=oracular\n", "Ubuntu 24.10 (oracular), generic recipe"),
+            (
+                "ID=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n",
+                "Debian 13 (trixie), generic recipe",
+            ),
+            (
+                "ID=debian\nVERSION_ID=\"14\"\nVERSION_CODENAME=forky\n",
+                "Debian 14 (forky), generic recipe",
+            ),
+            (
+                "ID=debian\nVERSION_CODENAME=forky\nPRETTY_NAME=\"Debian GNU/Linux forky/sid\"\n",
+                "Debian 14 (forky), generic recipe",
+            ),
+            (
+                "ID=ubuntu\nVERSION_ID=\"24.10\"\nVERSION_CODENAME=oracular\n",
+                "Ubuntu 24.10 (oracular), generic recipe",
+            ),
             ("ID=ubuntu\nVERSION_ID=\"25.04\"\n", "Ubuntu 25.04 (plucky), generic recipe"),
-            ("ID=ubuntu\nVERSION_ID=\"25.10\"\nVERSION_CODENAME=questing\n", "Ubuntu 25.10 (questing), generic recipe"),
-            ("ID=ubuntu\nVERSION_ID=\"26.04\"\nVERSION_CODENAME=resolute\n", "Ubuntu 26.04 (resolute), generic recipe"),
+            (
+                "ID=ubuntu\nVERSION_ID=\"25.10\"\nVERSION_CODENAME=questing\n",
+                "Ubuntu 25.10 (questing), generic recipe",
+            ),
+            (
+                "ID=ubuntu\nVERSION_ID=\"26.04\"\nVERSION_CODENAME=resolute\n",
+                "Ubuntu 26.04 (resolute), generic recipe",
+            ),
             // A derivative of a release without a recipe (Raspberry Pi OS style).
-            ("ID=raspbian\nID_LIKE=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n", "Debian 13 (trixie), generic recipe"),
+            (
+                "ID=raspbian\nID_LIKE=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n",
+                "Debian 13 (trixie), generic recipe",
+            ),
         ] {
             assert_eq!(pick(text).unwrap().1, pretty, "{text}");
         }
         // A derivative of a release with a recipe takes that recipe (Linux Mint 21 is jammy).
         assert_eq!(pick("ID=linuxmint\nID_LIKE=\"ubuntu debian\"\nVERSION_ID=\"21.3\"\nUBUNTU_CODENAME=jammy\n").unwrap().0, "ubuntu-22.04");
-        assert_eq!(pick("ID=pop\nID_LIKE=\"ubuntu debian\"\nVERSION_ID=\"24.04\"\nUBUNTU_CODENAME=noble\n").unwrap().0, "ubuntu-24.04");
+        assert_eq!(
+            pick(
+                "ID=pop\nID_LIKE=\"ubuntu debian\"\nVERSION_ID=\"24.04\"\nUBUNTU_CODENAME=noble\n"
+            )
+            .unwrap()
+            .0,
+            "ubuntu-24.04"
+        );
         // NVIDIA's repository for the release.
-        let r = Recipe::for_os(&os("ID=debian\nVERSION_ID=\"13\"\n")).unwrap().for_build(true, "amd64");
+        let r =
+            Recipe::for_os(&os("ID=debian\nVERSION_ID=\"13\"\n")).unwrap().for_build(true, "amd64");
         let cuda = r.repositories.iter().find(|r| r.nccl).unwrap();
-        assert_eq!(cuda.urls, ["https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"]);
+        assert_eq!(
+            cuda.urls,
+            ["https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"]
+        );
         assert_eq!(cuda.key_url.as_deref(), Some("https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/3bf863cc.pub"));
     }
 
@@ -498,12 +658,17 @@ mod tests {
         let e = refused("ID=debian\nVERSION_ID=\"10\"\n");
         assert!(e.contains("Debian 10 (buster) is older than Debian 12 (bookworm)"), "{e}");
         // Debian 11 has its own recipe, which says why.
-        assert!(Recipe::for_os(&os("ID=debian\nVERSION_ID=\"11\"\n")).unwrap().unsupported.unwrap().contains("33.2"));
+        assert!(Recipe::for_os(&os("ID=debian\nVERSION_ID=\"11\"\n"))
+            .unwrap()
+            .unsupported
+            .unwrap()
+            .contains("33.2"));
         // Non-LTS Ubuntu between the recipes: no repository serves it.
         let e = refused("ID=ubuntu\nVERSION_ID=\"23.10\"\n");
         assert!(e.contains("no recipe for Ubuntu 23.10") && e.contains("--recipe"), "{e}");
         // A derivative placed by its codename is refused the same way.
-        let e = refused("ID=linuxmint\nID_LIKE=ubuntu\nVERSION_ID=\"18\"\nUBUNTU_CODENAME=xenial\n");
+        let e =
+            refused("ID=linuxmint\nID_LIKE=ubuntu\nVERSION_ID=\"18\"\nUBUNTU_CODENAME=xenial\n");
         assert!(e.contains("(based on Ubuntu 16.04 (xenial))"), "{e}");
     }
 }

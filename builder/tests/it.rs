@@ -38,8 +38,7 @@ mod support_selftest {
         assert_eq!(body, b"{}");
         let reqs = reg.requests();
         assert!(
-            reqs.iter()
-                .any(|r| r.method == "GET" && r.uri == "/v2/" && r.status == 200),
+            reqs.iter().any(|r| r.method == "GET" && r.uri == "/v2/" && r.status == 200),
             "access log lacks GET /v2/: {reqs:?}\n{}",
             reg.log()
         );
@@ -65,10 +64,7 @@ mod support_selftest {
 
     #[test]
     fn fixture_image_is_valid_for_skopeo() {
-        if !support::require(
-            support::have("skopeo"),
-            "skopeo is needed (run scripts/setup)",
-        ) {
+        if !support::require(support::have("skopeo"), "skopeo is needed (run scripts/setup)") {
             return;
         }
         let tmp = tempfile::tempdir().unwrap();
@@ -78,10 +74,7 @@ mod support_selftest {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["Digest"], img.manifest_digest.as_str());
         assert_eq!(v["Layers"].as_array().unwrap().len(), 2);
-        assert_eq!(
-            v["Env"],
-            serde_json::json!(["PATH=/usr/bin:/bin", "FOO=bar"])
-        );
+        assert_eq!(v["Env"], serde_json::json!(["PATH=/usr/bin:/bin", "FOO=bar"]));
 
         // skopeo verifies digests and sizes while copying.
         let copy = tmp.path().join("copy");
@@ -115,10 +108,7 @@ mod support_selftest {
     fn fixture_layers_hold_the_entries() {
         let tmp = tempfile::tempdir().unwrap();
         let img = fixture(tmp.path());
-        assert_eq!(
-            img.config()["rootfs"]["diff_ids"].as_array().unwrap().len(),
-            2
-        );
+        assert_eq!(img.config()["rootfs"]["diff_ids"].as_array().unwrap().len(), 2);
         let read = |i: usize| {
             let f = std::fs::File::open(img.blob_path(&img.layers[i].digest)).unwrap();
             let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(f));
@@ -129,10 +119,7 @@ mod support_selftest {
                     let path = e.path().unwrap().to_string_lossy().into_owned();
                     let kind = e.header().entry_type();
                     let mode = e.header().mode().unwrap();
-                    let link = e
-                        .link_name()
-                        .unwrap()
-                        .map(|l| l.to_string_lossy().into_owned());
+                    let link = e.link_name().unwrap().map(|l| l.to_string_lossy().into_owned());
                     let mut body = String::new();
                     e.read_to_string(&mut body).unwrap();
                     (path, kind, mode, link, body)
@@ -170,11 +157,7 @@ mod support_selftest {
         let img = support::big_layer_image(tmp.path(), size);
         assert_eq!(img.layers.len(), 2);
         // Random data does not compress: the gzip blob is about as big as the file.
-        assert!(
-            img.layers[0].size > size,
-            "{} <= {size}",
-            img.layers[0].size
-        );
+        assert!(img.layers[0].size > size, "{} <= {size}", img.layers[0].size);
         if support::have("skopeo") {
             support::assert_success(
                 "skopeo inspect",
@@ -187,12 +170,7 @@ mod support_selftest {
     fn push_and_pull(
         fault: Fault,
         retries: u32,
-    ) -> (
-        Registry,
-        FaultyProxy,
-        support::OciFixture,
-        std::process::Output,
-    ) {
+    ) -> (Registry, FaultyProxy, support::OciFixture, std::process::Output) {
         let tmp = tempfile::tempdir().unwrap();
         let img = fixture(&tmp.path().join("src"));
         let reg = Registry::start();
@@ -238,11 +216,7 @@ mod support_selftest {
         }
         let reg = Registry::start();
         let proxy = FaultyProxy::start(reg.addr(), Fault::ServerErrorTimes(2));
-        let get = || {
-            support::registry::http_request(proxy.addr(), "GET", "/v2/")
-                .unwrap()
-                .0
-        };
+        let get = || support::registry::http_request(proxy.addr(), "GET", "/v2/").unwrap().0;
         assert_eq!((get(), get(), get()), (503, 503, 200));
         assert_eq!(proxy.request_count(), 3);
         assert_eq!(proxy.faults_injected(), 2);
@@ -348,24 +322,12 @@ mod support_selftest {
                     let mut e = e.unwrap();
                     let path = e.path().unwrap().to_string_lossy().into_owned();
                     let h = e.header().clone();
-                    let link = e
-                        .link_name()
-                        .unwrap()
-                        .map(|l| l.to_string_lossy().into_owned());
+                    let link = e.link_name().unwrap().map(|l| l.to_string_lossy().into_owned());
                     let mut body = Vec::new();
                     if h.size().unwrap() < 1 << 20 {
                         e.read_to_end(&mut body).unwrap();
                     }
-                    (
-                        path,
-                        (
-                            h.entry_type(),
-                            h.mode().unwrap(),
-                            h.uid().unwrap(),
-                            link,
-                            body,
-                        ),
-                    )
+                    (path, (h.entry_type(), h.mode().unwrap(), h.uid().unwrap(), link, body))
                 })
                 .collect()
         }
@@ -444,10 +406,8 @@ mod support_selftest {
                 "libc6 (>= 2.34), libibverbs1 (= 2307mlnx47-1.2310036)"
             );
             assert_eq!(field(&v[2], "Version"), "1:2.0-1");
-            let contents = text(&debian::run_ok(
-                "dpkg-deb -c",
-                Command::new("dpkg-deb").arg("-c").arg(&v[0]),
-            ));
+            let contents =
+                text(&debian::run_ok("dpkg-deb -c", Command::new("dpkg-deb").arg("-c").arg(&v[0])));
             assert!(contents.contains("root/root"), "{contents}");
             assert!(
                 contents.contains(
@@ -462,10 +422,7 @@ mod support_selftest {
                 Command::new("dpkg-deb").arg("-e").arg(&v[1]).arg(x.path()),
             );
             let md5 = std::fs::read_to_string(x.path().join("md5sums")).unwrap();
-            assert!(
-                md5.contains("  usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.47.0\n"),
-                "{md5}"
-            );
+            assert!(md5.contains("  usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.47.0\n"), "{md5}");
             assert!(!md5.contains("mlx5.driver"), "{md5}");
             assert_eq!(
                 std::fs::read_to_string(x.path().join("conffiles")).unwrap(),
@@ -479,10 +436,7 @@ mod support_selftest {
             let postinst = std::fs::read_to_string(y.path().join("postinst")).unwrap();
             assert!(postinst.starts_with("#!/bin/sh\nset -e\n"), "{postinst}");
             // xz-compressed data member, as asked.
-            let ar = text(&debian::run_ok(
-                "ar t",
-                Command::new("ar").arg("t").arg(&v[0]),
-            ));
+            let ar = text(&debian::run_ok("ar t", Command::new("ar").arg("t").arg(&v[0])));
             assert!(ar.contains("data.tar.xz"), "{ar}");
         }
 
@@ -496,9 +450,7 @@ mod support_selftest {
             let tmp = tempfile::tempdir().unwrap();
             let key = apt_repo::TestKey::generate();
             assert_eq!(key.fingerprint().len(), 40);
-            assert!(key
-                .armored_public()
-                .starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----"));
+            assert!(key.armored_public().starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----"));
             let repo = apt_repo::AptRepo::build_under(
                 "erdma/apt/debian",
                 apt_repo::Layout::erdma(),
@@ -515,10 +467,7 @@ mod support_selftest {
                 "main/binary-amd64/Packages.gz",
                 "main/binary-amd64/Packages.xz",
             ] {
-                assert!(
-                    repo.dir().join("dists/bookworm/erdma").join(f).is_file(),
-                    "{f}"
-                );
+                assert!(repo.dir().join("dists/bookworm/erdma").join(f).is_file(), "{f}");
             }
             let release = std::fs::read_to_string(repo.release_dir().join("Release")).unwrap();
             assert!(
@@ -526,10 +475,7 @@ mod support_selftest {
                     && release.contains("Architectures: amd64\n"),
                 "{release}"
             );
-            assert!(
-                release.contains(" main/binary-amd64/Packages.xz\n"),
-                "{release}"
-            );
+            assert!(release.contains(" main/binary-amd64/Packages.xz\n"), "{release}");
 
             let keyring = key.write_public(tmp.path(), "erdma-test.gpg");
             let apt = apt_repo::AptClient::new(&repo.source_line(&keyring));
@@ -548,11 +494,7 @@ mod support_selftest {
                 repo.get_paths()
             );
             let policy = apt.apt_cache(&["policy", "ibverbs-providers"]);
-            assert!(
-                text(&policy.stdout).contains(debs::OFED_VERSION),
-                "{}",
-                text(&policy.stdout)
-            );
+            assert!(text(&policy.stdout).contains(debs::OFED_VERSION), "{}", text(&policy.stdout));
             let dl = apt.apt_get(&["download", "libibverbs1"]);
             support::assert_success("apt-get download", &dl);
 
@@ -561,10 +503,7 @@ mod support_selftest {
             let dl = apt.apt_get(&["download", "ibverbs-providers"]);
             assert!(!dl.status.success(), "{}", text(&dl.stdout));
             let msg = text(&dl.stderr) + &text(&dl.stdout);
-            assert!(
-                msg.contains("Hash Sum mismatch") || msg.contains("hash"),
-                "{msg}"
-            );
+            assert!(msg.contains("Hash Sum mismatch") || msg.contains("hash"), "{msg}");
 
             // One character of InRelease: update fails, with a fresh client and an old one.
             repo.tamper_inrelease();
@@ -598,14 +537,9 @@ mod support_selftest {
             );
             assert!(repo.url().starts_with("http://127.0.0.1:"));
             assert_eq!(repo.suite(), "./");
-            for f in [
-                "InRelease",
-                "Release",
-                "Release.gpg",
-                "Packages",
-                "Packages.gz",
-                "Packages.xz",
-            ] {
+            for f in
+                ["InRelease", "Release", "Release.gpg", "Packages", "Packages.gz", "Packages.xz"]
+            {
                 assert!(repo.dir().join(f).is_file(), "{f}");
             }
             let release = std::fs::read_to_string(repo.dir().join("Release")).unwrap();
@@ -647,10 +581,7 @@ mod support_selftest {
                 !apt_repo::update_ok(&out),
                 "apt-get update accepted a tampered Packages.xz\n{err}"
             );
-            assert!(
-                err.contains("Hash Sum mismatch") || err.contains("unexpected size"),
-                "{err}"
-            );
+            assert!(err.contains("Hash Sum mismatch") || err.contains("unexpected size"), "{err}");
         }
 
         #[test]
@@ -688,12 +619,7 @@ mod support_selftest {
             let apt =
                 apt_repo::AptClient::new(&repo.source_line(&key.write_public(tmp.path(), "k.gpg")));
             let out = apt.update();
-            assert!(
-                apt_repo::update_ok(&out),
-                "{}\n{}",
-                text(&out.stdout),
-                text(&out.stderr)
-            );
+            assert!(apt_repo::update_ok(&out), "{}\n{}", text(&out.stdout), text(&out.stderr));
             let mut args = vec!["download"];
             args.extend(debs::ERDMA_CLOSURE);
             support::assert_success("apt-get download from the test repo", &apt.apt_get(&args));
@@ -726,10 +652,7 @@ mod support_selftest {
             );
             let files = layer_entries(&img, 0);
             // As in the official images, etc/os-release is a relative symlink.
-            assert_eq!(
-                files["etc/os-release"].3.as_deref(),
-                Some("../usr/lib/os-release")
-            );
+            assert_eq!(files["etc/os-release"].3.as_deref(), Some("../usr/lib/os-release"));
             let os = text(&files["usr/lib/os-release"].4);
             assert!(
                 os.contains("VERSION_ID=\"12\"") && os.contains("VERSION_CODENAME=bookworm"),
@@ -759,10 +682,7 @@ mod support_selftest {
             assert!(!status.contains("Package: libibverbs1\n"));
             let mirror = debian::debian_mirror().unwrap();
             let sources = text(&files["etc/apt/sources.list"].4);
-            assert!(
-                sources.contains(&format!("deb {mirror} bookworm main")),
-                "{sources}"
-            );
+            assert!(sources.contains(&format!("deb {mirror} bookworm main")), "{sources}");
             if support::have("skopeo") {
                 support::assert_success(
                     "skopeo inspect",
@@ -795,9 +715,7 @@ mod support_selftest {
             let mut inst: Vec<String> = text(&out.stdout)
                 .lines()
                 .filter_map(|l| {
-                    l.strip_prefix("Inst ")
-                        .and_then(|r| r.split(' ').next())
-                        .map(str::to_string)
+                    l.strip_prefix("Inst ").and_then(|r| r.split(' ').next()).map(str::to_string)
                 })
                 .collect();
             inst.sort();
@@ -830,10 +748,7 @@ mod support_selftest {
             for name in ["libibverbs1", "ibverbs-providers"] {
                 let s = stanza(name);
                 assert!(s.contains("Status: install ok installed\n"), "{s}");
-                assert!(
-                    s.contains(&format!("Version: {}\n", debs::OFED_VERSION)),
-                    "{s}"
-                );
+                assert!(s.contains(&format!("Version: {}\n", debs::OFED_VERSION)), "{s}");
             }
             assert!(stanza("libnl-3-200").contains("Status: install ok installed\n"));
             assert!(stanza("apt").contains("Status: install ok installed\n"));
@@ -841,14 +756,9 @@ mod support_selftest {
                 stanza("ibverbs-providers").contains("Conffiles:\n /etc/libibverbs.d/mlx5.driver ")
             );
             let list = text(&top["var/lib/dpkg/info/libibverbs1:amd64.list"].4);
-            assert!(
-                list.contains("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.47.0\n"),
-                "{list}"
-            );
+            assert!(list.contains("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.47.0\n"), "{list}");
             assert!(top.contains_key("var/lib/dpkg/info/ibverbs-providers:amd64.md5sums"));
-            assert!(top["usr/lib/x86_64-linux-gnu/libibverbs.so.1"]
-                .0
-                .is_symlink());
+            assert!(top["usr/lib/x86_64-linux-gnu/libibverbs.so.1"].0.is_symlink());
             assert!(top.contains_key("usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.47.0"));
             assert!(top.contains_key("usr/lib/x86_64-linux-gnu/libnl-3.so.200"));
             assert_eq!(text(&top[debs::MLNX_SOURCE_PATH].4), debs::MLNX_SOURCE);
@@ -857,16 +767,9 @@ mod support_selftest {
             assert!(
                 !top.keys().any(|k| k.contains(".wh.")),
                 "{:?}",
-                top.keys()
-                    .filter(|k| k.contains(".wh."))
-                    .collect::<Vec<_>>()
+                top.keys().filter(|k| k.contains(".wh.")).collect::<Vec<_>>()
             );
-            assert!(
-                top.len() < 200,
-                "{} entries: {:?}",
-                top.len(),
-                top.keys().collect::<Vec<_>>()
-            );
+            assert!(top.len() < 200, "{} entries: {:?}", top.len(), top.keys().collect::<Vec<_>>());
             if support::have("skopeo") {
                 support::assert_success(
                     "skopeo inspect",

@@ -16,7 +16,9 @@ use std::sync::OnceLock;
 
 use erdma_build::packages::apt::{deb, deb822, repo, version as debver};
 use erdma_build::packages::openpgp;
-use erdma_build::packages::rpm::{self as rpm, header::Header, package as rpmpkg, repodata, version as rpmver};
+use erdma_build::packages::rpm::{
+    self as rpm, header::Header, package as rpmpkg, repodata, version as rpmver,
+};
 
 /// xorshift64: the fuzzer's and the property tests' generator, the same sequence for the same
 /// seed.
@@ -73,7 +75,8 @@ pub fn seeds(t: &Target) -> Vec<(PathBuf, Vec<u8>)> {
     for s in t.seeds.iter().chain(std::iter::once(&"")) {
         let p = if s.is_empty() { root().join("fuzz/seeds").join(t.name) } else { root().join(s) };
         if p.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()).collect();
+            let mut entries: Vec<PathBuf> =
+                std::fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()).collect();
             entries.sort();
             entries.into_iter().for_each(&mut add);
         } else {
@@ -107,7 +110,9 @@ fn scratch(name: &str, data: &[u8]) -> PathBuf {
 /// The test-only key the demo repository is signed with.
 fn demo_keyring() -> &'static [u8] {
     static K: OnceLock<Vec<u8>> = OnceLock::new();
-    K.get_or_init(|| std::fs::read(root().join("testdata/repos/debian-demo/demo-key.asc")).unwrap_or_default())
+    K.get_or_init(|| {
+        std::fs::read(root().join("testdata/repos/debian-demo/demo-key.asc")).unwrap_or_default()
+    })
 }
 
 fn t_deb822(data: &[u8]) {
@@ -165,7 +170,10 @@ fn t_deb(data: &[u8]) {
     let _ = deb::for_each_data_entry(&p, erdma_build::limits::DEFAULT_INFLATION, |_entry, r| {
         budget = budget.saturating_sub(1);
         if budget == 0 {
-            return Err(deb::DebError::Malformed { path: p.clone(), reason: "fuzz: entry budget".into() });
+            return Err(deb::DebError::Malformed {
+                path: p.clone(),
+                reason: "fuzz: entry budget".into(),
+            });
         }
         let _ = std::io::copy(&mut r.take(1 << 20), &mut std::io::sink());
         Ok(())
@@ -239,7 +247,11 @@ fn t_image_json(data: &[u8]) {
             history_comment: "fuzz".into(),
         };
         let _ = edit.env_changes(&v);
-        let _ = edit.apply(&v, "sha256:0000000000000000000000000000000000000000000000000000000000000000", "fuzz");
+        let _ = edit.apply(
+            &v,
+            "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            "fuzz",
+        );
     }
     let _ = erdma_build::image::transport::ImageRef::parse(&text(data));
 }
@@ -248,7 +260,9 @@ fn t_layer_tar(data: &[u8]) {
     use erdma_build::image::rootfs;
     let layer = data.to_vec();
     #[allow(clippy::result_large_err)] // the signature rootfs takes
-    let mut open = |_: usize| -> erdma_build::Result<Box<dyn std::io::BufRead>> { Ok(Box::new(Cursor::new(layer.clone()))) };
+    let mut open = |_: usize| -> erdma_build::Result<Box<dyn std::io::BufRead>> {
+        Ok(Box::new(Cursor::new(layer.clone())))
+    };
     let _ = rootfs::read_file(2, &mut open, "/etc/os-release", 1 << 20);
     let _ = rootfs::list_dir(2, &mut open, "/etc/apt/sources.list.d");
 }
@@ -267,9 +281,18 @@ fn t_hook_state(data: &[u8]) {
 
 fn t_engine_config(data: &[u8]) {
     use erdma_oci_hook::engine::{self, ConfigureOptions, Engine};
-    for (engine, file) in [(Engine::Docker, "daemon.json"), (Engine::Containerd, "config.toml"), (Engine::Crio, "crio.conf")] {
+    for (engine, file) in [
+        (Engine::Docker, "daemon.json"),
+        (Engine::Containerd, "config.toml"),
+        (Engine::Crio, "crio.conf"),
+    ] {
         let p = scratch(file, data);
-        let opts = ConfigureOptions { dry_run: true, config_path: Some(p.clone()), runtime_path: "/opt/erdma/bin/erdma-runtime".into(), hook_path: "/opt/erdma/bin/erdma-oci-hook".into() };
+        let opts = ConfigureOptions {
+            dry_run: true,
+            config_path: Some(p.clone()),
+            runtime_path: "/opt/erdma/bin/erdma-runtime".into(),
+            hook_path: "/opt/erdma/bin/erdma-oci-hook".into(),
+        };
         let _ = engine::configure(engine, &opts);
         let _ = engine::inspect(engine, &p);
     }
@@ -279,13 +302,22 @@ fn t_sysfs_values(data: &[u8]) {
     // The attribute files discovery reads, each given a slice of the input, on a copy of the
     // `two` fixture tree.
     let tree = sysfs_tree();
-    let files = ["class/infiniband/erdma_0/ports/1/state", "class/infiniband/erdma_0/ports/1/gids/1", "class/infiniband/erdma_0/ports/1/gid_attrs/types/1", "class/infiniband_verbs/uverbs0/dev", "class/net/eth0/mtu", "class/infiniband/erdma_0/device/numa_node"];
+    let files = [
+        "class/infiniband/erdma_0/ports/1/state",
+        "class/infiniband/erdma_0/ports/1/gids/1",
+        "class/infiniband/erdma_0/ports/1/gid_attrs/types/1",
+        "class/infiniband_verbs/uverbs0/dev",
+        "class/net/eth0/mtu",
+        "class/infiniband/erdma_0/device/numa_node",
+    ];
     let chunk = data.len().div_ceil(files.len()).max(1);
     for (i, f) in files.iter().enumerate() {
         let part = data.get(i * chunk..((i + 1) * chunk).min(data.len())).unwrap_or_default();
         let _ = std::fs::write(tree.join(f), part);
     }
-    if let Ok(host) = erdma_oci_hook::discover::discover(&tree, &tree.join("no-dev"), &["erdma".into()]) {
+    if let Ok(host) =
+        erdma_oci_hook::discover::discover(&tree, &tree.join("no-dev"), &["erdma".into()])
+    {
         let devices: Vec<_> = host.devices.iter().collect();
         let _ = erdma_oci_hook::nccl::derive(&host, &devices);
     }
@@ -310,7 +342,13 @@ fn t_nri_create(data: &[u8]) {
     use erdma_oci_hook::nri::{adjust, pb};
     let Ok(req) = <pb::CreateContainerRequest as prost::Message>::decode(data) else { return };
     let Some(ctr) = req.container.as_ref() else { return };
-    let host = || erdma_oci_hook::discover::discover(&root().join("testdata/sysfs/two/sys"), Path::new("/nonexistent"), &["erdma".into()]);
+    let host = || {
+        erdma_oci_hook::discover::discover(
+            &root().join("testdata/sysfs/two/sys"),
+            Path::new("/nonexistent"),
+            &["erdma".into()],
+        )
+    };
     let _ = adjust::create(req.pod.as_ref(), ctr, host, fixture_config());
 }
 
@@ -342,7 +380,8 @@ fn copy_tree(from: &Path, to: &Path) {
         let (src, dst) = (e.path(), to.join(e.file_name()));
         let ft = e.file_type().expect("file type");
         if ft.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src).expect("readlink"), &dst).expect("symlink");
+            std::os::unix::fs::symlink(std::fs::read_link(&src).expect("readlink"), &dst)
+                .expect("symlink");
         } else if ft.is_dir() {
             copy_tree(&src, &dst);
         } else {

@@ -18,9 +18,50 @@ use std::time::{Duration, Instant};
 use erdma_fuzz::{find, root, seeds, Rng, Target, TARGETS};
 
 const TOKENS: &[&[u8]] = &[
-    b"\n", b"\n\n", b": ", b"=", b" ", b"\t", b"-", b"..", b"/", b"../", b"\0", b"{", b"}", b"[", b"]", b"\"", b"<", b">", b"</", b"-----BEGIN PGP SIGNED MESSAGE-----\n",
-    b"-----BEGIN PGP SIGNATURE-----\n", b"0", b"4294967295", b"18446744073709551615", b"-1", b"99999999999999999999", b"~", b"+", b":", b"||", b"(", b")", b"|", b"!",
-    b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\x8e\xad\xe8\x01", b"!<arch>\n", b"ustar\0", b".wh.", b".wh..wh..opq", b"\xc3\x28", b"%", b"*",
+    b"\n",
+    b"\n\n",
+    b": ",
+    b"=",
+    b" ",
+    b"\t",
+    b"-",
+    b"..",
+    b"/",
+    b"../",
+    b"\0",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"\"",
+    b"<",
+    b">",
+    b"</",
+    b"-----BEGIN PGP SIGNED MESSAGE-----\n",
+    b"-----BEGIN PGP SIGNATURE-----\n",
+    b"0",
+    b"4294967295",
+    b"18446744073709551615",
+    b"-1",
+    b"99999999999999999999",
+    b"~",
+    b"+",
+    b":",
+    b"||",
+    b"(",
+    b")",
+    b"|",
+    b"!",
+    b"\xff\xff\xff\xff",
+    b"\x00\x00\x00\x00",
+    b"\x8e\xad\xe8\x01",
+    b"!<arch>\n",
+    b"ustar\0",
+    b".wh.",
+    b".wh..wh..opq",
+    b"\xc3\x28",
+    b"%",
+    b"*",
 ];
 
 fn mutate(rng: &mut Rng, input: &mut Vec<u8>, other: &[u8]) {
@@ -62,7 +103,8 @@ fn mutate(rng: &mut Rng, input: &mut Vec<u8>, other: &[u8]) {
             7 if len >= 4 => {
                 // A length or count field: set four bytes to an extreme.
                 let i = rng.below(len - 3);
-                let v: [u8; 4] = [[0xff; 4], [0; 4], [0x7f, 0xff, 0xff, 0xff], [0, 0, 0x10, 0]][rng.below(4)];
+                let v: [u8; 4] =
+                    [[0xff; 4], [0; 4], [0x7f, 0xff, 0xff, 0xff], [0, 0, 0x10, 0]][rng.below(4)];
                 input[i..i + 4].copy_from_slice(&v);
             }
             _ => {
@@ -118,7 +160,8 @@ fn fuzz(t: &'static Target, budget: Duration, seed: u64, hang: Duration) -> Outc
     let current = Arc::new(Mutex::new(Vec::new()));
     let done = Arc::new(AtomicU64::new(0));
     {
-        let (started, current, done) = (Arc::clone(&started), Arc::clone(&current), Arc::clone(&done));
+        let (started, current, done) =
+            (Arc::clone(&started), Arc::clone(&current), Arc::clone(&done));
         std::thread::spawn(move || loop {
             std::thread::sleep(Duration::from_millis(100));
             if done.load(Ordering::Relaxed) == 1 {
@@ -128,13 +171,24 @@ fn fuzz(t: &'static Target, budget: Duration, seed: u64, hang: Duration) -> Outc
             if s != 0 && epoch.elapsed().as_millis() as u64 > s + hang.as_millis() as u64 {
                 let input = current.lock().map(|c| c.clone()).unwrap_or_default();
                 let p = artifact(t.name, "hang", &input);
-                eprintln!("erdma-fuzz: {}: an input ran for more than {} ms: {}", t.name, hang.as_millis(), p.display());
+                eprintln!(
+                    "erdma-fuzz: {}: an input ran for more than {} ms: {}",
+                    t.name,
+                    hang.as_millis(),
+                    p.display()
+                );
                 std::process::exit(1);
             }
         });
     }
     let mut rng = Rng(seed.max(1) ^ (hash(t.name.as_bytes()).len() as u64) ^ 0x9e3779b97f4a7c15);
-    let mut out = Outcome { name: t.name, execs: 0, crashes: Vec::new(), slowest: Duration::ZERO, seeds: n_seeds };
+    let mut out = Outcome {
+        name: t.name,
+        execs: 0,
+        crashes: Vec::new(),
+        slowest: Duration::ZERO,
+        seeds: n_seeds,
+    };
     let until = Instant::now() + budget;
     // The seeds as they are first, then mutations.
     let mut i = 0usize;
@@ -158,7 +212,11 @@ fn fuzz(t: &'static Target, budget: Duration, seed: u64, hang: Duration) -> Outc
         out.slowest = out.slowest.max(t0.elapsed());
         out.execs += 1;
         if let Err(e) = r {
-            let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
             let p = artifact(t.name, "crash", &input);
             if out.crashes.len() < 20 {
                 out.crashes.push((p, msg));
@@ -198,7 +256,8 @@ fn main() {
                     let d = dir.join(t.name);
                     std::fs::create_dir_all(&d).expect("creating the seed directory");
                     for (p, data) in seeds(t) {
-                        std::fs::write(d.join(hash(p.to_string_lossy().as_bytes())), data).expect("writing a seed");
+                        std::fs::write(d.join(hash(p.to_string_lossy().as_bytes())), data)
+                            .expect("writing a seed");
                     }
                 }
                 return;
@@ -237,7 +296,14 @@ fn main() {
         let o = fuzz(t, Duration::from_secs(seconds), seed, Duration::from_millis(hang_ms));
         found |= !o.crashes.is_empty();
         if !json {
-            println!("{:<16} {:>10} execs {:>4} seeds {:>3} crashes  slowest {:>8.2} ms", o.name, o.execs, o.seeds, o.crashes.len(), o.slowest.as_secs_f64() * 1000.0);
+            println!(
+                "{:<16} {:>10} execs {:>4} seeds {:>3} crashes  slowest {:>8.2} ms",
+                o.name,
+                o.execs,
+                o.seeds,
+                o.crashes.len(),
+                o.slowest.as_secs_f64() * 1000.0
+            );
             for (p, m) in &o.crashes {
                 println!("    crash {}: {}", p.display(), m.lines().next().unwrap_or(""));
             }

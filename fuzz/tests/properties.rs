@@ -17,13 +17,14 @@ use std::process::Command;
 
 use erdma_build::packages::apt::version::Version as DebVersion;
 use erdma_build::packages::rpm::version::rpmvercmp;
+use erdma_fuzz::Rng;
 use erdma_oci_hook::config::{Config, Memlock};
 use erdma_oci_hook::engine::{self, ConfigureOptions, Engine};
-use erdma_fuzz::Rng;
 use serde_json::{json, Map, Value};
 
 fn rng(salt: u64) -> Rng {
-    let seed = std::env::var("ERDMA_PROP_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_u64);
+    let seed =
+        std::env::var("ERDMA_PROP_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_u64);
     Rng((seed ^ salt.wrapping_mul(0x9e3779b97f4a7c15)).max(1))
 }
 
@@ -60,7 +61,10 @@ fn deb_version(r: &mut Rng) -> String {
 #[test]
 fn debian_versions_are_a_total_order_that_agrees_with_dpkg() {
     let mut r = rng(1);
-    let versions: Vec<(String, DebVersion)> = (0..cases(400)).map(|_| deb_version(&mut r)).filter_map(|s| s.parse().ok().map(|v| (s, v))).collect();
+    let versions: Vec<(String, DebVersion)> = (0..cases(400))
+        .map(|_| deb_version(&mut r))
+        .filter_map(|s| s.parse().ok().map(|v| (s, v)))
+        .collect();
     assert!(versions.len() > 300, "the generator makes valid versions");
     // Total order: antisymmetric, consistent with ==, transitive (checked on sorted order).
     for (i, (_, a)) in versions.iter().enumerate() {
@@ -80,7 +84,9 @@ fn debian_versions_are_a_total_order_that_agrees_with_dpkg() {
         return;
     }
     type Named = (String, DebVersion);
-    let pairs: Vec<(&Named, &Named)> = (0..versions.len()).map(|i| (&versions[i], &versions[(i * 13 + 5) % versions.len()])).collect();
+    let pairs: Vec<(&Named, &Named)> = (0..versions.len())
+        .map(|i| (&versions[i], &versions[(i * 13 + 5) % versions.len()]))
+        .collect();
     let script: String = pairs.iter().map(|((a, _), (b, _))| format!("if dpkg --compare-versions '{a}' lt '{b}'; then echo '<'; elif dpkg --compare-versions '{a}' eq '{b}'; then echo '='; else echo '>'; fi\n")).collect();
     let out = Command::new("sh").arg("-c").arg(script).output().unwrap();
     let answers: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
@@ -96,14 +102,22 @@ fn debian_versions_are_a_total_order_that_agrees_with_dpkg() {
             disagree.push(format!("{a} {ours} {b}, dpkg says {dpkg}"));
         }
     }
-    assert!(disagree.is_empty(), "{} of {} pairs disagree with dpkg:\n{}", disagree.len(), pairs.len(), disagree.join("\n"));
+    assert!(
+        disagree.is_empty(),
+        "{} of {} pairs disagree with dpkg:\n{}",
+        disagree.len(),
+        pairs.len(),
+        disagree.join("\n")
+    );
 }
 
 #[test]
 fn rpm_versions_are_a_total_order() {
     let mut r = rng(2);
     let alphabet = b"0123456789.~^_+abZ";
-    let vs: Vec<String> = (0..cases(400)).map(|_| (0..1 + r.below(8)).map(|_| *r.pick(alphabet) as char).collect()).collect();
+    let vs: Vec<String> = (0..cases(400))
+        .map(|_| (0..1 + r.below(8)).map(|_| *r.pick(alphabet) as char).collect())
+        .collect();
     for (i, a) in vs.iter().enumerate() {
         let b = &vs[(i * 7 + 3) % vs.len()];
         let c = &vs[(i * 11 + 1) % vs.len()];
@@ -123,14 +137,20 @@ fn json_value(r: &mut Rng, depth: usize) -> Value {
         2 => json!(r.below(2) == 0),
         3 => Value::Null,
         4 => Value::Array((0..r.below(4)).map(|_| json_value(r, depth - 1)).collect()),
-        _ => Value::Object((0..r.below(5)).map(|i| (format!("k{}_{i}", r.next_u64() % 50), json_value(r, depth - 1))).collect()),
+        _ => Value::Object(
+            (0..r.below(5))
+                .map(|i| (format!("k{}_{i}", r.next_u64() % 50), json_value(r, depth - 1)))
+                .collect(),
+        ),
     }
 }
 
 /// Every leaf of `v` with its JSON pointer.
 fn leaves(v: &Value, at: String, out: &mut Vec<(String, Value)>) {
     match v {
-        Value::Object(m) if !m.is_empty() => m.iter().for_each(|(k, x)| leaves(x, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out)),
+        Value::Object(m) if !m.is_empty() => m.iter().for_each(|(k, x)| {
+            leaves(x, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out)
+        }),
         _ => out.push((at, v.clone())),
     }
 }
@@ -145,8 +165,19 @@ fn kept(after: &Value, ptr: &str, v: &Value) -> bool {
 }
 
 fn configure(engine: Engine, path: &Path) -> engine::ConfigureReport {
-    let opts = ConfigureOptions { dry_run: false, config_path: Some(path.to_path_buf()), runtime_path: "/opt/erdma/bin/erdma-runtime".into(), hook_path: "/opt/erdma/bin/erdma-oci-hook".into() };
-    engine::configure(engine, &opts).unwrap_or_else(|e| panic!("configure {engine:?} on {}: {e}\n{}", path.display(), std::fs::read_to_string(path).unwrap_or_default()))
+    let opts = ConfigureOptions {
+        dry_run: false,
+        config_path: Some(path.to_path_buf()),
+        runtime_path: "/opt/erdma/bin/erdma-runtime".into(),
+        hook_path: "/opt/erdma/bin/erdma-oci-hook".into(),
+    };
+    engine::configure(engine, &opts).unwrap_or_else(|e| {
+        panic!(
+            "configure {engine:?} on {}: {e}\n{}",
+            path.display(),
+            std::fs::read_to_string(path).unwrap_or_default()
+        )
+    })
 }
 
 /// Everything under `dir`, path and bytes.
@@ -172,10 +203,15 @@ fn configure_docker_keeps_every_unrelated_key_and_is_idempotent() {
     for case in 0..cases(60) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("daemon.json");
-        let mut doc: Map<String, Value> = (0..r.below(8)).map(|i| (format!("key{}_{i}", r.next_u64() % 40), json_value(&mut r, 3))).collect();
+        let mut doc: Map<String, Value> = (0..r.below(8))
+            .map(|i| (format!("key{}_{i}", r.next_u64() % 40), json_value(&mut r, 3)))
+            .collect();
         // Other runtimes, a default runtime, CDI settings: what hosts really have beside ours.
         if r.below(2) == 0 {
-            doc.insert("runtimes".into(), json!({"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}));
+            doc.insert(
+                "runtimes".into(),
+                json!({"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}),
+            );
         }
         if r.below(3) == 0 {
             doc.insert("default-runtime".into(), json!("nvidia"));
@@ -187,11 +223,17 @@ fn configure_docker_keeps_every_unrelated_key_and_is_idempotent() {
         let mut old = Vec::new();
         leaves(&before, String::new(), &mut old);
         for (ptr, v) in old {
-            assert!(kept(&after, &ptr, &v), "case {case}: `{ptr}` changed\nbefore: {before}\nafter: {after}");
+            assert!(
+                kept(&after, &ptr, &v),
+                "case {case}: `{ptr}` changed\nbefore: {before}\nafter: {after}"
+            );
         }
         assert!(after.pointer("/runtimes/erdma/path").is_some(), "case {case}: {after}");
         let first = snapshot(dir.path());
-        assert!(!configure(Engine::Docker, &path).changed, "case {case}: a second run changed something");
+        assert!(
+            !configure(Engine::Docker, &path).changed,
+            "case {case}: a second run changed something"
+        );
         assert_eq!(snapshot(dir.path()), first, "case {case}: a second run wrote files");
     }
 }
@@ -222,7 +264,11 @@ fn configure_containerd_and_crio_keep_every_unrelated_key_and_are_idempotent() {
     for case in 0..cases(40) {
         for engine in [Engine::Containerd, Engine::Crio] {
             let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join(if engine == Engine::Containerd { "config.toml" } else { "crio.conf" });
+            let path = dir.path().join(if engine == Engine::Containerd {
+                "config.toml"
+            } else {
+                "crio.conf"
+            });
             let mut doc = toml_edit::DocumentMut::new();
             if engine == Engine::Containerd {
                 doc.insert("version", toml_edit::value(2i64));
@@ -244,17 +290,29 @@ fn configure_containerd_and_crio_keep_every_unrelated_key_and_are_idempotent() {
             let after_v: toml::Value = toml::from_str(&after_text).unwrap();
             // Every table and key of the main config is still there with its value; containerd's
             // may gain `imports` (of the drop-in directory), nothing else.
-            let (bj, aj) = (serde_json::to_value(&before_v).unwrap(), serde_json::to_value(&after_v).unwrap());
+            let (bj, aj) =
+                (serde_json::to_value(&before_v).unwrap(), serde_json::to_value(&after_v).unwrap());
             let mut old = Vec::new();
             leaves(&bj, String::new(), &mut old);
             for (ptr, v) in old {
                 assert!(kept(&aj, &ptr, &v), "case {case} {engine:?}: `{ptr}` changed\nbefore:\n{before}\nafter:\n{after_text}");
             }
-            let added: Vec<&String> = aj.as_object().unwrap().keys().filter(|k| bj.get(k.as_str()).is_none()).collect();
-            assert!(added.iter().all(|k| k.as_str() == "imports"), "case {case} {engine:?}: added {added:?}");
+            let added: Vec<&String> =
+                aj.as_object().unwrap().keys().filter(|k| bj.get(k.as_str()).is_none()).collect();
+            assert!(
+                added.iter().all(|k| k.as_str() == "imports"),
+                "case {case} {engine:?}: added {added:?}"
+            );
             let first = snapshot(dir.path());
-            assert!(!configure(engine, &path).changed, "case {case} {engine:?}: a second run changed something");
-            assert_eq!(snapshot(dir.path()), first, "case {case} {engine:?}: a second run wrote files");
+            assert!(
+                !configure(engine, &path).changed,
+                "case {case} {engine:?}: a second run changed something"
+            );
+            assert_eq!(
+                snapshot(dir.path()),
+                first,
+                "case {case} {engine:?}: a second run wrote files"
+            );
         }
     }
 }
@@ -264,14 +322,33 @@ fn fixture_config(dir: &Path) -> Config {
     let sys = erdma_fuzz::root().join("testdata/sysfs/two/sys");
     let dev = dir.join("dev/infiniband");
     std::fs::create_dir_all(&dev).unwrap();
-    for (name, major, minor) in [("uverbs0", 231, 192), ("uverbs1", 231, 193), ("rdma_cm", 10, 58)] {
-        rustix::fs::mknodat(rustix::fs::CWD, dev.join(name), rustix::fs::FileType::CharacterDevice, rustix::fs::Mode::from_raw_mode(0o666), rustix::fs::makedev(major, minor)).unwrap();
+    for (name, major, minor) in [("uverbs0", 231, 192), ("uverbs1", 231, 193), ("rdma_cm", 10, 58)]
+    {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dev.join(name),
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o666),
+            rustix::fs::makedev(major, minor),
+        )
+        .unwrap();
     }
-    Config { sysfs_root: sys, dev_root: dir.join("dev"), memlock: Memlock::Bytes(4 << 20), ..Config::default() }
+    Config {
+        sysfs_root: sys,
+        dev_root: dir.join("dev"),
+        memlock: Memlock::Bytes(4 << 20),
+        ..Config::default()
+    }
 }
 
 /// The fields `modify::apply` documents changing (oci-hook/src/modify.rs).
-const EDITED: &[&str] = &["/linux/devices", "/linux/resources/devices", "/process/rlimits", "/process/env", "/linux/namespaces"];
+const EDITED: &[&str] = &[
+    "/linux/devices",
+    "/linux/resources/devices",
+    "/process/rlimits",
+    "/process/env",
+    "/linux/namespaces",
+];
 
 fn runc_spec(r: &mut Rng) -> Value {
     let mut s = json!({
@@ -292,7 +369,11 @@ fn runc_spec(r: &mut Rng) -> Value {
         }
     }
     for _ in 0..r.below(4) {
-        let e = format!("{}=v{}", *r.pick(&["NCCL_DEBUG", "NCCL_IB_HCA", "FOO", "NCCL_SOCKET_IFNAME", "LD_LIBRARY_PATH"]), r.next_u64() % 10);
+        let e = format!(
+            "{}=v{}",
+            *r.pick(&["NCCL_DEBUG", "NCCL_IB_HCA", "FOO", "NCCL_SOCKET_IFNAME", "LD_LIBRARY_PATH"]),
+            r.next_u64() % 10
+        );
         s["process"]["env"].as_array_mut().unwrap().push(json!(e));
     }
     if r.below(3) == 0 {
@@ -327,32 +408,55 @@ fn edit_leaves_specs_that_do_not_ask_alone_and_changes_only_documented_fields() 
         if asks {
             let how = r.below(3);
             match how {
-                0 => spec["process"]["env"].as_array_mut().unwrap().push(json!("ERDMA_VISIBLE_DEVICES=all")),
+                0 => spec["process"]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!("ERDMA_VISIBLE_DEVICES=all")),
                 1 => spec["annotations"] = json!({erdma_oci_hook::request::ANNOTATION: "erdma_1"}),
-                _ => spec["process"]["env"].as_array_mut().unwrap().push(json!("ERDMA_VISIBLE_DEVICES=erdma_0,erdma_1")),
+                _ => spec["process"]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!("ERDMA_VISIBLE_DEVICES=erdma_0,erdma_1")),
             }
         }
         let text = serde_json::to_vec(&spec).unwrap();
-        match erdma_oci_hook::hooks::edit(&spec, &config).unwrap_or_else(|e| panic!("case {case}: {e}\n{spec}")) {
+        match erdma_oci_hook::hooks::edit(&spec, &config)
+            .unwrap_or_else(|e| panic!("case {case}: {e}\n{spec}"))
+        {
             None => {
                 assert!(!asks, "case {case}: an asking spec was not edited");
-                assert_eq!(serde_json::to_vec(&spec).unwrap(), text, "case {case}: the spec must stay byte for byte");
+                assert_eq!(
+                    serde_json::to_vec(&spec).unwrap(),
+                    text,
+                    "case {case}: the spec must stay byte for byte"
+                );
             }
             Some((edited, report)) => {
                 asked += 1;
                 assert!(asks, "case {case}: a spec that did not ask was edited");
-                assert_eq!(strip(edited.clone()), strip(spec.clone()), "case {case}: a field outside {EDITED:?} changed");
+                assert_eq!(
+                    strip(edited.clone()),
+                    strip(spec.clone()),
+                    "case {case}: a field outside {EDITED:?} changed"
+                );
                 // The documented fields: the container's own env entries are kept unless
                 // repaired (reported), and the rlimits other than memlock stay.
-                let old_env: Vec<&Value> = spec["process"]["env"].as_array().unwrap().iter().collect();
+                let old_env: Vec<&Value> =
+                    spec["process"]["env"].as_array().unwrap().iter().collect();
                 for e in &old_env {
                     let name = e.as_str().unwrap().split('=').next().unwrap();
                     let kept = edited["process"]["env"].as_array().unwrap().contains(e);
-                    let repaired = report.env_added.iter().any(|a| a.starts_with(&format!("{name}=")));
+                    let repaired =
+                        report.env_added.iter().any(|a| a.starts_with(&format!("{name}=")));
                     assert!(kept || repaired, "case {case}: {e} vanished without a report");
                 }
-                assert!(edited["process"]["rlimits"].as_array().unwrap().contains(&json!({"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024})));
-                assert!(edited["process"]["rlimits"].as_array().unwrap().contains(&json!({"type": "RLIMIT_MEMLOCK", "hard": 4194304, "soft": 4194304})));
+                assert!(edited["process"]["rlimits"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!({"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024})));
+                assert!(edited["process"]["rlimits"].as_array().unwrap().contains(
+                    &json!({"type": "RLIMIT_MEMLOCK", "hard": 4194304, "soft": 4194304})
+                ));
                 // Idempotent: editing the edited spec changes nothing more.
                 let (again, _) = erdma_oci_hook::hooks::edit(&edited, &config).unwrap().unwrap();
                 assert_eq!(again, edited, "case {case}: a second edit changed the spec");
@@ -366,7 +470,12 @@ fn edit_leaves_specs_that_do_not_ask_alone_and_changes_only_documented_fields() 
 type Seen = Vec<(Vec<u8>, u8, u64, Option<Vec<u8>>)>;
 
 fn seen<R: std::io::Read>(e: &mut tar::Entry<'_, R>) -> (Vec<u8>, u8, u64, Option<Vec<u8>>) {
-    (e.path_bytes().into_owned(), e.header().entry_type().as_byte(), e.size(), e.link_name_bytes().map(|l| l.into_owned()))
+    (
+        e.path_bytes().into_owned(),
+        e.header().entry_type().as_byte(),
+        e.size(),
+        e.link_name_bytes().map(|l| l.into_owned()),
+    )
 }
 
 #[test]
@@ -391,8 +500,14 @@ fn the_bounded_tar_walk_reads_what_gnu_tar_writes_as_the_tar_crate_does() {
             std::fs::create_dir_all(root.join(&rel)).unwrap();
             let name = rel.join(format!("f{i}-{}", "n".repeat(r.below(150))));
             match r.below(5) {
-                0 => std::os::unix::fs::symlink(format!("{}/{}", "../".repeat(r.below(40)), "t".repeat(r.below(300))), root.join(&name)).unwrap(),
-                1 if !names.is_empty() => std::fs::hard_link(root.join(r.pick(&names)), root.join(&name)).unwrap(),
+                0 => std::os::unix::fs::symlink(
+                    format!("{}/{}", "../".repeat(r.below(40)), "t".repeat(r.below(300))),
+                    root.join(&name),
+                )
+                .unwrap(),
+                1 if !names.is_empty() => {
+                    std::fs::hard_link(root.join(r.pick(&names)), root.join(&name)).unwrap()
+                }
                 2 => {
                     // Sparse: data blocks far apart (GNU tar's map, extended past 4 blocks).
                     let mut f = std::fs::File::create(root.join(&name)).unwrap();
@@ -410,22 +525,30 @@ fn the_bounded_tar_walk_reads_what_gnu_tar_writes_as_the_tar_crate_does() {
             }
         }
         let format = if case % 2 == 0 { "--format=gnu" } else { "--format=posix" };
-        let out = Command::new("tar").args(["--sparse", format, "-cf", "-", "t"]).current_dir(dir.path()).output().unwrap();
+        let out = Command::new("tar")
+            .args(["--sparse", format, "-cf", "-", "t"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
         assert!(out.status.success(), "tar: {}", String::from_utf8_lossy(&out.stderr));
         let mut plain: Seen = Vec::new();
         for e in tar::Archive::new(out.stdout.as_slice()).entries().unwrap() {
             plain.push(seen(&mut e.unwrap()));
         }
         let mut bounded: Seen = Vec::new();
-        erdma_build::limits::walk_tar(out.stdout.as_slice(), |e| e, |e| {
-            bounded.push(seen(e));
-            // Read part of some contents: the walk skips the rest, as the tar crate does.
-            if r.below(2) == 0 {
-                let mut head = [0u8; 700];
-                let _ = std::io::Read::read(e, &mut head)?;
-            }
-            Ok(())
-        })
+        erdma_build::limits::walk_tar(
+            out.stdout.as_slice(),
+            |e| e,
+            |e| {
+                bounded.push(seen(e));
+                // Read part of some contents: the walk skips the rest, as the tar crate does.
+                if r.below(2) == 0 {
+                    let mut head = [0u8; 700];
+                    let _ = std::io::Read::read(e, &mut head)?;
+                }
+                Ok(())
+            },
+        )
         .unwrap_or_else(|e| panic!("case {case} ({format}): {e}"));
         assert_eq!(bounded, plain, "case {case} ({format})");
         assert!(!plain.is_empty());
@@ -434,5 +557,8 @@ fn the_bounded_tar_walk_reads_what_gnu_tar_writes_as_the_tar_crate_does() {
         links += plain.iter().filter(|e| matches!(e.1, b'1' | b'2')).count();
     }
     eprintln!("tar walk: {n} archives, {long} names over 100 bytes, {sparse} GNU sparse entries, {links} links");
-    assert!(long > 0 && sparse > 0 && links > 0, "the archives held {long} long names, {sparse} sparse entries, {links} links");
+    assert!(
+        long > 0 && sparse > 0 && links > 0,
+        "the archives held {long} long names, {sparse} sparse entries, {links} links"
+    );
 }

@@ -11,7 +11,11 @@ fn every_target_survives_its_seeds_and_regressions() {
     let mut ran = 0;
     for t in TARGETS {
         let mut inputs = seeds(t);
-        assert!(!inputs.is_empty(), "fuzz target {} has no seeds (fuzz/seeds/{0}/ or its list)", t.name);
+        assert!(
+            !inputs.is_empty(),
+            "fuzz target {} has no seeds (fuzz/seeds/{0}/ or its list)",
+            t.name
+        );
         let dir = root().join("fuzz/regressions").join(t.name);
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for e in entries.flatten() {
@@ -22,10 +26,19 @@ fn every_target_survives_its_seeds_and_regressions() {
             let r = panic::catch_unwind(AssertUnwindSafe(|| (t.run)(&data)));
             ran += 1;
             if let Err(e) = r {
-                let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
                 failures.push(format!("{}: {} panicked: {msg}", t.name, path.display()));
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {ran} inputs failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} inputs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -49,9 +49,20 @@ fn pod_config(name: &str) -> cri::PodSandboxConfig {
     // NamespaceMode NODE (2): host networking, as `hostNetwork: true` makes kubelet ask.
     let ns = cri::NamespaceOption { network: 2, ..Default::default() };
     cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata { name: name.into(), uid: format!("uid-{name}"), namespace: "bench".into(), attempt: 0 }),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "bench".into(),
+            attempt: 0,
+        }),
         // kubelet leaves the hostname out for host-network pods (they share the host's UTS).
-        linux: Some(cri::LinuxPodSandboxConfig { security_context: Some(cri::LinuxSandboxSecurityContext { namespace_options: Some(ns), ..Default::default() }), ..Default::default() }),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(ns),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -66,17 +77,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     let mut variants = Vec::new();
     for (i, spec) in cli.variants.iter().enumerate() {
-        let (name, rest) = spec.split_once('=').ok_or_else(|| format!("--variant {spec}: expected NAME=SOCKET,HANDLER[,KEY=VALUE…]"))?;
+        let (name, rest) = spec.split_once('=').ok_or_else(|| {
+            format!("--variant {spec}: expected NAME=SOCKET,HANDLER[,KEY=VALUE…]")
+        })?;
         let mut parts = rest.split(',');
         let socket = PathBuf::from(parts.next().unwrap_or_default());
-        let handler = parts.next().ok_or_else(|| format!("--variant {spec}: no runtime handler"))?.to_string();
-        let envs = parts.map(|kv| kv.split_once('=').map(|(k, v)| cri::KeyValue { key: k.into(), value: v.into() }).ok_or_else(|| format!("--variant {spec}: `{kv}` is not KEY=VALUE"))).collect::<Result<Vec<_>, _>>()?;
-        let mut client = RuntimeServiceClient::new(erdma_oci_hook::kubelet::unix_channel(&socket).await.map_err(|e| format!("{}: {e}", socket.display()))?);
+        let handler = parts
+            .next()
+            .ok_or_else(|| format!("--variant {spec}: no runtime handler"))?
+            .to_string();
+        let envs = parts
+            .map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| cri::KeyValue { key: k.into(), value: v.into() })
+                    .ok_or_else(|| format!("--variant {spec}: `{kv}` is not KEY=VALUE"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut client = RuntimeServiceClient::new(
+            erdma_oci_hook::kubelet::unix_channel(&socket)
+                .await
+                .map_err(|e| format!("{}: {e}", socket.display()))?,
+        );
         let cfg = pod_config(&format!("bench-{i}"));
-        let pod = client.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(cfg.clone()), runtime_handler: handler.clone() }).await.map_err(|e| format!("{name} ({handler}): RunPodSandbox: {}", e.message()))?.into_inner().pod_sandbox_id;
-        variants.push(Variant { name: name.into(), client, handler, envs, pod, pod_config: cfg, times: Vec::new() });
+        let pod = client
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(cfg.clone()),
+                runtime_handler: handler.clone(),
+            })
+            .await
+            .map_err(|e| format!("{name} ({handler}): RunPodSandbox: {}", e.message()))?
+            .into_inner()
+            .pod_sandbox_id;
+        variants.push(Variant {
+            name: name.into(),
+            client,
+            handler,
+            envs,
+            pod,
+            pod_config: cfg,
+            times: Vec::new(),
+        });
     }
-    eprintln!("cri_start: {} variants, {} runs each (+{} warm-up)", variants.len(), cli.runs, cli.warmup);
+    eprintln!(
+        "cri_start: {} variants, {} runs each (+{} warm-up)",
+        variants.len(),
+        cli.runs,
+        cli.warmup
+    );
     for round in 0..cli.runs + cli.warmup {
         for v in variants.iter_mut() {
             let config = cri::ContainerConfig {
@@ -89,12 +136,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let t = Instant::now();
             let id = v
                 .client
-                .create_container(cri::CreateContainerRequest { pod_sandbox_id: v.pod.clone(), config: Some(config), sandbox_config: Some(v.pod_config.clone()) })
+                .create_container(cri::CreateContainerRequest {
+                    pod_sandbox_id: v.pod.clone(),
+                    config: Some(config),
+                    sandbox_config: Some(v.pod_config.clone()),
+                })
                 .await
-                .map_err(|e| format!("{} ({}): CreateContainer: {}", v.name, v.handler, e.message()))?
+                .map_err(|e| {
+                    format!("{} ({}): CreateContainer: {}", v.name, v.handler, e.message())
+                })?
                 .into_inner()
                 .container_id;
-            v.client.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.map_err(|e| format!("{}: StartContainer: {}", v.name, e.message()))?;
+            v.client
+                .start_container(cri::StartContainerRequest { container_id: id.clone() })
+                .await
+                .map_err(|e| format!("{}: StartContainer: {}", v.name, e.message()))?;
             let took = t.elapsed();
             if round >= cli.warmup {
                 v.times.push(took);
@@ -103,13 +159,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // remove it; removing a container whose shim is still winding down races with it.
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
-                let st = v.client.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false }).await?.into_inner();
-                if st.status.is_some_and(|s| s.state == cri::ContainerState::ContainerExited as i32) || Instant::now() > deadline {
+                let st = v
+                    .client
+                    .container_status(cri::ContainerStatusRequest {
+                        container_id: id.clone(),
+                        verbose: false,
+                    })
+                    .await?
+                    .into_inner();
+                if st.status.is_some_and(|s| s.state == cri::ContainerState::ContainerExited as i32)
+                    || Instant::now() > deadline
+                {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            v.client.remove_container(cri::RemoveContainerRequest { container_id: id }).await.map_err(|e| format!("{}: RemoveContainer: {}", v.name, e.message()))?;
+            v.client
+                .remove_container(cri::RemoveContainerRequest { container_id: id })
+                .await
+                .map_err(|e| format!("{}: RemoveContainer: {}", v.name, e.message()))?;
         }
     }
     let base = {
@@ -117,16 +185,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.sort();
         percentile(&t, 0.5)
     };
-    println!("{:<28} {:>9} {:>9} {:>9} {:>10}", "variant", "p50 ms", "p90 ms", "mean ms", "p50 added");
+    println!(
+        "{:<28} {:>9} {:>9} {:>9} {:>10}",
+        "variant", "p50 ms", "p90 ms", "mean ms", "p50 added"
+    );
     let mut json = Vec::new();
     for v in variants.iter_mut() {
         v.times.sort();
         let (p50, p90) = (percentile(&v.times, 0.5), percentile(&v.times, 0.9));
-        let mean = v.times.iter().map(Duration::as_secs_f64).sum::<f64>() / v.times.len() as f64 * 1000.0;
+        let mean =
+            v.times.iter().map(Duration::as_secs_f64).sum::<f64>() / v.times.len() as f64 * 1000.0;
         println!("{:<28} {:>9.2} {:>9.2} {:>9.2} {:>+10.2}", v.name, p50, p90, mean, p50 - base);
         json.push(serde_json::json!({"variant": v.name, "handler": v.handler, "runs": v.times.len(), "p50_ms": p50, "p90_ms": p90, "mean_ms": mean, "p50_added_ms": p50 - base}));
-        v.client.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: v.pod.clone() }).await?;
-        v.client.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: v.pod.clone() }).await?;
+        v.client
+            .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: v.pod.clone() })
+            .await?;
+        v.client
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: v.pod.clone() })
+            .await?;
     }
     if cli.json {
         println!("{}", serde_json::Value::Array(json));

@@ -70,7 +70,9 @@ fn device_node(dev: &CharDev) -> Value {
 /// CDI device names (SPEC.md, "CDI Devices"): alphanumerics at both ends, `-`, `_`, `.` between.
 fn valid_device_name(name: &str) -> bool {
     let ok_end = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    ok_end(name.chars().next()) && ok_end(name.chars().last()) && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    ok_end(name.chars().next())
+        && ok_end(name.chars().last())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// The spec for `host`. Devices without a usable uverbs node are left out (with a warning);
@@ -81,7 +83,11 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
         .iter()
         .filter(|d| {
             if d.uverbs.is_none() {
-                tracing::warn!("{} left out of the CDI spec: {}", d.name, d.problem.as_deref().unwrap_or("no usable uverbs node"));
+                tracing::warn!(
+                    "{} left out of the CDI spec: {}",
+                    d.name,
+                    d.problem.as_deref().unwrap_or("no usable uverbs node")
+                );
             }
             d.uverbs.is_some()
         })
@@ -89,7 +95,10 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
     if usable.is_empty() {
         return Err(Error::NoDevices { sysfs: config.sysfs_root.clone() });
     }
-    let rdma_cm = host.rdma_cm.as_ref().ok_or_else(|| Error::DeviceUnusable { name: "rdma_cm".into(), reason: "no /dev/infiniband/rdma_cm on this host".into() })?;
+    let rdma_cm = host.rdma_cm.as_ref().ok_or_else(|| Error::DeviceUnusable {
+        name: "rdma_cm".into(),
+        reason: "no /dev/infiniband/rdma_cm on this host".into(),
+    })?;
     for d in &usable {
         if d.name == ALL || !valid_device_name(&d.name) {
             return Err(Error::Invalid(format!("eRDMA device name `{}` cannot be a CDI device name (reserved, or not [A-Za-z0-9][A-Za-z0-9_.-]*[A-Za-z0-9])", d.name)));
@@ -100,7 +109,8 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
         .iter()
         .map(|d| json!({"name": d.name, "containerEdits": {"deviceNodes": [device_node(d.uverbs.as_ref().expect("filtered"))]}}))
         .collect();
-    let all_nodes: Vec<Value> = usable.iter().map(|d| device_node(d.uverbs.as_ref().expect("filtered"))).collect();
+    let all_nodes: Vec<Value> =
+        usable.iter().map(|d| device_node(d.uverbs.as_ref().expect("filtered"))).collect();
     devices.push(json!({"name": ALL, "containerEdits": {"deviceNodes": all_nodes}}));
 
     // Derived for all devices, as the runtime wrapper derives them for the ones a container
@@ -120,7 +130,10 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
     spec.insert("cdiVersion".into(), json!(""));
     spec.insert("kind".into(), json!(KIND));
     spec.insert("devices".into(), Value::Array(devices));
-    spec.insert("containerEdits".into(), json!({"env": env, "deviceNodes": [device_node(rdma_cm)]}));
+    spec.insert(
+        "containerEdits".into(),
+        json!({"env": env, "deviceNodes": [device_node(rdma_cm)]}),
+    );
     let mut spec = Value::Object(spec);
     let version = minimum_version(&spec);
     spec["cdiVersion"] = json!(version);
@@ -138,21 +151,42 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
 /// The lowest version matters: engines reject a `cdiVersion` newer than the library they
 /// vendor (Podman 4.3 and containerd 1.7 carry CDI 0.5.x).
 pub fn minimum_version(spec: &Value) -> &'static str {
-    let devices = spec.get("devices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let edits: Vec<&Value> = devices.iter().filter_map(|d| d.get("containerEdits")).chain(spec.get("containerEdits")).collect();
+    let devices =
+        spec.get("devices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let edits: Vec<&Value> = devices
+        .iter()
+        .filter_map(|d| d.get("containerEdits"))
+        .chain(spec.get("containerEdits"))
+        .collect();
     let has = |key: &str| edits.iter().any(|e| e.get(key).is_some());
-    let any_item = |list: &str, key: &str| edits.iter().any(|e| e.get(list).and_then(Value::as_array).is_some_and(|l| l.iter().any(|i| i.get(key).is_some_and(|v| v != "" && !v.is_null()))));
+    let any_item = |list: &str, key: &str| {
+        edits.iter().any(|e| {
+            e.get(list).and_then(Value::as_array).is_some_and(|l| {
+                l.iter().any(|i| i.get(key).is_some_and(|v| v != "" && !v.is_null()))
+            })
+        })
+    };
     if has("netDevices") {
         return "1.1.0";
     }
     if has("intelRdt") || has("additionalGids") {
         return "0.7.0";
     }
-    let kind_name_dot = spec.get("kind").and_then(Value::as_str).and_then(|k| k.split_once('/')).is_some_and(|(_, n)| n.contains('.'));
-    if spec.get("annotations").is_some() || devices.iter().any(|d| d.get("annotations").is_some()) || kind_name_dot {
+    let kind_name_dot = spec
+        .get("kind")
+        .and_then(Value::as_str)
+        .and_then(|k| k.split_once('/'))
+        .is_some_and(|(_, n)| n.contains('.'));
+    if spec.get("annotations").is_some()
+        || devices.iter().any(|d| d.get("annotations").is_some())
+        || kind_name_dot
+    {
         return "0.6.0";
     }
-    let digit_name = devices.iter().filter_map(|d| d.get("name").and_then(Value::as_str)).any(|n| n.starts_with(|c: char| c.is_ascii_digit()));
+    let digit_name = devices
+        .iter()
+        .filter_map(|d| d.get("name").and_then(Value::as_str))
+        .any(|n| n.starts_with(|c: char| c.is_ascii_digit()));
     if digit_name || any_item("deviceNodes", "hostPath") {
         return "0.5.0";
     }
@@ -173,8 +207,21 @@ mod tests {
         RdmaDevice {
             name: name.into(),
             driver: Some("erdma".into()),
-            ports: vec![Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: Some(format!("eth{n}")), mtu: Some(mtu), roce_v2_ipv4_gid: Some(1) }],
-            uverbs: Some(CharDev { path: format!("/dev/infiniband/uverbs{n}"), host_path: PathBuf::from(format!("{dev_root}/infiniband/uverbs{n}")), major: 231, minor: 192 + n }),
+            ports: vec![Port {
+                num: 1,
+                state: 4,
+                state_name: "ACTIVE".into(),
+                link_layer: Some("Ethernet".into()),
+                netdev: Some(format!("eth{n}")),
+                mtu: Some(mtu),
+                roce_v2_ipv4_gid: Some(1),
+            }],
+            uverbs: Some(CharDev {
+                path: format!("/dev/infiniband/uverbs{n}"),
+                host_path: PathBuf::from(format!("{dev_root}/infiniband/uverbs{n}")),
+                major: 231,
+                minor: 192 + n,
+            }),
             problem: None,
         }
     }
@@ -183,7 +230,12 @@ mod tests {
         Host {
             devices: vec![dev("erdma_0", 0, dev_root, mtu), dev("erdma_1", 1, dev_root, mtu)],
             others: vec![],
-            rdma_cm: Some(CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: PathBuf::from(format!("{dev_root}/infiniband/rdma_cm")), major: 10, minor: 58 }),
+            rdma_cm: Some(CharDev {
+                path: "/dev/infiniband/rdma_cm".into(),
+                host_path: PathBuf::from(format!("{dev_root}/infiniband/rdma_cm")),
+                major: 10,
+                minor: 58,
+            }),
             netdevs: vec!["eth0".into(), "eth1".into(), "lo".into()],
         }
     }
@@ -193,25 +245,52 @@ mod tests {
         let spec = spec_for(&host("/dev", 8500), &Config::default()).unwrap();
         assert_eq!(spec["cdiVersion"], "0.3.0");
         assert_eq!(spec["kind"], KIND);
-        let names: Vec<&str> = spec["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = spec["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["erdma_0", "erdma_1", "all"]);
-        assert_eq!(spec["devices"][2]["containerEdits"]["deviceNodes"].as_array().unwrap().len(), 2);
-        assert_eq!(spec["containerEdits"]["deviceNodes"][0], json!({"path": "/dev/infiniband/rdma_cm", "type": "c", "major": 10, "minor": 58, "permissions": "rw"}));
-        let env: Vec<&str> = spec["containerEdits"]["env"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+        assert_eq!(
+            spec["devices"][2]["containerEdits"]["deviceNodes"].as_array().unwrap().len(),
+            2
+        );
+        assert_eq!(
+            spec["containerEdits"]["deviceNodes"][0],
+            json!({"path": "/dev/infiniband/rdma_cm", "type": "c", "major": 10, "minor": 58, "permissions": "rw"})
+        );
+        let env: Vec<&str> = spec["containerEdits"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap())
+            .collect();
         // Derived from the host (nccl.rs): exact device:port names, the netdevs behind them.
         assert!(env.contains(&"NCCL_IB_HCA==erdma_0:1,erdma_1:1"), "{env:?}");
         assert!(env.contains(&"NCCL_SOCKET_IFNAME==eth0,eth1"), "{env:?}");
         assert!(env.contains(&"NCCL_IB_GID_INDEX=1"), "{env:?}");
-        assert!(!env.iter().any(|e| e.starts_with("NCCL_PROTO=")), "jumbo MTU keeps LL128: {env:?}");
-        assert!(spec.pointer("/containerEdits/hooks").is_none() && !spec.to_string().contains("hooks"));
+        assert!(
+            !env.iter().any(|e| e.starts_with("NCCL_PROTO=")),
+            "jumbo MTU keeps LL128: {env:?}"
+        );
+        assert!(
+            spec.pointer("/containerEdits/hooks").is_none() && !spec.to_string().contains("hooks")
+        );
     }
 
     #[test]
     fn elsewhere_dev_root_needs_host_path_and_0_5_0() {
         let spec = spec_for(&host("/tmp/fixture/dev", 1400), &Config::default()).unwrap();
         assert_eq!(spec["cdiVersion"], "0.5.0");
-        assert_eq!(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"], "/tmp/fixture/dev/infiniband/uverbs0");
-        assert!(spec["containerEdits"]["env"].as_array().unwrap().contains(&json!("NCCL_PROTO=^LL128")));
+        assert_eq!(
+            spec["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"],
+            "/tmp/fixture/dev/infiniband/uverbs0"
+        );
+        assert!(spec["containerEdits"]["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("NCCL_PROTO=^LL128")));
     }
 
     #[test]
@@ -242,7 +321,8 @@ mod tests {
         let base = json!({"cdiVersion": "", "kind": "aliyun.com/erdma", "devices": [{"name": "a", "containerEdits": {}}]});
         assert_eq!(minimum_version(&base), "0.3.0");
         let mut s = base.clone();
-        s["devices"][0]["containerEdits"]["mounts"] = json!([{"hostPath": "/a", "containerPath": "/a", "type": "bind"}]);
+        s["devices"][0]["containerEdits"]["mounts"] =
+            json!([{"hostPath": "/a", "containerPath": "/a", "type": "bind"}]);
         assert_eq!(minimum_version(&s), "0.4.0");
         let mut s = base.clone();
         s["devices"][0]["name"] = json!("0dev");
@@ -254,13 +334,23 @@ mod tests {
         s["kind"] = json!("aliyun.com/e.rdma");
         assert_eq!(minimum_version(&s), "0.6.0");
         let mut s = base;
-        s["containerEdits"] = json!({"netDevices": [{"hostInterfaceName": "eth1", "name": "eth1"}]});
+        s["containerEdits"] =
+            json!({"netDevices": [{"hostInterfaceName": "eth1", "name": "eth1"}]});
         assert_eq!(minimum_version(&s), "1.1.0");
     }
 
     #[test]
     fn device_names() {
-        assert!(valid_device_name("erdma_0") && valid_device_name("rocep9s0") && valid_device_name("0a"));
-        assert!(!valid_device_name("_x") && !valid_device_name("x-") && !valid_device_name("a/b") && !valid_device_name(""));
+        assert!(
+            valid_device_name("erdma_0")
+                && valid_device_name("rocep9s0")
+                && valid_device_name("0a")
+        );
+        assert!(
+            !valid_device_name("_x")
+                && !valid_device_name("x-")
+                && !valid_device_name("a/b")
+                && !valid_device_name("")
+        );
     }
 }

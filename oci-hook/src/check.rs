@@ -28,12 +28,33 @@ impl Check {
         Check { id: id.into(), status: Status::Ok, message: message.into(), hint: None, details }
     }
 
-    pub(crate) fn warn(id: impl Into<String>, message: impl Into<String>, hint: impl Into<String>, details: Value) -> Check {
-        Check { id: id.into(), status: Status::Warn, message: message.into(), hint: Some(hint.into()), details }
+    pub(crate) fn warn(
+        id: impl Into<String>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+        details: Value,
+    ) -> Check {
+        Check {
+            id: id.into(),
+            status: Status::Warn,
+            message: message.into(),
+            hint: Some(hint.into()),
+            details,
+        }
     }
 
-    pub(crate) fn fail(id: impl Into<String>, message: impl Into<String>, hint: impl Into<String>, details: Value) -> Check {
-        Check { id: id.into(), status: Status::Fail, message: message.into(), hint: Some(hint.into()), details }
+    pub(crate) fn fail(
+        id: impl Into<String>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+        details: Value,
+    ) -> Check {
+        Check {
+            id: id.into(),
+            status: Status::Fail,
+            message: message.into(),
+            hint: Some(hint.into()),
+            details,
+        }
     }
 }
-

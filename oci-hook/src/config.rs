@@ -91,7 +91,9 @@ impl<'de> Deserialize<'de> for Memlock {
         }
         match Raw::deserialize(d)? {
             Raw::S(s) if s == "unlimited" => Ok(Memlock::Unlimited),
-            Raw::S(s) => Err(serde::de::Error::custom(format!("memlock must be \"unlimited\" or a number of bytes, not `{s}`"))),
+            Raw::S(s) => Err(serde::de::Error::custom(format!(
+                "memlock must be \"unlimited\" or a number of bytes, not `{s}`"
+            ))),
             Raw::N(n) => Ok(Memlock::Bytes(n)),
         }
     }
@@ -138,7 +140,8 @@ impl Config {
 
     pub fn load_from(path: &Path) -> Result<Config> {
         match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text).map_err(|source| Error::Config { path: path.to_path_buf(), source }),
+            Ok(text) => toml::from_str(&text)
+                .map_err(|source| Error::Config { path: path.to_path_buf(), source }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(e) => Err(Error::io("reading config", path)(e)),
         }
@@ -151,7 +154,8 @@ mod tests {
 
     #[test]
     fn defaults_and_overrides() {
-        let c: Config = toml::from_str("memlock = 8388608\nnetwork = \"warn\"\naccept_env = false\n").unwrap();
+        let c: Config =
+            toml::from_str("memlock = 8388608\nnetwork = \"warn\"\naccept_env = false\n").unwrap();
         assert_eq!(c.memlock, Memlock::Bytes(8 << 20));
         assert_eq!(c.network, NetworkPolicy::Warn);
         assert!(!c.accept_env);
@@ -165,6 +169,9 @@ mod tests {
 
     #[test]
     fn missing_file_is_defaults() {
-        assert_eq!(Config::load_from(Path::new("/nonexistent/erdma.toml")).unwrap(), Config::default());
+        assert_eq!(
+            Config::load_from(Path::new("/nonexistent/erdma.toml")).unwrap(),
+            Config::default()
+        );
     }
 }

@@ -55,7 +55,10 @@ pub fn device_of(id: &str) -> &str {
 
 /// A device's NUMA node from sysfs (`class/infiniband/DEV/device/numa_node`).
 pub fn numa_node(sysfs: &Path, device: &str) -> Option<u32> {
-    let text = std::fs::read_to_string(sysfs.join("class/infiniband").join(device).join("device/numa_node")).ok()?;
+    let text = std::fs::read_to_string(
+        sysfs.join("class/infiniband").join(device).join("device/numa_node"),
+    )
+    .ok()?;
     text.trim().parse::<i64>().ok().filter(|n| *n >= 0).and_then(|n| u32::try_from(n).ok())
 }
 
@@ -71,7 +74,12 @@ pub fn advertise(host: &Host, sysfs: &Path, cfg: &PluginConfig) -> Vec<Advertise
         .flat_map(|d| {
             let numa = numa_node(sysfs, &d.name);
             let health = if healthy(d) { HEALTHY } else { UNHEALTHY };
-            (0..cfg.shares.max(1)).map(move |i| Advertised { id: format!("{}-{i}", d.name), device: d.name.clone(), health, numa })
+            (0..cfg.shares.max(1)).map(move |i| Advertised {
+                id: format!("{}-{i}", d.name),
+                device: d.name.clone(),
+                health,
+                numa,
+            })
         })
         .collect()
 }
@@ -84,7 +92,10 @@ pub fn advertise(host: &Host, sysfs: &Path, cfg: &PluginConfig) -> Vec<Advertise
 pub fn ack_plugin_socket(dir: &Path) -> Option<std::path::PathBuf> {
     let entries = std::fs::read_dir(dir).ok()?;
     entries.flatten().map(|e| e.path()).find(|p| {
-        p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix("-erdma.sock")).is_some_and(|stamp| !stamp.is_empty() && stamp.bytes().all(|b| b.is_ascii_digit()))
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix("-erdma.sock"))
+            .is_some_and(|stamp| !stamp.is_empty() && stamp.bytes().all(|b| b.is_ascii_digit()))
     })
 }
 
@@ -118,13 +129,27 @@ pub enum AllocateError {
 /// What a container given the advertised `ids` gets: each distinct device's uverbs node once,
 /// `rdma_cm`, and the env the hooks would set for those devices (`ERDMA_VISIBLE_DEVICES`, the
 /// presets and the NCCL settings derived for them); with CDI, the device names instead of specs.
-pub fn allocate(host: &Host, cfg: &PluginConfig, ids: &[String]) -> Result<Allocation, AllocateError> {
+pub fn allocate(
+    host: &Host,
+    cfg: &PluginConfig,
+    ids: &[String],
+) -> Result<Allocation, AllocateError> {
     let names: BTreeSet<&str> = ids.iter().map(|id| device_of(id)).collect();
     let mut chosen: Vec<&RdmaDevice> = Vec::new();
     for n in &names {
-        let d = host.devices.iter().find(|d| d.name == *n).ok_or_else(|| AllocateError::Unknown(n.to_string()))?;
+        let d = host
+            .devices
+            .iter()
+            .find(|d| d.name == *n)
+            .ok_or_else(|| AllocateError::Unknown(n.to_string()))?;
         if !healthy(d) {
-            let why = d.problem.clone().unwrap_or_else(|| if d.uverbs.is_none() { "no uverbs node".into() } else { "a port is not PORT_ACTIVE".into() });
+            let why = d.problem.clone().unwrap_or_else(|| {
+                if d.uverbs.is_none() {
+                    "no uverbs node".into()
+                } else {
+                    "a port is not PORT_ACTIVE".into()
+                }
+            });
             return Err(AllocateError::Unhealthy { device: d.name.clone(), why });
         }
         chosen.push(d);
@@ -135,11 +160,18 @@ pub fn allocate(host: &Host, cfg: &PluginConfig, ids: &[String]) -> Result<Alloc
         a.cdi_devices = chosen.iter().map(|d| format!("{}={}", crate::cdi::KIND, d.name)).collect();
     } else {
         for node in chosen.iter().filter_map(|d| d.uverbs.as_ref()).chain(std::iter::once(cm)) {
-            a.devices.push(DeviceSpec { container_path: node.path.clone(), host_path: node.host_path.display().to_string(), permissions: "rw".into() });
+            a.devices.push(DeviceSpec {
+                container_path: node.path.clone(),
+                host_path: node.host_path.display().to_string(),
+                permissions: "rw".into(),
+            });
         }
     }
     let derived = crate::nccl::derive(host, &chosen);
-    a.envs.insert(crate::request::ENV.to_string(), chosen.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","));
+    a.envs.insert(
+        crate::request::ENV.to_string(),
+        chosen.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","),
+    );
     a.envs.extend(derived.with_presets());
     Ok(a)
 }
@@ -148,10 +180,20 @@ pub fn allocate(host: &Host, cfg: &PluginConfig, ids: &[String]) -> Result<Alloc
 /// a second share of one (spreads a pod's traffic over the NICs), devices on the NUMA node of
 /// those already required (or of the first one taken) before others, then by name: the same
 /// answer for the same question.
-pub fn preferred(advertised: &[Advertised], available: &[String], must: &[String], size: usize) -> Vec<String> {
+pub fn preferred(
+    advertised: &[Advertised],
+    available: &[String],
+    must: &[String],
+    size: usize,
+) -> Vec<String> {
     let numa_of = |id: &str| advertised.iter().find(|a| a.id == id).and_then(|a| a.numa);
     let mut out: Vec<String> = must.to_vec();
-    let mut left: Vec<&String> = available.iter().filter(|a| !out.contains(a) && advertised.iter().any(|d| &d.id == *a && d.health == HEALTHY)).collect();
+    let mut left: Vec<&String> = available
+        .iter()
+        .filter(|a| {
+            !out.contains(a) && advertised.iter().any(|d| &d.id == *a && d.health == HEALTHY)
+        })
+        .collect();
     left.sort();
     while out.len() < size && !left.is_empty() {
         let used: BTreeSet<&str> = out.iter().map(|id| device_of(id)).collect();
@@ -179,7 +221,14 @@ mod tests {
     #[test]
     fn acks_plugin_socket_is_recognised_and_ours_is_not() {
         let dir = tempfile::tempdir().unwrap();
-        for n in ["kubelet.sock", "erdma.sock", "nvidia-gpu.sock", "x-erdma.sock", "-erdma.sock", "1732000000-erdma.sock.bak"] {
+        for n in [
+            "kubelet.sock",
+            "erdma.sock",
+            "nvidia-gpu.sock",
+            "x-erdma.sock",
+            "-erdma.sock",
+            "1732000000-erdma.sock.bak",
+        ] {
             std::fs::write(dir.path().join(n), "").unwrap();
         }
         assert_eq!(ack_plugin_socket(dir.path()), None);
@@ -192,14 +241,37 @@ mod tests {
         RdmaDevice {
             name: name.into(),
             driver: Some("erdma".into()),
-            ports: vec![Port { num: 1, state: if active { 4 } else { 1 }, state_name: if active { "ACTIVE".into() } else { "DOWN".into() }, link_layer: Some("Ethernet".into()), netdev: Some(format!("eth{}", minor - 192)), mtu: Some(8500), roce_v2_ipv4_gid: Some(1) }],
-            uverbs: Some(CharDev { path: format!("/dev/infiniband/uverbs{}", minor - 192), host_path: format!("/dev/infiniband/uverbs{}", minor - 192).into(), major: 231, minor }),
+            ports: vec![Port {
+                num: 1,
+                state: if active { 4 } else { 1 },
+                state_name: if active { "ACTIVE".into() } else { "DOWN".into() },
+                link_layer: Some("Ethernet".into()),
+                netdev: Some(format!("eth{}", minor - 192)),
+                mtu: Some(8500),
+                roce_v2_ipv4_gid: Some(1),
+            }],
+            uverbs: Some(CharDev {
+                path: format!("/dev/infiniband/uverbs{}", minor - 192),
+                host_path: format!("/dev/infiniband/uverbs{}", minor - 192).into(),
+                major: 231,
+                minor,
+            }),
             problem: None,
         }
     }
 
     fn host(devs: Vec<RdmaDevice>) -> Host {
-        Host { devices: devs, others: Vec::new(), rdma_cm: Some(CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: "/dev/infiniband/rdma_cm".into(), major: 10, minor: 58 }), netdevs: vec!["eth0".into(), "eth1".into()] }
+        Host {
+            devices: devs,
+            others: Vec::new(),
+            rdma_cm: Some(CharDev {
+                path: "/dev/infiniband/rdma_cm".into(),
+                host_path: "/dev/infiniband/rdma_cm".into(),
+                major: 10,
+                minor: 58,
+            }),
+            netdevs: vec!["eth0".into(), "eth1".into()],
+        }
     }
 
     #[test]
@@ -208,16 +280,44 @@ mod tests {
         let cfg = PluginConfig { shares: 2, ..PluginConfig::default() };
         let ads = advertise(&h, Path::new("/nonexistent"), &cfg);
         let ids: Vec<(&str, &str)> = ads.iter().map(|a| (a.id.as_str(), a.health)).collect();
-        assert_eq!(ids, [("erdma_0-0", HEALTHY), ("erdma_0-1", HEALTHY), ("erdma_1-0", UNHEALTHY), ("erdma_1-1", UNHEALTHY)]);
+        assert_eq!(
+            ids,
+            [
+                ("erdma_0-0", HEALTHY),
+                ("erdma_0-1", HEALTHY),
+                ("erdma_1-0", UNHEALTHY),
+                ("erdma_1-1", UNHEALTHY)
+            ]
+        );
         let a = allocate(&h, &cfg, &["erdma_0-1".into()]).unwrap();
         let paths: Vec<&str> = a.devices.iter().map(|d| d.container_path.as_str()).collect();
         assert_eq!(paths, ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]);
         assert_eq!(a.envs["ERDMA_VISIBLE_DEVICES"], "erdma_0");
-        assert_eq!(a.envs.get("NCCL_IB_HCA").map(String::as_str), Some("=erdma_0:1"), "{:?}", a.envs);
-        assert!(matches!(allocate(&h, &cfg, &["erdma_1-0".into()]), Err(AllocateError::Unhealthy { .. })));
-        assert_eq!(allocate(&h, &cfg, &["erdma_9-0".into()]), Err(AllocateError::Unknown("erdma_9".into())));
-        let cdi = allocate(&h, &PluginConfig { cdi: true, ..cfg }, &["erdma_0-0".into(), "erdma_0-1".into()]).unwrap();
-        assert_eq!(cdi.cdi_devices, ["aliyun.com/erdma=erdma_0"], "one device, however many shares");
+        assert_eq!(
+            a.envs.get("NCCL_IB_HCA").map(String::as_str),
+            Some("=erdma_0:1"),
+            "{:?}",
+            a.envs
+        );
+        assert!(matches!(
+            allocate(&h, &cfg, &["erdma_1-0".into()]),
+            Err(AllocateError::Unhealthy { .. })
+        ));
+        assert_eq!(
+            allocate(&h, &cfg, &["erdma_9-0".into()]),
+            Err(AllocateError::Unknown("erdma_9".into()))
+        );
+        let cdi = allocate(
+            &h,
+            &PluginConfig { cdi: true, ..cfg },
+            &["erdma_0-0".into(), "erdma_0-1".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            cdi.cdi_devices,
+            ["aliyun.com/erdma=erdma_0"],
+            "one device, however many shares"
+        );
         assert!(cdi.devices.is_empty());
     }
 
@@ -229,15 +329,25 @@ mod tests {
             std::fs::create_dir_all(&p).unwrap();
             std::fs::write(p.join("numa_node"), format!("{n}\n")).unwrap();
         }
-        let h = host(vec![dev("erdma_0", 192, true), dev("erdma_1", 193, true), dev("erdma_2", 194, true)]);
+        let h = host(vec![
+            dev("erdma_0", 192, true),
+            dev("erdma_1", 193, true),
+            dev("erdma_2", 194, true),
+        ]);
         let ads = advertise(&h, dir.path(), &PluginConfig { shares: 2, ..PluginConfig::default() });
         assert_eq!(ads[2].numa, Some(1));
         let all: Vec<String> = ads.iter().map(|a| a.id.clone()).collect();
         // Two devices: distinct ones, on erdma_0's NUMA node 0.
         assert_eq!(preferred(&ads, &all, &[], 2), ["erdma_0-0", "erdma_2-0"]);
         // Required erdma_1 (node 1): then node 1 first, then distinct devices elsewhere.
-        assert_eq!(preferred(&ads, &all, &["erdma_1-1".into()], 3), ["erdma_1-1", "erdma_0-0", "erdma_2-0"]);
-        assert_eq!(preferred(&ads, &all, &[], 4), ["erdma_0-0", "erdma_2-0", "erdma_1-0", "erdma_0-1"]);
+        assert_eq!(
+            preferred(&ads, &all, &["erdma_1-1".into()], 3),
+            ["erdma_1-1", "erdma_0-0", "erdma_2-0"]
+        );
+        assert_eq!(
+            preferred(&ads, &all, &[], 4),
+            ["erdma_0-0", "erdma_2-0", "erdma_1-0", "erdma_0-1"]
+        );
         assert_eq!(preferred(&ads, &all, &[], 2), preferred(&ads, &all, &[], 2), "deterministic");
     }
 
@@ -247,19 +357,36 @@ mod tests {
     fn numa_from_the_fixture_trees() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/sysfs");
         let sysfs = root.join("four/sys");
-        let h = crate::discover::discover(&sysfs, &root.join("four/no-dev"), &["erdma".into()]).unwrap();
+        let h = crate::discover::discover(&sysfs, &root.join("four/no-dev"), &["erdma".into()])
+            .unwrap();
         let mut ads = advertise(&h, &sysfs, &PluginConfig { shares: 1, ..PluginConfig::default() });
         // No /dev nodes without root: health is deviceplugin_cases' business, NUMA is this one's.
         ads.iter_mut().for_each(|a| a.health = HEALTHY);
-        let numa: Vec<(&str, Option<u32>)> = ads.iter().map(|a| (a.device.as_str(), a.numa)).collect();
-        assert_eq!(numa, [("rocep10s0", Some(0)), ("rocep11s0", Some(1)), ("rocep12s0", Some(1)), ("rocep9s0", Some(0))]);
+        let numa: Vec<(&str, Option<u32>)> =
+            ads.iter().map(|a| (a.device.as_str(), a.numa)).collect();
+        assert_eq!(
+            numa,
+            [
+                ("rocep10s0", Some(0)),
+                ("rocep11s0", Some(1)),
+                ("rocep12s0", Some(1)),
+                ("rocep9s0", Some(0))
+            ]
+        );
         let all: Vec<String> = ads.iter().map(|a| a.id.clone()).collect();
         // kubelet required rocep11s0 (its Topology Manager put the pod on node 1): the second
         // device comes from node 1 too.
-        assert_eq!(preferred(&ads, &all, &["rocep11s0-0".into()], 2), ["rocep11s0-0", "rocep12s0-0"]);
+        assert_eq!(
+            preferred(&ads, &all, &["rocep11s0-0".into()], 2),
+            ["rocep11s0-0", "rocep12s0-0"]
+        );
         assert_eq!(preferred(&ads, &all, &["rocep9s0-0".into()], 2), ["rocep9s0-0", "rocep10s0-0"]);
         let two = root.join("two/sys");
-        let h = crate::discover::discover(&two, &root.join("two/no-dev"), &["erdma".into()]).unwrap();
-        assert!(advertise(&h, &two, &PluginConfig::default()).iter().all(|a| a.numa.is_none()), "-1 is no NUMA node");
+        let h =
+            crate::discover::discover(&two, &root.join("two/no-dev"), &["erdma".into()]).unwrap();
+        assert!(
+            advertise(&h, &two, &PluginConfig::default()).iter().all(|a| a.numa.is_none()),
+            "-1 is no NUMA node"
+        );
     }
 }

@@ -83,13 +83,21 @@ pub fn split_rdev(rdev: u64) -> (u32, u32) {
 
 /// Checks that the host node is a character device with the numbers sysfs gave.
 fn check_node(host_path: &Path, want: (u32, u32)) -> std::result::Result<(), String> {
-    let meta = std::fs::symlink_metadata(host_path).map_err(|e| format!("{}: {e}", host_path.display()))?;
+    let meta = std::fs::symlink_metadata(host_path)
+        .map_err(|e| format!("{}: {e}", host_path.display()))?;
     if !meta.file_type().is_char_device() {
         return Err(format!("{} is not a character device", host_path.display()));
     }
     let got = split_rdev(meta.rdev());
     if got != want {
-        return Err(format!("{} is {}:{}, sysfs says {}:{}", host_path.display(), got.0, got.1, want.0, want.1));
+        return Err(format!(
+            "{} is {}:{}, sysfs says {}:{}",
+            host_path.display(),
+            got.0,
+            got.1,
+            want.0,
+            want.1
+        ));
     }
     Ok(())
 }
@@ -110,12 +118,27 @@ fn ports(sysfs: &Path, dev_dir: &Path) -> Vec<Port> {
             Some((n, name)) => (n.trim().parse().unwrap_or(0), name.trim().to_string()),
             None => (0, state_raw.clone()),
         };
-        let netdev = read_trim(&p.join("gid_attrs/ndevs/0")).filter(|s| !s.is_empty()).or_else(|| {
-            // Older kernels: the netdev sits under the device's PCI function.
-            std::fs::read_dir(dev_dir.join("device/net")).ok()?.flatten().next().map(|n| n.file_name().to_string_lossy().into_owned())
+        let netdev =
+            read_trim(&p.join("gid_attrs/ndevs/0")).filter(|s| !s.is_empty()).or_else(|| {
+                // Older kernels: the netdev sits under the device's PCI function.
+                std::fs::read_dir(dev_dir.join("device/net"))
+                    .ok()?
+                    .flatten()
+                    .next()
+                    .map(|n| n.file_name().to_string_lossy().into_owned())
+            });
+        let mtu = netdev
+            .as_ref()
+            .and_then(|n| read_trim(&sysfs.join("class/net").join(n).join("mtu"))?.parse().ok());
+        out.push(Port {
+            num,
+            state,
+            state_name,
+            link_layer: read_trim(&p.join("link_layer")),
+            netdev,
+            mtu,
+            roce_v2_ipv4_gid: roce_v2_ipv4_gid(&p),
         });
-        let mtu = netdev.as_ref().and_then(|n| read_trim(&sysfs.join("class/net").join(n).join("mtu"))?.parse().ok());
-        out.push(Port { num, state, state_name, link_layer: read_trim(&p.join("link_layer")), netdev, mtu, roce_v2_ipv4_gid: roce_v2_ipv4_gid(&p) });
     }
     out.sort_by_key(|p| p.num);
     out
@@ -135,7 +158,9 @@ fn roce_v2_ipv4_gid(port: &Path) -> Option<u32> {
         if !is_ipv4_mapped(&gid) {
             continue;
         }
-        if read_trim(&port.join("gid_attrs/types").join(n.to_string())).as_deref() == Some("RoCE v2") {
+        if read_trim(&port.join("gid_attrs/types").join(n.to_string())).as_deref()
+            == Some("RoCE v2")
+        {
             return Some(n);
         }
     }
@@ -145,7 +170,9 @@ fn roce_v2_ipv4_gid(port: &Path) -> Option<u32> {
 /// `0000:0000:0000:0000:0000:ffff:0a00:0001` is `::ffff:10.0.0.1`.
 fn is_ipv4_mapped(gid: &str) -> bool {
     let groups: Vec<&str> = gid.split(':').collect();
-    groups.len() == 8 && groups[..5].iter().all(|g| g.trim_start_matches('0').is_empty()) && groups[5].eq_ignore_ascii_case("ffff")
+    groups.len() == 8
+        && groups[..5].iter().all(|g| g.trim_start_matches('0').is_empty())
+        && groups[5].eq_ignore_ascii_case("ffff")
 }
 
 /// Finds the RDMA devices under `sysfs` and their nodes under `dev`.
@@ -166,7 +193,10 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
             if !name.starts_with("uverbs") {
                 continue;
             }
-            if let (Some(ibdev), Some(devnum)) = (read_trim(&e.path().join("ibdev")), read_trim(&e.path().join("dev")).as_deref().and_then(parse_dev)) {
+            if let (Some(ibdev), Some(devnum)) = (
+                read_trim(&e.path().join("ibdev")),
+                read_trim(&e.path().join("dev")).as_deref().and_then(parse_dev),
+            ) {
                 verbs.push((name, ibdev, devnum));
             }
         }
@@ -180,7 +210,12 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
             Some((uname, _, devnum)) => {
                 let host_path = dev.join("infiniband").join(uname);
                 match check_node(&host_path, *devnum) {
-                    Ok(()) => Some(CharDev { path: format!("/dev/infiniband/{uname}"), host_path, major: devnum.0, minor: devnum.1 }),
+                    Ok(()) => Some(CharDev {
+                        path: format!("/dev/infiniband/{uname}"),
+                        host_path,
+                        major: devnum.0,
+                        minor: devnum.1,
+                    }),
                     Err(why) => {
                         problem = Some(why);
                         None
@@ -192,7 +227,8 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
                 None
             }
         };
-        let d = RdmaDevice { ports: ports(sysfs, &dir), name, driver: driver.clone(), uverbs, problem };
+        let d =
+            RdmaDevice { ports: ports(sysfs, &dir), name, driver: driver.clone(), uverbs, problem };
         if driver.as_ref().is_some_and(|drv| drivers.iter().any(|w| w == drv)) {
             devices.push(d);
         } else {
@@ -201,11 +237,21 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
     }
     devices.sort_by(|a, b| a.name.cmp(&b.name));
     others.sort_by(|a, b| a.name.cmp(&b.name));
-    let rdma_cm = read_trim(&sysfs.join("class/misc/rdma_cm/dev")).as_deref().and_then(parse_dev).and_then(|devnum| {
-        let host_path = dev.join("infiniband/rdma_cm");
-        check_node(&host_path, devnum).ok().map(|()| CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path, major: devnum.0, minor: devnum.1 })
-    });
-    let mut netdevs: Vec<String> = std::fs::read_dir(sysfs.join("class/net")).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    let rdma_cm = read_trim(&sysfs.join("class/misc/rdma_cm/dev"))
+        .as_deref()
+        .and_then(parse_dev)
+        .and_then(|devnum| {
+            let host_path = dev.join("infiniband/rdma_cm");
+            check_node(&host_path, devnum).ok().map(|()| CharDev {
+                path: "/dev/infiniband/rdma_cm".into(),
+                host_path,
+                major: devnum.0,
+                minor: devnum.1,
+            })
+        });
+    let mut netdevs: Vec<String> = std::fs::read_dir(sysfs.join("class/net"))
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
     netdevs.sort();
     Ok(Host { devices, others, rdma_cm, netdevs })
 }
@@ -220,7 +266,8 @@ mod tests {
         assert_eq!(split_rdev((231 << 8) | 192), (231, 192));
         // glibc's makedev: major bits 0-11 at 8, the rest at 32; minor bits 0-7 at 0, the rest at 12.
         let (major, minor) = (300u64, 70000u64);
-        let rdev = ((major & 0xfff) << 8) | ((major >> 12) << 44) | (minor & 0xff) | ((minor >> 8) << 20);
+        let rdev =
+            ((major & 0xfff) << 8) | ((major >> 12) << 44) | (minor & 0xff) | ((minor >> 8) << 20);
         assert_eq!(split_rdev(rdev), (300, 70000));
         assert_eq!(parse_dev("231:192\n"), Some((231, 192)));
         assert_eq!(parse_dev("231"), None);
@@ -231,7 +278,12 @@ mod tests {
     fn is_root() -> bool {
         std::fs::read_to_string("/proc/self/status")
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2)).map(|u| u == "0"))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("Uid:"))
+                    .and_then(|l| l.split_whitespace().nth(2))
+                    .map(|u| u == "0")
+            })
             .unwrap_or(false)
     }
 
@@ -239,7 +291,10 @@ mod tests {
     /// `mknod` (root). Without root: a skip locally (`None`), a failure under `CI`.
     fn dev_root(scenario: &str) -> Option<tempfile::TempDir> {
         if !is_root() {
-            assert!(std::env::var_os("CI").is_none(), "discover fixture tests need root (mknod) in CI");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "discover fixture tests need root (mknod) in CI"
+            );
             eprintln!("skipped: discover fixture tests need root (mknod)");
             return None;
         }
@@ -258,7 +313,8 @@ mod tests {
     fn scan(scenario: &str, drivers: &[&str]) -> Option<(Host, tempfile::TempDir)> {
         let dev = dev_root(scenario)?;
         let drivers: Vec<String> = drivers.iter().map(|d| d.to_string()).collect();
-        let host = discover(Path::new(&format!("{FIXTURES}/{scenario}/sys")), dev.path(), &drivers).unwrap();
+        let host = discover(Path::new(&format!("{FIXTURES}/{scenario}/sys")), dev.path(), &drivers)
+            .unwrap();
         Some((host, dev))
     }
 
@@ -275,17 +331,35 @@ mod tests {
         assert_eq!(d.driver.as_deref(), Some("erdma"));
         assert_eq!(
             d.ports,
-            [Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: Some("eth0".into()), mtu: Some(8500), roce_v2_ipv4_gid: Some(1) }]
+            [Port {
+                num: 1,
+                state: 4,
+                state_name: "ACTIVE".into(),
+                link_layer: Some("Ethernet".into()),
+                netdev: Some("eth0".into()),
+                mtu: Some(8500),
+                roce_v2_ipv4_gid: Some(1)
+            }]
         );
         assert!(d.all_ports_active());
         assert_eq!(
             d.uverbs,
-            Some(CharDev { path: "/dev/infiniband/uverbs0".into(), host_path: dev.path().join("infiniband/uverbs0"), major: 231, minor: 192 })
+            Some(CharDev {
+                path: "/dev/infiniband/uverbs0".into(),
+                host_path: dev.path().join("infiniband/uverbs0"),
+                major: 231,
+                minor: 192
+            })
         );
         assert_eq!(d.problem, None);
         assert_eq!(
             h.rdma_cm,
-            Some(CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: dev.path().join("infiniband/rdma_cm"), major: 10, minor: 58 })
+            Some(CharDev {
+                path: "/dev/infiniband/rdma_cm".into(),
+                host_path: dev.path().join("infiniband/rdma_cm"),
+                major: 10,
+                minor: 58
+            })
         );
     }
 
@@ -293,8 +367,21 @@ mod tests {
     fn fixture_two() {
         let Some((h, _dev)) = scan("two", &["erdma"]) else { return };
         assert_eq!(names(&h.devices), ["erdma_0", "erdma_1"]);
-        let summary: Vec<_> = h.devices.iter().map(|d| (d.uverbs.as_ref().unwrap().minor, d.ports[0].netdev.clone().unwrap(), d.ports[0].mtu)).collect();
-        assert_eq!(summary, [(192, "eth0".to_string(), Some(8500)), (193, "eth1".to_string(), Some(8500))]);
+        let summary: Vec<_> = h
+            .devices
+            .iter()
+            .map(|d| {
+                (
+                    d.uverbs.as_ref().unwrap().minor,
+                    d.ports[0].netdev.clone().unwrap(),
+                    d.ports[0].mtu,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [(192, "eth0".to_string(), Some(8500)), (193, "eth1".to_string(), Some(8500))]
+        );
         assert!(h.rdma_cm.is_some());
     }
 
@@ -307,7 +394,9 @@ mod tests {
         // The uverbs node is the one sysfs ties to the device, not the one of the same rank.
         assert_eq!(by_name("rocep9s0").uverbs.as_ref().unwrap().path, "/dev/infiniband/uverbs0");
         assert_eq!(by_name("rocep12s0").uverbs.as_ref().unwrap().minor, 195);
-        assert!(h.devices.iter().all(|d| d.driver.as_deref() == Some("erdma") && d.ports[0].mtu == Some(1400) && d.all_ports_active()));
+        assert!(h.devices.iter().all(|d| d.driver.as_deref() == Some("erdma")
+            && d.ports[0].mtu == Some(1400)
+            && d.all_ports_active()));
     }
 
     #[test]
@@ -318,7 +407,10 @@ mod tests {
         let d = &h.devices[1];
         assert_eq!(d.uverbs, None);
         let problem = d.problem.as_deref().unwrap();
-        assert!(problem.starts_with(&format!("{}: ", dev.path().join("infiniband/uverbs1").display())), "{problem}");
+        assert!(
+            problem.starts_with(&format!("{}: ", dev.path().join("infiniband/uverbs1").display())),
+            "{problem}"
+        );
         // What `devices --json` shows.
         let j = serde_json::to_value(&h).unwrap();
         assert_eq!(j["devices"][1]["uverbs"], serde_json::Value::Null);
@@ -356,10 +448,17 @@ mod tests {
         let Some((h, _dev)) = scan("rocep-ens5", &["erdma"]) else { return };
         assert_eq!(names(&h.devices), ["rocep156s0", "rocep26s0"]);
         assert_eq!(h.netdevs, ["bond0", "ens5", "ens6", "lo"]);
-        let up: Vec<_> = h.devices.iter().map(|d| (d.name.as_str(), d.ports[0].state, d.ports[0].netdev.as_deref())).collect();
+        let up: Vec<_> = h
+            .devices
+            .iter()
+            .map(|d| (d.name.as_str(), d.ports[0].state, d.ports[0].netdev.as_deref()))
+            .collect();
         assert_eq!(up, [("rocep156s0", 1, Some("ens6")), ("rocep26s0", 4, Some("ens5"))]);
         let Some((h, _dev)) = scan("gids-differ", &["erdma"]) else { return };
-        assert_eq!(h.devices.iter().map(|d| d.ports[0].roce_v2_ipv4_gid).collect::<Vec<_>>(), [Some(2), Some(1)]);
+        assert_eq!(
+            h.devices.iter().map(|d| d.ports[0].roce_v2_ipv4_gid).collect::<Vec<_>>(),
+            [Some(2), Some(1)]
+        );
     }
 
     #[test]
@@ -375,7 +474,12 @@ mod tests {
         let Some((h, _dev)) = scan("none", &["erdma"]) else { return };
         assert!(h.devices.is_empty() && h.others.is_empty() && h.rdma_cm.is_none());
         // A sysfs root that does not exist at all is no devices either, not an error.
-        let h = discover(Path::new("/nonexistent/sys"), Path::new("/nonexistent/dev"), &["erdma".into()]).unwrap();
+        let h = discover(
+            Path::new("/nonexistent/sys"),
+            Path::new("/nonexistent/dev"),
+            &["erdma".into()],
+        )
+        .unwrap();
         assert!(h.devices.is_empty());
     }
 
@@ -386,14 +490,25 @@ mod tests {
         // uverbs0 with the wrong minor, uverbs1 a regular file, rdma_cm gone.
         let u0 = dev.path().join("infiniband/uverbs0");
         std::fs::remove_file(&u0).unwrap();
-        assert!(std::process::Command::new("mknod").arg(&u0).args(["c", "231", "200"]).status().unwrap().success());
+        assert!(std::process::Command::new("mknod")
+            .arg(&u0)
+            .args(["c", "231", "200"])
+            .status()
+            .unwrap()
+            .success());
         let u1 = dev.path().join("infiniband/uverbs1");
         std::fs::remove_file(&u1).unwrap();
         std::fs::write(&u1, "").unwrap();
         std::fs::remove_file(dev.path().join("infiniband/rdma_cm")).unwrap();
         let h = discover(&sys, dev.path(), &["erdma".into()]).unwrap();
-        assert_eq!(h.devices[0].problem.as_deref(), Some(format!("{} is 231:200, sysfs says 231:192", u0.display()).as_str()));
-        assert_eq!(h.devices[1].problem.as_deref(), Some(format!("{} is not a character device", u1.display()).as_str()));
+        assert_eq!(
+            h.devices[0].problem.as_deref(),
+            Some(format!("{} is 231:200, sysfs says 231:192", u0.display()).as_str())
+        );
+        assert_eq!(
+            h.devices[1].problem.as_deref(),
+            Some(format!("{} is not a character device", u1.display()).as_str())
+        );
         assert_eq!(h.rdma_cm, None);
     }
 }

@@ -87,7 +87,9 @@ impl Report {
         if self.ready {
             out.push_str(&format!("ready for eRDMA containers: {ok} ok, {warnings}\n"));
         } else {
-            out.push_str(&format!("not ready for eRDMA containers: {fail} failed, {warnings}, {ok} ok\n"));
+            out.push_str(&format!(
+                "not ready for eRDMA containers: {fail} failed, {warnings}, {ok} ok\n"
+            ));
         }
         out
     }
@@ -157,7 +159,12 @@ pub fn run(config: &Config, opts: &Options) -> Report {
             Some(host)
         }
         Err(e) => {
-            checks.push(Check::fail("devices", format!("cannot list the RDMA devices: {e}"), "check that the sysfs root in the hook config is right and readable", json!({"error": e.to_string()})));
+            checks.push(Check::fail(
+                "devices",
+                format!("cannot list the RDMA devices: {e}"),
+                "check that the sysfs root in the hook config is right and readable",
+                json!({"error": e.to_string()}),
+            ));
             None
         }
     };
@@ -206,11 +213,16 @@ fn driver(config: &Config) -> Check {
 }
 
 fn device_checks(config: &Config, opts: &Options, host: &Host, checks: &mut Vec<Check>) {
-    let others: Vec<Value> = host.others.iter().map(|d| json!({"name": d.name, "driver": d.driver})).collect();
+    let others: Vec<Value> =
+        host.others.iter().map(|d| json!({"name": d.name, "driver": d.driver})).collect();
     let others_note = if host.others.is_empty() {
         String::new()
     } else {
-        let list: Vec<String> = host.others.iter().map(|d| format!("{} ({})", d.name, d.driver.as_deref().unwrap_or("unknown driver"))).collect();
+        let list: Vec<String> = host
+            .others
+            .iter()
+            .map(|d| format!("{} ({})", d.name, d.driver.as_deref().unwrap_or("unknown driver")))
+            .collect();
         format!("; not eRDMA, left alone: {}", list.join(", "))
     };
     let names: Vec<&str> = host.devices.iter().map(|d| d.name.as_str()).collect();
@@ -224,7 +236,11 @@ fn device_checks(config: &Config, opts: &Options, host: &Host, checks: &mut Vec<
         ));
         return;
     }
-    checks.push(Check::ok("devices", format!("{}: {}{others_note}", plural(names.len(), "eRDMA device"), names.join(", ")), details));
+    checks.push(Check::ok(
+        "devices",
+        format!("{}: {}{others_note}", plural(names.len(), "eRDMA device"), names.join(", ")),
+        details,
+    ));
     for d in &host.devices {
         port_checks(d, checks);
         checks.push(uverbs_check(d));
@@ -250,7 +266,9 @@ fn nccl_check(host: &Host) -> Check {
     let set: Vec<String> = d.vars.iter().map(|v| format!("{}={}", v.name, v.value)).collect();
     let details = json!({"vars": d.vars, "notes": d.notes});
     let shown = if set.is_empty() { "nothing can be derived".to_string() } else { set.join(" ") };
-    if d.get("NCCL_IB_HCA").is_none() || d.notes.iter().any(|n| n.contains("differ") || n.contains("no netdev")) {
+    if d.get("NCCL_IB_HCA").is_none()
+        || d.notes.iter().any(|n| n.contains("differ") || n.contains("no netdev"))
+    {
         return Check::warn("nccl-env", format!("derived for all devices: {shown}; {}", d.notes.join("; ")), "jobs without erdma-runtime or the hooks: `erdma-oci-hook env --devices NAME` prints the settings for the devices a job uses", details);
     }
     Check::ok("nccl-env", format!("derived for all devices: {shown}"), details)
@@ -271,9 +289,17 @@ fn port_checks(d: &RdmaDevice, checks: &mut Vec<Check>) {
         let netdev = p.netdev.as_deref().unwrap_or("its netdev");
         if p.state == PORT_ACTIVE {
             let via = p.netdev.as_deref().map(|n| format!(", netdev {n}")).unwrap_or_default();
-            checks.push(Check::ok(id, format!("{} port {}: PORT_ACTIVE{via}", d.name, p.num), details));
+            checks.push(Check::ok(
+                id,
+                format!("{} port {}: PORT_ACTIVE{via}", d.name, p.num),
+                details,
+            ));
         } else {
-            let state = if p.state_name.is_empty() { format!("state {}", p.state) } else { format!("PORT_{} ({})", p.state_name, p.state) };
+            let state = if p.state_name.is_empty() {
+                format!("state {}", p.state)
+            } else {
+                format!("PORT_{} ({})", p.state_name, p.state)
+            };
             checks.push(Check::fail(
                 id,
                 format!("{} port {}: {state}, not PORT_ACTIVE", d.name, p.num),
@@ -287,7 +313,11 @@ fn port_checks(d: &RdmaDevice, checks: &mut Vec<Check>) {
 fn uverbs_check(d: &RdmaDevice) -> Check {
     let id = format!("uverbs.{}", d.name);
     match &d.uverbs {
-        Some(u) => Check::ok(id, format!("{}: {} ({}:{})", d.name, u.path, u.major, u.minor), json!({"device": d.name, "path": u.path, "host_path": u.host_path, "major": u.major, "minor": u.minor, "problem": null})),
+        Some(u) => Check::ok(
+            id,
+            format!("{}: {} ({}:{})", d.name, u.path, u.major, u.minor),
+            json!({"device": d.name, "path": u.path, "host_path": u.host_path, "major": u.major, "minor": u.minor, "problem": null}),
+        ),
         None => {
             let problem = d.problem.as_deref().unwrap_or("no uverbs node");
             Check::fail(
@@ -303,10 +333,18 @@ fn uverbs_check(d: &RdmaDevice) -> Check {
 /// The MTU of the netdevs behind the eRDMA ports, judged by the rule the spec edits use
 /// (`modify::mtu_expected`, `modify::ll128_off`; seed 000).
 fn mtu_check(config: &Config, opts: &Options, host: &Host) -> Check {
-    let ports: Vec<_> = host.devices.iter().flat_map(|d| d.ports.iter().map(move |p| (d, p))).collect();
-    let netdevs: Vec<Value> = ports.iter().map(|(d, p)| json!({"device": d.name, "port": p.num, "netdev": p.netdev, "mtu": p.mtu})).collect();
+    let ports: Vec<_> =
+        host.devices.iter().flat_map(|d| d.ports.iter().map(move |p| (d, p))).collect();
+    let netdevs: Vec<Value> = ports
+        .iter()
+        .map(|(d, p)| json!({"device": d.name, "port": p.num, "netdev": p.netdev, "mtu": p.mtu}))
+        .collect();
     let mtus: Vec<u32> = ports.iter().filter_map(|(_, p)| p.mtu).collect();
-    let unknown: Vec<String> = ports.iter().filter(|(_, p)| p.mtu.is_none()).map(|(d, p)| format!("{} port {}", d.name, p.num)).collect();
+    let unknown: Vec<String> = ports
+        .iter()
+        .filter(|(_, p)| p.mtu.is_none())
+        .map(|(d, p)| format!("{} port {}", d.name, p.num))
+        .collect();
     // "MTU 8500 on eth0, eth1; 1400 on eth2": each netdev once, MTUs in device order.
     let mut groups: Vec<(u32, Vec<String>)> = Vec::new();
     for (d, p) in &ports {
@@ -319,14 +357,28 @@ fn mtu_check(config: &Config, opts: &Options, host: &Host) -> Check {
         }
     }
     groups.iter_mut().for_each(|(_, names)| names.sort());
-    let seen = groups.iter().map(|(m, names)| format!("{m} on {}", names.join(", "))).collect::<Vec<_>>().join("; ");
+    let seen = groups
+        .iter()
+        .map(|(m, names)| format!("{m} on {}", names.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
     let (proto, no_ll128) = NO_LL128;
     let off = ll128_off(&mtus);
-    let ll128 = if mtus.is_empty() { "unknown" } else if off { "off" } else { "safe" };
+    let ll128 = if mtus.is_empty() {
+        "unknown"
+    } else if off {
+        "off"
+    } else {
+        "safe"
+    };
     let env: Vec<String> = if off { vec![format!("{proto}={no_ll128}")] } else { Vec::new() };
     let details = json!({"netdevs": netdevs, "ll128": ll128, "env": env});
 
-    let bad: Vec<String> = groups.iter().filter(|(m, _)| !mtu_expected(*m)).flat_map(|(_, names)| names.iter().cloned()).collect();
+    let bad: Vec<String> = groups
+        .iter()
+        .filter(|(m, _)| !mtu_expected(*m))
+        .flat_map(|(_, names)| names.iter().cloned())
+        .collect();
     if !bad.is_empty() {
         return Check::fail(
             "mtu",
@@ -338,12 +390,25 @@ fn mtu_check(config: &Config, opts: &Options, host: &Host) -> Check {
     if mtus.is_empty() {
         return Check::warn("mtu", "no eRDMA port has a netdev with an MTU in sysfs: cannot tell whether NCCL's LL128 protocol is safe", "check the eRDMA interfaces with `ip link` and `ibv_devinfo`", details);
     }
-    let unknown_note = if unknown.is_empty() { String::new() } else { format!(" ({} without a netdev MTU)", unknown.join(", ")) };
+    let unknown_note = if unknown.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} without a netdev MTU)", unknown.join(", "))
+    };
     if !unknown.is_empty() {
-        return Check::warn("mtu", format!("MTU {seen}{unknown_note}"), "check the eRDMA interfaces with `ip link` and `ibv_devinfo`", details);
+        return Check::warn(
+            "mtu",
+            format!("MTU {seen}{unknown_note}"),
+            "check the eRDMA interfaces with `ip link` and `ibv_devinfo`",
+            details,
+        );
     }
     if !off {
-        return Check::ok("mtu", format!("MTU {seen}: jumbo frames, NCCL's LL128 protocol is safe"), details);
+        return Check::ok(
+            "mtu",
+            format!("MTU {seen}: jumbo frames, NCCL's LL128 protocol is safe"),
+            details,
+        );
     }
     if config.env_presets {
         Check::ok("mtu", format!("MTU {seen}: without jumbo frames NCCL's LL128 protocol must be off; erdma-runtime, the hooks and the CDI spec add {proto}={no_ll128}"), details)
@@ -397,7 +462,12 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
     let reg = match engine::inspect(engine, path) {
         Ok(r) => r,
         Err(e) => {
-            checks.push(Check::fail(id, format!("{name}: {e}"), format!("fix the file, then run `{configure}`"), json!({"engine": engine, "config_path": path, "error": e.to_string()})));
+            checks.push(Check::fail(
+                id,
+                format!("{name}: {e}"),
+                format!("fix the file, then run `{configure}`"),
+                json!({"engine": engine, "config_path": path, "error": e.to_string()}),
+            ));
             return;
         }
     };
@@ -409,7 +479,15 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
     let (fits, fits_note) = path_that_fits(engine, found.as_ref());
     details["recommended"] = json!(fits);
     if !reg.installed && found.is_none() {
-        checks.push(Check::ok(id, format!("{name}: not installed (no {} on PATH, no socket, no {})", engine.programs().join(" or "), path.display()), details));
+        checks.push(Check::ok(
+            id,
+            format!(
+                "{name}: not installed (no {} on PATH, no socket, no {})",
+                engine.programs().join(" or "),
+                path.display()
+            ),
+            details,
+        ));
         return;
     }
     let seen = match &found {
@@ -419,16 +497,28 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
     let check = match &reg.entry {
         None => {
             let what = match (engine, reg.installed) {
-                (_, false) => format!("installed, but {} does not exist, so nothing gives its containers eRDMA", path.display()),
-                (Engine::Podman, true) => format!("{} has no erdma-oci-hook precreate hook", path.display()),
+                (_, false) => format!(
+                    "installed, but {} does not exist, so nothing gives its containers eRDMA",
+                    path.display()
+                ),
+                (Engine::Podman, true) => {
+                    format!("{} has no erdma-oci-hook precreate hook", path.display())
+                }
                 (_, true) => format!("{} does not register erdma-runtime", path.display()),
             };
-            Check::warn(id, format!("{seen}: {what}; {fits_note}"), format!("run `{configure}` to give its containers eRDMA"), details)
+            Check::warn(
+                id,
+                format!("{seen}: {what}; {fits_note}"),
+                format!("run `{configure}` to give its containers eRDMA"),
+                details,
+            )
         }
         Some(entry) => {
             let what = match engine {
                 Engine::Docker => format!("runtime `{}` in {}", entry.name, entry.file.display()),
-                Engine::Containerd | Engine::Crio => format!("runtime handler `{}` in {}", entry.name, entry.file.display()),
+                Engine::Containerd | Engine::Crio => {
+                    format!("runtime handler `{}` in {}", entry.name, entry.file.display())
+                }
                 Engine::Podman => format!("precreate hook {}", entry.file.display()),
             };
             let exists = entry.program.as_deref().is_some_and(program_exists);
@@ -436,11 +526,25 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
             match &entry.program {
                 // Registered and working: the CDI note only when the version says something.
                 Some(p) if exists => {
-                    let note = if found.as_ref().is_some_and(|f| f.version.is_some()) { format!("; {fits_note}") } else { String::new() };
+                    let note = if found.as_ref().is_some_and(|f| f.version.is_some()) {
+                        format!("; {fits_note}")
+                    } else {
+                        String::new()
+                    };
                     Check::ok(id, format!("{seen}: {what} runs {}{note}", p.display()), details)
                 }
-                Some(p) => Check::fail(id, format!("{name}: {what} runs {}, which does not exist", p.display()), format!("install it there, or run `{configure}` again"), details),
-                None => Check::fail(id, format!("{name}: {what} names no program"), format!("run `{configure}` again"), details),
+                Some(p) => Check::fail(
+                    id,
+                    format!("{name}: {what} runs {}, which does not exist", p.display()),
+                    format!("install it there, or run `{configure}` again"),
+                    details,
+                ),
+                None => Check::fail(
+                    id,
+                    format!("{name}: {what} names no program"),
+                    format!("run `{configure}` again"),
+                    details,
+                ),
             }
         }
     };
@@ -453,7 +557,8 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
 fn path_that_fits(engine: Engine, found: Option<&engine::detect::Found>) -> (&'static str, String) {
     let (major, minor) = engine.cdi_since();
     let fallback = if engine == Engine::Podman { "hooks" } else { "runtime" };
-    let fallback_how = if engine == Engine::Podman { "the precreate hook" } else { "erdma-runtime" };
+    let fallback_how =
+        if engine == Engine::Podman { "the precreate hook" } else { "erdma-runtime" };
     match found.map(|f| (f, engine::detect::has_cdi(f))) {
         Some((f, Some(true))) => ("cdi", format!("{} {} has CDI ({major}.{minor}+): `--device {}=all` with `erdma-oci-hook cdi generate`, or {fallback_how}", engine.display_name(), f.version.as_deref().unwrap_or(""), cdi::KIND)),
         Some((f, Some(false))) => (fallback, format!("{} {} has no CDI (it came in {major}.{minor}): use {fallback_how}", engine.display_name(), f.version.as_deref().unwrap_or(""))),
@@ -480,7 +585,8 @@ fn memlock_check(engine: Engine, config: &Config, opts: &Options, reg: &Registra
     let configure = configure_command(engine, &reg.config_path);
     if reg.entry.is_some() {
         let by = if engine == Engine::Podman { "the precreate hook" } else { "erdma-runtime" };
-        let details = json!({"engine": engine, "source": "erdma", "memlock": memlock_value(config.memlock)});
+        let details =
+            json!({"engine": engine, "source": "erdma", "memlock": memlock_value(config.memlock)});
         return match config.memlock {
             Memlock::Unlimited => Check::ok(id, format!("{name}: containers that ask for eRDMA get memlock unlimited (set by {by})"), details),
             Memlock::Bytes(n) => Check::warn(
@@ -492,8 +598,12 @@ fn memlock_check(engine: Engine, config: &Config, opts: &Options, reg: &Registra
         };
     }
     let hint = match engine {
-        Engine::Docker | Engine::Podman => format!("run `{configure}`, or start containers with `--ulimit memlock=-1`"),
-        Engine::Containerd | Engine::Crio => format!("run `{configure}`: Kubernetes pods cannot raise their memlock limit themselves"),
+        Engine::Docker | Engine::Podman => {
+            format!("run `{configure}`, or start containers with `--ulimit memlock=-1`")
+        }
+        Engine::Containerd | Engine::Crio => format!(
+            "run `{configure}`: Kubernetes pods cannot raise their memlock limit themselves"
+        ),
     };
     match reg.default_memlock {
         Some(m) => {
@@ -528,14 +638,27 @@ fn find_specs(dirs: &[PathBuf]) -> Result<Vec<FoundSpec>, String> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("reading {}: {e}", dir.display())),
         };
-        let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json" || x == "yaml" || x == "yml")).collect();
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json" || x == "yaml" || x == "yml"))
+            .collect();
         files.sort();
         for path in files {
-            let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("reading {}: {e}", path.display()))?;
             match serde_json::from_str::<Value>(&text) {
-                Ok(v) if v.get("kind").and_then(Value::as_str) == Some(cdi::KIND) => found.push((path, Some(v))),
+                Ok(v) if v.get("kind").and_then(Value::as_str) == Some(cdi::KIND) => {
+                    found.push((path, Some(v)))
+                }
                 Ok(_) => {}
-                Err(_) if text.lines().any(|l| l.trim_start().starts_with("kind:") && l.contains(cdi::KIND)) => found.push((path, None)),
+                Err(_)
+                    if text
+                        .lines()
+                        .any(|l| l.trim_start().starts_with("kind:") && l.contains(cdi::KIND)) =>
+                {
+                    found.push((path, None))
+                }
                 Err(_) => {}
             }
         }
@@ -544,16 +667,29 @@ fn find_specs(dirs: &[PathBuf]) -> Result<Vec<FoundSpec>, String> {
 }
 
 fn device_names(spec: &Value) -> Vec<String> {
-    spec.get("devices").and_then(Value::as_array).map(|d| d.iter().filter_map(|d| d.get("name").and_then(Value::as_str)).map(str::to_string).collect()).unwrap_or_default()
+    spec.get("devices")
+        .and_then(Value::as_array)
+        .map(|d| {
+            d.iter()
+                .filter_map(|d| d.get("name").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn env_of(spec: &Value) -> Vec<String> {
-    spec.pointer("/containerEdits/env").and_then(Value::as_array).map(|e| e.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
+    spec.pointer("/containerEdits/env")
+        .and_then(Value::as_array)
+        .map(|e| e.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 /// How a spec on disk differs from the one `cdi generate` would write now, in a few words.
 fn difference(found: &Value, want: &Value) -> String {
-    let minus = |a: &[String], b: &[String]| a.iter().filter(|x| !b.contains(x)).cloned().collect::<Vec<_>>();
+    let minus = |a: &[String], b: &[String]| {
+        a.iter().filter(|x| !b.contains(x)).cloned().collect::<Vec<_>>()
+    };
     let (f, w) = (device_names(found), device_names(want));
     let mut parts = Vec::new();
     let gone = minus(&f, &w);
@@ -575,7 +711,11 @@ fn difference(found: &Value, want: &Value) -> String {
     }
     if parts.is_empty() {
         parts.push(match (found.get("cdiVersion"), want.get("cdiVersion")) {
-            (a, b) if a != b => format!("cdiVersion {} instead of {}", a.unwrap_or(&Value::Null), b.unwrap_or(&Value::Null)),
+            (a, b) if a != b => format!(
+                "cdiVersion {} instead of {}",
+                a.unwrap_or(&Value::Null),
+                b.unwrap_or(&Value::Null)
+            ),
             _ => "its device nodes or edits differ from what `cdi generate` writes now".to_string(),
         });
     }
@@ -584,11 +724,23 @@ fn difference(found: &Value, want: &Value) -> String {
 
 fn cdi_check(config: &Config, host: Option<&Host>, opts: &Options) -> Check {
     let dirs: Vec<String> = opts.cdi_dirs.iter().map(|d| d.display().to_string()).collect();
-    let suggested = opts.cdi_dirs.first().map(PathBuf::as_path).unwrap_or(Path::new(cdi::SPEC_DIRS[0])).join(cdi::SPEC_FILE);
+    let suggested = opts
+        .cdi_dirs
+        .first()
+        .map(PathBuf::as_path)
+        .unwrap_or(Path::new(cdi::SPEC_DIRS[0]))
+        .join(cdi::SPEC_FILE);
     let generate = |path: &Path| format!("erdma-oci-hook cdi generate --output {}", path.display());
     let found = match find_specs(&opts.cdi_dirs) {
         Ok(f) => f,
-        Err(e) => return Check::fail("cdi", format!("cannot read the CDI specs: {e}"), "check the permissions of the CDI directories", json!({"dirs": dirs, "error": e})),
+        Err(e) => {
+            return Check::fail(
+                "cdi",
+                format!("cannot read the CDI specs: {e}"),
+                "check the permissions of the CDI directories",
+                json!({"dirs": dirs, "error": e}),
+            )
+        }
     };
     // What `cdi generate` would write now; an error when the host has nothing to describe.
     let want = match host {
@@ -608,21 +760,49 @@ fn cdi_check(config: &Config, host: Option<&Host>, opts: &Options) -> Check {
         .collect();
     let details = json!({"kind": cdi::KIND, "dirs": dirs, "specs": specs});
     if found.is_empty() {
-        let message = format!("no CDI spec for {} in {} (optional: erdma-runtime and the hooks do not need one)", cdi::KIND, dirs.join(", "));
+        let message = format!(
+            "no CDI spec for {} in {} (optional: erdma-runtime and the hooks do not need one)",
+            cdi::KIND,
+            dirs.join(", ")
+        );
         return match want {
-            Ok(_) => Check::warn("cdi", message, format!("for `--device {}=all` in CDI-aware engines: `{}`", cdi::KIND, generate(&suggested)), details),
-            Err(_) => Check::warn("cdi", message, format!("once the device checks pass: `{}`", generate(&suggested)), details),
+            Ok(_) => Check::warn(
+                "cdi",
+                message,
+                format!(
+                    "for `--device {}=all` in CDI-aware engines: `{}`",
+                    cdi::KIND,
+                    generate(&suggested)
+                ),
+                details,
+            ),
+            Err(_) => Check::warn(
+                "cdi",
+                message,
+                format!("once the device checks pass: `{}`", generate(&suggested)),
+                details,
+            ),
         };
     }
     for (path, spec) in &found {
         let Some(spec) = spec else { continue };
         match &want {
             Ok(w) if spec == w => {}
-            Ok(w) => return Check::fail("cdi", format!("CDI spec {} is stale: {}", path.display(), difference(spec, w)), format!("regenerate it: `{}`", generate(path)), details),
+            Ok(w) => {
+                return Check::fail(
+                    "cdi",
+                    format!("CDI spec {} is stale: {}", path.display(), difference(spec, w)),
+                    format!("regenerate it: `{}`", generate(path)),
+                    details,
+                )
+            }
             Err(e) => {
                 return Check::fail(
                     "cdi",
-                    format!("CDI spec {} describes eRDMA devices, but none can be described now: {e}", path.display()),
+                    format!(
+                        "CDI spec {} describes eRDMA devices, but none can be described now: {e}",
+                        path.display()
+                    ),
                     format!("fix the device checks, then `{}`, or remove it", generate(path)),
                     details,
                 )
@@ -648,7 +828,11 @@ fn cdi_check(config: &Config, host: Option<&Host>, opts: &Options) -> Check {
     }
     let (path, spec) = &found[0];
     let names = spec.as_ref().map(device_names).unwrap_or_default();
-    Check::ok("cdi", format!("CDI spec {} is current ({}={})", path.display(), cdi::KIND, names.join(",")), details)
+    Check::ok(
+        "cdi",
+        format!("CDI spec {} is current ({}={})", path.display(), cdi::KIND, names.join(",")),
+        details,
+    )
 }
 
 #[cfg(test)]
@@ -657,15 +841,25 @@ mod tests {
 
     #[test]
     fn summary_and_exit_rule() {
-        let r = Report::new(vec![Check::ok("a", "fine", json!({})), Check::warn("b", "meh", "do x", json!({}))]);
+        let r = Report::new(vec![
+            Check::ok("a", "fine", json!({})),
+            Check::warn("b", "meh", "do x", json!({})),
+        ]);
         assert!(r.ready, "warnings do not fail");
         assert_eq!(r.summary, Summary { ok: 1, warn: 1, fail: 0 });
         assert_eq!(r.render(), "[ ok ] fine\n[warn] meh\n       hint: do x\nready for eRDMA containers: 1 ok, 1 warning\n");
         let r = Report::new(vec![Check::fail("c", "broken", "fix it", json!({}))]);
         assert!(!r.ready);
-        assert!(r.render().ends_with("not ready for eRDMA containers: 1 failed, 0 warnings, 0 ok\n"), "{}", r.render());
+        assert!(
+            r.render().ends_with("not ready for eRDMA containers: 1 failed, 0 warnings, 0 ok\n"),
+            "{}",
+            r.render()
+        );
         let j = serde_json::to_value(&r).unwrap();
-        assert_eq!(j["checks"][0], json!({"id": "c", "status": "fail", "message": "broken", "hint": "fix it", "details": {}}));
+        assert_eq!(
+            j["checks"][0],
+            json!({"id": "c", "status": "fail", "message": "broken", "hint": "fix it", "details": {}})
+        );
     }
 
     #[test]
@@ -678,8 +872,14 @@ mod tests {
 
     #[test]
     fn configure_hint_names_the_path_only_when_not_the_default() {
-        assert_eq!(configure_command(Engine::Docker, Path::new("/etc/docker/daemon.json")), "erdma-oci-hook configure docker");
-        assert_eq!(configure_command(Engine::Podman, Path::new("/tmp/hooks.d")), "erdma-oci-hook configure podman --config /tmp/hooks.d");
+        assert_eq!(
+            configure_command(Engine::Docker, Path::new("/etc/docker/daemon.json")),
+            "erdma-oci-hook configure docker"
+        );
+        assert_eq!(
+            configure_command(Engine::Podman, Path::new("/tmp/hooks.d")),
+            "erdma-oci-hook configure podman --config /tmp/hooks.d"
+        );
     }
 
     #[test]
@@ -706,7 +906,15 @@ mod tests {
             .map(|(name, netdev, mtu)| RdmaDevice {
                 name: name.to_string(),
                 driver: Some("erdma".into()),
-                ports: vec![Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: netdev.map(str::to_string), mtu: *mtu, roce_v2_ipv4_gid: None }],
+                ports: vec![Port {
+                    num: 1,
+                    state: 4,
+                    state_name: "ACTIVE".into(),
+                    link_layer: Some("Ethernet".into()),
+                    netdev: netdev.map(str::to_string),
+                    mtu: *mtu,
+                    roce_v2_ipv4_gid: None,
+                }],
                 uverbs: None,
                 problem: None,
             })
@@ -718,27 +926,51 @@ mod tests {
     fn mtu_rule_is_the_spec_edits_rule() {
         let (config, opts) = (Config::default(), Options::default());
         // Mixed 8500 and 1400: valid, but LL128 off, as `modify::apply` does.
-        let c = mtu_check(&config, &opts, &host(&[("erdma_0", Some("eth0"), Some(8500)), ("erdma_1", Some("eth1"), Some(1400))]));
+        let c = mtu_check(
+            &config,
+            &opts,
+            &host(&[("erdma_0", Some("eth0"), Some(8500)), ("erdma_1", Some("eth1"), Some(1400))]),
+        );
         assert_eq!((c.status, c.details["ll128"].as_str()), (Status::Ok, Some("off")));
-        assert!(c.message.starts_with("MTU 8500 on eth0; 1400 on eth1: without jumbo frames"), "{}", c.message);
+        assert!(
+            c.message.starts_with("MTU 8500 on eth0; 1400 on eth1: without jumbo frames"),
+            "{}",
+            c.message
+        );
         // Two ports on one netdev name it once.
-        let c = mtu_check(&config, &opts, &host(&[("erdma_0", Some("eth0"), Some(8500)), ("erdma_1", Some("eth0"), Some(8500))]));
+        let c = mtu_check(
+            &config,
+            &opts,
+            &host(&[("erdma_0", Some("eth0"), Some(8500)), ("erdma_1", Some("eth0"), Some(8500))]),
+        );
         assert_eq!(c.message, "MTU 8500 on eth0: jumbo frames, NCCL's LL128 protocol is safe");
         // A port whose MTU is unknown cannot be judged.
-        let c = mtu_check(&config, &opts, &host(&[("erdma_0", Some("eth0"), Some(8500)), ("erdma_1", None, None)]));
+        let c = mtu_check(
+            &config,
+            &opts,
+            &host(&[("erdma_0", Some("eth0"), Some(8500)), ("erdma_1", None, None)]),
+        );
         assert_eq!(c.status, Status::Warn);
         assert!(c.message.contains("erdma_1 port 1 without a netdev MTU"), "{}", c.message);
         let c = mtu_check(&config, &opts, &host(&[("erdma_0", None, None)]));
         assert_eq!((c.status, c.details["ll128"].as_str()), (Status::Warn, Some("unknown")));
         // 1500 is neither: a failure, even beside a valid one.
-        let c = mtu_check(&config, &opts, &host(&[("erdma_0", Some("eth0"), Some(1500)), ("erdma_1", Some("eth1"), Some(8500))]));
+        let c = mtu_check(
+            &config,
+            &opts,
+            &host(&[("erdma_0", Some("eth0"), Some(1500)), ("erdma_1", Some("eth1"), Some(8500))]),
+        );
         assert_eq!(c.status, Status::Fail);
         assert!(c.hint.unwrap().starts_with("set the MTU of eth0 to 8500 or 1400"));
     }
 
     #[test]
     fn missing_sysfs_is_a_report_not_an_error() {
-        let config = Config { sysfs_root: "/nonexistent/sys".into(), dev_root: "/nonexistent/dev".into(), ..Config::default() };
+        let config = Config {
+            sysfs_root: "/nonexistent/sys".into(),
+            dev_root: "/nonexistent/dev".into(),
+            ..Config::default()
+        };
         let nowhere = PathBuf::from("/nonexistent/etc");
         let opts = Options {
             config_path: nowhere.join("oci-hook.toml"),
@@ -747,7 +979,11 @@ mod tests {
             crio_config: nowhere.join("crio.conf"),
             podman_hooks_dir: nowhere.join("hooks.d"),
             cdi_dirs: vec![nowhere.join("cdi")],
-            probe: engine::detect::Probe { path: std::ffi::OsString::new(), root: nowhere.clone(), timeout: std::time::Duration::from_secs(1) },
+            probe: engine::detect::Probe {
+                path: std::ffi::OsString::new(),
+                root: nowhere.clone(),
+                timeout: std::time::Duration::from_secs(1),
+            },
             trial: None,
         };
         let r = run(&config, &opts);
@@ -756,9 +992,16 @@ mod tests {
         assert_eq!(status("devices"), Some(Status::Fail));
         assert_eq!(status("nvidia_peermem"), Some(Status::Warn));
         assert_eq!(status("engine.docker"), Some(Status::Ok), "not installed is not a failure");
-        assert_eq!(status("memlock.docker"), None, "no memlock for an engine that is not installed");
+        assert_eq!(
+            status("memlock.docker"),
+            None,
+            "no memlock for an engine that is not installed"
+        );
         assert_eq!(status("cdi"), Some(Status::Warn));
         assert!(!r.ready);
-        assert!(r.checks.iter().all(|c| (c.status == Status::Ok) == c.hint.is_none()), "a hint exactly when not ok");
+        assert!(
+            r.checks.iter().all(|c| (c.status == Status::Ok) == c.hint.is_none()),
+            "a hint exactly when not ok"
+        );
     }
 }

@@ -38,12 +38,19 @@ pub fn edit_in_place(spec: &mut Value, config: &Config) -> Result<Option<Report>
     // Things that do not stop the container but will make eRDMA slow or absent in it.
     if request == Request::All {
         for d in host.devices.iter().filter(|d| d.uverbs.is_none()) {
-            report.warnings.push(format!("{} left out: {}", d.name, d.problem.as_deref().unwrap_or("no usable uverbs node")));
+            report.warnings.push(format!(
+                "{} left out: {}",
+                d.name,
+                d.problem.as_deref().unwrap_or("no usable uverbs node")
+            ));
         }
     }
     for d in &devices {
         for p in d.ports.iter().filter(|p| p.state != 4) {
-            report.warnings.push(format!("{} port {} is {} (not ACTIVE): RDMA traffic over it will fail", d.name, p.num, p.state_name));
+            report.warnings.push(format!(
+                "{} port {} is {} (not ACTIVE): RDMA traffic over it will fail",
+                d.name, p.num, p.state_name
+            ));
         }
     }
     Ok(Some(report))
@@ -69,7 +76,8 @@ pub fn log_report(what: &str, report: &Report) {
 pub fn precreate(config: &Config, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let mut raw = Vec::new();
     input.read_to_end(&mut raw).map_err(Error::io("reading the OCI spec from", "stdin"))?;
-    let malformed = |reason: String| Error::Malformed { what: "OCI spec", path: "stdin".into(), reason };
+    let malformed =
+        |reason: String| Error::Malformed { what: "OCI spec", path: "stdin".into(), reason };
     let spec: Value = serde_json::from_slice(&raw).map_err(|e| malformed(e.to_string()))?;
     if !spec.is_object() {
         return Err(malformed("not a JSON object".into()));
@@ -84,7 +92,10 @@ pub fn precreate(config: &Config, input: &mut dyn Read, output: &mut dyn Write) 
             serde_json::to_vec(&edited).expect("a Value serialises")
         }
     };
-    output.write_all(&out).and_then(|()| output.flush()).map_err(Error::io("writing the OCI spec to", "stdout"))
+    output
+        .write_all(&out)
+        .and_then(|()| output.flush())
+        .map_err(Error::io("writing the OCI spec to", "stdout"))
 }
 
 #[cfg(test)]
@@ -94,7 +105,11 @@ mod tests {
 
     fn none_host() -> Config {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/sysfs/none");
-        Config { sysfs_root: format!("{dir}/sys").into(), dev_root: format!("{dir}/dev-absent").into(), ..Config::default() }
+        Config {
+            sysfs_root: format!("{dir}/sys").into(),
+            dev_root: format!("{dir}/dev-absent").into(),
+            ..Config::default()
+        }
     }
 
     #[test]
@@ -109,12 +124,14 @@ mod tests {
     #[test]
     fn precreate_errors() {
         let mut out = Vec::new();
-        let e = precreate(&none_host(), &mut b"{nope".as_slice(), &mut out).unwrap_err().to_string();
+        let e =
+            precreate(&none_host(), &mut b"{nope".as_slice(), &mut out).unwrap_err().to_string();
         assert!(e.starts_with("malformed OCI spec stdin:"), "{e}");
         let e = precreate(&none_host(), &mut b"[1]".as_slice(), &mut out).unwrap_err().to_string();
         assert!(e.contains("not a JSON object"), "{e}");
         // Asking on a host without devices is an error, and nothing is written.
-        let spec = serde_json::to_vec(&json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=all"]}})).unwrap();
+        let spec = serde_json::to_vec(&json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=all"]}}))
+            .unwrap();
         let e = precreate(&none_host(), &mut spec.as_slice(), &mut out).unwrap_err().to_string();
         assert!(e.contains("no eRDMA device was found"), "{e}");
         assert!(out.is_empty());

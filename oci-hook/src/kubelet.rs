@@ -43,7 +43,8 @@ pub struct Plugin {
 
 impl Plugin {
     fn host(&self) -> Result<Host, Status> {
-        discover::discover(&self.config.sysfs_root, &self.config.dev_root, &self.config.drivers).map_err(|e| Status::unavailable(format!("cannot list the RDMA devices: {e}")))
+        discover::discover(&self.config.sysfs_root, &self.config.dev_root, &self.config.drivers)
+            .map_err(|e| Status::unavailable(format!("cannot list the RDMA devices: {e}")))
     }
 
     /// The devices as `ListAndWatch` sends them (an empty list when sysfs cannot be read).
@@ -51,7 +52,13 @@ impl Plugin {
         let Ok(host) = self.host() else { return Vec::new() };
         deviceplugin::advertise(&host, &self.config.sysfs_root, &self.plugin)
             .into_iter()
-            .map(|a| pb::Device { id: a.id, health: a.health.to_string(), topology: a.numa.map(|n| pb::TopologyInfo { nodes: vec![pb::NumaNode { id: i64::from(n) }] }) })
+            .map(|a| pb::Device {
+                id: a.id,
+                health: a.health.to_string(),
+                topology: a
+                    .numa
+                    .map(|n| pb::TopologyInfo { nodes: vec![pb::NumaNode { id: i64::from(n) }] }),
+            })
             .collect()
     }
 }
@@ -60,13 +67,22 @@ type DeviceStream = Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, S
 
 #[tonic::async_trait]
 impl DevicePlugin for Arc<Plugin> {
-    async fn get_device_plugin_options(&self, _: Request<pb::Empty>) -> Result<Response<pb::DevicePluginOptions>, Status> {
-        Ok(Response::new(pb::DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }))
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
+        Ok(Response::new(pb::DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        }))
     }
 
     type ListAndWatchStream = DeviceStream;
 
-    async fn list_and_watch(&self, _: Request<pb::Empty>) -> Result<Response<Self::ListAndWatchStream>, Status> {
+    async fn list_and_watch(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let me = Arc::clone(self);
         tokio::spawn(async move {
@@ -74,7 +90,8 @@ impl DevicePlugin for Arc<Plugin> {
             loop {
                 let now = me.devices();
                 if last.as_ref() != Some(&now) {
-                    if tx.send(Ok(pb::ListAndWatchResponse { devices: now.clone() })).await.is_err() {
+                    if tx.send(Ok(pb::ListAndWatchResponse { devices: now.clone() })).await.is_err()
+                    {
                         return;
                     }
                     last = Some(now);
@@ -88,27 +105,49 @@ impl DevicePlugin for Arc<Plugin> {
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
-    async fn get_preferred_allocation(&self, req: Request<pb::PreferredAllocationRequest>) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
+    async fn get_preferred_allocation(
+        &self,
+        req: Request<pb::PreferredAllocationRequest>,
+    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
         let host = self.host()?;
         let advertised = deviceplugin::advertise(&host, &self.config.sysfs_root, &self.plugin);
         let container_responses = req
             .into_inner()
             .container_requests
             .into_iter()
-            .map(|c| pb::ContainerPreferredAllocationResponse { device_i_ds: deviceplugin::preferred(&advertised, &c.available_device_i_ds, &c.must_include_device_i_ds, usize::try_from(c.allocation_size).unwrap_or(0)) })
+            .map(|c| pb::ContainerPreferredAllocationResponse {
+                device_i_ds: deviceplugin::preferred(
+                    &advertised,
+                    &c.available_device_i_ds,
+                    &c.must_include_device_i_ds,
+                    usize::try_from(c.allocation_size).unwrap_or(0),
+                ),
+            })
             .collect();
         Ok(Response::new(pb::PreferredAllocationResponse { container_responses }))
     }
 
-    async fn allocate(&self, req: Request<pb::AllocateRequest>) -> Result<Response<pb::AllocateResponse>, Status> {
+    async fn allocate(
+        &self,
+        req: Request<pb::AllocateRequest>,
+    ) -> Result<Response<pb::AllocateResponse>, Status> {
         let host = self.host()?;
         let mut container_responses = Vec::new();
         for c in req.into_inner().container_requests {
-            let a = deviceplugin::allocate(&host, &self.plugin, &c.devices_ids).map_err(|e| Status::failed_precondition(e.to_string()))?;
+            let a = deviceplugin::allocate(&host, &self.plugin, &c.devices_ids)
+                .map_err(|e| Status::failed_precondition(e.to_string()))?;
             container_responses.push(pb::ContainerAllocateResponse {
                 envs: a.envs.into_iter().collect(),
                 mounts: Vec::new(),
-                devices: a.devices.into_iter().map(|d| pb::DeviceSpec { container_path: d.container_path, host_path: d.host_path, permissions: d.permissions }).collect(),
+                devices: a
+                    .devices
+                    .into_iter()
+                    .map(|d| pb::DeviceSpec {
+                        container_path: d.container_path,
+                        host_path: d.host_path,
+                        permissions: d.permissions,
+                    })
+                    .collect(),
                 annotations: Default::default(),
                 cdi_devices: a.cdi_devices.into_iter().map(|name| pb::CdiDevice { name }).collect(),
             });
@@ -116,18 +155,27 @@ impl DevicePlugin for Arc<Plugin> {
         Ok(Response::new(pb::AllocateResponse { container_responses }))
     }
 
-    async fn pre_start_container(&self, _: Request<pb::PreStartContainerRequest>) -> Result<Response<pb::PreStartContainerResponse>, Status> {
+    async fn pre_start_container(
+        &self,
+        _: Request<pb::PreStartContainerRequest>,
+    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
         Ok(Response::new(pb::PreStartContainerResponse {}))
     }
 }
 
 /// A gRPC channel over the unix socket `path` (the URI is a placeholder gRPC needs).
-pub async fn unix_channel(path: &Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+pub async fn unix_channel(
+    path: &Path,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let path = path.to_path_buf();
     tonic::transport::Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
             let path = path.clone();
-            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
         }))
         .await
 }
@@ -135,14 +183,19 @@ pub async fn unix_channel(path: &Path) -> Result<tonic::transport::Channel, toni
 /// Registers `endpoint` (a socket name in `dir`) with the kubelet listening on `dir/kubelet.sock`.
 pub async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), String> {
     let kubelet = dir.join(KUBELET_SOCKET);
-    let channel = unix_channel(&kubelet).await.map_err(|e| format!("connecting to {}: {e}", kubelet.display()))?;
+    let channel = unix_channel(&kubelet)
+        .await
+        .map_err(|e| format!("connecting to {}: {e}", kubelet.display()))?;
     let mut client = pb::registration_client::RegistrationClient::new(channel);
     client
         .register(pb::RegisterRequest {
             version: VERSION.to_string(),
             endpoint: endpoint.to_string(),
             resource_name: resource.to_string(),
-            options: Some(pb::DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }),
+            options: Some(pb::DevicePluginOptions {
+                pre_start_required: false,
+                get_preferred_allocation_available: true,
+            }),
         })
         .await
         .map_err(|e| format!("registering with {}: {}", kubelet.display(), e.message()))?;
@@ -163,7 +216,9 @@ pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), S
     loop {
         // Never two plugins advertising one resource on a node (checked again on every
         // registration: ACK's agent may come after us).
-        if let Some(ack) = deviceplugin::ack_plugin_socket(&dir).filter(|_| plugin.plugin.resource == deviceplugin::RESOURCE) {
+        if let Some(ack) = deviceplugin::ack_plugin_socket(&dir)
+            .filter(|_| plugin.plugin.resource == deviceplugin::RESOURCE)
+        {
             return Err(format!(
                 "{} is ACK's eRDMA device plugin, which advertises {} on this node already; kubelet would take either plugin's answers. Use one: remove ACK's eRDMA agent from this node, or run erdma-device-plugin with another --resource",
                 ack.display(),
@@ -171,14 +226,24 @@ pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), S
             ));
         }
         let _ = std::fs::remove_file(&socket);
-        let listener = tokio::net::UnixListener::bind(&socket).map_err(|e| format!("listening on {}: {e}", socket.display()))?;
-        let server = tokio::spawn(tonic::transport::Server::builder().add_service(DevicePluginServer::new(Arc::clone(&plugin))).serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)));
+        let listener = tokio::net::UnixListener::bind(&socket)
+            .map_err(|e| format!("listening on {}: {e}", socket.display()))?;
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(DevicePluginServer::new(Arc::clone(&plugin)))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+        );
         // kubelet may not be up yet: try until it answers.
         let kubelet = dir.join(KUBELET_SOCKET);
         let registered_with = loop {
             match register(&dir, &endpoint, &plugin.plugin.resource).await {
                 Ok(()) => {
-                    tracing::info!("registered {} with {} as {}", socket.display(), kubelet.display(), plugin.plugin.resource);
+                    tracing::info!(
+                        "registered {} with {} as {}",
+                        socket.display(),
+                        kubelet.display(),
+                        plugin.plugin.resource
+                    );
                     break inode(&kubelet);
                 }
                 Err(e) => {

@@ -14,9 +14,9 @@
 #![forbid(unsafe_code)]
 
 pub mod cdi;
-pub mod deviceplugin;
 pub mod check;
 pub mod config;
+pub mod deviceplugin;
 pub mod discover;
 pub mod doctor;
 pub mod engine;
@@ -31,7 +31,7 @@ pub mod prestart;
 pub mod request;
 pub mod runtime;
 pub mod spec;
-pub mod trial;
 pub mod time;
+pub mod trial;
 
 pub use error::{Error, Result};

@@ -35,7 +35,10 @@ pub fn init(config: &Config, program: &'static str) -> Guard {
     };
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => v.parse::<Targets>().map_err(|e| format!("RUST_LOG `{v}`: {e}")),
-        _ => config.log_level.parse::<Targets>().map_err(|e| format!("log_level `{}`: {e}", config.log_level)),
+        _ => config
+            .log_level
+            .parse::<Targets>()
+            .map_err(|e| format!("log_level `{}`: {e}", config.log_level)),
     };
     let filter = filter.unwrap_or_else(|why| {
         eprintln!("{program}: warning: invalid log filter {why}; using `info`");
@@ -44,12 +47,19 @@ pub fn init(config: &Config, program: &'static str) -> Guard {
     let file = match open(path) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("{program}: warning: cannot open log file {}: {e}; not logging", path.display());
+            eprintln!(
+                "{program}: warning: cannot open log file {}: {e}; not logging",
+                path.display()
+            );
             return Guard { _span: None };
         }
     };
-    let layer = tracing_subscriber::fmt::layer().with_writer(Mutex::new(file)).with_ansi(false).with_target(false);
-    let installed = tracing_subscriber::registry().with(layer.with_filter(filter)).try_init().is_ok();
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(Mutex::new(file))
+        .with_ansi(false)
+        .with_target(false);
+    let installed =
+        tracing_subscriber::registry().with(layer.with_filter(filter)).try_init().is_ok();
     if !installed {
         // Already set up (a second call in the same process): keep the first.
         return Guard { _span: None };
@@ -61,8 +71,15 @@ pub fn init(config: &Config, program: &'static str) -> Guard {
 /// Logs to stderr for a long-running daemon (the device plugin: its DaemonSet's log), at `info`
 /// unless `RUST_LOG` says otherwise.
 pub fn init_stderr() {
-    let filter = std::env::var("RUST_LOG").ok().filter(|v| !v.is_empty()).and_then(|v| v.parse::<Targets>().ok()).unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false).with_target(false);
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false);
     let _ = tracing_subscriber::registry().with(layer.with_filter(filter)).try_init();
 }
 
@@ -78,8 +95,16 @@ fn open(path: &Path) -> std::io::Result<std::fs::File> {
 /// Whether `init` would log at debug level or finer: calls that have nothing to log otherwise
 /// (the pass-through subcommands) skip setting logging up, which is most of their own cost.
 pub fn wants_debug(config: &Config) -> bool {
-    let spec = std::env::var("RUST_LOG").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| config.log_level.clone());
-    spec.parse::<Targets>().map(|t| t.default_level().unwrap_or(LevelFilter::OFF) >= LevelFilter::DEBUG || t.iter().any(|(_, l)| l >= LevelFilter::DEBUG)).unwrap_or(false)
+    let spec = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| config.log_level.clone());
+    spec.parse::<Targets>()
+        .map(|t| {
+            t.default_level().unwrap_or(LevelFilter::OFF) >= LevelFilter::DEBUG
+                || t.iter().any(|(_, l)| l >= LevelFilter::DEBUG)
+        })
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -10,7 +10,11 @@ use erdma_oci_hook::config::Config;
 use erdma_oci_hook::engine::{ConfigureOptions, Engine};
 
 #[derive(Debug, Parser)]
-#[command(name = "erdma-oci-hook", version, about = "eRDMA devices, memlock and host networking for containers: hooks, CDI specs and engine set-up")]
+#[command(
+    name = "erdma-oci-hook",
+    version,
+    about = "eRDMA devices, memlock and host networking for containers: hooks, CDI specs and engine set-up"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -154,7 +158,12 @@ fn main() -> ExitCode {
                 let _ = writeln!(err, "  Caused by: {cause}");
             }
             if e.is::<ConfigError>() {
-                let _ = writeln!(err, "hint: fix {} (or name another file with {})", Config::path().display(), erdma_oci_hook::config::ENV_PATH);
+                let _ = writeln!(
+                    err,
+                    "hint: fix {} (or name another file with {})",
+                    Config::path().display(),
+                    erdma_oci_hook::config::ENV_PATH
+                );
                 return ExitCode::from(config_error_code);
             }
             ExitCode::from(1)
@@ -175,15 +184,40 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Devices { json } => {
-            let host = erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
+            let host = erdma_oci_hook::discover::discover(
+                &config.sysfs_root,
+                &config.dev_root,
+                &config.drivers,
+            )?;
             let mut out = std::io::stdout().lock();
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&host)?)?;
             } else {
                 for d in host.devices.iter().chain(&host.others) {
-                    let ports: Vec<String> = d.ports.iter().map(|p| format!("port {} {} {} mtu {}", p.num, p.state_name, p.netdev.as_deref().unwrap_or("-"), p.mtu.map(|m| m.to_string()).unwrap_or("-".into()))).collect();
-                    let node = d.uverbs.as_ref().map(|u| u.path.clone()).unwrap_or_else(|| format!("unusable: {}", d.problem.as_deref().unwrap_or("?")));
-                    writeln!(out, "{} ({}) {} {}", d.name, d.driver.as_deref().unwrap_or("?"), node, ports.join(", "))?;
+                    let ports: Vec<String> = d
+                        .ports
+                        .iter()
+                        .map(|p| {
+                            format!(
+                                "port {} {} {} mtu {}",
+                                p.num,
+                                p.state_name,
+                                p.netdev.as_deref().unwrap_or("-"),
+                                p.mtu.map(|m| m.to_string()).unwrap_or("-".into())
+                            )
+                        })
+                        .collect();
+                    let node = d.uverbs.as_ref().map(|u| u.path.clone()).unwrap_or_else(|| {
+                        format!("unusable: {}", d.problem.as_deref().unwrap_or("?"))
+                    });
+                    writeln!(
+                        out,
+                        "{} ({}) {} {}",
+                        d.name,
+                        d.driver.as_deref().unwrap_or("?"),
+                        node,
+                        ports.join(", ")
+                    )?;
                 }
                 if host.devices.is_empty() && host.others.is_empty() {
                     writeln!(out, "no RDMA devices under {}", config.sysfs_root.display())?;
@@ -191,8 +225,16 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Env { devices, format } => {
-            let host = erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
-            let request = if devices.is_empty() { erdma_oci_hook::request::Request::All } else { erdma_oci_hook::request::Request::Named(devices) };
+            let host = erdma_oci_hook::discover::discover(
+                &config.sysfs_root,
+                &config.dev_root,
+                &config.drivers,
+            )?;
+            let request = if devices.is_empty() {
+                erdma_oci_hook::request::Request::All
+            } else {
+                erdma_oci_hook::request::Request::Named(devices)
+            };
             let (chosen, _) = erdma_oci_hook::modify::select(&request, &host, config)?;
             let derived = erdma_oci_hook::nccl::derive(&host, &chosen);
             let env = derived.with_presets();
@@ -208,19 +250,38 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 }
                 EnvFormat::Json => {
                     let names: Vec<&str> = chosen.iter().map(|d| d.name.as_str()).collect();
-                    let env: serde_json::Map<String, serde_json::Value> = env.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect();
-                    writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({"devices": names, "env": env, "derived": derived.vars, "notes": derived.notes}))?)?;
+                    let env: serde_json::Map<String, serde_json::Value> =
+                        env.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect();
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::to_string_pretty(
+                            &serde_json::json!({"devices": names, "env": env, "derived": derived.vars, "notes": derived.notes})
+                        )?
+                    )?;
                 }
-                EnvFormat::DockerArgs => writeln!(out, "{}", env.iter().map(|(k, v)| format!("-e {k}={v}")).collect::<Vec<_>>().join(" "))?,
+                EnvFormat::DockerArgs => writeln!(
+                    out,
+                    "{}",
+                    env.iter().map(|(k, v)| format!("-e {k}={v}")).collect::<Vec<_>>().join(" ")
+                )?,
                 EnvFormat::EnvFile => {
                     for (k, v) in &env {
                         writeln!(out, "{k}={v}")?;
                     }
                 }
-                EnvFormat::Mpirun => writeln!(out, "{}", env.iter().map(|(k, v)| format!("-x {k}={v}")).collect::<Vec<_>>().join(" "))?,
+                EnvFormat::Mpirun => writeln!(
+                    out,
+                    "{}",
+                    env.iter().map(|(k, v)| format!("-x {k}={v}")).collect::<Vec<_>>().join(" ")
+                )?,
             }
         }
-        Command::Precreate => erdma_oci_hook::hooks::precreate(config, &mut std::io::stdin().lock(), &mut std::io::stdout().lock())?,
+        Command::Precreate => erdma_oci_hook::hooks::precreate(
+            config,
+            &mut std::io::stdin().lock(),
+            &mut std::io::stdout().lock(),
+        )?,
         Command::Prestart | Command::CreateRuntime => {
             let mut state = Vec::new();
             std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut state)?;
@@ -234,7 +295,19 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 None => std::io::stdout().lock().write_all(text.as_bytes())?,
             }
         }
-        Command::Doctor { json, docker_config, containerd_config, crio_config, podman_hooks_dir, cdi_dirs, engine_root, image, engine, cdi, timeout } => {
+        Command::Doctor {
+            json,
+            docker_config,
+            containerd_config,
+            crio_config,
+            podman_hooks_dir,
+            cdi_dirs,
+            engine_root,
+            image,
+            engine,
+            cdi,
+            timeout,
+        } => {
             let defaults = erdma_oci_hook::doctor::Options::default();
             let containerd_config = containerd_config.unwrap_or(defaults.containerd_config.clone());
             let opts = erdma_oci_hook::doctor::Options {
@@ -249,19 +322,37 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                     // containerd's config registers, else the one on PATH.
                     let cli = if engine == Engine::Containerd { "ctr" } else { engine.arg() };
                     let runtime = (engine == Engine::Containerd)
-                        .then(|| erdma_oci_hook::engine::inspect(engine, &containerd_config).ok().and_then(|r| r.entry).and_then(|e| e.program))
+                        .then(|| {
+                            erdma_oci_hook::engine::inspect(engine, &containerd_config)
+                                .ok()
+                                .and_then(|r| r.entry)
+                                .and_then(|e| e.program)
+                        })
                         .flatten()
-                        .or_else(|| (engine == Engine::Containerd).then(|| erdma_oci_hook::engine::detect::which(&defaults.probe.path, "erdma-runtime")).flatten());
+                        .or_else(|| {
+                            (engine == Engine::Containerd)
+                                .then(|| {
+                                    erdma_oci_hook::engine::detect::which(
+                                        &defaults.probe.path,
+                                        "erdma-runtime",
+                                    )
+                                })
+                                .flatten()
+                        });
                     erdma_oci_hook::trial::Options {
                         image,
                         engine,
-                        program: erdma_oci_hook::engine::detect::which(&defaults.probe.path, cli).unwrap_or_else(|| PathBuf::from(cli)),
+                        program: erdma_oci_hook::engine::detect::which(&defaults.probe.path, cli)
+                            .unwrap_or_else(|| PathBuf::from(cli)),
                         cdi,
                         timeout: std::time::Duration::from_secs(timeout),
                         runtime,
                     }
                 }),
-                probe: erdma_oci_hook::engine::detect::Probe { root: engine_root.unwrap_or(defaults.probe.root.clone()), ..defaults.probe },
+                probe: erdma_oci_hook::engine::detect::Probe {
+                    root: engine_root.unwrap_or(defaults.probe.root.clone()),
+                    ..defaults.probe
+                },
             };
             let report = erdma_oci_hook::doctor::run(config, &opts);
             let mut out = std::io::stdout().lock();
@@ -275,14 +366,26 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
         Command::Configure { engine, dry_run, config: config_path, runtime_path } => {
             let me = std::env::current_exe()?;
             let runtime_path = runtime_path.unwrap_or_else(|| me.with_file_name("erdma-runtime"));
-            let report = erdma_oci_hook::engine::configure(engine, &ConfigureOptions { dry_run, config_path, runtime_path, hook_path: me })?;
+            let report = erdma_oci_hook::engine::configure(
+                engine,
+                &ConfigureOptions { dry_run, config_path, runtime_path, hook_path: me },
+            )?;
             let mut out = std::io::stdout().lock();
             if dry_run {
                 write!(out, "{}", report.diff)?;
             } else if report.changed {
-                let changed = std::iter::once((&report.path, report.changed, &report.backup)).chain(report.also.iter().map(|f| (&f.path, f.changed, &f.backup)));
+                let changed = std::iter::once((&report.path, report.changed, &report.backup))
+                    .chain(report.also.iter().map(|f| (&f.path, f.changed, &f.backup)));
                 for (path, _, backup) in changed.filter(|(_, c, _)| *c) {
-                    writeln!(out, "updated {}{}", path.display(), backup.as_ref().map(|b| format!(" (backup {})", b.display())).unwrap_or_default())?;
+                    writeln!(
+                        out,
+                        "updated {}{}",
+                        path.display(),
+                        backup
+                            .as_ref()
+                            .map(|b| format!(" (backup {})", b.display()))
+                            .unwrap_or_default()
+                    )?;
                 }
             } else {
                 writeln!(out, "{} already configured", report.path.display())?;

@@ -13,8 +13,13 @@ use crate::nccl::{self, mtu_expected, MTU_JUMBO, MTU_STANDARD};
 use crate::request::{env_get, Request};
 
 /// The MTUs of the netdevs behind the ports of `devices`, with the device each belongs to.
-pub fn port_mtus<'a>(devices: impl IntoIterator<Item = &'a RdmaDevice>) -> Vec<(&'a RdmaDevice, u32)> {
-    devices.into_iter().flat_map(|d| d.ports.iter().filter_map(move |p| p.mtu.map(|m| (d, m)))).collect()
+pub fn port_mtus<'a>(
+    devices: impl IntoIterator<Item = &'a RdmaDevice>,
+) -> Vec<(&'a RdmaDevice, u32)> {
+    devices
+        .into_iter()
+        .flat_map(|d| d.ports.iter().filter_map(move |p| p.mtu.map(|m| (d, m))))
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -42,7 +47,11 @@ pub struct Report {
 }
 
 /// The devices `request` selects on `host`, with the nodes they need (`rdma_cm` always).
-pub fn select<'a>(request: &Request, host: &'a Host, config: &Config) -> Result<(Vec<&'a RdmaDevice>, Vec<&'a CharDev>)> {
+pub fn select<'a>(
+    request: &Request,
+    host: &'a Host,
+    config: &Config,
+) -> Result<(Vec<&'a RdmaDevice>, Vec<&'a CharDev>)> {
     let chosen: Vec<&RdmaDevice> = match request {
         Request::None => return Ok((Vec::new(), Vec::new())),
         Request::All => host.devices.iter().filter(|d| d.uverbs.is_some()).collect(),
@@ -83,7 +92,12 @@ pub fn select<'a>(request: &Request, host: &'a Host, config: &Config) -> Result<
     let mut nodes: Vec<&CharDev> = chosen.iter().filter_map(|d| d.uverbs.as_ref()).collect();
     match &host.rdma_cm {
         Some(cm) => nodes.push(cm),
-        None => return Err(Error::DeviceUnusable { name: "rdma_cm".into(), reason: "no /dev/infiniband/rdma_cm on this host".into() }),
+        None => {
+            return Err(Error::DeviceUnusable {
+                name: "rdma_cm".into(),
+                reason: "no /dev/infiniband/rdma_cm on this host".into(),
+            })
+        }
     }
     Ok((chosen, nodes))
 }
@@ -91,9 +105,13 @@ pub fn select<'a>(request: &Request, host: &'a Host, config: &Config) -> Result<
 /// Docker (20.10-27) sets up container networking from a `libnetwork-setkey` prestart hook.
 fn engine_hook(spec: &Value) -> bool {
     ["prestart", "createRuntime"].iter().any(|stage| {
-        spec.pointer(&format!("/hooks/{stage}"))
-            .and_then(Value::as_array)
-            .is_some_and(|hooks| hooks.iter().any(|h| h.get("args").and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x.as_str() == Some("libnetwork-setkey")))))
+        spec.pointer(&format!("/hooks/{stage}")).and_then(Value::as_array).is_some_and(|hooks| {
+            hooks.iter().any(|h| {
+                h.get("args")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| a.iter().any(|x| x.as_str() == Some("libnetwork-setkey")))
+            })
+        })
     })
 }
 
@@ -111,19 +129,31 @@ fn is_own_netns(path: &str) -> bool {
 }
 
 /// Applies the edits for `devices`/`nodes` to `spec`. Nothing is changed when it fails.
-pub fn apply(spec: &mut Value, host: &Host, devices: &[&RdmaDevice], nodes: &[&CharDev], config: &Config) -> Result<Report> {
+pub fn apply(
+    spec: &mut Value,
+    host: &Host,
+    devices: &[&RdmaDevice],
+    nodes: &[&CharDev],
+    config: &Config,
+) -> Result<Report> {
     let mut warnings = Vec::new();
     // Decide the network first: it is the one edit that can refuse.
-    let namespaces = spec.pointer("/linux/namespaces").and_then(Value::as_array).cloned().unwrap_or_default();
-    let net = namespaces.iter().position(|n| n.get("type").and_then(Value::as_str) == Some("network"));
+    let namespaces =
+        spec.pointer("/linux/namespaces").and_then(Value::as_array).cloned().unwrap_or_default();
+    let net =
+        namespaces.iter().position(|n| n.get("type").and_then(Value::as_str) == Some("network"));
     let network = match net {
         None => NetworkOutcome::AlreadyHost,
         // Docker's `--network host` names the host's namespace by a path of its own
         // (`/var/run/docker/netns/default`; moby `WithNamespaces` sets `SandboxKey`): that is
         // host networking already, and the path is left as it is.
-        Some(i) if namespaces[i].get("path").and_then(Value::as_str).is_some_and(is_own_netns) => NetworkOutcome::AlreadyHost,
+        Some(i) if namespaces[i].get("path").and_then(Value::as_str).is_some_and(is_own_netns) => {
+            NetworkOutcome::AlreadyHost
+        }
         Some(i) => {
-            let managed = namespaces[i].get("path").and_then(Value::as_str).is_some_and(|p| !p.is_empty()) || engine_hook(spec);
+            let managed =
+                namespaces[i].get("path").and_then(Value::as_str).is_some_and(|p| !p.is_empty())
+                    || engine_hook(spec);
             match (managed, config.network) {
                 (false, _) => NetworkOutcome::Dropped,
                 (true, NetworkPolicy::Require) => return Err(Error::HostNetworkRequired),
@@ -135,7 +165,8 @@ pub fn apply(spec: &mut Value, host: &Host, devices: &[&RdmaDevice], nodes: &[&C
         }
     };
 
-    let root = spec.as_object_mut().ok_or_else(|| Error::Invalid("spec is not a JSON object".into()))?;
+    let root =
+        spec.as_object_mut().ok_or_else(|| Error::Invalid("spec is not a JSON object".into()))?;
     let linux = root.entry("linux").or_insert_with(|| json!({}));
     if !linux.is_object() {
         return Err(Error::Invalid("spec's `linux` is not an object".into()));
@@ -146,14 +177,16 @@ pub fn apply(spec: &mut Value, host: &Host, devices: &[&RdmaDevice], nodes: &[&C
         }
     }
     // Device nodes for the runtime to create, and the cgroup rules to use them.
-    let devs = linux.as_object_mut().expect("checked").entry("devices").or_insert_with(|| json!([]));
+    let devs =
+        linux.as_object_mut().expect("checked").entry("devices").or_insert_with(|| json!([]));
     if let Some(list) = devs.as_array_mut() {
         for n in nodes {
             list.retain(|d| d.get("path").and_then(Value::as_str) != Some(n.path.as_str()));
             list.push(json!({"path": n.path, "type": "c", "major": n.major, "minor": n.minor, "fileMode": 0o666, "uid": 0, "gid": 0}));
         }
     }
-    let resources = linux.as_object_mut().expect("checked").entry("resources").or_insert_with(|| json!({}));
+    let resources =
+        linux.as_object_mut().expect("checked").entry("resources").or_insert_with(|| json!({}));
     if let Some(res) = resources.as_object_mut() {
         let rules = res.entry("devices").or_insert_with(|| json!([]));
         if let Some(rules) = rules.as_array_mut() {
@@ -180,23 +213,42 @@ pub fn apply(spec: &mut Value, host: &Host, devices: &[&RdmaDevice], nodes: &[&C
 
     let mut env_added = Vec::new();
     if config.env_presets {
-        let env = process.as_object_mut().and_then(|p| Some(p.entry("env").or_insert_with(|| json!([])).as_array_mut()?.clone())).unwrap_or_default();
+        let env = process
+            .as_object_mut()
+            .and_then(|p| Some(p.entry("env").or_insert_with(|| json!([])).as_array_mut()?.clone()))
+            .unwrap_or_default();
         // Derived from this host's sysfs for these devices (nccl.rs), merged by the policy.
         let derived = nccl::derive(host, devices);
-        let plan = nccl::plan(&|k| env_get(&env, k).map(str::to_string), &derived, host, devices, config.env_policy, true);
+        let plan = nccl::plan(
+            &|k| env_get(&env, k).map(str::to_string),
+            &derived,
+            host,
+            devices,
+            config.env_policy,
+            true,
+        );
         for (d, m) in port_mtus(devices.iter().copied()) {
             if !mtu_expected(m) {
                 warnings.push(format!("{} has MTU {m}: eRDMA expects {MTU_JUMBO} with jumbo frames or {MTU_STANDARD} without; data corruption is possible", d.name));
             }
         }
-        if let Some(v) = plan.set.iter().find(|c| c.name == nccl::NO_LL128.0 && c.replaced.is_none()) {
-            warnings.push(format!("an MTU is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off ({}={})", v.name, v.value));
+        if let Some(v) =
+            plan.set.iter().find(|c| c.name == nccl::NO_LL128.0 && c.replaced.is_none())
+        {
+            warnings.push(format!(
+                "an MTU is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off ({}={})",
+                v.name, v.value
+            ));
         }
         warnings.extend(plan.warnings);
-        if let Some(list) = process.as_object_mut().and_then(|p| p.get_mut("env")).and_then(Value::as_array_mut) {
+        if let Some(list) =
+            process.as_object_mut().and_then(|p| p.get_mut("env")).and_then(Value::as_array_mut)
+        {
             for c in &plan.set {
                 if c.replaced.is_some() {
-                    list.retain(|e| e.as_str().and_then(|e| e.split_once('=')).is_none_or(|(k, _)| k != c.name));
+                    list.retain(|e| {
+                        e.as_str().and_then(|e| e.split_once('=')).is_none_or(|(k, _)| k != c.name)
+                    });
                 }
                 list.push(json!(format!("{}={}", c.name, c.value)));
                 env_added.push(format!("{}={}", c.name, c.value));
@@ -221,7 +273,15 @@ mod tests {
     use serde_json::json;
 
     fn port(mtu: u32, state: u32) -> Port {
-        Port { num: 1, state, state_name: if state == 4 { "ACTIVE".into() } else { "DOWN".into() }, link_layer: Some("Ethernet".into()), netdev: Some("eth0".into()), mtu: Some(mtu), roce_v2_ipv4_gid: Some(1) }
+        Port {
+            num: 1,
+            state,
+            state_name: if state == 4 { "ACTIVE".into() } else { "DOWN".into() },
+            link_layer: Some("Ethernet".into()),
+            netdev: Some("eth0".into()),
+            mtu: Some(mtu),
+            roce_v2_ipv4_gid: Some(1),
+        }
     }
 
     fn dev(name: &str, n: u32, mtu: u32, driver: &str) -> RdmaDevice {
@@ -229,17 +289,36 @@ mod tests {
             name: name.into(),
             driver: Some(driver.into()),
             ports: vec![port(mtu, 4)],
-            uverbs: Some(CharDev { path: format!("/dev/infiniband/uverbs{n}"), host_path: format!("/dev/infiniband/uverbs{n}").into(), major: 231, minor: 192 + n }),
+            uverbs: Some(CharDev {
+                path: format!("/dev/infiniband/uverbs{n}"),
+                host_path: format!("/dev/infiniband/uverbs{n}").into(),
+                major: 231,
+                minor: 192 + n,
+            }),
             problem: None,
         }
     }
 
     fn cm() -> CharDev {
-        CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: "/dev/infiniband/rdma_cm".into(), major: 10, minor: 58 }
+        CharDev {
+            path: "/dev/infiniband/rdma_cm".into(),
+            host_path: "/dev/infiniband/rdma_cm".into(),
+            major: 10,
+            minor: 58,
+        }
     }
 
     fn host(mtus: &[u32]) -> Host {
-        Host { devices: mtus.iter().enumerate().map(|(i, m)| dev(&format!("erdma_{i}"), i as u32, *m, "erdma")).collect(), others: vec![], rdma_cm: Some(cm()), netdevs: vec!["eth0".into(), "lo".into()] }
+        Host {
+            devices: mtus
+                .iter()
+                .enumerate()
+                .map(|(i, m)| dev(&format!("erdma_{i}"), i as u32, *m, "erdma"))
+                .collect(),
+            others: vec![],
+            rdma_cm: Some(cm()),
+            netdevs: vec!["eth0".into(), "lo".into()],
+        }
     }
 
     /// The spec `runc spec` writes, trimmed to what the edits look at.
@@ -262,7 +341,12 @@ mod tests {
     }
 
     fn env(spec: &Value) -> Vec<String> {
-        spec["process"]["env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+        spec["process"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
     }
 
     fn env_value<'a>(spec: &'a Value, k: &str) -> Option<&'a str> {
@@ -290,7 +374,12 @@ mod tests {
         let mut s = runc_spec();
         let r = edit(&mut s, Request::All, &host(&[1400, 1400]), &Config::default()).unwrap();
         assert_eq!(env_value(&s, "NCCL_PROTO"), Some("^LL128"));
-        assert_eq!(r.warnings.len(), 1, "1400 is a valid MTU, only LL128 is reported: {:?}", r.warnings);
+        assert_eq!(
+            r.warnings.len(),
+            1,
+            "1400 is a valid MTU, only LL128 is reported: {:?}",
+            r.warnings
+        );
         assert!(r.warnings[0].contains("LL128"), "{:?}", r.warnings);
         // One 8500 and one 1400: LL128 is still unsafe.
         let mut s = runc_spec();
@@ -303,22 +392,45 @@ mod tests {
         let mut s = runc_spec();
         let r = edit(&mut s, Request::All, &host(&[9000]), &Config::default()).unwrap();
         assert_eq!(env_value(&s, "NCCL_PROTO"), Some("^LL128"));
-        assert!(r.warnings.iter().any(|w| w.contains("erdma_0 has MTU 9000") && w.contains("8500") && w.contains("1400")), "{:?}", r.warnings);
+        assert!(
+            r.warnings.iter().any(|w| w.contains("erdma_0 has MTU 9000")
+                && w.contains("8500")
+                && w.contains("1400")),
+            "{:?}",
+            r.warnings
+        );
     }
 
     #[test]
     fn container_values_that_work_are_never_overridden() {
         let mut s = runc_spec();
-        let own = ["NCCL_PROTO=Simple", "NCCL_IB_HCA=erdma", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=eth", "NCCL_IB_GID_INDEX=3"];
+        let own = [
+            "NCCL_PROTO=Simple",
+            "NCCL_IB_HCA=erdma",
+            "NCCL_DEBUG=WARN",
+            "NCCL_SOCKET_IFNAME=eth",
+            "NCCL_IB_GID_INDEX=3",
+        ];
         s["process"]["env"].as_array_mut().unwrap().extend(own.iter().map(|e| json!(e)));
         let r = edit(&mut s, Request::All, &host(&[1400]), &Config::default()).unwrap();
         for e in own {
             let (k, v) = e.split_once('=').unwrap();
             assert_eq!(env_value(&s, k), Some(v));
-            assert_eq!(env(&s).iter().filter(|x| x.starts_with(&format!("{k}="))).count(), 1, "{k} defined twice");
-            assert!(!r.env_added.iter().any(|x| x.starts_with(&format!("{k}="))), "{k} reported as added");
+            assert_eq!(
+                env(&s).iter().filter(|x| x.starts_with(&format!("{k}="))).count(),
+                1,
+                "{k} defined twice"
+            );
+            assert!(
+                !r.env_added.iter().any(|x| x.starts_with(&format!("{k}="))),
+                "{k} reported as added"
+            );
         }
-        assert!(r.warnings.iter().all(|w| !w.contains("LL128")), "the container chose NCCL_PROTO: {:?}", r.warnings);
+        assert!(
+            r.warnings.iter().all(|w| !w.contains("LL128")),
+            "the container chose NCCL_PROTO: {:?}",
+            r.warnings
+        );
         // An empty value is a value the container set.
         let mut s = runc_spec();
         s["process"]["env"].as_array_mut().unwrap().push(json!("NCCL_PROTO="));
@@ -337,17 +449,40 @@ mod tests {
         assert_eq!(env_value(&s, "NCCL_SOCKET_IFNAME"), Some("=eth0"));
         assert_eq!(env_value(&s, "NCCL_DEBUG"), Some("WARN"));
         for k in ["NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"] {
-            assert_eq!(env(&s).iter().filter(|x| x.starts_with(&format!("{k}="))).count(), 1, "{k} defined twice");
+            assert_eq!(
+                env(&s).iter().filter(|x| x.starts_with(&format!("{k}="))).count(),
+                1,
+                "{k} defined twice"
+            );
         }
-        assert!(r.warnings.iter().any(|w| w.starts_with("NCCL_IB_HCA=mlx5_0 replaced by NCCL_IB_HCA==erdma_0:1")), "{:?}", r.warnings);
-        assert!(r.warnings.iter().any(|w| w.starts_with("NCCL_SOCKET_IFNAME=bond0 replaced") && w.contains("names no interface of this host")), "{:?}", r.warnings);
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.starts_with("NCCL_IB_HCA=mlx5_0 replaced by NCCL_IB_HCA==erdma_0:1")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(
+            r.warnings.iter().any(|w| w.starts_with("NCCL_SOCKET_IFNAME=bond0 replaced")
+                && w.contains("names no interface of this host")),
+            "{:?}",
+            r.warnings
+        );
         // env_policy = "keep": the container's values stay, and the report says they cannot work.
         let mut s = runc_spec();
         s["process"]["env"].as_array_mut().unwrap().extend(own.iter().map(|e| json!(e)));
         let c = Config { env_policy: crate::config::EnvPolicy::Keep, ..Config::default() };
         let r = edit(&mut s, Request::All, &host(&[8500]), &c).unwrap();
-        assert_eq!((env_value(&s, "NCCL_IB_HCA"), env_value(&s, "NCCL_SOCKET_IFNAME")), (Some("mlx5_0"), Some("bond0")));
-        assert_eq!(r.warnings.iter().filter(|w| w.contains("kept (env_policy = \"keep\")")).count(), 2, "{:?}", r.warnings);
+        assert_eq!(
+            (env_value(&s, "NCCL_IB_HCA"), env_value(&s, "NCCL_SOCKET_IFNAME")),
+            (Some("mlx5_0"), Some("bond0"))
+        );
+        assert_eq!(
+            r.warnings.iter().filter(|w| w.contains("kept (env_policy = \"keep\")")).count(),
+            2,
+            "{:?}",
+            r.warnings
+        );
     }
 
     #[test]
@@ -357,10 +492,19 @@ mod tests {
         edit(&mut s, Request::All, &h, &Config::default()).unwrap();
         assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_0:1,erdma_1:1,erdma_2:1"));
         let mut s = runc_spec();
-        let r = edit(&mut s, Request::Named(vec!["erdma_2".into(), "erdma_0".into(), "erdma_2".into()]), &h, &Config::default()).unwrap();
+        let r = edit(
+            &mut s,
+            Request::Named(vec!["erdma_2".into(), "erdma_0".into(), "erdma_2".into()]),
+            &h,
+            &Config::default(),
+        )
+        .unwrap();
         assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_2:1,erdma_0:1"));
         assert_eq!(r.devices, ["erdma_2", "erdma_0"]);
-        assert_eq!(r.nodes, ["/dev/infiniband/uverbs2", "/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]);
+        assert_eq!(
+            r.nodes,
+            ["/dev/infiniband/uverbs2", "/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]
+        );
     }
 
     #[test]
@@ -375,7 +519,10 @@ mod tests {
     #[test]
     fn devices_rules_and_memlock() {
         let mut s = runc_spec();
-        s["process"]["rlimits"].as_array_mut().unwrap().push(json!({"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536}));
+        s["process"]["rlimits"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536}));
         s["linux"]["devices"] = json!([{"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 1}, {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]);
         let c = Config { memlock: Memlock::Bytes(4 << 20), ..Config::default() };
         let r = edit(&mut s, Request::All, &host(&[8500]), &c).unwrap();
@@ -405,7 +552,10 @@ mod tests {
         // The default is unlimited (RLIM_INFINITY).
         let mut s = runc_spec();
         edit(&mut s, Request::All, &host(&[8500]), &Config::default()).unwrap();
-        assert_eq!(s["process"]["rlimits"][1], json!({"type": "RLIMIT_MEMLOCK", "hard": u64::MAX, "soft": u64::MAX}));
+        assert_eq!(
+            s["process"]["rlimits"][1],
+            json!({"type": "RLIMIT_MEMLOCK", "hard": u64::MAX, "soft": u64::MAX})
+        );
     }
 
     #[test]
@@ -437,7 +587,10 @@ mod tests {
         let mut s = runc_spec();
         let r = edit(&mut s, Request::All, &h, &Config::default()).unwrap();
         assert_eq!(r.network, NetworkOutcome::Dropped);
-        assert_eq!(s["linux"]["namespaces"], json!([{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]));
+        assert_eq!(
+            s["linux"]["namespaces"],
+            json!([{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}])
+        );
 
         let managed_path = {
             let mut s = runc_spec();
@@ -461,7 +614,10 @@ mod tests {
             let mut s = managed.clone();
             let r = edit(&mut s, Request::All, &h, &warn).unwrap();
             assert_eq!(r.network, NetworkOutcome::ManagedWarned);
-            assert_eq!(s["linux"]["namespaces"], managed["linux"]["namespaces"], "a managed namespace is never touched");
+            assert_eq!(
+                s["linux"]["namespaces"], managed["linux"]["namespaces"],
+                "a managed namespace is never touched"
+            );
             assert!(r.warnings.iter().any(|w| w.contains("network namespace")), "{:?}", r.warnings);
         }
         // A path to the host's own namespace (Docker's `--network host`) is host networking.
@@ -475,10 +631,16 @@ mod tests {
         // An empty path is no path: the namespace is fresh.
         let mut s = runc_spec();
         s["linux"]["namespaces"][1]["path"] = json!("");
-        assert_eq!(edit(&mut s, Request::All, &h, &Config::default()).unwrap().network, NetworkOutcome::Dropped);
+        assert_eq!(
+            edit(&mut s, Request::All, &h, &Config::default()).unwrap().network,
+            NetworkOutcome::Dropped
+        );
         // Already the host's.
         let mut s = json!({"linux": {"namespaces": [{"type": "mount"}]}});
-        assert_eq!(edit(&mut s, Request::All, &h, &Config::default()).unwrap().network, NetworkOutcome::AlreadyHost);
+        assert_eq!(
+            edit(&mut s, Request::All, &h, &Config::default()).unwrap().network,
+            NetworkOutcome::AlreadyHost
+        );
     }
 
     #[test]
@@ -496,7 +658,12 @@ mod tests {
         // Unless the operator configured that driver (then discovery lists it in `devices`).
         let mut h2 = h.clone();
         h2.devices.push(h2.others.pop().unwrap());
-        let (d, _) = select(&named("mlx5_0"), &h2, &Config { drivers: vec!["erdma".into(), "mlx5_core".into()], ..c.clone() }).unwrap();
+        let (d, _) = select(
+            &named("mlx5_0"),
+            &h2,
+            &Config { drivers: vec!["erdma".into(), "mlx5_core".into()], ..c.clone() },
+        )
+        .unwrap();
         assert_eq!(d[0].name, "mlx5_0");
 
         h.devices[1].uverbs = None;

@@ -71,23 +71,43 @@ impl Derived {
 
     /// What a container that sets none of them gets: [`PRESETS`], then the derived variables.
     pub fn with_presets(&self) -> Vec<(String, String)> {
-        PRESETS.iter().map(|(k, v)| (k.to_string(), v.to_string())).chain(self.vars.iter().map(|v| (v.name.to_string(), v.value.clone()))).collect()
+        PRESETS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain(self.vars.iter().map(|v| (v.name.to_string(), v.value.clone())))
+            .collect()
     }
 }
 
 /// The settings for `devices` (those given to a container, or every device) on `host`.
 pub fn derive(host: &Host, devices: &[&RdmaDevice]) -> Derived {
     let mut d = Derived::default();
-    let active: Vec<(&RdmaDevice, &crate::discover::Port)> = devices.iter().flat_map(|dev| dev.ports.iter().filter(|p| p.state == 4).map(move |p| (*dev, p))).collect();
-    let down: Vec<String> = devices.iter().flat_map(|dev| dev.ports.iter().filter(|p| p.state != 4).map(move |p| format!("{}:{} ({})", dev.name, p.num, p.state_name))).collect();
+    let active: Vec<(&RdmaDevice, &crate::discover::Port)> = devices
+        .iter()
+        .flat_map(|dev| dev.ports.iter().filter(|p| p.state == 4).map(move |p| (*dev, p)))
+        .collect();
+    let down: Vec<String> = devices
+        .iter()
+        .flat_map(|dev| {
+            dev.ports
+                .iter()
+                .filter(|p| p.state != 4)
+                .map(move |p| format!("{}:{} ({})", dev.name, p.num, p.state_name))
+        })
+        .collect();
     if !down.is_empty() {
         d.notes.push(format!("port(s) not ACTIVE, left out of NCCL_IB_HCA: {}", down.join(", ")));
     }
     if active.is_empty() {
         d.notes.push("no ACTIVE port among the devices: NCCL_IB_HCA and NCCL_SOCKET_IFNAME are not set (NCCL would fall back to TCP sockets)".into());
     } else {
-        let hca: Vec<String> = active.iter().map(|(dev, p)| format!("{}:{}", dev.name, p.num)).collect();
-        d.vars.push(Var { name: "NCCL_IB_HCA", value: format!("={}", hca.join(",")), source: "the ACTIVE ports of the container's devices (exact match)".into() });
+        let hca: Vec<String> =
+            active.iter().map(|(dev, p)| format!("{}:{}", dev.name, p.num)).collect();
+        d.vars.push(Var {
+            name: "NCCL_IB_HCA",
+            value: format!("={}", hca.join(",")),
+            source: "the ACTIVE ports of the container's devices (exact match)".into(),
+        });
         let mut ifs: Vec<&str> = Vec::new();
         for (_, p) in &active {
             if let Some(n) = p.netdev.as_deref().filter(|n| host.netdevs.iter().any(|h| h == n)) {
@@ -97,9 +117,16 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice]) -> Derived {
             }
         }
         if ifs.is_empty() {
-            d.notes.push("no netdev of the host is behind the ACTIVE ports: NCCL_SOCKET_IFNAME is not set".into());
+            d.notes.push(
+                "no netdev of the host is behind the ACTIVE ports: NCCL_SOCKET_IFNAME is not set"
+                    .into(),
+            );
         } else {
-            d.vars.push(Var { name: "NCCL_SOCKET_IFNAME", value: format!("={}", ifs.join(",")), source: "the netdevs behind those ports (gid_attrs/ndevs)".into() });
+            d.vars.push(Var {
+                name: "NCCL_SOCKET_IFNAME",
+                value: format!("={}", ifs.join(",")),
+                source: "the netdevs behind those ports (gid_attrs/ndevs)".into(),
+            });
         }
         let gids: Vec<Option<u32>> = active.iter().map(|(_, p)| p.roce_v2_ipv4_gid).collect();
         match gids[0] {
@@ -113,10 +140,17 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice]) -> Derived {
             }
         }
     }
-    let mtus: Vec<u32> = devices.iter().flat_map(|dev| dev.ports.iter().filter_map(|p| p.mtu)).collect();
+    let mtus: Vec<u32> =
+        devices.iter().flat_map(|dev| dev.ports.iter().filter_map(|p| p.mtu)).collect();
     if ll128_off(&mtus) {
         let (k, v) = NO_LL128;
-        d.vars.push(Var { name: k, value: v.into(), source: format!("MTU {mtus:?} is not {MTU_JUMBO}: LL128 is only safe with jumbo frames") });
+        d.vars.push(Var {
+            name: k,
+            value: v.into(),
+            source: format!(
+                "MTU {mtus:?} is not {MTU_JUMBO}: LL128 is only safe with jumbo frames"
+            ),
+        });
     }
     d
 }
@@ -155,7 +189,10 @@ impl NcclList {
 
     /// Whether NCCL would use `name` (port `port`) under this list.
     fn selects(&self, name: &str, port: Option<u32>) -> bool {
-        let hit = self.entries.iter().any(|(n, p)| (if self.exact { name == n } else { name.starts_with(n.as_str()) }) && (p.is_none() || port.is_none() || *p == port));
+        let hit = self.entries.iter().any(|(n, p)| {
+            (if self.exact { name == n } else { name.starts_with(n.as_str()) })
+                && (p.is_none() || port.is_none() || *p == port)
+        });
         hit != self.exclude
     }
 }
@@ -163,7 +200,9 @@ impl NcclList {
 /// Whether a container's `NCCL_IB_HCA` selects at least one ACTIVE port of its devices.
 pub fn hca_works(value: &str, devices: &[&RdmaDevice]) -> bool {
     let list = NcclList::parse(value);
-    devices.iter().any(|d| d.ports.iter().any(|p| p.state == 4 && list.selects(&d.name, Some(p.num))))
+    devices
+        .iter()
+        .any(|d| d.ports.iter().any(|p| p.state == 4 && list.selects(&d.name, Some(p.num))))
 }
 
 /// Whether a container's `NCCL_SOCKET_IFNAME` selects at least one interface of the host.
@@ -194,7 +233,14 @@ pub struct Plan {
 /// values `get` reads. The container's own values win, except under `repair` one that cannot
 /// work on this host (an `NCCL_IB_HCA` selecting none of its ACTIVE ports, an
 /// `NCCL_SOCKET_IFNAME` naming no interface of the host), and under `replace` every derived one.
-pub fn plan(get: &dyn Fn(&str) -> Option<String>, derived: &Derived, host: &Host, devices: &[&RdmaDevice], policy: EnvPolicy, presets: bool) -> Plan {
+pub fn plan(
+    get: &dyn Fn(&str) -> Option<String>,
+    derived: &Derived,
+    host: &Host,
+    devices: &[&RdmaDevice],
+    policy: EnvPolicy,
+    presets: bool,
+) -> Plan {
     let mut out = Plan::default();
     if presets {
         for (k, v) in PRESETS {
@@ -206,12 +252,22 @@ pub fn plan(get: &dyn Fn(&str) -> Option<String>, derived: &Derived, host: &Host
     for var in &derived.vars {
         let own = get(var.name);
         let Some(own) = own else {
-            out.set.push(Change { name: var.name.into(), value: var.value.clone(), replaced: None });
+            out.set.push(Change {
+                name: var.name.into(),
+                value: var.value.clone(),
+                replaced: None,
+            });
             continue;
         };
         let broken = match var.name {
-            "NCCL_IB_HCA" => (!hca_works(&own, devices)).then(|| format!("selects none of the container's ACTIVE ports ({})", var.value.trim_start_matches('='))),
-            "NCCL_SOCKET_IFNAME" => (!ifname_works(&own, host)).then(|| format!("names no interface of this host ({})", host.netdevs.join(", "))),
+            "NCCL_IB_HCA" => (!hca_works(&own, devices)).then(|| {
+                format!(
+                    "selects none of the container's ACTIVE ports ({})",
+                    var.value.trim_start_matches('=')
+                )
+            }),
+            "NCCL_SOCKET_IFNAME" => (!ifname_works(&own, host))
+                .then(|| format!("names no interface of this host ({})", host.netdevs.join(", "))),
             _ => None,
         };
         let replace = match policy {
@@ -220,11 +276,21 @@ pub fn plan(get: &dyn Fn(&str) -> Option<String>, derived: &Derived, host: &Host
             EnvPolicy::Repair => broken.is_some(),
         };
         if replace {
-            let why = broken.map(|b| format!(": it {b}")).unwrap_or_else(|| " (env_policy = \"replace\")".into());
-            out.warnings.push(format!("{}={own} replaced by {}={}{why}", var.name, var.name, var.value));
-            out.set.push(Change { name: var.name.into(), value: var.value.clone(), replaced: Some(own) });
+            let why = broken
+                .map(|b| format!(": it {b}"))
+                .unwrap_or_else(|| " (env_policy = \"replace\")".into());
+            out.warnings
+                .push(format!("{}={own} replaced by {}={}{why}", var.name, var.name, var.value));
+            out.set.push(Change {
+                name: var.name.into(),
+                value: var.value.clone(),
+                replaced: Some(own),
+            });
         } else if let Some(b) = broken {
-            out.warnings.push(format!("{}={own} {b}: kept (env_policy = \"keep\"); NCCL will not use eRDMA", var.name));
+            out.warnings.push(format!(
+                "{}={own} {b}: kept (env_policy = \"keep\"); NCCL will not use eRDMA",
+                var.name
+            ));
         }
     }
     out
@@ -236,15 +302,39 @@ mod tests {
     use crate::discover::{CharDev, Port};
 
     fn port(num: u32, up: bool, netdev: &str, mtu: u32, gid: Option<u32>) -> Port {
-        Port { num, state: if up { 4 } else { 1 }, state_name: if up { "ACTIVE".into() } else { "DOWN".into() }, link_layer: Some("Ethernet".into()), netdev: Some(netdev.into()), mtu: Some(mtu), roce_v2_ipv4_gid: gid }
+        Port {
+            num,
+            state: if up { 4 } else { 1 },
+            state_name: if up { "ACTIVE".into() } else { "DOWN".into() },
+            link_layer: Some("Ethernet".into()),
+            netdev: Some(netdev.into()),
+            mtu: Some(mtu),
+            roce_v2_ipv4_gid: gid,
+        }
     }
 
     fn dev(name: &str, ports: Vec<Port>) -> RdmaDevice {
-        RdmaDevice { name: name.into(), driver: Some("erdma".into()), ports, uverbs: Some(CharDev { path: "/dev/infiniband/uverbs0".into(), host_path: "/dev/infiniband/uverbs0".into(), major: 231, minor: 192 }), problem: None }
+        RdmaDevice {
+            name: name.into(),
+            driver: Some("erdma".into()),
+            ports,
+            uverbs: Some(CharDev {
+                path: "/dev/infiniband/uverbs0".into(),
+                host_path: "/dev/infiniband/uverbs0".into(),
+                major: 231,
+                minor: 192,
+            }),
+            problem: None,
+        }
     }
 
     fn host(devices: Vec<RdmaDevice>, netdevs: &[&str]) -> Host {
-        Host { devices, others: vec![], rdma_cm: None, netdevs: netdevs.iter().map(|s| s.to_string()).collect() }
+        Host {
+            devices,
+            others: vec![],
+            rdma_cm: None,
+            netdevs: netdevs.iter().map(|s| s.to_string()).collect(),
+        }
     }
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
@@ -254,7 +344,13 @@ mod tests {
     #[test]
     fn seed_002_host_rocep_names_one_port_down_predictable_interfaces() {
         // What issue 12 saw: rocep26s0 ACTIVE on ens5, rocep156s0 DOWN; no eth0.
-        let h = host(vec![dev("rocep156s0", vec![port(1, false, "ens6", 8500, Some(1))]), dev("rocep26s0", vec![port(1, true, "ens5", 8500, Some(1))])], &["ens5", "ens6", "lo"]);
+        let h = host(
+            vec![
+                dev("rocep156s0", vec![port(1, false, "ens6", 8500, Some(1))]),
+                dev("rocep26s0", vec![port(1, true, "ens5", 8500, Some(1))]),
+            ],
+            &["ens5", "ens6", "lo"],
+        );
         let all: Vec<&RdmaDevice> = h.devices.iter().collect();
         let d = derive(&h, &all);
         assert_eq!(d.get("NCCL_IB_HCA"), Some("=rocep26s0:1"));
@@ -263,31 +359,82 @@ mod tests {
         assert_eq!(d.get("NCCL_PROTO"), None);
         assert!(d.notes.iter().any(|n| n.contains("rocep156s0:1 (DOWN)")), "{:?}", d.notes);
         // An image that baked PAI's values: both replaced under repair, with warnings.
-        let p = plan(&env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_DEBUG", "WARN")]), &d, &h, &all, EnvPolicy::Repair, true);
+        let p = plan(
+            &env(&[
+                ("NCCL_IB_HCA", "erdma"),
+                ("NCCL_SOCKET_IFNAME", "eth0"),
+                ("NCCL_DEBUG", "WARN"),
+            ]),
+            &d,
+            &h,
+            &all,
+            EnvPolicy::Repair,
+            true,
+        );
         let set: Vec<String> = p.set.iter().map(|c| format!("{}={}", c.name, c.value)).collect();
-        assert!(set.contains(&"NCCL_IB_HCA==rocep26s0:1".to_string()) && set.contains(&"NCCL_SOCKET_IFNAME==ens5".to_string()), "{set:?}");
-        assert!(!set.iter().any(|s| s.starts_with("NCCL_DEBUG=")), "the container's NCCL_DEBUG wins: {set:?}");
+        assert!(
+            set.contains(&"NCCL_IB_HCA==rocep26s0:1".to_string())
+                && set.contains(&"NCCL_SOCKET_IFNAME==ens5".to_string()),
+            "{set:?}"
+        );
+        assert!(
+            !set.iter().any(|s| s.starts_with("NCCL_DEBUG=")),
+            "the container's NCCL_DEBUG wins: {set:?}"
+        );
         assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
-        assert!(p.warnings[1].contains("names no interface of this host (ens5, ens6, lo)"), "{:?}", p.warnings);
+        assert!(
+            p.warnings[1].contains("names no interface of this host (ens5, ens6, lo)"),
+            "{:?}",
+            p.warnings
+        );
         // keep: nothing of the container's is touched, but the breakage is still said.
-        let p = plan(&env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_SOCKET_IFNAME", "eth0")]), &d, &h, &all, EnvPolicy::Keep, true);
+        let p = plan(
+            &env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_SOCKET_IFNAME", "eth0")]),
+            &d,
+            &h,
+            &all,
+            EnvPolicy::Keep,
+            true,
+        );
         assert!(p.set.iter().all(|c| c.replaced.is_none()) && p.warnings.len() == 2, "{p:?}");
         // Values that work are kept under repair: a prefix that matches, an exclusion.
-        let p = plan(&env(&[("NCCL_IB_HCA", "rocep"), ("NCCL_SOCKET_IFNAME", "^docker,lo")]), &d, &h, &all, EnvPolicy::Repair, false);
+        let p = plan(
+            &env(&[("NCCL_IB_HCA", "rocep"), ("NCCL_SOCKET_IFNAME", "^docker,lo")]),
+            &d,
+            &h,
+            &all,
+            EnvPolicy::Repair,
+            false,
+        );
         assert!(p.set.iter().all(|c| c.replaced.is_none()) && p.warnings.is_empty(), "{p:?}");
         // replace: every derived value wins.
-        let p = plan(&env(&[("NCCL_IB_HCA", "rocep"), ("NCCL_IB_GID_INDEX", "3")]), &d, &h, &all, EnvPolicy::Replace, false);
+        let p = plan(
+            &env(&[("NCCL_IB_HCA", "rocep"), ("NCCL_IB_GID_INDEX", "3")]),
+            &d,
+            &h,
+            &all,
+            EnvPolicy::Replace,
+            false,
+        );
         assert_eq!(p.set.iter().filter(|c| c.replaced.is_some()).count(), 2, "{p:?}");
     }
 
     #[test]
     fn exact_names_keep_erdma_1_from_matching_erdma_10() {
-        let devs: Vec<RdmaDevice> = (0..11).map(|i| dev(&format!("erdma_{i}"), vec![port(1, true, &format!("eth{i}"), 8500, Some(1))])).collect();
+        let devs: Vec<RdmaDevice> = (0..11)
+            .map(|i| {
+                dev(&format!("erdma_{i}"), vec![port(1, true, &format!("eth{i}"), 8500, Some(1))])
+            })
+            .collect();
         let h = host(devs, &["eth0", "eth1", "eth10"]);
         let given = vec![&h.devices[1]];
         assert_eq!(derive(&h, &given).get("NCCL_IB_HCA"), Some("=erdma_1:1"));
         let list = NcclList::parse("=erdma_1:1");
-        assert!(list.selects("erdma_1", Some(1)) && !list.selects("erdma_10", Some(1)) && !list.selects("erdma_1", Some(2)));
+        assert!(
+            list.selects("erdma_1", Some(1))
+                && !list.selects("erdma_10", Some(1))
+                && !list.selects("erdma_1", Some(2))
+        );
         // Without `=`, NCCL takes a prefix: `erdma_1` matches erdma_10 too.
         assert!(NcclList::parse("erdma_1").selects("erdma_10", Some(1)));
     }
@@ -295,28 +442,47 @@ mod tests {
     #[test]
     fn gid_indexes_that_differ_or_are_missing_leave_nccl_to_choose() {
         // Alibaba's benchmark notes: two devices of one node at RoCE v2 indexes 2 and 1.
-        let h = host(vec![dev("erdma_0", vec![port(1, true, "eth0", 8500, Some(2))]), dev("erdma_1", vec![port(1, true, "eth1", 1400, Some(1))])], &["eth0", "eth1"]);
+        let h = host(
+            vec![
+                dev("erdma_0", vec![port(1, true, "eth0", 8500, Some(2))]),
+                dev("erdma_1", vec![port(1, true, "eth1", 1400, Some(1))]),
+            ],
+            &["eth0", "eth1"],
+        );
         let all: Vec<&RdmaDevice> = h.devices.iter().collect();
         let d = derive(&h, &all);
         assert_eq!(d.get("NCCL_IB_GID_INDEX"), None);
-        assert!(d.notes.iter().any(|n| n.contains("differ (erdma_0:1 2, erdma_1:1 1)")), "{:?}", d.notes);
+        assert!(
+            d.notes.iter().any(|n| n.contains("differ (erdma_0:1 2, erdma_1:1 1)")),
+            "{:?}",
+            d.notes
+        );
         assert_eq!(d.get("NCCL_SOCKET_IFNAME"), Some("=eth0,eth1"));
         assert_eq!(d.get("NCCL_PROTO"), Some("^LL128"));
         // A container's own GID index is kept under repair: it may be right.
         let p = plan(&env(&[("NCCL_IB_GID_INDEX", "3")]), &d, &h, &all, EnvPolicy::Repair, false);
         assert!(!p.set.iter().any(|c| c.name == "NCCL_IB_GID_INDEX"), "{p:?}");
         let h = host(vec![dev("erdma_0", vec![port(1, true, "eth0", 8500, None)])], &["eth0"]);
-        assert_eq!(derive(&h, &h.devices.iter().collect::<Vec<_>>()).get("NCCL_IB_GID_INDEX"), None);
+        assert_eq!(
+            derive(&h, &h.devices.iter().collect::<Vec<_>>()).get("NCCL_IB_GID_INDEX"),
+            None
+        );
     }
 
     #[test]
     fn no_active_port_sets_no_device_or_interface() {
         let h = host(vec![dev("erdma_0", vec![port(1, false, "eth0", 8500, Some(1))])], &["eth0"]);
         let d = derive(&h, &h.devices.iter().collect::<Vec<_>>());
-        assert_eq!((d.get("NCCL_IB_HCA"), d.get("NCCL_SOCKET_IFNAME"), d.get("NCCL_IB_GID_INDEX")), (None, None, None));
+        assert_eq!(
+            (d.get("NCCL_IB_HCA"), d.get("NCCL_SOCKET_IFNAME"), d.get("NCCL_IB_GID_INDEX")),
+            (None, None, None)
+        );
         assert!(d.notes.iter().any(|n| n.contains("no ACTIVE port")), "{:?}", d.notes);
         // A netdev the host does not list (a stale link) is never named.
         let h = host(vec![dev("erdma_0", vec![port(1, true, "eth9", 8500, None)])], &["ens5"]);
-        assert_eq!(derive(&h, &h.devices.iter().collect::<Vec<_>>()).get("NCCL_SOCKET_IFNAME"), None);
+        assert_eq!(
+            derive(&h, &h.devices.iter().collect::<Vec<_>>()).get("NCCL_SOCKET_IFNAME"),
+            None
+        );
     }
 }

@@ -147,7 +147,8 @@ pub fn run(config: &Config, state: &[u8]) -> Result<()> {
 
 /// Fails when a dynamic-loader variable is set (the names of the environment are given).
 pub fn check_environment(names: impl IntoIterator<Item = String>) -> Result<()> {
-    let bad: Vec<String> = names.into_iter().filter(|n| LOADER_VARS.contains(&n.as_str())).collect();
+    let bad: Vec<String> =
+        names.into_iter().filter(|n| LOADER_VARS.contains(&n.as_str())).collect();
     if bad.is_empty() {
         return Ok(());
     }
@@ -163,7 +164,10 @@ pub fn parse_state(state: &[u8]) -> Result<State> {
     let state: State = serde_json::from_slice(state).map_err(|e| malformed_state(e.to_string()))?;
     let bundle = state.bundle();
     if bundle.as_os_str().is_empty() || !bundle.is_absolute() {
-        return Err(malformed_state(format!("`bundle` must be an absolute path, got {:?}", bundle.display().to_string())));
+        return Err(malformed_state(format!(
+            "`bundle` must be an absolute path, got {:?}",
+            bundle.display().to_string()
+        )));
     }
     Ok(state)
 }
@@ -182,7 +186,12 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
         _ => return Err(malformed_state("no `pid` of the container's init process".into())),
     };
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    std::fs::symlink_metadata(&proc_dir).map_err(|e| Error::Sys { operation: format!("the container's init process (pid {pid}, from the state) is not running"), source: e })?;
+    std::fs::symlink_metadata(&proc_dir).map_err(|e| Error::Sys {
+        operation: format!(
+            "the container's init process (pid {pid}, from the state) is not running"
+        ),
+        source: e,
+    })?;
 
     // 1. Devices, and the host nodes once more right before use.
     let host = discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
@@ -196,9 +205,20 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
     // runtime's already, so what is missing or cannot work is said, not set.
     let mut env_needed = Vec::new();
     if config.env_presets {
-        let env = spec.pointer("/process/env").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
+        let env = spec
+            .pointer("/process/env")
+            .and_then(serde_json::Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         let derived = crate::nccl::derive(&host, &devices);
-        let plan = crate::nccl::plan(&|k| crate::request::env_get(&env, k).map(str::to_string), &derived, &host, &devices, crate::config::EnvPolicy::Keep, false);
+        let plan = crate::nccl::plan(
+            &|k| crate::request::env_get(&env, k).map(str::to_string),
+            &derived,
+            &host,
+            &devices,
+            crate::config::EnvPolicy::Keep,
+            false,
+        );
         env_needed = plan.set.iter().map(|c| format!("{}={}", c.name, c.value)).collect();
         if !env_needed.is_empty() {
             warnings.push(format!("the container's env lacks {}, which a prestart hook cannot set: use erdma-runtime, the precreate hook or the CDI spec, or set them (`erdma-oci-hook env`)", env_needed.join(" ")));
@@ -268,10 +288,24 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
         container_id: state.id().to_string(),
         pid,
         devices: devices.iter().map(|d| d.name.clone()).collect(),
-        nodes: plan.nodes.iter().map(|(n, exists)| NodeOutcome { path: n.path.clone(), major: n.major, minor: n.minor, created: !exists }).collect(),
+        nodes: plan
+            .nodes
+            .iter()
+            .map(|(n, exists)| NodeOutcome {
+                path: n.path.clone(),
+                major: n.major,
+                minor: n.minor,
+                created: !exists,
+            })
+            .collect(),
         cgroup: match &cgroup {
-            DeviceCgroup::V1 { path, .. } => CgroupOutcome::V1 { cgroup: path.clone(), added: added.iter().map(|r| r.to_string()).collect() },
-            DeviceCgroup::Unsupported { reason } => CgroupOutcome::Unsupported { reason: reason.clone() },
+            DeviceCgroup::V1 { path, .. } => CgroupOutcome::V1 {
+                cgroup: path.clone(),
+                added: added.iter().map(|r| r.to_string()).collect(),
+            },
+            DeviceCgroup::Unsupported { reason } => {
+                CgroupOutcome::Unsupported { reason: reason.clone() }
+            }
         },
         memlock: MemlockOutcome { before, set: want },
         network,
@@ -294,12 +328,21 @@ fn limit_str(v: u64) -> String {
 
 /// `discover` checked the node; it is checked again right before its numbers are copied.
 fn recheck_host_node(n: &CharDev) -> Result<()> {
-    let meta = std::fs::symlink_metadata(&n.host_path).map_err(Error::io("checking host device node", &n.host_path))?;
+    let meta = std::fs::symlink_metadata(&n.host_path)
+        .map_err(Error::io("checking host device node", &n.host_path))?;
     let got = discover::split_rdev(meta.rdev());
     if !meta.file_type().is_char_device() || got != (n.major, n.minor) {
         return Err(Error::DeviceUnusable {
             name: n.path.clone(),
-            reason: format!("host node {} is no longer the character device {}:{} (now {:?} {}:{})", n.host_path.display(), n.major, n.minor, meta.file_type(), got.0, got.1),
+            reason: format!(
+                "host node {} is no longer the character device {}:{} (now {:?} {}:{})",
+                n.host_path.display(),
+                n.major,
+                n.minor,
+                meta.file_type(),
+                got.0,
+                got.1
+            ),
         });
     }
     Ok(())
@@ -307,7 +350,9 @@ fn recheck_host_node(n: &CharDev) -> Result<()> {
 
 /// Whether `pid` is in the hook's own namespace of kind `ns` (`net`, `mnt`).
 fn same_namespace(pid: i32, ns: &str) -> Result<bool> {
-    let id = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).map_err(Error::io("reading namespace", p));
+    let id = |p: &str| {
+        std::fs::metadata(p).map(|m| (m.dev(), m.ino())).map_err(Error::io("reading namespace", p))
+    };
     Ok(id(&format!("/proc/{pid}/ns/{ns}"))? == id(&format!("/proc/self/ns/{ns}"))?)
 }
 
@@ -316,7 +361,11 @@ fn same_namespace(pid: i32, ns: &str) -> Result<bool> {
 fn memlock_of(pid: i32) -> Result<(u64, u64)> {
     let path = format!("/proc/{pid}/limits");
     let text = std::fs::read_to_string(&path).map_err(Error::io("reading", &path))?;
-    parse_memlock(&text).ok_or_else(|| Error::Malformed { what: "limits", path: path.into(), reason: "no `Max locked memory` line".into() })
+    parse_memlock(&text).ok_or_else(|| Error::Malformed {
+        what: "limits",
+        path: path.into(),
+        reason: "no `Max locked memory` line".into(),
+    })
 }
 
 fn parse_memlock(limits: &str) -> Option<(u64, u64)> {
@@ -327,20 +376,34 @@ fn parse_memlock(limits: &str) -> Option<(u64, u64)> {
 }
 
 fn has_cap_sys_resource() -> bool {
-    rustix::thread::capabilities(None).is_ok_and(|c| c.effective.contains(rustix::thread::CapabilitySet::SYS_RESOURCE))
+    rustix::thread::capabilities(None)
+        .is_ok_and(|c| c.effective.contains(rustix::thread::CapabilitySet::SYS_RESOURCE))
 }
 
 /// `RLIMIT_MEMLOCK` in `process.rlimits` of the spec (the hard value), if any.
 fn spec_memlock(spec: &Value) -> Option<u64> {
-    spec.pointer("/process/rlimits")?.as_array()?.iter().find(|r| r.get("type").and_then(Value::as_str) == Some("RLIMIT_MEMLOCK"))?.get("hard")?.as_u64()
+    spec.pointer("/process/rlimits")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("type").and_then(Value::as_str) == Some("RLIMIT_MEMLOCK"))?
+        .get("hard")?
+        .as_u64()
 }
 
 fn set_memlock(pid: i32, value: u64) -> Result<()> {
-    let rustix_pid = rustix::process::Pid::from_raw(pid).ok_or_else(|| Error::Invalid(format!("invalid pid {pid}")))?;
+    let rustix_pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| Error::Invalid(format!("invalid pid {pid}")))?;
     let v = (value != u64::MAX).then_some(value);
-    rustix::process::prlimit(Some(rustix_pid), rustix::process::Resource::Memlock, rustix::process::Rlimit { current: v, maximum: v })
-        .map(|_| ())
-        .map_err(|e| Error::Sys { operation: format!("setting memlock of pid {pid} to {} with prlimit", limit_str(value)), source: e.into() })
+    rustix::process::prlimit(
+        Some(rustix_pid),
+        rustix::process::Resource::Memlock,
+        rustix::process::Rlimit { current: v, maximum: v },
+    )
+    .map(|_| ())
+    .map_err(|e| Error::Sys {
+        operation: format!("setting memlock of pid {pid} to {} with prlimit", limit_str(value)),
+        source: e.into(),
+    })
 }
 
 /// A device-cgroup rule, as `devices.list` shows and `devices.allow` takes it.
@@ -369,7 +432,12 @@ impl Rule {
         let kind = f.next()?.chars().next()?;
         let (ma, mi) = f.next().unwrap_or("*:*").split_once(':')?;
         let num = |s: &str| if s == "*" { Some(None) } else { s.parse().ok().map(Some) };
-        Some(Rule { kind, major: num(ma)?, minor: num(mi)?, access: f.next().unwrap_or("rwm").to_string() })
+        Some(Rule {
+            kind,
+            major: num(ma)?,
+            minor: num(mi)?,
+            access: f.next().unwrap_or("rwm").to_string(),
+        })
     }
 
     /// Whether this (listed) rule already allows everything `want` asks.
@@ -402,7 +470,8 @@ impl DeviceCgroup {
             };
             return Ok(DeviceCgroup::Unsupported { reason });
         };
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(Error::io("reading", "/proc/self/mountinfo"))?;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(Error::io("reading", "/proc/self/mountinfo"))?;
         let Some((mount_root, mount_point)) = devices_mount(&mountinfo) else {
             return Ok(DeviceCgroup::Unsupported { reason: format!("the container is in devices cgroup {cg_path} but the hook sees no cgroup v1 devices mount") });
         };
@@ -410,19 +479,33 @@ impl DeviceCgroup {
             Error::Invalid(format!("devices cgroup {cg_path} of pid {pid} is outside the hierarchy mounted at {} (root {})", mount_point.display(), mount_root))
         })?;
         if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
-            return Err(Error::Invalid(format!("devices cgroup path {cg_path} of pid {pid} is not a plain path")));
+            return Err(Error::Invalid(format!(
+                "devices cgroup path {cg_path} of pid {pid} is not a plain path"
+            )));
         }
         let path = mount_point.join(rel);
         // cgroupfs has no symlinks; pathrs keeps the lookup under the mount all the same.
-        let root = Root::open(&mount_point).map_err(|source| Error::InRoot { operation: "opening", path: "/".into(), root: mount_point.clone(), source })?;
+        let root = Root::open(&mount_point).map_err(|source| Error::InRoot {
+            operation: "opening",
+            path: "/".into(),
+            root: mount_point.clone(),
+            source,
+        })?;
         let open = |name: &str, flags: OpenFlags| {
             let p = rel.join(name);
-            root.resolve(&p)
-                .and_then(|h| h.reopen(flags))
-                .map_err(|source| Error::InRoot { operation: "opening", path: p.display().to_string(), root: mount_point.clone(), source })
+            root.resolve(&p).and_then(|h| h.reopen(flags)).map_err(|source| Error::InRoot {
+                operation: "opening",
+                path: p.display().to_string(),
+                root: mount_point.clone(),
+                source,
+            })
         };
         let mut listed_text = String::new();
-        std::io::Read::read_to_string(&mut open("devices.list", OpenFlags::O_RDONLY)?, &mut listed_text).map_err(Error::io("reading", path.join("devices.list")))?;
+        std::io::Read::read_to_string(
+            &mut open("devices.list", OpenFlags::O_RDONLY)?,
+            &mut listed_text,
+        )
+        .map_err(Error::io("reading", path.join("devices.list")))?;
         let listed = listed_text.lines().filter_map(Rule::parse).collect();
         let allow = open("devices.allow", OpenFlags::O_WRONLY)?;
         let deny = open("devices.deny", OpenFlags::O_WRONLY)?;
@@ -442,7 +525,13 @@ impl DeviceCgroup {
             // One rule per write(2): that is how the kernel parses devices.allow.
             if let Err(e) = (&*allow).write_all(rule.to_string().as_bytes()) {
                 self.undo(&added);
-                return Err(Error::Sys { operation: format!("writing `{rule}` to {}", path.join("devices.allow").display()), source: e });
+                return Err(Error::Sys {
+                    operation: format!(
+                        "writing `{rule}` to {}",
+                        path.join("devices.allow").display()
+                    ),
+                    source: e,
+                });
             }
             added.push(rule);
         }
@@ -489,7 +578,10 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -524,16 +616,26 @@ struct ContainerRoot {
 
 impl ContainerRoot {
     fn open(bundle: &Path, spec: &Value, pid: i32) -> Result<ContainerRoot> {
-        let root_path = spec.pointer("/root/path").and_then(Value::as_str).filter(|p| !p.is_empty()).ok_or_else(|| Error::Malformed {
-            what: "OCI spec",
-            path: bundle.join("config.json"),
-            reason: "no `root.path`".into(),
-        })?;
+        let root_path = spec
+            .pointer("/root/path")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| Error::Malformed {
+                what: "OCI spec",
+                path: bundle.join("config.json"),
+                reason: "no `root.path`".into(),
+            })?;
         // `root.path` and the bundle come from the engine: joining them is not joining an
         // untrusted path. Everything below the root goes through pathrs.
         let host_rootfs = bundle.join(root_path);
-        let host_rootfs = std::fs::canonicalize(&host_rootfs).map_err(Error::io("opening container root", &host_rootfs))?;
-        let in_root = |operation, source| Error::InRoot { operation, path: "/".into(), root: host_rootfs.clone(), source };
+        let host_rootfs = std::fs::canonicalize(&host_rootfs)
+            .map_err(Error::io("opening container root", &host_rootfs))?;
+        let in_root = |operation, source| Error::InRoot {
+            operation,
+            path: "/".into(),
+            root: host_rootfs.clone(),
+            source,
+        };
         let root = if same_namespace(pid, "mnt")? {
             Root::open(&host_rootfs).map_err(|e| in_root("opening", e))?
         } else {
@@ -541,27 +643,48 @@ impl ContainerRoot {
             // A magic link, which `Root::open` (O_NOFOLLOW) rightly refuses: it is the host's
             // procfs naming the init process's root, not a path inside the container.
             let proc_root = PathBuf::from(format!("/proc/{pid}/root"));
-            let fd = rustix::fs::open(&proc_root, rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
-                .map_err(|e| Error::io("opening the mount namespace of the init process at", &proc_root)(e.into()))?;
+            let fd = rustix::fs::open(
+                &proc_root,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| {
+                Error::io("opening the mount namespace of the init process at", &proc_root)(
+                    e.into(),
+                )
+            })?;
             let ns_root = Root::from_fd(fd);
-            let host_meta = std::fs::metadata(&host_rootfs).map_err(Error::io("opening container root", &host_rootfs))?;
-            let ns_meta = rustix::fs::fstat(ns_root.as_fd()).map_err(|e| Error::io("stat", &proc_root)(e.into()))?;
+            let host_meta = std::fs::metadata(&host_rootfs)
+                .map_err(Error::io("opening container root", &host_rootfs))?;
+            let ns_meta = rustix::fs::fstat(ns_root.as_fd())
+                .map_err(|e| Error::io("stat", &proc_root)(e.into()))?;
             if (ns_meta.st_dev, ns_meta.st_ino) == (host_meta.dev(), host_meta.ino()) {
                 // Already switched to its root (a runtime that runs hooks after pivot_root).
                 ns_root
             } else {
-                let h = ns_root.resolve(&host_rootfs).map_err(|e| in_root("resolving (in the init process's mount namespace)", e))?;
+                let h = ns_root
+                    .resolve(&host_rootfs)
+                    .map_err(|e| in_root("resolving (in the init process's mount namespace)", e))?;
                 Root::from_fd(OwnedFd::from(h))
             }
         };
-        Ok(ContainerRoot { root: root.with_resolver_flags(ResolverFlags::NO_SYMLINKS), display: host_rootfs })
+        Ok(ContainerRoot {
+            root: root.with_resolver_flags(ResolverFlags::NO_SYMLINKS),
+            display: host_rootfs,
+        })
     }
 
     fn hostile(&self, reason: String) -> Error {
         Error::HostileRoot { root: self.display.clone(), reason }
     }
 
-    fn in_root(&self, operation: &'static str, path: &str) -> impl FnOnce(pathrs::error::Error) -> Error {
+    fn in_root(
+        &self,
+        operation: &'static str,
+        path: &str,
+    ) -> impl FnOnce(pathrs::error::Error) -> Error {
         let (root, path) = (self.display.clone(), path.to_string());
         move |source| Error::InRoot { operation, path, root, source }
     }
@@ -571,12 +694,27 @@ impl ContainerRoot {
     fn lstat(&self, path: &str) -> Result<Option<(FileType, (u32, u32))>> {
         match self.root.resolve_nofollow(path) {
             Ok(h) => {
-                let st = rustix::fs::fstat(h.as_fd()).map_err(|e| Error::Sys { operation: format!("stat {path} in container root {}", self.display.display()), source: e.into() })?;
+                let st = rustix::fs::fstat(h.as_fd()).map_err(|e| Error::Sys {
+                    operation: format!("stat {path} in container root {}", self.display.display()),
+                    source: e.into(),
+                })?;
                 let dev = st.st_rdev as u64;
                 Ok(Some((FileType::from_raw_mode(st.st_mode as _), discover::split_rdev(dev))))
             }
-            Err(e) if e.kind() == pathrs::error::ErrorKind::OsError(Some(rustix::io::Errno::NOENT.raw_os_error())) => Ok(None),
-            Err(e) if e.kind() == pathrs::error::ErrorKind::OsError(Some(rustix::io::Errno::LOOP.raw_os_error())) => {
+            Err(e)
+                if e.kind()
+                    == pathrs::error::ErrorKind::OsError(Some(
+                        rustix::io::Errno::NOENT.raw_os_error(),
+                    )) =>
+            {
+                Ok(None)
+            }
+            Err(e)
+                if e.kind()
+                    == pathrs::error::ErrorKind::OsError(Some(
+                        rustix::io::Errno::LOOP.raw_os_error(),
+                    )) =>
+            {
                 Err(self.hostile(format!("a path component of {path} is a symlink")))
             }
             Err(e) => Err(self.in_root("inspecting", path)(e)),
@@ -586,7 +724,11 @@ impl ContainerRoot {
     fn describe(&self, path: &str, ft: FileType) -> String {
         match ft {
             FileType::Symlink => {
-                let target = self.root.readlink(path).map(|t| t.display().to_string()).unwrap_or_else(|_| "?".into());
+                let target = self
+                    .root
+                    .readlink(path)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_else(|_| "?".into());
                 format!("a symlink to {target}")
             }
             FileType::RegularFile => "a regular file".into(),
@@ -605,7 +747,10 @@ impl ContainerRoot {
         for dir in ["/dev", NODE_DIR] {
             match self.lstat(dir)? {
                 Some((FileType::Directory, _)) => {}
-                Some((ft, _)) => return Err(self.hostile(format!("{dir} is {}, not a directory", self.describe(dir, ft)))),
+                Some((ft, _)) => {
+                    return Err(self
+                        .hostile(format!("{dir} is {}, not a directory", self.describe(dir, ft))))
+                }
                 None => make_dirs.push(dir),
             }
             if !make_dirs.is_empty() && dir == "/dev" {
@@ -617,15 +762,29 @@ impl ContainerRoot {
         let mut out = Vec::new();
         for n in nodes {
             if Path::new(&n.path).parent() != Some(Path::new(NODE_DIR)) {
-                return Err(Error::Invalid(format!("device node path {} is not under {NODE_DIR}", n.path)));
+                return Err(Error::Invalid(format!(
+                    "device node path {} is not under {NODE_DIR}",
+                    n.path
+                )));
             }
             let exists = match self.lstat(&n.path)? {
                 None => false,
                 Some((FileType::CharacterDevice, got)) if got == (n.major, n.minor) => true,
                 Some((FileType::CharacterDevice, got)) => {
-                    return Err(self.hostile(format!("{} is already a character device {}:{}, not {}:{}", n.path, got.0, got.1, n.major, n.minor)))
+                    return Err(self.hostile(format!(
+                        "{} is already a character device {}:{}, not {}:{}",
+                        n.path, got.0, got.1, n.major, n.minor
+                    )))
                 }
-                Some((ft, _)) => return Err(self.hostile(format!("{} is already {}, not the character device {}:{}", n.path, self.describe(&n.path, ft), n.major, n.minor))),
+                Some((ft, _)) => {
+                    return Err(self.hostile(format!(
+                        "{} is already {}, not the character device {}:{}",
+                        n.path,
+                        self.describe(&n.path, ft),
+                        n.major,
+                        n.minor
+                    )))
+                }
             };
             out.push((*n, exists));
         }
@@ -637,7 +796,9 @@ impl ContainerRoot {
         let mut done = Created { nodes: Vec::new(), dirs: Vec::new() };
         let r = (|| {
             for dir in &plan.make_dirs {
-                self.root.create(dir, &InodeType::Directory(std::fs::Permissions::from_mode(0o755))).map_err(self.in_root("creating directory", dir))?;
+                self.root
+                    .create(dir, &InodeType::Directory(std::fs::Permissions::from_mode(0o755)))
+                    .map_err(self.in_root("creating directory", dir))?;
                 done.dirs.push(*dir);
             }
             for (n, exists) in &plan.nodes {
@@ -646,7 +807,13 @@ impl ContainerRoot {
                 }
                 let dev = rustix::fs::makedev(n.major, n.minor);
                 self.root
-                    .create(&n.path, &InodeType::CharacterDevice(std::fs::Permissions::from_mode(NODE_MODE), dev))
+                    .create(
+                        &n.path,
+                        &InodeType::CharacterDevice(
+                            std::fs::Permissions::from_mode(NODE_MODE),
+                            dev,
+                        ),
+                    )
                     .map_err(self.in_root("creating device node", &n.path))?;
                 done.nodes.push(n.path.clone());
                 self.fix_mode(n)?;
@@ -665,14 +832,31 @@ impl ContainerRoot {
     /// mknod(2) applies the umask: set 0666 on the node just made, through its O_PATH handle
     /// (`/proc/self/fd/N` names exactly that inode), after checking it is still our node.
     fn fix_mode(&self, n: &CharDev) -> Result<()> {
-        let h = self.root.resolve_nofollow(&n.path).map_err(self.in_root("reopening device node", &n.path))?;
-        let st = rustix::fs::fstat(h.as_fd()).map_err(|e| Error::Sys { operation: format!("stat {} in container root {}", n.path, self.display.display()), source: e.into() })?;
-        if FileType::from_raw_mode(st.st_mode as _) != FileType::CharacterDevice || discover::split_rdev(st.st_rdev as u64) != (n.major, n.minor) {
+        let h = self
+            .root
+            .resolve_nofollow(&n.path)
+            .map_err(self.in_root("reopening device node", &n.path))?;
+        let st = rustix::fs::fstat(h.as_fd()).map_err(|e| Error::Sys {
+            operation: format!("stat {} in container root {}", n.path, self.display.display()),
+            source: e.into(),
+        })?;
+        if FileType::from_raw_mode(st.st_mode as _) != FileType::CharacterDevice
+            || discover::split_rdev(st.st_rdev as u64) != (n.major, n.minor)
+        {
             return Err(self.hostile(format!("{} was replaced while it was being created", n.path)));
         }
         let fd_path = format!("/proc/self/fd/{}", h.as_fd().as_raw_fd());
-        std::fs::set_permissions(&fd_path, std::fs::Permissions::from_mode(NODE_MODE))
-            .map_err(|e| Error::Sys { operation: format!("chmod {:o} {} in container root {}", NODE_MODE, n.path, self.display.display()), source: e })
+        std::fs::set_permissions(&fd_path, std::fs::Permissions::from_mode(NODE_MODE)).map_err(
+            |e| Error::Sys {
+                operation: format!(
+                    "chmod {:o} {} in container root {}",
+                    NODE_MODE,
+                    n.path,
+                    self.display.display()
+                ),
+                source: e,
+            },
+        )
     }
 
     /// Removes what [`create`](Self::create) made. Best effort: it runs on the way out of a
@@ -707,35 +891,59 @@ mod tests {
         assert_eq!(devices_cgroup_of("0::/user.slice\n"), None);
         let mi = "30 25 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n\
                   31 25 0:27 /nested /sys/fs/cgroup/dev\\040ices rw,relatime - cgroup cgroup rw,devices\n";
-        assert_eq!(devices_mount(mi), Some(("/nested".into(), PathBuf::from("/sys/fs/cgroup/dev ices"))));
+        assert_eq!(
+            devices_mount(mi),
+            Some(("/nested".into(), PathBuf::from("/sys/fs/cgroup/dev ices")))
+        );
     }
 
     #[test]
     fn device_rules() {
         let want = Rule { kind: 'c', major: Some(231), minor: Some(192), access: "rwm".into() };
         assert_eq!(want.to_string(), "c 231:192 rwm");
-        for (listed, covers) in [("a *:* rwm", true), ("c *:* rwm", true), ("c 231:* rwm", true), ("c 231:192 rwm", true), ("c 231:192 rw", false), ("c 231:193 rwm", false), ("b *:* rwm", false)] {
+        for (listed, covers) in [
+            ("a *:* rwm", true),
+            ("c *:* rwm", true),
+            ("c 231:* rwm", true),
+            ("c 231:192 rwm", true),
+            ("c 231:192 rw", false),
+            ("c 231:193 rwm", false),
+            ("b *:* rwm", false),
+        ] {
             assert_eq!(Rule::parse(listed).unwrap().covers(&want), covers, "{listed}");
         }
-        assert_eq!(Rule::parse("c 10:58 rwm").unwrap(), Rule { kind: 'c', major: Some(10), minor: Some(58), access: "rwm".into() });
+        assert_eq!(
+            Rule::parse("c 10:58 rwm").unwrap(),
+            Rule { kind: 'c', major: Some(10), minor: Some(58), access: "rwm".into() }
+        );
     }
 
     #[test]
     fn loader_variables_refused() {
         assert!(check_environment(["PATH".to_string(), "ERDMA_OCI_HOOK_CONFIG".into()]).is_ok());
-        let e = check_environment(["PATH".to_string(), "LD_PRELOAD".into()]).unwrap_err().to_string();
+        let e =
+            check_environment(["PATH".to_string(), "LD_PRELOAD".into()]).unwrap_err().to_string();
         assert!(e.contains("LD_PRELOAD") && e.contains("CVE-2025-23266"), "{e}");
     }
 
     #[test]
     fn not_asking_is_a_no_op_and_bad_state_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("config.json"), r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"env":["PATH=/bin"]}}"#).unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"env":["PATH=/bin"]}}"#,
+        )
+        .unwrap();
         let state = serde_json::json!({"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1, "bundle": dir.path()});
         assert!(apply(&Config::default(), state.to_string().as_bytes()).unwrap().is_none());
         let e = apply(&Config::default(), b"{not json").unwrap_err().to_string();
         assert!(e.contains("malformed container state"), "{e}");
-        let e = apply(&Config::default(), br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1}"#).unwrap_err().to_string();
+        let e = apply(
+            &Config::default(),
+            br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1}"#,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("bundle"), "{e}");
     }
 }

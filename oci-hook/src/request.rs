@@ -21,7 +21,12 @@ fn parse(value: &str, source_name: &'static str) -> Result<Request> {
         "all" => Ok(Request::All),
         _ => {
             let names: Vec<String> = v.split(',').map(|s| s.trim().to_string()).collect();
-            if names.iter().any(|n| n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')) {
+            if names.iter().any(|n| {
+                n.is_empty()
+                    || !n
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+            }) {
                 return Err(Error::BadRequest { value: value.to_string(), source_name });
             }
             Ok(Request::Named(names))
@@ -32,13 +37,18 @@ fn parse(value: &str, source_name: &'static str) -> Result<Request> {
 /// The value of `name` in an OCI `process.env` list; the last definition wins, as in
 /// execve's environment handling by runc.
 pub fn env_get<'a>(env: &'a [Value], name: &str) -> Option<&'a str> {
-    env.iter().rev().filter_map(Value::as_str).find_map(|e| e.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
+    env.iter()
+        .rev()
+        .filter_map(Value::as_str)
+        .find_map(|e| e.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
 
 /// The request in `spec`: the annotation first, then (if the operator allows) the env, then
 /// the runtime-wide default.
 pub fn from_spec(spec: &Value, config: &Config) -> Result<Request> {
-    if let Some(v) = spec.pointer("/annotations").and_then(|a| a.get(ANNOTATION)).and_then(Value::as_str) {
+    if let Some(v) =
+        spec.pointer("/annotations").and_then(|a| a.get(ANNOTATION)).and_then(Value::as_str)
+    {
         return parse(v, "the annotation");
     }
     if config.accept_env {
@@ -59,12 +69,20 @@ mod tests {
     fn annotation_env_and_default() {
         let c = Config::default();
         let s = json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=erdma_0,erdma_1"]}});
-        assert_eq!(from_spec(&s, &c).unwrap(), Request::Named(vec!["erdma_0".into(), "erdma_1".into()]));
+        assert_eq!(
+            from_spec(&s, &c).unwrap(),
+            Request::Named(vec!["erdma_0".into(), "erdma_1".into()])
+        );
         let s = json!({"annotations": {ANNOTATION: "all"}, "process": {"env": ["ERDMA_VISIBLE_DEVICES=none"]}});
         assert_eq!(from_spec(&s, &c).unwrap(), Request::All);
         assert_eq!(from_spec(&json!({}), &c).unwrap(), Request::None);
         let no_env = Config { accept_env: false, ..Config::default() };
-        assert_eq!(from_spec(&json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=all"]}}), &no_env).unwrap(), Request::None, "an image cannot grant itself devices");
+        assert_eq!(
+            from_spec(&json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=all"]}}), &no_env)
+                .unwrap(),
+            Request::None,
+            "an image cannot grant itself devices"
+        );
         let def = Config { default_request: "all".into(), ..Config::default() };
         assert_eq!(from_spec(&json!({}), &def).unwrap(), Request::All);
         assert!(from_spec(&json!({"annotations": {ANNOTATION: "../../x"}}), &c).is_err());
@@ -78,14 +96,36 @@ mod tests {
     fn env_details() {
         let c = Config::default();
         // The last definition wins, as in the process's environment.
-        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES=all", "ERDMA_VISIBLE_DEVICES=none"]), &c).unwrap(), Request::None);
-        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES=none", "ERDMA_VISIBLE_DEVICES=all"]), &c).unwrap(), Request::All);
+        assert_eq!(
+            from_spec(&env(&["ERDMA_VISIBLE_DEVICES=all", "ERDMA_VISIBLE_DEVICES=none"]), &c)
+                .unwrap(),
+            Request::None
+        );
+        assert_eq!(
+            from_spec(&env(&["ERDMA_VISIBLE_DEVICES=none", "ERDMA_VISIBLE_DEVICES=all"]), &c)
+                .unwrap(),
+            Request::All
+        );
         // Neighbours and malformed entries are not the variable.
-        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES_X=all", "ERDMA_VISIBLE_DEVICES", "X_ERDMA_VISIBLE_DEVICES=all"]), &c).unwrap(), Request::None);
+        assert_eq!(
+            from_spec(
+                &env(&[
+                    "ERDMA_VISIBLE_DEVICES_X=all",
+                    "ERDMA_VISIBLE_DEVICES",
+                    "X_ERDMA_VISIBLE_DEVICES=all"
+                ]),
+                &c
+            )
+            .unwrap(),
+            Request::None
+        );
         // Empty and `void` mean none (as NVIDIA_VISIBLE_DEVICES); spaces around names are fine.
         assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES="]), &c).unwrap(), Request::None);
         assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES=void"]), &c).unwrap(), Request::None);
-        assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES= erdma_0 , rocep9s0"]), &c).unwrap(), Request::Named(vec!["erdma_0".into(), "rocep9s0".into()]));
+        assert_eq!(
+            from_spec(&env(&["ERDMA_VISIBLE_DEVICES= erdma_0 , rocep9s0"]), &c).unwrap(),
+            Request::Named(vec!["erdma_0".into(), "rocep9s0".into()])
+        );
         // A spec without process or env.
         assert_eq!(from_spec(&json!({"process": {}}), &c).unwrap(), Request::None);
     }
@@ -94,7 +134,9 @@ mod tests {
     fn bad_values_name_their_source() {
         let c = Config::default();
         for bad in ["erdma_0,", "erdma 0", "a/b", ",", "erdma_0;rm"] {
-            let e = from_spec(&env(&[&format!("ERDMA_VISIBLE_DEVICES={bad}")]), &c).unwrap_err().to_string();
+            let e = from_spec(&env(&[&format!("ERDMA_VISIBLE_DEVICES={bad}")]), &c)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(&format!("`{bad}` from ERDMA_VISIBLE_DEVICES")), "{e}");
         }
         // The annotation comes first: a bad one is an error even when the env is fine.
@@ -103,10 +145,16 @@ mod tests {
         // An annotation that is not a string does not ask.
         assert_eq!(from_spec(&json!({"annotations": {ANNOTATION: 1}}), &c).unwrap(), Request::None);
         let bad_default = Config { default_request: "everything!".into(), ..Config::default() };
-        assert!(from_spec(&json!({}), &bad_default).unwrap_err().to_string().contains("default_request"));
+        assert!(from_spec(&json!({}), &bad_default)
+            .unwrap_err()
+            .to_string()
+            .contains("default_request"));
         // The annotation still asks when the env is ignored.
         let no_env = Config { accept_env: false, ..Config::default() };
-        assert_eq!(from_spec(&json!({"annotations": {ANNOTATION: "erdma_1"}}), &no_env).unwrap(), Request::Named(vec!["erdma_1".into()]));
+        assert_eq!(
+            from_spec(&json!({"annotations": {ANNOTATION: "erdma_1"}}), &no_env).unwrap(),
+            Request::Named(vec!["erdma_1".into()])
+        );
         // A container can opt out of a default of `all`.
         let def = Config { default_request: "all".into(), ..Config::default() };
         assert_eq!(from_spec(&env(&["ERDMA_VISIBLE_DEVICES=none"]), &def).unwrap(), Request::None);

@@ -39,17 +39,38 @@ pub enum RuntimeError {
 
 /// Global flags of runc (urfave/cli) and crun (argp) that take a value; any other flag before
 /// the subcommand is a switch (`--debug`, `--systemd-cgroup`, `--help`, `--version`).
-const GLOBAL_VALUE_FLAGS: &[&str] = &["root", "log", "log-format", "log-level", "criu", "rootless", "cgroup-manager"];
+const GLOBAL_VALUE_FLAGS: &[&str] =
+    &["root", "log", "log-format", "log-level", "criu", "rootless", "cgroup-manager"];
 
 /// Flags of `create`/`run` that take a value, so that a value is never taken for the container
 /// id. `config`/`f` is crun's alternative to `config.json` (relative to the bundle).
-const CREATE_VALUE_FLAGS: &[&str] = &["bundle", "b", "console-socket", "pid-file", "preserve-fds", "pidfd-socket", "config", "f"];
+const CREATE_VALUE_FLAGS: &[&str] =
+    &["bundle", "b", "console-socket", "pid-file", "preserve-fds", "pidfd-socket", "config", "f"];
 
 /// Subcommands runc and crun know; anything else is passed through with a warning, as it may
 /// mean we misread a global flag.
 const KNOWN_COMMANDS: &[&str] = &[
-    "checkpoint", "create", "delete", "events", "exec", "features", "help", "h", "init", "kill", "list", "mounts", "pause", "ps", "restore",
-    "resume", "run", "spec", "start", "state", "update",
+    "checkpoint",
+    "create",
+    "delete",
+    "events",
+    "exec",
+    "features",
+    "help",
+    "h",
+    "init",
+    "kill",
+    "list",
+    "mounts",
+    "pause",
+    "ps",
+    "restore",
+    "resume",
+    "run",
+    "spec",
+    "start",
+    "state",
+    "update",
 ];
 
 /// What the arguments say, as far as the wrapper cares.
@@ -92,7 +113,9 @@ pub fn parse(args: &[OsString]) -> Invocation {
             break;
         }
         let (name, value, used) = match flag(a) {
-            Some((name, None)) if GLOBAL_VALUE_FLAGS.contains(&name) => (name, args.get(i + 1).map(OsString::as_os_str), 2),
+            Some((name, None)) if GLOBAL_VALUE_FLAGS.contains(&name) => {
+                (name, args.get(i + 1).map(OsString::as_os_str), 2)
+            }
             Some((name, value)) => (name, value, 1),
             None => break,
         };
@@ -120,9 +143,15 @@ pub fn parse(args: &[OsString]) -> Invocation {
             }
             let (name, value, used) = match flag(a) {
                 Some((name, Some(v))) => (name, Some(v.to_os_string()), 1),
-                Some((name, None)) if CREATE_VALUE_FLAGS.contains(&name) => (name, rest.get(j + 1).cloned(), 2),
+                Some((name, None)) if CREATE_VALUE_FLAGS.contains(&name) => {
+                    (name, rest.get(j + 1).cloned(), 2)
+                }
                 // crun (argp) also takes `-b/path`, glued.
-                Some((name, None)) if name.len() > 1 && name.starts_with('b') && matches!(name.as_bytes()[1], b'/' | b'.') => {
+                Some((name, None))
+                    if name.len() > 1
+                        && name.starts_with('b')
+                        && matches!(name.as_bytes()[1], b'/' | b'.') =>
+                {
                     ("b", Some(OsString::from(&name[1..])), 1)
                 }
                 Some((name, None)) => (name, None, 1),
@@ -152,15 +181,21 @@ fn is_executable(path: &Path) -> Option<std::fs::Metadata> {
 /// The real runtime: a path, or a name looked up on `PATH`, never this wrapper itself (an
 /// `erdma-runtime` installed as `runc` earlier on `PATH` would otherwise exec itself forever).
 pub fn resolve_runtime(name: &str) -> Result<PathBuf, RuntimeError> {
-    let config = std::env::var(crate::config::ENV_PATH).unwrap_or_else(|_| crate::config::DEFAULT_PATH.into());
+    let config = std::env::var(crate::config::ENV_PATH)
+        .unwrap_or_else(|_| crate::config::DEFAULT_PATH.into());
     if name.contains('/') {
         return match is_executable(Path::new(name)) {
             Some(_) => Ok(PathBuf::from(name)),
-            None => Err(RuntimeError::NotFound { name: name.into(), where_: "(no executable file there)".into(), config }),
+            None => Err(RuntimeError::NotFound {
+                name: name.into(),
+                where_: "(no executable file there)".into(),
+                config,
+            }),
         };
     }
     let me = std::fs::metadata("/proc/self/exe").ok().map(|m| (m.dev(), m.ino()));
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
     for dir in std::env::split_paths(&path).filter(|d| !d.as_os_str().is_empty()) {
         let candidate = dir.join(name);
         if let Some(m) = is_executable(&candidate) {
@@ -170,7 +205,11 @@ pub fn resolve_runtime(name: &str) -> Result<PathBuf, RuntimeError> {
             return Ok(candidate);
         }
     }
-    Err(RuntimeError::NotFound { name: name.into(), where_: format!("on PATH ({})", path.to_string_lossy()), config })
+    Err(RuntimeError::NotFound {
+        name: name.into(),
+        where_: format!("on PATH ({})", path.to_string_lossy()),
+        config,
+    })
 }
 
 /// Logging to the config's `log_file`, set up on first use. Setting it up (the log file opened,
@@ -195,7 +234,8 @@ impl Log<'_> {
 fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), RuntimeError> {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
-        None => std::env::current_dir().map_err(|e| Error::io("getting the current directory (the default bundle)", ".")(e))?,
+        None => std::env::current_dir()
+            .map_err(|e| Error::io("getting the current directory (the default bundle)", ".")(e))?,
     };
     if !bundle.is_dir() {
         return Err(RuntimeError::NoBundle(bundle));
@@ -205,7 +245,9 @@ fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), Run
     let id = inv.container_id.as_deref().unwrap_or("?");
     // In place: on error nothing is written and the spec is dropped.
     match crate::hooks::edit_in_place(&mut spec, config)? {
-        None => tracing::debug!("container {id}: does not ask for eRDMA; {} untouched", path.display()),
+        None => {
+            tracing::debug!("container {id}: does not ask for eRDMA; {} untouched", path.display())
+        }
         Some(report) => {
             log.on();
             crate::spec::write_atomic(&path, &spec)?;
@@ -235,7 +277,10 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, RuntimeError> {
             tracing::error!("{}", one_line(e));
         })?;
     } else if unknown {
-        tracing::warn!("unknown subcommand `{}` in {args:?}: passed through without an eRDMA edit", inv.command.as_deref().unwrap_or_default());
+        tracing::warn!(
+            "unknown subcommand `{}` in {args:?}: passed through without an eRDMA edit",
+            inv.command.as_deref().unwrap_or_default()
+        );
     }
     tracing::debug!("exec {} {args:?}", runtime.display());
     let err = std::process::Command::new(&runtime).arg0(&config.runtime).args(args).exec();
@@ -253,7 +298,14 @@ fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
         // toml's Display is a multi-line snippet; its message names the key and the problem.
         match c.downcast_ref::<toml::de::Error>() {
             Some(t) => parts.push(t.message().trim().to_string()),
-            None => parts.push(c.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")),
+            None => parts.push(
+                c.to_string()
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
         }
         cur = c.source();
     }
@@ -298,7 +350,10 @@ fn runtime_log_error(path: &Path, format: Option<&str>, msg: &str) -> std::io::R
 
 /// The current UTC time as RFC 3339 (`2006-01-02T15:04:05Z`), which Go's `time.Time` decodes.
 fn rfc3339_now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     rfc3339(secs)
 }
 
@@ -316,7 +371,12 @@ mod tests {
     }
 
     fn inv(cmd: &str, bundle: Option<&str>, id: Option<&str>) -> Invocation {
-        Invocation { command: Some(cmd.into()), bundle: bundle.map(PathBuf::from), container_id: id.map(String::from), ..Default::default() }
+        Invocation {
+            command: Some(cmd.into()),
+            bundle: bundle.map(PathBuf::from),
+            container_id: id.map(String::from),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -327,12 +387,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("log.json");
         runtime_log_error(&json, Some("json"), "eRDMA needs \"host\" networking").unwrap();
-        let v: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&json).unwrap().trim()).unwrap();
-        assert_eq!((v["level"].as_str(), v["msg"].as_str()), (Some("error"), Some("eRDMA needs \"host\" networking")));
+        let v: serde_json::Value =
+            serde_json::from_str(std::fs::read_to_string(&json).unwrap().trim()).unwrap();
+        assert_eq!(
+            (v["level"].as_str(), v["msg"].as_str()),
+            (Some("error"), Some("eRDMA needs \"host\" networking"))
+        );
         let txt = dir.path().join("log");
         runtime_log_error(&txt, None, "bad \"x\"").unwrap();
         let line = std::fs::read_to_string(&txt).unwrap();
-        assert!(line.starts_with("time=\"") && line.ends_with(" level=error msg=\"bad \\\"x\\\"\"\n"), "{line}");
+        assert!(
+            line.starts_with("time=\"") && line.ends_with(" level=error msg=\"bad \\\"x\\\"\"\n"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -363,17 +430,59 @@ mod tests {
 
     #[test]
     fn global_flags_before_the_subcommand() {
-        let args = ["--root", "/run/x", "--log", "/l.json", "--log-format", "json", "--systemd-cgroup", "create", "--bundle", "/b", "c1"];
-        assert_eq!(p(&args), Invocation { log: Some("/l.json".into()), log_format: Some("json".into()), ..inv("create", Some("/b"), Some("c1")) });
-        let args = ["-root", "/r", "-debug", "--log=/l", "--rootless", "false", "--cgroup-manager=systemd", "run", "c1"];
+        let args = [
+            "--root",
+            "/run/x",
+            "--log",
+            "/l.json",
+            "--log-format",
+            "json",
+            "--systemd-cgroup",
+            "create",
+            "--bundle",
+            "/b",
+            "c1",
+        ];
+        assert_eq!(
+            p(&args),
+            Invocation {
+                log: Some("/l.json".into()),
+                log_format: Some("json".into()),
+                ..inv("create", Some("/b"), Some("c1"))
+            }
+        );
+        let args = [
+            "-root",
+            "/r",
+            "-debug",
+            "--log=/l",
+            "--rootless",
+            "false",
+            "--cgroup-manager=systemd",
+            "run",
+            "c1",
+        ];
         assert_eq!(p(&args), Invocation { log: Some("/l".into()), ..inv("run", None, Some("c1")) });
         // Values that look like subcommands are still values.
-        assert_eq!(p(&["--root", "create", "--log", "run", "state", "c1"]), Invocation { command: Some("state".into()), log: Some("run".into()), ..Default::default() });
+        assert_eq!(
+            p(&["--root", "create", "--log", "run", "state", "c1"]),
+            Invocation {
+                command: Some("state".into()),
+                log: Some("run".into()),
+                ..Default::default()
+            }
+        );
         assert_eq!(p(&["--version"]), Invocation::default());
         assert_eq!(p(&[]), Invocation::default());
-        assert_eq!(p(&["--root", "/r", "delete", "--force", "c1"]).command.as_deref(), Some("delete"));
+        assert_eq!(
+            p(&["--root", "/r", "delete", "--force", "c1"]).command.as_deref(),
+            Some("delete")
+        );
         // Only create and run look for a bundle.
-        assert_eq!(p(&["exec", "-b", "/b", "c1"]), Invocation { command: Some("exec".into()), ..Default::default() });
+        assert_eq!(
+            p(&["exec", "-b", "/b", "c1"]),
+            Invocation { command: Some("exec".into()), ..Default::default() }
+        );
     }
 
     #[test]

@@ -12,9 +12,17 @@ use crate::error::{Error, Result};
 
 pub fn read(path: &Path) -> Result<(Vec<u8>, Value)> {
     let raw = std::fs::read(path).map_err(Error::io("reading", path))?;
-    let spec: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed { what: "OCI spec", path: path.to_path_buf(), reason: e.to_string() })?;
+    let spec: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed {
+        what: "OCI spec",
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     if !spec.is_object() {
-        return Err(Error::Malformed { what: "OCI spec", path: path.to_path_buf(), reason: "not a JSON object".into() });
+        return Err(Error::Malformed {
+            what: "OCI spec",
+            path: path.to_path_buf(),
+            reason: "not a JSON object".into(),
+        });
     }
     Ok((raw, spec))
 }
@@ -42,10 +50,15 @@ pub fn write_atomic(path: &Path, spec: &Value) -> Result<()> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     let dir = path.parent().unwrap_or(Path::new("."));
     let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o644);
-    let mut tmp = tempfile::Builder::new().prefix(".config.json.").tempfile_in(dir).map_err(Error::io("writing", path))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".config.json.")
+        .tempfile_in(dir)
+        .map_err(Error::io("writing", path))?;
     let data = serde_json::to_vec(spec).expect("a Value serialises");
     tmp.write_all(&data).map_err(Error::io("writing", path))?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode)).map_err(Error::io("writing", path))?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(Error::io("writing", path))?;
     match renameat_with(CWD, tmp.path(), CWD, path, RenameFlags::EXCHANGE) {
         // The new spec is in place; the temporary's name now holds the old one. A failure to
         // remove it leaves a stray hidden file in the bundle, not a wrong spec.
@@ -66,9 +79,14 @@ pub fn write_atomic(path: &Path, spec: &Value) -> Result<()> {
 pub fn write_bytes_atomic(path: &Path, data: &[u8]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o644);
-    let mut tmp = tempfile::Builder::new().prefix(".erdma.").tempfile_in(dir).map_err(Error::io("writing", path))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".erdma.")
+        .tempfile_in(dir)
+        .map_err(Error::io("writing", path))?;
     tmp.write_all(data).map_err(Error::io("writing", path))?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode)).map_err(Error::io("writing", path))?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(Error::io("writing", path))?;
     tmp.as_file().sync_all().map_err(Error::io("writing", path))?;
     tmp.persist(path).map_err(|e| Error::io("writing", path)(e.error))?;
     Ok(())
@@ -80,7 +98,10 @@ mod tests {
     use serde_json::json;
 
     fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         v.sort();
         v
     }

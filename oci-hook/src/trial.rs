@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::check::Check;
 use crate::config::{Config, Memlock};
 use crate::discover::Host;
-use crate::check::Check;
 use crate::engine::Engine;
 
 /// What is printed inside the container, section by section. POSIX sh only (busybox too).
@@ -70,13 +70,33 @@ pub fn command_line(opts: &Options, name: &str) -> Vec<String> {
         args.extend([opts.image.clone(), name.into(), "sh".into(), "-c".into(), SCRIPT.into()]);
         return args;
     }
-    let mut args: Vec<String> = vec!["run".into(), "--rm".into(), "--name".into(), name.into(), "--network".into(), "host".into()];
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--rm".into(),
+        "--name".into(),
+        name.into(),
+        "--network".into(),
+        "host".into(),
+    ];
     match (opts.engine, opts.cdi) {
         (_, true) => args.extend(["--device".into(), format!("{}=all", crate::cdi::KIND)]),
-        (Engine::Podman, false) => args.extend(["--annotation".into(), format!("{}=all", crate::request::ANNOTATION)]),
-        _ => args.extend(["--runtime".into(), "erdma".into(), "-e".into(), format!("{}=all", crate::request::ENV)]),
+        (Engine::Podman, false) => {
+            args.extend(["--annotation".into(), format!("{}=all", crate::request::ANNOTATION)])
+        }
+        _ => args.extend([
+            "--runtime".into(),
+            "erdma".into(),
+            "-e".into(),
+            format!("{}=all", crate::request::ENV),
+        ]),
     }
-    args.extend(["--entrypoint".into(), "sh".into(), opts.image.clone(), "-c".into(), SCRIPT.into()]);
+    args.extend([
+        "--entrypoint".into(),
+        "sh".into(),
+        opts.image.clone(),
+        "-c".into(),
+        SCRIPT.into(),
+    ]);
     args
 }
 
@@ -101,11 +121,17 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
     let name = format!("erdma-doctor-{}", std::process::id());
     let args = command_line(opts, &name);
     let started = Instant::now();
-    let out = crate::engine::detect::output_within(Command::new(&opts.program).args(&args), opts.timeout);
+    let out =
+        crate::engine::detect::output_within(Command::new(&opts.program).args(&args), opts.timeout);
     // Removed whatever happened: `--rm` covers a normal exit; a timeout or an engine error may
     // leave it behind.
     let quiet = |args: &[&str]| {
-        let _ = Command::new(&opts.program).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = Command::new(&opts.program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     };
     match opts.engine {
         Engine::Containerd => {
@@ -115,20 +141,39 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
         }
         _ => quiet(&["rm", "-f", &name]),
     }
-    let shown = format!("{} {}", opts.program.display(), args.iter().take_while(|a| **a != opts.image).cloned().collect::<Vec<_>>().join(" ") + " " + &opts.image);
+    let shown = format!(
+        "{} {}",
+        opts.program.display(),
+        args.iter().take_while(|a| **a != opts.image).cloned().collect::<Vec<_>>().join(" ")
+            + " "
+            + &opts.image
+    );
     let out = match out {
         Ok(Some(out)) => out,
         Ok(None) => {
             return vec![Check::fail("container.start", format!("the container did not finish within {} s ({shown})", opts.timeout.as_secs()), "check the engine with a plain `run` of the image; a pull may be slow: pull the image first", json!({"command": shown}))];
         }
-        Err(e) => return vec![Check::fail("container.start", format!("cannot run {}: {e}", opts.program.display()), format!("is {} installed? pass --engine for another", opts.engine.display_name()), json!({"command": shown}))],
+        Err(e) => {
+            return vec![Check::fail(
+                "container.start",
+                format!("cannot run {}: {e}", opts.program.display()),
+                format!("is {} installed? pass --engine for another", opts.engine.display_name()),
+                json!({"command": shown}),
+            )]
+        }
     };
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() || !stdout.contains("@@end") {
         // The engine's error line (`docker: Error response from daemon: …`), not its usage note.
         let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        let last = lines.iter().find(|l| l.to_ascii_lowercase().contains("error")).or(lines.last()).copied().unwrap_or("no message").to_string();
+        let last = lines
+            .iter()
+            .find(|l| l.to_ascii_lowercase().contains("error"))
+            .or(lines.last())
+            .copied()
+            .unwrap_or("no message")
+            .to_string();
         let lower = last.to_ascii_lowercase();
         let hint = match opts.engine {
             // Docker 20.10: "Unknown runtime specified erdma"; 24+: "unknown or invalid runtime name: erdma".
@@ -138,13 +183,32 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
             Engine::Containerd => "check `erdma-oci-hook doctor` above for containerd (`configure containerd`), and that the image can run `sh`".to_string(),
             _ => "check `erdma-oci-hook doctor` above for Podman (`configure podman`, or `cdi generate` with --cdi), and that the image can run `sh`".to_string(),
         };
-        return vec![Check::fail("container.start", format!("the container failed: {last}"), hint, json!({"command": shown, "status": out.status.code(), "stderr": stderr}))];
+        return vec![Check::fail(
+            "container.start",
+            format!("the container failed: {last}"),
+            hint,
+            json!({"command": shown, "status": out.status.code(), "stderr": stderr}),
+        )];
     }
     let took = started.elapsed().as_secs_f64();
-    let mut checks = vec![Check::ok("container.start", format!("{} ran a container of {} ({took:.1} s) and removed it", opts.engine.display_name(), opts.image), json!({"command": shown}))];
+    let mut checks = vec![Check::ok(
+        "container.start",
+        format!(
+            "{} ran a container of {} ({took:.1} s) and removed it",
+            opts.engine.display_name(),
+            opts.image
+        ),
+        json!({"command": shown}),
+    )];
     let section = |name: &str| -> Vec<String> {
         let start = format!("@@{name}");
-        stdout.lines().skip_while(|l| *l != start).skip(1).take_while(|l| !l.starts_with("@@")).map(str::to_string).collect()
+        stdout
+            .lines()
+            .skip_while(|l| *l != start)
+            .skip(1)
+            .take_while(|l| !l.starts_with("@@"))
+            .map(str::to_string)
+            .collect()
     };
     checks.push(devices_check(host, &section("devices")));
     checks.push(memlock_check(config, &section("memlock")));
@@ -159,16 +223,36 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
 fn devices_check(host: Option<&Host>, listed: &[String]) -> Check {
     let listed: Vec<&str> = listed.iter().map(|l| l.trim()).filter(|l| !l.is_empty()).collect();
     let Some(host) = host else {
-        return Check::warn("container.devices", format!("in the container: {}", listed.join(" ")), "the host's devices could not be listed (see above)", json!({"listed": listed}));
+        return Check::warn(
+            "container.devices",
+            format!("in the container: {}", listed.join(" ")),
+            "the host's devices could not be listed (see above)",
+            json!({"listed": listed}),
+        );
     };
-    let want: Vec<String> = host.devices.iter().filter_map(|d| d.uverbs.as_ref()).chain(host.rdma_cm.as_ref()).map(|c| c.path.rsplit('/').next().unwrap_or("").to_string()).collect();
+    let want: Vec<String> = host
+        .devices
+        .iter()
+        .filter_map(|d| d.uverbs.as_ref())
+        .chain(host.rdma_cm.as_ref())
+        .map(|c| c.path.rsplit('/').next().unwrap_or("").to_string())
+        .collect();
     let missing: Vec<&String> = want.iter().filter(|w| !listed.contains(&w.as_str())).collect();
     let details = json!({"expected": want, "listed": listed});
     if want.is_empty() {
-        return Check::fail("container.devices", "this host has no eRDMA device node to give a container", "see the device checks above", details);
+        return Check::fail(
+            "container.devices",
+            "this host has no eRDMA device node to give a container",
+            "see the device checks above",
+            details,
+        );
     }
     if missing.is_empty() {
-        Check::ok("container.devices", format!("/dev/infiniband in the container: {}", want.join(", ")), details)
+        Check::ok(
+            "container.devices",
+            format!("/dev/infiniband in the container: {}", want.join(", ")),
+            details,
+        )
     } else {
         let missing: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
         Check::fail(
@@ -192,7 +276,12 @@ fn memlock_check(config: &Config, lines: &[String]) -> Check {
     } else if got == want {
         Check::warn("container.memlock", format!("memlock in the container: {got} KiB, as the hook config says"), "memlock = \"unlimited\" in the hook config: verbs pin memory, and with too little ibv_reg_mr fails", details)
     } else {
-        Check::fail("container.memlock", format!("memlock in the container: {got}, not {want}"), "the engine did not apply eRDMA's memlock: check its registration above", details)
+        Check::fail(
+            "container.memlock",
+            format!("memlock in the container: {got}, not {want}"),
+            "the engine did not apply eRDMA's memlock: check its registration above",
+            details,
+        )
     }
 }
 
@@ -200,20 +289,38 @@ fn env_check(host: Option<&Host>, lines: &[String]) -> Check {
     let env: Vec<(&str, &str)> = lines.iter().filter_map(|l| l.split_once('=')).collect();
     let details_env: Vec<&String> = lines.iter().collect();
     let Some(host) = host else {
-        return Check::warn("container.nccl-env", "the host's devices could not be listed: the NCCL settings cannot be judged", "see above", json!({"env": details_env}));
+        return Check::warn(
+            "container.nccl-env",
+            "the host's devices could not be listed: the NCCL settings cannot be judged",
+            "see above",
+            json!({"env": details_env}),
+        );
     };
-    let usable: Vec<&crate::discover::RdmaDevice> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
+    let usable: Vec<&crate::discover::RdmaDevice> =
+        host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
     let derived = crate::nccl::derive(host, &usable);
     let wrong: Vec<String> = derived
         .vars
         .iter()
         .filter(|v| !env.iter().any(|(k, val)| *k == v.name && *val == v.value))
-        .map(|v| format!("{}={} (has: {})", v.name, v.value, env.iter().find(|(k, _)| *k == v.name).map(|(_, val)| *val).unwrap_or("unset")))
+        .map(|v| {
+            format!(
+                "{}={} (has: {})",
+                v.name,
+                v.value,
+                env.iter().find(|(k, _)| *k == v.name).map(|(_, val)| *val).unwrap_or("unset")
+            )
+        })
         .collect();
     let details = json!({"env": details_env, "expected": derived.vars});
     if wrong.is_empty() {
-        let set: Vec<String> = derived.vars.iter().map(|v| format!("{}={}", v.name, v.value)).collect();
-        Check::ok("container.nccl-env", format!("NCCL settings in the container: {}", set.join(" ")), details)
+        let set: Vec<String> =
+            derived.vars.iter().map(|v| format!("{}={}", v.name, v.value)).collect();
+        Check::ok(
+            "container.nccl-env",
+            format!("NCCL settings in the container: {}", set.join(" ")),
+            details,
+        )
     } else {
         Check::warn("container.nccl-env", format!("the container's NCCL settings differ from this host's: {}", wrong.join("; ")), "a value the image or job sets wins (env_policy in the hook config); `erdma-oci-hook env` prints what this host calls for", details)
     }
@@ -240,31 +347,74 @@ fn ibv_check(host: Option<&Host>, lines: &[String], provider: bool) -> Check {
         return Check::ok("container.ibv_devinfo", "ibv_devinfo is not in the image (rdma-core's ibverbs-utils / libibverbs-utils): skipped", json!({"present": false}));
     }
     let rc = lines.iter().rev().find_map(|l| l.strip_prefix("rc=")).unwrap_or("?").to_string();
-    let names: Vec<&str> = host.map(|h| h.devices.iter().map(|d| d.name.as_str()).collect()).unwrap_or_default();
+    let names: Vec<&str> =
+        host.map(|h| h.devices.iter().map(|d| d.name.as_str()).collect()).unwrap_or_default();
     let details = json!({"present": true, "output": text, "rc": rc, "expected": names});
-    let shown: Vec<&str> = names.iter().copied().filter(|n| text.lines().any(|l| l.trim() == *n)).collect();
+    let shown: Vec<&str> =
+        names.iter().copied().filter(|n| text.lines().any(|l| l.trim() == *n)).collect();
     if rc == "0" && !names.is_empty() && shown.len() == names.len() {
-        return Check::ok("container.ibv_devinfo", format!("ibv_devinfo in the container lists {}", shown.join(", ")), details);
+        return Check::ok(
+            "container.ibv_devinfo",
+            format!("ibv_devinfo in the container lists {}", shown.join(", ")),
+            details,
+        );
     }
     let why = if rc == "127" || text.contains("not found") || text.contains("No such file") {
         "did not run".to_string()
     } else if text.contains("No IB devices found") || text.contains("0 HCAs found") {
         "found no device".to_string()
     } else {
-        format!("listed {}", if shown.is_empty() { "none of this host's eRDMA devices".to_string() } else { shown.join(", ") })
+        format!(
+            "listed {}",
+            if shown.is_empty() {
+                "none of this host's eRDMA devices".to_string()
+            } else {
+                shown.join(", ")
+            }
+        )
     };
-    let hint = if provider { "the devices are in the container but verbs cannot open them: check the erdma driver and `ibv_devinfo` on the host" } else { "add the erdma provider to the image (see container.provider)" };
-    Check::fail("container.ibv_devinfo", format!("ibv_devinfo in the container {why} (exit {rc}; expected {})", if names.is_empty() { "eRDMA devices".to_string() } else { names.join(", ") }), hint, details)
+    let hint = if provider {
+        "the devices are in the container but verbs cannot open them: check the erdma driver and `ibv_devinfo` on the host"
+    } else {
+        "add the erdma provider to the image (see container.provider)"
+    };
+    Check::fail(
+        "container.ibv_devinfo",
+        format!(
+            "ibv_devinfo in the container {why} (exit {rc}; expected {})",
+            if names.is_empty() { "eRDMA devices".to_string() } else { names.join(", ") }
+        ),
+        hint,
+        details,
+    )
 }
 
 fn nccl_check(found: &[String]) -> Check {
     let libs: Vec<&String> = found.iter().filter(|l| !l.trim().is_empty()).collect();
-    let version = libs.iter().find_map(|l| l.rsplit_once("libnccl.so.").map(|(_, v)| v.to_string()));
+    let version =
+        libs.iter().find_map(|l| l.rsplit_once("libnccl.so.").map(|(_, v)| v.to_string()));
     let details = json!({"libraries": libs, "version": version});
     match version.as_deref().and_then(crate::engine::detect::major_minor) {
-        Some(v) if v >= (2, 19) => Check::ok("container.nccl", format!("NCCL {} in the image", version.as_deref().unwrap_or("")), details),
-        Some(_) => Check::warn("container.nccl", format!("NCCL {} in the image is older than 2.19, which eRDMA needs", version.as_deref().unwrap_or("")), "install NCCL 2.19 or later (`erdma-build build --nccl`)", details),
-        None => Check::warn("container.nccl", "no system NCCL in the image (a PyTorch wheel may bring its own)", "`erdma-build build --nccl` adds NVIDIA's NCCL for the image's CUDA", details),
+        Some(v) if v >= (2, 19) => Check::ok(
+            "container.nccl",
+            format!("NCCL {} in the image", version.as_deref().unwrap_or("")),
+            details,
+        ),
+        Some(_) => Check::warn(
+            "container.nccl",
+            format!(
+                "NCCL {} in the image is older than 2.19, which eRDMA needs",
+                version.as_deref().unwrap_or("")
+            ),
+            "install NCCL 2.19 or later (`erdma-build build --nccl`)",
+            details,
+        ),
+        None => Check::warn(
+            "container.nccl",
+            "no system NCCL in the image (a PyTorch wheel may bring its own)",
+            "`erdma-build build --nccl` adds NVIDIA's NCCL for the image's CUDA",
+            details,
+        ),
     }
 }
 
@@ -274,7 +424,14 @@ mod tests {
 
     #[test]
     fn the_engine_is_asked_as_a_user_would() {
-        let mut o = Options { image: "img:1".into(), engine: Engine::Docker, program: "docker".into(), cdi: false, timeout: Duration::from_secs(60), runtime: None };
+        let mut o = Options {
+            image: "img:1".into(),
+            engine: Engine::Docker,
+            program: "docker".into(),
+            cdi: false,
+            timeout: Duration::from_secs(60),
+            runtime: None,
+        };
         let a = command_line(&o, "n").join(" ");
         assert!(a.starts_with("run --rm --name n --network host --runtime erdma -e ERDMA_VISIBLE_DEVICES=all --entrypoint sh img:1 -c "), "{a}");
         o.engine = Engine::Podman;
@@ -282,7 +439,12 @@ mod tests {
         assert!(a.contains("--annotation com.alibabacloud.erdma.devices=all"), "{a}");
         o.cdi = true;
         assert!(command_line(&o, "n").join(" ").contains("--device aliyun.com/erdma=all"));
-        let c = Options { engine: Engine::Containerd, cdi: false, runtime: Some("/usr/local/bin/erdma-runtime".into()), ..o };
+        let c = Options {
+            engine: Engine::Containerd,
+            cdi: false,
+            runtime: Some("/usr/local/bin/erdma-runtime".into()),
+            ..o
+        };
         let a = command_line(&c, "n").join(" ");
         assert!(a.starts_with("run --rm --net-host --env ERDMA_VISIBLE_DEVICES=all --runc-binary /usr/local/bin/erdma-runtime img:1 n sh -c "), "{a}");
     }
@@ -296,9 +458,20 @@ mod tests {
         assert!(none.hint.unwrap().contains("erdma-build build --base img:1"));
         assert_eq!(ibv_check(None, &lines("absent"), false).status, crate::check::Status::Ok);
         let no_dev = ibv_check(None, &lines("No IB devices found\nrc=255"), true);
-        assert!(no_dev.status == crate::check::Status::Fail && no_dev.message.contains("found no device"), "{}", no_dev.message);
-        assert_eq!(nccl_check(&lines("/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5")).status, crate::check::Status::Ok);
-        assert_eq!(nccl_check(&lines("/usr/lib64/libnccl.so.2.18.3")).status, crate::check::Status::Warn);
+        assert!(
+            no_dev.status == crate::check::Status::Fail
+                && no_dev.message.contains("found no device"),
+            "{}",
+            no_dev.message
+        );
+        assert_eq!(
+            nccl_check(&lines("/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5")).status,
+            crate::check::Status::Ok
+        );
+        assert_eq!(
+            nccl_check(&lines("/usr/lib64/libnccl.so.2.18.3")).status,
+            crate::check::Status::Warn
+        );
         let c = Config::default();
         assert_eq!(memlock_check(&c, &lines("unlimited")).status, crate::check::Status::Ok);
         assert_eq!(memlock_check(&c, &lines("8192")).status, crate::check::Status::Fail);

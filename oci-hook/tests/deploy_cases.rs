@@ -22,9 +22,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{assert_success, bin, copy_tree, dev_nodes, have, is_root, mknod, require, sysfs_fixtures, text};
+use crate::support::{
+    assert_success, bin, copy_tree, dev_nodes, have, is_root, mknod, require, sysfs_fixtures, text,
+};
 
-const MANIFESTS: [&str; 3] = ["erdma-kit-nri.yaml", "erdma-kit-runtimeclass.yaml", "erdma-kit-nri-with-ack.yaml"];
+const MANIFESTS: [&str; 3] =
+    ["erdma-kit-nri.yaml", "erdma-kit-runtimeclass.yaml", "erdma-kit-nri-with-ack.yaml"];
 const IMAGE_BIN: &str = "/opt/erdma/bin";
 
 fn workspace() -> PathBuf {
@@ -105,7 +108,17 @@ fn openapi_v2_protobuf(doc: &Value) -> Vec<u8> {
         }
         if let Some(gvks) = s.get("x-kubernetes-group-version-kind").and_then(Value::as_array) {
             // The extension's value is YAML text in gnostic's Any (kube-openapi parses it back).
-            let yaml: String = gvks.iter().map(|g| format!("- group: \"{}\"\n  kind: {}\n  version: {}\n", g["group"].as_str().unwrap(), g["kind"].as_str().unwrap(), g["version"].as_str().unwrap())).collect();
+            let yaml: String = gvks
+                .iter()
+                .map(|g| {
+                    format!(
+                        "- group: \"{}\"\n  kind: {}\n  version: {}\n",
+                        g["group"].as_str().unwrap(),
+                        g["kind"].as_str().unwrap(),
+                        g["version"].as_str().unwrap()
+                    )
+                })
+                .collect();
             let mut any = Vec::new();
             field(2, yaml.as_bytes(), &mut any);
             field(31, &named("x-kubernetes-group-version-kind", &any), &mut o);
@@ -134,11 +147,26 @@ fn discovery(path: &str) -> Option<Value> {
     let group = |name: &str| json!({"name": name, "versions": [{"groupVersion": format!("{name}/v1"), "version": "v1"}], "preferredVersion": {"groupVersion": format!("{name}/v1"), "version": "v1"}});
     let list = |gv: &str, resources: Vec<Value>| json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources});
     Some(match path {
-        "/api" => json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
-        "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group("apps"), group("node.k8s.io")]}),
-        "/api/v1" => list("v1", vec![resource("namespaces", "namespace", "Namespace", false), resource("configmaps", "configmap", "ConfigMap", true)]),
-        "/apis/apps/v1" => list("apps/v1", vec![resource("daemonsets", "daemonset", "DaemonSet", true)]),
-        "/apis/node.k8s.io/v1" => list("node.k8s.io/v1", vec![resource("runtimeclasses", "runtimeclass", "RuntimeClass", false)]),
+        "/api" => {
+            json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
+        }
+        "/apis" => {
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group("apps"), group("node.k8s.io")]})
+        }
+        "/api/v1" => list(
+            "v1",
+            vec![
+                resource("namespaces", "namespace", "Namespace", false),
+                resource("configmaps", "configmap", "ConfigMap", true),
+            ],
+        ),
+        "/apis/apps/v1" => {
+            list("apps/v1", vec![resource("daemonsets", "daemonset", "DaemonSet", true)])
+        }
+        "/apis/node.k8s.io/v1" => list(
+            "node.k8s.io/v1",
+            vec![resource("runtimeclasses", "runtimeclass", "RuntimeClass", false)],
+        ),
         _ => return None,
     })
 }
@@ -153,7 +181,10 @@ struct FakeApiServer {
 
 impl FakeApiServer {
     fn start() -> FakeApiServer {
-        let doc: Value = serde_json::from_slice(&std::fs::read(workspace().join("testdata/k8s/openapi-v2.json")).unwrap()).unwrap();
+        let doc: Value = serde_json::from_slice(
+            &std::fs::read(workspace().join("testdata/k8s/openapi-v2.json")).unwrap(),
+        )
+        .unwrap();
         let openapi = openapi_v2_protobuf(&doc);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -248,14 +279,18 @@ impl Kubectl {
 }
 
 fn need_kubectl() -> bool {
-    require(have("kubectl"), "kubectl is needed (Debian's kubernetes-client, or any kubectl on PATH)")
+    require(
+        have("kubectl"),
+        "kubectl is needed (Debian's kubernetes-client, or any kubectl on PATH)",
+    )
 }
 
 /// The objects of a manifest file as kubectl sends them.
 fn objects(kubectl: &Kubectl, file: &Path) -> Vec<Value> {
     let out = kubectl.dry_run(file);
     assert_success(&format!("kubectl apply --dry-run=client -f {}", file.display()), &out);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("kubectl's JSON: {e}\n{}", text(&out.stdout)));
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("kubectl's JSON: {e}\n{}", text(&out.stdout)));
     match v["kind"].as_str() {
         Some("List") => v["items"].as_array().unwrap().clone(),
         _ => vec![v],
@@ -271,7 +306,16 @@ fn manifests_pass_kubectl_client_dry_run_with_schema_validation() {
     let kubectl = Kubectl::new(&server);
     for name in MANIFESTS {
         let objs = objects(&kubectl, &manifest(name));
-        let mut kinds: Vec<String> = objs.iter().map(|o| format!("{}/{}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap())).collect();
+        let mut kinds: Vec<String> = objs
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
         kinds.sort();
         let mut want = vec!["ConfigMap/erdma-kit-config", "DaemonSet/erdma-kit"];
         if name.contains("runtimeclass") {
@@ -279,18 +323,41 @@ fn manifests_pass_kubectl_client_dry_run_with_schema_validation() {
         }
         assert_eq!(kinds, want, "{name}");
     }
-    assert!(server.requested("/openapi/v2"), "kubectl validated without reading the schema: {:?}", server.requests.lock().unwrap());
+    assert!(
+        server.requested("/openapi/v2"),
+        "kubectl validated without reading the schema: {:?}",
+        server.requests.lock().unwrap()
+    );
 
     // The schema is really applied: a misspelt field, a wrong type and a missing required
     // field are each refused.
     let tmp = tempfile::tempdir().unwrap();
     let good = std::fs::read_to_string(manifest("erdma-kit-nri.yaml")).unwrap();
     for (what, from, to, expect) in [
-        ("misspelt field", "mountPropagation: HostToContainer", "mountPropogation: HostToContainer", "unknown field \"mountPropogation\" in V1VolumeMount"),
-        ("wrong type", "privileged: true", "privileged: [true]", "invalid type for V1SecurityContext.privileged: got \"array\", expected \"boolean\""),
-        ("missing required field", "handler: erdma", "", "missing required field \"handler\" in V1RuntimeClass"),
+        (
+            "misspelt field",
+            "mountPropagation: HostToContainer",
+            "mountPropogation: HostToContainer",
+            "unknown field \"mountPropogation\" in V1VolumeMount",
+        ),
+        (
+            "wrong type",
+            "privileged: true",
+            "privileged: [true]",
+            "invalid type for V1SecurityContext.privileged: got \"array\", expected \"boolean\"",
+        ),
+        (
+            "missing required field",
+            "handler: erdma",
+            "",
+            "missing required field \"handler\" in V1RuntimeClass",
+        ),
     ] {
-        let src = if what.contains("required") { std::fs::read_to_string(manifest("erdma-kit-runtimeclass.yaml")).unwrap() } else { good.clone() };
+        let src = if what.contains("required") {
+            std::fs::read_to_string(manifest("erdma-kit-runtimeclass.yaml")).unwrap()
+        } else {
+            good.clone()
+        };
         assert!(src.contains(from), "{what}: `{from}` is not in the manifest any more");
         let bad = tmp.path().join("bad.yaml");
         std::fs::write(&bad, src.replacen(from, to, 1)).unwrap();
@@ -309,7 +376,11 @@ fn find<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
 }
 
 fn container<'a>(ds: &'a Value, name: &str) -> Option<&'a Value> {
-    ds["spec"]["template"]["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == name)
+    ds["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
 }
 
 fn strings(v: &Value) -> Vec<&str> {
@@ -333,13 +404,23 @@ fn mounts(ds: &Value, c: &Value) -> BTreeMap<String, (String, bool, String)> {
         .unwrap()
         .iter()
         .map(|m| {
-            let v = volumes.iter().find(|v| v["name"] == m["name"]).unwrap_or_else(|| panic!("mount of an undefined volume {}", m["name"]));
+            let v = volumes
+                .iter()
+                .find(|v| v["name"] == m["name"])
+                .unwrap_or_else(|| panic!("mount of an undefined volume {}", m["name"]));
             let source = match (v["hostPath"]["path"].as_str(), v["configMap"]["name"].as_str()) {
                 (Some(p), _) => p.to_string(),
                 (_, Some(cm)) => format!("configMap:{cm}"),
                 _ => panic!("volume {} is neither hostPath nor configMap", v["name"]),
             };
-            (m["mountPath"].as_str().unwrap().to_string(), (source, m["readOnly"].as_bool().unwrap_or(false), m["mountPropagation"].as_str().unwrap_or("").to_string()))
+            (
+                m["mountPath"].as_str().unwrap().to_string(),
+                (
+                    source,
+                    m["readOnly"].as_bool().unwrap_or(false),
+                    m["mountPropagation"].as_str().unwrap_or("").to_string(),
+                ),
+            )
         })
         .collect()
 }
@@ -348,9 +429,23 @@ fn is_qualified_label_key(key: &str) -> bool {
     // Kubernetes' IsQualifiedName: [prefix/]name, prefix a DNS subdomain, name 1-63 of
     // [A-Za-z0-9_.-] starting and ending alphanumeric.
     let (prefix, name) = key.rsplit_once('/').map(|(p, n)| (Some(p), n)).unwrap_or((None, key));
-    let alnum_ends = |s: &str| s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) && s.chars().last().is_some_and(|c| c.is_ascii_alphanumeric());
-    let name_ok = !name.is_empty() && name.len() <= 63 && alnum_ends(name) && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    let prefix_ok = prefix.is_none_or(|p| p.len() <= 253 && p.split('.').all(|l| !l.is_empty() && l.len() <= 63 && alnum_ends(l) && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')));
+    let alnum_ends = |s: &str| {
+        s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && s.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && alnum_ends(name)
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let prefix_ok = prefix.is_none_or(|p| {
+        p.len() <= 253
+            && p.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && alnum_ends(l)
+                    && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+    });
     name_ok && prefix_ok
 }
 
@@ -361,7 +456,8 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
     }
     let server = FakeApiServer::start();
     let kubectl = Kubectl::new(&server);
-    let all: BTreeMap<&str, Vec<Value>> = MANIFESTS.iter().map(|m| (*m, objects(&kubectl, &manifest(m)))).collect();
+    let all: BTreeMap<&str, Vec<Value>> =
+        MANIFESTS.iter().map(|m| (*m, objects(&kubectl, &manifest(m)))).collect();
     let nri = &all["erdma-kit-nri.yaml"];
     let ds = find(nri, "DaemonSet");
     let pod = &ds["spec"]["template"]["spec"];
@@ -382,25 +478,43 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
     let node = container(ds, "node").unwrap();
     let m = mounts(ds, node);
     assert_eq!(m["/host"], ("/".to_string(), false, "HostToContainer".to_string()));
-    assert_eq!(m["/etc/erdma-kit"], ("configMap:erdma-kit-config".to_string(), true, String::new()));
+    assert_eq!(
+        m["/etc/erdma-kit"],
+        ("configMap:erdma-kit-config".to_string(), true, String::new())
+    );
     let script = format!("{IMAGE_BIN}/erdma-kit-node");
     assert_eq!(strings(&node["command"]), [script.as_str(), "run"]);
     assert_eq!(strings(&node["readinessProbe"]["exec"]["command"]), [script.as_str(), "doctor"]);
-    assert!(node["livenessProbe"].is_null(), "a liveness failure would run preStop and undo the install");
-    assert_eq!(strings(&node["lifecycle"]["preStop"]["exec"]["command"]), [script.as_str(), "stop"]);
+    assert!(
+        node["livenessProbe"].is_null(),
+        "a liveness failure would run preStop and undo the install"
+    );
+    assert_eq!(
+        strings(&node["lifecycle"]["preStop"]["exec"]["command"]),
+        [script.as_str(), "stop"]
+    );
     assert_eq!(env(node, "ERDMA_HOST_ROOT"), Some("/host"));
     assert_eq!(env(node, "ERDMA_MODE"), Some("nri"));
     let cdi = env(node, "ERDMA_CDI_SPEC").unwrap();
-    assert!(erdma_oci_hook::cdi::SPEC_DIRS.iter().any(|d| Path::new(cdi).parent() == Some(Path::new(d))), "{cdi}");
+    assert!(
+        erdma_oci_hook::cdi::SPEC_DIRS
+            .iter()
+            .any(|d| Path::new(cdi).parent() == Some(Path::new(d))),
+        "{cdi}"
+    );
     let config_file = env(node, "ERDMA_CONFIG").unwrap();
     assert!(config_file.starts_with("/etc/erdma-kit/"));
 
     // The hook config parses as the binaries will read it (unknown keys are errors) and is the
     // host's view (the installer copies it to the host for erdma-runtime).
     let cm = find(nri, "ConfigMap");
-    let toml_text = cm["data"][Path::new(config_file).file_name().unwrap().to_str().unwrap()].as_str().unwrap();
+    let toml_text =
+        cm["data"][Path::new(config_file).file_name().unwrap().to_str().unwrap()].as_str().unwrap();
     let config: erdma_oci_hook::config::Config = toml::from_str(toml_text).unwrap();
-    assert_eq!((config.sysfs_root.as_path(), config.dev_root.as_path()), (Path::new("/sys"), Path::new("/dev")));
+    assert_eq!(
+        (config.sysfs_root.as_path(), config.dev_root.as_path()),
+        (Path::new("/sys"), Path::new("/dev"))
+    );
     assert_eq!(config.memlock, erdma_oci_hook::config::Memlock::Unlimited);
 
     // The daemons: narrow mounts at the paths the config and their flags name.
@@ -415,15 +529,29 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
     assert_eq!(ncmd[0], format!("{IMAGE_BIN}/erdma-nri-plugin"));
     let socket = flag(&ncmd, "--socket").unwrap();
     assert_eq!((flag(&ncmd, "--name"), flag(&ncmd, "--idx")), (Some("erdma"), Some("10")));
-    for (c, own) in [(dp, socket_dir), (nri_c, Path::new(socket).parent().unwrap().to_str().unwrap())] {
+    for (c, own) in
+        [(dp, socket_dir), (nri_c, Path::new(socket).parent().unwrap().to_str().unwrap())]
+    {
         let m = mounts(ds, c);
         let name = c["name"].as_str().unwrap();
-        assert_eq!(m[own], (own.to_string(), false, String::new()), "{name}: its socket directory, the host's, writable");
+        assert_eq!(
+            m[own],
+            (own.to_string(), false, String::new()),
+            "{name}: its socket directory, the host's, writable"
+        );
         assert_eq!(m["/sys"], ("/sys".to_string(), true, String::new()), "{name}");
-        assert_eq!(m["/dev/infiniband"], ("/dev/infiniband".to_string(), true, String::new()), "{name}: the nodes under dev_root");
+        assert_eq!(
+            m["/dev/infiniband"],
+            ("/dev/infiniband".to_string(), true, String::new()),
+            "{name}: the nodes under dev_root"
+        );
         assert_eq!(m.len(), 4, "{name}: {m:?}");
         assert!(!m.contains_key("/host"), "{name}");
-        assert_eq!(env(c, erdma_oci_hook::config::ENV_PATH), Some(config_file), "{name}: the same config");
+        assert_eq!(
+            env(c, erdma_oci_hook::config::ENV_PATH),
+            Some(config_file),
+            "{name}: the same config"
+        );
         assert_eq!(c["securityContext"]["privileged"], Value::Null, "{name}");
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]), "{name}");
         assert_eq!(c["image"], node["image"], "{name}: one image");
@@ -451,7 +579,10 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
         let mut n = container(other, "node").unwrap().clone();
         let mut want = node.clone();
         for c in [&mut n, &mut want] {
-            c["env"].as_array_mut().unwrap().retain(|e| e["name"] != "ERDMA_MODE" && e["name"] != "ERDMA_ENGINE");
+            c["env"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|e| e["name"] != "ERDMA_MODE" && e["name"] != "ERDMA_ENGINE");
         }
         assert_eq!(n, want, "the installer container differs beyond its mode");
     }
@@ -460,13 +591,19 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
     assert_eq!(container(rt_ds, "device-plugin"), Some(dp));
     assert!(container(rt_ds, "nri-plugin").is_none());
     let ack_ds = find(ack, "DaemonSet");
-    assert!(container(ack_ds, "device-plugin").is_none(), "beside ACK's plugin, ours must not advertise aliyun/erdma too");
+    assert!(
+        container(ack_ds, "device-plugin").is_none(),
+        "beside ACK's plugin, ours must not advertise aliyun/erdma too"
+    );
     assert_eq!(container(ack_ds, "nri-plugin"), Some(nri_c));
     assert_eq!(env(container(ack_ds, "node").unwrap(), "ERDMA_MODE"), Some("nri"));
 
     // The RuntimeClass: the handler `configure` registers, only on the labelled nodes.
     let rc = find(rt, "RuntimeClass");
-    assert_eq!((rc["metadata"]["name"].as_str(), rc["handler"].as_str()), (Some("erdma"), Some("erdma")));
+    assert_eq!(
+        (rc["metadata"]["name"].as_str(), rc["handler"].as_str()),
+        (Some("erdma"), Some("erdma"))
+    );
     assert_eq!(rc["scheduling"]["nodeSelector"], pod["nodeSelector"]);
 }
 
@@ -515,7 +652,12 @@ fn assert_same_tree(before: &BTreeMap<PathBuf, String>, after: &BTreeMap<PathBuf
             _ => {}
         }
     }
-    diff.extend(after.iter().filter(|(p, _)| !before.contains_key(*p)).map(|(p, a)| format!("+ {} {a}", p.display())));
+    diff.extend(
+        after
+            .iter()
+            .filter(|(p, _)| !before.contains_key(*p))
+            .map(|(p, a)| format!("+ {} {a}", p.display())),
+    );
     assert!(diff.is_empty(), "the host tree is not as it was:\n{}", diff.join("\n"));
 }
 
@@ -525,13 +667,17 @@ fn configmap_toml() -> String {
     let mut lines = text.lines().skip_while(|l| l.trim() != "oci-hook.toml: |").skip(1);
     let first = lines.next().unwrap();
     let indent = first.len() - first.trim_start().len();
-    std::iter::once(first).chain(lines.take_while(|l| l.len() > indent && l[..indent].trim().is_empty())).map(|l| format!("{}\n", &l[indent..])).collect()
+    std::iter::once(first)
+        .chain(lines.take_while(|l| l.len() > indent && l[..indent].trim().is_empty()))
+        .map(|l| format!("{}\n", &l[indent..]))
+        .collect()
 }
 
 /// A copy of `from` at `to`, stripped of its debug info when `strip` is there (the debug
 /// binaries are over 100 MB).
 fn copy_stripped(from: &Path, to: &Path) {
-    let stripped = have("strip") && Command::new("strip").arg("-o").arg(to).arg(from).status().is_ok_and(|s| s.success());
+    let stripped = have("strip")
+        && Command::new("strip").arg("-o").arg(to).arg(from).status().is_ok_and(|s| s.success());
     if !stripped {
         std::fs::copy(from, to).unwrap();
     }
@@ -566,7 +712,11 @@ impl FakeHost {
         std::fs::create_dir_all(root.join("var")).unwrap();
         symlink("/run", root.join("var/run")).unwrap();
         std::fs::create_dir_all(root.join("etc/erdma")).unwrap();
-        std::fs::write(root.join("etc/erdma/oci-hook.toml"), "# the host's own\nlog_level = \"debug\"\n").unwrap();
+        std::fs::write(
+            root.join("etc/erdma/oci-hook.toml"),
+            "# the host's own\nlog_level = \"debug\"\n",
+        )
+        .unwrap();
         std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
         std::fs::write(
             root.join("etc/containerd/config.toml"),
@@ -618,19 +768,26 @@ impl FakeHost {
     }
 
     fn read(&self, path: &str) -> String {
-        std::fs::read_to_string(self.root().join(path.trim_start_matches('/'))).unwrap_or_else(|e| panic!("{path}: {e}"))
+        std::fs::read_to_string(self.root().join(path.trim_start_matches('/')))
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
     fn record(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self.read("/opt/erdma/state/record").lines().map(str::to_string).collect();
+        let mut lines: Vec<String> =
+            self.read("/opt/erdma/state/record").lines().map(str::to_string).collect();
         lines.sort();
         lines
     }
 }
 
 fn need_root_and_chroot() -> bool {
-    require(is_root(), "root is needed to mknod the fixture's nodes and to chroot into the fake host")
-        && require(have("chroot") && have("ldd") && have("sha256sum") && have("flock"), "chroot, ldd, sha256sum and flock are needed")
+    require(
+        is_root(),
+        "root is needed to mknod the fixture's nodes and to chroot into the fake host",
+    ) && require(
+        have("chroot") && have("ldd") && have("sha256sum") && have("flock"),
+        "chroot, ldd, sha256sum and flock are needed",
+    )
 }
 
 #[test]
@@ -638,7 +795,9 @@ fn node_install_then_uninstall_leaves_the_host_as_it_was_root() {
     if !need_root_and_chroot() {
         return;
     }
-    for (mode, engine) in [("nri", None), ("runtime", Some("containerd")), ("runtime", Some("crio"))] {
+    for (mode, engine) in
+        [("nri", None), ("runtime", Some("containerd")), ("runtime", Some("crio"))]
+    {
         let host = FakeHost::new();
         let root = host.root();
         let before = snapshot(&root);
@@ -653,32 +812,63 @@ fn node_install_then_uninstall_leaves_the_host_as_it_was_root() {
         // Between: the binaries, the host's config replaced, the CDI spec under the real /run.
         for b in ["erdma-oci-hook", "erdma-runtime"] {
             let installed = root.join("opt/erdma/bin").join(b);
-            assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(host.dir.path().join("payload").join(b)).unwrap(), "{what}: {b}");
+            assert_eq!(
+                std::fs::read(&installed).unwrap(),
+                std::fs::read(host.dir.path().join("payload").join(b)).unwrap(),
+                "{what}: {b}"
+            );
             assert_eq!(installed.metadata().unwrap().mode() & 0o777, 0o755);
         }
-        assert_eq!(host.read("/opt/erdma/bin/erdma-kit-node"), std::fs::read_to_string(workspace().join("deploy/node/erdma-kit-node")).unwrap());
+        assert_eq!(
+            host.read("/opt/erdma/bin/erdma-kit-node"),
+            std::fs::read_to_string(workspace().join("deploy/node/erdma-kit-node")).unwrap()
+        );
         assert_eq!(host.read("/etc/erdma/oci-hook.toml"), configmap_toml(), "{what}");
         assert!(root.join("var/run").is_symlink(), "the link stays a link");
         let spec: Value = serde_json::from_str(&host.read("/run/cdi/erdma.json")).unwrap();
         assert_eq!(spec["kind"], erdma_oci_hook::cdi::KIND);
-        let names: Vec<&str> = spec["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = spec["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["erdma_0", "erdma_1", "all"], "{what}");
         // Made inside the host root: device paths are the host's, with no hostPath of ours.
-        assert_eq!(spec["devices"][0]["containerEdits"]["deviceNodes"][0], json!({"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192, "permissions": "rw"}));
+        assert_eq!(
+            spec["devices"][0]["containerEdits"]["deviceNodes"][0],
+            json!({"path": "/dev/infiniband/uverbs0", "type": "c", "major": 231, "minor": 192, "permissions": "rw"})
+        );
         match engine {
             Some("containerd") => {
                 let drop_in = host.read("/etc/containerd/conf.d/erdma.toml");
-                assert!(drop_in.contains("BinaryName = \"/opt/erdma/bin/erdma-runtime\""), "{drop_in}");
-                assert!(drop_in.contains("SystemdCgroup = true"), "the runc handler's options are kept: {drop_in}");
+                assert!(
+                    drop_in.contains("BinaryName = \"/opt/erdma/bin/erdma-runtime\""),
+                    "{drop_in}"
+                );
+                assert!(
+                    drop_in.contains("SystemdCgroup = true"),
+                    "the runc handler's options are kept: {drop_in}"
+                );
                 // The import the host's containerd will follow: a host path, not ours.
-                assert!(host.read("/etc/containerd/config.toml").contains("imports = [\"/etc/containerd/conf.d/*.toml\"]"));
+                assert!(host
+                    .read("/etc/containerd/config.toml")
+                    .contains("imports = [\"/etc/containerd/conf.d/*.toml\"]"));
             }
             Some("crio") => {
                 let drop_in = host.read("/etc/crio/crio.conf.d/99-erdma.conf");
-                assert!(drop_in.contains("[crio.runtime.runtimes.erdma]") && drop_in.contains("runtime_path = \"/opt/erdma/bin/erdma-runtime\""), "{drop_in}");
+                assert!(
+                    drop_in.contains("[crio.runtime.runtimes.erdma]")
+                        && drop_in.contains("runtime_path = \"/opt/erdma/bin/erdma-runtime\""),
+                    "{drop_in}"
+                );
             }
             _ => {
-                assert!(!root.join("etc/containerd/conf.d").exists() && !root.join("etc/crio/crio.conf.d").exists(), "NRI mode writes no engine config");
+                assert!(
+                    !root.join("etc/containerd/conf.d").exists()
+                        && !root.join("etc/crio/crio.conf.d").exists(),
+                    "NRI mode writes no engine config"
+                );
                 assert!(log.contains("no NRI socket at /var/run/nri/nri.sock"), "{log}");
             }
         }
@@ -696,7 +886,10 @@ fn node_install_then_uninstall_leaves_the_host_as_it_was_root() {
         let record = host.record();
         host.ok(&["install"], &env);
         assert_eq!(host.record(), record, "{what}: a second install changed the record");
-        let backups = std::fs::read_dir(root.join("etc/containerd")).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains("erdma-backup")).count();
+        let backups = std::fs::read_dir(root.join("etc/containerd"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains("erdma-backup"))
+            .count();
         assert!(backups <= 1, "{what}: {backups} backups of config.toml");
 
         // A device goes: refresh rewrites the spec (and its record), and back.
@@ -710,7 +903,9 @@ fn node_install_then_uninstall_leaves_the_host_as_it_was_root() {
 
         // preStop with uninstall turned off leaves everything.
         let mid = snapshot(&root);
-        assert!(host.ok(&["stop"], &[("ERDMA_UNINSTALL_ON_STOP", "false")]).contains("leaving the host as it is"));
+        assert!(host
+            .ok(&["stop"], &[("ERDMA_UNINSTALL_ON_STOP", "false")])
+            .contains("leaving the host as it is"));
         assert_same_tree(&mid, &snapshot(&root));
 
         let log = host.ok(&["stop"], &env);
@@ -737,9 +932,19 @@ fn node_uninstall_leaves_what_was_changed_since_root() {
     let log = host.ok(&["uninstall"], &[]);
     assert!(log.contains("warning: /etc/erdma/oci-hook.toml changed since it was installed: left in place, its original is /opt/erdma/state/backup/%etc%erdma%oci-hook.toml"), "{log}");
     assert!(log.contains("warning: /opt/erdma/state/backup is not empty"), "{log}");
-    assert_eq!(host.read("/etc/erdma/oci-hook.toml"), "memlock = 8388608\n", "the operator's edit is kept");
-    assert!(host.read("/opt/erdma/state/backup/%etc%erdma%oci-hook.toml").contains("the host's own"), "and so is the original");
-    assert!(!root.join("opt/erdma/bin").exists() && !root.join("run/cdi").exists(), "the rest is gone");
+    assert_eq!(
+        host.read("/etc/erdma/oci-hook.toml"),
+        "memlock = 8388608\n",
+        "the operator's edit is kept"
+    );
+    assert!(
+        host.read("/opt/erdma/state/backup/%etc%erdma%oci-hook.toml").contains("the host's own"),
+        "and so is the original"
+    );
+    assert!(
+        !root.join("opt/erdma/bin").exists() && !root.join("run/cdi").exists(),
+        "the rest is gone"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -749,11 +954,24 @@ fn node_uninstall_leaves_what_was_changed_since_root() {
 fn erdma_build() -> PathBuf {
     // The workspace's test build has it already (builder's tests need the binary): beside this
     // test binary's `deps/`. Built here only when this package's tests run alone.
-    if let Some(built) = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.parent()?.join("erdma-build"))).filter(|p| p.is_file()) {
+    if let Some(built) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("erdma-build")))
+        .filter(|p| p.is_file())
+    {
         return built;
     }
     let out = Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()))
-        .args(["build", "--quiet", "-p", "erdma-build", "--bin", "erdma-build", "--message-format", "json"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "erdma-build",
+            "--bin",
+            "erdma-build",
+            "--message-format",
+            "json",
+        ])
         .current_dir(workspace())
         .stderr(Stdio::inherit())
         .output()
@@ -795,26 +1013,65 @@ fn node_image_builds_offline_on_the_demo_base() {
     eprintln!("scripts/node-image --demo took {:?}", started.elapsed());
 
     // The layout's image: its top layer holds the binaries and the script, byte for byte.
-    let blob = |digest: &str| layout.join("blobs/sha256").join(digest.trim_start_matches("sha256:"));
-    let read_json = |p: PathBuf| -> Value { serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap() };
+    let blob =
+        |digest: &str| layout.join("blobs/sha256").join(digest.trim_start_matches("sha256:"));
+    let read_json = |p: PathBuf| -> Value {
+        serde_json::from_slice(
+            &std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        )
+        .unwrap()
+    };
     let index = read_json(layout.join("index.json"));
-    let m = index["manifests"].as_array().unwrap().iter().find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == "node").expect("the tag");
+    let m = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == "node")
+        .expect("the tag");
     let manifest = read_json(blob(m["digest"].as_str().unwrap()));
-    let layer = blob(manifest["layers"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap());
+    let layer =
+        blob(manifest["layers"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap());
     let list = Command::new("tar").arg("-tzf").arg(&layer).output().unwrap();
     assert_success("tar -t", &list);
-    let entries: Vec<String> = text(&list.stdout).lines().map(|l| l.trim_start_matches("./").to_string()).collect();
-    for b in ["erdma-oci-hook", "erdma-runtime", "erdma-device-plugin", "erdma-nri-plugin", "erdma-kit-node"] {
+    let entries: Vec<String> =
+        text(&list.stdout).lines().map(|l| l.trim_start_matches("./").to_string()).collect();
+    for b in [
+        "erdma-oci-hook",
+        "erdma-runtime",
+        "erdma-device-plugin",
+        "erdma-nri-plugin",
+        "erdma-kit-node",
+    ] {
         let path = format!("{}/{b}", IMAGE_BIN.trim_start_matches('/'));
         assert!(entries.contains(&path), "{path} not in the layer: {entries:?}");
         let content = Command::new("tar").arg("-xzOf").arg(&layer).arg(&path).output().unwrap();
-        let want = if b == "erdma-kit-node" { workspace().join("deploy/node/erdma-kit-node") } else { bins.join(b) };
-        assert!(content.stdout == std::fs::read(&want).unwrap(), "{path} differs from {}", want.display());
+        let want = if b == "erdma-kit-node" {
+            workspace().join("deploy/node/erdma-kit-node")
+        } else {
+            bins.join(b)
+        };
+        assert!(
+            content.stdout == std::fs::read(&want).unwrap(),
+            "{path} differs from {}",
+            want.display()
+        );
     }
-    assert!(entries.iter().any(|e| e == "var/lib/dpkg/info/erdma-kit-node.list"), "installed the dpkg way");
+    assert!(
+        entries.iter().any(|e| e == "var/lib/dpkg/info/erdma-kit-node.list"),
+        "installed the dpkg way"
+    );
     let config = read_json(blob(manifest["config"]["digest"].as_str().unwrap()));
     let env: Vec<&str> = strings(&config["config"]["Env"]);
     assert!(env.iter().any(|e| e.starts_with("PATH=/opt/erdma/bin:")), "{env:?}");
-    assert!(!env.iter().any(|e| e.starts_with("NCCL_")), "no NCCL presets in the node image: {env:?}");
-    assert!(config["config"]["Labels"]["com.alibabacloud.erdma.unsigned-packages"].as_str().is_some_and(|l| l.contains("erdma-kit-node")), "{}", config["config"]["Labels"]);
+    assert!(
+        !env.iter().any(|e| e.starts_with("NCCL_")),
+        "no NCCL presets in the node image: {env:?}"
+    );
+    assert!(
+        config["config"]["Labels"]["com.alibabacloud.erdma.unsigned-packages"]
+            .as_str()
+            .is_some_and(|l| l.contains("erdma-kit-node")),
+        "{}",
+        config["config"]["Labels"]
+    );
 }

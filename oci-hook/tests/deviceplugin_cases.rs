@@ -17,7 +17,10 @@ struct TestKubelet(mpsc::Sender<pb::RegisterRequest>);
 
 #[tonic::async_trait]
 impl pb::registration_server::Registration for TestKubelet {
-    async fn register(&self, req: tonic::Request<pb::RegisterRequest>) -> Result<tonic::Response<pb::Empty>, tonic::Status> {
+    async fn register(
+        &self,
+        req: tonic::Request<pb::RegisterRequest>,
+    ) -> Result<tonic::Response<pb::Empty>, tonic::Status> {
         let _ = self.0.send(req.into_inner()).await;
         Ok(tonic::Response::new(pb::Empty {}))
     }
@@ -39,7 +42,12 @@ fn start_kubelet(dir: &Path, tx: mpsc::Sender<pb::RegisterRequest>) -> tokio::ta
 
 /// The next `ListAndWatch` update (within 10 s).
 async fn next(s: &mut tonic::Streaming<pb::ListAndWatchResponse>) -> Vec<pb::Device> {
-    tokio::time::timeout(Duration::from_secs(10), s.message()).await.expect("a ListAndWatch update").unwrap().unwrap().devices
+    tokio::time::timeout(Duration::from_secs(10), s.message())
+        .await
+        .expect("a ListAndWatch update")
+        .unwrap()
+        .unwrap()
+        .devices
 }
 
 fn health(devices: &[pb::Device]) -> Vec<(String, String)> {
@@ -67,14 +75,24 @@ fn device_plugin_registers_streams_health_and_allocates_root() {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect("the plugin registers").unwrap();
-        assert_eq!((reg.version.as_str(), reg.endpoint.as_str(), reg.resource_name.as_str()), ("v1beta1", "erdma.sock", "aliyun/erdma"));
+        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("the plugin registers")
+            .unwrap();
+        assert_eq!(
+            (reg.version.as_str(), reg.endpoint.as_str(), reg.resource_name.as_str()),
+            ("v1beta1", "erdma.sock", "aliyun/erdma")
+        );
         assert!(reg.options.unwrap().get_preferred_allocation_available);
 
         let channel = erdma_oci_hook::kubelet::unix_channel(&dir.join("erdma.sock")).await.unwrap();
         let mut plugin = pb::device_plugin_client::DevicePluginClient::new(channel);
         let mut stream = plugin.list_and_watch(pb::Empty {}).await.unwrap().into_inner();
-        let all_healthy: Vec<(String, String)> = ["erdma_0-0", "erdma_0-1", "erdma_1-0", "erdma_1-1"].iter().map(|i| (i.to_string(), "Healthy".to_string())).collect();
+        let all_healthy: Vec<(String, String)> =
+            ["erdma_0-0", "erdma_0-1", "erdma_1-0", "erdma_1-1"]
+                .iter()
+                .map(|i| (i.to_string(), "Healthy".to_string()))
+                .collect();
         assert_eq!(health(&next(&mut stream).await), all_healthy);
 
         // erdma_1's port goes DOWN, then comes back: kubelet is told each time.
@@ -82,34 +100,78 @@ fn device_plugin_registers_streams_health_and_allocates_root() {
         let up = std::fs::read_to_string(&state).unwrap();
         std::fs::write(&state, "1: DOWN\n").unwrap();
         let down = health(&next(&mut stream).await);
-        assert_eq!(down.iter().filter(|(_, h)| h == "Unhealthy").map(|(i, _)| i.as_str()).collect::<Vec<_>>(), ["erdma_1-0", "erdma_1-1"]);
-        let refused = plugin.allocate(pb::AllocateRequest { container_requests: vec![pb::ContainerAllocateRequest { devices_ids: vec!["erdma_1-0".into()] }] }).await.unwrap_err();
+        assert_eq!(
+            down.iter()
+                .filter(|(_, h)| h == "Unhealthy")
+                .map(|(i, _)| i.as_str())
+                .collect::<Vec<_>>(),
+            ["erdma_1-0", "erdma_1-1"]
+        );
+        let refused = plugin
+            .allocate(pb::AllocateRequest {
+                container_requests: vec![pb::ContainerAllocateRequest {
+                    devices_ids: vec!["erdma_1-0".into()],
+                }],
+            })
+            .await
+            .unwrap_err();
         assert!(refused.message().contains("erdma_1 is unhealthy"), "{refused:?}");
         std::fs::write(&state, up).unwrap();
         assert_eq!(health(&next(&mut stream).await), all_healthy);
 
         // Allocate: the device's uverbs node and rdma_cm, and the NCCL settings for it.
-        let a = plugin.allocate(pb::AllocateRequest { container_requests: vec![pb::ContainerAllocateRequest { devices_ids: vec!["erdma_0-1".into()] }] }).await.unwrap().into_inner();
-        let c = &a.container_responses[0];
-        let nodes: Vec<(&str, String)> = c.devices.iter().map(|d| (d.container_path.as_str(), d.host_path.clone())).collect();
-        assert_eq!(nodes, [("/dev/infiniband/uverbs0", f.dev.join("infiniband/uverbs0").display().to_string()), ("/dev/infiniband/rdma_cm", f.dev.join("infiniband/rdma_cm").display().to_string())]);
-        assert!(c.devices.iter().all(|d| d.permissions == "rw"));
-        assert_eq!(c.envs.get("ERDMA_VISIBLE_DEVICES").map(String::as_str), Some("erdma_0"));
-        assert_eq!(c.envs.get("NCCL_IB_HCA").map(String::as_str), Some("=erdma_0:1"), "{:?}", c.envs);
-        let p = plugin
-            .get_preferred_allocation(pb::PreferredAllocationRequest {
-                container_requests: vec![pb::ContainerPreferredAllocationRequest { available_device_i_ds: all_healthy.iter().map(|(i, _)| i.clone()).collect(), must_include_device_i_ds: vec![], allocation_size: 2 }],
+        let a = plugin
+            .allocate(pb::AllocateRequest {
+                container_requests: vec![pb::ContainerAllocateRequest {
+                    devices_ids: vec!["erdma_0-1".into()],
+                }],
             })
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(p.container_responses[0].device_i_ds, ["erdma_0-0", "erdma_1-0"], "distinct devices first");
+        let c = &a.container_responses[0];
+        let nodes: Vec<(&str, String)> =
+            c.devices.iter().map(|d| (d.container_path.as_str(), d.host_path.clone())).collect();
+        assert_eq!(
+            nodes,
+            [
+                ("/dev/infiniband/uverbs0", f.dev.join("infiniband/uverbs0").display().to_string()),
+                ("/dev/infiniband/rdma_cm", f.dev.join("infiniband/rdma_cm").display().to_string())
+            ]
+        );
+        assert!(c.devices.iter().all(|d| d.permissions == "rw"));
+        assert_eq!(c.envs.get("ERDMA_VISIBLE_DEVICES").map(String::as_str), Some("erdma_0"));
+        assert_eq!(
+            c.envs.get("NCCL_IB_HCA").map(String::as_str),
+            Some("=erdma_0:1"),
+            "{:?}",
+            c.envs
+        );
+        let p = plugin
+            .get_preferred_allocation(pb::PreferredAllocationRequest {
+                container_requests: vec![pb::ContainerPreferredAllocationRequest {
+                    available_device_i_ds: all_healthy.iter().map(|(i, _)| i.clone()).collect(),
+                    must_include_device_i_ds: vec![],
+                    allocation_size: 2,
+                }],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            p.container_responses[0].device_i_ds,
+            ["erdma_0-0", "erdma_1-0"],
+            "distinct devices first"
+        );
 
         // kubelet restarts: it removes the plugins' sockets and makes its own anew.
         kubelet.abort();
         let _ = std::fs::remove_file(dir.join("erdma.sock"));
         let _kubelet = start_kubelet(&dir, tx);
-        let again = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect("the plugin registers again").unwrap();
+        let again = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("the plugin registers again")
+            .unwrap();
         assert_eq!(again.endpoint, "erdma.sock");
         assert!(dir.join("erdma.sock").exists(), "serving again");
         let _ = child.kill().await;
@@ -135,7 +197,11 @@ fn device_plugin_refuses_to_advertise_beside_acks_plugin() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("1732000000-erdma.sock is ACK's eRDMA device plugin") && err.contains("--resource"), "{err}");
+    assert!(
+        err.contains("1732000000-erdma.sock is ACK's eRDMA device plugin")
+            && err.contains("--resource"),
+        "{err}"
+    );
     assert!(!dir.join("erdma.sock").exists(), "nothing served");
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -151,7 +217,10 @@ fn device_plugin_refuses_to_advertise_beside_acks_plugin() {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect("the plugin registers").unwrap();
+        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("the plugin registers")
+            .unwrap();
         assert_eq!(reg.resource_name, "example.com/erdma");
     });
 }

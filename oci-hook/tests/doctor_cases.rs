@@ -17,7 +17,15 @@ use serde_json::{json, Value};
 use crate::support::{assert_success, bin, is_root, require, text, Fixture};
 
 /// (scenario, exit status doctor must give with no engine installed and no CDI spec).
-const SCENARIOS: &[(&str, i32)] = &[("one", 0), ("two", 0), ("four", 0), ("missing-uverbs", 1), ("port-down", 1), ("mlx5-beside", 0), ("none", 1)];
+const SCENARIOS: &[(&str, i32)] = &[
+    ("one", 0),
+    ("two", 0),
+    ("four", 0),
+    ("missing-uverbs", 1),
+    ("port-down", 1),
+    ("mlx5-beside", 0),
+    ("none", 1),
+];
 
 /// The engines' configs and CDI directories doctor is pointed at, under the fixture's directory
 /// (nothing there until a test writes it: every engine "not installed").
@@ -81,10 +89,16 @@ fn doctor_on(f: &Fixture, extra: &[&str], path: &std::ffi::OsStr, engine_root: &
 fn doctor_json(f: &Fixture) -> (Value, Output) {
     let out = doctor(f, &["--json"]);
     assert!(out.stderr.is_empty(), "doctor wrote to stderr: {}", text(&out.stderr));
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("--json output is not JSON ({e}): {}", text(&out.stdout)));
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("--json output is not JSON ({e}): {}", text(&out.stdout)));
     let checks = report["checks"].as_array().expect("checks array");
     let ready = report["ready"].as_bool().expect("ready");
-    assert_eq!(out.status.code(), Some(if ready { 0 } else { 1 }), "exit status against ready: {}", text(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(if ready { 0 } else { 1 }),
+        "exit status against ready: {}",
+        text(&out.stdout)
+    );
     let mut ids = std::collections::BTreeSet::new();
     let mut count = std::collections::BTreeMap::new();
     for c in checks {
@@ -92,21 +106,36 @@ fn doctor_json(f: &Fixture) -> (Value, Output) {
         assert!(ids.insert(id.to_string()), "duplicate check id {id}");
         let status = c["status"].as_str().expect("status");
         assert!(["ok", "warn", "fail"].contains(&status), "{id}: status {status}");
-        assert!(c["message"].as_str().is_some_and(|m| !m.is_empty() && !m.contains('\n')), "{id}: message must be one line");
+        assert!(
+            c["message"].as_str().is_some_and(|m| !m.is_empty() && !m.contains('\n')),
+            "{id}: message must be one line"
+        );
         assert_eq!(c["hint"].is_string(), status != "ok", "{id}: a hint exactly when not ok");
-        assert!(c["hint"].as_str().is_none_or(|h| !h.contains('\n')), "{id}: hint must be one line");
+        assert!(
+            c["hint"].as_str().is_none_or(|h| !h.contains('\n')),
+            "{id}: hint must be one line"
+        );
         assert!(c["details"].is_object(), "{id}: details");
         *count.entry(status.to_string()).or_insert(0) += 1;
     }
     for (k, status) in [("ok", "ok"), ("warn", "warn"), ("fail", "fail")] {
-        assert_eq!(report["summary"][k], json!(count.get(status).copied().unwrap_or(0)), "summary.{k}");
+        assert_eq!(
+            report["summary"][k],
+            json!(count.get(status).copied().unwrap_or(0)),
+            "summary.{k}"
+        );
     }
     assert_eq!(ready, !count.contains_key("fail"));
     (report, out)
 }
 
 fn check<'a>(report: &'a Value, id: &str) -> &'a Value {
-    report["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no check {id} in {report:#}"))
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no check {id} in {report:#}"))
 }
 
 fn ids(report: &Value) -> Vec<&str> {
@@ -114,14 +143,25 @@ fn ids(report: &Value) -> Vec<&str> {
 }
 
 fn regex_escape(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '/' || c == '_' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
 }
 
 /// Snapshot settings hiding the fixture's directory and the directory of the binaries.
 fn settings(f: &Fixture) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
     s.add_filter(&regex_escape(&f.dir.path().display().to_string()), "[FIXTURE]");
-    s.add_filter(&regex_escape(&bin("erdma-oci-hook").parent().unwrap().display().to_string()), "[BIN]");
+    s.add_filter(
+        &regex_escape(&bin("erdma-oci-hook").parent().unwrap().display().to_string()),
+        "[BIN]",
+    );
     s
 }
 
@@ -132,12 +172,22 @@ fn root() -> bool {
 /// Runs the real `configure ENGINE --config PATH` with the fixture's hook config; erdma-runtime
 /// defaults to the one beside the binary, which exists.
 fn configure(f: &Fixture, engine: &str, path: &Path) {
-    let out = f.command("erdma-oci-hook").args(["configure", engine, "--config"]).arg(path).output().unwrap();
+    let out = f
+        .command("erdma-oci-hook")
+        .args(["configure", engine, "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
     assert_success(&format!("configure {engine}"), &out);
 }
 
 fn cdi_generate(f: &Fixture, output: &Path) {
-    let out = f.command("erdma-oci-hook").args(["cdi", "generate", "--output"]).arg(output).output().unwrap();
+    let out = f
+        .command("erdma-oci-hook")
+        .args(["cdi", "generate", "--output"])
+        .arg(output)
+        .output()
+        .unwrap();
     assert_success("cdi generate", &out);
 }
 
@@ -155,25 +205,50 @@ fn doctor_on_each_fixture_host_root() {
         assert!(human.stderr.is_empty(), "{scenario}: {}", text(&human.stderr));
         let lines = text(&human.stdout);
         // One line per check, an indented hint under each that is not ok, one summary line.
-        let hints = report["checks"].as_array().unwrap().iter().filter(|c| c["status"] != "ok").count();
-        assert_eq!(lines.lines().count(), report["checks"].as_array().unwrap().len() + hints + 1, "{scenario}: {lines}");
-        assert!(lines.lines().last().unwrap().starts_with(if code == 0 { "ready" } else { "not ready" }), "{scenario}: {lines}");
+        let hints =
+            report["checks"].as_array().unwrap().iter().filter(|c| c["status"] != "ok").count();
+        assert_eq!(
+            lines.lines().count(),
+            report["checks"].as_array().unwrap().len() + hints + 1,
+            "{scenario}: {lines}"
+        );
+        assert!(
+            lines.lines().last().unwrap().starts_with(if code == 0 {
+                "ready"
+            } else {
+                "not ready"
+            }),
+            "{scenario}: {lines}"
+        );
 
         // Nothing is installed: engines are not a failure, and get no memlock line.
         for e in ["docker", "containerd", "crio", "podman"] {
             assert_eq!(check(&report, &format!("engine.{e}"))["status"], "ok", "{scenario}");
-            assert!(check(&report, &format!("engine.{e}"))["message"].as_str().unwrap().contains("not installed"));
+            assert!(check(&report, &format!("engine.{e}"))["message"]
+                .as_str()
+                .unwrap()
+                .contains("not installed"));
             assert!(!ids(&report).contains(&format!("memlock.{e}").as_str()));
         }
-        assert_eq!(check(&report, "cdi")["status"], "warn", "{scenario}: a missing CDI spec is only a warning");
+        assert_eq!(
+            check(&report, "cdi")["status"],
+            "warn",
+            "{scenario}: a missing CDI spec is only a warning"
+        );
         let peermem = ["two", "four", "mlx5-beside"].contains(&scenario);
-        assert_eq!(check(&report, "nvidia_peermem")["status"], if peermem { "ok" } else { "warn" }, "{scenario}");
+        assert_eq!(
+            check(&report, "nvidia_peermem")["status"],
+            if peermem { "ok" } else { "warn" },
+            "{scenario}"
+        );
         assert_eq!(check(&report, "nvidia_peermem")["details"]["loaded"], json!(peermem));
         let driver = check(&report, "driver");
         if scenario == "none" {
             assert_eq!(driver["status"], "fail");
             assert_eq!(check(&report, "devices")["status"], "fail");
-            assert!(!ids(&report).iter().any(|i| i.starts_with("port.") || i.starts_with("uverbs.") || *i == "mtu"));
+            assert!(!ids(&report)
+                .iter()
+                .any(|i| i.starts_with("port.") || i.starts_with("uverbs.") || *i == "mtu"));
         } else {
             assert_eq!(driver["status"], "ok", "{scenario}");
             let version = std::fs::read_to_string(f.sysfs.join("module/erdma/version")).unwrap();
@@ -199,8 +274,15 @@ fn doctor_names_the_down_port_and_the_missing_node_root() {
     assert_eq!(port["status"], "fail");
     assert_eq!(port["message"], "erdma_0 port 1: PORT_DOWN (1), not PORT_ACTIVE");
     let hint = port["hint"].as_str().unwrap();
-    assert!(hint.contains("secondary ENI") && hint.contains("eth0") && hint.contains("eadm"), "{hint}");
-    assert_eq!(check(&report, "uverbs.erdma_0")["status"], "ok", "a down port does not make the node unusable");
+    assert!(
+        hint.contains("secondary ENI") && hint.contains("eth0") && hint.contains("eadm"),
+        "{hint}"
+    );
+    assert_eq!(
+        check(&report, "uverbs.erdma_0")["status"],
+        "ok",
+        "a down port does not make the node unusable"
+    );
     // The only failure.
     assert_eq!(report["summary"]["fail"], 1);
 
@@ -209,7 +291,13 @@ fn doctor_names_the_down_port_and_the_missing_node_root() {
     assert_eq!(check(&report, "uverbs.erdma_0")["status"], "ok");
     let u1 = check(&report, "uverbs.erdma_1");
     assert_eq!(u1["status"], "fail");
-    assert!(u1["message"].as_str().unwrap().contains(&f.dev.join("infiniband/uverbs1").display().to_string()), "{u1}");
+    assert!(
+        u1["message"]
+            .as_str()
+            .unwrap()
+            .contains(&f.dev.join("infiniband/uverbs1").display().to_string()),
+        "{u1}"
+    );
     assert_eq!(report["summary"]["fail"], 1);
 }
 
@@ -266,7 +354,10 @@ fn doctor_ready_with_docker_configured_and_a_current_cdi_spec_root() {
     cdi_generate(&f, &p.cdi_etc.join("erdma.json"));
     let (report, out) = doctor_json(&f);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
-    assert_eq!(report["summary"], json!({"ok": report["checks"].as_array().unwrap().len(), "warn": 0, "fail": 0}));
+    assert_eq!(
+        report["summary"],
+        json!({"ok": report["checks"].as_array().unwrap().len(), "warn": 0, "fail": 0})
+    );
     let docker = check(&report, "engine.docker");
     assert_eq!(docker["details"]["entry"]["program"], json!(bin("erdma-runtime")));
     assert_eq!(docker["details"]["entry"]["program_exists"], true);
@@ -297,9 +388,15 @@ fn doctor_stale_cdi_spec_fails_and_its_hint_fixes_it_root() {
     assert_eq!(out.status.code(), Some(1));
     let cdi = check(&report, "cdi");
     assert_eq!(cdi["status"], "fail");
-    assert_eq!(cdi["message"], json!(format!("CDI spec {} is stale: its env lacks NCCL_PROTO=^LL128", spec.display())));
+    assert_eq!(
+        cdi["message"],
+        json!(format!("CDI spec {} is stale: its env lacks NCCL_PROTO=^LL128", spec.display()))
+    );
     let hint = cdi["hint"].as_str().unwrap();
-    assert_eq!(hint, format!("regenerate it: `erdma-oci-hook cdi generate --output {}`", spec.display()));
+    assert_eq!(
+        hint,
+        format!("regenerate it: `erdma-oci-hook cdi generate --output {}`", spec.display())
+    );
     assert_eq!(check(&report, "mtu")["status"], "ok", "1400 everywhere is a valid set-up");
     let human = doctor(&f, &[]);
     settings(&f).bind(|| insta::assert_snapshot!("doctor_two_stale_cdi", text(&human.stdout)));
@@ -329,7 +426,11 @@ fn doctor_cdi_duplicate_and_foreign_specs_root() {
     cdi_generate(&f, &p.cdi_etc.join("erdma.json"));
     cdi_generate(&f, &p.cdi_run.join("erdma.json"));
     // Another vendor's spec is not ours and is left alone.
-    std::fs::write(p.cdi_etc.join("nvidia.yaml"), "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n").unwrap();
+    std::fs::write(
+        p.cdi_etc.join("nvidia.yaml"),
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n",
+    )
+    .unwrap();
     let (report, out) = doctor_json(&f);
     assert_eq!(out.status.code(), Some(0));
     let cdi = check(&report, "cdi");
@@ -339,7 +440,11 @@ fn doctor_cdi_duplicate_and_foreign_specs_root() {
 
     std::fs::remove_file(p.cdi_run.join("erdma.json")).unwrap();
     std::fs::remove_file(p.cdi_etc.join("erdma.json")).unwrap();
-    std::fs::write(p.cdi_etc.join("erdma.yaml"), "cdiVersion: 0.5.0\nkind: aliyun.com/erdma\ndevices:\n  - name: erdma_0\n").unwrap();
+    std::fs::write(
+        p.cdi_etc.join("erdma.yaml"),
+        "cdiVersion: 0.5.0\nkind: aliyun.com/erdma\ndevices:\n  - name: erdma_0\n",
+    )
+    .unwrap();
     let (report, _) = doctor_json(&f);
     let cdi = check(&report, "cdi");
     assert_eq!(cdi["status"], "warn");
@@ -367,8 +472,14 @@ fn doctor_with_every_engine_configured_root() {
     }
     // Each entry is found where configure put it: containerd's through the import it added.
     let entry = |e: &str| check(&report, &format!("engine.{e}"))["details"]["entry"].clone();
-    assert_eq!(entry("containerd")["file"], json!(f.dir.path().join("etc/containerd/conf.d/erdma.toml")));
-    assert_eq!(entry("crio")["file"], json!(f.dir.path().join("etc/crio/crio.conf.d/99-erdma.conf")));
+    assert_eq!(
+        entry("containerd")["file"],
+        json!(f.dir.path().join("etc/containerd/conf.d/erdma.toml"))
+    );
+    assert_eq!(
+        entry("crio")["file"],
+        json!(f.dir.path().join("etc/crio/crio.conf.d/99-erdma.conf"))
+    );
     assert_eq!(entry("podman")["program"], json!(bin("erdma-oci-hook")));
     let human = doctor(&f, &[]);
     settings(&f).bind(|| insta::assert_snapshot!("doctor_two_all_engines", text(&human.stdout)));
@@ -393,7 +504,10 @@ fn doctor_engines_installed_but_not_registered_root() {
     let f = Fixture::new("one", "");
     let p = paths(&f);
     for (path, content) in [
-        (&p.docker, r#"{"default-ulimits": {"memlock": {"Name": "memlock", "Hard": -1, "Soft": -1}}}"#),
+        (
+            &p.docker,
+            r#"{"default-ulimits": {"memlock": {"Name": "memlock", "Hard": -1, "Soft": -1}}}"#,
+        ),
         (&p.containerd, "version = 2\n"),
         (&p.crio, "[crio.runtime]\ndefault_runtime = \"runc\"\n"),
     ] {
@@ -406,31 +520,58 @@ fn doctor_engines_installed_but_not_registered_root() {
     for e in ["docker", "containerd", "crio", "podman"] {
         let c = check(&report, &format!("engine.{e}"));
         assert_eq!(c["status"], "warn", "{c}");
-        assert!(c["hint"].as_str().unwrap().contains(&format!("erdma-oci-hook configure {e} --config ")), "{c}");
+        assert!(
+            c["hint"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("erdma-oci-hook configure {e} --config ")),
+            "{c}"
+        );
     }
     // Docker's default-ulimits already give every container an unlimited memlock.
     let docker = check(&report, "memlock.docker");
-    assert_eq!((docker["status"].as_str(), docker["details"]["source"].as_str()), (Some("ok"), Some("default-ulimits")));
+    assert_eq!(
+        (docker["status"].as_str(), docker["details"]["source"].as_str()),
+        (Some("ok"), Some("default-ulimits"))
+    );
     for e in ["containerd", "crio", "podman"] {
         let m = check(&report, &format!("memlock.{e}"));
-        assert_eq!((m["status"].as_str(), m["details"]["source"].as_str()), (Some("warn"), Some("engine-default")), "{m}");
+        assert_eq!(
+            (m["status"].as_str(), m["details"]["source"].as_str()),
+            (Some("warn"), Some("engine-default")),
+            "{m}"
+        );
     }
     let human = doctor(&f, &[]);
-    settings(&f).bind(|| insta::assert_snapshot!("doctor_one_engines_not_registered", text(&human.stdout)));
+    settings(&f)
+        .bind(|| insta::assert_snapshot!("doctor_one_engines_not_registered", text(&human.stdout)));
 
     // Registered with a runtime that is not there: a failure.
-    std::fs::write(&p.docker, r#"{"runtimes": {"erdma": {"path": "/nonexistent/erdma-runtime"}}}"#).unwrap();
+    std::fs::write(&p.docker, r#"{"runtimes": {"erdma": {"path": "/nonexistent/erdma-runtime"}}}"#)
+        .unwrap();
     let (report, out) = doctor_json(&f);
     assert_eq!(out.status.code(), Some(1));
     let c = check(&report, "engine.docker");
-    assert_eq!(c["message"], json!(format!("Docker: runtime `erdma` in {} runs /nonexistent/erdma-runtime, which does not exist", p.docker.display())));
+    assert_eq!(
+        c["message"],
+        json!(format!(
+            "Docker: runtime `erdma` in {} runs /nonexistent/erdma-runtime, which does not exist",
+            p.docker.display()
+        ))
+    );
     // A config that does not parse is a failed check, not a usage error.
     std::fs::write(&p.docker, "{not json").unwrap();
     let (report, out) = doctor_json(&f);
     assert_eq!(out.status.code(), Some(1));
     let c = check(&report, "engine.docker");
     assert_eq!(c["status"], "fail");
-    assert!(c["message"].as_str().unwrap().starts_with(&format!("Docker: malformed Docker daemon config {}", p.docker.display())), "{c}");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("Docker: malformed Docker daemon config {}", p.docker.display())),
+        "{c}"
+    );
     assert!(!ids(&report).contains(&"memlock.docker"));
 }
 
@@ -442,7 +583,11 @@ fn doctor_usage_and_config_errors_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(out.stdout.is_empty(), "no report without a config");
     let err = text(&out.stderr);
-    assert!(err.starts_with(&format!("error: invalid config {}", f.config_path.display())) && err.contains("memlok"), "{err}");
+    assert!(
+        err.starts_with(&format!("error: invalid config {}", f.config_path.display()))
+            && err.contains("memlok"),
+        "{err}"
+    );
     assert!(err.contains(&format!("hint: fix {}", f.config_path.display())), "{err}");
 
     f.write_config("");
@@ -480,12 +625,26 @@ fn a_fresh_docker_without_daemon_json_is_a_warning_root() {
     let docker = check(&report, "engine.docker");
     assert_eq!(docker["status"], "warn", "{docker}");
     let msg = docker["message"].as_str().unwrap();
-    assert!(msg.contains("Docker 20.10.24") && msg.contains("does not exist") && msg.contains("no CDI"), "{msg}");
-    assert!(docker["hint"].as_str().unwrap().contains("erdma-oci-hook configure docker"), "{docker}");
+    assert!(
+        msg.contains("Docker 20.10.24") && msg.contains("does not exist") && msg.contains("no CDI"),
+        "{msg}"
+    );
+    assert!(
+        docker["hint"].as_str().unwrap().contains("erdma-oci-hook configure docker"),
+        "{docker}"
+    );
     assert_eq!(docker["details"]["recommended"], "runtime");
-    assert_eq!(check(&report, "memlock.docker")["status"], "warn", "its containers get the daemon's default memlock");
+    assert_eq!(
+        check(&report, "memlock.docker")["status"],
+        "warn",
+        "its containers get the daemon's default memlock"
+    );
     for other in ["containerd", "crio", "podman"] {
-        assert_eq!(check(&report, &format!("engine.{other}"))["status"], "ok", "nothing of {other} is there");
+        assert_eq!(
+            check(&report, &format!("engine.{other}"))["status"],
+            "ok",
+            "nothing of {other} is there"
+        );
     }
     stub("docker", "[ \"$1\" = version ] && { echo 25.0.3; exit 0; }; echo 'Docker version 25.0.3, build 4debf41'");
     let out = doctor_on(&f, &["--json"], stubs.as_os_str(), f.dir.path());
@@ -500,24 +659,41 @@ fn a_fresh_docker_without_daemon_json_is_a_warning_root() {
 /// fixture's configs: each a warning, with the path its version supports.
 #[test]
 fn the_real_engines_of_this_host_are_seen_as_installed_root_daemon() {
-    if !(require(is_root(), "root is needed for the mknod'd device nodes") && require(crate::support::have("docker") && crate::support::have("podman"), "docker.io and podman are needed (run scripts/setup)")) {
+    if !(require(is_root(), "root is needed for the mknod'd device nodes")
+        && require(
+            crate::support::have("docker") && crate::support::have("podman"),
+            "docker.io and podman are needed (run scripts/setup)",
+        ))
+    {
         return;
     }
     let f = Fixture::new("one", "");
     let path = std::env::var_os("PATH").unwrap();
     let out = doctor_on(&f, &["--json"], &path, Path::new("/"));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let real = |cmd: &str, args: &[&str]| text(&std::process::Command::new(cmd).args(args).output().unwrap().stdout);
+    let real = |cmd: &str, args: &[&str]| {
+        text(&std::process::Command::new(cmd).args(args).output().unwrap().stdout)
+    };
     let docker = check(&report, "engine.docker");
     assert_eq!(docker["status"], "warn", "{docker}");
     let server = real("docker", &["version", "--format", "{{.Server.Version}}"]);
     let want = server.trim().split(['+', '~', '-']).next().unwrap().to_string();
-    assert_eq!(docker["details"]["found"]["version"], want.as_str(), "the daemon's version: {docker}");
-    assert!(docker["details"]["found"]["socket"].as_str().is_some_and(|s| s.ends_with("docker.sock")), "{docker}");
+    assert_eq!(
+        docker["details"]["found"]["version"],
+        want.as_str(),
+        "the daemon's version: {docker}"
+    );
+    assert!(
+        docker["details"]["found"]["socket"].as_str().is_some_and(|s| s.ends_with("docker.sock")),
+        "{docker}"
+    );
     let podman = check(&report, "engine.podman");
     assert_eq!(podman["status"], "warn", "{podman}");
     let pv = real("podman", &["--version"]);
-    assert!(pv.contains(podman["details"]["found"]["version"].as_str().unwrap()), "{pv} vs {podman}");
+    assert!(
+        pv.contains(podman["details"]["found"]["version"].as_str().unwrap()),
+        "{pv} vs {podman}"
+    );
     // Podman 4.1+ has CDI.
     assert_eq!(podman["details"]["recommended"], "cdi", "{podman}");
 }

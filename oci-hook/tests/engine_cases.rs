@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{assert_success, bin, busybox_rootfs, have, is_root, require, text, Fixture, BUSYBOX};
+use crate::support::{
+    assert_success, bin, busybox_rootfs, have, is_root, require, text, Fixture, BUSYBOX,
+};
 
 /// A runtime path for the config-file tests (it need not exist there).
 const RUNTIME: &str = "/opt/erdma/bin/erdma-runtime";
@@ -77,7 +79,15 @@ fn settings_for(dir: &Path, label: &str) -> insta::Settings {
 }
 
 fn regex_escape(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '/' || c == '_' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
 }
 
 /// What is checked in all engines: a second run is a no-op with no new backup, and leaves no
@@ -88,30 +98,50 @@ fn assert_idempotent(engine: &str, config: &Path, root: &Path, target: &Path) {
     let out = configure(engine, config, &[]);
     assert_success("second configure", &out);
     assert!(text(&out.stdout).contains("already configured"), "{}", text(&out.stdout));
-    assert!(!text(&out.stderr).contains("restart") && !text(&out.stderr).contains("reload"), "no restart advice without a change: {}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("restart") && !text(&out.stderr).contains("reload"),
+        "no restart advice without a change: {}",
+        text(&out.stderr)
+    );
     assert_eq!(read(target), content, "second run rewrote {}", target.display());
     assert_eq!(listing(root), before, "second run added files");
-    assert!(!listing(root).iter().any(|f| f.contains("/.erdma.") || f.starts_with(".erdma.")), "temporary file left: {:?}", listing(root));
+    assert!(
+        !listing(root).iter().any(|f| f.contains("/.erdma.") || f.starts_with(".erdma.")),
+        "temporary file left: {:?}",
+        listing(root)
+    );
 }
 
 /// `--dry-run` prints a diff and writes nothing; the diff is returned for a snapshot.
 fn dry_run(engine: &str, config: &Path, root: &Path) -> String {
-    let before: Vec<(String, String)> = listing(root).into_iter().map(|f| (f.clone(), read(&root.join(&f)))).collect();
+    let before: Vec<(String, String)> =
+        listing(root).into_iter().map(|f| (f.clone(), read(&root.join(&f)))).collect();
     let out = configure(engine, config, &["--dry-run"]);
     assert_success("configure --dry-run", &out);
-    let after: Vec<(String, String)> = listing(root).into_iter().map(|f| (f.clone(), read(&root.join(&f)))).collect();
+    let after: Vec<(String, String)> =
+        listing(root).into_iter().map(|f| (f.clone(), read(&root.join(&f)))).collect();
     assert_eq!(before, after, "--dry-run wrote something");
     text(&out.stdout)
 }
 
 /// An invalid config is refused with a message naming it, and nothing changes.
 fn assert_refused(engine: &str, config: &Path, root: &Path, what: &str) {
-    let before: Vec<(String, String)> = listing(root).into_iter().map(|f| (f.clone(), read(&root.join(&f)))).collect();
+    let before: Vec<(String, String)> =
+        listing(root).into_iter().map(|f| (f.clone(), read(&root.join(&f)))).collect();
     let out = configure(engine, config, &[]);
-    assert_eq!(out.status.code(), Some(1), "{engine} accepted an invalid config: {}", text(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{engine} accepted an invalid config: {}",
+        text(&out.stdout)
+    );
     let err = text(&out.stderr);
-    assert!(err.contains(what) && err.contains(&config.display().to_string()), "unclear error: {err}");
-    let after: Vec<(String, String)> = listing(root).into_iter().map(|f| (f.clone(), read(&root.join(&f)))).collect();
+    assert!(
+        err.contains(what) && err.contains(&config.display().to_string()),
+        "unclear error: {err}"
+    );
+    let after: Vec<(String, String)> =
+        listing(root).into_iter().map(|f| (f.clone(), read(&root.join(&f)))).collect();
     assert_eq!(before, after, "a refused configure changed files");
 }
 
@@ -123,13 +153,26 @@ fn assert_refused(engine: &str, config: &Path, root: &Path, what: &str) {
 fn check_cdi_schema(spec: &Value) {
     let obj = spec.as_object().expect("spec is an object");
     for k in obj.keys() {
-        assert!(["cdiVersion", "kind", "annotations", "devices", "containerEdits"].contains(&k.as_str()), "unknown spec field {k}");
+        assert!(
+            ["cdiVersion", "kind", "annotations", "devices", "containerEdits"]
+                .contains(&k.as_str()),
+            "unknown spec field {k}"
+        );
     }
     let version = obj["cdiVersion"].as_str().expect("cdiVersion: required string");
-    assert_eq!(version.split('.').filter(|p| p.parse::<u32>().is_ok()).count(), 3, "cdiVersion is not semver: {version}");
+    assert_eq!(
+        version.split('.').filter(|p| p.parse::<u32>().is_ok()).count(),
+        3,
+        "cdiVersion is not semver: {version}"
+    );
     let kind = obj["kind"].as_str().expect("kind: required string");
     let (vendor, class) = kind.split_once('/').expect("kind is vendor/class");
-    assert!(vendor.split('.').all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')), "kind vendor {vendor}");
+    assert!(
+        vendor
+            .split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')),
+        "kind vendor {vendor}"
+    );
     assert!(!class.is_empty() && class.len() <= 63 && !class.contains('/'), "kind class {class}");
     let devices = obj["devices"].as_array().expect("devices: required array");
     assert!(!devices.is_empty(), "a CDI spec needs at least one device");
@@ -137,11 +180,21 @@ fn check_cdi_schema(spec: &Value) {
     for d in devices {
         let d = d.as_object().expect("device is an object");
         for k in d.keys() {
-            assert!(["name", "annotations", "containerEdits"].contains(&k.as_str()), "unknown device field {k}");
+            assert!(
+                ["name", "annotations", "containerEdits"].contains(&k.as_str()),
+                "unknown device field {k}"
+            );
         }
         let name = d["name"].as_str().expect("device name: required string");
-        assert!(name.starts_with(|c: char| c.is_ascii_alphanumeric()) && name.ends_with(|c: char| c.is_ascii_alphanumeric()), "device name {name}");
-        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "device name {name}");
+        assert!(
+            name.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && name.ends_with(|c: char| c.is_ascii_alphanumeric()),
+            "device name {name}"
+        );
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "device name {name}"
+        );
         assert!(names.insert(name.to_string()), "duplicate device {name}");
         check_edits(d.get("containerEdits").expect("device containerEdits: required"));
     }
@@ -153,26 +206,57 @@ fn check_cdi_schema(spec: &Value) {
 fn check_edits(e: &Value) {
     let e = e.as_object().expect("containerEdits is an object");
     for k in e.keys() {
-        assert!(["env", "deviceNodes", "mounts", "hooks", "intelRdt", "additionalGids", "netDevices"].contains(&k.as_str()), "unknown edit {k}");
+        assert!(
+            ["env", "deviceNodes", "mounts", "hooks", "intelRdt", "additionalGids", "netDevices"]
+                .contains(&k.as_str()),
+            "unknown edit {k}"
+        );
     }
     for v in e.get("env").and_then(Value::as_array).into_iter().flatten() {
         let v = v.as_str().expect("env entries are strings");
         assert!(v.split_once('=').is_some_and(|(k, _)| !k.is_empty()), "env entry {v}");
     }
-    for n in e.get("deviceNodes").map(|n| n.as_array().expect("deviceNodes is an array")).into_iter().flatten() {
+    for n in e
+        .get("deviceNodes")
+        .map(|n| n.as_array().expect("deviceNodes is an array"))
+        .into_iter()
+        .flatten()
+    {
         let n = n.as_object().expect("device node is an object");
         for k in n.keys() {
-            assert!(["path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"].contains(&k.as_str()), "unknown device node field {k}");
+            assert!(
+                [
+                    "path",
+                    "hostPath",
+                    "type",
+                    "major",
+                    "minor",
+                    "fileMode",
+                    "permissions",
+                    "uid",
+                    "gid"
+                ]
+                .contains(&k.as_str()),
+                "unknown device node field {k}"
+            );
         }
         assert!(n["path"].as_str().is_some_and(|p| p.starts_with('/')), "device node path");
         if let Some(h) = n.get("hostPath") {
             assert!(h.as_str().is_some_and(|p| p.starts_with('/')), "hostPath");
         }
-        assert!(n.get("type").is_none_or(|t| ["b", "c", "u", "p"].contains(&t.as_str().unwrap_or("?"))), "device type");
+        assert!(
+            n.get("type").is_none_or(|t| ["b", "c", "u", "p"].contains(&t.as_str().unwrap_or("?"))),
+            "device type"
+        );
         for k in ["major", "minor"] {
             assert!(n.get(k).is_none_or(Value::is_i64), "{k} is an int64");
         }
-        assert!(n.get("permissions").is_none_or(|p| p.as_str().is_some_and(|p| p == "none" || p.chars().all(|c| "rwm".contains(c)))), "permissions");
+        assert!(
+            n.get("permissions").is_none_or(|p| p
+                .as_str()
+                .is_some_and(|p| p == "none" || p.chars().all(|c| "rwm".contains(c)))),
+            "permissions"
+        );
     }
 }
 
@@ -198,11 +282,20 @@ fn cdi_spec_for_fixture_hosts_root() {
         assert_eq!(spec["cdiVersion"], "0.5.0");
         assert_eq!(spec["kind"], "aliyun.com/erdma");
         let devices = spec["devices"].as_array().unwrap();
-        let uverbs = crate::support::dev_nodes(scenario).into_iter().filter(|n| n.path.contains("uverbs")).count();
+        let uverbs = crate::support::dev_nodes(scenario)
+            .into_iter()
+            .filter(|n| n.path.contains("uverbs"))
+            .count();
         assert_eq!(devices.len(), uverbs + 1, "one device per eRDMA device, and all");
         assert_eq!(devices.last().unwrap()["name"], "all");
-        assert_eq!(devices.last().unwrap()["containerEdits"]["deviceNodes"].as_array().unwrap().len(), uverbs);
-        assert!(!String::from_utf8_lossy(&out.stdout).contains("hooks"), "no hooks in the CDI spec");
+        assert_eq!(
+            devices.last().unwrap()["containerEdits"]["deviceNodes"].as_array().unwrap().len(),
+            uverbs
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("hooks"),
+            "no hooks in the CDI spec"
+        );
         let settings = settings_for(f.dir.path(), "[FIXTURE]");
         settings.bind(|| insta::assert_snapshot!(format!("cdi_{scenario}"), text(&out.stdout)));
     }
@@ -253,12 +346,19 @@ fn configure_docker_keeps_other_keys_backs_up_and_is_idempotent() {
 
     let out = configure("docker", &path, &[]);
     assert_success("configure docker", &out);
-    assert!(text(&out.stdout).starts_with(&format!("updated {}", path.display())), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).starts_with(&format!("updated {}", path.display())),
+        "{}",
+        text(&out.stdout)
+    );
     assert!(text(&out.stderr).contains("reload dockerd"), "{}", text(&out.stderr));
     let v: Value = serde_json::from_str(&read(&path)).unwrap();
     assert_eq!(v["log-level"], "warn");
     assert_eq!(v["features"], json!({"cdi": true}), "features.cdi is left alone");
-    assert_eq!(v["runtimes"]["other"], json!({"path": "/usr/bin/other-runtime", "runtimeArgs": ["--debug"]}));
+    assert_eq!(
+        v["runtimes"]["other"],
+        json!({"path": "/usr/bin/other-runtime", "runtimeArgs": ["--debug"]})
+    );
     assert_eq!(v["runtimes"]["erdma"], json!({"path": RUNTIME, "runtimeArgs": []}));
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["log-level", "features", "runtimes"], "key order kept");
@@ -289,7 +389,8 @@ fn configure_docker_creates_a_missing_config() {
 fn configure_docker_updates_a_stale_entry() {
     let root = tempdir("docker-stale");
     let path = root.path().join("daemon.json");
-    std::fs::write(&path, "{\"runtimes\": {\"erdma\": {\"path\": \"/old/erdma-runtime\"}}}").unwrap();
+    std::fs::write(&path, "{\"runtimes\": {\"erdma\": {\"path\": \"/old/erdma-runtime\"}}}")
+        .unwrap();
     assert_success("configure docker", &configure("docker", &path, &[]));
     let v: Value = serde_json::from_str(&read(&path)).unwrap();
     assert_eq!(v["runtimes"]["erdma"], json!({"path": RUNTIME, "runtimeArgs": []}));
@@ -333,7 +434,12 @@ version = 2
 /// `containerd --config MAIN config dump`: the configuration containerd itself would run
 /// with, imports merged.
 fn containerd_dump(main: &Path) -> toml::Table {
-    let out = Command::new("containerd").arg("--config").arg(main).args(["config", "dump"]).output().unwrap();
+    let out = Command::new("containerd")
+        .arg("--config")
+        .arg(main)
+        .args(["config", "dump"])
+        .output()
+        .unwrap();
     assert_success("containerd config dump", &out);
     toml::from_str(&text(&out.stdout)).unwrap()
 }
@@ -352,13 +458,36 @@ fn configure_containerd_adds_the_import_and_copies_runc_options() {
     assert_success("configure containerd", &out);
     let drop_in = root.path().join("etc/containerd/conf.d/erdma.toml");
     let stdout = text(&out.stdout);
-    assert!(stdout.contains(&format!("updated {}\n", drop_in.display())) && stdout.contains(&format!("updated {} (backup ", main.display())), "{stdout}");
-    assert!(text(&out.stderr).contains("`imports`"), "the import is explained: {}", text(&out.stderr));
-    settings_for(root.path(), "[DIR]").bind(|| insta::assert_snapshot!("containerd_drop_in", read(&drop_in)));
+    assert!(
+        stdout.contains(&format!("updated {}\n", drop_in.display()))
+            && stdout.contains(&format!("updated {} (backup ", main.display())),
+        "{stdout}"
+    );
+    assert!(
+        text(&out.stderr).contains("`imports`"),
+        "the import is explained: {}",
+        text(&out.stderr)
+    );
+    settings_for(root.path(), "[DIR]")
+        .bind(|| insta::assert_snapshot!("containerd_drop_in", read(&drop_in)));
     // The main config: one line more, comments and layout kept.
     let new_main = read(&main);
-    assert_eq!(new_main, CONTAINERD_MAIN.replacen("version = 2\n", &format!("version = 2\nimports = [\"{}/etc/containerd/conf.d/*.toml\"]\n", root.path().display()), 1));
-    assert_eq!(backups(root.path()).len(), 1, "the main config is backed up, the new drop-in has nothing to back up");
+    assert_eq!(
+        new_main,
+        CONTAINERD_MAIN.replacen(
+            "version = 2\n",
+            &format!(
+                "version = 2\nimports = [\"{}/etc/containerd/conf.d/*.toml\"]\n",
+                root.path().display()
+            ),
+            1
+        )
+    );
+    assert_eq!(
+        backups(root.path()).len(),
+        1,
+        "the main config is backed up, the new drop-in has nothing to back up"
+    );
     assert_eq!(read(&root.path().join(&backups(root.path())[0])), CONTAINERD_MAIN);
 
     assert_idempotent("containerd", &main, root.path(), &drop_in);
@@ -371,12 +500,25 @@ fn configure_containerd_adds_the_import_and_copies_runc_options() {
         let erdma = &cri["containerd"]["runtimes"]["erdma"];
         assert_eq!(erdma["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
         assert_eq!(erdma["options"]["BinaryName"].as_str(), Some(RUNTIME));
-        assert_eq!(erdma["options"]["SystemdCgroup"].as_bool(), Some(true), "runc's options copied");
-        assert_eq!(erdma["pod_annotations"].as_array().unwrap()[0].as_str(), Some("com.alibabacloud.erdma.devices"));
-        assert_eq!(cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"].as_bool(), Some(true));
+        assert_eq!(
+            erdma["options"]["SystemdCgroup"].as_bool(),
+            Some(true),
+            "runc's options copied"
+        );
+        assert_eq!(
+            erdma["pod_annotations"].as_array().unwrap()[0].as_str(),
+            Some("com.alibabacloud.erdma.devices")
+        );
+        assert_eq!(
+            cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"].as_bool(),
+            Some(true)
+        );
         assert_eq!(cri["cni"]["bin_dir"].as_str(), Some("/usr/lib/cni"));
         assert_eq!(cri["sandbox_image"].as_str(), Some("registry.k8s.io/pause:3.9"));
-        assert_eq!(dump["plugins"]["io.containerd.internal.v1.opt"]["path"].as_str(), Some("/var/lib/containerd/opt"));
+        assert_eq!(
+            dump["plugins"]["io.containerd.internal.v1.opt"]["path"].as_str(),
+            Some("/var/lib/containerd/opt")
+        );
     }
 
     // A new runtime path: the drop-in changes and is backed up outside the drop-in directory.
@@ -389,7 +531,11 @@ fn configure_containerd_adds_the_import_and_copies_runc_options() {
         .unwrap();
     assert_success("configure containerd (new path)", &out);
     assert!(read(&drop_in).contains("BinaryName = \"/usr/local/bin/erdma-runtime\""));
-    assert_eq!(listing(&root.path().join("etc/containerd/conf.d")), ["erdma.toml"], "no backup inside conf.d");
+    assert_eq!(
+        listing(&root.path().join("etc/containerd/conf.d")),
+        ["erdma.toml"],
+        "no backup inside conf.d"
+    );
     assert_eq!(backups(root.path()).len(), 2);
 }
 
@@ -402,14 +548,22 @@ fn configure_containerd_uses_the_directory_already_imported() {
     assert_success("configure containerd", &configure("containerd", &main, &[]));
     assert_eq!(read(&main), text_main, "the main config is left alone");
     let drop_in = root.path().join("config.d/erdma.toml");
-    assert!(read(&drop_in).contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.erdma.options]"));
+    assert!(read(&drop_in)
+        .contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.erdma.options]"));
     assert!(backups(root.path()).is_empty());
     assert_idempotent("containerd", &main, root.path(), &drop_in);
     if require(have("containerd"), "containerd is needed to load the result (run scripts/setup)") {
         let dump = containerd_dump(&main);
         let cri = &dump["plugins"]["io.containerd.grpc.v1.cri"];
-        assert_eq!(cri["containerd"]["runtimes"]["erdma"]["options"]["BinaryName"].as_str(), Some(RUNTIME));
-        assert_eq!(cri["cni"]["bin_dir"].as_str(), Some("/opt/cni/bin"), "the main config's CRI section survives the import");
+        assert_eq!(
+            cri["containerd"]["runtimes"]["erdma"]["options"]["BinaryName"].as_str(),
+            Some(RUNTIME)
+        );
+        assert_eq!(
+            cri["cni"]["bin_dir"].as_str(),
+            Some("/opt/cni/bin"),
+            "the main config's CRI section survives the import"
+        );
     }
 }
 
@@ -420,11 +574,19 @@ fn configure_containerd_creates_a_missing_main_config() {
     assert_success("configure containerd", &configure("containerd", &main, &[]));
     settings_for(root.path(), "[DIR]").bind(|| {
         insta::assert_snapshot!("containerd_new_main", read(&main));
-        insta::assert_snapshot!("containerd_new_drop_in", read(&root.path().join("containerd/conf.d/erdma.toml")));
+        insta::assert_snapshot!(
+            "containerd_new_drop_in",
+            read(&root.path().join("containerd/conf.d/erdma.toml"))
+        );
     });
     if require(have("containerd"), "containerd is needed to load the result (run scripts/setup)") {
         let dump = containerd_dump(&main);
-        assert_eq!(dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["erdma"]["options"]["BinaryName"].as_str(), Some(RUNTIME));
+        assert_eq!(
+            dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["erdma"]
+                ["options"]["BinaryName"]
+                .as_str(),
+            Some(RUNTIME)
+        );
     }
 }
 
@@ -434,7 +596,12 @@ fn configure_containerd_v3_writes_the_handler_only() {
     let main = root.path().join("config.toml");
     std::fs::write(&main, "version = 3\nimports = [\"conf.d/*.toml\"]\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\nSystemdCgroup = false\nRoot = \"/run/runc-k8s\"\n").unwrap();
     assert_success("configure containerd", &configure("containerd", &main, &[]));
-    settings_for(root.path(), "[DIR]").bind(|| insta::assert_snapshot!("containerd_v3_drop_in", read(&root.path().join("conf.d/erdma.toml"))));
+    settings_for(root.path(), "[DIR]").bind(|| {
+        insta::assert_snapshot!(
+            "containerd_v3_drop_in",
+            read(&root.path().join("conf.d/erdma.toml"))
+        )
+    });
 }
 
 #[test]
@@ -505,7 +672,12 @@ fn configure_crio_without_a_runc_entry_uses_crio_defaults() {
     let main = root.path().join("crio.conf");
     assert_success("configure crio", &configure("crio", &main, &[]));
     assert!(!main.exists(), "the main config is never created");
-    settings_for(root.path(), "[DIR]").bind(|| insta::assert_snapshot!("crio_defaults_drop_in", read(&root.path().join("crio.conf.d/99-erdma.conf"))));
+    settings_for(root.path(), "[DIR]").bind(|| {
+        insta::assert_snapshot!(
+            "crio_defaults_drop_in",
+            read(&root.path().join("crio.conf.d/99-erdma.conf"))
+        )
+    });
 }
 
 #[test]
@@ -535,16 +707,35 @@ fn validate_hook_like_podman(path: &Path) -> Value {
     assert_eq!(hook["version"], "1.0.0");
     let h = hook["hook"].as_object().expect("hook: required object");
     let p = Path::new(h["path"].as_str().expect("hook.path: required"));
-    assert!(p.is_absolute() && p.is_file(), "hook.path must exist, or Podman rejects the directory: {}", p.display());
-    assert!(h.get("args").is_none_or(|a| a.as_array().is_some_and(|a| a.iter().all(Value::is_string))));
+    assert!(
+        p.is_absolute() && p.is_file(),
+        "hook.path must exist, or Podman rejects the directory: {}",
+        p.display()
+    );
+    assert!(h
+        .get("args")
+        .is_none_or(|a| a.as_array().is_some_and(|a| a.iter().all(Value::is_string))));
     let when = hook["when"].as_object().expect("when: required object");
     assert!(!when.is_empty(), "when needs at least one condition");
     let ann = when["annotations"].as_object().unwrap();
     // The ERE for the key matches our annotation and nothing longer or shorter.
     assert_eq!(ann.keys().collect::<Vec<_>>(), ["^com\\.alibabacloud\\.erdma\\.devices$"]);
     assert_eq!(ann.values().collect::<Vec<_>>(), [".+"]);
-    let stages: Vec<&str> = hook["stages"].as_array().expect("stages: required").iter().map(|s| s.as_str().unwrap()).collect();
-    let known = ["createContainer", "createRuntime", "prestart", "poststart", "poststop", "startContainer", "precreate"];
+    let stages: Vec<&str> = hook["stages"]
+        .as_array()
+        .expect("stages: required")
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let known = [
+        "createContainer",
+        "createRuntime",
+        "prestart",
+        "poststart",
+        "poststop",
+        "startContainer",
+        "precreate",
+    ];
     assert!(stages.iter().all(|s| known.contains(s)), "{stages:?}");
     assert_eq!(stages, ["precreate"]);
     hook
@@ -572,7 +763,10 @@ fn configure_podman_writes_a_valid_hook_and_is_idempotent() {
     assert_success("configure podman (repair)", &configure("podman", &dir, &[]));
     validate_hook_like_podman(&file);
     let b = backups(root.path());
-    assert!(b.len() == 1 && b[0].starts_with("etc/containers/oci/erdma.json.erdma-backup-"), "{b:?}");
+    assert!(
+        b.len() == 1 && b[0].starts_with("etc/containers/oci/erdma.json.erdma-backup-"),
+        "{b:?}"
+    );
     assert_eq!(listing(&dir), ["erdma.json"]);
 }
 
@@ -580,7 +774,12 @@ fn configure_podman_writes_a_valid_hook_and_is_idempotent() {
 fn configure_podman_refuses_a_missing_hook_binary() {
     use erdma_oci_hook::engine::{configure, ConfigureOptions, Engine};
     let root = tempdir("podman-nohook");
-    let opts = ConfigureOptions { dry_run: false, config_path: Some(root.path().to_path_buf()), runtime_path: RUNTIME.into(), hook_path: "/nonexistent/erdma-oci-hook".into() };
+    let opts = ConfigureOptions {
+        dry_run: false,
+        config_path: Some(root.path().to_path_buf()),
+        runtime_path: RUNTIME.into(),
+        hook_path: "/nonexistent/erdma-oci-hook".into(),
+    };
     let e = configure(Engine::Podman, &opts).unwrap_err().to_string();
     assert!(e.contains("/nonexistent/erdma-oci-hook") && e.contains("refuses every hook"), "{e}");
     assert!(listing(root.path()).is_empty());
@@ -594,7 +793,8 @@ fn configure_podman_refuses_a_missing_hook_binary() {
 fn busybox_tar(dir: &Path) -> PathBuf {
     let rootfs = busybox_rootfs(&dir.join("rootfs"));
     let tar = dir.join("rootfs.tar");
-    let out = Command::new("tar").arg("-C").arg(&rootfs).arg("-cf").arg(&tar).arg(".").output().unwrap();
+    let out =
+        Command::new("tar").arg("-C").arg(&rootfs).arg("-cf").arg(&tar).arg(".").output().unwrap();
     assert_success("tar rootfs", &out);
     tar
 }
@@ -612,11 +812,16 @@ fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 }
 
 fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists() && !read(Path::new(&format!("/proc/{pid}/stat"))).contains(") Z ")
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !read(Path::new(&format!("/proc/{pid}/stat"))).contains(") Z ")
 }
 
 fn kill(pid: u32, signal: &str) {
-    let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).stderr(Stdio::null()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// A second dockerd of our own, isolated from the main one (scripts/setup's, which other tests
@@ -642,7 +847,17 @@ impl Dockerd {
         let script = "set -e; for d in /run/containerd /run/docker; do mkdir -p $d; mount -t tmpfs -o mode=0711 erdma-it $d; done; \
                       ip link set lo up; exec dockerd \"$@\"";
         let child = Command::new("unshare")
-            .args(["--net", "--mount", "--propagation", "private", "--", "sh", "-c", script, "dockerd"])
+            .args([
+                "--net",
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                script,
+                "dockerd",
+            ])
             .arg("--data-root")
             .arg(dir.join("data"))
             .arg("--exec-root")
@@ -654,7 +869,10 @@ impl Dockerd {
             .arg("--config-file")
             .arg(daemon_json)
             .args(["--containerd-namespace", &format!("erdma-it-{}", std::process::id())])
-            .args(["--containerd-plugins-namespace", &format!("erdma-it-{}-plugins", std::process::id())])
+            .args([
+                "--containerd-plugins-namespace",
+                &format!("erdma-it-{}-plugins", std::process::id()),
+            ])
             .env(env.0, env.1)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -662,20 +880,30 @@ impl Dockerd {
             .spawn()
             .expect("start dockerd");
         let d = Dockerd { dir: dir.to_path_buf(), child };
-        let up = wait_for(Duration::from_secs(60), || d.docker(&["version", "--format", "{{.Server.Version}}"]).status.success());
+        let up = wait_for(Duration::from_secs(60), || {
+            d.docker(&["version", "--format", "{{.Server.Version}}"]).status.success()
+        });
         assert!(up, "the test dockerd did not come up:\n{}", read(&dir.join("dockerd.log")));
         d
     }
 
     fn docker(&self, args: &[&str]) -> Output {
-        Command::new("docker").arg("-H").arg(format!("unix://{}", self.dir.join("docker.sock").display())).args(args).stdin(Stdio::null()).output().unwrap()
+        Command::new("docker")
+            .arg("-H")
+            .arg(format!("unix://{}", self.dir.join("docker.sock").display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
     }
 }
 
 impl Drop for Dockerd {
     fn drop(&mut self) {
         // Ours only: the dockerd we spawned, then the containerd it spawned if it outlived it.
-        let containerd = std::fs::read_to_string(self.dir.join("exec/containerd/containerd.pid")).ok().and_then(|p| p.trim().parse::<u32>().ok());
+        let containerd = std::fs::read_to_string(self.dir.join("exec/containerd/containerd.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok());
         kill(self.child.id(), "TERM");
         let pid = self.child.id();
         if !wait_for(Duration::from_secs(30), || !pid_alive(pid)) {
@@ -688,8 +916,18 @@ impl Drop for Dockerd {
             }
         }
         // Mounts left under the data root would make removing it fail.
-        let _ = Command::new("umount").arg("-R").arg("-l").arg(self.dir.join("data")).stderr(Stdio::null()).status();
-        let _ = Command::new("umount").arg("-R").arg("-l").arg(self.dir.join("exec")).stderr(Stdio::null()).status();
+        let _ = Command::new("umount")
+            .arg("-R")
+            .arg("-l")
+            .arg(self.dir.join("data"))
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new("umount")
+            .arg("-R")
+            .arg("-l")
+            .arg(self.dir.join("exec"))
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -701,8 +939,14 @@ fn ls_line<'a>(out: &'a str, node: &str) -> Option<&'a str> {
 #[test]
 fn docker_runs_erdma_containers_root_daemon() {
     if !(require(is_root(), "root is needed to run dockerd")
-        && require(have("dockerd") && have("docker") && have("containerd") && have("unshare"), "docker.io and containerd are needed (run scripts/setup)")
-        && require(Path::new(BUSYBOX).is_file(), "/bin/busybox from busybox-static is needed (run scripts/setup)"))
+        && require(
+            have("dockerd") && have("docker") && have("containerd") && have("unshare"),
+            "docker.io and containerd are needed (run scripts/setup)",
+        )
+        && require(
+            Path::new(BUSYBOX).is_file(),
+            "/bin/busybox from busybox-static is needed (run scripts/setup)",
+        ))
     {
         return;
     }
@@ -720,9 +964,14 @@ fn docker_runs_erdma_containers_root_daemon() {
         .unwrap();
     assert_success("configure docker", &out);
 
-    let dockerd = Dockerd::start(dir.path(), &daemon_json, ("ERDMA_OCI_HOOK_CONFIG", &f.config_path));
+    let dockerd =
+        Dockerd::start(dir.path(), &daemon_json, ("ERDMA_OCI_HOOK_CONFIG", &f.config_path));
     let info = dockerd.docker(&["info", "--format", "{{json .Runtimes}}"]);
-    assert!(text(&info.stdout).contains("erdma"), "dockerd did not load the runtime: {}", text(&info.stdout));
+    assert!(
+        text(&info.stdout).contains("erdma"),
+        "dockerd did not load the runtime: {}",
+        text(&info.stdout)
+    );
 
     let image = format!("erdma-it/busybox:{}", std::process::id());
     let tar = busybox_tar(dir.path());
@@ -730,36 +979,81 @@ fn docker_runs_erdma_containers_root_daemon() {
 
     // Host networking: devices, env and memlock in the container.
     let script = "ls -l /dev/infiniband; echo ---; env; echo ---; ulimit -l";
-    let ok = dockerd.docker(&["run", "--rm", "--runtime=erdma", "-e", "ERDMA_VISIBLE_DEVICES=all", "--network", "host", &image, "sh", "-c", script]);
+    let ok = dockerd.docker(&[
+        "run",
+        "--rm",
+        "--runtime=erdma",
+        "-e",
+        "ERDMA_VISIBLE_DEVICES=all",
+        "--network",
+        "host",
+        &image,
+        "sh",
+        "-c",
+        script,
+    ]);
     assert_success(&format!("docker run --network host (log:\n{})", f.log_text()), &ok);
     let stdout = text(&ok.stdout);
     let mut parts = stdout.split("---\n");
     let (ls, env, memlock) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
-    for (node, major, minor) in [("uverbs0", "231,", "192"), ("uverbs1", "231,", "193"), ("rdma_cm", "10,", "58")] {
+    for (node, major, minor) in
+        [("uverbs0", "231,", "192"), ("uverbs1", "231,", "193"), ("rdma_cm", "10,", "58")]
+    {
         let line = ls_line(ls, node).unwrap_or_else(|| panic!("no {node} in the container:\n{ls}"));
         let fields: Vec<&str> = line.split_whitespace().collect();
         assert!(line.starts_with('c') && fields.windows(2).any(|w| w == [major, minor]), "{line}");
     }
-    for var in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_DEBUG=INFO", "NCCL_IB_GID_INDEX=1", "NCCL_SOCKET_IFNAME==eth0,eth1", "ERDMA_VISIBLE_DEVICES=all"] {
+    for var in [
+        "NCCL_IB_HCA==erdma_0:1,erdma_1:1",
+        "NCCL_DEBUG=INFO",
+        "NCCL_IB_GID_INDEX=1",
+        "NCCL_SOCKET_IFNAME==eth0,eth1",
+        "ERDMA_VISIBLE_DEVICES=all",
+    ] {
         assert!(env.lines().any(|l| l == var), "{var} missing from the container's env:\n{env}");
     }
     assert_eq!(memlock.trim(), "4096", "RLIMIT_MEMLOCK in KiB");
 
     // The same on the default bridge: refused with the host-networking message.
-    let refused = dockerd.docker(&["run", "--rm", "--runtime=erdma", "-e", "ERDMA_VISIBLE_DEVICES=all", &image, "true"]);
+    let refused = dockerd.docker(&[
+        "run",
+        "--rm",
+        "--runtime=erdma",
+        "-e",
+        "ERDMA_VISIBLE_DEVICES=all",
+        &image,
+        "true",
+    ]);
     assert!(!refused.status.success(), "a bridge-network eRDMA container started");
     let err = text(&refused.stderr);
     assert!(err.contains("--network host"), "no host-networking message: {err}");
 
     // A container that does not ask runs on the bridge through the same runtime, untouched.
-    let plain = dockerd.docker(&["run", "--rm", "--runtime=erdma", &image, "sh", "-c", "ls /dev/infiniband 2>&1; env"]);
+    let plain = dockerd.docker(&[
+        "run",
+        "--rm",
+        "--runtime=erdma",
+        &image,
+        "sh",
+        "-c",
+        "ls /dev/infiniband 2>&1; env",
+    ]);
     assert_success("docker run (no eRDMA)", &plain);
-    assert!(!text(&plain.stdout).contains("NCCL_") && text(&plain.stdout).contains("No such file"), "{}", text(&plain.stdout));
+    assert!(
+        !text(&plain.stdout).contains("NCCL_") && text(&plain.stdout).contains("No such file"),
+        "{}",
+        text(&plain.stdout)
+    );
 
     // Nothing left behind: no container running, none left over at all.
     let ps = dockerd.docker(&["ps", "-a", "-q"]);
     assert_success("docker ps -a", &ps);
-    assert_eq!(text(&ps.stdout).trim(), "", "containers left: {}", text(&dockerd.docker(&["ps", "-a"]).stdout));
+    assert_eq!(
+        text(&ps.stdout).trim(),
+        "",
+        "containers left: {}",
+        text(&dockerd.docker(&["ps", "-a"]).stdout)
+    );
     drop(dockerd);
 }
 
@@ -787,7 +1081,12 @@ fn podman(root: &Path, hooks: &Path, args: &[&str]) -> Output {
 fn podman_with_hook(f: &Fixture, prefix: &str) -> (tempfile::TempDir, PathBuf, String) {
     let dir = tempfile::Builder::new().prefix(prefix).tempdir_in("/tmp").unwrap();
     let hooks = dir.path().join("hooks.d");
-    let out = Command::new(bin("erdma-oci-hook")).env("ERDMA_OCI_HOOK_CONFIG", &f.config_path).args(["configure", "podman", "--config"]).arg(&hooks).output().unwrap();
+    let out = Command::new(bin("erdma-oci-hook"))
+        .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+        .args(["configure", "podman", "--config"])
+        .arg(&hooks)
+        .output()
+        .unwrap();
     assert_success("configure podman", &out);
     let file = hooks.join("erdma.json");
     let mut hook = validate_hook_like_podman(&file);
@@ -795,13 +1094,19 @@ fn podman_with_hook(f: &Fixture, prefix: &str) -> (tempfile::TempDir, PathBuf, S
     std::fs::write(&file, serde_json::to_vec_pretty(&hook).unwrap()).unwrap();
     let image = format!("localhost/erdma-it-busybox:{}", std::process::id());
     let tar = busybox_tar(dir.path());
-    assert_success("podman import", &podman(dir.path(), &hooks, &["import", tar.to_str().unwrap(), &image]));
+    assert_success(
+        "podman import",
+        &podman(dir.path(), &hooks, &["import", tar.to_str().unwrap(), &image]),
+    );
     (dir, hooks, image)
 }
 
 #[test]
 fn podman_runs_the_precreate_hook_root_daemon() {
-    if !(require(is_root(), "root is needed to run podman") && require(have("podman"), "podman is needed (apt-get install podman)") && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed")) {
+    if !(require(is_root(), "root is needed to run podman")
+        && require(have("podman"), "podman is needed (apt-get install podman)")
+        && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed"))
+    {
         return;
     }
     let f = Fixture::new("one", "memlock = 4194304");
@@ -809,7 +1114,14 @@ fn podman_runs_the_precreate_hook_root_daemon() {
     // Podman's default nofile/nproc exceed this machine's hard limits: ask for small ones.
     let limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"];
     let script = "ls -l /dev/infiniband; echo ---; env; echo ---; ulimit -l";
-    let mut args = vec!["run", "--rm", "--network", "host", "--annotation", "com.alibabacloud.erdma.devices=all"];
+    let mut args = vec![
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--annotation",
+        "com.alibabacloud.erdma.devices=all",
+    ];
     args.extend(limits);
     args.extend([image.as_str(), "sh", "-c", script]);
     let ok = podman(dir.path(), &hooks, &args);
@@ -817,8 +1129,17 @@ fn podman_runs_the_precreate_hook_root_daemon() {
     let stdout = text(&ok.stdout);
     let mut parts = stdout.split("---\n");
     let (ls, env, memlock) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
-    assert!(ls_line(ls, "uverbs0").is_some_and(|l| l.starts_with('c')) && ls_line(ls, "rdma_cm").is_some(), "{ls}");
-    assert!(env.lines().any(|l| l == "NCCL_IB_HCA==erdma_0:1") && env.lines().any(|l| l == "NCCL_SOCKET_IFNAME==eth0") && env.lines().any(|l| l == "NCCL_DEBUG=INFO"), "{env}");
+    assert!(
+        ls_line(ls, "uverbs0").is_some_and(|l| l.starts_with('c'))
+            && ls_line(ls, "rdma_cm").is_some(),
+        "{ls}"
+    );
+    assert!(
+        env.lines().any(|l| l == "NCCL_IB_HCA==erdma_0:1")
+            && env.lines().any(|l| l == "NCCL_SOCKET_IFNAME==eth0")
+            && env.lines().any(|l| l == "NCCL_DEBUG=INFO"),
+        "{env}"
+    );
     assert_eq!(memlock.trim(), "4096");
 
     // Without the annotation the hook does not run: nothing added.
@@ -833,7 +1154,12 @@ fn podman_runs_the_precreate_hook_root_daemon() {
     assert_eq!(text(&ps.stdout).trim(), "");
     let _ = podman(dir.path(), &hooks, &["rmi", "-f", &image]);
     // Podman leaves its overlay storage mounted; unmount before the directory goes.
-    let _ = Command::new("umount").arg("-R").arg("-l").arg(dir.path().join("storage/overlay")).stderr(Stdio::null()).status();
+    let _ = Command::new("umount")
+        .arg("-R")
+        .arg("-l")
+        .arg(dir.path().join("storage/overlay"))
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// Removes the CDI spec a test put into the system's CDI directory (and the directory, if the
@@ -860,13 +1186,19 @@ impl Drop for CdiSpecFile {
 /// spec goes to `/var/run/cdi/erdma-it-PID.json` for the test and is removed after.
 #[test]
 fn podman_injects_the_cdi_spec_root_daemon() {
-    if !(require(is_root(), "root is needed to run podman") && require(have("podman"), "podman is needed (apt-get install podman)") && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed")) {
+    if !(require(is_root(), "root is needed to run podman")
+        && require(have("podman"), "podman is needed (apt-get install podman)")
+        && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed"))
+    {
         return;
     }
     let f = Fixture::new("two", "");
     let cdi_dir = Path::new("/var/run/cdi");
     let created_dir = !cdi_dir.exists();
-    let spec = CdiSpecFile { path: cdi_dir.join(format!("erdma-it-{}.json", std::process::id())), created_dir };
+    let spec = CdiSpecFile {
+        path: cdi_dir.join(format!("erdma-it-{}.json", std::process::id())),
+        created_dir,
+    };
     let out = cdi_generate(&f, &["--output", spec.path.to_str().unwrap()]);
     assert_success("cdi generate --output", &out);
 
@@ -875,10 +1207,34 @@ fn podman_injects_the_cdi_spec_root_daemon() {
     std::fs::create_dir_all(&hooks).unwrap();
     let image = format!("localhost/erdma-it-busybox:{}", std::process::id());
     let tar = busybox_tar(dir.path());
-    assert_success("podman import", &podman(dir.path(), &hooks, &["import", tar.to_str().unwrap(), &image]));
+    assert_success(
+        "podman import",
+        &podman(dir.path(), &hooks, &["import", tar.to_str().unwrap(), &image]),
+    );
     let run = |device: &str, script: &str| {
         // MKNOD for the control node below (Podman 4 leaves it out of the default capabilities).
-        podman(dir.path(), &hooks, &["run", "--rm", "--network", "host", "--cap-add", "MKNOD", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--device", device, &image, "sh", "-c", script])
+        podman(
+            dir.path(),
+            &hooks,
+            &[
+                "run",
+                "--rm",
+                "--network",
+                "host",
+                "--cap-add",
+                "MKNOD",
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=1024:1024",
+                "--device",
+                device,
+                &image,
+                "sh",
+                "-c",
+                script,
+            ],
+        )
     };
     // Opening a fake node the cgroup allows fails with ENXIO (no driver behind 231:193); one it
     // does not allow (made in the container, 231:199) fails with EPERM.
@@ -891,10 +1247,20 @@ fn podman_injects_the_cdi_spec_root_daemon() {
     for node in ["uverbs0", "uverbs1", "rdma_cm"] {
         assert!(ls_line(ls, node).is_some_and(|l| l.starts_with('c')), "no {node}:\n{ls}");
     }
-    assert!(env.lines().any(|l| l == "NCCL_IB_HCA==erdma_0:1,erdma_1:1") && env.lines().any(|l| l == "NCCL_IB_GID_INDEX=1"), "{env}");
+    assert!(
+        env.lines().any(|l| l == "NCCL_IB_HCA==erdma_0:1,erdma_1:1")
+            && env.lines().any(|l| l == "NCCL_IB_GID_INDEX=1"),
+        "{env}"
+    );
     let mut opens = opens.lines();
-    assert!(opens.next().is_some_and(|l| l.contains("No such device or address")), "uverbs1 not openable: {stdout}");
-    assert!(opens.next().is_some_and(|l| l.contains("Operation not permitted")), "control node not denied: {stdout}");
+    assert!(
+        opens.next().is_some_and(|l| l.contains("No such device or address")),
+        "uverbs1 not openable: {stdout}"
+    );
+    assert!(
+        opens.next().is_some_and(|l| l.contains("Operation not permitted")),
+        "control node not denied: {stdout}"
+    );
 
     // One device: its node and rdma_cm, not the other's.
     let one = run("aliyun.com/erdma=erdma_0", "ls /dev/infiniband");
@@ -902,7 +1268,12 @@ fn podman_injects_the_cdi_spec_root_daemon() {
     assert_eq!(text(&one.stdout).split_whitespace().collect::<Vec<_>>(), ["rdma_cm", "uverbs0"]);
 
     let _ = podman(dir.path(), &hooks, &["rmi", "-f", &image]);
-    let _ = Command::new("umount").arg("-R").arg("-l").arg(dir.path().join("storage/overlay")).stderr(Stdio::null()).status();
+    let _ = Command::new("umount")
+        .arg("-R")
+        .arg("-l")
+        .arg(dir.path().join("storage/overlay"))
+        .stderr(Stdio::null())
+        .status();
     drop(spec);
 }
 
@@ -935,9 +1306,18 @@ fn erdma_built_image_tar(dir: &Path) -> Option<PathBuf> {
     std::fs::create_dir_all(&rootfs).unwrap();
     let blob = |d: &str| layout.join("blobs/sha256").join(d.trim_start_matches("sha256:"));
     let index: Value = serde_json::from_str(&read(&layout.join("index.json"))).unwrap();
-    let manifest: Value = serde_json::from_str(&read(&blob(index["manifests"][0]["digest"].as_str().unwrap()))).unwrap();
+    let manifest: Value =
+        serde_json::from_str(&read(&blob(index["manifests"][0]["digest"].as_str().unwrap())))
+            .unwrap();
     for l in manifest["layers"].as_array().unwrap() {
-        let out = Command::new("tar").arg("-xf").arg(blob(l["digest"].as_str().unwrap())).arg("-C").arg(&rootfs).arg("--exclude=.wh.*").output().unwrap();
+        let out = Command::new("tar")
+            .arg("-xf")
+            .arg(blob(l["digest"].as_str().unwrap()))
+            .arg("-C")
+            .arg(&rootfs)
+            .arg("--exclude=.wh.*")
+            .output()
+            .unwrap();
         assert_success("tar -x layer", &out);
     }
     // Merged /usr: bin -> usr/bin.
@@ -951,7 +1331,10 @@ fn erdma_built_image_tar(dir: &Path) -> Option<PathBuf> {
         std::fs::create_dir_all(rootfs.join(d)).unwrap();
     }
     let tar = dir.join("demo-rootfs.tar");
-    assert_success("tar demo rootfs", &Command::new("tar").arg("-C").arg(&rootfs).arg("-cf").arg(&tar).arg(".").output().unwrap());
+    assert_success(
+        "tar demo rootfs",
+        &Command::new("tar").arg("-C").arg(&rootfs).arg("-cf").arg(&tar).arg(".").output().unwrap(),
+    );
     Some(tar)
 }
 
@@ -962,17 +1345,31 @@ fn erdma_built_image_tar(dir: &Path) -> Option<PathBuf> {
 #[test]
 fn doctor_image_proves_the_chain_through_docker_root_daemon() {
     if !(require(is_root(), "root is needed to run dockerd")
-        && require(have("dockerd") && have("docker") && have("containerd") && have("unshare"), "docker.io and containerd are needed (run scripts/setup)")
-        && require(Path::new(BUSYBOX).is_file(), "/bin/busybox from busybox-static is needed (run scripts/setup)"))
+        && require(
+            have("dockerd") && have("docker") && have("containerd") && have("unshare"),
+            "docker.io and containerd are needed (run scripts/setup)",
+        )
+        && require(
+            Path::new(BUSYBOX).is_file(),
+            "/bin/busybox from busybox-static is needed (run scripts/setup)",
+        ))
     {
         return;
     }
     let f = Fixture::new("two", "memlock = 4194304");
     let dir = tempfile::Builder::new().prefix("erdma-doctor-img-").tempdir_in("/tmp").unwrap();
     let daemon_json = dir.path().join("daemon.json");
-    let out = Command::new(bin("erdma-oci-hook")).env("ERDMA_OCI_HOOK_CONFIG", &f.config_path).args(["configure", "docker", "--config"]).arg(&daemon_json).arg("--runtime-path").arg(bin("erdma-runtime")).output().unwrap();
+    let out = Command::new(bin("erdma-oci-hook"))
+        .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+        .args(["configure", "docker", "--config"])
+        .arg(&daemon_json)
+        .arg("--runtime-path")
+        .arg(bin("erdma-runtime"))
+        .output()
+        .unwrap();
     assert_success("configure docker", &out);
-    let dockerd = Dockerd::start(dir.path(), &daemon_json, ("ERDMA_OCI_HOOK_CONFIG", &f.config_path));
+    let dockerd =
+        Dockerd::start(dir.path(), &daemon_json, ("ERDMA_OCI_HOOK_CONFIG", &f.config_path));
     let host = format!("unix://{}", dir.path().join("docker.sock").display());
     let doctor = |image: &str| -> Value {
         let out = f
@@ -983,35 +1380,61 @@ fn doctor_image_proves_the_chain_through_docker_root_daemon() {
             .args(["--image", image, "--engine", "docker", "--timeout", "60"])
             .output()
             .unwrap();
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("doctor --json ({e}): {}{}", text(&out.stdout), text(&out.stderr)))
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("doctor --json ({e}): {}{}", text(&out.stdout), text(&out.stderr))
+        })
     };
-    let check = |r: &Value, id: &str| -> Value { r["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no {id} in {r}")).clone() };
+    let check = |r: &Value, id: &str| -> Value {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {r}"))
+            .clone()
+    };
 
     // A plain image: the chain works (devices, memlock, env), the image lacks the provider.
     let plain = format!("erdma-it/plain:{}", std::process::id());
-    assert_success("docker import", &dockerd.docker(&["import", busybox_tar(dir.path()).to_str().unwrap(), &plain]));
+    assert_success(
+        "docker import",
+        &dockerd.docker(&["import", busybox_tar(dir.path()).to_str().unwrap(), &plain]),
+    );
     let r = doctor(&plain);
     assert_eq!(check(&r, "container.start")["status"], "ok", "{r}");
     let devices = check(&r, "container.devices");
     assert_eq!(devices["status"], "ok", "{devices}");
     assert_eq!(devices["details"]["expected"], json!(["uverbs0", "uverbs1", "rdma_cm"]));
     let memlock = check(&r, "container.memlock");
-    assert_eq!((memlock["status"].as_str(), memlock["details"]["ulimit_l"].as_str()), (Some("warn"), Some("4096")), "{memlock}");
+    assert_eq!(
+        (memlock["status"].as_str(), memlock["details"]["ulimit_l"].as_str()),
+        (Some("warn"), Some("4096")),
+        "{memlock}"
+    );
     assert_eq!(check(&r, "container.nccl-env")["status"], "ok", "{r}");
     let provider = check(&r, "container.provider");
     assert_eq!(provider["status"], "fail");
-    assert!(provider["hint"].as_str().unwrap().contains(&format!("erdma-build build --base {plain}")), "{provider}");
+    assert!(
+        provider["hint"].as_str().unwrap().contains(&format!("erdma-build build --base {plain}")),
+        "{provider}"
+    );
     assert_eq!(r["ready"], false);
 
     // An image erdma-build made: the provider is there.
     match erdma_built_image_tar(dir.path()) {
         Some(tar) => {
             let built = format!("erdma-it/built:{}", std::process::id());
-            assert_success("docker import (built)", &dockerd.docker(&["import", tar.to_str().unwrap(), &built]));
+            assert_success(
+                "docker import (built)",
+                &dockerd.docker(&["import", tar.to_str().unwrap(), &built]),
+            );
             let r = doctor(&built);
             let provider = check(&r, "container.provider");
             assert_eq!(provider["status"], "ok", "{provider}");
-            assert!(provider["message"].as_str().unwrap().contains("liberdma-rdmav34.so"), "{provider}");
+            assert!(
+                provider["message"].as_str().unwrap().contains("liberdma-rdmav34.so"),
+                "{provider}"
+            );
             // ibv_devinfo is in it (ibverbs-utils) but the tiny base has no C library for it,
             // and this host's devices are fixtures: it cannot list them.
             assert_eq!(check(&r, "container.ibv_devinfo")["status"], "fail", "{r}");
@@ -1028,9 +1451,18 @@ fn doctor_image_proves_the_chain_through_docker_root_daemon() {
     let bare_json = bare.path().join("daemon.json");
     std::fs::write(&bare_json, "{}").unwrap();
     drop(dockerd);
-    let dockerd = Dockerd::start(bare.path(), &bare_json, ("ERDMA_OCI_HOOK_CONFIG", &f.config_path));
-    assert_success("docker import", &dockerd.docker(&["import", busybox_tar(bare.path()).to_str().unwrap(), &plain]));
-    let out = f.command("erdma-oci-hook").env("DOCKER_HOST", format!("unix://{}", bare.path().join("docker.sock").display())).args(["doctor", "--json", "--image", &plain]).output().unwrap();
+    let dockerd =
+        Dockerd::start(bare.path(), &bare_json, ("ERDMA_OCI_HOOK_CONFIG", &f.config_path));
+    assert_success(
+        "docker import",
+        &dockerd.docker(&["import", busybox_tar(bare.path()).to_str().unwrap(), &plain]),
+    );
+    let out = f
+        .command("erdma-oci-hook")
+        .env("DOCKER_HOST", format!("unix://{}", bare.path().join("docker.sock").display()))
+        .args(["doctor", "--json", "--image", &plain])
+        .output()
+        .unwrap();
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     let start = check(&r, "container.start");
     assert_eq!(start["status"], "fail", "{start}");
@@ -1046,13 +1478,18 @@ fn doctor_image_proves_the_chain_through_docker_root_daemon() {
 /// this machine's hard limits) to what doctor asks for.
 #[test]
 fn doctor_image_proves_the_chain_through_podman_root_daemon() {
-    if !(require(is_root(), "root is needed to run podman") && require(have("podman"), "podman is needed (apt-get install podman)") && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed")) {
+    if !(require(is_root(), "root is needed to run podman")
+        && require(have("podman"), "podman is needed (apt-get install podman)")
+        && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed"))
+    {
         return;
     }
     let f = Fixture::new("one", "memlock = 4194304");
     let (dir, hooks, image) = podman_with_hook(&f, "erdma-podman-doctor-");
 
-    let real = text(&Command::new("sh").args(["-c", "command -v podman"]).output().unwrap().stdout).trim().to_string();
+    let real = text(&Command::new("sh").args(["-c", "command -v podman"]).output().unwrap().stdout)
+        .trim()
+        .to_string();
     let wrappers = dir.path().join("wrappers");
     std::fs::create_dir_all(&wrappers).unwrap();
     let common = format!(
@@ -1066,16 +1503,47 @@ fn doctor_image_proves_the_chain_through_podman_root_daemon() {
     std::fs::write(&wrapper, format!("#!/bin/sh\nsub=$1; shift\nif [ \"$sub\" = run ]; then exec {real} {common} run --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \"$@\"; fi\nexec {real} {common} \"$sub\" \"$@\"\n")).unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", wrappers.display(), std::env::var("PATH").unwrap());
-    let out = f.command("erdma-oci-hook").env("PATH", &path).args(["doctor", "--json", "--podman-hooks-dir"]).arg(&hooks).args(["--image", &image, "--engine", "podman", "--timeout", "60"]).output().unwrap();
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("doctor --json ({e}): {}{}", text(&out.stdout), text(&out.stderr)));
-    let check = |id: &str| -> Value { r["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no {id} in {r}")).clone() };
+    let out = f
+        .command("erdma-oci-hook")
+        .env("PATH", &path)
+        .args(["doctor", "--json", "--podman-hooks-dir"])
+        .arg(&hooks)
+        .args(["--image", &image, "--engine", "podman", "--timeout", "60"])
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("doctor --json ({e}): {}{}", text(&out.stdout), text(&out.stderr))
+    });
+    let check = |id: &str| -> Value {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {r}"))
+            .clone()
+    };
     assert_eq!(check("container.start")["status"], "ok", "{r}");
-    assert!(check("container.start")["details"]["command"].as_str().unwrap().contains("--annotation com.alibabacloud.erdma.devices=all"), "{r}");
+    assert!(
+        check("container.start")["details"]["command"]
+            .as_str()
+            .unwrap()
+            .contains("--annotation com.alibabacloud.erdma.devices=all"),
+        "{r}"
+    );
     let devices = check("container.devices");
-    assert_eq!((devices["status"].as_str(), devices["details"]["expected"].clone()), (Some("ok"), json!(["uverbs0", "rdma_cm"])), "{devices}");
+    assert_eq!(
+        (devices["status"].as_str(), devices["details"]["expected"].clone()),
+        (Some("ok"), json!(["uverbs0", "rdma_cm"])),
+        "{devices}"
+    );
     assert_eq!(check("container.memlock")["details"]["ulimit_l"], "4096");
     assert_eq!(check("container.provider")["status"], "fail");
-    assert_eq!(check("container.ibv_devinfo")["status"], "ok", "busybox has no ibv_devinfo: skipped");
+    assert_eq!(
+        check("container.ibv_devinfo")["status"],
+        "ok",
+        "busybox has no ibv_devinfo: skipped"
+    );
     let ps = podman(dir.path(), &hooks, &["ps", "-a", "-q"]);
     assert!(text(&ps.stdout).trim().is_empty(), "containers left: {}", text(&ps.stdout));
 }
@@ -1087,21 +1555,43 @@ fn doctor_image_proves_the_chain_through_podman_root_daemon() {
 #[test]
 fn doctor_image_proves_the_chain_through_containerd_root_daemon() {
     if !(require(is_root(), "root is needed to run containerd")
-        && require(have("containerd") && have("ctr") && have("docker") && have("unshare"), "containerd and docker.io are needed (run scripts/setup)")
+        && require(
+            have("containerd") && have("ctr") && have("docker") && have("unshare"),
+            "containerd and docker.io are needed (run scripts/setup)",
+        )
         && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed"))
     {
         return;
     }
     let f = Fixture::new("one", "memlock = 4194304");
-    let dir = tempfile::Builder::new().prefix("erdma-containerd-doctor-").tempdir_in("/tmp").unwrap();
+    let dir =
+        tempfile::Builder::new().prefix("erdma-containerd-doctor-").tempdir_in("/tmp").unwrap();
     let main = dir.path().join("config.toml");
     std::fs::write(&main, format!("version = 2\nroot = \"{}\"\nstate = \"{}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n", dir.path().join("root").display(), dir.path().join("state").display())).unwrap();
-    let out = Command::new(bin("erdma-oci-hook")).env("ERDMA_OCI_HOOK_CONFIG", &f.config_path).args(["configure", "containerd", "--config"]).arg(&main).arg("--runtime-path").arg(bin("erdma-runtime")).output().unwrap();
+    let out = Command::new(bin("erdma-oci-hook"))
+        .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+        .args(["configure", "containerd", "--config"])
+        .arg(&main)
+        .arg("--runtime-path")
+        .arg(bin("erdma-runtime"))
+        .output()
+        .unwrap();
     assert_success("configure containerd", &out);
     let sock = dir.path().join("containerd.sock");
     let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
     let mut child = Command::new("unshare")
-        .args(["--net", "--mount", "--propagation", "private", "--", "sh", "-c", "ip link set lo up; exec containerd \"$@\"", "containerd", "--config"])
+        .args([
+            "--net",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up; exec containerd \"$@\"",
+            "containerd",
+            "--config",
+        ])
         .arg(&main)
         .arg("--address")
         .arg(&sock)
@@ -1111,14 +1601,35 @@ fn doctor_image_proves_the_chain_through_containerd_root_daemon() {
         .stderr(log)
         .spawn()
         .unwrap();
-    let ctr = |args: &[&str]| Command::new("ctr").arg("--address").arg(&sock).args(["-n", "erdma-it"]).args(args).stdin(Stdio::null()).output().unwrap();
+    let ctr = |args: &[&str]| {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(&sock)
+            .args(["-n", "erdma-it"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
     let up = wait_for(Duration::from_secs(30), || ctr(&["version"]).status.success());
     assert!(up, "containerd did not come up:\n{}", read(&dir.path().join("containerd.log")));
     // The image, as `docker save` writes it, imported into our containerd.
     let name = format!("erdma-it/ctr-doctor:{}", std::process::id());
-    assert_success("docker import", &Command::new("docker").args(["import", busybox_tar(dir.path()).to_str().unwrap(), &name]).output().unwrap());
+    assert_success(
+        "docker import",
+        &Command::new("docker")
+            .args(["import", busybox_tar(dir.path()).to_str().unwrap(), &name])
+            .output()
+            .unwrap(),
+    );
     let archive = dir.path().join("image.tar");
-    assert_success("docker save", &Command::new("docker").args(["save", "-o", archive.to_str().unwrap(), &name]).output().unwrap());
+    assert_success(
+        "docker save",
+        &Command::new("docker")
+            .args(["save", "-o", archive.to_str().unwrap(), &name])
+            .output()
+            .unwrap(),
+    );
     let _ = Command::new("docker").args(["rmi", "-f", &name]).output();
     assert_success("ctr images import", &ctr(&["images", "import", archive.to_str().unwrap()]));
     let image = format!("docker.io/{name}");
@@ -1131,11 +1642,32 @@ fn doctor_image_proves_the_chain_through_containerd_root_daemon() {
         .args(["--image", &image, "--engine", "containerd", "--timeout", "60"])
         .output()
         .unwrap();
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("doctor --json ({e}): {}{}", text(&out.stdout), text(&out.stderr)));
-    let check = |id: &str| -> Value { r["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no {id} in {r}")).clone() };
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("doctor --json ({e}): {}{}", text(&out.stdout), text(&out.stderr))
+    });
+    let check = |id: &str| -> Value {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {r}"))
+            .clone()
+    };
     let start = check("container.start");
-    assert_eq!(start["status"], "ok", "{start}\ncontainerd log:\n{}", read(&dir.path().join("containerd.log")));
-    assert!(start["details"]["command"].as_str().unwrap().contains(&format!("--runc-binary {}", bin("erdma-runtime").display())), "{start}");
+    assert_eq!(
+        start["status"],
+        "ok",
+        "{start}\ncontainerd log:\n{}",
+        read(&dir.path().join("containerd.log"))
+    );
+    assert!(
+        start["details"]["command"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("--runc-binary {}", bin("erdma-runtime").display())),
+        "{start}"
+    );
     assert_eq!(check("container.devices")["status"], "ok", "{r}");
     assert_eq!(check("container.memlock")["details"]["ulimit_l"], "4096");
     assert_eq!(check("container.nccl-env")["status"], "ok", "{r}");

@@ -3,13 +3,20 @@
 //! asserted; `erdma-oci-hook env` prints the same for jobs without an engine.
 use serde_json::Value;
 
-use crate::support::{self, assert_success, busybox_bundle, read_spec, text, write_spec, Fixture, RuncRoot};
+use crate::support::{
+    self, assert_success, busybox_bundle, read_spec, text, write_spec, Fixture, RuncRoot,
+};
 
 const MEMLOCK: u64 = 4_194_304;
 
 /// Runs `env` in a busybox container asking for `devices`, with the image's own `env`, under
 /// erdma-runtime and real runc on fixture host `scenario`; returns the container's env lines.
-fn env_inside(scenario: &str, extra_toml: &str, devices: &str, own: &[&str]) -> (Vec<String>, Fixture) {
+fn env_inside(
+    scenario: &str,
+    extra_toml: &str,
+    devices: &str,
+    own: &[&str],
+) -> (Vec<String>, Fixture) {
     let fx = Fixture::new(scenario, &format!("memlock = {MEMLOCK}\n{extra_toml}"));
     let root = RuncRoot::new();
     let tmp = tempfile::tempdir().unwrap();
@@ -22,7 +29,12 @@ fn env_inside(scenario: &str, extra_toml: &str, devices: &str, own: &[&str]) -> 
     support::add_env(&mut spec, &vars);
     write_spec(&bundle, &spec);
     let id = RuncRoot::id("nccl");
-    let out = fx.command("erdma-runtime").args(root.args()).args(["run", "--bundle", bundle.to_str().unwrap(), &id]).output().unwrap();
+    let out = fx
+        .command("erdma-runtime")
+        .args(root.args())
+        .args(["run", "--bundle", bundle.to_str().unwrap(), &id])
+        .output()
+        .unwrap();
     assert_success("erdma-runtime run", &out);
     (text(&out.stdout).lines().map(str::to_string).collect(), fx)
 }
@@ -40,7 +52,12 @@ fn rocep_host_without_eth0_gets_its_own_names_and_pai_values_repaired_root() {
     if !support::require_runc() {
         return;
     }
-    let (env, fx) = env_inside("rocep-ens5", "", "all", &["NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA=erdma", "NCCL_DEBUG=WARN"]);
+    let (env, fx) = env_inside(
+        "rocep-ens5",
+        "",
+        "all",
+        &["NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA=erdma", "NCCL_DEBUG=WARN"],
+    );
     assert_eq!(value(&env, "NCCL_IB_HCA"), Some("=rocep26s0:1"), "{env:?}");
     assert_eq!(value(&env, "NCCL_SOCKET_IFNAME"), Some("=ens5"), "{env:?}");
     assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), Some("1"), "{env:?}");
@@ -52,9 +69,14 @@ fn rocep_host_without_eth0_gets_its_own_names_and_pai_values_repaired_root() {
     assert!(log.contains("NCCL_IB_HCA=erdma replaced by NCCL_IB_HCA==rocep26s0:1"), "{log}");
 
     // env_policy = "keep": the image's values reach the container, and the log says they cannot work.
-    let (env, fx) = env_inside("rocep-ens5", "env_policy = \"keep\"", "all", &["NCCL_SOCKET_IFNAME=eth0"]);
+    let (env, fx) =
+        env_inside("rocep-ens5", "env_policy = \"keep\"", "all", &["NCCL_SOCKET_IFNAME=eth0"]);
     assert_eq!(value(&env, "NCCL_SOCKET_IFNAME"), Some("eth0"));
-    assert!(fx.log_text().contains("NCCL_SOCKET_IFNAME=eth0 names no interface of this host"), "{}", fx.log_text());
+    assert!(
+        fx.log_text().contains("NCCL_SOCKET_IFNAME=eth0 names no interface of this host"),
+        "{}",
+        fx.log_text()
+    );
 }
 
 /// Seed 004: two ACTIVE eRDMA devices on two netdevs; asking for one gives exactly that one.
@@ -68,7 +90,10 @@ fn two_devices_on_two_netdevs_and_exact_names_root() {
     assert_eq!(value(&env, "NCCL_SOCKET_IFNAME"), Some("=eth0,eth1"));
     assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), Some("1"));
     let (env, _) = env_inside("two", "", "erdma_1", &[]);
-    assert_eq!((value(&env, "NCCL_IB_HCA"), value(&env, "NCCL_SOCKET_IFNAME")), (Some("=erdma_1:1"), Some("=eth1")));
+    assert_eq!(
+        (value(&env, "NCCL_IB_HCA"), value(&env, "NCCL_SOCKET_IFNAME")),
+        (Some("=erdma_1:1"), Some("=eth1"))
+    );
 }
 
 /// Alibaba's benchmark notes: RoCE v2 GIDs at 2 and 1 on one node. Together no index is set
@@ -117,17 +142,29 @@ fn env_command_prints_the_derived_settings_root() {
         (text(&out.stdout), text(&out.stderr))
     };
     let (shell, notes) = run(&[]);
-    assert!(shell.lines().any(|l| l == "export NCCL_IB_HCA='=rocep26s0:1'") && shell.lines().any(|l| l == "export NCCL_SOCKET_IFNAME='=ens5'"), "{shell}");
+    assert!(
+        shell.lines().any(|l| l == "export NCCL_IB_HCA='=rocep26s0:1'")
+            && shell.lines().any(|l| l == "export NCCL_SOCKET_IFNAME='=ens5'"),
+        "{shell}"
+    );
     assert!(notes.contains("rocep156s0:1 (DOWN)"), "{notes}");
     // The shell output is valid shell: sourced, it sets the variables.
-    let sourced = std::process::Command::new("sh").arg("-c").arg(format!("{shell}\necho \"$NCCL_IB_HCA|$NCCL_SOCKET_IFNAME|$NCCL_IB_GID_INDEX\"")).output().unwrap();
+    let sourced = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{shell}\necho \"$NCCL_IB_HCA|$NCCL_SOCKET_IFNAME|$NCCL_IB_GID_INDEX\""))
+        .output()
+        .unwrap();
     assert_eq!(text(&sourced.stdout).trim(), "=rocep26s0:1|=ens5|1");
     let (json, _) = run(&["--format", "json", "--devices", "rocep26s0"]);
     let j: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(j["devices"], serde_json::json!(["rocep26s0"]));
     assert_eq!(j["env"]["NCCL_IB_HCA"], "=rocep26s0:1");
     assert_eq!(j["env"]["NCCL_DEBUG"], "INFO");
-    assert!(j["derived"].as_array().unwrap().iter().any(|v| v["name"] == "NCCL_SOCKET_IFNAME" && v["source"].as_str().unwrap().contains("netdevs")), "{j}");
+    assert!(
+        j["derived"].as_array().unwrap().iter().any(|v| v["name"] == "NCCL_SOCKET_IFNAME"
+            && v["source"].as_str().unwrap().contains("netdevs")),
+        "{j}"
+    );
     let (file, _) = run(&["--format", "env-file"]);
     assert!(file.lines().any(|l| l == "NCCL_SOCKET_IFNAME==ens5"), "{file}");
     let (args, _) = run(&["--format", "mpirun"]);

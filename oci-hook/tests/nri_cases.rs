@@ -57,7 +57,11 @@ impl NriPlugin {
     fn wait_for(&self, needle: &str, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(15);
         while self.log_text().matches(needle).count() < n {
-            assert!(Instant::now() < deadline, "erdma-nri-plugin never logged `{needle}` ({n}×):\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "erdma-nri-plugin never logged `{needle}` ({n}×):\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -71,12 +75,25 @@ impl Drop for NriPlugin {
 }
 
 fn limit_line(limits: &str, name: &str) -> String {
-    limits.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no `{name}` in {limits}")).split_whitespace().collect::<Vec<_>>().join(" ")
+    limits
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no `{name}` in {limits}"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `/dev/infiniband` inside, as `NAME MAJOR:MINOR` (hex, as stat prints them) lines.
 fn nodes_inside(h: &Containerd17, c: &str) -> Vec<String> {
-    let (code, out, _) = h.exec_sync(c, &["sh", "-c", "cd /dev/infiniband 2>/dev/null && for f in *; do stat -c '%n %t:%T' \"$f\"; done"]);
+    let (code, out, _) = h.exec_sync(
+        c,
+        &[
+            "sh",
+            "-c",
+            "cd /dev/infiniband 2>/dev/null && for f in *; do stat -c '%n %t:%T' \"$f\"; done",
+        ],
+    );
     if code != 0 {
         return Vec::new();
     }
@@ -103,7 +120,12 @@ fn memlock_inside(h: &Containerd17, c: &str) -> String {
 
 fn allow_rule(spec: &Value, major: u64, minor: u64) -> bool {
     spec.pointer("/linux/resources/devices").and_then(Value::as_array).is_some_and(|r| {
-        r.iter().any(|r| r["allow"] == Value::Bool(true) && r["type"] == "c" && r["major"].as_u64() == Some(major) && r["minor"].as_u64() == Some(minor))
+        r.iter().any(|r| {
+            r["allow"] == Value::Bool(true)
+                && r["type"] == "c"
+                && r["major"].as_u64() == Some(major)
+                && r["minor"].as_u64() == Some(minor)
+        })
     })
 }
 
@@ -115,9 +137,13 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     let fixture = Fixture::new("two", &format!("memlock = {MEMLOCK}"));
     let h = Containerd17::start(Options { cni_loopback: true, ..Default::default() });
     let plugin = NriPlugin::start(&fixture, &h.nri_socket());
-    let ours = limit_line(&std::fs::read_to_string("/proc/self/limits").unwrap(), "Max locked memory");
+    let ours =
+        limit_line(&std::fs::read_to_string("/proc/self/limits").unwrap(), "Max locked memory");
     let asked = format!("Max locked memory {MEMLOCK} {MEMLOCK} bytes");
-    assert_ne!(ours, asked, "the daemon's own limit must differ from what the plugin sets, or the check proves nothing");
+    assert_ne!(
+        ours, asked,
+        "the daemon's own limit must differ from what the plugin sets, or the check proves nothing"
+    );
 
     // kubelet's part: one `aliyun/erdma` from the device plugin (erdma_0's first share).
     let host = discover::discover(&fixture.sysfs, &fixture.dev, &["erdma".into()]).unwrap();
@@ -131,12 +157,27 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
         &pod,
         &Container {
             name: "allocated".into(),
-            devices: alloc.devices.iter().map(|d| Device { host_path: d.host_path.clone().into(), container_path: d.container_path.clone(), permissions: d.permissions.clone() }).collect(),
+            devices: alloc
+                .devices
+                .iter()
+                .map(|d| Device {
+                    host_path: d.host_path.clone().into(),
+                    container_path: d.container_path.clone(),
+                    permissions: d.permissions.clone(),
+                })
+                .collect(),
             envs: alloc.envs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             ..Default::default()
         },
     );
-    let by_env = h.create_and_start(&pod, &Container { name: "by-env".into(), envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "erdma_1".into())], ..Default::default() });
+    let by_env = h.create_and_start(
+        &pod,
+        &Container {
+            name: "by-env".into(),
+            envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "erdma_1".into())],
+            ..Default::default()
+        },
+    );
     let plain = h.create_and_start(&pod, &Container { name: "plain".into(), ..Default::default() });
     plugin.wait_for("eRDMA given", 2);
 
@@ -145,7 +186,9 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     assert_eq!(nodes_inside(&h, &allocated), ["rdma_cm a:3a", "uverbs0 e7:c0"]);
     assert_eq!(memlock_inside(&h, &allocated), asked);
     let env = env_inside(&h, &allocated);
-    for kv in ["ERDMA_VISIBLE_DEVICES=erdma_0", "NCCL_IB_HCA==erdma_0:1", "NCCL_SOCKET_IFNAME==eth0"] {
+    for kv in
+        ["ERDMA_VISIBLE_DEVICES=erdma_0", "NCCL_IB_HCA==erdma_0:1", "NCCL_SOCKET_IFNAME==eth0"]
+    {
         assert!(has_env(&env, kv), "{kv} not in {env:?}");
     }
 
@@ -155,7 +198,11 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     let env = env_inside(&h, &by_env);
     assert!(has_env(&env, "NCCL_IB_HCA==erdma_1:1"), "{env:?}");
     let spec = h.runtime_spec(&by_env);
-    assert!(allow_rule(&spec, 231, 193) && allow_rule(&spec, 10, 58), "cgroup rules: {}", spec["linux"]["resources"]);
+    assert!(
+        allow_rule(&spec, 231, 193) && allow_rule(&spec, 10, 58),
+        "cgroup rules: {}",
+        spec["linux"]["resources"]
+    );
     // The nodes really open past the device cgroup: ENXIO (no driver here), not EPERM.
     let (_, out, _) = h.exec_sync(&by_env, &["sh", "-c", "cat /dev/infiniband/uverbs1 2>&1"]);
     assert!(out.contains("No such device or address"), "{out}");
@@ -166,7 +213,8 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     assert!(!env_inside(&h, &plain).iter().any(|l| l.starts_with("NCCL_")));
 
     // The pod annotation asks for every container of the pod.
-    let annotated = h.run_pod("nri-annotated", true, &[(erdma_oci_hook::request::ANNOTATION, "all")], "");
+    let annotated =
+        h.run_pod("nri-annotated", true, &[(erdma_oci_hook::request::ANNOTATION, "all")], "");
     let c = h.create_and_start(&annotated, &Container { name: "all".into(), ..Default::default() });
     assert_eq!(nodes_inside(&h, &c), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
 
@@ -174,11 +222,27 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     // kubelet shows as the container's CreateContainerError event; a plain one starts.
     let isolated = h.run_pod("nri-isolated", false, &[], "");
     let err = h
-        .try_create_and_start(&isolated, &Container { name: "asks".into(), envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "all".into())], ..Default::default() })
+        .try_create_and_start(
+            &isolated,
+            &Container {
+                name: "asks".into(),
+                envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "all".into())],
+                ..Default::default()
+            },
+        )
         .expect_err("an asking container without host networking must be refused");
-    assert!(err.message().contains("hostNetwork: true") && err.message().contains("nri-isolated"), "{}", err.message());
-    assert!(plugin.log_text().contains("hostNetwork: true"), "the plugin logs it too:\n{}", plugin.log_text());
-    let ok = h.create_and_start(&isolated, &Container { name: "plain".into(), ..Default::default() });
+    assert!(
+        err.message().contains("hostNetwork: true") && err.message().contains("nri-isolated"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        plugin.log_text().contains("hostNetwork: true"),
+        "the plugin logs it too:\n{}",
+        plugin.log_text()
+    );
+    let ok =
+        h.create_and_start(&isolated, &Container { name: "plain".into(), ..Default::default() });
     assert!(nodes_inside(&h, &ok).is_empty());
 }
 
@@ -196,18 +260,33 @@ fn nri_plugin_reconnects_root_daemon() {
     drop(first);
     let second = NriPlugin::start(&fixture, &h.nri_socket());
     let pod = h.run_pod("nri-again", true, &[], "");
-    let c = h.create_and_start(&pod, &Container { envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "erdma_0".into())], ..Default::default() });
+    let c = h.create_and_start(
+        &pod,
+        &Container {
+            envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "erdma_0".into())],
+            ..Default::default()
+        },
+    );
     assert_eq!(nodes_inside(&h, &c), ["rdma_cm a:3a", "uverbs0 e7:c0"]);
     second.wait_for("eRDMA given", 1);
 
     // Waiting for a socket that is not there yet (the runtime starting after the plugin).
     let later = fixture.dir.path().join("later.sock");
-    let mut waiting = fixture.command("erdma-nri-plugin").args(["--socket".as_ref(), later.as_os_str(), "--retry-ms".as_ref(), "20".as_ref()]).stderr(Stdio::piped()).spawn().unwrap();
+    let mut waiting = fixture
+        .command("erdma-nri-plugin")
+        .args(["--socket".as_ref(), later.as_os_str(), "--retry-ms".as_ref(), "20".as_ref()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert!(waiting.try_wait().unwrap().is_none(), "the plugin must keep waiting for the runtime");
     waiting.kill().unwrap();
     let out = waiting.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot connect to the runtime's NRI socket") && err.contains("disable = false"), "{err}");
+    assert!(
+        err.contains("cannot connect to the runtime's NRI socket")
+            && err.contains("disable = false"),
+        "{err}"
+    );
     assert_eq!(err.matches("cannot connect").count(), 1, "said once, not on every retry: {err}");
 }

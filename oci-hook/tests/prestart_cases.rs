@@ -10,7 +10,9 @@ use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::support::{self, assert_success, bin, busybox_bundle, read_spec, text, write_spec, Fixture, RuncRoot};
+use crate::support::{
+    self, assert_success, bin, busybox_bundle, read_spec, text, write_spec, Fixture, RuncRoot,
+};
 
 /// Within this machine's memlock hard limit (8 MiB; raising it needs CAP_SYS_RESOURCE).
 const MEMLOCK: u64 = 4_194_304;
@@ -30,11 +32,21 @@ impl Init {
 
     /// `unshare -n sleep 30`: the same pid (unshare execs), in a fresh network namespace.
     fn private_net() -> Init {
-        let child = Command::new("unshare").args(["-n", "sleep", "30"]).stdin(Stdio::null()).spawn().expect("unshare");
+        let child = Command::new("unshare")
+            .args(["-n", "sleep", "30"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("unshare");
         let init = Init(child);
         for _ in 0..500 {
-            if std::fs::read_to_string(format!("/proc/{}/comm", init.pid())).is_ok_and(|c| c.trim() == "sleep") {
-                assert_ne!(netns(init.pid()), netns_self(), "unshare -n did not give a new network namespace");
+            if std::fs::read_to_string(format!("/proc/{}/comm", init.pid()))
+                .is_ok_and(|c| c.trim() == "sleep")
+            {
+                assert_ne!(
+                    netns(init.pid()),
+                    netns_self(),
+                    "unshare -n did not give a new network namespace"
+                );
                 return init;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -80,14 +92,16 @@ impl Bundle {
     fn new(ask: bool) -> Bundle {
         let dir = tempfile::Builder::new().prefix("erdma-prestart-").tempdir().unwrap();
         std::fs::create_dir(dir.path().join("rootfs")).unwrap();
-        let env: Vec<&str> = if ask { vec!["PATH=/bin", "ERDMA_VISIBLE_DEVICES=all"] } else { vec!["PATH=/bin"] };
+        let env: Vec<&str> =
+            if ask { vec!["PATH=/bin", "ERDMA_VISIBLE_DEVICES=all"] } else { vec!["PATH=/bin"] };
         let spec = json!({
             "ociVersion": "1.0.2",
             "root": {"path": "rootfs"},
             "process": {"args": ["sh"], "cwd": "/", "env": env},
             "linux": {"namespaces": [{"type": "mount"}, {"type": "pid"}]},
         });
-        std::fs::write(dir.path().join("config.json"), serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        std::fs::write(dir.path().join("config.json"), serde_json::to_vec_pretty(&spec).unwrap())
+            .unwrap();
         Bundle { dir }
     }
 
@@ -135,7 +149,10 @@ fn assert_fails(out: &Output, fx: &Fixture, want: &str) {
     assert_eq!(out.status.code(), Some(1), "stderr: {err}");
     assert!(out.stdout.is_empty(), "stdout: {}", text(&out.stdout));
     let first = err.lines().next().unwrap_or_default();
-    assert!(first.starts_with("error: ") && first.contains(want), "`{want}` not in the first line of: {err}");
+    assert!(
+        first.starts_with("error: ") && first.contains(want),
+        "`{want}` not in the first line of: {err}"
+    );
     assert!(fx.log_text().contains(want), "`{want}` not in the log:\n{}", fx.log_text());
 }
 
@@ -151,7 +168,13 @@ fn tree(dir: &Path) -> Vec<String> {
             let m = std::fs::symlink_metadata(&p).unwrap();
             let rel = p.strip_prefix(base).unwrap().display().to_string();
             let link = std::fs::read_link(&p).map(|t| t.display().to_string()).unwrap_or_default();
-            out.push(format!("{rel} {:?} {} {:o} {} {link}", m.file_type(), m.rdev(), m.mode(), m.len()));
+            out.push(format!(
+                "{rel} {:?} {} {:o} {} {link}",
+                m.file_type(),
+                m.rdev(),
+                m.mode(),
+                m.len()
+            ));
             if m.is_dir() {
                 walk(base, &p, out);
             }
@@ -166,7 +189,8 @@ fn tree(dir: &Path) -> Vec<String> {
 fn node(path: &Path) -> (bool, u32, u32, u32) {
     let m = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let rdev = m.rdev();
-    let (major, minor) = (((rdev >> 8) & 0xfff) as u32, ((rdev & 0xff) | ((rdev >> 12) & !0xff)) as u32);
+    let (major, minor) =
+        (((rdev >> 8) & 0xfff) as u32, ((rdev & 0xff) | ((rdev >> 12) & !0xff)) as u32);
     (m.file_type().is_char_device(), major, minor, m.mode() & 0o7777)
 }
 
@@ -191,7 +215,10 @@ fn creates_nodes_sets_memlock_root() {
     assert_eq!(node(&ib.join("uverbs0")), (true, 231, 192, 0o666));
     assert_eq!(node(&ib.join("uverbs1")), (true, 231, 193, 0o666));
     assert_eq!(node(&ib.join("rdma_cm")), (true, 10, 58, 0o666));
-    let mut names: Vec<_> = std::fs::read_dir(&ib).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&ib)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     names.sort();
     assert_eq!(names, ["rdma_cm", "uverbs0", "uverbs1"], "no umad/issm nodes for eRDMA");
     assert_eq!(init.memlock(), (MEMLOCK.to_string(), MEMLOCK.to_string()));
@@ -214,11 +241,15 @@ fn selected_device_only_root() {
     let fx = Fixture::new("two", &format!("memlock = {MEMLOCK}"));
     let init = Init::host();
     let b = Bundle::new(false);
-    let mut spec: Value = serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
+    let mut spec: Value =
+        serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
     spec["annotations"] = json!({"com.alibabacloud.erdma.devices": "erdma_1"});
     std::fs::write(b.path().join("config.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
     assert_success("prestart", &hook(&fx, &b.state(init.pid())));
-    let mut names: Vec<_> = std::fs::read_dir(b.rootfs().join("dev/infiniband")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(b.rootfs().join("dev/infiniband"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     names.sort();
     assert_eq!(names, ["rdma_cm", "uverbs1"]);
 }
@@ -231,12 +262,19 @@ fn spec_memlock_is_reported_root() {
     let fx = Fixture::new("one", &format!("memlock = {MEMLOCK}"));
     let init = Init::host();
     let b = Bundle::new(true);
-    let mut spec: Value = serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
+    let mut spec: Value =
+        serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
     spec["process"]["rlimits"] = json!([{"type": "RLIMIT_MEMLOCK", "soft": 65536, "hard": 65536}]);
     std::fs::write(b.path().join("config.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
     assert_success("prestart", &hook(&fx, &b.state(init.pid())));
     let log = fx.log_text();
-    assert!(log.lines().any(|l| l.contains(" WARN ") && l.contains("the spec sets RLIMIT_MEMLOCK to 65536; runc applies it after this hook")), "{log}");
+    assert!(
+        log.lines().any(|l| l.contains(" WARN ")
+            && l.contains(
+                "the spec sets RLIMIT_MEMLOCK to 65536; runc applies it after this hook"
+            )),
+        "{log}"
+    );
 }
 
 #[test]
@@ -307,11 +345,20 @@ fn hostile_roots_root() {
     // A regular file at the node path.
     let b = with_ib();
     std::fs::write(b.rootfs().join("dev/infiniband/uverbs0"), "not a device").unwrap();
-    assert_refused(&fx, &b, d, &init, "/dev/infiniband/uverbs0 is already a regular file, not the character device 231:192");
+    assert_refused(
+        &fx,
+        &b,
+        d,
+        &init,
+        "/dev/infiniband/uverbs0 is already a regular file, not the character device 231:192",
+    );
 
     // A fifo at the node path.
     let b = with_ib();
-    assert_success("mkfifo", &Command::new("mkfifo").arg(b.rootfs().join("dev/infiniband/uverbs0")).output().unwrap());
+    assert_success(
+        "mkfifo",
+        &Command::new("mkfifo").arg(b.rootfs().join("dev/infiniband/uverbs0")).output().unwrap(),
+    );
     assert_refused(&fx, &b, d, &init, "/dev/infiniband/uverbs0 is already a fifo");
 
     // A symlink at the node path, to a host node.
@@ -322,7 +369,13 @@ fn hostile_roots_root() {
     // A node with the wrong numbers.
     let b = with_ib();
     support::mknod(&b.rootfs().join("dev/infiniband/uverbs0"), 'c', 231, 200);
-    assert_refused(&fx, &b, d, &init, "/dev/infiniband/uverbs0 is already a character device 231:200, not 231:192");
+    assert_refused(
+        &fx,
+        &b,
+        d,
+        &init,
+        "/dev/infiniband/uverbs0 is already a character device 231:200, not 231:192",
+    );
 
     // The last node is the bad one: the first is not created either (checks come first).
     let b = with_ib();
@@ -342,27 +395,49 @@ fn bad_input_root() {
     let init = Init::host();
     let b = Bundle::new(true);
 
-    assert_fails(&hook(&fx, b"{\"ociVersion\": \"1.0.2\", \"pid\": "), &fx, "malformed container state <stdin>");
-    assert_fails(&hook(&fx, br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1}"#), &fx, "`bundle` must be an absolute path");
+    assert_fails(
+        &hook(&fx, b"{\"ociVersion\": \"1.0.2\", \"pid\": "),
+        &fx,
+        "malformed container state <stdin>",
+    );
+    assert_fails(
+        &hook(&fx, br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1}"#),
+        &fx,
+        "`bundle` must be an absolute path",
+    );
 
     let gone = json!({"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": init.pid(), "bundle": b.path().join("nonexistent")});
-    assert_fails(&hook(&fx, gone.to_string().as_bytes()), &fx, &format!("reading {}", b.path().join("nonexistent/config.json").display()));
+    assert_fails(
+        &hook(&fx, gone.to_string().as_bytes()),
+        &fx,
+        &format!("reading {}", b.path().join("nonexistent/config.json").display()),
+    );
 
     std::fs::write(b.path().join("config.json"), "{ not json").unwrap();
     assert_fails(&hook(&fx, &b.state(init.pid())), &fx, "malformed OCI spec");
 
     // A pid that cannot exist: pid_max is one above the largest.
     let b = Bundle::new(true);
-    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
-    assert_fails(&hook(&fx, &b.state(pid_max)), &fx, &format!("the container's init process (pid {pid_max}, from the state) is not running"));
+    let pid_max: u32 =
+        std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+    assert_fails(
+        &hook(&fx, &b.state(pid_max)),
+        &fx,
+        &format!("the container's init process (pid {pid_max}, from the state) is not running"),
+    );
     assert_eq!(tree(&b.rootfs()), Vec::<String>::new());
 
     // A device that does not exist.
     let b = Bundle::new(false);
-    let mut spec: Value = serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
+    let mut spec: Value =
+        serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
     spec["annotations"] = json!({"com.alibabacloud.erdma.devices": "erdma_7"});
     std::fs::write(b.path().join("config.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
-    assert_fails(&hook(&fx, &b.state(init.pid())), &fx, "eRDMA device `erdma_7` does not exist (found: erdma_0)");
+    assert_fails(
+        &hook(&fx, &b.state(init.pid())),
+        &fx,
+        "eRDMA device `erdma_7` does not exist (found: erdma_0)",
+    );
     assert_eq!(tree(&b.rootfs()), Vec::<String>::new());
 }
 
@@ -398,7 +473,11 @@ fn memlock_above_hard_limit_root() {
         assert_eq!(init.memlock(), ("unlimited".into(), "unlimited".into()));
     } else {
         assert_fails(&out, &fx, &format!("raising memlock of pid {} to unlimited needs CAP_SYS_RESOURCE (hard limit is {hard})", init.pid()));
-        assert_eq!(tree(&b.rootfs()), Vec::<String>::new(), "nothing created when memlock cannot be set");
+        assert_eq!(
+            tree(&b.rootfs()),
+            Vec::<String>::new(),
+            "nothing created when memlock cannot be set"
+        );
     }
 }
 
@@ -420,7 +499,10 @@ fn private_network_namespace_root() {
     assert_success("prestart with network = warn", &out);
     assert!(b.rootfs().join("dev/infiniband/uverbs0").exists());
     let log = fx.log_text();
-    assert!(log.lines().any(|l| l.contains(" WARN ") && l.contains("has its own network namespace")), "{log}");
+    assert!(
+        log.lines().any(|l| l.contains(" WARN ") && l.contains("has its own network namespace")),
+        "{log}"
+    );
 }
 
 /// The cgroup v1 devices mount of this host, if it has one.
@@ -430,7 +512,10 @@ fn devices_v1_mount() -> Option<PathBuf> {
         let (pre, post) = l.split_once(" - ")?;
         let mut post = post.split_whitespace();
         let (fstype, _, opts) = (post.next()?, post.next()?, post.next()?);
-        (fstype == "cgroup" && opts.split(',').any(|o| o == "devices") && pre.split_whitespace().nth(3) == Some("/")).then(|| PathBuf::from(pre.split_whitespace().nth(4).unwrap()))
+        (fstype == "cgroup"
+            && opts.split(',').any(|o| o == "devices")
+            && pre.split_whitespace().nth(3) == Some("/"))
+        .then(|| PathBuf::from(pre.split_whitespace().nth(4).unwrap()))
     })
 }
 
@@ -448,7 +533,8 @@ fn cgroup_v1_device_rules_root() {
     if !root_ok() {
         return;
     }
-    let v2 = std::fs::read_to_string("/proc/self/cgroup").unwrap().lines().all(|l| l.starts_with("0::"));
+    let v2 =
+        std::fs::read_to_string("/proc/self/cgroup").unwrap().lines().all(|l| l.starts_with("0::"));
     if v2 {
         // Unified hierarchy: nothing a hook can add. The warning is covered by unit tests.
         eprintln!("cgroup v2 only: the v1 device rule case does not apply");
@@ -468,7 +554,11 @@ fn cgroup_v1_device_rules_root() {
     let b = Bundle::new(true);
     let out = hook(&fx, &b.state(init.pid()));
     assert_success("prestart", &out);
-    let mut list: Vec<String> = std::fs::read_to_string(cg.0.join("devices.list")).unwrap().lines().map(String::from).collect();
+    let mut list: Vec<String> = std::fs::read_to_string(cg.0.join("devices.list"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
     list.sort();
     assert_eq!(list, ["c 10:58 rwm", "c 1:3 rwm", "c 231:192 rwm", "c 231:193 rwm"]);
     // Move it back out before the cgroup goes.
@@ -502,7 +592,11 @@ fn cgroup_refusal_rolls_back_root() {
     let b = Bundle::new(true);
     let out = hook(&fx, &b.state(init.pid()));
     assert_fails(&out, &fx, "writing `c 231:192 rwm` to ");
-    assert_eq!(tree(&b.rootfs()), Vec::<String>::new(), "the nodes and directories made are removed");
+    assert_eq!(
+        tree(&b.rootfs()),
+        Vec::<String>::new(),
+        "the nodes and directories made are removed"
+    );
     assert_eq!(init.memlock(), limits);
     assert_eq!(std::fs::read_to_string(child.0.join("devices.list")).unwrap(), "");
     drop(init);
@@ -537,7 +631,14 @@ fn runc_with_create_runtime_hook_root() {
     write_spec(&bundle, &spec);
 
     let id = RuncRoot::id("prestart");
-    let out = Command::new("runc").args(root.args()).args(["run", "--bundle"]).arg(&bundle).arg(&id).stdin(Stdio::null()).output().unwrap();
+    let out = Command::new("runc")
+        .args(root.args())
+        .args(["run", "--bundle"])
+        .arg(&bundle)
+        .arg(&id)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert_success("runc run", &out);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     eprintln!("container stdout:\n{stdout}container stderr:\n{stderr}");
@@ -549,14 +650,27 @@ fn runc_with_create_runtime_hook_root() {
         .filter(|l| l.starts_with('c'))
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (format!("{} {}:{}", f[f.len() - 1], f[4].trim_end_matches(','), f[5]), f[0].to_string())
+            (
+                format!("{} {}:{}", f[f.len() - 1], f[4].trim_end_matches(','), f[5]),
+                f[0].to_string(),
+            )
         })
         .collect();
-    assert_eq!(nodes, [("rdma_cm 10:58".to_string(), "crw-rw-rw-".to_string()), ("uverbs0 231:192".to_string(), "crw-rw-rw-".to_string())], "{stdout}");
+    assert_eq!(
+        nodes,
+        [
+            ("rdma_cm 10:58".to_string(), "crw-rw-rw-".to_string()),
+            ("uverbs0 231:192".to_string(), "crw-rw-rw-".to_string())
+        ],
+        "{stdout}"
+    );
     let memlock = stdout.lines().find(|l| l.starts_with("Max locked memory")).unwrap_or_default();
     let f: Vec<&str> = memlock.split_whitespace().collect();
     assert_eq!(&f[3..5], [MEMLOCK.to_string(), MEMLOCK.to_string()], "{stdout}");
-    assert!(stdout.contains(&netns_self().display().to_string()), "host network namespace: {stdout}");
+    assert!(
+        stdout.contains(&netns_self().display().to_string()),
+        "host network namespace: {stdout}"
+    );
     let cgroup_v1 = devices_v1_mount().is_some();
     if cgroup_v1 {
         // The hook's devices.allow rules (runc's spec denies all but a few devices) let
@@ -574,7 +688,14 @@ fn runc_with_create_runtime_hook_root() {
     support::set_args(&mut private, &["true"]);
     write_spec(&bundle, &private);
     let id = RuncRoot::id("prestart-private-net");
-    let out = Command::new("runc").args(root.args()).args(["run", "--bundle"]).arg(&bundle).arg(&id).stdin(Stdio::null()).output().unwrap();
+    let out = Command::new("runc")
+        .args(root.args())
+        .args(["run", "--bundle"])
+        .arg(&bundle)
+        .arg(&id)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert!(!out.status.success(), "runc run with a private network namespace succeeded");
     assert!(text(&out.stderr).contains("--network host"), "{}", text(&out.stderr));
     let list = Command::new("runc").args(root.args()).args(["list", "-q"]).output().unwrap();

@@ -7,7 +7,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::support::{self, assert_success, busybox_bundle, env_of, read_spec, text, write_spec, Fixture, RuncRoot};
+use crate::support::{
+    self, assert_success, busybox_bundle, env_of, read_spec, text, write_spec, Fixture, RuncRoot,
+};
 
 /// Configured memlock for containers that run: within this machine's hard limit (8 MiB without
 /// CAP_SYS_RESOURCE, else runc fails with "error setting rlimit type 8").
@@ -33,7 +35,10 @@ fn assert_clear_error(out: &Output, fx: &Fixture, want: &str) {
     assert!(err.starts_with("erdma-runtime: error: "), "{err}");
     assert!(err.contains(want), "`{want}` not in: {err}");
     let log = fx.log_text();
-    assert!(log.lines().any(|l| l.contains(" ERROR ") && l.contains(want)), "`{want}` not in the log:\n{log}");
+    assert!(
+        log.lines().any(|l| l.contains(" ERROR ") && l.contains(want)),
+        "`{want}` not in the log:\n{log}"
+    );
 }
 
 /// `(path, "major:minor", mode)` of each entry of busybox `ls -l` output for device nodes.
@@ -42,7 +47,11 @@ fn ls_nodes(out: &str) -> Vec<(String, String, String)> {
         .filter(|l| l.starts_with('c'))
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f[f.len() - 1].to_string(), format!("{}:{}", f[4].trim_end_matches(','), f[5]), f[0].to_string())
+            (
+                f[f.len() - 1].to_string(),
+                format!("{}:{}", f[4].trim_end_matches(','), f[5]),
+                f[0].to_string(),
+            )
         })
         .collect()
 }
@@ -57,11 +66,19 @@ fn asking_container_gets_nodes_memlock_and_host_network_root() {
     let tmp = tempfile::tempdir().unwrap();
     let bundle = busybox_bundle(&tmp.path().join("b"));
     let mut spec = read_spec(&bundle);
-    support::set_args(&mut spec, &["sh", "-c", "ls -l /dev/infiniband; cat /proc/self/limits; readlink /proc/self/ns/net; env"]);
+    support::set_args(
+        &mut spec,
+        &[
+            "sh",
+            "-c",
+            "ls -l /dev/infiniband; cat /proc/self/limits; readlink /proc/self/ns/net; env",
+        ],
+    );
     support::add_env(&mut spec, &["ERDMA_VISIBLE_DEVICES=all"]);
     spec["x-erdma-test"] = json!({"unknown": ["fields", "survive"]});
     write_spec(&bundle, &spec);
-    std::fs::set_permissions(bundle.join("config.json"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(bundle.join("config.json"), std::fs::Permissions::from_mode(0o600))
+        .unwrap();
 
     let id = RuncRoot::id("ask");
     let out = runtime(&fx, &root, &["run", "--bundle", bundle.to_str().unwrap(), &id]);
@@ -78,22 +95,46 @@ fn asking_container_gets_nodes_memlock_and_host_network_root() {
         ],
         "{stdout}"
     );
-    let memlock = stdout.lines().find(|l| l.starts_with("Max locked memory")).unwrap_or_else(|| panic!("{stdout}"));
-    assert_eq!(memlock.split_whitespace().collect::<Vec<_>>()[3..6], [MEMLOCK.to_string().as_str(), &MEMLOCK.to_string(), "bytes"], "{memlock}");
-    assert!(stdout.lines().any(|l| l == host_netns()), "the container's net namespace is not the host's ({}):\n{stdout}", host_netns());
+    let memlock = stdout
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(
+        memlock.split_whitespace().collect::<Vec<_>>()[3..6],
+        [MEMLOCK.to_string().as_str(), &MEMLOCK.to_string(), "bytes"],
+        "{memlock}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == host_netns()),
+        "the container's net namespace is not the host's ({}):\n{stdout}",
+        host_netns()
+    );
     // Derived from the fixture host's sysfs: exact device:port, its netdev, its RoCE v2 GID.
     for var in ["NCCL_IB_HCA==erdma_0:1", "NCCL_SOCKET_IFNAME==eth0", "NCCL_IB_GID_INDEX=1"] {
         assert!(stdout.lines().any(|l| l == var), "{var} missing:\n{stdout}");
     }
-    assert!(!stdout.lines().any(|l| l.starts_with("NCCL_PROTO=")), "MTU 8500 keeps LL128:\n{stdout}");
+    assert!(
+        !stdout.lines().any(|l| l.starts_with("NCCL_PROTO=")),
+        "MTU 8500 keeps LL128:\n{stdout}"
+    );
 
     // The spec on disk: edited, unknown fields kept, mode kept.
     let after = read_spec(&bundle);
     assert_eq!(after["x-erdma-test"], spec["x-erdma-test"]);
-    assert_eq!(std::fs::metadata(bundle.join("config.json")).unwrap().permissions().mode() & 0o777, 0o600);
-    assert!(!after["linux"]["namespaces"].as_array().unwrap().iter().any(|n| n["type"] == "network"));
+    assert_eq!(
+        std::fs::metadata(bundle.join("config.json")).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(!after["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n["type"] == "network"));
     let log = fx.log_text();
-    assert!(log.contains(&format!("eRDMA edit of container {id}")) && log.contains("devices=erdma_0"), "{log}");
+    assert!(
+        log.contains(&format!("eRDMA edit of container {id}")) && log.contains("devices=erdma_0"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -106,7 +147,10 @@ fn container_that_does_not_ask_is_untouched_root() {
     let tmp = tempfile::tempdir().unwrap();
     let bundle = busybox_bundle(&tmp.path().join("b"));
     let mut spec = read_spec(&bundle);
-    support::set_args(&mut spec, &["sh", "-c", "ls /dev/infiniband 2>&1; readlink /proc/self/ns/net; cat /proc/self/limits"]);
+    support::set_args(
+        &mut spec,
+        &["sh", "-c", "ls /dev/infiniband 2>&1; readlink /proc/self/ns/net; cat /proc/self/limits"],
+    );
     support::add_env(&mut spec, &["ERDMA_VISIBLE_DEVICES_NOT=all"]);
     write_spec(&bundle, &spec);
     let cfg = bundle.join("config.json");
@@ -116,17 +160,30 @@ fn container_that_does_not_ask_is_untouched_root() {
     assert_success("erdma-runtime run", &out);
     let stdout = text(&out.stdout);
     assert!(stdout.contains("/dev/infiniband: No such file or directory"), "{stdout}");
-    assert!(!stdout.lines().any(|l| l == host_netns()), "a container that did not ask keeps its own network:\n{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("Max locked memory") && !l.contains(&MEMLOCK.to_string())), "{stdout}");
+    assert!(
+        !stdout.lines().any(|l| l == host_netns()),
+        "a container that did not ask keeps its own network:\n{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("Max locked memory") && !l.contains(&MEMLOCK.to_string())),
+        "{stdout}"
+    );
     // Byte for byte, and not even rewritten.
     assert_eq!(std::fs::read(&cfg).unwrap(), before);
     let now = std::fs::metadata(&cfg).unwrap();
-    assert_eq!((now.ino(), now.mtime(), now.mtime_nsec()), (meta.ino(), meta.mtime(), meta.mtime_nsec()));
+    assert_eq!(
+        (now.ino(), now.mtime(), now.mtime_nsec()),
+        (meta.ino(), meta.mtime(), meta.mtime_nsec())
+    );
 }
 
 #[test]
 fn default_config_edit_at_spec_level_root() {
-    if !support::require(support::is_root(), "root is needed to mknod fixture nodes") || !support::require(support::have("runc"), "runc spec") {
+    if !support::require(support::is_root(), "root is needed to mknod fixture nodes")
+        || !support::require(support::have("runc"), "runc spec")
+    {
         return;
     }
     // The default memlock (unlimited) is above this machine's hard limit: assert the spec, do
@@ -143,23 +200,67 @@ fn default_config_edit_at_spec_level_root() {
     write_spec(&bundle, &spec);
 
     let b = bundle.to_str().unwrap();
-    let args = ["--log", "/run/x/log.json", "--log-format", "json", "--systemd-cgroup", "create", "--pid-file", "/run/x/pid", "-bundle", b, "ctr-1"];
+    let args = [
+        "--log",
+        "/run/x/log.json",
+        "--log-format",
+        "json",
+        "--systemd-cgroup",
+        "create",
+        "--pid-file",
+        "/run/x/pid",
+        "-bundle",
+        b,
+        "ctr-1",
+    ];
     let out = runtime(&fx, &root, &args);
     assert_success("erdma-runtime create", &out);
-    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.stdout.is_empty() && out.stderr.is_empty(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     // The runtime got the original arguments, unchanged.
-    let mut want: Vec<String> = root.args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut want: Vec<String> =
+        root.args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
     want.extend(args.iter().map(|a| a.to_string()));
     want.push("--end--".into());
     assert_eq!(std::fs::read_to_string(&marker).unwrap().lines().collect::<Vec<_>>(), want);
 
     let s = read_spec(&bundle);
-    let memlock: Vec<&Value> = s["process"]["rlimits"].as_array().unwrap().iter().filter(|r| r["type"] == "RLIMIT_MEMLOCK").collect();
-    assert_eq!(memlock, [&json!({"type": "RLIMIT_MEMLOCK", "hard": 18446744073709551615u64, "soft": 18446744073709551615u64})]);
-    let paths: Vec<&str> = s["linux"]["devices"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+    let memlock: Vec<&Value> = s["process"]["rlimits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["type"] == "RLIMIT_MEMLOCK")
+        .collect();
+    assert_eq!(
+        memlock,
+        [
+            &json!({"type": "RLIMIT_MEMLOCK", "hard": 18446744073709551615u64, "soft": 18446744073709551615u64})
+        ]
+    );
+    let paths: Vec<&str> = s["linux"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
     assert_eq!(paths, ["/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"]);
-    let rules: Vec<&Value> = s["linux"]["resources"]["devices"].as_array().unwrap().iter().filter(|r| r["allow"] == true).collect();
-    assert_eq!(rules, [&json!({"allow": true, "type": "c", "major": 231, "minor": 193, "access": "rwm"}), &json!({"allow": true, "type": "c", "major": 10, "minor": 58, "access": "rwm"})]);
+    let rules: Vec<&Value> = s["linux"]["resources"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["allow"] == true)
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            &json!({"allow": true, "type": "c", "major": 231, "minor": 193, "access": "rwm"}),
+            &json!({"allow": true, "type": "c", "major": 10, "minor": 58, "access": "rwm"})
+        ]
+    );
     assert!(!s["linux"]["namespaces"].as_array().unwrap().iter().any(|n| n["type"] == "network"));
     assert_eq!(env_of(&s, "NCCL_IB_HCA"), Some("=erdma_1:1"));
     assert_eq!(env_of(&s, "NCCL_SOCKET_IFNAME"), Some("=eth1"));
@@ -179,7 +280,12 @@ fn default_config_edit_at_spec_level_root() {
     let mut spec2 = read_spec(&bundle2);
     support::add_env(&mut spec2, &["ERDMA_VISIBLE_DEVICES=all"]);
     write_spec(&bundle2, &spec2);
-    let out = fx.command("erdma-runtime").args(["create", "ctr-2"]).current_dir(&bundle2).output().unwrap();
+    let out = fx
+        .command("erdma-runtime")
+        .args(["create", "ctr-2"])
+        .current_dir(&bundle2)
+        .output()
+        .unwrap();
     assert_success("erdma-runtime create in the bundle", &out);
     assert_eq!(env_of(&read_spec(&bundle2), "NCCL_IB_HCA"), Some("=erdma_0:1,erdma_1:1"));
 }
@@ -199,7 +305,10 @@ impl ErrorCase {
         let tmp = tempfile::tempdir().unwrap();
         let marker = tmp.path().join("calls");
         let spy = support::spy_runtime(tmp.path(), &marker, Some("runc"));
-        fx.write_config(&format!("runtime = \"{}\"\nmemlock = {MEMLOCK}\n{extra_toml}", spy.display()));
+        fx.write_config(&format!(
+            "runtime = \"{}\"\nmemlock = {MEMLOCK}\n{extra_toml}",
+            spy.display()
+        ));
         let bundle = busybox_bundle(&tmp.path().join("b"));
         let mut spec = read_spec(&bundle);
         support::set_args(&mut spec, &["true"]);
@@ -218,9 +327,22 @@ impl ErrorCase {
         let before = std::fs::read(self.bundle.join("config.json")).unwrap();
         let out = self.create(&RuncRoot::id("err"));
         assert_clear_error(&out, &self.fx, want);
-        assert_eq!(std::fs::read(self.bundle.join("config.json")).unwrap(), before, "config.json changed");
-        assert!(!self.marker.exists(), "the runtime ran: {}", std::fs::read_to_string(&self.marker).unwrap_or_default());
-        let leftovers: Vec<_> = std::fs::read_dir(&self.bundle).unwrap().flatten().map(|e| e.file_name()).filter(|n| n != "config.json" && n != "rootfs").collect();
+        assert_eq!(
+            std::fs::read(self.bundle.join("config.json")).unwrap(),
+            before,
+            "config.json changed"
+        );
+        assert!(
+            !self.marker.exists(),
+            "the runtime ran: {}",
+            std::fs::read_to_string(&self.marker).unwrap_or_default()
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(&self.bundle)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n != "config.json" && n != "rootfs")
+            .collect();
         assert!(leftovers.is_empty(), "left in the bundle: {leftovers:?}");
     }
 }
@@ -231,29 +353,46 @@ fn errors_are_clear_and_leave_the_spec_alone_root() {
         return;
     }
     // A device named that does not exist, and one whose node is missing from /dev.
-    ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=erdma_7"]).expect_error("eRDMA device `erdma_7` does not exist (found: erdma_0)");
-    ErrorCase::new("missing-uverbs", "", &["ERDMA_VISIBLE_DEVICES=erdma_1"]).expect_error("eRDMA device erdma_1 has no usable uverbs node");
-    ErrorCase::new("none", "", &["ERDMA_VISIBLE_DEVICES=all"]).expect_error("the container asked for eRDMA but no eRDMA device was found");
-    ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=erdma_0;reboot"]).expect_error("invalid eRDMA request `erdma_0;reboot` from ERDMA_VISIBLE_DEVICES");
+    ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=erdma_7"])
+        .expect_error("eRDMA device `erdma_7` does not exist (found: erdma_0)");
+    ErrorCase::new("missing-uverbs", "", &["ERDMA_VISIBLE_DEVICES=erdma_1"])
+        .expect_error("eRDMA device erdma_1 has no usable uverbs node");
+    ErrorCase::new("none", "", &["ERDMA_VISIBLE_DEVICES=all"])
+        .expect_error("the container asked for eRDMA but no eRDMA device was found");
+    ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=erdma_0;reboot"])
+        .expect_error("invalid eRDMA request `erdma_0;reboot` from ERDMA_VISIBLE_DEVICES");
     // Another driver's device cannot be named unless the operator allows the driver.
-    ErrorCase::new("mlx5-beside", "", &["ERDMA_VISIBLE_DEVICES=mlx5_0"]).expect_error("RDMA device `mlx5_0` has driver mlx5_core");
+    ErrorCase::new("mlx5-beside", "", &["ERDMA_VISIBLE_DEVICES=mlx5_0"])
+        .expect_error("RDMA device `mlx5_0` has driver mlx5_core");
 
     // Malformed config.json.
     let c = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=all"]);
-    std::fs::write(c.bundle.join("config.json"), "{\"ociVersion\": \"1.0.2\", \"process\": ").unwrap();
-    c.expect_error(&format!("malformed OCI spec {}: EOF while parsing", c.bundle.join("config.json").display()));
+    std::fs::write(c.bundle.join("config.json"), "{\"ociVersion\": \"1.0.2\", \"process\": ")
+        .unwrap();
+    c.expect_error(&format!(
+        "malformed OCI spec {}: EOF while parsing",
+        c.bundle.join("config.json").display()
+    ));
     std::fs::write(c.bundle.join("config.json"), "[]").unwrap();
     c.expect_error("not a JSON object");
 
     // A bundle that does not exist, and one without config.json.
     let c = ErrorCase::new("one", "", &[]);
     let out = runtime(&c.fx, &c.root, &["create", "--bundle", "/nonexistent/bundle", "x"]);
-    assert_clear_error(&out, &c.fx, "bundle /nonexistent/bundle does not exist or is not a directory");
+    assert_clear_error(
+        &out,
+        &c.fx,
+        "bundle /nonexistent/bundle does not exist or is not a directory",
+    );
     assert!(!c.marker.exists());
     let empty = c.tmp.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
     let out = runtime(&c.fx, &c.root, &["run", "--bundle", empty.to_str().unwrap(), "x"]);
-    assert_clear_error(&out, &c.fx, &format!("reading {}: No such file or directory", empty.join("config.json").display()));
+    assert_clear_error(
+        &out,
+        &c.fx,
+        &format!("reading {}: No such file or directory", empty.join("config.json").display()),
+    );
 
     // The real runtime not found: named, before any edit.
     let c = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=all"]);
@@ -266,11 +405,29 @@ fn errors_are_clear_and_leave_the_spec_alone_root() {
     // written there as runc would: the engine shows it to the user.
     let c = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=erdma_7"]);
     let log_json = c.tmp.path().join("log.json");
-    let out = runtime(&c.fx, &c.root, &["--log", log_json.to_str().unwrap(), "--log-format", "json", "create", "--bundle", c.bundle.to_str().unwrap(), "x"]);
+    let out = runtime(
+        &c.fx,
+        &c.root,
+        &[
+            "--log",
+            log_json.to_str().unwrap(),
+            "--log-format",
+            "json",
+            "create",
+            "--bundle",
+            c.bundle.to_str().unwrap(),
+            "x",
+        ],
+    );
     assert_clear_error(&out, &c.fx, "`erdma_7` does not exist");
-    let last: Value = serde_json::from_str(std::fs::read_to_string(&log_json).unwrap().lines().last().unwrap()).unwrap();
+    let last: Value =
+        serde_json::from_str(std::fs::read_to_string(&log_json).unwrap().lines().last().unwrap())
+            .unwrap();
     assert_eq!(last["level"], "error");
-    assert!(last["msg"].as_str().unwrap().starts_with("eRDMA device `erdma_7` does not exist"), "{last}");
+    assert!(
+        last["msg"].as_str().unwrap().starts_with("eRDMA device `erdma_7` does not exist"),
+        "{last}"
+    );
 
     // A broken config file: stderr only (there is no log file to use), still exit 1.
     let c = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=all"]);
@@ -279,13 +436,20 @@ fn errors_are_clear_and_leave_the_spec_alone_root() {
     let out = c.create("x");
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(err.starts_with("erdma-runtime: error: invalid config ") && err.contains("runtim") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.starts_with("erdma-runtime: error: invalid config ")
+            && err.contains("runtim")
+            && err.lines().count() == 1,
+        "{err}"
+    );
     assert_eq!(std::fs::read(c.bundle.join("config.json")).unwrap(), before);
 }
 
 #[test]
 fn managed_network_namespace_root() {
-    if !support::require_runc() || !support::require(support::have("unshare"), "unshare (util-linux) is needed") {
+    if !support::require_runc()
+        || !support::require(support::have("unshare"), "unshare (util-linux) is needed")
+    {
         return;
     }
     // Docker's libnetwork-setkey hook, or a namespace path: the default policy refuses, and
@@ -294,7 +458,9 @@ fn managed_network_namespace_root() {
     let mut spec = read_spec(&docker.bundle);
     spec["hooks"] = json!({"prestart": [{"path": "/proc/self/exe", "args": ["libnetwork-setkey", "-exec-root=/var/run/docker", "0123", "4567"]}]});
     write_spec(&docker.bundle, &spec);
-    docker.expect_error("run it with `--network host` (Docker, Podman) or `hostNetwork: true` (Kubernetes)");
+    docker.expect_error(
+        "run it with `--network host` (Docker, Podman) or `hostNetwork: true` (Kubernetes)",
+    );
 
     let with_path = |c: &ErrorCase, path: &Path| {
         let mut spec = read_spec(&c.bundle);
@@ -303,7 +469,10 @@ fn managed_network_namespace_root() {
                 ns["path"] = json!(path);
             }
         }
-        support::set_args(&mut spec, &["sh", "-c", "readlink /proc/self/ns/net; ls /dev/infiniband"]);
+        support::set_args(
+            &mut spec,
+            &["sh", "-c", "readlink /proc/self/ns/net; ls /dev/infiniband"],
+        );
         write_spec(&c.bundle, &spec);
     };
     let netns = support::Netns::new();
@@ -314,20 +483,40 @@ fn managed_network_namespace_root() {
     // `warn` goes on: runc runs the container in the namespace it was given, with the devices.
     let warn = ErrorCase::new("one", "network = \"warn\"", &["ERDMA_VISIBLE_DEVICES=all"]);
     with_path(&warn, &netns.path());
-    let out = runtime(&warn.fx, &warn.root, &["run", "--bundle", warn.bundle.to_str().unwrap(), &RuncRoot::id("warn")]);
+    let out = runtime(
+        &warn.fx,
+        &warn.root,
+        &["run", "--bundle", warn.bundle.to_str().unwrap(), &RuncRoot::id("warn")],
+    );
     assert_success("erdma-runtime run (warn)", &out);
     assert!(warn.marker.exists(), "runc did not run");
     assert_eq!(text(&out.stdout), format!("{}\nrdma_cm\nuverbs0\n", netns.link()));
     let log = warn.fx.log_text();
-    assert!(log.lines().any(|l| l.contains(" WARN ") && l.contains("manages this container's network namespace")), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains(" WARN ")
+                && l.contains("manages this container's network namespace")),
+        "{log}"
+    );
     let spec = read_spec(&warn.bundle);
-    assert!(spec["linux"]["namespaces"].as_array().unwrap().iter().any(|n| n["path"] == json!(netns.path())), "the managed namespace was touched");
+    assert!(
+        spec["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["path"] == json!(netns.path())),
+        "the managed namespace was touched"
+    );
 
     // A path to the host's own namespace is how Docker spells `--network host`
     // (`/var/run/docker/netns/default`): host networking, no refusal, no warning.
     let host = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=all"]);
     with_path(&host, Path::new(&format!("/proc/{}/ns/net", std::process::id())));
-    let out = runtime(&host.fx, &host.root, &["run", "--bundle", host.bundle.to_str().unwrap(), &RuncRoot::id("hostpath")]);
+    let out = runtime(
+        &host.fx,
+        &host.root,
+        &["run", "--bundle", host.bundle.to_str().unwrap(), &RuncRoot::id("hostpath")],
+    );
     assert_success("erdma-runtime run (host namespace path)", &out);
     assert_eq!(text(&out.stdout), format!("{}\nrdma_cm\nuverbs0\n", host_netns()));
     assert!(!host.fx.log_text().contains(" WARN "), "{}", host.fx.log_text());
@@ -345,13 +534,18 @@ fn other_subcommands_pass_straight_through_root() {
     assert_success("erdma-runtime --version", &out);
     assert_eq!(out.stdout, plain.stdout);
     // runc's exit code and messages, untouched.
-    let plain = Command::new("runc").args(root.args()).args(["state", "no-such-ctr"]).output().unwrap();
+    let plain =
+        Command::new("runc").args(root.args()).args(["state", "no-such-ctr"]).output().unwrap();
     let out = runtime(&fx, &root, &["state", "no-such-ctr"]);
     assert_eq!(out.status.code(), plain.status.code());
     assert_ne!(out.status.code(), Some(0));
     // runc stamps its messages with the second it wrote them (`time="…"`): the two runs may
     // straddle a second, so the stamp is left out of the comparison.
-    let unstamped = |s: &str| s.lines().map(|l| l.split_once(" level=").map_or(l, |(_, rest)| rest).to_string()).collect::<Vec<_>>();
+    let unstamped = |s: &str| {
+        s.lines()
+            .map(|l| l.split_once(" level=").map_or(l, |(_, rest)| rest).to_string())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(unstamped(&text(&out.stderr)), unstamped(&text(&plain.stderr)));
     assert!(text(&out.stderr).contains("container does not exist"), "{}", text(&out.stderr));
     let out = runtime(&fx, &root, &["list", "--format", "json"]);
@@ -359,7 +553,15 @@ fn other_subcommands_pass_straight_through_root() {
     assert_eq!(text(&out.stdout).trim(), "null");
     // Not create/run: a bundle-looking argument is not read (it does not even exist).
     let out = runtime(&fx, &root, &["delete", "--force", "no-such-ctr"]);
-    assert_eq!(out.status.code(), Command::new("runc").args(root.args()).args(["delete", "--force", "no-such-ctr"]).status().unwrap().code());
+    assert_eq!(
+        out.status.code(),
+        Command::new("runc")
+            .args(root.args())
+            .args(["delete", "--force", "no-such-ctr"])
+            .status()
+            .unwrap()
+            .code()
+    );
     assert!(!text(&out.stderr).contains("erdma-runtime"), "{}", text(&out.stderr));
 }
 
@@ -410,17 +612,29 @@ fn fifty_concurrent_creates_root() {
                     if !st.success() {
                         return Err(format!("{i}: create: {st}: {err}"));
                     }
-                    let state = Command::new("runc").args(root.args()).args(["state", &id]).output().unwrap();
-                    let state: Value = serde_json::from_slice(&state.stdout).map_err(|e| format!("{i}: state: {e}"))?;
+                    let state = Command::new("runc")
+                        .args(root.args())
+                        .args(["state", &id])
+                        .output()
+                        .unwrap();
+                    let state: Value = serde_json::from_slice(&state.stdout)
+                        .map_err(|e| format!("{i}: state: {e}"))?;
                     if state["status"] != "created" {
                         return Err(format!("{i}: state {state}"));
                     }
                     let s = read_spec(&bundle);
                     let check = match ask {
-                        None => (std::fs::read(bundle.join("config.json")).unwrap() == before).then_some(()).ok_or("not byte-identical".to_string()),
+                        None => (std::fs::read(bundle.join("config.json")).unwrap() == before)
+                            .then_some(())
+                            .ok_or("not byte-identical".to_string()),
                         Some(a) => check_spec(&s, a, i),
                     };
-                    let del = fx.command("erdma-runtime").args(root.args()).args(["delete", &id]).output().unwrap();
+                    let del = fx
+                        .command("erdma-runtime")
+                        .args(root.args())
+                        .args(["delete", &id])
+                        .output()
+                        .unwrap();
                     check.map_err(|e| format!("{i}: {e}"))?;
                     if !del.status.success() {
                         return Err(format!("{i}: delete: {}", text(&del.stderr)));
@@ -432,7 +646,12 @@ fn fifty_concurrent_creates_root() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let failures: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(failures.is_empty(), "{} of 50 failed:\n{}", failures.len(), failures.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of 50 failed:\n{}",
+        failures.len(),
+        failures.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+    );
     let log = fx.log_text();
     assert_eq!(log.lines().filter(|l| l.contains("eRDMA edit of container")).count(), 34, "{log}");
     assert!(std::fs::read_dir(root.path()).unwrap().next().is_none(), "containers left behind");
@@ -440,14 +659,32 @@ fn fifty_concurrent_creates_root() {
 
 /// The edit a container asking for `ask` ("all" or "erdma_1") on the `two` fixture gets.
 fn check_spec(s: &Value, ask: &str, i: usize) -> Result<(), String> {
-    let (hca, minors): (&str, &[u64]) = if ask == "all" { ("=erdma_0:1,erdma_1:1", &[192, 193, 58]) } else { ("=erdma_1:1", &[193, 58]) };
-    let got: Vec<u64> = s["linux"]["devices"].as_array().ok_or("no devices")?.iter().filter_map(|d| d["minor"].as_u64()).collect();
-    let memlock: Vec<&Value> = s["process"]["rlimits"].as_array().ok_or("no rlimits")?.iter().filter(|r| r["type"] == "RLIMIT_MEMLOCK").collect();
+    let (hca, minors): (&str, &[u64]) = if ask == "all" {
+        ("=erdma_0:1,erdma_1:1", &[192, 193, 58])
+    } else {
+        ("=erdma_1:1", &[193, 58])
+    };
+    let got: Vec<u64> = s["linux"]["devices"]
+        .as_array()
+        .ok_or("no devices")?
+        .iter()
+        .filter_map(|d| d["minor"].as_u64())
+        .collect();
+    let memlock: Vec<&Value> = s["process"]["rlimits"]
+        .as_array()
+        .ok_or("no rlimits")?
+        .iter()
+        .filter(|r| r["type"] == "RLIMIT_MEMLOCK")
+        .collect();
     let ok = got == minors
         && memlock == [&json!({"type": "RLIMIT_MEMLOCK", "hard": MEMLOCK, "soft": MEMLOCK})]
         && env_of(s, "NCCL_IB_HCA") == Some(hca)
         && s["annotations"]["test.index"].as_str() == Some(i.to_string().as_str())
-        && !s["linux"]["namespaces"].as_array().ok_or("no namespaces")?.iter().any(|n| n["type"] == "network");
+        && !s["linux"]["namespaces"]
+            .as_array()
+            .ok_or("no namespaces")?
+            .iter()
+            .any(|n| n["type"] == "network");
     ok.then_some(()).ok_or_else(|| format!("wrong spec for {ask}: {s}"))
 }
 
@@ -458,7 +695,14 @@ fn precreate_edits_stdin_to_stdout_root() {
     }
     let fx = Fixture::new("four", "memlock = 65536");
     let run = |input: &[u8]| {
-        let mut child = fx.command("erdma-oci-hook").arg("precreate").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = fx
+            .command("erdma-oci-hook")
+            .arg("precreate")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         std::io::Write::write_all(&mut child.stdin.take().unwrap(), input).unwrap();
         child.wait_with_output().unwrap()
     };

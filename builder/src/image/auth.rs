@@ -124,7 +124,8 @@ pub fn auth_files(env: &AuthEnv) -> Vec<AuthPath> {
     } else if let Some(uid) = env.uid {
         files.push(file(PathBuf::from(format!("/run/containers/{uid}/auth.json"))));
     }
-    let config_home = env.xdg_config_home.clone().or_else(|| env.home.as_ref().map(|h| h.join(".config")));
+    let config_home =
+        env.xdg_config_home.clone().or_else(|| env.home.as_ref().map(|h| h.join(".config")));
     if let Some(c) = config_home {
         files.push(file(c.join("containers/auth.json")));
     }
@@ -177,7 +178,8 @@ fn key_fits(key: &str, legacy: bool, registry: &str, repository: &str) -> Option
     match scope {
         None => Some(0),
         Some(ns) => {
-            let inside = repository == ns || repository.strip_prefix(ns.as_str()).is_some_and(|rest| rest.starts_with('/'));
+            let inside = repository == ns
+                || repository.strip_prefix(ns.as_str()).is_some_and(|rest| rest.starts_with('/'));
             inside.then_some(ns.len())
         }
     }
@@ -208,7 +210,11 @@ pub fn credentials_in(files: &[AuthPath], registry: &str, repository: &str) -> R
     Ok(Credential::Auth(RegistryAuth::Anonymous))
 }
 
-fn credentials_in_file(file: &AuthPath, registry: &str, repository: &str) -> Result<Option<Credential>> {
+fn credentials_in_file(
+    file: &AuthPath,
+    registry: &str,
+    repository: &str,
+) -> Result<Option<Credential>> {
     let path = &file.path;
     let text = match std::fs::read(path) {
         Ok(t) => t,
@@ -222,7 +228,11 @@ fn credentials_in_file(file: &AuthPath, registry: &str, repository: &str) -> Res
         serde_json::from_slice(&text).map_err(bad_json)?
     };
     // A helper for the registry comes first (helpers know no repository scopes).
-    let mut helpers: Vec<(&String, &String)> = parsed.cred_helpers.iter().filter(|(k, _)| parse_key(k, false) == (normalize_host(registry), None)).collect();
+    let mut helpers: Vec<(&String, &String)> = parsed
+        .cred_helpers
+        .iter()
+        .filter(|(k, _)| parse_key(k, false) == (normalize_host(registry), None))
+        .collect();
     helpers.sort();
     if let Some((_, helper)) = helpers.first() {
         return helper_get(helper, &helper_server(registry)).map(Some);
@@ -233,7 +243,11 @@ fn credentials_in_file(file: &AuthPath, registry: &str, repository: &str) -> Res
         .auths
         .iter()
         .filter_map(|(k, e)| key_fits(k, file.legacy, registry, repository).map(|n| (n, k, e)))
-        .max_by(|a, b| a.0.cmp(&b.0).then_with(|| (b.1 != registry).cmp(&(a.1 != registry))).then_with(|| b.1.cmp(a.1)));
+        .max_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| (b.1 != registry).cmp(&(a.1 != registry)))
+                .then_with(|| b.1.cmp(a.1))
+        });
     if let Some((_, _, entry)) = best {
         if let Some(c) = entry_credential(entry, path)? {
             return Ok(Some(c));
@@ -258,8 +272,14 @@ fn entry_credential(entry: &AuthEntry, path: &Path) -> Result<Option<Credential>
         return Ok(Some(Credential::Auth(RegistryAuth::Basic(u, p.clone()))));
     }
     let Some(auth) = nonempty(&entry.auth) else { return Ok(None) };
-    let bad = || Error::Unsupported(format!("malformed `auth` entry in {}: expected base64 of user:password", path.display()));
-    let decoded = base64::engine::general_purpose::STANDARD.decode(auth.trim()).map_err(|_| bad())?;
+    let bad = || {
+        Error::Unsupported(format!(
+            "malformed `auth` entry in {}: expected base64 of user:password",
+            path.display()
+        ))
+    };
+    let decoded =
+        base64::engine::general_purpose::STANDARD.decode(auth.trim()).map_err(|_| bad())?;
     let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
     let (u, p) = decoded.split_once(':').ok_or_else(bad)?;
     // containers/image trims NULs some tools padded the password with.
@@ -276,7 +296,11 @@ struct HelperReply {
 /// Runs `docker-credential-HELPER get` with the server address on stdin (the
 /// docker-credential-helpers protocol). A `<token>` user means the secret is an identity token.
 fn helper_get(helper: &str, server: &str) -> Result<Credential> {
-    let fail = |reason: String| Error::CredentialHelper { helper: helper.into(), registry: server.into(), reason };
+    let fail = |reason: String| Error::CredentialHelper {
+        helper: helper.into(),
+        registry: server.into(),
+        reason,
+    };
     let mut child = Command::new(format!("docker-credential-{helper}"))
         .arg("get")
         .stdin(Stdio::piped())
@@ -284,7 +308,12 @@ fn helper_get(helper: &str, server: &str) -> Result<Credential> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| fail(e.to_string()))?;
-    child.stdin.take().expect("piped").write_all(server.as_bytes()).map_err(|e| fail(e.to_string()))?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(server.as_bytes())
+        .map_err(|e| fail(e.to_string()))?;
     let out = child.wait_with_output().map_err(|e| fail(e.to_string()))?;
     if !out.status.success() {
         let msg = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -294,7 +323,8 @@ fn helper_get(helper: &str, server: &str) -> Result<Credential> {
         }
         return Err(fail(format!("{}: {msg}", out.status)));
     }
-    let reply: HelperReply = serde_json::from_slice(&out.stdout).map_err(|e| fail(e.to_string()))?;
+    let reply: HelperReply =
+        serde_json::from_slice(&out.stdout).map_err(|e| fail(e.to_string()))?;
     if reply.username == "<token>" {
         return Ok(Credential::IdentityToken(reply.secret));
     }
@@ -390,7 +420,9 @@ fn form_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => out.push(b as char),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
+                out.push(b as char)
+            }
             b' ' => out.push('+'),
             _ => out.push_str(&format!("%{b:02X}")),
         }
@@ -445,28 +477,51 @@ pub enum TokenError {
 /// without one, or with basic auth). The reply is read up to [`MAX_TOKEN_REPLY`]; the whole
 /// exchange is bounded by [`EXCHANGE_TIMEOUT`]. `client` is the registry's, with its TLS set-up,
 /// which serves its token service too (as Docker's token handler uses the registry's transport).
-pub async fn access_token(client: &reqwest::Client, base: &str, grant: Grant<'_>, scopes: &[String]) -> std::result::Result<Option<AccessToken>, TokenError> {
+pub async fn access_token(
+    client: &reqwest::Client,
+    base: &str,
+    grant: Grant<'_>,
+    scopes: &[String],
+) -> std::result::Result<Option<AccessToken>, TokenError> {
     let ping = format!("{base}/v2/");
     match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(client, &ping, grant, scopes)).await {
         Ok(r) => r,
-        Err(_) => Err(TokenError::Failed { url: ping, reason: format!("no answer within {}s", EXCHANGE_TIMEOUT.as_secs()) }),
+        Err(_) => Err(TokenError::Failed {
+            url: ping,
+            reason: format!("no answer within {}s", EXCHANGE_TIMEOUT.as_secs()),
+        }),
     }
 }
 
-async fn exchange(client: &reqwest::Client, ping: &str, grant: Grant<'_>, scopes: &[String]) -> std::result::Result<Option<AccessToken>, TokenError> {
+async fn exchange(
+    client: &reqwest::Client,
+    ping: &str,
+    grant: Grant<'_>,
+    scopes: &[String],
+) -> std::result::Result<Option<AccessToken>, TokenError> {
     let fail = |url: &str, reason: String| TokenError::Failed { url: url.into(), reason };
     let why = |e: reqwest::Error| crate::http::chain(&e);
     let res = client.get(ping).send().await.map_err(TokenError::Transport)?;
-    let values: Vec<&str> = res.headers().get_all(reqwest::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
+    let values: Vec<&str> = res
+        .headers()
+        .get_all(reqwest::header::WWW_AUTHENTICATE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
     let Some(challenge) = bearer_challenge(values) else {
         if res.status() == reqwest::StatusCode::UNAUTHORIZED && matches!(grant, Grant::Refresh(_)) {
-            tracing::warn!("{ping} asks for no bearer token; the stored identity token is not used");
+            tracing::warn!(
+                "{ping} asks for no bearer token; the stored identity token is not used"
+            );
         }
         return Ok(None);
     };
     let realm = challenge.realm.as_str();
     // A secret goes to the realm only as protected as to the registry itself.
-    if ping.starts_with("https://") && !realm.starts_with("https://") && !matches!(grant, Grant::Anonymous) {
+    if ping.starts_with("https://")
+        && !realm.starts_with("https://")
+        && !matches!(grant, Grant::Anonymous)
+    {
         return Err(fail(realm, "the registry's token service is not HTTPS; refusing to send credentials to it in the clear".into()));
     }
     let request = match grant {
@@ -475,7 +530,8 @@ async fn exchange(client: &reqwest::Client, ping: &str, grant: Grant<'_>, scopes
             .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(refresh_form(token, challenge.service.as_deref(), scopes)),
         Grant::Password(..) | Grant::Anonymous => {
-            let mut query: Vec<(&str, &str)> = challenge.service.as_deref().map(|s| ("service", s)).into_iter().collect();
+            let mut query: Vec<(&str, &str)> =
+                challenge.service.as_deref().map(|s| ("service", s)).into_iter().collect();
             query.extend(scopes.iter().map(|s| ("scope", s.as_str())));
             let request = client.get(realm).query(&query);
             match grant {
@@ -486,13 +542,17 @@ async fn exchange(client: &reqwest::Client, ping: &str, grant: Grant<'_>, scopes
     };
     let mut res = request.send().await.map_err(TokenError::Transport)?;
     let status = res.status();
-    if matches!(grant, Grant::Password(..) | Grant::Anonymous) && matches!(status, reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN) {
+    if matches!(grant, Grant::Password(..) | Grant::Anonymous)
+        && matches!(status, reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN)
+    {
         return Err(TokenError::Refused(status));
     }
     if !status.is_success() {
         return Err(fail(realm, format!("HTTP {status}")));
     }
-    let (body, over) = crate::limits::capped_body(&mut res, MAX_TOKEN_REPLY).await.map_err(|e| fail(realm, why(e)))?;
+    let (body, over) = crate::limits::capped_body(&mut res, MAX_TOKEN_REPLY)
+        .await
+        .map_err(|e| fail(realm, why(e)))?;
     if over {
         return Err(fail(realm, format!("the reply is longer than {MAX_TOKEN_REPLY} bytes, far more than any token (an endless body?)")));
     }
@@ -502,8 +562,13 @@ async fn exchange(client: &reqwest::Client, ping: &str, grant: Grant<'_>, scopes
 /// A token service's reply (`token.md`, `oauth.md`): `access_token`, else `token`, and
 /// `expires_in`; the reason when it holds none.
 pub fn token_reply(body: &[u8]) -> std::result::Result<AccessToken, String> {
-    let reply: TokenReply = serde_json::from_slice(body).map_err(|e| format!("unreadable reply: {e}"))?;
-    let token = reply.access_token.or(reply.token).filter(|t| !t.is_empty()).ok_or("the reply holds no access_token")?;
+    let reply: TokenReply =
+        serde_json::from_slice(body).map_err(|e| format!("unreadable reply: {e}"))?;
+    let token = reply
+        .access_token
+        .or(reply.token)
+        .filter(|t| !t.is_empty())
+        .ok_or("the reply holds no access_token")?;
     Ok(AccessToken { token, expires_in: reply.expires_in })
 }
 
@@ -533,20 +598,35 @@ mod tests {
         )
         .unwrap();
         let files = [AuthPath { path: file, legacy: false }];
-        assert_eq!(basic(credentials_in(&files, "reg.example", "x").unwrap()), ("user".into(), "pass".into()));
+        assert_eq!(
+            basic(credentials_in(&files, "reg.example", "x").unwrap()),
+            ("user".into(), "pass".into())
+        );
         assert_eq!(basic(credentials_in(&files, "127.0.0.1:5000", "x").unwrap()).0, "a");
         let e = credentials_in(&files, "helped.example", "x").unwrap_err().to_string();
         assert!(e.contains("docker-credential-erdma-test-missing"), "{e}");
-        assert_eq!(credentials_in(&files, "other.example", "x").unwrap(), Credential::Auth(RegistryAuth::Anonymous));
+        assert_eq!(
+            credentials_in(&files, "other.example", "x").unwrap(),
+            Credential::Auth(RegistryAuth::Anonymous)
+        );
     }
 
     #[test]
     fn keys_normalise_to_the_host() {
-        for key in ["https://reg.example/v2/", "http://reg.example", "reg.example/", "reg.example", "https://reg.example", "REG.example"] {
+        for key in [
+            "https://reg.example/v2/",
+            "http://reg.example",
+            "reg.example/",
+            "reg.example",
+            "https://reg.example",
+            "REG.example",
+        ] {
             assert_eq!(parse_key(key, false), ("reg.example".into(), None), "{key}");
         }
         assert_eq!(parse_key("http://127.0.0.1:5000/v2/", false), ("127.0.0.1:5000".into(), None));
-        for key in ["https://index.docker.io/v1/", "docker.io", "registry-1.docker.io", "index.docker.io"] {
+        for key in
+            ["https://index.docker.io/v1/", "docker.io", "registry-1.docker.io", "index.docker.io"]
+        {
             assert_eq!(parse_key(key, false), ("docker.io".into(), None), "{key}");
         }
         assert_eq!(parse_key("quay.io/ns/repo", false), ("quay.io".into(), Some("ns/repo".into())));
@@ -584,7 +664,10 @@ mod tests {
         assert_eq!(user("quay.io", "other/x"), "host");
         // Hub's legacy key, under the name oci-client resolves Hub to.
         assert_eq!(user("index.docker.io", "someone/app"), "hub");
-        assert_eq!(credentials_in(&files, "index.docker.io", "library/debian").unwrap(), Credential::IdentityToken("REFRESH".into()));
+        assert_eq!(
+            credentials_in(&files, "index.docker.io", "library/debian").unwrap(),
+            Credential::IdentityToken("REFRESH".into())
+        );
     }
 
     #[test]
@@ -612,7 +695,9 @@ mod tests {
             home: Some(p("/home/u")),
             uid: Some(1000),
         };
-        let paths = |env: &AuthEnv| auth_files(env).into_iter().map(|a| (a.path, a.legacy)).collect::<Vec<_>>();
+        let paths = |env: &AuthEnv| {
+            auth_files(env).into_iter().map(|a| (a.path, a.legacy)).collect::<Vec<_>>()
+        };
         assert_eq!(
             paths(&env),
             vec![
@@ -622,10 +707,20 @@ mod tests {
                 (p("/home/u/.dockercfg"), true),
             ]
         );
-        let env = AuthEnv { registry_auth_file: Some(p("/etc/auth.json")), xdg_config_home: Some(p("/cfg")), docker_config: Some(p("/dc")), ..env };
+        let env = AuthEnv {
+            registry_auth_file: Some(p("/etc/auth.json")),
+            xdg_config_home: Some(p("/cfg")),
+            docker_config: Some(p("/dc")),
+            ..env
+        };
         assert_eq!(
             paths(&env),
-            vec![(p("/etc/auth.json"), false), (p("/cfg/containers/auth.json"), false), (p("/dc/config.json"), false), (p("/home/u/.dockercfg"), true)]
+            vec![
+                (p("/etc/auth.json"), false),
+                (p("/cfg/containers/auth.json"), false),
+                (p("/dc/config.json"), false),
+                (p("/home/u/.dockercfg"), true)
+            ]
         );
         // Without XDG_RUNTIME_DIR the primary file is per uid under /run; without HOME only that.
         let env = AuthEnv { uid: Some(0), ..Default::default() };
@@ -642,7 +737,12 @@ mod tests {
         std::fs::create_dir_all(docker.parent().unwrap()).unwrap();
         std::fs::write(&runtime, serde_json::json!({"auths": {"podman.example": {"auth": b64("podman:1")}, "both.example": {"auth": b64("podman:2")}}}).to_string()).unwrap();
         std::fs::write(&docker, serde_json::json!({"auths": {"both.example": {"auth": b64("docker:3")}, "docker.example": {"identitytoken": "T"}}}).to_string()).unwrap();
-        std::fs::write(&legacy, serde_json::json!({"https://old.example/v1/": {"auth": b64("old:4"), "email": "x@y"}}).to_string()).unwrap();
+        std::fs::write(
+            &legacy,
+            serde_json::json!({"https://old.example/v1/": {"auth": b64("old:4"), "email": "x@y"}})
+                .to_string(),
+        )
+        .unwrap();
         let env = AuthEnv {
             xdg_runtime_dir: Some(dir.path().join("run")),
             docker_config: Some(dir.path().join("docker")),
@@ -652,7 +752,10 @@ mod tests {
         let files = auth_files(&env);
         assert_eq!(basic(credentials_in(&files, "podman.example", "r").unwrap()).0, "podman");
         assert_eq!(basic(credentials_in(&files, "both.example", "r").unwrap()).0, "podman");
-        assert_eq!(credentials_in(&files, "docker.example", "r").unwrap(), Credential::IdentityToken("T".into()));
+        assert_eq!(
+            credentials_in(&files, "docker.example", "r").unwrap(),
+            Credential::IdentityToken("T".into())
+        );
         assert_eq!(basic(credentials_in(&files, "old.example", "r").unwrap()).0, "old");
         // A broken file is an error naming it, not a silent anonymous pull.
         std::fs::write(&runtime, "{").unwrap();
@@ -663,9 +766,25 @@ mod tests {
     #[test]
     fn bearer_challenges() {
         let c = bearer_challenge([r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/debian:pull""#]).unwrap();
-        assert_eq!(c, BearerChallenge { realm: "https://auth.docker.io/token".into(), service: Some("registry.docker.io".into()) });
-        let c = bearer_challenge([r#"Basic realm="x""#, r#"Basic realm="y", bearer realm=http://127.0.0.1:1/token, service="a \"q\" b""#]).unwrap();
-        assert_eq!(c, BearerChallenge { realm: "http://127.0.0.1:1/token".into(), service: Some(r#"a "q" b"#.into()) });
+        assert_eq!(
+            c,
+            BearerChallenge {
+                realm: "https://auth.docker.io/token".into(),
+                service: Some("registry.docker.io".into())
+            }
+        );
+        let c = bearer_challenge([
+            r#"Basic realm="x""#,
+            r#"Basic realm="y", bearer realm=http://127.0.0.1:1/token, service="a \"q\" b""#,
+        ])
+        .unwrap();
+        assert_eq!(
+            c,
+            BearerChallenge {
+                realm: "http://127.0.0.1:1/token".into(),
+                service: Some(r#"a "q" b"#.into())
+            }
+        );
         assert_eq!(bearer_challenge([r#"Basic realm="registry""#]), None);
         assert_eq!(bearer_challenge([]), None);
     }

@@ -12,9 +12,9 @@ use crate::error::{Error, Result};
 /// Digests from manifests name files in layouts and archives, so an unchecked one
 /// (`sha256:../../etc/passwd`) would be a path traversal.
 pub fn digest_hex(digest: &str) -> Result<&str> {
-    let hex = digest
-        .strip_prefix("sha256:")
-        .ok_or_else(|| Error::Unsupported(format!("unsupported digest `{digest}`: only sha256 is supported")))?;
+    let hex = digest.strip_prefix("sha256:").ok_or_else(|| {
+        Error::Unsupported(format!("unsupported digest `{digest}`: only sha256 is supported"))
+    })?;
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return Err(Error::Unsupported(format!("malformed digest `{digest}`")));
     }
@@ -106,7 +106,11 @@ pub fn digest_error(e: &io::Error) -> Option<Error> {
 /// endless body would fill the disk); the digest is checked as the last byte of `size`
 /// arrives, so a reader that stops there (an upload of that `Content-Length`) still gets the
 /// mismatch instead of that byte, and at the end when the size is not known.
-pub fn verified(stream: BoxStream<'static, std::io::Result<Bytes>>, digest: &str, size: Option<u64>) -> BoxStream<'static, std::io::Result<Bytes>> {
+pub fn verified(
+    stream: BoxStream<'static, std::io::Result<Bytes>>,
+    digest: &str,
+    size: Option<u64>,
+) -> BoxStream<'static, std::io::Result<Bytes>> {
     struct State {
         inner: BoxStream<'static, std::io::Result<Bytes>>,
         hasher: Sha256,
@@ -124,7 +128,15 @@ pub fn verified(stream: BoxStream<'static, std::io::Result<Bytes>>, digest: &str
         }
         Err(std::io::Error::other(Error::DigestMismatch { expected: st.digest.clone(), actual }))
     };
-    let state = State { inner: stream, hasher: Sha256::new(), got: 0, size, digest: digest.to_string(), checked: false, done: false };
+    let state = State {
+        inner: stream,
+        hasher: Sha256::new(),
+        got: 0,
+        size,
+        digest: digest.to_string(),
+        checked: false,
+        done: false,
+    };
     Box::pin(futures_util::stream::unfold(state, move |mut st| async move {
         if st.done {
             return None;
@@ -133,7 +145,12 @@ pub fn verified(stream: BoxStream<'static, std::io::Result<Bytes>>, digest: &str
             Some(Ok(chunk)) => {
                 st.got += chunk.len() as u64;
                 match st.size {
-                    Some(max) if st.got > max => Err(std::io::Error::other(crate::limits::Exceeded::BlobSize { digest: st.digest.clone(), size: max })),
+                    Some(max) if st.got > max => {
+                        Err(std::io::Error::other(crate::limits::Exceeded::BlobSize {
+                            digest: st.digest.clone(),
+                            size: max,
+                        }))
+                    }
                     Some(max) if st.got == max => {
                         st.hasher.update(&chunk);
                         check(&mut st).map(|()| chunk)
@@ -178,11 +195,18 @@ impl Compression {
 
 /// Wraps `r` in the decompressor its first bytes call for, refusing a decompression bomb: more
 /// than `max_inflation` × the compressed bytes read ([`crate::limits::inflate`]; 0: no limit).
-pub fn decompressed<'a, R: io::BufRead + 'a>(mut r: R, max_inflation: u64) -> io::Result<Box<dyn Read + 'a>> {
+pub fn decompressed<'a, R: io::BufRead + 'a>(
+    mut r: R,
+    max_inflation: u64,
+) -> io::Result<Box<dyn Read + 'a>> {
     let head = r.fill_buf()?;
     Ok(match Compression::sniff(head) {
-        Compression::Gzip => Box::new(crate::limits::inflate(r, max_inflation, u64::MAX, |c| Ok(Box::new(flate2::bufread::MultiGzDecoder::new(c))))?),
-        Compression::Zstd => Box::new(crate::limits::inflate(r, max_inflation, u64::MAX, |c| Ok(Box::new(zstd::stream::read::Decoder::with_buffer(c)?)))?),
+        Compression::Gzip => Box::new(crate::limits::inflate(r, max_inflation, u64::MAX, |c| {
+            Ok(Box::new(flate2::bufread::MultiGzDecoder::new(c)))
+        })?),
+        Compression::Zstd => Box::new(crate::limits::inflate(r, max_inflation, u64::MAX, |c| {
+            Ok(Box::new(zstd::stream::read::Decoder::with_buffer(c)?))
+        })?),
         Compression::None => Box::new(r),
     })
 }
@@ -198,7 +222,9 @@ where
     for attempt in 1.. {
         match f().await {
             Err(Error::Registry { registry, operation, source }) if attempt < TRANSFERS => {
-                tracing::warn!("{operation} {digest} from {registry} failed ({source}); starting it again");
+                tracing::warn!(
+                    "{operation} {digest} from {registry} failed ({source}); starting it again"
+                );
             }
             other => return other,
         }
@@ -236,8 +262,14 @@ mod tests {
 
     /// Reads `chunks` through [`verified`] the way an upload of `Content-Length: take` does:
     /// it stops once `take` bytes came. Returns the bytes and the first error.
-    fn read_verified(chunks: &[&'static [u8]], digest: &str, size: Option<u64>, take: u64) -> (Vec<u8>, Option<std::io::Error>) {
-        let items: Vec<std::io::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::from_static(c))).collect();
+    fn read_verified(
+        chunks: &[&'static [u8]],
+        digest: &str,
+        size: Option<u64>,
+        take: u64,
+    ) -> (Vec<u8>, Option<std::io::Error>) {
+        let items: Vec<std::io::Result<Bytes>> =
+            chunks.iter().map(|c| Ok(Bytes::from_static(c))).collect();
         let mut s = verified(Box::pin(futures_util::stream::iter(items)), digest, size);
         tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
             let mut out = Vec::new();
@@ -255,7 +287,11 @@ mod tests {
     #[test]
     fn blobs_are_checked_as_their_last_byte_arrives() {
         let digest = sha256_digest(b"hello world");
-        let is_mismatch = |e: &Option<std::io::Error>| e.as_ref().and_then(digest_error).is_some_and(|e| matches!(e, Error::DigestMismatch { .. }));
+        let is_mismatch = |e: &Option<std::io::Error>| {
+            e.as_ref()
+                .and_then(digest_error)
+                .is_some_and(|e| matches!(e, Error::DigestMismatch { .. }))
+        };
         // Whole and right: every byte, no error, with the size known or not.
         for size in [Some(11), None] {
             let (got, e) = read_verified(&[b"hello ", b"world"], &digest, size, u64::MAX);
@@ -274,12 +310,30 @@ mod tests {
         // More than the size: refused at the first byte too many; a size of 0 is a size.
         let (got, e) = read_verified(&[b"hello ", b"world", b"!"], &digest, Some(11), u64::MAX);
         assert_eq!(got, b"hello world");
-        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(crate::limits::Exceeded::BlobSize { size: 11, .. })), "{e:?}");
+        assert!(
+            matches!(
+                e.as_ref().and_then(crate::limits::exceeded),
+                Some(crate::limits::Exceeded::BlobSize { size: 11, .. })
+            ),
+            "{e:?}"
+        );
         let (got, e) = read_verified(&[b"hello world!"], &digest, Some(11), u64::MAX);
         assert!(got.is_empty());
-        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(crate::limits::Exceeded::BlobSize { size: 11, .. })), "{e:?}");
+        assert!(
+            matches!(
+                e.as_ref().and_then(crate::limits::exceeded),
+                Some(crate::limits::Exceeded::BlobSize { size: 11, .. })
+            ),
+            "{e:?}"
+        );
         let (_, e) = read_verified(&[b"x"], &digest, Some(0), u64::MAX);
-        assert!(matches!(e.as_ref().and_then(crate::limits::exceeded), Some(crate::limits::Exceeded::BlobSize { size: 0, .. })), "{e:?}");
+        assert!(
+            matches!(
+                e.as_ref().and_then(crate::limits::exceeded),
+                Some(crate::limits::Exceeded::BlobSize { size: 0, .. })
+            ),
+            "{e:?}"
+        );
         // Short: the mismatch at the end.
         let (_, e) = read_verified(&[b"hello "], &digest, Some(11), u64::MAX);
         assert!(is_mismatch(&e), "{e:?}");

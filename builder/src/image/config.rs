@@ -49,7 +49,9 @@ pub struct ConfigEdit {
 /// Parses `KEY=VALUE` from `--env`.
 pub fn parse_env(s: &str) -> Result<(String, String)> {
     match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => Ok((k.to_string(), v.to_string())),
+        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => {
+            Ok((k.to_string(), v.to_string()))
+        }
         _ => Err(Error::InvalidEnv(s.to_string())),
     }
 }
@@ -73,22 +75,40 @@ impl ConfigEdit {
     /// The env changes this edit makes to `base`, in the order they are applied.
     pub fn env_changes(&self, base: &Value) -> Vec<EnvChange> {
         let env = env_list(base);
-        let get = |k: &str| env.iter().find_map(|e| e.split_once('=').filter(|(n, _)| *n == k).map(|(_, v)| v.to_string()));
+        let get = |k: &str| {
+            env.iter().find_map(|e| {
+                e.split_once('=').filter(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+            })
+        };
         let mut out = Vec::new();
         for (k, (v, source)) in &self.presets {
             if get(k).is_none() && !self.overrides.iter().any(|(o, _)| o == k) {
-                out.push(EnvChange { name: k.clone(), value: v.clone(), source: *source, replaced: None });
+                out.push(EnvChange {
+                    name: k.clone(),
+                    value: v.clone(),
+                    source: *source,
+                    replaced: None,
+                });
             }
         }
         for (k, v) in &self.overrides {
-            out.push(EnvChange { name: k.clone(), value: v.clone(), source: EnvSource::CommandLine, replaced: get(k) });
+            out.push(EnvChange {
+                name: k.clone(),
+                value: v.clone(),
+                source: EnvSource::CommandLine,
+                replaced: get(k),
+            });
         }
         out
     }
 
     /// Applies the edit and appends `diff_id` to `rootfs.diff_ids`.
     pub fn apply(&self, base: &Value, diff_id: &str, created_by: &str) -> Result<Value> {
-        let malformed = |reason: &str| Error::Malformed { what: "image config", reference: "base".into(), reason: reason.into() };
+        let malformed = |reason: &str| Error::Malformed {
+            what: "image config",
+            reference: "base".into(),
+            reason: reason.into(),
+        };
         let mut cfg = base.clone();
         let root = cfg.as_object_mut().ok_or_else(|| malformed("not a JSON object"))?;
 
@@ -101,7 +121,10 @@ impl ConfigEdit {
         let mut env = env_list(base);
         for c in &changes {
             let entry = format!("{}={}", c.name, c.value);
-            match env.iter_mut().find(|e| e.split_once('=').map(|(n, _)| n) == Some(c.name.as_str())) {
+            match env
+                .iter_mut()
+                .find(|e| e.split_once('=').map(|(n, _)| n) == Some(c.name.as_str()))
+            {
                 Some(slot) => *slot = entry,
                 None => env.push(entry),
             }
@@ -111,12 +134,14 @@ impl ConfigEdit {
         if labels.is_null() {
             *labels = Value::Object(Map::new());
         }
-        let labels = labels.as_object_mut().ok_or_else(|| malformed("`config.Labels` is not an object"))?;
+        let labels =
+            labels.as_object_mut().ok_or_else(|| malformed("`config.Labels` is not an object"))?;
         for (k, v) in &self.labels {
             labels.insert(k.clone(), json!(v));
         }
 
-        let rootfs = root.entry("rootfs").or_insert_with(|| json!({"type": "layers", "diff_ids": []}));
+        let rootfs =
+            root.entry("rootfs").or_insert_with(|| json!({"type": "layers", "diff_ids": []}));
         let ids = rootfs
             .get_mut("diff_ids")
             .and_then(Value::as_array_mut)
@@ -124,7 +149,8 @@ impl ConfigEdit {
         ids.push(json!(diff_id));
 
         let history = root.entry("history").or_insert_with(|| json!([]));
-        let history = history.as_array_mut().ok_or_else(|| malformed("`history` is not an array"))?;
+        let history =
+            history.as_array_mut().ok_or_else(|| malformed("`history` is not an array"))?;
         history.push(json!({
             "created": self.created,
             "created_by": created_by,
@@ -145,8 +171,15 @@ mod tests {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), (v.to_string(), EnvSource::Preset)))
                 .collect(),
-            overrides: vec![("NCCL_IB_HCA".into(), "erdma_0".into()), ("PATH".into(), "/opt/bin".into())],
-            labels: [("org.opencontainers.image.base.name".to_string(), "docker://x/y:1".to_string())].into(),
+            overrides: vec![
+                ("NCCL_IB_HCA".into(), "erdma_0".into()),
+                ("PATH".into(), "/opt/bin".into()),
+            ],
+            labels: [(
+                "org.opencontainers.image.base.name".to_string(),
+                "docker://x/y:1".to_string(),
+            )]
+            .into(),
             created: rfc3339(0),
             history_comment: "erdma-build".into(),
         }
@@ -165,7 +198,12 @@ mod tests {
         let out = edit().apply(&base, "sha256:bb", "erdma-build build").unwrap();
         assert_eq!(
             out["config"]["Env"],
-            json!(["PATH=/opt/bin", "NCCL_DEBUG=WARN", "PYTHONUNBUFFERED=1", "NCCL_IB_HCA=erdma_0"]),
+            json!([
+                "PATH=/opt/bin",
+                "NCCL_DEBUG=WARN",
+                "PYTHONUNBUFFERED=1",
+                "NCCL_IB_HCA=erdma_0"
+            ]),
             "base value kept over preset, --env replaces in place, new ones appended"
         );
         assert_eq!(out["config"]["Entrypoint"], json!(["/bin/sh"]));
@@ -177,7 +215,10 @@ mod tests {
         assert_eq!(out["history"].as_array().unwrap().len(), 2);
         assert_eq!(out["history"][1]["created_by"], "erdma-build build");
         let changes = edit().env_changes(&base);
-        assert_eq!(changes.iter().find(|c| c.name == "PATH").unwrap().replaced.as_deref(), Some("/usr/bin"));
+        assert_eq!(
+            changes.iter().find(|c| c.name == "PATH").unwrap().replaced.as_deref(),
+            Some("/usr/bin")
+        );
     }
 
     #[test]

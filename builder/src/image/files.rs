@@ -24,7 +24,14 @@ impl LayerCache {
         LayerCache { dir: dir.to_path_buf(), files: Mutex::new(HashMap::new()) }
     }
 
-    async fn path(&self, src: &Source, digest: &str, size: u64, reporter: &Arc<dyn Reporter>, counters: &Counters) -> Result<PathBuf> {
+    async fn path(
+        &self,
+        src: &Source,
+        digest: &str,
+        size: u64,
+        reporter: &Arc<dyn Reporter>,
+        counters: &Counters,
+    ) -> Result<PathBuf> {
         if let Some(p) = self.files.lock().expect("poisoned").get(digest) {
             return Ok(p.clone());
         }
@@ -33,12 +40,17 @@ impl LayerCache {
         crate::image::blob::with_restarts(digest, || async {
             reporter.transfer_start(&id, Transfer::Download, Some(size));
             let mut stream = src.blob_stream(digest, size).await?;
-            let mut f = tokio::fs::File::create(&path).await.map_err(Error::io("writing", &path))?;
+            let mut f =
+                tokio::fs::File::create(&path).await.map_err(Error::io("writing", &path))?;
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| crate::image::source::stream_error(e, src.registry_ref().expect("remote")))?;
+                let chunk = chunk.map_err(|e| {
+                    crate::image::source::stream_error(e, src.registry_ref().expect("remote"))
+                })?;
                 counters.add(Transfer::Download, chunk.len() as u64);
                 reporter.transfer_progress(&id, chunk.len() as u64);
-                tokio::io::AsyncWriteExt::write_all(&mut f, &chunk).await.map_err(Error::io("writing", &path))?;
+                tokio::io::AsyncWriteExt::write_all(&mut f, &chunk)
+                    .await
+                    .map_err(Error::io("writing", &path))?;
             }
             // tokio's File finishes writes in the background: flush before anyone reads it.
             tokio::io::AsyncWriteExt::flush(&mut f).await.map_err(Error::io("writing", &path))?;
@@ -67,18 +79,42 @@ pub struct ImageFiles<'a> {
 }
 
 impl<'a> ImageFiles<'a> {
-    pub(crate) fn new(src: &'a Source, img: &SourceImage, cache: &'a LayerCache, reporter: &'a Arc<dyn Reporter>, counters: &'a Counters) -> Self {
-        let layers: Vec<(String, u64)> = img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
+    pub(crate) fn new(
+        src: &'a Source,
+        img: &SourceImage,
+        cache: &'a LayerCache,
+        reporter: &'a Arc<dyn Reporter>,
+        counters: &'a Counters,
+    ) -> Self {
+        let layers: Vec<(String, u64)> =
+            img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
         let snapshots = layers.iter().map(|_| std::sync::OnceLock::new()).collect();
         let budget = crate::image::rootfs::Budget::new(&src.limits);
-        ImageFiles { src, layers, cache, reporter, counters, handle: tokio::runtime::Handle::current(), snapshots, budget }
+        ImageFiles {
+            src,
+            layers,
+            cache,
+            reporter,
+            counters,
+            handle: tokio::runtime::Handle::current(),
+            snapshots,
+            budget,
+        }
     }
 
     fn open(&self, i: usize) -> Result<Box<dyn BufRead>> {
         let (digest, size) = &self.layers[i];
         if self.src.is_remote() {
             // Registry blobs were verified while downloading.
-            let p = tokio::task::block_in_place(|| self.handle.block_on(self.cache.path(self.src, digest, *size, self.reporter, self.counters)))?;
+            let p = tokio::task::block_in_place(|| {
+                self.handle.block_on(self.cache.path(
+                    self.src,
+                    digest,
+                    *size,
+                    self.reporter,
+                    self.counters,
+                ))
+            })?;
             let f = std::fs::File::open(&p).map_err(Error::io("reading", &p))?;
             Ok(Box::new(std::io::BufReader::new(f)))
         } else {
@@ -92,12 +128,24 @@ impl<'a> ImageFiles<'a> {
         }
         // Snapshots are cached by the layer's digest (content-addressed, so a cached one is
         // the same answer): a rebuild on the same base downloads no base layer at all.
-        let cached = crate::image::blob::digest_hex(&self.layers[i].0).ok().map(|h| cache_dir().join("layers").join(format!("{h}.snapshot.json")));
-        if let Some(snap) = cached.as_ref().and_then(|p| std::fs::read(p).ok()).and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok()) {
-            self.budget.take_entries(snap.len()).map_err(|exceeded| Error::Limit { what: format!("the base {}", self.src.reference), exceeded })?;
+        let cached = crate::image::blob::digest_hex(&self.layers[i].0)
+            .ok()
+            .map(|h| cache_dir().join("layers").join(format!("{h}.snapshot.json")));
+        if let Some(snap) = cached
+            .as_ref()
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok())
+        {
+            self.budget.take_entries(snap.len()).map_err(|exceeded| Error::Limit {
+                what: format!("the base {}", self.src.reference),
+                exceeded,
+            })?;
             return Ok(self.snapshots[i].get_or_init(|| snap));
         }
-        let snap = tokio::task::block_in_place(|| Snapshot::read(&mut *self.open(i)?, self.src.limits.inflation, &self.budget).map_err(|e| self.layer_error(i, e)))?;
+        let snap = tokio::task::block_in_place(|| {
+            Snapshot::read(&mut *self.open(i)?, self.src.limits.inflation, &self.budget)
+                .map_err(|e| self.layer_error(i, e))
+        })?;
         if let Some(p) = cached {
             if let (Some(dir), Ok(json)) = (p.parent(), serde_json::to_vec(&snap)) {
                 let _ = std::fs::create_dir_all(dir);
@@ -115,26 +163,40 @@ impl<'a> ImageFiles<'a> {
     fn layer_error(&self, i: usize, e: std::io::Error) -> Error {
         let (digest, _) = &self.layers[i];
         match crate::limits::exceeded(&e) {
-            Some(exceeded @ crate::limits::Exceeded::Entries { .. }) => Error::Limit { what: format!("the base {}", self.src.reference), exceeded: exceeded.clone() },
-            Some(exceeded) => Error::Limit { what: format!("layer {digest} of {}", self.src.reference), exceeded: exceeded.clone() },
-            None => crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed { what: "layer", reference: format!("{digest} of {}", self.src.reference), reason: e.to_string() }),
+            Some(exceeded @ crate::limits::Exceeded::Entries { .. }) => Error::Limit {
+                what: format!("the base {}", self.src.reference),
+                exceeded: exceeded.clone(),
+            },
+            Some(exceeded) => Error::Limit {
+                what: format!("layer {digest} of {}", self.src.reference),
+                exceeded: exceeded.clone(),
+            },
+            None => crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed {
+                what: "layer",
+                reference: format!("{digest} of {}", self.src.reference),
+                reason: e.to_string(),
+            }),
         }
     }
 
     /// What the image has at `path` (not following a final symlink).
     pub(crate) fn entry(&self, path: &str) -> Result<Option<SnapEntry>> {
-        Ok(crate::image::rootfs::lookup((0..self.layers.len()).map(|i| self.snapshot(i)), path)?.cloned())
+        Ok(crate::image::rootfs::lookup((0..self.layers.len()).map(|i| self.snapshot(i)), path)?
+            .cloned())
     }
 
     /// `path` with every symlink in it resolved inside the image (the last one too when `last`).
     pub fn real_path(&self, path: &str, last: bool) -> Result<Option<String>> {
-        crate::image::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p)).map_err(|e| self.name_image(e))
+        crate::image::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p))
+            .map_err(|e| self.name_image(e))
     }
 
     /// A limit reached at a path of the image: name the image too.
     fn name_image(&self, e: Error) -> Error {
         match e {
-            Error::Limit { what, exceeded } if what.starts_with('/') => Error::Limit { what: format!("{what} in {}", self.src.reference), exceeded },
+            Error::Limit { what, exceeded } if what.starts_with('/') => {
+                Error::Limit { what: format!("{what} in {}", self.src.reference), exceeded }
+            }
             other => other,
         }
     }
@@ -148,10 +210,23 @@ impl<'a> ImageFiles<'a> {
     }
 
     /// Streams the file at `path` through `content` (for files too big to hold).
-    pub fn scan(&self, path: &str, content: &mut crate::image::rootfs::ContentFn<'_>) -> Result<Option<Vec<u8>>> {
+    pub fn scan(
+        &self,
+        path: &str,
+        content: &mut crate::image::rootfs::ContentFn<'_>,
+    ) -> Result<Option<Vec<u8>>> {
         let Some(real) = self.real_path(path, true)? else { return Ok(None) };
         match self.entry(&real)? {
-            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::image::rootfs::read_file_with(self.layers.len(), &mut |i| self.open(i), &real, self.src.limits.inflation, content)).map_err(|e| self.name_image(e)),
+            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| {
+                crate::image::rootfs::read_file_with(
+                    self.layers.len(),
+                    &mut |i| self.open(i),
+                    &real,
+                    self.src.limits.inflation,
+                    content,
+                )
+            })
+            .map_err(|e| self.name_image(e)),
             _ => Ok(None),
         }
     }
@@ -161,7 +236,16 @@ impl<'a> ImageFiles<'a> {
         match self.entry(&real)? {
             Some(SnapEntry::File(Some(data))) if data.len() as u64 <= max => Ok(Some(data)),
             // Content the snapshot did not keep: one streaming pass for it.
-            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| crate::image::rootfs::read_file_bounded(self.layers.len(), &mut |i| self.open(i), &real, max, self.src.limits.inflation)).map_err(|e| self.name_image(e)),
+            Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| {
+                crate::image::rootfs::read_file_bounded(
+                    self.layers.len(),
+                    &mut |i| self.open(i),
+                    &real,
+                    max,
+                    self.src.limits.inflation,
+                )
+            })
+            .map_err(|e| self.name_image(e)),
             _ => Ok(None),
         }
     }
@@ -214,4 +298,3 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir);
     base.join("erdma-build")
 }
-

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::image::blob::HashingWriter;
 use crate::error::{Error, Result};
+use crate::image::blob::HashingWriter;
 
 pub const MEDIA_TYPE_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 pub const MEDIA_TYPE_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
@@ -43,7 +43,10 @@ pub enum EntryKind {
     File(Vec<u8>),
     /// A regular file whose bytes wait in the layer's spool file (large package files: a
     /// layer never holds them in memory).
-    Spooled { offset: u64, len: u64 },
+    Spooled {
+        offset: u64,
+        len: u64,
+    },
     Symlink(String),
     /// An OCI whiteout: hides the path from lower layers.
     Whiteout,
@@ -110,7 +113,10 @@ impl LayerContents {
     }
 
     pub fn add_symlink(&mut self, path: &str, target: &str) -> Result<()> {
-        self.insert(path, Entry { kind: EntryKind::Symlink(target.to_string()), mode: 0o777, uid: 0, gid: 0 })
+        self.insert(
+            path,
+            Entry { kind: EntryKind::Symlink(target.to_string()), mode: 0o777, uid: 0, gid: 0 },
+        )
     }
 
     pub fn add_whiteout(&mut self, path: &str) -> Result<()> {
@@ -118,20 +124,33 @@ impl LayerContents {
     }
 
     pub fn insert(&mut self, path: &str, entry: Entry) -> Result<()> {
-        let norm = normalize(path)
-            .ok_or_else(|| Error::Unsupported(format!("invalid path `{path}` for a layer entry")))?;
+        let norm = normalize(path).ok_or_else(|| {
+            Error::Unsupported(format!("invalid path `{path}` for a layer entry"))
+        })?;
         // Every entry's parents are directories of the layer, and a directory with entries
         // under it stays one: an entry under a symlink of the same layer would be written
         // wherever the link points when a runtime extracts the layer (packages::payload).
-        let under = |p: &str, e: &Entry| Error::Unsupported(format!("layer entry `{norm}` would lie under `{p}`, which the layer holds as a {}", match e.kind {
-            EntryKind::Symlink(_) => "symlink",
-            EntryKind::Whiteout => "whiteout",
-            _ => "file",
-        }));
-        if matches!(entry.kind, EntryKind::File(_) | EntryKind::Spooled { .. } | EntryKind::Symlink(_)) {
+        let under = |p: &str, e: &Entry| {
+            Error::Unsupported(format!(
+                "layer entry `{norm}` would lie under `{p}`, which the layer holds as a {}",
+                match e.kind {
+                    EntryKind::Symlink(_) => "symlink",
+                    EntryKind::Whiteout => "whiteout",
+                    _ => "file",
+                }
+            ))
+        };
+        if matches!(
+            entry.kind,
+            EntryKind::File(_) | EntryKind::Spooled { .. } | EntryKind::Symlink(_)
+        ) {
             let prefix = format!("{norm}/");
-            if let Some((child, _)) = self.entries.range(prefix.clone()..).next().filter(|(p, _)| p.starts_with(&prefix)) {
-                return Err(Error::Unsupported(format!("layer entry `{norm}` would replace a directory that holds `{child}`")));
+            if let Some((child, _)) =
+                self.entries.range(prefix.clone()..).next().filter(|(p, _)| p.starts_with(&prefix))
+            {
+                return Err(Error::Unsupported(format!(
+                    "layer entry `{norm}` would replace a directory that holds `{child}`"
+                )));
             }
         }
         let parents: Vec<&str> = norm.match_indices('/').map(|(i, _)| &norm[..i]).collect();
@@ -141,7 +160,12 @@ impl LayerContents {
             }
         }
         for p in parents {
-            self.entries.entry(p.to_string()).or_insert(Entry { kind: EntryKind::Dir, mode: 0o755, uid: 0, gid: 0 });
+            self.entries.entry(p.to_string()).or_insert(Entry {
+                kind: EntryKind::Dir,
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+            });
         }
         self.mtimes.remove(&norm);
         self.entries.insert(norm, entry);
@@ -157,10 +181,7 @@ impl LayerContents {
 
     /// Paths of the regular files, symlinks and whiteouts, sorted (directories left out).
     pub fn files(&self) -> impl Iterator<Item = (&str, &Entry)> {
-        self.entries
-            .iter()
-            .filter(|(_, e)| e.kind != EntryKind::Dir)
-            .map(|(p, e)| (p.as_str(), e))
+        self.entries.iter().filter(|(_, e)| e.kind != EntryKind::Dir).map(|(p, e)| (p.as_str(), e))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -170,13 +191,30 @@ impl LayerContents {
     /// Reads a regular file's `size` bytes from `r` into an entry kind, showing every chunk to
     /// `inspect` (a checksum) on the way: up to [`INLINE_MAX`] in memory, larger files copied
     /// to the spool file a buffer at a time. Fewer or more than `size` bytes is an error.
-    pub fn file_kind(&mut self, r: &mut dyn Read, size: u64, inspect: &mut dyn FnMut(&[u8])) -> io::Result<EntryKind> {
-        let short = || io::Error::new(io::ErrorKind::UnexpectedEof, format!("file shorter than its {size} bytes"));
+    pub fn file_kind(
+        &mut self,
+        r: &mut dyn Read,
+        size: u64,
+        inspect: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<EntryKind> {
+        let short = || {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("file shorter than its {size} bytes"),
+            )
+        };
         if size <= INLINE_MAX {
             let mut buf = Vec::with_capacity(size as usize);
             r.take(size + 1).read_to_end(&mut buf)?;
             if buf.len() as u64 != size {
-                return Err(if (buf.len() as u64) < size { short() } else { io::Error::new(io::ErrorKind::InvalidData, format!("file longer than its {size} bytes")) });
+                return Err(if (buf.len() as u64) < size {
+                    short()
+                } else {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("file longer than its {size} bytes"),
+                    )
+                });
             }
             inspect(&buf);
             return Ok(EntryKind::File(buf));
@@ -224,10 +262,17 @@ impl LayerContents {
                     tar.append_data(&mut h, path, data.as_slice())?;
                 }
                 EntryKind::Spooled { offset, len } => {
-                    let spool = self.spool.as_deref().ok_or_else(|| io::Error::other("spooled entry without a spool file"))?;
+                    let spool = self
+                        .spool
+                        .as_deref()
+                        .ok_or_else(|| io::Error::other("spooled entry without a spool file"))?;
                     h.set_entry_type(tar::EntryType::Regular);
                     h.set_size(*len);
-                    tar.append_data(&mut h, path, SpoolReader { file: spool, at: *offset, end: offset + len })?;
+                    tar.append_data(
+                        &mut h,
+                        path,
+                        SpoolReader { file: spool, at: *offset, end: offset + len },
+                    )?;
                 }
                 EntryKind::Symlink(target) => {
                     h.set_entry_type(tar::EntryType::Symlink);
@@ -249,7 +294,12 @@ impl LayerContents {
     }
 
     /// Writes the compressed layer to `dest` and returns its digests.
-    pub fn write_layer(&self, dest: &Path, compression: LayerCompression, mtime: u64) -> Result<LayerInfo> {
+    pub fn write_layer(
+        &self,
+        dest: &Path,
+        compression: LayerCompression,
+        mtime: u64,
+    ) -> Result<LayerInfo> {
         let file = File::create(dest).map_err(Error::io("creating layer", dest))?;
         let write = || -> io::Result<(String, String, u64)> {
             let compressed = HashingWriter::new(BufWriter::new(file));
@@ -298,7 +348,10 @@ impl Read for SpoolReader<'_> {
         }
         let n = self.file.read_at(&mut buf[..want], self.at)?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "spool file shorter than written"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "spool file shorter than written",
+            ));
         }
         self.at += n as u64;
         Ok(n)
@@ -353,7 +406,10 @@ mod tests {
             let a = sample().write_layer(&dir.path().join("a"), c, 0).unwrap();
             let b = sample().write_layer(&dir.path().join("b"), c, 0).unwrap();
             assert_eq!(a.digest, b.digest);
-            assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), std::fs::read(dir.path().join("b")).unwrap());
+            assert_eq!(
+                std::fs::read(dir.path().join("a")).unwrap(),
+                std::fs::read(dir.path().join("b")).unwrap()
+            );
             // The diff_id is the digest of the uncompressed tar.
             let f = std::io::BufReader::new(File::open(dir.path().join("a")).unwrap());
             let mut raw = Vec::new();
@@ -365,22 +421,33 @@ mod tests {
 
     #[test]
     fn large_files_are_spooled_and_written_the_same_as_held_ones() {
-        let big: Vec<u8> = (0..(INLINE_MAX as usize * 3 + 17)).map(|i| (i * 7 % 253) as u8).collect();
+        let big: Vec<u8> =
+            (0..(INLINE_MAX as usize * 3 + 17)).map(|i| (i * 7 % 253) as u8).collect();
         let mut seen = 0usize;
         let mut spooled = LayerContents::new();
-        let kind = spooled.file_kind(&mut big.as_slice(), big.len() as u64, &mut |c| seen += c.len()).unwrap();
+        let kind = spooled
+            .file_kind(&mut big.as_slice(), big.len() as u64, &mut |c| seen += c.len())
+            .unwrap();
         assert!(matches!(kind, EntryKind::Spooled { offset: 0, .. }), "{kind:?}");
         assert_eq!(seen, big.len());
-        spooled.insert("usr/lib/big.so", Entry { kind: kind.clone(), mode: 0o644, uid: 0, gid: 0 }).unwrap();
+        spooled
+            .insert("usr/lib/big.so", Entry { kind: kind.clone(), mode: 0o644, uid: 0, gid: 0 })
+            .unwrap();
         // A hard link's copy shares the spooled bytes.
         spooled.insert("usr/lib/big-link.so", Entry { kind, mode: 0o644, uid: 0, gid: 0 }).unwrap();
         let mut held = LayerContents::new();
         held.add_file("usr/lib/big.so", big.clone(), 0o644).unwrap();
         held.add_file("usr/lib/big-link.so", big.clone(), 0o644).unwrap();
-        assert_eq!(spooled.write_tar(Vec::new(), 0).unwrap(), held.write_tar(Vec::new(), 0).unwrap());
+        assert_eq!(
+            spooled.write_tar(Vec::new(), 0).unwrap(),
+            held.write_tar(Vec::new(), 0).unwrap()
+        );
         // Small files stay in memory; a short or long source is an error.
         let mut l = LayerContents::new();
-        assert_eq!(l.file_kind(&mut &b"abc"[..], 3, &mut |_| {}).unwrap(), EntryKind::File(b"abc".to_vec()));
+        assert_eq!(
+            l.file_kind(&mut &b"abc"[..], 3, &mut |_| {}).unwrap(),
+            EntryKind::File(b"abc".to_vec())
+        );
         assert!(l.file_kind(&mut &b"ab"[..], 3, &mut |_| {}).is_err());
         assert!(l.file_kind(&mut &b"abcd"[..], 3, &mut |_| {}).is_err());
         assert!(l.file_kind(&mut &big[..10], big.len() as u64, &mut |_| {}).is_err());
@@ -400,7 +467,10 @@ mod tests {
         let mut l = LayerContents::new();
         l.add_symlink("usr/lib", "/tmp").unwrap();
         let e = l.add_file("usr/lib/x", vec![], 0o644).unwrap_err().to_string();
-        assert_eq!(e, "layer entry `usr/lib/x` would lie under `usr/lib`, which the layer holds as a symlink");
+        assert_eq!(
+            e,
+            "layer entry `usr/lib/x` would lie under `usr/lib`, which the layer holds as a symlink"
+        );
         assert!(!l.entries.contains_key("usr/lib/x"));
         l.add_file("etc/f", vec![], 0o644).unwrap();
         assert!(l.add_dir("etc/f/d", 0o755).is_err());

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::image::blob::digest_hex;
 use crate::error::{Error, Result};
+use crate::image::blob::digest_hex;
 
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 pub const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
@@ -30,11 +30,21 @@ impl TarIndex {
         let mut entries = HashMap::new();
         let mut links = Vec::new();
         let malformed = |e: std::io::Error| match crate::limits::exceeded(&e) {
-            Some(exceeded) => Error::Limit { what: file.display().to_string(), exceeded: exceeded.clone() },
-            None => Error::Malformed { what: "archive", reference: file.display().to_string(), reason: e.to_string() },
+            Some(exceeded) => {
+                Error::Limit { what: file.display().to_string(), exceeded: exceeded.clone() }
+            }
+            None => Error::Malformed {
+                what: "archive",
+                reference: file.display().to_string(),
+                reason: e.to_string(),
+            },
         };
         crate::limits::walk_tar_seek(std::io::BufReader::new(f), malformed, |entry| {
-            let Some(name) = crate::image::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes())) else { return Ok(()) };
+            let Some(name) =
+                crate::image::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes()))
+            else {
+                return Ok(());
+            };
             let kind = entry.header().entry_type();
             if kind.is_file() {
                 entries.insert(name, (entry.raw_file_position(), entry.size()));
@@ -42,7 +52,11 @@ impl TarIndex {
                 // `docker save` links repeated layers to their first copy.
                 if let Some(target) = entry.link_name_bytes() {
                     let target = String::from_utf8_lossy(&target).into_owned();
-                    let base = if kind.is_symlink() { name.rsplit_once('/').map(|(d, _)| d).unwrap_or("").to_string() } else { String::new() };
+                    let base = if kind.is_symlink() {
+                        name.rsplit_once('/').map(|(d, _)| d).unwrap_or("").to_string()
+                    } else {
+                        String::new()
+                    };
                     if let Some(t) = crate::image::layer::normalize(&format!("{base}/{target}")) {
                         links.push((name, t));
                     }
@@ -78,7 +92,11 @@ impl TarIndex {
     pub fn read_small(&self, name: &str, max: u64) -> Result<Vec<u8>> {
         let (r, size) = self.open_entry(name)?;
         if size > max {
-            return Err(Error::Malformed { what: "archive", reference: self.file.display().to_string(), reason: format!("{name} is larger than {max} bytes") });
+            return Err(Error::Malformed {
+                what: "archive",
+                reference: self.file.display().to_string(),
+                reason: format!("{name} is larger than {max} bytes"),
+            });
         }
         let mut out = Vec::with_capacity(size as usize);
         r.take(max).read_to_end(&mut out).map_err(Error::io("reading archive", &self.file))?;
@@ -89,21 +107,34 @@ impl TarIndex {
 /// Picks the descriptor for `tag` from an OCI `index.json`: by `org.opencontainers.image.ref.name`,
 /// or the only entry when no tag is given.
 pub fn select_from_index(index: &Value, tag: Option<&str>, reference: &str) -> Result<Value> {
-    let manifests = index.get("manifests").and_then(Value::as_array).ok_or_else(|| Error::Malformed {
-        what: "index.json",
-        reference: reference.into(),
-        reason: "no `manifests` array".into(),
-    })?;
-    let name_of = |m: &Value| m.pointer("/annotations/org.opencontainers.image.ref.name").and_then(Value::as_str).map(str::to_string);
+    let manifests =
+        index.get("manifests").and_then(Value::as_array).ok_or_else(|| Error::Malformed {
+            what: "index.json",
+            reference: reference.into(),
+            reason: "no `manifests` array".into(),
+        })?;
+    let name_of = |m: &Value| {
+        m.pointer("/annotations/org.opencontainers.image.ref.name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
     match tag {
-        Some(tag) => manifests
-            .iter()
-            .find(|m| name_of(m).as_deref() == Some(tag))
-            .cloned()
-            .ok_or_else(|| Error::ManifestUnknown { reference: format!("{reference} (tags: {})", manifests.iter().filter_map(name_of).collect::<Vec<_>>().join(", ")) }),
+        Some(tag) => {
+            manifests.iter().find(|m| name_of(m).as_deref() == Some(tag)).cloned().ok_or_else(
+                || Error::ManifestUnknown {
+                    reference: format!(
+                        "{reference} (tags: {})",
+                        manifests.iter().filter_map(name_of).collect::<Vec<_>>().join(", ")
+                    ),
+                },
+            )
+        }
         None if manifests.len() == 1 => Ok(manifests[0].clone()),
         None => Err(Error::ManifestUnknown {
-            reference: format!("{reference}: {} images in the layout, name one with :TAG", manifests.len()),
+            reference: format!(
+                "{reference}: {} images in the layout, name one with :TAG",
+                manifests.len()
+            ),
         }),
     }
 }
@@ -116,7 +147,10 @@ pub fn index_with(existing: Option<Value>, mut desc: Value, tag: Option<&str>) -
     }
     let manifests = index["manifests"].as_array_mut().expect("index.json manifests checked before");
     match tag {
-        Some(tag) => manifests.retain(|m| m.pointer("/annotations/org.opencontainers.image.ref.name").and_then(Value::as_str) != Some(tag)),
+        Some(tag) => manifests.retain(|m| {
+            m.pointer("/annotations/org.opencontainers.image.ref.name").and_then(Value::as_str)
+                != Some(tag)
+        }),
         None => manifests.retain(|m| m.get("digest") != desc.get("digest")),
     }
     manifests.push(desc);

@@ -224,7 +224,9 @@ impl RegistriesConf {
         let sources = sources(env);
         let mut conf = match fs::read_to_string(&sources.main) {
             Ok(text) => parse_file(&text, &sources.main, false)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !sources.main_required => RegistriesConf::default(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !sources.main_required => {
+                RegistriesConf::default()
+            }
             Err(error) => return Err(ConfError::Read { path: sources.main, error }),
         };
         for path in drop_ins(&sources.dirs)? {
@@ -249,8 +251,10 @@ impl RegistriesConf {
     /// `[[registry]]` replaces an earlier one with the same prefix, and a list it sets
     /// (even to `[]`) replaces the earlier list.
     fn merge(&mut self, later: RegistriesConf) {
-        let mut by_prefix: BTreeMap<String, Registry> =
-            std::mem::take(&mut self.registries).into_iter().map(|r| (r.prefix.clone(), r)).collect();
+        let mut by_prefix: BTreeMap<String, Registry> = std::mem::take(&mut self.registries)
+            .into_iter()
+            .map(|r| (r.prefix.clone(), r))
+            .collect();
         by_prefix.extend(later.registries.into_iter().map(|r| (r.prefix.clone(), r)));
         self.registries = by_prefix.into_values().collect();
         if later.unqualified_search_registries_file.is_some() {
@@ -274,7 +278,9 @@ impl RegistriesConf {
         for r in &self.registries {
             // The length compared is the prefix's, `*` included, and the first of equals wins,
             // as in containers/image.
-            if matched_len(name, &r.prefix).is_some() && r.prefix.len() > best.map_or(0, |b| b.prefix.len()) {
+            if matched_len(name, &r.prefix).is_some()
+                && r.prefix.len() > best.map_or(0, |b| b.prefix.len())
+            {
                 best = Some(r);
             }
         }
@@ -336,7 +342,11 @@ impl RegistriesConf {
     pub fn push_destination(&self, name: &str) -> Result<PullSource, ConfError> {
         match self.find(name) {
             Some(r) if r.blocked => Err(blocked(name, r)),
-            r => Ok(PullSource { name: name.to_owned(), insecure: r.is_some_and(|r| r.insecure), mirror: false }),
+            r => Ok(PullSource {
+                name: name.to_owned(),
+                insecure: r.is_some_and(|r| r.insecure),
+                mirror: false,
+            }),
         }
     }
 
@@ -353,7 +363,8 @@ fn blocked(name: &str, reg: &Registry) -> ConfError {
 
 /// How many bytes of `name` `prefix` matches, if it does (containers/image `refMatchingPrefix`).
 fn matched_len(name: &str, prefix: &str) -> Option<usize> {
-    let at_boundary = |end: usize| matches!(name.as_bytes().get(end), None | Some(b'/' | b':' | b'@'));
+    let at_boundary =
+        |end: usize| matches!(name.as_bytes().get(end), None | Some(b'/' | b':' | b'@'));
     if let Some(domain) = prefix.strip_prefix('*').filter(|d| d.starts_with('.')) {
         // The first `.example.com`, before any `/`: the host part only.
         let i = name.find(domain)?;
@@ -424,7 +435,8 @@ fn is_domain(s: &str) -> bool {
             && b[b.len() - 1].is_ascii_alphanumeric()
             && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'-')
     };
-    port.is_none_or(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit())) && host.split('.').all(label)
+    port.is_none_or(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
+        && host.split('.').all(label)
 }
 
 /// `[a-z0-9]+` runs joined by `.`, `_`, `__` or any number of `-`.
@@ -511,8 +523,15 @@ const TOP_KEYS: &[&str] = &[
     "aliases",
     "registries",
 ];
-const REGISTRY_KEYS: &[&str] =
-    &["prefix", "location", "insecure", "blocked", "mirror-by-digest-only", "pull-from-mirror", "mirror"];
+const REGISTRY_KEYS: &[&str] = &[
+    "prefix",
+    "location",
+    "insecure",
+    "blocked",
+    "mirror-by-digest-only",
+    "pull-from-mirror",
+    "mirror",
+];
 const MIRROR_KEYS: &[&str] = &["location", "insecure", "pull-from-mirror"];
 const V1_TABLES: &[&str] = &["search", "insecure", "block"];
 
@@ -549,8 +568,10 @@ fn parse_file(text: &str, file: &Path, drop_in: bool) -> Result<RegistriesConf, 
 
     // containers-registries.conf(5), Short-Name Aliasing: Modes.
     if !matches!(raw.short_name_mode.as_str(), "" | "enforcing" | "permissive" | "disabled") {
-        let message =
-            format!("short-name-mode {:?} is not \"enforcing\", \"permissive\" or \"disabled\"", raw.short_name_mode);
+        let message = format!(
+            "short-name-mode {:?} is not \"enforcing\", \"permissive\" or \"disabled\"",
+            raw.short_name_mode
+        );
         return Err(invalid(file, message));
     }
 
@@ -582,9 +603,13 @@ fn parse_file(text: &str, file: &Path, drop_in: bool) -> Result<RegistriesConf, 
         Some(list) => Some(
             list.iter()
                 .map(|entry| {
-                    let host = parse_location(entry).map_err(|e| invalid(file, format!("{search_key}: {e}")))?;
+                    let host = parse_location(entry)
+                        .map_err(|e| invalid(file, format!("{search_key}: {e}")))?;
                     if !is_domain(&host) {
-                        return Err(invalid(file, format!("{search_key}: {entry:?} is not a host[:port]")));
+                        return Err(invalid(
+                            file,
+                            format!("{search_key}: {entry:?} is not a host[:port]"),
+                        ));
                     }
                     Ok(host)
                 })
@@ -603,7 +628,10 @@ fn parse_file(text: &str, file: &Path, drop_in: bool) -> Result<RegistriesConf, 
         unqualified_search_registries_file: search.as_ref().map(|_| file.to_owned()),
         unqualified_search_registries: search.unwrap_or_default(),
         files: vec![file.to_owned()],
-        unknown_keys: unknown_keys(&table).into_iter().map(|key| UnknownKey { file: file.to_owned(), key }).collect(),
+        unknown_keys: unknown_keys(&table)
+            .into_iter()
+            .map(|key| UnknownKey { file: file.to_owned(), key })
+            .collect(),
     })
 }
 
@@ -635,7 +663,9 @@ fn registries_v2(raw: Vec<RawRegistry>, file: &Path) -> Result<Vec<Registry>, Co
             )));
         }
         if !r.pull_from_mirror.is_empty() {
-            return Err(err("pull-from-mirror belongs in [[registry.mirror]], not in [[registry]]".to_owned()));
+            return Err(err(
+                "pull-from-mirror belongs in [[registry.mirror]], not in [[registry]]".to_owned(),
+            ));
         }
         let mut mirrors = Vec::with_capacity(r.mirror.len());
         for (j, m) in r.mirror.into_iter().enumerate() {
@@ -646,7 +676,8 @@ fn registries_v2(raw: Vec<RawRegistry>, file: &Path) -> Result<Vec<Registry>, Co
             }
             if r.mirror_by_digest_only && !m.pull_from_mirror.is_empty() {
                 return Err(err(
-                    "pull-from-mirror cannot be set when the registry sets mirror-by-digest-only".to_owned()
+                    "pull-from-mirror cannot be set when the registry sets mirror-by-digest-only"
+                        .to_owned(),
                 ));
             }
             let pull_from_mirror = match m.pull_from_mirror.as_str() {
@@ -680,9 +711,9 @@ fn registries_v2(raw: Vec<RawRegistry>, file: &Path) -> Result<Vec<Registry>, Co
         }
     }
     for (j, b) in out.iter().enumerate() {
-        let conflict = out[..j]
-            .iter()
-            .position(|a| physical(a) == physical(b) && (a.insecure != b.insecure || a.blocked != b.blocked));
+        let conflict = out[..j].iter().position(|a| {
+            physical(a) == physical(b) && (a.insecure != b.insecure || a.blocked != b.blocked)
+        });
         if let Some(i) = conflict {
             let what = if out[i].insecure != b.insecure { "insecure" } else { "blocked" };
             let message = format!(
@@ -706,7 +737,8 @@ fn registries_v1(v1: &RawV1, file: &Path) -> Result<Vec<Registry>, ConfError> {
     for (table, list, blocks) in [("block", &v1.block, true), ("insecure", &v1.insecure, false)] {
         let at = format!("[registries.{table}]: registries");
         for entry in list.registries.iter().flatten() {
-            let location = parse_location(entry).map_err(|e| invalid(file, format!("{at}: {e}")))?;
+            let location =
+                parse_location(entry).map_err(|e| invalid(file, format!("{at}: {e}")))?;
             if location.is_empty() {
                 return Err(invalid(file, format!("{at}: an entry is empty")));
             }
@@ -827,9 +859,15 @@ insecure = true
             pulls(&conf, "example.com/foo/myimage", false),
             [source("internal.example.com/bar/myimage", true, false)]
         );
-        assert_eq!(pulls(&conf, "example.com/foo", true), [source("internal.example.com/bar", true, false)]);
+        assert_eq!(
+            pulls(&conf, "example.com/foo", true),
+            [source("internal.example.com/bar", true, false)]
+        );
         // No entry: the name itself.
-        assert_eq!(pulls(&conf, "docker.io/library/debian", false), [source("docker.io/library/debian", false, false)]);
+        assert_eq!(
+            pulls(&conf, "docker.io/library/debian", false),
+            [source("docker.io/library/debian", false, false)]
+        );
 
         // prefix defaults to location; trailing slashes go.
         let conf = parse("[[registry]]\nlocation = \"registry.local:5000/\"\ninsecure = true\n");
@@ -866,10 +904,20 @@ location = "ignored.local"
             conf.registries.iter().map(|r| (r.prefix.as_str(), r.location.as_str())).collect();
         assert_eq!(
             entries,
-            [("example.com", "a.local"), ("example.com/foo", "b.local/foo"), ("example.com/foo/bar", "c.local")]
+            [
+                ("example.com", "a.local"),
+                ("example.com/foo", "b.local/foo"),
+                ("example.com/foo/bar", "c.local")
+            ]
         );
-        assert_eq!(pulls(&conf, "example.com/foo/bar/x", false), [source("c.local/x", false, false)]);
-        assert_eq!(pulls(&conf, "example.com/foo/x", false), [source("b.local/foo/x", false, false)]);
+        assert_eq!(
+            pulls(&conf, "example.com/foo/bar/x", false),
+            [source("c.local/x", false, false)]
+        );
+        assert_eq!(
+            pulls(&conf, "example.com/foo/x", false),
+            [source("b.local/foo/x", false, false)]
+        );
         assert_eq!(pulls(&conf, "example.com/x", false), [source("a.local/x", false, false)]);
     }
 
@@ -896,7 +944,10 @@ location = "mirror.local"
         assert_eq!(prefix("ported.com:50000/x"), None);
         // containers/image lets a host prefix match the host with a port too.
         assert_eq!(prefix("other.com:5000/x"), Some("other.com"));
-        assert_eq!(pulls(&conf, "other.com:5000/x", false), [source("mirror.local:5000/x", false, false)]);
+        assert_eq!(
+            pulls(&conf, "other.com:5000/x", false),
+            [source("mirror.local:5000/x", false, false)]
+        );
     }
 
     #[test]
@@ -913,13 +964,22 @@ location = "mirror.local/rw"
         );
         assert_eq!(conf.registries[0].location, "");
         // Without a location names stay as they are, with the entry's settings.
-        assert_eq!(pulls(&conf, "sub.example.com/ns/x", false), [source("sub.example.com/ns/x", true, false)]);
-        assert_eq!(conf.find("a.b.example.com:5000/x").map(|r| r.prefix.as_str()), Some("*.example.com"));
+        assert_eq!(
+            pulls(&conf, "sub.example.com/ns/x", false),
+            [source("sub.example.com/ns/x", true, false)]
+        );
+        assert_eq!(
+            conf.find("a.b.example.com:5000/x").map(|r| r.prefix.as_str()),
+            Some("*.example.com")
+        );
         assert_eq!(conf.find("example.com/x"), None);
         assert_eq!(conf.find("sub.example.community/x"), None);
         assert_eq!(conf.find("other.com/sub.example.com/x"), None);
         // With one, the matched host is replaced.
-        assert_eq!(pulls(&conf, "a.rewrite.test/ns/x", false), [source("mirror.local/rw/ns/x", false, false)]);
+        assert_eq!(
+            pulls(&conf, "a.rewrite.test/ns/x", false),
+            [source("mirror.local/rw/ns/x", false, false)]
+        );
 
         assert_eq!(
             parse_err("[[registry]]\nprefix = \"*.example.com/foo\"\nlocation = \"x.local\"\n"),
@@ -961,7 +1021,10 @@ location = "mirror.registry.com"
         );
         assert_eq!(
             pulls(&conf, "registry.com/image", true),
-            [source("mirror.registry.com/image", false, true), source("registry.com/image", false, false)]
+            [
+                source("mirror.registry.com/image", false, true),
+                source("registry.com/image", false, false)
+            ]
         );
     }
 
@@ -992,7 +1055,9 @@ pull-from-mirror = "all"
             pulls(&conf, "a.com/x", true),
             [source("m.a.local/x", false, true), source("a.com/x", false, false)]
         );
-        let names = |by_digest| pulls(&conf, "b.com/x", by_digest).into_iter().map(|s| s.name).collect::<Vec<_>>();
+        let names = |by_digest| {
+            pulls(&conf, "b.com/x", by_digest).into_iter().map(|s| s.name).collect::<Vec<_>>()
+        };
         assert_eq!(names(false), ["tag.b.local/x", "all.b.local/x", "b.com/x"]);
         assert_eq!(names(true), ["digest.b.local/x", "all.b.local/x", "b.com/x"]);
 
@@ -1059,7 +1124,10 @@ location = "mirror.local/library"
                 drop_in.display()
             )
         );
-        assert!(matches!(conf.push_destination("docker.io/library/debian"), Err(ConfError::Blocked { .. })));
+        assert!(matches!(
+            conf.push_destination("docker.io/library/debian"),
+            Err(ConfError::Blocked { .. })
+        ));
         // Not blocked itself, but rewritten to a blocked name: refused as well.
         match conf.pull_sources("mycorp.com/hub2/debian", false).unwrap_err() {
             ConfError::Blocked { name, prefix, .. } => {
@@ -1068,7 +1136,10 @@ location = "mirror.local/library"
             }
             other => panic!("not Blocked: {other:?}"),
         }
-        assert_eq!(pulls(&conf, "docker.io/someone/app", false), [source("docker.io/someone/app", false, false)]);
+        assert_eq!(
+            pulls(&conf, "docker.io/someone/app", false),
+            [source("docker.io/someone/app", false, false)]
+        );
     }
 
     #[test]
@@ -1083,8 +1154,14 @@ insecure = true
 location = "mirror.local/foo"
 "#,
         );
-        assert_eq!(conf.push_destination("example.com/foo/app").unwrap(), source("example.com/foo/app", true, false));
-        assert_eq!(conf.push_destination("quay.io/ns/app").unwrap(), source("quay.io/ns/app", false, false));
+        assert_eq!(
+            conf.push_destination("example.com/foo/app").unwrap(),
+            source("example.com/foo/app", true, false)
+        );
+        assert_eq!(
+            conf.push_destination("quay.io/ns/app").unwrap(),
+            source("quay.io/ns/app", false, false)
+        );
         assert_eq!(pulls(&conf, "example.com/foo/app", false).len(), 2);
     }
 
@@ -1110,8 +1187,14 @@ location = "keep.local"
             "etc/containers/registries.conf.d/20-b.conf",
             "[[registry]]\nprefix = \"example.com\"\nlocation = \"c.local\"\ninsecure = true\n",
         );
-        t.write("etc/containers/registries.conf.d/30-c.conf.disabled", "[[registry]]\nlocation = \"no.local\"\n");
-        t.write("etc/containers/registries.conf.d/40-d.conf/x.conf", "[[registry]]\nlocation = \"no.local\"\n");
+        t.write(
+            "etc/containers/registries.conf.d/30-c.conf.disabled",
+            "[[registry]]\nlocation = \"no.local\"\n",
+        );
+        t.write(
+            "etc/containers/registries.conf.d/40-d.conf/x.conf",
+            "[[registry]]\nlocation = \"no.local\"\n",
+        );
         // The user's drop-ins come after all the system's, whatever their names.
         let user = t.write(
             "home/.config/containers/registries.conf.d/05-user.conf",
@@ -1122,7 +1205,10 @@ location = "keep.local"
         assert_eq!(conf.files, [main.clone(), first, second.clone(), user.clone()]);
         assert_eq!(files(&t.env).unwrap(), conf.files);
         let entry = conf.find("example.com/x").unwrap();
-        assert_eq!((entry.location.as_str(), entry.insecure, &entry.file), ("c.local", true, &second));
+        assert_eq!(
+            (entry.location.as_str(), entry.insecure, &entry.file),
+            ("c.local", true, &second)
+        );
         assert_eq!(conf.find("keep.local/x").unwrap().file, main);
         assert_eq!(conf.find("no.local/x"), None);
         assert_eq!(conf.unqualified_search_registries, ["user.example.com"]);
@@ -1134,8 +1220,14 @@ location = "keep.local"
     fn user_file_replaces_the_system_file() {
         let t = tree();
         t.write("etc/containers/registries.conf", "[[registry]]\nlocation = \"system.local\"\n");
-        t.write("etc/containers/registries.conf.d/10.conf", "[[registry]]\nlocation = \"systemdrop.local\"\n");
-        let user = t.write("home/.config/containers/registries.conf", "[[registry]]\nlocation = \"user.local\"\n");
+        t.write(
+            "etc/containers/registries.conf.d/10.conf",
+            "[[registry]]\nlocation = \"systemdrop.local\"\n",
+        );
+        let user = t.write(
+            "home/.config/containers/registries.conf",
+            "[[registry]]\nlocation = \"user.local\"\n",
+        );
         let user_drop = t.write(
             "home/.config/containers/registries.conf.d/10.conf",
             "[[registry]]\nlocation = \"userdrop.local\"\n",
@@ -1156,9 +1248,14 @@ location = "keep.local"
     fn containers_registries_conf_replaces_the_main_file_only() {
         let mut t = tree();
         t.write("etc/containers/registries.conf", "[[registry]]\nlocation = \"system.local\"\n");
-        t.write("home/.config/containers/registries.conf", "[[registry]]\nlocation = \"user.local\"\n");
-        let system_drop =
-            t.write("etc/containers/registries.conf.d/10.conf", "[[registry]]\nlocation = \"systemdrop.local\"\n");
+        t.write(
+            "home/.config/containers/registries.conf",
+            "[[registry]]\nlocation = \"user.local\"\n",
+        );
+        let system_drop = t.write(
+            "etc/containers/registries.conf.d/10.conf",
+            "[[registry]]\nlocation = \"systemdrop.local\"\n",
+        );
         let user_drop = t.write(
             "home/.config/containers/registries.conf.d/10.conf",
             "[[registry]]\nlocation = \"userdrop.local\"\n",
@@ -1195,8 +1292,11 @@ registries = ['registry3.com', 'blocked.com/']
 registries = ['unsafe.com', 'blocked.com']
 "#,
         );
-        let entries: Vec<(&str, &str, bool, bool)> =
-            conf.registries.iter().map(|r| (r.prefix.as_str(), r.location.as_str(), r.insecure, r.blocked)).collect();
+        let entries: Vec<(&str, &str, bool, bool)> = conf
+            .registries
+            .iter()
+            .map(|r| (r.prefix.as_str(), r.location.as_str(), r.insecure, r.blocked))
+            .collect();
         assert_eq!(
             entries,
             [
@@ -1207,7 +1307,10 @@ registries = ['unsafe.com', 'blocked.com']
         );
         assert_eq!(conf.unqualified_search_registries, ["registry1.com", "registry2.com:5000"]);
         assert_eq!(conf.unqualified_search_registries_file.as_deref(), Some(Path::new(MAIN)));
-        assert_eq!(pulls(&conf, "registry3.com/ns/x", false), [source("registry3.com/ns/x", true, false)]);
+        assert_eq!(
+            pulls(&conf, "registry3.com/ns/x", false),
+            [source("registry3.com/ns/x", true, false)]
+        );
         assert!(matches!(conf.pull_sources("unsafe.com/x", false), Err(ConfError::Blocked { .. })));
         assert_eq!(
             parse_err("[registries.insecure]\nregistries = ['http://a.com']\n"),
@@ -1226,8 +1329,10 @@ registries = ['unsafe.com', 'blocked.com']
         );
         // Drop-ins must be version 2.
         let t = tree();
-        let drop_in =
-            t.write("etc/containers/registries.conf.d/10.conf", "[registries.block]\nregistries = ['a.com']\n");
+        let drop_in = t.write(
+            "etc/containers/registries.conf.d/10.conf",
+            "[registries.block]\nregistries = ['a.com']\n",
+        );
         let err = RegistriesConf::load(&t.env).unwrap_err().to_string();
         assert_eq!(
             err,
@@ -1243,7 +1348,9 @@ registries = ['unsafe.com', 'blocked.com']
     fn schemes_are_refused() {
         let file = "registries.conf /etc/containers/registries.conf";
         assert_eq!(
-            parse_err("[[registry]]\nlocation = \"a.com\"\n\n[[registry]]\nlocation = \"http://x\"\n"),
+            parse_err(
+                "[[registry]]\nlocation = \"a.com\"\n\n[[registry]]\nlocation = \"http://x\"\n"
+            ),
             format!("{file}: [[registry]] 2: location \"http://x\" must not have a scheme")
         );
         assert_eq!(
@@ -1258,7 +1365,9 @@ registries = ['unsafe.com', 'blocked.com']
         );
         assert_eq!(
             parse_err("unqualified-search-registries = [\"https://a.com\"]\n"),
-            format!("{file}: unqualified-search-registries: \"https://a.com\" must not have a scheme")
+            format!(
+                "{file}: unqualified-search-registries: \"https://a.com\" must not have a scheme"
+            )
         );
     }
 
@@ -1284,12 +1393,21 @@ x = 1
         );
         let mut keys: Vec<String> = conf.unknown_keys.iter().map(|k| k.key.clone()).collect();
         keys.sort();
-        assert_eq!(keys, ["foo", "registries.search.x", "registry[1].bar", "registry[1].mirror[1].baz"]);
+        assert_eq!(
+            keys,
+            ["foo", "registries.search.x", "registry[1].bar", "registry[1].mirror[1].baz"]
+        );
         assert!(conf.unknown_keys.iter().all(|k| k.file == Path::new(MAIN)));
         let foo = conf.unknown_keys.iter().find(|k| k.key == "foo").unwrap();
-        assert_eq!(foo.to_string(), "registries.conf /etc/containers/registries.conf: unknown key foo");
+        assert_eq!(
+            foo.to_string(),
+            "registries.conf /etc/containers/registries.conf: unknown key foo"
+        );
         // The entry is read all the same.
-        assert_eq!(pulls(&conf, "a.com/x", false), [source("m.local/x", false, true), source("a.com/x", false, false)]);
+        assert_eq!(
+            pulls(&conf, "a.com/x", false),
+            [source("m.local/x", false, true), source("a.com/x", false, false)]
+        );
     }
 
     #[test]

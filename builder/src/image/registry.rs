@@ -17,13 +17,13 @@ use oci_client::errors::{DigestError, OciDistributionError, OciEnvelope, OciErro
 use oci_client::secrets::RegistryAuth;
 use oci_client::Reference;
 
+use crate::error::{Error, Result};
 use crate::image::auth::Credential;
 use crate::image::registries_conf::{ConfEnv, RegistriesConf};
 use crate::image::tls::{CertEnv, TlsFailure};
 use crate::image::transport::host_of;
-use crate::error::{Error, Result};
-use crate::limits::MAX_JSON;
 use crate::limits::Exceeded;
+use crate::limits::MAX_JSON;
 
 pub const MANIFEST_TYPES: &[&str] = &[
     "application/vnd.oci.image.manifest.v1+json",
@@ -107,7 +107,10 @@ fn with_name(r: &Reference, name: &str) -> Result<Reference> {
         (None, Some(t)) => format!("{name}:{t}"),
         (None, None) => name.to_string(),
     };
-    whole.parse().map_err(|e: oci_client::ParseError| Error::InvalidReference { reference: whole.clone(), reason: format!("from registries.conf: {e}") })
+    whole.parse().map_err(|e: oci_client::ParseError| Error::InvalidReference {
+        reference: whole.clone(),
+        reason: format!("from registries.conf: {e}"),
+    })
 }
 
 /// Loopback registries (`127.0.0.0/8`, `::1`, `localhost`): tried over HTTPS first, then plain
@@ -172,7 +175,10 @@ impl Registries {
             let got = match with_name(r, &source.name) {
                 Ok(at) => {
                     if source.insecure {
-                        self.conf_insecure.lock().expect("poisoned").insert((at.resolve_registry().to_string(), at.repository().to_string()));
+                        self.conf_insecure.lock().expect("poisoned").insert((
+                            at.resolve_registry().to_string(),
+                            at.repository().to_string(),
+                        ));
                     }
                     self.manifest(&at).await.map(|(body, digest)| (body, digest, at))
                 }
@@ -199,7 +205,11 @@ impl Registries {
     fn insecure_for(&self, r: &Reference) -> Result<bool> {
         let host = r.resolve_registry();
         Ok(is_named_insecure(host, &self.insecure)
-            || self.conf_insecure.lock().expect("poisoned").contains(&(host.to_string(), r.repository().to_string()))
+            || self
+                .conf_insecure
+                .lock()
+                .expect("poisoned")
+                .contains(&(host.to_string(), r.repository().to_string()))
             || self.conf()?.insecure(&conf_name(r)))
     }
 
@@ -208,7 +218,13 @@ impl Registries {
     async fn endpoint(&self, r: &Reference) -> Result<Arc<Endpoint>> {
         let registry = r.resolve_registry().to_string();
         let insecure = self.insecure_for(r)?;
-        let cell = self.endpoints.lock().expect("poisoned").entry((registry.clone(), insecure)).or_default().clone();
+        let cell = self
+            .endpoints
+            .lock()
+            .expect("poisoned")
+            .entry((registry.clone(), insecure))
+            .or_default()
+            .clone();
         cell.get_or_try_init(|| self.new_endpoint(&registry, insecure)).await.cloned()
     }
 
@@ -232,12 +248,17 @@ impl Registries {
         }
         let client = builder.build().map_err(|e| Error::CertFile {
             path: files.dir.unwrap_or_else(|| self.certs.suggested(registry)),
-            reason: format!("cannot set up TLS with these certificates: {}", crate::http::chain(&e)),
+            reason: format!(
+                "cannot set up TLS with these certificates: {}",
+                crate::http::chain(&e)
+            ),
         })?;
         let (https, http) = (format!("https://{registry}"), format!("http://{registry}"));
         let mut base = https.clone();
         if insecure || is_loopback(registry) {
-            let ping = |base: &str| client.get(format!("{base}/v2/")).timeout(Duration::from_secs(15)).send();
+            let ping = |base: &str| {
+                client.get(format!("{base}/v2/")).timeout(Duration::from_secs(15)).send()
+            };
             if let Err(e) = ping(&https).await {
                 let plain = match crate::http::tls_failure(&e) {
                     Some(TlsFailure::NotTls) => true,
@@ -251,7 +272,9 @@ impl Registries {
                     // with the 400 a TLS server gives a plain request (Go's "client sent an HTTP
                     // request to an HTTPS server", nginx's "plain HTTP request was sent to HTTPS
                     // port"). A 5xx is a plain-HTTP registry having a bad moment: still HTTP.
-                    None => ping(&http).await.is_ok_and(|res| res.status() != reqwest::StatusCode::BAD_REQUEST),
+                    None => ping(&http)
+                        .await
+                        .is_ok_and(|res| res.status() != reqwest::StatusCode::BAD_REQUEST),
                 };
                 if plain {
                     base = http;
@@ -269,7 +292,11 @@ impl Registries {
         // TLS 1.2 has no "certificate required" alert: a server wanting a certificate it did not
         // get says bad_certificate or handshake_failure, as for one it refuses.
         let failure = match failure {
-            TlsFailure::ClientCertRefused if !crate::image::tls::has_client_cert(&self.certs, registry) => TlsFailure::ClientCertRequired,
+            TlsFailure::ClientCertRefused
+                if !crate::image::tls::has_client_cert(&self.certs, registry) =>
+            {
+                TlsFailure::ClientCertRequired
+            }
             f => f,
         };
         let hint = crate::image::tls::hint(&failure, registry, &self.certs);
@@ -296,7 +323,12 @@ impl Registries {
 
     /// [`Registries::login`], with pull access to `from` (another repository of the same
     /// registry) as well: a cross-repository mount needs both.
-    async fn login_also_pulling(&self, r: &Reference, push: bool, from: Option<&Reference>) -> Result<()> {
+    async fn login_also_pulling(
+        &self,
+        r: &Reference,
+        push: bool,
+        from: Option<&Reference>,
+    ) -> Result<()> {
         use crate::image::auth::Grant;
         if push {
             // Pushes go to the name itself, never a mirror or a location; blocked names are refused.
@@ -306,7 +338,9 @@ impl Registries {
         let cred = self.credential(r)?;
         let grant = match &cred {
             Credential::IdentityToken(t) => Grant::Refresh(t),
-            Credential::Auth(RegistryAuth::Basic(user, password)) => Grant::Password(user, password),
+            Credential::Auth(RegistryAuth::Basic(user, password)) => {
+                Grant::Password(user, password)
+            }
             Credential::Auth(RegistryAuth::Anonymous) => Grant::Anonymous,
             // A registry token given as it is: sent as it is ([`Registries::authorization`]).
             Credential::Auth(RegistryAuth::Bearer(_)) => return Ok(()),
@@ -317,7 +351,13 @@ impl Registries {
     /// Gets an access token to `r` (and `from`) from the registry's token service unless one
     /// that covers them is still fresh; [`Registries::authorization`] sends it. A push token
     /// serves pulls from the repository too.
-    async fn exchange(&self, r: &Reference, push: bool, from: Option<&Reference>, grant: crate::image::auth::Grant<'_>) -> Result<()> {
+    async fn exchange(
+        &self,
+        r: &Reference,
+        push: bool,
+        from: Option<&Reference>,
+        grant: crate::image::auth::Grant<'_>,
+    ) -> Result<()> {
         let registry = r.resolve_registry().to_string();
         let repo = r.repository().to_string();
         let from = from.map(|f| f.repository().to_string()).filter(|f| *f != repo);
@@ -326,7 +366,9 @@ impl Registries {
         let fresh = |push: bool| {
             exchanged
                 .get(&(registry.clone(), repo.clone(), push))
-                .filter(|e| e.renew_at > now && from.as_ref().is_none_or(|f| e.also_pull.contains(f)))
+                .filter(|e| {
+                    e.renew_at > now && from.as_ref().is_none_or(|f| e.also_pull.contains(f))
+                })
                 .is_some()
         };
         if fresh(push) || (!push && fresh(true)) {
@@ -338,19 +380,33 @@ impl Registries {
         let key = (registry.clone(), repo.clone(), push);
         let mut also_pull = exchanged.get(&key).map(|e| e.also_pull.clone()).unwrap_or_default();
         also_pull.extend(from);
-        let mut scopes = vec![format!("repository:{repo}:{}", if push { "pull,push" } else { "pull" })];
+        let mut scopes =
+            vec![format!("repository:{repo}:{}", if push { "pull,push" } else { "pull" })];
         scopes.extend(also_pull.iter().map(|f| format!("repository:{f}:pull")));
         let endpoint = self.endpoint(r).await?;
         let got = self
             .retry(r, "logging in", || async {
                 use crate::image::auth::{Grant, TokenError};
-                match crate::image::auth::access_token(&endpoint.client, &endpoint.base, grant, &scopes).await {
+                match crate::image::auth::access_token(
+                    &endpoint.client,
+                    &endpoint.base,
+                    grant,
+                    &scopes,
+                )
+                .await
+                {
                     Ok(t) => Ok(Ok(t)),
                     // Unreachable: retried, then reported as any registry request.
                     Err(TokenError::Transport(e)) => Err(OciDistributionError::RequestError(e)),
-                    Err(TokenError::Refused(status)) => Ok(Err(Error::AuthRefused { registry: registry.clone(), reference: r.whole(), answer: format!("the token service answered HTTP {status}") })),
+                    Err(TokenError::Refused(status)) => Ok(Err(Error::AuthRefused {
+                        registry: registry.clone(),
+                        reference: r.whole(),
+                        answer: format!("the token service answered HTTP {status}"),
+                    })),
                     Err(TokenError::Failed { url, reason }) => Ok(Err(match grant {
-                        Grant::Refresh(_) => Error::TokenExchange { registry: registry.clone(), url, reason },
+                        Grant::Refresh(_) => {
+                            Error::TokenExchange { registry: registry.clone(), url, reason }
+                        }
                         _ => Error::TokenService { registry: registry.clone(), url, reason },
                     })),
                 }
@@ -359,7 +415,9 @@ impl Registries {
         let token = got.as_ref().map(|t| t.token.clone());
         let renew_at = match got {
             Some(t) => {
-                let life = Duration::from_secs(t.expires_in.unwrap_or(TOKEN_LIFETIME_DEFAULT).min(TOKEN_LIFETIME_DEFAULT));
+                let life = Duration::from_secs(
+                    t.expires_in.unwrap_or(TOKEN_LIFETIME_DEFAULT).min(TOKEN_LIFETIME_DEFAULT),
+                );
                 now + life.saturating_sub(TOKEN_MARGIN)
             }
             // No bearer challenge: nothing to get, requests go without a token.
@@ -400,8 +458,13 @@ impl Registries {
     pub async fn manifest(&self, r: &Reference) -> Result<(Bytes, String)> {
         let auth = self.authorization(r, false).await?;
         let (client, api) = self.api(r).await?;
-        let got = self.retry(r, "fetching manifest", || self.manifest_once(&client, &api, r, auth.clone())).await?;
-        let body = got.map_err(|exceeded| Error::Limit { what: format!("registry {}", r.resolve_registry()), exceeded })?;
+        let got = self
+            .retry(r, "fetching manifest", || self.manifest_once(&client, &api, r, auth.clone()))
+            .await?;
+        let body = got.map_err(|exceeded| Error::Limit {
+            what: format!("registry {}", r.resolve_registry()),
+            exceeded,
+        })?;
         let digest = crate::image::blob::sha256_digest(&body);
         if let Some(want) = r.digest() {
             if want != digest {
@@ -419,18 +482,24 @@ impl Registries {
         let token = {
             let exchanged = self.exchanged.lock().await;
             let keys = if push { vec![key(true)] } else { vec![key(false), key(true)] };
-            keys.iter().filter_map(|k| exchanged.get(k)).max_by_key(|e| e.renew_at).and_then(|e| e.token.clone())
+            keys.iter()
+                .filter_map(|k| exchanged.get(k))
+                .max_by_key(|e| e.renew_at)
+                .and_then(|e| e.token.clone())
         };
         match (token, self.credential(r)?) {
             (Some(t), _) => reqwest_header(&format!("Bearer {t}")).map(Some),
             (None, Credential::Auth(RegistryAuth::Basic(user, password))) => {
                 use base64::Engine as _;
-                let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                let basic =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
                 let mut v = reqwest_header(&format!("Basic {basic}"))?;
                 v.set_sensitive(true);
                 Ok(Some(v))
             }
-            (None, Credential::Auth(RegistryAuth::Bearer(t))) => reqwest_header(&format!("Bearer {t}")).map(Some),
+            (None, Credential::Auth(RegistryAuth::Bearer(t))) => {
+                reqwest_header(&format!("Bearer {t}")).map(Some)
+            }
             (None, _) => Ok(None),
         }
     }
@@ -450,18 +519,28 @@ impl Registries {
         r: &Reference,
         auth: Option<http::HeaderValue>,
     ) -> std::result::Result<std::result::Result<Bytes, Exceeded>, OciDistributionError> {
-        let url = format!("{api}manifests/{}{}", r.digest().or(r.tag()).unwrap_or("latest"), r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
-        let mut res = self.send(client.get(&url).header(http::header::ACCEPT, MANIFEST_TYPES.join(", ")), auth).await?;
+        let url = format!(
+            "{api}manifests/{}{}",
+            r.digest().or(r.tag()).unwrap_or("latest"),
+            r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default()
+        );
+        let mut res = self
+            .send(client.get(&url).header(http::header::ACCEPT, MANIFEST_TYPES.join(", ")), auth)
+            .await?;
         let status = res.status();
         let header = match res.headers().get("Docker-Content-Digest") {
-            Some(v) => Some(v.to_str().map_err(DigestError::from)?.to_owned()).filter(|v| !v.is_empty()),
+            Some(v) => {
+                Some(v.to_str().map_err(DigestError::from)?.to_owned()).filter(|v| !v.is_empty())
+            }
             None => None,
         };
         let limit = if status == reqwest::StatusCode::OK { MAX_JSON } else { ERROR_BODY };
         let (body, over) = crate::limits::capped_body(&mut res, limit).await?;
         drop(res);
         match status {
-            reqwest::StatusCode::OK if over => Ok(Err(Exceeded::Manifest { reference: r.whole(), limit: MAX_JSON })),
+            reqwest::StatusCode::OK if over => {
+                Ok(Err(Exceeded::Manifest { reference: r.whole(), limit: MAX_JSON }))
+            }
             reqwest::StatusCode::OK => {
                 check_digests(&body, header.as_deref(), r.digest())?;
                 Ok(Ok(Bytes::from(body)))
@@ -472,8 +551,18 @@ impl Registries {
 
     /// One GET of blob `digest` of `r`: the response once it says 200 (its body not read);
     /// any other answer as oci-client reports it, its body read up to [`ERROR_BODY`].
-    async fn blob_once(&self, client: &reqwest::Client, api: &str, r: &Reference, digest: &str, auth: Option<http::HeaderValue>) -> std::result::Result<reqwest::Response, OciDistributionError> {
-        let url = format!("{api}blobs/{digest}{}", r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default());
+    async fn blob_once(
+        &self,
+        client: &reqwest::Client,
+        api: &str,
+        r: &Reference,
+        digest: &str,
+        auth: Option<http::HeaderValue>,
+    ) -> std::result::Result<reqwest::Response, OciDistributionError> {
+        let url = format!(
+            "{api}blobs/{digest}{}",
+            r.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default()
+        );
         // reqwest follows the registry's redirect (to its storage) and drops `Authorization`
         // when that leaves the registry's host.
         let res = self.send(client.get(&url), auth).await?;
@@ -486,12 +575,20 @@ impl Registries {
     /// A verified stream of a blob ([`crate::image::blob::verified`]). Failures mid-stream surface as stream
     /// errors; callers that can restart (whole-blob copies) retry through
     /// [`crate::image::blob::with_restarts`]. `size`: the descriptor's, when known.
-    pub async fn blob_stream(&self, r: &Reference, digest: &str, size: Option<u64>) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
+    pub async fn blob_stream(
+        &self,
+        r: &Reference,
+        digest: &str,
+        size: Option<u64>,
+    ) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
         crate::image::blob::digest_hex(digest)?;
         let auth = self.authorization(r, false).await?;
         let (client, api) = self.api(r).await?;
-        let res = self.retry(r, "downloading blob", || self.blob_once(&client, &api, r, digest, auth.clone())).await?;
-        let body = futures_util::StreamExt::map(res.bytes_stream(), |c| c.map_err(std::io::Error::other));
+        let res = self
+            .retry(r, "downloading blob", || self.blob_once(&client, &api, r, digest, auth.clone()))
+            .await?;
+        let body =
+            futures_util::StreamExt::map(res.bytes_stream(), |c| c.map_err(std::io::Error::other));
         Ok(crate::image::blob::verified(Box::pin(body), digest, size))
     }
 
@@ -522,7 +619,11 @@ impl Registries {
             Ok(res) if res.status() == reqwest::StatusCode::CREATED => Ok(true),
             Ok(res) => {
                 // 202: the registry opened an upload instead; it expires unused.
-                tracing::debug!("mount of {digest} from {} refused: {}", from.repository(), unexpected(res, url).await);
+                tracing::debug!(
+                    "mount of {digest} from {} refused: {}",
+                    from.repository(),
+                    unexpected(res, url).await
+                );
                 Ok(false)
             }
             Err(e) => {
@@ -536,13 +637,23 @@ impl Registries {
     /// upload, `PUT LOCATION?digest=` sends it), streaming; not retried (the stream is
     /// consumed). The upload stops at `size` bytes: `stream` must be checked by then, as
     /// [`crate::image::source::Source::blob_stream`]'s are. Answers other than the expected ones are read up to [`ERROR_BODY`].
-    pub async fn push_blob(&self, r: &Reference, digest: &str, size: u64, stream: BoxStream<'static, std::io::Result<Bytes>>) -> Result<()> {
+    pub async fn push_blob(
+        &self,
+        r: &Reference,
+        digest: &str,
+        size: u64,
+        stream: BoxStream<'static, std::io::Result<Bytes>>,
+    ) -> Result<()> {
         let auth = self.authorization(r, true).await?;
         let fail = |e: OciDistributionError| self.classify(r, "uploading blob", e);
         let (client, api) = self.api(r).await?;
         let start = format!("{api}blobs/uploads/");
-        let location = self.retry(r, "uploading blob", || self.upload_location(&client, &start, auth.clone())).await?;
-        let mut put = reqwest::Url::parse(&start).and_then(|base| base.join(&location)).map_err(|e| fail(OciDistributionError::UrlParseError(e.to_string())))?;
+        let location = self
+            .retry(r, "uploading blob", || self.upload_location(&client, &start, auth.clone()))
+            .await?;
+        let mut put = reqwest::Url::parse(&start)
+            .and_then(|base| base.join(&location))
+            .map_err(|e| fail(OciDistributionError::UrlParseError(e.to_string())))?;
         put.query_pairs_mut().append_pair("digest", digest);
         // Credentials go to the registry only (same scheme, host and port), never to another
         // origin its Location names.
@@ -561,10 +672,19 @@ impl Registries {
     }
 
     /// `POST …/blobs/uploads/`: the upload's `Location` (202).
-    async fn upload_location(&self, client: &reqwest::Client, url: &str, auth: Option<http::HeaderValue>) -> std::result::Result<String, OciDistributionError> {
+    async fn upload_location(
+        &self,
+        client: &reqwest::Client,
+        url: &str,
+        auth: Option<http::HeaderValue>,
+    ) -> std::result::Result<String, OciDistributionError> {
         let res = self.send(client.post(url).header(http::header::CONTENT_LENGTH, 0), auth).await?;
         if res.status() == reqwest::StatusCode::ACCEPTED {
-            let location = res.headers().get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let location = res
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
             return location.ok_or(OciDistributionError::RegistryNoLocationError);
         }
         Err(unexpected(res, url.to_string()).await)
@@ -576,7 +696,15 @@ impl Registries {
         let (client, api) = self.api(r).await?;
         let url = format!("{api}manifests/{}", r.digest().or(r.tag()).unwrap_or("latest"));
         self.retry(r, "pushing manifest", || async {
-            let res = self.send(client.put(&url).header(http::header::CONTENT_TYPE, ct.clone()).body(body.clone()), auth.clone()).await?;
+            let res = self
+                .send(
+                    client
+                        .put(&url)
+                        .header(http::header::CONTENT_TYPE, ct.clone())
+                        .body(body.clone()),
+                    auth.clone(),
+                )
+                .await?;
             if res.status() == reqwest::StatusCode::CREATED {
                 return Ok(());
             }
@@ -586,7 +714,11 @@ impl Registries {
     }
 
     /// Sends `req` with `auth`.
-    async fn send(&self, req: reqwest::RequestBuilder, auth: Option<http::HeaderValue>) -> std::result::Result<reqwest::Response, OciDistributionError> {
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        auth: Option<http::HeaderValue>,
+    ) -> std::result::Result<reqwest::Response, OciDistributionError> {
         let req = match auth {
             Some(a) => req.header(http::header::AUTHORIZATION, a),
             None => req,
@@ -607,10 +739,18 @@ async fn unexpected(mut res: reqwest::Response, url: String) -> OciDistributionE
 
 /// A registry's answer other than the one expected, as oci-client reports it (`body`: at most
 /// [`ERROR_BODY`] of it; `over`: it had more).
-fn answer_error(status: reqwest::StatusCode, url: String, body: &[u8], over: bool) -> OciDistributionError {
+fn answer_error(
+    status: reqwest::StatusCode,
+    url: String,
+    body: &[u8],
+    over: bool,
+) -> OciDistributionError {
     match status {
         reqwest::StatusCode::UNAUTHORIZED => OciDistributionError::UnauthorizedError { url },
-        s if s.is_success() => OciDistributionError::SpecViolationError(format!("Expected HTTP Status {}, got {s} instead", reqwest::StatusCode::OK)),
+        s if s.is_success() => OciDistributionError::SpecViolationError(format!(
+            "Expected HTTP Status {}, got {s} instead",
+            reqwest::StatusCode::OK
+        )),
         s => {
             if s.is_client_error() {
                 if let Ok(envelope) = serde_json::from_slice::<OciEnvelope>(body) {
@@ -628,7 +768,11 @@ fn answer_error(status: reqwest::StatusCode, url: String, body: &[u8], over: boo
 
 /// What oci-client's `validate_digest` checks of a manifest: the digest of the reference, then
 /// the `Docker-Content-Digest` the registry sent.
-fn check_digests(body: &[u8], header: Option<&str>, reference: Option<&str>) -> std::result::Result<(), DigestError> {
+fn check_digests(
+    body: &[u8],
+    header: Option<&str>,
+    reference: Option<&str>,
+) -> std::result::Result<(), DigestError> {
     use sha2::Digest as _;
     let mut wanted: Vec<&str> = reference.into_iter().collect();
     wanted.extend(header.filter(|h| Some(*h) != reference));
@@ -657,7 +801,9 @@ fn reqwest_header(v: &str) -> Result<http::HeaderValue> {
 pub fn transient(e: &OciDistributionError) -> bool {
     match e {
         OciDistributionError::RequestError(r) if crate::http::tls_failure(r).is_some() => false,
-        OciDistributionError::RequestError(r) => r.is_connect() || r.is_timeout() || r.is_request() || r.is_body(),
+        OciDistributionError::RequestError(r) => {
+            r.is_connect() || r.is_timeout() || r.is_request() || r.is_body()
+        }
         OciDistributionError::ServerError { code, .. } => *code >= 500 || *code == 429,
         OciDistributionError::IoError(io) => crate::image::blob::digest_error(io).is_none(),
         OciDistributionError::RegistryError { envelope, .. } => {
@@ -671,24 +817,45 @@ impl Registries {
     /// The error a user sees for `e`, a final failure of `operation` on `r`.
     fn classify(&self, r: &Reference, operation: &str, e: OciDistributionError) -> Error {
         let registry = r.resolve_registry().to_string();
-        let refused = |answer: String| Error::AuthRefused { registry: registry.clone(), reference: r.whole(), answer };
+        let refused = |answer: String| Error::AuthRefused {
+            registry: registry.clone(),
+            reference: r.whole(),
+            answer,
+        };
         match &e {
-            OciDistributionError::ImageManifestNotFoundError(_) => return Error::ManifestUnknown { reference: r.whole() },
-            OciDistributionError::UnauthorizedError { .. } | OciDistributionError::AuthenticationFailure(_) => return refused("HTTP 401 Unauthorized".into()),
+            OciDistributionError::ImageManifestNotFoundError(_) => {
+                return Error::ManifestUnknown { reference: r.whole() }
+            }
+            OciDistributionError::UnauthorizedError { .. }
+            | OciDistributionError::AuthenticationFailure(_) => {
+                return refused("HTTP 401 Unauthorized".into())
+            }
             OciDistributionError::RegistryError { envelope, .. } => {
                 for err in &envelope.errors {
                     match err.code {
-                        OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown => return Error::ManifestUnknown { reference: r.whole() },
+                        OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown => {
+                            return Error::ManifestUnknown { reference: r.whole() }
+                        }
                         // The registry's own words, on one line and short: they are not ours.
                         OciErrorCode::Unauthorized | OciErrorCode::Denied => {
-                            let said: String = err.message.chars().map(|c| if c.is_control() { ' ' } else { c }).take(200).collect();
-                            return refused(format!("{}: {said}", format!("{:?}", err.code).to_uppercase()));
+                            let said: String = err
+                                .message
+                                .chars()
+                                .map(|c| if c.is_control() { ' ' } else { c })
+                                .take(200)
+                                .collect();
+                            return refused(format!(
+                                "{}: {said}",
+                                format!("{:?}", err.code).to_uppercase()
+                            ));
                         }
                         _ => {}
                     }
                 }
             }
-            OciDistributionError::ServerError { code: 404, .. } => return Error::ManifestUnknown { reference: r.whole() },
+            OciDistributionError::ServerError { code: 404, .. } => {
+                return Error::ManifestUnknown { reference: r.whole() }
+            }
             OciDistributionError::IoError(io) => {
                 if let Some(d) = crate::image::blob::digest_error(io) {
                     return d;
@@ -723,7 +890,12 @@ mod tests {
             let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
         });
         let e = reqwest::Client::new().get(format!("https://{addr}/v2/")).send().await.unwrap_err();
-        assert_eq!(crate::http::tls_failure(&e), Some(TlsFailure::NotTls), "{}", crate::http::chain(&e));
+        assert_eq!(
+            crate::http::tls_failure(&e),
+            Some(TlsFailure::NotTls),
+            "{}",
+            crate::http::chain(&e)
+        );
         assert!(e.is_connect(), "a connect error, which alone would be retried");
         assert!(!transient(&OciDistributionError::RequestError(e)));
     }

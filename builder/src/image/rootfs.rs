@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read};
 
-use crate::image::blob::decompressed;
 use crate::error::{Error, Result};
+use crate::image::blob::decompressed;
 use crate::image::layer::normalize;
 use crate::limits::{EntryBudget, Exceeded, Limits, DEFAULT_INFLATION, MAX_SYMLINKS};
 
@@ -48,7 +48,10 @@ pub fn read_file_bounded(
 ) -> Result<Option<Vec<u8>>> {
     let mut whole = |entry: &mut dyn Read, size: u64| -> io::Result<Vec<u8>> {
         if size > max_size {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{path} is {size} bytes, more than the {max_size} allowed")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{path} is {size} bytes, more than the {max_size} allowed"),
+            ));
         }
         let mut data = Vec::with_capacity(size as usize);
         entry.take(max_size).read_to_end(&mut data)?;
@@ -92,12 +95,19 @@ pub fn read_file_with(
         }
         return Ok(None);
     }
-    Err(Error::Limit { what: format!("/{}", normalize(path).unwrap_or_default()), exceeded: Exceeded::Symlinks })
+    Err(Error::Limit {
+        what: format!("/{}", normalize(path).unwrap_or_default()),
+        exceeded: Exceeded::Symlinks,
+    })
 }
 
 /// Names directly inside directory `dir` as the container sees them (regular files and
 /// symlinks only), sorted. Symlinked directories are not followed.
-pub fn list_dir(layer_count: usize, open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>, dir: &str) -> Result<Vec<String>> {
+pub fn list_dir(
+    layer_count: usize,
+    open: &mut dyn FnMut(usize) -> Result<Box<dyn BufRead>>,
+    dir: &str,
+) -> Result<Vec<String>> {
     let dir = normalize(dir).unwrap_or_default();
     let mut seen: BTreeMap<String, bool> = BTreeMap::new(); // name -> visible file
     for i in 0..layer_count {
@@ -119,31 +129,38 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
     let mut out = Vec::new();
     let mut hidden = false;
     {
-        crate::limits::walk_tar(decompressed(&mut *r, DEFAULT_INFLATION)?, |e| e, |entry| {
-            let raw = entry.path_bytes();
-            let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { return Ok(()) };
-            let (parent, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
-            if base == ".wh..wh..opq" && parent == dir {
-                hidden = true;
-                return Ok(());
-            }
-            if let Some(w) = base.strip_prefix(".wh.") {
-                let target = if parent.is_empty() { w.to_string() } else { format!("{parent}/{w}") };
+        crate::limits::walk_tar(
+            decompressed(&mut *r, DEFAULT_INFLATION)?,
+            |e| e,
+            |entry| {
+                let raw = entry.path_bytes();
+                let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { return Ok(()) };
+                let (parent, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
+                if base == ".wh..wh..opq" && parent == dir {
+                    hidden = true;
+                    return Ok(());
+                }
+                if let Some(w) = base.strip_prefix(".wh.") {
+                    let target =
+                        if parent.is_empty() { w.to_string() } else { format!("{parent}/{w}") };
+                    if parent == dir {
+                        out.push((w.to_string(), false));
+                    } else if target == dir || is_below(dir, &target) {
+                        hidden = true;
+                    }
+                    return Ok(());
+                }
                 if parent == dir {
-                    out.push((w.to_string(), false));
-                } else if target == dir || is_below(dir, &target) {
+                    let t = entry.header().entry_type();
+                    out.push((base.to_string(), t.is_file() || t.is_symlink()));
+                } else if (name == dir || is_below(dir, &name))
+                    && !entry.header().entry_type().is_dir()
+                {
                     hidden = true;
                 }
-                return Ok(());
-            }
-            if parent == dir {
-                let t = entry.header().entry_type();
-                out.push((base.to_string(), t.is_file() || t.is_symlink()));
-            } else if (name == dir || is_below(dir, &name)) && !entry.header().entry_type().is_dir() {
-                hidden = true;
-            }
-            Ok(())
-        })?;
+                Ok(())
+            },
+        )?;
     }
     io::copy(r, &mut io::sink())?;
     Ok((out, hidden))
@@ -151,7 +168,10 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
 
 fn layer_error(e: io::Error, i: usize) -> Error {
     if let Some(exceeded) = crate::limits::exceeded(&e) {
-        return Error::Limit { what: format!("layer {i} from the top"), exceeded: exceeded.clone() };
+        return Error::Limit {
+            what: format!("layer {i} from the top"),
+            exceeded: exceeded.clone(),
+        };
     }
     crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed {
         what: "layer",
@@ -176,49 +196,62 @@ fn resolve(base: &str, target: &str) -> Option<String> {
 }
 
 /// Scans one (possibly compressed) layer for `want`, then reads the rest of the input.
-fn scan(r: &mut dyn BufRead, want: &str, max_inflation: u64, content: &mut ContentFn<'_>) -> io::Result<Seen> {
+fn scan(
+    r: &mut dyn BufRead,
+    want: &str,
+    max_inflation: u64,
+    content: &mut ContentFn<'_>,
+) -> io::Result<Seen> {
     let mut seen = Seen::Nothing;
     let mut hidden = false;
     {
-        crate::limits::walk_tar(decompressed(&mut *r, max_inflation)?, |e| e, |entry| {
-            let raw = entry.path_bytes();
-            let name = String::from_utf8_lossy(&raw).into_owned();
-            let Some(name) = normalize(&name) else { return Ok(()) };
-            let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
-            if let Some(hidden_name) = base.strip_prefix(".wh.") {
-                let target = if dir.is_empty() { hidden_name.to_string() } else { format!("{dir}/{hidden_name}") };
-                if hidden_name == ".wh..opq" {
-                    // Opaque directory: everything below `dir` in lower layers is hidden.
-                    if is_below(want, dir) {
+        crate::limits::walk_tar(
+            decompressed(&mut *r, max_inflation)?,
+            |e| e,
+            |entry| {
+                let raw = entry.path_bytes();
+                let name = String::from_utf8_lossy(&raw).into_owned();
+                let Some(name) = normalize(&name) else { return Ok(()) };
+                let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
+                if let Some(hidden_name) = base.strip_prefix(".wh.") {
+                    let target = if dir.is_empty() {
+                        hidden_name.to_string()
+                    } else {
+                        format!("{dir}/{hidden_name}")
+                    };
+                    if hidden_name == ".wh..opq" {
+                        // Opaque directory: everything below `dir` in lower layers is hidden.
+                        if is_below(want, dir) {
+                            hidden = true;
+                        }
+                    } else if want == target || is_below(want, &target) {
                         hidden = true;
                     }
-                } else if want == target || is_below(want, &target) {
+                    return Ok(());
+                }
+                if name == want {
+                    let kind = entry.header().entry_type();
+                    seen = if kind.is_file() {
+                        let size = entry.size();
+                        Seen::File(content(entry, size)?)
+                    } else if kind.is_symlink() {
+                        let target = entry
+                            .link_name_bytes()
+                            .map(|l| String::from_utf8_lossy(&l).into_owned())
+                            .unwrap_or_default();
+                        Seen::Symlink(target)
+                    } else {
+                        Seen::NotAFile
+                    };
+                } else if is_below(want, &name) && !entry.header().entry_type().is_dir() {
+                    // A parent replaced by a file or symlink in this layer: the path is gone.
+                    // (Symlinked parent directories are not followed; our callers read
+                    // /etc and /var paths, which images keep as real directories.)
                     hidden = true;
                 }
-                return Ok(());
-            }
-            if name == want {
-                let kind = entry.header().entry_type();
-                seen = if kind.is_file() {
-                    let size = entry.size();
-                    Seen::File(content(entry, size)?)
-                } else if kind.is_symlink() {
-                    let target = entry
-                        .link_name_bytes()
-                        .map(|l| String::from_utf8_lossy(&l).into_owned())
-                        .unwrap_or_default();
-                    Seen::Symlink(target)
-                } else {
-                    Seen::NotAFile
-                };
-            } else if is_below(want, &name) && !entry.header().entry_type().is_dir() {
-                // A parent replaced by a file or symlink in this layer: the path is gone.
-                // (Symlinked parent directories are not followed; our callers read
-                // /etc and /var paths, which images keep as real directories.)
-                hidden = true;
-            }
-            Ok(())
-        })?;
+                Ok(())
+            },
+        )?;
         // Leave the tar reader, then drain the input so digest checks see its end.
     }
     io::copy(r, &mut io::sink())?;
@@ -244,7 +277,9 @@ mod tests {
     }
 
     fn read(layers: &[Vec<u8>], path: &str) -> Option<Vec<u8>> {
-        let mut open = |i: usize| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(layers[i].clone()))) };
+        let mut open = |i: usize| -> Result<Box<dyn BufRead>> {
+            Ok(Box::new(io::Cursor::new(layers[i].clone())))
+        };
         read_file(layers.len(), &mut open, path, 1 << 20).unwrap()
     }
 
@@ -254,14 +289,19 @@ mod tests {
             l.add_file("usr/lib/os-release", b"ID=debian\n".to_vec(), 0o644).unwrap();
             l.add_symlink("etc/os-release", "../usr/lib/os-release").unwrap();
         });
-        let top = layer(|l| l.add_file("usr/lib/os-release", b"ID=ubuntu\n".to_vec(), 0o644).unwrap());
-        assert_eq!(read(&[top.clone(), bottom.clone()], "/etc/os-release").unwrap(), b"ID=ubuntu\n");
+        let top =
+            layer(|l| l.add_file("usr/lib/os-release", b"ID=ubuntu\n".to_vec(), 0o644).unwrap());
+        assert_eq!(
+            read(&[top.clone(), bottom.clone()], "/etc/os-release").unwrap(),
+            b"ID=ubuntu\n"
+        );
         assert_eq!(read(&[bottom], "/etc/os-release").unwrap(), b"ID=debian\n");
     }
 
     #[test]
     fn whiteouts_and_opaque_dirs_hide_lower_layers() {
-        let bottom = layer(|l| l.add_file("etc/os-release", b"ID=debian\n".to_vec(), 0o644).unwrap());
+        let bottom =
+            layer(|l| l.add_file("etc/os-release", b"ID=debian\n".to_vec(), 0o644).unwrap());
         let wh = layer(|l| l.add_whiteout("etc/os-release").unwrap());
         assert_eq!(read(&[wh, bottom.clone()], "etc/os-release"), None);
         let opq = layer(|l| l.add_file("etc/.wh..wh..opq", vec![], 0o644).unwrap());
@@ -281,27 +321,41 @@ mod tests {
             l.add_whiteout("etc/apt/sources.list.d/gone.list").unwrap();
         });
         let layers = [top, bottom.clone()];
-        let mut open = |i: usize| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(layers[i].clone()))) };
-        assert_eq!(list_dir(2, &mut open, "/etc/apt/sources.list.d/").unwrap(), ["a.list", "b.sources"]);
-        let opq = layer(|l| l.add_file("etc/apt/sources.list.d/.wh..wh..opq", vec![], 0o644).unwrap());
+        let mut open = |i: usize| -> Result<Box<dyn BufRead>> {
+            Ok(Box::new(io::Cursor::new(layers[i].clone())))
+        };
+        assert_eq!(
+            list_dir(2, &mut open, "/etc/apt/sources.list.d/").unwrap(),
+            ["a.list", "b.sources"]
+        );
+        let opq =
+            layer(|l| l.add_file("etc/apt/sources.list.d/.wh..wh..opq", vec![], 0o644).unwrap());
         let layers = [opq, bottom];
-        let mut open = |i: usize| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(layers[i].clone()))) };
+        let mut open = |i: usize| -> Result<Box<dyn BufRead>> {
+            Ok(Box::new(io::Cursor::new(layers[i].clone())))
+        };
         assert!(list_dir(2, &mut open, "etc/apt/sources.list.d").unwrap().is_empty());
     }
 
     #[test]
     fn hostile_entries_are_ignored_and_sizes_capped() {
-        let evil = layer(|l| l.add_symlink("etc/os-release", "../../../../../proc/self/environ").unwrap());
+        let evil =
+            layer(|l| l.add_symlink("etc/os-release", "../../../../../proc/self/environ").unwrap());
         // The link is resolved inside the image (clamped at its root), never on the host.
         assert_eq!(read(&[evil], "etc/os-release"), None);
         let big = layer(|l| l.add_file("etc/os-release", vec![b'x'; 100], 0o644).unwrap());
-        let mut open = |_| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(big.clone()))) };
+        let mut open =
+            |_| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(big.clone()))) };
         assert!(read_file(1, &mut open, "etc/os-release", 10).is_err());
         // A symlink loop is refused, naming the path, as the kernel's ELOOP would.
         let loop_ = layer(|l| l.add_symlink("etc/os-release", "os-release").unwrap());
-        let mut open = |_| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(loop_.clone()))) };
+        let mut open =
+            |_| -> Result<Box<dyn BufRead>> { Ok(Box::new(io::Cursor::new(loop_.clone()))) };
         let e = read_file(1, &mut open, "etc/os-release", 10).unwrap_err();
-        assert!(matches!(&e, Error::Limit { what, exceeded: Exceeded::Symlinks } if what == "/etc/os-release"), "{e}");
+        assert!(
+            matches!(&e, Error::Limit { what, exceeded: Exceeded::Symlinks } if what == "/etc/os-release"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -328,8 +382,13 @@ mod tests {
                 l.add_file(&format!("etc/big{i}"), vec![b'x'; 16 << 20], 0o644).unwrap();
             }
         });
-        let snap = Snapshot::read(&mut io::Cursor::new(l), 100, &Budget::new(&Limits::default())).unwrap();
-        let kept = (0..5).filter(|i| matches!(snap.entries.get(&format!("etc/big{i}")), Some(SnapEntry::File(Some(_))))).count();
+        let snap =
+            Snapshot::read(&mut io::Cursor::new(l), 100, &Budget::new(&Limits::default())).unwrap();
+        let kept = (0..5)
+            .filter(|i| {
+                matches!(snap.entries.get(&format!("etc/big{i}")), Some(SnapEntry::File(Some(_))))
+            })
+            .count();
         assert_eq!(kept, 4);
     }
 }
@@ -369,7 +428,11 @@ mod b64 {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         Option::<String>::deserialize(d)?
-            .map(|t| base64::engine::general_purpose::STANDARD.decode(t).map_err(serde::de::Error::custom))
+            .map(|t| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(t)
+                    .map_err(serde::de::Error::custom)
+            })
             .transpose()
     }
 }
@@ -389,7 +452,10 @@ pub const KEEP_TOTAL: u64 = 64 << 20;
 
 impl Budget {
     pub fn new(limits: &Limits) -> Budget {
-        Budget { entries: EntryBudget::new(limits.entries), kept: std::sync::atomic::AtomicU64::new(KEEP_TOTAL) }
+        Budget {
+            entries: EntryBudget::new(limits.entries),
+            kept: std::sync::atomic::AtomicU64::new(KEEP_TOTAL),
+        }
     }
 
     /// Takes `n` entries for a snapshot.
@@ -406,8 +472,15 @@ impl Budget {
 
 /// Whether a file's content is kept in the snapshot.
 fn of_interest(path: &str, size: u64) -> bool {
-    const KEEP: &[&str] = &["etc/", "usr/share/keyrings/", "usr/lib/os-release", "var/lib/dpkg/status", "var/lib/dpkg/info/format"];
-    size <= 16 << 20 && KEEP.iter().any(|k| path.starts_with(k) && !path.starts_with("var/lib/dpkg/status-"))
+    const KEEP: &[&str] = &[
+        "etc/",
+        "usr/share/keyrings/",
+        "usr/lib/os-release",
+        "var/lib/dpkg/status",
+        "var/lib/dpkg/info/format",
+    ];
+    size <= 16 << 20
+        && KEEP.iter().any(|k| path.starts_with(k) && !path.starts_with("var/lib/dpkg/status-"))
 }
 
 impl Snapshot {
@@ -417,45 +490,62 @@ impl Snapshot {
     pub fn read(r: &mut dyn BufRead, max_inflation: u64, budget: &Budget) -> io::Result<Snapshot> {
         let mut snap = Snapshot::default();
         {
-            crate::limits::walk_tar(decompressed(&mut *r, max_inflation)?, |e| e, |entry| {
-                budget.take_entries(1).map_err(io::Error::other)?;
-                let raw = entry.path_bytes();
-                let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else { return Ok(()) };
-                let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
-                if base == ".wh..wh..opq" {
-                    snap.opaque.insert(dir.to_string());
-                    return Ok(());
-                }
-                if let Some(w) = base.strip_prefix(".wh.") {
-                    snap.whiteouts.insert(if dir.is_empty() { w.to_string() } else { format!("{dir}/{w}") });
-                    return Ok(());
-                }
-                let t = entry.header().entry_type();
-                let e = if t.is_file() {
-                    if of_interest(&name, entry.size()) && budget.keep(entry.size()) {
-                        let mut data = Vec::with_capacity(entry.size() as usize);
-                        Read::take(&mut *entry, 16 << 20).read_to_end(&mut data)?;
-                        SnapEntry::File(Some(data))
+            crate::limits::walk_tar(
+                decompressed(&mut *r, max_inflation)?,
+                |e| e,
+                |entry| {
+                    budget.take_entries(1).map_err(io::Error::other)?;
+                    let raw = entry.path_bytes();
+                    let Some(name) = normalize(&String::from_utf8_lossy(&raw)) else {
+                        return Ok(());
+                    };
+                    let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
+                    if base == ".wh..wh..opq" {
+                        snap.opaque.insert(dir.to_string());
+                        return Ok(());
+                    }
+                    if let Some(w) = base.strip_prefix(".wh.") {
+                        snap.whiteouts.insert(if dir.is_empty() {
+                            w.to_string()
+                        } else {
+                            format!("{dir}/{w}")
+                        });
+                        return Ok(());
+                    }
+                    let t = entry.header().entry_type();
+                    let e = if t.is_file() {
+                        if of_interest(&name, entry.size()) && budget.keep(entry.size()) {
+                            let mut data = Vec::with_capacity(entry.size() as usize);
+                            Read::take(&mut *entry, 16 << 20).read_to_end(&mut data)?;
+                            SnapEntry::File(Some(data))
+                        } else {
+                            SnapEntry::File(None)
+                        }
+                    } else if t.is_dir() {
+                        SnapEntry::Dir
+                    } else if t.is_symlink() {
+                        SnapEntry::Symlink(
+                            entry
+                                .link_name_bytes()
+                                .map(|l| String::from_utf8_lossy(&l).into_owned())
+                                .unwrap_or_default(),
+                        )
+                    } else if t.is_hard_link() {
+                        // Content lives under the link target; resolve it inside this layer.
+                        let target = entry
+                            .link_name_bytes()
+                            .and_then(|l| normalize(&String::from_utf8_lossy(&l)));
+                        match target.and_then(|t| snap.entries.get(&t).cloned()) {
+                            Some(e @ SnapEntry::File(_)) => e,
+                            _ => SnapEntry::Other,
+                        }
                     } else {
-                        SnapEntry::File(None)
-                    }
-                } else if t.is_dir() {
-                    SnapEntry::Dir
-                } else if t.is_symlink() {
-                    SnapEntry::Symlink(entry.link_name_bytes().map(|l| String::from_utf8_lossy(&l).into_owned()).unwrap_or_default())
-                } else if t.is_hard_link() {
-                    // Content lives under the link target; resolve it inside this layer.
-                    let target = entry.link_name_bytes().and_then(|l| normalize(&String::from_utf8_lossy(&l)));
-                    match target.and_then(|t| snap.entries.get(&t).cloned()) {
-                        Some(e @ SnapEntry::File(_)) => e,
-                        _ => SnapEntry::Other,
-                    }
-                } else {
-                    SnapEntry::Other
-                };
-                snap.entries.insert(name, e);
-                Ok(())
-            })?;
+                        SnapEntry::Other
+                    };
+                    snap.entries.insert(name, e);
+                    Ok(())
+                },
+            )?;
         }
         io::copy(r, &mut io::sink())?;
         Ok(snap)
@@ -480,7 +570,10 @@ impl Snapshot {
         let mut at = 0;
         while let Some(i) = path[at..].find('/') {
             let parent = &path[..at + i];
-            if self.whiteouts.contains(parent) || self.opaque.contains(parent) || self.entries.get(parent).is_some_and(|e| !matches!(e, SnapEntry::Dir)) {
+            if self.whiteouts.contains(parent)
+                || self.opaque.contains(parent)
+                || self.entries.get(parent).is_some_and(|e| !matches!(e, SnapEntry::Dir))
+            {
                 return true;
             }
             at += i + 1;
@@ -496,10 +589,16 @@ impl Snapshot {
     pub fn children(&self, dir: &str, dirs: bool) -> (Vec<(String, bool)>, bool) {
         let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
         let mut out = Vec::new();
-        for (p, e) in self.entries.range(prefix.clone()..).take_while(|(p, _)| p.starts_with(&prefix)) {
+        for (p, e) in
+            self.entries.range(prefix.clone()..).take_while(|(p, _)| p.starts_with(&prefix))
+        {
             let rest = &p[prefix.len()..];
             if !rest.contains('/') {
-                out.push((rest.to_string(), matches!(e, SnapEntry::File(_) | SnapEntry::Symlink(_)) || (dirs && matches!(e, SnapEntry::Dir))));
+                out.push((
+                    rest.to_string(),
+                    matches!(e, SnapEntry::File(_) | SnapEntry::Symlink(_))
+                        || (dirs && matches!(e, SnapEntry::Dir)),
+                ));
             }
         }
         for w in &self.whiteouts {
@@ -509,7 +608,10 @@ impl Snapshot {
                 }
             }
         }
-        let hidden = self.opaque.contains(dir) || (!dir.is_empty() && (self.hides(dir) || self.entries.get(dir).is_some_and(|e| !matches!(e, SnapEntry::Dir))));
+        let hidden = self.opaque.contains(dir)
+            || (!dir.is_empty()
+                && (self.hides(dir)
+                    || self.entries.get(dir).is_some_and(|e| !matches!(e, SnapEntry::Dir))));
         (out, hidden)
     }
 }
@@ -517,7 +619,10 @@ impl Snapshot {
 /// What the merged view of `snapshots` (topmost first) has at `path`, without following a
 /// final symlink: `None` when nothing is there. `Err(i)` means layer `i` has a file whose
 /// content the snapshot did not keep.
-pub fn lookup<'a>(snapshots: impl Iterator<Item = Result<&'a Snapshot>>, path: &str) -> Result<Option<&'a SnapEntry>> {
+pub fn lookup<'a>(
+    snapshots: impl Iterator<Item = Result<&'a Snapshot>>,
+    path: &str,
+) -> Result<Option<&'a SnapEntry>> {
     for snap in snapshots {
         let snap = snap?;
         if let Some(e) = snap.entries.get(path) {
@@ -534,8 +639,13 @@ pub fn lookup<'a>(snapshots: impl Iterator<Item = Result<&'a Snapshot>>, path: &
 /// inside the image, as the kernel would with the image as root. `kind(p)` answers what the
 /// merged image has at `p`. More than [`MAX_SYMLINKS`] links (a loop) is
 /// [`Exceeded::Symlinks`], as the kernel's `ELOOP`.
-pub fn resolve_in_image(path: &str, last: bool, kind: &mut dyn FnMut(&str) -> Result<Option<SnapEntry>>) -> Result<Option<String>> {
-    let mut parts: Vec<String> = normalize(path).map(|p| p.split('/').map(str::to_string).collect()).unwrap_or_default();
+pub fn resolve_in_image(
+    path: &str,
+    last: bool,
+    kind: &mut dyn FnMut(&str) -> Result<Option<SnapEntry>>,
+) -> Result<Option<String>> {
+    let mut parts: Vec<String> =
+        normalize(path).map(|p| p.split('/').map(str::to_string).collect()).unwrap_or_default();
     let mut done: Vec<String> = Vec::new();
     let mut hops = 0;
     while !parts.is_empty() {
@@ -548,12 +658,16 @@ pub fn resolve_in_image(path: &str, last: bool, kind: &mut dyn FnMut(&str) -> Re
         if let Some(SnapEntry::Symlink(target)) = kind(&here)? {
             hops += 1;
             if hops > MAX_SYMLINKS {
-                return Err(Error::Limit { what: format!("/{}", normalize(path).unwrap_or_default()), exceeded: Exceeded::Symlinks });
+                return Err(Error::Limit {
+                    what: format!("/{}", normalize(path).unwrap_or_default()),
+                    exceeded: Exceeded::Symlinks,
+                });
             }
             done.pop();
             let base = if target.starts_with('/') { String::new() } else { done.join("/") };
             let resolved = resolve(&base, &target).unwrap_or_default();
-            let mut rest: Vec<String> = resolved.split('/').filter(|p| !p.is_empty()).map(str::to_string).collect();
+            let mut rest: Vec<String> =
+                resolved.split('/').filter(|p| !p.is_empty()).map(str::to_string).collect();
             rest.extend(parts);
             parts = rest;
             done.clear();

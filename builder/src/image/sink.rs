@@ -18,13 +18,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use crate::image::blob::{digest_hex, VerifyingReader};
 use crate::error::{Error, Result};
+use crate::image::blob::{digest_hex, VerifyingReader};
 use crate::image::layout::{blob_rel_path, index_with, OCI_LAYOUT};
-use crate::progress::{Counters, Reporter, Transfer};
 use crate::image::registry::Registries;
 use crate::image::source::{reader_stream, Source};
 use crate::image::transport::ImageRef;
+use crate::progress::{Counters, Reporter, Transfer};
 
 /// What happened to a base layer on the way to the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,13 +75,22 @@ fn stage_beside(dest: &Path) -> Result<tempfile::TempDir> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let dir = tempfile::Builder::new().prefix(".erdma-build-").tempdir_in(&parent).map_err(not_writable(dest))?;
+    let dir = tempfile::Builder::new()
+        .prefix(".erdma-build-")
+        .tempdir_in(&parent)
+        .map_err(not_writable(dest))?;
     std::fs::create_dir_all(dir.path().join("blobs/sha256")).map_err(not_writable(dest))?;
     Ok(dir)
 }
 
 impl Sink {
-    pub async fn open(output: &ImageRef, regs: &Arc<Registries>, reporter: Arc<dyn Reporter>, counters: Arc<Counters>, max_inflation: u64) -> Result<Sink> {
+    pub async fn open(
+        output: &ImageRef,
+        regs: &Arc<Registries>,
+        reporter: Arc<dyn Reporter>,
+        counters: Arc<Counters>,
+        max_inflation: u64,
+    ) -> Result<Sink> {
         let (kind, staging) = match output {
             ImageRef::Registry(r) => {
                 regs.login(r, true).await?;
@@ -89,23 +98,36 @@ impl Sink {
             }
             ImageRef::Layout { dir, tag } => {
                 let existing = dir.join("oci-layout").exists();
-                if !existing && dir.exists() && std::fs::read_dir(dir).map_err(not_writable(dir))?.next().is_some() {
+                if !existing
+                    && dir.exists()
+                    && std::fs::read_dir(dir).map_err(not_writable(dir))?.next().is_some()
+                {
                     return Err(Error::OutputNotWritable {
                         path: dir.clone(),
                         source: std::io::Error::other("it exists and is not an OCI image layout"),
                     });
                 }
                 let staging = if existing {
-                    let s = tempfile::Builder::new().prefix(".erdma-build-").tempdir_in(dir).map_err(not_writable(dir))?;
-                    std::fs::create_dir_all(s.path().join("blobs/sha256")).map_err(not_writable(dir))?;
+                    let s = tempfile::Builder::new()
+                        .prefix(".erdma-build-")
+                        .tempdir_in(dir)
+                        .map_err(not_writable(dir))?;
+                    std::fs::create_dir_all(s.path().join("blobs/sha256"))
+                        .map_err(not_writable(dir))?;
                     s
                 } else {
                     stage_beside(dir)?
                 };
                 (Kind::Layout { dir: dir.clone(), tag: tag.clone(), existing }, Some(staging))
             }
-            ImageRef::OciArchive { file, tag } => (Kind::OciArchive { file: file.clone(), tag: tag.clone() }, Some(stage_beside(file)?)),
-            ImageRef::DockerArchive { file, name } => (Kind::DockerArchive { file: file.clone(), name: name.clone() }, Some(stage_beside(file)?)),
+            ImageRef::OciArchive { file, tag } => (
+                Kind::OciArchive { file: file.clone(), tag: tag.clone() },
+                Some(stage_beside(file)?),
+            ),
+            ImageRef::DockerArchive { file, name } => (
+                Kind::DockerArchive { file: file.clone(), name: name.clone() },
+                Some(stage_beside(file)?),
+            ),
         };
         Ok(Sink { kind, staging, reporter, counters, max_inflation })
     }
@@ -137,12 +159,19 @@ impl Sink {
                     return Ok(Reuse::Present);
                 }
                 if let Some(from) = src.registry_ref() {
-                    if from.resolve_registry() == r.resolve_registry() && reg.mount(r, from, digest).await? {
+                    if from.resolve_registry() == r.resolve_registry()
+                        && reg.mount(r, from, digest).await?
+                    {
                         return Ok(Reuse::Mounted);
                     }
                 }
                 crate::image::blob::with_restarts(digest, || async {
-                    let stream = self.track(src.blob_stream(digest, size).await?, digest, Transfer::Download, Some(size));
+                    let stream = self.track(
+                        src.blob_stream(digest, size).await?,
+                        digest,
+                        Transfer::Download,
+                        Some(size),
+                    );
                     let stream = self.track(stream, digest, Transfer::Upload, Some(size));
                     reg.push_blob(r, digest, size, stream).await
                 })
@@ -159,17 +188,31 @@ impl Sink {
                 }
                 if let Some(local) = src.local_file(digest) {
                     // Checked before linking: the layout we read from is input we do not trust.
-                    let mut r = VerifyingReader::new(File::open(&local).map_err(Error::io("opening blob", &local))?, digest);
-                    std::io::copy(&mut r, &mut std::io::sink())
-                        .map_err(|e| crate::image::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: local.clone(), source: e }))?;
+                    let mut r = VerifyingReader::new(
+                        File::open(&local).map_err(Error::io("opening blob", &local))?,
+                        digest,
+                    );
+                    std::io::copy(&mut r, &mut std::io::sink()).map_err(|e| {
+                        crate::image::blob::digest_error(&e).unwrap_or(Error::Io {
+                            operation: "reading blob",
+                            path: local.clone(),
+                            source: e,
+                        })
+                    })?;
                     // Only a plain file is linked: a symlink in a hostile layout could point anywhere.
-                    let plain = std::fs::symlink_metadata(&local).is_ok_and(|m| m.file_type().is_file());
+                    let plain =
+                        std::fs::symlink_metadata(&local).is_ok_and(|m| m.file_type().is_file());
                     if plain && std::fs::hard_link(&local, &dest).is_ok() {
                         return Ok(Reuse::Linked);
                     }
                 }
                 crate::image::blob::with_restarts(digest, || async {
-                    let stream = self.track(src.blob_stream(digest, size).await?, digest, Transfer::Download, Some(size));
+                    let stream = self.track(
+                        src.blob_stream(digest, size).await?,
+                        digest,
+                        Transfer::Download,
+                        Some(size),
+                    );
                     write_stream(stream, &dest, src).await
                 })
                 .await?;
@@ -187,7 +230,13 @@ impl Sink {
                 }
                 let f = File::open(path).map_err(Error::io("opening layer", path))?;
                 let stream = reader_stream(Box::new(std::io::BufReader::new(f)));
-                reg.push_blob(r, digest, size, self.track(stream, digest, Transfer::Upload, Some(size))).await
+                reg.push_blob(
+                    r,
+                    digest,
+                    size,
+                    self.track(stream, digest, Transfer::Upload, Some(size)),
+                )
+                .await
             }
             _ => {
                 let dest = self.staged(digest)?;
@@ -208,7 +257,8 @@ impl Sink {
                 }
                 self.counters.add(Transfer::Upload, raw.len() as u64);
                 let data = Bytes::copy_from_slice(raw);
-                let stream: BoxStream<'static, std::io::Result<Bytes>> = Box::pin(futures_util::stream::once(async move { Ok(data) }));
+                let stream: BoxStream<'static, std::io::Result<Bytes>> =
+                    Box::pin(futures_util::stream::once(async move { Ok(data) }));
                 reg.push_blob(r, digest, raw.len() as u64, stream).await
             }
             _ => {
@@ -219,10 +269,19 @@ impl Sink {
     }
 
     /// Pushes an image manifest that an index will reference (registries need it by digest).
-    pub async fn put_child_manifest(&self, raw: &[u8], digest: &str, media_type: &str) -> Result<()> {
+    pub async fn put_child_manifest(
+        &self,
+        raw: &[u8],
+        digest: &str,
+        media_type: &str,
+    ) -> Result<()> {
         match &self.kind {
             Kind::Registry { reg, r } => {
-                let by_digest = Reference::with_digest(r.registry().to_string(), r.repository().to_string(), digest.to_string());
+                let by_digest = Reference::with_digest(
+                    r.registry().to_string(),
+                    r.repository().to_string(),
+                    digest.to_string(),
+                );
                 reg.push_manifest(&by_digest, Bytes::copy_from_slice(raw), media_type).await
             }
             _ => self.put_bytes(raw, digest).await,
@@ -232,21 +291,35 @@ impl Sink {
     /// Makes the new image visible: the last step, and the only one that touches the name.
     pub async fn commit(mut self, top: &Top) -> Result<()> {
         match &self.kind {
-            Kind::Registry { reg, r } => reg.push_manifest(r, Bytes::copy_from_slice(&top.raw), &top.media_type).await,
+            Kind::Registry { reg, r } => {
+                reg.push_manifest(r, Bytes::copy_from_slice(&top.raw), &top.media_type).await
+            }
             Kind::Layout { dir, tag, existing } => {
                 self.put_bytes(&top.raw, &top.digest).await?;
                 let staging = self.staging.take().expect("staged");
                 let desc = json!({"mediaType": top.media_type, "digest": top.digest, "size": top.raw.len()});
                 if *existing {
                     let index_path = dir.join("index.json");
-                    let old: Value = serde_json::from_slice(&std::fs::read(&index_path).map_err(Error::io("reading", &index_path))?)
-                        .map_err(|e| Error::Malformed { what: "index.json", reference: dir.display().to_string(), reason: e.to_string() })?;
+                    let old: Value = serde_json::from_slice(
+                        &std::fs::read(&index_path).map_err(Error::io("reading", &index_path))?,
+                    )
+                    .map_err(|e| Error::Malformed {
+                        what: "index.json",
+                        reference: dir.display().to_string(),
+                        reason: e.to_string(),
+                    })?;
                     if !old.get("manifests").is_some_and(Value::is_array) {
-                        return Err(Error::Malformed { what: "index.json", reference: dir.display().to_string(), reason: "no `manifests` array".into() });
+                        return Err(Error::Malformed {
+                            what: "index.json",
+                            reference: dir.display().to_string(),
+                            reason: "no `manifests` array".into(),
+                        });
                     }
                     let blobs = dir.join("blobs/sha256");
                     std::fs::create_dir_all(&blobs).map_err(not_writable(dir))?;
-                    for entry in std::fs::read_dir(staging.path().join("blobs/sha256")).map_err(not_writable(dir))? {
+                    for entry in std::fs::read_dir(staging.path().join("blobs/sha256"))
+                        .map_err(not_writable(dir))?
+                    {
                         let entry = entry.map_err(not_writable(dir))?;
                         let target = blobs.join(entry.file_name());
                         if !target.exists() {
@@ -257,8 +330,13 @@ impl Sink {
                     write_atomic(&index_path, &serde_json::to_vec(&index).expect("json"))
                 } else {
                     let index = index_with(None, desc, tag.as_deref());
-                    std::fs::write(staging.path().join("oci-layout"), OCI_LAYOUT).map_err(not_writable(dir))?;
-                    std::fs::write(staging.path().join("index.json"), serde_json::to_vec(&index).expect("json")).map_err(not_writable(dir))?;
+                    std::fs::write(staging.path().join("oci-layout"), OCI_LAYOUT)
+                        .map_err(not_writable(dir))?;
+                    std::fs::write(
+                        staging.path().join("index.json"),
+                        serde_json::to_vec(&index).expect("json"),
+                    )
+                    .map_err(not_writable(dir))?;
                     let path = staging.keep();
                     if let Err(e) = std::fs::rename(&path, dir) {
                         let _ = std::fs::remove_dir_all(&path);
@@ -272,16 +350,24 @@ impl Sink {
                 let staging = self.staging.as_ref().expect("staged").path();
                 let desc = json!({"mediaType": top.media_type, "digest": top.digest, "size": top.raw.len()});
                 let index = index_with(None, desc, tag.as_deref());
-                std::fs::write(staging.join("oci-layout"), OCI_LAYOUT).map_err(not_writable(file))?;
-                std::fs::write(staging.join("index.json"), serde_json::to_vec(&index).expect("json")).map_err(not_writable(file))?;
+                std::fs::write(staging.join("oci-layout"), OCI_LAYOUT)
+                    .map_err(not_writable(file))?;
+                std::fs::write(
+                    staging.join("index.json"),
+                    serde_json::to_vec(&index).expect("json"),
+                )
+                .map_err(not_writable(file))?;
                 let mut names: Vec<String> = vec!["oci-layout".into(), "index.json".into()];
                 let mut blobs: Vec<String> = std::fs::read_dir(staging.join("blobs/sha256"))
                     .map_err(not_writable(file))?
-                    .filter_map(|e| e.ok().map(|e| format!("blobs/sha256/{}", e.file_name().to_string_lossy())))
+                    .filter_map(|e| {
+                        e.ok().map(|e| format!("blobs/sha256/{}", e.file_name().to_string_lossy()))
+                    })
                     .collect();
                 blobs.sort();
                 names.extend(blobs);
-                let entries: Vec<(String, PathBuf)> = names.into_iter().map(|n| (n.clone(), staging.join(n))).collect();
+                let entries: Vec<(String, PathBuf)> =
+                    names.into_iter().map(|n| (n.clone(), staging.join(n))).collect();
                 write_archive(file, &entries)
             }
             Kind::DockerArchive { file, name } => {
@@ -290,14 +376,22 @@ impl Sink {
                 let config_digest = manifest["config"]["digest"].as_str().expect("we wrote it");
                 let config_name = format!("{}.json", digest_hex(config_digest)?);
                 let config_path = self.staged(config_digest)?;
-                let config: Value = serde_json::from_slice(&std::fs::read(&config_path).map_err(Error::io("reading", &config_path))?)
-                    .map_err(|e| Error::Malformed { what: "image config", reference: "output".into(), reason: e.to_string() })?;
+                let config: Value = serde_json::from_slice(
+                    &std::fs::read(&config_path).map_err(Error::io("reading", &config_path))?,
+                )
+                .map_err(|e| Error::Malformed {
+                    what: "image config",
+                    reference: "output".into(),
+                    reason: e.to_string(),
+                })?;
                 let diff_ids = config["rootfs"]["diff_ids"].as_array().cloned().unwrap_or_default();
                 let mut entries = vec![(config_name.clone(), config_path)];
                 let mut layer_names = Vec::new();
                 // `docker save` stores layers uncompressed, named by diff_id; we do the same
                 // so every reader of the format (docker load, skopeo) accepts the archive.
-                for (layer, diff_id) in manifest["layers"].as_array().expect("layers").iter().zip(&diff_ids) {
+                for (layer, diff_id) in
+                    manifest["layers"].as_array().expect("layers").iter().zip(&diff_ids)
+                {
                     let digest = layer["digest"].as_str().expect("digest");
                     let diff_id = diff_id.as_str().unwrap_or_default();
                     let lname = format!("{}/layer.tar", digest_hex(diff_id)?);
@@ -308,26 +402,50 @@ impl Sink {
                     }
                     let raw_path = staging.join(format!("{}.tar", digest_hex(diff_id)?));
                     let compressed = self.staged(digest)?;
-                    let reader = std::io::BufReader::new(File::open(&compressed).map_err(Error::io("reading", &compressed))?);
-                    let mut out = crate::image::blob::HashingWriter::new(BufWriter::new(File::create(&raw_path).map_err(not_writable(file))?));
+                    let reader = std::io::BufReader::new(
+                        File::open(&compressed).map_err(Error::io("reading", &compressed))?,
+                    );
+                    let mut out = crate::image::blob::HashingWriter::new(BufWriter::new(
+                        File::create(&raw_path).map_err(not_writable(file))?,
+                    ));
                     let limit = |e: std::io::Error| match crate::limits::exceeded(&e) {
-                        Some(exceeded) => Error::Limit { what: format!("layer {digest}"), exceeded: exceeded.clone() },
-                        None => Error::Io { operation: "decompressing", path: compressed.clone(), source: e },
+                        Some(exceeded) => Error::Limit {
+                            what: format!("layer {digest}"),
+                            exceeded: exceeded.clone(),
+                        },
+                        None => Error::Io {
+                            operation: "decompressing",
+                            path: compressed.clone(),
+                            source: e,
+                        },
                     };
-                    std::io::copy(&mut crate::image::blob::decompressed(reader, self.max_inflation).map_err(limit)?, &mut out).map_err(limit)?;
+                    std::io::copy(
+                        &mut crate::image::blob::decompressed(reader, self.max_inflation)
+                            .map_err(limit)?,
+                        &mut out,
+                    )
+                    .map_err(limit)?;
                     let (mut w, got, _) = out.finish();
                     w.flush().map_err(not_writable(file))?;
                     if got != diff_id {
-                        return Err(Error::DigestMismatch { expected: diff_id.to_string(), actual: got });
+                        return Err(Error::DigestMismatch {
+                            expected: diff_id.to_string(),
+                            actual: got,
+                        });
                     }
                     std::fs::remove_file(&compressed).map_err(not_writable(file))?;
                     entries.push((lname.clone(), raw_path));
                     layer_names.push(lname);
                 }
-                let repo_tags: Vec<String> = name.iter().map(|n| if n.contains(':') { n.clone() } else { format!("{n}:latest") }).collect();
-                let list = json!([{"Config": config_name, "RepoTags": repo_tags, "Layers": layer_names}]);
+                let repo_tags: Vec<String> = name
+                    .iter()
+                    .map(|n| if n.contains(':') { n.clone() } else { format!("{n}:latest") })
+                    .collect();
+                let list =
+                    json!([{"Config": config_name, "RepoTags": repo_tags, "Layers": layer_names}]);
                 let list_path = staging.join("manifest.json");
-                std::fs::write(&list_path, serde_json::to_vec(&list).expect("json")).map_err(not_writable(file))?;
+                std::fs::write(&list_path, serde_json::to_vec(&list).expect("json"))
+                    .map_err(not_writable(file))?;
                 entries.push(("manifest.json".into(), list_path));
                 write_archive(file, &entries)
             }
@@ -335,10 +453,20 @@ impl Sink {
     }
 
     /// Wraps a stream so progress is reported and bytes are counted.
-    fn track(&self, stream: BoxStream<'static, std::io::Result<Bytes>>, digest: &str, kind: Transfer, total: Option<u64>) -> BoxStream<'static, std::io::Result<Bytes>> {
+    fn track(
+        &self,
+        stream: BoxStream<'static, std::io::Result<Bytes>>,
+        digest: &str,
+        kind: Transfer,
+        total: Option<u64>,
+    ) -> BoxStream<'static, std::io::Result<Bytes>> {
         let reporter = self.reporter.clone();
         let counters = self.counters.clone();
-        let id = format!("{}{}", if kind == Transfer::Download { "↓" } else { "↑" }, &digest[7..19.min(digest.len())]);
+        let id = format!(
+            "{}{}",
+            if kind == Transfer::Download { "↓" } else { "↑" },
+            &digest[7..19.min(digest.len())]
+        );
         reporter.transfer_start(&id, kind, total);
         Box::pin(async_stream::stream! {
             let mut stream = stream;
@@ -354,7 +482,11 @@ impl Sink {
     }
 }
 
-async fn write_stream(mut stream: BoxStream<'static, std::io::Result<Bytes>>, dest: &Path, src: &Source) -> Result<()> {
+async fn write_stream(
+    mut stream: BoxStream<'static, std::io::Result<Bytes>>,
+    dest: &Path,
+    src: &Source,
+) -> Result<()> {
     let tmp = dest.with_extension("partial");
     let io = Error::io("writing blob", dest);
     let mut f = tokio::fs::File::create(&tmp).await.map_err(Error::io("writing blob", &tmp))?;
@@ -365,7 +497,11 @@ async fn write_stream(mut stream: BoxStream<'static, std::io::Result<Bytes>>, de
                 let _ = tokio::fs::remove_file(&tmp).await;
                 return Err(match src.registry_ref() {
                     Some(r) => crate::image::source::stream_error(e, r),
-                    None => crate::image::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: src.reference.to_string().into(), source: e }),
+                    None => crate::image::blob::digest_error(&e).unwrap_or(Error::Io {
+                        operation: "reading blob",
+                        path: src.reference.to_string().into(),
+                        source: e,
+                    }),
                 });
             }
         };
@@ -386,7 +522,11 @@ fn write_archive(dest: &Path, entries: &[(String, PathBuf)]) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let tmp = tempfile::Builder::new().prefix(".erdma-build-").suffix(".tar").tempfile_in(&parent).map_err(not_writable(dest))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".erdma-build-")
+        .suffix(".tar")
+        .tempfile_in(&parent)
+        .map_err(not_writable(dest))?;
     let write = || -> std::io::Result<()> {
         let mut tar = tar::Builder::new(BufWriter::new(tmp.as_file()));
         for (name, path) in entries {
@@ -411,7 +551,10 @@ fn write_archive(dest: &Path, entries: &[(String, PathBuf)]) -> Result<()> {
 /// Replaces `path` with `data` through a temporary file and a rename.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     let parent = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new().prefix(".erdma-build-").tempfile_in(parent).map_err(not_writable(path))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".erdma-build-")
+        .tempfile_in(parent)
+        .map_err(not_writable(path))?;
     tmp.write_all(data).map_err(not_writable(path))?;
     tmp.as_file().sync_all().map_err(not_writable(path))?;
     tmp.persist(path).map_err(|e| not_writable(path)(e.error))?;

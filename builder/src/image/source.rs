@@ -13,8 +13,8 @@ use oci_client::Reference;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::image::blob::{digest_hex, sha256_digest, Compression, VerifyingReader};
 use crate::error::{Error, Result};
+use crate::image::blob::{digest_hex, sha256_digest, Compression, VerifyingReader};
 use crate::image::layout::{blob_rel_path, select_from_index, TarIndex};
 use crate::image::registry::Registries;
 use crate::image::transport::ImageRef;
@@ -23,10 +23,16 @@ use crate::limits::{Exceeded, Limits};
 pub use crate::limits::MAX_JSON;
 
 enum Store {
-    Registry { reg: Arc<Registries>, r: Reference },
+    Registry {
+        reg: Arc<Registries>,
+        r: Reference,
+    },
     Dir(PathBuf),
     /// An archive; `names` maps a digest to its entry when entries are not named by digest.
-    Tar { index: Arc<TarIndex>, names: HashMap<String, String> },
+    Tar {
+        index: Arc<TarIndex>,
+        names: HashMap<String, String>,
+    },
 }
 
 /// An image source, opened: the top manifest or index has been read.
@@ -88,9 +94,17 @@ fn is_index(v: &Value) -> bool {
 }
 
 impl Source {
-    pub async fn open(reference: &ImageRef, regs: &Arc<Registries>, limits: Limits) -> Result<Source> {
+    pub async fn open(
+        reference: &ImageRef,
+        regs: &Arc<Registries>,
+        limits: Limits,
+    ) -> Result<Source> {
         let display = reference.to_string();
-        let malformed = |what: &'static str, reason: String| Error::Malformed { what, reference: display.clone(), reason };
+        let malformed = |what: &'static str, reason: String| Error::Malformed {
+            what,
+            reference: display.clone(),
+            reason,
+        };
         let (store, root_digest, raw) = match reference {
             ImageRef::Registry(r) => {
                 // Through registries.conf: the mirror or location that served it is where its
@@ -100,8 +114,10 @@ impl Source {
             }
             ImageRef::Layout { dir, tag } => {
                 let index_path = dir.join("index.json");
-                let text = std::fs::read(&index_path).map_err(Error::io("reading image layout", &index_path))?;
-                let index: Value = serde_json::from_slice(&text).map_err(|e| malformed("index.json", e.to_string()))?;
+                let text = std::fs::read(&index_path)
+                    .map_err(Error::io("reading image layout", &index_path))?;
+                let index: Value = serde_json::from_slice(&text)
+                    .map_err(|e| malformed("index.json", e.to_string()))?;
                 let desc = select_from_index(&index, tag.as_deref(), &display)?;
                 let digest = desc_digest(&desc, &display)?;
                 let store = Store::Dir(dir.clone());
@@ -118,9 +134,12 @@ impl Source {
                 let raw = read_verified(&store, &digest, MAX_JSON)?;
                 (store, digest, raw)
             }
-            ImageRef::DockerArchive { file, name } => docker_archive(file, name.as_deref(), &display, &limits)?,
+            ImageRef::DockerArchive { file, name } => {
+                docker_archive(file, name.as_deref(), &display, &limits)?
+            }
         };
-        let root: Value = serde_json::from_slice(&raw).map_err(|e| malformed("manifest", e.to_string()))?;
+        let root: Value =
+            serde_json::from_slice(&raw).map_err(|e| malformed("manifest", e.to_string()))?;
         if !root.is_object() {
             return Err(malformed("manifest", "not a JSON object".into()));
         }
@@ -150,7 +169,9 @@ impl Source {
             let Some(p) = e.get("platform").and_then(Platform::of) else { continue };
             // Attestation manifests (buildx) say unknown/unknown and carry
             // `vnd.docker.reference.type`; they describe the old images.
-            if p.0.starts_with("unknown/") || e.pointer("/annotations/vnd.docker.reference.type").is_some() {
+            if p.0.starts_with("unknown/")
+                || e.pointer("/annotations/vnd.docker.reference.type").is_some()
+            {
                 continue;
             }
             available.push(p.0.clone());
@@ -159,11 +180,12 @@ impl Source {
                 PlatformChoice::One(want) => picked.is_empty() && want.matches(&p),
             };
             if take {
-                let size = e.get("size").and_then(Value::as_u64).ok_or_else(|| Error::Malformed {
-                    what: "index",
-                    reference: display.clone(),
-                    reason: format!("the entry for {} has no size", p.0),
-                })?;
+                let size =
+                    e.get("size").and_then(Value::as_u64).ok_or_else(|| Error::Malformed {
+                        what: "index",
+                        reference: display.clone(),
+                        reason: format!("the entry for {} has no size", p.0),
+                    })?;
                 picked.push((desc_digest(e, &display)?, size, p));
             }
         }
@@ -172,12 +194,20 @@ impl Source {
                 PlatformChoice::One(p) => p.0.clone(),
                 PlatformChoice::All => "any".into(),
             };
-            return Err(Error::NoPlatform { platform, reference: display, available: available.join(", ") });
+            return Err(Error::NoPlatform {
+                platform,
+                reference: display,
+                available: available.join(", "),
+            });
         }
         let mut out = Vec::new();
         for (digest, size, platform) in picked {
             let raw = self.child_manifest(&digest, size, &platform).await?;
-            let m: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed { what: "manifest", reference: display.clone(), reason: e.to_string() })?;
+            let m: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed {
+                what: "manifest",
+                reference: display.clone(),
+                reason: e.to_string(),
+            })?;
             out.push(self.image(digest, m, Some(platform)).await?);
         }
         Ok(out)
@@ -187,59 +217,102 @@ impl Source {
     /// registry serves manifests only from `/v2/NAME/manifests/DIGEST` (its blobs endpoint
     /// answers "blob unknown" for them), so they are fetched there, with the manifest media
     /// types in `Accept`; local stores keep them as blobs.
-    async fn child_manifest(&self, digest: &str, size: u64, platform: &Platform) -> Result<Vec<u8>> {
+    async fn child_manifest(
+        &self,
+        digest: &str,
+        size: u64,
+        platform: &Platform,
+    ) -> Result<Vec<u8>> {
         let display = self.reference.to_string();
-        let mismatch = |reason: String| Error::Malformed { what: "index", reference: display.clone(), reason };
+        let mismatch =
+            |reason: String| Error::Malformed { what: "index", reference: display.clone(), reason };
         if size > MAX_JSON {
             return Err(mismatch(format!("its entry for {} says manifest {digest} is {size} bytes, more than the {MAX_JSON} a manifest may have", platform.0)));
         }
         let raw = match &self.store {
             // `Registries::manifest` reads at most MAX_JSON and checks the body against the
             // digest asked for (and the registry's `Docker-Content-Digest`).
-            Store::Registry { reg, r } => match reg.manifest(&r.clone_with_digest(digest.to_string())).await {
+            Store::Registry { reg, r } => match reg
+                .manifest(&r.clone_with_digest(digest.to_string()))
+                .await
+            {
                 Ok((raw, _)) => raw.to_vec(),
-                Err(Error::Registry { source: oci_client::errors::OciDistributionError::DigestError(oci_client::errors::DigestError::VerificationError { expected, actual }), .. }) => {
-                    return Err(Error::DigestMismatch { expected, actual })
-                }
+                Err(Error::Registry {
+                    source:
+                        oci_client::errors::OciDistributionError::DigestError(
+                            oci_client::errors::DigestError::VerificationError { expected, actual },
+                        ),
+                    ..
+                }) => return Err(Error::DigestMismatch { expected, actual }),
                 Err(e) => return Err(e),
             },
             store => read_verified(store, digest, MAX_JSON)?,
         };
         if raw.len() as u64 != size {
-            return Err(mismatch(format!("its entry for {} says manifest {digest} is {size} bytes, but it is {} bytes", platform.0, raw.len())));
+            return Err(mismatch(format!(
+                "its entry for {} says manifest {digest} is {size} bytes, but it is {} bytes",
+                platform.0,
+                raw.len()
+            )));
         }
         Ok(raw)
     }
 
-    async fn image(&self, digest: String, manifest: Value, platform: Option<Platform>) -> Result<SourceImage> {
+    async fn image(
+        &self,
+        digest: String,
+        manifest: Value,
+        platform: Option<Platform>,
+    ) -> Result<SourceImage> {
         let display = self.reference.to_string();
-        let malformed = |reason: String| Error::Malformed { what: "manifest", reference: display.clone(), reason };
+        let malformed = |reason: String| Error::Malformed {
+            what: "manifest",
+            reference: display.clone(),
+            reason,
+        };
         if is_index(&manifest) {
             return Err(malformed("nested index where an image manifest was expected".into()));
         }
         let config_desc = manifest.get("config").ok_or_else(|| malformed("no `config`".into()))?;
         let config_digest = desc_digest(config_desc, &display)?;
-        let layers = manifest.get("layers").and_then(Value::as_array).ok_or_else(|| malformed("no `layers`".into()))?;
+        let layers = manifest
+            .get("layers")
+            .and_then(Value::as_array)
+            .ok_or_else(|| malformed("no `layers`".into()))?;
         // Before anything is read for them: every layer costs a download, a scan and a copy.
         check_layers(layers.len(), &self.limits, &display)?;
         let layers = layers
             .iter()
             .map(|l| {
                 let d = desc_digest(l, &display)?;
-                let size = l.get("size").and_then(Value::as_u64).ok_or_else(|| malformed(format!("layer {d} has no size")))?;
-                let mt = l.get("mediaType").and_then(Value::as_str).unwrap_or(crate::image::layer::MEDIA_TYPE_TAR).to_string();
+                let size = l
+                    .get("size")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| malformed(format!("layer {d} has no size")))?;
+                let mt = l
+                    .get("mediaType")
+                    .and_then(Value::as_str)
+                    .unwrap_or(crate::image::layer::MEDIA_TYPE_TAR)
+                    .to_string();
                 Ok((d, size, mt))
             })
             .collect::<Result<Vec<_>>>()?;
         let raw = self.read_blob(&config_digest, MAX_JSON).await?;
-        let config: Value = serde_json::from_slice(&raw)
-            .map_err(|e| Error::Malformed { what: "image config", reference: display.clone(), reason: e.to_string() })?;
+        let config: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed {
+            what: "image config",
+            reference: display.clone(),
+            reason: e.to_string(),
+        })?;
         let n_diff = config.pointer("/rootfs/diff_ids").and_then(Value::as_array).map(Vec::len);
         if n_diff != Some(layers.len()) {
             return Err(Error::Malformed {
                 what: "image config",
                 reference: display,
-                reason: format!("{} layers in the manifest but {} diff_ids in the config", layers.len(), n_diff.unwrap_or(0)),
+                reason: format!(
+                    "{} layers in the manifest but {} diff_ids in the config",
+                    layers.len(),
+                    n_diff.unwrap_or(0)
+                ),
             });
         }
         let platform = platform.or_else(|| Platform::of(&config));
@@ -257,7 +330,11 @@ impl Source {
                         let chunk = chunk.map_err(|e| stream_error(e, r))?;
                         out.extend_from_slice(&chunk);
                         if out.len() as u64 > max {
-                            return Err(Error::Malformed { what: "blob", reference: digest.into(), reason: format!("larger than {max} bytes") });
+                            return Err(Error::Malformed {
+                                what: "blob",
+                                reference: digest.into(),
+                                reason: format!("larger than {max} bytes"),
+                            });
                         }
                     }
                     Ok(out)
@@ -270,13 +347,21 @@ impl Source {
 
     /// A stream of a blob for copying to a sink, checked against its digest and `size` as the
     /// last byte arrives ([`crate::image::blob::verified`]), from a registry or a local store.
-    pub async fn blob_stream(&self, digest: &str, size: u64) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
+    pub async fn blob_stream(
+        &self,
+        digest: &str,
+        size: u64,
+    ) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
         match &self.store {
             Store::Registry { reg, r } => reg.blob_stream(r, digest, Some(size)).await,
             // Checked at `size` as a registry's are (a reader stopping there sees a mismatch).
             store => {
                 let (r, _) = open_local(store, digest)?;
-                Ok(crate::image::blob::verified(reader_stream(Box::new(BufReader::with_capacity(1 << 16, r))), digest, Some(size)))
+                Ok(crate::image::blob::verified(
+                    reader_stream(Box::new(BufReader::with_capacity(1 << 16, r))),
+                    digest,
+                    Some(size),
+                ))
             }
         }
     }
@@ -310,7 +395,10 @@ impl Source {
 
 pub fn stream_error(e: std::io::Error, r: &Reference) -> Error {
     if let Some(exceeded) = crate::limits::exceeded(&e) {
-        return Error::Limit { what: format!("registry {}", r.resolve_registry()), exceeded: exceeded.clone() };
+        return Error::Limit {
+            what: format!("registry {}", r.resolve_registry()),
+            exceeded: exceeded.clone(),
+        };
     }
     crate::image::blob::digest_error(&e).unwrap_or_else(|| Error::Registry {
         registry: r.resolve_registry().to_string(),
@@ -320,7 +408,9 @@ pub fn stream_error(e: std::io::Error, r: &Reference) -> Error {
 }
 
 /// Turns a blocking reader into a stream of 64 KiB chunks read on the blocking pool.
-pub fn reader_stream(mut reader: Box<dyn BufRead + Send>) -> BoxStream<'static, std::io::Result<Bytes>> {
+pub fn reader_stream(
+    mut reader: Box<dyn BufRead + Send>,
+) -> BoxStream<'static, std::io::Result<Bytes>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
     tokio::task::spawn_blocking(move || loop {
         let mut buf = vec![0u8; 1 << 16];
@@ -349,7 +439,10 @@ pub fn reader_stream(mut reader: Box<dyn BufRead + Send>) -> BoxStream<'static, 
 /// [`Exceeded::Layers`] for an image of more than `--max-layers` layers.
 fn check_layers(count: usize, limits: &Limits, reference: &str) -> Result<()> {
     if count > limits.layers {
-        return Err(Error::Limit { what: format!("the base {reference}"), exceeded: Exceeded::Layers { count, limit: limits.layers } });
+        return Err(Error::Limit {
+            what: format!("the base {reference}"),
+            exceeded: Exceeded::Layers { count, limit: limits.layers },
+        });
     }
     Ok(())
 }
@@ -387,49 +480,83 @@ fn open_local(store: &Store, digest: &str) -> Result<(Box<dyn Read + Send>, u64)
 fn read_verified(store: &Store, digest: &str, max: u64) -> Result<Vec<u8>> {
     let (r, size) = open_local(store, digest)?;
     if size > max {
-        return Err(Error::Malformed { what: "blob", reference: digest.into(), reason: format!("larger than {max} bytes") });
+        return Err(Error::Malformed {
+            what: "blob",
+            reference: digest.into(),
+            reason: format!("larger than {max} bytes"),
+        });
     }
     let mut out = Vec::new();
-    VerifyingReader::new(r.take(max), digest)
-        .read_to_end(&mut out)
-        .map_err(|e| crate::image::blob::digest_error(&e).unwrap_or(Error::Io { operation: "reading blob", path: digest.into(), source: e }))?;
+    VerifyingReader::new(r.take(max), digest).read_to_end(&mut out).map_err(|e| {
+        crate::image::blob::digest_error(&e).unwrap_or(Error::Io {
+            operation: "reading blob",
+            path: digest.into(),
+            source: e,
+        })
+    })?;
     Ok(out)
 }
 
 /// Opens a `docker save` archive as an OCI image: the manifest is synthesised from
 /// `manifest.json`, and each layer is named by its digest (the file name when the archive
 /// uses `blobs/sha256/`, the config's diff_id for uncompressed layers, else hashed).
-fn docker_archive(file: &std::path::Path, name: Option<&str>, display: &str, limits: &Limits) -> Result<(Store, String, Vec<u8>)> {
-    let malformed = |reason: String| Error::Malformed { what: "docker archive manifest.json", reference: display.into(), reason };
+fn docker_archive(
+    file: &std::path::Path,
+    name: Option<&str>,
+    display: &str,
+    limits: &Limits,
+) -> Result<(Store, String, Vec<u8>)> {
+    let malformed = |reason: String| Error::Malformed {
+        what: "docker archive manifest.json",
+        reference: display.into(),
+        reason,
+    };
     let index = TarIndex::open(file)?;
-    let list: Value = serde_json::from_slice(&index.read_small("manifest.json", MAX_JSON)?).map_err(|e| malformed(e.to_string()))?;
+    let list: Value = serde_json::from_slice(&index.read_small("manifest.json", MAX_JSON)?)
+        .map_err(|e| malformed(e.to_string()))?;
     let list = list.as_array().ok_or_else(|| malformed("not an array".into()))?;
     let entry = match name {
         Some(n) => list.iter().find(|e| {
-            e.get("RepoTags").and_then(Value::as_array).is_some_and(|t| t.iter().any(|t| t.as_str().is_some_and(|t| t == n || t.ends_with(&format!("/{n}")))))
+            e.get("RepoTags").and_then(Value::as_array).is_some_and(|t| {
+                t.iter()
+                    .any(|t| t.as_str().is_some_and(|t| t == n || t.ends_with(&format!("/{n}"))))
+            })
         }),
         None if list.len() == 1 => list.first(),
-        None => return Err(Error::ManifestUnknown { reference: format!("{display}: {} images in the archive, name one", list.len()) }),
+        None => {
+            return Err(Error::ManifestUnknown {
+                reference: format!("{display}: {} images in the archive, name one", list.len()),
+            })
+        }
     }
     .ok_or_else(|| Error::ManifestUnknown { reference: display.into() })?;
-    let config_name = entry.get("Config").and_then(Value::as_str).ok_or_else(|| malformed("no Config".into()))?;
-    let config_name = crate::image::layer::normalize(config_name).ok_or_else(|| malformed("bad Config path".into()))?;
+    let config_name =
+        entry.get("Config").and_then(Value::as_str).ok_or_else(|| malformed("no Config".into()))?;
+    let config_name = crate::image::layer::normalize(config_name)
+        .ok_or_else(|| malformed("bad Config path".into()))?;
     let config_raw = index.read_small(&config_name, MAX_JSON)?;
     let config_digest = sha256_digest(&config_raw);
-    let config: Value = serde_json::from_slice(&config_raw).map_err(|e| malformed(format!("config: {e}")))?;
+    let config: Value =
+        serde_json::from_slice(&config_raw).map_err(|e| malformed(format!("config: {e}")))?;
     let diff_ids: Vec<String> = config
         .pointer("/rootfs/diff_ids")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
         .unwrap_or_default();
-    let layer_names = entry.get("Layers").and_then(Value::as_array).ok_or_else(|| malformed("no Layers".into()))?;
+    let layer_names = entry
+        .get("Layers")
+        .and_then(Value::as_array)
+        .ok_or_else(|| malformed("no Layers".into()))?;
     // Each layer is hashed below unless the archive names it by digest.
     check_layers(layer_names.len(), limits, display)?;
     let mut names = HashMap::new();
     names.insert(config_digest.clone(), config_name);
     let mut layers = Vec::new();
     for (i, l) in layer_names.iter().enumerate() {
-        let lname = l.as_str().and_then(crate::image::layer::normalize).ok_or_else(|| malformed("bad layer path".into()))?;
+        let lname = l
+            .as_str()
+            .and_then(crate::image::layer::normalize)
+            .ok_or_else(|| malformed("bad layer path".into()))?;
         let size = index.size(&lname).ok_or_else(|| malformed(format!("missing layer {lname}")))?;
         let (mut r, _) = index.open_entry(&lname)?;
         let mut head = [0u8; 4];

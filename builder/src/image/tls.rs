@@ -83,7 +83,8 @@ pub fn cert_files(env: &CertEnv, registry: &str) -> Result<CertFiles> {
     for path in &names {
         match path.extension().and_then(|e| e.to_str()) {
             Some("crt") => {
-                let certs = reqwest::Certificate::from_pem_bundle(&read(path)?).map_err(|e| bad(path, format!("not a PEM certificate: {e}")))?;
+                let certs = reqwest::Certificate::from_pem_bundle(&read(path)?)
+                    .map_err(|e| bad(path, format!("not a PEM certificate: {e}")))?;
                 if certs.is_empty() {
                     return Err(bad(path, "holds no PEM certificate".into()));
                 }
@@ -92,20 +93,27 @@ pub fn cert_files(env: &CertEnv, registry: &str) -> Result<CertFiles> {
             Some("cert") => {
                 let key = path.with_extension("key");
                 if !key.exists() {
-                    return Err(bad(path, format!("client certificate without its key {}", key.display())));
+                    return Err(bad(
+                        path,
+                        format!("client certificate without its key {}", key.display()),
+                    ));
                 }
                 if files.identity.is_none() {
                     let mut pem = read(path)?;
                     pem.push(b'\n');
                     pem.extend(read(&key)?);
-                    let id = reqwest::Identity::from_pem(&pem).map_err(|e| bad(path, format!("not a PEM certificate and key: {e}")))?;
+                    let id = reqwest::Identity::from_pem(&pem)
+                        .map_err(|e| bad(path, format!("not a PEM certificate and key: {e}")))?;
                     files.identity = Some(id);
                 }
             }
             Some("key") => {
                 let cert = path.with_extension("cert");
                 if !cert.exists() {
-                    return Err(bad(path, format!("key without its client certificate {}", cert.display())));
+                    return Err(bad(
+                        path,
+                        format!("key without its client certificate {}", cert.display()),
+                    ));
                 }
             }
             _ => {}

@@ -246,7 +246,6 @@ pub struct Unsigned {
     pub sha256: String,
 }
 
-
 /// What a package of the plan does to the base.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case", tag = "action")]
@@ -274,7 +273,13 @@ pub struct Selected {
 /// (unless [`Inputs::download`]); the payloads of the packages already on disk are read for
 /// the report's [`PackagesReport::special_files`].
 /// Returns the report and the paths the layer removes from the base.
-pub async fn install(backend: Backend, inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
+pub async fn install(
+    backend: Backend,
+    inputs: &Inputs<'_>,
+    base: &dyn BaseFiles,
+    layer: Option<&mut LayerContents>,
+    reporter: &dyn Reporter,
+) -> Result<(PackagesReport, Vec<String>)> {
     match backend {
         Backend::Apt => apt::install::install(inputs, base, layer, reporter).await,
         Backend::Rpm => rpm::install::install(inputs, base, layer, reporter).await,
@@ -286,7 +291,15 @@ pub async fn install(backend: Backend, inputs: &Inputs<'_>, base: &dyn BaseFiles
 /// reaches them with the same trust. `nccl_cuda`: the CUDA an NCCL build was chosen for, whose
 /// other majors' builds a later upgrade in the image must not bring (apt holds the package in
 /// dpkg's status instead).
-pub fn add_repositories(backend: Backend, target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, nccl_cuda: Option<nccl::Cuda>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+pub fn add_repositories(
+    backend: Backend,
+    target: &Target<'_>,
+    urls: &BTreeMap<String, String>,
+    keys: &BTreeMap<String, Vec<u8>>,
+    nccl_cuda: Option<nccl::Cuda>,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
     match backend {
         Backend::Apt => apt::install::add_sources(target, urls, keys, base, layer),
         Backend::Rpm => rpm::install::add_repos(target, urls, keys, nccl_cuda, base, layer),
@@ -312,7 +325,13 @@ pub fn max_inflation(client: &crate::http::Client) -> u64 {
     client.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION)
 }
 
-pub async fn local_package(arg: &str, dir: &std::path::Path, ext: &str, max: u64, client: &crate::http::Client) -> Result<(PathBuf, u64, String)> {
+pub async fn local_package(
+    arg: &str,
+    dir: &std::path::Path,
+    ext: &str,
+    max: u64,
+    client: &crate::http::Client,
+) -> Result<(PathBuf, u64, String)> {
     use crate::error::Error;
     if arg.starts_with("http://") || arg.starts_with("https://") {
         std::fs::create_dir_all(dir).map_err(Error::io("creating cache", dir))?;
@@ -320,7 +339,9 @@ pub async fn local_package(arg: &str, dir: &std::path::Path, ext: &str, max: u64
         let (tmp, size, sha256) = match client.download(arg, dir, max).await {
             Ok(Some(d)) => d,
             Ok(None) => return Err(fail("not found (404)".into())),
-            Err(crate::http::HttpError::TooLarge { .. }) => return Err(fail(format!("larger than {max} bytes"))),
+            Err(crate::http::HttpError::TooLarge { .. }) => {
+                return Err(fail(format!("larger than {max} bytes")))
+            }
             Err(e) => return Err(fail(e.to_string())),
         };
         let path = dir.join(format!("{sha256}.{ext}"));

@@ -21,7 +21,11 @@ pub struct Nccl {
 impl Nccl {
     pub fn parse(s: &str) -> Option<Nccl> {
         let mut it = s.split('.');
-        let v = Nccl { major: it.next()?.parse().ok()?, minor: it.next()?.parse().ok()?, patch: it.next().unwrap_or("0").parse().ok()? };
+        let v = Nccl {
+            major: it.next()?.parse().ok()?,
+            minor: it.next()?.parse().ok()?,
+            patch: it.next().unwrap_or("0").parse().ok()?,
+        };
         it.next().is_none().then_some(v)
     }
 
@@ -126,8 +130,14 @@ pub enum NcclError {
 /// the CUDA runtime statically, and a major version's builds run on all its minors). Among the
 /// builds of one NCCL release, the one for the newest CUDA minor not above the image's wins,
 /// else the oldest above it; among releases, the newest (`latest`) or the one asked for.
-pub fn select<'a>(versions: impl IntoIterator<Item = &'a str>, want: &Want, cuda: Cuda, repos: &str) -> Result<String, NcclError> {
-    let all: Vec<(&str, Nccl, Cuda)> = versions.into_iter().filter_map(|v| parse_build(v).map(|(n, c)| (v, n, c))).collect();
+pub fn select<'a>(
+    versions: impl IntoIterator<Item = &'a str>,
+    want: &Want,
+    cuda: Cuda,
+    repos: &str,
+) -> Result<String, NcclError> {
+    let all: Vec<(&str, Nccl, Cuda)> =
+        versions.into_iter().filter_map(|v| parse_build(v).map(|(n, c)| (v, n, c))).collect();
     if let Want::Exact(v) = want {
         let (n, c) = parse_build(v).ok_or_else(|| NcclError::BadRequest(v.clone()))?;
         if !n.supports_erdma() {
@@ -144,7 +154,8 @@ pub fn select<'a>(versions: impl IntoIterator<Item = &'a str>, want: &Want, cuda
             return Err(NcclError::TooOld(*n));
         }
     }
-    let matching: Vec<&(&str, Nccl, Cuda)> = all.iter().filter(|(_, _, c)| c.major == cuda.major).collect();
+    let matching: Vec<&(&str, Nccl, Cuda)> =
+        all.iter().filter(|(_, _, c)| c.major == cuda.major).collect();
     if matching.is_empty() {
         let mut majors: Vec<u32> = all.iter().map(|(_, _, c)| c.major).collect();
         majors.sort_unstable();
@@ -152,9 +163,16 @@ pub fn select<'a>(versions: impl IntoIterator<Item = &'a str>, want: &Want, cuda
         let others = if majors.is_empty() {
             String::new()
         } else {
-            format!(" (it has builds for CUDA {})", majors.iter().map(|m| format!("{m}.x")).collect::<Vec<_>>().join(", "))
+            format!(
+                " (it has builds for CUDA {})",
+                majors.iter().map(|m| format!("{m}.x")).collect::<Vec<_>>().join(", ")
+            )
         };
-        return Err(NcclError::NoBuildForCuda { cuda_major: cuda.major, repos: repos.into(), others });
+        return Err(NcclError::NoBuildForCuda {
+            cuda_major: cuda.major,
+            repos: repos.into(),
+            others,
+        });
     }
     let release = match want {
         Want::Release(n) => {
@@ -174,7 +192,11 @@ pub fn select<'a>(versions: impl IntoIterator<Item = &'a str>, want: &Want, cuda
         _ => {
             let newest = matching.iter().map(|(_, n, _)| *n).max().expect("not empty");
             if !newest.supports_erdma() {
-                return Err(NcclError::NewestTooOld { cuda_major: cuda.major, repos: repos.into(), newest: newest.to_string() });
+                return Err(NcclError::NewestTooOld {
+                    cuda_major: cuda.major,
+                    repos: repos.into(),
+                    newest: newest.to_string(),
+                });
             }
             newest
         }
@@ -184,7 +206,13 @@ pub fn select<'a>(versions: impl IntoIterator<Item = &'a str>, want: &Want, cuda
     // first); then the newest Debian revision.
     let best = builds
         .max_by(|a, b| {
-            let key = |c: &Cuda| if c.minor <= cuda.minor { (1, c.minor as i64) } else { (0, -(c.minor as i64)) };
+            let key = |c: &Cuda| {
+                if c.minor <= cuda.minor {
+                    (1, c.minor as i64)
+                } else {
+                    (0, -(c.minor as i64))
+                }
+            };
             key(&a.2).cmp(&key(&b.2)).then_with(|| compare_deb(a.0, b.0))
         })
         .expect("the release has a build");
@@ -213,7 +241,10 @@ pub fn version_in_library(r: &mut dyn Read) -> std::io::Result<Option<(Nccl, Opt
         let mut from = 0;
         while let Some(pos) = find(&carry[from..], NEEDLE) {
             let start = from + pos + NEEDLE.len();
-            let end = carry[start..].iter().position(|b| !(b.is_ascii_alphanumeric() || *b == b'.' || *b == b'+')).map(|e| start + e);
+            let end = carry[start..]
+                .iter()
+                .position(|b| !(b.is_ascii_alphanumeric() || *b == b'.' || *b == b'+'))
+                .map(|e| start + e);
             let end = match end {
                 Some(e) => e,
                 // The version runs on past what we have: read more first.
@@ -270,7 +301,12 @@ mod tests {
     ];
 
     fn pick(want: &str, cuda: &str) -> Result<String, NcclError> {
-        select(REPO.iter().copied(), &Want::parse(want).unwrap(), Cuda::parse(cuda).unwrap(), "cuda")
+        select(
+            REPO.iter().copied(),
+            &Want::parse(want).unwrap(),
+            Cuda::parse(cuda).unwrap(),
+            "cuda",
+        )
     }
 
     #[test]
@@ -279,25 +315,43 @@ mod tests {
         assert_eq!(pick("latest", "13.0").unwrap(), "2.27.7-1+cuda13.0");
         assert_eq!(pick("latest", "11.8.0").unwrap(), "2.21.5-1+cuda11.8");
         assert_eq!(pick("2.21.5", "12.4").unwrap(), "2.21.5-1+cuda12.4");
-        assert_eq!(pick("2.21.5", "12.1").unwrap(), "2.21.5-1+cuda12.2", "the oldest build above 12.1");
-        assert_eq!(pick("2.21.5", "12.5").unwrap(), "2.21.5-1+cuda12.4", "the newest build not above 12.5");
+        assert_eq!(
+            pick("2.21.5", "12.1").unwrap(),
+            "2.21.5-1+cuda12.2",
+            "the oldest build above 12.1"
+        );
+        assert_eq!(
+            pick("2.21.5", "12.5").unwrap(),
+            "2.21.5-1+cuda12.4",
+            "the newest build not above 12.5"
+        );
         assert_eq!(pick("2.21.5-1+cuda12.6", "12.1").unwrap(), "2.21.5-1+cuda12.6");
     }
 
     #[test]
     fn old_or_mismatched_builds_are_refused() {
-        assert_eq!(pick("2.18.3", "12.4").unwrap_err().to_string(), "NCCL 2.18.3 is older than 2.19.0, the first release that works over eRDMA");
+        assert_eq!(
+            pick("2.18.3", "12.4").unwrap_err().to_string(),
+            "NCCL 2.18.3 is older than 2.19.0, the first release that works over eRDMA"
+        );
         assert!(matches!(pick("2.18.3-1+cuda12.2", "12.4"), Err(NcclError::TooOld(_))));
         let e = pick("2.21.5-1+cuda11.8", "12.4").unwrap_err().to_string();
         assert!(e.contains("built for CUDA 11.8, and the image has CUDA 12.4"), "{e}");
         let e = pick("latest", "10.2").unwrap_err().to_string();
-        assert_eq!(e, "no libnccl2 build for CUDA 10.x in cuda (it has builds for CUDA 11.x, 12.x, 13.x)");
+        assert_eq!(
+            e,
+            "no libnccl2 build for CUDA 10.x in cuda (it has builds for CUDA 11.x, 12.x, 13.x)"
+        );
         let e = pick("2.23.4", "11.8").unwrap_err().to_string();
         assert_eq!(e, "cuda has no libnccl2 2.23.4 for CUDA 11.x (it has 2.18.5, 2.21.5)");
         let only_old = ["2.18.5-1+cuda11.0"];
         let e = select(only_old, &Want::Latest, Cuda::parse("11.8").unwrap(), "cuda").unwrap_err();
         assert!(matches!(e, NcclError::NewestTooOld { .. }), "{e}");
-        assert!(Want::parse("2.21").is_ok() && Want::parse("two").is_err() && Want::parse("2.21.5-1").is_err());
+        assert!(
+            Want::parse("2.21").is_ok()
+                && Want::parse("two").is_err()
+                && Want::parse("2.21.5-1").is_err()
+        );
     }
 
     #[test]
@@ -310,10 +364,17 @@ mod tests {
             let mut data = vec![1u8; (1 << 16) - 20 + shift];
             data.extend_from_slice(b"NCCL version 2.18.3+cuda12.2\0");
             let got = version_in_library(&mut data.as_slice()).unwrap().unwrap();
-            assert_eq!((got.0.to_string(), got.1.unwrap().to_string()), ("2.18.3".into(), "12.2".into()), "shift {shift}");
+            assert_eq!(
+                (got.0.to_string(), got.1.unwrap().to_string()),
+                ("2.18.3".into(), "12.2".into()),
+                "shift {shift}"
+            );
         }
         let got = version_in_library(&mut lib.as_slice()).unwrap().unwrap();
-        assert_eq!(got, (Nccl { major: 2, minor: 21, patch: 5 }, Some(Cuda { major: 12, minor: 4 })));
+        assert_eq!(
+            got,
+            (Nccl { major: 2, minor: 21, patch: 5 }, Some(Cuda { major: 12, minor: 4 }))
+        );
         assert_eq!(version_in_library(&mut &b"no version here"[..]).unwrap(), None);
         assert_eq!(version_in_library(&mut &b"NCCL version x.y"[..]).unwrap(), None);
     }

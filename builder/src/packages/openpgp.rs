@@ -15,11 +15,13 @@
 //! verify (gpgv's `BADSIG`) fails the whole file even when another signature is good; signatures
 //! by keys outside the keyring are ignored; MD5, SHA-1 and RIPEMD-160 digests are refused as apt
 //! refuses them (`methods/gpgv.cc`, "weak digest").
-use pgp::composed::{CleartextSignedMessage, Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey};
+use pgp::composed::{
+    CleartextSignedMessage, Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey,
+};
 use pgp::crypto::hash::HashAlgorithm;
 use pgp::packet::{PublicKey, Signature, SignatureType, SubpacketData};
-use pgp::types::{KeyDetails, Tag};
 use pgp::ser::Serialize as _;
+use pgp::types::{KeyDetails, Tag};
 use serde::Serialize;
 
 use crate::dates::format_utc;
@@ -37,7 +39,9 @@ pub enum KeyError {
     /// A key file that cannot be used, with what it was for.
     #[error("{what}: {reason}")]
     Unusable { what: String, reason: String },
-    #[error("{what}: the pin `{pin}` is not a key fingerprint (40 hex digits for a v4 key, 64 for v6)")]
+    #[error(
+        "{what}: the pin `{pin}` is not a key fingerprint (40 hex digits for a v4 key, 64 for v6)"
+    )]
     BadPin { what: String, pin: String },
     #[error("{what} holds key {held}, but the recipe pins {pin}")]
     PinMismatch { what: String, held: String, pin: String },
@@ -63,9 +67,13 @@ pub fn parse(data: &[u8]) -> Result<Vec<SignedPublicKey>> {
     // Every OpenPGP packet starts with a tag byte with the high bit set (RFC 9580 §4.2);
     // anything else is taken for armour, which may have comment lines before it.
     if data[start] & 0x80 != 0 {
-        push(SignedPublicKey::from_bytes_many(&data[start..]).map_err(|e| KeyError::Unreadable(e.to_string()))?);
+        push(
+            SignedPublicKey::from_bytes_many(&data[start..])
+                .map_err(|e| KeyError::Unreadable(e.to_string()))?,
+        );
     } else {
-        let text = std::str::from_utf8(data).map_err(|_| KeyError::Unreadable("neither binary OpenPGP nor armour".into()))?;
+        let text = std::str::from_utf8(data)
+            .map_err(|_| KeyError::Unreadable("neither binary OpenPGP nor armour".into()))?;
         if !text.contains(BEGIN) {
             return Err(KeyError::Unreadable(format!("no `{BEGIN}` line")));
         }
@@ -73,8 +81,11 @@ pub fn parse(data: &[u8]) -> Result<Vec<SignedPublicKey>> {
         let mut rest = text;
         while let Some(b) = rest.find(BEGIN) {
             let block = &rest[b..];
-            let e = block.find(END).ok_or_else(|| KeyError::Unreadable("an armoured key block has no END line".into()))? + END.len();
-            let (parsed, _headers) = SignedPublicKey::from_armor_many(&block.as_bytes()[..e]).map_err(|e| KeyError::Unreadable(e.to_string()))?;
+            let e = block.find(END).ok_or_else(|| {
+                KeyError::Unreadable("an armoured key block has no END line".into())
+            })? + END.len();
+            let (parsed, _headers) = SignedPublicKey::from_armor_many(&block.as_bytes()[..e])
+                .map_err(|e| KeyError::Unreadable(e.to_string()))?;
             push(parsed);
             rest = &block[e..];
         }
@@ -95,7 +106,8 @@ pub fn fingerprint(key: &SignedPublicKey) -> String {
 pub fn to_binary(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for k in keys {
-        k.to_writer(&mut out).map_err(|e| KeyError::Write { fingerprint: fingerprint(k), reason: e.to_string() })?;
+        k.to_writer(&mut out)
+            .map_err(|e| KeyError::Write { fingerprint: fingerprint(k), reason: e.to_string() })?;
     }
     Ok(out)
 }
@@ -105,7 +117,9 @@ pub fn to_binary(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
 pub fn to_armored(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for k in keys {
-        let block = k.to_armored_bytes(pgp::composed::ArmorOptions::default()).map_err(|e| KeyError::Write { fingerprint: fingerprint(k), reason: e.to_string() })?;
+        let block = k
+            .to_armored_bytes(pgp::composed::ArmorOptions::default())
+            .map_err(|e| KeyError::Write { fingerprint: fingerprint(k), reason: e.to_string() })?;
         out.extend_from_slice(&block);
         if !out.ends_with(b"\n") {
             out.push(b'\n');
@@ -122,8 +136,10 @@ pub fn dearmor(data: &[u8]) -> Result<Vec<u8>> {
 /// A pin as written in a recipe: hex digits, spaces and a `0x` prefix allowed, 40 (v4) or 64 (v6)
 /// digits; upper-case without spaces, or `None` when it is not one.
 pub fn normalise_pin(pin: &str) -> Option<String> {
-    let hex: String = pin.trim().trim_start_matches("0x").chars().filter(|c| !c.is_whitespace()).collect();
-    ((hex.len() == 40 || hex.len() == 64) && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hex.to_ascii_uppercase())
+    let hex: String =
+        pin.trim().trim_start_matches("0x").chars().filter(|c| !c.is_whitespace()).collect();
+    ((hex.len() == 40 || hex.len() == 64) && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| hex.to_ascii_uppercase())
 }
 
 /// What a repository trusts, for the report.
@@ -144,14 +160,24 @@ pub struct Trusted {
 
 /// The keys of `data` to trust: with a pin, only the key(s) whose primary fingerprint it names
 /// (an error listing what the file holds when none does); without one, all of them.
-pub fn select(data: &[u8], pin: Option<&str>, what: &str) -> Result<(Vec<SignedPublicKey>, Vec<String>)> {
-    let keys = parse(data).map_err(|e| KeyError::Unusable { what: what.to_string(), reason: e.to_string() })?;
+pub fn select(
+    data: &[u8],
+    pin: Option<&str>,
+    what: &str,
+) -> Result<(Vec<SignedPublicKey>, Vec<String>)> {
+    let keys = parse(data)
+        .map_err(|e| KeyError::Unusable { what: what.to_string(), reason: e.to_string() })?;
     let Some(pin) = pin else { return Ok((keys, Vec::new())) };
-    let want = normalise_pin(pin).ok_or_else(|| KeyError::BadPin { what: what.to_string(), pin: pin.to_string() })?;
+    let want = normalise_pin(pin)
+        .ok_or_else(|| KeyError::BadPin { what: what.to_string(), pin: pin.to_string() })?;
     let (kept, other): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| fingerprint(k) == want);
     let dropped: Vec<String> = other.iter().map(fingerprint).collect();
     if kept.is_empty() {
-        return Err(KeyError::PinMismatch { what: what.to_string(), held: dropped.join(", "), pin: want });
+        return Err(KeyError::PinMismatch {
+            what: what.to_string(),
+            held: dropped.join(", "),
+            pin: want,
+        });
     }
     for d in &dropped {
         tracing::warn!("{what} also holds key {d}, which the recipe does not pin: dropped (not trusted, not added to the image)");
@@ -209,7 +235,11 @@ impl Keyring {
 
 /// Verifies a clear-signed message (an `InRelease` file) against `keyring` at time `now` and
 /// returns the signed text only, with LF line endings.
-pub fn verify_clearsigned_with(text: &[u8], keyring: &Keyring, now: i64) -> Result<String, SignatureError> {
+pub fn verify_clearsigned_with(
+    text: &[u8],
+    keyring: &Keyring,
+    now: i64,
+) -> Result<String, SignatureError> {
     let text = std::str::from_utf8(text)
         .map_err(|_| SignatureError::Malformed("the clear-signed message is not UTF-8".into()))?;
     // rpgp refuses text before the BEGIN line and after the signature block, as apt does
@@ -287,8 +317,7 @@ fn signature_expired(sig: &Signature, now: i64) -> bool {
 /// sign).
 fn has_key_flags(sig: &Signature) -> bool {
     sig.config().is_some_and(|c| {
-        c.hashed_subpackets()
-            .any(|p| matches!(p.data, SubpacketData::KeyFlags(_)))
+        c.hashed_subpackets().any(|p| matches!(p.data, SubpacketData::KeyFlags(_)))
     })
 }
 
@@ -487,10 +516,24 @@ mod tests {
     /// Keys made by gpg in a throwaway home: (armoured public key, fingerprint) for each name.
     fn gpg_keys(names: &[&str], algo: &str) -> Option<Vec<(String, String)>> {
         let home = tempfile::tempdir().unwrap();
-        let gpg = |args: &[&str]| Command::new("gpg").arg("--homedir").arg(home.path()).args(["--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]).args(args).output().ok();
+        let gpg = |args: &[&str]| {
+            Command::new("gpg")
+                .arg("--homedir")
+                .arg(home.path())
+                .args(["--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""])
+                .args(args)
+                .output()
+                .ok()
+        };
         let mut out = Vec::new();
         for n in names {
-            let o = gpg(&["--quick-gen-key", &format!("{n} <{n}@erdma-kit.invalid>"), algo, "sign", "never"])?;
+            let o = gpg(&[
+                "--quick-gen-key",
+                &format!("{n} <{n}@erdma-kit.invalid>"),
+                algo,
+                "sign",
+                "never",
+            ])?;
             if !o.status.success() {
                 return None;
             }
@@ -511,10 +554,16 @@ mod tests {
         };
         let both = format!("{}\n{}", keys[0].0, keys[1].0);
         let parsed = parse(both.as_bytes()).unwrap();
-        assert_eq!(parsed.iter().map(fingerprint).collect::<Vec<_>>(), [keys[0].1.clone(), keys[1].1.clone()]);
+        assert_eq!(
+            parsed.iter().map(fingerprint).collect::<Vec<_>>(),
+            [keys[0].1.clone(), keys[1].1.clone()]
+        );
         // Binary keyrings (what dearmor writes) read back to the same keys.
         let binary = dearmor(both.as_bytes()).unwrap();
-        assert_eq!(parse(&binary).unwrap().iter().map(fingerprint).collect::<Vec<_>>(), [keys[0].1.clone(), keys[1].1.clone()]);
+        assert_eq!(
+            parse(&binary).unwrap().iter().map(fingerprint).collect::<Vec<_>>(),
+            [keys[0].1.clone(), keys[1].1.clone()]
+        );
         assert!(matches!(parse(b"  \n"), Err(KeyError::Empty)));
         assert!(parse(b"hello").is_err());
     }
@@ -526,13 +575,16 @@ mod tests {
             return;
         };
         let both = format!("{}\n{}", keys[0].0, keys[1].0);
-        let (kept, dropped) = select(both.as_bytes(), Some(&keys[0].1.to_lowercase()), "key").unwrap();
+        let (kept, dropped) =
+            select(both.as_bytes(), Some(&keys[0].1.to_lowercase()), "key").unwrap();
         assert_eq!(kept.iter().map(fingerprint).collect::<Vec<_>>(), [keys[0].1.clone()]);
         assert_eq!(dropped, [keys[1].1.clone()]);
         // No pin: all of them.
         assert_eq!(select(both.as_bytes(), None, "key").unwrap().0.len(), 2);
         // A pin no key matches names what the file holds.
-        let e = select(keys[1].0.as_bytes(), Some(&keys[0].1), "key of repository `x`").unwrap_err().to_string();
+        let e = select(keys[1].0.as_bytes(), Some(&keys[0].1), "key of repository `x`")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(&keys[1].1) && e.contains(&keys[0].1), "{e}");
         let e = select(both.as_bytes(), Some("1234"), "key").unwrap_err().to_string();
         assert!(e.contains("not a key fingerprint"), "{e}");
@@ -541,10 +593,17 @@ mod tests {
     #[test]
     fn v6_keys_are_pinned_by_their_64_digit_fingerprint() {
         // RFC 9580 Annex A.3's sample v6 certificate (testdata/keys/README.md): gpg 2.2 makes no v6 keys.
-        let cert = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/keys/rfc9580-v6-sample.pub.asc")).unwrap();
+        let cert = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/keys/rfc9580-v6-sample.pub.asc"
+        ))
+        .unwrap();
         const FP: &str = "CB186C4F0609A697E4D52DFA6C722B0C1F1E27C18A56708F6525EC27BAD9ACC9";
         assert_eq!(parse(&cert).unwrap().iter().map(fingerprint).collect::<Vec<_>>(), [FP]);
-        assert_eq!(select(&cert, Some(&format!("0x{}", FP.to_lowercase())), "key").unwrap().0.len(), 1);
+        assert_eq!(
+            select(&cert, Some(&format!("0x{}", FP.to_lowercase())), "key").unwrap().0.len(),
+            1
+        );
         // The v4-length prefix of it is no pin for it.
         assert!(select(&cert, Some(&FP[..40]), "key").is_err());
         // Round trip through the binary form the image gets.

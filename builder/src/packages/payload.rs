@@ -91,23 +91,26 @@ impl<'a> Placer<'a> {
         let mut refused = None;
         let placed = &self.placed;
         let base = self.base;
-        let resolved = crate::image::rootfs::resolve_in_image(path, false, &mut |p| {
-            match placed.get(p) {
-                Some(Placed::Symlink(target)) => {
-                    refused = Some(Refused::UnderSymlink { parent: p.to_string(), target: target.clone() });
-                    Err(crate::error::Error::Unsupported(String::new()))
-                }
-                Some(Placed::Other) => {
-                    refused = Some(Refused::UnderFile { parent: p.to_string() });
-                    Err(crate::error::Error::Unsupported(String::new()))
-                }
-                Some(Placed::Dir) | None => base.kind(p),
+        let resolved = crate::image::rootfs::resolve_in_image(path, false, &mut |p| match placed
+            .get(p)
+        {
+            Some(Placed::Symlink(target)) => {
+                refused =
+                    Some(Refused::UnderSymlink { parent: p.to_string(), target: target.clone() });
+                Err(crate::error::Error::Unsupported(String::new()))
             }
+            Some(Placed::Other) => {
+                refused = Some(Refused::UnderFile { parent: p.to_string() });
+                Err(crate::error::Error::Unsupported(String::new()))
+            }
+            Some(Placed::Dir) | None => base.kind(p),
         });
         if let Some(r) = refused {
             return Err(r);
         }
-        let real = resolved.map_err(|e| Refused::Image(e.to_string()))?.unwrap_or_else(|| path.to_string());
+        let real = resolved
+            .map_err(|e| Refused::Image(e.to_string()))?
+            .unwrap_or_else(|| path.to_string());
         if real.is_empty() {
             return Ok(None);
         }
@@ -119,7 +122,9 @@ impl<'a> Placer<'a> {
         match kind {
             Kind::Dir => {
                 // dpkg and rpm keep a symlink where a package has a directory, and follow it.
-                if matches!(ours, Some(Placed::Symlink(_))) || matches!(theirs, Some(SnapEntry::Symlink(_))) {
+                if matches!(ours, Some(Placed::Symlink(_)))
+                    || matches!(theirs, Some(SnapEntry::Symlink(_)))
+                {
                     return Ok(None);
                 }
                 self.placed.insert(real.clone(), Placed::Dir);
@@ -127,10 +132,18 @@ impl<'a> Placer<'a> {
             Kind::File | Kind::Symlink(_) => {
                 let what = if matches!(kind, Kind::File) { "file" } else { "symlink" };
                 if ours == Some(Placed::Dir) {
-                    return Err(Refused::ReplacesDir { path: real, whose: " this build made", what });
+                    return Err(Refused::ReplacesDir {
+                        path: real,
+                        whose: " this build made",
+                        what,
+                    });
                 }
                 if ours.is_none() && matches!(theirs, Some(SnapEntry::Dir)) {
-                    return Err(Refused::ReplacesDir { path: real, whose: " of the base image", what });
+                    return Err(Refused::ReplacesDir {
+                        path: real,
+                        whose: " of the base image",
+                        what,
+                    });
                 }
                 let p = match kind {
                     Kind::Symlink(t) => Placed::Symlink(t.to_string()),
@@ -287,10 +300,16 @@ mod tests {
         // A directory entry for the link is left out, its children refused.
         assert_eq!(p.place("srv/link", Kind::Dir), Ok(None));
         assert_eq!(p.place("srv/file", Kind::File), Ok(Some("srv/file".into())));
-        assert_eq!(p.place("srv/file/x", Kind::File), Err(Refused::UnderFile { parent: "srv/file".into() }));
+        assert_eq!(
+            p.place("srv/file/x", Kind::File),
+            Err(Refused::UnderFile { parent: "srv/file".into() })
+        );
         // The other order: a link where an earlier entry's parent is.
         assert_eq!(p.place("var/evil/passwd", Kind::File), Ok(Some("var/evil/passwd".into())));
-        assert!(matches!(p.place("var/evil", Kind::Symlink("/etc")), Err(Refused::ReplacesDir { whose: " this build made", .. })));
+        assert!(matches!(
+            p.place("var/evil", Kind::Symlink("/etc")),
+            Err(Refused::ReplacesDir { whose: " this build made", .. })
+        ));
     }
 
     #[test]
@@ -300,7 +319,10 @@ mod tests {
         let err = p.place("usr/lib", Kind::Symlink("/tmp")).unwrap_err();
         assert_eq!(err.to_string(), "it would replace the directory /usr/lib of the base image with a symlink (dpkg and rpm refuse this too)");
         assert_eq!(p.place("srv/d", Kind::Dir), Ok(Some("srv/d".into())));
-        assert!(matches!(p.place("srv/d", Kind::File), Err(Refused::ReplacesDir { whose: " this build made", .. })));
+        assert!(matches!(
+            p.place("srv/d", Kind::File),
+            Err(Refused::ReplacesDir { whose: " this build made", .. })
+        ));
         // Files replace files and symlinks, as dpkg and rpm do.
         assert_eq!(p.place("etc/passwd", Kind::File), Ok(Some("etc/passwd".into())));
         assert_eq!(p.place("etc/passwd", Kind::Symlink("x")), Ok(Some("etc/passwd".into())));
@@ -322,12 +344,21 @@ mod tests {
         assert_eq!(special("p 1", "usr/bin/x", FileType::File, 0o755), None);
         assert_eq!(special("p 1", "usr/share", FileType::Dir, 0o2775), None);
         let s = special("p 1", "./usr/bin/su", FileType::File, 0o104755).unwrap();
-        assert_eq!((s.path.as_str(), s.kind, s.mode.as_str(), s.created), ("/usr/bin/su", "setuid", "4755", true));
+        assert_eq!(
+            (s.path.as_str(), s.kind, s.mode.as_str(), s.created),
+            ("/usr/bin/su", "setuid", "4755", true)
+        );
         assert_eq!(special("p 1", "usr/bin/w", FileType::File, 0o2755).unwrap().kind, "setgid");
-        assert_eq!(special("p 1", "usr/bin/b", FileType::File, 0o6755).unwrap().kind, "setuid+setgid");
+        assert_eq!(
+            special("p 1", "usr/bin/b", FileType::File, 0o6755).unwrap().kind,
+            "setuid+setgid"
+        );
         let d = special("p 1", "/dev/null", FileType::Char { major: 1, minor: 3 }, 0o666).unwrap();
         assert_eq!((d.kind, d.major, d.minor, d.created), ("char", Some(1), Some(3), false));
         let json = serde_json::to_value(&d).unwrap();
-        assert_eq!(json, serde_json::json!({"package": "p 1", "path": "/dev/null", "kind": "char", "mode": "666", "major": 1, "minor": 3, "created": false}));
+        assert_eq!(
+            json,
+            serde_json::json!({"package": "p 1", "path": "/dev/null", "kind": "char", "mode": "666", "major": 1, "minor": 3, "created": false})
+        );
     }
 }

@@ -31,7 +31,10 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
                 let mut rest = line;
                 while let Some(i) = rest.find("crate::") {
                     rest = &rest[i + 7..];
-                    let path: String = rest.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_' || *c == ':').collect();
+                    let path: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_' || *c == ':')
+                        .collect();
                     paths.insert(path.trim_end_matches(':').to_string());
                 }
             }
@@ -44,14 +47,22 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
 /// The module a `crate::` path names: its longest prefix that is a module.
 fn module_of<'a>(path: &str, modules: &'a BTreeMap<String, BTreeSet<String>>) -> Option<&'a str> {
     let parts: Vec<&str> = path.split("::").collect();
-    (1..=parts.len()).rev().map(|k| parts[..k].join("::")).find_map(|c| modules.get_key_value(&c).map(|(k, _)| k.as_str()))
+    (1..=parts.len())
+        .rev()
+        .map(|k| parts[..k].join("::"))
+        .find_map(|c| modules.get_key_value(&c).map(|(k, _)| k.as_str()))
 }
 
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let modules = imports();
     let mut g = BTreeMap::new();
     for (m, paths) in &modules {
-        let deps: BTreeSet<String> = paths.iter().filter_map(|p| module_of(p, &modules)).filter(|d| d != m && !m.starts_with(&format!("{d}::"))).map(str::to_string).collect();
+        let deps: BTreeSet<String> = paths
+            .iter()
+            .filter_map(|p| module_of(p, &modules))
+            .filter(|d| d != m && !m.starts_with(&format!("{d}::")))
+            .map(str::to_string)
+            .collect();
         g.insert(m.clone(), deps);
     }
     g
@@ -60,9 +71,19 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn no_import_circles() {
     let g = graph();
-    assert!(g.contains_key("image::source") && g.contains_key("packages::apt::install"), "{:?}", g.keys());
+    assert!(
+        g.contains_key("image::source") && g.contains_key("packages::apt::install"),
+        "{:?}",
+        g.keys()
+    );
     // Depth-first search; a module met again while still on the path closes a circle.
-    fn visit(m: &str, g: &BTreeMap<String, BTreeSet<String>>, path: &mut Vec<String>, done: &mut BTreeSet<String>, found: &mut Vec<String>) {
+    fn visit(
+        m: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        found: &mut Vec<String>,
+    ) {
         if let Some(i) = path.iter().position(|p| p == m) {
             found.push(format!("{} -> {m}", path[i..].join(" -> ")));
             return;
@@ -109,5 +130,10 @@ fn layers_import_only_what_is_below_them() {
         assert!(bad.is_empty(), "{m} imports {bad:?}, which are not below it");
     }
     // And a module that must stay a leaf.
-    assert!(g["http"].is_empty() && g["dates"].is_empty(), "http: {:?}, dates: {:?}", g["http"], g["dates"]);
+    assert!(
+        g["http"].is_empty() && g["dates"].is_empty(),
+        "http: {:?}, dates: {:?}",
+        g["http"],
+        g["dates"]
+    );
 }

@@ -8,13 +8,18 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::multiplatform::IndexKind;
-use super::text;
 use super::registry::{push, push_as, Form};
+use super::text;
 use crate::support::{self, token::TokenGate, Registry};
 
 /// A small base with a Debian 12 os-release (`--recipe debian-12`, no packages: no network).
 fn base(dir: &Path) -> support::OciFixture {
-    support::fixture_image(dir, &[vec![("etc/motd", b"hello\n".as_slice(), 0o644)]], &[("PATH", "/bin")], Some(support::DEBIAN12_OS_RELEASE))
+    support::fixture_image(
+        dir,
+        &[vec![("etc/motd", b"hello\n".as_slice(), 0o644)]],
+        &[("PATH", "/bin")],
+        Some(support::DEBIAN12_OS_RELEASE),
+    )
 }
 
 /// Runs `erdma-build ARGS` with the credential locations of `home` only: `HOME`,
@@ -64,9 +69,25 @@ fn identity_token_exchanged(form: Form) {
     push_as(form, &base, &reg, "team/base:1", tmp.path());
     let gate = TokenGate::start(reg.addr(), "REFRESH-secret");
     let home = tmp.path().join("home");
-    write_json(&home.join("docker/config.json"), &serde_json::json!({"auths": {format!("http://{}/v2/", gate.addr()): {"auth": b64("<token>:"), "identitytoken": "REFRESH-secret"}}}));
+    write_json(
+        &home.join("docker/config.json"),
+        &serde_json::json!({"auths": {format!("http://{}/v2/", gate.addr()): {"auth": b64("<token>:"), "identitytoken": "REFRESH-secret"}}}),
+    );
 
-    let out = build_in(&home, &["build", "--json", "--no-packages", "--recipe", "debian-12", "--base", &gate.reference("team/base:1"), "--output", &gate.reference("team/out:1")]);
+    let out = build_in(
+        &home,
+        &[
+            "build",
+            "--json",
+            "--no-packages",
+            "--recipe",
+            "debian-12",
+            "--base",
+            &gate.reference("team/base:1"),
+            "--output",
+            &gate.reference("team/out:1"),
+        ],
+    );
     support::assert_success("build with an identity token", &out);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
 
@@ -83,8 +104,15 @@ fn identity_token_exchanged(form: Form) {
     let scopes: Vec<Vec<&str>> = exchanges.iter().map(|e| e.scopes()).collect();
     assert!(scopes.contains(&vec!["repository:team/base:pull"]), "{scopes:?}");
     // Pushing, and mounting the base layer from the base's repository.
-    assert!(scopes.iter().any(|s| s.contains(&"repository:team/out:pull,push") && s.contains(&"repository:team/base:pull")), "{scopes:?}");
-    assert!(exchanges.len() <= 4, "one exchange per repository and mount, not per request: {scopes:?}");
+    assert!(
+        scopes.iter().any(|s| s.contains(&"repository:team/out:pull,push")
+            && s.contains(&"repository:team/base:pull")),
+        "{scopes:?}"
+    );
+    assert!(
+        exchanges.len() <= 4,
+        "one exchange per repository and mount, not per request: {scopes:?}"
+    );
 
     // Every registry request carried an access token the gate issued; the refresh token
     // went to the token service alone.
@@ -92,15 +120,25 @@ fn identity_token_exchanged(form: Form) {
     let api: Vec<_> = requests.iter().filter(|q| q.uri != "/v2/").collect();
     assert!(api.len() >= 4, "{requests:?}");
     for q in &api {
-        let token = q.authorization.as_deref().and_then(|a| a.strip_prefix("Bearer ")).unwrap_or_else(|| panic!("no bearer token: {q:?}"));
+        let token = q
+            .authorization
+            .as_deref()
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .unwrap_or_else(|| panic!("no bearer token: {q:?}"));
         assert!(gate.issued(token), "{q:?}");
         assert!(q.forwarded, "refused: {q:?}");
     }
     if form != Form::Manifest {
         let child = format!("/v2/team/base/manifests/{}", base.manifest_digest);
-        assert!(requests.iter().any(|q| q.uri == child && q.forwarded), "the child manifest, through the gate with a token: {requests:?}");
+        assert!(
+            requests.iter().any(|q| q.uri == child && q.forwarded),
+            "the child manifest, through the gate with a token: {requests:?}"
+        );
     }
-    assert!(!requests.iter().any(|q| q.authorization.as_deref().is_some_and(|a| a.contains("REFRESH"))), "{requests:?}");
+    assert!(
+        !requests.iter().any(|q| q.authorization.as_deref().is_some_and(|a| a.contains("REFRESH"))),
+        "{requests:?}"
+    );
 
     // The base layer was mounted, which needs pull on team/base in the push token.
     assert_eq!(r["images"][0]["base_layers"][0]["reuse"], "mounted", "{r}");
@@ -123,14 +161,41 @@ fn password_is_sent_to_the_token_service_for_scoped_tokens() {
     let tmp = tempfile::tempdir().unwrap();
     let reg = Registry::start();
     let gate = TokenGate::start_with_password(reg.addr(), "erdma", "s3cret");
-    let push = support::skopeo(["copy", "--dest-tls-verify=false", "--dest-creds", "erdma:s3cret", &base(&tmp.path().join("base")).reference(), &gate.reference("team/base:1")]);
+    let push = support::skopeo([
+        "copy",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        "erdma:s3cret",
+        &base(&tmp.path().join("base")).reference(),
+        &gate.reference("team/base:1"),
+    ]);
     support::assert_success("skopeo copy through the token gate", &push);
     let skopeo_gets = gate.exchanges().len();
-    assert!(skopeo_gets > 0 && gate.exchanges().iter().all(|e| e.method == "GET" && e.basic_ok), "{:?}", gate.exchanges());
+    assert!(
+        skopeo_gets > 0 && gate.exchanges().iter().all(|e| e.method == "GET" && e.basic_ok),
+        "{:?}",
+        gate.exchanges()
+    );
 
     let home = tmp.path().join("home");
-    write_json(&home.join("docker/config.json"), &serde_json::json!({"auths": {gate.addr(): {"auth": b64("erdma:s3cret")}}}));
-    let out = build_in(&home, &["build", "--json", "--no-packages", "--recipe", "debian-12", "--base", &gate.reference("team/base:1"), "--output", &gate.reference("team/out:1")]);
+    write_json(
+        &home.join("docker/config.json"),
+        &serde_json::json!({"auths": {gate.addr(): {"auth": b64("erdma:s3cret")}}}),
+    );
+    let out = build_in(
+        &home,
+        &[
+            "build",
+            "--json",
+            "--no-packages",
+            "--recipe",
+            "debian-12",
+            "--base",
+            &gate.reference("team/base:1"),
+            "--output",
+            &gate.reference("team/out:1"),
+        ],
+    );
     support::assert_success("build with a password", &out);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ours = &gate.exchanges()[skopeo_gets..];
@@ -140,7 +205,11 @@ fn password_is_sent_to_the_token_service_for_scoped_tokens() {
     }
     let scopes: Vec<Vec<&str>> = ours.iter().map(|e| e.scopes()).collect();
     assert!(scopes.contains(&vec!["repository:team/base:pull"]), "{scopes:?}");
-    assert!(scopes.iter().any(|s| s.contains(&"repository:team/out:pull,push") && s.contains(&"repository:team/base:pull")), "{scopes:?}");
+    assert!(
+        scopes.iter().any(|s| s.contains(&"repository:team/out:pull,push")
+            && s.contains(&"repository:team/base:pull")),
+        "{scopes:?}"
+    );
     assert!(ours.len() <= 4, "one token per repository and mount, not per request: {scopes:?}");
     // Every request of the build carried a token the gate issued, never the password.
     for q in gate.requests().iter().filter(|q| q.uri != "/v2/" && q.authorization.is_some()) {
@@ -148,11 +217,31 @@ fn password_is_sent_to_the_token_service_for_scoped_tokens() {
     }
     assert_eq!(r["images"][0]["base_layers"][0]["reuse"], "mounted", "{r}");
 
-    write_json(&home.join("docker/config.json"), &serde_json::json!({"auths": {gate.addr(): {"auth": b64("erdma:wrong")}}}));
-    let out = build_in(&home, &["plan", "--no-packages", "--recipe", "debian-12", "--base", &gate.reference("team/base:1")]);
+    write_json(
+        &home.join("docker/config.json"),
+        &serde_json::json!({"auths": {gate.addr(): {"auth": b64("erdma:wrong")}}}),
+    );
+    let out = build_in(
+        &home,
+        &[
+            "plan",
+            "--no-packages",
+            "--recipe",
+            "debian-12",
+            "--base",
+            &gate.reference("team/base:1"),
+        ],
+    );
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.lines().any(|l| l.starts_with(&format!("error: registry {} refused the credentials for {}/team/base:1", gate.addr(), gate.addr()))), "{err}");
+    assert!(
+        err.lines().any(|l| l.starts_with(&format!(
+            "error: registry {} refused the credentials for {}/team/base:1",
+            gate.addr(),
+            gate.addr()
+        ))),
+        "{err}"
+    );
     assert!(!err.contains("wrong") && !err.contains("s3cret"), "the password is a secret: {err}");
 }
 
@@ -166,14 +255,38 @@ fn wrong_identity_token_fails_naming_the_realm() {
     push(&base(&tmp.path().join("base")), &reg, "base:1");
     let gate = TokenGate::start(reg.addr(), "REFRESH-right");
     let home = tmp.path().join("home");
-    write_json(&home.join("docker/config.json"), &serde_json::json!({"auths": {format!("http://{}/v2/", gate.addr()): {"identitytoken": "REFRESH-wrong"}}}));
+    write_json(
+        &home.join("docker/config.json"),
+        &serde_json::json!({"auths": {format!("http://{}/v2/", gate.addr()): {"identitytoken": "REFRESH-wrong"}}}),
+    );
 
-    let out = build_in(&home, &["build", "--no-packages", "--recipe", "debian-12", "--base", &gate.reference("base:1"), "--output", &gate.reference("out:1")]);
+    let out = build_in(
+        &home,
+        &[
+            "build",
+            "--no-packages",
+            "--recipe",
+            "debian-12",
+            "--base",
+            &gate.reference("base:1"),
+            "--output",
+            &gate.reference("out:1"),
+        ],
+    );
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    let first = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("no error line: {err}"));
-    assert!(first.contains(&format!("exchanging the stored identity token at {} failed: HTTP 401", gate.realm())), "{err}");
+    let first = err
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line: {err}"));
+    assert!(
+        first.contains(&format!(
+            "exchanging the stored identity token at {} failed: HTTP 401",
+            gate.realm()
+        )),
+        "{err}"
+    );
     assert!(first.contains(&format!("docker login {}", gate.addr())), "{err}");
     assert!(!err.contains("REFRESH-wrong"), "the token is a secret: {err}");
     // One try, refused; nothing reached the registry API with a token.
@@ -185,13 +298,23 @@ fn wrong_identity_token_fails_naming_the_realm() {
 
 #[test]
 fn podman_auth_json_with_repository_scoped_keys() {
-    if !support::require_registry() || !support::require(support::have("htpasswd"), "htpasswd (apache2-utils) is needed") {
+    if !support::require_registry()
+        || !support::require(support::have("htpasswd"), "htpasswd (apache2-utils) is needed")
+    {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let reg = Registry::start_with_auth("erdma", "right-password");
     let base = base(&tmp.path().join("base"));
-    let copy = support::skopeo(["copy", "--quiet", "--dest-tls-verify=false", "--dest-creds", "erdma:right-password", &base.reference(), &reg.reference("team/base:1")]);
+    let copy = support::skopeo([
+        "copy",
+        "--quiet",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        "erdma:right-password",
+        &base.reference(),
+        &reg.reference("team/base:1"),
+    ]);
     support::assert_success("skopeo copy with credentials", &copy);
     let home = tmp.path().join("home");
     let addr = reg.addr();
@@ -201,18 +324,50 @@ fn podman_auth_json_with_repository_scoped_keys() {
         &home.join("run/containers/auth.json"),
         &serde_json::json!({"auths": {addr: {"auth": b64("erdma:wrong")}, format!("{addr}/team"): {"auth": b64("erdma:right-password")}}}),
     );
-    write_json(&home.join("docker/config.json"), &serde_json::json!({"auths": {format!("https://{addr}/v1/"): {"auth": b64("erdma:docker-wrong")}}}));
+    write_json(
+        &home.join("docker/config.json"),
+        &serde_json::json!({"auths": {format!("https://{addr}/v1/"): {"auth": b64("erdma:docker-wrong")}}}),
+    );
 
-    let out = build_in(&home, &["build", "--json", "--no-packages", "--recipe", "debian-12", "--base", &reg.reference("team/base:1"), "--output", &reg.reference("team/out:1")]);
+    let out = build_in(
+        &home,
+        &[
+            "build",
+            "--json",
+            "--no-packages",
+            "--recipe",
+            "debian-12",
+            "--base",
+            &reg.reference("team/base:1"),
+            "--output",
+            &reg.reference("team/out:1"),
+        ],
+    );
     support::assert_success("build with Podman's auth.json", &out);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let info = support::skopeo(["inspect", "--tls-verify=false", "--creds", "erdma:right-password", &reg.reference("team/out:1")]);
+    let info = support::skopeo([
+        "inspect",
+        "--tls-verify=false",
+        "--creds",
+        "erdma:right-password",
+        &reg.reference("team/out:1"),
+    ]);
     support::assert_success("skopeo inspect of the result", &info);
     let info: Value = serde_json::from_slice(&info.stdout).unwrap();
     assert_eq!(info["Digest"], r["digest"]);
 
     // Outside the namespace only the wrong host key applies: refused, naming the registry.
-    let out = build_in(&home, &["plan", "--no-packages", "--recipe", "debian-12", "--base", &reg.reference("other/base:1")]);
+    let out = build_in(
+        &home,
+        &[
+            "plan",
+            "--no-packages",
+            "--recipe",
+            "debian-12",
+            "--base",
+            &reg.reference("other/base:1"),
+        ],
+    );
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("registry {addr} refused the credentials")), "{err}");

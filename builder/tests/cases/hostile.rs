@@ -41,26 +41,49 @@ impl Run {
     #[track_caller]
     fn error(&self) -> &str {
         assert_eq!(self.code, Some(1), "{}", self.stderr);
-        let error = self.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("no error line in\n{}", self.stderr));
-        assert!(!self.stderr.contains("Caused by:"), "more than one line of error:\n{}", self.stderr);
+        let error = self
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("error: "))
+            .unwrap_or_else(|| panic!("no error line in\n{}", self.stderr));
+        assert!(
+            !self.stderr.contains("Caused by:"),
+            "more than one line of error:\n{}",
+            self.stderr
+        );
         error
     }
 
     #[track_caller]
     fn within(&self, what: &str, wall: Duration, rss_mib: u64) {
-        eprintln!("hostile: {what}: exit {:?}, {:.2?}, peak RSS {} MiB", self.code, self.wall, self.rss_kib / 1024);
+        eprintln!(
+            "hostile: {what}: exit {:?}, {:.2?}, peak RSS {} MiB",
+            self.code,
+            self.wall,
+            self.rss_kib / 1024
+        );
         if let Some(e) = self.stderr.lines().find(|l| l.starts_with("error: ")) {
             eprintln!("hostile:   {e}");
         }
         assert!(self.wall < wall, "{what} took {:?}\n{}", self.wall, self.stderr);
-        assert!(self.rss_kib < rss_mib * 1024, "{what}: peak RSS {} KiB\n{}", self.rss_kib, self.stderr);
+        assert!(
+            self.rss_kib < rss_mib * 1024,
+            "{what}: peak RSS {} KiB\n{}",
+            self.rss_kib,
+            self.stderr
+        );
     }
 }
 
 /// Runs erdma-build ARGS under GNU time with `cache` as `XDG_CACHE_HOME`.
 fn run(args: &[&str], cache: &Path) -> Run {
     let m = support::run_measured(args, cache, &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
-    Run { code: m.out.status.code(), stderr: String::from_utf8_lossy(&m.out.stderr).into_owned(), rss_kib: m.rss_kib, wall: m.wall }
+    Run {
+        code: m.out.status.code(),
+        stderr: String::from_utf8_lossy(&m.out.stderr).into_owned(),
+        rss_kib: m.rss_kib,
+        wall: m.wall,
+    }
 }
 
 fn have_time() -> bool {
@@ -82,7 +105,8 @@ impl Dest {
     }
     #[track_caller]
     fn assert_untouched(&self) {
-        let left: Vec<_> = std::fs::read_dir(self.dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        let left: Vec<_> =
+            std::fs::read_dir(self.dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert!(left.is_empty(), "a failed build wrote {left:?} in {}", self.dir.path().display());
     }
 }
@@ -93,7 +117,8 @@ fn os_release_layer(dir: &Path) -> LayerInfo {
 }
 
 fn image(dir: &Path, layers: Vec<LayerInfo>) -> String {
-    fixture::image_from_layers(dir, "latest", layers, &[("PATH", "/usr/bin:/bin")], &["/bin/sh"]).reference()
+    fixture::image_from_layers(dir, "latest", layers, &[("PATH", "/usr/bin:/bin")], &["/bin/sh"])
+        .reference()
 }
 
 fn gzip(data: &[u8], level: Compression) -> Vec<u8> {
@@ -117,13 +142,17 @@ fn bomb_image(dir: &Path, members: u64) -> (String, LayerInfo) {
     header.set_size(members * (64 << 20));
     header.set_mode(0o644);
     header.set_cksum();
-    let (head, tail) = (gzip(header.as_bytes(), Compression::best()), gzip(&[0u8; 1024], Compression::best()));
+    let (head, tail) =
+        (gzip(header.as_bytes(), Compression::best()), gzip(&[0u8; 1024], Compression::best()));
     let os = os_release_layer(dir);
     let blob = dir.join("bomb.tmp");
     let mut f = std::io::BufWriter::new(std::fs::File::create(&blob).unwrap());
     let mut h = Sha256::new();
     let mut size = 0u64;
-    for part in std::iter::once(&head).chain(std::iter::repeat_n(&chunk, members as usize)).chain(std::iter::once(&tail)) {
+    for part in std::iter::once(&head)
+        .chain(std::iter::repeat_n(&chunk, members as usize))
+        .chain(std::iter::once(&tail))
+    {
         f.write_all(part).unwrap();
         h.update(part);
         size += part.len() as u64;
@@ -150,17 +179,32 @@ fn a_layer_that_inflates_1000x_is_refused() {
     let r = run(&["build", "--no-packages", "--base", &base, "--output", &dest.oci()], tmp.path());
     let e = r.error();
     // Named: the layer, the ratio, the flag.
-    assert!(e.contains(&bomb.digest) && e.contains("inflates more than 100×") && e.contains("--max-inflation"), "{e}");
+    assert!(
+        e.contains(&bomb.digest)
+            && e.contains("inflates more than 100×")
+            && e.contains("--max-inflation"),
+        "{e}"
+    );
     // Stopped after 64 MiB + 100 × what was read, not after 10 GiB.
-    r.within(&format!("layer of {} bytes inflating {ratio}×", bomb.size), Duration::from_secs(20), 100);
+    r.within(
+        &format!("layer of {} bytes inflating {ratio}×", bomb.size),
+        Duration::from_secs(20),
+        100,
+    );
     dest.assert_untouched();
 
     // No file of the base read (a recipe named, no packages): a docker archive stores layers
     // decompressed, and would take the 10 GiB onto the disk.
     let archive = format!("docker-archive:{}", dest.dir.path().join("out.tar").display());
-    let r = run(&["build", "--no-packages", "--recipe", "debian-12", "--base", &base, "--output", &archive], tmp.path());
+    let r = run(
+        &["build", "--no-packages", "--recipe", "debian-12", "--base", &base, "--output", &archive],
+        tmp.path(),
+    );
     let e = r.error();
-    assert!(e.contains(&format!("layer {}", bomb.digest)) && e.contains("inflates more than 100×"), "{e}");
+    assert!(
+        e.contains(&format!("layer {}", bomb.digest)) && e.contains("inflates more than 100×"),
+        "{e}"
+    );
     r.within("the same layer into a docker archive", Duration::from_secs(20), 100);
     dest.assert_untouched();
 }
@@ -173,7 +217,9 @@ fn a_packages_xz_that_inflates_1000x_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     // 2 GiB of zeros in xz: 32 streams of 64 MiB (xz reads concatenated streams as one file).
     let mut stream = Vec::new();
-    liblzma::read::XzEncoder::new(std::io::repeat(0).take(64 << 20), 6).read_to_end(&mut stream).unwrap();
+    liblzma::read::XzEncoder::new(std::io::repeat(0).take(64 << 20), 6)
+        .read_to_end(&mut stream)
+        .unwrap();
     let bomb: Vec<u8> = stream.repeat(32);
     let ratio = (2u64 << 30) / bomb.len() as u64;
     assert!(ratio > 1000, "{ratio}");
@@ -194,11 +240,33 @@ fn a_packages_xz_that_inflates_1000x_is_refused() {
     let served = Served::start(&www);
     let mirror = served.url("");
     let dest = Dest::new();
-    let base = format!("oci:{}/../testdata/images/debian12-mini:latest", env!("CARGO_MANIFEST_DIR"));
-    let r = run(&["build", "--base", &base, "--mirror", mirror.trim_end_matches('/'), "--keyring", keyfile.to_str().unwrap(), "--output", &dest.oci()], tmp.path());
+    let base =
+        format!("oci:{}/../testdata/images/debian12-mini:latest", env!("CARGO_MANIFEST_DIR"));
+    let r = run(
+        &[
+            "build",
+            "--base",
+            &base,
+            "--mirror",
+            mirror.trim_end_matches('/'),
+            "--keyring",
+            keyfile.to_str().unwrap(),
+            "--output",
+            &dest.oci(),
+        ],
+        tmp.path(),
+    );
     let e = r.error();
-    assert!(e.contains("/dists/bookworm/main/binary-amd64/Packages.xz inflates more than 100×") && e.contains("--max-inflation"), "{e}");
-    r.within(&format!("Packages.xz of {} bytes inflating {ratio}×", bomb.len()), Duration::from_secs(20), 200);
+    assert!(
+        e.contains("/dists/bookworm/main/binary-amd64/Packages.xz inflates more than 100×")
+            && e.contains("--max-inflation"),
+        "{e}"
+    );
+    r.within(
+        &format!("Packages.xz of {} bytes inflating {ratio}×", bomb.len()),
+        Duration::from_secs(20),
+        200,
+    );
     dest.assert_untouched();
 }
 
@@ -230,25 +298,59 @@ fn millions_of_tiny_entries_are_bounded() {
         Ok(())
     });
     let base = image(&dir, vec![os, many.clone()]);
-    eprintln!("hostile: a layer of {ENTRIES} entries: {} bytes of gzip, made in {:.1?}", many.size, made.elapsed());
+    eprintln!(
+        "hostile: a layer of {ENTRIES} entries: {} bytes of gzip, made in {:.1?}",
+        many.size,
+        made.elapsed()
+    );
 
     // The default: refused once the 2 000 000th entry is passed.
     let cache = tmp.path().join("cache");
     let dest = Dest::new();
     let r = run(&["build", "--no-packages", "--base", &base, "--output", &dest.oci()], &cache);
     let e = r.error();
-    assert!(e.contains(&base) && e.contains("more than 2000000 tar entries") && e.contains("--max-entries"), "{e}");
+    assert!(
+        e.contains(&base)
+            && e.contains("more than 2000000 tar entries")
+            && e.contains("--max-entries"),
+        "{e}"
+    );
     r.within("2.1 million entries, --max-entries 2000000 (default)", Duration::from_secs(60), 600);
     dest.assert_untouched();
 
     // A lower limit: refused sooner, in less memory.
-    let r = run(&["build", "--no-packages", "--max-entries", "100000", "--base", &base, "--output", &dest.oci()], &cache);
+    let r = run(
+        &[
+            "build",
+            "--no-packages",
+            "--max-entries",
+            "100000",
+            "--base",
+            &base,
+            "--output",
+            &dest.oci(),
+        ],
+        &cache,
+    );
     assert!(r.error().contains("more than 100000 tar entries"), "{}", r.stderr);
     r.within("2.1 million entries, --max-entries 100000", Duration::from_secs(20), 100);
     dest.assert_untouched();
 
     // Raised for a genuine image this large: the build finishes, within stated bounds.
-    let r = run(&["build", "--quiet", "--no-packages", "--max-entries", "2200000", "--base", &base, "--output", &dest.oci()], &cache);
+    let r = run(
+        &[
+            "build",
+            "--quiet",
+            "--no-packages",
+            "--max-entries",
+            "2200000",
+            "--base",
+            &base,
+            "--output",
+            &dest.oci(),
+        ],
+        &cache,
+    );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     r.within("2.1 million entries, --max-entries 2200000", Duration::from_secs(60), 600);
 }
@@ -287,12 +389,31 @@ fn a_manifest_of_10000_layers_is_refused() {
         tar.finish().unwrap();
     }
     let docker = format!("docker-archive:{}", archive.display());
-    let r = run(&["build", "--no-packages", "--base", &docker, "--output", &dest.oci()], tmp.path());
-    assert!(r.error().contains(&format!("the base {docker} lists 10000 layers (limit --max-layers 125")), "{}", r.stderr);
+    let r =
+        run(&["build", "--no-packages", "--base", &docker, "--output", &dest.oci()], tmp.path());
+    assert!(
+        r.error()
+            .contains(&format!("the base {docker} lists 10000 layers (limit --max-layers 125")),
+        "{}",
+        r.stderr
+    );
     dest.assert_untouched();
 
     // Raised: every layer is looked at (they are one blob, read once); it finishes.
-    let r = run(&["build", "--quiet", "--no-packages", "--max-layers", "10000", "--base", &base, "--output", &dest.oci()], tmp.path());
+    let r = run(
+        &[
+            "build",
+            "--quiet",
+            "--no-packages",
+            "--max-layers",
+            "10000",
+            "--base",
+            &base,
+            "--output",
+            &dest.oci(),
+        ],
+        tmp.path(),
+    );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     r.within("a manifest of 10000 layers, --max-layers 10000", Duration::from_secs(60), 300);
 
@@ -300,7 +421,12 @@ fn a_manifest_of_10000_layers_is_refused() {
     // has no RDMA user space: "not ready", exit 1, no error). An error is exit 2 in `check`.
     let r = run(&["check", &base], tmp.path());
     assert_eq!(r.code, Some(2), "{}", r.stderr);
-    assert!(r.stderr.lines().any(|l| l.starts_with("error: ") && l.contains("lists 10000 layers (limit --max-layers 125")), "{}", r.stderr);
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("error: ")
+            && l.contains("lists 10000 layers (limit --max-layers 125")),
+        "{}",
+        r.stderr
+    );
     let r = run(&["check", "--max-layers", "10000", &base], tmp.path());
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert!(!r.stderr.contains("error:"), "{}", r.stderr);
@@ -317,13 +443,20 @@ fn a_symlink_loop_at_os_release_is_refused() {
     // /etc/os-release -> a -> b -> /etc/os-release, over the real file in the layer below.
     let looped = fixture::entries_layer(
         &dir,
-        &[("etc/os-release", b"a".as_slice(), 0o120777), ("etc/a", b"b".as_slice(), 0o120777), ("etc/b", b"/etc/os-release".as_slice(), 0o120777)],
+        &[
+            ("etc/os-release", b"a".as_slice(), 0o120777),
+            ("etc/a", b"b".as_slice(), 0o120777),
+            ("etc/b", b"/etc/os-release".as_slice(), 0o120777),
+        ],
     );
     let base = image(&dir, vec![real, looped]);
     let dest = Dest::new();
     let r = run(&["build", "--no-packages", "--base", &base, "--output", &dest.oci()], tmp.path());
     let e = r.error();
-    assert!(e.contains(&format!("/etc/os-release in {base} takes more than 40 symbolic links")), "{e}");
+    assert!(
+        e.contains(&format!("/etc/os-release in {base} takes more than 40 symbolic links")),
+        "{e}"
+    );
     r.within("a symlink loop at /etc/os-release", Duration::from_secs(10), 100);
     dest.assert_untouched();
 }
@@ -372,9 +505,13 @@ fn a_long_name_of_60_mib_is_refused() {
     let archive = tmp.path().join("long.tar");
     std::fs::write(&archive, &tar).unwrap();
     let docker = format!("docker-archive:{}", archive.display());
-    let r = run(&["build", "--no-packages", "--base", &docker, "--output", &dest.oci()], tmp.path());
+    let r =
+        run(&["build", "--no-packages", "--base", &docker, "--output", &dest.oci()], tmp.path());
     let e = r.error();
-    assert!(e.contains(&archive.display().to_string()) && e.contains("take more than 4194304 bytes"), "{e}");
+    assert!(
+        e.contains(&archive.display().to_string()) && e.contains("take more than 4194304 bytes"),
+        "{e}"
+    );
     r.within("a docker archive with a 60 MiB long name", Duration::from_secs(20), 60);
     dest.assert_untouched();
 }
@@ -426,7 +563,9 @@ fn serve_replies(answer: impl Fn(&str, &str) -> Reply + Send + Sync + 'static) -
                         while s.write_all(&block).is_ok() {}
                     }
                     Some(body) => {
-                        let _ = s.write_all(format!("{head}Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+                        let _ = s.write_all(
+                            format!("{head}Content-Length: {}\r\n\r\n", body.len()).as_bytes(),
+                        );
                         if method != "HEAD" {
                             let _ = s.write_all(&body);
                         }
@@ -440,15 +579,28 @@ fn serve_replies(answer: impl Fn(&str, &str) -> Reply + Send + Sync + 'static) -
 
 /// [`serve_replies`] of `answer(method, path)`: `Some((content type, body))` (404 when the
 /// type is empty), or `None` for an endless body.
-fn serve(answer: impl Fn(&str, &str) -> Option<(String, Vec<u8>)> + Send + Sync + 'static) -> String {
+fn serve(
+    answer: impl Fn(&str, &str) -> Option<(String, Vec<u8>)> + Send + Sync + 'static,
+) -> String {
     serve_replies(move |method, path| match answer(method, path) {
-        None => Reply { status: "200 OK", headers: vec!["Content-Type: application/octet-stream".into()], body: None },
-        Some((ctype, body)) => Reply { status: if ctype.is_empty() { "404 Not Found" } else { "200 OK" }, headers: vec![format!("Content-Type: {ctype}")], body: Some(body) },
+        None => Reply {
+            status: "200 OK",
+            headers: vec!["Content-Type: application/octet-stream".into()],
+            body: None,
+        },
+        Some((ctype, body)) => Reply {
+            status: if ctype.is_empty() { "404 Not Found" } else { "200 OK" },
+            headers: vec![format!("Content-Type: {ctype}")],
+            body: Some(body),
+        },
     })
 }
 
 /// Files of `root` by URL path; `None` (endless) for the paths `endless_at` picks.
-fn files(root: PathBuf, endless_at: fn(&str) -> bool) -> impl Fn(&str, &str) -> Option<(String, Vec<u8>)> {
+fn files(
+    root: PathBuf,
+    endless_at: fn(&str) -> bool,
+) -> impl Fn(&str, &str) -> Option<(String, Vec<u8>)> {
     move |_, path| {
         if endless_at(path) {
             return None;
@@ -492,24 +644,66 @@ fn endless_bodies_are_cut_off() {
         })
     });
     let dest = Dest::new();
-    let r = run(&["build", "--no-packages", "--base", &format!("docker://{registry}/hostile:1"), "--output", &dest.oci()], tmp.path());
+    let r = run(
+        &[
+            "build",
+            "--no-packages",
+            "--base",
+            &format!("docker://{registry}/hostile:1"),
+            "--output",
+            &dest.oci(),
+        ],
+        tmp.path(),
+    );
     let e = r.error();
-    assert!(e.contains(&format!("registry {registry} sent more of blob {} than the {} bytes its descriptor gives", top.digest, top.size)), "{e}");
+    assert!(
+        e.contains(&format!(
+            "registry {registry} sent more of blob {} than the {} bytes its descriptor gives",
+            top.digest, top.size
+        )),
+        "{e}"
+    );
     r.within("a registry's endless layer blob", Duration::from_secs(20), 100);
     dest.assert_untouched();
 
     // A mirror whose InRelease never ends: cut at 32 MiB, the most a Release is allowed.
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/repos/debian-demo");
-    let base = format!("oci:{}/../testdata/images/debian12-mini:latest", env!("CARGO_MANIFEST_DIR"));
+    let base =
+        format!("oci:{}/../testdata/images/debian12-mini:latest", env!("CARGO_MANIFEST_DIR"));
     let key = demo.join("demo-key.asc");
     for (what, at, says) in [
-        ("InRelease", (|p: &str| p.ends_with("/InRelease")) as fn(&str) -> bool, format!("is larger than {} bytes", 32 * MIB)),
-        (".deb", |p: &str| p.ends_with(".deb"), "larger than the 334756 bytes the index says".to_string()),
+        (
+            "InRelease",
+            (|p: &str| p.ends_with("/InRelease")) as fn(&str) -> bool,
+            format!("is larger than {} bytes", 32 * MIB),
+        ),
+        (
+            ".deb",
+            |p: &str| p.ends_with(".deb"),
+            "larger than the 334756 bytes the index says".to_string(),
+        ),
     ] {
         let mirror = format!("http://{}", serve(files(demo.clone(), at)));
         let cache = tempfile::tempdir().unwrap();
-        let r = run(&["build", "--base", &base, "--mirror", &mirror, "--keyring", key.to_str().unwrap(), "--output", &dest.oci()], cache.path());
-        let e = r.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("{}", r.stderr));
+        let r = run(
+            &[
+                "build",
+                "--base",
+                &base,
+                "--mirror",
+                &mirror,
+                "--keyring",
+                key.to_str().unwrap(),
+                "--output",
+                &dest.oci(),
+            ],
+            cache.path(),
+        );
+        let e = r
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("error: "))
+            .unwrap_or_else(|| panic!("{}", r.stderr));
         assert_eq!(r.code, Some(1), "{}", r.stderr);
         assert!(e.contains(&mirror) && r.stderr.contains(&says), "{}", r.stderr);
         r.within(&format!("a mirror's endless {what}"), Duration::from_secs(20), 150);
@@ -531,21 +725,46 @@ fn endless_token_replies_and_error_bodies_are_cut_off() {
     let os = os_release_layer(&dir);
     let img = fixture::image_from_layers(&dir, "latest", vec![os.clone()], &[], &["/bin/sh"]);
     let manifest = std::fs::read(img.blob_path(&img.manifest_digest)).unwrap();
-    let json = |status: &'static str, body: &[u8]| Reply { status, headers: vec!["Content-Type: application/json".into()], body: Some(body.to_vec()) };
+    let json = |status: &'static str, body: &[u8]| Reply {
+        status,
+        headers: vec!["Content-Type: application/json".into()],
+        body: Some(body.to_vec()),
+    };
 
     // Anonymous pull: the registry asks for a bearer token; its realm answers without end.
     let realm = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
     let realm2 = realm.clone();
     let registry = serve_replies(move |_, path| {
         if path.starts_with("/token") {
-            return Reply { status: "200 OK", headers: vec!["Content-Type: application/json".into()], body: None };
+            return Reply {
+                status: "200 OK",
+                headers: vec!["Content-Type: application/json".into()],
+                body: None,
+            };
         }
-        let challenge = format!(r#"WWW-Authenticate: Bearer realm="{}",service="hostile""#, realm2.get().unwrap());
-        Reply { status: "401 Unauthorized", headers: vec![challenge, "Content-Type: application/json".into()], body: Some(br#"{"errors":[{"code":"UNAUTHORIZED","message":"token"}]}"#.to_vec()) }
+        let challenge = format!(
+            r#"WWW-Authenticate: Bearer realm="{}",service="hostile""#,
+            realm2.get().unwrap()
+        );
+        Reply {
+            status: "401 Unauthorized",
+            headers: vec![challenge, "Content-Type: application/json".into()],
+            body: Some(br#"{"errors":[{"code":"UNAUTHORIZED","message":"token"}]}"#.to_vec()),
+        }
     });
     realm.set(format!("http://{registry}/token")).unwrap();
     let dest = Dest::new();
-    let r = run(&["build", "--no-packages", "--base", &format!("docker://{registry}/hostile:1"), "--output", &dest.oci()], tmp.path());
+    let r = run(
+        &[
+            "build",
+            "--no-packages",
+            "--base",
+            &format!("docker://{registry}/hostile:1"),
+            "--output",
+            &dest.oci(),
+        ],
+        tmp.path(),
+    );
     let e = r.error();
     assert!(e.contains(&format!("registry {registry}: getting an access token from http://{registry}/token failed: the reply is longer than 1048576 bytes")), "{e}");
     r.within("a token service's endless reply", Duration::from_secs(20), 100);
@@ -557,35 +776,95 @@ fn endless_token_replies_and_error_bodies_are_cut_off() {
         if path == "/v2/" {
             json("200 OK", b"{}")
         } else if path.ends_with("/manifests/1") {
-            Reply { status: "200 OK", headers: vec!["Content-Type: application/vnd.oci.image.manifest.v1+json".into()], body: Some(manifest.clone()) }
+            Reply {
+                status: "200 OK",
+                headers: vec!["Content-Type: application/vnd.oci.image.manifest.v1+json".into()],
+                body: Some(manifest.clone()),
+            }
         } else if path.ends_with(&blob) {
-            Reply { status: "500 Internal Server Error", headers: vec!["Content-Type: text/plain".into()], body: None }
+            Reply {
+                status: "500 Internal Server Error",
+                headers: vec!["Content-Type: text/plain".into()],
+                body: None,
+            }
         } else {
             let digest = path.rsplit('/').next().unwrap_or_default();
             match std::fs::read(fixture::blob_path(&dir, digest)) {
-                Ok(b) => Reply { status: "200 OK", headers: vec!["Content-Type: application/octet-stream".into()], body: Some(b) },
+                Ok(b) => Reply {
+                    status: "200 OK",
+                    headers: vec!["Content-Type: application/octet-stream".into()],
+                    body: Some(b),
+                },
                 Err(_) => json("404 Not Found", b"{}"),
             }
         }
     });
-    let r = run(&["build", "--no-packages", "--base", &format!("docker://{registry}/hostile:1"), "--output", &dest.oci()], tmp.path());
+    let r = run(
+        &[
+            "build",
+            "--no-packages",
+            "--base",
+            &format!("docker://{registry}/hostile:1"),
+            "--output",
+            &dest.oci(),
+        ],
+        tmp.path(),
+    );
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     let e = r.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
-    assert!(e.contains(&format!("registry {registry}")) && r.stderr.contains("500") && r.stderr.contains("AAAA…"), "{}", r.stderr);
+    assert!(
+        e.contains(&format!("registry {registry}"))
+            && r.stderr.contains("500")
+            && r.stderr.contains("AAAA…"),
+        "{}",
+        r.stderr
+    );
     r.within("a registry's endless error answer to a blob", Duration::from_secs(20), 100);
     dest.assert_untouched();
 
     // The output registry: every upload it is asked to open answers 500 without end.
     let output = serve_replies(move |method, path| match (method, path) {
         ("GET", "/v2/") => json("200 OK", b"{}"),
-        ("POST", _) => Reply { status: "500 Internal Server Error", headers: vec!["Content-Type: text/plain".into()], body: None },
+        ("POST", _) => Reply {
+            status: "500 Internal Server Error",
+            headers: vec!["Content-Type: text/plain".into()],
+            body: None,
+        },
         _ => json("404 Not Found", br#"{"errors":[{"code":"BLOB_UNKNOWN","message":"unknown"}]}"#),
     });
-    let base = fixture::image_from_layers(&tmp.path().join("base2"), "latest", vec![os_release_layer(&tmp.path().join("base2"))], &[], &["/bin/sh"]).reference();
-    let r = run(&["build", "--no-packages", "--base", &base, "--output", &format!("docker://{output}/out:1")], tmp.path());
+    let base = fixture::image_from_layers(
+        &tmp.path().join("base2"),
+        "latest",
+        vec![os_release_layer(&tmp.path().join("base2"))],
+        &[],
+        &["/bin/sh"],
+    )
+    .reference();
+    let r = run(
+        &[
+            "build",
+            "--no-packages",
+            "--base",
+            &base,
+            "--output",
+            &format!("docker://{output}/out:1"),
+        ],
+        tmp.path(),
+    );
     assert_eq!(r.code, Some(1), "{}", r.stderr);
-    assert!(r.stderr.lines().any(|l| l.starts_with(&format!("error: registry {output}: uploading blob failed"))) && r.stderr.contains("AAAA…"), "{}", r.stderr);
-    r.within("an output registry's endless error answer to an upload", Duration::from_secs(20), 100);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with(&format!("error: registry {output}: uploading blob failed")))
+            && r.stderr.contains("AAAA…"),
+        "{}",
+        r.stderr
+    );
+    r.within(
+        "an output registry's endless error answer to an upload",
+        Duration::from_secs(20),
+        100,
+    );
 }
 
 #[test]
@@ -606,15 +885,29 @@ fn endless_and_huge_manifests_are_refused() {
                 return Some(("application/json".into(), b"{}".to_vec()));
             }
             if path.ends_with("/manifests/1") {
-                return (!endless).then(|| ("application/vnd.oci.image.index.v1+json".into(), huge.to_vec()));
+                return (!endless)
+                    .then(|| ("application/vnd.oci.image.index.v1+json".into(), huge.to_vec()));
             }
             Some((String::new(), Vec::new()))
         });
         let dest = Dest::new();
-        let r = run(&["build", "--no-packages", "--base", &format!("docker://{registry}/hostile:1"), "--output", &dest.oci()], tmp.path());
+        let r = run(
+            &[
+                "build",
+                "--no-packages",
+                "--base",
+                &format!("docker://{registry}/hostile:1"),
+                "--output",
+                &dest.oci(),
+            ],
+            tmp.path(),
+        );
         let e = r.error();
         assert!(
-            e.contains(&format!("registry {registry} sent more than {} bytes of manifest for {registry}/hostile:1", 8 * MIB)),
+            e.contains(&format!(
+                "registry {registry} sent more than {} bytes of manifest for {registry}/hostile:1",
+                8 * MIB
+            )),
             "{e}"
         );
         r.within(&format!("a registry's {what} manifest"), Duration::from_secs(20), 100);

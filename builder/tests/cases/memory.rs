@@ -30,7 +30,9 @@ fn build_measured_in(args: &[&str], cache: &Path) -> (String, u64) {
 
 #[test]
 fn one_gib_layer_builds_under_150_mb() {
-    if !support::require_registry() || !support::require(support::have("/usr/bin/time"), "GNU time is needed") {
+    if !support::require_registry()
+        || !support::require(support::have("/usr/bin/time"), "GNU time is needed")
+    {
         return;
     }
     const GIB: u64 = 1 << 30;
@@ -43,7 +45,15 @@ fn one_gib_layer_builds_under_150_mb() {
 
     // Registry to layout: the 1 GiB layer is downloaded, checked and written, streaming.
     let layout = tmp.path().join("out");
-    let (_, rss) = build_measured(&["build", "--quiet", "--no-packages", "--base", &reg.reference("big:1"), "--output", &format!("oci:{}:x", layout.display())]);
+    let (_, rss) = build_measured(&[
+        "build",
+        "--quiet",
+        "--no-packages",
+        "--base",
+        &reg.reference("big:1"),
+        "--output",
+        &format!("oci:{}:x", layout.display()),
+    ]);
     eprintln!("registry -> oci layout with a 1 GiB layer: peak RSS {rss} KiB");
     assert!(rss < LIMIT_KIB, "peak RSS {rss} KiB");
     let copied = support::fixture::blob_path(&layout, &base.layers[0].digest);
@@ -51,14 +61,32 @@ fn one_gib_layer_builds_under_150_mb() {
 
     // Layout to docker archive: the layer is decompressed into the archive, streaming.
     let archive = tmp.path().join("big.tar");
-    let (_, rss) = build_measured(&["build", "--quiet", "--no-packages", "--base", &format!("oci:{}:x", layout.display()), "--output", &format!("docker-archive:{}", archive.display()), "--recipe", "debian-12"]);
+    let (_, rss) = build_measured(&[
+        "build",
+        "--quiet",
+        "--no-packages",
+        "--base",
+        &format!("oci:{}:x", layout.display()),
+        "--output",
+        &format!("docker-archive:{}", archive.display()),
+        "--recipe",
+        "debian-12",
+    ]);
     eprintln!("oci layout -> docker-archive with a 1 GiB layer: peak RSS {rss} KiB");
     assert!(rss < LIMIT_KIB, "peak RSS {rss} KiB");
     assert!(std::fs::metadata(&archive).unwrap().len() > GIB);
 
     // Registry to registry: the layer is mounted, so nothing moves at all.
     let before = reg.count_blob_gets(&base.layers[0].digest);
-    let (_, rss) = build_measured(&["build", "--quiet", "--no-packages", "--base", &reg.reference("big:1"), "--output", &reg.reference("out:1")]);
+    let (_, rss) = build_measured(&[
+        "build",
+        "--quiet",
+        "--no-packages",
+        "--base",
+        &reg.reference("big:1"),
+        "--output",
+        &reg.reference("out:1"),
+    ]);
     assert!(rss < LIMIT_KIB, "peak RSS {rss} KiB");
     assert_eq!(reg.count_blob_gets(&base.layers[0].digest), before);
 }
@@ -119,12 +147,22 @@ fn big_payload_deb(dir: &Path) -> (std::path::PathBuf, String) {
         ),
     )
     .unwrap();
-    std::fs::write(debian.join("md5sums"), format!("{}  {PAYLOAD_PATH}\n", hex::encode(md5.finalize()))).unwrap();
+    std::fs::write(
+        debian.join("md5sums"),
+        format!("{}  {PAYLOAD_PATH}\n", hex::encode(md5.finalize())),
+    )
+    .unwrap();
     for f in ["control", "md5sums"] {
         std::fs::set_permissions(debian.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     let deb = dir.join("big-payload_1.0_amd64.deb");
-    support::debian::run_ok("dpkg-deb --build -Znone", std::process::Command::new("dpkg-deb").args(["--build", "--root-owner-group", "-Znone"]).arg(&root).arg(&deb));
+    support::debian::run_ok(
+        "dpkg-deb --build -Znone",
+        std::process::Command::new("dpkg-deb")
+            .args(["--build", "--root-owner-group", "-Znone"])
+            .arg(&root)
+            .arg(&deb),
+    );
     (deb, hex::encode(sha.finalize()))
 }
 
@@ -135,7 +173,10 @@ fn big_payload_deb(dir: &Path) -> (std::path::PathBuf, String) {
 #[test]
 fn builds_with_a_500_mb_package_under_100_mb() {
     if !support::require(
-        support::have("dpkg-deb") && support::have("apt-ftparchive") && support::have("gpg") && support::have("/usr/bin/time"),
+        support::have("dpkg-deb")
+            && support::have("apt-ftparchive")
+            && support::have("gpg")
+            && support::have("/usr/bin/time"),
         "dpkg-deb, apt-ftparchive, gpg and GNU time are needed",
     ) || !support::apt_repo::require_tools()
     {
@@ -149,7 +190,8 @@ fn builds_with_a_500_mb_package_under_100_mb() {
     assert!(deb_size > PAYLOAD, "the .deb is stored, not compressed: {deb_size} bytes");
     let key = TestKey::generate();
     let keyfile = key.write_public(tmp.path(), "repo.asc");
-    let repo = AptRepo::build_under("erdma/apt/debian", Layout::erdma(), std::slice::from_ref(&deb), &key);
+    let repo =
+        AptRepo::build_under("erdma/apt/debian", Layout::erdma(), std::slice::from_ref(&deb), &key);
     // The repository holds its own copy.
     std::fs::remove_file(&deb).unwrap();
     let recipe = super::write_debian12_recipe(
@@ -163,37 +205,72 @@ fn builds_with_a_500_mb_package_under_100_mb() {
     // A cache of its own, so that the .deb really is downloaded.
     let cache = tmp.path().join("cache");
     let out = tmp.path().join("out");
-    let base = format!("oci:{}/../testdata/images/debian12-mini:latest", env!("CARGO_MANIFEST_DIR"));
+    let base =
+        format!("oci:{}/../testdata/images/debian12-mini:latest", env!("CARGO_MANIFEST_DIR"));
     let t1 = Instant::now();
     let (stdout, rss) = build_measured_in(
         &[
-            "build", "--quiet", "--json", "--base", &base, "--recipe", recipe.to_str().unwrap(), "--keyring", keyfile.to_str().unwrap(),
-            "--no-packages", "--install", "big-payload", "--compression", "zstd", "--output", &format!("oci:{}:x", out.display()),
+            "build",
+            "--quiet",
+            "--json",
+            "--base",
+            &base,
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--keyring",
+            keyfile.to_str().unwrap(),
+            "--no-packages",
+            "--install",
+            "big-payload",
+            "--compression",
+            "zstd",
+            "--output",
+            &format!("oci:{}:x", out.display()),
         ],
         &cache,
     );
     let built = t1.elapsed();
-    eprintln!("install of a {deb_size}-byte package: peak RSS {rss} KiB ({} MiB), build {built:.1?}", rss / 1024);
+    eprintln!(
+        "install of a {deb_size}-byte package: peak RSS {rss} KiB ({} MiB), build {built:.1?}",
+        rss / 1024
+    );
     assert!(rss < LIMIT_KIB, "peak RSS {rss} KiB");
 
     // The .deb was downloaded, once, into the cache.
-    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report is not JSON ({e}): {stdout}"));
+    let r: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("report is not JSON ({e}): {stdout}"));
     let pk = &r["images"][0]["packages"];
     assert_eq!(pk["downloaded_bytes"], deb_size, "{pk}");
-    let names: Vec<&str> = pk["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        pk["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["big-payload"], "{pk}");
-    assert_eq!(repo.get_paths().iter().filter(|p| p.ends_with(".deb")).count(), 1, "{:?}", repo.get_paths());
-    let cached: Vec<u64> = std::fs::read_dir(cache.join("erdma-build/debs")).unwrap().flatten().map(|e| e.metadata().unwrap().len()).collect();
+    assert_eq!(
+        repo.get_paths().iter().filter(|p| p.ends_with(".deb")).count(),
+        1,
+        "{:?}",
+        repo.get_paths()
+    );
+    let cached: Vec<u64> = std::fs::read_dir(cache.join("erdma-build/debs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
     assert_eq!(cached, [deb_size]);
 
     // The new (last) layer holds the file, whole: read streaming, zstd then tar.
     let img = support::fixture::read_fixture(&out, "x");
     let layer = img.layers.last().unwrap();
     eprintln!("new layer: {} bytes (zstd)", layer.size);
-    let media = img.manifest()["layers"].as_array().unwrap().last().unwrap()["mediaType"].as_str().unwrap().to_string();
+    let media = img.manifest()["layers"].as_array().unwrap().last().unwrap()["mediaType"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(media.ends_with("+zstd"), "{media}");
     let blob = std::fs::File::open(support::fixture::blob_path(&out, &layer.digest)).unwrap();
-    let mut tar_stream = HashReader { inner: zstd::stream::read::Decoder::new(blob).unwrap(), hasher: Sha256::new() };
+    let mut tar_stream = HashReader {
+        inner: zstd::stream::read::Decoder::new(blob).unwrap(),
+        hasher: Sha256::new(),
+    };
     let mut found = None;
     {
         let mut archive = tar::Archive::new(&mut tar_stream);
@@ -211,7 +288,8 @@ fn builds_with_a_500_mb_package_under_100_mb() {
     // What tar leaves unread (its end-of-archive padding) is part of the diff_id too.
     io::copy(&mut tar_stream, &mut io::sink()).unwrap();
     assert_eq!(format!("sha256:{}", hex::encode(tar_stream.hasher.finalize())), layer.diff_id);
-    let (size, copied, sha) = found.unwrap_or_else(|| panic!("no {PAYLOAD_PATH} in the new layer {}", layer.digest));
+    let (size, copied, sha) =
+        found.unwrap_or_else(|| panic!("no {PAYLOAD_PATH} in the new layer {}", layer.digest));
     assert_eq!((size, copied), (PAYLOAD, PAYLOAD));
     assert_eq!(sha, payload_sha);
     eprintln!("big package test: {:.1?} in all ({prepared:.1?} to build the .deb and the repository, {built:.1?} to build the image)", t0.elapsed());

@@ -16,9 +16,9 @@ mod releases;
 mod rpm;
 mod rpm_fixtures;
 mod tls;
-mod ubuntu;
 mod transfers;
 mod transports;
+mod ubuntu;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -37,7 +37,12 @@ pub fn text(b: &[u8]) -> String {
 /// [`runnable_base`] that list no apt source of their own.
 pub fn test_recipe_args(dir: &Path) -> Vec<String> {
     let (recipe, key) = test_recipe(dir, None);
-    vec!["--recipe".into(), recipe.display().to_string(), "--keyring".into(), key.display().to_string()]
+    vec![
+        "--recipe".into(),
+        recipe.display().to_string(),
+        "--keyring".into(),
+        key.display().to_string(),
+    ]
 }
 
 /// Runs `erdma-build ARGS --json`, asserts success and returns the parsed report.
@@ -47,7 +52,9 @@ pub fn build_json(args: &[&str]) -> Value {
     all.push("--json");
     let out = support::run_build(&all);
     support::assert_success("erdma-build", &out);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
+    })
 }
 
 /// Runs `erdma-build build --json ARGS` with its own package cache `cache`, asserts success
@@ -56,15 +63,23 @@ pub fn build_json(args: &[&str]) -> Value {
 pub fn build_cached(args: &[&str], cache: &Path) -> Value {
     let mut all = vec!["build", "--json"];
     all.extend_from_slice(args);
-    let out = build_env(&all, &[("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")]);
+    let out = build_env(
+        &all,
+        &[("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")],
+    );
     support::assert_success("erdma-build build", &out);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
+    })
 }
 
 /// Runs `erdma-build ARGS` with extra environment variables.
 pub fn build_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = std::process::Command::new(support::bin());
-    cmd.args(args).env("NO_COLOR", "1").env("XDG_CACHE_HOME", support::test_cache()).stdin(std::process::Stdio::null());
+    cmd.args(args)
+        .env("NO_COLOR", "1")
+        .env("XDG_CACHE_HOME", support::test_cache())
+        .stdin(std::process::Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -76,12 +91,20 @@ pub fn build_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 pub fn build_fails(args: &[&str]) -> String {
     let out: Output = support::run_build(args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "expected failure, got success\n{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "expected failure, got success\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     // Retry warnings may come first; the error and its causes are the rest.
     let at = stderr.find("error: ").unwrap_or_else(|| panic!("no `error:` line: {stderr}"));
-    assert_eq!(stderr.matches("\nerror: ").count() + usize::from(stderr.starts_with("error: ")), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("\nerror: ").count() + usize::from(stderr.starts_with("error: ")),
+        1,
+        "{stderr}"
+    );
     stderr[at..].to_string()
 }
 
@@ -110,7 +133,8 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 
 /// A base that runs: static busybox with a few applet links, and a Debian 12 os-release.
 pub fn runnable_base(dir: &Path) -> support::OciFixture {
-    let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed by scripts/setup");
+    let busybox =
+        std::fs::read("/bin/busybox").expect("busybox-static is installed by scripts/setup");
     support::fixture_image(
         dir,
         &[vec![
@@ -128,12 +152,19 @@ pub fn runnable_base(dir: &Path) -> support::OciFixture {
 
 /// A recipe file that adds an apt source, its key and a plain file: what an eRDMA recipe for
 /// Ubuntu does, with a repository we control.
-pub fn test_recipe(dir: &Path, fingerprint: Option<&str>) -> (std::path::PathBuf, std::path::PathBuf) {
+pub fn test_recipe(
+    dir: &Path,
+    fingerprint: Option<&str>,
+) -> (std::path::PathBuf, std::path::PathBuf) {
     test_recipe_with(dir, fingerprint, None)
 }
 
 /// [`test_recipe`] whose repository names a `key_url`.
-pub fn test_recipe_with(dir: &Path, fingerprint: Option<&str>, key_url: Option<&str>) -> (std::path::PathBuf, std::path::PathBuf) {
+pub fn test_recipe_with(
+    dir: &Path,
+    fingerprint: Option<&str>,
+    key_url: Option<&str>,
+) -> (std::path::PathBuf, std::path::PathBuf) {
     let key = dir.join("test-key.asc");
     std::fs::write(&key, TEST_KEY).unwrap();
     let mut fp = fingerprint.map(|f| format!("fingerprint = \"{f}\"\n")).unwrap_or_default();
@@ -166,7 +197,12 @@ NCCL_IB_HCA = "erdma"
 
 /// Writes the recipe file `dir/name` for Debian 12: the `[distro]` table (named `pretty`), then
 /// `body` (repositories, packages, files, env).
-pub fn write_debian12_recipe(dir: &Path, name: &str, pretty: &str, body: &str) -> std::path::PathBuf {
+pub fn write_debian12_recipe(
+    dir: &Path,
+    name: &str,
+    pretty: &str,
+    body: &str,
+) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, format!("[distro]\nid = \"debian\"\nversion_id = \"12\"\npretty = \"{pretty}\"\nbackend = \"apt\"\n\n{body}")).unwrap();
     path
@@ -183,7 +219,12 @@ pub fn apt_get_works_on_top(dir: &Path, image: &str) {
     std::fs::create_dir_all(&ctx).unwrap();
     std::fs::write(ctx.join("Dockerfile"), format!("FROM {image}\nRUN apt-get update -q && apt-get install -y -q rdmacm-utils && rping --help 2>&1 | head -1 && dpkg --audit\n")).unwrap();
     let child = format!("{image}-child");
-    let out = std::process::Command::new("docker").args(["build", "-q", "-t", &child]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
+    let out = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &child])
+        .arg(&ctx)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
     let _ = std::process::Command::new("docker").args(["rmi", "-f", &child]).output();
     support::assert_success("docker build FROM the result with apt-get install rdmacm-utils", &out);
 }

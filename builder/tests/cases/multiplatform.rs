@@ -11,7 +11,11 @@ use std::process::{Command, Output};
 use serde_json::{json, Value};
 
 use super::{build_cached, build_env, build_fails, runnable_base};
-use crate::support::{self, debian, fixture::{self, Platform}, OciFixture, Registry};
+use crate::support::{
+    self, debian,
+    fixture::{self, Platform},
+    OciFixture, Registry,
+};
 
 fn s(p: &Path) -> String {
     p.display().to_string()
@@ -32,7 +36,9 @@ pub enum IndexKind {
 impl IndexKind {
     pub fn media_type(self) -> &'static str {
         match self {
-            IndexKind::DockerManifestList => "application/vnd.docker.distribution.manifest.list.v2+json",
+            IndexKind::DockerManifestList => {
+                "application/vnd.docker.distribution.manifest.list.v2+json"
+            }
             IndexKind::OciIndex => fixture::MEDIA_INDEX,
         }
     }
@@ -40,7 +46,10 @@ impl IndexKind {
     /// What the kind needs besides the registry and skopeo (`support::require`'s arguments).
     pub fn needs(self) -> (bool, &'static str) {
         match self {
-            IndexKind::DockerManifestList => (support::have("docker"), "the docker CLI is needed for `docker manifest push` (run scripts/setup)"),
+            IndexKind::DockerManifestList => (
+                support::have("docker"),
+                "the docker CLI is needed for `docker manifest push` (run scripts/setup)",
+            ),
             IndexKind::OciIndex => (true, ""),
         }
     }
@@ -51,7 +60,12 @@ impl IndexKind {
 fn docker_cli(work: &Path, args: &[&str]) -> Output {
     let config = work.join("docker-config");
     std::fs::create_dir_all(&config).unwrap();
-    Command::new("docker").args(args).env("DOCKER_CONFIG", &config).stdin(std::process::Stdio::null()).output().unwrap()
+    Command::new("docker")
+        .args(args)
+        .env("DOCKER_CONFIG", &config)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
 }
 
 fn docker(args: &[&str]) -> Output {
@@ -60,34 +74,65 @@ fn docker(args: &[&str]) -> Output {
 
 /// Pushes `images` to `reg` as one multi-platform `NAME:TAG` of `kind` (scratch files in
 /// `work`) and returns the index as the registry serves it, and its digest.
-pub fn push_index(reg: &Registry, kind: IndexKind, images: &[(&OciFixture, Platform)], name_tag: &str, work: &Path) -> (Value, String) {
+pub fn push_index(
+    reg: &Registry,
+    kind: IndexKind,
+    images: &[(&OciFixture, Platform)],
+    name_tag: &str,
+    work: &Path,
+) -> (Value, String) {
     std::fs::create_dir_all(work).unwrap();
     let target = reg.reference(name_tag);
     match kind {
         IndexKind::OciIndex => {
-            let layout = fixture::index_layout(&work.join(format!("index-{}", name_tag.replace([':', '/'], "-"))), "index", images, &[]);
-            let out = support::skopeo(["copy", "--all", "--quiet", "--dest-tls-verify=false", &layout.reference(), &target]);
+            let layout = fixture::index_layout(
+                &work.join(format!("index-{}", name_tag.replace([':', '/'], "-"))),
+                "index",
+                images,
+                &[],
+            );
+            let out = support::skopeo([
+                "copy",
+                "--all",
+                "--quiet",
+                "--dest-tls-verify=false",
+                &layout.reference(),
+                &target,
+            ]);
             support::assert_success("skopeo copy --all", &out);
         }
         IndexKind::DockerManifestList => {
             let list = target.trim_start_matches("docker://").to_string();
-            let mut create = vec!["manifest".to_string(), "create".into(), "--insecure".into(), list.clone()];
+            let mut create =
+                vec!["manifest".to_string(), "create".into(), "--insecure".into(), list.clone()];
             for (img, p) in images {
                 let child = format!("{name_tag}-{}", p.architecture);
-                let out = support::skopeo(["copy", "--quiet", "--format", "v2s2", "--dest-tls-verify=false", &img.reference(), &reg.reference(&child)]);
+                let out = support::skopeo([
+                    "copy",
+                    "--quiet",
+                    "--format",
+                    "v2s2",
+                    "--dest-tls-verify=false",
+                    &img.reference(),
+                    &reg.reference(&child),
+                ]);
                 support::assert_success("skopeo copy --format v2s2", &out);
                 create.push(reg.reference(&child).trim_start_matches("docker://").to_string());
             }
             let create: Vec<&str> = create.iter().map(String::as_str).collect();
             support::assert_success("docker manifest create", &docker_cli(work, &create));
-            support::assert_success("docker manifest push", &docker_cli(work, &["manifest", "push", "--insecure", &list]));
+            support::assert_success(
+                "docker manifest push",
+                &docker_cli(work, &["manifest", "push", "--insecure", &list]),
+            );
         }
     }
     let raw = support::skopeo(["inspect", "--raw", "--tls-verify=false", &target]);
     support::assert_success("skopeo inspect --raw", &raw);
     let index: Value = serde_json::from_slice(&raw.stdout).unwrap();
     assert_eq!(index["mediaType"], kind.media_type(), "{index}");
-    let platforms: Vec<Value> = index["manifests"].as_array().unwrap().iter().map(|m| m["platform"].clone()).collect();
+    let platforms: Vec<Value> =
+        index["manifests"].as_array().unwrap().iter().map(|m| m["platform"].clone()).collect();
     assert_eq!(platforms, images.iter().map(|(_, p)| p.json()).collect::<Vec<_>>(), "{index}");
     (index, sha256(&raw.stdout))
 }
@@ -110,7 +155,12 @@ fn requests_after(reg: &Registry, skip: usize) -> Vec<support::AccessLogEntry> {
 }
 
 fn package_arches(image: &Value) -> BTreeMap<String, String> {
-    image["packages"]["install"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap().to_string(), p["arch"].as_str().unwrap().to_string())).collect()
+    image["packages"]["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap().to_string(), p["arch"].as_str().unwrap().to_string()))
+        .collect()
 }
 
 /// Asserts every package `image`'s report installs is of `arch` (or `all`), the rdma-core
@@ -122,16 +172,24 @@ fn assert_packages_of(image: &Value, arch: &str) {
         assert_eq!(arches.get(want).map(String::as_str), Some(arch), "{want}: {arches:?}");
     }
     assert!(arches.values().all(|a| a == arch || a == "all"), "{arch} image: {arches:?}");
-    assert!(image["packages"]["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian"), "{image}");
+    assert!(
+        image["packages"]["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian"),
+        "{image}"
+    );
 }
 
 /// The real Debian 12 bases, amd64 and arm64; `None` (after a skip note) when they cannot be
 /// had here.
 fn debian_bases() -> Option<(OciFixture, OciFixture)> {
-    if !debian::require_base_for(debian::BOOKWORM, debian::AMD64) || !debian::require_base_for(debian::BOOKWORM, debian::ARM64) {
+    if !debian::require_base_for(debian::BOOKWORM, debian::AMD64)
+        || !debian::require_base_for(debian::BOOKWORM, debian::ARM64)
+    {
         return None;
     }
-    Some((debian::base_for(debian::BOOKWORM, debian::AMD64), debian::base_for(debian::BOOKWORM, debian::ARM64)))
+    Some((
+        debian::base_for(debian::BOOKWORM, debian::AMD64),
+        debian::base_for(debian::BOOKWORM, debian::ARM64),
+    ))
 }
 
 /// `--platform all` from a registry index of Debian 12 amd64 and arm64 to a new index in the
@@ -144,12 +202,33 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
     let Some((amd, arm)) = debian_bases() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let reg = Registry::start();
-    let (index, _) = push_index(&reg, kind, &[(&amd, debian::AMD64.platform()), (&arm, debian::ARM64.platform())], "debian:12", tmp.path());
-    let children: Vec<String> = index["manifests"].as_array().unwrap().iter().map(|m| m["digest"].as_str().unwrap().to_string()).collect();
+    let (index, _) = push_index(
+        &reg,
+        kind,
+        &[(&amd, debian::AMD64.platform()), (&arm, debian::ARM64.platform())],
+        "debian:12",
+        tmp.path(),
+    );
+    let children: Vec<String> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap().to_string())
+        .collect();
     let before = reg.requests().len();
 
     let started = std::time::Instant::now();
-    let r = build_cached(&["--platform", "all", "--base", &reg.reference("debian:12"), "--output", &reg.reference("debian:12-erdma")], &tmp.path().join("cache"));
+    let r = build_cached(
+        &[
+            "--platform",
+            "all",
+            "--base",
+            &reg.reference("debian:12"),
+            "--output",
+            &reg.reference("debian:12-erdma"),
+        ],
+        &tmp.path().join("cache"),
+    );
     eprintln!("{kind:?}: erdma-build --platform all took {:.1?}", started.elapsed());
     let log = requests_after(&reg, before);
 
@@ -157,8 +236,17 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
     // for as a blob, and nothing answered "unknown".
     let gets = manifest_gets(&log);
     for d in &children {
-        assert_eq!(gets.iter().filter(|(g, st)| g == d && *st == 200).count(), 1, "child {d}: {gets:?}");
-        assert_eq!(log.iter().filter(|l| l.blob_digest() == Some(d.as_str())).count(), 0, "child {d} asked for as a blob:\n{}", reg.log());
+        assert_eq!(
+            gets.iter().filter(|(g, st)| g == d && *st == 200).count(),
+            1,
+            "child {d}: {gets:?}"
+        );
+        assert_eq!(
+            log.iter().filter(|l| l.blob_digest() == Some(d.as_str())).count(),
+            0,
+            "child {d} asked for as a blob:\n{}",
+            reg.log()
+        );
     }
     assert!(!log.iter().any(|l| l.status == 404 && l.method == "GET"), "{}", reg.log());
 
@@ -177,7 +265,12 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
 
     // The new index: each new manifest with its platform, pushed by digest, then the index by
     // the tag; OCI media types throughout, whatever the base's were.
-    let raw = support::skopeo(["inspect", "--raw", "--tls-verify=false", &reg.reference("debian:12-erdma")]);
+    let raw = support::skopeo([
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &reg.reference("debian:12-erdma"),
+    ]);
     support::assert_success("skopeo inspect --raw", &raw);
     assert_eq!(r["digest"], sha256(&raw.stdout));
     let out: Value = serde_json::from_slice(&raw.stdout).unwrap();
@@ -189,8 +282,20 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
         assert_eq!(entries[i]["mediaType"], fixture::MEDIA_MANIFEST);
         assert_eq!(entries[i]["digest"], images[i]["manifest_digest"]);
     }
-    let puts: Vec<String> = requests_after(&reg, before).iter().filter(|l| l.method == "PUT" && l.path().contains("/manifests/")).map(|l| l.path().rsplit_once("/manifests/").unwrap().1.to_string()).collect();
-    assert_eq!(puts, [entries[0]["digest"].as_str().unwrap(), entries[1]["digest"].as_str().unwrap(), "12-erdma"], "children by digest, the index last");
+    let puts: Vec<String> = requests_after(&reg, before)
+        .iter()
+        .filter(|l| l.method == "PUT" && l.path().contains("/manifests/"))
+        .map(|l| l.path().rsplit_once("/manifests/").unwrap().1.to_string())
+        .collect();
+    assert_eq!(
+        puts,
+        [
+            entries[0]["digest"].as_str().unwrap(),
+            entries[1]["digest"].as_str().unwrap(),
+            "12-erdma"
+        ],
+        "children by digest, the index last"
+    );
 
     // Docker pulls each platform from the index and runs it (arm64 under qemu-user-static):
     // the provider of the image's own architecture is there, and dpkg and apt are clean.
@@ -198,9 +303,16 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
     for (arch, uname) in [(debian::AMD64, "x86_64"), (debian::ARM64, "aarch64")] {
         let platform = format!("linux/{}", arch.oci);
         let started = std::time::Instant::now();
-        support::assert_success("docker pull", &docker(&["pull", "-q", "--platform", &platform, &name]));
+        support::assert_success(
+            "docker pull",
+            &docker(&["pull", "-q", "--platform", &platform, &name]),
+        );
         let inspect = docker(&["image", "inspect", "--format", "{{.Architecture}}", &name]);
-        assert_eq!(String::from_utf8_lossy(&inspect.stdout).trim(), arch.oci, "docker pulled the {platform} image");
+        assert_eq!(
+            String::from_utf8_lossy(&inspect.stdout).trim(),
+            arch.oci,
+            "docker pulled the {platform} image"
+        );
         let script = format!(
             "set -e
              uname -m; dpkg --print-architecture
@@ -213,17 +325,49 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
              ibv_devices 2>&1 || echo \"ibv_devices exit $?\"",
             triplet = arch.triplet
         );
-        let out = docker(&["run", "--rm", "--platform", &platform, "--network", "none", &name, "bash", "-c", &script]);
+        let out = docker(&[
+            "run",
+            "--rm",
+            "--platform",
+            &platform,
+            "--network",
+            "none",
+            &name,
+            "bash",
+            "-c",
+            &script,
+        ]);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        eprintln!("{kind:?}: docker pull and run of {platform} took {:.1?}\n{text}", started.elapsed());
-        assert!(out.status.success(), "{platform}: {text}\n{}", String::from_utf8_lossy(&out.stderr));
-        assert!(text.starts_with(&format!("{uname}\n{}\n4\nArchitecture: {}\n", arch.debian, arch.debian)), "{platform}: {text}");
+        eprintln!(
+            "{kind:?}: docker pull and run of {platform} took {:.1?}\n{text}",
+            started.elapsed()
+        );
+        assert!(
+            out.status.success(),
+            "{platform}: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.starts_with(&format!(
+                "{uname}\n{}\n4\nArchitecture: {}\n",
+                arch.debian, arch.debian
+            )),
+            "{platform}: {text}"
+        );
         assert!(text.contains("AUDIT\nEND\n"), "dpkg --audit is empty: {text}");
-        for ok in ["CHECK-OK", "DRIVER-OK", &format!("/usr/lib/{}/libibverbs/liberdma-rdmav", arch.triplet)] {
+        for ok in [
+            "CHECK-OK",
+            "DRIVER-OK",
+            &format!("/usr/lib/{}/libibverbs/liberdma-rdmav", arch.triplet),
+        ] {
             assert!(text.contains(ok), "{platform}: missing {ok} in\n{text}");
         }
         // The tools load their libraries (of the right architecture) and find no device.
-        assert!(text.contains("Failed to get IB devices list") && !text.contains("error while loading shared libraries"), "{platform}: {text}");
+        assert!(
+            text.contains("Failed to get IB devices list")
+                && !text.contains("error while loading shared libraries"),
+            "{platform}: {text}"
+        );
         let _ = docker(&["rmi", "-f", &name]);
     }
 }
@@ -244,18 +388,32 @@ fn oci_index_of_debian12_amd64_and_arm64_builds_and_runs_on_both() {
 fn plan_picks_the_child_of_the_platform_asked_for() {
     let kind = IndexKind::DockerManifestList;
     let (ok, why) = kind.needs();
-    if !support::require_registry() || !support::require(ok, why) || !support::debs::require_download() {
+    if !support::require_registry()
+        || !support::require(ok, why)
+        || !support::debs::require_download()
+    {
         return;
     }
     let Some((amd, arm)) = debian_bases() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let reg = Registry::start();
-    let (index, digest) = push_index(&reg, kind, &[(&amd, debian::AMD64.platform()), (&arm, debian::ARM64.platform())], "debian:12", tmp.path());
+    let (index, digest) = push_index(
+        &reg,
+        kind,
+        &[(&amd, debian::AMD64.platform()), (&arm, debian::ARM64.platform())],
+        "debian:12",
+        tmp.path(),
+    );
     let cache = tmp.path().join("cache");
-    for (i, (arch, base)) in [(debian::AMD64, &amd), (debian::ARM64, &arm)].into_iter().enumerate().rev() {
+    for (i, (arch, base)) in
+        [(debian::AMD64, &amd), (debian::ARM64, &arm)].into_iter().enumerate().rev()
+    {
         let before = reg.requests().len();
         let platform = format!("linux/{}", arch.oci);
-        let out = build_env(&["plan", "--json", "--platform", &platform, "--base", &reg.reference("debian:12")], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+        let out = build_env(
+            &["plan", "--json", "--platform", &platform, "--base", &reg.reference("debian:12")],
+            &[("XDG_CACHE_HOME", cache.to_str().unwrap())],
+        );
         support::assert_success(&format!("plan --platform {platform}"), &out);
         let r: Value = serde_json::from_slice(&out.stdout).unwrap();
         let images = r["images"].as_array().unwrap();
@@ -265,7 +423,10 @@ fn plan_picks_the_child_of_the_platform_asked_for() {
         assert_packages_of(&images[0], arch.debian);
         assert_eq!(r["base_digest"], digest.as_str(), "the base is the list");
         let gets = manifest_gets(&requests_after(&reg, before));
-        let (picked, other) = (index["manifests"][i]["digest"].as_str().unwrap(), index["manifests"][1 - i]["digest"].as_str().unwrap());
+        let (picked, other) = (
+            index["manifests"][i]["digest"].as_str().unwrap(),
+            index["manifests"][1 - i]["digest"].as_str().unwrap(),
+        );
         assert_eq!(gets.iter().filter(|(d, st)| d == picked && *st == 200).count(), 1, "{gets:?}");
         assert!(!gets.iter().any(|(d, _)| d == other), "the other child is not read: {gets:?}");
     }
@@ -276,7 +437,12 @@ fn plan_picks_the_child_of_the_platform_asked_for() {
 pub fn arm64_twin(base: &OciFixture, dir: &Path) -> OciFixture {
     let env = fixture::env_of(base);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let cmd: Vec<String> = base.config()["config"]["Cmd"].as_array().into_iter().flatten().filter_map(|c| c.as_str().map(str::to_string)).collect();
+    let cmd: Vec<String> = base.config()["config"]["Cmd"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str().map(str::to_string))
+        .collect();
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
     let layers = (0..base.layers.len()).map(|i| fixture::import_layer(base, i, dir)).collect();
     fixture::image_for_platform(dir, fixture::DEFAULT_TAG, layers, &env, &cmd, &Platform::arm64())
@@ -305,30 +471,79 @@ fn attestation_entries_are_passed_over() {
         "config": {"mediaType": fixture::MEDIA_CONFIG, "digest": c_digest, "size": c_size},
         "layers": [{"mediaType": "application/vnd.in-toto+json", "digest": st_digest, "size": st_size, "annotations": {"in-toto.io/predicate-type": "https://slsa.dev/provenance/v0.2"}}]});
     let (a_digest, a_size) = fixture::add_blob(&layout, &serde_json::to_vec(&att).unwrap());
-    let entry = |platform: Value| json!({"mediaType": fixture::MEDIA_MANIFEST, "digest": a_digest, "size": a_size, "platform": platform,
-        "annotations": {"vnd.docker.reference.digest": base.manifest_digest, "vnd.docker.reference.type": "attestation-manifest"}});
-    let mut idx = fixture::index_layout(&layout, "m", &[(&base, Platform::amd64()), (&arm, Platform::arm64())], &[entry(json!({"os": "unknown", "architecture": "unknown"}))]);
+    let entry = |platform: Value| {
+        json!({"mediaType": fixture::MEDIA_MANIFEST, "digest": a_digest, "size": a_size, "platform": platform,
+        "annotations": {"vnd.docker.reference.digest": base.manifest_digest, "vnd.docker.reference.type": "attestation-manifest"}})
+    };
+    let mut idx = fixture::index_layout(
+        &layout,
+        "m",
+        &[(&base, Platform::amd64()), (&arm, Platform::arm64())],
+        &[entry(json!({"os": "unknown", "architecture": "unknown"}))],
+    );
     // The same attestation again, listed first and naming linux/amd64: its annotation alone
     // marks it.
-    let raw: Value = serde_json::from_slice(&std::fs::read(fixture::blob_path(&layout, &idx.digest)).unwrap()).unwrap();
+    let raw: Value =
+        serde_json::from_slice(&std::fs::read(fixture::blob_path(&layout, &idx.digest)).unwrap())
+            .unwrap();
     let mut manifests = raw["manifests"].as_array().unwrap().clone();
     manifests.insert(0, entry(Platform::amd64().json()));
-    let raw = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": fixture::MEDIA_INDEX, "manifests": manifests})).unwrap();
+    let raw = serde_json::to_vec(
+        &json!({"schemaVersion": 2, "mediaType": fixture::MEDIA_INDEX, "manifests": manifests}),
+    )
+    .unwrap();
     (idx.digest, idx.size) = fixture::add_blob(&layout, &raw);
     let top = json!({"schemaVersion": 2, "manifests": [{"mediaType": fixture::MEDIA_INDEX, "digest": idx.digest, "size": idx.size, "annotations": {fixture::REF_NAME: "m"}}]});
     std::fs::write(layout.join("index.json"), serde_json::to_vec(&top).unwrap()).unwrap();
     let reg = Registry::start();
-    support::assert_success("skopeo copy --all", &support::skopeo(["copy", "--all", "--quiet", "--dest-tls-verify=false", &idx.reference(), &reg.reference("base:att")]));
+    support::assert_success(
+        "skopeo copy --all",
+        &support::skopeo([
+            "copy",
+            "--all",
+            "--quiet",
+            "--dest-tls-verify=false",
+            &idx.reference(),
+            &reg.reference("base:att"),
+        ]),
+    );
 
     let before = reg.requests().len();
-    let r = super::build_json(&["plan", "--no-packages", "--recipe", "debian-12", "--platform", "linux/amd64", "--base", &reg.reference("base:att")]);
+    let r = super::build_json(&[
+        "plan",
+        "--no-packages",
+        "--recipe",
+        "debian-12",
+        "--platform",
+        "linux/amd64",
+        "--base",
+        &reg.reference("base:att"),
+    ]);
     assert_eq!(r["images"][0]["platform"], "linux/amd64");
     let out = tmp.path().join("out");
-    let r = super::build_json(&["build", "--no-packages", "--recipe", "debian-12", "--platform", "all", "--base", &reg.reference("base:att"), "--output", &format!("oci:{}:all", s(&out))]);
-    let platforms: Vec<&str> = r["images"].as_array().unwrap().iter().map(|i| i["platform"].as_str().unwrap()).collect();
+    let r = super::build_json(&[
+        "build",
+        "--no-packages",
+        "--recipe",
+        "debian-12",
+        "--platform",
+        "all",
+        "--base",
+        &reg.reference("base:att"),
+        "--output",
+        &format!("oci:{}:all", s(&out)),
+    ]);
+    let platforms: Vec<&str> =
+        r["images"].as_array().unwrap().iter().map(|i| i["platform"].as_str().unwrap()).collect();
     assert_eq!(platforms, ["linux/amd64", "linux/arm64/v8"]);
-    assert!(!manifest_gets(&requests_after(&reg, before)).iter().any(|(d, _)| *d == a_digest), "the attestation manifest is never read");
-    let index: Value = serde_json::from_slice(&support::skopeo(["inspect", "--raw", &format!("oci:{}:all", s(&out))]).stdout).unwrap();
+    assert!(
+        !manifest_gets(&requests_after(&reg, before)).iter().any(|(d, _)| *d == a_digest),
+        "the attestation manifest is never read"
+    );
+    let index: Value = serde_json::from_slice(
+        &support::skopeo(["inspect", "--raw", &format!("oci:{}:all", s(&out))]).stdout,
+    )
+    .unwrap();
     assert_eq!(index["manifests"].as_array().unwrap().len(), 2, "{index}");
 }
 
@@ -336,14 +551,22 @@ fn attestation_entries_are_passed_over() {
 /// does not match its digest, is refused before anything is written.
 #[test]
 fn tampered_index_is_refused_with_nothing_written() {
-    if !support::require_registry() || !support::require(support::have("curl"), "curl is needed (run scripts/setup)") {
+    if !support::require_registry()
+        || !support::require(support::have("curl"), "curl is needed (run scripts/setup)")
+    {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
     let arm = arm64_twin(&base, &tmp.path().join("arm64"));
     let reg = Registry::start();
-    let (index, _) = push_index(&reg, IndexKind::OciIndex, &[(&base, Platform::amd64()), (&arm, Platform::arm64())], "base:good", tmp.path());
+    let (index, _) = push_index(
+        &reg,
+        IndexKind::OciIndex,
+        &[(&base, Platform::amd64()), (&arm, Platform::arm64())],
+        "base:good",
+        tmp.path(),
+    );
 
     // One byte more in the arm64 entry, pushed as the registry takes any index whose
     // manifests it has.
@@ -352,22 +575,39 @@ fn tampered_index_is_refused_with_nothing_written() {
     let file = tmp.path().join("bad-size.json");
     std::fs::write(&file, serde_json::to_vec(&bad).unwrap()).unwrap();
     let put = Command::new("curl")
-        .args(["-sS", "-f", "-X", "PUT", "-H", &format!("Content-Type: {}", fixture::MEDIA_INDEX), "--data-binary"])
+        .args([
+            "-sS",
+            "-f",
+            "-X",
+            "PUT",
+            "-H",
+            &format!("Content-Type: {}", fixture::MEDIA_INDEX),
+            "--data-binary",
+        ])
         .arg(format!("@{}", s(&file)))
         .arg(format!("http://{}/v2/base/manifests/bad-size", reg.addr()))
         .output()
         .unwrap();
     support::assert_success("curl PUT of the index", &put);
     let arm_child = index["manifests"][1]["digest"].as_str().unwrap().to_string();
-    let size_error = format!("its entry for linux/arm64/v8 says manifest {arm_child} is {} bytes, but it is {} bytes", arm.manifest_size + 1, arm.manifest_size);
+    let size_error = format!(
+        "its entry for linux/arm64/v8 says manifest {arm_child} is {} bytes, but it is {} bytes",
+        arm.manifest_size + 1,
+        arm.manifest_size
+    );
 
     let child = index["manifests"][0]["digest"].as_str().unwrap();
-    for (tag, extra, expect) in [("base:bad-size", ["--platform", "all"], ["malformed index in", size_error.as_str()]), ("base:good", ["--platform", "linux/amd64"], ["digest mismatch", child])] {
+    for (tag, extra, expect) in [
+        ("base:bad-size", ["--platform", "all"], ["malformed index in", size_error.as_str()]),
+        ("base:good", ["--platform", "linux/amd64"], ["digest mismatch", child]),
+    ] {
         if tag == "base:good" {
             // The amd64 child's bytes in the registry's storage changed (a hex digit of its
             // config digest), its length kept: the registry serves them under the old digest.
             let hexd = child.trim_start_matches("sha256:");
-            let data = reg.storage().join(format!("docker/registry/v2/blobs/sha256/{}/{hexd}/data", &hexd[..2]));
+            let data = reg
+                .storage()
+                .join(format!("docker/registry/v2/blobs/sha256/{}/{hexd}/data", &hexd[..2]));
             let text = std::fs::read_to_string(&data).unwrap();
             let at = text.find(&base.config_digest["sha256:".len()..]).unwrap() + 10;
             let flipped = if &text[at..at + 1] == "0" { "1" } else { "0" };
@@ -388,8 +628,13 @@ fn tampered_index_is_refused_with_nothing_written() {
         }
         assert!(!oci_out.exists(), "no layout written");
         let log = requests_after(&reg, before);
-        assert!(!log.iter().any(|l| matches!(l.method.as_str(), "PUT" | "POST" | "PATCH")), "nothing written to the registry:\n{}", reg.log());
-        let probe = support::skopeo(["inspect", "--raw", "--tls-verify=false", &reg.reference("out:1")]);
+        assert!(
+            !log.iter().any(|l| matches!(l.method.as_str(), "PUT" | "POST" | "PATCH")),
+            "nothing written to the registry:\n{}",
+            reg.log()
+        );
+        let probe =
+            support::skopeo(["inspect", "--raw", "--tls-verify=false", &reg.reference("out:1")]);
         assert!(!probe.status.success(), "no out:1");
     }
 }

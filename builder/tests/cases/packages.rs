@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-
 use super::multiplatform::IndexKind;
 use super::registry::Form;
 use super::{build_cached as build, build_env, build_fails, snapshot};
@@ -15,7 +14,13 @@ fn s(p: &Path) -> String {
 }
 
 /// A recipe that installs `install` from one repository at `url`, Alibaba-style.
-fn repo_recipe(dir: &Path, url: &str, suite: &str, components: &[&str], install: &[&str]) -> PathBuf {
+fn repo_recipe(
+    dir: &Path,
+    url: &str,
+    suite: &str,
+    components: &[&str],
+    install: &[&str],
+) -> PathBuf {
     let comps: Vec<String> = components.iter().map(|c| format!("\"{c}\"")).collect();
     let pkgs: Vec<String> = install.iter().map(|c| format!("\"{c}\"")).collect();
     super::write_debian12_recipe(
@@ -42,7 +47,6 @@ NCCL_IB_HCA = "erdma"
         ),
     )
 }
-
 
 fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker").args(args).output().unwrap()
@@ -79,13 +83,29 @@ fn debian12_from_its_own_archive_passes_dpkg_and_apt_in_docker() {
     let base = debian::debian12_base();
     let archive = tmp.path().join("out.tar");
     let name = format!("erdma-test/deb12-erdma:{}", std::process::id());
-    let r = build(&["--base", &base.reference(), "--output", &format!("docker-archive:{}:{name}", s(&archive))], &tmp.path().join("cache"));
+    let r = build(
+        &[
+            "--base",
+            &base.reference(),
+            "--output",
+            &format!("docker-archive:{}:{name}", s(&archive)),
+        ],
+        &tmp.path().join("cache"),
+    );
     let pk = &r["images"][0]["packages"];
-    let names: Vec<&str> = pk["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        pk["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     for want in ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"] {
         assert!(names.contains(&want), "{names:?}");
     }
-    assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian" && p["action"] == "install"), "{pk}");
+    assert!(
+        pk["install"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["origin"] == "Debian" && p["action"] == "install"),
+        "{pk}"
+    );
     assert!(pk["downloaded_bytes"].as_u64().unwrap() > 100_000);
 
     let img = Loaded::new(&archive, &name);
@@ -106,11 +126,23 @@ fn debian12_from_its_own_archive_passes_dpkg_and_apt_in_docker() {
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.starts_with("3\n"), "three packages installed: {text}");
     assert!(text.contains("AUDIT\nEND\n"), "dpkg --audit is empty: {text}");
-    for ok in ["CHECK-OK", "VERIFY-OK", "DRIVER-OK", "PROVIDER-OK", "MERGED-USR-OK", "ibverbs-utils: /usr/bin/ibv_devices", "rdma:x:"] {
+    for ok in [
+        "CHECK-OK",
+        "VERIFY-OK",
+        "DRIVER-OK",
+        "PROVIDER-OK",
+        "MERGED-USR-OK",
+        "ibverbs-utils: /usr/bin/ibv_devices",
+        "rdma:x:",
+    ] {
         assert!(text.contains(ok), "missing {ok} in\n{text}");
     }
     // No RDMA device here: the tool runs, loads libibverbs, and says it found none.
-    assert!(text.contains("Failed to get IB devices list") && !text.contains("error while loading shared libraries"), "{text}");
+    assert!(
+        text.contains("Failed to get IB devices list")
+            && !text.contains("error while loading shared libraries"),
+        "{text}"
+    );
 
     // A Dockerfile FROM the result keeps using apt.
     super::apt_get_works_on_top(tmp.path(), &name);
@@ -137,35 +169,87 @@ fn alibaba_style_nested_and_flat_repositories() {
     let (tmp, key, keyfile) = signing_setup();
     let base = debian::debian12_base();
     let cache = tmp.path().join("cache");
-    for (layout, suite, comps) in [(Layout::erdma(), "bookworm/erdma", vec!["main"]), (Layout::Flat, "./", vec![])] {
+    for (layout, suite, comps) in
+        [(Layout::erdma(), "bookworm/erdma", vec!["main"]), (Layout::Flat, "./", vec![])]
+    {
         let repo = erdma_repo(layout, &key);
         let recipe = repo_recipe(tmp.path(), &repo.url(), suite, &comps, &debs::ERDMA_PACKAGES);
         let out = tmp.path().join(format!("out-{}", repo.port()));
-        let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&out)), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &cache);
+        let r = build(
+            &[
+                "--base",
+                &base.reference(),
+                "--output",
+                &format!("oci:{}:x", s(&out)),
+                "--recipe",
+                &s(&recipe),
+                "--keyring",
+                &s(&keyfile),
+            ],
+            &cache,
+        );
         let pk = &r["images"][0]["packages"];
         assert_eq!(pk["repositories"]["erdma"], repo.url().as_str(), "{pk}");
         assert_eq!(pk["install"].as_array().unwrap().len(), 6, "the four and libnl's two: {pk}");
-        assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == crate::support::apt_repo::ORIGIN), "{pk}");
-        let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-        assert!(files.contains(&"/etc/apt/sources.list.d/erdma.list") && files.contains(&"/etc/apt/trusted.gpg.d/erdma.gpg"));
-        assert!(files.contains(&"/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so"), "{files:?}");
+        assert!(
+            pk["install"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| p["origin"] == crate::support::apt_repo::ORIGIN),
+            "{pk}"
+        );
+        let files: Vec<&str> = r["images"][0]["files_added"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(
+            files.contains(&"/etc/apt/sources.list.d/erdma.list")
+                && files.contains(&"/etc/apt/trusted.gpg.d/erdma.gpg")
+        );
+        assert!(
+            files.contains(&"/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so"),
+            "{files:?}"
+        );
         // The .debs came through our repository once; later builds use the cache.
         let debs_fetched = repo.get_paths().iter().filter(|p| p.ends_with(".deb")).count();
         assert!(debs_fetched <= 6, "{:?}", repo.get_paths());
     }
     // A second build downloads no package.
     let repo = erdma_repo(Layout::erdma(), &key);
-    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
-    let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&tmp.path().join("warm"))), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &cache);
+    let recipe =
+        repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
+    let r = build(
+        &[
+            "--base",
+            &base.reference(),
+            "--output",
+            &format!("oci:{}:x", s(&tmp.path().join("warm"))),
+            "--recipe",
+            &s(&recipe),
+            "--keyring",
+            &s(&keyfile),
+        ],
+        &cache,
+    );
     assert_eq!(r["images"][0]["packages"]["downloaded_bytes"], 0);
     assert_eq!(r["images"][0]["packages"]["cached_debs"], 6);
     assert!(!repo.get_paths().iter().any(|p| p.ends_with(".deb")), "{:?}", repo.get_paths());
     // Nor an index: the signed InRelease is read again, and names the cached Packages.xz.
     let paths = repo.get_paths();
-    assert!(paths.iter().any(|p| p.ends_with("InRelease")) && !paths.iter().any(|p| p.contains("Packages")), "{paths:?}");
+    assert!(
+        paths.iter().any(|p| p.ends_with("InRelease"))
+            && !paths.iter().any(|p| p.contains("Packages")),
+        "{paths:?}"
+    );
 
     // plan lists the packages with versions and origins and writes nothing.
-    let out = build_env(&["plan", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    let out = build_env(
+        &["plan", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)],
+        &[("XDG_CACHE_HOME", cache.to_str().unwrap())],
+    );
     support::assert_success("plan", &out);
     let text = stdout(&out);
     assert!(text.contains("package libibverbs1 44.0-2 (install; erdma-kit-test)"), "{text}");
@@ -189,7 +273,13 @@ fn tampered_or_broken_repositories_fail_with_nothing_written() {
         let r = s(&recipe);
         let k = s(keyfile);
         args.extend(["--recipe", &r, "--keyring", &k]);
-        let out_cmd = build_env(&args, &[("XDG_CACHE_HOME", cache.path().to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "10")]);
+        let out_cmd = build_env(
+            &args,
+            &[
+                ("XDG_CACHE_HOME", cache.path().to_str().unwrap()),
+                ("ERDMA_BUILD_RETRY_BACKOFF_MS", "10"),
+            ],
+        );
         let err = String::from_utf8_lossy(&out_cmd.stderr).into_owned();
         assert_eq!(out_cmd.status.code(), Some(1), "{err}");
         err
@@ -217,15 +307,30 @@ fn tampered_or_broken_repositories_fail_with_nothing_written() {
     let other = TestKey::generate();
     let otherfile = other.write_public(tmp.path(), "other.asc");
     let err = attempt(&repo, &four, &otherfile);
-    assert!(err.contains("bad signature") || err.contains("no valid signature"), "a repository signed by another key: {err}");
+    assert!(
+        err.contains("bad signature") || err.contains("no valid signature"),
+        "a repository signed by another key: {err}"
+    );
 
-    let broken = debs::fake_deb(tmp.path(), debs::FakeDeb { name: "needs-missing", version: "1.0", depends: Some("libdoes-not-exist1 (>= 2)"), ..Default::default() });
+    let broken = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "needs-missing",
+            version: "1.0",
+            depends: Some("libdoes-not-exist1 (>= 2)"),
+            ..Default::default()
+        },
+    );
     let repo = AptRepo::build_under("erdma/apt/debian", Layout::erdma(), &[broken], &key);
     let err = attempt(&repo, &["needs-missing"], &keyfile);
-    assert!(err.contains("cannot satisfy `libdoes-not-exist1 (>= 2)` of needs-missing 1.0"), "{err}");
+    assert!(
+        err.contains("cannot satisfy `libdoes-not-exist1 (>= 2)` of needs-missing 1.0"),
+        "{err}"
+    );
 
     assert!(!out.exists(), "no output after any failure");
-    let leftovers: Vec<_> = snapshot(tmp.path()).into_keys().filter(|k| k.contains(".erdma-build")).collect();
+    let leftovers: Vec<_> =
+        snapshot(tmp.path()).into_keys().filter(|k| k.contains(".erdma-build")).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
@@ -237,17 +342,40 @@ fn ngc_like_base_loses_mellanox_ofed() {
     let (tmp, key, keyfile) = signing_setup();
     let base = debs::ngc_like_base(&tmp.path().join("ngc"));
     let repo = erdma_repo(Layout::erdma(), &key);
-    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
+    let recipe =
+        repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
     let archive = tmp.path().join("out.tar");
     let name = format!("erdma-test/ngc-erdma:{}", std::process::id());
-    let r = build(&["--base", &base.reference(), "--output", &format!("docker-archive:{}:{name}", s(&archive)), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &tmp.path().join("cache"));
+    let r = build(
+        &[
+            "--base",
+            &base.reference(),
+            "--output",
+            &format!("docker-archive:{}:{name}", s(&archive)),
+            "--recipe",
+            &s(&recipe),
+            "--keyring",
+            &s(&keyfile),
+        ],
+        &tmp.path().join("cache"),
+    );
     let pk = &r["images"][0]["packages"];
     for p in ["libibverbs1", "ibverbs-providers"] {
-        let c = pk["install"].as_array().unwrap().iter().find(|c| c["name"] == p).unwrap_or_else(|| panic!("{p} in {pk}"));
+        let c = pk["install"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == p)
+            .unwrap_or_else(|| panic!("{p} in {pk}"));
         assert_eq!(c["action"], "replace", "{c}");
         assert_eq!(c["from"], debs::OFED_VERSION);
     }
-    let removed: Vec<&str> = r["images"][0]["files_removed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let removed: Vec<&str> = r["images"][0]["files_removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     assert!(removed.contains(&"/etc/apt/sources.list.d/mellanox_mlnx_ofed.list"), "{removed:?}");
 
     // Every file the OFED builds had, unless the new packages own it, is gone.
@@ -257,7 +385,10 @@ fn ngc_like_base_loses_mellanox_ofed() {
         for e in tar::Archive::new(out.stdout.as_slice()).entries().unwrap() {
             let e = e.unwrap();
             if !e.header().entry_type().is_dir() {
-                ofed_files.push(format!("/{}", e.path().unwrap().to_string_lossy().trim_start_matches("./")));
+                ofed_files.push(format!(
+                    "/{}",
+                    e.path().unwrap().to_string_lossy().trim_start_matches("./")
+                ));
             }
         }
     }
@@ -274,7 +405,10 @@ fn ngc_like_base_loses_mellanox_ofed() {
     let text = stdout(&out);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(!text.contains("LEFT "), "OFED files left that nothing owns:\n{text}");
-    assert!(text.contains("libibverbs1 44.0-2\n") && text.contains("ibverbs-providers 44.0-2\n"), "dpkg lists only the new versions:\n{text}");
+    assert!(
+        text.contains("libibverbs1 44.0-2\n") && text.contains("ibverbs-providers 44.0-2\n"),
+        "dpkg lists only the new versions:\n{text}"
+    );
     assert!(!text.contains(debs::OFED_VERSION), "{text}");
     assert!(text.contains("AUDIT\nEND\n") && text.contains("MLNX-GONE"), "{text}");
 }
@@ -300,11 +434,38 @@ fn the_offline_demo_installs_from_testdata() {
         &tmp.path().join("cache"),
     );
     let pk = &r["images"][0]["packages"];
-    let got: Vec<String> = pk["install"].as_array().unwrap().iter().map(|p| format!("{} {}", p["name"].as_str().unwrap(), p["version"].as_str().unwrap())).collect();
-    assert_eq!(got, ["ibverbs-providers 44.0-2", "ibverbs-utils 44.0-2", "libibverbs1 44.0-2", "libnl-3-200 3.7.0-0.2+b1", "libnl-route-3-200 3.7.0-0.2+b1", "librdmacm1 44.0-2"]);
+    let got: Vec<String> = pk["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{} {}", p["name"].as_str().unwrap(), p["version"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "ibverbs-providers 44.0-2",
+            "ibverbs-utils 44.0-2",
+            "libibverbs1 44.0-2",
+            "libnl-3-200 3.7.0-0.2+b1",
+            "libnl-route-3-200 3.7.0-0.2+b1",
+            "librdmacm1 44.0-2"
+        ]
+    );
     assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "erdma-kit-demo"));
-    let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    for f in ["/etc/libibverbs.d/erdma.driver", "/var/lib/dpkg/info/libibverbs1:amd64.list", "/var/lib/dpkg/info/libibverbs1:amd64.md5sums", "/var/lib/dpkg/status", "/etc/group", "/etc/gshadow"] {
+    let files: Vec<&str> = r["images"][0]["files_added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for f in [
+        "/etc/libibverbs.d/erdma.driver",
+        "/var/lib/dpkg/info/libibverbs1:amd64.list",
+        "/var/lib/dpkg/info/libibverbs1:amd64.md5sums",
+        "/var/lib/dpkg/status",
+        "/etc/group",
+        "/etc/gshadow",
+    ] {
         assert!(files.contains(&f), "{f} not in {files:?}");
     }
     // libnl ships /lib/...: it lands under /usr/lib, leaving the base's lib -> usr/lib alone.
@@ -317,17 +478,27 @@ fn demo_build(base: &str, out: &Path, extra: &[&str], cache: &Path) -> serde_jso
     let mirror = format!("file://{}", testdata("repos/debian-demo"));
     let key = testdata("repos/debian-demo/demo-key.asc");
     let output = format!("oci:{}:demo", s(out));
-    let mut args = vec!["--base", base, "--mirror", &mirror, "--keyring", &key, "--output", &output];
+    let mut args =
+        vec!["--base", base, "--mirror", &mirror, "--keyring", &key, "--output", &output];
     args.extend_from_slice(extra);
     build(&args, cache)
 }
 
 /// The Env of the image `oci:DIR:demo`, as `NAME=VALUE` strings.
 fn demo_env(out: &Path) -> Vec<String> {
-    support::fixture::env_of(&support::fixture::read_fixture(out, "demo")).into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+    support::fixture::env_of(&support::fixture::read_fixture(out, "demo"))
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
 }
 
-const UNIVERSAL: [&str; 5] = ["NCCL_DEBUG=INFO", "NCCL_IB_QPS_PER_CONNECTION=8", "NCCL_MIN_NCHANNELS=16", "NCCL_NET_PLUGIN=none", "PYTHONUNBUFFERED=1"];
+const UNIVERSAL: [&str; 5] = [
+    "NCCL_DEBUG=INFO",
+    "NCCL_IB_QPS_PER_CONNECTION=8",
+    "NCCL_MIN_NCHANNELS=16",
+    "NCCL_NET_PLUGIN=none",
+    "PYTHONUNBUFFERED=1",
+];
 const HOST_SPECIFIC: [&str; 3] = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX"];
 
 #[test]
@@ -344,21 +515,34 @@ fn env_presets_carry_no_host_data_unless_the_pai_dlc_profile_asks() {
         assert!(env.iter().any(|e| e == want), "{want} not in {env:?}");
     }
     for host in HOST_SPECIFIC {
-        assert!(!env.iter().any(|e| e.starts_with(&format!("{host}="))), "{host} baked in: {env:?}");
+        assert!(
+            !env.iter().any(|e| e.starts_with(&format!("{host}="))),
+            "{host} baked in: {env:?}"
+        );
     }
-    assert!(r["images"][0]["env"].as_array().unwrap().iter().all(|e| e["source"] == "preset"), "{r:#}");
+    assert!(
+        r["images"][0]["env"].as_array().unwrap().iter().all(|e| e["source"] == "preset"),
+        "{r:#}"
+    );
 
     // With --profile pai-dlc: all eight, PAI-DLC's three marked as the profile's.
     let r = demo_build(&mini, &tmp.path().join("pai"), &["--profile", "pai-dlc"], &cache);
     assert_eq!(r["profile"], "pai-dlc");
     let env = demo_env(&tmp.path().join("pai"));
-    for want in UNIVERSAL.into_iter().chain(["NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA=erdma", "NCCL_IB_GID_INDEX=1"]) {
+    for want in UNIVERSAL.into_iter().chain([
+        "NCCL_SOCKET_IFNAME=eth0",
+        "NCCL_IB_HCA=erdma",
+        "NCCL_IB_GID_INDEX=1",
+    ]) {
         assert!(env.iter().any(|e| e == want), "{want} not in {env:?}");
     }
     let changes = r["images"][0]["env"].as_array().unwrap();
     assert_eq!(changes.len(), 8, "{changes:?}");
     for host in HOST_SPECIFIC {
-        assert!(changes.iter().any(|e| e["name"] == host && e["source"] == "profile"), "{host}: {changes:?}");
+        assert!(
+            changes.iter().any(|e| e["name"] == host && e["source"] == "profile"),
+            "{host}: {changes:?}"
+        );
     }
 
     // The plan says the same, in words too.
@@ -376,15 +560,25 @@ fn env_presets_carry_no_host_data_unless_the_pai_dlc_profile_asks() {
     ]);
     support::assert_success("plan --profile pai-dlc", &out);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("profile pai-dlc: its hosts' NCCL settings are baked in") && text.contains("  env NCCL_SOCKET_IFNAME=eth0 (profile pai-dlc)\n") && text.contains("  env NCCL_DEBUG=INFO\n"), "{text}");
+    assert!(
+        text.contains("profile pai-dlc: its hosts' NCCL settings are baked in")
+            && text.contains("  env NCCL_SOCKET_IFNAME=eth0 (profile pai-dlc)\n")
+            && text.contains("  env NCCL_DEBUG=INFO\n"),
+        "{text}"
+    );
 
     // --no-env-presets adds none, and cannot be asked for together with the profile.
     demo_build(&mini, &tmp.path().join("none"), &["--no-env-presets"], &cache);
     let env = demo_env(&tmp.path().join("none"));
     assert_eq!(env, ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]);
-    let out = support::run_build(["plan", "--base", &mini, "--profile", "pai-dlc", "--no-env-presets"]);
+    let out =
+        support::run_build(["plan", "--base", &mini, "--profile", "pai-dlc", "--no-env-presets"]);
     assert_eq!(out.status.code(), Some(2), "a usage error");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -395,35 +589,85 @@ fn a_base_that_sets_a_host_specific_variable_keeps_its_value() {
         &super::nccl::mini(),
         &tmp.path().join("base"),
         "latest",
-        &crate::support::nccl::Extras { env: vec![("NCCL_SOCKET_IFNAME", "bond0"), ("NCCL_DEBUG", "WARN")], ..Default::default() },
+        &crate::support::nccl::Extras {
+            env: vec![("NCCL_SOCKET_IFNAME", "bond0"), ("NCCL_DEBUG", "WARN")],
+            ..Default::default()
+        },
     );
-    let r = demo_build(&base.reference(), &tmp.path().join("pai"), &["--profile", "pai-dlc", "-e", "NCCL_IB_HCA==erdma_0"], &cache);
+    let r = demo_build(
+        &base.reference(),
+        &tmp.path().join("pai"),
+        &["--profile", "pai-dlc", "-e", "NCCL_IB_HCA==erdma_0"],
+        &cache,
+    );
     let env = demo_env(&tmp.path().join("pai"));
-    for want in ["NCCL_SOCKET_IFNAME=bond0", "NCCL_DEBUG=WARN", "NCCL_IB_HCA==erdma_0", "NCCL_IB_GID_INDEX=1", "PYTHONUNBUFFERED=1"] {
+    for want in [
+        "NCCL_SOCKET_IFNAME=bond0",
+        "NCCL_DEBUG=WARN",
+        "NCCL_IB_HCA==erdma_0",
+        "NCCL_IB_GID_INDEX=1",
+        "PYTHONUNBUFFERED=1",
+    ] {
         assert!(env.iter().any(|e| e == want), "{want} not in {env:?}");
     }
-    assert_eq!(env.iter().filter(|e| e.starts_with("NCCL_SOCKET_IFNAME=") || e.starts_with("NCCL_IB_HCA=")).count(), 2, "{env:?}");
+    assert_eq!(
+        env.iter()
+            .filter(|e| e.starts_with("NCCL_SOCKET_IFNAME=") || e.starts_with("NCCL_IB_HCA="))
+            .count(),
+        2,
+        "{env:?}"
+    );
     let changes = r["images"][0]["env"].as_array().unwrap();
-    assert!(!changes.iter().any(|e| e["name"] == "NCCL_SOCKET_IFNAME" || e["name"] == "NCCL_DEBUG"), "the base's values are left alone: {changes:?}");
-    assert!(changes.iter().any(|e| e["name"] == "NCCL_IB_HCA" && e["source"] == "command-line"), "--env wins over the profile: {changes:?}");
+    assert!(
+        !changes.iter().any(|e| e["name"] == "NCCL_SOCKET_IFNAME" || e["name"] == "NCCL_DEBUG"),
+        "the base's values are left alone: {changes:?}"
+    );
+    assert!(
+        changes.iter().any(|e| e["name"] == "NCCL_IB_HCA" && e["source"] == "command-line"),
+        "--env wins over the profile: {changes:?}"
+    );
 }
 
 #[test]
 fn packages_without_the_erdma_provider_are_refused() {
-    if !support::require(support::have("dpkg-deb") && support::have("apt-ftparchive") && support::have("gpg"), "dpkg-deb, apt-ftparchive and gpg are needed") {
+    if !support::require(
+        support::have("dpkg-deb") && support::have("apt-ftparchive") && support::have("gpg"),
+        "dpkg-deb, apt-ftparchive and gpg are needed",
+    ) {
         return;
     }
     let (tmp, key, keyfile) = signing_setup();
     // Ubuntu 22.04's rdma-core 39: providers, but no erdma.
     let old = debs::fake_deb(
         tmp.path(),
-        debs::FakeDeb { name: "ibverbs-providers", version: "39.0-1", multi_arch: Some("same"), files: vec![("/etc/libibverbs.d/mlx5.driver", b"driver mlx5\n", 0o644)], ..Default::default() },
+        debs::FakeDeb {
+            name: "ibverbs-providers",
+            version: "39.0-1",
+            multi_arch: Some("same"),
+            files: vec![("/etc/libibverbs.d/mlx5.driver", b"driver mlx5\n", 0o644)],
+            ..Default::default()
+        },
     );
     let repo = AptRepo::build_under("erdma/apt/debian", Layout::erdma(), &[old], &key);
-    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["ibverbs-providers"]);
+    let recipe =
+        repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &["ibverbs-providers"]);
     let out = tmp.path().join("out");
-    let err = build_fails(&["build", "--base", &format!("oci:{}:latest", testdata("images/debian12-mini")), "--recipe", &s(&recipe), "--keyring", &s(&keyfile), "--output", &format!("oci:{}", s(&out))]);
-    assert!(err.contains("rdma-core 39.0-1 (ibverbs-providers from ") && err.contains("has no erdma provider"), "{err}");
+    let err = build_fails(&[
+        "build",
+        "--base",
+        &format!("oci:{}:latest", testdata("images/debian12-mini")),
+        "--recipe",
+        &s(&recipe),
+        "--keyring",
+        &s(&keyfile),
+        "--output",
+        &format!("oci:{}", s(&out)),
+    ]);
+    assert!(
+        err.contains("rdma-core 39.0-1 (ibverbs-providers from ")
+            && err.contains("has no erdma provider"),
+        "{err}"
+    );
     assert!(!out.exists());
 }
 
@@ -438,7 +682,11 @@ fn a_rebuild_on_the_same_registry_base_downloads_no_layer_index_base() {
 }
 
 fn rebuild_downloads_no_layer(form: Form) {
-    if !support::require_registry() || !debian::require_base() || !debs::require_download() || !form.available() {
+    if !support::require_registry()
+        || !debian::require_base()
+        || !debs::require_download()
+        || !form.available()
+    {
         return;
     }
     let (tmp, key, keyfile) = signing_setup();
@@ -446,14 +694,30 @@ fn rebuild_downloads_no_layer(form: Form) {
     let reg = support::Registry::start();
     super::registry::push_as(form, &base, &reg, "deb12:1", tmp.path());
     let repo = erdma_repo(Layout::erdma(), &key);
-    let recipe = repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
+    let recipe =
+        repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
     let cache = tmp.path().join("cache");
     let layer = &base.layers[0].digest;
     for (run, want_gets) in [(1, 1), (2, 0)] {
         let before = reg.count_blob_gets(layer);
-        let r = build(&["--base", &reg.reference("deb12:1"), "--output", &reg.reference(&format!("out:{run}")), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)], &cache);
+        let r = build(
+            &[
+                "--base",
+                &reg.reference("deb12:1"),
+                "--output",
+                &reg.reference(&format!("out:{run}")),
+                "--recipe",
+                &s(&recipe),
+                "--keyring",
+                &s(&keyfile),
+            ],
+            &cache,
+        );
         assert_eq!(reg.count_blob_gets(layer) - before, want_gets, "run {run}: base layer GETs");
-        assert_eq!(r["images"][0]["base_layers"][0]["reuse"], if run == 1 { "mounted" } else { "present" });
+        assert_eq!(
+            r["images"][0]["base_layers"][0]["reuse"],
+            if run == 1 { "mounted" } else { "present" }
+        );
     }
 }
 
@@ -472,7 +736,11 @@ fn unsigned_and_extra_packages() {
             name: "aiacc-nccl-plugin",
             version: "1.0.2",
             depends: Some("libibverbs1 (>= 44), librdmacm1"),
-            files: vec![("/usr/local/lib/libnccl-net.so", b"\x7fELF stand-in for the AIACC NCCL net plugin\n".as_slice(), 0o644)],
+            files: vec![(
+                "/usr/local/lib/libnccl-net.so",
+                b"\x7fELF stand-in for the AIACC NCCL net plugin\n".as_slice(),
+                0o644,
+            )],
             ..Default::default()
         },
     );
@@ -488,25 +756,46 @@ fn unsigned_and_extra_packages() {
     args.push(&dest);
     args.extend_from_slice(&common);
     let err = build_fails(&args);
-    assert!(err.contains("not signed by any repository") && err.contains("--allow-unsigned-package"), "{err}");
+    assert!(
+        err.contains("not signed by any repository") && err.contains("--allow-unsigned-package"),
+        "{err}"
+    );
     assert!(!out.exists());
 
     let out = tmp.path().join("out");
     let dest = format!("oci:{}:x", s(&out));
-    let mut args = vec!["--package", plugin.to_str().unwrap(), "--allow-unsigned-package", "--output", &dest];
+    let mut args =
+        vec!["--package", plugin.to_str().unwrap(), "--allow-unsigned-package", "--output", &dest];
     args.extend_from_slice(&common);
     let r = build(&args, &tmp.path().join("cache"));
     let pk = &r["images"][0]["packages"];
     assert_eq!(pk["unsigned"][0]["name"], "aiacc-nccl-plugin", "{pk}");
     assert_eq!(pk["unsigned"][0]["sha256"], sha.as_str());
-    let plug = pk["install"].as_array().unwrap().iter().find(|p| p["name"] == "aiacc-nccl-plugin").unwrap_or_else(|| panic!("{pk}"));
+    let plug = pk["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "aiacc-nccl-plugin")
+        .unwrap_or_else(|| panic!("{pk}"));
     assert_eq!(plug["version"], "1.0.2");
     assert!(plug["origin"].as_str().unwrap().starts_with("unsigned "), "{plug}");
     let img = support::fixture::read_fixture(&out, "x");
-    let label = img.config()["config"]["Labels"]["com.alibabacloud.erdma.unsigned-packages"].as_str().unwrap_or_default().to_string();
+    let label = img.config()["config"]["Labels"]["com.alibabacloud.erdma.unsigned-packages"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(label.starts_with(&format!("aiacc-nccl-plugin=1.0.2 sha256:{sha} (")), "{label}");
-    let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(files.contains(&"/usr/local/lib/libnccl-net.so") && files.contains(&"/var/lib/dpkg/info/aiacc-nccl-plugin.list"), "{files:?}");
+    let files: Vec<&str> = r["images"][0]["files_added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        files.contains(&"/usr/local/lib/libnccl-net.so")
+            && files.contains(&"/var/lib/dpkg/info/aiacc-nccl-plugin.list"),
+        "{files:?}"
+    );
 
     // The same file from a URL (seed 004 downloads the plugin with wget).
     let www = tmp.path().join("www");
@@ -526,7 +815,12 @@ fn unsigned_and_extra_packages() {
     let mut args = vec!["--no-packages", "--install", "libibverbs1", "--output", &dest];
     args.extend_from_slice(&common);
     let r = build(&args, &tmp.path().join("cache"));
-    let got: Vec<&str> = r["images"][0]["packages"]["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let got: Vec<&str> = r["images"][0]["packages"]["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     assert_eq!(got, ["libibverbs1", "libnl-3-200", "libnl-route-3-200"]);
     let dest = format!("oci:{}:z", s(&tmp.path().join("unknown")));
     let mut args = vec!["build", "--install", "no-such-package", "--output", &dest];

@@ -50,7 +50,8 @@ struct T<'a> {
     pax_path: Option<&'a [u8]>,
 }
 
-const BLANK: T<'static> = T { name: b"", kind: b'0', mode: 0o644, body: b"", link: b"", dev: (0, 0), pax_path: None };
+const BLANK: T<'static> =
+    T { name: b"", kind: b'0', mode: 0o644, body: b"", link: b"", dev: (0, 0), pax_path: None };
 
 fn file<'a>(name: &'a [u8], body: &'a [u8]) -> T<'a> {
     T { name, body, ..BLANK }
@@ -66,7 +67,14 @@ fn hardlink<'a>(name: &'a [u8], target: &'a [u8]) -> T<'a> {
 }
 
 /// A ustar header (POSIX.1-1988, the layout GNU tar and dpkg-deb write).
-fn header(name: &[u8], kind: u8, mode: u32, size: usize, link: &[u8], dev: (u32, u32)) -> [u8; 512] {
+fn header(
+    name: &[u8],
+    kind: u8,
+    mode: u32,
+    size: usize,
+    link: &[u8],
+    dev: (u32, u32),
+) -> [u8; 512] {
     assert!(name.len() <= 100 && link.len() <= 100, "short names only");
     let mut h = [0u8; 512];
     let octal = |h: &mut [u8; 512], at: usize, len: usize, v: u64| {
@@ -112,7 +120,14 @@ fn tar(entries: &[T<'_>]) -> Vec<u8> {
                     break;
                 }
             }
-            out.extend_from_slice(&header(b"./PaxHeaders/x", b'x', 0o644, record.len(), b"", (0, 0)));
+            out.extend_from_slice(&header(
+                b"./PaxHeaders/x",
+                b'x',
+                0o644,
+                record.len(),
+                b"",
+                (0, 0),
+            ));
             out.extend_from_slice(&record);
             pad(&mut out);
         }
@@ -134,7 +149,13 @@ fn hand_deb(dir: &Path, name: &str, depends: Option<&str>, entries: &[T<'_>]) ->
 
 /// [`hand_deb`] with the control file's text and more control members given, into
 /// `dir/STEM_1.0_all.deb`.
-fn hand_deb_with(dir: &Path, stem: &str, control: &str, control_extra: &[T<'_>], entries: &[T<'_>]) -> PathBuf {
+fn hand_deb_with(
+    dir: &Path,
+    stem: &str,
+    control: &str,
+    control_extra: &[T<'_>],
+    entries: &[T<'_>],
+) -> PathBuf {
     let work = dir.join(format!("{stem}.parts"));
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(work.join("debian-binary"), "2.0\n").unwrap();
@@ -147,7 +168,13 @@ fn hand_deb_with(dir: &Path, stem: &str, control: &str, control_extra: &[T<'_>],
     let deb = dir.join(format!("{stem}_1.0_all.deb"));
     let _ = std::fs::remove_file(&deb);
     // deb(5): the members in this order.
-    let out = Command::new("ar").arg("rc").arg(&deb).args(["debian-binary", "control.tar", "data.tar"]).current_dir(&work).output().unwrap();
+    let out = Command::new("ar")
+        .arg("rc")
+        .arg(&deb)
+        .args(["debian-binary", "control.tar", "data.tar"])
+        .current_dir(&work)
+        .output()
+        .unwrap();
     support::assert_success("ar rc", &out);
     deb
 }
@@ -160,7 +187,10 @@ fn dpkg_contents(deb: &Path) -> String {
 }
 
 fn require_deb_tools() -> bool {
-    support::require(support::have("ar") && support::have("dpkg-deb"), "binutils' ar and dpkg-deb are needed (run scripts/setup)")
+    support::require(
+        support::have("ar") && support::have("dpkg-deb"),
+        "binutils' ar and dpkg-deb are needed (run scripts/setup)",
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -207,7 +237,11 @@ struct Work {
 
 fn work(backend: &str) -> Work {
     let tmp = tempfile::tempdir().unwrap();
-    let base = if backend == "apt" { deb_base(&tmp.path().join("base")) } else { rpm_base(&tmp.path().join("base")) };
+    let base = if backend == "apt" {
+        deb_base(&tmp.path().join("base"))
+    } else {
+        rpm_base(&tmp.path().join("base"))
+    };
     let recipe = bare_recipe(tmp.path(), backend);
     let dest = tmp.path().join("out");
     Work { tmp, base, recipe, dest }
@@ -215,15 +249,37 @@ fn work(backend: &str) -> Work {
 
 /// `erdma-build CMD --json --base BASE --recipe RECIPE --no-packages --package P… --allow-unsigned-package [--output]`
 /// with a cache of its own.
-fn run(cmd: &str, base: &fixture::OciFixture, recipe: &Path, packages: &[&Path], output: Option<&Path>, cache: &Path) -> Output {
-    let mut args: Vec<String> = vec![cmd.into(), "--json".into(), "--base".into(), base.reference(), "--recipe".into(), s(recipe), "--no-packages".into(), "--allow-unsigned-package".into()];
+fn run(
+    cmd: &str,
+    base: &fixture::OciFixture,
+    recipe: &Path,
+    packages: &[&Path],
+    output: Option<&Path>,
+    cache: &Path,
+) -> Output {
+    let mut args: Vec<String> = vec![
+        cmd.into(),
+        "--json".into(),
+        "--base".into(),
+        base.reference(),
+        "--recipe".into(),
+        s(recipe),
+        "--no-packages".into(),
+        "--allow-unsigned-package".into(),
+    ];
     for p in packages {
         args.extend(["--package".into(), s(p)]);
     }
     if let Some(o) = output {
         args.extend(["--output".into(), format!("oci:{}:x", s(o))]);
     }
-    Command::new(support::bin()).args(&args).env("NO_COLOR", "1").env("XDG_CACHE_HOME", cache).stdin(std::process::Stdio::null()).output().unwrap()
+    Command::new(support::bin())
+        .args(&args)
+        .env("NO_COLOR", "1")
+        .env("XDG_CACHE_HOME", cache)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
 }
 
 /// Asserts a failed build: exit 1, one `error:` line and no cause below it, no panic, nothing
@@ -245,7 +301,10 @@ fn refused_line(out: &Output, dest: &Path) -> String {
 fn assert_refused(out: &Output, package: &str, entry: &str, reason: &str, dest: &Path) -> String {
     let line = refused_line(out, dest);
     let err = text(&out.stderr);
-    assert!(line.starts_with(&format!("error: package {package}")), "names the package {package}: {err}");
+    assert!(
+        line.starts_with(&format!("error: package {package}")),
+        "names the package {package}: {err}"
+    );
     assert!(line.contains(&format!("refusing entry `{entry}`")), "names the entry {entry}: {err}");
     assert!(line.contains(reason), "says why ({reason}): {err}");
     line
@@ -279,12 +338,22 @@ fn assert_layer_stays_inside(layer: &BTreeMap<String, (tar::EntryType, u32, Opti
         let trimmed = path.trim_end_matches('/');
         let mut at = trimmed;
         while let Some((parent, _)) = at.rsplit_once('/') {
-            if let Some((k, _, _)) = layer.get(parent).or_else(|| layer.get(&format!("{parent}/"))) {
+            if let Some((k, _, _)) = layer.get(parent).or_else(|| layer.get(&format!("{parent}/")))
+            {
                 assert!(k.is_dir(), "{path} lies under {parent}, a {k:?} of the layer");
             }
             at = parent;
         }
-        assert!(!matches!(kind, tar::EntryType::Link | tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo), "{path}: {kind:?}");
+        assert!(
+            !matches!(
+                kind,
+                tar::EntryType::Link
+                    | tar::EntryType::Char
+                    | tar::EntryType::Block
+                    | tar::EntryType::Fifo
+            ),
+            "{path}: {kind:?}"
+        );
     }
 }
 
@@ -298,9 +367,19 @@ fn extract_and_check(layout: &Path, tmp: &Path) -> PathBuf {
     let outside = tmp.join("extract/outside");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
-    let out = Command::new("tar").args(["-x", "-z", "--no-same-owner", "-C"]).arg(&root).arg("-f").arg(&blob).output().unwrap();
+    let out = Command::new("tar")
+        .args(["-x", "-z", "--no-same-owner", "-C"])
+        .arg(&root)
+        .arg("-f")
+        .arg(&blob)
+        .output()
+        .unwrap();
     support::assert_success("tar -x of the new layer", &out);
-    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "something was extracted outside the root");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "something was extracted outside the root"
+    );
     root
 }
 
@@ -316,23 +395,97 @@ fn hostile_debs_are_refused_naming_package_and_entry() {
     }
     let Work { tmp, base, recipe, dest } = work("apt");
     let cases: Vec<(&str, Vec<T<'_>>, &str, &str)> = vec![
-        ("dotdot", vec![file(b"./../../etc/passwd", b"owned\n")], "./../../etc/passwd", "would be outside the image root"),
-        ("inner-dotdot", vec![dirent(b"./a/"), file(b"./a/../../b", b"x")], "./a/../../b", "would be outside the image root"),
+        (
+            "dotdot",
+            vec![file(b"./../../etc/passwd", b"owned\n")],
+            "./../../etc/passwd",
+            "would be outside the image root",
+        ),
+        (
+            "inner-dotdot",
+            vec![dirent(b"./a/"), file(b"./a/../../b", b"x")],
+            "./a/../../b",
+            "would be outside the image root",
+        ),
         ("dotdot-dir", vec![dirent(b"../")], "../", "would be outside the image root"),
-        ("link-dotdot", vec![hardlink(b"./x", b"../../etc/shadow")], "./x", "would be outside the image root"),
-        ("link-abs", vec![hardlink(b"./usr/bin/x", b"/etc/shadow")], "usr/bin/x", "hard link to `etc/shadow`, which is not a regular file of this package before it"),
-        ("link-dir", vec![dirent(b"./usr/"), hardlink(b"./usr/bin/y", b"./usr/")], "usr/bin/y", "hard link to `usr`"),
-        ("newline", vec![file(b"./usr/bin/a\nb", b"x")], "usr/bin/a\\nb", "its name holds a newline or NUL byte"),
-        ("nul", vec![T { pax_path: Some(b"./usr/bin/a\0b"), ..file(b"./usr/bin/pax", b"x") }], "usr/bin/a\\0b", "its name holds a newline or NUL byte"),
-        ("latin1", vec![file(b"./usr/bin/caf\xe9", b"x")], "./usr/bin/caf\u{fffd}", "path is not UTF-8"),
+        (
+            "link-dotdot",
+            vec![hardlink(b"./x", b"../../etc/shadow")],
+            "./x",
+            "would be outside the image root",
+        ),
+        (
+            "link-abs",
+            vec![hardlink(b"./usr/bin/x", b"/etc/shadow")],
+            "usr/bin/x",
+            "hard link to `etc/shadow`, which is not a regular file of this package before it",
+        ),
+        (
+            "link-dir",
+            vec![dirent(b"./usr/"), hardlink(b"./usr/bin/y", b"./usr/")],
+            "usr/bin/y",
+            "hard link to `usr`",
+        ),
+        (
+            "newline",
+            vec![file(b"./usr/bin/a\nb", b"x")],
+            "usr/bin/a\\nb",
+            "its name holds a newline or NUL byte",
+        ),
+        (
+            "nul",
+            vec![T { pax_path: Some(b"./usr/bin/a\0b"), ..file(b"./usr/bin/pax", b"x") }],
+            "usr/bin/a\\0b",
+            "its name holds a newline or NUL byte",
+        ),
+        (
+            "latin1",
+            vec![file(b"./usr/bin/caf\xe9", b"x")],
+            "./usr/bin/caf\u{fffd}",
+            "path is not UTF-8",
+        ),
         // A symlink where the base has a directory would hide the whole directory.
-        ("dir-to-link", vec![symlink(b"./usr/lib", b"/tmp"), file(b"./usr/lib/x", b"x")], "usr/lib", "would replace the directory /usr/lib of the base image with a symlink"),
-        ("dir-to-file", vec![file(b"./etc", b"x")], "etc", "would replace the directory /etc of the base image with a file"),
+        (
+            "dir-to-link",
+            vec![symlink(b"./usr/lib", b"/tmp"), file(b"./usr/lib/x", b"x")],
+            "usr/lib",
+            "would replace the directory /usr/lib of the base image with a symlink",
+        ),
+        (
+            "dir-to-file",
+            vec![file(b"./etc", b"x")],
+            "etc",
+            "would replace the directory /etc of the base image with a file",
+        ),
         // A symlink the package itself installs, then an entry under it.
-        ("under-own-link", vec![dirent(b"./srv/"), symlink(b"./srv/evil", b"/"), file(b"./srv/evil/etc/passwd", b"owned\n")], "srv/evil/etc/passwd", "lies under /srv/evil, a symlink to `/` that this build installs"),
-        ("under-own-dotdot-link", vec![symlink(b"./srv/up", b"../.."), dirent(b"./srv/up/"), dirent(b"./srv/up/etc/"), file(b"./srv/up/etc/cron", b"x")], "srv/up/etc", "lies under /srv/up, a symlink to `../..` that this build installs"),
+        (
+            "under-own-link",
+            vec![
+                dirent(b"./srv/"),
+                symlink(b"./srv/evil", b"/"),
+                file(b"./srv/evil/etc/passwd", b"owned\n"),
+            ],
+            "srv/evil/etc/passwd",
+            "lies under /srv/evil, a symlink to `/` that this build installs",
+        ),
+        (
+            "under-own-dotdot-link",
+            vec![
+                symlink(b"./srv/up", b"../.."),
+                dirent(b"./srv/up/"),
+                dirent(b"./srv/up/etc/"),
+                file(b"./srv/up/etc/cron", b"x"),
+            ],
+            "srv/up/etc",
+            "lies under /srv/up, a symlink to `../..` that this build installs",
+        ),
         // Through the base's merged-/usr link to a symlink of the package.
-        ("under-own-link-via-base", vec![symlink(b"./lib/evil", b"/etc"), file(b"./usr/lib/evil/shadow", b"x")], "usr/lib/evil/shadow", "lies under /usr/lib/evil, a symlink to `/etc`"),
+        (
+            "under-own-link-via-base",
+            vec![symlink(b"./lib/evil", b"/etc"), file(b"./usr/lib/evil/shadow", b"x")],
+            "usr/lib/evil/shadow",
+            "lies under /usr/lib/evil, a symlink to `/etc`",
+        ),
     ];
     for (name, entries, entry, reason) in &cases {
         let deb = hand_deb(tmp.path(), &format!("hostile-{name}"), None, entries);
@@ -342,7 +495,8 @@ fn hostile_debs_are_refused_naming_package_and_entry() {
         }
         let cache = tmp.path().join(format!("cache-{name}"));
         let out = run("build", &base, &recipe, &[&deb], Some(&dest), &cache);
-        let line = assert_refused(&out, &format!("hostile-{name} 1.0 (unsigned "), entry, reason, &dest);
+        let line =
+            assert_refused(&out, &format!("hostile-{name} 1.0 (unsigned "), entry, reason, &dest);
         eprintln!("{name}: {line}");
         // plan reads a --package file too, and refuses the same.
         let out = run("plan", &base, &recipe, &[&deb], None, &cache);
@@ -358,19 +512,37 @@ fn hostile_control_names_are_refused() {
         return;
     }
     let Work { tmp, base, recipe, dest } = work("apt");
-    let control = |name: &str| format!("Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: x <x@erdma-kit.invalid>\nDescription: hostile control (TEST ONLY)\n");
+    let control = |name: &str| {
+        format!("Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: x <x@erdma-kit.invalid>\nDescription: hostile control (TEST ONLY)\n")
+    };
     let data = [dirent(b"./usr/"), dirent(b"./usr/share/"), file(b"./usr/share/x", b"x")];
     for (stem, name) in [("dotdot", "../../x"), ("slash", "evil/x")] {
         let deb = hand_deb_with(tmp.path(), stem, &control(name), &[], &data);
         let out = run("build", &base, &recipe, &[&deb], Some(&dest), &tmp.path().join("cache"));
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
-        assert!(err.contains(&format!("error: malformed package control in {name} 1.0 (unsigned ")) && err.contains("is not a valid package name and architecture for dpkg"), "{err}");
+        assert!(
+            err.contains(&format!("error: malformed package control in {name} 1.0 (unsigned "))
+                && err.contains("is not a valid package name and architecture for dpkg"),
+            "{err}"
+        );
         assert!(!dest.exists());
     }
-    let deb = hand_deb_with(tmp.path(), "subdir", &control("subdir"), &[file(b"./sub/postinst", b"#!/bin/sh\n")], &data);
+    let deb = hand_deb_with(
+        tmp.path(),
+        "subdir",
+        &control("subdir"),
+        &[file(b"./sub/postinst", b"#!/bin/sh\n")],
+        &data,
+    );
     let out = run("build", &base, &recipe, &[&deb], Some(&dest), &tmp.path().join("cache"));
-    assert_refused(&out, "subdir 1.0", "sub/postinst", "a control file must have a plain name", &dest);
+    assert_refused(
+        &out,
+        "subdir 1.0",
+        "sub/postinst",
+        "a control file must have a plain name",
+        &dest,
+    );
 }
 
 /// A symlink one package installs is seen by the next one, whichever is installed first: a
@@ -385,17 +557,40 @@ fn a_symlink_of_one_deb_never_carries_anothers_files() {
     // Packages are unpacked in name order here: `a-` first.
     for (link_name, file_name) in [("evil-a-link", "evil-b-file"), ("evil-b-link", "evil-a-file")] {
         let dir = tmp.path().join(link_name);
-        let link = hand_deb(&dir, link_name, None, &[dirent(b"./srv/"), symlink(b"./srv/evil", b"/etc")]);
-        let file = hand_deb(&dir, file_name, None, &[dirent(b"./srv/"), dirent(b"./srv/evil/"), dirent(b"./srv/evil/cron.d/"), file(b"./srv/evil/cron.d/x", b"* * * * * root id\n")]);
+        let link =
+            hand_deb(&dir, link_name, None, &[dirent(b"./srv/"), symlink(b"./srv/evil", b"/etc")]);
+        let file = hand_deb(
+            &dir,
+            file_name,
+            None,
+            &[
+                dirent(b"./srv/"),
+                dirent(b"./srv/evil/"),
+                dirent(b"./srv/evil/cron.d/"),
+                file(b"./srv/evil/cron.d/x", b"* * * * * root id\n"),
+            ],
+        );
         let out = run("build", &base, &recipe, &[&link, &file], Some(&dest), &dir.join("cache"));
         let err = text(&out.stderr);
         if err.contains(&format!("error: package {file_name} ")) {
             // The package's `srv/evil/` directory entry is left out (a symlink is there), its
             // first child refused.
-            assert_refused(&out, file_name, "srv/evil/cron.d", "lies under /srv/evil, a symlink to `/etc` that this build installs", &dest);
+            assert_refused(
+                &out,
+                file_name,
+                "srv/evil/cron.d",
+                "lies under /srv/evil, a symlink to `/etc` that this build installs",
+                &dest,
+            );
             seen.push("file under the link");
         } else {
-            assert_refused(&out, link_name, "srv/evil", "would replace the directory /srv/evil this build made with a symlink", &dest);
+            assert_refused(
+                &out,
+                link_name,
+                "srv/evil",
+                "would replace the directory /srv/evil this build made with a symlink",
+                &dest,
+            );
             seen.push("link over the directory");
         }
     }
@@ -438,7 +633,14 @@ fn absolute_names_and_base_links_stay_inside_the_layer() {
     let out = run("build", &base, &recipe, &[&deb], Some(&dest), &cache);
     support::assert_success("build of absolute names and base links", &out);
     let layer = top_layer(&dest);
-    for want in ["abs/path", "abs/path2", "usr/lib/libx.so.1", "etc/motd2", "etc/issue2", "usr/bin/root-link"] {
+    for want in [
+        "abs/path",
+        "abs/path2",
+        "usr/lib/libx.so.1",
+        "etc/motd2",
+        "etc/issue2",
+        "usr/bin/root-link",
+    ] {
         assert!(layer.contains_key(want), "{want} not in {:?}", layer.keys().collect::<Vec<_>>());
     }
     for gone in ["lib/", "lib/libx.so.1", "opt/up/", "opt/up/etc/motd2", "opt/abs/issue2"] {
@@ -452,7 +654,10 @@ fn absolute_names_and_base_links_stay_inside_the_layer() {
     assert_eq!(std::fs::read_to_string(root.join("abs/path2")).unwrap(), "absolute\n");
     // dpkg's file list names the entries as the package does.
     let list = std::fs::read_to_string(root.join("var/lib/dpkg/info/inside.list")).unwrap();
-    assert!(list.lines().any(|l| l == "/abs/path") && list.lines().any(|l| l == "/opt/up/etc/motd2"), "{list}");
+    assert!(
+        list.lines().any(|l| l == "/abs/path") && list.lines().any(|l| l == "/opt/up/etc/motd2"),
+        "{list}"
+    );
 }
 
 /// Setuid and setgid files (from dpkg-deb) and device nodes and a FIFO (hand-made: dpkg-deb
@@ -469,12 +674,19 @@ fn setuid_files_and_device_nodes_in_debs_are_reported() {
         debs::FakeDeb {
             name: "suid-tool",
             arch: "all",
-            files: vec![("/usr/bin/suid-tool", b"#!/bin/sh\nid\n".as_slice(), 0o4755), ("/usr/bin/sgid-tool", b"#!/bin/sh\nid\n".as_slice(), 0o2755), ("/usr/bin/plain", b"#!/bin/sh\n".as_slice(), 0o755)],
+            files: vec![
+                ("/usr/bin/suid-tool", b"#!/bin/sh\nid\n".as_slice(), 0o4755),
+                ("/usr/bin/sgid-tool", b"#!/bin/sh\nid\n".as_slice(), 0o2755),
+                ("/usr/bin/plain", b"#!/bin/sh\n".as_slice(), 0o755),
+            ],
             ..Default::default()
         },
     );
     let listing = dpkg_contents(&suid);
-    assert!(listing.lines().any(|l| l.starts_with("-rwsr-xr-x") && l.ends_with("./usr/bin/suid-tool")), "{listing}");
+    assert!(
+        listing.lines().any(|l| l.starts_with("-rwsr-xr-x") && l.ends_with("./usr/bin/suid-tool")),
+        "{listing}"
+    );
     let devices = hand_deb(
         tmp.path(),
         "dev-nodes",
@@ -487,7 +699,13 @@ fn setuid_files_and_device_nodes_in_debs_are_reported() {
             file(b"./opt/readme", b"x"),
         ],
     );
-    assert!(dpkg_contents(&devices).lines().any(|l| l.starts_with("crw-rw-rw-") && l.ends_with("./opt/null")), "{}", dpkg_contents(&devices));
+    assert!(
+        dpkg_contents(&devices)
+            .lines()
+            .any(|l| l.starts_with("crw-rw-rw-") && l.ends_with("./opt/null")),
+        "{}",
+        dpkg_contents(&devices)
+    );
     let cache = tmp.path().join("cache");
     let want = serde_json::json!([
         {"package": "suid-tool 1.0", "path": "/usr/bin/sgid-tool", "kind": "setgid", "mode": "2755", "created": true},
@@ -498,7 +716,12 @@ fn setuid_files_and_device_nodes_in_debs_are_reported() {
     ]);
     let sorted = |v: &Value| {
         let mut v = v.as_array().cloned().unwrap_or_default();
-        v.sort_by_key(|f| (f["package"].as_str().unwrap_or_default().to_string(), f["path"].as_str().unwrap_or_default().to_string()));
+        v.sort_by_key(|f| {
+            (
+                f["package"].as_str().unwrap_or_default().to_string(),
+                f["path"].as_str().unwrap_or_default().to_string(),
+            )
+        });
         Value::Array(v)
     };
     let out = run("plan", &base, &recipe, &[&suid, &devices], None, &cache);
@@ -508,9 +731,22 @@ fn setuid_files_and_device_nodes_in_debs_are_reported() {
     assert_eq!(sorted(&pk["special_files"]), sorted(&want), "{pk}");
     assert!(pk.get("not_inspected").is_none(), "--package files are read: {pk}");
     // The text report says the same, one line each.
-    let mut args: Vec<String> = vec!["plan".into(), "--base".into(), base.reference(), "--recipe".into(), s(&recipe), "--no-packages".into(), "--allow-unsigned-package".into()];
+    let mut args: Vec<String> = vec![
+        "plan".into(),
+        "--base".into(),
+        base.reference(),
+        "--recipe".into(),
+        s(&recipe),
+        "--no-packages".into(),
+        "--allow-unsigned-package".into(),
+    ];
     args.extend(["--package".into(), s(&suid), "--package".into(), s(&devices)]);
-    let out = Command::new(support::bin()).args(&args).env("NO_COLOR", "1").env("XDG_CACHE_HOME", &cache).output().unwrap();
+    let out = Command::new(support::bin())
+        .args(&args)
+        .env("NO_COLOR", "1")
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
     support::assert_success("plan (text)", &out);
     let plan_text = text(&out.stdout);
     for line in [
@@ -547,25 +783,60 @@ fn plan_download_reads_repository_payloads() {
     let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata");
     // A copy: the server writes its log beside the directory it serves.
     let www = tmp.path().join("debian-demo");
-    support::assert_success("cp -r debian-demo", &Command::new("cp").arg("-r").arg(testdata.join("repos/debian-demo")).arg(&www).output().unwrap());
+    support::assert_success(
+        "cp -r debian-demo",
+        &Command::new("cp")
+            .arg("-r")
+            .arg(testdata.join("repos/debian-demo"))
+            .arg(&www)
+            .output()
+            .unwrap(),
+    );
     let served = support::apt_repo::Served::start(&www);
     let mirror = served.url("");
     let base = format!("oci:{}:latest", s(&testdata.join("images/debian12-mini")));
     let key = s(&testdata.join("repos/debian-demo/demo-key.asc"));
     let cache = tmp.path().join("cache");
     let plan = |download: bool| -> Value {
-        let mut args = vec!["plan", "--json", "--base", &base, "--mirror", &mirror, "--keyring", &key, "--no-packages", "--install", "ibverbs-utils"];
+        let mut args = vec![
+            "plan",
+            "--json",
+            "--base",
+            &base,
+            "--mirror",
+            &mirror,
+            "--keyring",
+            &key,
+            "--no-packages",
+            "--install",
+            "ibverbs-utils",
+        ];
         if download {
             args.push("--download");
         }
-        let out = Command::new(support::bin()).args(&args).env("NO_COLOR", "1").env("XDG_CACHE_HOME", &cache).output().unwrap();
+        let out = Command::new(support::bin())
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .unwrap();
         support::assert_success("plan", &out);
         serde_json::from_slice::<Value>(&out.stdout).unwrap()["images"][0]["packages"].clone()
     };
     let cold = plan(false);
-    let names: Vec<String> = cold["install"].as_array().unwrap().iter().map(|p| format!("{} {}", p["name"].as_str().unwrap(), p["version"].as_str().unwrap())).collect();
+    let names: Vec<String> = cold["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{} {}", p["name"].as_str().unwrap(), p["version"].as_str().unwrap()))
+        .collect();
     assert!(names.iter().any(|n| n.starts_with("ibverbs-utils ")), "{cold}");
-    let mut not_read: Vec<String> = cold["not_inspected"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    let mut not_read: Vec<String> = cold["not_inspected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
     not_read.sort();
     let mut all = names.clone();
     all.sort();
@@ -585,7 +856,10 @@ fn plan_download_reads_repository_payloads() {
 // .rpm
 
 fn require_rpm_tools() -> bool {
-    support::require(support::have("rpmbuild") && support::have("rpm"), "rpm and rpmbuild are needed (run scripts/setup)")
+    support::require(
+        support::have("rpmbuild") && support::have("rpm"),
+        "rpm and rpmbuild are needed (run scripts/setup)",
+    )
 }
 
 /// A base with an empty rpm database (`rpm --initdb`, SQLite as EL9 keeps it), `usr/lib/` a
@@ -593,7 +867,12 @@ fn require_rpm_tools() -> bool {
 fn rpm_base(dir: &Path) -> fixture::OciFixture {
     let root = dir.with_extension("root");
     std::fs::create_dir_all(&root).unwrap();
-    let out = Command::new("rpm").arg("--root").arg(&root).args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend sqlite", "--initdb"]).output().unwrap();
+    let out = Command::new("rpm")
+        .arg("--root")
+        .arg(&root)
+        .args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend sqlite", "--initdb"])
+        .output()
+        .unwrap();
     support::assert_success("rpm --initdb", &out);
     let db = std::fs::read(root.join("var/lib/rpm/rpmdb.sqlite")).unwrap();
     support::fixture_image(
@@ -614,7 +893,13 @@ fn rpm_base(dir: &Path) -> fixture::OciFixture {
 
 /// Builds `name`-1.0-1.noarch.rpm with `rpmbuild`: `stage` lays out the build root (files,
 /// symlinks), `files` is the `%files` list as written.
-fn rpmbuild(dir: &Path, name: &str, requires: &[&str], stage: &dyn Fn(&Path), files: &[&str]) -> PathBuf {
+fn rpmbuild(
+    dir: &Path,
+    name: &str,
+    requires: &[&str],
+    stage: &dyn Fn(&Path),
+    files: &[&str],
+) -> PathBuf {
     let top = dir.join(format!("rpmbuild-{name}"));
     let root = top.join("stage");
     std::fs::create_dir_all(top.join("SPECS")).unwrap();
@@ -678,9 +963,19 @@ fn patch(rpm: &Path, from: &[u8], to: &[u8]) -> PathBuf {
         support::assert_success("sha1sum", &out);
         out.stdout[..40].to_vec()
     };
-    let digests = |b: &[u8]| [sha1(&b[start..end]), hex::encode(sha2::Sha256::digest(&b[start..end])).into_bytes(), md5::Md5::digest(&b[start..]).to_vec()];
+    let digests = |b: &[u8]| {
+        [
+            sha1(&b[start..end]),
+            hex::encode(sha2::Sha256::digest(&b[start..end])).into_bytes(),
+            md5::Md5::digest(&b[start..]).to_vec(),
+        ]
+    };
     for (old, new) in digests(&original).into_iter().zip(digests(&bytes)) {
-        let at = bytes[96..start].windows(old.len()).position(|w| w == old.as_slice()).expect("the digest in the signature header") + 96;
+        let at = bytes[96..start]
+            .windows(old.len())
+            .position(|w| w == old.as_slice())
+            .expect("the digest in the signature header")
+            + 96;
         bytes[at..at + new.len()].copy_from_slice(&new);
     }
     let out = rpm.with_file_name(format!("patched-{}", rpm.file_name().unwrap().to_string_lossy()));
@@ -697,7 +992,13 @@ fn damaged_unsigned_rpms_are_refused_by_their_digests() {
         return;
     }
     let Work { tmp, base, recipe, dest } = work("rpm");
-    let rpm = rpmbuild(tmp.path(), "rpm-damaged", &[], &|r| write(r, "usr/bin/tool", &[7u8; 4096], 0o755), &["/usr/bin/tool"]);
+    let rpm = rpmbuild(
+        tmp.path(),
+        "rpm-damaged",
+        &[],
+        &|r| write(r, "usr/bin/tool", &[7u8; 4096], 0o755),
+        &["/usr/bin/tool"],
+    );
     let bytes = std::fs::read(&rpm).unwrap();
     // The summary in the main header, then the payload's last byte (zstd's frame end).
     let summary = bytes.windows(10).position(|w| w == b"path safet").unwrap();
@@ -708,8 +1009,16 @@ fn damaged_unsigned_rpms_are_refused_by_their_digests() {
         std::fs::write(&path, bad).unwrap();
         let k = Command::new("rpm").args(["-K", "--nosignature"]).arg(&path).output().unwrap();
         assert!(!k.status.success(), "rpm -K took the damage: {}", text(&k.stdout));
-        let line = refused_line(&run("build", &base, &recipe, &[&path], Some(&dest), &tmp.path().join("cache")), &dest);
-        assert!(line.contains(&format!("--package {}", path.display())) && line.contains(which) && line.contains("mismatch"), "{line}");
+        let line = refused_line(
+            &run("build", &base, &recipe, &[&path], Some(&dest), &tmp.path().join("cache")),
+            &dest,
+        );
+        assert!(
+            line.contains(&format!("--package {}", path.display()))
+                && line.contains(which)
+                && line.contains("mismatch"),
+            "{line}"
+        );
     }
 }
 
@@ -748,13 +1057,45 @@ fn package_payload_bombs_are_refused() {
     std::fs::create_dir_all(&parts).unwrap();
     std::fs::write(parts.join("debian-binary"), "2.0\n").unwrap();
     let control = "Package: deb-bomb\nVersion: 1.0\nArchitecture: all\nMaintainer: erdma-kit tests <tests@erdma-kit.invalid>\nDescription: decompression bomb (TEST ONLY)\n";
-    std::fs::write(parts.join("control.tar"), tar(&[dirent(b"./"), file(b"./control", control.as_bytes())])).unwrap();
+    std::fs::write(
+        parts.join("control.tar"),
+        tar(&[dirent(b"./"), file(b"./control", control.as_bytes())]),
+    )
+    .unwrap();
     std::fs::write(parts.join("data.tar.gz"), &data).unwrap();
     let deb = w.join("deb-bomb_1.0_all.deb");
-    support::assert_success("ar rc", &Command::new("ar").arg("rc").arg(&deb).args(["debian-binary", "control.tar", "data.tar.gz"]).current_dir(&parts).output().unwrap());
-    assert!(dpkg_contents(&deb).contains(&format!("{size} 2023-11-14 22:13 ./usr/share/zeros")), "dpkg-deb reads it: {}", dpkg_contents(&deb));
-    let line = refused_line(&run("build", &deb_base(&w.join("deb-base")), &bare_recipe(w, "apt"), &[&deb], Some(&dest), &w.join("cache")), &dest);
-    assert!(line.starts_with("error: data.tar.gz of deb-bomb 1.0") && line.contains("inflates more than 100×") && line.contains("--max-inflation"), "{line}");
+    support::assert_success(
+        "ar rc",
+        &Command::new("ar")
+            .arg("rc")
+            .arg(&deb)
+            .args(["debian-binary", "control.tar", "data.tar.gz"])
+            .current_dir(&parts)
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        dpkg_contents(&deb).contains(&format!("{size} 2023-11-14 22:13 ./usr/share/zeros")),
+        "dpkg-deb reads it: {}",
+        dpkg_contents(&deb)
+    );
+    let line = refused_line(
+        &run(
+            "build",
+            &deb_base(&w.join("deb-base")),
+            &bare_recipe(w, "apt"),
+            &[&deb],
+            Some(&dest),
+            &w.join("cache"),
+        ),
+        &dest,
+    );
+    assert!(
+        line.starts_with("error: data.tar.gz of deb-bomb 1.0")
+            && line.contains("inflates more than 100×")
+            && line.contains("--max-inflation"),
+        "{line}"
+    );
 
     let rpm = rpmbuild(
         w,
@@ -770,12 +1111,36 @@ fn package_payload_bombs_are_refused() {
     assert!(len < (200 << 20) / 1000, "{len}");
     let rpm_base = rpm_base(&w.join("rpm-base"));
     let recipe = bare_recipe(w, "rpm");
-    let line = refused_line(&run("build", &rpm_base, &recipe, &[&rpm], Some(&dest), &w.join("cache")), &dest);
-    assert!(line.starts_with("error: the payload of rpm-bomb-1.0-1.noarch") && line.contains("inflates more than 100×"), "{line}");
+    let line = refused_line(
+        &run("build", &rpm_base, &recipe, &[&rpm], Some(&dest), &w.join("cache")),
+        &dest,
+    );
+    assert!(
+        line.starts_with("error: the payload of rpm-bomb-1.0-1.noarch")
+            && line.contains("inflates more than 100×"),
+        "{line}"
+    );
     // A genuine package of zeros: raised, it is built.
-    let mut args: Vec<String> = vec!["build".into(), "--quiet".into(), "--max-inflation".into(), "0".into(), "--base".into(), rpm_base.reference(), "--recipe".into(), s(&recipe), "--no-packages".into(), "--allow-unsigned-package".into(), "--package".into(), s(&rpm)];
+    let mut args: Vec<String> = vec![
+        "build".into(),
+        "--quiet".into(),
+        "--max-inflation".into(),
+        "0".into(),
+        "--base".into(),
+        rpm_base.reference(),
+        "--recipe".into(),
+        s(&recipe),
+        "--no-packages".into(),
+        "--allow-unsigned-package".into(),
+        "--package".into(),
+        s(&rpm),
+    ];
     args.extend(["--output".into(), format!("oci:{}:x", s(&dest))]);
-    let out = Command::new(support::bin()).args(&args).env("XDG_CACHE_HOME", w.join("cache")).output().unwrap();
+    let out = Command::new(support::bin())
+        .args(&args)
+        .env("XDG_CACHE_HOME", w.join("cache"))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
@@ -805,15 +1170,44 @@ fn hostile_rpms_are_refused_naming_package_and_entry() {
     let Work { tmp, base, recipe, dest } = work("rpm");
     let w = tmp.path();
 
-    let dotdot = rpmbuild(w, "rpm-dotdot", &[], &|r| write(r, "zz/zz/etc/passwd", b"owned\n", 0o644), &["/zz/zz/etc/passwd"]);
+    let dotdot = rpmbuild(
+        w,
+        "rpm-dotdot",
+        &[],
+        &|r| write(r, "zz/zz/etc/passwd", b"owned\n", 0o644),
+        &["/zz/zz/etc/passwd"],
+    );
     // rpm stores `/zz/zz/etc/` once, in DIRNAMES: now `/../../etc/`.
     let dotdot = patch(&dotdot, b"/zz/zz/etc/", b"/../../etc/");
     // Its digests recomputed, rpm itself takes the file as whole and reads the patched name.
     let k = Command::new("rpm").args(["-K", "--nosignature"]).arg(&dotdot).output().unwrap();
     assert!(k.status.success(), "rpm -K: {}", text(&k.stdout));
-    assert!(text(&Command::new("rpm").args(["-qlp", "--nosignature"]).arg(&dotdot).output().unwrap().stdout).lines().any(|l| l == "/../../etc/passwd"), "rpm reads the patched name");
-    let newline = patch(&rpmbuild(w, "rpm-newline", &[], &|r| write(r, "usr/bin/evil_nl", b"x", 0o755), &["/usr/bin/evil_nl"]), b"evil_nl", b"evil\nnl");
-    let dir_to_link = rpmbuild(w, "rpm-dir-to-link", &[], &|r| link(r, "usr/lib", "/tmp"), &["/usr/lib"]);
+    assert!(
+        text(
+            &Command::new("rpm")
+                .args(["-qlp", "--nosignature"])
+                .arg(&dotdot)
+                .output()
+                .unwrap()
+                .stdout
+        )
+        .lines()
+        .any(|l| l == "/../../etc/passwd"),
+        "rpm reads the patched name"
+    );
+    let newline = patch(
+        &rpmbuild(
+            w,
+            "rpm-newline",
+            &[],
+            &|r| write(r, "usr/bin/evil_nl", b"x", 0o755),
+            &["/usr/bin/evil_nl"],
+        ),
+        b"evil_nl",
+        b"evil\nnl",
+    );
+    let dir_to_link =
+        rpmbuild(w, "rpm-dir-to-link", &[], &|r| link(r, "usr/lib", "/tmp"), &["/usr/lib"]);
     let own_link = rpmbuild(
         w,
         "rpm-own-link",
@@ -827,9 +1221,24 @@ fn hostile_rpms_are_refused_naming_package_and_entry() {
     let own_link = patch(&own_link, b"/opt/zzzz/", b"/opt/evil/");
     let cases: Vec<(&str, PathBuf, &str, &str)> = vec![
         ("rpm-dotdot-1.0-1.noarch", dotdot, "/../../etc/passwd", "would be outside the image root"),
-        ("rpm-newline-1.0-1.noarch", newline, "/usr/bin/evil\\nnl", "its name holds a newline or NUL byte"),
-        ("rpm-dir-to-link-1.0-1.noarch", dir_to_link, "/usr/lib", "would replace the directory /usr/lib of the base image with a symlink"),
-        ("rpm-own-link-1.0-1.noarch", own_link, "/opt/evil/passwd", "lies under /opt/evil, a symlink of the package"),
+        (
+            "rpm-newline-1.0-1.noarch",
+            newline,
+            "/usr/bin/evil\\nnl",
+            "its name holds a newline or NUL byte",
+        ),
+        (
+            "rpm-dir-to-link-1.0-1.noarch",
+            dir_to_link,
+            "/usr/lib",
+            "would replace the directory /usr/lib of the base image with a symlink",
+        ),
+        (
+            "rpm-own-link-1.0-1.noarch",
+            own_link,
+            "/opt/evil/passwd",
+            "lies under /opt/evil, a symlink of the package",
+        ),
     ];
     for (package, rpm, entry, reason) in &cases {
         let cache = w.join(format!("cache-{package}"));
@@ -838,15 +1247,33 @@ fn hostile_rpms_are_refused_naming_package_and_entry() {
         eprintln!("{package}: {line}");
         // plan reads the header of a --package file, and refuses too.
         let out = run("plan", &base, &recipe, &[rpm], None, &cache);
-        let reason = if reason.contains("of the package") { "lies under /opt/evil, a symlink to `/`" } else { reason };
+        let reason = if reason.contains("of the package") {
+            "lies under /opt/evil, a symlink to `/`"
+        } else {
+            reason
+        };
         assert_refused(&out, package, entry, reason, &dest);
     }
 
     // Another package's symlink, installed first (the file's package requires it).
-    let link_pkg = rpmbuild(w, "rpm-evil-link", &[], &|r| link(r, "srv/evil", "/etc"), &["/srv/evil"]);
-    let file_pkg = rpmbuild(w, "rpm-evil-file", &["rpm-evil-link"], &|r| write(r, "srv/evil/cron.d/x", b"* * * * * root id\n", 0o644), &["/srv/evil/cron.d/x"]);
-    let out = run("build", &base, &recipe, &[&link_pkg, &file_pkg], Some(&dest), &w.join("cache-cross"));
-    assert_refused(&out, "rpm-evil-file-1.0-1.noarch", "/srv/evil/cron.d/x", "lies under /srv/evil, a symlink to `/etc` that this build installs", &dest);
+    let link_pkg =
+        rpmbuild(w, "rpm-evil-link", &[], &|r| link(r, "srv/evil", "/etc"), &["/srv/evil"]);
+    let file_pkg = rpmbuild(
+        w,
+        "rpm-evil-file",
+        &["rpm-evil-link"],
+        &|r| write(r, "srv/evil/cron.d/x", b"* * * * * root id\n", 0o644),
+        &["/srv/evil/cron.d/x"],
+    );
+    let out =
+        run("build", &base, &recipe, &[&link_pkg, &file_pkg], Some(&dest), &w.join("cache-cross"));
+    assert_refused(
+        &out,
+        "rpm-evil-file-1.0-1.noarch",
+        "/srv/evil/cron.d/x",
+        "lies under /srv/evil, a symlink to `/etc` that this build installs",
+        &dest,
+    );
 }
 
 /// Setuid and setgid files (`%attr`) and device nodes (`%dev`) in an rpm are listed by `plan`
@@ -867,10 +1294,26 @@ fn setuid_files_and_device_nodes_in_rpms_are_reported() {
             write(r, "usr/bin/sgid-tool", b"#!/bin/sh\nid\n", 0o755);
             write(r, "lib/librpm-special.so", b"x", 0o644);
         },
-        &["%attr(4755,root,root) /usr/bin/suid-tool", "%attr(2755,root,root) /usr/bin/sgid-tool", "/lib/librpm-special.so", "%dev(c,1,3) %attr(0666,root,root) /opt/null", "%dev(b,8,0) %attr(0660,root,root) /opt/sda"],
+        &[
+            "%attr(4755,root,root) /usr/bin/suid-tool",
+            "%attr(2755,root,root) /usr/bin/sgid-tool",
+            "/lib/librpm-special.so",
+            "%dev(c,1,3) %attr(0666,root,root) /opt/null",
+            "%dev(b,8,0) %attr(0660,root,root) /opt/sda",
+        ],
     );
-    let dump = text(&Command::new("rpm").args(["-qp", "--nosignature", "--dump"]).arg(&rpm).output().unwrap().stdout);
-    assert!(dump.lines().any(|l| l.starts_with("/opt/null ") && l.contains(" 020666 ")), "rpm --dump:\n{dump}");
+    let dump = text(
+        &Command::new("rpm")
+            .args(["-qp", "--nosignature", "--dump"])
+            .arg(&rpm)
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        dump.lines().any(|l| l.starts_with("/opt/null ") && l.contains(" 020666 ")),
+        "rpm --dump:\n{dump}"
+    );
     let want = serde_json::json!([
         {"package": "rpm-special 1.0-1", "path": "/opt/null", "kind": "char", "mode": "666", "major": 1, "minor": 3, "created": false},
         {"package": "rpm-special 1.0-1", "path": "/opt/sda", "kind": "block", "mode": "660", "major": 8, "minor": 0, "created": false},
@@ -895,7 +1338,12 @@ fn setuid_files_and_device_nodes_in_rpms_are_reported() {
     let layer = top_layer(&dest);
     assert_eq!(layer["usr/bin/suid-tool"].1, 0o4755);
     assert_eq!(layer["usr/bin/sgid-tool"].1, 0o2755);
-    assert!(layer.contains_key("usr/lib/librpm-special.so") && !layer.contains_key("lib/librpm-special.so"), "{:?}", layer.keys().collect::<Vec<_>>());
+    assert!(
+        layer.contains_key("usr/lib/librpm-special.so")
+            && !layer.contains_key("lib/librpm-special.so"),
+        "{:?}",
+        layer.keys().collect::<Vec<_>>()
+    );
     assert!(!layer.contains_key("opt/null") && !layer.contains_key("opt/sda"));
     assert_layer_stays_inside(&layer);
     extract_and_check(&dest, tmp.path());

@@ -19,7 +19,6 @@ fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker").args(args).output().unwrap()
 }
 
-
 /// One entry of a layer: what a container sees there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Meta {
@@ -43,7 +42,11 @@ const STATUS: &str = "var/lib/dpkg/status";
 
 fn read_layer(blob: &[u8]) -> LayerView {
     let mut raw = Vec::new();
-    let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(blob)) } else { Box::new(blob) };
+    let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::GzDecoder::new(blob))
+    } else {
+        Box::new(blob)
+    };
     std::io::Read::read_to_end(&mut r, &mut raw).unwrap();
     let mut entries = BTreeMap::new();
     let mut status = None;
@@ -65,7 +68,16 @@ fn read_layer(blob: &[u8]) -> LayerView {
             }
             ('f', hex::encode(Sha256::digest(&data)))
         };
-        entries.insert(path, Meta { kind, mode: h.mode().unwrap() & 0o7777, uid: h.uid().unwrap(), gid: h.gid().unwrap(), content });
+        entries.insert(
+            path,
+            Meta {
+                kind,
+                mode: h.mode().unwrap() & 0o7777,
+                uid: h.uid().unwrap(),
+                gid: h.gid().unwrap(),
+                content,
+            },
+        );
     }
     LayerView { size: raw.len(), entries, status }
 }
@@ -75,10 +87,26 @@ fn docker_top_layer(tmp: &Path, image: &str) -> Vec<u8> {
     let saved = tmp.join("theirs.tar");
     support::assert_success("docker save", &docker(&["save", "-o", &s(&saved), image]));
     let dir = tmp.join("theirs");
-    support::assert_success("skopeo copy", &support::skopeo(["copy", &format!("docker-archive:{}", s(&saved)), &format!("oci:{}:x", s(&dir))]));
-    let index: Value = serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
-    let m: Value = serde_json::from_slice(&std::fs::read(support::fixture::blob_path(&dir, index["manifests"][0]["digest"].as_str().unwrap())).unwrap()).unwrap();
-    let top = m["layers"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap().to_string();
+    support::assert_success(
+        "skopeo copy",
+        &support::skopeo([
+            "copy",
+            &format!("docker-archive:{}", s(&saved)),
+            &format!("oci:{}:x", s(&dir)),
+        ]),
+    );
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let m: Value = serde_json::from_slice(
+        &std::fs::read(support::fixture::blob_path(
+            &dir,
+            index["manifests"][0]["digest"].as_str().unwrap(),
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let top =
+        m["layers"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap().to_string();
     std::fs::read(support::fixture::blob_path(&dir, &top)).unwrap()
 }
 
@@ -113,7 +141,17 @@ fn status_stanzas(status: &str, names: &[&str]) -> BTreeMap<String, Vec<(String,
 /// caches and logs, the loader cache, lock files adduser leaves (lckpwdf(3)), dpkg's
 /// bookkeeping of its own run, and whiteouts.
 fn noise(p: &str) -> bool {
-    ["var/cache/", "var/lib/apt/", "var/log/", "tmp/", "var/lib/dpkg/triggers/", "var/lib/dpkg/lock", "var/lib/dpkg/updates/"].iter().any(|n| p.starts_with(n))
+    [
+        "var/cache/",
+        "var/lib/apt/",
+        "var/log/",
+        "tmp/",
+        "var/lib/dpkg/triggers/",
+        "var/lib/dpkg/lock",
+        "var/lib/dpkg/updates/",
+    ]
+    .iter()
+    .any(|n| p.starts_with(n))
         || p == "etc/ld.so.cache"
         || p == "etc/.pwd.lock"
         || p == "run/adduser"
@@ -129,41 +167,100 @@ fn payload_equals_apt_get(rel: debian::Release, request: &[&str], packages: &[&s
     let tmp = tempfile::tempdir().unwrap();
     let base = debian::base(rel);
     let ours_dir = tmp.path().join("ours");
-    let r = build(&["--base", &base.reference(), "--output", &format!("oci:{}:x", s(&ours_dir)), "--no-env-presets"], &tmp.path().join("cache"));
+    let r = build(
+        &[
+            "--base",
+            &base.reference(),
+            "--output",
+            &format!("oci:{}:x", s(&ours_dir)),
+            "--no-env-presets",
+        ],
+        &tmp.path().join("cache"),
+    );
     let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
     let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
 
     let base_name = format!("erdma-test/{}-base:{}", rel.suite, std::process::id());
     let base_tar = tmp.path().join("base.tar");
-    support::assert_success("skopeo copy", &support::skopeo(["copy", &base.reference(), &format!("docker-archive:{}:{base_name}", s(&base_tar))]));
+    support::assert_success(
+        "skopeo copy",
+        &support::skopeo([
+            "copy",
+            &base.reference(),
+            &format!("docker-archive:{}:{base_name}", s(&base_tar)),
+        ]),
+    );
     support::assert_success("docker load", &docker(&["load", "-i", &s(&base_tar)]));
     let ctx = tmp.path().join("ctx");
     std::fs::create_dir(&ctx).unwrap();
-    std::fs::write(ctx.join("Dockerfile"), format!("FROM {base_name}\nRUN apt-get update && apt-get install -y {}\n", request.join(" "))).unwrap();
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        format!(
+            "FROM {base_name}\nRUN apt-get update && apt-get install -y {}\n",
+            request.join(" ")
+        ),
+    )
+    .unwrap();
     let theirs_name = format!("{base_name}-apt");
-    let out = Command::new("docker").args(["build", "-q", "-t", &theirs_name]).arg(&ctx).env("DOCKER_BUILDKIT", "0").output().unwrap();
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", &theirs_name])
+        .arg(&ctx)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
     let _ = docker(&["rmi", "-f", &base_name]);
     support::assert_success("docker build with apt-get install", &out);
     let theirs = read_layer(&docker_top_layer(tmp.path(), &theirs_name));
     let _ = docker(&["rmi", "-f", &theirs_name]);
 
     let (ours_size, theirs_size) = (ours.size, theirs.size);
-    eprintln!("{}: layer (uncompressed) erdma-build {ours_size} bytes, docker build {theirs_size} bytes", rel.suite);
+    eprintln!(
+        "{}: layer (uncompressed) erdma-build {ours_size} bytes, docker build {theirs_size} bytes",
+        rel.suite
+    );
     assert!(theirs_size >= 10 * ours_size, "ours {ours_size}, docker's {theirs_size}");
-    let keep = |m: &BTreeMap<String, Meta>| -> BTreeMap<String, Meta> { m.iter().filter(|(p, _)| !noise(p) && p.as_str() != STATUS).map(|(p, m)| (p.clone(), m.clone())).collect() };
+    let keep = |m: &BTreeMap<String, Meta>| -> BTreeMap<String, Meta> {
+        m.iter()
+            .filter(|(p, _)| !noise(p) && p.as_str() != STATUS)
+            .map(|(p, m)| (p.clone(), m.clone()))
+            .collect()
+    };
     let (o, t) = (keep(&ours.entries), keep(&theirs.entries));
     let paths_o: BTreeSet<&String> = o.keys().collect();
     let paths_t: BTreeSet<&String> = t.keys().collect();
-    assert_eq!(paths_o.difference(&paths_t).collect::<Vec<_>>(), Vec::<&&String>::new(), "only in erdma-build's layer");
-    assert_eq!(paths_t.difference(&paths_o).collect::<Vec<_>>(), Vec::<&&String>::new(), "only in apt-get's layer");
-    let differing: Vec<String> = o.iter().filter(|(p, m)| t[*p] != **m).map(|(p, m)| format!("{p}: ours {m:?}, apt-get's {:?}", t[p])).collect();
+    assert_eq!(
+        paths_o.difference(&paths_t).collect::<Vec<_>>(),
+        Vec::<&&String>::new(),
+        "only in erdma-build's layer"
+    );
+    assert_eq!(
+        paths_t.difference(&paths_o).collect::<Vec<_>>(),
+        Vec::<&&String>::new(),
+        "only in apt-get's layer"
+    );
+    let differing: Vec<String> = o
+        .iter()
+        .filter(|(p, m)| t[*p] != **m)
+        .map(|(p, m)| format!("{p}: ours {m:?}, apt-get's {:?}", t[p]))
+        .collect();
     assert!(differing.is_empty(), "{} entries differ:\n{}", differing.len(), differing.join("\n"));
-    eprintln!("{}: {} files, symlinks and their modes, owners and contents equal apt-get install's", rel.suite, o.len());
+    eprintln!(
+        "{}: {} files, symlinks and their modes, owners and contents equal apt-get install's",
+        rel.suite,
+        o.len()
+    );
 
     // The status stanzas of what was installed: same fields, values and order as dpkg's.
-    let ours_status = status_stanzas(ours.status.as_deref().expect("our layer has a dpkg status"), packages);
-    let theirs_status = status_stanzas(theirs.status.as_deref().expect("apt-get's layer has a dpkg status"), packages);
-    assert_eq!(ours_status.keys().collect::<Vec<_>>(), packages.iter().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>());
+    let ours_status =
+        status_stanzas(ours.status.as_deref().expect("our layer has a dpkg status"), packages);
+    let theirs_status = status_stanzas(
+        theirs.status.as_deref().expect("apt-get's layer has a dpkg status"),
+        packages,
+    );
+    assert_eq!(
+        ours_status.keys().collect::<Vec<_>>(),
+        packages.iter().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>()
+    );
     for (name, fields) in &theirs_status {
         assert_eq!(&ours_status[name], fields, "status stanza of {name}");
     }
@@ -178,7 +275,15 @@ fn debian13_payload_equals_apt_get_install() {
     payload_equals_apt_get(
         debian::TRIXIE,
         &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"],
-        &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1t64", "libnl-3-200", "libnl-route-3-200", "adduser"],
+        &[
+            "libibverbs1",
+            "ibverbs-providers",
+            "ibverbs-utils",
+            "librdmacm1t64",
+            "libnl-3-200",
+            "libnl-route-3-200",
+            "adduser",
+        ],
     );
 }
 
@@ -190,7 +295,14 @@ fn debian12_payload_equals_apt_get_install() {
     payload_equals_apt_get(
         debian::BOOKWORM,
         &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"],
-        &["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1", "libnl-3-200", "libnl-route-3-200"],
+        &[
+            "libibverbs1",
+            "ibverbs-providers",
+            "ibverbs-utils",
+            "librdmacm1",
+            "libnl-3-200",
+            "libnl-route-3-200",
+        ],
     );
 }
 
@@ -204,14 +316,34 @@ fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
     let tmp = tempfile::tempdir().unwrap();
     let reg = Registry::start();
     let base = debian::base(debian::TRIXIE);
-    support::assert_success("skopeo copy", &support::skopeo(["copy", "--dest-tls-verify=false", &base.reference(), &reg.reference("debian:13")]));
-    let r = build(&["--base", &reg.reference("debian:13"), "--output", &reg.reference("debian:13-erdma")], &tmp.path().join("cache"));
+    support::assert_success(
+        "skopeo copy",
+        &support::skopeo([
+            "copy",
+            "--dest-tls-verify=false",
+            &base.reference(),
+            &reg.reference("debian:13"),
+        ]),
+    );
+    let r = build(
+        &["--base", &reg.reference("debian:13"), "--output", &reg.reference("debian:13-erdma")],
+        &tmp.path().join("cache"),
+    );
     let img = &r["images"][0];
     assert_eq!(img["recipe"], "apt-generic", "{img}");
     assert_eq!(img["os_release"]["version_id"], "13");
     let pk = &img["packages"];
-    assert_eq!(pk["selected"], serde_json::json!([{"requested": "librdmacm1", "package": "librdmacm1t64"}]), "{pk}");
-    let installed: BTreeMap<&str, &str> = pk["install"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap(), p["version"].as_str().unwrap())).collect();
+    assert_eq!(
+        pk["selected"],
+        serde_json::json!([{"requested": "librdmacm1", "package": "librdmacm1t64"}]),
+        "{pk}"
+    );
+    let installed: BTreeMap<&str, &str> = pk["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["version"].as_str().unwrap()))
+        .collect();
     for want in ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1t64"] {
         assert!(installed[want].starts_with("56."), "{want}: {installed:?}");
     }
@@ -220,7 +352,13 @@ fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
     let out = support::run_build(["check", "--json", &reg.reference("debian:13-erdma")]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let build = report["checks"].as_array().unwrap().iter().find(|c| c["id"] == "rdma-core-build").unwrap().clone();
+    let build = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "rdma-core-build")
+        .unwrap()
+        .clone();
     assert!(build["message"].as_str().unwrap().contains("librdmacm1t64"), "{build}");
 
     // Docker pulls it from the registry (loopback registries are insecure by default).
@@ -251,7 +389,11 @@ fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
     for ok in ["CHECK-OK", "VERIFY-OK", "DRIVER-OK", "liberdma-rdmav", "rdma:x:"] {
         assert!(text.contains(ok), "missing {ok} in\n{text}");
     }
-    assert!(text.contains("Failed to get IB devices list") && !text.contains("error while loading shared libraries"), "{text}");
+    assert!(
+        text.contains("Failed to get IB devices list")
+            && !text.contains("error while loading shared libraries"),
+        "{text}"
+    );
 
     // A Dockerfile FROM the result keeps using apt: rdmacm-utils depends on librdmacm1t64.
     super::apt_get_works_on_top(tmp.path(), &name);
@@ -259,16 +401,28 @@ fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
 }
 
 /// The real Debian 12 base with its apt sources replaced by `sources` (deb822), or removed.
-fn with_sources(base: &support::OciFixture, dir: &Path, sources: Option<&str>, extra: &[support::fixture::Entry]) -> support::OciFixture {
+fn with_sources(
+    base: &support::OciFixture,
+    dir: &Path,
+    sources: Option<&str>,
+    extra: &[support::fixture::Entry],
+) -> support::OciFixture {
     use support::fixture;
     let lower = fixture::import_layer(base, 0, dir);
-    let mut entries: Vec<fixture::Entry> = vec![("etc/apt/.wh.sources.list", b"".as_slice(), 0o644)];
+    let mut entries: Vec<fixture::Entry> =
+        vec![("etc/apt/.wh.sources.list", b"".as_slice(), 0o644)];
     if let Some(text) = sources {
         entries.push(("etc/apt/sources.list.d/debian.sources", text.as_bytes(), 0o644));
     }
     entries.extend_from_slice(extra);
     let upper = fixture::entries_layer(dir, &entries);
-    fixture::image_from_layers(dir, fixture::DEFAULT_TAG, vec![lower, upper], &[("PATH", debian::DEBIAN_PATH)], &["bash"])
+    fixture::image_from_layers(
+        dir,
+        fixture::DEFAULT_TAG,
+        vec![lower, upper],
+        &[("PATH", debian::DEBIAN_PATH)],
+        &["bash"],
+    )
 }
 
 /// `--mirror URL` stands in for every source of the base (the main archive with several suites
@@ -279,7 +433,9 @@ fn mirrors_stand_in_for_every_source_of_the_base() {
     if !debian::require_base() || !support::debs::require_download() {
         return;
     }
-    let (Some(main), Some(security)) = (debian::debian_mirror(), debian::mirror_for_suite("bookworm-security")) else {
+    let (Some(main), Some(security)) =
+        (debian::debian_mirror(), debian::mirror_for_suite("bookworm-security"))
+    else {
         panic!("the host's apt sources name no bookworm-security archive");
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -291,10 +447,26 @@ fn mirrors_stand_in_for_every_source_of_the_base() {
     // its own URL.
     let key = support::apt_repo::TestKey::generate();
     let key_text = std::fs::read(key.write_public(tmp.path(), "cuda.asc")).unwrap();
-    let plugin = support::debs::fake_deb(&tmp.path().join("debs"), support::debs::FakeDeb { name: "libnccl2", version: "2.21.5-1+cuda12.4", ..Default::default() });
-    let cuda = support::apt_repo::AptRepo::build_under("compute/cuda/repos/debian12/x86_64", support::apt_repo::Layout::Flat, &[plugin], &key);
-    let cuda_list = format!("deb [signed-by=/usr/share/keyrings/cuda-test.asc] {}/ /\n", cuda.url());
-    let extra: Vec<support::fixture::Entry> = vec![("usr/share/keyrings/cuda-test.asc", key_text.as_slice(), 0o644), ("etc/apt/sources.list.d/cuda.list", cuda_list.as_bytes(), 0o644)];
+    let plugin = support::debs::fake_deb(
+        &tmp.path().join("debs"),
+        support::debs::FakeDeb {
+            name: "libnccl2",
+            version: "2.21.5-1+cuda12.4",
+            ..Default::default()
+        },
+    );
+    let cuda = support::apt_repo::AptRepo::build_under(
+        "compute/cuda/repos/debian12/x86_64",
+        support::apt_repo::Layout::Flat,
+        &[plugin],
+        &key,
+    );
+    let cuda_list =
+        format!("deb [signed-by=/usr/share/keyrings/cuda-test.asc] {}/ /\n", cuda.url());
+    let extra: Vec<support::fixture::Entry> = vec![
+        ("usr/share/keyrings/cuda-test.asc", key_text.as_slice(), 0o644),
+        ("etc/apt/sources.list.d/cuda.list", cuda_list.as_bytes(), 0o644),
+    ];
     let img = with_sources(&base, &tmp.path().join("several"), Some(sources), &extra);
     let img_ref = img.reference();
     let plan = |extra: &[&str]| {
@@ -318,10 +490,21 @@ fn mirrors_stand_in_for_every_source_of_the_base() {
 
     // Slimmed images delete their lists.
     let bare = with_sources(&base, &tmp.path().join("bare"), None, &[]);
-    let out = build_env(&["plan", "--base", &bare.reference()], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    let out = build_env(
+        &["plan", "--base", &bare.reference()],
+        &[("XDG_CACHE_HOME", cache.to_str().unwrap())],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("configures no apt repository") && err.contains("--mirror"), "{err}");
-    let out = build_env(&["plan", "--json", "--base", &bare.reference(), "--mirror", &main], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    assert!(
+        !out.status.success()
+            && err.contains("configures no apt repository")
+            && err.contains("--mirror"),
+        "{err}"
+    );
+    let out = build_env(
+        &["plan", "--json", "--base", &bare.reference(), "--mirror", &main],
+        &[("XDG_CACHE_HOME", cache.to_str().unwrap())],
+    );
     support::assert_success("plan of a base without sources, with --mirror", &out);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["images"][0]["packages"]["repositories"]["base bookworm"], main.as_str());
@@ -337,14 +520,34 @@ fn extra_packages_from_the_debian13_archive() {
     let tmp = tempfile::tempdir().unwrap();
     let base = debian::base(debian::TRIXIE);
     let out = build_env(
-        &["plan", "--json", "--base", &base.reference(), "--install", "perftest", "--install", "rdmacm-utils", "--install", "infiniband-diags"],
+        &[
+            "plan",
+            "--json",
+            "--base",
+            &base.reference(),
+            "--install",
+            "perftest",
+            "--install",
+            "rdmacm-utils",
+            "--install",
+            "infiniband-diags",
+        ],
         &[("XDG_CACHE_HOME", tmp.path().join("cache").to_str().unwrap())],
     );
     support::assert_success("plan --install", &out);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     let pk = &r["images"][0]["packages"];
-    let names: Vec<&str> = pk["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
-    for want in ["perftest", "rdmacm-utils", "infiniband-diags", "librdmacm1t64", "libibverbs1", "libibumad3", "libibmad5"] {
+    let names: Vec<&str> =
+        pk["install"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for want in [
+        "perftest",
+        "rdmacm-utils",
+        "infiniband-diags",
+        "librdmacm1t64",
+        "libibverbs1",
+        "libibumad3",
+        "libibmad5",
+    ] {
         assert!(names.contains(&want), "{want} not in {names:?}");
     }
     assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian"), "{pk}");

@@ -35,8 +35,18 @@ impl Setup {
         let tmp = tempfile::tempdir().unwrap();
         let el = kind.el();
         let key = RpmKey::generate();
-        let erdma = RpmRepo::build(RpmLayout::alibaba(kind.releasever()), &rpm_repo::el_rdma_rpms(el), &key, el.rpmv3_signatures());
-        let baseos = RpmRepo::build(RpmLayout::Flat, &rpm_repo::el_deps_rpms(el), &key, el.rpmv3_signatures());
+        let erdma = RpmRepo::build(
+            RpmLayout::alibaba(kind.releasever()),
+            &rpm_repo::el_rdma_rpms(el),
+            &key,
+            el.rpmv3_signatures(),
+        );
+        let baseos = RpmRepo::build(
+            RpmLayout::Flat,
+            &rpm_repo::el_deps_rpms(el),
+            &key,
+            el.rpmv3_signatures(),
+        );
         let key_file = tmp.path().join("key.asc");
         std::fs::write(&key_file, key.armored_public()).unwrap();
         Setup { base: rpm_repo::el_base(kind), kind, erdma, baseos, key_file, tmp }
@@ -83,32 +93,61 @@ impl Setup {
 /// Applies an OCI image's layers (whiteouts included) into a new directory, as a container
 /// runtime would: the image's root file system, for rpm and dnf to work on.
 fn rootfs_of(layout: &Path, tag: &str, dest: &Path) {
-    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
-    let desc = index["manifests"].as_array().unwrap().iter().find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag).expect("tag in index");
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let desc = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .expect("tag in index");
     let blob = |d: &str| layout.join("blobs/sha256").join(d.trim_start_matches("sha256:"));
-    let manifest: Value = serde_json::from_slice(&std::fs::read(blob(desc["digest"].as_str().unwrap())).unwrap()).unwrap();
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(blob(desc["digest"].as_str().unwrap())).unwrap())
+            .unwrap();
     std::fs::create_dir_all(dest).unwrap();
     for l in manifest["layers"].as_array().unwrap() {
         let path = blob(l["digest"].as_str().unwrap());
         let mt = l["mediaType"].as_str().unwrap();
-        let tool = if mt.ends_with("+zstd") { "--zstd" } else if mt.ends_with("+gzip") { "-z" } else { "--no-auto-compress" };
+        let tool = if mt.ends_with("+zstd") {
+            "--zstd"
+        } else if mt.ends_with("+gzip") {
+            "-z"
+        } else {
+            "--no-auto-compress"
+        };
         // Whiteouts first: remove what they name, then extract the rest.
         let list = Command::new("tar").args(["-t", tool, "-f"]).arg(&path).output().unwrap();
         support::assert_success("tar -t", &list);
         for name in text(&list.stdout).lines() {
             let p = Path::new(name.trim_start_matches("./"));
-            if let Some(f) = p.file_name().and_then(|f| f.to_str()).and_then(|f| f.strip_prefix(".wh.")) {
+            if let Some(f) =
+                p.file_name().and_then(|f| f.to_str()).and_then(|f| f.strip_prefix(".wh."))
+            {
                 let victim = dest.join(p.parent().unwrap()).join(f);
                 let _ = std::fs::remove_dir_all(&victim).or_else(|_| std::fs::remove_file(&victim));
             }
         }
-        let out = Command::new("tar").args(["-x", tool, "--numeric-owner", "--same-permissions", "--exclude=.wh.*", "-C"]).arg(dest).arg("-f").arg(&path).output().unwrap();
+        let out = Command::new("tar")
+            .args(["-x", tool, "--numeric-owner", "--same-permissions", "--exclude=.wh.*", "-C"])
+            .arg(dest)
+            .arg("-f")
+            .arg(&path)
+            .output()
+            .unwrap();
         support::assert_success("tar -x", &out);
     }
 }
 
 fn rpm418(root: &Path, args: &[&str]) -> Output {
-    Command::new("rpm").arg("--root").arg(root).args(["--dbpath", "/var/lib/rpm"]).args(args).env("LC_ALL", "C").output().unwrap()
+    Command::new("rpm")
+        .arg("--root")
+        .arg(root)
+        .args(["--dbpath", "/var/lib/rpm"])
+        .args(args)
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap()
 }
 
 /// rpm as the image's own would run: 4.16 on libdb 5.3 for a Berkeley DB, 4.18 for SQLite.
@@ -140,7 +179,11 @@ fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
                 format!("link {}", std::fs::read_link(root.join(&rel)).unwrap().display())
             } else {
                 use sha2::Digest as _;
-                format!("file {} mtime {}", hex::encode(sha2::Sha256::digest(std::fs::read(root.join(&rel)).unwrap())), m.mtime())
+                format!(
+                    "file {} mtime {}",
+                    hex::encode(sha2::Sha256::digest(std::fs::read(root.join(&rel)).unwrap())),
+                    m.mtime()
+                )
             };
             (rel, format!("{kind} mode {:o} owner {}:{}", m.mode() & 0o7777, m.uid(), m.gid()))
         })
@@ -161,11 +204,26 @@ fn el_base_gets_erdma(kind: BaseKind) {
     support::assert_success("erdma-build plan (rpm)", &plan);
     let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
     let planned = names(&plan["images"][0]["packages"]["install"]);
-    assert!(SEED_004.iter().all(|n| planned.contains(&n.to_string())) && plan["images"][0]["layer"].is_null(), "{plan}");
-    assert!(!setup.erdma.get_paths().iter().any(|p| p.ends_with(".rpm")), "plan downloads no package");
+    assert!(
+        SEED_004.iter().all(|n| planned.contains(&n.to_string()))
+            && plan["images"][0]["layer"].is_null(),
+        "{plan}"
+    );
+    assert!(
+        !setup.erdma.get_paths().iter().any(|p| p.ends_with(".rpm")),
+        "plan downloads no package"
+    );
     let (report, layout) = setup.build(&[]);
     let img = &report["images"][0];
-    assert_eq!(img["recipe"], match kind.el() { El::Al8 => "alinux-3", El::El8 => "centos-8", El::El9 => "rocky-9" }, "{img}");
+    assert_eq!(
+        img["recipe"],
+        match kind.el() {
+            El::Al8 => "alinux-3",
+            El::El8 => "centos-8",
+            El::El9 => "rocky-9",
+        },
+        "{img}"
+    );
     let pk = &img["packages"];
     let installed = names(&pk["install"]);
     for want in SEED_004 {
@@ -173,17 +231,27 @@ fn el_base_gets_erdma(kind: BaseKind) {
     }
     for p in pk["install"].as_array().unwrap() {
         let origin = p["origin"].as_str().unwrap();
-        let from_erdma = ["rdma-core", "libibverbs", "librdmacm", "libibverbs-utils", "librdmacm-utils"].contains(&p["name"].as_str().unwrap());
-        assert!(if from_erdma { origin == "erdma" } else { origin.starts_with("base ") }, "origin of {p}");
+        let from_erdma =
+            ["rdma-core", "libibverbs", "librdmacm", "libibverbs-utils", "librdmacm-utils"]
+                .contains(&p["name"].as_str().unwrap());
+        assert!(
+            if from_erdma { origin == "erdma" } else { origin.starts_with("base ") },
+            "origin of {p}"
+        );
     }
     assert!(pk["scriptlets"].as_array().is_some(), "the scriptlets not run are reported: {pk}");
     assert!(img["keys"].as_array().unwrap().iter().any(|k| k["repository"] == "erdma"), "{img}");
 
     // `check` reads the rpm database for the rdma-core it finds, and sees no Mellanox OFED.
     let check = support::run_build(["check", "--json", &format!("oci:{}:erdma", s(&layout))]);
-    let facts: Value = serde_json::from_slice(&check.stdout).unwrap_or_else(|e| panic!("check --json ({e}): {}{}", text(&check.stdout), text(&check.stderr)));
+    let facts: Value = serde_json::from_slice(&check.stdout).unwrap_or_else(|e| {
+        panic!("check --json ({e}): {}{}", text(&check.stdout), text(&check.stderr))
+    });
     let rdma = serde_json::to_string(&facts).unwrap();
-    assert!(rdma.contains(&format!("\"libibverbs\":\"{}\"", kind.el().evr())), "check names the rpm-installed libibverbs: {rdma}");
+    assert!(
+        rdma.contains(&format!("\"libibverbs\":\"{}\"", kind.el().evr())),
+        "check names the rpm-installed libibverbs: {rdma}"
+    );
     assert!(!rdma.contains("mlnx"), "{rdma}");
     let root = setup.tmp.path().join("root");
     rootfs_of(&layout, "erdma", &root);
@@ -197,17 +265,41 @@ fn el_base_gets_erdma(kind: BaseKind) {
     let qa = text(&qa.stdout);
     let evr = kind.el().evr();
     for want in SEED_004 {
-        assert!(qa.lines().any(|l| l == format!("{want}-{evr}")), "{want}-{evr} not in rpm -qa:\n{qa}");
+        assert!(
+            qa.lines().any(|l| l == format!("{want}-{evr}")),
+            "{want}-{evr} not in rpm -qa:\n{qa}"
+        );
     }
     for base_pkg in ["setup", "glibc", "bash"] {
-        assert!(qa.lines().any(|l| l.starts_with(&format!("{base_pkg}-"))), "the base's {base_pkg} is still there:\n{qa}");
+        assert!(
+            qa.lines().any(|l| l.starts_with(&format!("{base_pkg}-"))),
+            "the base's {base_pkg} is still there:\n{qa}"
+        );
     }
-    let verify = image_rpm(kind, r, &["-V", "libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"], &[]);
-    assert!(verify.status.success() && verify.stdout.is_empty(), "rpm -V: {}{}", text(&verify.stdout), text(&verify.stderr));
+    let verify = image_rpm(
+        kind,
+        r,
+        &["-V", "libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"],
+        &[],
+    );
+    assert!(
+        verify.status.success() && verify.stdout.is_empty(),
+        "rpm -V: {}{}",
+        text(&verify.stdout),
+        text(&verify.stderr)
+    );
     let requires = image_rpm(kind, r, &["-q", "--requires", "libibverbs-utils"], &[]);
-    assert!(text(&requires.stdout).lines().any(|l| l.starts_with("libibverbs.so.1()(64bit)")), "rpm -q --requires: {}", text(&requires.stdout));
+    assert!(
+        text(&requires.stdout).lines().any(|l| l.starts_with("libibverbs.so.1()(64bit)")),
+        "rpm -q --requires: {}",
+        text(&requires.stdout)
+    );
     let deps = image_rpm(kind, r, &["-q", "--whatprovides", "libibverbs.so.1()(64bit)"], &[]);
-    assert!(text(&deps.stdout).starts_with("libibverbs-"), "soname provides indexed: {}", text(&deps.stdout));
+    assert!(
+        text(&deps.stdout).starts_with("libibverbs-"),
+        "soname provides indexed: {}",
+        text(&deps.stdout)
+    );
     let owner = image_rpm(kind, r, &["-qf", "/etc/libibverbs.d/erdma.driver"], &[]);
     assert_eq!(text(&owner.stdout).trim(), format!("libibverbs-{evr}.x86_64"));
     assert!(r.join("usr/lib64/libibverbs/liberdma-rdmav34.so").exists(), "the erdma provider");
@@ -219,18 +311,36 @@ fn el_base_gets_erdma(kind: BaseKind) {
                 continue;
             }
             let out = Command::new("db5.3_verify").arg("-q").arg(&f).output().unwrap();
-            assert!(out.status.success(), "db5.3_verify {name}: {}{}", text(&out.stdout), text(&out.stderr));
+            assert!(
+                out.status.success(),
+                "db5.3_verify {name}: {}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
         }
-        assert!(!db.join("__db.001").exists(), "the Berkeley DB environment is left for rpm to make");
+        assert!(
+            !db.join("__db.001").exists(),
+            "the Berkeley DB environment is left for rpm to make"
+        );
     }
     // A later install in the image works on the database we wrote: dnf with the repository
     // file the image got (SQLite: this machine's dnf writes SQLite), else the image's rpm.
     if kind.sqlite() && support::have("dnf") {
         let conf = rpm_repo::dnf_conf(&setup.tmp.path().join("dnf"));
         let out = rpm_repo::dnf_command(&conf, r)
-            .args(["--releasever", kind.releasever(), "-y", "-q", "--disablerepo=*", "--enablerepo=erdma"])
+            .args([
+                "--releasever",
+                kind.releasever(),
+                "-y",
+                "-q",
+                "--disablerepo=*",
+                "--enablerepo=erdma",
+            ])
             .arg(format!("--setopt=reposdir={}", s(&r.join("etc/yum.repos.d"))))
-            .arg(format!("--setopt=erdma.gpgkey=file://{}", s(&r.join("etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"))))
+            .arg(format!(
+                "--setopt=erdma.gpgkey=file://{}",
+                s(&r.join("etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"))
+            ))
             .args(["install", "librdmacm-utils"])
             .output()
             .unwrap();
@@ -244,7 +354,12 @@ fn el_base_gets_erdma(kind: BaseKind) {
     support::assert_success("rpm -q after rpm -i", &after);
     // Seed 004's repository file, with the key the build verified with.
     let repo = std::fs::read_to_string(r.join("etc/yum.repos.d/erdma.repo")).unwrap();
-    assert!(repo.contains(&format!("baseurl={}", setup.erdma.url())) && repo.contains("gpgcheck=1") && repo.contains("gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"), "{repo}");
+    assert!(
+        repo.contains(&format!("baseurl={}", setup.erdma.url()))
+            && repo.contains("gpgcheck=1")
+            && repo.contains("gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"),
+        "{repo}"
+    );
     let key = std::fs::read_to_string(r.join("etc/pki/rpm-gpg/RPM-GPG-KEY-erdma")).unwrap();
     assert!(key.starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----"), "{key}");
 }
@@ -259,7 +374,12 @@ fn rocky9_sqlite_base_gets_erdma_root_net() {
 
 #[test]
 fn alinux3_berkeley_db_base_gets_erdma_root_net() {
-    if !rpm_repo::require_bases() || !support::require(support::have("db5.3_verify"), "db5.3_verify is needed (run scripts/setup)") {
+    if !rpm_repo::require_bases()
+        || !support::require(
+            support::have("db5.3_verify"),
+            "db5.3_verify is needed (run scripts/setup)",
+        )
+    {
         return;
     }
     el_base_gets_erdma(BaseKind::Alinux3Bdb);
@@ -267,7 +387,12 @@ fn alinux3_berkeley_db_base_gets_erdma_root_net() {
 
 #[test]
 fn centos8_berkeley_db_base_gets_erdma_root_net() {
-    if !rpm_repo::require_bases() || !support::require(support::have("db5.3_verify"), "db5.3_verify is needed (run scripts/setup)") {
+    if !rpm_repo::require_bases()
+        || !support::require(
+            support::have("db5.3_verify"),
+            "db5.3_verify is needed (run scripts/setup)",
+        )
+    {
         return;
     }
     el_base_gets_erdma(BaseKind::Centos8Bdb);
@@ -286,9 +411,21 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
     // A local package (`--package`, unsigned) with files under /sbin and /lib64, which the base
     // has as symlinks into /usr (merged /usr, as EL9): rpm writes through them.
     let local = local_merged_usr_rpm();
-    let (report, layout) = setup.build(&["--package", s(&local), "--allow-unsigned-package", "--install", "librdmacm-utils"]);
-    assert!(names(&report["images"][0]["packages"]["install"]).contains(&"librdmacm-utils".to_string()), "--install: {report}");
-    assert_eq!(report["images"][0]["packages"]["unsigned"][0]["name"], "erdma-local-probe", "{report}");
+    let (report, layout) = setup.build(&[
+        "--package",
+        s(&local),
+        "--allow-unsigned-package",
+        "--install",
+        "librdmacm-utils",
+    ]);
+    assert!(
+        names(&report["images"][0]["packages"]["install"]).contains(&"librdmacm-utils".to_string()),
+        "--install: {report}"
+    );
+    assert_eq!(
+        report["images"][0]["packages"]["unsigned"][0]["name"], "erdma-local-probe",
+        "{report}"
+    );
     let ours = setup.tmp.path().join("ours");
     rootfs_of(&layout, "erdma", &ours);
     // The same packages, installed by rpm 4.18 into the base's own tree.
@@ -317,7 +454,11 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
     // What running programs leave behind is set aside: the database files themselves (compared
     // through rpm below) and rpm's lock.
     // What is not a package's payload either: the repository file and key the recipe adds.
-    let skip = |p: &Path| p.starts_with("var/lib/rpm") || p.starts_with("etc/pki") || p == Path::new("etc/yum.repos.d/erdma.repo");
+    let skip = |p: &Path| {
+        p.starts_with("var/lib/rpm")
+            || p.starts_with("etc/pki")
+            || p == Path::new("etc/yum.repos.d/erdma.repo")
+    };
     let mut diffs = Vec::new();
     for (p, e) in &b {
         if skip(p) {
@@ -325,7 +466,9 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
         }
         match a.get(p) {
             None => diffs.push(format!("missing {}", p.display())),
-            Some(o) if o != e => diffs.push(format!("differs {}: ours {o:?} theirs {e:?}", p.display())),
+            Some(o) if o != e => {
+                diffs.push(format!("differs {}: ours {o:?} theirs {e:?}", p.display()))
+            }
             _ => {}
         }
     }
@@ -339,9 +482,17 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
     for root in [&ours, &theirs] {
         support::assert_success("rpm -qa", &rpm418(root, &["-qa"]));
     }
-    let q = |root: &Path| text(&rpm418(root, &["-qa", "--qf", qf]).stdout).lines().map(String::from).collect::<std::collections::BTreeSet<_>>();
+    let q = |root: &Path| {
+        text(&rpm418(root, &["-qa", "--qf", qf]).stdout)
+            .lines()
+            .map(String::from)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
     assert_eq!(q(&ours), q(&theirs));
-    assert!(ours.join("usr/sbin/erdma-probe").is_file() && ours.join("sbin").is_symlink(), "written through the /sbin symlink, which stays");
+    assert!(
+        ours.join("usr/sbin/erdma-probe").is_file() && ours.join("sbin").is_symlink(),
+        "written through the /sbin symlink, which stays"
+    );
     for name in SEED_004.iter().chain(&["erdma-local-probe"]) {
         let dump = |root: &Path| text(&rpm418(root, &["-q", "--dump", name]).stdout);
         assert_eq!(dump(&ours), dump(&theirs), "rpm -q --dump {name}");
@@ -355,11 +506,20 @@ fn local_merged_usr_rpm() -> PathBuf {
             name: "erdma-local-probe".into(),
             summary: "a local package (TEST ONLY)".into(),
             no_auto: true,
-            contents: vec![("/sbin/erdma-probe".into(), b"#!/bin/sh\necho probe\n".to_vec(), 0o755), ("/lib64/liberdma-probe.so.1".into(), b"not an ELF".to_vec(), 0o644)],
+            contents: vec![
+                ("/sbin/erdma-probe".into(), b"#!/bin/sh\necho probe\n".to_vec(), 0o755),
+                ("/lib64/liberdma-probe.so.1".into(), b"not an ELF".to_vec(), 0o644),
+            ],
             symlinks: vec![("/lib64/liberdma-probe.so".into(), "liberdma-probe.so.1".into())],
             ..Default::default()
         };
-        vec![rpm_repo::SpecDef { name: "erdma-local-probe".into(), version: "1.0".into(), release: "1.el9".into(), license: "MIT".into(), packages: vec![p] }]
+        vec![rpm_repo::SpecDef {
+            name: "erdma-local-probe".into(),
+            version: "1.0".into(),
+            release: "1.el9".into(),
+            license: "MIT".into(),
+            packages: vec![p],
+        }]
     };
     rpm_repo::cached_rpms("local-probe", El::El9, specs, &[]).remove(0)
 }
@@ -376,7 +536,8 @@ fn ofed_base_loses_mellanox_ofed_root_net() {
     let setup = Setup::new(kind);
     let (report, layout) = setup.build(&[]);
     let pk = &report["images"][0]["packages"];
-    let ibverbs = pk["install"].as_array().unwrap().iter().find(|p| p["name"] == "libibverbs").unwrap();
+    let ibverbs =
+        pk["install"].as_array().unwrap().iter().find(|p| p["name"] == "libibverbs").unwrap();
     assert_eq!(ibverbs["action"], "replace", "{pk}");
     assert!(ibverbs["from"].as_str().unwrap().contains("58mlnx43"), "{ibverbs}");
     let removed = names(&pk["remove"]);
@@ -387,9 +548,16 @@ fn ofed_base_loses_mellanox_ofed_root_net() {
     rootfs_of(&layout, "erdma", &root);
     assert!(!root.join(rpm_repo::OFED_REPO_FILE).exists(), "MLNX_OFED's repository file is gone");
     let qa = text(&rpm_repo::rpm416(&root, &["-qa"], &[]).stdout);
-    assert!(!qa.contains("mlnx") && !qa.contains("ofed-scripts"), "no Mellanox build is left:\n{qa}");
+    assert!(
+        !qa.contains("mlnx") && !qa.contains("ofed-scripts"),
+        "no Mellanox build is left:\n{qa}"
+    );
     let verify = rpm_repo::rpm416(&root, &["-Va", "--nodeps"], &[]);
-    let bad: Vec<&str> = std::str::from_utf8(&verify.stdout).unwrap().lines().filter(|l| !l.contains(" /etc/ld.so.cache")).collect();
+    let bad: Vec<&str> = std::str::from_utf8(&verify.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains(" /etc/ld.so.cache"))
+        .collect();
     assert!(bad.is_empty(), "rpm -Va after replacing OFED:\n{}", bad.join("\n"));
     // OFED's libibverbs.so.1.14.58.0 is whited out; ours is there.
     assert!(!root.join("usr/lib64/libibverbs.so.1.14.58.0").exists());
@@ -402,7 +570,8 @@ fn tampered_repositories_fail_with_nothing_written_root_net() {
     if !rpm_repo::require_bases() {
         return;
     }
-    for (what, expect) in [("repomd", "repomd.xml"), ("primary", "checksum"), ("rpm", "librdmacm")] {
+    for (what, expect) in [("repomd", "repomd.xml"), ("primary", "checksum"), ("rpm", "librdmacm")]
+    {
         let setup = Setup::new(BaseKind::Rocky9Sqlite);
         match what {
             "repomd" => setup.erdma.tamper_repomd(),
@@ -413,7 +582,11 @@ fn tampered_repositories_fail_with_nothing_written_root_net() {
         let mut args = setup.args("build");
         args.extend(["--output".into(), format!("oci:{}:erdma", s(&out_dir))]);
         // Its own cache: a package cached by an earlier build would not be downloaded again.
-        let out = Command::new(support::bin()).args(&args).env("XDG_CACHE_HOME", setup.tmp.path().join("cache")).output().unwrap();
+        let out = Command::new(support::bin())
+            .args(&args)
+            .env("XDG_CACHE_HOME", setup.tmp.path().join("cache"))
+            .output()
+            .unwrap();
         let err = text(&out.stderr);
         assert!(!out.status.success(), "{what}: the build must fail");
         assert!(err.contains(expect), "{what}: error names it: {err}");
@@ -440,13 +613,27 @@ fn the_result_runs_ibv_devices_in_docker_root_net() {
     let load = Command::new("docker").args(["load", "-q", "-i"]).arg(&archive).output().unwrap();
     support::assert_success("docker load", &load);
     let out = Command::new("docker")
-        .args(["run", "--rm", "--network", "none", "-e", "LD_LIBRARY_PATH=/usr/lib64", &name, "sh", "-c", "ibv_devices 2>&1; echo rc=$?; ls /etc/libibverbs.d/erdma.driver"])
+        .args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-e",
+            "LD_LIBRARY_PATH=/usr/lib64",
+            &name,
+            "sh",
+            "-c",
+            "ibv_devices 2>&1; echo rc=$?; ls /etc/libibverbs.d/erdma.driver",
+        ])
         .output()
         .unwrap();
     let _ = Command::new("docker").args(["rmi", "-f", &name]).output();
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(!all.contains("error while loading shared libraries"), "{all}");
-    assert!(all.contains("Failed to get IB devices list") || all.contains("No IB devices found"), "{all}");
+    assert!(
+        all.contains("Failed to get IB devices list") || all.contains("No IB devices found"),
+        "{all}"
+    );
     assert!(all.contains("/etc/libibverbs.d/erdma.driver"), "{all}");
 }
 
@@ -456,7 +643,9 @@ fn the_result_runs_ibv_devices_in_docker_root_net() {
 /// `/etc/yum.repos.d`, offers only the CUDA 12 builds.
 #[test]
 fn nccl_for_the_images_cuda_is_held_against_dnf_upgrades_root_net() {
-    if !rpm_repo::require_bases() || !support::require(support::have("dnf"), "dnf is needed (run scripts/setup)") {
+    if !rpm_repo::require_bases()
+        || !support::require(support::have("dnf"), "dnf is needed (run scripts/setup)")
+    {
         return;
     }
     let setup = Setup::new(BaseKind::Rocky9Sqlite);
@@ -464,19 +653,40 @@ fn nccl_for_the_images_cuda_is_held_against_dnf_upgrades_root_net() {
     let cuda = RpmRepo::build(RpmLayout::cuda("rhel9"), &rpm_repo::nccl_rpms(), &key, false);
     let cuda_key = setup.tmp.path().join("cuda.asc");
     std::fs::write(&cuda_key, key.armored_public()).unwrap();
-    let (report, layout) = setup.build(&["--nccl", "--nccl-dev", "--cuda", "12.4", "--repo", &format!("cuda={}", cuda.url()), "--keyring", &format!("cuda={}", s(&cuda_key))]);
+    let (report, layout) = setup.build(&[
+        "--nccl",
+        "--nccl-dev",
+        "--cuda",
+        "12.4",
+        "--repo",
+        &format!("cuda={}", cuda.url()),
+        "--keyring",
+        &format!("cuda={}", s(&cuda_key)),
+    ]);
     let img = &report["images"][0];
     assert_eq!(img["nccl"]["libnccl2"], "2.21.5-1+cuda12.4", "{img}");
     let install = img["packages"]["install"].as_array().unwrap();
     for name in ["libnccl", "libnccl-devel"] {
-        let p = install.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} installed: {install:?}"));
-        assert_eq!((p["version"].as_str(), p["origin"].as_str()), (Some("2.21.5-1+cuda12.4"), Some("cuda")), "{p}");
+        let p = install
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} installed: {install:?}"));
+        assert_eq!(
+            (p["version"].as_str(), p["origin"].as_str()),
+            (Some("2.21.5-1+cuda12.4"), Some("cuda")),
+            "{p}"
+        );
     }
     let root = setup.tmp.path().join("root");
     rootfs_of(&layout, "erdma", &root);
     assert!(root.join("usr/lib64/libnccl.so.2").is_symlink());
     let repo = std::fs::read_to_string(root.join("etc/yum.repos.d/cuda.repo")).unwrap();
-    assert!(repo.contains("excludepkgs=") && repo.contains("libnccl-*-*+cuda13.*") && !repo.contains("+cuda12."), "{repo}");
+    assert!(
+        repo.contains("excludepkgs=")
+            && repo.contains("libnccl-*-*+cuda13.*")
+            && !repo.contains("+cuda12."),
+        "{repo}"
+    );
     let conf = rpm_repo::dnf_conf(&setup.tmp.path().join("dnf"));
     let out = rpm_repo::dnf_command(&conf, &root)
         .args(["--releasever", "9", "-q", "--disablerepo=*", "--enablerepo=cuda"])
@@ -486,8 +696,14 @@ fn nccl_for_the_images_cuda_is_held_against_dnf_upgrades_root_net() {
         .unwrap();
     support::assert_success("dnf list libnccl on the result", &out);
     let listed = text(&out.stdout);
-    assert!(listed.contains("2.21.5-1+cuda12.4") && listed.contains("2.18.3-1+cuda12.2"), "{listed}");
-    assert!(!listed.contains("+cuda11.") && !listed.contains("+cuda13."), "other CUDA majors' builds are excluded:\n{listed}");
+    assert!(
+        listed.contains("2.21.5-1+cuda12.4") && listed.contains("2.18.3-1+cuda12.2"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains("+cuda11.") && !listed.contains("+cuda13."),
+        "other CUDA majors' builds are excluded:\n{listed}"
+    );
 }
 
 /// A base repository that cannot be reached (CentOS 8's retired mirrorlist, a VPC-only mirror)
@@ -503,18 +719,34 @@ fn an_unreachable_base_repository_is_skipped_then_named_root_net() {
     // Nothing listens on port 9 of 127.0.0.1: connection refused, as for a mirror out of reach.
     let i = args.iter().position(|a| a.starts_with("baseos=")).unwrap();
     args[i] = "baseos=http://127.0.0.1:9/".into();
-    let out = Command::new(support::bin()).args(&args).env("XDG_CACHE_HOME", setup.tmp.path().join("cache")).env("ERDMA_BUILD_RETRY_BACKOFF_MS", "20").output().unwrap();
+    let out = Command::new(support::bin())
+        .args(&args)
+        .env("XDG_CACHE_HOME", setup.tmp.path().join("cache"))
+        .env("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")
+        .output()
+        .unwrap();
     let err = text(&out.stderr);
     assert!(!out.status.success(), "libnl3 and pciutils come only from the base's repository");
-    assert!(err.contains("could not be reached") && err.contains("baseos") && err.contains("--repo ID=URL"), "{err}");
+    assert!(
+        err.contains("could not be reached")
+            && err.contains("baseos")
+            && err.contains("--repo ID=URL"),
+        "{err}"
+    );
     // With those dependencies given as local packages, it plans; the warning is in the report.
     let mut args = args.clone();
     for dep in ["libnl3", "pciutils"] {
         args.extend(["--package".into(), s(&setup.baseos.rpm(dep)).to_string()]);
     }
     args.push("--allow-unsigned-package".into());
-    let out = Command::new(support::bin()).args(&args).env("XDG_CACHE_HOME", setup.tmp.path().join("cache")).env("ERDMA_BUILD_RETRY_BACKOFF_MS", "20").output().unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    let out = Command::new(support::bin())
+        .args(&args)
+        .env("XDG_CACHE_HOME", setup.tmp.path().join("cache"))
+        .env("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
     let warnings = serde_json::to_string(&report["images"][0]["warnings"]).unwrap();
     assert!(warnings.contains("base baseos") && warnings.contains("skipped"), "{warnings}");
 }

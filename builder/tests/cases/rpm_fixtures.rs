@@ -46,7 +46,10 @@ fn el_rdma_rpms_carry_the_spec_relations_and_soname_deps_net() {
         eprintln!("el_rdma_rpms({el:?}): {:.1?}", t0.elapsed());
         let mut names: Vec<String> = rpms.iter().map(|p| rpm_repo::rpm_name_of(p)).collect();
         names.sort();
-        assert_eq!(names, ["libibverbs", "libibverbs-utils", "librdmacm", "librdmacm-utils", "rdma-core"]);
+        assert_eq!(
+            names,
+            ["libibverbs", "libibverbs-utils", "librdmacm", "librdmacm-utils", "rdma-core"]
+        );
         let evr = el.evr();
         for r in &rpms {
             let f = r.file_name().unwrap().to_string_lossy().into_owned();
@@ -58,16 +61,33 @@ fn el_rdma_rpms_carry_the_spec_relations_and_soname_deps_net() {
 
         let verbs = by_name(&rpms, "libibverbs");
         let prov = qp(&verbs, &["--provides"]);
-        for p in ["libibverbs.so.1()(64bit)", "libibverbs.so.1(IBVERBS_1.1)(64bit)", "libibverbs.so.1(IBVERBS_PRIVATE_34)(64bit)", "libmlx5.so.1()(64bit)", "libibverbs(x86-64) = VERSION"] {
+        for p in [
+            "libibverbs.so.1()(64bit)",
+            "libibverbs.so.1(IBVERBS_1.1)(64bit)",
+            "libibverbs.so.1(IBVERBS_PRIVATE_34)(64bit)",
+            "libmlx5.so.1()(64bit)",
+            "libibverbs(x86-64) = VERSION",
+        ] {
             has_line(&prov, &p.replace("VERSION", &evr));
         }
         has_line(&prov, &format!("liberdma = {evr}"));
         let req = qp(&verbs, &["--requires"]);
-        for r in ["libnl-3.so.200()(64bit)", "libnl-route-3.so.200()(64bit)", "libc.so.6()(64bit)", "rtld(GNU_HASH)"] {
+        for r in [
+            "libnl-3.so.200()(64bit)",
+            "libnl-route-3.so.200()(64bit)",
+            "libc.so.6()(64bit)",
+            "rtld(GNU_HASH)",
+        ] {
             has_line(&req, r);
         }
         let files = qp(&verbs, &["--list"]);
-        for f in ["/usr/lib64/libibverbs.so.1", "/usr/lib64/libibverbs.so.1.14.44.0", "/usr/lib64/libibverbs/liberdma-rdmav34.so", "/etc/libibverbs.d/erdma.driver", "/usr/lib64/libibverbs"] {
+        for f in [
+            "/usr/lib64/libibverbs.so.1",
+            "/usr/lib64/libibverbs.so.1.14.44.0",
+            "/usr/lib64/libibverbs/liberdma-rdmav34.so",
+            "/etc/libibverbs.d/erdma.driver",
+            "/usr/lib64/libibverbs",
+        ] {
             has_line(&files, f);
         }
         assert!(!files.contains("x86_64-linux-gnu"), "{files}");
@@ -95,7 +115,8 @@ fn el_rdma_rpms_carry_the_spec_relations_and_soname_deps_net() {
         let req = qp(&core, &["--requires"]);
         has_line(&req, "pciutils");
         has_line(&req, "/bin/sh");
-        assert!(qp(&core, &["--scripts"]).contains("/sbin/udevadm trigger --subsystem-match=infiniband"));
+        assert!(qp(&core, &["--scripts"])
+            .contains("/sbin/udevadm trigger --subsystem-match=infiniband"));
         has_line(&qp(&core, &["--list"]), "/etc/rdma/modules/rdma.conf");
     }
 }
@@ -108,9 +129,18 @@ fn el_package_sets_resolve_with_real_rpm_net() {
         return;
     }
     let cases: Vec<(BaseKind, Vec<PathBuf>)> = vec![
-        (BaseKind::Rocky9Sqlite, [rpm_repo::el_rdma_rpms(El::El9), rpm_repo::el_deps_rpms(El::El9)].concat()),
-        (BaseKind::Alinux3Bdb, [rpm_repo::el_rdma_rpms(El::Al8), rpm_repo::el_deps_rpms(El::Al8)].concat()),
-        (BaseKind::Alinux3BdbOfed, [rpm_repo::ofed_like_rpms(), rpm_repo::el_deps_rpms(El::Al8)].concat()),
+        (
+            BaseKind::Rocky9Sqlite,
+            [rpm_repo::el_rdma_rpms(El::El9), rpm_repo::el_deps_rpms(El::El9)].concat(),
+        ),
+        (
+            BaseKind::Alinux3Bdb,
+            [rpm_repo::el_rdma_rpms(El::Al8), rpm_repo::el_deps_rpms(El::Al8)].concat(),
+        ),
+        (
+            BaseKind::Alinux3BdbOfed,
+            [rpm_repo::ofed_like_rpms(), rpm_repo::el_deps_rpms(El::Al8)].concat(),
+        ),
     ];
     for (kind, extra) in cases {
         let tmp = tempfile::tempdir().unwrap();
@@ -135,7 +165,10 @@ fn el_package_sets_resolve_with_real_rpm_net() {
             .output()
             .unwrap();
         let err = text(&verbs_only.stderr);
-        assert!(!verbs_only.status.success() && err.contains("libnl-3.so.200()(64bit) is needed by"), "{err}");
+        assert!(
+            !verbs_only.status.success() && err.contains("libnl-3.so.200()(64bit) is needed by"),
+            "{err}"
+        );
     }
     let ofed = rpm_repo::ofed_like_rpms();
     let verbs = by_name(&ofed, "libibverbs");
@@ -151,7 +184,10 @@ fn el_package_sets_resolve_with_real_rpm_net() {
 #[test]
 fn served_repo_is_signed_and_rpm_k_verifies_it_net() {
     if !rpm_repo::require_rpms()
-        || !support::require(support::have("createrepo_c") && support::have("rpmsign") && support::have("gpg"), "createrepo_c, rpmsign and gpg are needed (run scripts/setup)")
+        || !support::require(
+            support::have("createrepo_c") && support::have("rpmsign") && support::have("gpg"),
+            "createrepo_c, rpmsign and gpg are needed (run scripts/setup)",
+        )
     {
         return;
     }
@@ -167,10 +203,13 @@ fn served_repo_is_signed_and_rpm_k_verifies_it_net() {
     let (status, key_body) = http_request(&addr, "GET", &path(&repo.key_url())).unwrap();
     assert_eq!(status, 200);
     assert!(text(&key_body).starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----"));
-    let (status, repomd) = http_request(&addr, "GET", &format!("{}/repodata/repomd.xml", path(&repo.url()))).unwrap();
+    let (status, repomd) =
+        http_request(&addr, "GET", &format!("{}/repodata/repomd.xml", path(&repo.url()))).unwrap();
     assert_eq!(status, 200);
     assert!(text(&repomd).contains("primary"));
-    let (status, _) = http_request(&addr, "GET", &format!("{}/repodata/repomd.xml.asc", path(&repo.url()))).unwrap();
+    let (status, _) =
+        http_request(&addr, "GET", &format!("{}/repodata/repomd.xml.asc", path(&repo.url())))
+            .unwrap();
     assert_eq!(status, 200);
 
     let tmp = tempfile::tempdir().unwrap();
@@ -183,7 +222,10 @@ fn served_repo_is_signed_and_rpm_k_verifies_it_net() {
     let k = |p: &Path| rpm(&["--dbpath", dbs, "-K", p.to_str().unwrap()]);
     let before = k(&verbs);
     assert!(!before.status.success(), "no key imported yet: {}", text(&before.stdout));
-    support::assert_success("rpm --import", &rpm(&["--dbpath", dbs, "--import", key_file.to_str().unwrap()]));
+    support::assert_success(
+        "rpm --import",
+        &rpm(&["--dbpath", dbs, "--import", key_file.to_str().unwrap()]),
+    );
     for r in &rpms {
         let out = k(&repo.rpm(&rpm_repo::rpm_name_of(r)));
         support::assert_success("rpm -K", &out);
@@ -192,12 +234,22 @@ fn served_repo_is_signed_and_rpm_k_verifies_it_net() {
     // EL8-style: header-only and header+payload signatures, made by the test key.
     let sig = qp(&verbs, &["--qf", "%{RSAHEADER:pgpsig}|%{SIGPGP:pgpsig}"]);
     let id = key.fingerprint()[24..].to_ascii_lowercase();
-    assert!(sig.split('|').all(|s| s.starts_with("RSA/SHA256") && s.ends_with(&id)), "{sig} (key {id})");
+    assert!(
+        sig.split('|').all(|s| s.starts_with("RSA/SHA256") && s.ends_with(&id)),
+        "{sig} (key {id})"
+    );
     assert_eq!(qp(&verbs, &["--qf", "%{NAME}-%{VERSION}-%{RELEASE}"]), "libibverbs-44.0-2.al8");
 
     // repomd.xml.asc verifies with gpg and the served key, until repomd.xml changes.
     let gnupg = tempfile::Builder::new().prefix("erdma-gpgv-").tempdir_in("/tmp").unwrap();
-    let gpg = |args: &[&str]| Command::new("gpg").env("GNUPGHOME", gnupg.path()).args(["--batch", "--quiet"]).args(args).output().unwrap();
+    let gpg = |args: &[&str]| {
+        Command::new("gpg")
+            .env("GNUPGHOME", gnupg.path())
+            .args(["--batch", "--quiet"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
     support::assert_success("gpg --import", &gpg(&["--import", key_file.to_str().unwrap()]));
     let repomd = repo.repodata().join("repomd.xml");
     let asc = repo.repodata().join("repomd.xml.asc");
@@ -217,7 +269,8 @@ fn served_repo_is_signed_and_rpm_k_verifies_it_net() {
     assert_ne!(before, after);
 
     // The CUDA layout puts the key beside the packages.
-    let cuda = RpmRepo::build(RpmLayout::cuda("rhel9"), &rpm_repo::el_deps_rpms(El::El9), &key, false);
+    let cuda =
+        RpmRepo::build(RpmLayout::cuda("rhel9"), &rpm_repo::el_deps_rpms(El::El9), &key, false);
     assert!(cuda.url().ends_with("/compute/cuda/repos/rhel9/x86_64"));
     assert!(cuda.key_url().ends_with("/compute/cuda/repos/rhel9/x86_64/D42D0685.pub"));
     assert!(cuda.repodata().join("repomd.xml.asc").is_file());
@@ -242,23 +295,48 @@ fn bases_have_the_rpmdb_real_rpm_wrote_root_net() {
         if kind.sqlite() {
             assert!(db.join("rpmdb.sqlite").is_file());
             assert!(!db.join("Packages").exists(), "never both backends side by side");
-            let n = Command::new("sqlite3").arg(db.join("rpmdb.sqlite")).arg("select count(*) from Packages").output().unwrap();
+            let n = Command::new("sqlite3")
+                .arg(db.join("rpmdb.sqlite"))
+                .arg("select count(*) from Packages")
+                .output()
+                .unwrap();
             if n.status.success() {
                 assert_eq!(text(&n.stdout).trim(), "5");
             }
         } else {
             assert!(!db.join("rpmdb.sqlite").exists(), "never both backends side by side");
             // Packages and EL8's 18 indexes, as rpm 4.14 and 4.16 write them.
-            let files: Vec<String> = std::fs::read_dir(&db).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase())).collect();
+            let files: Vec<String> = std::fs::read_dir(&db)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase()))
+                .collect();
             assert_eq!(files.len(), 19, "{files:?}");
-            for f in ["Packages", "Name", "Providename", "Requirename", "Basenames", "Dirnames", "Sha1header", "Sigmd5", "Installtid", "Filetriggername", "Transfiletriggername", "Recommendname"] {
+            for f in [
+                "Packages",
+                "Name",
+                "Providename",
+                "Requirename",
+                "Basenames",
+                "Dirnames",
+                "Sha1header",
+                "Sigmd5",
+                "Installtid",
+                "Filetriggername",
+                "Transfiletriggername",
+                "Recommendname",
+            ] {
                 assert!(files.iter().any(|x| x == f), "no {f} in {files:?}");
             }
             for f in &files {
                 let out = Command::new("db5.3_verify").arg("-q").arg(db.join(f)).output().unwrap();
                 support::assert_success(&format!("db5.3_verify {f} ({kind:?})"), &out);
             }
-            assert!(!std::fs::read_dir(&db).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("__db.")));
+            assert!(!std::fs::read_dir(&db)
+                .unwrap()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("__db.")));
             // rpm 4.18 reads Berkeley DB only through its read-only backend.
             qa.extend(["--define", "_db_backend bdb_ro"]);
         }
@@ -292,7 +370,10 @@ fn bases_have_the_rpmdb_real_rpm_wrote_root_net() {
         // ldconfig ran inside the root (glibc's %post / file trigger).
         assert!(root.join("etc/ld.so.cache").is_file());
         if support::have("skopeo") {
-            support::assert_success("skopeo inspect", &support::skopeo(["inspect", &img.reference()]));
+            support::assert_success(
+                "skopeo inspect",
+                &support::skopeo(["inspect", &img.reference()]),
+            );
         }
     }
 }
@@ -302,16 +383,29 @@ fn bases_have_the_rpmdb_real_rpm_wrote_root_net() {
 /// base, and `ibv_devices` then runs there.
 #[test]
 fn dnf_installs_from_the_served_repos_into_a_rocky9_base_root_net() {
-    if !rpm_repo::require_bases() || !support::require(support::have("dnf") && support::have("createrepo_c"), "dnf and createrepo_c are needed (run scripts/setup)") {
+    if !rpm_repo::require_bases()
+        || !support::require(
+            support::have("dnf") && support::have("createrepo_c"),
+            "dnf and createrepo_c are needed (run scripts/setup)",
+        )
+    {
         return;
     }
     let kind = BaseKind::Rocky9Sqlite;
     let src = rpm_repo::el_base_rootfs(kind);
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
-    support::assert_success("cp -a", &Command::new("cp").arg("-a").arg(&src).arg(&root).output().unwrap());
+    support::assert_success(
+        "cp -a",
+        &Command::new("cp").arg("-a").arg(&src).arg(&root).output().unwrap(),
+    );
     let key = RpmKey::generate();
-    let erdma = RpmRepo::build(RpmLayout::alibaba(kind.releasever()), &rpm_repo::el_rdma_rpms(El::El9), &key, false);
+    let erdma = RpmRepo::build(
+        RpmLayout::alibaba(kind.releasever()),
+        &rpm_repo::el_rdma_rpms(El::El9),
+        &key,
+        false,
+    );
     let baseos = RpmRepo::build(RpmLayout::Flat, &rpm_repo::el_deps_rpms(El::El9), &key, false);
     let conf = rpm_repo::dnf_conf(&tmp.path().join("dnf"));
     let t0 = std::time::Instant::now();
@@ -321,20 +415,45 @@ fn dnf_installs_from_the_served_repos_into_a_rocky9_base_root_net() {
         .arg(format!("--repofrompath=baseos,{}", baseos.url()))
         .arg(format!("--setopt=erdma.gpgkey={}", erdma.key_url()))
         .arg(format!("--setopt=baseos.gpgkey={}", baseos.key_url()))
-        .args(["--setopt=erdma.gpgcheck=1", "--setopt=erdma.repo_gpgcheck=1", "--setopt=baseos.gpgcheck=1"])
+        .args([
+            "--setopt=erdma.gpgcheck=1",
+            "--setopt=erdma.repo_gpgcheck=1",
+            "--setopt=baseos.gpgcheck=1",
+        ])
         .args(["install", "libibverbs", "rdma-core", "librdmacm", "libibverbs-utils"])
         .output()
         .unwrap();
     eprintln!("dnf install: {:.1?}", t0.elapsed());
     support::assert_success("dnf --installroot install", &out);
     let r = root.to_str().unwrap();
-    let out = rpm(&["--root", r, "--dbpath", "/var/lib/rpm", "-q", "libibverbs", "libibverbs-utils", "librdmacm", "rdma-core", "libnl3", "pciutils", &key.rpm_pubkey_name()]);
+    let out = rpm(&[
+        "--root",
+        r,
+        "--dbpath",
+        "/var/lib/rpm",
+        "-q",
+        "libibverbs",
+        "libibverbs-utils",
+        "librdmacm",
+        "rdma-core",
+        "libnl3",
+        "pciutils",
+        &key.rpm_pubkey_name(),
+    ]);
     support::assert_success("rpm -q after dnf", &out);
     has_line(&text(&out.stdout), "libibverbs-44.0-2.el9.x86_64");
-    support::assert_success("rpm -V libibverbs", &rpm(&["--root", r, "--dbpath", "/var/lib/rpm", "-V", "libibverbs", "libibverbs-utils"]));
+    support::assert_success(
+        "rpm -V libibverbs",
+        &rpm(&["--root", r, "--dbpath", "/var/lib/rpm", "-V", "libibverbs", "libibverbs-utils"]),
+    );
     // glibc's file trigger ran ldconfig: the libraries under /usr/lib64 are in the cache.
     let cache = Command::new("chroot").arg(&root).args(["/sbin/ldconfig", "-p"]).output().unwrap();
-    assert!(text(&cache.stdout).contains("libibverbs.so.1 (libc6,x86-64) => /usr/lib64/libibverbs.so.1"), "{}", text(&cache.stdout));
+    assert!(
+        text(&cache.stdout)
+            .contains("libibverbs.so.1 (libc6,x86-64) => /usr/lib64/libibverbs.so.1"),
+        "{}",
+        text(&cache.stdout)
+    );
     // No RDMA device (and no /sys) in the chroot: the tool loads its libraries and says so.
     let run = Command::new("chroot").arg(&root).arg("/usr/bin/ibv_devices").output().unwrap();
     let all = format!("{}{}", text(&run.stdout), text(&run.stderr));
@@ -349,12 +468,18 @@ fn dnf_installs_from_the_served_repos_into_a_rocky9_base_root_net() {
 /// through the ld.so.cache rpm's scriptlets wrote.
 #[test]
 fn ofed_base_runs_ibv_devices_in_docker_root_net() {
-    if !rpm_repo::require_bases() || !support::require_docker() || !support::require(support::have("skopeo"), "skopeo is needed (run scripts/setup)") {
+    if !rpm_repo::require_bases()
+        || !support::require_docker()
+        || !support::require(support::have("skopeo"), "skopeo is needed (run scripts/setup)")
+    {
         return;
     }
     let img = rpm_repo::el_base(BaseKind::Alinux3BdbOfed);
     let tag = format!("erdma-selftest/alinux3-ofed:{}", std::process::id());
-    support::assert_success("skopeo copy to docker", &support::skopeo(["copy", "--quiet", &img.reference(), &format!("docker-daemon:{tag}")]));
+    support::assert_success(
+        "skopeo copy to docker",
+        &support::skopeo(["copy", "--quiet", &img.reference(), &format!("docker-daemon:{tag}")]),
+    );
     let out = Command::new("docker")
         .args(["run", "--rm", "--network", "none", &tag, "bash", "-c"])
         .arg(". /etc/os-release; echo \"$ID $VERSION_ID\"; cat /etc/redhat-release; ls /var/lib/rpm/Packages; ibv_devices 2>&1; echo rc=$?")
@@ -363,7 +488,13 @@ fn ofed_base_runs_ibv_devices_in_docker_root_net() {
     let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
     support::assert_success("docker run", &out);
     let stdout = text(&out.stdout);
-    assert!(stdout.starts_with("alinux 3\nAlibaba Cloud Linux release 3 (Soaring Falcon)"), "{stdout}");
+    assert!(
+        stdout.starts_with("alinux 3\nAlibaba Cloud Linux release 3 (Soaring Falcon)"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("error while loading shared libraries"), "{stdout}");
-    assert!(stdout.contains("Failed to get IB devices list") || stdout.contains("device"), "{stdout}");
+    assert!(
+        stdout.contains("Failed to get IB devices list") || stdout.contains("device"),
+        "{stdout}"
+    );
 }

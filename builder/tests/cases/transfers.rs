@@ -36,10 +36,16 @@ fn stalling_mirror(root: PathBuf, stalls: fn(&str) -> bool) -> String {
                 }
                 let mut s = s;
                 let Ok(body) = std::fs::read(root.join(path.trim_start_matches('/'))) else {
-                    let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                    let _ = s.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
                     return;
                 };
-                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
                 if stalls(&path) {
                     let _ = s.write_all(&body[..body.len() / 2]);
                     let _ = s.flush();
@@ -62,7 +68,19 @@ fn build_through(mirror: &str, out: &Path) -> (String, Duration) {
     let cache = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let o = build_env(
-        &["build", "--base", &base, "--mirror", mirror, "--keyring", key.to_str().unwrap(), "--read-timeout", "1", "--output", &format!("oci:{}:x", out.display())],
+        &[
+            "build",
+            "--base",
+            &base,
+            "--mirror",
+            mirror,
+            "--keyring",
+            key.to_str().unwrap(),
+            "--read-timeout",
+            "1",
+            "--output",
+            &format!("oci:{}:x", out.display()),
+        ],
         &[("XDG_CACHE_HOME", cache.path().to_str().unwrap())],
     );
     let took = started.elapsed();
@@ -82,7 +100,8 @@ fn a_mirror_that_stalls_mid_package_fails_the_build_in_bounded_time() {
     let out = tmp.path().join("out");
     let (stderr, took) = build_through(&url, &out);
     assert!(took < BOUND, "took {took:?}\n{stderr}");
-    let error = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("{stderr}"));
+    let error =
+        stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("{stderr}"));
     // The error names the package's URL and why: the server went silent.
     assert!(error.contains(&format!("{url}/pool/")) && error.contains(".deb"), "{error}");
     assert!(stderr.contains("sent nothing for 1 s (read timeout"), "{stderr}");
@@ -98,6 +117,10 @@ fn a_mirror_that_stalls_on_its_release_file_fails_the_build_in_bounded_time() {
     let out = tmp.path().join("out");
     let (stderr, took) = build_through(&url, &out);
     assert!(took < BOUND, "took {took:?}\n{stderr}");
-    assert!(stderr.contains(&format!("{url}/dists/bookworm/InRelease")) && stderr.contains("sent nothing for 1 s"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{url}/dists/bookworm/InRelease"))
+            && stderr.contains("sent nothing for 1 s"),
+        "{stderr}"
+    );
     assert!(!out.exists());
 }

@@ -19,11 +19,21 @@ fn inspect(reference: &str) -> Value {
 /// Reads a file out of an OCI layout's top layer with tar and gzip of the test's own.
 fn file_in_top_layer(layout: &Path, tag: &str, path: &str) -> Option<Vec<u8>> {
     use std::io::Read;
-    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
-    let desc = index["manifests"].as_array().unwrap().iter().find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag).unwrap().clone();
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let desc = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .unwrap()
+        .clone();
     let blob = |d: &str| std::fs::read(support::fixture::blob_path(layout, d)).unwrap();
     let manifest: Value = serde_json::from_slice(&blob(desc["digest"].as_str().unwrap())).unwrap();
-    let top = manifest["layers"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap().to_string();
+    let top = manifest["layers"].as_array().unwrap().last().unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let data = blob(&top);
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(data.as_slice()));
     for e in archive.entries().unwrap() {
@@ -38,14 +48,21 @@ fn file_in_top_layer(layout: &Path, tag: &str, path: &str) -> Option<Vec<u8>> {
 }
 
 fn dearmored_with_gpg(key: &Path) -> Vec<u8> {
-    let out = std::process::Command::new("gpg").args(["--dearmor", "--output", "-"]).arg(key).output().unwrap();
+    let out = std::process::Command::new("gpg")
+        .args(["--dearmor", "--output", "-"])
+        .arg(key)
+        .output()
+        .unwrap();
     support::assert_success("gpg --dearmor", &out);
     out.stdout
 }
 
 #[test]
 fn every_output_transport_is_accepted_by_skopeo() {
-    if !support::require(support::have("skopeo") && support::have("gpg"), "skopeo and gpg are needed") {
+    if !support::require(
+        support::have("skopeo") && support::have("gpg"),
+        "skopeo and gpg are needed",
+    ) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -57,12 +74,31 @@ fn every_output_transport_is_accepted_by_skopeo() {
         format!("docker-archive:{}:erdma/built:1", s(&tmp.path().join("image.docker.tar"))),
     ];
     for output in &outputs {
-        let report = build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", output, "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "EXTRA=1"]);
+        let report = build_json(&[
+            "build",
+            "--no-packages",
+            "--base",
+            &base.reference(),
+            "--output",
+            output,
+            "--recipe",
+            &s(&recipe),
+            "--keyring",
+            &s(&key),
+            "-e",
+            "EXTRA=1",
+        ]);
         assert_eq!(report["output"], output.as_str());
         let info = inspect(output);
-        let env: Vec<&str> = info["Env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let env: Vec<&str> =
+            info["Env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
         assert!(env.contains(&"NCCL_DEBUG=WARN"), "the base's value wins over the preset: {env:?}");
-        assert!(env.contains(&"NCCL_IB_HCA=erdma") && env.contains(&"EXTRA=1") && env.contains(&"PATH=/bin"), "{env:?}");
+        assert!(
+            env.contains(&"NCCL_IB_HCA=erdma")
+                && env.contains(&"EXTRA=1")
+                && env.contains(&"PATH=/bin"),
+            "{env:?}"
+        );
         assert_eq!(info["Labels"]["org.opencontainers.image.base.name"], base.reference().as_str());
         assert_eq!(info["Layers"].as_array().unwrap().len(), 2, "one layer added: {info}");
 
@@ -70,11 +106,19 @@ fn every_output_transport_is_accepted_by_skopeo() {
         let copy = tmp.path().join(format!("copy-{}", output.split(':').next().unwrap()));
         let out = support::skopeo(["copy", output.as_str(), &format!("oci:{}:c", s(&copy))]);
         support::assert_success("skopeo copy", &out);
-        let list = file_in_top_layer(&copy, "c", "etc/apt/sources.list.d/erdma.list").expect("apt source in the layer");
-        assert_eq!(String::from_utf8(list).unwrap(), "deb http://127.0.0.1:9/erdma/apt/ubuntu bookworm/erdma main\n");
-        let gpg = file_in_top_layer(&copy, "c", "etc/apt/trusted.gpg.d/erdma.gpg").expect("key in the layer");
+        let list = file_in_top_layer(&copy, "c", "etc/apt/sources.list.d/erdma.list")
+            .expect("apt source in the layer");
+        assert_eq!(
+            String::from_utf8(list).unwrap(),
+            "deb http://127.0.0.1:9/erdma/apt/ubuntu bookworm/erdma main\n"
+        );
+        let gpg = file_in_top_layer(&copy, "c", "etc/apt/trusted.gpg.d/erdma.gpg")
+            .expect("key in the layer");
         assert_eq!(gpg, dearmored_with_gpg(&key), "key dearmoured exactly as gpg --dearmor does");
-        assert_eq!(file_in_top_layer(&copy, "c", "etc/erdma/build-info").unwrap(), b"built by erdma-build\n");
+        assert_eq!(
+            file_in_top_layer(&copy, "c", "etc/erdma/build-info").unwrap(),
+            b"built by erdma-build\n"
+        );
 
         // Every output transport is also an input: build on top of it, detecting the distro.
         let again = build_json(&["plan", "--no-packages", "--base", output]);
@@ -92,22 +136,60 @@ fn two_builds_are_byte_identical() {
         let mut digests = Vec::new();
         for run in 0..2 {
             let out = tmp.path().join(format!("{compression}-{run}"));
-            let r = build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("oci:{}:x", s(&out)), "--recipe", &s(&recipe), "--keyring", &s(&key), "--compression", compression]);
+            let r = build_json(&[
+                "build",
+                "--no-packages",
+                "--base",
+                &base.reference(),
+                "--output",
+                &format!("oci:{}:x", s(&out)),
+                "--recipe",
+                &s(&recipe),
+                "--keyring",
+                &s(&key),
+                "--compression",
+                compression,
+            ]);
             digests.push((r["digest"].as_str().unwrap().to_string(), snapshot(&out)));
         }
         assert_eq!(digests[0].0, digests[1].0);
         assert_eq!(digests[0].1, digests[1].1, "every byte of the two layouts is the same");
-        let mt = &build_json(&["plan", "--no-packages", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key), "--compression", compression])["images"][0]["layer"]["media_type"];
+        let mt = &build_json(&[
+            "plan",
+            "--no-packages",
+            "--base",
+            &base.reference(),
+            "--recipe",
+            &s(&recipe),
+            "--keyring",
+            &s(&key),
+            "--compression",
+            compression,
+        ])["images"][0]["layer"]["media_type"];
         assert_eq!(mt, &format!("application/vnd.oci.image.layer.v1.tar+{compression}"));
     }
     // SOURCE_DATE_EPOCH is an input: a different one gives a different image.
-    let out = super::build_env(&["plan", "--json", "--no-packages", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key)], &[("SOURCE_DATE_EPOCH", "1700000000")]);
+    let out = super::build_env(
+        &[
+            "plan",
+            "--json",
+            "--no-packages",
+            "--base",
+            &base.reference(),
+            "--recipe",
+            &s(&recipe),
+            "--keyring",
+            &s(&key),
+        ],
+        &[("SOURCE_DATE_EPOCH", "1700000000")],
+    );
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_ne!(r["digest"].as_str().unwrap(), digests_of_gzip(&tmp.path().join("gzip-0")));
 }
 
 fn digests_of_gzip(layout: &Path) -> String {
-    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
     index["manifests"][0]["digest"].as_str().unwrap().to_string()
 }
 
@@ -117,23 +199,63 @@ fn plan_shows_files_env_and_layers_and_writes_nothing() {
     let base = runnable_base(&tmp.path().join("base"));
     let before = snapshot(tmp.path());
     let (recipe, key) = test_recipe(tmp.path(), None);
-    let r = build_json(&["plan", "--no-packages", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "NCCL_DEBUG=TRACE"]);
+    let r = build_json(&[
+        "plan",
+        "--no-packages",
+        "--base",
+        &base.reference(),
+        "--recipe",
+        &s(&recipe),
+        "--keyring",
+        &s(&key),
+        "-e",
+        "NCCL_DEBUG=TRACE",
+    ]);
     let img = &r["images"][0];
-    let files: Vec<&str> = img["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(files, ["/etc/apt/sources.list.d/erdma.list", "/etc/apt/trusted.gpg.d/erdma.gpg", "/etc/erdma/build-info"]);
+    let files: Vec<&str> =
+        img["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(
+        files,
+        [
+            "/etc/apt/sources.list.d/erdma.list",
+            "/etc/apt/trusted.gpg.d/erdma.gpg",
+            "/etc/erdma/build-info"
+        ]
+    );
     let env = img["env"].as_array().unwrap();
-    assert!(env.iter().any(|e| e["name"] == "NCCL_IB_HCA" && e["source"] == "recipe"), "a custom recipe's [env]: {env:?}");
-    assert!(env.iter().any(|e| e["name"] == "PYTHONUNBUFFERED" && e["source"] == "preset"), "{env:?}");
-    assert!(env.iter().any(|e| e["name"] == "NCCL_DEBUG" && e["value"] == "TRACE" && e["replaced"] == "WARN"));
+    assert!(
+        env.iter().any(|e| e["name"] == "NCCL_IB_HCA" && e["source"] == "recipe"),
+        "a custom recipe's [env]: {env:?}"
+    );
+    assert!(
+        env.iter().any(|e| e["name"] == "PYTHONUNBUFFERED" && e["source"] == "preset"),
+        "{env:?}"
+    );
+    assert!(env
+        .iter()
+        .any(|e| e["name"] == "NCCL_DEBUG" && e["value"] == "TRACE" && e["replaced"] == "WARN"));
     assert_eq!(img["base_layers"][0]["digest"], base.layers[0].digest.as_str());
     let mut after = snapshot(tmp.path());
     after.retain(|k, _| !k.starts_with("test-"));
     assert_eq!(before, after, "plan wrote nothing");
     // Human output too.
-    let out = support::run_build(["plan", "--no-packages", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&key)]);
+    let out = support::run_build([
+        "plan",
+        "--no-packages",
+        "--base",
+        &base.reference(),
+        "--recipe",
+        &s(&recipe),
+        "--keyring",
+        &s(&key),
+    ]);
     support::assert_success("plan", &out);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("+ /etc/apt/sources.list.d/erdma.list") && text.contains("env NCCL_IB_HCA=erdma"), "{text}");
+    assert!(
+        text.contains("+ /etc/apt/sources.list.d/erdma.list")
+            && text.contains("env NCCL_IB_HCA=erdma"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -146,16 +268,25 @@ fn detects_the_distro_and_lists_recipes() {
     let out = support::run_build(["recipes"]);
     support::assert_success("recipes", &out);
     let text = String::from_utf8_lossy(&out.stdout);
-    for name in ["debian-12", "ubuntu-18.04", "ubuntu-20.04", "ubuntu-22.04", "ubuntu-24.04", "apt-generic"] {
+    for name in
+        ["debian-12", "ubuntu-18.04", "ubuntu-20.04", "ubuntu-22.04", "ubuntu-24.04", "apt-generic"]
+    {
         assert!(text.contains(name), "{text}");
     }
     // The generic rule is spelled out.
-    assert!(text.contains("Debian 12+ and Ubuntu 24.04+ releases without a recipe of their own"), "{text}");
-    let json: Value = serde_json::from_slice(&support::run_build(["recipes", "--json"]).stdout).unwrap();
+    assert!(
+        text.contains("Debian 12+ and Ubuntu 24.04+ releases without a recipe of their own"),
+        "{text}"
+    );
+    let json: Value =
+        serde_json::from_slice(&support::run_build(["recipes", "--json"]).stdout).unwrap();
     let jammy = json.as_array().unwrap().iter().find(|r| r["name"] == "ubuntu-22.04").unwrap();
     assert_eq!(jammy["repositories"][1]["suite"], "jammy/erdma");
     let generic = json.as_array().unwrap().iter().find(|r| r["name"] == "apt-generic").unwrap();
-    assert_eq!(generic["distro"]["generic"], serde_json::json!({"debian": "12", "ubuntu": "24.04"}));
+    assert_eq!(
+        generic["distro"]["generic"],
+        serde_json::json!({"debian": "12", "ubuntu": "24.04"})
+    );
 }
 
 #[test]
@@ -170,14 +301,43 @@ fn pinned_key_fingerprint_is_enforced() {
     // The key downloaded from key_url must have the pinned fingerprint.
     let (recipe, key) = super::test_recipe_with(tmp.path(), Some(&"0".repeat(40)), Some(&key_url));
     let out = format!("oci:{}", s(&tmp.path().join("o")));
-    let err = build_fails(&["build", "--no-packages", "--base", &base.reference(), "--output", &out, "--recipe", &s(&recipe)]);
+    let err = build_fails(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &base.reference(),
+        "--output",
+        &out,
+        "--recipe",
+        &s(&recipe),
+    ]);
     assert!(err.contains(TEST_KEY_FP) && err.contains(&"0".repeat(40)), "{err}");
     assert!(!tmp.path().join("o").exists());
     // A key file the user names is their own trust decision (a mirror re-signed with a site
     // key): the pin guards only the download.
-    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &out, "--recipe", &s(&recipe), "--keyring", &s(&key)]);
+    build_json(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &base.reference(),
+        "--output",
+        &out,
+        "--recipe",
+        &s(&recipe),
+        "--keyring",
+        &s(&key),
+    ]);
     let (recipe, _) = super::test_recipe_with(tmp.path(), Some(TEST_KEY_FP), Some(&key_url));
-    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("{out}:pinned"), "--recipe", &s(&recipe)]);
+    build_json(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &base.reference(),
+        "--output",
+        &format!("{out}:pinned"),
+        "--recipe",
+        &s(&recipe),
+    ]);
 }
 
 #[test]
@@ -185,13 +345,35 @@ fn existing_layout_gets_a_second_tag() {
     let tmp = tempfile::tempdir().unwrap();
     let base = runnable_base(&tmp.path().join("base"));
     let out = tmp.path().join("out");
-    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("oci:{}:one", s(&out))]);
-    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("oci:{}:two", s(&out)), "-e", "X=2"]);
+    build_json(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &base.reference(),
+        "--output",
+        &format!("oci:{}:one", s(&out)),
+    ]);
+    build_json(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &base.reference(),
+        "--output",
+        &format!("oci:{}:two", s(&out)),
+        "-e",
+        "X=2",
+    ]);
     for tag in ["one", "two"] {
         inspect(&format!("oci:{}:{tag}", s(&out)));
     }
-    let names: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    assert!(!names.iter().any(|n| n.starts_with(".erdma-build")), "no staging left behind: {names:?}");
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with(".erdma-build")),
+        "no staging left behind: {names:?}"
+    );
 }
 
 /// A two-platform base as an OCI layout whose tag names an image index.
@@ -228,13 +410,33 @@ fn platforms_one_or_all() {
     assert_eq!(r["images"][0]["platform"], "linux/arm64/v8");
 
     let out = format!("oci:{}:all", s(&tmp.path().join("out")));
-    let r = build_json(&["build", "--no-packages", "--base", &base, "--platform", "all", "--output", &out]);
+    let r = build_json(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &base,
+        "--platform",
+        "all",
+        "--output",
+        &out,
+    ]);
     assert_eq!(r["images"].as_array().unwrap().len(), 2);
     let raw = support::skopeo(["inspect", "--raw", &out]);
     support::assert_success("skopeo inspect --raw", &raw);
     let index: Value = serde_json::from_slice(&raw.stdout).unwrap();
     assert_eq!(index["mediaType"], "application/vnd.oci.image.index.v1+json");
-    let platforms: Vec<String> = index["manifests"].as_array().unwrap().iter().map(|m| format!("{}/{}", m["platform"]["os"].as_str().unwrap(), m["platform"]["architecture"].as_str().unwrap())).collect();
+    let platforms: Vec<String> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m["platform"]["os"].as_str().unwrap(),
+                m["platform"]["architecture"].as_str().unwrap()
+            )
+        })
+        .collect();
     assert_eq!(platforms, ["linux/amd64", "linux/arm64"]);
     assert_eq!(index["manifests"][1]["platform"]["variant"], "v8");
     for (i, arch) in ["amd64", "arm64"].iter().enumerate() {
@@ -243,7 +445,16 @@ fn platforms_one_or_all() {
     }
     let err = build_fails(&["plan", "--no-packages", "--base", &base, "--platform", "linux/s390x"]);
     assert!(err.contains("linux/s390x") && err.contains("linux/amd64, linux/arm64/v8"), "{err}");
-    let err = build_fails(&["build", "--no-packages", "--base", &base, "--platform", "all", "--output", &format!("docker-archive:{}", s(&tmp.path().join("d.tar")))]);
+    let err = build_fails(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &base,
+        "--platform",
+        "all",
+        "--output",
+        &format!("docker-archive:{}", s(&tmp.path().join("d.tar"))),
+    ]);
     assert!(err.contains("--platform all"), "{err}");
 }
 
@@ -257,26 +468,71 @@ fn docker_loads_and_runs_the_docker_archive() {
     let (recipe, key) = test_recipe(tmp.path(), None);
     let archive = tmp.path().join("image.tar");
     let name = format!("erdma-test/loaded:{}", std::process::id());
-    build_json(&["build", "--no-packages", "--base", &base.reference(), "--output", &format!("docker-archive:{}:{name}", s(&archive)), "--recipe", &s(&recipe), "--keyring", &s(&key), "-e", "FROM_CLI=yes"]);
-    let load = std::process::Command::new("docker").args(["load", "-i"]).arg(&archive).output().unwrap();
+    build_json(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &base.reference(),
+        "--output",
+        &format!("docker-archive:{}:{name}", s(&archive)),
+        "--recipe",
+        &s(&recipe),
+        "--keyring",
+        &s(&key),
+        "-e",
+        "FROM_CLI=yes",
+    ]);
+    let load =
+        std::process::Command::new("docker").args(["load", "-i"]).arg(&archive).output().unwrap();
     support::assert_success("docker load", &load);
     let run = std::process::Command::new("docker")
-        .args(["run", "--rm", "--network", "none", &name, "sh", "-c", "cat /etc/erdma/build-info /etc/apt/sources.list.d/erdma.list; env"])
+        .args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            &name,
+            "sh",
+            "-c",
+            "cat /etc/erdma/build-info /etc/apt/sources.list.d/erdma.list; env",
+        ])
         .output()
         .unwrap();
     // What `docker save` writes is a base too.
     let saved = tmp.path().join("saved.tar");
-    let save = std::process::Command::new("docker").args(["save", "-o"]).arg(&saved).arg(&name).output().unwrap();
+    let save = std::process::Command::new("docker")
+        .args(["save", "-o"])
+        .arg(&saved)
+        .arg(&name)
+        .output()
+        .unwrap();
     let _ = std::process::Command::new("docker").args(["rmi", "-f", &name]).output();
     support::assert_success("docker run", &run);
     support::assert_success("docker save", &save);
     let text = String::from_utf8_lossy(&run.stdout);
-    for want in ["built by erdma-build", "deb http://127.0.0.1:9/erdma/apt/ubuntu bookworm/erdma main", "NCCL_IB_HCA=erdma", "NCCL_DEBUG=WARN", "FROM_CLI=yes", "PATH=/bin"] {
+    for want in [
+        "built by erdma-build",
+        "deb http://127.0.0.1:9/erdma/apt/ubuntu bookworm/erdma main",
+        "NCCL_IB_HCA=erdma",
+        "NCCL_DEBUG=WARN",
+        "FROM_CLI=yes",
+        "PATH=/bin",
+    ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
-    let r = build_json(&["build", "--no-packages", "--base", &format!("docker-archive:{}", s(&saved)), "--output", &format!("oci:{}:resaved", s(&tmp.path().join("resaved")))]);
+    let r = build_json(&[
+        "build",
+        "--no-packages",
+        "--base",
+        &format!("docker-archive:{}", s(&saved)),
+        "--output",
+        &format!("oci:{}:resaved", s(&tmp.path().join("resaved"))),
+    ]);
     assert_eq!(r["images"][0]["recipe"], "debian-12");
     let info = inspect(&format!("oci:{}:resaved", s(&tmp.path().join("resaved"))));
     assert_eq!(info["Layers"].as_array().unwrap().len(), 3);
-    assert!(info["Env"].as_array().unwrap().iter().any(|e| e == "FROM_CLI=yes"), "the base's env is kept: {info}");
+    assert!(
+        info["Env"].as_array().unwrap().iter().any(|e| e == "FROM_CLI=yes"),
+        "the base's env is kept: {info}"
+    );
 }

@@ -20,7 +20,16 @@ pub const NOBLE_RDMA: &str = "50.0-2build2";
 
 /// The noble packages an eRDMA install touches, as `(name, version, multi_arch, depends,
 /// provides, replaces, breaks, files)`.
-type Spec = (&'static str, &'static str, Option<&'static str>, Option<&'static str>, Option<&'static str>, Option<&'static str>, Option<&'static str>, &'static [(&'static str, &'static [u8], u32)]);
+type Spec = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+    &'static [(&'static str, &'static [u8], u32)],
+);
 
 const NOBLE: &[Spec] = &[
     (
@@ -31,7 +40,14 @@ const NOBLE: &[Spec] = &[
         None,
         None,
         Some("ibverbs-providers (<< 34~)"),
-        &[("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0", b"stand-in for libibverbs 50.0\n", 0o644), ("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", b"libibverbs.so.1.14.50.0", 0o120777)],
+        &[
+            (
+                "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0",
+                b"stand-in for libibverbs 50.0\n",
+                0o644,
+            ),
+            ("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", b"libibverbs.so.1.14.50.0", 0o120777),
+        ],
     ),
     (
         "ibverbs-providers",
@@ -41,9 +57,25 @@ const NOBLE: &[Spec] = &[
         Some("libefa1, libipathverbs1, libmana1, libmlx4-1, libmlx5-1, libmthca1"),
         Some("libipathverbs1 (<< 15), libmlx4-1 (<< 15), libmlx5-1 (<< 15), libmthca1 (<< 15)"),
         Some("libipathverbs1 (<< 15), libmlx4-1 (<< 15), libmlx5-1 (<< 15), libmthca1 (<< 15)"),
-        &[("/etc/libibverbs.d/erdma.driver", b"driver erdma\n", 0o644), ("/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so", b"stand-in for the erdma provider\n", 0o644)],
+        &[
+            ("/etc/libibverbs.d/erdma.driver", b"driver erdma\n", 0o644),
+            (
+                "/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so",
+                b"stand-in for the erdma provider\n",
+                0o644,
+            ),
+        ],
     ),
-    ("ibverbs-utils", NOBLE_RDMA, None, Some("libc6 (>= 2.38), libibverbs1 (>= 34)"), None, None, None, &[("/usr/bin/ibv_devices", b"#!/bin/sh\n", 0o755)]),
+    (
+        "ibverbs-utils",
+        NOBLE_RDMA,
+        None,
+        Some("libc6 (>= 2.38), libibverbs1 (>= 34)"),
+        None,
+        None,
+        None,
+        &[("/usr/bin/ibv_devices", b"#!/bin/sh\n", 0o755)],
+    ),
     (
         "librdmacm1t64",
         NOBLE_RDMA,
@@ -52,17 +84,52 @@ const NOBLE: &[Spec] = &[
         Some("librdmacm1 (= 50.0-2build2)"),
         Some("librdmacm1"),
         Some("librdmacm1 (<< 50.0-2build2)"),
-        &[("/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.50.0", b"stand-in for librdmacm 50.0\n", 0o644)],
+        &[(
+            "/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.50.0",
+            b"stand-in for librdmacm 50.0\n",
+            0o644,
+        )],
     ),
-    ("libnl-3-200", "3.7.0-0.3build1.1", Some("same"), Some("libc6 (>= 2.38)"), None, None, None, &[("/usr/lib/x86_64-linux-gnu/libnl-3.so.200.26.0", b"stand-in\n", 0o644)]),
-    ("libnl-route-3-200", "3.7.0-0.3build1.1", Some("same"), Some("libnl-3-200 (= 3.7.0-0.3build1.1), libc6 (>= 2.38)"), None, None, None, &[("/usr/lib/x86_64-linux-gnu/libnl-route-3.so.200.26.0", b"stand-in\n", 0o644)]),
+    (
+        "libnl-3-200",
+        "3.7.0-0.3build1.1",
+        Some("same"),
+        Some("libc6 (>= 2.38)"),
+        None,
+        None,
+        None,
+        &[("/usr/lib/x86_64-linux-gnu/libnl-3.so.200.26.0", b"stand-in\n", 0o644)],
+    ),
+    (
+        "libnl-route-3-200",
+        "3.7.0-0.3build1.1",
+        Some("same"),
+        Some("libnl-3-200 (= 3.7.0-0.3build1.1), libc6 (>= 2.38)"),
+        None,
+        None,
+        None,
+        &[("/usr/lib/x86_64-linux-gnu/libnl-route-3.so.200.26.0", b"stand-in\n", 0o644)],
+    ),
 ];
 
 fn noble_debs(dir: &Path) -> Vec<PathBuf> {
     NOBLE
         .iter()
         .map(|&(name, version, multi_arch, depends, provides, replaces, breaks, files)| {
-            debs::fake_deb(dir, FakeDeb { name, version, multi_arch, depends, provides, replaces, breaks, files: files.to_vec(), ..Default::default() })
+            debs::fake_deb(
+                dir,
+                FakeDeb {
+                    name,
+                    version,
+                    multi_arch,
+                    depends,
+                    provides,
+                    replaces,
+                    breaks,
+                    files: files.to_vec(),
+                    ..Default::default()
+                },
+            )
         })
         .collect()
 }
@@ -97,7 +164,17 @@ fn noble_base(dir: &Path, status: &str) -> support::OciFixture {
 }
 
 fn installs(r: &Value) -> BTreeMap<String, String> {
-    r["images"][0]["packages"]["install"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap().to_string(), format!("{} {}", p["version"].as_str().unwrap(), p["action"].as_str().unwrap()))).collect()
+    r["images"][0]["packages"]["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                format!("{} {}", p["version"].as_str().unwrap(), p["action"].as_str().unwrap()),
+            )
+        })
+        .collect()
 }
 
 /// The `ubuntu-24.04` recipe on a noble base, from a noble-shaped archive: `librdmacm1` is taken
@@ -105,29 +182,61 @@ fn installs(r: &Value) -> BTreeMap<String, String> {
 /// name has them replaced.
 #[test]
 fn ubuntu2404_recipe_against_a_noble_shaped_archive() {
-    if !support::require(support::have("dpkg-deb") && crate::support::apt_repo::can_build(), "dpkg-deb, apt-ftparchive and gpg are needed") {
+    if !support::require(
+        support::have("dpkg-deb") && crate::support::apt_repo::can_build(),
+        "dpkg-deb, apt-ftparchive and gpg are needed",
+    ) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let key = TestKey::generate();
     let keyfile = key.write_public(tmp.path(), "noble.asc");
-    let repo = AptRepo::build_under("ubuntu", Layout::Nested { suite: "noble".into(), component: "main".into() }, &noble_debs(&tmp.path().join("debs")), &key);
+    let repo = AptRepo::build_under(
+        "ubuntu",
+        Layout::Nested { suite: "noble".into(), component: "main".into() },
+        &noble_debs(&tmp.path().join("debs")),
+        &key,
+    );
     let cache = tmp.path().join("cache");
     let mirror = format!("http://archive.ubuntu.com/ubuntu/={}", repo.url());
     let keyring = format!("base={}", keyfile.display());
 
     let base = noble_base(&tmp.path().join("plain"), &noble_status(""));
     let out = tmp.path().join("out");
-    let r = build(&["--base", &base.reference(), "--mirror", &mirror, "--keyring", &keyring, "--output", &format!("oci:{}:x", out.display())], &cache);
+    let r = build(
+        &[
+            "--base",
+            &base.reference(),
+            "--mirror",
+            &mirror,
+            "--keyring",
+            &keyring,
+            "--output",
+            &format!("oci:{}:x", out.display()),
+        ],
+        &cache,
+    );
     assert_eq!(r["images"][0]["recipe"], "ubuntu-24.04");
-    assert_eq!(r["images"][0]["packages"]["selected"], serde_json::json!([{"requested": "librdmacm1", "package": "librdmacm1t64"}]));
+    assert_eq!(
+        r["images"][0]["packages"]["selected"],
+        serde_json::json!([{"requested": "librdmacm1", "package": "librdmacm1t64"}])
+    );
     let got = installs(&r);
     for name in ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1t64"] {
         assert_eq!(got[name], format!("{NOBLE_RDMA} install"), "{got:?}");
     }
     assert_eq!(got.len(), 6, "and libnl's two: {got:?}");
-    let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(files.contains(&"/etc/libibverbs.d/erdma.driver") && files.contains(&"/var/lib/dpkg/info/librdmacm1t64:amd64.list"), "{files:?}");
+    let files: Vec<&str> = r["images"][0]["files_added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        files.contains(&"/etc/libibverbs.d/erdma.driver")
+            && files.contains(&"/var/lib/dpkg/info/librdmacm1t64:amd64.list"),
+        "{files:?}"
+    );
 
     // Mellanox OFED builds, under the old name and under the t64 name.
     for rdmacm in ["librdmacm1", "librdmacm1t64"] {
@@ -137,12 +246,29 @@ fn ubuntu2404_recipe_against_a_noble_shaped_archive() {
              Package: {rdmacm}\nStatus: install ok installed\nArchitecture: amd64\nMulti-Arch: same\nVersion: 2404mlnx51-1.2404066\nDescription: OFED\n"
         );
         let base = noble_base(&tmp.path().join(format!("ofed-{rdmacm}")), &noble_status(&ofed));
-        let r = build(&["--base", &base.reference(), "--mirror", &mirror, "--keyring", &keyring, "--output", &format!("oci:{}:{rdmacm}", out.display())], &cache);
+        let r = build(
+            &[
+                "--base",
+                &base.reference(),
+                "--mirror",
+                &mirror,
+                "--keyring",
+                &keyring,
+                "--output",
+                &format!("oci:{}:{rdmacm}", out.display()),
+            ],
+            &cache,
+        );
         let got = installs(&r);
         assert_eq!(got["libibverbs1"], format!("{NOBLE_RDMA} replace"), "{got:?}");
         let expect = if rdmacm == "librdmacm1t64" { "replace" } else { "install" };
         assert_eq!(got["librdmacm1t64"], format!("{NOBLE_RDMA} {expect}"), "{got:?}");
-        let removed: Vec<&str> = r["images"][0]["packages"]["remove"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+        let removed: Vec<&str> = r["images"][0]["packages"]["remove"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
         assert_eq!(removed, ["libibverbs1", "ibverbs-providers", rdmacm], "{rdmacm}");
         // The status the image ends with has no OFED build left.
         let img = fixture::read_fixture(&out, rdmacm);
@@ -180,14 +306,26 @@ fn alibaba_debs(dir: &Path, libc: &str) -> Vec<PathBuf> {
         dep(", libibverbs1 (>= 34)"),
         dep(", libibverbs1 (>= 31), libnl-3-200 (>= 3.2.7)"),
     );
-    let deb = |name, multi_arch, depends, breaks, files| FakeDeb { name, version: ALIBABA_JAMMY, multi_arch, depends, breaks, files, ..Default::default() };
+    let deb = |name, multi_arch, depends, breaks, files| FakeDeb {
+        name,
+        version: ALIBABA_JAMMY,
+        multi_arch,
+        depends,
+        breaks,
+        files,
+        ..Default::default()
+    };
     [
         deb(
             "libibverbs1",
             Some("same"),
             Some(d_verbs.as_str()),
             Some("ibverbs-providers (<< 34~)"),
-            vec![("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.56.2", b"stand-in".as_slice(), 0o644)],
+            vec![(
+                "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.56.2",
+                b"stand-in".as_slice(),
+                0o644,
+            )],
         ),
         deb(
             "ibverbs-providers",
@@ -196,12 +334,36 @@ fn alibaba_debs(dir: &Path, libc: &str) -> Vec<PathBuf> {
             None,
             vec![
                 ("/etc/libibverbs.d/erdma.driver", b"driver erdma\n".as_slice(), 0o644),
-                ("/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so", b"stand-in".as_slice(), 0o644),
-                ("/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2", b"stand-in for Alibaba's liberdma".as_slice(), 0o644),
+                (
+                    "/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so",
+                    b"stand-in".as_slice(),
+                    0o644,
+                ),
+                (
+                    "/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2",
+                    b"stand-in for Alibaba's liberdma".as_slice(),
+                    0o644,
+                ),
             ],
         ),
-        deb("ibverbs-utils", None, Some(d_utils.as_str()), None, vec![("/usr/bin/ibv_devices", b"#!/bin/sh\n".as_slice(), 0o755)]),
-        deb("librdmacm1", Some("same"), Some(d_cm.as_str()), None, vec![("/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.56.2", b"stand-in".as_slice(), 0o644)]),
+        deb(
+            "ibverbs-utils",
+            None,
+            Some(d_utils.as_str()),
+            None,
+            vec![("/usr/bin/ibv_devices", b"#!/bin/sh\n".as_slice(), 0o755)],
+        ),
+        deb(
+            "librdmacm1",
+            Some("same"),
+            Some(d_cm.as_str()),
+            None,
+            vec![(
+                "/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.56.2",
+                b"stand-in".as_slice(),
+                0o644,
+            )],
+        ),
     ]
     .into_iter()
     .map(|d| debs::fake_deb(dir, d))
@@ -224,7 +386,10 @@ fn ubuntu_archive_debs(dir: &Path, rdma: &str) -> Vec<PathBuf> {
 /// resolves them. Only jammy's version is established; bionic and focal reuse it (a stand-in).
 #[test]
 fn ubuntu_lts_recipes_take_alibabas_builds_and_ubuntus_dependencies() {
-    if !support::require(support::have("dpkg-deb") && crate::support::apt_repo::can_build(), "dpkg-deb, apt-ftparchive and gpg are needed") {
+    if !support::require(
+        support::have("dpkg-deb") && crate::support::apt_repo::can_build(),
+        "dpkg-deb, apt-ftparchive and gpg are needed",
+    ) {
         return;
     }
     // (recipe, codename, PRETTY_NAME, glibc, Ubuntu's own rdma-core)
@@ -238,8 +403,18 @@ fn ubuntu_lts_recipes_take_alibabas_builds_and_ubuntus_dependencies() {
         let key = TestKey::generate();
         let keyfile = key.write_public(tmp.path(), "repos.asc");
         let libc_min = if codename == "bionic" { "2.17" } else { "2.30" };
-        let erdma = AptRepo::build_under("erdma/apt/ubuntu", Layout::Nested { suite: format!("{codename}/erdma"), component: "main".into() }, &alibaba_debs(&tmp.path().join("a"), libc_min), &key);
-        let ubuntu = AptRepo::build_under("ubuntu", Layout::Nested { suite: codename.into(), component: "main".into() }, &ubuntu_archive_debs(&tmp.path().join("u"), rdma), &key);
+        let erdma = AptRepo::build_under(
+            "erdma/apt/ubuntu",
+            Layout::Nested { suite: format!("{codename}/erdma"), component: "main".into() },
+            &alibaba_debs(&tmp.path().join("a"), libc_min),
+            &key,
+        );
+        let ubuntu = AptRepo::build_under(
+            "ubuntu",
+            Layout::Nested { suite: codename.into(), component: "main".into() },
+            &ubuntu_archive_debs(&tmp.path().join("u"), rdma),
+            &key,
+        );
         let os_release = format!("PRETTY_NAME=\"{pretty}\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"{version}\"\nVERSION_CODENAME={codename}\nID=ubuntu\nID_LIKE=debian\nUBUNTU_CODENAME={codename}\n");
         let status = format!(
             "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nMulti-Arch: same\nVersion: {libc}\nDescription: GNU C Library\n\n\
@@ -248,7 +423,10 @@ fn ubuntu_lts_recipes_take_alibabas_builds_and_ubuntus_dependencies() {
         let sources = format!("deb http://archive.ubuntu.com/ubuntu/ {codename} main restricted\n");
         let base = fixture::fixture_image(
             &tmp.path().join("base"),
-            &[vec![("etc/apt/sources.list", sources.as_bytes(), 0o644), ("var/lib/dpkg/status", status.as_bytes(), 0o644)]],
+            &[vec![
+                ("etc/apt/sources.list", sources.as_bytes(), 0o644),
+                ("var/lib/dpkg/status", status.as_bytes(), 0o644),
+            ]],
             &[],
             Some(&os_release),
         );
@@ -274,15 +452,37 @@ fn ubuntu_lts_recipes_take_alibabas_builds_and_ubuntus_dependencies() {
             assert_eq!(got[name], format!("{ALIBABA_JAMMY} install"), "{codename}: {got:?}");
         }
         assert_eq!(got["libnl-3-200"], "3.5.0-0.1 install", "{codename}: {got:?}");
-        let origin = |name: &str| r["images"][0]["packages"]["install"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["origin"].as_str().unwrap().to_string();
+        let origin = |name: &str| {
+            r["images"][0]["packages"]["install"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap()["origin"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
         assert_eq!(origin("libibverbs1"), origin("ibverbs-providers"));
         let repos = &r["images"][0]["packages"]["repositories"];
         assert_eq!(repos["erdma"], erdma.url().as_str(), "{repos}");
         assert_eq!(repos[format!("base {codename}")], ubuntu.url().as_str(), "{repos}");
-        let files: Vec<&str> = r["images"][0]["files_added"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-        assert!(files.contains(&"/etc/apt/sources.list.d/erdma.list") && files.contains(&"/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2"), "{files:?}");
+        let files: Vec<&str> = r["images"][0]["files_added"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(
+            files.contains(&"/etc/apt/sources.list.d/erdma.list")
+                && files.contains(&"/usr/lib/x86_64-linux-gnu/liberdma.so.1.0.56.2"),
+            "{files:?}"
+        );
         let img = fixture::read_fixture(&out, "x");
-        let list = layer_file(&img.blob_path(&img.layers.last().unwrap().digest), "etc/apt/sources.list.d/erdma.list");
+        let list = layer_file(
+            &img.blob_path(&img.layers.last().unwrap().digest),
+            "etc/apt/sources.list.d/erdma.list",
+        );
         assert_eq!(list, format!("deb {} {codename}/erdma main\n", erdma.url()));
     }
 }

@@ -22,10 +22,7 @@ use super::debian::run_ok;
 
 /// Whether `gpg`, `apt-ftparchive`, `xz`, `gzip` and python3 are there.
 pub fn can_build() -> bool {
-    ["gpg", "apt-ftparchive", "xz", "gzip"]
-        .iter()
-        .all(|t| super::have(t))
-        && super::have(&python())
+    ["gpg", "apt-ftparchive", "xz", "gzip"].iter().all(|t| super::have(t)) && super::have(&python())
 }
 
 #[track_caller]
@@ -63,14 +60,8 @@ impl TestKey {
     /// A new key of gpg `--quick-gen-key` algorithm `algo` (`ed25519`, `rsa3072`, ...).
     pub fn generate_with(algo: &str) -> TestKey {
         // Short path: gpg-agent's socket lives in GNUPGHOME and sun_path is 108 bytes.
-        let home = tempfile::Builder::new()
-            .prefix("erdma-gpg-")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let mut key = TestKey {
-            home,
-            fingerprint: String::new(),
-        };
+        let home = tempfile::Builder::new().prefix("erdma-gpg-").tempdir_in("/tmp").unwrap();
+        let mut key = TestKey { home, fingerprint: String::new() };
         run_ok(
             "gpg --quick-gen-key",
             key.gpg().args([
@@ -83,16 +74,10 @@ impl TestKey {
                 "never",
             ]),
         );
-        let listing = run_ok(
-            "gpg --list-keys",
-            key.gpg().args(["--with-colons", "--list-keys"]),
-        );
+        let listing = run_ok("gpg --list-keys", key.gpg().args(["--with-colons", "--list-keys"]));
         key.fingerprint = String::from_utf8_lossy(&listing)
             .lines()
-            .find_map(|l| {
-                l.strip_prefix("fpr:")
-                    .map(|r| r.trim_matches(':').to_string())
-            })
+            .find_map(|l| l.strip_prefix("fpr:").map(|r| r.trim_matches(':').to_string()))
             .expect("gpg lists a fingerprint");
         key
     }
@@ -119,10 +104,7 @@ impl TestKey {
     }
 
     pub fn binary_public(&self) -> Vec<u8> {
-        run_ok(
-            "gpg --export",
-            self.gpg().args(["--export", &self.fingerprint]),
-        )
+        run_ok("gpg --export", self.gpg().args(["--export", &self.fingerprint]))
     }
 
     /// Writes the public key as `dir/NAME` (binary when NAME ends in `.gpg`, armoured
@@ -166,7 +148,13 @@ impl TestKey {
 
 /// Stops the gpg-agent a test's GNUPGHOME started, so no daemon outlives the test.
 pub fn kill_gpg_agent(home: &Path) {
-    let _ = Command::new("gpgconf").env("GNUPGHOME", home).args(["--kill", "gpg-agent"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let _ = Command::new("gpgconf")
+        .env("GNUPGHOME", home)
+        .args(["--kill", "gpg-agent"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 impl Drop for TestKey {
@@ -192,10 +180,7 @@ impl Layout {
     /// `Nested { suite: "bookworm/erdma", component: "main" }`, the shape of Alibaba Cloud's
     /// eRDMA repository.
     pub fn erdma() -> Layout {
-        Layout::Nested {
-            suite: "bookworm/erdma".into(),
-            component: "main".into(),
-        }
+        Layout::Nested { suite: "bookworm/erdma".into(), component: "main".into() }
     }
 }
 
@@ -227,17 +212,10 @@ impl AptRepo {
     /// [`AptRepo::build`] with the repository below a URL path, e.g. `erdma/apt/debian`
     /// (Alibaba Cloud serves `…/erdma/apt/ubuntu`): [`AptRepo::url`] then ends in it.
     pub fn build_under(prefix: &str, layout: Layout, debs: &[PathBuf], key: &TestKey) -> AptRepo {
-        let tmp = tempfile::Builder::new()
-            .prefix("erdma-apt-repo-")
-            .tempdir()
-            .unwrap();
+        let tmp = tempfile::Builder::new().prefix("erdma-apt-repo-").tempdir().unwrap();
         let www = tmp.path().join("www");
         let prefix = prefix.trim_matches('/').to_string();
-        let dir = if prefix.is_empty() {
-            www.clone()
-        } else {
-            www.join(&prefix)
-        };
+        let dir = if prefix.is_empty() { www.clone() } else { www.join(&prefix) };
         fs::create_dir_all(dir.join("pool")).unwrap();
         for deb in debs {
             let name = deb.file_name().expect("a .deb file name");
@@ -308,12 +286,8 @@ impl AptRepo {
 
     /// `deb [signed-by=KEYRING] URL SUITE COMPONENT` (or `... URL ./`), one line.
     pub fn source_line(&self, keyring: &Path) -> String {
-        let mut line = format!(
-            "deb [signed-by={}] {}/ {}",
-            keyring.display(),
-            self.url(),
-            self.suite()
-        );
+        let mut line =
+            format!("deb [signed-by={}] {}/ {}", keyring.display(), self.url(), self.suite());
         for c in self.components() {
             line.push(' ');
             line.push_str(&c);
@@ -338,12 +312,7 @@ impl AptRepo {
             .unwrap()
             .flatten()
             .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with(&prefix)
-            })
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&prefix))
             .unwrap_or_else(|| panic!("no {name}_*.deb in the repository's pool"))
     }
 
@@ -407,8 +376,7 @@ impl AptRepo {
         self.requests()
             .iter()
             .filter_map(|r| {
-                r.strip_prefix("GET ")
-                    .map(|r| r.split(' ').next().unwrap_or("").to_string())
+                r.strip_prefix("GET ").map(|r| r.split(' ').next().unwrap_or("").to_string())
             })
             .collect()
     }
@@ -446,9 +414,9 @@ fn release_dir(dir: &Path, layout: &Layout) -> PathBuf {
 
 fn packages_dir(dir: &Path, layout: &Layout) -> PathBuf {
     match layout {
-        Layout::Nested { component, .. } => release_dir(dir, layout)
-            .join(component)
-            .join("binary-amd64"),
+        Layout::Nested { component, .. } => {
+            release_dir(dir, layout).join(component).join("binary-amd64")
+        }
         Layout::Flat => dir.to_path_buf(),
     }
 }
@@ -461,28 +429,14 @@ fn write_indexes(dir: &Path, layout: &Layout, key: &TestKey) {
     // URL of the source (for both layouts).
     let packages = run_ok(
         "apt-ftparchive packages",
-        Command::new("apt-ftparchive")
-            .args(["packages", "pool"])
-            .current_dir(dir),
+        Command::new("apt-ftparchive").args(["packages", "pool"]).current_dir(dir),
     );
-    assert!(
-        !packages.is_empty(),
-        "apt-ftparchive found no packages in {}/pool",
-        dir.display()
-    );
+    assert!(!packages.is_empty(), "apt-ftparchive found no packages in {}/pool", dir.display());
     let packages_path = pkgs_dir.join("Packages");
     fs::write(&packages_path, &packages).unwrap();
-    let gz = run_ok(
-        "gzip",
-        Command::new("gzip")
-            .args(["-9", "-n", "-c"])
-            .arg(&packages_path),
-    );
+    let gz = run_ok("gzip", Command::new("gzip").args(["-9", "-n", "-c"]).arg(&packages_path));
     fs::write(pkgs_dir.join("Packages.gz"), gz).unwrap();
-    let xz = run_ok(
-        "xz",
-        Command::new("xz").args(["-9", "-c"]).arg(&packages_path),
-    );
+    let xz = run_ok("xz", Command::new("xz").args(["-9", "-c"]).arg(&packages_path));
     fs::write(pkgs_dir.join("Packages.xz"), xz).unwrap();
 
     let rel_dir = release_dir(dir, layout);
@@ -497,15 +451,11 @@ fn write_indexes(dir: &Path, layout: &Layout, key: &TestKey) {
         // distribution with a slash it looks at the part before it ("stable/updates"
         // style), so give it that part.
         let base = suite.split('/').next().unwrap();
-        cmd.arg(opt("Suite", base))
-            .arg(opt("Codename", base))
-            .arg(opt("Components", component));
+        cmd.arg(opt("Suite", base)).arg(opt("Codename", base)).arg(opt("Components", component));
     }
     // Written beside, then moved in: apt-ftparchive would otherwise hash its own output.
-    let release = run_ok(
-        "apt-ftparchive release",
-        cmd.arg("release").arg(".").current_dir(&rel_dir),
-    );
+    let release =
+        run_ok("apt-ftparchive release", cmd.arg("release").arg(".").current_dir(&rel_dir));
     let tmp_release = dir.join(".Release.new");
     fs::write(&tmp_release, release).unwrap();
     fs::rename(&tmp_release, rel_dir.join("Release")).unwrap();
@@ -542,11 +492,7 @@ fn serve(www: &Path, log_path: &Path) -> (Child, u16) {
     let mut last = String::new();
     for _ in 0..5 {
         let port = super::free_port();
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(log_path)
-            .unwrap();
+        let log = File::options().create(true).append(true).open(log_path).unwrap();
         let mut child = Command::new(python())
             .args(["-u", "-m", "http.server", "--bind", "127.0.0.1"])
             .arg(port.to_string())
@@ -594,10 +540,7 @@ pub struct AptClient {
 impl AptClient {
     /// A client whose only sources are `sources` (one-line format).
     pub fn new(sources: &str) -> AptClient {
-        let dir = tempfile::Builder::new()
-            .prefix("erdma-apt-client-")
-            .tempdir()
-            .unwrap();
+        let dir = tempfile::Builder::new().prefix("erdma-apt-client-").tempdir().unwrap();
         let d = dir.path();
         for sub in [
             "etc/apt.conf.d",
@@ -611,11 +554,7 @@ impl AptClient {
         ] {
             fs::create_dir_all(d.join(sub)).unwrap();
         }
-        fs::write(
-            d.join("etc/sources.list"),
-            format!("{}\n", sources.trim_end()),
-        )
-        .unwrap();
+        fs::write(d.join("etc/sources.list"), format!("{}\n", sources.trim_end())).unwrap();
         fs::write(d.join("status"), "").unwrap();
         let p = |s: &str| d.join(s).display().to_string();
         let conf = format!(
@@ -707,7 +646,5 @@ pub fn update_ok(out: &Output) -> bool {
         String::from_utf8_lossy(&out.stderr)
     );
     out.status.success()
-        && !all
-            .lines()
-            .any(|l| l.starts_with("W:") || l.starts_with("E:") || l.starts_with("Err:"))
+        && !all.lines().any(|l| l.starts_with("W:") || l.starts_with("E:") || l.starts_with("Err:"))
 }

@@ -86,8 +86,7 @@ pub fn lock_file(path: &Path) -> File {
         .write(true)
         .open(path)
         .unwrap_or_else(|e| panic!("open lock {}: {e}", path.display()));
-    f.lock()
-        .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+    f.lock().unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
     f
 }
 
@@ -157,7 +156,10 @@ pub fn debian_mirror() -> Option<String> {
 /// The first `URIs:` of the host's deb822 stanza that lists `suite` (e.g. `bookworm-security`,
 /// served from another path than the main archive).
 pub fn mirror_for_suite(suite: &str) -> Option<String> {
-    host_stanzas().into_iter().find(|(_, suites)| suites.iter().any(|s| s == suite)).and_then(|(uris, _)| uris.first().map(|u| u.trim_end_matches('/').to_string()))
+    host_stanzas()
+        .into_iter()
+        .find(|(_, suites)| suites.iter().any(|s| s == suite))
+        .and_then(|(uris, _)| uris.first().map(|u| u.trim_end_matches('/').to_string()))
 }
 
 /// `(URIs, Suites)` of the enabled `Types: deb` stanzas of the host's
@@ -254,9 +256,21 @@ pub struct Arch {
     /// The multiarch triplet of its library directories.
     pub triplet: &'static str,
 }
-pub const AMD64: Arch = Arch { debian: "amd64", oci: "amd64", variant: None, binfmt: None, triplet: "x86_64-linux-gnu" };
+pub const AMD64: Arch = Arch {
+    debian: "amd64",
+    oci: "amd64",
+    variant: None,
+    binfmt: None,
+    triplet: "x86_64-linux-gnu",
+};
 /// Made under qemu-user-static (`scripts/setup` registers the qemu-aarch64 handler).
-pub const ARM64: Arch = Arch { debian: "arm64", oci: "arm64", variant: Some("v8"), binfmt: Some("qemu-aarch64"), triplet: "aarch64-linux-gnu" };
+pub const ARM64: Arch = Arch {
+    debian: "arm64",
+    oci: "arm64",
+    variant: Some("v8"),
+    binfmt: Some("qemu-aarch64"),
+    triplet: "aarch64-linux-gnu",
+};
 
 impl Arch {
     /// The cache directory of `rel`'s base for this architecture: amd64 keeps `rel.dir`.
@@ -269,7 +283,10 @@ impl Arch {
     }
 
     pub fn platform(&self) -> fixture::Platform {
-        fixture::Platform { architecture: self.oci.into(), variant: self.variant.map(str::to_string) }
+        fixture::Platform {
+            architecture: self.oci.into(),
+            variant: self.variant.map(str::to_string),
+        }
     }
 
     /// Whether this machine runs the architecture's binaries: its own, or through an enabled
@@ -277,8 +294,12 @@ impl Arch {
     pub fn runs_here(&self) -> bool {
         match self.binfmt {
             None => true,
-            Some(h) => fs::read_to_string(Path::new("/proc/sys/fs/binfmt_misc").join(h))
-                .is_ok_and(|t| t.lines().next() == Some("enabled") && t.lines().any(|l| l.starts_with("flags:") && l.contains('F'))),
+            Some(h) => {
+                fs::read_to_string(Path::new("/proc/sys/fs/binfmt_misc").join(h)).is_ok_and(|t| {
+                    t.lines().next() == Some("enabled")
+                        && t.lines().any(|l| l.starts_with("flags:") && l.contains('F'))
+                })
+            }
         }
     }
 }
@@ -294,7 +315,10 @@ pub fn base_for(rel: Release, arch: Arch) -> OciFixture {
 /// the architecture's binaries run).
 pub fn can_build_base_for(rel: Release, arch: Arch) -> bool {
     cache_root().join(arch.dir(rel)).is_dir()
-        || (super::is_root() && super::have("debootstrap") && debian_mirror().is_some() && arch.runs_here())
+        || (super::is_root()
+            && super::have("debootstrap")
+            && debian_mirror().is_some()
+            && arch.runs_here())
 }
 
 #[track_caller]
@@ -370,9 +394,7 @@ fn build_base(tmp: &Path, suite: &str, arch: Arch) {
     // A container runtime provides /dev, /proc and /sys: keep the directories, not what is
     // in them (debootstrap makes device nodes and a /dev/fd symlink).
     let keep = |rel: &Path, _: &fs::Metadata| {
-        !["dev", "proc", "sys"]
-            .iter()
-            .any(|d| rel.starts_with(d) && rel != Path::new(d))
+        !["dev", "proc", "sys"].iter().any(|d| rel.starts_with(d) && rel != Path::new(d))
     };
     let layer = fixture::tree_layer(&oci, &rootfs, &keep, &[]);
     fixture::image_for_platform(
@@ -393,11 +415,7 @@ fn build_base(tmp: &Path, suite: &str, arch: Arch) {
         "layer_digest": layer.digest,
         "layer_size": layer.size,
     });
-    fs::write(
-        tmp.join("build-info.json"),
-        serde_json::to_vec_pretty(&info).unwrap(),
-    )
-    .unwrap();
+    fs::write(tmp.join("build-info.json"), serde_json::to_vec_pretty(&info).unwrap()).unwrap();
     eprintln!(
         "debian base {suite} {}: debootstrap {debootstrap_time:.1?}, layer {layer_time:.1?} ({} MB gzip)",
         arch.debian,
@@ -445,10 +463,8 @@ fn clean_rootfs(rootfs: &Path) {
 /// Runs `cmd`, panicking with its output unless it succeeds; returns stdout.
 #[track_caller]
 pub fn run_ok(what: &str, cmd: &mut Command) -> Vec<u8> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let out =
+        cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
     super::assert_success(what, &out);
     out.stdout
 }

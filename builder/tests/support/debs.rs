@@ -11,12 +11,8 @@ use super::debian::{self, cache_root, lock_file, run_ok};
 use super::fixture::{self, OciFixture};
 
 /// What Alibaba Cloud's eRDMA guide installs on Debian and Ubuntu.
-pub const ERDMA_PACKAGES: [&str; 4] = [
-    "libibverbs1",
-    "ibverbs-providers",
-    "ibverbs-utils",
-    "librdmacm1",
-];
+pub const ERDMA_PACKAGES: [&str; 4] =
+    ["libibverbs1", "ibverbs-providers", "ibverbs-utils", "librdmacm1"];
 
 /// [`ERDMA_PACKAGES`] and what they need that a Debian 12 minbase lacks, in install order:
 /// `apt-get install --simulate --no-install-recommends` with the base's dpkg status
@@ -56,11 +52,8 @@ pub fn real_debs(names: &[&str]) -> Vec<PathBuf> {
     let dir = cache_root().join("debs");
     fs::create_dir_all(&dir).unwrap();
     let _lock = lock_file(&cache_root().join("debs.lock"));
-    let missing: Vec<&str> = names
-        .iter()
-        .copied()
-        .filter(|n| find_cached(&dir, n).is_none())
-        .collect();
+    let missing: Vec<&str> =
+        names.iter().copied().filter(|n| find_cached(&dir, n).is_none()).collect();
     if !missing.is_empty() {
         download(&dir, &missing);
     }
@@ -88,10 +81,7 @@ fn find_cached(dir: &Path, name: &str) -> Option<PathBuf> {
         .filter(|p| {
             p.is_file()
                 && p.extension().is_some_and(|x| x == "deb")
-                && p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with(&prefix)
+                && p.file_name().unwrap().to_string_lossy().starts_with(&prefix)
         })
         .collect();
     found.sort();
@@ -248,11 +238,7 @@ pub fn fake_deb(dir: &Path, pkg: FakeDeb<'_>) -> PathBuf {
         fs::write(&dest, contents).unwrap();
         set_mode(&dest, *mode & 0o7777);
         size_bytes += contents.len() as u64;
-        if !pkg
-            .conffiles
-            .iter()
-            .any(|c| c.trim_start_matches('/') == rel)
-        {
+        if !pkg.conffiles.iter().any(|c| c.trim_start_matches('/') == rel) {
             md5sums.push_str(&format!("{}  {rel}\n", md5_hex(contents)));
         }
     }
@@ -285,10 +271,7 @@ pub fn fake_deb(dir: &Path, pkg: FakeDeb<'_>) -> PathBuf {
         }
     }
     let default_desc = format!("fake {} for erdma-kit tests (TEST ONLY)", pkg.name);
-    control.push_str(&format!(
-        "Description: {}\n",
-        pkg.description.unwrap_or(&default_desc)
-    ));
+    control.push_str(&format!("Description: {}\n", pkg.description.unwrap_or(&default_desc)));
     let debian = stage.join("DEBIAN");
     fs::write(debian.join("control"), control).unwrap();
     set_mode(&debian.join("control"), 0o644);
@@ -297,11 +280,8 @@ pub fn fake_deb(dir: &Path, pkg: FakeDeb<'_>) -> PathBuf {
         set_mode(&debian.join("md5sums"), 0o644);
     }
     if !pkg.conffiles.is_empty() {
-        let list: String = pkg
-            .conffiles
-            .iter()
-            .map(|c| format!("/{}\n", c.trim_start_matches('/')))
-            .collect();
+        let list: String =
+            pkg.conffiles.iter().map(|c| format!("/{}\n", c.trim_start_matches('/'))).collect();
         fs::write(debian.join("conffiles"), list).unwrap();
         set_mode(&debian.join("conffiles"), 0o644);
     }
@@ -318,12 +298,7 @@ pub fn fake_deb(dir: &Path, pkg: FakeDeb<'_>) -> PathBuf {
     }
     set_mode(&stage, 0o755);
 
-    let file = format!(
-        "{}_{}_{}.deb",
-        pkg.name,
-        pkg.version.replace(':', "%3a"),
-        pkg.arch
-    );
+    let file = format!("{}_{}_{}.deb", pkg.name, pkg.version.replace(':', "%3a"), pkg.arch);
     let out = dir.join(file);
     run_ok(
         "dpkg-deb --build",
@@ -442,25 +417,16 @@ pub fn ngc_like_base(dir: &Path) -> OciFixture {
     let base = debian::debian12_base();
     let lower = debian::debian12_rootfs();
     let libnl = real_debs(&["libnl-3-200", "libnl-route-3-200"]);
-    let work = tempfile::Builder::new()
-        .prefix("erdma-ngc-like-")
-        .tempdir()
-        .unwrap();
+    let work = tempfile::Builder::new().prefix("erdma-ngc-like-").tempdir().unwrap();
     let fakes = ofed_fake_debs(&work.path().join("debs"));
     let upper = work.path().join("root");
-    run_ok(
-        "cp -a (debian12 rootfs)",
-        Command::new("cp").arg("-a").arg(&lower).arg(&upper),
-    );
+    run_ok("cp -a (debian12 rootfs)", Command::new("cp").arg("-a").arg(&lower).arg(&upper));
     run_ok(
         "dpkg --root -i",
         Command::new("dpkg")
             .arg(format!("--root={}", upper.display()))
             // dpkg 1.21 logs to the host's /var/log/dpkg.log even with --root.
-            .arg(format!(
-                "--log={}",
-                upper.join("var/log/dpkg.log").display()
-            ))
+            .arg(format!("--log={}", upper.join("var/log/dpkg.log").display()))
             .args(["--force-unsafe-io", "-i"])
             .args(&libnl)
             .args(&fakes)

@@ -124,19 +124,12 @@ pub fn fixture_image_tagged(
         if layers.is_empty() {
             layers.push(Vec::new());
         }
-        layers
-            .last_mut()
-            .unwrap()
-            .push(("etc/os-release", os.as_bytes(), 0o644));
+        layers.last_mut().unwrap().push(("etc/os-release", os.as_bytes(), 0o644));
     }
     init_layout(dir);
     let infos = layers
         .iter()
-        .map(|entries| {
-            write_layer(dir, Compression::default(), |tar| {
-                append_entries(tar, entries)
-            })
-        })
+        .map(|entries| write_layer(dir, Compression::default(), |tar| append_entries(tar, entries)))
         .collect::<Vec<_>>();
     write_image(dir, tag, infos, env)
 }
@@ -156,19 +149,13 @@ pub fn big_layer_image(dir: &Path, size_bytes: u64) -> OciFixture {
         tar.append_data(&mut h, "data/big.bin", XorShiftReader::new(size_bytes))
     });
     let os = write_layer(dir, Compression::default(), |tar| {
-        append_entries(
-            tar,
-            &[("etc/os-release", DEBIAN12_OS_RELEASE.as_bytes(), 0o644)],
-        )
+        append_entries(tar, &[("etc/os-release", DEBIAN12_OS_RELEASE.as_bytes(), 0o644)])
     });
     write_image(
         dir,
         DEFAULT_TAG,
         vec![big, os],
-        &[(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        )],
+        &[("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")],
     )
 }
 
@@ -180,10 +167,7 @@ pub struct XorShiftReader {
 
 impl XorShiftReader {
     pub fn new(len: u64) -> Self {
-        XorShiftReader {
-            state: 0x9E37_79B9_7F4A_7C15,
-            remaining: len,
-        }
+        XorShiftReader { state: 0x9E37_79B9_7F4A_7C15, remaining: len }
     }
 }
 
@@ -213,11 +197,7 @@ pub struct HashWriter<W> {
 
 impl<W: Write> HashWriter<W> {
     fn new(inner: W) -> Self {
-        HashWriter {
-            inner,
-            hasher: Sha256::new(),
-            count: 0,
-        }
+        HashWriter { inner, hasher: Sha256::new(), count: 0 }
     }
 
     fn finish(self) -> (W, String, u64) {
@@ -256,9 +236,7 @@ fn write_layer(
     let tmp = tempfile::NamedTempFile::new_in(dir.join("blobs/sha256")).unwrap();
     let file = BufWriter::with_capacity(1 << 20, tmp.reopen().unwrap());
     // mtime 0 and no file name in the gzip header keep the blob reproducible.
-    let gz = flate2::GzBuilder::new()
-        .mtime(0)
-        .write(HashWriter::new(file), level);
+    let gz = flate2::GzBuilder::new().mtime(0).write(HashWriter::new(file), level);
     let mut tar = tar::Builder::new(HashWriter::new(gz));
     tar.mode(tar::HeaderMode::Deterministic);
     fill(&mut tar).expect("write layer entries");
@@ -266,11 +244,7 @@ fn write_layer(
     let (file, digest, size) = gz.finish().expect("finish gzip").finish();
     file.into_inner().expect("flush layer").sync_all().unwrap();
     tmp.persist(blob_path(dir, &digest)).unwrap();
-    LayerInfo {
-        digest,
-        diff_id,
-        size,
-    }
+    LayerInfo { digest, diff_id, size }
 }
 
 fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
@@ -581,11 +555,7 @@ pub fn tree_layer(
     }
     let missing_parents: Vec<PathBuf> = {
         let present: HashSet<&PathBuf> = entries.iter().map(|(p, _)| p).collect();
-        let mut v: Vec<PathBuf> = wanted
-            .iter()
-            .filter(|p| !present.contains(p))
-            .cloned()
-            .collect();
+        let mut v: Vec<PathBuf> = wanted.iter().filter(|p| !present.contains(p)).cloned().collect();
         v.sort();
         v
     };
@@ -654,7 +624,11 @@ pub fn entries_layer(dir: &Path, entries: &[Entry<'_>]) -> LayerInfo {
 
 /// One gzip layer of whatever `fill` appends (streamed: millions of entries cost no memory),
 /// written into the layout `dir` (initialised if needed), for [`image_from_layers`].
-pub fn custom_layer(dir: &Path, level: Compression, fill: impl FnOnce(&mut LayerTar) -> io::Result<()>) -> LayerInfo {
+pub fn custom_layer(
+    dir: &Path,
+    level: Compression,
+    fill: impl FnOnce(&mut LayerTar) -> io::Result<()>,
+) -> LayerInfo {
     init_layout(dir);
     write_layer(dir, level, fill)
 }
@@ -692,10 +666,7 @@ pub fn read_fixture(dir: &Path, tag: &str) -> OciFixture {
     .unwrap();
     let desc = index["manifests"]
         .as_array()
-        .and_then(|m| {
-            m.iter()
-                .find(|d| d["annotations"][REF_NAME].as_str() == Some(tag))
-        })
+        .and_then(|m| m.iter().find(|d| d["annotations"][REF_NAME].as_str() == Some(tag)))
         .unwrap_or_else(|| panic!("no tag {tag} in {}", dir.display()))
         .clone();
     let manifest_digest = desc["digest"].as_str().unwrap().to_string();
@@ -748,7 +719,12 @@ impl IndexFixture {
 /// (hard-linked where the file system allows, else copied), an image index whose entries name
 /// their manifests with each one's platform, plus `extra` entries as they are (an attestation
 /// manifest's, say, whose blobs the caller writes), and the index tagged `tag` in `index.json`.
-pub fn index_layout(dir: &Path, tag: &str, images: &[(&OciFixture, Platform)], extra: &[Value]) -> IndexFixture {
+pub fn index_layout(
+    dir: &Path,
+    tag: &str,
+    images: &[(&OciFixture, Platform)],
+    extra: &[Value],
+) -> IndexFixture {
     init_layout(dir);
     for (img, _) in images {
         for e in fs::read_dir(img.dir.join("blobs/sha256")).unwrap() {
@@ -764,7 +740,10 @@ pub fn index_layout(dir: &Path, tag: &str, images: &[(&OciFixture, Platform)], e
         .map(|(img, p)| json!({"mediaType": MEDIA_MANIFEST, "digest": img.manifest_digest, "size": img.manifest_size, "platform": p.json()}))
         .collect();
     manifests.extend(extra.iter().cloned());
-    let raw = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": manifests})).unwrap();
+    let raw = serde_json::to_vec(
+        &json!({"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": manifests}),
+    )
+    .unwrap();
     let (digest, size) = write_blob(dir, &raw);
     let top = json!({"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": [
         {"mediaType": MEDIA_INDEX, "digest": digest, "size": size, "annotations": {REF_NAME: tag}},
@@ -775,7 +754,10 @@ pub fn index_layout(dir: &Path, tag: &str, images: &[(&OciFixture, Platform)], e
         tag: tag.to_string(),
         digest,
         size,
-        manifests: images.iter().map(|(img, p)| (img.manifest_digest.clone(), img.manifest_size, p.clone())).collect(),
+        manifests: images
+            .iter()
+            .map(|(img, p)| (img.manifest_digest.clone(), img.manifest_size, p.clone()))
+            .collect(),
     }
 }
 

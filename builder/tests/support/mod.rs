@@ -73,15 +73,17 @@ where
 {
     let mut cmd = Command::new(bin());
     cmd.args(args).env("NO_COLOR", "1").env("XDG_CACHE_HOME", test_cache()).stdin(Stdio::null());
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin().display()))
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin().display()))
 }
 
 /// A package and layer cache of this test process's own, so that what one test downloaded does
 /// not change what another one measures. Tests that study the cache pass their own.
 pub fn test_cache() -> &'static std::path::Path {
     static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| tempfile::Builder::new().prefix("erdma-test-cache-").tempdir().expect("tempdir")).path()
+    DIR.get_or_init(|| {
+        tempfile::Builder::new().prefix("erdma-test-cache-").tempdir().expect("tempdir")
+    })
+    .path()
 }
 
 /// Runs `skopeo ARGS` to completion. Registry transports on 127.0.0.1 are plain HTTP, so pass
@@ -114,9 +116,7 @@ pub fn assert_success(what: &str, out: &Output) {
 pub fn have(cmd: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
     let is_exe = |p: &std::path::Path| {
-        p.metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
+        p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
     };
     if cmd.contains('/') {
         return is_exe(std::path::Path::new(cmd));
@@ -183,10 +183,7 @@ pub fn require_registry() -> bool {
 
 #[track_caller]
 pub fn require_docker() -> bool {
-    require(
-        docker_available(),
-        "a running docker daemon is needed (run scripts/setup)",
-    )
+    require(docker_available(), "a running docker daemon is needed (run scripts/setup)")
 }
 
 #[track_caller]

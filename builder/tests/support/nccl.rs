@@ -53,8 +53,13 @@ pub fn nccl_debs(dir: &Path, version: &str) -> Vec<PathBuf> {
         FakeDeb {
             name: "libnccl2",
             version,
-            description: Some("NVIDIA Collective Communication Library (NCCL) Runtime (TEST ONLY stand-in)"),
-            files: vec![(&so, &lib, 0o644), (&format!("{LIB_DIR}/libnccl.so.2"), so_name.as_bytes(), 0o120777)],
+            description: Some(
+                "NVIDIA Collective Communication Library (NCCL) Runtime (TEST ONLY stand-in)",
+            ),
+            files: vec![
+                (&so, &lib, 0o644),
+                (&format!("{LIB_DIR}/libnccl.so.2"), so_name.as_bytes(), 0o120777),
+            ],
             ..Default::default()
         },
     );
@@ -101,7 +106,8 @@ pub struct Extras<'a> {
 
 /// `base` (every layer of it) plus one layer with `extras`, tagged `tag` in the layout `dir`.
 pub fn extend(base: &OciFixture, dir: &Path, tag: &str, extras: &Extras<'_>) -> OciFixture {
-    let mut layers: Vec<fixture::LayerInfo> = (0..base.layers.len()).map(|i| fixture::import_layer(base, i, dir)).collect();
+    let mut layers: Vec<fixture::LayerInfo> =
+        (0..base.layers.len()).map(|i| fixture::import_layer(base, i, dir)).collect();
     let site = "usr/local/lib/python3.11/dist-packages";
     let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
     let mut env: Vec<(String, String)> = fixture::env_of(base);
@@ -110,33 +116,67 @@ pub fn extend(base: &OciFixture, dir: &Path, tag: &str, extras: &Extras<'_>) -> 
         if extras.cuda_in_env {
             env.push(("CUDA_VERSION".into(), c.into()));
         } else {
-            files.push((format!("usr/local/cuda-{short}/version.json"), format!("{{\"cuda\": {{\"name\": \"CUDA SDK\", \"version\": \"{c}\"}}}}\n").into_bytes(), 0o644));
+            files.push((
+                format!("usr/local/cuda-{short}/version.json"),
+                format!("{{\"cuda\": {{\"name\": \"CUDA SDK\", \"version\": \"{c}\"}}}}\n")
+                    .into_bytes(),
+                0o644,
+            ));
             files.push(("usr/local/cuda".into(), format!("cuda-{short}").into_bytes(), 0o120777));
         }
     }
     if extras.python3 {
-        files.push(("usr/bin/python3.11".into(), b"#!/bin/sh\necho 'Python 3.11 stand-in (TEST ONLY)'\n".to_vec(), 0o755));
+        files.push((
+            "usr/bin/python3.11".into(),
+            b"#!/bin/sh\necho 'Python 3.11 stand-in (TEST ONLY)'\n".to_vec(),
+            0o755,
+        ));
         files.push(("usr/bin/python3".into(), b"python3.11".to_vec(), 0o120777));
     }
     if let Some((nccl, cuda)) = extras.pip_nccl {
-        files.push((format!("{site}/nvidia/nccl/lib/libnccl.so.2"), library_bytes(nccl, cuda), 0o644));
-        files.push((format!("{site}/nvidia_nccl_cu12-{nccl}.dist-info/METADATA"), format!("Name: nvidia-nccl-cu12\nVersion: {nccl}\n").into_bytes(), 0o644));
+        files.push((
+            format!("{site}/nvidia/nccl/lib/libnccl.so.2"),
+            library_bytes(nccl, cuda),
+            0o644,
+        ));
+        files.push((
+            format!("{site}/nvidia_nccl_cu12-{nccl}.dist-info/METADATA"),
+            format!("Name: nvidia-nccl-cu12\nVersion: {nccl}\n").into_bytes(),
+            0o644,
+        ));
     }
     if extras.torch {
-        files.push((format!("{site}/torch/__init__.py"), b"# PyTorch stand-in (TEST ONLY)\n".to_vec(), 0o644));
+        files.push((
+            format!("{site}/torch/__init__.py"),
+            b"# PyTorch stand-in (TEST ONLY)\n".to_vec(),
+            0o644,
+        ));
         files.push((format!("{site}/torch/lib/libtorch_cuda.so"), b"stand-in".to_vec(), 0o644));
     }
     if extras.erdma_userspace {
         files.push(("etc/libibverbs.d/erdma.driver".into(), b"driver erdma\n".to_vec(), 0o644));
-        files.push((format!("{}/libibverbs/liberdma-rdmav34.so", &LIB_DIR[1..]), b"stand-in".to_vec(), 0o644));
-        files.push((format!("{}/libibverbs.so.1.14.44.0", &LIB_DIR[1..]), b"stand-in".to_vec(), 0o644));
-        files.push((format!("{}/libibverbs.so.1", &LIB_DIR[1..]), b"libibverbs.so.1.14.44.0".to_vec(), 0o120777));
+        files.push((
+            format!("{}/libibverbs/liberdma-rdmav34.so", &LIB_DIR[1..]),
+            b"stand-in".to_vec(),
+            0o644,
+        ));
+        files.push((
+            format!("{}/libibverbs.so.1.14.44.0", &LIB_DIR[1..]),
+            b"stand-in".to_vec(),
+            0o644,
+        ));
+        files.push((
+            format!("{}/libibverbs.so.1", &LIB_DIR[1..]),
+            b"libibverbs.so.1.14.44.0".to_vec(),
+            0o120777,
+        ));
         files.push((format!("{}/librdmacm.so.1", &LIB_DIR[1..]), b"stand-in".to_vec(), 0o644));
     }
     for (k, v) in &extras.env {
         env.push((k.to_string(), v.to_string()));
     }
-    let entries: Vec<fixture::Entry<'_>> = files.iter().map(|(p, c, m)| (p.as_str(), c.as_slice(), *m)).collect();
+    let entries: Vec<fixture::Entry<'_>> =
+        files.iter().map(|(p, c, m)| (p.as_str(), c.as_slice(), *m)).collect();
     layers.push(fixture::entries_layer(dir, &entries));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     fixture::image_from_layers(dir, tag, layers, &env, &["/bin/sh"])

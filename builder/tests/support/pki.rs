@@ -51,8 +51,25 @@ impl Ca {
         .unwrap();
         openssl(
             &[
-                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
-                "-subj", &format!("/CN={name}"), "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "30",
+                "-subj",
+                &format!("/CN={name}"),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
             ],
             dir,
         );
@@ -68,16 +85,51 @@ impl Ca {
             ext.push_str(&format!("subjectAltName={}\n", names.join(",")));
         }
         std::fs::write(d.join(format!("{file}.ext")), ext).unwrap();
-        let (key, csr, cert) = (format!("{file}.key"), format!("{file}.csr"), format!("{file}.pem"));
-        openssl(&["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &key, "-out", &csr, "-subj", &format!("/CN={file}")], d);
+        let (key, csr, cert) =
+            (format!("{file}.key"), format!("{file}.csr"), format!("{file}.pem"));
+        openssl(
+            &[
+                "req",
+                "-new",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &format!("/CN={file}"),
+            ],
+            d,
+        );
         let (start, end) = match validity {
             Validity::Now => (date("-1 day"), date("+30 days")),
             Validity::Expired => ("20200101000000Z".to_string(), "20200201000000Z".to_string()),
         };
         openssl(
             &[
-                "ca", "-batch", "-notext", "-config", "ca.cnf", "-cert", self.cert.to_str().unwrap(), "-keyfile", self.key.to_str().unwrap(), "-in", &csr, "-out", &cert,
-                "-startdate", &start, "-enddate", &end, "-extfile", &format!("{file}.ext"),
+                "ca",
+                "-batch",
+                "-notext",
+                "-config",
+                "ca.cnf",
+                "-cert",
+                self.cert.to_str().unwrap(),
+                "-keyfile",
+                self.key.to_str().unwrap(),
+                "-in",
+                &csr,
+                "-out",
+                &cert,
+                "-startdate",
+                &start,
+                "-enddate",
+                &end,
+                "-extfile",
+                &format!("{file}.ext"),
             ],
             d,
         );

@@ -95,9 +95,8 @@ impl FaultyProxy {
                     }
                     let Ok(conn) = conn else { continue };
                     let shared = shared.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("faulty-proxy-conn".into())
-                        .spawn(move || {
+                    let _ = std::thread::Builder::new().name("faulty-proxy-conn".into()).spawn(
+                        move || {
                             if let Err(e) = handle(conn, &shared) {
                                 // Clients hanging up early are expected with faults.
                                 if !matches!(
@@ -109,16 +108,12 @@ impl FaultyProxy {
                                     eprintln!("faulty-proxy: {e}");
                                 }
                             }
-                        });
+                        },
+                    );
                 }
             })
             .expect("spawn proxy accept thread");
-        FaultyProxy {
-            addr,
-            stop,
-            stats,
-            accept: Some(accept),
-        }
+        FaultyProxy { addr, stop, stats, accept: Some(accept) }
     }
 
     /// `127.0.0.1:PORT`.
@@ -169,9 +164,7 @@ pub(crate) fn read_head(r: &mut impl BufRead) -> io::Result<Vec<String>> {
                 "connection closed inside an HTTP head",
             ));
         }
-        let line = String::from_utf8_lossy(&raw)
-            .trim_end_matches(['\r', '\n'])
-            .to_string();
+        let line = String::from_utf8_lossy(&raw).trim_end_matches(['\r', '\n']).to_string();
         if line.is_empty() {
             return Ok(lines);
         }
@@ -237,7 +230,9 @@ fn handle(client: TcpStream, shared: &Shared) -> io::Result<()> {
 
     let refuse = match &shared.fault {
         Fault::ServerErrorTimes(times) => n < *times,
-        Fault::ServerErrorOn { uri: part, times } => uri.contains(part.as_str()) && stats.matched.fetch_add(1, Ordering::SeqCst) < *times,
+        Fault::ServerErrorOn { uri: part, times } => {
+            uri.contains(part.as_str()) && stats.matched.fetch_add(1, Ordering::SeqCst) < *times
+        }
         _ => false,
     };
     if refuse {
@@ -250,7 +245,8 @@ fn handle(client: TcpStream, shared: &Shared) -> io::Result<()> {
                 let _ = io::copy(&mut (&mut client_r).take(len), &mut io::sink());
             }
         }
-        let body = "{\"errors\":[{\"code\":\"UNAVAILABLE\",\"message\":\"injected by faulty proxy\"}]}";
+        let body =
+            "{\"errors\":[{\"code\":\"UNAVAILABLE\",\"message\":\"injected by faulty proxy\"}]}";
         write!(
             client_w,
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -308,19 +304,12 @@ fn respond(
     let mut head = read_head(&mut up_r)
         .map_err(|e| ctx(e, &format!("reading response head for {method} {uri}")))?;
     // Interim 1xx responses (100 Continue) go through as they are.
-    while head
-        .first()
-        .and_then(|l| l.split(' ').nth(1))
-        .is_some_and(|s| s.starts_with('1'))
-    {
+    while head.first().and_then(|l| l.split(' ').nth(1)).is_some_and(|s| s.starts_with('1')) {
         write_head(client_w, &head)?;
         head = read_head(&mut up_r)?;
     }
-    let status: u16 = head
-        .first()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let status: u16 =
+        head.first().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
     let content_length = header(&head, "content-length").and_then(|v| v.parse::<u64>().ok());
 
     let blob = blob_get_digest(method, uri)

@@ -73,12 +73,7 @@ impl AccessLogEntry {
         let mut tail = rest[end + 1..].split_whitespace();
         let status = tail.next()?.parse().ok()?;
         let bytes = tail.next()?.parse().unwrap_or(0);
-        Some(AccessLogEntry {
-            method,
-            uri,
-            status,
-            bytes,
-        })
+        Some(AccessLogEntry { method, uri, status, bytes })
     }
 
     /// The URI without its query string.
@@ -148,24 +143,30 @@ impl Registry {
             let addr = format!("127.0.0.1:{port}");
             let mut yaml = config_yaml(&storage, &addr);
             if let Some(tls) = &opts.tls {
-                yaml.push_str(&format!("  tls:\n    certificate: {}\n    key: {}\n", tls.cert.display(), tls.key.display()));
+                yaml.push_str(&format!(
+                    "  tls:\n    certificate: {}\n    key: {}\n",
+                    tls.cert.display(),
+                    tls.key.display()
+                ));
                 if let Some(ca) = &tls.client_ca {
                     yaml.push_str(&format!("    clientcas:\n      - {}\n", ca.display()));
                 }
             }
             if let Some((user, password)) = auth {
                 let htpasswd = dir.path().join("htpasswd");
-                let out = Command::new("htpasswd").args(["-Bbn", user, password]).output().expect("htpasswd (apache2-utils)");
+                let out = Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .expect("htpasswd (apache2-utils)");
                 assert!(out.status.success(), "htpasswd failed");
                 fs::write(&htpasswd, &out.stdout).unwrap();
-                yaml.push_str(&format!("auth:\n  htpasswd:\n    realm: erdma-test\n    path: {}\n", htpasswd.display()));
+                yaml.push_str(&format!(
+                    "auth:\n  htpasswd:\n    realm: erdma-test\n    path: {}\n",
+                    htpasswd.display()
+                ));
             }
             fs::write(&config, yaml).unwrap();
-            let log = File::options()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-                .unwrap();
+            let log = File::options().create(true).append(true).open(&log_path).unwrap();
             let mut child = Command::new(REGISTRY_BIN)
                 .arg("serve")
                 .arg(&config)
@@ -187,13 +188,7 @@ impl Registry {
                     None => matches!(http_request(&addr, "GET", "/v2/"), Ok((200 | 401, _))),
                 };
                 if up {
-                    return Registry {
-                        child,
-                        addr,
-                        log_path,
-                        storage,
-                        dir,
-                    };
+                    return Registry { child, addr, log_path, storage, dir };
                 }
                 if Instant::now() > deadline {
                     let _ = child.kill();
@@ -253,10 +248,7 @@ impl Registry {
 
     /// Every request in the access log so far, in order.
     pub fn requests(&self) -> Vec<AccessLogEntry> {
-        self.log()
-            .lines()
-            .filter_map(AccessLogEntry::parse)
-            .collect()
+        self.log().lines().filter_map(AccessLogEntry::parse).collect()
     }
 
     /// GETs of `/v2/*/blobs/DIGEST` (any status, ranged or not). `digest` is `sha256:HEX`.

@@ -197,11 +197,20 @@ fn spec_text(spec: &SpecDef, stage: &Path, el: El) -> String {
     let main = &spec.packages[0];
     assert_eq!(main.name, spec.name, "packages[0] is the main package");
     header(&mut s, main);
-    w(&mut s, &format!("\n%description\n{} (repackaged for erdma-kit tests, TEST ONLY)\n", main.summary));
+    w(
+        &mut s,
+        &format!("\n%description\n{} (repackaged for erdma-kit tests, TEST ONLY)\n", main.summary),
+    );
     for p in &spec.packages[1..] {
         w(&mut s, &format!("%package -n {}", p.name));
         header(&mut s, p);
-        w(&mut s, &format!("\n%description -n {}\n{} (repackaged for erdma-kit tests, TEST ONLY)\n", p.name, p.summary));
+        w(
+            &mut s,
+            &format!(
+                "\n%description -n {}\n{} (repackaged for erdma-kit tests, TEST ONLY)\n",
+                p.name, p.summary
+            ),
+        );
     }
     w(&mut s, "%prep\n%build\n%install");
     w(&mut s, &format!("cp -a {}/. %{{buildroot}}/\n", stage.display()));
@@ -332,7 +341,12 @@ fn rpms_in(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Builds `specs` once into `cache_root()/NAME-HASH/` and returns its rpms.
-pub fn cached_rpms(name: &str, el: El, specs: impl Fn(&Path) -> Vec<SpecDef>, inputs: &[PathBuf]) -> Vec<PathBuf> {
+pub fn cached_rpms(
+    name: &str,
+    el: El,
+    specs: impl Fn(&Path) -> Vec<SpecDef>,
+    inputs: &[PathBuf],
+) -> Vec<PathBuf> {
     // The spec text names the stage directory; hash it with a fixed placeholder.
     let texts: Vec<String> = specs(Path::new("/STAGE"))
         .iter()
@@ -365,27 +379,49 @@ pub fn cached_rpms(name: &str, el: El, specs: impl Fn(&Path) -> Vec<SpecDef>, in
 /// file naming its build, the names, versions and layout (`/usr/lib64/libnccl.so.2`) are
 /// NVIDIA's (testdata/rpm/README.md).
 pub fn nccl_rpms() -> Vec<PathBuf> {
-    const BUILDS: [(&str, &str); 4] = [("2.18.3", "1+cuda12.2"), ("2.21.5", "1+cuda11.0"), ("2.21.5", "1+cuda12.4"), ("2.27.7", "1+cuda13.0")];
+    const BUILDS: [(&str, &str); 4] = [
+        ("2.18.3", "1+cuda12.2"),
+        ("2.21.5", "1+cuda11.0"),
+        ("2.21.5", "1+cuda12.4"),
+        ("2.27.7", "1+cuda13.0"),
+    ];
     let mut out = Vec::new();
     for (version, release) in BUILDS {
         let specs = move |_: &Path| {
             let lib = RpmDef {
                 name: "libnccl".into(),
-                summary: "NVIDIA Collective Communication Library (NCCL) Runtime (TEST stand-in)".into(),
+                summary: "NVIDIA Collective Communication Library (NCCL) Runtime (TEST stand-in)"
+                    .into(),
                 no_auto: true,
-                contents: vec![(format!("/usr/lib64/libnccl.so.{version}"), format!("NCCL {version} {release}\n").into_bytes(), 0o755)],
+                contents: vec![(
+                    format!("/usr/lib64/libnccl.so.{version}"),
+                    format!("NCCL {version} {release}\n").into_bytes(),
+                    0o755,
+                )],
                 symlinks: vec![("/usr/lib64/libnccl.so.2".into(), format!("libnccl.so.{version}"))],
                 ..RpmDef::default()
             };
             let devel = RpmDef {
                 name: "libnccl-devel".into(),
-                summary: "NVIDIA Collective Communication Library (NCCL) Development (TEST stand-in)".into(),
+                summary:
+                    "NVIDIA Collective Communication Library (NCCL) Development (TEST stand-in)"
+                        .into(),
                 no_auto: true,
                 requires: vec![format!("libnccl = {version}-{release}")],
-                contents: vec![("/usr/include/nccl.h".into(), format!("/* NCCL {version} */\n").into_bytes(), 0o644)],
+                contents: vec![(
+                    "/usr/include/nccl.h".into(),
+                    format!("/* NCCL {version} */\n").into_bytes(),
+                    0o644,
+                )],
                 ..RpmDef::default()
             };
-            vec![SpecDef { name: "libnccl".into(), version: version.into(), release: release.into(), license: "BSD".into(), packages: vec![lib, devel] }]
+            vec![SpecDef {
+                name: "libnccl".into(),
+                version: version.into(),
+                release: release.into(),
+                license: "BSD".into(),
+                packages: vec![lib, devel],
+            }]
         };
         out.extend(cached_rpms(&format!("nccl-{version}-{release}"), El::El9, specs, &[]));
     }
@@ -396,7 +432,8 @@ pub fn nccl_rpms() -> Vec<PathBuf> {
 fn extract_debs(debs: &[PathBuf], into: &Path) -> BTreeMap<String, PathBuf> {
     let mut out = BTreeMap::new();
     for deb in debs {
-        let name = deb.file_name().unwrap().to_string_lossy().split('_').next().unwrap().to_string();
+        let name =
+            deb.file_name().unwrap().to_string_lossy().split('_').next().unwrap().to_string();
         let dir = into.join(&name);
         if !dir.exists() {
             fs::create_dir_all(&dir).unwrap();
@@ -411,7 +448,10 @@ fn extract_debs(debs: &[PathBuf], into: &Path) -> BTreeMap<String, PathBuf> {
 /// (Debian's docs, lintian overrides, sysvinit scripts).
 fn el_path(deb_rel: &str) -> Option<String> {
     let r = deb_rel.trim_start_matches("./").trim_start_matches('/');
-    if r.starts_with("usr/share/doc/") || r.starts_with("usr/share/lintian/") || r.starts_with("etc/init.d/") {
+    if r.starts_with("usr/share/doc/")
+        || r.starts_with("usr/share/lintian/")
+        || r.starts_with("etc/init.d/")
+    {
         return None;
     }
     for (from, to) in [
@@ -472,8 +512,18 @@ fn rdma_specs(el: El, extracted: &Path, debs: &[PathBuf]) -> Vec<SpecDef> {
     let mut verbs_provides = Vec::new();
     let mut verbs_obsoletes = Vec::new();
     for old in [
-        "libcxgb4", "libefa", "liberdma", "libhfi1", "libipathverbs", "libirdma", "libmana", "libmlx4",
-        "libmlx5", "libmthca", "libocrdma", "librxe",
+        "libcxgb4",
+        "libefa",
+        "liberdma",
+        "libhfi1",
+        "libipathverbs",
+        "libirdma",
+        "libmana",
+        "libmlx4",
+        "libmlx5",
+        "libmthca",
+        "libocrdma",
+        "librxe",
     ] {
         verbs_provides.push(format!("{old} = %{{version}}-%{{release}}"));
         verbs_obsoletes.push(format!("{old} < %{{version}}-%{{release}}"));
@@ -484,11 +534,8 @@ fn rdma_specs(el: El, extracted: &Path, debs: &[PathBuf]) -> Vec<SpecDef> {
         !(d.contains("iwpmd") || d.contains("rdma-ndd"))
     };
     let core_files = files("rdma-core", &rdma_core_keep);
-    let core_config: Vec<String> = core_files
-        .iter()
-        .map(|(_, d)| d.clone())
-        .filter(|d| d.starts_with("/etc/"))
-        .collect();
+    let core_config: Vec<String> =
+        core_files.iter().map(|(_, d)| d.clone()).filter(|d| d.starts_with("/etc/")).collect();
     let release = el.release();
     vec![SpecDef {
         name: "rdma-core".into(),
@@ -550,7 +597,11 @@ fn rdma_specs(el: El, extracted: &Path, debs: &[PathBuf]) -> Vec<SpecDef> {
 /// `libnl3` (EL's name) from Debian's real `libnl-3-200` and `libnl-route-3-200` (3.7.0):
 /// `/usr/lib64/libnl-3.so.200*`, `/usr/lib64/libnl-route-3.so.200*`, `/etc/libnl/{classid,pktloc}`.
 fn libnl_spec(extracted: &Path, debs: &[PathBuf]) -> SpecDef {
-    let x = if extracted == Path::new("/STAGE") { BTreeMap::new() } else { extract_debs(debs, extracted) };
+    let x = if extracted == Path::new("/STAGE") {
+        BTreeMap::new()
+    } else {
+        extract_debs(debs, extracted)
+    };
     let mut files = Vec::new();
     for d in LIBNL_DEBS {
         if let Some(root) = x.get(d) {
@@ -586,7 +637,11 @@ fn pciutils_spec() -> SpecDef {
         packages: vec![RpmDef {
             name: "pciutils".into(),
             summary: "PCI bus related utilities (erdma-kit stand-in without binaries)".into(),
-            contents: vec![("/usr/share/doc/pciutils/README.erdma-kit".into(), b"stand-in: rdma-core Requires pciutils\n".to_vec(), 0o644)],
+            contents: vec![(
+                "/usr/share/doc/pciutils/README.erdma-kit".into(),
+                b"stand-in: rdma-core Requires pciutils\n".to_vec(),
+                0o644,
+            )],
             ..Default::default()
         }],
     }
@@ -606,7 +661,12 @@ pub fn el_rdma_rpms(el: El) -> Vec<PathBuf> {
 pub fn el_deps_rpms(el: El) -> Vec<PathBuf> {
     let debs = real_debs(&LIBNL_DEBS);
     let d2 = debs.clone();
-    cached_rpms(&format!("el-rpms-deps-{}", el.key()), el, move |x| vec![libnl_spec(x, &d2), pciutils_spec()], &debs)
+    cached_rpms(
+        &format!("el-rpms-deps-{}", el.key()),
+        el,
+        move |x| vec![libnl_spec(x, &d2), pciutils_spec()],
+        &debs,
+    )
 }
 
 /// Just `libnl3` of [`el_deps_rpms`].
@@ -630,29 +690,54 @@ pub const OFED_REPO_FILE: &str = "etc/yum.repos.d/mlnx_ofed.repo";
 pub const OFED_REPO: &str = "[mlnx_ofed]\nname=MLNX_OFED Repository\nbaseurl=file:///tmp/MLNX_OFED_LINUX-5.8-1.0.1.1-rhel8.6-x86_64/RPMS\nenabled=1\ngpgkey=file:///tmp/MLNX_OFED_LINUX-5.8-1.0.1.1-rhel8.6-x86_64/RPM-GPG-KEY-Mellanox\ngpgcheck=1\n";
 
 fn ofed_specs(extracted: &Path, debs: &[PathBuf]) -> Vec<SpecDef> {
-    let x = if extracted == Path::new("/STAGE") { BTreeMap::new() } else { extract_debs(debs, extracted) };
-    let get = |deb: &str, rel: &str| x.get(deb).map(|d| d.join(rel)).unwrap_or_else(|| PathBuf::from("/STAGE").join(rel));
+    let x = if extracted == Path::new("/STAGE") {
+        BTreeMap::new()
+    } else {
+        extract_debs(debs, extracted)
+    };
+    let get = |deb: &str, rel: &str| {
+        x.get(deb).map(|d| d.join(rel)).unwrap_or_else(|| PathBuf::from("/STAGE").join(rel))
+    };
     // Real ELF files under OFED-style names (libibverbs.so.1.14.58.0: rdma-core 58's numbering),
     // so that the soname Provides are real and a replacement can be told apart by file name.
     let ml = "usr/lib/x86_64-linux-gnu";
     let verbs = RpmDef {
         name: "libibverbs".into(),
         summary: "A library and drivers for direct userspace use of RDMA (MLNX_OFED-style)".into(),
-        provides: vec!["libmlx5 = %{version}-%{release}".into(), "libmlx4 = %{version}-%{release}".into()],
-        obsoletes: vec!["libmlx5 < %{version}-%{release}".into(), "libmlx4 < %{version}-%{release}".into()],
+        provides: vec![
+            "libmlx5 = %{version}-%{release}".into(),
+            "libmlx4 = %{version}-%{release}".into(),
+        ],
+        obsoletes: vec![
+            "libmlx5 < %{version}-%{release}".into(),
+            "libmlx4 < %{version}-%{release}".into(),
+        ],
         dirs: vec!["/etc/libibverbs.d".into(), "/usr/lib64/libibverbs".into()],
         files: vec![
-            (get("libibverbs1", &format!("{ml}/libibverbs.so.1.14.44.0")), "/usr/lib64/libibverbs.so.1.14.58.0".into()),
-            (get("ibverbs-providers", &format!("{ml}/libmlx5.so.1.24.44.0")), "/usr/lib64/libmlx5.so.1.24.58.0".into()),
-            (get("ibverbs-providers", &format!("{ml}/libibverbs/libmlx5-rdmav34.so")), "/usr/lib64/libibverbs/libmlx5-rdmav34.so".into()),
-            (get("ibverbs-providers", "etc/libibverbs.d/mlx5.driver"), "/etc/libibverbs.d/mlx5.driver".into()),
+            (
+                get("libibverbs1", &format!("{ml}/libibverbs.so.1.14.44.0")),
+                "/usr/lib64/libibverbs.so.1.14.58.0".into(),
+            ),
+            (
+                get("ibverbs-providers", &format!("{ml}/libmlx5.so.1.24.44.0")),
+                "/usr/lib64/libmlx5.so.1.24.58.0".into(),
+            ),
+            (
+                get("ibverbs-providers", &format!("{ml}/libibverbs/libmlx5-rdmav34.so")),
+                "/usr/lib64/libibverbs/libmlx5-rdmav34.so".into(),
+            ),
+            (
+                get("ibverbs-providers", "etc/libibverbs.d/mlx5.driver"),
+                "/etc/libibverbs.d/mlx5.driver".into(),
+            ),
         ],
         symlinks: vec![
             ("/usr/lib64/libibverbs.so.1".into(), "libibverbs.so.1.14.58.0".into()),
             ("/usr/lib64/libmlx5.so.1".into(), "libmlx5.so.1.24.58.0".into()),
         ],
         config: vec!["/etc/libibverbs.d/mlx5.driver".into()],
-        scripts: "%post -n libibverbs -p /sbin/ldconfig\n%postun -n libibverbs -p /sbin/ldconfig\n".into(),
+        scripts: "%post -n libibverbs -p /sbin/ldconfig\n%postun -n libibverbs -p /sbin/ldconfig\n"
+            .into(),
         ..Default::default()
     };
     let isa_req = |n: &str| format!("{n}%{{?_isa}} = %{{version}}-%{{release}}");
@@ -666,7 +751,10 @@ fn ofed_specs(extracted: &Path, debs: &[PathBuf]) -> Vec<SpecDef> {
                 name: "rdma-core".into(),
                 summary: "RDMA core userspace libraries and daemons (MLNX_OFED-style)".into(),
                 dirs: vec!["/etc/rdma".into(), "/etc/rdma/modules".into()],
-                files: vec![(get("rdma-core", "etc/rdma/modules/rdma.conf"), "/etc/rdma/modules/rdma.conf".into())],
+                files: vec![(
+                    get("rdma-core", "etc/rdma/modules/rdma.conf"),
+                    "/etc/rdma/modules/rdma.conf".into(),
+                )],
                 config: vec!["/etc/rdma/modules/rdma.conf".into()],
                 ..Default::default()
             },
@@ -685,9 +773,17 @@ fn ofed_specs(extracted: &Path, debs: &[PathBuf]) -> Vec<SpecDef> {
                 name: "librdmacm".into(),
                 summary: "Userspace RDMA Connection Manager (MLNX_OFED-style)".into(),
                 requires: vec![isa_req("libibverbs")],
-                files: vec![(get("librdmacm1", &format!("{ml}/librdmacm.so.1.3.44.0")), "/usr/lib64/librdmacm.so.1.3.58.0".into())],
-                symlinks: vec![("/usr/lib64/librdmacm.so.1".into(), "librdmacm.so.1.3.58.0".into())],
-                scripts: "%post -n librdmacm -p /sbin/ldconfig\n%postun -n librdmacm -p /sbin/ldconfig\n".into(),
+                files: vec![(
+                    get("librdmacm1", &format!("{ml}/librdmacm.so.1.3.44.0")),
+                    "/usr/lib64/librdmacm.so.1.3.58.0".into(),
+                )],
+                symlinks: vec![(
+                    "/usr/lib64/librdmacm.so.1".into(),
+                    "librdmacm.so.1.3.58.0".into(),
+                )],
+                scripts:
+                    "%post -n librdmacm -p /sbin/ldconfig\n%postun -n librdmacm -p /sbin/ldconfig\n"
+                        .into(),
                 ..Default::default()
             },
         ],
@@ -701,7 +797,11 @@ fn ofed_specs(extracted: &Path, debs: &[PathBuf]) -> Vec<SpecDef> {
             name: "ofed-scripts".into(),
             summary: "OFED scripts (MLNX_OFED-style stand-in)".into(),
             contents: vec![
-                ("/usr/bin/ofed_info".into(), b"#!/bin/sh\necho 'MLNX_OFED_LINUX-5.8-1.0.1.1 (OFED-5.8-1.0.1):'\n".to_vec(), 0o755),
+                (
+                    "/usr/bin/ofed_info".into(),
+                    b"#!/bin/sh\necho 'MLNX_OFED_LINUX-5.8-1.0.1.1 (OFED-5.8-1.0.1):'\n".to_vec(),
+                    0o755,
+                ),
                 ("/etc/infiniband/info".into(), b"#!/bin/sh\necho prefix=/usr\n".to_vec(), 0o755),
             ],
             dirs: vec!["/etc/infiniband".into()],
@@ -758,7 +858,12 @@ pub enum BaseKind {
 }
 
 impl BaseKind {
-    pub const ALL: [BaseKind; 4] = [BaseKind::Alinux3Bdb, BaseKind::Alinux3BdbOfed, BaseKind::Centos8Bdb, BaseKind::Rocky9Sqlite];
+    pub const ALL: [BaseKind; 4] = [
+        BaseKind::Alinux3Bdb,
+        BaseKind::Alinux3BdbOfed,
+        BaseKind::Centos8Bdb,
+        BaseKind::Rocky9Sqlite,
+    ];
 
     pub fn el(self) -> El {
         match self {
@@ -804,11 +909,34 @@ impl BaseKind {
     }
 
     /// `(package, version, release, redhat-release line, repo file name, repo file)`.
-    fn identity(self) -> (&'static str, &'static str, &'static str, &'static str, &'static str, &'static str) {
+    fn identity(
+        self,
+    ) -> (&'static str, &'static str, &'static str, &'static str, &'static str, &'static str) {
         match self.el() {
-            El::Al8 => ("alinux-release", "3", "2104.10.al8", "Alibaba Cloud Linux release 3 (Soaring Falcon) \n", "AlinuxOS.repo", ALINUX3_REPO),
-            El::El8 => ("centos-release", "8.5", "1.2111.el8", "CentOS Linux release 8.5.2111\n", "CentOS-Linux-BaseOS.repo", CENTOS8_REPO),
-            El::El9 => ("rocky-release", "9.3", "1.2.el9", "Rocky Linux release 9.3 (Blue Onyx)\n", "rocky.repo", ROCKY9_REPO),
+            El::Al8 => (
+                "alinux-release",
+                "3",
+                "2104.10.al8",
+                "Alibaba Cloud Linux release 3 (Soaring Falcon) \n",
+                "AlinuxOS.repo",
+                ALINUX3_REPO,
+            ),
+            El::El8 => (
+                "centos-release",
+                "8.5",
+                "1.2111.el8",
+                "CentOS Linux release 8.5.2111\n",
+                "CentOS-Linux-BaseOS.repo",
+                CENTOS8_REPO,
+            ),
+            El::El9 => (
+                "rocky-release",
+                "9.3",
+                "1.2.el9",
+                "Rocky Linux release 9.3 (Blue Onyx)\n",
+                "rocky.repo",
+                ROCKY9_REPO,
+            ),
         }
     }
 }
@@ -863,7 +991,15 @@ const EL_PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\nbin:x:1:1:bin:/bin:/sb
 const EL_GROUP: &str = "root:x:0:\nbin:x:1:\ndaemon:x:2:\nsys:x:3:\nadm:x:4:\ntty:x:5:\ndisk:x:6:\nlp:x:7:\nmem:x:8:\nkmem:x:9:\nwheel:x:10:\ncdrom:x:11:\nmail:x:12:\nman:x:15:\ndialout:x:18:\nfloppy:x:19:\ngames:x:20:\ntape:x:33:\nvideo:x:39:\nftp:x:50:\nlock:x:54:\naudio:x:63:\nusers:x:100:\nnobody:x:65534:\n";
 
 /// Sonames whose versioned Provides the `glibc` stand-in copies from Debian's real libraries.
-const GLIBC_LIBS: [&str; 7] = ["libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libresolv.so.2", "ld-linux-x86-64.so.2"];
+const GLIBC_LIBS: [&str; 7] = [
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "libpthread.so.0",
+    "librt.so.1",
+    "libresolv.so.2",
+    "ld-linux-x86-64.so.2",
+];
 
 /// What `elfdeps --provides` reports for the real libc of the Debian 12 base, plus the
 /// unversioned soname Provides, `rtld(GNU_HASH)` and `/sbin/ldconfig`.
@@ -882,7 +1018,8 @@ fn glibc_provides() -> Vec<String> {
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "elfdeps --provides failed");
-    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    let mut v: Vec<String> =
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
     for l in GLIBC_LIBS {
         v.push(format!("{l}()(64bit)"));
     }
@@ -997,7 +1134,12 @@ pub fn base_system_rpms(kind: BaseKind) -> Vec<PathBuf> {
     let el = kind.el();
     let root = debian::debian12_rootfs();
     let r2 = root.clone();
-    cached_rpms(&format!("el-rpms-base-{}", kind.dir_name().split('-').next().unwrap()), el, move |_| base_specs(kind, &r2), &[])
+    cached_rpms(
+        &format!("el-rpms-base-{}", kind.dir_name().split('-').next().unwrap()),
+        el,
+        move |_| base_specs(kind, &r2),
+        &[],
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1007,7 +1149,9 @@ pub fn base_system_rpms(kind: BaseKind) -> Vec<PathBuf> {
 /// Berkeley DB writer), a Debian mirror, and the Debian 12 base.
 pub fn can_build_bases() -> bool {
     super::is_root()
-        && ["rpm", "rpmbuild", "dpkg-deb", "debootstrap", "db5.3_verify"].iter().all(|t| super::have(t))
+        && ["rpm", "rpmbuild", "dpkg-deb", "debootstrap", "db5.3_verify"]
+            .iter()
+            .all(|t| super::have(t))
         && debs::can_download()
         && debian::can_build_base()
 }
@@ -1019,7 +1163,9 @@ pub fn require_bases() -> bool {
 
 /// Whether rpm packages can be built here (rpmbuild, dpkg-deb, a Debian mirror).
 pub fn can_build_rpms() -> bool {
-    ["rpm", "rpmbuild", "dpkg-deb"].iter().all(|t| super::have(t)) && debs::can_download() && debian::can_build_base()
+    ["rpm", "rpmbuild", "dpkg-deb"].iter().all(|t| super::have(t))
+        && debs::can_download()
+        && debian::can_build_base()
 }
 
 #[track_caller]
@@ -1045,16 +1191,26 @@ pub fn debian11_rpm_root() -> PathBuf {
             .expect("run debootstrap");
         if !out.status.success() {
             debian::unmount_below(tmp);
-            panic!("debootstrap bullseye failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "debootstrap bullseye failed: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         debian::unmount_below(&root);
-        let showrc = run_ok("chroot rpm --showrc", Command::new("chroot").arg(&root).args(["rpm", "--showrc"]));
+        let showrc = run_ok(
+            "chroot rpm --showrc",
+            Command::new("chroot").arg(&root).args(["rpm", "--showrc"]),
+        );
         let backend = String::from_utf8_lossy(&showrc)
             .lines()
             .find(|l| l.contains(" _db_backend"))
             .unwrap_or("")
             .to_string();
-        let version = run_ok("chroot rpm --version", Command::new("chroot").arg(&root).args(["rpm", "--version"]));
+        let version = run_ok(
+            "chroot rpm --version",
+            Command::new("chroot").arg(&root).args(["rpm", "--version"]),
+        );
         fs::write(
             tmp.join("build-info.json"),
             serde_json::to_vec_pretty(&serde_json::json!({
@@ -1105,10 +1261,19 @@ pub fn rpm416(root: &Path, args: &[&str], files: &[PathBuf]) -> std::process::Ou
             *a = a.replace(&format!("{{{i}}}"), &seen);
         }
     }
-    fs::rename(root, &target).unwrap_or_else(|e| panic!("move {} into the bullseye tree: {e}", root.display()));
+    fs::rename(root, &target)
+        .unwrap_or_else(|e| panic!("move {} into the bullseye tree: {e}", root.display()));
     let out = Command::new("chroot")
         .arg(&bull)
-        .args(["rpm", "--root", &format!("/{inner}"), "--dbpath", "/var/lib/rpm", "--define", "_db_backend bdb"])
+        .args([
+            "rpm",
+            "--root",
+            &format!("/{inner}"),
+            "--dbpath",
+            "/var/lib/rpm",
+            "--define",
+            "_db_backend bdb",
+        ])
         .args(&args)
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
@@ -1210,17 +1375,27 @@ fn build_el_base(kind: BaseKind, rpms: &[PathBuf], tmp: &Path) {
                 fs::remove_file(e.path()).unwrap();
             }
         }
-        run_ok("db5.3_verify Packages", Command::new("db5.3_verify").arg("-q").arg(dbdir.join("Packages")));
+        run_ok(
+            "db5.3_verify Packages",
+            Command::new("db5.3_verify").arg("-q").arg(dbdir.join("Packages")),
+        );
     } else {
         assert!(dbdir.join("rpmdb.sqlite").is_file(), "no rpmdb.sqlite in {}", dbdir.display());
     }
     let qa = Command::new("rpm")
         .arg("--root")
         .arg(&upper)
-        .args(["--dbpath", "/var/lib/rpm", "-qa", "--qf", "%{NAME}-%{VERSION}-%{RELEASE}.%{ARCH}\\n"])
+        .args([
+            "--dbpath",
+            "/var/lib/rpm",
+            "-qa",
+            "--qf",
+            "%{NAME}-%{VERSION}-%{RELEASE}.%{ARCH}\\n",
+        ])
         .output()
         .unwrap();
-    let mut installed: Vec<String> = String::from_utf8_lossy(&qa.stdout).lines().map(str::to_string).collect();
+    let mut installed: Vec<String> =
+        String::from_utf8_lossy(&qa.stdout).lines().map(str::to_string).collect();
     installed.sort();
 
     let oci = tmp.join("oci");
@@ -1230,7 +1405,13 @@ fn build_el_base(kind: BaseKind, rpms: &[PathBuf], tmp: &Path) {
     let keep = |rel: &Path, _: &fs::Metadata| changed.contains(rel);
     let top = fixture::tree_layer(&oci, &upper, &keep, &deleted);
     let top_size = top.size;
-    fixture::image_from_layers(&oci, fixture::DEFAULT_TAG, vec![bottom, top], &[("PATH", debian::DEBIAN_PATH)], &["bash"]);
+    fixture::image_from_layers(
+        &oci,
+        fixture::DEFAULT_TAG,
+        vec![bottom, top],
+        &[("PATH", debian::DEBIAN_PATH)],
+        &["bash"],
+    );
     fs::write(
         tmp.join("build-info.json"),
         serde_json::to_vec_pretty(&serde_json::json!({
@@ -1245,7 +1426,11 @@ fn build_el_base(kind: BaseKind, rpms: &[PathBuf], tmp: &Path) {
         .unwrap(),
     )
     .unwrap();
-    eprintln!("el_base {kind:?}: {:.1?} (rpm -i {install_time:.1?}, layer 1 {} KiB)", t0.elapsed(), top_size >> 10);
+    eprintln!(
+        "el_base {kind:?}: {:.1?} (rpm -i {install_time:.1?}, layer 1 {} KiB)",
+        t0.elapsed(),
+        top_size >> 10
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1265,7 +1450,18 @@ impl RpmKey {
     pub fn generate() -> RpmKey {
         let home = tempfile::Builder::new().prefix("erdma-rpmgpg-").tempdir_in("/tmp").unwrap();
         let mut k = RpmKey { home, fingerprint: String::new() };
-        run_ok("gpg --quick-gen-key rsa3072", k.gpg().args(["--passphrase", "", "--quick-gen-key", Self::UID, "rsa3072", "sign", "never"]));
+        run_ok(
+            "gpg --quick-gen-key rsa3072",
+            k.gpg().args([
+                "--passphrase",
+                "",
+                "--quick-gen-key",
+                Self::UID,
+                "rsa3072",
+                "sign",
+                "never",
+            ]),
+        );
         let listing = run_ok("gpg --list-keys", k.gpg().args(["--with-colons", "--list-keys"]));
         k.fingerprint = String::from_utf8_lossy(&listing)
             .lines()
@@ -1297,7 +1493,11 @@ impl RpmKey {
     }
 
     pub fn armored_public(&self) -> String {
-        String::from_utf8(run_ok("gpg --export --armor", self.gpg().args(["--armor", "--export", &self.fingerprint]))).unwrap()
+        String::from_utf8(run_ok(
+            "gpg --export --armor",
+            self.gpg().args(["--armor", "--export", &self.fingerprint]),
+        ))
+        .unwrap()
     }
 
     /// `gpg --armor --detach-sign` (SHA-256), as `repomd.xml.asc`.
@@ -1323,12 +1523,18 @@ impl RpmKey {
             c.arg("--rpmv3");
         }
         // Debian's rpm names /usr/bin/gpg2, which Debian's gnupg no longer ships.
-        let gpg = ["/usr/bin/gpg", "/usr/bin/gpg2"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("gpg");
+        let gpg = ["/usr/bin/gpg", "/usr/bin/gpg2"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap_or("gpg");
         c.args(["--define", &format!("__gpg {gpg}")])
             .args(["--define", &format!("_gpg_name {}", self.fingerprint)])
             .args(["--define", &format!("_gpg_path {}", self.home.path().display())])
             .args(["--define", "_gpg_digest_algo sha256"])
-            .args(["--define", "_gpg_sign_cmd_extra_args --batch --pinentry-mode loopback --passphrase="])
+            .args([
+                "--define",
+                "_gpg_sign_cmd_extra_args --batch --pinentry-mode loopback --passphrase=",
+            ])
             .env("GNUPGHOME", self.home.path())
             .args(rpms);
         run_ok("rpmsign --addsign", &mut c);
@@ -1366,7 +1572,9 @@ impl RpmLayout {
     /// `(repository directory, key file)` relative to the served root.
     pub fn paths(&self) -> (String, String) {
         match self {
-            RpmLayout::Alibaba { releasever } => (format!("erdma/yum/redhat/{releasever}/erdma/x86_64"), "erdma/GPGKEY".into()),
+            RpmLayout::Alibaba { releasever } => {
+                (format!("erdma/yum/redhat/{releasever}/erdma/x86_64"), "erdma/GPGKEY".into())
+            }
             RpmLayout::Cuda { distro } => {
                 let d = format!("compute/cuda/repos/{distro}/x86_64");
                 let k = format!("{d}/D42D0685.pub");
@@ -1407,7 +1615,9 @@ impl RpmRepo {
         key.sign_rpms(&copies, rpmv3);
         run_ok(
             "createrepo_c",
-            Command::new("createrepo_c").args(["--quiet", "--general-compress-type", "gz", "--revision", "1700000000"]).arg(&repo_dir),
+            Command::new("createrepo_c")
+                .args(["--quiet", "--general-compress-type", "gz", "--revision", "1700000000"])
+                .arg(&repo_dir),
         );
         let repomd = repo_dir.join("repodata/repomd.xml");
         key.detach_sign(&repomd, &repomd.with_extension("xml.asc"));
@@ -1478,7 +1688,11 @@ impl RpmRepo {
         let p = self.repodata().join("repomd.xml");
         let t = fs::read_to_string(&p).unwrap();
         assert!(t.contains("<revision>1700000000</revision>"), "{t}");
-        fs::write(&p, t.replace("<revision>1700000000</revision>", "<revision>1700000001</revision>")).unwrap();
+        fs::write(
+            &p,
+            t.replace("<revision>1700000000</revision>", "<revision>1700000001</revision>"),
+        )
+        .unwrap();
     }
 
     /// Flips one bit in the middle of the rpm of `name` (its payload digest no longer matches).
@@ -1491,7 +1705,9 @@ impl RpmRepo {
         fs::read_to_string(self.www.with_extension("http.log"))
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.split_once("\"GET ").map(|(_, r)| r.split(' ').next().unwrap_or("").to_string()))
+            .filter_map(|l| {
+                l.split_once("\"GET ").map(|(_, r)| r.split(' ').next().unwrap_or("").to_string())
+            })
             .collect()
     }
 }

@@ -80,15 +80,24 @@ impl TokenGate {
     /// Listens on 127.0.0.1:<free port>, forwards to `upstream` (`HOST:PORT`) and accepts
     /// `refresh_token` in the refresh-token grant.
     pub fn start(upstream: &str, refresh_token: &str) -> TokenGate {
-        Self::start_with(upstream, State { refresh_token: refresh_token.to_string(), ..Default::default() })
+        Self::start_with(
+            upstream,
+            State { refresh_token: refresh_token.to_string(), ..Default::default() },
+        )
     }
 
     /// Like [`TokenGate::start`], with tokens for `GET /token` with basic auth of `user` and
     /// `password` instead of a refresh token.
     pub fn start_with_password(upstream: &str, user: &str, password: &str) -> TokenGate {
         use base64::Engine as _;
-        let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")));
-        Self::start_with(upstream, State { refresh_token: String::new(), basic: Some(basic), ..Default::default() })
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        );
+        Self::start_with(
+            upstream,
+            State { refresh_token: String::new(), basic: Some(basic), ..Default::default() },
+        )
     }
 
     fn start_with(upstream: &str, state: State) -> TokenGate {
@@ -96,7 +105,8 @@ impl TokenGate {
         let addr = listener.local_addr().unwrap().to_string();
         let stop = Arc::new(AtomicBool::new(false));
         let state = Arc::new(state);
-        let (stop2, state2, upstream, addr2) = (stop.clone(), state.clone(), upstream.to_string(), addr.clone());
+        let (stop2, state2, upstream, addr2) =
+            (stop.clone(), state.clone(), upstream.to_string(), addr.clone());
         let accept = std::thread::Builder::new()
             .name("token-gate-accept".into())
             .spawn(move || {
@@ -106,13 +116,20 @@ impl TokenGate {
                     }
                     let Ok(conn) = conn else { continue };
                     let (state, upstream, addr) = (state2.clone(), upstream.clone(), addr2.clone());
-                    let _ = std::thread::Builder::new().name("token-gate-conn".into()).spawn(move || {
-                        if let Err(e) = handle(conn, &state, &upstream, &addr) {
-                            if !matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof) {
-                                eprintln!("token-gate: {e}");
+                    let _ = std::thread::Builder::new().name("token-gate-conn".into()).spawn(
+                        move || {
+                            if let Err(e) = handle(conn, &state, &upstream, &addr) {
+                                if !matches!(
+                                    e.kind(),
+                                    io::ErrorKind::BrokenPipe
+                                        | io::ErrorKind::ConnectionReset
+                                        | io::ErrorKind::UnexpectedEof
+                                ) {
+                                    eprintln!("token-gate: {e}");
+                                }
                             }
-                        }
-                    });
+                        },
+                    );
                 }
             })
             .expect("spawn token gate");
@@ -193,7 +210,8 @@ fn needed(method: &str, uri: &str) -> BTreeSet<(String, String)> {
     let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
     let mut out = BTreeSet::new();
     let Some(rest) = path.strip_prefix("/v2/") else { return out };
-    let name = ["/manifests/", "/blobs/", "/tags/"].iter().find_map(|m| rest.find(m).map(|i| &rest[..i]));
+    let name =
+        ["/manifests/", "/blobs/", "/tags/"].iter().find_map(|m| rest.find(m).map(|i| &rest[..i]));
     let Some(name) = name else { return out };
     let action = if matches!(method, "GET" | "HEAD") { "pull" } else { "push" };
     out.insert((name.to_string(), action.to_string()));
@@ -218,7 +236,12 @@ fn read_body(r: &mut impl Read, head: &[String]) -> io::Result<Vec<u8>> {
 }
 
 fn respond(w: &mut TcpStream, status: &str, extra: &[String], body: &str) -> io::Result<()> {
-    let mut head = vec![format!("HTTP/1.1 {status}"), "Content-Type: application/json".into(), format!("Content-Length: {}", body.len()), "Connection: close".into()];
+    let mut head = vec![
+        format!("HTTP/1.1 {status}"),
+        "Content-Type: application/json".into(),
+        format!("Content-Length: {}", body.len()),
+        "Connection: close".into(),
+    ];
     head.extend(extra.iter().cloned());
     write_head(w, &head)?;
     w.write_all(body.as_bytes())?;
@@ -245,16 +268,25 @@ fn handle(client: TcpStream, state: &State, upstream: &str, addr: &str) -> io::R
         let body = read_body(&mut client_r, &head)?;
         let (form, ok, basic_ok) = if method == "GET" {
             let form = parse_form(uri.split_once('?').map_or("", |(_, q)| q));
-            let basic_ok = state.basic.is_some() && header(&head, "authorization") == state.basic.as_deref();
+            let basic_ok =
+                state.basic.is_some() && header(&head, "authorization") == state.basic.as_deref();
             (form, basic_ok, basic_ok)
         } else {
             let form = parse_form(&String::from_utf8_lossy(&body));
             let field = |n: &str| form.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
-            let ok = method == "POST" && !state.refresh_token.is_empty() && field("grant_type") == Some("refresh_token") && field("refresh_token") == Some(state.refresh_token.as_str());
+            let ok = method == "POST"
+                && !state.refresh_token.is_empty()
+                && field("grant_type") == Some("refresh_token")
+                && field("refresh_token") == Some(state.refresh_token.as_str());
             (form, ok, false)
         };
         let status = if ok { 200 } else { 401 };
-        state.exchanges.lock().unwrap().push(Exchange { method: method.clone(), basic_ok, form: form.clone(), status });
+        state.exchanges.lock().unwrap().push(Exchange {
+            method: method.clone(),
+            basic_ok,
+            form: form.clone(),
+            status,
+        });
         if !ok {
             return respond(&mut client_w, "401 Unauthorized", &[], r#"{"error":"invalid_grant"}"#);
         }
@@ -262,15 +294,27 @@ fn handle(client: TcpStream, state: &State, upstream: &str, addr: &str) -> io::R
         for (_, s) in form.iter().filter(|(k, _)| k == "scope") {
             // repository:NAME:ACTION[,ACTION]; NAME may hold no colon here (no port in names).
             let mut p = s.splitn(3, ':');
-            if let (Some("repository"), Some(name), Some(actions)) = (p.next(), p.next(), p.next()) {
+            if let (Some("repository"), Some(name), Some(actions)) = (p.next(), p.next(), p.next())
+            {
                 for a in actions.split(',') {
                     scopes.insert((name.to_string(), a.to_string()));
                 }
             }
         }
-        let token = format!("access-{}-{}", state.counter.fetch_add(1, Ordering::SeqCst), std::process::id());
+        let token = format!(
+            "access-{}-{}",
+            state.counter.fetch_add(1, Ordering::SeqCst),
+            std::process::id()
+        );
         state.issued.lock().unwrap().insert(token.clone(), scopes);
-        return respond(&mut client_w, "200 OK", &[], &format!(r#"{{"access_token":"{token}","expires_in":300,"issued_at":"2026-01-01T00:00:00Z"}}"#));
+        return respond(
+            &mut client_w,
+            "200 OK",
+            &[],
+            &format!(
+                r#"{{"access_token":"{token}","expires_in":300,"issued_at":"2026-01-01T00:00:00Z"}}"#
+            ),
+        );
     }
 
     let authorization = header(&head, "authorization").map(str::to_string);
@@ -280,15 +324,27 @@ fn handle(client: TcpStream, state: &State, upstream: &str, addr: &str) -> io::R
         .and_then(|t| state.issued.lock().unwrap().get(t).cloned());
     let need = needed(&method, &uri);
     let allowed = granted.as_ref().is_some_and(|g| need.is_subset(g));
-    state.requests.lock().unwrap().push(GatedRequest { method: method.clone(), uri: uri.clone(), authorization, forwarded: allowed });
+    state.requests.lock().unwrap().push(GatedRequest {
+        method: method.clone(),
+        uri: uri.clone(),
+        authorization,
+        forwarded: allowed,
+    });
     if !allowed {
         // Read a sized body first: closing with unread bytes makes the kernel send RST.
         let _ = read_body(&mut client_r, &head);
-        let mut challenge = format!(r#"WWW-Authenticate: Bearer realm="http://{addr}/token",service="{SERVICE}""#);
-        if let Some((name, action)) = need.iter().find(|(_, a)| a == "push").or(need.iter().next()) {
+        let mut challenge =
+            format!(r#"WWW-Authenticate: Bearer realm="http://{addr}/token",service="{SERVICE}""#);
+        if let Some((name, action)) = need.iter().find(|(_, a)| a == "push").or(need.iter().next())
+        {
             challenge.push_str(&format!(r#",scope="repository:{name}:{action}""#));
         }
-        return respond(&mut client_w, "401 Unauthorized", &[challenge], r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#);
+        return respond(
+            &mut client_w,
+            "401 Unauthorized",
+            &[challenge],
+            r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#,
+        );
     }
 
     head.retain(|l| {

@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "erdma-device-plugin", version, about = "Kubelet device plugin advertising eRDMA devices (aliyun/erdma) to the scheduler")]
+#[command(
+    name = "erdma-device-plugin",
+    version,
+    about = "Kubelet device plugin advertising eRDMA devices (aliyun/erdma) to the scheduler"
+)]
 struct Cli {
     /// kubelet's device-plugin directory (its `kubelet.sock` and the plugins' sockets).
     #[arg(long, value_name = "DIR", default_value = erdma_oci_hook::kubelet::DEFAULT_DIR)]
@@ -42,7 +46,11 @@ fn main() -> ExitCode {
     };
     let plugin = erdma_oci_hook::kubelet::Plugin {
         config,
-        plugin: erdma_oci_hook::deviceplugin::PluginConfig { resource: cli.resource, shares: cli.shares.max(1), cdi: cli.cdi },
+        plugin: erdma_oci_hook::deviceplugin::PluginConfig {
+            resource: cli.resource,
+            shares: cli.shares.max(1),
+            cdi: cli.cdi,
+        },
         poll: std::time::Duration::from_millis(cli.poll_ms.max(10)),
     };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -60,4 +68,3 @@ fn main() -> ExitCode {
         }
     }
 }
-

@@ -19,6 +19,9 @@
 #[cfg(not(test))]
 #[allow(unsafe_code)]
 #[no_mangle]
-pub extern "C" fn main(_argc: std::ffi::c_int, _argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
+pub extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
     erdma_oci_hook::runtime::main_with(std::env::args_os().skip(1).collect())
 }

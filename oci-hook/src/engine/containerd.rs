@@ -26,7 +26,8 @@ pub const DEFAULT_PATH: &str = "/etc/containerd/config.toml";
 pub const DROP_IN_NAME: &str = "erdma.toml";
 pub const HANDLER: &str = "erdma";
 
-const HEADER: &str = "# Written by `erdma-oci-hook configure containerd`: the CRI runtime handler `erdma`.\n";
+const HEADER: &str =
+    "# Written by `erdma-oci-hook configure containerd`: the CRI runtime handler `erdma`.\n";
 const HEADER_V2: &str = "# containerd < 2.0 replaces a plugin's whole section with an imported file's (containerd#5837),\n\
 # so this file repeats the main config's CRI section; run `configure containerd` again after\n\
 # changing that section.\n";
@@ -39,7 +40,9 @@ fn malformed(path: &Path, reason: impl Into<String>) -> Error {
 fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
     match (pattern.first(), name.first()) {
         (None, None) => true,
-        (Some(b'*'), _) => glob_match(&pattern[1..], name) || (!name.is_empty() && glob_match(pattern, &name[1..])),
+        (Some(b'*'), _) => {
+            glob_match(&pattern[1..], name) || (!name.is_empty() && glob_match(pattern, &name[1..]))
+        }
         (Some(b'?'), Some(_)) => glob_match(&pattern[1..], &name[1..]),
         (Some(p), Some(n)) if p == n => glob_match(&pattern[1..], &name[1..]),
         _ => false,
@@ -53,7 +56,10 @@ fn drop_in_for(import: &str, main_dir: &Path) -> Option<PathBuf> {
     let dir = import.parent()?;
     let pattern = import.file_name()?.to_str()?;
     let literal_dir = !dir.to_string_lossy().contains(['*', '?', '[']);
-    (literal_dir && !pattern.contains('[') && glob_match(pattern.as_bytes(), DROP_IN_NAME.as_bytes())).then(|| dir.join(DROP_IN_NAME))
+    (literal_dir
+        && !pattern.contains('[')
+        && glob_match(pattern.as_bytes(), DROP_IN_NAME.as_bytes()))
+    .then(|| dir.join(DROP_IN_NAME))
 }
 
 /// The files an `imports` entry loads: the path itself, or what a wildcard in its last
@@ -62,7 +68,10 @@ fn drop_in_for(import: &str, main_dir: &Path) -> Option<PathBuf> {
 fn import_files(import: &str, main_dir: &Path) -> Vec<PathBuf> {
     let import = Path::new(import);
     let import = if import.is_absolute() { import.to_path_buf() } else { main_dir.join(import) };
-    let (Some(dir), Some(pattern)) = (import.parent(), import.file_name().and_then(|p| p.to_str())) else { return Vec::new() };
+    let (Some(dir), Some(pattern)) = (import.parent(), import.file_name().and_then(|p| p.to_str()))
+    else {
+        return Vec::new();
+    };
     if !pattern.contains(['*', '?', '[']) {
         return if import.is_file() { vec![import] } else { Vec::new() };
     }
@@ -72,7 +81,9 @@ fn import_files(import: &str, main_dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut files: Vec<PathBuf> = entries
         .flatten()
-        .filter(|e| glob_match(pattern.as_bytes(), e.file_name().as_encoded_bytes()) && e.path().is_file())
+        .filter(|e| {
+            glob_match(pattern.as_bytes(), e.file_name().as_encoded_bytes()) && e.path().is_file()
+        })
         .map(|e| e.path())
         .collect();
     files.sort();
@@ -94,7 +105,12 @@ fn version_and_plugin(main: &DocumentMut, main_path: &Path) -> Result<(i64, &'st
     let plugin = match version {
         2 => "io.containerd.grpc.v1.cri",
         3 => "io.containerd.cri.v1.runtime",
-        v => return Err(malformed(main_path, format!("config version {v} is not supported (2 or 3)"))),
+        v => {
+            return Err(malformed(
+                main_path,
+                format!("config version {v} is not supported (2 or 3)"),
+            ))
+        }
     };
     Ok((version, plugin))
 }
@@ -106,7 +122,11 @@ fn imports_of(main: &DocumentMut, main_path: &Path) -> Result<Vec<String>> {
             .as_array()
             .ok_or_else(|| malformed(main_path, "`imports` is not an array"))?
             .iter()
-            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| malformed(main_path, "`imports` holds a non-string")))
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| malformed(main_path, "`imports` holds a non-string"))
+            })
             .collect(),
     }
 }
@@ -115,10 +135,13 @@ fn imports_of(main: &DocumentMut, main_path: &Path) -> Result<Vec<String>> {
 /// then its imports in order. With a version 2 config an imported file that sets the CRI section
 /// replaces it whole (containerd < 2.0, see the module docs), so the last such file decides.
 pub(super) fn inspect(main_path: &Path) -> Result<Registration> {
-    let Some(text) = read_existing(main_path)? else { return Ok(Registration::absent(Engine::Containerd, main_path)) };
+    let Some(text) = read_existing(main_path)? else {
+        return Ok(Registration::absent(Engine::Containerd, main_path));
+    };
     let main = parse(main_path, &text)?;
     let (version, plugin) = version_and_plugin(&main, main_path)?;
-    let main_dir = main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let main_dir =
+        main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut files = vec![(main_path.to_path_buf(), main.clone())];
     for import in imports_of(&main, main_path)? {
         for file in import_files(&import, main_dir) {
@@ -130,38 +153,68 @@ pub(super) fn inspect(main_path: &Path) -> Result<Registration> {
     let mut entry = None;
     for (file, doc) in &files {
         let Some(section) = doc.get("plugins").and_then(|p| p.get(plugin)) else { continue };
-        let runtimes = section.get("containerd").and_then(|c| c.get("runtimes")).and_then(Item::as_table_like);
-        let program = |handler: &Item| handler.get("options").and_then(|o| o.get("BinaryName")).and_then(Item::as_str).map(PathBuf::from);
+        let runtimes =
+            section.get("containerd").and_then(|c| c.get("runtimes")).and_then(Item::as_table_like);
+        let program = |handler: &Item| {
+            handler
+                .get("options")
+                .and_then(|o| o.get("BinaryName"))
+                .and_then(Item::as_str)
+                .map(PathBuf::from)
+        };
         let found = runtimes.and_then(|r| {
             r.get(HANDLER)
                 .map(|h| (HANDLER, h))
-                .or_else(|| r.iter().find(|(_, h)| program(h).is_some_and(|p| super::is_erdma_runtime(&p))))
-                .map(|(name, h)| Entry { file: file.clone(), name: name.to_string(), program: program(h) })
+                .or_else(|| {
+                    r.iter().find(|(_, h)| program(h).is_some_and(|p| super::is_erdma_runtime(&p)))
+                })
+                .map(|(name, h)| Entry {
+                    file: file.clone(),
+                    name: name.to_string(),
+                    program: program(h),
+                })
         });
         if version == 2 || found.is_some() {
             entry = found;
         }
     }
-    Ok(Registration { engine: Engine::Containerd, config_path: main_path.to_path_buf(), installed: true, entry, default_memlock: None })
+    Ok(Registration {
+        engine: Engine::Containerd,
+        config_path: main_path.to_path_buf(),
+        installed: true,
+        entry,
+        default_memlock: None,
+    })
 }
 
 pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
     let old_main = read_existing(main_path)?;
     let mut main = parse(main_path, old_main.as_deref().unwrap_or(""))?;
     let (version, plugin) = version_and_plugin(&main, main_path)?;
-    let main_dir = main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    let main_dir = main_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
 
     // Where the drop-in goes, and whether the main config must learn to import it.
     let imports = imports_of(&main, main_path)?;
     let imported = imports.iter().find_map(|i| drop_in_for(i, &main_dir));
     let (drop_in, add_import) = match imported {
         Some(p) => (p, None),
-        None => (main_dir.join("conf.d").join(DROP_IN_NAME), Some(main_dir.join("conf.d/*.toml").to_string_lossy().into_owned())),
+        None => (
+            main_dir.join("conf.d").join(DROP_IN_NAME),
+            Some(main_dir.join("conf.d/*.toml").to_string_lossy().into_owned()),
+        ),
     };
 
     // The handler: the runc handler's settings, our binary, our annotation let through.
     let cri = main.get("plugins").and_then(|p| p.get(plugin)).and_then(Item::as_table_like);
-    let runc = cri.and_then(|c| c.get("containerd")).and_then(|c| c.get("runtimes")).and_then(|r| r.get("runc")).cloned();
+    let runc = cri
+        .and_then(|c| c.get("containerd"))
+        .and_then(|c| c.get("runtimes"))
+        .and_then(|r| r.get("runc"))
+        .cloned();
     let mut handler = runc.and_then(|r| r.into_table().ok()).unwrap_or_default();
     handler.decor_mut().clear();
     handler.insert("runtime_type", value("io.containerd.runc.v2"));
@@ -172,7 +225,8 @@ pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
         }
         handler.insert(key, value(list));
     }
-    let mut options = handler.get("options").cloned().and_then(|o| o.into_table().ok()).unwrap_or_default();
+    let mut options =
+        handler.get("options").cloned().and_then(|o| o.into_table().ok()).unwrap_or_default();
     options.decor_mut().clear();
     options.insert("BinaryName", value(opts.runtime_path.to_string_lossy().as_ref()));
     handler.insert("options", Item::Table(options));
@@ -183,13 +237,20 @@ pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
     plugins.set_implicit(true);
     // The copy of the main config's CRI section (version 2 only, see the module docs).
     let mut section = match main.get("plugins").and_then(|p| p.get(plugin)) {
-        Some(item) if version == 2 => item.clone().into_table().map_err(|_| malformed(main_path, format!("plugins.\"{plugin}\" is not a table")))?,
+        Some(item) if version == 2 => item
+            .clone()
+            .into_table()
+            .map_err(|_| malformed(main_path, format!("plugins.\"{plugin}\" is not a table")))?,
         _ => implicit_table(),
     };
     let containerd = section.entry("containerd").or_insert_with(|| implicit_table().into());
-    let containerd = containerd.as_table_mut().ok_or_else(|| malformed(main_path, format!("plugins.\"{plugin}\".containerd is not a table")))?;
+    let containerd = containerd.as_table_mut().ok_or_else(|| {
+        malformed(main_path, format!("plugins.\"{plugin}\".containerd is not a table"))
+    })?;
     let runtimes = containerd.entry("runtimes").or_insert_with(|| implicit_table().into());
-    let runtimes = runtimes.as_table_mut().ok_or_else(|| malformed(main_path, format!("plugins.\"{plugin}\".containerd.runtimes is not a table")))?;
+    let runtimes = runtimes.as_table_mut().ok_or_else(|| {
+        malformed(main_path, format!("plugins.\"{plugin}\".containerd.runtimes is not a table"))
+    })?;
     runtimes.insert(HANDLER, Item::Table(handler));
     plugins.insert(plugin, Item::Table(section));
     out.insert("plugins", Item::Table(plugins));
@@ -207,7 +268,11 @@ pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
         }
         let list = main.entry("imports").or_insert_with(|| value(Array::new()));
         list.as_array_mut().expect("checked above").push(import.as_str());
-        notes.push(format!("{} did not import {}: `{import}` added to its `imports`", main_path.display(), drop_in.parent().map(|p| p.display().to_string()).unwrap_or_default()));
+        notes.push(format!(
+            "{} did not import {}: `{import}` added to its `imports`",
+            main_path.display(),
+            drop_in.parent().map(|p| p.display().to_string()).unwrap_or_default()
+        ));
         let new_main = match old_main {
             Some(_) => main.to_string(),
             None => format!("# Written by `erdma-oci-hook configure containerd` to import its drop-in directory.\n{main}"),
@@ -220,7 +285,10 @@ pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
         if let Ok(entries) = std::fs::read_dir(drop_in.parent().unwrap_or(Path::new("."))) {
             let mut others: Vec<String> = entries
                 .flatten()
-                .filter(|e| e.file_name() != DROP_IN_NAME && e.file_name().to_string_lossy().ends_with(".toml"))
+                .filter(|e| {
+                    e.file_name() != DROP_IN_NAME
+                        && e.file_name().to_string_lossy().ends_with(".toml")
+                })
                 .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(plugin)))
                 .map(|e| e.path().display().to_string())
                 .collect();
@@ -251,8 +319,14 @@ mod tests {
         assert!(glob_match(b"e?dma.*", b"erdma.toml"));
         assert!(!glob_match(b"*.conf", b"erdma.toml"));
         let d = Path::new("/etc/containerd");
-        assert_eq!(drop_in_for("/etc/containerd/conf.d/*.toml", d), Some(PathBuf::from("/etc/containerd/conf.d/erdma.toml")));
-        assert_eq!(drop_in_for("config.d/*.toml", d), Some(PathBuf::from("/etc/containerd/config.d/erdma.toml")));
+        assert_eq!(
+            drop_in_for("/etc/containerd/conf.d/*.toml", d),
+            Some(PathBuf::from("/etc/containerd/conf.d/erdma.toml"))
+        );
+        assert_eq!(
+            drop_in_for("config.d/*.toml", d),
+            Some(PathBuf::from("/etc/containerd/config.d/erdma.toml"))
+        );
         assert_eq!(drop_in_for("/etc/containerd/*/x.toml", d), None);
         assert_eq!(drop_in_for("/etc/containerd/runtimes.toml", d), None);
     }
@@ -269,13 +343,28 @@ mod tests {
         std::fs::write(&main, "version = 2\nimports = [\"conf.d/*.toml\"]\n").unwrap();
         let r = inspect(&main).unwrap();
         let e = r.entry.expect("the imported handler");
-        assert_eq!((e.file, e.name.as_str(), e.program), (conf_d.join("erdma.toml"), "erdma", Some(PathBuf::from("/opt/erdma-runtime"))));
+        assert_eq!(
+            (e.file, e.name.as_str(), e.program),
+            (conf_d.join("erdma.toml"), "erdma", Some(PathBuf::from("/opt/erdma-runtime")))
+        );
         // A later import that sets the CRI section replaces it whole (version 2, containerd < 2.0)...
-        std::fs::write(conf_d.join("zz.toml"), "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n").unwrap();
+        std::fs::write(
+            conf_d.join("zz.toml"),
+            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n",
+        )
+        .unwrap();
         assert_eq!(inspect(&main).unwrap().entry, None);
         // ...while version 3 merges key by key.
-        std::fs::write(conf_d.join("erdma.toml"), handler.replace("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")).unwrap();
-        std::fs::write(conf_d.join("zz.toml"), "[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = true\n").unwrap();
+        std::fs::write(
+            conf_d.join("erdma.toml"),
+            handler.replace("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"),
+        )
+        .unwrap();
+        std::fs::write(
+            conf_d.join("zz.toml"),
+            "[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = true\n",
+        )
+        .unwrap();
         std::fs::write(&main, "version = 3\nimports = [\"conf.d/*.toml\"]\n").unwrap();
         assert!(inspect(&main).unwrap().entry.is_some());
         // Not there: not installed; not TOML: an error naming the file.

@@ -20,7 +20,11 @@ const HEADER: &str = "# Written by `erdma-oci-hook configure crio`: the runtime 
 # settings with erdma-runtime as the runtime.\n";
 
 fn parse(path: &Path, text: &str) -> Result<DocumentMut> {
-    text.parse().map_err(|e: toml_edit::TomlError| Error::Malformed { what: "CRI-O config", path: path.to_path_buf(), reason: e.to_string() })
+    text.parse().map_err(|e: toml_edit::TomlError| Error::Malformed {
+        what: "CRI-O config",
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 fn runc_entry(doc: &DocumentMut) -> Option<Table> {
@@ -28,14 +32,22 @@ fn runc_entry(doc: &DocumentMut) -> Option<Table> {
 }
 
 fn drop_in_dir(main_path: &Path) -> PathBuf {
-    main_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).join("crio.conf.d")
+    main_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("crio.conf.d")
 }
 
 /// The files CRI-O loads, in its order: the main config, then the drop-ins sorted by name.
 fn loaded_files(main_path: &Path) -> Vec<PathBuf> {
     let mut sources: Vec<PathBuf> = vec![main_path.to_path_buf()];
     if let Ok(entries) = std::fs::read_dir(drop_in_dir(main_path)) {
-        let mut names: Vec<PathBuf> = entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_file())).map(|e| e.path()).collect();
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.path())
+            .collect();
         names.sort();
         sources.extend(names);
     }
@@ -53,7 +65,14 @@ pub(super) fn inspect(main_path: &Path) -> Result<Registration> {
     for path in loaded_files(main_path) {
         let Some(text) = read_existing(&path)? else { continue };
         let doc = parse(&path, &text)?;
-        let Some(runtimes) = doc.get("crio").and_then(|c| c.get("runtime")).and_then(|r| r.get("runtimes")).and_then(Item::as_table_like) else { continue };
+        let Some(runtimes) = doc
+            .get("crio")
+            .and_then(|c| c.get("runtime"))
+            .and_then(|r| r.get("runtimes"))
+            .and_then(Item::as_table_like)
+        else {
+            continue;
+        };
         for (name, h) in runtimes.iter() {
             let i = match handlers.iter().position(|(n, _)| n == name) {
                 Some(i) => i,
@@ -67,23 +86,29 @@ pub(super) fn inspect(main_path: &Path) -> Result<Registration> {
             }
         }
     }
-    let found = handlers
-        .iter()
-        .find(|(n, _)| n == HANDLER)
-        .or_else(|| handlers.iter().find(|(_, p)| p.as_ref().is_some_and(|(_, p)| super::is_erdma_runtime(p))));
+    let found = handlers.iter().find(|(n, _)| n == HANDLER).or_else(|| {
+        handlers.iter().find(|(_, p)| p.as_ref().is_some_and(|(_, p)| super::is_erdma_runtime(p)))
+    });
     let entry = found.map(|(name, p)| Entry {
         file: p.as_ref().map(|(f, _)| f.clone()).unwrap_or_else(|| main_path.to_path_buf()),
         name: name.clone(),
         program: p.as_ref().map(|(_, p)| p.clone()),
     });
-    Ok(Registration { engine: Engine::Crio, config_path: main_path.to_path_buf(), installed, entry, default_memlock: None })
+    Ok(Registration {
+        engine: Engine::Crio,
+        config_path: main_path.to_path_buf(),
+        installed,
+        entry,
+        default_memlock: None,
+    })
 }
 
 pub(super) fn plan(main_path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
     let drop_in = drop_in_dir(main_path).join(DROP_IN_NAME);
 
     // The configuration CRI-O would load, in its order, without our own drop-in.
-    let sources: Vec<PathBuf> = loaded_files(main_path).into_iter().filter(|p| *p != drop_in).collect();
+    let sources: Vec<PathBuf> =
+        loaded_files(main_path).into_iter().filter(|p| *p != drop_in).collect();
     let mut handler = Table::new();
     for path in &sources {
         let Some(text) = read_existing(path)? else { continue };
@@ -143,9 +168,20 @@ mod tests {
         assert!(r.installed && r.entry.is_none());
         // A handler under another name that runs erdma-runtime counts; a later file's
         // runtime_path wins.
-        std::fs::write(d.join("10-rdma.conf"), "[crio.runtime.runtimes.rdma]\nruntime_path = \"/old/erdma-runtime\"\n").unwrap();
-        std::fs::write(d.join("20-rdma.conf"), "[crio.runtime.runtimes.rdma]\nruntime_path = \"/new/erdma-runtime\"\n").unwrap();
+        std::fs::write(
+            d.join("10-rdma.conf"),
+            "[crio.runtime.runtimes.rdma]\nruntime_path = \"/old/erdma-runtime\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("20-rdma.conf"),
+            "[crio.runtime.runtimes.rdma]\nruntime_path = \"/new/erdma-runtime\"\n",
+        )
+        .unwrap();
         let e = inspect(&main).unwrap().entry.unwrap();
-        assert_eq!((e.name.as_str(), e.file, e.program), ("rdma", d.join("20-rdma.conf"), Some(PathBuf::from("/new/erdma-runtime"))));
+        assert_eq!(
+            (e.name.as_str(), e.file, e.program),
+            ("rdma", d.join("20-rdma.conf"), Some(PathBuf::from("/new/erdma-runtime")))
+        );
     }
 }

@@ -23,7 +23,11 @@ pub struct Probe {
 
 impl Default for Probe {
     fn default() -> Probe {
-        Probe { path: std::env::var_os("PATH").unwrap_or_default(), root: PathBuf::from("/"), timeout: Duration::from_secs(5) }
+        Probe {
+            path: std::env::var_os("PATH").unwrap_or_default(),
+            root: PathBuf::from("/"),
+            timeout: Duration::from_secs(5),
+        }
     }
 }
 
@@ -79,7 +83,8 @@ pub fn which(path: &OsString, name: impl AsRef<Path>) -> Option<PathBuf> {
 
 /// Looks for `engine` on this host: `None` when nothing of it is there.
 pub fn detect(engine: Engine, probe: &Probe) -> Option<Found> {
-    let programs: Vec<PathBuf> = engine.programs().iter().filter_map(|p| which(&probe.path, p)).collect();
+    let programs: Vec<PathBuf> =
+        engine.programs().iter().filter_map(|p| which(&probe.path, p)).collect();
     let socket = engine.sockets().iter().map(|s| probe.root.join(s)).find(|s| is_socket(s));
     if programs.is_empty() && socket.is_none() {
         return None;
@@ -99,26 +104,43 @@ fn is_socket(p: &Path) -> bool {
 fn version(engine: Engine, programs: &[PathBuf], probe: &Probe) -> Option<String> {
     let find = |name: &str| programs.iter().find(|p| p.file_name().is_some_and(|f| f == name));
     let attempts: Vec<(&PathBuf, Vec<&str>)> = match engine {
-        Engine::Docker => [find("docker").map(|p| (p, vec!["version", "--format", "{{.Server.Version}}"])), find("dockerd").map(|p| (p, vec!["--version"])), find("docker").map(|p| (p, vec!["--version"]))].into_iter().flatten().collect(),
-        Engine::Containerd => find("containerd").map(|p| (p, vec!["--version"])).into_iter().collect(),
+        Engine::Docker => [
+            find("docker").map(|p| (p, vec!["version", "--format", "{{.Server.Version}}"])),
+            find("dockerd").map(|p| (p, vec!["--version"])),
+            find("docker").map(|p| (p, vec!["--version"])),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+        Engine::Containerd => {
+            find("containerd").map(|p| (p, vec!["--version"])).into_iter().collect()
+        }
         Engine::Crio => find("crio").map(|p| (p, vec!["--version"])).into_iter().collect(),
         Engine::Podman => find("podman").map(|p| (p, vec!["--version"])).into_iter().collect(),
     };
-    attempts.into_iter().find_map(|(program, args)| run(program, &args, probe).and_then(|out| parse_version(&out)))
+    attempts
+        .into_iter()
+        .find_map(|(program, args)| run(program, &args, probe).and_then(|out| parse_version(&out)))
 }
 
 /// Runs `program args` with `PATH` from the probe, giving up after its timeout: its stdout
 /// when it succeeded.
 fn run(program: &Path, args: &[&str], probe: &Probe) -> Option<String> {
-    let out = output_within(Command::new(program).args(args).env("PATH", &probe.path), probe.timeout).ok()??;
+    let out =
+        output_within(Command::new(program).args(args).env("PATH", &probe.path), probe.timeout)
+            .ok()??;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Runs `cmd` (stdin closed, stdout and stderr collected) for at most `timeout`: `Ok(None)` when
 /// it ran past it and was killed. Both pipes are drained while it runs, so a command that
 /// prints much cannot block on them.
-pub fn output_within(cmd: &mut Command, timeout: Duration) -> std::io::Result<Option<std::process::Output>> {
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+pub fn output_within(
+    cmd: &mut Command,
+    timeout: Duration,
+) -> std::io::Result<Option<std::process::Output>> {
+    let mut child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
     let start = std::time::Instant::now();
     let drain = |mut r: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
@@ -153,7 +175,10 @@ pub fn parse_version(out: &str) -> Option<String> {
         let w = w.trim_start_matches('v');
         let end = w.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(w.len());
         let v = w[..end].trim_end_matches('.');
-        (v.contains('.') && v.split('.').all(|p| !p.is_empty() && p.len() <= 6) && v.starts_with(|c: char| c.is_ascii_digit())).then(|| v.to_string())
+        (v.contains('.')
+            && v.split('.').all(|p| !p.is_empty() && p.len() <= 6)
+            && v.starts_with(|c: char| c.is_ascii_digit()))
+        .then(|| v.to_string())
     })
 }
 
@@ -175,13 +200,28 @@ mod tests {
     #[test]
     fn versions_as_the_engines_print_them() {
         // Debian 12's docker.io, containerd, podman; CRI-O 1.28's two output styles.
-        assert_eq!(parse_version("Docker version 20.10.24+dfsg1, build 297e128\n").as_deref(), Some("20.10.24"));
+        assert_eq!(
+            parse_version("Docker version 20.10.24+dfsg1, build 297e128\n").as_deref(),
+            Some("20.10.24")
+        );
         assert_eq!(parse_version("20.10.24+dfsg1\n").as_deref(), Some("20.10.24"));
-        assert_eq!(parse_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1\n").as_deref(), Some("1.6.20"));
+        assert_eq!(
+            parse_version(
+                "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1\n"
+            )
+            .as_deref(),
+            Some("1.6.20")
+        );
         assert_eq!(parse_version("podman version 4.3.1\n").as_deref(), Some("4.3.1"));
         assert_eq!(parse_version("crio version 1.28.1\n").as_deref(), Some("1.28.1"));
-        assert_eq!(parse_version("Version:        1.28.1\nGitCommit: abc\n").as_deref(), Some("1.28.1"));
-        assert_eq!(parse_version("containerd containerd.io v1.7.24 88bf19b2\n").as_deref(), Some("1.7.24"));
+        assert_eq!(
+            parse_version("Version:        1.28.1\nGitCommit: abc\n").as_deref(),
+            Some("1.28.1")
+        );
+        assert_eq!(
+            parse_version("containerd containerd.io v1.7.24 88bf19b2\n").as_deref(),
+            Some("1.7.24")
+        );
         assert_eq!(parse_version("no version here"), None);
     }
 
@@ -196,13 +236,23 @@ mod tests {
             std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         };
-        let probe = Probe { path: bin.clone().into_os_string(), root: dir.path().to_path_buf(), timeout: Duration::from_secs(5) };
+        let probe = Probe {
+            path: bin.clone().into_os_string(),
+            root: dir.path().to_path_buf(),
+            timeout: Duration::from_secs(5),
+        };
         assert_eq!(detect(Engine::Docker, &probe), None, "nothing of Docker: not installed");
         // A daemon that does not answer: the version comes from dockerd --version.
-        script("docker", "[ \"$1\" = version ] && exit 1; echo 'Docker version 20.10.24+dfsg1, build 297e128'");
+        script(
+            "docker",
+            "[ \"$1\" = version ] && exit 1; echo 'Docker version 20.10.24+dfsg1, build 297e128'",
+        );
         script("dockerd", "echo 'Docker version 20.10.24+dfsg1, build 297e128'");
         let d = detect(Engine::Docker, &probe).unwrap();
-        assert_eq!((d.version.as_deref(), d.programs.len(), has_cdi(&d)), (Some("20.10.24"), 2, Some(false)));
+        assert_eq!(
+            (d.version.as_deref(), d.programs.len(), has_cdi(&d)),
+            (Some("20.10.24"), 2, Some(false))
+        );
         script("docker", "[ \"$1\" = version ] && echo 25.0.3 && exit 0; echo 'Docker version 25.0.3, build 4debf41'");
         assert_eq!(has_cdi(&detect(Engine::Docker, &probe).unwrap()), Some(true));
         // A hanging version command is given up on.
@@ -213,7 +263,10 @@ mod tests {
         assert!(p.version.is_none() && t.elapsed() < Duration::from_secs(5));
         // Only a socket (a daemon whose CLI is elsewhere): installed, version unknown.
         std::fs::create_dir_all(dir.path().join("run/containerd")).unwrap();
-        let _l = std::os::unix::net::UnixListener::bind(dir.path().join("run/containerd/containerd.sock")).unwrap();
+        let _l = std::os::unix::net::UnixListener::bind(
+            dir.path().join("run/containerd/containerd.sock"),
+        )
+        .unwrap();
         let c = detect(Engine::Containerd, &probe).unwrap();
         assert!(c.programs.is_empty() && c.socket.is_some() && c.version.is_none());
     }

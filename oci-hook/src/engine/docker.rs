@@ -38,7 +38,8 @@ pub(super) fn plan(path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
     let mut config = parse(path, old.as_deref())?;
     let root = config.as_object_mut().expect("parse returns an object");
     let runtimes = root.entry("runtimes").or_insert_with(|| json!({}));
-    let runtimes = runtimes.as_object_mut().ok_or_else(|| malformed("`runtimes` is not an object".into()))?;
+    let runtimes =
+        runtimes.as_object_mut().ok_or_else(|| malformed("`runtimes` is not an object".into()))?;
     let want = json!({"path": opts.runtime_path, "runtimeArgs": []});
     let new = if runtimes.get(RUNTIME_NAME) == Some(&want) {
         // Already there: keep the file byte for byte, whatever its formatting.
@@ -50,13 +51,19 @@ pub(super) fn plan(path: &Path, opts: &ConfigureOptions) -> Result<Plan> {
     let restart = format!(
         "reload dockerd to pick up the runtime (`kill -HUP $(pidof dockerd)` or restart it), then `docker run --runtime={RUNTIME_NAME} -e ERDMA_VISIBLE_DEVICES=all --network host ...`"
     );
-    Ok(Plan { files: vec![Planned::beside(path.to_path_buf(), old, new)], notes: Vec::new(), restart: Some(restart) })
+    Ok(Plan {
+        files: vec![Planned::beside(path.to_path_buf(), old, new)],
+        notes: Vec::new(),
+        restart: Some(restart),
+    })
 }
 
 /// `runtimes.erdma` (or a runtime under another name whose `path` is an erdma-runtime) and
 /// `default-ulimits.memlock`, which containers get when nothing raises it.
 pub(super) fn inspect(path: &Path) -> Result<Registration> {
-    let Some(text) = read_existing(path)? else { return Ok(Registration::absent(Engine::Docker, path)) };
+    let Some(text) = read_existing(path)? else {
+        return Ok(Registration::absent(Engine::Docker, path));
+    };
     let malformed = |reason: String| malformed(path, reason);
     let config = parse(path, Some(&text))?;
     let root = config.as_object().expect("parse returns an object");
@@ -68,18 +75,32 @@ pub(super) fn inspect(path: &Path) -> Result<Registration> {
     let program = |v: &Value| v.get("path").and_then(Value::as_str).map(std::path::PathBuf::from);
     let entry = runtimes
         .get_key_value(RUNTIME_NAME)
-        .or_else(|| runtimes.iter().find(|(_, v)| program(v).is_some_and(|p| super::is_erdma_runtime(&p))))
-        .map(|(name, v)| Entry { file: path.to_path_buf(), name: name.clone(), program: program(v) });
+        .or_else(|| {
+            runtimes.iter().find(|(_, v)| program(v).is_some_and(|p| super::is_erdma_runtime(&p)))
+        })
+        .map(|(name, v)| Entry {
+            file: path.to_path_buf(),
+            name: name.clone(),
+            program: program(v),
+        });
     // `{"Name": "memlock", "Hard": -1, "Soft": -1}`; -1 is unlimited (dockerd(8), --default-ulimit).
     let default_memlock = match root.get("default-ulimits").and_then(|u| u.get("memlock")) {
         None => None,
         Some(m) => match m.get("Soft").and_then(Value::as_i64) {
             Some(soft) if soft < 0 => Some(Memlock::Unlimited),
             Some(soft) => Some(Memlock::Bytes(soft as u64)),
-            None => return Err(malformed("`default-ulimits.memlock` has no integer `Soft`".into())),
+            None => {
+                return Err(malformed("`default-ulimits.memlock` has no integer `Soft`".into()))
+            }
         },
     };
-    Ok(Registration { engine: Engine::Docker, config_path: path.to_path_buf(), installed: true, entry, default_memlock })
+    Ok(Registration {
+        engine: Engine::Docker,
+        config_path: path.to_path_buf(),
+        installed: true,
+        entry,
+        default_memlock,
+    })
 }
 
 /// The indentation the file already uses (its first indented line's), so that the diff shows
@@ -95,7 +116,10 @@ fn indent_of(text: &str) -> Option<&str> {
 fn pretty(v: &Value, indent: &str) -> String {
     use serde::Serialize;
     let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes()));
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut out,
+        serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes()),
+    );
     v.serialize(&mut ser).expect("a Value serialises");
     String::from_utf8(out).expect("JSON is UTF-8") + "\n"
 }

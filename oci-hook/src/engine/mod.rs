@@ -141,7 +141,13 @@ pub struct Entry {
 
 impl Registration {
     fn absent(engine: Engine, config_path: &Path) -> Registration {
-        Registration { engine, config_path: config_path.to_path_buf(), installed: false, entry: None, default_memlock: None }
+        Registration {
+            engine,
+            config_path: config_path.to_path_buf(),
+            installed: false,
+            entry: None,
+            default_memlock: None,
+        }
     }
 }
 
@@ -225,7 +231,11 @@ pub(crate) fn tidy_toml(doc: &mut toml_edit::DocumentMut) {
 /// Reads `path` as UTF-8 text; `None` when it does not exist.
 pub(crate) fn read_existing(path: &Path) -> Result<Option<String>> {
     match std::fs::read(path) {
-        Ok(raw) => String::from_utf8(raw).map(Some).map_err(|_| Error::Malformed { what: "config file", path: path.to_path_buf(), reason: "not UTF-8 text".into() }),
+        Ok(raw) => String::from_utf8(raw).map(Some).map_err(|_| Error::Malformed {
+            what: "config file",
+            path: path.to_path_buf(),
+            reason: "not UTF-8 text".into(),
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io("reading", path)(e)),
     }
@@ -234,10 +244,14 @@ pub(crate) fn read_existing(path: &Path) -> Result<Option<String>> {
 pub fn configure(engine: Engine, opts: &ConfigureOptions) -> Result<ConfigureReport> {
     for (what, p) in [("runtime path", &opts.runtime_path), ("hook path", &opts.hook_path)] {
         if !p.is_absolute() {
-            return Err(Error::Invalid(format!("the {what} must be absolute, not {}", p.display())));
+            return Err(Error::Invalid(format!(
+                "the {what} must be absolute, not {}",
+                p.display()
+            )));
         }
     }
-    let config_path = opts.config_path.clone().unwrap_or_else(|| engine.default_config_path().to_path_buf());
+    let config_path =
+        opts.config_path.clone().unwrap_or_else(|| engine.default_config_path().to_path_buf());
     let mut plan = match engine {
         Engine::Docker => docker::plan(&config_path, opts)?,
         Engine::Containerd => containerd::plan(&config_path, opts)?,
@@ -245,7 +259,10 @@ pub fn configure(engine: Engine, opts: &ConfigureOptions) -> Result<ConfigureRep
         Engine::Podman => podman::plan(&config_path, opts)?,
     };
     if engine != Engine::Podman && !opts.runtime_path.exists() {
-        plan.notes.push(format!("{} does not exist (yet): the engine will fail to start eRDMA containers until it does", opts.runtime_path.display()));
+        plan.notes.push(format!(
+            "{} does not exist (yet): the engine will fail to start eRDMA containers until it does",
+            opts.runtime_path.display()
+        ));
     }
     let mut changes = Vec::new();
     for file in &plan.files {
@@ -270,7 +287,11 @@ pub(crate) fn unified_diff(path: &Path, old: Option<&str>, new: &str) -> String 
     }
     let label = path.display().to_string();
     let from = if old.is_some() { label.clone() } else { "/dev/null".to_string() };
-    similar::TextDiff::from_lines(old.unwrap_or(""), new).unified_diff().context_radius(3).header(&from, &label).to_string()
+    similar::TextDiff::from_lines(old.unwrap_or(""), new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&from, &label)
+        .to_string()
 }
 
 fn commit(file: &Planned, dry_run: bool) -> Result<FileChange> {
@@ -283,7 +304,9 @@ fn commit(file: &Planned, dry_run: bool) -> Result<FileChange> {
     }
     // A config that is a symlink (to a file managed elsewhere) is updated where it points.
     let target = match std::fs::symlink_metadata(&file.path) {
-        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&file.path).map_err(Error::io("resolving", &file.path))?,
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::canonicalize(&file.path).map_err(Error::io("resolving", &file.path))?
+        }
         _ => file.path.clone(),
     };
     let dir = parent(&target);
@@ -300,8 +323,12 @@ fn commit(file: &Planned, dry_run: bool) -> Result<FileChange> {
 /// the original's mode.
 fn write_backup(original: &Path, dir: &Path, content: &[u8]) -> Result<PathBuf> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let name = original.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "config".into());
-    let mode = std::fs::metadata(original).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
+    let name = original
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "config".into());
+    let mode =
+        std::fs::metadata(original).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
     std::fs::create_dir_all(dir).map_err(Error::io("creating directory", dir))?;
     let stamp = utc_stamp(std::time::SystemTime::now());
     for n in 0u32.. {
@@ -310,7 +337,8 @@ fn write_backup(original: &Path, dir: &Path, content: &[u8]) -> Result<PathBuf> 
         match std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&path) {
             Ok(mut f) => {
                 f.write_all(content).map_err(Error::io("writing backup", &path))?;
-                f.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(Error::io("writing backup", &path))?;
+                f.set_permissions(std::fs::Permissions::from_mode(mode))
+                    .map_err(Error::io("writing backup", &path))?;
                 f.sync_all().map_err(Error::io("writing backup", &path))?;
                 return Ok(path);
             }

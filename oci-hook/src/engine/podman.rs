@@ -48,7 +48,11 @@ pub(super) fn inspect(dir: &Path) -> Result<Registration> {
         return Ok(Registration::absent(Engine::Podman, dir));
     }
     let entries = std::fs::read_dir(dir).map_err(Error::io("reading hooks directory", dir))?;
-    let mut files: Vec<std::path::PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    let mut files: Vec<std::path::PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
     // Ours first, then the others in name order.
     files.sort_by_key(|p| (p.file_name() != Some(FILE_NAME.as_ref()), p.clone()));
     let mut entry = None;
@@ -58,19 +62,33 @@ pub(super) fn inspect(dir: &Path) -> Result<Registration> {
         let hook: Value = match serde_json::from_str(&text) {
             Ok(v) => v,
             // Podman refuses the whole directory over a hook that does not parse.
-            Err(e) if ours => return Err(Error::Malformed { what: "OCI hook", path, reason: e.to_string() }),
+            Err(e) if ours => {
+                return Err(Error::Malformed { what: "OCI hook", path, reason: e.to_string() })
+            }
             Err(_) => continue,
         };
-        let program = hook.pointer("/hook/path").and_then(Value::as_str).map(std::path::PathBuf::from);
-        let precreate = hook.get("stages").and_then(Value::as_array).is_some_and(|s| s.iter().any(|x| x == "precreate"));
-        let is_hook = program.as_ref().is_some_and(|p| p.file_name().is_some_and(|n| n == "erdma-oci-hook"));
+        let program =
+            hook.pointer("/hook/path").and_then(Value::as_str).map(std::path::PathBuf::from);
+        let precreate = hook
+            .get("stages")
+            .and_then(Value::as_array)
+            .is_some_and(|s| s.iter().any(|x| x == "precreate"));
+        let is_hook =
+            program.as_ref().is_some_and(|p| p.file_name().is_some_and(|n| n == "erdma-oci-hook"));
         if precreate && (ours || is_hook) {
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name =
+                path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             entry = Some(Entry { file: path, name, program });
             break;
         }
     }
-    Ok(Registration { engine: Engine::Podman, config_path: dir.to_path_buf(), installed: true, entry, default_memlock: None })
+    Ok(Registration {
+        engine: Engine::Podman,
+        config_path: dir.to_path_buf(),
+        installed: true,
+        entry,
+        default_memlock: None,
+    })
 }
 
 pub(super) fn plan(dir: &Path, opts: &ConfigureOptions) -> Result<Plan> {
@@ -85,11 +103,20 @@ pub(super) fn plan(dir: &Path, opts: &ConfigureOptions) -> Result<Plan> {
     let old = read_existing(&path)?;
     let want = hook_json(&opts.hook_path);
     // The file is ours: one that does not parse is replaced (its content kept in the backup).
-    let same = old.as_deref().and_then(|t| serde_json::from_str::<Value>(t).ok()).is_some_and(|v| v == want);
-    let new = if same { old.clone().unwrap_or_default() } else { serde_json::to_string_pretty(&want).expect("a Value serialises") + "\n" };
+    let same = old
+        .as_deref()
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .is_some_and(|v| v == want);
+    let new = if same {
+        old.clone().unwrap_or_default()
+    } else {
+        serde_json::to_string_pretty(&want).expect("a Value serialises") + "\n"
+    };
     let restart = Some(format!("no restart needed: Podman runs the hook for containers started with `--annotation {ANNOTATION}=all` (or a device list)"));
     let mut notes = Vec::new();
-    let crio_here = Path::new("/etc/crio").exists() || Path::new("/usr/bin/crio").exists() || Path::new("/usr/local/bin/crio").exists();
+    let crio_here = Path::new("/etc/crio").exists()
+        || Path::new("/usr/bin/crio").exists()
+        || Path::new("/usr/local/bin/crio").exists();
     if crio_here && SHARED_DIRS.iter().any(|d| Path::new(d) == dir) {
         notes.push(format!("CRI-O also reads {} and rejects the `precreate` stage: give Podman its own `hooks_dir` (containers.conf) and use --config", dir.display()));
     }

@@ -44,7 +44,15 @@ fn allocated(ctr: &pb::Container, host: &Host) -> Option<Request> {
     let names: Vec<String> = host
         .devices
         .iter()
-        .filter(|d| d.uverbs.as_ref().is_some_and(|u| nodes.iter().any(|n| n.r#type == "c" && n.major == i64::from(u.major) && n.minor == i64::from(u.minor))))
+        .filter(|d| {
+            d.uverbs.as_ref().is_some_and(|u| {
+                nodes.iter().any(|n| {
+                    n.r#type == "c"
+                        && n.major == i64::from(u.major)
+                        && n.minor == i64::from(u.minor)
+                })
+            })
+        })
         .map(|d| d.name.clone())
         .collect();
     (!names.is_empty()).then_some(Request::Named(names))
@@ -53,7 +61,9 @@ fn allocated(ctr: &pb::Container, host: &Host) -> Option<Request> {
 /// The part of an OCI spec [`modify`] and [`request`] read, from NRI's description.
 fn to_spec(pod: Option<&pb::PodSandbox>, ctr: &pb::Container) -> Value {
     // The container's annotations over the pod's.
-    let mut annotations: BTreeMap<&str, &str> = pod.map(|p| p.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()).unwrap_or_default();
+    let mut annotations: BTreeMap<&str, &str> = pod
+        .map(|p| p.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+        .unwrap_or_default();
     annotations.extend(ctr.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let linux = ctr.linux.clone().unwrap_or_default();
     // The network namespace is the pod's business, and the pod says it: containerd 1.7 gives a
@@ -99,7 +109,9 @@ fn difference(before: &Value, after: &Value) -> pb::ContainerAdjustment {
         });
     }
     let old_dev = list(before, "/linux/devices");
-    let same = |a: &Value, b: &Value| a["path"] == b["path"] && a["major"] == b["major"] && a["minor"] == b["minor"];
+    let same = |a: &Value, b: &Value| {
+        a["path"] == b["path"] && a["major"] == b["major"] && a["minor"] == b["minor"]
+    };
     let mut devices = Vec::new();
     for d in list(after, "/linux/devices").iter().filter(|d| !old_dev.iter().any(|o| same(o, d))) {
         devices.push(pb::LinuxDevice {
@@ -123,7 +135,12 @@ fn difference(before: &Value, after: &Value) -> pb::ContainerAdjustment {
 ///
 /// `discover` reads the host's devices; it is called only for a container that may ask (one
 /// with character devices, or whose request is not `none`), so others cost no sysfs reads.
-pub fn create(pod: Option<&pb::PodSandbox>, ctr: &pb::Container, discover: impl FnOnce() -> Result<Host>, config: &Config) -> Result<Decision> {
+pub fn create(
+    pod: Option<&pb::PodSandbox>,
+    ctr: &pb::Container,
+    discover: impl FnOnce() -> Result<Host>,
+    config: &Config,
+) -> Result<Decision> {
     let spec = to_spec(pod, ctr);
     let has_nodes = ctr.linux.as_ref().is_some_and(|l| l.devices.iter().any(|d| d.r#type == "c"));
     let mut discover = Some(discover);
@@ -178,14 +195,32 @@ mod tests {
         let dev = |n: u32| RdmaDevice {
             name: format!("erdma_{n}"),
             driver: Some("erdma".into()),
-            ports: vec![Port { num: 1, state: 4, state_name: "ACTIVE".into(), link_layer: Some("Ethernet".into()), netdev: Some(format!("eth{n}")), mtu: Some(8500), roce_v2_ipv4_gid: Some(1) }],
-            uverbs: Some(CharDev { path: format!("/dev/infiniband/uverbs{n}"), host_path: format!("/dev/infiniband/uverbs{n}").into(), major: 231, minor: 192 + n }),
+            ports: vec![Port {
+                num: 1,
+                state: 4,
+                state_name: "ACTIVE".into(),
+                link_layer: Some("Ethernet".into()),
+                netdev: Some(format!("eth{n}")),
+                mtu: Some(8500),
+                roce_v2_ipv4_gid: Some(1),
+            }],
+            uverbs: Some(CharDev {
+                path: format!("/dev/infiniband/uverbs{n}"),
+                host_path: format!("/dev/infiniband/uverbs{n}").into(),
+                major: 231,
+                minor: 192 + n,
+            }),
             problem: None,
         };
         Host {
             devices: vec![dev(0), dev(1)],
             others: vec![],
-            rdma_cm: Some(CharDev { path: "/dev/infiniband/rdma_cm".into(), host_path: "/dev/infiniband/rdma_cm".into(), major: 10, minor: 58 }),
+            rdma_cm: Some(CharDev {
+                path: "/dev/infiniband/rdma_cm".into(),
+                host_path: "/dev/infiniband/rdma_cm".into(),
+                major: 10,
+                minor: 58,
+            }),
             netdevs: vec!["eth0".into(), "eth1".into(), "lo".into()],
         }
     }
@@ -205,7 +240,13 @@ mod tests {
             name: "worker".into(),
             env: env.iter().map(|s| s.to_string()).collect(),
             linux: Some(pb::LinuxContainer {
-                namespaces: vec![ns("pid", ""), ns("ipc", "/proc/4000000/ns/ipc"), ns("uts", "/proc/4000000/ns/uts"), ns("mount", ""), ns("network", pause_net)],
+                namespaces: vec![
+                    ns("pid", ""),
+                    ns("ipc", "/proc/4000000/ns/ipc"),
+                    ns("uts", "/proc/4000000/ns/uts"),
+                    ns("mount", ""),
+                    ns("network", pause_net),
+                ],
                 ..Default::default()
             }),
             ..Default::default()
@@ -214,14 +255,25 @@ mod tests {
 
     /// A host-network pod as containerd 1.7.24 describes it to NRI: no `network` namespace.
     fn pod() -> pb::PodSandbox {
-        let linux = pb::LinuxPodSandbox { namespaces: vec![ns("pid", ""), ns("ipc", ""), ns("mount", "")], ..Default::default() };
-        pb::PodSandbox { name: "train-0".into(), namespace: "ml".into(), linux: Some(linux), ..Default::default() }
+        let linux = pb::LinuxPodSandbox {
+            namespaces: vec![ns("pid", ""), ns("ipc", ""), ns("mount", "")],
+            ..Default::default()
+        };
+        pb::PodSandbox {
+            name: "train-0".into(),
+            namespace: "ml".into(),
+            linux: Some(linux),
+            ..Default::default()
+        }
     }
 
     /// A pod on the cluster network: its own namespace, made by CNI.
     fn pod_off_host_network() -> pb::PodSandbox {
         let mut p = pod();
-        p.linux.as_mut().unwrap().namespaces.extend([ns("uts", ""), ns("network", "/var/run/netns/cni-b12bf0e7-9df9-364b-63fa-33681d039790")]);
+        p.linux.as_mut().unwrap().namespaces.extend([
+            ns("uts", ""),
+            ns("network", "/var/run/netns/cni-b12bf0e7-9df9-364b-63fa-33681d039790"),
+        ]);
         p
     }
 
@@ -231,21 +283,39 @@ mod tests {
 
     #[test]
     fn a_container_that_does_not_ask_is_left_alone() {
-        let no_read = || -> Result<Host> { panic!("a container that does not ask costs no sysfs read") };
-        let d = create(Some(&pod()), &container(&["PATH=/bin"]), no_read, &Config::default()).unwrap();
+        let no_read =
+            || -> Result<Host> { panic!("a container that does not ask costs no sysfs read") };
+        let d =
+            create(Some(&pod()), &container(&["PATH=/bin"]), no_read, &Config::default()).unwrap();
         assert!(d.adjust.is_none() && d.report.is_none());
     }
 
     #[test]
     fn env_request_gets_nodes_memlock_and_nccl_env() {
-        let d = create(Some(&pod()), &container(&["PATH=/bin", "ERDMA_VISIBLE_DEVICES=erdma_1"]), || Ok(host()), &Config::default()).unwrap();
+        let d = create(
+            Some(&pod()),
+            &container(&["PATH=/bin", "ERDMA_VISIBLE_DEVICES=erdma_1"]),
+            || Ok(host()),
+            &Config::default(),
+        )
+        .unwrap();
         let a = d.adjust.unwrap();
         let devs = &a.linux.as_ref().unwrap().devices;
         let paths: Vec<_> = devs.iter().map(|d| (d.path.as_str(), d.major, d.minor)).collect();
-        assert_eq!(paths, [("/dev/infiniband/uverbs1", 231, 193), ("/dev/infiniband/rdma_cm", 10, 58)]);
-        assert!(devs.iter().all(|d| d.r#type == "c" && d.file_mode == Some(pb::OptionalFileMode { value: 0o666 })));
+        assert_eq!(
+            paths,
+            [("/dev/infiniband/uverbs1", 231, 193), ("/dev/infiniband/rdma_cm", 10, 58)]
+        );
+        assert!(
+            devs.iter()
+                .all(|d| d.r#type == "c"
+                    && d.file_mode == Some(pb::OptionalFileMode { value: 0o666 }))
+        );
         // Unlimited by default: what `--ulimit memlock=-1` gives, as the OCI spec writes it.
-        assert_eq!(a.rlimits, [pb::PosixRlimit { r#type: "RLIMIT_MEMLOCK".into(), hard: u64::MAX, soft: u64::MAX }]);
+        assert_eq!(
+            a.rlimits,
+            [pb::PosixRlimit { r#type: "RLIMIT_MEMLOCK".into(), hard: u64::MAX, soft: u64::MAX }]
+        );
         assert_eq!(env_of(&a, "NCCL_IB_HCA").as_deref(), Some("=erdma_1:1"));
         assert_eq!(env_of(&a, "NCCL_SOCKET_IFNAME").as_deref(), Some("=eth1"));
         assert_eq!(env_of(&a, "PATH"), None, "the container's own env is not repeated");
@@ -255,12 +325,24 @@ mod tests {
     #[test]
     fn the_device_plugins_allocation_asks_without_env_or_annotation() {
         let mut c = container(&["PATH=/bin"]);
-        c.linux.as_mut().unwrap().devices.push(pb::LinuxDevice { path: "/dev/infiniband/uverbs0".into(), r#type: "c".into(), major: 231, minor: 192, ..Default::default() });
+        c.linux.as_mut().unwrap().devices.push(pb::LinuxDevice {
+            path: "/dev/infiniband/uverbs0".into(),
+            r#type: "c".into(),
+            major: 231,
+            minor: 192,
+            ..Default::default()
+        });
         // Even where the image's env may not ask: kubelet's allocation is the operator's.
-        let cfg = Config { accept_env: false, memlock: Memlock::Bytes(4 << 20), ..Config::default() };
+        let cfg =
+            Config { accept_env: false, memlock: Memlock::Bytes(4 << 20), ..Config::default() };
         let a = create(Some(&pod()), &c, || Ok(host()), &cfg).unwrap().adjust.unwrap();
-        let paths: Vec<_> = a.linux.as_ref().unwrap().devices.iter().map(|d| d.path.as_str()).collect();
-        assert_eq!(paths, ["/dev/infiniband/rdma_cm"], "uverbs0 is already there; only rdma_cm is added");
+        let paths: Vec<_> =
+            a.linux.as_ref().unwrap().devices.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["/dev/infiniband/rdma_cm"],
+            "uverbs0 is already there; only rdma_cm is added"
+        );
         assert_eq!(a.rlimits[0].hard, 4 << 20);
         assert_eq!(env_of(&a, "NCCL_IB_HCA").as_deref(), Some("=erdma_0:1"));
     }
@@ -269,7 +351,10 @@ mod tests {
     fn annotation_on_the_pod_asks() {
         let mut p = pod();
         p.annotations.insert(request::ANNOTATION.into(), "all".into());
-        let a = create(Some(&p), &container(&[]), || Ok(host()), &Config::default()).unwrap().adjust.unwrap();
+        let a = create(Some(&p), &container(&[]), || Ok(host()), &Config::default())
+            .unwrap()
+            .adjust
+            .unwrap();
         assert_eq!(a.linux.unwrap().devices.len(), 3);
         // The container's own annotation wins over the pod's.
         let mut c = container(&[]);
@@ -280,25 +365,38 @@ mod tests {
     #[test]
     fn pods_off_the_host_network_are_named_with_the_fix() {
         let c = container(&["ERDMA_VISIBLE_DEVICES=all"]);
-        let e = create(Some(&pod_off_host_network()), &c, || Ok(host()), &Config::default()).unwrap_err().to_string();
+        let e = create(Some(&pod_off_host_network()), &c, || Ok(host()), &Config::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pod ml/train-0") && e.contains("`hostNetwork: true`"), "{e}");
         let warn = Config { network: NetworkPolicy::Warn, ..Config::default() };
         let d = create(Some(&pod_off_host_network()), &c, || Ok(host()), &warn).unwrap();
         let w = d.report.unwrap().warnings;
-        assert!(w.iter().any(|w| w.contains("hostNetwork: true") && w.contains("ml/train-0")), "{w:?}");
+        assert!(
+            w.iter().any(|w| w.contains("hostNetwork: true") && w.contains("ml/train-0")),
+            "{w:?}"
+        );
         assert!(d.adjust.is_some(), "warn: the devices are still given");
     }
 
     #[test]
     fn a_bad_request_is_an_error_naming_it() {
-        let e = create(Some(&pod()), &container(&["ERDMA_VISIBLE_DEVICES=erdma_9"]), || Ok(host()), &Config::default()).unwrap_err().to_string();
+        let e = create(
+            Some(&pod()),
+            &container(&["ERDMA_VISIBLE_DEVICES=erdma_9"]),
+            || Ok(host()),
+            &Config::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("erdma_9") && e.contains("erdma_0, erdma_1"), "{e}");
     }
 
     #[test]
     fn the_containers_own_working_values_are_kept() {
         let c = container(&["ERDMA_VISIBLE_DEVICES=all", "NCCL_IB_HCA=erdma", "NCCL_DEBUG=WARN"]);
-        let a = create(Some(&pod()), &c, || Ok(host()), &Config::default()).unwrap().adjust.unwrap();
+        let a =
+            create(Some(&pod()), &c, || Ok(host()), &Config::default()).unwrap().adjust.unwrap();
         assert_eq!(env_of(&a, "NCCL_IB_HCA"), None);
         assert_eq!(env_of(&a, "NCCL_DEBUG"), None);
     }

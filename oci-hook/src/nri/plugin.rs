@@ -48,7 +48,10 @@ impl NriPlugin {
     /// Checks the name and index as the runtime will (nri `CheckPluginIndex`).
     pub fn validate(&self) -> Result<(), String> {
         if self.idx.len() != 2 || !self.idx.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("invalid plugin index `{}`: NRI wants two digits, such as 10", self.idx));
+            return Err(format!(
+                "invalid plugin index `{}`: NRI wants two digits, such as 10",
+                self.idx
+            ));
         }
         if self.name.is_empty() || self.name.contains('/') {
             return Err(format!("invalid plugin name `{}`", self.name));
@@ -57,13 +60,21 @@ impl NriPlugin {
     }
 
     /// Answers one call of the `Plugin` service: the reply's payload, or a ttrpc status.
-    pub fn handle(&self, method: &str, payload: &[u8]) -> (Result<Vec<u8>, wire::Status>, Option<Ended>) {
-        let decode_err = |e: prost::DecodeError| wire::Status { code: code::INVALID_ARGUMENT, message: format!("{method}: {e}") };
+    pub fn handle(
+        &self,
+        method: &str,
+        payload: &[u8],
+    ) -> (Result<Vec<u8>, wire::Status>, Option<Ended>) {
+        let decode_err = |e: prost::DecodeError| wire::Status {
+            code: code::INVALID_ARGUMENT,
+            message: format!("{method}: {e}"),
+        };
         let reply = match method {
             "Configure" => match pb::ConfigureRequest::decode(payload) {
                 Ok(req) => {
                     tracing::info!(runtime = %req.runtime_name, version = %req.runtime_version, "configured by the runtime");
-                    Ok(pb::ConfigureResponse { events: mask(pb::Event::CreateContainer) }.encode_to_vec())
+                    Ok(pb::ConfigureResponse { events: mask(pb::Event::CreateContainer) }
+                        .encode_to_vec())
                 }
                 Err(e) => Err(decode_err(e)),
             },
@@ -77,20 +88,32 @@ impl NriPlugin {
             "StopContainer" => Ok(pb::StopContainerResponse::default().encode_to_vec()),
             "StateChange" => Ok(pb::Empty::default().encode_to_vec()),
             "Shutdown" => return (Ok(pb::Empty::default().encode_to_vec()), Some(Ended::Shutdown)),
-            other => status_err(code::UNIMPLEMENTED, format!("{PLUGIN_SERVICE}/{other} is not implemented by erdma-nri-plugin")),
+            other => status_err(
+                code::UNIMPLEMENTED,
+                format!("{PLUGIN_SERVICE}/{other} is not implemented by erdma-nri-plugin"),
+            ),
         };
         (reply, None)
     }
 
     fn create_container(&self, req: &pb::CreateContainerRequest) -> Result<Vec<u8>, wire::Status> {
         let Some(ctr) = req.container.as_ref() else {
-            return status_err(code::INVALID_ARGUMENT, "CreateContainer without a container".into());
+            return status_err(
+                code::INVALID_ARGUMENT,
+                "CreateContainer without a container".into(),
+            );
         };
         let pod = req.pod.as_ref();
         let started = Instant::now();
-        let host = || discover::discover(&self.config.sysfs_root, &self.config.dev_root, &self.config.drivers);
+        let host = || {
+            discover::discover(&self.config.sysfs_root, &self.config.dev_root, &self.config.drivers)
+        };
         let decision = adjust::create(pod, ctr, host, &self.config);
-        tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, asked = decision.as_ref().map_or(true, |d| d.adjust.is_some()), "CreateContainer decided");
+        tracing::debug!(
+            elapsed_us = started.elapsed().as_micros() as u64,
+            asked = decision.as_ref().map_or(true, |d| d.adjust.is_some()),
+            "CreateContainer decided"
+        );
         match decision {
             Ok(d) => {
                 if let Some(r) = &d.report {
@@ -99,7 +122,8 @@ impl NriPlugin {
                         tracing::warn!(pod = %adjust::pod_name(pod), container = %ctr.name, "{w}");
                     }
                 }
-                Ok(pb::CreateContainerResponse { adjust: d.adjust, ..Default::default() }.encode_to_vec())
+                Ok(pb::CreateContainerResponse { adjust: d.adjust, ..Default::default() }
+                    .encode_to_vec())
             }
             Err(e) => {
                 tracing::error!(pod = %adjust::pod_name(pod), container = %ctr.name, "refused: {e}");
@@ -112,30 +136,81 @@ impl NriPlugin {
     pub fn serve(&self, conn: UnixStream) -> io::Result<Ended> {
         let mut reader = conn.try_clone()?;
         let mut writer = conn;
-        let register = pb::RegisterPluginRequest { plugin_name: self.name.clone(), plugin_idx: self.idx.clone() };
-        let call = wire::Request { service: RUNTIME_SERVICE.into(), method: "RegisterPlugin".into(), payload: register.encode_to_vec(), timeout_nano: 5_000_000_000 };
-        wire::write_message(&mut writer, &Message { conn: RUNTIME_CONN, stream: 1, kind: REQUEST, flags: 0, body: call.encode_to_vec() })?;
+        let register = pb::RegisterPluginRequest {
+            plugin_name: self.name.clone(),
+            plugin_idx: self.idx.clone(),
+        };
+        let call = wire::Request {
+            service: RUNTIME_SERVICE.into(),
+            method: "RegisterPlugin".into(),
+            payload: register.encode_to_vec(),
+            timeout_nano: 5_000_000_000,
+        };
+        wire::write_message(
+            &mut writer,
+            &Message {
+                conn: RUNTIME_CONN,
+                stream: 1,
+                kind: REQUEST,
+                flags: 0,
+                body: call.encode_to_vec(),
+            },
+        )?;
         let mut demux = Demux::default();
         while let Some(m) = demux.next(&mut reader)? {
             match (m.conn, m.kind) {
                 (RUNTIME_CONN, RESPONSE) if m.stream == 1 => {
-                    let resp = wire::Response::decode(&m.body[..]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    let resp = wire::Response::decode(&m.body[..])
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                     match resp.status {
-                        Some(s) if s.code != code::OK => return Err(io::Error::other(format!("the runtime refused the registration of {}-{}: {}", self.idx, self.name, s.message))),
-                        _ => tracing::info!(plugin = %format!("{}-{}", self.idx, self.name), "registered with the runtime"),
+                        Some(s) if s.code != code::OK => {
+                            return Err(io::Error::other(format!(
+                                "the runtime refused the registration of {}-{}: {}",
+                                self.idx, self.name, s.message
+                            )))
+                        }
+                        _ => {
+                            tracing::info!(plugin = %format!("{}-{}", self.idx, self.name), "registered with the runtime")
+                        }
                     }
                 }
                 (PLUGIN_CONN, REQUEST) => {
                     let (reply, ended) = match wire::Request::decode(&m.body[..]) {
-                        Ok(req) if req.service == PLUGIN_SERVICE => self.handle(&req.method, &req.payload),
-                        Ok(req) => (status_err(code::UNIMPLEMENTED, format!("unknown service {}", req.service)), None),
-                        Err(e) => (status_err(code::INVALID_ARGUMENT, format!("malformed ttrpc request: {e}")), None),
+                        Ok(req) if req.service == PLUGIN_SERVICE => {
+                            self.handle(&req.method, &req.payload)
+                        }
+                        Ok(req) => (
+                            status_err(
+                                code::UNIMPLEMENTED,
+                                format!("unknown service {}", req.service),
+                            ),
+                            None,
+                        ),
+                        Err(e) => (
+                            status_err(
+                                code::INVALID_ARGUMENT,
+                                format!("malformed ttrpc request: {e}"),
+                            ),
+                            None,
+                        ),
                     };
                     let resp = match reply {
-                        Ok(payload) => wire::Response { status: Some(wire::Status { code: code::OK, message: String::new() }), payload },
+                        Ok(payload) => wire::Response {
+                            status: Some(wire::Status { code: code::OK, message: String::new() }),
+                            payload,
+                        },
                         Err(status) => wire::Response { status: Some(status), payload: Vec::new() },
                     };
-                    wire::write_message(&mut writer, &Message { conn: PLUGIN_CONN, stream: m.stream, kind: RESPONSE, flags: 0, body: resp.encode_to_vec() })?;
+                    wire::write_message(
+                        &mut writer,
+                        &Message {
+                            conn: PLUGIN_CONN,
+                            stream: m.stream,
+                            kind: RESPONSE,
+                            flags: 0,
+                            body: resp.encode_to_vec(),
+                        },
+                    )?;
                     if let Some(e) = ended {
                         return Ok(e);
                     }
@@ -156,8 +231,12 @@ impl NriPlugin {
                 Ok(conn) => {
                     warned = false;
                     match self.serve(conn) {
-                        Ok(e) => tracing::info!(socket = %socket.display(), "the runtime ended the connection ({e:?}); reconnecting"),
-                        Err(e) => tracing::warn!(socket = %socket.display(), "connection failed: {e}; reconnecting"),
+                        Ok(e) => {
+                            tracing::info!(socket = %socket.display(), "the runtime ended the connection ({e:?}); reconnecting")
+                        }
+                        Err(e) => {
+                            tracing::warn!(socket = %socket.display(), "connection failed: {e}; reconnecting")
+                        }
                     }
                     if once {
                         return Ok(());
@@ -189,8 +268,16 @@ mod tests {
 
     #[test]
     fn subscribes_to_create_container_only() {
-        let (r, e) = plugin().handle("Configure", &pb::ConfigureRequest { runtime_name: "containerd".into(), ..Default::default() }.encode_to_vec());
-        assert_eq!(pb::ConfigureResponse::decode(&r.unwrap()[..]).unwrap().events, 0b1000, "CREATE_CONTAINER is event 4");
+        let (r, e) = plugin().handle(
+            "Configure",
+            &pb::ConfigureRequest { runtime_name: "containerd".into(), ..Default::default() }
+                .encode_to_vec(),
+        );
+        assert_eq!(
+            pb::ConfigureResponse::decode(&r.unwrap()[..]).unwrap().events,
+            0b1000,
+            "CREATE_CONTAINER is event 4"
+        );
         assert!(e.is_none());
     }
 
@@ -198,7 +285,10 @@ mod tests {
     fn shutdown_ends_and_unknown_methods_are_unimplemented() {
         assert_eq!(plugin().handle("Shutdown", &[]).1, Some(Ended::Shutdown));
         assert_eq!(plugin().handle("Frobnicate", &[]).0.unwrap_err().code, code::UNIMPLEMENTED);
-        assert_eq!(plugin().handle("CreateContainer", &[0xff, 0xff]).0.unwrap_err().code, code::INVALID_ARGUMENT);
+        assert_eq!(
+            plugin().handle("CreateContainer", &[0xff, 0xff]).0.unwrap_err().code,
+            code::INVALID_ARGUMENT
+        );
     }
 
     #[test]
@@ -222,14 +312,42 @@ mod tests {
         let reg = d.next(&mut r).unwrap().unwrap();
         assert_eq!((reg.conn, reg.stream, reg.kind), (RUNTIME_CONN, 1, REQUEST));
         let call = wire::Request::decode(&reg.body[..]).unwrap();
-        assert_eq!((call.service.as_str(), call.method.as_str()), (RUNTIME_SERVICE, "RegisterPlugin"));
+        assert_eq!(
+            (call.service.as_str(), call.method.as_str()),
+            (RUNTIME_SERVICE, "RegisterPlugin")
+        );
         let req = pb::RegisterPluginRequest::decode(&call.payload[..]).unwrap();
         assert_eq!((req.plugin_name.as_str(), req.plugin_idx.as_str()), ("erdma", "10"));
         let ok = wire::Response { status: None, payload: pb::Empty::default().encode_to_vec() };
-        wire::write_message(&mut w, &Message { conn: RUNTIME_CONN, stream: 1, kind: RESPONSE, flags: 0, body: ok.encode_to_vec() }).unwrap();
+        wire::write_message(
+            &mut w,
+            &Message {
+                conn: RUNTIME_CONN,
+                stream: 1,
+                kind: RESPONSE,
+                flags: 0,
+                body: ok.encode_to_vec(),
+            },
+        )
+        .unwrap();
         let mut ask = |stream: u32, method: &str, payload: Vec<u8>| {
-            let req = wire::Request { service: PLUGIN_SERVICE.into(), method: method.into(), payload, timeout_nano: 0 };
-            wire::write_message(&mut w, &Message { conn: PLUGIN_CONN, stream, kind: REQUEST, flags: 0, body: req.encode_to_vec() }).unwrap();
+            let req = wire::Request {
+                service: PLUGIN_SERVICE.into(),
+                method: method.into(),
+                payload,
+                timeout_nano: 0,
+            };
+            wire::write_message(
+                &mut w,
+                &Message {
+                    conn: PLUGIN_CONN,
+                    stream,
+                    kind: REQUEST,
+                    flags: 0,
+                    body: req.encode_to_vec(),
+                },
+            )
+            .unwrap();
             let m = d.next(&mut r).unwrap().unwrap();
             assert_eq!((m.conn, m.stream, m.kind), (PLUGIN_CONN, stream, RESPONSE));
             wire::Response::decode(&m.body[..]).unwrap()
@@ -237,7 +355,11 @@ mod tests {
         let conf = ask(1, "Configure", pb::ConfigureRequest::default().encode_to_vec());
         assert_eq!(pb::ConfigureResponse::decode(&conf.payload[..]).unwrap().events, 8);
         let ctr = pb::Container { name: "plain".into(), ..Default::default() };
-        let created = ask(3, "CreateContainer", pb::CreateContainerRequest { pod: None, container: Some(ctr) }.encode_to_vec());
+        let created = ask(
+            3,
+            "CreateContainer",
+            pb::CreateContainerRequest { pod: None, container: Some(ctr) }.encode_to_vec(),
+        );
         assert_eq!(created.status.unwrap().code, code::OK);
         assert_eq!(pb::CreateContainerResponse::decode(&created.payload[..]).unwrap().adjust, None);
         let bye = ask(5, "Shutdown", vec![]);

@@ -88,7 +88,10 @@ fn invalid(msg: String) -> io::Error {
 /// Writes `msg` as ttrpc on its connection, in as many mux frames as it takes.
 pub fn write_message(w: &mut impl Write, msg: &Message) -> io::Result<()> {
     if msg.body.len() > TTRPC_MAX {
-        return Err(invalid(format!("ttrpc message of {} bytes is over the {TTRPC_MAX}-byte limit", msg.body.len())));
+        return Err(invalid(format!(
+            "ttrpc message of {} bytes is over the {TTRPC_MAX}-byte limit",
+            msg.body.len()
+        )));
     }
     let mut out = Vec::with_capacity(TTRPC_HEADER + msg.body.len() + MUX_HEADER);
     out.extend_from_slice(&(msg.body.len() as u32).to_be_bytes());
@@ -128,7 +131,9 @@ impl Demux {
             let conn = u32::from_be_bytes(hdr[0..4].try_into().expect("4 bytes"));
             let len = u32::from_be_bytes(hdr[4..8].try_into().expect("4 bytes")) as usize;
             if len > MUX_MAX {
-                return Err(invalid(format!("mux frame of {len} bytes is over the {MUX_MAX}-byte limit")));
+                return Err(invalid(format!(
+                    "mux frame of {len} bytes is over the {MUX_MAX}-byte limit"
+                )));
             }
             let mut payload = vec![0u8; len];
             r.read_exact(&mut payload)?;
@@ -170,7 +175,12 @@ fn read_full_or_eof(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
             Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside a mux frame header")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed inside a mux frame header",
+                ))
+            }
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -191,7 +201,17 @@ mod tests {
     #[test]
     fn round_trip_on_both_connections() {
         let mut wire = Vec::new();
-        let a = msg(PLUGIN_CONN, 1, Request { service: "s".into(), method: "m".into(), payload: vec![1, 2, 3], timeout_nano: 5 }.encode_to_vec());
+        let a = msg(
+            PLUGIN_CONN,
+            1,
+            Request {
+                service: "s".into(),
+                method: "m".into(),
+                payload: vec![1, 2, 3],
+                timeout_nano: 5,
+            }
+            .encode_to_vec(),
+        );
         let b = msg(RUNTIME_CONN, 3, vec![]);
         write_message(&mut wire, &a).unwrap();
         write_message(&mut wire, &b).unwrap();
@@ -258,7 +278,9 @@ mod tests {
         wire.truncate(50);
         assert!(Demux::default().next(&mut &wire[..]).is_err());
         // Too big to send.
-        assert!(write_message(&mut Vec::new(), &msg(PLUGIN_CONN, 1, vec![0; TTRPC_MAX + 1])).is_err());
+        assert!(
+            write_message(&mut Vec::new(), &msg(PLUGIN_CONN, 1, vec![0; TTRPC_MAX + 1])).is_err()
+        );
     }
 
     #[test]

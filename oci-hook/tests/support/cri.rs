@@ -59,19 +59,26 @@ pub const RPC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long containerd gets to answer `Version` and open its NRI socket.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The applets the test image has, beyond [`super::APPLETS`].
-const MORE_APPLETS: &[&str] = &["cut", "tail", "wc", "uname", "hostname", "dd", "printf", "seq", "xargs"];
+const MORE_APPLETS: &[&str] =
+    &["cut", "tail", "wc", "uname", "hostname", "dd", "printf", "seq", "xargs"];
 /// The namespace the CRI plugin keeps its images and containers in.
 const NAMESPACE: &str = "k8s.io";
 
 /// containerd 1.7's `usr/bin`: `$ERDMA_CI_CONTAINERD17_DIR/usr/bin` or [`DEFAULT_DIR`]'s.
 pub fn bin_dir() -> PathBuf {
-    let dir = std::env::var_os("ERDMA_CI_CONTAINERD17_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    let dir = std::env::var_os("ERDMA_CI_CONTAINERD17_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
     dir.join("usr/bin")
 }
 
 /// `containerd --version`'s version (`1.7.24~ds1`), when that binary is there and runs.
 pub fn version() -> Option<String> {
-    let out = Command::new(bin_dir().join("containerd")).arg("--version").stdin(Stdio::null()).output().ok()?;
+    let out = Command::new(bin_dir().join("containerd"))
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
     // "containerd github.com/containerd/containerd 1.7.24~ds1 1.7.24~ds1-6+deb13u1"
     text(&out.stdout).split_whitespace().nth(2).map(str::to_string)
 }
@@ -80,11 +87,21 @@ pub fn version() -> Option<String> {
 /// [`super::require`]: fails under `CI`, skips otherwise).
 pub fn require_containerd17() -> bool {
     require(is_root(), "root is needed to run containerd")
-        && require(have("runc") && have("unshare") && have("tar") && have("sha256sum"), "runc, unshare, tar and sha256sum are needed (run scripts/setup)")
-        && require(Path::new(BUSYBOX).is_file(), "/bin/busybox from busybox-static is needed (run scripts/setup)")
+        && require(
+            have("runc") && have("unshare") && have("tar") && have("sha256sum"),
+            "runc, unshare, tar and sha256sum are needed (run scripts/setup)",
+        )
+        && require(
+            Path::new(BUSYBOX).is_file(),
+            "/bin/busybox from busybox-static is needed (run scripts/setup)",
+        )
         && require(
             version().is_some_and(|v| v.starts_with("1.7.")),
-            &format!("containerd 1.7 is needed in {} (run scripts/setup; found {:?})", bin_dir().display(), version()),
+            &format!(
+                "containerd 1.7 is needed in {} (run scripts/setup; found {:?})",
+                bin_dir().display(),
+                version()
+            ),
         )
 }
 
@@ -162,10 +179,23 @@ impl Containerd17 {
     pub fn start(opts: Options) -> Containerd17 {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let started = Instant::now();
-        let version = version().unwrap_or_else(|| panic!("no containerd in {}", bin_dir().display()));
+        let version =
+            version().unwrap_or_else(|| panic!("no containerd in {}", bin_dir().display()));
         // Short paths: unix socket paths must fit in 108 bytes.
         let dir = tempfile::Builder::new().prefix("erdma-cri-").tempdir_in("/tmp").unwrap();
-        for d in ["root", "state", "cdi", "nri/plugins", "nri/conf.d", "cni/bin", "cni/net.d", "runc", "opt", "pods", "images"] {
+        for d in [
+            "root",
+            "state",
+            "cdi",
+            "nri/plugins",
+            "nri/conf.d",
+            "cni/bin",
+            "cni/net.d",
+            "runc",
+            "opt",
+            "pods",
+            "images",
+        ] {
             std::fs::create_dir_all(dir.path().join(d)).unwrap();
         }
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
@@ -174,7 +204,13 @@ impl Containerd17 {
             version,
             dir,
             child: None,
-            rt: Some(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()),
+            rt: Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap(),
+            ),
             client: None,
             cgroup_root,
             seq,
@@ -190,7 +226,11 @@ impl Containerd17 {
                 "type": "ptp", "ipMasq": false, "mtu": 1500,
                 "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.254.{}.0/24", 100 + seq % 100)}]], "dataDir": h.dir.path().join("cni/ipam")}
             }]});
-            std::fs::write(h.dir.path().join("cni/net.d/10-erdma-it.conflist"), serde_json::to_vec_pretty(&net).unwrap()).unwrap();
+            std::fs::write(
+                h.dir.path().join("cni/net.d/10-erdma-it.conflist"),
+                serde_json::to_vec_pretty(&net).unwrap(),
+            )
+            .unwrap();
         }
 
         let log = std::fs::File::create(h.log_path()).unwrap();
@@ -217,14 +257,31 @@ impl Containerd17 {
                 panic!("containerd exited during start-up ({status})\n{}", h.log_section());
             }
             if Instant::now() > deadline {
-                panic!("containerd {} did not serve CRI on {} within {STARTUP_TIMEOUT:?}\n{}", h.version, sock.display(), h.log_section());
+                panic!(
+                    "containerd {} did not serve CRI on {} within {STARTUP_TIMEOUT:?}\n{}",
+                    h.version,
+                    sock.display(),
+                    h.log_section()
+                );
             }
             if sock.exists() {
                 let s = sock.clone();
                 let answer = h.block(async move {
-                    let channel = tokio::time::timeout(Duration::from_secs(2), erdma_oci_hook::kubelet::unix_channel(&s)).await.ok()?.ok()?;
+                    let channel = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        erdma_oci_hook::kubelet::unix_channel(&s),
+                    )
+                    .await
+                    .ok()?
+                    .ok()?;
                     let mut c = RuntimeClient::new(channel);
-                    let v = tokio::time::timeout(Duration::from_secs(2), c.version(pb::VersionRequest { version: "v1".into() })).await.ok()?.ok()?;
+                    let v = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        c.version(pb::VersionRequest { version: "v1".into() }),
+                    )
+                    .await
+                    .ok()?
+                    .ok()?;
                     Some((c, v.into_inner()))
                 });
                 if let Some((c, v)) = answer {
@@ -237,7 +294,11 @@ impl Containerd17 {
         h.client = Some(client);
         while !h.nri_socket().exists() {
             if Instant::now() > deadline {
-                panic!("containerd serves CRI but opened no NRI socket at {}\n{}", h.nri_socket().display(), h.log_section());
+                panic!(
+                    "containerd serves CRI but opened no NRI socket at {}\n{}",
+                    h.nri_socket().display(),
+                    h.log_section()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -287,7 +348,11 @@ impl Containerd17 {
     }
 
     fn log_section(&self) -> String {
-        format!("--- containerd log ({}), last lines:\n{}", self.log_path().display(), self.log_tail(40))
+        format!(
+            "--- containerd log ({}), last lines:\n{}",
+            self.log_path().display(),
+            self.log_tail(40)
+        )
     }
 
     /// The CRI client (a clone: cheap, shares the connection).
@@ -308,19 +373,30 @@ impl Containerd17 {
     }
 
     /// A CRI call bounded by [`RPC_TIMEOUT`]; a timeout is `DeadlineExceeded`.
-    pub fn try_rpc<T: Send>(&self, f: impl Future<Output = Result<tonic::Response<T>, tonic::Status>> + Send) -> Result<T, tonic::Status> {
+    pub fn try_rpc<T: Send>(
+        &self,
+        f: impl Future<Output = Result<tonic::Response<T>, tonic::Status>> + Send,
+    ) -> Result<T, tonic::Status> {
         self.block(async {
             match tokio::time::timeout(RPC_TIMEOUT, f).await {
                 Ok(r) => r.map(tonic::Response::into_inner),
-                Err(_) => Err(tonic::Status::deadline_exceeded(format!("no answer in {RPC_TIMEOUT:?}"))),
+                Err(_) => {
+                    Err(tonic::Status::deadline_exceeded(format!("no answer in {RPC_TIMEOUT:?}")))
+                }
             }
         })
     }
 
     /// [`Self::try_rpc`], panicking with the status and the log's tail.
     #[track_caller]
-    pub fn rpc<T: Send>(&self, what: &str, f: impl Future<Output = Result<tonic::Response<T>, tonic::Status>> + Send) -> T {
-        self.try_rpc(f).unwrap_or_else(|s| panic!("CRI {what}: {:?}: {}\n{}", s.code(), s.message(), self.log_section()))
+    pub fn rpc<T: Send>(
+        &self,
+        what: &str,
+        f: impl Future<Output = Result<tonic::Response<T>, tonic::Status>> + Send,
+    ) -> T {
+        self.try_rpc(f).unwrap_or_else(|s| {
+            panic!("CRI {what}: {:?}: {}\n{}", s.code(), s.message(), self.log_section())
+        })
     }
 
     /// A pod as kubelet runs one: metadata, the `io.kubernetes.pod.*` labels, a log directory,
@@ -329,15 +405,38 @@ impl Containerd17 {
     /// default, runc). Returns the sandbox id. A pod without host networking needs CNI, which
     /// this harness does not set up: containerd refuses it.
     #[track_caller]
-    pub fn run_pod(&self, name: &str, host_network: bool, annotations: &[(&str, &str)], runtime_handler: &str) -> String {
-        self.try_run_pod(name, host_network, annotations, runtime_handler)
-            .unwrap_or_else(|s| panic!("CRI RunPodSandbox {name}: {:?}: {}\n{}", s.code(), s.message(), self.log_section()))
+    pub fn run_pod(
+        &self,
+        name: &str,
+        host_network: bool,
+        annotations: &[(&str, &str)],
+        runtime_handler: &str,
+    ) -> String {
+        self.try_run_pod(name, host_network, annotations, runtime_handler).unwrap_or_else(|s| {
+            panic!(
+                "CRI RunPodSandbox {name}: {:?}: {}\n{}",
+                s.code(),
+                s.message(),
+                self.log_section()
+            )
+        })
     }
 
     /// [`Self::run_pod`], returning containerd's refusal (an NRI plugin's, say) instead.
-    pub fn try_run_pod(&self, name: &str, host_network: bool, annotations: &[(&str, &str)], runtime_handler: &str) -> Result<String, tonic::Status> {
+    pub fn try_run_pod(
+        &self,
+        name: &str,
+        host_network: bool,
+        annotations: &[(&str, &str)],
+        runtime_handler: &str,
+    ) -> Result<String, tonic::Status> {
         // Unique in this process (harness, pod) and across processes (pid), shaped as a UUID.
-        let uid = format!("{:08x}-{:04x}-4000-8000-{:012x}", std::process::id(), self.seq, self.counter.fetch_add(1, Ordering::Relaxed));
+        let uid = format!(
+            "{:08x}-{:04x}-4000-8000-{:012x}",
+            std::process::id(),
+            self.seq,
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        );
         let namespace = "erdma-it";
         let log_dir = self.dir.path().join("pods").join(format!("{namespace}_{name}_{uid}"));
         std::fs::create_dir_all(&log_dir).unwrap();
@@ -347,19 +446,30 @@ impl Containerd17 {
             ("io.kubernetes.pod.uid".to_string(), uid.clone()),
         ]);
         let config = pb::PodSandboxConfig {
-            metadata: Some(pb::PodSandboxMetadata { name: name.into(), uid: uid.clone(), namespace: namespace.into(), attempt: 0 }),
+            metadata: Some(pb::PodSandboxMetadata {
+                name: name.into(),
+                uid: uid.clone(),
+                namespace: namespace.into(),
+                attempt: 0,
+            }),
             hostname: if host_network { String::new() } else { name.into() },
             log_directory: log_dir.display().to_string(),
             labels,
             annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             linux: Some(pb::LinuxPodSandboxConfig {
                 cgroup_parent: format!("{}/pod{uid}", self.cgroup_root),
-                security_context: Some(pb::LinuxSandboxSecurityContext { namespace_options: Some(namespaces(host_network)), ..Default::default() }),
+                security_context: Some(pb::LinuxSandboxSecurityContext {
+                    namespace_options: Some(namespaces(host_network)),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
         };
-        let req = pb::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: runtime_handler.into() };
+        let req = pb::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: runtime_handler.into(),
+        };
         let mut c = self.client();
         let id = self.try_rpc(async move { c.run_pod_sandbox(req).await })?.pod_sandbox_id;
         self.pods.lock().unwrap().push(Pod { id: id.clone(), config });
@@ -370,33 +480,79 @@ impl Containerd17 {
     /// passed again, the namespaces of the pod, a log path); returns the container id.
     #[track_caller]
     pub fn create_and_start(&self, sandbox: &str, c: &Container) -> String {
-        self.try_create_and_start(sandbox, c).unwrap_or_else(|s| panic!("CRI CreateContainer/StartContainer in {sandbox}: {:?}: {}\n{}", s.code(), s.message(), self.log_section()))
+        self.try_create_and_start(sandbox, c).unwrap_or_else(|s| {
+            panic!(
+                "CRI CreateContainer/StartContainer in {sandbox}: {:?}: {}\n{}",
+                s.code(),
+                s.message(),
+                self.log_section()
+            )
+        })
     }
 
     /// [`Self::create_and_start`], returning containerd's refusal instead.
-    pub fn try_create_and_start(&self, sandbox: &str, c: &Container) -> Result<String, tonic::Status> {
-        let sandbox_config = self.pods.lock().unwrap().iter().find(|p| p.id == sandbox).map(|p| p.config.clone()).unwrap_or_else(|| panic!("no pod {sandbox} of this harness"));
-        let host_network = sandbox_config.linux.as_ref().and_then(|l| l.security_context.as_ref()).and_then(|s| s.namespace_options.as_ref()).is_some_and(|n| n.network == pb::NamespaceMode::Node as i32);
+    pub fn try_create_and_start(
+        &self,
+        sandbox: &str,
+        c: &Container,
+    ) -> Result<String, tonic::Status> {
+        let sandbox_config = self
+            .pods
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|p| p.id == sandbox)
+            .map(|p| p.config.clone())
+            .unwrap_or_else(|| panic!("no pod {sandbox} of this harness"));
+        let host_network = sandbox_config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .is_some_and(|n| n.network == pb::NamespaceMode::Node as i32);
         let name = if c.name.is_empty() { "c" } else { c.name.as_str() };
         let image = if c.image.is_empty() { BUSYBOX_IMAGE } else { c.image.as_str() };
-        let command = if c.args.is_empty() { vec!["sleep".to_string(), "3600".to_string()] } else { c.args.clone() };
+        let command = if c.args.is_empty() {
+            vec!["sleep".to_string(), "3600".to_string()]
+        } else {
+            c.args.clone()
+        };
         let config = pb::ContainerConfig {
             metadata: Some(pb::ContainerMetadata { name: name.into(), attempt: 0 }),
             image: Some(pb::ImageSpec { image: image.into(), ..Default::default() }),
             command,
-            envs: c.envs.iter().map(|(k, v)| pb::KeyValue { key: k.clone(), value: v.clone() }).collect(),
-            devices: c.devices.iter().map(|d| pb::Device { container_path: d.container_path.clone(), host_path: d.host_path.display().to_string(), permissions: d.permissions.clone() }).collect(),
+            envs: c
+                .envs
+                .iter()
+                .map(|(k, v)| pb::KeyValue { key: k.clone(), value: v.clone() })
+                .collect(),
+            devices: c
+                .devices
+                .iter()
+                .map(|d| pb::Device {
+                    container_path: d.container_path.clone(),
+                    host_path: d.host_path.display().to_string(),
+                    permissions: d.permissions.clone(),
+                })
+                .collect(),
             labels: HashMap::from([("io.kubernetes.container.name".to_string(), name.to_string())]),
             annotations: c.annotations.iter().cloned().collect(),
             log_path: format!("{name}/0.log"),
             linux: Some(pb::LinuxContainerConfig {
                 resources: Some(pb::LinuxContainerResources::default()),
-                security_context: Some(pb::LinuxContainerSecurityContext { namespace_options: Some(namespaces(host_network)), ..Default::default() }),
+                security_context: Some(pb::LinuxContainerSecurityContext {
+                    namespace_options: Some(namespaces(host_network)),
+                    ..Default::default()
+                }),
             }),
             cdi_devices: c.cdi_devices.iter().map(|n| pb::CdiDevice { name: n.clone() }).collect(),
             ..Default::default()
         };
-        let req = pb::CreateContainerRequest { pod_sandbox_id: sandbox.into(), config: Some(config), sandbox_config: Some(sandbox_config) };
+        let req = pb::CreateContainerRequest {
+            pod_sandbox_id: sandbox.into(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
         let mut client = self.client();
         let id = self.try_rpc(async move { client.create_container(req).await })?.container_id;
         let mut client = self.client();
@@ -408,7 +564,11 @@ impl Containerd17 {
     /// ExecSync `cmd` in `container` (10 s at most): (exit code, stdout, stderr).
     #[track_caller]
     pub fn exec_sync(&self, container: &str, cmd: &[&str]) -> (i32, String, String) {
-        let req = pb::ExecSyncRequest { container_id: container.into(), cmd: cmd.iter().map(|s| s.to_string()).collect(), timeout: 10 };
+        let req = pb::ExecSyncRequest {
+            container_id: container.into(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 10,
+        };
         let mut c = self.client();
         let r = self.rpc("ExecSync", async move { c.exec_sync(req).await });
         (r.exit_code, text(&r.stdout), text(&r.stderr))
@@ -427,7 +587,9 @@ impl Containerd17 {
     #[track_caller]
     pub fn runtime_spec(&self, container: &str) -> Value {
         let status = self.container_status(container, true);
-        let info = status.info.get("info").unwrap_or_else(|| panic!("no info in the verbose status of {container}: {:?}", status.info.keys()));
+        let info = status.info.get("info").unwrap_or_else(|| {
+            panic!("no info in the verbose status of {container}: {:?}", status.info.keys())
+        });
         let info: Value = serde_json::from_str(info).unwrap();
         info["runtimeSpec"].clone()
     }
@@ -447,10 +609,14 @@ impl Containerd17 {
     pub fn remove_pod(&self, sandbox: &str) -> Result<(), tonic::Status> {
         let mut c = self.client();
         let id = sandbox.to_string();
-        self.try_rpc(async move { c.stop_pod_sandbox(pb::StopPodSandboxRequest { pod_sandbox_id: id }).await })?;
+        self.try_rpc(async move {
+            c.stop_pod_sandbox(pb::StopPodSandboxRequest { pod_sandbox_id: id }).await
+        })?;
         let mut c = self.client();
         let id = sandbox.to_string();
-        self.try_rpc(async move { c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id }).await })?;
+        self.try_rpc(async move {
+            c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id }).await
+        })?;
         self.pods.lock().unwrap().retain(|p| p.id != sandbox);
         Ok(())
     }
@@ -458,7 +624,13 @@ impl Containerd17 {
     /// `config.toml`, version 2 as containerd 1.7 reads it.
     fn config_toml(&self, opts: &Options) -> String {
         let d = |p: &str| toml_str(&self.dir.path().join(p).display().to_string());
-        let runc = toml_str(&std::env::var("ERDMA_CRI_RUNC").map(PathBuf::from).unwrap_or_else(|_| which("runc")).display().to_string());
+        let runc = toml_str(
+            &std::env::var("ERDMA_CRI_RUNC")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| which("runc"))
+                .display()
+                .to_string(),
+        );
         let cri = "plugins.\"io.containerd.grpc.v1.cri\"";
         let mut s = format!(
             r#"version = 2
@@ -514,7 +686,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             root = d("root"),
             state = d("state"),
             sock = toml_str(&self.socket().display().to_string()),
-            level = toml_str(&opts.log_level.clone().or_else(|| std::env::var("ERDMA_CRI_LOG_LEVEL").ok()).unwrap_or_else(|| "info".into())),
+            level = toml_str(
+                &opts
+                    .log_level
+                    .clone()
+                    .or_else(|| std::env::var("ERDMA_CRI_LOG_LEVEL").ok())
+                    .unwrap_or_else(|| "info".into())
+            ),
             opt = d("opt"),
             nri_sock = toml_str(&self.nri_socket().display().to_string()),
             nri_plugins = d("nri/plugins"),
@@ -559,7 +737,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         let blobs = layout.join("blobs/sha256");
         std::fs::create_dir_all(&blobs).unwrap();
         let layer = work.join("layer.tar");
-        let out = Command::new("tar").arg("-C").arg(&rootfs).args(["--numeric-owner", "--owner=0", "--group=0", "-cf"]).arg(&layer).arg(".").output().unwrap();
+        let out = Command::new("tar")
+            .arg("-C")
+            .arg(&rootfs)
+            .args(["--numeric-owner", "--owner=0", "--group=0", "-cf"])
+            .arg(&layer)
+            .arg(".")
+            .output()
+            .unwrap();
         assert_success("tar the busybox layer", &out);
         let (layer_digest, layer_size) = add_blob(&blobs, &std::fs::read(&layer).unwrap());
         let arch = match std::env::consts::ARCH {
@@ -579,7 +764,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 "config": config,
                 "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
             });
-            let (config_digest, config_size) = add_blob(&blobs, &serde_json::to_vec(&config).unwrap());
+            let (config_digest, config_size) =
+                add_blob(&blobs, &serde_json::to_vec(&config).unwrap());
             let manifest = json!({
                 "schemaVersion": 2,
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -597,13 +783,36 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             }));
         }
         std::fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-        std::fs::write(layout.join("index.json"), serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": manifests})).unwrap()).unwrap();
+        std::fs::write(
+            layout.join("index.json"),
+            serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": manifests})).unwrap(),
+        )
+        .unwrap();
         let archive = work.join("images.tar");
-        let out = Command::new("tar").arg("-C").arg(&layout).arg("-cf").arg(&archive).args(["oci-layout", "index.json", "blobs"]).output().unwrap();
+        let out = Command::new("tar")
+            .arg("-C")
+            .arg(&layout)
+            .arg("-cf")
+            .arg(&archive)
+            .args(["oci-layout", "index.json", "blobs"])
+            .output()
+            .unwrap();
         assert_success("tar the image archive", &out);
-        let out = self.ctr(&["images", "import", "--snapshotter", "overlayfs", archive.to_str().unwrap()]);
+        let out = self.ctr(&[
+            "images",
+            "import",
+            "--snapshotter",
+            "overlayfs",
+            archive.to_str().unwrap(),
+        ]);
         if !out.status.success() {
-            panic!("ctr images import failed ({}): {}{}\n{}", out.status, text(&out.stdout), text(&out.stderr), self.log_section());
+            panic!(
+                "ctr images import failed ({}): {}{}\n{}",
+                out.status,
+                text(&out.stdout),
+                text(&out.stderr),
+                self.log_section()
+            );
         }
         // The CRI plugin learns of imported images from containerd's events, asynchronously,
         // and labels each one it has taken in `io.cri-containerd.image=managed`: wait for both
@@ -611,12 +820,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let listed = text(&self.ctr(&["images", "list"]).stdout);
-            let managed = |name: &str| listed.lines().any(|l| l.split_whitespace().next() == Some(name) && l.contains("io.cri-containerd.image=managed"));
+            let managed = |name: &str| {
+                listed.lines().any(|l| {
+                    l.split_whitespace().next() == Some(name)
+                        && l.contains("io.cri-containerd.image=managed")
+                })
+            };
             if managed(PAUSE_IMAGE) && managed(BUSYBOX_IMAGE) {
                 break;
             }
             if Instant::now() > deadline {
-                panic!("the CRI plugin did not take in the imported images within 10 s:\n{listed}\n{}", self.log_section());
+                panic!(
+                    "the CRI plugin did not take in the imported images within 10 s:\n{listed}\n{}",
+                    self.log_section()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -646,7 +863,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .filter(|pid| Some(*pid) != me)
-            .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == sock.as_bytes())))
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == sock.as_bytes()))
+            })
             .collect()
     }
 }
@@ -688,7 +908,14 @@ impl Drop for Containerd17 {
         if let Ok(entries) = std::fs::read_dir(self.runc_root().join(NAMESPACE)) {
             for e in entries.flatten() {
                 eprintln!("cri harness: deleting runc container {:?} left behind", e.file_name());
-                let _ = Command::new("runc").arg("--root").arg(self.runc_root().join(NAMESPACE)).args(["delete", "--force"]).arg(e.file_name()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+                let _ = Command::new("runc")
+                    .arg("--root")
+                    .arg(self.runc_root().join(NAMESPACE))
+                    .args(["delete", "--force"])
+                    .arg(e.file_name())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
         remove_cgroups(&self.cgroup_root);
@@ -725,7 +952,11 @@ fn add_blob(blobs: &Path, data: &[u8]) -> (String, usize) {
 /// `restrict_oom_score_adj`: containerd then clamps scores to its own, as in a user namespace.
 fn has_cap_sys_resource() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
     eff & (1 << 24) != 0
 }
 
@@ -742,7 +973,11 @@ fn which(name: &str) -> PathBuf {
 }
 
 fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).stderr(Stdio::null()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// Removes the cgroup `path` (and below, deepest first) from every mounted hierarchy: runc

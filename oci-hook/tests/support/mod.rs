@@ -50,30 +50,47 @@ pub fn is_root() -> bool {
     // The effective uid, without unsafe code: /proc/self/status "Uid: real effective ...".
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2)).map(|u| u == "0"))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .map(|u| u == "0")
+        })
         .unwrap_or(false)
 }
 
 /// Whether `cmd` is an executable on `PATH` (or an executable path).
 pub fn have(cmd: &str) -> bool {
-    let is_exe = |p: &Path| p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+    let is_exe = |p: &Path| {
+        p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    };
     if cmd.contains('/') {
         return is_exe(Path::new(cmd));
     }
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| is_exe(&d.join(cmd))))
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| is_exe(&d.join(cmd))))
 }
 
 /// Root, runc and Debian's static busybox: what running real containers needs.
 pub fn require_runc() -> bool {
     require(is_root(), "root is needed to run containers and mknod device nodes")
         && require(have("runc"), "runc is needed (run scripts/setup)")
-        && require(Path::new(BUSYBOX).is_file(), "/bin/busybox from busybox-static is needed (run scripts/setup)")
+        && require(
+            Path::new(BUSYBOX).is_file(),
+            "/bin/busybox from busybox-static is needed (run scripts/setup)",
+        )
 }
 
 /// Panics with both output streams unless `out` is a success.
 #[track_caller]
 pub fn assert_success(what: &str, out: &Output) {
-    assert!(out.status.success(), "{what} failed with {}\n--- stdout\n{}\n--- stderr\n{}", out.status, text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed with {}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
 }
 
 pub fn text(b: &[u8]) -> String {
@@ -105,7 +122,12 @@ pub fn dev_nodes(scenario: &str) -> Vec<DevNode> {
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             assert!(f.len() == 4 && f[1].len() == 1, "{}: bad line `{l}`", file.display());
-            DevNode { path: f[0].into(), kind: f[1].chars().next().unwrap(), major: f[2].parse().unwrap(), minor: f[3].parse().unwrap() }
+            DevNode {
+                path: f[0].into(),
+                kind: f[1].chars().next().unwrap(),
+                major: f[2].parse().unwrap(),
+                minor: f[3].parse().unwrap(),
+            }
         })
         .collect()
 }
@@ -131,7 +153,15 @@ pub fn copy_tree(from: &Path, to: &Path) {
 /// `mknod PATH TYPE MAJOR MINOR` (root), through the tool so the tests need no unsafe code.
 pub fn mknod(path: &Path, kind: char, major: u32, minor: u32) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let out = Command::new("mknod").arg("-m").arg("0666").arg(path).arg(kind.to_string()).arg(major.to_string()).arg(minor.to_string()).output().unwrap();
+    let out = Command::new("mknod")
+        .arg("-m")
+        .arg("0666")
+        .arg(path)
+        .arg(kind.to_string())
+        .arg(major.to_string())
+        .arg(minor.to_string())
+        .output()
+        .unwrap();
     assert_success(&format!("mknod {}", path.display()), &out);
 }
 
@@ -162,7 +192,10 @@ impl Fixture {
     pub fn sysfs_only(scenario: &str, extra_toml: &str) -> Fixture {
         let src = sysfs_fixtures().join(scenario);
         assert!(src.join("sys").is_dir(), "no fixture scenario {}", src.display());
-        let dir = tempfile::Builder::new().prefix(&format!("erdma-fixture-{scenario}-")).tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("erdma-fixture-{scenario}-"))
+            .tempdir()
+            .unwrap();
         let sysfs = dir.path().join("sys");
         copy_tree(&src.join("sys"), &sysfs);
         let dev = dir.path().join("dev");
@@ -186,7 +219,8 @@ impl Fixture {
         t.insert("dev_root".into(), self.dev.display().to_string().into());
         t.insert("log_file".into(), self.log.display().to_string().into());
         t.insert("log_level".into(), "debug".into());
-        let extra: toml::Table = toml::from_str(extra_toml).unwrap_or_else(|e| panic!("extra config `{extra_toml}`: {e}"));
+        let extra: toml::Table = toml::from_str(extra_toml)
+            .unwrap_or_else(|e| panic!("extra config `{extra_toml}`: {e}"));
         t.extend(extra);
         std::fs::write(&self.config_path, toml::to_string(&t).unwrap()).unwrap();
     }
@@ -213,8 +247,10 @@ impl Fixture {
 pub const BUSYBOX: &str = "/bin/busybox";
 
 /// Applets every busybox rootfs gets.
-pub const APPLETS: &[&str] =
-    &["sh", "ls", "cat", "readlink", "true", "false", "echo", "env", "grep", "sleep", "id", "stat", "test", "mkdir", "head", "sort", "tr"];
+pub const APPLETS: &[&str] = &[
+    "sh", "ls", "cat", "readlink", "true", "false", "echo", "env", "grep", "sleep", "id", "stat",
+    "test", "mkdir", "head", "sort", "tr",
+];
 
 /// A busybox rootfs at `dir`: `/bin/busybox` (Debian's static build, copied, never linked:
 /// a container must not be able to write the host's) and the [`APPLETS`] as symlinks.
@@ -253,7 +289,8 @@ pub fn bundle_with_rootfs(dir: &Path, rootfs: &Path) -> PathBuf {
 
 fn runc_spec(dir: &Path) {
     let _ = std::fs::remove_file(dir.join("config.json"));
-    let out = Command::new("runc").arg("spec").arg("--bundle").arg(dir).output().expect("runc spec");
+    let out =
+        Command::new("runc").arg("spec").arg("--bundle").arg(dir).output().expect("runc spec");
     assert_success("runc spec", &out);
     let mut spec = read_spec(dir);
     spec["process"]["terminal"] = false.into();
@@ -262,7 +299,8 @@ fn runc_spec(dir: &Path) {
 
 pub fn read_spec(bundle: &Path) -> Value {
     let p = bundle.join("config.json");
-    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap()
 }
 
 pub fn write_spec(bundle: &Path, spec: &Value) {
@@ -282,7 +320,12 @@ pub fn add_env(spec: &mut Value, vars: &[&str]) {
 
 /// The value of `name` in `process.env` (the last definition).
 pub fn env_of<'a>(spec: &'a Value, name: &str) -> Option<&'a str> {
-    spec["process"]["env"].as_array()?.iter().rev().filter_map(Value::as_str).find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+    spec["process"]["env"]
+        .as_array()?
+        .iter()
+        .rev()
+        .filter_map(Value::as_str)
+        .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
 }
 
 /// A private runc state directory (`runc --root`), and unique container ids; containers
@@ -315,7 +358,13 @@ impl Drop for RuncRoot {
     fn drop(&mut self) {
         let Ok(entries) = std::fs::read_dir(self.dir.path()) else { return };
         for e in entries.flatten() {
-            let _ = Command::new("runc").args(self.args()).args(["delete", "--force"]).arg(e.file_name()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+            let _ = Command::new("runc")
+                .args(self.args())
+                .args(["delete", "--force"])
+                .arg(e.file_name())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }
@@ -343,7 +392,11 @@ pub struct Netns {
 impl Netns {
     pub fn new() -> Netns {
         let host = std::fs::read_link("/proc/self/ns/net").unwrap();
-        let child = Command::new("unshare").args(["--net", "sleep", "600"]).stdin(Stdio::null()).spawn().expect("unshare --net");
+        let child = Command::new("unshare")
+            .args(["--net", "sleep", "600"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("unshare --net");
         let ns = Netns { child };
         // unshare(2) happens after the spawn returns: wait until the namespace differs.
         for _ in 0..500 {

@@ -29,11 +29,7 @@ pub enum DebError {
     FormatVersion { path: PathBuf, version: String },
 
     #[error("{path}: member `{member}` uses {compression} compression, which is not supported")]
-    UnsupportedCompression {
-        path: PathBuf,
-        member: String,
-        compression: &'static str,
-    },
+    UnsupportedCompression { path: PathBuf, member: String, compression: &'static str },
 
     #[error("{path}: member `{member}` is named as {expected} but holds {found} data")]
     CompressionMismatch {
@@ -55,26 +51,13 @@ pub enum DebError {
     /// A limit of [`crate::limits`] reached reading the member (a decompression bomb, tar
     /// headers past their bound).
     #[error("{path}: member `{member}` {exceeded}")]
-    Limit {
-        path: PathBuf,
-        member: String,
-        exceeded: crate::limits::Exceeded,
-    },
+    Limit { path: PathBuf, member: String, exceeded: crate::limits::Exceeded },
 
     #[error("{path}: entry `{entry}` in `{member}` would be outside the package root")]
-    UnsafePath {
-        path: PathBuf,
-        member: String,
-        entry: String,
-    },
+    UnsafePath { path: PathBuf, member: String, entry: String },
 
     #[error("{path}: entry `{entry}` in `{member}`: {reason}")]
-    BadEntry {
-        path: PathBuf,
-        member: String,
-        entry: String,
-        reason: String,
-    },
+    BadEntry { path: PathBuf, member: String, entry: String, reason: String },
 
     #[error("{path}: invalid control file")]
     Control {
@@ -206,14 +189,7 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
                 .map_err(|reason| entry_error(path, member, &raw, reason))?;
             match target.and_then(|target| files.get(&target)) {
                 Some(content) => Vec::clone(content),
-                None => {
-                    return Err(entry_error(
-                        path,
-                        member,
-                        &raw,
-                        PathProblem::DanglingHardlink,
-                    ))
-                }
+                None => return Err(entry_error(path, member, &raw, PathProblem::DanglingHardlink)),
             }
         } else {
             // dpkg would follow a symlinked maintainer script; refusing is safer than
@@ -232,14 +208,9 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
         path: path.to_owned(),
         reason: "the control file is not UTF-8".to_owned(),
     })?;
-    let control = deb822::parse_single(&text).map_err(|source| DebError::Control {
-        path: path.to_owned(),
-        source,
-    })?;
-    Ok(Deb {
-        control,
-        control_files: files,
-    })
+    let control = deb822::parse_single(&text)
+        .map_err(|source| DebError::Control { path: path.to_owned(), source })?;
+    Ok(Deb { control, control_files: files })
 }
 
 /// Calls `f` for each entry of the package's `data.tar`, in archive order, with a reader for
@@ -267,18 +238,15 @@ pub fn for_each_data_entry(
         // A limit reached while the handler read the content is the member's, not the entry's.
         f(data_entry, &mut ExactReader::new(entry, size)).map_err(|e| {
             let limit = match &e {
-                DebError::Handler { source, .. } => source
-                    .downcast_ref::<io::Error>()
-                    .and_then(crate::limits::exceeded)
-                    .cloned(),
+                DebError::Handler { source, .. } => {
+                    source.downcast_ref::<io::Error>().and_then(crate::limits::exceeded).cloned()
+                }
                 _ => None,
             };
             match limit {
-                Some(exceeded) => DebError::Limit {
-                    path: path.to_owned(),
-                    member: member.name.clone(),
-                    exceeded,
-                },
+                Some(exceeded) => {
+                    DebError::Limit { path: path.to_owned(), member: member.name.clone(), exceeded }
+                }
                 None => e,
             }
         })
@@ -348,9 +316,7 @@ fn data_entry<R: Read>(
     if entry_path.is_empty() {
         return match kind {
             DataKind::Dir => Ok(None),
-            _ => Err(bad(
-                "entry for the package root that is not a directory".into()
-            )),
+            _ => Err(bad("entry for the package root that is not a directory".into())),
         };
     }
     let name = |field: Result<Option<&str>, std::str::Utf8Error>, what: &str| {
@@ -409,11 +375,7 @@ fn member_error(path: &Path, member: &str, source: io::Error) -> DebError {
             member: member.to_owned(),
             exceeded: exceeded.clone(),
         },
-        None => DebError::Member {
-            path: path.to_owned(),
-            member: member.to_owned(),
-            source,
-        },
+        None => DebError::Member { path: path.to_owned(), member: member.to_owned(), source },
     }
 }
 
@@ -462,18 +424,10 @@ const AR_HEADER_LEN: u64 = 60;
 
 impl<'p> ArReader<'p> {
     fn open(path: &'p Path) -> Result<Self, DebError> {
-        let io_error = |operation| {
-            move |source| DebError::Io {
-                operation,
-                path: path.to_owned(),
-                source,
-            }
-        };
+        let io_error =
+            |operation| move |source| DebError::Io { operation, path: path.to_owned(), source };
         let mut file = File::open(path).map_err(io_error("opening"))?;
-        let len = file
-            .metadata()
-            .map_err(io_error("reading metadata of"))?
-            .len();
+        let len = file.metadata().map_err(io_error("reading metadata of"))?.len();
         let mut magic = [0u8; AR_MAGIC.len()];
         if read_up_to(&mut file, &mut magic).map_err(io_error("reading"))? != magic.len()
             || magic != AR_MAGIC
@@ -483,19 +437,11 @@ impl<'p> ArReader<'p> {
                 reason: "not an ar archive (no `!<arch>` header)".to_owned(),
             });
         }
-        Ok(ArReader {
-            path,
-            file,
-            len,
-            next: AR_MAGIC.len() as u64,
-        })
+        Ok(ArReader { path, file, len, next: AR_MAGIC.len() as u64 })
     }
 
     fn malformed(&self, reason: String) -> DebError {
-        DebError::Malformed {
-            path: self.path.to_owned(),
-            reason,
-        }
+        DebError::Malformed { path: self.path.to_owned(), reason }
     }
 
     /// The next member's header, or `None` at the end of the file.
@@ -518,10 +464,8 @@ impl<'p> ArReader<'p> {
                 source,
             })?;
         if &header[58..60] != b"`\n" {
-            return Err(self.malformed(format!(
-                "bad member header at offset {} (no end marker)",
-                self.next
-            )));
+            return Err(self
+                .malformed(format!("bad member header at offset {} (no end marker)", self.next)));
         }
         // deb(5): names may carry the trailing `/` GNU ar writes, and are at most 15 bytes.
         let name_field = trim_spaces(&header[..16]);
@@ -545,10 +489,8 @@ impl<'p> ArReader<'p> {
             )));
         }
         // At most 10 digits, so this neither fails nor overflows below.
-        let size: u64 = std::str::from_utf8(size_field)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(u64::MAX);
+        let size: u64 =
+            std::str::from_utf8(size_field).ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
         if size > self.len - offset {
             return Err(self.malformed(format!(
                 "member `{name}` runs past the end of the file ({size} bytes, {} left)",
@@ -571,20 +513,22 @@ impl<'p> ArReader<'p> {
     }
 
     fn content(&mut self, member: &Member) -> Result<io::Take<&mut File>, DebError> {
-        self.file
-            .seek(SeekFrom::Start(member.offset))
-            .map_err(|source| DebError::Io {
-                operation: "seeking in",
-                path: self.path.to_owned(),
-                source,
-            })?;
+        self.file.seek(SeekFrom::Start(member.offset)).map_err(|source| DebError::Io {
+            operation: "seeking in",
+            path: self.path.to_owned(),
+            source,
+        })?;
         Ok((&mut self.file).take(member.size))
     }
 
     /// The member's decompressed content, after checking that its name and its first bytes
     /// agree on the compression; refused once it inflates more than `inflation` times the
     /// bytes read ([`crate::limits::inflate`], `--max-inflation`; 0: no limit).
-    fn tar_stream<'a>(&'a mut self, member: &Member, inflation: u64) -> Result<Box<dyn Read + 'a>, DebError> {
+    fn tar_stream<'a>(
+        &'a mut self,
+        member: &Member,
+        inflation: u64,
+    ) -> Result<Box<dyn Read + 'a>, DebError> {
         let path = self.path;
         let expected = compression(path, member)?;
         let mut content = self.content(member)?;
@@ -604,7 +548,9 @@ impl<'p> ArReader<'p> {
         let stream = Cursor::new(head).chain(content);
         let decoder: fn(_) -> io::Result<Box<dyn Read + 'a>> = match expected {
             // Plain tar is read in 512-byte headers; the decompressors buffer their input.
-            Compression::None => return Ok(Box::new(io::BufReader::with_capacity(64 << 10, stream))),
+            Compression::None => {
+                return Ok(Box::new(io::BufReader::with_capacity(64 << 10, stream)))
+            }
             // Multi-member gzip, as zlib's gzread (which dpkg uses) accepts.
             Compression::Gzip => |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c))),
             Compression::Xz => |c| Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c))),
@@ -704,14 +650,11 @@ struct Layout {
 }
 
 fn read_layout(ar: &mut ArReader<'_>) -> Result<Layout, DebError> {
-    let first = ar
-        .next_member()?
-        .ok_or_else(|| ar.malformed("empty archive".to_owned()))?;
+    let first = ar.next_member()?.ok_or_else(|| ar.malformed("empty archive".to_owned()))?;
     if first.name != "debian-binary" {
-        return Err(ar.malformed(format!(
-            "first member is `{}`, expected `debian-binary`",
-            first.name
-        )));
+        return Err(
+            ar.malformed(format!("first member is `{}`, expected `debian-binary`", first.name))
+        );
     }
     if first.size > MAX_DEBIAN_BINARY {
         return Err(ar.malformed(format!("`debian-binary` is {} bytes long", first.size)));
@@ -726,10 +669,7 @@ fn read_layout(ar: &mut ArReader<'_>) -> Result<Layout, DebError> {
     let control = match ar.next_required_member()? {
         Some(m) if m.name.starts_with("control.tar") => m,
         Some(m) => {
-            return Err(ar.malformed(format!(
-                "unexpected member `{}` before `control.tar`",
-                m.name
-            )))
+            return Err(ar.malformed(format!("unexpected member `{}` before `control.tar`", m.name)))
         }
         None => return Err(ar.malformed("no `control.tar` member".to_owned())),
     };
@@ -760,17 +700,11 @@ fn check_format_version(path: &Path, content: &[u8]) -> Result<(), DebError> {
     if !well_formed {
         return Err(DebError::Malformed {
             path: path.to_owned(),
-            reason: format!(
-                "bad format version `{}` in `debian-binary`",
-                shown().escape_debug()
-            ),
+            reason: format!("bad format version `{}` in `debian-binary`", shown().escape_debug()),
         });
     }
     if !line.starts_with(b"2.") {
-        return Err(DebError::FormatVersion {
-            path: path.to_owned(),
-            version: shown(),
-        });
+        return Err(DebError::FormatVersion { path: path.to_owned(), version: shown() });
     }
     Ok(())
 }
@@ -801,10 +735,7 @@ struct ExactReader<R> {
 
 impl<R: Read> ExactReader<R> {
     fn new(inner: R, size: u64) -> Self {
-        ExactReader {
-            inner,
-            remaining: size,
-        }
+        ExactReader { inner, remaining: size }
     }
 }
 
@@ -813,17 +744,12 @@ impl<R: Read> Read for ExactReader<R> {
         if self.remaining == 0 || buf.is_empty() {
             return Ok(0);
         }
-        let want = buf
-            .len()
-            .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+        let want = buf.len().min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
         let n = self.inner.read(&mut buf[..want])?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!(
-                    "archive ends {} bytes before the end of the entry",
-                    self.remaining
-                ),
+                format!("archive ends {} bytes before the end of the entry", self.remaining),
             ));
         }
         self.remaining -= n as u64;
@@ -843,10 +769,7 @@ fn walk_tar<'a>(
     ) -> Result<(), DebError>,
 ) -> Result<(), DebError> {
     let error = |source| member_error(path, member_name, source);
-    let input = EofTracker {
-        inner: reader,
-        hit_eof: false,
-    };
+    let input = EofTracker { inner: reader, hit_eof: false };
     let mut rest = crate::limits::walk_tar(input, error, on_entry)?;
     if rest.hit_eof {
         return Err(error(io::Error::new(
@@ -873,10 +796,7 @@ mod tests {
             .output()
             .is_ok_and(|out| out.status.success());
         if !found {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "dpkg-deb is needed for this test in CI"
-            );
+            assert!(std::env::var_os("CI").is_none(), "dpkg-deb is needed for this test in CI");
             eprintln!("skipping: dpkg-deb not found");
         }
         found
@@ -903,11 +823,7 @@ mod tests {
         write("etc/erdma/erdma.conf", b"setting = 1\n", 0o644);
         write("DEBIAN/conffiles", b"/etc/erdma/erdma.conf\n", 0o644);
         write("DEBIAN/postinst", b"#!/bin/sh\nset -e\nexit 0\n", 0o755);
-        write(
-            "DEBIAN/md5sums",
-            b"d41d8cd98f00b204e9800998ecf8427e  usr/bin/tool\n",
-            0o644,
-        );
+        write("DEBIAN/md5sums", b"d41d8cd98f00b204e9800998ecf8427e  usr/bin/tool\n", 0o644);
         std::fs::create_dir_all(root.join("var/lib/erdma")).unwrap();
         std::os::unix::fs::symlink("tool", root.join("usr/bin/tool-link")).unwrap();
         std::fs::hard_link(
@@ -931,12 +847,10 @@ mod tests {
         let mut entries = Vec::new();
         for_each_data_entry(path, crate::limits::DEFAULT_INFLATION, |entry, content| {
             let mut buf = Vec::new();
-            content
-                .read_to_end(&mut buf)
-                .map_err(|e| DebError::Handler {
-                    entry: entry.path.clone(),
-                    source: Box::new(e),
-                })?;
+            content.read_to_end(&mut buf).map_err(|e| DebError::Handler {
+                entry: entry.path.clone(),
+                source: Box::new(e),
+            })?;
             entries.push((entry, buf));
             Ok(())
         })?;
@@ -960,16 +874,11 @@ mod tests {
                 "{compression}"
             );
             assert_eq!(deb.control_files["conffiles"], b"/etc/erdma/erdma.conf\n");
-            assert_eq!(
-                deb.control_files["postinst"],
-                b"#!/bin/sh\nset -e\nexit 0\n"
-            );
+            assert_eq!(deb.control_files["postinst"], b"#!/bin/sh\nset -e\nexit 0\n");
 
             let entries = collect(&deb_path).unwrap();
-            let by_path: BTreeMap<_, _> = entries
-                .iter()
-                .map(|(e, content)| (e.path.as_str(), (e, content)))
-                .collect();
+            let by_path: BTreeMap<_, _> =
+                entries.iter().map(|(e, content)| (e.path.as_str(), (e, content))).collect();
             assert_eq!(by_path.len(), entries.len(), "no duplicate paths");
             assert!(!by_path.contains_key(""), "the root entry is skipped");
             let paths: BTreeSet<_> = by_path.keys().copied().collect();
@@ -1034,10 +943,7 @@ mod tests {
         // A handler that stops the walk: its error comes back as is.
         let err = for_each_data_entry(&deb_path, crate::limits::DEFAULT_INFLATION, |entry, _| {
             if entry.path == "usr/bin/tool" {
-                return Err(DebError::Handler {
-                    entry: entry.path,
-                    source: "disk full".into(),
-                });
+                return Err(DebError::Handler { entry: entry.path, source: "disk full".into() });
             }
             Ok(())
         })
@@ -1062,10 +968,7 @@ mod tests {
         let mut out = AR_MAGIC.to_vec();
         for (name, content) in members {
             let size = content.len();
-            let header = format!(
-                "{name:<16}{:<12}{:<6}{:<6}{:<8}{size:<10}`\n",
-                0, 0, 0, 100644
-            );
+            let header = format!("{name:<16}{:<12}{:<6}{:<6}{:<8}{size:<10}`\n", 0, 0, 0, 100644);
             assert_eq!(header.len(), 60);
             out.extend_from_slice(header.as_bytes());
             out.extend_from_slice(content);
@@ -1113,11 +1016,7 @@ mod tests {
 
     /// A package of uncompressed `control.tar` and `data.tar`.
     fn package(control: &[u8], data: &[u8]) -> Vec<u8> {
-        ar(&[
-            ("debian-binary", b"2.0\n"),
-            ("control.tar", control),
-            ("data.tar", data),
-        ])
+        ar(&[("debian-binary", b"2.0\n"), ("control.tar", control), ("data.tar", data)])
     }
 
     fn gzip(data: &[u8]) -> Vec<u8> {
@@ -1164,12 +1063,7 @@ mod tests {
             file("/abs/file", b"abc"),
             ("usr//lib/./x/", tar::EntryType::Directory, b"", ""),
             ("./usr/lib/y", tar::EntryType::Link, b"", "/abs/file"),
-            (
-                "./usr/lib/z",
-                tar::EntryType::Symlink,
-                b"",
-                "../../abs/file",
-            ),
+            ("./usr/lib/z", tar::EntryType::Symlink, b"", "../../abs/file"),
         ]);
         let control = gzip(&plain_control());
         // GNU ar's trailing slash, `_` members, a newer minor format, extra lines, and a
@@ -1188,10 +1082,8 @@ mod tests {
         assert_eq!(parsed.control.get("Package"), Some("x"));
         assert!(parsed.control_files.is_empty());
         let entries = collect(&path).unwrap();
-        let summary: Vec<_> = entries
-            .iter()
-            .map(|(e, c)| (e.path.as_str(), e.kind.clone(), c.as_slice()))
-            .collect();
+        let summary: Vec<_> =
+            entries.iter().map(|(e, c)| (e.path.as_str(), e.kind.clone(), c.as_slice())).collect();
         assert_eq!(
             summary,
             [
@@ -1231,57 +1123,30 @@ mod tests {
                 "first member is `control.tar`, expected `debian-binary`",
             ),
             (
-                &[
-                    ("debian-binary", v2),
-                    ("data.tar", &data),
-                    ("control.tar", &control),
-                ],
+                &[("debian-binary", v2), ("data.tar", &data), ("control.tar", &control)],
                 "unexpected member `data.tar` before `control.tar`",
             ),
             (
-                &[
-                    ("debian-binary", v2),
-                    ("control.tar", &control),
-                    ("control.tar.gz", &control),
-                ],
+                &[("debian-binary", v2), ("control.tar", &control), ("control.tar.gz", &control)],
                 "two `control.tar` members",
             ),
             (
-                &[
-                    ("debian-binary", v2),
-                    ("control.tar", &control),
-                    ("evil", b""),
-                ],
+                &[("debian-binary", v2), ("control.tar", &control), ("evil", b"")],
                 "unexpected member `evil` before `data.tar`",
             ),
-            (
-                &[("debian-binary", v2), ("control.tar", &control)],
-                "no `data.tar` member",
-            ),
+            (&[("debian-binary", v2), ("control.tar", &control)], "no `data.tar` member"),
         ];
         for (members, reason) in cases {
             assert_eq!(malformed(&ar(members)), reason);
         }
 
-        let with_version = |v: &[u8]| {
-            ar(&[
-                ("debian-binary", v),
-                ("control.tar", &control),
-                ("data.tar", &data),
-            ])
-        };
+        let with_version =
+            |v: &[u8]| ar(&[("debian-binary", v), ("control.tar", &control), ("data.tar", &data)]);
         assert!(matches!(
             error_for(&with_version(b"3.0\n")),
             DebError::FormatVersion { version, .. } if version == "3.0"
         ));
-        for bad in [
-            &b"2.0"[..],
-            b"2\n",
-            b"2.x\n",
-            b"\n",
-            b" 2.0\n",
-            b"!<arch>\n",
-        ] {
+        for bad in [&b"2.0"[..], b"2\n", b"2.x\n", b"\n", b" 2.0\n", b"!<arch>\n"] {
             let reason = malformed(&with_version(bad));
             assert!(reason.starts_with("bad format version"), "{reason}");
         }
@@ -1307,67 +1172,42 @@ mod tests {
         let data_size_at = good.len() - data.len() - 60 + 48;
         let bigger = format!("{:<10}", data.len() + 1);
         let reason = malformed(&patched(data_size_at, bigger.as_bytes()));
-        assert!(
-            reason.contains("member `data.tar` runs past the end"),
-            "{reason}"
-        );
+        assert!(reason.contains("member `data.tar` runs past the end"), "{reason}");
     }
 
     #[test]
     fn rejects_unsupported_or_mislabelled_compression() {
         let (control, data) = (plain_control(), plain_data());
         let with_data = |name: &str, content: &[u8]| {
-            ar(&[
-                ("debian-binary", b"2.0\n"),
-                ("control.tar", &control),
-                (name, content),
-            ])
+            ar(&[("debian-binary", b"2.0\n"), ("control.tar", &control), (name, content)])
         };
         let with_control = |name: &str, content: &[u8]| {
-            ar(&[
-                ("debian-binary", b"2.0\n"),
-                (name, content),
-                ("data.tar", &data),
-            ])
+            ar(&[("debian-binary", b"2.0\n"), (name, content), ("data.tar", &data)])
         };
         assert!(matches!(
             error_for(&with_data("data.tar.bz2", b"BZh91AY")),
-            DebError::UnsupportedCompression {
-                compression: "bzip2",
-                ..
-            }
+            DebError::UnsupportedCompression { compression: "bzip2", .. }
         ));
         assert!(matches!(
             error_for(&with_data("data.tar.lzma", b"]\0\0")),
-            DebError::UnsupportedCompression {
-                compression: "lzma",
-                ..
-            }
+            DebError::UnsupportedCompression { compression: "lzma", .. }
         ));
         assert!(matches!(
             error_for(&with_data("data.tar.lz4", b"")),
             DebError::UnsupportedCompression { .. }
         ));
         for (bytes, want_expected, want_found) in [
-            (
-                with_control("control.tar.xz", &gzip(&control)),
-                "xz",
-                "gzip",
-            ),
+            (with_control("control.tar.xz", &gzip(&control)), "xz", "gzip"),
             (with_control("control.tar.gz", &control), "gzip", "tar"),
             (with_control("control.tar.zst", b"BZh91AY"), "zstd", "bzip2"),
             (with_data("data.tar", &gzip(&data)), "tar", "gzip"),
-            (
-                with_control("control.tar", b"garbage"),
-                "tar",
-                "unrecognised",
-            ),
+            (with_control("control.tar", b"garbage"), "tar", "unrecognised"),
             (with_control("control.tar.gz", b""), "gzip", "unrecognised"),
         ] {
             match error_for(&bytes) {
-                DebError::CompressionMismatch {
-                    expected, found, ..
-                } => assert_eq!((expected, found), (want_expected, want_found)),
+                DebError::CompressionMismatch { expected, found, .. } => {
+                    assert_eq!((expected, found), (want_expected, want_found))
+                }
                 other => panic!("expected a compression mismatch, got {other:?}"),
             }
         }
@@ -1375,10 +1215,7 @@ mod tests {
         let mut broken = gzip(&data);
         let middle = broken.len() / 2;
         broken[middle] ^= 0xff;
-        assert!(matches!(
-            error_for(&with_data("data.tar.gz", &broken)),
-            DebError::Member { .. }
-        ));
+        assert!(matches!(error_for(&with_data("data.tar.gz", &broken)), DebError::Member { .. }));
     }
 
     #[test]
@@ -1390,15 +1227,9 @@ mod tests {
         assert_eq!(reason, "`control.tar` has no `control` file");
         assert!(matches!(
             error_for(&with_control(&[file("./control", b" x\n")])),
-            DebError::Control {
-                source: Deb822Error::ContinuationBeforeField { line: 1 },
-                ..
-            }
+            DebError::Control { source: Deb822Error::ContinuationBeforeField { line: 1 }, .. }
         ));
-        let reason = malformed(&with_control(&[file(
-            "./control",
-            b"Maintainer: J\xf6rg\n",
-        )]));
+        let reason = malformed(&with_control(&[file("./control", b"Maintainer: J\xf6rg\n")]));
         assert_eq!(reason, "the control file is not UTF-8");
         let reason = bad_entry(&with_control(&[
             file("./control", b"Package: x\n"),
@@ -1427,10 +1258,7 @@ mod tests {
         header.set_cksum();
         huge[..512].copy_from_slice(header.as_bytes());
         let reason = malformed(&package(&huge, &data));
-        assert!(
-            reason.starts_with("control files add up to more than"),
-            "{reason}"
-        );
+        assert!(reason.starts_with("control files add up to more than"), "{reason}");
     }
 
     #[test]
@@ -1449,22 +1277,10 @@ mod tests {
             );
         }
         for (entry, want) in [
-            (
-                file("./", b""),
-                "entry for the package root that is not a directory",
-            ),
-            (
-                ("./a", tar::EntryType::Symlink, b"", ""),
-                "link without a target",
-            ),
-            (
-                ("./a", tar::EntryType::Link, b"", "./"),
-                "hard link to the package root",
-            ),
-            (
-                ("./a", tar::EntryType::new(b'V'), b"", ""),
-                "unsupported tar entry type `V`",
-            ),
+            (file("./", b""), "entry for the package root that is not a directory"),
+            (("./a", tar::EntryType::Symlink, b"", ""), "link without a target"),
+            (("./a", tar::EntryType::Link, b"", "./"), "hard link to the package root"),
+            (("./a", tar::EntryType::new(b'V'), b"", ""), "unsupported tar entry type `V`"),
         ] {
             assert_eq!(bad_entry(&with_data(entry)), want, "{entry:?}");
         }
@@ -1519,10 +1335,7 @@ mod tests {
                 (control, data)
             };
             let (control, data) = try_all(&original);
-            assert!(
-                control.is_ok() && data.is_ok(),
-                "{compression}: the original reads"
-            );
+            assert!(control.is_ok() && data.is_ok(), "{compression}: the original reads");
 
             let step = if original.len() > 4000 { 7 } else { 1 };
             for len in (0..original.len()).step_by(step) {

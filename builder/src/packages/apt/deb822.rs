@@ -91,9 +91,7 @@ impl Paragraph {
     }
 
     fn position(&self, name: &str) -> Option<usize> {
-        self.fields
-            .iter()
-            .position(|f| f.name.eq_ignore_ascii_case(name))
+        self.fields.iter().position(|f| f.name.eq_ignore_ascii_case(name))
     }
 
     /// The value of field `name`, compared case-insensitively as deb822(5) says.
@@ -114,22 +112,14 @@ impl Paragraph {
     pub fn set(&mut self, name: &str, value: impl Into<String>) -> Result<(), Deb822Error> {
         let value = value.into();
         if !valid_field_name(name) {
-            return Err(Deb822Error::InvalidName {
-                name: name.to_owned(),
-            });
+            return Err(Deb822Error::InvalidName { name: name.to_owned() });
         }
         if let Some(reason) = value_problem(&value) {
-            return Err(Deb822Error::InvalidValue {
-                name: name.to_owned(),
-                reason,
-            });
+            return Err(Deb822Error::InvalidValue { name: name.to_owned(), reason });
         }
         match self.position(name) {
             Some(i) => self.fields[i].value = value,
-            None => self.fields.push(Field {
-                name: name.to_owned(),
-                value,
-            }),
+            None => self.fields.push(Field { name: name.to_owned(), value }),
         }
         Ok(())
     }
@@ -141,9 +131,7 @@ impl Paragraph {
 
     /// `(name, value)` pairs in file order, names spelled as read.
     pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
-        self.fields
-            .iter()
-            .map(|f| (f.name.as_str(), f.value.as_str()))
+        self.fields.iter().map(|f| (f.name.as_str(), f.value.as_str()))
     }
 
     pub fn len(&self) -> usize {
@@ -180,10 +168,7 @@ pub struct Paragraphs<'a> {
 
 /// Iterates over the paragraphs of `text`; after the first error it ends.
 pub fn paragraphs(text: &str) -> Paragraphs<'_> {
-    Paragraphs {
-        lines: text.split('\n').enumerate(),
-        failed: false,
-    }
+    Paragraphs { lines: text.split('\n').enumerate(), failed: false }
 }
 
 impl Paragraphs<'_> {
@@ -212,9 +197,8 @@ impl Paragraphs<'_> {
                 field.value.push_str(line);
                 continue;
             }
-            let (name, value) = line
-                .split_once(':')
-                .ok_or(Deb822Error::MissingColon { line: line_number })?;
+            let (name, value) =
+                line.split_once(':').ok_or(Deb822Error::MissingColon { line: line_number })?;
             if !valid_field_name(name) {
                 return Err(Deb822Error::InvalidFieldName {
                     line: line_number,
@@ -338,11 +322,7 @@ fn find_newline(bytes: &[u8], from: usize) -> Option<usize> {
         }
         i += 8;
     }
-    bytes
-        .get(i..)?
-        .iter()
-        .position(|&c| c == b'\n')
-        .map(|p| i + p)
+    bytes.get(i..)?.iter().position(|&c| c == b'\n').map(|p| i + p)
 }
 
 /// The value being read, for one of the wanted fields.
@@ -456,10 +436,7 @@ impl<const N: usize> Scanner<'_, N> {
             // A 128-bit filter of the names seen spares the comparisons with each of them.
             let bit = 1u128 << (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 57);
             if seen & bit != 0
-                && self
-                    .names
-                    .iter()
-                    .any(|(k, range)| same(*k, &self.text[range.clone()]))
+                && self.names.iter().any(|(k, range)| same(*k, &self.text[range.clone()]))
             {
                 return Err(Deb822Error::DuplicateField {
                     line: line_number,
@@ -475,24 +452,14 @@ impl<const N: usize> Scanner<'_, N> {
                 while value < end && matches!(bytes[value], b' ' | b'\t') {
                     value += 1;
                 }
-                open = Some(OpenValue {
-                    index,
-                    start: value,
-                    end,
-                    folded: false,
-                    cr,
-                    comment: false,
-                });
+                open =
+                    Some(OpenValue { index, start: value, end, folded: false, cr, comment: false });
             }
             first.get_or_insert((start, line_number));
             last_end = raw_end;
         }
         self.close(open, &mut values);
-        Ok(first.map(|(start, line)| Scanned {
-            range: start..last_end,
-            line,
-            values,
-        }))
+        Ok(first.map(|(start, line)| Scanned { range: start..last_end, line, values }))
     }
 }
 
@@ -517,14 +484,8 @@ impl Deb822Error {
         match self {
             ContinuationBeforeField { line } => ContinuationBeforeField { line: line + lines },
             MissingColon { line } => MissingColon { line: line + lines },
-            InvalidFieldName { line, name } => InvalidFieldName {
-                line: line + lines,
-                name,
-            },
-            DuplicateField { line, name } => DuplicateField {
-                line: line + lines,
-                name,
-            },
+            InvalidFieldName { line, name } => InvalidFieldName { line: line + lines, name },
+            DuplicateField { line, name } => DuplicateField { line: line + lines, name },
             other => other,
         }
     }
@@ -611,10 +572,7 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
         assert_eq!(all[1].get("A"), Some("spaced"));
         assert_eq!(all[1].get("B"), Some("value\n  cont  \n\tcont2"));
         assert_eq!(all[1].get("C"), Some(""));
-        assert_eq!(
-            all[1].to_string(),
-            "A: spaced\nB: value\n  cont  \n\tcont2\nC:\n"
-        );
+        assert_eq!(all[1].to_string(), "A: spaced\nB: value\n  cont  \n\tcont2\nC:\n");
         assert!(parse("").unwrap().is_empty());
         assert!(parse("\n\n  \n# only a comment\n").unwrap().is_empty());
         // CRLF reads like LF.
@@ -639,31 +597,19 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
         );
         assert_eq!(
             parse("A: 1\n: empty name\n").unwrap_err(),
-            Deb822Error::InvalidFieldName {
-                line: 2,
-                name: String::new()
-            }
+            Deb822Error::InvalidFieldName { line: 2, name: String::new() }
         );
         assert_eq!(
             parse("A: 1\n\nBad Name: x\n").unwrap_err(),
-            Deb822Error::InvalidFieldName {
-                line: 3,
-                name: "Bad Name".into()
-            }
+            Deb822Error::InvalidFieldName { line: 3, name: "Bad Name".into() }
         );
         assert_eq!(
             parse("A: 1\n-----BEGIN PGP SIGNATURE: x\n").unwrap_err(),
-            Deb822Error::InvalidFieldName {
-                line: 2,
-                name: "-----BEGIN PGP SIGNATURE".into()
-            }
+            Deb822Error::InvalidFieldName { line: 2, name: "-----BEGIN PGP SIGNATURE".into() }
         );
         assert_eq!(
             parse("Package: a\npackage: b\n").unwrap_err(),
-            Deb822Error::DuplicateField {
-                line: 2,
-                name: "package".into()
-            }
+            Deb822Error::DuplicateField { line: 2, name: "package".into() }
         );
         assert_eq!(
             parse("A: 1\n\nB: 2\n").map(|_| ()),
@@ -678,10 +624,7 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
             parse_single("A: 1\n\nA: 2\n").unwrap_err(),
             Deb822Error::ParagraphCount { found: 2 }
         );
-        assert_eq!(
-            parse_single("\n").unwrap_err(),
-            Deb822Error::ParagraphCount { found: 0 }
-        );
+        assert_eq!(parse_single("\n").unwrap_err(), Deb822Error::ParagraphCount { found: 0 });
         // The iterator stops after an error.
         let mut it = paragraphs("A: 1\n\n x\n\nB: 2\n");
         assert!(it.next().unwrap().is_ok());
@@ -708,28 +651,13 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
         assert_eq!(parse_single(&p.to_string()).unwrap(), p);
 
         for bad in ["", "a b", "a:b", "#a", "-a", "é"] {
-            assert!(
-                matches!(p.set(bad, "x"), Err(Deb822Error::InvalidName { .. })),
-                "{bad:?}"
-            );
+            assert!(matches!(p.set(bad, "x"), Err(Deb822Error::InvalidName { .. })), "{bad:?}");
         }
-        for bad in [
-            " leading",
-            "trailing ",
-            "two\nlines",
-            "blank\n \n line",
-            "ends\n",
-            "cr\r\n x",
-        ] {
-            assert!(
-                matches!(p.set("X", bad), Err(Deb822Error::InvalidValue { .. })),
-                "{bad:?}"
-            );
+        for bad in [" leading", "trailing ", "two\nlines", "blank\n \n line", "ends\n", "cr\r\n x"]
+        {
+            assert!(matches!(p.set("X", bad), Err(Deb822Error::InvalidValue { .. })), "{bad:?}");
         }
-        assert!(
-            !p.contains("X"),
-            "a refused value leaves the paragraph alone"
-        );
+        assert!(!p.contains("X"), "a refused value leaves the paragraph alone");
         p.set("Empty", "").unwrap();
         assert!(p.to_string().ends_with("Empty:\n"));
     }
@@ -819,9 +747,8 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
         };
         for _ in 0..20_000 {
             let n = next() % 12;
-            let text: Vec<&str> = (0..n)
-                .map(|_| LINES[(next() % LINES.len() as u64) as usize])
-                .collect();
+            let text: Vec<&str> =
+                (0..n).map(|_| LINES[(next() % LINES.len() as u64) as usize]).collect();
             let mut text = text.join("\n");
             if next() % 2 == 0 {
                 text.push('\n');
@@ -833,15 +760,8 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
     #[test]
     fn shifted_errors_name_the_line_in_the_whole_text() {
         assert_eq!(
-            Deb822Error::DuplicateField {
-                line: 2,
-                name: "A".into()
-            }
-            .shifted(10),
-            Deb822Error::DuplicateField {
-                line: 12,
-                name: "A".into()
-            }
+            Deb822Error::DuplicateField { line: 2, name: "A".into() }.shifted(10),
+            Deb822Error::DuplicateField { line: 12, name: "A".into() }
         );
         assert_eq!(
             Deb822Error::ParagraphCount { found: 2 }.shifted(10),
@@ -882,9 +802,7 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
                       Section: libs\nPriority: optional\nFilename: pool/main/f/foo/libfoo.deb\n\
                       Size: 12345\nMD5sum: 0123456789abcdef0123456789abcdef\n\
                       SHA256: 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n\n";
-        let text: String = (0..60_000)
-            .map(|i| stanza.replace("{}", &i.to_string()))
-            .collect();
+        let text: String = (0..60_000).map(|i| stanza.replace("{}", &i.to_string())).collect();
         let start = std::time::Instant::now();
         let mut count = 0;
         for paragraph in paragraphs(&text) {
@@ -893,10 +811,7 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
         }
         let elapsed = start.elapsed();
         assert_eq!(count, 60_000);
-        eprintln!(
-            "parsed {count} paragraphs ({} MB) in {elapsed:?}",
-            text.len() >> 20
-        );
+        eprintln!("parsed {count} paragraphs ({} MB) in {elapsed:?}", text.len() >> 20);
         assert!(elapsed.as_secs() < 20, "took {elapsed:?}");
     }
 }

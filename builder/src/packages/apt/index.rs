@@ -14,7 +14,21 @@ use sha2::Digest as _;
 use crate::http::Hashing;
 
 /// The fields of a `Packages` stanza that are kept.
-pub const KEPT_FIELDS: [&str; 13] = ["Package", "Version", "Architecture", "Multi-Arch", "Provides", "Depends", "Pre-Depends", "Breaks", "Conflicts", "Replaces", "Filename", "Size", "SHA256"];
+pub const KEPT_FIELDS: [&str; 13] = [
+    "Package",
+    "Version",
+    "Architecture",
+    "Multi-Arch",
+    "Provides",
+    "Depends",
+    "Pre-Depends",
+    "Breaks",
+    "Conflicts",
+    "Replaces",
+    "Filename",
+    "Size",
+    "SHA256",
+];
 
 /// What an index file must be: its size and SHA256 as the Release lists them.
 #[derive(Debug, Clone)]
@@ -27,13 +41,23 @@ pub struct Expect {
 #[derive(Debug)]
 pub enum StreamError {
     /// The source (network or file) failed: trying again may help.
-    Source { message: String },
+    Source {
+        message: String,
+    },
     /// The compressed file is not what the Release says.
-    Size { actual: String },
-    Hash { actual: String },
+    Size {
+        actual: String,
+    },
+    Hash {
+        actual: String,
+    },
     /// The decompressed index is not what the Release says.
-    PlainSize { actual: String },
-    PlainHash { actual: String },
+    PlainSize {
+        actual: String,
+    },
+    PlainHash {
+        actual: String,
+    },
     /// Decompression failed, or the index is larger than `bound.max`.
     Decompress(std::io::Error),
     /// The compressed index inflates more than `bound.inflation` times: a decompression bomb
@@ -61,14 +85,32 @@ pub struct Tees {
 /// from `src`, checks it against `expect` (and the decompressed data against `plain`, when the
 /// Release lists it), and returns the stanzas with [`KEPT_FIELDS`] only. `source_failed` tells a
 /// failure of `src` from bad data.
-pub fn read_index(src: impl Read, file: &str, expect: &Expect, plain: Option<&Expect>, bound: Bound, tees: Tees, source_failed: &dyn Fn() -> Option<String>) -> Result<String, StreamError> {
+pub fn read_index(
+    src: impl Read,
+    file: &str,
+    expect: &Expect,
+    plain: Option<&Expect>,
+    bound: Bound,
+    tees: Tees,
+    source_failed: &dyn Fn() -> Option<String>,
+) -> Result<String, StreamError> {
     let mut compressed = Hashing::new(src, expect.size, tees.compressed);
     let plain_limit = plain.map_or(bound.max, |p| p.size.min(bound.max));
     let (result, plain_over, plain_read, plain_sha) = {
         let decoder: Box<dyn Read + '_> = if file.ends_with(".xz") {
-            Box::new(crate::limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c)))).map_err(StreamError::Decompress)?)
+            Box::new(
+                crate::limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| {
+                    Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c)))
+                })
+                .map_err(StreamError::Decompress)?,
+            )
         } else if file.ends_with(".gz") {
-            Box::new(crate::limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c)))).map_err(StreamError::Decompress)?)
+            Box::new(
+                crate::limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| {
+                    Ok(Box::new(flate2::read::MultiGzDecoder::new(c)))
+                })
+                .map_err(StreamError::Decompress)?,
+            )
         } else {
             Box::new(&mut compressed)
         };
@@ -114,7 +156,11 @@ pub fn read_index(src: impl Read, file: &str, expect: &Expect, plain: Option<&Ex
         if let Some(message) = source_failed() {
             return Err(StreamError::Source { message });
         }
-        return Err(if compressed.over { StreamError::Size { actual: format!("more than {}", expect.size) } } else { StreamError::Decompress(e) });
+        return Err(if compressed.over {
+            StreamError::Size { actual: format!("more than {}", expect.size) }
+        } else {
+            StreamError::Decompress(e)
+        });
     }
     if compressed.read != expect.size {
         return Err(StreamError::Size { actual: compressed.read.to_string() });
@@ -166,13 +212,16 @@ fn keep_fields(r: &mut impl BufRead) -> std::io::Result<String> {
             continue;
         }
         let name = text.split(|&b| b == b':').next().unwrap_or_default().trim_ascii();
-        keep = KEPT_FIELDS.iter().any(|f| f.len() == name.len() && f.as_bytes().eq_ignore_ascii_case(name));
+        keep = KEPT_FIELDS
+            .iter()
+            .any(|f| f.len() == name.len() && f.as_bytes().eq_ignore_ascii_case(name));
         if keep {
             out.extend_from_slice(text);
             out.push(b'\n');
         }
     }
-    Ok(String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    Ok(String::from_utf8(out)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 #[cfg(test)]
@@ -207,38 +256,123 @@ mod tests {
     fn checks_both_hashes_and_sizes() {
         let packed = xz(INDEX.as_bytes());
         let none = || None;
-        let ok = read_index(packed.as_slice(), "main/binary-amd64/Packages.xz", &expect(&packed), Some(&expect(INDEX.as_bytes())), MIB, Tees::default(), &none).unwrap();
+        let ok = read_index(
+            packed.as_slice(),
+            "main/binary-amd64/Packages.xz",
+            &expect(&packed),
+            Some(&expect(INDEX.as_bytes())),
+            MIB,
+            Tees::default(),
+            &none,
+        )
+        .unwrap();
         assert!(ok.starts_with("Package: librdmacm1t64\n"));
         // A flipped byte of the compressed file: its hash (or its decompression) fails.
         let mut bad = packed.clone();
         let at = bad.len() / 2;
         bad[at] ^= 1;
-        assert!(read_index(bad.as_slice(), "Packages.xz", &expect(&packed), None, MIB, Tees::default(), &none).is_err());
+        assert!(read_index(
+            bad.as_slice(),
+            "Packages.xz",
+            &expect(&packed),
+            None,
+            MIB,
+            Tees::default(),
+            &none
+        )
+        .is_err());
         // Longer and shorter than the Release says.
         let mut long = packed.clone();
         long.extend_from_slice(b"junk");
-        assert!(matches!(read_index(long.as_slice(), "Packages.xz", &expect(&packed), None, MIB, Tees::default(), &none), Err(StreamError::Size { .. } | StreamError::Decompress(_))));
+        assert!(matches!(
+            read_index(
+                long.as_slice(),
+                "Packages.xz",
+                &expect(&packed),
+                None,
+                MIB,
+                Tees::default(),
+                &none
+            ),
+            Err(StreamError::Size { .. } | StreamError::Decompress(_))
+        ));
         // The decompressed index against the Release's entry for it.
         let other = expect(b"something else");
-        assert!(matches!(read_index(packed.as_slice(), "Packages.xz", &expect(&packed), Some(&other), MIB, Tees::default(), &none), Err(StreamError::PlainSize { .. })));
+        assert!(matches!(
+            read_index(
+                packed.as_slice(),
+                "Packages.xz",
+                &expect(&packed),
+                Some(&other),
+                MIB,
+                Tees::default(),
+                &none
+            ),
+            Err(StreamError::PlainSize { .. })
+        ));
         // A bomb: more decompressed bytes than allowed.
-        assert!(matches!(read_index(packed.as_slice(), "Packages.xz", &expect(&packed), None, Bound { max: 100, inflation: 100 }, Tees::default(), &none), Err(StreamError::Decompress(_))));
+        assert!(matches!(
+            read_index(
+                packed.as_slice(),
+                "Packages.xz",
+                &expect(&packed),
+                None,
+                Bound { max: 100, inflation: 100 },
+                Tees::default(),
+                &none
+            ),
+            Err(StreamError::Decompress(_))
+        ));
         // Plain, with the copy for the cache.
         let tmp = tempfile::NamedTempFile::new().unwrap();
         let tees = Tees { plain: Some(tmp.reopen().unwrap()), compressed: None };
-        read_index(INDEX.as_bytes(), "Packages", &expect(INDEX.as_bytes()), None, MIB, tees, &none).unwrap();
+        read_index(INDEX.as_bytes(), "Packages", &expect(INDEX.as_bytes()), None, MIB, tees, &none)
+            .unwrap();
         assert_eq!(std::fs::read(tmp.path()).unwrap(), INDEX.as_bytes());
         // A bomb that is what the Release signed: refused once it inflates past the ratio, and
         // read whole with the ratio lifted.
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         std::io::Write::write_all(&mut gz, &vec![0u8; 160 << 20]).unwrap();
         let bomb = gz.finish().unwrap();
-        let e = read_index(bomb.as_slice(), "Packages.gz", &expect(&bomb), None, Bound { max: 1 << 30, inflation: 100 }, Tees::default(), &none).unwrap_err();
-        assert!(matches!(e, StreamError::Limit(crate::limits::Exceeded::Inflation { ratio: 100, .. })), "{e:?}");
-        assert_eq!(read_index(bomb.as_slice(), "Packages.gz", &expect(&bomb), None, Bound { max: 1 << 30, inflation: 0 }, Tees::default(), &none).unwrap(), "");
+        let e = read_index(
+            bomb.as_slice(),
+            "Packages.gz",
+            &expect(&bomb),
+            None,
+            Bound { max: 1 << 30, inflation: 100 },
+            Tees::default(),
+            &none,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, StreamError::Limit(crate::limits::Exceeded::Inflation { ratio: 100, .. })),
+            "{e:?}"
+        );
+        assert_eq!(
+            read_index(
+                bomb.as_slice(),
+                "Packages.gz",
+                &expect(&bomb),
+                None,
+                Bound { max: 1 << 30, inflation: 0 },
+                Tees::default(),
+                &none
+            )
+            .unwrap(),
+            ""
+        );
         // A failing source is said to be one, to be retried.
         let failing = || Some("connection reset".to_string());
-        let e = read_index(&packed[..10], "Packages.xz", &expect(&packed), None, MIB, Tees::default(), &failing).unwrap_err();
+        let e = read_index(
+            &packed[..10],
+            "Packages.xz",
+            &expect(&packed),
+            None,
+            MIB,
+            Tees::default(),
+            &failing,
+        )
+        .unwrap_err();
         assert!(matches!(e, StreamError::Source { .. }), "{e:?}");
     }
 }

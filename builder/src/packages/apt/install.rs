@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use futures_util::StreamExt;
 use md5::{Digest as _, Md5};
 
-
 use super::deb::{self, DataKind, Deb};
 use super::deb822::{self, Paragraph};
 use super::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
@@ -15,10 +14,11 @@ use super::resolve::{self, Installed, Planned, Request};
 use crate::error::{Error, Result};
 use crate::image::layer::{Entry, EntryKind, LayerContents};
 use crate::packages::nccl;
-use crate::progress::Reporter;
 use crate::packages::payload::{self, FileType, Placer, Refused};
-use crate::packages::{BaseFiles, Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport};
-
+use crate::packages::{
+    BaseFiles, Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport,
+};
+use crate::progress::Reporter;
 
 pub const STATUS: &str = "var/lib/dpkg/status";
 const INFO: &str = "var/lib/dpkg/info";
@@ -30,30 +30,64 @@ pub const EMULATED_SCRIPTS: &[&str] = &["libibverbs1 postinst: addgroup --system
 
 /// The apt side of [`crate::packages::install`]: resolve, and with a layer, fetch the `.deb`s
 /// and unpack them with the dpkg database. Returns the report and the paths removed.
-pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
+pub async fn install(
+    inputs: &Inputs<'_>,
+    base: &dyn BaseFiles,
+    layer: Option<&mut LayerContents>,
+    reporter: &dyn Reporter,
+) -> Result<(PackagesReport, Vec<String>)> {
     let (res, mut report, status) = resolve(inputs, base, reporter).await?;
     let Some(layer) = layer else {
         // `plan`: the payloads on disk (all of them with --download) for the special files.
         let debs = match inputs.download {
-            true => Some(fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?),
+            true => Some(
+                fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter)
+                    .await?,
+            ),
             false => None,
         };
-        inspect(&res, debs.as_deref(), &inputs.cache_dir, base, crate::packages::max_inflation(inputs.http), &mut report)?;
+        inspect(
+            &res,
+            debs.as_deref(),
+            &inputs.cache_dir,
+            base,
+            crate::packages::max_inflation(inputs.http),
+            &mut report,
+        )?;
         return Ok((report, Vec::new()));
     };
-    let debs = fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
-    let removed = unpack(&res, &debs, &status, base, layer, crate::packages::max_inflation(inputs.http), &mut report)?;
+    let debs =
+        fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
+    let removed = unpack(
+        &res,
+        &debs,
+        &status,
+        base,
+        layer,
+        crate::packages::max_inflation(inputs.http),
+        &mut report,
+    )?;
     Ok((report, removed))
 }
 
 /// The apt side of [`crate::packages::add_repositories`]: a `sources.list.d` entry and the
 /// dearmoured key in `trusted.gpg.d` (as the eRDMA manual does; apt >= 1.4 reads it there) for
 /// each of the recipe's own repositories, at the URL it was reached at.
-pub fn add_sources(target: &crate::packages::Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+pub fn add_sources(
+    target: &crate::packages::Target<'_>,
+    urls: &BTreeMap<String, String>,
+    keys: &BTreeMap<String, Vec<u8>>,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
     // Only an NCCL repository needs the base's sources read (proving a file absent reads
     // every layer, and a build without --nccl reads none below the one with os-release).
     let base_uris: Vec<String> = if target.repositories.iter().any(|r| r.nccl) {
-        base_sources(base)?.into_iter().filter(|e| e.types.iter().any(|t| t == "deb")).flat_map(|e| e.uris).collect()
+        base_sources(base)?
+            .into_iter()
+            .filter(|e| e.types.iter().any(|t| t == "deb"))
+            .flat_map(|e| e.uris)
+            .collect()
     } else {
         Vec::new()
     };
@@ -61,17 +95,30 @@ pub fn add_sources(target: &crate::packages::Target<'_>, urls: &BTreeMap<String,
         let url = &urls[&repo.name];
         // NVIDIA's CUDA images already list their repository: a second entry for it makes
         // apt warn about every index being configured twice.
-        if repo.nccl && base_uris.iter().any(|u| u.trim_end_matches('/') == url.trim_end_matches('/')) {
+        if repo.nccl
+            && base_uris.iter().any(|u| u.trim_end_matches('/') == url.trim_end_matches('/'))
+        {
             continue;
         }
         let suite = repo.suite.as_deref().unwrap_or("/");
         let line = if repo.components.is_empty() {
-            format!("deb {} {suite}\n", url.trim_end_matches('/').to_string() + if suite == "/" { "/" } else { "" })
+            format!(
+                "deb {} {suite}\n",
+                url.trim_end_matches('/').to_string() + if suite == "/" { "/" } else { "" }
+            )
         } else {
             format!("deb {} {suite} {}\n", url.trim_end_matches('/'), repo.components.join(" "))
         };
-        layer.add_file(&format!("etc/apt/sources.list.d/{}.list", repo.name), line.into_bytes(), 0o644)?;
-        layer.add_file(&format!("etc/apt/trusted.gpg.d/{}.gpg", repo.name), keys[&repo.name].clone(), 0o644)?;
+        layer.add_file(
+            &format!("etc/apt/sources.list.d/{}.list", repo.name),
+            line.into_bytes(),
+            0o644,
+        )?;
+        layer.add_file(
+            &format!("etc/apt/trusted.gpg.d/{}.gpg", repo.name),
+            keys[&repo.name].clone(),
+            0o644,
+        )?;
     }
     Ok(())
 }
@@ -79,8 +126,13 @@ pub fn add_sources(target: &crate::packages::Target<'_>, urls: &BTreeMap<String,
 /// Installed dpkg packages: name → version (empty without a readable status file).
 pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
     let Some(raw) = base.read(STATUS, MAX_STATUS)? else { return Ok(BTreeMap::new()) };
-    let Ok(paragraphs) = deb822::parse(&String::from_utf8_lossy(&raw)) else { return Ok(BTreeMap::new()) };
-    Ok(Installed::from_status(&paragraphs).into_iter().map(|i| (i.name, i.version.to_string())).collect())
+    let Ok(paragraphs) = deb822::parse(&String::from_utf8_lossy(&raw)) else {
+        return Ok(BTreeMap::new());
+    };
+    Ok(Installed::from_status(&paragraphs)
+        .into_iter()
+        .map(|i| (i.name, i.version.to_string()))
+        .collect())
 }
 
 /// The base's dpkg status, as read once by [`resolve`] and used again by [`unpack`].
@@ -91,13 +143,18 @@ pub struct BaseStatus {
 }
 
 /// Resolves the recipe's packages against its repositories; writes nothing.
-pub async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Reporter) -> Result<(resolve::Resolution, PackagesReport, BaseStatus)> {
+pub async fn resolve(
+    inputs: &Inputs<'_>,
+    base: &dyn BaseFiles,
+    reporter: &dyn Reporter,
+) -> Result<(resolve::Resolution, PackagesReport, BaseStatus)> {
     let raw = base.read(STATUS, MAX_STATUS)?;
-    let status = deb822::parse(&String::from_utf8_lossy(raw.as_deref().unwrap_or_default())).map_err(|e| Error::Malformed {
-        what: "dpkg status",
-        reference: format!("/{STATUS}"),
-        reason: e.to_string(),
-    })?;
+    let status = deb822::parse(&String::from_utf8_lossy(raw.as_deref().unwrap_or_default()))
+        .map_err(|e| Error::Malformed {
+            what: "dpkg status",
+            reference: format!("/{STATUS}"),
+            reason: e.to_string(),
+        })?;
     let installed = Installed::from_status(&status);
 
     let client = inputs.http;
@@ -109,7 +166,9 @@ pub async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn R
         reporter.step(&format!("reading repository {name}"));
         let mut last = None;
         for spec in specs {
-            match repo::fetch_index_cached(client, &spec, Some(&inputs.cache_dir.join("indices"))).await {
+            match repo::fetch_index_cached(client, &spec, Some(&inputs.cache_dir.join("indices")))
+                .await
+            {
                 Ok(index) => {
                     report.repositories.insert(name.clone(), spec.url.clone());
                     let start = available.len();
@@ -139,12 +198,21 @@ pub async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn R
         reporter.step(&format!("reading unsigned package {arg}"));
         let deb = super::local::load(arg, &inputs.cache_dir, client).await?;
         if deb.arch != inputs.arch && deb.arch != "all" {
-            return Err(Error::Unsupported(format!("--package {arg} is {} {} for {}, not for the image's {}", deb.name, deb.version, deb.arch, inputs.arch)));
+            return Err(Error::Unsupported(format!(
+                "--package {arg} is {} {} for {}, not for the image's {}",
+                deb.name, deb.version, deb.arch, inputs.arch
+            )));
         }
         install.push(deb.request());
         ranges.push((format!("--package {arg}"), available.len()..available.len() + 1));
         available.push(deb.package.clone());
-        report.unsigned.push(crate::packages::Unsigned { name: deb.name, version: deb.version, arch: deb.arch, source: deb.source, sha256: deb.sha256 });
+        report.unsigned.push(crate::packages::Unsigned {
+            name: deb.name,
+            version: deb.version,
+            arch: deb.arch,
+            source: deb.source,
+            sha256: deb.sha256,
+        });
     }
     let mut held: Vec<&str> = Vec::new();
     if let Some(want) = &inputs.nccl {
@@ -178,23 +246,41 @@ pub async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn R
             size: p.pkg.size(),
         })
         .collect();
-    report.remove = res.remove.iter().map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() }).collect();
-    report.kept = res.kept.iter().map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() }).collect();
+    report.remove = res
+        .remove
+        .iter()
+        .map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() })
+        .collect();
+    report.kept = res
+        .kept
+        .iter()
+        .map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() })
+        .collect();
     Ok((res, report, BaseStatus { paragraphs: status, raw }))
 }
 
 /// The `libnccl2` version for `want`, from the recipe's NCCL repositories only: a distro's
 /// own `libnccl2` (Ubuntu 24.04's 2.18.3) never counts, whatever its version.
-fn nccl_version(inputs: &Inputs<'_>, want: &NcclRequest, available: &[IndexedPackage], ranges: &[(String, std::ops::Range<usize>)]) -> Result<String> {
+fn nccl_version(
+    inputs: &Inputs<'_>,
+    want: &NcclRequest,
+    available: &[IndexedPackage],
+    ranges: &[(String, std::ops::Range<usize>)],
+) -> Result<String> {
     let names = inputs.target.nccl_repositories();
     if names.is_empty() {
-        return Err(Error::Unsupported(format!("recipe {} names no NCCL repository (`nccl = true`)", inputs.target.recipe)));
+        return Err(Error::Unsupported(format!(
+            "recipe {} names no NCCL repository (`nccl = true`)",
+            inputs.target.recipe
+        )));
     }
     let versions = ranges
         .iter()
         .filter(|(n, _)| names.contains(&n.as_str()))
         .flat_map(|(_, r)| available[r.clone()].iter())
-        .filter(|p| p.name() == "libnccl2" && p.arch().is_none_or(|a| a == inputs.arch || a == "all"))
+        .filter(|p| {
+            p.name() == "libnccl2" && p.arch().is_none_or(|a| a == inputs.arch || a == "all")
+        })
         .filter_map(|p| p.version());
     let repos = names.iter().map(|n| format!("repository `{n}`")).collect::<Vec<_>>().join(", ");
     Ok(nccl::select(versions, &want.want, want.cuda, &repos)?)
@@ -236,7 +322,9 @@ pub fn base_sources(base: &dyn BaseFiles) -> Result<Vec<SourceEntry>> {
         entries.extend(repo::parse_one_line_sources(&String::from_utf8_lossy(&text)));
     }
     for name in base.list("etc/apt/sources.list.d")? {
-        let Some(text) = base.read(&format!("etc/apt/sources.list.d/{name}"), 1 << 20)? else { continue };
+        let Some(text) = base.read(&format!("etc/apt/sources.list.d/{name}"), 1 << 20)? else {
+            continue;
+        };
         let text = String::from_utf8_lossy(&text);
         if name.ends_with(".sources") {
             entries.extend(repo::parse_deb822_sources(&text));
@@ -252,7 +340,10 @@ pub fn base_sources(base: &dyn BaseFiles) -> Result<Vec<SourceEntry>> {
 fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, Vec<RepoSpec>)>> {
     let mut entries = base_sources(base)?;
     // Images that carry Mellanox's repository lose it; we never read it.
-    entries.retain(|e| e.types.iter().any(|t| t == "deb") && !e.uris.iter().any(|u| u.contains("mellanox") || u.contains("/mlnx")));
+    entries.retain(|e| {
+        e.types.iter().any(|t| t == "deb")
+            && !e.uris.iter().any(|u| u.contains("mellanox") || u.contains("/mlnx"))
+    });
     let everywhere = Mirror::everywhere(inputs.mirrors);
     if entries.is_empty() {
         // Slimmed images delete their lists: with --mirror, read the release's main suite.
@@ -263,8 +354,20 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
                 if t.pretty.is_empty() { "distribution's" } else { t.pretty }
             )));
         };
-        let components = if t.distro_id == "ubuntu" { vec!["main".to_string(), "universe".to_string()] } else { vec!["main".to_string()] };
-        entries.push(SourceEntry { types: vec!["deb".into()], uris: vec![m.to.clone()], suites: vec![codename.to_string()], components, signed_by: None, arch: None, trusted: false });
+        let components = if t.distro_id == "ubuntu" {
+            vec!["main".to_string(), "universe".to_string()]
+        } else {
+            vec!["main".to_string()]
+        };
+        entries.push(SourceEntry {
+            types: vec!["deb".into()],
+            uris: vec![m.to.clone()],
+            suites: vec![codename.to_string()],
+            components,
+            signed_by: None,
+            arch: None,
+            trusted: false,
+        });
     }
     let default_keys = trusted_keys(base)?;
     let mut out = Vec::new();
@@ -274,11 +377,15 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
         }
         let keyring = match &e.signed_by {
             _ if inputs.base_keyring.is_some() => inputs.base_keyring.clone().unwrap_or_default(),
-            Some(s) if s.contains("BEGIN PGP PUBLIC KEY BLOCK") => crate::packages::openpgp::dearmor(s.as_bytes())?,
+            Some(s) if s.contains("BEGIN PGP PUBLIC KEY BLOCK") => {
+                crate::packages::openpgp::dearmor(s.as_bytes())?
+            }
             Some(path) => {
-                let data = base
-                    .read(path, 4 << 20)?
-                    .ok_or_else(|| Error::Unsupported(format!("the base's apt source names key {path}, which the image does not have")))?;
+                let data = base.read(path, 4 << 20)?.ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "the base's apt source names key {path}, which the image does not have"
+                    ))
+                })?;
                 crate::packages::openpgp::dearmor(&data)?
             }
             None => default_keys.clone(),
@@ -288,12 +395,25 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
             // -updates, -security, -backports); FROM=URL for the sources at FROM, whatever
             // they are. Other repositories the base lists (NVIDIA's flat `deb URL /`) keep
             // their own URLs.
-            let ours = inputs.target.codename.is_none_or(|c| suite == c || suite.starts_with(&format!("{c}-")));
-            let mut uris: Vec<String> = e.uris.iter().map(|u| Mirror::for_uri(inputs.mirrors, u, ours).unwrap_or(u).to_string()).collect();
+            let ours = inputs
+                .target
+                .codename
+                .is_none_or(|c| suite == c || suite.starts_with(&format!("{c}-")));
+            let mut uris: Vec<String> = e
+                .uris
+                .iter()
+                .map(|u| Mirror::for_uri(inputs.mirrors, u, ours).unwrap_or(u).to_string())
+                .collect();
             uris.dedup();
             let specs = uris
                 .iter()
-                .map(|url| RepoSpec { url: url.clone(), suite: suite.clone(), components: e.components.clone(), arch: inputs.arch.to_string(), keyring: keyring.clone() })
+                .map(|url| RepoSpec {
+                    url: url.clone(),
+                    suite: suite.clone(),
+                    components: e.components.clone(),
+                    arch: inputs.arch.to_string(),
+                    keyring: keyring.clone(),
+                })
                 .collect();
             out.push((format!("base {suite}"), specs));
         }
@@ -318,7 +438,13 @@ fn trusted_keys(base: &dyn BaseFiles) -> Result<Vec<u8>> {
 }
 
 /// Downloads (or takes from the cache) every planned `.deb`, checked against the index.
-pub async fn fetch_debs(client: &crate::http::Client, plan: &[Planned], cache_dir: &Path, report: &mut PackagesReport, reporter: &dyn Reporter) -> Result<Vec<PathBuf>> {
+pub async fn fetch_debs(
+    client: &crate::http::Client,
+    plan: &[Planned],
+    cache_dir: &Path,
+    report: &mut PackagesReport,
+    reporter: &dyn Reporter,
+) -> Result<Vec<PathBuf>> {
     let dir = cache_dir.join("debs");
     std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
     let results: Vec<Result<(PathBuf, u64)>> = futures_util::stream::iter(plan.iter().map(|p| {
@@ -344,7 +470,11 @@ pub async fn fetch_debs(client: &crate::http::Client, plan: &[Planned], cache_di
 
 /// The cache is keyed by SHA256, so a cached file is right by construction; a download streams
 /// to a temporary name while it is hashed (never held in memory), is checked, then renamed.
-async fn fetch_one(client: &crate::http::Client, pkg: &IndexedPackage, dir: &Path) -> Result<(PathBuf, u64)> {
+async fn fetch_one(
+    client: &crate::http::Client,
+    pkg: &IndexedPackage,
+    dir: &Path,
+) -> Result<(PathBuf, u64)> {
     let (sha256, url, size) = (pkg.sha256(), pkg.url(), pkg.size());
     let path = dir.join(format!("{sha256}.deb"));
     if crate::image::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
@@ -358,14 +488,19 @@ async fn fetch_one(client: &crate::http::Client, pkg: &IndexedPackage, dir: &Pat
     let (tmp, got_size, got) = match client.download(&url, dir, size).await {
         Ok(Some(d)) => d,
         Ok(None) => return Err(fail("not found (404)".into())),
-        Err(crate::http::HttpError::TooLarge { .. }) => return Err(fail(format!("larger than the {size} bytes the index says"))),
+        Err(crate::http::HttpError::TooLarge { .. }) => {
+            return Err(fail(format!("larger than the {size} bytes the index says")))
+        }
         Err(e) => return Err(fail(e.to_string())),
     };
     if got_size != size {
         return Err(fail(format!("size {got_size} but the index says {size}")));
     }
     if got != sha256 {
-        return Err(Error::DigestMismatch { expected: format!("sha256:{sha256} ({url})"), actual: format!("sha256:{got}") });
+        return Err(Error::DigestMismatch {
+            expected: format!("sha256:{sha256} ({url})"),
+            actual: format!("sha256:{got}"),
+        });
     }
     tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
     Ok((path, got_size))
@@ -387,14 +522,29 @@ fn package_label(planned: &Planned) -> String {
 }
 
 /// A refused entry, or a `.deb` that cannot be read, as one line naming the package.
-fn entry_error(planned: &Planned, path: &Path, e: deb::DebError, refused: Option<(String, Refused)>) -> Error {
+fn entry_error(
+    planned: &Planned,
+    path: &Path,
+    e: deb::DebError,
+    refused: Option<(String, Refused)>,
+) -> Error {
     let package = package_label(planned);
     let shown = |entry: &str| entry.escape_debug().to_string();
     match (refused, e) {
-        (Some((entry, why)), _) => Error::PackageEntry { package, entry: shown(&entry), reason: why.to_string() },
-        (None, deb::DebError::UnsafePath { entry, .. }) => Error::PackageEntry { package, entry: shown(&entry), reason: Refused::Escapes.to_string() },
-        (None, deb::DebError::BadEntry { entry, reason, .. }) => Error::PackageEntry { package, entry: shown(&entry), reason },
-        (None, deb::DebError::Limit { member, exceeded, .. }) => Error::Limit { what: format!("{member} of {package}"), exceeded },
+        (Some((entry, why)), _) => {
+            Error::PackageEntry { package, entry: shown(&entry), reason: why.to_string() }
+        }
+        (None, deb::DebError::UnsafePath { entry, .. }) => Error::PackageEntry {
+            package,
+            entry: shown(&entry),
+            reason: Refused::Escapes.to_string(),
+        },
+        (None, deb::DebError::BadEntry { entry, reason, .. }) => {
+            Error::PackageEntry { package, entry: shown(&entry), reason }
+        }
+        (None, deb::DebError::Limit { member, exceeded, .. }) => {
+            Error::Limit { what: format!("{member} of {package}"), exceeded }
+        }
         (None, source) => Error::Deb { path: path.to_owned(), source },
     }
 }
@@ -406,7 +556,10 @@ fn dangling_link(path: &Path, entry: &str, target: &str) -> deb::DebError {
         path: path.to_owned(),
         member: "data.tar".into(),
         entry: entry.to_string(),
-        reason: format!("hard link to `{}`, which is not a regular file of this package before it", target.escape_debug()),
+        reason: format!(
+            "hard link to `{}`, which is not a regular file of this package before it",
+            target.escape_debug()
+        ),
     }
 }
 
@@ -426,7 +579,14 @@ fn file_type(kind: &DataKind) -> FileType {
 /// in the cache, one a `file://` repository serves that hashes as its index says) for the
 /// report's special files, without writing anything; the others are named in
 /// [`PackagesReport::not_inspected`]. `debs`: every package's file, when they were fetched.
-fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path, base: &dyn BaseFiles, inflation: u64, report: &mut PackagesReport) -> Result<()> {
+fn inspect(
+    res: &resolve::Resolution,
+    debs: Option<&[PathBuf]>,
+    cache_dir: &Path,
+    base: &dyn BaseFiles,
+    inflation: u64,
+    report: &mut PackagesReport,
+) -> Result<()> {
     // What a build would refuse, a plan refuses too (for the packages it can read).
     let mut placer = Placer::new(base);
     for (i, planned) in res.install.iter().enumerate() {
@@ -442,7 +602,12 @@ fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path
         let mut refused: Option<(String, Refused)> = None;
         let mut files: BTreeSet<String> = BTreeSet::new();
         deb::for_each_data_entry(&path, inflation, |entry, _| {
-            report.special_files.extend(payload::special(&label, &entry.path, file_type(&entry.kind), entry.mode));
+            report.special_files.extend(payload::special(
+                &label,
+                &entry.path,
+                file_type(&entry.kind),
+                entry.mode,
+            ));
             let place = match &entry.kind {
                 DataKind::Dir => payload::Kind::Dir,
                 DataKind::Symlink(t) => payload::Kind::Symlink(t),
@@ -451,12 +616,21 @@ fn inspect(res: &resolve::Resolution, debs: Option<&[PathBuf]>, cache_dir: &Path
                     payload::Kind::File
                 }
                 DataKind::Hardlink(target) if files.contains(target) => payload::Kind::File,
-                DataKind::Hardlink(target) => return Err(dangling_link(&path, &entry.path, target)),
-                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => return Ok(()),
+                DataKind::Hardlink(target) => {
+                    return Err(dangling_link(&path, &entry.path, target))
+                }
+                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
+                    return Ok(())
+                }
             };
-            if let Err(why) = payload::check_name(&entry.path).and_then(|()| placer.place(&entry.path, place)) {
+            if let Err(why) =
+                payload::check_name(&entry.path).and_then(|()| placer.place(&entry.path, place))
+            {
                 refused = Some((entry.path.clone(), why.clone()));
-                return Err(deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) });
+                return Err(deb::DebError::Handler {
+                    entry: entry.path.clone(),
+                    source: Box::new(why),
+                });
             }
             Ok(())
         })
@@ -512,12 +686,22 @@ pub fn unpack(
             };
             payload::check_name(&entry.path).map_err(&mut refuse)?;
             list.push(format!("/{}", entry.path));
-            report.special_files.extend(payload::special(&label, &entry.path, file_type(&entry.kind), entry.mode));
+            report.special_files.extend(payload::special(
+                &label,
+                &entry.path,
+                file_type(&entry.kind),
+                entry.mode,
+            ));
             let kind = match &entry.kind {
                 DataKind::Dir => EntryKind::Dir,
                 DataKind::File { size } => {
                     let mut md5 = Md5::new();
-                    let kind = layer.file_kind(data, *size, &mut |chunk| md5.update(chunk)).map_err(|e| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) })?;
+                    let kind = layer
+                        .file_kind(data, *size, &mut |chunk| md5.update(chunk))
+                        .map_err(|e| deb::DebError::Handler {
+                            entry: entry.path.clone(),
+                            source: Box::new(e),
+                        })?;
                     files.insert(entry.path.clone(), (kind.clone(), md5.finalize().into()));
                     kind
                 }
@@ -530,17 +714,24 @@ pub fn unpack(
                     None => return Err(dangling_link(path, &entry.path, target)),
                 },
                 // Not created (see payload::SpecialFile::created); listed in the report.
-                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => return Ok(()),
+                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
+                    return Ok(())
+                }
             };
             let place = match &kind {
                 EntryKind::Dir => payload::Kind::Dir,
                 EntryKind::Symlink(t) => payload::Kind::Symlink(t),
                 _ => payload::Kind::File,
             };
-            let Some(real) = placer.place(&entry.path, place).map_err(&mut refuse)? else { return Ok(()) };
+            let Some(real) = placer.place(&entry.path, place).map_err(&mut refuse)? else {
+                return Ok(());
+            };
             layer
                 .insert(&real, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid })
-                .map_err(|e| deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) })?;
+                .map_err(|e| deb::DebError::Handler {
+                entry: entry.path.clone(),
+                source: Box::new(e),
+            })?;
             if !matches!(entry.kind, DataKind::Dir) {
                 new_paths.insert(real);
             }
@@ -560,7 +751,15 @@ pub fn unpack(
                 let Some(p) = base.real_path(&p)?.filter(|p| !p.is_empty()) else { continue };
                 // Directories stay (dpkg leaves those other packages use), and so do paths
                 // the image does not have any more.
-                if new_paths.contains(&p) || !matches!(base.kind(&p)?, Some(crate::image::rootfs::SnapEntry::File(_) | crate::image::rootfs::SnapEntry::Symlink(_))) {
+                if new_paths.contains(&p)
+                    || !matches!(
+                        base.kind(&p)?,
+                        Some(
+                            crate::image::rootfs::SnapEntry::File(_)
+                                | crate::image::rootfs::SnapEntry::Symlink(_)
+                        )
+                    )
+                {
                     continue;
                 }
                 layer.add_whiteout(&p)?;
@@ -568,7 +767,20 @@ pub fn unpack(
             }
         }
         let replaced = res.install.iter().any(|p| p.name == gone.name);
-        for suffix in ["list", "md5sums", "conffiles", "shlibs", "symbols", "triggers", "preinst", "postinst", "prerm", "postrm", "templates", "config"] {
+        for suffix in [
+            "list",
+            "md5sums",
+            "conffiles",
+            "shlibs",
+            "symbols",
+            "triggers",
+            "preinst",
+            "postinst",
+            "prerm",
+            "postrm",
+            "templates",
+            "config",
+        ] {
             let p = format!("{INFO}/{iname}.{suffix}");
             // A replacement under the same info name has just written its own files there.
             if replaced && layer_has(layer, &p) {
@@ -582,18 +794,25 @@ pub fn unpack(
 
     // The status file: the base's stanzas, less what went, plus what came, sorted by name
     // as dpkg keeps it.
-    let gone: BTreeSet<(&str, &str)> = res.remove.iter().map(|i| (i.name.as_str(), i.arch.as_str())).collect();
+    let gone: BTreeSet<(&str, &str)> =
+        res.remove.iter().map(|i| (i.name.as_str(), i.arch.as_str())).collect();
     let mut all: Vec<Paragraph> = status
         .paragraphs
         .iter()
         .filter(|p| {
-            let key = (p.get("Package").unwrap_or_default(), p.get("Architecture").unwrap_or_default());
-            !gone.contains(&key) && !res.install.iter().any(|n| n.name == key.0 && (n.arch == key.1 || key.1 == "all" || n.arch == "all"))
+            let key =
+                (p.get("Package").unwrap_or_default(), p.get("Architecture").unwrap_or_default());
+            !gone.contains(&key)
+                && !res.install.iter().any(|n| {
+                    n.name == key.0 && (n.arch == key.1 || key.1 == "all" || n.arch == "all")
+                })
         })
         .cloned()
         .collect();
     all.extend(stanzas);
-    all.sort_by(|a, b| (a.get("Package"), a.get("Architecture")).cmp(&(b.get("Package"), b.get("Architecture"))));
+    all.sort_by(|a, b| {
+        (a.get("Package"), a.get("Architecture")).cmp(&(b.get("Package"), b.get("Architecture")))
+    });
     let text: String = all.iter().map(|p| format!("{p}\n")).collect();
     layer.add_file(STATUS, text.into_bytes(), 0o644)?;
     // dpkg keeps the previous status as status-old; apt-get leaves one too.
@@ -622,27 +841,66 @@ fn write_info(
     // `pkg_name_is_illegal`: an alphanumeric, then alphanumerics and `-+._`), the architecture
     // alphanumerics and `-`.
     let (name, arch) = iname.split_once(':').unwrap_or((&iname, "x"));
-    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-+._".contains(c)) || !arch.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') || arch.is_empty() {
-        return Err(Error::Malformed { what: "package control", reference: package_label(planned), reason: format!("`{}` is not a valid package name and architecture for dpkg", iname.escape_debug()) });
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-+._".contains(c))
+        || !arch.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        || arch.is_empty()
+    {
+        return Err(Error::Malformed {
+            what: "package control",
+            reference: package_label(planned),
+            reason: format!(
+                "`{}` is not a valid package name and architecture for dpkg",
+                iname.escape_debug()
+            ),
+        });
     }
-    layer.add_file(&format!("{INFO}/{iname}.list"), (list.join("\n") + "\n").into_bytes(), 0o644)?;
+    layer.add_file(
+        &format!("{INFO}/{iname}.list"),
+        (list.join("\n") + "\n").into_bytes(),
+        0o644,
+    )?;
     for (name, data) in &deb.control_files {
         // dpkg keeps each control file as info/PACKAGE.NAME: a flat name, one line.
         if name.contains('/') || payload::check_name(name).is_err() {
-            return Err(Error::PackageEntry { package: package_label(planned), entry: name.escape_debug().to_string(), reason: "a control file must have a plain name (no `/`, newline or NUL)".into() });
+            return Err(Error::PackageEntry {
+                package: package_label(planned),
+                entry: name.escape_debug().to_string(),
+                reason: "a control file must have a plain name (no `/`, newline or NUL)".into(),
+            });
         }
         // Maintainer scripts stay executable, as dpkg installs them.
-        let mode = if ["preinst", "postinst", "prerm", "postrm", "config"].contains(&name.as_str()) { 0o755 } else { 0o644 };
+        let mode = if ["preinst", "postinst", "prerm", "postrm", "config"].contains(&name.as_str())
+        {
+            0o755
+        } else {
+            0o644
+        };
         layer.add_file(&format!("{INFO}/{iname}.{name}"), data.clone(), mode)?;
     }
-    let bad = |e: super::deb822::Deb822Error| Error::Malformed { what: "package control", reference: planned.name.clone(), reason: e.to_string() };
-    let mut fields: Vec<(String, String)> = deb.control.fields().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let bad = |e: super::deb822::Deb822Error| Error::Malformed {
+        what: "package control",
+        reference: planned.name.clone(),
+        reason: e.to_string(),
+    };
+    let mut fields: Vec<(String, String)> =
+        deb.control.fields().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     // `apt-mark hold` writes the same selection.
-    fields.push(("Status".into(), if planned.hold { "hold ok installed" } else { "install ok installed" }.into()));
+    fields.push((
+        "Status".into(),
+        if planned.hold { "hold ok installed" } else { "install ok installed" }.into(),
+    ));
     if let Some(conffiles) = deb.control_files.get("conffiles") {
         let mut lines = Vec::new();
-        for c in String::from_utf8_lossy(conffiles).lines().map(str::trim).filter(|l| !l.is_empty() && l.starts_with('/')) {
-            let sum = files.get(c.trim_start_matches('/')).map(|(_, md5)| hex::encode(md5)).unwrap_or_else(|| "newconffile".into());
+        for c in String::from_utf8_lossy(conffiles)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && l.starts_with('/'))
+        {
+            let sum = files
+                .get(c.trim_start_matches('/'))
+                .map(|(_, md5)| hex::encode(md5))
+                .unwrap_or_else(|| "newconffile".into());
             lines.push(format!(" {c} {sum}"));
         }
         if !lines.is_empty() {
@@ -660,15 +918,47 @@ fn write_info(
 /// The fields dpkg knows, in the order it writes them to its status file (`fieldinfos[]` in
 /// dpkg's lib/dpkg/parse.c); every other field follows them, in the package's own order.
 const DPKG_FIELDS: &[&str] = &[
-    "Package", "Essential", "Protected", "Status", "Priority", "Section", "Installed-Size", "Origin", "Maintainer", "Bugs", "Architecture", "Multi-Arch", "Source",
-    "Version", "Config-Version", "Replaces", "Provides", "Depends", "Pre-Depends", "Recommends", "Suggests", "Breaks", "Conflicts", "Enhances", "Conffiles",
-    "Filename", "Size", "MD5sum", "MSDOS-Filename", "Description", "Triggers-Pending", "Triggers-Awaited",
+    "Package",
+    "Essential",
+    "Protected",
+    "Status",
+    "Priority",
+    "Section",
+    "Installed-Size",
+    "Origin",
+    "Maintainer",
+    "Bugs",
+    "Architecture",
+    "Multi-Arch",
+    "Source",
+    "Version",
+    "Config-Version",
+    "Replaces",
+    "Provides",
+    "Depends",
+    "Pre-Depends",
+    "Recommends",
+    "Suggests",
+    "Breaks",
+    "Conflicts",
+    "Enhances",
+    "Conffiles",
+    "Filename",
+    "Size",
+    "MD5sum",
+    "MSDOS-Filename",
+    "Description",
+    "Triggers-Pending",
+    "Triggers-Awaited",
 ];
 
 /// `fields` as dpkg writes a status stanza: its known fields first, in its order.
 fn dpkg_order(fields: Vec<(String, String)>) -> Vec<(String, String)> {
-    let rank = |k: &str| DPKG_FIELDS.iter().position(|f| f.eq_ignore_ascii_case(k)).unwrap_or(DPKG_FIELDS.len());
-    let mut fields: Vec<(usize, (String, String))> = fields.into_iter().map(|f| (rank(&f.0), f)).collect();
+    let rank = |k: &str| {
+        DPKG_FIELDS.iter().position(|f| f.eq_ignore_ascii_case(k)).unwrap_or(DPKG_FIELDS.len())
+    };
+    let mut fields: Vec<(usize, (String, String))> =
+        fields.into_iter().map(|f| (rank(&f.0), f)).collect();
     // Stable: fields dpkg does not know keep the order the package gave them.
     fields.sort_by_key(|(r, _)| *r);
     fields.into_iter().map(|(_, f)| f).collect()
@@ -677,16 +967,24 @@ fn dpkg_order(fields: Vec<(String, String)>) -> Vec<(String, String)> {
 /// libibverbs1's postinst runs `addgroup --system --quiet rdma`; adduser picks the lowest free
 /// gid from FIRST_SYSTEM_GID (100) to LAST_SYSTEM_GID (999) and writes group and gshadow,
 /// keeping the previous versions as `group-` and `gshadow-`.
-fn emulate_scripts(res: &resolve::Resolution, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+fn emulate_scripts(
+    res: &resolve::Resolution,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
     if !res.install.iter().any(|p| p.name == "libibverbs1") {
         return Ok(());
     }
-    let group = String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()).into_owned();
+    let group =
+        String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()).into_owned();
     if group.lines().any(|l| l.split(':').next() == Some("rdma")) {
         return Ok(());
     }
-    let used: BTreeSet<u32> = group.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
-    let gid = (100..=999).find(|g| !used.contains(g)).ok_or_else(|| Error::Unsupported("no free system gid for group rdma".into()))?;
+    let used: BTreeSet<u32> =
+        group.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
+    let gid = (100..=999)
+        .find(|g| !used.contains(g))
+        .ok_or_else(|| Error::Unsupported("no free system gid for group rdma".into()))?;
     let mut new_group = group.clone();
     if !new_group.is_empty() && !new_group.ends_with('\n') {
         new_group.push('\n');
@@ -700,8 +998,14 @@ fn emulate_scripts(res: &resolve::Resolution, base: &dyn BaseFiles, layer: &mut 
             new.push('\n');
         }
         new.push_str("rdma:!::\n");
-        layer.insert("etc/gshadow", Entry { kind: EntryKind::File(new.into_bytes()), mode: 0o640, uid: 0, gid: 42 })?;
-        layer.insert("etc/gshadow-", Entry { kind: EntryKind::File(gshadow), mode: 0o640, uid: 0, gid: 42 })?;
+        layer.insert(
+            "etc/gshadow",
+            Entry { kind: EntryKind::File(new.into_bytes()), mode: 0o640, uid: 0, gid: 42 },
+        )?;
+        layer.insert(
+            "etc/gshadow-",
+            Entry { kind: EntryKind::File(gshadow), mode: 0o640, uid: 0, gid: 42 },
+        )?;
     }
     Ok(())
 }

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::repo::IndexedPackage;
 use super::deb;
+use super::repo::IndexedPackage;
 use crate::error::{Error, Result};
 
 /// The largest `.deb` accepted from a URL (NVIDIA's biggest packages are a few hundred MB).
@@ -40,23 +40,40 @@ impl LocalDeb {
 /// Reads `--package FILE|URL`: a URL is downloaded into the package cache first (keyed by its
 /// SHA256, as every `.deb` is there).
 pub async fn load(arg: &str, cache_dir: &Path, client: &crate::http::Client) -> Result<LocalDeb> {
-    let (path, size, sha256) = crate::packages::local_package(arg, &cache_dir.join("debs"), "deb", MAX_DEB, client).await?;
-    let control = deb::read_control(&path).map_err(|source| Error::Deb { path: path.clone(), source })?.control;
+    let (path, size, sha256) =
+        crate::packages::local_package(arg, &cache_dir.join("debs"), "deb", MAX_DEB, client)
+            .await?;
+    let control = deb::read_control(&path)
+        .map_err(|source| Error::Deb { path: path.clone(), source })?
+        .control;
     let field = |f: &str| {
-        control.get(f).map(str::to_string).ok_or_else(|| Error::Malformed { what: "package control", reference: arg.to_string(), reason: format!("no {f} field") })
+        control.get(f).map(str::to_string).ok_or_else(|| Error::Malformed {
+            what: "package control",
+            reference: arg.to_string(),
+            reason: format!("no {f} field"),
+        })
     };
     let (name, version, arch) = (field("Package")?, field("Version")?, field("Architecture")?);
     // The control stanza as an index stanza: where the file is, and what it must hash to.
     let dir = path.parent().unwrap_or(Path::new("/")).to_string_lossy().into_owned();
     let file = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     let mut stanza = control.clone();
-    let bad = |e: super::deb822::Deb822Error| Error::Malformed { what: "package control", reference: arg.to_string(), reason: e.to_string() };
+    let bad = |e: super::deb822::Deb822Error| Error::Malformed {
+        what: "package control",
+        reference: arg.to_string(),
+        reason: e.to_string(),
+    };
     stanza.set("Filename", file).map_err(bad)?;
     stanza.set("Size", size.to_string()).map_err(bad)?;
     stanza.set("SHA256", sha256.clone()).map_err(bad)?;
     let origin = format!("unsigned {arg}");
     let index = format!("{stanza}\n");
-    let mut packages = IndexedPackage::read_index(index, arg, &format!("file://{dir}"), &origin, &origin)?;
-    let package = packages.pop().ok_or_else(|| Error::Malformed { what: "package control", reference: arg.to_string(), reason: "no stanza".into() })?;
+    let mut packages =
+        IndexedPackage::read_index(index, arg, &format!("file://{dir}"), &origin, &origin)?;
+    let package = packages.pop().ok_or_else(|| Error::Malformed {
+        what: "package control",
+        reference: arg.to_string(),
+        reason: "no stanza".into(),
+    })?;
     Ok(LocalDeb { name, version, arch, source: arg.to_string(), sha256, package })
 }

@@ -24,11 +24,10 @@ use std::fmt;
 use std::io::Read;
 use std::sync::{Arc, OnceLock};
 
-
 use super::deb822::{self, Deb822Error, Paragraph};
 use super::index;
-use crate::http::{Client, Failed, HttpError, RETRIES};
 use crate::dates::{days_from_civil, format_utc, now};
+use crate::http::{Client, Failed, HttpError, RETRIES};
 pub use crate::packages::openpgp::SignatureError;
 use crate::packages::openpgp::{verify_clearsigned_with, verify_detached_with, Keyring};
 
@@ -112,7 +111,8 @@ struct IndexText {
 }
 
 /// The fields of every stanza that are read up front, in [`IndexedPackage::values`] order.
-const INDEX_FIELDS: [&str; 7] = ["Package", "Version", "Architecture", "Provides", "Filename", "SHA256", "Size"];
+const INDEX_FIELDS: [&str; 7] =
+    ["Package", "Version", "Architecture", "Provides", "Filename", "SHA256", "Size"];
 const PACKAGE: usize = 0;
 const VERSION: usize = 1;
 const ARCHITECTURE: usize = 2;
@@ -142,23 +142,42 @@ impl fmt::Debug for IndexedPackage {
 impl IndexedPackage {
     /// The packages of an index's text, each checked for what its download needs, as
     /// [`read_streamed`] reads them; `url` names the index in errors.
-    pub(crate) fn read_index(text: String, url: &str, base: &str, origin: &str, repo: &str) -> Result<Vec<IndexedPackage>, RepoError> {
-        let index = Arc::new(IndexText { text, url: url.to_owned(), base: base.to_owned(), origin: origin.to_owned(), repo: repo.to_owned() });
+    pub(crate) fn read_index(
+        text: String,
+        url: &str,
+        base: &str,
+        origin: &str,
+        repo: &str,
+    ) -> Result<Vec<IndexedPackage>, RepoError> {
+        let index = Arc::new(IndexText {
+            text,
+            url: url.to_owned(),
+            base: base.to_owned(),
+            origin: origin.to_owned(),
+            repo: repo.to_owned(),
+        });
         let text = index.text.as_str();
         // Offsets are kept in 32 bits; MAX_INDEX keeps indices well below 4 GiB.
         if u32::try_from(text.len()).is_err() {
-            return Err(RepoError::MalformedIndex { url: url.to_owned(), reason: format!("it is larger than {} bytes", u32::MAX) });
+            return Err(RepoError::MalformedIndex {
+                url: url.to_owned(),
+                reason: format!("it is larger than {} bytes", u32::MAX),
+            });
         }
         // Debian's stanzas average about 800 bytes; room that is never written costs no memory.
         let mut packages = Vec::with_capacity(text.len() / 512);
         for stanza in deb822::scan(text, INDEX_FIELDS) {
-            let stanza = stanza.map_err(|source| RepoError::IndexSyntax { url: url.to_owned(), source })?;
+            let stanza =
+                stanza.map_err(|source| RepoError::IndexSyntax { url: url.to_owned(), source })?;
             packages.push(IndexedPackage::checked(&index, stanza)?);
         }
         Ok(packages)
     }
 
-    fn checked(index: &Arc<IndexText>, stanza: deb822::Scanned<{ INDEX_FIELDS.len() }>) -> Result<IndexedPackage, RepoError> {
+    fn checked(
+        index: &Arc<IndexText>,
+        stanza: deb822::Scanned<{ INDEX_FIELDS.len() }>,
+    ) -> Result<IndexedPackage, RepoError> {
         let mut pkg = IndexedPackage {
             index: Arc::clone(index),
             start: stanza.range.start as u32,
@@ -178,26 +197,33 @@ impl IndexedPackage {
             let paragraph = pkg.parse_paragraph()?;
             let _ = pkg.paragraph.set(paragraph);
         }
-        let malformed = |reason: String| RepoError::MalformedIndex { url: index.url.clone(), reason };
+        let malformed =
+            |reason: String| RepoError::MalformedIndex { url: index.url.clone(), reason };
         let name = pkg.name();
         if name.is_empty() {
             return Err(malformed("a stanza has no Package field".into()));
         }
         let field = |i: usize| {
-            pkg.value(i)
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| malformed(format!("package `{name}` has no {} field", INDEX_FIELDS[i])))
+            pkg.value(i).map(str::trim).filter(|v| !v.is_empty()).ok_or_else(|| {
+                malformed(format!("package `{name}` has no {} field", INDEX_FIELDS[i]))
+            })
         };
         let filename = field(FILENAME)?;
         let sha256 = field(SHA256)?;
         let size = field(SIZE)?;
         if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(malformed(format!("package `{name}` has an invalid SHA256 `{}`", sha256.to_ascii_lowercase())));
+            return Err(malformed(format!(
+                "package `{name}` has an invalid SHA256 `{}`",
+                sha256.to_ascii_lowercase()
+            )));
         }
-        let size: u64 = size.parse().map_err(|_| malformed(format!("package `{name}` has an invalid Size `{size}`")))?;
+        let size: u64 = size
+            .parse()
+            .map_err(|_| malformed(format!("package `{name}` has an invalid Size `{size}`")))?;
         if filename.contains("://") || filename.split('/').any(|p| p == "..") {
-            return Err(malformed(format!("package `{name}` has an invalid Filename `{filename}`")));
+            return Err(malformed(format!(
+                "package `{name}` has an invalid Filename `{filename}`"
+            )));
         }
         pkg.size = size;
         Ok(pkg)
@@ -344,18 +370,10 @@ pub enum RepoError {
     NotYetValid { url: String, date: String },
 
     #[error("repository {repo} has no architecture `{arch}` (has: {available})")]
-    NoArchitecture {
-        repo: String,
-        arch: String,
-        available: String,
-    },
+    NoArchitecture { repo: String, arch: String, available: String },
 
     #[error("repository {repo} has no component `{component}` (has: {available})")]
-    NoComponent {
-        repo: String,
-        component: String,
-        available: String,
-    },
+    NoComponent { repo: String, component: String, available: String },
 
     #[error("release file {url} lists no {wanted} (nor .xz, .gz)")]
     NoIndex { url: String, wanted: String },
@@ -364,22 +382,12 @@ pub enum RepoError {
     IndexMissing { url: String },
 
     #[error("size mismatch for {file} from {repo}: Release says {expected} bytes, got {actual}")]
-    SizeMismatch {
-        file: String,
-        repo: String,
-        expected: u64,
-        actual: String,
-    },
+    SizeMismatch { file: String, repo: String, expected: u64, actual: String },
 
     #[error(
         "hash mismatch for {file} from {repo}: Release says sha256:{expected}, got sha256:{actual}"
     )]
-    HashMismatch {
-        file: String,
-        repo: String,
-        expected: String,
-        actual: String,
-    },
+    HashMismatch { file: String, repo: String, expected: String, actual: String },
 
     #[error("decompressing {url}")]
     Decompress {
@@ -417,10 +425,7 @@ impl RepoError {
     /// Names the file a signature error came from.
     fn at(self, url: &str) -> RepoError {
         match self {
-            RepoError::Signature(source) => RepoError::BadSignature {
-                url: url.to_owned(),
-                source,
-            },
+            RepoError::Signature(source) => RepoError::BadSignature { url: url.to_owned(), source },
             other => other,
         }
     }
@@ -463,9 +468,7 @@ impl Layout {
         if spec.suite.ends_with('/') {
             // sources.list(5): "if the suite is an exact path, components must be omitted".
             if !spec.components.is_empty() {
-                return Err(invalid(
-                    "a flat repository (suite ending in `/`) takes no components",
-                ));
+                return Err(invalid("a flat repository (suite ending in `/`) takes no components"));
             }
             let dir = spec.suite.trim_start_matches("./").trim_start_matches('/');
             Ok(Layout {
@@ -501,10 +504,7 @@ impl Layout {
 }
 
 /// Downloads, verifies and parses the package indices of one repository.
-pub async fn fetch_index(
-    client: &Client,
-    spec: &RepoSpec,
-) -> Result<RepoIndex, RepoError> {
+pub async fn fetch_index(client: &Client, spec: &RepoSpec) -> Result<RepoIndex, RepoError> {
     fetch_index_cached(client, spec, None).await
 }
 
@@ -517,10 +517,8 @@ pub async fn fetch_index_cached(
     cache: Option<&std::path::Path>,
 ) -> Result<RepoIndex, RepoError> {
     let mut layout = Layout::new(spec)?;
-    let keyring = Keyring::load(&spec.keyring).map_err(|source| RepoError::Keyring {
-        repo: layout.display.clone(),
-        source,
-    })?;
+    let keyring = Keyring::load(&spec.keyring)
+        .map_err(|source| RepoError::Keyring { repo: layout.display.clone(), source })?;
     let (release_url, text) = fetch_release(client, &layout.meta, &keyring).await?;
     let release = Release::parse(&text, &release_url)?;
     release.check_dates(&release_url, now())?;
@@ -543,8 +541,12 @@ pub async fn fetch_index_cached(
         // a cached decompressed copy checked against it skips both download and
         // decompression, and stays covered by the signature.
         let plain = format!("{dir}Packages");
-        let plain_entry = release.sha256.get(&plain).cloned().filter(|e| e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_hexdigit()));
-        let plain_cache = cache.zip(plain_entry.as_ref()).map(|(c, e)| c.join(e.sha256.to_ascii_lowercase()));
+        let plain_entry =
+            release.sha256.get(&plain).cloned().filter(|e| {
+                e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_hexdigit())
+            });
+        let plain_cache =
+            cache.zip(plain_entry.as_ref()).map(|(c, e)| c.join(e.sha256.to_ascii_lowercase()));
         let context = |url: String, file: String, entry: FileEntry| IndexContext {
             url,
             file,
@@ -557,7 +559,8 @@ pub async fn fetch_index_cached(
         };
         if let (Some(path), Some(entry)) = (&plain_cache, &plain_entry) {
             if let Ok(f) = std::fs::File::open(path) {
-                let ctx = context(format!("{}{}", layout.meta, plain), plain.clone(), entry.clone());
+                let ctx =
+                    context(format!("{}{}", layout.meta, plain), plain.clone(), entry.clone());
                 match read_streamed(Box::new(f), None, ctx, None, None).await {
                     Ok(parsed) => {
                         packages.extend(parsed);
@@ -573,17 +576,17 @@ pub async fn fetch_index_cached(
             .filter_map(|path| release.sha256.get(&path).map(|e| (path, e.clone())))
             .collect();
         if listed.is_empty() {
-            return Err(RepoError::NoIndex {
-                url: release_url,
-                wanted: format!("{dir}Packages"),
-            });
+            return Err(RepoError::NoIndex { url: release_url, wanted: format!("{dir}Packages") });
         }
         for (i, (path, entry)) in listed.iter().enumerate() {
             let url = format!("{}{}", layout.meta, path);
-            let hex_ok = entry.sha256.len() == 64 && entry.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            let hex_ok =
+                entry.sha256.len() == 64 && entry.sha256.bytes().all(|b| b.is_ascii_hexdigit());
             // Without a Release entry for the decompressed index, the compressed file is what
             // is cached (and checked against its own entry when read again).
-            let cached = cache.filter(|_| hex_ok && plain_cache.is_none()).map(|c| c.join(format!("{}{}", entry.sha256.to_ascii_lowercase(), index_suffix(path))));
+            let cached = cache.filter(|_| hex_ok && plain_cache.is_none()).map(|c| {
+                c.join(format!("{}{}", entry.sha256.to_ascii_lowercase(), index_suffix(path)))
+            });
             let ctx = context(url.clone(), path.clone(), entry.clone());
             let mut attempt = 0;
             let parsed = loop {
@@ -603,18 +606,21 @@ pub async fn fetch_index_cached(
                     },
                 };
                 // Copies for the cache, kept only when everything checked out.
-                let tee = |dest: Option<&std::path::PathBuf>| dest.and_then(|d| {
-                    let dir = d.parent()?;
-                    std::fs::create_dir_all(dir).ok()?;
-                    tempfile::NamedTempFile::new_in(dir).ok().map(|t| (t, d.clone()))
-                });
+                let tee = |dest: Option<&std::path::PathBuf>| {
+                    dest.and_then(|d| {
+                        let dir = d.parent()?;
+                        std::fs::create_dir_all(dir).ok()?;
+                        tempfile::NamedTempFile::new_in(dir).ok().map(|t| (t, d.clone()))
+                    })
+                };
                 let plain_tee = tee(plain_cache.as_ref());
                 let compressed_tee = if from_cache { None } else { tee(cached.as_ref()) };
                 let tees = index::Tees {
                     plain: plain_tee.as_ref().and_then(|(t, _)| t.reopen().ok()),
                     compressed: compressed_tee.as_ref().and_then(|(t, _)| t.reopen().ok()),
                 };
-                match read_streamed(src, failed, ctx.clone(), plain_entry.clone(), Some(tees)).await {
+                match read_streamed(src, failed, ctx.clone(), plain_entry.clone(), Some(tees)).await
+                {
                     Ok(parsed) => {
                         for (tmp, dest) in plain_tee.into_iter().chain(compressed_tee) {
                             let _ = tmp.persist(dest);
@@ -645,25 +651,65 @@ pub async fn fetch_index_cached(
 }
 
 /// Reads, checks and parses one index from `src` on the blocking pool (see [`index`]).
-async fn read_streamed(src: Box<dyn Read + Send>, failed: Option<Failed>, ctx: IndexContext, plain: Option<FileEntry>, tees: Option<index::Tees>) -> Result<Vec<IndexedPackage>, RepoError> {
+async fn read_streamed(
+    src: Box<dyn Read + Send>,
+    failed: Option<Failed>,
+    ctx: IndexContext,
+    plain: Option<FileEntry>,
+    tees: Option<index::Tees>,
+) -> Result<Vec<IndexedPackage>, RepoError> {
     tokio::task::spawn_blocking(move || {
         let expect = index::Expect { size: ctx.entry.size, sha256: ctx.entry.sha256.clone() };
-        let plain_expect = plain.as_ref().map(|p| index::Expect { size: p.size, sha256: p.sha256.clone() });
+        let plain_expect =
+            plain.as_ref().map(|p| index::Expect { size: p.size, sha256: p.sha256.clone() });
         let source_failed = || failed.as_ref().and_then(|f| f.lock().expect("poisoned").clone());
         let plain_name = ctx.file.trim_end_matches(".xz").trim_end_matches(".gz").to_string();
         let bound = index::Bound { max: MAX_INDEX, inflation: ctx.max_inflation };
-        let text = index::read_index(src, &ctx.file, &expect, plain_expect.as_ref(), bound, tees.unwrap_or_default(), &source_failed).map_err(|e| match e {
-            index::StreamError::Source { message } => RepoError::Http(HttpError::Transfer { url: ctx.url.clone(), reason: message, retry: true }),
-            index::StreamError::Size { actual } => RepoError::SizeMismatch { file: ctx.file.clone(), repo: ctx.repo_meta.clone(), expected: ctx.entry.size, actual },
-            index::StreamError::Hash { actual } => RepoError::HashMismatch { file: ctx.file.clone(), repo: ctx.repo_meta.clone(), expected: ctx.entry.sha256.clone(), actual },
-            index::StreamError::PlainSize { actual } => {
-                RepoError::SizeMismatch { file: plain_name.clone(), repo: ctx.repo_meta.clone(), expected: plain.as_ref().map_or(0, |p| p.size), actual }
+        let text = index::read_index(
+            src,
+            &ctx.file,
+            &expect,
+            plain_expect.as_ref(),
+            bound,
+            tees.unwrap_or_default(),
+            &source_failed,
+        )
+        .map_err(|e| match e {
+            index::StreamError::Source { message } => RepoError::Http(HttpError::Transfer {
+                url: ctx.url.clone(),
+                reason: message,
+                retry: true,
+            }),
+            index::StreamError::Size { actual } => RepoError::SizeMismatch {
+                file: ctx.file.clone(),
+                repo: ctx.repo_meta.clone(),
+                expected: ctx.entry.size,
+                actual,
+            },
+            index::StreamError::Hash { actual } => RepoError::HashMismatch {
+                file: ctx.file.clone(),
+                repo: ctx.repo_meta.clone(),
+                expected: ctx.entry.sha256.clone(),
+                actual,
+            },
+            index::StreamError::PlainSize { actual } => RepoError::SizeMismatch {
+                file: plain_name.clone(),
+                repo: ctx.repo_meta.clone(),
+                expected: plain.as_ref().map_or(0, |p| p.size),
+                actual,
+            },
+            index::StreamError::PlainHash { actual } => RepoError::HashMismatch {
+                file: plain_name.clone(),
+                repo: ctx.repo_meta.clone(),
+                expected: plain.as_ref().map(|p| p.sha256.clone()).unwrap_or_default(),
+                actual,
+            },
+            index::StreamError::Decompress(source) => {
+                RepoError::Decompress { url: ctx.url.clone(), source }
             }
-            index::StreamError::PlainHash { actual } => {
-                RepoError::HashMismatch { file: plain_name.clone(), repo: ctx.repo_meta.clone(), expected: plain.as_ref().map(|p| p.sha256.clone()).unwrap_or_default(), actual }
+            index::StreamError::Limit(exceeded) => {
+                RepoError::Limit { url: ctx.url.clone(), exceeded }
             }
-            index::StreamError::Decompress(source) => RepoError::Decompress { url: ctx.url.clone(), source },
-            index::StreamError::Limit(exceeded) => RepoError::Limit { url: ctx.url.clone(), exceeded },
         })?;
         IndexedPackage::read_index(text, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)
     })
@@ -692,20 +738,20 @@ async fn fetch_release(
     let in_release = format!("{meta}InRelease");
     if let Some(body) = get_meta(client, &in_release).await? {
         // A bad InRelease is an error; apt does not fall back to Release then.
-        let text = verify_clearsigned_with(&body, keyring, now()).map_err(|e| RepoError::from(e).at(&in_release))?;
+        let text = verify_clearsigned_with(&body, keyring, now())
+            .map_err(|e| RepoError::from(e).at(&in_release))?;
         return Ok((in_release, text));
     }
     let release = format!("{meta}Release");
     let Some(body) = get_meta(client, &release).await? else {
-        return Err(RepoError::NoRelease {
-            url: meta.to_owned(),
-        });
+        return Err(RepoError::NoRelease { url: meta.to_owned() });
     };
     let sig_url = format!("{meta}Release.gpg");
     let Some(sig) = get_meta(client, &sig_url).await? else {
         return Err(RepoError::Unsigned { url: release });
     };
-    verify_detached_with(&body, &sig, keyring, now()).map_err(|e| RepoError::from(e).at(&release))?;
+    verify_detached_with(&body, &sig, keyring, now())
+        .map_err(|e| RepoError::from(e).at(&release))?;
     let text = String::from_utf8(body).map_err(|_| RepoError::MalformedRelease {
         url: release.clone(),
         reason: "not UTF-8".into(),
@@ -756,21 +802,15 @@ struct Release {
 
 impl Release {
     fn parse(text: &str, url: &str) -> Result<Self, RepoError> {
-        let malformed = |reason: String| RepoError::MalformedRelease {
-            url: url.to_owned(),
-            reason,
-        };
+        let malformed =
+            |reason: String| RepoError::MalformedRelease { url: url.to_owned(), reason };
         let paragraph = deb822::parse(text)
             .map_err(|e| malformed(e.to_string()))?
             .into_iter()
             .next()
             .ok_or_else(|| malformed("it is empty".into()))?;
         let get = |name: &str| {
-            paragraph
-                .get(name)
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned)
+            paragraph.get(name).map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned)
         };
         let date_field = |name: &str| -> Result<Option<i64>, RepoError> {
             match get(name) {
@@ -798,13 +838,7 @@ impl Release {
             if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(malformed(format!("invalid hash in SHA256 line `{line}`")));
             }
-            sha256.insert(
-                path.to_owned(),
-                FileEntry {
-                    sha256: hash.to_ascii_lowercase(),
-                    size,
-                },
-            );
+            sha256.insert(path.to_owned(), FileEntry { sha256: hash.to_ascii_lowercase(), size });
         }
         Ok(Release {
             origin: get("Origin"),
@@ -830,10 +864,7 @@ impl Release {
         }
         if let Some(date) = self.date {
             if date > now + MAX_FUTURE {
-                return Err(RepoError::NotYetValid {
-                    url: url.to_owned(),
-                    date: format_utc(date),
-                });
+                return Err(RepoError::NotYetValid { url: url.to_owned(), date: format_utc(date) });
             }
         }
         Ok(())
@@ -894,9 +925,8 @@ fn parse_rfc2822(s: &str) -> Option<i64> {
     };
     let zone = tokens.get(4).copied().unwrap_or("UTC");
     let day: u32 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
-    const MONTHS: [&str; 12] = [
-        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-    ];
+    const MONTHS: [&str; 12] =
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
     let month = MONTHS.iter().position(|m| m.eq_ignore_ascii_case(month))? as u32 + 1;
     let year: i64 = year.parse().ok().filter(|y| (1970..=9999).contains(y))?;
     let mut hms = time.split(':').map(|p| p.parse::<i64>().ok());
@@ -911,12 +941,7 @@ fn parse_rfc2822(s: &str) -> Option<i64> {
         return None;
     }
     let offset = match zone {
-        z if ["UTC", "GMT", "UT", "Z"]
-            .iter()
-            .any(|u| u.eq_ignore_ascii_case(z)) =>
-        {
-            0
-        }
+        z if ["UTC", "GMT", "UT", "Z"].iter().any(|u| u.eq_ignore_ascii_case(z)) => 0,
         z if z.len() == 5 && (z.starts_with('+') || z.starts_with('-')) => {
             let hh: i64 = z[1..3].parse().ok()?;
             let mm: i64 = z[3..5].parse().ok()?;
@@ -945,7 +970,6 @@ pub fn verify_detached(data: &[u8], sig: &[u8], keyring: &[u8]) -> Result<(), Re
     Ok(verify_detached_with(data, sig, &keyring, now())?)
 }
 
-
 // ---------------------------------------------------------------------------------------
 // OpenPGP
 // ---------------------------------------------------------------------------------------
@@ -964,10 +988,7 @@ fn parse_bool(v: &str) -> Option<bool> {
 }
 
 fn split_list(v: &str) -> Vec<String> {
-    v.split([',', ' ', '\t', '\n'])
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
+    v.split([',', ' ', '\t', '\n']).filter(|s| !s.is_empty()).map(str::to_owned).collect()
 }
 
 /// Parses one-line-style sources (`/etc/apt/sources.list`, `*.list`), sources.list(5):
@@ -988,10 +1009,7 @@ pub fn parse_one_line_sources(text: &str) -> Vec<SourceEntry> {
             warn("unknown type");
             continue;
         }
-        let mut entry = SourceEntry {
-            types: vec![kind.to_owned()],
-            ..SourceEntry::default()
-        };
+        let mut entry = SourceEntry { types: vec![kind.to_owned()], ..SourceEntry::default() };
         rest = rest.trim_start();
         if let Some(opts) = rest.strip_prefix('[') {
             let Some((opts, after)) = opts.split_once(']') else {
@@ -1103,12 +1121,12 @@ pub fn parse_deb822_sources(text: &str) -> Vec<SourceEntry> {
 mod tests {
     use super::*;
     use crate::dates::civil_from_days;
-    use std::time::Duration;
     use sha2::{Digest as _, Sha256};
     use std::io::Write as _;
     use std::net::{TcpListener, TcpStream};
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
     use std::time::Instant;
 
     // -----------------------------------------------------------------------------------
@@ -1135,14 +1153,7 @@ mod tests {
         fn run(&self, args: &[&str]) -> Vec<u8> {
             let out = Command::new("gpg")
                 .env("GNUPGHOME", self.home.path())
-                .args([
-                    "--batch",
-                    "--no-tty",
-                    "--pinentry-mode",
-                    "loopback",
-                    "--passphrase",
-                    "",
-                ])
+                .args(["--batch", "--no-tty", "--pinentry-mode", "loopback", "--passphrase", ""])
                 .args(args)
                 .stdin(Stdio::null())
                 .output()
@@ -1201,11 +1212,7 @@ mod tests {
             let mut args = extra.to_vec();
             args.extend(["--yes", "--local-user", signer]);
             args.extend(mode);
-            args.extend([
-                "--output",
-                output.to_str().unwrap(),
-                input.to_str().unwrap(),
-            ]);
+            args.extend(["--output", output.to_str().unwrap(), input.to_str().unwrap()]);
             self.run(&args);
             std::fs::read(&output).unwrap()
         }
@@ -1216,11 +1223,8 @@ mod tests {
 
         /// `gpg -abs` (armoured) or `gpg -bs` (binary).
         fn detach_sign(&self, signer: &str, data: &[u8], armor: bool) -> Vec<u8> {
-            let mode: &[&str] = if armor {
-                &["--armor", "--detach-sign"]
-            } else {
-                &["--detach-sign"]
-            };
+            let mode: &[&str] =
+                if armor { &["--armor", "--detach-sign"] } else { &["--detach-sign"] };
             self.sign(signer, data, mode, &[])
         }
     }
@@ -1244,11 +1248,7 @@ mod tests {
 
     impl HttpServer {
         fn start(dir: &Path) -> Self {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
             let child = Command::new("python3")
                 .args([
                     "-m",
@@ -1264,16 +1264,10 @@ mod tests {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("starting python3 -m http.server");
-            let server = HttpServer {
-                child,
-                url: format!("http://127.0.0.1:{port}"),
-            };
+            let server = HttpServer { child, url: format!("http://127.0.0.1:{port}") };
             let deadline = Instant::now() + Duration::from_secs(30);
             while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(
-                    Instant::now() < deadline,
-                    "http.server did not start on port {port}"
-                );
+                assert!(Instant::now() < deadline, "http.server did not start on port {port}");
                 std::thread::sleep(Duration::from_millis(50));
             }
             server
@@ -1328,9 +1322,8 @@ mod tests {
 
     fn rfc2822(secs: i64) -> String {
         const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-        const MONTHS: [&str; 12] = [
-            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-        ];
+        const MONTHS: [&str; 12] =
+            ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
         let days = secs.div_euclid(86_400);
         let (y, m, d) = civil_from_days(days);
         let s = secs.rem_euclid(86_400);
@@ -1360,13 +1353,7 @@ mod tests {
                 let p = e.unwrap().path();
                 if p.is_dir() {
                     walk(&p, base, out);
-                } else if p
-                    .file_name()
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .starts_with("Packages")
-                {
+                } else if p.file_name().unwrap().to_str().unwrap().starts_with("Packages") {
                     let rel = p.strip_prefix(base).unwrap().to_str().unwrap().to_owned();
                     out.push((rel, std::fs::read(&p).unwrap()));
                 }
@@ -1400,12 +1387,7 @@ mod tests {
             let gpg = Gpg::new();
             let fpr = gpg.gen_key("repo@example.org", "ed25519", "sign", "never", &[]);
             let keyring = gpg.export(&fpr, false);
-            Fixture {
-                root: tempfile::tempdir().unwrap(),
-                gpg,
-                fpr,
-                keyring,
-            }
+            Fixture { root: tempfile::tempdir().unwrap(), gpg, fpr, keyring }
         }
 
         /// Writes `index_dir/Packages.{formats}` below `root/meta_rel`, a Release for them
@@ -1438,23 +1420,13 @@ mod tests {
                         ("Codename", "bookworm"),
                         ("Architectures", "amd64 arm64"),
                     ] {
-                        cmd.arg("-o")
-                            .arg(format!("APT::FTPArchive::Release::{k}={v}"));
+                        cmd.arg("-o").arg(format!("APT::FTPArchive::Release::{k}={v}"));
                     }
                     if let Some(c) = components {
-                        cmd.arg("-o")
-                            .arg(format!("APT::FTPArchive::Release::Components={c}"));
+                        cmd.arg("-o").arg(format!("APT::FTPArchive::Release::Components={c}"));
                     }
-                    let out = cmd
-                        .args(["release", "."])
-                        .current_dir(&meta)
-                        .output()
-                        .unwrap();
-                    assert!(
-                        out.status.success(),
-                        "{}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
+                    let out = cmd.args(["release", "."]).current_dir(&meta).output().unwrap();
+                    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                     String::from_utf8(out.stdout).unwrap()
                 }
                 None => {
@@ -1476,11 +1448,7 @@ mod tests {
 
         fn sign_release(&self, meta: &Path, release: &[u8]) {
             std::fs::write(meta.join("Release"), release).unwrap();
-            std::fs::write(
-                meta.join("InRelease"),
-                self.gpg.clearsign(&self.fpr, release),
-            )
-            .unwrap();
+            std::fs::write(meta.join("InRelease"), self.gpg.clearsign(&self.fpr, release)).unwrap();
             std::fs::write(
                 meta.join("Release.gpg"),
                 self.gpg.detach_sign(&self.fpr, release, true),
@@ -1525,20 +1493,14 @@ mod tests {
     #[test]
     fn clearsigned_verifies_with_binary_and_armoured_keyrings() {
         let gpg = Gpg::new();
-        for (email, algo) in [
-            ("ed@example.org", "ed25519"),
-            ("rsa@example.org", "rsa3072"),
-        ] {
+        for (email, algo) in [("ed@example.org", "ed25519"), ("rsa@example.org", "rsa3072")] {
             let fpr = gpg.gen_key(email, algo, "sign", "never", &[]);
             let signed = gpg.clearsign(&fpr, RELEASE.as_bytes());
             for armor in [false, true] {
                 let keyring = gpg.export(&fpr, armor);
                 let text = verify_clearsigned(&signed, &keyring)
                     .unwrap_or_else(|e| panic!("{algo}, armour {armor}: {}", err_chain(&e)));
-                assert_eq!(
-                    text, RELEASE,
-                    "{algo}: the signed text, dash-escaping undone"
-                );
+                assert_eq!(text, RELEASE, "{algo}: the signed text, dash-escaping undone");
             }
         }
     }
@@ -1552,10 +1514,7 @@ mod tests {
         let tampered = signed.replace("Suite: bookworm", "Suite: bookwarm");
         assert_ne!(tampered, signed);
         let e = verify_clearsigned(tampered.as_bytes(), &keyring).unwrap_err();
-        assert!(
-            matches!(e, RepoError::Signature(SignatureError::Bad { .. })),
-            "{e:?}"
-        );
+        assert!(matches!(e, RepoError::Signature(SignatureError::Bad { .. })), "{e:?}");
         assert!(e.to_string().contains(&fpr), "{e}");
 
         // Text outside the signed block is refused, not silently dropped or used.
@@ -1577,18 +1536,12 @@ mod tests {
         let signed = gpg.clearsign(&other, RELEASE.as_bytes());
         let e = verify_clearsigned(&signed, &keyring).unwrap_err();
         let msg = err_chain(&e);
-        assert!(
-            msg.contains("not in the keyring") && msg.contains(&other),
-            "{msg}"
-        );
+        assert!(msg.contains("not in the keyring") && msg.contains(&other), "{msg}");
         let sig = gpg.detach_sign(&other, RELEASE.as_bytes(), true);
         assert!(verify_detached(RELEASE.as_bytes(), &sig, &keyring).is_err());
         // An empty keyring is an error of its own.
         let e = verify_clearsigned(&signed, b"").unwrap_err();
-        assert!(
-            matches!(e, RepoError::Signature(SignatureError::EmptyKeyring)),
-            "{e:?}"
-        );
+        assert!(matches!(e, RepoError::Signature(SignatureError::EmptyKeyring)), "{e:?}");
     }
 
     #[test]
@@ -1624,16 +1577,10 @@ mod tests {
             let mut tampered = RELEASE.as_bytes().to_vec();
             tampered[0] = b'o';
             let e = verify_detached(&tampered, &sig, &keyring).unwrap_err();
-            assert!(
-                matches!(e, RepoError::Signature(SignatureError::Bad { .. })),
-                "{e:?}"
-            );
+            assert!(matches!(e, RepoError::Signature(SignatureError::Bad { .. })), "{e:?}");
         }
         let e = verify_detached(RELEASE.as_bytes(), b"garbage", &keyring).unwrap_err();
-        assert!(
-            matches!(e, RepoError::Signature(SignatureError::Malformed(_))),
-            "{e:?}"
-        );
+        assert!(matches!(e, RepoError::Signature(SignatureError::Malformed(_))), "{e:?}");
     }
 
     #[test]
@@ -1684,9 +1631,7 @@ mod tests {
         // gpg stores a revocation certificate at key generation, its armour line
         // prefixed with ':' against accidental import.
         let rev = gpg.home.path().join(format!("openpgp-revocs.d/{fpr}.rev"));
-        let cert = std::fs::read_to_string(&rev)
-            .unwrap()
-            .replace(":-----BEGIN", "-----BEGIN");
+        let cert = std::fs::read_to_string(&rev).unwrap().replace(":-----BEGIN", "-----BEGIN");
         std::fs::write(&rev, cert).unwrap();
         gpg.run(&["--import", rev.to_str().unwrap()]);
         let e = verify_clearsigned(&signed, &gpg.export(&fpr, false)).unwrap_err();
@@ -1710,14 +1655,8 @@ mod tests {
 
     #[test]
     fn parses_rfc2822_dates() {
-        assert_eq!(
-            parse_rfc2822("Sat, 11 Jul 2026 10:16:37 UTC"),
-            Some(1_783_764_997)
-        );
-        assert_eq!(
-            parse_rfc2822("Thu, 29 Feb 2024 23:59:59 +0200"),
-            Some(1_709_243_999)
-        );
+        assert_eq!(parse_rfc2822("Sat, 11 Jul 2026 10:16:37 UTC"), Some(1_783_764_997));
+        assert_eq!(parse_rfc2822("Thu, 29 Feb 2024 23:59:59 +0200"), Some(1_709_243_999));
         assert_eq!(parse_rfc2822("1 Mar 2000 00:00 GMT"), Some(951_868_800));
         assert_eq!(parse_rfc2822("Thu, 01 Jan 1970 00:00:00 Z"), Some(0));
         assert_eq!(parse_rfc2822("2026-07-11 10:16:37"), None);
@@ -1737,7 +1676,13 @@ mod tests {
         515e692f2c4121c6fcec444ef100cc18f79a991910615f3a88c8b7becfc94d2f 50060337 main/binary-amd64/Packages\n";
 
     fn read(text: &str) -> Result<Vec<IndexedPackage>, RepoError> {
-        IndexedPackage::read_index(text.to_owned(), "http://repo.test/Packages", "http://repo.test", "Test", "http://repo.test bookworm")
+        IndexedPackage::read_index(
+            text.to_owned(),
+            "http://repo.test/Packages",
+            "http://repo.test",
+            "Test",
+            "http://repo.test bookworm",
+        )
     }
 
     #[test]
@@ -1752,7 +1697,10 @@ mod tests {
         let pkgs = read(&text).unwrap();
         assert_eq!(pkgs.len(), 3);
         let [a, b, c] = &pkgs[..] else { unreachable!() };
-        assert_eq!((a.name(), a.version(), a.arch(), a.provides()), ("a", Some("1.0-1"), Some("amd64"), None));
+        assert_eq!(
+            (a.name(), a.version(), a.arch(), a.provides()),
+            ("a", Some("1.0-1"), Some("amd64"), None)
+        );
         assert_eq!(a.url(), "http://repo.test/pool/a.deb");
         assert_eq!(a.sha256(), "ab".repeat(32));
         assert_eq!((a.size(), a.origin(), a.repo()), (10, "Test", "http://repo.test bookworm"));
@@ -1780,7 +1728,9 @@ mod tests {
         let at = "malformed Packages index http://repo.test/Packages";
         // Syntax errors are found in every stanza, with the line in the whole index.
         assert_eq!(
-            read(&format!("{good}Package: b\nFilename: b.deb\npackage: c\n")).unwrap_err().to_string(),
+            read(&format!("{good}Package: b\nFilename: b.deb\npackage: c\n"))
+                .unwrap_err()
+                .to_string(),
             at
         );
         match read(&format!("{good}Package: b\nFilename: b.deb\npackage: c\n")).unwrap_err() {
@@ -1790,9 +1740,18 @@ mod tests {
             e => panic!("{e}"),
         }
         assert_eq!(err("Version: 1\n"), format!("{at}: a stanza has no Package field"));
-        assert_eq!(err("Package: b\nSize: 1\nSHA256: {sha}\n"), format!("{at}: package `b` has no Filename field"));
-        assert_eq!(err(&format!("Package: b\nFilename: b.deb\nSHA256: {sha}\n")), format!("{at}: package `b` has no Size field"));
-        assert_eq!(err("Package: b\nFilename: b.deb\nSize: 1\nSHA256:\n"), format!("{at}: package `b` has no SHA256 field"));
+        assert_eq!(
+            err("Package: b\nSize: 1\nSHA256: {sha}\n"),
+            format!("{at}: package `b` has no Filename field")
+        );
+        assert_eq!(
+            err(&format!("Package: b\nFilename: b.deb\nSHA256: {sha}\n")),
+            format!("{at}: package `b` has no Size field")
+        );
+        assert_eq!(
+            err("Package: b\nFilename: b.deb\nSize: 1\nSHA256:\n"),
+            format!("{at}: package `b` has no SHA256 field")
+        );
         assert_eq!(
             err("Package: b\nFilename: b.deb\nSize: 1\nSHA256: XYZ\n"),
             format!("{at}: package `b` has an invalid SHA256 `xyz`")
@@ -1875,18 +1834,13 @@ mod tests {
         };
         let l = Layout::new(&spec("http://m/debian/", "bookworm", &["main", "contrib"])).unwrap();
         assert_eq!(l.meta, "http://m/debian/dists/bookworm/");
-        assert_eq!(
-            l.index_dirs,
-            ["main/binary-amd64/", "contrib/binary-amd64/"]
-        );
+        assert_eq!(l.index_dirs, ["main/binary-amd64/", "contrib/binary-amd64/"]);
         assert_eq!(l.display, "http://m/debian bookworm");
         let l = Layout::new(&spec("http://m/erdma", "jammy/erdma", &["main"])).unwrap();
         assert_eq!(l.meta, "http://m/erdma/dists/jammy/erdma/");
-        for (suite, meta) in [
-            ("/", "http://m/r/"),
-            ("./", "http://m/r/"),
-            ("sub/", "http://m/r/sub/"),
-        ] {
+        for (suite, meta) in
+            [("/", "http://m/r/"), ("./", "http://m/r/"), ("sub/", "http://m/r/sub/")]
+        {
             let l = Layout::new(&spec("http://m/r", suite, &[])).unwrap();
             assert_eq!((l.meta.as_str(), l.flat), (meta, true), "{suite}");
             assert_eq!(l.index_dirs, [""]);
@@ -1922,14 +1876,8 @@ rpm http://x/ y z
             }
         );
         assert_eq!(e[1].types, ["deb-src"]);
-        assert_eq!(
-            e[2].arch.as_deref(),
-            Some(&["amd64".to_string(), "arm64".to_string()][..])
-        );
-        assert_eq!(
-            e[2].signed_by.as_deref(),
-            Some("/usr/share/keyrings/erdma.gpg")
-        );
+        assert_eq!(e[2].arch.as_deref(), Some(&["amd64".to_string(), "arm64".to_string()][..]));
+        assert_eq!(e[2].signed_by.as_deref(), Some("/usr/share/keyrings/erdma.gpg"));
         assert_eq!(e[2].suites, ["jammy/erdma"]);
         assert!(!e[2].trusted);
         assert!(e[3].trusted);
@@ -2009,19 +1957,15 @@ this stanza is broken
 
         // Nested suite (Alibaba's layout); a trailing slash on the URL is fine.
         let spec = fx.spec(&format!("{}/", server.url), "bookworm/erdma", &["main"]);
-        let index = fetch_index(&client, &spec)
-            .await
-            .unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        let index =
+            fetch_index(&client, &spec).await.unwrap_or_else(|e| panic!("{}", err_chain(&e)));
         assert_eq!(index.packages.len(), 2);
         let tools = &index.packages[0];
         assert_eq!(tools.paragraph().unwrap().get("Package"), Some("erdma-tools"));
         assert_eq!(tools.paragraph().unwrap().get("version"), Some("1.0-1"));
         assert_eq!(
             tools.url(),
-            format!(
-                "{}/pool/main/e/erdma/erdma-tools_1.0-1_amd64.deb",
-                server.url
-            )
+            format!("{}/pool/main/e/erdma/erdma-tools_1.0-1_amd64.deb", server.url)
         );
         assert_eq!(tools.sha256(), DEB_SHA);
         assert_eq!(tools.size(), 1234);
@@ -2043,17 +1987,12 @@ this stanza is broken
         let mut wrong = spec.clone();
         wrong.arch = "s390x".into();
         let e = fetch_index(&client, &wrong).await.unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("has no architecture `s390x` (has: amd64, arm64)"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("has no architecture `s390x` (has: amd64, arm64)"), "{e}");
 
         // Flat repository: `deb URL flat/`, only Packages.gz, Filename relative to URL.
         let flat = fx.spec(&server.url, "flat/", &[]);
-        let index = fetch_index(&client, &flat)
-            .await
-            .unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        let index =
+            fetch_index(&client, &flat).await.unwrap_or_else(|e| panic!("{}", err_chain(&e)));
         assert_eq!(index.packages.len(), 2);
         assert_eq!(
             index.packages[1].url(),
@@ -2061,9 +2000,7 @@ this stanza is broken
         );
 
         // A suite that is not there.
-        let e = fetch_index(&client, &fx.spec(&server.url, "trixie", &["main"]))
-            .await
-            .unwrap_err();
+        let e = fetch_index(&client, &fx.spec(&server.url, "trixie", &["main"])).await.unwrap_err();
         assert_eq!(
             e.to_string(),
             format!("no InRelease or Release at {}/dists/trixie/", server.url)
@@ -2108,8 +2045,7 @@ this stanza is broken
         std::fs::write(&xz, &longer).unwrap();
         let e = fetch_index(&client, &spec).await.unwrap_err();
         assert!(
-            e.to_string()
-                .starts_with("size mismatch for main/binary-amd64/Packages.xz"),
+            e.to_string().starts_with("size mismatch for main/binary-amd64/Packages.xz"),
             "{e}"
         );
         std::fs::write(&xz, &good).unwrap();
@@ -2120,39 +2056,27 @@ this stanza is broken
         assert_ne!(forged, in_release);
         std::fs::write(meta.join("InRelease"), forged).unwrap();
         let e = fetch_index(&client, &spec).await.unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            format!("bad signature on {meta_url}InRelease")
-        );
+        assert_eq!(e.to_string(), format!("bad signature on {meta_url}InRelease"));
         assert!(!e.is_unreachable());
 
         // InRelease signed by a key outside the keyring.
-        let other = fx
-            .gpg
-            .gen_key("mallory@example.org", "ed25519", "sign", "never", &[]);
+        let other = fx.gpg.gen_key("mallory@example.org", "ed25519", "sign", "never", &[]);
         let release = std::fs::read(meta.join("Release")).unwrap();
         std::fs::write(meta.join("InRelease"), fx.gpg.clearsign(&other, &release)).unwrap();
         let e = fetch_index(&client, &spec).await.unwrap_err();
         let msg = err_chain(&e);
-        assert!(
-            msg.starts_with(&format!("bad signature on {meta_url}InRelease")),
-            "{msg}"
-        );
+        assert!(msg.starts_with(&format!("bad signature on {meta_url}InRelease")), "{msg}");
         assert!(msg.contains("not in the keyring"), "{msg}");
 
         // No InRelease: Release + Release.gpg.
         std::fs::remove_file(meta.join("InRelease")).unwrap();
-        let index = fetch_index(&client, &spec)
-            .await
-            .unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        let index =
+            fetch_index(&client, &spec).await.unwrap_or_else(|e| panic!("{}", err_chain(&e)));
         assert_eq!(index.packages.len(), 2);
 
         // Release.gpg over other content.
-        std::fs::write(
-            meta.join("Release.gpg"),
-            fx.gpg.detach_sign(&fx.fpr, b"other", true),
-        )
-        .unwrap();
+        std::fs::write(meta.join("Release.gpg"), fx.gpg.detach_sign(&fx.fpr, b"other", true))
+            .unwrap();
         let e = fetch_index(&client, &spec).await.unwrap_err();
         assert_eq!(e.to_string(), format!("bad signature on {meta_url}Release"));
 
@@ -2167,10 +2091,7 @@ this stanza is broken
         // Neither.
         std::fs::remove_file(meta.join("Release")).unwrap();
         let e = fetch_index(&client, &spec).await.unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            format!("no InRelease or Release at {meta_url}")
-        );
+        assert_eq!(e.to_string(), format!("no InRelease or Release at {meta_url}"));
 
         // Properly signed but expired metadata.
         let past = now() - 2 * 86_400;
@@ -2227,9 +2148,8 @@ this stanza is broken
         let release = hand_release(&meta, "Origin: x\nComponents: main\n");
         fx.sign_release(&meta, release.as_bytes());
         let server = HttpServer::start(fx.root.path());
-        let e = fetch_index(&client(), &fx.spec(&server.url, "bookworm", &["main"]))
-            .await
-            .unwrap_err();
+        let e =
+            fetch_index(&client(), &fx.spec(&server.url, "bookworm", &["main"])).await.unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -2242,11 +2162,7 @@ this stanza is broken
     #[tokio::test]
     async fn unreachable_server_is_reported_as_such() {
         // Nothing listens on a port we just released; every retry is refused.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let spec = RepoSpec {
             url: format!("http://127.0.0.1:{port}"),
             suite: "bookworm".into(),
@@ -2258,9 +2174,8 @@ this stanza is broken
         let e = fetch_index(&client(), &spec).await.unwrap_err();
         assert!(e.is_unreachable(), "{e:?}");
         assert!(
-            e.to_string().starts_with(&format!(
-                "fetching http://127.0.0.1:{port}/dists/bookworm/InRelease"
-            )),
+            e.to_string()
+                .starts_with(&format!("fetching http://127.0.0.1:{port}/dists/bookworm/InRelease")),
             "{e}"
         );
         // Three retries with backoff happened.
@@ -2320,38 +2235,27 @@ this stanza is broken
             arch: "amd64".into(),
             keyring,
         };
-        let client = Client::new(crate::http::Timeouts { connect: Duration::from_secs(15), ..Default::default() }).unwrap();
+        let client = Client::new(crate::http::Timeouts {
+            connect: Duration::from_secs(15),
+            ..Default::default()
+        })
+        .unwrap();
         let index = match fetch_index(&client, &spec).await {
             Ok(i) => i,
             Err(e) if e.is_unreachable() => return skip(err_chain(&e)),
             Err(e) => panic!("{}", err_chain(&e)),
         };
-        assert!(
-            index.packages.len() > 50_000,
-            "{} packages",
-            index.packages.len()
-        );
-        let ibverbs: Vec<_> = index
-            .packages
-            .iter()
-            .filter(|p| p.name() == "libibverbs1")
-            .collect();
+        assert!(index.packages.len() > 50_000, "{} packages", index.packages.len());
+        let ibverbs: Vec<_> = index.packages.iter().filter(|p| p.name() == "libibverbs1").collect();
         assert!(!ibverbs.is_empty(), "libibverbs1 not in bookworm main");
         let p = ibverbs[0];
         let version = p.version().unwrap();
         assert!(version.starts_with("44."), "libibverbs1 {version}");
-        assert!(
-            p.url().starts_with(&spec.url) && p.url().ends_with("_amd64.deb"),
-            "{}",
-            p.url()
-        );
+        assert!(p.url().starts_with(&spec.url) && p.url().ends_with("_amd64.deb"), "{}", p.url());
         assert!(p.url().contains("/pool/main/r/rdma-core/"), "{}", p.url());
         assert_eq!(p.sha256().len(), 64);
         assert!(p.size() > 0);
         assert_eq!(p.origin(), "Debian");
-        assert_eq!(
-            p.repo(),
-            format!("{} bookworm", spec.url.trim_end_matches('/'))
-        );
+        assert_eq!(p.repo(), format!("{} bookworm", spec.url.trim_end_matches('/')));
     }
 }

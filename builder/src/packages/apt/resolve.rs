@@ -9,7 +9,6 @@ use std::cell::OnceCell;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-
 use super::deb822::Paragraph;
 use super::repo::{IndexedPackage, RepoError};
 use super::version::{parse_relations, Dependency, Version};
@@ -29,7 +28,9 @@ impl Installed {
     pub fn from_status(paragraphs: &[Paragraph]) -> Vec<Installed> {
         paragraphs
             .iter()
-            .filter(|p| p.get("Status").is_some_and(|s| s.split_whitespace().nth(2) == Some("installed")))
+            .filter(|p| {
+                p.get("Status").is_some_and(|s| s.split_whitespace().nth(2) == Some("installed"))
+            })
             .filter_map(|p| {
                 Some(Installed {
                     name: p.get("Package")?.to_string(),
@@ -41,7 +42,6 @@ impl Installed {
             .collect()
     }
 }
-
 
 #[derive(Debug, Clone)]
 pub struct Planned {
@@ -67,20 +67,27 @@ pub struct Resolution {
     pub selected: Vec<Selected>,
 }
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error("unknown package `{name}`: no repository ({repos}) has it for {arch}")]
     UnknownPackage { name: String, repos: String, arch: String },
     /// apt: "Package X is a virtual package provided by: … You should explicitly select one".
-    #[error("package `{name}` is a virtual package provided by {providers}; name the one to install")]
+    #[error(
+        "package `{name}` is a virtual package provided by {providers}; name the one to install"
+    )]
     Virtual { name: String, providers: String },
     #[error("no repository ({repos}) has {name} version {version} for {arch}")]
     UnknownVersion { name: String, version: String, repos: String, arch: String },
     #[error("cannot satisfy `{dependency}` of {package} {version}: no installed package or candidate provides it")]
     Unsatisfiable { package: String, version: String, dependency: String },
     #[error("{package} {version} {kind} {other} {other_version}, and no candidate resolves it")]
-    Conflict { package: String, version: String, kind: &'static str, other: String, other_version: String },
+    Conflict {
+        package: String,
+        version: String,
+        kind: &'static str,
+        other: String,
+        other_version: String,
+    },
     #[error("malformed {field} of {package}: {reason}")]
     Malformed { package: String, field: &'static str, reason: String },
     /// A stanza the resolver reads in full did not parse.
@@ -98,14 +105,26 @@ pub struct Request<'a> {
     pub arch: &'a str,
 }
 
-fn parse_field(value: Option<&str>, field: &'static str, package: &str) -> Result<Vec<Vec<Dependency>>, ResolveError> {
+fn parse_field(
+    value: Option<&str>,
+    field: &'static str,
+    package: &str,
+) -> Result<Vec<Vec<Dependency>>, ResolveError> {
     match value {
         None => Ok(Vec::new()),
-        Some(v) => parse_relations(v).map_err(|e| ResolveError::Malformed { package: package.into(), field, reason: e.to_string() }),
+        Some(v) => parse_relations(v).map_err(|e| ResolveError::Malformed {
+            package: package.into(),
+            field,
+            reason: e.to_string(),
+        }),
     }
 }
 
-fn relations(p: &Paragraph, field: &'static str, package: &str) -> Result<Vec<Vec<Dependency>>, ResolveError> {
+fn relations(
+    p: &Paragraph,
+    field: &'static str,
+    package: &str,
+) -> Result<Vec<Vec<Dependency>>, ResolveError> {
     parse_field(p.get(field), field, package)
 }
 
@@ -141,7 +160,9 @@ fn offered(dep: &Dependency, name: &str, version: &Version, provides: &[Vec<Depe
 
 /// Whether one of a package's Provides meets `dep`.
 fn provided(dep: &Dependency, provides: &[Vec<Dependency>]) -> bool {
-    provides.iter().flatten().any(|p| matches(dep, &Offer { name: &p.name, version: p.constraint.as_ref().map(|(_, v)| v) }))
+    provides.iter().flatten().any(|p| {
+        matches(dep, &Offer { name: &p.name, version: p.constraint.as_ref().map(|(_, v)| v) })
+    })
 }
 
 struct Cand<'a> {
@@ -235,7 +256,12 @@ impl<'a> Candidates<'a> {
     /// The candidates whose Provides meet `dep`, per package (in name order), newest first.
     fn providers(&self, dep: &Dependency) -> Result<Vec<Vec<&Cand<'a>>>, ResolveError> {
         // Only a stanza whose Provides text names the package can provide it.
-        let names: BTreeSet<&str> = self.available.iter().filter(|p| p.provides().is_some_and(|v| v.contains(dep.name.as_str()))).map(|p| p.name()).collect();
+        let names: BTreeSet<&str> = self
+            .available
+            .iter()
+            .filter(|p| p.provides().is_some_and(|v| v.contains(dep.name.as_str())))
+            .map(|p| p.name())
+            .collect();
         let mut out = Vec::new();
         for name in names {
             let mut list = Vec::new();
@@ -271,7 +297,11 @@ impl<'a> Candidates<'a> {
     }
 }
 
-pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPackage]) -> Result<Resolution, ResolveError> {
+pub fn resolve(
+    req: &Request,
+    installed: &[Installed],
+    available: &[IndexedPackage],
+) -> Result<Resolution, ResolveError> {
     let cands = Candidates::new(available, req.arch);
     let inst: BTreeMap<&str, &Installed> = installed.iter().map(|i| (i.name.as_str(), i)).collect();
     let mut inst_provides: BTreeMap<&str, Vec<Vec<Dependency>>> = BTreeMap::new();
@@ -289,13 +319,19 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
     };
 
     // Is `dep` met by what will be installed, or by what stays installed?
-    let satisfied = |dep: &Dependency, chosen: &BTreeMap<&str, &Cand>, gone: &BTreeSet<String>| -> Result<bool, ResolveError> {
+    let satisfied = |dep: &Dependency,
+                     chosen: &BTreeMap<&str, &Cand>,
+                     gone: &BTreeSet<String>|
+     -> Result<bool, ResolveError> {
         for c in chosen.values() {
             if c.offers(dep)? {
                 return Ok(true);
             }
         }
-        Ok(installed.iter().filter(|i| !gone.contains(&i.name)).any(|i| offered(dep, &i.name, &i.version, &inst_provides[i.name.as_str()])))
+        Ok(installed
+            .iter()
+            .filter(|i| !gone.contains(&i.name))
+            .any(|i| offered(dep, &i.name, &i.version, &inst_provides[i.name.as_str()])))
     };
     // The newest candidate that meets `dep`: the package itself, else a provider.
     let find = |dep: &Dependency| -> Result<Option<&Cand>, ResolveError> {
@@ -309,21 +345,40 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
     // (a `librdmacm1t64` for `librdmacm1`): replaced by the candidates, or removed.
     let mut replaceable: BTreeSet<String> = installed
         .iter()
-        .filter(|i| req.replace.contains(&i.name) || inst_provides[i.name.as_str()].iter().flatten().any(|p| req.replace.contains(&p.name)))
+        .filter(|i| {
+            req.replace.contains(&i.name)
+                || inst_provides[i.name.as_str()]
+                    .iter()
+                    .flatten()
+                    .any(|p| req.replace.contains(&p.name))
+        })
         .map(|i| i.name.clone())
         .collect();
     let mut queue: Vec<&Cand> = Vec::new();
     let mut requested: Vec<&str> = Vec::new();
     for item in req.install {
         let (asked, pin) = match item.split_once('=') {
-            Some((n, v)) => (n, Some(v.parse::<Version>().map_err(|e| ResolveError::Malformed { package: n.into(), field: "requested version", reason: e.to_string() })?)),
+            Some((n, v)) => (
+                n,
+                Some(v.parse::<Version>().map_err(|e| ResolveError::Malformed {
+                    package: n.into(),
+                    field: "requested version",
+                    reason: e.to_string(),
+                })?),
+            ),
             None => (item.as_str(), None),
         };
-        let unknown = || ResolveError::UnknownPackage { name: asked.into(), repos: repos(), arch: req.arch.into() };
+        let unknown = || ResolveError::UnknownPackage {
+            name: asked.into(),
+            repos: repos(),
+            arch: req.arch.into(),
+        };
         let mut name = asked;
         if cands.get(asked).is_empty() {
             // Installed, in no repository and not to be replaced: apt leaves it as it is.
-            if let Some(i) = inst.get(asked).filter(|_| !replaceable.contains(asked) && pin.is_none()) {
+            if let Some(i) =
+                inst.get(asked).filter(|_| !replaceable.contains(asked) && pin.is_none())
+            {
                 res.kept.push((*i).clone());
                 continue;
             }
@@ -334,14 +389,26 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
             match providers.as_slice() {
                 [] => return Err(unknown()),
                 [one] if pin.is_none() => {
-                    res.selected.push(Selected { requested: asked.to_string(), package: one.name.to_string() });
+                    res.selected.push(Selected {
+                        requested: asked.to_string(),
+                        package: one.name.to_string(),
+                    });
                     // The remove list's name stands for its provider too (an OFED build of it).
                     if req.replace.iter().any(|r| r == asked) && inst.contains_key(one.name) {
                         replaceable.insert(one.name.to_string());
                     }
                     name = one.name;
                 }
-                many => return Err(ResolveError::Virtual { name: asked.into(), providers: many.iter().map(|c| format!("{} {}", c.name, c.version)).collect::<Vec<_>>().join(", ") }),
+                many => {
+                    return Err(ResolveError::Virtual {
+                        name: asked.into(),
+                        providers: many
+                            .iter()
+                            .map(|c| format!("{} {}", c.name, c.version))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })
+                }
             }
         }
         requested.push(name);
@@ -349,14 +416,20 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
             None => cands.get(name).first(),
             Some(v) => {
                 let found = cands.get(name).iter().find(|c| &c.version == v);
-                Some(found.ok_or_else(|| ResolveError::UnknownVersion { name: name.into(), version: v.to_string(), repos: repos(), arch: req.arch.into() })?)
+                Some(found.ok_or_else(|| ResolveError::UnknownVersion {
+                    name: name.into(),
+                    version: v.to_string(),
+                    repos: repos(),
+                    arch: req.arch.into(),
+                })?)
             }
         };
         if let Some(i) = inst.get(name) {
             let keep = match (&pin, chosen_cand) {
                 (Some(v), _) => &i.version == v,
                 (None, c) => {
-                    let replace = replaceable.contains(name) && c.is_some_and(|c| c.version != i.version);
+                    let replace =
+                        replaceable.contains(name) && c.is_some_and(|c| c.version != i.version);
                     let upgrade = c.is_some_and(|c| c.version > i.version) && !replace;
                     !replace && !upgrade
                 }
@@ -385,7 +458,10 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
             }
             chosen.insert(c.name, c);
             let p = c.pkg.paragraph()?;
-            for group in relations(p, "Pre-Depends", c.name)?.into_iter().chain(relations(p, "Depends", c.name)?) {
+            for group in relations(p, "Pre-Depends", c.name)?
+                .into_iter()
+                .chain(relations(p, "Depends", c.name)?)
+            {
                 let mut met = false;
                 'alternatives: for d in &group {
                     if satisfied(d, &chosen, &gone)? {
@@ -423,16 +499,31 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
         for c in &chosen_now {
             for (kind, field) in [("breaks", "Breaks"), ("conflicts with", "Conflicts")] {
                 for dep in relations(c.pkg.paragraph()?, field, c.name)?.into_iter().flatten() {
-                    if let Some(other) = chosen_now.iter().find(|o| o.name != c.name && o.is(&dep)) {
-                        return Err(ResolveError::Conflict { package: c.name.to_string(), version: c.version.to_string(), kind, other: other.name.to_string(), other_version: other.version.to_string() });
+                    if let Some(other) = chosen_now.iter().find(|o| o.name != c.name && o.is(&dep))
+                    {
+                        return Err(ResolveError::Conflict {
+                            package: c.name.to_string(),
+                            version: c.version.to_string(),
+                            kind,
+                            other: other.name.to_string(),
+                            other_version: other.version.to_string(),
+                        });
                     }
-                    let staying: Vec<&Installed> = installed.iter().filter(|i| !gone.contains(&i.name) && !chosen.contains_key(i.name.as_str())).collect();
+                    let staying: Vec<&Installed> = installed
+                        .iter()
+                        .filter(|i| {
+                            !gone.contains(&i.name) && !chosen.contains_key(i.name.as_str())
+                        })
+                        .collect();
                     for i in staying {
                         if !matches(&dep, &Offer { name: &i.name, version: Some(&i.version) }) {
                             continue;
                         }
                         // Upgrade the installed package to a candidate the relation does not hit.
-                        let fix = cands.get(&i.name).iter().find(|n| n.version > i.version && !n.is(&dep));
+                        let fix = cands
+                            .get(&i.name)
+                            .iter()
+                            .find(|n| n.version > i.version && !n.is(&dep));
                         match fix {
                             Some(n) => {
                                 queue.push(n);
@@ -443,7 +534,13 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
                                 changed = true;
                             }
                             None => {
-                                return Err(ResolveError::Conflict { package: c.name.to_string(), version: c.version.to_string(), kind, other: i.name.clone(), other_version: i.version.to_string() })
+                                return Err(ResolveError::Conflict {
+                                    package: c.name.to_string(),
+                                    version: c.version.to_string(),
+                                    kind,
+                                    other: i.name.clone(),
+                                    other_version: i.version.to_string(),
+                                })
                             }
                         }
                     }
@@ -451,7 +548,10 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
             }
         }
         // Breaks/Conflicts of what stays installed, against what we install.
-        for i in installed.iter().filter(|i| !gone.contains(&i.name) && !chosen.contains_key(i.name.as_str())) {
+        for i in installed
+            .iter()
+            .filter(|i| !gone.contains(&i.name) && !chosen.contains_key(i.name.as_str()))
+        {
             for (kind, field) in [("breaks", "Breaks"), ("conflicts with", "Conflicts")] {
                 for dep in relations(&i.paragraph, field, &i.name)?.into_iter().flatten() {
                     let Some(c) = chosen_now.iter().find(|c| c.is(&dep)) else { continue };
@@ -461,7 +561,13 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
                             changed = true;
                         }
                         None => {
-                            return Err(ResolveError::Conflict { package: i.name.clone(), version: i.version.to_string(), kind, other: c.name.to_string(), other_version: c.version.to_string() })
+                            return Err(ResolveError::Conflict {
+                                package: i.name.clone(),
+                                version: i.version.to_string(),
+                                kind,
+                                other: c.name.to_string(),
+                                other_version: c.version.to_string(),
+                            })
                         }
                     }
                 }
@@ -475,11 +581,20 @@ pub fn resolve(req: &Request, installed: &[Installed], available: &[IndexedPacka
     for c in chosen.values() {
         let action = match inst.get(c.name) {
             None => Action::Install,
-            Some(i) if replaceable.contains(c.name) && c.version != i.version => Action::Replace { from: i.version.to_string() },
+            Some(i) if replaceable.contains(c.name) && c.version != i.version => {
+                Action::Replace { from: i.version.to_string() }
+            }
             Some(i) if c.version < i.version => Action::Downgrade { from: i.version.to_string() },
             Some(i) => Action::Upgrade { from: i.version.to_string() },
         };
-        res.install.push(Planned { pkg: c.pkg.clone(), name: c.name.to_string(), arch: c.arch.to_string(), version: c.version.clone(), action, hold: false });
+        res.install.push(Planned {
+            pkg: c.pkg.clone(),
+            name: c.name.to_string(),
+            arch: c.arch.to_string(),
+            version: c.version.clone(),
+            action,
+            hold: false,
+        });
     }
     res.remove = installed.iter().filter(|i| gone.contains(&i.name)).cloned().collect();
     Ok(res)
@@ -491,8 +606,24 @@ mod tests {
     use crate::packages::apt::deb822;
 
     fn available_from(text: &str) -> Vec<IndexedPackage> {
-        let stanzas: Vec<String> = text.split("\n\n").map(|s| format!("{}\nFilename: pool/x.deb\nSHA256: {}\nSize: 1\n", s.trim_end(), "0".repeat(64))).collect();
-        IndexedPackage::read_index(stanzas.join("\n"), "http://repo.invalid/Packages", "http://repo.invalid", "test", "http://repo.invalid bookworm").unwrap()
+        let stanzas: Vec<String> = text
+            .split("\n\n")
+            .map(|s| {
+                format!(
+                    "{}\nFilename: pool/x.deb\nSHA256: {}\nSize: 1\n",
+                    s.trim_end(),
+                    "0".repeat(64)
+                )
+            })
+            .collect();
+        IndexedPackage::read_index(
+            stanzas.join("\n"),
+            "http://repo.invalid/Packages",
+            "http://repo.invalid",
+            "test",
+            "http://repo.invalid bookworm",
+        )
+        .unwrap()
     }
 
     fn installed(text: &str) -> Vec<Installed> {
@@ -517,7 +648,9 @@ mod tests {
 
     #[test]
     fn newest_candidates_and_dependencies() {
-        let base = installed("Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n");
+        let base = installed(
+            "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n",
+        );
         let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
         let r = resolve(&req, &base, &available()).unwrap();
         assert_eq!(names(&r), ["libibverbs1 44.0-2 Install", "libnl-3-200 3.7.0-0.2+b1 Install"]);
@@ -532,7 +665,10 @@ mod tests {
         );
         let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
         let r = resolve(&req, &base, &available()).unwrap();
-        assert_eq!(names(&r), ["ibverbs-providers 44.0-2 Upgrade { from: \"39.0-1\" }", "libibverbs1 44.0-2 Install"]);
+        assert_eq!(
+            names(&r),
+            ["ibverbs-providers 44.0-2 Upgrade { from: \"39.0-1\" }", "libibverbs1 44.0-2 Install"]
+        );
         assert_eq!(r.remove.len(), 1, "the old providers stanza goes");
     }
 
@@ -544,7 +680,11 @@ mod tests {
              Package: libibverbs1\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2307mlnx47-1.2310036\n",
         );
         let replace = vec!["libibverbs1".to_string()];
-        let req = Request { install: &["libibverbs1".into(), "libnl-3-200".into()], replace: &replace, arch: "amd64" };
+        let req = Request {
+            install: &["libibverbs1".into(), "libnl-3-200".into()],
+            replace: &replace,
+            arch: "amd64",
+        };
         let r = resolve(&req, &base, &available()).unwrap();
         assert_eq!(names(&r), ["libibverbs1 44.0-2 Replace { from: \"2307mlnx47-1.2310036\" }"]);
         assert_eq!(r.kept.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["libnl-3-200"]);
@@ -558,11 +698,14 @@ mod tests {
         // A malformed relation in a stanza nothing needs does not stop the resolution.
         let text = format!("{REPO}\n\nPackage: broken\nVersion: 1\nArchitecture: amd64\nProvides: ,,\nDepends: ((\n");
         let available = available_from(&text);
-        let base = installed("Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n");
+        let base = installed(
+            "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9\n",
+        );
         let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
         let r = resolve(&req, &base, &available).unwrap();
         assert_eq!(names(&r), ["libibverbs1 44.0-2 Install", "libnl-3-200 3.7.0-0.2+b1 Install"]);
-        let parsed: Vec<&str> = available.iter().filter(|p| p.is_parsed()).map(|p| p.name()).collect();
+        let parsed: Vec<&str> =
+            available.iter().filter(|p| p.is_parsed()).map(|p| p.name()).collect();
         assert_eq!(parsed, ["libibverbs1", "libnl-3-200"], "the chosen stanzas only");
         // One that is needed is reported.
         let req = Request { install: &["wants-virtual".into()], replace: &[], arch: "amd64" };
@@ -593,7 +736,10 @@ mod tests {
         let r = resolve(&req, &[], &available()).unwrap();
         assert_eq!(names(&r), ["provider 5 Install", "wants-virtual 1 Install"]);
         let req = Request { install: &["arm-only".into()], replace: &[], arch: "amd64" };
-        assert!(matches!(resolve(&req, &[], &available()), Err(ResolveError::UnknownPackage { .. })));
+        assert!(matches!(
+            resolve(&req, &[], &available()),
+            Err(ResolveError::UnknownPackage { .. })
+        ));
         let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
         let e = resolve(&req, &[], &available()).unwrap_err().to_string();
         assert!(e.contains("cannot satisfy `libc6 (>= 2.34)` of libibverbs1 44.0-2"), "{e}");
@@ -607,19 +753,45 @@ mod tests {
                     Package: libnccl-dev\nVersion: 2.21.5-1+cuda12.4\nArchitecture: amd64\nDepends: libnccl2 (= 2.21.5-1+cuda12.4)\n\n\
                     Package: libnccl-dev\nVersion: 2.27.7-1+cuda13.0\nArchitecture: amd64\nDepends: libnccl2 (= 2.27.7-1+cuda13.0)";
         let avail = available_from(nccl);
-        let req = Request { install: &["libnccl2=2.21.5-1+cuda12.4".into(), "libnccl-dev=2.21.5-1+cuda12.4".into()], replace: &[], arch: "amd64" };
+        let req = Request {
+            install: &["libnccl2=2.21.5-1+cuda12.4".into(), "libnccl-dev=2.21.5-1+cuda12.4".into()],
+            replace: &[],
+            arch: "amd64",
+        };
         let r = resolve(&req, &[], &avail).unwrap();
-        assert_eq!(names(&r), ["libnccl-dev 2.21.5-1+cuda12.4 Install", "libnccl2 2.21.5-1+cuda12.4 Install"]);
+        assert_eq!(
+            names(&r),
+            ["libnccl-dev 2.21.5-1+cuda12.4 Install", "libnccl2 2.21.5-1+cuda12.4 Install"]
+        );
         // The base's build: kept when it is the pinned one, else swapped (even for an older one).
         let base = installed("Package: libnccl2\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.21.5-1+cuda12.4\n");
         let only = ["libnccl2=2.21.5-1+cuda12.4".to_string()];
-        let r = resolve(&Request { install: &only, replace: &[], arch: "amd64" }, &base, &avail).unwrap();
+        let r = resolve(&Request { install: &only, replace: &[], arch: "amd64" }, &base, &avail)
+            .unwrap();
         assert!(r.install.is_empty() && r.kept.len() == 1);
         let newer = installed("Package: libnccl2\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.27.7-1+cuda13.0\n");
-        let r = resolve(&Request { install: &only, replace: &[], arch: "amd64" }, &newer, &avail).unwrap();
-        assert_eq!(names(&r), ["libnccl2 2.21.5-1+cuda12.4 Downgrade { from: \"2.27.7-1+cuda13.0\" }"]);
-        let e = resolve(&Request { install: &["libnccl2=2.19.3-1+cuda12.3".into()], replace: &[], arch: "amd64" }, &[], &avail).unwrap_err().to_string();
-        assert!(e.starts_with("no repository (") && e.contains("libnccl2 version 2.19.3-1+cuda12.3 for amd64"), "{e}");
+        let r = resolve(&Request { install: &only, replace: &[], arch: "amd64" }, &newer, &avail)
+            .unwrap();
+        assert_eq!(
+            names(&r),
+            ["libnccl2 2.21.5-1+cuda12.4 Downgrade { from: \"2.27.7-1+cuda13.0\" }"]
+        );
+        let e = resolve(
+            &Request {
+                install: &["libnccl2=2.19.3-1+cuda12.3".into()],
+                replace: &[],
+                arch: "amd64",
+            },
+            &[],
+            &avail,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("no repository (")
+                && e.contains("libnccl2 version 2.19.3-1+cuda12.3 for amd64"),
+            "{e}"
+        );
     }
     /// Debian 13's rdma-core 56.1-1 relations, as its Packages index has them (trixie main
     /// amd64; testdata/facts/README.md): `librdmacm1` is only a name `librdmacm1t64` provides.
@@ -648,12 +820,21 @@ mod tests {
         let avail = available_from(TRIXIE);
         let base = installed(TRIXIE_LIBC);
         let want = strings(&["libibverbs1", "librdmacm1"]);
-        let r = resolve(&Request { install: &want, replace: &[], arch: "amd64" }, &base, &avail).unwrap();
+        let r = resolve(&Request { install: &want, replace: &[], arch: "amd64" }, &base, &avail)
+            .unwrap();
         assert_eq!(names(&r), ["libibverbs1 56.1-1 Install", "librdmacm1t64 56.1-1 Install"]);
-        assert_eq!(r.selected, [Selected { requested: "librdmacm1".into(), package: "librdmacm1t64".into() }]);
+        assert_eq!(
+            r.selected,
+            [Selected { requested: "librdmacm1".into(), package: "librdmacm1t64".into() }]
+        );
         // Already there: kept, as apt says "librdmacm1t64 is already the newest version".
         let base = installed(&format!("{TRIXIE_LIBC}\nPackage: librdmacm1t64\nStatus: install ok installed\nArchitecture: amd64\nVersion: 56.1-1\nProvides: librdmacm1 (= 56.1-1)\n"));
-        let r = resolve(&Request { install: &strings(&["librdmacm1"]), replace: &[], arch: "amd64" }, &base, &avail).unwrap();
+        let r = resolve(
+            &Request { install: &strings(&["librdmacm1"]), replace: &[], arch: "amd64" },
+            &base,
+            &avail,
+        )
+        .unwrap();
         assert!(r.install.is_empty(), "{:?}", names(&r));
         assert_eq!(r.kept.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["librdmacm1t64"]);
     }
@@ -661,14 +842,29 @@ mod tests {
     #[test]
     fn several_providers_are_an_error_naming_them() {
         let text = format!("{TRIXIE}\nPackage: librdmacm1-ofed\nVersion: 2404mlnx51-1.2404066\nArchitecture: amd64\nProvides: librdmacm1\n");
-        let e = resolve(&Request { install: &strings(&["librdmacm1"]), replace: &[], arch: "amd64" }, &installed(TRIXIE_LIBC), &available_from(&text)).unwrap_err();
+        let e = resolve(
+            &Request { install: &strings(&["librdmacm1"]), replace: &[], arch: "amd64" },
+            &installed(TRIXIE_LIBC),
+            &available_from(&text),
+        )
+        .unwrap_err();
         assert!(matches!(e, ResolveError::Virtual { .. }), "{e}");
         let e = e.to_string();
         assert_eq!(e, "package `librdmacm1` is a virtual package provided by librdmacm1-ofed 2404mlnx51-1.2404066, librdmacm1t64 56.1-1; name the one to install");
         // A name nothing offers stays unknown; a pinned virtual name is refused.
-        let e = resolve(&Request { install: &strings(&["nothing-at-all"]), replace: &[], arch: "amd64" }, &[], &available_from(TRIXIE)).unwrap_err();
+        let e = resolve(
+            &Request { install: &strings(&["nothing-at-all"]), replace: &[], arch: "amd64" },
+            &[],
+            &available_from(TRIXIE),
+        )
+        .unwrap_err();
         assert!(matches!(e, ResolveError::UnknownPackage { .. }), "{e}");
-        let e = resolve(&Request { install: &strings(&["librdmacm1=56.1-1"]), replace: &[], arch: "amd64" }, &[], &available_from(TRIXIE)).unwrap_err();
+        let e = resolve(
+            &Request { install: &strings(&["librdmacm1=56.1-1"]), replace: &[], arch: "amd64" },
+            &[],
+            &available_from(TRIXIE),
+        )
+        .unwrap_err();
         assert!(matches!(e, ResolveError::Virtual { .. }), "{e}");
     }
 
@@ -685,7 +881,12 @@ mod tests {
             ))
         };
         // An OFED build under the old name: removed, its successor installed.
-        let r = resolve(&Request { install: &want, replace: &remove, arch: "amd64" }, &ofed("librdmacm1", ""), &avail).unwrap();
+        let r = resolve(
+            &Request { install: &want, replace: &remove, arch: "amd64" },
+            &ofed("librdmacm1", ""),
+            &avail,
+        )
+        .unwrap();
         assert_eq!(
             names(&r),
             [
@@ -698,12 +899,31 @@ mod tests {
         assert_eq!(gone, ["libibverbs1", "ibverbs-providers", "librdmacm1"]);
         // An OFED build under the t64 name, with or without the Provides: replaced in place.
         for provides in ["", "Provides: librdmacm1 (= 2404mlnx51-1.2404066)\n"] {
-            let r = resolve(&Request { install: &want, replace: &remove, arch: "amd64" }, &ofed("librdmacm1t64", provides), &avail).unwrap();
-            assert!(names(&r).contains(&"librdmacm1t64 56.1-1 Replace { from: \"2404mlnx51-1.2404066\" }".to_string()), "{provides}: {:?}", names(&r));
+            let r = resolve(
+                &Request { install: &want, replace: &remove, arch: "amd64" },
+                &ofed("librdmacm1t64", provides),
+                &avail,
+            )
+            .unwrap();
+            assert!(
+                names(&r).contains(
+                    &"librdmacm1t64 56.1-1 Replace { from: \"2404mlnx51-1.2404066\" }".to_string()
+                ),
+                "{provides}: {:?}",
+                names(&r)
+            );
             assert_eq!(r.remove.len(), 3, "{provides}");
         }
         // Nothing requested, only the remove list: the t64 build that provides a listed name goes.
-        let r = resolve(&Request { install: &[], replace: &remove, arch: "amd64" }, &ofed("librdmacm1t64", "Provides: librdmacm1\n"), &avail).unwrap();
-        assert_eq!(r.remove.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["libibverbs1", "ibverbs-providers", "librdmacm1t64"]);
+        let r = resolve(
+            &Request { install: &[], replace: &remove, arch: "amd64" },
+            &ofed("librdmacm1t64", "Provides: librdmacm1\n"),
+            &avail,
+        )
+        .unwrap();
+        assert_eq!(
+            r.remove.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+            ["libibverbs1", "ibverbs-providers", "librdmacm1t64"]
+        );
     }
 }

@@ -13,10 +13,7 @@ use std::str::FromStr;
 pub enum VersionError {
     /// `reason` is dpkg's own wording, so that a message can be matched against dpkg's.
     #[error("invalid version `{version}`: {reason}")]
-    Invalid {
-        version: String,
-        reason: &'static str,
-    },
+    Invalid { version: String, reason: &'static str },
 
     #[error("invalid relation `{relation}`: {reason}")]
     Relation { relation: String, reason: String },
@@ -71,11 +68,7 @@ impl Version {
         if !upstream.all(|c| c.is_ascii_alphanumeric() || b".-+~:".contains(&c)) {
             return Some("invalid character in version number");
         }
-        if !self
-            .revision
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || b".+~".contains(&c))
-        {
+        if !self.revision.bytes().all(|c| c.is_ascii_alphanumeric() || b".+~".contains(&c)) {
             return Some("invalid character in revision number");
         }
         None
@@ -93,10 +86,7 @@ impl FromStr for Version {
     /// Mirrors dpkg's `parseversion` (`lib/dpkg/parsehelp.c`): its errors are errors here, its
     /// warnings (non-digit start, odd characters) are accepted; see [`Version::syntax_warning`].
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let invalid = |reason| VersionError::Invalid {
-            version: s.to_owned(),
-            reason,
-        };
+        let invalid = |reason| VersionError::Invalid { version: s.to_owned(), reason };
         let text = s.trim_matches(is_blank);
         if text.is_empty() {
             return Err(invalid("version string is empty"));
@@ -220,20 +210,11 @@ fn verrevcmp(a: &str, b: &str) -> Ordering {
 fn hash_verrev<H: Hasher>(s: &str, state: &mut H) {
     let mut rest = s.as_bytes();
     while !rest.is_empty() {
-        let split = rest
-            .iter()
-            .position(u8::is_ascii_digit)
-            .unwrap_or(rest.len());
+        let split = rest.iter().position(u8::is_ascii_digit).unwrap_or(rest.len());
         let (letters, tail) = rest.split_at(split);
-        let digits_len = tail
-            .iter()
-            .position(|c| !c.is_ascii_digit())
-            .unwrap_or(tail.len());
+        let digits_len = tail.iter().position(|c| !c.is_ascii_digit()).unwrap_or(tail.len());
         let (digits, tail) = tail.split_at(digits_len);
-        let first_nonzero = digits
-            .iter()
-            .position(|&c| c != b'0')
-            .unwrap_or(digits.len());
+        let first_nonzero = digits.iter().position(|&c| c != b'0').unwrap_or(digits.len());
         let digits = &digits[first_nonzero..];
         rest = tail;
         if letters.is_empty() && digits.is_empty() && rest.is_empty() {
@@ -423,9 +404,7 @@ pub fn parse_relations(field: &str) -> Result<Vec<Vec<Dependency>>, VersionError
 /// Parses one alternative; `group` is the comma-separated element it came from, for errors.
 fn parse_reference(text: &str, group: &str) -> Result<Dependency, VersionError> {
     let error = |reason: &str| VersionError::Relation {
-        relation: group
-            .trim_matches(|c: char| c.is_ascii() && is_space(c as u8))
-            .to_owned(),
+        relation: group.trim_matches(|c: char| c.is_ascii() && is_space(c as u8)).to_owned(),
         reason: reason.to_owned(),
     };
     let bytes = text.as_bytes();
@@ -443,9 +422,7 @@ fn parse_reference(text: &str, group: &str) -> Result<Dependency, VersionError> 
     }
     let name = &text[start..i];
     if name.is_empty() {
-        return Err(error(
-            "missing package name, or garbage where package name expected",
-        ));
+        return Err(error("missing package name, or garbage where package name expected"));
     }
     if let Some(reason) = package_name_problem(name) {
         return Err(error(&format!("invalid package name `{name}`: {reason}")));
@@ -493,41 +470,29 @@ fn parse_reference(text: &str, group: &str) -> Result<Dependency, VersionError> 
             None => return Err(error("version unterminated")),
             Some(_) => return Err(error("version contains `(` or a space")),
         }
-        let version =
-            version_text
-                .parse::<Version>()
-                .map_err(|source| VersionError::RelationVersion {
-                    package: name.to_owned(),
-                    source: Box::new(source),
-                })?;
+        let version = version_text.parse::<Version>().map_err(|source| {
+            VersionError::RelationVersion { package: name.to_owned(), source: Box::new(source) }
+        })?;
         constraint = Some((relation, version));
         i = skip_space(i);
     }
 
     // `[arch restriction]` and `<build profile>` lists: dropped (see `parse_relations`).
     if bytes.get(i) == Some(&b'[') {
-        let end = text[i..]
-            .find(']')
-            .ok_or_else(|| error("unterminated architecture restriction"))?;
+        let end =
+            text[i..].find(']').ok_or_else(|| error("unterminated architecture restriction"))?;
         i = skip_space(i + end + 1);
     }
     while bytes.get(i) == Some(&b'<') {
-        let end = text[i..]
-            .find('>')
-            .ok_or_else(|| error("unterminated build profile restriction"))?;
+        let end =
+            text[i..].find('>').ok_or_else(|| error("unterminated build profile restriction"))?;
         i = skip_space(i + end + 1);
     }
 
     if i != bytes.len() {
-        return Err(error(&format!(
-            "syntax error after reference to package `{name}`"
-        )));
+        return Err(error(&format!("syntax error after reference to package `{name}`")));
     }
-    Ok(Dependency {
-        name: name.to_owned(),
-        arch,
-        constraint,
-    })
+    Ok(Dependency { name: name.to_owned(), arch, constraint })
 }
 
 /// dpkg's `pkg_name_is_illegal` (Policy 5.6.1: lower case letters, digits, `+ - .`, starting
@@ -536,10 +501,7 @@ fn package_name_problem(name: &str) -> Option<&'static str> {
     if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
         return Some("must start with an alphanumeric character");
     }
-    if !name
-        .bytes()
-        .all(|c| c.is_ascii_alphanumeric() || b"-+._".contains(&c))
-    {
+    if !name.bytes().all(|c| c.is_ascii_alphanumeric() || b"-+._".contains(&c)) {
         return Some("character not allowed (only letters, digits and characters '-+._')");
     }
     None
@@ -551,8 +513,7 @@ mod tests {
     use std::collections::hash_map::DefaultHasher;
 
     fn v(s: &str) -> Version {
-        s.parse()
-            .unwrap_or_else(|e| panic!("parsing version {s:?}: {e}"))
+        s.parse().unwrap_or_else(|e| panic!("parsing version {s:?}: {e}"))
     }
 
     fn hash_of(version: &Version) -> u64 {
@@ -618,11 +579,7 @@ mod tests {
         ("0", '=', "00"),
         ("a", '=', "a0"),
         ("000000000000000000000000000001", '=', "1"),
-        (
-            "99999999999999999999999999999999999999",
-            '<',
-            "100000000000000000000000000000000000000",
-        ),
+        ("99999999999999999999999999999999999999", '<', "100000000000000000000000000000000000000"),
         // A missing revision compares like `0`; a missing epoch is `0`.
         ("1.0", '=', "1.0-0"),
         ("1:1.0", '=', "1:1.0-0"),
@@ -683,11 +640,7 @@ mod tests {
             assert_eq!(vb.cmp(&va), want.reverse(), "{b} vs {a} (reversed)");
             assert_eq!(va == vb, want == Ordering::Equal, "{a} == {b}");
             if want == Ordering::Equal {
-                assert_eq!(
-                    hash_of(&va),
-                    hash_of(&vb),
-                    "equal {a} and {b} must hash alike"
-                );
+                assert_eq!(hash_of(&va), hash_of(&vb), "equal {a} and {b} must hash alike");
             }
         }
     }
@@ -763,30 +716,15 @@ mod tests {
             }
         }
         let err = "1.0 2".parse::<Version>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "invalid version `1.0 2`: version string has embedded spaces"
-        );
+        assert_eq!(err.to_string(), "invalid version `1.0 2`: version string has embedded spaces");
     }
 
     #[test]
     fn accepts_what_dpkg_only_warns_about() {
-        assert_eq!(
-            v("a").syntax_warning(),
-            Some("version number does not start with digit")
-        );
-        assert_eq!(
-            v("~").syntax_warning(),
-            Some("version number does not start with digit")
-        );
-        assert_eq!(
-            v("1.0_2").syntax_warning(),
-            Some("invalid character in version number")
-        );
-        assert_eq!(
-            v("1.0-a_b").syntax_warning(),
-            Some("invalid character in revision number")
-        );
+        assert_eq!(v("a").syntax_warning(), Some("version number does not start with digit"));
+        assert_eq!(v("~").syntax_warning(), Some("version number does not start with digit"));
+        assert_eq!(v("1.0_2").syntax_warning(), Some("invalid character in version number"));
+        assert_eq!(v("1.0-a_b").syntax_warning(), Some("invalid character in revision number"));
         assert_eq!(v("1:2.21.5-1+cuda12.4").syntax_warning(), None);
         assert_eq!(v("1.0~rc1-0ubuntu1").syntax_warning(), None);
     }
@@ -802,21 +740,9 @@ mod tests {
             (Relation::Gt, [false, false, true]),
         ];
         for (relation, [below, equal, above]) in cases {
-            assert_eq!(
-                relation.satisfied_by(&old, &new),
-                below,
-                "{relation:?} below"
-            );
-            assert_eq!(
-                relation.satisfied_by(&new, &new),
-                equal,
-                "{relation:?} equal"
-            );
-            assert_eq!(
-                relation.satisfied_by(&new, &old),
-                above,
-                "{relation:?} above"
-            );
+            assert_eq!(relation.satisfied_by(&old, &new), below, "{relation:?} below");
+            assert_eq!(relation.satisfied_by(&new, &new), equal, "{relation:?} equal");
+            assert_eq!(relation.satisfied_by(&new, &old), above, "{relation:?} above");
         }
         // Equality is dpkg's, not textual.
         assert!(Relation::Eq.satisfied_by(&v("1.0"), &v("0:1.00-0")));
@@ -857,29 +783,17 @@ mod tests {
             vec![
                 vec![dep("libc6", None, Some((Relation::Ge, "2.34")))],
                 vec![dep("libnl-3-200", None, Some((Relation::Ge, "3.2.7")))],
-                vec![dep(
-                    "libnl-route-3-200",
-                    None,
-                    Some((Relation::Ge, "3.2.7"))
-                )],
+                vec![dep("libnl-route-3-200", None, Some((Relation::Ge, "3.2.7")))],
                 vec![dep("adduser", None, None)],
             ]
         );
         assert_eq!(
             parse_relations("ibverbs-providers (= 44.0-2)").unwrap(),
-            vec![vec![dep(
-                "ibverbs-providers",
-                None,
-                Some((Relation::Eq, "44.0-2"))
-            )]]
+            vec![vec![dep("ibverbs-providers", None, Some((Relation::Eq, "44.0-2")))]]
         );
         assert_eq!(
             parse_relations("libibverbs1 (<< 44.0-2)").unwrap(),
-            vec![vec![dep(
-                "libibverbs1",
-                None,
-                Some((Relation::Lt, "44.0-2"))
-            )]]
+            vec![vec![dep("libibverbs1", None, Some((Relation::Lt, "44.0-2")))]]
         );
         assert_eq!(
             parse_relations("debconf (>= 0.5) | debconf-2.0").unwrap(),
@@ -890,11 +804,7 @@ mod tests {
         );
         assert_eq!(
             parse_relations("python3:any (>= 3.7~)").unwrap(),
-            vec![vec![dep(
-                "python3",
-                Some("any"),
-                Some((Relation::Ge, "3.7~"))
-            )]]
+            vec![vec![dep("python3", Some("any"), Some((Relation::Ge, "3.7~")))]]
         );
         // A Pre-Depends as apt-cache shows it, and qualifiers.
         assert_eq!(
@@ -903,11 +813,7 @@ mod tests {
             vec![
                 vec![dep("perl", Some("native"), None)],
                 vec![dep("libc6", Some("amd64"), Some((Relation::Ge, "2.36")))],
-                vec![dep(
-                    "init-system-helpers",
-                    None,
-                    Some((Relation::Ge, "1.54~"))
-                )],
+                vec![dep("init-system-helpers", None, Some((Relation::Ge, "1.54~")))],
             ]
         );
     }
@@ -947,10 +853,7 @@ mod tests {
             vec![vec![dep("foo", None, Some((Relation::Ge, "1")))]]
         );
         assert_eq!(parse_relations("").unwrap(), Vec::<Vec<Dependency>>::new());
-        assert_eq!(
-            parse_relations(" \n ").unwrap(),
-            Vec::<Vec<Dependency>>::new()
-        );
+        assert_eq!(parse_relations(" \n ").unwrap(), Vec::<Vec<Dependency>>::new());
     }
 
     #[test]
@@ -1032,10 +935,7 @@ mod tests {
             let text = match output {
                 Ok(out) if out.status.success() => String::from_utf8(out.stdout).unwrap(),
                 other => {
-                    eprintln!(
-                        "skipping {}: apt-helper cat-file: {other:?}",
-                        path.display()
-                    );
+                    eprintln!("skipping {}: apt-helper cat-file: {other:?}", path.display());
                     continue;
                 }
             };

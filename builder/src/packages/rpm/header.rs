@@ -296,34 +296,48 @@ impl Header {
             let at = 8 + i * 16;
             let tag = be32(&blob, at);
             let bad = |why: String| HeaderError::BadEntry { index: i, tag, why };
-            let kind = Type::from_u32(be32(&blob, at + 4)).ok_or_else(|| bad(format!("unknown type {}", be32(&blob, at + 4))))?;
+            let kind = Type::from_u32(be32(&blob, at + 4))
+                .ok_or_else(|| bad(format!("unknown type {}", be32(&blob, at + 4))))?;
             let offset = be32(&blob, at + 8);
             let count = be32(&blob, at + 12);
-            let region_tag = i == 0 && (tag == tag::HEADERIMMUTABLE || tag == tag::HEADERSIGNATURES) && kind == Type::Bin && count == 16;
+            let region_tag = i == 0
+                && (tag == tag::HEADERIMMUTABLE || tag == tag::HEADERSIGNATURES)
+                && kind == Type::Bin
+                && count == 16;
             if offset as usize > data.len() {
                 return Err(bad(format!("offset {offset} past the {} bytes of data", data.len())));
             }
             if !(offset as usize).is_multiple_of(kind.align()) {
                 return Err(bad(format!("offset {offset} not aligned for its type")));
             }
-            let len = data_len(kind, &data[offset as usize..], count).ok_or_else(|| bad(format!("{count} values of type {kind:?} do not fit the data")))?;
+            let len = data_len(kind, &data[offset as usize..], count).ok_or_else(|| {
+                bad(format!("{count} values of type {kind:?} do not fit the data"))
+            })?;
             entries.push(Entry { tag, kind, offset, count, len });
             if region_tag {
                 // The trailer: an entry whose negative offset counts the region's entries.
                 let trailer = &data[offset as usize..offset as usize + 16];
                 let roff = be32(trailer, 8) as i32;
-                let ril = roff.checked_neg().filter(|n| *n > 0 && n % 16 == 0).map(|n| n as u32 / 16);
+                let ril =
+                    roff.checked_neg().filter(|n| *n > 0 && n % 16 == 0).map(|n| n as u32 / 16);
                 match ril {
                     Some(ril) if ril <= il => {}
                     _ => return Err(bad(format!("region trailer offset {roff} is not a whole number of entries within the header"))),
                 }
             }
         }
-        let region = entries.first().filter(|e| (e.tag == tag::HEADERIMMUTABLE || e.tag == tag::HEADERSIGNATURES) && e.kind == Type::Bin && e.count == 16).map(|e| {
-            let trailer = &data[e.offset as usize..e.offset as usize + 16];
-            let ril = (be32(trailer, 8) as i32).unsigned_abs() / 16;
-            (ril, e.offset + 16)
-        });
+        let region = entries
+            .first()
+            .filter(|e| {
+                (e.tag == tag::HEADERIMMUTABLE || e.tag == tag::HEADERSIGNATURES)
+                    && e.kind == Type::Bin
+                    && e.count == 16
+            })
+            .map(|e| {
+                let trailer = &data[e.offset as usize..e.offset as usize + 16];
+                let ril = (be32(trailer, 8) as i32).unsigned_abs() / 16;
+                (ril, e.offset + 16)
+            });
         let total = data_start + dl as usize;
         let mut blob = blob;
         blob.truncate(total);
@@ -344,7 +358,8 @@ impl Header {
         }
         let mut raw = head.to_vec();
         let rest = il as u64 * 16 + dl as u64;
-        let got = std::io::copy(&mut <&mut R as std::io::Read>::take(r, rest), &mut raw).map_err(|_| HeaderError::Truncated("reading the header"))?;
+        let got = std::io::copy(&mut <&mut R as std::io::Read>::take(r, rest), &mut raw)
+            .map_err(|_| HeaderError::Truncated("reading the header"))?;
         if got != rest {
             return Err(HeaderError::Truncated("the file ends inside the header"));
         }
@@ -378,14 +393,25 @@ impl Header {
     pub fn get(&self, tag: u32) -> Option<Value> {
         let e = self.find(tag)?;
         let d = &self.data()[e.offset as usize..(e.offset + e.len) as usize];
-        let strings = |d: &[u8]| d.split(|b| *b == 0).take(e.count as usize).map(|s| String::from_utf8_lossy(s).into_owned()).collect::<Vec<_>>();
+        let strings = |d: &[u8]| {
+            d.split(|b| *b == 0)
+                .take(e.count as usize)
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+        };
         Some(match e.kind {
             Type::Null => Value::Null,
             Type::Char => Value::Char(d.to_vec()),
             Type::Int8 => Value::Int8(d.to_vec()),
-            Type::Int16 => Value::Int16(d.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect()),
+            Type::Int16 => {
+                Value::Int16(d.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect())
+            }
             Type::Int32 => Value::Int32(d.chunks_exact(4).map(|c| be32(c, 0)).collect()),
-            Type::Int64 => Value::Int64(d.chunks_exact(8).map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes"))).collect()),
+            Type::Int64 => Value::Int64(
+                d.chunks_exact(8)
+                    .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
+                    .collect(),
+            ),
             Type::String => Value::String(strings(d).into_iter().next().unwrap_or_default()),
             Type::Bin => Value::Bin(d.to_vec()),
             Type::StringArray => Value::StringArray(strings(d)),
@@ -455,7 +481,11 @@ impl Header {
         let mut data = self.data().to_vec();
         for (i, (t, v)) in added.iter().enumerate() {
             if self.has(*t) || added[..i].iter().any(|(o, _)| o == t) {
-                return Err(HeaderError::BadEntry { index: self.entries.len() + i, tag: *t, why: "the tag is already in the header".into() });
+                return Err(HeaderError::BadEntry {
+                    index: self.entries.len() + i,
+                    tag: *t,
+                    why: "the tag is already in the header".into(),
+                });
             }
             let kind = v.kind();
             while !data.len().is_multiple_of(kind.align()) {
@@ -534,7 +564,10 @@ impl Header {
         }
         let dirs = self.strings(tag::DIRNAMES);
         let idx = self.ints(tag::DIRINDEXES);
-        base.iter().zip(idx.iter().chain(std::iter::repeat(&u64::MAX))).map(|(b, i)| format!("{}{b}", dirs.get(*i as usize).map(String::as_str).unwrap_or(""))).collect()
+        base.iter()
+            .zip(idx.iter().chain(std::iter::repeat(&u64::MAX)))
+            .map(|(b, i)| format!("{}{b}", dirs.get(*i as usize).map(String::as_str).unwrap_or("")))
+            .collect()
     }
 
     /// One dependency kind (`REQUIRE*`, `PROVIDE*`, …) as [`Dep`]s. `rpmlib(...)` requires
@@ -549,14 +582,16 @@ impl Header {
             .map(|(i, name)| {
                 let fl = f.get(i).copied().unwrap_or(0) as u32;
                 let ver = v.get(i).filter(|s| !s.is_empty());
-                let cmp = match (fl & sense::LESS != 0, fl & sense::GREATER != 0, fl & sense::EQUAL != 0) {
-                    (true, false, false) => Some(Cmp::Lt),
-                    (true, false, true) => Some(Cmp::Le),
-                    (false, false, true) => Some(Cmp::Eq),
-                    (false, true, true) => Some(Cmp::Ge),
-                    (false, true, false) => Some(Cmp::Gt),
-                    _ => None,
-                };
+                let cmp =
+                    match (fl & sense::LESS != 0, fl & sense::GREATER != 0, fl & sense::EQUAL != 0)
+                    {
+                        (true, false, false) => Some(Cmp::Lt),
+                        (true, false, true) => Some(Cmp::Le),
+                        (false, false, true) => Some(Cmp::Eq),
+                        (false, true, true) => Some(Cmp::Ge),
+                        (false, true, false) => Some(Cmp::Gt),
+                        _ => None,
+                    };
                 let version = match (cmp, ver) {
                     (Some(c), Some(s)) => Some((c, super::version::parse_evr(s))),
                     _ => None,
@@ -625,10 +660,30 @@ mod tests {
             (tag::ARCH, Value::String("x86_64".into())),
             (tag::SIZE, Value::Int32(vec![1234])),
             (tag::FILEMODES, Value::Int16(vec![0o100755, 0o40755])),
-            (tag::REQUIRENAME, Value::StringArray(vec!["rdma-core(x86-64)".into(), "rpmlib(PayloadIsZstd)".into(), "/sbin/ldconfig".into()])),
-            (tag::REQUIREFLAGS, Value::Int32(vec![sense::EQUAL, sense::RPMLIB | sense::LESS | sense::EQUAL, sense::SCRIPT_POST])),
-            (tag::REQUIREVERSION, Value::StringArray(vec!["44.0-2.al8".into(), "5.4.18-1".into(), String::new()])),
-            (tag::BASENAMES, Value::StringArray(vec!["libibverbs.so.1".into(), "libibverbs".into()])),
+            (
+                tag::REQUIRENAME,
+                Value::StringArray(vec![
+                    "rdma-core(x86-64)".into(),
+                    "rpmlib(PayloadIsZstd)".into(),
+                    "/sbin/ldconfig".into(),
+                ]),
+            ),
+            (
+                tag::REQUIREFLAGS,
+                Value::Int32(vec![
+                    sense::EQUAL,
+                    sense::RPMLIB | sense::LESS | sense::EQUAL,
+                    sense::SCRIPT_POST,
+                ]),
+            ),
+            (
+                tag::REQUIREVERSION,
+                Value::StringArray(vec!["44.0-2.al8".into(), "5.4.18-1".into(), String::new()]),
+            ),
+            (
+                tag::BASENAMES,
+                Value::StringArray(vec!["libibverbs.so.1".into(), "libibverbs".into()]),
+            ),
             (tag::DIRNAMES, Value::StringArray(vec!["/usr/lib64/".into()])),
             (tag::DIRINDEXES, Value::Int32(vec![0, 0])),
         ])
@@ -644,21 +699,33 @@ mod tests {
         assert_eq!(h.file_paths(), vec!["/usr/lib64/libibverbs.so.1", "/usr/lib64/libibverbs"]);
         let req = h.deps(tag::REQUIRENAME, tag::REQUIREFLAGS, tag::REQUIREVERSION);
         assert_eq!(req.len(), 2, "rpmlib() dropped: {req:?}");
-        assert_eq!(req[0].version, Some((Cmp::Eq, Evr { epoch: None, version: "44.0".into(), release: "2.al8".into() })));
+        assert_eq!(
+            req[0].version,
+            Some((Cmp::Eq, Evr { epoch: None, version: "44.0".into(), release: "2.al8".into() }))
+        );
         assert!(req[1].pre && req[1].version.is_none());
     }
 
     #[test]
     fn dribbles_keep_the_original_bytes_and_parse_back() {
         let h = sample();
-        let blob = h.with_dribbles(&[(tag::INSTALLTIME, Value::Int32(vec![1700000000])), (tag::FILESTATES, Value::Char(vec![0, 0])), (tag::INSTALLTID, Value::Int32(vec![1700000000]))]).unwrap();
+        let blob = h
+            .with_dribbles(&[
+                (tag::INSTALLTIME, Value::Int32(vec![1700000000])),
+                (tag::FILESTATES, Value::Char(vec![0, 0])),
+                (tag::INSTALLTID, Value::Int32(vec![1700000000])),
+            ])
+            .unwrap();
         let back = Header::parse(blob.clone()).unwrap();
         assert_eq!(back.int(tag::INSTALLTIME), Some(1700000000));
         assert_eq!(back.name(), "libibverbs");
         // The original data is a prefix of the new data store, and offsets only grow.
         let offsets: Vec<u32> = back.entries().iter().map(|e| e.offset).collect();
         assert!(offsets.windows(2).skip(h.entries().len() - 1).all(|w| w[0] < w[1]), "{offsets:?}");
-        assert!(h.with_dribbles(&[(tag::NAME, Value::String("x".into()))]).is_err(), "a tag in the header cannot be added again");
+        assert!(
+            h.with_dribbles(&[(tag::NAME, Value::String("x".into()))]).is_err(),
+            "a tag in the header cannot be added again"
+        );
     }
 
     #[test]

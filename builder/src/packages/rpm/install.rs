@@ -30,7 +30,10 @@ pub const NCCL: &str = "libnccl";
 /// (`name-version-release`), matching the `+cudaX.Y` in the release.
 pub fn nccl_excludes(major: u32) -> Vec<String> {
     let others: Vec<u32> = (9..=20).filter(|m| *m != major).collect();
-    [NCCL, "libnccl-devel", "libnccl-static"].iter().flat_map(|n| others.iter().map(move |m| format!("{n}-*-*+cuda{m}.*"))).collect()
+    [NCCL, "libnccl-devel", "libnccl-static"]
+        .iter()
+        .flat_map(|n| others.iter().map(move |m| format!("{n}-*-*+cuda{m}.*")))
+        .collect()
 }
 
 /// rpm's name for a Debian architecture (dnf's `$basearch`).
@@ -59,7 +62,15 @@ pub struct LoadedRepo {
 ///
 /// `Ok(Err(why))` when no mirror could be reached: the caller decides whether that stops the
 /// build (the recipe's repositories) or not (the base's own, see [`install`]).
-pub async fn load_repo(http: &crate::http::Client, name: &str, urls: &[String], keyring: Keyring, repo_gpgcheck: bool, cache_dir: &Path, reporter: &dyn Reporter) -> Result<std::result::Result<LoadedRepo, String>> {
+pub async fn load_repo(
+    http: &crate::http::Client,
+    name: &str,
+    urls: &[String],
+    keyring: Keyring,
+    repo_gpgcheck: bool,
+    cache_dir: &Path,
+    reporter: &dyn Reporter,
+) -> Result<std::result::Result<LoadedRepo, String>> {
     reporter.step(&format!("reading repository {name}"));
     let mut unreachable = Vec::new();
     for url in urls {
@@ -78,25 +89,62 @@ pub async fn load_repo(http: &crate::http::Client, name: &str, urls: &[String], 
             Err(e) => return Err(Error::Unsupported(format!("repository `{name}`: {e}"))),
         };
         let sig_url = format!("{repomd_url}.asc");
-        match http.get(&sig_url, 1 << 20).await.map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))? {
+        match http
+            .get(&sig_url, 1 << 20)
+            .await
+            .map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?
+        {
             Some(sig) => openpgp::verify_detached_with(&raw, &sig, &keyring, crate::dates::now())
-                .map_err(|e| Error::Unsupported(format!("repository `{name}`: {repomd_url} does not verify against {sig_url}: {e}")))?,
-            None if repo_gpgcheck => return Err(Error::Unsupported(format!("repository `{name}`: repo_gpgcheck is set but {sig_url} does not exist"))),
+                .map_err(|e| {
+                Error::Unsupported(format!(
+                    "repository `{name}`: {repomd_url} does not verify against {sig_url}: {e}"
+                ))
+            })?,
+            None if repo_gpgcheck => {
+                return Err(Error::Unsupported(format!(
+                    "repository `{name}`: repo_gpgcheck is set but {sig_url} does not exist"
+                )))
+            }
             None => {}
         }
-        let md = repodata::parse_repomd(&raw).map_err(|e| Error::Unsupported(format!("repository `{name}`: {repomd_url}: {e}")))?;
-        let primary = md.primary().map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
-        let sum = primary.checksum.clone().ok_or_else(|| Error::Unsupported(format!("repository `{name}`: repomd.xml gives no checksum for {}", primary.location)))?;
-        let compressed = fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir).await.map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
-        let xml = repodata::decompress(&primary.location, &compressed, MAX_PRIMARY_OPEN, crate::packages::max_inflation(http)).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
-        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name).map_err(|e| Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location)))?;
+        let md = repodata::parse_repomd(&raw)
+            .map_err(|e| Error::Unsupported(format!("repository `{name}`: {repomd_url}: {e}")))?;
+        let primary =
+            md.primary().map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
+        let sum = primary.checksum.clone().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "repository `{name}`: repomd.xml gives no checksum for {}",
+                primary.location
+            ))
+        })?;
+        let compressed =
+            fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir)
+                .await
+                .map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
+        let xml = repodata::decompress(
+            &primary.location,
+            &compressed,
+            MAX_PRIMARY_OPEN,
+            crate::packages::max_inflation(http),
+        )
+        .map_err(|e| {
+            Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location))
+        })?;
+        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name).map_err(|e| {
+            Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location))
+        })?;
         return Ok(Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring }));
     }
     Ok(Err(format!("repository `{name}` cannot be reached ({})", unreachable.join("; "))))
 }
 
 /// Fetches metadata by checksum, from the cache when a file with that checksum is there.
-async fn fetch_cached(http: &crate::http::Client, url: &str, sum: &super::Checksum, cache_dir: &Path) -> std::result::Result<Vec<u8>, String> {
+async fn fetch_cached(
+    http: &crate::http::Client,
+    url: &str,
+    sum: &super::Checksum,
+    cache_dir: &Path,
+) -> std::result::Result<Vec<u8>, String> {
     let dir = cache_dir.join("rpm-md");
     let cached: PathBuf = dir.join(format!("{}-{}", sum.kind, sum.hex));
     if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -106,7 +154,11 @@ async fn fetch_cached(http: &crate::http::Client, url: &str, sum: &super::Checks
             }
         }
     }
-    let bytes = http.get(url, MAX_PRIMARY).await.map_err(|e| e.to_string())?.ok_or_else(|| format!("{url}: not found"))?;
+    let bytes = http
+        .get(url, MAX_PRIMARY)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{url}: not found"))?;
     repodata::verify(&bytes, sum).map_err(|e| format!("{url}: {e}"))?;
     if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) && std::fs::create_dir_all(&dir).is_ok() {
         // Best effort: a cache that cannot be written only costs a download next time.
@@ -121,7 +173,11 @@ async fn fetch_cached(http: &crate::http::Client, url: &str, sum: &super::Checks
 /// The URLs of one of the base's repositories: its `baseurl`s, or the list its `mirrorlist`
 /// gives (none when the mirrorlist cannot be reached), with `--mirror` applied (`FROM=URL` replaces the prefix FROM; a plain `URL` stands
 /// in for the scheme and host of every base repository, as a mirror of the same layout).
-pub async fn base_repo_urls(http: &crate::http::Client, repo: &YumRepo, mirrors: &[Mirror]) -> Result<Vec<String>> {
+pub async fn base_repo_urls(
+    http: &crate::http::Client,
+    repo: &YumRepo,
+    mirrors: &[Mirror],
+) -> Result<Vec<String>> {
     let mut urls = repo.baseurls.clone();
     if urls.is_empty() {
         if let Some(list) = &repo.mirrorlist {
@@ -130,13 +186,27 @@ pub async fn base_repo_urls(http: &crate::http::Client, repo: &YumRepo, mirrors:
             let text = match http.get(list, 1 << 20).await {
                 Ok(t) => t.unwrap_or_default(),
                 Err(e) if e.is_transient() => Vec::new(),
-                Err(e) => return Err(Error::Unsupported(format!("repository `{}` ({}): mirrorlist: {e}", repo.id, repo.file))),
+                Err(e) => {
+                    return Err(Error::Unsupported(format!(
+                        "repository `{}` ({}): mirrorlist: {e}",
+                        repo.id, repo.file
+                    )))
+                }
             };
-            urls = String::from_utf8_lossy(&text).lines().map(str::trim).filter(|l| l.contains("://") && !l.starts_with('#')).map(String::from).collect();
+            urls = String::from_utf8_lossy(&text)
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.contains("://") && !l.starts_with('#'))
+                .map(String::from)
+                .collect();
         }
     }
     if urls.is_empty() && repo.mirrorlist.is_none() {
-        let how = if repo.metalink.is_some() { "only a metalink, which erdma-build does not read" } else { "no baseurl or mirrorlist" };
+        let how = if repo.metalink.is_some() {
+            "only a metalink, which erdma-build does not read"
+        } else {
+            "no baseurl or mirrorlist"
+        };
         return Err(Error::Unsupported(format!("repository `{}` ({}) has {how}; hint: --mirror URL for a mirror of it, or disable it in the base", repo.id, repo.file)));
     }
     Ok(urls.into_iter().map(|u| mirrored(&u, mirrors)).collect())
@@ -145,7 +215,13 @@ pub async fn base_repo_urls(http: &crate::http::Client, repo: &YumRepo, mirrors:
 fn mirrored(url: &str, mirrors: &[Mirror]) -> String {
     for m in mirrors.iter().rev() {
         match &m.from {
-            Some(from) if url.starts_with(from.trim_end_matches('/')) => return format!("{}{}", m.to.trim_end_matches('/'), &url[from.trim_end_matches('/').len()..]),
+            Some(from) if url.starts_with(from.trim_end_matches('/')) => {
+                return format!(
+                    "{}{}",
+                    m.to.trim_end_matches('/'),
+                    &url[from.trim_end_matches('/').len()..]
+                )
+            }
             Some(_) => {}
             None => {
                 let Some((_, rest)) = url.split_once("://") else { continue };
@@ -159,17 +235,27 @@ fn mirrored(url: &str, mirrors: &[Mirror]) -> String {
 
 /// The keys a base repository's `gpgkey=` names: `file://` keys from the image (as dnf reads
 /// them), unless `--keyring base=FILE` replaces them.
-pub fn base_repo_keys(repo: &YumRepo, base: &dyn BaseFiles, base_keyring: Option<&[u8]>) -> Result<Keyring> {
-    let bad = |why: String| Error::Unsupported(format!("repository `{}` ({}): {why}", repo.id, repo.file));
+pub fn base_repo_keys(
+    repo: &YumRepo,
+    base: &dyn BaseFiles,
+    base_keyring: Option<&[u8]>,
+) -> Result<Keyring> {
+    let bad = |why: String| {
+        Error::Unsupported(format!("repository `{}` ({}): {why}", repo.id, repo.file))
+    };
     let mut raw = Vec::new();
     match base_keyring {
         Some(k) => raw.extend_from_slice(k),
         None => {
             for key in &repo.gpgkeys {
                 let Some(path) = key.strip_prefix("file://") else {
-                    return Err(bad(format!("its key {key} is not a file in the image; hint: --keyring base=FILE")));
+                    return Err(bad(format!(
+                        "its key {key} is not a file in the image; hint: --keyring base=FILE"
+                    )));
                 };
-                let data = base.read(path.trim_start_matches('/'), 1 << 20)?.ok_or_else(|| bad(format!("its key {key} is not in the image")))?;
+                let data = base
+                    .read(path.trim_start_matches('/'), 1 << 20)?
+                    .ok_or_else(|| bad(format!("its key {key} is not in the image")))?;
                 raw.extend(openpgp::dearmor(&data)?);
             }
         }
@@ -189,13 +275,23 @@ fn scriptlets(h: &super::header::Header) -> Vec<String> {
     use super::header::tag;
     let name = h.name();
     let mut out = Vec::new();
-    for (script, prog, what) in [(tag::PREIN, tag::PREINPROG, "%pre"), (tag::POSTIN, tag::POSTINPROG, "%post")] {
+    for (script, prog, what) in
+        [(tag::PREIN, tag::PREINPROG, "%pre"), (tag::POSTIN, tag::POSTINPROG, "%post")]
+    {
         let body = h.string(script).unwrap_or_default();
         let interp = h.strings(prog).join(" ");
         if body.trim().is_empty() && interp.is_empty() {
             continue;
         }
-        let shown = if body.trim().is_empty() { interp.clone() } else { format!("{} ({} lines)", if interp.is_empty() { "/bin/sh".into() } else { interp.clone() }, body.lines().count()) };
+        let shown = if body.trim().is_empty() {
+            interp.clone()
+        } else {
+            format!(
+                "{} ({} lines)",
+                if interp.is_empty() { "/bin/sh".into() } else { interp.clone() },
+                body.lines().count()
+            )
+        };
         let instead = if interp.ends_with("ldconfig") && body.trim().is_empty() {
             "not run: the libraries are in the loader's default directories, found without a cache entry"
         } else {
@@ -217,17 +313,23 @@ struct Resolved {
 /// Installed packages built by Mellanox OFED (`mlnx` in the version or release, or named in the
 /// recipe's remove list): each goes, replaced by the repository build of the same name when
 /// there is one, removed otherwise.
-fn ofed_rules(installed: &[PackageMeta], available: &[PackageMeta], remove: &[String]) -> (Vec<super::resolve::Replace>, Vec<String>) {
+fn ofed_rules(
+    installed: &[PackageMeta],
+    available: &[PackageMeta],
+    remove: &[String],
+) -> (Vec<super::resolve::Replace>, Vec<String>) {
     let mut replace = Vec::new();
     let mut gone = Vec::new();
     for p in installed {
-        let mlnx = format!("{}-{}", p.evr.version, p.evr.release).to_ascii_lowercase().contains("mlnx");
+        let mlnx =
+            format!("{}-{}", p.evr.version, p.evr.release).to_ascii_lowercase().contains("mlnx");
         let listed = remove.iter().any(|r| r == &p.name);
         if !(mlnx || listed) {
             continue;
         }
         if available.iter().any(|a| a.name == p.name) && mlnx {
-            replace.push(super::resolve::Replace { installed: p.name.clone(), with: p.name.clone() });
+            replace
+                .push(super::resolve::Replace { installed: p.name.clone(), with: p.name.clone() });
         } else if mlnx || (listed && !available.iter().any(|a| a.name == p.name)) {
             gone.push(p.name.clone());
         }
@@ -235,11 +337,20 @@ fn ofed_rules(installed: &[PackageMeta], available: &[PackageMeta], remove: &[St
     (replace, gone)
 }
 
-async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Reporter) -> Result<(Resolved, PackagesReport)> {
+async fn resolve(
+    inputs: &Inputs<'_>,
+    base: &dyn BaseFiles,
+    reporter: &dyn Reporter,
+) -> Result<(Resolved, PackagesReport)> {
     let arch = basearch(inputs.arch);
     let db = super::rpmdb::open(base)
         .map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))?
-        .ok_or_else(|| Error::Unsupported(format!("recipe {} is for {}, but the base has no rpm database (/var/lib/rpm)", inputs.target.recipe, inputs.target.pretty)))?;
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "recipe {} is for {}, but the base has no rpm database (/var/lib/rpm)",
+                inputs.target.recipe, inputs.target.pretty
+            ))
+        })?;
     let installed = db.installed();
     let mut report = PackagesReport::default();
     let mut repos_loaded = Vec::new();
@@ -251,8 +362,18 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
             let vars = repos::variables(base, inputs.target.version_id, arch)?;
             // Repository files the recipe removes (MLNX_OFED's, pointing into a directory of
             // the machine it was installed on) are not read.
-            let removed: Vec<String> = inputs.target.packages.remove_files.iter().filter_map(|f| crate::image::layer::normalize(f)).map(|f| format!("/{f}")).collect();
-            for yr in repos::base_repos(base, &vars)?.into_iter().filter(|r| r.enabled && !removed.contains(&r.file)) {
+            let removed: Vec<String> = inputs
+                .target
+                .packages
+                .remove_files
+                .iter()
+                .filter_map(|f| crate::image::layer::normalize(f))
+                .map(|f| format!("/{f}"))
+                .collect();
+            for yr in repos::base_repos(base, &vars)?
+                .into_iter()
+                .filter(|r| r.enabled && !removed.contains(&r.file))
+            {
                 // `--repo ID=URL` names one of the base's repositories by its id, too.
                 let urls = match inputs.repo_urls.get(&yr.id) {
                     Some(u) => vec![u.clone()],
@@ -267,32 +388,57 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
                 // A base repository that cannot be reached (CentOS 8's retired mirrorlist, a
                 // VPC-only mirror) is skipped with a warning: the base may already have every
                 // dependency. It is named again if resolution then misses something.
-                match load_repo(http, &format!("base {}", yr.id), &urls, keyring, yr.repo_gpgcheck, &cache, reporter).await? {
+                match load_repo(
+                    http,
+                    &format!("base {}", yr.id),
+                    &urls,
+                    keyring,
+                    yr.repo_gpgcheck,
+                    &cache,
+                    reporter,
+                )
+                .await?
+                {
                     Ok(loaded) => {
                         report.repositories.insert(loaded.name.clone(), loaded.url.clone());
                         repos_loaded.push(loaded);
                     }
                     Err(why) => {
-                        report.warnings.push(format!("{why}: skipped; hint: --repo {}=URL for a mirror of it", yr.id));
+                        report.warnings.push(format!(
+                            "{why}: skipped; hint: --repo {}=URL for a mirror of it",
+                            yr.id
+                        ));
                         unreached.push(yr.id.clone());
                     }
                 }
             }
             continue;
         }
-        let urls = inputs.repo_urls.get(&repo.name).map(|u| vec![u.clone()]).unwrap_or_else(|| repo.urls.clone());
-        let key = inputs.repo_keys.get(&repo.name).ok_or_else(|| Error::Unsupported(format!("repository `{}` has no key", repo.name)))?;
-        let keyring = Keyring::load(key).map_err(|e| Error::Unsupported(format!("repository `{}`: {e}", repo.name)))?;
-        let mut loaded = load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, &cache, reporter)
-            .await?
-            .map_err(|why| Error::Unsupported(format!("{why}; hint: --repo {}=URL or --mirror", repo.name)))?;
+        let urls = inputs
+            .repo_urls
+            .get(&repo.name)
+            .map(|u| vec![u.clone()])
+            .unwrap_or_else(|| repo.urls.clone());
+        let key = inputs
+            .repo_keys
+            .get(&repo.name)
+            .ok_or_else(|| Error::Unsupported(format!("repository `{}` has no key", repo.name)))?;
+        let keyring = Keyring::load(key)
+            .map_err(|e| Error::Unsupported(format!("repository `{}`: {e}", repo.name)))?;
+        let mut loaded =
+            load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, &cache, reporter)
+                .await?
+                .map_err(|why| {
+                    Error::Unsupported(format!("{why}; hint: --repo {}=URL or --mirror", repo.name))
+                })?;
         // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
         let nccl_name = |n: &str| n.starts_with("libnccl");
         loaded.packages.retain(|p| nccl_name(&p.name) == repo.nccl);
         report.repositories.insert(repo.name.clone(), loaded.url.clone());
         repos_loaded.push(loaded);
     }
-    let mut available: Vec<PackageMeta> = repos_loaded.iter().flat_map(|r| r.packages.iter().cloned()).collect();
+    let mut available: Vec<PackageMeta> =
+        repos_loaded.iter().flat_map(|r| r.packages.iter().cloned()).collect();
     let mut install: Vec<String> = Vec::new();
     if inputs.recipe_packages {
         install.extend(inputs.target.packages.install.iter().cloned());
@@ -301,16 +447,30 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
     let mut local = Vec::new();
     for arg in inputs.local {
         reporter.step(&format!("reading unsigned package {arg}"));
-        let (path, _, sha256) = crate::packages::local_package(arg, &cache.join("packages"), "rpm", MAX_RPM, http).await?;
-        let pkg = super::package::open(&path).map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
+        let (path, _, sha256) =
+            crate::packages::local_package(arg, &cache.join("packages"), "rpm", MAX_RPM, http)
+                .await?;
+        let pkg = super::package::open(&path)
+            .map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
         // No signature is checked on it, but its digests are, as rpm checks them.
-        pkg.check_digests(&path).map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
+        pkg.check_digests(&path)
+            .map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
         let meta = pkg.header.meta(&format!("unsigned {arg}"));
         if meta.arch != arch && meta.arch != "noarch" {
-            return Err(Error::Unsupported(format!("--package {arg} is {} for {}, not for the image's {arch}", meta.nevra(), meta.arch)));
+            return Err(Error::Unsupported(format!(
+                "--package {arg} is {} for {}, not for the image's {arch}",
+                meta.nevra(),
+                meta.arch
+            )));
         }
         install.push(format!("{}={}", meta.name, meta.evr));
-        report.unsigned.push(crate::packages::Unsigned { name: meta.name.clone(), version: meta.evr.to_string(), arch: meta.arch.clone(), source: arg.clone(), sha256 });
+        report.unsigned.push(crate::packages::Unsigned {
+            name: meta.name.clone(),
+            version: meta.evr.to_string(),
+            arch: meta.arch.clone(),
+            source: arg.clone(),
+            sha256,
+        });
         available.push(meta.clone());
         local.push((path, meta));
     }
@@ -319,11 +479,26 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
         // same version shape as its `libnccl2` debs, so one selection serves both.
         let names = inputs.target.nccl_repositories();
         if names.is_empty() {
-            return Err(Error::Unsupported(format!("recipe {} names no NCCL repository (`nccl = true`)", inputs.target.recipe)));
+            return Err(Error::Unsupported(format!(
+                "recipe {} names no NCCL repository (`nccl = true`)",
+                inputs.target.recipe
+            )));
         }
-        let evrs: Vec<String> = repos_loaded.iter().filter(|r| names.contains(&r.name.as_str())).flat_map(|r| &r.packages).filter(|p| p.name == NCCL && (p.arch == arch || p.arch == "noarch")).map(|p| p.evr.to_string()).collect();
-        let repos = names.iter().map(|n| format!("repository `{n}`")).collect::<Vec<_>>().join(", ");
-        let version = crate::packages::nccl::select(evrs.iter().map(String::as_str), &want.want, want.cuda, &repos)?;
+        let evrs: Vec<String> = repos_loaded
+            .iter()
+            .filter(|r| names.contains(&r.name.as_str()))
+            .flat_map(|r| &r.packages)
+            .filter(|p| p.name == NCCL && (p.arch == arch || p.arch == "noarch"))
+            .map(|p| p.evr.to_string())
+            .collect();
+        let repos =
+            names.iter().map(|n| format!("repository `{n}`")).collect::<Vec<_>>().join(", ");
+        let version = crate::packages::nccl::select(
+            evrs.iter().map(String::as_str),
+            &want.want,
+            want.cuda,
+            &repos,
+        )?;
         install.push(format!("{NCCL}={version}"));
         if want.dev {
             install.push(format!("{NCCL}-devel={version}"));
@@ -331,7 +506,8 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
         report.nccl = Some(version);
     }
     let (replace, remove) = ofed_rules(&installed, &available, &inputs.target.packages.remove);
-    let request = super::resolve::Request { install: &install, remove: &remove, replace: &replace, arch };
+    let request =
+        super::resolve::Request { install: &install, remove: &remove, replace: &replace, arch };
     reporter.step("resolving packages");
     let has = |path: &str| base.kind(path.trim_start_matches('/')).ok().flatten().is_some();
     let plan = super::resolve::resolve(&request, &installed, &available, &has).map_err(|e| match unreached.is_empty() {
@@ -342,31 +518,67 @@ async fn resolve(inputs: &Inputs<'_>, base: &dyn BaseFiles, reporter: &dyn Repor
         let action = match &p.action {
             super::resolve::Action::Install => crate::packages::Action::Install,
             // A Mellanox build swapped for ours is a replacement, whichever EVR is higher.
-            super::resolve::Action::Downgrade { from } | super::resolve::Action::Upgrade { from } if replace.iter().any(|r| r.installed == p.package.name) => crate::packages::Action::Replace { from: from.clone() },
-            super::resolve::Action::Downgrade { from } => crate::packages::Action::Downgrade { from: from.clone() },
-            super::resolve::Action::Upgrade { from } => crate::packages::Action::Upgrade { from: from.clone() },
-            super::resolve::Action::Replace { of } => crate::packages::Action::Replace { from: of.join(", ") },
+            super::resolve::Action::Downgrade { from }
+            | super::resolve::Action::Upgrade { from }
+                if replace.iter().any(|r| r.installed == p.package.name) =>
+            {
+                crate::packages::Action::Replace { from: from.clone() }
+            }
+            super::resolve::Action::Downgrade { from } => {
+                crate::packages::Action::Downgrade { from: from.clone() }
+            }
+            super::resolve::Action::Upgrade { from } => {
+                crate::packages::Action::Upgrade { from: from.clone() }
+            }
+            super::resolve::Action::Replace { of } => {
+                crate::packages::Action::Replace { from: of.join(", ") }
+            }
         };
-        report.install.push(crate::packages::PackageChange { name: p.package.name.clone(), version: p.package.evr.to_string(), arch: p.package.arch.clone(), action, origin: p.package.origin.clone(), size: p.package.size });
+        report.install.push(crate::packages::PackageChange {
+            name: p.package.name.clone(),
+            version: p.package.evr.to_string(),
+            arch: p.package.arch.clone(),
+            action,
+            origin: p.package.origin.clone(),
+            size: p.package.size,
+        });
     }
     for r in &plan.remove {
-        report.remove.push(crate::packages::PackageRef { name: r.name.clone(), version: r.evr.to_string() });
+        report
+            .remove
+            .push(crate::packages::PackageRef { name: r.name.clone(), version: r.evr.to_string() });
     }
     for k in &plan.kept {
-        report.kept.push(crate::packages::PackageRef { name: k.name.clone(), version: k.evr.to_string() });
+        report
+            .kept
+            .push(crate::packages::PackageRef { name: k.name.clone(), version: k.evr.to_string() });
     }
     Ok((Resolved { db, plan, repos: repos_loaded, local }, report))
 }
 
 /// The rpm side of [`crate::packages::install`].
-pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&mut LayerContents>, reporter: &dyn Reporter) -> Result<(PackagesReport, Vec<String>)> {
+pub async fn install(
+    inputs: &Inputs<'_>,
+    base: &dyn BaseFiles,
+    layer: Option<&mut LayerContents>,
+    reporter: &dyn Reporter,
+) -> Result<(PackagesReport, Vec<String>)> {
     let (resolved, mut report) = resolve(inputs, base, reporter).await?;
     let Some(layer) = layer else {
         // `plan`: the headers of the packages on disk (all of them with --download) for the
         // special files; a header lists every file's mode and device numbers.
         let files = match inputs.download {
-            true => fetch(inputs, &resolved, &mut report, reporter).await?.into_iter().map(Some).collect(),
-            false => resolved.plan.install.iter().map(|p| on_disk(inputs, &resolved, &p.package)).collect::<Result<Vec<_>>>()?,
+            true => fetch(inputs, &resolved, &mut report, reporter)
+                .await?
+                .into_iter()
+                .map(Some)
+                .collect(),
+            false => resolved
+                .plan
+                .install
+                .iter()
+                .map(|p| on_disk(inputs, &resolved, &p.package))
+                .collect::<Result<Vec<_>>>()?,
         };
         // What a build would refuse, a plan refuses too (for the packages it can read).
         let mut placer = crate::packages::payload::Placer::new(base);
@@ -376,7 +588,9 @@ pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&m
                     check_paths(&pkg, &planned.package, &mut placer)?;
                     note_special(&pkg, &label(&planned.package), &mut report);
                 }
-                None => report.not_inspected.push(format!("{} {}", planned.package.name, planned.package.evr)),
+                None => report
+                    .not_inspected
+                    .push(format!("{} {}", planned.package.name, planned.package.evr)),
             }
         }
         return Ok((report, Vec::new()));
@@ -386,17 +600,33 @@ pub async fn install(inputs: &Inputs<'_>, base: &dyn BaseFiles, layer: Option<&m
     for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
         note_special(pkg, &label(&planned.package), &mut report);
     }
-    let removed = unpack(&resolved, &files, base, basearch(inputs.arch), layer, crate::packages::max_inflation(inputs.http))?;
+    let removed = unpack(
+        &resolved,
+        &files,
+        base,
+        basearch(inputs.arch),
+        layer,
+        crate::packages::max_inflation(inputs.http),
+    )?;
     Ok((report, removed))
 }
 
 /// The header's file list through [`crate::packages::payload::Placer`], as an unpack would
 /// place it (header order: a directory or symlink before what is under it).
-fn check_paths(pkg: &super::package::Package, meta: &PackageMeta, placer: &mut crate::packages::payload::Placer<'_>) -> Result<()> {
+fn check_paths(
+    pkg: &super::package::Package,
+    meta: &PackageMeta,
+    placer: &mut crate::packages::payload::Placer<'_>,
+) -> Result<()> {
     use crate::packages::payload::{check_name, Kind, Refused};
     for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
-        let refuse = |why: Refused| Error::PackageEntry { package: format!("{} ({})", meta.nevra(), meta.origin), entry: f.path.escape_debug().to_string(), reason: why.to_string() };
-        let norm = crate::image::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
+        let refuse = |why: Refused| Error::PackageEntry {
+            package: format!("{} ({})", meta.nevra(), meta.origin),
+            entry: f.path.escape_debug().to_string(),
+            reason: why.to_string(),
+        };
+        let norm =
+            crate::image::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
         check_name(&norm).map_err(refuse)?;
         let kind = match f.file_type() {
             0o040000 => Kind::Dir,
@@ -438,21 +668,44 @@ fn note_special(pkg: &super::package::Package, label: &str, report: &mut Package
 /// A planned package already on this machine: a `--package` file, or one in the package
 /// cache (named by the checksum its repository gives, and verified when it was stored).
 /// Its signature is checked again, as a build checks it.
-fn on_disk(inputs: &Inputs<'_>, resolved: &Resolved, meta: &PackageMeta) -> Result<Option<(PathBuf, super::package::Package)>> {
-    if let Some((path, _)) = resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name) {
-        let pkg = super::package::open(path).map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
+fn on_disk(
+    inputs: &Inputs<'_>,
+    resolved: &Resolved,
+    meta: &PackageMeta,
+) -> Result<Option<(PathBuf, super::package::Package)>> {
+    if let Some((path, _)) =
+        resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name)
+    {
+        let pkg = super::package::open(path)
+            .map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
         return Ok(Some((path.clone(), pkg)));
     }
-    let (Some(sum), Some(repo)) = (&meta.checksum, resolved.repos.iter().find(|r| r.name == meta.origin)) else { return Ok(None) };
-    if sum.hex.is_empty() || !sum.hex.chars().all(|c| c.is_ascii_hexdigit()) || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+    let (Some(sum), Some(repo)) =
+        (&meta.checksum, resolved.repos.iter().find(|r| r.name == meta.origin))
+    else {
+        return Ok(None);
+    };
+    if sum.hex.is_empty()
+        || !sum.hex.chars().all(|c| c.is_ascii_hexdigit())
+        || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric())
+    {
         return Ok(None);
     }
-    let path = inputs.cache_dir.join("rpm").join("packages").join(format!("{}-{}.rpm", sum.kind, sum.hex));
+    let path =
+        inputs.cache_dir.join("rpm").join("packages").join(format!("{}-{}.rpm", sum.kind, sum.hex));
     if !path.is_file() {
         return Ok(None);
     }
-    let pkg = super::package::open(&path).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
-    pkg.verify(&path, &repo.keyring, crate::dates::now()).map_err(|e| Error::Unsupported(format!("{} from repository `{}` (cached {}): {e}", meta.nevra(), repo.name, path.display())))?;
+    let pkg = super::package::open(&path)
+        .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
+    pkg.verify(&path, &repo.keyring, crate::dates::now()).map_err(|e| {
+        Error::Unsupported(format!(
+            "{} from repository `{}` (cached {}): {e}",
+            meta.nevra(),
+            repo.name,
+            path.display()
+        ))
+    })?;
     Ok(Some((path, pkg)))
 }
 
@@ -460,24 +713,50 @@ fn on_disk(inputs: &Inputs<'_>, resolved: &Resolved, meta: &PackageMeta) -> Resu
 /// its repository's `primary.xml` gives, and verifies its OpenPGP header signature and payload
 /// digest against the repository's key, as dnf with `gpgcheck=1` does. `--package` files are
 /// only read.
-async fn fetch(inputs: &Inputs<'_>, resolved: &Resolved, report: &mut PackagesReport, reporter: &dyn Reporter) -> Result<Vec<(PathBuf, super::package::Package)>> {
+async fn fetch(
+    inputs: &Inputs<'_>,
+    resolved: &Resolved,
+    report: &mut PackagesReport,
+    reporter: &dyn Reporter,
+) -> Result<Vec<(PathBuf, super::package::Package)>> {
     let dir = inputs.cache_dir.join("rpm").join("packages");
     std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
     let mut out = Vec::new();
     for planned in &resolved.plan.install {
         let meta = &planned.package;
-        if let Some((path, _)) = resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name) {
-            let pkg = super::package::open(path).map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
+        if let Some((path, _)) =
+            resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name)
+        {
+            let pkg = super::package::open(path)
+                .map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
             out.push((path.clone(), pkg));
             continue;
         }
-        let repo = resolved.repos.iter().find(|r| r.name == meta.origin).ok_or_else(|| Error::Unsupported(format!("{} comes from no repository read", meta.nevra())))?;
-        let location = meta.location.as_deref().ok_or_else(|| Error::Unsupported(format!("{} has no location in {}", meta.nevra(), repo.name)))?;
-        let url = format!("{}/{}", repo.url.trim_end_matches('/'), location.trim_start_matches('/'));
-        let sum = meta.checksum.clone().ok_or_else(|| Error::Unsupported(format!("{} has no checksum in {}'s primary.xml", meta.nevra(), repo.name)))?;
+        let repo = resolved.repos.iter().find(|r| r.name == meta.origin).ok_or_else(|| {
+            Error::Unsupported(format!("{} comes from no repository read", meta.nevra()))
+        })?;
+        let location = meta.location.as_deref().ok_or_else(|| {
+            Error::Unsupported(format!("{} has no location in {}", meta.nevra(), repo.name))
+        })?;
+        let url =
+            format!("{}/{}", repo.url.trim_end_matches('/'), location.trim_start_matches('/'));
+        let sum = meta.checksum.clone().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{} has no checksum in {}'s primary.xml",
+                meta.nevra(),
+                repo.name
+            ))
+        })?;
         // The cache file is named from these two: hex digits and an algorithm name only.
-        if !sum.hex.chars().all(|c| c.is_ascii_hexdigit()) || sum.hex.is_empty() || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric()) || sum.kind.is_empty() {
-            return Err(Error::Unsupported(format!("malformed checksum for {url} in {}", repo.name)));
+        if !sum.hex.chars().all(|c| c.is_ascii_hexdigit())
+            || sum.hex.is_empty()
+            || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric())
+            || sum.kind.is_empty()
+        {
+            return Err(Error::Unsupported(format!(
+                "malformed checksum for {url} in {}",
+                repo.name
+            )));
         }
         let path = dir.join(format!("{}-{}.rpm", sum.kind, sum.hex));
         if !path.exists() {
@@ -487,7 +766,9 @@ async fn fetch(inputs: &Inputs<'_>, resolved: &Resolved, report: &mut PackagesRe
             let (tmp, got_size, got_sha256) = match inputs.http.download(&url, &dir, limit).await {
                 Ok(Some(d)) => d,
                 Ok(None) => return Err(fail("not found (404)".into())),
-                Err(crate::http::HttpError::TooLarge { .. }) => return Err(fail(format!("larger than the {limit} bytes primary.xml says"))),
+                Err(crate::http::HttpError::TooLarge { .. }) => {
+                    return Err(fail(format!("larger than the {limit} bytes primary.xml says")))
+                }
                 Err(e) => return Err(fail(e.to_string())),
             };
             if meta.size > 0 && got_size != meta.size {
@@ -497,19 +778,33 @@ async fn fetch(inputs: &Inputs<'_>, resolved: &Resolved, report: &mut PackagesRe
             // kind is checked from the file.
             if sum.kind == "sha256" {
                 if got_sha256 != sum.hex {
-                    return Err(Error::DigestMismatch { expected: format!("sha256:{} ({url})", sum.hex), actual: format!("sha256:{got_sha256}") });
+                    return Err(Error::DigestMismatch {
+                        expected: format!("sha256:{} ({url})", sum.hex),
+                        actual: format!("sha256:{got_sha256}"),
+                    });
                 }
             } else {
-                let bytes = std::fs::read(tmp.path()).map_err(Error::io("reading download", tmp.path()))?;
-                repodata::verify(&bytes, &sum).map_err(|e| Error::DigestMismatch { expected: format!("{}:{} ({url})", sum.kind, sum.hex), actual: e.to_string() })?;
+                let bytes =
+                    std::fs::read(tmp.path()).map_err(Error::io("reading download", tmp.path()))?;
+                repodata::verify(&bytes, &sum).map_err(|e| Error::DigestMismatch {
+                    expected: format!("{}:{} ({url})", sum.kind, sum.hex),
+                    actual: e.to_string(),
+                })?;
             }
             tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
             report.downloaded_bytes += got_size;
         } else {
             report.cached_debs += 1;
         }
-        let pkg = super::package::open(&path).map_err(|e| Error::Unsupported(format!("{url}: {e}")))?;
-        pkg.verify(&path, &repo.keyring, crate::dates::now()).map_err(|e| Error::Unsupported(format!("{} from repository `{}` ({url}): {e}", meta.nevra(), repo.name)))?;
+        let pkg =
+            super::package::open(&path).map_err(|e| Error::Unsupported(format!("{url}: {e}")))?;
+        pkg.verify(&path, &repo.keyring, crate::dates::now()).map_err(|e| {
+            Error::Unsupported(format!(
+                "{} from repository `{}` ({url}): {e}",
+                meta.nevra(),
+                repo.name
+            ))
+        })?;
         out.push((path, pkg));
     }
     Ok(out)
@@ -518,29 +813,44 @@ async fn fetch(inputs: &Inputs<'_>, resolved: &Resolved, report: &mut PackagesRe
 /// `name → id` from an `/etc/passwd` or `/etc/group` of the base (or the layer, when a
 /// package writes them: `setup` on EL).
 fn ids(text: &str) -> BTreeMap<String, u32> {
-    text.lines().filter_map(|l| {
-        let mut f = l.split(':');
-        let name = f.next()?.to_string();
-        let id = f.nth(1)?.parse().ok()?;
-        Some((name, id))
-    }).collect()
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?.to_string();
+            let id = f.nth(1)?.parse().ok()?;
+            Some((name, id))
+        })
+        .collect()
 }
 
 /// Writes the planned packages' payloads into the layer, whites out the files of the packages
 /// that go (replaced, upgraded, removed) that nothing new puts back and no package that stays
 /// owns, and writes the rpm database with the gone packages' headers removed and the new ones
 /// added as rpm stores them. Returns the paths removed.
-fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], base: &dyn BaseFiles, arch: &str, layer: &mut LayerContents, inflation: u64) -> Result<Vec<String>> {
-    let passwd = ids(&String::from_utf8_lossy(&base.read("etc/passwd", 4 << 20)?.unwrap_or_default()));
-    let group = ids(&String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()));
+fn unpack(
+    resolved: &Resolved,
+    files: &[(PathBuf, super::package::Package)],
+    base: &dyn BaseFiles,
+    arch: &str,
+    layer: &mut LayerContents,
+    inflation: u64,
+) -> Result<Vec<String>> {
+    let passwd =
+        ids(&String::from_utf8_lossy(&base.read("etc/passwd", 4 << 20)?.unwrap_or_default()));
+    let group =
+        ids(&String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()));
     // rpm resolves file owners by name at install time and falls back to root (with a warning)
     // for a name the image does not know (lib/fsm.c, lib/rpmug.c).
-    let owners = |user: &str, grp: &str| (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0));
+    let owners = |user: &str, grp: &str| {
+        (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0))
+    };
     // rpm writes through the directory symlinks the image has (merged /usr on EL9: /sbin ->
     // usr/sbin), and never replaces such a symlink with a directory; nothing is written
     // through a symlink this build installs (one placer for every package).
     let placer = std::cell::RefCell::new(crate::packages::payload::Placer::new(base));
-    let place = |p: &str, kind: crate::packages::payload::Kind<'_>| placer.borrow_mut().place(p, kind).map_err(|why| why.to_string());
+    let place = |p: &str, kind: crate::packages::payload::Kind<'_>| {
+        placer.borrow_mut().place(p, kind).map_err(|why| why.to_string())
+    };
     let now = crate::dates::now().max(0) as u32;
     let color = super::rpmdb::transaction_color(base, arch);
     let mut blobs = Vec::new();
@@ -548,15 +858,38 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
         let entry_error = |e: super::package::RpmError| {
             let package = format!("{} ({})", planned.package.nevra(), planned.package.origin);
             match e {
-                super::package::RpmError::UnsafePath { entry, .. } => Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason: crate::packages::payload::Refused::Escapes.to_string() },
-                super::package::RpmError::BadEntry { entry, reason, .. } => Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason },
-                super::package::RpmError::Limit { exceeded, .. } => Error::Limit { what: format!("the payload of {package}"), exceeded },
+                super::package::RpmError::UnsafePath { entry, .. } => Error::PackageEntry {
+                    package,
+                    entry: entry.escape_debug().to_string(),
+                    reason: crate::packages::payload::Refused::Escapes.to_string(),
+                },
+                super::package::RpmError::BadEntry { entry, reason, .. } => {
+                    Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason }
+                }
+                super::package::RpmError::Limit { exceeded, .. } => {
+                    Error::Limit { what: format!("the payload of {package}"), exceeded }
+                }
                 e => Error::Unsupported(format!("{}: {e}", path.display())),
             }
         };
-        let unpacked = pkg.unpack(path, layer, &owners, &super::package::UnpackOptions { place: Some(&place), inflation, nodocs: false }).map_err(entry_error)?;
-        let ctx = super::rpmdb::InstallCtx { install_time: now, tid: now, color, file_states: unpacked.file_states.clone() };
-        blobs.push(super::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx).map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?);
+        let unpacked = pkg
+            .unpack(
+                path,
+                layer,
+                &owners,
+                &super::package::UnpackOptions { place: Some(&place), inflation, nodocs: false },
+            )
+            .map_err(entry_error)?;
+        let ctx = super::rpmdb::InstallCtx {
+            install_time: now,
+            tid: now,
+            color,
+            file_states: unpacked.file_states.clone(),
+        };
+        blobs.push(
+            super::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx)
+                .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?,
+        );
     }
     // The installed packages that go: removed, or replaced by a new build.
     let mut gone: Vec<String> = resolved.plan.remove.iter().map(|r| r.nevra.clone()).collect();
@@ -564,7 +897,10 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
         match &p.action {
             super::resolve::Action::Install => {}
             // `from` is the EVR the same name had.
-            super::resolve::Action::Upgrade { from } | super::resolve::Action::Downgrade { from } => gone.push(format!("{}-{from}", p.package.name)),
+            super::resolve::Action::Upgrade { from }
+            | super::resolve::Action::Downgrade { from } => {
+                gone.push(format!("{}-{from}", p.package.name))
+            }
             super::resolve::Action::Replace { of } => gone.extend(of.iter().cloned()),
         }
     }
@@ -575,7 +911,10 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
         let meta = h.meta("installed");
         let nevra = meta.nevra();
         // A removal may name the package as `name-evr.arch` or by its EVR alone.
-        if gone.iter().any(|g| g == &nevra || g == &format!("{}-{}", meta.name, meta.evr) || g == &meta.name) {
+        if gone
+            .iter()
+            .any(|g| g == &nevra || g == &format!("{}-{}", meta.name, meta.evr) || g == &meta.name)
+        {
             gone_hnums.push(*hnum);
             gone_files.extend(meta.files);
         } else {
@@ -597,7 +936,9 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
         layer.add_whiteout(&rel)?;
         removed.push(f);
     }
-    for db_file in super::rpmdb::write(&resolved.db, &gone_hnums, &blobs).map_err(|e| Error::Unsupported(format!("writing the rpm database: {e}")))? {
+    for db_file in super::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
+        .map_err(|e| Error::Unsupported(format!("writing the rpm database: {e}")))?
+    {
         db_file.apply(layer)?;
     }
     removed.sort();
@@ -610,8 +951,19 @@ fn unpack(resolved: &Resolved, files: &[(PathBuf, super::package::Package)], bas
 /// Alibaba's. An NCCL repository the base already lists (NVIDIA's CUDA images) is not added
 /// twice: its section in the base's file gains the `excludepkgs` that hold NCCL to the CUDA
 /// major it was chosen for ([`nccl_excludes`]), as ours has them.
-pub fn add_repos(target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BTreeMap<String, Vec<u8>>, nccl_cuda: Option<crate::packages::nccl::Cuda>, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
-    let listed: Vec<YumRepo> = if target.repositories.iter().any(|r| r.nccl) { repos::base_repos(base, &BTreeMap::new())? } else { Vec::new() };
+pub fn add_repos(
+    target: &Target<'_>,
+    urls: &BTreeMap<String, String>,
+    keys: &BTreeMap<String, Vec<u8>>,
+    nccl_cuda: Option<crate::packages::nccl::Cuda>,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
+    let listed: Vec<YumRepo> = if target.repositories.iter().any(|r| r.nccl) {
+        repos::base_repos(base, &BTreeMap::new())?
+    } else {
+        Vec::new()
+    };
     for repo in target.repositories.iter().filter(|r| !r.from_base) {
         let url = &urls[&repo.name];
         let exclude = match (repo.nccl, nccl_cuda) {
@@ -622,21 +974,38 @@ pub fn add_repos(target: &Target<'_>, urls: &BTreeMap<String, String>, keys: &BT
         if let Some(theirs) = listed.iter().find(|r| repo.nccl && r.baseurls.iter().any(same)) {
             if !exclude.is_empty() {
                 let path = theirs.file.trim_start_matches('/');
-                let text = String::from_utf8_lossy(&base.read(path, 1 << 20)?.unwrap_or_default()).into_owned();
-                layer.add_file(path, repos::add_excludes(&text, &theirs.id, &exclude).into_bytes(), 0o644)?;
+                let text = String::from_utf8_lossy(&base.read(path, 1 << 20)?.unwrap_or_default())
+                    .into_owned();
+                layer.add_file(
+                    path,
+                    repos::add_excludes(&text, &theirs.id, &exclude).into_bytes(),
+                    0o644,
+                )?;
             }
             continue;
         }
         let key_path = format!("etc/pki/rpm-gpg/RPM-GPG-KEY-{}", repo.name);
-        layer.add_file(&key_path, openpgp::to_armored(&openpgp::parse(&keys[&repo.name])?)?, 0o644)?;
-        layer.add_file(&format!("etc/yum.repos.d/{}.repo", repo.name), repos::repo_file(&repo.name, url, &key_path, repo.repo_gpgcheck, &exclude).into_bytes(), 0o644)?;
+        layer.add_file(
+            &key_path,
+            openpgp::to_armored(&openpgp::parse(&keys[&repo.name])?)?,
+            0o644,
+        )?;
+        layer.add_file(
+            &format!("etc/yum.repos.d/{}.repo", repo.name),
+            repos::repo_file(&repo.name, url, &key_path, repo.repo_gpgcheck, &exclude).into_bytes(),
+            0o644,
+        )?;
     }
     Ok(())
 }
 
 /// Installed rpm packages: name → `[E:]V-R` (empty without a database).
 pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
-    let Some(db) = super::rpmdb::open(base).map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))? else { return Ok(BTreeMap::new()) };
+    let Some(db) = super::rpmdb::open(base)
+        .map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))?
+    else {
+        return Ok(BTreeMap::new());
+    };
     Ok(db.installed().into_iter().map(|p| (p.name, p.evr.to_string())).collect())
 }
 
@@ -647,9 +1016,15 @@ mod tests {
     #[test]
     fn mirrors_stand_in_for_base_repositories() {
         let all = [Mirror::parse("http://127.0.0.1:8080")];
-        assert_eq!(mirrored("http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", &all), "http://127.0.0.1:8080/alinux/3/os/x86_64/");
+        assert_eq!(
+            mirrored("http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", &all),
+            "http://127.0.0.1:8080/alinux/3/os/x86_64/"
+        );
         let one = [Mirror::parse("http://mirrors.cloud.aliyuncs.com/alinux=file:///srv/alinux")];
-        assert_eq!(mirrored("http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", &one), "file:///srv/alinux/3/os/x86_64/");
+        assert_eq!(
+            mirrored("http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", &one),
+            "file:///srv/alinux/3/os/x86_64/"
+        );
         assert_eq!(mirrored("https://other.example/x/", &one), "https://other.example/x/");
     }
 }

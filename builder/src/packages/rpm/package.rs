@@ -55,7 +55,9 @@ pub enum RpmError {
         source: HeaderError,
     },
 
-    #[error("{path} is not signed (gpgcheck needs a signature by a key of the repository's keyring)")]
+    #[error(
+        "{path} is not signed (gpgcheck needs a signature by a key of the repository's keyring)"
+    )]
     NotSigned { path: PathBuf },
 
     #[error("{path} is signed by key {key}, which is not in the repository's keyring")]
@@ -203,7 +205,8 @@ impl FileInfo {
 /// Where a package path (normalised, no leading `/`) of the given kind lands in the image:
 /// `None` to write nothing there, an error (the reason) to refuse the entry
 /// ([`crate::packages::payload::Placer`]).
-pub type Place<'a> = &'a dyn Fn(&str, crate::packages::payload::Kind<'_>) -> Result<Option<String>, String>;
+pub type Place<'a> =
+    &'a dyn Fn(&str, crate::packages::payload::Kind<'_>) -> Result<Option<String>, String>;
 
 /// How to install, as the transaction flags and macros of the image's dnf would say.
 #[derive(Clone, Copy)]
@@ -229,7 +232,11 @@ impl Default for UnpackOptions<'_> {
 
 impl std::fmt::Debug for UnpackOptions<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UnpackOptions").field("inflation", &self.inflation).field("nodocs", &self.nodocs).field("place", &self.place.is_some()).finish()
+        f.debug_struct("UnpackOptions")
+            .field("inflation", &self.inflation)
+            .field("nodocs", &self.nodocs)
+            .field("place", &self.place.is_some())
+            .finish()
     }
 }
 
@@ -281,22 +288,32 @@ impl Package {
             return Err(malformed("no rpm lead magic".into()));
         }
         if !matches!(lead[4], 3 | 4) {
-            return Err(malformed(format!("unsupported rpm format version {}.{}", lead[4], lead[5])));
+            return Err(malformed(format!(
+                "unsupported rpm format version {}.{}",
+                lead[4], lead[5]
+            )));
         }
         let kind = u16::from_be_bytes([lead[6], lead[7]]);
         if kind != 0 {
-            return Err(malformed(if kind == 1 { "a source package, not a binary one".into() } else { format!("unknown package type {kind}") }));
+            return Err(malformed(if kind == 1 {
+                "a source package, not a binary one".into()
+            } else {
+                format!("unknown package type {kind}")
+            }));
         }
         let sigtype = u16::from_be_bytes([lead[78], lead[79]]);
         if sigtype != SIGTYPE_HEADERSIG {
             return Err(malformed(format!("unsupported signature type {sigtype}")));
         }
-        let header_err = |which| move |source| RpmError::Header { path: path.to_owned(), which, source };
-        let (signature, sig_raw) = Header::read_with_magic(&mut r).map_err(header_err("signature"))?;
+        let header_err =
+            |which| move |source| RpmError::Header { path: path.to_owned(), which, source };
+        let (signature, sig_raw) =
+            Header::read_with_magic(&mut r).map_err(header_err("signature"))?;
         // lib/header.c `hdrblobRead`: the signature header is padded to 8 bytes, magic included.
         let pad = (8 - sig_raw.len() % 8) % 8;
         let mut padding = [0u8; 8];
-        r.read_exact(&mut padding[..pad]).map_err(|_| malformed("the file ends after the signature header".into()))?;
+        r.read_exact(&mut padding[..pad])
+            .map_err(|_| malformed("the file ends after the signature header".into()))?;
         let header_offset = (LEAD_SIZE + sig_raw.len() + pad) as u64;
         let (header, raw) = Header::read_with_magic(&mut r).map_err(header_err("main"))?;
         let payload_offset = header_offset + raw.len() as u64;
@@ -311,11 +328,17 @@ impl Package {
     /// rpmbuild makes has them; rpm ≥ 4.16.1.3 refuses them too, CVE-2021-20271), since a
     /// signature would not cover them.
     fn signed_header(&self, path: &Path) -> Result<Vec<u8>, RpmError> {
-        let region = self.header.region_with_magic().ok_or_else(|| RpmError::Unverifiable { path: path.to_owned(), reason: "the main header has no immutable region, so no signature can cover it".into() })?;
+        let region = self.header.region_with_magic().ok_or_else(|| RpmError::Unverifiable {
+            path: path.to_owned(),
+            reason: "the main header has no immutable region, so no signature can cover it".into(),
+        })?;
         let mut whole = header::MAGIC.to_vec();
         whole.extend_from_slice(self.header.blob());
         if region != whole {
-            return Err(RpmError::Unverifiable { path: path.to_owned(), reason: "the main header has entries outside its signed region".into() });
+            return Err(RpmError::Unverifiable {
+                path: path.to_owned(),
+                reason: "the main header has entries outside its signed region".into(),
+            });
         }
         Ok(region)
     }
@@ -329,12 +352,28 @@ impl Package {
 
     /// `use_payload_digest: false` checks the payload the pre-4.14 way even when
     /// `PAYLOADDIGEST` is present (for tests of the legacy path on packages rpmbuild makes).
-    fn verify_inner(&self, path: &Path, keyring: &Keyring, now: i64, use_payload_digest: bool) -> Result<Verified, RpmError> {
+    fn verify_inner(
+        &self,
+        path: &Path,
+        keyring: &Keyring,
+        now: i64,
+        use_payload_digest: bool,
+    ) -> Result<Verified, RpmError> {
         let mut done = Verified::default();
         let header_bytes = self.signed_header(path)?;
         let sig = &self.signature;
-        let header_sigs: Vec<(u32, &'static str)> = [(sigtag::RSA, "RSA header signature"), (sigtag::DSA, "DSA header signature")].into_iter().filter(|(t, _)| sig.has(*t)).collect();
-        let legacy_sigs: Vec<(u32, &'static str)> = [(sigtag::PGP, "RSA header+payload signature"), (sigtag::GPG, "DSA header+payload signature")].into_iter().filter(|(t, _)| sig.has(*t)).collect();
+        let header_sigs: Vec<(u32, &'static str)> =
+            [(sigtag::RSA, "RSA header signature"), (sigtag::DSA, "DSA header signature")]
+                .into_iter()
+                .filter(|(t, _)| sig.has(*t))
+                .collect();
+        let legacy_sigs: Vec<(u32, &'static str)> = [
+            (sigtag::PGP, "RSA header+payload signature"),
+            (sigtag::GPG, "DSA header+payload signature"),
+        ]
+        .into_iter()
+        .filter(|(t, _)| sig.has(*t))
+        .collect();
         if header_sigs.is_empty() && legacy_sigs.is_empty() {
             return Err(RpmError::NotSigned { path: path.to_owned() });
         }
@@ -342,14 +381,22 @@ impl Package {
         // Header digests, compared first: a clearer message than a failing signature.
         done.checks.extend(self.check_header_digest(path, &header_bytes)?);
         for (t, what) in &header_sigs {
-            let blob = sig.bin(*t).ok_or_else(|| RpmError::Malformed { path: path.to_owned(), reason: format!("signature tag {t} is not binary") })?;
+            let blob = sig.bin(*t).ok_or_else(|| RpmError::Malformed {
+                path: path.to_owned(),
+                reason: format!("signature tag {t} is not binary"),
+            })?;
             check_signature(path, what, &header_bytes, &blob, keyring, now)?;
             done.signers.push(issuer(&blob));
             done.checks.push(what);
         }
 
         // The payload: its digest in the (signed) main header, or the legacy tags.
-        let payload_digest = self.header.strings(tag::PAYLOADDIGEST).into_iter().next().filter(|_| use_payload_digest);
+        let payload_digest = self
+            .header
+            .strings(tag::PAYLOADDIGEST)
+            .into_iter()
+            .next()
+            .filter(|_| use_payload_digest);
         let mut payload_signed = false;
         if let Some(want) = payload_digest {
             done.checks.push(self.check_payload_digest(path, &want)?);
@@ -365,7 +412,10 @@ impl Package {
                 let mut data = Vec::with_capacity(len as usize);
                 self.stream_file(path, self.header_offset, &mut |c| data.extend_from_slice(c))?;
                 for (t, what) in &legacy_sigs {
-                    let blob = sig.bin(*t).ok_or_else(|| RpmError::Malformed { path: path.to_owned(), reason: format!("signature tag {t} is not binary") })?;
+                    let blob = sig.bin(*t).ok_or_else(|| RpmError::Malformed {
+                        path: path.to_owned(),
+                        reason: format!("signature tag {t} is not binary"),
+                    })?;
                     check_signature(path, what, &data, &blob, keyring, now)?;
                     done.signers.push(issuer(&blob));
                     done.checks.push(what);
@@ -386,7 +436,8 @@ impl Package {
     /// header+payload MD5; the payload digest or that MD5). Returns the checks made.
     pub fn check_digests(&self, path: &Path) -> Result<Vec<&'static str>, RpmError> {
         let header_bytes = self.signed_header(path)?;
-        let mut checks: Vec<&'static str> = self.check_header_digest(path, &header_bytes)?.into_iter().collect();
+        let mut checks: Vec<&'static str> =
+            self.check_header_digest(path, &header_bytes)?.into_iter().collect();
         if let Some(want) = self.header.strings(tag::PAYLOADDIGEST).into_iter().next() {
             checks.push(self.check_payload_digest(path, &want)?);
         }
@@ -401,11 +452,20 @@ impl Package {
     }
 
     /// The header's SHA256 from the signature header, checked; `None` when there is none.
-    fn check_header_digest(&self, path: &Path, header_bytes: &[u8]) -> Result<Option<&'static str>, RpmError> {
+    fn check_header_digest(
+        &self,
+        path: &Path,
+        header_bytes: &[u8],
+    ) -> Result<Option<&'static str>, RpmError> {
         let Some(want) = self.signature.string(sigtag::SHA256) else { return Ok(None) };
         let got = hex::encode(sha2::Sha256::digest(header_bytes));
         if !want.eq_ignore_ascii_case(&got) {
-            return Err(RpmError::Digest { path: path.to_owned(), which: "header SHA256".into(), expected: want, actual: got });
+            return Err(RpmError::Digest {
+                path: path.to_owned(),
+                which: "header SHA256".into(),
+                expected: want,
+                actual: got,
+            });
         }
         Ok(Some("header SHA256"))
     }
@@ -413,11 +473,21 @@ impl Package {
     /// The compressed payload against `want`, the main header's `PAYLOADDIGEST`.
     fn check_payload_digest(&self, path: &Path, want: &str) -> Result<&'static str, RpmError> {
         let algo = self.header.int(tag::PAYLOADDIGESTALGO).unwrap_or(hashalgo::SHA256);
-        let mut h = FileHasher::new(algo).filter(|_| algo != hashalgo::MD5).ok_or_else(|| RpmError::Unverifiable { path: path.to_owned(), reason: format!("unsupported payload digest algorithm {algo}") })?;
+        let mut h = FileHasher::new(algo).filter(|_| algo != hashalgo::MD5).ok_or_else(|| {
+            RpmError::Unverifiable {
+                path: path.to_owned(),
+                reason: format!("unsupported payload digest algorithm {algo}"),
+            }
+        })?;
         self.stream_file(path, self.payload_offset, &mut |c| h.update(c))?;
         let got = h.finish();
         if !want.eq_ignore_ascii_case(&got) {
-            return Err(RpmError::Digest { path: path.to_owned(), which: format!("payload {}", h.name()), expected: want.to_string(), actual: got });
+            return Err(RpmError::Digest {
+                path: path.to_owned(),
+                which: format!("payload {}", h.name()),
+                expected: want.to_string(),
+                actual: got,
+            });
         }
         Ok(if algo == hashalgo::SHA256 { "payload SHA256" } else { "payload digest" })
     }
@@ -429,13 +499,23 @@ impl Package {
         self.stream_file(path, self.header_offset, &mut |c| h.update(c))?;
         let got = hex::encode(h.finalize());
         if !hex::encode(&want).eq_ignore_ascii_case(&got) {
-            return Err(RpmError::Digest { path: path.to_owned(), which: "header+payload MD5".into(), expected: hex::encode(want), actual: got });
+            return Err(RpmError::Digest {
+                path: path.to_owned(),
+                which: "header+payload MD5".into(),
+                expected: hex::encode(want),
+                actual: got,
+            });
         }
         Ok(Some("header+payload MD5"))
     }
 
     /// Shows the file's bytes from `from` to its end (as it was opened) to `f`.
-    fn stream_file(&self, path: &Path, from: u64, f: &mut dyn FnMut(&[u8])) -> Result<(), RpmError> {
+    fn stream_file(
+        &self,
+        path: &Path,
+        from: u64,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), RpmError> {
         let mut file = File::open(path).map_err(io_err("opening", path))?;
         file.seek(SeekFrom::Start(from)).map_err(io_err("seeking in", path))?;
         let mut r = file.take(self.file_len - from);
@@ -452,7 +532,10 @@ impl Package {
             f(&buf[..n]);
         }
         if seen != self.file_len - from {
-            return Err(RpmError::Malformed { path: path.to_owned(), reason: "the file shrank while it was read".into() });
+            return Err(RpmError::Malformed {
+                path: path.to_owned(),
+                reason: "the file shrank while it was read".into(),
+            });
         }
         Ok(())
     }
@@ -461,7 +544,11 @@ impl Package {
     pub fn files(&self) -> Vec<FileInfo> {
         let h = &self.header;
         let paths = h.file_paths();
-        let sizes = if h.has(tag::LONGFILESIZES) { h.ints(tag::LONGFILESIZES) } else { h.ints(tag::FILESIZES) };
+        let sizes = if h.has(tag::LONGFILESIZES) {
+            h.ints(tag::LONGFILESIZES)
+        } else {
+            h.ints(tag::FILESIZES)
+        };
         let modes = h.ints(tag::FILEMODES);
         let users = h.strings(tag::FILEUSERNAME);
         let groups = h.strings(tag::FILEGROUPNAME);
@@ -497,29 +584,59 @@ impl Package {
     /// Streams the payload of the package at `path` into `layer`: see the module
     /// documentation. `owners` turns a user and group name into ids (the image's
     /// `/etc/passwd` and `/etc/group`). On error the layer may hold part of the package.
-    pub fn unpack(&self, path: &Path, layer: &mut LayerContents, owners: &dyn Fn(&str, &str) -> (u32, u32), opts: &UnpackOptions) -> Result<Unpacked, RpmError> {
+    pub fn unpack(
+        &self,
+        path: &Path,
+        layer: &mut LayerContents,
+        owners: &dyn Fn(&str, &str) -> (u32, u32),
+        opts: &UnpackOptions,
+    ) -> Result<Unpacked, RpmError> {
         let format = self.header.string(tag::PAYLOADFORMAT).unwrap_or_else(|| "cpio".into());
         if format != "cpio" {
-            return Err(RpmError::Malformed { path: path.to_owned(), reason: format!("payload format `{format}` is not cpio") });
+            return Err(RpmError::Malformed {
+                path: path.to_owned(),
+                reason: format!("payload format `{format}` is not cpio"),
+            });
         }
         let mut file = File::open(path).map_err(io_err("opening", path))?;
         file.seek(SeekFrom::Start(self.payload_offset)).map_err(io_err("seeking in", path))?;
-        let compressed = BufReader::with_capacity(64 << 10, file.take(self.file_len - self.payload_offset));
-        let stream = decompressor(path, self.header.string(tag::PAYLOADCOMPRESSOR).as_deref(), compressed, opts.inflation)?;
+        let compressed =
+            BufReader::with_capacity(64 << 10, file.take(self.file_len - self.payload_offset));
+        let stream = decompressor(
+            path,
+            self.header.string(tag::PAYLOADCOMPRESSOR).as_deref(),
+            compressed,
+            opts.inflation,
+        )?;
         self.unpack_stream(path, stream, layer, owners, opts)
     }
 
-    fn unpack_stream(&self, path: &Path, stream: Box<dyn Read + '_>, layer: &mut LayerContents, owners: &dyn Fn(&str, &str) -> (u32, u32), opts: &UnpackOptions) -> Result<Unpacked, RpmError> {
+    fn unpack_stream(
+        &self,
+        path: &Path,
+        stream: Box<dyn Read + '_>,
+        layer: &mut LayerContents,
+        owners: &dyn Fn(&str, &str) -> (u32, u32),
+        opts: &UnpackOptions,
+    ) -> Result<Unpacked, RpmError> {
         let files = self.files();
         let n = files.len();
-        let bad = |entry: &str, reason: String| RpmError::BadEntry { path: path.to_owned(), entry: entry.to_owned(), reason };
+        let bad = |entry: &str, reason: String| RpmError::BadEntry {
+            path: path.to_owned(),
+            entry: entry.to_owned(),
+            reason,
+        };
 
         // Every path checked before anything is written.
         let mut index: HashMap<String, usize> = HashMap::with_capacity(n);
         let mut norm = Vec::with_capacity(n);
         for (i, f) in files.iter().enumerate() {
-            let p = layer::normalize(&f.path).ok_or_else(|| RpmError::UnsafePath { path: path.to_owned(), entry: f.path.clone() })?;
-            crate::packages::payload::check_name(&p).map_err(|why| bad(&f.path, why.to_string()))?;
+            let p = layer::normalize(&f.path).ok_or_else(|| RpmError::UnsafePath {
+                path: path.to_owned(),
+                entry: f.path.clone(),
+            })?;
+            crate::packages::payload::check_name(&p)
+                .map_err(|why| bad(&f.path, why.to_string()))?;
             if index.insert(p.clone(), i).is_some() {
                 return Err(bad(&f.path, "listed twice in the header".into()));
             }
@@ -527,12 +644,20 @@ impl Package {
         }
         // A file under one of the package's own symlinks would be written through it when
         // the layer is extracted, wherever it points.
-        let symlinks: HashSet<&str> = files.iter().zip(&norm).filter(|(f, _)| f.file_type() == S_IFLNK && !f.is_ghost()).map(|(_, p)| p.as_str()).collect();
+        let symlinks: HashSet<&str> = files
+            .iter()
+            .zip(&norm)
+            .filter(|(f, _)| f.file_type() == S_IFLNK && !f.is_ghost())
+            .map(|(_, p)| p.as_str())
+            .collect();
         for (f, p) in files.iter().zip(&norm) {
             let mut at = p.as_str();
             while let Some((parent, _)) = at.rsplit_once('/') {
                 if symlinks.contains(parent) {
-                    return Err(bad(&f.path, format!("lies under /{parent}, a symlink of the package")));
+                    return Err(bad(
+                        &f.path,
+                        format!("lies under /{parent}, a symlink of the package"),
+                    ));
                 }
                 at = parent;
             }
@@ -555,7 +680,12 @@ impl Package {
         }
 
         let mut out = Unpacked { file_states: vec![filestate::NORMAL; n], ..Unpacked::default() };
-        let skipped: Vec<bool> = files.iter().map(|f| opts.nodocs && f.flags & fileflag::DOC != 0 && f.flags & fileflag::LICENSE == 0).collect();
+        let skipped: Vec<bool> = files
+            .iter()
+            .map(|f| {
+                opts.nodocs && f.flags & fileflag::DOC != 0 && f.flags & fileflag::LICENSE == 0
+            })
+            .collect();
         for (i, s) in skipped.iter().enumerate() {
             if *s {
                 out.file_states[i] = filestate::NOT_INSTALLED;
@@ -565,7 +695,10 @@ impl Package {
 
         // The payload can be no larger than its entries: header, name, padding and content
         // of each file (ghosts included: rpm < 4.11 sometimes archived them), and a trailer.
-        let limit = files.iter().fold(512u64, |acc, f| acc.saturating_add(110 + 2 + f.path.len() as u64 + 1 + 8).saturating_add(f.size.saturating_add(3)));
+        let limit = files.iter().fold(512u64, |acc, f| {
+            acc.saturating_add(110 + 2 + f.path.len() as u64 + 1 + 8)
+                .saturating_add(f.size.saturating_add(3))
+        });
         let mut cpio = Cpio { inner: stream, pos: 0, limit };
         let digest_algo = self.header.int(tag::FILEDIGESTALGO).unwrap_or(hashalgo::MD5);
         let payload_err = |source: io::Error| payload_error(path, source);
@@ -580,39 +713,68 @@ impl Package {
                 cpio.read_exact(&mut h).map_err(payload_err)?;
                 let mut fields = [0u64; 13];
                 for (k, v) in fields.iter_mut().enumerate() {
-                    *v = hex_field(&h[k * 8..k * 8 + 8]).ok_or_else(|| RpmError::Malformed { path: path.to_owned(), reason: format!("bad cpio header at payload offset {}", cpio.pos) })?;
+                    *v = hex_field(&h[k * 8..k * 8 + 8]).ok_or_else(|| RpmError::Malformed {
+                        path: path.to_owned(),
+                        reason: format!("bad cpio header at payload offset {}", cpio.pos),
+                    })?;
                 }
                 let (size, namesize) = (fields[6], fields[11]);
                 if namesize == 0 || namesize > CPIO_NAMESIZE_MAX {
-                    return Err(RpmError::Malformed { path: path.to_owned(), reason: format!("cpio name of {namesize} bytes at payload offset {}", cpio.pos) });
+                    return Err(RpmError::Malformed {
+                        path: path.to_owned(),
+                        reason: format!(
+                            "cpio name of {namesize} bytes at payload offset {}",
+                            cpio.pos
+                        ),
+                    });
                 }
                 let mut name = vec![0u8; namesize as usize];
                 cpio.read_exact(&mut name).map_err(payload_err)?;
                 if name.pop() != Some(0) || name.contains(&0) {
-                    return Err(RpmError::Malformed { path: path.to_owned(), reason: format!("cpio name without its NUL at payload offset {}", cpio.pos) });
+                    return Err(RpmError::Malformed {
+                        path: path.to_owned(),
+                        reason: format!("cpio name without its NUL at payload offset {}", cpio.pos),
+                    });
                 }
                 cpio.pad().map_err(payload_err)?;
                 if name == CPIO_TRAILER {
                     break;
                 }
                 let shown = String::from_utf8_lossy(&name).into_owned();
-                let key = std::str::from_utf8(&name).ok().and_then(layer::normalize).ok_or_else(|| RpmError::UnsafePath { path: path.to_owned(), entry: shown.clone() })?;
-                let fx = *index.get(&key).ok_or_else(|| bad(&shown, "not in the header's file list".into()))?;
+                let key = std::str::from_utf8(&name).ok().and_then(layer::normalize).ok_or_else(
+                    || RpmError::UnsafePath { path: path.to_owned(), entry: shown.clone() },
+                )?;
+                let fx = *index
+                    .get(&key)
+                    .ok_or_else(|| bad(&shown, "not in the header's file list".into()))?;
                 (fx, Some(size))
             } else if &magic == CPIO_STRIPPED_MAGIC {
                 let mut h = [0u8; 8];
                 cpio.read_exact(&mut h).map_err(payload_err)?;
-                let fx = hex_field(&h).ok_or_else(|| RpmError::Malformed { path: path.to_owned(), reason: format!("bad stripped cpio header at payload offset {}", cpio.pos) })?;
+                let fx = hex_field(&h).ok_or_else(|| RpmError::Malformed {
+                    path: path.to_owned(),
+                    reason: format!("bad stripped cpio header at payload offset {}", cpio.pos),
+                })?;
                 cpio.pad().map_err(payload_err)?;
                 if fx == 0xffff_ffff {
                     break;
                 }
                 if fx >= n as u64 {
-                    return Err(RpmError::Malformed { path: path.to_owned(), reason: format!("stripped cpio entry for file {fx} of {n}") });
+                    return Err(RpmError::Malformed {
+                        path: path.to_owned(),
+                        reason: format!("stripped cpio entry for file {fx} of {n}"),
+                    });
                 }
                 (fx as usize, None)
             } else {
-                return Err(RpmError::Malformed { path: path.to_owned(), reason: format!("bad cpio magic `{}` at payload offset {}", magic.escape_ascii(), cpio.pos - 6) });
+                return Err(RpmError::Malformed {
+                    path: path.to_owned(),
+                    reason: format!(
+                        "bad cpio magic `{}` at payload offset {}",
+                        magic.escape_ascii(),
+                        cpio.pos - 6
+                    ),
+                });
             };
             let f = &files[fx];
             if std::mem::replace(&mut found[fx], true) {
@@ -620,7 +782,8 @@ impl Package {
             }
             if f.is_ghost() {
                 // rpm skips an archived ghost; only `newc` says how long it is.
-                let size = cpio_size.ok_or_else(|| bad(&f.path, "a %ghost file in a stripped payload".into()))?;
+                let size = cpio_size
+                    .ok_or_else(|| bad(&f.path, "a %ghost file in a stripped payload".into()))?;
                 cpio.skip(size).map_err(payload_err)?;
                 continue;
             }
@@ -632,11 +795,19 @@ impl Package {
             };
             if let Some(size) = cpio_size {
                 if size != expected {
-                    return Err(bad(&f.path, format!("the payload holds {size} bytes, the header says {expected}")));
+                    return Err(bad(
+                        &f.path,
+                        format!("the payload holds {size} bytes, the header says {expected}"),
+                    ));
                 }
             }
             let (uid, gid) = owners(&f.user, &f.group);
-            let entry = |kind: EntryKind, f: &FileInfo| Entry { kind, mode: f.mode & 0o7777, uid: u64::from(uid), gid: u64::from(gid) };
+            let entry = |kind: EntryKind, f: &FileInfo| Entry {
+                kind,
+                mode: f.mode & 0o7777,
+                uid: u64::from(uid),
+                gid: u64::from(gid),
+            };
             // rpm gives every file its header mtime (lib/fsm.c), and `rpm -V` compares it.
             let insert = |layer: &mut LayerContents, i: usize, e: Entry| {
                 let at = match opts.place {
@@ -671,10 +842,26 @@ impl Package {
                     let mut target = vec![0u8; expected as usize];
                     cpio.read_exact(&mut target).map_err(payload_err)?;
                     if f.link_to.is_empty() || target != f.link_to.as_bytes() {
-                        return Err(bad(&f.path, format!("the payload's link target `{}` is not the header's `{}`", target.escape_ascii(), f.link_to)));
+                        return Err(bad(
+                            &f.path,
+                            format!(
+                                "the payload's link target `{}` is not the header's `{}`",
+                                target.escape_ascii(),
+                                f.link_to
+                            ),
+                        ));
                     }
                     if !skipped[fx] {
-                        insert(layer, fx, Entry { kind: EntryKind::Symlink(f.link_to.clone()), mode: 0o777, uid: u64::from(uid), gid: u64::from(gid) })?;
+                        insert(
+                            layer,
+                            fx,
+                            Entry {
+                                kind: EntryKind::Symlink(f.link_to.clone()),
+                                mode: 0o777,
+                                uid: u64::from(uid),
+                                gid: u64::from(gid),
+                            },
+                        )?;
                         out.written.push(f.path.clone());
                     }
                 }
@@ -688,17 +875,28 @@ impl Package {
                         None if !skipped[fx] => vec![fx],
                         None => Vec::new(),
                     };
-                    let mut hasher = FileHasher::new(digest_algo).ok_or_else(|| RpmError::Unverifiable { path: path.to_owned(), reason: format!("unsupported file digest algorithm {digest_algo}") })?;
+                    let mut hasher =
+                        FileHasher::new(digest_algo).ok_or_else(|| RpmError::Unverifiable {
+                            path: path.to_owned(),
+                            reason: format!("unsupported file digest algorithm {digest_algo}"),
+                        })?;
                     let kind = if targets.is_empty() {
                         cpio.skip(expected).map_err(payload_err)?;
                         None
                     } else {
                         let mut content = (&mut cpio).take(expected);
-                        let kind = layer.file_kind(&mut content, expected, &mut |c| hasher.update(c)).map_err(payload_err)?;
+                        let kind = layer
+                            .file_kind(&mut content, expected, &mut |c| hasher.update(c))
+                            .map_err(payload_err)?;
                         if !f.digest.is_empty() {
                             let got = hasher.finish();
                             if got != f.digest {
-                                return Err(RpmError::Digest { path: path.to_owned(), which: format!("{} of {}", hasher.name(), f.path), expected: f.digest.clone(), actual: got });
+                                return Err(RpmError::Digest {
+                                    path: path.to_owned(),
+                                    which: format!("{} of {}", hasher.name(), f.path),
+                                    expected: f.digest.clone(),
+                                    actual: got,
+                                });
                             }
                         }
                         Some(kind)
@@ -707,7 +905,16 @@ impl Package {
                         for i in targets {
                             let fi = &files[i];
                             let (uid, gid) = owners(&fi.user, &fi.group);
-                            insert(layer, i, Entry { kind: kind.clone(), mode: fi.mode & 0o7777, uid: u64::from(uid), gid: u64::from(gid) })?;
+                            insert(
+                                layer,
+                                i,
+                                Entry {
+                                    kind: kind.clone(),
+                                    mode: fi.mode & 0o7777,
+                                    uid: u64::from(uid),
+                                    gid: u64::from(gid),
+                                },
+                            )?;
                             out.written.push(fi.path.clone());
                             if fi.is_config() {
                                 out.config.push(fi.path.clone());
@@ -726,9 +933,16 @@ impl Package {
                         _ => "socket",
                     };
                     // Linux's `new_encode_dev` (include/linux/kdev_t.h).
-                    let (major, minor) = ((f.rdev >> 8) & 0xfff, (f.rdev & 0xff) | ((f.rdev >> 12) & 0xfff00));
+                    let (major, minor) =
+                        ((f.rdev >> 8) & 0xfff, (f.rdev & 0xff) | ((f.rdev >> 12) & 0xfff00));
                     if !skipped[fx] {
-                        out.special.push(SpecialFile { path: f.path.clone(), kind, mode: f.mode & 0o7777, major, minor });
+                        out.special.push(SpecialFile {
+                            path: f.path.clone(),
+                            kind,
+                            mode: f.mode & 0o7777,
+                            major,
+                            minor,
+                        });
                     }
                 }
                 t => return Err(bad(&f.path, format!("unknown file type {t:o}"))),
@@ -751,10 +965,19 @@ fn io_err<'p>(operation: &'static str, path: &'p Path) -> impl Fn(io::Error) -> 
 
 /// Checks one OpenPGP signature of the signature header, naming the key when it is not in
 /// the keyring.
-fn check_signature(path: &Path, which: &'static str, data: &[u8], sig: &[u8], keyring: &Keyring, now: i64) -> Result<(), RpmError> {
+fn check_signature(
+    path: &Path,
+    which: &'static str,
+    data: &[u8],
+    sig: &[u8],
+    keyring: &Keyring,
+    now: i64,
+) -> Result<(), RpmError> {
     match openpgp::verify_detached_with(data, sig, keyring, now) {
         Ok(()) => Ok(()),
-        Err(SignatureError::NoValidSignature { outside, .. }) if !outside.is_empty() => Err(RpmError::UnknownKey { path: path.to_owned(), key: outside.join(", ") }),
+        Err(SignatureError::NoValidSignature { outside, .. }) if !outside.is_empty() => {
+            Err(RpmError::UnknownKey { path: path.to_owned(), key: outside.join(", ") })
+        }
         Err(source) => Err(RpmError::BadSignature { path: path.to_owned(), which, source }),
     }
 }
@@ -762,7 +985,9 @@ fn check_signature(path: &Path, which: &'static str, data: &[u8], sig: &[u8], ke
 /// How a signature packet names its issuer: fingerprint, else key ID.
 fn issuer(sig: &[u8]) -> String {
     use pgp::composed::Deserializable as _;
-    let Ok((mut sigs, _)) = pgp::composed::DetachedSignature::from_reader_many(sig) else { return "(unreadable)".into() };
+    let Ok((mut sigs, _)) = pgp::composed::DetachedSignature::from_reader_many(sig) else {
+        return "(unreadable)".into();
+    };
     match sigs.next() {
         Some(Ok(s)) => {
             let s = s.signature;
@@ -799,7 +1024,12 @@ fn payload_error(path: &Path, source: io::Error) -> RpmError {
 /// ([`crate::limits::inflate`]; 0: no limit). bzip2 is refused: the crate is in Cargo.lock
 /// (through pgp) but not a dependency of ours, and no current distribution builds bzip2
 /// payloads.
-fn decompressor<'a>(path: &Path, compressor: Option<&str>, mut r: impl Read + 'a, inflation: u64) -> Result<Box<dyn Read + 'a>, RpmError> {
+fn decompressor<'a>(
+    path: &Path,
+    compressor: Option<&str>,
+    mut r: impl Read + 'a,
+    inflation: u64,
+) -> Result<Box<dyn Read + 'a>, RpmError> {
     // rpm reads a package without the tag as gzip (lib/psm.c, rpm2cpio).
     let name = compressor.unwrap_or("gzip");
     let mut head = vec![0u8; 6];
@@ -819,22 +1049,33 @@ fn decompressor<'a>(path: &Path, compressor: Option<&str>, mut r: impl Read + 'a
         "zstd" => &[0x28, 0xb5, 0x2f, 0xfd],
         // lzma_alone has no magic, only properties (0x5d for every preset).
         "lzma" => &[],
-        other => return Err(RpmError::UnsupportedCompression { path: path.to_owned(), compression: other.to_string() }),
+        other => {
+            return Err(RpmError::UnsupportedCompression {
+                path: path.to_owned(),
+                compression: other.to_string(),
+            })
+        }
     };
     if !head.starts_with(magic) {
-        return Err(RpmError::Malformed { path: path.to_owned(), reason: format!("the payload is said to be {name} but does not start like it") });
+        return Err(RpmError::Malformed {
+            path: path.to_owned(),
+            reason: format!("the payload is said to be {name} but does not start like it"),
+        });
     }
     let stream = Cursor::new(head).chain(r);
     let decoder: fn(_) -> io::Result<Box<dyn Read + 'a>> = match name {
         "gzip" => |c| Ok(Box::new(flate2::read::MultiGzDecoder::new(c))),
         "xz" => |c| Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c))),
         "lzma" => |c| {
-            let s = liblzma::stream::Stream::new_lzma_decoder(u64::MAX).map_err(io::Error::other)?;
+            let s =
+                liblzma::stream::Stream::new_lzma_decoder(u64::MAX).map_err(io::Error::other)?;
             Ok(Box::new(liblzma::read::XzDecoder::new_stream(c, s)))
         },
         _ => |c| Ok(Box::new(zstd::stream::read::Decoder::new(c)?)),
     };
-    crate::limits::inflate(stream, inflation, u64::MAX, decoder).map(|r| Box::new(r) as Box<dyn Read + 'a>).map_err(|source| payload_error(path, source))
+    crate::limits::inflate(stream, inflation, u64::MAX, decoder)
+        .map(|r| Box::new(r) as Box<dyn Read + 'a>)
+        .map_err(|source| payload_error(path, source))
 }
 
 /// The decompressed archive: counts its offset (cpio pads to 4 bytes from the start) and
@@ -855,7 +1096,10 @@ impl Read for Cpio<'_> {
             let mut probe = [0u8; 1];
             return match self.inner.read(&mut probe)? {
                 0 => Ok(0),
-                _ => Err(io::Error::new(io::ErrorKind::InvalidData, format!("the payload is larger than its files allow ({} bytes)", self.limit))),
+                _ => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("the payload is larger than its files allow ({} bytes)", self.limit),
+                )),
             };
         }
         let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
@@ -941,8 +1185,14 @@ mod tests {
     /// rpmbuild, rpmsign, gpg, rpm2cpio and cpio build and check the fixtures, so the reader
     /// is compared with the real tools. Without them the tests skip, except in CI.
     fn have_tools() -> bool {
-        let on_path = |t: &str| std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()));
-        let missing: Vec<&str> = ["rpmbuild", "rpmsign", "rpm", "gpg", "rpm2cpio", "cpio"].into_iter().filter(|t| !on_path(t)).collect();
+        let on_path = |t: &str| {
+            std::env::var_os("PATH")
+                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()))
+        };
+        let missing: Vec<&str> = ["rpmbuild", "rpmsign", "rpm", "gpg", "rpm2cpio", "cpio"]
+            .into_iter()
+            .filter(|t| !on_path(t))
+            .collect();
         if !missing.is_empty() {
             assert!(std::env::var_os("CI").is_none(), "{missing:?} needed for this test in CI");
             eprintln!("skipping: {missing:?} not found");
@@ -960,16 +1210,37 @@ mod tests {
     fn gpg_key(dir: &Path, name: &str) -> (PathBuf, Vec<u8>, String) {
         let home = dir.join(format!("gnupg-{name}"));
         std::fs::create_dir_all(&home).unwrap();
-        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
         let gpg = || {
             let mut c = Command::new("gpg");
-            c.env("GNUPGHOME", &home).args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""]);
+            c.env("GNUPGHOME", &home).args([
+                "--batch",
+                "--pinentry-mode",
+                "loopback",
+                "--passphrase",
+                "",
+            ]);
             c
         };
-        run(gpg().args(["--quick-gen-key", &format!("{name} <{name}@example.invalid>"), "rsa3072", "sign", "never"]));
+        run(gpg().args([
+            "--quick-gen-key",
+            &format!("{name} <{name}@example.invalid>"),
+            "rsa3072",
+            "sign",
+            "never",
+        ]));
         let armoured = run(gpg().args(["--armor", "--export", name]));
-        let colons = String::from_utf8(run(gpg().args(["--with-colons", "--fingerprint", name]))).unwrap();
-        let fpr = colons.lines().find(|l| l.starts_with("fpr:")).unwrap().split(':').nth(9).unwrap().to_string();
+        let colons =
+            String::from_utf8(run(gpg().args(["--with-colons", "--fingerprint", name]))).unwrap();
+        let fpr = colons
+            .lines()
+            .find(|l| l.starts_with("fpr:"))
+            .unwrap()
+            .split(':')
+            .nth(9)
+            .unwrap()
+            .to_string();
         (home, armoured, fpr)
     }
 
@@ -1014,7 +1285,13 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         std::fs::create_dir_all(top.join("SPECS")).unwrap();
         let spec = top.join("SPECS/t.spec");
         std::fs::write(&spec, SPEC.replace("@BIG@", &big.to_string())).unwrap();
-        run(Command::new("rpmbuild").arg("-bb").arg("--define").arg(format!("_topdir {}", top.display())).arg("--define").arg(format!("_binary_payload {payload}")).arg(&spec));
+        run(Command::new("rpmbuild")
+            .arg("-bb")
+            .arg("--define")
+            .arg(format!("_topdir {}", top.display()))
+            .arg("--define")
+            .arg(format!("_binary_payload {payload}"))
+            .arg(&spec));
         let built = top.join("RPMS/x86_64/erdmatest-1.0-1.x86_64.rpm");
         let out = dir.join(format!("erdmatest-{payload}-{big}.rpm"));
         std::fs::copy(built, &out).unwrap();
@@ -1030,8 +1307,16 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             c.arg("--rpmv3");
         }
         // Distributions call it gpg2 and rpm runs it by its full path; here it may only be gpg.
-        let gpg = std::env::split_paths(&std::env::var_os("PATH").unwrap()).map(|d| d.join("gpg")).find(|p| p.is_file()).unwrap();
-        c.arg("--define").arg(format!("__gpg {}", gpg.display())).args(["--define", "_gpg_name test"]).arg("--define").arg(format!("_gpg_path {}", home.display())).arg(&out);
+        let gpg = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+            .map(|d| d.join("gpg"))
+            .find(|p| p.is_file())
+            .unwrap();
+        c.arg("--define")
+            .arg(format!("__gpg {}", gpg.display()))
+            .args(["--define", "_gpg_name test"])
+            .arg("--define")
+            .arg(format!("_gpg_path {}", home.display()))
+            .arg(&out);
         run(&mut c);
         out
     }
@@ -1072,7 +1357,13 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
     /// What `rpm2cpio | cpio -idm` extracts: path → (type, content or link target).
     fn cpio_extract(rpm: &Path, dir: &Path) -> BTreeMap<String, (char, Vec<u8>)> {
         std::fs::create_dir_all(dir).unwrap();
-        run(Command::new("sh").arg("-c").arg(format!("rpm2cpio '{}' | cpio -idm --quiet --no-absolute-filenames", rpm.display())).current_dir(dir));
+        run(Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "rpm2cpio '{}' | cpio -idm --quiet --no-absolute-filenames",
+                rpm.display()
+            ))
+            .current_dir(dir));
         let mut out = BTreeMap::new();
         let mut stack = vec![dir.to_path_buf()];
         while let Some(d) = stack.pop() {
@@ -1081,7 +1372,16 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
                 let rel = e.path().strip_prefix(dir).unwrap().to_string_lossy().into_owned();
                 let ft = e.file_type().unwrap();
                 if ft.is_symlink() {
-                    out.insert(rel, ('l', std::fs::read_link(e.path()).unwrap().into_os_string().into_encoded_bytes()));
+                    out.insert(
+                        rel,
+                        (
+                            'l',
+                            std::fs::read_link(e.path())
+                                .unwrap()
+                                .into_os_string()
+                                .into_encoded_bytes(),
+                        ),
+                    );
                 } else if ft.is_dir() {
                     out.insert(rel, ('d', Vec::new()));
                     stack.push(e.path());
@@ -1095,12 +1395,21 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
 
     /// `rpm -qp --dump`: path → (mode, owner, group, symlink target).
     fn rpm_dump(rpm: &Path) -> BTreeMap<String, (u32, String, String, String)> {
-        let text = String::from_utf8(run(Command::new("rpm").args(["-qp", "--dump"]).arg(rpm))).unwrap();
+        let text =
+            String::from_utf8(run(Command::new("rpm").args(["-qp", "--dump"]).arg(rpm))).unwrap();
         text.lines()
             .map(|l| {
                 // path size mtime digest mode owner group isconfig isdoc rdev symlink
                 let f: Vec<&str> = l.split(' ').collect();
-                (f[0].to_string(), (u32::from_str_radix(f[4], 8).unwrap(), f[5].to_string(), f[6].to_string(), f[10..].join(" ")))
+                (
+                    f[0].to_string(),
+                    (
+                        u32::from_str_radix(f[4], 8).unwrap(),
+                        f[5].to_string(),
+                        f[6].to_string(),
+                        f[10..].join(" "),
+                    ),
+                )
             })
             .collect()
     }
@@ -1116,7 +1425,9 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let keyring = Keyring::load(&public).unwrap();
         let other = Keyring::load(&other_public).unwrap();
         let now = crate::dates::now();
-        for (payload, compressor) in [("w19.zstdio", "zstd"), ("w9.gzdio", "gzip"), ("w6.xzdio", "xz"), ("w6.lzdio", "lzma")] {
+        for (payload, compressor) in
+            [("w19.zstdio", "zstd"), ("w9.gzdio", "gzip"), ("w6.xzdio", "xz"), ("w6.lzdio", "lzma")]
+        {
             let unsigned = build(dir.path(), payload, 3 << 20);
             let signed = sign(&home, &unsigned, false);
             let pkg = open(&signed).unwrap();
@@ -1126,7 +1437,11 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
 
             let v = pkg.verify(&signed, &keyring, now).unwrap();
             assert_eq!(v.signers, std::slice::from_ref(&fpr), "{payload}");
-            assert_eq!(v.checks, ["header SHA256", "RSA header signature", "payload SHA256"], "{payload}");
+            assert_eq!(
+                v.checks,
+                ["header SHA256", "RSA header signature", "payload SHA256"],
+                "{payload}"
+            );
             let e = pkg.verify(&signed, &other, now).unwrap_err();
             assert!(matches!(&e, RpmError::UnknownKey { key, .. } if *key == fpr), "{e}");
             let e = open(&unsigned).unwrap().verify(&unsigned, &keyring, now).unwrap_err();
@@ -1136,7 +1451,11 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             let u = pkg.unpack(&signed, &mut layer, &owners, &UnpackOptions::default()).unwrap();
             let got = layer_entries(&layer);
             let want = cpio_extract(&signed, &dir.path().join(format!("x-{payload}")));
-            assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{payload}: same paths as rpm2cpio | cpio");
+            assert_eq!(
+                got.keys().collect::<Vec<_>>(),
+                want.keys().collect::<Vec<_>>(),
+                "{payload}: same paths as rpm2cpio | cpio"
+            );
             for (p, (t, data)) in &want {
                 assert_eq!((got[p].0, &got[p].4), (*t, data), "{payload}: {p}");
             }
@@ -1166,13 +1485,29 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             assert_eq!(u.file_states, vec![filestate::NORMAL; pkg.files().len()]);
             assert_eq!(u.written.len(), pkg.files().len() - 1, "everything but the ghost");
             // rpmbuild records the archive's size in the signature header (unsigned, so not our bound).
-            assert_eq!(Some(u.archive_size), pkg.signature.int(sigtag::PAYLOADSIZE).or_else(|| pkg.signature.int(sigtag::LONGARCHIVESIZE)));
+            assert_eq!(
+                Some(u.archive_size),
+                pkg.signature
+                    .int(sigtag::PAYLOADSIZE)
+                    .or_else(|| pkg.signature.int(sigtag::LONGARCHIVESIZE))
+            );
 
             // nodocs: the %doc file is skipped and recorded as not installed.
             let mut layer = LayerContents::new();
-            let u = pkg.unpack(&signed, &mut layer, &owners, &UnpackOptions { nodocs: true, ..UnpackOptions::default() }).unwrap();
+            let u = pkg
+                .unpack(
+                    &signed,
+                    &mut layer,
+                    &owners,
+                    &UnpackOptions { nodocs: true, ..UnpackOptions::default() },
+                )
+                .unwrap();
             assert!(!layer_entries(&layer).contains_key("usr/share/doc/erdmatest/README"));
-            let doc = pkg.files().iter().position(|f| f.path == "/usr/share/doc/erdmatest/README").unwrap();
+            let doc = pkg
+                .files()
+                .iter()
+                .position(|f| f.path == "/usr/share/doc/erdmatest/README")
+                .unwrap();
             assert_eq!(u.file_states[doc], filestate::NOT_INSTALLED);
         }
     }
@@ -1204,8 +1539,14 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let bad = flipped(&signed, (pkg.payload_offset + pkg.file_len) / 2);
         let p = open(&bad).unwrap();
         let e = p.verify(&bad, &keyring, now).unwrap_err();
-        assert!(matches!(e, RpmError::Digest { ref which, .. } if which == "payload SHA256"), "{e}");
-        assert!(p.unpack(&bad, &mut LayerContents::new(), &owners, &UnpackOptions::default()).is_err(), "zstd's checksum or a file digest catches it");
+        assert!(
+            matches!(e, RpmError::Digest { ref which, .. } if which == "payload SHA256"),
+            "{e}"
+        );
+        assert!(
+            p.unpack(&bad, &mut LayerContents::new(), &owners, &UnpackOptions::default()).is_err(),
+            "zstd's checksum or a file digest catches it"
+        );
         // A header signature that no longer matches, digests left intact: BADSIG.
         let sig = &pkg.signature;
         let e = sig.entries().iter().find(|e| e.tag == sigtag::RSA).unwrap();
@@ -1225,18 +1566,29 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         // rpmbuild's own output, unsigned: every digest rpm 4.18 writes is there and checked.
         let rpm = build(dir.path(), "w19.zstdio", 1000);
         let pkg = open(&rpm).unwrap();
-        assert_eq!(pkg.check_digests(&rpm).unwrap(), vec!["header SHA256", "payload SHA256", "header+payload MD5"]);
+        assert_eq!(
+            pkg.check_digests(&rpm).unwrap(),
+            vec!["header SHA256", "payload SHA256", "header+payload MD5"]
+        );
         // rpm itself agrees the file is whole (`rpm -K`: digests only, no key).
         let out = Command::new("rpm").arg("-K").arg("--nosignature").arg(&rpm).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
         // A byte of the main header, then one of the payload: refused, naming the digest, as
         // `rpm -K` refuses them.
-        for (at, which) in [(pkg.payload_offset - 1, "header SHA256"), ((pkg.payload_offset + pkg.file_len) / 2, "payload SHA256")] {
+        for (at, which) in [
+            (pkg.payload_offset - 1, "header SHA256"),
+            ((pkg.payload_offset + pkg.file_len) / 2, "payload SHA256"),
+        ] {
             let bad = flipped(&rpm, at);
             let e = open(&bad).unwrap().check_digests(&bad).unwrap_err();
             assert!(matches!(e, RpmError::Digest { which: ref w, .. } if w == which), "{e}");
-            let out = Command::new("rpm").arg("-K").arg("--nosignature").arg(&bad).output().unwrap();
-            assert!(!out.status.success(), "rpm -K took {which} damage: {}", String::from_utf8_lossy(&out.stdout));
+            let out =
+                Command::new("rpm").arg("-K").arg("--nosignature").arg(&bad).output().unwrap();
+            assert!(
+                !out.status.success(),
+                "rpm -K took {which} damage: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
         }
     }
 
@@ -1251,14 +1603,28 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let now = crate::dates::now();
         let signed = sign(&home, &build(dir.path(), "w9.gzdio", 1000), true);
         let pkg = open(&signed).unwrap();
-        assert!(pkg.signature.has(sigtag::PGP), "rpmsign --rpmv3 adds the header+payload signature");
+        assert!(
+            pkg.signature.has(sigtag::PGP),
+            "rpmsign --rpmv3 adds the header+payload signature"
+        );
         // As an rpm without payload digests checks it.
         let v = pkg.verify_inner(&signed, &keyring, now, false).unwrap();
-        assert_eq!(v.checks, ["header SHA256", "RSA header signature", "header+payload MD5", "RSA header+payload signature"]);
+        assert_eq!(
+            v.checks,
+            [
+                "header SHA256",
+                "RSA header signature",
+                "header+payload MD5",
+                "RSA header+payload signature"
+            ]
+        );
         assert_eq!(v.signers, [fpr]);
         let bad = flipped(&signed, (pkg.payload_offset + pkg.file_len) / 2);
         let e = open(&bad).unwrap().verify_inner(&bad, &keyring, now, false).unwrap_err();
-        assert!(matches!(e, RpmError::Digest { ref which, .. } if which == "header+payload MD5"), "{e}");
+        assert!(
+            matches!(e, RpmError::Digest { ref which, .. } if which == "header+payload MD5"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1276,7 +1642,16 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             std::fs::write(&cut_path, &bytes[..cut]).unwrap();
             if let Ok(p) = open(&cut_path) {
                 assert!(p.verify(&cut_path, &keyring, 0).is_err(), "cut at {cut}");
-                assert!(p.unpack(&cut_path, &mut LayerContents::new(), &owners, &UnpackOptions::default()).is_err(), "cut at {cut}");
+                assert!(
+                    p.unpack(
+                        &cut_path,
+                        &mut LayerContents::new(),
+                        &owners,
+                        &UnpackOptions::default()
+                    )
+                    .is_err(),
+                    "cut at {cut}"
+                );
             }
         }
     }
@@ -1313,7 +1688,8 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
     fn newc(v: &mut Vec<u8>, name: &str, mode: u32, content: &[u8]) {
         pad4(v);
         v.extend_from_slice(CPIO_NEWC_MAGIC);
-        let fields = [1, mode, 0, 0, 1, 0, content.len() as u32, 0, 0, 0, 0, name.len() as u32 + 1, 0];
+        let fields =
+            [1, mode, 0, 0, 1, 0, content.len() as u32, 0, 0, 0, 0, name.len() as u32 + 1, 0];
         for f in fields {
             v.extend_from_slice(format!("{f:08x}").as_bytes());
         }
@@ -1367,7 +1743,14 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let dir = tempfile::tempdir().unwrap();
         let content = b"#!/bin/sh\n";
         let entries = two_files(&["/usr/bin/", "/usr/lib64/"], &["a", "b"], content);
-        let unpack = |path: &Path| Package::open(path).unwrap().unpack(path, &mut LayerContents::new(), &owners, &UnpackOptions::default());
+        let unpack = |path: &Path| {
+            Package::open(path).unwrap().unpack(
+                path,
+                &mut LayerContents::new(),
+                &owners,
+                &UnpackOptions::default(),
+            )
+        };
 
         // rpm's stripped format (rpm ≥ 4.12, files of 4 GiB or more): index, content, and
         // the newc trailer rpm still writes.
@@ -1403,7 +1786,9 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         assert!(matches!(e, RpmError::Digest { .. }), "{e}");
 
         // An entry the header does not list, and one that climbs out.
-        for (name, what) in [("./usr/bin/other", "not in the header"), ("./usr/../../etc/passwd", "outside")] {
+        for (name, what) in
+            [("./usr/bin/other", "not in the header"), ("./usr/../../etc/passwd", "outside")]
+        {
             let mut cpio = Vec::new();
             newc(&mut cpio, name, 0o100644, b"x");
             trailer(&mut cpio);
@@ -1431,9 +1816,21 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         assert!(matches!(e, RpmError::Payload { .. }), "{e}");
 
         // Header paths that climb out, or run under the package's own symlink.
-        let e = unpack(&synthetic(dir.path(), "dotdot.rpm", &two_files(&["/usr/../../", "/usr/lib64/"], &["a", "b"], content), b"")).unwrap_err();
+        let e = unpack(&synthetic(
+            dir.path(),
+            "dotdot.rpm",
+            &two_files(&["/usr/../../", "/usr/lib64/"], &["a", "b"], content),
+            b"",
+        ))
+        .unwrap_err();
         assert!(matches!(e, RpmError::UnsafePath { .. }), "{e}");
-        let e = unpack(&synthetic(dir.path(), "under.rpm", &two_files(&["/usr/lib64/b/", "/usr/lib64/"], &["a", "b"], content), b"")).unwrap_err();
+        let e = unpack(&synthetic(
+            dir.path(),
+            "under.rpm",
+            &two_files(&["/usr/lib64/b/", "/usr/lib64/"], &["a", "b"], content),
+            b"",
+        ))
+        .unwrap_err();
         assert!(e.to_string().contains("a symlink of the package"), "{e}");
 
         // bzip2 is named, and refused.
@@ -1446,9 +1843,15 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
     #[test]
     fn leads_that_are_not_binary_packages() {
         let dir = tempfile::tempdir().unwrap();
-        let path = synthetic(dir.path(), "ok.rpm", &two_files(&["/a/", "/b/"], &["a", "b"], b""), b"");
+        let path =
+            synthetic(dir.path(), "ok.rpm", &two_files(&["/a/", "/b/"], &["a", "b"], b""), b"");
         let good = std::fs::read(&path).unwrap();
-        for (at, value, why) in [(0, 0u8, "magic"), (4, 2, "version"), (7, 1, "source package"), (79, 1, "signature type")] {
+        for (at, value, why) in [
+            (0, 0u8, "magic"),
+            (4, 2, "version"),
+            (7, 1, "source package"),
+            (79, 1, "signature type"),
+        ] {
             let mut b = good.clone();
             b[at] = value;
             std::fs::write(&path, &b).unwrap();

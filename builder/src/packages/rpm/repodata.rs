@@ -88,11 +88,19 @@ fn malformed(file: &'static str) -> impl Fn(String) -> RepodataError {
 }
 
 /// The value of attribute `key` (a local name: `href`, or `base` for `xml:base`), unescaped.
-fn attr(e: &quick_xml::events::BytesStart, key: &str, file: &'static str) -> Result<Option<String>, RepodataError> {
+fn attr(
+    e: &quick_xml::events::BytesStart,
+    key: &str,
+    file: &'static str,
+) -> Result<Option<String>, RepodataError> {
     for a in e.attributes() {
         let a = a.map_err(|err| malformed(file)(err.to_string()))?;
         if a.key.local_name().as_ref() == key {
-            return Ok(Some(a.normalized_value(XmlVersion::Implicit1_0).map_err(|err| malformed(file)(err.to_string()))?.into_owned()));
+            return Ok(Some(
+                a.normalized_value(XmlVersion::Implicit1_0)
+                    .map_err(|err| malformed(file)(err.to_string()))?
+                    .into_owned(),
+            ));
         }
     }
     Ok(None)
@@ -109,7 +117,8 @@ fn push_text(event: &Event, text: &mut String, file: &'static str) -> Result<(),
                 text.push(c);
             } else {
                 let name: &str = r;
-                let value = quick_xml::escape::resolve_predefined_entity(name).ok_or_else(|| malformed(file)(format!("unknown entity &{name};")))?;
+                let value = quick_xml::escape::resolve_predefined_entity(name)
+                    .ok_or_else(|| malformed(file)(format!("unknown entity &{name};")))?;
                 text.push_str(value);
             }
         }
@@ -142,20 +151,38 @@ pub fn parse_repomd(bytes: &[u8]) -> Result<RepoMd, RepodataError> {
     let mut text = String::new();
     let mut path: Vec<String> = Vec::new();
     loop {
-        let event = reader.read_event_into(&mut buf).map_err(|e| bad(format!("at byte {}: {e}", reader.buffer_position())))?;
+        let event = reader
+            .read_event_into(&mut buf)
+            .map_err(|e| bad(format!("at byte {}: {e}", reader.buffer_position())))?;
         match &event {
             Event::Start(e) => {
                 let name = e.local_name().as_ref().to_string();
                 text.clear();
                 match (path.last().map(String::as_str), name.as_str()) {
                     (Some("repomd"), "data") => {
-                        let kind = attr(e, "type", FILE)?.ok_or_else(|| bad("<data> without a type".into()))?;
-                        data = Some(RepoMdData { kind, location: String::new(), checksum: None, open_checksum: None, size: None, open_size: None, timestamp: None });
+                        let kind = attr(e, "type", FILE)?
+                            .ok_or_else(|| bad("<data> without a type".into()))?;
+                        data = Some(RepoMdData {
+                            kind,
+                            location: String::new(),
+                            checksum: None,
+                            open_checksum: None,
+                            size: None,
+                            open_size: None,
+                            timestamp: None,
+                        });
                     }
-                    (Some("data"), "checksum" | "open-checksum") => sum_kind = attr(e, "type", FILE)?,
+                    (Some("data"), "checksum" | "open-checksum") => {
+                        sum_kind = attr(e, "type", FILE)?
+                    }
                     (Some("data"), "location") => {
                         if let Some(d) = data.as_mut() {
-                            d.location = attr(e, "href", FILE)?.ok_or_else(|| bad(format!("<data type=\"{}\"> has a location without href", d.kind)))?;
+                            d.location = attr(e, "href", FILE)?.ok_or_else(|| {
+                                bad(format!(
+                                    "<data type=\"{}\"> has a location without href",
+                                    d.kind
+                                ))
+                            })?;
                         }
                     }
                     _ => {}
@@ -173,11 +200,19 @@ pub fn parse_repomd(bytes: &[u8]) -> Result<RepoMd, RepodataError> {
                         }
                         md.data.push(d);
                     }
-                    (Some("data"), "checksum", Some(d)) => d.checksum = Some(checksum(sum_kind.take(), &text)),
-                    (Some("data"), "open-checksum", Some(d)) => d.open_checksum = Some(checksum(sum_kind.take(), &text)),
+                    (Some("data"), "checksum", Some(d)) => {
+                        d.checksum = Some(checksum(sum_kind.take(), &text))
+                    }
+                    (Some("data"), "open-checksum", Some(d)) => {
+                        d.open_checksum = Some(checksum(sum_kind.take(), &text))
+                    }
                     (Some("data"), "size", Some(d)) => d.size = Some(number(&text, "size", FILE)?),
-                    (Some("data"), "open-size", Some(d)) => d.open_size = Some(number(&text, "open-size", FILE)?),
-                    (Some("data"), "timestamp", Some(d)) => d.timestamp = Some(number(&text, "timestamp", FILE)?),
+                    (Some("data"), "open-size", Some(d)) => {
+                        d.open_size = Some(number(&text, "open-size", FILE)?)
+                    }
+                    (Some("data"), "timestamp", Some(d)) => {
+                        d.timestamp = Some(number(&text, "timestamp", FILE)?)
+                    }
                     _ => {}
                 }
                 text.clear();
@@ -226,7 +261,11 @@ fn epoch(s: Option<String>) -> Option<u32> {
 ///
 /// A package's `location` is its `href`, or `xml:base` joined with it when the repository
 /// keeps its packages elsewhere (createrepo_c `--location-prefix`/`--baseurl`).
-pub fn for_each_package<R: BufRead>(input: R, origin: &str, each: &mut dyn FnMut(PackageMeta) -> Result<(), RepodataError>) -> Result<(), RepodataError> {
+pub fn for_each_package<R: BufRead>(
+    input: R,
+    origin: &str,
+    each: &mut dyn FnMut(PackageMeta) -> Result<(), RepodataError>,
+) -> Result<(), RepodataError> {
     const FILE: &str = "primary.xml";
     let bad = malformed(FILE);
     let mut reader = quick_xml::Reader::from_reader(input);
@@ -238,7 +277,9 @@ pub fn for_each_package<R: BufRead>(input: R, origin: &str, each: &mut dyn FnMut
     let mut sum_kind: Option<String> = None;
     let mut text = String::new();
     loop {
-        let event = reader.read_event_into(&mut buf).map_err(|e| bad(format!("at byte {}: {e}", reader.buffer_position())))?;
+        let event = reader
+            .read_event_into(&mut buf)
+            .map_err(|e| bad(format!("at byte {}: {e}", reader.buffer_position())))?;
         match &event {
             Event::Start(e) => {
                 let name = e.local_name();
@@ -262,62 +303,80 @@ pub fn for_each_package<R: BufRead>(input: R, origin: &str, each: &mut dyn FnMut
                         size: 0,
                     });
                 } else if let Some(p) = pkg.as_mut() {
-                text.clear();
-                match name {
-                    "name" if list.is_none() => field = Some(Field::Name),
-                    "arch" => field = Some(Field::Arch),
-                    "checksum" => {
-                        sum_kind = attr(e, "type", FILE)?;
-                        field = Some(Field::Checksum);
-                    }
-                    "file" => field = Some(Field::File),
-                    "version" => {
-                        p.evr = Evr {
-                            epoch: epoch(attr(e, "epoch", FILE)?),
-                            version: attr(e, "ver", FILE)?.unwrap_or_default(),
-                            release: attr(e, "rel", FILE)?.unwrap_or_default(),
-                        };
-                    }
-                    "location" => {
-                        let href = attr(e, "href", FILE)?.ok_or_else(|| bad(format!("package {} has a location without href", p.name)))?;
-                        p.location = Some(match attr(e, "base", FILE)? {
-                            Some(base) if !base.is_empty() => format!("{}/{}", base.trim_end_matches('/'), href),
-                            _ => href,
-                        });
-                    }
-                    "size" => {
-                        if let Some(s) = attr(e, "package", FILE)? {
-                            p.size = number(&s, "package size", FILE)?;
+                    text.clear();
+                    match name {
+                        "name" if list.is_none() => field = Some(Field::Name),
+                        "arch" => field = Some(Field::Arch),
+                        "checksum" => {
+                            sum_kind = attr(e, "type", FILE)?;
+                            field = Some(Field::Checksum);
                         }
-                    }
-                    "provides" => list = Some(List::Provides),
-                    "requires" => list = Some(List::Requires),
-                    "obsoletes" => list = Some(List::Obsoletes),
-                    "conflicts" => list = Some(List::Conflicts),
-                    "suggests" | "recommends" | "enhances" | "supplements" => list = Some(List::Ignored),
-                    "entry" if list.is_some() => {
-                        let which = list.expect("matched");
-                        let dep_name = attr(e, "name", FILE)?.ok_or_else(|| bad(format!("package {} has an entry without a name", p.name)))?;
-                        let version = match attr(e, "flags", FILE)? {
-                            None => None,
-                            Some(flags) => {
-                                let cmp = Cmp::from_flags(&flags).ok_or_else(|| bad(format!("package {}: unknown flags `{flags}` on {dep_name}", p.name)))?;
-                                let evr = Evr { epoch: epoch(attr(e, "epoch", FILE)?), version: attr(e, "ver", FILE)?.unwrap_or_default(), release: attr(e, "rel", FILE)?.unwrap_or_default() };
-                                Some((cmp, evr))
+                        "file" => field = Some(Field::File),
+                        "version" => {
+                            p.evr = Evr {
+                                epoch: epoch(attr(e, "epoch", FILE)?),
+                                version: attr(e, "ver", FILE)?.unwrap_or_default(),
+                                release: attr(e, "rel", FILE)?.unwrap_or_default(),
+                            };
+                        }
+                        "location" => {
+                            let href = attr(e, "href", FILE)?.ok_or_else(|| {
+                                bad(format!("package {} has a location without href", p.name))
+                            })?;
+                            p.location = Some(match attr(e, "base", FILE)? {
+                                Some(base) if !base.is_empty() => {
+                                    format!("{}/{}", base.trim_end_matches('/'), href)
+                                }
+                                _ => href,
+                            });
+                        }
+                        "size" => {
+                            if let Some(s) = attr(e, "package", FILE)? {
+                                p.size = number(&s, "package size", FILE)?;
                             }
-                        };
-                        let pre = matches!(attr(e, "pre", FILE)?.as_deref(), Some("1" | "true"));
-                        let dep = Dep { name: dep_name, version, pre };
-                        match which {
-                            List::Provides => p.provides.push(dep),
-                            List::Requires => p.requires.push(dep),
-                            List::Obsoletes => p.obsoletes.push(dep),
-                            List::Conflicts => p.conflicts.push(dep),
-                            List::Ignored => {}
                         }
+                        "provides" => list = Some(List::Provides),
+                        "requires" => list = Some(List::Requires),
+                        "obsoletes" => list = Some(List::Obsoletes),
+                        "conflicts" => list = Some(List::Conflicts),
+                        "suggests" | "recommends" | "enhances" | "supplements" => {
+                            list = Some(List::Ignored)
+                        }
+                        "entry" if list.is_some() => {
+                            let which = list.expect("matched");
+                            let dep_name = attr(e, "name", FILE)?.ok_or_else(|| {
+                                bad(format!("package {} has an entry without a name", p.name))
+                            })?;
+                            let version = match attr(e, "flags", FILE)? {
+                                None => None,
+                                Some(flags) => {
+                                    let cmp = Cmp::from_flags(&flags).ok_or_else(|| {
+                                        bad(format!(
+                                            "package {}: unknown flags `{flags}` on {dep_name}",
+                                            p.name
+                                        ))
+                                    })?;
+                                    let evr = Evr {
+                                        epoch: epoch(attr(e, "epoch", FILE)?),
+                                        version: attr(e, "ver", FILE)?.unwrap_or_default(),
+                                        release: attr(e, "rel", FILE)?.unwrap_or_default(),
+                                    };
+                                    Some((cmp, evr))
+                                }
+                            };
+                            let pre =
+                                matches!(attr(e, "pre", FILE)?.as_deref(), Some("1" | "true"));
+                            let dep = Dep { name: dep_name, version, pre };
+                            match which {
+                                List::Provides => p.provides.push(dep),
+                                List::Requires => p.requires.push(dep),
+                                List::Obsoletes => p.obsoletes.push(dep),
+                                List::Conflicts => p.conflicts.push(dep),
+                                List::Ignored => {}
+                            }
+                        }
+                        _ => {}
                     }
-                    _ => {}
-                }
                 }
             }
             Event::End(e) => {
@@ -326,12 +385,16 @@ pub fn for_each_package<R: BufRead>(input: R, origin: &str, each: &mut dyn FnMut
                     "package" => {
                         if let Some(p) = pkg.take() {
                             if p.name.is_empty() || p.arch.is_empty() || p.evr.version.is_empty() {
-                                return Err(bad(format!("a package lacks a name, arch or version (near byte {})", reader.buffer_position())));
+                                return Err(bad(format!(
+                                    "a package lacks a name, arch or version (near byte {})",
+                                    reader.buffer_position()
+                                )));
                             }
                             each(p)?;
                         }
                     }
-                    "provides" | "requires" | "obsoletes" | "conflicts" | "suggests" | "recommends" | "enhances" | "supplements" => list = None,
+                    "provides" | "requires" | "obsoletes" | "conflicts" | "suggests"
+                    | "recommends" | "enhances" | "supplements" => list = None,
                     _ => {}
                 }
                 if let (Some(f), Some(p)) = (field.take(), pkg.as_mut()) {
@@ -360,7 +423,10 @@ pub fn for_each_package<R: BufRead>(input: R, origin: &str, each: &mut dyn FnMut
 }
 
 /// Reads all of `primary.xml` (decompressed) into memory: [`for_each_package`] collected.
-pub fn parse_primary<R: BufRead>(input: R, origin: &str) -> Result<Vec<PackageMeta>, RepodataError> {
+pub fn parse_primary<R: BufRead>(
+    input: R,
+    origin: &str,
+) -> Result<Vec<PackageMeta>, RepodataError> {
     let mut out = Vec::new();
     for_each_package(input, origin, &mut |p| {
         out.push(p);
@@ -375,7 +441,12 @@ pub fn parse_primary<R: BufRead>(input: R, origin: &str) -> Result<Vec<PackageMe
 /// `inflation` times the compressed bytes read ([`crate::limits::inflate`]). `.bz2` (createrepo_c's
 /// `--compress-type=bz2`) and `.zck` (zchunk) are refused: dnf reads them, but nothing
 /// writes them by default and we keep no decoder for them.
-pub fn decompressor<'a, R: Read + 'a>(name: &str, input: R, limit: u64, inflation: u64) -> Result<Box<dyn Read + 'a>, RepodataError> {
+pub fn decompressor<'a, R: Read + 'a>(
+    name: &str,
+    input: R,
+    limit: u64,
+    inflation: u64,
+) -> Result<Box<dyn Read + 'a>, RepodataError> {
     use crate::limits::inflate;
     let base = name.rsplit('/').next().unwrap_or(name);
     let ext = base.rsplit_once('.').map_or("", |(_, e)| e);
@@ -392,13 +463,21 @@ pub fn decompressor<'a, R: Read + 'a>(name: &str, input: R, limit: u64, inflatio
 }
 
 /// Reads all of a [`decompressor`], mapping its limit to [`RepodataError::TooLarge`].
-pub fn read_decompressed(name: &str, mut reader: impl Read, limit: u64) -> Result<Vec<u8>, RepodataError> {
+pub fn read_decompressed(
+    name: &str,
+    mut reader: impl Read,
+    limit: u64,
+) -> Result<Vec<u8>, RepodataError> {
     let mut out = Vec::new();
     match reader.read_to_end(&mut out) {
         Ok(_) => Ok(out),
         Err(e) => Err(match crate::limits::exceeded(&e) {
-            Some(crate::limits::Exceeded::Size { .. }) => RepodataError::TooLarge { name: name.into(), limit },
-            Some(exceeded) => RepodataError::Limit { name: name.into(), exceeded: exceeded.clone() },
+            Some(crate::limits::Exceeded::Size { .. }) => {
+                RepodataError::TooLarge { name: name.into(), limit }
+            }
+            Some(exceeded) => {
+                RepodataError::Limit { name: name.into(), exceeded: exceeded.clone() }
+            }
             None => RepodataError::Decompress { name: name.into(), source: e },
         }),
     }
@@ -408,7 +487,12 @@ pub fn read_decompressed(name: &str, mut reader: impl Read, limit: u64) -> Resul
 /// refusing more than `limit` bytes of output: the metadata is checked against
 /// `open-checksum` only after decompression, so a hostile mirror could otherwise send a
 /// small file that fills the memory. `inflation`: `--max-inflation`.
-pub fn decompress(name: &str, bytes: &[u8], limit: u64, inflation: u64) -> Result<Vec<u8>, RepodataError> {
+pub fn decompress(
+    name: &str,
+    bytes: &[u8],
+    limit: u64,
+    inflation: u64,
+) -> Result<Vec<u8>, RepodataError> {
     read_decompressed(name, decompressor(name, bytes, limit, inflation)?, limit)
 }
 
@@ -432,7 +516,11 @@ pub fn verify(bytes: &[u8], sum: &Checksum) -> Result<(), RepodataError> {
         _ => return Err(RepodataError::UnsupportedChecksum { kind: sum.kind.clone(), reason: "expected sha256, sha512, sha384, sha224 or sha1" }),
     };
     if !actual.eq_ignore_ascii_case(sum.hex.trim()) {
-        return Err(RepodataError::ChecksumMismatch { kind: sum.kind.clone(), expected: sum.hex.clone(), actual });
+        return Err(RepodataError::ChecksumMismatch {
+            kind: sum.kind.clone(),
+            expected: sum.hex.clone(),
+            actual,
+        });
     }
     Ok(())
 }
@@ -470,7 +558,12 @@ mod tests {
         assert!(md.get("other").is_none());
         assert!(matches!(parse_repomd(b"<repomd></repomd>"), Err(RepodataError::Malformed { .. })));
         assert!(parse_repomd(b"<repomd><data type='primary'></data></repomd>").is_err());
-        assert!(matches!(parse_repomd(b"<repomd><data type='x'><location href='x'/></data></repomd>").unwrap().primary(), Err(RepodataError::MissingData { .. })));
+        assert!(matches!(
+            parse_repomd(b"<repomd><data type='x'><location href='x'/></data></repomd>")
+                .unwrap()
+                .primary(),
+            Err(RepodataError::MissingData { .. })
+        ));
     }
 
     const PRIMARY: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
@@ -514,17 +607,30 @@ mod tests {
         assert_eq!(p.origin, "erdma");
         assert_eq!(p.checksum, Some(Checksum { kind: "sha256".into(), hex: "0123abcd".into() }));
         assert_eq!(p.size, 400000);
-        assert_eq!(p.location.as_deref(), Some("https://mirror.example/el8/Packages/libibverbs-44.0-2.el8.1.x86_64.rpm"));
-        assert_eq!(p.provides.iter().map(|d| d.to_string()).collect::<Vec<_>>(), ["libibverbs = 44.0-2.el8.1", "libibverbs.so.1()(64bit)", "liberdma = 44.0-2.el8.1"]);
-        assert_eq!(p.requires.iter().map(|d| d.to_string()).collect::<Vec<_>>(), ["/sbin/ldconfig", "rdma-core(x86-64) = 1:44.0", "(a >= 1 or b)"]);
+        assert_eq!(
+            p.location.as_deref(),
+            Some("https://mirror.example/el8/Packages/libibverbs-44.0-2.el8.1.x86_64.rpm")
+        );
+        assert_eq!(
+            p.provides.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+            ["libibverbs = 44.0-2.el8.1", "libibverbs.so.1()(64bit)", "liberdma = 44.0-2.el8.1"]
+        );
+        assert_eq!(
+            p.requires.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+            ["/sbin/ldconfig", "rdma-core(x86-64) = 1:44.0", "(a >= 1 or b)"]
+        );
         assert!(p.requires[0].pre && !p.requires[1].pre);
         assert_eq!(p.obsoletes.len(), 1);
         assert!(p.conflicts.is_empty());
-        assert_eq!(p.files, ["/etc/libibverbs.d/erdma.driver", "/etc/libibverbs.d", "/usr/bin/a&b!"]);
+        assert_eq!(
+            p.files,
+            ["/etc/libibverbs.d/erdma.driver", "/etc/libibverbs.d", "/usr/bin/a&b!"]
+        );
         // Truncated or broken input is an error, not a short list.
         let cut = &PRIMARY[..PRIMARY.find("</format>").unwrap()];
         assert!(parse_primary(cut.as_bytes(), "erdma").is_err());
-        assert!(parse_primary(PRIMARY.replace("flags=\"LT\"", "flags=\"XX\"").as_bytes(), "erdma").is_err());
+        assert!(parse_primary(PRIMARY.replace("flags=\"LT\"", "flags=\"XX\"").as_bytes(), "erdma")
+            .is_err());
     }
 
     #[test]
@@ -541,37 +647,88 @@ mod tests {
         };
         let zst = zstd::encode_all(data.as_bytes(), 3).unwrap();
         let n = data.len() as u64;
-        for (name, bytes) in [("repodata/x-primary.xml.gz", &gz), ("x-primary.xml.xz", &xz), ("x-primary.xml.zst", &zst), ("primary.xml", &data.as_bytes().to_vec())] {
+        for (name, bytes) in [
+            ("repodata/x-primary.xml.gz", &gz),
+            ("x-primary.xml.xz", &xz),
+            ("x-primary.xml.zst", &zst),
+            ("primary.xml", &data.as_bytes().to_vec()),
+        ] {
             assert_eq!(decompress(name, bytes, n, 100).unwrap(), data.as_bytes(), "{name}");
-            assert!(matches!(decompress(name, bytes, n - 1, 100), Err(RepodataError::TooLarge { .. })), "{name}");
+            assert!(
+                matches!(decompress(name, bytes, n - 1, 100), Err(RepodataError::TooLarge { .. })),
+                "{name}"
+            );
         }
         // A bomb: 1 GiB of zeros in about a megabyte, stopped at the limit, or (a higher limit)
         // once it inflates more than 100×.
         let bomb = zstd::encode_all(std::io::repeat(0).take(1 << 30), 19).unwrap();
-        assert!(matches!(decompress("bomb.zst", &bomb, 1 << 20, 100), Err(RepodataError::TooLarge { .. })));
+        assert!(matches!(
+            decompress("bomb.zst", &bomb, 1 << 20, 100),
+            Err(RepodataError::TooLarge { .. })
+        ));
         let e = decompress("bomb.zst", &bomb, 2 << 30, 100).unwrap_err();
-        assert!(matches!(e, RepodataError::Limit { exceeded: crate::limits::Exceeded::Inflation { ratio: 100, .. }, .. }), "{e}");
-        assert!(matches!(decompress("x.xml.bz2", b"BZh", 10, 100), Err(RepodataError::UnsupportedCompression { .. })));
-        assert!(matches!(decompress("x.xml.gz", b"not gzip", 100, 100), Err(RepodataError::Decompress { .. })));
+        assert!(
+            matches!(
+                e,
+                RepodataError::Limit {
+                    exceeded: crate::limits::Exceeded::Inflation { ratio: 100, .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(matches!(
+            decompress("x.xml.bz2", b"BZh", 10, 100),
+            Err(RepodataError::UnsupportedCompression { .. })
+        ));
+        assert!(matches!(
+            decompress("x.xml.gz", b"not gzip", 100, 100),
+            Err(RepodataError::Decompress { .. })
+        ));
     }
 
     #[test]
     fn checksums() {
         let sum = |kind: &str, hex: &str| Checksum { kind: kind.into(), hex: hex.into() };
-        verify(b"abc", &sum("sha256", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")).unwrap();
+        verify(
+            b"abc",
+            &sum("sha256", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        )
+        .unwrap();
         verify(b"abc", &sum("sha1", "a9993e364706816aba3e25717850c26c9cd0d89d")).unwrap();
         verify(b"abc", &sum("sha", "A9993E364706816ABA3E25717850C26C9CD0D89D")).unwrap();
         verify(b"abc", &sum("sha512", "ddaf35a193617abacc417349ae20413112e6fa4e89a97ea20a9eeee64b55d39a2192992a274fc1a836ba3c23a3feebbd454d4423643ce80e2a9ac94fa54ca49f")).unwrap();
-        assert!(matches!(verify(b"abd", &sum("sha256", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")), Err(RepodataError::ChecksumMismatch { .. })));
-        assert!(matches!(verify(b"abc", &sum("md5", "900150983cd24fb0d6963f7d28e17f72")), Err(RepodataError::UnsupportedChecksum { .. })));
-        assert!(matches!(verify(b"abc", &sum("crc32", "00")), Err(RepodataError::UnsupportedChecksum { .. })));
+        assert!(matches!(
+            verify(
+                b"abd",
+                &sum("sha256", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+            ),
+            Err(RepodataError::ChecksumMismatch { .. })
+        ));
+        assert!(matches!(
+            verify(b"abc", &sum("md5", "900150983cd24fb0d6963f7d28e17f72")),
+            Err(RepodataError::UnsupportedChecksum { .. })
+        ));
+        assert!(matches!(
+            verify(b"abc", &sum("crc32", "00")),
+            Err(RepodataError::UnsupportedChecksum { .. })
+        ));
     }
 
     /// Whether rpmbuild and createrepo_c are here; in CI they must be.
     fn have_tools() -> bool {
-        let missing: Vec<&str> = ["rpmbuild", "createrepo_c"].into_iter().filter(|t| !Command::new(t).arg("--version").output().is_ok_and(|o| o.status.success())).collect();
+        let missing: Vec<&str> = ["rpmbuild", "createrepo_c"]
+            .into_iter()
+            .filter(|t| {
+                !Command::new(t).arg("--version").output().is_ok_and(|o| o.status.success())
+            })
+            .collect();
         if !missing.is_empty() {
-            assert!(std::env::var_os("CI").is_none(), "CI is set, so this test may not be skipped: {} missing", missing.join(", "));
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set, so this test may not be skipped: {} missing",
+                missing.join(", ")
+            );
             eprintln!("skipping: {} not found", missing.join(", "));
         }
         missing.is_empty()
@@ -637,7 +794,11 @@ true
         let tmp = tempfile::tempdir().unwrap();
         let top = tmp.path().join("top");
         std::fs::write(tmp.path().join("t.spec"), SPEC).unwrap();
-        run(Command::new("rpmbuild").arg("--define").arg(format!("_topdir {}", top.display())).args(["--quiet", "-bb"]).arg(tmp.path().join("t.spec")));
+        run(Command::new("rpmbuild")
+            .arg("--define")
+            .arg(format!("_topdir {}", top.display()))
+            .args(["--quiet", "-bb"])
+            .arg(tmp.path().join("t.spec")));
         let rpms = top.join("RPMS/noarch");
         for compress in [None, Some("xz"), Some("zstd")] {
             let repo = tmp.path().join(format!("repo-{}", compress.unwrap_or("gz")));
@@ -671,7 +832,12 @@ true
             Some("xz") => ".xz",
             _ => ".zst",
         };
-        assert!(primary.location.starts_with("repodata/") && primary.location.ends_with(&format!("primary.xml{ext}")), "{}", primary.location);
+        assert!(
+            primary.location.starts_with("repodata/")
+                && primary.location.ends_with(&format!("primary.xml{ext}")),
+            "{}",
+            primary.location
+        );
         let sum = primary.checksum.clone().unwrap();
         assert_eq!(sum.kind, "sha256");
         let bytes = std::fs::read(repo.join(&primary.location)).unwrap();
@@ -683,18 +849,32 @@ true
         verify(&xml, primary.open_checksum.as_ref().unwrap()).unwrap();
         let mut pkgs = parse_primary(xml.as_slice(), "local").unwrap();
         pkgs.sort_by(|a, b| a.name.cmp(&b.name));
-        assert_eq!(pkgs.iter().map(PackageMeta::nevra).collect::<Vec<_>>(), ["erdma-test-2:1.2^git3-4.al8.noarch", "erdma-test-utils-2:1.2^git3-4.al8.noarch"]);
+        assert_eq!(
+            pkgs.iter().map(PackageMeta::nevra).collect::<Vec<_>>(),
+            ["erdma-test-2:1.2^git3-4.al8.noarch", "erdma-test-utils-2:1.2^git3-4.al8.noarch"]
+        );
         let (main, utils) = (&pkgs[0], &pkgs[1]);
         let texts = |v: &[Dep]| v.iter().map(|d| d.to_string()).collect::<Vec<_>>();
         // createrepo_c drops a package's requires on what it provides itself and on rpmlib().
         let mut req = texts(&main.requires);
         req.sort();
-        assert_eq!(req, ["(libnl3 >= 3.5 or libnl)", "/bin/sh", "libibverbs >= 44.0", "librdmacm = 1:44.0-2"]);
+        assert_eq!(
+            req,
+            ["(libnl3 >= 3.5 or libnl)", "/bin/sh", "libibverbs >= 44.0", "librdmacm = 1:44.0-2"]
+        );
         assert!(main.requires.iter().find(|d| d.name == "/bin/sh").unwrap().pre);
         let mut prov = texts(&main.provides);
         prov.sort();
         // `config(NAME)` is rpm's automatic provide for a package with %config files.
-        assert_eq!(prov, ["config(erdma-test) = 2:1.2^git3-4.al8", "erdma-extra", "erdma-test = 2:1.2^git3-4.al8", "erdma-test-virtual = 7"]);
+        assert_eq!(
+            prov,
+            [
+                "config(erdma-test) = 2:1.2^git3-4.al8",
+                "erdma-extra",
+                "erdma-test = 2:1.2^git3-4.al8",
+                "erdma-test-virtual = 7"
+            ]
+        );
         assert_eq!(texts(&main.obsoletes), ["erdma-old < 2.0"]);
         assert_eq!(texts(&main.conflicts), ["mlnx-ofa_kernel <= 5.8"]);
         // primary.xml lists /etc and bin files only, not /usr/share.

@@ -53,7 +53,9 @@ pub fn substitute(text: &str, vars: &BTreeMap<String, String>) -> String {
                 None => ("", 0),
             }
         } else {
-            let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
             (&after[..end], end)
         };
         match vars.get(name).filter(|_| !name.is_empty()) {
@@ -95,21 +97,34 @@ pub fn parse(file: &str, text: &str, vars: &BTreeMap<String, String>) -> Vec<Yum
         }
         let split = trimmed.find(['=', ':']).filter(|i| !trimmed[..*i].contains("//"));
         if let Some(i) = split {
-            keys.push((trimmed[..i].trim().to_ascii_lowercase(), trimmed[i + 1..].trim().to_string()));
+            keys.push((
+                trimmed[..i].trim().to_ascii_lowercase(),
+                trimmed[i + 1..].trim().to_string(),
+            ));
         }
     }
-    let list = |v: &str| v.split(|c: char| c == '\n' || c == ',' || c.is_whitespace()).filter(|s| !s.is_empty()).map(|s| substitute(s, vars)).collect::<Vec<_>>();
+    let list = |v: &str| {
+        v.split(|c: char| c == '\n' || c == ',' || c.is_whitespace())
+            .filter(|s| !s.is_empty())
+            .map(|s| substitute(s, vars))
+            .collect::<Vec<_>>()
+    };
     sections
         .into_iter()
         .filter(|(id, _)| id != "main")
         .map(|(id, keys)| {
-            let get = |k: &str| keys.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+            let get =
+                |k: &str| keys.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
             YumRepo {
                 id: substitute(&id, vars),
                 file: file.to_string(),
                 baseurls: get("baseurl").map(list).unwrap_or_default(),
-                mirrorlist: get("mirrorlist").map(|v| substitute(v.trim(), vars)).filter(|v| !v.is_empty()),
-                metalink: get("metalink").map(|v| substitute(v.trim(), vars)).filter(|v| !v.is_empty()),
+                mirrorlist: get("mirrorlist")
+                    .map(|v| substitute(v.trim(), vars))
+                    .filter(|v| !v.is_empty()),
+                metalink: get("metalink")
+                    .map(|v| substitute(v.trim(), vars))
+                    .filter(|v| !v.is_empty()),
                 enabled: get("enabled").and_then(truthy).unwrap_or(true),
                 gpgcheck: get("gpgcheck").and_then(truthy).unwrap_or(false),
                 repo_gpgcheck: get("repo_gpgcheck").and_then(truthy).unwrap_or(false),
@@ -122,10 +137,17 @@ pub fn parse(file: &str, text: &str, vars: &BTreeMap<String, String>) -> Vec<Yum
 /// dnf's substitution variables for the image: `releasever` (the release's major version, as
 /// the `system-release(releasever)` of EL release packages is), `basearch`/`arch`, and any
 /// `/etc/dnf/vars/NAME` or `/etc/yum/vars/NAME` file (first line), which win.
-pub fn variables(base: &dyn BaseFiles, releasever: &str, basearch: &str) -> Result<BTreeMap<String, String>> {
+pub fn variables(
+    base: &dyn BaseFiles,
+    releasever: &str,
+    basearch: &str,
+) -> Result<BTreeMap<String, String>> {
     let mut vars = BTreeMap::new();
     vars.insert("releasever".to_string(), releasever.to_string());
-    vars.insert("releasever_major".to_string(), releasever.split('.').next().unwrap_or(releasever).to_string());
+    vars.insert(
+        "releasever_major".to_string(),
+        releasever.split('.').next().unwrap_or(releasever).to_string(),
+    );
     vars.insert("basearch".to_string(), basearch.to_string());
     vars.insert("arch".to_string(), basearch.to_string());
     for dir in ["etc/yum/vars", "etc/dnf/vars"] {
@@ -159,7 +181,13 @@ pub fn base_repos(base: &dyn BaseFiles, vars: &BTreeMap<String, String>) -> Resu
 /// The `.repo` file erdma-build writes for one of the recipe's repositories, as seed 004 writes
 /// `/etc/yum.repos.d/erdma.repo` (`gpgcheck = 1`, the key from `gpgkey`), with the URL the
 /// build reached and the key it verified with, kept in the image at `key_path`.
-pub fn repo_file(id: &str, url: &str, key_path: &str, repo_gpgcheck: bool, exclude: &[String]) -> String {
+pub fn repo_file(
+    id: &str,
+    url: &str,
+    key_path: &str,
+    repo_gpgcheck: bool,
+    exclude: &[String],
+) -> String {
     let mut text = format!("[{id}]\nname={id} (added by erdma-build)\nbaseurl={url}\nenabled=1\ngpgcheck=1\ngpgkey=file:///{key_path}\n");
     if repo_gpgcheck {
         text.push_str("repo_gpgcheck=1\n");
@@ -177,8 +205,12 @@ pub fn add_excludes(text: &str, id: &str, exclude: &[String]) -> String {
     let mut in_section = false;
     let mut done = false;
     let line_for = |existing: &str| {
-        let have: Vec<&str> = existing.split(|c: char| c == ',' || c.is_whitespace()).filter(|s| !s.is_empty()).collect();
-        let new: Vec<&str> = exclude.iter().map(String::as_str).filter(|e| !have.contains(e)).collect();
+        let have: Vec<&str> = existing
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let new: Vec<&str> =
+            exclude.iter().map(String::as_str).filter(|e| !have.contains(e)).collect();
         new.join(" ")
     };
     for line in text.lines() {
@@ -218,7 +250,10 @@ mod tests {
     use super::*;
 
     fn vars() -> BTreeMap<String, String> {
-        [("releasever", "3"), ("basearch", "x86_64"), ("arch", "x86_64")].into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        [("releasever", "3"), ("basearch", "x86_64"), ("arch", "x86_64")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -227,7 +262,10 @@ mod tests {
         // file with two sections, a continued baseurl and a disabled repository.
         let erdma = parse("erdma.repo", "[erdma]\nname = ERDMA Repository\nbaseurl = https://mirrors.aliyun.com/erdma/yum/redhat/$releasever/erdma/x86_64\ngpgcheck = 1\nenabled = 1\ngpgkey = https://mirrors.aliyun.com/erdma/GPGKEY\n", &vars());
         assert_eq!(erdma.len(), 1);
-        assert_eq!(erdma[0].baseurls, ["https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64"]);
+        assert_eq!(
+            erdma[0].baseurls,
+            ["https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64"]
+        );
         assert!(erdma[0].enabled && erdma[0].gpgcheck && !erdma[0].repo_gpgcheck);
         let al = parse(
             "AliYun.repo",
@@ -235,7 +273,13 @@ mod tests {
             &vars(),
         );
         assert_eq!(al.len(), 2, "[main] is not a repository");
-        assert_eq!(al[0].baseurls, ["http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", "https://mirrors.aliyun.com/alinux/3/os/x86_64/"]);
+        assert_eq!(
+            al[0].baseurls,
+            [
+                "http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/",
+                "https://mirrors.aliyun.com/alinux/3/os/x86_64/"
+            ]
+        );
         assert_eq!(al[0].gpgkeys, ["file:///etc/pki/rpm-gpg/RPM-GPG-KEY-ALINUX-3"]);
         assert!(!al[0].gpgcheck, "gpgcheck in [main] is not read per repository here");
         assert!(!al[1].enabled);
@@ -256,9 +300,18 @@ mod tests {
 
     #[test]
     fn written_repo_files_read_back() {
-        let text = repo_file("erdma", "https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64", "etc/pki/rpm-gpg/RPM-GPG-KEY-erdma", false, &[]);
+        let text = repo_file(
+            "erdma",
+            "https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64",
+            "etc/pki/rpm-gpg/RPM-GPG-KEY-erdma",
+            false,
+            &[],
+        );
         let back = parse("erdma.repo", &text, &vars());
-        assert_eq!(back[0].baseurls, ["https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64"]);
+        assert_eq!(
+            back[0].baseurls,
+            ["https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64"]
+        );
         assert_eq!(back[0].gpgkeys, ["file:///etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"]);
         assert!(back[0].gpgcheck && back[0].enabled);
     }

@@ -44,7 +44,9 @@ pub enum ResolveError {
     #[error("nothing provides {dependency} needed by {package} (from {origin}){hint}")]
     NothingProvides { dependency: String, package: String, origin: String, hint: String },
 
-    #[error("{package} needs {dependency}, but {chosen} is already chosen and does not provide it")]
+    #[error(
+        "{package} needs {dependency}, but {chosen} is already chosen and does not provide it"
+    )]
     Clash { package: String, dependency: String, chosen: String },
 
     #[error("{package} conflicts with {other} ({dependency}); hint: add {other_name} to the packages to remove, or install a build without the conflict")]
@@ -92,13 +94,19 @@ pub struct Request<'a> {
 pub enum Action {
     Install,
     /// An older build of the same name goes.
-    Upgrade { from: String },
+    Upgrade {
+        from: String,
+    },
     /// A newer build of the same name goes: a pinned version, or a dependency that needs
     /// exactly this version.
-    Downgrade { from: String },
+    Downgrade {
+        from: String,
+    },
     /// Installed packages it takes the place of (NEVRAs): ones its `Obsoletes` names, ones a
     /// [`Replace`] rule names, or another build of the same EVR.
-    Replace { of: Vec<String> },
+    Replace {
+        of: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -191,8 +199,21 @@ fn arch_rank(arch: &str, target: &str) -> u8 {
 }
 
 impl<'a> Pool<'a> {
-    fn new(installed: &'a [PackageMeta], available: &'a [PackageMeta], arch: &'a str, extra_arches: &BTreeSet<(String, String)>) -> Pool<'a> {
-        let mut pool = Pool { installed, available, arch, provides: HashMap::new(), files: HashMap::new(), by_name: HashMap::new(), installed_by_name: HashMap::new() };
+    fn new(
+        installed: &'a [PackageMeta],
+        available: &'a [PackageMeta],
+        arch: &'a str,
+        extra_arches: &BTreeSet<(String, String)>,
+    ) -> Pool<'a> {
+        let mut pool = Pool {
+            installed,
+            available,
+            arch,
+            provides: HashMap::new(),
+            files: HashMap::new(),
+            by_name: HashMap::new(),
+            installed_by_name: HashMap::new(),
+        };
         let add = |pool: &mut Pool<'a>, id: Id, p: &'a PackageMeta| {
             pool.provides.entry(p.name.as_str()).or_default().push((id, None));
             for d in &p.provides {
@@ -207,7 +228,9 @@ impl<'a> Pool<'a> {
             pool.installed_by_name.entry(p.name.as_str()).or_default().push(i);
         }
         for (i, p) in available.iter().enumerate() {
-            let allowed = p.arch == arch || p.arch == "noarch" || extra_arches.contains(&(p.name.clone(), p.arch.clone()));
+            let allowed = p.arch == arch
+                || p.arch == "noarch"
+                || extra_arches.contains(&(p.name.clone(), p.arch.clone()));
             if allowed {
                 add(&mut pool, Id::Avail(i), p);
                 pool.by_name.entry(p.name.as_str()).or_default().push(i);
@@ -265,18 +288,24 @@ struct Asked {
     version: Option<Evr>,
 }
 
-const ARCHES: &[&str] = &["x86_64", "aarch64", "noarch", "i686", "i586", "i386", "ppc64le", "s390x"];
+const ARCHES: &[&str] =
+    &["x86_64", "aarch64", "noarch", "i686", "i586", "i386", "ppc64le", "s390x"];
 
 /// Reads `NAME`, `NAME=EVR`, `NAME.ARCH`, or dnf's `NAME-V[-R]` (taken only when `NAME` is
 /// a package name and the whole is not).
 fn parse_request(text: &str, known: &dyn Fn(&str) -> bool) -> Result<Asked, ResolveError> {
-    let bad = |reason: &str| ResolveError::Request { request: text.to_string(), reason: reason.to_string() };
+    let bad = |reason: &str| ResolveError::Request {
+        request: text.to_string(),
+        reason: reason.to_string(),
+    };
     let t = text.trim();
     if t.is_empty() {
         return Err(bad("empty"));
     }
     let (mut name, mut version) = match t.split_once('=') {
-        Some((n, v)) if !n.is_empty() && !v.is_empty() => (n.trim().to_string(), Some(parse_evr(v.trim()))),
+        Some((n, v)) if !n.is_empty() && !v.is_empty() => {
+            (n.trim().to_string(), Some(parse_evr(v.trim())))
+        }
         Some(_) => return Err(bad("expected NAME=VERSION")),
         None => (t.to_string(), None),
     };
@@ -328,7 +357,12 @@ impl<'a, 'p> Solver<'a, 'p> {
     }
 
     fn candidates(&self, dep: &Dep) -> Vec<usize> {
-        let mut c: Vec<usize> = self.pool.providers(dep).into_iter().filter_map(|id| if let Id::Avail(a) = id { Some(a) } else { None }).collect();
+        let mut c: Vec<usize> = self
+            .pool
+            .providers(dep)
+            .into_iter()
+            .filter_map(|id| if let Id::Avail(a) = id { Some(a) } else { None })
+            .collect();
         let av = self.pool.available;
         // libsolv's policy: a package of the dependency's own name first, then newest, the
         // native arch, shortest name, name order, repository order.
@@ -374,9 +408,25 @@ impl<'a, 'p> Solver<'a, 'p> {
     fn nothing(&self, dep: &Dep, by: &PackageMeta) -> ResolveError {
         // A hint when a provider exists but at the wrong version or arch.
         let named = Dep::named(&dep.name);
-        let near: Vec<String> = self.pool.available.iter().filter(|p| p.name == dep.name || p.provides.iter().any(|d| overlaps(&named, d))).take(5).map(|p| format!("{} (from {})", p.nevra(), p.origin)).collect();
-        let hint = if near.is_empty() { String::new() } else { format!("; hint: available but not fitting: {}", near.join(", ")) };
-        ResolveError::NothingProvides { dependency: dep.to_string(), package: by.nevra(), origin: by.origin.clone(), hint }
+        let near: Vec<String> = self
+            .pool
+            .available
+            .iter()
+            .filter(|p| p.name == dep.name || p.provides.iter().any(|d| overlaps(&named, d)))
+            .take(5)
+            .map(|p| format!("{} (from {})", p.nevra(), p.origin))
+            .collect();
+        let hint = if near.is_empty() {
+            String::new()
+        } else {
+            format!("; hint: available but not fitting: {}", near.join(", "))
+        };
+        ResolveError::NothingProvides {
+            dependency: dep.to_string(),
+            package: by.nevra(),
+            origin: by.origin.clone(),
+            hint,
+        }
     }
 
     /// Meets one plain requirement of `by`: already met, or the best candidate chosen.
@@ -387,30 +437,48 @@ impl<'a, 'p> Solver<'a, 'p> {
         let have = self.world_providers(dep);
         if let Some(&id) = have.first() {
             if record {
-                self.satisfied.push(Satisfied { package: by.nevra(), requires: dep.to_string(), by: self.pool.pkg(id).nevra() });
+                self.satisfied.push(Satisfied {
+                    package: by.nevra(),
+                    requires: dep.to_string(),
+                    by: self.pool.pkg(id).nevra(),
+                });
             }
             return Ok(());
         }
         let cands = self.candidates(dep);
         // A name can be chosen once; a candidate whose name is taken by another build is out.
-        let pick = cands.iter().copied().find(|&a| self.chosen.get(self.pool.available[a].name.as_str()).is_none_or(|&c| c == a));
+        let pick = cands.iter().copied().find(|&a| {
+            self.chosen.get(self.pool.available[a].name.as_str()).is_none_or(|&c| c == a)
+        });
         if let Some(a) = pick {
             self.choose(a);
             if record {
-                self.satisfied.push(Satisfied { package: by.nevra(), requires: dep.to_string(), by: self.pool.available[a].nevra() });
+                self.satisfied.push(Satisfied {
+                    package: by.nevra(),
+                    requires: dep.to_string(),
+                    by: self.pool.available[a].nevra(),
+                });
             }
             return Ok(());
         }
         if dep.name.starts_with('/') && (self.base_has)(&dep.name) {
             self.base_files.insert(dep.name.clone());
             if record {
-                self.satisfied.push(Satisfied { package: by.nevra(), requires: dep.to_string(), by: format!("base file {}", dep.name) });
+                self.satisfied.push(Satisfied {
+                    package: by.nevra(),
+                    requires: dep.to_string(),
+                    by: format!("base file {}", dep.name),
+                });
             }
             return Ok(());
         }
         if let Some(&a) = cands.first() {
             let taken = self.chosen[self.pool.available[a].name.as_str()];
-            return Err(ResolveError::Clash { package: by.nevra(), dependency: dep.to_string(), chosen: self.pool.available[taken].nevra() });
+            return Err(ResolveError::Clash {
+                package: by.nevra(),
+                dependency: dep.to_string(),
+                chosen: self.pool.available[taken].nevra(),
+            });
         }
         Err(self.nothing(dep, by))
     }
@@ -423,7 +491,9 @@ impl<'a, 'p> Solver<'a, 'p> {
         }
         match rich {
             RichDep::Atom(d) => self.require(d, by, true),
-            RichDep::And(all) | RichDep::With(all) => all.iter().try_for_each(|d| self.require_rich(d, by)),
+            RichDep::And(all) | RichDep::With(all) => {
+                all.iter().try_for_each(|d| self.require_rich(d, by))
+            }
             RichDep::Without(a, _) => self.require_rich(a, by),
             RichDep::Or(any) => {
                 for alt in any {
@@ -453,7 +523,14 @@ impl<'a, 'p> Solver<'a, 'p> {
     /// Whether a rich dependency holds in the result as it stands (exactly, `with` too).
     fn holds(&self, rich: &RichDep) -> bool {
         let mut sets = |d: &Dep| -> Vec<usize> {
-            let mut v: Vec<usize> = self.world_providers(d).into_iter().map(|id| match id { Id::Installed(i) => i << 1, Id::Avail(a) => (a << 1) | 1 }).collect();
+            let mut v: Vec<usize> = self
+                .world_providers(d)
+                .into_iter()
+                .map(|id| match id {
+                    Id::Installed(i) => i << 1,
+                    Id::Avail(a) => (a << 1) | 1,
+                })
+                .collect();
             if v.is_empty() && d.name.starts_with('/') && (self.base_has)(&d.name) {
                 v.push(usize::MAX);
             }
@@ -464,7 +541,10 @@ impl<'a, 'p> Solver<'a, 'p> {
 
     /// Whether every atom of an alternative has a provider somewhere.
     fn obtainable(&self, rich: &RichDep) -> bool {
-        let mut any = |d: &Dep| !self.pool.providers(d).is_empty() || (d.name.starts_with('/') && (self.base_has)(&d.name));
+        let mut any = |d: &Dep| {
+            !self.pool.providers(d).is_empty()
+                || (d.name.starts_with('/') && (self.base_has)(&d.name))
+        };
         rich.eval(&mut any)
     }
 
@@ -474,7 +554,11 @@ impl<'a, 'p> Solver<'a, 'p> {
             let p = &self.pool.available[a];
             for dep in &p.requires {
                 if dep.is_rich() {
-                    let rich = parse_rich(&dep.name).map_err(|reason| ResolveError::Rich { dependency: dep.name.clone(), package: p.nevra(), reason })?;
+                    let rich = parse_rich(&dep.name).map_err(|reason| ResolveError::Rich {
+                        dependency: dep.name.clone(),
+                        package: p.nevra(),
+                        reason,
+                    })?;
                     self.require_rich(&rich, p)?;
                 } else {
                     self.require(dep, p, true)?;
@@ -492,7 +576,12 @@ impl<'a, 'p> Solver<'a, 'p> {
         if dep.is_rich() {
             let Ok(rich) = parse_rich(&dep.name) else { return true };
             let mut sets = |d: &Dep| -> Vec<usize> {
-                let mut v: Vec<usize> = self.pool.providers(d).into_iter().filter_map(|id| if let Id::Installed(i) = id { Some(i) } else { None }).collect();
+                let mut v: Vec<usize> = self
+                    .pool
+                    .providers(d)
+                    .into_iter()
+                    .filter_map(|id| if let Id::Installed(i) = id { Some(i) } else { None })
+                    .collect();
                 if v.is_empty() && d.name.starts_with('/') && (self.base_has)(&d.name) {
                     v.push(usize::MAX);
                 }
@@ -500,7 +589,8 @@ impl<'a, 'p> Solver<'a, 'p> {
             };
             return rich.eval_exact(&mut sets);
         }
-        self.pool.providers(dep).iter().any(|id| matches!(id, Id::Installed(_))) || (dep.name.starts_with('/') && (self.base_has)(&dep.name))
+        self.pool.providers(dep).iter().any(|id| matches!(id, Id::Installed(_)))
+            || (dep.name.starts_with('/') && (self.base_has)(&dep.name))
     }
 
     fn met_now(&self, dep: &Dep) -> bool {
@@ -510,7 +600,8 @@ impl<'a, 'p> Solver<'a, 'p> {
         if dep.is_rich() {
             return parse_rich(&dep.name).map_or(true, |r| self.holds(&r));
         }
-        !self.world_providers(dep).is_empty() || (dep.name.starts_with('/') && (self.base_has)(&dep.name))
+        !self.world_providers(dep).is_empty()
+            || (dep.name.starts_with('/') && (self.base_has)(&dep.name))
     }
 
     /// The package that took away what `dep` was met by, for messages.
@@ -520,7 +611,9 @@ impl<'a, 'p> Solver<'a, 'p> {
             Id::Avail(_) => None,
         });
         match gone_provider {
-            Some((_, Gone::SameName(a) | Gone::Obsoleted(a) | Gone::Replaced(a))) => self.pool.available[a].nevra(),
+            Some((_, Gone::SameName(a) | Gone::Obsoleted(a) | Gone::Replaced(a))) => {
+                self.pool.available[a].nevra()
+            }
             Some((i, Gone::Requested)) => format!("(removing) {}", self.pool.installed[i].nevra()),
             None => "the chosen packages".into(),
         }
@@ -534,10 +627,16 @@ impl<'a, 'p> Solver<'a, 'p> {
             if self.gone.contains_key(&i) {
                 continue;
             }
-            let Some(dep) = q.requires.iter().find(|d| !self.met_now(d) && self.was_met(d)) else { continue };
+            let Some(dep) = q.requires.iter().find(|d| !self.met_now(d) && self.was_met(d)) else {
+                continue;
+            };
             let removed_only = self.pool.providers(dep).into_iter().all(|id| !matches!(id, Id::Installed(j) if matches!(self.gone.get(&j), Some(Gone::SameName(_) | Gone::Obsoleted(_) | Gone::Replaced(_)))));
             // The newest build of the same name that is not the installed one.
-            let cand = self.pool.by_name.get(q.name.as_str()).into_iter().flatten().copied().find(|&a| compare_evr(&self.pool.available[a].evr, &q.evr) != Ordering::Equal && self.chosen.get(q.name.as_str()).is_none_or(|&c| c == a));
+            let cand =
+                self.pool.by_name.get(q.name.as_str()).into_iter().flatten().copied().find(|&a| {
+                    compare_evr(&self.pool.available[a].evr, &q.evr) != Ordering::Equal
+                        && self.chosen.get(q.name.as_str()).is_none_or(|&c| c == a)
+                });
             match cand {
                 Some(a) if !self.chosen_set.contains(&a) => {
                     self.choose(a);
@@ -545,9 +644,21 @@ impl<'a, 'p> Solver<'a, 'p> {
                 }
                 _ if removed_only => {
                     let removed = self.culprit(dep);
-                    return Err(ResolveError::RemovalBreaks { removed: removed.trim_start_matches("(removing) ").to_string(), installed: q.nevra(), name: q.name.clone(), dependency: dep.to_string() });
+                    return Err(ResolveError::RemovalBreaks {
+                        removed: removed.trim_start_matches("(removing) ").to_string(),
+                        installed: q.nevra(),
+                        name: q.name.clone(),
+                        dependency: dep.to_string(),
+                    });
                 }
-                _ => return Err(ResolveError::Breaks { installed: q.nevra(), name: q.name.clone(), dependency: dep.to_string(), by: self.culprit(dep) }),
+                _ => {
+                    return Err(ResolveError::Breaks {
+                        installed: q.nevra(),
+                        name: q.name.clone(),
+                        dependency: dep.to_string(),
+                        by: self.culprit(dep),
+                    })
+                }
             }
         }
         Ok(changed)
@@ -559,7 +670,11 @@ impl<'a, 'p> Solver<'a, 'p> {
         p.conflicts
             .iter()
             .filter(|c| !c.is_rich())
-            .find(|c| (q.name == c.name && overlaps(c, &Dep::this(&q.name, &q.evr))) || q.provides.iter().any(|d| overlaps(c, d)) || (c.name.starts_with('/') && q.files.contains(&c.name)))
+            .find(|c| {
+                (q.name == c.name && overlaps(c, &Dep::this(&q.name, &q.evr)))
+                    || q.provides.iter().any(|d| overlaps(c, d))
+                    || (c.name.starts_with('/') && q.files.contains(&c.name))
+            })
             .map(|c| c.to_string())
     }
 
@@ -569,14 +684,21 @@ impl<'a, 'p> Solver<'a, 'p> {
     fn rich_conflict(&self, x_id: Id) -> Result<Option<(String, usize)>, ResolveError> {
         let x = self.pool.pkg(x_id);
         for c in x.conflicts.iter().filter(|c| c.is_rich()) {
-            let rich = parse_rich_conflict(&c.name).map_err(|reason| ResolveError::Rich { dependency: c.name.clone(), package: x.nevra(), reason })?;
+            let rich = parse_rich_conflict(&c.name).map_err(|reason| ResolveError::Rich {
+                dependency: c.name.clone(),
+                package: x.nevra(),
+                reason,
+            })?;
             if !self.holds_without(&rich, x_id) {
                 continue;
             }
-            let involved = rich.atoms().into_iter().flat_map(|d| self.world_providers(d)).find_map(|id| match id {
-                Id::Avail(a) if id != x_id => Some(a),
-                _ => None,
-            });
+            let involved =
+                rich.atoms().into_iter().flat_map(|d| self.world_providers(d)).find_map(|id| {
+                    match id {
+                        Id::Avail(a) if id != x_id => Some(a),
+                        _ => None,
+                    }
+                });
             if let Some(a) = involved {
                 return Ok(Some((c.to_string(), a)));
             }
@@ -585,7 +707,16 @@ impl<'a, 'p> Solver<'a, 'p> {
     }
 
     fn holds_without(&self, rich: &RichDep, except: Id) -> bool {
-        let mut sets = |d: &Dep| -> Vec<usize> { self.world_providers(d).into_iter().filter(|&id| id != except).map(|id| match id { Id::Installed(i) => i << 1, Id::Avail(a) => (a << 1) | 1 }).collect() };
+        let mut sets = |d: &Dep| -> Vec<usize> {
+            self.world_providers(d)
+                .into_iter()
+                .filter(|&id| id != except)
+                .map(|id| match id {
+                    Id::Installed(i) => i << 1,
+                    Id::Avail(a) => (a << 1) | 1,
+                })
+                .collect()
+        };
         rich.eval_exact(&mut sets)
     }
 
@@ -593,7 +724,10 @@ impl<'a, 'p> Solver<'a, 'p> {
     /// upgraded when a repository has another build (true when one was chosen).
     fn check_conflicts(&mut self) -> Result<bool, ResolveError> {
         let chosen: Vec<usize> = self.chosen_set.iter().copied().collect();
-        let mut world: Vec<Id> = (0..self.pool.installed.len()).filter(|i| !self.gone.contains_key(i)).map(Id::Installed).collect();
+        let mut world: Vec<Id> = (0..self.pool.installed.len())
+            .filter(|i| !self.gone.contains_key(i))
+            .map(Id::Installed)
+            .collect();
         world.extend(chosen.iter().map(|&a| Id::Avail(a)));
         for &a in &chosen {
             let p = &self.pool.available[a];
@@ -608,21 +742,39 @@ impl<'a, 'p> Solver<'a, 'p> {
                 };
                 let Some((x, y, dep)) = hit else { continue };
                 if let Id::Installed(_) = other {
-                    let next = self.pool.by_name.get(q.name.as_str()).into_iter().flatten().copied().find(|&b| compare_evr(&self.pool.available[b].evr, &q.evr) == Ordering::Greater);
+                    let next =
+                        self.pool.by_name.get(q.name.as_str()).into_iter().flatten().copied().find(
+                            |&b| {
+                                compare_evr(&self.pool.available[b].evr, &q.evr)
+                                    == Ordering::Greater
+                            },
+                        );
                     if let Some(b) = next {
-                        if !self.chosen_set.contains(&b) && !self.chosen.contains_key(q.name.as_str()) {
+                        if !self.chosen_set.contains(&b)
+                            && !self.chosen.contains_key(q.name.as_str())
+                        {
                             self.choose(b);
                             return Ok(true);
                         }
                     }
                 }
-                return Err(ResolveError::Conflict { package: x.nevra(), other: y.nevra(), other_name: y.name.clone(), dependency: dep });
+                return Err(ResolveError::Conflict {
+                    package: x.nevra(),
+                    other: y.nevra(),
+                    other_name: y.name.clone(),
+                    dependency: dep,
+                });
             }
         }
         for &x in &world {
             if let Some((dep, a)) = self.rich_conflict(x)? {
                 let (xp, ap) = (self.pool.pkg(x), &self.pool.available[a]);
-                return Err(ResolveError::Conflict { package: xp.nevra(), other: ap.nevra(), other_name: ap.name.clone(), dependency: dep });
+                return Err(ResolveError::Conflict {
+                    package: xp.nevra(),
+                    other: ap.nevra(),
+                    other_name: ap.name.clone(),
+                    dependency: dep,
+                });
             }
         }
         Ok(false)
@@ -632,15 +784,35 @@ impl<'a, 'p> Solver<'a, 'p> {
 /// Resolves `req` against the image's packages (`installed`, from its rpm database) and the
 /// repositories' (`available`). `base_has` tells whether the image has a file (for file
 /// requires no package lists). The same inputs always give the same result.
-pub fn resolve(req: &Request, installed: &[PackageMeta], available: &[PackageMeta], base_has: &dyn Fn(&str) -> bool) -> Result<Resolution, ResolveError> {
-    let known = |n: &str| available.iter().any(|p| p.name == n) || installed.iter().any(|p| p.name == n);
-    let asked: Vec<Asked> = req.install.iter().map(|t| parse_request(t, &known)).collect::<Result<_, _>>()?;
-    let extra: BTreeSet<(String, String)> = asked.iter().filter_map(|a| a.arch.as_ref().map(|arch| (a.name.clone(), arch.clone()))).collect();
+pub fn resolve(
+    req: &Request,
+    installed: &[PackageMeta],
+    available: &[PackageMeta],
+    base_has: &dyn Fn(&str) -> bool,
+) -> Result<Resolution, ResolveError> {
+    let known =
+        |n: &str| available.iter().any(|p| p.name == n) || installed.iter().any(|p| p.name == n);
+    let asked: Vec<Asked> =
+        req.install.iter().map(|t| parse_request(t, &known)).collect::<Result<_, _>>()?;
+    let extra: BTreeSet<(String, String)> = asked
+        .iter()
+        .filter_map(|a| a.arch.as_ref().map(|arch| (a.name.clone(), arch.clone())))
+        .collect();
     let pool = Pool::new(installed, available, req.arch, &extra);
     let mut repos: Vec<&str> = available.iter().map(|p| p.origin.as_str()).collect();
     repos.sort();
     repos.dedup();
-    let mut s = Solver { pool: &pool, base_has, gone: BTreeMap::new(), chosen: BTreeMap::new(), chosen_set: BTreeSet::new(), queue: VecDeque::new(), satisfied: Vec::new(), base_files: BTreeSet::new(), repos: repos.join(", ") };
+    let mut s = Solver {
+        pool: &pool,
+        base_has,
+        gone: BTreeMap::new(),
+        chosen: BTreeMap::new(),
+        chosen_set: BTreeSet::new(),
+        queue: VecDeque::new(),
+        satisfied: Vec::new(),
+        base_files: BTreeSet::new(),
+        repos: repos.join(", "),
+    };
 
     for name in req.remove {
         for &i in pool.installed_by_name.get(name.as_str()).into_iter().flatten() {
@@ -650,36 +822,68 @@ pub fn resolve(req: &Request, installed: &[PackageMeta], available: &[PackageMet
     let mut kept: Vec<PackageMeta> = Vec::new();
     let mut wanted: Vec<(String, usize)> = Vec::new();
     for rule in req.replace {
-        let a = pool.by_name.get(rule.with.as_str()).and_then(|l| l.first().copied()).ok_or_else(|| ResolveError::UnknownPackage { name: rule.with.clone(), arch: req.arch.into(), repos: s.repos.clone(), hint: format!("; hint: it replaces {}", rule.installed) })?;
+        let a = pool.by_name.get(rule.with.as_str()).and_then(|l| l.first().copied()).ok_or_else(
+            || ResolveError::UnknownPackage {
+                name: rule.with.clone(),
+                arch: req.arch.into(),
+                repos: s.repos.clone(),
+                hint: format!("; hint: it replaces {}", rule.installed),
+            },
+        )?;
         for &i in pool.installed_by_name.get(rule.installed.as_str()).into_iter().flatten() {
-            s.gone.insert(i, if rule.installed == rule.with { Gone::SameName(a) } else { Gone::Replaced(a) });
+            s.gone.insert(
+                i,
+                if rule.installed == rule.with { Gone::SameName(a) } else { Gone::Replaced(a) },
+            );
         }
         wanted.push((rule.with.clone(), a));
     }
     for ask in &asked {
-        let fits = |p: &PackageMeta| ask.arch.as_ref().is_none_or(|a| *a == p.arch) && ask.version.as_ref().is_none_or(|v| compare_evr(&p.evr, v) == Ordering::Equal);
+        let fits = |p: &PackageMeta| {
+            ask.arch.as_ref().is_none_or(|a| *a == p.arch)
+                && ask.version.as_ref().is_none_or(|v| compare_evr(&p.evr, v) == Ordering::Equal)
+        };
         if wanted.iter().any(|(n, _)| *n == ask.name) {
             continue;
         }
         // Already there at a fitting version: kept.
-        let here = pool.installed_by_name.get(ask.name.as_str()).into_iter().flatten().copied().find(|&i| !s.gone.contains_key(&i) && fits(&installed[i]));
+        let here = pool
+            .installed_by_name
+            .get(ask.name.as_str())
+            .into_iter()
+            .flatten()
+            .copied()
+            .find(|&i| !s.gone.contains_key(&i) && fits(&installed[i]));
         if let Some(i) = here {
             kept.push(installed[i].clone());
             continue;
         }
         let by_name = pool.by_name.get(ask.name.as_str());
         if let Some(list) = by_name {
-            let a = list.iter().copied().find(|&a| fits(&available[a])).ok_or_else(|| ResolveError::UnknownVersion {
-                name: ask.name.clone(),
-                version: ask.version.as_ref().map_or_else(|| ask.text.clone(), |v| v.to_string()),
-                arch: ask.arch.clone().unwrap_or_else(|| req.arch.to_string()),
-                available: list.iter().map(|&a| available[a].nevra()).collect::<Vec<_>>().join(", "),
+            let a = list.iter().copied().find(|&a| fits(&available[a])).ok_or_else(|| {
+                ResolveError::UnknownVersion {
+                    name: ask.name.clone(),
+                    version: ask
+                        .version
+                        .as_ref()
+                        .map_or_else(|| ask.text.clone(), |v| v.to_string()),
+                    arch: ask.arch.clone().unwrap_or_else(|| req.arch.to_string()),
+                    available: list
+                        .iter()
+                        .map(|&a| available[a].nevra())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
             })?;
             wanted.push((ask.name.clone(), a));
             continue;
         }
         // A provide (virtual name, soname): kept when installed, else its one provider.
-        let dep = Dep { name: ask.name.clone(), version: ask.version.clone().map(|v| (super::Cmp::Eq, v)), pre: false };
+        let dep = Dep {
+            name: ask.name.clone(),
+            version: ask.version.clone().map(|v| (super::Cmp::Eq, v)),
+            pre: false,
+        };
         if let Some(Id::Installed(i)) = s.world_providers(&dep).first() {
             kept.push(installed[*i].clone());
             continue;
@@ -688,18 +892,44 @@ pub fn resolve(req: &Request, installed: &[PackageMeta], available: &[PackageMet
         let names: BTreeSet<&str> = cands.iter().map(|&a| available[a].name.as_str()).collect();
         match names.len() {
             0 => {
-                let other_arch: Vec<String> = available.iter().filter(|p| p.name == ask.name).map(PackageMeta::nevra).take(3).collect();
-                let hint = if other_arch.is_empty() { String::new() } else { format!("; hint: there is {} (ask for NAME.ARCH)", other_arch.join(", ")) };
-                return Err(ResolveError::UnknownPackage { name: ask.text.clone(), arch: req.arch.into(), repos: s.repos.clone(), hint });
+                let other_arch: Vec<String> = available
+                    .iter()
+                    .filter(|p| p.name == ask.name)
+                    .map(PackageMeta::nevra)
+                    .take(3)
+                    .collect();
+                let hint = if other_arch.is_empty() {
+                    String::new()
+                } else {
+                    format!("; hint: there is {} (ask for NAME.ARCH)", other_arch.join(", "))
+                };
+                return Err(ResolveError::UnknownPackage {
+                    name: ask.text.clone(),
+                    arch: req.arch.into(),
+                    repos: s.repos.clone(),
+                    hint,
+                });
             }
             1 => wanted.push((ask.name.clone(), cands[0])),
-            _ => return Err(ResolveError::Virtual { name: ask.text.clone(), providers: names.into_iter().collect::<Vec<_>>().join(", ") }),
+            _ => {
+                return Err(ResolveError::Virtual {
+                    name: ask.text.clone(),
+                    providers: names.into_iter().collect::<Vec<_>>().join(", "),
+                })
+            }
         }
     }
     for &(_, a) in &wanted {
         if let Some(&c) = s.chosen.get(available[a].name.as_str()) {
             if c != a {
-                return Err(ResolveError::Request { request: available[a].name.clone(), reason: format!("asked for both {} and {}", available[c].nevra(), available[a].nevra()) });
+                return Err(ResolveError::Request {
+                    request: available[a].name.clone(),
+                    reason: format!(
+                        "asked for both {} and {}",
+                        available[c].nevra(),
+                        available[a].nevra()
+                    ),
+                });
             }
         }
         s.choose(a);
@@ -734,7 +964,13 @@ fn finish(s: &Solver, kept: Vec<PackageMeta>) -> Resolution {
     for &a in &chosen {
         let mut deps = BTreeSet::new();
         for d in &av[a].requires {
-            let atoms: Vec<Dep> = if d.is_rich() { parse_rich(&d.name).map(|r| r.atoms().into_iter().cloned().collect()).unwrap_or_default() } else { vec![d.clone()] };
+            let atoms: Vec<Dep> = if d.is_rich() {
+                parse_rich(&d.name)
+                    .map(|r| r.atoms().into_iter().cloned().collect())
+                    .unwrap_or_default()
+            } else {
+                vec![d.clone()]
+            };
             for atom in &atoms {
                 for id in pool.providers(atom) {
                     if let Id::Avail(b) = id {
@@ -750,9 +986,13 @@ fn finish(s: &Solver, kept: Vec<PackageMeta>) -> Resolution {
     let mut order: Vec<usize> = Vec::new();
     let mut done: BTreeSet<usize> = BTreeSet::new();
     while order.len() < chosen.len() {
-        let ready = chosen.iter().copied().find(|a| !done.contains(a) && needs[a].iter().all(|b| done.contains(b)));
+        let ready = chosen
+            .iter()
+            .copied()
+            .find(|a| !done.contains(a) && needs[a].iter().all(|b| done.contains(b)));
         // A cycle: the first left in name order goes next.
-        let next = ready.unwrap_or_else(|| *chosen.iter().find(|a| !done.contains(a)).expect("some left"));
+        let next =
+            ready.unwrap_or_else(|| *chosen.iter().find(|a| !done.contains(a)).expect("some left"));
         done.insert(next);
         order.push(next);
     }
@@ -788,10 +1028,22 @@ fn finish(s: &Solver, kept: Vec<PackageMeta>) -> Resolution {
                 Gone::SameName(_) => return None,
             };
             let q = &pool.installed[i];
-            Some(Removal { name: q.name.clone(), evr: q.evr.clone(), arch: q.arch.clone(), nevra: q.nevra(), reason })
+            Some(Removal {
+                name: q.name.clone(),
+                evr: q.evr.clone(),
+                arch: q.arch.clone(),
+                nevra: q.nevra(),
+                reason,
+            })
         })
         .collect();
-    Resolution { install, remove, kept, satisfied: s.satisfied.clone(), base_files: s.base_files.iter().cloned().collect() }
+    Resolution {
+        install,
+        remove,
+        kept,
+        satisfied: s.satisfied.clone(),
+        base_files: s.base_files.iter().cloned().collect(),
+    }
 }
 
 #[cfg(test)]
@@ -849,7 +1101,10 @@ mod tests {
             v.push(pkg("erdma", &format!("librdmacm {evr} x86_64\nR: libibverbs(x86-64) = {evr}\nR: libibverbs.so.1()(64bit)\nP: librdmacm.so.1()(64bit)")));
             v.push(pkg("erdma", &format!("libibverbs-utils {evr} x86_64\nR: libibverbs(x86-64) = {evr}\nR: libibverbs.so.1()(64bit)\nF: /usr/bin/ibv_devinfo")));
         }
-        v.push(pkg("baseos", "libnl3 3.5.0-1.el8 x86_64\nP: libnl-3.so.200()(64bit)\nR: /sbin/ldconfig"));
+        v.push(pkg(
+            "baseos",
+            "libnl3 3.5.0-1.el8 x86_64\nP: libnl-3.so.200()(64bit)\nR: /sbin/ldconfig",
+        ));
         v.push(pkg("baseos", "libnl3 3.5.0-1.el8 i686\nP: libnl-3.so.200"));
         v.push(pkg("baseos", "pciutils 3.7.0-1.el8 x86_64\nR: pciutils-libs = 3.7.0-1.el8"));
         v.push(pkg("baseos", "pciutils-libs 3.7.0-1.el8 x86_64"));
@@ -859,14 +1114,23 @@ mod tests {
 
     /// A minimal EL8 image: glibc, bash (owning /bin/sh), but no /sbin/ldconfig owner.
     fn base() -> Vec<PackageMeta> {
-        vec![pkg("installed", "bash 4.4.20-4.el8 x86_64\nF: /bin/sh\nF: /usr/bin/bash"), pkg("installed", "glibc 2.28-225.el8 x86_64\nP: libc.so.6()(64bit)")]
+        vec![
+            pkg("installed", "bash 4.4.20-4.el8 x86_64\nF: /bin/sh\nF: /usr/bin/bash"),
+            pkg("installed", "glibc 2.28-225.el8 x86_64\nP: libc.so.6()(64bit)"),
+        ]
     }
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
     }
 
-    fn run(install: &[&str], remove: &[&str], replace: &[Replace], installed: &[PackageMeta], available: &[PackageMeta]) -> Result<Resolution, ResolveError> {
+    fn run(
+        install: &[&str],
+        remove: &[&str],
+        replace: &[Replace],
+        installed: &[PackageMeta],
+        available: &[PackageMeta],
+    ) -> Result<Resolution, ResolveError> {
         let (i, r) = (strings(install), strings(remove));
         let req = Request { install: &i, remove: &r, replace, arch: "x86_64" };
         resolve(&req, installed, available, &|f| f == "/sbin/ldconfig")
@@ -878,8 +1142,12 @@ mod tests {
             .map(|p| match &p.action {
                 Action::Install => p.package.nevra(),
                 Action::Upgrade { from } => format!("{} (upgrade from {from})", p.package.nevra()),
-                Action::Downgrade { from } => format!("{} (downgrade from {from})", p.package.nevra()),
-                Action::Replace { of } => format!("{} (replaces {})", p.package.nevra(), of.join(" ")),
+                Action::Downgrade { from } => {
+                    format!("{} (downgrade from {from})", p.package.nevra())
+                }
+                Action::Replace { of } => {
+                    format!("{} (replaces {})", p.package.nevra(), of.join(" "))
+                }
             })
             .collect()
     }
@@ -900,24 +1168,63 @@ mod tests {
             ]
         );
         // /bin/sh from bash; /sbin/ldconfig only from the base's files (reported).
-        assert!(r.satisfied.contains(&Satisfied { package: "rdma-core-46.0-1.al8.x86_64".into(), requires: "/bin/sh".into(), by: "bash-4.4.20-4.el8.x86_64".into() }));
+        assert!(r.satisfied.contains(&Satisfied {
+            package: "rdma-core-46.0-1.al8.x86_64".into(),
+            requires: "/bin/sh".into(),
+            by: "bash-4.4.20-4.el8.x86_64".into()
+        }));
         assert_eq!(r.base_files, ["/sbin/ldconfig"]);
         // `(systemd if systemd-udev)`: no systemd-udev, so no systemd.
         assert!(!plan(&r).iter().any(|p| p.starts_with("systemd")));
         assert!(r.remove.is_empty() && r.kept.is_empty());
         // Without the base's ldconfig, nothing provides it: dnf's message.
         let (i, none) = (strings(&["libibverbs"]), Vec::new());
-        let e = resolve(&Request { install: &i, remove: &none, replace: &[], arch: "x86_64" }, &base(), &repo(), &|_| false).unwrap_err();
-        assert_eq!(e.to_string(), "nothing provides /sbin/ldconfig needed by libibverbs-46.0-1.al8.x86_64 (from erdma)");
+        let e = resolve(
+            &Request { install: &i, remove: &none, replace: &[], arch: "x86_64" },
+            &base(),
+            &repo(),
+            &|_| false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "nothing provides /sbin/ldconfig needed by libibverbs-46.0-1.al8.x86_64 (from erdma)"
+        );
     }
 
     #[test]
     fn pinned_versions_and_request_forms() {
-        for form in ["librdmacm=44.0", "librdmacm-44.0", "librdmacm-44.0-2.al8", "librdmacm=44.0-2.al8", "librdmacm.x86_64=44.0"] {
+        for form in [
+            "librdmacm=44.0",
+            "librdmacm-44.0",
+            "librdmacm-44.0-2.al8",
+            "librdmacm=44.0-2.al8",
+            "librdmacm.x86_64=44.0",
+        ] {
             let r = run(&[form], &[], &[], &base(), &repo()).unwrap();
-            assert_eq!(r.install.iter().find(|p| p.package.name == "librdmacm").unwrap().package.evr.to_string(), "44.0-2.al8", "{form}");
+            assert_eq!(
+                r.install
+                    .iter()
+                    .find(|p| p.package.name == "librdmacm")
+                    .unwrap()
+                    .package
+                    .evr
+                    .to_string(),
+                "44.0-2.al8",
+                "{form}"
+            );
             // The dependency `libibverbs(x86-64) = 44.0-2.al8` takes libibverbs 44 too.
-            assert_eq!(r.install.iter().find(|p| p.package.name == "libibverbs").unwrap().package.evr.to_string(), "44.0-2.al8", "{form}");
+            assert_eq!(
+                r.install
+                    .iter()
+                    .find(|p| p.package.name == "libibverbs")
+                    .unwrap()
+                    .package
+                    .evr
+                    .to_string(),
+                "44.0-2.al8",
+                "{form}"
+            );
         }
         let e = run(&["librdmacm=45"], &[], &[], &base(), &repo()).unwrap_err();
         assert!(matches!(e, ResolveError::UnknownVersion { .. }), "{e}");
@@ -936,11 +1243,18 @@ mod tests {
     #[test]
     fn installed_ones_are_kept_and_broken_partners_upgraded() {
         let mut installed = base();
-        installed.extend(repo().into_iter().filter(|p| p.evr.version == "44.0" || p.name.starts_with("libnl3") && p.arch == "x86_64" || p.name.starts_with("pciutils")));
+        installed.extend(repo().into_iter().filter(|p| {
+            p.evr.version == "44.0"
+                || p.name.starts_with("libnl3") && p.arch == "x86_64"
+                || p.name.starts_with("pciutils")
+        }));
         installed.retain(|p| p.name != "libibverbs-utils");
         // Requested and already there: kept, nothing else touched.
         let r = run(&["librdmacm"], &[], &[], &installed, &repo()).unwrap();
-        assert_eq!(r.kept.iter().map(PackageMeta::nevra).collect::<Vec<_>>(), ["librdmacm-44.0-2.al8.x86_64"]);
+        assert_eq!(
+            r.kept.iter().map(PackageMeta::nevra).collect::<Vec<_>>(),
+            ["librdmacm-44.0-2.al8.x86_64"]
+        );
         assert!(r.install.is_empty());
         // A new libibverbs-utils pulls libibverbs 46, which breaks librdmacm 44's
         // `libibverbs(x86-64) = 44.0-2.al8`: librdmacm is upgraded too, and rdma-core.
@@ -955,7 +1269,10 @@ mod tests {
             ]
         );
         // No librdmacm 46 in the repository: an error naming both.
-        let partial: Vec<PackageMeta> = repo().into_iter().filter(|p| !(p.name == "librdmacm" && p.evr.version == "46.0")).collect();
+        let partial: Vec<PackageMeta> = repo()
+            .into_iter()
+            .filter(|p| !(p.name == "librdmacm" && p.evr.version == "46.0"))
+            .collect();
         let e = run(&["libibverbs-utils"], &[], &[], &installed, &partial).unwrap_err();
         assert_eq!(e.to_string(), "installing libibverbs-46.0-1.al8.x86_64 breaks installed librdmacm-44.0-2.al8.x86_64, which requires libibverbs(x86-64) = 44.0-2.al8, and no repository has another librdmacm; hint: add librdmacm to the packages to remove or to install");
     }
@@ -967,7 +1284,10 @@ mod tests {
         v.push(pkg("installed", "libibverbs 58mlnx43-1.58101 x86_64\nP: libibverbs.so.1()(64bit)\nP: libmlx5 = 58mlnx43-1.58101\nF: /etc/libibverbs.d/mlx5.driver"));
         v.push(pkg("installed", "librdmacm 58mlnx43-1.58101 x86_64\nR: libibverbs = 58mlnx43-1.58101\nP: librdmacm.so.1()(64bit)"));
         v.push(pkg("installed", "liberdma 1.0-1 x86_64\nR: libibverbs.so.1()(64bit)"));
-        v.push(pkg("installed", "ucx 1.15.0-1.58101 x86_64\nR: libibverbs.so.1()(64bit)\nR: librdmacm.so.1()(64bit)"));
+        v.push(pkg(
+            "installed",
+            "ucx 1.15.0-1.58101 x86_64\nR: libibverbs.so.1()(64bit)\nR: librdmacm.so.1()(64bit)",
+        ));
         v.push(pkg("installed", "mlnx-tools 5.8-1 x86_64\nR: python3"));
         v
     }
@@ -980,8 +1300,18 @@ mod tests {
         assert_eq!(r.kept.len(), 2);
         // Replace rules take them out whatever their version; liberdma goes by Obsoletes;
         // ucx keeps its sonames from the new builds; the remove list takes mlnx-tools.
-        let rules = [Replace { installed: "libibverbs".into(), with: "libibverbs".into() }, Replace { installed: "librdmacm".into(), with: "librdmacm".into() }];
-        let r = run(&["libibverbs-utils"], &["mlnx-tools", "not-installed"], &rules, &installed, &repo()).unwrap();
+        let rules = [
+            Replace { installed: "libibverbs".into(), with: "libibverbs".into() },
+            Replace { installed: "librdmacm".into(), with: "librdmacm".into() },
+        ];
+        let r = run(
+            &["libibverbs-utils"],
+            &["mlnx-tools", "not-installed"],
+            &rules,
+            &installed,
+            &repo(),
+        )
+        .unwrap();
         assert_eq!(
             plan(&r),
             [
@@ -994,12 +1324,28 @@ mod tests {
                 "librdmacm-46.0-1.al8.x86_64 (downgrade from 58mlnx43-1.58101)"
             ]
         );
-        let removed: Vec<(String, RemoveReason)> = r.remove.iter().map(|x| (x.nevra.clone(), x.reason.clone())).collect();
-        assert_eq!(removed, [("liberdma-1.0-1.x86_64".to_string(), RemoveReason::Obsoleted { by: "libibverbs-46.0-1.al8.x86_64".into() }), ("mlnx-tools-5.8-1.x86_64".to_string(), RemoveReason::Requested)]);
+        let removed: Vec<(String, RemoveReason)> =
+            r.remove.iter().map(|x| (x.nevra.clone(), x.reason.clone())).collect();
+        assert_eq!(
+            removed,
+            [
+                (
+                    "liberdma-1.0-1.x86_64".to_string(),
+                    RemoveReason::Obsoleted { by: "libibverbs-46.0-1.al8.x86_64".into() }
+                ),
+                ("mlnx-tools-5.8-1.x86_64".to_string(), RemoveReason::Requested)
+            ]
+        );
         // Without a rule for librdmacm, the OFED librdmacm's `libibverbs = 58mlnx43` breaks:
         // the repository's librdmacm is taken in its place.
         let r = run(&["libibverbs"], &[], &rules[..1], &installed, &repo()).unwrap();
-        assert!(plan(&r).contains(&"librdmacm-46.0-1.al8.x86_64 (downgrade from 58mlnx43-1.58101)".to_string()), "{:?}", plan(&r));
+        assert!(
+            plan(&r).contains(
+                &"librdmacm-46.0-1.al8.x86_64 (downgrade from 58mlnx43-1.58101)".to_string()
+            ),
+            "{:?}",
+            plan(&r)
+        );
         // Removing what ucx needs, with nothing to take its place, names both.
         let e = run(&[], &["librdmacm"], &[], &installed, &[]).unwrap_err();
         assert_eq!(e.to_string(), "removing librdmacm-58mlnx43-1.58101.x86_64 breaks installed ucx-1.15.0-1.58101.x86_64, which requires librdmacm.so.1()(64bit); hint: remove ucx too");
@@ -1017,7 +1363,8 @@ mod tests {
         let mut avail = repo();
         avail.push(pkg("baseos", "infiniband-diags 44.0-2.al8 x86_64"));
         let r = run(&["rdma-core"], &[], &[], &installed, &avail).unwrap();
-        assert!(plan(&r).contains(&"infiniband-diags-44.0-2.al8.x86_64 (upgrade from 1.6.7-1)".to_string()));
+        assert!(plan(&r)
+            .contains(&"infiniband-diags-44.0-2.al8.x86_64 (upgrade from 1.6.7-1)".to_string()));
         // An installed package's Conflicts count too, and rich ones.
         let mut installed = base();
         installed.push(pkg("installed", "old-tool 1-1 x86_64\nC: (libibverbs < 50 and rdma-core)"));
@@ -1034,21 +1381,37 @@ mod tests {
         avail.push(pkg("x", "perl 5.26-1 x86_64\nF: /usr/bin/perl"));
         let r = run(&["app"], &[], &[], &base(), &avail).unwrap();
         let p = plan(&r);
-        for want in ["librdmacm-46.0-1.al8.x86_64", "libibverbs-utils-46.0-1.al8.x86_64", "perl-5.26-1.x86_64", "app-1-1.noarch"] {
+        for want in [
+            "librdmacm-46.0-1.al8.x86_64",
+            "libibverbs-utils-46.0-1.al8.x86_64",
+            "perl-5.26-1.x86_64",
+            "app-1-1.noarch",
+        ] {
             assert!(p.contains(&want.to_string()), "{want} in {p:?}");
         }
         assert_eq!(p.last().unwrap(), "app-1-1.noarch");
         // Epoch beats version: 1:1.0 is newer than 2.0.
-        let avail = vec![pkg("x", "tool 2.0-1 x86_64"), pkg("x", "tool 1:1.0-1 x86_64"), pkg("x", "user 1-1 x86_64\nR: tool >= 1:0.5")];
+        let avail = vec![
+            pkg("x", "tool 2.0-1 x86_64"),
+            pkg("x", "tool 1:1.0-1 x86_64"),
+            pkg("x", "user 1-1 x86_64\nR: tool >= 1:0.5"),
+        ];
         let r = run(&["user"], &[], &[], &base(), &avail).unwrap();
         assert_eq!(plan(&r), ["tool-1:1.0-1.x86_64", "user-1-1.x86_64"]);
         let e = run(&["tool=3"], &[], &[], &base(), &avail).unwrap_err();
         assert!(e.to_string().contains("available: tool-1:1.0-1.x86_64, tool-2.0-1.x86_64"), "{e}");
         // Same version, the native arch wins over noarch.
-        let avail = vec![pkg("x", "dual 1-1 noarch"), pkg("x", "dual 1-1 x86_64"), pkg("x", "dual 1-1 aarch64")];
+        let avail = vec![
+            pkg("x", "dual 1-1 noarch"),
+            pkg("x", "dual 1-1 x86_64"),
+            pkg("x", "dual 1-1 aarch64"),
+        ];
         assert_eq!(plan(&run(&["dual"], &[], &[], &base(), &avail).unwrap()), ["dual-1-1.x86_64"]);
         // Versioned requires with a hint for what does exist.
-        let avail = vec![pkg("x", "old 1-1 x86_64\nR: libnl3 >= 3.6"), pkg("baseos", "libnl3 3.5.0-1.el8 x86_64")];
+        let avail = vec![
+            pkg("x", "old 1-1 x86_64\nR: libnl3 >= 3.6"),
+            pkg("baseos", "libnl3 3.5.0-1.el8 x86_64"),
+        ];
         let e = run(&["old"], &[], &[], &base(), &avail).unwrap_err();
         assert_eq!(e.to_string(), "nothing provides libnl3 >= 3.6 needed by old-1-1.x86_64 (from x); hint: available but not fitting: libnl3-3.5.0-1.el8.x86_64 (from baseos)");
     }
@@ -1057,7 +1420,14 @@ mod tests {
     fn resolution_is_deterministic() {
         let rules = [Replace { installed: "libibverbs".into(), with: "libibverbs".into() }];
         let once = || {
-            let r = run(&["librdmacm", "libibverbs-utils", "rdma-core"], &["mlnx-tools"], &rules, &ofed_image(), &repo()).unwrap();
+            let r = run(
+                &["librdmacm", "libibverbs-utils", "rdma-core"],
+                &["mlnx-tools"],
+                &rules,
+                &ofed_image(),
+                &repo(),
+            )
+            .unwrap();
             serde_json::to_string(&r).unwrap()
         };
         let first = once();

@@ -199,7 +199,11 @@ impl Database {
     /// What resolution needs of the installed packages; rpm's `gpg-pubkey` headers (imported
     /// keys, not packages) are left out here and kept in the database.
     pub fn installed(&self) -> Vec<PackageMeta> {
-        self.headers.iter().filter(|(_, h)| h.name() != "gpg-pubkey").map(|(_, h)| h.meta("installed")).collect()
+        self.headers
+            .iter()
+            .filter(|(_, h)| h.name() != "gpg-pubkey")
+            .map(|(_, h)| h.meta("installed"))
+            .collect()
     }
 
     /// Every installed header by instance number (see [`Self::headers`]).
@@ -246,7 +250,13 @@ struct Configured {
 fn configured(base: &dyn BaseFiles) -> Result<Configured, RpmdbError> {
     let mut files = vec!["usr/lib/rpm/macros".to_string()];
     let listed = |dir: &str, filter: &dyn Fn(&str) -> bool| -> Result<Vec<String>, RpmdbError> {
-        let mut names: Vec<String> = base.list(dir).map_err(|e| RpmdbError::base(dir, e))?.into_iter().filter(|n| filter(n)).map(|n| format!("{dir}/{n}")).collect();
+        let mut names: Vec<String> = base
+            .list(dir)
+            .map_err(|e| RpmdbError::base(dir, e))?
+            .into_iter()
+            .filter(|n| filter(n))
+            .map(|n| format!("{dir}/{n}"))
+            .collect();
         names.sort();
         Ok(names)
     };
@@ -255,7 +265,9 @@ fn configured(base: &dyn BaseFiles) -> Result<Configured, RpmdbError> {
     files.push("etc/rpm/macros".to_string());
     let mut out = Configured { backend: None, dbpath: None, from: Vec::new(), any: false };
     for f in files {
-        let Some(text) = base.read(&f, MAX_MACROS).map_err(|e| RpmdbError::base(&f, e))? else { continue };
+        let Some(text) = base.read(&f, MAX_MACROS).map_err(|e| RpmdbError::base(&f, e))? else {
+            continue;
+        };
         out.any = true;
         for line in String::from_utf8_lossy(&text).lines() {
             let mut words = line.split_whitespace();
@@ -281,7 +293,8 @@ pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
     // `%_dbpath` moved to /usr/lib/sysimage/rpm in Fedora 36, with /var/lib/rpm a link to it.
     let mut dirs = vec![DBPATH.to_string()];
     if let Some(p) = conf.dbpath.as_deref() {
-        let p = p.replace("%{_var}", "/var").replace("%{_usr}", "/usr").replace("%{_prefix}", "/usr");
+        let p =
+            p.replace("%{_var}", "/var").replace("%{_usr}", "/usr").replace("%{_prefix}", "/usr");
         if !p.contains('%') {
             let p = p.trim_matches('/').to_string();
             if !p.is_empty() && !dirs.contains(&p) {
@@ -292,17 +305,21 @@ pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
     let mut found = None;
     for d in &dirs {
         let probe = format!("{d}/Packages");
-        let Some(real) = base.real_path(&probe).map_err(|e| RpmdbError::base(&probe, e))? else { continue };
+        let Some(real) = base.real_path(&probe).map_err(|e| RpmdbError::base(&probe, e))? else {
+            continue;
+        };
         let dir = real.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
         let files = base.list(&dir).map_err(|e| RpmdbError::base(&dir, e))?;
-        if ["rpmdb.sqlite", "Packages", "Packages.db"].iter().any(|n| files.iter().any(|f| f == n)) {
+        if ["rpmdb.sqlite", "Packages", "Packages.db"].iter().any(|n| files.iter().any(|f| f == n))
+        {
             found = Some((dir, files));
             break;
         }
     }
     let Some((dir, files)) = found else { return Ok(None) };
     let has = |n: &str| files.iter().any(|f| f == n);
-    let macros = if conf.from.is_empty() { "/usr/lib/rpm/macros".to_string() } else { conf.from.join(", ") };
+    let macros =
+        if conf.from.is_empty() { "/usr/lib/rpm/macros".to_string() } else { conf.from.join(", ") };
     // rpm before 4.15 has no %_db_backend and only Berkeley DB. An image with no rpm macros at
     // all has no rpm to disagree with the files: they say.
     let expects = match conf.backend.as_deref() {
@@ -310,12 +327,16 @@ pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
         None | Some("bdb") => Some(Format::Bdb),
         Some("sqlite") => Some(Format::Sqlite),
         Some("ndb") => None,
-        Some(other) => return Err(RpmdbError::UnknownBackend { backend: other.to_string(), macros }),
+        Some(other) => {
+            return Err(RpmdbError::UnknownBackend { backend: other.to_string(), macros })
+        }
     };
     let format = match expects {
         Some(Format::Sqlite) if has("rpmdb.sqlite") => Format::Sqlite,
         Some(Format::Bdb) if has("Packages") => Format::Bdb,
-        None if has("Packages.db") => return Err(RpmdbError::Ndb { path: format!("{dir}/Packages.db") }),
+        None if has("Packages.db") => {
+            return Err(RpmdbError::Ndb { path: format!("{dir}/Packages.db") })
+        }
         _ => {
             let (found, file) = if has("rpmdb.sqlite") {
                 ("sqlite", "rpmdb.sqlite")
@@ -325,7 +346,12 @@ pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
                 ("berkeley db", "Packages")
             };
             let expects = conf.backend.clone().unwrap_or_else(|| "bdb".into());
-            return Err(RpmdbError::Mismatch { path: format!("{dir}/{file}"), found, expects, macros });
+            return Err(RpmdbError::Mismatch {
+                path: format!("{dir}/{file}"),
+                found,
+                expects,
+                macros,
+            });
         }
     };
     let read = |name: &str| -> Result<Option<Vec<u8>>, RpmdbError> {
@@ -339,12 +365,20 @@ pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
             let wal = if has("rpmdb.sqlite-wal") { read("rpmdb.sqlite-wal")? } else { None };
             let read = sqlite::read(&db, wal.as_deref(), &path)?;
             let headers = parse_all(read.blobs, &path)?;
-            Ok(Some(Database { format, dir, headers, max_instance: read.max_instance, files, sqlite: Some(read.db) }))
+            Ok(Some(Database {
+                format,
+                dir,
+                headers,
+                max_instance: read.max_instance,
+                files,
+                sqlite: Some(read.db),
+            }))
         }
         Format::Bdb => {
             let path = format!("{dir}/Packages");
             let bytes = read("Packages")?.unwrap_or_default();
-            let records = bdb::read_hash(&bytes).map_err(|source| RpmdbError::Bdb { path: path.clone(), source })?;
+            let records = bdb::read_hash(&bytes)
+                .map_err(|source| RpmdbError::Bdb { path: path.clone(), source })?;
             let mut blobs = Vec::new();
             let mut max_instance = 0;
             for (k, v) in records {
@@ -369,7 +403,16 @@ pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
 }
 
 fn parse_all(blobs: Vec<(u32, Vec<u8>)>, path: &str) -> Result<Vec<(u32, Header)>, RpmdbError> {
-    blobs.into_iter().map(|(hnum, b)| Header::parse(b).map(|h| (hnum, h)).map_err(|source| RpmdbError::Header { hnum, path: path.to_string(), source })).collect()
+    blobs
+        .into_iter()
+        .map(|(hnum, b)| {
+            Header::parse(b).map(|h| (hnum, h)).map_err(|source| RpmdbError::Header {
+                hnum,
+                path: path.to_string(),
+                source,
+            })
+        })
+        .collect()
 }
 
 /// What the install transaction adds to a package's header besides its signature tags.
@@ -414,7 +457,11 @@ pub fn transaction_color(base: &dyn BaseFiles, arch: &str) -> u32 {
 /// signature header's digests and signatures merged in (`headerMergeLegacySigs`), rpm's
 /// retrofits, and the install-time tags (`dbAdd`), appended after the immutable region sorted
 /// by tag as `headerExport` writes them.
-pub fn installed_header(main: &Header, sig: &Header, ctx: &InstallCtx) -> Result<Vec<u8>, RpmdbError> {
+pub fn installed_header(
+    main: &Header,
+    sig: &Header,
+    ctx: &InstallCtx,
+) -> Result<Vec<u8>, RpmdbError> {
     let package = format!("{}-{}.{}", main.name(), main.evr(), main.arch());
     if main.region_with_magic().is_none() || !main.has(tag::NAME) {
         return Err(RpmdbError::NoRegion { package });
@@ -426,16 +473,28 @@ pub fn installed_header(main: &Header, sig: &Header, ctx: &InstallCtx) -> Result
             if quirk && !sig.has(stag) {
                 continue;
             }
-            return Err(RpmdbError::SignatureTag { package, tag: xtag, why: "it is in both the signature header and the main header" });
+            return Err(RpmdbError::SignatureTag {
+                package,
+                tag: xtag,
+                why: "it is in both the signature header and the main header",
+            });
         }
     }
     for &(stag, xtag, kind, count, _) in XLATE {
         let Some(e) = sig.entries().iter().skip(1).find(|e| e.tag == stag) else { continue };
         if e.kind != kind {
-            return Err(RpmdbError::SignatureTag { package, tag: stag, why: "it has the wrong type" });
+            return Err(RpmdbError::SignatureTag {
+                package,
+                tag: stag,
+                why: "it has the wrong type",
+            });
         }
         if e.count < 1 || e.count > 16 * 1024 * 1024 || (count != 0 && e.count != count) {
-            return Err(RpmdbError::SignatureTag { package, tag: stag, why: "it has the wrong count" });
+            return Err(RpmdbError::SignatureTag {
+                package,
+                tag: stag,
+                why: "it has the wrong count",
+            });
         }
         let Some(v) = sig.get(stag) else { continue };
         added.push((xtag, v));
@@ -452,7 +511,8 @@ pub fn installed_header(main: &Header, sig: &Header, ctx: &InstallCtx) -> Result
     }
     let files = main.strings(tag::BASENAMES).len().max(main.strings(tag::OLDFILENAMES).len());
     if files > 0 {
-        let states = if ctx.file_states.is_empty() { vec![0; files] } else { ctx.file_states.clone() };
+        let states =
+            if ctx.file_states.is_empty() { vec![0; files] } else { ctx.file_states.clone() };
         added.push((tag::FILESTATES, Value::Char(states)));
     }
     added.push((tag::INSTALLTID, Value::Int32(vec![ctx.tid])));
@@ -472,7 +532,8 @@ fn transient_req(flags: u32) -> bool {
     const PRETRANS: u32 = 1 << 7;
     const KEYRING: u32 = 1 << 26;
     const META: u32 = 1 << 29;
-    let install_only = (SCRIPT_PRE | SCRIPT_POST | RPMLIB | KEYRING | PRETRANS | POSTTRANS) & !PREREQ;
+    let install_only =
+        (SCRIPT_PRE | SCRIPT_POST | RPMLIB | KEYRING | PRETRANS | POSTTRANS) & !PREREQ;
     let erase_only = (SCRIPT_PREUN | SCRIPT_POSTUN) & !PREREQ;
     flags & install_only != 0 && flags & erase_only == 0 && flags & META == 0
 }
@@ -500,11 +561,14 @@ pub fn index_entries(h: &Header, hnum: u32) -> BTreeMap<&'static str, Vec<(Vec<u
             TRANSFILETRIGGERNAME => h.ints(TRANSFILETRIGGERINDEX),
             _ => Vec::new(),
         };
-        let req_flags = if ix.tag == tag::REQUIRENAME { h.ints(tag::REQUIREFLAGS) } else { Vec::new() };
+        let req_flags =
+            if ix.tag == tag::REQUIRENAME { h.ints(tag::REQUIREFLAGS) } else { Vec::new() };
         let (items, array): (Vec<Vec<u8>>, bool) = match value {
             Value::String(s) => (vec![s.into_bytes()], false),
             // I18N strings come back as one string: the untranslated one.
-            Value::I18nString(v) => (v.into_iter().take(1).map(String::into_bytes).collect(), false),
+            Value::I18nString(v) => {
+                (v.into_iter().take(1).map(String::into_bytes).collect(), false)
+            }
             Value::StringArray(v) => (v.into_iter().map(String::into_bytes).collect(), true),
             // A BIN value is one key of all its bytes.
             Value::Bin(b) => (vec![b], false),
@@ -516,17 +580,29 @@ pub fn index_entries(h: &Header, hnum: u32) -> BTreeMap<&'static str, Vec<(Vec<u
         };
         for (i, key) in items.iter().enumerate() {
             let idx = match ix.tag {
-                FILETRIGGERNAME | TRANSFILETRIGGERNAME => trig_index.get(i).copied().unwrap_or(0) as u32,
+                FILETRIGGERNAME | TRANSFILETRIGGERNAME => {
+                    trig_index.get(i).copied().unwrap_or(0) as u32
+                }
                 _ => i as u32,
             };
-            if ix.tag == tag::REQUIRENAME && req_flags.get(i).is_some_and(|f| transient_req(*f as u32)) {
+            if ix.tag == tag::REQUIRENAME
+                && req_flags.get(i).is_some_and(|f| transient_req(*f as u32))
+            {
                 continue;
             }
             if ix.tag == TRIGGERNAME && items[..i].contains(key) {
                 continue;
             }
             keys.push((key.clone(), idx));
-            let rich = matches!(ix.tag, tag::REQUIRENAME | tag::CONFLICTNAME | SUGGESTNAME | SUPPLEMENTNAME | RECOMMENDNAME | ENHANCENAME);
+            let rich = matches!(
+                ix.tag,
+                tag::REQUIRENAME
+                    | tag::CONFLICTNAME
+                    | SUGGESTNAME
+                    | SUPPLEMENTNAME
+                    | RECOMMENDNAME
+                    | ENHANCENAME
+            );
             if rich && array && key.first() == Some(&b'(') {
                 for name in rich_names(key) {
                     keys.push((name, idx));
@@ -636,12 +712,19 @@ fn rich_names(dep: &[u8]) -> Vec<Vec<u8>> {
                     break;
                 }
                 let start = self.at;
-                while self.peek() != 0 && !self.peek().is_ascii_whitespace() && self.peek() != b'(' && self.peek() != b')' {
+                while self.peek() != 0
+                    && !self.peek().is_ascii_whitespace()
+                    && self.peek() != b'('
+                    && self.peek() != b')'
+                {
                     self.at += 1;
                 }
                 let s = self.s;
                 op = &s[start..self.at];
-                if !matches!(op, b"and" | b"or" | b"if" | b"unless" | b"else" | b"with" | b"without") {
+                if !matches!(
+                    op,
+                    b"and" | b"or" | b"if" | b"unless" | b"else" | b"with" | b"without"
+                ) {
                     return None;
                 }
                 let level = self.levels.len() - 1;
@@ -702,14 +785,17 @@ pub fn write(db: &Database, remove: &[u32], add: &[Vec<u8>]) -> Result<Vec<DbFil
         .enumerate()
         .map(|(i, b)| {
             let hnum = db.max_instance + 1 + i as u32;
-            Header::parse(b.clone()).map(|h| (hnum, h)).map_err(|source| RpmdbError::InstallHeader { package: format!("new package #{i}"), source })
+            Header::parse(b.clone()).map(|h| (hnum, h)).map_err(|source| {
+                RpmdbError::InstallHeader { package: format!("new package #{i}"), source }
+            })
         })
         .collect::<Result<_, _>>()?;
     let mut out = Vec::new();
     match db.format {
         Format::Sqlite => {
             let path = db.path("rpmdb.sqlite");
-            let bytes = sqlite::write(db.sqlite.as_deref().unwrap_or_default(), remove, &added, &path)?;
+            let bytes =
+                sqlite::write(db.sqlite.as_deref().unwrap_or_default(), remove, &added, &path)?;
             out.push(DbFile::File { path, bytes, mode: DB_MODE });
             // The log and its index belong to the old file: rpm starts new ones.
             for name in ["rpmdb.sqlite-wal", "rpmdb.sqlite-shm", "rpmdb.sqlite-journal"] {
@@ -719,16 +805,28 @@ pub fn write(db: &Database, remove: &[u32], add: &[Vec<u8>]) -> Result<Vec<DbFil
             }
         }
         Format::Bdb => {
-            let mut kept: Vec<(u32, &Header)> = db.headers.iter().filter(|(h, _)| !remove.contains(h)).map(|(n, h)| (*n, h)).collect();
+            let mut kept: Vec<(u32, &Header)> = db
+                .headers
+                .iter()
+                .filter(|(h, _)| !remove.contains(h))
+                .map(|(n, h)| (*n, h))
+                .collect();
             kept.extend(added.iter().map(|(n, h)| (*n, h)));
             kept.sort_by_key(|(n, _)| *n);
             let max = db.max_instance + added.len() as u32;
-            let mut packages: Vec<(Vec<u8>, Vec<u8>)> = vec![(0u32.to_le_bytes().to_vec(), max.to_le_bytes().to_vec())];
-            packages.extend(kept.iter().map(|(n, h)| (n.to_le_bytes().to_vec(), h.blob().to_vec())));
-            out.push(DbFile::File { path: db.path("Packages"), bytes: bdb::write_hash(&packages, &seed("Packages", &packages)), mode: DB_MODE });
+            let mut packages: Vec<(Vec<u8>, Vec<u8>)> =
+                vec![(0u32.to_le_bytes().to_vec(), max.to_le_bytes().to_vec())];
+            packages
+                .extend(kept.iter().map(|(n, h)| (n.to_le_bytes().to_vec(), h.blob().to_vec())));
+            out.push(DbFile::File {
+                path: db.path("Packages"),
+                bytes: bdb::write_hash(&packages, &seed("Packages", &packages)),
+                mode: DB_MODE,
+            });
             // Each index: key -> (hnum, idx) pairs in native order, appended as rpm adds
             // packages, so in instance order (db3.c `set2dbt`, `dbiIndexSetAppend`).
-            let mut indexes: BTreeMap<&str, BTreeMap<Vec<u8>, Vec<u8>>> = INDEXES.iter().map(|ix| (ix.name, BTreeMap::new())).collect();
+            let mut indexes: BTreeMap<&str, BTreeMap<Vec<u8>, Vec<u8>>> =
+                INDEXES.iter().map(|ix| (ix.name, BTreeMap::new())).collect();
             for (hnum, h) in &kept {
                 for (name, keys) in index_entries(h, *hnum) {
                     let ix = indexes.get_mut(name).expect("every index");
@@ -745,7 +843,11 @@ pub fn write(db: &Database, remove: &[u32], add: &[Vec<u8>]) -> Result<Vec<DbFil
             }
             for (name, recs) in indexes {
                 let recs: Vec<(Vec<u8>, Vec<u8>)> = recs.into_iter().collect();
-                out.push(DbFile::File { path: db.path(name), bytes: bdb::write_btree(&recs, &seed(name, &recs)), mode: DB_MODE });
+                out.push(DbFile::File {
+                    path: db.path(name),
+                    bytes: bdb::write_btree(&recs, &seed(name, &recs)),
+                    mode: DB_MODE,
+                });
             }
             // The environment caches pages of the old files: rpm recreates it.
             for f in &db.files {
@@ -773,7 +875,6 @@ fn seed(name: &str, recs: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
     h.finalize().to_vec()
 }
 
-
 #[cfg(test)]
 mod tests {
     //! The tests named `*_real_rpm` build packages with `rpmbuild` and install them with the
@@ -792,22 +893,30 @@ mod tests {
         }
         fn list(&self, dir: &str) -> crate::error::Result<Vec<String>> {
             let Ok(rd) = std::fs::read_dir(self.0.join(dir)) else { return Ok(Vec::new()) };
-            Ok(rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            Ok(rd
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect())
         }
         fn real_path(&self, path: &str) -> crate::error::Result<Option<String>> {
             let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
             let root = self.0.canonicalize().unwrap();
             let Ok(real) = self.0.join(dir).canonicalize() else { return Ok(None) };
-            let rel = real.strip_prefix(&root).expect("inside the root").to_string_lossy().into_owned();
+            let rel =
+                real.strip_prefix(&root).expect("inside the root").to_string_lossy().into_owned();
             Ok(Some(if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") }))
         }
-        fn kind(&self, _path: &str) -> crate::error::Result<Option<crate::image::rootfs::SnapEntry>> {
+        fn kind(
+            &self,
+            _path: &str,
+        ) -> crate::error::Result<Option<crate::image::rootfs::SnapEntry>> {
             Ok(None)
         }
     }
 
     fn have_rpm() -> bool {
-        let ok = |c: &str| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success());
+        let ok =
+            |c: &str| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success());
         if ok("rpm") && ok("rpmbuild") {
             return true;
         }
@@ -889,10 +998,21 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
             let path = dir.join(format!("{name}.spec"));
             std::fs::write(&path, spec).unwrap();
             let top = dir.join("top");
-            let o = Command::new("rpmbuild").arg("--define").arg(format!("_topdir {}", top.display())).arg("-bb").arg(&path).output().unwrap();
+            let o = Command::new("rpmbuild")
+                .arg("--define")
+                .arg(format!("_topdir {}", top.display()))
+                .arg("-bb")
+                .arg(&path)
+                .output()
+                .unwrap();
             assert!(o.status.success(), "rpmbuild: {}", String::from_utf8_lossy(&o.stderr));
             let arch = if name == "a" { "x86_64" } else { "noarch" };
-            let rpm = std::fs::read_dir(top.join("RPMS").join(arch)).unwrap().next().unwrap().unwrap().path();
+            let rpm = std::fs::read_dir(top.join("RPMS").join(arch))
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .path();
             out.push(rpm);
         }
         (out[0].clone(), out[1].clone())
@@ -900,7 +1020,10 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
 
     fn rpm(root: &Path, args: &[&str], env: Option<u32>) -> std::process::Output {
         let mut c = Command::new("rpm");
-        c.arg("--root").arg(root).args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend sqlite"]).args(args);
+        c.arg("--root")
+            .arg(root)
+            .args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend sqlite"])
+            .args(args);
         if let Some(t) = env {
             c.env("SOURCE_DATE_EPOCH", t.to_string());
         }
@@ -924,7 +1047,9 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
     }
 
     fn blobs(db: &Path) -> Vec<(u32, Vec<u8>)> {
-        let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let c =
+            rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
         let mut s = c.prepare("SELECT hnum, blob FROM Packages ORDER BY hnum").unwrap();
         s.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
     }
@@ -932,11 +1057,16 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
     /// Every table's rows in rowid order with each value's type, and the schema: what
     /// `sqlite3 .dump` shows, compared exactly.
     fn dump(db: &Path) -> Vec<String> {
-        let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let c =
+            rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
         let mut out: Vec<String> = Vec::new();
         let tables: Vec<(String, String)> = {
             let mut s = c.prepare("SELECT name, sql FROM sqlite_master ORDER BY rowid").unwrap();
-            s.query_map([], |r| Ok((r.get(0)?, r.get::<_, Option<String>>(1)?.unwrap_or_default()))).unwrap().map(Result::unwrap).collect()
+            s.query_map([], |r| Ok((r.get(0)?, r.get::<_, Option<String>>(1)?.unwrap_or_default())))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
         };
         for (name, sql) in tables {
             out.push(sql.clone());
@@ -949,8 +1079,12 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
                 .query_map([], |r| {
                     Ok((0..n)
                         .map(|i| match r.get_ref(i).unwrap() {
-                            rusqlite::types::ValueRef::Text(t) => format!("text:{}", hex::encode(t)),
-                            rusqlite::types::ValueRef::Blob(b) => format!("blob:{}", hex::encode(b)),
+                            rusqlite::types::ValueRef::Text(t) => {
+                                format!("text:{}", hex::encode(t))
+                            }
+                            rusqlite::types::ValueRef::Blob(b) => {
+                                format!("blob:{}", hex::encode(b))
+                            }
                             v => format!("{v:?}"),
                         })
                         .collect::<Vec<_>>()
@@ -1003,7 +1137,11 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         for root in [&one, &both] {
             // What EL9's rpm says (its /usr/lib/rpm/macros).
             std::fs::create_dir_all(root.join("usr/lib/rpm")).unwrap();
-            std::fs::write(root.join("usr/lib/rpm/macros"), "%_dbpath\t\t%{_var}/lib/rpm\n%_db_backend\t  sqlite\n").unwrap();
+            std::fs::write(
+                root.join("usr/lib/rpm/macros"),
+                "%_dbpath\t\t%{_var}/lib/rpm\n%_db_backend\t  sqlite\n",
+            )
+            .unwrap();
         }
         install(&one, &b, T1);
         install(&both, &b, T1);
@@ -1024,21 +1162,55 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         let f = fixture();
         let real = blobs(&f.both.join("var/lib/rpm/rpmdb.sqlite"));
         let (sig, main) = headers(&f.a);
-        let ours = installed_header(&main, &sig, &InstallCtx { install_time: T2, tid: T2, color: color(), file_states: Vec::new() }).unwrap();
+        let ours = installed_header(
+            &main,
+            &sig,
+            &InstallCtx { install_time: T2, tid: T2, color: color(), file_states: Vec::new() },
+        )
+        .unwrap();
         assert_eq!(real.len(), 2);
-        assert_eq!(hex::encode(&ours), hex::encode(&real[1].1), "the blob rpm stored for erdma-testa");
+        assert_eq!(
+            hex::encode(&ours),
+            hex::encode(&real[1].1),
+            "the blob rpm stored for erdma-testa"
+        );
         // The relocatable one gets INSTPREFIXES, and noarch the same color.
-        let (sig_b, main_b) = headers(&std::fs::read_dir(f._dir.path().join("top/RPMS/noarch")).unwrap().next().unwrap().unwrap().path());
-        let ours_b = installed_header(&main_b, &sig_b, &InstallCtx { install_time: T1, tid: T1, color: color(), file_states: Vec::new() }).unwrap();
-        assert_eq!(hex::encode(&ours_b), hex::encode(&real[0].1), "the blob rpm stored for erdma-libfoo");
+        let (sig_b, main_b) = headers(
+            &std::fs::read_dir(f._dir.path().join("top/RPMS/noarch"))
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .path(),
+        );
+        let ours_b = installed_header(
+            &main_b,
+            &sig_b,
+            &InstallCtx { install_time: T1, tid: T1, color: color(), file_states: Vec::new() },
+        )
+        .unwrap();
+        assert_eq!(
+            hex::encode(&ours_b),
+            hex::encode(&real[0].1),
+            "the blob rpm stored for erdma-libfoo"
+        );
 
         // Every index row rpm wrote for each package, in rowid order.
-        let c = rusqlite::Connection::open_with_flags(f.both.join("var/lib/rpm/rpmdb.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let c = rusqlite::Connection::open_with_flags(
+            f.both.join("var/lib/rpm/rpmdb.sqlite"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
         for (hnum, blob) in &real {
             let h = Header::parse(blob.clone()).unwrap();
             let ours = index_entries(&h, *hnum);
             for ix in INDEXES {
-                let mut s = c.prepare(&format!("SELECT key, idx FROM '{}' WHERE hnum = ? ORDER BY rowid", ix.name)).unwrap();
+                let mut s = c
+                    .prepare(&format!(
+                        "SELECT key, idx FROM '{}' WHERE hnum = ? ORDER BY rowid",
+                        ix.name
+                    ))
+                    .unwrap();
                 let rows: Vec<(Vec<u8>, u32)> = s
                     .query_map([hnum], |r| {
                         let k = match r.get_ref(0)? {
@@ -1051,8 +1223,17 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
                     .unwrap()
                     .map(Result::unwrap)
                     .collect();
-                let show = |v: &[(Vec<u8>, u32)]| v.iter().map(|(k, i)| format!("{}#{i}", String::from_utf8_lossy(k))).collect::<Vec<_>>();
-                assert_eq!(show(ours.get(ix.name).map(Vec::as_slice).unwrap_or_default()), show(&rows), "index {} of #{hnum}", ix.name);
+                let show = |v: &[(Vec<u8>, u32)]| {
+                    v.iter()
+                        .map(|(k, i)| format!("{}#{i}", String::from_utf8_lossy(k)))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    show(ours.get(ix.name).map(Vec::as_slice).unwrap_or_default()),
+                    show(&rows),
+                    "index {} of #{hnum}",
+                    ix.name
+                );
             }
         }
     }
@@ -1067,12 +1248,24 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         let db = open(&base).unwrap().expect("a database");
         assert_eq!(db.format, Format::Sqlite);
         assert_eq!(db.dir, "var/lib/rpm");
-        assert_eq!(db.installed().iter().map(|p| p.nevra()).collect::<Vec<_>>(), ["erdma-libfoo-1:1.2-3.noarch"]);
+        assert_eq!(
+            db.installed().iter().map(|p| p.nevra()).collect::<Vec<_>>(),
+            ["erdma-libfoo-1:1.2-3.noarch"]
+        );
         let (sig, main) = headers(&f.a);
-        let blob = installed_header(&main, &sig, &InstallCtx { install_time: T2, tid: T2, color: color(), file_states: Vec::new() }).unwrap();
+        let blob = installed_header(
+            &main,
+            &sig,
+            &InstallCtx { install_time: T2, tid: T2, color: color(), file_states: Vec::new() },
+        )
+        .unwrap();
         let files = write(&db, &[], &[blob]).unwrap();
         // rpm leaves an empty log and its index beside the database: both go.
-        assert_eq!(files.iter().filter(|f| matches!(f, DbFile::Whiteout { .. })).count(), 2, "{files:?}");
+        assert_eq!(
+            files.iter().filter(|f| matches!(f, DbFile::Whiteout { .. })).count(),
+            2,
+            "{files:?}"
+        );
 
         // The image: the files real rpm installed, with our database.
         let ours = f._dir.path().join("ours");
@@ -1085,16 +1278,31 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         let real_dump = dump(&f.both.join("var/lib/rpm/rpmdb.sqlite"));
         let our_dump = dump(&dbdir.join("rpmdb.sqlite"));
         let diff: Vec<_> = real_dump.iter().zip(&our_dump).filter(|(a, b)| a != b).collect();
-        let only = |a: &[String], b: &[String]| a.iter().filter(|l| !b.contains(l)).cloned().collect::<Vec<_>>();
-        assert!(diff.is_empty() && real_dump.len() == our_dump.len(), "tables differ from real rpm's: {diff:#?}\nonly real: {:#?}\nonly ours: {:#?}", only(&real_dump, &our_dump), only(&our_dump, &real_dump));
+        let only = |a: &[String], b: &[String]| {
+            a.iter().filter(|l| !b.contains(l)).cloned().collect::<Vec<_>>()
+        };
+        assert!(
+            diff.is_empty() && real_dump.len() == our_dump.len(),
+            "tables differ from real rpm's: {diff:#?}\nonly real: {:#?}\nonly ours: {:#?}",
+            only(&real_dump, &our_dump),
+            only(&our_dump, &real_dump)
+        );
 
         // Real rpm reads it.
         let q = |args: &[&str]| {
             let o = rpm(&ours, args, None);
-            (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr),
+            )
         };
         let (ok, out) = q(&["-qa", "--qf", "%{NEVRA}\n"]);
-        assert!(ok && out.contains("erdma-testa-1.0-1.x86_64") && out.contains("erdma-libfoo-1:1.2-3.noarch"), "{out}");
+        assert!(
+            ok && out.contains("erdma-testa-1.0-1.x86_64")
+                && out.contains("erdma-libfoo-1:1.2-3.noarch"),
+            "{out}"
+        );
         let (ok, out) = q(&["-q", "--whatprovides", "testcap"]);
         assert!(ok && out.starts_with("erdma-testa-1.0-1"), "{out}");
         let (ok, out) = q(&["-qf", "/usr/bin/erdma-testa"]);
@@ -1123,7 +1331,10 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         copy_tree(&f.both, &root);
         apply(&root, &files);
         let back = open(&DirBase(root.clone())).unwrap().unwrap();
-        assert_eq!(back.headers.iter().map(|(n, h)| (*n, h.name())).collect::<Vec<_>>(), [(1, "erdma-libfoo".to_string())]);
+        assert_eq!(
+            back.headers.iter().map(|(n, h)| (*n, h.name())).collect::<Vec<_>>(),
+            [(1, "erdma-libfoo".to_string())]
+        );
         // The sequence survives: the next package is #3, as rpm would number it.
         assert_eq!(back.max_instance, 2);
         let o = rpm(&root, &["-qa"], None);
@@ -1148,14 +1359,18 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         std::fs::create_dir_all(snap.join("usr/lib/rpm")).unwrap();
         std::fs::copy(root.join("usr/lib/rpm/macros"), snap.join("usr/lib/rpm/macros")).unwrap();
         for n in ["rpmdb.sqlite", "rpmdb.sqlite-wal"] {
-            std::fs::copy(root.join("var/lib/rpm").join(n), snap.join("var/lib/rpm").join(n)).unwrap();
+            std::fs::copy(root.join("var/lib/rpm").join(n), snap.join("var/lib/rpm").join(n))
+                .unwrap();
         }
         drop(c);
         assert!(std::fs::metadata(snap.join("var/lib/rpm/rpmdb.sqlite-wal")).unwrap().len() > 0);
         let read = open(&DirBase(snap)).unwrap().unwrap();
         assert_eq!(read.headers.len(), 1, "the log's delete is seen");
         let files = write(&read, &[], &[]).unwrap();
-        assert!(files.contains(&DbFile::Whiteout { path: "var/lib/rpm/rpmdb.sqlite-wal".into() }), "{files:?}");
+        assert!(
+            files.contains(&DbFile::Whiteout { path: "var/lib/rpm/rpmdb.sqlite-wal".into() }),
+            "{files:?}"
+        );
     }
 
     #[test]
@@ -1166,7 +1381,14 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         let f = fixture();
         let sq = open(&DirBase(f.both.clone())).unwrap().unwrap();
         // A Berkeley DB base: the same packages, as our writer lays them out.
-        let db = Database { format: Format::Bdb, dir: "var/lib/rpm".into(), headers: Vec::new(), max_instance: 0, files: vec!["__db.001".into()], sqlite: None };
+        let db = Database {
+            format: Format::Bdb,
+            dir: "var/lib/rpm".into(),
+            headers: Vec::new(),
+            max_instance: 0,
+            files: vec!["__db.001".into()],
+            sqlite: None,
+        };
         let blobs: Vec<Vec<u8>> = sq.headers.iter().map(|(_, h)| h.blob().to_vec()).collect();
         let files = write(&db, &[], &blobs).unwrap();
         assert!(files.contains(&DbFile::Whiteout { path: "var/lib/rpm/__db.001".into() }));
@@ -1182,15 +1404,41 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         let back = open(&DirBase(root.clone())).unwrap().unwrap();
         assert_eq!(back.format, Format::Bdb);
         assert_eq!(back.max_instance, 2);
-        assert_eq!(back.headers.iter().map(|(n, h)| (*n, h.blob().to_vec())).collect::<Vec<_>>(), sq.headers.iter().map(|(n, h)| (*n, h.blob().to_vec())).collect::<Vec<_>>());
+        assert_eq!(
+            back.headers.iter().map(|(n, h)| (*n, h.blob().to_vec())).collect::<Vec<_>>(),
+            sq.headers.iter().map(|(n, h)| (*n, h.blob().to_vec())).collect::<Vec<_>>()
+        );
         // rpm's read-only Berkeley DB backend (Debian's rpm cannot write one) finds them.
-        let o = Command::new("rpm").arg("--root").arg(&root).args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend bdb_ro", "-qa"]).output().unwrap();
+        let o = Command::new("rpm")
+            .arg("--root")
+            .arg(&root)
+            .args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend bdb_ro", "-qa"])
+            .output()
+            .unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
-        assert!(out.contains("erdma-testa-1.0-1.x86_64") && out.contains("erdma-libfoo-1.2-3.noarch"), "{out}{}", String::from_utf8_lossy(&o.stderr));
-        for (args, want) in [(&["-qf", "/usr/bin/erdma-testa"][..], "erdma-testa"), (&["-q", "--whatprovides", "testcap"][..], "erdma-testa"), (&["-q", "erdma-libfoo"][..], "erdma-libfoo")] {
-            let o = Command::new("rpm").arg("--root").arg(&root).args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend bdb_ro"]).args(args).output().unwrap();
+        assert!(
+            out.contains("erdma-testa-1.0-1.x86_64") && out.contains("erdma-libfoo-1.2-3.noarch"),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        for (args, want) in [
+            (&["-qf", "/usr/bin/erdma-testa"][..], "erdma-testa"),
+            (&["-q", "--whatprovides", "testcap"][..], "erdma-testa"),
+            (&["-q", "erdma-libfoo"][..], "erdma-libfoo"),
+        ] {
+            let o = Command::new("rpm")
+                .arg("--root")
+                .arg(&root)
+                .args(["--dbpath", "/var/lib/rpm", "--define", "_db_backend bdb_ro"])
+                .args(args)
+                .output()
+                .unwrap();
             let out = String::from_utf8_lossy(&o.stdout);
-            assert!(out.starts_with(want), "rpm {args:?}: {out}{}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                out.starts_with(want),
+                "rpm {args:?}: {out}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
     }
 
@@ -1204,7 +1452,9 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         std::fs::create_dir_all(root.join("var/lib")).unwrap();
         std::os::unix::fs::symlink("../../usr/lib/sysimage/rpm", root.join("var/lib/rpm")).unwrap();
         std::fs::write(root.join("usr/lib/sysimage/rpm/Packages.db"), b"").unwrap();
-        assert!(matches!(open(&base), Err(RpmdbError::Ndb { path }) if path == "usr/lib/sysimage/rpm/Packages.db"));
+        assert!(
+            matches!(open(&base), Err(RpmdbError::Ndb { path }) if path == "usr/lib/sysimage/rpm/Packages.db")
+        );
         std::fs::remove_file(root.join("usr/lib/sysimage/rpm/Packages.db")).unwrap();
         std::fs::write(root.join("usr/lib/sysimage/rpm/rpmdb.sqlite"), b"").unwrap();
         // No rpm macros at all (an image without rpm): the files say.
@@ -1214,19 +1464,34 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         std::fs::write(root.join("usr/lib/rpm/macros"), "%_dbpath\t\t%{_var}/lib/rpm\n").unwrap();
         let e = open(&base).unwrap_err();
         assert!(matches!(&e, RpmdbError::Mismatch { found: "sqlite", .. }), "{e}");
-        std::fs::write(root.join("usr/lib/rpm/macros"), "%_dbpath\t\t%{_var}/lib/rpm\n%_db_backend\t  sqlite\n").unwrap();
+        std::fs::write(
+            root.join("usr/lib/rpm/macros"),
+            "%_dbpath\t\t%{_var}/lib/rpm\n%_db_backend\t  sqlite\n",
+        )
+        .unwrap();
         let db = open(&base).unwrap().unwrap();
-        assert_eq!((db.format, db.dir.as_str(), db.headers.len(), db.max_instance), (Format::Sqlite, "usr/lib/sysimage/rpm", 0, 0));
+        assert_eq!(
+            (db.format, db.dir.as_str(), db.headers.len(), db.max_instance),
+            (Format::Sqlite, "usr/lib/sysimage/rpm", 0, 0)
+        );
         // /etc/rpm/macros.* override the vendor's.
         std::fs::create_dir_all(root.join("etc/rpm")).unwrap();
         std::fs::write(root.join("etc/rpm/macros.db"), "%_db_backend bdb\n").unwrap();
         let e = open(&base).unwrap_err();
-        assert!(e.to_string().contains("/etc/rpm/macros.db") && e.to_string().contains("hint"), "{e}");
+        assert!(
+            e.to_string().contains("/etc/rpm/macros.db") && e.to_string().contains("hint"),
+            "{e}"
+        );
     }
 
     #[test]
     fn rich_dependencies_index_their_names() {
-        let n = |s: &str| rich_names(s.as_bytes()).into_iter().map(|v| String::from_utf8(v).unwrap()).collect::<Vec<_>>();
+        let n = |s: &str| {
+            rich_names(s.as_bytes())
+                .into_iter()
+                .map(|v| String::from_utf8(v).unwrap())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(n("(a or b)"), ["a", "b"]);
         assert_eq!(n("(foo >= 1.0 and (bar if baz))"), ["bar", "foo", "!baz"]);
         assert_eq!(n("(p >= 2 if q else r)"), ["p", "q", "r", "!q"]);
@@ -1238,7 +1503,16 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
     #[test]
     fn transient_requirements_are_not_indexed() {
         use header::sense::*;
-        assert!(transient_req(SCRIPT_PRE) && transient_req(SCRIPT_POST) && transient_req(RPMLIB | LESS | EQUAL));
-        assert!(!transient_req(0) && !transient_req(SCRIPT_PREUN) && !transient_req(SCRIPT_PRE | SCRIPT_POSTUN) && !transient_req(PREREQ));
+        assert!(
+            transient_req(SCRIPT_PRE)
+                && transient_req(SCRIPT_POST)
+                && transient_req(RPMLIB | LESS | EQUAL)
+        );
+        assert!(
+            !transient_req(0)
+                && !transient_req(SCRIPT_PREUN)
+                && !transient_req(SCRIPT_PRE | SCRIPT_POSTUN)
+                && !transient_req(PREREQ)
+        );
     }
 }

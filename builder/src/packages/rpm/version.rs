@@ -118,7 +118,13 @@ pub fn compare_evr(a: &Evr, b: &Evr) -> Ordering {
         .unwrap_or(0)
         .cmp(&b.epoch.unwrap_or(0))
         .then_with(|| rpmvercmp(&a.version, &b.version))
-        .then_with(|| if a.release.is_empty() || b.release.is_empty() { Ordering::Equal } else { rpmvercmp(&a.release, &b.release) })
+        .then_with(|| {
+            if a.release.is_empty() || b.release.is_empty() {
+                Ordering::Equal
+            } else {
+                rpmvercmp(&a.release, &b.release)
+            }
+        })
 }
 
 /// Splits `[E:]V[-R]` as rpm's `parseEVR` does: the epoch is the leading digits when a `:`
@@ -127,7 +133,10 @@ pub fn compare_evr(a: &Evr, b: &Evr) -> Ordering {
 pub fn parse_evr(s: &str) -> Evr {
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
     let (epoch, rest) = match s[digits..].strip_prefix(':') {
-        Some(rest) => (Some(if digits == 0 { 0 } else { s[..digits].parse::<u32>().unwrap_or(u32::MAX) }), rest),
+        Some(rest) => (
+            Some(if digits == 0 { 0 } else { s[..digits].parse::<u32>().unwrap_or(u32::MAX) }),
+            rest,
+        ),
         None => (None, s),
     };
     let (version, release) = rest.rsplit_once('-').unwrap_or((rest, ""));
@@ -206,7 +215,9 @@ fn ranges_overlap(f1: Cmp, v1: &Evr, f2: Cmp, v2: &Evr) -> bool {
         if sense == Ordering::Equal {
             if !v1.release.is_empty() && !v2.release.is_empty() {
                 sense = rpmvercmp(&v1.release, &v2.release);
-            } else if (!v1.release.is_empty() && f2.equal()) || (!v2.release.is_empty() && f1.equal()) {
+            } else if (!v1.release.is_empty() && f2.equal())
+                || (!v2.release.is_empty() && f1.equal())
+            {
                 // "always matches if the side with no release has SENSE_EQUAL"
                 return true;
             }
@@ -215,7 +226,9 @@ fn ranges_overlap(f1: Cmp, v1: &Evr, f2: Cmp, v2: &Evr) -> bool {
     match sense {
         Ordering::Less => f1.greater() || f2.less(),
         Ordering::Greater => f1.less() || f2.greater(),
-        Ordering::Equal => (f1.equal() && f2.equal()) || (f1.less() && f2.less()) || (f1.greater() && f2.greater()),
+        Ordering::Equal => {
+            (f1.equal() && f2.equal()) || (f1.less() && f2.less()) || (f1.greater() && f2.greater())
+        }
     }
 }
 
@@ -232,7 +245,9 @@ pub fn overlaps(req: &Dep, prov: &Dep) -> bool {
         return false;
     }
     match (&req.version, &prov.version) {
-        (Some((f1, v1)), Some((f2, v2))) if !v1.version.is_empty() && !v2.version.is_empty() => ranges_overlap(*f1, v1, *f2, v2),
+        (Some((f1, v1)), Some((f2, v2))) if !v1.version.is_empty() && !v2.version.is_empty() => {
+            ranges_overlap(*f1, v1, *f2, v2)
+        }
         _ => true,
     }
 }
@@ -256,11 +271,15 @@ impl Dep {
             return Dep::named(s);
         }
         let mut words = s.split_whitespace();
-        let (Some(name), Some(op), Some(evr), None) = (words.next(), words.next(), words.next(), words.next()) else {
+        let (Some(name), Some(op), Some(evr), None) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
             return Dep::named(s);
         };
         match Cmp::parse(op) {
-            Some(cmp) => Dep { name: name.to_string(), version: Some((cmp, parse_evr(evr))), pre: false },
+            Some(cmp) => {
+                Dep { name: name.to_string(), version: Some((cmp, parse_evr(evr))), pre: false }
+            }
             None => Dep::named(s),
         }
     }
@@ -354,7 +373,13 @@ fn parse_group(text: &str, mut i: usize, check: &mut u8) -> Result<(RichDep, usi
     loop {
         i = skip_white(s, i);
         match s.get(i) {
-            Some(b')') => return Err(if chain.is_some() { "missing argument to rich dependency op".into() } else { "empty rich dependency".into() }),
+            Some(b')') => {
+                return Err(if chain.is_some() {
+                    "missing argument to rich dependency op".into()
+                } else {
+                    "empty rich dependency".into()
+                })
+            }
             None => return Err(format!("unterminated rich dependency: {text}")),
             Some(b'(') => {
                 let mut sub = 0u8;
@@ -394,7 +419,10 @@ fn parse_group(text: &str, mut i: usize, check: &mut u8) -> Result<(RichDep, usi
             Some(b')') => break,
             Some(_) => {}
         }
-        let end = s[i..].iter().position(|c| c.is_ascii_whitespace() || *c == b')').map_or(s.len(), |p| i + p);
+        let end = s[i..]
+            .iter()
+            .position(|c| c.is_ascii_whitespace() || *c == b')')
+            .map_or(s.len(), |p| i + p);
         let op = match &text[i..end] {
             "and" => Op::And,
             "or" => Op::Or,
@@ -541,7 +569,9 @@ impl RichDep {
     /// `REL_WITH`/`REL_WITHOUT`).
     pub fn eval_exact(&self, providers: &mut dyn FnMut(&Dep) -> Vec<usize>) -> bool {
         match self {
-            RichDep::Atom(_) | RichDep::With(_) | RichDep::Without(..) => !self.set(providers).is_empty(),
+            RichDep::Atom(_) | RichDep::With(_) | RichDep::Without(..) => {
+                !self.set(providers).is_empty()
+            }
             RichDep::And(all) => all.iter().all(|d| d.eval_exact(providers)),
             RichDep::Or(any) => any.iter().any(|d| d.eval_exact(providers)),
             RichDep::If { then, cond, otherwise } => {
@@ -594,7 +624,9 @@ impl RichDep {
     fn collect<'a>(&'a self, out: &mut Vec<&'a Dep>) {
         match self {
             RichDep::Atom(d) => out.push(d),
-            RichDep::And(v) | RichDep::Or(v) | RichDep::With(v) => v.iter().for_each(|d| d.collect(out)),
+            RichDep::And(v) | RichDep::Or(v) | RichDep::With(v) => {
+                v.iter().for_each(|d| d.collect(out))
+            }
             RichDep::If { then, cond, otherwise } | RichDep::Unless { then, cond, otherwise } => {
                 then.collect(out);
                 cond.collect(out);
@@ -673,7 +705,10 @@ mod tests {
             assert_eq!(rpmvercmp(f[0], f[1]), ord(f[2].parse().unwrap()), "{case}");
         }
         // Long numbers neither overflow nor lose precision; non-ASCII separates.
-        assert_eq!(rpmvercmp("1.123456789012345678901234567890", "1.123456789012345678901234567891"), Ordering::Less);
+        assert_eq!(
+            rpmvercmp("1.123456789012345678901234567890", "1.123456789012345678901234567891"),
+            Ordering::Less
+        );
         assert_eq!(rpmvercmp("1.é2", "1.2"), Ordering::Equal);
         assert_eq!(rpmvercmp("", ""), Ordering::Equal);
         assert_eq!(rpmvercmp("~", ""), Ordering::Less);
@@ -682,12 +717,27 @@ mod tests {
 
     #[test]
     fn evr_parse_and_compare() {
-        assert_eq!(parse_evr("1:2.3-4.el8"), Evr { epoch: Some(1), version: "2.3".into(), release: "4.el8".into() });
-        assert_eq!(parse_evr("2.3"), Evr { epoch: None, version: "2.3".into(), release: "".into() });
-        assert_eq!(parse_evr(":2.3-1"), Evr { epoch: Some(0), version: "2.3".into(), release: "1".into() });
+        assert_eq!(
+            parse_evr("1:2.3-4.el8"),
+            Evr { epoch: Some(1), version: "2.3".into(), release: "4.el8".into() }
+        );
+        assert_eq!(
+            parse_evr("2.3"),
+            Evr { epoch: None, version: "2.3".into(), release: "".into() }
+        );
+        assert_eq!(
+            parse_evr(":2.3-1"),
+            Evr { epoch: Some(0), version: "2.3".into(), release: "1".into() }
+        );
         // Only the last hyphen splits; a colon after a non-digit is part of the version.
-        assert_eq!(parse_evr("1.0-rc-2"), Evr { epoch: None, version: "1.0-rc".into(), release: "2".into() });
-        assert_eq!(parse_evr("a:1"), Evr { epoch: None, version: "a:1".into(), release: "".into() });
+        assert_eq!(
+            parse_evr("1.0-rc-2"),
+            Evr { epoch: None, version: "1.0-rc".into(), release: "2".into() }
+        );
+        assert_eq!(
+            parse_evr("a:1"),
+            Evr { epoch: None, version: "a:1".into(), release: "".into() }
+        );
         assert_eq!(parse_evr("1:2-3").to_string(), "1:2-3");
         let c = |a: &str, b: &str| compare_evr(&parse_evr(a), &parse_evr(b));
         assert_eq!(c("1:1.0-1", "2.0-1"), Ordering::Greater);
@@ -734,18 +784,44 @@ mod tests {
     #[test]
     fn rich_dependencies_parse() {
         let r = parse_rich("(foo >= 1.2 or bar)").unwrap();
-        assert_eq!(r, RichDep::Or(vec![RichDep::Atom(dep("foo >= 1.2")), RichDep::Atom(dep("bar"))]));
+        assert_eq!(
+            r,
+            RichDep::Or(vec![RichDep::Atom(dep("foo >= 1.2")), RichDep::Atom(dep("bar"))])
+        );
         let r = parse_rich("(a if (b and c) else (d or e or f))").unwrap();
         assert_eq!(r.to_string(), "(a if (b and c) else (d or e or f))");
         assert_eq!(r.atoms().len(), 6);
         let r = parse_rich("(libfoo.so.1()(64bit) with foo(x86-64) >= 2:1.0-3)").unwrap();
-        assert_eq!(r, RichDep::With(vec![RichDep::Atom(dep("libfoo.so.1()(64bit)")), RichDep::Atom(dep("foo(x86-64) >= 2:1.0-3"))]));
+        assert_eq!(
+            r,
+            RichDep::With(vec![
+                RichDep::Atom(dep("libfoo.so.1()(64bit)")),
+                RichDep::Atom(dep("foo(x86-64) >= 2:1.0-3"))
+            ])
+        );
         assert!(matches!(parse_rich("(a without b)").unwrap(), RichDep::Without(..)));
-        assert!(matches!(parse_rich_conflict("(a unless b else c)").unwrap(), RichDep::Unless { otherwise: Some(_), .. }));
+        assert!(matches!(
+            parse_rich_conflict("(a unless b else c)").unwrap(),
+            RichDep::Unless { otherwise: Some(_), .. }
+        ));
         assert!(matches!(parse_rich("(x or (a unless b else c))").unwrap(), RichDep::Or(_)));
         assert_eq!(parse_rich("(a and b and c)").unwrap().to_string(), "(a and b and c)");
         assert_eq!(parse_rich("((a) or (b >= 1))").unwrap().to_string(), "(a or b >= 1)");
-        for bad in ["(a and b or c)", "(a if b if c)", "()", "(a or", "(a xor b)", "(a >= )", "a or b", "(a or b) c", "((a if b) or c)", "(a unless b)", "(a and (b unless c))", "((a and b) with c)", "(a else b)"] {
+        for bad in [
+            "(a and b or c)",
+            "(a if b if c)",
+            "()",
+            "(a or",
+            "(a xor b)",
+            "(a >= )",
+            "a or b",
+            "(a or b) c",
+            "((a if b) or c)",
+            "(a unless b)",
+            "(a and (b unless c))",
+            "((a and b) with c)",
+            "(a else b)",
+        ] {
             assert!(parse_rich(bad).is_err(), "{bad} parsed: {:?}", parse_rich(bad));
         }
         // rpm allows `or` operands of `with`, and `and` inside `if`.
@@ -763,7 +839,11 @@ mod tests {
     fn rich_dependencies_evaluate() {
         let have = ["foo = 1.3-1", "c"];
         let mut has = |d: &Dep| have.iter().any(|p| overlaps(d, &dep(p)));
-        let t = |s: &str, has: &mut dyn FnMut(&Dep) -> bool| if s.contains("unless") { parse_rich_conflict(s) } else { parse_rich(s) }.unwrap().eval(has);
+        let t = |s: &str, has: &mut dyn FnMut(&Dep) -> bool| {
+            if s.contains("unless") { parse_rich_conflict(s) } else { parse_rich(s) }
+                .unwrap()
+                .eval(has)
+        };
         assert!(t("(foo >= 1.2 or bar)", &mut has));
         assert!(!t("(foo >= 1.4 or bar)", &mut has));
         assert!(!t("(foo and bar)", &mut has));
@@ -794,7 +874,11 @@ mod tests {
     /// A python3 that has rpm's bindings, or why there is none.
     fn python_rpm() -> Result<String, String> {
         for py in ["python3", "/usr/bin/python3"] {
-            let ok = Command::new(py).args(["-c", "import rpm"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+            let ok = Command::new(py)
+                .args(["-c", "import rpm"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
             if ok {
                 return Ok(py.to_string());
             }
@@ -817,13 +901,17 @@ mod tests {
         let py = match python_rpm() {
             Ok(py) => py,
             Err(why) => {
-                assert!(std::env::var_os("CI").is_none(), "CI is set, so this test may not be skipped: {why}");
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "CI is set, so this test may not be skipped: {why}"
+                );
                 eprintln!("skipping rpmvercmp_matches_python_rpm: {why}");
                 return;
             }
         };
         let mut rng = Rng(0x5eed_e4d3_a000_0001);
-        let mut pairs: Vec<(String, String)> = (0..4000).map(|_| (version(&mut rng), version(&mut rng))).collect();
+        let mut pairs: Vec<(String, String)> =
+            (0..4000).map(|_| (version(&mut rng), version(&mut rng))).collect();
         // Near misses too: one edit away from each other.
         for _ in 0..1000 {
             let a = version(&mut rng);
@@ -833,14 +921,23 @@ mod tests {
             pairs.push((a, String::from_utf8(b).unwrap()));
         }
         let script = "import rpm, sys\nfor line in sys.stdin:\n    a, b = line.rstrip('\\n').split('\\t')\n    print(rpm.labelCompare(('0', '1', a), ('0', '1', b)))\n";
-        let mut child = Command::new(&py).args(["-c", script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut child = Command::new(&py)
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
         let input: String = pairs.iter().map(|(a, b)| format!("{a}\t{b}\n")).collect();
         let mut stdin = child.stdin.take().unwrap();
         let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
         let out = child.wait_with_output().unwrap();
         writer.join().unwrap().unwrap();
         assert!(out.status.success(), "{py} failed");
-        let results: Vec<i32> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.trim().parse().unwrap()).collect();
+        let results: Vec<i32> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
         assert_eq!(results.len(), pairs.len());
         let wrong: Vec<String> = pairs
             .iter()
@@ -848,7 +945,13 @@ mod tests {
             .filter(|((a, b), r)| rpmvercmp(a, b) != ord(**r))
             .map(|((a, b), r)| format!("{a:?} vs {b:?}: rpm {r}, ours {:?}", rpmvercmp(a, b)))
             .collect();
-        assert!(wrong.is_empty(), "{} of {} differ from rpm:\n{}", wrong.len(), pairs.len(), wrong.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "{} of {} differ from rpm:\n{}",
+            wrong.len(),
+            pairs.len(),
+            wrong.join("\n")
+        );
     }
 
     /// `overlaps` against rpm's `rpmdsCompare` (python3-rpm's `ds.Compare`) on generated
@@ -858,7 +961,10 @@ mod tests {
         let py = match python_rpm() {
             Ok(py) => py,
             Err(why) => {
-                assert!(std::env::var_os("CI").is_none(), "CI is set, so this test may not be skipped: {why}");
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "CI is set, so this test may not be skipped: {why}"
+                );
                 eprintln!("skipping overlaps_matches_python_rpm: {why}");
                 return;
             }
@@ -869,29 +975,50 @@ mod tests {
         const RELEASES: &[&str] = &["", "", "-1", "-2.el8", "-1~b"];
         const OPS: &[&str] = &["<", "<=", "=", ">=", ">"];
         let range = |rng: &mut Rng| {
-            let evr = format!("{}{}{}", EPOCHS[rng.below(EPOCHS.len())], VERSIONS[rng.below(VERSIONS.len())], RELEASES[rng.below(RELEASES.len())]);
+            let evr = format!(
+                "{}{}{}",
+                EPOCHS[rng.below(EPOCHS.len())],
+                VERSIONS[rng.below(VERSIONS.len())],
+                RELEASES[rng.below(RELEASES.len())]
+            );
             (OPS[rng.below(OPS.len())], evr)
         };
         type Range = (&'static str, String);
-        let pairs: Vec<(Range, Range)> = (0..3000).map(|_| (range(&mut rng), range(&mut rng))).collect();
+        let pairs: Vec<(Range, Range)> =
+            (0..3000).map(|_| (range(&mut rng), range(&mut rng))).collect();
         let script = "import rpm, sys\nF = {'<': rpm.RPMSENSE_LESS, '<=': rpm.RPMSENSE_LESS | rpm.RPMSENSE_EQUAL, '=': rpm.RPMSENSE_EQUAL, '>=': rpm.RPMSENSE_GREATER | rpm.RPMSENSE_EQUAL, '>': rpm.RPMSENSE_GREATER}\nfor line in sys.stdin:\n    o1, v1, o2, v2 = line.split()\n    a = rpm.ds(('foo', F[o1], v1), rpm.RPMTAG_REQUIRENAME)\n    b = rpm.ds(('foo', F[o2], v2), rpm.RPMTAG_PROVIDENAME)\n    print(1 if a.Compare(b) else 0)\n";
-        let mut child = Command::new(&py).args(["-c", script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-        let input: String = pairs.iter().map(|((o1, v1), (o2, v2))| format!("{o1} {v1} {o2} {v2}\n")).collect();
+        let mut child = Command::new(&py)
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input: String =
+            pairs.iter().map(|((o1, v1), (o2, v2))| format!("{o1} {v1} {o2} {v2}\n")).collect();
         let mut stdin = child.stdin.take().unwrap();
         let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
         let out = child.wait_with_output().unwrap();
         writer.join().unwrap().unwrap();
         assert!(out.status.success(), "{py} failed");
-        let results: Vec<bool> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.trim() == "1").collect();
+        let results: Vec<bool> =
+            String::from_utf8(out.stdout).unwrap().lines().map(|l| l.trim() == "1").collect();
         assert_eq!(results.len(), pairs.len());
         let wrong: Vec<String> = pairs
             .iter()
             .zip(&results)
             .filter_map(|(((o1, v1), (o2, v2)), &rpm)| {
-                let (a, b) = (Dep::parse(&format!("foo {o1} {v1}")), Dep::parse(&format!("foo {o2} {v2}")));
-                (overlaps(&a, &b) != rpm).then(|| format!("foo {o1} {v1} vs foo {o2} {v2}: rpm {rpm}"))
+                let (a, b) =
+                    (Dep::parse(&format!("foo {o1} {v1}")), Dep::parse(&format!("foo {o2} {v2}")));
+                (overlaps(&a, &b) != rpm)
+                    .then(|| format!("foo {o1} {v1} vs foo {o2} {v2}: rpm {rpm}"))
             })
             .collect();
-        assert!(wrong.is_empty(), "{} of {} differ from rpm:\n{}", wrong.len(), pairs.len(), wrong.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "{} of {} differ from rpm:\n{}",
+            wrong.len(),
+            pairs.len(),
+            wrong.join("\n")
+        );
     }
 }

@@ -94,17 +94,13 @@ pub enum BdbError {
 }
 
 fn corrupt(pgno: u32, reason: impl Into<String>) -> BdbError {
-    BdbError::Corrupt {
-        pgno,
-        reason: reason.into(),
-    }
+    BdbError::Corrupt { pgno, reason: reason.into() }
 }
 
 /// libdb's default hash function (`__ham_func5`, FNV-1 with an initial value of 0), used
 /// unless an application sets `h_hash`; rpm sets none.
 pub fn ham_func5(key: &[u8]) -> u32 {
-    key.iter()
-        .fold(0u32, |h, &b| h.wrapping_mul(16_777_619) ^ u32::from(b))
+    key.iter().fold(0u32, |h, &b| h.wrapping_mul(16_777_619) ^ u32::from(b))
 }
 
 /// `__db_log2`: the smallest `l` with `1 << l >= n`.
@@ -124,11 +120,7 @@ pub fn file_id(seed: &[u8]) -> [u8; FILE_ID_LEN] {
     for (round, chunk) in id.chunks_mut(8).enumerate() {
         // FNV-1a 64 over a per-round salt and the seed.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in b"erdma-bdb-fileid"
-            .iter()
-            .chain(std::iter::once(&(round as u8)))
-            .chain(seed)
-        {
+        for &b in b"erdma-bdb-fileid".iter().chain(std::iter::once(&(round as u8))).chain(seed) {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -160,17 +152,9 @@ impl<'a> Reader<'a> {
         } else if m == magic.swap_bytes() {
             true
         } else {
-            return Err(BdbError::BadMagic {
-                expected: kind,
-                magic: m,
-            });
+            return Err(BdbError::BadMagic { expected: kind, magic: m });
         };
-        let mut r = Reader {
-            bytes,
-            big_endian,
-            page_size: 512,
-            npages: 1,
-        };
+        let mut r = Reader { bytes, big_endian, page_size: 512, npages: 1 };
         let page_size = r.u32_at(bytes, 20);
         if !page_size.is_power_of_two() || !(512..=65536).contains(&page_size) {
             return Err(BdbError::BadPageSize(page_size));
@@ -221,7 +205,10 @@ impl<'a> Reader<'a> {
     /// wrote: `__ham_new_file` writes only the last bucket page).
     fn page(&self, pgno: u32) -> Result<Option<&'a [u8]>, BdbError> {
         if pgno == 0 || pgno >= self.npages {
-            return Err(corrupt(pgno, format!("page number out of range (file has {} pages)", self.npages)));
+            return Err(corrupt(
+                pgno,
+                format!("page number out of range (file has {} pages)", self.npages),
+            ));
         }
         let start = pgno as usize * self.page_size;
         let p = &self.bytes[start..start + self.page_size];
@@ -236,8 +223,7 @@ impl<'a> Reader<'a> {
     }
 
     fn existing_page(&self, pgno: u32) -> Result<&'a [u8], BdbError> {
-        self.page(pgno)?
-            .ok_or_else(|| corrupt(pgno, "page is empty (all zeroes)"))
+        self.page(pgno)?.ok_or_else(|| corrupt(pgno, "page is empty (all zeroes)"))
     }
 
     /// The index array of a page: `entries` offsets, each inside the page past the array.
@@ -263,7 +249,10 @@ impl<'a> Reader<'a> {
     fn overflow(&self, from: u32, mut pgno: u32, tlen: u32) -> Result<Vec<u8>, BdbError> {
         let tlen = tlen as usize;
         if tlen > self.bytes.len() {
-            return Err(corrupt(from, format!("off-page item of {tlen} bytes is larger than the file")));
+            return Err(corrupt(
+                from,
+                format!("off-page item of {tlen} bytes is larger than the file"),
+            ));
         }
         let mut out = Vec::with_capacity(tlen);
         let mut steps = 0u32;
@@ -274,7 +263,10 @@ impl<'a> Reader<'a> {
             }
             let p = self.existing_page(pgno)?;
             if p[25] != P_OVERFLOW {
-                return Err(corrupt(pgno, format!("expected an overflow page, found type {}", p[25])));
+                return Err(corrupt(
+                    pgno,
+                    format!("expected an overflow page, found type {}", p[25]),
+                ));
             }
             // OV_LEN: the bytes this page holds, stored in hf_offset.
             let len = self.u16_at(p, 22) as usize;
@@ -299,7 +291,10 @@ pub fn read_hash(bytes: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BdbError> {
     }
     let max_bucket = r.u32_at(meta, 72);
     if max_bucket >= r.npages {
-        return Err(corrupt(0, format!("max_bucket {max_bucket} beyond the file's {} pages", r.npages)));
+        return Err(corrupt(
+            0,
+            format!("max_bucket {max_bucket} beyond the file's {} pages", r.npages),
+        ));
     }
     let spares: Vec<u32> = (0..NCACHED).map(|i| r.u32_at(meta, 96 + 4 * i)).collect();
     let mut visited = vec![false; r.npages as usize];
@@ -357,7 +352,12 @@ pub fn read_hash(bytes: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BdbError> {
 }
 
 /// The bytes of a hash item (`HKEYDATA`, `HOFFPAGE`, or for data an on-page duplicate set).
-fn hash_item(r: &Reader<'_>, pgno: u32, item: &[u8], is_data: bool) -> Result<Vec<Vec<u8>>, BdbError> {
+fn hash_item(
+    r: &Reader<'_>,
+    pgno: u32,
+    item: &[u8],
+    is_data: bool,
+) -> Result<Vec<Vec<u8>>, BdbError> {
     match item[0] {
         H_KEYDATA => Ok(vec![item[1..].to_vec()]),
         H_OFFPAGE => {
@@ -512,9 +512,7 @@ struct Pages {
 
 impl Pages {
     fn new(count: usize) -> Self {
-        Pages {
-            pages: vec![vec![0u8; PAGE_SIZE]; count],
-        }
+        Pages { pages: vec![vec![0u8; PAGE_SIZE]; count] }
     }
 
     /// A new page at the end of the file.
@@ -561,7 +559,16 @@ fn put32(p: &mut [u8], off: usize, v: u32) {
 /// The generic page header (`P_INIT`), with the "not logged" LSN `{0, 1}` libdb gives pages
 /// of environments without logging, as rpm's are.
 #[allow(clippy::too_many_arguments)]
-fn header(p: &mut [u8], pgno: u32, prev: u32, next: u32, entries: u16, hf_offset: u16, level: u8, ptype: u8) {
+fn header(
+    p: &mut [u8],
+    pgno: u32,
+    prev: u32,
+    next: u32,
+    entries: u16,
+    hf_offset: u16,
+    level: u8,
+    ptype: u8,
+) {
     put32(p, 0, 0);
     put32(p, 4, 1);
     put32(p, 8, pgno);
@@ -593,10 +600,8 @@ fn meta_header(p: &mut [u8], magic: u32, version: u32, ptype: u8, last_pgno: u32
 /// Records sorted by key (memcmp, shorter first: libdb's `__bam_defcmp`), a repeated key
 /// keeping its last value as `DB->put` without `DB_DUP` would.
 fn sorted(records: &[(Vec<u8>, Vec<u8>)]) -> Vec<(&[u8], &[u8])> {
-    let map: BTreeMap<&[u8], &[u8]> = records
-        .iter()
-        .map(|(k, v)| (k.as_slice(), v.as_slice()))
-        .collect();
+    let map: BTreeMap<&[u8], &[u8]> =
+        records.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
     map.into_iter().collect()
 }
 
@@ -987,7 +992,8 @@ mod tests {
     }
 
     fn scratch_file(name: &str, bytes: &[u8]) -> Scratch {
-        let path = std::env::temp_dir().join(format!("erdma-bdb-test-{}-{name}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("erdma-bdb-test-{}-{name}", std::process::id()));
         std::fs::write(&path, bytes).unwrap();
         Scratch(path)
     }
@@ -1028,7 +1034,12 @@ mod tests {
             return None;
         }
         let out = Command::new("db5.3_dump").arg("-p").arg(path).output().unwrap();
-        assert!(out.status.success(), "db5.3_dump {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "db5.3_dump {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8(out.stdout).unwrap();
         let body: Vec<String> = text
             .lines()
@@ -1057,13 +1068,20 @@ mod tests {
         (0..n)
             .map(|i| {
                 let key = match i % 97 {
-                    13 => { let n = 1 + (rng.next() % 40) as usize; rng.bytes(n) },
-                    29 => { let n = 1025 + (rng.next() % 3000) as usize; rng.bytes(n) },
+                    13 => {
+                        let n = 1 + (rng.next() % 40) as usize;
+                        rng.bytes(n)
+                    }
+                    29 => {
+                        let n = 1025 + (rng.next() % 3000) as usize;
+                        rng.bytes(n)
+                    }
                     _ => (i as u32).to_le_bytes().to_vec(),
                 };
                 let len = match i % 500 {
                     7 => 300 * 1024,
-                    _ => [4usize, 17, 100, 1024, 1025, 2000, 4070, 4071, 9000][(rng.next() % 9) as usize],
+                    _ => [4usize, 17, 100, 1024, 1025, 2000, 4070, 4071, 9000]
+                        [(rng.next() % 9) as usize],
                 };
                 (key, rng.bytes(len))
             })
@@ -1084,7 +1102,11 @@ mod tests {
             let file = write_hash(&records, format!("hash-{n}").as_bytes());
             assert_eq!(file.len() % PAGE_SIZE, 0);
             let back = read_hash(&file).unwrap();
-            assert_eq!(sorted_records(back.clone()), sorted_records(records.clone()), "{n} records");
+            assert_eq!(
+                sorted_records(back.clone()),
+                sorted_records(records.clone()),
+                "{n} records"
+            );
             let path = scratch_file(&format!("hash-{n}.db"), &file);
             assert_verifies(&path);
             if let Some(listed) = dump(&path) {
@@ -1095,10 +1117,7 @@ mod tests {
 
     #[test]
     fn hash_keeps_the_last_value_of_a_repeated_key() {
-        let records = vec![
-            (b"k".to_vec(), b"first".to_vec()),
-            (b"k".to_vec(), b"second".to_vec()),
-        ];
+        let records = vec![(b"k".to_vec(), b"first".to_vec()), (b"k".to_vec(), b"second".to_vec())];
         let back = read_hash(&write_hash(&records, b"dup")).unwrap();
         assert_eq!(back, vec![(b"k".to_vec(), b"second".to_vec())]);
     }
@@ -1111,9 +1130,12 @@ mod tests {
         // rpm index values: (hdrNum u32, tagNum u32) pairs, native endian.
         let index: Records = (0..20_000u32)
             .map(|i| {
-                let key = format!("/usr/share/doc/package-{:05}/file-{}", i * 7 % 20_000, i % 13).into_bytes();
+                let key = format!("/usr/share/doc/package-{:05}/file-{}", i * 7 % 20_000, i % 13)
+                    .into_bytes();
                 let pairs = 1 + (rng.next() % 300) as u32;
-                let value = (0..pairs).flat_map(|j| [(i + j).to_le_bytes(), j.to_le_bytes()].concat()).collect();
+                let value = (0..pairs)
+                    .flat_map(|j| [(i + j).to_le_bytes(), j.to_le_bytes()].concat())
+                    .collect();
                 (key, value)
             })
             .collect();
@@ -1124,7 +1146,10 @@ mod tests {
             .map(|i| {
                 let mut key = vec![b'x'; 1000 + (i as usize % 5) * 300];
                 key.extend_from_slice(format!("{i:06}").as_bytes());
-                (key, { let n = (rng.next() % 3000) as usize; rng.bytes(n) })
+                (key, {
+                    let n = (rng.next() % 3000) as usize;
+                    rng.bytes(n)
+                })
             })
             .collect();
         sets.push(("big-keys", big));
@@ -1183,7 +1208,8 @@ mod tests {
             assert_eq!(header.len(), 8 + 16 * il + dl);
         }
         let names = read_btree(REAL_NAME).unwrap();
-        let names: Vec<(&[u8], &[u8])> = names.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+        let names: Vec<(&[u8], &[u8])> =
+            names.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
         assert_eq!(
             names,
             vec![
@@ -1216,7 +1242,10 @@ mod tests {
         for (file, bytes) in [("Packages", &rewritten), ("Name", &rewritten_name)] {
             let path = scratch_file(&format!("rewritten-{file}"), bytes);
             assert_verifies(&path);
-            let original = scratch_file(&format!("real-{file}"), if file == "Name" { REAL_NAME } else { REAL_PACKAGES });
+            let original = scratch_file(
+                &format!("real-{file}"),
+                if file == "Name" { REAL_NAME } else { REAL_PACKAGES },
+            );
             if let (Some(a), Some(b)) = (dump(&path), dump(&original)) {
                 assert_eq!(a, b, "db5.3_dump of {file}");
             }
@@ -1233,7 +1262,12 @@ mod tests {
     fn hostile_files_do_not_panic_or_hang() {
         let hash = write_hash(&hash_records(300, 11), b"hostile");
         let btree_records: Records = (0..3000u32)
-            .map(|i| (format!("key-{i:05}").into_bytes(), vec![i as u8; if i % 50 == 0 { 5000 } else { 8 }]))
+            .map(|i| {
+                (
+                    format!("key-{i:05}").into_bytes(),
+                    vec![i as u8; if i % 50 == 0 { 5000 } else { 8 }],
+                )
+            })
             .collect();
         let btree = write_btree(&btree_records, b"hostile");
         let mut rng = Rng(12);
@@ -1277,13 +1311,11 @@ mod tests {
         assert!(matches!(read_hash(&hash), Err(BdbError::Corrupt { .. })));
 
         // Leaves linked in a ring.
-        let records: Records = (0..2000u32).map(|i| (format!("{i:06}").into_bytes(), vec![0; 8])).collect();
+        let records: Records =
+            (0..2000u32).map(|i| (format!("{i:06}").into_bytes(), vec![0; 8])).collect();
         let mut btree = write_btree(&records, b"cycle");
         let npages = btree.len() / PAGE_SIZE;
-        let last_leaf = (1..npages)
-            .rev()
-            .find(|&p| btree[p * PAGE_SIZE + 25] == P_LBTREE)
-            .unwrap();
+        let last_leaf = (1..npages).rev().find(|&p| btree[p * PAGE_SIZE + 25] == P_LBTREE).unwrap();
         let first_leaf = (1..npages).find(|&p| btree[p * PAGE_SIZE + 25] == P_LBTREE).unwrap();
         put32(&mut btree[last_leaf * PAGE_SIZE..], 16, first_leaf as u32);
         assert!(matches!(read_btree(&btree), Err(BdbError::Corrupt { .. })));
