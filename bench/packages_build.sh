@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installing the eRDMA packages: erdma-build against `docker build` running seed 001's
+# Installing the eRDMA packages: erdma-build against `docker build` running the PAI-DLC eRDMA guide's
 # `apt install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1` (+ `apt update`), on the
 # same real Debian base (debootstrap minbase) in a throwaway local registry, both pushing the
 # result there. Packages come from the Debian archive the base is configured with.

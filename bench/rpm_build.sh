@@ -2,7 +2,7 @@
 # Installing the eRDMA packages on an EL image: erdma-build against what a user would otherwise
 # run without a container engine that has EL user space: `dnf --installroot` (dnf 4 and rpm 4.18,
 # this machine's) into the base's root file system plus a layer commit (a tar of what changed,
-# gzip-compressed as a registry layer is), in one run. Seed 004's `yum install libibverbs
+# gzip-compressed as a registry layer is), in one run. The ECS AI-training-cluster guide's `yum install libibverbs
 # rdma-core librdmacm libibverbs-utils` from a signed Alibaba-layout repository on 127.0.0.1,
 # the dependencies (libnl3, pciutils) from a BaseOS-like one.
 #

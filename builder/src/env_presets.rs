@@ -1,7 +1,7 @@
 //! The env presets `build` adds to an image config and `check` expects: the one place they are
 //! written down (the recipes carry none; a user's recipe may add its own in `[env]`).
 //!
-//! Seed 001's PAI-DLC presets split in two (issue 12):
+//! The PAI-DLC eRDMA guide's presets, split in two:
 //! - [`ENV_PRESETS`]: what holds on every eRDMA host. `build` and `plan` add these by default.
 //! - [`PAI_DLC_ENV`]: what describes PAI-DLC's hosts, not the image: their `eth0` interface and
 //!   `erdma_N` devices, and a fixed RoCE v2 GID index. Added only with `--profile pai-dlc`
@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::image::config::EnvSource;
 
 /// Added to every image unless the base sets them: PAI-DLC's tuning, true on every eRDMA host
-/// whatever its device and interface names (seed 001). `erdma-oci-hook` adds the same ones.
+/// whatever its device and interface names (the PAI-DLC eRDMA guide). `erdma-oci-hook` adds the same ones.
 pub const ENV_PRESETS: &[(&str, &str)] = &[
     ("NCCL_DEBUG", "INFO"),
     ("NCCL_IB_QPS_PER_CONNECTION", "8"),
@@ -26,7 +26,7 @@ pub const ENV_PRESETS: &[(&str, &str)] = &[
 ];
 
 /// Added on top of [`ENV_PRESETS`] with `--profile pai-dlc` only: PAI-DLC's hosts have `eth0`
-/// and `erdma_N` devices with the IPv4-mapped RoCE v2 GID at index 1 (seed 001).
+/// and `erdma_N` devices with the IPv4-mapped RoCE v2 GID at index 1 (the PAI-DLC eRDMA guide).
 pub const PAI_DLC_ENV: &[(&str, &str)] =
     &[("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_HCA", "erdma"), ("NCCL_IB_GID_INDEX", "1")];
 
@@ -94,7 +94,7 @@ pub fn host_specific(name: &str, value: &str) -> Option<String> {
             .join(" or ")
     };
     let why = match name {
-        // NCCL stops with "Bootstrap : no socket interface found" (seed 001 notes; NCCL #1837).
+        // NCCL stops with "Bootstrap : no socket interface found" (the PAI-DLC eRDMA guide notes; NCCL #1837).
         "NCCL_SOCKET_IFNAME" if v.starts_with('^') => "it excludes interfaces by this host's names: where they differ, NCCL may bootstrap over the wrong interface".to_string(),
         "NCCL_SOCKET_IFNAME" => format!("on a host without {} every NCCL job stops at start (\"Bootstrap : no socket interface found\")", names()),
         // A prefix filter: `erdma` matches erdma_0, not udev's rocep26s0; with no device left

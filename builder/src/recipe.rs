@@ -518,7 +518,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             erdma.urls[1], "https://mirrors.aliyun.com/erdma/yum/redhat/3/erdma/x86_64",
-            "seed 004's baseurl with $releasever and $basearch expanded"
+            "the ECS AI-training-cluster guide's baseurl with $releasever and $basearch expanded"
         );
         // A rebuild without a recipe follows the RHEL release its ID_LIKE and major version name.
         let ol = Recipe::for_os(&os("NAME=\"Oracle Linux Server\"\nID=\"ol\"\nID_LIKE=\"fedora rhel\"\nVERSION_ID=\"8.9\"\n")).unwrap();

@@ -1,4 +1,4 @@
-//! Properties over generated inputs, not examples (issue 16):
+//! Properties over generated inputs, not examples:
 //! - Debian version comparison is a total order and agrees with `dpkg --compare-versions` on
 //!   generated pairs; rpm's is a total order (its agreement with rpm's own `labelCompare` is
 //!   `rpm::version`'s test);

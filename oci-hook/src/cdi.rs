@@ -6,7 +6,7 @@
 //! spec-level edit: the CDI spec ("OCI Edits") applies those whenever any device of the spec is
 //! requested, and a node listed once gets one device-cgroup rule, not one per device.
 //!
-//! What CDI cannot do (it has no rlimits or namespaces, see DOMAIN.md): a container given these
+//! What CDI cannot do (the CDI specification has no rlimits and no namespaces): a container given these
 //! devices still needs `--ulimit memlock=-1` and host networking from its user, or the runtime
 //! wrapper / hooks. There are no CDI hooks here on purpose: the devices and env are plain edits.
 //!
@@ -21,7 +21,7 @@ use crate::discover::{self, CharDev, Host};
 use crate::error::{Error, Result};
 use crate::nccl;
 
-/// The CDI kind: `--device aliyun.com/erdma=all` (DOMAIN.md, seed 002 `aliyun/erdma`).
+/// The CDI kind: `--device aliyun.com/erdma=all` (the ACK GDR guide's resource is `aliyun/erdma`).
 pub const KIND: &str = "aliyun.com/erdma";
 /// The device that holds every eRDMA device.
 pub const ALL: &str = "all";

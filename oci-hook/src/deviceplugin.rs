@@ -1,4 +1,4 @@
-//! What the kubelet device plugin decides (issue 15), apart from its gRPC transport
+//! What the kubelet device plugin decides, apart from its gRPC transport
 //! ([`crate::kubelet`]): the devices it advertises as `aliyun/erdma` (each eRDMA device shared by up to
 //! N containers, as RDMA is shared on a host-network node), their health from the ports' state,
 //! what `Allocate` gives a container (the uverbs and `rdma_cm` device specs, the NCCL settings
@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::discover::{Host, RdmaDevice};
 
-/// The resource ACK's jobs request (seed 002: `--device=aliyun/erdma=1`).
+/// The resource ACK's jobs request (the ACK GDR guide: `--device=aliyun/erdma=1`).
 pub const RESOURCE: &str = "aliyun/erdma";
 /// `Healthy` and `Unhealthy`, as v1beta1 spells them.
 pub const HEALTHY: &str = "Healthy";

@@ -1,4 +1,4 @@
-//! `erdma-oci-hook doctor`: whether this host is ready for eRDMA containers (issue 5).
+//! `erdma-oci-hook doctor`: whether this host is ready for eRDMA containers.
 //!
 //! Read-only. Everything comes from the configured `sysfs_root` and `dev_root`, the engines'
 //! config paths and the CDI directories, so the checks run on the fixture trees in
@@ -10,7 +10,7 @@
 //! - the erdma kernel driver and its version, `module/erdma/version` (`driver`);
 //! - the eRDMA devices (`devices`), each port's state, `PORT_ACTIVE` expected (`port.DEV.N`),
 //!   each device's uverbs node in /dev (`uverbs.DEV`), and `rdma_cm` (`rdma_cm`);
-//! - the netdev MTU and what it means for NCCL's LL128 protocol, seed 000 (`mtu`);
+//! - the netdev MTU and what it means for NCCL's LL128 protocol, the ECS eRDMA-on-GPU guide (`mtu`);
 //! - `nvidia_peermem` for GPU Direct RDMA (`nvidia_peermem`);
 //! - per engine, whether it is installed, told by its programs on PATH and its socket (not by
 //!   its config files: a fresh Docker has no daemon.json), its version and so the path that fits
@@ -331,7 +331,7 @@ fn uverbs_check(d: &RdmaDevice) -> Check {
 }
 
 /// The MTU of the netdevs behind the eRDMA ports, judged by the rule the spec edits use
-/// (`modify::mtu_expected`, `modify::ll128_off`; seed 000).
+/// (`modify::mtu_expected`, `modify::ll128_off`; the ECS eRDMA-on-GPU guide).
 fn mtu_check(config: &Config, opts: &Options, host: &Host) -> Check {
     let ports: Vec<_> =
         host.devices.iter().flat_map(|d| d.ports.iter().map(move |p| (d, p))).collect();
@@ -382,7 +382,7 @@ fn mtu_check(config: &Config, opts: &Options, host: &Host) -> Check {
     if !bad.is_empty() {
         return Check::fail(
             "mtu",
-            format!("MTU {seen}: eRDMA expects {MTU_JUMBO} (jumbo frames) or {MTU_STANDARD}; another MTU risks data corruption (seed 000)"),
+            format!("MTU {seen}: eRDMA expects {MTU_JUMBO} (jumbo frames) or {MTU_STANDARD}; another MTU risks data corruption (the ECS eRDMA-on-GPU guide)"),
             format!("set the MTU of {} to {MTU_JUMBO} or {MTU_STANDARD}, the same on every node (`ip link set {} mtu {MTU_JUMBO}`)", bad.join(", "), bad[0]),
             details,
         );

@@ -5,7 +5,7 @@
 //! go to the file the config names (`log_file`), appended, one `write(2)` per event so that
 //! concurrent invocations (fifty containers created at once) do not interleave within a line.
 //! Without `log_file` nothing is logged; errors still reach stderr through the binaries.
-//! `RUST_LOG` overrides the config's `log_level` (CONVENTIONS.md, 7). Both take `target=level`
+//! `RUST_LOG` overrides the config's `log_level`. Both take `target=level`
 //! lists (`info`, `warn,erdma_oci_hook::discover=debug`): `filter::Targets`, not `EnvFilter`,
 //! whose regex engine would double the size of the binaries and, through the relocations it
 //! brings, the time an exec of `erdma-runtime` takes (bench/runtime_start.sh).

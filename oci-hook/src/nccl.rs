@@ -10,17 +10,17 @@
 //!   (NCCL stops at start when none matches: "Bootstrap : no socket interface found").
 //! - `NCCL_IB_GID_INDEX`: the ports' IPv4-mapped RoCE v2 GID index, when they all agree; else
 //!   unset, and NCCL 2.21+ chooses itself.
-//! - `NCCL_PROTO=^LL128` when a port's MTU is not the jumbo 8500 (seed 000).
+//! - `NCCL_PROTO=^LL128` when a port's MTU is not the jumbo 8500 (the ECS eRDMA-on-GPU guide).
 //! - `NCCL_IB_DISABLE` and `NCCL_NET` are never touched.
 //!
 //! Beside these, the presets that hold on every eRDMA host ([`PRESETS`], PAI-DLC's tuning,
-//! seed 001) are added unless the container sets them.
+//! the PAI-DLC eRDMA guide) are added unless the container sets them.
 use serde::Serialize;
 
 use crate::config::EnvPolicy;
 use crate::discover::{Host, RdmaDevice};
 
-/// What holds on every eRDMA host, whatever its device and interface names (seed 001's
+/// What holds on every eRDMA host, whatever its device and interface names (the PAI-DLC eRDMA guide's
 /// PAI-DLC values without the three that describe PAI's hosts).
 pub const PRESETS: &[(&str, &str)] = &[
     ("NCCL_DEBUG", "INFO"),
@@ -30,13 +30,13 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("PYTHONUNBUFFERED", "1"),
 ];
 
-/// MTU with jumbo frames; NCCL's LL128 protocol is only safe there (seed 000).
+/// MTU with jumbo frames; NCCL's LL128 protocol is only safe there (the ECS eRDMA-on-GPU guide).
 pub const MTU_JUMBO: u32 = 8500;
 pub const MTU_STANDARD: u32 = 1400;
 /// What turns LL128 off when an MTU is not [`MTU_JUMBO`].
 pub const NO_LL128: (&str, &str) = ("NCCL_PROTO", "^LL128");
 
-/// Whether eRDMA expects this netdev MTU: 8500 with jumbo frames, 1400 without (seed 000).
+/// Whether eRDMA expects this netdev MTU: 8500 with jumbo frames, 1400 without (the ECS eRDMA-on-GPU guide).
 pub fn mtu_expected(mtu: u32) -> bool {
     mtu == MTU_JUMBO || mtu == MTU_STANDARD
 }
@@ -343,7 +343,7 @@ mod tests {
 
     #[test]
     fn seed_002_host_rocep_names_one_port_down_predictable_interfaces() {
-        // What issue 12 saw: rocep26s0 ACTIVE on ens5, rocep156s0 DOWN; no eth0.
+        // A real ACK node: rocep26s0 ACTIVE on ens5, rocep156s0 DOWN; no eth0.
         let h = host(
             vec![
                 dev("rocep156s0", vec![port(1, false, "ens6", 8500, Some(1))]),

@@ -30,7 +30,7 @@ pub fn read(path: &Path) -> Result<(Vec<u8>, Value)> {
 /// Replaces a bundle's `config.json` (the runtime wrapper's edit) atomically: the new spec goes
 /// to a temporary file in the same directory, which then takes the original's name in one step,
 /// so every reader (the runtime exec'd right after us, an engine) opens either the old file or
-/// the new one, complete, through the page cache. There is no fsync, unlike CONVENTIONS.md (5):
+/// the new one, complete, through the page cache. There is no fsync, unlike CONTRIBUTING.md's rule for files we own:
 /// fsync only adds durability across a host crash, and this file has no use after one: the
 /// container dies with the host, and engines write a new spec before they run a container
 /// again (containerd, and Docker through it, into a new bundle directory at every task create;

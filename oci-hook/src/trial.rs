@@ -11,7 +11,7 @@
 //! - `container.provider`: the image's libibverbs has the erdma provider (`erdma.driver` and
 //!   `liberdma-rdmav*.so`), without which NCCL silently falls back to TCP;
 //! - `container.ibv_devinfo`: when the image has it, it lists the host's eRDMA devices;
-//! - `container.nccl`: the NCCL in the image, 2.19 or later for eRDMA (seed 001).
+//! - `container.nccl`: the NCCL in the image, 2.19 or later for eRDMA (the PAI-DLC eRDMA guide).
 //!
 //! The container is removed whatever happens (`--rm`, then `rm -f` by name, also after a
 //! timeout).

@@ -334,7 +334,7 @@ fn doctor_mtu_rules_root() {
     assert_eq!(out.status.code(), Some(1));
     let mtu = check(&report, "mtu");
     assert_eq!(mtu["status"], "fail");
-    assert_eq!(mtu["message"], "MTU 8500 on eth0; 9000 on eth1: eRDMA expects 8500 (jumbo frames) or 1400; another MTU risks data corruption (seed 000)");
+    assert_eq!(mtu["message"], "MTU 8500 on eth0; 9000 on eth1: eRDMA expects 8500 (jumbo frames) or 1400; another MTU risks data corruption (the ECS eRDMA-on-GPU guide)");
     assert!(mtu["hint"].as_str().unwrap().contains("ip link set eth1 mtu 8500"), "{mtu}");
     // The mlx5 NIC's 9000 beside eRDMA is none of eRDMA's business.
     let f = Fixture::new("mlx5-beside", "");

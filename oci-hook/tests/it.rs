@@ -1,4 +1,4 @@
-//! The one integration test binary of erdma-oci-hook (CONVENTIONS: one per crate, small
+//! The one integration test binary of erdma-oci-hook (one per crate, small
 //! helpers in `support`). Cases that need root or real runc say so and call
 //! `support::require`, which fails under `CI` and skips locally.
 

@@ -45,7 +45,7 @@ fn value<'a>(env: &'a [String], k: &str) -> Option<&'a str> {
     all.first().copied()
 }
 
-/// Issue 12's host: rocep26s0 ACTIVE on ens5, rocep156s0 DOWN on ens6, no eth0. An image built
+/// A real ACK node: rocep26s0 ACTIVE on ens5, rocep156s0 DOWN on ens6, no eth0. An image built
 /// with PAI-DLC's values (eth0, erdma, GID 1) gets them repaired; the DOWN port is left out.
 #[test]
 fn rocep_host_without_eth0_gets_its_own_names_and_pai_values_repaired_root() {
@@ -79,7 +79,7 @@ fn rocep_host_without_eth0_gets_its_own_names_and_pai_values_repaired_root() {
     );
 }
 
-/// Seed 004: two ACTIVE eRDMA devices on two netdevs; asking for one gives exactly that one.
+/// The ECS AI-training-cluster guide: two ACTIVE eRDMA devices on two netdevs; asking for one gives exactly that one.
 #[test]
 fn two_devices_on_two_netdevs_and_exact_names_root() {
     if !support::require_runc() {
@@ -111,7 +111,7 @@ fn differing_gid_indexes_leave_the_choice_to_nccl_root() {
     assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), Some("1"));
 }
 
-/// An mlx5 RoCE port with a full GID table (seed 003) beside eRDMA, when the operator counts
+/// An mlx5 RoCE port with a full GID table (the RoCE v2 article) beside eRDMA, when the operator counts
 /// mlx5 in: its IPv4 RoCE v2 GID is at 3; with the eRDMA device (at 1) no single index fits.
 #[test]
 fn mlx5_roce_beside_erdma_root() {

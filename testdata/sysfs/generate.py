@@ -46,7 +46,7 @@ def erdma_gids(uv, v2_at=1):
 
 def mlx5_gids(uv):
     """An mlx5 RoCE port with IPv4, as the kernel fills it (roce_gid_mgmt, one v1 and one v2
-    entry per address): link-local v1, v2, then IPv4-mapped v1, v2 at 3 (seed 003)."""
+    entry per address): link-local v1, v2, then IPv4-mapped v1, v2 at 3 (the RoCE v2 article)."""
     return [(link_local(uv), "IB/RoCE v1"), (link_local(uv), "RoCE v2"), (ipv4_mapped(192, 168, 1, 10 + uv), "IB/RoCE v1"), (ipv4_mapped(192, 168, 1, 10 + uv), "RoCE v2")]
 
 def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False, gids=None, numa=None):
@@ -157,7 +157,7 @@ scenario("mlx5-beside", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE
                          ("mlx5_0", "0000:3b:00.0", "mlx5_core", 1, "ens1f0np0", *ACTIVE)],
          [("eth0", 8500), ("ens1f0np0", 9000)], umad=[("mlx5_0", "0000:3b:00.0", 0)], erdma_version="0.2.33", peermem=True)
 scenario("none", [], [("eth0", 1500)], rdma_cm=False)
-# The host of issue 12 (seed 002's device names, predictable interface names, no eth0):
+# A real ACK node (the ACK GDR guide's device names, predictable interface names, no eth0):
 # rocep26s0 ACTIVE on ens5, rocep156s0 DOWN on ens6, and a bond0 with no RDMA device.
 scenario("rocep-ens5", [("rocep156s0", "0000:9c:00.0", "erdma", 0, "ens6", *DOWN),
                         ("rocep26s0", "0000:1a:00.0", "erdma", 1, "ens5", *ACTIVE)],

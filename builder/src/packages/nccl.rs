@@ -1,5 +1,5 @@
 //! Where NCCL gets chosen: NVIDIA's `libnccl2` builds (`2.21.5-1+cuda12.4`), the CUDA version
-//! they must match, the 2.19 floor eRDMA needs (seed 001), and the version a `libnccl.so.2`
+//! they must match, the 2.19 floor eRDMA needs (the PAI-DLC eRDMA guide), and the version a `libnccl.so.2`
 //! carries in itself.
 use std::cmp::Ordering;
 use std::fmt;
@@ -7,7 +7,7 @@ use std::io::Read;
 
 use serde::Serialize;
 
-/// The first NCCL release that works over eRDMA (seed 001).
+/// The first NCCL release that works over eRDMA (the PAI-DLC eRDMA guide).
 pub const MIN: Nccl = Nccl { major: 2, minor: 19, patch: 0 };
 
 /// An NCCL release, `2.21.5`.

@@ -92,7 +92,7 @@ fn image_key_fingerprints(layout: &Path, tag: &str) -> Vec<String> {
         .collect()
 }
 
-/// The attack of issue 11: the key download holds the pinned key and a second key, and the
+/// The key-substitution attack: the key download holds the pinned key and a second key, and the
 /// repository is signed by the second one, offering a "newer" libibverbs1. Refused; signed by
 /// the pinned key, it works, and the image trusts only the pinned key.
 #[test]

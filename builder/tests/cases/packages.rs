@@ -721,7 +721,7 @@ fn rebuild_downloads_no_layer(form: Form) {
     }
 }
 
-/// `--package FILE` (a `.deb` built here, standing in for Alibaba's AIACC NCCL plugin, seed 004)
+/// `--package FILE` (a `.deb` built here, standing in for Alibaba's AIACC NCCL plugin, the ECS AI-training-cluster guide)
 /// needs `--allow-unsigned-package`, gets its dependencies from the signed repository, and is
 /// named in the report and an image label; `--install` adds repository packages.
 #[test]
@@ -797,7 +797,7 @@ fn unsigned_and_extra_packages() {
         "{files:?}"
     );
 
-    // The same file from a URL (seed 004 downloads the plugin with wget).
+    // The same file from a URL (the ECS AI-training-cluster guide downloads the plugin with wget).
     let www = tmp.path().join("www");
     std::fs::create_dir(&www).unwrap();
     std::fs::copy(&plugin, www.join("aiacc-nccl-plugin-1.0.2.deb")).unwrap();

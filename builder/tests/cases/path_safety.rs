@@ -1,4 +1,4 @@
-//! Path safety of package payloads (issue 16, "Must show" 4): entries with `..`, absolute
+//! Path safety of package payloads: entries with `..`, absolute
 //! names, odd bytes, hard links or symlinked parents in a `.deb`, an `.rpm` or a local
 //! `--package` never land outside their place in the layer, and setuid/setgid files and
 //! device nodes are reported by `plan` and `build`.

@@ -510,7 +510,7 @@ fn mirrors_stand_in_for_every_source_of_the_base() {
     assert_eq!(r["images"][0]["packages"]["repositories"]["base bookworm"], main.as_str());
 }
 
-/// `--install` from the real Debian 13 archive: the tools seed 000 checks with, resolved with
+/// `--install` from the real Debian 13 archive: the tools the ECS eRDMA-on-GPU guide checks with, resolved with
 /// the eRDMA packages.
 #[test]
 fn extra_packages_from_the_debian13_archive() {

@@ -194,7 +194,7 @@ fn names(list: &Value) -> Vec<String> {
     list.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
 }
 
-/// Seed 004's package set from a signed Alibaba-layout repository into EL-like bases, checked
+/// The ECS AI-training-cluster guide's package set from a signed Alibaba-layout repository into EL-like bases, checked
 /// with real rpm: the database in the base's own format, `rpm -V` clean, a later `rpm -i` on
 /// top, the repository left configured for `yum install`.
 fn el_base_gets_erdma(kind: BaseKind) {
@@ -352,7 +352,7 @@ fn el_base_gets_erdma(kind: BaseKind) {
     }
     let after = image_rpm(kind, r, &["-q", "librdmacm-utils", "libibverbs"], &[]);
     support::assert_success("rpm -q after rpm -i", &after);
-    // Seed 004's repository file, with the key the build verified with.
+    // The ECS AI-training-cluster guide's repository file, with the key the build verified with.
     let repo = std::fs::read_to_string(r.join("etc/yum.repos.d/erdma.repo")).unwrap();
     assert!(
         repo.contains(&format!("baseurl={}", setup.erdma.url()))
@@ -525,7 +525,7 @@ fn local_merged_usr_rpm() -> PathBuf {
 }
 
 /// Alibaba Cloud Linux 3 with Mellanox OFED's user space: its `58mlnx43` builds are replaced by
-/// the eRDMA repository's (older by EVR, as seed 001 does by hand), its own packages
+/// the eRDMA repository's (older by EVR, as the PAI-DLC eRDMA guide does by hand), its own packages
 /// (ofed-scripts, mlnx-ofa_kernel) removed with their files, and its repository file gone.
 #[test]
 fn ofed_base_loses_mellanox_ofed_root_net() {

@@ -378,7 +378,7 @@ fn bases_have_the_rpmdb_real_rpm_wrote_root_net() {
     }
 }
 
-/// The fixtures fit together: dnf (with rpm 4.18) installs seed 004's package set from the
+/// The fixtures fit together: dnf (with rpm 4.18) installs the ECS AI-training-cluster guide's package set from the
 /// served, signed eRDMA-style repository plus a BaseOS-style one into a copy of the Rocky 9
 /// base, and `ibv_devices` then runs there.
 #[test]

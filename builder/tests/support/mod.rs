@@ -4,7 +4,7 @@
 //!
 //! Tests that need root, a daemon or a tool call one of the `require_*` functions first:
 //! locally a missing precondition prints a skip note and the test returns; with `CI` set it
-//! panics, so that in CI every such test really runs (CONVENTIONS.md, "In practice" 9).
+//! panics, so that in CI every such test really runs (CONTRIBUTING.md, "Tests").
 
 // Each test uses a subset of the helpers.
 #![allow(dead_code)]

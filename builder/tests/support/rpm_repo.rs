@@ -1550,7 +1550,7 @@ impl Drop for RpmKey {
 /// Where a yum repository and its key sit below the served root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RpmLayout {
-    /// Alibaba Cloud's eRDMA repository (seed 004):
+    /// Alibaba Cloud's eRDMA repository (the ECS AI-training-cluster guide):
     /// `erdma/yum/redhat/$releasever/erdma/x86_64/`, key at `erdma/GPGKEY`.
     Alibaba { releasever: String },
     /// NVIDIA's CUDA repository: `compute/cuda/repos/rhel9/x86_64/`, key

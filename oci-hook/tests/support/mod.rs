@@ -4,7 +4,7 @@
 //!
 //! Tests that need root or a tool call [`require`] first: locally a missing precondition prints
 //! a skip note and the test returns; with `CI` set it panics, so that in CI every such test
-//! really runs (CONVENTIONS.md, "In practice" 9).
+//! really runs (CONTRIBUTING.md, "Tests").
 //!
 //! Keep these names stable: `bin`, `Fixture`, `busybox_bundle`, `require`.
 

@@ -1,5 +1,5 @@
 //! `--package FILE|URL`: a `.deb` that no repository signs (Alibaba's AIACC NCCL plugin is
-//! published as a bare download, seed 004), installed beside the recipe's packages.
+//! published as a bare download, the ECS AI-training-cluster guide), installed beside the recipe's packages.
 //!
 //! Nothing vouches for such a file, so it is taken only with `--allow-unsigned-package`, and
 //! the report and an image label name it with its SHA256. Its control file becomes a one-stanza

@@ -947,7 +947,7 @@ fn unpack(
 
 /// The rpm side of [`crate::packages::add_repositories`]: for each of the recipe's own
 /// repositories, `/etc/yum.repos.d/NAME.repo` at the URL the build reached, with `gpgcheck=1`
-/// and its verified key armoured at `/etc/pki/rpm-gpg/RPM-GPG-KEY-NAME`, as seed 004 sets up
+/// and its verified key armoured at `/etc/pki/rpm-gpg/RPM-GPG-KEY-NAME`, as the ECS AI-training-cluster guide sets up
 /// Alibaba's. An NCCL repository the base already lists (NVIDIA's CUDA images) is not added
 /// twice: its section in the base's file gains the `excludepkgs` that hold NCCL to the CUDA
 /// major it was chosen for ([`nccl_excludes`]), as ours has them.

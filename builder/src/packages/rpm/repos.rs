@@ -178,7 +178,7 @@ pub fn base_repos(base: &dyn BaseFiles, vars: &BTreeMap<String, String>) -> Resu
     Ok(out)
 }
 
-/// The `.repo` file erdma-build writes for one of the recipe's repositories, as seed 004 writes
+/// The `.repo` file erdma-build writes for one of the recipe's repositories, as the ECS AI-training-cluster guide writes
 /// `/etc/yum.repos.d/erdma.repo` (`gpgcheck = 1`, the key from `gpgkey`), with the URL the
 /// build reached and the key it verified with, kept in the image at `key_path`.
 pub fn repo_file(
@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn reads_repo_files_as_dnf_does() {
-        // Seed 004's erdma.repo, with spaces around `=`, and an Alibaba Cloud Linux 3 style
+        // The ECS AI-training-cluster guide's erdma.repo, with spaces around `=`, and an Alibaba Cloud Linux 3 style
         // file with two sections, a continued baseurl and a disabled repository.
         let erdma = parse("erdma.repo", "[erdma]\nname = ERDMA Repository\nbaseurl = https://mirrors.aliyun.com/erdma/yum/redhat/$releasever/erdma/x86_64\ngpgcheck = 1\nenabled = 1\ngpgkey = https://mirrors.aliyun.com/erdma/GPGKEY\n", &vars());
         assert_eq!(erdma.len(), 1);
