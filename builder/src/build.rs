@@ -23,8 +23,8 @@ use crate::image::transport::ImageRef;
 use crate::inspect::{CudaFact, NcclFact, TorchFact};
 use crate::packages::nccl::{Cuda, Want};
 use crate::packages::{Inputs, NcclRequest, PackagesReport};
-use crate::progress::{Counters, Reporter, Transfer};
 use crate::recipe::Recipe;
+use erdma_common::progress::{Counters, Reporter, Transfer};
 use std::collections::BTreeMap;
 
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";

@@ -13,29 +13,14 @@ use crate::image::source::{PlatformChoice, Source};
 use crate::image::transport::ImageRef;
 use crate::inspect::{Facts, Loads};
 use crate::packages::nccl::{Cuda, Nccl};
-use crate::progress::{Counters, Reporter, Transfer};
+use erdma_common::progress::{Counters, Reporter, Transfer};
 
 /// Requirements of a platform on top of eRDMA's own (defined beside the env presets it bakes).
 pub use crate::env_presets::Profile;
 
 const PAI_MIN_CUDA: Cuda = Cuda { major: 12, minor: 1 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Warn,
-    Fail,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub id: &'static str,
-    pub status: Status,
-    pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hint: Option<String>,
-}
+pub use erdma_common::check::{Finding, Status};
 
 #[derive(Debug, Serialize)]
 pub struct CheckReport {
@@ -95,7 +80,7 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
 }
 
 fn finding(id: &'static str, status: Status, message: String, hint: Option<&str>) -> Finding {
-    Finding { id, status, message, hint: hint.map(String::from) }
+    Finding::new(id, status, message, hint.map(String::from))
 }
 
 fn nccl_text(v: Nccl, cuda: Option<Cuda>) -> String {
@@ -210,12 +195,11 @@ fn nccl_findings(f: &Facts, pai: bool) -> Vec<Finding> {
                 } else {
                     "erdma-build build --nccl latest".into()
                 };
-                out.push(Finding {
-                    id: "nccl",
-                    status: Fail,
-                    message: format!("{what}{which}: older than 2.19, which eRDMA needs"),
-                    hint: Some(hint),
-                });
+                out.push(Finding::fail(
+                    "nccl",
+                    format!("{what}{which}: older than 2.19, which eRDMA needs"),
+                    hint,
+                ));
             } else if let Some((built, image)) = cuda_clash {
                 out.push(finding(
                     "nccl",
@@ -308,7 +292,7 @@ fn env_finding(
                 Some(p) => format!("erdma-build build --profile {p} sets them ({} runs no hook to add them at start)", p.platform()),
                 None => "erdma-build build sets them; erdma-oci-hook also adds missing ones when a container starts".into(),
             };
-            Finding { id: "nccl-env", status: Warn, message: parts.join("; "), hint: Some(hint) }
+            Finding::warn("nccl-env", parts.join("; "), hint)
         }
     }
 }
@@ -317,7 +301,7 @@ fn env_finding(
 /// saying what breaks where. A profile's hosts are known, so its own values are expected there
 /// (and others already differ from its presets).
 fn host_env_findings(env: &[(String, String)], profile: Option<Profile>) -> Vec<Finding> {
-    use crate::env_presets::{host_specific, HOST_SPECIFIC};
+    use erdma_common::nccl::{host_specific, HOST_SPECIFIC};
     if profile.is_some() {
         return Vec::new();
     }
@@ -381,7 +365,7 @@ mod tests {
 
     #[test]
     fn host_data_is_asked_for_only_by_the_profile() {
-        let universal: Vec<(&str, &str)> = crate::env_presets::ENV_PRESETS.to_vec();
+        let universal: Vec<(&str, &str)> = erdma_common::nccl::PRESETS.to_vec();
         let plain = crate::env_presets::for_profile(None);
         let pai = crate::env_presets::for_profile(Some(Profile::PaiDlc));
         // An image with the five universal presets is fine outside the profile...
@@ -398,7 +382,7 @@ mod tests {
 
         // PAI-DLC's values baked in: a warning each outside the profile, what it expects inside.
         let mut baked = universal.clone();
-        baked.extend(crate::env_presets::PAI_DLC_ENV);
+        baked.extend(erdma_common::nccl::PAI_DLC_ENV);
         assert_eq!(
             env_finding(&env(&baked), &plain, None).status,
             Status::Ok,
@@ -406,7 +390,7 @@ mod tests {
         );
         let warns = host_env_findings(&env(&baked), None);
         assert_eq!(
-            warns.iter().map(|f| (f.id, f.status)).collect::<Vec<_>>(),
+            warns.iter().map(|f| (f.id.as_str(), f.status)).collect::<Vec<_>>(),
             [("nccl-host-env", Status::Warn); 3]
         );
         assert!(warns[0].message.starts_with("NCCL_SOCKET_IFNAME=eth0 is host data: on a host without eth0 every NCCL job stops at start"), "{warns:?}");

@@ -18,7 +18,6 @@
 pub mod build;
 pub mod check;
 pub mod cli;
-pub mod dates;
 pub mod distro;
 pub mod env_presets;
 pub mod error;
@@ -27,7 +26,6 @@ pub mod image;
 pub mod inspect;
 pub mod limits;
 pub mod packages;
-pub mod progress;
 pub mod recipe;
 
 pub use error::{Error, Result};

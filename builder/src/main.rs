@@ -9,7 +9,7 @@ use clap::Parser;
 use erdma_build::build::Report;
 use erdma_build::cli::{Cli, Command};
 use erdma_build::packages::Action;
-use erdma_build::progress::{Reporter, Silent, Transfer};
+use erdma_common::progress::{Reporter, Silent, Transfer};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 fn main() -> ExitCode {

@@ -142,7 +142,7 @@ pub struct Recipe {
     pub packages: Packages,
     #[serde(default, rename(deserialize = "file"))]
     pub files: Vec<PlainFile>,
-    /// A custom recipe's own env presets, added over [`crate::env_presets::ENV_PRESETS`] unless
+    /// A custom recipe's own env presets, added over [`erdma_common::nccl::PRESETS`] unless
     /// the base sets the variable. The built-in recipes have none.
     #[serde(default)]
     pub env: BTreeMap<String, String>,

@@ -1,31 +1,50 @@
-//! A finding of `doctor` (host checks, and the container `doctor --image` runs): ok, warn or
-//! fail, with a one-line hint when not ok. Below both `doctor` and `trial`.
+//! A check of `doctor` (host checks, and the container `doctor --image` runs): the common
+//! [`Finding`] (ok, warn or fail, with a one-line hint when not ok) and what the check saw.
+//! Below both `doctor` and `trial`.
+use std::ops::{Deref, DerefMut};
+
+pub use erdma_common::check::{Finding, Status};
+use serde::ser::SerializeStruct;
 use serde::Serialize;
 use serde_json::Value;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Warn,
-    Fail,
-}
-
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Check {
-    /// Stable identifier (see the module docs).
-    pub id: String,
-    pub status: Status,
-    pub message: String,
-    /// What to do about it, one line; `None` when the check is ok.
-    pub hint: Option<String>,
+    pub finding: Finding,
     /// What the check saw, for machines.
     pub details: Value,
 }
 
+/// `doctor --json` writes `hint: null` for an ok check (where `erdma-build check` leaves the
+/// key out): its JSON is kept as it has always been.
+impl Serialize for Check {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Check", 5)?;
+        st.serialize_field("id", &self.finding.id)?;
+        st.serialize_field("status", &self.finding.status)?;
+        st.serialize_field("message", &self.finding.message)?;
+        st.serialize_field("hint", &self.finding.hint)?;
+        st.serialize_field("details", &self.details)?;
+        st.end()
+    }
+}
+
+impl Deref for Check {
+    type Target = Finding;
+    fn deref(&self) -> &Finding {
+        &self.finding
+    }
+}
+
+impl DerefMut for Check {
+    fn deref_mut(&mut self) -> &mut Finding {
+        &mut self.finding
+    }
+}
+
 impl Check {
     pub(crate) fn ok(id: impl Into<String>, message: impl Into<String>, details: Value) -> Check {
-        Check { id: id.into(), status: Status::Ok, message: message.into(), hint: None, details }
+        Check { finding: Finding::ok(id, message), details }
     }
 
     pub(crate) fn warn(
@@ -34,13 +53,7 @@ impl Check {
         hint: impl Into<String>,
         details: Value,
     ) -> Check {
-        Check {
-            id: id.into(),
-            status: Status::Warn,
-            message: message.into(),
-            hint: Some(hint.into()),
-            details,
-        }
+        Check { finding: Finding::warn(id, message, hint), details }
     }
 
     pub(crate) fn fail(
@@ -49,12 +62,6 @@ impl Check {
         hint: impl Into<String>,
         details: Value,
     ) -> Check {
-        Check {
-            id: id.into(),
-            status: Status::Fail,
-            message: message.into(),
-            hint: Some(hint.into()),
-            details,
-        }
+        Check { finding: Finding::fail(id, message, hint), details }
     }
 }

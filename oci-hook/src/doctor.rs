@@ -27,7 +27,7 @@ use crate::cdi;
 use crate::config::{Config, Memlock};
 use crate::discover::{self, Host, RdmaDevice};
 use crate::engine::{self, Engine, Registration};
-use crate::nccl::{ll128_off, mtu_expected, MTU_JUMBO, MTU_STANDARD, NO_LL128};
+use erdma_common::nccl::{ll128_off, mtu_expected, MTU_JUMBO, MTU_STANDARD, NO_LL128};
 
 /// The eRDMA driver's kernel module.
 pub const ERDMA_MODULE: &str = "erdma";
@@ -961,7 +961,7 @@ mod tests {
             &host(&[("erdma_0", Some("eth0"), Some(1500)), ("erdma_1", Some("eth1"), Some(8500))]),
         );
         assert_eq!(c.status, Status::Fail);
-        assert!(c.hint.unwrap().starts_with("set the MTU of eth0 to 8500 or 1400"));
+        assert!(c.hint.as_deref().unwrap().starts_with("set the MTU of eth0 to 8500 or 1400"));
     }
 
     #[test]

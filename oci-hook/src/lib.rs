@@ -31,7 +31,6 @@ pub mod prestart;
 pub mod request;
 pub mod runtime;
 pub mod spec;
-pub mod time;
 pub mod trial;
 
 pub use error::{Error, Result};

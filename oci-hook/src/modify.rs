@@ -9,8 +9,9 @@ use serde_json::{json, Value};
 use crate::config::{Config, NetworkPolicy};
 use crate::discover::{CharDev, Host, RdmaDevice};
 use crate::error::{Error, Result};
-use crate::nccl::{self, mtu_expected, MTU_JUMBO, MTU_STANDARD};
+use crate::nccl;
 use crate::request::{env_get, Request};
+use erdma_common::nccl::{mtu_expected, MTU_JUMBO, MTU_STANDARD, NO_LL128};
 
 /// The MTUs of the netdevs behind the ports of `devices`, with the device each belongs to.
 pub fn port_mtus<'a>(
@@ -232,9 +233,7 @@ pub fn apply(
                 warnings.push(format!("{} has MTU {m}: eRDMA expects {MTU_JUMBO} with jumbo frames or {MTU_STANDARD} without; data corruption is possible", d.name));
             }
         }
-        if let Some(v) =
-            plan.set.iter().find(|c| c.name == nccl::NO_LL128.0 && c.replaced.is_none())
-        {
+        if let Some(v) = plan.set.iter().find(|c| c.name == NO_LL128.0 && c.replaced.is_none()) {
             warnings.push(format!(
                 "an MTU is not {MTU_JUMBO}: NCCL's LL128 protocol is turned off ({}={})",
                 v.name, v.value
@@ -361,7 +360,7 @@ mod tests {
         assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_0:1"));
         assert_eq!(env_value(&s, "NCCL_SOCKET_IFNAME"), Some("=eth0"));
         assert_eq!(env_value(&s, "NCCL_IB_GID_INDEX"), Some("1"));
-        for (k, v) in crate::nccl::PRESETS {
+        for (k, v) in erdma_common::nccl::PRESETS {
             assert_eq!(env_value(&s, k), Some(*v), "{k}");
         }
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);

@@ -15,36 +15,11 @@
 //!
 //! Beside these, the presets that hold on every eRDMA host ([`PRESETS`], PAI-DLC's tuning,
 //! the PAI-DLC eRDMA guide) are added unless the container sets them.
+use erdma_common::nccl::{ll128_off, MTU_JUMBO, NO_LL128, PRESETS};
 use serde::Serialize;
 
 use crate::config::EnvPolicy;
 use crate::discover::{Host, RdmaDevice};
-
-/// What holds on every eRDMA host, whatever its device and interface names (the PAI-DLC eRDMA guide's
-/// PAI-DLC values without the three that describe PAI's hosts).
-pub const PRESETS: &[(&str, &str)] = &[
-    ("NCCL_DEBUG", "INFO"),
-    ("NCCL_IB_QPS_PER_CONNECTION", "8"),
-    ("NCCL_MIN_NCHANNELS", "16"),
-    ("NCCL_NET_PLUGIN", "none"),
-    ("PYTHONUNBUFFERED", "1"),
-];
-
-/// MTU with jumbo frames; NCCL's LL128 protocol is only safe there (the ECS eRDMA-on-GPU guide).
-pub const MTU_JUMBO: u32 = 8500;
-pub const MTU_STANDARD: u32 = 1400;
-/// What turns LL128 off when an MTU is not [`MTU_JUMBO`].
-pub const NO_LL128: (&str, &str) = ("NCCL_PROTO", "^LL128");
-
-/// Whether eRDMA expects this netdev MTU: 8500 with jumbo frames, 1400 without (the ECS eRDMA-on-GPU guide).
-pub fn mtu_expected(mtu: u32) -> bool {
-    mtu == MTU_JUMBO || mtu == MTU_STANDARD
-}
-
-/// Whether NCCL's LL128 protocol must be off for ports with these MTUs.
-pub fn ll128_off(mtus: &[u32]) -> bool {
-    mtus.iter().any(|m| *m != MTU_JUMBO)
-}
 
 /// One derived variable, with where it came from.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -25,6 +25,7 @@ use crate::check::Check;
 use crate::config::{Config, Memlock};
 use crate::discover::Host;
 use crate::engine::Engine;
+use erdma_common::nccl::MIN;
 
 /// What is printed inside the container, section by section. POSIX sh only (busybox too).
 const SCRIPT: &str = r#"echo @@devices; ls /dev/infiniband 2>/dev/null
@@ -395,7 +396,7 @@ fn nccl_check(found: &[String]) -> Check {
         libs.iter().find_map(|l| l.rsplit_once("libnccl.so.").map(|(_, v)| v.to_string()));
     let details = json!({"libraries": libs, "version": version});
     match version.as_deref().and_then(crate::engine::detect::major_minor) {
-        Some(v) if v >= (2, 19) => Check::ok(
+        Some(v) if v >= (MIN.major, MIN.minor) => Check::ok(
             "container.nccl",
             format!("NCCL {} in the image", version.as_deref().unwrap_or("")),
             details,
@@ -455,7 +456,7 @@ mod tests {
         assert_eq!(provider_check("img", &lines("/etc/libibverbs.d/erdma.driver\n/usr/lib/x86_64-linux-gnu/libibverbs/liberdma-rdmav34.so")).status, crate::check::Status::Ok);
         let none = provider_check("img:1", &[]);
         assert_eq!(none.status, crate::check::Status::Fail);
-        assert!(none.hint.unwrap().contains("erdma-build build --base img:1"));
+        assert!(none.hint.as_deref().unwrap().contains("erdma-build build --base img:1"));
         assert_eq!(ibv_check(None, &lines("absent"), false).status, crate::check::Status::Ok);
         let no_dev = ibv_check(None, &lines("No IB devices found\nrc=255"), true);
         assert!(

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::image::rootfs::{SnapEntry, Snapshot};
 use crate::image::source::{Source, SourceImage};
-use crate::progress::{Counters, Reporter, Transfer};
+use erdma_common::progress::{Counters, Reporter, Transfer};
 
 /// Source layers fetched for reading files, kept for the build's duration.
 pub struct LayerCache {

@@ -24,7 +24,7 @@ use crate::image::layout::{blob_rel_path, index_with, OCI_LAYOUT};
 use crate::image::registry::Registries;
 use crate::image::source::{reader_stream, Source};
 use crate::image::transport::ImageRef;
-use crate::progress::{Counters, Reporter, Transfer};
+use erdma_common::progress::{Counters, Reporter, Transfer};
 
 /// What happened to a base layer on the way to the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

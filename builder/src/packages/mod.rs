@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::image::layer::LayerContents;
-use crate::progress::Reporter;
+use erdma_common::progress::Reporter;
 
 /// A repository packages come from, as a recipe names it.
 #[derive(Debug, Clone, Deserialize, Serialize)]

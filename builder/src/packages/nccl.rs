@@ -5,46 +5,8 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::io::Read;
 
+pub use erdma_common::nccl::{Nccl, MIN};
 use serde::Serialize;
-
-/// The first NCCL release that works over eRDMA (the PAI-DLC eRDMA guide).
-pub const MIN: Nccl = Nccl { major: 2, minor: 19, patch: 0 };
-
-/// An NCCL release, `2.21.5`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Nccl {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
-}
-
-impl Nccl {
-    pub fn parse(s: &str) -> Option<Nccl> {
-        let mut it = s.split('.');
-        let v = Nccl {
-            major: it.next()?.parse().ok()?,
-            minor: it.next()?.parse().ok()?,
-            patch: it.next().unwrap_or("0").parse().ok()?,
-        };
-        it.next().is_none().then_some(v)
-    }
-
-    pub fn supports_erdma(self) -> bool {
-        self >= MIN
-    }
-}
-
-impl fmt::Display for Nccl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
-
-impl Serialize for Nccl {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
 
 /// A CUDA version, `12.4` (a patch level, `12.4.1`, is dropped: builds are per minor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

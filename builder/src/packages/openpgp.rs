@@ -24,7 +24,7 @@ use pgp::ser::Serialize as _;
 use pgp::types::{KeyDetails, Tag};
 use serde::Serialize;
 
-use crate::dates::format_utc;
+use erdma_common::dates::format_utc;
 
 const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
 const END: &str = "-----END PGP PUBLIC KEY BLOCK-----";

@@ -352,7 +352,7 @@ fn write_backup(original: &Path, dir: &Path, content: &[u8]) -> Result<PathBuf> 
 /// `YYYYMMDDTHHMMSSZ` (UTC) for `t`.
 fn utc_stamp(t: std::time::SystemTime) -> String {
     let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let (y, m, d, hh, mm, ss) = crate::time::civil(secs);
+    let (y, m, d, hh, mm, ss) = erdma_common::dates::civil(secs as i64);
     format!("{y:04}{m:02}{d:02}T{hh:02}{mm:02}{ss:02}Z")
 }
 

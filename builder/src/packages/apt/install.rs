@@ -18,7 +18,7 @@ use crate::packages::payload::{self, FileType, Placer, Refused};
 use crate::packages::{
     BaseFiles, Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport,
 };
-use crate::progress::Reporter;
+use erdma_common::progress::Reporter;
 
 pub const STATUS: &str = "var/lib/dpkg/status";
 const INFO: &str = "var/lib/dpkg/info";

@@ -26,10 +26,10 @@ use std::sync::{Arc, OnceLock};
 
 use super::deb822::{self, Deb822Error, Paragraph};
 use super::index;
-use crate::dates::{days_from_civil, format_utc, now};
 use crate::http::{Client, Failed, HttpError, RETRIES};
 pub use crate::packages::openpgp::SignatureError;
 use crate::packages::openpgp::{verify_clearsigned_with, verify_detached_with, Keyring};
+use erdma_common::dates::{days_from_civil, format_utc, now};
 
 /// Largest `InRelease`, `Release` or `Release.gpg` accepted (Debian's are about 150 KiB).
 const MAX_META: u64 = 32 << 20;
@@ -1120,7 +1120,7 @@ pub fn parse_deb822_sources(text: &str) -> Vec<SourceEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dates::civil_from_days;
+    use erdma_common::dates::civil_from_days;
     use sha2::{Digest as _, Sha256};
     use std::io::Write as _;
     use std::net::{TcpListener, TcpStream};

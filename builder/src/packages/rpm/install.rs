@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::image::layer::LayerContents;
 use crate::packages::openpgp::{self, Keyring};
 use crate::packages::{BaseFiles, Inputs, Mirror, PackagesReport, Target};
-use crate::progress::Reporter;
+use erdma_common::progress::Reporter;
 
 /// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
 const MAX_REPOMD: u64 = 16 << 20;
@@ -94,12 +94,14 @@ pub async fn load_repo(
             .await
             .map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?
         {
-            Some(sig) => openpgp::verify_detached_with(&raw, &sig, &keyring, crate::dates::now())
-                .map_err(|e| {
-                Error::Unsupported(format!(
+            Some(sig) => {
+                openpgp::verify_detached_with(&raw, &sig, &keyring, erdma_common::dates::now())
+                    .map_err(|e| {
+                        Error::Unsupported(format!(
                     "repository `{name}`: {repomd_url} does not verify against {sig_url}: {e}"
                 ))
-            })?,
+                    })?
+            }
             None if repo_gpgcheck => {
                 return Err(Error::Unsupported(format!(
                     "repository `{name}`: repo_gpgcheck is set but {sig_url} does not exist"
@@ -698,7 +700,7 @@ fn on_disk(
     }
     let pkg = super::package::open(&path)
         .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
-    pkg.verify(&path, &repo.keyring, crate::dates::now()).map_err(|e| {
+    pkg.verify(&path, &repo.keyring, erdma_common::dates::now()).map_err(|e| {
         Error::Unsupported(format!(
             "{} from repository `{}` (cached {}): {e}",
             meta.nevra(),
@@ -798,7 +800,7 @@ async fn fetch(
         }
         let pkg =
             super::package::open(&path).map_err(|e| Error::Unsupported(format!("{url}: {e}")))?;
-        pkg.verify(&path, &repo.keyring, crate::dates::now()).map_err(|e| {
+        pkg.verify(&path, &repo.keyring, erdma_common::dates::now()).map_err(|e| {
             Error::Unsupported(format!(
                 "{} from repository `{}` ({url}): {e}",
                 meta.nevra(),
@@ -851,7 +853,7 @@ fn unpack(
     let place = |p: &str, kind: crate::packages::payload::Kind<'_>| {
         placer.borrow_mut().place(p, kind).map_err(|why| why.to_string())
     };
-    let now = crate::dates::now().max(0) as u32;
+    let now = erdma_common::dates::now().max(0) as u32;
     let color = super::rpmdb::transaction_color(base, arch);
     let mut blobs = Vec::new();
     for ((path, pkg), planned) in files.iter().zip(&resolved.plan.install) {

@@ -1424,7 +1424,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let (_, other_public, _) = gpg_key(dir.path(), "other");
         let keyring = Keyring::load(&public).unwrap();
         let other = Keyring::load(&other_public).unwrap();
-        let now = crate::dates::now();
+        let now = erdma_common::dates::now();
         for (payload, compressor) in
             [("w19.zstdio", "zstd"), ("w9.gzdio", "gzip"), ("w6.xzdio", "xz"), ("w6.lzdio", "lzma")]
         {
@@ -1528,7 +1528,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let dir = tempfile::tempdir().unwrap();
         let (home, public, _) = gpg_key(dir.path(), "test");
         let keyring = Keyring::load(&public).unwrap();
-        let now = crate::dates::now();
+        let now = erdma_common::dates::now();
         let signed = sign(&home, &build(dir.path(), "w19.zstdio", 1000), false);
         let pkg = open(&signed).unwrap();
         // A byte of the main header's data (its last one: the end of some string).
@@ -1600,7 +1600,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let dir = tempfile::tempdir().unwrap();
         let (home, public, fpr) = gpg_key(dir.path(), "test");
         let keyring = Keyring::load(&public).unwrap();
-        let now = crate::dates::now();
+        let now = erdma_common::dates::now();
         let signed = sign(&home, &build(dir.path(), "w9.gzdio", 1000), true);
         let pkg = open(&signed).unwrap();
         assert!(
