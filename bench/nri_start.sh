@@ -23,6 +23,7 @@
 # Host: the `two` sysfs fixture with mknod'd nodes; memlock 4 MiB (the default, unlimited, is
 # above this machine's hard limit and runc would refuse it).
 # Needs root, docker (to make the busybox image archive), runc, busybox-static.
+# Dated figures: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-100}

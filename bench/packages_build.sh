@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installing the eRDMA packages: erdma-build against `docker build` running the PAI-DLC eRDMA guide's
-# `apt install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1` (+ `apt update`), on the
-# same real Debian base (debootstrap minbase) in a throwaway local registry, both pushing the
+# Installing the eRDMA packages: erdma-build against `docker build` running the PAI-DLC eRDMA
+# guide's `apt install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1` (+ `apt update`),
+# on the same real Debian base (debootstrap minbase) in a throwaway local registry, both pushing the
 # result there. Packages come from the Debian archive the base is configured with.
 #
 #   bench/packages_build.sh [SUITE...]      (default: bookworm trixie, i.e. Debian 12 and 13)
@@ -13,6 +13,8 @@
 # Measured: wall seconds; bytes downloaded (erdma-build: packages + indices + registry; docker:
 # what apt reports fetched + the base pull); the size of the layer each adds (compressed, as
 # pushed); erdma-build's peak RSS.
+# Needs root (scripts/setup, debootstrap), a running Docker, docker-registry, and the Debian
+# mirror the machine's apt uses. Dated figures: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

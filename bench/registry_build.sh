@@ -22,6 +22,9 @@
 # docker starts cold: images from 127.0.0.1 registries are removed and the build cache is
 # pruned, so it pulls the base. Docker treats 127.0.0.0/8 as an insecure (plain HTTP)
 # registry by default: `docker info` lists it under "Insecure Registries", nothing to set.
+#
+# Needs root or sudo (scripts/setup), a running Docker and docker-registry. Dated figures:
+# docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

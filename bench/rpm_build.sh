@@ -2,18 +2,20 @@
 # Installing the eRDMA packages on an EL image: erdma-build against what a user would otherwise
 # run without a container engine that has EL user space: `dnf --installroot` (dnf 4 and rpm 4.18,
 # this machine's) into the base's root file system plus a layer commit (a tar of what changed,
-# gzip-compressed as a registry layer is), in one run. The ECS AI-training-cluster guide's `yum install libibverbs
-# rdma-core librdmacm libibverbs-utils` from a signed Alibaba-layout repository on 127.0.0.1,
-# the dependencies (libnl3, pciutils) from a BaseOS-like one.
+# gzip-compressed as a registry layer is), in one run. The ECS AI-training-cluster guide's
+# `yum install libibverbs rdma-core librdmacm libibverbs-utils` from a signed Alibaba-layout
+# repository on 127.0.0.1, the dependencies (libnl3, pciutils) from a BaseOS-like one.
 #
 #   bench/rpm_build.sh
 #
 # Fixtures: the Rocky 9 (SQLite rpmdb) base and the rdma-core rpms the tests build from Debian's
-# real binaries (tests/support/rpm_repo.rs), made by running the fixture tests once; here the
+# real binaries (builder/tests/support/rpm_repo.rs), made by running the fixture tests once; here the
 # rpms are signed with a throwaway key and indexed with createrepo_c.
 # Cold: erdma-build with an empty cache; dnf with an empty cache directory.
 # Warm: erdma-build with its caches filled; dnf with its metadata and packages cached.
 # Measured: wall seconds, peak RSS (/usr/bin/time), the layer's compressed size.
+# Needs root (scripts/setup, dnf --installroot), rpm, rpmsign, createrepo_c, dnf and gpg
+# (scripts/setup installs them); no Docker. Dated figures: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

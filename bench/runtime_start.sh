@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Container start time through erdma-runtime against plain runc: `create` + `start` + (the
-# container's `true` exiting) + `delete` of a busybox `true` bundle, timed as one unit, RUNS times per variant
-# (default 200), the variants interleaved so that drift on the machine hits all of them alike.
+# container's `true` exiting) + `delete` of a busybox `true` bundle, timed as one unit, RUNS
+# times per variant (default 200), the variants interleaved so that drift on the machine hits
+# all of them alike.
 #
 #   bench/runtime_start.sh [RUNS]
 #
@@ -14,9 +15,9 @@
 #                   read, the request found empty, then runc exec'd; start/delete exec straight)
 #   erdma, ask all  the same with ERDMA_VISIBLE_DEVICES=all: discovery over the fixture sysfs,
 #                   the spec edit and its atomic write (temporary file + exchange, see
-#                   oci-hook/src/spec.rs) on every create. The
-#                   original spec is put back between runs (outside the timing) so that every run
-#                   edits a fresh spec, as an engine's new bundle would.
+#                   oci-hook/src/spec.rs) on every create. The original spec is put back
+#                   between runs (outside the timing) so that every run edits a fresh spec,
+#                   as an engine's new bundle would.
 # The wrapper runs for all three calls (create, start, delete), as it does under an engine.
 # "added" compares with plain runc; "wrapper" with runc on the spec the container ends up with
 # (plain for "no ask", edited for "ask all"), i.e. the wrapper's own share.
@@ -32,6 +33,7 @@
 # On a busy machine run the script under `nice -n -15`.
 #
 # Needs root, runc and busybox-static (scripts/setup). ERDMA_RUNTIME=path skips the build.
+# Dated figures: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-200}
