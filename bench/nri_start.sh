@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Container start through the CRI, as kubelet does it (CreateContainer + StartContainer on a
-# running host-network pod; oci-hook/examples/cri_start.rs), with the NRI plugin against plain
+# running host-network pod; crates/erdma-kube/examples/cri_start.rs), with the NRI plugin against plain
 # containerd/runc on the same pod spec, and against erdma-runtime as a containerd runtime
 # handler, in one run, the variants interleaved round by round.
 #
@@ -31,7 +31,7 @@ C17=${CONTAINERD17_BIN:-/opt/erdma-ci/containerd-1.7/usr/bin}
 [ "$(id -u)" -eq 0 ] || { echo "nri_start: needs root" >&2; exit 1; }
 [ -x "$C17/containerd" ] || { echo "nri_start: no containerd 1.7 in $C17 (run scripts/setup)" >&2; exit 1; }
 
-cargo build -q --release -p erdma-oci-hook --bin erdma-nri-plugin --example cri_start
+cargo build -q --release -p erdma-kube --bin erdma-nri-plugin --example cri_start
 ERDMA_RUNTIME=${ERDMA_RUNTIME:-$(scripts/build-runtime)}
 BIN=$PWD/target/release
 

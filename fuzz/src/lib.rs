@@ -321,17 +321,17 @@ fn t_sysfs_values(data: &[u8]) {
         let devices: Vec<_> = host.devices.iter().collect();
         let _ = erdma_oci_hook::nccl::derive(&host, &devices);
     }
-    let _ = erdma_oci_hook::deviceplugin::numa_node(&tree, "erdma_0");
+    let _ = erdma_kube::deviceplugin::numa_node(&tree, "erdma_0");
 }
 
 fn t_nri_wire(data: &[u8]) {
-    use erdma_oci_hook::nri::wire::Demux;
+    use erdma_kube::nri::wire::Demux;
     let mut d = Demux::default();
     let mut r = data;
     for _ in 0..1000 {
         match d.next(&mut r) {
             Ok(Some(m)) => {
-                let _ = <erdma_oci_hook::nri::wire::Request as prost::Message>::decode(&m.body[..]);
+                let _ = <erdma_kube::nri::wire::Request as prost::Message>::decode(&m.body[..]);
             }
             _ => break,
         }
@@ -339,7 +339,7 @@ fn t_nri_wire(data: &[u8]) {
 }
 
 fn t_nri_create(data: &[u8]) {
-    use erdma_oci_hook::nri::{adjust, pb};
+    use erdma_kube::nri::{adjust, pb};
     let Ok(req) = <pb::CreateContainerRequest as prost::Message>::decode(data) else { return };
     let Some(ctr) = req.container.as_ref() else { return };
     let host = || {

@@ -9,24 +9,21 @@
 //! - [`nccl`]: the NCCL settings derived from sysfs for a container's devices.
 //! - [`spec`]: reading and atomically writing `config.json` as JSON, unknown fields kept.
 //! - [`doctor`]: the host readiness report (`erdma-oci-hook doctor`).
-//! - Kubernetes: [`deviceplugin`] (what is advertised and allocated) with [`kubelet`] (its gRPC
-//!   side), and [`nri`] (the NRI plugin: the same edits as an NRI adjustment).
+//! - Kubernetes (the device plugin and the NRI plugin, on these same pieces): the `erdma-kube`
+//!   crate.
 #![forbid(unsafe_code)]
 
 pub mod cdi;
 pub mod check;
 pub mod config;
-pub mod deviceplugin;
 pub mod discover;
 pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod hooks;
-pub mod kubelet;
 pub mod log;
 pub mod modify;
 pub mod nccl;
-pub mod nri;
 pub mod prestart;
 pub mod request;
 pub mod runtime;

@@ -2,13 +2,9 @@
 //! helpers in `support`). Cases that need root or real runc say so and call
 //! `support::require`, which fails under `CI` and skips locally.
 
-mod cri_cases;
-mod deploy_cases;
-mod deviceplugin_cases;
 mod doctor_cases;
 mod engine_cases;
 mod nccl_cases;
-mod nri_cases;
 mod prestart_cases;
 mod runtime_cases;
 mod support;

@@ -6,12 +6,11 @@
 //! a skip note and the test returns; with `CI` set it panics, so that in CI every such test
 //! really runs (CONTRIBUTING.md, "Tests").
 //!
-//! Keep these names stable: `bin`, `Fixture`, `busybox_bundle`, `require`.
+//! Keep these names stable: `bin`, `Fixture`, `busybox_bundle`, `require`. `erdma-kube`'s tests
+//! include this file too (its `tests/support/mod.rs`), beside their CRI client.
 
 // Each test module uses a subset of the helpers.
 #![allow(dead_code)]
-
-pub mod cri;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -20,16 +19,39 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-/// A binary of this package that Cargo built for the test run: `erdma-oci-hook` or
-/// `erdma-runtime`.
+/// A binary of the workspace that Cargo built for the test run: the including package's own
+/// through `CARGO_BIN_EXE_*` (always fresh), another package's from the same target directory,
+/// where `cargo nextest run --workspace` (or `cargo build --workspace --bins`) puts it.
 pub fn bin(name: &str) -> PathBuf {
-    match name {
-        "erdma-oci-hook" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-oci-hook")),
-        "erdma-runtime" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-runtime")),
-        "erdma-device-plugin" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-device-plugin")),
-        "erdma-nri-plugin" => PathBuf::from(env!("CARGO_BIN_EXE_erdma-nri-plugin")),
-        other => panic!("no binary `{other}` in erdma-oci-hook"),
+    let own = match name {
+        "erdma-oci-hook" => option_env!("CARGO_BIN_EXE_erdma-oci-hook"),
+        "erdma-runtime" => option_env!("CARGO_BIN_EXE_erdma-runtime"),
+        "erdma-device-plugin" => option_env!("CARGO_BIN_EXE_erdma-device-plugin"),
+        "erdma-nri-plugin" => option_env!("CARGO_BIN_EXE_erdma-nri-plugin"),
+        other => panic!("no binary `{other}` in erdma-oci-hook or erdma-kube"),
+    };
+    if let Some(p) = own {
+        return PathBuf::from(p);
     }
+    // This test binary is target/PROFILE/deps/it-HASH; the workspace's binaries are in
+    // target/PROFILE.
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let p = exe.parent().and_then(Path::parent).expect("target/PROFILE").join(name);
+    assert!(
+        p.is_file(),
+        "{} is not built: run the tests with `cargo nextest run --workspace`, or `cargo build --workspace --bins` first",
+        p.display()
+    );
+    p
+}
+
+/// The repository's root: the first folder above this crate that holds `testdata/`.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|p| p.join("testdata/sysfs").is_dir())
+        .expect("testdata/ above the crate")
+        .to_path_buf()
 }
 
 /// True when the precondition holds. Otherwise: under `CI` a panic naming `what`; locally a
@@ -99,7 +121,7 @@ pub fn text(b: &[u8]) -> String {
 
 /// `testdata/sysfs` of the workspace.
 pub fn sysfs_fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/sysfs")
+    repo_root().join("testdata/sysfs")
 }
 
 /// A `/dev` node a fixture scenario declares in its `dev.txt`.

@@ -1,5 +1,5 @@
 //! What the NRI plugin does to a container being created: the same decisions and the same
-//! spec-edit core ([`crate::modify`]) as `erdma-runtime` and the hooks, expressed as NRI's
+//! spec-edit core ([`erdma_oci_hook::modify`]) as `erdma-runtime` and the hooks, expressed as NRI's
 //! `ContainerAdjustment` instead of a rewritten `config.json`.
 //!
 //! The container as NRI describes it becomes the part of an OCI spec the edits read
@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use super::pb;
-use crate::config::Config;
-use crate::discover::Host;
-use crate::error::{Error, Result};
-use crate::modify::{self, NetworkOutcome, Report};
-use crate::request::{self, Request};
+use erdma_oci_hook::config::Config;
+use erdma_oci_hook::discover::Host;
+use erdma_oci_hook::error::{Error, Result};
+use erdma_oci_hook::modify::{self, NetworkOutcome, Report};
+use erdma_oci_hook::request::{self, Request};
 
 /// What to answer for one container.
 #[derive(Debug, Default)]
@@ -188,8 +188,8 @@ pub fn create(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Memlock, NetworkPolicy};
-    use crate::discover::{CharDev, Port, RdmaDevice};
+    use erdma_oci_hook::config::{Memlock, NetworkPolicy};
+    use erdma_oci_hook::discover::{CharDev, Port, RdmaDevice};
 
     fn host() -> Host {
         let dev = |n: u32| RdmaDevice {

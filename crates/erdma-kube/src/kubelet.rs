@@ -13,9 +13,9 @@ use std::time::Duration;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use crate::config::Config;
 use crate::deviceplugin::{self, PluginConfig};
-use crate::discover::{self, Host};
+use erdma_oci_hook::config::Config;
+use erdma_oci_hook::discover::{self, Host};
 
 /// The generated API.
 #[allow(clippy::all, missing_docs)]

@@ -1,6 +1,6 @@
 //! `erdma-nri-plugin`: the NRI plugin for eRDMA, a long-running daemon that containerd (1.7+,
 //! with NRI enabled) and CRI-O (1.26+) call for each container they create; thin, the work is in
-//! `erdma_oci_hook::nri`. The hook config (`ERDMA_OCI_HOOK_CONFIG`, else
+//! `erdma_kube::nri`. The hook config (`ERDMA_OCI_HOOK_CONFIG`, else
 //! /etc/erdma/oci-hook.toml) gives the sysfs and /dev roots, drivers, memlock, network policy and
 //! env policy, as for `erdma-runtime` and the hooks.
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use erdma_oci_hook::nri::plugin::{NriPlugin, DEFAULT_SOCKET};
+use erdma_kube::nri::plugin::{NriPlugin, DEFAULT_SOCKET};
 
 #[derive(Parser, Debug)]
 #[command(

@@ -31,7 +31,7 @@ const MANIFESTS: [&str; 3] =
 const IMAGE_BIN: &str = "/opt/erdma/bin";
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    crate::support::repo_root()
 }
 
 fn manifest(name: &str) -> PathBuf {
@@ -521,9 +521,9 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
     let dp = container(ds, "device-plugin").unwrap();
     let cmd = strings(&dp["command"]);
     assert_eq!(cmd[0], format!("{IMAGE_BIN}/erdma-device-plugin"));
-    assert_eq!(flag(&cmd, "--resource"), Some(erdma_oci_hook::deviceplugin::RESOURCE));
+    assert_eq!(flag(&cmd, "--resource"), Some(erdma_kube::deviceplugin::RESOURCE));
     let socket_dir = flag(&cmd, "--socket-dir").unwrap();
-    assert_eq!(socket_dir, erdma_oci_hook::kubelet::DEFAULT_DIR);
+    assert_eq!(socket_dir, erdma_kube::kubelet::DEFAULT_DIR);
     let nri_c = container(ds, "nri-plugin").unwrap();
     let ncmd = strings(&nri_c["command"]);
     assert_eq!(ncmd[0], format!("{IMAGE_BIN}/erdma-nri-plugin"));

@@ -1,5 +1,5 @@
 //! `erdma-device-plugin`: the kubelet device plugin for eRDMA (`aliyun/erdma`); thin, the work
-//! is in `erdma_oci_hook::kubelet` (gRPC) and `erdma_oci_hook::deviceplugin` (decisions). The
+//! is in `erdma_kube::kubelet` (gRPC) and `erdma_kube::deviceplugin` (decisions). The
 //! hook config (`ERDMA_OCI_HOOK_CONFIG`, else /etc/erdma/oci-hook.toml) gives the sysfs and /dev
 //! roots and the drivers, as for the hooks.
 use std::path::PathBuf;
@@ -15,13 +15,13 @@ use clap::Parser;
 )]
 struct Cli {
     /// kubelet's device-plugin directory (its `kubelet.sock` and the plugins' sockets).
-    #[arg(long, value_name = "DIR", default_value = erdma_oci_hook::kubelet::DEFAULT_DIR)]
+    #[arg(long, value_name = "DIR", default_value = erdma_kube::kubelet::DEFAULT_DIR)]
     socket_dir: PathBuf,
     /// The socket name the plugin serves on, in that directory.
     #[arg(long, value_name = "NAME", default_value = "erdma.sock")]
     endpoint: String,
     /// The extended resource pods request (`resources.limits`).
-    #[arg(long, default_value = erdma_oci_hook::deviceplugin::RESOURCE)]
+    #[arg(long, default_value = erdma_kube::deviceplugin::RESOURCE)]
     resource: String,
     /// How many containers may share one eRDMA device.
     #[arg(long, default_value_t = 8)]
@@ -44,9 +44,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let plugin = erdma_oci_hook::kubelet::Plugin {
+    let plugin = erdma_kube::kubelet::Plugin {
         config,
-        plugin: erdma_oci_hook::deviceplugin::PluginConfig {
+        plugin: erdma_kube::deviceplugin::PluginConfig {
             resource: cli.resource,
             shares: cli.shares.max(1),
             cdi: cli.cdi,
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(erdma_oci_hook::kubelet::run(plugin, cli.socket_dir, cli.endpoint)) {
+    match rt.block_on(erdma_kube::kubelet::run(plugin, cli.socket_dir, cli.endpoint)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

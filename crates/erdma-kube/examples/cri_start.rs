@@ -94,7 +94,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut client = RuntimeServiceClient::new(
-            erdma_oci_hook::kubelet::unix_channel(&socket)
+            erdma_kube::kubelet::unix_channel(&socket)
                 .await
                 .map_err(|e| format!("{}: {e}", socket.display()))?,
         );

@@ -11,8 +11,8 @@ use prost::Message as _;
 use super::adjust;
 use super::pb;
 use super::wire::{self, code, Demux, Message, PLUGIN_CONN, REQUEST, RESPONSE, RUNTIME_CONN};
-use crate::config::Config;
-use crate::discover;
+use erdma_oci_hook::config::Config;
+use erdma_oci_hook::discover;
 
 /// Where containerd and CRI-O listen for external NRI plugins by default.
 pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";

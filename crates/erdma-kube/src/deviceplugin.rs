@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::discover::{Host, RdmaDevice};
+use erdma_oci_hook::discover::{Host, RdmaDevice};
 
 /// The resource ACK's jobs request (the ACK GDR guide: `--device=aliyun/erdma=1`).
 pub const RESOURCE: &str = "aliyun/erdma";
@@ -157,7 +157,8 @@ pub fn allocate(
     let cm = host.rdma_cm.as_ref().ok_or(AllocateError::NoRdmaCm)?;
     let mut a = Allocation::default();
     if cfg.cdi {
-        a.cdi_devices = chosen.iter().map(|d| format!("{}={}", crate::cdi::KIND, d.name)).collect();
+        a.cdi_devices =
+            chosen.iter().map(|d| format!("{}={}", erdma_oci_hook::cdi::KIND, d.name)).collect();
     } else {
         for node in chosen.iter().filter_map(|d| d.uverbs.as_ref()).chain(std::iter::once(cm)) {
             a.devices.push(DeviceSpec {
@@ -167,9 +168,9 @@ pub fn allocate(
             });
         }
     }
-    let derived = crate::nccl::derive(host, &chosen);
+    let derived = erdma_oci_hook::nccl::derive(host, &chosen);
     a.envs.insert(
-        crate::request::ENV.to_string(),
+        erdma_oci_hook::request::ENV.to_string(),
         chosen.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","),
     );
     a.envs.extend(derived.with_presets());
@@ -216,7 +217,7 @@ pub fn preferred(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discover::{CharDev, Port};
+    use erdma_oci_hook::discover::{CharDev, Port};
 
     #[test]
     fn acks_plugin_socket_is_recognised_and_ours_is_not() {
@@ -355,10 +356,14 @@ mod tests {
     /// `numa_node` say (testdata/sysfs/README.md), and the others' `-1` (no affinity).
     #[test]
     fn numa_from_the_fixture_trees() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/sysfs");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/sysfs");
         let sysfs = root.join("four/sys");
-        let h = crate::discover::discover(&sysfs, &root.join("four/no-dev"), &["erdma".into()])
-            .unwrap();
+        let h = erdma_oci_hook::discover::discover(
+            &sysfs,
+            &root.join("four/no-dev"),
+            &["erdma".into()],
+        )
+        .unwrap();
         let mut ads = advertise(&h, &sysfs, &PluginConfig { shares: 1, ..PluginConfig::default() });
         // No /dev nodes without root: health is deviceplugin_cases' business, NUMA is this one's.
         ads.iter_mut().for_each(|a| a.health = HEALTHY);
@@ -383,7 +388,8 @@ mod tests {
         assert_eq!(preferred(&ads, &all, &["rocep9s0-0".into()], 2), ["rocep9s0-0", "rocep10s0-0"]);
         let two = root.join("two/sys");
         let h =
-            crate::discover::discover(&two, &root.join("two/no-dev"), &["erdma".into()]).unwrap();
+            erdma_oci_hook::discover::discover(&two, &root.join("two/no-dev"), &["erdma".into()])
+                .unwrap();
         assert!(
             advertise(&h, &two, &PluginConfig::default()).iter().all(|a| a.numa.is_none()),
             "-1 is no NUMA node"

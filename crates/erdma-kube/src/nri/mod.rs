@@ -1,5 +1,5 @@
 //! The NRI plugin (`erdma-nri-plugin`): containerd ≥ 1.7 and CRI-O ≥ 1.26 call it for every
-//! container they create, and it answers with the edits of [`crate::modify`] as an NRI
+//! container they create, and it answers with the edits of [`erdma_oci_hook::modify`] as an NRI
 //! adjustment, in one long-running process.
 //!
 //! - [`adjust`]: the decisions (who asks, what they get), NRI container in, adjustment out.

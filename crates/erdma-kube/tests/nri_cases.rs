@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use erdma_oci_hook::deviceplugin::{self, PluginConfig};
+use erdma_kube::deviceplugin::{self, PluginConfig};
 use erdma_oci_hook::discover;
 use serde_json::Value;
 

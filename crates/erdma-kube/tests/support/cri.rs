@@ -36,7 +36,7 @@ use tonic::transport::Channel;
 
 use super::{assert_success, busybox_rootfs, have, is_root, require, text, BUSYBOX};
 
-/// The CRI API v1 (a subset: `oci-hook/proto/cri_v1.proto`).
+/// The CRI API v1 (a subset: `proto/cri_v1.proto`).
 pub mod pb {
     #![allow(clippy::all)]
     tonic::include_proto!("runtime.v1");
@@ -269,7 +269,7 @@ impl Containerd17 {
                 let answer = h.block(async move {
                     let channel = tokio::time::timeout(
                         Duration::from_secs(2),
-                        erdma_oci_hook::kubelet::unix_channel(&s),
+                        erdma_kube::kubelet::unix_channel(&s),
                     )
                     .await
                     .ok()?

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use erdma_oci_hook::kubelet::pb;
+use erdma_kube::kubelet::pb;
 use tokio::sync::mpsc;
 
 use crate::support::{bin, is_root, require, Fixture};
@@ -85,7 +85,7 @@ fn device_plugin_registers_streams_health_and_allocates_root() {
         );
         assert!(reg.options.unwrap().get_preferred_allocation_available);
 
-        let channel = erdma_oci_hook::kubelet::unix_channel(&dir.join("erdma.sock")).await.unwrap();
+        let channel = erdma_kube::kubelet::unix_channel(&dir.join("erdma.sock")).await.unwrap();
         let mut plugin = pb::device_plugin_client::DevicePluginClient::new(channel);
         let mut stream = plugin.list_and_watch(pb::Empty {}).await.unwrap().into_inner();
         let all_healthy: Vec<(String, String)> =
