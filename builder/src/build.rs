@@ -72,10 +72,10 @@ pub struct Options {
     /// `--cuda X.Y`: the CUDA the NCCL build is for, when the base does not say.
     pub cuda: Option<Cuda>,
     /// Bounds of every repository, key and package transfer (`--read-timeout`).
-    pub timeouts: crate::http::Timeouts,
+    pub timeouts: erdma_http::Timeouts,
     /// What a hostile base or repository may cost (`--max-layers`, `--max-inflation`,
     /// `--max-entries`).
-    pub limits: crate::limits::Limits,
+    pub limits: erdma_limits::Limits,
     /// `plan --download`: fetch the packages into the cache to read their payloads.
     pub download: bool,
 }
@@ -118,7 +118,7 @@ pub struct ImageReport {
     /// repository key trusted on first use).
     pub warnings: Vec<String>,
     /// The keys each recipe repository was verified with (and that the image gets).
-    pub keys: Vec<crate::packages::openpgp::Trusted>,
+    pub keys: Vec<erdma_openpgp::Trusted>,
     /// The new layer; `plan` leaves it out when packages would be downloaded to know it.
     pub layer: Option<LayerInfo>,
     pub config_digest: Option<String>,
@@ -388,7 +388,7 @@ struct RecipeLayer {
     packages: Option<PackagesReport>,
     nccl: Option<NcclSummary>,
     warnings: Vec<String>,
-    keys: Vec<crate::packages::openpgp::Trusted>,
+    keys: Vec<erdma_openpgp::Trusted>,
     /// False for a plan whose packages were resolved but not downloaded.
     complete: bool,
     path: PathBuf,
@@ -408,7 +408,7 @@ async fn recipe_contents(
     reporter: &dyn Reporter,
 ) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
-    let http = crate::http::Client::new(opts.timeouts)
+    let http = erdma_http::Client::new(opts.timeouts)
         .map_err(|e| Error::Unsupported(e.to_string()))?
         .max_inflation(opts.limits.inflation);
     let mut keys = BTreeMap::new();
@@ -450,7 +450,7 @@ async fn recipe_contents(
     {
         // The recipe's own repositories have their keys in `keys` already.
         let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {
-            Some(p) => Some(crate::packages::openpgp::dearmor(
+            Some(p) => Some(erdma_openpgp::dearmor(
                 &std::fs::read(p).map_err(Error::io("reading keyring", p))?,
             )?),
             None => None,
@@ -581,8 +581,9 @@ async fn recipe_contents(
 
 /// A repository whose signature names a key the pin dropped from its key download: say so,
 /// rather than only "no valid signature".
-fn signed_by_dropped_key(e: Error, trusted: &[crate::packages::openpgp::Trusted]) -> Error {
-    use crate::packages::{apt::repo::RepoError, openpgp::SignatureError};
+fn signed_by_dropped_key(e: Error, trusted: &[erdma_openpgp::Trusted]) -> Error {
+    use crate::packages::apt::repo::RepoError;
+    use erdma_openpgp::SignatureError;
     let Error::Repo(
         repo_err @ RepoError::BadSignature {
             source: SignatureError::NoValidSignature { outside, .. },
@@ -680,11 +681,11 @@ impl crate::packages::BaseFiles for ImageFiles<'_> {
 /// download from `key_url`, of which only the key the recipe pins is kept (any other key in
 /// the download is dropped), or every key, trusted on first use, when the recipe pins none.
 async fn repo_key(
-    http: &crate::http::Client,
+    http: &erdma_http::Client,
     recipe: &Recipe,
     repo: &crate::recipe::Repository,
     keyring: Option<&Path>,
-) -> Result<(Vec<u8>, crate::packages::openpgp::Trusted)> {
+) -> Result<(Vec<u8>, erdma_openpgp::Trusted)> {
     let what = format!("the key of repository `{}` (recipe {})", repo.name, recipe.name);
     let (raw, source) = match (keyring, &repo.key_url) {
         (Some(path), _) => (
@@ -708,27 +709,26 @@ async fn repo_key(
         }
     };
     let pin = repo.fingerprint.as_deref().filter(|_| keyring.is_none());
-    let (keys, dropped) =
-        crate::packages::openpgp::select(&raw, pin, &format!("{what} from {source}"))?;
+    let (keys, dropped) = erdma_openpgp::select(&raw, pin, &format!("{what} from {source}"))?;
     let trust = match (keyring, pin) {
         (Some(_), _) => "keyring",
         (None, Some(_)) => "pinned",
         (None, None) => "first-use",
     };
-    let trusted = crate::packages::openpgp::Trusted {
+    let trusted = erdma_openpgp::Trusted {
         repository: repo.name.clone(),
-        fingerprints: keys.iter().map(crate::packages::openpgp::fingerprint).collect(),
+        fingerprints: keys.iter().map(erdma_openpgp::fingerprint).collect(),
         source,
         trust,
         dropped,
     };
-    Ok((crate::packages::openpgp::to_binary(&keys)?, trusted))
+    Ok((erdma_openpgp::to_binary(&keys)?, trusted))
 }
 
 /// A key file is a few KiB; NVIDIA's and Alibaba's are under 4 KiB.
 const MAX_KEY: u64 = 1 << 20;
 
-async fn fetch_key(http: &crate::http::Client, url: &str) -> std::result::Result<Vec<u8>, String> {
+async fn fetch_key(http: &erdma_http::Client, url: &str) -> std::result::Result<Vec<u8>, String> {
     match http.get(url, MAX_KEY).await {
         Ok(Some(body)) => Ok(body),
         Ok(None) => Err("not found (404)".into()),

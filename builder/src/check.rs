@@ -43,7 +43,7 @@ pub struct CheckOptions {
     /// `--insecure-registry`, `--cert-dir`.
     pub registry: crate::image::registry::RegistryOptions,
     /// `--max-layers`, `--max-inflation`, `--max-entries`.
-    pub limits: crate::limits::Limits,
+    pub limits: erdma_limits::Limits,
 }
 
 pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<CheckReport> {

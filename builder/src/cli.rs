@@ -100,22 +100,22 @@ impl RegistryArgs {
 pub struct LimitArgs {
     /// Refuse a base image of more than N layers (before any is read). Docker runs images of
     /// at most 125.
-    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_LAYERS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = erdma_limits::DEFAULT_LAYERS as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_layers: u64,
     /// Refuse a base layer, package payload, Packages index or repository metadata file that
     /// decompresses to more than N times its compressed size (after the first 64 MiB): a
     /// decompression bomb. 0 lifts the limit.
-    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_INFLATION)]
+    #[arg(long, value_name = "N", default_value_t = erdma_limits::DEFAULT_INFLATION)]
     pub max_inflation: u64,
     /// Refuse a base whose layers read hold more than N tar entries in all (files,
     /// directories, links, whiteouts; about 170 bytes of memory each).
-    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = erdma_limits::DEFAULT_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_entries: u64,
 }
 
 impl LimitArgs {
-    pub fn limits(&self) -> crate::limits::Limits {
-        crate::limits::Limits {
+    pub fn limits(&self) -> erdma_limits::Limits {
+        erdma_limits::Limits {
             layers: usize::try_from(self.max_layers).unwrap_or(usize::MAX),
             inflation: self.max_inflation,
             entries: self.max_entries,
@@ -308,7 +308,7 @@ impl CommonArgs {
             install: self.install.clone(),
             local_packages: self.packages.clone(),
             epoch: Options::epoch_from_env(),
-            timeouts: crate::http::Timeouts {
+            timeouts: erdma_http::Timeouts {
                 read: std::time::Duration::from_secs(self.read_timeout),
                 ..Default::default()
             },

@@ -100,7 +100,7 @@ pub enum Error {
     TokenService { registry: String, url: String, reason: String },
 
     #[error(transparent)]
-    Key(#[from] crate::packages::openpgp::KeyError),
+    Key(#[from] erdma_openpgp::KeyError),
 
     #[error(transparent)]
     Repo(#[from] crate::packages::apt::repo::RepoError),
@@ -140,10 +140,10 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(String),
 
-    /// A bound on what a hostile input may cost ([`crate::limits`]): `what` names the input,
+    /// A bound on what a hostile input may cost ([`erdma_limits`]): `what` names the input,
     /// the limit says how to raise it. One line, so that it is the `error:` line.
     #[error("{what} {exceeded}")]
-    Limit { what: String, exceeded: crate::limits::Exceeded },
+    Limit { what: String, exceeded: erdma_limits::Exceeded },
 }
 
 impl Error {

@@ -21,10 +21,8 @@ pub mod cli;
 pub mod distro;
 pub mod env_presets;
 pub mod error;
-pub mod http;
 pub mod image;
 pub mod inspect;
-pub mod limits;
 pub mod packages;
 pub mod recipe;
 

@@ -214,7 +214,7 @@ impl Recipe {
                 ));
             }
             if let Some(fp) = &repo.fingerprint {
-                if crate::packages::openpgp::normalise_pin(fp).is_none() {
+                if erdma_openpgp::normalise_pin(fp).is_none() {
                     return bad(format!("repository `{}`: fingerprint must be a primary key's, 40 hex digits (v4) or 64 (v6)", repo.name));
                 }
             }

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use erdma_build::packages::apt::{deb, deb822, repo, version as debver};
-use erdma_build::packages::openpgp;
 use erdma_build::packages::rpm::{
     self as rpm, header::Header, package as rpmpkg, repodata, version as rpmver,
 };
+use erdma_openpgp as openpgp;
 
 /// xorshift64: the fuzzer's and the property tests' generator, the same sequence for the same
 /// seed.
@@ -167,7 +167,7 @@ fn t_deb(data: &[u8]) {
     let p = scratch("x.deb", data);
     let _ = deb::read_control(&p);
     let mut budget = 100_000usize;
-    let _ = deb::for_each_data_entry(&p, erdma_build::limits::DEFAULT_INFLATION, |_entry, r| {
+    let _ = deb::for_each_data_entry(&p, erdma_limits::DEFAULT_INFLATION, |_entry, r| {
         budget = budget.saturating_sub(1);
         if budget == 0 {
             return Err(deb::DebError::Malformed {

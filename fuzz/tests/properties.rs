@@ -536,7 +536,7 @@ fn the_bounded_tar_walk_reads_what_gnu_tar_writes_as_the_tar_crate_does() {
             plain.push(seen(&mut e.unwrap()));
         }
         let mut bounded: Seen = Vec::new();
-        erdma_build::limits::walk_tar(
+        erdma_limits::walk_tar(
             out.stdout.as_slice(),
             |e| e,
             |e| {

@@ -500,7 +500,7 @@ async fn exchange(
     scopes: &[String],
 ) -> std::result::Result<Option<AccessToken>, TokenError> {
     let fail = |url: &str, reason: String| TokenError::Failed { url: url.into(), reason };
-    let why = |e: reqwest::Error| crate::http::chain(&e);
+    let why = |e: reqwest::Error| erdma_http::chain(&e);
     let res = client.get(ping).send().await.map_err(TokenError::Transport)?;
     let values: Vec<&str> = res
         .headers()
@@ -550,7 +550,7 @@ async fn exchange(
     if !status.is_success() {
         return Err(fail(realm, format!("HTTP {status}")));
     }
-    let (body, over) = crate::limits::capped_body(&mut res, MAX_TOKEN_REPLY)
+    let (body, over) = erdma_http::capped_body(&mut res, MAX_TOKEN_REPLY)
         .await
         .map_err(|e| fail(realm, why(e)))?;
     if over {

@@ -102,7 +102,7 @@ pub fn digest_error(e: &io::Error) -> Option<Error> {
 }
 
 /// `stream` checked against `digest` (sha256) and, when known, `size`. A byte past `size`
-/// fails with [`crate::limits::Exceeded::BlobSize`] (the digest comes only at the end, and an
+/// fails with [`erdma_limits::Exceeded::BlobSize`] (the digest comes only at the end, and an
 /// endless body would fill the disk); the digest is checked as the last byte of `size`
 /// arrives, so a reader that stops there (an upload of that `Content-Length`) still gets the
 /// mismatch instead of that byte, and at the end when the size is not known.
@@ -146,7 +146,7 @@ pub fn verified(
                 st.got += chunk.len() as u64;
                 match st.size {
                     Some(max) if st.got > max => {
-                        Err(std::io::Error::other(crate::limits::Exceeded::BlobSize {
+                        Err(std::io::Error::other(erdma_limits::Exceeded::BlobSize {
                             digest: st.digest.clone(),
                             size: max,
                         }))
@@ -194,17 +194,17 @@ impl Compression {
 }
 
 /// Wraps `r` in the decompressor its first bytes call for, refusing a decompression bomb: more
-/// than `max_inflation` × the compressed bytes read ([`crate::limits::inflate`]; 0: no limit).
+/// than `max_inflation` × the compressed bytes read ([`erdma_limits::inflate`]; 0: no limit).
 pub fn decompressed<'a, R: io::BufRead + 'a>(
     mut r: R,
     max_inflation: u64,
 ) -> io::Result<Box<dyn Read + 'a>> {
     let head = r.fill_buf()?;
     Ok(match Compression::sniff(head) {
-        Compression::Gzip => Box::new(crate::limits::inflate(r, max_inflation, u64::MAX, |c| {
+        Compression::Gzip => Box::new(erdma_limits::inflate(r, max_inflation, u64::MAX, |c| {
             Ok(Box::new(flate2::bufread::MultiGzDecoder::new(c)))
         })?),
-        Compression::Zstd => Box::new(crate::limits::inflate(r, max_inflation, u64::MAX, |c| {
+        Compression::Zstd => Box::new(erdma_limits::inflate(r, max_inflation, u64::MAX, |c| {
             Ok(Box::new(zstd::stream::read::Decoder::with_buffer(c)?))
         })?),
         Compression::None => Box::new(r),
@@ -312,8 +312,8 @@ mod tests {
         assert_eq!(got, b"hello world");
         assert!(
             matches!(
-                e.as_ref().and_then(crate::limits::exceeded),
-                Some(crate::limits::Exceeded::BlobSize { size: 11, .. })
+                e.as_ref().and_then(erdma_limits::exceeded),
+                Some(erdma_limits::Exceeded::BlobSize { size: 11, .. })
             ),
             "{e:?}"
         );
@@ -321,16 +321,16 @@ mod tests {
         assert!(got.is_empty());
         assert!(
             matches!(
-                e.as_ref().and_then(crate::limits::exceeded),
-                Some(crate::limits::Exceeded::BlobSize { size: 11, .. })
+                e.as_ref().and_then(erdma_limits::exceeded),
+                Some(erdma_limits::Exceeded::BlobSize { size: 11, .. })
             ),
             "{e:?}"
         );
         let (_, e) = read_verified(&[b"x"], &digest, Some(0), u64::MAX);
         assert!(
             matches!(
-                e.as_ref().and_then(crate::limits::exceeded),
-                Some(crate::limits::Exceeded::BlobSize { size: 0, .. })
+                e.as_ref().and_then(erdma_limits::exceeded),
+                Some(erdma_limits::Exceeded::BlobSize { size: 0, .. })
             ),
             "{e:?}"
         );

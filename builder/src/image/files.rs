@@ -162,8 +162,8 @@ impl<'a> ImageFiles<'a> {
     /// A layer that could not be read: a limit reached, a digest mismatch, or a bad tar.
     fn layer_error(&self, i: usize, e: std::io::Error) -> Error {
         let (digest, _) = &self.layers[i];
-        match crate::limits::exceeded(&e) {
-            Some(exceeded @ crate::limits::Exceeded::Entries { .. }) => Error::Limit {
+        match erdma_limits::exceeded(&e) {
+            Some(exceeded @ erdma_limits::Exceeded::Entries { .. }) => Error::Limit {
                 what: format!("the base {}", self.src.reference),
                 exceeded: exceeded.clone(),
             },

@@ -29,7 +29,7 @@ impl TarIndex {
         let f = File::open(file).map_err(Error::io("opening archive", file))?;
         let mut entries = HashMap::new();
         let mut links = Vec::new();
-        let malformed = |e: std::io::Error| match crate::limits::exceeded(&e) {
+        let malformed = |e: std::io::Error| match erdma_limits::exceeded(&e) {
             Some(exceeded) => {
                 Error::Limit { what: file.display().to_string(), exceeded: exceeded.clone() }
             }
@@ -39,7 +39,7 @@ impl TarIndex {
                 reason: e.to_string(),
             },
         };
-        crate::limits::walk_tar_seek(std::io::BufReader::new(f), malformed, |entry| {
+        erdma_limits::walk_tar_seek(std::io::BufReader::new(f), malformed, |entry| {
             let Some(name) =
                 crate::image::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes()))
             else {

@@ -22,8 +22,8 @@ use crate::image::auth::Credential;
 use crate::image::registries_conf::{ConfEnv, RegistriesConf};
 use crate::image::tls::{CertEnv, TlsFailure};
 use crate::image::transport::host_of;
-use crate::limits::Exceeded;
-use crate::limits::MAX_JSON;
+use erdma_limits::Exceeded;
+use erdma_limits::MAX_JSON;
 
 pub const MANIFEST_TYPES: &[&str] = &[
     "application/vnd.oci.image.manifest.v1+json",
@@ -187,7 +187,7 @@ impl Registries {
             match got {
                 Ok(got) => return Ok(got),
                 Err(e) if i < last => {
-                    let why = crate::http::chain(&e);
+                    let why = erdma_http::chain(&e);
                     let kind = if source.mirror { "mirror" } else { "location" };
                     tracing::warn!("reading {} from {kind} {} failed ({why}); trying the next source registries.conf names", r.whole(), source.name);
                 }
@@ -248,10 +248,7 @@ impl Registries {
         }
         let client = builder.build().map_err(|e| Error::CertFile {
             path: files.dir.unwrap_or_else(|| self.certs.suggested(registry)),
-            reason: format!(
-                "cannot set up TLS with these certificates: {}",
-                crate::http::chain(&e)
-            ),
+            reason: format!("cannot set up TLS with these certificates: {}", erdma_http::chain(&e)),
         })?;
         let (https, http) = (format!("https://{registry}"), format!("http://{registry}"));
         let mut base = https.clone();
@@ -260,7 +257,7 @@ impl Registries {
                 client.get(format!("{base}/v2/")).timeout(Duration::from_secs(15)).send()
             };
             if let Err(e) = ping(&https).await {
-                let plain = match crate::http::tls_failure(&e) {
+                let plain = match erdma_http::tls_failure(&e) {
                     Some(TlsFailure::NotTls) => true,
                     // A certificate we cannot trust, or a client certificate it wants: never a
                     // reason for plain HTTP, and said now. The requests after it would meet it
@@ -440,7 +437,7 @@ impl Registries {
                 Err(e) if attempt < ATTEMPTS && transient(&e) => {
                     // The cause, not reqwest's "error sending request": what went wrong is what a user can act on.
                     let why = match &e {
-                        OciDistributionError::RequestError(re) => crate::http::chain(re),
+                        OciDistributionError::RequestError(re) => erdma_http::chain(re),
                         other => other.to_string(),
                     };
                     tracing::warn!("{operation} at {} failed ({why}); retrying in {delay:?} (attempt {} of {ATTEMPTS})", r.resolve_registry(), attempt + 1);
@@ -535,7 +532,7 @@ impl Registries {
             None => None,
         };
         let limit = if status == reqwest::StatusCode::OK { MAX_JSON } else { ERROR_BODY };
-        let (body, over) = crate::limits::capped_body(&mut res, limit).await?;
+        let (body, over) = erdma_http::capped_body(&mut res, limit).await?;
         drop(res);
         match status {
             reqwest::StatusCode::OK if over => {
@@ -731,7 +728,7 @@ impl Registries {
 /// up to [`ERROR_BODY`] (a body that cannot be read is reported as the failure).
 async fn unexpected(mut res: reqwest::Response, url: String) -> OciDistributionError {
     let status = res.status();
-    match crate::limits::capped_body(&mut res, ERROR_BODY).await {
+    match erdma_http::capped_body(&mut res, ERROR_BODY).await {
         Ok((body, over)) => answer_error(status, url, &body, over),
         Err(e) => e.into(),
     }
@@ -800,7 +797,7 @@ fn reqwest_header(v: &str) -> Result<http::HeaderValue> {
 /// handshake's failure too (a certificate does not become trusted on the next try).
 pub fn transient(e: &OciDistributionError) -> bool {
     match e {
-        OciDistributionError::RequestError(r) if crate::http::tls_failure(r).is_some() => false,
+        OciDistributionError::RequestError(r) if erdma_http::tls_failure(r).is_some() => false,
         OciDistributionError::RequestError(r) => {
             r.is_connect() || r.is_timeout() || r.is_request() || r.is_body()
         }
@@ -862,7 +859,7 @@ impl Registries {
                 }
             }
             OciDistributionError::RequestError(re) => {
-                if let Some(f) = crate::http::tls_failure(re) {
+                if let Some(f) = erdma_http::tls_failure(re) {
                     return self.tls_error(&registry, f);
                 }
             }
@@ -891,10 +888,10 @@ mod tests {
         });
         let e = reqwest::Client::new().get(format!("https://{addr}/v2/")).send().await.unwrap_err();
         assert_eq!(
-            crate::http::tls_failure(&e),
+            erdma_http::tls_failure(&e),
             Some(TlsFailure::NotTls),
             "{}",
-            crate::http::chain(&e)
+            erdma_http::chain(&e)
         );
         assert!(e.is_connect(), "a connect error, which alone would be retried");
         assert!(!transient(&OciDistributionError::RequestError(e)));

@@ -9,7 +9,7 @@ use std::io::{self, BufRead, Read};
 use crate::error::{Error, Result};
 use crate::image::blob::decompressed;
 use crate::image::layer::normalize;
-use crate::limits::{EntryBudget, Exceeded, Limits, DEFAULT_INFLATION, MAX_SYMLINKS};
+use erdma_limits::{EntryBudget, Exceeded, Limits, DEFAULT_INFLATION, MAX_SYMLINKS};
 
 /// What a file read is answered with: given the file's reader and size, the bytes to return.
 pub type ContentFn<'a> = dyn FnMut(&mut dyn Read, u64) -> io::Result<Vec<u8>> + 'a;
@@ -129,7 +129,7 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
     let mut out = Vec::new();
     let mut hidden = false;
     {
-        crate::limits::walk_tar(
+        erdma_limits::walk_tar(
             decompressed(&mut *r, DEFAULT_INFLATION)?,
             |e| e,
             |entry| {
@@ -167,7 +167,7 @@ fn scan_dir(r: &mut dyn BufRead, dir: &str) -> io::Result<(Vec<(String, bool)>, 
 }
 
 fn layer_error(e: io::Error, i: usize) -> Error {
-    if let Some(exceeded) = crate::limits::exceeded(&e) {
+    if let Some(exceeded) = erdma_limits::exceeded(&e) {
         return Error::Limit {
             what: format!("layer {i} from the top"),
             exceeded: exceeded.clone(),
@@ -205,7 +205,7 @@ fn scan(
     let mut seen = Seen::Nothing;
     let mut hidden = false;
     {
-        crate::limits::walk_tar(
+        erdma_limits::walk_tar(
             decompressed(&mut *r, max_inflation)?,
             |e| e,
             |entry| {
@@ -371,7 +371,7 @@ mod tests {
         assert_eq!(first.len(), 11);
         Snapshot::read(&mut io::Cursor::new(l.clone()), 100, &budget).unwrap();
         let e = Snapshot::read(&mut io::Cursor::new(l), 100, &budget).unwrap_err();
-        assert_eq!(crate::limits::exceeded(&e), Some(&Exceeded::Entries { limit: 25 }));
+        assert_eq!(erdma_limits::exceeded(&e), Some(&Exceeded::Entries { limit: 25 }));
     }
 
     #[test]
@@ -490,7 +490,7 @@ impl Snapshot {
     pub fn read(r: &mut dyn BufRead, max_inflation: u64, budget: &Budget) -> io::Result<Snapshot> {
         let mut snap = Snapshot::default();
         {
-            crate::limits::walk_tar(
+            erdma_limits::walk_tar(
                 decompressed(&mut *r, max_inflation)?,
                 |e| e,
                 |entry| {

@@ -408,7 +408,7 @@ impl Sink {
                     let mut out = crate::image::blob::HashingWriter::new(BufWriter::new(
                         File::create(&raw_path).map_err(not_writable(file))?,
                     ));
-                    let limit = |e: std::io::Error| match crate::limits::exceeded(&e) {
+                    let limit = |e: std::io::Error| match erdma_limits::exceeded(&e) {
                         Some(exceeded) => Error::Limit {
                             what: format!("layer {digest}"),
                             exceeded: exceeded.clone(),

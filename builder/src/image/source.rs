@@ -18,9 +18,9 @@ use crate::image::blob::{digest_hex, sha256_digest, Compression, VerifyingReader
 use crate::image::layout::{blob_rel_path, select_from_index, TarIndex};
 use crate::image::registry::Registries;
 use crate::image::transport::ImageRef;
-use crate::limits::{Exceeded, Limits};
+use erdma_limits::{Exceeded, Limits};
 
-pub use crate::limits::MAX_JSON;
+pub use erdma_limits::MAX_JSON;
 
 enum Store {
     Registry {
@@ -394,7 +394,7 @@ impl Source {
 }
 
 pub fn stream_error(e: std::io::Error, r: &Reference) -> Error {
-    if let Some(exceeded) = crate::limits::exceeded(&e) {
+    if let Some(exceeded) = erdma_limits::exceeded(&e) {
         return Error::Limit {
             what: format!("registry {}", r.resolve_registry()),
             exceeded: exceeded.clone(),

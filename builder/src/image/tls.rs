@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-pub use crate::http::{tls_failure, TlsFailure};
+pub use erdma_http::{tls_failure, TlsFailure};
 
 /// Where [`cert_dir`] looks, apart so that tests need not touch the process's environment.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@
 pub mod apt;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
-pub mod openpgp;
+
 /// Package payloads into the layer: where entries land, what is refused, what is reported.
 pub mod payload;
 pub mod rpm;
@@ -109,7 +109,7 @@ pub enum Backend {
 /// What a build asks of a package backend: the recipe's target and the user's overrides.
 pub struct Inputs<'a> {
     /// The one client for repositories and packages.
-    pub http: &'a crate::http::Client,
+    pub http: &'a erdma_http::Client,
     /// The recipe's repositories, packages and release.
     pub target: Target<'a>,
     /// Debian architecture of the image (`amd64`, `arm64`).
@@ -320,9 +320,9 @@ pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
 /// (named by its SHA256 and `ext`, as the cache names every package), a file read where it is;
 /// either hashed as it streams by, never held whole (a package can be hundreds of MB).
 /// How far what the packages' client fetches may inflate when decompressed (`--max-inflation`,
-/// [`crate::limits::inflate`]): indices, repository metadata and package payloads alike.
-pub fn max_inflation(client: &crate::http::Client) -> u64 {
-    client.inflation().unwrap_or(crate::limits::DEFAULT_INFLATION)
+/// [`erdma_limits::inflate`]): indices, repository metadata and package payloads alike.
+pub fn max_inflation(client: &erdma_http::Client) -> u64 {
+    client.inflation().unwrap_or(erdma_limits::DEFAULT_INFLATION)
 }
 
 pub async fn local_package(
@@ -330,7 +330,7 @@ pub async fn local_package(
     dir: &std::path::Path,
     ext: &str,
     max: u64,
-    client: &crate::http::Client,
+    client: &erdma_http::Client,
 ) -> Result<(PathBuf, u64, String)> {
     use crate::error::Error;
     if arg.starts_with("http://") || arg.starts_with("https://") {
@@ -339,7 +339,7 @@ pub async fn local_package(
         let (tmp, size, sha256) = match client.download(arg, dir, max).await {
             Ok(Some(d)) => d,
             Ok(None) => return Err(fail("not found (404)".into())),
-            Err(crate::http::HttpError::TooLarge { .. }) => {
+            Err(erdma_http::HttpError::TooLarge { .. }) => {
                 return Err(fail(format!("larger than {max} bytes")))
             }
             Err(e) => return Err(fail(e.to_string())),
@@ -351,7 +351,7 @@ pub async fn local_package(
     let p = std::path::Path::new(arg.strip_prefix("file://").unwrap_or(arg));
     let path = std::path::absolute(p).map_err(Error::io("reading package", p))?;
     let file = std::fs::File::open(&path).map_err(Error::io("reading package", &path))?;
-    let mut body = crate::http::Hashing::new(file, u64::MAX, None);
+    let mut body = erdma_http::Hashing::new(file, u64::MAX, None);
     std::io::copy(&mut body, &mut std::io::sink()).map_err(Error::io("reading package", &path))?;
     let (size, sha256) = body.finish();
     Ok((path, size, sha256))

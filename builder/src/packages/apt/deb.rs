@@ -48,10 +48,10 @@ pub enum DebError {
         source: io::Error,
     },
 
-    /// A limit of [`crate::limits`] reached reading the member (a decompression bomb, tar
+    /// A limit of [`erdma_limits`] reached reading the member (a decompression bomb, tar
     /// headers past their bound).
     #[error("{path}: member `{member}` {exceeded}")]
-    Limit { path: PathBuf, member: String, exceeded: crate::limits::Exceeded },
+    Limit { path: PathBuf, member: String, exceeded: erdma_limits::Exceeded },
 
     #[error("{path}: entry `{entry}` in `{member}` would be outside the package root")]
     UnsafePath { path: PathBuf, member: String, entry: String },
@@ -145,7 +145,7 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
     let mut files = BTreeMap::new();
     let mut total = 0u64;
     // Control files add up to at most MAX_CONTROL_BYTES, well within the ratio's grace.
-    let reader = ar.tar_stream(member, crate::limits::DEFAULT_INFLATION)?;
+    let reader = ar.tar_stream(member, erdma_limits::DEFAULT_INFLATION)?;
     walk_tar(path, &member.name, reader, |entry| {
         let header = entry.header();
         let entry_type = header.entry_type();
@@ -216,7 +216,7 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
 /// Calls `f` for each entry of the package's `data.tar`, in archive order, with a reader for
 /// the content of regular files (empty for everything else). The root entry (`./`) is
 /// skipped. Content `f` does not read is skipped; a handler error stops the walk and is
-/// returned as is. `data.tar` may inflate `inflation` times ([`crate::limits::inflate`],
+/// returned as is. `data.tar` may inflate `inflation` times ([`erdma_limits::inflate`],
 /// `--max-inflation`; 0: no limit).
 pub fn for_each_data_entry(
     path: &Path,
@@ -239,7 +239,7 @@ pub fn for_each_data_entry(
         f(data_entry, &mut ExactReader::new(entry, size)).map_err(|e| {
             let limit = match &e {
                 DebError::Handler { source, .. } => {
-                    source.downcast_ref::<io::Error>().and_then(crate::limits::exceeded).cloned()
+                    source.downcast_ref::<io::Error>().and_then(erdma_limits::exceeded).cloned()
                 }
                 _ => None,
             };
@@ -369,7 +369,7 @@ fn entry_error(path: &Path, member: &Member, entry: &str, problem: PathProblem) 
 
 /// An error reading member `member`: [`DebError::Limit`] for a limit reached.
 fn member_error(path: &Path, member: &str, source: io::Error) -> DebError {
-    match crate::limits::exceeded(&source) {
+    match erdma_limits::exceeded(&source) {
         Some(exceeded) => DebError::Limit {
             path: path.to_owned(),
             member: member.to_owned(),
@@ -523,7 +523,7 @@ impl<'p> ArReader<'p> {
 
     /// The member's decompressed content, after checking that its name and its first bytes
     /// agree on the compression; refused once it inflates more than `inflation` times the
-    /// bytes read ([`crate::limits::inflate`], `--max-inflation`; 0: no limit).
+    /// bytes read ([`erdma_limits::inflate`], `--max-inflation`; 0: no limit).
     fn tar_stream<'a>(
         &'a mut self,
         member: &Member,
@@ -556,7 +556,7 @@ impl<'p> ArReader<'p> {
             Compression::Xz => |c| Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c))),
             Compression::Zstd => |c| Ok(Box::new(zstd::stream::read::Decoder::new(c)?)),
         };
-        crate::limits::inflate(stream, inflation, u64::MAX, decoder)
+        erdma_limits::inflate(stream, inflation, u64::MAX, decoder)
             .map(|r| Box::new(r) as Box<dyn Read + 'a>)
             .map_err(|source| member_error(path, &member.name, source))
     }
@@ -765,12 +765,12 @@ fn walk_tar<'a>(
     member_name: &str,
     reader: Box<dyn Read + 'a>,
     on_entry: impl FnMut(
-        &mut tar::Entry<'_, crate::limits::TarInput<EofTracker<Box<dyn Read + 'a>>>>,
+        &mut tar::Entry<'_, erdma_limits::TarInput<EofTracker<Box<dyn Read + 'a>>>>,
     ) -> Result<(), DebError>,
 ) -> Result<(), DebError> {
     let error = |source| member_error(path, member_name, source);
     let input = EofTracker { inner: reader, hit_eof: false };
-    let mut rest = crate::limits::walk_tar(input, error, on_entry)?;
+    let mut rest = erdma_limits::walk_tar(input, error, on_entry)?;
     if rest.hit_eof {
         return Err(error(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -845,7 +845,7 @@ mod tests {
 
     fn collect(path: &Path) -> Result<Vec<(DataEntry, Vec<u8>)>, DebError> {
         let mut entries = Vec::new();
-        for_each_data_entry(path, crate::limits::DEFAULT_INFLATION, |entry, content| {
+        for_each_data_entry(path, erdma_limits::DEFAULT_INFLATION, |entry, content| {
             let mut buf = Vec::new();
             content.read_to_end(&mut buf).map_err(|e| DebError::Handler {
                 entry: entry.path.clone(),
@@ -941,7 +941,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let deb_path = build_deb(dir.path(), "xz");
         // A handler that stops the walk: its error comes back as is.
-        let err = for_each_data_entry(&deb_path, crate::limits::DEFAULT_INFLATION, |entry, _| {
+        let err = for_each_data_entry(&deb_path, erdma_limits::DEFAULT_INFLATION, |entry, _| {
             if entry.path == "usr/bin/tool" {
                 return Err(DebError::Handler { entry: entry.path, source: "disk full".into() });
             }
@@ -951,7 +951,7 @@ mod tests {
         assert_eq!(err.to_string(), "handling entry `usr/bin/tool`");
         // A handler that reads part of a file, or nothing: the walk goes on.
         let mut seen = 0;
-        for_each_data_entry(&deb_path, crate::limits::DEFAULT_INFLATION, |_, content| {
+        for_each_data_entry(&deb_path, erdma_limits::DEFAULT_INFLATION, |_, content| {
             let mut byte = [0u8; 1];
             let _ = content.read(&mut byte);
             seen += 1;
@@ -1410,7 +1410,7 @@ mod tests {
         let library = format!("usr/lib/{triplet}/libibverbs.so.1");
         let mut checked = 0;
         let mut library_kind = None;
-        for_each_data_entry(&deb_path, crate::limits::DEFAULT_INFLATION, |entry, content| {
+        for_each_data_entry(&deb_path, erdma_limits::DEFAULT_INFLATION, |entry, content| {
             if entry.path == library {
                 library_kind = Some(entry.kind.clone());
             }

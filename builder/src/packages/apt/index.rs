@@ -9,9 +9,7 @@
 //! that fails is dropped.
 use std::io::{BufRead, BufReader, Read};
 
-use sha2::Digest as _;
-
-use crate::http::Hashing;
+use erdma_http::Hashing;
 
 /// The fields of a `Packages` stanza that are kept.
 pub const KEPT_FIELDS: [&str; 13] = [
@@ -62,11 +60,11 @@ pub enum StreamError {
     Decompress(std::io::Error),
     /// The compressed index inflates more than `bound.inflation` times: a decompression bomb
     /// (in a file that matched the Release's size and hash).
-    Limit(crate::limits::Exceeded),
+    Limit(erdma_limits::Exceeded),
 }
 
 /// How large a decompressed index may be: `max` bytes, and `inflation` times the compressed
-/// bytes read (`--max-inflation`, [`crate::limits::inflate`]; 0: no ratio limit).
+/// bytes read (`--max-inflation`, [`erdma_limits::inflate`]; 0: no ratio limit).
 #[derive(Debug, Clone, Copy)]
 pub struct Bound {
     pub max: u64,
@@ -99,14 +97,14 @@ pub fn read_index(
     let (result, plain_over, plain_read, plain_sha) = {
         let decoder: Box<dyn Read + '_> = if file.ends_with(".xz") {
             Box::new(
-                crate::limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| {
+                erdma_limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| {
                     Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c)))
                 })
                 .map_err(StreamError::Decompress)?,
             )
         } else if file.ends_with(".gz") {
             Box::new(
-                crate::limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| {
+                erdma_limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| {
                     Ok(Box::new(flate2::read::MultiGzDecoder::new(c)))
                 })
                 .map_err(StreamError::Decompress)?,
@@ -116,7 +114,9 @@ pub fn read_index(
         };
         let mut decompressed = Hashing::new(decoder, plain_limit, tees.plain);
         let result = keep_fields(&mut BufReader::with_capacity(256 << 10, &mut decompressed));
-        (result, decompressed.over, decompressed.read, hex::encode(decompressed.hasher.finalize()))
+        let over = decompressed.over();
+        let (read, sha256) = decompressed.finish();
+        (result, over, read, sha256)
     };
     let out = match result {
         Ok(text) => text,
@@ -124,7 +124,7 @@ pub fn read_index(
             if let Some(message) = source_failed() {
                 return Err(StreamError::Source { message });
             }
-            if compressed.over {
+            if compressed.over() {
                 return Err(StreamError::Size { actual: format!("more than {}", expect.size) });
             }
             if plain_over && plain.is_some() {
@@ -133,18 +133,18 @@ pub fn read_index(
             // Data that does not decompress is usually data that is not what the Release
             // signed: say so when the whole file's hash shows it.
             if std::io::copy(&mut compressed, &mut std::io::sink()).is_ok() {
-                if compressed.read != expect.size {
-                    return Err(StreamError::Size { actual: compressed.read.to_string() });
+                let (read, got) = compressed.finish();
+                if read != expect.size {
+                    return Err(StreamError::Size { actual: read.to_string() });
                 }
-                let got = hex::encode(compressed.hasher.finalize());
                 if !got.eq_ignore_ascii_case(&expect.sha256) {
                     return Err(StreamError::Hash { actual: got });
                 }
-            } else if compressed.over {
+            } else if compressed.over() {
                 return Err(StreamError::Size { actual: format!("more than {}", expect.size) });
             }
             // The file is what the Release signed, and a bomb.
-            if let Some(exceeded) = crate::limits::exceeded(&e) {
+            if let Some(exceeded) = erdma_limits::exceeded(&e) {
                 return Err(StreamError::Limit(exceeded.clone()));
             }
             return Err(StreamError::Decompress(e));
@@ -156,16 +156,16 @@ pub fn read_index(
         if let Some(message) = source_failed() {
             return Err(StreamError::Source { message });
         }
-        return Err(if compressed.over {
+        return Err(if compressed.over() {
             StreamError::Size { actual: format!("more than {}", expect.size) }
         } else {
             StreamError::Decompress(e)
         });
     }
-    if compressed.read != expect.size {
-        return Err(StreamError::Size { actual: compressed.read.to_string() });
+    let (read, got) = compressed.finish();
+    if read != expect.size {
+        return Err(StreamError::Size { actual: read.to_string() });
     }
-    let got = hex::encode(compressed.hasher.finalize());
     if !got.eq_ignore_ascii_case(&expect.sha256) {
         return Err(StreamError::Hash { actual: got });
     }
@@ -234,7 +234,10 @@ mod tests {
     const MIB: Bound = Bound { max: 1 << 20, inflation: 100 };
 
     fn expect(data: &[u8]) -> Expect {
-        Expect { size: data.len() as u64, sha256: hex::encode(Sha256::digest(data)) }
+        Expect {
+            size: data.len() as u64,
+            sha256: hex::encode(<Sha256 as sha2::Digest>::digest(data)),
+        }
     }
 
     fn xz(data: &[u8]) -> Vec<u8> {
@@ -345,7 +348,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(e, StreamError::Limit(crate::limits::Exceeded::Inflation { ratio: 100, .. })),
+            matches!(e, StreamError::Limit(erdma_limits::Exceeded::Inflation { ratio: 100, .. })),
             "{e:?}"
         );
         assert_eq!(

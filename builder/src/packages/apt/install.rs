@@ -378,7 +378,7 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
         let keyring = match &e.signed_by {
             _ if inputs.base_keyring.is_some() => inputs.base_keyring.clone().unwrap_or_default(),
             Some(s) if s.contains("BEGIN PGP PUBLIC KEY BLOCK") => {
-                crate::packages::openpgp::dearmor(s.as_bytes())?
+                erdma_openpgp::dearmor(s.as_bytes())?
             }
             Some(path) => {
                 let data = base.read(path, 4 << 20)?.ok_or_else(|| {
@@ -386,7 +386,7 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
                         "the base's apt source names key {path}, which the image does not have"
                     ))
                 })?;
-                crate::packages::openpgp::dearmor(&data)?
+                erdma_openpgp::dearmor(&data)?
             }
             None => default_keys.clone(),
         };
@@ -425,12 +425,12 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
 fn trusted_keys(base: &dyn BaseFiles) -> Result<Vec<u8>> {
     let mut keys = Vec::new();
     if let Some(k) = base.read("etc/apt/trusted.gpg", 4 << 20)? {
-        keys.extend(crate::packages::openpgp::dearmor(&k)?);
+        keys.extend(erdma_openpgp::dearmor(&k)?);
     }
     for name in base.list("etc/apt/trusted.gpg.d")? {
         if name.ends_with(".gpg") || name.ends_with(".asc") {
             if let Some(k) = base.read(&format!("etc/apt/trusted.gpg.d/{name}"), 4 << 20)? {
-                keys.extend(crate::packages::openpgp::dearmor(&k)?);
+                keys.extend(erdma_openpgp::dearmor(&k)?);
             }
         }
     }
@@ -439,7 +439,7 @@ fn trusted_keys(base: &dyn BaseFiles) -> Result<Vec<u8>> {
 
 /// Downloads (or takes from the cache) every planned `.deb`, checked against the index.
 pub async fn fetch_debs(
-    client: &crate::http::Client,
+    client: &erdma_http::Client,
     plan: &[Planned],
     cache_dir: &Path,
     report: &mut PackagesReport,
@@ -471,7 +471,7 @@ pub async fn fetch_debs(
 /// The cache is keyed by SHA256, so a cached file is right by construction; a download streams
 /// to a temporary name while it is hashed (never held in memory), is checked, then renamed.
 async fn fetch_one(
-    client: &crate::http::Client,
+    client: &erdma_http::Client,
     pkg: &IndexedPackage,
     dir: &Path,
 ) -> Result<(PathBuf, u64)> {
@@ -488,7 +488,7 @@ async fn fetch_one(
     let (tmp, got_size, got) = match client.download(&url, dir, size).await {
         Ok(Some(d)) => d,
         Ok(None) => return Err(fail("not found (404)".into())),
-        Err(crate::http::HttpError::TooLarge { .. }) => {
+        Err(erdma_http::HttpError::TooLarge { .. }) => {
             return Err(fail(format!("larger than the {size} bytes the index says")))
         }
         Err(e) => return Err(fail(e.to_string())),
@@ -648,7 +648,7 @@ fn on_disk(pkg: &IndexedPackage, cache: &Path) -> Option<PathBuf> {
     }
     let url = pkg.url();
     let file = std::path::PathBuf::from(url.strip_prefix("file://")?);
-    let mut hashing = crate::http::Hashing::new(std::fs::File::open(&file).ok()?, u64::MAX, None);
+    let mut hashing = erdma_http::Hashing::new(std::fs::File::open(&file).ok()?, u64::MAX, None);
     std::io::copy(&mut hashing, &mut std::io::sink()).ok()?;
     let (_, got) = hashing.finish();
     (got == sha256).then_some(file)

@@ -39,7 +39,7 @@ impl LocalDeb {
 
 /// Reads `--package FILE|URL`: a URL is downloaded into the package cache first (keyed by its
 /// SHA256, as every `.deb` is there).
-pub async fn load(arg: &str, cache_dir: &Path, client: &crate::http::Client) -> Result<LocalDeb> {
+pub async fn load(arg: &str, cache_dir: &Path, client: &erdma_http::Client) -> Result<LocalDeb> {
     let (path, size, sha256) =
         crate::packages::local_package(arg, &cache_dir.join("debs"), "deb", MAX_DEB, client)
             .await?;

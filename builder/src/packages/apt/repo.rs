@@ -18,7 +18,7 @@
 //! In every layout a stanza's `Filename` is relative to `URL`, the archive root (apt's
 //! `debReleaseIndex::ArchiveURI`).
 //!
-//! Signatures are checked by [`crate::packages::openpgp`] (gpgv's policy, as apt applies it).
+//! Signatures are checked by [`erdma_openpgp`] (gpgv's policy, as apt applies it).
 use std::collections::HashMap;
 use std::fmt;
 use std::io::Read;
@@ -26,10 +26,10 @@ use std::sync::{Arc, OnceLock};
 
 use super::deb822::{self, Deb822Error, Paragraph};
 use super::index;
-use crate::http::{Client, Failed, HttpError, RETRIES};
-pub use crate::packages::openpgp::SignatureError;
-use crate::packages::openpgp::{verify_clearsigned_with, verify_detached_with, Keyring};
 use erdma_common::dates::{days_from_civil, format_utc, now};
+use erdma_http::{Client, Failed, HttpError, RETRIES};
+pub use erdma_openpgp::SignatureError;
+use erdma_openpgp::{verify_clearsigned_with, verify_detached_with, Keyring};
 
 /// Largest `InRelease`, `Release` or `Release.gpg` accepted (Debian's are about 150 KiB).
 const MAX_META: u64 = 32 << 20;
@@ -396,9 +396,9 @@ pub enum RepoError {
         source: std::io::Error,
     },
 
-    /// A decompression bomb ([`crate::limits`]); one line, naming the flag.
+    /// A decompression bomb ([`erdma_limits`]); one line, naming the flag.
     #[error("{url} {exceeded}")]
-    Limit { url: String, exceeded: crate::limits::Exceeded },
+    Limit { url: String, exceeded: erdma_limits::Exceeded },
 
     #[error("malformed Packages index {url}")]
     IndexSyntax {
@@ -1468,7 +1468,7 @@ mod tests {
     }
 
     fn client() -> Client {
-        Client::new(crate::http::Timeouts::default()).unwrap()
+        Client::new(erdma_http::Timeouts::default()).unwrap()
     }
 
     fn err_chain(e: &dyn std::error::Error) -> String {
@@ -2235,7 +2235,7 @@ this stanza is broken
             arch: "amd64".into(),
             keyring,
         };
-        let client = Client::new(crate::http::Timeouts {
+        let client = Client::new(erdma_http::Timeouts {
             connect: Duration::from_secs(15),
             ..Default::default()
         })

@@ -9,9 +9,9 @@ use super::repos::{self, YumRepo};
 use super::PackageMeta;
 use crate::error::{Error, Result};
 use crate::image::layer::LayerContents;
-use crate::packages::openpgp::{self, Keyring};
 use crate::packages::{BaseFiles, Inputs, Mirror, PackagesReport, Target};
 use erdma_common::progress::Reporter;
+use erdma_openpgp::{self as openpgp, Keyring};
 
 /// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
 const MAX_REPOMD: u64 = 16 << 20;
@@ -63,7 +63,7 @@ pub struct LoadedRepo {
 /// `Ok(Err(why))` when no mirror could be reached: the caller decides whether that stops the
 /// build (the recipe's repositories) or not (the base's own, see [`install`]).
 pub async fn load_repo(
-    http: &crate::http::Client,
+    http: &erdma_http::Client,
     name: &str,
     urls: &[String],
     keyring: Keyring,
@@ -94,14 +94,17 @@ pub async fn load_repo(
             .await
             .map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?
         {
-            Some(sig) => {
-                openpgp::verify_detached_with(&raw, &sig, &keyring, erdma_common::dates::now())
-                    .map_err(|e| {
-                        Error::Unsupported(format!(
+            Some(sig) => erdma_openpgp::verify_detached_with(
+                &raw,
+                &sig,
+                &keyring,
+                erdma_common::dates::now(),
+            )
+            .map_err(|e| {
+                Error::Unsupported(format!(
                     "repository `{name}`: {repomd_url} does not verify against {sig_url}: {e}"
                 ))
-                    })?
-            }
+            })?,
             None if repo_gpgcheck => {
                 return Err(Error::Unsupported(format!(
                     "repository `{name}`: repo_gpgcheck is set but {sig_url} does not exist"
@@ -142,7 +145,7 @@ pub async fn load_repo(
 
 /// Fetches metadata by checksum, from the cache when a file with that checksum is there.
 async fn fetch_cached(
-    http: &crate::http::Client,
+    http: &erdma_http::Client,
     url: &str,
     sum: &super::Checksum,
     cache_dir: &Path,
@@ -176,7 +179,7 @@ async fn fetch_cached(
 /// gives (none when the mirrorlist cannot be reached), with `--mirror` applied (`FROM=URL` replaces the prefix FROM; a plain `URL` stands
 /// in for the scheme and host of every base repository, as a mirror of the same layout).
 pub async fn base_repo_urls(
-    http: &crate::http::Client,
+    http: &erdma_http::Client,
     repo: &YumRepo,
     mirrors: &[Mirror],
 ) -> Result<Vec<String>> {
@@ -768,7 +771,7 @@ async fn fetch(
             let (tmp, got_size, got_sha256) = match inputs.http.download(&url, &dir, limit).await {
                 Ok(Some(d)) => d,
                 Ok(None) => return Err(fail("not found (404)".into())),
-                Err(crate::http::HttpError::TooLarge { .. }) => {
+                Err(erdma_http::HttpError::TooLarge { .. }) => {
                     return Err(fail(format!("larger than the {limit} bytes primary.xml says")))
                 }
                 Err(e) => return Err(fail(e.to_string())),

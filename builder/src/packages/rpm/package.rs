@@ -32,7 +32,7 @@ use serde::Serialize;
 
 use super::header::{self, fileflag, sigtag, tag, Header, HeaderError};
 use crate::image::layer::{self, Entry, EntryKind, LayerContents};
-use crate::packages::openpgp::{self, Keyring, SignatureError};
+use erdma_openpgp::{self as openpgp, Keyring, SignatureError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpmError {
@@ -89,9 +89,9 @@ pub enum RpmError {
         source: io::Error,
     },
 
-    /// A limit of [`crate::limits`] reached reading the payload (a decompression bomb).
+    /// A limit of [`erdma_limits`] reached reading the payload (a decompression bomb).
     #[error("{path}: the payload {exceeded}")]
-    Limit { path: PathBuf, exceeded: crate::limits::Exceeded },
+    Limit { path: PathBuf, exceeded: erdma_limits::Exceeded },
 
     #[error("{path}: payload entry `{entry}` would be outside the image root")]
     UnsafePath { path: PathBuf, entry: String },
@@ -212,7 +212,7 @@ pub type Place<'a> =
 #[derive(Clone, Copy)]
 pub struct UnpackOptions<'a> {
     /// `--max-inflation`: how many times its compressed size the payload may decompress to
-    /// ([`crate::limits::inflate`]; 0: no limit). Default 100.
+    /// ([`erdma_limits::inflate`]; 0: no limit). Default 100.
     pub inflation: u64,
     /// `tsflags=nodocs` (`%_excludedocs`): `%doc` files are not written and recorded as not
     /// installed; `%license` files are kept, as rpm keeps them (lib/transaction.c `skipFiles`).
@@ -226,7 +226,7 @@ pub struct UnpackOptions<'a> {
 
 impl Default for UnpackOptions<'_> {
     fn default() -> Self {
-        UnpackOptions { inflation: crate::limits::DEFAULT_INFLATION, nodocs: false, place: None }
+        UnpackOptions { inflation: erdma_limits::DEFAULT_INFLATION, nodocs: false, place: None }
     }
 }
 
@@ -1013,7 +1013,7 @@ fn hex_field(b: &[u8]) -> Option<u64> {
 
 /// An error reading the payload: [`RpmError::Limit`] for a limit reached.
 fn payload_error(path: &Path, source: io::Error) -> RpmError {
-    match crate::limits::exceeded(&source) {
+    match erdma_limits::exceeded(&source) {
         Some(exceeded) => RpmError::Limit { path: path.to_owned(), exceeded: exceeded.clone() },
         None => RpmError::Payload { path: path.to_owned(), source },
     }
@@ -1021,7 +1021,7 @@ fn payload_error(path: &Path, source: io::Error) -> RpmError {
 
 /// The decompressed payload, after checking that `PAYLOADCOMPRESSOR` and the first bytes
 /// agree, refused once it inflates more than `inflation` times the bytes read
-/// ([`crate::limits::inflate`]; 0: no limit). bzip2 is refused: the crate is in Cargo.lock
+/// ([`erdma_limits::inflate`]; 0: no limit). bzip2 is refused: the crate is in Cargo.lock
 /// (through pgp) but not a dependency of ours, and no current distribution builds bzip2
 /// payloads.
 fn decompressor<'a>(
@@ -1073,7 +1073,7 @@ fn decompressor<'a>(
         },
         _ => |c| Ok(Box::new(zstd::stream::read::Decoder::new(c)?)),
     };
-    crate::limits::inflate(stream, inflation, u64::MAX, decoder)
+    erdma_limits::inflate(stream, inflation, u64::MAX, decoder)
         .map(|r| Box::new(r) as Box<dyn Read + 'a>)
         .map_err(|source| payload_error(path, source))
 }

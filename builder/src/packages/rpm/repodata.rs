@@ -36,7 +36,7 @@ pub enum RepodataError {
 
     /// A decompression bomb: more than `--max-inflation` times the compressed size.
     #[error("{name} {exceeded}")]
-    Limit { name: String, exceeded: crate::limits::Exceeded },
+    Limit { name: String, exceeded: erdma_limits::Exceeded },
 
     #[error("cannot decompress {name}: {reason}")]
     UnsupportedCompression { name: String, reason: &'static str },
@@ -438,7 +438,7 @@ pub fn parse_primary<R: BufRead>(
 /// A reader of the decompressed content of `name` (chosen by its extension: `.gz`, `.xz`,
 /// `.zst`, or none), failing with [`RepodataError::TooLarge`] (through
 /// [`read_decompressed`]) past `limit` bytes, and with [`RepodataError::Limit`] past
-/// `inflation` times the compressed bytes read ([`crate::limits::inflate`]). `.bz2` (createrepo_c's
+/// `inflation` times the compressed bytes read ([`erdma_limits::inflate`]). `.bz2` (createrepo_c's
 /// `--compress-type=bz2`) and `.zck` (zchunk) are refused: dnf reads them, but nothing
 /// writes them by default and we keep no decoder for them.
 pub fn decompressor<'a, R: Read + 'a>(
@@ -447,7 +447,7 @@ pub fn decompressor<'a, R: Read + 'a>(
     limit: u64,
     inflation: u64,
 ) -> Result<Box<dyn Read + 'a>, RepodataError> {
-    use crate::limits::inflate;
+    use erdma_limits::inflate;
     let base = name.rsplit('/').next().unwrap_or(name);
     let ext = base.rsplit_once('.').map_or("", |(_, e)| e);
     let bounded = match ext {
@@ -471,8 +471,8 @@ pub fn read_decompressed(
     let mut out = Vec::new();
     match reader.read_to_end(&mut out) {
         Ok(_) => Ok(out),
-        Err(e) => Err(match crate::limits::exceeded(&e) {
-            Some(crate::limits::Exceeded::Size { .. }) => {
+        Err(e) => Err(match erdma_limits::exceeded(&e) {
+            Some(erdma_limits::Exceeded::Size { .. }) => {
                 RepodataError::TooLarge { name: name.into(), limit }
             }
             Some(exceeded) => {
@@ -671,7 +671,7 @@ mod tests {
             matches!(
                 e,
                 RepodataError::Limit {
-                    exceeded: crate::limits::Exceeded::Inflation { ratio: 100, .. },
+                    exceeded: erdma_limits::Exceeded::Inflation { ratio: 100, .. },
                     ..
                 }
             ),

@@ -15,8 +15,8 @@
 //! | a registry manifest or index (by tag or digest) | bytes received | 8 MiB ([`MAX_JSON`]) | none |
 //! | one tar entry's headers (GNU long name and link, PAX, sparse map), in a layer, a `docker save` archive or a `.deb` | bytes read | 4 MiB ([`MAX_TAR_HEADERS`]) | none |
 //! | a `.deb`'s `data.tar`, an rpm's payload | as a layer: ratio × compressed bytes read + [`GRACE`] | 100 | `--max-inflation` |
-//! | a token service's reply; a registry's error answer | bytes read ([`capped_body`]) | 1 MiB; 64 KiB | none |
-//! | base files a build keeps in memory (os-release, dpkg status, sources, keys) | [`crate::image::rootfs::KEEP_TOTAL`], then read again when asked | 64 MiB | none |
+//! | a token service's reply; a registry's error answer | bytes read (`erdma_http::capped_body`) | 1 MiB; 64 KiB | none |
+//! | base files a build keeps in memory (os-release, dpkg status, sources, keys) | `KEEP_TOTAL` (erdma-build's image rootfs), then read again when asked | 64 MiB | none |
 //!
 //! Fixed caps elsewhere, far above any genuine file: manifests and configs 8 MiB
 //! ([`MAX_JSON`]), `InRelease`/`Release` 32 MiB and a decompressed `Packages`
@@ -76,7 +76,7 @@ impl Default for Limits {
 }
 
 /// A limit a hostile (or unusually large) input reached. Each message is a predicate of the
-/// thing named before it ([`crate::Error::Limit`]), naming the limit and how to raise it.
+/// thing named before it (erdma-build's `Error::Limit`), naming the limit and how to raise it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Exceeded {
     #[error("inflates more than {ratio}× ({out} bytes decompressed from {input} compressed): a decompression bomb? (limit --max-inflation {ratio}; raise it, or 0 for none, if the input is genuine)")]
@@ -285,30 +285,6 @@ fn walk_entries<R: Read, E>(
 fn pax_size<R: Read>(entry: &mut tar::Entry<'_, R>) -> Option<u64> {
     let records = entry.pax_extensions().ok()??;
     records.flatten().find(|r| r.key_bytes() == b"size").and_then(|r| r.value().ok()?.parse().ok())
-}
-
-/// A response's body, read up to `limit` bytes as it comes: the bytes, and whether the body
-/// had more (then the rest is not read). Every answer whose length a server chooses and that
-/// is held whole (registry manifests, error bodies, token replies) is read through this.
-pub async fn capped_body(
-    res: &mut reqwest::Response,
-    limit: u64,
-) -> reqwest::Result<(Vec<u8>, bool)> {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let mut body = Vec::with_capacity(
-        res.content_length()
-            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
-            .min(limit)
-            .min(1 << 20),
-    );
-    while let Some(chunk) = res.chunk().await? {
-        let room = limit.saturating_sub(body.len());
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if chunk.len() > room {
-            return Ok((body, true));
-        }
-    }
-    Ok((body, false))
 }
 
 /// Entries left to the layers of one image ([`Limits::entries`]), shared by their snapshots.

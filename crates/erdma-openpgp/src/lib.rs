@@ -595,7 +595,7 @@ mod tests {
         // RFC 9580 Annex A.3's sample v6 certificate (testdata/keys/README.md): gpg 2.2 makes no v6 keys.
         let cert = std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../testdata/keys/rfc9580-v6-sample.pub.asc"
+            "/../../testdata/keys/rfc9580-v6-sample.pub.asc"
         ))
         .unwrap();
         const FP: &str = "CB186C4F0609A697E4D52DFA6C722B0C1F1E27C18A56708F6525EC27BAD9ACC9";

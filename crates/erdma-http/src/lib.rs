@@ -1,5 +1,5 @@
 //! The one HTTP client for package repositories, repository keys and packages (registries have
-//! their own, see [`crate::image::registry`]).
+//! their own, see `erdma-build`'s registry client).
 //!
 //! Every transfer is bounded three ways: a connect timeout, a read (idle) timeout that fires
 //! when the server sends nothing for that long, headers or body, and an overall deadline per
@@ -434,10 +434,10 @@ fn open_file(url: &str, path: &str) -> Result<Option<std::fs::File>, HttpError> 
 /// Counts and hashes what passes through, copies it to `tee`, and stops at more than `limit`.
 pub struct Hashing<R> {
     inner: R,
-    pub(crate) hasher: Sha256,
-    pub(crate) read: u64,
+    hasher: Sha256,
+    read: u64,
     limit: u64,
-    pub(crate) over: bool,
+    over: bool,
     tee: Option<std::fs::File>,
 }
 
@@ -512,6 +512,30 @@ impl Read for ChannelReader {
         self.current = self.current.slice(n..);
         Ok(n)
     }
+}
+
+/// A response's body, read up to `limit` bytes as it comes: the bytes, and whether the body
+/// had more (then the rest is not read). Every answer whose length a server chooses and that
+/// is held whole (registry manifests, error bodies, token replies) is read through this.
+pub async fn capped_body(
+    res: &mut reqwest::Response,
+    limit: u64,
+) -> reqwest::Result<(Vec<u8>, bool)> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut body = Vec::with_capacity(
+        res.content_length()
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
+            .min(limit)
+            .min(1 << 20),
+    );
+    while let Some(chunk) = res.chunk().await? {
+        let room = limit.saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if chunk.len() > room {
+            return Ok((body, true));
+        }
+    }
+    Ok((body, false))
 }
 
 #[cfg(test)]
