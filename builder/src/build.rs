@@ -582,7 +582,7 @@ async fn recipe_contents(
 /// A repository whose signature names a key the pin dropped from its key download: say so,
 /// rather than only "no valid signature".
 fn signed_by_dropped_key(e: Error, trusted: &[erdma_openpgp::Trusted]) -> Error {
-    use crate::packages::apt::repo::RepoError;
+    use erdma_deb::repo::RepoError;
     use erdma_openpgp::SignatureError;
     let Error::Repo(
         repo_err @ RepoError::BadSignature {

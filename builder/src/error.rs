@@ -103,7 +103,7 @@ pub enum Error {
     Key(#[from] erdma_openpgp::KeyError),
 
     #[error(transparent)]
-    Repo(#[from] crate::packages::apt::repo::RepoError),
+    Repo(#[from] erdma_deb::repo::RepoError),
 
     #[error(transparent)]
     Resolve(#[from] crate::packages::apt::resolve::ResolveError),
@@ -125,7 +125,7 @@ pub enum Error {
     Deb {
         path: PathBuf,
         #[source]
-        source: crate::packages::apt::deb::DebError,
+        source: erdma_deb::deb::DebError,
     },
 
     /// A payload entry refused before anything is written ([`crate::packages::payload`]):

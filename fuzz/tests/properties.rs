@@ -15,8 +15,8 @@ use std::cmp::Ordering;
 use std::path::Path;
 use std::process::Command;
 
-use erdma_build::packages::apt::version::Version as DebVersion;
 use erdma_build::packages::rpm::version::rpmvercmp;
+use erdma_deb::version::Version as DebVersion;
 use erdma_fuzz::Rng;
 use erdma_oci_hook::config::{Config, Memlock};
 use erdma_oci_hook::engine::{self, ConfigureOptions, Engine};

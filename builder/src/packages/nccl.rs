@@ -182,7 +182,7 @@ pub fn select<'a>(
 }
 
 fn compare_deb(a: &str, b: &str) -> Ordering {
-    match (a.parse::<super::apt::version::Version>(), b.parse::<super::apt::version::Version>()) {
+    match (a.parse::<erdma_deb::version::Version>(), b.parse::<erdma_deb::version::Version>()) {
         (Ok(x), Ok(y)) => x.cmp(&y),
         _ => a.cmp(b),
     }

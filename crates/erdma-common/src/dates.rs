@@ -46,6 +46,51 @@ pub fn format_utc(secs: i64) -> String {
     format!("{y:04}-{mo:02}-{d:02} {hh:02}:{mm:02}:{ss:02} UTC")
 }
 
+/// Parses `[Day,] DD Mon YYYY HH:MM[:SS] [zone]`, zone `UTC`, `GMT`, `UT`, `Z` or `±hhmm`
+/// (apt's `RFC1123StrToTime` accepts the same forms). Seconds since the epoch.
+pub fn parse_rfc2822(s: &str) -> Option<i64> {
+    let mut tokens: Vec<&str> = s.split_whitespace().collect();
+    if tokens.first()?.ends_with(',') || tokens.first()?.chars().all(|c| c.is_ascii_alphabetic()) {
+        tokens.remove(0);
+    }
+    let (day, month, year, time) = match tokens[..] {
+        [d, m, y, t] | [d, m, y, t, _] => (d, m, y, t),
+        _ => return None,
+    };
+    let zone = tokens.get(4).copied().unwrap_or("UTC");
+    let day: u32 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
+    const MONTHS: [&str; 12] =
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+    let month = MONTHS.iter().position(|m| m.eq_ignore_ascii_case(month))? as u32 + 1;
+    let year: i64 = year.parse().ok().filter(|y| (1970..=9999).contains(y))?;
+    let mut hms = time.split(':').map(|p| p.parse::<i64>().ok());
+    let h = hms.next()??;
+    let mi = hms.next()??;
+    let sec = hms.next().unwrap_or(Some(0))?;
+    if hms.next().is_some()
+        || !(0..24).contains(&h)
+        || !(0..60).contains(&mi)
+        || !(0..=60).contains(&sec)
+    {
+        return None;
+    }
+    let offset = match zone {
+        z if ["UTC", "GMT", "UT", "Z"].iter().any(|u| u.eq_ignore_ascii_case(z)) => 0,
+        z if z.len() == 5 && (z.starts_with('+') || z.starts_with('-')) => {
+            let hh: i64 = z[1..3].parse().ok()?;
+            let mm: i64 = z[3..5].parse().ok()?;
+            let off = hh * 3600 + mm * 60;
+            if z.starts_with('-') {
+                -off
+            } else {
+                off
+            }
+        }
+        _ => return None,
+    };
+    Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + mi * 60 + sec - offset)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +110,29 @@ mod tests {
         for z in (-800_000..800_000).step_by(997) {
             let (y, m, d) = civil_from_days(z);
             assert_eq!(days_from_civil(y, m, d), z, "{y}-{m}-{d}");
+        }
+    }
+
+    #[test]
+    fn parses_rfc2822_dates() {
+        // As apt writes them: `Sat, 11 Jul 2026 10:16:37 UTC`.
+        let rfc2822 = |t: i64| {
+            let (y, mo, d, h, mi, s) = civil(t);
+            const M: [&str; 12] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            format!("{d:02} {} {y} {h:02}:{mi:02}:{s:02} UTC", M[mo as usize - 1])
+        };
+        assert_eq!(parse_rfc2822("Sat, 11 Jul 2026 10:16:37 UTC"), Some(1_783_764_997));
+        assert_eq!(parse_rfc2822("Thu, 29 Feb 2024 23:59:59 +0200"), Some(1_709_243_999));
+        assert_eq!(parse_rfc2822("1 Mar 2000 00:00 GMT"), Some(951_868_800));
+        assert_eq!(parse_rfc2822("Thu, 01 Jan 1970 00:00:00 Z"), Some(0));
+        assert_eq!(parse_rfc2822("2026-07-11 10:16:37"), None);
+        assert_eq!(parse_rfc2822("Sat, 11 Foo 2026 10:16:37 UTC"), None);
+        assert_eq!(parse_rfc2822("Sat, 11 Jul 2026 10:16:37 CEST"), None);
+        assert_eq!(format_utc(1_783_764_997), "2026-07-11 10:16:37 UTC");
+        for t in [0, 951_868_800, 1_709_243_999, 1_783_764_997] {
+            assert_eq!(parse_rfc2822(&rfc2822(t)), Some(t), "{}", rfc2822(t));
         }
     }
 }

@@ -7,9 +7,6 @@ use std::path::{Path, PathBuf};
 use futures_util::StreamExt;
 use md5::{Digest as _, Md5};
 
-use super::deb::{self, DataKind, Deb};
-use super::deb822::{self, Paragraph};
-use super::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
 use super::resolve::{self, Installed, Planned, Request};
 use crate::error::{Error, Result};
 use crate::image::layer::{Entry, EntryKind, LayerContents};
@@ -19,6 +16,9 @@ use crate::packages::{
     BaseFiles, Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport,
 };
 use erdma_common::progress::Reporter;
+use erdma_deb::deb::{self, DataKind, Deb};
+use erdma_deb::deb822::{self, Paragraph};
+use erdma_deb::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
 
 pub const STATUS: &str = "var/lib/dpkg/status";
 const INFO: &str = "var/lib/dpkg/info";
@@ -878,7 +878,7 @@ fn write_info(
         };
         layer.add_file(&format!("{INFO}/{iname}.{name}"), data.clone(), mode)?;
     }
-    let bad = |e: super::deb822::Deb822Error| Error::Malformed {
+    let bad = |e: erdma_deb::deb822::Deb822Error| Error::Malformed {
         what: "package control",
         reference: planned.name.clone(),
         reason: e.to_string(),

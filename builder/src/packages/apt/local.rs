@@ -10,9 +10,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::deb;
-use super::repo::IndexedPackage;
 use crate::error::{Error, Result};
+use erdma_deb::deb;
+use erdma_deb::repo::IndexedPackage;
 
 /// The largest `.deb` accepted from a URL (NVIDIA's biggest packages are a few hundred MB).
 const MAX_DEB: u64 = 2 << 30;
@@ -58,7 +58,7 @@ pub async fn load(arg: &str, cache_dir: &Path, client: &erdma_http::Client) -> R
     let dir = path.parent().unwrap_or(Path::new("/")).to_string_lossy().into_owned();
     let file = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     let mut stanza = control.clone();
-    let bad = |e: super::deb822::Deb822Error| Error::Malformed {
+    let bad = |e: erdma_deb::deb822::Deb822Error| Error::Malformed {
         what: "package control",
         reference: arg.to_string(),
         reason: e.to_string(),

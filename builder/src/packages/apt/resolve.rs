@@ -9,10 +9,10 @@ use std::cell::OnceCell;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::deb822::Paragraph;
-use super::repo::{IndexedPackage, RepoError};
-use super::version::{parse_relations, Dependency, Version};
 pub use crate::packages::{Action, Selected};
+use erdma_deb::deb822::Paragraph;
+use erdma_deb::repo::{IndexedPackage, RepoError};
+use erdma_deb::version::{parse_relations, Dependency, Version};
 
 /// A package the base image has installed (`Status: install ok installed`).
 #[derive(Debug, Clone)]
@@ -603,7 +603,7 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packages::apt::deb822;
+    use erdma_deb::deb822;
 
     fn available_from(text: &str) -> Vec<IndexedPackage> {
         let stanzas: Vec<String> = text

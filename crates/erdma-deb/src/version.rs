@@ -939,7 +939,7 @@ mod tests {
                     continue;
                 }
             };
-            for paragraph in crate::packages::apt::deb822::paragraphs(&text) {
+            for paragraph in crate::deb822::paragraphs(&text) {
                 let paragraph = paragraph.unwrap();
                 let version: Version = paragraph.get("Version").unwrap().parse().unwrap();
                 assert_eq!(version.syntax_warning(), None, "{version}");

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{self, Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::deb822::{self, Deb822Error, Paragraph};
+use crate::deb822::{self, Deb822Error, Paragraph};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DebError {
@@ -1380,11 +1380,9 @@ mod tests {
         assert_eq!(deb.control.get("Package"), Some("libibverbs1"));
         assert_eq!(deb.control.get("Source"), Some("rdma-core"));
         assert_eq!(deb.control.get("Multi-Arch"), Some("same"));
-        let version: super::super::version::Version =
-            deb.control.get("Version").unwrap().parse().unwrap();
+        let version: crate::version::Version = deb.control.get("Version").unwrap().parse().unwrap();
         assert!(version >= "44.0-2".parse().unwrap());
-        let depends =
-            super::super::version::parse_relations(deb.control.get("Depends").unwrap()).unwrap();
+        let depends = crate::version::parse_relations(deb.control.get("Depends").unwrap()).unwrap();
         assert!(depends.iter().flatten().any(|d| d.name == "libc6"));
         for name in ["md5sums", "shlibs", "triggers"] {
             assert!(deb.control_files.contains_key(name), "{name}");

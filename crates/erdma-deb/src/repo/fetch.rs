@@ -1,0 +1,717 @@
+//! Fetching a repository's metadata: its layout (nested, flat), `InRelease` or `Release`
+//! with `Release.gpg`, and the indices it lists, streamed, checked and cached, with retries.
+
+use super::release::{FileEntry, Release};
+use super::*;
+use crate::index;
+use erdma_common::dates::now;
+use erdma_http::{Client, Failed, HttpError, RETRIES};
+use erdma_openpgp::{verify_clearsigned_with, verify_detached_with, Keyring};
+use std::io::Read;
+
+/// Where a [`RepoSpec`]'s files are.
+struct Layout {
+    /// Archive root, no trailing slash.
+    base: String,
+    /// Directory of InRelease, with a trailing slash.
+    meta: String,
+    /// Index directories relative to `meta` (`main/binary-amd64/`, or `` for flat).
+    index_dirs: Vec<String>,
+    flat: bool,
+    /// `URL suite`, for messages.
+    display: String,
+}
+
+impl Layout {
+    fn new(spec: &RepoSpec) -> Result<Self, RepoError> {
+        let base = spec.url.trim_end_matches('/').to_owned();
+        let display = format!("{} {}", base, spec.suite);
+        let invalid = |reason: &str| RepoError::InvalidSpec {
+            repo: display.clone(),
+            reason: reason.to_owned(),
+        };
+        if base.is_empty() {
+            return Err(invalid("the URL is empty"));
+        }
+        if spec.suite.is_empty() {
+            return Err(invalid("the suite is empty"));
+        }
+        if spec.suite.split('/').any(|part| part == "..") {
+            return Err(invalid("the suite contains `..`"));
+        }
+        if spec.suite.ends_with('/') {
+            // sources.list(5): "if the suite is an exact path, components must be omitted".
+            if !spec.components.is_empty() {
+                return Err(invalid("a flat repository (suite ending in `/`) takes no components"));
+            }
+            let dir = spec.suite.trim_start_matches("./").trim_start_matches('/');
+            Ok(Layout {
+                meta: format!("{base}/{dir}"),
+                base,
+                index_dirs: vec![String::new()],
+                flat: true,
+                display,
+            })
+        } else {
+            if spec.components.is_empty() {
+                return Err(invalid("no component given"));
+            }
+            if spec.arch.is_empty() || spec.arch.contains('/') {
+                return Err(invalid("invalid architecture"));
+            }
+            let mut index_dirs = Vec::new();
+            for c in &spec.components {
+                if c.is_empty() || c.split('/').any(|p| p == ".." || p.is_empty()) {
+                    return Err(invalid(&format!("invalid component `{c}`")));
+                }
+                index_dirs.push(format!("{c}/binary-{}/", spec.arch));
+            }
+            Ok(Layout {
+                meta: format!("{base}/dists/{}/", spec.suite.trim_matches('/')),
+                base,
+                index_dirs,
+                flat: false,
+                display,
+            })
+        }
+    }
+}
+
+/// Downloads, verifies and parses the package indices of one repository.
+pub async fn fetch_index(client: &Client, spec: &RepoSpec) -> Result<RepoIndex, RepoError> {
+    fetch_index_cached(client, spec, None).await
+}
+
+/// [`fetch_index`], keeping downloaded index files in `cache` named by their SHA256. The
+/// Release (always fetched and verified) names the hash, and a cached file is checked against
+/// it like a downloaded one, so the cache cannot feed in anything the signature does not cover.
+pub async fn fetch_index_cached(
+    client: &Client,
+    spec: &RepoSpec,
+    cache: Option<&std::path::Path>,
+) -> Result<RepoIndex, RepoError> {
+    let mut layout = Layout::new(spec)?;
+    let keyring = Keyring::load(&spec.keyring)
+        .map_err(|source| RepoError::Keyring { repo: layout.display.clone(), source })?;
+    let (release_url, text) = fetch_release(client, &layout.meta, &keyring).await?;
+    let release = Release::parse(&text, &release_url)?;
+    release.check_dates(&release_url, now())?;
+    if !layout.flat {
+        for c in release.check_wanted(spec, &layout.meta)? {
+            tracing::warn!("skipping component `{c}` of {}: the repository does not have it (apt skips it too)", layout.display);
+            let dir = format!("{c}/binary-{}/", spec.arch);
+            layout.index_dirs.retain(|d| *d != dir);
+        }
+    }
+    let origin = release
+        .origin
+        .clone()
+        .or_else(|| release.label.clone())
+        .unwrap_or_else(|| layout.base.clone());
+
+    let mut packages = Vec::new();
+    for dir in &layout.index_dirs {
+        // The Release also lists the uncompressed index's hash (mirrors need not serve it):
+        // a cached decompressed copy checked against it skips both download and
+        // decompression, and stays covered by the signature.
+        let plain = format!("{dir}Packages");
+        let plain_entry =
+            release.sha256.get(&plain).cloned().filter(|e| {
+                e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_hexdigit())
+            });
+        let plain_cache =
+            cache.zip(plain_entry.as_ref()).map(|(c, e)| c.join(e.sha256.to_ascii_lowercase()));
+        let context = |url: String, file: String, entry: FileEntry| IndexContext {
+            url,
+            file,
+            repo_meta: layout.meta.clone(),
+            base: layout.base.clone(),
+            origin: origin.clone(),
+            repo: layout.display.clone(),
+            entry,
+            max_inflation: client.inflation().unwrap_or(erdma_limits::DEFAULT_INFLATION),
+        };
+        if let (Some(path), Some(entry)) = (&plain_cache, &plain_entry) {
+            if let Ok(f) = std::fs::File::open(path) {
+                let ctx =
+                    context(format!("{}{}", layout.meta, plain), plain.clone(), entry.clone());
+                match read_streamed(Box::new(f), None, ctx, None, None).await {
+                    Ok(parsed) => {
+                        packages.extend(parsed);
+                        continue;
+                    }
+                    Err(e) => tracing::warn!("ignoring cached index {}: {e}", path.display()),
+                }
+            }
+        }
+        let listed: Vec<(String, FileEntry)> = INDEX_NAMES
+            .iter()
+            .map(|name| format!("{dir}{name}"))
+            .filter_map(|path| release.sha256.get(&path).map(|e| (path, e.clone())))
+            .collect();
+        if listed.is_empty() {
+            return Err(RepoError::NoIndex { url: release_url, wanted: format!("{dir}Packages") });
+        }
+        for (i, (path, entry)) in listed.iter().enumerate() {
+            let url = format!("{}{}", layout.meta, path);
+            let hex_ok =
+                entry.sha256.len() == 64 && entry.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            // Without a Release entry for the decompressed index, the compressed file is what
+            // is cached (and checked against its own entry when read again).
+            let cached = cache.filter(|_| hex_ok && plain_cache.is_none()).map(|c| {
+                c.join(format!("{}{}", entry.sha256.to_ascii_lowercase(), index_suffix(path)))
+            });
+            let ctx = context(url.clone(), path.clone(), entry.clone());
+            let mut attempt = 0;
+            let parsed = loop {
+                let hit = cached.as_ref().and_then(|p| std::fs::File::open(p).ok());
+                let from_cache = hit.is_some();
+                let (src, failed): (Box<dyn Read + Send>, Option<Failed>) = match hit {
+                    Some(f) => (Box::new(f), None),
+                    None => match client.open_stream(&url).await {
+                        Ok(Some((src, failed))) => (src, Some(failed)),
+                        Ok(None) => break None,
+                        Err(e) if e.is_transient() && attempt < RETRIES => {
+                            attempt += 1;
+                            Client::backoff(&e, attempt).await;
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    },
+                };
+                // Copies for the cache, kept only when everything checked out.
+                let tee = |dest: Option<&std::path::PathBuf>| {
+                    dest.and_then(|d| {
+                        let dir = d.parent()?;
+                        std::fs::create_dir_all(dir).ok()?;
+                        tempfile::NamedTempFile::new_in(dir).ok().map(|t| (t, d.clone()))
+                    })
+                };
+                let plain_tee = tee(plain_cache.as_ref());
+                let compressed_tee = if from_cache { None } else { tee(cached.as_ref()) };
+                let tees = index::Tees {
+                    plain: plain_tee.as_ref().and_then(|(t, _)| t.reopen().ok()),
+                    compressed: compressed_tee.as_ref().and_then(|(t, _)| t.reopen().ok()),
+                };
+                match read_streamed(src, failed, ctx.clone(), plain_entry.clone(), Some(tees)).await
+                {
+                    Ok(parsed) => {
+                        for (tmp, dest) in plain_tee.into_iter().chain(compressed_tee) {
+                            let _ = tmp.persist(dest);
+                        }
+                        break Some(parsed);
+                    }
+                    Err(e @ RepoError::Http(HttpError::Transfer { .. })) if attempt < RETRIES => {
+                        attempt += 1;
+                        Client::backoff(&e, attempt).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            let Some(parsed) = parsed else {
+                // apt tries the next compression the Release lists (Debian lists an
+                // uncompressed `Packages` that is not on the mirrors).
+                if i + 1 < listed.len() {
+                    tracing::debug!("{url} is missing; trying the next index format");
+                    continue;
+                }
+                return Err(RepoError::IndexMissing { url });
+            };
+            packages.extend(parsed);
+            break;
+        }
+    }
+    Ok(RepoIndex { packages })
+}
+
+/// Reads, checks and parses one index from `src` on the blocking pool (see [`index`]).
+async fn read_streamed(
+    src: Box<dyn Read + Send>,
+    failed: Option<Failed>,
+    ctx: IndexContext,
+    plain: Option<FileEntry>,
+    tees: Option<index::Tees>,
+) -> Result<Vec<IndexedPackage>, RepoError> {
+    tokio::task::spawn_blocking(move || {
+        let expect = index::Expect { size: ctx.entry.size, sha256: ctx.entry.sha256.clone() };
+        let plain_expect =
+            plain.as_ref().map(|p| index::Expect { size: p.size, sha256: p.sha256.clone() });
+        let source_failed = || failed.as_ref().and_then(|f| f.lock().expect("poisoned").clone());
+        let plain_name = ctx.file.trim_end_matches(".xz").trim_end_matches(".gz").to_string();
+        let bound = index::Bound { max: MAX_INDEX, inflation: ctx.max_inflation };
+        let text = index::read_index(
+            src,
+            &ctx.file,
+            &expect,
+            plain_expect.as_ref(),
+            bound,
+            tees.unwrap_or_default(),
+            &source_failed,
+        )
+        .map_err(|e| match e {
+            index::StreamError::Source { message } => RepoError::Http(HttpError::Transfer {
+                url: ctx.url.clone(),
+                reason: message,
+                retry: true,
+            }),
+            index::StreamError::Size { actual } => RepoError::SizeMismatch {
+                file: ctx.file.clone(),
+                repo: ctx.repo_meta.clone(),
+                expected: ctx.entry.size,
+                actual,
+            },
+            index::StreamError::Hash { actual } => RepoError::HashMismatch {
+                file: ctx.file.clone(),
+                repo: ctx.repo_meta.clone(),
+                expected: ctx.entry.sha256.clone(),
+                actual,
+            },
+            index::StreamError::PlainSize { actual } => RepoError::SizeMismatch {
+                file: plain_name.clone(),
+                repo: ctx.repo_meta.clone(),
+                expected: plain.as_ref().map_or(0, |p| p.size),
+                actual,
+            },
+            index::StreamError::PlainHash { actual } => RepoError::HashMismatch {
+                file: plain_name.clone(),
+                repo: ctx.repo_meta.clone(),
+                expected: plain.as_ref().map(|p| p.sha256.clone()).unwrap_or_default(),
+                actual,
+            },
+            index::StreamError::Decompress(source) => {
+                RepoError::Decompress { url: ctx.url.clone(), source }
+            }
+            index::StreamError::Limit(exceeded) => {
+                RepoError::Limit { url: ctx.url.clone(), exceeded }
+            }
+        })?;
+        IndexedPackage::read_index(text, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+/// `.xz`, `.gz` or nothing: cached files keep their compression in the name.
+fn index_suffix(path: &str) -> &'static str {
+    if path.ends_with(".xz") {
+        ".xz"
+    } else if path.ends_with(".gz") {
+        ".gz"
+    } else {
+        ""
+    }
+}
+
+/// Fetches `InRelease`, or `Release` and `Release.gpg` when there is no `InRelease`, and
+/// returns the URL and the signed text.
+async fn fetch_release(
+    client: &Client,
+    meta: &str,
+    keyring: &Keyring,
+) -> Result<(String, String), RepoError> {
+    let in_release = format!("{meta}InRelease");
+    if let Some(body) = get_meta(client, &in_release).await? {
+        // A bad InRelease is an error; apt does not fall back to Release then.
+        let text = verify_clearsigned_with(&body, keyring, now())
+            .map_err(|e| RepoError::from(e).at(&in_release))?;
+        return Ok((in_release, text));
+    }
+    let release = format!("{meta}Release");
+    let Some(body) = get_meta(client, &release).await? else {
+        return Err(RepoError::NoRelease { url: meta.to_owned() });
+    };
+    let sig_url = format!("{meta}Release.gpg");
+    let Some(sig) = get_meta(client, &sig_url).await? else {
+        return Err(RepoError::Unsigned { url: release });
+    };
+    verify_detached_with(&body, &sig, keyring, now())
+        .map_err(|e| RepoError::from(e).at(&release))?;
+    let text = String::from_utf8(body).map_err(|_| RepoError::MalformedRelease {
+        url: release.clone(),
+        reason: "not UTF-8".into(),
+    })?;
+    Ok((release, text))
+}
+
+async fn get_meta(client: &Client, url: &str) -> Result<Option<Vec<u8>>, RepoError> {
+    Ok(client.get(url, MAX_META).await?)
+}
+
+/// What [`read_streamed`] needs to know, owned so it can run on the blocking pool.
+#[derive(Clone)]
+struct IndexContext {
+    url: String,
+    /// Path relative to the Release file, as the Release names it.
+    file: String,
+    repo_meta: String,
+    base: String,
+    origin: String,
+    repo: String,
+    entry: FileEntry,
+    /// `--max-inflation`.
+    max_inflation: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repo::testkit::*;
+
+    use sha2::{Digest as _, Sha256};
+
+    use std::net::TcpListener;
+
+    use std::time::Duration;
+    use std::time::Instant;
+
+    #[test]
+    fn layouts() {
+        let spec = |url: &str, suite: &str, comps: &[&str]| RepoSpec {
+            url: url.into(),
+            suite: suite.into(),
+            components: comps.iter().map(|c| c.to_string()).collect(),
+            arch: "amd64".into(),
+            keyring: vec![],
+        };
+        let l = Layout::new(&spec("http://m/debian/", "bookworm", &["main", "contrib"])).unwrap();
+        assert_eq!(l.meta, "http://m/debian/dists/bookworm/");
+        assert_eq!(l.index_dirs, ["main/binary-amd64/", "contrib/binary-amd64/"]);
+        assert_eq!(l.display, "http://m/debian bookworm");
+        let l = Layout::new(&spec("http://m/erdma", "jammy/erdma", &["main"])).unwrap();
+        assert_eq!(l.meta, "http://m/erdma/dists/jammy/erdma/");
+        for (suite, meta) in
+            [("/", "http://m/r/"), ("./", "http://m/r/"), ("sub/", "http://m/r/sub/")]
+        {
+            let l = Layout::new(&spec("http://m/r", suite, &[])).unwrap();
+            assert_eq!((l.meta.as_str(), l.flat), (meta, true), "{suite}");
+            assert_eq!(l.index_dirs, [""]);
+        }
+        assert!(Layout::new(&spec("http://m/r", "sub/", &["main"])).is_err());
+        assert!(Layout::new(&spec("http://m/r", "bookworm", &[])).is_err());
+        assert!(Layout::new(&spec("http://m/r", "../x", &["main"])).is_err());
+        assert!(Layout::new(&spec("http://m/r", "bookworm", &["../main"])).is_err());
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Repositories over HTTP
+    // -----------------------------------------------------------------------------------
+
+    #[tokio::test]
+    async fn nested_and_flat_repositories_over_http() {
+        let fx = Fixture::new();
+        fx.publish(
+            "dists/bookworm/erdma",
+            "main/binary-amd64",
+            &[".xz", ""],
+            "pool/main/e/erdma/",
+            Some("main"),
+            None,
+        );
+        fx.publish("flat", "", &[".gz"], "flat/", None, None);
+        let server = HttpServer::start(fx.root.path());
+        let client = client();
+
+        // Nested suite (Alibaba's layout); a trailing slash on the URL is fine.
+        let spec = fx.spec(&format!("{}/", server.url), "bookworm/erdma", &["main"]);
+        let index =
+            fetch_index(&client, &spec).await.unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        assert_eq!(index.packages.len(), 2);
+        let tools = &index.packages[0];
+        assert_eq!(tools.paragraph().unwrap().get("Package"), Some("erdma-tools"));
+        assert_eq!(tools.paragraph().unwrap().get("version"), Some("1.0-1"));
+        assert_eq!(
+            tools.url(),
+            format!("{}/pool/main/e/erdma/erdma-tools_1.0-1_amd64.deb", server.url)
+        );
+        assert_eq!(tools.sha256(), DEB_SHA);
+        assert_eq!(tools.size(), 1234);
+        assert_eq!(tools.origin(), "erdma-test");
+        assert_eq!(tools.repo(), format!("{} bookworm/erdma", server.url));
+        assert_eq!(index.packages[1].sha256(), "ab".repeat(32));
+
+        // What the Release does not have is named, with what it has.
+        let mut wrong = spec.clone();
+        wrong.components = vec!["contrib".into()];
+        let e = fetch_index(&client, &wrong).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "repository {}/dists/bookworm/erdma/ has no component `contrib` (has: main)",
+                server.url
+            )
+        );
+        let mut wrong = spec.clone();
+        wrong.arch = "s390x".into();
+        let e = fetch_index(&client, &wrong).await.unwrap_err();
+        assert!(e.to_string().contains("has no architecture `s390x` (has: amd64, arm64)"), "{e}");
+
+        // Flat repository: `deb URL flat/`, only Packages.gz, Filename relative to URL.
+        let flat = fx.spec(&server.url, "flat/", &[]);
+        let index =
+            fetch_index(&client, &flat).await.unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        assert_eq!(index.packages.len(), 2);
+        assert_eq!(
+            index.packages[1].url(),
+            format!("{}/flat/liberdma1_1.0-1_amd64.deb", server.url)
+        );
+
+        // A suite that is not there.
+        let e = fetch_index(&client, &fx.spec(&server.url, "trixie", &["main"])).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("no InRelease or Release at {}/dists/trixie/", server.url)
+        );
+        assert!(!e.is_unreachable());
+    }
+
+    #[tokio::test]
+    async fn tampering_and_fallbacks_over_http() {
+        let fx = Fixture::new();
+        let meta = fx.publish(
+            "dists/bookworm",
+            "main/binary-amd64",
+            &[".xz"],
+            "pool/main/",
+            Some("main"),
+            None,
+        );
+        let server = HttpServer::start(fx.root.path());
+        let client = client();
+        let spec = fx.spec(&server.url, "bookworm", &["main"]);
+        let meta_url = format!("{}/dists/bookworm/", server.url);
+        fetch_index(&client, &spec).await.unwrap();
+
+        // Packages.xz changed after signing: same size, different bytes.
+        let xz = meta.join("main/binary-amd64/Packages.xz");
+        let good = std::fs::read(&xz).unwrap();
+        let mut bad = good.clone();
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0xff;
+        std::fs::write(&xz, &bad).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        let want = format!(
+            "hash mismatch for main/binary-amd64/Packages.xz from {meta_url}: Release says sha256:{}, got sha256:{}",
+            hex::encode(Sha256::digest(&good)),
+            hex::encode(Sha256::digest(&bad))
+        );
+        assert_eq!(e.to_string(), want);
+        // A longer file is caught by its size, without reading it all.
+        let mut longer = good.clone();
+        longer.extend([0u8; 4096]);
+        std::fs::write(&xz, &longer).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert!(
+            e.to_string().starts_with("size mismatch for main/binary-amd64/Packages.xz"),
+            "{e}"
+        );
+        std::fs::write(&xz, &good).unwrap();
+
+        // InRelease tampered: a bad signature, and no fallback to Release.
+        let in_release = std::fs::read_to_string(meta.join("InRelease")).unwrap();
+        let forged = in_release.replace("Origin: erdma-test", "Origin: erdma-evil");
+        assert_ne!(forged, in_release);
+        std::fs::write(meta.join("InRelease"), forged).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(e.to_string(), format!("bad signature on {meta_url}InRelease"));
+        assert!(!e.is_unreachable());
+
+        // InRelease signed by a key outside the keyring.
+        let other = fx.gpg.gen_key("mallory@example.org", "ed25519", "sign", "never", &[]);
+        let release = std::fs::read(meta.join("Release")).unwrap();
+        std::fs::write(meta.join("InRelease"), fx.gpg.clearsign(&other, &release)).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        let msg = err_chain(&e);
+        assert!(msg.starts_with(&format!("bad signature on {meta_url}InRelease")), "{msg}");
+        assert!(msg.contains("not in the keyring"), "{msg}");
+
+        // No InRelease: Release + Release.gpg.
+        std::fs::remove_file(meta.join("InRelease")).unwrap();
+        let index =
+            fetch_index(&client, &spec).await.unwrap_or_else(|e| panic!("{}", err_chain(&e)));
+        assert_eq!(index.packages.len(), 2);
+
+        // Release.gpg over other content.
+        std::fs::write(meta.join("Release.gpg"), fx.gpg.detach_sign(&fx.fpr, b"other", true))
+            .unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(e.to_string(), format!("bad signature on {meta_url}Release"));
+
+        // Release without Release.gpg: never used unsigned.
+        std::fs::remove_file(meta.join("Release.gpg")).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{meta_url}Release is not signed: there is no Release.gpg beside it")
+        );
+
+        // Neither.
+        std::fs::remove_file(meta.join("Release")).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(e.to_string(), format!("no InRelease or Release at {meta_url}"));
+
+        // Properly signed but expired metadata.
+        let past = now() - 2 * 86_400;
+        let header = format!(
+            "Origin: erdma-test\nSuite: bookworm\nDate: {}\nValid-Until: {}\nArchitectures: amd64\nComponents: main\n",
+            rfc2822(past),
+            rfc2822(past + 86_400)
+        );
+        fx.publish(
+            "dists/bookworm",
+            "main/binary-amd64",
+            &[".xz"],
+            "pool/main/",
+            Some("main"),
+            Some(&header),
+        );
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "release file {meta_url}InRelease has expired (valid until "
+            )),
+            "{e}"
+        );
+
+        // Release lists only an index the server does not have.
+        let header = "Origin: erdma-test\nSuite: bookworm\nComponents: main\n";
+        fx.publish(
+            "dists/bookworm",
+            "main/binary-amd64",
+            &[".xz"],
+            "pool/main/",
+            Some("main"),
+            Some(header),
+        );
+        std::fs::remove_file(&xz).unwrap();
+        let e = fetch_index(&client, &spec).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{meta_url}main/binary-amd64/Packages.xz is listed in the Release file but the server does not have it")
+        );
+    }
+
+    #[tokio::test]
+    async fn packages_without_checksums_are_malformed() {
+        let fx = Fixture::new();
+        let meta = fx.root.path().join("dists/bookworm");
+        let idx = meta.join("main/binary-amd64");
+        std::fs::create_dir_all(&idx).unwrap();
+        std::fs::write(
+            idx.join("Packages"),
+            "Package: a\nVersion: 1\nFilename: pool/a.deb\nSize: 1\n",
+        )
+        .unwrap();
+        let release = hand_release(&meta, "Origin: x\nComponents: main\n");
+        fx.sign_release(&meta, release.as_bytes());
+        let server = HttpServer::start(fx.root.path());
+        let e =
+            fetch_index(&client(), &fx.spec(&server.url, "bookworm", &["main"])).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "malformed Packages index {}/dists/bookworm/main/binary-amd64/Packages: package `a` has no SHA256 field",
+                server.url
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_reported_as_such() {
+        // Nothing listens on a port we just released; every retry is refused.
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let spec = RepoSpec {
+            url: format!("http://127.0.0.1:{port}"),
+            suite: "bookworm".into(),
+            components: vec!["main".into()],
+            arch: "amd64".into(),
+            keyring: Gpg::new_key_for_tests(),
+        };
+        let started = Instant::now();
+        let e = fetch_index(&client(), &spec).await.unwrap_err();
+        assert!(e.is_unreachable(), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("fetching http://127.0.0.1:{port}/dists/bookworm/InRelease")),
+            "{e}"
+        );
+        // Three retries with backoff happened.
+        assert!(
+            started.elapsed() >= Duration::from_millis(500 + 1000 + 2000),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    impl Gpg {
+        fn new_key_for_tests() -> Vec<u8> {
+            let gpg = Gpg::new();
+            let fpr = gpg.gen_key("k@example.org", "ed25519", "sign", "never", &[]);
+            gpg.export(&fpr, false)
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // The real Debian archive
+    // -----------------------------------------------------------------------------------
+
+    /// The first `deb` URI configured for `bookworm` in /etc/apt/sources.list.d/*.sources.
+    fn configured_debian_mirror() -> Option<String> {
+        let mut names: Vec<_> = std::fs::read_dir("/etc/apt/sources.list.d")
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "sources"))
+            .collect();
+        names.sort();
+        names.into_iter().find_map(|p| {
+            let text = std::fs::read_to_string(p).ok()?;
+            parse_deb822_sources(&text).into_iter().find_map(|e| {
+                let wanted =
+                    e.types.iter().any(|t| t == "deb") && e.suites.iter().any(|s| s == "bookworm");
+                wanted.then(|| e.uris.first().cloned()).flatten()
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn fetches_bookworm_main_needs_debian_archive() {
+        let ci = std::env::var_os("CI").is_some();
+        let skip = |why: String| {
+            assert!(!ci, "CI is set, so this test may not be skipped: {why}");
+            eprintln!("skipping fetches_bookworm_main_needs_debian_archive: {why}");
+        };
+        let Some(url) = configured_debian_mirror() else {
+            return skip("no bookworm mirror in /etc/apt/sources.list.d/*.sources".into());
+        };
+        let keyring = std::fs::read("/usr/share/keyrings/debian-archive-keyring.gpg")
+            .expect("reading /usr/share/keyrings/debian-archive-keyring.gpg");
+        let spec = RepoSpec {
+            url,
+            suite: "bookworm".into(),
+            components: vec!["main".into()],
+            arch: "amd64".into(),
+            keyring,
+        };
+        let client = Client::new(erdma_http::Timeouts {
+            connect: Duration::from_secs(15),
+            ..Default::default()
+        })
+        .unwrap();
+        let index = match fetch_index(&client, &spec).await {
+            Ok(i) => i,
+            Err(e) if e.is_unreachable() => return skip(err_chain(&e)),
+            Err(e) => panic!("{}", err_chain(&e)),
+        };
+        assert!(index.packages.len() > 50_000, "{} packages", index.packages.len());
+        let ibverbs: Vec<_> = index.packages.iter().filter(|p| p.name() == "libibverbs1").collect();
+        assert!(!ibverbs.is_empty(), "libibverbs1 not in bookworm main");
+        let p = ibverbs[0];
+        let version = p.version().unwrap();
+        assert!(version.starts_with("44."), "libibverbs1 {version}");
+        assert!(p.url().starts_with(&spec.url) && p.url().ends_with("_amd64.deb"), "{}", p.url());
+        assert!(p.url().contains("/pool/main/r/rdma-core/"), "{}", p.url());
+        assert_eq!(p.sha256().len(), 64);
+        assert!(p.size() > 0);
+        assert_eq!(p.origin(), "Debian");
+        assert_eq!(p.repo(), format!("{} bookworm", spec.url.trim_end_matches('/')));
+    }
+}

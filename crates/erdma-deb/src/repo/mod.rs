@@ -1,0 +1,537 @@
+//! Fetching and verifying apt repository metadata, the way apt does it.
+//!
+//! The chain of trust is apt's (apt-secure(8)): the `InRelease` file (or `Release` with its
+//! detached `Release.gpg`) must carry a valid OpenPGP signature by a key of the repository's
+//! keyring; the `Release` text lists the SHA256 and size of every index; each `Packages` index
+//! is checked against that list before it is decompressed and read; each package stanza in
+//! turn carries the SHA256 and size of its `.deb`, which the caller checks after downloading.
+//! There is no unsigned fallback.
+//!
+//! Layouts (sources.list(5), <https://wiki.debian.org/DebianRepository/Format>):
+//! - `deb URL bookworm main`: `URL/dists/bookworm/InRelease`,
+//!   `URL/dists/bookworm/main/binary-amd64/Packages.xz`;
+//! - nested suites such as Alibaba's `deb URL jammy/erdma main`: the same below
+//!   `URL/dists/jammy/erdma/`;
+//! - flat repositories, `deb URL subdir/` (a suite ending in `/`, no components):
+//!   `URL/subdir/InRelease` and `URL/subdir/Packages.xz`.
+//!
+//! In every layout a stanza's `Filename` is relative to `URL`, the archive root (apt's
+//! `debReleaseIndex::ArchiveURI`).
+//!
+//! Signatures are checked by [`erdma_openpgp`] (gpgv's policy, as apt applies it).
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use crate::deb822::{self, Deb822Error, Paragraph};
+use erdma_http::HttpError;
+pub use erdma_openpgp::SignatureError;
+
+mod fetch;
+mod release;
+mod sources;
+#[cfg(test)]
+mod testkit;
+
+pub use fetch::{fetch_index, fetch_index_cached};
+pub use release::{verify_clearsigned, verify_detached};
+pub use sources::{parse_deb822_sources, parse_one_line_sources};
+
+/// Largest `InRelease`, `Release` or `Release.gpg` accepted (Debian's are about 150 KiB).
+const MAX_META: u64 = 32 << 20;
+/// Largest decompressed `Packages` index accepted (Debian's main/amd64 is about 50 MiB).
+const MAX_INDEX: u64 = 1 << 30;
+/// How far in the future a Release `Date` may be before the file counts as not valid yet.
+/// apt's `Acquire::Max-FutureTime` is 10 seconds; we allow for a less well-kept clock.
+const MAX_FUTURE: i64 = 600;
+/// The index files looked for, in order. apt prefers `.xz` (the smallest); we take `.gz` first
+/// where the Release lists it: Debian 13's is 13.3 MB against 9.7 MB, but decompresses in about
+/// 0.1 s against 0.55 s here, and as the download and the decompression overlap, it is ready
+/// sooner on any link faster than about 200 Mbit/s (cloud mirrors; bench/packages_build.sh).
+const INDEX_NAMES: [&str; 3] = ["Packages.gz", "Packages.xz", "Packages"];
+
+/// One repository to read: one `deb` line with one suite.
+#[derive(Clone)]
+pub struct RepoSpec {
+    /// The archive root, e.g. `http://deb.debian.org/debian`.
+    pub url: String,
+    /// `bookworm`, `jammy/erdma`, or for a flat repository a directory ending in `/`.
+    pub suite: String,
+    /// Empty for a flat repository.
+    pub components: Vec<String>,
+    /// Debian architecture name, e.g. `amd64`.
+    pub arch: String,
+    /// One or more OpenPGP public keys, binary or ASCII-armoured.
+    pub keyring: Vec<u8>,
+}
+
+impl fmt::Debug for RepoSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RepoSpec")
+            .field("url", &self.url)
+            .field("suite", &self.suite)
+            .field("components", &self.components)
+            .field("arch", &self.arch)
+            .field("keyring", &format_args!("{} bytes", self.keyring.len()))
+            .finish()
+    }
+}
+
+/// Every package stanza of the indices a [`RepoSpec`] names.
+#[derive(Debug, Clone, Default)]
+pub struct RepoIndex {
+    pub packages: Vec<IndexedPackage>,
+}
+
+/// One stanza of a `Packages` index, with what is needed to download and check its `.deb`.
+///
+/// A full index is big (Debian's main/amd64 has about 63,000 stanzas in 50 MiB) and a build
+/// looks closely at a few dozen of them, so a package keeps the fields every stanza is
+/// checked or chosen by, and a place in the index text, shared by all its packages; the whole
+/// [`Paragraph`] is built the first time [`IndexedPackage::paragraph`] asks for it.
+#[derive(Clone)]
+pub struct IndexedPackage {
+    index: Arc<IndexText>,
+    /// The stanza: `index.text[start..end]`, starting on line `line` of the index.
+    start: u32,
+    end: u32,
+    line: u32,
+    /// Where [`INDEX_FIELDS`] are in `index.text`, as [`deb822::scan`] found them: a byte
+    /// range, [`ABSENT`] or [`FOLDED`] (32-bit offsets keep 63,000 of these small).
+    values: [(u32, u32); INDEX_FIELDS.len()],
+    size: u64,
+    paragraph: OnceLock<Paragraph>,
+}
+
+/// A decompressed `Packages` index, shared by its packages.
+struct IndexText {
+    text: String,
+    /// The index's URL, for messages.
+    url: String,
+    /// The archive root `Filename`s are relative to.
+    base: String,
+    /// The Release's `Origin`, else its `Label`, else the archive root.
+    origin: String,
+    /// The archive root and suite, for messages: `http://deb.debian.org/debian bookworm`.
+    repo: String,
+}
+
+/// The fields of every stanza that are read up front, in [`IndexedPackage::values`] order.
+const INDEX_FIELDS: [&str; 7] =
+    ["Package", "Version", "Architecture", "Provides", "Filename", "SHA256", "Size"];
+const PACKAGE: usize = 0;
+const VERSION: usize = 1;
+const ARCHITECTURE: usize = 2;
+const PROVIDES: usize = 3;
+const FILENAME: usize = 4;
+const SHA256: usize = 5;
+const SIZE: usize = 6;
+/// A field the stanza does not have.
+const ABSENT: (u32, u32) = (u32::MAX, 0);
+/// A value to read from the parsed paragraph ([`deb822::ValueSpan::Folded`]).
+const FOLDED: (u32, u32) = (u32::MAX, 1);
+
+impl fmt::Debug for IndexedPackage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IndexedPackage")
+            .field("name", &self.name())
+            .field("version", &self.version())
+            .field("arch", &self.arch())
+            .field("url", &self.url())
+            .field("sha256", &self.sha256())
+            .field("size", &self.size)
+            .field("repo", &self.repo())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IndexedPackage {
+    /// The packages of an index's text, each checked for what its download needs, as
+    /// [`read_streamed`] reads them; `url` names the index in errors.
+    pub fn read_index(
+        text: String,
+        url: &str,
+        base: &str,
+        origin: &str,
+        repo: &str,
+    ) -> Result<Vec<IndexedPackage>, RepoError> {
+        let index = Arc::new(IndexText {
+            text,
+            url: url.to_owned(),
+            base: base.to_owned(),
+            origin: origin.to_owned(),
+            repo: repo.to_owned(),
+        });
+        let text = index.text.as_str();
+        // Offsets are kept in 32 bits; MAX_INDEX keeps indices well below 4 GiB.
+        if u32::try_from(text.len()).is_err() {
+            return Err(RepoError::MalformedIndex {
+                url: url.to_owned(),
+                reason: format!("it is larger than {} bytes", u32::MAX),
+            });
+        }
+        // Debian's stanzas average about 800 bytes; room that is never written costs no memory.
+        let mut packages = Vec::with_capacity(text.len() / 512);
+        for stanza in deb822::scan(text, INDEX_FIELDS) {
+            let stanza =
+                stanza.map_err(|source| RepoError::IndexSyntax { url: url.to_owned(), source })?;
+            packages.push(IndexedPackage::checked(&index, stanza)?);
+        }
+        Ok(packages)
+    }
+
+    fn checked(
+        index: &Arc<IndexText>,
+        stanza: deb822::Scanned<{ INDEX_FIELDS.len() }>,
+    ) -> Result<IndexedPackage, RepoError> {
+        let mut pkg = IndexedPackage {
+            index: Arc::clone(index),
+            start: stanza.range.start as u32,
+            end: stanza.range.end as u32,
+            line: stanza.line as u32,
+            values: stanza.values.map(|v| match v {
+                None => ABSENT,
+                Some(deb822::ValueSpan::Text(r)) => (r.start as u32, r.end as u32),
+                Some(deb822::ValueSpan::Folded) => FOLDED,
+            }),
+            size: 0,
+            paragraph: OnceLock::new(),
+        };
+        if pkg.values.contains(&FOLDED) {
+            // Rare: a value whose lines are not contiguous in the text; it is read from the
+            // parsed paragraph.
+            let paragraph = pkg.parse_paragraph()?;
+            let _ = pkg.paragraph.set(paragraph);
+        }
+        let malformed =
+            |reason: String| RepoError::MalformedIndex { url: index.url.clone(), reason };
+        let name = pkg.name();
+        if name.is_empty() {
+            return Err(malformed("a stanza has no Package field".into()));
+        }
+        let field = |i: usize| {
+            pkg.value(i).map(str::trim).filter(|v| !v.is_empty()).ok_or_else(|| {
+                malformed(format!("package `{name}` has no {} field", INDEX_FIELDS[i]))
+            })
+        };
+        let filename = field(FILENAME)?;
+        let sha256 = field(SHA256)?;
+        let size = field(SIZE)?;
+        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(malformed(format!(
+                "package `{name}` has an invalid SHA256 `{}`",
+                sha256.to_ascii_lowercase()
+            )));
+        }
+        let size: u64 = size
+            .parse()
+            .map_err(|_| malformed(format!("package `{name}` has an invalid Size `{size}`")))?;
+        if filename.contains("://") || filename.split('/').any(|p| p == "..") {
+            return Err(malformed(format!(
+                "package `{name}` has an invalid Filename `{filename}`"
+            )));
+        }
+        pkg.size = size;
+        Ok(pkg)
+    }
+
+    /// One of [`INDEX_FIELDS`], in the form [`Paragraph::get`] gives.
+    fn value(&self, i: usize) -> Option<&str> {
+        match self.values[i] {
+            ABSENT => None,
+            // `checked` parsed the paragraph of every stanza with a folded value.
+            FOLDED => self.paragraph.get().and_then(|p| p.get(INDEX_FIELDS[i])),
+            (start, end) => self.index.text.get(start as usize..end as usize),
+        }
+    }
+
+    fn parse_paragraph(&self) -> Result<Paragraph, RepoError> {
+        let text = &self.index.text[self.start as usize..self.end as usize];
+        deb822::parse_single(text).map_err(|e| RepoError::IndexSyntax {
+            url: self.index.url.clone(),
+            source: e.shifted(self.line as usize - 1),
+        })
+    }
+
+    /// The whole stanza, parsed the first time it is asked for.
+    pub fn paragraph(&self) -> Result<&Paragraph, RepoError> {
+        if let Some(p) = self.paragraph.get() {
+            return Ok(p);
+        }
+        let parsed = self.parse_paragraph()?;
+        Ok(self.paragraph.get_or_init(|| parsed))
+    }
+
+    /// Whether [`IndexedPackage::paragraph`] has been built (the index is read lazily: a
+    /// resolver that parses every stanza it passes over shows here).
+    pub fn is_parsed(&self) -> bool {
+        self.paragraph.get().is_some()
+    }
+
+    /// `Package`.
+    pub fn name(&self) -> &str {
+        self.value(PACKAGE).unwrap_or_default()
+    }
+
+    /// `Version`, as written.
+    pub fn version(&self) -> Option<&str> {
+        self.value(VERSION)
+    }
+
+    /// `Architecture`, as written.
+    pub fn arch(&self) -> Option<&str> {
+        self.value(ARCHITECTURE)
+    }
+
+    /// `Provides`, as written.
+    pub fn provides(&self) -> Option<&str> {
+        self.value(PROVIDES)
+    }
+
+    /// Absolute URL of the `.deb`: the archive root joined with `Filename`.
+    pub fn url(&self) -> String {
+        let filename = self.value(FILENAME).unwrap_or_default().trim();
+        let filename = filename.trim_start_matches("./").trim_start_matches('/');
+        format!("{}/{}", self.index.base, filename)
+    }
+
+    /// Lower-case hex SHA256 of the `.deb`, from the index.
+    pub fn sha256(&self) -> String {
+        self.value(SHA256).unwrap_or_default().trim().to_ascii_lowercase()
+    }
+
+    /// Size of the `.deb` in bytes, from the index.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The Release's `Origin`, else its `Label`, else the archive root.
+    pub fn origin(&self) -> &str {
+        &self.index.origin
+    }
+
+    /// The archive root and suite, for messages: `http://deb.debian.org/debian bookworm`.
+    pub fn repo(&self) -> &str {
+        &self.index.repo
+    }
+}
+
+/// One entry of a sources.list or `.sources` file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceEntry {
+    /// `deb`, `deb-src`.
+    pub types: Vec<String>,
+    pub uris: Vec<String>,
+    pub suites: Vec<String>,
+    pub components: Vec<String>,
+    /// `signed-by`: a key file path (or several, or fingerprints, space-separated as written),
+    /// or an inline ASCII-armoured key block with deb822 continuation marks removed.
+    pub signed_by: Option<String>,
+    /// `arch=` / `Architectures:`, when given.
+    pub arch: Option<Vec<String>>,
+    /// `trusted=yes` / `Trusted: yes`: apt would skip signature checks; callers should refuse.
+    pub trusted: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("invalid repository {repo}: {reason}")]
+    InvalidSpec { repo: String, reason: String },
+
+    /// The transfer failed (connection, timeout, status, a body that broke off or was too large).
+    #[error(transparent)]
+    Http(#[from] HttpError),
+
+    #[error("no InRelease or Release at {url}")]
+    NoRelease { url: String },
+
+    #[error("{url} is not signed: there is no Release.gpg beside it")]
+    Unsigned { url: String },
+
+    #[error("cannot use the keyring of {repo}")]
+    Keyring {
+        repo: String,
+        #[source]
+        source: SignatureError,
+    },
+
+    #[error("bad signature on {url}")]
+    BadSignature {
+        url: String,
+        #[source]
+        source: SignatureError,
+    },
+
+    /// From [`verify_clearsigned`] and [`verify_detached`], which know no URL.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+
+    #[error("malformed Release file {url}: {reason}")]
+    MalformedRelease { url: String, reason: String },
+
+    #[error("release file {url} has expired (valid until {valid_until})")]
+    Expired { url: String, valid_until: String },
+
+    #[error("release file {url} is not valid yet (dated {date})")]
+    NotYetValid { url: String, date: String },
+
+    #[error("repository {repo} has no architecture `{arch}` (has: {available})")]
+    NoArchitecture { repo: String, arch: String, available: String },
+
+    #[error("repository {repo} has no component `{component}` (has: {available})")]
+    NoComponent { repo: String, component: String, available: String },
+
+    #[error("release file {url} lists no {wanted} (nor .xz, .gz)")]
+    NoIndex { url: String, wanted: String },
+
+    #[error("{url} is listed in the Release file but the server does not have it")]
+    IndexMissing { url: String },
+
+    #[error("size mismatch for {file} from {repo}: Release says {expected} bytes, got {actual}")]
+    SizeMismatch { file: String, repo: String, expected: u64, actual: String },
+
+    #[error(
+        "hash mismatch for {file} from {repo}: Release says sha256:{expected}, got sha256:{actual}"
+    )]
+    HashMismatch { file: String, repo: String, expected: String, actual: String },
+
+    #[error("decompressing {url}")]
+    Decompress {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A decompression bomb ([`erdma_limits`]); one line, naming the flag.
+    #[error("{url} {exceeded}")]
+    Limit { url: String, exceeded: erdma_limits::Exceeded },
+
+    #[error("malformed Packages index {url}")]
+    IndexSyntax {
+        url: String,
+        #[source]
+        source: Deb822Error,
+    },
+
+    #[error("malformed Packages index {url}: {reason}")]
+    MalformedIndex { url: String, reason: String },
+}
+
+impl RepoError {
+    /// The server could not be reached or failed on its side (connection error, timeout,
+    /// 5xx, 429): another mirror may do. Everything else (signatures, hashes, missing
+    /// files, malformed metadata) is a property of what the mirror serves.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            RepoError::Http(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Names the file a signature error came from.
+    fn at(self, url: &str) -> RepoError {
+        match self {
+            RepoError::Signature(source) => RepoError::BadSignature { url: url.to_owned(), source },
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<Vec<IndexedPackage>, RepoError> {
+        IndexedPackage::read_index(
+            text.to_owned(),
+            "http://repo.test/Packages",
+            "http://repo.test",
+            "Test",
+            "http://repo.test bookworm",
+        )
+    }
+
+    #[test]
+    fn index_stanzas_are_read_lazily() {
+        let sha = "AB".repeat(32);
+        let text = format!(
+            "Package: a\nVersion: 1.0-1\nArchitecture: amd64\nDepends: b (>= 2)\nFilename: ./pool/a.deb\nSize: 10\nSHA256: {sha}\n\n\
+             # a comment between stanzas\n\
+             Package: b\r\nVersion: 2\r\nProvides: x,\r\n y (= 1)\r\nFilename: pool/b.deb \r\nSize: 20\r\nSHA256: {sha}\r\n\r\n\
+             Package: c\nProvides: z,\n# inside\n w\nFilename: pool/c.deb\nSize: 30\nSHA256: {sha}\n"
+        );
+        let pkgs = read(&text).unwrap();
+        assert_eq!(pkgs.len(), 3);
+        let [a, b, c] = &pkgs[..] else { unreachable!() };
+        assert_eq!(
+            (a.name(), a.version(), a.arch(), a.provides()),
+            ("a", Some("1.0-1"), Some("amd64"), None)
+        );
+        assert_eq!(a.url(), "http://repo.test/pool/a.deb");
+        assert_eq!(a.sha256(), "ab".repeat(32));
+        assert_eq!((a.size(), a.origin(), a.repo()), (10, "Test", "http://repo.test bookworm"));
+        assert!(a.paragraph.get().is_none(), "not parsed until asked");
+        assert_eq!(a.paragraph().unwrap().get("Depends"), Some("b (>= 2)"));
+        assert!(a.paragraph.get().is_some());
+        // A CRLF continuation and a comment inside a value read as deb822 reads them.
+        assert_eq!((b.name(), b.provides(), b.size()), ("b", Some("x,\n y (= 1)"), 20));
+        assert_eq!(b.url(), "http://repo.test/pool/b.deb");
+        assert_eq!(c.provides(), Some("z,\n w"));
+        for (pkg, parsed) in pkgs.iter().zip(deb822::parse(&text).unwrap()) {
+            assert_eq!(pkg.paragraph().unwrap(), &parsed);
+        }
+        // Debug names the package, not the whole index.
+        let debug = format!("{a:?}");
+        assert!(debug.contains("\"a\"") && !debug.contains("Package: b"), "{debug}");
+        assert!(read("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_index_stanzas_are_refused() {
+        let sha = "ab".repeat(32);
+        let good = format!("Package: a\nFilename: a.deb\nSize: 1\nSHA256: {sha}\n\n");
+        let err = |text: &str| read(&format!("{good}{text}")).unwrap_err().to_string();
+        let at = "malformed Packages index http://repo.test/Packages";
+        // Syntax errors are found in every stanza, with the line in the whole index.
+        assert_eq!(
+            read(&format!("{good}Package: b\nFilename: b.deb\npackage: c\n"))
+                .unwrap_err()
+                .to_string(),
+            at
+        );
+        match read(&format!("{good}Package: b\nFilename: b.deb\npackage: c\n")).unwrap_err() {
+            RepoError::IndexSyntax { source, .. } => {
+                assert_eq!(source, Deb822Error::DuplicateField { line: 8, name: "package".into() })
+            }
+            e => panic!("{e}"),
+        }
+        assert_eq!(err("Version: 1\n"), format!("{at}: a stanza has no Package field"));
+        assert_eq!(
+            err("Package: b\nSize: 1\nSHA256: {sha}\n"),
+            format!("{at}: package `b` has no Filename field")
+        );
+        assert_eq!(
+            err(&format!("Package: b\nFilename: b.deb\nSHA256: {sha}\n")),
+            format!("{at}: package `b` has no Size field")
+        );
+        assert_eq!(
+            err("Package: b\nFilename: b.deb\nSize: 1\nSHA256:\n"),
+            format!("{at}: package `b` has no SHA256 field")
+        );
+        assert_eq!(
+            err("Package: b\nFilename: b.deb\nSize: 1\nSHA256: XYZ\n"),
+            format!("{at}: package `b` has an invalid SHA256 `xyz`")
+        );
+        assert_eq!(
+            err(&format!("Package: b\nFilename: b.deb\nSize: -1\nSHA256: {sha}\n")),
+            format!("{at}: package `b` has an invalid Size `-1`")
+        );
+        assert_eq!(
+            err(&format!("Package: b\nFilename: ../b.deb\nSize: 1\nSHA256: {sha}\n")),
+            format!("{at}: package `b` has an invalid Filename `../b.deb`")
+        );
+        assert_eq!(
+            err(&format!("Package: b\nFilename: http://x/b.deb\nSize: 1\nSHA256: {sha}\n")),
+            format!("{at}: package `b` has an invalid Filename `http://x/b.deb`")
+        );
+    }
+}
