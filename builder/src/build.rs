@@ -12,19 +12,19 @@ use serde_json::{json, Value};
 use crate::distro::OsRelease;
 use crate::env_presets::Profile;
 use crate::error::{Error, Result};
-use crate::image::config::{rfc3339, ConfigEdit, EnvChange};
-use crate::image::files::{cache_dir, debian_arch, ImageFiles, LayerCache};
-use crate::image::layer::{LayerCompression, LayerContents, LayerInfo};
-use crate::image::registry::Registries;
-use crate::image::rootfs::SnapEntry;
-use crate::image::sink::{Reuse, Sink, Top};
-use crate::image::source::{PlatformChoice, Source, SourceImage};
-use crate::image::transport::ImageRef;
 use crate::inspect::{CudaFact, NcclFact, TorchFact};
 use crate::packages::nccl::{Cuda, Want};
 use crate::packages::{Inputs, NcclRequest, PackagesReport};
 use crate::recipe::Recipe;
 use erdma_common::progress::{Counters, Reporter, Transfer};
+use erdma_oci::config::{rfc3339, ConfigEdit, EnvChange};
+use erdma_oci::files::{cache_dir, debian_arch, ImageFiles, LayerCache};
+use erdma_oci::layer::{LayerCompression, LayerContents, LayerInfo};
+use erdma_oci::registry::Registries;
+use erdma_oci::rootfs::SnapEntry;
+use erdma_oci::sink::{Reuse, Sink, Top};
+use erdma_oci::source::{PlatformChoice, Source, SourceImage};
+use erdma_oci::transport::ImageRef;
 use std::collections::BTreeMap;
 
 pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -48,7 +48,7 @@ pub struct Options {
     pub profile: Option<Profile>,
     pub compression: LayerCompression,
     /// `--insecure-registry`, `--cert-dir`.
-    pub registry: crate::image::registry::RegistryOptions,
+    pub registry: erdma_oci::registry::RegistryOptions,
     /// Key files for the recipe's repositories, replacing the download from `key_url`.
     pub keyring: Option<PathBuf>,
     /// mtime of every file and the config's `created`: `SOURCE_DATE_EPOCH` or 0.
@@ -267,7 +267,7 @@ async fn run(
     if let Some(sink) = sink {
         for p in prepared.iter_mut() {
             reporter.step("writing layers");
-            let reuses: Vec<Result<Reuse>> = futures_util::stream::iter(
+            let reuses: Vec<erdma_oci::Result<Reuse>> = futures_util::stream::iter(
                 p.base_layers.iter().map(|(d, s)| sink.put_base_blob(&src, d, *s)),
             )
             .buffered(3)
@@ -340,7 +340,7 @@ fn top_object(prepared: &[Prepared], multi: bool) -> Option<Top> {
         &json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": manifests}),
     )
     .expect("json");
-    let digest = crate::image::blob::sha256_digest(&raw);
+    let digest = erdma_oci::blob::sha256_digest(&raw);
     Some(Top { digest, media_type: INDEX_TYPE.into(), raw })
 }
 
@@ -548,7 +548,7 @@ async fn recipe_contents(
         .packages
         .remove_files
         .iter()
-        .filter_map(|p| crate::image::layer::normalize(p))
+        .filter_map(|p| erdma_oci::layer::normalize(p))
         .collect();
     for p in &whiteouts {
         layer.add_whiteout(p)?;
@@ -556,7 +556,7 @@ async fn recipe_contents(
     }
     let added = layer
         .files()
-        .filter(|(_, e)| e.kind != crate::image::layer::EntryKind::Whiteout)
+        .filter(|(_, e)| e.kind != erdma_oci::layer::EntryKind::Whiteout)
         .map(|(p, _)| format!("/{p}"))
         .collect();
     removed.sort();
@@ -663,16 +663,16 @@ fn nccl_plan(
 
 impl crate::packages::BaseFiles for ImageFiles<'_> {
     fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
-        ImageFiles::read(self, path, max)
+        Ok(ImageFiles::read(self, path, max)?)
     }
     fn list(&self, dir: &str) -> Result<Vec<String>> {
-        ImageFiles::list(self, dir)
+        Ok(ImageFiles::list(self, dir)?)
     }
     fn real_path(&self, path: &str) -> Result<Option<String>> {
-        ImageFiles::real_path(self, path, false)
+        Ok(ImageFiles::real_path(self, path, false)?)
     }
     fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
-        self.entry(path)
+        Ok(self.entry(path)?)
     }
 }
 
@@ -740,8 +740,8 @@ async fn fetch_key(http: &erdma_http::Client, url: &str) -> std::result::Result<
 /// OCI manifest may not mix the two (and `tar+zstd` has no Docker type).
 fn oci_layer_type(mt: &str) -> &str {
     match mt {
-        "application/vnd.docker.image.rootfs.diff.tar.gzip" => crate::image::layer::MEDIA_TYPE_GZIP,
-        "application/vnd.docker.image.rootfs.diff.tar" => crate::image::layer::MEDIA_TYPE_TAR,
+        "application/vnd.docker.image.rootfs.diff.tar.gzip" => erdma_oci::layer::MEDIA_TYPE_GZIP,
+        "application/vnd.docker.image.rootfs.diff.tar" => erdma_oci::layer::MEDIA_TYPE_TAR,
         "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => {
             "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
         }
@@ -793,7 +793,7 @@ fn prepare(
         format!("erdma-build build --recipe {} (added {})", recipe.name, files_added.join(" "));
     let config = edit.apply(&img.config, &info.diff_id, &created_by)?;
     let config_raw = serde_json::to_vec(&config).expect("json");
-    let config_digest = crate::image::blob::sha256_digest(&config_raw);
+    let config_digest = erdma_oci::blob::sha256_digest(&config_raw);
 
     let mut layers: Vec<Value> = img
         .layers
@@ -819,7 +819,7 @@ fn prepare(
         },
     });
     let manifest_raw = serde_json::to_vec(&manifest).expect("json");
-    let manifest_digest = crate::image::blob::sha256_digest(&manifest_raw);
+    let manifest_digest = erdma_oci::blob::sha256_digest(&manifest_raw);
     let platform_json = img.platform.as_ref().map(|p| {
         let mut parts = p.0.splitn(3, '/');
         let mut v = json!({"os": parts.next(), "architecture": parts.next()});

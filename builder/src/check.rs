@@ -7,13 +7,13 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::image::files::{ImageFiles, LayerCache};
-use crate::image::registry::Registries;
-use crate::image::source::{PlatformChoice, Source};
-use crate::image::transport::ImageRef;
 use crate::inspect::{Facts, Loads};
 use crate::packages::nccl::{Cuda, Nccl};
 use erdma_common::progress::{Counters, Reporter, Transfer};
+use erdma_oci::files::{ImageFiles, LayerCache};
+use erdma_oci::registry::Registries;
+use erdma_oci::source::{PlatformChoice, Source};
+use erdma_oci::transport::ImageRef;
 
 /// Requirements of a platform on top of eRDMA's own (defined beside the env presets it bakes).
 pub use crate::env_presets::Profile;
@@ -41,7 +41,7 @@ pub struct CheckOptions {
     pub platform: PlatformChoice,
     pub profile: Option<Profile>,
     /// `--insecure-registry`, `--cert-dir`.
-    pub registry: crate::image::registry::RegistryOptions,
+    pub registry: erdma_oci::registry::RegistryOptions,
     /// `--max-layers`, `--max-inflation`, `--max-entries`.
     pub limits: erdma_limits::Limits,
 }
@@ -62,7 +62,7 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
     let cache = LayerCache::new(work.path());
     let files = ImageFiles::new(&src, img, &cache, &reporter, &counters);
     let env = crate::inspect::env_of(&img.config);
-    let arch = crate::image::files::debian_arch(img);
+    let arch = erdma_oci::files::debian_arch(img);
     reporter.step("looking at RDMA user space, NCCL, CUDA and Python");
     let facts = crate::inspect::facts(&files, &arch, &env)?;
     let checks = judge(&facts, &env, opts.profile);

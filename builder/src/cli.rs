@@ -5,10 +5,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::build::Options;
 use crate::error::Result;
-use crate::image::layer::LayerCompression;
-use crate::image::source::{Platform, PlatformChoice};
-use crate::image::transport::ImageRef;
 use crate::packages::nccl::Want;
+use erdma_oci::layer::LayerCompression;
+use erdma_oci::source::{Platform, PlatformChoice};
+use erdma_oci::transport::ImageRef;
 
 /// `NAME=FILE` of `--keyring`: a repository name (letters, digits, `-`, `_`) before the `=`.
 fn named(k: &str) -> Option<(&str, &str)> {
@@ -87,8 +87,8 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    pub fn options(&self) -> crate::image::registry::RegistryOptions {
-        crate::image::registry::RegistryOptions {
+    pub fn options(&self) -> erdma_oci::registry::RegistryOptions {
+        erdma_oci::registry::RegistryOptions {
             insecure: self.insecure_registries.clone(),
             cert_dir: self.cert_dir.clone(),
         }
@@ -264,8 +264,8 @@ impl CommonArgs {
             env: self
                 .env
                 .iter()
-                .map(|e| crate::image::config::parse_env(e))
-                .collect::<Result<_>>()?,
+                .map(|e| erdma_oci::config::parse_env(e))
+                .collect::<erdma_oci::Result<_>>()?,
             env_presets: !self.no_env_presets,
             profile: self.profile,
             compression: self.compression,

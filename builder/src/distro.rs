@@ -210,7 +210,7 @@ impl OsRelease {
 /// Enterprise Linux image from before os-release) `/etc/redhat-release` or
 /// `/etc/system-release`.
 pub fn of_image(
-    files: &crate::image::files::ImageFiles<'_>,
+    files: &erdma_oci::files::ImageFiles<'_>,
 ) -> crate::error::Result<Option<OsRelease>> {
     for path in ["etc/os-release", "usr/lib/os-release"] {
         if let Some(t) = files.read(path, 64 << 10)? {

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use erdma_common::nccl::{PAI_DLC_ENV, PRESETS};
 
-use crate::image::config::EnvSource;
+use erdma_oci::config::EnvSource;
 
 /// A platform whose hosts and requirements erdma-build knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -144,11 +144,11 @@ mod tests {
         assert_eq!(pai["NCCL_SOCKET_IFNAME"], ("eth0".to_string(), EnvSource::Profile));
         assert_eq!(pai["NCCL_IB_GID_INDEX"], ("1".to_string(), EnvSource::Profile));
         // The base's value wins over every kind of preset.
-        let edit = crate::image::config::ConfigEdit {
+        let edit = erdma_oci::config::ConfigEdit {
             presets: pai,
             overrides: vec![],
             labels: BTreeMap::new(),
-            created: crate::image::config::rfc3339(0),
+            created: erdma_oci::config::rfc3339(0),
             history_comment: String::new(),
         };
         let base = json!({"config": {"Env": ["NCCL_SOCKET_IFNAME=bond0"]}, "rootfs": {"type": "layers", "diff_ids": []}});

@@ -5,30 +5,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid image reference `{reference}`: {reason}")]
-    InvalidReference { reference: String, reason: String },
-
-    #[error("registry {registry}: {operation} failed")]
-    Registry {
-        registry: String,
-        operation: String,
-        #[source]
-        source: oci_client::errors::OciDistributionError,
-    },
-
-    #[error("registry {registry} refused the credentials for {reference} ({answer})")]
-    AuthRefused { registry: String, reference: String, answer: String },
-
-    /// A TLS handshake with a registry failed; not retried. `hint` says where certificates go.
-    #[error("registry {registry}: TLS handshake failed: {failure}")]
-    Tls { registry: String, failure: String, hint: String },
-
-    /// containers-registries.conf(5): a file we cannot use, or a name it blocks.
+    /// Reading or writing an image: registries, layouts, archives, layers.
     #[error(transparent)]
-    RegistriesConf(#[from] crate::image::registries_conf::ConfError),
-
-    #[error("certificate file {path}: {reason}")]
-    CertFile { path: PathBuf, reason: String },
+    Image(#[from] erdma_oci::Error),
 
     #[error("manifest unknown: {reference}")]
     ManifestUnknown { reference: String },
@@ -38,9 +17,6 @@ pub enum Error {
 
     #[error("digest mismatch for blob {expected}: got {actual}")]
     DigestMismatch { expected: String, actual: String },
-
-    #[error("no manifest for platform {platform} in {reference} (available: {available})")]
-    NoPlatform { platform: String, reference: String, available: String },
 
     #[error("unsupported distribution `{found}`; supported: {supported}")]
     UnsupportedDistro { found: String, supported: String },
@@ -64,16 +40,6 @@ pub enum Error {
     #[error("invalid recipe {name}: {reason}")]
     RecipeInvalid { name: String, reason: String },
 
-    #[error("invalid --env `{0}`: expected KEY=VALUE")]
-    InvalidEnv(String),
-
-    #[error("output {path} is not writable")]
-    OutputNotWritable {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-
     #[error("{operation} {path}")]
     Io {
         operation: &'static str,
@@ -81,23 +47,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-
-    #[error("reading credentials from {path}")]
-    AuthConfig {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-
-    #[error("credential helper docker-credential-{helper} failed for {registry}: {reason}")]
-    CredentialHelper { helper: String, registry: String, reason: String },
-
-    /// The hint is in the message: the binary's hints are per variant and this one names the registry.
-    #[error("registry {registry}: exchanging the stored identity token at {url} failed: {reason}; log in again with `docker login {registry}`")]
-    TokenExchange { registry: String, url: String, reason: String },
-
-    #[error("registry {registry}: getting an access token from {url} failed: {reason}")]
-    TokenService { registry: String, url: String, reason: String },
 
     #[error(transparent)]
     Key(#[from] erdma_openpgp::KeyError),

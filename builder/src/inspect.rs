@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::image::files::ImageFiles;
-use crate::image::rootfs::SnapEntry;
 use crate::packages::nccl::{self, Cuda, Nccl};
+use erdma_oci::files::ImageFiles;
+use erdma_oci::rootfs::SnapEntry;
 
 /// The rdma-core packages whose builds must agree (`librdmacm1t64`: Debian 13, Ubuntu 24.04).
 /// rdma-core's packages as Debian/Ubuntu (`libibverbs1`, …) and Enterprise Linux (rdma-core's
@@ -200,7 +200,7 @@ fn site_dirs(files: &ImageFiles) -> Result<Vec<String>> {
 
 /// `KEY=VALUE` pairs of an image config's `config.Env`.
 pub fn env_of(config: &serde_json::Value) -> Vec<(String, String)> {
-    crate::image::config::env_list(config)
+    erdma_oci::config::env_list(config)
         .into_iter()
         .filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
         .collect()

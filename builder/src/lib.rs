@@ -21,7 +21,6 @@ pub mod cli;
 pub mod distro;
 pub mod env_presets;
 pub mod error;
-pub mod image;
 pub mod inspect;
 pub mod packages;
 pub mod recipe;

@@ -20,7 +20,9 @@ fn main() -> ExitCode {
     // Only erdma-build speaks: its own warnings (none under --quiet), no dependency's log lines
     // (reqwest, rustls and hyper log through `log`; a certificate failure would print as theirs).
     // RUST_LOG overrides, for debugging.
-    let own = if cli.quiet { "off" } else { "erdma_build=warn" };
+    // Every crate of ours that erdma-build runs: the registry client, the package formats, …
+    const OURS: &str = "erdma_build=warn,erdma_oci=warn,erdma_deb=warn,erdma_openpgp=warn,erdma_http=warn,erdma_limits=warn,erdma_common=warn";
+    let own = if cli.quiet { "off" } else { OURS };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| own.into()),
@@ -69,12 +71,25 @@ fn fail(e: &anyhow::Error) -> ExitCode {
 fn hint(e: &anyhow::Error) -> Option<String> {
     use erdma_build::Error;
     Some(match e.downcast_ref::<Error>()? {
+        Error::Image(image) => return image_hint(image),
+        Error::UnsupportedDistro { .. } | Error::NoOsRelease { .. } => {
+            "`erdma-build recipes` lists the recipes; --recipe NAME|PATH picks one".into()
+        }
+        Error::DigestMismatch { .. } => DIGEST_HINT.into(),
+        _ => return None,
+    })
+}
+
+const DIGEST_HINT: &str = "the source served corrupt or tampered content; nothing was written";
+
+fn image_hint(e: &erdma_oci::Error) -> Option<String> {
+    use erdma_oci::Error;
+    Some(match e {
         Error::AuthRefused { .. } => "log in with `docker login` or `skopeo login`, or set REGISTRY_AUTH_FILE".into(),
-        Error::UnsupportedDistro { .. } | Error::NoOsRelease { .. } => "`erdma-build recipes` lists the recipes; --recipe NAME|PATH picks one".into(),
         Error::Registry { .. } => "check the registry address; --insecure-registry HOST skips certificate checks and allows plain HTTP".into(),
         Error::Tls { hint, .. } => hint.clone(),
-        Error::RegistriesConf(erdma_build::image::registries_conf::ConfError::Blocked { .. }) => "containers-registries.conf(5): remove `blocked = true` from that entry, or name another registry".into(),
-        Error::DigestMismatch { .. } => "the source served corrupt or tampered content; nothing was written".into(),
+        Error::RegistriesConf(erdma_oci::registries_conf::ConfError::Blocked { .. }) => "containers-registries.conf(5): remove `blocked = true` from that entry, or name another registry".into(),
+        Error::DigestMismatch { .. } => DIGEST_HINT.into(),
         _ => return None,
     })
 }
@@ -112,20 +127,20 @@ async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
         }
         Command::Build(args) => {
             let opts = args.common.resolve()?;
-            let output = erdma_build::image::transport::ImageRef::parse(&args.output)?;
+            let output = erdma_oci::transport::ImageRef::parse(&args.output)?;
             let report = erdma_build::build::build(&opts, &output, reporter).await?;
             print_report(&report, cli.json, true)?;
         }
         Command::Check(args) => {
             let opts = erdma_build::check::CheckOptions {
-                image: erdma_build::image::transport::ImageRef::parse(&args.image)?,
+                image: erdma_oci::transport::ImageRef::parse(&args.image)?,
                 platform: match args.platform {
-                    Some(p) => erdma_build::image::source::PlatformChoice::One(
-                        erdma_build::image::source::Platform(p),
-                    ),
-                    None => erdma_build::image::source::PlatformChoice::One(
-                        erdma_build::image::source::Platform::host(),
-                    ),
+                    Some(p) => {
+                        erdma_oci::source::PlatformChoice::One(erdma_oci::source::Platform(p))
+                    }
+                    None => {
+                        erdma_oci::source::PlatformChoice::One(erdma_oci::source::Platform::host())
+                    }
                 },
                 profile: args.profile,
                 registry: args.registry.options(),
@@ -274,10 +289,10 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
         for e in &img.env {
             let was = e.replaced.as_ref().map(|v| format!(" (was {v})")).unwrap_or_default();
             let from = match (e.source, r.profile) {
-                (erdma_build::image::config::EnvSource::Profile, Some(p)) => {
+                (erdma_oci::config::EnvSource::Profile, Some(p)) => {
                     format!(" (profile {p})")
                 }
-                (erdma_build::image::config::EnvSource::Recipe, _) => " (recipe)".to_string(),
+                (erdma_oci::config::EnvSource::Recipe, _) => " (recipe)".to_string(),
                 _ => String::new(),
             };
             writeln!(out, "  env {}={}{}{}", e.name, e.value, was, from)?;

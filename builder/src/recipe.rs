@@ -220,7 +220,7 @@ impl Recipe {
             }
         }
         for f in self.files.iter().map(|f| &f.path).chain(&self.packages.remove_files) {
-            if crate::image::layer::normalize(f).is_none() {
+            if erdma_oci::layer::normalize(f).is_none() {
                 return bad(format!("invalid path `{f}`"));
             }
         }

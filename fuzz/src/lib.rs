@@ -134,10 +134,10 @@ fn t_deb822(data: &[u8]) {
 fn t_registry_auth(data: &[u8]) {
     let s = text(data);
     let (head, body) = s.split_once("\n\n").unwrap_or((&s, ""));
-    if let Some(c) = erdma_build::image::auth::bearer_challenge(head.lines()) {
+    if let Some(c) = erdma_oci::auth::bearer_challenge(head.lines()) {
         let _ = (c.realm.len(), c.service.map(|s| s.len()));
     }
-    if let Ok(t) = erdma_build::image::auth::token_reply(body.as_bytes()) {
+    if let Ok(t) = erdma_oci::auth::token_reply(body.as_bytes()) {
         let _ = (t.token.len(), t.expires_in);
     }
 }
@@ -239,7 +239,7 @@ fn t_image_json(data: &[u8]) {
     let _ = serde_json::from_slice::<ImageIndex>(data);
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
         let _ = serde_json::from_value::<ImageConfiguration>(v.clone());
-        let edit = erdma_build::image::config::ConfigEdit {
+        let edit = erdma_oci::config::ConfigEdit {
             presets: erdma_build::env_presets::presets(&Default::default(), None),
             overrides: vec![("NCCL_DEBUG".into(), "INFO".into())],
             labels: Default::default(),
@@ -253,14 +253,14 @@ fn t_image_json(data: &[u8]) {
             "fuzz",
         );
     }
-    let _ = erdma_build::image::transport::ImageRef::parse(&text(data));
+    let _ = erdma_oci::transport::ImageRef::parse(&text(data));
 }
 
 fn t_layer_tar(data: &[u8]) {
-    use erdma_build::image::rootfs;
+    use erdma_oci::rootfs;
     let layer = data.to_vec();
     #[allow(clippy::result_large_err)] // the signature rootfs takes
-    let mut open = |_: usize| -> erdma_build::Result<Box<dyn std::io::BufRead>> {
+    let mut open = |_: usize| -> erdma_oci::Result<Box<dyn std::io::BufRead>> {
         Ok(Box::new(Cursor::new(layer.clone())))
     };
     let _ = rootfs::read_file(2, &mut open, "/etc/os-release", 1 << 20);

@@ -18,8 +18,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::image::layer::LayerContents;
 use erdma_common::progress::Reporter;
+use erdma_oci::layer::LayerContents;
 
 /// A repository packages come from, as a recipe names it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -95,7 +95,7 @@ pub trait BaseFiles: Sync {
     /// `path` with the symlinks in its directories resolved inside the image.
     fn real_path(&self, path: &str) -> Result<Option<String>>;
     /// What the image has at `path` (not following a final symlink).
-    fn kind(&self, path: &str) -> Result<Option<crate::image::rootfs::SnapEntry>>;
+    fn kind(&self, path: &str) -> Result<Option<erdma_oci::rootfs::SnapEntry>>;
 }
 
 /// The package manager a distribution uses, and so the backend that installs into it.

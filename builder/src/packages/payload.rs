@@ -20,7 +20,7 @@
 //!   name"): dpkg's `.list` files and rpm's tools are one path per line.
 //!
 //! Nothing here writes to disk: a build never extracts a package, it only adds entries to the
-//! layer it writes ([`crate::image::layer::LayerContents`]), so an escape could only happen
+//! layer it writes ([`erdma_oci::layer::LayerContents`]), so an escape could only happen
 //! where a runtime extracts that layer.
 //!
 //! [`special`] is the one rule for what the report lists of a payload (setuid and setgid
@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::BaseFiles;
-use crate::image::rootfs::SnapEntry;
+use erdma_oci::rootfs::SnapEntry;
 
 /// What an entry is, as far as placing it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +57,12 @@ pub enum Refused {
     /// The base image could not be read where the entry goes.
     #[error("{0}")]
     Image(String),
+}
+
+impl From<erdma_oci::Error> for Refused {
+    fn from(e: erdma_oci::Error) -> Refused {
+        Refused::Image(e.to_string())
+    }
 }
 
 /// What this build has put at a path.
@@ -88,28 +94,16 @@ impl<'a> Placer<'a> {
         if path.starts_with('/') || path.split('/').any(|c| c == ".." || c == "." || c.is_empty()) {
             return Err(Refused::Escapes);
         }
-        let mut refused = None;
         let placed = &self.placed;
         let base = self.base;
-        let resolved = crate::image::rootfs::resolve_in_image(path, false, &mut |p| match placed
-            .get(p)
-        {
-            Some(Placed::Symlink(target)) => {
-                refused =
-                    Some(Refused::UnderSymlink { parent: p.to_string(), target: target.clone() });
-                Err(crate::error::Error::Unsupported(String::new()))
-            }
-            Some(Placed::Other) => {
-                refused = Some(Refused::UnderFile { parent: p.to_string() });
-                Err(crate::error::Error::Unsupported(String::new()))
-            }
-            Some(Placed::Dir) | None => base.kind(p),
-        });
-        if let Some(r) = refused {
-            return Err(r);
-        }
-        let real = resolved
-            .map_err(|e| Refused::Image(e.to_string()))?
+        let real =
+            erdma_oci::rootfs::resolve_in_image(path, false, &mut |p| match placed.get(p) {
+                Some(Placed::Symlink(target)) => {
+                    Err(Refused::UnderSymlink { parent: p.to_string(), target: target.clone() })
+                }
+                Some(Placed::Other) => Err(Refused::UnderFile { parent: p.to_string() }),
+                Some(Placed::Dir) | None => base.kind(p).map_err(|e| Refused::Image(e.to_string())),
+            })?
             .unwrap_or_else(|| path.to_string());
         if real.is_empty() {
             return Ok(None);
@@ -251,7 +245,7 @@ mod tests {
             Ok(Vec::new())
         }
         fn real_path(&self, path: &str) -> Result<Option<String>> {
-            crate::image::rootfs::resolve_in_image(path, false, &mut |p| self.kind(p))
+            erdma_oci::rootfs::resolve_in_image(path, false, &mut |p| self.kind(p))
         }
         fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
             Ok(self.0.get(path).cloned())

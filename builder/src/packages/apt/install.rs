@@ -9,7 +9,6 @@ use md5::{Digest as _, Md5};
 
 use super::resolve::{self, Installed, Planned, Request};
 use crate::error::{Error, Result};
-use crate::image::layer::{Entry, EntryKind, LayerContents};
 use crate::packages::nccl;
 use crate::packages::payload::{self, FileType, Placer, Refused};
 use crate::packages::{
@@ -19,6 +18,7 @@ use erdma_common::progress::Reporter;
 use erdma_deb::deb::{self, DataKind, Deb};
 use erdma_deb::deb822::{self, Paragraph};
 use erdma_deb::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
+use erdma_oci::layer::{Entry, EntryKind, LayerContents};
 
 pub const STATUS: &str = "var/lib/dpkg/status";
 const INFO: &str = "var/lib/dpkg/info";
@@ -477,7 +477,7 @@ async fn fetch_one(
 ) -> Result<(PathBuf, u64)> {
     let (sha256, url, size) = (pkg.sha256(), pkg.url(), pkg.size());
     let path = dir.join(format!("{sha256}.deb"));
-    if crate::image::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
+    if erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
         return Err(Error::Unsupported(format!("malformed SHA256 for {url} in {}", pkg.repo())));
     }
     if path.exists() {
@@ -643,7 +643,7 @@ fn inspect(
 fn on_disk(pkg: &IndexedPackage, cache: &Path) -> Option<PathBuf> {
     let sha256 = pkg.sha256();
     let cached = cache.join(format!("{sha256}.deb"));
-    if crate::image::blob::digest_hex(&format!("sha256:{sha256}")).is_ok() && cached.is_file() {
+    if erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).is_ok() && cached.is_file() {
         return Some(cached);
     }
     let url = pkg.url();
@@ -747,7 +747,7 @@ pub fn unpack(
         let iname = info_name(&gone.paragraph, &gone.arch);
         if let Some(list) = base.read(&format!("{INFO}/{iname}.list"), 16 << 20)? {
             for p in String::from_utf8_lossy(&list).lines() {
-                let Some(p) = crate::image::layer::normalize(p) else { continue };
+                let Some(p) = erdma_oci::layer::normalize(p) else { continue };
                 let Some(p) = base.real_path(&p)?.filter(|p| !p.is_empty()) else { continue };
                 // Directories stay (dpkg leaves those other packages use), and so do paths
                 // the image does not have any more.
@@ -755,8 +755,8 @@ pub fn unpack(
                     || !matches!(
                         base.kind(&p)?,
                         Some(
-                            crate::image::rootfs::SnapEntry::File(_)
-                                | crate::image::rootfs::SnapEntry::Symlink(_)
+                            erdma_oci::rootfs::SnapEntry::File(_)
+                                | erdma_oci::rootfs::SnapEntry::Symlink(_)
                         )
                     )
                 {

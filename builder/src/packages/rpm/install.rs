@@ -8,9 +8,9 @@ use super::repodata;
 use super::repos::{self, YumRepo};
 use super::PackageMeta;
 use crate::error::{Error, Result};
-use crate::image::layer::LayerContents;
 use crate::packages::{BaseFiles, Inputs, Mirror, PackagesReport, Target};
 use erdma_common::progress::Reporter;
+use erdma_oci::layer::LayerContents;
 use erdma_openpgp::{self as openpgp, Keyring};
 
 /// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
@@ -372,7 +372,7 @@ async fn resolve(
                 .packages
                 .remove_files
                 .iter()
-                .filter_map(|f| crate::image::layer::normalize(f))
+                .filter_map(|f| erdma_oci::layer::normalize(f))
                 .map(|f| format!("/{f}"))
                 .collect();
             for yr in repos::base_repos(base, &vars)?
@@ -630,8 +630,7 @@ fn check_paths(
             entry: f.path.escape_debug().to_string(),
             reason: why.to_string(),
         };
-        let norm =
-            crate::image::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
+        let norm = erdma_oci::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
         check_name(&norm).map_err(refuse)?;
         let kind = match f.file_type() {
             0o040000 => Kind::Dir,
@@ -928,14 +927,14 @@ fn unpack(
     }
     let mut removed = Vec::new();
     for f in gone_files {
-        let Some(rel) = crate::image::layer::normalize(&f) else { continue };
+        let Some(rel) = erdma_oci::layer::normalize(&f) else { continue };
         let Some(rel) = base.real_path(&rel)?.filter(|p| !p.is_empty()) else { continue };
         if kept_files.contains(&f) || layer.files().any(|(p, _)| p == rel) {
             continue;
         }
         // Directories stay: other packages' files may live in them, and rpm -e keeps a
         // directory that is not empty.
-        if matches!(base.kind(&rel)?, Some(crate::image::rootfs::SnapEntry::Dir) | None) {
+        if matches!(base.kind(&rel)?, Some(erdma_oci::rootfs::SnapEntry::Dir) | None) {
             continue;
         }
         layer.add_whiteout(&rel)?;

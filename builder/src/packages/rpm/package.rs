@@ -31,7 +31,7 @@ use md5::Digest as _;
 use serde::Serialize;
 
 use super::header::{self, fileflag, sigtag, tag, Header, HeaderError};
-use crate::image::layer::{self, Entry, EntryKind, LayerContents};
+use erdma_oci::layer::{self, Entry, EntryKind, LayerContents};
 use erdma_openpgp::{self as openpgp, Keyring, SignatureError};
 
 #[derive(Debug, thiserror::Error)]

@@ -225,7 +225,7 @@ pub enum DbFile {
 
 impl DbFile {
     /// Puts the file into the layer, or whites the path out.
-    pub fn apply(self, layer: &mut crate::image::layer::LayerContents) -> crate::error::Result<()> {
+    pub fn apply(self, layer: &mut erdma_oci::layer::LayerContents) -> erdma_oci::Result<()> {
         match self {
             DbFile::File { path, bytes, mode } => layer.add_file(&path, bytes, mode),
             DbFile::Whiteout { path } => layer.add_whiteout(&path),
@@ -906,10 +906,7 @@ mod tests {
                 real.strip_prefix(&root).expect("inside the root").to_string_lossy().into_owned();
             Ok(Some(if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") }))
         }
-        fn kind(
-            &self,
-            _path: &str,
-        ) -> crate::error::Result<Option<crate::image::rootfs::SnapEntry>> {
+        fn kind(&self, _path: &str) -> crate::error::Result<Option<erdma_oci::rootfs::SnapEntry>> {
             Ok(None)
         }
     }

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::blob::HashingWriter;
 use crate::error::{Error, Result};
-use crate::image::blob::HashingWriter;
 
 pub const MEDIA_TYPE_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 pub const MEDIA_TYPE_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
@@ -413,8 +413,8 @@ mod tests {
             // The diff_id is the digest of the uncompressed tar.
             let f = std::io::BufReader::new(File::open(dir.path().join("a")).unwrap());
             let mut raw = Vec::new();
-            crate::image::blob::decompressed(f, 0).unwrap().read_to_end(&mut raw).unwrap();
-            assert_eq!(crate::image::blob::sha256_digest(&raw), a.diff_id);
+            crate::blob::decompressed(f, 0).unwrap().read_to_end(&mut raw).unwrap();
+            assert_eq!(crate::blob::sha256_digest(&raw), a.diff_id);
             assert_eq!(a.size, std::fs::metadata(dir.path().join("a")).unwrap().len());
         }
     }

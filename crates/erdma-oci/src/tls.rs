@@ -134,7 +134,7 @@ pub fn hint(failure: &TlsFailure, registry: &str, env: &CertEnv) -> String {
     match failure {
         TlsFailure::UnknownIssuer => format!("put the registry's CA certificate in {}/ca.crt (containers-certs.d(5); /etc/docker/certs.d/{registry}/ and ~/.config/containers/certs.d/{registry}/ are read too), or pass --cert-dir DIR", dir.display()),
         TlsFailure::Expired | TlsFailure::NotYetValid => "the registry's certificate must be renewed (check this machine's clock too)".into(),
-        TlsFailure::WrongName => format!("the certificate must name {} in its subject alternative names; reach the registry by a name it carries", crate::image::transport::host_of(registry)),
+        TlsFailure::WrongName => format!("the certificate must name {} in its subject alternative names; reach the registry by a name it carries", crate::transport::host_of(registry)),
         TlsFailure::ClientCertRequired => format!("put a client certificate and its key in {}/client.cert and client.key, or pass --cert-dir DIR", dir.display()),
         TlsFailure::ClientCertRefused => format!("the client certificate in {} is not signed by a CA the registry trusts", env.cert_dir(registry).unwrap_or(dir).display()),
         TlsFailure::NotTls => format!("reach it over plain HTTP with --insecure-registry {registry}"),

@@ -13,11 +13,11 @@ use oci_client::Reference;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::blob::{digest_hex, sha256_digest, Compression, VerifyingReader};
 use crate::error::{Error, Result};
-use crate::image::blob::{digest_hex, sha256_digest, Compression, VerifyingReader};
-use crate::image::layout::{blob_rel_path, select_from_index, TarIndex};
-use crate::image::registry::Registries;
-use crate::image::transport::ImageRef;
+use crate::layout::{blob_rel_path, select_from_index, TarIndex};
+use crate::registry::Registries;
+use crate::transport::ImageRef;
 use erdma_limits::{Exceeded, Limits};
 
 pub use erdma_limits::MAX_JSON;
@@ -292,7 +292,7 @@ impl Source {
                 let mt = l
                     .get("mediaType")
                     .and_then(Value::as_str)
-                    .unwrap_or(crate::image::layer::MEDIA_TYPE_TAR)
+                    .unwrap_or(crate::layer::MEDIA_TYPE_TAR)
                     .to_string();
                 Ok((d, size, mt))
             })
@@ -323,7 +323,7 @@ impl Source {
     pub async fn read_blob(&self, digest: &str, max: u64) -> Result<Vec<u8>> {
         match &self.store {
             Store::Registry { reg, r } => {
-                crate::image::blob::with_restarts(digest, || async {
+                crate::blob::with_restarts(digest, || async {
                     let mut out = Vec::new();
                     let mut s = reg.blob_stream(r, digest, None).await?;
                     while let Some(chunk) = s.next().await {
@@ -346,7 +346,7 @@ impl Source {
     }
 
     /// A stream of a blob for copying to a sink, checked against its digest and `size` as the
-    /// last byte arrives ([`crate::image::blob::verified`]), from a registry or a local store.
+    /// last byte arrives ([`crate::blob::verified`]), from a registry or a local store.
     pub async fn blob_stream(
         &self,
         digest: &str,
@@ -357,7 +357,7 @@ impl Source {
             // Checked at `size` as a registry's are (a reader stopping there sees a mismatch).
             store => {
                 let (r, _) = open_local(store, digest)?;
-                Ok(crate::image::blob::verified(
+                Ok(crate::blob::verified(
                     reader_stream(Box::new(BufReader::with_capacity(1 << 16, r))),
                     digest,
                     Some(size),
@@ -400,7 +400,7 @@ pub fn stream_error(e: std::io::Error, r: &Reference) -> Error {
             exceeded: exceeded.clone(),
         };
     }
-    crate::image::blob::digest_error(&e).unwrap_or_else(|| Error::Registry {
+    crate::blob::digest_error(&e).unwrap_or_else(|| Error::Registry {
         registry: r.resolve_registry().to_string(),
         operation: "downloading blob".into(),
         source: oci_client::errors::OciDistributionError::IoError(e),
@@ -488,7 +488,7 @@ fn read_verified(store: &Store, digest: &str, max: u64) -> Result<Vec<u8>> {
     }
     let mut out = Vec::new();
     VerifyingReader::new(r.take(max), digest).read_to_end(&mut out).map_err(|e| {
-        crate::image::blob::digest_error(&e).unwrap_or(Error::Io {
+        crate::blob::digest_error(&e).unwrap_or(Error::Io {
             operation: "reading blob",
             path: digest.into(),
             source: e,
@@ -532,8 +532,8 @@ fn docker_archive(
     .ok_or_else(|| Error::ManifestUnknown { reference: display.into() })?;
     let config_name =
         entry.get("Config").and_then(Value::as_str).ok_or_else(|| malformed("no Config".into()))?;
-    let config_name = crate::image::layer::normalize(config_name)
-        .ok_or_else(|| malformed("bad Config path".into()))?;
+    let config_name =
+        crate::layer::normalize(config_name).ok_or_else(|| malformed("bad Config path".into()))?;
     let config_raw = index.read_small(&config_name, MAX_JSON)?;
     let config_digest = sha256_digest(&config_raw);
     let config: Value =
@@ -555,7 +555,7 @@ fn docker_archive(
     for (i, l) in layer_names.iter().enumerate() {
         let lname = l
             .as_str()
-            .and_then(crate::image::layer::normalize)
+            .and_then(crate::layer::normalize)
             .ok_or_else(|| malformed("bad layer path".into()))?;
         let size = index.size(&lname).ok_or_else(|| malformed(format!("missing layer {lname}")))?;
         let (mut r, _) = index.open_entry(&lname)?;
@@ -568,15 +568,15 @@ fn docker_archive(
             diff_ids[i].clone()
         } else {
             let (r, _) = index.open_entry(&lname)?;
-            let mut w = crate::image::blob::HashingWriter::new(std::io::sink());
+            let mut w = crate::blob::HashingWriter::new(std::io::sink());
             std::io::copy(&mut { r }, &mut w).map_err(Error::io("reading archive", file))?;
             w.finish().1
         };
         digest_hex(&digest)?;
         let media_type = match compression {
-            Compression::Gzip => crate::image::layer::MEDIA_TYPE_GZIP,
-            Compression::Zstd => crate::image::layer::MEDIA_TYPE_ZSTD,
-            Compression::None => crate::image::layer::MEDIA_TYPE_TAR,
+            Compression::Gzip => crate::layer::MEDIA_TYPE_GZIP,
+            Compression::Zstd => crate::layer::MEDIA_TYPE_ZSTD,
+            Compression::None => crate::layer::MEDIA_TYPE_TAR,
         };
         names.insert(digest.clone(), lname);
         layers.push(json!({"mediaType": media_type, "digest": digest, "size": size}));

@@ -63,7 +63,7 @@ pub fn rfc3339(epoch: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
 }
 
-pub(crate) fn env_list(config: &Value) -> Vec<String> {
+pub fn env_list(config: &Value) -> Vec<String> {
     config
         .pointer("/config/Env")
         .and_then(Value::as_array)

@@ -1,10 +1,13 @@
-//! The image machinery, below everything that decides what goes into an image: names
+//! OCI images, below everything that decides what goes into one: names
 //! ([`transport`]), reading ([`source`], [`registry`], [`layout`], [`blob`]), a base's files
 //! ([`files`], [`rootfs`]), the new layer ([`layer`]) and config ([`config`]), and writing
-//! ([`sink`]). Nothing here imports the build, the recipes or the package backends.
+//! ([`sink`]). Nothing here knows of builds, recipes or package backends.
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod blob;
 pub mod config;
+pub mod error;
 pub mod files;
 pub mod layer;
 pub mod layout;
@@ -15,3 +18,5 @@ pub mod sink;
 pub mod source;
 pub mod tls;
 pub mod transport;
+
+pub use error::{Error, Result};

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::blob::digest_hex;
 use crate::error::{Error, Result};
-use crate::image::blob::digest_hex;
 
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 pub const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
@@ -40,8 +40,7 @@ impl TarIndex {
             },
         };
         erdma_limits::walk_tar_seek(std::io::BufReader::new(f), malformed, |entry| {
-            let Some(name) =
-                crate::image::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes()))
+            let Some(name) = crate::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes()))
             else {
                 return Ok(());
             };
@@ -57,7 +56,7 @@ impl TarIndex {
                     } else {
                         String::new()
                     };
-                    if let Some(t) = crate::image::layer::normalize(&format!("{base}/{target}")) {
+                    if let Some(t) = crate::layer::normalize(&format!("{base}/{target}")) {
                         links.push((name, t));
                     }
                 }

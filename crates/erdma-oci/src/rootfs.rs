@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read};
 
+use crate::blob::decompressed;
 use crate::error::{Error, Result};
-use crate::image::blob::decompressed;
-use crate::image::layer::normalize;
+use crate::layer::normalize;
 use erdma_limits::{EntryBudget, Exceeded, Limits, DEFAULT_INFLATION, MAX_SYMLINKS};
 
 /// What a file read is answered with: given the file's reader and size, the bytes to return.
@@ -173,7 +173,7 @@ fn layer_error(e: io::Error, i: usize) -> Error {
             exceeded: exceeded.clone(),
         };
     }
-    crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed {
+    crate::blob::digest_error(&e).unwrap_or(Error::Malformed {
         what: "layer",
         reference: format!("layer {i} from the top"),
         reason: e.to_string(),
@@ -268,7 +268,7 @@ fn is_below(path: &str, dir: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::layer::LayerContents;
+    use crate::layer::LayerContents;
 
     fn layer(f: impl FnOnce(&mut LayerContents)) -> Vec<u8> {
         let mut l = LayerContents::new();
@@ -638,12 +638,13 @@ pub fn lookup<'a>(
 /// Resolves symlinks in `path`'s directories (and in the path itself when `last` is set)
 /// inside the image, as the kernel would with the image as root. `kind(p)` answers what the
 /// merged image has at `p`. More than [`MAX_SYMLINKS`] links (a loop) is
-/// [`Exceeded::Symlinks`], as the kernel's `ELOOP`.
-pub fn resolve_in_image(
+/// [`Exceeded::Symlinks`], as the kernel's `ELOOP`. `kind` may stop the walk with an error of
+/// the caller's own type (a package backend refusing to write through a link it placed).
+pub fn resolve_in_image<E: From<Error>>(
     path: &str,
     last: bool,
-    kind: &mut dyn FnMut(&str) -> Result<Option<SnapEntry>>,
-) -> Result<Option<String>> {
+    kind: &mut dyn FnMut(&str) -> Result<Option<SnapEntry>, E>,
+) -> Result<Option<String>, E> {
     let mut parts: Vec<String> =
         normalize(path).map(|p| p.split('/').map(str::to_string).collect()).unwrap_or_default();
     let mut done: Vec<String> = Vec::new();
@@ -661,7 +662,8 @@ pub fn resolve_in_image(
                 return Err(Error::Limit {
                     what: format!("/{}", normalize(path).unwrap_or_default()),
                     exceeded: Exceeded::Symlinks,
-                });
+                }
+                .into());
             }
             done.pop();
             let base = if target.starts_with('/') { String::new() } else { done.join("/") };

@@ -2,7 +2,7 @@
 //! erdma-build needs, made here with one HTTP client.
 //!
 //! What a registry sends is read bounded: access tokens from its token service
-//! ([`crate::image::auth::access_token`], 1 MiB of reply), manifests (8 MiB), blobs (their
+//! ([`crate::auth::access_token`], 1 MiB of reply), manifests (8 MiB), blobs (their
 //! descriptor's size, the digest checked as they stream) and any other answer (64 KiB). Blobs
 //! go up in one streamed `PUT`. oci-client is kept for its types (references, errors); its
 //! client read token replies, manifests and error answers whole, and is not used.
@@ -17,11 +17,11 @@ use oci_client::errors::{DigestError, OciDistributionError, OciEnvelope, OciErro
 use oci_client::secrets::RegistryAuth;
 use oci_client::Reference;
 
+use crate::auth::Credential;
 use crate::error::{Error, Result};
-use crate::image::auth::Credential;
-use crate::image::registries_conf::{ConfEnv, RegistriesConf};
-use crate::image::tls::{CertEnv, TlsFailure};
-use crate::image::transport::host_of;
+use crate::registries_conf::{ConfEnv, RegistriesConf};
+use crate::tls::{CertEnv, TlsFailure};
+use crate::transport::host_of;
 use erdma_limits::Exceeded;
 use erdma_limits::MAX_JSON;
 
@@ -57,7 +57,7 @@ pub struct RegistryOptions {
 pub struct Registries {
     backoff: Duration,
     insecure: Vec<String>,
-    /// Where each registry's CAs and client certificate are ([`crate::image::tls`]).
+    /// Where each registry's CAs and client certificate are ([`crate::tls`]).
     certs: CertEnv,
     /// containers-registries.conf(5): mirrors and locations for pulls, blocked names; read on
     /// first use, so that a build touching no registry does not depend on it.
@@ -236,7 +236,7 @@ impl Registries {
     /// also skips certificate checks: a loopback registry that speaks TLS has its certificate
     /// verified, and a certificate failure the ping meets is reported at once.
     async fn new_endpoint(&self, registry: &str, insecure: bool) -> Result<Arc<Endpoint>> {
-        let files = crate::image::tls::cert_files(&self.certs, registry)?;
+        let files = crate::tls::cert_files(&self.certs, registry)?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(15))
             .read_timeout(Duration::from_secs(120))
@@ -290,23 +290,23 @@ impl Registries {
         // get says bad_certificate or handshake_failure, as for one it refuses.
         let failure = match failure {
             TlsFailure::ClientCertRefused
-                if !crate::image::tls::has_client_cert(&self.certs, registry) =>
+                if !crate::tls::has_client_cert(&self.certs, registry) =>
             {
                 TlsFailure::ClientCertRequired
             }
             f => f,
         };
-        let hint = crate::image::tls::hint(&failure, registry, &self.certs);
+        let hint = crate::tls::hint(&failure, registry, &self.certs);
         Error::Tls { registry: registry.to_string(), failure: failure.to_string(), hint }
     }
 
-    /// The credentials for `r`'s repository, from [`crate::image::auth`] the first time.
+    /// The credentials for `r`'s repository, from [`crate::auth`] the first time.
     fn credential(&self, r: &Reference) -> Result<Credential> {
         let key = (r.resolve_registry().to_string(), r.repository().to_string());
         if let Some(c) = self.creds.lock().expect("poisoned").get(&key) {
             return Ok(c.clone());
         }
-        let c = crate::image::auth::credentials(&key.0, &key.1)?;
+        let c = crate::auth::credentials(&key.0, &key.1)?;
         self.creds.lock().expect("poisoned").insert(key, c.clone());
         Ok(c)
     }
@@ -326,7 +326,7 @@ impl Registries {
         push: bool,
         from: Option<&Reference>,
     ) -> Result<()> {
-        use crate::image::auth::Grant;
+        use crate::auth::Grant;
         if push {
             // Pushes go to the name itself, never a mirror or a location; blocked names are refused.
             // (Its `insecure` is the entry's, which insecure_for reads.)
@@ -353,7 +353,7 @@ impl Registries {
         r: &Reference,
         push: bool,
         from: Option<&Reference>,
-        grant: crate::image::auth::Grant<'_>,
+        grant: crate::auth::Grant<'_>,
     ) -> Result<()> {
         let registry = r.resolve_registry().to_string();
         let repo = r.repository().to_string();
@@ -383,14 +383,9 @@ impl Registries {
         let endpoint = self.endpoint(r).await?;
         let got = self
             .retry(r, "logging in", || async {
-                use crate::image::auth::{Grant, TokenError};
-                match crate::image::auth::access_token(
-                    &endpoint.client,
-                    &endpoint.base,
-                    grant,
-                    &scopes,
-                )
-                .await
+                use crate::auth::{Grant, TokenError};
+                match crate::auth::access_token(&endpoint.client, &endpoint.base, grant, &scopes)
+                    .await
                 {
                     Ok(t) => Ok(Ok(t)),
                     // Unreachable: retried, then reported as any registry request.
@@ -462,7 +457,7 @@ impl Registries {
             what: format!("registry {}", r.resolve_registry()),
             exceeded,
         })?;
-        let digest = crate::image::blob::sha256_digest(&body);
+        let digest = crate::blob::sha256_digest(&body);
         if let Some(want) = r.digest() {
             if want != digest {
                 return Err(Error::DigestMismatch { expected: want.to_string(), actual: digest });
@@ -569,16 +564,16 @@ impl Registries {
         Err(unexpected(res, url).await)
     }
 
-    /// A verified stream of a blob ([`crate::image::blob::verified`]). Failures mid-stream surface as stream
+    /// A verified stream of a blob ([`crate::blob::verified`]). Failures mid-stream surface as stream
     /// errors; callers that can restart (whole-blob copies) retry through
-    /// [`crate::image::blob::with_restarts`]. `size`: the descriptor's, when known.
+    /// [`crate::blob::with_restarts`]. `size`: the descriptor's, when known.
     pub async fn blob_stream(
         &self,
         r: &Reference,
         digest: &str,
         size: Option<u64>,
     ) -> Result<BoxStream<'static, std::io::Result<Bytes>>> {
-        crate::image::blob::digest_hex(digest)?;
+        crate::blob::digest_hex(digest)?;
         let auth = self.authorization(r, false).await?;
         let (client, api) = self.api(r).await?;
         let res = self
@@ -586,7 +581,7 @@ impl Registries {
             .await?;
         let body =
             futures_util::StreamExt::map(res.bytes_stream(), |c| c.map_err(std::io::Error::other));
-        Ok(crate::image::blob::verified(Box::pin(body), digest, size))
+        Ok(crate::blob::verified(Box::pin(body), digest, size))
     }
 
     pub async fn blob_exists(&self, r: &Reference, digest: &str) -> Result<bool> {
@@ -633,7 +628,7 @@ impl Registries {
     /// Uploads a blob in one `PUT` (the distribution spec's monolithic upload: `POST` opens the
     /// upload, `PUT LOCATION?digest=` sends it), streaming; not retried (the stream is
     /// consumed). The upload stops at `size` bytes: `stream` must be checked by then, as
-    /// [`crate::image::source::Source::blob_stream`]'s are. Answers other than the expected ones are read up to [`ERROR_BODY`].
+    /// [`crate::source::Source::blob_stream`]'s are. Answers other than the expected ones are read up to [`ERROR_BODY`].
     pub async fn push_blob(
         &self,
         r: &Reference,
@@ -802,7 +797,7 @@ pub fn transient(e: &OciDistributionError) -> bool {
             r.is_connect() || r.is_timeout() || r.is_request() || r.is_body()
         }
         OciDistributionError::ServerError { code, .. } => *code >= 500 || *code == 429,
-        OciDistributionError::IoError(io) => crate::image::blob::digest_error(io).is_none(),
+        OciDistributionError::IoError(io) => crate::blob::digest_error(io).is_none(),
         OciDistributionError::RegistryError { envelope, .. } => {
             envelope.errors.iter().any(|e| matches!(e.code, OciErrorCode::Toomanyrequests))
         }
@@ -854,7 +849,7 @@ impl Registries {
                 return Error::ManifestUnknown { reference: r.whole() }
             }
             OciDistributionError::IoError(io) => {
-                if let Some(d) = crate::image::blob::digest_error(io) {
+                if let Some(d) = crate::blob::digest_error(io) {
                     return d;
                 }
             }

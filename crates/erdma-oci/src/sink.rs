@@ -18,12 +18,12 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
+use crate::blob::{digest_hex, VerifyingReader};
 use crate::error::{Error, Result};
-use crate::image::blob::{digest_hex, VerifyingReader};
-use crate::image::layout::{blob_rel_path, index_with, OCI_LAYOUT};
-use crate::image::registry::Registries;
-use crate::image::source::{reader_stream, Source};
-use crate::image::transport::ImageRef;
+use crate::layout::{blob_rel_path, index_with, OCI_LAYOUT};
+use crate::registry::Registries;
+use crate::source::{reader_stream, Source};
+use crate::transport::ImageRef;
 use erdma_common::progress::{Counters, Reporter, Transfer};
 
 /// What happened to a base layer on the way to the output.
@@ -165,7 +165,7 @@ impl Sink {
                         return Ok(Reuse::Mounted);
                     }
                 }
-                crate::image::blob::with_restarts(digest, || async {
+                crate::blob::with_restarts(digest, || async {
                     let stream = self.track(
                         src.blob_stream(digest, size).await?,
                         digest,
@@ -193,7 +193,7 @@ impl Sink {
                         digest,
                     );
                     std::io::copy(&mut r, &mut std::io::sink()).map_err(|e| {
-                        crate::image::blob::digest_error(&e).unwrap_or(Error::Io {
+                        crate::blob::digest_error(&e).unwrap_or(Error::Io {
                             operation: "reading blob",
                             path: local.clone(),
                             source: e,
@@ -206,7 +206,7 @@ impl Sink {
                         return Ok(Reuse::Linked);
                     }
                 }
-                crate::image::blob::with_restarts(digest, || async {
+                crate::blob::with_restarts(digest, || async {
                     let stream = self.track(
                         src.blob_stream(digest, size).await?,
                         digest,
@@ -405,7 +405,7 @@ impl Sink {
                     let reader = std::io::BufReader::new(
                         File::open(&compressed).map_err(Error::io("reading", &compressed))?,
                     );
-                    let mut out = crate::image::blob::HashingWriter::new(BufWriter::new(
+                    let mut out = crate::blob::HashingWriter::new(BufWriter::new(
                         File::create(&raw_path).map_err(not_writable(file))?,
                     ));
                     let limit = |e: std::io::Error| match erdma_limits::exceeded(&e) {
@@ -420,7 +420,7 @@ impl Sink {
                         },
                     };
                     std::io::copy(
-                        &mut crate::image::blob::decompressed(reader, self.max_inflation)
+                        &mut crate::blob::decompressed(reader, self.max_inflation)
                             .map_err(limit)?,
                         &mut out,
                     )
@@ -496,8 +496,8 @@ async fn write_stream(
             Err(e) => {
                 let _ = tokio::fs::remove_file(&tmp).await;
                 return Err(match src.registry_ref() {
-                    Some(r) => crate::image::source::stream_error(e, r),
-                    None => crate::image::blob::digest_error(&e).unwrap_or(Error::Io {
+                    Some(r) => crate::source::stream_error(e, r),
+                    None => crate::blob::digest_error(&e).unwrap_or(Error::Io {
                         operation: "reading blob",
                         path: src.reference.to_string().into(),
                         source: e,

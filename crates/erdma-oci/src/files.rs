@@ -9,8 +9,8 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::image::rootfs::{SnapEntry, Snapshot};
-use crate::image::source::{Source, SourceImage};
+use crate::rootfs::{SnapEntry, Snapshot};
+use crate::source::{Source, SourceImage};
 use erdma_common::progress::{Counters, Reporter, Transfer};
 
 /// Source layers fetched for reading files, kept for the build's duration.
@@ -20,7 +20,7 @@ pub struct LayerCache {
 }
 
 impl LayerCache {
-    pub(crate) fn new(dir: &Path) -> LayerCache {
+    pub fn new(dir: &Path) -> LayerCache {
         LayerCache { dir: dir.to_path_buf(), files: Mutex::new(HashMap::new()) }
     }
 
@@ -35,16 +35,16 @@ impl LayerCache {
         if let Some(p) = self.files.lock().expect("poisoned").get(digest) {
             return Ok(p.clone());
         }
-        let path = self.dir.join(crate::image::blob::digest_hex(digest)?);
+        let path = self.dir.join(crate::blob::digest_hex(digest)?);
         let id = format!("↓{}", &digest[7..19]);
-        crate::image::blob::with_restarts(digest, || async {
+        crate::blob::with_restarts(digest, || async {
             reporter.transfer_start(&id, Transfer::Download, Some(size));
             let mut stream = src.blob_stream(digest, size).await?;
             let mut f =
                 tokio::fs::File::create(&path).await.map_err(Error::io("writing", &path))?;
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| {
-                    crate::image::source::stream_error(e, src.registry_ref().expect("remote"))
+                    crate::source::stream_error(e, src.registry_ref().expect("remote"))
                 })?;
                 counters.add(Transfer::Download, chunk.len() as u64);
                 reporter.transfer_progress(&id, chunk.len() as u64);
@@ -70,16 +70,16 @@ pub struct ImageFiles<'a> {
     src: &'a Source,
     layers: Vec<(String, u64)>,
     cache: &'a LayerCache,
-    pub(crate) reporter: &'a Arc<dyn Reporter>,
+    pub reporter: &'a Arc<dyn Reporter>,
     counters: &'a Counters,
     handle: tokio::runtime::Handle,
     snapshots: Vec<std::sync::OnceLock<Snapshot>>,
     /// What the snapshots may hold in all (`--max-entries`).
-    budget: crate::image::rootfs::Budget,
+    budget: crate::rootfs::Budget,
 }
 
 impl<'a> ImageFiles<'a> {
-    pub(crate) fn new(
+    pub fn new(
         src: &'a Source,
         img: &SourceImage,
         cache: &'a LayerCache,
@@ -89,7 +89,7 @@ impl<'a> ImageFiles<'a> {
         let layers: Vec<(String, u64)> =
             img.layers.iter().rev().map(|(d, s, _)| (d.clone(), *s)).collect();
         let snapshots = layers.iter().map(|_| std::sync::OnceLock::new()).collect();
-        let budget = crate::image::rootfs::Budget::new(&src.limits);
+        let budget = crate::rootfs::Budget::new(&src.limits);
         ImageFiles {
             src,
             layers,
@@ -128,7 +128,7 @@ impl<'a> ImageFiles<'a> {
         }
         // Snapshots are cached by the layer's digest (content-addressed, so a cached one is
         // the same answer): a rebuild on the same base downloads no base layer at all.
-        let cached = crate::image::blob::digest_hex(&self.layers[i].0)
+        let cached = crate::blob::digest_hex(&self.layers[i].0)
             .ok()
             .map(|h| cache_dir().join("layers").join(format!("{h}.snapshot.json")));
         if let Some(snap) = cached
@@ -171,7 +171,7 @@ impl<'a> ImageFiles<'a> {
                 what: format!("layer {digest} of {}", self.src.reference),
                 exceeded: exceeded.clone(),
             },
-            None => crate::image::blob::digest_error(&e).unwrap_or(Error::Malformed {
+            None => crate::blob::digest_error(&e).unwrap_or(Error::Malformed {
                 what: "layer",
                 reference: format!("{digest} of {}", self.src.reference),
                 reason: e.to_string(),
@@ -180,14 +180,13 @@ impl<'a> ImageFiles<'a> {
     }
 
     /// What the image has at `path` (not following a final symlink).
-    pub(crate) fn entry(&self, path: &str) -> Result<Option<SnapEntry>> {
-        Ok(crate::image::rootfs::lookup((0..self.layers.len()).map(|i| self.snapshot(i)), path)?
-            .cloned())
+    pub fn entry(&self, path: &str) -> Result<Option<SnapEntry>> {
+        Ok(crate::rootfs::lookup((0..self.layers.len()).map(|i| self.snapshot(i)), path)?.cloned())
     }
 
     /// `path` with every symlink in it resolved inside the image (the last one too when `last`).
     pub fn real_path(&self, path: &str, last: bool) -> Result<Option<String>> {
-        crate::image::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p))
+        crate::rootfs::resolve_in_image(path, last, &mut |p| self.entry(p))
             .map_err(|e| self.name_image(e))
     }
 
@@ -213,12 +212,12 @@ impl<'a> ImageFiles<'a> {
     pub fn scan(
         &self,
         path: &str,
-        content: &mut crate::image::rootfs::ContentFn<'_>,
+        content: &mut crate::rootfs::ContentFn<'_>,
     ) -> Result<Option<Vec<u8>>> {
         let Some(real) = self.real_path(path, true)? else { return Ok(None) };
         match self.entry(&real)? {
             Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| {
-                crate::image::rootfs::read_file_with(
+                crate::rootfs::read_file_with(
                     self.layers.len(),
                     &mut |i| self.open(i),
                     &real,
@@ -237,7 +236,7 @@ impl<'a> ImageFiles<'a> {
             Some(SnapEntry::File(Some(data))) if data.len() as u64 <= max => Ok(Some(data)),
             // Content the snapshot did not keep: one streaming pass for it.
             Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| {
-                crate::image::rootfs::read_file_bounded(
+                crate::rootfs::read_file_bounded(
                     self.layers.len(),
                     &mut |i| self.open(i),
                     &real,
@@ -277,7 +276,7 @@ impl<'a> ImageFiles<'a> {
 }
 
 /// Debian's name for the image's architecture.
-pub(crate) fn debian_arch(img: &SourceImage) -> String {
+pub fn debian_arch(img: &SourceImage) -> String {
     let arch = img.config.get("architecture").and_then(Value::as_str).unwrap_or("amd64");
     let variant = img.config.get("variant").and_then(Value::as_str);
     match (arch, variant) {

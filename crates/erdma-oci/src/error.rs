@@ -1,0 +1,98 @@
+//! The image crate's error: each variant names the operation and the object (a registry, a
+//! reference, a path), in one line, so that it can be the `error:` line a user reads.
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid --env `{0}`: expected KEY=VALUE")]
+    InvalidEnv(String),
+
+    #[error("invalid image reference `{reference}`: {reason}")]
+    InvalidReference { reference: String, reason: String },
+
+    #[error("registry {registry}: {operation} failed")]
+    Registry {
+        registry: String,
+        operation: String,
+        #[source]
+        source: oci_client::errors::OciDistributionError,
+    },
+
+    #[error("registry {registry} refused the credentials for {reference} ({answer})")]
+    AuthRefused { registry: String, reference: String, answer: String },
+
+    /// A TLS handshake with a registry failed; not retried. `hint` says where certificates go.
+    #[error("registry {registry}: TLS handshake failed: {failure}")]
+    Tls { registry: String, failure: String, hint: String },
+
+    /// containers-registries.conf(5): a file we cannot use, or a name it blocks.
+    #[error(transparent)]
+    RegistriesConf(#[from] crate::registries_conf::ConfError),
+
+    #[error("certificate file {path}: {reason}")]
+    CertFile { path: PathBuf, reason: String },
+
+    #[error("no manifest for platform {platform} in {reference} (available: {available})")]
+    NoPlatform { platform: String, reference: String, available: String },
+
+    #[error("reading credentials from {path}")]
+    AuthConfig {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("credential helper docker-credential-{helper} failed for {registry}: {reason}")]
+    CredentialHelper { helper: String, registry: String, reason: String },
+
+    /// The hint is in the message: the binary's hints are per variant and this one names the registry.
+    #[error("registry {registry}: exchanging the stored identity token at {url} failed: {reason}; log in again with `docker login {registry}`")]
+    TokenExchange { registry: String, url: String, reason: String },
+
+    #[error("registry {registry}: getting an access token from {url} failed: {reason}")]
+    TokenService { registry: String, url: String, reason: String },
+
+    #[error("output {path} is not writable")]
+    OutputNotWritable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("manifest unknown: {reference}")]
+    ManifestUnknown { reference: String },
+
+    #[error("malformed {what} in {reference}: {reason}")]
+    Malformed { what: &'static str, reference: String, reason: String },
+
+    #[error("digest mismatch for blob {expected}: got {actual}")]
+    DigestMismatch { expected: String, actual: String },
+
+    #[error("{operation} {path}")]
+    Io {
+        operation: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{0}")]
+    Unsupported(String),
+
+    /// A bound on what a hostile input may cost ([`erdma_limits`]): `what` names the input,
+    /// the limit says how to raise it. One line, so that it is the `error:` line.
+    #[error("{what} {exceeded}")]
+    Limit { what: String, exceeded: erdma_limits::Exceeded },
+}
+
+impl Error {
+    pub fn io(
+        operation: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { operation, path, source }
+    }
+}
