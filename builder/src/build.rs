@@ -21,7 +21,6 @@ use erdma_oci::config::{rfc3339, ConfigEdit, EnvChange};
 use erdma_oci::files::{cache_dir, debian_arch, ImageFiles, LayerCache};
 use erdma_oci::layer::{LayerCompression, LayerContents, LayerInfo};
 use erdma_oci::registry::Registries;
-use erdma_oci::rootfs::SnapEntry;
 use erdma_oci::sink::{Reuse, Sink, Top};
 use erdma_oci::source::{PlatformChoice, Source, SourceImage};
 use erdma_oci::transport::ImageRef;
@@ -659,21 +658,6 @@ fn nccl_plan(
             torch: facts.torch,
         },
     ))
-}
-
-impl crate::packages::BaseFiles for ImageFiles<'_> {
-    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
-        Ok(ImageFiles::read(self, path, max)?)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
-        Ok(ImageFiles::list(self, dir)?)
-    }
-    fn real_path(&self, path: &str) -> Result<Option<String>> {
-        Ok(ImageFiles::real_path(self, path, false)?)
-    }
-    fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
-        Ok(self.entry(path)?)
-    }
 }
 
 /// The keys repository `repo` is verified with and that go into the image: a `--keyring` file

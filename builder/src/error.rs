@@ -64,7 +64,7 @@ pub enum Error {
     Repodata {
         repo: String,
         #[source]
-        source: crate::packages::rpm::repodata::RepodataError,
+        source: erdma_rpm::repodata::RepodataError,
     },
 
     #[error(transparent)]

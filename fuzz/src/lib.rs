@@ -14,11 +14,9 @@ use std::io::{BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use erdma_build::packages::rpm::{
-    self as rpm, header::Header, package as rpmpkg, repodata, version as rpmver,
-};
 use erdma_deb::{deb, deb822, repo, version as debver};
 use erdma_openpgp as openpgp;
+use erdma_rpm::{self as rpm, header::Header, package as rpmpkg, repodata, version as rpmver};
 
 /// xorshift64: the fuzzer's and the property tests' generator, the same sequence for the same
 /// seed.

@@ -15,11 +15,11 @@ use std::cmp::Ordering;
 use std::path::Path;
 use std::process::Command;
 
-use erdma_build::packages::rpm::version::rpmvercmp;
 use erdma_deb::version::Version as DebVersion;
 use erdma_fuzz::Rng;
 use erdma_oci_hook::config::{Config, Memlock};
 use erdma_oci_hook::engine::{self, ConfigureOptions, Engine};
+use erdma_rpm::version::rpmvercmp;
 use serde_json::{json, Map, Value};
 
 fn rng(salt: u64) -> Rng {

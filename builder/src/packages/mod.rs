@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use erdma_common::progress::Reporter;
+use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 
 /// A repository packages come from, as a recipe names it.
@@ -86,16 +87,6 @@ impl<'a> Target<'a> {
     pub fn nccl_repositories(&self) -> Vec<&'a str> {
         self.repositories.iter().filter(|r| r.nccl).map(|r| r.name.as_str()).collect()
     }
-}
-
-/// Files of the base image, read as a container would see them.
-pub trait BaseFiles: Sync {
-    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>>;
-    fn list(&self, dir: &str) -> Result<Vec<String>>;
-    /// `path` with the symlinks in its directories resolved inside the image.
-    fn real_path(&self, path: &str) -> Result<Option<String>>;
-    /// What the image has at `path` (not following a final symlink).
-    fn kind(&self, path: &str) -> Result<Option<erdma_oci::rootfs::SnapEntry>>;
 }
 
 /// The package manager a distribution uses, and so the backend that installs into it.

@@ -29,24 +29,16 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::BaseFiles;
+use erdma_oci::files::BaseFiles;
+use erdma_oci::layer::Placing;
 use erdma_oci::rootfs::SnapEntry;
-
-/// What an entry is, as far as placing it goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind<'t> {
-    Dir,
-    /// A regular file (or a hard link's copy).
-    File,
-    Symlink(&'t str),
-}
 
 /// Why an entry is refused; the caller names the package and the entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     #[error("it would be outside the image root")]
     Escapes,
-    #[error("its name holds a newline or NUL byte")]
+    #[error("{}", erdma_oci::layer::ODD_NAME)]
     OddName,
     #[error("it lies under /{parent}, a symlink to `{target}` that this build installs: writing through it would put the entry wherever the link points")]
     UnderSymlink { parent: String, target: String },
@@ -89,7 +81,7 @@ impl<'a> Placer<'a> {
     /// Where the entry `path` (normalised by the backend: relative, no `.` or `..`) lands in
     /// the layer, or `None` when nothing is written there (the root, or a directory the image
     /// has as a symlink: the link stays and is followed).
-    pub fn place(&mut self, path: &str, kind: Kind<'_>) -> Result<Option<String>, Refused> {
+    pub fn place(&mut self, path: &str, kind: Placing<'_>) -> Result<Option<String>, Refused> {
         check_name(path)?;
         if path.starts_with('/') || path.split('/').any(|c| c == ".." || c == "." || c.is_empty()) {
             return Err(Refused::Escapes);
@@ -114,7 +106,7 @@ impl<'a> Placer<'a> {
             None => self.base.kind(&real).map_err(|e| Refused::Image(e.to_string()))?,
         };
         match kind {
-            Kind::Dir => {
+            Placing::Dir => {
                 // dpkg and rpm keep a symlink where a package has a directory, and follow it.
                 if matches!(ours, Some(Placed::Symlink(_)))
                     || matches!(theirs, Some(SnapEntry::Symlink(_)))
@@ -123,8 +115,8 @@ impl<'a> Placer<'a> {
                 }
                 self.placed.insert(real.clone(), Placed::Dir);
             }
-            Kind::File | Kind::Symlink(_) => {
-                let what = if matches!(kind, Kind::File) { "file" } else { "symlink" };
+            Placing::File | Placing::Symlink(_) => {
+                let what = if matches!(kind, Placing::File) { "file" } else { "symlink" };
                 if ours == Some(Placed::Dir) {
                     return Err(Refused::ReplacesDir {
                         path: real,
@@ -140,7 +132,7 @@ impl<'a> Placer<'a> {
                     });
                 }
                 let p = match kind {
-                    Kind::Symlink(t) => Placed::Symlink(t.to_string()),
+                    Placing::Symlink(t) => Placed::Symlink(t.to_string()),
                     _ => Placed::Other,
                 };
                 self.placed.insert(real.clone(), p);
@@ -160,7 +152,7 @@ impl<'a> Placer<'a> {
 /// Refuses names that break one-path-per-line databases (dpkg's `.list`, `rpm -ql`) or that
 /// no tar header can carry.
 pub fn check_name(path: &str) -> Result<(), Refused> {
-    if path.bytes().any(|b| b == b'\n' || b == 0) {
+    if erdma_oci::layer::odd_name(path) {
         return Err(Refused::OddName);
     }
     Ok(())
@@ -231,23 +223,22 @@ pub fn special(package: &str, path: &str, file_type: FileType, mode: u32) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Result;
     use std::collections::BTreeMap;
 
     /// A base image as a map of path → entry.
     struct Base(BTreeMap<&'static str, SnapEntry>);
 
     impl BaseFiles for Base {
-        fn read(&self, _: &str, _: u64) -> Result<Option<Vec<u8>>> {
+        fn read(&self, _: &str, _: u64) -> erdma_oci::Result<Option<Vec<u8>>> {
             Ok(None)
         }
-        fn list(&self, _: &str) -> Result<Vec<String>> {
+        fn list(&self, _: &str) -> erdma_oci::Result<Vec<String>> {
             Ok(Vec::new())
         }
-        fn real_path(&self, path: &str) -> Result<Option<String>> {
+        fn real_path(&self, path: &str) -> erdma_oci::Result<Option<String>> {
             erdma_oci::rootfs::resolve_in_image(path, false, &mut |p| self.kind(p))
         }
-        fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
+        fn kind(&self, path: &str) -> erdma_oci::Result<Option<SnapEntry>> {
             Ok(self.0.get(path).cloned())
         }
     }
@@ -269,39 +260,39 @@ mod tests {
     fn follows_the_base_symlinks_inside_the_image() {
         let b = base();
         let mut p = Placer::new(&b);
-        assert_eq!(p.place("lib/x.so", Kind::File), Ok(Some("usr/lib/x.so".into())));
+        assert_eq!(p.place("lib/x.so", Placing::File), Ok(Some("usr/lib/x.so".into())));
         // A directory the image has as a symlink is not written; the link stays.
-        assert_eq!(p.place("lib", Kind::Dir), Ok(None));
+        assert_eq!(p.place("lib", Placing::Dir), Ok(None));
         // `..` and absolute targets stop at the image root.
-        assert_eq!(p.place("opt/up/etc/evil", Kind::File), Ok(Some("etc/evil".into())));
-        assert_eq!(p.place("opt/up/../x", Kind::File), Err(Refused::Escapes));
-        assert_eq!(p.place("opt/abs/shadow", Kind::File), Ok(Some("etc/shadow".into())));
-        assert_eq!(p.place("opt/up", Kind::Dir), Ok(None));
+        assert_eq!(p.place("opt/up/etc/evil", Placing::File), Ok(Some("etc/evil".into())));
+        assert_eq!(p.place("opt/up/../x", Placing::File), Err(Refused::Escapes));
+        assert_eq!(p.place("opt/abs/shadow", Placing::File), Ok(Some("etc/shadow".into())));
+        assert_eq!(p.place("opt/up", Placing::Dir), Ok(None));
     }
 
     #[test]
     fn never_writes_through_a_symlink_of_the_build() {
         let b = base();
         let mut p = Placer::new(&b);
-        assert_eq!(p.place("srv/link", Kind::Symlink("/")), Ok(Some("srv/link".into())));
+        assert_eq!(p.place("srv/link", Placing::Symlink("/")), Ok(Some("srv/link".into())));
         assert_eq!(
-            p.place("srv/link/etc/passwd", Kind::File),
+            p.place("srv/link/etc/passwd", Placing::File),
             Err(Refused::UnderSymlink { parent: "srv/link".into(), target: "/".into() })
         );
         // Not through a symlink that replaced one of the base's, either.
-        assert_eq!(p.place("lib", Kind::Symlink("../tmp")), Ok(Some("lib".into())));
-        assert!(matches!(p.place("lib/x", Kind::File), Err(Refused::UnderSymlink { .. })));
+        assert_eq!(p.place("lib", Placing::Symlink("../tmp")), Ok(Some("lib".into())));
+        assert!(matches!(p.place("lib/x", Placing::File), Err(Refused::UnderSymlink { .. })));
         // A directory entry for the link is left out, its children refused.
-        assert_eq!(p.place("srv/link", Kind::Dir), Ok(None));
-        assert_eq!(p.place("srv/file", Kind::File), Ok(Some("srv/file".into())));
+        assert_eq!(p.place("srv/link", Placing::Dir), Ok(None));
+        assert_eq!(p.place("srv/file", Placing::File), Ok(Some("srv/file".into())));
         assert_eq!(
-            p.place("srv/file/x", Kind::File),
+            p.place("srv/file/x", Placing::File),
             Err(Refused::UnderFile { parent: "srv/file".into() })
         );
         // The other order: a link where an earlier entry's parent is.
-        assert_eq!(p.place("var/evil/passwd", Kind::File), Ok(Some("var/evil/passwd".into())));
+        assert_eq!(p.place("var/evil/passwd", Placing::File), Ok(Some("var/evil/passwd".into())));
         assert!(matches!(
-            p.place("var/evil", Kind::Symlink("/etc")),
+            p.place("var/evil", Placing::Symlink("/etc")),
             Err(Refused::ReplacesDir { whose: " this build made", .. })
         ));
     }
@@ -310,27 +301,27 @@ mod tests {
     fn never_replaces_a_directory() {
         let b = base();
         let mut p = Placer::new(&b);
-        let err = p.place("usr/lib", Kind::Symlink("/tmp")).unwrap_err();
+        let err = p.place("usr/lib", Placing::Symlink("/tmp")).unwrap_err();
         assert_eq!(err.to_string(), "it would replace the directory /usr/lib of the base image with a symlink (dpkg and rpm refuse this too)");
-        assert_eq!(p.place("srv/d", Kind::Dir), Ok(Some("srv/d".into())));
+        assert_eq!(p.place("srv/d", Placing::Dir), Ok(Some("srv/d".into())));
         assert!(matches!(
-            p.place("srv/d", Kind::File),
+            p.place("srv/d", Placing::File),
             Err(Refused::ReplacesDir { whose: " this build made", .. })
         ));
         // Files replace files and symlinks, as dpkg and rpm do.
-        assert_eq!(p.place("etc/passwd", Kind::File), Ok(Some("etc/passwd".into())));
-        assert_eq!(p.place("etc/passwd", Kind::Symlink("x")), Ok(Some("etc/passwd".into())));
+        assert_eq!(p.place("etc/passwd", Placing::File), Ok(Some("etc/passwd".into())));
+        assert_eq!(p.place("etc/passwd", Placing::Symlink("x")), Ok(Some("etc/passwd".into())));
     }
 
     #[test]
     fn refuses_odd_names() {
         let b = base();
         let mut p = Placer::new(&b);
-        assert_eq!(p.place("usr/bin/a\nb", Kind::File), Err(Refused::OddName));
-        assert_eq!(p.place("usr/bin/a\0b", Kind::File), Err(Refused::OddName));
-        assert_eq!(p.place("/etc/x", Kind::File), Err(Refused::Escapes));
-        assert_eq!(p.place("a//b", Kind::File), Err(Refused::Escapes));
-        assert_eq!(p.place("", Kind::Dir), Err(Refused::Escapes));
+        assert_eq!(p.place("usr/bin/a\nb", Placing::File), Err(Refused::OddName));
+        assert_eq!(p.place("usr/bin/a\0b", Placing::File), Err(Refused::OddName));
+        assert_eq!(p.place("/etc/x", Placing::File), Err(Refused::Escapes));
+        assert_eq!(p.place("a//b", Placing::File), Err(Refused::Escapes));
+        assert_eq!(p.place("", Placing::Dir), Err(Refused::Escapes));
     }
 
     #[test]

@@ -131,7 +131,7 @@ const RANKS: &[&[&str]] = &[
     &["erdma-common"],
     &["erdma-limits", "erdma-http"],
     &["erdma-openpgp", "erdma-oci"],
-    &["erdma-deb"],
+    &["erdma-deb", "erdma-rpm"],
     &["erdma-build", "erdma-oci-hook"],
     &["erdma-kube"],
     &["erdma-fuzz"],

@@ -63,6 +63,32 @@ impl LayerCache {
     }
 }
 
+/// Files of a base image, read as a container would see them: what the package backends read
+/// (package databases, sources, keys, rpm's macros) without knowing where the image comes from.
+pub trait BaseFiles: Sync {
+    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>>;
+    fn list(&self, dir: &str) -> Result<Vec<String>>;
+    /// `path` with the symlinks in its directories resolved inside the image.
+    fn real_path(&self, path: &str) -> Result<Option<String>>;
+    /// What the image has at `path` (not following a final symlink).
+    fn kind(&self, path: &str) -> Result<Option<SnapEntry>>;
+}
+
+impl BaseFiles for ImageFiles<'_> {
+    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        ImageFiles::read(self, path, max)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        ImageFiles::list(self, dir)
+    }
+    fn real_path(&self, path: &str) -> Result<Option<String>> {
+        ImageFiles::real_path(self, path, false)
+    }
+    fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
+        self.entry(path)
+    }
+}
+
 /// Files of one source image as a container would see them (topmost layer wins, whiteouts
 /// honoured, symlinks resolved inside the image). Layers are read once each, top down, and
 /// only as far down as a question needs.

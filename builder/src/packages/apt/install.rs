@@ -11,13 +11,12 @@ use super::resolve::{self, Installed, Planned, Request};
 use crate::error::{Error, Result};
 use crate::packages::nccl;
 use crate::packages::payload::{self, FileType, Placer, Refused};
-use crate::packages::{
-    BaseFiles, Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport,
-};
+use crate::packages::{Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport};
 use erdma_common::progress::Reporter;
 use erdma_deb::deb::{self, DataKind, Deb};
 use erdma_deb::deb822::{self, Paragraph};
 use erdma_deb::repo::{self, IndexedPackage, RepoSpec, SourceEntry};
+use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{Entry, EntryKind, LayerContents};
 
 pub const STATUS: &str = "var/lib/dpkg/status";
@@ -609,13 +608,15 @@ fn inspect(
                 entry.mode,
             ));
             let place = match &entry.kind {
-                DataKind::Dir => payload::Kind::Dir,
-                DataKind::Symlink(t) => payload::Kind::Symlink(t),
+                DataKind::Dir => erdma_oci::layer::Placing::Dir,
+                DataKind::Symlink(t) => erdma_oci::layer::Placing::Symlink(t),
                 DataKind::File { .. } => {
                     files.insert(entry.path.clone());
-                    payload::Kind::File
+                    erdma_oci::layer::Placing::File
                 }
-                DataKind::Hardlink(target) if files.contains(target) => payload::Kind::File,
+                DataKind::Hardlink(target) if files.contains(target) => {
+                    erdma_oci::layer::Placing::File
+                }
                 DataKind::Hardlink(target) => {
                     return Err(dangling_link(&path, &entry.path, target))
                 }
@@ -719,9 +720,9 @@ pub fn unpack(
                 }
             };
             let place = match &kind {
-                EntryKind::Dir => payload::Kind::Dir,
-                EntryKind::Symlink(t) => payload::Kind::Symlink(t),
-                _ => payload::Kind::File,
+                EntryKind::Dir => erdma_oci::layer::Placing::Dir,
+                EntryKind::Symlink(t) => erdma_oci::layer::Placing::Symlink(t),
+                _ => erdma_oci::layer::Placing::File,
             };
             let Some(real) = placer.place(&entry.path, place).map_err(&mut refuse)? else {
                 return Ok(());

@@ -4,14 +4,15 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::repodata;
 use super::repos::{self, YumRepo};
-use super::PackageMeta;
 use crate::error::{Error, Result};
-use crate::packages::{BaseFiles, Inputs, Mirror, PackagesReport, Target};
+use crate::packages::{Inputs, Mirror, PackagesReport, Target};
 use erdma_common::progress::Reporter;
+use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_openpgp::{self as openpgp, Keyring};
+use erdma_rpm::repodata;
+use erdma_rpm::PackageMeta;
 
 /// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
 const MAX_REPOMD: u64 = 16 << 20;
@@ -147,7 +148,7 @@ pub async fn load_repo(
 async fn fetch_cached(
     http: &erdma_http::Client,
     url: &str,
-    sum: &super::Checksum,
+    sum: &erdma_rpm::Checksum,
     cache_dir: &Path,
 ) -> std::result::Result<Vec<u8>, String> {
     let dir = cache_dir.join("rpm-md");
@@ -276,8 +277,8 @@ pub fn base_repo_keys(
 /// librdmacm: their libraries are in /usr/lib64, which the dynamic loader searches without a
 /// cache entry) and rdma-core's `%post` (udevadm trigger, systemd presets: a container runs
 /// neither udev nor systemd).
-fn scriptlets(h: &super::header::Header) -> Vec<String> {
-    use super::header::tag;
+fn scriptlets(h: &erdma_rpm::header::Header) -> Vec<String> {
+    use erdma_rpm::header::tag;
     let name = h.name();
     let mut out = Vec::new();
     for (script, prog, what) in
@@ -309,7 +310,7 @@ fn scriptlets(h: &super::header::Header) -> Vec<String> {
 
 /// What a build of an rpm image knows about its database and repositories after resolving.
 struct Resolved {
-    db: super::rpmdb::Database,
+    db: erdma_rpm::rpmdb::Database,
     plan: super::resolve::Resolution,
     repos: Vec<LoadedRepo>,
     local: Vec<(PathBuf, PackageMeta)>,
@@ -348,7 +349,7 @@ async fn resolve(
     reporter: &dyn Reporter,
 ) -> Result<(Resolved, PackagesReport)> {
     let arch = basearch(inputs.arch);
-    let db = super::rpmdb::open(base)
+    let db = erdma_rpm::rpmdb::open(base)
         .map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))?
         .ok_or_else(|| {
             Error::Unsupported(format!(
@@ -455,7 +456,7 @@ async fn resolve(
         let (path, _, sha256) =
             crate::packages::local_package(arg, &cache.join("packages"), "rpm", MAX_RPM, http)
                 .await?;
-        let pkg = super::package::open(&path)
+        let pkg = erdma_rpm::package::open(&path)
             .map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
         // No signature is checked on it, but its digests are, as rpm checks them.
         pkg.check_digests(&path)
@@ -619,11 +620,12 @@ pub async fn install(
 /// The header's file list through [`crate::packages::payload::Placer`], as an unpack would
 /// place it (header order: a directory or symlink before what is under it).
 fn check_paths(
-    pkg: &super::package::Package,
+    pkg: &erdma_rpm::package::Package,
     meta: &PackageMeta,
     placer: &mut crate::packages::payload::Placer<'_>,
 ) -> Result<()> {
-    use crate::packages::payload::{check_name, Kind, Refused};
+    use crate::packages::payload::{check_name, Refused};
+    use erdma_oci::layer::Placing;
     for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
         let refuse = |why: Refused| Error::PackageEntry {
             package: format!("{} ({})", meta.nevra(), meta.origin),
@@ -633,9 +635,9 @@ fn check_paths(
         let norm = erdma_oci::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
         check_name(&norm).map_err(refuse)?;
         let kind = match f.file_type() {
-            0o040000 => Kind::Dir,
-            0o100000 => Kind::File,
-            0o120000 => Kind::Symlink(&f.link_to),
+            0o040000 => Placing::Dir,
+            0o100000 => Placing::File,
+            0o120000 => Placing::Symlink(&f.link_to),
             _ => continue,
         };
         placer.place(&norm, kind).map_err(refuse)?;
@@ -650,7 +652,7 @@ fn label(meta: &PackageMeta) -> String {
 
 /// The package's setuid and setgid files, device nodes, FIFOs and sockets, from its header
 /// ([`crate::packages::payload::special`]); `%ghost` files are not in the payload.
-fn note_special(pkg: &super::package::Package, label: &str, report: &mut PackagesReport) {
+fn note_special(pkg: &erdma_rpm::package::Package, label: &str, report: &mut PackagesReport) {
     use crate::packages::payload::{special, FileType};
     for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
         // Linux's `new_encode_dev` (include/linux/kdev_t.h), as rpm stores `FILERDEVS`.
@@ -676,11 +678,11 @@ fn on_disk(
     inputs: &Inputs<'_>,
     resolved: &Resolved,
     meta: &PackageMeta,
-) -> Result<Option<(PathBuf, super::package::Package)>> {
+) -> Result<Option<(PathBuf, erdma_rpm::package::Package)>> {
     if let Some((path, _)) =
         resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name)
     {
-        let pkg = super::package::open(path)
+        let pkg = erdma_rpm::package::open(path)
             .map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
         return Ok(Some((path.clone(), pkg)));
     }
@@ -700,7 +702,7 @@ fn on_disk(
     if !path.is_file() {
         return Ok(None);
     }
-    let pkg = super::package::open(&path)
+    let pkg = erdma_rpm::package::open(&path)
         .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
     pkg.verify(&path, &repo.keyring, erdma_common::dates::now()).map_err(|e| {
         Error::Unsupported(format!(
@@ -722,7 +724,7 @@ async fn fetch(
     resolved: &Resolved,
     report: &mut PackagesReport,
     reporter: &dyn Reporter,
-) -> Result<Vec<(PathBuf, super::package::Package)>> {
+) -> Result<Vec<(PathBuf, erdma_rpm::package::Package)>> {
     let dir = inputs.cache_dir.join("rpm").join("packages");
     std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
     let mut out = Vec::new();
@@ -731,7 +733,7 @@ async fn fetch(
         if let Some((path, _)) =
             resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name)
         {
-            let pkg = super::package::open(path)
+            let pkg = erdma_rpm::package::open(path)
                 .map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
             out.push((path.clone(), pkg));
             continue;
@@ -800,8 +802,8 @@ async fn fetch(
         } else {
             report.cached_debs += 1;
         }
-        let pkg =
-            super::package::open(&path).map_err(|e| Error::Unsupported(format!("{url}: {e}")))?;
+        let pkg = erdma_rpm::package::open(&path)
+            .map_err(|e| Error::Unsupported(format!("{url}: {e}")))?;
         pkg.verify(&path, &repo.keyring, erdma_common::dates::now()).map_err(|e| {
             Error::Unsupported(format!(
                 "{} from repository `{}` ({url}): {e}",
@@ -833,7 +835,7 @@ fn ids(text: &str) -> BTreeMap<String, u32> {
 /// added as rpm stores them. Returns the paths removed.
 fn unpack(
     resolved: &Resolved,
-    files: &[(PathBuf, super::package::Package)],
+    files: &[(PathBuf, erdma_rpm::package::Package)],
     base: &dyn BaseFiles,
     arch: &str,
     layer: &mut LayerContents,
@@ -852,25 +854,25 @@ fn unpack(
     // usr/sbin), and never replaces such a symlink with a directory; nothing is written
     // through a symlink this build installs (one placer for every package).
     let placer = std::cell::RefCell::new(crate::packages::payload::Placer::new(base));
-    let place = |p: &str, kind: crate::packages::payload::Kind<'_>| {
+    let place = |p: &str, kind: erdma_oci::layer::Placing<'_>| {
         placer.borrow_mut().place(p, kind).map_err(|why| why.to_string())
     };
     let now = erdma_common::dates::now().max(0) as u32;
-    let color = super::rpmdb::transaction_color(base, arch);
+    let color = erdma_rpm::rpmdb::transaction_color(base, arch);
     let mut blobs = Vec::new();
     for ((path, pkg), planned) in files.iter().zip(&resolved.plan.install) {
-        let entry_error = |e: super::package::RpmError| {
+        let entry_error = |e: erdma_rpm::package::RpmError| {
             let package = format!("{} ({})", planned.package.nevra(), planned.package.origin);
             match e {
-                super::package::RpmError::UnsafePath { entry, .. } => Error::PackageEntry {
+                erdma_rpm::package::RpmError::UnsafePath { entry, .. } => Error::PackageEntry {
                     package,
                     entry: entry.escape_debug().to_string(),
                     reason: crate::packages::payload::Refused::Escapes.to_string(),
                 },
-                super::package::RpmError::BadEntry { entry, reason, .. } => {
+                erdma_rpm::package::RpmError::BadEntry { entry, reason, .. } => {
                     Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason }
                 }
-                super::package::RpmError::Limit { exceeded, .. } => {
+                erdma_rpm::package::RpmError::Limit { exceeded, .. } => {
                     Error::Limit { what: format!("the payload of {package}"), exceeded }
                 }
                 e => Error::Unsupported(format!("{}: {e}", path.display())),
@@ -881,17 +883,21 @@ fn unpack(
                 path,
                 layer,
                 &owners,
-                &super::package::UnpackOptions { place: Some(&place), inflation, nodocs: false },
+                &erdma_rpm::package::UnpackOptions {
+                    place: Some(&place),
+                    inflation,
+                    nodocs: false,
+                },
             )
             .map_err(entry_error)?;
-        let ctx = super::rpmdb::InstallCtx {
+        let ctx = erdma_rpm::rpmdb::InstallCtx {
             install_time: now,
             tid: now,
             color,
             file_states: unpacked.file_states.clone(),
         };
         blobs.push(
-            super::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx)
+            erdma_rpm::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx)
                 .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?,
         );
     }
@@ -940,7 +946,7 @@ fn unpack(
         layer.add_whiteout(&rel)?;
         removed.push(f);
     }
-    for db_file in super::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
+    for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::Unsupported(format!("writing the rpm database: {e}")))?
     {
         db_file.apply(layer)?;
@@ -1005,7 +1011,7 @@ pub fn add_repos(
 
 /// Installed rpm packages: name → `[E:]V-R` (empty without a database).
 pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
-    let Some(db) = super::rpmdb::open(base)
+    let Some(db) = erdma_rpm::rpmdb::open(base)
         .map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))?
     else {
         return Ok(BTreeMap::new());

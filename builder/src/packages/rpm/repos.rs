@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::Result;
-use crate::packages::BaseFiles;
+use erdma_oci::files::BaseFiles;
 
 /// One `[id]` section of a `.repo` file.
 #[derive(Debug, Clone, PartialEq, Eq)]

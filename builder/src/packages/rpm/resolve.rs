@@ -25,8 +25,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::Serialize;
 
-use super::version::{compare_evr, overlaps, parse_evr, parse_rich, parse_rich_conflict, RichDep};
-use super::{Dep, Evr, PackageMeta};
+use erdma_rpm::version::{
+    compare_evr, overlaps, parse_evr, parse_rich, parse_rich_conflict, RichDep,
+};
+use erdma_rpm::{Dep, Evr, PackageMeta};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -881,7 +883,7 @@ pub fn resolve(
         // A provide (virtual name, soname): kept when installed, else its one provider.
         let dep = Dep {
             name: ask.name.clone(),
-            version: ask.version.clone().map(|v| (super::Cmp::Eq, v)),
+            version: ask.version.clone().map(|v| (erdma_rpm::Cmp::Eq, v)),
             pre: false,
         };
         if let Some(Id::Installed(i)) = s.world_providers(&dep).first() {

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use md5::Digest as _;
 use serde::Serialize;
 
-use super::header::{self, fileflag, sigtag, tag, Header, HeaderError};
+use crate::header::{self, fileflag, sigtag, tag, Header, HeaderError};
 use erdma_oci::layer::{self, Entry, EntryKind, LayerContents};
 use erdma_openpgp::{self as openpgp, Keyring, SignatureError};
 
@@ -204,9 +204,8 @@ impl FileInfo {
 
 /// Where a package path (normalised, no leading `/`) of the given kind lands in the image:
 /// `None` to write nothing there, an error (the reason) to refuse the entry
-/// ([`crate::packages::payload::Placer`]).
-pub type Place<'a> =
-    &'a dyn Fn(&str, crate::packages::payload::Kind<'_>) -> Result<Option<String>, String>;
+/// (erdma-build's `packages::payload::Placer`).
+pub type Place<'a> = &'a dyn Fn(&str, layer::Placing<'_>) -> Result<Option<String>, String>;
 
 /// How to install, as the transaction flags and macros of the image's dnf would say.
 #[derive(Clone, Copy)]
@@ -635,8 +634,9 @@ impl Package {
                 path: path.to_owned(),
                 entry: f.path.clone(),
             })?;
-            crate::packages::payload::check_name(&p)
-                .map_err(|why| bad(&f.path, why.to_string()))?;
+            if layer::odd_name(&p) {
+                return Err(bad(&f.path, layer::ODD_NAME.into()));
+            }
             if index.insert(p.clone(), i).is_some() {
                 return Err(bad(&f.path, "listed twice in the header".into()));
             }
@@ -813,9 +813,9 @@ impl Package {
                 let at = match opts.place {
                     Some(place) => {
                         let kind = match &e.kind {
-                            EntryKind::Dir => crate::packages::payload::Kind::Dir,
-                            EntryKind::Symlink(t) => crate::packages::payload::Kind::Symlink(t),
-                            _ => crate::packages::payload::Kind::File,
+                            EntryKind::Dir => layer::Placing::Dir,
+                            EntryKind::Symlink(t) => layer::Placing::Symlink(t),
+                            _ => layer::Placing::File,
                         };
                         match place(&norm[i], kind).map_err(|why| bad(&files[i].path, why))? {
                             Some(at) => at,
@@ -1178,7 +1178,7 @@ impl FileHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packages::rpm::header::Value;
+    use crate::header::Value;
     use std::collections::BTreeMap;
     use std::process::Command;
 

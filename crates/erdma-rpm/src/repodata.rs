@@ -13,7 +13,7 @@ use std::io::{BufRead, Read};
 use quick_xml::events::Event;
 use quick_xml::XmlVersion;
 
-use super::{Checksum, Cmp, Dep, Evr, PackageMeta};
+use crate::{Checksum, Cmp, Dep, Evr, PackageMeta};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepodataError {

@@ -958,7 +958,7 @@ mod tests {
 
     type Records = Vec<(Vec<u8>, Vec<u8>)>;
 
-    use crate::packages::rpm::TestRng as Rng;
+    use crate::TestRng as Rng;
 
     /// Whether `db5.3_<tool>` runs here: `false` (with the reason printed) when it does not,
     /// a failure instead under CI, where every test must run.
@@ -1187,9 +1187,9 @@ mod tests {
     }
 
     // Files Debian 11's rpm 4.16 (libdb 5.3.28) wrote; testdata/rpm/bdb/README.md says how.
-    const REAL_PACKAGES: &[u8] = include_bytes!("../../../../../testdata/rpm/bdb/Packages");
-    const REAL_NAME: &[u8] = include_bytes!("../../../../../testdata/rpm/bdb/Name");
-    const REAL_BASENAMES: &[u8] = include_bytes!("../../../../../testdata/rpm/bdb/Basenames");
+    const REAL_PACKAGES: &[u8] = include_bytes!("../../../../testdata/rpm/bdb/Packages");
+    const REAL_NAME: &[u8] = include_bytes!("../../../../testdata/rpm/bdb/Name");
+    const REAL_BASENAMES: &[u8] = include_bytes!("../../../../testdata/rpm/bdb/Basenames");
 
     #[test]
     fn reads_files_rpm_wrote() {

@@ -13,7 +13,7 @@
 //! Hand-written rather than taken from the `rpm` crate: that crate does not write installed
 //! headers (region kept, dribbles appended) and would bring a second rpgp version; this is
 //! small and every read is bounds-checked against hostile input.
-use super::{Cmp, Dep, Evr, PackageMeta};
+use crate::{Cmp, Dep, Evr, PackageMeta};
 
 /// What starts every header in a package file (`rpm_header_magic`), absent in the database.
 pub const MAGIC: [u8; 8] = [0x8e, 0xad, 0xe8, 0x01, 0, 0, 0, 0];
@@ -593,7 +593,7 @@ impl Header {
                         _ => None,
                     };
                 let version = match (cmp, ver) {
-                    (Some(c), Some(s)) => Some((c, super::version::parse_evr(s))),
+                    (Some(c), Some(s)) => Some((c, crate::version::parse_evr(s))),
                     _ => None,
                 };
                 let pre = fl & (sense::PREREQ | sense::SCRIPT_PRE | sense::SCRIPT_POST) != 0;

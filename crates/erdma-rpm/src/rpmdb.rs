@@ -18,9 +18,9 @@ mod sqlite;
 
 use std::collections::BTreeMap;
 
-use super::header::{self, tag, Header, HeaderError, Value};
-use super::PackageMeta;
-use crate::packages::BaseFiles;
+use crate::header::{self, tag, Header, HeaderError, Value};
+use crate::PackageMeta;
+use erdma_oci::files::BaseFiles;
 
 /// Where rpm keeps its database (`%_dbpath`); Fedora >= 36 and EL10 link it to
 /// `usr/lib/sysimage/rpm`, which [`BaseFiles::real_path`] follows.
@@ -113,7 +113,7 @@ pub enum RpmdbError {
     Base {
         path: String,
         #[source]
-        source: Box<crate::error::Error>,
+        source: Box<erdma_oci::Error>,
     },
     #[error("the rpm database at /{path} is in rpm's ndb format, which erdma-build cannot write; hint: convert it in the base (`rpmdb --rebuilddb --define '_db_backend sqlite'`) or use a base with a sqlite or bdb database")]
     Ndb { path: String },
@@ -162,7 +162,7 @@ pub enum RpmdbError {
 }
 
 impl RpmdbError {
-    fn base(path: &str, e: crate::error::Error) -> RpmdbError {
+    fn base(path: &str, e: erdma_oci::Error) -> RpmdbError {
         RpmdbError::Base { path: path.to_string(), source: Box::new(e) }
     }
 }
@@ -888,17 +888,17 @@ mod tests {
     struct DirBase(PathBuf);
 
     impl BaseFiles for DirBase {
-        fn read(&self, path: &str, _max: u64) -> crate::error::Result<Option<Vec<u8>>> {
+        fn read(&self, path: &str, _max: u64) -> erdma_oci::Result<Option<Vec<u8>>> {
             Ok(std::fs::read(self.0.join(path)).ok())
         }
-        fn list(&self, dir: &str) -> crate::error::Result<Vec<String>> {
+        fn list(&self, dir: &str) -> erdma_oci::Result<Vec<String>> {
             let Ok(rd) = std::fs::read_dir(self.0.join(dir)) else { return Ok(Vec::new()) };
             Ok(rd
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect())
         }
-        fn real_path(&self, path: &str) -> crate::error::Result<Option<String>> {
+        fn real_path(&self, path: &str) -> erdma_oci::Result<Option<String>> {
             let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
             let root = self.0.canonicalize().unwrap();
             let Ok(real) = self.0.join(dir).canonicalize() else { return Ok(None) };
@@ -906,7 +906,7 @@ mod tests {
                 real.strip_prefix(&root).expect("inside the root").to_string_lossy().into_owned();
             Ok(Some(if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") }))
         }
-        fn kind(&self, _path: &str) -> crate::error::Result<Option<erdma_oci::rootfs::SnapEntry>> {
+        fn kind(&self, _path: &str) -> erdma_oci::Result<Option<erdma_oci::rootfs::SnapEntry>> {
             Ok(None)
         }
     }

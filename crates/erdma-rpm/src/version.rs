@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::{Cmp, Dep, Evr};
+use crate::{Cmp, Dep, Evr};
 
 /// rpm's `rpmvercmp`: compares two version (or release) strings segment by segment.
 ///
@@ -886,7 +886,7 @@ mod tests {
         Err("no python3 with the rpm module (python3-rpm)".into())
     }
 
-    use crate::packages::rpm::TestRng as Rng;
+    use crate::TestRng as Rng;
 
     fn version(rng: &mut Rng) -> String {
         const CHARS: &[u8] = b"0012345689abzAZ..~~^^_+";

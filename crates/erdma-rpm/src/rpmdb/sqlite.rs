@@ -11,7 +11,7 @@ use std::path::Path;
 use rusqlite::{params, Connection, OpenFlags};
 
 use super::{index_entries, RpmdbError, INDEXES};
-use crate::packages::rpm::header::Header;
+use crate::header::Header;
 
 /// What [`read`] gets out of a database file.
 pub(super) struct Read {
