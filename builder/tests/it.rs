@@ -1,4 +1,6 @@
 //! Integration tests for erdma-build against real components (see tests/support).
+// A test binary has no API: its helpers are `pub` for the modules beside them.
+#![allow(unreachable_pub)]
 
 mod cases;
 mod support;

@@ -11,6 +11,8 @@
 //!
 //! Inputs come from a seeded generator (the same cases every run; `ERDMA_PROP_SEED` picks
 //! others, `ERDMA_PROP_CASES` more of them).
+// A test binary has no API: its helpers are `pub` for the modules beside them.
+#![allow(unreachable_pub)]
 use std::cmp::Ordering;
 use std::path::Path;
 use std::process::Command;

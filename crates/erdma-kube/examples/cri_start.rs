@@ -6,6 +6,8 @@
 //!
 //!   cargo run --release --example cri_start -- --image IMG --runs N \
 //!       --variant 'plain=/run/a.sock,runc' --variant 'nri ask=/run/b.sock,runc,ERDMA_VISIBLE_DEVICES=all'
+// An example has no API: its generated client is `pub` for its own modules.
+#![allow(unreachable_pub)]
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -119,11 +119,11 @@ const MAX_LINK: u64 = 64 << 10;
 
 /// `PAYLOADDIGESTALGO`/`FILEDIGESTALGO` values (`pgpHashAlgo`, rpmio/rpmpgp.h).
 mod hashalgo {
-    pub const MD5: u64 = 1;
-    pub const SHA1: u64 = 2;
-    pub const SHA256: u64 = 8;
-    pub const SHA384: u64 = 9;
-    pub const SHA512: u64 = 10;
+    pub(super) const MD5: u64 = 1;
+    pub(super) const SHA1: u64 = 2;
+    pub(super) const SHA256: u64 = 8;
+    pub(super) const SHA384: u64 = 9;
+    pub(super) const SHA512: u64 = 10;
 }
 
 /// File type bits of `FILEMODES` (`S_IFMT`).

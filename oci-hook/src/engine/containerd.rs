@@ -22,9 +22,9 @@ use super::{read_existing, ConfigureOptions, Engine, Entry, Plan, Planned, Regis
 use crate::error::{Error, Result};
 use crate::request::ANNOTATION;
 
-pub const DEFAULT_PATH: &str = "/etc/containerd/config.toml";
-pub const DROP_IN_NAME: &str = "erdma.toml";
-pub const HANDLER: &str = "erdma";
+pub(super) const DEFAULT_PATH: &str = "/etc/containerd/config.toml";
+pub(super) const DROP_IN_NAME: &str = "erdma.toml";
+pub(super) const HANDLER: &str = "erdma";
 
 const HEADER: &str =
     "# Written by `erdma-oci-hook configure containerd`: the CRI runtime handler `erdma`.\n";

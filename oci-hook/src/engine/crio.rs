@@ -12,9 +12,9 @@ use toml_edit::{value, DocumentMut, Item, Table};
 use super::{read_existing, ConfigureOptions, Engine, Entry, Plan, Planned, Registration};
 use crate::error::{Error, Result};
 
-pub const DEFAULT_PATH: &str = "/etc/crio/crio.conf";
-pub const DROP_IN_NAME: &str = "99-erdma.conf";
-pub const HANDLER: &str = "erdma";
+pub(super) const DEFAULT_PATH: &str = "/etc/crio/crio.conf";
+pub(super) const DROP_IN_NAME: &str = "99-erdma.conf";
+pub(super) const HANDLER: &str = "erdma";
 
 const HEADER: &str = "# Written by `erdma-oci-hook configure crio`: the runtime handler `erdma`, the `runc` handler's\n\
 # settings with erdma-runtime as the runtime.\n";

@@ -11,8 +11,8 @@ use super::{read_existing, ConfigureOptions, Engine, Entry, Plan, Planned, Regis
 use crate::config::Memlock;
 use crate::error::{Error, Result};
 
-pub const DEFAULT_PATH: &str = "/etc/docker/daemon.json";
-pub const RUNTIME_NAME: &str = "erdma";
+pub(super) const DEFAULT_PATH: &str = "/etc/docker/daemon.json";
+pub(super) const RUNTIME_NAME: &str = "erdma";
 
 fn malformed(path: &Path, reason: String) -> Error {
     Error::Malformed { what: "Docker daemon config", path: path.to_path_buf(), reason }

@@ -179,13 +179,13 @@ pub(crate) struct Planned {
 
 impl Planned {
     /// A file whose backups go beside it.
-    pub fn beside(path: PathBuf, old: Option<String>, new: String) -> Planned {
+    pub(crate) fn beside(path: PathBuf, old: Option<String>, new: String) -> Planned {
         let backup_dir = parent(&path).to_path_buf();
         Planned { path, old, new, backup_dir }
     }
 
     /// A file in a drop-in directory: backups go into the directory above.
-    pub fn drop_in(path: PathBuf, old: Option<String>, new: String) -> Planned {
+    pub(crate) fn drop_in(path: PathBuf, old: Option<String>, new: String) -> Planned {
         let backup_dir = parent(parent(&path)).to_path_buf();
         Planned { path, old, new, backup_dir }
     }

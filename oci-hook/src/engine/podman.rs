@@ -24,13 +24,13 @@ use super::{read_existing, ConfigureOptions, Engine, Entry, Plan, Planned, Regis
 use crate::error::{Error, Result};
 use crate::request::ANNOTATION;
 
-pub const DEFAULT_DIR: &str = "/etc/containers/oci/hooks.d";
+pub(super) const DEFAULT_DIR: &str = "/etc/containers/oci/hooks.d";
 /// The directories Podman and CRI-O both read by default.
 const SHARED_DIRS: &[&str] = &["/etc/containers/oci/hooks.d", "/usr/share/containers/oci/hooks.d"];
-pub const FILE_NAME: &str = "erdma.json";
+pub(super) const FILE_NAME: &str = "erdma.json";
 
 /// The hook definition for `hook_path`.
-pub fn hook_json(hook_path: &Path) -> Value {
+pub(super) fn hook_json(hook_path: &Path) -> Value {
     // An ERE for the exact annotation key: dots escaped, anchored.
     let key = format!("^{}$", ANNOTATION.replace('.', "\\."));
     json!({
