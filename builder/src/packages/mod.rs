@@ -258,12 +258,45 @@ pub struct Selected {
     pub package: String,
 }
 
-/// Resolves the packages `inputs` asks for against the base's database and the repositories,
-/// and, given a layer, fetches and verifies them and writes their files and the updated
-/// package database into it. Without a layer (`plan`) nothing is downloaded but indices
-/// (unless [`Inputs::download`]); the payloads of the packages already on disk are read for
-/// the report's [`PackagesReport::special_files`].
-/// Returns the report and the paths the layer removes from the base.
+/// What a package manager does for a build: the one interface `build`, `plan` and `check`
+/// reach the backends through. apt ([`apt::Apt`]) and rpm ([`rpm::Rpm`]) implement it; the
+/// recipe's [`Backend`] picks one ([`install`], [`add_repositories`]).
+pub trait PackageManager: Sync {
+    /// Resolves the packages `inputs` asks for against the base's database and the
+    /// repositories, and, given a layer, fetches and verifies them and writes their files and
+    /// the updated package database into it. Without a layer (`plan`) nothing is downloaded
+    /// but indices (unless [`Inputs::download`]); the payloads of the packages already on disk
+    /// are read for the report's [`PackagesReport::special_files`].
+    /// Returns the report and the paths the layer removes from the base.
+    fn install(
+        &self,
+        inputs: &Inputs<'_>,
+        base: &dyn BaseFiles,
+        layer: Option<&mut LayerContents>,
+        reporter: &dyn Reporter,
+    ) -> impl std::future::Future<Output = Result<(PackagesReport, Vec<String>)>>;
+
+    /// Configures the image's package manager for the recipe's own repositories (`urls`: the
+    /// URL each was reached at; `keys`: each one's verified key), so a later install inside the
+    /// image reaches them with the same trust. `nccl_cuda`: the CUDA an NCCL build was chosen
+    /// for, whose other majors' builds a later upgrade in the image must not bring (apt holds
+    /// the package in dpkg's status instead).
+    fn add_repositories(
+        &self,
+        target: &Target<'_>,
+        urls: &BTreeMap<String, String>,
+        keys: &BTreeMap<String, Vec<u8>>,
+        nccl_cuda: Option<nccl::Cuda>,
+        base: &dyn BaseFiles,
+        layer: &mut LayerContents,
+    ) -> Result<()>;
+
+    /// The packages installed in the base, name → version, from this manager's database;
+    /// empty when the base has none.
+    fn installed(&self, base: &dyn BaseFiles) -> Result<BTreeMap<String, String>>;
+}
+
+/// [`PackageManager::install`] by the recipe's backend.
 pub async fn install(
     backend: Backend,
     inputs: &Inputs<'_>,
@@ -272,16 +305,12 @@ pub async fn install(
     reporter: &dyn Reporter,
 ) -> Result<(PackagesReport, Vec<String>)> {
     match backend {
-        Backend::Apt => apt::install::install(inputs, base, layer, reporter).await,
-        Backend::Rpm => rpm::install::install(inputs, base, layer, reporter).await,
+        Backend::Apt => apt::Apt.install(inputs, base, layer, reporter).await,
+        Backend::Rpm => rpm::Rpm.install(inputs, base, layer, reporter).await,
     }
 }
 
-/// Configures the image's package manager for the recipe's own repositories (`urls`: the URL
-/// each was reached at; `keys`: each one's verified key), so a later install inside the image
-/// reaches them with the same trust. `nccl_cuda`: the CUDA an NCCL build was chosen for, whose
-/// other majors' builds a later upgrade in the image must not bring (apt holds the package in
-/// dpkg's status instead).
+/// [`PackageManager::add_repositories`] by the recipe's backend.
 pub fn add_repositories(
     backend: Backend,
     target: &Target<'_>,
@@ -292,19 +321,19 @@ pub fn add_repositories(
     layer: &mut LayerContents,
 ) -> Result<()> {
     match backend {
-        Backend::Apt => apt::install::add_sources(target, urls, keys, base, layer),
-        Backend::Rpm => rpm::install::add_repos(target, urls, keys, nccl_cuda, base, layer),
+        Backend::Apt => apt::Apt.add_repositories(target, urls, keys, nccl_cuda, base, layer),
+        Backend::Rpm => rpm::Rpm.add_repositories(target, urls, keys, nccl_cuda, base, layer),
     }
 }
 
 /// The packages installed in the base, name → version, from whichever database it has
 /// (dpkg's status, or rpm's database); empty when it has none.
 pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
-    let dpkg = apt::install::installed(base)?;
+    let dpkg = apt::Apt.installed(base)?;
     if !dpkg.is_empty() {
         return Ok(dpkg);
     }
-    rpm::install::installed(base)
+    rpm::Rpm.installed(base)
 }
 
 /// `--package FILE|URL` on disk, with its size and SHA256: a URL is downloaded into `dir`
