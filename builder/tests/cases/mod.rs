@@ -13,6 +13,7 @@ mod path_safety;
 mod registries_conf;
 mod registry;
 mod releases;
+mod reports;
 mod rpm;
 mod rpm_fixtures;
 mod tls;

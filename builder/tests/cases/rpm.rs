@@ -21,8 +21,8 @@ fn s(p: &Path) -> &str {
 
 /// What a test builds against: the base, the signed eRDMA repository, and a BaseOS-like one
 /// with the dependencies (libnl3, pciutils) that the base's own repository would serve.
-struct Setup {
-    tmp: tempfile::TempDir,
+pub(super) struct Setup {
+    pub(super) tmp: tempfile::TempDir,
     base: OciFixture,
     kind: BaseKind,
     erdma: RpmRepo,
@@ -31,7 +31,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(kind: BaseKind) -> Setup {
+    pub(super) fn new(kind: BaseKind) -> Setup {
         let tmp = tempfile::tempdir().unwrap();
         let el = kind.el();
         let key = RpmKey::generate();
@@ -60,7 +60,7 @@ impl Setup {
         }
     }
 
-    fn args(&self, cmd: &str) -> Vec<String> {
+    pub(super) fn args(&self, cmd: &str) -> Vec<String> {
         let k = s(&self.key_file).to_string();
         vec![
             cmd.into(),
@@ -79,7 +79,7 @@ impl Setup {
     }
 
     /// `erdma-build build` into an OCI layout; returns the report and the layout.
-    fn build(&self, extra: &[&str]) -> (Value, PathBuf) {
+    pub(super) fn build(&self, extra: &[&str]) -> (Value, PathBuf) {
         let out_dir = self.tmp.path().join("out");
         let mut args = self.args("build");
         args.extend(extra.iter().map(|a| a.to_string()));

@@ -1,0 +1,64 @@
+//! Why a package backend stopped: one error type for apt and rpm, one kind a variant, each
+//! message naming the repository, the package or the file, as apt's and dnf's would. (What
+//! the formats themselves refuse has its own types in `erdma_deb` and `erdma_rpm`; the
+//! resolvers' in `apt::resolve` and `rpm::resolve`.)
+
+#[derive(Debug, thiserror::Error)]
+pub enum PackageError {
+    /// A repository's metadata (repomd.xml, its signature, primary.xml) or key is unusable.
+    #[error("repository `{repo}`: {why}")]
+    Repository { repo: String, why: String },
+    /// One of the base's own repositories (`.repo` files) is unusable.
+    #[error("repository `{id}` ({file}): {why}")]
+    BaseRepository { id: String, file: String, why: String },
+    #[error("repository `{id}` ({file}) has {how}; hint: --mirror URL for a mirror of it, or disable it in the base")]
+    NoUrl { id: String, file: String, how: &'static str },
+    #[error("repository `{repo}` has no key")]
+    NoKey { repo: String },
+    /// No mirror of a recipe repository answered.
+    #[error("{why}; hint: --repo {repo}=URL or --mirror")]
+    Unreachable { why: String, repo: String },
+    /// Resolution failed while some of the base's repositories could not be read.
+    #[error("{why} (the base's repositories {repos} could not be reached; hint: --repo ID=URL for a mirror of each)")]
+    BaseUnreachable { why: String, repos: String },
+    #[error("reading the base's rpm database: {0}")]
+    ReadDatabase(String),
+    #[error("recipe {recipe} is for {distro}, but the base has no rpm database (/var/lib/rpm)")]
+    NoDatabase { recipe: String, distro: String },
+    #[error("writing the rpm database: {0}")]
+    WriteDatabase(String),
+    #[error("recipe {recipe} names no NCCL repository (`nccl = true`)")]
+    NoNcclRepository { recipe: String },
+    /// A `--package` file that cannot be read.
+    #[error("--package {arg}: {why}")]
+    LocalPackage { arg: String, why: String },
+    /// `what`: `name version` (apt) or the NEVRA (rpm).
+    #[error("--package {arg} is {what} for {arch}, not for the image's {image}")]
+    WrongArch { arg: String, what: String, arch: String, image: String },
+    /// A package file (named by its path or URL) that cannot be read or installed.
+    #[error("{at}: {why}")]
+    Package { at: String, why: String },
+    /// A package whose signature or digests do not verify against its repository's keys.
+    #[error("{nevra} from repository `{repo}` ({at}): {why}")]
+    Unverified { nevra: String, repo: String, at: String, why: String },
+    #[error("{nevra} comes from no repository read")]
+    NoOrigin { nevra: String },
+    #[error("{nevra} has no location in {repo}")]
+    NoLocation { nevra: String, repo: String },
+    #[error("{nevra} has no checksum in {repo}'s primary.xml")]
+    NoChecksum { nevra: String, repo: String },
+    /// `kind`: `checksum` (rpm's primary.xml) or `SHA256` (an apt index).
+    #[error("malformed {kind} for {url} in {repo}")]
+    MalformedChecksum { kind: &'static str, url: String, repo: String },
+    #[error("the base image configures no apt repository (its /etc/apt/sources.list and sources.list.d list none); hint: pass --mirror URL, the {distro} archive to install from")]
+    NoSources { distro: String },
+    #[error(
+        "the base's apt source {uris} is marked trusted=yes; unsigned repositories are not used"
+    )]
+    TrustedYes { uris: String },
+    #[error("the base's apt source names key {path}, which the image does not have")]
+    MissingKey { path: String },
+    /// No gid left in the system range for a group a package's scripts would add.
+    #[error("no free system gid for group {group}")]
+    NoGid { group: &'static str },
+}
