@@ -70,6 +70,9 @@ pub enum Error {
     #[error(transparent)]
     RpmResolve(#[from] crate::packages::rpm::resolve::ResolveError),
 
+    #[error(transparent)]
+    Package(#[from] crate::packages::PackageError),
+
     #[error("reading package {path}")]
     Deb {
         path: PathBuf,

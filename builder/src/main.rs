@@ -219,7 +219,7 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
                 let what = match &c.action {
                     Action::Install => "install".to_string(),
                     Action::Upgrade { from } => format!("upgrade from {from}"),
-                    Action::Replace { from } => format!("replace {from}"),
+                    Action::Replace { from } => format!("replace {}", from.join(", ")),
                     Action::Downgrade { from } => format!("downgrade from {from}"),
                 };
                 writeln!(out, "  package {} {} ({what}; {})", c.name, c.version, c.origin)?;

@@ -5,6 +5,7 @@
 //! What every backend needs lives here, once, below them: the inputs and the report, OpenPGP
 //! keys, pins and signature verification ([`openpgp`]) and NCCL's build selection ([`nccl`]).
 pub mod apt;
+mod error;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 
@@ -21,6 +22,7 @@ use crate::error::Result;
 use erdma_common::progress::Reporter;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
+pub use error::PackageError;
 
 /// A repository packages come from, as a recipe names it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -237,7 +239,7 @@ pub struct Unsigned {
     pub sha256: String,
 }
 
-/// What a package of the plan does to the base.
+/// What a package of the plan does to the base: one vocabulary for both backends.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case", tag = "action")]
 pub enum Action {
@@ -245,10 +247,20 @@ pub enum Action {
     Install,
     /// The base has an older version.
     Upgrade { from: String },
-    /// The base has another build of it (e.g. Mellanox OFED's): removed, then installed.
-    Replace { from: String },
-    /// A pinned version (`name=version`) older than the base's.
+    /// The base has other builds in its place (Mellanox OFED's; rpm: what its `Obsoletes` or a
+    /// replace rule names, or another build of the same EVR): removed, then this installed.
+    /// apt names the replaced build by its version, rpm by NEVRA; the report joins them.
+    Replace {
+        #[serde(serialize_with = "joined")]
+        from: Vec<String>,
+    },
+    /// A pinned version (`name=version`), or one a dependency needs exactly, older than the
+    /// base's.
     Downgrade { from: String },
+}
+
+fn joined<S: serde::Serializer>(from: &[String], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&from.join(", "))
 }
 
 /// A requested virtual name and the package installed for it.

@@ -239,9 +239,10 @@ impl std::fmt::Debug for UnpackOptions<'_> {
     }
 }
 
-/// A device node, FIFO or socket: the layer cannot hold it, so it is reported, not created.
+/// A device node, FIFO or socket of a payload: the layer cannot hold it, so it is reported, not
+/// created (erdma-build's report turns it into one of its special files).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SpecialFile {
+pub struct Node {
     pub path: String,
     /// `char`, `block`, `fifo` or `socket`.
     pub kind: &'static str,
@@ -264,7 +265,7 @@ pub struct Unpacked {
     /// Regular files with the setuid or setgid bit, with their permission bits.
     pub setid: Vec<(String, u32)>,
     /// Device nodes, FIFOs and sockets (not created).
-    pub special: Vec<SpecialFile>,
+    pub nodes: Vec<Node>,
     /// Bytes of the decompressed payload.
     pub archive_size: u64,
 }
@@ -936,7 +937,7 @@ impl Package {
                     let (major, minor) =
                         ((f.rdev >> 8) & 0xfff, (f.rdev & 0xff) | ((f.rdev >> 12) & 0xfff00));
                     if !skipped[fx] {
-                        out.special.push(SpecialFile {
+                        out.nodes.push(Node {
                             path: f.path.clone(),
                             kind,
                             mode: f.mode & 0o7777,
@@ -1481,7 +1482,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             assert_eq!(u.ghosts, ["/var/log/erdmatest.log"]);
             assert_eq!(u.config, ["/etc/erdmatest.conf"]);
             assert_eq!(u.setid, [("/usr/bin/su1".to_string(), 0o4755)]);
-            assert!(u.special.is_empty());
+            assert!(u.nodes.is_empty());
             assert_eq!(u.file_states, vec![filestate::NORMAL; pkg.files().len()]);
             assert_eq!(u.written.len(), pkg.files().len() - 1, "everything but the ghost");
             // rpmbuild records the archive's size in the signature header (unsigned, so not our bound).

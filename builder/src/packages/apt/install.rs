@@ -11,6 +11,7 @@ use super::resolve::{self, Installed, Planned, Request};
 use crate::error::{Error, Result};
 use crate::packages::nccl;
 use crate::packages::payload::{self, FileType, Placer, Refused};
+use crate::packages::PackageError;
 use crate::packages::{Inputs, Mirror, NcclRequest, PackageChange, PackageRef, PackagesReport};
 use erdma_common::progress::Reporter;
 use erdma_deb::deb::{self, DataKind, Deb};
@@ -197,10 +198,13 @@ pub async fn resolve(
         reporter.step(&format!("reading unsigned package {arg}"));
         let deb = super::local::load(arg, &inputs.cache_dir, client).await?;
         if deb.arch != inputs.arch && deb.arch != "all" {
-            return Err(Error::Unsupported(format!(
-                "--package {arg} is {} {} for {}, not for the image's {}",
-                deb.name, deb.version, deb.arch, inputs.arch
-            )));
+            return Err(PackageError::WrongArch {
+                arg: arg.to_string(),
+                what: format!("{} {}", deb.name, deb.version),
+                arch: deb.arch.clone(),
+                image: inputs.arch.to_string(),
+            }
+            .into());
         }
         install.push(deb.request());
         ranges.push((format!("--package {arg}"), available.len()..available.len() + 1));
@@ -268,10 +272,9 @@ fn nccl_version(
 ) -> Result<String> {
     let names = inputs.target.nccl_repositories();
     if names.is_empty() {
-        return Err(Error::Unsupported(format!(
-            "recipe {} names no NCCL repository (`nccl = true`)",
-            inputs.target.recipe
-        )));
+        return Err(
+            PackageError::NoNcclRepository { recipe: inputs.target.recipe.to_string() }.into()
+        );
     }
     let versions = ranges
         .iter()
@@ -348,10 +351,10 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
         // Slimmed images delete their lists: with --mirror, read the release's main suite.
         let t = &inputs.target;
         let (Some(m), Some(codename)) = (everywhere, t.codename) else {
-            return Err(Error::Unsupported(format!(
-                "the base image configures no apt repository (its /etc/apt/sources.list and sources.list.d list none); hint: pass --mirror URL, the {} archive to install from",
-                if t.pretty.is_empty() { "distribution's" } else { t.pretty }
-            )));
+            return Err(PackageError::NoSources {
+                distro: if t.pretty.is_empty() { "distribution's" } else { t.pretty }.to_string(),
+            }
+            .into());
         };
         let components = if t.distro_id == "ubuntu" {
             vec!["main".to_string(), "universe".to_string()]
@@ -372,7 +375,7 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
     let mut out = Vec::new();
     for e in entries {
         if e.trusted {
-            return Err(Error::Unsupported(format!("the base's apt source {} is marked trusted=yes; unsigned repositories are not used", e.uris.join(" "))));
+            return Err(PackageError::TrustedYes { uris: e.uris.join(" ") }.into());
         }
         let keyring = match &e.signed_by {
             _ if inputs.base_keyring.is_some() => inputs.base_keyring.clone().unwrap_or_default(),
@@ -381,9 +384,7 @@ fn base_specs(inputs: &Inputs<'_>, base: &dyn BaseFiles) -> Result<Vec<(String, 
             }
             Some(path) => {
                 let data = base.read(path, 4 << 20)?.ok_or_else(|| {
-                    Error::Unsupported(format!(
-                        "the base's apt source names key {path}, which the image does not have"
-                    ))
+                    Error::from(PackageError::MissingKey { path: path.to_string() })
                 })?;
                 erdma_openpgp::dearmor(&data)?
             }
@@ -477,7 +478,12 @@ async fn fetch_one(
     let (sha256, url, size) = (pkg.sha256(), pkg.url(), pkg.size());
     let path = dir.join(format!("{sha256}.deb"));
     if erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
-        return Err(Error::Unsupported(format!("malformed SHA256 for {url} in {}", pkg.repo())));
+        return Err(PackageError::MalformedChecksum {
+            kind: "SHA256",
+            url: url.clone(),
+            repo: pkg.repo().to_string(),
+        }
+        .into());
     }
     if path.exists() {
         return Ok((path, 0));
@@ -985,7 +991,7 @@ fn emulate_scripts(
         group.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
     let gid = (100..=999)
         .find(|g| !used.contains(g))
-        .ok_or_else(|| Error::Unsupported("no free system gid for group rdma".into()))?;
+        .ok_or_else(|| Error::from(PackageError::NoGid { group: "rdma" }))?;
     let mut new_group = group.clone();
     if !new_group.is_empty() && !new_group.ends_with('\n') {
         new_group.push('\n');

@@ -582,7 +582,7 @@ pub fn resolve(
         let action = match inst.get(c.name) {
             None => Action::Install,
             Some(i) if replaceable.contains(c.name) && c.version != i.version => {
-                Action::Replace { from: i.version.to_string() }
+                Action::Replace { from: vec![i.version.to_string()] }
             }
             Some(i) if c.version < i.version => Action::Downgrade { from: i.version.to_string() },
             Some(i) => Action::Upgrade { from: i.version.to_string() },
@@ -686,7 +686,7 @@ mod tests {
             arch: "amd64",
         };
         let r = resolve(&req, &base, &available()).unwrap();
-        assert_eq!(names(&r), ["libibverbs1 44.0-2 Replace { from: \"2307mlnx47-1.2310036\" }"]);
+        assert_eq!(names(&r), ["libibverbs1 44.0-2 Replace { from: [\"2307mlnx47-1.2310036\"] }"]);
         assert_eq!(r.kept.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["libnl-3-200"]);
         // Without the replace list, apt keeps the newer-looking OFED build.
         let req = Request { install: &["libibverbs1".into()], replace: &[], arch: "amd64" };
@@ -890,8 +890,8 @@ mod tests {
         assert_eq!(
             names(&r),
             [
-                "ibverbs-providers 56.1-1 Replace { from: \"2404mlnx51-1.2404066\" }",
-                "libibverbs1 56.1-1 Replace { from: \"2404mlnx51-1.2404066\" }",
+                "ibverbs-providers 56.1-1 Replace { from: [\"2404mlnx51-1.2404066\"] }",
+                "libibverbs1 56.1-1 Replace { from: [\"2404mlnx51-1.2404066\"] }",
                 "librdmacm1t64 56.1-1 Install"
             ]
         );
@@ -907,7 +907,8 @@ mod tests {
             .unwrap();
             assert!(
                 names(&r).contains(
-                    &"librdmacm1t64 56.1-1 Replace { from: \"2404mlnx51-1.2404066\" }".to_string()
+                    &"librdmacm1t64 56.1-1 Replace { from: [\"2404mlnx51-1.2404066\"] }"
+                        .to_string()
                 ),
                 "{provides}: {:?}",
                 names(&r)

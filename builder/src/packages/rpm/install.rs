@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::repos::{self, YumRepo};
 use crate::error::{Error, Result};
+use crate::packages::PackageError;
 use crate::packages::{Inputs, Mirror, PackagesReport, Target};
 use erdma_common::progress::Reporter;
 use erdma_oci::files::BaseFiles;
@@ -87,14 +88,10 @@ pub async fn load_repo(
                 unreachable.push(e.to_string());
                 continue;
             }
-            Err(e) => return Err(Error::Unsupported(format!("repository `{name}`: {e}"))),
+            Err(e) => return Err(repository(name, e)),
         };
         let sig_url = format!("{repomd_url}.asc");
-        match http
-            .get(&sig_url, 1 << 20)
-            .await
-            .map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?
-        {
+        match http.get(&sig_url, 1 << 20).await.map_err(|e| repository(name, e))? {
             Some(sig) => erdma_openpgp::verify_detached_with(
                 &raw,
                 &sig,
@@ -102,43 +99,35 @@ pub async fn load_repo(
                 erdma_common::dates::now(),
             )
             .map_err(|e| {
-                Error::Unsupported(format!(
-                    "repository `{name}`: {repomd_url} does not verify against {sig_url}: {e}"
-                ))
+                repository(name, format!("{repomd_url} does not verify against {sig_url}: {e}"))
             })?,
             None if repo_gpgcheck => {
-                return Err(Error::Unsupported(format!(
-                    "repository `{name}`: repo_gpgcheck is set but {sig_url} does not exist"
-                )))
+                return Err(repository(
+                    name,
+                    format!("repo_gpgcheck is set but {sig_url} does not exist"),
+                ))
             }
             None => {}
         }
         let md = repodata::parse_repomd(&raw)
-            .map_err(|e| Error::Unsupported(format!("repository `{name}`: {repomd_url}: {e}")))?;
-        let primary =
-            md.primary().map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
+            .map_err(|e| repository(name, format!("{repomd_url}: {e}")))?;
+        let primary = md.primary().map_err(|e| repository(name, e))?;
         let sum = primary.checksum.clone().ok_or_else(|| {
-            Error::Unsupported(format!(
-                "repository `{name}`: repomd.xml gives no checksum for {}",
-                primary.location
-            ))
+            repository(name, format!("repomd.xml gives no checksum for {}", primary.location))
         })?;
         let compressed =
             fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir)
                 .await
-                .map_err(|e| Error::Unsupported(format!("repository `{name}`: {e}")))?;
+                .map_err(|e| repository(name, e))?;
         let xml = repodata::decompress(
             &primary.location,
             &compressed,
             MAX_PRIMARY_OPEN,
             crate::packages::max_inflation(http),
         )
-        .map_err(|e| {
-            Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location))
-        })?;
-        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name).map_err(|e| {
-            Error::Unsupported(format!("repository `{name}`: {}: {e}", primary.location))
-        })?;
+        .map_err(|e| repository(name, format!("{}: {e}", primary.location)))?;
+        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name)
+            .map_err(|e| repository(name, format!("{}: {e}", primary.location)))?;
         return Ok(Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring }));
     }
     Ok(Err(format!("repository `{name}` cannot be reached ({})", unreachable.join("; "))))
@@ -193,10 +182,12 @@ pub async fn base_repo_urls(
                 Ok(t) => t.unwrap_or_default(),
                 Err(e) if e.is_transient() => Vec::new(),
                 Err(e) => {
-                    return Err(Error::Unsupported(format!(
-                        "repository `{}` ({}): mirrorlist: {e}",
-                        repo.id, repo.file
-                    )))
+                    return Err(PackageError::BaseRepository {
+                        id: repo.id.clone(),
+                        file: repo.file.clone(),
+                        why: format!("mirrorlist: {e}"),
+                    }
+                    .into())
                 }
             };
             urls = String::from_utf8_lossy(&text)
@@ -213,7 +204,9 @@ pub async fn base_repo_urls(
         } else {
             "no baseurl or mirrorlist"
         };
-        return Err(Error::Unsupported(format!("repository `{}` ({}) has {how}; hint: --mirror URL for a mirror of it, or disable it in the base", repo.id, repo.file)));
+        return Err(
+            PackageError::NoUrl { id: repo.id.clone(), file: repo.file.clone(), how }.into()
+        );
     }
     Ok(urls.into_iter().map(|u| mirrored(&u, mirrors)).collect())
 }
@@ -246,8 +239,8 @@ pub fn base_repo_keys(
     base: &dyn BaseFiles,
     base_keyring: Option<&[u8]>,
 ) -> Result<Keyring> {
-    let bad = |why: String| {
-        Error::Unsupported(format!("repository `{}` ({}): {why}", repo.id, repo.file))
+    let bad = |why: String| -> Error {
+        PackageError::BaseRepository { id: repo.id.clone(), file: repo.file.clone(), why }.into()
     };
     let mut raw = Vec::new();
     match base_keyring {
@@ -350,12 +343,12 @@ async fn resolve(
 ) -> Result<(Resolved, PackagesReport)> {
     let arch = basearch(inputs.arch);
     let db = erdma_rpm::rpmdb::open(base)
-        .map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))?
+        .map_err(|e| Error::from(PackageError::ReadDatabase(e.to_string())))?
         .ok_or_else(|| {
-            Error::Unsupported(format!(
-                "recipe {} is for {}, but the base has no rpm database (/var/lib/rpm)",
-                inputs.target.recipe, inputs.target.pretty
-            ))
+            Error::from(PackageError::NoDatabase {
+                recipe: inputs.target.recipe.to_string(),
+                distro: inputs.target.pretty.to_string(),
+            })
         })?;
     let installed = db.installed();
     let mut report = PackagesReport::default();
@@ -428,14 +421,13 @@ async fn resolve(
         let key = inputs
             .repo_keys
             .get(&repo.name)
-            .ok_or_else(|| Error::Unsupported(format!("repository `{}` has no key", repo.name)))?;
-        let keyring = Keyring::load(key)
-            .map_err(|e| Error::Unsupported(format!("repository `{}`: {e}", repo.name)))?;
+            .ok_or_else(|| Error::from(PackageError::NoKey { repo: repo.name.clone() }))?;
+        let keyring = Keyring::load(key).map_err(|e| repository(&repo.name, e))?;
         let mut loaded =
             load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, &cache, reporter)
                 .await?
                 .map_err(|why| {
-                    Error::Unsupported(format!("{why}; hint: --repo {}=URL or --mirror", repo.name))
+                    Error::from(PackageError::Unreachable { why, repo: repo.name.clone() })
                 })?;
         // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
         let nccl_name = |n: &str| n.starts_with("libnccl");
@@ -456,18 +448,18 @@ async fn resolve(
         let (path, _, sha256) =
             crate::packages::local_package(arg, &cache.join("packages"), "rpm", MAX_RPM, http)
                 .await?;
-        let pkg = erdma_rpm::package::open(&path)
-            .map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
+        let pkg = erdma_rpm::package::open(&path).map_err(|e| local_package(arg, e))?;
         // No signature is checked on it, but its digests are, as rpm checks them.
-        pkg.check_digests(&path)
-            .map_err(|e| Error::Unsupported(format!("--package {arg}: {e}")))?;
+        pkg.check_digests(&path).map_err(|e| local_package(arg, e))?;
         let meta = pkg.header.meta(&format!("unsigned {arg}"));
         if meta.arch != arch && meta.arch != "noarch" {
-            return Err(Error::Unsupported(format!(
-                "--package {arg} is {} for {}, not for the image's {arch}",
-                meta.nevra(),
-                meta.arch
-            )));
+            return Err(PackageError::WrongArch {
+                arg: arg.to_string(),
+                what: meta.nevra(),
+                arch: meta.arch.clone(),
+                image: arch.to_string(),
+            }
+            .into());
         }
         install.push(format!("{}={}", meta.name, meta.evr));
         report.unsigned.push(crate::packages::Unsigned {
@@ -485,10 +477,10 @@ async fn resolve(
         // same version shape as its `libnccl2` debs, so one selection serves both.
         let names = inputs.target.nccl_repositories();
         if names.is_empty() {
-            return Err(Error::Unsupported(format!(
-                "recipe {} names no NCCL repository (`nccl = true`)",
-                inputs.target.recipe
-            )));
+            return Err(PackageError::NoNcclRepository {
+                recipe: inputs.target.recipe.to_string(),
+            }
+            .into());
         }
         let evrs: Vec<String> = repos_loaded
             .iter()
@@ -516,29 +508,27 @@ async fn resolve(
         super::resolve::Request { install: &install, remove: &remove, replace: &replace, arch };
     reporter.step("resolving packages");
     let has = |path: &str| base.kind(path.trim_start_matches('/')).ok().flatten().is_some();
-    let plan = super::resolve::resolve(&request, &installed, &available, &has).map_err(|e| match unreached.is_empty() {
-        true => Error::from(e),
-        false => Error::Unsupported(format!("{e} (the base's repositories {} could not be reached; hint: --repo ID=URL for a mirror of each)", unreached.join(", "))),
-    })?;
+    let plan =
+        super::resolve::resolve(&request, &installed, &available, &has).map_err(
+            |e| match unreached.is_empty() {
+                true => Error::from(e),
+                false => PackageError::BaseUnreachable {
+                    why: e.to_string(),
+                    repos: unreached.join(", "),
+                }
+                .into(),
+            },
+        )?;
     for p in &plan.install {
         let action = match &p.action {
-            super::resolve::Action::Install => crate::packages::Action::Install,
             // A Mellanox build swapped for ours is a replacement, whichever EVR is higher.
-            super::resolve::Action::Downgrade { from }
-            | super::resolve::Action::Upgrade { from }
+            crate::packages::Action::Downgrade { from }
+            | crate::packages::Action::Upgrade { from }
                 if replace.iter().any(|r| r.installed == p.package.name) =>
             {
-                crate::packages::Action::Replace { from: from.clone() }
+                crate::packages::Action::Replace { from: vec![from.clone()] }
             }
-            super::resolve::Action::Downgrade { from } => {
-                crate::packages::Action::Downgrade { from: from.clone() }
-            }
-            super::resolve::Action::Upgrade { from } => {
-                crate::packages::Action::Upgrade { from: from.clone() }
-            }
-            super::resolve::Action::Replace { of } => {
-                crate::packages::Action::Replace { from: of.join(", ") }
-            }
+            action => action.clone(),
         };
         report.install.push(crate::packages::PackageChange {
             name: p.package.name.clone(),
@@ -683,7 +673,7 @@ fn on_disk(
         resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name)
     {
         let pkg = erdma_rpm::package::open(path)
-            .map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
+            .map_err(|e| local_package(&path.display().to_string(), e))?;
         return Ok(Some((path.clone(), pkg)));
     }
     let (Some(sum), Some(repo)) =
@@ -702,15 +692,14 @@ fn on_disk(
     if !path.is_file() {
         return Ok(None);
     }
-    let pkg = erdma_rpm::package::open(&path)
-        .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
+    let pkg = erdma_rpm::package::open(&path).map_err(|e| package_file(path.display(), e))?;
     pkg.verify(&path, &repo.keyring, erdma_common::dates::now()).map_err(|e| {
-        Error::Unsupported(format!(
-            "{} from repository `{}` (cached {}): {e}",
-            meta.nevra(),
-            repo.name,
-            path.display()
-        ))
+        Error::from(PackageError::Unverified {
+            nevra: meta.nevra(),
+            repo: repo.name.clone(),
+            at: format!("cached {}", path.display()),
+            why: e.to_string(),
+        })
     })?;
     Ok(Some((path, pkg)))
 }
@@ -734,24 +723,22 @@ async fn fetch(
             resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name)
         {
             let pkg = erdma_rpm::package::open(path)
-                .map_err(|e| Error::Unsupported(format!("--package {}: {e}", path.display())))?;
+                .map_err(|e| local_package(&path.display().to_string(), e))?;
             out.push((path.clone(), pkg));
             continue;
         }
-        let repo = resolved.repos.iter().find(|r| r.name == meta.origin).ok_or_else(|| {
-            Error::Unsupported(format!("{} comes from no repository read", meta.nevra()))
-        })?;
+        let repo = resolved
+            .repos
+            .iter()
+            .find(|r| r.name == meta.origin)
+            .ok_or_else(|| Error::from(PackageError::NoOrigin { nevra: meta.nevra() }))?;
         let location = meta.location.as_deref().ok_or_else(|| {
-            Error::Unsupported(format!("{} has no location in {}", meta.nevra(), repo.name))
+            Error::from(PackageError::NoLocation { nevra: meta.nevra(), repo: repo.name.clone() })
         })?;
         let url =
             format!("{}/{}", repo.url.trim_end_matches('/'), location.trim_start_matches('/'));
         let sum = meta.checksum.clone().ok_or_else(|| {
-            Error::Unsupported(format!(
-                "{} has no checksum in {}'s primary.xml",
-                meta.nevra(),
-                repo.name
-            ))
+            Error::from(PackageError::NoChecksum { nevra: meta.nevra(), repo: repo.name.clone() })
         })?;
         // The cache file is named from these two: hex digits and an algorithm name only.
         if !sum.hex.chars().all(|c| c.is_ascii_hexdigit())
@@ -759,10 +746,12 @@ async fn fetch(
             || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric())
             || sum.kind.is_empty()
         {
-            return Err(Error::Unsupported(format!(
-                "malformed checksum for {url} in {}",
-                repo.name
-            )));
+            return Err(PackageError::MalformedChecksum {
+                kind: "checksum",
+                url,
+                repo: repo.name.clone(),
+            }
+            .into());
         }
         let path = dir.join(format!("{}-{}.rpm", sum.kind, sum.hex));
         if !path.exists() {
@@ -802,14 +791,14 @@ async fn fetch(
         } else {
             report.cached_debs += 1;
         }
-        let pkg = erdma_rpm::package::open(&path)
-            .map_err(|e| Error::Unsupported(format!("{url}: {e}")))?;
+        let pkg = erdma_rpm::package::open(&path).map_err(|e| package_file(&url, e))?;
         pkg.verify(&path, &repo.keyring, erdma_common::dates::now()).map_err(|e| {
-            Error::Unsupported(format!(
-                "{} from repository `{}` ({url}): {e}",
-                meta.nevra(),
-                repo.name
-            ))
+            Error::from(PackageError::Unverified {
+                nevra: meta.nevra(),
+                repo: repo.name.clone(),
+                at: url.clone(),
+                why: e.to_string(),
+            })
         })?;
         out.push((path, pkg));
     }
@@ -875,7 +864,7 @@ fn unpack(
                 erdma_rpm::package::RpmError::Limit { exceeded, .. } => {
                     Error::Limit { what: format!("the payload of {package}"), exceeded }
                 }
-                e => Error::Unsupported(format!("{}: {e}", path.display())),
+                e => package_file(path.display(), e),
             }
         };
         let unpacked = pkg
@@ -898,7 +887,7 @@ fn unpack(
         };
         blobs.push(
             erdma_rpm::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx)
-                .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?,
+                .map_err(|e| package_file(path.display(), e))?,
         );
     }
     // The installed packages that go: removed, or replaced by a new build.
@@ -911,7 +900,7 @@ fn unpack(
             | super::resolve::Action::Downgrade { from } => {
                 gone.push(format!("{}-{from}", p.package.name))
             }
-            super::resolve::Action::Replace { of } => gone.extend(of.iter().cloned()),
+            super::resolve::Action::Replace { from } => gone.extend(from.iter().cloned()),
         }
     }
     let mut gone_hnums = Vec::new();
@@ -947,7 +936,7 @@ fn unpack(
         removed.push(f);
     }
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
-        .map_err(|e| Error::Unsupported(format!("writing the rpm database: {e}")))?
+        .map_err(|e| Error::from(PackageError::WriteDatabase(e.to_string())))?
     {
         db_file.apply(layer)?;
     }
@@ -1012,11 +1001,23 @@ pub fn add_repos(
 /// Installed rpm packages: name → `[E:]V-R` (empty without a database).
 pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
     let Some(db) = erdma_rpm::rpmdb::open(base)
-        .map_err(|e| Error::Unsupported(format!("reading the base's rpm database: {e}")))?
+        .map_err(|e| Error::from(PackageError::ReadDatabase(e.to_string())))?
     else {
         return Ok(BTreeMap::new());
     };
     Ok(db.installed().into_iter().map(|p| (p.name, p.evr.to_string())).collect())
+}
+
+fn repository(repo: &str, why: impl std::fmt::Display) -> Error {
+    PackageError::Repository { repo: repo.to_string(), why: why.to_string() }.into()
+}
+
+fn local_package(arg: &str, why: impl std::fmt::Display) -> Error {
+    PackageError::LocalPackage { arg: arg.to_string(), why: why.to_string() }.into()
+}
+
+fn package_file(at: impl std::fmt::Display, why: impl std::fmt::Display) -> Error {
+    PackageError::Package { at: at.to_string(), why: why.to_string() }.into()
 }
 
 #[cfg(test)]

@@ -30,6 +30,8 @@ use erdma_rpm::version::{
 };
 use erdma_rpm::{Dep, Evr, PackageMeta};
 
+pub use crate::packages::Action;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error("no package {name} available for {arch} (repositories: {repos}){hint}")]
@@ -88,27 +90,6 @@ pub struct Request<'a> {
     /// The image's rpm arch: `x86_64`, `aarch64`. `noarch` is always allowed; other arches
     /// (`i686`) only for packages requested with `.ARCH`.
     pub arch: &'a str,
-}
-
-/// What a package of the plan does to the image.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case", tag = "action")]
-pub enum Action {
-    Install,
-    /// An older build of the same name goes.
-    Upgrade {
-        from: String,
-    },
-    /// A newer build of the same name goes: a pinned version, or a dependency that needs
-    /// exactly this version.
-    Downgrade {
-        from: String,
-    },
-    /// Installed packages it takes the place of (NEVRAs): ones its `Obsoletes` names, ones a
-    /// [`Replace`] rule names, or another build of the same EVR.
-    Replace {
-        of: Vec<String>,
-    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1005,13 +986,13 @@ fn finish(s: &Solver, kept: Vec<PackageMeta>) -> Resolution {
             let displaced: Vec<(usize, Gone)> = s.gone.iter().filter(|(_, g)| matches!(g, Gone::SameName(b) | Gone::Obsoleted(b) | Gone::Replaced(b) if *b == a)).map(|(&i, &g)| (i, g)).collect();
             let same: Vec<usize> = displaced.iter().filter(|(_, g)| matches!(g, Gone::SameName(_))).map(|(i, _)| *i).collect();
             let action = if displaced.len() > same.len() {
-                Action::Replace { of: displaced.iter().map(|(i, _)| pool.installed[*i].nevra()).collect() }
+                Action::Replace { from: displaced.iter().map(|(i, _)| pool.installed[*i].nevra()).collect() }
             } else if let Some(&i) = same.first() {
                 let from = &pool.installed[i];
                 match compare_evr(&p.evr, &from.evr) {
                     Ordering::Greater => Action::Upgrade { from: from.evr.to_string() },
                     Ordering::Less => Action::Downgrade { from: from.evr.to_string() },
-                    Ordering::Equal => Action::Replace { of: vec![from.nevra()] },
+                    Ordering::Equal => Action::Replace { from: vec![from.nevra()] },
                 }
             } else {
                 Action::Install
@@ -1147,7 +1128,7 @@ mod tests {
                 Action::Downgrade { from } => {
                     format!("{} (downgrade from {from})", p.package.nevra())
                 }
-                Action::Replace { of } => {
+                Action::Replace { from: of } => {
                     format!("{} (replaces {})", p.package.nevra(), of.join(" "))
                 }
             })
