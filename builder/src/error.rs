@@ -71,7 +71,7 @@ pub enum Error {
     RpmResolve(#[from] crate::packages::rpm::resolve::ResolveError),
 
     #[error(transparent)]
-    Package(#[from] crate::packages::PackageError),
+    Package(#[from] crate::packages::error::PackageError),
 
     #[error("reading package {path}")]
     Deb {

@@ -5,7 +5,7 @@
 //! What every backend needs lives here, once, below them: the inputs and the report, OpenPGP
 //! keys, pins and signature verification ([`openpgp`]) and NCCL's build selection ([`nccl`]).
 pub mod apt;
-mod error;
+pub mod error;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 
