@@ -3,16 +3,12 @@
 //! Where things happen, for a newcomer (each layer imports only the ones below it):
 //! - [`build`], [`check`]: the `plan`, `build` and `check` commands tying the rest together.
 //! - [`recipe`] and [`distro`]: choosing the per-distro recipe; [`env_presets`]: the NCCL env
-//!   presets `build` adds (one table, and `--profile pai-dlc`'s); [`inspect`]: what a base holds.
-//! - [`packages`]: where a package gets resolved and unpacked (`packages::apt`), and NCCL's
-//!   build chosen; `packages::openpgp`: which repository keys are trusted and signatures verified; [`http`]: the one HTTP client for
-//!   repositories, keys and packages (timeouts, retries, streaming).
-//! - [`limits`]: what a hostile base or repository may cost (`--max-layers`, `--max-inflation`,
-//!   `--max-entries`), and the one reader that bounds decompression.
-//! - [`image`]: the image machinery below all of it: names (`image::transport`), reading
-//!   (`image::source`, `registry`, `layout`, `blob`), a base's files (`image::files`, `rootfs`),
-//!   where a layer gets written (`image::layer`), the config merge (`image::config`), writing
-//!   atomically (`image::sink`).
+//!   presets `build` adds (over `erdma_common::nccl`); [`inspect`]: what a base holds.
+//! - [`packages`]: where a package gets resolved and unpacked, behind one `PackageManager`
+//!   trait (`packages::apt`, `packages::rpm`), and NCCL's build chosen.
+//! - Below the builder, in their own crates: images (`erdma_oci`), Debian's and rpm's formats
+//!   (`erdma_deb`, `erdma_rpm`), OpenPGP (`erdma_openpgp`), the HTTP client (`erdma_http`) and
+//!   the bounds on hostile input (`erdma_limits`). docs/architecture.md draws the whole graph.
 #![forbid(unsafe_code)]
 
 pub mod build;

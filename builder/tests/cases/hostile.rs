@@ -1,5 +1,5 @@
 //! Hostile bases and repositories cost a build bounded time, memory and bytes
-//! (`builder/src/limits.rs`), fail with one `error:` line naming the limit (and the flag that
+//! (`crates/erdma-limits/src/lib.rs`), fail with one `error:` line naming the limit (and the flag that
 //! raises it, where one does), and write nothing:
 //!
 //! - `a_layer_that_inflates_1000x_is_refused`: a 10 MiB gzip layer of 10 GiB (`--max-inflation`);
@@ -873,7 +873,7 @@ fn endless_and_huge_manifests_are_refused() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    // 9 MiB of JSON, one past the 8 MiB a manifest or index may have (`image::source::MAX_JSON`).
+    // 9 MiB of JSON, one past the 8 MiB a manifest or index may have (`erdma_oci::source::MAX_JSON`).
     let mut huge = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","annotations":{"x":""#.to_vec();
     huge.resize(9 << 20, b'a');
     huge.extend_from_slice(br#""},"manifests":[]}"#);

@@ -20,7 +20,7 @@
 //!
 //! Fixed caps elsewhere, far above any genuine file: manifests and configs 8 MiB
 //! ([`MAX_JSON`]), `InRelease`/`Release` 32 MiB and a decompressed `Packages`
-//! 1 GiB (`packages::apt::repo`), `primary.xml` 1 GiB (`packages::rpm::install`); a package
+//! 1 GiB (`erdma_deb::repo`), `primary.xml` 1 GiB (erdma-build's `packages::rpm::install`); a package
 //! or index body longer than its signed size is cut off there (`http`).
 use std::cell::Cell;
 use std::io::{self, BufRead, Read, Seek};
