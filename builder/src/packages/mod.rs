@@ -351,12 +351,6 @@ pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
 /// `--package FILE|URL` on disk, with its size and SHA256: a URL is downloaded into `dir`
 /// (named by its SHA256 and `ext`, as the cache names every package), a file read where it is;
 /// either hashed as it streams by, never held whole (a package can be hundreds of MB).
-/// How far what the packages' client fetches may inflate when decompressed (`--max-inflation`,
-/// [`erdma_limits::inflate`]): indices, repository metadata and package payloads alike.
-pub fn max_inflation(client: &erdma_http::Client) -> u64 {
-    client.inflation().unwrap_or(erdma_limits::DEFAULT_INFLATION)
-}
-
 pub async fn local_package(
     arg: &str,
     dir: &std::path::Path,

@@ -203,9 +203,11 @@ impl Client {
         self.timeouts
     }
 
-    /// `--max-inflation`, for what reads this client's downloads; `None` when not set.
-    pub fn inflation(&self) -> Option<u64> {
-        self.max_inflation
+    /// How far what this client downloads may inflate when decompressed (`--max-inflation`,
+    /// [`erdma_limits::inflate`]): indices, repository metadata and package payloads alike;
+    /// [`erdma_limits::DEFAULT_INFLATION`] unless set.
+    pub fn inflation(&self) -> u64 {
+        self.max_inflation.unwrap_or(erdma_limits::DEFAULT_INFLATION)
     }
 
     /// Waits before try `attempt` (1-based) and says why in the log.

@@ -51,22 +51,14 @@ pub async fn install(
             debs.as_deref(),
             &inputs.cache_dir,
             base,
-            crate::packages::max_inflation(inputs.http),
+            inputs.http.inflation(),
             &mut report,
         )?;
         return Ok((report, Vec::new()));
     };
     let debs =
         fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
-    let removed = unpack(
-        &res,
-        &debs,
-        &status,
-        base,
-        layer,
-        crate::packages::max_inflation(inputs.http),
-        &mut report,
-    )?;
+    let removed = unpack(&res, &debs, &status, base, layer, inputs.http.inflation(), &mut report)?;
     Ok((report, removed))
 }
 

@@ -123,7 +123,7 @@ pub async fn load_repo(
             &primary.location,
             &compressed,
             MAX_PRIMARY_OPEN,
-            crate::packages::max_inflation(http),
+            http.inflation(),
         )
         .map_err(|e| repository(name, format!("{}: {e}", primary.location)))?;
         let packages = repodata::parse_primary(std::io::Cursor::new(xml), name)
@@ -596,14 +596,8 @@ pub async fn install(
     for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
         note_special(pkg, &label(&planned.package), &mut report);
     }
-    let removed = unpack(
-        &resolved,
-        &files,
-        base,
-        basearch(inputs.arch),
-        layer,
-        crate::packages::max_inflation(inputs.http),
-    )?;
+    let removed =
+        unpack(&resolved, &files, base, basearch(inputs.arch), layer, inputs.http.inflation())?;
     Ok((report, removed))
 }
 

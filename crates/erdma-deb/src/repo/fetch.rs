@@ -129,7 +129,7 @@ pub async fn fetch_index_cached(
             origin: origin.clone(),
             repo: layout.display.clone(),
             entry,
-            max_inflation: client.inflation().unwrap_or(erdma_limits::DEFAULT_INFLATION),
+            max_inflation: client.inflation(),
         };
         if let (Some(path), Some(entry)) = (&plain_cache, &plain_entry) {
             if let Ok(f) = std::fs::File::open(path) {
