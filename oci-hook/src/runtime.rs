@@ -358,8 +358,7 @@ fn rfc3339_now() -> String {
 }
 
 fn rfc3339(secs: u64) -> String {
-    let (year, month, day, hh, mm, ss) = erdma_common::dates::civil(secs as i64);
-    format!("{year:04}-{month:02}-{day:02}T{hh:02}:{mm:02}:{ss:02}Z")
+    erdma_common::dates::rfc3339(secs as i64)
 }
 
 #[cfg(test)]

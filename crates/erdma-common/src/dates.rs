@@ -40,6 +40,13 @@ pub fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     (y, mo, d, s / 3600, s / 60 % 60, s % 60)
 }
 
+/// RFC 3339 in UTC, as image configs and the OCI runtime's log carry it:
+/// `2026-11-26T01:24:23Z`.
+pub fn rfc3339(secs: i64) -> String {
+    let (y, mo, d, hh, mm, ss) = civil(secs);
+    format!("{y:04}-{mo:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z")
+}
+
 /// `2026-11-26 01:24:23 UTC`.
 pub fn format_utc(secs: i64) -> String {
     let (y, mo, d, hh, mm, ss) = civil(secs);

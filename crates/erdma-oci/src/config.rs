@@ -58,9 +58,7 @@ pub fn parse_env(s: &str) -> Result<(String, String)> {
 
 /// RFC 3339 UTC for a Unix time.
 pub fn rfc3339(epoch: u64) -> String {
-    let (y, m, d) = erdma_common::dates::civil_from_days((epoch / 86_400) as i64);
-    let secs = epoch % 86_400;
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+    erdma_common::dates::rfc3339(epoch as i64)
 }
 
 pub fn env_list(config: &Value) -> Vec<String> {
