@@ -9,9 +9,6 @@ pub enum Error {
     #[error(transparent)]
     Image(#[from] erdma_oci::Error),
 
-    #[error("manifest unknown: {reference}")]
-    ManifestUnknown { reference: String },
-
     #[error("malformed {what} in {reference}: {reason}")]
     Malformed { what: &'static str, reference: String, reason: String },
 
