@@ -142,24 +142,12 @@ fn ids(report: &Value) -> Vec<&str> {
     report["checks"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect()
 }
 
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '/' || c == '_' {
-                c.to_string()
-            } else {
-                format!("\\{c}")
-            }
-        })
-        .collect()
-}
-
 /// Snapshot settings hiding the fixture's directory and the directory of the binaries.
 fn settings(f: &Fixture) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
-    s.add_filter(&regex_escape(&f.dir.path().display().to_string()), "[FIXTURE]");
+    s.add_filter(&regex::escape(&f.dir.path().display().to_string()), "[FIXTURE]");
     s.add_filter(
-        &regex_escape(&bin("erdma-oci-hook").parent().unwrap().display().to_string()),
+        &regex::escape(&bin("erdma-oci-hook").parent().unwrap().display().to_string()),
         "[BIN]",
     );
     s

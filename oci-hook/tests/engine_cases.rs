@@ -73,21 +73,9 @@ fn mode(p: &Path) -> u32 {
 /// Snapshot settings that hide a temporary directory (and its `/private`-less twin).
 fn settings_for(dir: &Path, label: &str) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
-    s.add_filter(&regex_escape(&dir.display().to_string()), label);
+    s.add_filter(&regex::escape(&dir.display().to_string()), label);
     s.add_filter(r"\d{8}T\d{6}Z", "[STAMP]");
     s
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '/' || c == '_' {
-                c.to_string()
-            } else {
-                format!("\\{c}")
-            }
-        })
-        .collect()
 }
 
 /// What is checked in all engines: a second run is a no-op with no new backup, and leaves no
@@ -747,7 +735,7 @@ fn configure_podman_writes_a_valid_hook_and_is_idempotent() {
     let dir = root.path().join("etc/containers/oci/hooks.d");
     let diff = dry_run("podman", &dir, root.path());
     let mut settings = settings_for(root.path(), "[DIR]");
-    settings.add_filter(&regex_escape(&bin("erdma-oci-hook").display().to_string()), "[HOOK]");
+    settings.add_filter(&regex::escape(&bin("erdma-oci-hook").display().to_string()), "[HOOK]");
     settings.bind(|| insta::assert_snapshot!("podman_dry_run", diff));
     assert!(!dir.exists());
 

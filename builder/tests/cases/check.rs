@@ -22,12 +22,6 @@ fn check(args: &[&str]) -> (Output, Value) {
     (out, v)
 }
 
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| if "\\.+*?()|[]{}^$".contains(c) { vec!['\\', c] } else { vec![c] })
-        .collect()
-}
-
 fn failed(report: &Value) -> Vec<String> {
     report["checks"]
         .as_array()
@@ -55,7 +49,7 @@ fn a_pai_ready_image_is_ready_and_its_base_is_not() {
     let human = support::run_build(["check", &base.reference(), "--profile", "pai-dlc"]);
     assert_eq!(human.status.code(), Some(1));
     let mut settings = insta::Settings::clone_current();
-    settings.add_filter(&regex_escape(&s(&nvr.tmp.path().join("base"))), "[BASE]");
+    settings.add_filter(&regex::escape(&s(&nvr.tmp.path().join("base"))), "[BASE]");
     settings.bind(|| {
         insta::assert_snapshot!("check_pai_dlc_not_ready", String::from_utf8_lossy(&human.stdout))
     });
@@ -254,7 +248,7 @@ fn host_data_baked_into_an_image_is_a_warning_outside_pai_dlc() {
     let human = support::run_build(["check", &baked]);
     assert_eq!(human.status.code(), Some(0));
     let mut settings = insta::Settings::clone_current();
-    settings.add_filter(&regex_escape(&s(&tmp.path().join("baked"))), "[IMAGE]");
+    settings.add_filter(&regex::escape(&s(&tmp.path().join("baked"))), "[IMAGE]");
     settings.add_filter(r"x86_64-linux-gnu|aarch64-linux-gnu", "[TRIPLET]");
     settings.bind(|| {
         insta::assert_snapshot!("check_host_data_baked", String::from_utf8_lossy(&human.stdout))

@@ -17,9 +17,9 @@ use super::nccl::testdata;
 fn stable(report: &Value, tmp: &Path) -> String {
     let text = serde_json::to_string_pretty(report).unwrap();
     let filters: Vec<(String, &str)> = vec![
-        (regex_escape(&tmp.to_string_lossy()), "[TMP]"),
-        (regex_escape(&testdata("")), "[TESTDATA]/"),
-        (regex_escape(&support::test_cache().to_string_lossy()), "[CACHE]"),
+        (regex::escape(&tmp.to_string_lossy()), "[TMP]"),
+        (regex::escape(&testdata("")), "[TESTDATA]/"),
+        (regex::escape(&support::test_cache().to_string_lossy()), "[CACHE]"),
         // The fixture bases the tests cache under the target directory, wherever that is.
         (r#"oci:[^"]*/erdma-test-cache/([a-z0-9-]+)-[0-9a-f]{16}/"#.into(), "oci:[CACHE]/$1/"),
         (r"sha256:[0-9a-f]{64}".into(), "sha256:[DIGEST]"),
@@ -39,12 +39,6 @@ fn stable(report: &Value, tmp: &Path) -> String {
         out = regex_replace(&out, re, with);
     }
     out
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| if "\\.+*?()|[]{}^$".contains(c) { vec!['\\', c] } else { vec![c] })
-        .collect()
 }
 
 fn regex_replace(text: &str, re: &str, with: &str) -> String {
