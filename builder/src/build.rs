@@ -201,7 +201,7 @@ async fn run(
                 Sink::open(out, &regs, reporter.clone(), counters.clone(), opts.limits.inflation)
                     .await?;
             if images.len() > 1 && !sink.supports_index() {
-                return Err(Error::Unsupported(format!("{out} holds one image; --platform all needs docker:// or oci: or oci-archive: output")));
+                return Err(Error::OutputHoldsOneImage { output: out.to_string() });
             }
             Some(sink)
         }
@@ -226,11 +226,11 @@ async fn run(
                             .map(|r| r.name.as_str()),
                     )
                     .collect();
-                return Err(Error::Unsupported(format!(
-                    "--keyring {name}=…: recipe {} has no repository `{name}` (it has {})",
-                    recipe.name,
-                    names.join(", ")
-                )));
+                return Err(Error::UnknownKeyringRepository {
+                    name: name.clone(),
+                    recipe: recipe.name.clone(),
+                    available: names.join(", "),
+                });
             }
         }
         let arch = debian_arch(img);
@@ -407,9 +407,7 @@ async fn recipe_contents(
     reporter: &dyn Reporter,
 ) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
-    let http = erdma_http::Client::new(opts.timeouts)
-        .map_err(|e| Error::Unsupported(e.to_string()))?
-        .max_inflation(opts.limits.inflation);
+    let http = erdma_http::Client::new(opts.timeouts)?.max_inflation(opts.limits.inflation);
     let mut keys = BTreeMap::new();
     let mut trusted = Vec::new();
     let mut warnings = Vec::new();
@@ -503,10 +501,7 @@ async fn recipe_contents(
                     })
                     .map(|(n, v, o)| format!("rdma-core {v} ({n} from {o})"))
                     .unwrap_or_else(|| "the rdma-core installed".into());
-                return Err(Error::Unsupported(format!(
-                    "{found} has no erdma provider (/etc/libibverbs.d/erdma.driver is missing; rdma-core gained it in 43.0), so recipe {} cannot give this image eRDMA; hint: use a repository with eRDMA builds (--repo, --mirror) or another base",
-                    recipe.name
-                )));
+                return Err(Error::NoErdmaProvider { found, recipe: recipe.name.clone() });
             }
         } else {
             complete = false;
@@ -600,12 +595,13 @@ fn signed_by_dropped_key(e: Error, trusted: &[erdma_openpgp::Trusted]) -> Error 
     };
     for t in trusted {
         if let Some(d) = t.dropped.iter().find(|d| issued(d)) {
-            return Error::Unsupported(format!(
-                "repository `{}` is signed by key {d}, which {} holds beside the pinned key {} but the recipe does not pin: refusing it ({repo_err})",
-                t.repository,
-                t.source,
-                t.fingerprints.join(", ")
-            ));
+            return Error::UnpinnedSigner {
+                repository: t.repository.clone(),
+                key: d.clone(),
+                keyring: t.source.clone(),
+                pinned: t.fingerprints.join(", "),
+                cause: repo_err.to_string(),
+            };
         }
     }
     e
@@ -626,16 +622,10 @@ fn nccl_plan(
     let facts = crate::inspect::facts(base, arch, env)?;
     let cuda = match opts.cuda {
         Some(c) => CudaFact { version: c, source: "--cuda".into() },
-        None => facts.cuda.clone().ok_or_else(|| {
-            Error::Unsupported(
-                "the base has no CUDA (no CUDA_VERSION in its config, no /usr/local/cuda/version.json), and NCCL builds are per CUDA major version; hint: pass --cuda X.Y".into(),
-            )
-        })?,
+        None => facts.cuda.clone().ok_or(Error::NoCuda)?,
     };
     if !opts.packages && !facts.rdma.has_erdma() {
-        return Err(Error::Unsupported(
-            "--nccl with --no-packages needs a base whose libibverbs has the erdma provider: NCCL opens libibverbs with dlopen and, without it, silently falls back to TCP; hint: drop --no-packages to add the eRDMA packages".into(),
-        ));
+        return Err(Error::NcclNeedsErdma);
     }
     if let (Some(t), Some(p)) =
         (&facts.torch, facts.python_nccl.iter().find(|p| !p.version.supports_erdma()))
@@ -677,11 +667,11 @@ async fn repo_key(
             path.display().to_string(),
         ),
         (None, Some(url)) => (
-            fetch_key(http, url).await.map_err(|reason| {
-                Error::Unsupported(format!(
-                    "fetching {what} from {url} failed: {reason}; hint: pass --keyring {}=FILE",
-                    repo.name
-                ))
+            fetch_key(http, url).await.map_err(|reason| Error::KeyFetch {
+                what: what.clone(),
+                url: url.clone(),
+                reason,
+                repository: repo.name.clone(),
             })?,
             url.clone(),
         ),

@@ -56,9 +56,7 @@ pub async fn check(opts: &CheckOptions, reporter: Arc<dyn Reporter>) -> Result<C
     reporter.step(&format!("reading {}", opts.image));
     let src = Source::open(&opts.image, &regs, opts.limits).await?;
     let images = src.images(&opts.platform).await?;
-    let img = images
-        .first()
-        .ok_or_else(|| Error::Unsupported(format!("{} holds no image", opts.image)))?;
+    let img = images.first().ok_or_else(|| Error::NoImage { reference: opts.image.to_string() })?;
     let cache = LayerCache::new(work.path());
     let files = ImageFiles::new(&src, img, &cache, &reporter, &counters);
     let env = crate::inspect::env_of(&img.config);

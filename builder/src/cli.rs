@@ -236,11 +236,7 @@ pub struct CommonArgs {
 impl CommonArgs {
     pub fn resolve(&self) -> Result<Options> {
         if !self.packages.is_empty() && !self.allow_unsigned_package {
-            return Err(crate::Error::Unsupported(format!(
-                "--package {} is not signed by any repository; hint: pass --allow-unsigned-package to install it anyway (it is then named in the report and the image label {})",
-                self.packages[0],
-                crate::build::UNSIGNED_LABEL
-            )));
+            return Err(crate::Error::UnsignedPackage { path: self.packages[0].clone() });
         }
         for i in &self.install {
             let name = i.split_once('=').map_or(i.as_str(), |(n, _)| n);
@@ -249,7 +245,11 @@ impl CommonArgs {
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b))
             {
-                return Err(crate::Error::Unsupported(format!("invalid --install `{i}`: expected a package name (lowercase letters, digits, + - .) with an optional =VERSION")));
+                return Err(crate::Error::Usage {
+                    option: "--install",
+                    value: i.clone(),
+                    expected: "a package name (lowercase letters, digits, + - .) with an optional =VERSION",
+                });
             }
         }
         let platform = match self.platform.as_deref() {
@@ -283,10 +283,10 @@ impl CommonArgs {
                 Some(c) => Some(
                     crate::packages::nccl::Cuda::parse(c)
                         .filter(|_| c.trim().split('.').count() <= 3)
-                        .ok_or_else(|| {
-                            crate::Error::Unsupported(format!(
-                                "invalid --cuda `{c}`: expected a version such as 12.4"
-                            ))
+                        .ok_or_else(|| crate::Error::Usage {
+                            option: "--cuda",
+                            value: c.clone(),
+                            expected: "a version such as 12.4",
                         })?,
                 ),
                 None => None,
@@ -299,9 +299,11 @@ impl CommonArgs {
                     Some((n, u)) if !n.is_empty() && !u.is_empty() => {
                         Ok((n.to_string(), u.to_string()))
                     }
-                    _ => Err(crate::Error::Unsupported(format!(
-                        "invalid --repo `{r}`: expected NAME=URL"
-                    ))),
+                    _ => Err(crate::Error::Usage {
+                        option: "--repo",
+                        value: r.clone(),
+                        expected: "NAME=URL",
+                    }),
                 })
                 .collect::<Result<_>>()?,
             packages: !self.no_packages,

@@ -86,8 +86,51 @@ pub enum Error {
     #[error("downloading {url} failed: {reason}")]
     Download { url: String, reason: String },
 
-    #[error("{0}")]
-    Unsupported(String),
+    /// A command-line value that does not parse: `option` as typed (`--repo`), `expected` what
+    /// it takes.
+    #[error("invalid {option} `{value}`: expected {expected}")]
+    Usage { option: &'static str, value: String, expected: &'static str },
+
+    #[error("--package {path} is not signed by any repository; hint: pass --allow-unsigned-package to install it anyway (it is then named in the report and the image label {})", crate::build::UNSIGNED_LABEL)]
+    UnsignedPackage { path: String },
+
+    #[error(
+        "{output} holds one image; --platform all needs docker:// or oci: or oci-archive: output"
+    )]
+    OutputHoldsOneImage { output: String },
+
+    #[error("{reference} holds no image")]
+    NoImage { reference: String },
+
+    #[error("--keyring {name}=…: recipe {recipe} has no repository `{name}` (it has {available})")]
+    UnknownKeyringRepository { name: String, recipe: String, available: String },
+
+    #[error(transparent)]
+    Http(#[from] erdma_http::HttpError),
+
+    #[error("fetching {what} from {url} failed: {reason}; hint: pass --keyring {repository}=FILE")]
+    KeyFetch { what: String, url: String, reason: String, repository: String },
+
+    /// A repository's Release is signed by a key that came with the pinned one but is not
+    /// pinned itself; `cause` is the verification error that this explains.
+    #[error("repository `{repository}` is signed by key {key}, which {keyring} holds beside the pinned key {pinned} but the recipe does not pin: refusing it ({cause})")]
+    UnpinnedSigner {
+        repository: String,
+        key: String,
+        keyring: String,
+        pinned: String,
+        cause: String,
+    },
+
+    /// After resolving, the image's libibverbs still lacks the erdma provider.
+    #[error("{found} has no erdma provider (/etc/libibverbs.d/erdma.driver is missing; rdma-core gained it in 43.0), so recipe {recipe} cannot give this image eRDMA; hint: use a repository with eRDMA builds (--repo, --mirror) or another base")]
+    NoErdmaProvider { found: String, recipe: String },
+
+    #[error("the base has no CUDA (no CUDA_VERSION in its config, no /usr/local/cuda/version.json), and NCCL builds are per CUDA major version; hint: pass --cuda X.Y")]
+    NoCuda,
+
+    #[error("--nccl with --no-packages needs a base whose libibverbs has the erdma provider: NCCL opens libibverbs with dlopen and, without it, silently falls back to TCP; hint: drop --no-packages to add the eRDMA packages")]
+    NcclNeedsErdma,
 
     /// A bound on what a hostile input may cost ([`erdma_limits`]): `what` names the input,
     /// the limit says how to raise it. One line, so that it is the `error:` line.

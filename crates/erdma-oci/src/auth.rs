@@ -272,11 +272,10 @@ fn entry_credential(entry: &AuthEntry, path: &Path) -> Result<Option<Credential>
         return Ok(Some(Credential::Auth(RegistryAuth::Basic(u, p.clone()))));
     }
     let Some(auth) = nonempty(&entry.auth) else { return Ok(None) };
-    let bad = || {
-        Error::Unsupported(format!(
-            "malformed `auth` entry in {}: expected base64 of user:password",
-            path.display()
-        ))
+    let bad = || Error::Malformed {
+        what: "`auth` entry",
+        reference: path.display().to_string(),
+        reason: "expected base64 of user:password".into(),
     };
     let decoded =
         base64::engine::general_purpose::STANDARD.decode(auth.trim()).map_err(|_| bad())?;

@@ -12,11 +12,11 @@ use crate::error::{Error, Result};
 /// Digests from manifests name files in layouts and archives, so an unchecked one
 /// (`sha256:../../etc/passwd`) would be a path traversal.
 pub fn digest_hex(digest: &str) -> Result<&str> {
-    let hex = digest.strip_prefix("sha256:").ok_or_else(|| {
-        Error::Unsupported(format!("unsupported digest `{digest}`: only sha256 is supported"))
-    })?;
+    let hex = digest
+        .strip_prefix("sha256:")
+        .ok_or_else(|| Error::UnsupportedDigest { digest: digest.to_string() })?;
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        return Err(Error::Unsupported(format!("malformed digest `{digest}`")));
+        return Err(Error::MalformedDigest { digest: digest.to_string() });
     }
     Ok(hex)
 }

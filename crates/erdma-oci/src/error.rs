@@ -78,8 +78,22 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    #[error("{0}")]
-    Unsupported(String),
+    #[error("unsupported digest `{digest}`: only sha256 is supported")]
+    UnsupportedDigest { digest: String },
+
+    #[error("malformed digest `{digest}`")]
+    MalformedDigest { digest: String },
+
+    #[error("invalid media type `{value}`")]
+    MediaType { value: String },
+
+    #[error("invalid path `{path}` for a layer entry")]
+    LayerPath { path: String },
+
+    /// Two entries of one layer that a runtime could not extract as written: `reason` says
+    /// which entry is in the way.
+    #[error("layer entry `{entry}` would {reason}")]
+    LayerConflict { entry: String, reason: String },
 
     /// A bound on what a hostile input may cost ([`erdma_limits`]): `what` names the input,
     /// the limit says how to raise it. One line, so that it is the `error:` line.

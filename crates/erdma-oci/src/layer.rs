@@ -143,21 +143,20 @@ impl LayerContents {
     }
 
     pub fn insert(&mut self, path: &str, entry: Entry) -> Result<()> {
-        let norm = normalize(path).ok_or_else(|| {
-            Error::Unsupported(format!("invalid path `{path}` for a layer entry"))
-        })?;
+        let norm = normalize(path).ok_or_else(|| Error::LayerPath { path: path.to_string() })?;
         // Every entry's parents are directories of the layer, and a directory with entries
         // under it stays one: an entry under a symlink of the same layer would be written
         // wherever the link points when a runtime extracts the layer (packages::payload).
-        let under = |p: &str, e: &Entry| {
-            Error::Unsupported(format!(
-                "layer entry `{norm}` would lie under `{p}`, which the layer holds as a {}",
+        let under = |p: &str, e: &Entry| Error::LayerConflict {
+            entry: norm.clone(),
+            reason: format!(
+                "lie under `{p}`, which the layer holds as a {}",
                 match e.kind {
                     EntryKind::Symlink(_) => "symlink",
                     EntryKind::Whiteout => "whiteout",
                     _ => "file",
                 }
-            ))
+            ),
         };
         if matches!(
             entry.kind,
@@ -167,9 +166,10 @@ impl LayerContents {
             if let Some((child, _)) =
                 self.entries.range(prefix.clone()..).next().filter(|(p, _)| p.starts_with(&prefix))
             {
-                return Err(Error::Unsupported(format!(
-                    "layer entry `{norm}` would replace a directory that holds `{child}`"
-                )));
+                return Err(Error::LayerConflict {
+                    entry: norm.clone(),
+                    reason: format!("replace a directory that holds `{child}`"),
+                });
             }
         }
         let parents: Vec<&str> = norm.match_indices('/').map(|(i, _)| &norm[..i]).collect();

@@ -785,7 +785,7 @@ fn check_digests(
 }
 
 fn reqwest_header(v: &str) -> Result<http::HeaderValue> {
-    v.parse().map_err(|_| Error::Unsupported(format!("invalid media type `{v}`")))
+    v.parse().map_err(|_| Error::MediaType { value: v.to_string() })
 }
 
 /// Connection resets, timeouts and 5xx are worth another try; the rest is final, a TLS
