@@ -6,10 +6,10 @@
 //! checked against the file, member order and compression magic are checked as dpkg-deb
 //! does, paths that would leave the package root are refused, and nothing panics.
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{self, Cursor, Read, Seek, SeekFrom};
+use std::io::{self, Cursor, Read};
 use std::path::{Path, PathBuf};
 
+use crate::ar::{read_up_to, ArReader, Member};
 use crate::deb822::{self, Deb822Error, Paragraph};
 
 #[derive(Debug, thiserror::Error)]
@@ -401,126 +401,7 @@ fn normalise(raw: &[u8]) -> Result<String, PathProblem> {
     Ok(out)
 }
 
-/// One member of the `ar` archive: its name and where its content lies in the file.
-#[derive(Debug, Clone)]
-struct Member {
-    name: String,
-    offset: u64,
-    size: u64,
-}
-
-/// The common `ar` format: `!<arch>\n`, then for each member a 60-byte header (name 16,
-/// mtime 12, uid 6, gid 6, mode 8, size 10, magic "`\n") and the content, padded to an even
-/// offset with `\n`.
-struct ArReader<'p> {
-    path: &'p Path,
-    file: File,
-    len: u64,
-    next: u64,
-}
-
-const AR_MAGIC: &[u8] = b"!<arch>\n";
-const AR_HEADER_LEN: u64 = 60;
-
-impl<'p> ArReader<'p> {
-    fn open(path: &'p Path) -> Result<Self, DebError> {
-        let io_error =
-            |operation| move |source| DebError::Io { operation, path: path.to_owned(), source };
-        let mut file = File::open(path).map_err(io_error("opening"))?;
-        let len = file.metadata().map_err(io_error("reading metadata of"))?.len();
-        let mut magic = [0u8; AR_MAGIC.len()];
-        if read_up_to(&mut file, &mut magic).map_err(io_error("reading"))? != magic.len()
-            || magic != AR_MAGIC
-        {
-            return Err(DebError::Malformed {
-                path: path.to_owned(),
-                reason: "not an ar archive (no `!<arch>` header)".to_owned(),
-            });
-        }
-        Ok(ArReader { path, file, len, next: AR_MAGIC.len() as u64 })
-    }
-
-    fn malformed(&self, reason: String) -> DebError {
-        DebError::Malformed { path: self.path.to_owned(), reason }
-    }
-
-    /// The next member's header, or `None` at the end of the file.
-    fn next_member(&mut self) -> Result<Option<Member>, DebError> {
-        if self.next >= self.len {
-            // `>`: the padding byte after an odd-sized last member may be missing.
-            return Ok(None);
-        }
-        let offset = self.next + AR_HEADER_LEN;
-        if offset > self.len {
-            return Err(self.malformed(format!("truncated member header at offset {}", self.next)));
-        }
-        let mut header = [0u8; AR_HEADER_LEN as usize];
-        self.file
-            .seek(SeekFrom::Start(self.next))
-            .and_then(|_| self.file.read_exact(&mut header))
-            .map_err(|source| DebError::Io {
-                operation: "reading",
-                path: self.path.to_owned(),
-                source,
-            })?;
-        if &header[58..60] != b"`\n" {
-            return Err(self
-                .malformed(format!("bad member header at offset {} (no end marker)", self.next)));
-        }
-        // deb(5): names may carry the trailing `/` GNU ar writes, and are at most 15 bytes.
-        let name_field = trim_spaces(&header[..16]);
-        let name_field = name_field.strip_suffix(b"/").unwrap_or(name_field);
-        let name = std::str::from_utf8(name_field)
-            .ok()
-            .filter(|name| !name.is_empty() && name.bytes().all(|c| c.is_ascii_graphic()))
-            .ok_or_else(|| {
-                self.malformed(format!(
-                    "bad member name `{}` at offset {}",
-                    name_field.escape_ascii(),
-                    self.next
-                ))
-            })?
-            .to_owned();
-        let size_field = trim_spaces(&header[48..58]);
-        if size_field.is_empty() || !size_field.iter().all(u8::is_ascii_digit) {
-            return Err(self.malformed(format!(
-                "bad size `{}` for member `{name}`",
-                header[48..58].escape_ascii()
-            )));
-        }
-        // At most 10 digits, so this neither fails nor overflows below.
-        let size: u64 =
-            std::str::from_utf8(size_field).ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
-        if size > self.len - offset {
-            return Err(self.malformed(format!(
-                "member `{name}` runs past the end of the file ({size} bytes, {} left)",
-                self.len - offset
-            )));
-        }
-        self.next = offset + size + (size & 1);
-        Ok(Some(Member { name, offset, size }))
-    }
-
-    /// Like [`Self::next_member`], skipping the `_`-prefixed members deb(5) reserves for
-    /// additions that older readers must ignore.
-    fn next_required_member(&mut self) -> Result<Option<Member>, DebError> {
-        while let Some(member) = self.next_member()? {
-            if !member.name.starts_with('_') {
-                return Ok(Some(member));
-            }
-        }
-        Ok(None)
-    }
-
-    fn content(&mut self, member: &Member) -> Result<io::Take<&mut File>, DebError> {
-        self.file.seek(SeekFrom::Start(member.offset)).map_err(|source| DebError::Io {
-            operation: "seeking in",
-            path: self.path.to_owned(),
-            source,
-        })?;
-        Ok((&mut self.file).take(member.size))
-    }
-
+impl ArReader<'_> {
     /// The member's decompressed content, after checking that its name and its first bytes
     /// agree on the compression; refused once it inflates more than `inflation` times the
     /// bytes read ([`erdma_limits::inflate`], `--max-inflation`; 0: no limit).
@@ -560,25 +441,6 @@ impl<'p> ArReader<'p> {
             .map(|r| Box::new(r) as Box<dyn Read + 'a>)
             .map_err(|source| member_error(path, &member.name, source))
     }
-}
-
-fn trim_spaces(field: &[u8]) -> &[u8] {
-    let end = field.iter().rposition(|&c| c != b' ').map_or(0, |i| i + 1);
-    &field[..end]
-}
-
-/// Reads until `buf` is full or the reader ends; returns how much was read.
-fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -784,6 +646,7 @@ fn walk_tar<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ar::AR_MAGIC;
     use std::collections::BTreeSet;
     use std::os::unix::fs::PermissionsExt;
     use std::process::Command;
