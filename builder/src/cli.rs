@@ -236,7 +236,10 @@ pub struct CommonArgs {
 impl CommonArgs {
     pub fn resolve(&self) -> Result<Options> {
         if !self.packages.is_empty() && !self.allow_unsigned_package {
-            return Err(crate::Error::UnsignedPackage { path: self.packages[0].clone() });
+            return Err(crate::Error::UnsignedPackage {
+                path: self.packages[0].clone(),
+                label: crate::build::UNSIGNED_LABEL,
+            });
         }
         for i in &self.install {
             let name = i.split_once('=').map_or(i.as_str(), |(n, _)| n);

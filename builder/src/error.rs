@@ -91,8 +91,8 @@ pub enum Error {
     #[error("invalid {option} `{value}`: expected {expected}")]
     Usage { option: &'static str, value: String, expected: &'static str },
 
-    #[error("--package {path} is not signed by any repository; hint: pass --allow-unsigned-package to install it anyway (it is then named in the report and the image label {})", crate::build::UNSIGNED_LABEL)]
-    UnsignedPackage { path: String },
+    #[error("--package {path} is not signed by any repository; hint: pass --allow-unsigned-package to install it anyway (it is then named in the report and the image label {label})")]
+    UnsignedPackage { path: String, label: &'static str },
 
     #[error(
         "{output} holds one image; --platform all needs docker:// or oci: or oci-archive: output"

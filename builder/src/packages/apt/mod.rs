@@ -1,7 +1,12 @@
 //! The apt backend: Debian and Ubuntu packages, installed the way `apt-get install` would.
+mod dpkg;
+mod fetch;
 pub mod install;
 pub mod local;
 pub mod resolve;
+mod scripts;
+mod sources;
+mod unpack;
 
 use std::collections::BTreeMap;
 
@@ -36,10 +41,10 @@ impl PackageManager for Apt {
         base: &dyn BaseFiles,
         layer: &mut LayerContents,
     ) -> Result<()> {
-        install::add_sources(target, urls, keys, base, layer)
+        sources::add_sources(target, urls, keys, base, layer)
     }
 
     fn installed(&self, base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
-        install::installed(base)
+        dpkg::installed(base)
     }
 }

@@ -2,9 +2,13 @@
 //! way `dnf install` would, without rpm, dnf, root or a container: the repositories a build
 //! reads ([`repos`]), dnf's resolution ([`resolve`]) and the install into the layer and the
 //! image's rpm database ([`install`]), over rpm's formats in `erdma_rpm`.
+mod fetch;
 pub mod install;
 pub mod repos;
 pub mod resolve;
+mod scripts;
+mod sources;
+mod unpack;
 
 use std::collections::BTreeMap;
 
@@ -38,7 +42,7 @@ impl PackageManager for Rpm {
         base: &dyn BaseFiles,
         layer: &mut LayerContents,
     ) -> Result<()> {
-        install::add_repos(target, urls, keys, nccl_cuda, base, layer)
+        sources::add_repos(target, urls, keys, nccl_cuda, base, layer)
     }
 
     fn installed(&self, base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {

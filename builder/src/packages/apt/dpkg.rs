@@ -1,0 +1,177 @@
+//! dpkg's database in the image: `var/lib/dpkg/status` read and written, and the
+//! `info/PACKAGE.*` files, as dpkg itself leaves them after an install.
+use std::collections::BTreeMap;
+
+use super::resolve::{Installed, Planned};
+use super::unpack::package_label;
+use crate::error::{Error, Result};
+use crate::packages::payload::{self};
+use erdma_deb::deb::Deb;
+use erdma_deb::deb822::{self, Paragraph};
+use erdma_oci::files::BaseFiles;
+use erdma_oci::layer::{EntryKind, LayerContents};
+
+pub(super) const STATUS: &str = "var/lib/dpkg/status";
+
+pub(crate) const INFO: &str = "var/lib/dpkg/info";
+
+/// dpkg's own status is a few MiB on big images; refuse absurd ones.
+pub(crate) const MAX_STATUS: u64 = 64 << 20;
+
+/// Installed dpkg packages: name → version (empty without a readable status file).
+pub(super) fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
+    let Some(raw) = base.read(STATUS, MAX_STATUS)? else { return Ok(BTreeMap::new()) };
+    let Ok(paragraphs) = deb822::parse(&String::from_utf8_lossy(&raw)) else {
+        return Ok(BTreeMap::new());
+    };
+    Ok(Installed::from_status(&paragraphs)
+        .into_iter()
+        .map(|i| (i.name, i.version.to_string()))
+        .collect())
+}
+
+/// dpkg's name for a package's info files: `pkg:arch` for `Multi-Arch: same` (info format 1).
+pub(crate) fn info_name(control: &Paragraph, arch: &str) -> String {
+    let name = control.get("Package").unwrap_or_default();
+    if control.get("Multi-Arch") == Some("same") {
+        format!("{name}:{arch}")
+    } else {
+        name.to_string()
+    }
+}
+
+pub(crate) fn write_info(
+    deb: &Deb,
+    planned: &Planned,
+    list: &[String],
+    files: &BTreeMap<String, (EntryKind, [u8; 16])>,
+    layer: &mut LayerContents,
+    stanzas: &mut Vec<Paragraph>,
+) -> Result<()> {
+    let iname = info_name(&deb.control, &planned.arch);
+    // The name becomes a file name in /var/lib/dpkg/info: dpkg's own rule (lib/dpkg/parsehelp.c
+    // `pkg_name_is_illegal`: an alphanumeric, then alphanumerics and `-+._`), the architecture
+    // alphanumerics and `-`.
+    let (name, arch) = iname.split_once(':').unwrap_or((&iname, "x"));
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-+._".contains(c))
+        || !arch.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        || arch.is_empty()
+    {
+        return Err(Error::Malformed {
+            what: "package control",
+            reference: package_label(planned),
+            reason: format!(
+                "`{}` is not a valid package name and architecture for dpkg",
+                iname.escape_debug()
+            ),
+        });
+    }
+    layer.add_file(
+        &format!("{INFO}/{iname}.list"),
+        (list.join("\n") + "\n").into_bytes(),
+        0o644,
+    )?;
+    for (name, data) in &deb.control_files {
+        // dpkg keeps each control file as info/PACKAGE.NAME: a flat name, one line.
+        if name.contains('/') || payload::check_name(name).is_err() {
+            return Err(Error::PackageEntry {
+                package: package_label(planned),
+                entry: name.escape_debug().to_string(),
+                reason: "a control file must have a plain name (no `/`, newline or NUL)".into(),
+            });
+        }
+        // Maintainer scripts stay executable, as dpkg installs them.
+        let mode = if ["preinst", "postinst", "prerm", "postrm", "config"].contains(&name.as_str())
+        {
+            0o755
+        } else {
+            0o644
+        };
+        layer.add_file(&format!("{INFO}/{iname}.{name}"), data.clone(), mode)?;
+    }
+    let bad = |e: erdma_deb::deb822::Deb822Error| Error::Malformed {
+        what: "package control",
+        reference: planned.name.clone(),
+        reason: e.to_string(),
+    };
+    let mut fields: Vec<(String, String)> =
+        deb.control.fields().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    // `apt-mark hold` writes the same selection.
+    fields.push((
+        "Status".into(),
+        if planned.hold { "hold ok installed" } else { "install ok installed" }.into(),
+    ));
+    if let Some(conffiles) = deb.control_files.get("conffiles") {
+        let mut lines = Vec::new();
+        for c in String::from_utf8_lossy(conffiles)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && l.starts_with('/'))
+        {
+            let sum = files
+                .get(c.trim_start_matches('/'))
+                .map(|(_, md5)| hex::encode(md5))
+                .unwrap_or_else(|| "newconffile".into());
+            lines.push(format!(" {c} {sum}"));
+        }
+        if !lines.is_empty() {
+            fields.push(("Conffiles".into(), format!("\n{}", lines.join("\n"))));
+        }
+    }
+    let mut stanza = Paragraph::default();
+    for (k, v) in dpkg_order(fields) {
+        stanza.set(&k, v).map_err(bad)?;
+    }
+    stanzas.push(stanza);
+    Ok(())
+}
+
+/// The fields dpkg knows, in the order it writes them to its status file (`fieldinfos[]` in
+/// dpkg's lib/dpkg/parse.c); every other field follows them, in the package's own order.
+pub(crate) const DPKG_FIELDS: &[&str] = &[
+    "Package",
+    "Essential",
+    "Protected",
+    "Status",
+    "Priority",
+    "Section",
+    "Installed-Size",
+    "Origin",
+    "Maintainer",
+    "Bugs",
+    "Architecture",
+    "Multi-Arch",
+    "Source",
+    "Version",
+    "Config-Version",
+    "Replaces",
+    "Provides",
+    "Depends",
+    "Pre-Depends",
+    "Recommends",
+    "Suggests",
+    "Breaks",
+    "Conflicts",
+    "Enhances",
+    "Conffiles",
+    "Filename",
+    "Size",
+    "MD5sum",
+    "MSDOS-Filename",
+    "Description",
+    "Triggers-Pending",
+    "Triggers-Awaited",
+];
+
+/// `fields` as dpkg writes a status stanza: its known fields first, in its order.
+pub(crate) fn dpkg_order(fields: Vec<(String, String)>) -> Vec<(String, String)> {
+    let rank = |k: &str| {
+        DPKG_FIELDS.iter().position(|f| f.eq_ignore_ascii_case(k)).unwrap_or(DPKG_FIELDS.len())
+    };
+    let mut fields: Vec<(usize, (String, String))> =
+        fields.into_iter().map(|f| (rank(&f.0), f)).collect();
+    // Stable: fields dpkg does not know keep the order the package gave them.
+    fields.sort_by_key(|(r, _)| *r);
+    fields.into_iter().map(|(_, f)| f).collect()
+}

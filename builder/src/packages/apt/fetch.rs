@@ -1,0 +1,101 @@
+//! Downloading the chosen `.deb`s into the cache, each checked against the verified index
+//! before it is used.
+use std::path::{Path, PathBuf};
+
+use futures_util::StreamExt;
+
+use super::resolve::Planned;
+use crate::error::{Error, Result};
+use crate::packages::PackageError;
+use crate::packages::PackagesReport;
+use erdma_common::progress::Reporter;
+use erdma_deb::repo::IndexedPackage;
+
+/// Downloads (or takes from the cache) every planned `.deb`, checked against the index.
+pub(super) async fn fetch_debs(
+    client: &erdma_http::Client,
+    plan: &[Planned],
+    cache_dir: &Path,
+    report: &mut PackagesReport,
+    reporter: &dyn Reporter,
+) -> Result<Vec<PathBuf>> {
+    let dir = cache_dir.join("debs");
+    std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
+    let results: Vec<Result<(PathBuf, u64)>> = futures_util::stream::iter(plan.iter().map(|p| {
+        let client = client.clone();
+        let dir = dir.clone();
+        async move { fetch_one(&client, &p.pkg, &dir).await }
+    }))
+    .buffered(4)
+    .collect()
+    .await;
+    let mut paths = Vec::new();
+    for (r, p) in results.into_iter().zip(plan) {
+        let (path, downloaded) = r?;
+        if downloaded == 0 {
+            report.cached_debs += 1;
+        }
+        report.downloaded_bytes += downloaded;
+        reporter.step(&format!("got {} {}", p.name, p.version));
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// The cache is keyed by SHA256, so a cached file is right by construction; a download streams
+/// to a temporary name while it is hashed (never held in memory), is checked, then renamed.
+pub(crate) async fn fetch_one(
+    client: &erdma_http::Client,
+    pkg: &IndexedPackage,
+    dir: &Path,
+) -> Result<(PathBuf, u64)> {
+    let (sha256, url, size) = (pkg.sha256(), pkg.url(), pkg.size());
+    let path = dir.join(format!("{sha256}.deb"));
+    if erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).is_err() {
+        return Err(PackageError::MalformedChecksum {
+            kind: "SHA256",
+            url: url.clone(),
+            repo: pkg.repo().to_string(),
+        }
+        .into());
+    }
+    if path.exists() {
+        return Ok((path, 0));
+    }
+    let fail = |reason: String| Error::Download { url: url.clone(), reason };
+    // One byte more than the index says is enough to know the file is wrong.
+    let (tmp, got_size, got) = match client.download(&url, dir, size).await {
+        Ok(Some(d)) => d,
+        Ok(None) => return Err(fail("not found (404)".into())),
+        Err(erdma_http::HttpError::TooLarge { .. }) => {
+            return Err(fail(format!("larger than the {size} bytes the index says")))
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    if got_size != size {
+        return Err(fail(format!("size {got_size} but the index says {size}")));
+    }
+    if got != sha256 {
+        return Err(Error::DigestMismatch {
+            expected: format!("sha256:{sha256} ({url})"),
+            actual: format!("sha256:{got}"),
+        });
+    }
+    tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
+    Ok((path, got_size))
+}
+
+/// Where `pkg` already is on this machine, checked to be the file its index names.
+pub(crate) fn on_disk(pkg: &IndexedPackage, cache: &Path) -> Option<PathBuf> {
+    let sha256 = pkg.sha256();
+    let cached = cache.join(format!("{sha256}.deb"));
+    if erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).is_ok() && cached.is_file() {
+        return Some(cached);
+    }
+    let url = pkg.url();
+    let file = std::path::PathBuf::from(url.strip_prefix("file://")?);
+    let mut hashing = erdma_http::Hashing::new(std::fs::File::open(&file).ok()?, u64::MAX, None);
+    std::io::copy(&mut hashing, &mut std::io::sink()).ok()?;
+    let (_, got) = hashing.finish();
+    (got == sha256).then_some(file)
+}

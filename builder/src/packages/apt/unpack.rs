@@ -1,0 +1,318 @@
+//! Unpacking a `.deb`'s data into the layer: each entry checked ([`crate::packages::payload`]),
+//! conffiles, diversions and replaced files handled as dpkg does.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use md5::{Digest as _, Md5};
+
+use super::dpkg::{info_name, write_info, INFO, STATUS};
+use super::fetch::on_disk;
+use super::install::BaseStatus;
+use super::resolve::{self, Planned};
+use super::scripts::emulate_scripts;
+use crate::error::{Error, Result};
+use crate::packages::payload::{self, FileType, Placer, Refused};
+use crate::packages::PackagesReport;
+use erdma_deb::deb::{self, DataKind};
+use erdma_deb::deb822::Paragraph;
+use erdma_oci::files::BaseFiles;
+use erdma_oci::layer::{Entry, EntryKind, LayerContents};
+
+/// `name version (origin)`: how an error about a package's payload names it.
+pub(crate) fn package_label(planned: &Planned) -> String {
+    format!("{} {} ({})", planned.name, planned.version, planned.pkg.origin())
+}
+
+/// A refused entry, or a `.deb` that cannot be read, as one line naming the package.
+pub(crate) fn entry_error(
+    planned: &Planned,
+    path: &Path,
+    e: deb::DebError,
+    refused: Option<(String, Refused)>,
+) -> Error {
+    let package = package_label(planned);
+    let shown = |entry: &str| entry.escape_debug().to_string();
+    match (refused, e) {
+        (Some((entry, why)), _) => {
+            Error::PackageEntry { package, entry: shown(&entry), reason: why.to_string() }
+        }
+        (None, deb::DebError::UnsafePath { entry, .. }) => Error::PackageEntry {
+            package,
+            entry: shown(&entry),
+            reason: Refused::Escapes.to_string(),
+        },
+        (None, deb::DebError::BadEntry { entry, reason, .. }) => {
+            Error::PackageEntry { package, entry: shown(&entry), reason }
+        }
+        (None, deb::DebError::Limit { member, exceeded, .. }) => {
+            Error::Limit { what: format!("{member} of {package}"), exceeded }
+        }
+        (None, source) => Error::Deb { path: path.to_owned(), source },
+    }
+}
+
+/// A hard link to anything but a regular file of the same package seen before it (tar writes
+/// a file's first name before its other names): `/etc/shadow`, a directory, a later entry.
+pub(crate) fn dangling_link(path: &Path, entry: &str, target: &str) -> deb::DebError {
+    deb::DebError::BadEntry {
+        path: path.to_owned(),
+        member: "data.tar".into(),
+        entry: entry.to_string(),
+        reason: format!(
+            "hard link to `{}`, which is not a regular file of this package before it",
+            target.escape_debug()
+        ),
+    }
+}
+
+/// The `.deb` payload's entry kind, for [`payload::special`].
+pub(crate) fn file_type(kind: &DataKind) -> FileType {
+    match kind {
+        DataKind::Dir => FileType::Dir,
+        DataKind::File { .. } | DataKind::Hardlink(_) => FileType::File,
+        DataKind::Symlink(_) => FileType::Symlink,
+        DataKind::Fifo => FileType::Fifo,
+        DataKind::CharDevice { major, minor } => FileType::Char { major: *major, minor: *minor },
+        DataKind::BlockDevice { major, minor } => FileType::Block { major: *major, minor: *minor },
+    }
+}
+
+/// Reads the payload of each package of `res` that is on disk (a `--package` file, a `.deb`
+/// in the cache, one a `file://` repository serves that hashes as its index says) for the
+/// report's special files, without writing anything; the others are named in
+/// [`PackagesReport::not_inspected`]. `debs`: every package's file, when they were fetched.
+pub(crate) fn inspect(
+    res: &resolve::Resolution,
+    debs: Option<&[PathBuf]>,
+    cache_dir: &Path,
+    base: &dyn BaseFiles,
+    inflation: u64,
+    report: &mut PackagesReport,
+) -> Result<()> {
+    // What a build would refuse, a plan refuses too (for the packages it can read).
+    let mut placer = Placer::new(base);
+    for (i, planned) in res.install.iter().enumerate() {
+        let path = match debs {
+            Some(d) => Some(d[i].clone()),
+            None => on_disk(&planned.pkg, &cache_dir.join("debs")),
+        };
+        let Some(path) = path else {
+            report.not_inspected.push(format!("{} {}", planned.name, planned.version));
+            continue;
+        };
+        let label = format!("{} {}", planned.name, planned.version);
+        let mut refused: Option<(String, Refused)> = None;
+        let mut files: BTreeSet<String> = BTreeSet::new();
+        deb::for_each_data_entry(&path, inflation, |entry, _| {
+            report.special_files.extend(payload::special(
+                &label,
+                &entry.path,
+                file_type(&entry.kind),
+                entry.mode,
+            ));
+            let place = match &entry.kind {
+                DataKind::Dir => erdma_oci::layer::Placing::Dir,
+                DataKind::Symlink(t) => erdma_oci::layer::Placing::Symlink(t),
+                DataKind::File { .. } => {
+                    files.insert(entry.path.clone());
+                    erdma_oci::layer::Placing::File
+                }
+                DataKind::Hardlink(target) if files.contains(target) => {
+                    erdma_oci::layer::Placing::File
+                }
+                DataKind::Hardlink(target) => {
+                    return Err(dangling_link(&path, &entry.path, target))
+                }
+                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
+                    return Ok(())
+                }
+            };
+            if let Err(why) =
+                payload::check_name(&entry.path).and_then(|()| placer.place(&entry.path, place))
+            {
+                refused = Some((entry.path.clone(), why.clone()));
+                return Err(deb::DebError::Handler {
+                    entry: entry.path.clone(),
+                    source: Box::new(why),
+                });
+            }
+            Ok(())
+        })
+        .map_err(|e| entry_error(planned, &path, e, refused.take()))?;
+    }
+    Ok(())
+}
+
+/// Unpacks the packages into `layer` and writes the dpkg database, the removals and the
+/// emulated maintainer-script effects. Every entry goes where [`Placer`] says, and the
+/// report gets the payloads' special files.
+pub(super) fn unpack(
+    res: &resolve::Resolution,
+    debs: &[PathBuf],
+    status: &BaseStatus,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+    inflation: u64,
+    report: &mut PackagesReport,
+) -> Result<Vec<String>> {
+    let mut new_paths: BTreeSet<String> = BTreeSet::new();
+    let mut stanzas: Vec<Paragraph> = Vec::new();
+    // One placer for all the packages: a symlink one installs is seen by the next.
+    let mut placer = Placer::new(base);
+    for (planned, path) in res.install.iter().zip(debs) {
+        let deb = deb::read_control(path).map_err(|e| entry_error(planned, path, e, None))?;
+        let label = format!("{} {}", planned.name, planned.version);
+        let mut list = vec!["/.".to_string()];
+        // Each regular file's content (held when small, spooled when large) and MD5, for hard
+        // links and the conffiles' checksums; a package's files are never all held at once.
+        let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
+        // The entry refused and why, for the error that names the package.
+        let mut refused: Option<(String, Refused)> = None;
+        deb::for_each_data_entry(path, inflation, |entry, data| {
+            let mut refuse = |why: Refused| {
+                refused = Some((entry.path.clone(), why.clone()));
+                deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) }
+            };
+            payload::check_name(&entry.path).map_err(&mut refuse)?;
+            list.push(format!("/{}", entry.path));
+            report.special_files.extend(payload::special(
+                &label,
+                &entry.path,
+                file_type(&entry.kind),
+                entry.mode,
+            ));
+            let kind = match &entry.kind {
+                DataKind::Dir => EntryKind::Dir,
+                DataKind::File { size } => {
+                    let mut md5 = Md5::new();
+                    let kind = layer
+                        .file_kind(data, *size, &mut |chunk| md5.update(chunk))
+                        .map_err(|e| deb::DebError::Handler {
+                            entry: entry.path.clone(),
+                            source: Box::new(e),
+                        })?;
+                    files.insert(entry.path.clone(), (kind.clone(), md5.finalize().into()));
+                    kind
+                }
+                DataKind::Symlink(target) => EntryKind::Symlink(target.clone()),
+                // Hard links become copies: same content and mode, as far as apt can tell. tar
+                // writes the first name of a file before its links, so a link to anything
+                // else (`/etc/shadow`, a directory) is not a file of this package.
+                DataKind::Hardlink(target) => match files.get(target) {
+                    Some((k, _)) => k.clone(),
+                    None => return Err(dangling_link(path, &entry.path, target)),
+                },
+                // Not created (see payload::SpecialFile::created); listed in the report.
+                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
+                    return Ok(())
+                }
+            };
+            let place = match &kind {
+                EntryKind::Dir => erdma_oci::layer::Placing::Dir,
+                EntryKind::Symlink(t) => erdma_oci::layer::Placing::Symlink(t),
+                _ => erdma_oci::layer::Placing::File,
+            };
+            let Some(real) = placer.place(&entry.path, place).map_err(&mut refuse)? else {
+                return Ok(());
+            };
+            layer
+                .insert(&real, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid })
+                .map_err(|e| deb::DebError::Handler {
+                entry: entry.path.clone(),
+                source: Box::new(e),
+            })?;
+            if !matches!(entry.kind, DataKind::Dir) {
+                new_paths.insert(real);
+            }
+            Ok(())
+        })
+        .map_err(|e| entry_error(planned, path, e, refused.take()))?;
+        write_info(&deb, planned, &list, &files, layer, &mut stanzas)?;
+    }
+
+    // What the removed packages owned and nothing new provides goes, as `apt remove` would.
+    let mut removed_files = Vec::new();
+    for gone in &res.remove {
+        let iname = info_name(&gone.paragraph, &gone.arch);
+        if let Some(list) = base.read(&format!("{INFO}/{iname}.list"), 16 << 20)? {
+            for p in String::from_utf8_lossy(&list).lines() {
+                let Some(p) = erdma_oci::layer::normalize(p) else { continue };
+                let Some(p) = base.real_path(&p)?.filter(|p| !p.is_empty()) else { continue };
+                // Directories stay (dpkg leaves those other packages use), and so do paths
+                // the image does not have any more.
+                if new_paths.contains(&p)
+                    || !matches!(
+                        base.kind(&p)?,
+                        Some(
+                            erdma_oci::rootfs::SnapEntry::File(_)
+                                | erdma_oci::rootfs::SnapEntry::Symlink(_)
+                        )
+                    )
+                {
+                    continue;
+                }
+                layer.add_whiteout(&p)?;
+                removed_files.push(format!("/{p}"));
+            }
+        }
+        let replaced = res.install.iter().any(|p| p.name == gone.name);
+        for suffix in [
+            "list",
+            "md5sums",
+            "conffiles",
+            "shlibs",
+            "symbols",
+            "triggers",
+            "preinst",
+            "postinst",
+            "prerm",
+            "postrm",
+            "templates",
+            "config",
+        ] {
+            let p = format!("{INFO}/{iname}.{suffix}");
+            // A replacement under the same info name has just written its own files there.
+            if replaced && layer_has(layer, &p) {
+                continue;
+            }
+            if base.read(&p, 64 << 20)?.is_some() {
+                layer.add_whiteout(&p)?;
+            }
+        }
+    }
+
+    // The status file: the base's stanzas, less what went, plus what came, sorted by name
+    // as dpkg keeps it.
+    let gone: BTreeSet<(&str, &str)> =
+        res.remove.iter().map(|i| (i.name.as_str(), i.arch.as_str())).collect();
+    let mut all: Vec<Paragraph> = status
+        .paragraphs
+        .iter()
+        .filter(|p| {
+            let key =
+                (p.get("Package").unwrap_or_default(), p.get("Architecture").unwrap_or_default());
+            !gone.contains(&key)
+                && !res.install.iter().any(|n| {
+                    n.name == key.0 && (n.arch == key.1 || key.1 == "all" || n.arch == "all")
+                })
+        })
+        .cloned()
+        .collect();
+    all.extend(stanzas);
+    all.sort_by(|a, b| {
+        (a.get("Package"), a.get("Architecture")).cmp(&(b.get("Package"), b.get("Architecture")))
+    });
+    let text: String = all.iter().map(|p| format!("{p}\n")).collect();
+    layer.add_file(STATUS, text.into_bytes(), 0o644)?;
+    // dpkg keeps the previous status as status-old; apt-get leaves one too.
+    if let Some(old) = &status.raw {
+        layer.add_file("var/lib/dpkg/status-old", old.clone(), 0o644)?;
+    }
+
+    emulate_scripts(res, base, layer)?;
+    Ok(removed_files)
+}
+
+pub(crate) fn layer_has(layer: &LayerContents, path: &str) -> bool {
+    layer.files().any(|(p, e)| p == path && e.kind != EntryKind::Whiteout)
+}

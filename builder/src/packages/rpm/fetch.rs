@@ -1,0 +1,158 @@
+//! Downloading the chosen `.rpm`s into the cache, each checked against the verified metadata
+//! and its signature before it is used.
+use std::path::PathBuf;
+
+use super::install::{local_package, package_file, Resolved};
+use crate::error::{Error, Result};
+use crate::packages::PackageError;
+use crate::packages::{Inputs, PackagesReport};
+use erdma_common::progress::Reporter;
+use erdma_rpm::repodata;
+use erdma_rpm::PackageMeta;
+
+/// A `--package` URL larger than this is refused (NVIDIA's NCCL rpms are about 200 MiB).
+pub(crate) const MAX_RPM: u64 = 4 << 30;
+
+/// A planned package already on this machine: a `--package` file, or one in the package
+/// cache (named by the checksum its repository gives, and verified when it was stored).
+/// Its signature is checked again, as a build checks it.
+pub(crate) fn on_disk(
+    inputs: &Inputs<'_>,
+    resolved: &Resolved,
+    meta: &PackageMeta,
+) -> Result<Option<(PathBuf, erdma_rpm::package::Package)>> {
+    if let Some((path, _)) =
+        resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name)
+    {
+        let pkg = erdma_rpm::package::open(path)
+            .map_err(|e| local_package(&path.display().to_string(), e))?;
+        return Ok(Some((path.clone(), pkg)));
+    }
+    let (Some(sum), Some(repo)) =
+        (&meta.checksum, resolved.repos.iter().find(|r| r.name == meta.origin))
+    else {
+        return Ok(None);
+    };
+    if sum.hex.is_empty()
+        || !sum.hex.chars().all(|c| c.is_ascii_hexdigit())
+        || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric())
+    {
+        return Ok(None);
+    }
+    let path =
+        inputs.cache_dir.join("rpm").join("packages").join(format!("{}-{}.rpm", sum.kind, sum.hex));
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let pkg = erdma_rpm::package::open(&path).map_err(|e| package_file(path.display(), e))?;
+    pkg.verify(&path, &repo.keyring, erdma_common::dates::now()).map_err(|e| {
+        Error::from(PackageError::Unverified {
+            nevra: meta.nevra(),
+            repo: repo.name.clone(),
+            at: format!("cached {}", path.display()),
+            why: e.to_string(),
+        })
+    })?;
+    Ok(Some((path, pkg)))
+}
+
+/// Downloads (or takes from the cache) every planned package, checks it against the checksum
+/// its repository's `primary.xml` gives, and verifies its OpenPGP header signature and payload
+/// digest against the repository's key, as dnf with `gpgcheck=1` does. `--package` files are
+/// only read.
+pub(crate) async fn fetch(
+    inputs: &Inputs<'_>,
+    resolved: &Resolved,
+    report: &mut PackagesReport,
+    reporter: &dyn Reporter,
+) -> Result<Vec<(PathBuf, erdma_rpm::package::Package)>> {
+    let dir = inputs.cache_dir.join("rpm").join("packages");
+    std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
+    let mut out = Vec::new();
+    for planned in &resolved.plan.install {
+        let meta = &planned.package;
+        if let Some((path, _)) =
+            resolved.local.iter().find(|(_, m)| m.origin == meta.origin && m.name == meta.name)
+        {
+            let pkg = erdma_rpm::package::open(path)
+                .map_err(|e| local_package(&path.display().to_string(), e))?;
+            out.push((path.clone(), pkg));
+            continue;
+        }
+        let repo = resolved
+            .repos
+            .iter()
+            .find(|r| r.name == meta.origin)
+            .ok_or_else(|| Error::from(PackageError::NoOrigin { nevra: meta.nevra() }))?;
+        let location = meta.location.as_deref().ok_or_else(|| {
+            Error::from(PackageError::NoLocation { nevra: meta.nevra(), repo: repo.name.clone() })
+        })?;
+        let url =
+            format!("{}/{}", repo.url.trim_end_matches('/'), location.trim_start_matches('/'));
+        let sum = meta.checksum.clone().ok_or_else(|| {
+            Error::from(PackageError::NoChecksum { nevra: meta.nevra(), repo: repo.name.clone() })
+        })?;
+        // The cache file is named from these two: hex digits and an algorithm name only.
+        if !sum.hex.chars().all(|c| c.is_ascii_hexdigit())
+            || sum.hex.is_empty()
+            || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric())
+            || sum.kind.is_empty()
+        {
+            return Err(PackageError::MalformedChecksum {
+                kind: "checksum",
+                url,
+                repo: repo.name.clone(),
+            }
+            .into());
+        }
+        let path = dir.join(format!("{}-{}.rpm", sum.kind, sum.hex));
+        if !path.exists() {
+            reporter.step(&format!("downloading {}", meta.nevra()));
+            let fail = |reason: String| Error::Download { url: url.clone(), reason };
+            let limit = if meta.size > 0 { meta.size } else { MAX_RPM };
+            let (tmp, got_size, got_sha256) = match inputs.http.download(&url, &dir, limit).await {
+                Ok(Some(d)) => d,
+                Ok(None) => return Err(fail("not found (404)".into())),
+                Err(erdma_http::HttpError::TooLarge { .. }) => {
+                    return Err(fail(format!("larger than the {limit} bytes primary.xml says")))
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            };
+            if meta.size > 0 && got_size != meta.size {
+                return Err(fail(format!("size {got_size} but primary.xml says {}", meta.size)));
+            }
+            // SHA256 (what createrepo_c writes) was computed as the file streamed by; another
+            // kind is checked from the file.
+            if sum.kind == "sha256" {
+                if got_sha256 != sum.hex {
+                    return Err(Error::DigestMismatch {
+                        expected: format!("sha256:{} ({url})", sum.hex),
+                        actual: format!("sha256:{got_sha256}"),
+                    });
+                }
+            } else {
+                let bytes =
+                    std::fs::read(tmp.path()).map_err(Error::io("reading download", tmp.path()))?;
+                repodata::verify(&bytes, &sum).map_err(|e| Error::DigestMismatch {
+                    expected: format!("{}:{} ({url})", sum.kind, sum.hex),
+                    actual: e.to_string(),
+                })?;
+            }
+            tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
+            report.downloaded_bytes += got_size;
+        } else {
+            report.cached_debs += 1;
+        }
+        let pkg = erdma_rpm::package::open(&path).map_err(|e| package_file(&url, e))?;
+        pkg.verify(&path, &repo.keyring, erdma_common::dates::now()).map_err(|e| {
+            Error::from(PackageError::Unverified {
+                nevra: meta.nevra(),
+                repo: repo.name.clone(),
+                at: url.clone(),
+                why: e.to_string(),
+            })
+        })?;
+        out.push((path, pkg));
+    }
+    Ok(out)
+}

@@ -1,0 +1,315 @@
+//! Where the build's packages come from: the recipe's repositories and the base's own
+//! `.repo` files, their verified metadata, and the repositories the image keeps for a later
+//! `dnf install`.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::install::{nccl_excludes, repository};
+use super::repos::{self, YumRepo};
+use crate::error::{Error, Result};
+use crate::packages::PackageError;
+use crate::packages::{Mirror, Target};
+use erdma_common::progress::Reporter;
+use erdma_oci::files::BaseFiles;
+use erdma_oci::layer::LayerContents;
+use erdma_openpgp::{self as openpgp, Keyring};
+use erdma_rpm::repodata;
+use erdma_rpm::PackageMeta;
+
+/// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
+pub(crate) const MAX_REPOMD: u64 = 16 << 20;
+
+pub(crate) const MAX_PRIMARY: u64 = 256 << 20;
+
+pub(crate) const MAX_PRIMARY_OPEN: u64 = 1 << 30;
+
+/// A repository's packages, read from its verified metadata.
+pub(crate) struct LoadedRepo {
+    pub name: String,
+    /// The base URL it was reached at.
+    pub url: String,
+    pub packages: Vec<PackageMeta>,
+    pub keyring: Keyring,
+}
+
+/// Reads one repository's `repomd.xml` (verifying `repomd.xml.asc` when there is one, and
+/// requiring one with `repo_gpgcheck`) and its `primary` metadata, checked against repomd's
+/// checksum. Mirrors are tried in order while they cannot be reached; a bad signature or
+/// checksum stops the build (an attack or a broken mirror, as apt's backend treats it).
+///
+/// `Ok(Err(why))` when no mirror could be reached: the caller decides whether that stops the
+/// build (the recipe's repositories) or not (the base's own, see [`install`]).
+pub(super) async fn load_repo(
+    http: &erdma_http::Client,
+    name: &str,
+    urls: &[String],
+    keyring: Keyring,
+    repo_gpgcheck: bool,
+    cache_dir: &Path,
+    reporter: &dyn Reporter,
+) -> Result<std::result::Result<LoadedRepo, String>> {
+    reporter.step(&format!("reading repository {name}"));
+    let mut unreachable = Vec::new();
+    for url in urls {
+        let base = format!("{}/", url.trim_end_matches('/'));
+        let repomd_url = format!("{base}repodata/repomd.xml");
+        let raw = match http.get(&repomd_url, MAX_REPOMD).await {
+            Ok(Some(raw)) => raw,
+            Ok(None) => {
+                unreachable.push(format!("{repomd_url}: not found"));
+                continue;
+            }
+            Err(e) if e.is_transient() => {
+                unreachable.push(e.to_string());
+                continue;
+            }
+            Err(e) => return Err(repository(name, e)),
+        };
+        let sig_url = format!("{repomd_url}.asc");
+        match http.get(&sig_url, 1 << 20).await.map_err(|e| repository(name, e))? {
+            Some(sig) => erdma_openpgp::verify_detached_with(
+                &raw,
+                &sig,
+                &keyring,
+                erdma_common::dates::now(),
+            )
+            .map_err(|e| {
+                repository(name, format!("{repomd_url} does not verify against {sig_url}: {e}"))
+            })?,
+            None if repo_gpgcheck => {
+                return Err(repository(
+                    name,
+                    format!("repo_gpgcheck is set but {sig_url} does not exist"),
+                ))
+            }
+            None => {}
+        }
+        let md = repodata::parse_repomd(&raw)
+            .map_err(|e| repository(name, format!("{repomd_url}: {e}")))?;
+        let primary = md.primary().map_err(|e| repository(name, e))?;
+        let sum = primary.checksum.clone().ok_or_else(|| {
+            repository(name, format!("repomd.xml gives no checksum for {}", primary.location))
+        })?;
+        let compressed =
+            fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir)
+                .await
+                .map_err(|e| repository(name, e))?;
+        let xml = repodata::decompress(
+            &primary.location,
+            &compressed,
+            MAX_PRIMARY_OPEN,
+            http.inflation(),
+        )
+        .map_err(|e| repository(name, format!("{}: {e}", primary.location)))?;
+        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name)
+            .map_err(|e| repository(name, format!("{}: {e}", primary.location)))?;
+        return Ok(Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring }));
+    }
+    Ok(Err(format!("repository `{name}` cannot be reached ({})", unreachable.join("; "))))
+}
+
+/// Fetches metadata by checksum, from the cache when a file with that checksum is there.
+pub(crate) async fn fetch_cached(
+    http: &erdma_http::Client,
+    url: &str,
+    sum: &erdma_rpm::Checksum,
+    cache_dir: &Path,
+) -> std::result::Result<Vec<u8>, String> {
+    let dir = cache_dir.join("rpm-md");
+    let cached: PathBuf = dir.join(format!("{}-{}", sum.kind, sum.hex));
+    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        if let Ok(bytes) = std::fs::read(&cached) {
+            if repodata::verify(&bytes, sum).is_ok() {
+                return Ok(bytes);
+            }
+        }
+    }
+    let bytes = http
+        .get(url, MAX_PRIMARY)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{url}: not found"))?;
+    repodata::verify(&bytes, sum).map_err(|e| format!("{url}: {e}"))?;
+    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) && std::fs::create_dir_all(&dir).is_ok() {
+        // Best effort: a cache that cannot be written only costs a download next time.
+        let _ = tempfile::NamedTempFile::new_in(&dir).and_then(|mut f| {
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.persist(&cached).map(|_| ()).map_err(|e| e.error)
+        });
+    }
+    Ok(bytes)
+}
+
+/// The URLs of one of the base's repositories: its `baseurl`s, or the list its `mirrorlist`
+/// gives (none when the mirrorlist cannot be reached), with `--mirror` applied (`FROM=URL` replaces the prefix FROM; a plain `URL` stands
+/// in for the scheme and host of every base repository, as a mirror of the same layout).
+pub(super) async fn base_repo_urls(
+    http: &erdma_http::Client,
+    repo: &YumRepo,
+    mirrors: &[Mirror],
+) -> Result<Vec<String>> {
+    let mut urls = repo.baseurls.clone();
+    if urls.is_empty() {
+        if let Some(list) = &repo.mirrorlist {
+            // A mirrorlist that cannot be fetched gives no URL: the repository counts as
+            // unreachable (below), as dnf's would.
+            let text = match http.get(list, 1 << 20).await {
+                Ok(t) => t.unwrap_or_default(),
+                Err(e) if e.is_transient() => Vec::new(),
+                Err(e) => {
+                    return Err(PackageError::BaseRepository {
+                        id: repo.id.clone(),
+                        file: repo.file.clone(),
+                        why: format!("mirrorlist: {e}"),
+                    }
+                    .into())
+                }
+            };
+            urls = String::from_utf8_lossy(&text)
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.contains("://") && !l.starts_with('#'))
+                .map(String::from)
+                .collect();
+        }
+    }
+    if urls.is_empty() && repo.mirrorlist.is_none() {
+        let how = if repo.metalink.is_some() {
+            "only a metalink, which erdma-build does not read"
+        } else {
+            "no baseurl or mirrorlist"
+        };
+        return Err(
+            PackageError::NoUrl { id: repo.id.clone(), file: repo.file.clone(), how }.into()
+        );
+    }
+    Ok(urls.into_iter().map(|u| mirrored(&u, mirrors)).collect())
+}
+
+pub(crate) fn mirrored(url: &str, mirrors: &[Mirror]) -> String {
+    for m in mirrors.iter().rev() {
+        match &m.from {
+            Some(from) if url.starts_with(from.trim_end_matches('/')) => {
+                return format!(
+                    "{}{}",
+                    m.to.trim_end_matches('/'),
+                    &url[from.trim_end_matches('/').len()..]
+                )
+            }
+            Some(_) => {}
+            None => {
+                let Some((_, rest)) = url.split_once("://") else { continue };
+                let path = rest.find('/').map_or("", |i| &rest[i..]);
+                return format!("{}{path}", m.to.trim_end_matches('/'));
+            }
+        }
+    }
+    url.to_string()
+}
+
+/// The keys a base repository's `gpgkey=` names: `file://` keys from the image (as dnf reads
+/// them), unless `--keyring base=FILE` replaces them.
+pub(super) fn base_repo_keys(
+    repo: &YumRepo,
+    base: &dyn BaseFiles,
+    base_keyring: Option<&[u8]>,
+) -> Result<Keyring> {
+    let bad = |why: String| -> Error {
+        PackageError::BaseRepository { id: repo.id.clone(), file: repo.file.clone(), why }.into()
+    };
+    let mut raw = Vec::new();
+    match base_keyring {
+        Some(k) => raw.extend_from_slice(k),
+        None => {
+            for key in &repo.gpgkeys {
+                let Some(path) = key.strip_prefix("file://") else {
+                    return Err(bad(format!(
+                        "its key {key} is not a file in the image; hint: --keyring base=FILE"
+                    )));
+                };
+                let data = base
+                    .read(path.trim_start_matches('/'), 1 << 20)?
+                    .ok_or_else(|| bad(format!("its key {key} is not in the image")))?;
+                raw.extend(openpgp::dearmor(&data)?);
+            }
+        }
+    }
+    if raw.is_empty() {
+        return Err(bad("it names no gpgkey, and packages are only installed verified; hint: --keyring base=FILE".into()));
+    }
+    Keyring::load(&raw).map_err(|e| bad(e.to_string()))
+}
+
+/// The rpm side of [`crate::packages::add_repositories`]: for each of the recipe's own
+/// repositories, `/etc/yum.repos.d/NAME.repo` at the URL the build reached, with `gpgcheck=1`
+/// and its verified key armoured at `/etc/pki/rpm-gpg/RPM-GPG-KEY-NAME`, as the ECS AI-training-cluster guide sets up
+/// Alibaba's. An NCCL repository the base already lists (NVIDIA's CUDA images) is not added
+/// twice: its section in the base's file gains the `excludepkgs` that hold NCCL to the CUDA
+/// major it was chosen for ([`nccl_excludes`]), as ours has them.
+pub(super) fn add_repos(
+    target: &Target<'_>,
+    urls: &BTreeMap<String, String>,
+    keys: &BTreeMap<String, Vec<u8>>,
+    nccl_cuda: Option<crate::packages::nccl::Cuda>,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
+    let listed: Vec<YumRepo> = if target.repositories.iter().any(|r| r.nccl) {
+        repos::base_repos(base, &BTreeMap::new())?
+    } else {
+        Vec::new()
+    };
+    for repo in target.repositories.iter().filter(|r| !r.from_base) {
+        let url = &urls[&repo.name];
+        let exclude = match (repo.nccl, nccl_cuda) {
+            (true, Some(c)) => nccl_excludes(c.major),
+            _ => Vec::new(),
+        };
+        let same = |u: &String| u.trim_end_matches('/') == url.trim_end_matches('/');
+        if let Some(theirs) = listed.iter().find(|r| repo.nccl && r.baseurls.iter().any(same)) {
+            if !exclude.is_empty() {
+                let path = theirs.file.trim_start_matches('/');
+                let text = String::from_utf8_lossy(&base.read(path, 1 << 20)?.unwrap_or_default())
+                    .into_owned();
+                layer.add_file(
+                    path,
+                    repos::add_excludes(&text, &theirs.id, &exclude).into_bytes(),
+                    0o644,
+                )?;
+            }
+            continue;
+        }
+        let key_path = format!("etc/pki/rpm-gpg/RPM-GPG-KEY-{}", repo.name);
+        layer.add_file(
+            &key_path,
+            openpgp::to_armored(&openpgp::parse(&keys[&repo.name])?)?,
+            0o644,
+        )?;
+        layer.add_file(
+            &format!("etc/yum.repos.d/{}.repo", repo.name),
+            repos::repo_file(&repo.name, url, &key_path, repo.repo_gpgcheck, &exclude).into_bytes(),
+            0o644,
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mirrors_stand_in_for_base_repositories() {
+        let all = [Mirror::parse("http://127.0.0.1:8080")];
+        assert_eq!(
+            mirrored("http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", &all),
+            "http://127.0.0.1:8080/alinux/3/os/x86_64/"
+        );
+        let one = [Mirror::parse("http://mirrors.cloud.aliyuncs.com/alinux=file:///srv/alinux")];
+        assert_eq!(
+            mirrored("http://mirrors.cloud.aliyuncs.com/alinux/3/os/x86_64/", &one),
+            "file:///srv/alinux/3/os/x86_64/"
+        );
+        assert_eq!(mirrored("https://other.example/x/", &one), "https://other.example/x/");
+    }
+}

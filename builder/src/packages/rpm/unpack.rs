@@ -1,0 +1,204 @@
+//! Unpacking an `.rpm`'s payload into the layer: each entry checked
+//! ([`crate::packages::payload`]), owners mapped through the image's passwd and group.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::install::{package_file, Resolved};
+use crate::error::{Error, Result};
+use crate::packages::PackageError;
+use crate::packages::PackagesReport;
+use erdma_oci::files::BaseFiles;
+use erdma_oci::layer::LayerContents;
+use erdma_rpm::PackageMeta;
+
+/// The header's file list through [`crate::packages::payload::Placer`], as an unpack would
+/// place it (header order: a directory or symlink before what is under it).
+pub(crate) fn check_paths(
+    pkg: &erdma_rpm::package::Package,
+    meta: &PackageMeta,
+    placer: &mut crate::packages::payload::Placer<'_>,
+) -> Result<()> {
+    use crate::packages::payload::{check_name, Refused};
+    use erdma_oci::layer::Placing;
+    for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
+        let refuse = |why: Refused| Error::PackageEntry {
+            package: format!("{} ({})", meta.nevra(), meta.origin),
+            entry: f.path.escape_debug().to_string(),
+            reason: why.to_string(),
+        };
+        let norm = erdma_oci::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
+        check_name(&norm).map_err(refuse)?;
+        let kind = match f.file_type() {
+            0o040000 => Placing::Dir,
+            0o100000 => Placing::File,
+            0o120000 => Placing::Symlink(&f.link_to),
+            _ => continue,
+        };
+        placer.place(&norm, kind).map_err(refuse)?;
+    }
+    Ok(())
+}
+
+/// The package's setuid and setgid files, device nodes, FIFOs and sockets, from its header
+/// ([`crate::packages::payload::special`]); `%ghost` files are not in the payload.
+pub(crate) fn note_special(
+    pkg: &erdma_rpm::package::Package,
+    label: &str,
+    report: &mut PackagesReport,
+) {
+    use crate::packages::payload::{special, FileType};
+    for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
+        // Linux's `new_encode_dev` (include/linux/kdev_t.h), as rpm stores `FILERDEVS`.
+        let (major, minor) = ((f.rdev >> 8) & 0xfff, (f.rdev & 0xff) | ((f.rdev >> 12) & 0xfff00));
+        let t = match f.file_type() {
+            0o040000 => FileType::Dir,
+            0o100000 => FileType::File,
+            0o120000 => FileType::Symlink,
+            0o020000 => FileType::Char { major, minor },
+            0o060000 => FileType::Block { major, minor },
+            0o010000 => FileType::Fifo,
+            0o140000 => FileType::Socket,
+            _ => continue,
+        };
+        report.special_files.extend(special(label, &f.path, t, f.mode));
+    }
+}
+
+/// `name → id` from an `/etc/passwd` or `/etc/group` of the base (or the layer, when a
+/// package writes them: `setup` on EL).
+pub(crate) fn ids(text: &str) -> BTreeMap<String, u32> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?.to_string();
+            let id = f.nth(1)?.parse().ok()?;
+            Some((name, id))
+        })
+        .collect()
+}
+
+/// Writes the planned packages' payloads into the layer, whites out the files of the packages
+/// that go (replaced, upgraded, removed) that nothing new puts back and no package that stays
+/// owns, and writes the rpm database with the gone packages' headers removed and the new ones
+/// added as rpm stores them. Returns the paths removed.
+pub(crate) fn unpack(
+    resolved: &Resolved,
+    files: &[(PathBuf, erdma_rpm::package::Package)],
+    base: &dyn BaseFiles,
+    arch: &str,
+    layer: &mut LayerContents,
+    inflation: u64,
+) -> Result<Vec<String>> {
+    let passwd =
+        ids(&String::from_utf8_lossy(&base.read("etc/passwd", 4 << 20)?.unwrap_or_default()));
+    let group =
+        ids(&String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()));
+    // rpm resolves file owners by name at install time and falls back to root (with a warning)
+    // for a name the image does not know (lib/fsm.c, lib/rpmug.c).
+    let owners = |user: &str, grp: &str| {
+        (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0))
+    };
+    // rpm writes through the directory symlinks the image has (merged /usr on EL9: /sbin ->
+    // usr/sbin), and never replaces such a symlink with a directory; nothing is written
+    // through a symlink this build installs (one placer for every package).
+    let placer = std::cell::RefCell::new(crate::packages::payload::Placer::new(base));
+    let place = |p: &str, kind: erdma_oci::layer::Placing<'_>| {
+        placer.borrow_mut().place(p, kind).map_err(|why| why.to_string())
+    };
+    let now = erdma_common::dates::now().max(0) as u32;
+    let color = erdma_rpm::rpmdb::transaction_color(base, arch);
+    let mut blobs = Vec::new();
+    for ((path, pkg), planned) in files.iter().zip(&resolved.plan.install) {
+        let entry_error = |e: erdma_rpm::package::RpmError| {
+            let package = format!("{} ({})", planned.package.nevra(), planned.package.origin);
+            match e {
+                erdma_rpm::package::RpmError::UnsafePath { entry, .. } => Error::PackageEntry {
+                    package,
+                    entry: entry.escape_debug().to_string(),
+                    reason: crate::packages::payload::Refused::Escapes.to_string(),
+                },
+                erdma_rpm::package::RpmError::BadEntry { entry, reason, .. } => {
+                    Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason }
+                }
+                erdma_rpm::package::RpmError::Limit { exceeded, .. } => {
+                    Error::Limit { what: format!("the payload of {package}"), exceeded }
+                }
+                e => package_file(path.display(), e),
+            }
+        };
+        let unpacked = pkg
+            .unpack(
+                path,
+                layer,
+                &owners,
+                &erdma_rpm::package::UnpackOptions {
+                    place: Some(&place),
+                    inflation,
+                    nodocs: false,
+                },
+            )
+            .map_err(entry_error)?;
+        let ctx = erdma_rpm::rpmdb::InstallCtx {
+            install_time: now,
+            tid: now,
+            color,
+            file_states: unpacked.file_states.clone(),
+        };
+        blobs.push(
+            erdma_rpm::rpmdb::installed_header(&pkg.header, &pkg.signature, &ctx)
+                .map_err(|e| package_file(path.display(), e))?,
+        );
+    }
+    // The installed packages that go: removed, or replaced by a new build.
+    let mut gone: Vec<String> = resolved.plan.remove.iter().map(|r| r.nevra.clone()).collect();
+    for p in &resolved.plan.install {
+        match &p.action {
+            super::resolve::Action::Install => {}
+            // `from` is the EVR the same name had.
+            super::resolve::Action::Upgrade { from }
+            | super::resolve::Action::Downgrade { from } => {
+                gone.push(format!("{}-{from}", p.package.name))
+            }
+            super::resolve::Action::Replace { from } => gone.extend(from.iter().cloned()),
+        }
+    }
+    let mut gone_hnums = Vec::new();
+    let mut gone_files: Vec<String> = Vec::new();
+    let mut kept_files: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for (hnum, h) in resolved.db.headers() {
+        let meta = h.meta("installed");
+        let nevra = meta.nevra();
+        // A removal may name the package as `name-evr.arch` or by its EVR alone.
+        if gone
+            .iter()
+            .any(|g| g == &nevra || g == &format!("{}-{}", meta.name, meta.evr) || g == &meta.name)
+        {
+            gone_hnums.push(*hnum);
+            gone_files.extend(meta.files);
+        } else {
+            kept_files.extend(meta.files);
+        }
+    }
+    let mut removed = Vec::new();
+    for f in gone_files {
+        let Some(rel) = erdma_oci::layer::normalize(&f) else { continue };
+        let Some(rel) = base.real_path(&rel)?.filter(|p| !p.is_empty()) else { continue };
+        if kept_files.contains(&f) || layer.files().any(|(p, _)| p == rel) {
+            continue;
+        }
+        // Directories stay: other packages' files may live in them, and rpm -e keeps a
+        // directory that is not empty.
+        if matches!(base.kind(&rel)?, Some(erdma_oci::rootfs::SnapEntry::Dir) | None) {
+            continue;
+        }
+        layer.add_whiteout(&rel)?;
+        removed.push(f);
+    }
+    for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
+        .map_err(|e| Error::from(PackageError::WriteDatabase(e.to_string())))?
+    {
+        db_file.apply(layer)?;
+    }
+    removed.sort();
+    Ok(removed)
+}
