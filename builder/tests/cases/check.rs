@@ -201,7 +201,7 @@ fn demo_image(dir: &std::path::Path, extra: &[&str]) -> String {
         "build",
         "--quiet",
         "--base",
-        &format!("oci:{}:latest", super::nccl::testdata("images/debian12-mini")),
+        &format!("oci:{}:latest", crate::support::testdata("images/debian12-mini")),
         "--output",
         &reference,
     ]

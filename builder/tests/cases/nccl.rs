@@ -8,14 +8,10 @@ use serde_json::Value;
 use super::{build_fails, build_json};
 use crate::support::apt_repo::{self, AptRepo, Layout, TestKey};
 use crate::support::nccl::{self as nv, Extras};
-use crate::support::{self, debian, debs, fixture, OciFixture};
+use crate::support::{self, debian, debs, fixture, testdata, OciFixture};
 
 pub fn s(p: &Path) -> String {
     p.display().to_string()
-}
-
-pub fn testdata(rel: &str) -> String {
-    format!("{}/../testdata/{rel}", env!("CARGO_MANIFEST_DIR"))
 }
 
 /// testdata's Debian 12 image (no CUDA, no RDMA).

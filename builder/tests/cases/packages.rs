@@ -7,7 +7,7 @@ use super::multiplatform::IndexKind;
 use super::registry::Form;
 use super::{build_cached as build, build_env, build_fails, snapshot};
 use crate::support::apt_repo::{AptRepo, Layout, TestKey};
-use crate::support::{self, debian, debs};
+use crate::support::{self, debian, debs, testdata};
 
 fn s(p: &Path) -> String {
     p.display().to_string()
@@ -411,10 +411,6 @@ fn ngc_like_base_loses_mellanox_ofed() {
     );
     assert!(!text.contains(debs::OFED_VERSION), "{text}");
     assert!(text.contains("AUDIT\nEND\n") && text.contains("MLNX-GONE"), "{text}");
-}
-
-fn testdata(rel: &str) -> String {
-    format!("{}/../testdata/{rel}", env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]

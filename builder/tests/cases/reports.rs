@@ -11,7 +11,7 @@ use super::rpm::Setup;
 use crate::support;
 use crate::support::rpm_repo::BaseKind;
 
-use super::nccl::testdata;
+use crate::support::testdata;
 
 /// The report as text, with what differs from run to run replaced.
 fn stable(report: &Value, tmp: &Path) -> String {

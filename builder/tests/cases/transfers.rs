@@ -6,10 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::build_env;
-
-fn testdata(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata").join(rel)
-}
+use crate::support::testdata;
 
 /// Serves `root` over HTTP/1.1 on 127.0.0.1, one thread per connection, except that a request
 /// whose path `stalls` picks gets its headers and half of its body, then nothing more, with
@@ -63,7 +60,7 @@ fn stalling_mirror(root: PathBuf, stalls: fn(&str) -> bool) -> String {
 
 /// Builds the offline demo against `mirror` with a 1 s read timeout; returns (stderr, time taken).
 fn build_through(mirror: &str, out: &Path) -> (String, Duration) {
-    let base = format!("oci:{}:latest", testdata("images/debian12-mini").display());
+    let base = format!("oci:{}:latest", testdata("images/debian12-mini"));
     let key = testdata("repos/debian-demo/demo-key.asc");
     let cache = tempfile::tempdir().unwrap();
     let started = Instant::now();
@@ -75,7 +72,7 @@ fn build_through(mirror: &str, out: &Path) -> (String, Duration) {
             "--mirror",
             mirror,
             "--keyring",
-            key.to_str().unwrap(),
+            &key,
             "--read-timeout",
             "1",
             "--output",
@@ -95,7 +92,7 @@ const BOUND: Duration = Duration::from_secs(30);
 
 #[test]
 fn a_mirror_that_stalls_mid_package_fails_the_build_in_bounded_time() {
-    let url = stalling_mirror(testdata("repos/debian-demo"), |p| p.ends_with(".deb"));
+    let url = stalling_mirror(testdata("repos/debian-demo").into(), |p| p.ends_with(".deb"));
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let (stderr, took) = build_through(&url, &out);
@@ -112,7 +109,7 @@ fn a_mirror_that_stalls_mid_package_fails_the_build_in_bounded_time() {
 
 #[test]
 fn a_mirror_that_stalls_on_its_release_file_fails_the_build_in_bounded_time() {
-    let url = stalling_mirror(testdata("repos/debian-demo"), |p| p.ends_with("InRelease"));
+    let url = stalling_mirror(testdata("repos/debian-demo").into(), |p| p.ends_with("InRelease"));
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let (stderr, took) = build_through(&url, &out);

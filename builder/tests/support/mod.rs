@@ -29,6 +29,12 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 /// The `erdma-build` binary Cargo built for this test run.
+/// `rel` under the repository's `testdata/`, as a string (most uses format it into an image
+/// reference or a URL).
+pub fn testdata(rel: &str) -> String {
+    format!("{}/../testdata/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_erdma-build"))
 }
