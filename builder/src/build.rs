@@ -77,6 +77,8 @@ pub struct Options {
     pub limits: erdma_limits::Limits,
     /// `plan --download`: fetch the packages into the cache to read their payloads.
     pub download: bool,
+    /// `--skip-scripts` ([`crate::packages::Inputs::skip_scripts`]).
+    pub skip_scripts: bool,
 }
 
 impl Options {
@@ -466,6 +468,7 @@ async fn recipe_contents(
             nccl: nccl.as_ref().map(|(req, _)| req.clone()),
             cache_dir: cache_dir(),
             download: opts.download,
+            skip_scripts: opts.skip_scripts,
         };
         let (report, gone) = crate::packages::install(
             recipe.distro.backend,

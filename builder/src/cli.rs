@@ -196,8 +196,10 @@ pub struct CommonArgs {
     #[arg(long = "repo", value_name = "NAME=URL")]
     pub repos: Vec<String>,
     /// Install NAME too (or exactly VERSION of it), from the same repositories, resolved and
-    /// verified like the recipe's packages: e.g. perftest, rdmacm-utils, infiniband-diags,
-    /// openmpi-bin. Repeatable.
+    /// verified like the recipe's packages: e.g. perftest, rdmacm-utils, infiniband-diags.
+    /// Recommends are not installed (as apt-get install --no-install-recommends); the report
+    /// lists them. A package whose maintainer scripts cannot be emulated is refused (see
+    /// --skip-scripts). Repeatable.
     #[arg(long = "install", value_name = "NAME[=VERSION]")]
     pub install: Vec<String>,
     /// Install a .deb that no repository signs (a file, or an http(s) URL), its dependencies
@@ -208,6 +210,11 @@ pub struct CommonArgs {
     /// image label com.alibabacloud.erdma.unsigned-packages.
     #[arg(long)]
     pub allow_unsigned_package: bool,
+    /// Build even where a package's maintainer script (rpm: scriptlet) can be neither emulated
+    /// nor shown to be without effect: it is not run, and the report lists it. Without this
+    /// flag such a build stops before writing anything.
+    #[arg(long)]
+    pub skip_scripts: bool,
     /// Install none of the recipe's eRDMA packages; add only its repository configuration,
     /// files and the env presets (and NCCL with --nccl).
     #[arg(long)]
@@ -319,6 +326,7 @@ impl CommonArgs {
             },
             limits: self.limits.limits(),
             download: false,
+            skip_scripts: self.skip_scripts,
         })
     }
 }

@@ -251,10 +251,20 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
                 let created = if f.created { "" } else { ", not created" };
                 writeln!(out, "  {what} (mode {}{created}) in package {}", f.mode, f.package)?;
             }
+            if !p.recommends_left_out.is_empty() {
+                writeln!(
+                    out,
+                    "  recommended, not installed (as --no-install-recommends): {}",
+                    p.recommends_left_out.join(", ")
+                )?;
+            }
+            for sc in &p.scripts {
+                writeln!(out, "  script {sc}")?;
+            }
             if !p.not_inspected.is_empty() {
                 writeln!(
                     out,
-                    "  payloads not read (not downloaded; plan --download reads them): {}",
+                    "  payloads and scripts not read (not downloaded; plan --download reads them): {}",
                     p.not_inspected.join(", ")
                 )?;
             }

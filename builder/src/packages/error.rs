@@ -5,6 +5,10 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum PackageError {
+    /// A maintainer script or scriptlet the build can neither reproduce nor show to be without
+    /// effect ([`crate::packages::scripts`]); nothing has been written.
+    #[error("package {package}: its {script} runs `{command}`, which erdma-build can neither emulate nor show to be without effect here; hint: install it in a RUN step of a Dockerfile on the built image, or pass --skip-scripts to build without running it (the report lists what was not run)")]
+    Script { package: String, script: String, command: String },
     /// A repository's metadata (repomd.xml, its signature, primary.xml) or key is unusable.
     #[error("repository `{repo}`: {why}")]
     Repository { repo: String, why: String },
@@ -60,5 +64,5 @@ pub enum PackageError {
     MissingKey { path: String },
     /// No gid left in the system range for a group a package's scripts would add.
     #[error("no free system gid for group {group}")]
-    NoGid { group: &'static str },
+    NoGid { group: String },
 }

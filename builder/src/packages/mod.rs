@@ -12,6 +12,7 @@ pub mod nccl;
 /// Package payloads into the layer: where entries land, what is refused, what is reported.
 pub mod payload;
 pub mod rpm;
+pub mod scripts;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -130,6 +131,9 @@ pub struct Inputs<'a> {
     /// `plan --download`: without a layer, download (and verify) the packages anyway, to read
     /// their payloads for the report.
     pub download: bool,
+    /// `--skip-scripts`: a script that can be neither emulated nor shown to be without effect
+    /// is listed as not run instead of refusing the build.
+    pub skip_scripts: bool,
 }
 
 /// `--mirror [FROM=]URL`: where to read a source of the base's from instead.
@@ -211,9 +215,15 @@ pub struct PackagesReport {
     /// What the user should know (a base repository that could not be reached and was skipped).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
-    /// Package scripts a build does not run, and what it does instead (rpm: `%pre`/`%post`).
+    /// `Recommends` of the installed packages that nothing in the image satisfies, as
+    /// `NAME (recommended by PACKAGE)`: left out, as `apt-get install --no-install-recommends`
+    /// leaves them (apt only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub scriptlets: Vec<String>,
+    pub recommends_left_out: Vec<String>,
+    /// Every maintainer script (dpkg) and scriptlet (rpm) of the packages installed and
+    /// removed, and what the build did about it ([`scripts`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scripts: Vec<scripts::ScriptRecord>,
     /// `--package` files: installed without any signature vouching for them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unsigned: Vec<Unsigned>,

@@ -16,6 +16,7 @@ mod releases;
 mod reports;
 mod rpm;
 mod rpm_fixtures;
+mod scripts;
 mod tls;
 mod transfers;
 mod transports;

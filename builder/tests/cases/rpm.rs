@@ -239,7 +239,19 @@ fn el_base_gets_erdma(kind: BaseKind) {
             "origin of {p}"
         );
     }
-    assert!(pk["scriptlets"].as_array().is_some(), "the scriptlets not run are reported: {pk}");
+    // Every scriptlet is accounted for: rdma-core's `%post` (udevadm, systemd presets) as not
+    // run, a bare `-p /sbin/ldconfig` as without effect.
+    let scripts = pk["scripts"].as_array().expect("scripts in the report");
+    assert!(
+        scripts.iter().any(|r| r["package"].as_str().unwrap().starts_with("rdma-core ")
+            && r["script"] == "%post"
+            && r["outcome"] == "not-run"),
+        "rdma-core's %post is reported as not run: {pk}"
+    );
+    for r in scripts {
+        let ldconfig = r["detail"].as_str().unwrap().starts_with("/sbin/ldconfig:");
+        assert_eq!(r["outcome"] == "no-effect", ldconfig, "{r}");
+    }
     assert!(img["keys"].as_array().unwrap().iter().any(|k| k["repository"] == "erdma"), "{img}");
 
     // `check` reads the rpm database for the rdma-core it finds, and sees no Mellanox OFED.

@@ -147,6 +147,7 @@ pub struct FakeDeb<'a> {
     /// `same`, `foreign` or `allowed`.
     pub multi_arch: Option<&'a str>,
     pub depends: Option<&'a str>,
+    pub recommends: Option<&'a str>,
     pub pre_depends: Option<&'a str>,
     pub provides: Option<&'a str>,
     pub conflicts: Option<&'a str>,
@@ -173,6 +174,7 @@ impl Default for FakeDeb<'_> {
             arch: "amd64",
             multi_arch: None,
             depends: None,
+            recommends: None,
             pre_depends: None,
             provides: None,
             conflicts: None,
@@ -261,6 +263,7 @@ pub fn fake_deb(dir: &Path, pkg: FakeDeb<'_>) -> PathBuf {
         ("Multi-Arch", pkg.multi_arch),
         ("Pre-Depends", pkg.pre_depends),
         ("Depends", pkg.depends),
+        ("Recommends", pkg.recommends),
         ("Provides", pkg.provides),
         ("Conflicts", pkg.conflicts),
         ("Breaks", pkg.breaks),

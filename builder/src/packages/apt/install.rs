@@ -4,6 +4,8 @@
 //! the steps are `sources` (where packages come from), `resolve`, `fetch`, `unpack`, `dpkg`
 //! (the database) and `scripts` (maintainer scripts).
 
+use std::collections::BTreeSet;
+
 use super::dpkg::{MAX_STATUS, STATUS};
 use super::fetch::fetch_debs;
 use super::resolve::{self, Installed, Request};
@@ -37,19 +39,12 @@ pub async fn install(
             ),
             false => None,
         };
-        inspect(
-            &res,
-            debs.as_deref(),
-            &inputs.cache_dir,
-            base,
-            inputs.http.inflation(),
-            &mut report,
-        )?;
+        inspect(&res, debs.as_deref(), &status, base, inputs, &mut report)?;
         return Ok((report, Vec::new()));
     };
     let debs =
         fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
-    let removed = unpack(&res, &debs, &status, base, layer, inputs.http.inflation(), &mut report)?;
+    let removed = unpack(&res, &debs, &status, base, layer, inputs, &mut report)?;
     Ok((report, removed))
 }
 
@@ -177,7 +172,45 @@ pub async fn resolve(
         .iter()
         .map(|i| PackageRef { name: i.name.clone(), version: i.version.to_string() })
         .collect();
+    report.recommends_left_out = recommends_left_out(&res, &installed)?;
     Ok((res, report, BaseStatus { paragraphs: status, raw }))
+}
+
+/// The `Recommends` of the packages installed that neither the base nor the plan satisfies by
+/// name or `Provides`, as `NAME (recommended by PACKAGE)`: what `apt-get install` would have
+/// added without `--no-install-recommends`, which erdma-build always behaves as.
+fn recommends_left_out(res: &resolve::Resolution, installed: &[Installed]) -> Result<Vec<String>> {
+    let provides = |p: &Paragraph| -> Vec<String> {
+        p.get("Provides")
+            .and_then(|v| erdma_deb::version::parse_relations(v).ok())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|d| d.name)
+            .collect()
+    };
+    let gone: BTreeSet<&str> = res.remove.iter().map(|i| i.name.as_str()).collect();
+    let mut present: BTreeSet<String> = BTreeSet::new();
+    for i in installed.iter().filter(|i| !gone.contains(i.name.as_str())) {
+        present.insert(i.name.clone());
+        present.extend(provides(&i.paragraph));
+    }
+    for p in &res.install {
+        present.insert(p.name.clone());
+        present.extend(provides(p.pkg.paragraph()?));
+    }
+    let mut out = Vec::new();
+    for p in &res.install {
+        let Some(field) = p.pkg.paragraph()?.get("Recommends") else { continue };
+        let Ok(groups) = erdma_deb::version::parse_relations(field) else { continue };
+        for group in groups {
+            if !group.iter().any(|d| present.contains(&d.name)) {
+                let names: Vec<&str> = group.iter().map(|d| d.name.as_str()).collect();
+                out.push(format!("{} (recommended by {})", names.join(" | "), p.name));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The `libnccl2` version for `want`, from the recipe's NCCL repositories only: a distro's

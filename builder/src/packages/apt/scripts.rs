@@ -1,54 +1,292 @@
-//! Maintainer scripts: which effects of the packages' `postinst` we reproduce.
+//! Maintainer scripts (deb-maintscripts(5)) and triggers (deb-triggers(5)) of the packages a
+//! build installs and removes, accounted for one by one ([`crate::packages::scripts`]).
+//!
+//! dpkg runs, for a package it installs: `preinst install` (or `upgrade OLD`), then at
+//! configure time `postinst configure [OLD]`, after debconf's `config`; its `triggers` file
+//! activates other packages' triggers. What those scripts run is read, not run; each command is
+//! one of:
+//! - inert (tests, `echo`, `set -e`, `getent`): nothing to do;
+//! - `addgroup --system [--quiet] NAME`: emulated ([`add_system_groups`]);
+//! - `dpkg-maintscript-helper` on a fresh install, or `rm_conffile` after a version newer
+//!   than the one it names, or on a conffile the base does not have: no effect (it acts only
+//!   when upgrading from an older version that had the file);
+//! - `ldconfig`, or the `ldconfig` trigger, for a package that adds nothing under
+//!   `/etc/ld.so.conf.d`: no effect that matters, as its libraries lie in directories the
+//!   loader searches without a cache entry (Debian's ld.so has the multiarch directories in
+//!   its default path);
+//! - anything else: the build stops ([`PackageError::Script`]) unless `--skip-scripts`.
 use std::collections::BTreeSet;
 
-use super::resolve::{self};
+use super::resolve::{Installed, Planned};
 use crate::error::{Error, Result};
+use crate::packages::scripts::{self, Outcome, ScriptRecord};
 use crate::packages::PackageError;
+use erdma_deb::deb::Deb;
+use erdma_deb::version::Version;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{Entry, EntryKind, LayerContents};
 
-/// libibverbs1's postinst runs `addgroup --system --quiet rdma`; adduser picks the lowest free
-/// gid from FIRST_SYSTEM_GID (100) to LAST_SYSTEM_GID (999) and writes group and gshadow,
-/// keeping the previous versions as `group-` and `gshadow-`.
-pub(crate) fn emulate_scripts(
-    res: &resolve::Resolution,
+/// The scripts dpkg runs when installing, in the order it runs them.
+const INSTALL_SCRIPTS: &[&str] = &["preinst", "config", "postinst"];
+
+/// What the scripts of one installed package amount to.
+#[derive(Debug, Default)]
+pub(super) struct Accounted {
+    pub(super) records: Vec<ScriptRecord>,
+    /// System groups `addgroup --system` adds.
+    pub(super) groups: Vec<String>,
+}
+
+/// Accounts for the maintainer scripts and triggers of `planned`, whose control part is `deb`
+/// and whose payload lists `files` (`/usr/lib/…`); `old`: the version the base has in its
+/// place (an upgrade or replacement), `None` for a fresh install.
+pub(super) fn account(
+    planned: &Planned,
+    deb: &Deb,
+    files: &[String],
+    old: Option<&Version>,
+    base: &dyn BaseFiles,
+    skip: bool,
+    out: &mut Accounted,
+) -> Result<()> {
+    let package = format!("{} {}", planned.name, planned.version);
+    let adds_ld_path = files.iter().any(|f| f.starts_with("/etc/ld.so.conf.d/"));
+    let ldconfig_why = "ldconfig: the package adds no directory under /etc/ld.so.conf.d, and its libraries lie where the loader looks without a cache entry";
+    for script in INSTALL_SCRIPTS {
+        let Some(body) = deb.control_files.get(*script) else { continue };
+        let text = String::from_utf8_lossy(body);
+        let mut effects: Vec<String> = Vec::new();
+        let mut emulated: Vec<String> = Vec::new();
+        let mut unknown: Option<String> = None;
+        let action = match (*script, old) {
+            ("preinst", None) => "install",
+            ("preinst", Some(_)) => "upgrade",
+            _ => "configure",
+        };
+        for words in scripts::commands(&text, Some(action)) {
+            if scripts::is_inert(&words) {
+                continue;
+            }
+            let shown = words.join(" ");
+            match words[0].as_str() {
+                "addgroup" => match system_group(&words) {
+                    Some(name) => {
+                        emulated.push(format!("system group {name}"));
+                        out.groups.push(name);
+                    }
+                    None => unknown = unknown.or(Some(shown)),
+                },
+                "dpkg-maintscript-helper" => match maintscript_helper(&words, old, base)? {
+                    Some(why) => effects.push(why),
+                    None => unknown = unknown.or(Some(shown)),
+                },
+                "ldconfig" | "/sbin/ldconfig" if words.len() == 1 && !adds_ld_path => {
+                    effects.push(ldconfig_why.into())
+                }
+                _ => unknown = unknown.or(Some(shown)),
+            }
+        }
+        let outcome = match unknown {
+            Some(command) if !skip => {
+                return Err(Error::from(PackageError::Script {
+                    package,
+                    script: (*script).into(),
+                    command,
+                }))
+            }
+            Some(command) => Outcome::NotRun(format!("--skip-scripts (it runs `{command}`)")),
+            None if !emulated.is_empty() => Outcome::Emulated(emulated.join(", ")),
+            None => Outcome::NoEffect(if effects.is_empty() {
+                "only tests and shell builtins".into()
+            } else {
+                dedup(effects).join("; ")
+            }),
+        };
+        out.records.push(ScriptRecord {
+            package: package.clone(),
+            script: (*script).into(),
+            outcome,
+        });
+    }
+    if let Some(body) = deb.control_files.get("triggers") {
+        let mut unknown = None;
+        for line in String::from_utf8_lossy(body).lines() {
+            let line = line.split('#').next().unwrap_or_default().trim();
+            let mut w = line.split_whitespace();
+            let (Some(directive), Some(name)) = (w.next(), w.next()) else { continue };
+            let ldconfig =
+                matches!(directive, "activate" | "activate-noawait") && name == "ldconfig";
+            if !ldconfig || adds_ld_path {
+                unknown = unknown.or(Some(line.to_string()));
+            }
+        }
+        let outcome = match unknown {
+            Some(command) if !skip => {
+                return Err(Error::from(PackageError::Script {
+                    package,
+                    script: "triggers".into(),
+                    command,
+                }))
+            }
+            Some(command) => Outcome::NotRun(format!("--skip-scripts (it declares `{command}`)")),
+            None => Outcome::NoEffect(format!("the ldconfig trigger; {ldconfig_why}")),
+        };
+        out.records.push(ScriptRecord { package, script: "triggers".into(), outcome });
+    }
+    Ok(())
+}
+
+/// The removal scripts (`prerm`, `postrm`) of a package the build removes, from the base's
+/// dpkg database: listed as not run.
+pub(super) fn removed(
+    gone: &Installed,
+    info_name: &str,
+    base: &dyn BaseFiles,
+    out: &mut Accounted,
+) -> Result<()> {
+    for script in ["prerm", "postrm"] {
+        if base.read(&format!("{}/{info_name}.{script}", super::dpkg::INFO), 1 << 20)?.is_some() {
+            out.records.push(ScriptRecord {
+                package: format!("{} {}", gone.name, gone.version),
+                script: script.into(),
+                outcome: Outcome::NotRun(
+                    "removal scripts of packages the build removes are not run; their files and database entries are removed".into(),
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `addgroup --system [--quiet] NAME`: the name, for exactly that form.
+fn system_group(words: &[String]) -> Option<String> {
+    let mut system = false;
+    let mut name = None;
+    for w in &words[1..] {
+        match w.as_str() {
+            "--system" => system = true,
+            "--quiet" => {}
+            w if !w.starts_with('-') && name.is_none() => name = Some(w.to_string()),
+            _ => return None,
+        }
+    }
+    let name = name?;
+    let valid = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-".contains(&b))
+        && !name.starts_with('-');
+    (system && valid).then_some(name)
+}
+
+/// Why a `dpkg-maintscript-helper` call has no effect in this install, or `None` when it may
+/// have one. dpkg-maintscript-helper(1): the conffile commands act only when the version being
+/// upgraded from is older than (or equal to) the one named (`rm_conffile`, `mv_conffile`);
+/// `symlink_to_dir` and `dir_to_symlink` likewise.
+fn maintscript_helper(
+    words: &[String],
+    old: Option<&Version>,
+    base: &dyn BaseFiles,
+) -> Result<Option<String>> {
+    let Some(old) = old else {
+        return Ok(Some(
+            "dpkg-maintscript-helper: no earlier version of the package is installed".into(),
+        ));
+    };
+    let args: Vec<&str> =
+        words[1..].iter().map(String::as_str).take_while(|w| *w != "--").collect();
+    if let ["rm_conffile", conffile, rest @ ..] = args.as_slice() {
+        let last = rest.first().copied().unwrap_or("");
+        let newer = match last.parse::<Version>() {
+            Ok(last) if !last.to_string().is_empty() => old > &last,
+            _ => false,
+        };
+        let absent = base.read(conffile.trim_start_matches('/'), 1 << 20)?.is_none();
+        if newer {
+            return Ok(Some(format!(
+                "dpkg-maintscript-helper rm_conffile {conffile}: the installed version {old} is newer than {last}"
+            )));
+        }
+        if absent {
+            return Ok(Some(format!(
+                "dpkg-maintscript-helper rm_conffile {conffile}: the base has no such file"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+fn dedup(v: Vec<String>) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    v.into_iter().filter(|s| seen.insert(s.clone())).collect()
+}
+
+/// `addgroup --system NAME` for each name, as adduser does it: the lowest free gid from
+/// FIRST_SYSTEM_GID (100) to LAST_SYSTEM_GID (999), a line in group and gshadow, and the
+/// previous versions kept as `group-` and `gshadow-`. A group the image has already is left
+/// alone (adduser: "The group `NAME' already exists as a system group").
+pub(super) fn add_system_groups(
+    names: &[String],
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
 ) -> Result<()> {
-    if !res.install.iter().any(|p| p.name == "libibverbs1") {
-        return Ok(());
-    }
-    let group =
-        String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()).into_owned();
-    if group.lines().any(|l| l.split(':').next() == Some("rdma")) {
-        return Ok(());
-    }
-    let used: BTreeSet<u32> =
-        group.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
-    let gid = (100..=999)
-        .find(|g| !used.contains(g))
-        .ok_or_else(|| Error::from(PackageError::NoGid { group: "rdma" }))?;
-    let mut new_group = group.clone();
-    if !new_group.is_empty() && !new_group.ends_with('\n') {
-        new_group.push('\n');
-    }
-    new_group.push_str(&format!("rdma:x:{gid}:\n"));
-    layer.add_file("etc/group", new_group.into_bytes(), 0o644)?;
-    layer.add_file("etc/group-", group.into_bytes(), 0o644)?;
-    if let Some(gshadow) = base.read("etc/gshadow", 4 << 20)? {
-        let mut new = String::from_utf8_lossy(&gshadow).into_owned();
-        if !new.is_empty() && !new.ends_with('\n') {
-            new.push('\n');
+    let old_group = base.read("etc/group", 4 << 20)?.unwrap_or_default();
+    let old_gshadow = base.read("etc/gshadow", 4 << 20)?;
+    let mut group = String::from_utf8_lossy(&old_group).into_owned();
+    let mut gshadow = old_gshadow.as_ref().map(|g| String::from_utf8_lossy(g).into_owned());
+    let mut added = false;
+    for name in names {
+        if group.lines().any(|l| l.split(':').next() == Some(name.as_str())) {
+            continue;
         }
-        new.push_str("rdma:!::\n");
+        let used: BTreeSet<u32> =
+            group.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
+        let gid = (100..=999)
+            .find(|g| !used.contains(g))
+            .ok_or_else(|| Error::from(PackageError::NoGid { group: name.clone() }))?;
+        if !group.is_empty() && !group.ends_with('\n') {
+            group.push('\n');
+        }
+        group.push_str(&format!("{name}:x:{gid}:\n"));
+        if let Some(g) = gshadow.as_mut() {
+            if !g.is_empty() && !g.ends_with('\n') {
+                g.push('\n');
+            }
+            g.push_str(&format!("{name}:!::\n"));
+        }
+        added = true;
+    }
+    if !added {
+        return Ok(());
+    }
+    layer.add_file("etc/group", group.into_bytes(), 0o644)?;
+    layer.add_file("etc/group-", old_group, 0o644)?;
+    if let (Some(new), Some(old)) = (gshadow, old_gshadow) {
         layer.insert(
             "etc/gshadow",
             Entry { kind: EntryKind::File(new.into_bytes()), mode: 0o640, uid: 0, gid: 42 },
         )?;
         layer.insert(
             "etc/gshadow-",
-            Entry { kind: EntryKind::File(gshadow), mode: 0o640, uid: 0, gid: 42 },
+            Entry { kind: EntryKind::File(old), mode: 0o640, uid: 0, gid: 42 },
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn only_the_plain_system_group_form_is_emulated() {
+        assert_eq!(system_group(&w("addgroup --system --quiet rdma")).as_deref(), Some("rdma"));
+        assert_eq!(system_group(&w("addgroup --system _ssh")).as_deref(), Some("_ssh"));
+        assert_eq!(system_group(&w("addgroup rdma")), None);
+        assert_eq!(system_group(&w("addgroup --system --gid 5 rdma")), None);
+        assert_eq!(system_group(&w("addgroup --system a b")), None);
+        assert_eq!(system_group(&w("addgroup --system $GROUP")), None);
+    }
 }

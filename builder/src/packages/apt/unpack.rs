@@ -8,11 +8,12 @@ use md5::{Digest as _, Md5};
 use super::dpkg::{info_name, write_info, INFO, STATUS};
 use super::fetch::on_disk;
 use super::install::BaseStatus;
+use super::resolve::Installed;
 use super::resolve::{self, Planned};
-use super::scripts::emulate_scripts;
+use super::scripts::{self, Accounted};
 use crate::error::{Error, Result};
 use crate::packages::payload::{self, FileType, Placer, Refused};
-use crate::packages::PackagesReport;
+use crate::packages::{Inputs, PackagesReport};
 use erdma_deb::deb::{self, DataKind};
 use erdma_deb::deb822::Paragraph;
 use erdma_oci::files::BaseFiles;
@@ -84,17 +85,20 @@ pub(crate) fn file_type(kind: &DataKind) -> FileType {
 pub(crate) fn inspect(
     res: &resolve::Resolution,
     debs: Option<&[PathBuf]>,
-    cache_dir: &Path,
+    status: &BaseStatus,
     base: &dyn BaseFiles,
-    inflation: u64,
+    inputs: &Inputs<'_>,
     report: &mut PackagesReport,
 ) -> Result<()> {
+    let inflation = inputs.http.inflation();
     // What a build would refuse, a plan refuses too (for the packages it can read).
     let mut placer = Placer::new(base);
+    let installed = Installed::from_status(&status.paragraphs);
+    let mut accounted = Accounted::default();
     for (i, planned) in res.install.iter().enumerate() {
         let path = match debs {
             Some(d) => Some(d[i].clone()),
-            None => on_disk(&planned.pkg, &cache_dir.join("debs")),
+            None => on_disk(&planned.pkg, &inputs.cache_dir.join("debs")),
         };
         let Some(path) = path else {
             report.not_inspected.push(format!("{} {}", planned.name, planned.version));
@@ -103,7 +107,9 @@ pub(crate) fn inspect(
         let label = format!("{} {}", planned.name, planned.version);
         let mut refused: Option<(String, Refused)> = None;
         let mut files: BTreeSet<String> = BTreeSet::new();
+        let mut list = Vec::new();
         deb::for_each_data_entry(&path, inflation, |entry, _| {
+            list.push(format!("/{}", entry.path));
             report.special_files.extend(payload::special(
                 &label,
                 &entry.path,
@@ -139,7 +145,14 @@ pub(crate) fn inspect(
             Ok(())
         })
         .map_err(|e| entry_error(planned, &path, e, refused.take()))?;
+        let deb = deb::read_control(&path).map_err(|e| entry_error(planned, &path, e, None))?;
+        let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
+        scripts::account(planned, &deb, &list, old, base, inputs.skip_scripts, &mut accounted)?;
     }
+    for gone in &res.remove {
+        scripts::removed(gone, &info_name(&gone.paragraph, &gone.arch), base, &mut accounted)?;
+    }
+    report.scripts.extend(accounted.records);
     Ok(())
 }
 
@@ -152,10 +165,13 @@ pub(super) fn unpack(
     status: &BaseStatus,
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
-    inflation: u64,
+    inputs: &Inputs<'_>,
     report: &mut PackagesReport,
 ) -> Result<Vec<String>> {
+    let (inflation, skip_scripts) = (inputs.http.inflation(), inputs.skip_scripts);
     let mut new_paths: BTreeSet<String> = BTreeSet::new();
+    let installed = Installed::from_status(&status.paragraphs);
+    let mut accounted = Accounted::default();
     let mut stanzas: Vec<Paragraph> = Vec::new();
     // One placer for all the packages: a symlink one installs is seen by the next.
     let mut placer = Placer::new(base);
@@ -227,6 +243,8 @@ pub(super) fn unpack(
             Ok(())
         })
         .map_err(|e| entry_error(planned, path, e, refused.take()))?;
+        let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
+        scripts::account(planned, &deb, &list, old, base, skip_scripts, &mut accounted)?;
         write_info(&deb, planned, &list, &files, layer, &mut stanzas)?;
     }
 
@@ -234,6 +252,7 @@ pub(super) fn unpack(
     let mut removed_files = Vec::new();
     for gone in &res.remove {
         let iname = info_name(&gone.paragraph, &gone.arch);
+        scripts::removed(gone, &iname, base, &mut accounted)?;
         if let Some(list) = base.read(&format!("{INFO}/{iname}.list"), 16 << 20)? {
             for p in String::from_utf8_lossy(&list).lines() {
                 let Some(p) = erdma_oci::layer::normalize(p) else { continue };
@@ -309,7 +328,8 @@ pub(super) fn unpack(
         layer.add_file("var/lib/dpkg/status-old", old.clone(), 0o644)?;
     }
 
-    emulate_scripts(res, base, layer)?;
+    scripts::add_system_groups(&accounted.groups, base, layer)?;
+    report.scripts.extend(accounted.records);
     Ok(removed_files)
 }
 

@@ -337,7 +337,7 @@ pub async fn install(
         return Ok((report, Vec::new()));
     };
     let files = fetch(inputs, &resolved, &mut report, reporter).await?;
-    report.scriptlets = files.iter().flat_map(|(_, p)| scriptlets(&p.header)).collect();
+    report.scripts = files.iter().flat_map(|(_, p)| scriptlets(&p.header)).collect();
     for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
         note_special(pkg, &label(&planned.package), &mut report);
     }

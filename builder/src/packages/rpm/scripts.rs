@@ -1,13 +1,15 @@
-//! Scriptlets: which ones a package carries, for the report.
+//! Scriptlets of the packages an rpm build installs, accounted for in the report
+//! ([`crate::packages::scripts`]). None is run or emulated yet: a bare `/sbin/ldconfig` is shown
+//! to have no effect that matters, every other `%pre`/`%post` is listed as not run.
+use crate::packages::scripts::{Outcome, ScriptRecord};
 
-/// What each install-time scriptlet of a package is replaced by: nothing is run in a build.
-/// rdma-core's packages (redhat/rdma-core.spec) have `%post -p /sbin/ldconfig` (libibverbs,
-/// librdmacm: their libraries are in /usr/lib64, which the dynamic loader searches without a
-/// cache entry) and rdma-core's `%post` (udevadm trigger, systemd presets: a container runs
-/// neither udev nor systemd).
-pub(crate) fn scriptlets(h: &erdma_rpm::header::Header) -> Vec<String> {
+/// What each install-time scriptlet of a package amounts to. rdma-core's packages
+/// (redhat/rdma-core.spec) have `%post -p /sbin/ldconfig` (libibverbs, librdmacm: their
+/// libraries are in /usr/lib64, which the dynamic loader searches without a cache entry) and
+/// rdma-core's `%post` (udevadm trigger, systemd presets).
+pub(crate) fn scriptlets(h: &erdma_rpm::header::Header) -> Vec<ScriptRecord> {
     use erdma_rpm::header::tag;
-    let name = h.name();
+    let package = format!("{} {}", h.name(), h.evr());
     let mut out = Vec::new();
     for (script, prog, what) in
         [(tag::PREIN, tag::PREINPROG, "%pre"), (tag::POSTIN, tag::POSTINPROG, "%post")]
@@ -26,12 +28,16 @@ pub(crate) fn scriptlets(h: &erdma_rpm::header::Header) -> Vec<String> {
                 body.lines().count()
             )
         };
-        let instead = if interp.ends_with("ldconfig") && body.trim().is_empty() {
-            "not run: the libraries are in the loader's default directories, found without a cache entry"
+        let outcome = if interp.ends_with("ldconfig") && body.trim().is_empty() {
+            Outcome::NoEffect(format!(
+                "{shown}: the libraries are in the loader's default directories, found without a cache entry"
+            ))
         } else {
-            "not run: a build runs nothing in the image"
+            Outcome::NotRun(format!(
+                "{shown}: the rpm backend does not run or emulate scriptlets yet"
+            ))
         };
-        out.push(format!("{name} {what}: {shown}: {instead}"));
+        out.push(ScriptRecord { package: package.clone(), script: what.into(), outcome });
     }
     out
 }

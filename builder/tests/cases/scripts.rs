@@ -1,0 +1,179 @@
+//! Maintainer scripts are accounted for one by one: a script the build can neither emulate nor
+//! show to be without effect stops it before anything is written (naming the package, the
+//! script and the command), `--skip-scripts` builds without it and says so, and `plan` reports
+//! the same as `build`.
+use super::{build_cached as build, build_fails, build_json};
+use crate::support::{self, debs, testdata};
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The offline demo's base, archive and key, then `--package` for each of `debs`.
+fn demo_with(debs: &[&std::path::Path]) -> Vec<String> {
+    let mut v = vec![
+        "--base".to_string(),
+        format!("oci:{}:latest", testdata("images/debian12-mini")),
+        "--mirror".into(),
+        format!("file://{}", testdata("repos/debian-demo")),
+        "--keyring".into(),
+        testdata("repos/debian-demo/demo-key.asc"),
+        "--allow-unsigned-package".into(),
+    ];
+    for d in debs {
+        v.extend(["--package".to_string(), s(d).to_string()]);
+    }
+    v
+}
+
+/// openmpi-bin's way of providing `mpirun` (its postinst in Debian 12, shortened).
+const ALTERNATIVES_POSTINST: &str = "if [ \"$1\" = \"configure\" ]; then\n    update-alternatives --install /usr/bin/mpirun mpirun /usr/bin/mpirun.openmpi 50 \\\n        --slave /usr/share/man/man1/mpirun.1.gz mpirun.1.gz /usr/share/man/man1/mpirun.openmpi.1.gz\nfi\n";
+
+#[test]
+fn an_unknown_postinst_refuses_the_build_unless_skipped() {
+    if !support::require(support::have("dpkg-deb"), "dpkg-deb is needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let deb = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "mpi-stand-in",
+            version: "4.1.4-3",
+            files: vec![("/usr/bin/mpirun.openmpi", b"#!/bin/sh\necho 4.1.4\n".as_slice(), 0o755)],
+            postinst: Some(ALTERNATIVES_POSTINST),
+            ..Default::default()
+        },
+    );
+    let common = demo_with(&[&deb]);
+    let common: Vec<&str> = common.iter().map(String::as_str).collect();
+
+    let out = tmp.path().join("refused");
+    let dest = format!("oci:{}:x", s(&out));
+    let mut args = vec!["build", "--output", &dest];
+    args.extend_from_slice(&common);
+    let err = build_fails(&args);
+    assert!(
+        err.starts_with("error: package mpi-stand-in 4.1.4-3: its postinst runs `update-alternatives --install /usr/bin/mpirun mpirun /usr/bin/mpirun.openmpi 50 --slave"),
+        "{err}"
+    );
+    assert!(err.contains("hint: ") && err.contains("--skip-scripts"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!out.exists(), "nothing written");
+
+    // `plan` reads the same package (it is on disk) and refuses the same way.
+    let mut args = vec!["plan"];
+    args.extend_from_slice(&common);
+    assert_eq!(build_fails(&args), err);
+
+    // --skip-scripts: built, and the report says what was not run and what was done instead.
+    let out = tmp.path().join("skipped");
+    let dest = format!("oci:{}:x", s(&out));
+    let mut args = vec!["--output", &dest, "--skip-scripts"];
+    args.extend_from_slice(&common);
+    let r = build(&args, &tmp.path().join("cache"));
+    let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap().clone();
+    let rec = |p: &str, sc: &str| {
+        scripts
+            .iter()
+            .find(|r| r["package"] == p && r["script"] == sc)
+            .unwrap_or_else(|| panic!("{p} {sc} in {scripts:?}"))
+            .clone()
+    };
+    let mpi = rec("mpi-stand-in 4.1.4-3", "postinst");
+    assert_eq!(mpi["outcome"], "not-run", "{mpi}");
+    assert!(mpi["detail"].as_str().unwrap().contains("update-alternatives --install"), "{mpi}");
+    // The recipe's packages in the same build: emulated or shown to be without effect.
+    assert_eq!(rec("libibverbs1 44.0-2", "postinst")["outcome"], "emulated");
+    assert_eq!(rec("libibverbs1 44.0-2", "triggers")["outcome"], "no-effect");
+    assert_eq!(rec("ibverbs-providers 44.0-2", "preinst")["outcome"], "no-effect");
+    let mut args = vec!["plan", "--skip-scripts"];
+    args.extend_from_slice(&common);
+    let plan = build_json(&args);
+    assert_eq!(
+        plan["images"][0]["packages"]["scripts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["package"] == "mpi-stand-in 4.1.4-3"),
+        Some(&mpi),
+        "plan and build agree"
+    );
+}
+
+/// A script with nothing but tests and output is without effect; `addgroup --system` is
+/// emulated for any group name, the gid chosen as adduser chooses it. Recommends that nothing
+/// satisfies are named as left out.
+#[test]
+fn inert_scripts_and_system_groups() {
+    if !support::require(support::have("dpkg-deb"), "dpkg-deb is needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let quiet = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "quiet-tool",
+            version: "1.0",
+            files: vec![("/usr/bin/quiet-tool", b"#!/bin/sh\n".as_slice(), 0o755)],
+            postinst: Some("case \"$1\" in\n  configure) echo configured > /dev/null ;;\n  abort-upgrade) chown nobody /etc/x ;;\nesac\n"),
+            ..Default::default()
+        },
+    );
+    let grouped = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "grouped-tool",
+            version: "2.0",
+            files: vec![("/usr/bin/grouped-tool", b"#!/bin/sh\n".as_slice(), 0o755)],
+            // One group left out, one met by a package of the plan.
+            recommends: Some("perftest, erdma-absent | ibverbs-providers"),
+            postinst: Some("if [ \"$1\" = configure ]; then\n  getent group erdmatest >/dev/null 2>&1 || addgroup --system --quiet erdmatest\nfi\n"),
+            ..Default::default()
+        },
+    );
+    let out = tmp.path().join("out");
+    let dest = format!("oci:{}:x", s(&out));
+    let mut args = demo_with(&[&quiet, &grouped]);
+    args.extend(["--output".to_string(), dest]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = build(&args, &tmp.path().join("cache"));
+    let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap();
+    let find = |p: &str| {
+        scripts.iter().find(|r| r["package"] == p).unwrap_or_else(|| panic!("{p}: {scripts:?}"))
+    };
+    assert_eq!(find("quiet-tool 1.0")["outcome"], "no-effect");
+    assert_eq!(find("grouped-tool 2.0")["outcome"], "emulated");
+    assert_eq!(find("grouped-tool 2.0")["detail"], "system group erdmatest");
+    assert_eq!(
+        r["images"][0]["packages"]["recommends_left_out"],
+        serde_json::json!(["perftest (recommended by grouped-tool)"])
+    );
+    let img = support::fixture::read_fixture(&out, "x");
+    let top = img.layers.last().unwrap();
+    let group = layer_file(&std::fs::read(img.blob_path(&top.digest)).unwrap(), "etc/group")
+        .expect("etc/group in the layer");
+    let line =
+        |name: &str| group.lines().find(|l| l.starts_with(&format!("{name}:"))).map(str::to_string);
+    let rdma: u32 = line("rdma").unwrap().split(':').nth(2).unwrap().parse().unwrap();
+    let test: u32 = line("erdmatest").unwrap().split(':').nth(2).unwrap().parse().unwrap();
+    assert!((100..=999).contains(&rdma) && (100..=999).contains(&test) && rdma != test, "{group}");
+}
+
+/// The content of `path` in a gzip or plain tar layer blob.
+fn layer_file(blob: &[u8], path: &str) -> Option<String> {
+    let r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::GzDecoder::new(blob))
+    } else {
+        Box::new(blob)
+    };
+    for e in tar::Archive::new(r).entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path().unwrap().to_string_lossy().trim_start_matches("./") == path {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut e, &mut s).unwrap();
+            return Some(s);
+        }
+    }
+    None
+}
