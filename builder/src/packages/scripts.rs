@@ -342,7 +342,8 @@ fn is_assignment(w: &str) -> bool {
     }
 }
 
-/// Builtins and commands that change nothing in the image: tests, output, shell state.
+/// Builtins and commands that change nothing in the image: tests (`dpkg --compare-versions`
+/// too), output, shell state (`umask` is the script's own).
 pub fn is_inert(words: &[String]) -> bool {
     matches!(
         words.first().map(String::as_str),
@@ -364,8 +365,11 @@ pub fn is_inert(words: &[String]) -> bool {
                 | "getent"
                 | "which"
                 | "command"
+                | "umask"
         )
     ) && !(words[0] == "command" && words.get(1).is_some_and(|w| w != "-v"))
+        // A comparison, used as a test.
+        || (words[0] == "dpkg" && words.get(1).is_some_and(|w| w == "--compare-versions"))
 }
 
 #[cfg(test)]

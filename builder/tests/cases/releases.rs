@@ -19,6 +19,20 @@ fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker").args(args).output().unwrap()
 }
 
+/// Loads `base` into Docker as `name`, through a docker-archive in `dir`.
+fn docker_load(base: &support::OciFixture, name: &str, dir: &Path) {
+    let tar = dir.join("base.tar");
+    support::assert_success(
+        "skopeo copy",
+        &support::skopeo([
+            "copy",
+            &base.reference(),
+            &format!("docker-archive:{}:{name}", s(&tar)),
+        ]),
+    );
+    support::assert_success("docker load", &docker(&["load", "-i", &s(&tar)]));
+}
+
 /// One entry of a layer: what a container sees there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Meta {
@@ -181,16 +195,7 @@ fn payload_equals_apt_get(rel: debian::Release, request: &[&str], packages: &[&s
     let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
 
     let base_name = format!("erdma-test/{}-base:{}", rel.suite, std::process::id());
-    let base_tar = tmp.path().join("base.tar");
-    support::assert_success(
-        "skopeo copy",
-        &support::skopeo([
-            "copy",
-            &base.reference(),
-            &format!("docker-archive:{}:{base_name}", s(&base_tar)),
-        ]),
-    );
-    support::assert_success("docker load", &docker(&["load", "-i", &s(&base_tar)]));
+    docker_load(&base, &base_name, tmp.path());
     let ctx = tmp.path().join("ctx");
     std::fs::create_dir(&ctx).unwrap();
     std::fs::write(
@@ -551,4 +556,65 @@ fn extra_packages_from_the_debian13_archive() {
         assert!(names.contains(&want), "{want} not in {names:?}");
     }
     assert!(pk["install"].as_array().unwrap().iter().all(|p| p["origin"] == "Debian"), "{pk}");
+}
+
+/// Recommends, held against apt on the real Debian 12 archive: every name `plan` lists as
+/// left out is one that `apt-get install` (recommends on) adds and `apt-get install
+/// --no-install-recommends` does not, both simulated in a container of the same base.
+#[test]
+fn recommends_left_out_are_what_apt_would_have_added() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = debian::base(debian::BOOKWORM);
+    let out = build_env(
+        &[
+            "plan",
+            "--json",
+            "--base",
+            &base.reference(),
+            "--install",
+            "openssh-client",
+            "--skip-scripts",
+        ],
+        &[("XDG_CACHE_HOME", tmp.path().join("cache").to_str().unwrap())],
+    );
+    support::assert_success("plan --install openssh-client", &out);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let left: Vec<String> = r["images"][0]["packages"]["recommends_left_out"]
+        .as_array()
+        .expect("recommends_left_out")
+        .iter()
+        .map(|v| v.as_str().unwrap().split(' ').next().unwrap().to_string())
+        .collect();
+    assert!(left.contains(&"xauth".to_string()), "{left:?}");
+
+    let base_name = format!("erdma-test/recommends-base:{}", std::process::id());
+    docker_load(&base, &base_name, tmp.path());
+    let simulate = |extra: &str| -> BTreeSet<String> {
+        let o = docker(&[
+            "run",
+            "--rm",
+            &base_name,
+            "sh",
+            "-c",
+            &format!(
+                "apt-get update -qq >/dev/null && apt-get install -s -q {extra} openssh-client"
+            ),
+        ]);
+        support::assert_success("apt-get install -s", &o);
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("Inst "))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect()
+    };
+    let with = simulate("");
+    let without = simulate("--no-install-recommends");
+    let _ = docker(&["rmi", "-f", &base_name]);
+    let added: BTreeSet<&String> = with.difference(&without).collect();
+    for name in &left {
+        assert!(added.contains(name), "{name} is not what recommends add: {added:?}");
+    }
 }

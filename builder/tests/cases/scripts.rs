@@ -26,8 +26,12 @@ fn demo_with(debs: &[&std::path::Path]) -> Vec<String> {
     v
 }
 
+/// openssh-client's way of making `ssh-agent` setgid `_ssh` (its postinst in Debian 12,
+/// shortened), which erdma-build does not emulate yet.
+const STATOVERRIDE_POSTINST: &str = "if [ \"$1\" = configure ]; then\n  if ! dpkg-statoverride --list /usr/bin/ssh-agent >/dev/null; then\n    chgrp _ssh /usr/bin/ssh-agent\n    chmod 2755 /usr/bin/ssh-agent\n  fi\nfi\n";
+
 /// openmpi-bin's way of providing `mpirun` (its postinst in Debian 12, shortened).
-const ALTERNATIVES_POSTINST: &str = "if [ \"$1\" = \"configure\" ]; then\n    update-alternatives --install /usr/bin/mpirun mpirun /usr/bin/mpirun.openmpi 50 \\\n        --slave /usr/share/man/man1/mpirun.1.gz mpirun.1.gz /usr/share/man/man1/mpirun.openmpi.1.gz\nfi\n";
+const ALTERNATIVES_POSTINST: &str = "if [ \"$1\" = \"configure\" ]; then\n    update-alternatives --install /usr/bin/mpirun mpirun /usr/bin/mpirun.openmpi 50 \\\n        --slave /usr/share/man/man1/mpirun.1.gz mpirun.1.gz /usr/share/man/man1/mpirun.openmpi.1.gz \\\n        --slave /usr/bin/orterun orterun /usr/bin/orterun.openmpi\nfi\n";
 
 #[test]
 fn an_unknown_postinst_refuses_the_build_unless_skipped() {
@@ -38,10 +42,10 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
     let deb = debs::fake_deb(
         tmp.path(),
         debs::FakeDeb {
-            name: "mpi-stand-in",
-            version: "4.1.4-3",
-            files: vec![("/usr/bin/mpirun.openmpi", b"#!/bin/sh\necho 4.1.4\n".as_slice(), 0o755)],
-            postinst: Some(ALTERNATIVES_POSTINST),
+            name: "ssh-stand-in",
+            version: "1:9.2p1-2",
+            files: vec![("/usr/bin/ssh-agent", b"#!/bin/sh\n".as_slice(), 0o755)],
+            postinst: Some(STATOVERRIDE_POSTINST),
             ..Default::default()
         },
     );
@@ -54,7 +58,7 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
     args.extend_from_slice(&common);
     let err = build_fails(&args);
     assert!(
-        err.starts_with("error: package mpi-stand-in 4.1.4-3: its postinst runs `update-alternatives --install /usr/bin/mpirun mpirun /usr/bin/mpirun.openmpi 50 --slave"),
+        err.starts_with("error: package ssh-stand-in 1:9.2p1-2: its postinst runs `dpkg-statoverride --list /usr/bin/ssh-agent`"),
         "{err}"
     );
     assert!(err.contains("hint: ") && err.contains("--skip-scripts"), "{err}");
@@ -80,9 +84,9 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
             .unwrap_or_else(|| panic!("{p} {sc} in {scripts:?}"))
             .clone()
     };
-    let mpi = rec("mpi-stand-in 4.1.4-3", "postinst");
+    let mpi = rec("ssh-stand-in 1:9.2p1-2", "postinst");
     assert_eq!(mpi["outcome"], "not-run", "{mpi}");
-    assert!(mpi["detail"].as_str().unwrap().contains("update-alternatives --install"), "{mpi}");
+    assert!(mpi["detail"].as_str().unwrap().contains("dpkg-statoverride --list"), "{mpi}");
     // The recipe's packages in the same build: emulated or shown to be without effect.
     assert_eq!(rec("libibverbs1 44.0-2", "postinst")["outcome"], "emulated");
     assert_eq!(rec("libibverbs1 44.0-2", "triggers")["outcome"], "no-effect");
@@ -95,7 +99,7 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["package"] == "mpi-stand-in 4.1.4-3"),
+            .find(|r| r["package"] == "ssh-stand-in 1:9.2p1-2"),
         Some(&mpi),
         "plan and build agree"
     );
@@ -176,4 +180,128 @@ fn layer_file(blob: &[u8], path: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// `update-alternatives --install` from two packages' postinsts, held against the real
+/// update-alternatives run with `--root` over the same files: the same administrative file,
+/// byte for byte, and the same links (a slave without its file gets none).
+#[test]
+fn alternatives_are_written_as_update_alternatives_writes_them() {
+    if !support::require(
+        support::have("dpkg-deb") && support::have("update-alternatives"),
+        "dpkg-deb and update-alternatives are needed",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let openmpi_files: Vec<(&str, &[u8], u32)> = vec![
+        ("/usr/bin/mpirun.openmpi", b"#!/bin/sh\necho openmpi\n", 0o755),
+        ("/usr/share/man/man1/mpirun.openmpi.1.gz", b"man", 0o644),
+    ];
+    let mpich_files: Vec<(&str, &[u8], u32)> = vec![
+        ("/usr/bin/mpirun.mpich", b"#!/bin/sh\necho mpich\n", 0o755),
+        ("/usr/bin/orterun.mpich", b"#!/bin/sh\n", 0o755),
+    ];
+    let mpich_postinst = "update-alternatives --quiet --install /usr/bin/mpirun mpirun /usr/bin/mpirun.mpich 40 --slave /usr/bin/orterun orterun /usr/bin/orterun.mpich\n";
+    let openmpi = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "openmpi-stand-in",
+            version: "4.1.4-3",
+            files: openmpi_files.clone(),
+            postinst: Some(ALTERNATIVES_POSTINST),
+            ..Default::default()
+        },
+    );
+    let mpich = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "mpich-stand-in",
+            version: "4.0.2-3",
+            files: mpich_files.clone(),
+            postinst: Some(mpich_postinst),
+            ..Default::default()
+        },
+    );
+    let out = tmp.path().join("out");
+    let dest = format!("oci:{}:x", s(&out));
+    let mut args = demo_with(&[&openmpi, &mpich]);
+    args.extend(["--output".to_string(), dest]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = build(&args, &tmp.path().join("cache"));
+    let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap();
+    for p in ["openmpi-stand-in 4.1.4-3", "mpich-stand-in 4.0.2-3"] {
+        let rec = scripts.iter().find(|r| r["package"] == p).unwrap();
+        assert_eq!(rec["outcome"], "emulated", "{rec}");
+    }
+
+    // The oracle: the real tool over the same files, in the order the build installed them.
+    let root = tmp.path().join("root");
+    for d in ["etc/alternatives", "var/lib/dpkg/alternatives", "usr/bin", "usr/share/man/man1"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for (p, c, _) in openmpi_files.iter().chain(&mpich_files) {
+        std::fs::write(root.join(p.trim_start_matches('/')), c).unwrap();
+    }
+    let order: Vec<String> = r["images"][0]["packages"]["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .filter(|n| n.ends_with("-stand-in"))
+        .collect();
+    for name in &order {
+        let script =
+            if name == "openmpi-stand-in" { ALTERNATIVES_POSTINST } else { mpich_postinst };
+        for words in erdma_build::packages::scripts::commands(script, Some("configure"))
+            .into_iter()
+            .filter(|w| w[0] == "update-alternatives")
+        {
+            let o = std::process::Command::new("update-alternatives")
+                .arg("--root")
+                .arg(&root)
+                .args(&words[1..])
+                .output()
+                .unwrap();
+            support::assert_success("update-alternatives", &o);
+        }
+    }
+    let img = support::fixture::read_fixture(&out, "x");
+    let top = img.layers.last().unwrap();
+    let blob = std::fs::read(img.blob_path(&top.digest)).unwrap();
+    assert_eq!(
+        layer_file(&blob, "var/lib/dpkg/alternatives/mpirun").expect("admin file in the layer"),
+        std::fs::read_to_string(root.join("var/lib/dpkg/alternatives/mpirun")).unwrap()
+    );
+    let mut want = Vec::new();
+    for d in ["usr/bin", "usr/share/man/man1", "etc/alternatives"] {
+        for e in std::fs::read_dir(root.join(d)).unwrap() {
+            let e = e.unwrap();
+            if let Ok(t) = std::fs::read_link(e.path()) {
+                want.push(format!("{d}/{} -> {}", e.file_name().to_string_lossy(), t.display()));
+            }
+        }
+    }
+    want.sort();
+    assert_eq!(layer_links(&blob, &["usr/bin/", "usr/share/man/man1/", "etc/alternatives/"]), want);
+    assert!(want.iter().any(|l| l == "usr/bin/mpirun -> /etc/alternatives/mpirun"), "{want:?}");
+}
+
+/// The symlinks of a layer blob under `dirs`, as `PATH -> TARGET`, sorted.
+fn layer_links(blob: &[u8], dirs: &[&str]) -> Vec<String> {
+    let r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::GzDecoder::new(blob))
+    } else {
+        Box::new(blob)
+    };
+    let mut out = Vec::new();
+    for e in tar::Archive::new(r).entries().unwrap() {
+        let e = e.unwrap();
+        let path = e.path().unwrap().to_string_lossy().trim_start_matches("./").to_string();
+        if e.header().entry_type().is_symlink() && dirs.iter().any(|d| path.starts_with(d)) {
+            out.push(format!("{path} -> {}", e.link_name().unwrap().unwrap().display()));
+        }
+    }
+    out.sort();
+    out
 }

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 use erdma_http::Hashing;
 
 /// The fields of a `Packages` stanza that are kept.
-pub const KEPT_FIELDS: [&str; 13] = [
+pub const KEPT_FIELDS: [&str; 14] = [
     "Package",
     "Version",
     "Architecture",
@@ -20,6 +20,8 @@ pub const KEPT_FIELDS: [&str; 13] = [
     "Provides",
     "Depends",
     "Pre-Depends",
+    // Not followed (erdma-build installs as --no-install-recommends), but reported.
+    "Recommends",
     "Breaks",
     "Conflicts",
     "Replaces",

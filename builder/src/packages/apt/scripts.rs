@@ -5,8 +5,11 @@
 //! configure time `postinst configure [OLD]`, after debconf's `config`; its `triggers` file
 //! activates other packages' triggers. What those scripts run is read, not run; each command is
 //! one of:
-//! - inert (tests, `echo`, `set -e`, `getent`): nothing to do;
+//! - inert (tests, `dpkg --compare-versions`, `echo`, `set -e`, `umask`, `getent`): nothing to
+//!   do;
 //! - `addgroup --system [--quiet] NAME`: emulated ([`add_system_groups`]);
+//! - `update-alternatives --install LINK NAME PATH PRIORITY [--slave …]`: emulated
+//!   ([`super::alternatives`]);
 //! - `dpkg-maintscript-helper` on a fresh install, or `rm_conffile` after a version newer
 //!   than the one it names, or on a conffile the base does not have: no effect (it acts only
 //!   when upgrading from an older version that had the file);
@@ -35,6 +38,8 @@ pub(super) struct Accounted {
     pub(super) records: Vec<ScriptRecord>,
     /// System groups `addgroup --system` adds.
     pub(super) groups: Vec<String>,
+    /// `update-alternatives --install` calls, in order.
+    pub(super) alternatives: Vec<super::alternatives::Install>,
 }
 
 /// Accounts for the maintainer scripts and triggers of `planned`, whose control part is `deb`
@@ -76,6 +81,18 @@ pub(super) fn account(
                     }
                     None => unknown = unknown.or(Some(shown)),
                 },
+                "update-alternatives" => {
+                    match super::alternatives::Install::parse(&package, &words) {
+                        Some(i) => {
+                            emulated.push(format!(
+                                "alternative {} ({} -> {}, priority {})",
+                                i.name, i.link, i.path, i.priority
+                            ));
+                            out.alternatives.push(i);
+                        }
+                        None => unknown = unknown.or(Some(shown)),
+                    }
+                }
                 "dpkg-maintscript-helper" => match maintscript_helper(&words, old, base)? {
                     Some(why) => effects.push(why),
                     None => unknown = unknown.or(Some(shown)),
@@ -165,7 +182,8 @@ fn system_group(words: &[String]) -> Option<String> {
     for w in &words[1..] {
         match w.as_str() {
             "--system" => system = true,
-            "--quiet" => {}
+            // Relaxes adduser's name check only; the name is checked here.
+            "--quiet" | "--force-badname" => {}
             w if !w.starts_with('-') && name.is_none() => name = Some(w.to_string()),
             _ => return None,
         }
@@ -284,6 +302,11 @@ mod tests {
     fn only_the_plain_system_group_form_is_emulated() {
         assert_eq!(system_group(&w("addgroup --system --quiet rdma")).as_deref(), Some("rdma"));
         assert_eq!(system_group(&w("addgroup --system _ssh")).as_deref(), Some("_ssh"));
+        // openssh-client's postinst (Debian 12).
+        assert_eq!(
+            system_group(&w("addgroup --system --quiet --force-badname _ssh")).as_deref(),
+            Some("_ssh")
+        );
         assert_eq!(system_group(&w("addgroup rdma")), None);
         assert_eq!(system_group(&w("addgroup --system --gid 5 rdma")), None);
         assert_eq!(system_group(&w("addgroup --system a b")), None);
