@@ -9,6 +9,8 @@
 //! The scripts are not run: [`commands`] reads the simple commands out of a POSIX shell script
 //! well enough to recognise what debhelper and packagers write, and anything it cannot place is
 //! an unknown command, which refuses.
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 /// One script of one package, and what the build did about it.
@@ -46,45 +48,124 @@ impl std::fmt::Display for ScriptRecord {
     }
 }
 
-/// The simple commands of a shell script that may run when it is called with `action` as its
-/// first argument (`install`, `configure`; `None`: any), each as its words with quotes removed
-/// (no expansion: `"$1"` stays `$1`), in order. Left out: keywords (`if`, `then`, `case` …
-/// `in`, `fi`), `case` patterns, assignments before a command, redirections, comments, the
-/// branches of a `case "$1" in` whose patterns do not match `action`, and function bodies,
-/// whose commands stand in for each call of the function. Everything else is kept, so an
-/// `if` whose test would be false still shows its commands: a reader of the result may see
-/// more than would run, never less. Commands inside `$(…)` or backquotes are not split out;
-/// the caller sees them as words of the command around them.
-pub fn commands(script: &str, action: Option<&str>) -> Vec<Vec<String>> {
-    let mut functions: std::collections::BTreeMap<String, Vec<Vec<String>>> = Default::default();
-    let main = without_functions(script, &mut functions);
+/// How a simple command is joined to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sep {
+    /// `;`, `;;`, `&`, a newline: the next command runs whatever this one's status.
+    Seq,
+    And,
+    Or,
+    Pipe,
+}
+
+/// What a test is known to give: `None` when it cannot be told without running it.
+pub type Truth = Option<bool>;
+
+/// One open `if`: whether the branch being read can run, and whether an earlier branch was
+/// certainly taken.
+#[derive(Debug, Clone, Copy)]
+struct IfFrame {
+    active: bool,
+    taken: bool,
+}
+
+/// The simple commands of a shell script that may run when it is called with `args` as its
+/// arguments (`["configure", OLD]`; `None`: unknown), each as its words with quotes removed, in
+/// order. Left out: keywords, `case` patterns, redirections, comments and assignments; what
+/// cannot run for these arguments (the branches of `case "$1"` whose patterns do not match, an
+/// `if` branch or an `&&`/`||` operand whose test is certainly false or certainly settled); and
+/// function bodies, whose commands stand in for each call. A test is evaluated only where it is
+/// certain: `[`/`test` comparing strings made of literals, the arguments and variables set from
+/// them, and `dpkg --compare-versions` of such strings; anything else is taken as possibly
+/// true and possibly false, so a reader of the result sees more than would run, never less.
+/// Commands inside `$(…)` or backquotes are not split out; the caller sees them as words of the
+/// command around them (an unknown command).
+pub fn commands(script: &str, args: Option<&[&str]>) -> Vec<Vec<String>> {
+    commands_with(script, args, &|_| None)
+}
+
+/// [`commands`], with `known` telling the status of commands the caller can answer for
+/// (`dpkg-statoverride --list PATH` against the image's database); `None`: not known.
+pub fn commands_with(
+    script: &str,
+    args: Option<&[&str]>,
+    known: &dyn Fn(&[String]) -> Truth,
+) -> Vec<Vec<String>> {
+    let mut functions: BTreeMap<String, Vec<Vec<String>>> = Default::default();
+    let main = without_functions(script, &mut functions, known);
     let mut out = Vec::new();
+    let mut vars: BTreeMap<String, String> = BTreeMap::new();
     // One entry per open `case`: whether it is on `$1`, and whether its current branch can
-    // run for `action`.
+    // run.
     let mut cases: Vec<(bool, bool)> = Vec::new();
+    let mut ifs: Vec<IfFrame> = Vec::new();
+    // Reading an `if`/`elif` condition: `Some(is_elif)`.
+    let mut condition: Option<bool> = None;
+    // The status of the last command of the current `&&`/`||` list and how it is joined on.
+    let mut chain: (Truth, Sep) = (None, Sep::Seq);
     let mut expect_in = false;
-    for line in logical_lines(&main) {
+    let active = |cases: &[(bool, bool)], ifs: &[IfFrame]| {
+        cases.iter().all(|&(on_arg, a)| !on_arg || a) && ifs.iter().all(|f| f.active)
+    };
+    'lines: for line in logical_lines(&main) {
         let mut rest = line.trim_start();
         // A `case` pattern starts the line: `configure)`, `abort-upgrade|abort-remove)`.
         if let Some(top) = cases.last_mut() {
             if let Some(end) = pattern_end(rest) {
                 let head = rest[..end - 1].trim_start_matches('(');
+                let arg1 = args.map(|a| a.first().copied().unwrap_or(""));
                 top.1 = !top.0
-                    || action.is_none_or(|a| {
+                    || arg1.is_none_or(|a| {
                         head.split('|').any(|alt| glob(alt.trim().trim_matches('"'), a))
                     });
                 rest = &rest[end..];
             }
         }
-        for words in split_commands(rest) {
+        for (words, sep) in split_commands(rest) {
             let mut words: &[String] = &words;
+            let mut negate = false;
             // Keywords that start a command, and what follows `for`, `case`.
             loop {
                 match words.first().map(String::as_str) {
-                    Some(
-                        "if" | "then" | "else" | "elif" | "fi" | "do" | "done" | "while" | "until"
-                        | "!" | "{" | "}",
-                    ) => words = &words[1..],
+                    Some("if") => {
+                        let parent = active(&cases, &ifs);
+                        ifs.push(IfFrame { active: parent, taken: false });
+                        condition = Some(false);
+                        chain = (None, Sep::Seq);
+                        words = &words[1..];
+                    }
+                    Some("elif") => {
+                        if let Some(f) = ifs.last_mut() {
+                            f.active = !f.taken;
+                        }
+                        condition = Some(true);
+                        chain = (None, Sep::Seq);
+                        words = &words[1..];
+                    }
+                    Some("then") => {
+                        if let (Some(f), Some(_)) = (ifs.last_mut(), condition.take()) {
+                            let was = f.active;
+                            f.active = was && chain.0 != Some(false);
+                            f.taken = f.taken || (was && chain.0 == Some(true));
+                        }
+                        chain = (None, Sep::Seq);
+                        words = &words[1..];
+                    }
+                    Some("else") => {
+                        if let Some(f) = ifs.last_mut() {
+                            f.active = !f.taken;
+                        }
+                        words = &words[1..];
+                    }
+                    Some("fi") => {
+                        ifs.pop();
+                        words = &words[1..];
+                    }
+                    Some("!") => {
+                        negate = !negate;
+                        words = &words[1..];
+                    }
+                    Some("do" | "done" | "while" | "until" | "{" | "}") => words = &words[1..],
                     Some("esac") => {
                         cases.pop();
                         words = &words[1..];
@@ -103,28 +184,188 @@ pub fn commands(script: &str, action: Option<&str>) -> Vec<Vec<String>> {
                     _ => break,
                 }
             }
-            let words: Vec<String> = strip_redirections(words)
-                .into_iter()
-                // `x=$(cmd)` runs cmd: kept, so that it is seen as a command nobody knows.
-                .skip_while(|w| is_assignment(w) && !w.contains("$(") && !w.contains('`'))
-                .collect();
-            if words.is_empty() || cases.iter().any(|&(on_arg, active)| on_arg && !active) {
+            let words = strip_redirections(words);
+            // `x=$(cmd)` runs cmd: kept, so that it is seen as a command nobody knows.
+            let plain = |w: &String| is_assignment(w) && !w.contains("$(") && !w.contains('`');
+            let n_assign = words.iter().take_while(|w| plain(w)).count();
+            let (assigns, words) = words.split_at(n_assign);
+            // Short-circuit: the operand of a settled `&&`/`||` does not run.
+            let skipped = matches!(chain, (Some(false), Sep::And) | (Some(true), Sep::Or));
+            let runs = !skipped && active(&cases, &ifs);
+            if runs && words.is_empty() {
+                for a in assigns {
+                    let (name, value) = a.split_once('=').unwrap_or_default();
+                    match expand(value, args, &vars) {
+                        Some(v) => vars.insert(name.to_string(), v),
+                        None => vars.remove(name),
+                    };
+                }
+            }
+            if words.is_empty() && assigns.is_empty() {
+                // Keywords alone (`then`, `fi`): the list goes on as it was joined.
+                if sep != Sep::Seq {
+                    chain.1 = sep;
+                }
                 continue;
+            }
+            let truth = if skipped {
+                chain.0
+            } else if words.is_empty() {
+                Some(true)
+            } else {
+                evaluate(words, args, &vars).or_else(|| known(words)).map(|t| t != negate)
+            };
+            chain = (truth, sep);
+            if !runs || words.is_empty() {
+                continue;
+            }
+            // `exit` outside any condition ends the script.
+            let certain = ifs.is_empty() && cases.is_empty() && condition.is_none();
+            if words[0] == "exit" && certain && sep == Sep::Seq {
+                out.push(words.to_vec());
+                break 'lines;
             }
             match functions.get(&words[0]) {
                 Some(body) => out.extend(body.iter().cloned()),
-                None => out.push(words),
+                None => out.push(words.to_vec()),
             }
         }
     }
     out
 }
 
+/// `word` with `$1`, `${1}`, `${1:-}`, … and the known variables put in; `None` when it uses
+/// anything else (another expansion, an unknown variable, unknown arguments).
+fn expand(word: &str, args: Option<&[&str]>, vars: &BTreeMap<String, String>) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = word;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, len) = if let Some(b) = after.strip_prefix('{') {
+            let close = b.find('}')?;
+            let inner = &b[..close];
+            (inner.strip_suffix(":-").unwrap_or(inner), close + 2)
+        } else {
+            // `$1x` is `$1` then `x`; `$name_2` is one name.
+            let n = if after.starts_with(|c: char| c.is_ascii_digit()) {
+                1
+            } else {
+                after.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count()
+            };
+            (&after[..n], n)
+        };
+        if name.is_empty() {
+            return None;
+        }
+        let value = match name.parse::<usize>() {
+            Ok(0) => return None,
+            Ok(i) => args?.get(i - 1).copied().unwrap_or("").to_string(),
+            Err(_) => vars.get(name)?.clone(),
+        };
+        out.push_str(&value);
+        rest = &after[len..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// Whether a command succeeds, where that is certain without running it.
+fn evaluate(words: &[String], args: Option<&[&str]>, vars: &BTreeMap<String, String>) -> Truth {
+    match words[0].as_str() {
+        "true" | ":" => Some(true),
+        "false" => Some(false),
+        "[" if words.last().is_some_and(|w| w == "]") => {
+            test_expr(&words[1..words.len() - 1], args, vars)
+        }
+        "test" => test_expr(&words[1..], args, vars),
+        "dpkg" if words.get(1).is_some_and(|w| w == "--compare-versions") && words.len() == 5 => {
+            let a = expand(&words[2], args, vars)?;
+            let b = expand(&words[4], args, vars)?;
+            compare_versions(&a, &words[3], &b)
+        }
+        _ => None,
+    }
+}
+
+/// test(1) over strings: `-o` binds looser than `-a`, `!` negates a primary; `=`, `==`, `!=`,
+/// `-n`, `-z` and a lone string are told; file and number tests are not.
+fn test_expr(w: &[String], args: Option<&[&str]>, vars: &BTreeMap<String, String>) -> Truth {
+    if let Some(i) = w.iter().position(|x| x == "-o") {
+        let (a, b) = (test_expr(&w[..i], args, vars), test_expr(&w[i + 1..], args, vars));
+        return match (a, b) {
+            (Some(true), _) | (_, Some(true)) => Some(true),
+            (Some(false), Some(false)) => Some(false),
+            _ => None,
+        };
+    }
+    if let Some(i) = w.iter().position(|x| x == "-a") {
+        let (a, b) = (test_expr(&w[..i], args, vars), test_expr(&w[i + 1..], args, vars));
+        return match (a, b) {
+            (Some(false), _) | (_, Some(false)) => Some(false),
+            (Some(true), Some(true)) => Some(true),
+            _ => None,
+        };
+    }
+    let x = |i: usize| expand(&w[i], args, vars);
+    match w {
+        [bang, rest @ ..] if bang == "!" && !rest.is_empty() => {
+            test_expr(rest, args, vars).map(|t| !t)
+        }
+        [_] => Some(!x(0)?.is_empty()),
+        [op, _] if op == "-n" => Some(!x(1)?.is_empty()),
+        [op, _] if op == "-z" => Some(x(1)?.is_empty()),
+        [_, op, _] if op == "=" || op == "==" => Some(x(0)? == x(2)?),
+        [_, op, _] if op == "!=" => Some(x(0)? != x(2)?),
+        _ => None,
+    }
+}
+
+/// `dpkg --compare-versions A OP B` (dpkg(1)): an empty version is earlier than any other,
+/// except for the `-nl` operators, which take it as later; `<` and `>` are the deprecated
+/// spellings of `le` and `ge`.
+fn compare_versions(a: &str, op: &str, b: &str) -> Truth {
+    use std::cmp::Ordering::{self, Equal, Greater, Less};
+    let nl = op.ends_with("-nl");
+    let ord: Ordering = match (a.is_empty(), b.is_empty()) {
+        (true, true) => Equal,
+        (true, false) => {
+            if nl {
+                Greater
+            } else {
+                Less
+            }
+        }
+        (false, true) => {
+            if nl {
+                Less
+            } else {
+                Greater
+            }
+        }
+        (false, false) => {
+            let va: erdma_deb::version::Version = a.parse().ok()?;
+            let vb: erdma_deb::version::Version = b.parse().ok()?;
+            va.cmp(&vb)
+        }
+    };
+    Some(match op.trim_end_matches("-nl") {
+        "lt" | "<<" => ord == Less,
+        "le" | "<=" | "<" => ord != Greater,
+        "eq" | "=" => ord == Equal,
+        "ne" => ord != Equal,
+        "ge" | ">=" | ">" => ord != Less,
+        "gt" | ">>" => ord == Greater,
+        _ => return None,
+    })
+}
+
 /// The script without its function definitions (`name() {` … `}` on lines of their own,
 /// also `function name {`), whose commands go to `functions`, read with no action known.
 fn without_functions(
     script: &str,
-    functions: &mut std::collections::BTreeMap<String, Vec<Vec<String>>>,
+    functions: &mut BTreeMap<String, Vec<Vec<String>>>,
+    known: &dyn Fn(&[String]) -> Truth,
 ) -> String {
     let mut main = String::new();
     let mut lines = script.lines();
@@ -149,7 +390,7 @@ fn without_functions(
             body.push_str(l);
             body.push('\n');
         }
-        let cmds = commands(&body, None);
+        let cmds = commands_with(&body, None, known);
         functions.insert(name, cmds);
     }
     main
@@ -244,7 +485,7 @@ fn pattern_end(s: &str) -> Option<usize> {
 
 /// Splits a line into simple commands at `;`, `&&`, `||`, `|` and `&` outside quotes, and
 /// each into words with quotes and backslashes removed. `;;` ends a case branch.
-fn split_commands(line: &str) -> Vec<Vec<String>> {
+fn split_commands(line: &str) -> Vec<(Vec<String>, Sep)> {
     let mut cmds = Vec::new();
     let mut words: Vec<String> = Vec::new();
     let mut word = String::new();
@@ -280,21 +521,28 @@ fn split_commands(line: &str) -> Vec<Vec<String>> {
                 }
                 ';' | '&' | '|' => {
                     end_word(&mut words, &mut word, &mut in_word);
-                    if c == ';' && chars.peek() == Some(&';') {
-                        chars.next();
-                    }
-                    if (c == '&' || c == '|') && chars.peek() == Some(&c) {
-                        chars.next();
-                    }
                     // `2>&1`: the `&` belongs to the redirection.
-                    if c == '&' && words.last().is_some_and(|w| w.ends_with('>')) {
+                    if c == '&'
+                        && chars.peek() != Some(&'&')
+                        && words.last().is_some_and(|w| w.ends_with('>'))
+                    {
                         let mut w = words.pop().unwrap_or_default();
                         w.push('&');
                         word = w;
                         in_word = true;
                         continue;
                     }
-                    cmds.push(std::mem::take(&mut words));
+                    let doubled = chars.peek() == Some(&c);
+                    if doubled {
+                        chars.next();
+                    }
+                    let sep = match (c, doubled) {
+                        ('&', true) => Sep::And,
+                        ('|', true) => Sep::Or,
+                        ('|', false) => Sep::Pipe,
+                        _ => Sep::Seq,
+                    };
+                    cmds.push((std::mem::take(&mut words), sep));
                 }
                 c if c.is_whitespace() => end_word(&mut words, &mut word, &mut in_word),
                 _ => {
@@ -305,8 +553,9 @@ fn split_commands(line: &str) -> Vec<Vec<String>> {
         }
     }
     end_word(&mut words, &mut word, &mut in_word);
-    cmds.push(words);
-    cmds.into_iter().filter(|c| !c.is_empty()).collect()
+    cmds.push((words, Sep::Seq));
+    // An empty command keeps its separator only when it joins (`a &&` at the end of a line).
+    cmds.into_iter().filter(|(c, sep)| !c.is_empty() || *sep != Sep::Seq).collect()
 }
 
 /// The words without redirections (`>/dev/null`, `2>&1`, `> file`, `<file`).
@@ -421,7 +670,8 @@ mod tests {
     fn case_on_the_action_and_functions() {
         // adduser 3.152's preinst (Debian 13), shortened: the function runs on upgrade only.
         let s = "set -eu\ncreate_adduser_conf() {\n  if dpkg --compare-versions \"$1\" lt 3.114; then\n    return 0\n  fi\n  mv --no-clobber /etc/adduser.conf /etc/adduser.conf.update-old\n}\n\ncase $1 in\n  upgrade)\n    create_adduser_conf \"${2:-}\"\n    ;;\nesac\nset +eu\n";
-        let with = |a| commands(s, Some(a)).into_iter().map(|c| c.join(" ")).collect::<Vec<_>>();
+        let with =
+            |a: &str| commands(s, Some(&[a])).into_iter().map(|c| c.join(" ")).collect::<Vec<_>>();
         assert_eq!(with("install"), ["set -eu", "set +eu"]);
         assert_eq!(
             with("upgrade"),
@@ -435,12 +685,88 @@ mod tests {
         );
         let s =
             "case \"$1\" in\n  configure|abort-*)\n    a\n  ;;\n  remove) b ;;\n  *) c ;;\nesac\n";
-        let with = |a| commands(s, Some(a)).into_iter().map(|c| c.join(" ")).collect::<Vec<_>>();
+        let with =
+            |a: &str| commands(s, Some(&[a])).into_iter().map(|c| c.join(" ")).collect::<Vec<_>>();
         assert_eq!(with("configure"), ["a", "c"]);
         assert_eq!(with("abort-upgrade"), ["a", "c"]);
         assert_eq!(cmds(s), ["a", "b", "c"]);
         // A case on something else than $1 hides nothing.
         assert_eq!(cmds("case $x in\n y) z ;;\nesac\n"), ["z"]);
+    }
+
+    fn run(s: &str, args: &[&str]) -> Vec<String> {
+        commands(s, Some(args)).into_iter().map(|c| c.join(" ")).collect()
+    }
+
+    #[test]
+    fn conditions_on_the_arguments_are_evaluated() {
+        // libgssapi-krb5-2 1.20.1-2+deb12u5's postinst (Debian 12), as shipped.
+        let gss = "#! /bin/sh\n\nset -e\n\nif [ \"configure\" = \"$1\" -a \"x$2\" != \"x\" ]; then\n    if dpkg --compare-versions $2  lt 1.12.1+dfsg-2\\\n        && test -f /usr/etc/gss/mech; then\n\tcp /usr/etc/gss/mech /etc/gss/mech\n\tfi\n    fi\n\n\n\nexit 0\n";
+        let test = "[ configure = $1 -a x$2 != x ]";
+        // A first install: $2 is empty, the test is false, `cp` does not run.
+        assert_eq!(run(gss, &["configure", ""]), ["set -e", test, "exit 0"]);
+        // From a version before 1.12.1+dfsg-2 it runs; from a later one it does not.
+        let cmp = "dpkg --compare-versions $2 lt 1.12.1+dfsg-2";
+        assert_eq!(
+            run(gss, &["configure", "1.12-1"]),
+            [
+                "set -e",
+                test,
+                cmp,
+                "test -f /usr/etc/gss/mech",
+                "cp /usr/etc/gss/mech /etc/gss/mech",
+                "exit 0"
+            ]
+        );
+        assert_eq!(run(gss, &["configure", "1.20.1-1"]), ["set -e", test, cmp, "exit 0"]);
+        // openssh-client 1:9.2p1-2's postinst (Debian 12), its configure part.
+        let ssh = "action=\"$1\"\numask 022\nupdate_ssh_group_name() {\n\tif getent group ssh >/dev/null && ! getent group _ssh >/dev/null; then\n\t\tgroupmod -n _ssh ssh\n\tfi\n}\nset_perms() {\n\tif ! getent group _ssh >/dev/null; then\n\t\taddgroup --system --quiet --force-badname _ssh\n\tfi\n}\nif [ \"$action\" = configure ]; then\n\tif dpkg --compare-versions \"$2\" lt-nl 1:8.4p1-6~; then\n\t\tupdate_ssh_group_name\n\tfi\n\tset_perms\nfi\n";
+        assert_eq!(
+            run(ssh, &["configure", ""]),
+            [
+                "umask 022",
+                "[ $action = configure ]",
+                "dpkg --compare-versions $2 lt-nl 1:8.4p1-6~",
+                "getent group _ssh",
+                "addgroup --system --quiet --force-badname _ssh"
+            ]
+        );
+        assert!(run(ssh, &["configure", "1:8.0p1-1"]).contains(&"groupmod -n _ssh ssh".to_string()));
+        // Not `configure`: the umask and the test.
+        assert_eq!(run(ssh, &["abort-upgrade", ""]), ["umask 022", "[ $action = configure ]"]);
+        // Unknown arguments: every branch counts.
+        assert!(commands(ssh, None).iter().any(|c| c[0] == "groupmod"));
+    }
+
+    #[test]
+    fn short_circuits_and_version_comparisons() {
+        let s = "[ \"$1\" = remove ] && rm -f /x\n[ \"$1\" = configure ] || chown a /y\ntrue || chmod 1 /z\ngetent group g || addgroup --system g\n";
+        assert_eq!(
+            run(s, &["configure"]),
+            [
+                "[ $1 = remove ]",
+                "[ $1 = configure ]",
+                "true",
+                "getent group g",
+                "addgroup --system g"
+            ]
+        );
+        for (a, op, b, want) in [
+            ("", "lt", "1.0", true),
+            ("", "lt-nl", "1.0", false),
+            ("1.0", "lt", "1.0-1", true),
+            ("2:1", "gt", "1:9", true),
+            ("1.0", "<", "1.0", true),
+            ("1.0~rc1", "ge", "1.0", false),
+            ("1.0", "eq", "1.0", true),
+        ] {
+            assert_eq!(compare_versions(a, op, b), Some(want), "{a} {op} {b}");
+        }
+        assert_eq!(compare_versions("1.0", "bogus", "1.0"), None);
+        let vars = BTreeMap::from([("v".to_string(), "x".to_string())]);
+        assert_eq!(expand("a${1}b$2$v${3:-}", Some(&["1", "2"]), &vars).as_deref(), Some("a1b2x"));
+        assert_eq!(expand("$HOME", Some(&[]), &vars), None);
+        assert_eq!(expand("$1", None, &vars), None);
     }
 
     #[test]

@@ -618,3 +618,82 @@ fn recommends_left_out_are_what_apt_would_have_added() {
         assert!(added.contains(name), "{name} is not what recommends add: {added:?}");
     }
 }
+
+/// openssh-client's way of making `ssh-agent` setgid `_ssh` (its postinst in Debian 12,
+/// names changed): a system group, and `chgrp`/`chmod` unless dpkg-statoverride has the file.
+const AGENT_POSTINST: &str = "action=\"$1\"\n\nset_agent_permissions() {\n\tif ! getent group _agent >/dev/null; then\n\t\taddgroup --system --quiet --force-badname _agent\n\tfi\n\tif ! dpkg-statoverride --list /usr/bin/agent-stand-in >/dev/null; then\n\t\tchgrp _agent /usr/bin/agent-stand-in\n\t\tchmod 2755 /usr/bin/agent-stand-in\n\tfi\n}\n\nif [ \"$action\" = configure ]; then\n\tset_agent_permissions\nfi\n\nexit 0\n";
+
+/// The group, the owner and the setgid mode that postinst gives, held against `apt-get install`
+/// of the same `.deb` in Docker on the real Debian 12 base: the file and `group`, `gshadow` and
+/// their backups are the same entries (mode, owner, content).
+#[test]
+fn postinst_group_and_setgid_equal_apt_get_in_docker() {
+    if !debian::require_base()
+        || !support::require_docker()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let deb = support::debs::fake_deb(
+        tmp.path(),
+        support::debs::FakeDeb {
+            name: "agent-stand-in",
+            version: "1.0",
+            depends: Some("adduser"),
+            files: vec![("/usr/bin/agent-stand-in", b"#!/bin/sh\n".as_slice(), 0o755)],
+            postinst: Some(AGENT_POSTINST),
+            ..Default::default()
+        },
+    );
+    let base = debian::base(debian::BOOKWORM);
+    let ours_dir = tmp.path().join("ours");
+    let r = build(
+        &[
+            "--base",
+            &base.reference(),
+            "--no-packages",
+            "--no-env-presets",
+            "--package",
+            &s(&deb),
+            "--allow-unsigned-package",
+            "--output",
+            &format!("oci:{}:x", s(&ours_dir)),
+        ],
+        &tmp.path().join("cache"),
+    );
+    let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap();
+    let rec = scripts.iter().find(|r| r["package"] == "agent-stand-in 1.0").unwrap();
+    assert_eq!(rec["outcome"], "emulated", "{rec}");
+    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
+    let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
+
+    let base_name = format!("erdma-test/agent-base:{}", std::process::id());
+    docker_load(&base, &base_name, tmp.path());
+    let ctx = tmp.path().join("ctx");
+    std::fs::create_dir(&ctx).unwrap();
+    std::fs::copy(&deb, ctx.join("agent.deb")).unwrap();
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        format!(
+            "FROM {base_name}\nCOPY agent.deb /tmp/agent.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/agent.deb\n"
+        ),
+    )
+    .unwrap();
+    let theirs_name = format!("{base_name}-apt");
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", &theirs_name])
+        .arg(&ctx)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    let _ = docker(&["rmi", "-f", &base_name]);
+    support::assert_success("docker build with apt-get install", &out);
+    let theirs = read_layer(&docker_top_layer(tmp.path(), &theirs_name));
+    let _ = docker(&["rmi", "-f", &theirs_name]);
+    for p in ["usr/bin/agent-stand-in", "etc/group", "etc/group-", "etc/gshadow", "etc/gshadow-"] {
+        assert_eq!(ours.entries.get(p), theirs.entries.get(p), "{p}");
+        assert!(ours.entries.contains_key(p), "{p} is in the layers");
+    }
+    assert_eq!(ours.entries["usr/bin/agent-stand-in"].mode, 0o2755);
+}

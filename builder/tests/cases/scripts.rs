@@ -253,7 +253,7 @@ fn alternatives_are_written_as_update_alternatives_writes_them() {
     for name in &order {
         let script =
             if name == "openmpi-stand-in" { ALTERNATIVES_POSTINST } else { mpich_postinst };
-        for words in erdma_build::packages::scripts::commands(script, Some("configure"))
+        for words in erdma_build::packages::scripts::commands(script, Some(&["configure"]))
             .into_iter()
             .filter(|w| w[0] == "update-alternatives")
         {

@@ -10,6 +10,9 @@
 //! - `addgroup --system [--quiet] NAME`: emulated ([`add_system_groups`]);
 //! - `update-alternatives --install LINK NAME PATH PRIORITY [--slave …]`: emulated
 //!   ([`super::alternatives`]);
+//! - `chown`, `chgrp`, `chmod OCTAL` of a file of the same package: emulated on the layer's
+//!   entry ([`apply_ownership`]); `dpkg-statoverride --list PATH` is answered from the image's
+//!   statoverride database, so a script that honours an override does what dpkg would;
 //! - `dpkg-maintscript-helper` on a fresh install, or `rm_conffile` after a version newer
 //!   than the one it names, or on a conffile the base does not have: no effect (it acts only
 //!   when upgrading from an older version that had the file);
@@ -40,6 +43,57 @@ pub(super) struct Accounted {
     pub(super) groups: Vec<String>,
     /// `update-alternatives --install` calls, in order.
     pub(super) alternatives: Vec<super::alternatives::Install>,
+    /// `chown`, `chgrp` and `chmod` of a package's own files, in order.
+    pub(super) ownership: Vec<Ownership>,
+}
+
+/// A `chown USER[:GROUP] PATH`, `chgrp GROUP PATH` or `chmod OCTAL PATH` of a file the same
+/// package installs (openssh-client makes `ssh-agent` setgid `_ssh` this way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Ownership {
+    pub(super) package: String,
+    pub(super) path: String,
+    pub(super) user: Option<String>,
+    pub(super) group: Option<String>,
+    pub(super) mode: Option<u32>,
+}
+
+impl Ownership {
+    fn parse(package: &str, words: &[String], files: &[String]) -> Option<Ownership> {
+        let [cmd, what, path] = words else { return None };
+        if !files.iter().any(|f| f == path) || what.starts_with('-') {
+            return None;
+        }
+        let name_ok = |n: &str| {
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        };
+        let mut o = Ownership {
+            package: package.to_string(),
+            path: path.clone(),
+            user: None,
+            group: None,
+            mode: None,
+        };
+        match cmd.as_str() {
+            "chgrp" if name_ok(what) => o.group = Some(what.clone()),
+            "chown" => {
+                let (u, g) = match what.split_once(':') {
+                    Some((u, g)) => (u, Some(g)),
+                    None => (what.as_str(), None),
+                };
+                if !name_ok(u) || g.is_some_and(|g| !name_ok(g)) {
+                    return None;
+                }
+                o.user = Some(u.to_string());
+                o.group = g.map(str::to_string);
+            }
+            "chmod" if what.len() <= 4 && what.bytes().all(|b| (b'0'..=b'7').contains(&b)) => {
+                o.mode = Some(u32::from_str_radix(what, 8).ok()?);
+            }
+            _ => return None,
+        }
+        Some(o)
+    }
 }
 
 /// Accounts for the maintainer scripts and triggers of `planned`, whose control part is `deb`
@@ -63,12 +117,28 @@ pub(super) fn account(
         let mut effects: Vec<String> = Vec::new();
         let mut emulated: Vec<String> = Vec::new();
         let mut unknown: Option<String> = None;
-        let action = match (*script, old) {
-            ("preinst", None) => "install",
-            ("preinst", Some(_)) => "upgrade",
-            _ => "configure",
+        // The arguments dpkg gives (deb-maintscripts(5)); `configure` gets the version last
+        // configured, empty on a first install.
+        let old_text = old.map(|v| v.to_string()).unwrap_or_default();
+        let args: Vec<&str> = match (*script, old) {
+            ("preinst", None) => vec!["install"],
+            ("preinst", Some(_)) => vec!["upgrade", &old_text],
+            _ => vec!["configure", &old_text],
         };
-        for words in scripts::commands(&text, Some(action)) {
+        let overrides = String::from_utf8_lossy(
+            &base.read("var/lib/dpkg/statoverride", 4 << 20)?.unwrap_or_default(),
+        )
+        .into_owned();
+        // `dpkg-statoverride --list PATH` succeeds when the database has an override for it.
+        let known = |w: &[String]| -> scripts::Truth {
+            match w {
+                [cmd, list, path] if cmd == "dpkg-statoverride" && list == "--list" => Some(
+                    overrides.lines().any(|l| l.split_whitespace().nth(3) == Some(path.as_str())),
+                ),
+                _ => None,
+            }
+        };
+        for words in scripts::commands_with(&text, Some(&args), &known) {
             if scripts::is_inert(&words) {
                 continue;
             }
@@ -93,6 +163,14 @@ pub(super) fn account(
                         None => unknown = unknown.or(Some(shown)),
                     }
                 }
+                "dpkg-statoverride" if words.get(1).is_some_and(|w| w == "--list") => {}
+                "chown" | "chgrp" | "chmod" => match Ownership::parse(&package, &words, files) {
+                    Some(o) => {
+                        emulated.push(shown);
+                        out.ownership.push(o);
+                    }
+                    None => unknown = unknown.or(Some(shown)),
+                },
                 "dpkg-maintscript-helper" => match maintscript_helper(&words, old, base)? {
                     Some(why) => effects.push(why),
                     None => unknown = unknown.or(Some(shown)),
@@ -286,6 +364,74 @@ pub(super) fn add_system_groups(
             "etc/gshadow-",
             Entry { kind: EntryKind::File(old), mode: 0o640, uid: 0, gid: 42 },
         )?;
+    }
+    Ok(())
+}
+
+/// Applies the `chown`/`chgrp`/`chmod` calls to the layer's entries, after the system groups
+/// are in: names are looked up in the image's passwd and group as they are after the scripts.
+pub(super) fn apply_ownership(
+    changes: &[Ownership],
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
+    let current = |layer: &LayerContents, path: &str| -> Result<String> {
+        let held = layer.files().find_map(|(p, e)| match &e.kind {
+            EntryKind::File(c) if p == path => Some(c.clone()),
+            _ => None,
+        });
+        let bytes = match held {
+            Some(c) => c,
+            None => base.read(path, 4 << 20)?.unwrap_or_default(),
+        };
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    for c in changes {
+        let id = |db: &str, name: &str| -> Result<u64> {
+            current(layer, db)?
+                .lines()
+                .find(|l| l.split(':').next() == Some(name))
+                .and_then(|l| l.split(':').nth(2)?.parse().ok())
+                .ok_or_else(|| {
+                    Error::from(PackageError::Script {
+                        package: c.package.clone(),
+                        script: "postinst".into(),
+                        command: format!(
+                            "a change of {} to `{name}`, which /{db} does not have",
+                            c.path
+                        ),
+                    })
+                })
+        };
+        let uid = c.user.as_deref().map(|u| id("etc/passwd", u)).transpose()?;
+        let gid = c.group.as_deref().map(|g| id("etc/group", g)).transpose()?;
+        let rel = c.path.trim_start_matches('/');
+        let real = base.real_path(rel)?.unwrap_or_else(|| rel.to_string());
+        let Some(mut entry) = layer.files().find(|(p, _)| *p == real).map(|(_, e)| e.clone())
+        else {
+            return Err(Error::from(PackageError::Script {
+                package: c.package.clone(),
+                script: "postinst".into(),
+                command: format!("a change of {}, which the layer does not hold", c.path),
+            }));
+        };
+        // chown(2) by root clears setuid, and setgid where the group may execute.
+        if (uid.is_some() || gid.is_some()) && !matches!(entry.kind, EntryKind::Dir) {
+            entry.mode &= !0o4000;
+            if entry.mode & 0o010 != 0 {
+                entry.mode &= !0o2000;
+            }
+        }
+        if let Some(u) = uid {
+            entry.uid = u;
+        }
+        if let Some(g) = gid {
+            entry.gid = g;
+        }
+        if let Some(m) = c.mode {
+            entry.mode = m;
+        }
+        layer.insert(&real, entry)?;
     }
     Ok(())
 }
