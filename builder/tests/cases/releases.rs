@@ -33,6 +33,36 @@ fn docker_load(base: &support::OciFixture, name: &str, dir: &Path) {
     support::assert_success("docker load", &docker(&["load", "-i", &s(&tar)]));
 }
 
+/// `docker build` of `FROM base` (loaded as `base_name`) and `steps`, with `files` (name, path)
+/// in the context; returns the top layer of the result. Both images are removed afterwards.
+fn docker_build_top_layer(
+    base: &support::OciFixture,
+    base_name: &str,
+    dir: &Path,
+    files: &[(&str, &Path)],
+    steps: &str,
+) -> LayerView {
+    docker_load(base, base_name, dir);
+    let ctx = dir.join("ctx");
+    std::fs::create_dir(&ctx).unwrap();
+    for (name, path) in files {
+        std::fs::copy(path, ctx.join(name)).unwrap();
+    }
+    std::fs::write(ctx.join("Dockerfile"), format!("FROM {base_name}\n{steps}\n")).unwrap();
+    let theirs_name = format!("{base_name}-apt");
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", &theirs_name])
+        .arg(&ctx)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    let _ = docker(&["rmi", "-f", base_name]);
+    support::assert_success("docker build with apt-get install", &out);
+    let theirs = read_layer(&docker_top_layer(dir, &theirs_name));
+    let _ = docker(&["rmi", "-f", &theirs_name]);
+    theirs
+}
+
 /// One entry of a layer: what a container sees there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Meta {
@@ -195,28 +225,13 @@ fn payload_equals_apt_get(rel: debian::Release, request: &[&str], packages: &[&s
     let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
 
     let base_name = format!("erdma-test/{}-base:{}", rel.suite, std::process::id());
-    docker_load(&base, &base_name, tmp.path());
-    let ctx = tmp.path().join("ctx");
-    std::fs::create_dir(&ctx).unwrap();
-    std::fs::write(
-        ctx.join("Dockerfile"),
-        format!(
-            "FROM {base_name}\nRUN apt-get update && apt-get install -y {}\n",
-            request.join(" ")
-        ),
-    )
-    .unwrap();
-    let theirs_name = format!("{base_name}-apt");
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", &theirs_name])
-        .arg(&ctx)
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .unwrap();
-    let _ = docker(&["rmi", "-f", &base_name]);
-    support::assert_success("docker build with apt-get install", &out);
-    let theirs = read_layer(&docker_top_layer(tmp.path(), &theirs_name));
-    let _ = docker(&["rmi", "-f", &theirs_name]);
+    let theirs = docker_build_top_layer(
+        &base,
+        &base_name,
+        tmp.path(),
+        &[],
+        &format!("RUN apt-get update && apt-get install -y {}", request.join(" ")),
+    );
 
     let (ours_size, theirs_size) = (ours.size, theirs.size);
     eprintln!(
@@ -668,29 +683,13 @@ fn postinst_group_and_setgid_equal_apt_get_in_docker() {
     let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
     let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
 
-    let base_name = format!("erdma-test/agent-base:{}", std::process::id());
-    docker_load(&base, &base_name, tmp.path());
-    let ctx = tmp.path().join("ctx");
-    std::fs::create_dir(&ctx).unwrap();
-    std::fs::copy(&deb, ctx.join("agent.deb")).unwrap();
-    std::fs::write(
-        ctx.join("Dockerfile"),
-        format!(
-            "FROM {base_name}\nCOPY agent.deb /tmp/agent.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/agent.deb\n"
-        ),
-    )
-    .unwrap();
-    let theirs_name = format!("{base_name}-apt");
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", &theirs_name])
-        .arg(&ctx)
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .unwrap();
-    let _ = docker(&["rmi", "-f", &base_name]);
-    support::assert_success("docker build with apt-get install", &out);
-    let theirs = read_layer(&docker_top_layer(tmp.path(), &theirs_name));
-    let _ = docker(&["rmi", "-f", &theirs_name]);
+    let theirs = docker_build_top_layer(
+        &base,
+        &format!("erdma-test/agent-base:{}", std::process::id()),
+        tmp.path(),
+        &[("agent.deb", &deb)],
+        "COPY agent.deb /tmp/agent.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/agent.deb",
+    );
     for p in ["usr/bin/agent-stand-in", "etc/group", "etc/group-", "etc/gshadow", "etc/gshadow-"] {
         assert_eq!(ours.entries.get(p), theirs.entries.get(p), "{p}");
         assert!(ours.entries.contains_key(p), "{p} is in the layers");
