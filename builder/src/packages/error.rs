@@ -9,6 +9,10 @@ pub enum PackageError {
     /// effect ([`crate::packages::scripts`]); nothing has been written.
     #[error("package {package}: its {script} runs `{command}`, which erdma-build can neither emulate nor show to be without effect here; hint: install it in a RUN step of a Dockerfile on the built image, or pass --skip-scripts to build without running it (the report lists what was not run)")]
     Script { package: String, script: String, command: String },
+    /// A maintainer script command that would fail in this image, failing the install as it
+    /// would under dpkg.
+    #[error("package {package}: its {script} runs `{command}`, which would fail here: {reason}")]
+    ScriptFails { package: String, script: String, command: String, reason: String },
     /// A repository's metadata (repomd.xml, its signature, primary.xml) or key is unusable.
     #[error("repository `{repo}`: {why}")]
     Repository { repo: String, why: String },

@@ -26,9 +26,9 @@ fn demo_with(debs: &[&std::path::Path]) -> Vec<String> {
     v
 }
 
-/// openssh-client's way of making `ssh-agent` setgid `_ssh` (its postinst in Debian 12,
-/// shortened), which erdma-build does not emulate yet.
-const STATOVERRIDE_POSTINST: &str = "if [ \"$1\" = configure ]; then\n  if ! dpkg-statoverride --list /usr/bin/ssh-agent >/dev/null; then\n    chgrp _ssh /usr/bin/ssh-agent\n    chmod 2755 /usr/bin/ssh-agent\n  fi\nfi\n";
+/// openssh-server's system user (its postinst in Debian 12, shortened), which erdma-build does
+/// not emulate yet.
+const ADDUSER_POSTINST: &str = "if [ \"$1\" = configure ]; then\n  if ! getent passwd sshd >/dev/null; then\n    adduser --quiet --system --no-create-home --home /run/sshd --shell /usr/sbin/nologin sshd\n  fi\nfi\n";
 
 /// openmpi-bin's way of providing `mpirun` (its postinst in Debian 12, shortened).
 const ALTERNATIVES_POSTINST: &str = "if [ \"$1\" = \"configure\" ]; then\n    update-alternatives --install /usr/bin/mpirun mpirun /usr/bin/mpirun.openmpi 50 \\\n        --slave /usr/share/man/man1/mpirun.1.gz mpirun.1.gz /usr/share/man/man1/mpirun.openmpi.1.gz \\\n        --slave /usr/bin/orterun orterun /usr/bin/orterun.openmpi\nfi\n";
@@ -42,10 +42,10 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
     let deb = debs::fake_deb(
         tmp.path(),
         debs::FakeDeb {
-            name: "ssh-stand-in",
+            name: "sshd-stand-in",
             version: "1:9.2p1-2",
-            files: vec![("/usr/bin/ssh-agent", b"#!/bin/sh\n".as_slice(), 0o755)],
-            postinst: Some(STATOVERRIDE_POSTINST),
+            files: vec![("/usr/sbin/sshd", b"#!/bin/sh\n".as_slice(), 0o755)],
+            postinst: Some(ADDUSER_POSTINST),
             ..Default::default()
         },
     );
@@ -58,7 +58,7 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
     args.extend_from_slice(&common);
     let err = build_fails(&args);
     assert!(
-        err.starts_with("error: package ssh-stand-in 1:9.2p1-2: its postinst runs `dpkg-statoverride --list /usr/bin/ssh-agent`"),
+        err.starts_with("error: package sshd-stand-in 1:9.2p1-2: its postinst runs `adduser --quiet --system --no-create-home --home /run/sshd --shell /usr/sbin/nologin sshd`"),
         "{err}"
     );
     assert!(err.contains("hint: ") && err.contains("--skip-scripts"), "{err}");
@@ -84,9 +84,9 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
             .unwrap_or_else(|| panic!("{p} {sc} in {scripts:?}"))
             .clone()
     };
-    let mpi = rec("ssh-stand-in 1:9.2p1-2", "postinst");
+    let mpi = rec("sshd-stand-in 1:9.2p1-2", "postinst");
     assert_eq!(mpi["outcome"], "not-run", "{mpi}");
-    assert!(mpi["detail"].as_str().unwrap().contains("dpkg-statoverride --list"), "{mpi}");
+    assert!(mpi["detail"].as_str().unwrap().contains("adduser --quiet --system"), "{mpi}");
     // The recipe's packages in the same build: emulated or shown to be without effect.
     assert_eq!(rec("libibverbs1 44.0-2", "postinst")["outcome"], "emulated");
     assert_eq!(rec("libibverbs1 44.0-2", "triggers")["outcome"], "no-effect");
@@ -99,7 +99,7 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["package"] == "ssh-stand-in 1:9.2p1-2"),
+            .find(|r| r["package"] == "sshd-stand-in 1:9.2p1-2"),
         Some(&mpi),
         "plan and build agree"
     );
@@ -304,4 +304,35 @@ fn layer_links(blob: &[u8], dirs: &[&str]) -> Vec<String> {
     }
     out.sort();
     out
+}
+
+/// An emulated command that would fail under dpkg fails the build the same way, saying why.
+#[test]
+fn an_emulated_command_that_would_fail_fails_the_build() {
+    if !support::require(support::have("dpkg-deb"), "dpkg-deb is needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let deb = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "chgrp-stand-in",
+            version: "1.0",
+            files: vec![("/usr/bin/chgrp-stand-in", b"#!/bin/sh\n".as_slice(), 0o755)],
+            postinst: Some("chgrp no-such-group /usr/bin/chgrp-stand-in\n"),
+            ..Default::default()
+        },
+    );
+    let out = tmp.path().join("out");
+    let dest = format!("oci:{}:x", s(&out));
+    let mut args = vec!["build".to_string()];
+    args.extend(demo_with(&[&deb]));
+    args.extend(["--output".to_string(), dest]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let err = build_fails(&args);
+    assert_eq!(
+        err.trim_end(),
+        "error: package chgrp-stand-in 1.0: its postinst runs `chgrp no-such-group /usr/bin/chgrp-stand-in`, which would fail here: /etc/group has no `no-such-group`"
+    );
+    assert!(!out.exists());
 }

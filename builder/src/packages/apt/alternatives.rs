@@ -30,6 +30,14 @@ pub(super) struct Install {
 }
 
 impl Install {
+    /// The call, for errors.
+    fn command(&self) -> String {
+        format!(
+            "update-alternatives --install {} {} {} {}",
+            self.link, self.name, self.path, self.priority
+        )
+    }
+
     /// Reads `update-alternatives [--quiet] --install LINK NAME PATH PRIORITY [--slave LINK
     /// NAME PATH]…`; `None` for any other form.
     pub(super) fn parse(package: &str, words: &[String]) -> Option<Install> {
@@ -142,13 +150,11 @@ pub(super) fn apply(
     let mut groups: BTreeMap<String, (Group, Option<String>)> = BTreeMap::new();
     for i in installs {
         if !exists(&i.path, base, layer)? {
-            return Err(Error::from(PackageError::Script {
+            return Err(Error::from(PackageError::ScriptFails {
                 package: i.package.clone(),
                 script: "postinst".into(),
-                command: format!(
-                    "update-alternatives --install {} {} {} {}, whose alternative does not exist",
-                    i.link, i.name, i.path, i.priority
-                ),
+                command: i.command(),
+                reason: format!("{} does not exist", i.path),
             }));
         }
         if !groups.contains_key(&i.name) {
@@ -177,13 +183,11 @@ pub(super) fn apply(
         }
         let (group, current) = groups.get_mut(&i.name).expect("inserted above");
         if group.link != i.link {
-            return Err(Error::from(PackageError::Script {
+            return Err(Error::from(PackageError::ScriptFails {
                 package: i.package.clone(),
                 script: "postinst".into(),
-                command: format!(
-                    "update-alternatives --install {} {} …, whose group has the link {}",
-                    i.link, i.name, group.link
-                ),
+                command: i.command(),
+                reason: format!("the link group {} has the link {}", i.name, group.link),
             }));
         }
         for (l, n, _) in &i.slaves {

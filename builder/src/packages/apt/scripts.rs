@@ -52,6 +52,8 @@ pub(super) struct Accounted {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Ownership {
     pub(super) package: String,
+    /// The command as the script has it, for errors.
+    pub(super) command: String,
     pub(super) path: String,
     pub(super) user: Option<String>,
     pub(super) group: Option<String>,
@@ -69,6 +71,7 @@ impl Ownership {
         };
         let mut o = Ownership {
             package: package.to_string(),
+            command: words.join(" "),
             path: path.clone(),
             user: None,
             group: None,
@@ -393,13 +396,11 @@ pub(super) fn apply_ownership(
                 .find(|l| l.split(':').next() == Some(name))
                 .and_then(|l| l.split(':').nth(2)?.parse().ok())
                 .ok_or_else(|| {
-                    Error::from(PackageError::Script {
+                    Error::from(PackageError::ScriptFails {
                         package: c.package.clone(),
                         script: "postinst".into(),
-                        command: format!(
-                            "a change of {} to `{name}`, which /{db} does not have",
-                            c.path
-                        ),
+                        command: c.command.clone(),
+                        reason: format!("/{db} has no `{name}`"),
                     })
                 })
         };
@@ -409,10 +410,11 @@ pub(super) fn apply_ownership(
         let real = base.real_path(rel)?.unwrap_or_else(|| rel.to_string());
         let Some(mut entry) = layer.files().find(|(p, _)| *p == real).map(|(_, e)| e.clone())
         else {
-            return Err(Error::from(PackageError::Script {
+            return Err(Error::from(PackageError::ScriptFails {
                 package: c.package.clone(),
                 script: "postinst".into(),
-                command: format!("a change of {}, which the layer does not hold", c.path),
+                command: c.command.clone(),
+                reason: format!("the layer does not hold {}", c.path),
             }));
         };
         // chown(2) by root clears setuid, and setgid where the group may execute.
