@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 use crate::packages::PackageError;
 use erdma_oci::files::BaseFiles;
-use erdma_oci::layer::{EntryKind, LayerContents};
+use erdma_oci::layer::LayerContents;
 
 const ADMIN: &str = "var/lib/dpkg/alternatives";
 
@@ -236,8 +236,7 @@ fn real(path: &str, base: &dyn BaseFiles) -> Result<String> {
 
 fn exists(path: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
     let real = real(path, base)?;
-    let in_layer = layer.files().any(|(p, e)| p == real && e.kind != EntryKind::Whiteout);
-    Ok(in_layer || base.kind(&real)?.is_some())
+    Ok(super::unpack::layer_has(layer, &real) || base.kind(&real)?.is_some())
 }
 
 fn link(base: &dyn BaseFiles, layer: &mut LayerContents, at: &str, target: &str) -> Result<()> {

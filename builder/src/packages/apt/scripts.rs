@@ -45,6 +45,8 @@ pub(super) struct Accounted {
     pub(super) alternatives: Vec<super::alternatives::Install>,
     /// `chown`, `chgrp` and `chmod` of a package's own files, in order.
     pub(super) ownership: Vec<Ownership>,
+    /// The paths the image's `var/lib/dpkg/statoverride` lists, read once per build.
+    overrides: Option<BTreeSet<String>>,
 }
 
 /// A `chown USER[:GROUP] PATH`, `chgrp GROUP PATH` or `chmod OCTAL PATH` of a file the same
@@ -112,6 +114,16 @@ pub(super) fn account(
     out: &mut Accounted,
 ) -> Result<()> {
     let package = format!("{} {}", planned.name, planned.version);
+    if out.overrides.is_none() {
+        let text = base.read("var/lib/dpkg/statoverride", 4 << 20)?.unwrap_or_default();
+        out.overrides = Some(
+            String::from_utf8_lossy(&text)
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(3).map(str::to_string))
+                .collect(),
+        );
+    }
+    let overrides = out.overrides.clone().unwrap_or_default();
     let adds_ld_path = files.iter().any(|f| f.starts_with("/etc/ld.so.conf.d/"));
     let ldconfig_why = "ldconfig: the package adds no directory under /etc/ld.so.conf.d, and its libraries lie where the loader looks without a cache entry";
     for script in INSTALL_SCRIPTS {
@@ -128,16 +140,12 @@ pub(super) fn account(
             ("preinst", Some(_)) => vec!["upgrade", &old_text],
             _ => vec!["configure", &old_text],
         };
-        let overrides = String::from_utf8_lossy(
-            &base.read("var/lib/dpkg/statoverride", 4 << 20)?.unwrap_or_default(),
-        )
-        .into_owned();
         // `dpkg-statoverride --list PATH` succeeds when the database has an override for it.
         let known = |w: &[String]| -> scripts::Truth {
             match w {
-                [cmd, list, path] if cmd == "dpkg-statoverride" && list == "--list" => Some(
-                    overrides.lines().any(|l| l.split_whitespace().nth(3) == Some(path.as_str())),
-                ),
+                [cmd, list, path] if cmd == "dpkg-statoverride" && list == "--list" => {
+                    Some(overrides.contains(path))
+                }
                 _ => None,
             }
         };
@@ -185,14 +193,7 @@ pub(super) fn account(
             }
         }
         let outcome = match unknown {
-            Some(command) if !skip => {
-                return Err(Error::from(PackageError::Script {
-                    package,
-                    script: (*script).into(),
-                    command,
-                }))
-            }
-            Some(command) => Outcome::NotRun(format!("--skip-scripts (it runs `{command}`)")),
+            Some(command) => unplaced(&package, script, command, skip, "runs")?,
             None if !emulated.is_empty() => Outcome::Emulated(emulated.join(", ")),
             None => Outcome::NoEffect(if effects.is_empty() {
                 "only tests and shell builtins".into()
@@ -219,19 +220,31 @@ pub(super) fn account(
             }
         }
         let outcome = match unknown {
-            Some(command) if !skip => {
-                return Err(Error::from(PackageError::Script {
-                    package,
-                    script: "triggers".into(),
-                    command,
-                }))
-            }
-            Some(command) => Outcome::NotRun(format!("--skip-scripts (it declares `{command}`)")),
+            Some(command) => unplaced(&package, "triggers", command, skip, "declares")?,
             None => Outcome::NoEffect(format!("the ldconfig trigger; {ldconfig_why}")),
         };
         out.records.push(ScriptRecord { package, script: "triggers".into(), outcome });
     }
     Ok(())
+}
+
+/// A script with `command` the build can neither emulate nor show to be without effect: the
+/// build stops, unless `--skip-scripts` (`skip`) lists it as not run.
+fn unplaced(
+    package: &str,
+    script: &str,
+    command: String,
+    skip: bool,
+    verb: &str,
+) -> Result<Outcome> {
+    if !skip {
+        return Err(Error::from(PackageError::Script {
+            package: package.to_string(),
+            script: script.to_string(),
+            command,
+        }));
+    }
+    Ok(Outcome::NotRun(format!("--skip-scripts (it {verb} `{command}`)")))
 }
 
 /// The removal scripts (`prerm`, `postrm`) of a package the build removes, from the base's
