@@ -329,8 +329,9 @@ fn top_layer(layout: &Path) -> BTreeMap<String, (tar::EntryType, u32, Option<Str
         .collect()
 }
 
-/// The layer's own promise: every name relative and free of `..`, and no entry under a
-/// symlink, file or whiteout of the same layer (which an extractor would write through).
+/// The layer's own promise: every name relative and free of `..`, no entry under a symlink,
+/// file or whiteout of the same layer (which an extractor would write through), and hard links
+/// only to a regular file written before them.
 #[track_caller]
 fn assert_layer_stays_inside(layer: &BTreeMap<String, (tar::EntryType, u32, Option<String>)>) {
     for (path, (kind, _, _)) in layer {
@@ -344,14 +345,18 @@ fn assert_layer_stays_inside(layer: &BTreeMap<String, (tar::EntryType, u32, Opti
             }
             at = parent;
         }
+        // A hard link names a regular file of the same layer that sorts before it (so an
+        // extractor has already written it, inside the root).
+        if *kind == tar::EntryType::Link {
+            let to = layer[path].2.as_deref().unwrap_or_default();
+            assert!(
+                to < path.as_str()
+                    && layer.get(to).is_some_and(|(k, _, _)| *k == tar::EntryType::Regular),
+                "{path} links to {to}, not an earlier regular file of the layer"
+            );
+        }
         assert!(
-            !matches!(
-                kind,
-                tar::EntryType::Link
-                    | tar::EntryType::Char
-                    | tar::EntryType::Block
-                    | tar::EntryType::Fifo
-            ),
+            !matches!(kind, tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo),
             "{path}: {kind:?}"
         );
     }
@@ -625,8 +630,10 @@ fn absolute_names_and_base_links_stay_inside_the_layer() {
             // A symlink of the package pointing out is kept as a link: it is resolved at run
             // time, inside the container.
             symlink(b"./usr/bin/root-link", b"../../../../.."),
-            // A hard link to an earlier file of the package: a copy.
+            // A hard link to an earlier file of the package stays a link, by the names the
+            // files have in the layer (one resolved through the base's `lib -> usr/lib`).
             hardlink(b"./abs/path2", b"/abs/path"),
+            hardlink(b"./abs/libx-again", b"./lib/libx.so.1"),
         ],
     );
     let cache = tmp.path().join("cache");
@@ -646,12 +653,20 @@ fn absolute_names_and_base_links_stay_inside_the_layer() {
     for gone in ["lib/", "lib/libx.so.1", "opt/up/", "opt/up/etc/motd2", "opt/abs/issue2"] {
         assert!(!layer.contains_key(gone), "{gone} in the layer");
     }
-    assert_eq!(layer["abs/path2"].0, tar::EntryType::Regular, "hard links are copies");
+    assert_eq!(layer["abs/path2"].0, tar::EntryType::Link, "hard links stay links");
+    assert_eq!(layer["abs/path2"].2.as_deref(), Some("abs/path"));
+    // The first name in path order carries the bytes (tar writes a file before its links).
+    assert_eq!(layer["abs/libx-again"].0, tar::EntryType::Regular);
+    assert_eq!(layer["usr/lib/libx.so.1"].2.as_deref(), Some("abs/libx-again"));
     assert_eq!(layer["usr/bin/root-link"].2.as_deref(), Some("../../../../.."));
     assert_layer_stays_inside(&layer);
     let root = extract_and_check(&dest, tmp.path());
     assert_eq!(std::fs::read_to_string(root.join("etc/motd2")).unwrap(), "through ../..\n");
     assert_eq!(std::fs::read_to_string(root.join("abs/path2")).unwrap(), "absolute\n");
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
+    assert_eq!(ino("abs/path2"), ino("abs/path"));
+    assert_eq!(ino("usr/lib/libx.so.1"), ino("abs/libx-again"));
     // dpkg's file list names the entries as the package does.
     let list = std::fs::read_to_string(root.join("var/lib/dpkg/info/inside.list")).unwrap();
     assert!(

@@ -1,7 +1,7 @@
 //! Maintainer scripts are accounted for one by one: a script the build can neither emulate nor
 //! show to be without effect stops it before anything is written (naming the package, the
 //! script and the command), `--skip-scripts` builds without it and says so, and `plan` reports
-//! the same as `build`.
+//! the same as `build`. Links and dpkg's database files land as `dpkg -i` leaves them.
 use super::{build_cached as build, build_fails, build_json};
 use crate::support::{self, debs, testdata};
 
@@ -335,4 +335,91 @@ fn an_emulated_command_that_would_fail_fails_the_build() {
         "error: package chgrp-stand-in 1.0: its postinst runs `chgrp no-such-group /usr/bin/chgrp-stand-in`, which would fail here: /etc/group has no `no-such-group`"
     );
     assert!(!out.exists());
+}
+
+/// A `--package` made with plain `dpkg-deb --build` (no `md5sums` member, a hard link in its
+/// `data.tar`), held against the real `dpkg --root … -i` of the same file: the layer keeps the
+/// link as a tar link entry (one file, two names) and gets the `md5sums` dpkg computes, byte
+/// for byte, so `dpkg --audit` in the result has nothing to say about it.
+#[test]
+fn hard_links_stay_links_and_a_missing_md5sums_is_computed_as_dpkg_does() {
+    if !support::require(support::have("dpkg-deb") && support::have("dpkg"), "dpkg is needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let stage = tmp.path().join("stage");
+    for d in ["DEBIAN", "usr/bin", "usr/share/linked", "etc"] {
+        std::fs::create_dir_all(stage.join(d)).unwrap();
+    }
+    std::fs::write(
+        stage.join("DEBIAN/control"),
+        "Package: linked-stand-in\nVersion: 1.0\nArchitecture: all\nMaintainer: erdma-kit tests <tests@erdma-kit.invalid>\nDescription: hard links and no md5sums (TEST ONLY)\n",
+    )
+    .unwrap();
+    std::fs::write(stage.join("DEBIAN/conffiles"), "/etc/linked.conf\n").unwrap();
+    std::fs::write(stage.join("etc/linked.conf"), "key=value\n").unwrap();
+    std::fs::write(stage.join("usr/bin/linked"), "#!/bin/sh\necho linked\n").unwrap();
+    std::fs::write(stage.join("usr/share/linked/a"), "one file, two names\n").unwrap();
+    std::fs::hard_link(stage.join("usr/share/linked/a"), stage.join("usr/share/linked/b")).unwrap();
+    std::fs::write(stage.join("usr/share/linked/empty"), "").unwrap();
+    let deb = tmp.path().join("linked.deb");
+    let o = std::process::Command::new("dpkg-deb")
+        .args(["--build", "--root-owner-group"])
+        .arg(&stage)
+        .arg(&deb)
+        .output()
+        .unwrap();
+    support::assert_success("dpkg-deb --build", &o);
+
+    let out = tmp.path().join("out");
+    let dest = format!("oci:{}:x", s(&out));
+    let mut args = demo_with(&[&deb]);
+    args.extend(["--output".to_string(), dest]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    build(&args, &tmp.path().join("cache"));
+
+    // The oracle: dpkg itself, into an empty database.
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(root.join("var/lib/dpkg/info")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/dpkg/updates")).unwrap();
+    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
+    let o = std::process::Command::new("dpkg")
+        .arg(format!("--root={}", root.display()))
+        .args(["--log=/dev/null", "--force-unsafe-io", "-i"])
+        .arg(&deb)
+        .output()
+        .unwrap();
+    support::assert_success("dpkg -i", &o);
+    let want =
+        std::fs::read_to_string(root.join("var/lib/dpkg/info/linked-stand-in.md5sums")).unwrap();
+    assert!(want.contains("usr/share/linked/b\n") && want.contains("etc/linked.conf\n"), "{want}");
+
+    let img = support::fixture::read_fixture(&out, "x");
+    let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
+    assert_eq!(
+        layer_file(&blob, "var/lib/dpkg/info/linked-stand-in.md5sums").expect("md5sums"),
+        want
+    );
+    // One file under two names: the first name carries the bytes, the other links to it.
+    let r = flate2::read::GzDecoder::new(blob.as_slice());
+    let mut seen = Vec::new();
+    for e in tar::Archive::new(r).entries().unwrap() {
+        let e = e.unwrap();
+        let path = e.path().unwrap().to_string_lossy().into_owned();
+        if path.starts_with("usr/share/linked/") && !e.header().entry_type().is_dir() {
+            let link = e.link_name().unwrap().map(|l| l.display().to_string());
+            seen.push((path, e.header().entry_type().is_hard_link(), link, e.size()));
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            ("usr/share/linked/a".to_string(), false, None, 20),
+            ("usr/share/linked/b".to_string(), true, Some("usr/share/linked/a".to_string()), 0),
+            ("usr/share/linked/empty".to_string(), false, None, 0),
+        ]
+    );
+    let on_disk = |p: &str| std::fs::metadata(root.join(p)).unwrap();
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!(on_disk("usr/share/linked/a").ino(), on_disk("usr/share/linked/b").ino());
 }

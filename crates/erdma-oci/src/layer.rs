@@ -71,6 +71,11 @@ pub struct LayerContents {
     /// Entries whose mtime is their own rather than the build epoch: files from rpm packages,
     /// whose headers record each file's mtime and whose `rpm -V` compares it.
     mtimes: BTreeMap<String, u64>,
+    /// Regular files that are one file under several names (hard links), by path: the same
+    /// number is the same file. The first name in path order carries the bytes in the written
+    /// tar, the others are link entries to it (tar writes a file before its other names).
+    links: BTreeMap<String, u64>,
+    next_link: u64,
 }
 
 /// Files up to this size are held in memory; larger ones go to the spool file.
@@ -187,8 +192,86 @@ impl LayerContents {
             });
         }
         self.mtimes.remove(&norm);
+        // A new entry is a new file: the name leaves the file it was a link of, as unlink(2)
+        // and a fresh create would leave it.
+        self.links.remove(&norm);
         self.entries.insert(norm, entry);
         Ok(())
+    }
+
+    /// Adds `path` as another name of the regular file `target` of this layer (a hard link):
+    /// the same bytes, mode and owner, written as a tar link entry.
+    pub fn add_hardlink(&mut self, path: &str, target: &str) -> Result<()> {
+        let norm = normalize(path).ok_or_else(|| Error::LayerPath { path: path.to_string() })?;
+        let target_norm =
+            normalize(target).ok_or_else(|| Error::LayerPath { path: target.to_string() })?;
+        let entry = match self.entries.get(&target_norm) {
+            Some(e) if matches!(e.kind, EntryKind::File(_) | EntryKind::Spooled { .. }) => {
+                e.clone()
+            }
+            _ => {
+                return Err(Error::LayerConflict {
+                    entry: norm,
+                    reason: format!(
+                        "link to `{target_norm}`, which is not a regular file of the layer"
+                    ),
+                })
+            }
+        };
+        if norm == target_norm {
+            return Ok(());
+        }
+        self.insert(&norm, entry)?;
+        let id = match self.links.get(&target_norm) {
+            Some(id) => *id,
+            None => {
+                self.next_link += 1;
+                self.links.insert(target_norm, self.next_link);
+                self.next_link
+            }
+        };
+        self.links.insert(norm, id);
+        Ok(())
+    }
+
+    /// The entry at `path`, if the layer has one.
+    pub fn get(&self, path: &str) -> Option<&Entry> {
+        normalize(path).and_then(|n| self.entries.get(&n))
+    }
+
+    /// Sets the mode and owner of the entry at `path` and, for a file with several names,
+    /// of every name (they are one inode: chmod and chown change all of them).
+    pub fn set_owner_mode(&mut self, path: &str, mode: u32, uid: u64, gid: u64) -> Result<()> {
+        let norm = normalize(path).ok_or_else(|| Error::LayerPath { path: path.to_string() })?;
+        if !self.entries.contains_key(&norm) {
+            return Err(Error::LayerPath { path: path.to_string() });
+        }
+        let names: Vec<String> = match self.links.get(&norm) {
+            Some(id) => {
+                self.links.iter().filter(|(_, i)| *i == id).map(|(p, _)| p.clone()).collect()
+            }
+            None => vec![norm],
+        };
+        for n in names {
+            if let Some(e) = self.entries.get_mut(&n) {
+                (e.mode, e.uid, e.gid) = (mode, uid, gid);
+            }
+        }
+        Ok(())
+    }
+
+    /// The other names of the file at `path` (its hard links in this layer), sorted.
+    pub fn other_names(&self, path: &str) -> Vec<String> {
+        let Some(norm) = normalize(path) else { return Vec::new() };
+        match self.links.get(&norm) {
+            Some(id) => self
+                .links
+                .iter()
+                .filter(|(p, i)| *i == id && **p != norm)
+                .map(|(p, _)| p.clone())
+                .collect(),
+            None => Vec::new(),
+        }
     }
 
     /// Gives the entry at `path` its own mtime in the written layer (until it is replaced).
@@ -263,12 +346,24 @@ impl LayerContents {
     /// an entry has its own ([`Self::set_mtime`]).
     pub fn write_tar<W: Write>(&self, w: W, mtime: u64) -> io::Result<W> {
         let mut tar = tar::Builder::new(w);
+        // Each linked file's first name (in path order) carries the bytes.
+        let mut first: BTreeMap<u64, &str> = BTreeMap::new();
+        for (p, id) in &self.links {
+            first.entry(*id).or_insert(p.as_str());
+        }
         for (path, entry) in &self.entries {
             let mut h = tar::Header::new_gnu();
             h.set_mtime(self.mtimes.get(path).copied().unwrap_or(mtime));
             h.set_uid(entry.uid);
             h.set_gid(entry.gid);
             h.set_mode(entry.mode);
+            let linked = self.links.get(path).and_then(|id| first.get(id)).copied();
+            if let Some(to) = linked.filter(|to| *to != path.as_str()) {
+                h.set_entry_type(tar::EntryType::Link);
+                h.set_size(0);
+                tar.append_link(&mut h, path, to)?;
+                continue;
+            }
             match &entry.kind {
                 EntryKind::Dir => {
                     h.set_entry_type(tar::EntryType::Directory);
@@ -502,5 +597,58 @@ mod tests {
         l.add_dir("srv", 0o755).unwrap();
         l.add_file("srv", vec![], 0o644).unwrap();
         l.add_file("usr/lib", vec![], 0o644).unwrap();
+    }
+
+    /// A file with several names is written once, under its first name in path order, and
+    /// linked under the others; chmod and chown change every name; a name replaced by a new
+    /// file leaves the group, and the remaining names still share the old bytes.
+    #[test]
+    fn hard_links_are_one_file_under_several_names() {
+        let names = |l: &LayerContents| -> Vec<(String, Option<String>, u32)> {
+            let tar = l.write_tar(Vec::new(), 0).unwrap();
+            let mut a = tar::Archive::new(tar.as_slice());
+            a.entries()
+                .unwrap()
+                .map(|e| {
+                    let e = e.unwrap();
+                    let link =
+                        e.header().entry_type().is_hard_link().then(|| {
+                            e.link_name().unwrap().unwrap().to_string_lossy().into_owned()
+                        });
+                    (
+                        e.path().unwrap().to_string_lossy().into_owned(),
+                        link,
+                        e.header().mode().unwrap(),
+                    )
+                })
+                .filter(|(p, _, _)| !p.ends_with('/'))
+                .collect()
+        };
+        let mut l = LayerContents::new();
+        l.add_file("usr/bin/z", b"bytes".to_vec(), 0o755).unwrap();
+        l.add_hardlink("usr/bin/a", "usr/bin/z").unwrap();
+        l.add_hardlink("usr/bin/m", "usr/bin/a").unwrap();
+        assert!(l.add_hardlink("usr/bin/q", "usr/bin/none").is_err());
+        l.set_owner_mode("usr/bin/m", 0o2755, 0, 42).unwrap();
+        assert_eq!(l.get("usr/bin/z").unwrap().gid, 42);
+        assert_eq!(l.other_names("usr/bin/z"), ["usr/bin/a", "usr/bin/m"]);
+        assert_eq!(
+            names(&l),
+            [
+                ("usr/bin/a".into(), None, 0o2755),
+                ("usr/bin/m".into(), Some("usr/bin/a".into()), 0o2755),
+                ("usr/bin/z".into(), Some("usr/bin/a".into()), 0o2755),
+            ]
+        );
+        l.add_file("usr/bin/a", b"new".to_vec(), 0o644).unwrap();
+        assert_eq!(
+            names(&l),
+            [
+                ("usr/bin/a".into(), None, 0o644),
+                ("usr/bin/m".into(), None, 0o2755),
+                ("usr/bin/z".into(), Some("usr/bin/m".into()), 0o2755),
+            ]
+        );
+        assert_eq!(l.get("usr/bin/m").unwrap().kind, EntryKind::File(b"bytes".to_vec()));
     }
 }

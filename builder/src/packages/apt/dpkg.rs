@@ -45,6 +45,7 @@ pub(crate) fn write_info(
     planned: &Planned,
     list: &[String],
     files: &BTreeMap<String, (EntryKind, [u8; 16])>,
+    sums: &[(String, [u8; 16])],
     layer: &mut LayerContents,
     stanzas: &mut Vec<Paragraph>,
 ) -> Result<()> {
@@ -89,6 +90,13 @@ pub(crate) fn write_info(
             0o644
         };
         layer.add_file(&format!("{INFO}/{iname}.{name}"), data.clone(), mode)?;
+    }
+    // A package without an md5sums member gets one, as `dpkg -i` computes it while unpacking:
+    // every regular file and hard link in payload order, conffiles included.
+    if !deb.control_files.contains_key("md5sums") {
+        let text: String =
+            sums.iter().map(|(p, sum)| format!("{}  {p}\n", hex::encode(sum))).collect();
+        layer.add_file(&format!("{INFO}/{iname}.md5sums"), text.into_bytes(), 0o644)?;
     }
     let bad = |e: erdma_deb::deb822::Deb822Error| Error::Malformed {
         what: "package control",

@@ -421,7 +421,7 @@ pub(super) fn apply_ownership(
         let gid = c.group.as_deref().map(|g| id("etc/group", g)).transpose()?;
         let rel = c.path.trim_start_matches('/');
         let real = base.real_path(rel)?.unwrap_or_else(|| rel.to_string());
-        let Some(mut entry) = layer.files().find(|(p, _)| *p == real).map(|(_, e)| e.clone())
+        let Some(mut entry) = layer.get(&real).filter(|e| e.kind != EntryKind::Whiteout).cloned()
         else {
             return Err(Error::from(PackageError::ScriptFails {
                 package: c.package.clone(),
@@ -446,7 +446,8 @@ pub(super) fn apply_ownership(
         if let Some(m) = c.mode {
             entry.mode = m;
         }
-        layer.insert(&real, entry)?;
+        // One inode: every name of a hard-linked file changes with it.
+        layer.set_owner_mode(&real, entry.mode, entry.uid, entry.gid)?;
     }
     Ok(())
 }

@@ -182,6 +182,10 @@ pub(super) fn unpack(
         // Each regular file's content (held when small, spooled when large) and MD5, for hard
         // links and the conffiles' checksums; a package's files are never all held at once.
         let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
+        // Each regular file's name (as the package has it) and MD5 in payload order, for an
+        // md5sums dpkg computes when the package has none; where each landed in the layer.
+        let mut sums: Vec<(String, [u8; 16])> = Vec::new();
+        let mut landed: BTreeMap<String, String> = BTreeMap::new();
         // The entry refused and why, for the error that names the package.
         let mut refused: Option<(String, Refused)> = None;
         deb::for_each_data_entry(path, inflation, |entry, data| {
@@ -207,17 +211,36 @@ pub(super) fn unpack(
                             entry: entry.path.clone(),
                             source: Box::new(e),
                         })?;
-                    files.insert(entry.path.clone(), (kind.clone(), md5.finalize().into()));
+                    let sum: [u8; 16] = md5.finalize().into();
+                    files.insert(entry.path.clone(), (kind.clone(), sum));
+                    sums.push((entry.path.clone(), sum));
                     kind
                 }
                 DataKind::Symlink(target) => EntryKind::Symlink(target.clone()),
-                // Hard links become copies: same content and mode, as far as apt can tell. tar
-                // writes the first name of a file before its links, so a link to anything
-                // else (`/etc/shadow`, a directory) is not a file of this package.
-                DataKind::Hardlink(target) => match files.get(target) {
-                    Some((k, _)) => k.clone(),
-                    None => return Err(dangling_link(path, &entry.path, target)),
-                },
+                // A hard link stays one: another name of the file, as dpkg's link(2) leaves
+                // it. tar writes the first name of a file before its links, so a link to
+                // anything else (`/etc/shadow`, a directory) is not a file of this package.
+                DataKind::Hardlink(target) => {
+                    let (Some((k, sum)), Some(to)) = (files.get(target), landed.get(target)) else {
+                        return Err(dangling_link(path, &entry.path, target));
+                    };
+                    let (k, sum, to) = (k.clone(), *sum, to.clone());
+                    let Some(real) = placer
+                        .place(&entry.path, erdma_oci::layer::Placing::File)
+                        .map_err(&mut refuse)?
+                    else {
+                        return Ok(());
+                    };
+                    layer.add_hardlink(&real, &to).map_err(|e| deb::DebError::Handler {
+                        entry: entry.path.clone(),
+                        source: Box::new(e),
+                    })?;
+                    files.insert(entry.path.clone(), (k, sum));
+                    sums.push((entry.path.clone(), sum));
+                    landed.insert(entry.path.clone(), real.clone());
+                    new_paths.insert(real);
+                    return Ok(());
+                }
                 // Not created (see payload::SpecialFile::created); listed in the report.
                 DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
                     return Ok(())
@@ -238,6 +261,7 @@ pub(super) fn unpack(
                 source: Box::new(e),
             })?;
             if !matches!(entry.kind, DataKind::Dir) {
+                landed.insert(entry.path.clone(), real.clone());
                 new_paths.insert(real);
             }
             Ok(())
@@ -245,7 +269,7 @@ pub(super) fn unpack(
         .map_err(|e| entry_error(planned, path, e, refused.take()))?;
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
         scripts::account(planned, &deb, &list, old, base, skip_scripts, &mut accounted)?;
-        write_info(&deb, planned, &list, &files, layer, &mut stanzas)?;
+        write_info(&deb, planned, &list, &files, &sums, layer, &mut stanzas)?;
     }
 
     // What the removed packages owned and nothing new provides goes, as `apt remove` would.
