@@ -79,6 +79,8 @@ pub struct Options {
     pub download: bool,
     /// `--skip-scripts` ([`crate::packages::Inputs::skip_scripts`]).
     pub skip_scripts: bool,
+    /// Not `--no-sandbox` ([`crate::packages::Inputs::sandbox`]).
+    pub sandbox: bool,
 }
 
 impl Options {
@@ -469,6 +471,7 @@ async fn recipe_contents(
             cache_dir: cache_dir(),
             download: opts.download,
             skip_scripts: opts.skip_scripts,
+            sandbox: opts.sandbox,
         };
         let (report, gone) = crate::packages::install(
             recipe.distro.backend,

@@ -212,9 +212,15 @@ pub struct CommonArgs {
     pub allow_unsigned_package: bool,
     /// Build even where a package's maintainer script (rpm: scriptlet) can be neither emulated
     /// nor shown to be without effect: it is not run, and the report lists it. Without this
-    /// flag such a build stops before writing anything.
+    /// flag such scripts run in a sandbox (apt), or the build stops (--no-sandbox, rpm).
     #[arg(long)]
     pub skip_scripts: bool,
+    /// Never read the base's layers to run maintainer scripts: emulate them, or stop before
+    /// writing anything where a script can be neither emulated nor shown to be without effect.
+    /// By default such scripts run as dpkg runs them, inside a sandbox over the base's root
+    /// (its own user, mount, PID and network namespaces; needs root here).
+    #[arg(long, conflicts_with = "skip_scripts")]
+    pub no_sandbox: bool,
     /// Install none of the recipe's eRDMA packages; add only its repository configuration,
     /// files and the env presets (and NCCL with --nccl).
     #[arg(long)]
@@ -327,6 +333,7 @@ impl CommonArgs {
             limits: self.limits.limits(),
             download: false,
             skip_scripts: self.skip_scripts,
+            sandbox: !self.no_sandbox,
         })
     }
 }

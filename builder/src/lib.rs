@@ -6,6 +6,8 @@
 //!   presets `build` adds (over `erdma_common::nccl`); [`inspect`]: what a base holds.
 //! - [`packages`]: where a package gets resolved and unpacked, behind one `PackageManager`
 //!   trait (`packages::apt`, `packages::rpm`), and NCCL's build chosen.
+//! - [`sandbox`]: running what cannot be emulated (maintainer scripts) inside the image's root,
+//!   cut off from the host.
 //! - Below the builder, in their own crates: images (`erdma_oci`), Debian's and rpm's formats
 //!   (`erdma_deb`, `erdma_rpm`), OpenPGP (`erdma_openpgp`), the HTTP client (`erdma_http`) and
 //!   the bounds on hostile input (`erdma_limits`). docs/architecture.md draws the whole graph.
@@ -20,5 +22,6 @@ pub mod error;
 pub mod inspect;
 pub mod packages;
 pub mod recipe;
+pub mod sandbox;
 
 pub use error::{Error, Result};

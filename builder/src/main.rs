@@ -13,6 +13,15 @@ use erdma_common::progress::{Reporter, Silent, Transfer};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 fn main() -> ExitCode {
+    // The sandbox's own processes (erdma_build::sandbox): before anything starts a thread.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match args.get(1).and_then(|a| a.to_str()) {
+        Some(erdma_build::sandbox::HELPER) => {
+            return erdma_build::sandbox::helper_main(&args[2..], unshare)
+        }
+        Some(erdma_build::sandbox::INIT) => return erdma_build::sandbox::init_main(&args[2..]),
+        _ => {}
+    }
     let cli = Cli::parse();
     // Log lines and progress bars share stderr: each log line is written with the bars taken
     // down and redrawn after it, so neither tears the other.
@@ -46,6 +55,17 @@ fn main() -> ExitCode {
         }
         Err(e) => fail(&e),
     }
+}
+
+/// `unshare(2)` for the sandbox helper: the workspace's one unsafe call outside
+/// erdma-runtime's `main` (CONTRIBUTING.md).
+#[allow(unsafe_code)]
+fn unshare(flags: rustix::thread::UnshareFlags) -> std::io::Result<()> {
+    // SAFETY: `unshare_unsafe` is unsafe only for `CLONE_FILES`, which would leave other
+    // threads with file descriptors this one no longer shares; the flags here never include
+    // it, and the helper that calls this has started no thread.
+    assert!(!flags.contains(rustix::thread::UnshareFlags::FILES));
+    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(std::io::Error::from)
 }
 
 /// Prints `error: …`, the cause chain, and a hint where we have one.

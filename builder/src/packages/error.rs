@@ -7,8 +7,12 @@
 pub enum PackageError {
     /// A maintainer script or scriptlet the build can neither reproduce nor show to be without
     /// effect ([`crate::packages::scripts`]); nothing has been written.
-    #[error("package {package}: its {script} runs `{command}`, which erdma-build can neither emulate nor show to be without effect here; hint: install it in a RUN step of a Dockerfile on the built image, or pass --skip-scripts to build without running it (the report lists what was not run)")]
+    #[error("package {package}: its {script} runs `{command}`, which erdma-build can neither emulate nor show to be without effect here; hint: drop --no-sandbox to run it as dpkg does in a sandbox over the base, or pass --skip-scripts to build without running it (the report lists what was not run)")]
     Script { package: String, script: String, command: String },
+    /// The sandbox that runs what cannot be emulated could not be made or its run failed;
+    /// nothing has been written.
+    #[error("running maintainer scripts in a sandbox (needed for {because}): {why}; hint: --no-sandbox to refuse such scripts instead, or --skip-scripts to build without them")]
+    Sandbox { because: String, why: String },
     /// A maintainer script command that would fail in this image, failing the install as it
     /// would under dpkg.
     #[error("package {package}: its {script} runs `{command}`, which would fail here: {reason}")]

@@ -134,6 +134,10 @@ pub struct Inputs<'a> {
     /// `--skip-scripts`: a script that can be neither emulated nor shown to be without effect
     /// is listed as not run instead of refusing the build.
     pub skip_scripts: bool,
+    /// Scripts that can be neither emulated nor shown to be without effect run in a sandbox
+    /// over the base's root ([`crate::sandbox`]) instead of stopping the build (apt only);
+    /// `--no-sandbox` turns it off.
+    pub sandbox: bool,
 }
 
 /// `--mirror [FROM=]URL`: where to read a source of the base's from instead.
@@ -236,6 +240,26 @@ pub struct PackagesReport {
     /// downloaded yet (`plan --download` reads them all).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_inspected: Vec<String>,
+    /// Maintainer scripts run by the image's own dpkg in a sandbox, and what that cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxRun>,
+}
+
+/// Why and how the build ran the image's package manager in a sandbox ([`crate::sandbox`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SandboxRun {
+    /// The first script command that can be neither emulated nor shown to be without effect
+    /// (`package script: command`): what made the build run the scripts instead.
+    pub because: String,
+    /// What ran inside, one command a line.
+    pub commands: Vec<String>,
+    /// The base's layers read to assemble its root, and their compressed size (`plan`: what a
+    /// build will read).
+    pub layers_read: usize,
+    pub bytes_read: u64,
+    /// What the run left that a layer does not take (device nodes, FIFOs, sockets).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_taken: Vec<String>,
 }
 
 /// A `--package` file installed without a signature vouching for it.

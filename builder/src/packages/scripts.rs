@@ -35,6 +35,9 @@ pub enum Outcome {
     /// Not run, and its effect is not in the layer: why (the user's `--skip-scripts`, or a
     /// case the backend does not read yet).
     NotRun(String),
+    /// Run by the image's own package manager in a sandbox ([`crate::sandbox`]): its effect
+    /// is in the layer as the run left it.
+    Run(String),
 }
 
 impl std::fmt::Display for ScriptRecord {
@@ -43,6 +46,7 @@ impl std::fmt::Display for ScriptRecord {
             Outcome::Emulated(d) => ("emulated", d),
             Outcome::NoEffect(d) => ("no effect", d),
             Outcome::NotRun(d) => ("not run", d),
+            Outcome::Run(d) => ("run", d),
         };
         write!(f, "{} {}: {what}: {detail}", self.package, self.script)
     }

@@ -5,6 +5,10 @@
 use super::{build_cached as build, build_fails, build_json};
 use crate::support::{self, debs, testdata};
 
+fn rustix_is_root() -> bool {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap()
+}
+
 fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
 }
@@ -52,9 +56,39 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
     let common = demo_with(&[&deb]);
     let common: Vec<&str> = common.iter().map(String::as_str).collect();
 
-    let out = tmp.path().join("refused");
+    // By default the script would run in a sandbox; the demo base is no root to run it in
+    // (no shell, no dpkg), and the error says so before reading any layer.
+    let out = tmp.path().join("no-sandbox-here");
     let dest = format!("oci:{}:x", s(&out));
     let mut args = vec!["build", "--output", &dest];
+    args.extend_from_slice(&common);
+    let err = build_fails(&args);
+    assert!(
+        err.starts_with("error: running maintainer scripts in a sandbox (needed for sshd-stand-in 1:9.2p1-2's postinst (`adduser --quiet --system"),
+        "{err}"
+    );
+    if rustix_is_root() {
+        assert!(err.contains("the base has no /bin/sh to run them with"), "{err}");
+    }
+    assert!(err.contains("hint: --no-sandbox") && err.contains("--skip-scripts"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!out.exists(), "nothing written");
+    // `plan` says what the build would run and read.
+    let mut args = vec!["plan"];
+    args.extend_from_slice(&common);
+    let plan = build_json(&args);
+    let sandbox = &plan["images"][0]["packages"]["sandbox"];
+    assert!(sandbox["because"].as_str().unwrap().contains("adduser --quiet"), "{sandbox}");
+    assert_eq!(sandbox["layers_read"], 1, "{sandbox}");
+    assert!(
+        sandbox["commands"].as_array().unwrap().iter().any(|c| c == "dpkg --configure --pending"),
+        "{sandbox}"
+    );
+
+    // --no-sandbox: emulate or refuse.
+    let out = tmp.path().join("refused");
+    let dest = format!("oci:{}:x", s(&out));
+    let mut args = vec!["build", "--no-sandbox", "--output", &dest];
     args.extend_from_slice(&common);
     let err = build_fails(&args);
     assert!(
@@ -66,7 +100,7 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
     assert!(!out.exists(), "nothing written");
 
     // `plan` reads the same package (it is on disk) and refuses the same way.
-    let mut args = vec!["plan"];
+    let mut args = vec!["plan", "--no-sandbox"];
     args.extend_from_slice(&common);
     assert_eq!(build_fails(&args), err);
 

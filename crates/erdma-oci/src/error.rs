@@ -90,6 +90,14 @@ pub enum Error {
     #[error("invalid path `{path}` for a layer entry")]
     LayerPath { path: String },
 
+    /// An image root assembled on disk ([`crate::rootdir`]) met a layer entry it cannot
+    /// write safely.
+    #[error("layer {layer}: entry `{entry}` {reason}")]
+    RootEntry { layer: String, entry: String, reason: String },
+
+    #[error("the image has no layer {index}")]
+    NoLayer { index: usize },
+
     /// Two entries of one layer that a runtime could not extract as written: `reason` says
     /// which entry is in the way.
     #[error("layer entry `{entry}` would {reason}")]

@@ -72,6 +72,16 @@ pub trait BaseFiles: Sync {
     fn real_path(&self, path: &str) -> Result<Option<String>>;
     /// What the image has at `path` (not following a final symlink).
     fn kind(&self, path: &str) -> Result<Option<SnapEntry>>;
+    /// The image's layers, bottom first, as (digest, compressed size): what assembling the
+    /// whole root reads. Empty where the files do not come from layers.
+    fn layers(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+    /// Layer `i` of [`Self::layers`] as an uncompressed tar stream (decompression bombs
+    /// refused as everywhere else).
+    fn layer_tar(&self, i: usize) -> Result<Box<dyn std::io::Read + '_>> {
+        Err(Error::NoLayer { index: i })
+    }
 }
 
 impl BaseFiles for ImageFiles<'_> {
@@ -86,6 +96,16 @@ impl BaseFiles for ImageFiles<'_> {
     }
     fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
         self.entry(path)
+    }
+    fn layers(&self) -> Vec<(String, u64)> {
+        self.layers.iter().rev().cloned().collect()
+    }
+    fn layer_tar(&self, i: usize) -> Result<Box<dyn std::io::Read + '_>> {
+        // `self.layers` is top first.
+        let top = self.layers.len().checked_sub(i + 1).ok_or(Error::NoLayer { index: i })?;
+        let raw = self.open(top)?;
+        crate::blob::decompressed(raw, self.src.limits.inflation)
+            .map_err(|e| self.layer_error(top, e))
     }
 }
 

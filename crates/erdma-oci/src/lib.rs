@@ -1,6 +1,6 @@
 //! OCI images, below everything that decides what goes into one: names
 //! ([`transport`]), reading ([`source`], [`registry`], [`layout`], [`blob`]), a base's files
-//! ([`files`], [`rootfs`]), the new layer ([`layer`]) and config ([`config`]), and writing
+//! ([`files`], [`rootfs`]), the whole root on disk for running scripts ([`rootdir`]), the new layer ([`layer`]) and config ([`config`]), and writing
 //! ([`sink`]). Nothing here knows of builds, recipes or package backends.
 #![forbid(unsafe_code)]
 
@@ -13,6 +13,7 @@ pub mod layer;
 pub mod layout;
 pub mod registries_conf;
 pub mod registry;
+pub mod rootdir;
 pub mod rootfs;
 pub mod sink;
 pub mod source;

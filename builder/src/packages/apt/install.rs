@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use super::dpkg::{MAX_STATUS, STATUS};
 use super::fetch::fetch_debs;
 use super::resolve::{self, Installed, Request};
+use super::sandboxed;
 use super::sources::repo_specs;
 use super::unpack::{inspect, unpack};
 use crate::error::{Error, Result};
@@ -39,13 +40,52 @@ pub async fn install(
             ),
             false => None,
         };
-        inspect(&res, debs.as_deref(), &status, base, inputs, &mut report)?;
-        return Ok((report, Vec::new()));
+        let mut read = report.clone();
+        match inspect(&res, debs.as_deref(), &status, base, inputs, &mut read) {
+            Ok(()) => return Ok((read, Vec::new())),
+            Err(e) => {
+                let because = needs_sandbox(&e, inputs).ok_or(e)?;
+                sandboxed::plan(&res, because, base, &mut report);
+                return Ok((report, Vec::new()));
+            }
+        }
     };
     let debs =
         fetch_debs(inputs.http, &res.install, &inputs.cache_dir, &mut report, reporter).await?;
-    let removed = unpack(&res, &debs, &status, base, layer, inputs, &mut report)?;
-    Ok((report, removed))
+    // Emulated where every script can be; otherwise (and unless --no-sandbox) dpkg runs them
+    // all in a sandbox, on the layer as it was before this attempt.
+    let (mut trial, mut emulated) = (layer.clone(), report.clone());
+    match unpack(&res, &debs, &status, base, &mut trial, inputs, &mut emulated) {
+        Ok(removed) => {
+            *layer = trial;
+            Ok((emulated, removed))
+        }
+        Err(e) => {
+            let because = needs_sandbox(&e, inputs).ok_or(e)?;
+            let removed = sandboxed::install(
+                &res,
+                &debs,
+                because,
+                base,
+                layer,
+                inputs,
+                &mut report,
+                reporter,
+            )?;
+            Ok((report, removed))
+        }
+    }
+}
+
+/// A script refused only because it cannot be emulated, where the sandbox may run it: the
+/// command, as the report names it.
+fn needs_sandbox(e: &Error, inputs: &Inputs<'_>) -> Option<String> {
+    match e {
+        Error::Package(PackageError::Script { package, script, command }) if inputs.sandbox => {
+            Some(format!("{package}'s {script} (`{command}`)"))
+        }
+        _ => None,
+    }
 }
 
 /// The base's dpkg status, as read once by [`resolve`] and used again by [`unpack`].

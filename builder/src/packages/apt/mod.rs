@@ -5,6 +5,7 @@ mod fetch;
 pub mod install;
 pub mod local;
 pub mod resolve;
+mod sandboxed;
 mod scripts;
 mod sources;
 mod unpack;
