@@ -16,6 +16,7 @@ mod releases;
 mod reports;
 mod rpm;
 mod rpm_fixtures;
+mod sandbox;
 mod scripts;
 mod tls;
 mod transfers;
