@@ -81,6 +81,8 @@ pub struct Options {
     pub skip_scripts: bool,
     /// Not `--no-sandbox` ([`crate::packages::Inputs::sandbox`]).
     pub sandbox: bool,
+    /// `--install-recommends` ([`crate::packages::Inputs::install_recommends`]).
+    pub install_recommends: bool,
 }
 
 impl Options {
@@ -472,6 +474,7 @@ async fn recipe_contents(
             download: opts.download,
             skip_scripts: opts.skip_scripts,
             sandbox: opts.sandbox,
+            install_recommends: opts.install_recommends,
         };
         let (report, gone) = crate::packages::install(
             recipe.distro.backend,

@@ -197,11 +197,15 @@ pub struct CommonArgs {
     pub repos: Vec<String>,
     /// Install NAME too (or exactly VERSION of it), from the same repositories, resolved and
     /// verified like the recipe's packages: e.g. perftest, rdmacm-utils, infiniband-diags.
-    /// Recommends are not installed (as apt-get install --no-install-recommends); the report
-    /// lists them. A package whose maintainer scripts cannot be emulated is refused (see
-    /// --skip-scripts). Repeatable.
+    /// Recommends are not installed (as apt-get install --no-install-recommends, the norm in
+    /// Dockerfiles) unless --install-recommends; the report lists those left out. Maintainer
+    /// scripts that cannot be emulated run in a sandbox (see --no-sandbox). Repeatable.
     #[arg(long = "install", value_name = "NAME[=VERSION]")]
     pub install: Vec<String>,
+    /// Install the Recommends of the packages installed too, as `apt-get install` does by
+    /// default: the first installable alternative of each, and theirs in turn (apt only).
+    #[arg(long)]
+    pub install_recommends: bool,
     /// Install a .deb that no repository signs (a file, or an http(s) URL), its dependencies
     /// from the repositories; needs --allow-unsigned-package. Repeatable.
     #[arg(long = "package", value_name = "FILE|URL")]
@@ -334,6 +338,7 @@ impl CommonArgs {
             download: false,
             skip_scripts: self.skip_scripts,
             sandbox: !self.no_sandbox,
+            install_recommends: self.install_recommends,
         })
     }
 }

@@ -138,6 +138,8 @@ pub struct Inputs<'a> {
     /// over the base's root ([`crate::sandbox`]) instead of stopping the build (apt only);
     /// `--no-sandbox` turns it off.
     pub sandbox: bool,
+    /// `--install-recommends`: Recommends are installed as `apt-get install` installs them.
+    pub install_recommends: bool,
 }
 
 /// `--mirror [FROM=]URL`: where to read a source of the base's from instead.

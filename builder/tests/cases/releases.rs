@@ -659,6 +659,38 @@ fn recommends_left_out_are_what_apt_would_have_added() {
     for name in &left {
         assert!(added.contains(name), "{name} is not what recommends add: {added:?}");
     }
+
+    // --install-recommends: exactly what apt-get installs with recommends on.
+    let out = build_env(
+        &[
+            "plan",
+            "--json",
+            "--base",
+            &base.reference(),
+            "--install",
+            "openssh-client",
+            "--install-recommends",
+            "--skip-scripts",
+        ],
+        &[("XDG_CACHE_HOME", tmp.path().join("cache").to_str().unwrap())],
+    );
+    support::assert_success("plan --install-recommends", &out);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ours: BTreeSet<String> = r["images"][0]["packages"]["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    let recipe: BTreeSet<String> = ours.difference(&with).cloned().collect();
+    // The recipe's own packages (rdma-core's) come on top of what apt-get was asked for.
+    assert!(
+        recipe.iter().all(|n| n.contains("verbs") || n.contains("rdma") || n.contains("ib")),
+        "installed but not by apt-get: {recipe:?}"
+    );
+    let missing: Vec<&String> = with.difference(&ours).collect();
+    assert!(missing.is_empty(), "apt-get installs these, erdma-build does not: {missing:?}");
+    assert!(r["images"][0]["packages"].get("recommends_left_out").is_none(), "{r}");
 }
 
 /// openssh-client's way of making `ssh-agent` setgid `_ssh` (its postinst in Debian 12,

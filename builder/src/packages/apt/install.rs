@@ -183,6 +183,9 @@ pub async fn resolve(
     }
     let req = Request { install: &install, replace: &replace, arch: inputs.arch };
     let mut res = resolve::resolve(&req, &installed, &available)?;
+    if inputs.install_recommends {
+        res = with_recommends(res, &mut install, &replace, inputs.arch, &installed, &available)?;
+    }
     for s in &res.selected {
         reporter.step(&format!("selecting {} for {}", s.package, s.requested));
     }
@@ -216,10 +219,63 @@ pub async fn resolve(
     Ok((res, report, BaseStatus { paragraphs: status, raw }))
 }
 
+/// `--install-recommends`: each Recommends group nothing satisfies yet gets its first
+/// alternative that resolves with everything else, as apt takes them; the packages that brings
+/// have their Recommends taken in turn, until none is left that can be installed.
+fn with_recommends(
+    mut res: resolve::Resolution,
+    install: &mut Vec<String>,
+    replace: &[String],
+    arch: &str,
+    installed: &[Installed],
+    available: &[IndexedPackage],
+) -> Result<resolve::Resolution> {
+    let mut tried: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let mut added = false;
+        for group in unsatisfied_recommends(&res, installed)? {
+            for name in group.alternatives {
+                if !tried.insert(name.clone()) {
+                    continue;
+                }
+                let mut attempt = install.clone();
+                attempt.push(name);
+                let req = Request { install: &attempt, replace, arch };
+                // One that cannot be installed is left out, as apt leaves it.
+                if let Ok(r) = resolve::resolve(&req, installed, available) {
+                    *install = attempt;
+                    res = r;
+                    added = true;
+                    break;
+                }
+            }
+        }
+        if !added {
+            return Ok(res);
+        }
+    }
+}
+
+/// A Recommends group that neither the base nor the plan satisfies.
+struct Unsatisfied {
+    alternatives: Vec<String>,
+    by: String,
+}
+
 /// The `Recommends` of the packages installed that neither the base nor the plan satisfies by
 /// name or `Provides`, as `NAME (recommended by PACKAGE)`: what `apt-get install` would have
-/// added without `--no-install-recommends`, which erdma-build always behaves as.
+/// added without `--no-install-recommends`, which erdma-build behaves as by default.
 fn recommends_left_out(res: &resolve::Resolution, installed: &[Installed]) -> Result<Vec<String>> {
+    Ok(unsatisfied_recommends(res, installed)?
+        .into_iter()
+        .map(|u| format!("{} (recommended by {})", u.alternatives.join(" | "), u.by))
+        .collect())
+}
+
+fn unsatisfied_recommends(
+    res: &resolve::Resolution,
+    installed: &[Installed],
+) -> Result<Vec<Unsatisfied>> {
     let provides = |p: &Paragraph| -> Vec<String> {
         p.get("Provides")
             .and_then(|v| erdma_deb::version::parse_relations(v).ok())
@@ -245,8 +301,8 @@ fn recommends_left_out(res: &resolve::Resolution, installed: &[Installed]) -> Re
         let Ok(groups) = erdma_deb::version::parse_relations(field) else { continue };
         for group in groups {
             if !group.iter().any(|d| present.contains(&d.name)) {
-                let names: Vec<&str> = group.iter().map(|d| d.name.as_str()).collect();
-                out.push(format!("{} (recommended by {})", names.join(" | "), p.name));
+                let alternatives = group.iter().map(|d| d.name.clone()).collect();
+                out.push(Unsatisfied { alternatives, by: p.name.clone() });
             }
         }
     }
