@@ -762,6 +762,8 @@ fn made_per_run(p: &str) -> bool {
     // openssh-server's postinst: `ssh-keygen -A` (host keys are made per build, as apt-get
     // makes them per `docker build`).
     p.starts_with("etc/ssh/ssh_host_")
+        // systemd's machine id, made on Debian 13 when a package first needs one.
+        || p == "etc/machine-id"
 }
 
 /// `--install` of `request` on `rel`'s base, with erdma-build and with `apt-get install
@@ -873,4 +875,28 @@ fn debian12_openssh_server_in_the_sandbox_equals_apt_get() {
     let _ = docker(&["rmi", "-f", &name]);
     support::assert_success("sshd -t in the result", &out);
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("sshd:x:"), "{out:?}");
+}
+
+/// The same on Debian 13.
+#[test]
+fn debian13_openssh_server_in_the_sandbox_equals_apt_get() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, _) = extras_equal_apt_get(debian::TRIXIE, &["openssh-server"], tmp.path());
+    assert!(r["images"][0]["packages"]["sandbox"]["because"].is_string(), "{r}");
+}
+
+/// openmpi-bin (what MPI jobs run) takes the emulated path: its scripts are alternatives,
+/// groups, ownership and ldconfig, nothing the sandbox is needed for, and no base layer is read.
+/// The layer equals apt-get's all the same.
+#[test]
+fn debian12_openmpi_emulated_equals_apt_get() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, _) = extras_equal_apt_get(debian::BOOKWORM, &["openmpi-bin"], tmp.path());
+    assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
 }

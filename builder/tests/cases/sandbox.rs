@@ -28,6 +28,8 @@ if bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null; then echo "net: conn
 # The kernel's knobs.
 if echo h > /proc/sysrq-trigger 2>/dev/null; then echo "sysrq: written" >> $out; else echo "sysrq: refused" >> $out; fi
 echo "processes $(ls /proc | grep -c '^[0-9]')" >> $out
+# A daemon left behind.
+(sleep 6061 </dev/null >/dev/null 2>&1 &)
 exit 0
 "#
     )
@@ -122,6 +124,14 @@ fn a_hostile_postinst_stays_in_the_sandbox() {
     let procs: usize =
         record.lines().find_map(|l| l.strip_prefix("processes ")).unwrap().parse().unwrap();
     assert!(procs < 10, "{record}");
+    // What it left running died with the sandbox.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.trim() == "sleep 6061")
+        .collect();
+    assert!(left.is_empty(), "a script's daemon outlived the sandbox: {left:?}");
 }
 
 /// A postinst that fails fails the build, with dpkg's words, and writes nothing.

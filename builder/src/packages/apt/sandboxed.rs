@@ -5,11 +5,18 @@
 //!
 //! The packages are the ones resolved and verified as for any build ([`super::fetch`]). The
 //! base's layers are applied to a tree on disk ([`erdma_oci::rootdir`]) with the layer built so
-//! far; the `.deb`s and a `policy-rc.d` that denies every service start go in; the sandbox runs
+//! far; the `.deb`s go in; the sandbox runs
 //! `dpkg --purge` of what the plan removes, `dpkg --unpack` of the packages in the plan's
 //! order, `dpkg --configure --pending` (every postinst in dependency order, then the triggers)
 //! and the holds; the build's own files come out again, and the layer gets what differs from
 //! the tree before the run.
+//!
+//! No `policy-rc.d` is added (the base's own, if it has one, applies): `apt-get install` in a
+//! container of the base has none either, and helpers read it for more than starts (Debian 13's
+//! runit-helper enables a service only where policy-rc.d allows its start). Services stay
+//! stopped all the same: there is no init (`invoke-rc.d` finds no runlevel, and systemd's
+//! helpers no running systemd), and whatever a script does start is killed with the sandbox's
+//! PID namespace when the run ends.
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -30,9 +37,6 @@ const SHIFT: u32 = 1 << 30;
 
 /// Where the `.deb`s wait inside the root during the run (removed before the layer is taken).
 const DEBS: &str = "tmp/erdma-build.debs";
-const POLICY_RC_D: &str = "usr/sbin/policy-rc.d";
-const POLICY: &[u8] =
-    b"#!/bin/sh\n# erdma-build: no service starts while packages are installed in an image.\nexit 101\n";
 
 /// The environment the image's dpkg runs with: non-interactive, as in a Dockerfile's `RUN`.
 const ENV: &[(&str, &str)] = &[
@@ -227,7 +231,6 @@ pub(super) fn install(
     root.apply("(this build's layer)", &mut f)?;
 
     let before = root.scan()?;
-    let had_policy = root.path().join(POLICY_RC_D).symlink_metadata().is_ok();
     root.put_dir(DEBS)?;
     let mut names = Vec::new();
     for (planned, path) in res.install.iter().zip(debs) {
@@ -235,9 +238,6 @@ pub(super) fn install(
         let mut f = std::fs::File::open(path).map_err(|e| Error::io("reading", path)(e))?;
         root.put_file(&format!("{DEBS}/{name}"), &mut f, 0o644)?;
         names.push(name);
-    }
-    if !had_policy {
-        root.put_file(POLICY_RC_D, &mut &POLICY[..], 0o755)?;
     }
     let commands = commands(res, &names);
     reporter.step(&format!(
@@ -255,9 +255,6 @@ pub(super) fn install(
         return Err(sandbox_error(format!("dpkg exited with status {}: {tail}", ran.status)));
     }
     root.remove(DEBS)?;
-    if !had_policy {
-        root.remove(POLICY_RC_D)?;
-    }
     let after = root.scan()?;
     let (removed, skipped) = root.changes(&before, &after, layer)?;
     not_taken.extend(skipped);

@@ -344,11 +344,15 @@ pub(super) fn add_system_groups(
     let old_gshadow = base.read("etc/gshadow", 4 << 20)?;
     let mut group = String::from_utf8_lossy(&old_group).into_owned();
     let mut gshadow = old_gshadow.as_ref().map(|g| String::from_utf8_lossy(g).into_owned());
+    // Each `addgroup` saves the file as it found it: the backups are the state before the last.
+    let (mut before_group, mut before_gshadow) = (old_group.clone(), old_gshadow.clone());
     let mut added = false;
     for name in names {
         if group.lines().any(|l| l.split(':').next() == Some(name.as_str())) {
             continue;
         }
+        before_group = group.clone().into_bytes();
+        before_gshadow = gshadow.clone().map(String::into_bytes);
         let used: BTreeSet<u32> =
             group.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
         let gid = (100..=999)
@@ -370,8 +374,8 @@ pub(super) fn add_system_groups(
         return Ok(());
     }
     layer.add_file("etc/group", group.into_bytes(), 0o644)?;
-    layer.add_file("etc/group-", old_group, 0o644)?;
-    if let (Some(new), Some(old)) = (gshadow, old_gshadow) {
+    layer.add_file("etc/group-", before_group, 0o644)?;
+    if let (Some(new), Some(old)) = (gshadow, before_gshadow) {
         layer.insert(
             "etc/gshadow",
             Entry { kind: EntryKind::File(new.into_bytes()), mode: 0o640, uid: 0, gid: 42 },
