@@ -5,6 +5,11 @@
 # result there. Packages come from the Debian archive the base is configured with.
 #
 #   bench/packages_build.sh [SUITE...]      (default: bookworm trixie, i.e. Debian 12 and 13)
+#   PACKAGES="openmpi-bin" bench/packages_build.sh bookworm
+#       other packages instead of the eRDMA ones: erdma-build `--no-packages --install P…`
+#       against `apt-get install -y --no-install-recommends P…`. openmpi-bin's scripts are
+#       emulated; add openssh-server for the sandboxed path (dpkg runs the scripts over the
+#       base's root, which erdma-build then reads: the report's `sandbox`).
 #
 # Cold: erdma-build with an empty package cache; docker without the base pulled and with its
 #       build cache pruned.
@@ -19,6 +24,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUITES=("$@")
+PACKAGES=${PACKAGES:-}
+if [ -n "$PACKAGES" ]; then
+    ERDMA_ARGS=(--no-packages --no-env-presets)
+    for p in $PACKAGES; do ERDMA_ARGS+=(--install "$p"); done
+    APT_LINE="apt-get install -y --no-install-recommends $PACKAGES"
+else
+    ERDMA_ARGS=()
+    APT_LINE="apt-get install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1"
+fi
 [ "${#SUITES[@]}" -gt 0 ] || SUITES=(bookworm trixie)
 WORK=$(mktemp -d /tmp/erdma-bench-pk.XXXXXX)
 REG_PID=
@@ -65,7 +79,7 @@ make_base() { # $1 = suite
 run_erdma() { # $1 = cold|warm, $2 = output tag
     local t0 t1 e0 l0 json
     e0=$(eth); l0=$(lo); t0=$(now)
-    json=$(XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --json --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$2" 2>"$WORK/erdma-$SUITE-$1.log")
+    json=$(XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --json "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$2" 2>"$WORK/erdma-$SUITE-$1.log")
     # Where the time went: the timed step lines.
     grep -v '] got ' "$WORK/erdma-$SUITE-$1.log" | sed "s/^/  erdma-build $SUITE $1: /" >&2
     t1=$(now)
@@ -74,12 +88,13 @@ run_erdma() { # $1 = cold|warm, $2 = output tag
     R[erdma-$1,net]=$(( $(eth) - e0 + $(lo) - l0 ))
     R[erdma-$1,layer]=$(echo "$json" | jq '.images[0].layer.size')
     R[erdma-$1,debs]=$(echo "$json" | jq '.images[0].packages.downloaded_bytes')
+    R[erdma-$1,sandbox]=$(echo "$json" | jq -r '.images[0].packages.sandbox.bytes_read // 0')
 }
 
 run_docker() { # $1 = cold|warm, $2 = output tag
     local t0 t1 e0 l0 fetched
     mkdir -p "$WORK/ctx"
-    printf 'FROM %s/%s:1\nRUN apt-get update && apt-get install -y libibverbs1 ibverbs-providers ibverbs-utils librdmacm1\n' "$REG" "$SUITE" >"$WORK/ctx/Dockerfile"
+    printf 'FROM %s/%s:1\nRUN apt-get update && %s\n' "$REG" "$SUITE" "$APT_LINE" >"$WORK/ctx/Dockerfile"
     e0=$(eth); l0=$(lo); t0=$(now)
     DOCKER_BUILDKIT=0 docker build --no-cache -t "$REG/out-docker-$SUITE:$2" "$WORK/ctx" >"$WORK/docker-$1.log" 2>&1
     docker push -q "$REG/out-docker-$SUITE:$2" >/dev/null
@@ -105,12 +120,12 @@ for SUITE in "${SUITES[@]}"; do
     settle; run_erdma warm 2
     settle; run_docker warm 2
 
-    python3 - "$SUITE" "$(declare -p R)" <<'PY'
+    python3 - "$SUITE" "$(declare -p R)" "$PACKAGES" <<'PY'
 import re, sys
 suite = sys.argv[1]
 R = dict(re.findall(r'\[([^\]]+)\]="([^"]*)"', sys.argv[2]))
 g = lambda k: float(R[k])
-print(f"\n{suite}\n{'':14} {'wall s':>8} {'net bytes':>12} {'apt/deb bytes':>14} {'layer bytes':>12} {'peak RSS KiB':>13}")
+print(f"\n{suite} {sys.argv[3] or 'eRDMA packages'}; erdma-build read {R.get('erdma-cold,sandbox', '0')} bytes of base layers for the sandbox\n{'':14} {'wall s':>8} {'net bytes':>12} {'apt/deb bytes':>14} {'layer bytes':>12} {'peak RSS KiB':>13}")
 for t in ["docker-cold", "erdma-cold", "docker-warm", "erdma-warm"]:
     rss = R.get(t + ',rss', '')
     print(f"{t:14} {g(t+',wall'):8.2f} {g(t+',net'):12.0f} {g(t+',debs'):14.0f} {g(t+',layer'):12.0f} {rss:>13}")

@@ -858,23 +858,24 @@ fn debian12_openssh_server_in_the_sandbox_equals_apt_get() {
         })
         .unwrap();
     assert_eq!(rec["outcome"], "run", "{rec}");
-    let name = format!("erdma-test/sshd:{}", std::process::id());
+    let out = run_in_result(
+        &dir,
+        "mkdir -p /run/sshd && /usr/sbin/sshd -t && getent passwd sshd && dpkg --audit",
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("sshd:x:"), "{out:?}");
+}
+
+/// Runs `script` in a container of the image built into `dir` (no network), asserting success.
+fn run_in_result(dir: &Path, script: &str) -> std::process::Output {
+    let name = format!("erdma-test/result:{}", std::process::id());
     support::assert_success(
         "skopeo copy",
-        &support::skopeo(["copy", &format!("oci:{}:x", s(&dir)), &format!("docker-daemon:{name}")]),
+        &support::skopeo(["copy", &format!("oci:{}:x", s(dir)), &format!("docker-daemon:{name}")]),
     );
-    let out = docker(&[
-        "run",
-        "--rm",
-        "--network=none",
-        &name,
-        "sh",
-        "-c",
-        "mkdir -p /run/sshd && /usr/sbin/sshd -t && getent passwd sshd && dpkg --audit",
-    ]);
+    let out = docker(&["run", "--rm", "--network=none", &name, "sh", "-c", script]);
     let _ = docker(&["rmi", "-f", &name]);
-    support::assert_success("sshd -t in the result", &out);
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("sshd:x:"), "{out:?}");
+    support::assert_success(script, &out);
+    out
 }
 
 /// The same on Debian 13.
@@ -897,6 +898,8 @@ fn debian12_openmpi_emulated_equals_apt_get() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (r, _) = extras_equal_apt_get(debian::BOOKWORM, &["openmpi-bin"], tmp.path());
+    let (r, dir) = extras_equal_apt_get(debian::BOOKWORM, &["openmpi-bin"], tmp.path());
     assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+    let out = run_in_result(&dir, "mpirun --version && dpkg --audit");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Open MPI"), "{out:?}");
 }
