@@ -7,8 +7,8 @@
 pub enum PackageError {
     /// A maintainer script or scriptlet the build can neither reproduce nor show to be without
     /// effect ([`crate::packages::scripts`]); nothing has been written.
-    #[error("package {package}: its {script} runs `{command}`, which erdma-build can neither emulate nor show to be without effect here; hint: drop --no-sandbox to run it as dpkg does in a sandbox over the base, or pass --skip-scripts to build without running it (the report lists what was not run)")]
-    Script { package: String, script: String, command: String },
+    #[error("package {package}: its {script} runs `{command}`, which erdma-build can neither emulate nor show to be without effect here; hint: {hint}")]
+    Script { package: String, script: String, command: String, hint: &'static str },
     /// The sandbox that runs what cannot be emulated could not be made or its run failed;
     /// nothing has been written.
     #[error("running maintainer scripts in a sandbox (needed for {because}): {why}; hint: --no-sandbox to refuse such scripts instead, or --skip-scripts to build without them")]

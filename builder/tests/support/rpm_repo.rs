@@ -647,6 +647,29 @@ fn pciutils_spec() -> SpecDef {
     }
 }
 
+/// A package whose `%pre` makes a system user as Fedora's packaging guidelines write it
+/// (`getent group … || groupadd -r …; getent passwd … || useradd -r …`, "Users and Groups"):
+/// what the rpm backend can neither emulate nor run yet. Only installed when asked for.
+fn sysuser_spec() -> SpecDef {
+    SpecDef {
+        name: "sysuser-stand-in".into(),
+        version: "1.0".into(),
+        release: "1%{?dist}".into(),
+        license: "MIT".into(),
+        packages: vec![RpmDef {
+            name: "sysuser-stand-in".into(),
+            summary: "a %pre that adds a system user (erdma-kit tests, TEST ONLY)".into(),
+            contents: vec![(
+                "/usr/share/doc/sysuser-stand-in/README".into(),
+                b"TEST ONLY\n".to_vec(),
+                0o644,
+            )],
+            scripts: "%pre\ngetent group erdmasvc >/dev/null || groupadd -r erdmasvc\ngetent passwd erdmasvc >/dev/null || \\\n    useradd -r -g erdmasvc -d /var/lib/erdmasvc -s /sbin/nologin -c \"erdma-kit test\" erdmasvc\nexit 0\n".into(),
+            ..Default::default()
+        }],
+    }
+}
+
 /// The EL rdma-core packages of `el` built from Debian 12's rdma-core 44.0-2 binaries:
 /// `rdma-core`, `libibverbs`, `libibverbs-utils`, `librdmacm`, `librdmacm-utils`, version
 /// `44.0-2.al8`/`.el8`/`.el9` (see [`El::evr`]). Unsigned; [`RpmRepo::build`] signs copies.
@@ -664,7 +687,7 @@ pub fn el_deps_rpms(el: El) -> Vec<PathBuf> {
     cached_rpms(
         &format!("el-rpms-deps-{}", el.key()),
         el,
-        move |x| vec![libnl_spec(x, &d2), pciutils_spec()],
+        move |x| vec![libnl_spec(x, &d2), pciutils_spec(), sysuser_spec()],
         &debs,
     )
 }

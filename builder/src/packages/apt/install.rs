@@ -81,7 +81,7 @@ pub async fn install(
 /// command, as the report names it.
 fn needs_sandbox(e: &Error, inputs: &Inputs<'_>) -> Option<String> {
     match e {
-        Error::Package(PackageError::Script { package, script, command }) if inputs.sandbox => {
+        Error::Package(PackageError::Script { package, script, command, .. }) if inputs.sandbox => {
             Some(format!("{package}'s {script} (`{command}`)"))
         }
         _ => None,

@@ -242,6 +242,7 @@ fn unplaced(
             package: package.to_string(),
             script: script.to_string(),
             command,
+            hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base, or pass --skip-scripts to build without running it (the report lists what was not run)",
         }));
     }
     Ok(Outcome::NotRun(format!("--skip-scripts (it {verb} `{command}`)")))

@@ -328,6 +328,7 @@ pub async fn install(
                 Some((_, pkg)) => {
                     check_paths(&pkg, &planned.package, &mut placer)?;
                     note_special(&pkg, &label(&planned.package), &mut report);
+                    report.scripts.extend(scriptlets(&pkg.header, inputs.skip_scripts)?);
                 }
                 None => report
                     .not_inspected
@@ -337,7 +338,9 @@ pub async fn install(
         return Ok((report, Vec::new()));
     };
     let files = fetch(inputs, &resolved, &mut report, reporter).await?;
-    report.scripts = files.iter().flat_map(|(_, p)| scriptlets(&p.header)).collect();
+    for (_, pkg) in &files {
+        report.scripts.extend(scriptlets(&pkg.header, inputs.skip_scripts)?);
+    }
     for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
         note_special(pkg, &label(&planned.package), &mut report);
     }
