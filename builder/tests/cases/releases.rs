@@ -72,6 +72,8 @@ struct Meta {
     gid: u64,
     /// SHA256 of a file's content, or a symlink's target.
     content: String,
+    /// Extended attributes (PAX `SCHILY.xattr.*`), values in hex.
+    xattrs: Vec<(String, String)>,
 }
 
 /// A layer blob (gzip or plain tar), read once: its uncompressed size, every non-directory
@@ -104,6 +106,16 @@ fn read_layer(blob: &[u8]) -> LayerView {
         if t.is_dir() {
             continue;
         }
+        let mut xattrs: Vec<(String, String)> = Vec::new();
+        if let Some(pax) = e.pax_extensions().unwrap() {
+            for x in pax {
+                let x = x.unwrap();
+                if let Some(name) = x.key().unwrap().strip_prefix("SCHILY.xattr.") {
+                    xattrs.push((name.to_string(), hex::encode(x.value_bytes())));
+                }
+            }
+        }
+        xattrs.sort();
         let path = e.path().unwrap().to_string_lossy().trim_start_matches("./").to_string();
         let (kind, content) = if t.is_symlink() {
             ('l', e.link_name().unwrap().unwrap().to_string_lossy().into_owned())
@@ -140,6 +152,7 @@ fn read_layer(blob: &[u8]) -> LayerView {
                 uid: h.uid().unwrap(),
                 gid: h.gid().unwrap(),
                 content,
+                xattrs,
             },
         );
     }
@@ -902,4 +915,20 @@ fn debian12_openmpi_emulated_equals_apt_get() {
     assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
     let out = run_in_result(&dir, "mpirun --version && dpkg --audit");
     assert!(String::from_utf8_lossy(&out.stdout).contains("Open MPI"), "{out:?}");
+}
+
+/// iputils-ping's postinst gives `ping` its capability with `setcap cap_net_raw+ep` where
+/// libcap2-bin is installed: run in the sandbox, the capability lands in the layer as the
+/// `security.capability` attribute Docker's layer carries for the same install (the version 2
+/// form, not the sandbox's namespaced one), and `getcap` in the result reads it.
+#[test]
+fn debian12_setcap_in_the_sandbox_equals_apt_get() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, dir) =
+        extras_equal_apt_get(debian::BOOKWORM, &["iputils-ping", "libcap2-bin"], tmp.path());
+    let out = run_in_result(&dir, "getcap /usr/bin/ping");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/usr/bin/ping cap_net_raw=ep");
 }

@@ -76,6 +76,9 @@ pub struct LayerContents {
     /// tar, the others are link entries to it (tar writes a file before its other names).
     links: BTreeMap<String, u64>,
     next_link: u64,
+    /// Extended attributes by path (`security.capability` a script's `setcap` set), written as
+    /// PAX `SCHILY.xattr.NAME` records as GNU tar, Docker and containerd write and read them.
+    xattrs: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
 }
 
 /// Files up to this size are held in memory; larger ones go to the spool file.
@@ -195,8 +198,29 @@ impl LayerContents {
         // A new entry is a new file: the name leaves the file it was a link of, as unlink(2)
         // and a fresh create would leave it.
         self.links.remove(&norm);
+        self.xattrs.remove(&norm);
         self.entries.insert(norm, entry);
         Ok(())
+    }
+
+    /// Sets an extended attribute on the entry at `path` (every name of a hard-linked file:
+    /// they are one inode).
+    pub fn set_xattr(&mut self, path: &str, name: &str, value: Vec<u8>) -> Result<()> {
+        let norm = normalize(path).ok_or_else(|| Error::LayerPath { path: path.to_string() })?;
+        if !self.entries.contains_key(&norm) {
+            return Err(Error::LayerPath { path: path.to_string() });
+        }
+        let mut names = self.other_names(&norm);
+        names.push(norm);
+        for n in names {
+            self.xattrs.entry(n).or_default().insert(name.to_string(), value.clone());
+        }
+        Ok(())
+    }
+
+    /// The extended attributes of the entry at `path`.
+    pub fn xattrs(&self, path: &str) -> Option<&BTreeMap<String, Vec<u8>>> {
+        normalize(path).and_then(|n| self.xattrs.get(&n))
     }
 
     /// Adds `path` as another name of the regular file `target` of this layer (a hard link):
@@ -358,6 +382,11 @@ impl LayerContents {
             h.set_gid(entry.gid);
             h.set_mode(entry.mode);
             let linked = self.links.get(path).and_then(|id| first.get(id)).copied();
+            if let Some(x) = self.xattrs.get(path).filter(|_| linked.is_none_or(|to| to == path)) {
+                let records: Vec<(String, &[u8])> =
+                    x.iter().map(|(k, v)| (format!("SCHILY.xattr.{k}"), v.as_slice())).collect();
+                tar.append_pax_extensions(records.iter().map(|(k, v)| (k.as_str(), *v)))?;
+            }
             if let Some(to) = linked.filter(|to| *to != path.as_str()) {
                 h.set_entry_type(tar::EntryType::Link);
                 h.set_size(0);

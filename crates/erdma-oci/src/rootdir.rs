@@ -57,6 +57,9 @@ pub struct Meta {
     /// Change time: any write, chmod, chown or rename moves it, and nothing can set it back.
     ctime: (i64, i64),
     mtime: (i64, i64),
+    /// Extended attributes a layer carries: `security.capability`, in the image's terms
+    /// ([`image_capability`]).
+    pub xattrs: Vec<(String, Vec<u8>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,6 +299,25 @@ impl RootDir {
         Self::clear(&self.path.join(rel))
     }
 
+    /// The extended attributes a layer carries of a file or directory of the tree: only
+    /// `security.capability`, as Docker's and containerd's layer writers take only that one
+    /// (a host's SELinux labels are not the image's).
+    fn xattrs(&self, path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+        const CAP: &str = "security.capability";
+        let len = match rustix::fs::lgetxattr_query(path, CAP) {
+            Ok(l) => l,
+            Err(e) if e == rustix::io::Errno::NODATA || e == rustix::io::Errno::NOTSUP => {
+                return Ok(Vec::new())
+            }
+            Err(e) => return Err(Error::io("reading the attributes of", path)(e.into())),
+        };
+        let mut value = vec![0u8; len];
+        let len = rustix::fs::lgetxattr(path, CAP, &mut value[..])
+            .map_err(|e| Error::io("reading the attributes of", path)(e.into()))?;
+        value.truncate(len);
+        Ok(vec![(CAP.to_string(), image_capability(&value, self.shift))])
+    }
+
     /// Every entry of the tree, not following symlinks.
     pub fn scan(&self) -> Result<Tree> {
         let mut tree = Tree::new();
@@ -319,9 +341,11 @@ impl RootDir {
                 } else {
                     Kind::Other
                 };
+                let xattrs = if ft.is_symlink() { Vec::new() } else { self.xattrs(&e.path())? };
                 tree.insert(
                     rel,
                     Meta {
+                        xattrs,
                         kind,
                         mode: m.mode() & 0o7777,
                         uid: m.uid(),
@@ -393,6 +417,9 @@ impl RootDir {
                 }
             };
             layer.insert(p, Entry { kind, mode: m.mode, uid, gid })?;
+            for (name, value) in &m.xattrs {
+                layer.set_xattr(p, name, value.clone())?;
+            }
             parents.extend(ancestors(p));
         }
         // Parents as the tree has them (a layer would otherwise give them 0755 and root).
@@ -412,6 +439,27 @@ impl RootDir {
         }
         Ok((removed, skipped))
     }
+}
+
+/// A file capability as the image must carry it. `setcap` run as a user namespace's root
+/// writes a version 3 `vfs_cap_data` naming that root's host uid (`shift`), which the kernel
+/// honours only in that namespace; the image's is the plain version 2 form (no root id) that
+/// `setcap` writes as the real root and every runtime honours (linux/capability.h). Any other
+/// value is kept as it is.
+pub fn image_capability(value: &[u8], shift: u32) -> Vec<u8> {
+    const REVISION_MASK: u32 = 0xFF00_0000;
+    const V2: u32 = 0x0200_0000;
+    const V3: u32 = 0x0300_0000;
+    if value.len() == 24 {
+        let magic = u32::from_le_bytes(value[0..4].try_into().expect("4 bytes"));
+        let rootid = u32::from_le_bytes(value[20..24].try_into().expect("4 bytes"));
+        if magic & REVISION_MASK == V3 && rootid == shift {
+            let mut v2 = value[..20].to_vec();
+            v2[0..4].copy_from_slice(&((magic & !REVISION_MASK) | V2).to_le_bytes());
+            return v2;
+        }
+    }
+    value.to_vec()
 }
 
 /// `a/b/c` → `a`, `a/b`.
@@ -505,6 +553,56 @@ mod tests {
             ]
         );
         assert_eq!(layer.other_names("etc/added"), ["etc/added2"]);
+    }
+
+    /// `setcap cap_net_raw+ep` as a namespace's root (version 3, its root's host uid) becomes
+    /// what the real root's `setcap` writes (version 2); anything else stays as it is.
+    #[test]
+    fn namespaced_capabilities_become_the_images() {
+        let shift: u32 = 1 << 30;
+        let mut v3 = Vec::new();
+        v3.extend_from_slice(&0x0300_0001u32.to_le_bytes());
+        v3.extend_from_slice(&[0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        v3.extend_from_slice(&shift.to_le_bytes());
+        let mut v2 = 0x0200_0001u32.to_le_bytes().to_vec();
+        v2.extend_from_slice(&v3[4..20]);
+        assert_eq!(image_capability(&v3, shift), v2);
+        assert_eq!(image_capability(&v2, shift), v2);
+        // Another namespace's root: not ours to rewrite.
+        assert_eq!(image_capability(&v3, 5), v3);
+        let mut layer = LayerContents::new();
+        layer.add_file("usr/bin/ping", b"elf".to_vec(), 0o755).unwrap();
+        layer.add_hardlink("usr/bin/ping2", "usr/bin/ping").unwrap();
+        layer.set_xattr("usr/bin/ping", "security.capability", v2.clone()).unwrap();
+        let tar = layer.write_tar(Vec::new(), 0).unwrap();
+        let mut a = tar::Archive::new(tar.as_slice());
+        let mut seen = Vec::new();
+        for e in a.entries().unwrap() {
+            let mut e = e.unwrap();
+            let path = e.path().unwrap().to_string_lossy().into_owned();
+            let caps: Vec<Vec<u8>> = e
+                .pax_extensions()
+                .unwrap()
+                .into_iter()
+                .flatten()
+                .map(|x| x.unwrap())
+                .filter(|x| x.key().unwrap() == "SCHILY.xattr.security.capability")
+                .map(|x| x.value_bytes().to_vec())
+                .collect();
+            seen.push((path, caps));
+        }
+        assert_eq!(
+            seen,
+            [
+                ("usr/".to_string(), vec![]),
+                ("usr/bin/".to_string(), vec![]),
+                ("usr/bin/ping".to_string(), vec![v2]),
+                ("usr/bin/ping2".to_string(), vec![]),
+            ]
+        );
+        // A new file at the path is a new inode, without the old one's attributes.
+        layer.add_file("usr/bin/ping", b"new".to_vec(), 0o755).unwrap();
+        assert!(layer.xattrs("usr/bin/ping").is_none());
     }
 
     /// The uid this process runs as (the shift under which it owns what it writes).
