@@ -31,6 +31,7 @@ fn docker_load(base: &support::OciFixture, name: &str, dir: &Path) {
         ]),
     );
     support::assert_success("docker load", &docker(&["load", "-i", &s(&tar)]));
+    let _ = std::fs::remove_file(&tar);
 }
 
 /// `docker build` of `FROM base` (loaded as `base_name`) and `steps`, with `files` (name, path)
@@ -931,4 +932,92 @@ fn debian12_setcap_in_the_sandbox_equals_apt_get() {
         extras_equal_apt_get(debian::BOOKWORM, &["iputils-ping", "libcap2-bin"], tmp.path());
     let out = run_in_result(&dir, "getcap /usr/bin/ping");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/usr/bin/ping cap_net_raw=ep");
+}
+
+/// A stat override the base already has (`dpkg-statoverride --add`) applies to the file a
+/// package then unpacks, as dpkg applies it, and the postinst that checks for one leaves the
+/// file alone: held against `apt-get install` of the same `.deb` in Docker on the same base.
+#[test]
+fn a_base_statoverride_applies_as_dpkg_applies_it() {
+    if !debian::require_base()
+        || !support::require_docker()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let deb = support::debs::fake_deb(
+        tmp.path(),
+        support::debs::FakeDeb {
+            name: "agent-stand-in",
+            version: "1.0",
+            depends: Some("adduser"),
+            files: vec![("/usr/bin/agent-stand-in", b"#!/bin/sh\n".as_slice(), 0o755)],
+            postinst: Some(AGENT_POSTINST),
+            ..Default::default()
+        },
+    );
+    // The base, with an override made by dpkg-statoverride itself.
+    let base = debian::base(debian::BOOKWORM);
+    let plain = format!("erdma-test/override-plain:{}", std::process::id());
+    docker_load(&base, &plain, tmp.path());
+    let ctx = tmp.path().join("override-ctx");
+    std::fs::create_dir(&ctx).unwrap();
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        format!(
+            "FROM {plain}\nRUN dpkg-statoverride --add root nogroup 0750 /usr/bin/agent-stand-in\n"
+        ),
+    )
+    .unwrap();
+    let derived = format!("erdma-test/override-base:{}", std::process::id());
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", &derived])
+        .arg(&ctx)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    support::assert_success("docker build of the base with an override", &out);
+    let derived_dir = tmp.path().join("derived");
+    support::assert_success(
+        "skopeo copy",
+        &support::skopeo([
+            "copy",
+            &format!("docker-daemon:{derived}"),
+            &format!("oci:{}:x", s(&derived_dir)),
+        ]),
+    );
+    let _ = docker(&["rmi", "-f", &derived, &plain]);
+    let derived = support::fixture::read_fixture(&derived_dir, "x");
+
+    let ours_dir = tmp.path().join("ours");
+    let r = build(
+        &[
+            "--base",
+            &derived.reference(),
+            "--no-packages",
+            "--no-env-presets",
+            "--package",
+            &s(&deb),
+            "--allow-unsigned-package",
+            "--output",
+            &format!("oci:{}:x", s(&ours_dir)),
+        ],
+        &tmp.path().join("cache"),
+    );
+    assert!(r["images"][0]["packages"].get("sandbox").is_none(), "emulated: {r}");
+    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
+    let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
+    let theirs = docker_build_top_layer(
+        &derived,
+        &format!("erdma-test/override-apt:{}", std::process::id()),
+        tmp.path(),
+        &[("agent.deb", &deb)],
+        "COPY agent.deb /tmp/agent.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/agent.deb",
+    );
+    for p in ["usr/bin/agent-stand-in", "etc/group", "etc/gshadow"] {
+        assert_eq!(ours.entries.get(p), theirs.entries.get(p), "{p}");
+    }
+    let agent = &ours.entries["usr/bin/agent-stand-in"];
+    assert_eq!((agent.mode, agent.uid, agent.gid), (0o750, 0, 65534), "{agent:?}");
 }

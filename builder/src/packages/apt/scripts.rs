@@ -389,6 +389,52 @@ pub(super) fn add_system_groups(
     Ok(())
 }
 
+/// dpkg's stat overrides (`/var/lib/dpkg/statoverride`, `USER GROUP MODE PATH` a line) for the
+/// files this build unpacks: dpkg gives an overridden file that owner and mode as it unpacks it,
+/// whatever the package says. Names are looked up in the image's passwd and group as they are
+/// after the scripts (`#N` is a number); an override naming a user or group the image lacks is
+/// left alone here, as one dpkg could not apply either.
+pub(super) fn apply_statoverrides(
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+    unpacked: &BTreeSet<String>,
+) -> Result<()> {
+    let text = base.read("var/lib/dpkg/statoverride", 4 << 20)?.unwrap_or_default();
+    let db = |layer: &LayerContents, path: &str| -> Result<String> {
+        let bytes = match layer.get(path).map(|e| &e.kind) {
+            Some(EntryKind::File(c)) => c.clone(),
+            _ => base.read(path, 4 << 20)?.unwrap_or_default(),
+        };
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    for line in String::from_utf8_lossy(&text).lines() {
+        let [user, group, mode, path] = line.split_whitespace().collect::<Vec<_>>()[..] else {
+            continue;
+        };
+        let rel = path.trim_start_matches('/');
+        let real = base.real_path(rel)?.unwrap_or_else(|| rel.to_string());
+        if !unpacked.contains(&real) {
+            continue;
+        }
+        let id = |file: &str, name: &str| -> Result<Option<u64>> {
+            if let Some(n) = name.strip_prefix('#') {
+                return Ok(n.parse().ok());
+            }
+            Ok(db(layer, file)?
+                .lines()
+                .find(|l| l.split(':').next() == Some(name))
+                .and_then(|l| l.split(':').nth(2)?.parse().ok()))
+        };
+        let (Some(uid), Some(gid), Ok(mode)) =
+            (id("etc/passwd", user)?, id("etc/group", group)?, u32::from_str_radix(mode, 8))
+        else {
+            continue;
+        };
+        layer.set_owner_mode(&real, mode & 0o7777, uid, gid)?;
+    }
+    Ok(())
+}
+
 /// Applies the `chown`/`chgrp`/`chmod` calls to the layer's entries, after the system groups
 /// are in: names are looked up in the image's passwd and group as they are after the scripts.
 pub(super) fn apply_ownership(

@@ -355,6 +355,7 @@ pub(super) fn unpack(
     scripts::add_system_groups(&accounted.groups, base, layer)?;
     super::alternatives::apply(&accounted.alternatives, base, layer)?;
     scripts::apply_ownership(&accounted.ownership, base, layer)?;
+    scripts::apply_statoverrides(base, layer, &new_paths)?;
     report.scripts.extend(accounted.records);
     Ok(removed_files)
 }
