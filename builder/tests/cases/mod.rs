@@ -63,6 +63,26 @@ pub fn build_json(args: &[&str]) -> Value {
 /// Runs `erdma-build build --json ARGS` with its own package cache `cache`, asserts success
 /// and returns the report.
 #[track_caller]
+/// `build --json --base BASE --no-packages --no-env-presets --package DEB
+/// --allow-unsigned-package --output oci:OUT:x` with its package cache in `cache`: one unsigned
+/// `.deb` on a base and nothing else.
+pub fn build_one_deb(base: &str, deb: &Path, out: &Path, cache: &Path) -> Value {
+    build_cached(
+        &[
+            "--base",
+            base,
+            "--no-packages",
+            "--no-env-presets",
+            "--package",
+            deb.to_str().unwrap(),
+            "--allow-unsigned-package",
+            "--output",
+            &format!("oci:{}:x", out.display()),
+        ],
+        cache,
+    )
+}
+
 pub fn build_cached(args: &[&str], cache: &Path) -> Value {
     let mut all = vec!["build", "--json"];
     all.extend_from_slice(args);

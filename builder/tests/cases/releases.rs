@@ -736,20 +736,7 @@ fn postinst_group_and_setgid_equal_apt_get_in_docker() {
     );
     let base = debian::base(debian::BOOKWORM);
     let ours_dir = tmp.path().join("ours");
-    let r = build(
-        &[
-            "--base",
-            &base.reference(),
-            "--no-packages",
-            "--no-env-presets",
-            "--package",
-            &s(&deb),
-            "--allow-unsigned-package",
-            "--output",
-            &format!("oci:{}:x", s(&ours_dir)),
-        ],
-        &tmp.path().join("cache"),
-    );
+    let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
     let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap();
     let rec = scripts.iter().find(|r| r["package"] == "agent-stand-in 1.0").unwrap();
     assert_eq!(rec["outcome"], "emulated", "{rec}");
@@ -991,20 +978,7 @@ fn a_base_statoverride_applies_as_dpkg_applies_it() {
     let derived = support::fixture::read_fixture(&derived_dir, "x");
 
     let ours_dir = tmp.path().join("ours");
-    let r = build(
-        &[
-            "--base",
-            &derived.reference(),
-            "--no-packages",
-            "--no-env-presets",
-            "--package",
-            &s(&deb),
-            "--allow-unsigned-package",
-            "--output",
-            &format!("oci:{}:x", s(&ours_dir)),
-        ],
-        &tmp.path().join("cache"),
-    );
+    let r = super::build_one_deb(&derived.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
     assert!(r["images"][0]["packages"].get("sandbox").is_none(), "emulated: {r}");
     let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
     let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());

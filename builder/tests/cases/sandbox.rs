@@ -4,7 +4,7 @@
 use std::io::Read as _;
 use std::path::Path;
 
-use super::{build_cached as build, build_fails};
+use super::build_fails;
 use crate::support::{self, debian, debs};
 
 fn s(p: &Path) -> String {
@@ -68,20 +68,7 @@ fn a_hostile_postinst_stays_in_the_sandbox() {
     );
     let base = debian::base(debian::BOOKWORM);
     let out = tmp.path().join("out");
-    let r = build(
-        &[
-            "--base",
-            &base.reference(),
-            "--no-packages",
-            "--no-env-presets",
-            "--package",
-            &s(&deb),
-            "--allow-unsigned-package",
-            "--output",
-            &format!("oci:{}:x", s(&out)),
-        ],
-        &tmp.path().join("cache"),
-    );
+    let r = super::build_one_deb(&base.reference(), &deb, &out, &tmp.path().join("cache"));
     assert!(r["images"][0]["packages"]["sandbox"]["because"]
         .as_str()
         .unwrap()
