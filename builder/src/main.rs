@@ -281,6 +281,19 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
             for sc in &p.scripts {
                 writeln!(out, "  script {sc}")?;
             }
+            if let Some(sb) = &p.sandbox {
+                writeln!(
+                    out,
+                    "  sandbox: the image's dpkg runs the scripts, needed for {}; base layers read: {} ({} bytes)",
+                    sb.because, sb.layers_read, sb.bytes_read
+                )?;
+                for c in &sb.commands {
+                    writeln!(out, "    {c}")?;
+                }
+                if !sb.not_taken.is_empty() {
+                    writeln!(out, "    left out of the layer: {}", sb.not_taken.join(", "))?;
+                }
+            }
             if !p.not_inspected.is_empty() {
                 writeln!(
                     out,

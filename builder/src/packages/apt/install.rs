@@ -45,7 +45,7 @@ pub async fn install(
             Ok(()) => return Ok((read, Vec::new())),
             Err(e) => {
                 let because = needs_sandbox(&e, inputs).ok_or(e)?;
-                sandboxed::plan(&res, because, base, &mut report);
+                sandboxed::plan(&res, because, base, inputs, &mut report);
                 return Ok((report, Vec::new()));
             }
         }

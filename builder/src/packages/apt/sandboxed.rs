@@ -75,6 +75,7 @@ pub(super) fn plan(
     res: &resolve::Resolution,
     because: String,
     base: &dyn BaseFiles,
+    inputs: &Inputs<'_>,
     report: &mut PackagesReport,
 ) {
     let layers = base.layers();
@@ -86,7 +87,14 @@ pub(super) fn plan(
         bytes_read: layers.iter().map(|(_, s)| s).sum(),
         not_taken: Vec::new(),
     });
-    record_scripts(res, &[], report, "will be run by the image's dpkg in the sandbox");
+    // The packages on disk (all of them after `plan --download`) name their scripts one by one.
+    let on_disk: Vec<PathBuf> = res
+        .install
+        .iter()
+        .map_while(|p| super::fetch::on_disk(&p.pkg, &inputs.cache_dir.join("debs")))
+        .collect();
+    let debs = if on_disk.len() == res.install.len() { on_disk } else { Vec::new() };
+    record_scripts(res, &debs, report, "will be run by the image's dpkg in the sandbox");
 }
 
 /// A directory for the sandbox's tree whose every parent other users may pass through: the
