@@ -12,6 +12,7 @@ pub mod nccl;
 /// Package payloads into the layer: where entries land, what is refused, what is reported.
 pub mod payload;
 pub mod rpm;
+pub mod sandboxed;
 pub mod scripts;
 
 use std::collections::BTreeMap;

@@ -762,9 +762,10 @@ fn an_unreachable_base_repository_is_skipped_then_named_root_net() {
     assert!(warnings.contains("base baseos") && warnings.contains("skipped"), "{warnings}");
 }
 
-/// A `%pre` that adds a system user (groupadd, useradd): the rpm backend neither runs nor
-/// emulates it, so the build stops before writing anything, naming the package, the scriptlet
-/// and the command; `--skip-scripts` builds and lists it as not run.
+/// A `%pre` that adds a system user (groupadd, useradd), which the rpm backend does not
+/// emulate: on a base without rpm the sandbox cannot run it and says so; with `--no-sandbox`
+/// the build stops before writing anything, naming the package, the scriptlet and the command;
+/// `--skip-scripts` builds and lists it as not run.
 #[test]
 fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
     if !rpm_repo::require_bases() {
@@ -777,6 +778,18 @@ fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
         ["--install", "sysuser-stand-in", "--output", &format!("oci:{}:x", s(&out_dir))]
             .map(String::from),
     );
+    // By default the image's rpm would run it in a sandbox; this stand-in base has no rpm.
+    let out = support::run_build(&args);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let err = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or(&stderr);
+    assert!(
+        err.starts_with("error: running maintainer scripts in a sandbox (needed for sysuser-stand-in 1.0-1.el9's %pre (`groupadd -r erdmasvc`)): the base has no /usr/bin/rpm"),
+        "{err}"
+    );
+    assert!(!out_dir.exists(), "nothing written");
+    // --no-sandbox: emulate or refuse.
+    args.push("--no-sandbox".into());
     let out = support::run_build(&args);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -800,4 +813,142 @@ fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
         .clone();
     assert_eq!(rec["outcome"], "not-run", "{rec}");
     assert_eq!(rec["script"], "%pre", "{rec}");
+}
+
+/// An EL 8-like base whose rpm really runs: Debian 11's root with its rpm 4.16 (Berkeley DB),
+/// dressed as CentOS 8 (os-release, a BaseOS `.repo`, `%_dbpath /var/lib/rpm` as EL's rpm has
+/// it, an empty rpmdb made by that rpm): a shell, `groupadd`/`useradd` and rpm, which the
+/// stand-in EL bases lack. Returns the base and its tree (for the oracle).
+fn runnable_el8_base(dir: &Path) -> (OciFixture, PathBuf) {
+    let root = dir.join("el8-root");
+    support::assert_success(
+        "cp -a",
+        &Command::new("cp")
+            .arg("-a")
+            .arg(rpm_repo::debian11_rpm_root())
+            .arg(&root)
+            .output()
+            .unwrap(),
+    );
+    for gone in
+        ["etc/debian_version", "etc/os-release", "usr/lib/os-release", "var/lib/dpkg", "etc/apt"]
+    {
+        let p = root.join(gone);
+        let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+    }
+    std::fs::write(root.join("etc/os-release"), rpm_repo::CENTOS8_OS_RELEASE).unwrap();
+    std::fs::create_dir_all(root.join("etc/yum.repos.d")).unwrap();
+    std::fs::write(
+        root.join("etc/yum.repos.d/CentOS-Linux-BaseOS.repo"),
+        "[baseos]\nname=CentOS Linux $releasever - BaseOS\nbaseurl=http://baseos.invalid/$releasever/BaseOS/$basearch/os/\ngpgcheck=1\nenabled=1\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("etc/rpm")).unwrap();
+    std::fs::write(root.join("etc/rpm/macros"), "%_dbpath /var/lib/rpm\n").unwrap();
+    support::assert_success(
+        "chroot rpm --initdb",
+        &Command::new("chroot").arg(&root).args(["rpm", "--initdb"]).output().unwrap(),
+    );
+    for e in std::fs::read_dir(root.join("var/lib/rpm")).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("__db.") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let oci = dir.join("el8-oci");
+    support::fixture::init_oci_layout(&oci);
+    let layer = support::fixture::tree_layer(&oci, &root, &|_, _| true, &[]);
+    let img = support::fixture::image_from_layers(&oci, "x", vec![layer], &[], &["bash"]);
+    (img, root)
+}
+
+/// A `%pre` that adds a system group and user (Fedora's guidelines' `groupadd -r`/`useradd
+/// -r`), on a base whose rpm runs: the image's rpm installs the package in the sandbox, and the
+/// result equals real `rpm -U` of the same file in the same root (chrooted): the same
+/// `passwd`, `group`, `shadow`, `gshadow`, the package's file, and an rpmdb that `rpm -q`
+/// and `rpm -V` accept.
+#[test]
+fn a_scriptlet_runs_in_the_sandbox_as_rpm_runs_it_root_net() {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, root) = runnable_el8_base(tmp.path());
+    let key = RpmKey::generate();
+    let baseos = RpmRepo::build(
+        RpmLayout::Flat,
+        &rpm_repo::el_deps_rpms(El::El8),
+        &key,
+        El::El8.rpmv3_signatures(),
+    );
+    // The recipe's repository is added to the image even with --no-packages.
+    let erdma = RpmRepo::build(
+        RpmLayout::alibaba("8"),
+        &rpm_repo::el_rdma_rpms(El::El8),
+        &key,
+        El::El8.rpmv3_signatures(),
+    );
+    let key_file = tmp.path().join("key.asc");
+    std::fs::write(&key_file, key.armored_public()).unwrap();
+    let out_dir = tmp.path().join("out");
+    let args: Vec<String> = [
+        "build",
+        "--json",
+        "--base",
+        &base.reference(),
+        "--no-packages",
+        "--no-env-presets",
+        "--repo",
+        &format!("baseos={}", baseos.url()),
+        "--repo",
+        &format!("erdma={}", erdma.url()),
+        "--keyring",
+        &format!("base={}", s(&key_file)),
+        "--keyring",
+        &format!("erdma={}", s(&key_file)),
+        "--install",
+        "sysuser-stand-in",
+        "--output",
+        &format!("oci:{}:x", s(&out_dir)),
+    ]
+    .map(String::from)
+    .to_vec();
+    let out = support::run_build(&args);
+    support::assert_success("erdma-build build (rpm sandbox)", &out);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pk = &r["images"][0]["packages"];
+    assert!(pk["sandbox"]["because"].as_str().unwrap().contains("groupadd -r erdmasvc"), "{pk}");
+    let rec = pk["scripts"].as_array().unwrap().iter().find(|s| s["script"] == "%pre").unwrap();
+    assert_eq!(rec["outcome"], "run", "{rec}");
+
+    // The oracle: the image's own rpm, chrooted into a copy of the same root.
+    let rpm_file = baseos.rpm("sysuser-stand-in");
+    std::fs::copy(&rpm_file, root.join("tmp/sysuser.rpm")).unwrap();
+    let o = Command::new("chroot")
+        .arg(&root)
+        .args(["rpm", "-U", "--nodeps", "--nosignature", "/tmp/sysuser.rpm"])
+        .output()
+        .unwrap();
+    support::assert_success("chroot rpm -U", &o);
+    std::fs::remove_file(root.join("tmp/sysuser.rpm")).unwrap();
+
+    let ours = tmp.path().join("ours-root");
+    rootfs_of(&out_dir, "x", &ours);
+    for f in [
+        "etc/passwd",
+        "etc/group",
+        "etc/shadow",
+        "etc/gshadow",
+        "usr/share/doc/sysuser-stand-in/README",
+    ] {
+        assert_eq!(
+            std::fs::read(ours.join(f)).unwrap(),
+            std::fs::read(root.join(f)).unwrap(),
+            "{f} differs from real rpm -U's"
+        );
+    }
+    assert!(text(&std::fs::read(ours.join("etc/passwd")).unwrap()).contains("erdmasvc:x:"));
+    for q in [["rpm", "-q", "sysuser-stand-in"], ["rpm", "-V", "sysuser-stand-in"]] {
+        let o = Command::new("chroot").arg(&ours).args(q).output().unwrap();
+        support::assert_success(&q.join(" "), &o);
+    }
 }

@@ -364,7 +364,8 @@ impl RootDir {
 
     /// Adds to `layer` what differs between `before` and `after` (two scans of this tree):
     /// new and changed entries, each with its parents as the tree has them, files read from
-    /// the tree, several names of one new file as hard links, and a whiteout for each entry
+    /// the tree with their modification times, several names of one new file as hard links,
+    /// and a whiteout for each entry
     /// gone (only the topmost of a removed subtree). Returns the paths removed (`/x`) and
     /// what was not taken (`path (what)`: device nodes, FIFOs, sockets).
     pub fn changes(
@@ -416,7 +417,13 @@ impl RootDir {
                     continue;
                 }
             };
+            let dir = matches!(kind, EntryKind::Dir);
             layer.insert(p, Entry { kind, mode: m.mode, uid, gid })?;
+            // A file keeps the time the package manager gave it (the package's own, which
+            // `rpm -V` checks), not the build's; directories keep the build's.
+            if !dir {
+                layer.set_mtime(p, m.mtime.0.max(0) as u64);
+            }
             for (name, value) in &m.xattrs {
                 layer.set_xattr(p, name, value.clone())?;
             }

@@ -14,6 +14,7 @@ use super::sources::repo_specs;
 use super::unpack::{inspect, unpack};
 use crate::error::{Error, Result};
 use crate::packages::nccl;
+use crate::packages::sandboxed::Over;
 use crate::packages::PackageError;
 use crate::packages::{Inputs, NcclRequest, PackageChange, PackageRef, PackagesReport};
 use erdma_common::progress::Reporter;
@@ -62,16 +63,8 @@ pub async fn install(
         }
         Err(e) => {
             let because = needs_sandbox(&e, inputs).ok_or(e)?;
-            let removed = sandboxed::install(
-                &res,
-                &debs,
-                because,
-                base,
-                layer,
-                inputs,
-                &mut report,
-                reporter,
-            )?;
+            let over = Over { base, layer, inputs, reporter };
+            let removed = sandboxed::install(&res, &debs, because, over, &mut report)?;
             Ok((report, removed))
         }
     }

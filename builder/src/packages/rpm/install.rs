@@ -8,10 +8,12 @@ use std::path::PathBuf;
 
 use super::fetch::{fetch, on_disk, MAX_RPM};
 use super::repos;
+use super::sandboxed;
 use super::scripts::scriptlets;
 use super::sources::{base_repo_keys, base_repo_urls, load_repo, LoadedRepo};
 use super::unpack::{check_paths, note_special, unpack};
 use crate::error::{Error, Result};
+use crate::packages::sandboxed::Over;
 use crate::packages::PackageError;
 use crate::packages::{Inputs, PackagesReport};
 use erdma_common::progress::Reporter;
@@ -252,7 +254,13 @@ pub(crate) async fn resolve(
     let request =
         super::resolve::Request { install: &install, remove: &remove, replace: &replace, arch };
     reporter.step("resolving packages");
-    let has = |path: &str| base.kind(path.trim_start_matches('/')).ok().flatten().is_some();
+    // Through the image's directory symlinks (merged /usr: `/bin/sh` is `usr/bin/sh`).
+    let has = |path: &str| {
+        base.real_path(path.trim_start_matches('/'))
+            .ok()
+            .flatten()
+            .is_some_and(|real| base.kind(&real).ok().flatten().is_some())
+    };
     let plan =
         super::resolve::resolve(&request, &installed, &available, &has).map_err(
             |e| match unreached.is_empty() {
@@ -323,30 +331,68 @@ pub async fn install(
         };
         // What a build would refuse, a plan refuses too (for the packages it can read).
         let mut placer = crate::packages::payload::Placer::new(base);
+        let mut on_disk = Vec::new();
         for (planned, file) in resolved.plan.install.iter().zip(files) {
             match file {
-                Some((_, pkg)) => {
+                Some((path, pkg)) => {
                     check_paths(&pkg, &planned.package, &mut placer)?;
                     note_special(&pkg, &label(&planned.package), &mut report);
-                    report.scripts.extend(scriptlets(&pkg.header, inputs.skip_scripts)?);
+                    on_disk.push((path, pkg));
                 }
                 None => report
                     .not_inspected
                     .push(format!("{} {}", planned.package.name, planned.package.evr)),
             }
         }
+        match account(on_disk.iter().map(|(_, p)| p), inputs)? {
+            Ok(records) => report.scripts = records,
+            Err(because) => {
+                let headers: Vec<_> =
+                    on_disk.iter().map(|(path, p)| (path.as_path(), &p.header)).collect();
+                sandboxed::plan(&resolved.plan, because, base, &headers, &mut report);
+            }
+        }
         return Ok((report, Vec::new()));
     };
     let files = fetch(inputs, &resolved, &mut report, reporter).await?;
-    for (_, pkg) in &files {
-        report.scripts.extend(scriptlets(&pkg.header, inputs.skip_scripts)?);
-    }
     for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
         note_special(pkg, &label(&planned.package), &mut report);
     }
-    let removed =
-        unpack(&resolved, &files, base, basearch(inputs.arch), layer, inputs.http.inflation())?;
+    // Emulated where every scriptlet can be; otherwise (and unless --no-sandbox) rpm runs them
+    // all in a sandbox.
+    let removed = match account(files.iter().map(|(_, p)| p), inputs)? {
+        Ok(records) => {
+            report.scripts = records;
+            unpack(&resolved, &files, base, basearch(inputs.arch), layer, inputs.http.inflation())?
+        }
+        Err(because) => {
+            let over = Over { base, layer, inputs, reporter };
+            sandboxed::install(&resolved.plan, &files, because, over, &mut report)?
+        }
+    };
     Ok((report, removed))
+}
+
+/// Every install-time scriptlet of `packages`, accounted for; `Err(because)` (inner) when one
+/// can be neither emulated nor shown to be without effect and the sandbox may run it: the
+/// command, as the report names it.
+fn account<'p>(
+    packages: impl Iterator<Item = &'p erdma_rpm::package::Package>,
+    inputs: &Inputs<'_>,
+) -> Result<std::result::Result<Vec<crate::packages::scripts::ScriptRecord>, String>> {
+    let mut records = Vec::new();
+    for pkg in packages {
+        match scriptlets(&pkg.header, inputs.skip_scripts) {
+            Ok(r) => records.extend(r),
+            Err(Error::Package(PackageError::Script { package, script, command, .. }))
+                if inputs.sandbox =>
+            {
+                return Ok(Err(format!("{package}'s {script} (`{command}`)")));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Ok(records))
 }
 
 /// `name evr`, as the report names a package.

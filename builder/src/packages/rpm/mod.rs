@@ -6,6 +6,7 @@ mod fetch;
 pub mod install;
 pub mod repos;
 pub mod resolve;
+mod sandboxed;
 mod scripts;
 mod sources;
 mod unpack;

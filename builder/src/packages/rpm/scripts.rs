@@ -17,10 +17,10 @@ use crate::error::{Error, Result};
 use crate::packages::scripts::{commands, is_inert, Outcome, ScriptRecord};
 use crate::packages::PackageError;
 
-const HINT: &str = "install it in a RUN step of a Dockerfile on the built image, or pass --skip-scripts to build without running it (the report lists what was not run); the rpm backend does not run scriptlets yet";
+const HINT: &str = "drop --no-sandbox to run it as rpm does in a sandbox over the base, or pass --skip-scripts to build without running it (the report lists what was not run)";
 
 /// The install-time scriptlets rpm runs, with their interpreter tags.
-const SCRIPTLETS: &[(u32, u32, &str)] = &[
+pub(super) const SCRIPTLETS: &[(u32, u32, &str)] = &[
     (1151, 1153, "%pretrans"),
     (erdma_rpm::header::tag::PREIN, erdma_rpm::header::tag::PREINPROG, "%pre"),
     (erdma_rpm::header::tag::POSTIN, erdma_rpm::header::tag::POSTINPROG, "%post"),
