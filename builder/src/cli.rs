@@ -202,8 +202,9 @@ pub struct CommonArgs {
     /// scripts that cannot be emulated run in a sandbox (see --no-sandbox). Repeatable.
     #[arg(long = "install", value_name = "NAME[=VERSION]")]
     pub install: Vec<String>,
-    /// Install the Recommends of the packages installed too, as `apt-get install` does by
-    /// default: the first installable alternative of each, and theirs in turn (apt only).
+    /// Install the Recommends of the packages installed too, as `apt-get install` and dnf
+    /// (`install_weak_deps=True`) do by default: the first installable alternative of each,
+    /// and theirs in turn.
     #[arg(long)]
     pub install_recommends: bool,
     /// Install a .deb that no repository signs (a file, or an http(s) URL), its dependencies

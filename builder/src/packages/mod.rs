@@ -224,7 +224,7 @@ pub struct PackagesReport {
     pub warnings: Vec<String>,
     /// `Recommends` of the installed packages that nothing in the image satisfies, as
     /// `NAME (recommended by PACKAGE)`: left out, as `apt-get install --no-install-recommends`
-    /// leaves them (apt only).
+    /// and dnf's `install_weak_deps=False` leave them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub recommends_left_out: Vec<String>,
     /// Every maintainer script (dpkg) and scriptlet (rpm) of the packages installed and

@@ -765,7 +765,8 @@ fn an_unreachable_base_repository_is_skipped_then_named_root_net() {
 /// A `%pre` that adds a system user (groupadd, useradd), which the rpm backend does not
 /// emulate: on a base without rpm the sandbox cannot run it and says so; with `--no-sandbox`
 /// the build stops before writing anything, naming the package, the scriptlet and the command;
-/// `--skip-scripts` builds and lists it as not run.
+/// `--skip-scripts` builds and lists it as not run. Its `Recommends` are left out and named,
+/// or taken with `--install-recommends`.
 #[test]
 fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
     if !rpm_repo::require_bases() {
@@ -803,7 +804,7 @@ fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
     assert!(err.contains("hint: ") && err.contains("--skip-scripts"), "{err}");
     assert!(!out_dir.exists(), "nothing written");
 
-    let (r, _) = setup.build(&["--install", "sysuser-stand-in", "--skip-scripts"]);
+    let (r, _) = setup.build(&["--no-packages", "--install", "sysuser-stand-in", "--skip-scripts"]);
     let rec = r["images"][0]["packages"]["scripts"]
         .as_array()
         .unwrap()
@@ -813,6 +814,25 @@ fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
         .clone();
     assert_eq!(rec["outcome"], "not-run", "{rec}");
     assert_eq!(rec["script"], "%pre", "{rec}");
+    // Its `Recommends: pciutils`, left out (as install_weak_deps=False) and said so.
+    let pk = &r["images"][0]["packages"];
+    assert_eq!(
+        pk["recommends_left_out"],
+        serde_json::json!(["pciutils (recommended by sysuser-stand-in)"]),
+        "{pk}"
+    );
+    assert!(!names(&pk["install"]).contains(&"pciutils".to_string()), "{pk}");
+    // --install-recommends takes it, as dnf's default does.
+    let (r, _) = setup.build(&[
+        "--no-packages",
+        "--install",
+        "sysuser-stand-in",
+        "--skip-scripts",
+        "--install-recommends",
+    ]);
+    let pk = &r["images"][0]["packages"];
+    assert!(names(&pk["install"]).contains(&"pciutils".to_string()), "{pk}");
+    assert!(pk.get("recommends_left_out").is_none(), "{pk}");
 }
 
 /// An EL 8-like base whose rpm really runs: Debian 11's root with its rpm 4.16 (Berkeley DB),

@@ -129,6 +129,8 @@ pub struct RpmDef {
     pub name: String,
     pub summary: String,
     pub requires: Vec<String>,
+    /// Weak dependencies (`Recommends:`).
+    pub recommends: Vec<String>,
     pub provides: Vec<String>,
     pub obsoletes: Vec<String>,
     pub conflicts: Vec<String>,
@@ -188,6 +190,7 @@ fn spec_text(spec: &SpecDef, stage: &Path, el: El) -> String {
             ("Provides", &p.provides),
             ("Obsoletes", &p.obsoletes),
             ("Conflicts", &p.conflicts),
+            ("Recommends", &p.recommends),
         ] {
             for v in list {
                 w(s, &format!("{tag}: {v}"));
@@ -659,6 +662,9 @@ fn sysuser_spec() -> SpecDef {
         packages: vec![RpmDef {
             name: "sysuser-stand-in".into(),
             summary: "a %pre that adds a system user (erdma-kit tests, TEST ONLY)".into(),
+            // What `dnf install` (install_weak_deps=True) would add and erdma-build leaves out
+            // unless --install-recommends.
+            recommends: vec!["pciutils".into()],
             contents: vec![(
                 "/usr/share/doc/sysuser-stand-in/README".into(),
                 b"TEST ONLY\n".to_vec(),

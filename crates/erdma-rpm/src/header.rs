@@ -75,6 +75,9 @@ pub mod tag {
     pub const PREUNPROG: u32 = 1087;
     pub const POSTUNPROG: u32 = 1088;
     pub const OBSOLETENAME: u32 = 1090;
+    pub const RECOMMENDNAME: u32 = 5046;
+    pub const RECOMMENDVERSION: u32 = 5047;
+    pub const RECOMMENDFLAGS: u32 = 5048;
     pub const FILEDEVICES: u32 = 1095;
     pub const FILEINODES: u32 = 1096;
     pub const PROVIDEFLAGS: u32 = 1112;
@@ -612,6 +615,7 @@ impl Header {
             requires: self.deps(tag::REQUIRENAME, tag::REQUIREFLAGS, tag::REQUIREVERSION),
             obsoletes: self.deps(tag::OBSOLETENAME, tag::OBSOLETEFLAGS, tag::OBSOLETEVERSION),
             conflicts: self.deps(tag::CONFLICTNAME, tag::CONFLICTFLAGS, tag::CONFLICTVERSION),
+            recommends: self.deps(tag::RECOMMENDNAME, tag::RECOMMENDFLAGS, tag::RECOMMENDVERSION),
             files: self.file_paths(),
             origin: origin.to_string(),
             location: None,

@@ -96,6 +96,9 @@ pub struct PackageMeta {
     pub requires: Vec<Dep>,
     pub obsoletes: Vec<Dep>,
     pub conflicts: Vec<Dep>,
+    /// `Recommends`: the weak dependencies dnf installs with `install_weak_deps=True`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recommends: Vec<Dep>,
     /// Files the package owns that resolution may need (`primary.xml` lists only those under
     /// `/etc`, `*bin/` and `/usr/lib/sendmail`; an installed header lists all).
     pub files: Vec<String>,

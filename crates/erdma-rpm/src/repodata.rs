@@ -244,8 +244,11 @@ enum List {
     Requires,
     Obsoletes,
     Conflicts,
-    /// Weak dependencies (`suggests`, `recommends`, …): dnf installs them by default, we
-    /// do not, as `install_weak_deps=False` (what container images set) would not.
+    /// `recommends`: what dnf installs by default (`install_weak_deps=True`); erdma-build
+    /// only with `--install-recommends`.
+    Recommends,
+    /// The other weak dependencies (`suggests`, `enhances`, `supplements`): dnf never pulls
+    /// the first two in, and the reverse `supplements` is not read.
     Ignored,
 }
 
@@ -296,6 +299,7 @@ pub fn for_each_package<R: BufRead>(
                         requires: Vec::new(),
                         obsoletes: Vec::new(),
                         conflicts: Vec::new(),
+                        recommends: Vec::new(),
                         files: Vec::new(),
                         origin: origin.to_string(),
                         location: None,
@@ -339,9 +343,8 @@ pub fn for_each_package<R: BufRead>(
                         "requires" => list = Some(List::Requires),
                         "obsoletes" => list = Some(List::Obsoletes),
                         "conflicts" => list = Some(List::Conflicts),
-                        "suggests" | "recommends" | "enhances" | "supplements" => {
-                            list = Some(List::Ignored)
-                        }
+                        "recommends" => list = Some(List::Recommends),
+                        "suggests" | "enhances" | "supplements" => list = Some(List::Ignored),
                         "entry" if list.is_some() => {
                             let which = list.expect("matched");
                             let dep_name = attr(e, "name", FILE)?.ok_or_else(|| {
@@ -372,6 +375,7 @@ pub fn for_each_package<R: BufRead>(
                                 List::Requires => p.requires.push(dep),
                                 List::Obsoletes => p.obsoletes.push(dep),
                                 List::Conflicts => p.conflicts.push(dep),
+                                List::Recommends => p.recommends.push(dep),
                                 List::Ignored => {}
                             }
                         }

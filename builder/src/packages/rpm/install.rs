@@ -261,17 +261,48 @@ pub(crate) async fn resolve(
             .flatten()
             .is_some_and(|real| base.kind(&real).ok().flatten().is_some())
     };
-    let plan =
-        super::resolve::resolve(&request, &installed, &available, &has).map_err(
-            |e| match unreached.is_empty() {
-                true => Error::from(e),
-                false => PackageError::BaseUnreachable {
-                    why: e.to_string(),
-                    repos: unreached.join(", "),
+    let mut plan = super::resolve::resolve(&request, &installed, &available, &has).map_err(
+        |e| match unreached.is_empty() {
+            true => Error::from(e),
+            false => {
+                PackageError::BaseUnreachable { why: e.to_string(), repos: unreached.join(", ") }
+                    .into()
+            }
+        },
+    )?;
+    if inputs.install_recommends {
+        // Each Recommends nothing satisfies yet, by name, as long as the whole still resolves;
+        // what it brings has its own taken in turn (dnf's `install_weak_deps=True`).
+        let mut tried: std::collections::BTreeSet<String> = Default::default();
+        loop {
+            let mut added = false;
+            for (name, _) in unsatisfied_recommends(&plan, &installed) {
+                if !tried.insert(name.clone()) {
+                    continue;
                 }
-                .into(),
-            },
-        )?;
+                let mut attempt = install.clone();
+                attempt.push(name);
+                let request = super::resolve::Request {
+                    install: &attempt,
+                    remove: &remove,
+                    replace: &replace,
+                    arch,
+                };
+                if let Ok(p) = super::resolve::resolve(&request, &installed, &available, &has) {
+                    install = attempt;
+                    plan = p;
+                    added = true;
+                }
+            }
+            if !added {
+                break;
+            }
+        }
+    }
+    report.recommends_left_out = unsatisfied_recommends(&plan, &installed)
+        .into_iter()
+        .map(|(name, by)| format!("{name} (recommended by {by})"))
+        .collect();
     for p in &plan.install {
         let action = match &p.action {
             // A Mellanox build swapped for ours is a replacement, whichever EVR is higher.
@@ -303,6 +334,38 @@ pub(crate) async fn resolve(
             .push(crate::packages::PackageRef { name: k.name.clone(), version: k.evr.to_string() });
     }
     Ok((Resolved { db, plan, repos: repos_loaded, local }, report))
+}
+
+/// The `Recommends` of the packages installed that nothing in the image or the plan provides
+/// (by name, `Provides` or file), as `(name, recommended by)`: what dnf's default
+/// `install_weak_deps=True` would add. Rich dependencies (`(a if b)`) are not read.
+fn unsatisfied_recommends(
+    plan: &super::resolve::Resolution,
+    installed: &[PackageMeta],
+) -> Vec<(String, String)> {
+    let gone: std::collections::BTreeSet<&str> =
+        plan.remove.iter().map(|r| r.nevra.as_str()).collect();
+    let mut present: std::collections::BTreeSet<&str> = Default::default();
+    let metas = installed
+        .iter()
+        .filter(|m| !gone.contains(m.nevra().as_str()))
+        .chain(plan.install.iter().map(|p| &p.package));
+    for m in metas {
+        present.insert(&m.name);
+        present.extend(m.provides.iter().map(|d| d.name.as_str()));
+        present.extend(m.files.iter().map(String::as_str));
+    }
+    let mut out = Vec::new();
+    for p in &plan.install {
+        for r in &p.package.recommends {
+            if !r.name.starts_with('(') && !present.contains(r.name.as_str()) {
+                out.push((r.name.clone(), p.package.name.clone()));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The rpm side of [`crate::packages::install`].

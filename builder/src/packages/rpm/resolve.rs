@@ -1047,6 +1047,7 @@ mod tests {
             requires: vec![],
             obsoletes: vec![],
             conflicts: vec![],
+            recommends: vec![],
             files: vec![],
             origin: origin.into(),
             location: None,
