@@ -995,3 +995,47 @@ fn a_base_statoverride_applies_as_dpkg_applies_it() {
     let agent = &ours.entries["usr/bin/agent-stand-in"];
     assert_eq!((agent.mode, agent.uid, agent.gid), (0o750, 0, 65534), "{agent:?}");
 }
+
+/// A package whose files activate a base package's file trigger (debianutils' interest in
+/// `/usr/share/debianutils/shells.d`, which `update-shells` turns into `/etc/shells`): nothing
+/// emulates the trigger, so dpkg installs it in the sandbox and processes the trigger, and
+/// `/etc/shells` equals what `apt-get install` of the same `.deb` leaves in Docker.
+#[test]
+fn a_base_file_trigger_runs_as_dpkg_runs_it() {
+    if !debian::require_base()
+        || !support::require_docker()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let deb = support::debs::fake_deb(
+        tmp.path(),
+        support::debs::FakeDeb {
+            name: "shell-stand-in",
+            version: "1.0",
+            files: vec![
+                ("/usr/bin/fakesh", b"#!/bin/sh\nexec /bin/sh \"$@\"\n".as_slice(), 0o755),
+                ("/usr/share/debianutils/shells.d/shell-stand-in", b"/usr/bin/fakesh\n", 0o644),
+            ],
+            ..Default::default()
+        },
+    );
+    let base = debian::base(debian::BOOKWORM);
+    let ours_dir = tmp.path().join("ours");
+    let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
+    let because = r["images"][0]["packages"]["sandbox"]["because"].as_str().unwrap().to_string();
+    assert!(because.contains("the file trigger of debianutils"), "{because}");
+    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
+    let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
+    let theirs = docker_build_top_layer(
+        &base,
+        &format!("erdma-test/trigger-base:{}", std::process::id()),
+        tmp.path(),
+        &[("shell.deb", &deb)],
+        "COPY shell.deb /tmp/shell.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/shell.deb",
+    );
+    assert!(theirs.entries.contains_key("etc/shells"), "apt-get's trigger wrote /etc/shells");
+    assert_eq!(ours.entries.get("etc/shells"), theirs.entries.get("etc/shells"));
+    assert_eq!(ours.status, theirs.status, "the dpkg status");
+}

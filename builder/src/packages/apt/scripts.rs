@@ -47,6 +47,9 @@ pub(super) struct Accounted {
     pub(super) ownership: Vec<Ownership>,
     /// The paths the image's `var/lib/dpkg/statoverride` lists, read once per build.
     overrides: Option<BTreeSet<String>>,
+    /// The file triggers the image's packages are interested in (`var/lib/dpkg/triggers/File`:
+    /// `PATH PACKAGE[/noawait]` a line), read once per build.
+    file_triggers: Option<Vec<(String, String)>>,
 }
 
 /// A `chown USER[:GROUP] PATH`, `chgrp GROUP PATH` or `chmod OCTAL PATH` of a file the same
@@ -204,6 +207,40 @@ pub(super) fn account(
         out.records.push(ScriptRecord {
             package: package.clone(),
             script: (*script).into(),
+            outcome,
+        });
+    }
+    // A base package's file trigger that this package's files activate (debianutils' interest
+    // in /usr/share/debianutils/shells.d, man-db's in /usr/share/man): dpkg runs that
+    // package's postinst `triggered`, which nothing here emulates.
+    if out.file_triggers.is_none() {
+        let text = base.read("var/lib/dpkg/triggers/File", 4 << 20)?.unwrap_or_default();
+        out.file_triggers = Some(
+            String::from_utf8_lossy(&text)
+                .lines()
+                .filter_map(|l| {
+                    let (path, pkg) = l.split_once(' ')?;
+                    Some((path.trim_end_matches('/').to_string(), pkg.trim().to_string()))
+                })
+                .collect(),
+        );
+    }
+    let activated =
+        out.file_triggers.as_deref().unwrap_or_default().iter().find(|(path, _)| {
+            files.iter().any(|f| f == path || f.starts_with(&format!("{path}/")))
+        });
+    if let Some((path, interested)) = activated.cloned() {
+        let interested = interested.split('/').next().unwrap_or_default().to_string();
+        let outcome = unplaced(
+            &package,
+            "payload",
+            format!("the file trigger of {interested} on {path}"),
+            skip,
+            "activates",
+        )?;
+        out.records.push(ScriptRecord {
+            package: package.clone(),
+            script: "payload".into(),
             outcome,
         });
     }
