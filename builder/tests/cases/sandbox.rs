@@ -166,3 +166,53 @@ fn a_failing_postinst_fails_the_build_and_writes_nothing() {
 fn rustix_root() -> bool {
     std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap()
 }
+
+/// The sandbox runs the image's own architecture: on the Debian 12 arm64 base (qemu-user-static
+/// registered with the `F` flag, as scripts/setup registers it), libwrap0's postinst (a `cat`
+/// heredoc writing `/etc/hosts.allow` and `/etc/hosts.deny`) runs under the arm64 dpkg, and the
+/// layer holds what it wrote and dpkg's record of the arm64 package.
+#[test]
+fn the_sandbox_runs_a_foreign_architecture_through_binfmt() {
+    if !debian::require_base_for(debian::BOOKWORM, debian::ARM64)
+        || !support::require(rustix_root(), "root, to give the sandbox its own ids")
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = debian::base_for(debian::BOOKWORM, debian::ARM64);
+    let out = tmp.path().join("out");
+    let r = super::build_cached(
+        &[
+            "--base",
+            &base.reference(),
+            "--no-packages",
+            "--no-env-presets",
+            "--install",
+            "libwrap0",
+            "--output",
+            &format!("oci:{}:x", s(&out)),
+        ],
+        &tmp.path().join("cache"),
+    );
+    let because = r["images"][0]["packages"]["sandbox"]["because"].as_str().unwrap();
+    assert!(because.starts_with("libwrap0 "), "{because}");
+    let img = support::fixture::read_fixture(&out, "x");
+    let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
+    let mut files = std::collections::BTreeMap::new();
+    for e in tar::Archive::new(flate2::read::GzDecoder::new(blob.as_slice())).entries().unwrap() {
+        let mut e = e.unwrap();
+        let path = e.path().unwrap().to_string_lossy().into_owned();
+        let mut t = String::new();
+        let _ = e.read_to_string(&mut t);
+        files.insert(path, t);
+    }
+    for f in ["etc/hosts.allow", "etc/hosts.deny"] {
+        assert!(files.get(f).is_some_and(|t| t.starts_with("# /etc/")), "{f}: {:?}", files.get(f));
+    }
+    let status = &files["var/lib/dpkg/status"];
+    assert!(
+        status.contains("Package: libwrap0\nStatus: install ok installed\n")
+            && status.contains("Architecture: arm64"),
+        "{status}"
+    );
+}
