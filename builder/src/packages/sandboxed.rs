@@ -97,9 +97,8 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
     }
     let place = work_place(&inputs.cache_dir).ok_or_else(|| {
         error(because, format!(
-            "no place for the sandbox's root that its ids may enter: {}, {} and /var/tmp each have a parent closed to other users",
-            inputs.cache_dir.display(),
-            std::env::temp_dir().display()
+            "no place for the sandbox's root that its ids may enter: {}, $TMPDIR, /var/tmp and /tmp each have a parent closed to other users",
+            inputs.cache_dir.display()
         ))
     })?;
     let work = tempfile::Builder::new()
@@ -171,7 +170,8 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
 
 /// A directory for the sandbox's tree whose every parent other users may pass through: the
 /// sandbox's root is not the host's root, and reaches its tree by path (the cache under
-/// `/root/.cache` would be closed to it).
+/// `/root/.cache` would be closed to it). Then `$TMPDIR` if set, then `/var/tmp` (on disk where
+/// `/tmp` may be a tmpfs too small for a large base), then `/tmp`.
 fn work_place(cache: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
     let open = |dir: &Path| {
@@ -182,8 +182,10 @@ fn work_place(cache: &Path) -> Option<PathBuf> {
                 })
             })
     };
-    [cache.to_path_buf(), std::env::temp_dir(), PathBuf::from("/var/tmp")]
+    let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
+    [Some(cache.to_path_buf()), tmpdir, Some("/var/tmp".into()), Some("/tmp".into())]
         .into_iter()
+        .flatten()
         .find(|d| open(d))
 }
 
