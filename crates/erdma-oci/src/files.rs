@@ -13,6 +13,11 @@ use crate::rootfs::{SnapEntry, Snapshot};
 use crate::source::{Source, SourceImage};
 use erdma_common::progress::{Counters, Reporter, Transfer};
 
+/// The version of the cached layer snapshots' contents: raised whenever a snapshot keeps more
+/// (a file newly of interest), so that older ones are read again instead of answering
+/// without it.
+const SNAPSHOT_FORMAT: u32 = 2;
+
 /// Source layers fetched for reading files, kept for the build's duration.
 pub struct LayerCache {
     dir: PathBuf,
@@ -174,9 +179,9 @@ impl<'a> ImageFiles<'a> {
         }
         // Snapshots are cached by the layer's digest (content-addressed, so a cached one is
         // the same answer): a rebuild on the same base downloads no base layer at all.
-        let cached = crate::blob::digest_hex(&self.layers[i].0)
-            .ok()
-            .map(|h| cache_dir().join("layers").join(format!("{h}.snapshot.json")));
+        let cached = crate::blob::digest_hex(&self.layers[i].0).ok().map(|h| {
+            cache_dir().join("layers").join(format!("{h}.snapshot-{SNAPSHOT_FORMAT}.json"))
+        });
         if let Some(snap) = cached
             .as_ref()
             .and_then(|p| std::fs::read(p).ok())

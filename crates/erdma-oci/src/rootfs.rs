@@ -480,6 +480,9 @@ fn of_interest(path: &str, size: u64) -> bool {
         "usr/lib/os-release",
         "var/lib/dpkg/status",
         "var/lib/dpkg/info/format",
+        // What every apt build reads for maintainer scripts: stat overrides, file triggers.
+        "var/lib/dpkg/statoverride",
+        "var/lib/dpkg/triggers/File",
     ];
     size <= 16 << 20
         && KEEP.iter().any(|k| path.starts_with(k) && !path.starts_with("var/lib/dpkg/status-"))
