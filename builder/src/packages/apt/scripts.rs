@@ -426,6 +426,25 @@ pub(super) fn add_system_groups(
     Ok(())
 }
 
+/// The id of `name` in the image's `db` (`etc/passwd`, `etc/group`) as it is after this build's
+/// changes: the layer's copy where the build wrote one (the system groups it added), else the
+/// base's.
+fn image_id(
+    base: &dyn BaseFiles,
+    layer: &LayerContents,
+    db: &str,
+    name: &str,
+) -> Result<Option<u64>> {
+    let bytes = match layer.get(db).map(|e| &e.kind) {
+        Some(EntryKind::File(c)) => c.clone(),
+        _ => base.read(db, 4 << 20)?.unwrap_or_default(),
+    };
+    Ok(String::from_utf8_lossy(&bytes)
+        .lines()
+        .find(|l| l.split(':').next() == Some(name))
+        .and_then(|l| l.split(':').nth(2)?.parse().ok()))
+}
+
 /// dpkg's stat overrides (`/var/lib/dpkg/statoverride`, `USER GROUP MODE PATH` a line) for the
 /// files this build unpacks: dpkg gives an overridden file that owner and mode as it unpacks it,
 /// whatever the package says. Names are looked up in the image's passwd and group as they are
@@ -437,13 +456,6 @@ pub(super) fn apply_statoverrides(
     unpacked: &BTreeSet<String>,
 ) -> Result<()> {
     let text = base.read("var/lib/dpkg/statoverride", 4 << 20)?.unwrap_or_default();
-    let db = |layer: &LayerContents, path: &str| -> Result<String> {
-        let bytes = match layer.get(path).map(|e| &e.kind) {
-            Some(EntryKind::File(c)) => c.clone(),
-            _ => base.read(path, 4 << 20)?.unwrap_or_default(),
-        };
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    };
     for line in String::from_utf8_lossy(&text).lines() {
         let [user, group, mode, path] = line.split_whitespace().collect::<Vec<_>>()[..] else {
             continue;
@@ -453,14 +465,11 @@ pub(super) fn apply_statoverrides(
         if !unpacked.contains(&real) {
             continue;
         }
-        let id = |file: &str, name: &str| -> Result<Option<u64>> {
-            if let Some(n) = name.strip_prefix('#') {
-                return Ok(n.parse().ok());
+        let id = |db: &str, name: &str| -> Result<Option<u64>> {
+            match name.strip_prefix('#') {
+                Some(n) => Ok(n.parse().ok()),
+                None => image_id(base, layer, db, name),
             }
-            Ok(db(layer, file)?
-                .lines()
-                .find(|l| l.split(':').next() == Some(name))
-                .and_then(|l| l.split(':').nth(2)?.parse().ok()))
         };
         let (Some(uid), Some(gid), Ok(mode)) =
             (id("etc/passwd", user)?, id("etc/group", group)?, u32::from_str_radix(mode, 8))
@@ -479,31 +488,16 @@ pub(super) fn apply_ownership(
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
 ) -> Result<()> {
-    let current = |layer: &LayerContents, path: &str| -> Result<String> {
-        let held = layer.files().find_map(|(p, e)| match &e.kind {
-            EntryKind::File(c) if p == path => Some(c.clone()),
-            _ => None,
-        });
-        let bytes = match held {
-            Some(c) => c,
-            None => base.read(path, 4 << 20)?.unwrap_or_default(),
-        };
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    };
     for c in changes {
         let id = |db: &str, name: &str| -> Result<u64> {
-            current(layer, db)?
-                .lines()
-                .find(|l| l.split(':').next() == Some(name))
-                .and_then(|l| l.split(':').nth(2)?.parse().ok())
-                .ok_or_else(|| {
-                    Error::from(PackageError::ScriptFails {
-                        package: c.package.clone(),
-                        script: "postinst".into(),
-                        command: c.command.clone(),
-                        reason: format!("/{db} has no `{name}`"),
-                    })
+            image_id(base, layer, db, name)?.ok_or_else(|| {
+                Error::from(PackageError::ScriptFails {
+                    package: c.package.clone(),
+                    script: "postinst".into(),
+                    command: c.command.clone(),
+                    reason: format!("/{db} has no `{name}`"),
                 })
+            })
         };
         let uid = c.user.as_deref().map(|u| id("etc/passwd", u)).transpose()?;
         let gid = c.group.as_deref().map(|g| id("etc/group", g)).transpose()?;
