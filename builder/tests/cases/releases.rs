@@ -34,8 +34,35 @@ fn docker_load(base: &support::OciFixture, name: &str, dir: &Path) {
     let _ = std::fs::remove_file(&tar);
 }
 
-/// `docker build` of `FROM base` (loaded as `base_name`) and `steps`, with `files` (name, path)
-/// in the context; returns the top layer of the result. Both images are removed afterwards.
+/// `docker build` of `FROM base` (loaded as `base_name`, removed afterwards) and `steps`, with
+/// `files` (name, path) in a context under `dir`; returns the name of the result,
+/// `BASE_NAME-built`.
+fn docker_build(
+    base: &support::OciFixture,
+    base_name: &str,
+    dir: &Path,
+    files: &[(&str, &Path)],
+    steps: &str,
+) -> String {
+    docker_load(base, base_name, dir);
+    let ctx = tempfile::tempdir_in(dir).unwrap();
+    for (name, path) in files {
+        std::fs::copy(path, ctx.path().join(name)).unwrap();
+    }
+    std::fs::write(ctx.path().join("Dockerfile"), format!("FROM {base_name}\n{steps}\n")).unwrap();
+    let built = format!("{base_name}-built");
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", &built])
+        .arg(ctx.path())
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    let _ = docker(&["rmi", "-f", base_name]);
+    support::assert_success(&format!("docker build of {steps}"), &out);
+    built
+}
+
+/// [`docker_build`], then the top layer of the result; the image is removed afterwards.
 fn docker_build_top_layer(
     base: &support::OciFixture,
     base_name: &str,
@@ -43,24 +70,9 @@ fn docker_build_top_layer(
     files: &[(&str, &Path)],
     steps: &str,
 ) -> LayerView {
-    docker_load(base, base_name, dir);
-    let ctx = dir.join("ctx");
-    std::fs::create_dir(&ctx).unwrap();
-    for (name, path) in files {
-        std::fs::copy(path, ctx.join(name)).unwrap();
-    }
-    std::fs::write(ctx.join("Dockerfile"), format!("FROM {base_name}\n{steps}\n")).unwrap();
-    let theirs_name = format!("{base_name}-apt");
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", &theirs_name])
-        .arg(&ctx)
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .unwrap();
-    let _ = docker(&["rmi", "-f", base_name]);
-    support::assert_success("docker build with apt-get install", &out);
-    let theirs = read_layer(&docker_top_layer(dir, &theirs_name));
-    let _ = docker(&["rmi", "-f", &theirs_name]);
+    let built = docker_build(base, base_name, dir, files, steps);
+    let theirs = read_layer(&docker_top_layer(dir, &built));
+    let _ = docker(&["rmi", "-f", &built]);
     theirs
 }
 
@@ -711,6 +723,21 @@ fn recommends_left_out_are_what_apt_would_have_added() {
 /// names changed): a system group, and `chgrp`/`chmod` unless dpkg-statoverride has the file.
 const AGENT_POSTINST: &str = "action=\"$1\"\n\nset_agent_permissions() {\n\tif ! getent group _agent >/dev/null; then\n\t\taddgroup --system --quiet --force-badname _agent\n\tfi\n\tif ! dpkg-statoverride --list /usr/bin/agent-stand-in >/dev/null; then\n\t\tchgrp _agent /usr/bin/agent-stand-in\n\t\tchmod 2755 /usr/bin/agent-stand-in\n\tfi\n}\n\nif [ \"$action\" = configure ]; then\n\tset_agent_permissions\nfi\n\nexit 0\n";
 
+/// A package carrying [`AGENT_POSTINST`] and the file it gives a group and mode.
+fn agent_deb(dir: &Path) -> std::path::PathBuf {
+    support::debs::fake_deb(
+        dir,
+        support::debs::FakeDeb {
+            name: "agent-stand-in",
+            version: "1.0",
+            depends: Some("adduser"),
+            files: vec![("/usr/bin/agent-stand-in", b"#!/bin/sh\n".as_slice(), 0o755)],
+            postinst: Some(AGENT_POSTINST),
+            ..Default::default()
+        },
+    )
+}
+
 /// The group, the owner and the setgid mode that postinst gives, held against `apt-get install`
 /// of the same `.deb` in Docker on the real Debian 12 base: the file and `group`, `gshadow` and
 /// their backups are the same entries (mode, owner, content).
@@ -723,17 +750,7 @@ fn postinst_group_and_setgid_equal_apt_get_in_docker() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let deb = support::debs::fake_deb(
-        tmp.path(),
-        support::debs::FakeDeb {
-            name: "agent-stand-in",
-            version: "1.0",
-            depends: Some("adduser"),
-            files: vec![("/usr/bin/agent-stand-in", b"#!/bin/sh\n".as_slice(), 0o755)],
-            postinst: Some(AGENT_POSTINST),
-            ..Default::default()
-        },
-    );
+    let deb = agent_deb(tmp.path());
     let base = debian::base(debian::BOOKWORM);
     let ours_dir = tmp.path().join("ours");
     let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
@@ -933,38 +950,16 @@ fn a_base_statoverride_applies_as_dpkg_applies_it() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let deb = support::debs::fake_deb(
-        tmp.path(),
-        support::debs::FakeDeb {
-            name: "agent-stand-in",
-            version: "1.0",
-            depends: Some("adduser"),
-            files: vec![("/usr/bin/agent-stand-in", b"#!/bin/sh\n".as_slice(), 0o755)],
-            postinst: Some(AGENT_POSTINST),
-            ..Default::default()
-        },
-    );
+    let deb = agent_deb(tmp.path());
     // The base, with an override made by dpkg-statoverride itself.
     let base = debian::base(debian::BOOKWORM);
-    let plain = format!("erdma-test/override-plain:{}", std::process::id());
-    docker_load(&base, &plain, tmp.path());
-    let ctx = tmp.path().join("override-ctx");
-    std::fs::create_dir(&ctx).unwrap();
-    std::fs::write(
-        ctx.join("Dockerfile"),
-        format!(
-            "FROM {plain}\nRUN dpkg-statoverride --add root nogroup 0750 /usr/bin/agent-stand-in\n"
-        ),
-    )
-    .unwrap();
-    let derived = format!("erdma-test/override-base:{}", std::process::id());
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", &derived])
-        .arg(&ctx)
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .unwrap();
-    support::assert_success("docker build of the base with an override", &out);
+    let derived = docker_build(
+        &base,
+        &format!("erdma-test/override-plain:{}", std::process::id()),
+        tmp.path(),
+        &[],
+        "RUN dpkg-statoverride --add root nogroup 0750 /usr/bin/agent-stand-in",
+    );
     let derived_dir = tmp.path().join("derived");
     support::assert_success(
         "skopeo copy",
@@ -974,7 +969,7 @@ fn a_base_statoverride_applies_as_dpkg_applies_it() {
             &format!("oci:{}:x", s(&derived_dir)),
         ]),
     );
-    let _ = docker(&["rmi", "-f", &derived, &plain]);
+    let _ = docker(&["rmi", "-f", &derived]);
     let derived = support::fixture::read_fixture(&derived_dir, "x");
 
     let ours_dir = tmp.path().join("ours");

@@ -1,10 +1,10 @@
 //! The sandbox maintainer scripts run in when they cannot be emulated: a hostile postinst
 //! reaches neither the host's files nor the network, and a failing one fails the build with
 //! dpkg's own words and nothing written. Real Debian 12 roots (debootstrap), real dpkg.
-use std::io::Read as _;
 use std::path::Path;
 
 use super::build_fails;
+use super::scripts::layer_file;
 use crate::support::{self, debian, debs};
 
 fn s(p: &Path) -> String {
@@ -40,7 +40,7 @@ fn a_hostile_postinst_stays_in_the_sandbox() {
     if !debian::require_base()
         || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
         || !support::require(
-            rustix_root(),
+            support::is_root(),
             "root, to give the sandbox its own ids (as .ci/run runs the tests)",
         )
     {
@@ -87,16 +87,8 @@ fn a_hostile_postinst_stays_in_the_sandbox() {
     // The script's own account, from the layer.
     let img = support::fixture::read_fixture(&out, "x");
     let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
-    let mut record = None;
-    for e in tar::Archive::new(flate2::read::GzDecoder::new(blob.as_slice())).entries().unwrap() {
-        let mut e = e.unwrap();
-        if e.path().unwrap().to_string_lossy() == "var/log/hostile.txt" {
-            let mut t = String::new();
-            e.read_to_string(&mut t).unwrap();
-            record = Some(t);
-        }
-    }
-    let record = record.expect("the postinst's record in the layer");
+    let record =
+        layer_file(&blob, "var/log/hostile.txt").expect("the postinst's record in the layer");
     for line in [
         "uid 0",
         "map 0 1073741824 65536",
@@ -126,7 +118,7 @@ fn a_hostile_postinst_stays_in_the_sandbox() {
 fn a_failing_postinst_fails_the_build_and_writes_nothing() {
     if !debian::require_base()
         || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
-        || !support::require(rustix_root(), "root, to give the sandbox its own ids")
+        || !support::require(support::is_root(), "root, to give the sandbox its own ids")
     {
         return;
     }
@@ -163,10 +155,6 @@ fn a_failing_postinst_fails_the_build_and_writes_nothing() {
     assert!(!out.exists(), "nothing written");
 }
 
-fn rustix_root() -> bool {
-    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap()
-}
-
 /// The sandbox runs the image's own architecture: on the Debian 12 arm64 base (qemu-user-static
 /// registered with the `F` flag, as scripts/setup registers it), libwrap0's postinst (a `cat`
 /// heredoc writing `/etc/hosts.allow` and `/etc/hosts.deny`) runs under the arm64 dpkg, and the
@@ -174,7 +162,7 @@ fn rustix_root() -> bool {
 #[test]
 fn the_sandbox_runs_a_foreign_architecture_through_binfmt() {
     if !debian::require_base_for(debian::BOOKWORM, debian::ARM64)
-        || !support::require(rustix_root(), "root, to give the sandbox its own ids")
+        || !support::require(support::is_root(), "root, to give the sandbox its own ids")
     {
         return;
     }
@@ -198,18 +186,11 @@ fn the_sandbox_runs_a_foreign_architecture_through_binfmt() {
     assert!(because.starts_with("libwrap0 "), "{because}");
     let img = support::fixture::read_fixture(&out, "x");
     let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
-    let mut files = std::collections::BTreeMap::new();
-    for e in tar::Archive::new(flate2::read::GzDecoder::new(blob.as_slice())).entries().unwrap() {
-        let mut e = e.unwrap();
-        let path = e.path().unwrap().to_string_lossy().into_owned();
-        let mut t = String::new();
-        let _ = e.read_to_string(&mut t);
-        files.insert(path, t);
-    }
     for f in ["etc/hosts.allow", "etc/hosts.deny"] {
-        assert!(files.get(f).is_some_and(|t| t.starts_with("# /etc/")), "{f}: {:?}", files.get(f));
+        let t = layer_file(&blob, f);
+        assert!(t.as_deref().is_some_and(|t| t.starts_with("# /etc/")), "{f}: {t:?}");
     }
-    let status = &files["var/lib/dpkg/status"];
+    let status = layer_file(&blob, "var/lib/dpkg/status").expect("dpkg's status in the layer");
     assert!(
         status.contains("Package: libwrap0\nStatus: install ok installed\n")
             && status.contains("Architecture: arm64"),

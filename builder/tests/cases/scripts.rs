@@ -5,10 +5,6 @@
 use super::{build_cached as build, build_fails, build_json};
 use crate::support::{self, debs, testdata};
 
-fn rustix_is_root() -> bool {
-    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap()
-}
-
 fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
 }
@@ -67,7 +63,7 @@ fn an_unknown_postinst_refuses_the_build_unless_skipped() {
         err.starts_with("error: running maintainer scripts in a sandbox (needed for sshd-stand-in 1:9.2p1-2's postinst (`adduser --quiet --system"),
         "{err}"
     );
-    if rustix_is_root() {
+    if support::is_root() {
         assert!(err.contains("the base has no /bin/sh to run them with"), "{err}");
     }
     assert!(err.contains("hint: --no-sandbox") && err.contains("--skip-scripts"), "{err}");
@@ -199,7 +195,7 @@ fn inert_scripts_and_system_groups() {
 }
 
 /// The content of `path` in a gzip or plain tar layer blob.
-fn layer_file(blob: &[u8], path: &str) -> Option<String> {
+pub(super) fn layer_file(blob: &[u8], path: &str) -> Option<String> {
     let r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::read::GzDecoder::new(blob))
     } else {
