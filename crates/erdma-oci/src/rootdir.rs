@@ -209,12 +209,7 @@ impl RootDir {
                     fs::create_dir(&full).map_err(Error::io("creating", &full))?;
                 }
             } else if kind.is_file() || kind == tar::EntryType::Continuous {
-                let mut f = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&full)
-                    .map_err(Error::io("creating", &full))?;
-                io::copy(&mut entry, &mut f).map_err(bad)?;
+                io::copy(&mut entry, &mut Self::create_file(&full)?).map_err(bad)?;
             } else if kind.is_symlink() {
                 let target = entry
                     .link_name_bytes()
@@ -257,10 +252,8 @@ impl RootDir {
                 continue;
             }
             self.own(&full, uid, gid)?;
-            // After the owner: chown(2) clears setuid and setgid.
             if !kind.is_symlink() {
-                fs::set_permissions(&full, fs::Permissions::from_mode(mode))
-                    .map_err(Error::io("setting the mode of", &full))?;
+                Self::set_mode(&full, mode)?;
             }
             written.insert(rel);
             applied.entries += 1;
@@ -275,15 +268,25 @@ impl RootDir {
         self.parents("(build)", &rel)?;
         let full = self.path.join(&rel);
         Self::clear(&full)?;
-        let mut f = fs::OpenOptions::new()
+        io::copy(data, &mut Self::create_file(&full)?).map_err(Error::io("writing", &full))?;
+        self.own(&full, 0, 0)?;
+        Self::set_mode(&full, mode)
+    }
+
+    /// A new regular file at `full`, for writing: never one opened through what was there
+    /// (a symlink), which [`Self::clear`] has removed.
+    fn create_file(full: &Path) -> Result<fs::File> {
+        fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(&full)
-            .map_err(Error::io("creating", &full))?;
-        io::copy(data, &mut f).map_err(Error::io("writing", &full))?;
-        self.own(&full, 0, 0)?;
-        fs::set_permissions(&full, fs::Permissions::from_mode(mode))
-            .map_err(Error::io("setting the mode of", &full))
+            .open(full)
+            .map_err(Error::io("creating", full))
+    }
+
+    /// The mode, set after the owner: chown(2) clears setuid and setgid.
+    fn set_mode(full: &Path, mode: u32) -> Result<()> {
+        fs::set_permissions(full, fs::Permissions::from_mode(mode))
+            .map_err(Error::io("setting the mode of", full))
     }
 
     /// Creates a directory (parents too), owned by the namespace's root.
