@@ -9,6 +9,7 @@ mod sandboxed;
 mod scripts;
 mod sources;
 mod unpack;
+mod users;
 
 use std::collections::BTreeMap;
 

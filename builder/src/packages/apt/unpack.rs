@@ -11,6 +11,7 @@ use super::install::BaseStatus;
 use super::resolve::Installed;
 use super::resolve::{self, Planned};
 use super::scripts::{self, Accounted};
+use super::users;
 use crate::error::{Error, Result};
 use crate::packages::payload::{self, FileType, Placer, Refused};
 use crate::packages::{Inputs, PackagesReport};
@@ -352,7 +353,7 @@ pub(super) fn unpack(
         layer.add_file("var/lib/dpkg/status-old", old.clone(), 0o644)?;
     }
 
-    scripts::add_system_groups(&accounted.groups, base, layer)?;
+    users::add_system_groups(&accounted.groups, base, layer)?;
     super::alternatives::apply(&accounted.alternatives, base, layer)?;
     scripts::apply_ownership(&accounted.ownership, base, layer)?;
     scripts::apply_statoverrides(base, layer, &new_paths)?;
