@@ -9,6 +9,8 @@
 //! `/var/log/alternatives.log` (a log with wall-clock times).
 use std::collections::BTreeMap;
 
+use super::image;
+
 use crate::error::{Error, Result};
 use crate::packages::PackageError;
 use erdma_oci::files::BaseFiles;
@@ -149,7 +151,7 @@ pub(super) fn apply(
 ) -> Result<()> {
     let mut groups: BTreeMap<String, (Group, Option<String>)> = BTreeMap::new();
     for i in installs {
-        if !exists(&i.path, base, layer)? {
+        if !image::exists(&i.path, base, layer)? {
             return Err(Error::from(PackageError::ScriptFails {
                 package: i.package.clone(),
                 script: "postinst".into(),
@@ -212,34 +214,18 @@ pub(super) fn apply(
     for (name, (group, current)) in groups {
         layer.add_file(&format!("{ADMIN}/{name}"), group.render().into_bytes(), 0o644)?;
         let Some(chosen) = current else { continue };
-        link(base, layer, &group.link, &format!("/etc/alternatives/{name}"))?;
-        link(base, layer, &format!("/etc/alternatives/{name}"), &chosen)?;
+        image::link(base, layer, &group.link, &format!("/etc/alternatives/{name}"))?;
+        image::link(base, layer, &format!("/etc/alternatives/{name}"), &chosen)?;
         let paths = &group.choices[&chosen].1;
         for (sname, slink) in &group.slaves {
             match paths.get(sname) {
-                Some(p) if exists(p, base, layer)? => {
-                    link(base, layer, slink, &format!("/etc/alternatives/{sname}"))?;
-                    link(base, layer, &format!("/etc/alternatives/{sname}"), p)?;
+                Some(p) if image::exists(p, base, layer)? => {
+                    image::link(base, layer, slink, &format!("/etc/alternatives/{sname}"))?;
+                    image::link(base, layer, &format!("/etc/alternatives/{sname}"), p)?;
                 }
                 _ => {}
             }
         }
     }
     Ok(())
-}
-
-/// `path` (absolute) where the image has it, its directories' symlinks resolved.
-fn real(path: &str, base: &dyn BaseFiles) -> Result<String> {
-    let rel = path.trim_start_matches('/');
-    Ok(base.real_path(rel)?.unwrap_or_else(|| rel.to_string()))
-}
-
-fn exists(path: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
-    let real = real(path, base)?;
-    Ok(super::unpack::layer_has(layer, &real) || base.kind(&real)?.is_some())
-}
-
-fn link(base: &dyn BaseFiles, layer: &mut LayerContents, at: &str, target: &str) -> Result<()> {
-    let at = real(at, base)?;
-    Ok(layer.add_symlink(&at, target)?)
 }

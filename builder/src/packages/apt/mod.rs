@@ -2,6 +2,7 @@
 mod alternatives;
 mod dpkg;
 mod fetch;
+mod image;
 pub mod install;
 pub mod local;
 pub mod resolve;

@@ -94,10 +94,7 @@ pub(super) fn image_id(
     db: &str,
     name: &str,
 ) -> Result<Option<u64>> {
-    let bytes = match layer.get(db).map(|e| &e.kind) {
-        Some(EntryKind::File(c)) => c.clone(),
-        _ => base.read(db, 4 << 20)?.unwrap_or_default(),
-    };
+    let bytes = super::image::read(db, base, layer, 4 << 20)?.unwrap_or_default();
     Ok(String::from_utf8_lossy(&bytes)
         .lines()
         .find(|l| l.split(':').next() == Some(name))

@@ -1,0 +1,65 @@
+//! The image as maintainer scripts would see it while dpkg configures: the base's files with
+//! this build's layer over them. Paths are absolute as scripts write them (`/lib/systemd/…`)
+//! and are resolved through the base's directory symlinks (merged `/usr`) to where the layer
+//! keeps them.
+use erdma_oci::files::BaseFiles;
+use erdma_oci::layer::{EntryKind, LayerContents};
+use erdma_oci::rootfs::SnapEntry;
+
+use crate::error::Result;
+
+/// `path` (absolute) where the image has it, its directories' symlinks resolved.
+pub(super) fn real(path: &str, base: &dyn BaseFiles) -> Result<String> {
+    let rel = path.trim_start_matches('/');
+    Ok(base.real_path(rel)?.unwrap_or_else(|| rel.to_string()))
+}
+
+/// What `path` is in the image: the layer's entry where it has one (a whiteout: nothing),
+/// else the base's.
+pub(super) fn kind(
+    path: &str,
+    base: &dyn BaseFiles,
+    layer: &LayerContents,
+) -> Result<Option<SnapEntry>> {
+    let real = real(path, base)?;
+    Ok(match layer.get(&real).map(|e| &e.kind) {
+        Some(EntryKind::Whiteout) => None,
+        Some(EntryKind::Dir) => Some(SnapEntry::Dir),
+        Some(EntryKind::Symlink(t)) => Some(SnapEntry::Symlink(t.clone())),
+        Some(EntryKind::File(c)) => Some(SnapEntry::File(Some(c.clone()))),
+        Some(EntryKind::Spooled { .. }) => Some(SnapEntry::File(None)),
+        None => base.kind(&real)?,
+    })
+}
+
+pub(super) fn exists(path: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
+    Ok(kind(path, base, layer)?.is_some())
+}
+
+/// The content of the regular file at `path` (at most `max` bytes from the base); `None` where
+/// the image has no such file, or only a large one the layer spooled (no script helper reads
+/// one of those).
+pub(super) fn read(
+    path: &str,
+    base: &dyn BaseFiles,
+    layer: &LayerContents,
+    max: u64,
+) -> Result<Option<Vec<u8>>> {
+    let real = real(path, base)?;
+    match layer.get(&real).map(|e| &e.kind) {
+        Some(EntryKind::File(c)) => Ok(Some(c.clone())),
+        Some(_) => Ok(None),
+        None => Ok(base.read(&real, max)?),
+    }
+}
+
+/// A symlink at `at` (absolute) pointing to `target`, where the image has `at`.
+pub(super) fn link(
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+    at: &str,
+    target: &str,
+) -> Result<()> {
+    let at = real(at, base)?;
+    Ok(layer.add_symlink(&at, target)?)
+}
