@@ -87,7 +87,7 @@ pub struct Options {
 
 impl Options {
     pub fn epoch_from_env() -> u64 {
-        std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        crate::packages::source_date_epoch().unwrap_or(0)
     }
 }
 

@@ -14,6 +14,8 @@ pub mod payload;
 pub mod rpm;
 pub mod sandboxed;
 pub mod scripts;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -418,4 +420,9 @@ pub async fn local_package(
     std::io::copy(&mut body, &mut std::io::sink()).map_err(Error::io("reading package", &path))?;
     let (size, sha256) = body.finish();
     Ok((path, size, sha256))
+}
+
+/// `SOURCE_DATE_EPOCH` (reproducible-builds.org's specification) where set to a number.
+pub fn source_date_epoch() -> Option<u64> {
+    std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.trim().parse().ok())
 }

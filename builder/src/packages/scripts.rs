@@ -85,20 +85,24 @@ struct IfFrame {
 /// Commands inside `$(…)` or backquotes are not split out; the caller sees them as words of the
 /// command around them (an unknown command).
 pub fn commands(script: &str, args: Option<&[&str]>) -> Vec<Vec<String>> {
-    commands_with(script, args, &|_| None)
+    commands_with(script, args, &[], &|_| None)
 }
 
-/// [`commands`], with `known` telling the status of commands the caller can answer for
-/// (`dpkg-statoverride --list PATH` against the image's database); `None`: not known.
+/// [`commands`], with `env` the variables the package manager exports to the script (dpkg's
+/// `DPKG_ROOT`, empty when it installs to `/`) and `known` telling the status of commands the
+/// caller can answer for (`dpkg-statoverride --list PATH` against the image's database);
+/// `None`: not known.
 pub fn commands_with(
     script: &str,
     args: Option<&[&str]>,
+    env: &[(&str, &str)],
     known: &dyn Fn(&[String]) -> Truth,
 ) -> Vec<Vec<String>> {
     let mut functions: BTreeMap<String, Vec<Vec<String>>> = Default::default();
-    let main = without_functions(script, &mut functions, known);
+    let main = without_functions(script, &mut functions, env, known);
     let mut out = Vec::new();
-    let mut vars: BTreeMap<String, String> = BTreeMap::new();
+    let mut vars: BTreeMap<String, String> =
+        env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     // One entry per open `case`: whether it is on `$1`, and whether its current branch can
     // run.
     let mut cases: Vec<(bool, bool)> = Vec::new();
@@ -369,6 +373,7 @@ fn compare_versions(a: &str, op: &str, b: &str) -> Truth {
 fn without_functions(
     script: &str,
     functions: &mut BTreeMap<String, Vec<Vec<String>>>,
+    env: &[(&str, &str)],
     known: &dyn Fn(&[String]) -> Truth,
 ) -> String {
     let mut main = String::new();
@@ -394,7 +399,7 @@ fn without_functions(
             body.push_str(l);
             body.push('\n');
         }
-        let cmds = commands_with(&body, None, known);
+        let cmds = commands_with(&body, None, env, known);
         functions.insert(name, cmds);
     }
     main

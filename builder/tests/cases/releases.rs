@@ -922,6 +922,23 @@ fn debian12_openmpi_emulated_equals_apt_get() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("Open MPI"), "{out:?}");
 }
 
+/// uuid-runtime's postinst adds the `uuidd` group and system user, gives `/var/lib/libuuid`
+/// to them, registers the SysV script with `update-rc.d` and enables its systemd units with
+/// `deb-systemd-helper`: all emulated, no base layer read, and the layer equals apt-get's
+/// (passwd, shadow and their backups, the rc?.d links, the `.wants` links and
+/// deb-systemd-helper's state). `uuidgen` runs in the result and `dpkg --audit` is quiet.
+#[test]
+fn debian12_uuid_runtime_emulated_equals_apt_get() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, dir) = extras_equal_apt_get(debian::BOOKWORM, &["uuid-runtime"], tmp.path());
+    assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+    let out = run_in_result(&dir, "uuidgen && getent passwd uuidd && dpkg --audit");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("uuidd:x:"), "{out:?}");
+}
+
 /// iputils-ping's postinst gives `ping` its capability with `setcap cap_net_raw+ep` where
 /// libcap2-bin is installed: run in the sandbox, the capability lands in the layer as the
 /// `security.capability` attribute Docker's layer carries for the same install (the version 2

@@ -8,6 +8,7 @@ pub mod local;
 pub mod resolve;
 mod sandboxed;
 mod scripts;
+mod services;
 mod sources;
 mod unpack;
 mod users;

@@ -7,7 +7,10 @@
 //! one of:
 //! - inert (tests, `dpkg --compare-versions`, `echo`, `set -e`, `umask`, `getent`): nothing to
 //!   do;
-//! - `addgroup --system [--quiet] NAME`: emulated ([`super::users::add_system_groups`]);
+//! - `addgroup --system [--quiet] NAME` and `adduser --system … NAME`: emulated
+//!   ([`super::users`]);
+//! - `update-rc.d NAME defaults`, `deb-systemd-helper enable UNIT`: emulated; `invoke-rc.d`,
+//!   `deb-systemd-helper unmask` of an unmasked unit: no effect ([`super::services`]);
 //! - `update-alternatives --install LINK NAME PATH PRIORITY [--slave …]`: emulated
 //!   ([`super::alternatives`]);
 //! - `chown`, `chgrp`, `chmod OCTAL` of a file of the same package: emulated on the layer's
@@ -20,7 +23,11 @@
 //!   `/etc/ld.so.conf.d`: no effect that matters, as its libraries lie in directories the
 //!   loader searches without a cache entry (Debian's ld.so has the multiarch directories in
 //!   its default path);
-//! - anything else: the build stops ([`PackageError::Script`]) unless `--skip-scripts`.
+//! - anything else: the build stops ([`PackageError::Script`]) unless `--skip-scripts`; the
+//!   install then goes to the sandbox unless `--no-sandbox`.
+//!
+//! File tests on the package's own files (`[ -x /etc/init.d/NAME ]` in postinst) are answered
+//! from its payload, and `DPKG_ROOT` is empty, as dpkg exports it for an install to `/`.
 use std::collections::BTreeSet;
 
 use super::resolve::{Installed, Planned};
@@ -44,6 +51,10 @@ pub(super) struct Accounted {
     pub(super) groups: Vec<String>,
     /// `update-alternatives --install` calls, in order.
     pub(super) alternatives: Vec<super::alternatives::Install>,
+    /// `adduser --system` calls, in order.
+    pub(super) users: Vec<super::users::SystemUser>,
+    /// `update-rc.d` and `deb-systemd-helper enable` calls, in order.
+    pub(super) services: Vec<super::services::Registration>,
     /// `chown`, `chgrp` and `chmod` of a package's own files, in order.
     pub(super) ownership: Vec<Ownership>,
     /// The paths the image's `var/lib/dpkg/statoverride` lists, read once per build.
@@ -105,19 +116,28 @@ impl Ownership {
     }
 }
 
+/// What a package's payload holds, as the scripts may test it.
+pub(super) struct Payload<'a> {
+    /// Every path (`/usr/lib/…`), in payload order.
+    pub(super) list: &'a [String],
+    /// The regular files with an execute bit.
+    pub(super) executable: &'a BTreeSet<String>,
+}
+
 /// Accounts for the maintainer scripts and triggers of `planned`, whose control part is `deb`
-/// and whose payload lists `files` (`/usr/lib/…`); `old`: the version the base has in its
-/// place (an upgrade or replacement), `None` for a fresh install.
+/// and whose payload is `payload`; `old`: the version the base has in its place (an upgrade
+/// or replacement), `None` for a fresh install.
 pub(super) fn account(
     planned: &Planned,
     deb: &Deb,
-    files: &[String],
+    payload: &Payload<'_>,
     old: Option<&Version>,
     base: &dyn BaseFiles,
     skip: bool,
     out: &mut Accounted,
 ) -> Result<()> {
     let package = format!("{} {}", planned.name, planned.version);
+    let files = payload.list;
     if out.overrides.is_none() {
         let text = base.read("var/lib/dpkg/statoverride", 4 << 20)?.unwrap_or_default();
         out.overrides = Some(
@@ -144,21 +164,57 @@ pub(super) fn account(
             ("preinst", Some(_)) => vec!["upgrade", &old_text],
             _ => vec!["configure", &old_text],
         };
-        // `dpkg-statoverride --list PATH` succeeds when the database has an override for it.
+        // `dpkg-statoverride --list PATH` succeeds when the database has an override for it;
+        // a file test on a path of this package is told by its payload (dpkg has unpacked it
+        // when postinst runs); the service helpers answer theirs.
+        let unpacked = *script == "postinst";
         let known = |w: &[String]| -> scripts::Truth {
-            match w {
-                [cmd, list, path] if cmd == "dpkg-statoverride" && list == "--list" => {
+            let test: Vec<&str> = match w.first().map(String::as_str) {
+                Some("[") if w.last().is_some_and(|l| l == "]") => {
+                    w[1..w.len() - 1].iter().map(String::as_str).collect()
+                }
+                Some("test") => w[1..].iter().map(String::as_str).collect(),
+                _ => Vec::new(),
+            };
+            match (w, test.as_slice()) {
+                ([cmd, list, path], _) if cmd == "dpkg-statoverride" && list == "--list" => {
                     Some(overrides.contains(path))
                 }
-                _ => None,
+                (_, ["-e", path]) if unpacked && files.iter().any(|f| f == path) => Some(true),
+                (_, ["-x" | "-f", path]) if unpacked && payload.executable.contains(*path) => {
+                    Some(true)
+                }
+                _ => super::services::truth(w, base),
             }
         };
-        for words in scripts::commands_with(&text, Some(&args), &known) {
+        // dpkg exports DPKG_ROOT, empty when it installs to `/` (deb-maintscripts(5)).
+        let env = [("DPKG_ROOT", "")];
+        for words in scripts::commands_with(&text, Some(&args), &env, &known) {
             if scripts::is_inert(&words) {
                 continue;
             }
             let shown = words.join(" ");
             match words[0].as_str() {
+                "adduser" => match users::SystemUser::parse(&package, &words) {
+                    Some((user, own_group)) => {
+                        emulated.push(format!("system user {}", user.name));
+                        if own_group {
+                            out.groups.push(user.name.clone());
+                        }
+                        out.users.push(user);
+                    }
+                    None => unknown = unknown.or(Some(shown)),
+                },
+                "update-rc.d" | "invoke-rc.d" | "deb-systemd-helper" => {
+                    match super::services::parse(&package, &words, base)? {
+                        Some(super::services::Parsed::Emulate(r)) => {
+                            emulated.push(shown);
+                            out.services.push(r);
+                        }
+                        Some(super::services::Parsed::NoEffect(why)) => effects.push(why),
+                        None => unknown = unknown.or(Some(shown)),
+                    }
+                }
                 "addgroup" => match users::system_group(&words) {
                     Some(name) => {
                         emulated.push(format!("system group {name}"));

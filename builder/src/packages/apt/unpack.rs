@@ -109,8 +109,12 @@ pub(crate) fn inspect(
         let mut refused: Option<(String, Refused)> = None;
         let mut files: BTreeSet<String> = BTreeSet::new();
         let mut list = Vec::new();
+        let mut executable = BTreeSet::new();
         deb::for_each_data_entry(&path, inflation, |entry, _| {
             list.push(format!("/{}", entry.path));
+            if matches!(entry.kind, DataKind::File { .. }) && entry.mode & 0o111 != 0 {
+                executable.insert(format!("/{}", entry.path));
+            }
             report.special_files.extend(payload::special(
                 &label,
                 &entry.path,
@@ -148,7 +152,8 @@ pub(crate) fn inspect(
         .map_err(|e| entry_error(planned, &path, e, refused.take()))?;
         let deb = deb::read_control(&path).map_err(|e| entry_error(planned, &path, e, None))?;
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
-        scripts::account(planned, &deb, &list, old, base, inputs.skip_scripts, &mut accounted)?;
+        let payload = scripts::Payload { list: &list, executable: &executable };
+        scripts::account(planned, &deb, &payload, old, base, inputs.skip_scripts, &mut accounted)?;
     }
     for gone in &res.remove {
         scripts::removed(gone, &info_name(&gone.paragraph, &gone.arch), base, &mut accounted)?;
@@ -180,6 +185,7 @@ pub(super) fn unpack(
         let deb = deb::read_control(path).map_err(|e| entry_error(planned, path, e, None))?;
         let label = format!("{} {}", planned.name, planned.version);
         let mut list = vec!["/.".to_string()];
+        let mut executable = BTreeSet::new();
         // Each regular file's content (held when small, spooled when large) and MD5, for hard
         // links and the conffiles' checksums; a package's files are never all held at once.
         let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
@@ -196,6 +202,9 @@ pub(super) fn unpack(
             };
             payload::check_name(&entry.path).map_err(&mut refuse)?;
             list.push(format!("/{}", entry.path));
+            if matches!(entry.kind, DataKind::File { .. }) && entry.mode & 0o111 != 0 {
+                executable.insert(format!("/{}", entry.path));
+            }
             report.special_files.extend(payload::special(
                 &label,
                 &entry.path,
@@ -269,7 +278,8 @@ pub(super) fn unpack(
         })
         .map_err(|e| entry_error(planned, path, e, refused.take()))?;
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
-        scripts::account(planned, &deb, &list, old, base, skip_scripts, &mut accounted)?;
+        let payload = scripts::Payload { list: &list, executable: &executable };
+        scripts::account(planned, &deb, &payload, old, base, skip_scripts, &mut accounted)?;
         write_info(&deb, planned, &list, &files, &sums, layer, &mut stanzas)?;
     }
 
@@ -354,8 +364,10 @@ pub(super) fn unpack(
     }
 
     users::add_system_groups(&accounted.groups, base, layer)?;
+    users::add_system_users(&accounted.users, base, layer, users::today())?;
     super::alternatives::apply(&accounted.alternatives, base, layer)?;
     scripts::apply_ownership(&accounted.ownership, base, layer)?;
+    super::services::apply(&accounted.services, base, layer)?;
     scripts::apply_statoverrides(base, layer, &new_paths)?;
     report.scripts.extend(accounted.records);
     Ok(removed_files)
