@@ -166,8 +166,8 @@ fn image_rpm(kind: BaseKind, root: &Path, args: &[&str], files: &[PathBuf]) -> O
     }
 }
 
-/// Every entry under `root`: its type, permission bits, owner, mtime (files) and content or
-/// link target, by relative path.
+/// Every entry under `root`: its type, permission bits, owner, mtime (files), content or link
+/// target, and how many names a file has (hard links), by relative path.
 fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
     use std::os::unix::fs::MetadataExt;
     support::fixture::walk_tree(root)
@@ -180,9 +180,10 @@ fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
             } else {
                 use sha2::Digest as _;
                 format!(
-                    "file {} mtime {}",
+                    "file {} mtime {} names {}",
                     hex::encode(sha2::Sha256::digest(std::fs::read(root.join(&rel)).unwrap())),
-                    m.mtime()
+                    m.mtime(),
+                    m.nlink()
                 )
             };
             (rel, format!("{kind} mode {:o} owner {}:{}", m.mode() & 0o7777, m.uid(), m.gid()))
@@ -510,7 +511,8 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
     }
 }
 
-/// An rpm with files under /sbin and /lib64 (paths merged /usr images have as symlinks).
+/// An rpm with files under /sbin and /lib64 (paths merged /usr images have as symlinks), and a
+/// file with two names (rpm links them: one inode).
 fn local_merged_usr_rpm() -> PathBuf {
     let specs = |_: &Path| {
         let p = rpm_repo::RpmDef {
@@ -520,8 +522,13 @@ fn local_merged_usr_rpm() -> PathBuf {
             contents: vec![
                 ("/sbin/erdma-probe".into(), b"#!/bin/sh\necho probe\n".to_vec(), 0o755),
                 ("/lib64/liberdma-probe.so.1".into(), b"not an ELF".to_vec(), 0o644),
+                ("/usr/libexec/erdma-probe/probe".into(), b"#!/bin/sh\necho one\n".to_vec(), 0o755),
             ],
             symlinks: vec![("/lib64/liberdma-probe.so".into(), "liberdma-probe.so.1".into())],
+            hardlinks: vec![(
+                "/usr/libexec/erdma-probe/probe-again".into(),
+                "/usr/libexec/erdma-probe/probe".into(),
+            )],
             ..Default::default()
         };
         vec![rpm_repo::SpecDef {
@@ -835,20 +842,20 @@ fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
     assert!(pk.get("recommends_left_out").is_none(), "{pk}");
 }
 
-/// An EL 8-like base whose rpm really runs: Debian 11's root with its rpm 4.16 (Berkeley DB),
-/// dressed as CentOS 8 (os-release, a BaseOS `.repo`, `%_dbpath /var/lib/rpm` as EL's rpm has
-/// it, an empty rpmdb made by that rpm): a shell, `groupadd`/`useradd` and rpm, which the
-/// stand-in EL bases lack. Returns the base and its tree (for the oracle).
-fn runnable_el8_base(dir: &Path) -> (OciFixture, PathBuf) {
-    let root = dir.join("el8-root");
+/// An EL-like base whose rpm really runs: for EL8, Debian 11's root with its rpm 4.16
+/// (Berkeley DB) dressed as CentOS 8; for EL9, Debian 12's with its rpm 4.18 (SQLite) dressed
+/// as Rocky 9 (os-release, a BaseOS `.repo`, `%_dbpath /var/lib/rpm` as EL's rpm has it, an
+/// empty rpmdb made by that rpm): a shell, `groupadd`/`useradd` and rpm, which the stand-in EL
+/// bases lack. Returns the base and its tree (for the oracle).
+fn runnable_el_base(dir: &Path, el: El) -> (OciFixture, PathBuf) {
+    let (tree, os_release, name) = match el {
+        El::El9 => (rpm_repo::debian12_rpm_root(), rpm_repo::ROCKY9_OS_RELEASE, "Rocky"),
+        _ => (rpm_repo::debian11_rpm_root(), rpm_repo::CENTOS8_OS_RELEASE, "CentOS-Linux"),
+    };
+    let root = dir.join("el-root");
     support::assert_success(
         "cp -a",
-        &Command::new("cp")
-            .arg("-a")
-            .arg(rpm_repo::debian11_rpm_root())
-            .arg(&root)
-            .output()
-            .unwrap(),
+        &Command::new("cp").arg("-a").arg(tree).arg(&root).output().unwrap(),
     );
     for gone in
         ["etc/debian_version", "etc/os-release", "usr/lib/os-release", "var/lib/dpkg", "etc/apt"]
@@ -856,11 +863,11 @@ fn runnable_el8_base(dir: &Path) -> (OciFixture, PathBuf) {
         let p = root.join(gone);
         let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
     }
-    std::fs::write(root.join("etc/os-release"), rpm_repo::CENTOS8_OS_RELEASE).unwrap();
+    std::fs::write(root.join("etc/os-release"), os_release).unwrap();
     std::fs::create_dir_all(root.join("etc/yum.repos.d")).unwrap();
     std::fs::write(
-        root.join("etc/yum.repos.d/CentOS-Linux-BaseOS.repo"),
-        "[baseos]\nname=CentOS Linux $releasever - BaseOS\nbaseurl=http://baseos.invalid/$releasever/BaseOS/$basearch/os/\ngpgcheck=1\nenabled=1\n",
+        root.join(format!("etc/yum.repos.d/{name}-BaseOS.repo")),
+        "[baseos]\nname=BaseOS $releasever\nbaseurl=http://baseos.invalid/$releasever/BaseOS/$basearch/os/\ngpgcheck=1\nenabled=1\n",
     )
     .unwrap();
     std::fs::create_dir_all(root.join("etc/rpm")).unwrap();
@@ -874,7 +881,7 @@ fn runnable_el8_base(dir: &Path) -> (OciFixture, PathBuf) {
             std::fs::remove_file(e.path()).unwrap();
         }
     }
-    let oci = dir.join("el8-oci");
+    let oci = dir.join("el-oci");
     support::fixture::init_oci_layout(&oci);
     let layer = support::fixture::tree_layer(&oci, &root, &|_, _| true, &[]);
     let img = support::fixture::image_from_layers(&oci, "x", vec![layer], &[], &["bash"]);
@@ -882,30 +889,37 @@ fn runnable_el8_base(dir: &Path) -> (OciFixture, PathBuf) {
 }
 
 /// A `%pre` that adds a system group and user (Fedora's guidelines' `groupadd -r`/`useradd
-/// -r`), on a base whose rpm runs: the image's rpm installs the package in the sandbox, and the
-/// result equals real `rpm -U` of the same file in the same root (chrooted): the same
-/// `passwd`, `group`, `shadow`, `gshadow`, the package's file, and an rpmdb that `rpm -q`
-/// and `rpm -V` accept.
+/// -r`), on a base whose rpm runs (rpm 4.16 on a Berkeley DB): the image's rpm installs the
+/// package in the sandbox, and the result equals real `rpm -U` of the same file in the same
+/// root (chrooted): the same `passwd`, `group`, `shadow`, `gshadow`, the package's file, and an
+/// rpmdb that `rpm -q` and `rpm -V` accept.
 #[test]
 fn a_scriptlet_runs_in_the_sandbox_as_rpm_runs_it_root_net() {
+    scriptlet_runs_in_the_sandbox(El::El8);
+}
+
+/// The same with rpm 4.18 on a SQLite rpmdb (as EL9's).
+#[test]
+fn a_scriptlet_runs_in_the_sandbox_on_a_sqlite_rpmdb_root_net() {
+    scriptlet_runs_in_the_sandbox(El::El9);
+}
+
+fn scriptlet_runs_in_the_sandbox(el: El) {
     if !rpm_repo::require_bases() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (base, root) = runnable_el8_base(tmp.path());
+    let (base, root) = runnable_el_base(tmp.path(), el);
     let key = RpmKey::generate();
-    let baseos = RpmRepo::build(
-        RpmLayout::Flat,
-        &rpm_repo::el_deps_rpms(El::El8),
-        &key,
-        El::El8.rpmv3_signatures(),
-    );
+    let baseos =
+        RpmRepo::build(RpmLayout::Flat, &rpm_repo::el_deps_rpms(el), &key, el.rpmv3_signatures());
     // The recipe's repository is added to the image even with --no-packages.
+    let releasever = if el == El::El9 { "9" } else { "8" };
     let erdma = RpmRepo::build(
-        RpmLayout::alibaba("8"),
-        &rpm_repo::el_rdma_rpms(El::El8),
+        RpmLayout::alibaba(releasever),
+        &rpm_repo::el_rdma_rpms(el),
         &key,
-        El::El8.rpmv3_signatures(),
+        el.rpmv3_signatures(),
     );
     let key_file = tmp.path().join("key.asc");
     std::fs::write(&key_file, key.armored_public()).unwrap();

@@ -22,7 +22,7 @@
 //!
 //! Cache layout (under [`debian::cache_root`]): `el-rpms-*-HASH/` (rpm sets, keyed by a hash
 //! of the generated specs and their inputs), `debian11-rpm/` (a bullseye minbase with rpm
-//! 4.16, the Berkeley DB writer), `el-base-*-HASH/{rootfs,oci,build-info.json}`.
+//! 4.16, the Berkeley DB writer), `debian12-rpm/` (a bookworm one with rpm 4.18 on SQLite), `el-base-*-HASH/{rootfs,oci,build-info.json}`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -142,6 +142,8 @@ pub struct RpmDef {
     pub contents: Vec<(String, Vec<u8>, u32)>,
     /// `(absolute destination, target)`.
     pub symlinks: Vec<(String, String)>,
+    /// `(absolute destination, destination of the file it is another name of)`: `ln`.
+    pub hardlinks: Vec<(String, String)>,
     /// Directories the package owns (`%dir`), created 0755.
     pub dirs: Vec<String>,
     /// Destinations that are `%config(noreplace)`.
@@ -230,6 +232,7 @@ fn spec_text(spec: &SpecDef, stage: &Path, el: El) -> String {
         let mut dests: Vec<&str> = p.files.iter().map(|(_, d)| d.as_str()).collect();
         dests.extend(p.contents.iter().map(|(d, _, _)| d.as_str()));
         dests.extend(p.symlinks.iter().map(|(d, _)| d.as_str()));
+        dests.extend(p.hardlinks.iter().map(|(d, _)| d.as_str()));
         dests.sort();
         for d in dests {
             if p.config.iter().any(|c| c == d) {
@@ -272,6 +275,11 @@ fn stage_files(spec: &SpecDef, stage: &Path) {
             let to = dest(d);
             mkparent(&to);
             std::os::unix::fs::symlink(target, &to).unwrap();
+        }
+        for (d, existing) in &p.hardlinks {
+            let to = dest(d);
+            mkparent(&to);
+            fs::hard_link(dest(existing), &to).unwrap();
         }
     }
 }
@@ -1205,14 +1213,24 @@ pub fn require_rpms() -> bool {
 /// A Debian 11 (bullseye) minbase with `rpm` 4.16 (libdb 5.3), cached: the one rpm here that
 /// still writes Berkeley DB databases.
 pub fn debian11_rpm_root() -> PathBuf {
-    cached_dir("debian11-rpm", |tmp| {
-        let mirror = debian::mirror_for_suite("bullseye")
+    debian_rpm_root("bullseye", "debian11-rpm")
+}
+
+/// A Debian 12 (bookworm) minbase with `rpm` 4.18, whose rpmdb is SQLite (as EL9's), cached.
+pub fn debian12_rpm_root() -> PathBuf {
+    debian_rpm_root("bookworm", "debian12-rpm")
+}
+
+/// A minbase of `suite` with Debian's `rpm`, cached as `name`.
+fn debian_rpm_root(suite: &str, name: &str) -> PathBuf {
+    cached_dir(name, |tmp| {
+        let mirror = debian::mirror_for_suite(suite)
             .or_else(debian::debian_mirror)
             .expect("no Debian mirror in the host's apt sources");
         let root = tmp.join("rootfs");
         let t0 = Instant::now();
         let out = Command::new("debootstrap")
-            .args(["--variant=minbase", "--arch=amd64", "--include=rpm", "bullseye"])
+            .args(["--variant=minbase", "--arch=amd64", "--include=rpm", suite])
             .arg(&root)
             .arg(&mirror)
             .stdin(Stdio::null())
@@ -1221,7 +1239,7 @@ pub fn debian11_rpm_root() -> PathBuf {
         if !out.status.success() {
             debian::unmount_below(tmp);
             panic!(
-                "debootstrap bullseye failed: {}\n{}",
+                "debootstrap {suite} failed: {}\n{}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             );
@@ -1243,7 +1261,7 @@ pub fn debian11_rpm_root() -> PathBuf {
         fs::write(
             tmp.join("build-info.json"),
             serde_json::to_vec_pretty(&serde_json::json!({
-                "suite": "bullseye",
+                "suite": suite,
                 "rpm": String::from_utf8_lossy(&version).trim(),
                 "db_backend": backend.trim(),
                 "seconds": t0.elapsed().as_secs_f64(),
@@ -1251,7 +1269,7 @@ pub fn debian11_rpm_root() -> PathBuf {
             .unwrap(),
         )
         .unwrap();
-        eprintln!("debian11-rpm: debootstrap bullseye with rpm took {:.1?}", t0.elapsed());
+        eprintln!("{name}: debootstrap {suite} with rpm took {:.1?}", t0.elapsed());
     })
     .join("rootfs")
 }

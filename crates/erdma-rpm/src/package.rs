@@ -810,24 +810,34 @@ impl Package {
                 gid: u64::from(gid),
             };
             // rpm gives every file its header mtime (lib/fsm.c), and `rpm -V` compares it.
-            let insert = |layer: &mut LayerContents, i: usize, e: Entry| {
-                let at = match opts.place {
-                    Some(place) => {
-                        let kind = match &e.kind {
-                            EntryKind::Dir => layer::Placing::Dir,
-                            EntryKind::Symlink(t) => layer::Placing::Symlink(t),
-                            _ => layer::Placing::File,
-                        };
-                        match place(&norm[i], kind).map_err(|why| bad(&files[i].path, why))? {
-                            Some(at) => at,
-                            None => return Ok(()),
+            // `link_to`: where an earlier name of the same file landed, for a hard link (rpm
+            // links the names of a set: lib/fsm.c `fsmMkfile`). Returns where the entry landed.
+            let insert_as =
+                |layer: &mut LayerContents, i: usize, e: Entry, link_to: Option<&str>| {
+                    let at = match opts.place {
+                        Some(place) => {
+                            let kind = match &e.kind {
+                                EntryKind::Dir => layer::Placing::Dir,
+                                EntryKind::Symlink(t) => layer::Placing::Symlink(t),
+                                _ => layer::Placing::File,
+                            };
+                            match place(&norm[i], kind).map_err(|why| bad(&files[i].path, why))? {
+                                Some(at) => at,
+                                None => return Ok(None),
+                            }
                         }
+                        None => norm[i].clone(),
+                    };
+                    match link_to {
+                        Some(to) => layer.add_hardlink(&at, to),
+                        None => layer.insert(&at, e),
                     }
-                    None => norm[i].clone(),
+                    .map_err(|e| bad(&files[i].path, e.to_string()))?;
+                    layer.set_mtime(&at, u64::from(files[i].mtime));
+                    Ok::<Option<String>, RpmError>(Some(at))
                 };
-                layer.insert(&at, e).map_err(|e| bad(&files[i].path, e.to_string()))?;
-                layer.set_mtime(&at, u64::from(files[i].mtime));
-                Ok::<(), RpmError>(())
+            let insert = |layer: &mut LayerContents, i: usize, e: Entry| {
+                insert_as(layer, i, e, None).map(|_| ())
             };
             match f.file_type() {
                 S_IFDIR => {
@@ -903,10 +913,11 @@ impl Package {
                         Some(kind)
                     };
                     if let Some(kind) = kind {
+                        let mut first: Option<String> = None;
                         for i in targets {
                             let fi = &files[i];
                             let (uid, gid) = owners(&fi.user, &fi.group);
-                            insert(
+                            let landed = insert_as(
                                 layer,
                                 i,
                                 Entry {
@@ -915,7 +926,9 @@ impl Package {
                                     uid: u64::from(uid),
                                     gid: u64::from(gid),
                                 },
+                                first.as_deref(),
                             )?;
+                            first = first.or(landed);
                             out.written.push(fi.path.clone());
                             if fi.is_config() {
                                 out.config.push(fi.path.clone());
