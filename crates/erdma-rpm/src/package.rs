@@ -1357,6 +1357,12 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             let (t, data) = match h.entry_type() {
                 tar::EntryType::Directory => ('d', Vec::new()),
                 tar::EntryType::Symlink => ('l', e.link_name_bytes().unwrap().into_owned()),
+                // Another name of a file written before it: that file's content.
+                tar::EntryType::Link => {
+                    let to = e.link_name().unwrap().unwrap().to_string_lossy().into_owned();
+                    let to: &(char, u32, u64, u64, Vec<u8>) = &out[to.trim_end_matches('/')];
+                    ('-', to.4.clone())
+                }
                 _ => {
                     let mut d = Vec::new();
                     e.read_to_end(&mut d).unwrap();
@@ -1492,6 +1498,8 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             assert_eq!(got["usr/lib64/libbig.so.1.0"].4.len(), 3 << 20);
             assert_eq!(got["usr/bin/h1"].4, b"hard\n");
             assert_eq!(got["usr/bin/h2"].4, b"hard\n");
+            // One file with two names, as rpm links them.
+            assert_eq!(layer.other_names("usr/bin/h1"), ["usr/bin/h2"], "{payload}");
             assert_eq!(u.ghosts, ["/var/log/erdmatest.log"]);
             assert_eq!(u.config, ["/etc/erdmatest.conf"]);
             assert_eq!(u.setid, [("/usr/bin/su1".to_string(), 0o4755)]);
