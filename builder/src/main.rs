@@ -20,6 +20,9 @@ fn main() -> ExitCode {
             return erdma_build::sandbox::helper_main(&args[2..], unshare)
         }
         Some(erdma_build::sandbox::INIT) => return erdma_build::sandbox::init_main(&args[2..]),
+        Some(erdma_build::packages::sandboxed::JOB) => {
+            return erdma_build::packages::sandboxed::job_main(&args[2..], unshare)
+        }
         _ => {}
     }
     let cli = Cli::parse();

@@ -2,8 +2,9 @@
 //! that cannot be emulated run ([`crate::packages::apt`] decides when).
 //!
 //! The root is a tree on disk ([`erdma_oci::rootdir::RootDir`]) owned by the ids of a user
-//! namespace whose root is host uid `shift`. The command runs as that namespace's root, in new
-//! mount, PID, network, IPC and UTS namespaces:
+//! namespace ([`IdMap`]: a range only root may hand out, or a rootless user's own id and its
+//! subordinate ids). The command runs as that namespace's root, in new mount, PID, network, IPC
+//! and UTS namespaces:
 //! - the tree is bind-mounted and made the root with `pivot_root`, the host's root unmounted
 //!   under it: no path leads out;
 //! - a new `/proc` for the new PID namespace, a tmpfs `/dev` with only `null`, `zero`, `full`,
@@ -20,7 +21,7 @@
 //! command. All output, the helper's and the command's, comes back to erdma-build, never to
 //! the terminal.
 use std::ffi::OsString;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -44,10 +45,166 @@ const KEEP_OUTPUT: usize = 256 << 10;
 /// Why no command could run in a sandbox here.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("running scripts in a sandbox needs root (uid 0) on this machine, to give the sandbox its own range of ids")]
-    NotRoot,
+    #[error("running scripts in a sandbox without root needs a range of 65535 subordinate ids for {user} in /etc/subuid and /etc/subgid, and newuidmap and newgidmap (Debian's and Ubuntu's uidmap package), as rootless Podman does: {missing}")]
+    NoIds { user: String, missing: String },
     #[error("could not make the sandbox: {0}")]
     Setup(String),
+}
+
+/// How the ids of a sandbox's user namespace map to this machine's: 0 to 65535
+/// ([`erdma_oci::rootdir::ID_COUNT`]) in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdMap {
+    /// Written straight into the id maps, by root (of this machine or of an enclosing
+    /// namespace): namespace id `i` is id `shift + i` here.
+    Shifted(u32),
+    /// Every id of this process's own user namespace as itself, extent by extent (a map
+    /// must not span two extents of its parent's): for a sandbox made inside the namespace
+    /// of a job that already holds the tree's ids.
+    Same,
+    /// A user without privilege, as rootless Podman maps one: the namespace's root is the user
+    /// itself, and its ids 1 to 65535 are the user's subordinate ids from `/etc/subuid` and
+    /// `/etc/subgid`, mapped by the setuid `newuidmap` and `newgidmap`.
+    Subordinate { uid: u32, gid: u32, subuid: u32, subgid: u32 },
+}
+
+impl IdMap {
+    /// The map a sandbox of this process gets: [`IdMap::Shifted`] from `shift` when it runs as
+    /// root, else the user's subordinate ids (refused, saying what is missing, without them).
+    pub fn for_this_process(shift: u32) -> Result<IdMap, SandboxError> {
+        let uid = rustix::process::geteuid().as_raw();
+        if uid == 0 {
+            return Ok(IdMap::Shifted(shift));
+        }
+        let gid = rustix::process::getegid().as_raw();
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let user = passwd
+            .lines()
+            .find(|l| l.split(':').nth(2) == Some(&uid.to_string()))
+            .and_then(|l| l.split(':').next())
+            .unwrap_or_default()
+            .to_string();
+        let shown = if user.is_empty() { format!("uid {uid}") } else { user.clone() };
+        let need = erdma_oci::rootdir::ID_COUNT - 1;
+        let range = |file: &str, id: u32| -> Result<u32, SandboxError> {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            text.lines()
+                .filter_map(|l| {
+                    let mut f = l.trim().split(':');
+                    let (who, start, count) = (f.next()?, f.next()?, f.next()?);
+                    let ours = who == id.to_string() || (!user.is_empty() && who == user);
+                    let (start, count) = (start.parse::<u32>().ok()?, count.parse::<u32>().ok()?);
+                    (ours && count >= need).then_some(start)
+                })
+                .next()
+                .ok_or_else(|| SandboxError::NoIds {
+                    user: shown.clone(),
+                    missing: format!("{file} has no range of {need} ids for it (usermod --add-subuids/--add-subgids)"),
+                })
+        };
+        let subuid = range("/etc/subuid", uid)?;
+        let subgid = range("/etc/subgid", gid)?;
+        for tool in ["newuidmap", "newgidmap"] {
+            if find_in_path(tool).is_none() {
+                return Err(SandboxError::NoIds {
+                    user: shown.clone(),
+                    missing: format!("{tool} is not installed"),
+                });
+            }
+        }
+        Ok(IdMap::Subordinate { uid, gid, subuid, subgid })
+    }
+
+    /// This machine's uid and gid for the namespace's root.
+    pub fn root(&self) -> (u32, u32) {
+        match self {
+            IdMap::Shifted(shift) => (*shift, *shift),
+            IdMap::Same => (0, 0),
+            IdMap::Subordinate { uid, gid, .. } => (*uid, *gid),
+        }
+    }
+
+    /// Writes the maps of process `pid`, which has just made its user namespace.
+    pub fn write(&self, pid: u32) -> Result<(), SandboxError> {
+        let count = erdma_oci::rootdir::ID_COUNT;
+        match self {
+            IdMap::Shifted(shift) => {
+                for file in ["uid_map", "gid_map"] {
+                    let path = format!("/proc/{pid}/{file}");
+                    std::fs::write(&path, format!("0 {shift} {count}\n"))
+                        .map_err(|e| SandboxError::Setup(format!("writing {path}: {e}")))?;
+                }
+            }
+            IdMap::Same => {
+                for file in ["uid_map", "gid_map"] {
+                    let own =
+                        std::fs::read_to_string(format!("/proc/self/{file}")).map_err(|e| {
+                            SandboxError::Setup(format!("reading /proc/self/{file}: {e}"))
+                        })?;
+                    let same: String = own
+                        .lines()
+                        .filter_map(|l| {
+                            let f: Vec<&str> = l.split_whitespace().collect();
+                            Some(format!("{} {} {}\n", f.first()?, f.first()?, f.get(2)?))
+                        })
+                        .collect();
+                    let path = format!("/proc/{pid}/{file}");
+                    std::fs::write(&path, same)
+                        .map_err(|e| SandboxError::Setup(format!("writing {path}: {e}")))?;
+                }
+            }
+            IdMap::Subordinate { uid, gid, subuid, subgid } => {
+                for (tool, own, sub) in [("newuidmap", uid, subuid), ("newgidmap", gid, subgid)] {
+                    let out = Command::new(tool)
+                        .arg(pid.to_string())
+                        .args(["0", &own.to_string(), "1", "1", &sub.to_string()])
+                        .arg((count - 1).to_string())
+                        .stdin(Stdio::null())
+                        .output()
+                        .map_err(|e| SandboxError::Setup(format!("running {tool}: {e}")))?;
+                    if !out.status.success() {
+                        return Err(SandboxError::Setup(format!(
+                            "{tool} refused the map: {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn find_in_path(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+    std::env::split_paths(&path).map(|d| d.join(tool)).find(|p| p.is_file())
+}
+
+/// Makes this process (single-threaded, just started) the root of a user namespace of its
+/// own (and of the other namespaces `flags` adds), whose maps its parent writes: says `ready`
+/// on stdout, waits for `go` on `input`, then takes uid and gid 0 there. With `NEWUSER` alone
+/// the process sees the host's files, with only what the mapped ids own (or anyone may write)
+/// writable to it.
+pub fn become_namespace_root(
+    unshare: Unshare,
+    flags: UnshareFlags,
+    input: &mut dyn BufRead,
+) -> Result<(), String> {
+    unshare(UnshareFlags::NEWUSER | flags).map_err(|e| {
+        format!("user namespaces are not available here (unshare: {e}); a container needs them allowed (e.g. Docker's --security-opt seccomp=unconfined, or a host with kernel.unprivileged_userns_clone=1)")
+    })?;
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let mut go = String::new();
+    if input.read_line(&mut go).is_err() || go != "go\n" {
+        return Err("erdma-build did not map the ids".into());
+    }
+    let root = rustix::process::Gid::ROOT;
+    let uid = rustix::process::Uid::ROOT;
+    rustix::thread::set_thread_res_gid(root, root, root)
+        .and_then(|()| rustix::thread::set_thread_groups(&[]))
+        .and_then(|()| rustix::thread::set_thread_res_uid(uid, uid, uid))
+        .map_err(|e| format!("becoming the namespace's root: {e}"))
 }
 
 /// What a command did in the sandbox.
@@ -60,17 +217,13 @@ pub struct Ran {
 }
 
 /// Runs `argv` (a path inside the root and its arguments) with exactly `env` in a sandbox over
-/// `root`, whose files belong to the namespace ids starting at host uid `shift` (the count is
-/// [`erdma_oci::rootdir::ID_COUNT`]).
+/// `root`, whose files belong to the namespace ids `map` gives.
 pub fn run(
     root: &Path,
-    shift: u32,
+    map: &IdMap,
     argv: &[&str],
     env: &[(&str, &str)],
 ) -> Result<Ran, SandboxError> {
-    if !rustix::process::geteuid().is_root() {
-        return Err(SandboxError::NotRoot);
-    }
     let setup = |what: &str, e: std::io::Error| SandboxError::Setup(format!("{what}: {e}"));
     let exe = std::env::current_exe().map_err(|e| setup("finding erdma-build itself", e))?;
     let mut cmd = Command::new(exe);
@@ -97,15 +250,10 @@ pub fn run(
         let _ = err.read_to_string(&mut why);
         return Err(SandboxError::Setup(why.trim().to_string()));
     }
-    let pid = child.id();
-    let map = format!("0 {shift} {}\n", erdma_oci::rootdir::ID_COUNT);
-    for file in ["uid_map", "gid_map"] {
-        let path = format!("/proc/{pid}/{file}");
-        if let Err(e) = std::fs::write(&path, &map) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(setup(&format!("writing {path}"), e));
-        }
+    if let Err(e) = map.write(child.id()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
     }
     let mut stdin = child.stdin.take().expect("piped");
     let _ = stdin.write_all(b"go\n");
@@ -184,31 +332,13 @@ pub fn helper_main(args: &[OsString], unshare: Unshare) -> ExitCode {
     if let Err(e) = parse(args) {
         return own_failure("sandbox helper", e);
     }
-    let flags = UnshareFlags::NEWUSER
-        | UnshareFlags::NEWNS
+    let flags = UnshareFlags::NEWNS
         | UnshareFlags::NEWPID
         | UnshareFlags::NEWNET
         | UnshareFlags::NEWIPC
         | UnshareFlags::NEWUTS;
-    if let Err(e) = unshare(flags) {
-        return own_failure(
-            "user namespaces are not available here (unshare)",
-            format!("{e}; a container needs them allowed (e.g. Docker's --security-opt seccomp=unconfined, or a host with kernel.unprivileged_userns_clone=1)"),
-        );
-    }
-    println!("ready");
-    let _ = std::io::stdout().flush();
-    let mut go = String::new();
-    if std::io::stdin().read_line(&mut go).is_err() || go != "go\n" {
-        return own_failure("sandbox helper", "erdma-build did not map the ids");
-    }
-    let root = rustix::process::Gid::ROOT;
-    let uid = rustix::process::Uid::ROOT;
-    if let Err(e) = rustix::thread::set_thread_res_gid(root, root, root)
-        .and_then(|()| rustix::thread::set_thread_groups(&[]))
-        .and_then(|()| rustix::thread::set_thread_res_uid(uid, uid, uid))
-    {
-        return own_failure("becoming the sandbox's root", e);
+    if let Err(e) = become_namespace_root(unshare, flags, &mut std::io::stdin().lock()) {
+        return own_failure("sandbox helper", e);
     }
     let exe = match std::env::current_exe() {
         Ok(e) => e,

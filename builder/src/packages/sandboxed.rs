@@ -3,11 +3,13 @@
 //! neither emulated nor shown to be without effect, so that the result is what the package
 //! manager itself gives in a container of the base.
 //!
-//! The packages are the ones the backend resolved and verified. The base's layers are applied
-//! to a tree on disk ([`erdma_oci::rootdir`]) with the layer built so far; the package files go
-//! in; the sandbox ([`crate::sandbox`]) runs the backend's commands with the image's `/bin/sh`;
-//! the package files come out again, and the layer gets what differs from the tree before the
-//! run (`apt/sandboxed.rs` and `rpm/sandboxed.rs` say what runs).
+//! The packages are the ones the backend resolved and verified. A process of its own, the root
+//! of a user namespace of the sandbox's ids ([`crate::sandbox::IdMap`]: root's shifted range,
+//! or a rootless user's subordinate ids), applies the base's layers to a tree on disk
+//! ([`erdma_oci::rootdir`]) with the layer built so far; the package files go in; the sandbox
+//! ([`crate::sandbox`]) runs the backend's commands with the image's `/bin/sh`; the package
+//! files come out again, and the layer gets what differs from the tree before the run
+//! (`apt/sandboxed.rs` and `rpm/sandboxed.rs` say what runs).
 //!
 //! No `policy-rc.d` is added (the base's own, if it has one, applies): `apt-get install` in a
 //! container of the base has none either, and helpers read it for more than starts (Debian 13's
@@ -15,7 +17,11 @@
 //! stopped all the same: there is no init (`invoke-rc.d` finds no runlevel, and systemd's
 //! helpers no running systemd), and whatever a script does start is killed with the sandbox's
 //! PID namespace when the run ends.
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::packages::error::PackageError;
@@ -81,15 +87,47 @@ pub(crate) fn plan(job: Job<'_>, base: &dyn BaseFiles) -> SandboxRun {
     }
 }
 
+/// The hidden first argument that makes `erdma-build` the process that assembles the root and
+/// runs a job in it ([`job_main`]).
+pub const JOB: &str = "__sandbox-job";
+
+/// What the job process is told before the data follows.
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    tool: String,
+    /// The base's layers, bottom first, by digest (each follows as one stream).
+    layers: Vec<String>,
+    /// The package files' names inside [`INBOX`] (each follows as one stream, after the layer
+    /// built so far).
+    files: Vec<String>,
+    commands: Vec<String>,
+}
+
+/// What the job process leaves in `result.json`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Outcome {
+    /// The command's exit status (0: `changes.tar` holds what it changed).
+    status: i32,
+    /// The end of its output, for an error.
+    output: String,
+    removed: Vec<String>,
+    not_taken: Vec<String>,
+}
+
 /// Runs `job` over the base and the layer so far, and adds what it changed to `layer`.
 /// Returns the paths removed and what to report.
+///
+/// The root is assembled, run and read back by a process of its own ([`job_main`]) that is
+/// the root of a user namespace mapping the sandbox's ids ([`crate::sandbox::IdMap`]): the
+/// hostile layers are written by ids that own nothing else here, and a user without root can
+/// do it all with subordinate ids. This process streams it the layers, the layer so far and
+/// the packages, and takes back a layer of the changes.
 pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, SandboxRun)> {
     let Over { base, layer, inputs, reporter } = over;
     let because = job.because.as_str();
     // What stops a sandbox from working, said before any layer is read.
-    if !rustix::process::geteuid().is_root() {
-        return Err(error(because, crate::sandbox::SandboxError::NotRoot.to_string()));
-    }
+    let map = crate::sandbox::IdMap::for_this_process(SHIFT)
+        .map_err(|e| error(because, e.to_string()))?;
     for tool in ["bin/sh", job.needs] {
         if base.real_path(tool)?.map(|p| base.kind(&p)).transpose()?.flatten().is_none() {
             return Err(error(because, format!("the base has no /{tool} to run them with")));
@@ -106,9 +144,11 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
         .tempdir_in(&place)
         .map_err(|e| Error::io("creating a sandbox in", &place)(e))?;
     // Only the sandbox's ids (and root here) may enter it.
-    std::os::unix::fs::chown(work.path(), Some(SHIFT), Some(SHIFT))
-        .map_err(|e| Error::io("setting the owner of", work.path())(e))?;
-    let root = RootDir::create(&work.path().join("root"), SHIFT)?;
+    let (uid, gid) = map.root();
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(work.path(), Some(uid), Some(gid))
+            .map_err(|e| Error::io("setting the owner of", work.path())(e))?;
+    }
     let layers = base.layers();
     let bytes: u64 = layers.iter().map(|(_, s)| s).sum();
     reporter.step(&format!(
@@ -116,56 +156,293 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
         layers.len(),
         bytes as f64 / 1e6
     ));
-    let mut not_taken = Vec::new();
-    for (i, (digest, _)) in layers.iter().enumerate() {
-        let mut tar = base.layer_tar(i)?;
-        let applied = tokio::task::block_in_place(|| root.apply(digest, &mut *tar))?;
-        not_taken.extend(applied.skipped);
-    }
-    // The layer so far (repository files, removals), as the image will have it.
-    let so_far = work.path().join("so-far.tar");
-    let f = std::fs::File::create(&so_far).map_err(|e| Error::io("writing", &so_far)(e))?;
-    layer.write_tar(f, 0).map_err(|e| Error::io("writing", &so_far)(e))?;
-    let mut f = std::fs::File::open(&so_far).map_err(|e| Error::io("reading", &so_far)(e))?;
-    root.apply("(this build's layer)", &mut f)?;
-
-    let before = root.scan()?;
-    root.put_dir(INBOX)?;
-    for (name, path) in &job.files {
-        let mut f = std::fs::File::open(path).map_err(|e| Error::io("reading", *path)(e))?;
-        root.put_file(&format!("{INBOX}/{name}"), &mut f, 0o644)?;
-    }
-    reporter.step(&format!(
-        "running {} in the sandbox for {} packages (scripts of {because} included)",
-        job.tool,
-        job.files.len()
-    ));
-    let script = format!("set -e\n{}\n", job.commands.join("\n"));
-    let ran = crate::sandbox::run(root.path(), SHIFT, &["/bin/sh", "-c", &script], ENV)
-        .map_err(|e| error(because, e.to_string()))?;
-    if ran.status != 0 {
-        let text = String::from_utf8_lossy(&ran.output);
-        let tail: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let header = Header {
+        tool: job.tool.to_string(),
+        layers: layers.iter().map(|(d, _)| d.clone()).collect(),
+        files: job.files.iter().map(|(n, _)| n.clone()).collect(),
+        commands: job.commands.clone(),
+    };
+    let outcome = tokio::task::block_in_place(|| {
+        run_job(work.path(), &map, &header, base, layer, &job.files, reporter, because)
+    })?;
+    if outcome.status != 0 {
+        let tail: Vec<&str> = outcome.output.lines().filter(|l| !l.trim().is_empty()).collect();
         let tail = tail[tail.len().saturating_sub(3)..].join(" / ");
         return Err(error(
             because,
-            format!("{} exited with status {}: {tail}", job.tool, ran.status),
+            format!("{} exited with status {}: {tail}", job.tool, outcome.status),
         ));
     }
-    root.remove(INBOX)?;
-    let after = root.scan()?;
-    let (removed, skipped) = root.changes(&before, &after, layer)?;
-    not_taken.extend(skipped);
+    let changes = work.path().join("changes.tar");
+    let f = std::fs::File::open(&changes).map_err(|e| Error::io("reading", &changes)(e))?;
+    layer.add_tar(std::io::BufReader::new(f))?;
     Ok((
-        removed,
+        outcome.removed,
         SandboxRun {
             because: job.because,
             commands: job.commands,
             layers_read: layers.len(),
             bytes_read: bytes,
-            not_taken,
+            not_taken: outcome.not_taken,
         },
     ))
+}
+
+/// Starts the job process in `work`, maps its ids, streams it what it needs and waits for it.
+#[allow(clippy::too_many_arguments)]
+fn run_job(
+    work: &Path,
+    map: &crate::sandbox::IdMap,
+    header: &Header,
+    base: &dyn BaseFiles,
+    layer: &LayerContents,
+    files: &[(String, &Path)],
+    reporter: &dyn Reporter,
+    because: &str,
+) -> Result<Outcome> {
+    let setup = |what: &str, e: &dyn std::fmt::Display| error(because, format!("{what}: {e}"));
+    let exe = std::env::current_exe().map_err(|e| setup("finding erdma-build itself", &e))?;
+    let mut child = Command::new(exe)
+        .arg(JOB)
+        .arg(work)
+        .env_clear()
+        .env("TMPDIR", work)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| setup("starting the sandbox's job", &e))?;
+    let mut err = child.stderr.take().expect("piped");
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let fail = |child: &mut std::process::Child,
+                err_reader: std::thread::JoinHandle<Vec<u8>>,
+                why: String| {
+        let _ = child.kill();
+        let _ = child.wait();
+        let own =
+            String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).trim().to_string();
+        error(because, if own.is_empty() { why } else { own })
+    };
+    let mut line = String::new();
+    let _ = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
+    if line != "ready\n" {
+        return Err(fail(&mut child, err_reader, "the sandbox's job did not start".into()));
+    }
+    if let Err(e) = map.write(child.id()) {
+        return Err(fail(&mut child, err_reader, e.to_string()));
+    }
+    let mut stdin = std::io::BufWriter::new(child.stdin.take().expect("piped"));
+    let streamed = (|| -> Result<()> {
+        let io = |e: std::io::Error| error(because, format!("feeding the sandbox's job: {e}"));
+        stdin.write_all(b"go\n").map_err(io)?;
+        let text = serde_json::to_string(header).map_err(|e| error(because, e.to_string()))?;
+        stdin.write_all(text.as_bytes()).and_then(|()| stdin.write_all(b"\n")).map_err(io)?;
+        for i in 0..header.layers.len() {
+            let mut tar = base.layer_tar(i)?;
+            let mut frames = Frames::new(&mut stdin);
+            std::io::copy(&mut tar, &mut frames).map_err(io)?;
+            frames.finish().map_err(io)?;
+        }
+        // The layer so far (repository files, removals), as the image will have it.
+        let mut frames = Frames::new(&mut stdin);
+        layer.write_tar(&mut frames, 0).map_err(io)?;
+        frames.finish().map_err(io)?;
+        for (_, path) in files {
+            let mut f = std::fs::File::open(path).map_err(|e| Error::io("reading", *path)(e))?;
+            let mut frames = Frames::new(&mut stdin);
+            std::io::copy(&mut f, &mut frames).map_err(io)?;
+            frames.finish().map_err(io)?;
+        }
+        stdin.flush().map_err(io)
+    })();
+    drop(stdin);
+    if let Err(e) = streamed {
+        // A job that stopped reading says why on stderr.
+        return Err(match e {
+            Error::Package(PackageError::Sandbox { .. }) => {
+                fail(&mut child, err_reader, e.to_string())
+            }
+            e => {
+                let _ = child.kill();
+                let _ = child.wait();
+                e
+            }
+        });
+    }
+    reporter.step(&format!(
+        "running {} in the sandbox for {} packages (scripts of {because} included)",
+        header.tool,
+        header.files.len()
+    ));
+    let status = child.wait().map_err(|e| setup("waiting for the sandbox's job", &e))?;
+    let own = String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).trim().to_string();
+    if !status.success() {
+        return Err(error(
+            because,
+            if own.is_empty() { format!("the sandbox's job ended with {status}") } else { own },
+        ));
+    }
+    let result = work.join("result.json");
+    let text = std::fs::read(&result).map_err(|e| Error::io("reading", &result)(e))?;
+    serde_json::from_slice(&text).map_err(|e| setup("reading the sandbox's result", &e))
+}
+
+/// One stream of many on a pipe: chunks of `[length: u64 LE][bytes]`, ended by a length of 0.
+struct Frames<W: Write> {
+    out: W,
+}
+
+impl<W: Write> Frames<W> {
+    fn new(out: W) -> Self {
+        Frames { out }
+    }
+
+    fn finish(mut self) -> std::io::Result<()> {
+        self.out.write_all(&0u64.to_le_bytes())
+    }
+}
+
+impl<W: Write> Write for Frames<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.out.write_all(&(buf.len() as u64).to_le_bytes())?;
+        self.out.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// The reading side of [`Frames`]: one stream, ending where its writer finished it.
+struct Unframe<'r> {
+    input: &'r mut dyn BufRead,
+    left: u64,
+    done: bool,
+}
+
+impl<'r> Unframe<'r> {
+    fn new(input: &'r mut dyn BufRead) -> Self {
+        Unframe { input, left: 0, done: false }
+    }
+
+    /// Reads what its reader left of the stream (a tar reader stops at its end marker).
+    fn drain(mut self) -> std::io::Result<()> {
+        std::io::copy(&mut self, &mut std::io::sink()).map(|_| ())
+    }
+}
+
+impl Read for Unframe<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.left == 0 {
+            if self.done {
+                return Ok(0);
+            }
+            let mut len = [0u8; 8];
+            self.input.read_exact(&mut len)?;
+            self.left = u64::from_le_bytes(len);
+            self.done = self.left == 0;
+        }
+        let n = (buf.len() as u64).min(self.left) as usize;
+        let got = self.input.read(&mut buf[..n])?;
+        if got == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        self.left -= got as u64;
+        Ok(got)
+    }
+}
+
+/// The job process (`erdma-build __sandbox-job WORK`): becomes the root of a user namespace
+/// whose ids its parent maps, reads the job and its data on stdin, assembles the root in
+/// `WORK/root` from the layers (owned by the namespace's ids), puts the packages in, runs the
+/// commands in the sandbox ([`crate::sandbox::run`], its ids the same as this namespace's),
+/// and leaves the changes as a layer in `WORK/changes.tar` and the outcome in
+/// `WORK/result.json`. Its own failures go to stderr with exit status 125.
+pub fn job_main(args: &[std::ffi::OsString], unshare: crate::sandbox::Unshare) -> ExitCode {
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("{e}");
+        ExitCode::from(125)
+    };
+    let Some(work) = args.first().map(PathBuf::from) else {
+        return fail(&"sandbox job: no work directory");
+    };
+    let mut input = std::io::stdin().lock();
+    if let Err(e) = crate::sandbox::become_namespace_root(
+        unshare,
+        rustix::thread::UnshareFlags::empty(),
+        &mut input,
+    ) {
+        return fail(&e);
+    }
+    match job(&work, &mut input) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+/// The job's own failures are said in its parent's words: a line without a prefix.
+fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), String> {
+    let say = |e: erdma_oci::Error| e.to_string();
+    let mut line = String::new();
+    input.read_line(&mut line).map_err(|e| e.to_string())?;
+    let header: Header = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+    // The namespace's ids are the tree's: no shift inside it.
+    let root = RootDir::create(&work.join("root"), 0).map_err(say)?;
+    let mut outcome = Outcome::default();
+    for digest in &header.layers {
+        let mut tar = Unframe::new(input);
+        let applied = root.apply(digest, &mut tar).map_err(say)?;
+        outcome.not_taken.extend(applied.skipped);
+        tar.drain().map_err(|e| e.to_string())?;
+    }
+    let mut tar = Unframe::new(input);
+    root.apply("(this build's layer)", &mut tar).map_err(say)?;
+    tar.drain().map_err(|e| e.to_string())?;
+
+    let before = root.scan().map_err(say)?;
+    root.put_dir(INBOX).map_err(say)?;
+    for name in &header.files {
+        let mut f = Unframe::new(input);
+        root.put_file(&format!("{INBOX}/{name}"), &mut f, 0o644).map_err(say)?;
+        f.drain().map_err(|e| e.to_string())?;
+    }
+    let script = format!("set -e\n{}\n", header.commands.join("\n"));
+    let ran = crate::sandbox::run(
+        root.path(),
+        &crate::sandbox::IdMap::Same,
+        &["/bin/sh", "-c", &script],
+        ENV,
+    )
+    .map_err(|e| e.to_string())?;
+    outcome.status = ran.status;
+    outcome.output = String::from_utf8_lossy(&ran.output).into_owned();
+    if ran.status == 0 {
+        root.remove(INBOX).map_err(say)?;
+        let after = root.scan().map_err(say)?;
+        let mut changes = LayerContents::new();
+        let (removed, skipped) = root.changes(&before, &after, &mut changes).map_err(say)?;
+        outcome.removed = removed;
+        outcome.not_taken.extend(skipped);
+        let path = work.join("changes.tar");
+        let f =
+            std::fs::File::create(&path).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        changes
+            .write_tar(std::io::BufWriter::new(f), 0)
+            .and_then(|mut w| w.flush())
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    let path = work.join("result.json");
+    let text = serde_json::to_vec(&outcome).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(())
 }
 
 /// A directory for the sandbox's tree whose every parent other users may pass through: the

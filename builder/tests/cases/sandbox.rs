@@ -89,9 +89,11 @@ fn a_hostile_postinst_stays_in_the_sandbox() {
     let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
     let record =
         layer_file(&blob, "var/log/hostile.txt").expect("the postinst's record in the layer");
+    // The map as the script sees it: the job's namespace's ids 0-65535, themselves host ids
+    // 2^30 and up (the job process's own map, which root writes).
     for line in [
         "uid 0",
-        "map 0 1073741824 65536",
+        "map 0 0 65536",
         "host path: refused",
         "escape: nothing beyond the root",
         "net: refused",
@@ -196,4 +198,178 @@ fn the_sandbox_runs_a_foreign_architecture_through_binfmt() {
             && status.contains("Architecture: arm64"),
         "{status}"
     );
+}
+
+/// The user scripts/setup makes for the rootless sandbox, with 65536 subordinate ids.
+const ROOTLESS_USER: &str = "erdma-rootless";
+
+/// Every entry of a gzip layer blob but what a run leaves by its clock (dpkg's and apt's logs
+/// and bookkeeping, adduser's lock): `path → type, mode, owner, content`.
+fn layer_entries(blob: &[u8]) -> std::collections::BTreeMap<String, String> {
+    use sha2::Digest as _;
+    let mut out = std::collections::BTreeMap::new();
+    for e in tar::Archive::new(flate2::read::GzDecoder::new(blob)).entries().unwrap() {
+        let mut e = e.unwrap();
+        let p = e.path().unwrap().to_string_lossy().trim_end_matches('/').to_string();
+        if ["var/log/", "var/cache/", "var/lib/dpkg/triggers/", "var/lib/dpkg/updates/", "tmp/"]
+            .iter()
+            .any(|n| p.starts_with(n))
+            || p.starts_with("var/lib/dpkg/lock")
+            || p == "run/adduser"
+            || p == "etc/.pwd.lock"
+        {
+            continue;
+        }
+        let h = e.header().clone();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut e, &mut data).unwrap();
+        let link = e.link_name().unwrap().map(|l| l.to_string_lossy().into_owned());
+        out.insert(
+            p,
+            format!(
+                "{:?} {:o} {}:{} {} {link:?}",
+                h.entry_type(),
+                h.mode().unwrap(),
+                h.uid().unwrap(),
+                h.gid().unwrap(),
+                hex::encode(sha2::Sha256::digest(&data))
+            ),
+        );
+    }
+    out
+}
+
+/// `erdma-build build --json` of `DIR/probe.deb` on `DIR/base` (tagged `tag`) into `DIR/out`,
+/// as `user`:`group`, with `DIR` as its home and cache.
+fn build_as(user: &str, group: &str, dir: &Path, tag: &str) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .args([&format!("--reuid={user}"), &format!("--regid={group}"), "--clear-groups", "--"])
+        .arg(support::bin())
+        .args(["build", "--json", "--base"])
+        .arg(format!("oci:{}:{tag}", s(&dir.join("base"))))
+        .args(["--no-packages", "--no-env-presets", "--allow-unsigned-package", "--package"])
+        .arg(dir.join("probe.deb"))
+        .arg("--output")
+        .arg(format!("oci:{}:x", s(&dir.join("out"))))
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("HOME", dir)
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The sandbox without root, as rootless Podman runs containers: erdma-build, run as a user
+/// whose only privilege is a range of subordinate ids (scripts/setup's `erdma-rootless`),
+/// installs a package whose postinst makes a system user with a home (adduser) and gives it a
+/// file: ids besides the user's own, and /etc/shadow rewritten with its group. The layer equals
+/// the one root's build of the same package gives, entry for entry.
+#[test]
+fn the_sandbox_runs_without_root_on_subordinate_ids() {
+    let subids = std::fs::read_to_string("/etc/subuid")
+        .is_ok_and(|t| t.lines().any(|l| l.starts_with(&format!("{ROOTLESS_USER}:"))));
+    if !debian::require_base()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+        || !support::require(support::is_root(), "root, to run erdma-build as another user")
+        || !support::require(
+            subids && support::have("newuidmap") && support::have("setpriv"),
+            "the user erdma-rootless with subordinate ids, newuidmap and setpriv (run scripts/setup)",
+        )
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let postinst = "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  adduser --system --group --home /var/lib/rootless-probe rootless-probe\n  echo made > /var/lib/rootless-probe/made\n  chown rootless-probe:rootless-probe /var/lib/rootless-probe/made\n  chmod 0600 /var/lib/rootless-probe/made\nfi\n";
+    let deb = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "rootless-probe",
+            version: "1.0",
+            files: vec![("/usr/share/doc/rootless-probe/README", b"probe\n".as_slice(), 0o644)],
+            postinst: Some(postinst),
+            ..Default::default()
+        },
+    );
+    let base = debian::base(debian::BOOKWORM);
+    let as_root = tmp.path().join("as-root");
+    let r = super::build_one_deb(&base.reference(), &deb, &as_root, &tmp.path().join("cache"));
+    assert!(r["images"][0]["packages"]["sandbox"]["because"].is_string(), "{r}");
+
+    // The same as the user: its own copy of the base, its own cache and output.
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let copy = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&base.dir)
+        .arg(home.join("base"))
+        .output()
+        .unwrap();
+    support::assert_success("cp -a", &copy);
+    std::fs::copy(&deb, home.join("probe.deb")).unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["-R", &format!("{ROOTLESS_USER}:{ROOTLESS_USER}")])
+        .arg(&home)
+        .output()
+        .unwrap();
+    support::assert_success("chown", &chown);
+    let rootless = home.join("out");
+    let out = build_as(ROOTLESS_USER, ROOTLESS_USER, &home, &base.tag);
+    support::assert_success("erdma-build build as erdma-rootless", &out);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("newuidmap:"),
+        "only erdma-build speaks"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["images"][0]["packages"]["sandbox"]["layers_read"].as_u64() >= Some(1), "{r}");
+
+    let layer = |dir: &Path| {
+        let img = support::fixture::read_fixture(dir, "x");
+        std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap()
+    };
+    let (ours, theirs) = (layer_entries(&layer(&rootless)), layer_entries(&layer(&as_root)));
+    // A user without subordinate ids: refused before any layer is read, saying what is
+    // missing, and nothing written.
+    let nobody = tmp.path().join("nobody");
+    std::fs::create_dir(&nobody).unwrap();
+    let copy = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(home.join("base"))
+        .arg(home.join("probe.deb"))
+        .arg(&nobody)
+        .output()
+        .unwrap();
+    support::assert_success("cp -a", &copy);
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "nobody:nogroup"])
+        .arg(&nobody)
+        .output()
+        .unwrap();
+    support::assert_success("chown", &chown);
+    let out = build_as("nobody", "nogroup", &nobody, &base.tag);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let err = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("running scripts in a sandbox without root needs a range of 65535 subordinate ids for nobody in /etc/subuid"),
+        "{err}"
+    );
+    assert!(err.contains("hint: "), "{err}");
+    assert!(!nobody.join("out").exists(), "nothing written");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("reading the base's"), "no layer read");
+    let made = &ours["var/lib/rootless-probe/made"];
+    assert!(made.contains(" 600 ") && !made.contains(" 0:0 "), "owned by the new user: {made}");
+    assert!(ours["etc/shadow"].contains(" 0:42 "), "{}", ours["etc/shadow"]);
+    let differing: Vec<String> = ours
+        .keys()
+        .chain(theirs.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|p| ours.get(*p) != theirs.get(*p))
+        .map(|p| format!("{p}: rootless {:?}, root {:?}", ours.get(p), theirs.get(p)))
+        .collect();
+    assert!(differing.is_empty(), "{}", differing.join("\n"));
 }

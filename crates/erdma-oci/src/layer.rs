@@ -436,6 +436,81 @@ impl LayerContents {
         tar.into_inner()
     }
 
+    /// Adds the entries of `tar`, a layer [`LayerContents::write_tar`] wrote in another
+    /// process (the sandbox's changes), over this layer's: files (large ones spooled),
+    /// directories, symlinks, hard links, whiteouts, owners, modes, `SCHILY.xattr` records, and
+    /// the modification times of what is not a directory or a link to a file.
+    pub fn add_tar(&mut self, r: impl Read) -> Result<()> {
+        let at = Path::new("(the sandbox's changes)");
+        let bad = |path: &str, reason: &str| Error::LayerConflict {
+            entry: path.to_string(),
+            reason: reason.to_string(),
+        };
+        let mut archive = tar::Archive::new(r);
+        for e in archive.entries().map_err(Error::io("reading", at))? {
+            let mut e = e.map_err(Error::io("reading", at))?;
+            let path = e.path().map_err(Error::io("reading", at))?;
+            let path = path.to_string_lossy().trim_end_matches('/').to_string();
+            let h = e.header().clone();
+            let num = |r: io::Result<u64>| r.map_err(Error::io("reading", at));
+            let (mode, uid, gid) =
+                (num(h.mode().map(u64::from))? as u32 & 0o7777, num(h.uid())?, num(h.gid())?);
+            let mtime = num(h.mtime())?;
+            let mut xattrs = Vec::new();
+            if let Some(pax) = e.pax_extensions().map_err(Error::io("reading", at))? {
+                for x in pax {
+                    let x = x.map_err(Error::io("reading", at))?;
+                    if let Some(name) = x.key().ok().and_then(|k| k.strip_prefix("SCHILY.xattr.")) {
+                        xattrs.push((name.to_string(), x.value_bytes().to_vec()));
+                    }
+                }
+            }
+            let (dir, name) = match path.rsplit_once('/') {
+                Some((d, n)) => (format!("{d}/"), n),
+                None => (String::new(), path.as_str()),
+            };
+            if let Some(victim) = name.strip_prefix(".wh.") {
+                self.add_whiteout(&format!("{dir}{victim}"))?;
+                continue;
+            }
+            match h.entry_type() {
+                tar::EntryType::Directory => {
+                    self.insert(&path, Entry { kind: EntryKind::Dir, mode, uid, gid })?
+                }
+                tar::EntryType::Regular => {
+                    let size = num(h.size())?;
+                    let kind = self
+                        .file_kind(&mut e, size, &mut |_| {})
+                        .map_err(Error::io("reading", at))?;
+                    self.insert(&path, Entry { kind, mode, uid, gid })?;
+                    self.set_mtime(&path, mtime);
+                }
+                tar::EntryType::Symlink | tar::EntryType::Link => {
+                    let target = e
+                        .link_name()
+                        .map_err(Error::io("reading", at))?
+                        .ok_or_else(|| bad(&path, "a link without a target"))?
+                        .to_string_lossy()
+                        .into_owned();
+                    if h.entry_type() == tar::EntryType::Link {
+                        self.add_hardlink(&path, &target)?;
+                    } else {
+                        self.insert(
+                            &path,
+                            Entry { kind: EntryKind::Symlink(target), mode: 0o777, uid, gid },
+                        )?;
+                        self.set_mtime(&path, mtime);
+                    }
+                }
+                _ => return Err(bad(&path, "an entry of a kind a layer of changes does not hold")),
+            }
+            for (n, v) in xattrs {
+                self.set_xattr(&path, &n, v)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the compressed layer to `dest` and returns its digests.
     pub fn write_layer(
         &self,
@@ -504,6 +579,39 @@ impl Read for SpoolReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What another process wrote with write_tar reads back into the same entries: the
+    /// sandbox's changes come back whole.
+    #[test]
+    fn a_written_layer_reads_back_entry_for_entry() {
+        let mut l = LayerContents::new();
+        l.insert("var/lib/x", Entry { kind: EntryKind::Dir, mode: 0o2775, uid: 100, gid: 101 })
+            .unwrap();
+        l.insert(
+            "usr/bin/ping",
+            Entry { kind: EntryKind::File(b"elf".to_vec()), mode: 0o755, uid: 0, gid: 0 },
+        )
+        .unwrap();
+        l.set_mtime("usr/bin/ping", 1_700_000_000);
+        l.set_xattr("usr/bin/ping", "security.capability", vec![1, 0, 0, 2]).unwrap();
+        l.add_hardlink("usr/bin/ping6", "usr/bin/ping").unwrap();
+        l.add_symlink("etc/alternatives/x", "/usr/bin/ping").unwrap();
+        l.set_mtime("etc/alternatives/x", 1_600_000_000);
+        l.add_whiteout("etc/gone").unwrap();
+        let tar = l.write_tar(Vec::new(), 7).unwrap();
+        let mut back = LayerContents::new();
+        back.add_tar(tar.as_slice()).unwrap();
+        assert_eq!(back.write_tar(Vec::new(), 7).unwrap(), tar);
+        assert_eq!(back.other_names("usr/bin/ping"), ["usr/bin/ping6"]);
+        assert_eq!(back.get("var/lib/x").unwrap().mode, 0o2775);
+        // Not a layer of changes: refused, not guessed at.
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Fifo);
+        h.set_size(0);
+        let mut b = tar::Builder::new(Vec::new());
+        b.append_data(&mut h, "run/fifo", io::empty()).unwrap();
+        assert!(LayerContents::new().add_tar(b.into_inner().unwrap().as_slice()).is_err());
+    }
 
     fn sample() -> LayerContents {
         let mut l = LayerContents::new();
