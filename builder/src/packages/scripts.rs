@@ -528,6 +528,12 @@ fn split_commands(line: &str) -> Vec<(Vec<String>, Sep)> {
                     }
                     in_word = true;
                 }
+                // `&>FILE`: a redirection of both streams, not a background `&`.
+                '&' if chars.peek() == Some(&'>') => {
+                    end_word(&mut words, &mut word, &mut in_word);
+                    word.push(c);
+                    in_word = true;
+                }
                 ';' | '&' | '|' => {
                     end_word(&mut words, &mut word, &mut in_word);
                     // `2>&1`: the `&` belongs to the redirection.
@@ -567,24 +573,38 @@ fn split_commands(line: &str) -> Vec<(Vec<String>, Sep)> {
     cmds.into_iter().filter(|(c, sep)| !c.is_empty() || *sep != Sep::Seq).collect()
 }
 
-/// The words without redirections (`>/dev/null`, `2>&1`, `> file`, `<file`).
+/// The words without the redirections that change nothing (`>/dev/null`, `2>&1`, `>&2`,
+/// `<file`). One that writes a file (`> /etc/x`, `>>"$log"`) stays, as one word `>TARGET`:
+/// the command then writes something, whatever it is ([`is_inert`] says no).
 fn strip_redirections(words: &[String]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut skip_next = false;
-    for w in words {
-        if skip_next {
-            skip_next = false;
-            continue;
-        }
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
         let body = w.trim_start_matches(|c: char| c.is_ascii_digit());
-        if body.starts_with('>') || body.starts_with('<') {
-            let op_only = body.trim_start_matches(['>', '<', '&']).is_empty();
-            if op_only && !body.ends_with('&') {
-                skip_next = true;
-            }
+        // `&>FILE` and `>&FILE` redirect both streams.
+        let body = body.strip_prefix('&').filter(|b| b.starts_with('>')).unwrap_or(body);
+        if !(body.starts_with('>') || body.starts_with('<')) {
+            out.push(w.clone());
             continue;
         }
-        out.push(w.clone());
+        let input = body.starts_with('<');
+        let target_at = body.len() - body.trim_start_matches(['>', '<', '&', '|']).len();
+        let (op, target) = body.split_at(target_at);
+        let target = if target.is_empty() {
+            // `> file`: the target is the next word; `2>&` alone has none.
+            if op.ends_with('&') {
+                String::new()
+            } else {
+                it.next().cloned().unwrap_or_default()
+            }
+        } else {
+            target.to_string()
+        };
+        // A copy of another descriptor (`2>&1`, `>&2`, `>&-`): no file.
+        let dup = op.ends_with('&') && target.bytes().all(|b| b.is_ascii_digit() || b == b'-');
+        if !input && !dup && target != "/dev/null" {
+            out.push(format!(">{target}"));
+        }
     }
     out
 }
@@ -626,6 +646,8 @@ pub fn is_inert(words: &[String]) -> bool {
                 | "umask"
         )
     ) && !(words[0] == "command" && words.get(1).is_some_and(|w| w != "-v"))
+        // Output into a file (`echo x > /etc/y`) is an effect.
+        && !words.iter().any(|w| w.starts_with('>'))
         // A comparison, used as a test.
         || (words[0] == "dpkg" && words.get(1).is_some_and(|w| w == "--compare-versions"))
 }
@@ -786,5 +808,39 @@ mod tests {
         );
         assert_eq!(cmds("x=1 ; bar 2>/dev/null"), ["bar"]);
         assert_eq!(cmds("x=$(useradd y)"), ["x=$(useradd y)"]);
+    }
+
+    /// Output thrown away or copied between descriptors changes nothing; output into a file
+    /// is an effect, so the command is not inert (the build would otherwise drop it).
+    #[test]
+    fn redirections_into_files_are_effects() {
+        let w = |s: &str| split_commands(s).remove(0).0;
+        for quiet in [
+            "echo x >/dev/null",
+            "echo x > /dev/null 2>&1",
+            "echo x 2>/dev/null",
+            "echo x >&2",
+            "echo x &>/dev/null",
+            "printf x 1>&2",
+            "echo x <input",
+        ] {
+            let words = strip_redirections(&w(quiet));
+            assert!(is_inert(&words), "{quiet}: {words:?}");
+        }
+        for writes in [
+            "echo x > /etc/foo.conf",
+            "echo x >>/var/log/x",
+            "printf x 2> /tmp/err",
+            "echo x &>/etc/both",
+            "echo \"$v\" >\"$file\"",
+        ] {
+            let words = strip_redirections(&w(writes));
+            assert!(!is_inert(&words), "{writes}: {words:?}");
+        }
+        assert_eq!(strip_redirections(&w("echo x > /etc/foo")), ["echo", "x", ">/etc/foo"]);
+        assert_eq!(
+            cmds("update-alternatives --install a b c 5 >/dev/null 2>&1"),
+            ["update-alternatives --install a b c 5"]
+        );
     }
 }

@@ -67,6 +67,11 @@ pub fn build_json(args: &[&str]) -> Value {
 /// --allow-unsigned-package --output oci:OUT:x` with its package cache in `cache`: one unsigned
 /// `.deb` on a base and nothing else.
 pub fn build_one_deb(base: &str, deb: &Path, out: &Path, cache: &Path) -> Value {
+    build_one_deb_to(base, deb, &format!("oci:{}:x", out.display()), cache)
+}
+
+/// [`build_one_deb`] into any output reference (a registry's).
+pub fn build_one_deb_to(base: &str, deb: &Path, dest: &str, cache: &Path) -> Value {
     build_cached(
         &[
             "--base",
@@ -77,7 +82,7 @@ pub fn build_one_deb(base: &str, deb: &Path, out: &Path, cache: &Path) -> Value 
             deb.to_str().unwrap(),
             "--allow-unsigned-package",
             "--output",
-            &format!("oci:{}:x", out.display()),
+            dest,
         ],
         cache,
     )

@@ -373,3 +373,70 @@ fn the_sandbox_runs_without_root_on_subordinate_ids() {
         .collect();
     assert!(differing.is_empty(), "{}", differing.join("\n"));
 }
+
+/// A sandboxed build from a registry base reads the base's layer whole; built again with the
+/// same cache it downloads that layer no more (kept by digest, checked before use), whether
+/// its output is a registry (the base layer mounted there) or a layout (the kept copy linked
+/// in). A kept layer that was tampered with is fetched again, not used.
+#[test]
+fn a_warm_sandboxed_build_keeps_the_base_layer() {
+    if !debian::require_base()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+        || !support::require(support::is_root(), "root, for the sandbox's ids")
+        || !support::require(support::have("docker-registry"), "docker-registry is needed")
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let deb = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "warm-probe",
+            version: "1.0",
+            files: vec![("/usr/share/doc/warm-probe/README", b"warm\n".as_slice(), 0o644)],
+            postinst: Some("#!/bin/sh\nset -e\necho warm > /etc/warm-probe.conf\n"),
+            ..Default::default()
+        },
+    );
+    let base = debian::base(debian::BOOKWORM);
+    let reg = support::Registry::start();
+    reg.push(&base.reference(), "debian:12");
+    let layer_digest = base.layers[0].digest.clone();
+    let cache = tmp.path().join("cache");
+    let build = |out: &str| {
+        let dest = if out.starts_with("reg-") {
+            reg.reference(&format!("{out}:1"))
+        } else {
+            format!("oci:{}:x", s(&tmp.path().join(out)))
+        };
+        let r = super::build_one_deb_to(&reg.reference("debian:12"), &deb, &dest, &cache);
+        assert!(r["images"][0]["packages"]["sandbox"]["because"].is_string(), "{r}");
+        r["images"][0]["layer"]["digest"].as_str().unwrap().to_string()
+    };
+    let before = reg.count_blob_gets(&layer_digest);
+    let cold = build("cold");
+    let after_cold = reg.count_blob_gets(&layer_digest);
+    assert!(after_cold > before, "the cold build reads the base layer");
+    let img = support::fixture::read_fixture(&tmp.path().join("cold"), "x");
+    let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
+    assert_eq!(layer_file(&blob, "etc/warm-probe.conf").as_deref(), Some("warm\n"));
+
+    build("reg-warm");
+    build("warm-layout");
+    assert_eq!(reg.count_blob_gets(&layer_digest), after_cold, "warm builds download it no more");
+    let img = support::fixture::read_fixture(&tmp.path().join("warm-layout"), "x");
+    let linked = std::fs::read(img.blob_path(&layer_digest)).unwrap();
+    assert_eq!(linked.len() as u64, base.layers[0].size, "the base layer in the layout, whole");
+
+    // Tampered with in the cache (a new file in its place): fetched again, for the sandbox
+    // and for the layout alike, and kept whole again.
+    let kept =
+        cache.join("erdma-build/blobs/sha256").join(layer_digest.trim_start_matches("sha256:"));
+    assert!(kept.is_file(), "{} kept", kept.display());
+    std::fs::remove_file(&kept).unwrap();
+    std::fs::write(&kept, b"not the layer").unwrap();
+    build("again-layout");
+    assert!(reg.count_blob_gets(&layer_digest) > after_cold, "fetched again");
+    assert_eq!(std::fs::metadata(&kept).unwrap().len(), base.layers[0].size, "and kept whole");
+    let _ = cold;
+}

@@ -18,7 +18,11 @@ use erdma_common::progress::{Counters, Reporter, Transfer};
 /// without it.
 const SNAPSHOT_FORMAT: u32 = 2;
 
-/// Source layers fetched for reading files, kept for the build's duration.
+/// Source layers fetched for reading whole (a snapshot of their files, the sandbox's root):
+/// kept across builds in the user's cache by digest (`blobs/sha256/HEX` under [`cache_dir`]),
+/// each checked against its digest again before it is used, so a warm build downloads no
+/// layer it has read before. The directory may be removed at any time. Where it cannot be
+/// written, layers are kept for the build's duration only.
 pub struct LayerCache {
     dir: PathBuf,
     files: Mutex<HashMap<String, PathBuf>>,
@@ -40,13 +44,48 @@ impl LayerCache {
         if let Some(p) = self.files.lock().expect("poisoned").get(digest) {
             return Ok(p.clone());
         }
-        let path = self.dir.join(crate::blob::digest_hex(digest)?);
+        let hex = crate::blob::digest_hex(digest)?;
+        let kept = kept_blob(digest)?;
+        let kept_dir = kept.parent().expect("under the cache").to_path_buf();
+        if kept.is_file() {
+            let check = kept.clone();
+            let digest_owned = digest.to_string();
+            let good = tokio::task::spawn_blocking(move || {
+                std::fs::File::open(&check).is_ok_and(|f| {
+                    let mut r = crate::blob::VerifyingReader::new(
+                        std::io::BufReader::with_capacity(1 << 20, f),
+                        &digest_owned,
+                    );
+                    std::io::copy(&mut r, &mut std::io::sink()).is_ok()
+                })
+            })
+            .await
+            .unwrap_or(false);
+            if good {
+                self.files.lock().expect("poisoned").insert(digest.to_string(), kept.clone());
+                return Ok(kept);
+            }
+            let _ = std::fs::remove_file(&kept);
+        }
+        // Written beside where it is kept, and put there whole once verified.
+        let partial_in = |dir: &Path| {
+            std::fs::create_dir_all(dir)
+                .and_then(|()| tempfile::Builder::new().prefix(".partial-").tempfile_in(dir))
+                .map(|f| f.into_temp_path())
+        };
+        let (partial, path) = match partial_in(&kept_dir) {
+            Ok(p) => (p, kept),
+            Err(_) => (
+                partial_in(&self.dir).map_err(Error::io("writing in", &self.dir))?,
+                self.dir.join(hex),
+            ),
+        };
         let id = format!("↓{}", &digest[7..19]);
         crate::blob::with_restarts(digest, || async {
             reporter.transfer_start(&id, Transfer::Download, Some(size));
             let mut stream = src.blob_stream(digest, size).await?;
             let mut f =
-                tokio::fs::File::create(&path).await.map_err(Error::io("writing", &path))?;
+                tokio::fs::File::create(&partial).await.map_err(Error::io("writing", &partial))?;
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| {
                     crate::source::stream_error(e, src.registry_ref().expect("remote"))
@@ -55,17 +94,27 @@ impl LayerCache {
                 reporter.transfer_progress(&id, chunk.len() as u64);
                 tokio::io::AsyncWriteExt::write_all(&mut f, &chunk)
                     .await
-                    .map_err(Error::io("writing", &path))?;
+                    .map_err(Error::io("writing", &partial))?;
             }
             // tokio's File finishes writes in the background: flush before anyone reads it.
-            tokio::io::AsyncWriteExt::flush(&mut f).await.map_err(Error::io("writing", &path))?;
+            tokio::io::AsyncWriteExt::flush(&mut f)
+                .await
+                .map_err(Error::io("writing", &partial))?;
             reporter.transfer_done(&id);
             Ok(())
         })
         .await?;
+        // The stream was verified against the digest as it ended.
+        partial.persist(&path).map_err(|e| Error::io("keeping", &path)(e.error))?;
         self.files.lock().expect("poisoned").insert(digest.to_string(), path.clone());
         Ok(path)
     }
+}
+
+/// Where a base layer read whole is kept across builds ([`LayerCache`]): unverified, as any
+/// file there; whoever uses it checks it against `digest` first.
+pub fn kept_blob(digest: &str) -> Result<PathBuf> {
+    Ok(cache_dir().join("blobs").join("sha256").join(crate::blob::digest_hex(digest)?))
 }
 
 /// Files of a base image, read as a container would see them: what the package backends read

@@ -186,22 +186,35 @@ impl Sink {
                 if dest.exists() {
                     return Ok(Reuse::Present);
                 }
-                if let Some(local) = src.local_file(digest) {
+                // A layout's own file, or the copy a build kept after reading the layer whole.
+                let layout_file = src.local_file(digest);
+                let kept = crate::files::kept_blob(digest).ok().filter(|p| p.is_file());
+                let from_layout = layout_file.is_some();
+                if let Some(local) = layout_file.or(kept) {
                     // Checked before linking: the layout we read from is input we do not trust.
                     let mut r = VerifyingReader::new(
                         File::open(&local).map_err(Error::io("opening blob", &local))?,
                         digest,
                     );
-                    std::io::copy(&mut r, &mut std::io::sink()).map_err(|e| {
-                        crate::blob::digest_error(&e).unwrap_or(Error::Io {
-                            operation: "reading blob",
-                            path: local.clone(),
-                            source: e,
-                        })
-                    })?;
+                    let checked = std::io::copy(&mut r, &mut std::io::sink());
+                    match checked {
+                        Ok(_) => {}
+                        // A kept copy that is not the layer any more: fetched again below.
+                        Err(_) if !from_layout => {
+                            let _ = std::fs::remove_file(&local);
+                        }
+                        Err(e) => {
+                            return Err(crate::blob::digest_error(&e).unwrap_or(Error::Io {
+                                operation: "reading blob",
+                                path: local.clone(),
+                                source: e,
+                            }))
+                        }
+                    }
                     // Only a plain file is linked: a symlink in a hostile layout could point anywhere.
                     let plain =
                         std::fs::symlink_metadata(&local).is_ok_and(|m| m.file_type().is_file());
+                    let plain = plain && (from_layout || checked.is_ok());
                     if plain && std::fs::hard_link(&local, &dest).is_ok() {
                         return Ok(Reuse::Linked);
                     }
