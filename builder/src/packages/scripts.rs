@@ -65,12 +65,33 @@ enum Sep {
 /// What a test is known to give: `None` when it cannot be told without running it.
 pub type Truth = Option<bool>;
 
-/// One open `if`: whether the branch being read can run, and whether an earlier branch was
-/// certainly taken.
+/// One open `if`: whether the branch being read can run, whether an earlier branch was
+/// certainly taken, whether every condition read so far was certain, and whether the branch
+/// being read certainly runs (when its `if` does).
 #[derive(Debug, Clone, Copy)]
 struct IfFrame {
     active: bool,
     taken: bool,
+    decided: bool,
+    sure: bool,
+}
+
+/// One open `case`: whether it is on `$1`, whether its current branch can run, whether it
+/// certainly runs, and whether an earlier pattern certainly matched (the first match wins).
+#[derive(Debug, Clone, Copy)]
+struct CaseFrame {
+    on_arg: bool,
+    active: bool,
+    sure: bool,
+    matched: bool,
+}
+
+/// A `$` inside single quotes, where the shell expands nothing: kept apart from the `$`s
+/// [`expand`] reads, and put back in every word that leaves the reader.
+const QUOTED_DOLLAR: char = '\u{E000}';
+
+fn restore(w: &str) -> String {
+    w.replace(QUOTED_DOLLAR, "$")
 }
 
 /// The simple commands of a shell script that may run when it is called with `args` as its
@@ -103,17 +124,20 @@ pub fn commands_with(
     let mut out = Vec::new();
     let mut vars: BTreeMap<String, String> =
         env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    // One entry per open `case`: whether it is on `$1`, and whether its current branch can
-    // run.
-    let mut cases: Vec<(bool, bool)> = Vec::new();
+    let mut cases: Vec<CaseFrame> = Vec::new();
     let mut ifs: Vec<IfFrame> = Vec::new();
     // Reading an `if`/`elif` condition: `Some(is_elif)`.
     let mut condition: Option<bool> = None;
     // The status of the last command of the current `&&`/`||` list and how it is joined on.
     let mut chain: (Truth, Sep) = (None, Sep::Seq);
     let mut expect_in = false;
-    let active = |cases: &[(bool, bool)], ifs: &[IfFrame]| {
-        cases.iter().all(|&(on_arg, a)| !on_arg || a) && ifs.iter().all(|f| f.active)
+    let active = |cases: &[CaseFrame], ifs: &[IfFrame]| {
+        cases.iter().all(|c| !c.on_arg || c.active) && ifs.iter().all(|f| f.active)
+    };
+    // Whether what is being read certainly runs (not only possibly): a variable set there
+    // has that value after it; one set anywhere else is not known.
+    let sure = |cases: &[CaseFrame], ifs: &[IfFrame]| {
+        cases.iter().all(|c| c.sure) && ifs.iter().all(|f| f.sure)
     };
     'lines: for line in logical_lines(&main) {
         let mut rest = line.trim_start();
@@ -122,10 +146,19 @@ pub fn commands_with(
             if let Some(end) = pattern_end(rest) {
                 let head = rest[..end - 1].trim_start_matches('(');
                 let arg1 = args.map(|a| a.first().copied().unwrap_or(""));
-                top.1 = !top.0
-                    || arg1.is_none_or(|a| {
-                        head.split('|').any(|alt| glob(alt.trim().trim_matches('"'), a))
-                    });
+                match arg1.filter(|_| top.on_arg) {
+                    Some(a) => {
+                        let matches =
+                            head.split('|').any(|alt| glob(alt.trim().trim_matches('"'), a));
+                        top.active = matches && !top.matched;
+                        top.sure = top.active;
+                        top.matched |= matches;
+                    }
+                    None => {
+                        top.active = true;
+                        top.sure = false;
+                    }
+                }
                 rest = &rest[end..];
             }
         }
@@ -137,7 +170,12 @@ pub fn commands_with(
                 match words.first().map(String::as_str) {
                     Some("if") => {
                         let parent = active(&cases, &ifs);
-                        ifs.push(IfFrame { active: parent, taken: false });
+                        ifs.push(IfFrame {
+                            active: parent,
+                            taken: false,
+                            decided: true,
+                            sure: false,
+                        });
                         condition = Some(false);
                         chain = (None, Sep::Seq);
                         words = &words[1..];
@@ -145,6 +183,7 @@ pub fn commands_with(
                     Some("elif") => {
                         if let Some(f) = ifs.last_mut() {
                             f.active = !f.taken;
+                            f.sure = false;
                         }
                         condition = Some(true);
                         chain = (None, Sep::Seq);
@@ -154,6 +193,8 @@ pub fn commands_with(
                         if let (Some(f), Some(_)) = (ifs.last_mut(), condition.take()) {
                             let was = f.active;
                             f.active = was && chain.0 != Some(false);
+                            f.sure = f.decided && !f.taken && chain.0 == Some(true);
+                            f.decided &= chain.0.is_some();
                             f.taken = f.taken || (was && chain.0 == Some(true));
                         }
                         chain = (None, Sep::Seq);
@@ -162,6 +203,7 @@ pub fn commands_with(
                     Some("else") => {
                         if let Some(f) = ifs.last_mut() {
                             f.active = !f.taken;
+                            f.sure = f.decided && !f.taken;
                         }
                         words = &words[1..];
                     }
@@ -181,7 +223,7 @@ pub fn commands_with(
                     Some("for") => words = &[],
                     Some("case") => {
                         let on_arg = words.get(1).is_some_and(|w| w == "$1" || w == "${1}");
-                        cases.push((on_arg, true));
+                        cases.push(CaseFrame { on_arg, active: true, sure: false, matched: false });
                         expect_in = !words.iter().any(|w| w == "in");
                         words = &[];
                     }
@@ -200,10 +242,17 @@ pub fn commands_with(
             // Short-circuit: the operand of a settled `&&`/`||` does not run.
             let skipped = matches!(chain, (Some(false), Sep::And) | (Some(true), Sep::Or));
             let runs = !skipped && active(&cases, &ifs);
+            // The operand of an `&&`/`||` whose left side is not known may or may not run.
+            let certain_operand = match chain {
+                (_, Sep::Seq | Sep::Pipe) => true,
+                (t, Sep::And) => t == Some(true),
+                (t, Sep::Or) => t == Some(false),
+            };
             if runs && words.is_empty() {
+                let certain = certain_operand && condition.is_none() && sure(&cases, &ifs);
                 for a in assigns {
                     let (name, value) = a.split_once('=').unwrap_or_default();
-                    match expand(value, args, &vars) {
+                    match expand(value, args, &vars).filter(|_| certain) {
                         Some(v) => vars.insert(name.to_string(), v),
                         None => vars.remove(name),
                     };
@@ -216,6 +265,16 @@ pub fn commands_with(
                 }
                 continue;
             }
+            // Each word with the variables known here put in (`$GROUP` set above), the
+            // others as written.
+            let words: Vec<String> = words
+                .iter()
+                .map(|w| match w.contains('$') {
+                    true => expand(w, args, &vars).unwrap_or_else(|| restore(w)),
+                    false => restore(w),
+                })
+                .collect();
+            let words = words.as_slice();
             let truth = if skipped {
                 chain.0
             } else if words.is_empty() {
@@ -275,7 +334,7 @@ fn expand(word: &str, args: Option<&[&str]>, vars: &BTreeMap<String, String>) ->
         rest = &after[len..];
     }
     out.push_str(rest);
-    Some(out)
+    Some(restore(&out))
 }
 
 /// Whether a command succeeds, where that is certain without running it.
@@ -510,6 +569,7 @@ fn split_commands(line: &str) -> Vec<(Vec<String>, Sep)> {
     while let Some(c) = chars.next() {
         match quote {
             Some('\'') if c == '\'' => quote = None,
+            Some('\'') if c == '$' => word.push(QUOTED_DOLLAR),
             Some('"') if c == '"' => quote = None,
             Some('"') if c == '\\' => {
                 if let Some(n) = chars.next() {
@@ -718,8 +778,10 @@ mod tests {
             "case \"$1\" in\n  configure|abort-*)\n    a\n  ;;\n  remove) b ;;\n  *) c ;;\nesac\n";
         let with =
             |a: &str| commands(s, Some(&[a])).into_iter().map(|c| c.join(" ")).collect::<Vec<_>>();
-        assert_eq!(with("configure"), ["a", "c"]);
-        assert_eq!(with("abort-upgrade"), ["a", "c"]);
+        // The first pattern that matches is the branch that runs, as in sh.
+        assert_eq!(with("configure"), ["a"]);
+        assert_eq!(with("abort-upgrade"), ["a"]);
+        assert_eq!(with("purge"), ["c"]);
         assert_eq!(cmds(s), ["a", "b", "c"]);
         // A case on something else than $1 hides nothing.
         assert_eq!(cmds("case $x in\n y) z ;;\nesac\n"), ["z"]);
@@ -733,38 +795,45 @@ mod tests {
     fn conditions_on_the_arguments_are_evaluated() {
         // libgssapi-krb5-2 1.20.1-2+deb12u5's postinst (Debian 12), as shipped.
         let gss = "#! /bin/sh\n\nset -e\n\nif [ \"configure\" = \"$1\" -a \"x$2\" != \"x\" ]; then\n    if dpkg --compare-versions $2  lt 1.12.1+dfsg-2\\\n        && test -f /usr/etc/gss/mech; then\n\tcp /usr/etc/gss/mech /etc/gss/mech\n\tfi\n    fi\n\n\n\nexit 0\n";
-        let test = "[ configure = $1 -a x$2 != x ]";
+        // The words as they run, the arguments put in.
+        let test = |old: &str| format!("[ configure = configure -a x{old} != x ]");
         // A first install: $2 is empty, the test is false, `cp` does not run.
-        assert_eq!(run(gss, &["configure", ""]), ["set -e", test, "exit 0"]);
+        assert_eq!(run(gss, &["configure", ""]), ["set -e", &test(""), "exit 0"]);
         // From a version before 1.12.1+dfsg-2 it runs; from a later one it does not.
-        let cmp = "dpkg --compare-versions $2 lt 1.12.1+dfsg-2";
+        let cmp = |old: &str| format!("dpkg --compare-versions {old} lt 1.12.1+dfsg-2");
         assert_eq!(
             run(gss, &["configure", "1.12-1"]),
             [
                 "set -e",
-                test,
-                cmp,
+                &test("1.12-1"),
+                &cmp("1.12-1"),
                 "test -f /usr/etc/gss/mech",
                 "cp /usr/etc/gss/mech /etc/gss/mech",
                 "exit 0"
             ]
         );
-        assert_eq!(run(gss, &["configure", "1.20.1-1"]), ["set -e", test, cmp, "exit 0"]);
+        assert_eq!(
+            run(gss, &["configure", "1.20.1-1"]),
+            ["set -e", &test("1.20.1-1"), &cmp("1.20.1-1"), "exit 0"]
+        );
         // openssh-client 1:9.2p1-2's postinst (Debian 12), its configure part.
         let ssh = "action=\"$1\"\numask 022\nupdate_ssh_group_name() {\n\tif getent group ssh >/dev/null && ! getent group _ssh >/dev/null; then\n\t\tgroupmod -n _ssh ssh\n\tfi\n}\nset_perms() {\n\tif ! getent group _ssh >/dev/null; then\n\t\taddgroup --system --quiet --force-badname _ssh\n\tfi\n}\nif [ \"$action\" = configure ]; then\n\tif dpkg --compare-versions \"$2\" lt-nl 1:8.4p1-6~; then\n\t\tupdate_ssh_group_name\n\tfi\n\tset_perms\nfi\n";
         assert_eq!(
             run(ssh, &["configure", ""]),
             [
                 "umask 022",
-                "[ $action = configure ]",
-                "dpkg --compare-versions $2 lt-nl 1:8.4p1-6~",
+                "[ configure = configure ]",
+                "dpkg --compare-versions  lt-nl 1:8.4p1-6~",
                 "getent group _ssh",
                 "addgroup --system --quiet --force-badname _ssh"
             ]
         );
         assert!(run(ssh, &["configure", "1:8.0p1-1"]).contains(&"groupmod -n _ssh ssh".to_string()));
         // Not `configure`: the umask and the test.
-        assert_eq!(run(ssh, &["abort-upgrade", ""]), ["umask 022", "[ $action = configure ]"]);
+        assert_eq!(
+            run(ssh, &["abort-upgrade", ""]),
+            ["umask 022", "[ abort-upgrade = configure ]"]
+        );
         // Unknown arguments: every branch counts.
         assert!(commands(ssh, None).iter().any(|c| c[0] == "groupmod"));
     }
@@ -775,8 +844,8 @@ mod tests {
         assert_eq!(
             run(s, &["configure"]),
             [
-                "[ $1 = remove ]",
-                "[ $1 = configure ]",
+                "[ configure = remove ]",
+                "[ configure = configure ]",
                 "true",
                 "getent group g",
                 "addgroup --system g"
@@ -798,6 +867,27 @@ mod tests {
         assert_eq!(expand("a${1}b$2$v${3:-}", Some(&["1", "2"]), &vars).as_deref(), Some("a1b2x"));
         assert_eq!(expand("$HOME", Some(&[]), &vars), None);
         assert_eq!(expand("$1", None, &vars), None);
+    }
+
+    /// A variable is known after an assignment that certainly ran, and put into the words of
+    /// the commands that follow (plocate's `GROUP="plocate"` … `addgroup --system "$GROUP"`);
+    /// one assigned where it may or may not run is not known, nor what single quotes hide.
+    #[test]
+    fn variables_known_where_they_certainly_were_set() {
+        let s = "GROUP=\"plocate\"\nif [ \"$1\" = configure ]; then\n  addgroup --system \"$GROUP\"\nfi\n";
+        assert_eq!(run(s, &["configure", ""])[1], "addgroup --system plocate");
+        // Set in a branch that may not run, or on the right of an unknown `&&`: not known.
+        let s = "X=a\nif [ -f /etc/x ]; then X=b; fi\ncmd $X\n[ -e /y ] && Y=1\ncmd2 $Y\n";
+        let got = run(s, &["configure", ""]);
+        assert!(got.contains(&"cmd $X".to_string()), "{got:?}");
+        assert!(got.contains(&"cmd2 $Y".to_string()), "{got:?}");
+        // Set in the branch that certainly runs, the else of a certainly false test, a case
+        // branch on $1: known.
+        let s = "if [ \"$1\" = remove ]; then X=r; else X=c; fi\ncase \"$1\" in\n  configure)\n    Y=k\n  ;;\nesac\ncmd $X $Y\n";
+        let got = run(s, &["configure", ""]);
+        assert!(got.contains(&"cmd c k".to_string()), "{got:?}");
+        // Single quotes keep their `$`.
+        assert_eq!(run("V=1\nawk '{print $1}' $V\n", &["configure"]), ["awk {print $1} 1"]);
     }
 
     #[test]

@@ -939,6 +939,25 @@ fn debian12_uuid_runtime_emulated_equals_apt_get() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("uuidd:x:"), "{out:?}");
 }
 
+/// plocate's postinst registers `locate` with update-alternatives (three slaves), adds its
+/// group (`addgroup --system "$GROUP"`), makes `/usr/bin/plocate` setgid to it with
+/// `dpkg-statoverride --update --add`, tests for databases no package ships and enables its
+/// timer: all emulated, and the layer equals apt-get's, the statoverride database included.
+#[test]
+fn debian12_plocate_emulated_equals_apt_get() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, dir) = extras_equal_apt_get(debian::BOOKWORM, &["plocate"], tmp.path());
+    assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+    let out = run_in_result(
+        &dir,
+        "stat -c '%a %G' /usr/bin/plocate && locate --help >/dev/null && dpkg --audit",
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2755 plocate");
+}
+
 /// iputils-ping's postinst gives `ping` its capability with `setcap cap_net_raw+ep` where
 /// libcap2-bin is installed: run in the sandbox, the capability lands in the layer as the
 /// `security.capability` attribute Docker's layer carries for the same install (the version 2

@@ -57,6 +57,12 @@ pub(super) struct Accounted {
     pub(super) services: Vec<super::services::Registration>,
     /// `chown`, `chgrp` and `chmod` of a package's own files, in order.
     pub(super) ownership: Vec<Ownership>,
+    /// `dpkg-statoverride --add`, in order.
+    pub(super) stat_adds: Vec<StatAdd>,
+    /// `(package, path, present)`: paths a script's file test answered from the base (absent:
+    /// in neither the base nor the package), checked once every package is unpacked
+    /// ([`check_assumed`]).
+    pub(super) assumed: Vec<(String, String, bool)>,
     /// The paths the image's `var/lib/dpkg/statoverride` lists, read once per build.
     overrides: Option<BTreeSet<String>>,
     /// The file triggers the image's packages are interested in (`var/lib/dpkg/triggers/File`:
@@ -116,6 +122,133 @@ impl Ownership {
     }
 }
 
+/// `dpkg-statoverride [--update] [--quiet] --add USER GROUP MODE PATH` (dpkg-statoverride(1)):
+/// an override added to dpkg's database, and with `--update` the file given that owner and
+/// mode at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct StatAdd {
+    pub(super) package: String,
+    pub(super) command: String,
+    pub(super) user: String,
+    pub(super) group: String,
+    pub(super) mode: u32,
+    pub(super) path: String,
+    pub(super) update: bool,
+}
+
+impl StatAdd {
+    fn parse(package: &str, words: &[String]) -> Option<StatAdd> {
+        let mut update = false;
+        let mut rest = &words[1..];
+        loop {
+            match rest.first().map(String::as_str) {
+                Some("--update") => update = true,
+                Some("--quiet") => {}
+                Some("--add") => break,
+                _ => return None,
+            }
+            rest = &rest[1..];
+        }
+        let [_, user, group, mode, path] = rest else { return None };
+        let name_ok = |n: &str| {
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        };
+        let mode_ok =
+            !mode.is_empty() && mode.len() <= 5 && mode.bytes().all(|b| (b'0'..=b'7').contains(&b));
+        if !name_ok(user)
+            || !name_ok(group)
+            || !mode_ok
+            || !path.starts_with('/')
+            || path.contains(char::is_whitespace)
+        {
+            return None;
+        }
+        Some(StatAdd {
+            package: package.to_string(),
+            command: words.join(" "),
+            user: user.clone(),
+            group: group.clone(),
+            mode: u32::from_str_radix(mode, 8).ok()? & 0o7777,
+            path: path.clone(),
+            update,
+        })
+    }
+}
+
+/// Adds the overrides to dpkg's database (`var/lib/dpkg/statoverride`, its previous version
+/// kept as `statoverride-old`, as dpkg-statoverride writes them), after the system users and
+/// groups are in, and with `--update` gives each file its owner and mode. dpkg writes the
+/// database in the order of its own file hash table: only a database that was empty, given
+/// one override, is reproduced here; anything else goes to the sandbox.
+pub(super) fn apply_stat_adds(
+    adds: &[StatAdd],
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
+    let Some(first) = adds.first() else { return Ok(()) };
+    let db = "var/lib/dpkg/statoverride";
+    let old = base.read(db, 4 << 20)?.unwrap_or_default();
+    if adds.len() > 1 || String::from_utf8_lossy(&old).lines().any(|l| !l.trim().is_empty()) {
+        return Err(Error::from(PackageError::Script {
+            package: first.package.clone(),
+            script: "postinst".into(),
+            command: format!(
+                "{} (dpkg orders a database of several overrides by its own hash)",
+                first.command
+            ),
+            hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
+        }));
+    }
+    let a = first;
+    let fails = |reason: String| {
+        Error::from(PackageError::ScriptFails {
+            package: a.package.clone(),
+            script: "postinst".into(),
+            command: a.command.clone(),
+            reason,
+        })
+    };
+    let uid = users::image_id(base, layer, "etc/passwd", &a.user)?
+        .ok_or_else(|| fails(format!("/etc/passwd has no `{}`", a.user)))?;
+    let gid = users::image_id(base, layer, "etc/group", &a.group)?
+        .ok_or_else(|| fails(format!("/etc/group has no `{}`", a.group)))?;
+    layer.add_file(
+        db,
+        format!("{} {} {:o} {}\n", a.user, a.group, a.mode, a.path).into_bytes(),
+        0o644,
+    )?;
+    layer.add_file("var/lib/dpkg/statoverride-old", old, 0o644)?;
+    if a.update {
+        let rel = a.path.trim_start_matches('/');
+        let real = base.real_path(rel)?.unwrap_or_else(|| rel.to_string());
+        if layer.get(&real).is_some_and(|e| e.kind != EntryKind::Whiteout) {
+            layer.set_owner_mode(&real, a.mode, uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+/// The paths scripts tested, answered from the base, checked against the image once every
+/// package of the plan is unpacked: one that another package installed or removed makes the
+/// test's answer unknown, and the install goes to the sandbox.
+pub(super) fn check_assumed(
+    assumed: &[(String, String, bool)],
+    base: &dyn BaseFiles,
+    layer: &LayerContents,
+) -> Result<()> {
+    for (package, path, present) in assumed {
+        if super::image::exists(path, base, layer)? != *present {
+            return Err(Error::from(PackageError::Script {
+                package: package.clone(),
+                script: "postinst".into(),
+                command: format!("a test of {path}, which another package of the plan changes"),
+                hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
+            }));
+        }
+    }
+    Ok(())
+}
+
 /// What a package's payload holds, as the scripts may test it.
 pub(super) struct Payload<'a> {
     /// Every path (`/usr/lib/…`), in payload order.
@@ -168,6 +301,10 @@ pub(super) fn account(
         // a file test on a path of this package is told by its payload (dpkg has unpacked it
         // when postinst runs); the service helpers answer theirs.
         let unpacked = *script == "postinst";
+        // Paths a test answered from the base (absent: in neither the base nor this package),
+        // which holds unless another package of the plan adds or removes one
+        // ([`check_assumed`]).
+        let assumed: std::cell::RefCell<Vec<(String, bool)>> = Default::default();
         let known = |w: &[String]| -> scripts::Truth {
             let test: Vec<&str> = match w.first().map(String::as_str) {
                 Some("[") if w.last().is_some_and(|l| l == "]") => {
@@ -183,6 +320,26 @@ pub(super) fn account(
                 (_, ["-e", path]) if unpacked && files.iter().any(|f| f == path) => Some(true),
                 (_, ["-x" | "-f", path]) if unpacked && payload.executable.contains(*path) => {
                     Some(true)
+                }
+                (_, [op @ ("-e" | "-f" | "-d" | "-x" | "-s"), path])
+                    if path.starts_with('/') && !files.iter().any(|f| f == path) =>
+                {
+                    let kind = match base.real_path(path.trim_start_matches('/')).ok()? {
+                        Some(p) => base.kind(&p).ok()?,
+                        None => None,
+                    };
+                    let answer = match (*op, &kind) {
+                        (_, None) => Some(false),
+                        ("-e", Some(_)) => Some(true),
+                        ("-f", Some(erdma_oci::rootfs::SnapEntry::File(_))) => Some(true),
+                        ("-d", Some(erdma_oci::rootfs::SnapEntry::Dir)) => Some(true),
+                        ("-f" | "-d", Some(_)) => Some(false),
+                        _ => None,
+                    };
+                    if answer.is_some() {
+                        assumed.borrow_mut().push((path.to_string(), kind.is_some()));
+                    }
+                    answer
                 }
                 _ => super::services::truth(w, base),
             }
@@ -235,6 +392,13 @@ pub(super) fn account(
                     }
                 }
                 "dpkg-statoverride" if words.get(1).is_some_and(|w| w == "--list") => {}
+                "dpkg-statoverride" => match StatAdd::parse(&package, &words) {
+                    Some(a) if !overrides.contains(&a.path) => {
+                        emulated.push(shown);
+                        out.stat_adds.push(a);
+                    }
+                    _ => unknown = unknown.or(Some(shown)),
+                },
                 "chown" | "chgrp" | "chmod" => match Ownership::parse(&package, &words, files) {
                     Some(o) => {
                         emulated.push(shown);
@@ -252,6 +416,7 @@ pub(super) fn account(
                 _ => unknown = unknown.or(Some(shown)),
             }
         }
+        out.assumed.extend(assumed.take().into_iter().map(|(p, t)| (package.clone(), p, t)));
         let outcome = match unknown {
             Some(command) => unplaced(&package, script, command, skip, "runs")?,
             None if !emulated.is_empty() => Outcome::Emulated(emulated.join(", ")),

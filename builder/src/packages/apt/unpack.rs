@@ -363,10 +363,12 @@ pub(super) fn unpack(
         layer.add_file("var/lib/dpkg/status-old", old.clone(), 0o644)?;
     }
 
+    scripts::check_assumed(&accounted.assumed, base, layer)?;
     users::add_system_groups(&accounted.groups, base, layer)?;
     users::add_system_users(&accounted.users, base, layer, users::today())?;
     super::alternatives::apply(&accounted.alternatives, base, layer)?;
     scripts::apply_ownership(&accounted.ownership, base, layer)?;
+    scripts::apply_stat_adds(&accounted.stat_adds, base, layer)?;
     super::services::apply(&accounted.services, base, layer)?;
     scripts::apply_statoverrides(base, layer, &new_paths)?;
     report.scripts.extend(accounted.records);
