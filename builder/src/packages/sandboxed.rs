@@ -382,7 +382,18 @@ pub fn job_main(args: &[std::ffi::OsString], unshare: crate::sandbox::Unshare) -
     ) {
         return fail(&e);
     }
-    match job(&work, &mut input) {
+    let done = job(&work, &mut input);
+    // The tree belongs to the namespace's ids: a user without root could not remove it from
+    // outside (its subordinate ids own most of it), so it goes here, whatever happened.
+    let root = work.join("root");
+    if root.exists() {
+        if let Err(e) = std::fs::remove_dir_all(&root) {
+            if done.is_ok() {
+                return fail(&format!("removing the sandbox's root {}: {e}", root.display()));
+            }
+        }
+    }
+    match done {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }

@@ -325,6 +325,14 @@ fn the_sandbox_runs_without_root_on_subordinate_ids() {
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(r["images"][0]["packages"]["sandbox"]["layers_read"].as_u64() >= Some(1), "{r}");
+    // Nothing of the sandbox is left where the user could not remove it.
+    let left: Vec<_> = std::fs::read_dir(home.join("cache/erdma-build"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("erdma-build-sandbox-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 
     let layer = |dir: &Path| {
         let img = support::fixture::read_fixture(dir, "x");
