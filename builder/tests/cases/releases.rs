@@ -945,11 +945,22 @@ fn debian12_uuid_runtime_emulated_equals_apt_get() {
 /// timer: all emulated, and the layer equals apt-get's, the statoverride database included.
 #[test]
 fn debian12_plocate_emulated_equals_apt_get() {
+    plocate_emulated_equals_apt_get(debian::BOOKWORM);
+}
+
+/// The same on Debian 13 (adduser 3.152, init-system-helpers 1.68, plocate 1.1.23, merged
+/// `/usr` with the units under `/usr/lib/systemd/system`).
+#[test]
+fn debian13_plocate_emulated_equals_apt_get() {
+    plocate_emulated_equals_apt_get(debian::TRIXIE);
+}
+
+fn plocate_emulated_equals_apt_get(rel: debian::Release) {
     if !debian::require_base() || !support::require_docker() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (r, dir) = extras_equal_apt_get(debian::BOOKWORM, &["plocate"], tmp.path());
+    let (r, dir) = extras_equal_apt_get(rel, &["plocate"], tmp.path());
     assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
     let out = run_in_result(
         &dir,
