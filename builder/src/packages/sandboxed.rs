@@ -235,7 +235,8 @@ fn run_job(
     if let Err(e) = map.write(child.id()) {
         return Err(fail(&mut child, err_reader, e.to_string()));
     }
-    let mut stdin = std::io::BufWriter::new(child.stdin.take().expect("piped"));
+    // Large writes: the layers cross the pipe in as few system calls as the pipe allows.
+    let mut stdin = std::io::BufWriter::with_capacity(1 << 20, child.stdin.take().expect("piped"));
     let streamed = (|| -> Result<()> {
         let io = |e: std::io::Error| error(because, format!("feeding the sandbox's job: {e}"));
         stdin.write_all(b"go\n").map_err(io)?;
@@ -374,7 +375,9 @@ pub fn job_main(args: &[std::ffi::OsString], unshare: crate::sandbox::Unshare) -
     let Some(work) = args.first().map(PathBuf::from) else {
         return fail(&"sandbox job: no work directory");
     };
-    let mut input = std::io::stdin().lock();
+    // Read in large pieces: stdin's own buffer (8 KiB) makes the layers' tens of megabytes
+    // thousands of small reads of the pipe.
+    let mut input = BufReader::with_capacity(1 << 20, std::io::stdin());
     if let Err(e) = crate::sandbox::become_namespace_root(
         unshare,
         rustix::thread::UnshareFlags::empty(),
