@@ -237,42 +237,44 @@ fn run_job(
     }
     // Large writes: the layers cross the pipe in as few system calls as the pipe allows.
     let mut stdin = std::io::BufWriter::with_capacity(1 << 20, child.stdin.take().expect("piped"));
-    let streamed = (|| -> Result<()> {
-        let io = |e: std::io::Error| error(because, format!("feeding the sandbox's job: {e}"));
-        stdin.write_all(b"go\n").map_err(io)?;
-        let text = serde_json::to_string(header).map_err(|e| error(because, e.to_string()))?;
-        stdin.write_all(text.as_bytes()).and_then(|()| stdin.write_all(b"\n")).map_err(io)?;
+    /// Why feeding the job stopped: the pipe (the job stopped reading, and says why on its
+    /// stderr), or reading what was to be sent.
+    enum Stop {
+        Pipe(std::io::Error),
+        Input(Box<Error>),
+    }
+    let streamed = (|| -> std::result::Result<(), Stop> {
+        let pipe = Stop::Pipe;
+        stdin.write_all(b"go\n").map_err(pipe)?;
+        let text = serde_json::to_string(header)
+            .map_err(|e| Stop::Input(Box::new(setup("the job", &e))))?;
+        stdin.write_all(text.as_bytes()).and_then(|()| stdin.write_all(b"\n")).map_err(pipe)?;
         for i in 0..header.layers.len() {
-            let mut tar = base.layer_tar(i)?;
-            let mut frames = Frames::new(&mut stdin);
-            std::io::copy(&mut tar, &mut frames).map_err(io)?;
-            frames.finish().map_err(io)?;
+            let mut tar = base.layer_tar(i).map_err(|e| Stop::Input(Box::new(e.into())))?;
+            send(&mut stdin, &mut tar).map_err(pipe)?;
         }
         // The layer so far (repository files, removals), as the image will have it.
         let mut frames = Frames::new(&mut stdin);
-        layer.write_tar(&mut frames, 0).map_err(io)?;
-        frames.finish().map_err(io)?;
+        layer.write_tar(&mut frames, 0).map_err(pipe)?;
+        frames.finish().map_err(pipe)?;
         for (_, path) in files {
-            let mut f = std::fs::File::open(path).map_err(|e| Error::io("reading", *path)(e))?;
-            let mut frames = Frames::new(&mut stdin);
-            std::io::copy(&mut f, &mut frames).map_err(io)?;
-            frames.finish().map_err(io)?;
+            let mut f = std::fs::File::open(path)
+                .map_err(|e| Stop::Input(Box::new(Error::io("reading", *path)(e))))?;
+            send(&mut stdin, &mut f).map_err(pipe)?;
         }
-        stdin.flush().map_err(io)
+        stdin.flush().map_err(pipe)
     })();
     drop(stdin);
-    if let Err(e) = streamed {
-        // A job that stopped reading says why on stderr.
-        return Err(match e {
-            Error::Package(PackageError::Sandbox { .. }) => {
-                fail(&mut child, err_reader, e.to_string())
-            }
-            e => {
-                let _ = child.kill();
-                let _ = child.wait();
-                e
-            }
-        });
+    match streamed {
+        Ok(()) => {}
+        Err(Stop::Pipe(e)) => {
+            return Err(fail(&mut child, err_reader, format!("feeding the sandbox's job: {e}")))
+        }
+        Err(Stop::Input(e)) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(*e);
+        }
     }
     reporter.step(&format!(
         "running {} in the sandbox for {} packages (scripts of {because} included)",
@@ -290,6 +292,13 @@ fn run_job(
     let result = work.join("result.json");
     let text = std::fs::read(&result).map_err(|e| Error::io("reading", &result)(e))?;
     serde_json::from_slice(&text).map_err(|e| setup("reading the sandbox's result", &e))
+}
+
+/// All of `r` as one stream of [`Frames`] on `out`.
+fn send(out: &mut impl Write, r: &mut dyn Read) -> std::io::Result<()> {
+    let mut frames = Frames::new(out);
+    std::io::copy(r, &mut frames)?;
+    frames.finish()
 }
 
 /// One stream of many on a pipe: chunks of `[length: u64 LE][bytes]`, ended by a length of 0.

@@ -189,15 +189,13 @@ pub(super) fn apply_stat_adds(
     let db = "var/lib/dpkg/statoverride";
     let old = base.read(db, 4 << 20)?.unwrap_or_default();
     if adds.len() > 1 || String::from_utf8_lossy(&old).lines().any(|l| !l.trim().is_empty()) {
-        return Err(Error::from(PackageError::Script {
-            package: first.package.clone(),
-            script: "postinst".into(),
-            command: format!(
+        return Err(needs_sandbox(
+            &first.package,
+            format!(
                 "{} (dpkg orders a database of several overrides by its own hash)",
                 first.command
             ),
-            hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
-        }));
+        ));
     }
     let a = first;
     let fails = |reason: String| {
@@ -219,13 +217,23 @@ pub(super) fn apply_stat_adds(
     )?;
     layer.add_file("var/lib/dpkg/statoverride-old", old, 0o644)?;
     if a.update {
-        let rel = a.path.trim_start_matches('/');
-        let real = base.real_path(rel)?.unwrap_or_else(|| rel.to_string());
+        let real = super::image::real(&a.path, base)?;
         if layer.get(&real).is_some_and(|e| e.kind != EntryKind::Whiteout) {
             layer.set_owner_mode(&real, a.mode, uid, gid)?;
         }
     }
     Ok(())
+}
+
+/// A postinst command of `package` that the emulation cannot reproduce once it sees the image
+/// (`command` says why): the build goes to the sandbox, or with `--no-sandbox` stops.
+pub(super) fn needs_sandbox(package: &str, command: String) -> Error {
+    Error::from(PackageError::Script {
+        package: package.to_string(),
+        script: "postinst".into(),
+        command,
+        hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
+    })
 }
 
 /// The paths scripts tested, answered from the base, checked against the image once every
@@ -238,12 +246,10 @@ pub(super) fn check_assumed(
 ) -> Result<()> {
     for (package, path, present) in assumed {
         if super::image::exists(path, base, layer)? != *present {
-            return Err(Error::from(PackageError::Script {
-                package: package.clone(),
-                script: "postinst".into(),
-                command: format!("a test of {path}, which another package of the plan changes"),
-                hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
-            }));
+            return Err(needs_sandbox(
+                package,
+                format!("a test of {path}, which another package of the plan changes"),
+            ));
         }
     }
     Ok(())
@@ -586,8 +592,7 @@ pub(super) fn apply_statoverrides(
         let [user, group, mode, path] = line.split_whitespace().collect::<Vec<_>>()[..] else {
             continue;
         };
-        let rel = path.trim_start_matches('/');
-        let real = base.real_path(rel)?.unwrap_or_else(|| rel.to_string());
+        let real = super::image::real(path, base)?;
         if !unpacked.contains(&real) {
             continue;
         }
@@ -627,8 +632,7 @@ pub(super) fn apply_ownership(
         };
         let uid = c.user.as_deref().map(|u| id("etc/passwd", u)).transpose()?;
         let gid = c.group.as_deref().map(|g| id("etc/group", g)).transpose()?;
-        let rel = c.path.trim_start_matches('/');
-        let real = base.real_path(rel)?.unwrap_or_else(|| rel.to_string());
+        let real = super::image::real(&c.path, base)?;
         let Some(mut entry) = layer.get(&real).filter(|e| e.kind != EntryKind::Whiteout).cloned()
         else {
             return Err(Error::from(PackageError::ScriptFails {

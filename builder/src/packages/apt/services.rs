@@ -21,7 +21,6 @@
 //! build to the sandbox where the real helper runs.
 use super::image;
 use crate::error::{Error, Result};
-use crate::packages::PackageError;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_oci::rootfs::SnapEntry;
@@ -182,12 +181,7 @@ pub(super) fn apply(
 ) -> Result<()> {
     for r in regs {
         let refuse = |why: String| {
-            Error::from(PackageError::Script {
-                package: r.package.clone(),
-                script: "postinst".into(),
-                command: format!("{} ({why})", r.command),
-                hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
-            })
+            super::scripts::needs_sandbox(&r.package, format!("{} ({why})", r.command))
         };
         match &r.what {
             What::RcDefaults { name, disabled } => {
@@ -471,12 +465,7 @@ mod tests {
     }
 
     fn refuse(why: String) -> Error {
-        Error::from(PackageError::Script {
-            package: "p".into(),
-            script: "postinst".into(),
-            command: why,
-            hint: "",
-        })
+        crate::packages::apt::scripts::needs_sandbox("p", why)
     }
 
     fn file(layer: &LayerContents, p: &str) -> Option<String> {

@@ -55,15 +55,9 @@ pub(super) fn add_system_groups(
         let gid = (100..=999)
             .find(|g| !used.contains(g))
             .ok_or_else(|| Error::from(PackageError::NoGid { group: name.clone() }))?;
-        if !group.is_empty() && !group.ends_with('\n') {
-            group.push('\n');
-        }
-        group.push_str(&format!("{name}:x:{gid}:\n"));
+        push_line(&mut group, &format!("{name}:x:{gid}:"));
         if let Some(g) = gshadow.as_mut() {
-            if !g.is_empty() && !g.ends_with('\n') {
-                g.push('\n');
-            }
-            g.push_str(&format!("{name}:!::\n"));
+            push_line(g, &format!("{name}:!::"));
         }
         added = true;
     }
@@ -73,14 +67,8 @@ pub(super) fn add_system_groups(
     layer.add_file("etc/group", group.into_bytes(), 0o644)?;
     layer.add_file("etc/group-", before_group, 0o644)?;
     if let (Some(new), Some(old)) = (gshadow, before_gshadow) {
-        layer.insert(
-            "etc/gshadow",
-            Entry { kind: EntryKind::File(new.into_bytes()), mode: 0o640, uid: 0, gid: 42 },
-        )?;
-        layer.insert(
-            "etc/gshadow-",
-            Entry { kind: EntryKind::File(old), mode: 0o640, uid: 0, gid: 42 },
-        )?;
+        add_shadowed(layer, "etc/gshadow", new.into_bytes())?;
+        add_shadowed(layer, "etc/gshadow-", old)?;
     }
     Ok(())
 }
@@ -210,8 +198,6 @@ pub(super) fn add_system_users(
     let last: u64 = setting("LAST_SYSTEM_UID").and_then(|v| v.parse().ok()).unwrap_or(999);
     let mut passwd = read("etc/passwd", layer)?.unwrap_or_default();
     let mut shadow = read("etc/shadow", layer)?;
-    // With the groups this build added (add_system_groups runs first).
-    let group = read("etc/group", layer)?.unwrap_or_default();
     let (mut before_passwd, mut before_shadow) = (None, None);
     for u in users {
         let fails = |reason: String| {
@@ -223,12 +209,10 @@ pub(super) fn add_system_users(
             })
         };
         if setting("UID_POOL").is_some_and(|v| !v.is_empty()) {
-            return Err(Error::from(PackageError::Script {
-                package: u.package.clone(),
-                script: "postinst".into(),
-                command: format!("{} (the image's /etc/adduser.conf sets UID_POOL)", u.command),
-                hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
-            }));
+            return Err(super::scripts::needs_sandbox(
+                &u.package,
+                format!("{} (the image's /etc/adduser.conf sets UID_POOL)", u.command),
+            ));
         }
         if let Some(line) = passwd.lines().find(|l| l.split(':').next() == Some(u.name.as_str())) {
             let uid: u64 = line.split(':').nth(2).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
@@ -240,21 +224,16 @@ pub(super) fn add_system_users(
                 u.name
             )));
         }
-        let gid: u64 = group
-            .lines()
-            .find(|l| l.split(':').next() == Some(u.group.as_str()))
-            .and_then(|l| l.split(':').nth(2)?.parse().ok())
+        let gid = image_id(base, layer, "etc/group", &u.group)?
             .ok_or_else(|| fails(format!("the group `{}' does not exist", u.group)))?;
         if u.create_home
             && !u.home.starts_with("/nonexistent")
             && !super::image::exists(&u.home, base, layer)?
         {
-            return Err(Error::from(PackageError::Script {
-                package: u.package.clone(),
-                script: "postinst".into(),
-                command: format!("{} (it creates the home {})", u.command, u.home),
-                hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
-            }));
+            return Err(super::scripts::needs_sandbox(
+                &u.package,
+                format!("{} (it creates the home {})", u.command, u.home),
+            ));
         }
         let used: BTreeSet<u64> =
             passwd.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
@@ -279,14 +258,17 @@ pub(super) fn add_system_users(
         layer.add_file("etc/passwd-", before.into_bytes(), 0o644)?;
     }
     if let (Some(new), Some(old)) = (shadow, before_shadow) {
-        for (p, c) in [("etc/shadow", new), ("etc/shadow-", old)] {
-            layer.insert(
-                p,
-                Entry { kind: EntryKind::File(c.into_bytes()), mode: 0o640, uid: 0, gid: 42 },
-            )?;
-        }
+        add_shadowed(layer, "etc/shadow", new.into_bytes())?;
+        add_shadowed(layer, "etc/shadow-", old.into_bytes())?;
     }
     Ok(())
+}
+
+/// `shadow`, `gshadow` and their backups as Debian keeps them: 0640, root and the `shadow`
+/// group (gid 42, base-passwd's).
+fn add_shadowed(layer: &mut LayerContents, path: &str, content: Vec<u8>) -> Result<()> {
+    Ok(layer
+        .insert(path, Entry { kind: EntryKind::File(content), mode: 0o640, uid: 0, gid: 42 })?)
 }
 
 fn push_line(text: &mut String, line: &str) {
