@@ -6,6 +6,8 @@
 //! keys, pins and signature verification ([`openpgp`]) and NCCL's build selection ([`nccl`]).
 pub mod apt;
 pub mod error;
+/// What `chmod` and `setcap` do to a file, for both backends' script emulations.
+pub mod file_changes;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 

@@ -106,18 +106,33 @@ fn restore(w: &str) -> String {
 /// Commands inside `$(…)` or backquotes are not split out; the caller sees them as words of the
 /// command around them (an unknown command).
 pub fn commands(script: &str, args: Option<&[&str]>) -> Vec<Vec<String>> {
-    commands_with(script, args, &[], &|_| None)
+    commands_with(script, args, &[], &Known::NOTHING)
+}
+
+/// What the caller can tell about commands without running them.
+pub struct Known<'a> {
+    /// Whether a command succeeds (`dpkg-statoverride --list PATH` against the image's
+    /// database, a file test); `None`: not known.
+    pub status: &'a dyn Fn(&[String]) -> Truth,
+    /// What a query prints, for `NAME=$(COMMAND)` (`dpkg-divert --truename PATH`); `None`: not
+    /// known, and the assignment is then an unknown command.
+    pub output: &'a dyn Fn(&[String]) -> Option<String>,
+}
+
+impl Known<'_> {
+    /// Nothing known.
+    pub const NOTHING: Known<'static> = Known { status: &|_| None, output: &|_| None };
 }
 
 /// [`commands`], with `env` the variables the package manager exports to the script (dpkg's
-/// `DPKG_ROOT`, empty when it installs to `/`) and `known` telling the status of commands the
-/// caller can answer for (`dpkg-statoverride --list PATH` against the image's database);
-/// `None`: not known.
+/// `DPKG_ROOT`, empty when it installs to `/`) and `known` what the caller can answer for. An
+/// assignment `NAME=$(COMMAND)` whose command `known` prints for is a query, not a command:
+/// the variable gets the output without its trailing newlines.
 pub fn commands_with(
     script: &str,
     args: Option<&[&str]>,
     env: &[(&str, &str)],
-    known: &dyn Fn(&[String]) -> Truth,
+    known: &Known<'_>,
 ) -> Vec<Vec<String>> {
     let mut functions: BTreeMap<String, Vec<Vec<String>>> = Default::default();
     let main = without_functions(script, &mut functions, env, known);
@@ -235,7 +250,20 @@ pub fn commands_with(
                 }
             }
             let words = strip_redirections(words);
-            // `x=$(cmd)` runs cmd: kept, so that it is seen as a command nobody knows.
+            // `x=$(cmd)` runs cmd: kept, so that it is seen as a command nobody knows, unless
+            // `known` prints for it (then the assignment is plain, its value that output).
+            let queried: Vec<String> = words
+                .iter()
+                .map(|w| match substitution(w, args, &vars).and_then(|q| (known.output)(&q)) {
+                    Some(out) => format!(
+                        "{}={}",
+                        w.split_once('=').map(|(n, _)| n).unwrap_or_default(),
+                        out.trim_end_matches('\n').replace('$', &QUOTED_DOLLAR.to_string())
+                    ),
+                    None => w.clone(),
+                })
+                .collect();
+            let words = queried.as_slice();
             let plain = |w: &String| is_assignment(w) && !w.contains("$(") && !w.contains('`');
             let n_assign = words.iter().take_while(|w| plain(w)).count();
             let (assigns, words) = words.split_at(n_assign);
@@ -280,7 +308,7 @@ pub fn commands_with(
             } else if words.is_empty() {
                 Some(true)
             } else {
-                evaluate(words, args, &vars).or_else(|| known(words)).map(|t| t != negate)
+                evaluate(words, args, &vars).or_else(|| (known.status)(words)).map(|t| t != negate)
             };
             chain = (truth, sep);
             if !runs || words.is_empty() {
@@ -299,6 +327,35 @@ pub fn commands_with(
         }
     }
     out
+}
+
+/// The command of an assignment `NAME=$(COMMAND)` (the whole value one substitution of one
+/// simple command), its words expanded; `None` for anything else.
+fn substitution(
+    word: &str,
+    args: Option<&[&str]>,
+    vars: &BTreeMap<String, String>,
+) -> Option<Vec<String>> {
+    if !is_assignment(word) {
+        return None;
+    }
+    let (_, value) = word.split_once('=')?;
+    let inner = value.strip_prefix("$(")?.strip_suffix(')')?;
+    if inner.contains(['(', ')', '`']) {
+        return None;
+    }
+    let mut cmds = split_commands(inner);
+    let (words, sep) = cmds.pop()?;
+    if !cmds.is_empty() || sep != Sep::Seq || words.is_empty() {
+        return None;
+    }
+    strip_redirections(&words)
+        .iter()
+        .map(|w| match w.contains('$') {
+            true => expand(w, args, vars),
+            false => Some(restore(w)),
+        })
+        .collect()
 }
 
 /// `word` with `$1`, `${1}`, `${1:-}`, … and the known variables put in; `None` when it uses
@@ -433,7 +490,7 @@ fn without_functions(
     script: &str,
     functions: &mut BTreeMap<String, Vec<Vec<String>>>,
     env: &[(&str, &str)],
-    known: &dyn Fn(&[String]) -> Truth,
+    known: &Known<'_>,
 ) -> String {
     let mut main = String::new();
     let mut lines = script.lines();
@@ -620,6 +677,23 @@ fn split_commands(line: &str) -> Vec<(Vec<String>, Sep)> {
                     cmds.push((std::mem::take(&mut words), sep));
                 }
                 c if c.is_whitespace() => end_word(&mut words, &mut word, &mut in_word),
+                // `$(…)`: one word up to its closing parenthesis, whatever it holds.
+                '$' if chars.peek() == Some(&'(') => {
+                    word.push(c);
+                    let mut depth = 0usize;
+                    for n in chars.by_ref() {
+                        word.push(n);
+                        match n {
+                            '(' => depth += 1,
+                            ')' => depth -= 1,
+                            _ => {}
+                        }
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    in_word = true;
+                }
                 _ => {
                     word.push(c);
                     in_word = true;
@@ -718,6 +792,35 @@ mod tests {
 
     fn cmds(s: &str) -> Vec<String> {
         commands(s, None).into_iter().map(|c| c.join(" ")).collect()
+    }
+
+    /// iputils-ping's `PROGRAM=$(dpkg-divert --truename /bin/ping)`: a query the caller
+    /// answers sets the variable; one it does not stays a command nobody knows, whole.
+    #[test]
+    fn a_known_query_sets_a_variable() {
+        let s = "PROGRAM=$(dpkg-divert --truename /bin/ping)\nif command -v setcap > /dev/null; then\n  setcap cap_net_raw+ep $PROGRAM\nfi\nK=$(uname -r)\nV=\"$(cat /etc/x)\"\n";
+        let output = |w: &[String]| -> Option<String> {
+            (w == ["dpkg-divert", "--truename", "/bin/ping"]).then(|| "/bin/ping.real\n".into())
+        };
+        let known = Known { status: &|_| None, output: &output };
+        let got: Vec<String> = commands_with(s, Some(&["configure", ""]), &[], &known)
+            .iter()
+            .map(|c| c.join(" "))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "command -v setcap",
+                "setcap cap_net_raw+ep /bin/ping.real",
+                "K=$(uname -r)",
+                "V=$(cat /etc/x)"
+            ]
+        );
+        // Unanswered, the query itself is what the caller sees.
+        assert_eq!(
+            cmds("P=$(dpkg-divert --truename /bin/ping)\n"),
+            ["P=$(dpkg-divert --truename /bin/ping)"]
+        );
     }
 
     #[test]

@@ -194,14 +194,96 @@ fn inert_scripts_and_system_groups() {
     assert!((100..=999).contains(&rdma) && (100..=999).contains(&test) && rdma != test, "{group}");
 }
 
-/// The content of `path` in a gzip or plain tar layer blob.
-pub(super) fn layer_file(blob: &[u8], path: &str) -> Option<String> {
-    let r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) {
+/// iputils-ping's postinst (Debian 12, 3:20221126-1+deb12u1, as shipped): `ping` gets
+/// `cap_net_raw+ep` where `command -v setcap` finds setcap, else the setuid bit.
+const PING_POSTINST: &str = "#!/bin/sh\n\nset -e\n\nPROGRAM=$(dpkg-divert --truename /bin/ping)\n\nif [ \"$1\" = configure ]; then\n    # If we have setcap installed, try setting cap_net_raw+ep,\n    # which allows us to install our binaries without the setuid\n    # bit.\n    if command -v setcap > /dev/null; then\n        if setcap cap_net_raw+ep $PROGRAM; then\n            chmod u-s $PROGRAM\n        else\n            echo \"Setcap failed on $PROGRAM, falling back to setuid\" >&2\n            chmod u+s $PROGRAM\n        fi\n    else\n        echo \"Setcap is not installed, falling back to setuid\" >&2\n        chmod u+s $PROGRAM\n    fi\nfi\n\n\n\nexit 0\n";
+
+/// Both ways through iputils-ping's postinst, emulated: without setcap in the image `ping`
+/// is made setuid; with a package of the same plan shipping setcap (unpacked after it, as
+/// dpkg configures only once everything is unpacked) it gets the capability xattr instead.
+#[test]
+fn setcap_or_setuid_as_the_postinst_finds_setcap() {
+    if !support::require(support::have("dpkg-deb"), "dpkg-deb is needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ping = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "ping-stand-in",
+            version: "1.0",
+            files: vec![("/usr/bin/ping", b"\x7fELF".as_slice(), 0o755)],
+            postinst: Some(&PING_POSTINST.replace("/bin/ping", "/usr/bin/ping")),
+            ..Default::default()
+        },
+    );
+    let setcap = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "setcap-stand-in",
+            version: "1.0",
+            files: vec![("/usr/sbin/setcap", b"\x7fELF".as_slice(), 0o755)],
+            ..Default::default()
+        },
+    );
+    for (with_setcap, mode, caps) in
+        [(false, 0o4755, None), (true, 0o755, Some("0100000200200000000000000000000000000000"))]
+    {
+        let out = tmp.path().join(format!("out-{with_setcap}"));
+        let dest = format!("oci:{}:x", s(&out));
+        let debs: Vec<&std::path::Path> =
+            if with_setcap { vec![&ping, &setcap] } else { vec![&ping] };
+        let mut args = demo_with(&debs);
+        args.extend(["--output".to_string(), dest, "--no-sandbox".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = build(&args, &tmp.path().join("cache"));
+        let rec = r["images"][0]["packages"]["scripts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["package"] == "ping-stand-in 1.0")
+            .unwrap()
+            .clone();
+        assert_eq!(rec["outcome"], "emulated", "{rec}");
+        let img = support::fixture::read_fixture(&out, "x");
+        let top = img.layers.last().unwrap();
+        let blob = std::fs::read(img.blob_path(&top.digest)).unwrap();
+        let (got_mode, got_caps) = layer_meta(&blob, "usr/bin/ping").expect("ping in the layer");
+        assert_eq!(got_mode, mode, "{rec}");
+        let hex = |b: Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(got_caps.map(hex).as_deref(), caps, "{rec}");
+    }
+}
+
+/// The mode and `security.capability` of `path` in a gzip or plain tar layer blob.
+fn layer_meta(blob: &[u8], path: &str) -> Option<(u32, Option<Vec<u8>>)> {
+    for e in layer_tar(blob).entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path().unwrap().to_string_lossy().trim_start_matches("./") == path {
+            let mode = e.header().mode().unwrap();
+            let caps = e.pax_extensions().unwrap().and_then(|x| {
+                x.filter_map(Result::ok)
+                    .find(|x| x.key() == Ok("SCHILY.xattr.security.capability"))
+                    .map(|x| x.value_bytes().to_vec())
+            });
+            return Some((mode, caps));
+        }
+    }
+    None
+}
+
+/// A gzip or plain tar layer blob as a tar archive.
+fn layer_tar(blob: &[u8]) -> tar::Archive<Box<dyn std::io::Read + '_>> {
+    tar::Archive::new(if blob.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::read::GzDecoder::new(blob))
     } else {
         Box::new(blob)
-    };
-    for e in tar::Archive::new(r).entries().unwrap() {
+    })
+}
+
+/// The content of `path` in a gzip or plain tar layer blob.
+pub(super) fn layer_file(blob: &[u8], path: &str) -> Option<String> {
+    for e in layer_tar(blob).entries().unwrap() {
         let mut e = e.unwrap();
         if e.path().unwrap().to_string_lossy().trim_start_matches("./") == path {
             let mut s = String::new();

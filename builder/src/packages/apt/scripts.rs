@@ -13,8 +13,10 @@
 //!   `deb-systemd-helper unmask` of an unmasked unit: no effect ([`super::services`]);
 //! - `update-alternatives --install LINK NAME PATH PRIORITY [--slave …]`: emulated
 //!   ([`super::alternatives`]);
-//! - `chown`, `chgrp`, `chmod OCTAL` of a file of the same package: emulated on the layer's
-//!   entry ([`apply_ownership`]); `dpkg-statoverride --list PATH` is answered from the image's
+//! - `chown`, `chgrp`, `chmod MODE` (octal, or symbolic with who given), `setcap CAPS` of a
+//!   file of the same package: emulated on the layer's entry ([`apply_file_changes`]);
+//!   `command -v NAME` is told from the image's `PATH` directories, and `$(dpkg-divert
+//!   --truename PATH)` from its diversions; `dpkg-statoverride --list PATH` is answered from the image's
 //!   statoverride database, so a script that honours an override does what dpkg would;
 //! - `dpkg-maintscript-helper` on a fresh install, or `rm_conffile` after a version newer
 //!   than the one it names, or on a conffile the base does not have: no effect (it acts only
@@ -33,12 +35,18 @@ use std::collections::BTreeSet;
 use super::resolve::{Installed, Planned};
 use super::users;
 use crate::error::{Error, Result};
+use crate::packages::file_changes::{capability_xattr, ModeChange};
 use crate::packages::scripts::{self, Outcome, ScriptRecord};
 use crate::packages::PackageError;
 use erdma_deb::deb::Deb;
 use erdma_deb::version::Version;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{EntryKind, LayerContents};
+use erdma_oci::rootfs::SnapEntry;
+
+/// `PATH` as `apt-get` in a container gives it to dpkg and the scripts (Debian's default for
+/// root).
+const SCRIPT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The scripts dpkg runs when installing, in the order it runs them.
 const INSTALL_SCRIPTS: &[&str] = &["preinst", "config", "postinst"];
@@ -56,7 +64,7 @@ pub(super) struct Accounted {
     /// `update-rc.d` and `deb-systemd-helper enable` calls, in order.
     pub(super) services: Vec<super::services::Registration>,
     /// `chown`, `chgrp` and `chmod` of a package's own files, in order.
-    pub(super) ownership: Vec<Ownership>,
+    pub(super) file_changes: Vec<FileChange>,
     /// `dpkg-statoverride --add`, in order.
     pub(super) stat_adds: Vec<StatAdd>,
     /// `(package, path, present)`: paths a script's file test answered from the base (absent:
@@ -65,26 +73,31 @@ pub(super) struct Accounted {
     pub(super) assumed: Vec<(String, String, bool)>,
     /// The paths the image's `var/lib/dpkg/statoverride` lists, read once per build.
     overrides: Option<BTreeSet<String>>,
+    /// The base's diversions (`var/lib/dpkg/diversions`), `(FROM, TO)`, read once per build.
+    diversions: Option<Vec<(String, String)>>,
     /// The file triggers the image's packages are interested in (`var/lib/dpkg/triggers/File`:
     /// `PATH PACKAGE[/noawait]` a line), read once per build.
     file_triggers: Option<Vec<(String, String)>>,
 }
 
-/// A `chown USER[:GROUP] PATH`, `chgrp GROUP PATH` or `chmod OCTAL PATH` of a file the same
-/// package installs (openssh-client makes `ssh-agent` setgid `_ssh` this way).
+/// A `chown USER[:GROUP] PATH`, `chgrp GROUP PATH`, `chmod MODE PATH` or `setcap CAPS PATH`
+/// of a file the same package installs (openssh-client makes `ssh-agent` setgid `_ssh` this
+/// way; iputils-ping gives `ping` `cap_net_raw+ep`, or setuid where setcap is missing).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Ownership {
+pub(super) struct FileChange {
     pub(super) package: String,
     /// The command as the script has it, for errors.
     pub(super) command: String,
     pub(super) path: String,
     pub(super) user: Option<String>,
     pub(super) group: Option<String>,
-    pub(super) mode: Option<u32>,
+    pub(super) mode: Option<ModeChange>,
+    /// The `security.capability` value setcap writes.
+    pub(super) caps: Option<Vec<u8>>,
 }
 
-impl Ownership {
-    fn parse(package: &str, words: &[String], files: &[String]) -> Option<Ownership> {
+impl FileChange {
+    fn parse(package: &str, words: &[String], files: &[String]) -> Option<FileChange> {
         let [cmd, what, path] = words else { return None };
         if !files.iter().any(|f| f == path) || what.starts_with('-') {
             return None;
@@ -92,13 +105,14 @@ impl Ownership {
         let name_ok = |n: &str| {
             !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
         };
-        let mut o = Ownership {
+        let mut o = FileChange {
             package: package.to_string(),
             command: words.join(" "),
             path: path.clone(),
             user: None,
             group: None,
             mode: None,
+            caps: None,
         };
         match cmd.as_str() {
             "chgrp" if name_ok(what) => o.group = Some(what.clone()),
@@ -113,9 +127,8 @@ impl Ownership {
                 o.user = Some(u.to_string());
                 o.group = g.map(str::to_string);
             }
-            "chmod" if what.len() <= 4 && what.bytes().all(|b| (b'0'..=b'7').contains(&b)) => {
-                o.mode = Some(u32::from_str_radix(what, 8).ok()?);
-            }
+            "chmod" => o.mode = Some(ModeChange::parse(what)?),
+            "setcap" => o.caps = Some(capability_xattr(what)?),
             _ => return None,
         }
         Some(o)
@@ -265,13 +278,17 @@ pub(super) struct Payload<'a> {
 
 /// Accounts for the maintainer scripts and triggers of `planned`, whose control part is `deb`
 /// and whose payload is `payload`; `old`: the version the base has in its place (an upgrade
-/// or replacement), `None` for a fresh install.
+/// or replacement), `None` for a fresh install; `layer`: every package of the plan unpacked,
+/// where the build has it (a postinst's tests then see the image as dpkg's configure step
+/// does), `None` for `plan`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn account(
     planned: &Planned,
     deb: &Deb,
     payload: &Payload<'_>,
     old: Option<&Version>,
     base: &dyn BaseFiles,
+    layer: Option<&LayerContents>,
     skip: bool,
     out: &mut Accounted,
 ) -> Result<()> {
@@ -287,6 +304,15 @@ pub(super) fn account(
         );
     }
     let overrides = out.overrides.clone().unwrap_or_default();
+    if out.diversions.is_none() {
+        // dpkg-divert's database: `FROM`, `TO`, `PACKAGE`, a line each.
+        let text = base.read("var/lib/dpkg/diversions", 4 << 20)?.unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        let lines: Vec<&str> = text.lines().collect();
+        out.diversions =
+            Some(lines.chunks_exact(3).map(|c| (c[0].to_string(), c[1].to_string())).collect());
+    }
+    let diversions = out.diversions.clone().unwrap_or_default();
     let adds_ld_path = files.iter().any(|f| f.starts_with("/etc/ld.so.conf.d/"));
     let ldconfig_why = "ldconfig: the package adds no directory under /etc/ld.so.conf.d, and its libraries lie where the loader looks without a cache entry";
     for script in INSTALL_SCRIPTS {
@@ -311,7 +337,21 @@ pub(super) fn account(
         // which holds unless another package of the plan adds or removes one
         // ([`check_assumed`]).
         let assumed: std::cell::RefCell<Vec<(String, bool)>> = Default::default();
-        let known = |w: &[String]| -> scripts::Truth {
+        // What `path` is where the script looks: with the layer of the whole plan unpacked
+        // (postinst, as dpkg configures after unpacking everything), the image; else the base,
+        // recorded as assumed.
+        let lookup = |path: &str| -> Option<Option<SnapEntry>> {
+            if let (Some(layer), true) = (layer, unpacked) {
+                return super::image::kind(path, base, layer).ok();
+            }
+            let kind = match base.real_path(path.trim_start_matches('/')).ok()? {
+                Some(p) => base.kind(&p).ok()?,
+                None => None,
+            };
+            assumed.borrow_mut().push((path.to_string(), kind.is_some()));
+            Some(kind)
+        };
+        let status = |w: &[String]| -> scripts::Truth {
             let test: Vec<&str> = match w.first().map(String::as_str) {
                 Some("[") if w.last().is_some_and(|l| l == "]") => {
                     w[1..w.len() - 1].iter().map(String::as_str).collect()
@@ -323,6 +363,26 @@ pub(super) fn account(
                 ([cmd, list, path], _) if cmd == "dpkg-statoverride" && list == "--list" => {
                     Some(overrides.contains(path))
                 }
+                // setcap on a file of this package succeeds where its text is one setcap takes.
+                ([cmd, caps, path], _) if cmd == "setcap" => (capability_xattr(caps).is_some()
+                    && files.iter().any(|f| f == path))
+                .then_some(true),
+                // `command -v NAME`: a regular file in one of PATH's directories (a file in
+                // those is taken as executable; a symlink there is not told).
+                ([cmd, v, name], _) if cmd == "command" && v == "-v" && !name.contains('/') => {
+                    for dir in SCRIPT_PATH.split(':') {
+                        let p = format!("{dir}/{name}");
+                        if unpacked && payload.executable.contains(&p) {
+                            return Some(true);
+                        }
+                        match lookup(&p)? {
+                            Some(SnapEntry::File(_)) => return Some(true),
+                            Some(SnapEntry::Symlink(_)) => return None,
+                            _ => {}
+                        }
+                    }
+                    Some(false)
+                }
                 (_, ["-e", path]) if unpacked && files.iter().any(|f| f == path) => Some(true),
                 (_, ["-x" | "-f", path]) if unpacked && payload.executable.contains(*path) => {
                     Some(true)
@@ -330,26 +390,27 @@ pub(super) fn account(
                 (_, [op @ ("-e" | "-f" | "-d" | "-x" | "-s"), path])
                     if path.starts_with('/') && !files.iter().any(|f| f == path) =>
                 {
-                    let kind = match base.real_path(path.trim_start_matches('/')).ok()? {
-                        Some(p) => base.kind(&p).ok()?,
-                        None => None,
-                    };
-                    let answer = match (*op, &kind) {
+                    let kind = lookup(path)?;
+                    match (*op, &kind) {
                         (_, None) => Some(false),
                         ("-e", Some(_)) => Some(true),
-                        ("-f", Some(erdma_oci::rootfs::SnapEntry::File(_))) => Some(true),
-                        ("-d", Some(erdma_oci::rootfs::SnapEntry::Dir)) => Some(true),
+                        ("-f", Some(SnapEntry::File(_))) => Some(true),
+                        ("-d", Some(SnapEntry::Dir)) => Some(true),
                         ("-f" | "-d", Some(_)) => Some(false),
                         _ => None,
-                    };
-                    if answer.is_some() {
-                        assumed.borrow_mut().push((path.to_string(), kind.is_some()));
                     }
-                    answer
                 }
                 _ => super::services::truth(w, base),
             }
         };
+        // `dpkg-divert --truename PATH`: where the base's diversions put PATH, else PATH.
+        let output = |w: &[String]| -> Option<String> {
+            let [cmd, flag, path] = w else { return None };
+            (cmd == "dpkg-divert" && flag == "--truename").then(|| {
+                diversions.iter().find(|(from, _)| from == path).map_or(path, |(_, to)| to).clone()
+            })
+        };
+        let known = scripts::Known { status: &status, output: &output };
         // dpkg exports DPKG_ROOT, empty when it installs to `/` (deb-maintscripts(5)).
         let env = [("DPKG_ROOT", "")];
         for words in scripts::commands_with(&text, Some(&args), &env, &known) {
@@ -405,13 +466,15 @@ pub(super) fn account(
                     }
                     _ => unknown = unknown.or(Some(shown)),
                 },
-                "chown" | "chgrp" | "chmod" => match Ownership::parse(&package, &words, files) {
-                    Some(o) => {
-                        emulated.push(shown);
-                        out.ownership.push(o);
+                "chown" | "chgrp" | "chmod" | "setcap" => {
+                    match FileChange::parse(&package, &words, files) {
+                        Some(o) => {
+                            emulated.push(shown);
+                            out.file_changes.push(o);
+                        }
+                        None => unknown = unknown.or(Some(shown)),
                     }
-                    None => unknown = unknown.or(Some(shown)),
-                },
+                }
                 "dpkg-maintscript-helper" => match maintscript_helper(&words, old, base)? {
                     Some(why) => effects.push(why),
                     None => unknown = unknown.or(Some(shown)),
@@ -612,10 +675,14 @@ pub(super) fn apply_statoverrides(
     Ok(())
 }
 
-/// Applies the `chown`/`chgrp`/`chmod` calls to the layer's entries, after the system groups
-/// are in: names are looked up in the image's passwd and group as they are after the scripts.
-pub(super) fn apply_ownership(
-    changes: &[Ownership],
+/// The xattr setcap writes.
+const CAPABILITY: &str = "security.capability";
+
+/// Applies the `chown`/`chgrp`/`chmod`/`setcap` calls to the layer's entries in order, after
+/// the system groups are in: names are looked up in the image's passwd and group as they are
+/// after the scripts.
+pub(super) fn apply_file_changes(
+    changes: &[FileChange],
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
 ) -> Result<()> {
@@ -655,11 +722,22 @@ pub(super) fn apply_ownership(
         if let Some(g) = gid {
             entry.gid = g;
         }
-        if let Some(m) = c.mode {
-            entry.mode = m;
+        if let Some(m) = &c.mode {
+            entry.mode = m.apply(entry.mode);
+        }
+        // chown(2) also drops file capabilities: not followed here.
+        let capable = layer.xattrs(&real).is_some_and(|x| x.contains_key(CAPABILITY));
+        if (uid.is_some() || gid.is_some()) && capable {
+            return Err(needs_sandbox(
+                &c.package,
+                format!("{} (after setcap: chown drops the file's capabilities)", c.command),
+            ));
         }
         // One inode: every name of a hard-linked file changes with it.
         layer.set_owner_mode(&real, entry.mode, entry.uid, entry.gid)?;
+        if let Some(caps) = &c.caps {
+            layer.set_xattr(&real, CAPABILITY, caps.clone())?;
+        }
     }
     Ok(())
 }

@@ -153,7 +153,16 @@ pub(crate) fn inspect(
         let deb = deb::read_control(&path).map_err(|e| entry_error(planned, &path, e, None))?;
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
         let payload = scripts::Payload { list: &list, executable: &executable };
-        scripts::account(planned, &deb, &payload, old, base, inputs.skip_scripts, &mut accounted)?;
+        scripts::account(
+            planned,
+            &deb,
+            &payload,
+            old,
+            base,
+            None,
+            inputs.skip_scripts,
+            &mut accounted,
+        )?;
     }
     for gone in &res.remove {
         scripts::removed(gone, &info_name(&gone.paragraph, &gone.arch), base, &mut accounted)?;
@@ -181,6 +190,8 @@ pub(super) fn unpack(
     let mut stanzas: Vec<Paragraph> = Vec::new();
     // One placer for all the packages: a symlink one installs is seen by the next.
     let mut placer = Placer::new(base);
+    // Each package's control part and payload list, for its scripts.
+    let mut unpacked = Vec::new();
     for (planned, path) in res.install.iter().zip(debs) {
         let deb = deb::read_control(path).map_err(|e| entry_error(planned, path, e, None))?;
         let label = format!("{} {}", planned.name, planned.version);
@@ -277,10 +288,23 @@ pub(super) fn unpack(
             Ok(())
         })
         .map_err(|e| entry_error(planned, path, e, refused.take()))?;
-        let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
-        let payload = scripts::Payload { list: &list, executable: &executable };
-        scripts::account(planned, &deb, &payload, old, base, skip_scripts, &mut accounted)?;
         write_info(&deb, planned, &list, &files, &sums, layer, &mut stanzas)?;
+        unpacked.push((planned, deb, list, executable));
+    }
+    // The scripts are read once every package is unpacked, as dpkg configures them.
+    for (planned, deb, list, executable) in &unpacked {
+        let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
+        let payload = scripts::Payload { list, executable };
+        scripts::account(
+            planned,
+            deb,
+            &payload,
+            old,
+            base,
+            Some(layer),
+            skip_scripts,
+            &mut accounted,
+        )?;
     }
 
     // What the removed packages owned and nothing new provides goes, as `apt remove` would.
@@ -367,7 +391,7 @@ pub(super) fn unpack(
     users::add_system_groups(&accounted.groups, base, layer)?;
     users::add_system_users(&accounted.users, base, layer, users::today())?;
     super::alternatives::apply(&accounted.alternatives, base, layer)?;
-    scripts::apply_ownership(&accounted.ownership, base, layer)?;
+    scripts::apply_file_changes(&accounted.file_changes, base, layer)?;
     scripts::apply_stat_adds(&accounted.stat_adds, base, layer)?;
     super::services::apply(&accounted.services, base, layer)?;
     scripts::apply_statoverrides(base, layer, &new_paths)?;
