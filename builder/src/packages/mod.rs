@@ -8,6 +8,8 @@ pub mod apt;
 pub mod error;
 /// What `chmod` and `setcap` do to a file, for both backends' script emulations.
 pub mod file_changes;
+/// The image as scripts see it: the base's files with this build's layer over them.
+pub(crate) mod image;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 
@@ -16,6 +18,8 @@ pub mod payload;
 pub mod rpm;
 pub mod sandboxed;
 pub mod scripts;
+/// System users and groups the scripts add, written as the image's own tools write them.
+pub(crate) mod users;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -754,6 +754,18 @@ fn is_assignment(w: &str) -> bool {
     }
 }
 
+/// The refusal of an emulation that, once it sees the image, finds what it cannot reproduce
+/// (a home to create, a database it cannot order): the build goes to the sandbox, or with
+/// `--no-sandbox` stops with this error.
+pub(crate) fn needs_sandbox(package: &str, script: &str, command: String) -> crate::error::Error {
+    crate::error::Error::from(crate::packages::PackageError::Script {
+        package: package.to_string(),
+        script: script.to_string(),
+        command,
+        hint: "drop --no-sandbox to run it in a sandbox over the base, as the image's package manager runs it",
+    })
+}
+
 /// Builtins and commands that change nothing in the image: tests (`dpkg --compare-versions`
 /// too), output, shell state (`umask` is the script's own).
 pub fn is_inert(words: &[String]) -> bool {

@@ -9,7 +9,7 @@
 //! `/var/log/alternatives.log` (a log with wall-clock times).
 use std::collections::BTreeMap;
 
-use super::image;
+use crate::packages::image;
 
 use crate::error::{Error, Result};
 use crate::packages::PackageError;

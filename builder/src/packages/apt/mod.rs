@@ -2,7 +2,6 @@
 mod alternatives;
 mod dpkg;
 mod fetch;
-mod image;
 pub mod install;
 pub mod local;
 pub mod resolve;
@@ -11,7 +10,6 @@ mod scripts;
 mod services;
 mod sources;
 mod unpack;
-mod users;
 
 use std::collections::BTreeMap;
 

@@ -8,7 +8,7 @@
 //! - inert (tests, `dpkg --compare-versions`, `echo`, `set -e`, `umask`, `getent`): nothing to
 //!   do;
 //! - `addgroup --system [--quiet] NAME` and `adduser --system … NAME`: emulated
-//!   ([`super::users`]);
+//!   ([`crate::packages::users`]);
 //! - `update-rc.d NAME defaults`, `deb-systemd-helper enable UNIT`: emulated; `invoke-rc.d`,
 //!   `deb-systemd-helper unmask` of an unmasked unit: no effect ([`super::services`]);
 //! - `update-alternatives --install LINK NAME PATH PRIORITY [--slave …]`: emulated
@@ -33,7 +33,7 @@
 use std::collections::BTreeSet;
 
 use super::resolve::{Installed, Planned};
-use super::users;
+use crate::packages::users;
 use crate::error::{Error, Result};
 use crate::packages::file_changes::{capability_xattr, ModeChange};
 use crate::packages::scripts::{self, Outcome, ScriptRecord};
@@ -60,7 +60,7 @@ pub(super) struct Accounted {
     /// `update-alternatives --install` calls, in order.
     pub(super) alternatives: Vec<super::alternatives::Install>,
     /// `adduser --system` calls, in order.
-    pub(super) users: Vec<super::users::SystemUser>,
+    pub(super) users: Vec<users::SystemUser>,
     /// `update-rc.d` and `deb-systemd-helper enable` calls, in order.
     pub(super) services: Vec<super::services::Registration>,
     /// `chown`, `chgrp` and `chmod` of a package's own files, in order.
@@ -230,7 +230,7 @@ pub(super) fn apply_stat_adds(
     )?;
     layer.add_file("var/lib/dpkg/statoverride-old", old, 0o644)?;
     if a.update {
-        let real = super::image::real(&a.path, base)?;
+        let real = crate::packages::image::real(&a.path, base)?;
         if layer.get(&real).is_some_and(|e| e.kind != EntryKind::Whiteout) {
             layer.set_owner_mode(&real, a.mode, uid, gid)?;
         }
@@ -241,12 +241,7 @@ pub(super) fn apply_stat_adds(
 /// A postinst command of `package` that the emulation cannot reproduce once it sees the image
 /// (`command` says why): the build goes to the sandbox, or with `--no-sandbox` stops.
 pub(super) fn needs_sandbox(package: &str, command: String) -> Error {
-    Error::from(PackageError::Script {
-        package: package.to_string(),
-        script: "postinst".into(),
-        command,
-        hint: "drop --no-sandbox to run it as dpkg does in a sandbox over the base",
-    })
+    scripts::needs_sandbox(package, "postinst", command)
 }
 
 /// The paths scripts tested, answered from the base, checked against the image once every
@@ -258,7 +253,7 @@ pub(super) fn check_assumed(
     layer: &LayerContents,
 ) -> Result<()> {
     for (package, path, present) in assumed {
-        if super::image::exists(path, base, layer)? != *present {
+        if crate::packages::image::exists(path, base, layer)? != *present {
             return Err(needs_sandbox(
                 package,
                 format!("a test of {path}, which another package of the plan changes"),
@@ -342,7 +337,7 @@ pub(super) fn account(
         // recorded as assumed.
         let lookup = |path: &str| -> Option<Option<SnapEntry>> {
             if let (Some(layer), true) = (layer, unpacked) {
-                return super::image::kind(path, base, layer).ok();
+                return crate::packages::image::kind(path, base, layer).ok();
             }
             let kind = match base.real_path(path.trim_start_matches('/')).ok()? {
                 Some(p) => base.kind(&p).ok()?,
@@ -655,7 +650,7 @@ pub(super) fn apply_statoverrides(
         let [user, group, mode, path] = line.split_whitespace().collect::<Vec<_>>()[..] else {
             continue;
         };
-        let real = super::image::real(path, base)?;
+        let real = crate::packages::image::real(path, base)?;
         if !unpacked.contains(&real) {
             continue;
         }
@@ -699,7 +694,7 @@ pub(super) fn apply_file_changes(
         };
         let uid = c.user.as_deref().map(|u| id("etc/passwd", u)).transpose()?;
         let gid = c.group.as_deref().map(|g| id("etc/group", g)).transpose()?;
-        let real = super::image::real(&c.path, base)?;
+        let real = crate::packages::image::real(&c.path, base)?;
         let Some(mut entry) = layer.get(&real).filter(|e| e.kind != EntryKind::Whiteout).cloned()
         else {
             return Err(Error::from(PackageError::ScriptFails {

@@ -19,7 +19,7 @@
 //! Anything these cannot reproduce (a template unit, systemctl or insserv in the image, a unit
 //! file the image lacks) stops the emulation with [`PackageError::Script`], which sends the
 //! build to the sandbox where the real helper runs.
-use super::image;
+use crate::packages::image;
 use crate::error::{Error, Result};
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;

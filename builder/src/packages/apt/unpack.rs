@@ -11,7 +11,7 @@ use super::install::BaseStatus;
 use super::resolve::Installed;
 use super::resolve::{self, Planned};
 use super::scripts::{self, Accounted};
-use super::users;
+use crate::packages::users;
 use crate::error::{Error, Result};
 use crate::packages::payload::{self, FileType, Placer, Refused};
 use crate::packages::{Inputs, PackagesReport};

@@ -9,14 +9,14 @@ use erdma_oci::rootfs::SnapEntry;
 use crate::error::Result;
 
 /// `path` (absolute) where the image has it, its directories' symlinks resolved.
-pub(super) fn real(path: &str, base: &dyn BaseFiles) -> Result<String> {
+pub(crate) fn real(path: &str, base: &dyn BaseFiles) -> Result<String> {
     let rel = path.trim_start_matches('/');
     Ok(base.real_path(rel)?.unwrap_or_else(|| rel.to_string()))
 }
 
 /// What `path` is in the image: the layer's entry where it has one (a whiteout: nothing),
 /// else the base's.
-pub(super) fn kind(
+pub(crate) fn kind(
     path: &str,
     base: &dyn BaseFiles,
     layer: &LayerContents,
@@ -32,14 +32,14 @@ pub(super) fn kind(
     })
 }
 
-pub(super) fn exists(path: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
+pub(crate) fn exists(path: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
     Ok(kind(path, base, layer)?.is_some())
 }
 
 /// The content of the regular file at `path` (at most `max` bytes from the base); `None` where
 /// the image has no such file, or only a large one the layer spooled (no script helper reads
 /// one of those).
-pub(super) fn read(
+pub(crate) fn read(
     path: &str,
     base: &dyn BaseFiles,
     layer: &LayerContents,
@@ -54,7 +54,7 @@ pub(super) fn read(
 }
 
 /// A symlink at `at` (absolute) pointing to `target`, where the image has `at`.
-pub(super) fn link(
+pub(crate) fn link(
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
     at: &str,

@@ -9,7 +9,7 @@ use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{Entry, EntryKind, LayerContents};
 
 /// `addgroup --system [--quiet] NAME`: the name, for exactly that form.
-pub(super) fn system_group(words: &[String]) -> Option<String> {
+pub(crate) fn system_group(words: &[String]) -> Option<String> {
     let mut system = false;
     let mut name = None;
     for w in &words[1..] {
@@ -32,7 +32,7 @@ pub(super) fn system_group(words: &[String]) -> Option<String> {
 /// FIRST_SYSTEM_GID (100) to LAST_SYSTEM_GID (999), a line in group and gshadow, and the
 /// previous versions kept as `group-` and `gshadow-`. A group the image has already is left
 /// alone (adduser: "The group `NAME' already exists as a system group").
-pub(super) fn add_system_groups(
+pub(crate) fn add_system_groups(
     names: &[String],
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
@@ -75,20 +75,22 @@ pub(super) fn add_system_groups(
 
 /// One `adduser --system` call (adduser(8), "Add a system user"), in the forms packages use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct SystemUser {
-    pub(super) package: String,
+pub(crate) struct SystemUser {
+    pub(crate) package: String,
+    /// The script that adds it (`postinst`, `%pre`), for errors.
+    pub(crate) script: String,
     /// The command as the script has it, for errors.
-    pub(super) command: String,
-    pub(super) name: String,
+    pub(crate) command: String,
+    pub(crate) name: String,
     /// `--ingroup GROUP`; `--group` gives the user a group of its own name (added with the
     /// system groups); neither: `nogroup`.
-    pub(super) group: String,
-    pub(super) home: String,
+    pub(crate) group: String,
+    pub(crate) home: String,
     /// Not `--no-create-home`: adduser makes the home where it does not exist.
-    pub(super) create_home: bool,
-    pub(super) shell: String,
+    pub(crate) create_home: bool,
+    pub(crate) shell: String,
     /// `--gecos`/`--comment`, which adduser sets with chfn after useradd.
-    pub(super) comment: Option<String>,
+    pub(crate) comment: Option<String>,
 }
 
 impl SystemUser {
@@ -96,11 +98,12 @@ impl SystemUser {
     /// [--shell S] [--gecos C | --comment C] [--disabled-password] [--disabled-login] NAME`;
     /// `None` for any other form (a uid, a pool, unknown options, a name from a variable).
     /// Also the second return: whether `--group` asks for a group of the user's name.
-    pub(super) fn parse(package: &str, words: &[String]) -> Option<(SystemUser, bool)> {
+    pub(crate) fn parse(package: &str, words: &[String]) -> Option<(SystemUser, bool)> {
         let mut system = false;
         let mut own_group = false;
         let mut user = SystemUser {
             package: package.to_string(),
+            script: "postinst".into(),
             command: words.join(" "),
             name: String::new(),
             group: "nogroup".into(),
@@ -157,7 +160,7 @@ impl SystemUser {
 
 /// The day `useradd` records as the last password change: `SOURCE_DATE_EPOCH` where set (as
 /// shadow's tools honour it), else today.
-pub(super) fn today() -> u64 {
+pub(crate) fn today() -> u64 {
     crate::packages::source_date_epoch().unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -174,7 +177,7 @@ pub(super) fn today() -> u64 {
 /// kept as its backup; a comment is set after, as chfn does, so `passwd-` then holds the line
 /// without it. A home adduser would create stops the emulation (the sandbox runs adduser).
 /// `day`: the date shadow records ([`today`]).
-pub(super) fn add_system_users(
+pub(crate) fn add_system_users(
     users: &[SystemUser],
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
@@ -184,7 +187,7 @@ pub(super) fn add_system_users(
         return Ok(());
     }
     let read = |p: &str, layer: &LayerContents| -> Result<Option<String>> {
-        Ok(super::image::read(p, base, layer, 4 << 20)?
+        Ok(crate::packages::image::read(p, base, layer, 4 << 20)?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
     };
     let conf = read("etc/adduser.conf", layer)?.unwrap_or_default();
@@ -203,14 +206,15 @@ pub(super) fn add_system_users(
         let fails = |reason: String| {
             Error::from(PackageError::ScriptFails {
                 package: u.package.clone(),
-                script: "postinst".into(),
+                script: u.script.clone(),
                 command: u.command.clone(),
                 reason,
             })
         };
         if setting("UID_POOL").is_some_and(|v| !v.is_empty()) {
-            return Err(super::scripts::needs_sandbox(
+            return Err(crate::packages::scripts::needs_sandbox(
                 &u.package,
+                &u.script,
                 format!("{} (the image's /etc/adduser.conf sets UID_POOL)", u.command),
             ));
         }
@@ -228,10 +232,11 @@ pub(super) fn add_system_users(
             .ok_or_else(|| fails(format!("the group `{}' does not exist", u.group)))?;
         if u.create_home
             && !u.home.starts_with("/nonexistent")
-            && !super::image::exists(&u.home, base, layer)?
+            && !crate::packages::image::exists(&u.home, base, layer)?
         {
-            return Err(super::scripts::needs_sandbox(
+            return Err(crate::packages::scripts::needs_sandbox(
                 &u.package,
+                &u.script,
                 format!("{} (it creates the home {})", u.command, u.home),
             ));
         }
@@ -282,13 +287,13 @@ fn push_line(text: &mut String, line: &str) {
 /// The id of `name` in the image's `db` (`etc/passwd`, `etc/group`) as it is after this build's
 /// changes: the layer's copy where the build wrote one (the system groups it added), else the
 /// base's.
-pub(super) fn image_id(
+pub(crate) fn image_id(
     base: &dyn BaseFiles,
     layer: &LayerContents,
     db: &str,
     name: &str,
 ) -> Result<Option<u64>> {
-    let bytes = super::image::read(db, base, layer, 4 << 20)?.unwrap_or_default();
+    let bytes = crate::packages::image::read(db, base, layer, 4 << 20)?.unwrap_or_default();
     Ok(String::from_utf8_lossy(&bytes)
         .lines()
         .find(|l| l.split(':').next() == Some(name))
