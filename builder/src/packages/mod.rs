@@ -18,10 +18,10 @@ pub mod payload;
 pub mod rpm;
 pub mod sandboxed;
 pub mod scripts;
-/// System users and groups the scripts add, written as the image's own tools write them.
-pub(crate) mod users;
 #[cfg(test)]
 pub(crate) mod testing;
+/// System users and groups the scripts add, written as the image's own tools write them.
+pub(crate) mod users;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,12 +1,88 @@
-//! System users and groups that maintainer scripts add with adduser(8) and addgroup(8), written
-//! as adduser writes them: `etc/passwd`, `etc/shadow`, `etc/group`, `etc/gshadow` and the
-//! backups (`passwd-`, …) that shadow's tools leave of the state before their last change.
-use std::collections::BTreeSet;
+//! System users and groups that scripts add: with adduser(8) and addgroup(8) (Debian's
+//! maintainer scripts), or with shadow's useradd(8) and groupadd(8) (rpm scriptlets, and some
+//! maintainer scripts), written as those tools write them: `etc/passwd`, `etc/shadow`,
+//! `etc/group`, `etc/gshadow`, and the backups (`passwd-`, …) each call leaves of the file as
+//! it found it. The calls are applied in the order the scripts make them ([`apply`]).
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::{Error, Result};
 use crate::packages::PackageError;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{Entry, EntryKind, LayerContents};
+
+/// One call that adds a system group or user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `addgroup --system NAME` (adduser's allocation).
+    AddGroup(Call, String),
+    /// `adduser --system …`.
+    AddUser(SystemUser),
+    /// `groupadd --system …` (shadow's allocation).
+    GroupAdd(GroupAdd),
+    /// `useradd --system …`.
+    UserAdd(UserAdd),
+}
+
+impl Op {
+    /// The group name this call adds, if any.
+    pub(crate) fn group(&self) -> Option<&str> {
+        match self {
+            Op::AddGroup(_, n) => Some(n),
+            Op::GroupAdd(g) => Some(&g.name),
+            Op::AddUser(u) if u.own_group => Some(&u.name),
+            Op::UserAdd(u) if u.group.is_none() => Some(&u.name),
+            _ => None,
+        }
+    }
+
+    /// The user name this call adds, if any.
+    pub(crate) fn user(&self) -> Option<&str> {
+        match self {
+            Op::AddUser(u) => Some(&u.name),
+            Op::UserAdd(u) => Some(&u.name),
+            _ => None,
+        }
+    }
+}
+
+/// Where a call comes from, for errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    pub(crate) package: String,
+    /// `postinst`, `%pre`, …
+    pub(crate) script: String,
+    /// The command as the script has it.
+    pub(crate) command: String,
+}
+
+impl Call {
+    pub(crate) fn new(package: &str, script: &str, words: &[String]) -> Call {
+        Call { package: package.into(), script: script.into(), command: words.join(" ") }
+    }
+
+    fn fails(&self, reason: String) -> Error {
+        Error::from(PackageError::ScriptFails {
+            package: self.package.clone(),
+            script: self.script.clone(),
+            command: self.command.clone(),
+            reason,
+        })
+    }
+
+    fn needs_sandbox(&self, why: &str) -> Error {
+        crate::packages::scripts::needs_sandbox(
+            &self.package,
+            &self.script,
+            format!("{} ({why})", self.command),
+        )
+    }
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && !n.starts_with('-')
+        && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-".contains(&b))
+}
 
 /// `addgroup --system [--quiet] NAME`: the name, for exactly that form.
 pub(crate) fn system_group(words: &[String]) -> Option<String> {
@@ -22,69 +98,116 @@ pub(crate) fn system_group(words: &[String]) -> Option<String> {
         }
     }
     let name = name?;
-    let valid = !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-".contains(&b))
-        && !name.starts_with('-');
-    (system && valid).then_some(name)
+    (system && valid_name(&name)).then_some(name)
 }
 
-/// `addgroup --system NAME` for each name, as adduser does it: the lowest free gid from
-/// FIRST_SYSTEM_GID (100) to LAST_SYSTEM_GID (999), a line in group and gshadow, and the
-/// previous versions kept as `group-` and `gshadow-`. A group the image has already is left
-/// alone (adduser: "The group `NAME' already exists as a system group").
-pub(crate) fn add_system_groups(
-    names: &[String],
-    base: &dyn BaseFiles,
-    layer: &mut LayerContents,
-) -> Result<()> {
-    let old_group = base.read("etc/group", 4 << 20)?.unwrap_or_default();
-    let old_gshadow = base.read("etc/gshadow", 4 << 20)?;
-    let mut group = String::from_utf8_lossy(&old_group).into_owned();
-    let mut gshadow = old_gshadow.as_ref().map(|g| String::from_utf8_lossy(g).into_owned());
-    // Each `addgroup` saves the file as it found it: the backups are the state before the last.
-    let (mut before_group, mut before_gshadow) = (old_group.clone(), old_gshadow.clone());
-    let mut added = false;
-    for name in names {
-        if group.lines().any(|l| l.split(':').next() == Some(name.as_str())) {
-            continue;
+/// `groupadd --system [-f] [-g GID] NAME` (groupadd(8)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupAdd {
+    pub(crate) call: Call,
+    pub(crate) name: String,
+    pub(crate) gid: Option<u64>,
+    /// `-f`: success where the group exists.
+    pub(crate) force: bool,
+}
+
+impl GroupAdd {
+    /// `groupadd -r|--system [-f|--force] [-g|--gid GID] NAME`; `None` for other forms (a
+    /// non-system group, `-o`, `-K`, `-p`, a prefix or root).
+    pub(crate) fn parse(call: Call, words: &[String]) -> Option<GroupAdd> {
+        let mut g = GroupAdd { call, name: String::new(), gid: None, force: false };
+        let mut system = false;
+        let mut it = words[1..].iter();
+        while let Some(w) = it.next() {
+            match w.as_str() {
+                "-r" | "--system" => system = true,
+                "-f" | "--force" => g.force = true,
+                "-g" | "--gid" => g.gid = Some(it.next()?.parse().ok()?),
+                n if valid_name(n) && g.name.is_empty() => g.name = n.to_string(),
+                _ => return None,
+            }
         }
-        before_group = group.clone().into_bytes();
-        before_gshadow = gshadow.clone().map(String::into_bytes);
-        let used: BTreeSet<u32> =
-            group.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
-        let gid = (100..=999)
-            .find(|g| !used.contains(g))
-            .ok_or_else(|| Error::from(PackageError::NoGid { group: name.clone() }))?;
-        push_line(&mut group, &format!("{name}:x:{gid}:"));
-        if let Some(g) = gshadow.as_mut() {
-            push_line(g, &format!("{name}:!::"));
+        (system && !g.name.is_empty()).then_some(g)
+    }
+}
+
+/// `useradd --system …` (useradd(8)), in the forms packages use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UserAdd {
+    pub(crate) call: Call,
+    pub(crate) name: String,
+    pub(crate) uid: Option<u64>,
+    /// `-g GROUP` (a name or a number); `None`: a group of the user's name (`-U`, or
+    /// `USERGROUPS_ENAB yes` in login.defs without `-N`).
+    pub(crate) group: Option<String>,
+    pub(crate) home: Option<String>,
+    pub(crate) shell: Option<String>,
+    pub(crate) comment: Option<String>,
+    /// `-N`: no group of the user's name.
+    pub(crate) no_user_group: bool,
+    /// `-U`: a group of the user's name.
+    pub(crate) user_group: bool,
+}
+
+impl UserAdd {
+    /// `useradd -r|--system [-u UID] [-g GROUP] [-d HOME] [-s SHELL] [-c COMMENT] [-M] [-N] [-U]
+    /// [-l] NAME`; `None` for other forms (`-m`, which creates the home, `-o`, `-G`, `-p`, `-k`,
+    /// a prefix or root, a non-system user, values from unknown variables).
+    pub(crate) fn parse(call: Call, words: &[String]) -> Option<UserAdd> {
+        let mut u = UserAdd {
+            call,
+            name: String::new(),
+            uid: None,
+            group: None,
+            home: None,
+            shell: None,
+            comment: None,
+            no_user_group: false,
+            user_group: false,
+        };
+        let mut system = false;
+        let unsafe_value = |v: &String| v.contains(['$', '`', ':', '\n']);
+        let mut it = words[1..].iter();
+        while let Some(w) = it.next() {
+            let (flag, inline) = match w.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+                _ => (w.as_str(), None),
+            };
+            let mut value =
+                || inline.clone().or_else(|| it.next().cloned()).filter(|v| !unsafe_value(v));
+            match flag {
+                "-r" | "--system" => system = true,
+                "-M" | "--no-create-home" | "-l" | "--no-log-init" => {}
+                "-N" | "--no-user-group" => u.no_user_group = true,
+                "-U" | "--user-group" => u.user_group = true,
+                "-u" | "--uid" => u.uid = Some(value()?.parse().ok()?),
+                "-g" | "--gid" => u.group = Some(value().filter(|g| !g.is_empty())?),
+                "-d" | "--home-dir" | "--home" => {
+                    u.home = Some(value().filter(|h| h.starts_with('/'))?)
+                }
+                "-s" | "--shell" => u.shell = Some(value().filter(|s| s.starts_with('/'))?),
+                "-c" | "--comment" => u.comment = Some(value()?),
+                n if valid_name(n) && u.name.is_empty() && inline.is_none() => {
+                    u.name = n.to_string()
+                }
+                _ => return None,
+            }
         }
-        added = true;
+        let conflicting = (u.user_group && (u.no_user_group || u.group.is_some()))
+            || (u.no_user_group && u.group.is_none());
+        (system && !u.name.is_empty() && !conflicting).then_some(u)
     }
-    if !added {
-        return Ok(());
-    }
-    layer.add_file("etc/group", group.into_bytes(), 0o644)?;
-    layer.add_file("etc/group-", before_group, 0o644)?;
-    if let (Some(new), Some(old)) = (gshadow, before_gshadow) {
-        add_shadowed(layer, "etc/gshadow", new.into_bytes())?;
-        add_shadowed(layer, "etc/gshadow-", old)?;
-    }
-    Ok(())
 }
 
 /// One `adduser --system` call (adduser(8), "Add a system user"), in the forms packages use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SystemUser {
-    pub(crate) package: String,
-    /// The script that adds it (`postinst`, `%pre`), for errors.
-    pub(crate) script: String,
-    /// The command as the script has it, for errors.
-    pub(crate) command: String,
+    pub(crate) call: Call,
     pub(crate) name: String,
-    /// `--ingroup GROUP`; `--group` gives the user a group of its own name (added with the
-    /// system groups); neither: `nogroup`.
+    /// `--ingroup GROUP`; `--group` gives the user a group of its own name; neither: `nogroup`.
     pub(crate) group: String,
+    /// `--group`: the group of the user's name is added first, as addgroup adds it.
+    pub(crate) own_group: bool,
     pub(crate) home: String,
     /// Not `--no-create-home`: adduser makes the home where it does not exist.
     pub(crate) create_home: bool,
@@ -97,16 +220,14 @@ impl SystemUser {
     /// `adduser --system [--quiet] [--group | --ingroup G] [--home H] [--no-create-home]
     /// [--shell S] [--gecos C | --comment C] [--disabled-password] [--disabled-login] NAME`;
     /// `None` for any other form (a uid, a pool, unknown options, a name from a variable).
-    /// Also the second return: whether `--group` asks for a group of the user's name.
-    pub(crate) fn parse(package: &str, words: &[String]) -> Option<(SystemUser, bool)> {
+    pub(crate) fn parse(call: Call, words: &[String]) -> Option<SystemUser> {
         let mut system = false;
         let mut own_group = false;
         let mut user = SystemUser {
-            package: package.to_string(),
-            script: "postinst".into(),
-            command: words.join(" "),
+            call,
             name: String::new(),
             group: "nogroup".into(),
+            own_group: false,
             home: "/nonexistent".into(),
             create_home: true,
             shell: "/usr/sbin/nologin".into(),
@@ -141,20 +262,20 @@ impl SystemUser {
                 _ => return None,
             }
         }
-        let valid = !user.name.is_empty()
-            && user
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-".contains(&b));
-        if !system || !valid || (own_group && ingroup.is_some()) || !user.home.starts_with('/') {
+        if !system
+            || !valid_name(&user.name)
+            || (own_group && ingroup.is_some())
+            || !user.home.starts_with('/')
+        {
             return None;
         }
         if let Some(g) = ingroup {
             user.group = g;
         } else if own_group {
             user.group = user.name.clone();
+            user.own_group = true;
         }
-        Some((user, own_group))
+        Some(user)
     }
 }
 
@@ -169,104 +290,311 @@ pub(crate) fn today() -> u64 {
     }) / 86_400
 }
 
-/// `adduser --system` for each user, in order, after the system groups are in, as adduser
-/// 3.134 does it through `useradd -r`: a user the image has in the system uid range is left
-/// alone; otherwise the lowest uid free from FIRST_SYSTEM_UID to LAST_SYSTEM_UID (100-999, or
-/// as the image's `/etc/adduser.conf` sets them), `NAME:x:UID:GID::HOME:SHELL` in passwd and
-/// `NAME:!:DAY::::::` in shadow (a locked password, no ageing), each file's previous version
-/// kept as its backup; a comment is set after, as chfn does, so `passwd-` then holds the line
-/// without it. A home adduser would create stops the emulation (the sandbox runs adduser).
-/// `day`: the date shadow records ([`today`]).
-pub(crate) fn add_system_users(
-    users: &[SystemUser],
+/// The account databases as the calls change them, and each file as the last call that changed
+/// it found it (its backup).
+struct Db {
+    files: BTreeMap<&'static str, Option<String>>,
+    before: BTreeMap<&'static str, String>,
+}
+
+const PASSWD: &str = "etc/passwd";
+const SHADOW: &str = "etc/shadow";
+const GROUP: &str = "etc/group";
+const GSHADOW: &str = "etc/gshadow";
+
+impl Db {
+    fn load(base: &dyn BaseFiles, layer: &LayerContents) -> Result<Db> {
+        let mut files = BTreeMap::new();
+        for f in [PASSWD, SHADOW, GROUP, GSHADOW] {
+            let text = crate::packages::image::read(f, base, layer, 4 << 20)?;
+            files.insert(f, text.map(|b| String::from_utf8_lossy(&b).into_owned()));
+        }
+        Ok(Db { files, before: BTreeMap::new() })
+    }
+
+    fn text(&self, f: &str) -> &str {
+        self.files.get(f).and_then(|t| t.as_deref()).unwrap_or_default()
+    }
+
+    fn has(&self, f: &str, name: &str) -> Option<u64> {
+        self.text(f)
+            .lines()
+            .find(|l| l.split(':').next() == Some(name))
+            .map(|l| l.split(':').nth(2).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX))
+    }
+
+    fn ids(&self, f: &str) -> BTreeSet<u64> {
+        self.text(f).lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect()
+    }
+
+    /// One call's changes: `lines` appended to each file the image has (a missing `shadow` or
+    /// `gshadow` stays missing), the file as it was kept as the backup.
+    fn append(&mut self, lines: &[(&'static str, String)]) {
+        let mut saved = BTreeSet::new();
+        for (f, line) in lines {
+            let Some(Some(text)) = self.files.get_mut(f) else { continue };
+            if saved.insert(*f) {
+                self.before.insert(f, text.clone());
+            }
+            push_line(text, line);
+        }
+    }
+
+    /// The last line of `f` replaced (chfn's change after useradd), the file kept as backup.
+    fn replace_last(&mut self, f: &'static str, old: &str, new: &str) {
+        if let Some(Some(text)) = self.files.get_mut(f) {
+            self.before.insert(f, text.clone());
+            text.truncate(text.len() - old.len() - 1);
+            push_line(text, new);
+        }
+    }
+
+    fn write(self, layer: &mut LayerContents) -> Result<()> {
+        for (f, before) in self.before {
+            let now = self.files.get(f).cloned().flatten().unwrap_or_default();
+            let backup = format!("{f}-");
+            if f == SHADOW || f == GSHADOW {
+                add_shadowed(layer, f, now.into_bytes())?;
+                add_shadowed(layer, &backup, before.into_bytes())?;
+            } else {
+                layer.add_file(f, now.into_bytes(), 0o644)?;
+                layer.add_file(&backup, before.into_bytes(), 0o644)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `KEY VALUE` settings of login.defs(5), or `KEY=VALUE` of useradd's defaults file.
+fn settings(text: &str, sep: char) -> BTreeMap<String, String> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = match sep {
+                '=' => l.split_once('=')?,
+                _ => l.trim().split_once(char::is_whitespace)?,
+            };
+            Some((k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+        })
+        .collect()
+}
+
+/// The id shadow's tools choose for a system account (`find_new_uid`/`find_new_gid`): the
+/// preferred id where it is in the range and free; else one below the lowest id in use in the
+/// range (the top of the range when none is); where that falls below the range, the highest
+/// free id.
+fn shadow_id(used: &BTreeSet<u64>, min: u64, max: u64, preferred: Option<u64>) -> Option<u64> {
+    if let Some(p) = preferred.filter(|p| (min..=max).contains(p) && !used.contains(p)) {
+        return Some(p);
+    }
+    match used.range(min..=max).next() {
+        None => Some(max),
+        Some(&lowest) if lowest > min => Some(lowest - 1),
+        Some(_) => (min..=max).rev().find(|i| !used.contains(i)),
+    }
+}
+
+/// Applies the calls in order over the image's account files, as the tools would have run
+/// them during the install, and writes the files each changed (with their backups) into the
+/// layer. `day`: the date shadow records ([`today`]).
+///
+/// - `addgroup --system NAME`: a group the image has is left alone; else the lowest free gid
+///   from FIRST_SYSTEM_GID (100) to LAST_SYSTEM_GID (999), a line in group and gshadow.
+/// - `adduser --system` (adduser 3.134, through `useradd -r`): a user the image has in the
+///   system uid range is left alone; otherwise the lowest uid free from FIRST_SYSTEM_UID to
+///   LAST_SYSTEM_UID (100-999, or as the image's `/etc/adduser.conf` sets them),
+///   `NAME:x:UID:GID::HOME:SHELL` in passwd and `NAME:!:DAY::::::` in shadow (a locked password,
+///   no ageing); a comment is set after, as chfn does, so `passwd-` holds the line without it.
+///   A home adduser would create, or a UID_POOL, goes to the sandbox.
+/// - `groupadd --system` and `useradd --system` (shadow): ids as [`shadow_id`] chooses them in
+///   SYS_GID_MIN..SYS_GID_MAX and SYS_UID_MIN..SYS_UID_MAX of the image's `/etc/login.defs`
+///   (defaults 101 and GID_MIN/UID_MIN − 1), a user's own group (`USERGROUPS_ENAB yes`, or
+///   `-U`) preferring the uid as gid; the home and shell from `-d`/`-s`, else
+///   `/etc/default/useradd`'s HOME/NAME and SHELL; the home is not made (`-r`). An account
+///   that exists makes the tool fail, and the install with it (`groupadd -f` excepted).
+pub(crate) fn apply(
+    ops: &[Op],
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
     day: u64,
 ) -> Result<()> {
-    if users.is_empty() {
+    if ops.is_empty() {
         return Ok(());
     }
-    let read = |p: &str, layer: &LayerContents| -> Result<Option<String>> {
+    let read = |p: &str, layer: &LayerContents| -> Result<String> {
         Ok(crate::packages::image::read(p, base, layer, 4 << 20)?
-            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default())
     };
-    let conf = read("etc/adduser.conf", layer)?.unwrap_or_default();
-    let setting = |key: &str| {
-        conf.lines().find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
-        })
+    let adduser_conf = settings(&read("etc/adduser.conf", layer)?, '=');
+    let login_defs = settings(&read("etc/login.defs", layer)?, ' ');
+    let useradd_defaults =
+        crate::packages::image::read("etc/default/useradd", base, layer, 1 << 20)?
+            .map(|b| settings(&String::from_utf8_lossy(&b), '='));
+    let num = |m: &BTreeMap<String, String>, k: &str, d: u64| -> u64 {
+        m.get(k).and_then(|v| v.parse().ok()).unwrap_or(d)
     };
-    let first: u64 = setting("FIRST_SYSTEM_UID").and_then(|v| v.parse().ok()).unwrap_or(100);
-    let last: u64 = setting("LAST_SYSTEM_UID").and_then(|v| v.parse().ok()).unwrap_or(999);
-    let mut passwd = read("etc/passwd", layer)?.unwrap_or_default();
-    let mut shadow = read("etc/shadow", layer)?;
-    let (mut before_passwd, mut before_shadow) = (None, None);
-    for u in users {
-        let fails = |reason: String| {
-            Error::from(PackageError::ScriptFails {
-                package: u.package.clone(),
-                script: u.script.clone(),
-                command: u.command.clone(),
-                reason,
-            })
-        };
-        if setting("UID_POOL").is_some_and(|v| !v.is_empty()) {
-            return Err(crate::packages::scripts::needs_sandbox(
-                &u.package,
-                &u.script,
-                format!("{} (the image's /etc/adduser.conf sets UID_POOL)", u.command),
-            ));
-        }
-        if let Some(line) = passwd.lines().find(|l| l.split(':').next() == Some(u.name.as_str())) {
-            let uid: u64 = line.split(':').nth(2).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
-            if (first..=last).contains(&uid) {
-                continue;
+    let (first, last) =
+        (num(&adduser_conf, "FIRST_SYSTEM_UID", 100), num(&adduser_conf, "LAST_SYSTEM_UID", 999));
+    let sys_gid = (
+        num(&login_defs, "SYS_GID_MIN", 101),
+        num(&login_defs, "SYS_GID_MAX", num(&login_defs, "GID_MIN", 1000) - 1),
+    );
+    let sys_uid = (
+        num(&login_defs, "SYS_UID_MIN", 101),
+        num(&login_defs, "SYS_UID_MAX", num(&login_defs, "UID_MIN", 1000) - 1),
+    );
+    let usergroups = login_defs.get("USERGROUPS_ENAB").is_some_and(|v| v == "yes");
+    let mut db = Db::load(base, layer)?;
+    for op in ops {
+        match op {
+            Op::AddGroup(_, name) => {
+                if db.has(GROUP, name).is_some() {
+                    continue;
+                }
+                let used = db.ids(GROUP);
+                let gid = (100..=999)
+                    .find(|g| !used.contains(g))
+                    .ok_or_else(|| Error::from(PackageError::NoGid { group: name.clone() }))?;
+                db.append(&[(GROUP, format!("{name}:x:{gid}:")), (GSHADOW, format!("{name}:!::"))]);
             }
-            return Err(fails(format!(
-                "the user `{}' already exists, but is not a system user",
-                u.name
-            )));
-        }
-        let gid = image_id(base, layer, "etc/group", &u.group)?
-            .ok_or_else(|| fails(format!("the group `{}' does not exist", u.group)))?;
-        if u.create_home
-            && !u.home.starts_with("/nonexistent")
-            && !crate::packages::image::exists(&u.home, base, layer)?
-        {
-            return Err(crate::packages::scripts::needs_sandbox(
-                &u.package,
-                &u.script,
-                format!("{} (it creates the home {})", u.command, u.home),
-            ));
-        }
-        let used: BTreeSet<u64> =
-            passwd.lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect();
-        let uid = (first..=last)
-            .find(|i| !used.contains(i))
-            .ok_or_else(|| fails(format!("no uid is free from {first} to {last}")))?;
-        before_passwd = Some(passwd.clone());
-        let plain = format!("{}:x:{uid}:{gid}::{}:{}", u.name, u.home, u.shell);
-        push_line(&mut passwd, &plain);
-        if let Some(s) = shadow.as_mut() {
-            before_shadow = Some(s.clone());
-            push_line(s, &format!("{}:!:{day}::::::", u.name));
-        }
-        if let Some(c) = &u.comment {
-            before_passwd = Some(passwd.clone());
-            passwd.truncate(passwd.len() - plain.len() - 1);
-            push_line(&mut passwd, &format!("{}:x:{uid}:{gid}:{c}:{}:{}", u.name, u.home, u.shell));
+            Op::GroupAdd(g) => {
+                if db.has(GROUP, &g.name).is_some() {
+                    if g.force {
+                        continue;
+                    }
+                    return Err(g.call.fails(format!("group '{}' already exists", g.name)));
+                }
+                let used = db.ids(GROUP);
+                let gid = match g.gid {
+                    Some(gid) if !used.contains(&gid) => gid,
+                    Some(gid) if !g.force => {
+                        return Err(g.call.fails(format!("GID '{gid}' already exists")))
+                    }
+                    _ => shadow_id(&used, sys_gid.0, sys_gid.1, None)
+                        .ok_or_else(|| g.call.fails("no free system gid".into()))?,
+                };
+                db.append(&[
+                    (GROUP, format!("{}:x:{gid}:", g.name)),
+                    (GSHADOW, format!("{}:!::", g.name)),
+                ]);
+            }
+            Op::AddUser(u) => {
+                if let Some(uid) = db.has(PASSWD, &u.name) {
+                    if (first..=last).contains(&uid) {
+                        continue;
+                    }
+                    return Err(u.call.fails(format!(
+                        "the user `{}' already exists, but is not a system user",
+                        u.name
+                    )));
+                }
+                if adduser_conf.get("UID_POOL").is_some_and(|v| !v.is_empty()) {
+                    return Err(u
+                        .call
+                        .needs_sandbox("the image's /etc/adduser.conf sets UID_POOL"));
+                }
+                if u.own_group && db.has(GROUP, &u.name).is_none() {
+                    let used = db.ids(GROUP);
+                    let gid = (100..=999).find(|g| !used.contains(g)).ok_or_else(|| {
+                        Error::from(PackageError::NoGid { group: u.name.clone() })
+                    })?;
+                    db.append(&[
+                        (GROUP, format!("{}:x:{gid}:", u.name)),
+                        (GSHADOW, format!("{}:!::", u.name)),
+                    ]);
+                }
+                let gid = db.has(GROUP, &u.group).ok_or_else(|| {
+                    u.call.fails(format!("the group `{}' does not exist", u.group))
+                })?;
+                if u.create_home
+                    && !u.home.starts_with("/nonexistent")
+                    && !crate::packages::image::exists(&u.home, base, layer)?
+                {
+                    return Err(u.call.needs_sandbox(&format!("it creates the home {}", u.home)));
+                }
+                let used = db.ids(PASSWD);
+                let uid = (first..=last).find(|i| !used.contains(i)).ok_or_else(|| {
+                    u.call.fails(format!("no uid is free from {first} to {last}"))
+                })?;
+                let plain = format!("{}:x:{uid}:{gid}::{}:{}", u.name, u.home, u.shell);
+                db.append(&[
+                    (PASSWD, plain.clone()),
+                    (SHADOW, format!("{}:!:{day}::::::", u.name)),
+                ]);
+                if let Some(c) = &u.comment {
+                    let full = format!("{}:x:{uid}:{gid}:{c}:{}:{}", u.name, u.home, u.shell);
+                    db.replace_last(PASSWD, &plain, &full);
+                }
+            }
+            Op::UserAdd(u) => {
+                if db.has(PASSWD, &u.name).is_some() {
+                    return Err(u.call.fails(format!("user '{}' already exists", u.name)));
+                }
+                if db.files.get(SHADOW).is_none_or(Option::is_none) {
+                    return Err(u.call.needs_sandbox("the image has no /etc/shadow"));
+                }
+                let defaults = useradd_defaults.as_ref();
+                let shell = match (&u.shell, defaults.and_then(|d| d.get("SHELL"))) {
+                    (Some(s), _) | (None, Some(s)) => s.clone(),
+                    (None, None) => {
+                        return Err(u.call.needs_sandbox(
+                            "no -s, and the image has no SHELL in /etc/default/useradd",
+                        ))
+                    }
+                };
+                let home = match &u.home {
+                    Some(h) => h.clone(),
+                    None => format!(
+                        "{}/{}",
+                        defaults.and_then(|d| d.get("HOME")).map_or("/home", String::as_str),
+                        u.name
+                    ),
+                };
+                let used_uids = db.ids(PASSWD);
+                let uid = match u.uid {
+                    Some(uid) if used_uids.contains(&uid) => {
+                        return Err(u.call.fails(format!("UID {uid} is not unique")))
+                    }
+                    Some(uid) => uid,
+                    None => shadow_id(&used_uids, sys_uid.0, sys_uid.1, None)
+                        .ok_or_else(|| u.call.fails("no free system uid".into()))?,
+                };
+                let own_group =
+                    u.group.is_none() && (u.user_group || (usergroups && !u.no_user_group));
+                let gid = match &u.group {
+                    Some(g) => match g.parse::<u64>() {
+                        Ok(n) if db.ids(GROUP).contains(&n) => n,
+                        _ => db
+                            .has(GROUP, g)
+                            .ok_or_else(|| u.call.fails(format!("group '{g}' does not exist")))?,
+                    },
+                    None if own_group => {
+                        if db.has(GROUP, &u.name).is_some() {
+                            return Err(u.call.fails(format!(
+                                "group {} exists - if you want to add this user to that group, use -g.",
+                                u.name
+                            )));
+                        }
+                        let gid = shadow_id(&db.ids(GROUP), sys_gid.0, sys_gid.1, Some(uid))
+                            .ok_or_else(|| u.call.fails("no free system gid".into()))?;
+                        db.append(&[
+                            (GROUP, format!("{}:x:{gid}:", u.name)),
+                            (GSHADOW, format!("{}:!::", u.name)),
+                        ]);
+                        gid
+                    }
+                    None => return Err(u.call.needs_sandbox("no group: useradd's default GROUP")),
+                };
+                let comment = u.comment.as_deref().unwrap_or_default();
+                db.append(&[
+                    (PASSWD, format!("{}:x:{uid}:{gid}:{comment}:{home}:{shell}", u.name)),
+                    (SHADOW, format!("{}:!:{day}::::::", u.name)),
+                ]);
+            }
         }
     }
-    if let Some(before) = before_passwd {
-        layer.add_file("etc/passwd", passwd.into_bytes(), 0o644)?;
-        layer.add_file("etc/passwd-", before.into_bytes(), 0o644)?;
-    }
-    if let (Some(new), Some(old)) = (shadow, before_shadow) {
-        add_shadowed(layer, "etc/shadow", new.into_bytes())?;
-        add_shadowed(layer, "etc/shadow-", old.into_bytes())?;
-    }
-    Ok(())
+    db.write(layer)
 }
 
 /// `shadow`, `gshadow` and their backups as Debian keeps them: 0640, root and the `shadow`
@@ -309,6 +637,10 @@ mod tests {
         s.split_whitespace().map(String::from).collect()
     }
 
+    fn call() -> Call {
+        Call::new("p", "postinst", &[])
+    }
+
     #[test]
     fn only_the_plain_system_group_form_is_emulated() {
         assert_eq!(system_group(&w("addgroup --system --quiet rdma")).as_deref(), Some("rdma"));
@@ -327,28 +659,28 @@ mod tests {
     #[test]
     fn system_user_forms() {
         // uuid-runtime's postinst (Debian 12).
-        let (u, own) = SystemUser::parse(
-            "p",
+        let u = SystemUser::parse(
+            call(),
             &w("adduser --system --quiet --ingroup uuidd --home /run/uuidd --no-create-home uuidd"),
         )
         .unwrap();
-        assert!(!own);
+        assert!(!u.own_group);
         assert_eq!(
             (u.name.as_str(), u.group.as_str(), u.home.as_str()),
             ("uuidd", "uuidd", "/run/uuidd")
         );
         assert!(!u.create_home);
         assert_eq!(u.shell, "/usr/sbin/nologin");
-        let (u, own) =
-            SystemUser::parse("p", &w("adduser --system --group --home=/var/lib/x x")).unwrap();
-        assert!(own);
+        let u =
+            SystemUser::parse(call(), &w("adduser --system --group --home=/var/lib/x x")).unwrap();
+        assert!(u.own_group);
         assert_eq!((u.group.as_str(), u.home.as_str()), ("x", "/var/lib/x"));
-        assert_eq!(SystemUser::parse("p", &w("adduser --system")), None);
-        assert_eq!(SystemUser::parse("p", &w("adduser x")), None);
-        assert_eq!(SystemUser::parse("p", &w("adduser --system --uid 5 x")), None);
-        assert_eq!(SystemUser::parse("p", &w("adduser --system --group --ingroup g x")), None);
-        assert_eq!(SystemUser::parse("p", &w("adduser --system $USER")), None);
-        assert_eq!(SystemUser::parse("p", &w("adduser --system --home $HOME x")), None);
+        assert_eq!(SystemUser::parse(call(), &w("adduser --system")), None);
+        assert_eq!(SystemUser::parse(call(), &w("adduser x")), None);
+        assert_eq!(SystemUser::parse(call(), &w("adduser --system --uid 5 x")), None);
+        assert_eq!(SystemUser::parse(call(), &w("adduser --system --group --ingroup g x")), None);
+        assert_eq!(SystemUser::parse(call(), &w("adduser --system $USER")), None);
+        assert_eq!(SystemUser::parse(call(), &w("adduser --system --home $HOME x")), None);
     }
 
     fn text(layer: &LayerContents, p: &str) -> String {
@@ -375,19 +707,19 @@ mod tests {
             ("etc/group", f(group)),
         ]);
         let mut layer = LayerContents::new();
-        add_system_groups(&["uuidd".into()], &b, &mut layer).unwrap();
-        let (u, _) = SystemUser::parse(
-            "p",
+        let u = SystemUser::parse(
+            call(),
             &w("adduser --system --quiet --ingroup uuidd --home /run/uuidd --no-create-home uuidd"),
         )
         .unwrap();
-        let (v, own) = SystemUser::parse(
-            "p",
+        let v = SystemUser::parse(
+            call(),
             &w("adduser --system --no-create-home --comment Agent --home /nonexistent agent"),
         )
         .unwrap();
-        assert!(!own);
-        add_system_users(&[u.clone(), v], &b, &mut layer, 20783).unwrap();
+        assert!(!v.own_group);
+        let ops = [Op::AddGroup(call(), "uuidd".into()), Op::AddUser(u.clone()), Op::AddUser(v)];
+        apply(&ops, &b, &mut layer, 20783).unwrap();
         assert_eq!(
             text(&layer, "etc/passwd"),
             format!("{passwd}uuidd:x:100:101::/run/uuidd:/usr/sbin/nologin\nagent:x:101:65534:Agent:/nonexistent:/usr/sbin/nologin\n")
@@ -412,14 +744,136 @@ mod tests {
             ("etc/group", f(group)),
         ]);
         let mut layer = LayerContents::new();
-        add_system_users(std::slice::from_ref(&u), &b, &mut layer, 20783).unwrap();
+        apply(&[Op::AddUser(u.clone())], &b, &mut layer, 20783).unwrap();
         assert!(layer.get("etc/passwd").is_none());
         let b = crate::packages::testing::base(&[
             ("etc/passwd", f("uuidd:x:1000:1000::/home/uuidd:/bin/sh\n")),
             ("etc/group", f("uuidd:x:101:\n")),
         ]);
         let e =
-            add_system_users(&[u], &b, &mut LayerContents::new(), 20783).unwrap_err().to_string();
+            apply(&[Op::AddUser(u)], &b, &mut LayerContents::new(), 20783).unwrap_err().to_string();
         assert!(e.contains("not a system user"), "{e}");
+    }
+
+    /// groupadd and useradd as shadow 4.13 (Debian 12's `passwd`) run them with `--root` over
+    /// the same files: passwd, shadow, group, gshadow and their backups byte for byte, through
+    /// a sequence that exercises each way an id is chosen (the top of the range, one below the
+    /// lowest in use, a given gid, a user's own group preferring the uid and not getting it,
+    /// then getting it, `-f` on an existing group).
+    #[test]
+    fn groupadd_and_useradd_as_the_real_tools_write() {
+        let tools = ["/usr/sbin/groupadd", "/usr/sbin/useradd"];
+        if !tools.iter().all(|t| std::path::Path::new(t).exists())
+            || !rustix::process::geteuid().is_root()
+        {
+            eprintln!("skipped: needs root and shadow's groupadd and useradd (passwd)");
+            return;
+        }
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n_apt:x:42:65534::/nonexistent:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+        let shadow =
+            "root:*:20782:0:99999:7:::\n_apt:*:20782:0:99999:7:::\nnobody:*:20782:0:99999:7:::\n";
+        let group = "root:x:0:\nshadow:x:42:\nusers:x:100:\nnogroup:x:65534:\n";
+        let gshadow = "root:*::\nshadow:*::\nusers:*::\nnogroup:*::\n";
+        // Debian 12's settings (login.defs: the SYS_* ranges commented out, USERGROUPS_ENAB
+        // yes; /etc/default/useradd: SHELL=/bin/sh).
+        let login_defs = "UID_MIN 1000\nUID_MAX 60000\n#SYS_UID_MIN 100\nGID_MIN 1000\nGID_MAX 60000\nUSERGROUPS_ENAB yes\n";
+        let defaults = "SHELL=/bin/sh\n";
+        let script = [
+            "groupadd --system softhsm",
+            "groupadd -r -g 500 fixed",
+            "groupadd -r three",
+            "useradd -r -g softhsm -d /var/lib/x -s /sbin/nologin -c Xuser xuser",
+            "useradd -r -M -d /var/empty yuser",
+            "useradd --system -U -d /z -s /bin/false zuser",
+            "useradd -r -N -g 100 -d /n nuser",
+            "groupadd -f -r softhsm",
+        ];
+        let files = [
+            ("etc/passwd", passwd),
+            ("etc/shadow", shadow),
+            ("etc/group", group),
+            ("etc/gshadow", gshadow),
+            ("etc/login.defs", login_defs),
+            ("etc/default/useradd", defaults),
+        ];
+        let root = tempfile::tempdir().unwrap();
+        for (p, c) in files {
+            let at = root.path().join(p);
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::fs::write(at, c).unwrap();
+        }
+        let epoch = 20783 * 86_400;
+        for line in script {
+            let words = w(line);
+            let out = std::process::Command::new(format!("/usr/sbin/{}", words[0]))
+                .arg("--root")
+                .arg(root.path())
+                .args(&words[1..])
+                .env("SOURCE_DATE_EPOCH", epoch.to_string())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{line}: {out:?}");
+        }
+        let f = |s: &str| SnapEntry::File(Some(s.as_bytes().to_vec()));
+        let b = crate::packages::testing::base(
+            &files.iter().map(|(p, c)| (*p, f(c))).collect::<Vec<_>>(),
+        );
+        let ops: Vec<Op> = script
+            .iter()
+            .map(|line| {
+                let words = w(line);
+                let c = Call::new("p", "%pre", &words);
+                match words[0].as_str() {
+                    "groupadd" => Op::GroupAdd(GroupAdd::parse(c, &words).unwrap()),
+                    _ => Op::UserAdd(UserAdd::parse(c, &words).unwrap()),
+                }
+            })
+            .collect();
+        let mut layer = LayerContents::new();
+        apply(&ops, &b, &mut layer, 20783).unwrap();
+        for p in ["passwd", "shadow", "group", "gshadow"] {
+            for name in [format!("etc/{p}"), format!("etc/{p}-")] {
+                let real = std::fs::read_to_string(root.path().join(&name)).unwrap();
+                assert_eq!(text(&layer, &name), real, "{name}");
+            }
+        }
+        // An existing group without -f, or user: the tool fails, and so does the emulation.
+        for line in ["groupadd -r softhsm", "useradd -r -g softhsm xuser"] {
+            let words = w(line);
+            let c = Call::new("p", "%pre", &words);
+            let op = match words[0].as_str() {
+                "groupadd" => Op::GroupAdd(GroupAdd::parse(c, &words).unwrap()),
+                _ => Op::UserAdd(UserAdd::parse(c, &words).unwrap()),
+            };
+            let ours = apply(
+                &[op],
+                &crate::packages::testing::base(&[
+                    ("etc/passwd", f(&text(&layer, "etc/passwd"))),
+                    ("etc/shadow", f(&text(&layer, "etc/shadow"))),
+                    ("etc/group", f(&text(&layer, "etc/group"))),
+                    ("etc/login.defs", f(login_defs)),
+                ]),
+                &mut LayerContents::new(),
+                20783,
+            );
+            let real = std::process::Command::new(format!("/usr/sbin/{}", words[0]))
+                .arg("--root")
+                .arg(root.path())
+                .args(&words[1..])
+                .output()
+                .unwrap();
+            assert!(!real.status.success() && ours.is_err(), "{line}: {ours:?}");
+        }
+        // Forms left to the sandbox.
+        for line in
+            ["useradd -r -m x", "useradd x", "useradd -r -o -u 5 x", "groupadd g", "useradd -r $U"]
+        {
+            let words = w(line);
+            let c = Call::new("p", "%pre", &words);
+            assert!(
+                UserAdd::parse(c.clone(), &words).is_none() && GroupAdd::parse(c, &words).is_none(),
+                "{line}"
+            );
+        }
     }
 }

@@ -743,35 +743,81 @@ fn agent_deb(dir: &Path) -> std::path::PathBuf {
 /// their backups are the same entries (mode, owner, content).
 #[test]
 fn postinst_group_and_setgid_equal_apt_get_in_docker() {
+    let paths =
+        ["usr/bin/agent-stand-in", "etc/group", "etc/group-", "etc/gshadow", "etc/gshadow-"];
+    if let Some(ours) = local_deb_equals_apt_get(agent_deb, "agent-stand-in 1.0", &paths) {
+        assert_eq!(ours.entries["usr/bin/agent-stand-in"].mode, 0o2755);
+    }
+}
+
+/// softhsm2-common's `groupadd --system` (Debian 12) and the useradd forms rpm packages use,
+/// in a postinst guarded by `getent` as packagers write it.
+const SHADOW_POSTINST: &str = "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n\tif ! getent group hsm-stand-in > /dev/null; then\n\t\tgroupadd --system hsm-stand-in > /dev/null\n\tfi\n\tgetent passwd svc-stand-in >/dev/null || useradd -r -g hsm-stand-in -d /var/lib/svc -s /usr/sbin/nologin -c \"Service stand-in\" svc-stand-in\n\tgetent passwd own-stand-in >/dev/null || useradd --system -M -d /nonexistent -s /usr/sbin/nologin own-stand-in\nfi\n";
+
+/// groupadd and useradd in a postinst, emulated, held against `apt-get install` of the same
+/// `.deb` in Docker on the real Debian 12 base (shadow 4.13): passwd, shadow, group, gshadow
+/// and their backups are the same entries.
+#[test]
+fn postinst_groupadd_and_useradd_equal_apt_get_in_docker() {
+    let deb = |dir: &Path| {
+        support::debs::fake_deb(
+            dir,
+            support::debs::FakeDeb {
+                name: "shadow-stand-in",
+                version: "1.0",
+                depends: Some("passwd"),
+                files: vec![("/usr/bin/shadow-stand-in", b"#!/bin/sh\n".as_slice(), 0o755)],
+                postinst: Some(SHADOW_POSTINST),
+                ..Default::default()
+            },
+        )
+    };
+    let paths: Vec<String> = ["passwd", "shadow", "group", "gshadow"]
+        .iter()
+        .flat_map(|f| [format!("etc/{f}"), format!("etc/{f}-")])
+        .collect();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    local_deb_equals_apt_get(deb, "shadow-stand-in 1.0", &paths);
+}
+
+/// Builds the `.deb` `make` writes on the real Debian 12 base with erdma-build (its scripts
+/// emulated, `label` naming it in the report) and with `apt-get install` in Docker, and holds
+/// `paths` of the two layers equal (each present in ours). Returns our layer; `None` where
+/// Docker or the base is missing.
+fn local_deb_equals_apt_get(
+    make: impl Fn(&Path) -> std::path::PathBuf,
+    label: &str,
+    paths: &[&str],
+) -> Option<LayerView> {
     if !debian::require_base()
         || !support::require_docker()
         || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
     {
-        return;
+        return None;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let deb = agent_deb(tmp.path());
+    let deb = make(tmp.path());
     let base = debian::base(debian::BOOKWORM);
     let ours_dir = tmp.path().join("ours");
     let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
     let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap();
-    let rec = scripts.iter().find(|r| r["package"] == "agent-stand-in 1.0").unwrap();
+    let rec = scripts.iter().find(|r| r["package"] == label).unwrap();
     assert_eq!(rec["outcome"], "emulated", "{rec}");
     let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
     let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
 
     let theirs = docker_build_top_layer(
         &base,
-        &format!("erdma-test/agent-base:{}", std::process::id()),
+        &format!("erdma-test/local-deb-base:{}", std::process::id()),
         tmp.path(),
-        &[("agent.deb", &deb)],
-        "COPY agent.deb /tmp/agent.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/agent.deb",
+        &[("local.deb", &deb)],
+        "COPY local.deb /tmp/local.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/local.deb",
     );
-    for p in ["usr/bin/agent-stand-in", "etc/group", "etc/group-", "etc/gshadow", "etc/gshadow-"] {
-        assert_eq!(ours.entries.get(p), theirs.entries.get(p), "{p}");
-        assert!(ours.entries.contains_key(p), "{p} is in the layers");
+    for p in paths {
+        assert_eq!(ours.entries.get(*p), theirs.entries.get(*p), "{p}");
+        assert!(ours.entries.contains_key(*p), "{p} is in the layers");
     }
-    assert_eq!(ours.entries["usr/bin/agent-stand-in"].mode, 0o2755);
+    Some(ours)
 }
 
 /// What differs between two runs of the same maintainer scripts by design, never by a fault:

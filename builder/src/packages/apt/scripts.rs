@@ -33,10 +33,10 @@
 use std::collections::BTreeSet;
 
 use super::resolve::{Installed, Planned};
-use crate::packages::users;
 use crate::error::{Error, Result};
 use crate::packages::file_changes::{capability_xattr, ModeChange};
 use crate::packages::scripts::{self, Outcome, ScriptRecord};
+use crate::packages::users;
 use crate::packages::PackageError;
 use erdma_deb::deb::Deb;
 use erdma_deb::version::Version;
@@ -55,12 +55,10 @@ const INSTALL_SCRIPTS: &[&str] = &["preinst", "config", "postinst"];
 #[derive(Debug, Default)]
 pub(super) struct Accounted {
     pub(super) records: Vec<ScriptRecord>,
-    /// System groups `addgroup --system` adds.
-    pub(super) groups: Vec<String>,
+    /// The system groups and users the scripts add, in order.
+    pub(super) accounts: Vec<users::Op>,
     /// `update-alternatives --install` calls, in order.
     pub(super) alternatives: Vec<super::alternatives::Install>,
-    /// `adduser --system` calls, in order.
-    pub(super) users: Vec<users::SystemUser>,
     /// `update-rc.d` and `deb-systemd-helper enable` calls, in order.
     pub(super) services: Vec<super::services::Registration>,
     /// `chown`, `chgrp` and `chmod` of a package's own files, in order.
@@ -75,6 +73,8 @@ pub(super) struct Accounted {
     overrides: Option<BTreeSet<String>>,
     /// The base's diversions (`var/lib/dpkg/diversions`), `(FROM, TO)`, read once per build.
     diversions: Option<Vec<(String, String)>>,
+    /// The base's `etc/group` and `etc/passwd`, for `getent`, read once per build.
+    account_files: Option<(String, String)>,
     /// The file triggers the image's packages are interested in (`var/lib/dpkg/triggers/File`:
     /// `PATH PACKAGE[/noawait]` a line), read once per build.
     file_triggers: Option<Vec<(String, String)>>,
@@ -308,6 +308,13 @@ pub(super) fn account(
             Some(lines.chunks_exact(3).map(|c| (c[0].to_string(), c[1].to_string())).collect());
     }
     let diversions = out.diversions.clone().unwrap_or_default();
+    if out.account_files.is_none() {
+        let read = |p: &str| -> Result<String> {
+            Ok(String::from_utf8_lossy(&base.read(p, 4 << 20)?.unwrap_or_default()).into_owned())
+        };
+        out.account_files = Some((read("etc/group")?, read("etc/passwd")?));
+    }
+    let account_files = out.account_files.clone().unwrap_or_default();
     let adds_ld_path = files.iter().any(|f| f.starts_with("/etc/ld.so.conf.d/"));
     let ldconfig_why = "ldconfig: the package adds no directory under /etc/ld.so.conf.d, and its libraries lie where the loader looks without a cache entry";
     for script in INSTALL_SCRIPTS {
@@ -346,6 +353,12 @@ pub(super) fn account(
             assumed.borrow_mut().push((path.to_string(), kind.is_some()));
             Some(kind)
         };
+        let call = |words: &[String]| users::Call::new(&package, script, words);
+        // `getent group|passwd NAME`: the base's account files and what earlier scripts add.
+        let added: (BTreeSet<&str>, BTreeSet<&str>) = (
+            out.accounts.iter().filter_map(users::Op::group).collect(),
+            out.accounts.iter().filter_map(users::Op::user).collect(),
+        );
         let status = |w: &[String]| -> scripts::Truth {
             let test: Vec<&str> = match w.first().map(String::as_str) {
                 Some("[") if w.last().is_some_and(|l| l == "]") => {
@@ -357,6 +370,16 @@ pub(super) fn account(
             match (w, test.as_slice()) {
                 ([cmd, list, path], _) if cmd == "dpkg-statoverride" && list == "--list" => {
                     Some(overrides.contains(path))
+                }
+                ([cmd, db, name], _) if cmd == "getent" && (db == "group" || db == "passwd") => {
+                    let (file, added) = match db.as_str() {
+                        "group" => (&account_files.0, &added.0),
+                        _ => (&account_files.1, &added.1),
+                    };
+                    Some(
+                        added.contains(name.as_str())
+                            || file.lines().any(|l| l.split(':').next() == Some(name.as_str())),
+                    )
                 }
                 // setcap on a file of this package succeeds where its text is one setcap takes.
                 ([cmd, caps, path], _) if cmd == "setcap" => (capability_xattr(caps).is_some()
@@ -414,13 +437,24 @@ pub(super) fn account(
             }
             let shown = words.join(" ");
             match words[0].as_str() {
-                "adduser" => match users::SystemUser::parse(&package, &words) {
-                    Some((user, own_group)) => {
+                "adduser" => match users::SystemUser::parse(call(&words), &words) {
+                    Some(user) => {
                         emulated.push(format!("system user {}", user.name));
-                        if own_group {
-                            out.groups.push(user.name.clone());
-                        }
-                        out.users.push(user);
+                        out.accounts.push(users::Op::AddUser(user));
+                    }
+                    None => unknown = unknown.or(Some(shown)),
+                },
+                "useradd" => match users::UserAdd::parse(call(&words), &words) {
+                    Some(user) => {
+                        emulated.push(format!("system user {}", user.name));
+                        out.accounts.push(users::Op::UserAdd(user));
+                    }
+                    None => unknown = unknown.or(Some(shown)),
+                },
+                "groupadd" => match users::GroupAdd::parse(call(&words), &words) {
+                    Some(group) => {
+                        emulated.push(format!("system group {}", group.name));
+                        out.accounts.push(users::Op::GroupAdd(group));
                     }
                     None => unknown = unknown.or(Some(shown)),
                 },
@@ -437,7 +471,7 @@ pub(super) fn account(
                 "addgroup" => match users::system_group(&words) {
                     Some(name) => {
                         emulated.push(format!("system group {name}"));
-                        out.groups.push(name);
+                        out.accounts.push(users::Op::AddGroup(call(&words), name));
                     }
                     None => unknown = unknown.or(Some(shown)),
                 },

@@ -19,8 +19,8 @@
 //! Anything these cannot reproduce (a template unit, systemctl or insserv in the image, a unit
 //! file the image lacks) stops the emulation with [`PackageError::Script`], which sends the
 //! build to the sandbox where the real helper runs.
-use crate::packages::image;
 use crate::error::{Error, Result};
+use crate::packages::image;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_oci::rootfs::SnapEntry;

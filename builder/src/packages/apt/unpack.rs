@@ -11,9 +11,9 @@ use super::install::BaseStatus;
 use super::resolve::Installed;
 use super::resolve::{self, Planned};
 use super::scripts::{self, Accounted};
-use crate::packages::users;
 use crate::error::{Error, Result};
 use crate::packages::payload::{self, FileType, Placer, Refused};
+use crate::packages::users;
 use crate::packages::{Inputs, PackagesReport};
 use erdma_deb::deb::{self, DataKind};
 use erdma_deb::deb822::Paragraph;
@@ -388,8 +388,7 @@ pub(super) fn unpack(
     }
 
     scripts::check_assumed(&accounted.assumed, base, layer)?;
-    users::add_system_groups(&accounted.groups, base, layer)?;
-    users::add_system_users(&accounted.users, base, layer, users::today())?;
+    users::apply(&accounted.accounts, base, layer, users::today())?;
     super::alternatives::apply(&accounted.alternatives, base, layer)?;
     scripts::apply_file_changes(&accounted.file_changes, base, layer)?;
     scripts::apply_stat_adds(&accounted.stat_adds, base, layer)?;
