@@ -10,6 +10,7 @@ pub mod error;
 pub mod file_changes;
 /// The image as scripts see it: the base's files with this build's layer over them.
 pub(crate) mod image;
+pub(crate) mod ldcache;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 
