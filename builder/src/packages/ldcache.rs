@@ -17,8 +17,6 @@
 //! before 2.32 (`ld.so-1.7.0` followed by the new one, as Enterprise Linux 8's 2.28 writes)
 //! is refused with [`LdCacheError::OldFormat`]. Nothing here does I/O: files, directories and
 //! configuration are read through the closures the caller passes.
-// The package backends are not wired to this yet; the tests use all of it.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
@@ -89,7 +87,9 @@ pub(crate) struct Glibc {
 }
 
 impl Glibc {
+    #[cfg(test)]
     pub(crate) const V2_36: Glibc = Glibc { minor: 36 };
+    #[cfg(test)]
     pub(crate) const V2_41: Glibc = Glibc { minor: 41 };
 
     /// The release named by a cache's generator string
@@ -276,6 +276,7 @@ pub(crate) struct Cache {
 
 impl Cache {
     /// An empty cache, as `ldconfig` writes it when it finds no library.
+    #[cfg(test)]
     pub(crate) fn new(generator: impl Into<String>) -> Cache {
         Cache {
             generator: Some(generator.into()),
@@ -444,6 +445,7 @@ impl Cache {
 
     /// A cache from scratch, as `ldconfig` builds one: every directory of `dirs` (in the order
     /// [`conf_dirs`] gives) is scanned by `scan` ([`scan_dir`]'s entries) and its entries added.
+    #[cfg(test)]
     pub(crate) fn build(
         generator: impl Into<String>,
         dirs: &[ScanDir],
@@ -523,6 +525,7 @@ impl Cache {
 
     /// The entries of `dir` become those of a new scan of it: the incremental update after a
     /// package changed the directory.
+    #[cfg(test)]
     pub(crate) fn replace_dir(
         &mut self,
         dir: &ScanDir,
@@ -760,10 +763,37 @@ const GNU_PROPERTY_X86_ISA_1_NEEDED: u32 = 0xc000_8002;
 /// which `ldconfig` takes with other flags), on Arm a 64-bit object of another machine (which
 /// it takes as Arm's), and where `ldconfig` would read past the end of the file.
 pub(crate) fn probe(bytes: &[u8], arch: Arch, glibc: Glibc) -> Option<Probe> {
+    probe_at(&bytes, arch, glibc)
+}
+
+/// Random access to a file's bytes: what [`probe_at`] reads a library through, so that a large
+/// one (a spooled layer file) is read only where ldconfig looks.
+pub(crate) trait Source {
+    fn len(&self) -> u64;
+    /// Fills `buf` from `at`; `None` where the file ends first (or cannot be read).
+    fn read_exact_at(&self, at: u64, buf: &mut [u8]) -> Option<()>;
+}
+
+impl Source for &[u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+    fn read_exact_at(&self, at: u64, buf: &mut [u8]) -> Option<()> {
+        let start = usize::try_from(at).ok()?;
+        buf.copy_from_slice(self.get(start..start.checked_add(buf.len())?)?);
+        Some(())
+    }
+}
+
+/// [`probe`] over a [`Source`].
+pub(crate) fn probe_at(source: &dyn Source, arch: Arch, glibc: Glibc) -> Option<Probe> {
     // Smaller than `struct exec` or an ELF header: not checked.
-    if bytes.len() < 64 {
+    if source.len() < 64 {
         return Some(Probe::Skipped);
     }
+    let mut head = [0u8; 64];
+    source.read_exact_at(0, &mut head)?;
+    let bytes = &head[..];
     let a_info = le32(bytes, 0)? & 0xffff;
     if a_info == 0o413 || a_info == 0o314 {
         return None; // a.out (ZMAGIC, QMAGIC): taken, as libc4.
@@ -782,42 +812,71 @@ pub(crate) fn probe(bytes: &[u8], arch: Arch, glibc: Glibc) -> Option<Probe> {
         (Arch::Aarch64, 2) => return None,
         (Arch::Aarch64, _) => return Some(Probe::Skipped),
     }
-    Elf64 { b: bytes, arch, glibc }.read()
+    Elf64 { b: source, arch, glibc }.read()
 }
 
 /// process_elf_file of readelflib.c for a 64-bit little-endian object. `check_ptr` (a pointer
 /// past the end makes ldconfig skip the file) becomes `Skipped`; a read past the end, which
 /// ldconfig does not guard, `None`.
 struct Elf64<'a> {
-    b: &'a [u8],
+    b: &'a dyn Source,
     arch: Arch,
     glibc: Glibc,
 }
 
+/// The longest string read from a library (a soname, an interpreter): ldconfig reads to the
+/// NUL, however far; a longer one is refused.
+const MAX_CSTR: u64 = 64 << 10;
+
 impl Elf64<'_> {
     fn len(&self) -> u64 {
-        self.b.len() as u64
+        self.b.len()
+    }
+
+    fn array<const N: usize>(&self, at: u64) -> Option<[u8; N]> {
+        let mut buf = [0u8; N];
+        self.b.read_exact_at(at, &mut buf)?;
+        Some(buf)
+    }
+
+    fn u16_at(&self, at: u64) -> Option<u16> {
+        self.array(at).map(u16::from_le_bytes)
     }
 
     fn u32_at(&self, at: u64) -> Option<u32> {
-        le32(self.b, usize::try_from(at).ok()?)
+        self.array(at).map(u32::from_le_bytes)
     }
 
     fn u64_at(&self, at: u64) -> Option<u64> {
-        le64(self.b, usize::try_from(at).ok()?)
+        self.array(at).map(u64::from_le_bytes)
     }
 
-    /// The NUL-terminated string at `at`; `None` if it runs past the end.
-    fn cstr(&self, at: u64) -> Option<&[u8]> {
-        let rest = self.b.get(usize::try_from(at).ok()?..)?;
-        Some(&rest[..rest.iter().position(|&c| c == 0)?])
+    /// The NUL-terminated string at `at`; `None` if it runs past the end (or past
+    /// [`MAX_CSTR`]).
+    fn cstr(&self, at: u64) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 256];
+        loop {
+            let pos = at.checked_add(out.len() as u64)?;
+            let n = self.len().checked_sub(pos)?.min(chunk.len() as u64) as usize;
+            if n == 0 || out.len() as u64 >= MAX_CSTR {
+                return None;
+            }
+            self.b.read_exact_at(pos, &mut chunk[..n])?;
+            match chunk[..n].iter().position(|&c| c == 0) {
+                Some(end) => {
+                    out.extend_from_slice(&chunk[..end]);
+                    return Some(out);
+                }
+                None => out.extend_from_slice(&chunk[..n]),
+            }
+        }
     }
 
     /// `strcmp(string at at, s) == 0`, reading no further than strcmp does.
     fn cstr_eq(&self, at: u64, s: &str) -> Option<bool> {
-        let rest = self.b.get(usize::try_from(at).ok()?..)?;
         for (i, want) in s.bytes().chain(std::iter::once(0)).enumerate() {
-            let got = *rest.get(i)?;
+            let [got] = self.array::<1>(at.checked_add(i as u64)?)?;
             if got != want {
                 return Some(false);
             }
@@ -828,7 +887,7 @@ impl Elf64<'_> {
     fn read(&self) -> Option<Probe> {
         let skipped = Some(Probe::Skipped);
         let phoff = self.u64_at(32)?;
-        let phnum = u64::from(le16(self.b, 56)?);
+        let phnum = u64::from(self.u16_at(56)?);
         if phoff > self.len() {
             return skipped;
         }
@@ -905,7 +964,7 @@ impl Elf64<'_> {
         let Some(strings) = strings else {
             return skipped;
         };
-        let mut soname: Option<&[u8]> = None;
+        let mut soname: Option<Vec<u8>> = None;
         let mut at = dynamic;
         loop {
             let tag = self.u64_at(at)?;
@@ -937,7 +996,7 @@ impl Elf64<'_> {
             }
         }
         let soname = match soname {
-            Some(s) => Some(String::from_utf8(s.to_vec()).ok()?),
+            Some(s) => Some(String::from_utf8(s).ok()?),
             None => None,
         };
         Some(Probe::Library(Object { soname, flags: self.arch.flags(), isa_level }))

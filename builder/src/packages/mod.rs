@@ -11,6 +11,8 @@ pub mod file_changes;
 /// The image as scripts see it: the base's files with this build's layer over them.
 pub(crate) mod image;
 pub(crate) mod ldcache;
+/// `ldconfig` after an install: the image's ld.so.cache rewritten as it would rewrite it.
+pub(crate) mod ldconfig;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 

@@ -235,8 +235,9 @@ fn status_stanzas(status: &str, names: &[&str]) -> BTreeMap<String, Vec<(String,
 }
 
 /// What is in a layer because something ran, not because a package was installed: apt's
-/// caches and logs, the loader cache, lock files adduser leaves (lckpwdf(3)), dpkg's
-/// bookkeeping of its own run, and whiteouts.
+/// caches and logs (ldconfig's aux-cache under /var/cache too), lock files adduser leaves
+/// (lckpwdf(3)), dpkg's bookkeeping of its own run, and whiteouts. The loader cache
+/// (`/etc/ld.so.cache`) is compared: erdma-build writes it as ldconfig does.
 fn noise(p: &str) -> bool {
     [
         "var/cache/",
@@ -249,7 +250,6 @@ fn noise(p: &str) -> bool {
     ]
     .iter()
     .any(|n| p.starts_with(n))
-        || p == "etc/ld.so.cache"
         || p == "etc/.pwd.lock"
         || p == "run/adduser"
         || p.ends_with("-old")
@@ -778,6 +778,47 @@ fn postinst_groupadd_and_useradd_equal_apt_get_in_docker() {
         .collect();
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
     local_deb_equals_apt_get(deb, "shadow-stand-in 1.0", &paths);
+}
+
+/// A package that adds a library directory through `/etc/ld.so.conf.d` and runs `ldconfig`
+/// (as packages did before the `ldconfig` trigger): the host's zlib (a soname the base has in
+/// its multiarch directory too, so the two entries' order is at stake) with its soname link,
+/// and bzip2's library without one (ldconfig makes it). The cache erdma-build writes, the link
+/// it makes and the rest are held against `apt-get install` of the same `.deb` in Docker.
+#[test]
+fn a_library_directory_through_ld_so_conf_d_equals_apt_get_in_docker() {
+    let lib = Path::new("/usr/lib/x86_64-linux-gnu");
+    let (Ok(z), Ok(bz2)) =
+        (std::fs::read(lib.join("libz.so.1.2.13")), std::fs::read(lib.join("libbz2.so.1.0.4")))
+    else {
+        support::require(false, "the host's libz.so.1.2.13 and libbz2.so.1.0.4 (Debian 12)");
+        return;
+    };
+    let deb = |dir: &Path| {
+        support::debs::fake_deb(
+            dir,
+            support::debs::FakeDeb {
+                name: "xlib-stand-in",
+                version: "1.0",
+                files: vec![
+                    ("/etc/ld.so.conf.d/xlib-stand-in.conf", b"/opt/xlib/lib\n".as_slice(), 0o644),
+                    ("/opt/xlib/lib/libz.so.1.2.13", &z, 0o644),
+                    ("/opt/xlib/lib/libz.so.1", b"libz.so.1.2.13".as_slice(), 0o120777),
+                    ("/opt/xlib/lib/libbz2.so.1.0.4", &bz2, 0o644),
+                ],
+                postinst: Some("if [ \"$1\" = configure ]; then\n  ldconfig\nfi\n"),
+                ..Default::default()
+            },
+        )
+    };
+    let paths = [
+        "etc/ld.so.cache",
+        "etc/ld.so.conf.d/xlib-stand-in.conf",
+        "opt/xlib/lib/libz.so.1",
+        "opt/xlib/lib/libbz2.so.1.0",
+        "opt/xlib/lib/libbz2.so.1.0.4",
+    ];
+    local_deb_equals_apt_get(deb, "xlib-stand-in 1.0", &paths);
 }
 
 /// Builds the `.deb` `make` writes on the real Debian 12 base with erdma-build (its scripts

@@ -263,6 +263,45 @@ impl LayerContents {
         normalize(path).and_then(|n| self.entries.get(&n))
     }
 
+    /// Fills `buf` from byte `at` of the regular file at `path`, held or spooled (a large
+    /// file is read only where asked). `Ok(false)`: no regular file there, or it ends before
+    /// `buf` is full.
+    pub fn read_file_at(&self, path: &str, at: u64, buf: &mut [u8]) -> io::Result<bool> {
+        match self.get(path).map(|e| &e.kind) {
+            Some(EntryKind::File(data)) => {
+                let Some(src) = usize::try_from(at)
+                    .ok()
+                    .and_then(|a| data.get(a..a.checked_add(buf.len())?))
+                else {
+                    return Ok(false);
+                };
+                buf.copy_from_slice(src);
+                Ok(true)
+            }
+            Some(EntryKind::Spooled { offset, len }) => {
+                if at.checked_add(buf.len() as u64).is_none_or(|end| end > *len) {
+                    return Ok(false);
+                }
+                let spool = self
+                    .spool
+                    .as_deref()
+                    .ok_or_else(|| io::Error::other("spooled entry without a spool file"))?;
+                spool.read_exact_at(buf, offset + at)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The size of the regular file at `path`, held or spooled.
+    pub fn file_len(&self, path: &str) -> Option<u64> {
+        match self.get(path).map(|e| &e.kind) {
+            Some(EntryKind::File(data)) => Some(data.len() as u64),
+            Some(EntryKind::Spooled { len, .. }) => Some(*len),
+            _ => None,
+        }
+    }
+
     /// Sets the mode and owner of the entry at `path` and, for a file with several names,
     /// of every name (they are one inode: chmod and chown change all of them).
     pub fn set_owner_mode(&mut self, path: &str, mode: u32, uid: u64, gid: u64) -> Result<()> {
@@ -582,6 +621,30 @@ mod tests {
 
     /// What another process wrote with write_tar reads back into the same entries: the
     /// sandbox's changes come back whole.
+    #[test]
+    fn files_read_at_held_or_spooled() {
+        let mut l = LayerContents::new();
+        let small = b"\x7fELF small".to_vec();
+        let big: Vec<u8> = (0..(INLINE_MAX as usize + 12_345)).map(|i| (i % 251) as u8).collect();
+        for (p, data) in [("a/small", &small), ("a/big", &big), ("a/big2", &big)] {
+            let kind = l.file_kind(&mut data.as_slice(), data.len() as u64, &mut |_| {}).unwrap();
+            l.insert(p, Entry { kind, mode: 0o644, uid: 0, gid: 0 }).unwrap();
+        }
+        assert!(matches!(l.get("a/big2").unwrap().kind, EntryKind::Spooled { .. }));
+        for (p, data) in [("a/small", &small), ("a/big", &big), ("a/big2", &big)] {
+            assert_eq!(l.file_len(p), Some(data.len() as u64));
+            let mut buf = [0u8; 7];
+            for at in [0, 3, data.len() as u64 - 7] {
+                assert!(l.read_file_at(p, at, &mut buf).unwrap(), "{p} {at}");
+                assert_eq!(&buf[..], &data[at as usize..at as usize + 7], "{p} {at}");
+            }
+            assert!(!l.read_file_at(p, data.len() as u64 - 6, &mut buf).unwrap(), "{p}");
+            assert!(!l.read_file_at(p, u64::MAX, &mut buf).unwrap(), "{p}");
+        }
+        assert!(!l.read_file_at("a", 0, &mut [0u8; 1]).unwrap());
+        assert_eq!(l.file_len("nothing"), None);
+    }
+
     #[test]
     fn a_written_layer_reads_back_entry_for_entry() {
         let mut l = LayerContents::new();

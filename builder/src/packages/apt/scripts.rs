@@ -44,6 +44,10 @@ use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{EntryKind, LayerContents};
 use erdma_oci::rootfs::SnapEntry;
 
+/// What the `ldconfig` emulation does ([`crate::packages::ldconfig`]).
+const LDCONFIG_DONE: &str =
+    "ldconfig: /etc/ld.so.cache rewritten as the image's ldconfig writes it, once every package is unpacked";
+
 /// `PATH` as `apt-get` in a container gives it to dpkg and the scripts (Debian's default for
 /// root).
 const SCRIPT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -73,6 +77,10 @@ pub(super) struct Accounted {
     overrides: Option<BTreeSet<String>>,
     /// The base's diversions (`var/lib/dpkg/diversions`), `(FROM, TO)`, read once per build.
     diversions: Option<Vec<(String, String)>>,
+    /// The first script that runs `ldconfig` or activates its trigger: `(package, script)`.
+    pub(super) ldconfig: Option<(String, String)>,
+    /// Whether a package of the base is interested in the `ldconfig` trigger.
+    ldconfig_interest: Option<bool>,
     /// The base's `etc/group` and `etc/passwd`, for `getent`, read once per build.
     account_files: Option<(String, String)>,
     /// The file triggers the image's packages are interested in (`var/lib/dpkg/triggers/File`:
@@ -315,8 +323,11 @@ pub(super) fn account(
         out.account_files = Some((read("etc/group")?, read("etc/passwd")?));
     }
     let account_files = out.account_files.clone().unwrap_or_default();
-    let adds_ld_path = files.iter().any(|f| f.starts_with("/etc/ld.so.conf.d/"));
-    let ldconfig_why = "ldconfig: the package adds no directory under /etc/ld.so.conf.d, and its libraries lie where the loader looks without a cache entry";
+    if out.ldconfig_interest.is_none() {
+        // dpkg's list of the packages interested in the `ldconfig` trigger (libc-bin).
+        let interested = base.read("var/lib/dpkg/triggers/ldconfig", 1 << 20)?;
+        out.ldconfig_interest = Some(interested.is_some_and(|t| !t.trim_ascii().is_empty()));
+    }
     for script in INSTALL_SCRIPTS {
         let Some(body) = deb.control_files.get(*script) else { continue };
         let text = String::from_utf8_lossy(body);
@@ -508,8 +519,9 @@ pub(super) fn account(
                     Some(why) => effects.push(why),
                     None => unknown = unknown.or(Some(shown)),
                 },
-                "ldconfig" | "/sbin/ldconfig" if words.len() == 1 && !adds_ld_path => {
-                    effects.push(ldconfig_why.into())
+                "ldconfig" | "/sbin/ldconfig" if words.len() == 1 => {
+                    emulated.push(LDCONFIG_DONE.into());
+                    out.ldconfig.get_or_insert_with(|| (package.clone(), script.to_string()));
                 }
                 _ => unknown = unknown.or(Some(shown)),
             }
@@ -570,15 +582,22 @@ pub(super) fn account(
             let line = line.split('#').next().unwrap_or_default().trim();
             let mut w = line.split_whitespace();
             let (Some(directive), Some(name)) = (w.next(), w.next()) else { continue };
-            let ldconfig =
-                matches!(directive, "activate" | "activate-noawait") && name == "ldconfig";
-            if !ldconfig || adds_ld_path {
+            let ldconfig = matches!(directive, "activate" | "activate-noawait" | "activate-await")
+                && name == "ldconfig";
+            if !ldconfig {
                 unknown = unknown.or(Some(line.to_string()));
             }
         }
         let outcome = match unknown {
             Some(command) => unplaced(&package, "triggers", command, skip, "declares")?,
-            None => Outcome::NoEffect(format!("the ldconfig trigger; {ldconfig_why}")),
+            None if out.ldconfig_interest == Some(true) => {
+                out.ldconfig.get_or_insert_with(|| (package.clone(), "triggers".into()));
+                Outcome::Emulated(format!("the ldconfig trigger: {LDCONFIG_DONE}"))
+            }
+            None => Outcome::NoEffect(
+                "the ldconfig trigger: no package of the image is interested in it (no libc-bin)"
+                    .into(),
+            ),
         };
         out.records.push(ScriptRecord { package, script: "triggers".into(), outcome });
     }

@@ -394,6 +394,16 @@ pub(super) fn unpack(
     scripts::apply_stat_adds(&accounted.stat_adds, base, layer)?;
     super::services::apply(&accounted.services, base, layer)?;
     scripts::apply_statoverrides(base, layer, &new_paths)?;
+    // Triggers last, as dpkg processes them: libc-bin's `ldconfig`.
+    if let Some((package, script)) = &accounted.ldconfig {
+        let refuse = |why: String| {
+            crate::packages::scripts::needs_sandbox(package, script, format!("ldconfig ({why})"))
+        };
+        let arch = crate::packages::ldcache::Arch::from_debian(inputs.arch)
+            .ok_or_else(|| refuse(format!("not emulated on {}", inputs.arch)))?;
+        crate::packages::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?
+            .map_err(refuse)?;
+    }
     report.scripts.extend(accounted.records);
     Ok(removed_files)
 }

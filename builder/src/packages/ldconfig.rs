@@ -1,0 +1,329 @@
+//! `ldconfig` after an install, without running it: the image's `/etc/ld.so.cache` rewritten
+//! as its `ldconfig` would rewrite it once the packages are unpacked ([`rewrite`]), over
+//! [`crate::packages::ldcache`]'s format and scan.
+//!
+//! The update is incremental: the base's cache is taken as `ldconfig` last left it (fresh for
+//! the base's files), the directories `ldconfig` scans are computed for the image as it is now
+//! (a package may add one through `/etc/ld.so.conf.d`), and only what this build changed is
+//! scanned: the entries a package's libraries make are added where `ldconfig` puts them, the
+//! entries of files the build removes go, and a directory no configuration names any more
+//! loses its entries. The soname links `ldconfig` would make are made. What this cannot
+//! reproduce without reading the base's own libraries (a newly configured directory that
+//! already holds some, a stale link to delete, a cache in the format of glibc before 2.32, a
+//! glibc release whose rules are not held against the real tool) is refused with the reason,
+//! and the caller sends the install to the sandbox.
+use erdma_oci::files::BaseFiles;
+use erdma_oci::layer::{EntryKind, LayerContents};
+use erdma_oci::rootfs::SnapEntry;
+
+use crate::error::Result;
+use crate::packages::image;
+use crate::packages::ldcache::{self, Arch, Cache, DirEntry, Glibc, Kind, Resolved, ScanDir};
+
+/// The glibc releases whose `ldconfig` rules are held against the real tool.
+const GLIBC: std::ops::RangeInclusive<u32> = 36..=41;
+
+/// The largest base file read whole to look at its headers (a package's symlink into the base).
+const MAX_BASE_READ: u64 = 64 << 20;
+
+/// What a rewrite did.
+#[derive(Debug, Default)]
+pub(crate) struct Rewritten {
+    /// The directories scanned for this build's files, as `ldconfig` names them.
+    pub(crate) scanned: Vec<String>,
+    /// The soname links made (`DIR/SONAME`).
+    pub(crate) links: Vec<String>,
+    /// How many entries the cache holds.
+    pub(crate) entries: usize,
+}
+
+/// Rewrites `/etc/ld.so.cache` into `layer` as the image's `ldconfig` (glibc 2.36 to 2.41, on
+/// `arch`, with Debian's built-in directories: `trusted`) would after the install.
+/// `Ok(Err(why))`: not reproduced here, for the reason given.
+pub(crate) fn rewrite(
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+    arch: Arch,
+    trusted: &[String],
+) -> Result<std::result::Result<Rewritten, String>> {
+    let cache_path = image::real("/etc/ld.so.cache", base)?;
+    let Some(bytes) = base.read(&cache_path, 64 << 20)? else {
+        return Ok(Err("the base has no /etc/ld.so.cache to update".into()));
+    };
+    let mut cache = match Cache::parse_exact(&bytes) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let Some(glibc) = cache.glibc().filter(|g| GLIBC.contains(&g.minor)) else {
+        return Ok(Err(format!(
+            "the base's cache was written by {}, whose rules are not emulated (glibc 2.{}-2.{} are)",
+            cache.generator.as_deref().unwrap_or("an unknown ldconfig"),
+            GLIBC.start(),
+            GLIBC.end()
+        )));
+    };
+    let view = View { base, layer: &*layer };
+    let before = match view.dirs(glibc, arch, trusted, false) {
+        Ok(d) => d,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let dirs = match view.dirs(glibc, arch, trusted, true) {
+        Ok(d) => d,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let mut done = Rewritten::default();
+    let mut links: Vec<(String, String)> = Vec::new();
+    for gone in before.iter().filter(|d| !dirs.contains(d)) {
+        cache.remove_dir(gone);
+    }
+    for dir in &dirs {
+        let Some(real) = view.resolve(&dir_path(dir)).filter(|r| r.is_dir).map(|r| r.id) else {
+            continue;
+        };
+        let (listing, removed) = view.layer_listing(&real);
+        let new_dir = !before.contains(dir);
+        if new_dir && view.base_has_libraries(&real)? {
+            return Ok(Err(format!(
+                "{} is newly configured and already holds libraries of the base",
+                dir_path(dir)
+            )));
+        }
+        if listing.is_empty() && removed.is_empty() && !new_dir {
+            continue;
+        }
+        for name in &removed {
+            let path = format!("{}/{name}", dir_path(dir));
+            cache.remove(|e| e.path == path);
+        }
+        let scan = match ldcache::scan_dir(glibc, arch, dir, &listing, |name| {
+            view.inspect(&format!("{real}/{name}"), arch, glibc)
+        }) {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        if let Some(stale) = scan.stale.first() {
+            return Ok(Err(format!("ldconfig would delete the dangling link {real}/{stale}")));
+        }
+        // ldconfig leaves a link that already leads to the chosen file (it compares inodes:
+        // libpmix2's `libpmix.so.2 -> pmix2/lib/libpmix.so.2.6.2` beside a
+        // `libpmix.so.2.6.2` link to the same file stays as it is).
+        for (soname, file) in scan.links {
+            let at = format!("{real}/{soname}");
+            let same =
+                match (view.resolve(&format!("/{at}")), view.resolve(&format!("/{real}/{file}"))) {
+                    (Some(a), Some(b)) => a.id == b.id,
+                    _ => false,
+                };
+            if !same {
+                links.push((at, file));
+            }
+        }
+        if let Err(e) = cache.add(dir, scan.entries, &dirs) {
+            return Ok(Err(e.to_string()));
+        }
+        done.scanned.push(dir_path(dir));
+    }
+    for (at, file) in links {
+        layer.add_symlink(&at, &file)?;
+        done.links.push(format!("/{at}"));
+    }
+    done.entries = cache.entries().len();
+    let mode = match base.kind(&cache_path)? {
+        Some(SnapEntry::File(_)) => 0o644,
+        _ => return Ok(Err("/etc/ld.so.cache is not a regular file".into())),
+    };
+    layer.add_file(&cache_path, cache.to_bytes(), mode)?;
+    Ok(Ok(done))
+}
+
+/// A scan directory's path, its glibc-hwcaps subdirectory included.
+fn dir_path(dir: &ScanDir) -> String {
+    match &dir.hwcaps {
+        Some(name) => format!("{}/glibc-hwcaps/{name}", dir.path),
+        None => dir.path.clone(),
+    }
+}
+
+/// The image as `ldconfig` reads it: the base, with or without this build's layer over it.
+struct View<'a> {
+    base: &'a dyn BaseFiles,
+    layer: &'a LayerContents,
+}
+
+impl View<'_> {
+    /// The directories `ldconfig` scans, for the base alone or for the image (`with_layer`).
+    fn dirs(
+        &self,
+        glibc: Glibc,
+        arch: Arch,
+        trusted: &[String],
+        with_layer: bool,
+    ) -> std::result::Result<Vec<ScanDir>, ldcache::LdCacheError> {
+        let layer = with_layer.then_some(self.layer);
+        ldcache::conf_dirs(
+            glibc,
+            arch,
+            trusted,
+            |p| self.read(p, layer),
+            |d| self.list(d, layer),
+            |p| self.resolve_in(p, layer),
+        )
+    }
+
+    fn kind_in(&self, path: &str, layer: Option<&LayerContents>) -> Result<Option<SnapEntry>> {
+        match layer {
+            Some(l) => image::kind(path, self.base, l),
+            None => {
+                let real = image::real(path, self.base)?;
+                Ok(self.base.kind(&real)?)
+            }
+        }
+    }
+
+    fn kind(&self, path: &str) -> Result<Option<SnapEntry>> {
+        self.kind_in(path, Some(self.layer))
+    }
+
+    fn read(&self, path: &str, layer: Option<&LayerContents>) -> Option<Vec<u8>> {
+        match layer {
+            Some(l) => image::read(path, self.base, l, 1 << 20).ok().flatten(),
+            None => {
+                let real = image::real(path, self.base).ok()?;
+                self.base.read(&real, 1 << 20).ok().flatten()
+            }
+        }
+    }
+
+    /// The entries of a directory: the base's, less the layer's whiteouts, plus the layer's.
+    fn list(&self, dir: &str, layer: Option<&LayerContents>) -> Vec<DirEntry> {
+        let Some(real) = self.resolve_in(dir, layer).filter(|r| r.is_dir).map(|r| r.id) else {
+            return Vec::new();
+        };
+        let mut names: std::collections::BTreeMap<String, Kind> = Default::default();
+        for name in self.base.list(&real).unwrap_or_default() {
+            let kind = match self.base.kind(&format!("{real}/{name}")) {
+                Ok(Some(SnapEntry::Dir)) => Kind::Dir,
+                Ok(Some(SnapEntry::Symlink(_))) => Kind::Symlink,
+                Ok(Some(SnapEntry::File(_))) => Kind::File,
+                _ => Kind::Other,
+            };
+            names.insert(name, kind);
+        }
+        if let Some(l) = layer {
+            for (name, kind) in layer_children(l, &real) {
+                match kind {
+                    Some(k) => names.insert(name, k),
+                    None => names.remove(&name),
+                };
+            }
+        }
+        names.into_iter().map(|(name, kind)| DirEntry { name, kind }).collect()
+    }
+
+    /// Where `path` leads in the image (with the layer or without), symlinks followed.
+    fn resolve_in(&self, path: &str, layer: Option<&LayerContents>) -> Option<Resolved> {
+        let mut path = path.to_string();
+        for _ in 0..40 {
+            let real = image::real(&path, self.base).ok()?;
+            match self.kind_in(&path, layer).ok()? {
+                Some(SnapEntry::Dir) => return Some(Resolved { id: real, is_dir: true }),
+                Some(SnapEntry::File(_) | SnapEntry::Other) => {
+                    return Some(Resolved { id: real, is_dir: false })
+                }
+                Some(SnapEntry::Symlink(t)) => {
+                    path = if t.starts_with('/') {
+                        t
+                    } else {
+                        let parent = real.rsplit_once('/').map_or("", |(p, _)| p);
+                        format!("/{parent}/{t}")
+                    };
+                }
+                None => return None,
+            }
+        }
+        None
+    }
+
+    fn resolve(&self, path: &str) -> Option<Resolved> {
+        self.resolve_in(path, Some(self.layer))
+    }
+
+    /// The layer's entries directly in `real` (a directory's real path): names, and what
+    /// each is (`None`: a whiteout), as two lists: present ones, and removed names.
+    fn layer_listing(&self, real: &str) -> (Vec<DirEntry>, Vec<String>) {
+        let mut present = Vec::new();
+        let mut removed = Vec::new();
+        for (name, kind) in layer_children(self.layer, real) {
+            match kind {
+                Some(kind) => present.push(DirEntry { name, kind }),
+                None => removed.push(name),
+            }
+        }
+        (present, removed)
+    }
+
+    /// Whether the base has a file with a library's name in `real`.
+    fn base_has_libraries(&self, real: &str) -> Result<bool> {
+        Ok(self.base.list(real)?.iter().any(|n| ldcache::is_dso_name(n)))
+    }
+
+    /// What `path` leads to, for [`ldcache::scan_dir`]; `None` where it cannot be told.
+    fn inspect(&self, path: &str, arch: Arch, glibc: Glibc) -> Option<ldcache::Target> {
+        let Some(to) = self.resolve(&format!("/{path}")) else {
+            return Some(ldcache::Target::Missing);
+        };
+        if to.is_dir {
+            return Some(ldcache::Target::Directory);
+        }
+        // A device, FIFO or socket: ldconfig takes only regular files.
+        if matches!(self.kind(&format!("/{}", to.id)).ok()?, Some(SnapEntry::Other)) {
+            return Some(ldcache::Target::File(ldcache::Probe::Skipped));
+        }
+        let probe = if self.layer.file_len(&to.id).is_some() {
+            ldcache::probe_at(&LayerFile { layer: self.layer, path: &to.id }, arch, glibc)?
+        } else if matches!(self.layer.get(&to.id).map(|e| &e.kind), Some(EntryKind::Whiteout)) {
+            return Some(ldcache::Target::Missing);
+        } else {
+            let bytes = self.base.read(&to.id, MAX_BASE_READ).ok()??;
+            ldcache::probe(&bytes, arch, glibc)?
+        };
+        Some(ldcache::Target::File(probe))
+    }
+}
+
+/// The layer's entries directly in `dir`: `(name, Some(kind))`, or `(name, None)` for a
+/// whiteout.
+fn layer_children(layer: &LayerContents, dir: &str) -> Vec<(String, Option<Kind>)> {
+    let prefix = format!("{dir}/");
+    layer
+        .files()
+        .filter_map(|(p, e)| {
+            let name = p.strip_prefix(&prefix)?;
+            if name.is_empty() || name.contains('/') {
+                return None;
+            }
+            let kind = match &e.kind {
+                EntryKind::Whiteout => None,
+                EntryKind::Dir => Some(Kind::Dir),
+                EntryKind::Symlink(_) => Some(Kind::Symlink),
+                EntryKind::File(_) | EntryKind::Spooled { .. } => Some(Kind::File),
+            };
+            Some((name.to_string(), kind))
+        })
+        .collect()
+}
+
+/// A regular file of the layer, read where [`ldcache::probe_at`] looks.
+struct LayerFile<'a> {
+    layer: &'a LayerContents,
+    path: &'a str,
+}
+
+impl ldcache::Source for LayerFile<'_> {
+    fn len(&self) -> u64 {
+        self.layer.file_len(self.path).unwrap_or(0)
+    }
+    fn read_exact_at(&self, at: u64, buf: &mut [u8]) -> Option<()> {
+        self.layer.read_file_at(self.path, at, buf).ok()?.then_some(())
+    }
+}
