@@ -269,9 +269,8 @@ impl LayerContents {
     pub fn read_file_at(&self, path: &str, at: u64, buf: &mut [u8]) -> io::Result<bool> {
         match self.get(path).map(|e| &e.kind) {
             Some(EntryKind::File(data)) => {
-                let Some(src) = usize::try_from(at)
-                    .ok()
-                    .and_then(|a| data.get(a..a.checked_add(buf.len())?))
+                let Some(src) =
+                    usize::try_from(at).ok().and_then(|a| data.get(a..a.checked_add(buf.len())?))
                 else {
                     return Ok(false);
                 };
