@@ -134,8 +134,26 @@ pub fn commands_with(
     env: &[(&str, &str)],
     known: &Known<'_>,
 ) -> Vec<Vec<String>> {
-    let mut functions: BTreeMap<String, Vec<Vec<String>>> = Default::default();
-    let main = without_functions(script, &mut functions, env, known);
+    let mut functions: BTreeMap<String, String> = Default::default();
+    let main = without_functions(script, &mut functions);
+    read(&main, args, env, known, &functions, 0)
+}
+
+/// How deep function calls are followed (a function that calls itself stops there, and the
+/// call counts as a command nobody knows).
+const MAX_CALL_DEPTH: usize = 8;
+
+/// [`commands_with`] over a script without function definitions: a call of one of
+/// `functions` stands for the commands of its body, read with the call's arguments as `$1`,
+/// `$2`, … (`None` where one of them is not known); `depth`: calls followed so far.
+fn read(
+    main: &str,
+    args: Option<&[&str]>,
+    env: &[(&str, &str)],
+    known: &Known<'_>,
+    functions: &BTreeMap<String, String>,
+    depth: usize,
+) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let mut vars: BTreeMap<String, String> =
         env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -154,7 +172,7 @@ pub fn commands_with(
     let sure = |cases: &[CaseFrame], ifs: &[IfFrame]| {
         cases.iter().all(|c| c.sure) && ifs.iter().all(|f| f.sure)
     };
-    'lines: for line in logical_lines(&main) {
+    'lines: for line in logical_lines(main) {
         let mut rest = line.trim_start();
         // A `case` pattern starts the line: `configure)`, `abort-upgrade|abort-remove)`.
         if let Some(top) = cases.last_mut() {
@@ -295,11 +313,15 @@ pub fn commands_with(
             }
             // Each word with the variables known here put in (`$GROUP` set above), the
             // others as written.
+            // `"$@"` (and `$*`) is the arguments, each a word, where they are known.
             let words: Vec<String> = words
                 .iter()
-                .map(|w| match w.contains('$') {
-                    true => expand(w, args, &vars).unwrap_or_else(|| restore(w)),
-                    false => restore(w),
+                .flat_map(|w| match (w.as_str(), args) {
+                    ("$@" | "$*", Some(a)) => a.iter().map(|s| s.to_string()).collect(),
+                    _ if w.contains('$') => {
+                        vec![expand(w, args, &vars).unwrap_or_else(|| restore(w))]
+                    }
+                    _ => vec![restore(w)],
                 })
                 .collect();
             let words = words.as_slice();
@@ -314,15 +336,29 @@ pub fn commands_with(
             if !runs || words.is_empty() {
                 continue;
             }
-            // `exit` outside any condition ends the script.
+            // `exit` outside any condition ends the script; `return` in a function, where it
+            // certainly runs, ends the function.
             let certain = ifs.is_empty() && cases.is_empty() && condition.is_none();
-            if words[0] == "exit" && certain && sep == Sep::Seq {
+            let surely = certain_operand && condition.is_none() && sure(&cases, &ifs);
+            let ends = match words[0].as_str() {
+                "exit" => certain,
+                "return" => depth > 0 && surely,
+                _ => false,
+            };
+            if ends && sep == Sep::Seq {
                 out.push(words.to_vec());
                 break 'lines;
             }
             match functions.get(&words[0]) {
-                Some(body) => out.extend(body.iter().cloned()),
-                None => out.push(words.to_vec()),
+                Some(body) if depth < MAX_CALL_DEPTH => {
+                    // The arguments as the call has them; one still holding a `$` is unknown.
+                    let call: Option<Vec<&str>> = words[1..]
+                        .iter()
+                        .map(|w| (!w.contains('$')).then_some(w.as_str()))
+                        .collect();
+                    out.extend(read(body, call.as_deref(), env, known, functions, depth + 1));
+                }
+                _ => out.push(words.to_vec()),
             }
         }
     }
@@ -485,13 +521,8 @@ fn compare_versions(a: &str, op: &str, b: &str) -> Truth {
 }
 
 /// The script without its function definitions (`name() {` … `}` on lines of their own,
-/// also `function name {`), whose commands go to `functions`, read with no action known.
-fn without_functions(
-    script: &str,
-    functions: &mut BTreeMap<String, Vec<Vec<String>>>,
-    env: &[(&str, &str)],
-    known: &Known<'_>,
-) -> String {
+/// also `function name {`), whose bodies go to `functions`, read where they are called.
+fn without_functions(script: &str, functions: &mut BTreeMap<String, String>) -> String {
     let mut main = String::new();
     let mut lines = script.lines();
     while let Some(line) = lines.next() {
@@ -515,8 +546,7 @@ fn without_functions(
             body.push_str(l);
             body.push('\n');
         }
-        let cmds = commands_with(&body, None, env, known);
-        functions.insert(name, cmds);
+        functions.insert(name, body);
     }
     main
 }
@@ -879,14 +909,43 @@ mod tests {
         let with =
             |a: &str| commands(s, Some(&[a])).into_iter().map(|c| c.join(" ")).collect::<Vec<_>>();
         assert_eq!(with("install"), ["set -eu", "set +eu"]);
+        // On an upgrade the function gets `${2:-}`, empty here: an empty version is earlier
+        // than any, so it returns before the `mv`.
         assert_eq!(
             with("upgrade"),
+            ["set -eu", "dpkg --compare-versions  lt 3.114", "return 0", "set +eu"]
+        );
+        assert_eq!(
+            commands(s, Some(&["upgrade", "3.113"]))
+                .into_iter()
+                .map(|c| c.join(" "))
+                .collect::<Vec<_>>(),
+            ["set -eu", "dpkg --compare-versions 3.113 lt 3.114", "return 0", "set +eu"]
+        );
+        assert_eq!(
+            commands(s, Some(&["upgrade", "3.134"]))
+                .into_iter()
+                .map(|c| c.join(" "))
+                .collect::<Vec<_>>(),
             [
                 "set -eu",
-                "dpkg --compare-versions $1 lt 3.114",
-                "return 0",
+                "dpkg --compare-versions 3.134 lt 3.114",
                 "mv --no-clobber /etc/adduser.conf /etc/adduser.conf.update-old",
                 "set +eu"
+            ]
+        );
+        // softhsm2-common's postinst (Debian 12): a function called with arguments, `"$@"`.
+        let s = "set_perms() {\n    if ! dpkg-statoverride --list \"$4\" >/dev/null; then\n        dpkg-statoverride --update --add \"$@\"\n    fi\n}\ncase \"$1\" in\n    configure)\n\tset_perms root softhsm 0750 /etc/softhsm\n\tset_perms root softhsm 02770 /var/lib/softhsm\n    ;;\nesac\n";
+        assert_eq!(
+            commands(s, Some(&["configure", ""]))
+                .into_iter()
+                .map(|c| c.join(" "))
+                .collect::<Vec<_>>(),
+            [
+                "dpkg-statoverride --list /etc/softhsm",
+                "dpkg-statoverride --update --add root softhsm 0750 /etc/softhsm",
+                "dpkg-statoverride --list /var/lib/softhsm",
+                "dpkg-statoverride --update --add root softhsm 02770 /var/lib/softhsm"
             ]
         );
         let s =

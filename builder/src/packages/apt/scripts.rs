@@ -196,54 +196,78 @@ impl StatAdd {
     }
 }
 
-/// Adds the overrides to dpkg's database (`var/lib/dpkg/statoverride`, its previous version
-/// kept as `statoverride-old`, as dpkg-statoverride writes them), after the system users and
-/// groups are in, and with `--update` gives each file its owner and mode. dpkg writes the
-/// database in the order of its own file hash table: only a database that was empty, given
-/// one override, is reproduced here; anything else goes to the sandbox.
+/// Adds the overrides to dpkg's database (`var/lib/dpkg/statoverride`) in order, as
+/// dpkg-statoverride writes it after each call: every override, in the order of dpkg's file
+/// hash table ([`dpkg_bin`]), the database as the call found it kept as `statoverride-old`;
+/// with `--update` the file gets its owner and mode at once. Runs after the system users and
+/// groups are in. Two paths in one bin of the hash (whose order inside a bin is not
+/// reproduced) go to the sandbox.
 pub(super) fn apply_stat_adds(
     adds: &[StatAdd],
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
 ) -> Result<()> {
-    let Some(first) = adds.first() else { return Ok(()) };
+    if adds.is_empty() {
+        return Ok(());
+    }
     let db = "var/lib/dpkg/statoverride";
     let old = base.read(db, 4 << 20)?.unwrap_or_default();
-    if adds.len() > 1 || String::from_utf8_lossy(&old).lines().any(|l| !l.trim().is_empty()) {
-        return Err(needs_sandbox(
-            &first.package,
-            format!(
-                "{} (dpkg orders a database of several overrides by its own hash)",
-                first.command
-            ),
-        ));
-    }
-    let a = first;
-    let fails = |reason: String| {
-        Error::from(PackageError::ScriptFails {
-            package: a.package.clone(),
-            script: "postinst".into(),
-            command: a.command.clone(),
-            reason,
-        })
-    };
-    let uid = users::image_id(base, layer, "etc/passwd", &a.user)?
-        .ok_or_else(|| fails(format!("/etc/passwd has no `{}`", a.user)))?;
-    let gid = users::image_id(base, layer, "etc/group", &a.group)?
-        .ok_or_else(|| fails(format!("/etc/group has no `{}`", a.group)))?;
-    layer.add_file(
-        db,
-        format!("{} {} {:o} {}\n", a.user, a.group, a.mode, a.path).into_bytes(),
-        0o644,
-    )?;
-    layer.add_file("var/lib/dpkg/statoverride-old", old, 0o644)?;
-    if a.update {
-        let real = crate::packages::image::real(&a.path, base)?;
-        if layer.get(&real).is_some_and(|e| e.kind != EntryKind::Whiteout) {
-            layer.set_owner_mode(&real, a.mode, uid, gid)?;
+    let mut lines: Vec<String> = String::from_utf8_lossy(&old)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    let mut before = old;
+    let path_of = |l: &str| l.split_whitespace().nth(3).unwrap_or_default().to_string();
+    for a in adds {
+        let fails = |reason: String| {
+            Error::from(PackageError::ScriptFails {
+                package: a.package.clone(),
+                script: "postinst".into(),
+                command: a.command.clone(),
+                reason,
+            })
+        };
+        let uid = users::image_id(base, layer, "etc/passwd", &a.user)?
+            .ok_or_else(|| fails(format!("/etc/passwd has no `{}`", a.user)))?;
+        let gid = users::image_id(base, layer, "etc/group", &a.group)?
+            .ok_or_else(|| fails(format!("/etc/group has no `{}`", a.group)))?;
+        if lines.iter().any(|l| path_of(l) == a.path) {
+            return Err(fails(format!("an override for '{}' already exists", a.path)));
+        }
+        before = lines.iter().map(|l| format!("{l}\n")).collect::<String>().into_bytes();
+        lines.push(format!("{} {} {:o} {}", a.user, a.group, a.mode, a.path));
+        lines.sort_by_key(|l| dpkg_bin(&path_of(l)));
+        let bins: BTreeSet<u32> = lines.iter().map(|l| dpkg_bin(&path_of(l))).collect();
+        if bins.len() != lines.len() {
+            return Err(needs_sandbox(
+                &a.package,
+                format!("{} (two overrides in one bin of dpkg's file hash)", a.command),
+            ));
+        }
+        if a.update {
+            let real = crate::packages::image::real(&a.path, base)?;
+            if layer.get(&real).is_some_and(|e| e.kind != EntryKind::Whiteout) {
+                layer.set_owner_mode(&real, a.mode, uid, gid)?;
+            }
         }
     }
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    layer.add_file(db, text.into_bytes(), 0o644)?;
+    layer.add_file("var/lib/dpkg/statoverride-old", before, 0o644)?;
     Ok(())
+}
+
+/// The bin of dpkg's file hash table a path falls in (lib/dpkg/fsys-hash.c: 262139 bins, the
+/// path without its leading `/` hashed with FNV-1a, lib/dpkg/string.c `str_fnv_hash`):
+/// dpkg-statoverride writes its database walking the bins in order.
+fn dpkg_bin(path: &str) -> u32 {
+    let mut h: u32 = 2_166_136_261;
+    for b in path.trim_start_matches('/').bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(16_777_619);
+    }
+    h % 262_139
 }
 
 /// A postinst command of `package` that the emulation cannot reproduce once it sees the image
@@ -788,4 +812,72 @@ pub(super) fn apply_file_changes(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_oci::rootfs::SnapEntry;
+
+    fn text(layer: &LayerContents, p: &str) -> String {
+        match &layer.get(p).unwrap().kind {
+            EntryKind::File(c) => String::from_utf8_lossy(c).into_owned(),
+            k => panic!("{p}: {k:?}"),
+        }
+    }
+
+    /// Several `dpkg-statoverride --add` calls over a database with one override already, held
+    /// against the real dpkg-statoverride (`--admindir`, dpkg 1.21 as Debian 12 has it): the
+    /// database and `statoverride-old` byte for byte (dpkg orders them by its file hash).
+    #[test]
+    fn stat_overrides_as_dpkg_statoverride_writes_them() {
+        let tool = std::path::Path::new("/usr/bin/dpkg-statoverride");
+        if !tool.exists() {
+            eprintln!("skipped: needs dpkg-statoverride (dpkg)");
+            return;
+        }
+        let calls = [
+            "dpkg-statoverride --add root root 0750 /etc/softhsm",
+            "dpkg-statoverride --add root nogroup 02770 /var/lib/softhsm",
+            "dpkg-statoverride --add root nogroup 02770 /var/lib/softhsm/tokens",
+            "dpkg-statoverride --quiet --add nobody root 0640 /etc/softhsm/softhsm2.conf",
+            "dpkg-statoverride --add root root 4755 /usr/bin/a",
+        ];
+        let existing = "root root 755 /usr/bin/b\n";
+        let admin = tempfile::tempdir().unwrap();
+        for d in ["updates", "triggers"] {
+            std::fs::create_dir(admin.path().join(d)).unwrap();
+        }
+        std::fs::write(admin.path().join("status"), "").unwrap();
+        std::fs::write(admin.path().join("statoverride"), existing).unwrap();
+        for c in calls {
+            let words: Vec<&str> = c.split_whitespace().collect();
+            let out = std::process::Command::new(tool)
+                .arg("--admindir")
+                .arg(admin.path())
+                .args(&words[1..])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{c}: {out:?}");
+        }
+        let f = |s: &str| SnapEntry::File(Some(s.as_bytes().to_vec()));
+        let b = crate::packages::testing::base(&[
+            ("etc/passwd", f("root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n")),
+            ("etc/group", f("root:x:0:\nnogroup:x:65534:\n")),
+            ("var/lib/dpkg/statoverride", f(existing)),
+        ]);
+        let adds: Vec<StatAdd> = calls
+            .iter()
+            .map(|c| {
+                let words: Vec<String> = c.split_whitespace().map(String::from).collect();
+                StatAdd::parse("p", &words).unwrap()
+            })
+            .collect();
+        let mut layer = LayerContents::new();
+        apply_stat_adds(&adds, &b, &mut layer).unwrap();
+        for name in ["statoverride", "statoverride-old"] {
+            let real = std::fs::read_to_string(admin.path().join(name)).unwrap();
+            assert_eq!(text(&layer, &format!("var/lib/dpkg/{name}")), real, "{name}");
+        }
+    }
 }
