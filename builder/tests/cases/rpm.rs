@@ -769,7 +769,7 @@ fn an_unreachable_base_repository_is_skipped_then_named_root_net() {
     assert!(warnings.contains("base baseos") && warnings.contains("skipped"), "{warnings}");
 }
 
-/// A `%pre` that adds a system user (groupadd, useradd), which the rpm backend does not
+/// A `%pre` that adds a system user with a home (`useradd -r -m`), which the rpm backend does not
 /// emulate: on a base without rpm the sandbox cannot run it and says so; with `--no-sandbox`
 /// the build stops before writing anything, naming the package, the scriptlet and the command;
 /// `--skip-scripts` builds and lists it as not run. Its `Recommends` are left out and named,
@@ -792,7 +792,7 @@ fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let err = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or(&stderr);
     assert!(
-        err.starts_with("error: running maintainer scripts in a sandbox (needed for sysuser-stand-in 1.0-1.el9's %pre (`groupadd -r erdmasvc`)): the base has no /usr/bin/rpm"),
+        err.starts_with("error: running maintainer scripts in a sandbox (needed for sysuser-stand-in 1.0-1.el9's %pre (`useradd -r -m -g erdmasvc -d /var/lib/erdmasvc -s /sbin/nologin -c erdma-kit test erdmasvc`)): the base has no /usr/bin/rpm"),
         "{err}"
     );
     assert!(!out_dir.exists(), "nothing written");
@@ -804,7 +804,7 @@ fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
     let err = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or(&stderr);
     assert!(
         err.starts_with(
-            "error: package sysuser-stand-in 1.0-1.el9: its %pre runs `groupadd -r erdmasvc`"
+            "error: package sysuser-stand-in 1.0-1.el9: its %pre runs `useradd -r -m -g erdmasvc"
         ),
         "{err}"
     );
@@ -842,11 +842,19 @@ fn a_scriptlet_that_cannot_be_emulated_stops_the_build_root_net() {
     assert!(pk.get("recommends_left_out").is_none(), "{pk}");
 }
 
+/// `/etc/login.defs` with EL9's values for what useradd and groupadd read (shadow-utils'
+/// `login.defs`; testdata/rpm/README.md): system ids from 201 to 999, user groups, homes made.
+const EL9_LOGIN_DEFS: &str = "UID_MIN 1000\nUID_MAX 60000\nSYS_UID_MIN 201\nSYS_UID_MAX 999\nGID_MIN 1000\nGID_MAX 60000\nSYS_GID_MIN 201\nSYS_GID_MAX 999\nCREATE_HOME yes\nUSERGROUPS_ENAB yes\n";
+
+/// EL9's `/etc/default/useradd` (shadow-utils; testdata/rpm/README.md).
+const EL9_USERADD_DEFAULTS: &str = "# useradd defaults file\nGROUP=100\nHOME=/home\nINACTIVE=-1\nEXPIRE=\nSHELL=/bin/bash\nSKEL=/etc/skel\nCREATE_MAIL_SPOOL=yes\n";
+
 /// An EL-like base whose rpm really runs: for EL8, Debian 11's root with its rpm 4.16
 /// (Berkeley DB) dressed as CentOS 8; for EL9, Debian 12's with its rpm 4.18 (SQLite) dressed
-/// as Rocky 9 (os-release, a BaseOS `.repo`, `%_dbpath /var/lib/rpm` as EL's rpm has it, an
-/// empty rpmdb made by that rpm): a shell, `groupadd`/`useradd` and rpm, which the stand-in EL
-/// bases lack. Returns the base and its tree (for the oracle).
+/// as Rocky 9 (os-release, a BaseOS `.repo`, `%_dbpath /var/lib/rpm` as EL's rpm has it, EL9's
+/// `login.defs` and `default/useradd`, an empty rpmdb made by that rpm): a shell,
+/// `groupadd`/`useradd` (Debian's shadow) and rpm, which the stand-in EL bases lack. Returns the
+/// base and its tree (for the oracle).
 fn runnable_el_base(dir: &Path, el: El) -> (OciFixture, PathBuf) {
     let (tree, os_release, name) = match el {
         El::El9 => (rpm_repo::debian12_rpm_root(), rpm_repo::ROCKY9_OS_RELEASE, "Rocky"),
@@ -872,6 +880,10 @@ fn runnable_el_base(dir: &Path, el: El) -> (OciFixture, PathBuf) {
     .unwrap();
     std::fs::create_dir_all(root.join("etc/rpm")).unwrap();
     std::fs::write(root.join("etc/rpm/macros"), "%_dbpath /var/lib/rpm\n").unwrap();
+    // EL9's shadow-utils settings (testdata/rpm/README.md), which the root's useradd and
+    // groupadd read as EL's would.
+    std::fs::write(root.join("etc/login.defs"), EL9_LOGIN_DEFS).unwrap();
+    std::fs::write(root.join("etc/default/useradd"), EL9_USERADD_DEFAULTS).unwrap();
     support::assert_success(
         "chroot rpm --initdb",
         &Command::new("chroot").arg(&root).args(["rpm", "--initdb"]).output().unwrap(),
@@ -888,11 +900,11 @@ fn runnable_el_base(dir: &Path, el: El) -> (OciFixture, PathBuf) {
     (img, root)
 }
 
-/// A `%pre` that adds a system group and user (Fedora's guidelines' `groupadd -r`/`useradd
-/// -r`), on a base whose rpm runs (rpm 4.16 on a Berkeley DB): the image's rpm installs the
-/// package in the sandbox, and the result equals real `rpm -U` of the same file in the same
-/// root (chrooted): the same `passwd`, `group`, `shadow`, `gshadow`, the package's file, and an
-/// rpmdb that `rpm -q` and `rpm -V` accept.
+/// A `%pre` that adds a system group and a user with a home (`groupadd -r`, `useradd -r -m`: the
+/// home is not emulated), on a base whose rpm runs (rpm 4.16 on a Berkeley DB): the image's rpm
+/// installs the package in the sandbox, and the result equals real `rpm -U` of the same file in
+/// the same root (chrooted): the same `passwd`, `group`, `shadow`, `gshadow`, the package's file,
+/// and an rpmdb that `rpm -q` and `rpm -V` accept.
 #[test]
 fn a_scriptlet_runs_in_the_sandbox_as_rpm_runs_it_root_net() {
     scriptlet_runs_in_the_sandbox(El::El8);
@@ -950,7 +962,7 @@ fn scriptlet_runs_in_the_sandbox(el: El) {
     support::assert_success("erdma-build build (rpm sandbox)", &out);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     let pk = &r["images"][0]["packages"];
-    assert!(pk["sandbox"]["because"].as_str().unwrap().contains("groupadd -r erdmasvc"), "{pk}");
+    assert!(pk["sandbox"]["because"].as_str().unwrap().contains("useradd -r -m"), "{pk}");
     let rec = pk["scripts"].as_array().unwrap().iter().find(|s| s["script"] == "%pre").unwrap();
     assert_eq!(rec["outcome"], "run", "{rec}");
 
@@ -985,4 +997,154 @@ fn scriptlet_runs_in_the_sandbox(el: El) {
         let o = Command::new("chroot").arg(&ours).args(q).output().unwrap();
         support::assert_success(&q.join(" "), &o);
     }
+}
+
+/// The system-account scriptlets rpm packages run (`svcuser-stand-in`: Fedora's guidelines'
+/// `%pre`, `%sysusers_create_compat`'s and EL8 openssh's forms in `%post`) are emulated, with no
+/// sandbox, and the result equals the image's own rpm installing the same file in the same root
+/// (`chroot ROOT rpm -U`, which runs the root's real groupadd and useradd, Debian's shadow, over
+/// EL9's `login.defs`): `passwd`, `shadow`, `group`, `gshadow` and their `-` backups byte for
+/// byte (both sides with the same `SOURCE_DATE_EPOCH`, which shadow's tools and the emulation
+/// take as the day of the last password change), the owner and mode of the `%attr` directory
+/// (the uid and gid the `%pre` added, as rpm resolves names after `%pre`) and of the config
+/// file whose group only `%post` adds (root's, as rpm leaves it), and what `rpm -V` says.
+/// rpm 4.18 on a SQLite rpmdb (as EL9's).
+#[test]
+fn account_scriptlets_are_emulated_as_rpm_runs_them_root_net() {
+    account_scriptlets_emulated(El::El9);
+}
+
+/// The same with rpm 4.16 on a Berkeley DB (Debian 11's root, shadow 4.8.1).
+#[test]
+fn account_scriptlets_are_emulated_on_a_berkeley_db_base_root_net() {
+    account_scriptlets_emulated(El::El8);
+}
+
+fn account_scriptlets_emulated(el: El) {
+    use std::os::unix::fs::MetadataExt;
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    // 2023-11-14: the day both sides record as the last password change.
+    const EPOCH: &str = "1700000000";
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, root) = runnable_el_base(tmp.path(), el);
+    let key = RpmKey::generate();
+    let baseos =
+        RpmRepo::build(RpmLayout::Flat, &rpm_repo::el_deps_rpms(el), &key, el.rpmv3_signatures());
+    let releasever = if el == El::El9 { "9" } else { "8" };
+    let erdma = RpmRepo::build(
+        RpmLayout::alibaba(releasever),
+        &rpm_repo::el_rdma_rpms(el),
+        &key,
+        el.rpmv3_signatures(),
+    );
+    let key_file = tmp.path().join("key.asc");
+    std::fs::write(&key_file, key.armored_public()).unwrap();
+    let out_dir = tmp.path().join("out");
+    let out = Command::new(support::bin())
+        .args([
+            "build",
+            "--json",
+            "--base",
+            &base.reference(),
+            "--no-packages",
+            "--no-env-presets",
+            "--repo",
+            &format!("baseos={}", baseos.url()),
+            "--repo",
+            &format!("erdma={}", erdma.url()),
+            "--keyring",
+            &format!("base={}", s(&key_file)),
+            "--keyring",
+            &format!("erdma={}", s(&key_file)),
+            "--install",
+            "svcuser-stand-in",
+            "--output",
+            &format!("oci:{}:x", s(&out_dir)),
+        ])
+        .env("NO_COLOR", "1")
+        .env("XDG_CACHE_HOME", support::test_cache())
+        .env("SOURCE_DATE_EPOCH", EPOCH)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    support::assert_success("erdma-build build (rpm account scriptlets)", &out);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pk = &r["images"][0]["packages"];
+    assert!(pk.get("sandbox").is_none_or(Value::is_null), "no sandbox: {pk}");
+    let rec = |script: &str| -> Value {
+        pk["scripts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| {
+                s["package"] == format!("svcuser-stand-in 1.0-1.el{releasever}")
+                    && s["script"] == script
+            })
+            .unwrap_or_else(|| panic!("no {script} in {pk}"))
+            .clone()
+    };
+    let (pre, post) = (rec("%pre"), rec("%post"));
+    assert_eq!(pre["outcome"], "emulated", "{pre}");
+    assert_eq!(pre["detail"], "system group erdmad, system user erdmad", "{pre}");
+    assert_eq!(post["outcome"], "emulated", "{post}");
+    assert_eq!(
+        post["detail"], "system group erdmaobs, system group erdmafix, system user erdmafix",
+        "{post}"
+    );
+
+    // The oracle: the image's own rpm, chrooted into a copy of the same root.
+    std::fs::copy(baseos.rpm("svcuser-stand-in"), root.join("tmp/svcuser.rpm")).unwrap();
+    let o = Command::new("chroot")
+        .arg(&root)
+        .args(["rpm", "-U", "--nodeps", "--nosignature", "/tmp/svcuser.rpm"])
+        .env("SOURCE_DATE_EPOCH", EPOCH)
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap();
+    support::assert_success("chroot rpm -U", &o);
+    std::fs::remove_file(root.join("tmp/svcuser.rpm")).unwrap();
+
+    let ours = tmp.path().join("ours-root");
+    rootfs_of(&out_dir, "x", &ours);
+    for f in ["passwd", "shadow", "group", "gshadow"] {
+        for name in [format!("etc/{f}"), format!("etc/{f}-")] {
+            assert_eq!(
+                std::fs::read(ours.join(&name)).ok().map(|b| text(&b)),
+                std::fs::read(root.join(&name)).ok().map(|b| text(&b)),
+                "{name} differs from real rpm -U's"
+            );
+        }
+    }
+    let passwd = text(&std::fs::read(ours.join("etc/passwd")).unwrap());
+    let shadow = text(&std::fs::read(ours.join("etc/shadow")).unwrap());
+    assert!(passwd.contains(":74:74:Privilege-separated SSH:/var/empty/erdmafix:"), "{passwd}");
+    assert!(shadow.contains("erdmad:!:19675::::::"), "{shadow}");
+    let owner = |r: &Path, p: &str| {
+        let m = std::fs::symlink_metadata(r.join(p)).unwrap();
+        (m.uid(), m.gid(), m.mode() & 0o7777)
+    };
+    let dir = owner(&ours, "var/lib/erdmad");
+    assert_eq!(dir, owner(&root, "var/lib/erdmad"), "/var/lib/erdmad");
+    let erdmad = passwd.lines().find(|l| l.starts_with("erdmad:")).unwrap();
+    assert_eq!(
+        format!("{}:{}", dir.0, dir.1),
+        erdmad.split(':').skip(2).take(2).collect::<Vec<_>>().join(":")
+    );
+    assert_eq!(dir.2, 0o750);
+    let conf = owner(&ours, "etc/erdmad.conf");
+    assert_eq!(conf, owner(&root, "etc/erdmad.conf"), "/etc/erdmad.conf");
+    assert_eq!(conf, (0, 0, 0o640));
+    // rpm -V in each root: the same findings (the config file's group, which exists now).
+    let verify = |r: &Path| {
+        let o = Command::new("chroot")
+            .arg(r)
+            .args(["rpm", "-V", "svcuser-stand-in"])
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap();
+        (o.status.code(), text(&o.stdout))
+    };
+    assert_eq!(verify(&ours), verify(&root), "rpm -V");
 }

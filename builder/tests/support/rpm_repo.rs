@@ -150,6 +150,8 @@ pub struct RpmDef {
     pub config: Vec<String>,
     /// Destinations that are `%ghost` (listed, not shipped).
     pub ghost: Vec<String>,
+    /// `(destination, "MODE,USER,GROUP")`: the `%attr` of a listed file or `%dir`.
+    pub attrs: Vec<(String, String)>,
     /// Extra spec text after the package's `%files` list (scriptlets, triggers), verbatim.
     pub scripts: String,
 }
@@ -226,8 +228,12 @@ fn spec_text(spec: &SpecDef, stage: &Path, el: El) -> String {
             w(&mut s, &format!("%files -n {}", p.name));
         }
         w(&mut s, "%defattr(-,root,root,-)");
+        let attr = |d: &str| match p.attrs.iter().find(|(a, _)| a == d) {
+            Some((_, a)) => format!("%attr({a}) "),
+            None => String::new(),
+        };
         for d in &p.dirs {
-            w(&mut s, &format!("%dir {d}"));
+            w(&mut s, &format!("{}%dir {d}", attr(d)));
         }
         let mut dests: Vec<&str> = p.files.iter().map(|(_, d)| d.as_str()).collect();
         dests.extend(p.contents.iter().map(|(d, _, _)| d.as_str()));
@@ -236,9 +242,9 @@ fn spec_text(spec: &SpecDef, stage: &Path, el: El) -> String {
         dests.sort();
         for d in dests {
             if p.config.iter().any(|c| c == d) {
-                w(&mut s, &format!("%config(noreplace) {d}"));
+                w(&mut s, &format!("{}%config(noreplace) {d}", attr(d)));
             } else {
-                w(&mut s, d);
+                w(&mut s, &format!("{}{d}", attr(d)));
             }
         }
         for g in &p.ghost {
@@ -658,9 +664,11 @@ fn pciutils_spec() -> SpecDef {
     }
 }
 
-/// A package whose `%pre` makes a system user as Fedora's packaging guidelines write it
-/// (`getent group … || groupadd -r …; getent passwd … || useradd -r …`, "Users and Groups"):
-/// what the rpm backend can neither emulate nor run yet. Only installed when asked for.
+/// A package whose `%pre` adds a system group and a user as Fedora's packaging guidelines write
+/// it (`getent group … || groupadd -r …; getent passwd … || useradd -r …`, "Users and Groups"),
+/// but with `-m`: the home (and `/etc/skel`'s files in it) that useradd creates is what the rpm
+/// backend does not emulate, so the install goes to the sandbox (or stops with
+/// `--no-sandbox`). Only installed when asked for.
 fn sysuser_spec() -> SpecDef {
     SpecDef {
         name: "sysuser-stand-in".into(),
@@ -669,7 +677,7 @@ fn sysuser_spec() -> SpecDef {
         license: "MIT".into(),
         packages: vec![RpmDef {
             name: "sysuser-stand-in".into(),
-            summary: "a %pre that adds a system user (erdma-kit tests, TEST ONLY)".into(),
+            summary: "a %pre that adds a system user with a home (erdma-kit tests, TEST ONLY)".into(),
             // What `dnf install` (install_weak_deps=True) would add and erdma-build leaves out
             // unless --install-recommends.
             recommends: vec!["pciutils".into()],
@@ -678,7 +686,51 @@ fn sysuser_spec() -> SpecDef {
                 b"TEST ONLY\n".to_vec(),
                 0o644,
             )],
-            scripts: "%pre\ngetent group erdmasvc >/dev/null || groupadd -r erdmasvc\ngetent passwd erdmasvc >/dev/null || \\\n    useradd -r -g erdmasvc -d /var/lib/erdmasvc -s /sbin/nologin -c \"erdma-kit test\" erdmasvc\nexit 0\n".into(),
+            scripts: "%pre\ngetent group erdmasvc >/dev/null || groupadd -r erdmasvc\ngetent passwd erdmasvc >/dev/null || \\\n    useradd -r -m -g erdmasvc -d /var/lib/erdmasvc -s /sbin/nologin -c \"erdma-kit test\" erdmasvc\nexit 0\n".into(),
+            ..Default::default()
+        }],
+    }
+}
+
+/// The system-account scriptlets the rpm backend emulates, as packages write them: a `%pre` in
+/// the form of Fedora's packaging guidelines ("Users and Groups"; unbound's) adding group and
+/// user `erdmad`, who owns the package's `%attr(0750,erdmad,erdmad) %dir /var/lib/erdmad`; a
+/// `%post` with `%sysusers_create_compat`'s quoted form (group `erdmaobs`) and EL8 openssh's
+/// fixed ids with `2> /dev/null || :` (group and user `erdmafix`, 74). `/etc/erdmad.conf` is
+/// `%attr(0640,root,erdmaobs)`: rpm resolves that name when it unpacks, before `%post` adds the
+/// group, so the file stays root's. Only installed when asked for.
+fn svcuser_spec() -> SpecDef {
+    SpecDef {
+        name: "svcuser-stand-in".into(),
+        version: "1.0".into(),
+        release: "1%{?dist}".into(),
+        license: "MIT".into(),
+        packages: vec![RpmDef {
+            name: "svcuser-stand-in".into(),
+            summary: "scriptlets that add system users (erdma-kit tests, TEST ONLY)".into(),
+            dirs: vec!["/var/lib/erdmad".into()],
+            contents: vec![("/etc/erdmad.conf".into(), b"TEST ONLY\n".to_vec(), 0o640)],
+            config: vec!["/etc/erdmad.conf".into()],
+            attrs: vec![
+                ("/var/lib/erdmad".into(), "0750,erdmad,erdmad".into()),
+                ("/etc/erdmad.conf".into(), "0640,root,erdmaobs".into()),
+            ],
+            scripts: concat!(
+                "%pre\n",
+                "getent group erdmad >/dev/null || groupadd -r erdmad\n",
+                "getent passwd erdmad >/dev/null || \\\n",
+                "    useradd -r -g erdmad -d /var/lib/erdmad -s /sbin/nologin \\\n",
+                "    -c \"erdma-kit daemon\" erdmad\n",
+                "exit 0\n",
+                "\n",
+                "%post\n",
+                "getent group 'erdmaobs' >/dev/null || groupadd -r 'erdmaobs' || :\n",
+                "getent group erdmafix >/dev/null || groupadd -g 74 -r erdmafix || :\n",
+                "getent passwd erdmafix >/dev/null || \\\n",
+                "  useradd -c \"Privilege-separated SSH\" -u 74 -g erdmafix \\\n",
+                "  -s /sbin/nologin -r -d /var/empty/erdmafix erdmafix 2> /dev/null || :\n",
+            )
+            .into(),
             ..Default::default()
         }],
     }
@@ -695,13 +747,15 @@ pub fn el_rdma_rpms(el: El) -> Vec<PathBuf> {
 
 /// What the EL rdma-core packages need beyond a base ([`el_base`]): `libnl3` (real Debian
 /// libnl 3.7.0 binaries) and a `pciutils` stand-in. A distribution's BaseOS repository has them.
+/// Beside them, the scriptlet stand-ins `sysuser-stand-in` and `svcuser-stand-in`, installed
+/// only where a test asks.
 pub fn el_deps_rpms(el: El) -> Vec<PathBuf> {
     let debs = real_debs(&LIBNL_DEBS);
     let d2 = debs.clone();
     cached_rpms(
         &format!("el-rpms-deps-{}", el.key()),
         el,
-        move |x| vec![libnl_spec(x, &d2), pciutils_spec(), sysuser_spec()],
+        move |x| vec![libnl_spec(x, &d2), pciutils_spec(), sysuser_spec(), svcuser_spec()],
         &debs,
     )
 }

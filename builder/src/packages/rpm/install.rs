@@ -9,11 +9,12 @@ use std::path::PathBuf;
 use super::fetch::{fetch, on_disk, MAX_RPM};
 use super::repos;
 use super::sandboxed;
-use super::scripts::scriptlets;
+use super::scripts::{scriptlets, AccountFiles, Accounted};
 use super::sources::{base_repo_keys, base_repo_urls, load_repo, LoadedRepo};
 use super::unpack::{check_paths, note_special, unpack};
 use crate::error::{Error, Result};
 use crate::packages::sandboxed::Over;
+use crate::packages::users;
 use crate::packages::PackageError;
 use crate::packages::{Inputs, PackagesReport};
 use erdma_common::progress::Reporter;
@@ -407,8 +408,20 @@ pub async fn install(
                     .push(format!("{} {}", planned.package.name, planned.package.evr)),
             }
         }
-        match account(on_disk.iter().map(|(_, p)| p), inputs)? {
-            Ok(records) => report.scripts = records,
+        // The accounts applied to nothing but the base, for what the image refuses (a home
+        // to create, no /etc/shadow): the sandbox, as a build would go to it.
+        let accounted = match account(on_disk.iter().map(|(_, p)| p), base, None, inputs)? {
+            Ok(a) => {
+                let mut scratch = LayerContents::new();
+                match users::apply(&a.in_order(), base, &mut scratch, users::today()) {
+                    Ok(()) => Ok(a),
+                    Err(e) => Err(needs_sandbox(&e, inputs).ok_or(e)?),
+                }
+            }
+            Err(because) => Err(because),
+        };
+        match accounted {
+            Ok(a) => report.scripts = a.records,
             Err(because) => {
                 let headers: Vec<_> =
                     on_disk.iter().map(|(path, p)| (path.as_path(), &p.header)).collect();
@@ -422,40 +435,64 @@ pub async fn install(
         note_special(pkg, &label(&planned.package), &mut report);
     }
     // Emulated where every scriptlet can be; otherwise (and unless --no-sandbox) rpm runs them
-    // all in a sandbox.
-    let removed = match account(files.iter().map(|(_, p)| p), inputs)? {
-        Ok(records) => {
-            report.scripts = records;
-            unpack(&resolved, &files, base, basearch(inputs.arch), layer, inputs.http.inflation())?
+    // all in a sandbox, on the layer as it was before this attempt.
+    let because = match account(files.iter().map(|(_, p)| p), base, Some(layer), inputs)? {
+        Ok(accounted) => {
+            let mut trial = layer.clone();
+            let arch = basearch(inputs.arch);
+            let inflation = inputs.http.inflation();
+            match unpack(&resolved, &files, &accounted, base, arch, &mut trial, inflation) {
+                Ok(removed) => {
+                    *layer = trial;
+                    report.scripts = accounted.records;
+                    return Ok((report, removed));
+                }
+                // An account the image refuses to the emulation (a home to create, no
+                // /etc/shadow).
+                Err(e) => needs_sandbox(&e, inputs).ok_or(e)?,
+            }
         }
-        Err(because) => {
-            let over = Over { base, layer, inputs, reporter };
-            sandboxed::install(&resolved.plan, &files, because, over, &mut report)?
-        }
+        Err(because) => because,
     };
+    let over = Over { base, layer, inputs, reporter };
+    let removed = sandboxed::install(&resolved.plan, &files, because, over, &mut report)?;
     Ok((report, removed))
 }
 
-/// Every install-time scriptlet of `packages`, accounted for; `Err(because)` (inner) when one
-/// can be neither emulated nor shown to be without effect and the sandbox may run it: the
-/// command, as the report names it.
+/// A scriptlet refused only because it cannot be emulated, where the sandbox may run it: the
+/// scriptlet and its command, as the report names them.
+fn needs_sandbox(e: &Error, inputs: &Inputs<'_>) -> Option<String> {
+    match e {
+        Error::Package(PackageError::Script { package, script, command, .. }) if inputs.sandbox => {
+            Some(format!("{package}'s {script} (`{command}`)"))
+        }
+        _ => None,
+    }
+}
+
+/// Every install-time scriptlet of `packages` (plan order), accounted for in the order rpm
+/// runs them, `getent` answered from the image (`layer` over `base`, where the build has one);
+/// `Err(because)` (inner) when one can be neither emulated nor shown to be without effect and
+/// the sandbox may run it: the command, as the report names it.
 fn account<'p>(
     packages: impl Iterator<Item = &'p erdma_rpm::package::Package>,
+    base: &dyn BaseFiles,
+    layer: Option<&LayerContents>,
     inputs: &Inputs<'_>,
-) -> Result<std::result::Result<Vec<crate::packages::scripts::ScriptRecord>, String>> {
-    let mut records = Vec::new();
-    for pkg in packages {
-        match scriptlets(&pkg.header, inputs.skip_scripts) {
-            Ok(r) => records.extend(r),
-            Err(Error::Package(PackageError::Script { package, script, command, .. }))
-                if inputs.sandbox =>
-            {
-                return Ok(Err(format!("{package}'s {script} (`{command}`)")));
-            }
-            Err(e) => return Err(e),
-        }
+) -> Result<std::result::Result<Accounted, String>> {
+    let headers: Vec<&erdma_rpm::header::Header> = packages.map(|p| &p.header).collect();
+    let read = |p: &str| -> Result<String> {
+        let bytes = match layer {
+            Some(layer) => crate::packages::image::read(p, base, layer, 4 << 20)?,
+            None => base.read(p, 4 << 20)?,
+        };
+        Ok(String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned())
+    };
+    let files = AccountFiles { group: read("etc/group")?, passwd: read("etc/passwd")? };
+    match scriptlets(&headers, &files, inputs.skip_scripts) {
+        Ok(accounted) => Ok(Ok(accounted)),
+        Err(e) => needs_sandbox(&e, inputs).map(Err).ok_or(e),
     }
-    Ok(Ok(records))
 }
 
 /// `name evr`, as the report names a package.

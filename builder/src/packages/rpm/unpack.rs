@@ -1,10 +1,13 @@
 //! Unpacking an `.rpm`'s payload into the layer: each entry checked
-//! ([`crate::packages::payload`]), owners mapped through the image's passwd and group.
+//! ([`crate::packages::payload`]), owners mapped through the image's passwd and group as they
+//! are when rpm unpacks the package (after its `%pre`).
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::install::{package_file, Resolved};
+use super::scripts::Accounted;
 use crate::error::{Error, Result};
+use crate::packages::users;
 use crate::packages::PackageError;
 use crate::packages::PackagesReport;
 use erdma_oci::files::BaseFiles;
@@ -64,8 +67,8 @@ pub(crate) fn note_special(
     }
 }
 
-/// `name → id` from an `/etc/passwd` or `/etc/group` of the base (or the layer, when a
-/// package writes them: `setup` on EL).
+/// `name → id` from an `/etc/passwd` or `/etc/group` of the image (the layer's, where the build
+/// wrote one: scriptlets' accounts, or `setup` on EL).
 pub(crate) fn ids(text: &str) -> BTreeMap<String, u32> {
     text.lines()
         .filter_map(|l| {
@@ -80,24 +83,26 @@ pub(crate) fn ids(text: &str) -> BTreeMap<String, u32> {
 /// Writes the planned packages' payloads into the layer, whites out the files of the packages
 /// that go (replaced, upgraded, removed) that nothing new puts back and no package that stays
 /// owns, and writes the rpm database with the gone packages' headers removed and the new ones
-/// added as rpm stores them. Returns the paths removed.
+/// added as rpm stores them. The scriptlets' system groups and users (`accounted`) go in as rpm
+/// runs them: every `%pretrans` first, then for each package its `%pre`, its files, its `%post`,
+/// and every `%posttrans` last ([`users::apply`]). Returns the paths removed.
 pub(crate) fn unpack(
     resolved: &Resolved,
     files: &[(PathBuf, erdma_rpm::package::Package)],
+    accounted: &Accounted,
     base: &dyn BaseFiles,
     arch: &str,
     layer: &mut LayerContents,
     inflation: u64,
 ) -> Result<Vec<String>> {
-    let passwd =
-        ids(&String::from_utf8_lossy(&base.read("etc/passwd", 4 << 20)?.unwrap_or_default()));
-    let group =
-        ids(&String::from_utf8_lossy(&base.read("etc/group", 4 << 20)?.unwrap_or_default()));
-    // rpm resolves file owners by name at install time and falls back to root (with a warning)
-    // for a name the image does not know (lib/fsm.c, lib/rpmug.c).
-    let owners = |user: &str, grp: &str| {
-        (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0))
+    let day = users::today();
+    users::apply(&accounted.pretrans, base, layer, day)?;
+    let read = |p: &str, layer: &LayerContents| -> Result<BTreeMap<String, u32>> {
+        let bytes = crate::packages::image::read(p, base, layer, 4 << 20)?.unwrap_or_default();
+        Ok(ids(&String::from_utf8_lossy(&bytes)))
     };
+    // The image's names, read again after anything that may change them.
+    let mut names: Option<(BTreeMap<String, u32>, BTreeMap<String, u32>)> = None;
     // rpm writes through the directory symlinks the image has (merged /usr on EL9: /sbin ->
     // usr/sbin), and never replaces such a symlink with a directory; nothing is written
     // through a symlink this build installs (one placer for every package).
@@ -108,7 +113,22 @@ pub(crate) fn unpack(
     let now = erdma_common::dates::now().max(0) as u32;
     let color = erdma_rpm::rpmdb::transaction_color(base, arch);
     let mut blobs = Vec::new();
-    for ((path, pkg), planned) in files.iter().zip(&resolved.plan.install) {
+    for (i, ((path, pkg), planned)) in files.iter().zip(&resolved.plan.install).enumerate() {
+        let (pre, post) = (accounted.pre.get(i), accounted.post.get(i));
+        if let Some(pre) = pre.filter(|ops| !ops.is_empty()) {
+            users::apply(pre, base, layer, day)?;
+            names = None;
+        }
+        if names.is_none() {
+            names = Some((read("etc/passwd", layer)?, read("etc/group", layer)?));
+        }
+        let (passwd, group) = names.as_ref().expect("read above");
+        // rpm resolves file owners by name as it unpacks, after the package's %pre, and falls
+        // back to root (with a warning) for a name the image does not know (lib/fsm.c,
+        // lib/rpmug.c).
+        let owners = |user: &str, grp: &str| {
+            (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0))
+        };
         let entry_error = |e: erdma_rpm::package::RpmError| {
             let package = format!("{} ({})", planned.package.nevra(), planned.package.origin);
             match e {
@@ -138,6 +158,13 @@ pub(crate) fn unpack(
                 },
             )
             .map_err(entry_error)?;
+        if pkg.files().iter().any(|f| f.path == "/etc/passwd" || f.path == "/etc/group") {
+            names = None;
+        }
+        if let Some(post) = post.filter(|ops| !ops.is_empty()) {
+            users::apply(post, base, layer, day)?;
+            names = None;
+        }
         let ctx = erdma_rpm::rpmdb::InstallCtx {
             install_time: now,
             tid: now,
@@ -194,6 +221,7 @@ pub(crate) fn unpack(
         layer.add_whiteout(&rel)?;
         removed.push(f);
     }
+    users::apply(&accounted.posttrans, base, layer, day)?;
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::from(PackageError::WriteDatabase(e.to_string())))?
     {
