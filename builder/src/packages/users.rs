@@ -10,6 +10,26 @@ use crate::packages::PackageError;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{Entry, EntryKind, LayerContents};
 
+/// Whose shadow tools the image has, where they differ in what they write: Debian's (and
+/// Ubuntu's) keep `shadow` and `gshadow` at 0640 root:shadow and lock a new account's password
+/// with `!`; Enterprise Linux's keep them at 0000 root:root (as its `setup` package ships
+/// them; the RHEL STIG's RHEL-06-000035/38 check for it) and lock it with `!!` (shadow-utils'
+/// Red Hat patch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tools {
+    Debian,
+    RedHat,
+}
+
+impl Tools {
+    fn locked(self) -> &'static str {
+        match self {
+            Tools::Debian => "!",
+            Tools::RedHat => "!!",
+        }
+    }
+}
+
 /// One call that adds a system group or user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Op {
@@ -349,13 +369,13 @@ impl Db {
         }
     }
 
-    fn write(self, layer: &mut LayerContents) -> Result<()> {
+    fn write(self, layer: &mut LayerContents, tools: Tools) -> Result<()> {
         for (f, before) in self.before {
             let now = self.files.get(f).cloned().flatten().unwrap_or_default();
             let backup = format!("{f}-");
             if f == SHADOW || f == GSHADOW {
-                add_shadowed(layer, f, now.into_bytes())?;
-                add_shadowed(layer, &backup, before.into_bytes())?;
+                add_shadowed(layer, f, now.into_bytes(), tools)?;
+                add_shadowed(layer, &backup, before.into_bytes(), tools)?;
             } else {
                 layer.add_file(f, now.into_bytes(), 0o644)?;
                 layer.add_file(&backup, before.into_bytes(), 0o644)?;
@@ -417,6 +437,7 @@ pub(crate) fn apply(
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
     day: u64,
+    tools: Tools,
 ) -> Result<()> {
     if ops.is_empty() {
         return Ok(());
@@ -520,7 +541,7 @@ pub(crate) fn apply(
                 let plain = format!("{}:x:{uid}:{gid}::{}:{}", u.name, u.home, u.shell);
                 db.append(&[
                     (PASSWD, plain.clone()),
-                    (SHADOW, format!("{}:!:{day}::::::", u.name)),
+                    (SHADOW, format!("{}:{}:{day}::::::", u.name, tools.locked())),
                 ]);
                 if let Some(c) = &u.comment {
                     let full = format!("{}:x:{uid}:{gid}:{c}:{}:{}", u.name, u.home, u.shell);
@@ -589,19 +610,27 @@ pub(crate) fn apply(
                 let comment = u.comment.as_deref().unwrap_or_default();
                 db.append(&[
                     (PASSWD, format!("{}:x:{uid}:{gid}:{comment}:{home}:{shell}", u.name)),
-                    (SHADOW, format!("{}:!:{day}::::::", u.name)),
+                    (SHADOW, format!("{}:{}:{day}::::::", u.name, tools.locked())),
                 ]);
             }
         }
     }
-    db.write(layer)
+    db.write(layer, tools)
 }
 
-/// `shadow`, `gshadow` and their backups as Debian keeps them: 0640, root and the `shadow`
-/// group (gid 42, base-passwd's).
-fn add_shadowed(layer: &mut LayerContents, path: &str, content: Vec<u8>) -> Result<()> {
-    Ok(layer
-        .insert(path, Entry { kind: EntryKind::File(content), mode: 0o640, uid: 0, gid: 42 })?)
+/// `shadow`, `gshadow` and their backups as the distribution keeps them ([`Tools`]): Debian's
+/// 0640, root and the `shadow` group (gid 42, base-passwd's); Enterprise Linux's 0000 root.
+fn add_shadowed(
+    layer: &mut LayerContents,
+    path: &str,
+    content: Vec<u8>,
+    tools: Tools,
+) -> Result<()> {
+    let (mode, gid) = match tools {
+        Tools::Debian => (0o640, 42),
+        Tools::RedHat => (0, 0),
+    };
+    Ok(layer.insert(path, Entry { kind: EntryKind::File(content), mode, uid: 0, gid })?)
 }
 
 fn push_line(text: &mut String, line: &str) {
@@ -719,7 +748,7 @@ mod tests {
         .unwrap();
         assert!(!v.own_group);
         let ops = [Op::AddGroup(call(), "uuidd".into()), Op::AddUser(u.clone()), Op::AddUser(v)];
-        apply(&ops, &b, &mut layer, 20783).unwrap();
+        apply(&ops, &b, &mut layer, 20783, Tools::Debian).unwrap();
         assert_eq!(
             text(&layer, "etc/passwd"),
             format!("{passwd}uuidd:x:100:101::/run/uuidd:/usr/sbin/nologin\nagent:x:101:65534:Agent:/nonexistent:/usr/sbin/nologin\n")
@@ -744,14 +773,15 @@ mod tests {
             ("etc/group", f(group)),
         ]);
         let mut layer = LayerContents::new();
-        apply(&[Op::AddUser(u.clone())], &b, &mut layer, 20783).unwrap();
+        apply(&[Op::AddUser(u.clone())], &b, &mut layer, 20783, Tools::Debian).unwrap();
         assert!(layer.get("etc/passwd").is_none());
         let b = crate::packages::testing::base(&[
             ("etc/passwd", f("uuidd:x:1000:1000::/home/uuidd:/bin/sh\n")),
             ("etc/group", f("uuidd:x:101:\n")),
         ]);
-        let e =
-            apply(&[Op::AddUser(u)], &b, &mut LayerContents::new(), 20783).unwrap_err().to_string();
+        let e = apply(&[Op::AddUser(u)], &b, &mut LayerContents::new(), 20783, Tools::Debian)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a system user"), "{e}");
     }
 
@@ -830,7 +860,7 @@ mod tests {
             })
             .collect();
         let mut layer = LayerContents::new();
-        apply(&ops, &b, &mut layer, 20783).unwrap();
+        apply(&ops, &b, &mut layer, 20783, Tools::Debian).unwrap();
         for p in ["passwd", "shadow", "group", "gshadow"] {
             for name in [format!("etc/{p}"), format!("etc/{p}-")] {
                 let real = std::fs::read_to_string(root.path().join(&name)).unwrap();
@@ -855,6 +885,7 @@ mod tests {
                 ]),
                 &mut LayerContents::new(),
                 20783,
+                Tools::Debian,
             );
             let real = std::process::Command::new(format!("/usr/sbin/{}", words[0]))
                 .arg("--root")

@@ -413,7 +413,13 @@ pub async fn install(
         let accounted = match account(on_disk.iter().map(|(_, p)| p), base, None, inputs)? {
             Ok(a) => {
                 let mut scratch = LayerContents::new();
-                match users::apply(&a.in_order(), base, &mut scratch, users::today()) {
+                match users::apply(
+                    &a.in_order(),
+                    base,
+                    &mut scratch,
+                    users::today(),
+                    users::Tools::RedHat,
+                ) {
                     Ok(()) => Ok(a),
                     Err(e) => Err(needs_sandbox(&e, inputs).ok_or(e)?),
                 }

@@ -96,7 +96,7 @@ pub(crate) fn unpack(
     inflation: u64,
 ) -> Result<Vec<String>> {
     let day = users::today();
-    users::apply(&accounted.pretrans, base, layer, day)?;
+    users::apply(&accounted.pretrans, base, layer, day, users::Tools::RedHat)?;
     let read = |p: &str, layer: &LayerContents| -> Result<BTreeMap<String, u32>> {
         let bytes = crate::packages::image::read(p, base, layer, 4 << 20)?.unwrap_or_default();
         Ok(ids(&String::from_utf8_lossy(&bytes)))
@@ -116,7 +116,7 @@ pub(crate) fn unpack(
     for (i, ((path, pkg), planned)) in files.iter().zip(&resolved.plan.install).enumerate() {
         let (pre, post) = (accounted.pre.get(i), accounted.post.get(i));
         if let Some(pre) = pre.filter(|ops| !ops.is_empty()) {
-            users::apply(pre, base, layer, day)?;
+            users::apply(pre, base, layer, day, users::Tools::RedHat)?;
             names = None;
         }
         if names.is_none() {
@@ -162,7 +162,7 @@ pub(crate) fn unpack(
             names = None;
         }
         if let Some(post) = post.filter(|ops| !ops.is_empty()) {
-            users::apply(post, base, layer, day)?;
+            users::apply(post, base, layer, day, users::Tools::RedHat)?;
             names = None;
         }
         let ctx = erdma_rpm::rpmdb::InstallCtx {
@@ -221,7 +221,7 @@ pub(crate) fn unpack(
         layer.add_whiteout(&rel)?;
         removed.push(f);
     }
-    users::apply(&accounted.posttrans, base, layer, day)?;
+    users::apply(&accounted.posttrans, base, layer, day, users::Tools::RedHat)?;
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::from(PackageError::WriteDatabase(e.to_string())))?
     {
