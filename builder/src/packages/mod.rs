@@ -18,6 +18,8 @@ pub mod nccl;
 
 /// Package payloads into the layer: where entries land, what is refused, what is reported.
 pub mod payload;
+/// `systemctl preset`, as the rpm macros run it: the image's presets, the units' links.
+pub(crate) mod presets;
 pub mod rpm;
 pub mod sandboxed;
 pub mod scripts;

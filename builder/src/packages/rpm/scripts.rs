@@ -18,6 +18,10 @@
 //!   that a `%pre` adds owns the package's `%attr` files. `getent group|passwd NAME` is answered
 //!   from the image's account files and the accounts the scriptlets before it add.
 //!
+//! - `%systemd_post`'s `systemctl preset` (directly on EL8, through `systemd-update-helper
+//!   install-system-units` on EL9): [`crate::packages::presets`], once every package is
+//!   unpacked.
+//!
 //! Without effect here:
 //! - `-p /sbin/ldconfig`, or `ldconfig` in a body: the loader searches `/usr/lib64` and `/lib64`
 //!   without a cache entry (rdma-core's `libibverbs`, `librdmacm`: redhat/rdma-core.spec's
@@ -31,7 +35,7 @@ use std::collections::BTreeSet;
 use crate::error::{Error, Result};
 use crate::packages::scripts::{commands_with, is_inert, Known, Outcome, ScriptRecord, Truth};
 use crate::packages::users;
-use crate::packages::PackageError;
+use crate::packages::{presets, PackageError};
 
 const HINT: &str = "drop --no-sandbox to run it as rpm does in a sandbox over the base, or pass --skip-scripts to build without running it (the report lists what was not run)";
 
@@ -57,6 +61,9 @@ pub(crate) struct Accounted {
     pub(crate) post: Vec<Vec<users::Op>>,
     /// The `%posttrans` of every package, in plan order.
     pub(crate) posttrans: Vec<users::Op>,
+    /// `systemctl preset` calls (`%systemd_post`), in the order rpm makes them; applied once
+    /// every package is unpacked ([`crate::packages::presets`]).
+    pub(crate) presets: Vec<presets::Preset>,
 }
 
 impl Accounted {
@@ -101,10 +108,11 @@ pub(crate) fn scriptlets(
         Accounted { pre: vec![Vec::new(); n], post: vec![Vec::new(); n], ..Default::default() };
     let mut added: Vec<users::Op> = Vec::new();
     for (p, s) in order {
-        let Some((record, ops)) = scriptlet(headers[p], s, accounts, &added, skip)? else {
+        let Some((record, ops, units)) = scriptlet(headers[p], s, accounts, &added, skip)? else {
             continue;
         };
         slots[p][s] = Some(record);
+        out.presets.extend(units);
         added.extend(ops.iter().cloned());
         match s {
             0 => out.pretrans.extend(ops),
@@ -117,8 +125,8 @@ pub(crate) fn scriptlets(
     Ok(out)
 }
 
-/// One scriptlet (`SCRIPTLETS[which]` of `h`): its record and the account calls it makes;
-/// `None` where the package has no such scriptlet. `added`: the accounts the scriptlets rpm
+/// One scriptlet (`SCRIPTLETS[which]` of `h`): its record, the account calls and the
+/// `systemctl preset` calls it makes; `None` where the package has no such scriptlet. `added`: the accounts the scriptlets rpm
 /// runs before it add.
 fn scriptlet(
     h: &erdma_rpm::header::Header,
@@ -126,7 +134,7 @@ fn scriptlet(
     accounts: &AccountFiles,
     added: &[users::Op],
     skip: bool,
-) -> Result<Option<(ScriptRecord, Vec<users::Op>)>> {
+) -> Result<Option<(ScriptRecord, Vec<users::Op>, Vec<presets::Preset>)>> {
     let (script, prog, what) = SCRIPTLETS[which];
     let package = format!("{} {}", h.name(), h.evr());
     let body = h.string(script).unwrap_or_default();
@@ -166,10 +174,10 @@ fn scriptlet(
         } else {
             refuse(interp.clone())?
         };
-        return Ok(Some((record(outcome), Vec::new())));
+        return Ok(Some((record(outcome), Vec::new(), Vec::new())));
     }
     if !shell {
-        return Ok(Some((record(refuse(format!("{interp} script"))?), Vec::new())));
+        return Ok(Some((record(refuse(format!("{interp} script"))?), Vec::new(), Vec::new())));
     }
     // `getent group|passwd NAME`: the image's files and what earlier scriptlets add.
     let groups: BTreeSet<&str> = added.iter().filter_map(users::Op::group).collect();
@@ -189,10 +197,16 @@ fn scriptlet(
     let known = Known { status: &status, output: &|_| None };
     let call = |words: &[String]| users::Call::new(&package, what, words);
     let mut ops = Vec::new();
+    let mut units = Vec::new();
     let mut emulated: Vec<String> = Vec::new();
     for words in commands_with(&body, Some(&["1"]), &[], &known) {
         let cmd = words[0].rsplit('/').next().unwrap_or_default();
         if is_inert(&words) || ldconfig(cmd) || cmd == "udevadm" {
+            continue;
+        }
+        if let Some(p) = presets::Preset::parse(call(&words), &words) {
+            emulated.push(format!("systemctl preset {}", p.units.join(" ")));
+            units.push(p);
             continue;
         }
         let op = match cmd {
@@ -211,7 +225,7 @@ fn scriptlet(
             }
             _ => {
                 // Not run at all (`--skip-scripts`): nor are the accounts it adds.
-                return Ok(Some((record(refuse(words.join(" "))?), Vec::new())));
+                return Ok(Some((record(refuse(words.join(" "))?), Vec::new(), Vec::new())));
             }
         }
     }
@@ -222,7 +236,7 @@ fn scriptlet(
     } else {
         Outcome::Emulated(emulated.join(", "))
     };
-    Ok(Some((record(outcome), ops)))
+    Ok(Some((record(outcome), ops, units)))
 }
 
 #[cfg(test)]
@@ -255,6 +269,27 @@ mod tests {
                 o => panic!("{o:?}"),
             })
             .collect()
+    }
+
+    /// `%systemd_post` as EL9 (systemd 252's macros.systemd: through systemd-update-helper)
+    /// and EL8 (systemd 239's: `systemctl --no-reload preset … &>/dev/null || :`) expand it:
+    /// emulated as `systemctl preset` of the units, applied once every package is unpacked.
+    #[test]
+    fn systemd_post_is_a_preset() {
+        let el9 = "\nif [ $1 -eq 1 ] && [ -x \"/usr/lib/systemd/systemd-update-helper\" ]; then\n    # Initial installation\n    /usr/lib/systemd/systemd-update-helper install-system-units sshd.service sshd.socket || :\nfi\n";
+        let el8 = "\nif [ $1 -eq 1 ] ; then\n        # Initial installation\n        systemctl --no-reload preset chronyd.service &>/dev/null || :\nfi\n";
+        let a = header("a", &[(tag::POSTIN, el9)]);
+        let b = header("b", &[(tag::POSTIN, el8)]);
+        let acc = scriptlets(&[&a, &b], &files(), false).unwrap();
+        let units: Vec<&[String]> = acc.presets.iter().map(|p| p.units.as_slice()).collect();
+        assert_eq!(units, [&["sshd.service", "sshd.socket"][..], &["chronyd.service"][..]]);
+        assert_eq!(
+            acc.records[0].outcome,
+            Outcome::Emulated("systemctl preset sshd.service sshd.socket".into())
+        );
+        // `systemctl enable` is not a preset: the sandbox runs it.
+        let c = header("c", &[(tag::POSTIN, "systemctl enable x.service\n")]);
+        assert!(scriptlets(&[&c], &files(), false).is_err());
     }
 
     /// Fedora's guidelines' `%pre` (unbound's), EL8 openssh's with fixed ids, `2> /dev/null`

@@ -222,6 +222,7 @@ pub(crate) fn unpack(
         removed.push(f);
     }
     users::apply(&accounted.posttrans, base, layer, day, users::Tools::RedHat)?;
+    crate::packages::presets::apply(&accounted.presets, base, layer)?;
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::from(PackageError::WriteDatabase(e.to_string())))?
     {
