@@ -191,14 +191,18 @@ fn list(dir: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<Vec<St
     Ok(names.into_iter().collect())
 }
 
-/// The unit file of `unit`: the first directory of [`UNIT_DIRS`] holding a regular file of
-/// that name.
-fn find_unit(unit: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<Option<String>> {
+/// The unit file of `unit`: the first directory of [`UNIT_DIRS`] holding a regular file or a
+/// symlink of that name; `Err(path)` for a symlink (not followed here).
+fn find_unit(
+    unit: &str,
+    base: &dyn BaseFiles,
+    layer: &LayerContents,
+) -> Result<Option<std::result::Result<String, String>>> {
     for dir in UNIT_DIRS {
         let p = format!("{dir}/{unit}");
         match image::kind(&p, base, layer)? {
-            Some(SnapEntry::File(_)) => return Ok(Some(p)),
-            Some(SnapEntry::Symlink(_)) => return Ok(Some(format!("symlink:{p}"))),
+            Some(SnapEntry::File(_)) => return Ok(Some(Ok(p))),
+            Some(SnapEntry::Symlink(_)) => return Ok(Some(Err(p))),
             _ => {}
         }
     }
@@ -218,10 +222,8 @@ fn install_links(
         return Err(refuse(format!("{unit} is a template or an instance")));
     }
     let path = find_unit(unit, base, layer)?
-        .ok_or_else(|| refuse(format!("the image has no unit file {unit}")))?;
-    if path.starts_with("symlink:") {
-        return Err(refuse(format!("{} is a symlink", &path[8..])));
-    }
+        .ok_or_else(|| refuse(format!("the image has no unit file {unit}")))?
+        .map_err(|link| refuse(format!("{link} is a symlink")))?;
     let text = image::read(&path, base, layer, 1 << 20)?
         .ok_or_else(|| refuse(format!("{path} cannot be read")))?;
     let mut section = String::new();

@@ -125,6 +125,9 @@ pub(crate) fn scriptlets(
     Ok(out)
 }
 
+/// What one scriptlet amounts to: its record, its account calls, its `systemctl preset` calls.
+type Scriptlet = (ScriptRecord, Vec<users::Op>, Vec<presets::Preset>);
+
 /// One scriptlet (`SCRIPTLETS[which]` of `h`): its record, the account calls and the
 /// `systemctl preset` calls it makes; `None` where the package has no such scriptlet. `added`: the accounts the scriptlets rpm
 /// runs before it add.
@@ -134,7 +137,7 @@ fn scriptlet(
     accounts: &AccountFiles,
     added: &[users::Op],
     skip: bool,
-) -> Result<Option<(ScriptRecord, Vec<users::Op>, Vec<presets::Preset>)>> {
+) -> Result<Option<Scriptlet>> {
     let (script, prog, what) = SCRIPTLETS[which];
     let package = format!("{} {}", h.name(), h.evr());
     let body = h.string(script).unwrap_or_default();
