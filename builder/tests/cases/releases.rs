@@ -821,6 +821,84 @@ fn a_library_directory_through_ld_so_conf_d_equals_apt_get_in_docker() {
     local_deb_equals_apt_get(deb, "xlib-stand-in 1.0", &paths);
 }
 
+/// On a base whose ldconfig is not emulated (here: the Debian 12 base without its
+/// `/etc/ld.so.cache`; Ubuntu 22.04's glibc 2.35 is the case in the field), a library package
+/// in the multiarch directory is still emulated, the report saying the cache was left alone (as
+/// the loader finds those libraries without it); a package that adds a library directory
+/// through `/etc/ld.so.conf.d` needs the cache, and goes to the sandbox, where the image's
+/// ldconfig runs.
+#[test]
+fn ldconfig_not_emulated_leaves_the_cache_or_uses_the_sandbox() {
+    if !debian::require_base()
+        || !support::require_docker()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = debian::base(debian::BOOKWORM);
+    let derived = docker_build(
+        &base,
+        &format!("erdma-test/no-ld-cache:{}", std::process::id()),
+        tmp.path(),
+        &[],
+        "RUN rm /etc/ld.so.cache",
+    );
+    let derived_dir = tmp.path().join("derived");
+    support::assert_success(
+        "skopeo copy",
+        &support::skopeo([
+            "copy",
+            &format!("docker-daemon:{derived}"),
+            &format!("oci:{}:x", s(&derived_dir)),
+        ]),
+    );
+    let _ = docker(&["rmi", "-f", &derived]);
+    let reference = format!("oci:{}:x", s(&derived_dir));
+    let lib = tmp.path().join("lib-stand-in");
+    let deb = |dir: &Path, name: &'static str, files: Vec<(&'static str, &'static [u8], u32)>| {
+        support::debs::fake_deb(
+            dir,
+            support::debs::FakeDeb {
+                name,
+                version: "1.0",
+                files,
+                postinst: Some("if [ \"$1\" = configure ]; then\n  ldconfig\nfi\n"),
+                ..Default::default()
+            },
+        )
+    };
+    let plain = deb(
+        &lib,
+        "plainlib-stand-in",
+        vec![("/usr/lib/x86_64-linux-gnu/libplain.so.1", b"".as_slice(), 0o644)],
+    );
+    let r =
+        super::build_one_deb(&reference, &plain, &tmp.path().join("a"), &tmp.path().join("cache"));
+    assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+    let rec = r["images"][0]["packages"]["scripts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["package"] == "plainlib-stand-in 1.0")
+        .unwrap()
+        .clone();
+    assert_eq!(rec["outcome"], "no-effect", "{rec}");
+    assert!(
+        rec["detail"].as_str().unwrap().contains("the base has no /etc/ld.so.cache to update"),
+        "{rec}"
+    );
+    let dir = deb(
+        &lib,
+        "dirlib-stand-in",
+        vec![("/etc/ld.so.conf.d/dirlib.conf", b"/opt/dirlib\n".as_slice(), 0o644)],
+    );
+    let r =
+        super::build_one_deb(&reference, &dir, &tmp.path().join("b"), &tmp.path().join("cache"));
+    let sandbox = &r["images"][0]["packages"]["sandbox"];
+    assert!(sandbox["because"].as_str().unwrap().contains("ldconfig (the base has no"), "{r}");
+}
+
 /// Builds the `.deb` `make` writes on the real Debian 12 base with erdma-build (its scripts
 /// emulated, `label` naming it in the report) and with `apt-get install` in Docker, and holds
 /// `paths` of the two layers equal (each present in ours). Returns our layer; `None` where

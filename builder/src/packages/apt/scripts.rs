@@ -270,6 +270,26 @@ fn dpkg_bin(path: &str) -> u32 {
     h % 262_139
 }
 
+/// The records that said `ldconfig` was emulated, where it was not (`why`) and no package adds
+/// a library directory: the base's `/etc/ld.so.cache` stays as it is, which the loader does
+/// without for libraries in its default directories (Debian's ld.so searches the multiarch
+/// directories itself).
+pub(super) fn ldconfig_not_emulated(records: &mut [ScriptRecord], why: &str) {
+    let kept = format!(
+        "ldconfig: not emulated for this image ({why}); /etc/ld.so.cache is left as the base has it, and the new libraries lie where the loader looks without a cache entry"
+    );
+    for r in records.iter_mut() {
+        let Outcome::Emulated(detail) = &r.outcome else { continue };
+        if detail == &format!("the ldconfig trigger: {LDCONFIG_DONE}") {
+            r.outcome = Outcome::NoEffect(format!("the ldconfig trigger: {kept}"));
+        } else if detail == LDCONFIG_DONE {
+            r.outcome = Outcome::NoEffect(kept.clone());
+        } else if detail.contains(LDCONFIG_DONE) {
+            r.outcome = Outcome::Emulated(detail.replace(LDCONFIG_DONE, &kept));
+        }
+    }
+}
+
 /// A postinst command of `package` that the emulation cannot reproduce once it sees the image
 /// (`command` says why): the build goes to the sandbox, or with `--no-sandbox` stops.
 pub(super) fn needs_sandbox(package: &str, command: String) -> Error {
@@ -824,6 +844,32 @@ mod tests {
             EntryKind::File(c) => String::from_utf8_lossy(c).into_owned(),
             k => panic!("{p}: {k:?}"),
         }
+    }
+
+    /// Where the image's ldconfig is not emulated (Ubuntu 22.04's glibc 2.35) and no package
+    /// adds a library directory, the records say the cache was left alone.
+    #[test]
+    fn ldconfig_left_alone_is_said_so() {
+        let rec = |script: &str, outcome: Outcome| ScriptRecord {
+            package: "p 1".into(),
+            script: script.into(),
+            outcome,
+        };
+        let mut records = vec![
+            rec("triggers", Outcome::Emulated(format!("the ldconfig trigger: {LDCONFIG_DONE}"))),
+            rec("postinst", Outcome::Emulated(format!("system group g, {LDCONFIG_DONE}"))),
+            rec("preinst", Outcome::Emulated(LDCONFIG_DONE.into())),
+            rec("config", Outcome::Emulated("system group h".into())),
+        ];
+        ldconfig_not_emulated(&mut records, "glibc 2.35");
+        let Outcome::NoEffect(d) = &records[0].outcome else { panic!("{:?}", records[0]) };
+        assert!(d.starts_with("the ldconfig trigger: ldconfig: not emulated for this image (glibc 2.35); /etc/ld.so.cache is left"), "{d}");
+        let Outcome::Emulated(d) = &records[1].outcome else { panic!("{:?}", records[1]) };
+        assert!(d.starts_with("system group g, ldconfig: not emulated for this image"), "{d}");
+        assert!(
+            matches!(&records[2].outcome, Outcome::NoEffect(d) if d.starts_with("ldconfig: not emulated"))
+        );
+        assert_eq!(records[3].outcome, Outcome::Emulated("system group h".into()));
     }
 
     /// Several `dpkg-statoverride --add` calls over a database with one override already, held

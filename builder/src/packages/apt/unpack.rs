@@ -396,13 +396,25 @@ pub(super) fn unpack(
     scripts::apply_statoverrides(base, layer, &new_paths)?;
     // Triggers last, as dpkg processes them: libc-bin's `ldconfig`.
     if let Some((package, script)) = &accounted.ldconfig {
-        let refuse = |why: String| {
-            crate::packages::scripts::needs_sandbox(package, script, format!("ldconfig ({why})"))
+        let done = match crate::packages::ldcache::Arch::from_debian(inputs.arch) {
+            Some(arch) => {
+                crate::packages::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?
+            }
+            None => Err(format!("not emulated on {}", inputs.arch)),
         };
-        let arch = crate::packages::ldcache::Arch::from_debian(inputs.arch)
-            .ok_or_else(|| refuse(format!("not emulated on {}", inputs.arch)))?;
-        crate::packages::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?
-            .map_err(refuse)?;
+        if let Err(why) = done {
+            // Where no package adds a library directory, the loader finds the new libraries
+            // without a cache entry: the base's cache stays, and the report says so. A new
+            // directory needs the cache: the sandbox runs the image's ldconfig.
+            if new_paths.iter().any(|p| p.starts_with("etc/ld.so.conf.d/")) {
+                return Err(crate::packages::scripts::needs_sandbox(
+                    package,
+                    script,
+                    format!("ldconfig ({why})"),
+                ));
+            }
+            scripts::ldconfig_not_emulated(&mut accounted.records, &why);
+        }
     }
     report.scripts.extend(accounted.records);
     Ok(removed_files)
