@@ -19,7 +19,11 @@ fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker").args(args).output().unwrap()
 }
 
-/// Loads `base` into Docker as `name`, through a docker-archive in `dir`.
+/// Loads `base` into Docker as `name`, through a docker-archive in `dir`. Tests load the same
+/// base under their own names and remove them when done: loading and removing take one lock
+/// ([`docker_images_lock`]), since a removal of the image's last other name while a load is
+/// still to tag it deletes the image under the load, and the `docker build` after it then
+/// finds no such image.
 fn docker_load(base: &support::OciFixture, name: &str, dir: &Path) {
     let tar = dir.join("base.tar");
     support::assert_success(
@@ -30,8 +34,22 @@ fn docker_load(base: &support::OciFixture, name: &str, dir: &Path) {
             &format!("docker-archive:{}:{name}", s(&tar)),
         ]),
     );
+    let _lock = docker_images_lock();
     support::assert_success("docker load", &docker(&["load", "-i", &s(&tar)]));
     let _ = std::fs::remove_file(&tar);
+}
+
+/// Removes a base [`docker_load`] loaded, under its lock.
+fn docker_unload(name: &str) {
+    let _lock = docker_images_lock();
+    let _ = docker(&["rmi", "-f", name]);
+}
+
+/// The lock the tests take around loading and removing base images in Docker.
+fn docker_images_lock() -> std::fs::File {
+    let root = debian::cache_root();
+    std::fs::create_dir_all(&root).unwrap();
+    debian::lock_file(&root.join("docker-images.lock"))
 }
 
 /// `docker build` of `FROM base` (loaded as `base_name`, removed afterwards) and `steps`, with
@@ -57,7 +75,7 @@ fn docker_build(
         .env("DOCKER_BUILDKIT", "0")
         .output()
         .unwrap();
-    let _ = docker(&["rmi", "-f", base_name]);
+    docker_unload(base_name);
     support::assert_success(&format!("docker build of {steps}"), &out);
     built
 }
@@ -680,7 +698,7 @@ fn recommends_left_out_are_what_apt_would_have_added() {
     };
     let with = simulate("");
     let without = simulate("--no-install-recommends");
-    let _ = docker(&["rmi", "-f", &base_name]);
+    docker_unload(&base_name);
     let added: BTreeSet<&String> = with.difference(&without).collect();
     for name in &left {
         assert!(added.contains(name), "{name} is not what recommends add: {added:?}");
