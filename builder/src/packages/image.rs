@@ -63,3 +63,18 @@ pub(crate) fn link(
     let at = real(at, base)?;
     Ok(layer.add_symlink(&at, target)?)
 }
+
+/// The directory `dir` (absolute) and its missing parents, made as mkdir(2) under umask 022
+/// makes them (0755), where the image lacks them.
+pub(crate) fn ensure_dir(dir: &str, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
+    let mut path = String::new();
+    for part in dir.trim_start_matches('/').split('/') {
+        path.push('/');
+        path.push_str(part);
+        if !exists(&path, base, layer)? {
+            let real = real(&path, base)?;
+            layer.add_dir(&real, 0o755)?;
+        }
+    }
+    Ok(())
+}

@@ -134,7 +134,7 @@ pub(crate) fn apply(
                     Some(_) => return Err(refuse(format!("{at} exists and is not that link"))),
                 }
                 let dir = at.rsplit_once('/').map_or("/", |(d, _)| d);
-                ensure_dir(dir, base, layer)?;
+                image::ensure_dir(dir, base, layer)?;
                 image::link(base, layer, &at, &to)?;
                 made.push(at);
             }
@@ -278,20 +278,6 @@ fn install_links(
                 return Err(refuse(format!("{path} is a template (DefaultInstance=)")))
             }
             _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// A directory `systemctl` makes (mode 0755) where the image lacks it.
-fn ensure_dir(dir: &str, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
-    let mut path = String::new();
-    for part in dir.trim_start_matches('/').split('/') {
-        path.push('/');
-        path.push_str(part);
-        if !image::exists(&path, base, layer)? {
-            let real = image::real(&path, base)?;
-            layer.add_dir(&real, 0o755)?;
         }
     }
     Ok(())

@@ -347,6 +347,20 @@ impl Db {
         self.text(f).lines().filter_map(|l| l.split(':').nth(2)?.parse().ok()).collect()
     }
 
+    /// A group's lines in `group` and `gshadow`, as one call adds them.
+    fn add_group(&mut self, name: &str, gid: u64) {
+        self.append(&[(GROUP, format!("{name}:x:{gid}:")), (GSHADOW, format!("{name}:!::"))]);
+    }
+
+    /// The gid addgroup gives a system group: the lowest free from FIRST_SYSTEM_GID (100) to
+    /// LAST_SYSTEM_GID (999).
+    fn adduser_gid(&self, name: &str) -> Result<u64> {
+        let used = self.ids(GROUP);
+        (100..=999)
+            .find(|g| !used.contains(g))
+            .ok_or_else(|| Error::from(PackageError::NoGid { group: name.to_string() }))
+    }
+
     /// One call's changes: `lines` appended to each file the image has (a missing `shadow` or
     /// `gshadow` stays missing), the file as it was kept as the backup.
     fn append(&mut self, lines: &[(&'static str, String)]) {
@@ -473,11 +487,8 @@ pub(crate) fn apply(
                 if db.has(GROUP, name).is_some() {
                     continue;
                 }
-                let used = db.ids(GROUP);
-                let gid = (100..=999)
-                    .find(|g| !used.contains(g))
-                    .ok_or_else(|| Error::from(PackageError::NoGid { group: name.clone() }))?;
-                db.append(&[(GROUP, format!("{name}:x:{gid}:")), (GSHADOW, format!("{name}:!::"))]);
+                let gid = db.adduser_gid(name)?;
+                db.add_group(name, gid);
             }
             Op::GroupAdd(g) => {
                 if db.has(GROUP, &g.name).is_some() {
@@ -495,10 +506,7 @@ pub(crate) fn apply(
                     _ => shadow_id(&used, sys_gid.0, sys_gid.1, None)
                         .ok_or_else(|| g.call.fails("no free system gid".into()))?,
                 };
-                db.append(&[
-                    (GROUP, format!("{}:x:{gid}:", g.name)),
-                    (GSHADOW, format!("{}:!::", g.name)),
-                ]);
+                db.add_group(&g.name, gid);
             }
             Op::AddUser(u) => {
                 if let Some(uid) = db.has(PASSWD, &u.name) {
@@ -516,14 +524,8 @@ pub(crate) fn apply(
                         .needs_sandbox("the image's /etc/adduser.conf sets UID_POOL"));
                 }
                 if u.own_group && db.has(GROUP, &u.name).is_none() {
-                    let used = db.ids(GROUP);
-                    let gid = (100..=999).find(|g| !used.contains(g)).ok_or_else(|| {
-                        Error::from(PackageError::NoGid { group: u.name.clone() })
-                    })?;
-                    db.append(&[
-                        (GROUP, format!("{}:x:{gid}:", u.name)),
-                        (GSHADOW, format!("{}:!::", u.name)),
-                    ]);
+                    let gid = db.adduser_gid(&u.name)?;
+                    db.add_group(&u.name, gid);
                 }
                 let gid = db.has(GROUP, &u.group).ok_or_else(|| {
                     u.call.fails(format!("the group `{}' does not exist", u.group))
@@ -599,10 +601,7 @@ pub(crate) fn apply(
                         }
                         let gid = shadow_id(&db.ids(GROUP), sys_gid.0, sys_gid.1, Some(uid))
                             .ok_or_else(|| u.call.fails("no free system gid".into()))?;
-                        db.append(&[
-                            (GROUP, format!("{}:x:{gid}:", u.name)),
-                            (GSHADOW, format!("{}:!::", u.name)),
-                        ]);
+                        db.add_group(&u.name, gid);
                         gid
                     }
                     None => return Err(u.call.needs_sandbox("no group: useradd's default GROUP")),

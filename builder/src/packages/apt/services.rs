@@ -256,7 +256,7 @@ fn rc_defaults(
                 return Err(refuse(format!("{script} names the runlevel {lvl}")));
             }
             let dir = format!("/etc/rc{lvl}.d");
-            ensure_dir(&dir, base, layer)?;
+            image::ensure_dir(&dir, base, layer)?;
             let at = format!("{dir}/{kind}01{name}");
             if !image::exists(&at, base, layer)? {
                 image::link(base, layer, &at, &format!("../init.d/{name}"))?;
@@ -286,20 +286,6 @@ fn default_runlevels(script: &str) -> (Vec<String>, Vec<String>) {
         }
     }
     (start, stop)
-}
-
-/// A directory the helpers make with mkdir(2) under dpkg's umask 022, where the image lacks it.
-fn ensure_dir(dir: &str, base: &dyn BaseFiles, layer: &mut LayerContents) -> Result<()> {
-    let mut path = String::new();
-    for part in dir.trim_start_matches('/').split('/') {
-        path.push('/');
-        path.push_str(part);
-        if !image::exists(&path, base, layer)? {
-            let real = image::real(&path, base)?;
-            layer.add_dir(&real, 0o755)?;
-        }
-    }
-    Ok(())
 }
 
 /// deb-systemd-helper's `find_unit`: the first of its directories with a regular file of that
@@ -419,17 +405,17 @@ fn enable(
             text.push_str(&link.src);
             text.push('\n');
         }
-        ensure_dir(ENABLED, base, layer)?;
+        image::ensure_dir(ENABLED, base, layer)?;
         layer.add_file(&image::real(&state, base)?, text.into_bytes(), 0o644)?;
         let done = link.src.replacen("/etc/systemd/system/", &format!("{ENABLED}/"), 1);
         if image::exists(&done, base, layer)? {
             continue;
         }
         if !matches!(image::kind(&link.src, base, layer)?, Some(SnapEntry::Symlink(_))) {
-            ensure_dir(parent(&link.src), base, layer)?;
+            image::ensure_dir(parent(&link.src), base, layer)?;
             image::link(base, layer, &link.src, &link.dest)?;
         }
-        ensure_dir(parent(&done), base, layer)?;
+        image::ensure_dir(parent(&done), base, layer)?;
         layer.add_file(&image::real(&done, base)?, Vec::new(), 0o644)?;
     }
     Ok(())
