@@ -32,6 +32,22 @@ pub(crate) fn kind(
     })
 }
 
+/// The names in a directory of the image: the base's, less the layer's whiteouts, plus the
+/// layer's.
+pub(crate) fn list(dir: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<Vec<String>> {
+    let real = real(dir, base)?;
+    let mut names: std::collections::BTreeSet<String> = base.list(&real)?.into_iter().collect();
+    let prefix = format!("{real}/");
+    for (p, e) in layer.files() {
+        let Some(name) = p.strip_prefix(&prefix).filter(|n| !n.contains('/')) else { continue };
+        match e.kind {
+            erdma_oci::layer::EntryKind::Whiteout => names.remove(name),
+            _ => names.insert(name.to_string()),
+        };
+    }
+    Ok(names.into_iter().collect())
+}
+
 pub(crate) fn exists(path: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
     Ok(kind(path, base, layer)?.is_some())
 }

@@ -149,7 +149,7 @@ pub(crate) fn apply(
 fn rules(base: &dyn BaseFiles, layer: &LayerContents) -> Result<Vec<Rule>> {
     let mut files: std::collections::BTreeMap<String, String> = Default::default();
     for dir in PRESET_DIRS {
-        for name in list(dir, base, layer)? {
+        for name in image::list(dir, base, layer)? {
             if name.ends_with(".preset") && !files.contains_key(&name) {
                 files.insert(name.clone(), format!("{dir}/{name}"));
             }
@@ -173,22 +173,6 @@ fn rules(base: &dyn BaseFiles, layer: &LayerContents) -> Result<Vec<Rule>> {
         }
     }
     Ok(rules)
-}
-
-/// The names in a directory of the image: the base's, less the layer's whiteouts, plus the
-/// layer's.
-fn list(dir: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<Vec<String>> {
-    let real = image::real(dir, base)?;
-    let mut names: std::collections::BTreeSet<String> = base.list(&real)?.into_iter().collect();
-    let prefix = format!("{real}/");
-    for (p, e) in layer.files() {
-        let Some(name) = p.strip_prefix(&prefix).filter(|n| !n.contains('/')) else { continue };
-        match e.kind {
-            erdma_oci::layer::EntryKind::Whiteout => names.remove(name),
-            _ => names.insert(name.to_string()),
-        };
-    }
-    Ok(names.into_iter().collect())
 }
 
 /// The unit file of `unit`: the first directory of [`UNIT_DIRS`] holding a regular file or a

@@ -90,8 +90,12 @@ struct CaseFrame {
 /// [`expand`] reads, and put back in every word that leaves the reader.
 const QUOTED_DOLLAR: char = '\u{E000}';
 
+/// Put before a `$(…)` inside double quotes: its output is one word, even when empty, where an
+/// unquoted one would be split (or vanish).
+const QUOTED_SUBST: char = '\u{E001}';
+
 fn restore(w: &str) -> String {
-    w.replace(QUOTED_DOLLAR, "$")
+    w.replace(QUOTED_DOLLAR, "$").replace(QUOTED_SUBST, "")
 }
 
 /// The simple commands of a shell script that may run when it is called with `args` as its
@@ -316,12 +320,23 @@ fn read(
             // `"$@"` (and `$*`) is the arguments, each a word, where they are known.
             let words: Vec<String> = words
                 .iter()
-                .flat_map(|w| match (w.as_str(), args) {
-                    ("$@" | "$*", Some(a)) => a.iter().map(|s| s.to_string()).collect(),
-                    _ if w.contains('$') => {
-                        vec![expand(w, args, &vars).unwrap_or_else(|| restore(w))]
+                .flat_map(|w| {
+                    if let ("$@" | "$*", Some(a)) = (w.as_str(), args) {
+                        return a.iter().map(|s| s.to_string()).collect();
                     }
-                    _ => vec![restore(w)],
+                    // `"$(cmd)"` whose output `known` tells: that output, one word.
+                    if w.starts_with(QUOTED_SUBST) {
+                        if let Some(out) =
+                            command_of(w, args, &vars).and_then(|q| (known.output)(&q))
+                        {
+                            return vec![out.trim_end_matches('\n').to_string()];
+                        }
+                    }
+                    if w.contains('$') {
+                        vec![expand(w, args, &vars).unwrap_or_else(|| restore(w))]
+                    } else {
+                        vec![restore(w)]
+                    }
                 })
                 .collect();
             let words = words.as_slice();
@@ -376,6 +391,17 @@ fn substitution(
         return None;
     }
     let (_, value) = word.split_once('=')?;
+    command_of(value, args, vars)
+}
+
+/// The command of a word that is one command substitution, `$(cmd)` (quoted or not), with
+/// the known variables put in; `None` for anything else.
+fn command_of(
+    word: &str,
+    args: Option<&[&str]>,
+    vars: &BTreeMap<String, String>,
+) -> Option<Vec<String>> {
+    let value = word.strip_prefix(QUOTED_SUBST).unwrap_or(word);
     let inner = value.strip_prefix("$(")?.strip_suffix(')')?;
     if inner.contains(['(', ')', '`']) {
         return None;
@@ -475,6 +501,15 @@ fn test_expr(w: &[String], args: Option<&[&str]>, vars: &BTreeMap<String, String
         [_] => Some(!x(0)?.is_empty()),
         [op, _] if op == "-n" => Some(!x(1)?.is_empty()),
         [op, _] if op == "-z" => Some(x(1)?.is_empty()),
+        // A file test of the empty name (`[ -x "$(command -v tool)" ]` where there is none).
+        [op, _]
+            if matches!(
+                op.as_str(),
+                "-e" | "-f" | "-d" | "-x" | "-s" | "-r" | "-w" | "-L" | "-h"
+            ) && x(1)?.is_empty() =>
+        {
+            Some(false)
+        }
         [_, op, _] if op == "=" || op == "==" => Some(x(0)? == x(2)?),
         [_, op, _] if op == "!=" => Some(x(0)? != x(2)?),
         _ => None,
@@ -657,6 +692,10 @@ fn split_commands(line: &str) -> Vec<(Vec<String>, Sep)> {
         match quote {
             Some('\'') if c == '\'' => quote = None,
             Some('\'') if c == '$' => word.push(QUOTED_DOLLAR),
+            Some('"') if c == '$' && chars.peek() == Some(&'(') => {
+                word.push(QUOTED_SUBST);
+                word.push(c);
+            }
             Some('"') if c == '"' => quote = None,
             Some('"') if c == '\\' => {
                 if let Some(n) = chars.next() {
@@ -862,6 +901,34 @@ mod tests {
         assert_eq!(
             cmds("P=$(dpkg-divert --truename /bin/ping)\n"),
             ["P=$(dpkg-divert --truename /bin/ping)"]
+        );
+    }
+
+    /// dh_installtmpfiles' guard (trixie's tmux): `[ -x "$(command -v systemd-tmpfiles)" ]`.
+    /// Quoted, the answered output is one word even when empty, and a file test of the empty
+    /// name is false: where the tool is missing the branch does not run. Unanswered, the
+    /// branch may run.
+    #[test]
+    fn a_quoted_substitution_is_one_word() {
+        let s = "if [ -x \"$(command -v systemd-tmpfiles)\" ]; then\n  systemd-tmpfiles --create x.conf || true\nfi\n";
+        let run = |found: Option<&'static str>| -> Vec<String> {
+            let output = move |w: &[String]| -> Option<String> {
+                (w == ["command", "-v", "systemd-tmpfiles"]).then(|| found.unwrap_or("").into())
+            };
+            let known = Known { status: &|_| None, output: &output };
+            commands_with(s, Some(&["configure", ""]), &[], &known)
+                .iter()
+                .map(|c| c.join(" "))
+                .collect()
+        };
+        assert_eq!(run(None), ["[ -x  ]"]);
+        assert_eq!(
+            run(Some("/usr/bin/systemd-tmpfiles\n")),
+            ["[ -x /usr/bin/systemd-tmpfiles ]", "systemd-tmpfiles --create x.conf", "true"]
+        );
+        assert_eq!(
+            cmds(s),
+            ["[ -x $(command -v systemd-tmpfiles) ]", "systemd-tmpfiles --create x.conf", "true"]
         );
     }
 

@@ -1223,11 +1223,17 @@ fn a_base_statoverride_applies_as_dpkg_applies_it() {
 }
 
 /// A package whose files activate a base package's file trigger (debianutils' interest in
-/// `/usr/share/debianutils/shells.d`, which `update-shells` turns into `/etc/shells`): nothing
-/// emulates the trigger, so dpkg installs it in the sandbox and processes the trigger, and
-/// `/etc/shells` equals what `apt-get install` of the same `.deb` leaves in Docker.
+/// `/usr/share/debianutils/shells.d`, which `update-shells` turns into `/etc/shells` and
+/// `/var/lib/shells.state`): emulated, no base layer read, and both files equal what
+/// `apt-get install` of the same `.deb` leaves in Docker, on Debian 12 and 13.
 #[test]
-fn a_base_file_trigger_runs_as_dpkg_runs_it() {
+fn a_base_file_trigger_emulated_as_dpkg_runs_it() {
+    for rel in [debian::BOOKWORM, debian::TRIXIE] {
+        base_file_trigger_emulated_as_dpkg_runs_it(rel);
+    }
+}
+
+fn base_file_trigger_emulated_as_dpkg_runs_it(rel: debian::Release) {
     if !debian::require_base()
         || !support::require_docker()
         || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
@@ -1247,11 +1253,16 @@ fn a_base_file_trigger_runs_as_dpkg_runs_it() {
             ..Default::default()
         },
     );
-    let base = debian::base(debian::BOOKWORM);
+    let base = debian::base(rel);
     let ours_dir = tmp.path().join("ours");
     let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
-    let because = r["images"][0]["packages"]["sandbox"]["because"].as_str().unwrap().to_string();
-    assert!(because.contains("the file trigger of debianutils"), "{because}");
+    assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+    let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap();
+    assert!(
+        scripts.iter().any(|s| s["outcome"] == "emulated"
+            && s["detail"].as_str().unwrap_or_default().contains("update-shells")),
+        "{scripts:?}"
+    );
     let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
     let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
     let theirs = docker_build_top_layer(
@@ -1261,7 +1272,29 @@ fn a_base_file_trigger_runs_as_dpkg_runs_it() {
         &[("shell.deb", &deb)],
         "COPY shell.deb /tmp/shell.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/shell.deb",
     );
-    assert!(theirs.entries.contains_key("etc/shells"), "apt-get's trigger wrote /etc/shells");
-    assert_eq!(ours.entries.get("etc/shells"), theirs.entries.get("etc/shells"));
+    for p in ["etc/shells", "var/lib/shells.state"] {
+        assert!(theirs.entries.contains_key(p), "apt-get's trigger wrote {p}");
+        assert_eq!(ours.entries.get(p), theirs.entries.get(p), "{}: {p}", rel.suite);
+    }
     assert_eq!(ours.status, theirs.status, "the dpkg status");
+}
+
+/// tmux registers its shell with `add-shell /usr/bin/tmux` in its postinst on Debian 12, and by
+/// shipping `/usr/share/debianutils/shells.d/tmux` (debianutils' trigger, `update-shells`) on
+/// Debian 13, whose postinst is dh_installtmpfiles' `[ -x "$(command -v systemd-tmpfiles)" ]`
+/// guard (no systemd in the base: nothing runs). Both emulated, no base layer read, and the
+/// layer equals apt-get's (`/etc/shells` and the state file included); the result's
+/// `/etc/shells` lists tmux.
+#[test]
+fn tmux_shell_registration_emulated_equals_apt_get() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    for rel in [debian::BOOKWORM, debian::TRIXIE] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (r, dir) = extras_equal_apt_get(rel, &["tmux"], tmp.path());
+        assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+        let out = run_in_result(&dir, "grep -x /usr/bin/tmux /etc/shells && dpkg --audit");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/usr/bin/tmux");
+    }
 }

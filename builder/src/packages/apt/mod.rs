@@ -8,6 +8,7 @@ pub mod resolve;
 mod sandboxed;
 mod scripts;
 mod services;
+mod shells;
 mod sources;
 mod unpack;
 

@@ -21,6 +21,8 @@
 //! - `dpkg-maintscript-helper` on a fresh install, or `rm_conffile` after a version newer
 //!   than the one it names, or on a conffile the base does not have: no effect (it acts only
 //!   when upgrading from an older version that had the file);
+//! - `add-shell SHELL…`, `update-shells`, and debianutils' file trigger on
+//!   `/usr/share/debianutils/shells.d`: emulated ([`super::shells`]);
 //! - `ldconfig`, or the `ldconfig` trigger, for a package that adds nothing under
 //!   `/etc/ld.so.conf.d`: no effect that matters, as its libraries lie in directories the
 //!   loader searches without a cache entry (Debian's ld.so has the multiarch directories in
@@ -69,6 +71,12 @@ pub(super) struct Accounted {
     pub(super) file_changes: Vec<FileChange>,
     /// `dpkg-statoverride --add`, in order.
     pub(super) stat_adds: Vec<StatAdd>,
+    /// `add-shell` and `update-shells`, in order, by package ([`super::shells`]).
+    pub(super) shells: Vec<(String, super::shells::Change)>,
+    /// The package whose files first activate debianutils' trigger on
+    /// `/usr/share/debianutils/shells.d`: `update-shells` runs once every package is
+    /// configured, as dpkg processes the trigger.
+    pub(super) shells_trigger: Option<String>,
     /// `(package, path, present)`: paths a script's file test answered from the base (absent:
     /// in neither the base nor the package), checked once every package is unpacked
     /// ([`check_assumed`]).
@@ -408,6 +416,22 @@ pub(super) fn account(
             assumed.borrow_mut().push((path.to_string(), kind.is_some()));
             Some(kind)
         };
+        // `command -v NAME`: the first regular file of that name in PATH's directories (a file
+        // in those is taken as executable; a symlink there is not told).
+        let command_v = |name: &str| -> Option<Option<String>> {
+            for dir in SCRIPT_PATH.split(':') {
+                let p = format!("{dir}/{name}");
+                if unpacked && payload.executable.contains(&p) {
+                    return Some(Some(p));
+                }
+                match lookup(&p)? {
+                    Some(SnapEntry::File(_)) => return Some(Some(p)),
+                    Some(SnapEntry::Symlink(_)) => return None,
+                    _ => {}
+                }
+            }
+            Some(None)
+        };
         let call = |words: &[String]| users::Call::new(&package, script, words);
         // `getent group|passwd NAME`: the base's account files and what earlier scripts add.
         let added: (BTreeSet<&str>, BTreeSet<&str>) = (
@@ -443,18 +467,7 @@ pub(super) fn account(
                 // `command -v NAME`: a regular file in one of PATH's directories (a file in
                 // those is taken as executable; a symlink there is not told).
                 ([cmd, v, name], _) if cmd == "command" && v == "-v" && !name.contains('/') => {
-                    for dir in SCRIPT_PATH.split(':') {
-                        let p = format!("{dir}/{name}");
-                        if unpacked && payload.executable.contains(&p) {
-                            return Some(true);
-                        }
-                        match lookup(&p)? {
-                            Some(SnapEntry::File(_)) => return Some(true),
-                            Some(SnapEntry::Symlink(_)) => return None,
-                            _ => {}
-                        }
-                    }
-                    Some(false)
+                    command_v(name).map(|found| found.is_some())
                 }
                 (_, ["-e", path]) if unpacked && files.iter().any(|f| f == path) => Some(true),
                 (_, ["-x" | "-f", path]) if unpacked && payload.executable.contains(*path) => {
@@ -477,11 +490,22 @@ pub(super) fn account(
             }
         };
         // `dpkg-divert --truename PATH`: where the base's diversions put PATH, else PATH.
+        // `command -v NAME`: its path, or nothing.
         let output = |w: &[String]| -> Option<String> {
-            let [cmd, flag, path] = w else { return None };
-            (cmd == "dpkg-divert" && flag == "--truename").then(|| {
-                diversions.iter().find(|(from, _)| from == path).map_or(path, |(_, to)| to).clone()
-            })
+            let [cmd, flag, arg] = w else { return None };
+            match (cmd.as_str(), flag.as_str()) {
+                ("dpkg-divert", "--truename") => Some(
+                    diversions
+                        .iter()
+                        .find(|(from, _)| from == arg)
+                        .map_or(arg, |(_, to)| to)
+                        .clone(),
+                ),
+                ("command", "-v") if !arg.contains('/') => {
+                    command_v(arg).map(Option::unwrap_or_default)
+                }
+                _ => None,
+            }
         };
         let known = scripts::Known { status: &status, output: &output };
         // dpkg exports DPKG_ROOT, empty when it installs to `/` (deb-maintscripts(5)).
@@ -563,6 +587,17 @@ pub(super) fn account(
                     Some(why) => effects.push(why),
                     None => unknown = unknown.or(Some(shown)),
                 },
+                "add-shell" => match super::shells::parse_add(&words) {
+                    Some(c) => {
+                        emulated.push(shown);
+                        out.shells.push((package.clone(), c));
+                    }
+                    None => unknown = unknown.or(Some(shown)),
+                },
+                "update-shells" if words.len() == 1 => {
+                    emulated.push(shown);
+                    out.shells.push((package.clone(), super::shells::Change::Update));
+                }
                 "ldconfig" | "/sbin/ldconfig" if words.len() == 1 => {
                     emulated.push(LDCONFIG_DONE.into());
                     out.ldconfig.get_or_insert_with(|| (package.clone(), script.to_string()));
@@ -586,9 +621,9 @@ pub(super) fn account(
             outcome,
         });
     }
-    // A base package's file trigger that this package's files activate (debianutils' interest
-    // in /usr/share/debianutils/shells.d, man-db's in /usr/share/man): dpkg runs that
-    // package's postinst `triggered`, which nothing here emulates.
+    // A base package's file trigger that this package's files activate: dpkg runs that
+    // package's postinst `triggered`. debianutils' (on /usr/share/debianutils/shells.d) is
+    // emulated; any other (man-db's on /usr/share/man) is not.
     if out.file_triggers.is_none() {
         let text = base.read("var/lib/dpkg/triggers/File", 4 << 20)?.unwrap_or_default();
         out.file_triggers = Some(
@@ -601,19 +636,33 @@ pub(super) fn account(
                 .collect(),
         );
     }
-    let activated =
-        out.file_triggers.as_deref().unwrap_or_default().iter().find(|(path, _)| {
-            files.iter().any(|f| f == path || f.starts_with(&format!("{path}/")))
-        });
-    if let Some((path, interested)) = activated.cloned() {
+    let activated: Vec<(String, String)> = out
+        .file_triggers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter(|(path, _)| files.iter().any(|f| f == path || f.starts_with(&format!("{path}/"))))
+        .cloned()
+        .collect();
+    for (path, interested) in activated {
         let interested = interested.split('/').next().unwrap_or_default().to_string();
-        let outcome = unplaced(
-            &package,
-            "payload",
-            format!("the file trigger of {interested} on {path}"),
-            skip,
-            "activates",
-        )?;
+        let outcome = if interested == "debianutils"
+            && path == super::shells::SHELLS_D
+            && super::shells::has_update_shells(base)?
+        {
+            out.shells_trigger.get_or_insert_with(|| package.clone());
+            Outcome::Emulated(format!(
+                "the file trigger of debianutils on {path}: update-shells, once every package is configured"
+            ))
+        } else {
+            unplaced(
+                &package,
+                "payload",
+                format!("the file trigger of {interested} on {path}"),
+                skip,
+                "activates",
+            )?
+        };
         out.records.push(ScriptRecord {
             package: package.clone(),
             script: "payload".into(),

@@ -393,6 +393,13 @@ pub(super) fn unpack(
     scripts::apply_file_changes(&accounted.file_changes, base, layer)?;
     scripts::apply_stat_adds(&accounted.stat_adds, base, layer)?;
     super::services::apply(&accounted.services, base, layer)?;
+    // Then the triggers, as dpkg processes them once every package is configured:
+    // debianutils' `update-shells`, libc-bin's `ldconfig`.
+    let mut shells = accounted.shells.clone();
+    if let Some(package) = &accounted.shells_trigger {
+        shells.push((package.clone(), super::shells::Change::Update));
+    }
+    super::shells::apply(&shells, base, layer)?;
     scripts::apply_statoverrides(base, layer, &new_paths)?;
     // Triggers last, as dpkg processes them: libc-bin's `ldconfig`.
     if let Some((package, script)) = &accounted.ldconfig {
