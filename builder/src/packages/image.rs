@@ -48,6 +48,18 @@ pub(crate) fn list(dir: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Re
     Ok(names.into_iter().collect())
 }
 
+/// Whether `dir` (absolute) is a directory of the image, every symlink on the way (its own
+/// too) followed through the base.
+pub(crate) fn is_dir(dir: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
+    let real = real(&format!("{}/x", dir.trim_end_matches('/')), base)?;
+    let Some(real) = real.strip_suffix("/x") else { return Ok(true) };
+    Ok(match layer.get(real).map(|e| &e.kind) {
+        Some(EntryKind::Dir) => true,
+        Some(_) => false,
+        None => matches!(base.kind(real)?, Some(SnapEntry::Dir)),
+    })
+}
+
 pub(crate) fn exists(path: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
     Ok(kind(path, base, layer)?.is_some())
 }

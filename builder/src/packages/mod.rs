@@ -4,6 +4,9 @@
 //! and `check` use; [`apt`] (Debian, Ubuntu) and [`rpm`] (Enterprise Linux) are behind it.
 //! What every backend needs lives here, once, below them: the inputs and the report, OpenPGP
 //! keys, pins and signature verification ([`openpgp`]) and NCCL's build selection ([`nccl`]).
+/// `--install` of an alternative, as dpkg's update-alternatives and chkconfig's alternatives
+/// leave the image.
+pub(crate) mod alternatives;
 pub mod apt;
 pub mod error;
 /// What `chmod` and `setcap` do to a file, for both backends' script emulations.

@@ -999,6 +999,61 @@ fn scriptlet_runs_in_the_sandbox(el: El) {
     }
 }
 
+/// `--install PACKAGE` (a scriptlet stand-in of [`rpm_repo::el_deps_rpms`]) on `el`'s runnable
+/// fixture base, from signed repositories, with `SOURCE_DATE_EPOCH=epoch`: the report, the
+/// output layout (tag `x`), the root the base was made from (a copy, for the real rpm to
+/// install into) and the BaseOS repository.
+fn build_stand_in(
+    el: El,
+    package: &str,
+    epoch: &str,
+    tmp: &Path,
+) -> (Value, PathBuf, PathBuf, RpmRepo) {
+    let (base, root) = runnable_el_base(tmp, el);
+    let key = RpmKey::generate();
+    let baseos =
+        RpmRepo::build(RpmLayout::Flat, &rpm_repo::el_deps_rpms(el), &key, el.rpmv3_signatures());
+    let releasever = if el == El::El9 { "9" } else { "8" };
+    let erdma = RpmRepo::build(
+        RpmLayout::alibaba(releasever),
+        &rpm_repo::el_rdma_rpms(el),
+        &key,
+        el.rpmv3_signatures(),
+    );
+    let key_file = tmp.join("key.asc");
+    std::fs::write(&key_file, key.armored_public()).unwrap();
+    let out_dir = tmp.join("out");
+    let out = Command::new(support::bin())
+        .args([
+            "build",
+            "--json",
+            "--base",
+            &base.reference(),
+            "--no-packages",
+            "--no-env-presets",
+            "--repo",
+            &format!("baseos={}", baseos.url()),
+            "--repo",
+            &format!("erdma={}", erdma.url()),
+            "--keyring",
+            &format!("base={}", s(&key_file)),
+            "--keyring",
+            &format!("erdma={}", s(&key_file)),
+            "--install",
+            package,
+            "--output",
+            &format!("oci:{}:x", s(&out_dir)),
+        ])
+        .env("NO_COLOR", "1")
+        .env("XDG_CACHE_HOME", support::test_cache())
+        .env("SOURCE_DATE_EPOCH", epoch)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    support::assert_success(&format!("erdma-build build --install {package}"), &out);
+    (serde_json::from_slice(&out.stdout).unwrap(), out_dir, root, baseos)
+}
+
 /// The system-account scriptlets rpm packages run (`svcuser-stand-in`: Fedora's guidelines'
 /// `%pre`, `%sysusers_create_compat`'s and EL8 openssh's forms in `%post`) are emulated, with no
 /// sandbox, and the result equals the image's own rpm installing the same file in the same root
@@ -1028,49 +1083,8 @@ fn account_scriptlets_emulated(el: El) {
     // 2023-11-14: the day both sides record as the last password change.
     const EPOCH: &str = "1700000000";
     let tmp = tempfile::tempdir().unwrap();
-    let (base, root) = runnable_el_base(tmp.path(), el);
-    let key = RpmKey::generate();
-    let baseos =
-        RpmRepo::build(RpmLayout::Flat, &rpm_repo::el_deps_rpms(el), &key, el.rpmv3_signatures());
+    let (r, out_dir, root, baseos) = build_stand_in(el, "svcuser-stand-in", EPOCH, tmp.path());
     let releasever = if el == El::El9 { "9" } else { "8" };
-    let erdma = RpmRepo::build(
-        RpmLayout::alibaba(releasever),
-        &rpm_repo::el_rdma_rpms(el),
-        &key,
-        el.rpmv3_signatures(),
-    );
-    let key_file = tmp.path().join("key.asc");
-    std::fs::write(&key_file, key.armored_public()).unwrap();
-    let out_dir = tmp.path().join("out");
-    let out = Command::new(support::bin())
-        .args([
-            "build",
-            "--json",
-            "--base",
-            &base.reference(),
-            "--no-packages",
-            "--no-env-presets",
-            "--repo",
-            &format!("baseos={}", baseos.url()),
-            "--repo",
-            &format!("erdma={}", erdma.url()),
-            "--keyring",
-            &format!("base={}", s(&key_file)),
-            "--keyring",
-            &format!("erdma={}", s(&key_file)),
-            "--install",
-            "svcuser-stand-in",
-            "--output",
-            &format!("oci:{}:x", s(&out_dir)),
-        ])
-        .env("NO_COLOR", "1")
-        .env("XDG_CACHE_HOME", support::test_cache())
-        .env("SOURCE_DATE_EPOCH", EPOCH)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    support::assert_success("erdma-build build (rpm account scriptlets)", &out);
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     let pk = &r["images"][0]["packages"];
     assert!(pk.get("sandbox").is_none_or(Value::is_null), "no sandbox: {pk}");
     let rec = |script: &str| -> Value {
@@ -1157,4 +1171,61 @@ fn account_scriptlets_emulated(el: El) {
         (o.status.code(), text(&o.stdout))
     };
     assert_eq!(verify(&ours), verify(&root), "rpm -V");
+}
+
+/// A `%post` that registers an alternative with chkconfig's `alternatives` (two slaves, one
+/// whose file is missing) is emulated, with no sandbox, and the image gets what the real tool
+/// left in its recorded run of the same call over the same files
+/// (`testdata/alternatives-el/b-two-slaves-one-missing-path`, chkconfig 1.24 and EL8's
+/// 1.19.2): `/var/lib/alternatives/tool` byte for byte and the same links, the slave's
+/// dangling. The fixture roots have no chkconfig, so the image's own rpm cannot be the oracle
+/// here; rpm 4.18 (SQLite) and rpm 4.16 (Berkeley DB) bases alike.
+#[test]
+fn alternatives_scriptlets_are_emulated_as_chkconfig_leaves_them_root_net() {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    let oracle = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/alternatives-el/b-two-slaves-one-missing-path");
+    for el in [El::El9, El::El8] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (r, out_dir, _, _) =
+            build_stand_in(el, "alternatives-stand-in", "1700000000", tmp.path());
+        let pk = &r["images"][0]["packages"];
+        assert!(pk.get("sandbox").is_none_or(Value::is_null), "no sandbox: {pk}");
+        let post = pk["scripts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["script"] == "%post")
+            .unwrap_or_else(|| panic!("no %post in {pk}"));
+        assert_eq!(post["outcome"], "emulated", "{post}");
+        assert_eq!(
+            post["detail"], "alternative tool (/usr/bin/tool -> /usr/bin/tool-a, priority 10)",
+            "{post}"
+        );
+        let ours = tmp.path().join("ours-root");
+        rootfs_of(&out_dir, "x", &ours);
+        assert_eq!(
+            text(&std::fs::read(ours.join("var/lib/alternatives/tool")).unwrap()),
+            text(&std::fs::read(oracle.join("admin/tool")).unwrap()),
+            "{el:?}: the administrative file"
+        );
+        let expected = text(&std::fs::read(oracle.join("links")).unwrap());
+        let mut got = String::new();
+        for line in expected.lines() {
+            let (at, _) = line.split_once(" -> ").unwrap();
+            let target = std::fs::read_link(ours.join(at.trim_start_matches('/')))
+                .unwrap_or_else(|e| panic!("{el:?}: {at}: {e}"));
+            got.push_str(&format!("{at} -> {}\n", target.display()));
+        }
+        assert_eq!(got, expected, "{el:?}: the links");
+        // Nothing else under /etc/alternatives is named for the group.
+        let named: Vec<String> = std::fs::read_dir(ours.join("etc/alternatives"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("tool"))
+            .collect();
+        assert_eq!(named.len(), 3, "{named:?}");
+    }
 }

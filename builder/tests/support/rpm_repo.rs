@@ -736,6 +736,34 @@ fn svcuser_spec() -> SpecDef {
     }
 }
 
+/// A `%post` that registers an alternative with chkconfig's `alternatives`, two slaves (one
+/// whose file the package does not ship): the call of the recorded run
+/// `testdata/alternatives-el/b-two-slaves-one-missing-path` of the real tool, whose files the
+/// package ships. It owns `/var/lib/alternatives` (chkconfig's on EL; the fixture bases have
+/// no chkconfig). Only installed when asked for.
+fn alternatives_spec() -> SpecDef {
+    let commands = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/alternatives-el/b-two-slaves-one-missing-path/commands"
+    ))
+    .unwrap();
+    let file = |p: &str| (p.to_string(), format!("payload of {p}\n").into_bytes(), 0o755);
+    SpecDef {
+        name: "alternatives-stand-in".into(),
+        version: "1.0".into(),
+        release: "1%{?dist}".into(),
+        license: "MIT".into(),
+        packages: vec![RpmDef {
+            name: "alternatives-stand-in".into(),
+            summary: "a %post that registers an alternative (erdma-kit tests, TEST ONLY)".into(),
+            dirs: vec!["/var/lib/alternatives".into(), "/usr/share/man/man1".into()],
+            contents: vec![file("/usr/bin/tool-a"), file("/usr/bin/tool-a-helper")],
+            scripts: format!("%post\n{}", commands.trim_start()),
+            ..Default::default()
+        }],
+    }
+}
+
 /// The EL rdma-core packages of `el` built from Debian 12's rdma-core 44.0-2 binaries:
 /// `rdma-core`, `libibverbs`, `libibverbs-utils`, `librdmacm`, `librdmacm-utils`, version
 /// `44.0-2.al8`/`.el8`/`.el9` (see [`El::evr`]). Unsigned; [`RpmRepo::build`] signs copies.
@@ -747,15 +775,23 @@ pub fn el_rdma_rpms(el: El) -> Vec<PathBuf> {
 
 /// What the EL rdma-core packages need beyond a base ([`el_base`]): `libnl3` (real Debian
 /// libnl 3.7.0 binaries) and a `pciutils` stand-in. A distribution's BaseOS repository has them.
-/// Beside them, the scriptlet stand-ins `sysuser-stand-in` and `svcuser-stand-in`, installed
-/// only where a test asks.
+/// Beside them, the scriptlet stand-ins `sysuser-stand-in`, `svcuser-stand-in` and
+/// `alternatives-stand-in`, installed only where a test asks.
 pub fn el_deps_rpms(el: El) -> Vec<PathBuf> {
     let debs = real_debs(&LIBNL_DEBS);
     let d2 = debs.clone();
     cached_rpms(
         &format!("el-rpms-deps-{}", el.key()),
         el,
-        move |x| vec![libnl_spec(x, &d2), pciutils_spec(), sysuser_spec(), svcuser_spec()],
+        move |x| {
+            vec![
+                libnl_spec(x, &d2),
+                pciutils_spec(),
+                sysuser_spec(),
+                svcuser_spec(),
+                alternatives_spec(),
+            ]
+        },
         &debs,
     )
 }

@@ -1,5 +1,4 @@
 //! The apt backend: Debian and Ubuntu packages, installed the way `apt-get install` would.
-mod alternatives;
 mod dpkg;
 mod fetch;
 pub mod install;

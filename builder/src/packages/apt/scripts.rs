@@ -12,7 +12,7 @@
 //! - `update-rc.d NAME defaults`, `deb-systemd-helper enable UNIT`: emulated; `invoke-rc.d`,
 //!   `deb-systemd-helper unmask` of an unmasked unit: no effect ([`super::services`]);
 //! - `update-alternatives --install LINK NAME PATH PRIORITY [--slave …]`: emulated
-//!   ([`super::alternatives`]);
+//!   ([`crate::packages::alternatives`]);
 //! - `chown`, `chgrp`, `chmod MODE` (octal, or symbolic with who given), `setcap CAPS` of a
 //!   file of the same package: emulated on the layer's entry ([`apply_file_changes`]);
 //!   `command -v NAME` is told from the image's `PATH` directories, and `$(dpkg-divert
@@ -36,6 +36,7 @@ use std::collections::BTreeSet;
 
 use super::resolve::{Installed, Planned};
 use crate::error::{Error, Result};
+use crate::packages::alternatives;
 use crate::packages::file_changes::{capability_xattr, ModeChange};
 use crate::packages::scripts::{self, Outcome, ScriptRecord};
 use crate::packages::users;
@@ -64,7 +65,7 @@ pub(super) struct Accounted {
     /// The system groups and users the scripts add, in order.
     pub(super) accounts: Vec<users::Op>,
     /// `update-alternatives --install` calls, in order.
-    pub(super) alternatives: Vec<super::alternatives::Install>,
+    pub(super) alternatives: Vec<alternatives::Install>,
     /// `update-rc.d` and `deb-systemd-helper enable` calls, in order.
     pub(super) services: Vec<super::services::Registration>,
     /// `chown`, `chgrp` and `chmod` of a package's own files, in order.
@@ -555,7 +556,12 @@ pub(super) fn account(
                     None => unknown = unknown.or(Some(shown)),
                 },
                 "update-alternatives" => {
-                    match super::alternatives::Install::parse(&package, &words) {
+                    match alternatives::Install::parse(
+                        alternatives::Tool::Dpkg,
+                        &package,
+                        script,
+                        &words,
+                    ) {
                         Some(i) => {
                             emulated.push(format!(
                                 "alternative {} ({} -> {}, priority {})",

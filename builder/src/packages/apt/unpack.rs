@@ -389,7 +389,12 @@ pub(super) fn unpack(
 
     scripts::check_assumed(&accounted.assumed, base, layer)?;
     users::apply(&accounted.accounts, base, layer, users::today(), users::Tools::Debian)?;
-    super::alternatives::apply(&accounted.alternatives, base, layer)?;
+    crate::packages::alternatives::apply(
+        crate::packages::alternatives::Tool::Dpkg,
+        &accounted.alternatives,
+        base,
+        layer,
+    )?;
     scripts::apply_file_changes(&accounted.file_changes, base, layer)?;
     scripts::apply_stat_adds(&accounted.stat_adds, base, layer)?;
     super::services::apply(&accounted.services, base, layer)?;

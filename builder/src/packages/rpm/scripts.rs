@@ -18,6 +18,9 @@
 //!   that a `%pre` adds owns the package's `%attr` files. `getent group|passwd NAME` is answered
 //!   from the image's account files and the accounts the scriptlets before it add.
 //!
+//! - `alternatives --install` (chkconfig's, also as `update-alternatives`) in `%post` and
+//!   `%posttrans`: [`crate::packages::alternatives`], after the package's files.
+//!
 //! - `%systemd_post`'s `systemctl preset` (directly on EL8, through `systemd-update-helper
 //!   install-system-units` on EL9): [`crate::packages::presets`], once every package is
 //!   unpacked.
@@ -35,7 +38,7 @@ use std::collections::BTreeSet;
 use crate::error::{Error, Result};
 use crate::packages::scripts::{commands_with, is_inert, Known, Outcome, ScriptRecord, Truth};
 use crate::packages::users;
-use crate::packages::{presets, PackageError};
+use crate::packages::{alternatives, presets, PackageError};
 
 const HINT: &str = "drop --no-sandbox to run it as rpm does in a sandbox over the base, or pass --skip-scripts to build without running it (the report lists what was not run)";
 
@@ -64,6 +67,11 @@ pub(crate) struct Accounted {
     /// `systemctl preset` calls (`%systemd_post`), in the order rpm makes them; applied once
     /// every package is unpacked ([`crate::packages::presets`]).
     pub(crate) presets: Vec<presets::Preset>,
+    /// Each package's `%post` `alternatives --install` calls (by plan index), applied after its
+    /// files as rpm runs them ([`crate::packages::alternatives`]).
+    pub(crate) post_alternatives: Vec<Vec<alternatives::Install>>,
+    /// The `%posttrans` `alternatives --install` calls of every package, in plan order.
+    pub(crate) posttrans_alternatives: Vec<alternatives::Install>,
 }
 
 impl Accounted {
@@ -104,15 +112,25 @@ pub(crate) fn scriptlets(
         .chain((0..n).map(|p| (p, 3)))
         .collect();
     let mut slots: Vec<[Option<ScriptRecord>; 4]> = vec![Default::default(); n];
-    let mut out =
-        Accounted { pre: vec![Vec::new(); n], post: vec![Vec::new(); n], ..Default::default() };
+    let mut out = Accounted {
+        pre: vec![Vec::new(); n],
+        post: vec![Vec::new(); n],
+        post_alternatives: vec![Vec::new(); n],
+        ..Default::default()
+    };
     let mut added: Vec<users::Op> = Vec::new();
     for (p, s) in order {
-        let Some((record, ops, units)) = scriptlet(headers[p], s, accounts, &added, skip)? else {
+        let Some(Scriptlet { record, ops, units, alts }) =
+            scriptlet(headers[p], s, accounts, &added, skip)?
+        else {
             continue;
         };
         slots[p][s] = Some(record);
         out.presets.extend(units);
+        match s {
+            2 => out.post_alternatives[p] = alts,
+            _ => out.posttrans_alternatives.extend(alts),
+        }
         added.extend(ops.iter().cloned());
         match s {
             0 => out.pretrans.extend(ops),
@@ -125,8 +143,22 @@ pub(crate) fn scriptlets(
     Ok(out)
 }
 
-/// What one scriptlet amounts to: its record, its account calls, its `systemctl preset` calls.
-type Scriptlet = (ScriptRecord, Vec<users::Op>, Vec<presets::Preset>);
+/// What one scriptlet amounts to.
+struct Scriptlet {
+    record: ScriptRecord,
+    /// Its account calls.
+    ops: Vec<users::Op>,
+    /// Its `systemctl preset` calls.
+    units: Vec<presets::Preset>,
+    /// Its `alternatives --install` calls (`%post` and `%posttrans` only).
+    alts: Vec<alternatives::Install>,
+}
+
+impl Scriptlet {
+    fn only(record: ScriptRecord) -> Scriptlet {
+        Scriptlet { record, ops: Vec::new(), units: Vec::new(), alts: Vec::new() }
+    }
+}
 
 /// One scriptlet (`SCRIPTLETS[which]` of `h`): its record, the account calls and the
 /// `systemctl preset` calls it makes; `None` where the package has no such scriptlet. `added`: the accounts the scriptlets rpm
@@ -177,10 +209,10 @@ fn scriptlet(
         } else {
             refuse(interp.clone())?
         };
-        return Ok(Some((record(outcome), Vec::new(), Vec::new())));
+        return Ok(Some(Scriptlet::only(record(outcome))));
     }
     if !shell {
-        return Ok(Some((record(refuse(format!("{interp} script"))?), Vec::new(), Vec::new())));
+        return Ok(Some(Scriptlet::only(record(refuse(format!("{interp} script"))?))));
     }
     // `getent group|passwd NAME`: the image's files and what earlier scriptlets add.
     let groups: BTreeSet<&str> = added.iter().filter_map(users::Op::group).collect();
@@ -201,6 +233,7 @@ fn scriptlet(
     let call = |words: &[String]| users::Call::new(&package, what, words);
     let mut ops = Vec::new();
     let mut units = Vec::new();
+    let mut alts = Vec::new();
     let mut emulated: Vec<String> = Vec::new();
     for words in commands_with(&body, Some(&["1"]), &[], &known) {
         let cmd = words[0].rsplit('/').next().unwrap_or_default();
@@ -211,6 +244,27 @@ fn scriptlet(
             emulated.push(format!("systemctl preset {}", p.units.join(" ")));
             units.push(p);
             continue;
+        }
+        if cmd == "alternatives" || cmd == "update-alternatives" {
+            // Only where rpm has the package's files in place (`%post`, `%posttrans`).
+            let parsed = (which >= 2)
+                .then(|| {
+                    alternatives::Install::parse(
+                        alternatives::Tool::Chkconfig,
+                        &package,
+                        what,
+                        &words,
+                    )
+                })
+                .flatten();
+            if let Some(i) = parsed {
+                emulated.push(format!(
+                    "alternative {} ({} -> {}, priority {})",
+                    i.name, i.link, i.path, i.priority
+                ));
+                alts.push(i);
+                continue;
+            }
         }
         let op = match cmd {
             "groupadd" => users::GroupAdd::parse(call(&words), &words).map(users::Op::GroupAdd),
@@ -228,7 +282,7 @@ fn scriptlet(
             }
             _ => {
                 // Not run at all (`--skip-scripts`): nor are the accounts it adds.
-                return Ok(Some((record(refuse(words.join(" "))?), Vec::new(), Vec::new())));
+                return Ok(Some(Scriptlet::only(record(refuse(words.join(" "))?))));
             }
         }
     }
@@ -239,7 +293,7 @@ fn scriptlet(
     } else {
         Outcome::Emulated(emulated.join(", "))
     };
-    Ok(Some((record(outcome), ops, units)))
+    Ok(Some(Scriptlet { record: record(outcome), ops, units, alts }))
 }
 
 #[cfg(test)]
@@ -292,6 +346,29 @@ mod tests {
         );
         // `systemctl enable` is not a preset: the sandbox runs it.
         let c = header("c", &[(tag::POSTIN, "systemctl enable x.service\n")]);
+        assert!(scriptlets(&[&c], &files(), false).is_err());
+    }
+
+    /// `alternatives --install` (python3's unversioned-python form, by either name) in `%post`
+    /// and `%posttrans`: emulated, by package, after its files; in `%pre`, where the package's
+    /// files are not there yet, it goes to the sandbox.
+    #[test]
+    fn alternatives_in_post_are_emulated() {
+        let post = "if [ $1 -eq 1 ]; then\n  /usr/sbin/alternatives --install /usr/bin/unversioned-python python /usr/bin/python3 300 \\\n    --slave /usr/bin/python python-py /usr/bin/python3 || :\nfi\n";
+        let a = header("a", &[(tag::POSTIN, post)]);
+        let b =
+            header("b", &[(1152, "update-alternatives --install /usr/bin/t t /usr/bin/t2 0x10\n")]);
+        let acc = scriptlets(&[&a, &b], &files(), false).unwrap();
+        assert_eq!(acc.post_alternatives[0].len(), 1);
+        let i = &acc.post_alternatives[0][0];
+        assert_eq!((i.name.as_str(), i.priority, i.slaves.len()), ("python", 300, 1));
+        assert!(acc.post_alternatives[1].is_empty());
+        assert_eq!(acc.posttrans_alternatives[0].priority, 16);
+        assert_eq!(
+            acc.records[0].outcome,
+            Outcome::Emulated("alternative python (/usr/bin/unversioned-python -> /usr/bin/python3, priority 300)".into())
+        );
+        let c = header("c", &[(tag::PREIN, "alternatives --install /usr/bin/t t /usr/bin/t2 1\n")]);
         assert!(scriptlets(&[&c], &files(), false).is_err());
     }
 

@@ -8,8 +8,8 @@ use super::install::{package_file, Resolved};
 use super::scripts::Accounted;
 use crate::error::{Error, Result};
 use crate::packages::users;
-use crate::packages::PackageError;
 use crate::packages::PackagesReport;
+use crate::packages::{alternatives, PackageError};
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_rpm::PackageMeta;
@@ -165,6 +165,9 @@ pub(crate) fn unpack(
             users::apply(post, base, layer, day, users::Tools::RedHat)?;
             names = None;
         }
+        if let Some(alts) = accounted.post_alternatives.get(i).filter(|a| !a.is_empty()) {
+            alternatives::apply(alternatives::Tool::Chkconfig, alts, base, layer)?;
+        }
         let ctx = erdma_rpm::rpmdb::InstallCtx {
             install_time: now,
             tid: now,
@@ -222,6 +225,12 @@ pub(crate) fn unpack(
         removed.push(f);
     }
     users::apply(&accounted.posttrans, base, layer, day, users::Tools::RedHat)?;
+    alternatives::apply(
+        alternatives::Tool::Chkconfig,
+        &accounted.posttrans_alternatives,
+        base,
+        layer,
+    )?;
     crate::packages::presets::apply(&accounted.presets, base, layer)?;
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::from(PackageError::WriteDatabase(e.to_string())))?
