@@ -158,6 +158,8 @@ fn read(
     functions: &BTreeMap<String, String>,
     depth: usize,
 ) -> Vec<Vec<String>> {
+    let main = unroll_loops(main);
+    let main = main.as_str();
     let mut out = Vec::new();
     let mut vars: BTreeMap<String, String> =
         env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -614,6 +616,117 @@ fn glob(pattern: &str, s: &str) -> bool {
 }
 
 /// Lines joined where a backslash continues them, comments removed.
+/// How many times, in all, `for` loops are unrolled in one script.
+const MAX_UNROLLED: usize = 64;
+
+/// `for NAME in WORDS; do BODY done` over words that are known (literals, or one `$(seq …)` of
+/// literal numbers: ucf's preinst, owfs-common's `for conffile in owfs.conf`) written out as
+/// `NAME=WORD` and the body, once per word, as sh runs it; any other loop is left as it is
+/// (its body read once, with NAME unknown).
+fn unroll_loops(script: &str) -> String {
+    let mut lines = logical_lines(script);
+    let mut budget = MAX_UNROLLED;
+    let mut i = 0;
+    while i < lines.len() {
+        let Some((name, values, body_from)) = for_header(&lines, i) else {
+            i += 1;
+            continue;
+        };
+        let Some(done) = matching_done(&lines, body_from) else {
+            i += 1;
+            continue;
+        };
+        let body = &lines[body_from..done];
+        let jumps = body.iter().any(|l| {
+            l.split(|c: char| c.is_whitespace() || c == ';')
+                .any(|w| w == "break" || w == "continue")
+        });
+        if jumps || values.len() > budget {
+            i += 1;
+            continue;
+        }
+        budget -= values.len();
+        let mut unrolled = Vec::new();
+        for v in &values {
+            unrolled.push(format!("{name}={v}"));
+            unrolled.extend(body.iter().cloned());
+        }
+        lines.splice(i..=done, unrolled);
+    }
+    lines.join("\n")
+}
+
+/// A `for NAME in WORDS; do` at line `i` (or with `do` alone on the next line) whose words are
+/// known: the name, the words and the first line of the body.
+fn for_header(lines: &[String], i: usize) -> Option<(String, Vec<String>, usize)> {
+    let rest = lines[i].trim().strip_prefix("for ")?;
+    let (head, body_from) = match rest.strip_suffix("do").map(str::trim_end) {
+        Some(h) => (h.strip_suffix(';')?.trim(), i + 1),
+        None if lines.get(i + 1).is_some_and(|l| l.trim() == "do") => (rest.trim(), i + 2),
+        None => return None,
+    };
+    let (name, list) = head.split_once(" in ")?;
+    let name = name.trim();
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return None;
+    }
+    let list = list.trim();
+    let seq = list.strip_prefix("$(").and_then(|l| l.strip_suffix(')')).and_then(|l| {
+        l.trim().strip_prefix("seq ").or_else(|| l.trim().strip_prefix("/usr/bin/seq "))
+    });
+    let values: Vec<String> = match seq {
+        Some(args) => {
+            let n: Vec<i64> =
+                args.split_whitespace().map(str::parse).collect::<Result<_, _>>().ok()?;
+            let (first, step, last) = match n.as_slice() {
+                [l] => (1, 1, *l),
+                [f, l] => (*f, 1, *l),
+                [f, s, l] if *s != 0 => (*f, *s, *l),
+                _ => return None,
+            };
+            let mut out = Vec::new();
+            let mut x = first;
+            while (step > 0 && x <= last) || (step < 0 && x >= last) {
+                out.push(x.to_string());
+                x += step;
+                if out.len() > MAX_UNROLLED {
+                    return None;
+                }
+            }
+            out
+        }
+        None => {
+            let words: Vec<&str> = list.split_whitespace().collect();
+            let literal = |w: &str| {
+                !w.is_empty()
+                    && w.bytes().all(|b| b.is_ascii_alphanumeric() || b"_./:+-@,".contains(&b))
+            };
+            if !words.iter().all(|w| literal(w)) {
+                return None;
+            }
+            words.into_iter().map(str::to_string).collect()
+        }
+    };
+    Some((name.to_string(), values, body_from))
+}
+
+/// The line of the `done` that closes a loop whose body starts at `from`.
+fn matching_done(lines: &[String], from: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (k, l) in lines.iter().enumerate().skip(from) {
+        let t = l.trim();
+        let first = t.split(|c: char| c.is_whitespace() || c == ';').next().unwrap_or_default();
+        match first {
+            // A loop on one line opens and closes itself.
+            "for" | "while" | "until" if !t.contains("done") => depth += 1,
+            "done" if depth == 0 => return Some(k),
+            "done" => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
 fn logical_lines(script: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
@@ -902,6 +1015,27 @@ mod tests {
             cmds("P=$(dpkg-divert --truename /bin/ping)\n"),
             ["P=$(dpkg-divert --truename /bin/ping)"]
         );
+    }
+
+    /// `for` over known words is read once per word with the variable set (owfs-common's
+    /// `for conffile in owfs.conf`, ucf's preinst `for i in $(seq 6 -1 0)`); over unknown
+    /// words, or with `break`, the body is read once with the variable unknown.
+    #[test]
+    fn loops_over_known_words_are_unrolled() {
+        let s = "for conffile in owfs.conf x.conf; do\n  ucf /usr/share/owfs/$conffile /etc/$conffile\ndone\n";
+        assert_eq!(
+            cmds(s),
+            [
+                "ucf /usr/share/owfs/owfs.conf /etc/owfs.conf",
+                "ucf /usr/share/owfs/x.conf /etc/x.conf"
+            ]
+        );
+        let s = "for i in $(seq 2 -1 0); do\n  if [ \"$i\" = 1 ]; then\n    echo one\n  fi\ndone\n";
+        assert_eq!(cmds(s), ["[ 2 = 1 ]", "[ 1 = 1 ]", "echo one", "[ 0 = 1 ]"]);
+        let s = "for f in /etc/*.conf; do\n  rm $f\ndone\n";
+        assert_eq!(cmds(s), ["rm $f"]);
+        let s = "for f in a b\ndo\n  [ -e $f ] && break\ndone\n";
+        assert_eq!(cmds(s), ["[ -e $f ]", "break"]);
     }
 
     /// dh_installtmpfiles' guard (trixie's tmux): `[ -x "$(command -v systemd-tmpfiles)" ]`.

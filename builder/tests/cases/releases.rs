@@ -1298,3 +1298,106 @@ fn tmux_shell_registration_emulated_equals_apt_get() {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/usr/bin/tmux");
     }
 }
+
+/// s5's postinst is one `ucf /usr/share/s5/s5.conf /etc/s5.conf`; s5 pulls ucf, whose preinst
+/// rotates nothing on a fresh base and whose postinst `touch`es ucf's state files (and on
+/// Debian 12 sources debconf's confmodule, whose registration of ucf's templates in
+/// `/var/cache/debconf` is not written: an accepted difference, under `/var/cache`). All
+/// emulated, no base layer read, and the layer equals apt-get's on Debian 12 and 13:
+/// `/etc/s5.conf`, ucf's hashfile and its `.0` copy, the empty registry, the cached copy (the
+/// file is under 25600 bytes). On Debian 13 ucf also pulls procps, whose file trigger interest
+/// is registered as dpkg registers it.
+#[test]
+fn s5_ucf_emulated_equals_apt_get() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    for rel in [debian::BOOKWORM, debian::TRIXIE] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (r, dir) = extras_equal_apt_get(rel, &["s5"], tmp.path());
+        assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+        let out = run_in_result(
+            &dir,
+            "cat /var/lib/ucf/hashfile && ls /var/lib/ucf/cache && tail -n1 /var/lib/dpkg/triggers/File && dpkg --audit",
+        );
+        // Debian 13's ucf pulls procps, whose `interest-noawait /usr/lib/sysctl.d` dpkg
+        // appends to its file trigger database (as seen in Docker).
+        let last = match rel.suite {
+            "trixie" => "/usr/lib/sysctl.d procps/noawait",
+            _ => "/usr/share/debianutils/shells.d debianutils/noawait",
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("3d78a38e97ed351f5846530ea46a0ddf  /etc/s5.conf\n:etc:s5.conf\n{last}\n")
+        );
+    }
+}
+
+/// A `.deb` whose postinst makes three `ucf` calls (`--three-way` on a file of 30000 bytes,
+/// a small file, the same large file without `--three-way`) and registers two of them with
+/// `ucfr`: everything under `/etc/ucf-stand-in/` and `/var/lib/ucf/` equals what `apt-get
+/// install` of the same `.deb` leaves in Docker, on Debian 12 (the hashfile rotated to `.0`,
+/// `.1`, `.2`) and 13 (only `.0`: ucf 3.0052's loop runs over one word once it has talked to
+/// debconf); the large file is cached only where `--three-way` asks.
+#[test]
+fn ucf_calls_equal_apt_get_in_docker() {
+    if !debian::require_base()
+        || !support::require_docker()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+    {
+        return;
+    }
+    let big = vec![b'x'; 30000];
+    let postinst = "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  ucf --three-way /usr/share/ucf-stand-in/big.conf /etc/ucf-stand-in/big.conf\n  ucf /usr/share/ucf-stand-in/small.conf /etc/ucf-stand-in/small.conf\n  ucf /usr/share/ucf-stand-in/big.conf /etc/ucf-stand-in/big2.conf\n  ucfr ucf-stand-in /etc/ucf-stand-in/big.conf\n  ucfr ucf-stand-in /etc/ucf-stand-in/small.conf\n  ucfr ucf-stand-in /etc/ucf-stand-in/small.conf\nfi\n";
+    for rel in [debian::BOOKWORM, debian::TRIXIE] {
+        let tmp = tempfile::tempdir().unwrap();
+        let deb = support::debs::fake_deb(
+            tmp.path(),
+            support::debs::FakeDeb {
+                name: "ucf-stand-in",
+                version: "1.0",
+                arch: "all",
+                depends: Some("ucf"),
+                files: vec![
+                    ("/usr/share/ucf-stand-in/big.conf", big.as_slice(), 0o644),
+                    ("/usr/share/ucf-stand-in/small.conf", b"a = 1\n".as_slice(), 0o600),
+                    ("/etc/ucf-stand-in/", b"".as_slice(), 0o755),
+                ],
+                postinst: Some(postinst),
+                ..Default::default()
+            },
+        );
+        let base = debian::base(rel);
+        let ours_dir = tmp.path().join("ours");
+        let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
+        assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+        let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
+        let ours =
+            read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
+        let theirs = docker_build_top_layer(
+            &base,
+            &format!("erdma-test/ucf-base:{}", std::process::id()),
+            tmp.path(),
+            &[("local.deb", &deb)],
+            "COPY local.deb /tmp/local.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/local.deb",
+        );
+        let pick = |v: &LayerView| -> BTreeMap<String, Meta> {
+            v.entries
+                .iter()
+                .filter(|(p, _)| {
+                    (p.starts_with("etc/ucf-stand-in/") || p.starts_with("var/lib/ucf/"))
+                        && !p.contains("/.wh.")
+                })
+                .map(|(p, m)| (p.clone(), m.clone()))
+                .collect()
+        };
+        let (o, t) = (pick(&ours), pick(&theirs));
+        assert_eq!(o, t, "{}", rel.suite);
+        let rotated = if rel.suite == "bookworm" { 3 } else { 1 };
+        let copies = t.keys().filter(|p| p.starts_with("var/lib/ucf/hashfile.")).count();
+        assert_eq!(copies, rotated, "{}: {:?}", rel.suite, t.keys());
+        assert!(t.contains_key("var/lib/ucf/cache/:etc:ucf-stand-in:big.conf"));
+        assert!(!t.contains_key("var/lib/ucf/cache/:etc:ucf-stand-in:big2.conf"));
+        assert_eq!(t["etc/ucf-stand-in/small.conf"].mode, 0o600);
+    }
+}

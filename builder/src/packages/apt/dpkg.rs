@@ -112,16 +112,22 @@ pub(crate) fn write_info(
     ));
     if let Some(conffiles) = deb.control_files.get("conffiles") {
         let mut lines = Vec::new();
-        for c in String::from_utf8_lossy(conffiles)
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && l.starts_with('/'))
-        {
+        // deb-conffiles(5): `[remove-on-upgrade] PATH`; dpkg records the flag after the hash
+        // (procps' `/etc/sysctl.conf` on Debian 13: ` /etc/sysctl.conf newconffile
+        // remove-on-upgrade`, as dpkg writes it for a conffile the package does not ship).
+        for line in String::from_utf8_lossy(conffiles).lines().map(str::trim) {
+            let (flag, c) = match line.split_once(char::is_whitespace) {
+                Some(("remove-on-upgrade", path)) => (" remove-on-upgrade", path.trim()),
+                _ => ("", line),
+            };
+            if !c.starts_with('/') {
+                continue;
+            }
             let sum = files
                 .get(c.trim_start_matches('/'))
                 .map(|(_, md5)| hex::encode(md5))
                 .unwrap_or_else(|| "newconffile".into());
-            lines.push(format!(" {c} {sum}"));
+            lines.push(format!(" {c} {sum}{flag}"));
         }
         if !lines.is_empty() {
             fields.push(("Conffiles".into(), format!("\n{}", lines.join("\n"))));

@@ -9,6 +9,7 @@ mod scripts;
 mod services;
 mod shells;
 mod sources;
+mod ucf;
 mod unpack;
 
 use std::collections::BTreeMap;

@@ -72,6 +72,13 @@ pub(super) struct Accounted {
     pub(super) file_changes: Vec<FileChange>,
     /// `dpkg-statoverride --add`, in order.
     pub(super) stat_adds: Vec<StatAdd>,
+    /// Whether the plan installs a package named `ucf` (for `plan`, which cannot read its
+    /// `/usr/bin/ucf`).
+    pub(super) ucf_planned: bool,
+    /// File trigger interests the plan's packages declare.
+    pub(super) interests: Vec<Interest>,
+    /// `ucf`, `ucfr` and `touch`, in order, by package ([`super::ucf`]).
+    pub(super) ucf: Vec<(String, super::ucf::Call)>,
     /// `add-shell` and `update-shells`, in order, by package ([`super::shells`]).
     pub(super) shells: Vec<(String, super::shells::Change)>,
     /// The package whose files first activate debianutils' trigger on
@@ -511,6 +518,7 @@ pub(super) fn account(
         let known = scripts::Known { status: &status, output: &output };
         // dpkg exports DPKG_ROOT, empty when it installs to `/` (deb-maintscripts(5)).
         let env = [("DPKG_ROOT", "")];
+        let mut confmodule = false;
         for words in scripts::commands_with(&text, Some(&args), &env, &known) {
             if scripts::is_inert(&words) {
                 continue;
@@ -600,6 +608,28 @@ pub(super) fn account(
                     }
                     None => unknown = unknown.or(Some(shown)),
                 },
+                "ucf" | "ucfr" | "touch" => match super::ucf::Call::parse(&words) {
+                    // ucf from a script that runs under debconf's frontend behaves otherwise
+                    // (it warns, or loads nothing): not reproduced.
+                    Some(super::ucf::Call::Ucf { .. })
+                        if confmodule || !super::ucf::emulable(base, layer, out.ucf_planned)? =>
+                    {
+                        unknown = unknown.or(Some(shown))
+                    }
+                    Some(c) => {
+                        emulated.push(shown);
+                        out.ucf.push((package.clone(), c));
+                    }
+                    None => unknown = unknown.or(Some(shown)),
+                },
+                // The frontend, started for the script, registers the package's templates in
+                // debconf's database (/var/cache/debconf, not written here: ucf and
+                // dpkg-reconfigure load them again from the package's control files).
+                "." if words.len() == 2 && words[1] == "/usr/share/debconf/confmodule" => {
+                    confmodule = true;
+                    effects.push("debconf's confmodule: the package's templates are not registered in /var/cache/debconf".into());
+                }
+                "db_capb" if confmodule => {}
                 "update-shells" if words.len() == 1 => {
                     emulated.push(shown);
                     out.shells.push((package.clone(), super::shells::Change::Update));
@@ -677,30 +707,119 @@ pub(super) fn account(
     }
     if let Some(body) = deb.control_files.get("triggers") {
         let mut unknown = None;
+        let mut ldconfig = false;
+        let mut interests = Vec::new();
+        let same = planned.pkg.paragraph()?.get("Multi-Arch") == Some("same");
         for line in String::from_utf8_lossy(body).lines() {
             let line = line.split('#').next().unwrap_or_default().trim();
             let mut w = line.split_whitespace();
             let (Some(directive), Some(name)) = (w.next(), w.next()) else { continue };
-            let ldconfig = matches!(directive, "activate" | "activate-noawait" | "activate-await")
-                && name == "ldconfig";
-            if !ldconfig {
-                unknown = unknown.or(Some(line.to_string()));
+            match directive {
+                "activate" | "activate-noawait" | "activate-await" if name == "ldconfig" => {
+                    ldconfig = true
+                }
+                // A file trigger this package is interested in: registered as dpkg registers
+                // it; a package of the plan that installs there would fire it, which is not
+                // emulated ([`check_interests`]).
+                "interest" | "interest-noawait" | "interest-await"
+                    if name.starts_with('/') && !same && w.next().is_none() =>
+                {
+                    let noawait = directive == "interest-noawait";
+                    interests.push(name.trim_end_matches('/').to_string());
+                    out.interests.push(Interest {
+                        package: package.clone(),
+                        name: planned.name.clone(),
+                        path: name.trim_end_matches('/').to_string(),
+                        noawait,
+                    });
+                }
+                _ => unknown = unknown.or(Some(line.to_string())),
             }
+        }
+        let mut said = Vec::new();
+        if !interests.is_empty() {
+            said.push(format!(
+                "file trigger interest in {} registered in /var/lib/dpkg/triggers/File",
+                interests.join(", ")
+            ));
         }
         let outcome = match unknown {
             Some(command) => unplaced(&package, "triggers", command, skip, "declares")?,
-            None if out.ldconfig_interest == Some(true) => {
+            None if ldconfig && out.ldconfig_interest == Some(true) => {
                 out.ldconfig.get_or_insert_with(|| (package.clone(), "triggers".into()));
-                Outcome::Emulated(format!("the ldconfig trigger: {LDCONFIG_DONE}"))
+                said.push(format!("the ldconfig trigger: {LDCONFIG_DONE}"));
+                Outcome::Emulated(said.join("; "))
             }
-            None => Outcome::NoEffect(
+            None if !ldconfig => Outcome::Emulated(said.join("; ")),
+            None if interests.is_empty() => Outcome::NoEffect(
                 "the ldconfig trigger: no package of the image is interested in it (no libc-bin)"
                     .into(),
             ),
+            None => {
+                said.push("the ldconfig trigger: no package of the image is interested in it (no libc-bin)".into());
+                Outcome::Emulated(said.join("; "))
+            }
         };
         out.records.push(ScriptRecord { package, script: "triggers".into(), outcome });
     }
     Ok(())
+}
+
+/// A file trigger a package of the plan declares interest in (`interest[-noawait] PATH` in its
+/// `triggers` control file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Interest {
+    /// The package, for errors.
+    pub(super) package: String,
+    /// The name dpkg's trigger database gives it.
+    pub(super) name: String,
+    pub(super) path: String,
+    pub(super) noawait: bool,
+}
+
+/// The file triggers the plan's packages declare: where a package of the plan installs under
+/// one, dpkg would run the interested package's postinst `triggered`, which is not emulated
+/// (the sandbox runs it); `new_files`: every path the plan installs (absolute).
+pub(super) fn check_interests<'a>(
+    interests: &[Interest],
+    mut new_files: impl Iterator<Item = &'a str>,
+) -> Result<()> {
+    if interests.is_empty() {
+        return Ok(());
+    }
+    if let Some((i, f)) = new_files.find_map(|f| {
+        interests
+            .iter()
+            .find(|i| f.strip_prefix(i.path.as_str()).is_some_and(|r| r.starts_with('/')))
+            .map(|i| (i, f))
+    }) {
+        return Err(crate::packages::scripts::needs_sandbox(
+            &i.package,
+            "triggers",
+            format!("its file trigger on {} ({f} is installed there)", i.path),
+        ));
+    }
+    Ok(())
+}
+
+/// Appends the plan's file trigger interests to dpkg's database
+/// (`/var/lib/dpkg/triggers/File`: `PATH PACKAGE[/noawait]` a line, in the order declared,
+/// after the base's, as dpkg appends them).
+pub(super) fn register_interests(
+    interests: &[Interest],
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
+    if interests.is_empty() {
+        return Ok(());
+    }
+    const FILE: &str = "var/lib/dpkg/triggers/File";
+    let mut text = base.read(FILE, 4 << 20)?.unwrap_or_default();
+    for i in interests {
+        let line = format!("{} {}{}\n", i.path, i.name, if i.noawait { "/noawait" } else { "" });
+        text.extend_from_slice(line.as_bytes());
+    }
+    Ok(layer.add_file(FILE, text, 0o644)?)
 }
 
 /// A script with `command` the build can neither emulate nor show to be without effect: the

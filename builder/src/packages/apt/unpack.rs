@@ -96,6 +96,9 @@ pub(crate) fn inspect(
     let mut placer = Placer::new(base);
     let installed = Installed::from_status(&status.paragraphs);
     let mut accounted = Accounted::default();
+    accounted.ucf_planned = res.install.iter().any(|p| p.name == "ucf");
+    // Each package read: its plan index, control part and payload list.
+    let mut read = Vec::new();
     for (i, planned) in res.install.iter().enumerate() {
         let path = match debs {
             Some(d) => Some(d[i].clone()),
@@ -151,11 +154,17 @@ pub(crate) fn inspect(
         })
         .map_err(|e| entry_error(planned, &path, e, refused.take()))?;
         let deb = deb::read_control(&path).map_err(|e| entry_error(planned, &path, e, None))?;
+        read.push((i, deb, list, executable));
+    }
+    // The scripts in the order dpkg configures the packages.
+    for i in resolve::configure_order(&res.install)? {
+        let Some((_, deb, list, executable)) = read.iter().find(|r| r.0 == i) else { continue };
+        let planned = &res.install[i];
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
-        let payload = scripts::Payload { list: &list, executable: &executable };
+        let payload = scripts::Payload { list, executable };
         scripts::account(
             planned,
-            &deb,
+            deb,
             &payload,
             old,
             base,
@@ -167,6 +176,10 @@ pub(crate) fn inspect(
     for gone in &res.remove {
         scripts::removed(gone, &info_name(&gone.paragraph, &gone.arch), base, &mut accounted)?;
     }
+    scripts::check_interests(
+        &accounted.interests,
+        read.iter().flat_map(|r| r.2.iter().map(String::as_str)),
+    )?;
     report.scripts.extend(accounted.records);
     Ok(())
 }
@@ -187,6 +200,7 @@ pub(super) fn unpack(
     let mut new_paths: BTreeSet<String> = BTreeSet::new();
     let installed = Installed::from_status(&status.paragraphs);
     let mut accounted = Accounted::default();
+    accounted.ucf_planned = res.install.iter().any(|p| p.name == "ucf");
     let mut stanzas: Vec<Paragraph> = Vec::new();
     // One placer for all the packages: a symlink one installs is seen by the next.
     let mut placer = Placer::new(base);
@@ -291,8 +305,9 @@ pub(super) fn unpack(
         write_info(&deb, planned, &list, &files, &sums, layer, &mut stanzas)?;
         unpacked.push((planned, deb, list, executable));
     }
-    // The scripts are read once every package is unpacked, as dpkg configures them.
-    for (planned, deb, list, executable) in &unpacked {
+    // The scripts are read once every package is unpacked, in the order dpkg configures them.
+    for i in resolve::configure_order(&res.install)? {
+        let (planned, deb, list, executable) = &unpacked[i];
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
         let payload = scripts::Payload { list, executable };
         scripts::account(
@@ -388,6 +403,11 @@ pub(super) fn unpack(
     }
 
     scripts::check_assumed(&accounted.assumed, base, layer)?;
+    scripts::check_interests(
+        &accounted.interests,
+        unpacked.iter().flat_map(|u| u.2.iter().map(String::as_str)),
+    )?;
+    scripts::register_interests(&accounted.interests, base, layer)?;
     users::apply(&accounted.accounts, base, layer, users::today(), users::Tools::Debian)?;
     crate::packages::alternatives::apply(
         crate::packages::alternatives::Tool::Dpkg,
@@ -395,6 +415,7 @@ pub(super) fn unpack(
         base,
         layer,
     )?;
+    super::ucf::apply(&accounted.ucf, base, layer)?;
     scripts::apply_file_changes(&accounted.file_changes, base, layer)?;
     scripts::apply_stat_adds(&accounted.stat_adds, base, layer)?;
     super::services::apply(&accounted.services, base, layer)?;
