@@ -233,7 +233,9 @@ pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), S
                 .add_service(DevicePluginServer::new(Arc::clone(&plugin)))
                 .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
         );
-        // kubelet may not be up yet: try until it answers.
+        // kubelet may not be up yet: try until it answers. A kubelet that starts meanwhile
+        // removes every socket in its directory, ours too, and then cannot dial the endpoint
+        // we register (its Register fails): serve again on a fresh socket first.
         let kubelet = dir.join(KUBELET_SOCKET);
         let registered_with = loop {
             match register(&dir, &endpoint, &plugin.plugin.resource).await {
@@ -244,13 +246,19 @@ pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), S
                         kubelet.display(),
                         plugin.plugin.resource
                     );
-                    break inode(&kubelet);
+                    break Some(inode(&kubelet));
                 }
+                Err(_) if server.is_finished() || !socket.exists() => break None,
                 Err(e) => {
                     tracing::warn!("{e}; trying again");
                     tokio::time::sleep(plugin.poll).await;
                 }
             }
+        };
+        let Some(registered_with) = registered_with else {
+            tracing::info!("the plugin socket went before kubelet took it: serving it again");
+            server.abort();
+            continue;
         };
         loop {
             tokio::time::sleep(plugin.poll).await;

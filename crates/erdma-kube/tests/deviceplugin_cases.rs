@@ -12,8 +12,14 @@ use tokio::sync::mpsc;
 
 use crate::support::{bin, is_root, require, Fixture};
 
-/// kubelet's `Registration` service: hands each request to the test.
-struct TestKubelet(mpsc::Sender<pb::RegisterRequest>);
+/// kubelet's `Registration` service as kubelet's device manager serves it
+/// (`pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go`): it dials the endpoint the plugin
+/// names and fails the registration where it cannot; each registration it takes goes to the
+/// test.
+struct TestKubelet {
+    dir: std::path::PathBuf,
+    tx: mpsc::Sender<pb::RegisterRequest>,
+}
 
 #[tonic::async_trait]
 impl pb::registration_server::Registration for TestKubelet {
@@ -21,20 +27,38 @@ impl pb::registration_server::Registration for TestKubelet {
         &self,
         req: tonic::Request<pb::RegisterRequest>,
     ) -> Result<tonic::Response<pb::Empty>, tonic::Status> {
-        let _ = self.0.send(req.into_inner()).await;
+        let req = req.into_inner();
+        let endpoint = self.dir.join(&req.endpoint);
+        if let Err(e) = tokio::net::UnixStream::connect(&endpoint).await {
+            return Err(tonic::Status::unavailable(format!(
+                "failed to dial device plugin: {}: {e}",
+                endpoint.display()
+            )));
+        }
+        let _ = self.tx.send(req).await;
         Ok(tonic::Response::new(pb::Empty {}))
     }
 }
 
-/// A kubelet's registration socket at `dir/kubelet.sock` (replacing one that is there, as a
-/// restarting kubelet does), served until the task is aborted.
+/// A kubelet's registration socket at `dir/kubelet.sock`, served until the task is aborted.
+/// As kubelet's start does, every socket in `dir` is removed first (the plugins' too:
+/// `CleanupPluginDirectory`).
 fn start_kubelet(dir: &Path, tx: mpsc::Sender<pb::RegisterRequest>) -> tokio::task::JoinHandle<()> {
+    use std::os::unix::fs::FileTypeExt;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_socket()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
     let path = dir.join("kubelet.sock");
-    let _ = std::fs::remove_file(&path);
     let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let dir_owned = dir.to_path_buf();
     tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
-            .add_service(pb::registration_server::RegistrationServer::new(TestKubelet(tx)))
+            .add_service(pb::registration_server::RegistrationServer::new(TestKubelet {
+                dir: dir_owned,
+                tx,
+            }))
             .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
             .await;
     })
@@ -166,7 +190,6 @@ fn device_plugin_registers_streams_health_and_allocates_root() {
 
         // kubelet restarts: it removes the plugins' sockets and makes its own anew.
         kubelet.abort();
-        let _ = std::fs::remove_file(dir.join("erdma.sock"));
         let _kubelet = start_kubelet(&dir, tx);
         let again = tokio::time::timeout(Duration::from_secs(20), rx.recv())
             .await
@@ -222,5 +245,55 @@ fn device_plugin_refuses_to_advertise_beside_acks_plugin() {
             .expect("the plugin registers")
             .unwrap();
         assert_eq!(reg.resource_name, "example.com/erdma");
+    });
+}
+
+/// Started as a boot-time service before kubelet, the plugin finds no kubelet and keeps trying;
+/// kubelet's start then removes its socket, so the endpoint it registers cannot be dialled and
+/// kubelet refuses the registration. The plugin serves again on a fresh socket and registers
+/// again: kubelet takes it and can dial it.
+#[test]
+fn device_plugin_started_before_kubelet_registers_once_kubelet_is_up_root() {
+    if !require(is_root(), "root is needed for the mknod'd device nodes") {
+        return;
+    }
+    let f = Fixture::new("two", "");
+    let dir = f.dir.path().join("device-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut child = tokio::process::Command::new(bin("erdma-device-plugin"))
+            .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+            .arg("--socket-dir")
+            .arg(&dir)
+            .args(["--poll-ms", "100"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // The plugin is serving, and failing to register, before kubelet comes.
+        let sock = dir.join("erdma.sock");
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(sock.exists(), "the plugin serves before kubelet is up");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (tx, mut rx) = mpsc::channel(4);
+        let _kubelet = start_kubelet(&dir, tx);
+        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("the plugin registers an endpoint kubelet can dial")
+            .unwrap();
+        assert_eq!(reg.endpoint, "erdma.sock");
+        // kubelet's side: the endpoint answers the device plugin API.
+        let channel = erdma_kube::kubelet::unix_channel(&dir.join("erdma.sock")).await.unwrap();
+        let mut plugin = pb::device_plugin_client::DevicePluginClient::new(channel);
+        let options = plugin.get_device_plugin_options(pb::Empty {}).await.unwrap().into_inner();
+        assert!(options.get_preferred_allocation_available);
+        let _ = child.kill().await;
     });
 }
