@@ -84,18 +84,49 @@ pub fn advertise(host: &Host, sysfs: &Path, cfg: &PluginConfig) -> Vec<Advertise
         .collect()
 }
 
-/// The socket of ACK's own eRDMA device plugin in kubelet's device-plugin directory, if it is
-/// there: the agent of `alibabacloud-erdma-controller` serves on `<unix time>-erdma.sock` and
-/// registers `aliyun/erdma` (its `internal/deviceplugin/deviceplugin.go`, `dpSocketPath`). Two
-/// plugins registering one resource replace each other in kubelet, so pods would get either's
-/// answer; `erdma-device-plugin` refuses to advertise the same resource beside it.
-pub fn ack_plugin_socket(dir: &Path) -> Option<std::path::PathBuf> {
-    let entries = std::fs::read_dir(dir).ok()?;
-    entries.flatten().map(|e| e.path()).find(|p| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix("-erdma.sock"))
+/// Another eRDMA device plugin that registers `aliyun/erdma` on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherPlugin {
+    /// Its socket in kubelet's device-plugin directory.
+    pub socket: std::path::PathBuf,
+    /// Whose it is, for the message.
+    pub whose: &'static str,
+    /// What to do instead of running both.
+    pub choice: &'static str,
+}
+
+/// The socket of another eRDMA device plugin in kubelet's device-plugin directory, if one is
+/// there. Two plugins registering one resource replace each other in kubelet, so pods would get
+/// either's answer; `erdma-device-plugin` refuses to advertise the same resource beside one:
+/// - ACK's: the agent of `alibabacloud-erdma-controller` serves on `<unix time>-erdma.sock` and
+///   registers `aliyun/erdma` (its `internal/deviceplugin/deviceplugin.go`, `dpSocketPath`);
+/// - Terway's: its ENI device plugin of type `erdma` serves on `<unix time>-erdma-eni.sock` and
+///   registers `aliyun/erdma` (Terway's `deviceplugin/eni.go`, `ENITypeERDMA`, `ERDMAResName`).
+pub fn other_plugin_socket(dir: &Path) -> Option<OtherPlugin> {
+    let stamped = |n: &str, suffix: &str| {
+        n.strip_suffix(suffix)
             .is_some_and(|stamp| !stamp.is_empty() && stamp.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut found: Vec<std::path::PathBuf> =
+        std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).collect();
+    found.sort();
+    found.into_iter().find_map(|p| {
+        let n = p.file_name()?.to_str()?.to_string();
+        if stamped(&n, "-erdma.sock") {
+            Some(OtherPlugin {
+                socket: p,
+                whose: "ACK's eRDMA device plugin (alibabacloud-erdma-controller's agent)",
+                choice: "remove ACK's eRDMA agent from this node",
+            })
+        } else if stamped(&n, "-erdma-eni.sock") {
+            Some(OtherPlugin {
+                socket: p,
+                whose: "Terway's eRDMA device plugin",
+                choice: "turn eRDMA off in Terway's configuration for this node",
+            })
+        } else {
+            None
+        }
     })
 }
 
@@ -220,7 +251,7 @@ mod tests {
     use erdma_oci_hook::discover::{CharDev, Port};
 
     #[test]
-    fn acks_plugin_socket_is_recognised_and_ours_is_not() {
+    fn acks_and_terways_plugin_sockets_are_recognised_and_ours_is_not() {
         let dir = tempfile::tempdir().unwrap();
         for n in [
             "kubelet.sock",
@@ -229,13 +260,26 @@ mod tests {
             "x-erdma.sock",
             "-erdma.sock",
             "1732000000-erdma.sock.bak",
+            "1732000000-eni.sock",
+            "1732000000-member-eni.sock",
+            "x-erdma-eni.sock",
         ] {
             std::fs::write(dir.path().join(n), "").unwrap();
         }
-        assert_eq!(ack_plugin_socket(dir.path()), None);
+        let socket = |d: &Path| other_plugin_socket(d).map(|o| o.socket);
+        assert_eq!(socket(dir.path()), None);
+        std::fs::write(dir.path().join("1732000000-erdma-eni.sock"), "").unwrap();
+        let terway = other_plugin_socket(dir.path()).unwrap();
+        assert_eq!(terway.socket, dir.path().join("1732000000-erdma-eni.sock"));
+        assert!(terway.whose.starts_with("Terway's"));
         std::fs::write(dir.path().join("1732000000-erdma.sock"), "").unwrap();
-        assert_eq!(ack_plugin_socket(dir.path()), Some(dir.path().join("1732000000-erdma.sock")));
-        assert_eq!(ack_plugin_socket(&dir.path().join("missing")), None);
+        // Both there: the first by name (the message names one of them).
+        assert_eq!(socket(dir.path()), Some(dir.path().join("1732000000-erdma-eni.sock")));
+        std::fs::remove_file(dir.path().join("1732000000-erdma-eni.sock")).unwrap();
+        let ack = other_plugin_socket(dir.path()).unwrap();
+        assert_eq!(ack.socket, dir.path().join("1732000000-erdma.sock"));
+        assert!(ack.whose.starts_with("ACK's"));
+        assert_eq!(socket(&dir.path().join("missing")), None);
     }
 
     fn dev(name: &str, minor: u32, active: bool) -> RdmaDevice {

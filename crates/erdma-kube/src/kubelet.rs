@@ -215,14 +215,16 @@ pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), S
     let socket = dir.join(&endpoint);
     loop {
         // Never two plugins advertising one resource on a node (checked again on every
-        // registration: ACK's agent may come after us).
-        if let Some(ack) = deviceplugin::ack_plugin_socket(&dir)
+        // registration: ACK's agent or Terway may come after us).
+        if let Some(other) = deviceplugin::other_plugin_socket(&dir)
             .filter(|_| plugin.plugin.resource == deviceplugin::RESOURCE)
         {
             return Err(format!(
-                "{} is ACK's eRDMA device plugin, which advertises {} on this node already; kubelet would take either plugin's answers. Use one: remove ACK's eRDMA agent from this node, or run erdma-device-plugin with another --resource",
-                ack.display(),
-                deviceplugin::RESOURCE
+                "{} is {}, which advertises {} on this node already; kubelet would take either plugin's answers. Use one: {}, or run erdma-device-plugin with another --resource",
+                other.socket.display(),
+                other.whose,
+                deviceplugin::RESOURCE,
+                other.choice,
             ));
         }
         let _ = std::fs::remove_file(&socket);

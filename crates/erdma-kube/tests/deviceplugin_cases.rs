@@ -201,31 +201,41 @@ fn device_plugin_registers_streams_health_and_allocates_root() {
     });
 }
 
-/// Beside ACK's own eRDMA device plugin (its agent's `<unix time>-erdma.sock`), the plugin does
-/// not advertise `aliyun/erdma` a second time: it exits with the choice to make. Under another
-/// resource name it registers.
+/// Beside ACK's own eRDMA device plugin (its agent's `<unix time>-erdma.sock`) or Terway's
+/// (`<unix time>-erdma-eni.sock`, Terway's `deviceplugin/eni.go`), the plugin does not
+/// advertise `aliyun/erdma` a second time: it exits naming the other plugin and the choice to
+/// make. Under another resource name it registers.
 #[test]
-fn device_plugin_refuses_to_advertise_beside_acks_plugin() {
+fn device_plugin_refuses_to_advertise_beside_acks_or_terways_plugin() {
     let f = Fixture::sysfs_only("two", "");
     let dir = f.dir.path().join("device-plugins");
     std::fs::create_dir_all(&dir).unwrap();
+    for (name, whose, choice) in [
+        ("1732000000-erdma.sock", "ACK's eRDMA device plugin", "remove ACK's eRDMA agent"),
+        ("1732000001-erdma-eni.sock", "Terway's eRDMA device plugin", "Terway's configuration"),
+    ] {
+        std::fs::write(dir.join(name), "").unwrap();
+        let out = std::process::Command::new(bin("erdma-device-plugin"))
+            .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+            .arg("--socket-dir")
+            .arg(&dir)
+            .args(["--poll-ms", "50"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("{name} is {whose}"))
+                && err.contains(choice)
+                && err.contains("--resource"),
+            "{err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(!dir.join("erdma.sock").exists(), "nothing served");
+        std::fs::remove_file(dir.join(name)).unwrap();
+    }
     std::fs::write(dir.join("1732000000-erdma.sock"), "").unwrap();
-    let out = std::process::Command::new(bin("erdma-device-plugin"))
-        .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
-        .arg("--socket-dir")
-        .arg(&dir)
-        .args(["--poll-ms", "50"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("1732000000-erdma.sock is ACK's eRDMA device plugin")
-            && err.contains("--resource"),
-        "{err}"
-    );
-    assert!(!dir.join("erdma.sock").exists(), "nothing served");
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
