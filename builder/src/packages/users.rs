@@ -439,7 +439,10 @@ fn shadow_id(used: &BTreeSet<u64>, min: u64, max: u64, preferred: Option<u64>) -
 ///   LAST_SYSTEM_UID (100-999, or as the image's `/etc/adduser.conf` sets them),
 ///   `NAME:x:UID:GID::HOME:SHELL` in passwd and `NAME:!:DAY::::::` in shadow (a locked password,
 ///   no ageing); a comment is set after, as chfn does, so `passwd-` holds the line without it.
-///   A home adduser would create, or a UID_POOL, goes to the sandbox.
+///   A home it creates (not `--no-create-home`, not `/nonexistent`, not there yet) is made as
+///   adduser's `create_homedir` makes a system user's: missing parents 0755 root's, the home
+///   the user's and its primary group's with `SYS_DIR_MODE` (0755), no skeleton copied. A
+///   UID_POOL goes to the sandbox.
 /// - `groupadd --system` and `useradd --system` (shadow): ids as [`shadow_id`] chooses them in
 ///   SYS_GID_MIN..SYS_GID_MAX and SYS_UID_MIN..SYS_UID_MAX of the image's `/etc/login.defs`
 ///   (defaults 101 and GID_MIN/UID_MIN − 1), a user's own group (`USERGROUPS_ENAB yes`, or
@@ -530,16 +533,27 @@ pub(crate) fn apply(
                 let gid = db.has(GROUP, &u.group).ok_or_else(|| {
                     u.call.fails(format!("the group `{}' does not exist", u.group))
                 })?;
-                if u.create_home
-                    && !u.home.starts_with("/nonexistent")
-                    && !crate::packages::image::exists(&u.home, base, layer)?
-                {
-                    return Err(u.call.needs_sandbox(&format!("it creates the home {}", u.home)));
-                }
+                let make_home = u.create_home
+                    && !is_nonexistent(&u.home)
+                    && !crate::packages::image::exists(&u.home, base, layer)?;
                 let used = db.ids(PASSWD);
                 let uid = (first..=last).find(|i| !used.contains(i)).ok_or_else(|| {
                     u.call.fails(format!("no uid is free from {first} to {last}"))
                 })?;
+                if make_home {
+                    let mode = system_home_mode(&adduser_conf).ok_or_else(|| {
+                        u.call.needs_sandbox("the image's /etc/adduser.conf sets SYS_DIR_MODE or SETGID_HOME in a form not reproduced")
+                    })?;
+                    // adduser's `mktree`: each missing directory 0755 (umask 022), root's;
+                    // then the home given to the user and its primary group, SYS_DIR_MODE.
+                    let parent = u.home.rsplit_once('/').map_or("/", |(p, _)| p);
+                    if !parent.is_empty() {
+                        crate::packages::image::ensure_dir(parent, base, layer)?;
+                    }
+                    let real = crate::packages::image::real(&u.home, base)?;
+                    layer.add_dir(&real, mode)?;
+                    layer.set_owner_mode(&real, mode, uid, gid)?;
+                }
                 let plain = format!("{}:x:{uid}:{gid}::{}:{}", u.name, u.home, u.shell);
                 db.append(&[
                     (PASSWD, plain.clone()),
@@ -654,6 +668,43 @@ pub(crate) fn image_id(
         .lines()
         .find(|l| l.split(':').next() == Some(name))
         .and_then(|l| l.split(':').nth(2)?.parse().ok()))
+}
+
+/// adduser's test for a home it never makes (`/nonexistent`, `/nonexistent/…`, any number of
+/// leading slashes).
+fn is_nonexistent(home: &str) -> bool {
+    let rest = home.trim_start_matches('/');
+    home.starts_with('/')
+        && rest.strip_prefix("nonexistent").is_some_and(|r| r.is_empty() || r.starts_with('/'))
+}
+
+/// The mode adduser 3.134 and 3.152 give a system user's new home (`get_dir_mode`):
+/// `SYS_DIR_MODE` where it is three or four octal digits (default 0755), with the setgid bit
+/// where `SETGID_HOME` is yes (adduser adds 2000 to the digits); `None` for a value adduser
+/// would read otherwise than this does.
+fn system_home_mode(conf: &BTreeMap<String, String>) -> Option<u32> {
+    let given = conf.get("SYS_DIR_MODE").map(|v| v.trim_matches('"').to_string());
+    let digits = match given {
+        Some(v)
+            if (v.len() == 3 || v.len() == 4) && v.bytes().all(|b| (b'0'..=b'7').contains(&b)) =>
+        {
+            v
+        }
+        None => "0755".to_string(),
+        Some(_) => return None,
+    };
+    let mut mode = u32::from_str_radix(&digits, 8).ok()?;
+    let setgid =
+        conf.get("SETGID_HOME").is_some_and(|v| v.trim_matches('"').eq_ignore_ascii_case("yes"));
+    if setgid {
+        // `$mode += 2000` on the digits where they leave room for it.
+        if digits.len() == 3 || matches!(digits.as_bytes()[0], b'0' | b'1' | b'4' | b'5') {
+            mode |= 0o2000;
+        } else {
+            return None;
+        }
+    }
+    Some(mode)
 }
 
 #[cfg(test)]

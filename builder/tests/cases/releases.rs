@@ -112,6 +112,8 @@ struct Meta {
 struct LayerView {
     size: usize,
     entries: BTreeMap<String, Meta>,
+    /// Each directory entry's mode, uid and gid.
+    dirs: BTreeMap<String, (u32, u64, u64)>,
     status: Option<String>,
     /// Names that are one file (hard links), each group sorted.
     linked: BTreeSet<Vec<String>>,
@@ -128,6 +130,7 @@ fn read_layer(blob: &[u8]) -> LayerView {
     };
     std::io::Read::read_to_end(&mut r, &mut raw).unwrap();
     let mut entries = BTreeMap::new();
+    let mut dirs = BTreeMap::new();
     let mut status = None;
     let mut groups: Vec<Vec<String>> = Vec::new();
     for e in tar::Archive::new(raw.as_slice()).entries().unwrap() {
@@ -135,6 +138,9 @@ fn read_layer(blob: &[u8]) -> LayerView {
         let h = e.header().clone();
         let t = h.entry_type();
         if t.is_dir() {
+            let path = e.path().unwrap().to_string_lossy().trim_start_matches("./").to_string();
+            let path = path.trim_end_matches('/').to_string();
+            dirs.insert(path, (h.mode().unwrap() & 0o7777, h.uid().unwrap(), h.gid().unwrap()));
             continue;
         }
         let mut xattrs: Vec<(String, String)> = Vec::new();
@@ -194,7 +200,7 @@ fn read_layer(blob: &[u8]) -> LayerView {
             g
         })
         .collect();
-    LayerView { size: raw.len(), entries, status, linked }
+    LayerView { size: raw.len(), entries, dirs, status, linked }
 }
 
 /// The top layer of an image saved by `docker save`, as bytes.
@@ -1399,5 +1405,65 @@ fn ucf_calls_equal_apt_get_in_docker() {
         assert!(t.contains_key("var/lib/ucf/cache/:etc:ucf-stand-in:big.conf"));
         assert!(!t.contains_key("var/lib/ucf/cache/:etc:ucf-stand-in:big2.conf"));
         assert_eq!(t["etc/ucf-stand-in/small.conf"].mode, 0o600);
+    }
+}
+
+/// `adduser --system --group --home DIR NAME` where DIR and its parent do not exist: adduser
+/// makes the parent (0755, root's) and the home, gives it to the new user and group and sets
+/// `SYS_DIR_MODE` (0755 by default): emulated, and the directories, owners and account files
+/// equal what `apt-get install` of the same `.deb` leaves in Docker, on Debian 12 and 13.
+#[test]
+fn adduser_system_home_equals_apt_get_in_docker() {
+    if !debian::require_base()
+        || !support::require_docker()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+    {
+        return;
+    }
+    let postinst = "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  adduser --system --group --home /var/lib/home-stand-in/data home-stand-in\nfi\n";
+    for rel in [debian::BOOKWORM, debian::TRIXIE] {
+        let tmp = tempfile::tempdir().unwrap();
+        let deb = support::debs::fake_deb(
+            tmp.path(),
+            support::debs::FakeDeb {
+                name: "home-stand-in",
+                version: "1.0",
+                arch: "all",
+                depends: Some("adduser"),
+                files: vec![(
+                    "/usr/share/doc/home-stand-in/README",
+                    b"TEST ONLY\n".as_slice(),
+                    0o644,
+                )],
+                postinst: Some(postinst),
+                ..Default::default()
+            },
+        );
+        let base = debian::base(rel);
+        let ours_dir = tmp.path().join("ours");
+        let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
+        assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
+        let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
+        let ours =
+            read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
+        let theirs = docker_build_top_layer(
+            &base,
+            &format!("erdma-test/home-base:{}", std::process::id()),
+            tmp.path(),
+            &[("local.deb", &deb)],
+            "COPY local.deb /tmp/local.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/local.deb",
+        );
+        for d in ["var/lib/home-stand-in", "var/lib/home-stand-in/data"] {
+            assert!(theirs.dirs.contains_key(d), "{}: apt-get made {d}", rel.suite);
+            assert_eq!(ours.dirs.get(d), theirs.dirs.get(d), "{}: {d}", rel.suite);
+        }
+        let (mode, uid, gid) = theirs.dirs["var/lib/home-stand-in/data"];
+        assert_eq!(mode, 0o755, "{}", rel.suite);
+        assert!((100..1000).contains(&uid) && gid >= 100, "{}: {uid}:{gid}", rel.suite);
+        for f in ["passwd", "group", "shadow", "gshadow"] {
+            for p in [format!("etc/{f}"), format!("etc/{f}-")] {
+                assert_eq!(ours.entries.get(&p), theirs.entries.get(&p), "{}: {p}", rel.suite);
+            }
+        }
     }
 }
