@@ -1033,6 +1033,31 @@ fn extras_equal_apt_get(
     }
     assert!(differing.is_empty(), "{} entries differ:\n{}", differing.len(), differing.join("\n"));
     assert_eq!(ours.linked, theirs.linked, "hard links");
+    // Directories: the mode and owner of each that both layers hold (a layer holds the parents
+    // of what changed, so which directories appear differs by how each side wrote them).
+    let dir_diff: Vec<String> = ours
+        .dirs
+        .iter()
+        .filter(|(p, _)| !noise(&format!("{p}/")))
+        .filter_map(|(p, m)| {
+            let t = theirs.dirs.get(p)?;
+            (t != m).then(|| {
+                format!(
+                    "{p}/: erdma-build {:o} {}:{}, apt-get {:o} {}:{}",
+                    m.0, m.1, m.2, t.0, t.1, t.2
+                )
+            })
+        })
+        .collect();
+    // And every directory apt-get's layer holds, ours holds too (`/run`: the parent of what a
+    // run leaves there, adduser's lock, which is noise).
+    let missing: Vec<&String> = theirs
+        .dirs
+        .keys()
+        .filter(|p| !noise(&format!("{p}/")) && *p != "run" && !ours.dirs.contains_key(*p))
+        .collect();
+    assert!(dir_diff.is_empty(), "directories differ:\n{}", dir_diff.join("\n"));
+    assert!(missing.is_empty(), "directories only apt-get's layer holds: {missing:?}");
     assert_eq!(ours.status, theirs.status, "the dpkg status");
     eprintln!(
         "{}: --install {}: {} entries equal apt-get install --no-install-recommends's",
