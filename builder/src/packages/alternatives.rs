@@ -64,6 +64,15 @@ pub(crate) struct Install {
 
 impl Install {
     /// The call, for errors.
+    /// This call's refusal: the install goes to the sandbox, or stops with `--no-sandbox`.
+    fn needs_sandbox(&self, why: &str) -> Error {
+        crate::packages::scripts::needs_sandbox(
+            &self.package,
+            &self.script,
+            format!("{} ({why})", self.command()),
+        )
+    }
+
     fn command(&self) -> String {
         format!(
             "alternatives --install {} {} {} {}",
@@ -323,13 +332,7 @@ pub(crate) fn apply(
                 reason,
             })
         };
-        let refuse = |why: &str| {
-            crate::packages::scripts::needs_sandbox(
-                &i.package,
-                &i.script,
-                format!("{} ({why})", i.command()),
-            )
-        };
+        let refuse = |why: &str| i.needs_sandbox(why);
         if tool == Tool::Dpkg && !image::exists(&i.path, base, layer)? {
             return Err(fails(format!("{} does not exist", i.path)));
         }
@@ -490,12 +493,7 @@ pub(crate) fn apply(
 
 /// The refusal of group `name`'s first call.
 fn refuse_group(installs: &[Install], name: &str, why: &str) -> Error {
-    let i = installs.iter().find(|i| i.name == name).expect("a call made the group");
-    crate::packages::scripts::needs_sandbox(
-        &i.package,
-        &i.script,
-        format!("{} ({why})", i.command()),
-    )
+    installs.iter().find(|i| i.name == name).expect("a call made the group").needs_sandbox(why)
 }
 
 /// `at -> target`, where `at` may be made: dpkg and chkconfig replace a symlink (theirs or a
@@ -514,7 +512,7 @@ fn make_link(
         None | Some(SnapEntry::Symlink(_)) => {}
         Some(_) => return Err(refuse_group(installs, name, &format!("{at} is not a symlink"))),
     }
-    let parent = at.rsplit_once('/').map_or("/", |(p, _)| if p.is_empty() { "/" } else { p });
+    let parent = image::parent(at);
     if tool == Tool::Chkconfig && !image::is_dir(parent, base, layer)? {
         return Err(refuse_group(installs, name, &format!("no directory {parent} for {at}")));
     }

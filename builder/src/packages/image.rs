@@ -48,11 +48,28 @@ pub(crate) fn list(dir: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Re
     Ok(names.into_iter().collect())
 }
 
+/// The directory `path` is in: `/etc` for `/etc/x`, empty for `/x` (the root).
+pub(crate) fn parent(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(p, _)| p)
+}
+
+/// `dir` (absolute) where the image has it, every symlink on the way resolved through the
+/// base, its own last component too (`dpkg-realpath`, `realpath` of a directory); empty for the
+/// root.
+pub(crate) fn real_dir(dir: &str, base: &dyn BaseFiles) -> Result<String> {
+    // Resolving `DIR/x` resolves every component of DIR as a directory of the path.
+    let real = real(&format!("{}/x", dir.trim_end_matches('/')), base)?;
+    Ok(real.strip_suffix("/x").unwrap_or("").to_string())
+}
+
 /// Whether `dir` (absolute) is a directory of the image, every symlink on the way (its own
 /// too) followed through the base.
 pub(crate) fn is_dir(dir: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Result<bool> {
-    let real = real(&format!("{}/x", dir.trim_end_matches('/')), base)?;
-    let Some(real) = real.strip_suffix("/x") else { return Ok(true) };
+    let real = real_dir(dir, base)?;
+    if real.is_empty() {
+        return Ok(true);
+    }
+    let real = real.as_str();
     Ok(match layer.get(real).map(|e| &e.kind) {
         Some(EntryKind::Dir) => true,
         Some(_) => false,

@@ -133,7 +133,7 @@ pub(crate) fn apply(
                     None => {}
                     Some(_) => return Err(refuse(format!("{at} exists and is not that link"))),
                 }
-                let dir = at.rsplit_once('/').map_or("/", |(d, _)| d);
+                let dir = image::parent(&at);
                 image::ensure_dir(dir, base, layer)?;
                 image::link(base, layer, &at, &to)?;
                 made.push(at);

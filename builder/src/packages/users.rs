@@ -546,7 +546,7 @@ pub(crate) fn apply(
                     })?;
                     // adduser's `mktree`: each missing directory 0755 (umask 022), root's;
                     // then the home given to the user and its primary group, SYS_DIR_MODE.
-                    let parent = u.home.rsplit_once('/').map_or("/", |(p, _)| p);
+                    let parent = crate::packages::image::parent(&u.home);
                     if !parent.is_empty() {
                         crate::packages::image::ensure_dir(parent, base, layer)?;
                     }

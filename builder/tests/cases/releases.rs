@@ -940,27 +940,39 @@ fn local_deb_equals_apt_get(
     }
     let tmp = tempfile::tempdir().unwrap();
     let deb = make(tmp.path());
-    let base = debian::base(debian::BOOKWORM);
-    let ours_dir = tmp.path().join("ours");
-    let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
+    let (r, ours, theirs) = local_deb_layers(debian::BOOKWORM, &deb, "local-deb-base", tmp.path());
     let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap();
     let rec = scripts.iter().find(|r| r["package"] == label).unwrap();
     assert_eq!(rec["outcome"], "emulated", "{rec}");
-    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
-    let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
-
-    let theirs = docker_build_top_layer(
-        &base,
-        &format!("erdma-test/local-deb-base:{}", std::process::id()),
-        tmp.path(),
-        &[("local.deb", &deb)],
-        "COPY local.deb /tmp/local.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/local.deb",
-    );
     for p in paths {
         assert_eq!(ours.entries.get(*p), theirs.entries.get(*p), "{p}");
         assert!(ours.entries.contains_key(*p), "{p} is in the layers");
     }
     Some(ours)
+}
+
+/// The local `.deb` `deb` installed on `rel`'s base with erdma-build (`--package`) and with
+/// `apt-get install --no-install-recommends` of the same file in Docker (loaded as `name`):
+/// erdma-build's report, its layer and apt-get's.
+fn local_deb_layers(
+    rel: debian::Release,
+    deb: &Path,
+    name: &str,
+    tmp: &Path,
+) -> (Value, LayerView, LayerView) {
+    let base = debian::base(rel);
+    let ours_dir = tmp.join("ours");
+    let r = super::build_one_deb(&base.reference(), deb, &ours_dir, &tmp.join("cache"));
+    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
+    let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
+    let theirs = docker_build_top_layer(
+        &base,
+        &format!("erdma-test/{name}:{}", std::process::id()),
+        tmp,
+        &[("local.deb", deb)],
+        "COPY local.deb /tmp/local.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/local.deb",
+    );
+    (r, ours, theirs)
 }
 
 /// What differs between two runs of the same maintainer scripts by design, never by a fault:
@@ -1284,24 +1296,13 @@ fn base_file_trigger_emulated_as_dpkg_runs_it(rel: debian::Release) {
             ..Default::default()
         },
     );
-    let base = debian::base(rel);
-    let ours_dir = tmp.path().join("ours");
-    let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
+    let (r, ours, theirs) = local_deb_layers(rel, &deb, "trigger-base", tmp.path());
     assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
     let scripts = r["images"][0]["packages"]["scripts"].as_array().unwrap();
     assert!(
         scripts.iter().any(|s| s["outcome"] == "emulated"
             && s["detail"].as_str().unwrap_or_default().contains("update-shells")),
         "{scripts:?}"
-    );
-    let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
-    let ours = read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
-    let theirs = docker_build_top_layer(
-        &base,
-        &format!("erdma-test/trigger-base:{}", std::process::id()),
-        tmp.path(),
-        &[("shell.deb", &deb)],
-        "COPY shell.deb /tmp/shell.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/shell.deb",
     );
     for p in ["etc/shells", "var/lib/shells.state"] {
         assert!(theirs.entries.contains_key(p), "apt-get's trigger wrote {p}");
@@ -1398,20 +1399,8 @@ fn ucf_calls_equal_apt_get_in_docker() {
                 ..Default::default()
             },
         );
-        let base = debian::base(rel);
-        let ours_dir = tmp.path().join("ours");
-        let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
+        let (r, ours, theirs) = local_deb_layers(rel, &deb, "ucf-base", tmp.path());
         assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
-        let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
-        let ours =
-            read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
-        let theirs = docker_build_top_layer(
-            &base,
-            &format!("erdma-test/ucf-base:{}", std::process::id()),
-            tmp.path(),
-            &[("local.deb", &deb)],
-            "COPY local.deb /tmp/local.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/local.deb",
-        );
         let pick = |v: &LayerView| -> BTreeMap<String, Meta> {
             v.entries
                 .iter()
@@ -1464,20 +1453,8 @@ fn adduser_system_home_equals_apt_get_in_docker() {
                 ..Default::default()
             },
         );
-        let base = debian::base(rel);
-        let ours_dir = tmp.path().join("ours");
-        let r = super::build_one_deb(&base.reference(), &deb, &ours_dir, &tmp.path().join("cache"));
+        let (r, ours, theirs) = local_deb_layers(rel, &deb, "home-base", tmp.path());
         assert!(r["images"][0]["packages"].get("sandbox").is_none(), "{r}");
-        let layer = r["images"][0]["layer"]["digest"].as_str().unwrap();
-        let ours =
-            read_layer(&std::fs::read(support::fixture::blob_path(&ours_dir, layer)).unwrap());
-        let theirs = docker_build_top_layer(
-            &base,
-            &format!("erdma-test/home-base:{}", std::process::id()),
-            tmp.path(),
-            &[("local.deb", &deb)],
-            "COPY local.deb /tmp/local.deb\nRUN apt-get update && apt-get install -y --no-install-recommends /tmp/local.deb",
-        );
         for d in ["var/lib/home-stand-in", "var/lib/home-stand-in/data"] {
             assert!(theirs.dirs.contains_key(d), "{}: apt-get made {d}", rel.suite);
             assert_eq!(ours.dirs.get(d), theirs.dirs.get(d), "{}: {d}", rel.suite);

@@ -64,6 +64,28 @@ fn start_kubelet(dir: &Path, tx: mpsc::Sender<pb::RegisterRequest>) -> tokio::ta
     })
 }
 
+/// `erdma-device-plugin` over fixture `f`'s host, serving in `dir`, with `args`; killed when
+/// dropped.
+fn spawn_plugin(f: &Fixture, dir: &Path, args: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(bin("erdma-device-plugin"))
+        .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
+        .arg("--socket-dir")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// The next registration the test kubelet takes (within 20 s); `what` names it when none comes.
+async fn registration(
+    rx: &mut mpsc::Receiver<pb::RegisterRequest>,
+    what: &str,
+) -> pb::RegisterRequest {
+    tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect(what).unwrap()
+}
+
 /// The next `ListAndWatch` update (within 10 s).
 async fn next(s: &mut tonic::Streaming<pb::ListAndWatchResponse>) -> Vec<pb::Device> {
     tokio::time::timeout(Duration::from_secs(10), s.message())
@@ -90,19 +112,8 @@ fn device_plugin_registers_streams_health_and_allocates_root() {
     rt.block_on(async {
         let (tx, mut rx) = mpsc::channel(4);
         let kubelet = start_kubelet(&dir, tx.clone());
-        let mut child = tokio::process::Command::new(bin("erdma-device-plugin"))
-            .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
-            .arg("--socket-dir")
-            .arg(&dir)
-            .args(["--poll-ms", "100", "--shares", "2"])
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-            .await
-            .expect("the plugin registers")
-            .unwrap();
+        let mut child = spawn_plugin(&f, &dir, &["--poll-ms", "100", "--shares", "2"]);
+        let reg = registration(&mut rx, "the plugin registers").await;
         assert_eq!(
             (reg.version.as_str(), reg.endpoint.as_str(), reg.resource_name.as_str()),
             ("v1beta1", "erdma.sock", "aliyun/erdma")
@@ -191,10 +202,7 @@ fn device_plugin_registers_streams_health_and_allocates_root() {
         // kubelet restarts: it removes the plugins' sockets and makes its own anew.
         kubelet.abort();
         let _kubelet = start_kubelet(&dir, tx);
-        let again = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-            .await
-            .expect("the plugin registers again")
-            .unwrap();
+        let again = registration(&mut rx, "the plugin registers again").await;
         assert_eq!(again.endpoint, "erdma.sock");
         assert!(dir.join("erdma.sock").exists(), "serving again");
         let _ = child.kill().await;
@@ -241,19 +249,9 @@ fn device_plugin_refuses_to_advertise_beside_acks_or_terways_plugin() {
     rt.block_on(async {
         let (tx, mut rx) = mpsc::channel(4);
         let _kubelet = start_kubelet(&dir, tx);
-        let _child = tokio::process::Command::new(bin("erdma-device-plugin"))
-            .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
-            .arg("--socket-dir")
-            .arg(&dir)
-            .args(["--poll-ms", "50", "--resource", "example.com/erdma"])
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-            .await
-            .expect("the plugin registers")
-            .unwrap();
+        let _child =
+            spawn_plugin(&f, &dir, &["--poll-ms", "50", "--resource", "example.com/erdma"]);
+        let reg = registration(&mut rx, "the plugin registers").await;
         assert_eq!(reg.resource_name, "example.com/erdma");
     });
 }
@@ -272,16 +270,7 @@ fn device_plugin_started_before_kubelet_registers_once_kubelet_is_up_root() {
     std::fs::create_dir_all(&dir).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let mut child = tokio::process::Command::new(bin("erdma-device-plugin"))
-            .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
-            .arg("--socket-dir")
-            .arg(&dir)
-            .args(["--poll-ms", "100"])
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let mut child = spawn_plugin(&f, &dir, &["--poll-ms", "100"]);
         // The plugin is serving, and failing to register, before kubelet comes.
         let sock = dir.join("erdma.sock");
         for _ in 0..100 {
@@ -294,10 +283,7 @@ fn device_plugin_started_before_kubelet_registers_once_kubelet_is_up_root() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let (tx, mut rx) = mpsc::channel(4);
         let _kubelet = start_kubelet(&dir, tx);
-        let reg = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-            .await
-            .expect("the plugin registers an endpoint kubelet can dial")
-            .unwrap();
+        let reg = registration(&mut rx, "the plugin registers an endpoint kubelet can dial").await;
         assert_eq!(reg.endpoint, "erdma.sock");
         // kubelet's side: the endpoint answers the device plugin API.
         let channel = erdma_kube::kubelet::unix_channel(&dir.join("erdma.sock")).await.unwrap();

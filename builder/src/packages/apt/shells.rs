@@ -160,9 +160,8 @@ fn write(path: &str, text: Vec<u8>, base: &dyn BaseFiles, layer: &mut LayerConte
 /// `dpkg-realpath DIR` (every symlink resolved, the last one too) in the image; `None` where it
 /// leads through a symlink of the layer (not told here).
 fn real_dir(dir: &str, base: &dyn BaseFiles, layer: &LayerContents) -> Option<String> {
-    // Resolving `DIR/.` resolves DIR's own last component as a directory of the path.
-    let real = image::real(&format!("{dir}/x"), base).ok()?;
-    let real = real.strip_suffix("/x").unwrap_or("");
+    let real = image::real_dir(dir, base).ok()?;
+    let real = real.as_str();
     if layer.files().any(|(p, e)| {
         matches!(e.kind, erdma_oci::layer::EntryKind::Symlink(_))
             && (real == p || real.starts_with(&format!("{p}/")))

@@ -116,13 +116,8 @@ pub(super) fn emulable(
     layer: Option<&LayerContents>,
     ucf_planned: bool,
 ) -> Result<bool> {
-    let script = match layer {
-        Some(layer) => image::read(UCF, base, layer, MAX)?,
-        None => match base.real_path(UCF.trim_start_matches('/'))? {
-            Some(p) => base.read(&p, MAX)?,
-            None => None,
-        },
-    };
+    let empty = LayerContents::new();
+    let script = image::read(UCF, base, layer.unwrap_or(&empty), MAX)?;
     Ok(match script {
         Some(s) => Variant::of(&s).is_some(),
         None => layer.is_none() && ucf_planned,
@@ -172,7 +167,7 @@ pub(super) fn apply(
                 if image::exists(path, base, layer)? {
                     continue;
                 }
-                let parent = path.rsplit_once('/').map_or("/", |(p, _)| p);
+                let parent = image::parent(path);
                 if !image::is_dir(parent, base, layer)? {
                     return Err(refuse(format!("no directory {parent}")));
                 }
@@ -188,7 +183,7 @@ pub(super) fn apply(
                 if image::exists(dest, base, layer)? {
                     return Err(refuse(format!("{dest} is there already")));
                 }
-                let parent = dest.rsplit_once('/').map_or("/", |(p, _)| p);
+                let parent = image::parent(dest);
                 if !image::is_dir(parent, base, layer)? {
                     return Err(refuse(format!("no directory {parent}")));
                 }
