@@ -317,7 +317,7 @@ fn t_sysfs_values(data: &[u8]) {
         erdma_oci_hook::discover::discover(&tree, &tree.join("no-dev"), &["erdma".into()])
     {
         let devices: Vec<_> = host.devices.iter().collect();
-        let _ = erdma_oci_hook::nccl::derive(&host, &devices);
+        let _ = erdma_oci_hook::nccl::derive(&host, &devices, &erdma_oci_hook::netns::Net::Host);
     }
     let _ = erdma_kube::deviceplugin::numa_node(&tree, "erdma_0");
 }

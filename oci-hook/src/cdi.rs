@@ -7,8 +7,11 @@
 //! requested, and a node listed once gets one device-cgroup rule, not one per device.
 //!
 //! What CDI cannot do (the CDI specification has no rlimits and no namespaces): a container given these
-//! devices still needs `--ulimit memlock=-1` and host networking from its user, or the runtime
-//! wrapper / hooks. There are no CDI hooks here on purpose: the devices and env are plain edits.
+//! devices still needs `--ulimit memlock=-1` from its user, or the runtime wrapper / hooks. One
+//! spec serves every container, whichever network it is on, so `NCCL_SOCKET_IFNAME` is in it
+//! only under `network = "require"` (every asking container on the host's network); else NCCL
+//! chooses the container's interface itself. There are no CDI hooks here on purpose: the
+//! devices and env are plain edits.
 //!
 //! Env caveat: the CDI library sets spec-level `env` by replacing a variable the container
 //! already has (container-device-interface `internal/ociedit`, `addEnv`), so unlike the runtime
@@ -20,6 +23,7 @@ use crate::config::Config;
 use crate::discover::{self, CharDev, Host};
 use crate::error::{Error, Result};
 use crate::nccl;
+use crate::netns::Net;
 
 /// The CDI kind: `--device aliyun.com/erdma=all` (the ACK GDR guide's resource is `aliyun/erdma`).
 pub const KIND: &str = "aliyun.com/erdma";
@@ -114,8 +118,10 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
     devices.push(json!({"name": ALL, "containerEdits": {"deviceNodes": all_nodes}}));
 
     // Derived for all devices, as the runtime wrapper derives them for the ones a container
-    // asked for (nccl.rs): CDI env cannot depend on which devices were asked for (module docs).
-    let derived = nccl::derive(host, &usable);
+    // asked for (nccl.rs): CDI env cannot depend on which devices were asked for (module docs),
+    // nor on the network a container is on: the host's interface only where every container
+    // that asks must be on the host's network.
+    let derived = nccl::derive(host, &usable, &Net::any_container(config.network));
     for n in &derived.notes {
         tracing::warn!("{n}");
     }
@@ -237,6 +243,7 @@ mod tests {
                 minor: 58,
             }),
             netdevs: vec!["eth0".into(), "eth1".into(), "lo".into()],
+            rdma_netns: crate::netns::RdmaNetns::Shared,
         }
     }
 
@@ -266,9 +273,21 @@ mod tests {
             .iter()
             .map(|e| e.as_str().unwrap())
             .collect();
-        // Derived from the host (nccl.rs): exact device:port names, the netdevs behind them.
+        // Derived from the host (nccl.rs): exact device:port names; no interface, as one spec
+        // serves containers on any network (the default `network = "any"`).
         assert!(env.contains(&"NCCL_IB_HCA==erdma_0:1,erdma_1:1"), "{env:?}");
-        assert!(env.contains(&"NCCL_SOCKET_IFNAME==eth0,eth1"), "{env:?}");
+        assert!(!env.iter().any(|e| e.starts_with("NCCL_SOCKET_IFNAME=")), "{env:?}");
+        // Under `require` every asking container is on the host's network: its netdevs.
+        let require =
+            Config { network: crate::config::NetworkPolicy::Require, ..Config::default() };
+        let spec = spec_for(&host("/dev", 8500), &require).unwrap();
+        assert!(
+            spec["containerEdits"]["env"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("NCCL_SOCKET_IFNAME==eth0,eth1")),
+            "{spec}"
+        );
         assert!(env.contains(&"NCCL_IB_GID_INDEX=1"), "{env:?}");
         assert!(
             !env.iter().any(|e| e.starts_with("NCCL_PROTO=")),

@@ -31,7 +31,8 @@ pub struct Config {
     pub default_request: String,
     /// `RLIMIT_MEMLOCK` for containers that ask: `unlimited` or a number of bytes.
     pub memlock: Memlock,
-    /// What to do when the engine manages the container's network namespace.
+    /// Which networks a container that asks may be on: `any` (its own, with NCCL's settings
+    /// read from it) or `require` (only the host's).
     pub network: NetworkPolicy,
     /// Set the NCCL environment: the settings derived from sysfs for the container's devices
     /// and the presets that hold on every eRDMA host (`nccl.rs`).
@@ -99,13 +100,19 @@ impl<'de> Deserialize<'de> for Memlock {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkPolicy {
-    /// Refuse to start a container whose network namespace an engine manages.
+    /// Refuse a container whose network namespace an engine manages (a pod without
+    /// `hostNetwork: true`, `docker run` without `--network host`): for clusters that want
+    /// every eRDMA job on the host's network.
     Require,
-    /// Log and go on (the container will fall back to TCP).
-    Warn,
+    /// Any network: a container on its own gets the devices, memlock and NCCL settings read
+    /// from its namespace (`nccl.rs`), and one warning that `rdma_cm`-based programs need host
+    /// networking. `warn`, its name before, is read as this.
+    #[default]
+    #[serde(alias = "warn")]
+    Any,
 }
 
 impl Default for Config {
@@ -120,7 +127,7 @@ impl Default for Config {
             accept_env: true,
             default_request: "none".into(),
             memlock: Memlock::Unlimited,
-            network: NetworkPolicy::Require,
+            network: NetworkPolicy::Any,
             env_presets: true,
             env_policy: EnvPolicy::Repair,
         }
@@ -157,7 +164,12 @@ mod tests {
         let c: Config =
             toml::from_str("memlock = 8388608\nnetwork = \"warn\"\naccept_env = false\n").unwrap();
         assert_eq!(c.memlock, Memlock::Bytes(8 << 20));
-        assert_eq!(c.network, NetworkPolicy::Warn);
+        assert_eq!(c.network, NetworkPolicy::Any, "`warn` is read as `any`");
+        assert_eq!(Config::default().network, NetworkPolicy::Any);
+        let r: Config = toml::from_str("network = \"require\"\n").unwrap();
+        assert_eq!(r.network, NetworkPolicy::Require);
+        let e = toml::from_str::<Config>("network = \"host\"\n").unwrap_err().to_string();
+        assert!(e.contains("require") && e.contains("any"), "{e}");
         assert!(!c.accept_env);
         assert_eq!(c.runtime, "runc");
         assert_eq!(Config::default().memlock.value(), u64::MAX);

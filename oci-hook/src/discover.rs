@@ -59,8 +59,11 @@ pub struct Host {
     pub others: Vec<RdmaDevice>,
     pub rdma_cm: Option<CharDev>,
     /// The host's network interfaces (`/sys/class/net`), sorted: what `NCCL_SOCKET_IFNAME`
-    /// may name.
+    /// may name for a container on the host's network.
     pub netdevs: Vec<String>,
+    /// The kernel's RDMA namespace mode: whether containers on their own network can use the
+    /// devices.
+    pub rdma_netns: crate::netns::RdmaNetns,
 }
 
 /// A sysfs attribute's value, trimmed.
@@ -253,7 +256,8 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
         .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
     netdevs.sort();
-    Ok(Host { devices, others, rdma_cm, netdevs })
+    let rdma_netns = crate::netns::rdma_netns_mode(sysfs);
+    Ok(Host { devices, others, rdma_cm, netdevs, rdma_netns })
 }
 
 #[cfg(test)]

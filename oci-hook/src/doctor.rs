@@ -10,6 +10,8 @@
 //! - the erdma kernel driver and its version, `module/erdma/version` (`driver`);
 //! - the eRDMA devices (`devices`), each port's state, `PORT_ACTIVE` expected (`port.DEV.N`),
 //!   each device's uverbs node in /dev (`uverbs.DEV`), and `rdma_cm` (`rdma_cm`);
+//! - the kernel's RDMA namespace mode, `module/ib_core/parameters/netns_mode`, and what it means
+//!   for containers on their own network (`rdma-netns`);
 //! - the netdev MTU and what it means for NCCL's LL128 protocol, the ECS eRDMA-on-GPU guide (`mtu`);
 //! - `nvidia_peermem` for GPU Direct RDMA (`nvidia_peermem`);
 //! - per engine, whether it is installed, told by its programs on PATH and its socket (not by
@@ -254,15 +256,49 @@ fn device_checks(config: &Config, opts: &Options, host: &Host, checks: &mut Vec<
             json!({"path": "/dev/infiniband/rdma_cm", "host_path": config.dev_root.join("infiniband/rdma_cm")}),
         ),
     });
+    checks.push(netns_check(config, host));
     checks.push(mtu_check(config, opts, host));
     checks.push(nccl_check(host));
+}
+
+/// The kernel's RDMA namespace mode (`rdma system show netns`), read from `ib_core`'s
+/// parameter, and what it means with the configured `network` policy.
+fn netns_check(config: &Config, host: &Host) -> Check {
+    use crate::config::NetworkPolicy;
+    use crate::netns::RdmaNetns;
+    let param = config.sysfs_root.join("module/ib_core/parameters/netns_mode");
+    let details = json!({"mode": host.rdma_netns, "source": param, "network": config.network});
+    match (host.rdma_netns, config.network) {
+        (RdmaNetns::Shared, NetworkPolicy::Any) => Check::ok(
+            "rdma-netns",
+            "RDMA namespace mode shared: containers on their own network use the devices too (NCCL_SOCKET_IFNAME from their namespace); rdma_cm-based programs need host networking",
+            details,
+        ),
+        (RdmaNetns::Shared, NetworkPolicy::Require) => Check::ok(
+            "rdma-netns",
+            "RDMA namespace mode shared; the config requires host networking (network = \"require\"), so containers on their own network are refused",
+            details,
+        ),
+        (RdmaNetns::Exclusive, _) => Check::warn(
+            "rdma-netns",
+            "RDMA namespace mode exclusive: the devices belong to the host's network namespace, so only containers on the host network can use them; others are refused",
+            "`rdma system set netns shared` (or ib_core's netns_mode=1 at boot) lets containers on their own network use eRDMA",
+            details,
+        ),
+        (RdmaNetns::Unknown, _) => Check::warn(
+            "rdma-netns",
+            format!("RDMA namespace mode unknown: {} cannot be read (is ib_core loaded?)", param.display()),
+            "`rdma system show netns` tells it; `modprobe ib_core` if the RDMA core is not loaded",
+            details,
+        ),
+    }
 }
 
 /// The NCCL settings a container given every device gets here (`nccl.rs`; `erdma-oci-hook env`
 /// prints them for jobs without an engine). A warning when some cannot be derived.
 fn nccl_check(host: &Host) -> Check {
     let usable: Vec<&RdmaDevice> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
-    let d = crate::nccl::derive(host, &usable);
+    let d = crate::nccl::derive(host, &usable, &crate::netns::Net::Host);
     let set: Vec<String> = d.vars.iter().map(|v| format!("{}={}", v.name, v.value)).collect();
     let details = json!({"vars": d.vars, "notes": d.notes});
     let shown = if set.is_empty() { "nothing can be derived".to_string() } else { set.join(" ") };
@@ -919,7 +955,13 @@ mod tests {
                 problem: None,
             })
             .collect();
-        Host { devices, others: vec![], rdma_cm: None, netdevs: vec![] }
+        Host {
+            devices,
+            others: vec![],
+            rdma_cm: None,
+            netdevs: vec![],
+            rdma_netns: Default::default(),
+        }
     }
 
     #[test]

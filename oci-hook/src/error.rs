@@ -36,10 +36,18 @@ pub enum Error {
     BadRequest { value: String, source_name: &'static str },
 
     #[error(
-        "eRDMA needs host networking, but this container's network namespace is managed by the engine; \
-         run it with `--network host` (Docker, Podman) or `hostNetwork: true` (Kubernetes)"
+        "eRDMA is configured to need host networking (network = \"require\"), but this container's network namespace is managed by the engine; \
+         run it with `--network host` (Docker, Podman) or `hostNetwork: true` (Kubernetes), or set network = \"any\" in the config"
     )]
     HostNetworkRequired,
+
+    /// The kernel's RDMA subsystem keeps each device to one network namespace.
+    #[error(
+        "this container is on its own network, but the host's RDMA namespace mode is exclusive \
+         (ib_core netns_mode=N): its eRDMA devices belong to the host's namespace and cannot be opened from the container's; \
+         run it with host networking, or switch the host to shared mode (`rdma system set netns shared`)"
+    )]
+    RdmaNetnsExclusive,
 
     /// A path inside a container root, resolved through `pathrs` (prestart hook).
     #[error("{operation} {path} in container root {root}")]

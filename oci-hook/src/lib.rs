@@ -7,6 +7,8 @@
 //! - [`request`]: whether and what a container asks for.
 //! - [`modify`]: where a spec gets edited (devices, cgroup rules, memlock, network, env).
 //! - [`nccl`]: the NCCL settings derived from sysfs for a container's devices.
+//! - [`netns`]: the network a container is in, read from its namespace, and the host's RDMA
+//!   namespace mode.
 //! - [`spec`]: reading and atomically writing `config.json` as JSON, unknown fields kept.
 //! - [`doctor`]: the host readiness report (`erdma-oci-hook doctor`).
 //! - Kubernetes (the device plugin and the NRI plugin, on these same pieces): the `erdma-kube`
@@ -24,6 +26,7 @@ pub mod hooks;
 pub mod log;
 pub mod modify;
 pub mod nccl;
+pub mod netns;
 pub mod prestart;
 pub mod request;
 pub mod runtime;

@@ -236,7 +236,8 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 erdma_oci_hook::request::Request::Named(devices)
             };
             let (chosen, _) = erdma_oci_hook::modify::select(&request, &host, config)?;
-            let derived = erdma_oci_hook::nccl::derive(&host, &chosen);
+            let derived =
+                erdma_oci_hook::nccl::derive(&host, &chosen, &erdma_oci_hook::netns::Net::Host);
             let env = derived.with_presets();
             for n in &derived.notes {
                 eprintln!("note: {n}");

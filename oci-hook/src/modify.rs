@@ -10,6 +10,7 @@ use crate::config::{Config, NetworkPolicy};
 use crate::discover::{CharDev, Host, RdmaDevice};
 use crate::error::{Error, Result};
 use crate::nccl;
+use crate::netns::{Net, RdmaNetns};
 use crate::request::{env_get, Request};
 use erdma_common::nccl::{mtu_expected, MTU_JUMBO, MTU_STANDARD, NO_LL128};
 
@@ -30,9 +31,19 @@ pub enum NetworkOutcome {
     AlreadyHost,
     /// A fresh private namespace no engine manages was dropped.
     Dropped,
-    /// An engine manages it and the policy is `warn`.
-    ManagedWarned,
+    /// An engine manages it and the policy is `any`: the container keeps its own network, and
+    /// NCCL's settings are read from it.
+    Own,
 }
+
+/// The one warning a container on its own network gets: verbs and NCCL work there, connection
+/// setup through `rdma_cm` does not.
+pub const OWN_NETWORK_WARNING: &str = "this container is not on the host's network: eRDMA verbs and NCCL work from its namespace (RDMA namespace mode shared), but programs that connect through rdma_cm (perftest's -R, rping, UCX over rdmacm) need host networking";
+
+/// Where Docker's bridge namespace is not yet set up: the spec names none, its
+/// `libnetwork-setkey` hook moves the interfaces in after the container is created.
+const UNREAD_ENGINE_HOOK: &str =
+    "the engine sets it up only after the container is created (Docker's libnetwork-setkey hook)";
 
 /// What was done, for logs and `--json` reports.
 #[derive(Debug, Clone, Serialize)]
@@ -41,6 +52,8 @@ pub struct Report {
     pub nodes: Vec<String>,
     pub memlock: u64,
     pub network: NetworkOutcome,
+    /// The container's network as the NCCL settings were derived for it.
+    pub net: Net,
     /// `NAME=VALUE` set in the container's env: added, or replacing a value that could not
     /// work here (see [`nccl::plan`]).
     pub env_added: Vec<String>,
@@ -143,24 +156,31 @@ pub fn apply(
         spec.pointer("/linux/namespaces").and_then(Value::as_array).cloned().unwrap_or_default();
     let net =
         namespaces.iter().position(|n| n.get("type").and_then(Value::as_str) == Some("network"));
-    let network = match net {
-        None => NetworkOutcome::AlreadyHost,
+    let (network, net) = match net {
+        None => (NetworkOutcome::AlreadyHost, Net::Host),
         // Docker's `--network host` names the host's namespace by a path of its own
         // (`/var/run/docker/netns/default`; moby `WithNamespaces` sets `SandboxKey`): that is
         // host networking already, and the path is left as it is.
         Some(i) if namespaces[i].get("path").and_then(Value::as_str).is_some_and(is_own_netns) => {
-            NetworkOutcome::AlreadyHost
+            (NetworkOutcome::AlreadyHost, Net::Host)
         }
         Some(i) => {
-            let managed =
-                namespaces[i].get("path").and_then(Value::as_str).is_some_and(|p| !p.is_empty())
-                    || engine_hook(spec);
+            let path = namespaces[i].get("path").and_then(Value::as_str).filter(|p| !p.is_empty());
+            let managed = path.is_some() || engine_hook(spec);
             match (managed, config.network) {
-                (false, _) => NetworkOutcome::Dropped,
+                // A fresh namespace no engine sets up would hold only `lo`.
+                (false, _) => (NetworkOutcome::Dropped, Net::Host),
                 (true, NetworkPolicy::Require) => return Err(Error::HostNetworkRequired),
-                (true, NetworkPolicy::Warn) => {
-                    warnings.push("the engine manages this container's network namespace: eRDMA will not work and NCCL will fall back to TCP; use host networking".into());
-                    NetworkOutcome::ManagedWarned
+                (true, NetworkPolicy::Any) => {
+                    if host.rdma_netns == RdmaNetns::Exclusive {
+                        return Err(Error::RdmaNetnsExclusive);
+                    }
+                    warnings.push(OWN_NETWORK_WARNING.to_string());
+                    let net = match path {
+                        Some(p) => Net::read(std::path::Path::new(p)),
+                        None => Net::Unread { why: UNREAD_ENGINE_HOOK.into() },
+                    };
+                    (NetworkOutcome::Own, net)
                 }
             }
         }
@@ -219,11 +239,12 @@ pub fn apply(
             .and_then(|p| Some(p.entry("env").or_insert_with(|| json!([])).as_array_mut()?.clone()))
             .unwrap_or_default();
         // Derived from this host's sysfs for these devices (nccl.rs), merged by the policy.
-        let derived = nccl::derive(host, devices);
+        let derived = nccl::derive(host, devices, &net);
         let plan = nccl::plan(
             &|k| env_get(&env, k).map(str::to_string),
             &derived,
             host,
+            &net,
             devices,
             config.env_policy,
             true,
@@ -240,6 +261,10 @@ pub fn apply(
             ));
         }
         warnings.extend(plan.warnings);
+        if network == NetworkOutcome::Own {
+            warnings
+                .extend(derived.notes.iter().filter(|n| n.contains("NCCL_SOCKET_IFNAME")).cloned());
+        }
         if let Some(list) =
             process.as_object_mut().and_then(|p| p.get_mut("env")).and_then(Value::as_array_mut)
         {
@@ -259,6 +284,7 @@ pub fn apply(
         nodes: nodes.iter().map(|n| n.path.clone()).collect(),
         memlock,
         network,
+        net,
         env_added,
         warnings,
     })
@@ -317,6 +343,7 @@ mod tests {
             others: vec![],
             rdma_cm: Some(cm()),
             netdevs: vec!["eth0".into(), "lo".into()],
+            rdma_netns: crate::netns::RdmaNetns::Shared,
         }
     }
 
@@ -601,23 +628,55 @@ mod tests {
             s["hooks"] = json!({"prestart": [{"path": "/usr/bin/dockerd", "args": ["libnetwork-setkey", "-exec-root=/var/run/docker", "0123abc", "4567def"]}]});
             s
         };
+        let require = Config { network: NetworkPolicy::Require, ..Config::default() };
         for managed in [managed_path, docker_hook] {
             let mut s = managed.clone();
-            let e = edit(&mut s, Request::All, &h, &Config::default()).unwrap_err();
+            let e = edit(&mut s, Request::All, &h, &require).unwrap_err();
             assert!(matches!(e, Error::HostNetworkRequired), "{e}");
             let msg = e.to_string();
-            assert!(msg.contains("--network host") && msg.contains("hostNetwork: true"), "{msg}");
+            assert!(
+                msg.contains("--network host")
+                    && msg.contains("hostNetwork: true")
+                    && msg.contains("network = \"any\""),
+                "{msg}"
+            );
             assert_eq!(s, managed, "a refused spec is unchanged");
 
-            let warn = Config { network: NetworkPolicy::Warn, ..Config::default() };
+            // The default: the container keeps its network, and is told about rdma_cm once.
             let mut s = managed.clone();
-            let r = edit(&mut s, Request::All, &h, &warn).unwrap();
-            assert_eq!(r.network, NetworkOutcome::ManagedWarned);
+            let r = edit(&mut s, Request::All, &h, &Config::default()).unwrap();
+            assert_eq!(r.network, NetworkOutcome::Own);
             assert_eq!(
                 s["linux"]["namespaces"], managed["linux"]["namespaces"],
                 "a managed namespace is never touched"
             );
-            assert!(r.warnings.iter().any(|w| w.contains("network namespace")), "{:?}", r.warnings);
+            assert_eq!(
+                r.warnings.iter().filter(|w| w.contains("rdma_cm")).count(),
+                1,
+                "{:?}",
+                r.warnings
+            );
+            // Neither namespace can be read here (a path that does not exist, Docker's before
+            // its hook ran): the host's interface is not given, NCCL chooses.
+            assert!(matches!(r.net, Net::Unread { .. }), "{:?}", r.net);
+            assert_eq!(env_value(&s, "NCCL_SOCKET_IFNAME"), None);
+            assert_eq!(env_value(&s, "NCCL_IB_HCA"), Some("=erdma_0:1"));
+            assert!(
+                r.warnings.iter().any(|w| w.contains("NCCL_SOCKET_IFNAME is not set")),
+                "{:?}",
+                r.warnings
+            );
+
+            // Exclusive RDMA namespaces: the devices cannot be opened there, refused.
+            let exclusive = Host { rdma_netns: RdmaNetns::Exclusive, ..h.clone() };
+            let mut s = managed.clone();
+            let e = edit(&mut s, Request::All, &exclusive, &Config::default()).unwrap_err();
+            assert!(
+                matches!(e, Error::RdmaNetnsExclusive)
+                    && e.to_string().contains("rdma system set netns shared"),
+                "{e}"
+            );
+            assert_eq!(s, managed, "a refused spec is unchanged");
         }
         // A path to the host's own namespace (Docker's `--network host`) is host networking.
         let mut s = runc_spec();

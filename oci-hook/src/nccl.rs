@@ -6,10 +6,23 @@
 //! - `NCCL_IB_HCA`: the given devices' ACTIVE ports, in NCCL's exact-match syntax
 //!   (`=rocep26s0:1,rocep9s0:1`): NCCL takes plain names as prefixes, so `erdma_1` would also
 //!   pick `erdma_10`, and `erdma` matches nothing on hosts whose devices are `rocep…`.
-//! - `NCCL_SOCKET_IFNAME`: the netdevs behind those ports (`=ens5`), never a name the host lacks
-//!   (NCCL stops at start when none matches: "Bootstrap : no socket interface found").
+//! - `NCCL_SOCKET_IFNAME`: an interface of the container's own network namespace, never a name
+//!   it lacks (NCCL stops at start when none matches: "Bootstrap : no socket interface found").
+//!   On the host's network, the netdevs behind those ports (`=ens5`). On a network of its own
+//!   ([`Net::Own`], read from the namespace by [`crate::netns`]), its interfaces that are up
+//!   with a global address (`=eth0` in a pod): NCCL's bootstrap is plain TCP between the
+//!   ranks, over whatever network they share. Where the namespace cannot be read (Docker sets
+//!   it up only after the container is created; a CDI spec or the device plugin's answer
+//!   serves every container alike), it is left unset and NCCL chooses as it does by default
+//!   (`src/misc/socket.cc`: interfaces named `ib…` first, then any but `docker…` and `lo`).
 //! - `NCCL_IB_GID_INDEX`: the ports' IPv4-mapped RoCE v2 GID index, when they all agree; else
-//!   unset, and NCCL 2.21+ chooses itself.
+//!   unset, and NCCL 2.21+ chooses itself. The index names an entry of the device's GID table,
+//!   which in the kernel's `shared` RDMA namespace mode is the same seen from every namespace,
+//!   so it holds in a container on its own network too: the address in that entry is the
+//!   ERI's, which the peers reach over the VPC. It is the entry NCCL ≥ 2.21 picks by itself
+//!   (`NCCL_IB_GID_INDEX=-1`): of the family `NCCL_IB_ADDR_FAMILY` names (IPv4 by default),
+//!   within `NCCL_IB_ADDR_RANGE` when set, RoCE v2 before v1 (`src/transport/net_ib.cc`,
+//!   `ncclIbGetGidIndex`).
 //! - `NCCL_PROTO=^LL128` when a port's MTU is not the jumbo 8500 (the ECS eRDMA-on-GPU guide).
 //! - `NCCL_IB_DISABLE` and `NCCL_NET` are never touched.
 //!
@@ -20,6 +33,7 @@ use serde::Serialize;
 
 use crate::config::EnvPolicy;
 use crate::discover::{Host, RdmaDevice};
+use crate::netns::Net;
 
 /// One derived variable, with where it came from.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -54,8 +68,9 @@ impl Derived {
     }
 }
 
-/// The settings for `devices` (those given to a container, or every device) on `host`.
-pub fn derive(host: &Host, devices: &[&RdmaDevice]) -> Derived {
+/// The settings for `devices` (those given to a container, or every device) on `host`, for a
+/// container whose network is `net`.
+pub fn derive(host: &Host, devices: &[&RdmaDevice], net: &Net) -> Derived {
     let mut d = Derived::default();
     let active: Vec<(&RdmaDevice, &crate::discover::Port)> = devices
         .iter()
@@ -83,25 +98,9 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice]) -> Derived {
             value: format!("={}", hca.join(",")),
             source: "the ACTIVE ports of the container's devices (exact match)".into(),
         });
-        let mut ifs: Vec<&str> = Vec::new();
-        for (_, p) in &active {
-            if let Some(n) = p.netdev.as_deref().filter(|n| host.netdevs.iter().any(|h| h == n)) {
-                if !ifs.contains(&n) {
-                    ifs.push(n);
-                }
-            }
-        }
-        if ifs.is_empty() {
-            d.notes.push(
-                "no netdev of the host is behind the ACTIVE ports: NCCL_SOCKET_IFNAME is not set"
-                    .into(),
-            );
-        } else {
-            d.vars.push(Var {
-                name: "NCCL_SOCKET_IFNAME",
-                value: format!("={}", ifs.join(",")),
-                source: "the netdevs behind those ports (gid_attrs/ndevs)".into(),
-            });
+        match socket_ifname(host, &active, net) {
+            Ok(var) => d.vars.push(var),
+            Err(note) => d.notes.push(note),
         }
         let gids: Vec<Option<u32>> = active.iter().map(|(_, p)| p.roce_v2_ipv4_gid).collect();
         match gids[0] {
@@ -128,6 +127,49 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice]) -> Derived {
         });
     }
     d
+}
+
+/// `NCCL_SOCKET_IFNAME` for a container whose network is `net`, or why it is left unset.
+fn socket_ifname(
+    host: &Host,
+    active: &[(&RdmaDevice, &crate::discover::Port)],
+    net: &Net,
+) -> std::result::Result<Var, String> {
+    let (names, source) = match net {
+        Net::Host => {
+            let mut ifs: Vec<&str> = Vec::new();
+            for (_, p) in active {
+                if let Some(n) = p.netdev.as_deref().filter(|n| host.netdevs.iter().any(|h| h == n))
+                {
+                    if !ifs.contains(&n) {
+                        ifs.push(n);
+                    }
+                }
+            }
+            if ifs.is_empty() {
+                return Err("no netdev of the host is behind the ACTIVE ports: NCCL_SOCKET_IFNAME is not set".into());
+            }
+            (ifs, "the netdevs behind those ports (gid_attrs/ndevs)".to_string())
+        }
+        Net::Own { path, ifaces } => {
+            let ifs: Vec<&str> =
+                ifaces.iter().filter(|i| i.usable()).map(|i| i.name.as_str()).collect();
+            if ifs.is_empty() {
+                return Err(format!("the container's network namespace ({}) has no interface up with a global address besides lo: NCCL_SOCKET_IFNAME is not set", path.display()));
+            }
+            (
+                ifs,
+                format!(
+                    "the interfaces of the container's network namespace that are up with a global address (read from {})",
+                    path.display()
+                ),
+            )
+        }
+        Net::Unread { why } => {
+            return Err(format!("NCCL_SOCKET_IFNAME is not set: the container's network namespace cannot be read here ({why}); NCCL chooses among its interfaces itself (ib… first, then any but docker… and lo)"));
+        }
+    };
+    Ok(Var { name: "NCCL_SOCKET_IFNAME", value: format!("={}", names.join(",")), source })
 }
 
 /// NCCL's interface and device list syntax (`src/misc/utils.cc`, `parseStringList`,
@@ -180,10 +222,10 @@ pub fn hca_works(value: &str, devices: &[&RdmaDevice]) -> bool {
         .any(|d| d.ports.iter().any(|p| p.state == 4 && list.selects(&d.name, Some(p.num))))
 }
 
-/// Whether a container's `NCCL_SOCKET_IFNAME` selects at least one interface of the host.
-pub fn ifname_works(value: &str, host: &Host) -> bool {
+/// Whether a container's `NCCL_SOCKET_IFNAME` selects at least one of the interfaces `names`.
+pub fn ifname_works(value: &str, names: &[&str]) -> bool {
     let list = NcclList::parse(value);
-    host.netdevs.iter().any(|n| list.selects(n, None))
+    names.iter().any(|n| list.selects(n, None))
 }
 
 /// A change to a container's environment.
@@ -206,12 +248,13 @@ pub struct Plan {
 
 /// Merges the derived settings (and, with `presets`, [`PRESETS`]) into an environment whose
 /// values `get` reads. The container's own values win, except under `repair` one that cannot
-/// work on this host (an `NCCL_IB_HCA` selecting none of its ACTIVE ports, an
-/// `NCCL_SOCKET_IFNAME` naming no interface of the host), and under `replace` every derived one.
+/// work for it (an `NCCL_IB_HCA` selecting none of its ACTIVE ports, an `NCCL_SOCKET_IFNAME`
+/// naming no interface of its network, `net`), and under `replace` every derived one.
 pub fn plan(
     get: &dyn Fn(&str) -> Option<String>,
     derived: &Derived,
     host: &Host,
+    net: &Net,
     devices: &[&RdmaDevice],
     policy: EnvPolicy,
     presets: bool,
@@ -241,8 +284,15 @@ pub fn plan(
                     var.value.trim_start_matches('=')
                 )
             }),
-            "NCCL_SOCKET_IFNAME" => (!ifname_works(&own, host))
-                .then(|| format!("names no interface of this host ({})", host.netdevs.join(", "))),
+            "NCCL_SOCKET_IFNAME" => net.names(&host.netdevs).and_then(|names| {
+                (!ifname_works(&own, &names)).then(|| {
+                    let whose = match net {
+                        Net::Host => "this host",
+                        _ => "the container's network namespace",
+                    };
+                    format!("names no interface of {whose} ({})", names.join(", "))
+                })
+            }),
             _ => None,
         };
         let replace = match policy {
@@ -309,6 +359,7 @@ mod tests {
             others: vec![],
             rdma_cm: None,
             netdevs: netdevs.iter().map(|s| s.to_string()).collect(),
+            rdma_netns: crate::netns::RdmaNetns::Shared,
         }
     }
 
@@ -327,7 +378,7 @@ mod tests {
             &["ens5", "ens6", "lo"],
         );
         let all: Vec<&RdmaDevice> = h.devices.iter().collect();
-        let d = derive(&h, &all);
+        let d = derive(&h, &all, &Net::Host);
         assert_eq!(d.get("NCCL_IB_HCA"), Some("=rocep26s0:1"));
         assert_eq!(d.get("NCCL_SOCKET_IFNAME"), Some("=ens5"));
         assert_eq!(d.get("NCCL_IB_GID_INDEX"), Some("1"));
@@ -342,6 +393,7 @@ mod tests {
             ]),
             &d,
             &h,
+            &Net::Host,
             &all,
             EnvPolicy::Repair,
             true,
@@ -367,6 +419,7 @@ mod tests {
             &env(&[("NCCL_IB_HCA", "erdma"), ("NCCL_SOCKET_IFNAME", "eth0")]),
             &d,
             &h,
+            &Net::Host,
             &all,
             EnvPolicy::Keep,
             true,
@@ -377,6 +430,7 @@ mod tests {
             &env(&[("NCCL_IB_HCA", "rocep"), ("NCCL_SOCKET_IFNAME", "^docker,lo")]),
             &d,
             &h,
+            &Net::Host,
             &all,
             EnvPolicy::Repair,
             false,
@@ -387,6 +441,7 @@ mod tests {
             &env(&[("NCCL_IB_HCA", "rocep"), ("NCCL_IB_GID_INDEX", "3")]),
             &d,
             &h,
+            &Net::Host,
             &all,
             EnvPolicy::Replace,
             false,
@@ -403,7 +458,7 @@ mod tests {
             .collect();
         let h = host(devs, &["eth0", "eth1", "eth10"]);
         let given = vec![&h.devices[1]];
-        assert_eq!(derive(&h, &given).get("NCCL_IB_HCA"), Some("=erdma_1:1"));
+        assert_eq!(derive(&h, &given, &Net::Host).get("NCCL_IB_HCA"), Some("=erdma_1:1"));
         let list = NcclList::parse("=erdma_1:1");
         assert!(
             list.selects("erdma_1", Some(1))
@@ -425,7 +480,7 @@ mod tests {
             &["eth0", "eth1"],
         );
         let all: Vec<&RdmaDevice> = h.devices.iter().collect();
-        let d = derive(&h, &all);
+        let d = derive(&h, &all, &Net::Host);
         assert_eq!(d.get("NCCL_IB_GID_INDEX"), None);
         assert!(
             d.notes.iter().any(|n| n.contains("differ (erdma_0:1 2, erdma_1:1 1)")),
@@ -435,11 +490,19 @@ mod tests {
         assert_eq!(d.get("NCCL_SOCKET_IFNAME"), Some("=eth0,eth1"));
         assert_eq!(d.get("NCCL_PROTO"), Some("^LL128"));
         // A container's own GID index is kept under repair: it may be right.
-        let p = plan(&env(&[("NCCL_IB_GID_INDEX", "3")]), &d, &h, &all, EnvPolicy::Repair, false);
+        let p = plan(
+            &env(&[("NCCL_IB_GID_INDEX", "3")]),
+            &d,
+            &h,
+            &Net::Host,
+            &all,
+            EnvPolicy::Repair,
+            false,
+        );
         assert!(!p.set.iter().any(|c| c.name == "NCCL_IB_GID_INDEX"), "{p:?}");
         let h = host(vec![dev("erdma_0", vec![port(1, true, "eth0", 8500, None)])], &["eth0"]);
         assert_eq!(
-            derive(&h, &h.devices.iter().collect::<Vec<_>>()).get("NCCL_IB_GID_INDEX"),
+            derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host).get("NCCL_IB_GID_INDEX"),
             None
         );
     }
@@ -447,7 +510,7 @@ mod tests {
     #[test]
     fn no_active_port_sets_no_device_or_interface() {
         let h = host(vec![dev("erdma_0", vec![port(1, false, "eth0", 8500, Some(1))])], &["eth0"]);
-        let d = derive(&h, &h.devices.iter().collect::<Vec<_>>());
+        let d = derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host);
         assert_eq!(
             (d.get("NCCL_IB_HCA"), d.get("NCCL_SOCKET_IFNAME"), d.get("NCCL_IB_GID_INDEX")),
             (None, None, None)
@@ -456,8 +519,113 @@ mod tests {
         // A netdev the host does not list (a stale link) is never named.
         let h = host(vec![dev("erdma_0", vec![port(1, true, "eth9", 8500, None)])], &["ens5"]);
         assert_eq!(
-            derive(&h, &h.devices.iter().collect::<Vec<_>>()).get("NCCL_SOCKET_IFNAME"),
+            derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host).get("NCCL_SOCKET_IFNAME"),
             None
+        );
+    }
+
+    fn iface(name: &str, index: u32, up: bool, addr: Option<&str>) -> crate::netns::Iface {
+        crate::netns::Iface {
+            name: name.into(),
+            index,
+            up,
+            loopback: name == "lo",
+            addrs: addr.map(|a| a.parse().unwrap()).into_iter().collect(),
+        }
+    }
+
+    /// A pod on the cluster network: NCCL bootstraps over its eth0, never over the host's
+    /// ens5, which its namespace does not have; the HCA list and the GID stay as derived.
+    #[test]
+    fn a_container_on_its_own_network_gets_its_own_interfaces() {
+        let h =
+            host(vec![dev("erdma_0", vec![port(1, true, "ens5", 8500, Some(1))])], &["ens5", "lo"]);
+        let all: Vec<&RdmaDevice> = h.devices.iter().collect();
+        let own = Net::Own {
+            path: "/var/run/netns/cni-1".into(),
+            ifaces: vec![
+                iface("lo", 1, true, Some("127.0.0.1")),
+                iface("eth0", 3, true, Some("172.20.1.7")),
+                iface("net1", 4, false, Some("192.168.7.2")),
+                iface("eth1", 5, true, None),
+            ],
+        };
+        let d = derive(&h, &all, &own);
+        assert_eq!(d.get("NCCL_SOCKET_IFNAME"), Some("=eth0"));
+        assert_eq!(d.get("NCCL_IB_HCA"), Some("=erdma_0:1"));
+        assert_eq!(d.get("NCCL_IB_GID_INDEX"), Some("1"));
+        // An image that baked the host's name is repaired to the pod's; one naming the pod's
+        // interface by prefix is kept.
+        let p = plan(
+            &env(&[("NCCL_SOCKET_IFNAME", "ens5")]),
+            &d,
+            &h,
+            &own,
+            &all,
+            EnvPolicy::Repair,
+            false,
+        );
+        let replaced: Vec<_> = p
+            .set
+            .iter()
+            .filter(|c| c.replaced.is_some())
+            .map(|c| (c.name.as_str(), c.value.as_str(), c.replaced.as_deref()))
+            .collect();
+        assert_eq!(replaced, [("NCCL_SOCKET_IFNAME", "=eth0", Some("ens5"))]);
+        assert!(
+            p.warnings[0].contains(
+                "names no interface of the container's network namespace (lo, eth0, net1, eth1)"
+            ),
+            "{:?}",
+            p.warnings
+        );
+        let p = plan(
+            &env(&[("NCCL_SOCKET_IFNAME", "eth")]),
+            &d,
+            &h,
+            &own,
+            &all,
+            EnvPolicy::Repair,
+            false,
+        );
+        assert!(p.set.iter().all(|c| c.replaced.is_none()) && p.warnings.is_empty(), "{p:?}");
+        // Only lo and interfaces without an address: nothing to name.
+        let bare = Net::Own {
+            path: "/proc/7/ns/net".into(),
+            ifaces: vec![iface("lo", 1, true, Some("127.0.0.1")), iface("eth1", 5, true, None)],
+        };
+        let d = derive(&h, &all, &bare);
+        assert_eq!(d.get("NCCL_SOCKET_IFNAME"), None);
+        assert!(
+            d.notes.iter().any(|n| n.contains("/proc/7/ns/net") && n.contains("no interface up")),
+            "{:?}",
+            d.notes
+        );
+    }
+
+    /// A namespace that cannot be read: unset, and the container's own value is not judged.
+    #[test]
+    fn an_unread_namespace_leaves_the_interface_to_nccl() {
+        let h =
+            host(vec![dev("erdma_0", vec![port(1, true, "ens5", 8500, Some(1))])], &["ens5", "lo"]);
+        let all: Vec<&RdmaDevice> = h.devices.iter().collect();
+        let net = Net::Unread { why: "Docker sets it up after create".into() };
+        let d = derive(&h, &all, &net);
+        assert_eq!(d.get("NCCL_SOCKET_IFNAME"), None);
+        assert_eq!(d.get("NCCL_IB_HCA"), Some("=erdma_0:1"));
+        assert!(d.notes.iter().any(|n| n.contains("Docker sets it up after create") && n.contains("NCCL chooses")), "{:?}", d.notes);
+        let p = plan(
+            &env(&[("NCCL_SOCKET_IFNAME", "ens9")]),
+            &d,
+            &h,
+            &net,
+            &all,
+            EnvPolicy::Repair,
+            false,
+        );
+        assert!(
+            p.warnings.is_empty() && !p.set.iter().any(|c| c.name == "NCCL_SOCKET_IFNAME"),
+            "{p:?}"
         );
     }
 }

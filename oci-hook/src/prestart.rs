@@ -12,7 +12,8 @@
 //! 1. devices are discovered and selected ([`crate::modify::select`]); each host node is
 //!    re-checked with `lstat` (character device, the major:minor sysfs gave);
 //! 2. the network namespace of the init process is compared with the hook's own (the host's):
-//!    a private one fails under policy `require` and is logged under `warn`;
+//!    a private one fails under policy `require`; under `any` the NCCL settings are judged for
+//!    that namespace (`/proc/PID/ns/net`), and a host in exclusive RDMA namespace mode refuses;
 //! 3. the memlock change is checked: raising a hard limit needs `CAP_SYS_RESOURCE`;
 //! 4. the device cgroup is located (v1: `devices.allow` of the init process's cgroup; v2 is
 //!    only reported, see [`CgroupOutcome::Unsupported`]);
@@ -126,8 +127,8 @@ pub struct MemlockOutcome {
 pub enum NetworkOutcome {
     /// The container shares the host's (the hook's) network namespace.
     Host,
-    /// A private namespace, allowed by the `warn` policy.
-    PrivateWarned,
+    /// Its own namespace, allowed by the `any` policy.
+    Own,
 }
 
 /// The hook's entry point: refuses a loader-tainted environment, applies, logs the outcome.
@@ -201,7 +202,23 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
     }
     let mut warnings = Vec::new();
 
-    // 1b. The NCCL settings, derived as the runtime wrapper derives them; the env is the
+    // 2. Network namespace: the NCCL settings are judged for the one the container is in.
+    let (network, net) = if same_namespace(pid, "net")? {
+        (NetworkOutcome::Host, crate::netns::Net::Host)
+    } else {
+        match config.network {
+            NetworkPolicy::Require => return Err(Error::HostNetworkRequired),
+            NetworkPolicy::Any => {
+                if host.rdma_netns == crate::netns::RdmaNetns::Exclusive {
+                    return Err(Error::RdmaNetnsExclusive);
+                }
+                warnings.push(crate::modify::OWN_NETWORK_WARNING.to_string());
+                (NetworkOutcome::Own, crate::netns::Net::read(&proc_dir.join("ns/net")))
+            }
+        }
+    };
+
+    // 2b. The NCCL settings, derived as the runtime wrapper derives them; the env is the
     // runtime's already, so what is missing or cannot work is said, not set.
     let mut env_needed = Vec::new();
     if config.env_presets {
@@ -210,11 +227,12 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
             .and_then(serde_json::Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let derived = crate::nccl::derive(&host, &devices);
+        let derived = crate::nccl::derive(&host, &devices, &net);
         let plan = crate::nccl::plan(
             &|k| crate::request::env_get(&env, k).map(str::to_string),
             &derived,
             &host,
+            &net,
             &devices,
             crate::config::EnvPolicy::Keep,
             false,
@@ -225,19 +243,6 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
         }
         warnings.extend(plan.warnings);
     }
-
-    // 2. Network namespace.
-    let network = if same_namespace(pid, "net")? {
-        NetworkOutcome::Host
-    } else {
-        match config.network {
-            NetworkPolicy::Require => return Err(Error::HostNetworkRequired),
-            NetworkPolicy::Warn => {
-                warnings.push(format!("container {} has its own network namespace: eRDMA will not work and NCCL will fall back to TCP; use host networking", state.id()));
-                NetworkOutcome::PrivateWarned
-            }
-        }
-    };
 
     // 3. Memlock.
     let want = config.memlock.value();

@@ -213,7 +213,13 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
     };
     checks.push(devices_check(host, &section("devices")));
     checks.push(memlock_check(config, &section("memlock")));
-    checks.push(env_check(host, &section("env")));
+    // The container is on the host's network; a CDI spec holds what it holds for any network.
+    let net = if opts.cdi {
+        crate::netns::Net::any_container(config.network)
+    } else {
+        crate::netns::Net::Host
+    };
+    checks.push(env_check(host, &net, &section("env")));
     let provider = section("provider");
     checks.push(provider_check(&opts.image, &provider));
     checks.push(ibv_check(host, &section("ibv"), !provider.is_empty()));
@@ -286,7 +292,7 @@ fn memlock_check(config: &Config, lines: &[String]) -> Check {
     }
 }
 
-fn env_check(host: Option<&Host>, lines: &[String]) -> Check {
+fn env_check(host: Option<&Host>, net: &crate::netns::Net, lines: &[String]) -> Check {
     let env: Vec<(&str, &str)> = lines.iter().filter_map(|l| l.split_once('=')).collect();
     let details_env: Vec<&String> = lines.iter().collect();
     let Some(host) = host else {
@@ -299,7 +305,7 @@ fn env_check(host: Option<&Host>, lines: &[String]) -> Check {
     };
     let usable: Vec<&crate::discover::RdmaDevice> =
         host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
-    let derived = crate::nccl::derive(host, &usable);
+    let derived = crate::nccl::derive(host, &usable, net);
     let wrong: Vec<String> = derived
         .vars
         .iter()

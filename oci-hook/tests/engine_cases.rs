@@ -920,6 +920,11 @@ impl Drop for Dockerd {
 }
 
 /// Lines of `ls -l /dev/infiniband` in `out` for `node`: `crw-rw-rw- ... 231, 192 ... uverbs0`.
+/// `net:[inode]` of this process's (the host's) network namespace.
+fn host_netns() -> String {
+    std::fs::read_link("/proc/self/ns/net").unwrap().display().to_string()
+}
+
 fn ls_line<'a>(out: &'a str, node: &str) -> Option<&'a str> {
     out.lines().find(|l| l.split_whitespace().last() == Some(node))
 }
@@ -1002,7 +1007,40 @@ fn docker_runs_erdma_containers_root_daemon() {
     }
     assert_eq!(memlock.trim(), "4096", "RLIMIT_MEMLOCK in KiB");
 
-    // The same on the default bridge: refused with the host-networking message.
+    // The default bridge network (`network = "any"`): the devices, memlock and NCCL settings
+    // in the container's own namespace. Docker 20.10 moves the interface in only after the
+    // container is created (its libnetwork-setkey hook), so NCCL_SOCKET_IFNAME is left to NCCL,
+    // which picks the container's eth0 (never the host's names).
+    let bridge = dockerd.docker(&[
+        "run",
+        "--rm",
+        "--runtime=erdma",
+        "-e",
+        "ERDMA_VISIBLE_DEVICES=all",
+        &image,
+        "sh",
+        "-c",
+        "ls -l /dev/infiniband; echo ---; env; echo ---; ulimit -l; echo ---; readlink /proc/self/ns/net; tail -n +3 /proc/net/dev | cut -d: -f1",
+    ]);
+    assert_success(&format!("docker run on the bridge (log:\n{})", f.log_text()), &bridge);
+    let stdout = text(&bridge.stdout);
+    let parts: Vec<&str> = stdout.split("---\n").collect();
+    let (ls, env, memlock, net) = (parts[0], parts[1], parts[2], parts[3]);
+    for node in ["uverbs0", "uverbs1", "rdma_cm"] {
+        assert!(ls_line(ls, node).is_some(), "no {node} in the bridge container:\n{ls}");
+    }
+    assert!(env.lines().any(|l| l == "NCCL_IB_HCA==erdma_0:1,erdma_1:1"), "{env}");
+    assert!(!env.lines().any(|l| l.starts_with("NCCL_SOCKET_IFNAME=")), "{env}");
+    assert_eq!(memlock.trim(), "4096", "RLIMIT_MEMLOCK in KiB");
+    let mut net = net.lines();
+    assert_ne!(net.next(), Some(host_netns().as_str()), "the container kept its own namespace");
+    let ifaces: Vec<&str> = net.map(str::trim).collect();
+    assert!(ifaces.contains(&"eth0") && ifaces.contains(&"lo"), "{ifaces:?}");
+    let log = f.log_text();
+    assert!(log.lines().any(|l| l.contains(" WARN ") && l.contains("rdma_cm")), "{log}");
+
+    // `network = "require"`: the same run is refused with the host-networking message.
+    f.write_config("memlock = 4194304\nnetwork = \"require\"");
     let refused = dockerd.docker(&[
         "run",
         "--rm",
@@ -1012,7 +1050,7 @@ fn docker_runs_erdma_containers_root_daemon() {
         &image,
         "true",
     ]);
-    assert!(!refused.status.success(), "a bridge-network eRDMA container started");
+    assert!(!refused.status.success(), "a bridge-network eRDMA container started under require");
     let err = text(&refused.stderr);
     assert!(err.contains("--network host"), "no host-networking message: {err}");
 
@@ -1089,12 +1127,28 @@ fn podman_with_hook(f: &Fixture, prefix: &str) -> (tempfile::TempDir, PathBuf, S
     (dir, hooks, image)
 }
 
+/// Root, podman and busybox, or the test is skipped with the reason.
+fn podman_ready() -> bool {
+    require(is_root(), "root is needed to run podman")
+        && require(have("podman"), "podman is needed (apt-get install podman)")
+        && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed")
+}
+
+/// Removes the test's image and unmounts the overlay storage Podman leaves mounted, before the
+/// directory goes.
+fn podman_cleanup(dir: &Path, hooks: &Path, image: &str) {
+    let _ = podman(dir, hooks, &["rmi", "-f", image]);
+    let _ = Command::new("umount")
+        .arg("-R")
+        .arg("-l")
+        .arg(dir.join("storage/overlay"))
+        .stderr(Stdio::null())
+        .status();
+}
+
 #[test]
 fn podman_runs_the_precreate_hook_root_daemon() {
-    if !(require(is_root(), "root is needed to run podman")
-        && require(have("podman"), "podman is needed (apt-get install podman)")
-        && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed"))
-    {
+    if !podman_ready() {
         return;
     }
     let f = Fixture::new("one", "memlock = 4194304");
@@ -1140,14 +1194,57 @@ fn podman_runs_the_precreate_hook_root_daemon() {
 
     let ps = podman(dir.path(), &hooks, &["ps", "-a", "-q"]);
     assert_eq!(text(&ps.stdout).trim(), "");
-    let _ = podman(dir.path(), &hooks, &["rmi", "-f", &image]);
-    // Podman leaves its overlay storage mounted; unmount before the directory goes.
-    let _ = Command::new("umount")
-        .arg("-R")
-        .arg("-l")
-        .arg(dir.path().join("storage/overlay"))
-        .stderr(Stdio::null())
-        .status();
+    podman_cleanup(dir.path(), &hooks, &image);
+}
+
+/// Podman's default network through the precreate hook: Podman sets the namespace up before
+/// the container is created and names it in the spec, so NCCL_SOCKET_IFNAME is read from it:
+/// the container's `eth0`, on a host (an ACK node's sysfs) whose interfaces are ens5, ens6 and
+/// bond0.
+#[test]
+fn podman_default_network_gets_its_own_interface_root_daemon() {
+    if !podman_ready() {
+        return;
+    }
+    let f = Fixture::new("rocep-ens5", "memlock = 4194304");
+    let (dir, hooks, image) = podman_with_hook(&f, "erdma-podman-net-");
+    let mut args = vec![
+        "run",
+        "--rm",
+        "--annotation",
+        "com.alibabacloud.erdma.devices=all",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+    ];
+    let script = "ls -l /dev/infiniband; echo ---; env; echo ---; ulimit -l; echo ---; readlink /proc/self/ns/net; tail -n +3 /proc/net/dev | cut -d: -f1";
+    args.extend([image.as_str(), "sh", "-c", script]);
+    let ok = podman(dir.path(), &hooks, &args);
+    assert_success(&format!("podman run on its default network (log:\n{})", f.log_text()), &ok);
+    let stdout = text(&ok.stdout);
+    let parts: Vec<&str> = stdout.split("---\n").collect();
+    let (ls, env, memlock, net) = (parts[0], parts[1], parts[2], parts[3]);
+    for node in ["uverbs0", "uverbs1", "rdma_cm"] {
+        assert!(ls_line(ls, node).is_some_and(|l| l.starts_with('c')), "no {node}:\n{ls}");
+    }
+    let mut net = net.lines();
+    assert_ne!(net.next(), Some(host_netns().as_str()), "the container kept its own namespace");
+    let ifaces: Vec<&str> = net.map(str::trim).filter(|i| *i != "lo").collect();
+    assert_eq!(ifaces, ["eth0"], "Podman's default network gives one interface");
+    assert!(
+        env.lines().any(|l| l == "NCCL_SOCKET_IFNAME==eth0")
+            && env.lines().any(|l| l == "NCCL_IB_HCA==rocep26s0:1"),
+        "{env}"
+    );
+    assert_eq!(memlock.trim(), "4096");
+    let log = f.log_text();
+    assert_eq!(
+        log.lines().filter(|l| l.contains(" WARN ") && l.contains("rdma_cm")).count(),
+        1,
+        "{log}"
+    );
+    podman_cleanup(dir.path(), &hooks, &image);
 }
 
 /// Removes the CDI spec a test put into the system's CDI directory (and the directory, if the
@@ -1174,10 +1271,7 @@ impl Drop for CdiSpecFile {
 /// spec goes to `/var/run/cdi/erdma-it-PID.json` for the test and is removed after.
 #[test]
 fn podman_injects_the_cdi_spec_root_daemon() {
-    if !(require(is_root(), "root is needed to run podman")
-        && require(have("podman"), "podman is needed (apt-get install podman)")
-        && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed"))
-    {
+    if !podman_ready() {
         return;
     }
     let f = Fixture::new("two", "");
@@ -1255,13 +1349,7 @@ fn podman_injects_the_cdi_spec_root_daemon() {
     assert_success("podman run --device aliyun.com/erdma=erdma_0", &one);
     assert_eq!(text(&one.stdout).split_whitespace().collect::<Vec<_>>(), ["rdma_cm", "uverbs0"]);
 
-    let _ = podman(dir.path(), &hooks, &["rmi", "-f", &image]);
-    let _ = Command::new("umount")
-        .arg("-R")
-        .arg("-l")
-        .arg(dir.path().join("storage/overlay"))
-        .stderr(Stdio::null())
-        .status();
+    podman_cleanup(dir.path(), &hooks, &image);
     drop(spec);
 }
 
@@ -1466,10 +1554,7 @@ fn doctor_image_proves_the_chain_through_docker_root_daemon() {
 /// this machine's hard limits) to what doctor asks for.
 #[test]
 fn doctor_image_proves_the_chain_through_podman_root_daemon() {
-    if !(require(is_root(), "root is needed to run podman")
-        && require(have("podman"), "podman is needed (apt-get install podman)")
-        && require(Path::new(BUSYBOX).is_file(), "busybox-static is needed"))
-    {
+    if !podman_ready() {
         return;
     }
     let f = Fixture::new("one", "memlock = 4194304");

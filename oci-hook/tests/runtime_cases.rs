@@ -449,56 +449,63 @@ fn errors_are_clear_and_leave_the_spec_alone_root() {
 fn managed_network_namespace_root() {
     if !support::require_runc()
         || !support::require(support::have("unshare"), "unshare (util-linux) is needed")
+        || !support::require(support::have("ip"), "ip (iproute2) is needed")
     {
         return;
     }
-    // Docker's libnetwork-setkey hook, or a namespace path: the default policy refuses, and
-    // runc never runs.
-    let docker = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=all"]);
-    let mut spec = read_spec(&docker.bundle);
-    spec["hooks"] = json!({"prestart": [{"path": "/proc/self/exe", "args": ["libnetwork-setkey", "-exec-root=/var/run/docker", "0123", "4567"]}]});
-    write_spec(&docker.bundle, &spec);
-    docker.expect_error(
-        "run it with `--network host` (Docker, Podman) or `hostNetwork: true` (Kubernetes)",
-    );
-
-    let with_path = |c: &ErrorCase, path: &Path| {
+    let with_path = |c: &ErrorCase, path: &Path, script: &str| {
         let mut spec = read_spec(&c.bundle);
         for ns in spec["linux"]["namespaces"].as_array_mut().unwrap() {
             if ns["type"] == "network" {
                 ns["path"] = json!(path);
             }
         }
-        support::set_args(
-            &mut spec,
-            &["sh", "-c", "readlink /proc/self/ns/net; ls /dev/infiniband"],
-        );
+        support::set_args(&mut spec, &["sh", "-c", script]);
         write_spec(&c.bundle, &spec);
     };
-    let netns = support::Netns::new();
-    let cni = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=all"]);
-    with_path(&cni, &netns.path());
-    cni.expect_error("needs host networking");
+    const INSIDE: &str =
+        "readlink /proc/self/ns/net; ls /dev/infiniband; echo \"ifname=$NCCL_SOCKET_IFNAME hca=$NCCL_IB_HCA gid=$NCCL_IB_GID_INDEX\"; grep 'locked memory' /proc/self/limits";
+    // A pod's namespace as a CNI plugin leaves it: eth0 with an address. The host (an ACK
+    // node's sysfs) has ens5/ens6/bond0 and no eth0.
+    let netns = support::Netns::with_interface("eth0", "10.231.0.2/24");
 
-    // `warn` goes on: runc runs the container in the namespace it was given, with the devices.
-    let warn = ErrorCase::new("one", "network = \"warn\"", &["ERDMA_VISIBLE_DEVICES=all"]);
-    with_path(&warn, &netns.path());
+    // The default, `any`: runc runs the container in the namespace it was given, with the
+    // devices, memlock, and the interface of *that* namespace for NCCL.
+    let any = ErrorCase::new("rocep-ens5", "", &["ERDMA_VISIBLE_DEVICES=all"]);
+    with_path(&any, &netns.path(), INSIDE);
     let out = runtime(
-        &warn.fx,
-        &warn.root,
-        &["run", "--bundle", warn.bundle.to_str().unwrap(), &RuncRoot::id("warn")],
+        &any.fx,
+        &any.root,
+        &["run", "--bundle", any.bundle.to_str().unwrap(), &RuncRoot::id("any")],
     );
-    assert_success("erdma-runtime run (warn)", &out);
-    assert!(warn.marker.exists(), "runc did not run");
-    assert_eq!(text(&out.stdout), format!("{}\nrdma_cm\nuverbs0\n", netns.link()));
-    let log = warn.fx.log_text();
-    assert!(
-        log.lines()
-            .any(|l| l.contains(" WARN ")
-                && l.contains("manages this container's network namespace")),
-        "{log}"
+    assert_success("erdma-runtime run (any)", &out);
+    assert!(any.marker.exists(), "runc did not run");
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            netns.link().as_str(),
+            "rdma_cm",
+            "uverbs0",
+            "uverbs1",
+            "ifname==eth0 hca==rocep26s0:1 gid=1"
+        ],
+        "{stdout}"
     );
-    let spec = read_spec(&warn.bundle);
+    let memlock = MEMLOCK.to_string();
+    assert_eq!(
+        lines[5].split_whitespace().collect::<Vec<_>>(),
+        ["Max", "locked", "memory", &memlock, &memlock, "bytes"],
+        "{stdout}"
+    );
+    let log = any.fx.log_text();
+    assert_eq!(
+        log.lines().filter(|l| l.contains(" WARN ") && l.contains("rdma_cm")).count(),
+        1,
+        "one warning about rdma_cm: {log}"
+    );
+    let spec = read_spec(&any.bundle);
     assert!(
         spec["linux"]["namespaces"]
             .as_array()
@@ -508,17 +515,41 @@ fn managed_network_namespace_root() {
         "the managed namespace was touched"
     );
 
+    // `require`: refused, and runc never runs.
+    let require =
+        ErrorCase::new("rocep-ens5", "network = \"require\"", &["ERDMA_VISIBLE_DEVICES=all"]);
+    with_path(&require, &netns.path(), "true");
+    require.expect_error(
+        "run it with `--network host` (Docker, Podman) or `hostNetwork: true` (Kubernetes), or set network = \"any\"",
+    );
+    // Docker's libnetwork-setkey hook under `require`: the same.
+    let docker = ErrorCase::new("one", "network = \"require\"", &["ERDMA_VISIBLE_DEVICES=all"]);
+    let mut spec = read_spec(&docker.bundle);
+    spec["hooks"] = json!({"prestart": [{"path": "/proc/self/exe", "args": ["libnetwork-setkey", "-exec-root=/var/run/docker", "0123", "4567"]}]});
+    write_spec(&docker.bundle, &spec);
+    docker.expect_error("configured to need host networking");
+
+    // A host whose RDMA namespace mode is exclusive: the devices cannot be opened from there.
+    let exclusive = ErrorCase::new("rocep-ens5", "", &["ERDMA_VISIBLE_DEVICES=all"]);
+    std::fs::write(exclusive.fx.sysfs.join("module/ib_core/parameters/netns_mode"), "N\n").unwrap();
+    with_path(&exclusive, &netns.path(), "true");
+    exclusive.expect_error("RDMA namespace mode is exclusive");
+
     // A path to the host's own namespace is how Docker spells `--network host`
     // (`/var/run/docker/netns/default`): host networking, no refusal, no warning.
     let host = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=all"]);
-    with_path(&host, Path::new(&format!("/proc/{}/ns/net", std::process::id())));
+    with_path(
+        &host,
+        Path::new(&format!("/proc/{}/ns/net", std::process::id())),
+        "readlink /proc/self/ns/net; ls /dev/infiniband; echo $NCCL_SOCKET_IFNAME",
+    );
     let out = runtime(
         &host.fx,
         &host.root,
         &["run", "--bundle", host.bundle.to_str().unwrap(), &RuncRoot::id("hostpath")],
     );
     assert_success("erdma-runtime run (host namespace path)", &out);
-    assert_eq!(text(&out.stdout), format!("{}\nrdma_cm\nuverbs0\n", host_netns()));
+    assert_eq!(text(&out.stdout), format!("{}\nrdma_cm\nuverbs0\n=eth0\n", host_netns()));
     assert!(!host.fx.log_text().contains(" WARN "), "{}", host.fx.log_text());
 }
 

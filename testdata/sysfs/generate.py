@@ -127,6 +127,12 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdm
         write(os.path.join(cm, "dev"), "10:58\n")
         link(os.path.join(sys_, "class/misc/rdma_cm"), rel(os.path.join(sys_, "class/misc"), cm))
         nodes.append("infiniband/rdma_cm c 10 58")
+    if devices:
+        # ib_core's `netns_mode` (drivers/infiniband/core/device.c: a bool parameter, 0444,
+        # over `ib_devices_shared_netns`, default true): a bool parameter prints `Y` or `N`.
+        ib_core = os.path.join(sys_, "module/ib_core")
+        write(os.path.join(ib_core, "initstate"), "live\n")
+        write(os.path.join(ib_core, "parameters/netns_mode"), "Y\n")
     if erdma_version is not None:
         module(sys_, "erdma", erdma_version)
     if peermem:

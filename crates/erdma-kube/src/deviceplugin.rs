@@ -13,6 +13,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use erdma_oci_hook::discover::{Host, RdmaDevice};
+use erdma_oci_hook::netns::Net;
 
 /// The resource ACK's jobs request (the ACK GDR guide: `--device=aliyun/erdma=1`).
 pub const RESOURCE: &str = "aliyun/erdma";
@@ -160,10 +161,16 @@ pub enum AllocateError {
 /// What a container given the advertised `ids` gets: each distinct device's uverbs node once,
 /// `rdma_cm`, and the env the hooks would set for those devices (`ERDMA_VISIBLE_DEVICES`, the
 /// presets and the NCCL settings derived for them); with CDI, the device names instead of specs.
+///
+/// `Allocate` does not say which pod asks, nor whether it is on the host's network, so `net`
+/// is [`Net::any_container`]: `NCCL_SOCKET_IFNAME` is given only where every asking pod must
+/// be on the host's network (`network = "require"`); else the NRI plugin sets it from the
+/// pod's own namespace, or NCCL chooses.
 pub fn allocate(
     host: &Host,
     cfg: &PluginConfig,
     ids: &[String],
+    net: &Net,
 ) -> Result<Allocation, AllocateError> {
     let names: BTreeSet<&str> = ids.iter().map(|id| device_of(id)).collect();
     let mut chosen: Vec<&RdmaDevice> = Vec::new();
@@ -199,7 +206,7 @@ pub fn allocate(
             });
         }
     }
-    let derived = erdma_oci_hook::nccl::derive(host, &chosen);
+    let derived = erdma_oci_hook::nccl::derive(host, &chosen, net);
     a.envs.insert(
         erdma_oci_hook::request::ENV.to_string(),
         chosen.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","),
@@ -316,6 +323,7 @@ mod tests {
                 minor: 58,
             }),
             netdevs: vec!["eth0".into(), "eth1".into()],
+            rdma_netns: erdma_oci_hook::netns::RdmaNetns::Shared,
         }
     }
 
@@ -334,7 +342,7 @@ mod tests {
                 ("erdma_1-1", UNHEALTHY)
             ]
         );
-        let a = allocate(&h, &cfg, &["erdma_0-1".into()]).unwrap();
+        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &Net::Host).unwrap();
         let paths: Vec<&str> = a.devices.iter().map(|d| d.container_path.as_str()).collect();
         assert_eq!(paths, ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]);
         assert_eq!(a.envs["ERDMA_VISIBLE_DEVICES"], "erdma_0");
@@ -344,18 +352,27 @@ mod tests {
             "{:?}",
             a.envs
         );
+        // A pod's network is not known at Allocate: the host's interface only under `require`.
+        let any = Net::any_container(erdma_oci_hook::config::NetworkPolicy::Any);
+        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &any).unwrap();
+        assert_eq!(a.envs.get("NCCL_SOCKET_IFNAME"), None, "{:?}", a.envs);
+        assert_eq!(a.envs.get("NCCL_IB_HCA").map(String::as_str), Some("=erdma_0:1"));
+        let require = Net::any_container(erdma_oci_hook::config::NetworkPolicy::Require);
+        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &require).unwrap();
+        assert_eq!(a.envs.get("NCCL_SOCKET_IFNAME").map(String::as_str), Some("=eth0"));
         assert!(matches!(
-            allocate(&h, &cfg, &["erdma_1-0".into()]),
+            allocate(&h, &cfg, &["erdma_1-0".into()], &Net::Host),
             Err(AllocateError::Unhealthy { .. })
         ));
         assert_eq!(
-            allocate(&h, &cfg, &["erdma_9-0".into()]),
+            allocate(&h, &cfg, &["erdma_9-0".into()], &Net::Host),
             Err(AllocateError::Unknown("erdma_9".into()))
         );
         let cdi = allocate(
             &h,
             &PluginConfig { cdi: true, ..cfg },
             &["erdma_0-0".into(), "erdma_0-1".into()],
+            &Net::Host,
         )
         .unwrap();
         assert_eq!(

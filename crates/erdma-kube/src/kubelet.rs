@@ -134,8 +134,13 @@ impl DevicePlugin for Arc<Plugin> {
         let host = self.host()?;
         let mut container_responses = Vec::new();
         for c in req.into_inner().container_requests {
-            let a = deviceplugin::allocate(&host, &self.plugin, &c.devices_ids)
-                .map_err(|e| Status::failed_precondition(e.to_string()))?;
+            let a = deviceplugin::allocate(
+                &host,
+                &self.plugin,
+                &c.devices_ids,
+                &erdma_oci_hook::netns::Net::any_container(self.config.network),
+            )
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
             container_responses.push(pb::ContainerAllocateResponse {
                 envs: a.envs.into_iter().collect(),
                 mounts: Vec::new(),

@@ -545,7 +545,20 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
             ("/dev/infiniband".to_string(), true, String::new()),
             "{name}: the nodes under dev_root"
         );
-        assert_eq!(m.len(), 4, "{name}: {m:?}");
+        if c == nri_c {
+            // The pods' network namespaces, also those made after it started (NCCL_SOCKET_IFNAME
+            // is read from the pod's), and only the capability setns(2) into them needs.
+            assert_eq!(
+                m["/var/run/netns"],
+                ("/var/run/netns".to_string(), true, "HostToContainer".to_string()),
+                "{name}"
+            );
+            assert_eq!(c["securityContext"]["capabilities"]["add"], json!(["SYS_ADMIN"]), "{name}");
+            assert_eq!(m.len(), 5, "{name}: {m:?}");
+        } else {
+            assert_eq!(c["securityContext"]["capabilities"]["add"], Value::Null, "{name}");
+            assert_eq!(m.len(), 4, "{name}: {m:?}");
+        }
         assert!(!m.contains_key("/host"), "{name}");
         assert_eq!(
             env(c, erdma_oci_hook::config::ENV_PATH),
@@ -562,13 +575,10 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
     let rt = &all["erdma-kit-runtimeclass.yaml"];
     let ack = &all["erdma-kit-nri-with-ack.yaml"];
     assert_eq!(find(rt, "ConfigMap")["data"], cm["data"]);
-    // Beside ACK's controller only the network policy differs: warn, never refuse what ACK's
-    // allocation let through.
-    let ack_toml = find(ack, "ConfigMap")["data"]["oci-hook.toml"].as_str().unwrap();
-    let ack_config: erdma_oci_hook::config::Config = toml::from_str(ack_toml).unwrap();
-    assert_eq!(ack_config.network, erdma_oci_hook::config::NetworkPolicy::Warn);
-    assert_eq!(erdma_oci_hook::config::Config { network: config.network, ..ack_config }, config);
-    assert_eq!(config.network, erdma_oci_hook::config::NetworkPolicy::Require);
+    // Beside ACK's controller the same settings: pods on any network, as ACK's and Terway's
+    // own eRDMA set-ups allow.
+    assert_eq!(find(ack, "ConfigMap")["data"], cm["data"]);
+    assert_eq!(config.network, erdma_oci_hook::config::NetworkPolicy::Any);
     for objs in [rt, ack] {
         let other = find(objs, "DaemonSet");
         assert_eq!(other["metadata"]["name"], ds["metadata"]["name"]);

@@ -31,10 +31,26 @@ struct NriPlugin {
 
 impl NriPlugin {
     fn start(fixture: &Fixture, socket: &Path) -> NriPlugin {
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args(["--pid", "--fork", "--mount", "--mount-proc", "--kill-child", "--"]);
+        NriPlugin::spawn(fixture, cmd, socket)
+    }
+
+    /// The same, its mount namespace a slave of `h`'s containerd's, where the pods' network
+    /// namespaces are mounted (see [`Containerd17::mount_ns_sharing_netns`]).
+    fn start_beside(fixture: &Fixture, h: &Containerd17) -> NriPlugin {
+        let mut cmd = std::process::Command::new("nsenter");
+        cmd.arg(format!("--mount={}", h.mount_ns_sharing_netns().display()))
+            .args(["unshare", "--pid", "--fork", "--mount", "--propagation", "slave"])
+            .args(["--mount-proc", "--kill-child", "--"]);
+        NriPlugin::spawn(fixture, cmd, &h.nri_socket())
+    }
+
+    /// Runs the plugin through `cmd` (its namespaces) and waits until the runtime configured it.
+    fn spawn(fixture: &Fixture, mut cmd: std::process::Command, socket: &Path) -> NriPlugin {
         let log = fixture.dir.path().join("nri-plugin.log");
         let (k, v) = fixture.env();
-        let child = std::process::Command::new("unshare")
-            .args(["--pid", "--fork", "--mount", "--mount-proc", "--kill-child", "--"])
+        let child = cmd
             .arg(crate::support::bin("erdma-nri-plugin"))
             .env(k, v)
             .env_remove("RUST_LOG")
@@ -136,7 +152,7 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     }
     let fixture = Fixture::new("two", &format!("memlock = {MEMLOCK}"));
     let h = Containerd17::start(Options { cni_loopback: true, ..Default::default() });
-    let plugin = NriPlugin::start(&fixture, &h.nri_socket());
+    let plugin = NriPlugin::start_beside(&fixture, &h);
     let ours =
         limit_line(&std::fs::read_to_string("/proc/self/limits").unwrap(), "Max locked memory");
     let asked = format!("Max locked memory {MEMLOCK} {MEMLOCK} bytes");
@@ -149,7 +165,14 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     let host = discover::discover(&fixture.sysfs, &fixture.dev, &["erdma".into()]).unwrap();
     let dp = PluginConfig { resource: deviceplugin::RESOURCE.into(), shares: 8, cdi: false };
     let ids = deviceplugin::advertise(&host, &fixture.sysfs, &dp);
-    let alloc = deviceplugin::allocate(&host, &dp, &[ids[0].id.clone()]).unwrap();
+    let alloc = deviceplugin::allocate(
+        &host,
+        &dp,
+        &[ids[0].id.clone()],
+        // As the plugin answers under the default config: no pod's network is known yet.
+        &erdma_oci_hook::netns::Net::any_container(Default::default()),
+    )
+    .unwrap();
     assert_eq!(ids[0].device, "erdma_0");
 
     let pod = h.run_pod("nri-host", true, &[], "");
@@ -218,19 +241,94 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     let c = h.create_and_start(&annotated, &Container { name: "all".into(), ..Default::default() });
     assert_eq!(nodes_inside(&h, &c), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
 
-    // A pod off the host network: an asking container is refused with the fix named, which
-    // kubelet shows as the container's CreateContainerError event; a plain one starts.
+    // A pod off the host network, on a CNI ptp network (its eth0 with an address of
+    // 10.254.x.0/24): under the default `network = "any"` an asking container gets the nodes,
+    // memlock and an NCCL_SOCKET_IFNAME read from the pod's namespace, which has no eth1 (the
+    // host's interfaces would give `=eth0,eth1` for both devices).
     let isolated = h.run_pod("nri-isolated", false, &[], "");
+    let asks = h.create_and_start(
+        &isolated,
+        &Container {
+            name: "asks".into(),
+            envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "all".into())],
+            ..Default::default()
+        },
+    );
+    assert_eq!(nodes_inside(&h, &asks), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
+    assert_eq!(memlock_inside(&h, &asks), asked);
+    let env = env_inside(&h, &asks);
+    for kv in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_SOCKET_IFNAME==eth0"] {
+        assert!(has_env(&env, kv), "{kv} not in {env:?}; the plugin's log:\n{}", plugin.log_text());
+    }
+    let (_, ifaces, _) =
+        h.exec_sync(&asks, &["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"]);
+    let mut names: Vec<&str> = ifaces.lines().map(str::trim).collect();
+    names.sort();
+    assert_eq!(names, ["eth0", "lo"], "the pod's interfaces");
+    plugin.wait_for("rdma_cm", 1);
+    assert!(
+        plugin.log_text().lines().any(|l| l.contains("nri-isolated")
+            && l.contains("rdma_cm")
+            && l.contains("hostNetwork: true")),
+        "one warning naming the pod:\n{}",
+        plugin.log_text()
+    );
+
+    // Beside Terway's own `aliyun/erdma` device plugin, whose Allocate answers with every node
+    // under /dev/infiniband, host and container path alike, "rw", and no env (Terway
+    // `deviceplugin/eni.go` and `eni_test.go`, ENITypeERDMA): the pod on its own network gets
+    // what Terway leaves out, memlock and the NCCL settings, and no node twice.
+    let mut terway_nodes: Vec<String> = std::fs::read_dir(fixture.dev.join("infiniband"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    terway_nodes.sort();
+    let terway = h.create_and_start(
+        &isolated,
+        &Container {
+            name: "terway".into(),
+            devices: terway_nodes
+                .iter()
+                .map(|n| Device {
+                    host_path: fixture.dev.join("infiniband").join(n),
+                    container_path: format!("/dev/infiniband/{n}"),
+                    permissions: "rw".into(),
+                })
+                .collect(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(nodes_inside(&h, &terway), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
+    let spec = h.runtime_spec(&terway);
+    let paths: Vec<&str> = spec["linux"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["path"].as_str())
+        .filter(|p| p.starts_with("/dev/infiniband/"))
+        .collect();
+    assert_eq!(paths.len(), 3, "no node added twice: {paths:?}");
+    assert_eq!(memlock_inside(&h, &terway), asked);
+    let env = env_inside(&h, &terway);
+    for kv in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_SOCKET_IFNAME==eth0"] {
+        assert!(has_env(&env, kv), "{kv} not in {env:?}");
+    }
+
+    // `network = "require"`: refused with the fix named, which kubelet shows as the
+    // container's CreateContainerError event; a plain one starts.
+    drop(plugin);
+    fixture.write_config(&format!("memlock = {MEMLOCK}\nnetwork = \"require\""));
+    let plugin = NriPlugin::start_beside(&fixture, &h);
     let err = h
         .try_create_and_start(
             &isolated,
             &Container {
-                name: "asks".into(),
+                name: "asks-again".into(),
                 envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "all".into())],
                 ..Default::default()
             },
         )
-        .expect_err("an asking container without host networking must be refused");
+        .expect_err("an asking container without host networking must be refused under require");
     assert!(
         err.message().contains("hostNetwork: true") && err.message().contains("nri-isolated"),
         "{}",

@@ -435,6 +435,44 @@ impl Netns {
         PathBuf::from(format!("/proc/{}/ns/net", self.child.id()))
     }
 
+    /// The namespace with `lo` up and the inner end of a veth pair named `inside` (`eth0`, as a
+    /// CNI plugin names a pod's interface), up with `cidr`, as a CNI bridge or ptp plugin leaves
+    /// it. The host's end goes with the namespace.
+    pub fn with_interface(inside: &str, cidr: &str) -> Netns {
+        let ns = Netns::new();
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let outside = format!(
+            "ek{}x{}",
+            std::process::id() % 100_000,
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let pid = ns.child.id().to_string();
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("ip (iproute2)");
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        ip(&["link", "add", &outside, "type", "veth", "peer", "name", inside, "netns", &pid]);
+        ip(&["link", "set", &outside, "up"]);
+        let path = ns.path();
+        let inner = |args: &[&str]| {
+            let out = Command::new("nsenter")
+                .arg(format!("--net={}", path.display()))
+                .arg("ip")
+                .args(args)
+                .output()
+                .expect("nsenter (util-linux)");
+            assert!(
+                out.status.success(),
+                "ip {args:?} inside: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        inner(&["link", "set", "lo", "up"]);
+        inner(&["addr", "add", cidr, "dev", inside]);
+        inner(&["link", "set", inside, "up"]);
+        ns
+    }
+
     /// `net:[inode]`, as `readlink /proc/self/ns/net` prints it inside.
     pub fn link(&self) -> String {
         std::fs::read_link(self.path()).unwrap().display().to_string()

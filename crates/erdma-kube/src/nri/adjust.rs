@@ -165,15 +165,20 @@ pub fn create(
     let mut edited = spec.clone();
     let report = modify::apply(&mut edited, host, &devices, &nodes, config).map_err(|e| match e {
         Error::HostNetworkRequired => Error::Invalid(format!(
-            "pod {} asks for eRDMA but runs in its own network namespace: set `hostNetwork: true` in its spec (eRDMA devices work only in the host's network namespace)",
+            "pod {} asks for eRDMA but runs in its own network namespace, and this node requires host networking (network = \"require\"): set `hostNetwork: true` in its spec, or network = \"any\" in the node's config",
+            pod_name(pod)
+        )),
+        Error::RdmaNetnsExclusive => Error::Invalid(format!(
+            "pod {} asks for eRDMA from its own network namespace, but this node's RDMA namespace mode is exclusive: set `hostNetwork: true` in its spec, or `rdma system set netns shared` on the node",
             pod_name(pod)
         )),
         e => e,
     })?;
     let mut report = report;
-    if report.network == NetworkOutcome::ManagedWarned {
-        report.warnings.retain(|w| !w.contains("network namespace"));
-        report.warnings.push(format!("pod {} is not on the host network: eRDMA will not work and NCCL falls back to TCP; set `hostNetwork: true` in its spec", pod_name(pod)));
+    if report.network == NetworkOutcome::Own {
+        for w in report.warnings.iter_mut().filter(|w| w.as_str() == modify::OWN_NETWORK_WARNING) {
+            *w = format!("pod {} is not on the host network: eRDMA verbs and NCCL work from its namespace (RDMA namespace mode shared), but programs that connect through rdma_cm (perftest's -R, rping, UCX over rdmacm) need `hostNetwork: true`", pod_name(pod));
+        }
     }
     if report.network == NetworkOutcome::Dropped {
         // Only seen outside CRI (a network namespace with no path): NRI cannot take it away.
@@ -222,6 +227,7 @@ mod tests {
                 minor: 58,
             }),
             netdevs: vec!["eth0".into(), "eth1".into(), "lo".into()],
+            rdma_netns: erdma_oci_hook::netns::RdmaNetns::Shared,
         }
     }
 
@@ -363,20 +369,44 @@ mod tests {
     }
 
     #[test]
-    fn pods_off_the_host_network_are_named_with_the_fix() {
+    fn pods_off_the_host_network_get_erdma_or_a_refusal_naming_the_fix() {
         let c = container(&["ERDMA_VISIBLE_DEVICES=all"]);
-        let e = create(Some(&pod_off_host_network()), &c, || Ok(host()), &Config::default())
+        // `require`: refused, naming the pod and both ways out.
+        let require = Config { network: NetworkPolicy::Require, ..Config::default() };
+        let e = create(Some(&pod_off_host_network()), &c, || Ok(host()), &require)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("pod ml/train-0") && e.contains("`hostNetwork: true`"), "{e}");
-        let warn = Config { network: NetworkPolicy::Warn, ..Config::default() };
-        let d = create(Some(&pod_off_host_network()), &c, || Ok(host()), &warn).unwrap();
-        let w = d.report.unwrap().warnings;
         assert!(
-            w.iter().any(|w| w.contains("hostNetwork: true") && w.contains("ml/train-0")),
+            e.contains("pod ml/train-0")
+                && e.contains("`hostNetwork: true`")
+                && e.contains("network = \"any\""),
+            "{e}"
+        );
+        // The default: devices, memlock and NCCL settings, and one warning about rdma_cm. The
+        // pod's namespace (a CNI path that does not exist here) cannot be read, so the host's
+        // interface is not given.
+        let d =
+            create(Some(&pod_off_host_network()), &c, || Ok(host()), &Config::default()).unwrap();
+        let report = d.report.unwrap();
+        let w = &report.warnings;
+        assert_eq!(
+            w.iter().filter(|w| w.contains("rdma_cm") && w.contains("ml/train-0")).count(),
+            1,
             "{w:?}"
         );
-        assert!(d.adjust.is_some(), "warn: the devices are still given");
+        let a = d.adjust.unwrap();
+        assert_eq!(a.linux.unwrap().devices.len(), 3);
+        assert_eq!(a.rlimits.len(), 1);
+        let env: Vec<String> = a.env.iter().map(|kv| format!("{}={}", kv.key, kv.value)).collect();
+        assert!(env.contains(&"NCCL_IB_HCA==erdma_0:1,erdma_1:1".to_string()), "{env:?}");
+        assert!(!env.iter().any(|e| e.starts_with("NCCL_SOCKET_IFNAME=")), "{env:?}");
+        // An exclusive RDMA namespace mode: refused, naming it.
+        let exclusive =
+            || Ok(Host { rdma_netns: erdma_oci_hook::netns::RdmaNetns::Exclusive, ..host() });
+        let e = create(Some(&pod_off_host_network()), &c, exclusive, &Config::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ml/train-0") && e.contains("exclusive"), "{e}");
     }
 
     #[test]

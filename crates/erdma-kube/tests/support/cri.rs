@@ -317,6 +317,24 @@ impl Containerd17 {
     }
 
     /// The socket NRI plugins connect to (`plugins."io.containerd.nri.v1.nri".socket_path`).
+    /// Its mount namespace (`/proc/PID/ns/mnt`), with `/var/run/netns` made a shared mount
+    /// point in it: the pods' network namespaces (nsfs bind mounts containerd makes there)
+    /// then reach a process started as a slave of this namespace, as they reach a DaemonSet's
+    /// container with `mountPropagation: HostToContainer` on a systemd host, whose `/` is
+    /// shared. The host's own table is not touched.
+    pub fn mount_ns_sharing_netns(&self) -> PathBuf {
+        let pid = self.child.as_ref().expect("containerd running").id();
+        let ns = PathBuf::from(format!("/proc/{pid}/ns/mnt"));
+        let script = "mkdir -p /var/run/netns && mount --bind /var/run/netns /var/run/netns && mount --make-shared /var/run/netns";
+        let out = Command::new("nsenter")
+            .arg(format!("--mount={}", ns.display()))
+            .args(["sh", "-c", script])
+            .output()
+            .expect("nsenter (util-linux)");
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+        ns
+    }
+
     pub fn nri_socket(&self) -> PathBuf {
         self.dir.path().join("nri/nri.sock")
     }
