@@ -46,6 +46,11 @@ enum Command {
         devices: Vec<String>,
         #[arg(long, value_enum, default_value_t = EnvFormat::Shell)]
         format: EnvFormat,
+        /// For a job in this network namespace (`/var/run/netns/NAME`, `/proc/PID/ns/net`):
+        /// NCCL_SOCKET_IFNAME names its interfaces, read from it (needs root) [default: the
+        /// host's network].
+        #[arg(long, value_name = "PATH")]
+        netns: Option<PathBuf>,
     },
     /// Container Device Interface specs.
     Cdi {
@@ -224,7 +229,7 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Env { devices, format } => {
+        Command::Env { devices, format, netns } => {
             let host = erdma_oci_hook::discover::discover(
                 &config.sysfs_root,
                 &config.dev_root,
@@ -236,8 +241,16 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 erdma_oci_hook::request::Request::Named(devices)
             };
             let (chosen, _) = erdma_oci_hook::modify::select(&request, &host, config)?;
-            let derived =
-                erdma_oci_hook::nccl::derive(&host, &chosen, &erdma_oci_hook::netns::Net::Host);
+            let net = match netns {
+                None => erdma_oci_hook::netns::Net::Host,
+                Some(path) => match erdma_oci_hook::netns::interfaces(&path) {
+                    Ok(ifaces) => erdma_oci_hook::netns::Net::Own { path, ifaces },
+                    Err(why) => {
+                        anyhow::bail!("reading the network namespace {}: {why}", path.display())
+                    }
+                },
+            };
+            let derived = erdma_oci_hook::nccl::derive(&host, &chosen, &net);
             let env = derived.with_presets();
             for n in &derived.notes {
                 eprintln!("note: {n}");

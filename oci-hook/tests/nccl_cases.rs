@@ -175,4 +175,24 @@ fn env_command_prints_the_derived_settings_root() {
     let out = fx.command("erdma-oci-hook").args(["env", "--devices", "erdma_9"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("erdma_9"), "{}", text(&out.stderr));
+
+    // For a job in a namespace of its own (a veth end `v0` with an address): its interface,
+    // read from it; the HCA and GID as for the host.
+    if support::have("ip") && support::have("unshare") {
+        let ns = support::Netns::with_interface("v0", "10.99.0.1/24");
+        let path = ns.path();
+        let (shell, _) = run(&["--netns", path.to_str().unwrap()]);
+        assert!(
+            shell.lines().any(|l| l == "export NCCL_SOCKET_IFNAME='=v0'")
+                && shell.lines().any(|l| l == "export NCCL_IB_HCA='=rocep26s0:1'")
+                && shell.lines().any(|l| l == "export NCCL_IB_GID_INDEX='1'"),
+            "{shell}"
+        );
+    }
+    // A path that is no namespace: one clear error naming it.
+    let out =
+        fx.command("erdma-oci-hook").args(["env", "--netns", "/etc/hostname"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("/etc/hostname") && err.contains("not a namespace file"), "{err}");
 }
