@@ -317,18 +317,21 @@ impl Containerd17 {
     }
 
     /// The socket NRI plugins connect to (`plugins."io.containerd.nri.v1.nri".socket_path`).
-    /// Its mount namespace (`/proc/PID/ns/mnt`), with `/var/run/netns` made a shared mount
-    /// point in it: the pods' network namespaces (nsfs bind mounts containerd makes there)
-    /// then reach a process started as a slave of this namespace, as they reach a DaemonSet's
-    /// container with `mountPropagation: HostToContainer` on a systemd host, whose `/` is
-    /// shared. The host's own table is not touched.
+    /// Its mount namespace (`/proc/PID/ns/mnt`), with its network namespace directory (its
+    /// `netns_mounts_under`, containerd's /var/run/netns) made a shared mount point in it: the
+    /// pods' network namespaces (nsfs bind mounts containerd makes there) then reach a process
+    /// started as a slave of this namespace, as they reach a DaemonSet's container with
+    /// `mountPropagation: HostToContainer` on a systemd host, whose `/` is shared. The host's
+    /// own table is not touched.
     pub fn mount_ns_sharing_netns(&self) -> PathBuf {
         let pid = self.child.as_ref().expect("containerd running").id();
         let ns = PathBuf::from(format!("/proc/{pid}/ns/mnt"));
-        let script = "mkdir -p /var/run/netns && mount --bind /var/run/netns /var/run/netns && mount --make-shared /var/run/netns";
+        let dir = self.dir.path().join("state/io.containerd.grpc.v1.cri/netns");
+        let script = "mkdir -p \"$1\" && mount --bind \"$1\" \"$1\" && mount --make-shared \"$1\"";
         let out = Command::new("nsenter")
             .arg(format!("--mount={}", ns.display()))
-            .args(["sh", "-c", script])
+            .args(["sh", "-c", script, "sh"])
+            .arg(&dir)
             .output()
             .expect("nsenter (util-linux)");
         assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
@@ -684,6 +687,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_port = "0"
   enable_selinux = false
   restrict_oom_score_adj = {restrict_oom}
+  # The pods' network namespaces under the CRI plugin's state directory
+  # (STATE/io.containerd.grpc.v1.cri/netns) instead of /var/run/netns: none is left on the
+  # host when the harness goes.
+  netns_mounts_under_state_dir = true
 
 [{cri}.cni]
   bin_dir = {cni_bin}
