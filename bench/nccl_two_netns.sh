@@ -21,7 +21,8 @@
 #   PYTHON       a python with torch built with NCCL     (default: the first that imports torch)
 #   ERDMA_OCI_HOOK  erdma-oci-hook                       (default: on PATH)
 #   IP           iproute2's ip, a command line           (default: ip)
-# Prints one JSON line per case and writes each rank's log into OUT_DIR.
+# Prints one JSON line per case (also OUT_DIR/summary.jsonl) and writes each rank's log and
+# result into OUT_DIR; exits 0 only when case 1 completes and case 2 stops at bootstrap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-$(mktemp -d)}
@@ -91,7 +92,8 @@ try:
 except Exception as e:  # the failure NCCL reports is the result of case 2
     out["error"] = str(e).splitlines()[0][:300]
 out["seconds"] = round(time.monotonic() - t0, 2)
-print(json.dumps(out))
+with open(os.environ["RESULT"], "w") as f:  # NCCL logs to stdout: the result has a file
+    f.write(json.dumps(out) + "\n")
 sys.exit(0 if out.get("sum_ok") else 1)
 EOF
 
@@ -109,21 +111,21 @@ run_case() {
         # shellcheck disable=SC2086
         timeout 180 $IP netns exec "$ns" env $envs \
             NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
-            CUDA_VISIBLE_DEVICES=$r RANK=$r "$PYTHON" "$WORK/rank.py" \
-            > "$OUT/$name-rank$r.json" 2> "$OUT/$name-rank$r.log" &
+            CUDA_VISIBLE_DEVICES=$r RANK=$r RESULT="$OUT/$name-rank$r.json" "$PYTHON" "$WORK/rank.py" \
+            > "$OUT/$name-rank$r.log" 2>&1 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
     local transport bootstrap
-    transport=$(grep -ho 'via NET/[A-Za-z]*' "$OUT/$name-rank0.log" | sort -u | tr '\n' ' ' || true)
+    transport=$(grep -h 'NET/Socket : Using\|Using network' "$OUT/$name-rank0.log" | sed 's/.*NCCL INFO //' | sort -u | tr -d '"\\' | tr '\n' '|' || true)
     bootstrap=$(grep -h 'Bootstrap' "$OUT/$name-rank0.log" | head -n 2 | sed 's/.*NCCL [A-Z]* //' | tr -d '"\\' | tr '\n' '|' || true)
     printf '{"case":"%s","ok":%s,"socket_ifname":["%s","%s"],"transport":"%s","bootstrap":"%s","rank0":%s,"rank1":%s}\n' \
-        "$name" "$([ $rc = 0 ] && echo true || echo false)" \
+        "$name" "$([ "$rc" = 0 ] && echo true || echo false)" \
         "$(echo "$env_a" | tr ' ' '\n' | sed -n 's/^NCCL_SOCKET_IFNAME=//p')" \
         "$(echo "$env_b" | tr ' ' '\n' | sed -n 's/^NCCL_SOCKET_IFNAME=//p')" \
-        "${transport% }" "$bootstrap" \
+        "$transport" "$bootstrap" \
         "$(cat "$OUT/$name-rank0.json" 2>/dev/null || echo null)" \
-        "$(cat "$OUT/$name-rank1.json" 2>/dev/null || echo null)"
+        "$(cat "$OUT/$name-rank1.json" 2>/dev/null || echo null)" | tee -a "$OUT/summary.jsonl"
 }
 
 ENV_A=$(derived "$A" | tr '\n' ' ')
@@ -132,3 +134,13 @@ run_case derived "$ENV_A" "$ENV_B"
 HOST_A=$(echo "$ENV_A" | sed 's/NCCL_SOCKET_IFNAME=[^ ]*/NCCL_SOCKET_IFNAME==eth0/')
 HOST_B=$(echo "$ENV_B" | sed 's/NCCL_SOCKET_IFNAME=[^ ]*/NCCL_SOCKET_IFNAME==eth0/')
 run_case host-name "$HOST_A" "$HOST_B"
+
+# The verdict: the derived settings work, the host's name stops NCCL at bootstrap.
+if grep -q '"case":"derived","ok":true' "$OUT/summary.jsonl" \
+    && grep -q '"case":"host-name","ok":false' "$OUT/summary.jsonl" \
+    && grep -q 'no socket interface found' "$OUT/host-name-rank0.log"; then
+    echo "nccl_two_netns: as expected (logs in $OUT)"
+else
+    echo "nccl_two_netns: NOT as expected (logs in $OUT)" >&2
+    exit 1
+fi

@@ -20,6 +20,10 @@
 #   nri, ask all             B, runc, ERDMA_VISIBLE_DEVICES=all (nodes, memlock, NCCL env)
 #   erdma-runtime, no ask    A, erdma, does not ask
 #   erdma-runtime, ask all   A, erdma, ERDMA_VISIBLE_DEVICES=all
+#   nri, no ask, pod net     B, runc, a pod on B's CNI network (`ptp`, Debian's plugins in
+#                            /usr/lib/cni), does not ask
+#   nri, ask all, pod net    the same asking: the plugin also reads the pod's network namespace
+#                            for NCCL_SOCKET_IFNAME (a thread joins it, two rtnetlink dumps)
 # Host: the `two` sysfs fixture with mknod'd nodes; memlock 4 MiB (the default, unlimited, is
 # above this machine's hard limit and runc would refuse it).
 # Needs root, docker (to make the busybox image archive), runc, busybox-static.
@@ -75,6 +79,11 @@ state = "$WORK/$inst/state"
   # No CAP_SYS_RESOURCE here: containerd may not lower the pause container's OOM score below
   # its own, as in a user namespace.
   restrict_oom_score_adj = true
+  # Pod network namespaces under the state directory, unmounted with the rest at the end.
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$WORK/$inst/cni"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
@@ -84,6 +93,11 @@ state = "$WORK/$inst/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.erdma.options]
       BinaryName = "$ERDMA_RUNTIME"
       Root = "$WORK/$inst/runc"
+EOF
+    mkdir -p "$WORK/$inst/cni"
+    cat >"$WORK/$inst/cni/10-bench.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "erdma-bench-$inst", "plugins": [{"type": "ptp", "ipMasq": false,
+ "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.253.$((RANDOM % 200)).0/24"}]], "dataDir": "$WORK/$inst/ipam"}}]}
 EOF
     PATH="$C17:$PATH" setsid "$C17/containerd" --config "$WORK/$inst/config.toml" </dev/null >"$WORK/$inst/containerd.log" 2>&1 &
     PIDS+=($!)
@@ -119,11 +133,16 @@ echo "# $(date -u +%F) $(nproc) cores, $(uname -r); containerd $("$C17/container
     --variant "nri, no ask=$WORK/b/containerd.sock,runc" \
     --variant "nri, ask all=$WORK/b/containerd.sock,runc,ERDMA_VISIBLE_DEVICES=all" \
     --variant "erdma-runtime, no ask=$WORK/a/containerd.sock,erdma" \
-    --variant "erdma-runtime, ask all=$WORK/a/containerd.sock,erdma,ERDMA_VISIBLE_DEVICES=all"
+    --variant "erdma-runtime, ask all=$WORK/a/containerd.sock,erdma,ERDMA_VISIBLE_DEVICES=all" \
+    --variant "nri, no ask, pod net=$WORK/b/containerd.sock,runc,pod-network" \
+    --variant "nri, ask all, pod net=$WORK/b/containerd.sock,runc,pod-network,ERDMA_VISIBLE_DEVICES=all"
 # The plugin really edited the asking containers; and its own time per call (from reading the
 # request to writing the answer), which is all a container start waits on in this process.
 grep -c "eRDMA given" "$WORK/nri-plugin.log" | sed 's/^/nri plugin: containers given eRDMA: /'
-for asked in false true; do
-    grep "CreateContainer decided" "$WORK/nri-plugin.log" | grep "asked=$asked" | grep -o 'elapsed_us=[0-9]*' | cut -d= -f2 | sort -n |
-        awk -v asked="$asked" '{a[NR]=$1} END {if (NR) printf "nri plugin: CreateContainer decided in p50 %.3f ms, max %.3f ms (%d calls, asked=%s)\n", a[int((NR+1)/2)]/1000, a[NR]/1000, NR, asked}'
+grep "eRDMA given" "$WORK/nri-plugin.log" | grep -c 'NCCL_SOCKET_IFNAME==eth0"' | sed "s/^/nri plugin: of those, on the pod network with the pod's eth0: /"
+# By pod: bench-3 and bench-4 are the host-network pod's `nri, no ask` and `nri, ask all`,
+# bench-7 and bench-8 the pod-network ones (the variants' order above).
+for v in "3 host network, no ask" "4 host network, ask all" "7 pod network, no ask" "8 pod network, ask all"; do
+    grep "CreateContainer decided" "$WORK/nri-plugin.log" | grep "pod=bench/bench-${v%% *} " | grep -o 'elapsed_us=[0-9]*' | cut -d= -f2 | sort -n |
+        awk -v what="${v#* }" '{a[NR]=$1} END {if (NR) printf "nri plugin: CreateContainer decided in p50 %.3f ms, max %.3f ms (%d calls, %s)\n", a[int((NR+1)/2)]/1000, a[NR]/1000, NR, what}'
 done

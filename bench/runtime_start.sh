@@ -18,6 +18,11 @@
 #                   oci-hook/src/spec.rs) on every create. The original spec is put back
 #                   between runs (outside the timing) so that every run edits a fresh spec,
 #                   as an engine's new bundle would.
+#   runc, net edited / erdma, ask, net
+#                   the same two on a spec whose network namespace is one of its own, named by
+#                   path as Podman and CRI name theirs (made here with a veth end `eth0` and an
+#                   address): the wrapper also reads that namespace's interfaces for
+#                   NCCL_SOCKET_IFNAME (a thread joins it, two rtnetlink dumps)
 # The wrapper runs for all three calls (create, start, delete), as it does under an engine.
 # "added" compares with plain runc; "wrapper" with runc on the spec the container ends up with
 # (plain for "no ask", edited for "ask all"), i.e. the wrapper's own share.
@@ -40,7 +45,7 @@ RUNS=${1:-200}
 WARMUP=10
 
 [ "$(id -u)" -eq 0 ] || { echo "runtime_start: needs root (runc, mknod)" >&2; exit 1; }
-for t in runc mknod; do command -v "$t" >/dev/null || { echo "runtime_start: $t not found (run scripts/setup)" >&2; exit 1; }; done
+for t in runc mknod ip; do command -v "$t" >/dev/null || { echo "runtime_start: $t not found (run scripts/setup)" >&2; exit 1; }; done
 [ -x /bin/busybox ] || { echo "runtime_start: /bin/busybox not found (busybox-static; run scripts/setup)" >&2; exit 1; }
 
 if [ -z "${ERDMA_RUNTIME:-}" ]; then
@@ -49,9 +54,11 @@ fi
 [ -x "$ERDMA_RUNTIME" ] || { echo "runtime_start: $ERDMA_RUNTIME is not executable" >&2; exit 1; }
 
 WORK=$(mktemp -d /tmp/erdma-bench-rt.XXXXXX)
+NETNS=erdma-bench-$$
 cleanup() {
     set +e
     for id in $(runc --root "$WORK/state" list -q 2>/dev/null); do runc --root "$WORK/state" delete --force "$id"; done
+    ip netns delete "$NETNS" 2>/dev/null
     [ "${KEEP_WORK:-0}" = 1 ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -62,27 +69,40 @@ fixture_host "$WORK"
 # The same with /bin/true as the real runtime: the per-call table, and the edited spec below.
 sed "s|^runtime = .*|runtime = \"/bin/true\"|" "$WORK/oci-hook.toml" >"$WORK/oci-hook-true.toml"
 
-# One read-only busybox rootfs, two bundles: plain and asking.
+# A network namespace of its own, as a CNI plugin or Podman leaves one: `eth0` up with an
+# address (the veth's other end stays outside), `lo` up.
+ip netns add "$NETNS"
+ip link add "eb$$" type veth peer name eth0 netns "$NETNS"
+ip -n "$NETNS" addr add 10.231.9.2/24 dev eth0
+ip -n "$NETNS" link set eth0 up
+ip -n "$NETNS" link set lo up
+
+# One read-only busybox rootfs, three bundles: plain, asking, and asking on its own network.
 mkdir -p "$WORK/rootfs/bin" "$WORK/rootfs/proc" "$WORK/rootfs/dev" "$WORK/rootfs/sys"
 cp /bin/busybox "$WORK/rootfs/bin/busybox"
 for a in sh true; do ln -s busybox "$WORK/rootfs/bin/$a"; done
-for b in plain ask; do
+for b in plain ask asknet; do
     mkdir -p "$WORK/$b"
     runc spec --bundle "$WORK/$b"
-    jq --arg root "$WORK/rootfs" --arg b "$b" '
+    jq --arg root "$WORK/rootfs" --arg b "$b" --arg ns "/run/netns/$NETNS" '
         .root = {path: $root, readonly: true}
         | .process.terminal = false
         | .process.args = ["true"]
-        | if $b == "ask" then .process.env += ["ERDMA_VISIBLE_DEVICES=all"] else . end' \
+        | if $b != "plain" then .process.env += ["ERDMA_VISIBLE_DEVICES=all"] else . end
+        | if $b == "asknet" then .linux.namespaces |= map(if .type == "network" then .path = $ns else . end) else . end' \
         "$WORK/$b/config.json" >"$WORK/$b/config.json.orig"
     cp "$WORK/$b/config.json.orig" "$WORK/$b/config.json"
 done
-# The asking spec as erdma-runtime edits it, for runc alone.
-mkdir -p "$WORK/edited"
-cp "$WORK/ask/config.json.orig" "$WORK/edited/config.json"
-ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook-true.toml" "$ERDMA_RUNTIME" create --bundle "$WORK/edited" edit-only
-cp "$WORK/edited/config.json" "$WORK/edited/config.json.orig"
-cmp -s "$WORK/edited/config.json" "$WORK/ask/config.json.orig" && { echo "runtime_start: the asking spec was not edited" >&2; exit 1; }
+# The asking specs as erdma-runtime edits them, for runc alone.
+for e in edited:ask ednet:asknet; do
+    mkdir -p "$WORK/${e%%:*}"
+    cp "$WORK/${e#*:}/config.json.orig" "$WORK/${e%%:*}/config.json"
+    ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook-true.toml" "$ERDMA_RUNTIME" create --bundle "$WORK/${e%%:*}" edit-only
+    cp "$WORK/${e%%:*}/config.json" "$WORK/${e%%:*}/config.json.orig"
+    cmp -s "$WORK/${e%%:*}/config.json" "$WORK/${e#*:}/config.json.orig" && { echo "runtime_start: the $e spec was not edited" >&2; exit 1; }
+done
+jq -e '.process.env | index("NCCL_SOCKET_IFNAME==eth0")' "$WORK/ednet/config.json" >/dev/null \
+    || { echo "runtime_start: the own-network spec did not get the namespace's eth0" >&2; exit 1; }
 
 STATE="$WORK/state"
 n=0
@@ -120,22 +140,25 @@ one() { # VARIANT RUNTIME BUNDLE OUTFILE: one timed create+start+delete, millise
     echo $(( (${t1/./} - ${t0/./}) )) >>"$4"
 }
 
-VARIANTS=("runc" "runc, edited" "erdma, no ask" "erdma, ask all")
-SAME_SPEC=(- - 0 1)  # the runc variant each one ends up running the same spec as
+VARIANTS=("runc" "runc, edited" "erdma, no ask" "erdma, ask all" "runc, net edited" "erdma, ask, net")
+SAME_SPEC=(- - 0 1 - 4)  # the runc variant each one ends up running the same spec as
+ALL="0 1 2 3 4 5"
 run_variant() { # INDEX OUTFILE
     case "$1" in
         0) one runc "$(command -v runc)" "$WORK/plain" "$2" ;;
         1) one runc "$(command -v runc)" "$WORK/edited" "$2" ;;
         2) one erdma "$ERDMA_RUNTIME" "$WORK/plain" "$2" ;;
         3) one erdma "$ERDMA_RUNTIME" "$WORK/ask" "$2" ;;
+        4) one runc "$(command -v runc)" "$WORK/ednet" "$2" ;;
+        5) one erdma "$ERDMA_RUNTIME" "$WORK/asknet" "$2" ;;
     esac
 }
 
 echo "runtime_start: $WARMUP warm-up + $RUNS runs per variant, $(nproc) CPUs, $(runc --version | head -1), $ERDMA_RUNTIME" >&2
-for _ in $(seq "$WARMUP"); do for v in 0 1 2 3; do run_variant "$v" /dev/null; done; done
-for v in 0 1 2 3; do : >"$WORK/times.$v"; done
+for _ in $(seq "$WARMUP"); do for v in $ALL; do run_variant "$v" /dev/null; done; done
+for v in $ALL; do : >"$WORK/times.$v"; done
 for i in $(seq "$RUNS"); do
-    for v in 0 1 2 3; do run_variant "$v" "$WORK/times.$v"; done
+    for v in $ALL; do run_variant "$v" "$WORK/times.$v"; done
     [ $((i % 50)) -eq 0 ] && echo "  $i/$RUNS" >&2
 done
 
@@ -146,10 +169,11 @@ cmp -s "$WORK/plain/config.json" "$WORK/plain/config.json.orig" || { echo "runti
 
 # The wrapper's own cost per call, with the real runtime replaced by /bin/true: what the
 # table above measures through runc's much larger and noisier start time.
-CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all")
+CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net")
 call() { # INDEX OUTFILE
     local t0 t1 b=plain
     [ "$1" -eq 3 ] && b=ask
+    [ "$1" -eq 4 ] && b=asknet
     [ "$1" -ge 2 ] && fresh_spec "$WORK/$b"
     t0=$EPOCHREALTIME
     case "$1" in
@@ -160,9 +184,9 @@ call() { # INDEX OUTFILE
     t1=$EPOCHREALTIME
     echo $(( (${t1/./} - ${t0/./}) )) >>"$2"
 }
-for _ in $(seq "$WARMUP"); do for c in 0 1 2 3; do call "$c" /dev/null; done; done
-for c in 0 1 2 3; do : >"$WORK/calls.$c"; done
-for _ in $(seq "$RUNS"); do for c in 0 1 2 3; do call "$c" "$WORK/calls.$c"; done; done
+for _ in $(seq "$WARMUP"); do for c in 0 1 2 3 4; do call "$c" /dev/null; done; done
+for c in 0 1 2 3 4; do : >"$WORK/calls.$c"; done
+for _ in $(seq "$RUNS"); do for c in 0 1 2 3 4; do call "$c" "$WORK/calls.$c"; done; done
 
 pct() { # FILE P: nearest-rank percentile, in ms with two decimals
     sort -n "$1" | awk -v p="$2" '{ v[NR] = $1 } END { r = int((p / 100) * NR + 0.999999); if (r < 1) r = 1; printf "%.2f", v[r] / 1000 }'
@@ -176,7 +200,7 @@ paired() { # FILE BASEFILE: p50 of the per-run differences, signed ms
 }
 base50=$(pct "$WORK/times.0" 50)
 printf '\n%-16s %6s %9s %9s %14s %16s %14s\n' "variant" "runs" "p50 ms" "p95 ms" "added p50 ms" "wrapper p50 ms" "paired p50 ms"
-for v in 0 1 2 3; do
+for v in $ALL; do
     p50=$(pct "$WORK/times.$v" 50)
     p95=$(pct "$WORK/times.$v" 95)
     added=$(awk -v a="$p50" -v b="$base50" 'BEGIN { printf "%+.2f", a - b }')
@@ -192,7 +216,7 @@ done
 
 base50=$(pct "$WORK/calls.0" 50)
 printf '\nper call, real runtime = /bin/true\n%-22s %6s %9s %9s %14s\n' "call" "runs" "p50 ms" "p95 ms" "added p50 ms"
-for c in 0 1 2 3; do
+for c in 0 1 2 3 4; do
     p50=$(pct "$WORK/calls.$c" 50)
     added=$(awk -v a="$p50" -v b="$base50" 'BEGIN { printf "%+.2f", a - b }')
     [ "$c" -eq 0 ] && added="-"

@@ -21,8 +21,9 @@ use cri::runtime_service_client::RuntimeServiceClient;
 
 #[derive(Parser, Debug)]
 struct Cli {
-    /// `NAME=SOCKET,HANDLER[,KEY=VALUE…]`: a containerd CRI socket, the pod's runtime handler
-    /// (`runc` is containerd's default), and env for the container.
+    /// `NAME=SOCKET,HANDLER[,pod-network][,KEY=VALUE…]`: a containerd CRI socket, the pod's
+    /// runtime handler (`runc` is containerd's default), `pod-network` for a pod on the
+    /// containerd's CNI network instead of the host's, and env for the container.
     #[arg(long = "variant", required = true)]
     variants: Vec<String>,
     /// The image the containers run (already in the k8s.io namespace of every containerd).
@@ -47,9 +48,11 @@ struct Variant {
     times: Vec<Duration>,
 }
 
-fn pod_config(name: &str) -> cri::PodSandboxConfig {
-    // NamespaceMode NODE (2): host networking, as `hostNetwork: true` makes kubelet ask.
-    let ns = cri::NamespaceOption { network: 2, ..Default::default() };
+fn pod_config(name: &str, pod_network: bool) -> cri::PodSandboxConfig {
+    // NamespaceMode NODE (2): host networking, as `hostNetwork: true` makes kubelet ask; POD
+    // (0): a namespace of the pod's own, set up by CNI.
+    let ns =
+        cri::NamespaceOption { network: if pod_network { 0 } else { 2 }, ..Default::default() };
     cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: name.into(),
@@ -80,7 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut variants = Vec::new();
     for (i, spec) in cli.variants.iter().enumerate() {
         let (name, rest) = spec.split_once('=').ok_or_else(|| {
-            format!("--variant {spec}: expected NAME=SOCKET,HANDLER[,KEY=VALUE…]")
+            format!("--variant {spec}: expected NAME=SOCKET,HANDLER[,pod-network][,KEY=VALUE…]")
         })?;
         let mut parts = rest.split(',');
         let socket = PathBuf::from(parts.next().unwrap_or_default());
@@ -88,7 +91,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .next()
             .ok_or_else(|| format!("--variant {spec}: no runtime handler"))?
             .to_string();
+        let mut pod_network = false;
         let envs = parts
+            .filter(|kv| {
+                let flag = *kv == "pod-network";
+                pod_network |= flag;
+                !flag
+            })
             .map(|kv| {
                 kv.split_once('=')
                     .map(|(k, v)| cri::KeyValue { key: k.into(), value: v.into() })
@@ -100,7 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await
                 .map_err(|e| format!("{}: {e}", socket.display()))?,
         );
-        let cfg = pod_config(&format!("bench-{i}"));
+        let cfg = pod_config(&format!("bench-{i}"), pod_network);
         let pod = client
             .run_pod_sandbox(cri::RunPodSandboxRequest {
                 config: Some(cfg.clone()),

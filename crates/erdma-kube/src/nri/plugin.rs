@@ -110,6 +110,7 @@ impl NriPlugin {
         };
         let decision = adjust::create(pod, ctr, host, &self.config);
         tracing::debug!(
+            pod = %adjust::pod_name(pod),
             elapsed_us = started.elapsed().as_micros() as u64,
             asked = decision.as_ref().map_or(true, |d| d.adjust.is_some()),
             "CreateContainer decided"
