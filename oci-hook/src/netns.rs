@@ -115,7 +115,15 @@ impl Net {
 /// The interfaces of the network namespace at `path` (`/var/run/netns/NAME`,
 /// `/proc/PID/ns/net`), in index order. Needs `CAP_SYS_ADMIN` over the namespace.
 pub fn interfaces(path: &Path) -> Result<Vec<Iface>, String> {
-    let ns = File::open(path).map_err(|e| e.to_string())?;
+    // Never blocking (a FIFO named by a bad spec would hang `open`), never following into a
+    // terminal: only an nsfs file is used.
+    let ns: File = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| e.to_string())?
+    .into();
     // A file under /var/run/netns that is not a namespace here: the bind mount was made in the
     // host's mount namespace after this process's was copied, and did not propagate.
     let fs = rustix::fs::fstatfs(&ns).map_err(|e| format!("statfs: {e}"))?;
@@ -389,6 +397,29 @@ mod tests {
             std::fs::write(p.join("netns_mode"), v).unwrap();
             assert_eq!(rdma_netns_mode(d.path()), want, "{v}");
         }
+    }
+
+    /// Files that are no namespace are refused without blocking or reading them: a FIFO
+    /// (whose `open` would wait for a writer), a regular file.
+    #[test]
+    fn only_namespace_files_are_joined() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let file = d.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        for p in [&fifo, &file] {
+            let e = interfaces(p).unwrap_err();
+            assert!(e.contains("not a namespace file"), "{e}");
+        }
+        assert!(interfaces(&d.path().join("missing")).is_err());
     }
 
     /// This process's own namespace, read as a container's would be: the same interfaces the
