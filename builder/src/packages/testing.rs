@@ -49,3 +49,34 @@ pub(crate) fn base(extra: &[(&str, SnapEntry)]) -> MapBase {
     m.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
     MapBase(m)
 }
+
+/// A noarch package built by the real rpmbuild from `name`, `version` and the spec's `%files`
+/// section onwards (`body`: files, scriptlets, triggers), read back; `None` (with a note) where
+/// rpmbuild is not installed.
+pub(crate) fn rpmbuild_noarch(
+    dir: &std::path::Path,
+    name: &str,
+    version: &str,
+    body: &str,
+) -> Option<erdma_rpm::package::Package> {
+    if std::process::Command::new("rpmbuild").arg("--version").output().is_err() {
+        eprintln!("skipped: rpmbuild is not installed (apt-get install rpm)");
+        return None;
+    }
+    let spec = format!(
+        "Name: {name}\nVersion: {version}\nRelease: 1\nSummary: t\nLicense: MIT\nBuildArch: noarch\n%description\nt\n%files\n{body}"
+    );
+    let path = dir.join(format!("{name}-{version}.spec"));
+    std::fs::write(&path, spec).unwrap();
+    let top = dir.join(format!("top-{name}-{version}"));
+    let o = std::process::Command::new("rpmbuild")
+        .arg("--define")
+        .arg(format!("_topdir {}", top.display()))
+        .args(["-bb", "--quiet"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "rpmbuild: {}", String::from_utf8_lossy(&o.stderr));
+    let rpm = top.join(format!("RPMS/noarch/{name}-{version}-1.noarch.rpm"));
+    Some(erdma_rpm::package::Package::open(&rpm).unwrap())
+}

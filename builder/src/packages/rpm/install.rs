@@ -410,22 +410,23 @@ pub async fn install(
         }
         // The accounts applied to nothing but the base, for what the image refuses (a home
         // to create, no /etc/shadow): the sandbox, as a build would go to it.
-        let accounted = match account(on_disk.iter().map(|(_, p)| p), base, None, inputs)? {
-            Ok(a) => {
-                let mut scratch = LayerContents::new();
-                match users::apply(
-                    &a.in_order(),
-                    base,
-                    &mut scratch,
-                    users::today(),
-                    users::Tools::RedHat,
-                ) {
-                    Ok(()) => Ok(a),
-                    Err(e) => Err(needs_sandbox(&e, inputs).ok_or(e)?),
+        let accounted =
+            match account(on_disk.iter().map(|(_, p)| p), &resolved, base, None, inputs)? {
+                Ok(a) => {
+                    let mut scratch = LayerContents::new();
+                    match users::apply(
+                        &a.in_order(),
+                        base,
+                        &mut scratch,
+                        users::today(),
+                        users::Tools::RedHat,
+                    ) {
+                        Ok(()) => Ok(a),
+                        Err(e) => Err(needs_sandbox(&e, inputs).ok_or(e)?),
+                    }
                 }
-            }
-            Err(because) => Err(because),
-        };
+                Err(because) => Err(because),
+            };
         match accounted {
             Ok(a) => report.scripts = a.records,
             Err(because) => {
@@ -442,7 +443,8 @@ pub async fn install(
     }
     // Emulated where every scriptlet can be; otherwise (and unless --no-sandbox) rpm runs them
     // all in a sandbox, on the layer as it was before this attempt.
-    let because = match account(files.iter().map(|(_, p)| p), base, Some(layer), inputs)? {
+    let because = match account(files.iter().map(|(_, p)| p), &resolved, base, Some(layer), inputs)?
+    {
         Ok(accounted) => {
             let mut trial = layer.clone();
             let arch = basearch(inputs.arch);
@@ -482,11 +484,34 @@ fn needs_sandbox(e: &Error, inputs: &Inputs<'_>) -> Option<String> {
 /// the sandbox may run it: the command, as the report names it.
 fn account<'p>(
     packages: impl Iterator<Item = &'p erdma_rpm::package::Package>,
+    resolved: &Resolved,
     base: &dyn BaseFiles,
     layer: Option<&LayerContents>,
     inputs: &Inputs<'_>,
 ) -> Result<std::result::Result<Accounted, String>> {
     let headers: Vec<&erdma_rpm::header::Header> = packages.map(|p| &p.header).collect();
+    // The file triggers the transaction fires: of the packages that stay and of the new ones,
+    // on the files installed and the files of the packages that go.
+    let fates = super::unpack::installed_fates(resolved);
+    let staying: Vec<_> = fates.iter().filter(|(_, _, goes)| !goes).map(|(_, h, _)| *h).collect();
+    let gone: Vec<_> = fates.iter().filter(|(_, _, goes)| *goes).map(|(_, h, _)| *h).collect();
+    let removed: Vec<String> = gone.iter().flat_map(|h| h.file_paths()).collect();
+    let added: Vec<String> = headers.iter().flat_map(|h| h.file_paths()).collect();
+    let skip = inputs.skip_scripts;
+    let triggers =
+        super::scripts::package_triggers(&staying, &headers, &gone, skip).and_then(|mut t| {
+            t.extend(super::scripts::file_triggers(&staying, &headers, &added, &removed, skip)?);
+            Ok(t)
+        });
+    let triggers = match triggers {
+        Ok(t) => t,
+        Err(e) => {
+            return match needs_sandbox(&e, inputs) {
+                Some(because) => Ok(Err(because)),
+                None => Err(e),
+            }
+        }
+    };
     let read = |p: &str| -> Result<String> {
         let bytes = match layer {
             Some(layer) => crate::packages::image::read(p, base, layer, 4 << 20)?,
@@ -496,7 +521,10 @@ fn account<'p>(
     };
     let files = AccountFiles { group: read("etc/group")?, passwd: read("etc/passwd")? };
     match scriptlets(&headers, &files, inputs.skip_scripts) {
-        Ok(accounted) => Ok(Ok(accounted)),
+        Ok(mut accounted) => {
+            accounted.records.extend(triggers);
+            Ok(Ok(accounted))
+        }
         Err(e) => needs_sandbox(&e, inputs).map(Err).ok_or(e),
     }
 }

@@ -28,17 +28,28 @@
 //! Without effect here:
 //! - `-p /sbin/ldconfig`, or `ldconfig` in a body: the loader searches `/usr/lib64` and `/lib64`
 //!   without a cache entry (rdma-core's `libibverbs`, `librdmacm`: redhat/rdma-core.spec's
-//!   `%ldconfig_scriptlets`);
+//!   `%ldconfig_scriptlets`); `/etc/ld.so.cache` is left as the base has it, an accepted
+//!   difference the README names;
 //! - `udevadm` (rdma-core's `%post` runs `udevadm trigger … || true`): no udev runs while an
 //!   image is built, and `dnf install` in a container gets nothing from it either (its `/sys` is
 //!   read-only there);
 //! - tests, output and shell state ([`crate::packages::scripts::is_inert`]).
+//!
+//! File triggers ([`file_triggers`]): those of the image's packages and of the new ones fire
+//! on the paths installed (`in`) and removed (`un`, `postun`), and are accounted the same way:
+//! ldconfig (glibc's `%transfiletriggerin`), `udevadm` and `systemctl daemon-reload` are
+//! without effect, anything else goes to the sandbox.
 use std::collections::BTreeSet;
 
 use crate::error::{Error, Result};
 use crate::packages::scripts::{commands_with, is_inert, Known, Outcome, ScriptRecord, Truth};
 use crate::packages::users;
 use crate::packages::{alternatives, presets, PackageError};
+
+/// What an rpm `ldconfig` leaves undone here: the cache of glibc before 2.36 (EL8's 2.28,
+/// EL9's 2.34, Alibaba Cloud Linux 3's 2.32) is not rewritten, for want of those ldconfigs to
+/// hold a rewrite against; the loader finds the libraries without it.
+const LDCONFIG_NOT_RUN: &str = "without effect on how the libraries load (they lie in the loader's default directories); /etc/ld.so.cache is left as the base has it, so `ldconfig -p` does not list them (an accepted difference)";
 
 const HINT: &str = "drop --no-sandbox to run it as rpm does in a sandbox over the base, or pass --skip-scripts to build without running it (the report lists what was not run)";
 
@@ -203,9 +214,7 @@ fn scriptlet(
     let ldconfig = |w: &str| w == "ldconfig" || w.ends_with("/ldconfig");
     if body.trim().is_empty() {
         let outcome = if ldconfig(&interp) {
-            Outcome::NoEffect(format!(
-                "{shown}: the libraries are in the loader's default directories, found without a cache entry"
-            ))
+            Outcome::NoEffect(format!("{shown}: {LDCONFIG_NOT_RUN}"))
         } else {
             refuse(interp.clone())?
         };
@@ -294,6 +303,231 @@ fn scriptlet(
         Outcome::Emulated(emulated.join(", "))
     };
     Ok(Some(Scriptlet { record: record(outcome), ops, units, alts }))
+}
+
+/// File triggers (`%filetriggerin`, `%transfiletriggerin`, and their `un`/`postun` forms):
+/// the prefixes, flags and script index of each (rpm's `FILETRIGGER*` and
+/// `TRANSFILETRIGGER*` tags, one entry per prefix; lib/rpmscript.c, `rpmScriptFromTriggerTag`).
+const FILE_TRIGGERS: &[FileTriggerTags] = &[
+    FileTriggerTags {
+        scripts: 5066,
+        progs: 5067,
+        names: 5069,
+        index: 5070,
+        flags: 5072,
+        what: "%filetrigger",
+    },
+    FileTriggerTags {
+        scripts: 5076,
+        progs: 5077,
+        names: 5079,
+        index: 5080,
+        flags: 5082,
+        what: "%transfiletrigger",
+    },
+];
+/// `RPMSENSE_TRIGGERIN`, `RPMSENSE_TRIGGERUN`, `RPMSENSE_TRIGGERPOSTUN` (rpmds.h).
+const TRIGGER_IN: u64 = 1 << 16;
+const TRIGGER_UN: u64 = 1 << 17;
+const TRIGGER_POSTUN: u64 = 1 << 18;
+
+struct FileTriggerTags {
+    scripts: u32,
+    progs: u32,
+    names: u32,
+    index: u32,
+    flags: u32,
+    what: &'static str,
+}
+
+/// The file triggers this transaction fires, accounted as [`scriptlets`] accounts scriptlets:
+/// those of the image's installed packages that stay (`installed`) and of the packages
+/// installed (`planned`), whose prefix a path of `added` (the files installed) starts with
+/// (`in`), or of `removed` (the files of erased and replaced packages: `un`, `postun`), as a
+/// plain string prefix. Each fires once per script. `ldconfig`, `udevadm` and `systemctl daemon-reload` (no systemd runs
+/// while an image is built) are without effect here; anything else is refused as an unknown
+/// scriptlet command is: the sandbox, where the image's rpm fires them, or `--skip-scripts`.
+pub(crate) fn file_triggers(
+    installed: &[&erdma_rpm::header::Header],
+    planned: &[&erdma_rpm::header::Header],
+    added: &[String],
+    removed: &[String],
+    skip: bool,
+) -> Result<Vec<ScriptRecord>> {
+    let mut out = Vec::new();
+    for h in installed.iter().chain(planned) {
+        for tags in FILE_TRIGGERS {
+            let names = h.strings(tags.names);
+            let index = h.ints(tags.index);
+            let flags = h.ints(tags.flags);
+            let scripts = h.strings(tags.scripts);
+            let progs = h.strings(tags.progs);
+            let mut fired: Vec<(usize, &str, &str)> = Vec::new();
+            for (i, prefix) in names.iter().enumerate() {
+                let (Some(&ix), Some(&f)) = (index.get(i), flags.get(i)) else { continue };
+                let ix = ix as usize;
+                let (sense, paths) = if f & TRIGGER_IN != 0 {
+                    ("in", added)
+                } else if f & TRIGGER_UN != 0 {
+                    ("un", removed)
+                } else if f & TRIGGER_POSTUN != 0 {
+                    ("postun", removed)
+                } else {
+                    continue;
+                };
+                // A plain string prefix, as rpm 4.18 matches it: `/usr/lib` fires for
+                // `/usr/lib64/a` too, `/opt/x/` not for `/opt/xy/b`.
+                if paths.iter().any(|p| p.starts_with(prefix.as_str()))
+                    && !fired.iter().any(|(x, _, _)| *x == ix)
+                {
+                    fired.push((ix, sense, prefix));
+                }
+            }
+            for (ix, sense, prefix) in fired {
+                let body = scripts.get(ix).cloned().unwrap_or_default();
+                let prog = progs.get(ix).cloned().unwrap_or_default();
+                let script = format!("{}{sense} ({prefix})", tags.what);
+                out.push(trigger_record(h, script, &body, &prog, skip)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `RPMSENSE_TRIGGERPREIN` (rpmds.h).
+const TRIGGER_PREIN: u64 = 1 << 25;
+
+/// Classic triggers (`%triggerin -- NAME`, `%triggerun`, `%triggerpostun`, `%triggerprein`;
+/// rpm's `TRIGGERNAME`, `TRIGGERFLAGS`, `TRIGGERVERSION`, `TRIGGERINDEX`, `TRIGGERSCRIPTS`,
+/// `TRIGGERSCRIPTPROG`), accounted as [`file_triggers`] accounts file triggers. One fires when
+/// the package it names is installed (`in`, `prein`: one of `planned`) or erased (`un`,
+/// `postun`: one of `gone`) at a version its condition accepts, or when its own package is
+/// installed (or erased) while the named one is in the image.
+pub(crate) fn package_triggers(
+    staying: &[&erdma_rpm::header::Header],
+    planned: &[&erdma_rpm::header::Header],
+    gone: &[&erdma_rpm::header::Header],
+    skip: bool,
+) -> Result<Vec<ScriptRecord>> {
+    use erdma_rpm::header::Header;
+    let as_provide = |h: &Header| erdma_rpm::Dep {
+        name: h.name(),
+        version: Some((erdma_rpm::Cmp::Eq, h.evr())),
+        pre: false,
+    };
+    let named = |set: &[&Header], dep: &erdma_rpm::Dep| {
+        set.iter().any(|h| h.name() == dep.name && dep.satisfied_by(&as_provide(h)))
+    };
+    let mut out = Vec::new();
+    let roles = staying
+        .iter()
+        .map(|h| (*h, 0))
+        .chain(planned.iter().map(|h| (*h, 1)))
+        .chain(gone.iter().map(|h| (*h, 2)));
+    for (h, role) in roles {
+        let deps = h.deps(1066, 1068, 1067);
+        let flags = h.ints(1068);
+        let index = h.ints(1069);
+        let scripts = h.strings(1065);
+        let progs = h.strings(1092);
+        let mut fired: Vec<usize> = Vec::new();
+        for (i, dep) in deps.iter().enumerate() {
+            let (Some(&f), Some(&ix)) = (flags.get(i), index.get(i)) else { continue };
+            let ix = ix as usize;
+            let (sense, installing) = if f & TRIGGER_IN != 0 {
+                ("in", true)
+            } else if f & TRIGGER_PREIN != 0 {
+                ("prein", true)
+            } else if f & TRIGGER_UN != 0 {
+                ("un", false)
+            } else if f & TRIGGER_POSTUN != 0 {
+                ("postun", false)
+            } else {
+                continue;
+            };
+            let present: Vec<&Header> = staying.iter().chain(planned).copied().collect();
+            let fires = if installing {
+                named(planned, dep) || (role == 1 && named(&present, dep))
+            } else {
+                named(gone, dep) || (role == 2 && named(staying, dep))
+            };
+            if !fires || fired.contains(&ix) {
+                continue;
+            }
+            fired.push(ix);
+            let body = scripts.get(ix).cloned().unwrap_or_default();
+            let prog = progs.get(ix).cloned().unwrap_or_default();
+            out.push(trigger_record(
+                h,
+                format!("%trigger{sense} ({})", dep.name),
+                &body,
+                &prog,
+                skip,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
+/// The record of a trigger that fires: without effect, not run (`skip`), or the refusal that
+/// sends the install to the sandbox.
+fn trigger_record(
+    h: &erdma_rpm::header::Header,
+    script: String,
+    body: &str,
+    prog: &str,
+    skip: bool,
+) -> Result<ScriptRecord> {
+    let package = format!("{} {}", h.name(), h.evr());
+    let outcome = match trigger_without_effect(body, prog) {
+        Ok(why) => Outcome::NoEffect(why),
+        Err(_) if skip => {
+            Outcome::NotRun(format!("--skip-scripts (it runs `{}`)", shown_command(body, prog)))
+        }
+        Err(command) => {
+            return Err(Error::from(PackageError::Script { package, script, command, hint: HINT }))
+        }
+    };
+    Ok(ScriptRecord { package, script, outcome })
+}
+
+/// Why a file trigger's script changes nothing in an image build, or the first command that
+/// may.
+fn trigger_without_effect(body: &str, prog: &str) -> std::result::Result<String, String> {
+    let prog_name = prog.split_whitespace().next().unwrap_or("/bin/sh");
+    let ldconfig = |w: &str| w == "ldconfig" || w.ends_with("/ldconfig");
+    if !matches!(prog_name, "/bin/sh" | "/bin/bash" | "/usr/bin/sh" | "/usr/bin/bash") {
+        return if ldconfig(prog_name) && body.trim().is_empty() {
+            Ok(format!("{prog_name}: {LDCONFIG_NOT_RUN}"))
+        } else {
+            Err(format!("{prog} script"))
+        };
+    }
+    let mut ran_ldconfig = false;
+    for words in commands_with(body, Some(&[]), &[], &Known::NOTHING) {
+        let cmd = words[0].rsplit('/').next().unwrap_or_default();
+        let reload = cmd == "systemctl"
+            && words.iter().skip(1).filter(|w| !w.starts_with('-')).eq(["daemon-reload"].iter());
+        ran_ldconfig |= ldconfig(cmd);
+        if is_inert(&words) || ldconfig(cmd) || cmd == "udevadm" || reload {
+            continue;
+        }
+        return Err(words.join(" "));
+    }
+    Ok(if ran_ldconfig {
+        format!("ldconfig: {LDCONFIG_NOT_RUN}")
+    } else {
+        "only udevadm and systemctl daemon-reload (no udev or systemd runs while an image is built)"
+            .into()
+    })
+}
+
+/// The command a trigger runs, for `--skip-scripts`' record.
+fn shown_command(body: &str, prog: &str) -> String {
+    match body.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')) {
+        Some(line) => line.to_string(),
+        None => prog.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -450,5 +684,101 @@ mod tests {
         let h = header("p", &[(tag::POSTIN, "/sbin/ldconfig\nudevadm trigger || true\n")]);
         let acc = scriptlets(&[&h], &files(), false).unwrap();
         assert!(matches!(acc.records[0].outcome, Outcome::NoEffect(_)));
+    }
+
+    /// Packages built by the real rpmbuild: a base package with file triggers (as glibc's
+    /// `%transfiletriggerin -- /lib /usr/lib /lib64 /usr/lib64` running ldconfig, and one that
+    /// writes a file), read back as installed headers; the prefixes match as rpm 4.18 matches
+    /// them when it installs (seen with `rpm -i`: `/usr/lib` fires for `/usr/lib64/a`, `/opt/x/`
+    /// does not for `/opt/xy/b`).
+    #[test]
+    fn file_triggers_fire_as_rpm_fires_them_real_rpm() {
+        let dir = tempfile::tempdir().unwrap();
+        let triggers = "%transfiletriggerin -- /lib /usr/lib /lib64 /usr/lib64\n/sbin/ldconfig\n\
+            %transfiletriggerpostun -- /lib /usr/lib /lib64 /usr/lib64\n/sbin/ldconfig\n\
+            %transfiletriggerin -- /usr/lib/systemd/system\nsystemctl daemon-reload\n\
+            %filetriggerin -- /opt/x/\necho \"$(cat)\" >> /var/lib/trig.log\n";
+        let Some(pkg) =
+            crate::packages::testing::rpmbuild_noarch(dir.path(), "trig", "1", triggers)
+        else {
+            return;
+        };
+        let base = [&pkg.header];
+        let files = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let fire = |added: &[&str], removed: &[&str], skip: bool| {
+            file_triggers(&base, &[], &files(added), &files(removed), skip)
+        };
+        // A library under /usr/lib64: the ldconfig trigger, once, whichever prefixes match.
+        let r =
+            fire(&["/usr/lib64/libibverbs.so.1", "/usr/lib64/libmlx5.so.1"], &[], false).unwrap();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].package.as_str(), r[0].script.as_str()),
+            ("trig 1-1", "%transfiletriggerin (/usr/lib)")
+        );
+        assert!(matches!(r[0].outcome, Outcome::NoEffect(_)), "{r:?}");
+        // A unit file: daemon-reload, without effect; files elsewhere fire nothing.
+        let r = fire(&["/usr/lib/systemd/system/rdma.service"], &[], false).unwrap();
+        assert!(
+            r.iter().all(|t| matches!(t.outcome, Outcome::NoEffect(_))) && r.len() == 2,
+            "{r:?}"
+        );
+        assert!(fire(&["/usr/share/doc/x", "/opt/xy/b"], &[], false).unwrap().is_empty());
+        // A removed library (OFED's, replaced): the postun trigger.
+        let r = fire(&[], &["/usr/lib64/libmlx5.so.1.24.58"], false).unwrap();
+        assert_eq!(
+            r.iter().map(|t| t.script.as_str()).collect::<Vec<_>>(),
+            ["%transfiletriggerpostun (/usr/lib)"]
+        );
+        // A trigger that writes a file: refused naming it (the sandbox runs it), or not run
+        // with --skip-scripts.
+        let e = fire(&["/opt/x/c"], &[], false).unwrap_err().to_string();
+        assert!(
+            e.contains("trig 1-1") && e.contains("%filetriggerin (/opt/x/)") && e.contains("echo"),
+            "{e}"
+        );
+        let r = fire(&["/opt/x/c"], &[], true).unwrap();
+        assert!(
+            matches!(&r[0].outcome, Outcome::NotRun(w) if w.contains("--skip-scripts")),
+            "{r:?}"
+        );
+    }
+
+    /// Classic triggers, in packages built by the real rpmbuild: `%triggerin -- libibverbs < 40`
+    /// fires only for a libibverbs that old, `%triggerpostun -- mlnx-ofa_kernel` when OFED's goes.
+    #[test]
+    fn package_triggers_fire_on_the_named_package_at_its_version_real_rpm() {
+        let dir = tempfile::tempdir().unwrap();
+        let build = |name: &str, version: &str, body: &str| {
+            crate::packages::testing::rpmbuild_noarch(dir.path(), name, version, body)
+                .map(|p| p.header)
+        };
+        let Some(base) = build(
+            "watcher",
+            "1",
+            "%triggerin -- libibverbs < 40\ntouch /var/lib/old-verbs\n%triggerpostun -- mlnx-ofa_kernel\n/sbin/ldconfig\n",
+        ) else {
+            return;
+        };
+        let [new, old, ofed] =
+            [("libibverbs", "46.0"), ("libibverbs", "39.0"), ("mlnx-ofa_kernel", "5.8")]
+                .map(|(n, v)| build(n, v, "").unwrap());
+        assert!(package_triggers(&[&base], &[&new], &[], false).unwrap().is_empty());
+        let e = package_triggers(&[&base], &[&old], &[], false).unwrap_err().to_string();
+        assert!(
+            e.contains("watcher 1-1")
+                && e.contains("%triggerin (libibverbs)")
+                && e.contains("touch"),
+            "{e}"
+        );
+        let r = package_triggers(&[&base], &[&new], &[&ofed], false).unwrap();
+        assert_eq!(
+            r.iter().map(|t| t.script.as_str()).collect::<Vec<_>>(),
+            ["%triggerpostun (mlnx-ofa_kernel)"]
+        );
+        assert!(matches!(r[0].outcome, Outcome::NoEffect(_)), "{r:?}");
+        // The trigger package itself installed while the named one is there: fires too.
+        let r = package_triggers(&[&old], &[&base], &[], true).unwrap();
+        assert!(matches!(&r[0].outcome, Outcome::NotRun(w) if w.contains("touch")), "{r:?}");
     }
 }

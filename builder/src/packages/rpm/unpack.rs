@@ -179,31 +179,13 @@ pub(crate) fn unpack(
                 .map_err(|e| package_file(path.display(), e))?,
         );
     }
-    // The installed packages that go: removed, or replaced by a new build.
-    let mut gone: Vec<String> = resolved.plan.remove.iter().map(|r| r.nevra.clone()).collect();
-    for p in &resolved.plan.install {
-        match &p.action {
-            super::resolve::Action::Install => {}
-            // `from` is the EVR the same name had.
-            super::resolve::Action::Upgrade { from }
-            | super::resolve::Action::Downgrade { from } => {
-                gone.push(format!("{}-{from}", p.package.name))
-            }
-            super::resolve::Action::Replace { from } => gone.extend(from.iter().cloned()),
-        }
-    }
     let mut gone_hnums = Vec::new();
     let mut gone_files: Vec<String> = Vec::new();
     let mut kept_files: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-    for (hnum, h) in resolved.db.headers() {
+    for (hnum, h, goes) in installed_fates(resolved) {
         let meta = h.meta("installed");
-        let nevra = meta.nevra();
-        // A removal may name the package as `name-evr.arch` or by its EVR alone.
-        if gone
-            .iter()
-            .any(|g| g == &nevra || g == &format!("{}-{}", meta.name, meta.evr) || g == &meta.name)
-        {
-            gone_hnums.push(*hnum);
+        if goes {
+            gone_hnums.push(hnum);
             gone_files.extend(meta.files);
         } else {
             kept_files.extend(meta.files);
@@ -239,4 +221,35 @@ pub(crate) fn unpack(
     }
     removed.sort();
     Ok(removed)
+}
+
+/// Each installed package (its header number and header) and whether this transaction takes
+/// it away: removed, or replaced by a new build, an upgrade or a downgrade.
+pub(super) fn installed_fates(resolved: &Resolved) -> Vec<(u32, &erdma_rpm::header::Header, bool)> {
+    let mut gone: Vec<String> = resolved.plan.remove.iter().map(|r| r.nevra.clone()).collect();
+    for p in &resolved.plan.install {
+        match &p.action {
+            super::resolve::Action::Install => {}
+            // `from` is the EVR the same name had.
+            super::resolve::Action::Upgrade { from }
+            | super::resolve::Action::Downgrade { from } => {
+                gone.push(format!("{}-{from}", p.package.name))
+            }
+            super::resolve::Action::Replace { from } => gone.extend(from.iter().cloned()),
+        }
+    }
+    resolved
+        .db
+        .headers()
+        .iter()
+        .map(|(hnum, h)| {
+            let meta = h.meta("installed");
+            let nevra = meta.nevra();
+            // A removal may name the package as `name-evr.arch` or by its EVR alone.
+            let goes = gone.iter().any(|g| {
+                g == &nevra || g == &format!("{}-{}", meta.name, meta.evr) || g == &meta.name
+            });
+            (*hnum, h, goes)
+        })
+        .collect()
 }
