@@ -553,10 +553,18 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
                 ("/var/run/netns".to_string(), true, "HostToContainer".to_string()),
                 "{name}"
             );
-            assert_eq!(c["securityContext"]["capabilities"]["add"], json!(["SYS_ADMIN"]), "{name}");
+            assert_eq!(
+                c["securityContext"]["capabilities"]["add"],
+                json!(["CAP_SYS_ADMIN"]),
+                "{name}"
+            );
+            // Kubernetes' ValidateSecurityContext refuses allowPrivilegeEscalation: false
+            // beside CAP_SYS_ADMIN.
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], Value::Null, "{name}");
             assert_eq!(m.len(), 5, "{name}: {m:?}");
         } else {
             assert_eq!(c["securityContext"]["capabilities"]["add"], Value::Null, "{name}");
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], json!(false), "{name}");
             assert_eq!(m.len(), 4, "{name}: {m:?}");
         }
         assert!(!m.contains_key("/host"), "{name}");
