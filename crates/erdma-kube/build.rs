@@ -1,22 +1,24 @@
-//! Compiles the gRPC/protobuf APIs erdma-kit speaks into Rust with protoc (Debian's
-//! `protobuf-compiler`, installed by scripts/setup):
+//! Compiles the gRPC/protobuf APIs erdma-kit speaks into Rust, without protoc: protox (a
+//! protobuf compiler in Rust) parses them into descriptors, which tonic-prost-build turns into
+//! code, so `cargo install` needs nothing but cargo:
 //! - `proto/deviceplugin_v1beta1.proto`: kubelet's device-plugin API (client and server);
 //! - `proto/nri_v1alpha1.proto`: the NRI plugin API's messages (carried over ttrpc by `nri/`);
 //! - `proto/cri_v1.proto`: the CRI runtime API, client only (the tests and the NRI bench drive
 //!   containerd with it as kubelet does).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    let fds = |file: &str| protox::compile([file], ["proto"]);
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&["proto/deviceplugin_v1beta1.proto"], &["proto"])?;
+        .compile_fds(fds("proto/deviceplugin_v1beta1.proto")?)?;
     tonic_prost_build::configure()
         .build_client(false)
         .build_server(false)
-        .compile_protos(&["proto/nri_v1alpha1.proto"], &["proto"])?;
+        .compile_fds(fds("proto/nri_v1alpha1.proto")?)?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(false)
-        .compile_protos(&["proto/cri_v1.proto"], &["proto"])?;
+        .compile_fds(fds("proto/cri_v1.proto")?)?;
     Ok(())
 }
