@@ -10,13 +10,15 @@
 //! still gets the descriptors the engine gave); SIGPIPE keeps the disposition the engine gave,
 //! and std's `exec` resets it to the default for the runtime, as before. `std::env::args_os`
 //! still works: std reads the arguments from glibc's `.init_array` call, not from `main`.
+//! musl passes no arguments to `.init_array` functions, so there `std::env::args_os` would be
+//! empty under a C `main`: other C libraries get std's own `main` (below).
 //! (Under `cfg(test)` the test harness brings its own `main`.)
-#![cfg_attr(not(test), no_main)]
+#![cfg_attr(all(not(test), target_env = "gnu"), no_main)]
 
 /// The process entry point glibc calls.
 // `no_mangle` is what the `unsafe_code` lint objects to: the symbol `main` must be defined
 // once, and `#![no_main]` is what stops rustc from defining its own. Nothing here is unsafe.
-#[cfg(not(test))]
+#[cfg(all(not(test), target_env = "gnu"))]
 #[allow(unsafe_code)]
 #[no_mangle]
 pub extern "C" fn main(
@@ -24,4 +26,10 @@ pub extern "C" fn main(
     _argv: *const *const std::ffi::c_char,
 ) -> std::ffi::c_int {
     erdma_oci_hook::runtime::main_with(std::env::args_os().skip(1).collect())
+}
+
+/// std's start-up, where the C library does not hand the arguments to std before `main`.
+#[cfg(not(target_env = "gnu"))]
+fn main() {
+    std::process::exit(erdma_oci_hook::runtime::main_with(std::env::args_os().skip(1).collect()))
 }
