@@ -266,7 +266,7 @@ fn device_checks(config: &Config, opts: &Options, host: &Host, checks: &mut Vec<
 fn netns_check(config: &Config, host: &Host) -> Check {
     use crate::config::NetworkPolicy;
     use crate::netns::RdmaNetns;
-    let param = config.sysfs_root.join("module/ib_core/parameters/netns_mode");
+    let param = config.sysfs_root.join(crate::netns::NETNS_MODE_PARAM);
     let details = json!({"mode": host.rdma_netns, "source": param, "network": config.network});
     match (host.rdma_netns, config.network) {
         (RdmaNetns::Shared, NetworkPolicy::Any) => Check::ok(

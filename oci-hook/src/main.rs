@@ -241,14 +241,12 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 erdma_oci_hook::request::Request::Named(devices)
             };
             let (chosen, _) = erdma_oci_hook::modify::select(&request, &host, config)?;
-            let net = match netns {
+            let net = match netns.map(|p| erdma_oci_hook::netns::Net::read(&p)) {
                 None => erdma_oci_hook::netns::Net::Host,
-                Some(path) => match erdma_oci_hook::netns::interfaces(&path) {
-                    Ok(ifaces) => erdma_oci_hook::netns::Net::Own { path, ifaces },
-                    Err(why) => {
-                        anyhow::bail!("reading the network namespace {}: {why}", path.display())
-                    }
-                },
+                Some(erdma_oci_hook::netns::Net::Unread { why }) => {
+                    anyhow::bail!("the network namespace: {why}")
+                }
+                Some(net) => net,
             };
             let derived = erdma_oci_hook::nccl::derive(&host, &chosen, &net);
             let env = derived.with_presets();

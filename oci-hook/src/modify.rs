@@ -142,6 +142,26 @@ fn is_own_netns(path: &str) -> bool {
     }
 }
 
+/// A container on a network namespace of its own: refused under `network = "require"`, or
+/// where the host's RDMA devices cannot be opened from another namespace (exclusive mode);
+/// else its network, as `read` finds it, and the one warning about `rdma_cm` in `warnings`.
+/// The one decision behind the spec edit and the `prestart` hook.
+pub fn own_network(
+    config: &Config,
+    host: &Host,
+    warnings: &mut Vec<String>,
+    read: impl FnOnce() -> Net,
+) -> Result<Net> {
+    if config.network == NetworkPolicy::Require {
+        return Err(Error::HostNetworkRequired);
+    }
+    if host.rdma_netns == RdmaNetns::Exclusive {
+        return Err(Error::RdmaNetnsExclusive);
+    }
+    warnings.push(OWN_NETWORK_WARNING.to_string());
+    Ok(read())
+}
+
 /// Applies the edits for `devices`/`nodes` to `spec`. Nothing is changed when it fails.
 pub fn apply(
     spec: &mut Value,
@@ -167,19 +187,14 @@ pub fn apply(
         Some(i) => {
             let path = namespaces[i].get("path").and_then(Value::as_str).filter(|p| !p.is_empty());
             let managed = path.is_some() || engine_hook(spec);
-            match (managed, config.network) {
+            match managed {
                 // A fresh namespace no engine sets up would hold only `lo`.
-                (false, _) => (NetworkOutcome::Dropped, Net::Host),
-                (true, NetworkPolicy::Require) => return Err(Error::HostNetworkRequired),
-                (true, NetworkPolicy::Any) => {
-                    if host.rdma_netns == RdmaNetns::Exclusive {
-                        return Err(Error::RdmaNetnsExclusive);
-                    }
-                    warnings.push(OWN_NETWORK_WARNING.to_string());
-                    let net = match path {
+                false => (NetworkOutcome::Dropped, Net::Host),
+                true => {
+                    let net = own_network(config, host, &mut warnings, || match path {
                         Some(p) => Net::read(std::path::Path::new(p)),
                         None => Net::Unread { why: UNREAD_ENGINE_HOOK.into() },
-                    };
+                    })?;
                     (NetworkOutcome::Own, net)
                 }
             }

@@ -35,13 +35,14 @@ pub enum RdmaNetns {
     Unknown,
 }
 
+/// Where sysfs holds `ib_core`'s `netns_mode` parameter.
+pub const NETNS_MODE_PARAM: &str = "module/ib_core/parameters/netns_mode";
+
 /// `ib_core`'s `netns_mode` parameter under `sysfs_root`: the variable `rdma system set netns`
 /// changes (drivers/infiniband/core/device.c, `ib_devices_shared_netns`), so it reads the
 /// mode as it is now, `Y` (shared) or `N` (exclusive).
 pub fn rdma_netns_mode(sysfs_root: &Path) -> RdmaNetns {
-    match crate::discover::read_trim(&sysfs_root.join("module/ib_core/parameters/netns_mode"))
-        .as_deref()
-    {
+    match crate::discover::read_trim(&sysfs_root.join(NETNS_MODE_PARAM)).as_deref() {
         Some("Y" | "1") => RdmaNetns::Shared,
         Some("N" | "0") => RdmaNetns::Exclusive,
         _ => RdmaNetns::Unknown,

@@ -65,7 +65,7 @@ use rustix::fs::FileType;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::{Config, NetworkPolicy};
+use crate::config::Config;
 use crate::discover::{self, CharDev};
 use crate::error::{Error, Result};
 use crate::request::{self, Request};
@@ -206,16 +206,10 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
     let (network, net) = if same_namespace(pid, "net")? {
         (NetworkOutcome::Host, crate::netns::Net::Host)
     } else {
-        match config.network {
-            NetworkPolicy::Require => return Err(Error::HostNetworkRequired),
-            NetworkPolicy::Any => {
-                if host.rdma_netns == crate::netns::RdmaNetns::Exclusive {
-                    return Err(Error::RdmaNetnsExclusive);
-                }
-                warnings.push(crate::modify::OWN_NETWORK_WARNING.to_string());
-                (NetworkOutcome::Own, crate::netns::Net::read(&proc_dir.join("ns/net")))
-            }
-        }
+        let net = modify::own_network(config, &host, &mut warnings, || {
+            crate::netns::Net::read(&proc_dir.join("ns/net"))
+        })?;
+        (NetworkOutcome::Own, net)
     };
 
     // 2b. The NCCL settings, derived as the runtime wrapper derives them; the env is the

@@ -498,20 +498,6 @@ fn account<'p>(
     let removed: Vec<String> = gone.iter().flat_map(|h| h.file_paths()).collect();
     let added: Vec<String> = headers.iter().flat_map(|h| h.file_paths()).collect();
     let skip = inputs.skip_scripts;
-    let triggers =
-        super::scripts::package_triggers(&staying, &headers, &gone, skip).and_then(|mut t| {
-            t.extend(super::scripts::file_triggers(&staying, &headers, &added, &removed, skip)?);
-            Ok(t)
-        });
-    let triggers = match triggers {
-        Ok(t) => t,
-        Err(e) => {
-            return match needs_sandbox(&e, inputs) {
-                Some(because) => Ok(Err(because)),
-                None => Err(e),
-            }
-        }
-    };
     let read = |p: &str| -> Result<String> {
         let bytes = match layer {
             Some(layer) => crate::packages::image::read(p, base, layer, 4 << 20)?,
@@ -519,12 +505,17 @@ fn account<'p>(
         };
         Ok(String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned())
     };
-    let files = AccountFiles { group: read("etc/group")?, passwd: read("etc/passwd")? };
-    match scriptlets(&headers, &files, inputs.skip_scripts) {
-        Ok(mut accounted) => {
-            accounted.records.extend(triggers);
-            Ok(Ok(accounted))
-        }
+    // Triggers first, then scriptlets: the first refusal is the one the report names.
+    let accounted = (|| -> Result<Accounted> {
+        let mut triggers = super::scripts::package_triggers(&staying, &headers, &gone, skip)?;
+        triggers.extend(super::scripts::file_triggers(&staying, &headers, &added, &removed, skip)?);
+        let files = AccountFiles { group: read("etc/group")?, passwd: read("etc/passwd")? };
+        let mut accounted = scriptlets(&headers, &files, skip)?;
+        accounted.records.extend(triggers);
+        Ok(accounted)
+    })();
+    match accounted {
+        Ok(accounted) => Ok(Ok(accounted)),
         Err(e) => needs_sandbox(&e, inputs).map(Err).ok_or(e),
     }
 }

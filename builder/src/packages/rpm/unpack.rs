@@ -183,12 +183,11 @@ pub(crate) fn unpack(
     let mut gone_files: Vec<String> = Vec::new();
     let mut kept_files: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for (hnum, h, goes) in installed_fates(resolved) {
-        let meta = h.meta("installed");
         if goes {
             gone_hnums.push(hnum);
-            gone_files.extend(meta.files);
+            gone_files.extend(h.file_paths());
         } else {
-            kept_files.extend(meta.files);
+            kept_files.extend(h.file_paths());
         }
     }
     let mut removed = Vec::new();
@@ -243,12 +242,11 @@ pub(super) fn installed_fates(resolved: &Resolved) -> Vec<(u32, &erdma_rpm::head
         .headers()
         .iter()
         .map(|(hnum, h)| {
-            let meta = h.meta("installed");
-            let nevra = meta.nevra();
+            let (name, evr) = (h.name(), h.evr());
+            let nevra = format!("{name}-{evr}.{}", h.arch());
             // A removal may name the package as `name-evr.arch` or by its EVR alone.
-            let goes = gone.iter().any(|g| {
-                g == &nevra || g == &format!("{}-{}", meta.name, meta.evr) || g == &meta.name
-            });
+            let goes =
+                gone.iter().any(|g| g == &nevra || g == &format!("{name}-{evr}") || g == &name);
             (*hnum, h, goes)
         })
         .collect()
