@@ -9,7 +9,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{build_cached as build, build_env};
-use crate::support::{self, debian, Registry};
+use crate::support::{self, debian, docker_load, docker_unload, Registry};
 
 fn s(p: &Path) -> String {
     p.display().to_string()
@@ -17,39 +17,6 @@ fn s(p: &Path) -> String {
 
 fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker").args(args).output().unwrap()
-}
-
-/// Loads `base` into Docker as `name`, through a docker-archive in `dir`. Tests load the same
-/// base under their own names and remove them when done: loading and removing take one lock
-/// ([`docker_images_lock`]), since a removal of the image's last other name while a load is
-/// still to tag it deletes the image under the load, and the `docker build` after it then
-/// finds no such image.
-fn docker_load(base: &support::OciFixture, name: &str, dir: &Path) {
-    let tar = dir.join("base.tar");
-    support::assert_success(
-        "skopeo copy",
-        &support::skopeo([
-            "copy",
-            &base.reference(),
-            &format!("docker-archive:{}:{name}", s(&tar)),
-        ]),
-    );
-    let _lock = docker_images_lock();
-    support::assert_success("docker load", &docker(&["load", "-i", &s(&tar)]));
-    let _ = std::fs::remove_file(&tar);
-}
-
-/// Removes a base [`docker_load`] loaded, under its lock.
-fn docker_unload(name: &str) {
-    let _lock = docker_images_lock();
-    let _ = docker(&["rmi", "-f", name]);
-}
-
-/// The lock the tests take around loading and removing base images in Docker.
-fn docker_images_lock() -> std::fs::File {
-    let root = debian::cache_root();
-    std::fs::create_dir_all(&root).unwrap();
-    debian::lock_file(&root.join("docker-images.lock"))
 }
 
 /// `docker build` of `FROM base` (loaded as `base_name`, removed afterwards) and `steps`, with

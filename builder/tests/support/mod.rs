@@ -25,16 +25,16 @@ pub use proxy::{Fault, FaultyProxy};
 pub use registry::{AccessLogEntry, Registry};
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// The `erdma-build` binary Cargo built for this test run.
 /// `rel` under the repository's `testdata/`, as a string (most uses format it into an image
 /// reference or a URL).
 pub fn testdata(rel: &str) -> String {
     format!("{}/../testdata/{rel}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The `erdma-build` binary Cargo built for this test run.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_erdma-build"))
 }
@@ -204,4 +204,36 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind 127.0.0.1:0")
+}
+
+/// Loads `base` into Docker as `name`, through a docker-archive in `dir`. Tests load the same
+/// base under their own names and remove them when done: loading and removing take one lock
+/// ([`docker_images_lock`]), since a removal of the image's last other name while a load is
+/// still to tag it deletes the image under the load, and the `docker build` after it then
+/// finds no such image.
+pub fn docker_load(base: &OciFixture, name: &str, dir: &Path) {
+    let tar = dir.join("base.tar");
+    assert_success(
+        "skopeo copy",
+        &skopeo(["copy", &base.reference(), &format!("docker-archive:{}:{name}", tar.display())]),
+    );
+    let _lock = docker_images_lock();
+    assert_success(
+        "docker load",
+        &Command::new("docker").args(["load", "-i"]).arg(&tar).output().unwrap(),
+    );
+    let _ = std::fs::remove_file(&tar);
+}
+
+/// Removes a base [`docker_load`] loaded, under its lock.
+pub fn docker_unload(name: &str) {
+    let _lock = docker_images_lock();
+    let _ = Command::new("docker").args(["rmi", "-f", name]).output();
+}
+
+/// The lock the tests take around loading and removing base images in Docker.
+fn docker_images_lock() -> std::fs::File {
+    let root = debian::cache_root();
+    std::fs::create_dir_all(&root).unwrap();
+    debian::lock_file(&root.join("docker-images.lock"))
 }
