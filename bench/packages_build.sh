@@ -11,6 +11,12 @@
 #       emulated; add openssh-server for the sandboxed path (dpkg runs the scripts over the
 #       base's root, which erdma-build then reads: the report's `sandbox`).
 #
+#   MUSL=1 bench/packages_build.sh bookworm
+#       erdma-build as the release ships it (static musl, scripts/dist's `dist` profile) against
+#       the glibc build `cargo build --release` makes, instead of docker: each run warm (package
+#       cache filled), alternating, RUNS times (default 7); p50 wall seconds and peak RSS, and
+#       the ratios musl/glibc. Needs what scripts/dist needs (scripts/setup installs it).
+#
 # Cold: erdma-build with an empty package cache; docker without the base pulled and with its
 #       build cache pruned.
 # Warm: erdma-build with its package cache; docker with the base pulled (build run with
@@ -50,6 +56,11 @@ say() { printf '\n== %s\n' "$*" >&2; }
 scripts/setup
 cargo build --release -p erdma-build
 BIN=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release/erdma-build
+if [ "${MUSL:-0}" = 1 ]; then
+    RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C relocation-model=static" \
+        cargo zigbuild --locked --profile dist --target x86_64-unknown-linux-musl -p erdma-build --bin erdma-build
+    MUSL_BIN=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/x86_64-unknown-linux-musl/dist/erdma-build
+fi
 MIRROR=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/*.sources)
 
 say "registry"
@@ -106,9 +117,41 @@ run_docker() { # $1 = cold|warm, $2 = output tag
     R[docker-$1,debs]=$fetched
 }
 
+# musl against glibc: the same warm build, alternating, RUNS times each.
+compare_musl() {
+    local runs=${RUNS:-7} i which bin t0 t1
+    XDG_CACHE_HOME="$WORK/cache-$SUITE" "$BIN" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:prime" >/dev/null
+    : >"$WORK/musl.tsv"
+    for i in $(seq "$runs"); do
+        for which in glibc musl; do
+            bin=$BIN; [ "$which" = musl ] && bin=$MUSL_BIN
+            sync; sleep 1
+            t0=$(now)
+            XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f %M -o "$WORK/rss" "$bin" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$which-$i" >/dev/null
+            t1=$(now)
+            printf '%s\t%s\t%s\n' "$which" "$(echo "$t1 - $t0" | bc)" "$(cat "$WORK/rss")" >>"$WORK/musl.tsv"
+        done
+    done
+    python3 - "$SUITE" "$WORK/musl.tsv" "$("$MUSL_BIN" --version)" <<'PY'
+import statistics, sys
+rows = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
+m = {w: ([float(r[1]) for r in rows if r[0] == w], [int(r[2]) for r in rows if r[0] == w]) for w in ("glibc", "musl")}
+print(f"\n{sys.argv[1]} warm, {len(m['musl'][0])} runs each; musl: {sys.argv[3]}")
+print(f"{'':6} {'p50 wall s':>10} {'min':>7} {'max':>7} {'p50 RSS KiB':>12}")
+for w, (wall, rss) in m.items():
+    print(f"{w:6} {statistics.median(wall):10.3f} {min(wall):7.3f} {max(wall):7.3f} {statistics.median(rss):12.0f}")
+print(f"musl/glibc: wall {statistics.median(m['musl'][0]) / statistics.median(m['glibc'][0]):.2f}x, "
+      f"RSS {statistics.median(m['musl'][1]) / statistics.median(m['glibc'][1]):.2f}x")
+PY
+}
+
 for SUITE in "${SUITES[@]}"; do
     declare -A R=()
     make_base "$SUITE"
+    if [ "${MUSL:-0}" = 1 ]; then
+        compare_musl
+        continue
+    fi
     # Each measurement starts on a settled machine (dockerd keeps working for a moment after a
     # push), erdma-build first.
     settle() { sync; sleep 3; }

@@ -22,7 +22,7 @@ fn named(k: &str) -> Option<(&str, &str)> {
 #[derive(Debug, Parser)]
 #[command(
     name = "erdma-build",
-    version,
+    version = env!("ERDMA_VERSION"),
     about = "Add Alibaba Cloud eRDMA user space to container images, without a daemon or root",
     long_about = "Add Alibaba Cloud eRDMA user space to container images, without a daemon or root.\n\n\
 Images are named as skopeo names them:\n  \
@@ -53,6 +53,65 @@ pub enum Command {
     Check(CheckArgs),
     /// List the built-in distribution recipes.
     Recipes,
+    /// Write erdma-build's own container image: the static programs given, CA certificates
+    /// and a non-root user, one layer per platform under one index (scripts/dist runs it).
+    SelfImage(SelfImageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SelfImageArgs {
+    /// PLATFORM=FILE: the static erdma-build for linux/amd64 or linux/arm64. Repeatable, one
+    /// per platform.
+    #[arg(long = "binary", value_name = "PLATFORM=FILE", required = true)]
+    pub binaries: Vec<String>,
+    /// The CA certificates (a PEM bundle) the image trusts, e.g. Debian's
+    /// /etc/ssl/certs/ca-certificates.crt.
+    #[arg(long, value_name = "FILE")]
+    pub ca_certs: PathBuf,
+    /// A label of the image config (org.opencontainers.image.version=…). Repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// Where to write it: docker://, oci: or oci-archive: (it is an index).
+    #[arg(long, short)]
+    pub output: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+impl SelfImageArgs {
+    pub fn options(&self) -> Result<crate::self_image::Options> {
+        let bad = |what: &str, v: &str, want: &str| crate::error::Error::Malformed {
+            what: "argument",
+            reference: format!("{what} {v}"),
+            reason: format!("expected {want}"),
+        };
+        let binaries = self
+            .binaries
+            .iter()
+            .map(|b| match b.split_once('=') {
+                Some((p, f)) if !p.is_empty() && !f.is_empty() => {
+                    Ok((p.to_string(), PathBuf::from(f)))
+                }
+                _ => Err(bad("--binary", b, "PLATFORM=FILE")),
+            })
+            .collect::<Result<_>>()?;
+        let labels = self
+            .labels
+            .iter()
+            .map(|l| match l.split_once('=') {
+                Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+                _ => Err(bad("--label", l, "KEY=VALUE")),
+            })
+            .collect::<Result<_>>()?;
+        Ok(crate::self_image::Options {
+            binaries,
+            ca_certs: self.ca_certs.clone(),
+            labels,
+            output: ImageRef::parse(&self.output)?,
+            registry: self.registry.options(),
+            epoch: crate::build::Options::epoch_from_env(),
+        })
+    }
 }
 
 #[derive(Debug, Args)]

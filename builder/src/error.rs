@@ -99,6 +99,9 @@ pub enum Error {
     )]
     OutputHoldsOneImage { output: String },
 
+    #[error("self-image: {}: {problem}", path.display())]
+    SelfImageInput { path: PathBuf, problem: String },
+
     #[error("{reference} holds no image")]
     NoImage { reference: String },
 

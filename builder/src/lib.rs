@@ -23,5 +23,6 @@ pub mod inspect;
 pub mod packages;
 pub mod recipe;
 pub mod sandbox;
+pub mod self_image;
 
 pub use error::{Error, Result};

@@ -173,6 +173,24 @@ async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {
             print_check(&report, cli.json)?;
             return Ok(if report.ready { ExitCode::SUCCESS } else { ExitCode::from(1) });
         }
+        Command::SelfImage(args) => {
+            let report = erdma_build::self_image::write(&args.options()?, reporter).await?;
+            let mut out = std::io::stdout().lock();
+            if cli.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            } else {
+                writeln!(out, "wrote {} ({})", report.output, report.digest)?;
+                for i in &report.images {
+                    writeln!(
+                        out,
+                        "  {:<12} {} ({})",
+                        i.platform,
+                        i.manifest_digest,
+                        i.binary.display()
+                    )?;
+                }
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,7 +5,10 @@
 //! - `proto/nri_v1alpha1.proto`: the NRI plugin API's messages (carried over ttrpc by `nri/`);
 //! - `proto/cri_v1.proto`: the CRI runtime API, client only (the tests and the NRI bench drive
 //!   containerd with it as kubelet does).
+//!
+//! It also sets the `--version` line (version, commit, target: erdma-buildinfo).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    erdma_buildinfo::emit();
     println!("cargo:rerun-if-changed=proto");
     let fds = |file: &str| protox::compile([file], ["proto"]);
     tonic_prost_build::configure()

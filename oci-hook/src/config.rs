@@ -159,6 +159,33 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// The file the packages install as `/etc/erdma/oci-hook.toml`: as shipped (every key
+    /// commented out) and with every key uncommented, it says the defaults, and it shows every
+    /// key there is.
+    #[test]
+    fn shipped_file_shows_every_key_at_its_default() {
+        let shipped = include_str!("../oci-hook.toml");
+        assert_eq!(toml::from_str::<Config>(shipped).unwrap(), Config::default());
+        let keys: Vec<&str> = shipped
+            .lines()
+            .filter_map(|l| l.strip_prefix('#'))
+            .filter(|l| l.contains(" = ") && !l.starts_with(' '))
+            .collect();
+        let uncommented = keys.iter().map(|l| format!("{l}\n")).collect::<String>();
+        let all: Config = toml::from_str(&uncommented).unwrap();
+        // log_file is shown with an example path; unset is its default.
+        assert_eq!(Config { log_file: None, ..all.clone() }, Config::default());
+        assert_eq!(all.log_file.as_deref(), Some(Path::new("/var/log/erdma-oci-hook.log")));
+        let table = toml::Value::try_from(Config::default()).unwrap();
+        let mut names: Vec<String> =
+            keys.iter().map(|l| l.split(" = ").next().unwrap().to_string()).collect();
+        names.sort();
+        let mut want: Vec<String> = table.as_table().unwrap().keys().cloned().collect();
+        want.push("log_file".into());
+        want.sort();
+        assert_eq!(names, want);
+    }
+
     #[test]
     fn defaults_and_overrides() {
         let c: Config =

@@ -12,7 +12,7 @@ use erdma_oci_hook::engine::{ConfigureOptions, Engine};
 #[derive(Debug, Parser)]
 #[command(
     name = "erdma-oci-hook",
-    version,
+    version = env!("ERDMA_VERSION"),
     about = "eRDMA devices, memlock and host networking for containers: hooks, CDI specs and engine set-up"
 )]
 struct Cli {

@@ -85,6 +85,8 @@ pub struct Invocation {
     /// crun's `--config FILE`.
     pub config_file: Option<PathBuf>,
     pub container_id: Option<String>,
+    /// `--version` (runc's `-v`, argp's `-V`) before any subcommand.
+    pub version: bool,
 }
 
 /// A flag's name and inline value: `--root=x` → (`root`, Some(`x`)), `-b` → (`b`, None).
@@ -122,6 +124,7 @@ pub fn parse(args: &[OsString]) -> Invocation {
         match name {
             "log" => inv.log = value.map(PathBuf::from),
             "log-format" => inv.log_format = value.map(|v| v.to_string_lossy().into_owned()),
+            "version" | "v" | "V" => inv.version = true,
             _ => {}
         }
         i += used;
@@ -314,12 +317,15 @@ fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Runs the wrapper with `args` (without argv[0]); returns only on error, with the exit code.
 pub fn main_with(args: Vec<OsString>) -> i32 {
+    let inv = parse(&args);
+    if inv.version && inv.command.is_none() {
+        return version(&args);
+    }
     match run(&args) {
         Ok(never) => match never {},
         Err(e) => {
             let msg = one_line(&e);
             eprintln!("erdma-runtime: error: {msg}");
-            let inv = parse(&args);
             if let Some(log) = &inv.log {
                 // Where the engine looks for the runtime's error: without this line Docker
                 // only says "unable to retrieve OCI runtime error (open .../log.json)".
@@ -330,6 +336,37 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
             1
         }
     }
+}
+
+/// `--version`: the real runtime's own lines first, as tools read them (go-runc takes the
+/// first line; `docker info` the last naming a version and the `commit:` line), then ours,
+/// which names neither. The runtime runs as a child here, not exec'd, so that our line can
+/// follow it. Without a runtime to ask, our line alone answers, with a note; the exit code is
+/// the runtime's.
+fn version(args: &[OsString]) -> i32 {
+    let runtime = Config::load()
+        .map_err(RuntimeError::from)
+        .and_then(|config| Ok((resolve_runtime(&config.runtime)?, config.runtime)));
+    let code = match runtime {
+        Ok((path, name)) => {
+            match std::process::Command::new(&path).arg0(&name).args(args).status() {
+                Ok(status) => status.code().unwrap_or(1),
+                Err(e) => {
+                    eprintln!(
+                        "erdma-runtime: note: no runtime version: running {}: {e}",
+                        path.display()
+                    );
+                    0
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("erdma-runtime: note: no runtime version: {}", one_line(&e));
+            0
+        }
+    };
+    println!("erdma-runtime {}", env!("ERDMA_VERSION"));
+    code
 }
 
 /// Appends `msg` at level error to the runtime log the engine gave with `--log`, in runc's
@@ -471,7 +508,10 @@ mod tests {
                 ..Default::default()
             }
         );
-        assert_eq!(p(&["--version"]), Invocation::default());
+        let version = Invocation { version: true, ..Default::default() };
+        assert_eq!(p(&["--version"]), version);
+        assert_eq!(p(&["-v"]), version);
+        assert!(!p(&["state", "--version", "c1"]).version);
         assert_eq!(p(&[]), Invocation::default());
         assert_eq!(
             p(&["--root", "/r", "delete", "--force", "c1"]).command.as_deref(),

@@ -400,6 +400,15 @@ fn errors_are_clear_and_leave_the_spec_alone_root() {
     c.expect_error("OCI runtime `runc-erdma-missing` not found on PATH");
     c.fx.write_config("runtime = \"/opt/nowhere/runc\"");
     c.expect_error("OCI runtime `/opt/nowhere/runc` not found (no executable file there)");
+    // `--version` without a runtime to ask: our line alone, the reason as a note, success.
+    let out = c.fx.command("erdma-runtime").arg("--version").output().unwrap();
+    assert_success("erdma-runtime --version (no runtime)", &out);
+    assert_eq!(text(&out.stdout), format!("erdma-runtime {}\n", env!("ERDMA_VERSION")));
+    assert_eq!(
+        text(&out.stderr),
+        "erdma-runtime: note: no runtime version: OCI runtime `/opt/nowhere/runc` not found (no \
+         executable file there)\n"
+    );
 
     // With the engine's `--log FILE --log-format json` (containerd's shim), the error is also
     // written there as runc would: the engine shows it to the user.
@@ -563,7 +572,11 @@ fn other_subcommands_pass_straight_through_root() {
     let plain = Command::new("runc").arg("--version").output().unwrap();
     let out = fx.command("erdma-runtime").arg("--version").output().unwrap();
     assert_success("erdma-runtime --version", &out);
-    assert_eq!(out.stdout, plain.stdout);
+    // runc's own lines first, as tools parse them (go-runc reads the first line, `docker info`
+    // the last naming a version and the `commit:` line), then ours, which names neither.
+    let ours = format!("erdma-runtime {}\n", env!("ERDMA_VERSION"));
+    assert_eq!(text(&out.stdout), text(&plain.stdout) + &ours);
+    assert!(!ours.contains("version") && !ours.contains("commit:"), "{ours}");
     // runc's exit code and messages, untouched.
     let plain =
         Command::new("runc").args(root.args()).args(["state", "no-such-ctr"]).output().unwrap();

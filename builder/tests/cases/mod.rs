@@ -12,6 +12,7 @@ mod packages;
 mod path_safety;
 mod registries_conf;
 mod registry;
+mod release;
 mod releases;
 mod reports;
 mod rpm;
@@ -30,6 +31,19 @@ use std::process::Output;
 use serde_json::Value;
 
 use crate::support;
+
+/// `os/architecture` of each entry of an image index, in its order.
+pub fn index_platforms(index: &Value) -> Vec<String> {
+    index["manifests"]
+        .as_array()
+        .expect("an index has manifests")
+        .iter()
+        .map(|m| {
+            let p = &m["platform"];
+            format!("{}/{}", p["os"].as_str().unwrap(), p["architecture"].as_str().unwrap())
+        })
+        .collect()
+}
 
 /// A process's output as text.
 pub fn text(b: &[u8]) -> String {

@@ -425,18 +425,7 @@ fn platforms_one_or_all() {
     support::assert_success("skopeo inspect --raw", &raw);
     let index: Value = serde_json::from_slice(&raw.stdout).unwrap();
     assert_eq!(index["mediaType"], "application/vnd.oci.image.index.v1+json");
-    let platforms: Vec<String> = index["manifests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            format!(
-                "{}/{}",
-                m["platform"]["os"].as_str().unwrap(),
-                m["platform"]["architecture"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let platforms = super::index_platforms(&index);
     assert_eq!(platforms, ["linux/amd64", "linux/arm64"]);
     assert_eq!(index["manifests"][1]["platform"]["variant"], "v8");
     for (i, arch) in ["amd64", "arm64"].iter().enumerate() {

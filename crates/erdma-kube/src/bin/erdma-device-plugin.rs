@@ -10,7 +10,7 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(
     name = "erdma-device-plugin",
-    version,
+    version = env!("ERDMA_VERSION"),
     about = "Kubelet device plugin advertising eRDMA devices (aliyun/erdma) to the scheduler"
 )]
 struct Cli {

@@ -13,7 +13,7 @@ use erdma_kube::nri::plugin::{NriPlugin, DEFAULT_SOCKET};
 #[derive(Parser, Debug)]
 #[command(
     name = "erdma-nri-plugin",
-    version,
+    version = env!("ERDMA_VERSION"),
     about = "NRI plugin giving containers that ask for eRDMA their device nodes, memlock and NCCL env (containerd 1.7+, CRI-O 1.26+)",
     after_help = "A container asks through the device plugin's allocation (resources.limits aliyun/erdma), the annotation com.alibabacloud.erdma.devices (container or pod), or ERDMA_VISIBLE_DEVICES in its env. Others are not touched.\n\nNRI must be enabled in the runtime: containerd 1.7: [plugins.\"io.containerd.nri.v1.nri\"] disable = false; containerd 2.x: on by default; CRI-O: [crio.nri] enable_nri = true."
 )]

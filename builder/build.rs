@@ -1,0 +1,4 @@
+//! The `--version` line: version, commit and target (erdma-buildinfo).
+fn main() {
+    erdma_buildinfo::emit();
+}
