@@ -406,8 +406,11 @@ fn errors_are_clear_and_leave_the_spec_alone_root() {
     assert_eq!(text(&out.stdout), format!("erdma-runtime {}\n", env!("ERDMA_VERSION")));
     assert_eq!(
         text(&out.stderr),
-        "erdma-runtime: note: no runtime version: OCI runtime `/opt/nowhere/runc` not found (no \
-         executable file there)\n"
+        format!(
+            "erdma-runtime: note: no runtime version: OCI runtime `/opt/nowhere/runc` not found \
+             (no executable file there); set `runtime` in {}\n",
+            c.fx.config_path.display()
+        )
     );
 
     // With the engine's `--log FILE --log-format json` (containerd's shim), the error is also
