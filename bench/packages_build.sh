@@ -14,8 +14,9 @@
 #   MUSL=1 bench/packages_build.sh bookworm
 #       erdma-build as the release ships it (static musl, scripts/dist's `dist` profile) against
 #       the glibc build `cargo build --release` makes, instead of docker: each run warm (package
-#       cache filled), alternating, RUNS times (default 7); p50 wall seconds and peak RSS, and
-#       the ratios musl/glibc. Needs what scripts/dist needs (scripts/setup installs it).
+#       cache filled), alternating, RUNS times (default 7); p50 wall seconds, CPU seconds
+#       (user + system: the fairer figure on a busy machine) and peak RSS, and the ratios
+#       musl/glibc. Needs what scripts/dist needs (scripts/setup installs it).
 #
 # Cold: erdma-build with an empty package cache; docker without the base pulled and with its
 #       build cache pruned.
@@ -127,21 +128,24 @@ compare_musl() {
             bin=$BIN; [ "$which" = musl ] && bin=$MUSL_BIN
             sync; sleep 1
             t0=$(now)
-            XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f %M -o "$WORK/rss" "$bin" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$which-$i" >/dev/null
+            XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f '%M %U %S' -o "$WORK/rss" "$bin" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$which-$i" >/dev/null
             t1=$(now)
-            printf '%s\t%s\t%s\n' "$which" "$(echo "$t1 - $t0" | bc)" "$(cat "$WORK/rss")" >>"$WORK/musl.tsv"
+            read -r rss user sys <"$WORK/rss"
+            printf '%s\t%s\t%s\t%s\n' "$which" "$(echo "$t1 - $t0" | bc)" "$rss" "$(echo "$user + $sys" | bc)" >>"$WORK/musl.tsv"
         done
     done
     python3 - "$SUITE" "$WORK/musl.tsv" "$("$MUSL_BIN" --version)" <<'PY'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
-m = {w: ([float(r[1]) for r in rows if r[0] == w], [int(r[2]) for r in rows if r[0] == w]) for w in ("glibc", "musl")}
+m = {w: ([float(r[1]) for r in rows if r[0] == w], [int(r[2]) for r in rows if r[0] == w],
+          [float(r[3]) for r in rows if r[0] == w]) for w in ("glibc", "musl")}
+med = statistics.median
 print(f"\n{sys.argv[1]} warm, {len(m['musl'][0])} runs each; musl: {sys.argv[3]}")
-print(f"{'':6} {'p50 wall s':>10} {'min':>7} {'max':>7} {'p50 RSS KiB':>12}")
-for w, (wall, rss) in m.items():
-    print(f"{w:6} {statistics.median(wall):10.3f} {min(wall):7.3f} {max(wall):7.3f} {statistics.median(rss):12.0f}")
-print(f"musl/glibc: wall {statistics.median(m['musl'][0]) / statistics.median(m['glibc'][0]):.2f}x, "
-      f"RSS {statistics.median(m['musl'][1]) / statistics.median(m['glibc'][1]):.2f}x")
+print(f"{'':6} {'p50 wall s':>10} {'min':>7} {'max':>7} {'p50 CPU s':>10} {'min':>7} {'max':>7} {'p50 RSS KiB':>12}")
+for w, (wall, rss, cpu) in m.items():
+    print(f"{w:6} {med(wall):10.3f} {min(wall):7.3f} {max(wall):7.3f} {med(cpu):10.2f} {min(cpu):7.2f} {max(cpu):7.2f} {med(rss):12.0f}")
+g, u = m["glibc"], m["musl"]
+print(f"musl/glibc: wall {med(u[0]) / med(g[0]):.2f}x, CPU {med(u[2]) / med(g[2]):.2f}x, RSS {med(u[1]) / med(g[1]):.2f}x")
 PY
 }
 
