@@ -721,6 +721,16 @@ async fn fetch_key(http: &erdma_http::Client, url: &str) -> std::result::Result<
 
 /// Maps Docker schema 2 media types to their OCI equivalents: the bytes are the same, and an
 /// OCI manifest may not mix the two (and `tar+zstd` has no Docker type).
+/// An index entry's `platform` from `os/arch[/variant]`.
+pub(crate) fn platform_json(platform: &str) -> Value {
+    let mut parts = platform.splitn(3, '/');
+    let mut v = json!({"os": parts.next(), "architecture": parts.next()});
+    if let Some(var) = parts.next() {
+        v["variant"] = json!(var);
+    }
+    v
+}
+
 fn oci_layer_type(mt: &str) -> &str {
     match mt {
         "application/vnd.docker.image.rootfs.diff.tar.gzip" => erdma_oci::layer::MEDIA_TYPE_GZIP,
@@ -803,14 +813,7 @@ fn prepare(
     });
     let manifest_raw = serde_json::to_vec(&manifest).expect("json");
     let manifest_digest = erdma_oci::blob::sha256_digest(&manifest_raw);
-    let platform_json = img.platform.as_ref().map(|p| {
-        let mut parts = p.0.splitn(3, '/');
-        let mut v = json!({"os": parts.next(), "architecture": parts.next()});
-        if let Some(var) = parts.next() {
-            v["variant"] = json!(var);
-        }
-        v
-    });
+    let platform_json = img.platform.as_ref().map(|p| platform_json(&p.0));
     Ok(Prepared {
         report: ImageReport {
             platform: img.platform.as_ref().map(|p| p.0.clone()),

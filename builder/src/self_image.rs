@@ -23,7 +23,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::build::{CONFIG_TYPE, INDEX_TYPE, MANIFEST_TYPE};
+use crate::build::{platform_json, CONFIG_TYPE, INDEX_TYPE, MANIFEST_TYPE};
 use crate::error::{Error, Result};
 use erdma_common::progress::{Counters, Reporter};
 use erdma_oci::config::rfc3339;
@@ -182,15 +182,6 @@ fn config(platform: &str, info: &LayerInfo, opts: &Options) -> Value {
         c["variant"] = json!(v);
     }
     c
-}
-
-fn platform_json(platform: &str) -> Value {
-    let mut parts = platform.splitn(3, '/');
-    let mut v = json!({"os": parts.next(), "architecture": parts.next()});
-    if let Some(var) = parts.next() {
-        v["variant"] = json!(var);
-    }
-    v
 }
 
 /// Checks every input, writes the layers, configs and manifests, then the index: nothing is

@@ -260,9 +260,8 @@ fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), Run
     Ok(())
 }
 
-fn run(args: &[OsString]) -> Result<std::convert::Infallible, RuntimeError> {
+fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, RuntimeError> {
     let config = Config::load()?;
-    let inv = parse(args);
     let intercepted = matches!(inv.command.as_deref(), Some("create" | "run"));
     let unknown = inv.command.as_deref().is_some_and(|c| !KNOWN_COMMANDS.contains(&c));
     let mut log = Log { config: &config, guard: None };
@@ -275,7 +274,7 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, RuntimeError> {
         tracing::error!("{e}");
     })?;
     if intercepted {
-        intercept(&inv, &config, &mut log).inspect_err(|e| {
+        intercept(inv, &config, &mut log).inspect_err(|e| {
             log.on();
             tracing::error!("{}", one_line(e));
         })?;
@@ -321,7 +320,7 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
     if inv.version && inv.command.is_none() {
         return version(&args);
     }
-    match run(&args) {
+    match run(&args, &inv) {
         Ok(never) => match never {},
         Err(e) => {
             let msg = one_line(&e);
