@@ -17,6 +17,8 @@
 #       cache filled), alternating, RUNS times (default 7); p50 wall seconds, CPU seconds
 #       (user + system: the fairer figure on a busy machine) and peak RSS, and the ratios
 #       musl/glibc. Needs what scripts/dist needs (scripts/setup installs it).
+#       ALSO="name=PATH ..." adds other erdma-build binaries to the same rounds (e.g. a musl
+#       build with another allocator), each reported against glibc.
 #
 # Cold: erdma-build with an empty package cache; docker without the base pulled and with its
 #       build cache pruned.
@@ -120,12 +122,14 @@ run_docker() { # $1 = cold|warm, $2 = output tag
 
 # musl against glibc: the same warm build, alternating, RUNS times each.
 compare_musl() {
-    local runs=${RUNS:-7} i which bin t0 t1
+    local runs=${RUNS:-7} i v which bin t0 t1
+    local variants=("glibc=$BIN" "musl=$MUSL_BIN")
+    for v in ${ALSO:-}; do variants+=("$v"); done
     XDG_CACHE_HOME="$WORK/cache-$SUITE" "$BIN" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:prime" >/dev/null
     : >"$WORK/musl.tsv"
     for i in $(seq "$runs"); do
-        for which in glibc musl; do
-            bin=$BIN; [ "$which" = musl ] && bin=$MUSL_BIN
+        for v in "${variants[@]}"; do
+            which=${v%%=*} bin=${v#*=}
             sync; sleep 1
             t0=$(now)
             XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f '%M %U %S' -o "$WORK/rss" "$bin" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$which-$i" >/dev/null
@@ -134,19 +138,22 @@ compare_musl() {
             printf '%s\t%s\t%s\t%s\n' "$which" "$(echo "$t1 - $t0" | bc)" "$rss" "$(echo "$user + $sys" | bc)" >>"$WORK/musl.tsv"
         done
     done
-    python3 - "$SUITE" "$WORK/musl.tsv" "$("$MUSL_BIN" --version)" <<'PY'
+    python3 - "$SUITE" "$WORK/musl.tsv" "$("$MUSL_BIN" --version)" "${PACKAGES:-eRDMA packages}" <<'PY2'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
+names = list(dict.fromkeys(r[0] for r in rows))
 m = {w: ([float(r[1]) for r in rows if r[0] == w], [int(r[2]) for r in rows if r[0] == w],
-          [float(r[3]) for r in rows if r[0] == w]) for w in ("glibc", "musl")}
+          [float(r[3]) for r in rows if r[0] == w]) for w in names}
 med = statistics.median
-print(f"\n{sys.argv[1]} warm, {len(m['musl'][0])} runs each; musl: {sys.argv[3]}")
-print(f"{'':6} {'p50 wall s':>10} {'min':>7} {'max':>7} {'p50 CPU s':>10} {'min':>7} {'max':>7} {'p50 RSS KiB':>12}")
+print(f"\n{sys.argv[1]} {sys.argv[4]}, warm, {len(m['musl'][0])} runs each; musl: {sys.argv[3]}")
+print(f"{'':9} {'p50 wall s':>10} {'min':>7} {'max':>7} {'p50 CPU s':>10} {'min':>7} {'max':>7} {'p50 RSS KiB':>12}")
 for w, (wall, rss, cpu) in m.items():
-    print(f"{w:6} {med(wall):10.3f} {min(wall):7.3f} {max(wall):7.3f} {med(cpu):10.2f} {min(cpu):7.2f} {max(cpu):7.2f} {med(rss):12.0f}")
-g, u = m["glibc"], m["musl"]
-print(f"musl/glibc: wall {med(u[0]) / med(g[0]):.2f}x, CPU {med(u[2]) / med(g[2]):.2f}x, RSS {med(u[1]) / med(g[1]):.2f}x")
-PY
+    print(f"{w:9} {med(wall):10.3f} {min(wall):7.3f} {max(wall):7.3f} {med(cpu):10.2f} {min(cpu):7.2f} {max(cpu):7.2f} {med(rss):12.0f}")
+g = m["glibc"]
+for w in names[1:]:
+    u = m[w]
+    print(f"{w}/glibc: wall {med(u[0]) / med(g[0]):.2f}x, CPU {med(u[2]) / med(g[2]):.2f}x, RSS {med(u[1]) / med(g[1]):.2f}x")
+PY2
 }
 
 for SUITE in "${SUITES[@]}"; do
