@@ -37,7 +37,8 @@ extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) 
 /// once. musl's allocator maps and unmaps pages as blocks come and go, about 50 `mmap`/`munmap`
 /// calls for an asking `create`; the arena makes none and lets the kernel fault its pages in
 /// on first touch. Measured per call with the real runtime replaced by `/bin/true`
-/// (docs/benchmarks.md): 0.1 ms less for a pass-through call, 0.2–0.3 ms for an asking `create`.
+/// (docs/benchmarks.md): about 0.07 ms less for a pass-through call, 0.4 ms for an asking
+/// `create`.
 #[cfg(not(test))]
 #[global_allocator]
 static ALLOC: arena::Arena<{ 4 << 20 }> = arena::Arena::new();
