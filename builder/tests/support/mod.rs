@@ -84,12 +84,29 @@ where
 
 /// A package and layer cache of this test process's own, so that what one test downloaded does
 /// not change what another one measures. Tests that study the cache pass their own.
+///
+/// A static is never dropped, so the directory outlives its process (nextest runs each test in
+/// one): it is made under Cargo's `CARGO_TARGET_TMPDIR`, not `/tmp`, named after the process
+/// id, and each new one removes those of test processes that have exited.
 pub fn test_cache() -> &'static std::path::Path {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        tempfile::Builder::new().prefix("erdma-test-cache-").tempdir().expect("tempdir")
+        let parent = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-caches");
+        std::fs::create_dir_all(&parent).expect("the test caches' directory");
+        for entry in std::fs::read_dir(&parent).expect("the test caches' directory").flatten() {
+            let name = entry.file_name();
+            let pid = name.to_str().and_then(|n| n.split('-').next()?.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+                // Another process may be removing it too.
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        tempfile::Builder::new()
+            .prefix(&format!("{}-", std::process::id()))
+            .tempdir_in(&parent)
+            .expect("a test cache")
+            .keep()
     })
-    .path()
 }
 
 /// Runs `skopeo ARGS` to completion. Registry transports on 127.0.0.1 are plain HTTP, so pass
