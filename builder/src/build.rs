@@ -719,8 +719,6 @@ async fn fetch_key(http: &erdma_http::Client, url: &str) -> std::result::Result<
     }
 }
 
-/// Maps Docker schema 2 media types to their OCI equivalents: the bytes are the same, and an
-/// OCI manifest may not mix the two (and `tar+zstd` has no Docker type).
 /// An index entry's `platform` from `os/arch[/variant]`.
 pub(crate) fn platform_json(platform: &str) -> Value {
     let mut parts = platform.splitn(3, '/');
@@ -731,6 +729,8 @@ pub(crate) fn platform_json(platform: &str) -> Value {
     v
 }
 
+/// Maps Docker schema 2 media types to their OCI equivalents: the bytes are the same, and an
+/// OCI manifest may not mix the two (and `tar+zstd` has no Docker type).
 fn oci_layer_type(mt: &str) -> &str {
     match mt {
         "application/vnd.docker.image.rootfs.diff.tar.gzip" => erdma_oci::layer::MEDIA_TYPE_GZIP,
