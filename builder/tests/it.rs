@@ -805,7 +805,7 @@ mod support_selftest {
                 .arg("set -e; cat /etc/debian_version; dpkg-query -W -f='${Version}\\n' libibverbs1 ibverbs-providers libnl-3-200; dpkg --audit; apt-get -q check >/dev/null; cat /etc/apt/sources.list.d/mellanox_mlnx_ofed.list")
                 .output()
                 .unwrap();
-            let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+            support::docker_rmi(&tag);
             support::assert_success("docker run", &out);
             let stdout = text(&out.stdout);
             let lines: Vec<&str> = stdout.lines().collect();

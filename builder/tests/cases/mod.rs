@@ -267,6 +267,6 @@ pub fn apt_get_works_on_top(dir: &Path, image: &str) {
         .env("DOCKER_BUILDKIT", "0")
         .output()
         .unwrap();
-    let _ = std::process::Command::new("docker").args(["rmi", "-f", &child]).output();
+    support::docker_rmi(&child);
     support::assert_success("docker build FROM the result with apt-get install rdmacm-utils", &out);
 }

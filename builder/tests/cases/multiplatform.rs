@@ -368,7 +368,7 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
                 && !text.contains("error while loading shared libraries"),
             "{platform}: {text}"
         );
-        let _ = docker(&["rmi", "-f", &name]);
+        crate::support::docker_rmi(&name);
     }
 }
 

@@ -375,7 +375,7 @@ fn nccl_in_a_real_debian12_image_under_docker() {
         )
         .output()
         .unwrap();
-    let _ = Command::new("docker").args(["rmi", "-f", &name]).output();
+    support::docker_rmi(&name);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(

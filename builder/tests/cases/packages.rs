@@ -66,7 +66,7 @@ impl Loaded {
 }
 impl Drop for Loaded {
     fn drop(&mut self) {
-        let _ = docker(&["rmi", "-f", &self.0]);
+        support::docker_rmi(&self.0);
     }
 }
 

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::text;
 use crate::support::rpm_repo::{self, BaseKind};
-use crate::support::{self, debian, docker_load, docker_unload, Registry};
+use crate::support::{self, debian, docker_load, docker_rmi, Registry};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The version the upgrade goes to: the same files, a later version.
@@ -174,7 +174,7 @@ echo ==end=="#
             "-c",
             &script,
         ]);
-        docker_unload(&name);
+        docker_rmi(&name);
         support::assert_success("the dpkg script", &out);
         let out = text(&out.stdout);
         // Installed, with no dependency at all (static programs), for its architecture.
@@ -523,7 +523,7 @@ fn own_image_builds_with_a_mounted_docker_config() {
         ]);
         support::assert_success("skopeo inspect the result", &pushed);
         assert_eq!(report["digest"].as_str(), Some(sha256(&pushed.stdout).as_str()));
-        let _ = docker(&["rmi", "-f", &image]);
+        docker_rmi(&image);
     }
 }
 

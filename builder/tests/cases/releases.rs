@@ -9,7 +9,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{build_cached as build, build_env};
-use crate::support::{self, debian, docker_load, docker_unload, Registry};
+use crate::support::{self, debian, docker_load, docker_rmi, Registry};
 
 fn s(p: &Path) -> String {
     p.display().to_string()
@@ -42,7 +42,7 @@ fn docker_build(
         .env("DOCKER_BUILDKIT", "0")
         .output()
         .unwrap();
-    docker_unload(base_name);
+    docker_rmi(base_name);
     support::assert_success(&format!("docker build of {steps}"), &out);
     built
 }
@@ -57,7 +57,7 @@ fn docker_build_top_layer(
 ) -> LayerView {
     let built = docker_build(base, base_name, dir, files, steps);
     let theirs = read_layer(&docker_top_layer(dir, &built));
-    let _ = docker(&["rmi", "-f", &built]);
+    docker_rmi(&built);
     theirs
 }
 
@@ -461,7 +461,7 @@ fn debian13_from_its_own_archive_in_a_registry_passes_dpkg_and_apt_in_docker() {
 
     // A Dockerfile FROM the result keeps using apt: rdmacm-utils depends on librdmacm1t64.
     super::apt_get_works_on_top(tmp.path(), &name);
-    let _ = docker(&["rmi", "-f", &name]);
+    docker_rmi(&name);
 }
 
 /// The real Debian 12 base with its apt sources replaced by `sources` (deb822), or removed.
@@ -671,7 +671,7 @@ fn recommends_left_out_are_what_apt_would_have_added() {
     };
     let with = simulate("");
     let without = simulate("--no-install-recommends");
-    docker_unload(&base_name);
+    docker_rmi(&base_name);
     let added: BTreeSet<&String> = with.difference(&without).collect();
     for name in &left {
         assert!(added.contains(name), "{name} is not what recommends add: {added:?}");
@@ -844,7 +844,7 @@ fn ldconfig_not_emulated_leaves_the_cache_or_uses_the_sandbox() {
             &format!("oci:{}:x", s(&derived_dir)),
         ]),
     );
-    let _ = docker(&["rmi", "-f", &derived]);
+    docker_rmi(&derived);
     let reference = format!("oci:{}:x", s(&derived_dir));
     let lib = tmp.path().join("lib-stand-in");
     let deb = |dir: &Path, name: &'static str, files: Vec<(&'static str, &'static [u8], u32)>| {
@@ -1084,7 +1084,7 @@ fn run_in_result(dir: &Path, script: &str) -> std::process::Output {
         &support::skopeo(["copy", &format!("oci:{}:x", s(dir)), &format!("docker-daemon:{name}")]),
     );
     let out = docker(&["run", "--rm", "--network=none", &name, "sh", "-c", script]);
-    let _ = docker(&["rmi", "-f", &name]);
+    docker_rmi(&name);
     support::assert_success(script, &out);
     out
 }
@@ -1210,7 +1210,7 @@ fn a_base_statoverride_applies_as_dpkg_applies_it() {
             &format!("oci:{}:x", s(&derived_dir)),
         ]),
     );
-    let _ = docker(&["rmi", "-f", &derived]);
+    docker_rmi(&derived);
     let derived = support::fixture::read_fixture(&derived_dir, "x");
 
     let ours_dir = tmp.path().join("ours");

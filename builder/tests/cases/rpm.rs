@@ -645,7 +645,7 @@ fn the_result_runs_ibv_devices_in_docker_root_net() {
         ])
         .output()
         .unwrap();
-    let _ = Command::new("docker").args(["rmi", "-f", &name]).output();
+    support::docker_rmi(&name);
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(!all.contains("error while loading shared libraries"), "{all}");
     assert!(

@@ -485,7 +485,7 @@ fn ofed_base_runs_ibv_devices_in_docker_root_net() {
         .arg(". /etc/os-release; echo \"$ID $VERSION_ID\"; cat /etc/redhat-release; ls /var/lib/rpm/Packages; ibv_devices 2>&1; echo rc=$?")
         .output()
         .unwrap();
-    let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+    support::docker_rmi(&tag);
     support::assert_success("docker run", &out);
     let stdout = text(&out.stdout);
     assert!(

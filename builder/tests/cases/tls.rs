@@ -176,7 +176,11 @@ fn private_ca_registry_read_from_certs_d_and_cert_dir_then_pulled_by_docker_and_
             "{engine}: the NCCL presets are in the image:\n{}",
             text(&run.stdout)
         );
-        let _ = Command::new(engine).args(["rmi", "-f", &image]).output();
+        if engine == "docker" {
+            support::docker_rmi(&image);
+        } else {
+            let _ = Command::new(engine).args(["rmi", "-f", &image]).output();
+        }
     }
 }
 
@@ -356,7 +360,7 @@ fn wrong_password_on_a_tls_registry_names_the_401_and_docker_logins_work() {
     let run = docker(&["run", "--rm", &image, "env"]);
     support::assert_success("docker run", &run);
     assert!(text(&run.stdout).contains("NCCL_IB_HCA=erdma"), "{}", text(&run.stdout));
-    let _ = docker(&["rmi", "-f", &image]);
+    support::docker_rmi(&image);
     let podman = Command::new("podman")
         .args(["pull", "-q", "--authfile"])
         .arg(docker_config.join("config.json"))

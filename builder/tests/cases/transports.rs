@@ -495,7 +495,7 @@ fn docker_loads_and_runs_the_docker_archive() {
         .arg(&name)
         .output()
         .unwrap();
-    let _ = std::process::Command::new("docker").args(["rmi", "-f", &name]).output();
+    support::docker_rmi(&name);
     support::assert_success("docker run", &run);
     support::assert_success("docker save", &save);
     let text = String::from_utf8_lossy(&run.stdout);

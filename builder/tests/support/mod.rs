@@ -226,8 +226,8 @@ pub fn free_port() -> u16 {
 /// Loads `base` into Docker as `name`, through a docker-archive in `dir`. Tests load the same
 /// base under their own names and remove them when done: loading and removing take one lock
 /// ([`docker_images_lock`]), since a removal of the image's last other name while a load is
-/// still to tag it deletes the image under the load, and the `docker build` after it then
-/// finds no such image.
+/// still to tag it deletes the image under the load (see [`docker_rmi`]), and the `docker
+/// build` after it then finds no such image.
 pub fn docker_load(base: &OciFixture, name: &str, dir: &Path) {
     let tar = dir.join("base.tar");
     assert_success(
@@ -242,8 +242,12 @@ pub fn docker_load(base: &OciFixture, name: &str, dir: &Path) {
     let _ = std::fs::remove_file(&tar);
 }
 
-/// Removes a base [`docker_load`] loaded, under its lock.
-pub fn docker_unload(name: &str) {
+/// Removes the image `name` from Docker under [`docker_load`]'s lock. Every test removes its
+/// images through here, not only the bases it loaded: removing an image the legacy builder built
+/// also deletes its parents that have no name left, and a base another test is loading at that
+/// moment is such a parent (a build FROM the base, then the base's own name removed), so the
+/// other test's `docker build` found no base.
+pub fn docker_rmi(name: &str) {
     let _lock = docker_images_lock();
     let _ = Command::new("docker").args(["rmi", "-f", name]).output();
 }
