@@ -8,6 +8,9 @@ use crate::error::{Error, Result};
 
 pub const DEFAULT_PATH: &str = "/etc/erdma/oci-hook.toml";
 pub const ENV_PATH: &str = "ERDMA_OCI_HOOK_CONFIG";
+/// Where generated NCCL topology files go by default: tmpfs, gone at reboot, when the
+/// hardware they describe may have changed.
+pub const DEFAULT_TOPO_DIR: &str = "/run/erdma/nccl";
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -18,9 +21,11 @@ pub struct Config {
     pub log_file: Option<PathBuf>,
     /// `RUST_LOG`-style filter for that log.
     pub log_level: String,
-    /// Root of sysfs and of /dev, configurable so tests run on fixture trees.
+    /// Root of sysfs, /dev and /proc, configurable so tests run on fixture trees (/proc for
+    /// the NVIDIA driver's GPU list, `driver/nvidia/gpus`).
     pub sysfs_root: PathBuf,
     pub dev_root: PathBuf,
+    pub proc_root: PathBuf,
     /// Kernel drivers whose RDMA devices count as eRDMA (add `mlx5_core` for RoCE NICs).
     pub drivers: Vec<String>,
     /// Honour `ERDMA_VISIBLE_DEVICES` from the image and container env. Off: only the
@@ -41,6 +46,13 @@ pub struct Config {
     /// container's, unless it cannot work on this host), `keep` (always the container's) or
     /// `replace` (always the derived one).
     pub env_policy: EnvPolicy,
+    /// Let NCCL fall back to TCP sockets when eRDMA is unusable in a container that asked for
+    /// it. Off (the default): such a container gets `NCCL_NET=IB`, and NCCL stops with its own
+    /// error instead of running at TCP speed.
+    pub tcp_fallback: bool,
+    /// Where the NCCL topology files given to containers are written on the host (one per
+    /// layout, named by its content), mounted read-only into the containers that need one.
+    pub nccl_topo_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
@@ -123,6 +135,7 @@ impl Default for Config {
             log_level: "info".into(),
             sysfs_root: "/sys".into(),
             dev_root: "/dev".into(),
+            proc_root: "/proc".into(),
             drivers: vec!["erdma".into()],
             accept_env: true,
             default_request: "none".into(),
@@ -130,6 +143,8 @@ impl Default for Config {
             network: NetworkPolicy::Any,
             env_presets: true,
             env_policy: EnvPolicy::Repair,
+            tcp_fallback: false,
+            nccl_topo_dir: Some(DEFAULT_TOPO_DIR.into()),
         }
     }
 }

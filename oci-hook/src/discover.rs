@@ -32,6 +32,9 @@ pub struct Port {
     /// IPv4-mapped. `None` when the port has none (iWARP, IB, no address yet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roce_v2_ipv4_gid: Option<u32>,
+    /// The IPv4 address in that GID: the ERI's own address, what `NCCL_IB_ADDR_RANGE` matches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roce_v2_ipv4: Option<std::net::Ipv4Addr>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -153,6 +156,7 @@ fn ports(sysfs: &Path, dev_dir: &Path) -> Vec<Port> {
         let mtu = netdev
             .as_ref()
             .and_then(|n| read_trim(&sysfs.join("class/net").join(n).join("mtu"))?.parse().ok());
+        let gid = roce_v2_ipv4_gid(&p);
         out.push(Port {
             num,
             state,
@@ -160,7 +164,8 @@ fn ports(sysfs: &Path, dev_dir: &Path) -> Vec<Port> {
             link_layer: read_trim(&p.join("link_layer")),
             netdev,
             mtu,
-            roce_v2_ipv4_gid: roce_v2_ipv4_gid(&p),
+            roce_v2_ipv4_gid: gid.map(|(n, _)| n),
+            roce_v2_ipv4: gid.map(|(_, a)| a),
         });
     }
     out.sort_by_key(|p| p.num);
@@ -171,23 +176,32 @@ fn ports(sysfs: &Path, dev_dir: &Path) -> Vec<Port> {
 /// `roce_gid_mgmt` takes the lowest free one), eRDMA's a handful.
 const MAX_GIDS: u32 = 256;
 
-/// The lowest index whose GID is an IPv4-mapped RoCE v2 one. The table is read in order and
-/// stops at the first missing entry; an empty slot reads as the zero GID (and its type file
-/// fails to read, EINVAL on real sysfs), and is skipped.
-fn roce_v2_ipv4_gid(port: &Path) -> Option<u32> {
+/// The lowest index whose GID is an IPv4-mapped RoCE v2 one, with its address. The table is
+/// read in order and stops at the first missing entry; an empty slot reads as the zero GID (and
+/// its type file fails to read, EINVAL on real sysfs), and is skipped.
+fn roce_v2_ipv4_gid(port: &Path) -> Option<(u32, std::net::Ipv4Addr)> {
     let gids = port.join("gids");
     for n in 0..MAX_GIDS {
         let gid = read_trim(&gids.join(n.to_string()))?;
-        if !is_ipv4_mapped(&gid) {
-            continue;
-        }
+        let Some(addr) = ipv4_of(&gid) else { continue };
         if read_trim(&port.join("gid_attrs/types").join(n.to_string())).as_deref()
             == Some("RoCE v2")
         {
-            return Some(n);
+            return Some((n, addr));
         }
     }
     None
+}
+
+/// The IPv4 address of an IPv4-mapped GID.
+fn ipv4_of(gid: &str) -> Option<std::net::Ipv4Addr> {
+    if !is_ipv4_mapped(gid) {
+        return None;
+    }
+    let groups: Vec<&str> = gid.split(':').collect();
+    let hi = u16::from_str_radix(groups[6], 16).ok()?;
+    let lo = u16::from_str_radix(groups[7], 16).ok()?;
+    Some(std::net::Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)))
 }
 
 /// `0000:0000:0000:0000:0000:ffff:0a00:0001` is `::ffff:10.0.0.1`.
@@ -382,7 +396,8 @@ mod tests {
                 link_layer: Some("Ethernet".into()),
                 netdev: Some("eth0".into()),
                 mtu: Some(8500),
-                roce_v2_ipv4_gid: Some(1)
+                roce_v2_ipv4_gid: Some(1),
+                roce_v2_ipv4: Some(std::net::Ipv4Addr::new(172, 16, 0, 5)),
             }]
         );
         assert!(d.all_ports_active());
@@ -511,6 +526,11 @@ mod tests {
         assert!(!is_ipv4_mapped("fe80:0000:0000:0000:0216:3eff:fe00:0000"));
         assert!(!is_ipv4_mapped("0000:0000:0000:0000:0000:0000:0000:0000"));
         assert!(!is_ipv4_mapped("ffff:ac10:0005"));
+        assert_eq!(
+            ipv4_of("0000:0000:0000:0000:0000:ffff:c0a8:0415"),
+            Some(std::net::Ipv4Addr::new(192, 168, 4, 21))
+        );
+        assert_eq!(ipv4_of("fe80:0000:0000:0000:0216:3eff:fe00:0000"), None);
     }
 
     #[test]

@@ -258,7 +258,7 @@ fn device_checks(config: &Config, opts: &Options, host: &Host, checks: &mut Vec<
     });
     checks.push(netns_check(config, host));
     checks.push(mtu_check(config, opts, host));
-    checks.push(nccl_check(host));
+    checks.push(nccl_check(config, host));
 }
 
 /// The kernel's RDMA namespace mode (`rdma system show netns`), read from `ib_core`'s
@@ -296,9 +296,12 @@ fn netns_check(config: &Config, host: &Host) -> Check {
 
 /// The NCCL settings a container given every device gets here (`nccl.rs`; `erdma-oci-hook env`
 /// prints them for jobs without an engine). A warning when some cannot be derived.
-fn nccl_check(host: &Host) -> Check {
+fn nccl_check(config: &Config, host: &Host) -> Check {
     let usable: Vec<&RdmaDevice> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
-    let d = crate::nccl::derive(host, &usable, &crate::netns::Net::Host);
+    let topology = crate::topology::of_host(config, &usable);
+    let ctx =
+        crate::nccl::Context { topology: Some(&topology), ..crate::nccl::Context::of(config) };
+    let d = crate::nccl::derive(host, &usable, &crate::netns::Net::Host, &ctx);
     let set: Vec<String> = d.vars.iter().map(|v| format!("{}={}", v.name, v.value)).collect();
     let details = json!({"vars": d.vars, "notes": d.notes});
     let shown = if set.is_empty() { "nothing can be derived".to_string() } else { set.join(" ") };
@@ -950,6 +953,7 @@ mod tests {
                     netdev: netdev.map(str::to_string),
                     mtu: *mtu,
                     roce_v2_ipv4_gid: None,
+                    roce_v2_ipv4: None,
                 }],
                 uverbs: None,
                 problem: None,

@@ -34,7 +34,8 @@ pub fn edit_in_place(spec: &mut Value, config: &Config) -> Result<Option<Report>
     }
     let host = discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
     let (devices, nodes) = modify::select(&request, &host, config)?;
-    let mut report = modify::apply(spec, &host, &devices, &nodes, config)?;
+    let (devices, nodes, placement) = modify::place(spec, &host, config, &request, devices, nodes);
+    let mut report = modify::apply(spec, &host, &devices, &nodes, config, &placement)?;
     // Things that do not stop the container but will make eRDMA slow or absent in it.
     if request == Request::All {
         for d in host.devices.iter().filter(|d| d.uverbs.is_none()) {
@@ -66,6 +67,9 @@ pub fn log_report(what: &str, report: &Report) {
         env_added = %report.env_added.join(" "),
         "eRDMA edit of {what}"
     );
+    for p in &report.pairing {
+        tracing::info!("{what}: {p}");
+    }
     for w in &report.warnings {
         tracing::warn!("{what}: {w}");
     }

@@ -7,6 +7,8 @@
 //! - [`request`]: whether and what a container asks for.
 //! - [`modify`]: where a spec gets edited (devices, cgroup rules, memlock, network, env).
 //! - [`nccl`]: the NCCL settings derived from sysfs for a container's devices.
+//! - [`topology`]: where GPUs sit beside the eRDMA devices (NCCL's PCIe path types), GPU
+//!   Direct RDMA, and which ERI each GPU goes with.
 //! - [`netns`]: the network a container is in, read from its namespace, and the host's RDMA
 //!   namespace mode.
 //! - [`spec`]: reading and atomically writing `config.json` as JSON, unknown fields kept.
@@ -31,6 +33,7 @@ pub mod prestart;
 pub mod request;
 pub mod runtime;
 pub mod spec;
+pub mod topology;
 pub mod trial;
 
 pub use error::{Error, Result};

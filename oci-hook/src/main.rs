@@ -38,12 +38,18 @@ enum Command {
     /// started without a container engine (mpirun `-x`, `docker run --env-file`).
     ///
     /// What erdma-runtime and the hooks set: NCCL_IB_HCA, NCCL_SOCKET_IFNAME and
-    /// NCCL_IB_GID_INDEX derived from sysfs, NCCL_PROTO=^LL128 under MTU 8500, and the presets
-    /// that hold on every eRDMA host.
+    /// NCCL_IB_GID_INDEX derived from sysfs, NCCL_NET_GDR_LEVEL where GPU Direct RDMA needs it,
+    /// NCCL_PROTO=^LL128 under MTU 8500, NCCL_NET=IB (no silent fallback to TCP), and the
+    /// presets that hold on every eRDMA host.
     Env {
-        /// Devices by name, comma-separated [default: all usable eRDMA devices].
+        /// Devices by name, comma-separated [default: the ERIs that go with --gpus, else all
+        /// usable eRDMA devices].
         #[arg(long, value_delimiter = ',', value_name = "NAME,…")]
         devices: Vec<String>,
+        /// The job's GPUs, as NVIDIA_VISIBLE_DEVICES names them (`0,1`, UUIDs, `all`)
+        /// [default: all].
+        #[arg(long, value_name = "LIST")]
+        gpus: Option<String>,
         #[arg(long, value_enum, default_value_t = EnvFormat::Shell)]
         format: EnvFormat,
         /// For a job in this network namespace (`/var/run/netns/NAME`, `/proc/PID/ns/net`):
@@ -51,6 +57,21 @@ enum Command {
         /// host's network].
         #[arg(long, value_name = "PATH")]
         netns: Option<PathBuf>,
+    },
+    /// Show where the GPUs sit beside the eRDMA devices: the PCIe path type between each GPU
+    /// and each ERI as NCCL classifies it (PIX, PXB, PHB, SYS), whether GPU Direct RDMA can
+    /// work, and which ERI each GPU goes with.
+    Topology {
+        #[arg(long)]
+        json: bool,
+        /// Also place this network interface (its PCI function), e.g. the one NCCL's socket
+        /// transport uses on a host without eRDMA; repeat for several.
+        #[arg(long = "netdev", value_name = "IFNAME")]
+        netdevs: Vec<String>,
+        /// Print the NCCL topology file a container with every GPU and ERI gets here (nothing,
+        /// and the reason on stderr, when it needs none).
+        #[arg(long, conflicts_with = "json")]
+        topo_file: bool,
     },
     /// Container Device Interface specs.
     Cdi {
@@ -229,7 +250,10 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Env { devices, format, netns } => {
+        Command::Topology { json, netdevs, topo_file } => {
+            topology_command(config, json, &netdevs, topo_file)?
+        }
+        Command::Env { devices, format, netns, gpus } => {
             let host = erdma_oci_hook::discover::discover(
                 &config.sysfs_root,
                 &config.dev_root,
@@ -240,7 +264,19 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
             } else {
                 erdma_oci_hook::request::Request::Named(devices)
             };
-            let (chosen, _) = erdma_oci_hook::modify::select(&request, &host, config)?;
+            let (chosen, nodes) = erdma_oci_hook::modify::select(&request, &host, config)?;
+            // The job's GPUs as a container's spec would give them.
+            let spec = match &gpus {
+                Some(g) => {
+                    serde_json::json!({"process": {"env": [format!("NVIDIA_VISIBLE_DEVICES={g}")]}})
+                }
+                None => serde_json::json!({}),
+            };
+            let (chosen, _, placement) =
+                erdma_oci_hook::modify::place(&spec, &host, config, &request, chosen, nodes);
+            for p in placement.pairing.iter().chain(&placement.warnings) {
+                eprintln!("note: {p}");
+            }
             let net = match netns.map(|p| erdma_oci_hook::netns::Net::read(&p)) {
                 None => erdma_oci_hook::netns::Net::Host,
                 Some(erdma_oci_hook::netns::Net::Unread { why }) => {
@@ -248,7 +284,18 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 }
                 Some(net) => net,
             };
-            let derived = erdma_oci_hook::nccl::derive(&host, &chosen, &net);
+            // Outside a container the file is named where it is on the host.
+            let file = placement
+                .topo_file
+                .as_ref()
+                .map(|(path, hint)| (path.to_string_lossy().into_owned(), hint));
+            let ctx = erdma_oci_hook::nccl::Context {
+                topology: Some(&placement.topology),
+                gpus: placement.gpus.as_deref(),
+                topo_file: file.as_ref().map(|(p, h)| (p.as_str(), *h)),
+                ..erdma_oci_hook::nccl::Context::of(config)
+            };
+            let derived = erdma_oci_hook::nccl::derive(&host, &chosen, &net, &ctx);
             let env = derived.with_presets();
             for n in &derived.notes {
                 eprintln!("note: {n}");
@@ -409,4 +456,86 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `erdma-oci-hook topology`.
+fn topology_command(
+    config: &Config,
+    json: bool,
+    netdevs: &[String],
+    topo_file: bool,
+) -> anyhow::Result<()> {
+    use erdma_oci_hook::topology;
+    let host =
+        erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
+    let usable: Vec<_> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
+    let t = topology::of_host(config, &usable);
+    let mut nics: Vec<(String, topology::PciPlace)> = t.eris.clone();
+    for n in netdevs {
+        let place = topology::place_netdev(&config.sysfs_root, n).ok_or_else(|| {
+            anyhow::anyhow!("network interface {n} is not a PCI function under {}; hint: `ls -l {}` shows where it is", config.sysfs_root.display(), config.sysfs_root.join("class/net").join(n).display())
+        })?;
+        nics.push((n.clone(), place));
+    }
+    let mut out = std::io::stdout().lock();
+    if topo_file {
+        let names: Vec<&str> = t.eris.iter().map(|(n, _)| n.as_str()).collect();
+        let all: Vec<usize> = t.gpus.iter().map(|g| g.index).collect();
+        match t.hint(&all, &names) {
+            Ok(hint) => {
+                write!(out, "{}", hint.topo_xml(&topology::CpuId::read(&config.proc_root)))?
+            }
+            Err(why) => eprintln!("no topology file is needed: {why}"),
+        }
+        return Ok(());
+    }
+    let paths: Vec<serde_json::Value> = t
+        .gpus
+        .iter()
+        .flat_map(|g| {
+            nics.iter().map(move |(n, p)| {
+                serde_json::json!({"gpu": g.place.bus_id, "nic": n, "type": topology::path_type(&g.place, p).name()})
+            })
+        })
+        .collect();
+    if json {
+        let nics_json: Vec<serde_json::Value> =
+            nics.iter().map(|(n, p)| serde_json::json!({"name": n, "place": p})).collect();
+        let report = serde_json::json!({"gpus": t.gpus, "nics": nics_json, "paths": paths, "pairs": t.pairs, "gdr": t.gdr});
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        return Ok(());
+    }
+    if t.gpus.is_empty() {
+        writeln!(
+            out,
+            "no NVIDIA GPU under {}",
+            config.sysfs_root.join("bus/pci/drivers/nvidia").display()
+        )?;
+    }
+    for g in &t.gpus {
+        let row: Vec<String> = nics
+            .iter()
+            .map(|(n, p)| format!("{n} {}", topology::path_type(&g.place, p).name()))
+            .collect();
+        writeln!(
+            out,
+            "GPU {} {} (NUMA {}): {}",
+            g.index,
+            g.place.bus_id,
+            g.place.cpu,
+            row.join(", ")
+        )?;
+    }
+    for p in &t.pairs {
+        let tied = if p.tied.is_empty() {
+            String::new()
+        } else {
+            format!(", as near as {}", p.tied.join(", "))
+        };
+        writeln!(out, "GPU {} -> {} ({}{tied})", p.gpu, p.eri, p.path.name())?;
+    }
+    if let Some(g) = &t.gdr {
+        writeln!(out, "GPU Direct RDMA: {}", g.why)?;
+    }
+    Ok(())
 }

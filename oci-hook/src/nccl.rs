@@ -23,8 +23,20 @@
 //!   (`NCCL_IB_GID_INDEX=-1`): of the family `NCCL_IB_ADDR_FAMILY` names (IPv4 by default),
 //!   within `NCCL_IB_ADDR_RANGE` when set, RoCE v2 before v1 (`src/transport/net_ib.cc`,
 //!   `ncclIbGetGidIndex`).
+//!   Where the indexes differ (Alibaba's eRDMA benchmark notes found 2 and 1 on one host), the
+//!   GID is chosen by address: `NCCL_IB_GID_INDEX=-1`, `NCCL_IB_ADDR_FAMILY=AF_INET` and
+//!   `NCCL_IB_ADDR_RANGE`, the smallest IPv4 prefix holding every port's address (NCCL 2.21+;
+//!   older NCCL reads -1 as an index).
 //! - `NCCL_PROTO=^LL128` when a port's MTU is not the jumbo 8500 (the ECS eRDMA-on-GPU guide).
-//! - `NCCL_IB_DISABLE` and `NCCL_NET` are never touched.
+//! - `NCCL_NET_GDR_LEVEL`: where GPU Direct RDMA can work (`nvidia_peermem`) and the container's
+//!   GPUs are farther from their nearest ERI than NCCL's default (`PXB`) admits, the level of
+//!   the farthest of those paths, as NCCL classifies them ([`crate::topology`]).
+//! - `NCCL_TOPO_FILE`: where a container's GPUs are equally near several of its ERIs and
+//!   each ERI belongs with the GPUs of one NUMA node, the file that tells NCCL so.
+//! - `NCCL_NET=IB` (unless the config's `tcp_fallback`): NCCL stops with its own error
+//!   ("Failed to initialize any NET plugin") where eRDMA is unusable, instead of running over
+//!   TCP sockets.
+//! - `NCCL_IB_DISABLE` is never touched.
 //!
 //! Beside these, the presets that hold on every eRDMA host ([`PRESETS`], PAI-DLC's tuning,
 //! the PAI-DLC eRDMA guide) are added unless the container sets them.
@@ -34,6 +46,39 @@ use serde::Serialize;
 use crate::config::EnvPolicy;
 use crate::discover::{Host, RdmaDevice};
 use crate::netns::Net;
+use crate::topology::{Hint, Topology, GDR_DEFAULT_LEVEL};
+
+/// What the settings depend on beyond the devices and the network: where the GPUs sit, and the
+/// operator's choices.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Context<'a> {
+    /// The host's GPUs beside the ERIs (`None`: not read; no GPU Direct RDMA decision).
+    pub topology: Option<&'a Topology>,
+    /// The container's GPUs, indexes into the topology's; `None` when its spec does not say,
+    /// which counts as all of the host's.
+    pub gpus: Option<&'a [usize]>,
+    /// The topology file the container is given: its path inside the container, and what it
+    /// tells NCCL.
+    pub topo_file: Option<(&'a str, &'a Hint)>,
+    /// `NCCL_NET=IB` (the config's `tcp_fallback = false`).
+    pub fail_closed: bool,
+}
+
+impl<'a> Context<'a> {
+    /// The operator's choices from `config`, with no GPU topology.
+    pub fn of(config: &crate::config::Config) -> Context<'a> {
+        Context { fail_closed: !config.tcp_fallback, ..Context::default() }
+    }
+}
+
+/// The smallest IPv4 prefix that holds every one of `addrs` (`10.0.0.4/30`).
+fn covering_prefix(addrs: &[std::net::Ipv4Addr]) -> Option<String> {
+    let first = u32::from(*addrs.first()?);
+    let diff = addrs.iter().fold(0u32, |acc, a| acc | (u32::from(*a) ^ first));
+    let len = diff.leading_zeros();
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    Some(format!("{}/{len}", std::net::Ipv4Addr::from(first & mask)))
+}
 
 /// One derived variable, with where it came from.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -69,8 +114,8 @@ impl Derived {
 }
 
 /// The settings for `devices` (those given to a container, or every device) on `host`, for a
-/// container whose network is `net`.
-pub fn derive(host: &Host, devices: &[&RdmaDevice], net: &Net) -> Derived {
+/// container whose network is `net`, in `ctx`.
+pub fn derive(host: &Host, devices: &[&RdmaDevice], net: &Net, ctx: &Context) -> Derived {
     let mut d = Derived::default();
     let active: Vec<(&RdmaDevice, &crate::discover::Port)> = devices
         .iter()
@@ -110,9 +155,29 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice], net: &Net) -> Derived {
             _ if gids.iter().all(Option::is_none) => d.notes.push("no IPv4-mapped RoCE v2 GID on the ports: NCCL_IB_GID_INDEX is not set (NCCL chooses)".into()),
             _ => {
                 let seen: Vec<String> = active.iter().map(|(dev, p)| format!("{}:{} {}", dev.name, p.num, p.roce_v2_ipv4_gid.map_or("none".into(), |g| g.to_string()))).collect();
-                d.notes.push(format!("the ports' RoCE v2 GID indexes differ ({}): NCCL_IB_GID_INDEX is not set, NCCL 2.21+ chooses per port", seen.join(", ")));
+                let addrs: Option<Vec<std::net::Ipv4Addr>> = active.iter().map(|(_, p)| p.roce_v2_ipv4).collect();
+                match addrs.as_deref().and_then(covering_prefix) {
+                    Some(range) => {
+                        let why = format!("the ports' RoCE v2 GID indexes differ ({}): each port's GID is chosen by its IPv4 address (NCCL 2.21+)", seen.join(", "));
+                        d.vars.push(Var { name: "NCCL_IB_GID_INDEX", value: "-1".into(), source: why.clone() });
+                        d.vars.push(Var { name: "NCCL_IB_ADDR_FAMILY", value: "AF_INET".into(), source: why });
+                        d.vars.push(Var { name: "NCCL_IB_ADDR_RANGE", value: range, source: "the smallest IPv4 prefix holding the ports' own addresses (their IPv4-mapped GIDs)".into() });
+                    }
+                    None => d.notes.push(format!("the ports' RoCE v2 GID indexes differ ({}) and not every port has an IPv4 GID: NCCL_IB_GID_INDEX is not set, NCCL 2.21+ chooses per port", seen.join(", "))),
+                }
             }
         }
+    }
+    gdr(&mut d, &active, ctx);
+    if let Some((path, hint)) = ctx.topo_file {
+        let placed: Vec<String> =
+            hint.eris.iter().map(|(e, n)| format!("{e} on NUMA node {n}")).collect();
+        d.vars.push(Var { name: "NCCL_TOPO_FILE", value: path.to_string(), source: format!("the container's GPUs are equally near several of its ERIs in sysfs; the file places {}", placed.join(", ")) });
+    }
+    if ctx.fail_closed {
+        d.vars.push(Var { name: "NCCL_NET", value: "IB".into(), source: "fail closed: where eRDMA is unusable NCCL stops with its own error (\"Failed to initialize any NET plugin\") instead of running over TCP sockets (tcp_fallback = false)".into() });
+    } else {
+        d.notes.push("tcp_fallback = true: NCCL_NET is not set, and NCCL falls back to TCP sockets where eRDMA is unusable".into());
     }
     let mtus: Vec<u32> =
         devices.iter().flat_map(|dev| dev.ports.iter().filter_map(|p| p.mtu)).collect();
@@ -127,6 +192,36 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice], net: &Net) -> Derived {
         });
     }
     d
+}
+
+/// `NCCL_NET_GDR_LEVEL`, or why it is not set.
+fn gdr(d: &mut Derived, active: &[(&RdmaDevice, &crate::discover::Port)], ctx: &Context) {
+    let Some(t) = ctx.topology.filter(|t| !t.gpus.is_empty()) else { return };
+    let all: Vec<usize> = t.gpus.iter().map(|g| g.index).collect();
+    let gpus = ctx.gpus.unwrap_or(&all);
+    if gpus.is_empty() {
+        return;
+    }
+    let mut eris: Vec<&str> = active.iter().map(|(dev, _)| dev.name.as_str()).collect();
+    eris.dedup();
+    let Some(level) = t.gdr_level_needed(gpus, &eris, ctx.topo_file.map(|(_, h)| h)) else {
+        return;
+    };
+    let Some(gdr) = t.gdr.as_ref() else { return };
+    if !gdr.possible {
+        d.notes.push(format!(
+            "GPU Direct RDMA cannot work on this host: {}; NCCL_NET_GDR_LEVEL is not set",
+            gdr.why
+        ));
+    } else if level <= GDR_DEFAULT_LEVEL {
+        d.notes.push(format!("GPU Direct RDMA: {}; the GPUs are at most {} from their ERIs, within NCCL's default ({})", gdr.why, level.name(), GDR_DEFAULT_LEVEL.name()));
+    } else {
+        d.vars.push(Var {
+            name: "NCCL_NET_GDR_LEVEL",
+            value: level.name().into(),
+            source: format!("GPU Direct RDMA: {}; the container's GPUs are up to {} from their nearest ERI, beyond NCCL's default {} (NCCL would stage GPU buffers through host memory)", gdr.why, level.name(), GDR_DEFAULT_LEVEL.name()),
+        });
+    }
 }
 
 /// `NCCL_SOCKET_IFNAME` for a container whose network is `net`, or why it is left unset.
@@ -228,6 +323,23 @@ pub fn ifname_works(value: &str, names: &[&str]) -> bool {
     names.iter().any(|n| list.selects(n, None))
 }
 
+/// Where a container's own `NCCL_IB_GID_INDEX` is not the first IPv4 RoCE v2 GID of each ACTIVE
+/// port (as PAI-DLC's preset 1 is not where the indexes differ). Only a warning: a port with
+/// several addresses has several such GIDs, and only the first is read. `-1` and anything
+/// NCCL does not read as an index are left alone.
+fn gid_index_mismatch(own: &str, devices: &[&RdmaDevice]) -> Option<String> {
+    let index: u32 = own.trim().parse().ok()?;
+    let wrong: Vec<String> = devices
+        .iter()
+        .flat_map(|d| d.ports.iter().filter(|p| p.state == 4).map(move |p| (d, p)))
+        .filter(|(_, p)| p.roce_v2_ipv4_gid.is_some_and(|g| g != index))
+        .map(|(d, p)| {
+            format!("{}:{} has it at {}", d.name, p.num, p.roce_v2_ipv4_gid.unwrap_or_default())
+        })
+        .collect();
+    (!wrong.is_empty()).then(|| format!("NCCL_IB_GID_INDEX={own} kept, but it is not every port's first IPv4 RoCE v2 GID ({}): unless that entry is one too, NCCL will not reach the peers through it; NCCL_IB_GID_INDEX=-1 lets NCCL 2.21+ choose by address", wrong.join(", ")))
+}
+
 /// A change to a container's environment.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Change {
@@ -266,6 +378,9 @@ pub fn plan(
                 out.set.push(Change { name: k.to_string(), value: v.to_string(), replaced: None });
             }
         }
+    }
+    if let Some(w) = get("NCCL_IB_GID_INDEX").and_then(|own| gid_index_mismatch(&own, devices)) {
+        out.warnings.push(w);
     }
     for var in &derived.vars {
         let own = get(var.name);
@@ -335,6 +450,7 @@ mod tests {
             netdev: Some(netdev.into()),
             mtu: Some(mtu),
             roce_v2_ipv4_gid: gid,
+            roce_v2_ipv4: None,
         }
     }
 
@@ -378,7 +494,7 @@ mod tests {
             &["ens5", "ens6", "lo"],
         );
         let all: Vec<&RdmaDevice> = h.devices.iter().collect();
-        let d = derive(&h, &all, &Net::Host);
+        let d = derive(&h, &all, &Net::Host, &Context::default());
         assert_eq!(d.get("NCCL_IB_HCA"), Some("=rocep26s0:1"));
         assert_eq!(d.get("NCCL_SOCKET_IFNAME"), Some("=ens5"));
         assert_eq!(d.get("NCCL_IB_GID_INDEX"), Some("1"));
@@ -458,7 +574,10 @@ mod tests {
             .collect();
         let h = host(devs, &["eth0", "eth1", "eth10"]);
         let given = vec![&h.devices[1]];
-        assert_eq!(derive(&h, &given, &Net::Host).get("NCCL_IB_HCA"), Some("=erdma_1:1"));
+        assert_eq!(
+            derive(&h, &given, &Net::Host, &Context::default()).get("NCCL_IB_HCA"),
+            Some("=erdma_1:1")
+        );
         let list = NcclList::parse("=erdma_1:1");
         assert!(
             list.selects("erdma_1", Some(1))
@@ -480,7 +599,7 @@ mod tests {
             &["eth0", "eth1"],
         );
         let all: Vec<&RdmaDevice> = h.devices.iter().collect();
-        let d = derive(&h, &all, &Net::Host);
+        let d = derive(&h, &all, &Net::Host, &Context::default());
         assert_eq!(d.get("NCCL_IB_GID_INDEX"), None);
         assert!(
             d.notes.iter().any(|n| n.contains("differ (erdma_0:1 2, erdma_1:1 1)")),
@@ -502,7 +621,8 @@ mod tests {
         assert!(!p.set.iter().any(|c| c.name == "NCCL_IB_GID_INDEX"), "{p:?}");
         let h = host(vec![dev("erdma_0", vec![port(1, true, "eth0", 8500, None)])], &["eth0"]);
         assert_eq!(
-            derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host).get("NCCL_IB_GID_INDEX"),
+            derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host, &Context::default())
+                .get("NCCL_IB_GID_INDEX"),
             None
         );
     }
@@ -510,7 +630,7 @@ mod tests {
     #[test]
     fn no_active_port_sets_no_device_or_interface() {
         let h = host(vec![dev("erdma_0", vec![port(1, false, "eth0", 8500, Some(1))])], &["eth0"]);
-        let d = derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host);
+        let d = derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host, &Context::default());
         assert_eq!(
             (d.get("NCCL_IB_HCA"), d.get("NCCL_SOCKET_IFNAME"), d.get("NCCL_IB_GID_INDEX")),
             (None, None, None)
@@ -519,7 +639,8 @@ mod tests {
         // A netdev the host does not list (a stale link) is never named.
         let h = host(vec![dev("erdma_0", vec![port(1, true, "eth9", 8500, None)])], &["ens5"]);
         assert_eq!(
-            derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host).get("NCCL_SOCKET_IFNAME"),
+            derive(&h, &h.devices.iter().collect::<Vec<_>>(), &Net::Host, &Context::default())
+                .get("NCCL_SOCKET_IFNAME"),
             None
         );
     }
@@ -550,7 +671,7 @@ mod tests {
                 iface("eth1", 5, true, None),
             ],
         };
-        let d = derive(&h, &all, &own);
+        let d = derive(&h, &all, &own, &Context::default());
         assert_eq!(d.get("NCCL_SOCKET_IFNAME"), Some("=eth0"));
         assert_eq!(d.get("NCCL_IB_HCA"), Some("=erdma_0:1"));
         assert_eq!(d.get("NCCL_IB_GID_INDEX"), Some("1"));
@@ -594,7 +715,7 @@ mod tests {
             path: "/proc/7/ns/net".into(),
             ifaces: vec![iface("lo", 1, true, Some("127.0.0.1")), iface("eth1", 5, true, None)],
         };
-        let d = derive(&h, &all, &bare);
+        let d = derive(&h, &all, &bare, &Context::default());
         assert_eq!(d.get("NCCL_SOCKET_IFNAME"), None);
         assert!(
             d.notes.iter().any(|n| n.contains("/proc/7/ns/net") && n.contains("no interface up")),
@@ -610,7 +731,7 @@ mod tests {
             host(vec![dev("erdma_0", vec![port(1, true, "ens5", 8500, Some(1))])], &["ens5", "lo"]);
         let all: Vec<&RdmaDevice> = h.devices.iter().collect();
         let net = Net::Unread { why: "Docker sets it up after create".into() };
-        let d = derive(&h, &all, &net);
+        let d = derive(&h, &all, &net, &Context::default());
         assert_eq!(d.get("NCCL_SOCKET_IFNAME"), None);
         assert_eq!(d.get("NCCL_IB_HCA"), Some("=erdma_0:1"));
         assert!(d.notes.iter().any(|n| n.contains("Docker sets it up after create") && n.contains("NCCL chooses")), "{:?}", d.notes);

@@ -197,6 +197,10 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
     // 1. Devices, and the host nodes once more right before use.
     let host = discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
     let (devices, nodes) = modify::select(&request, &host, config)?;
+    // No topology file: a running container's mounts cannot be changed.
+    let no_file = Config { nccl_topo_dir: None, ..config.clone() };
+    let (devices, nodes, placement) =
+        modify::place(&spec, &host, &no_file, &request, devices, nodes);
     for n in &nodes {
         recheck_host_node(n)?;
     }
@@ -221,7 +225,12 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
             .and_then(serde_json::Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let derived = crate::nccl::derive(&host, &devices, &net);
+        let ctx = crate::nccl::Context {
+            topology: Some(&placement.topology),
+            gpus: placement.gpus.as_deref(),
+            ..crate::nccl::Context::of(config)
+        };
+        let derived = crate::nccl::derive(&host, &devices, &net, &ctx);
         let plan = crate::nccl::plan(
             &|k| crate::request::env_get(&env, k).map(str::to_string),
             &derived,

@@ -219,7 +219,7 @@ pub fn run(config: &Config, host: Option<&Host>, opts: &Options) -> Vec<Check> {
     } else {
         crate::netns::Net::Host
     };
-    checks.push(env_check(host, &net, &section("env")));
+    checks.push(env_check(config, host, &net, &section("env")));
     let provider = section("provider");
     checks.push(provider_check(&opts.image, &provider));
     checks.push(ibv_check(host, &section("ibv"), !provider.is_empty()));
@@ -292,7 +292,12 @@ fn memlock_check(config: &Config, lines: &[String]) -> Check {
     }
 }
 
-fn env_check(host: Option<&Host>, net: &crate::netns::Net, lines: &[String]) -> Check {
+fn env_check(
+    config: &Config,
+    host: Option<&Host>,
+    net: &crate::netns::Net,
+    lines: &[String],
+) -> Check {
     let env: Vec<(&str, &str)> = lines.iter().filter_map(|l| l.split_once('=')).collect();
     let details_env: Vec<&String> = lines.iter().collect();
     let Some(host) = host else {
@@ -305,7 +310,11 @@ fn env_check(host: Option<&Host>, net: &crate::netns::Net, lines: &[String]) -> 
     };
     let usable: Vec<&crate::discover::RdmaDevice> =
         host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
-    let derived = crate::nccl::derive(host, &usable, net);
+    // The trial container is given no GPU, which counts as all of the host's.
+    let topology = crate::topology::of_host(config, &usable);
+    let ctx =
+        crate::nccl::Context { topology: Some(&topology), ..crate::nccl::Context::of(config) };
+    let derived = crate::nccl::derive(host, &usable, net, &ctx);
     let wrong: Vec<String> = derived
         .vars
         .iter()

@@ -49,11 +49,59 @@ def mlx5_gids(uv):
     entry per address): link-local v1, v2, then IPv4-mapped v1, v2 at 3 (the RoCE v2 article)."""
     return [(link_local(uv), "IB/RoCE v1"), (link_local(uv), "RoCE v2"), (ipv4_mapped(192, 168, 1, 10 + uv), "IB/RoCE v1"), (ipv4_mapped(192, 168, 1, 10 + uv), "RoCE v2")]
 
-def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False, gids=None, numa=None):
+def pci_function(sys_, chain, numa, vendor, device, cls):
+    """A PCI function at `chain` (bus ids from the root port down, itself last) under its root
+    bus `pci0000:BB` (the first bus id's), with the bridges above it (class 0x060400, the
+    NUMA node of the function below them) and its `bus/pci/devices` link. Returns its dir."""
+    root = os.path.join(sys_, f"devices/pci{chain[0][:7]}")
+    d = root
+    for i, bdf in enumerate(chain):
+        d = os.path.join(d, bdf)
+        last = i == len(chain) - 1
+        write(os.path.join(d, "vendor"), (vendor if last else "0x8086") + "\n")
+        write(os.path.join(d, "device"), (device if last else "0x347a") + "\n")
+        write(os.path.join(d, "class"), (cls if last else "0x060400") + "\n")
+        write(os.path.join(d, "numa_node"), f"{numa}\n")
+        lnk = os.path.join(sys_, "bus/pci/devices", bdf)
+        if not os.path.lexists(lnk):
+            link(lnk, rel(os.path.dirname(lnk), d))
+    return d
+
+# NVIDIA's information file (kernel-open/nvidia/nv-procfs.c, nv_procfs_read_gpu_info): one
+# `Field: \t value` line each.
+GPU_INFO = """Model: \t\t {model}
+IRQ:   \t\t {irq}
+GPU UUID: \t {uuid}
+Video BIOS: \t 96.00.99.00.01
+Bus Type: \t PCIe
+DMA Size: \t 52 bits
+DMA Mask: \t 0xfffffffffffff
+Bus Location: \t {bus}
+Device Minor: \t {minor}
+GPU Excluded:\t No
+"""
+
+def gpus_of(base, sys_, gpus, model):
+    """gpus: (chain, numa) each, in minor order; the GPU is the chain's last bus id. Writes the
+    PCI functions (vendor 0x10de, class 0x030200, a 3D controller), their `nvidia` driver links
+    and /proc/driver/nvidia/gpus/BUS/information."""
+    for minor, (chain, numa) in enumerate(gpus):
+        bdf = chain[-1]
+        d = pci_function(sys_, chain, numa, "0x10de", "0x2330", "0x030200")
+        link(os.path.join(d, "driver"), rel(d, os.path.join(sys_, "bus/pci/drivers/nvidia")))
+        link(os.path.join(sys_, "bus/pci/drivers/nvidia", bdf), rel(os.path.join(sys_, "bus/pci/drivers/nvidia"), d))
+        uuid = f"GPU-6f1d3b2a-{minor:04x}-4c1e-9a7b-00163e00{minor:04x}"
+        write(os.path.join(base, "proc/driver/nvidia/gpus", bdf, "information"),
+              GPU_INFO.format(model=model, irq=100 + minor, uuid=uuid, bus=bdf, minor=minor))
+    write(os.path.join(sys_, "bus/pci/drivers/nvidia/uevent"), "DRIVER=nvidia\n")
+
+def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False, gids=None, numa=None, gpus=(), gpu_model="NVIDIA H100 80GB HBM3", eri_chain=None):
     """devices: (ibdev, pci, driver, uverbs_index, netdev, port_state, phys_state);
     numa: per ibdev, its PCI function's NUMA node (default -1, what a kernel with one node or
     no firmware affinity prints);
     gids: per ibdev, the port's GID table [(gid, type)] (default erdma_gids / mlx5_gids);
+    gpus: (chain, numa) per GPU (gpus_of); eri_chain: per ibdev, the bridges above its PCI
+    function (bus ids from the root port down; default none: on the root bus);
     erdma_version: the loaded erdma module's version (None: not loaded); peermem: whether
     nvidia_peermem is loaded (GPU Direct RDMA)."""
     base = os.path.join(ROOT, name)
@@ -75,12 +123,16 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdm
     nodes = []
     for (ib, pci, driver, uv, nd, state, phys) in devices:
         drivers.add(driver)
-        bus = pci.split(":")[1]
-        pdir = os.path.join(sys_, f"devices/pci0000:{bus}/{pci}")
         vendor, device = VENDOR[driver]
-        write(os.path.join(pdir, "vendor"), vendor + "\n")
-        write(os.path.join(pdir, "device"), device + "\n")
-        write(os.path.join(pdir, "numa_node"), f"{(numa or {}).get(ib, -1)}\n")
+        chain = (eri_chain or {}).get(ib, [])
+        if chain or gpus:
+            pdir = pci_function(sys_, chain + [pci], (numa or {}).get(ib, -1), vendor, device, "0x020000")
+        else:
+            bus = pci.split(":")[1]
+            pdir = os.path.join(sys_, f"devices/pci0000:{bus}/{pci}")
+            write(os.path.join(pdir, "vendor"), vendor + "\n")
+            write(os.path.join(pdir, "device"), device + "\n")
+            write(os.path.join(pdir, "numa_node"), f"{(numa or {}).get(ib, -1)}\n")
         link(os.path.join(pdir, "driver"), rel(pdir, os.path.join(sys_, "bus/pci/drivers", driver)))
         idir = os.path.join(pdir, "infiniband", ib)
         if driver == "erdma":
@@ -137,6 +189,8 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdm
         module(sys_, "erdma", erdma_version)
     if peermem:
         module(sys_, "nvidia_peermem", PEERMEM_VERSION)
+    if gpus:
+        gpus_of(base, sys_, gpus, gpu_model)
     if dev_nodes is not None:
         nodes = [n for n in nodes if n.split()[0] in dev_nodes]
     with open(os.path.join(base, "dev.txt"), "w") as f:
@@ -174,3 +228,52 @@ scenario("gids-differ", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE
                          ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
          [("eth0", 8500), ("eth1", 8500)], erdma_version="0.2.39", peermem=True,
          gids={"erdma_0": erdma_gids(0, v2_at=2), "erdma_1": erdma_gids(1, v2_at=1)})
+
+# GPU hosts (testdata/sysfs/README.md, "GPU hosts"): where the GPUs sit beside the ERIs.
+def gpu_under_switch(root_bus, sw, port):
+    """A GPU behind a PCIe switch: root port ROOT:01.0 -> switch upstream port SW:00.0 ->
+    downstream port (SW+1):PORT.0 -> the GPU on bus SW+2+port/4."""
+    up = f"0000:{sw:02x}:00.0"
+    down = f"0000:{sw + 1:02x}:{port:02x}.0"
+    return [f"0000:{root_bus:02x}:01.0", up, down, f"0000:{sw + 2 + port // 4:02x}:00.0"]
+
+def eight_gpus():
+    """8 GPUs on 2 NUMA nodes, 4 per node, two behind each PCIe switch (NVIDIA's HGX layout:
+    one switch per GPU pair), in bus order: node 0 on root buses 0x15 and 0x25, node 1 on
+    0x95 and 0xa5."""
+    out = []
+    for numa, roots in ((0, (0x15, 0x25)), (1, (0x95, 0xa5))):
+        for rb in roots:
+            for port in (0, 4):
+                out.append((gpu_under_switch(rb, rb + 1, port), numa))
+    return out
+
+def eri_gids(uv, addr, v2_at=1):
+    table = [(link_local(uv), "IB/RoCE v1")] + [(link_local(uv), "RoCE v2")] * (v2_at - 1)
+    return table + [(ipv4_mapped(*addr), "RoCE v2")]
+
+# The equal-distance host of Alibaba's eRDMA benchmark notes (erdma-controller
+# docs/erdma-benchmark: 8 GPUs without NVLink, 2 ERIs, GID indexes 2 and 1, the ERIs in
+# 192.168.4.0/24, GPU-to-ERI distance beyond GDR's default): the ERIs on root buses of their
+# own whose numa_node is -1, so NCCL hangs them from a CPU node "-1" of their own and every
+# GPU is SYS from both.
+scenario("gpu8-eri2", [("erdma_0", "0000:05:00.0", "erdma", 0, "eth1", *ACTIVE),
+                       ("erdma_1", "0000:06:00.0", "erdma", 1, "eth2", *ACTIVE)],
+         [("eth0", 1500), ("eth1", 8500), ("eth2", 8500)], erdma_version="0.2.39", peermem=True,
+         gids={"erdma_0": eri_gids(0, (192, 168, 4, 21), v2_at=2), "erdma_1": eri_gids(1, (192, 168, 4, 22), v2_at=1)},
+         gpus=eight_gpus())
+# Four ERIs, two on each NUMA node's root complex (own root ports), beside 8 GPUs on the same
+# two nodes: PHB to the GPUs of their node, SYS to the others.
+scenario("gpu8-eri4", [(f"erdma_{i}", f"0000:{b:02x}:00.0", "erdma", i, f"eth{i + 1}", *ACTIVE)
+                       for i, b in enumerate([0x36, 0x46, 0xb6, 0xc6])],
+         [("eth0", 1500)] + [(f"eth{i + 1}", 8500) for i in range(4)], erdma_version="0.2.39", peermem=True,
+         gids={f"erdma_{i}": eri_gids(i, (10, 0, i, 5)) for i in range(4)},
+         numa={"erdma_0": 0, "erdma_1": 0, "erdma_2": 1, "erdma_3": 1},
+         eri_chain={f"erdma_{i}": [f"0000:{b - 1:02x}:01.0"] for i, b in enumerate([0x36, 0x46, 0xb6, 0xc6])},
+         gpus=eight_gpus())
+# A VM with 2 GPUs and 1 ERI, as kubernetes-sigs/dranet's gn8is-2x.8xlarge example lists it
+# (2 x L20, 1 eRDMA device at 0000:00:0b.0): everything on the root bus of one NUMA node -1,
+# so each GPU is PHB from the ERI, as NCCL's dump shows on a one-node VM.
+scenario("gpu2-eri1", [("erdma_0", "0000:00:0b.0", "erdma", 0, "eth0", *ACTIVE)],
+         [("eth0", 8500)], erdma_version="0.2.39", peermem=True,
+         gpus=[(["0000:00:07.0"], -1), (["0000:00:08.0"], -1)], gpu_model="NVIDIA L20")

@@ -171,6 +171,7 @@ pub fn allocate(
     cfg: &PluginConfig,
     ids: &[String],
     net: &Net,
+    ctx: &erdma_oci_hook::nccl::Context,
 ) -> Result<Allocation, AllocateError> {
     let names: BTreeSet<&str> = ids.iter().map(|id| device_of(id)).collect();
     let mut chosen: Vec<&RdmaDevice> = Vec::new();
@@ -206,7 +207,7 @@ pub fn allocate(
             });
         }
     }
-    let derived = erdma_oci_hook::nccl::derive(host, &chosen, net);
+    let derived = erdma_oci_hook::nccl::derive(host, &chosen, net, ctx);
     a.envs.insert(
         erdma_oci_hook::request::ENV.to_string(),
         chosen.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","),
@@ -301,6 +302,7 @@ mod tests {
                 netdev: Some(format!("eth{}", minor - 192)),
                 mtu: Some(8500),
                 roce_v2_ipv4_gid: Some(1),
+                roce_v2_ipv4: None,
             }],
             uverbs: Some(CharDev {
                 path: format!("/dev/infiniband/uverbs{}", minor - 192),
@@ -342,7 +344,7 @@ mod tests {
                 ("erdma_1-1", UNHEALTHY)
             ]
         );
-        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &Net::Host).unwrap();
+        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &Net::Host, &Default::default()).unwrap();
         let paths: Vec<&str> = a.devices.iter().map(|d| d.container_path.as_str()).collect();
         assert_eq!(paths, ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"]);
         assert_eq!(a.envs["ERDMA_VISIBLE_DEVICES"], "erdma_0");
@@ -354,18 +356,18 @@ mod tests {
         );
         // A pod's network is not known at Allocate: the host's interface only under `require`.
         let any = Net::any_container(erdma_oci_hook::config::NetworkPolicy::Any);
-        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &any).unwrap();
+        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &any, &Default::default()).unwrap();
         assert_eq!(a.envs.get("NCCL_SOCKET_IFNAME"), None, "{:?}", a.envs);
         assert_eq!(a.envs.get("NCCL_IB_HCA").map(String::as_str), Some("=erdma_0:1"));
         let require = Net::any_container(erdma_oci_hook::config::NetworkPolicy::Require);
-        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &require).unwrap();
+        let a = allocate(&h, &cfg, &["erdma_0-1".into()], &require, &Default::default()).unwrap();
         assert_eq!(a.envs.get("NCCL_SOCKET_IFNAME").map(String::as_str), Some("=eth0"));
         assert!(matches!(
-            allocate(&h, &cfg, &["erdma_1-0".into()], &Net::Host),
+            allocate(&h, &cfg, &["erdma_1-0".into()], &Net::Host, &Default::default()),
             Err(AllocateError::Unhealthy { .. })
         ));
         assert_eq!(
-            allocate(&h, &cfg, &["erdma_9-0".into()], &Net::Host),
+            allocate(&h, &cfg, &["erdma_9-0".into()], &Net::Host, &Default::default()),
             Err(AllocateError::Unknown("erdma_9".into()))
         );
         let cdi = allocate(
@@ -373,6 +375,7 @@ mod tests {
             &PluginConfig { cdi: true, ..cfg },
             &["erdma_0-0".into(), "erdma_0-1".into()],
             &Net::Host,
+            &Default::default(),
         )
         .unwrap();
         assert_eq!(

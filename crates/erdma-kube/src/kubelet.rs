@@ -134,11 +134,19 @@ impl DevicePlugin for Arc<Plugin> {
         let host = self.host()?;
         let mut container_responses = Vec::new();
         for c in req.into_inner().container_requests {
+            // Kubelet does not say which GPUs the pod gets: all of the host's count.
+            let usable: Vec<_> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
+            let topology = erdma_oci_hook::topology::of_host(&self.config, &usable);
+            let ctx = erdma_oci_hook::nccl::Context {
+                topology: Some(&topology),
+                ..erdma_oci_hook::nccl::Context::of(&self.config)
+            };
             let a = deviceplugin::allocate(
                 &host,
                 &self.plugin,
                 &c.devices_ids,
                 &erdma_oci_hook::netns::Net::any_container(self.config.network),
+                &ctx,
             )
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
             container_responses.push(pb::ContainerAllocateResponse {

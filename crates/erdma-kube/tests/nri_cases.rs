@@ -171,6 +171,7 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
         &[ids[0].id.clone()],
         // As the plugin answers under the default config: no pod's network is known yet.
         &erdma_oci_hook::netns::Net::any_container(Default::default()),
+        &erdma_oci_hook::nccl::Context::of(&Default::default()),
     )
     .unwrap();
     assert_eq!(ids[0].device, "erdma_0");

@@ -162,8 +162,13 @@ pub fn create(
     };
     let host = &host;
     let (devices, nodes) = modify::select(&request, host, config)?;
+    // The plugin runs in a container of its own: a file it wrote would not be the host's to
+    // mount, so no topology file; the GPUs kubelet put in the container still pick its ERIs.
+    let no_file = Config { nccl_topo_dir: None, ..config.clone() };
+    let (devices, nodes, placement) =
+        modify::place(&spec, host, &no_file, &request, devices, nodes);
     let mut edited = spec.clone();
-    let report = modify::apply(&mut edited, host, &devices, &nodes, config).map_err(|e| match e {
+    let report = modify::apply(&mut edited, host, &devices, &nodes, config, &placement).map_err(|e| match e {
         Error::HostNetworkRequired => Error::Invalid(format!(
             "pod {} asks for eRDMA but runs in its own network namespace, and this node requires host networking (network = \"require\"): set `hostNetwork: true` in its spec, or network = \"any\" in the node's config",
             pod_name(pod)
@@ -208,6 +213,7 @@ mod tests {
                 netdev: Some(format!("eth{n}")),
                 mtu: Some(8500),
                 roce_v2_ipv4_gid: Some(1),
+                roce_v2_ipv4: None,
             }],
             uverbs: Some(CharDev {
                 path: format!("/dev/infiniband/uverbs{n}"),
