@@ -50,28 +50,12 @@ cleanup() {
 trap cleanup EXIT
 
 # The two namespaces and the veth pair between them.
-$IP netns add "$A"
-$IP netns add "$B"
-$IP link add v0 netns "$A" type veth peer name v1 netns "$B"
-$IP -n "$A" addr add 10.231.7.1/24 dev v0
-$IP -n "$B" addr add 10.231.7.2/24 dev v1
-for ns in "$A" "$B"; do
-    $IP -n "$ns" link set lo up
-done
-$IP -n "$A" link set v0 up
-$IP -n "$B" link set v1 up
+. bench/netns_pair.sh
+netns_pair "$A" "$B"
 
-# The fixture host: its sysfs, and the /dev nodes its dev.txt lists.
-mkdir -p "$WORK/dev/infiniband"
-while read -r path kind major minor; do
-    case "$path" in '#'*|'') continue ;; esac
-    mknod -m 666 "$WORK/dev/$path" "$kind" "$major" "$minor"
-done < testdata/sysfs/one/dev.txt
-cat > "$WORK/oci-hook.toml" <<EOF
-sysfs_root = "$PWD/testdata/sysfs/one/sys"
-dev_root = "$WORK/dev"
-EOF
-export ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook.toml"
+# The fixture host: the `one` scenario's sysfs and the /dev nodes its dev.txt lists.
+. bench/fixture_host.sh
+fixture_host "$WORK" one
 
 cat > "$WORK/rank.py" <<'EOF'
 import json, os, sys, time

@@ -31,6 +31,10 @@
 #
 # A second table times single calls with the real runtime replaced by /bin/true: the wrapper's
 # own cost, which the first table can only show through runc's far larger and noisier time.
+# Two of its calls run over a GPU host (testdata/sysfs/gpu8-eri4: 8 GPUs and 4 ERIs on two NUMA
+# nodes, a container given GPUs 4 and 5): as it is, and with its GPUs hidden (no `nvidia`
+# driver directory, an empty /proc), so that their difference is what reading where the GPUs
+# sit, pairing them with ERIs and deciding GPU Direct RDMA cost an asking create.
 # Every wrapper call is one more execve: a do-nothing Rust wrapper costs about 0.4 ms (static)
 # or 0.7 ms (dynamic, PIE) per call on a small VM, so three calls per container set the floor.
 # The binary timed is the one scripts/build-runtime makes (static, non-PIE, `runtime` profile),
@@ -69,6 +73,17 @@ fixture_host "$WORK"
 # The same with /bin/true as the real runtime: the per-call table, and the edited spec below.
 sed "s|^runtime = .*|runtime = \"/bin/true\"|" "$WORK/oci-hook.toml" >"$WORK/oci-hook-true.toml"
 
+# The GPU host, and the same host with its GPUs hidden.
+for g in gpu nogpu; do
+    mkdir -p "$WORK/$g"
+    (fixture_host "$WORK/$g" gpu8-eri4)
+    sed "s|^runtime = .*|runtime = \"/bin/true\"|" "$WORK/$g/oci-hook.toml" >"$WORK/oci-hook-$g.toml"
+    echo "proc_root = \"$WORK/$g/proc\"" >>"$WORK/oci-hook-$g.toml"
+done
+cp -a testdata/sysfs/gpu8-eri4/proc "$WORK/gpu/proc"
+mkdir -p "$WORK/nogpu/proc"
+rm -rf "$WORK/nogpu/sys/bus/pci/drivers/nvidia"
+
 # A network namespace of its own, as a CNI plugin or Podman leaves one: `eth0` up with an
 # address (the veth's other end stays outside), `lo` up.
 ip netns add "$NETNS"
@@ -81,7 +96,7 @@ ip -n "$NETNS" link set lo up
 mkdir -p "$WORK/rootfs/bin" "$WORK/rootfs/proc" "$WORK/rootfs/dev" "$WORK/rootfs/sys"
 cp /bin/busybox "$WORK/rootfs/bin/busybox"
 for a in sh true; do ln -s busybox "$WORK/rootfs/bin/$a"; done
-for b in plain ask asknet; do
+for b in plain ask asknet askgpu; do
     mkdir -p "$WORK/$b"
     runc spec --bundle "$WORK/$b"
     jq --arg root "$WORK/rootfs" --arg b "$b" --arg ns "/run/netns/$NETNS" '
@@ -89,6 +104,7 @@ for b in plain ask asknet; do
         | .process.terminal = false
         | .process.args = ["true"]
         | if $b != "plain" then .process.env += ["ERDMA_VISIBLE_DEVICES=all"] else . end
+        | if $b == "askgpu" then .process.env += ["NVIDIA_VISIBLE_DEVICES=4,5"] else . end
         | if $b == "asknet" then .linux.namespaces |= map(if .type == "network" then .path = $ns else . end) else . end' \
         "$WORK/$b/config.json" >"$WORK/$b/config.json.orig"
     cp "$WORK/$b/config.json.orig" "$WORK/$b/config.json"
@@ -169,24 +185,32 @@ cmp -s "$WORK/plain/config.json" "$WORK/plain/config.json.orig" || { echo "runti
 
 # The wrapper's own cost per call, with the real runtime replaced by /bin/true: what the
 # table above measures through runc's much larger and noisier start time.
-CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net")
+CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden")
 call() { # INDEX OUTFILE
-    local t0 t1 b=plain
+    local t0 t1 b=plain conf=$WORK/oci-hook-true.toml
     [ "$1" -eq 3 ] && b=ask
     [ "$1" -eq 4 ] && b=asknet
+    [ "$1" -ge 5 ] && b=askgpu
+    [ "$1" -eq 5 ] && conf=$WORK/oci-hook-gpu.toml
+    [ "$1" -eq 6 ] && conf=$WORK/oci-hook-nogpu.toml
     [ "$1" -ge 2 ] && fresh_spec "$WORK/$b"
     t0=$EPOCHREALTIME
     case "$1" in
         0) /bin/true --root "$STATE" state x ;;
-        1) ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook-true.toml" "$ERDMA_RUNTIME" --root "$STATE" state x ;;
-        *) ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook-true.toml" "$ERDMA_RUNTIME" --root "$STATE" create --bundle "$WORK/$b" x ;;
+        1) ERDMA_OCI_HOOK_CONFIG="$conf" "$ERDMA_RUNTIME" --root "$STATE" state x ;;
+        *) ERDMA_OCI_HOOK_CONFIG="$conf" "$ERDMA_RUNTIME" --root "$STATE" create --bundle "$WORK/$b" x ;;
     esac
     t1=$EPOCHREALTIME
     echo $(( (${t1/./} - ${t0/./}) )) >>"$2"
 }
-for _ in $(seq "$WARMUP"); do for c in 0 1 2 3 4; do call "$c" /dev/null; done; done
-for c in 0 1 2 3 4; do : >"$WORK/calls.$c"; done
-for _ in $(seq "$RUNS"); do for c in 0 1 2 3 4; do call "$c" "$WORK/calls.$c"; done; done
+CALL_ALL="0 1 2 3 4 5 6"
+for _ in $(seq "$WARMUP"); do for c in $CALL_ALL; do call "$c" /dev/null; done; done
+# The GPU host's edit, to show the work was done: GPUs 4 and 5 get node 1's ERIs and the level.
+ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook-gpu.toml" "$ERDMA_RUNTIME" --root "$STATE" create --bundle "$WORK/askgpu" x
+jq -e '([.linux.devices[].path] == ["/dev/infiniband/uverbs2", "/dev/infiniband/uverbs3", "/dev/infiniband/rdma_cm"]) and (.process.env | index("NCCL_NET_GDR_LEVEL=PHB"))' "$WORK/askgpu/config.json" >/dev/null \
+    || { echo "runtime_start: the GPU host's edit is not the expected one" >&2; exit 1; }
+for c in $CALL_ALL; do : >"$WORK/calls.$c"; done
+for _ in $(seq "$RUNS"); do for c in $CALL_ALL; do call "$c" "$WORK/calls.$c"; done; done
 
 pct() { # FILE P: nearest-rank percentile, in ms with two decimals
     sort -n "$1" | awk -v p="$2" '{ v[NR] = $1 } END { r = int((p / 100) * NR + 0.999999); if (r < 1) r = 1; printf "%.2f", v[r] / 1000 }'
@@ -216,7 +240,7 @@ done
 
 base50=$(pct "$WORK/calls.0" 50)
 printf '\nper call, real runtime = /bin/true\n%-22s %6s %9s %9s %14s\n' "call" "runs" "p50 ms" "p95 ms" "added p50 ms"
-for c in 0 1 2 3 4; do
+for c in $CALL_ALL; do
     p50=$(pct "$WORK/calls.$c" 50)
     added=$(awk -v a="$p50" -v b="$base50" 'BEGIN { printf "%+.2f", a - b }')
     [ "$c" -eq 0 ] && added="-"
@@ -229,5 +253,6 @@ for c in 2 3; do
     awk -v cr="$cr" -v st="$st" -v t="$t" -v what="${CALLS[$c]#erdma create, }" \
         'BEGIN { printf "per container, %s: create + start + delete = %+.2f ms\n", what, (cr - t) + 2 * (st - t) }'
 done
+echo "placing 8 GPUs beside 4 ERIs, per asking create: $(paired "$WORK/calls.5" "$WORK/calls.6") ms (paired p50)"
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

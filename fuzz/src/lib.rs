@@ -317,9 +317,65 @@ fn t_sysfs_values(data: &[u8]) {
         erdma_oci_hook::discover::discover(&tree, &tree.join("no-dev"), &["erdma".into()])
     {
         let devices: Vec<_> = host.devices.iter().collect();
-        let _ = erdma_oci_hook::nccl::derive(&host, &devices, &erdma_oci_hook::netns::Net::Host);
+        let ctx = erdma_oci_hook::nccl::Context { fail_closed: true, ..Default::default() };
+        let _ =
+            erdma_oci_hook::nccl::derive(&host, &devices, &erdma_oci_hook::netns::Net::Host, &ctx);
     }
     let _ = erdma_kube::deviceplugin::numa_node(&tree, "erdma_0");
+}
+
+fn t_gpu_topology(data: &[u8]) {
+    // What the GPU placement reads, each given a slice of the input, on a copy of the
+    // `gpu8-eri2` fixture: a switch's NUMA node, GPU 0's information file from the NVIDIA
+    // driver, an ERI's GID (its address), and the container's NVIDIA_VISIBLE_DEVICES.
+    use erdma_oci_hook::topology;
+    let (sys, proc_root) = gpu_tree();
+    let files = [
+        sys.join("devices/pci0000:15/0000:15:01.0/0000:16:00.0/numa_node"),
+        proc_root.join("driver/nvidia/gpus/0000:18:00.0/information"),
+        sys.join("class/infiniband/erdma_1/ports/1/gids/1"),
+    ];
+    let chunk = data.len().div_ceil(files.len() + 1).max(1);
+    for (i, f) in files.iter().enumerate() {
+        let part = data.get(i * chunk..((i + 1) * chunk).min(data.len())).unwrap_or_default();
+        let _ = std::fs::write(f, part);
+    }
+    let visible = String::from_utf8_lossy(data.get(files.len() * chunk..).unwrap_or_default());
+    let t = topology::read(&sys, &proc_root, &["erdma_0", "erdma_1"]);
+    let spec = serde_json::json!({"process": {"env": [format!("NVIDIA_VISIBLE_DEVICES={visible}")]},
+        "linux": {"devices": [{"path": format!("/dev/nvidia{}", visible.len())}]}});
+    let gpus = match topology::container_gpus(&spec, &t) {
+        topology::GpuSet::Given { gpus, .. } => gpus,
+        topology::GpuSet::Unknown => t.gpus.iter().map(|g| g.index).collect(),
+    };
+    let eris = t.eris_for(&gpus);
+    let _ = t.gdr_level_needed(&gpus, &eris);
+    if let Ok(host) =
+        erdma_oci_hook::discover::discover(&sys, &sys.join("no-dev"), &["erdma".into()])
+    {
+        let devices: Vec<_> = host.devices.iter().collect();
+        let ctx = erdma_oci_hook::nccl::Context {
+            topology: Some(&t),
+            gpus: Some(&gpus),
+            fail_closed: true,
+        };
+        let _ =
+            erdma_oci_hook::nccl::derive(&host, &devices, &erdma_oci_hook::netns::Net::Host, &ctx);
+    }
+}
+
+/// A per-thread copy of the `gpu8-eri2` fixture: its sysfs and its /proc.
+fn gpu_tree() -> (PathBuf, PathBuf) {
+    thread_local! {
+        static TREE: (tempfile::TempDir, PathBuf, PathBuf) = {
+            let d = tempfile::Builder::new().prefix("erdma-fuzz-gpu-").tempdir().expect("a temp dir");
+            let (sys, proc_root) = (d.path().join("sys"), d.path().join("proc"));
+            copy_tree(&root().join("testdata/sysfs/gpu8-eri2/sys"), &sys);
+            copy_tree(&root().join("testdata/sysfs/gpu8-eri2/proc"), &proc_root);
+            (d, sys, proc_root)
+        };
+    }
+    TREE.with(|(_, s, p)| (s.clone(), p.clone()))
 }
 
 fn t_nri_wire(data: &[u8]) {
@@ -407,6 +463,7 @@ pub static TARGETS: &[Target] = &[
     Target { name: "hook-state", input: "the OCI hook's state JSON", run: t_hook_state, seeds: &[] },
     Target { name: "engine-config", input: "daemon.json, containerd and CRI-O configs", run: t_engine_config, seeds: &[] },
     Target { name: "sysfs-values", input: "sysfs attribute values", run: t_sysfs_values, seeds: &[] },
+    Target { name: "gpu-topology", input: "GPU placement: a PCI NUMA node, the NVIDIA driver's information file, a GID, NVIDIA_VISIBLE_DEVICES", run: t_gpu_topology, seeds: &[] },
     Target { name: "nri-wire", input: "NRI's mux frames and ttrpc messages", run: t_nri_wire, seeds: &[] },
     Target { name: "nri-create", input: "NRI CreateContainer requests", run: t_nri_create, seeds: &[] },
     Target { name: "registry-auth", input: "registry WWW-Authenticate challenges and token service replies", run: t_registry_auth, seeds: &[] },

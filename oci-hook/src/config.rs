@@ -8,9 +8,6 @@ use crate::error::{Error, Result};
 
 pub const DEFAULT_PATH: &str = "/etc/erdma/oci-hook.toml";
 pub const ENV_PATH: &str = "ERDMA_OCI_HOOK_CONFIG";
-/// Where generated NCCL topology files go by default: tmpfs, gone at reboot, when the
-/// hardware they describe may have changed.
-pub const DEFAULT_TOPO_DIR: &str = "/run/erdma/nccl";
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -50,9 +47,6 @@ pub struct Config {
     /// it. Off (the default): such a container gets `NCCL_NET=IB`, and NCCL stops with its own
     /// error instead of running at TCP speed.
     pub tcp_fallback: bool,
-    /// Where the NCCL topology files given to containers are written on the host (one per
-    /// layout, named by its content), mounted read-only into the containers that need one.
-    pub nccl_topo_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
@@ -144,7 +138,6 @@ impl Default for Config {
             env_presets: true,
             env_policy: EnvPolicy::Repair,
             tcp_fallback: false,
-            nccl_topo_dir: Some(DEFAULT_TOPO_DIR.into()),
         }
     }
 }

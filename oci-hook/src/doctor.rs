@@ -13,7 +13,9 @@
 //! - the kernel's RDMA namespace mode, `module/ib_core/parameters/netns_mode`, and what it means
 //!   for containers on their own network (`rdma-netns`);
 //! - the netdev MTU and what it means for NCCL's LL128 protocol, the ECS eRDMA-on-GPU guide (`mtu`);
-//! - `nvidia_peermem` for GPU Direct RDMA (`nvidia_peermem`);
+//! - whether NCCL will use GPU Direct RDMA for this host's GPUs and ERIs, and why: the
+//!   peer-memory module NCCL looks for, the dma-buf path, and each GPU's PCIe path type to its
+//!   ERI against NCCL's default level (`gpu-direct-rdma`, [`crate::topology`]);
 //! - per engine, whether it is installed, told by its programs on PATH and its socket (not by
 //!   its config files: a fresh Docker has no daemon.json), its version and so the path that fits
 //!   it (CDI from Docker 25, containerd 1.7, CRI-O 1.23, Podman 4.1; else erdma-runtime or the
@@ -170,7 +172,7 @@ pub fn run(config: &Config, opts: &Options) -> Report {
             None
         }
     };
-    checks.push(peermem(config));
+    checks.push(gdr_check(config, host.as_ref()));
     for engine in Engine::ALL {
         engine_checks(engine, config, opts, &mut checks);
     }
@@ -442,6 +444,14 @@ fn mtu_check(config: &Config, opts: &Options, host: &Host) -> Check {
             details,
         );
     }
+    if groups.len() > 1 {
+        return Check::warn(
+            "mtu",
+            format!("MTU {seen}: the ERIs' MTUs differ, so a container given all of them runs without NCCL's LL128 protocol ({proto}={no_ll128}) and every node must match each ERI's MTU"),
+            format!("set one MTU on every ERI, {MTU_JUMBO} with jumbo frames (`ip link set {} mtu {MTU_JUMBO}`)", groups.iter().find(|(m, _)| *m != MTU_JUMBO).map(|(_, n)| n[0].as_str()).unwrap_or("IF")),
+            details,
+        );
+    }
     if !off {
         return Check::ok(
             "mtu",
@@ -461,18 +471,79 @@ fn mtu_check(config: &Config, opts: &Options, host: &Host) -> Check {
     }
 }
 
-fn peermem(config: &Config) -> Check {
-    match module(&config.sysfs_root, PEERMEM_MODULE) {
-        Some(m) => {
-            let version = m.version.as_deref().map(|v| format!(" {v}")).unwrap_or_default();
-            Check::ok("nvidia_peermem", format!("nvidia_peermem{version} loaded: GPU Direct RDMA is available"), json!({"module": PEERMEM_MODULE, "loaded": true, "version": m.version}))
-        }
-        None => Check::warn(
-            "nvidia_peermem",
-            "nvidia_peermem is not loaded: no GPU Direct RDMA, NCCL stages GPU buffers through host memory (RDMA itself works)",
-            "on GPU hosts, `modprobe nvidia_peermem` (NVIDIA driver 470 or later), and again after every reboot (list it in /etc/modules-load.d)",
-            json!({"module": PEERMEM_MODULE, "loaded": false, "version": null}),
-        ),
+/// What the dma-buf path to GPU memory has on this host: a kernel of 5.12 or later (dma-buf
+/// memory regions in the RDMA core) and NVIDIA's open kernel module (`/proc/driver/nvidia/version`
+/// says "Open Kernel Module"). NCCL then still probes the RDMA provider (`ibv_reg_dmabuf_mr`),
+/// and upstream rdma-core's erdma provider does not implement it (`providers/erdma/erdma.c`).
+fn dmabuf_host(config: &Config) -> (Option<String>, bool) {
+    let kernel = discover::read_trim(&config.proc_root.join("sys/kernel/osrelease"));
+    let recent = kernel.as_deref().is_some_and(|k| {
+        let mut it = k.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u32>().ok());
+        (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (5, 12)
+    });
+    let open = std::fs::read_to_string(config.proc_root.join("driver/nvidia/version"))
+        .is_ok_and(|v| v.contains("Open Kernel Module"));
+    (kernel, recent && open)
+}
+
+/// Whether NCCL will use GPU Direct RDMA for this host's GPU/ERI pairs, and why: NCCL's own
+/// rules (`paths.cc`, `ncclTopoCheckGdr`: a NIC that can register GPU memory, and a path no
+/// farther than `NCCL_NET_GDR_LEVEL`, `PXB` by default), with what erdma-kit sets for asking
+/// containers.
+fn gdr_check(config: &Config, host: Option<&Host>) -> Check {
+    let id = "gpu-direct-rdma";
+    let usable: Vec<&RdmaDevice> =
+        host.map(|h| h.devices.iter().filter(|d| d.uverbs.is_some()).collect()).unwrap_or_default();
+    let t = crate::topology::of_host(config, &usable);
+    let peermem = module(&config.sysfs_root, PEERMEM_MODULE);
+    let gdr = crate::topology::gdr(&config.sysfs_root, &config.proc_root);
+    let (kernel, dmabuf) = dmabuf_host(config);
+    let mut details = json!({
+        "gpus": t.gpus.len(), "pairs": t.pairs, "possible": gdr.possible, "why": gdr.why,
+        "module": PEERMEM_MODULE, "loaded": peermem.is_some(), "version": peermem.as_ref().and_then(|m| m.version.clone()),
+        "kernel": kernel, "dmabuf_host": dmabuf,
+    });
+    if t.gpus.is_empty() {
+        return Check::ok(id, format!("no NVIDIA GPU (nothing bound to the nvidia driver under {}): GPU Direct RDMA does not apply", config.sysfs_root.join("bus/pci/drivers/nvidia").display()), details);
+    }
+    if !gdr.possible {
+        let dmabuf_note = if dmabuf {
+            "; the kernel and NVIDIA's open kernel module would allow dma-buf, but upstream rdma-core's erdma provider cannot register it (no ibv_reg_dmabuf_mr), so NCCL's probe fails unless the image's provider can"
+        } else {
+            ""
+        };
+        return Check::warn(
+            id,
+            format!("NCCL will not use GPU Direct RDMA: {}{dmabuf_note}; RDMA itself works", gdr.why),
+            "`modprobe nvidia_peermem` (NVIDIA driver 470 or later), and again after every reboot (list it in /etc/modules-load.d)",
+            details,
+        );
+    }
+    let names: Vec<&str> = t.eris.iter().map(|(n, _)| n.as_str()).collect();
+    let all: Vec<usize> = t.gpus.iter().map(|g| g.index).collect();
+    let Some(level) = t.gdr_level_needed(&all, &names) else {
+        return Check::warn(id, format!("{}, but no eRDMA device could be placed on the PCIe tree: NCCL's choice cannot be told", gdr.why), "check `ls -l /sys/class/infiniband/*/device`", details);
+    };
+    details["level"] = json!(level.name());
+    let far: Vec<String> = t
+        .pairs
+        .iter()
+        .filter(|p| p.path > crate::topology::GDR_DEFAULT_LEVEL)
+        .map(|p| format!("GPU {} {} from {}", p.gpu, p.path.name(), p.eris.join(", ")))
+        .collect();
+    let default = crate::topology::GDR_DEFAULT_LEVEL.name();
+    if far.is_empty() {
+        return Check::ok(id, format!("NCCL will use GPU Direct RDMA for every GPU: {}; each GPU is at most {} from its ERI, within NCCL's default {default}", gdr.why, level.name()), details);
+    }
+    let shown = if far.len() > 2 {
+        format!("{} and {} more", far[..2].join(", "), far.len() - 2)
+    } else {
+        far.join(", ")
+    };
+    if config.env_presets {
+        Check::ok(id, format!("NCCL alone would not use GPU Direct RDMA here ({shown}: beyond its default {default}); containers that ask get NCCL_NET_GDR_LEVEL={}, with which it will: {}", level.name(), gdr.why), details)
+    } else {
+        Check::warn(id, format!("NCCL will not use GPU Direct RDMA ({shown}: beyond its default {default}), and with env_presets = false nothing sets NCCL_NET_GDR_LEVEL"), format!("set NCCL_NET_GDR_LEVEL={} in every job, or env_presets = true in the hook config", level.name()), details)
     }
 }
 
@@ -971,18 +1042,20 @@ mod tests {
     #[test]
     fn mtu_rule_is_the_spec_edits_rule() {
         let (config, opts) = (Config::default(), Options::default());
-        // Mixed 8500 and 1400: valid, but LL128 off, as `modify::apply` does.
+        // Mixed 8500 and 1400: each valid, but they differ: LL128 off, as `modify::apply` does,
+        // and a warning naming the one to change.
         let c = mtu_check(
             &config,
             &opts,
             &host(&[("erdma_0", Some("eth0"), Some(8500)), ("erdma_1", Some("eth1"), Some(1400))]),
         );
-        assert_eq!((c.status, c.details["ll128"].as_str()), (Status::Ok, Some("off")));
+        assert_eq!((c.status, c.details["ll128"].as_str()), (Status::Warn, Some("off")));
         assert!(
-            c.message.starts_with("MTU 8500 on eth0; 1400 on eth1: without jumbo frames"),
+            c.message.starts_with("MTU 8500 on eth0; 1400 on eth1: the ERIs' MTUs differ"),
             "{}",
             c.message
         );
+        assert!(c.hint.as_deref().unwrap().contains("ip link set eth1 mtu 8500"), "{:?}", c.hint);
         // Two ports on one netdev name it once.
         let c = mtu_check(
             &config,
@@ -1036,7 +1109,7 @@ mod tests {
         let status = |id: &str| r.checks.iter().find(|c| c.id == id).map(|c| c.status);
         assert_eq!(status("driver"), Some(Status::Fail));
         assert_eq!(status("devices"), Some(Status::Fail));
-        assert_eq!(status("nvidia_peermem"), Some(Status::Warn));
+        assert_eq!(status("gpu-direct-rdma"), Some(Status::Ok), "no GPU: GDR does not apply");
         assert_eq!(status("engine.docker"), Some(Status::Ok), "not installed is not a failure");
         assert_eq!(
             status("memlock.docker"),

@@ -68,10 +68,6 @@ enum Command {
         /// transport uses on a host without eRDMA; repeat for several.
         #[arg(long = "netdev", value_name = "IFNAME")]
         netdevs: Vec<String>,
-        /// Print the NCCL topology file a container with every GPU and ERI gets here (nothing,
-        /// and the reason on stderr, when it needs none).
-        #[arg(long, conflicts_with = "json")]
-        topo_file: bool,
     },
     /// Container Device Interface specs.
     Cdi {
@@ -250,9 +246,7 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Topology { json, netdevs, topo_file } => {
-            topology_command(config, json, &netdevs, topo_file)?
-        }
+        Command::Topology { json, netdevs } => topology_command(config, json, &netdevs)?,
         Command::Env { devices, format, netns, gpus } => {
             let host = erdma_oci_hook::discover::discover(
                 &config.sysfs_root,
@@ -274,7 +268,7 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
             };
             let (chosen, _, placement) =
                 erdma_oci_hook::modify::place(&spec, &host, config, &request, chosen, nodes);
-            for p in placement.pairing.iter().chain(&placement.warnings) {
+            for p in &placement.pairing {
                 eprintln!("note: {p}");
             }
             let net = match netns.map(|p| erdma_oci_hook::netns::Net::read(&p)) {
@@ -284,15 +278,9 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 }
                 Some(net) => net,
             };
-            // Outside a container the file is named where it is on the host.
-            let file = placement
-                .topo_file
-                .as_ref()
-                .map(|(path, hint)| (path.to_string_lossy().into_owned(), hint));
             let ctx = erdma_oci_hook::nccl::Context {
                 topology: Some(&placement.topology),
                 gpus: placement.gpus.as_deref(),
-                topo_file: file.as_ref().map(|(p, h)| (p.as_str(), *h)),
                 ..erdma_oci_hook::nccl::Context::of(config)
             };
             let derived = erdma_oci_hook::nccl::derive(&host, &chosen, &net, &ctx);
@@ -459,12 +447,7 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
 }
 
 /// `erdma-oci-hook topology`.
-fn topology_command(
-    config: &Config,
-    json: bool,
-    netdevs: &[String],
-    topo_file: bool,
-) -> anyhow::Result<()> {
+fn topology_command(config: &Config, json: bool, netdevs: &[String]) -> anyhow::Result<()> {
     use erdma_oci_hook::topology;
     let host =
         erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
@@ -478,17 +461,6 @@ fn topology_command(
         nics.push((n.clone(), place));
     }
     let mut out = std::io::stdout().lock();
-    if topo_file {
-        let names: Vec<&str> = t.eris.iter().map(|(n, _)| n.as_str()).collect();
-        let all: Vec<usize> = t.gpus.iter().map(|g| g.index).collect();
-        match t.hint(&all, &names) {
-            Ok(hint) => {
-                write!(out, "{}", hint.topo_xml(&topology::CpuId::read(&config.proc_root)))?
-            }
-            Err(why) => eprintln!("no topology file is needed: {why}"),
-        }
-        return Ok(());
-    }
     let paths: Vec<serde_json::Value> = t
         .gpus
         .iter()
@@ -527,12 +499,7 @@ fn topology_command(
         )?;
     }
     for p in &t.pairs {
-        let tied = if p.tied.is_empty() {
-            String::new()
-        } else {
-            format!(", as near as {}", p.tied.join(", "))
-        };
-        writeln!(out, "GPU {} -> {} ({}{tied})", p.gpu, p.eri, p.path.name())?;
+        writeln!(out, "GPU {} -> {} ({})", p.gpu, p.eris.join(", "), p.path.name())?;
     }
     if let Some(g) = &t.gdr {
         writeln!(out, "GPU Direct RDMA: {}", g.why)?;

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::nccl;
 use crate::netns::{Net, RdmaNetns};
 use crate::request::{env_get, Request};
-use crate::topology::{self, GpuSet, Hint, Topology};
+use crate::topology::{self, GpuSet, Topology};
 use erdma_common::nccl::{mtu_expected, MTU_JUMBO, MTU_STANDARD, NO_LL128};
 
 /// The MTUs of the netdevs behind the ports of `devices`, with the device each belongs to.
@@ -46,28 +46,20 @@ pub const OWN_NETWORK_WARNING: &str = "this container is not on the host's netwo
 const UNREAD_ENGINE_HOOK: &str =
     "the engine sets it up only after the container is created (Docker's libnetwork-setkey hook)";
 
-/// Where a container's GPUs sit beside its ERIs, and what follows from it: read for a container
-/// that asks, after [`select`] and before [`apply`].
+/// Where a container's GPUs sit beside its ERIs: read for a container that asks, after
+/// [`select`] and before [`apply`].
 #[derive(Debug, Clone, Default)]
 pub struct Placement {
     pub topology: Topology,
     /// The container's GPUs (indexes into the topology's), when its spec says.
     pub gpus: Option<Vec<usize>>,
-    /// Which GPU went with which ERI, and why, for the report.
+    /// Which GPU went with which ERIs, and why, for the report.
     pub pairing: Vec<String>,
-    /// The topology file given to the container: its path on the host, and what it says.
-    pub topo_file: Option<(std::path::PathBuf, Hint)>,
-    pub warnings: Vec<String>,
 }
 
-/// Where the topology file appears inside a container.
-pub const TOPO_FILE_IN_CONTAINER: &str = "/run/erdma/nccl-topo.xml";
-
 /// Reads where the host's GPUs and ERIs sit and which GPUs `spec` gives its container; for a
-/// request of `all`, narrows `devices` (and their `nodes`) to the ERIs that go with those GPUs
-/// ([`topology::pair`]: the nearest, equal distances split evenly); where the container's GPUs
-/// are equally near several of its ERIs and NUMA nodes tell them apart, writes the topology
-/// file that says so under the config's `nccl_topo_dir` (none there: no file).
+/// request of `all` from a container given some of the GPUs, narrows `devices` (and their
+/// `nodes`) to the ERIs nearest those GPUs ([`topology::pair`]).
 pub fn place<'a>(
     spec: &Value,
     host: &'a Host,
@@ -76,15 +68,13 @@ pub fn place<'a>(
     devices: Vec<&'a RdmaDevice>,
     nodes: Vec<&'a CharDev>,
 ) -> (Vec<&'a RdmaDevice>, Vec<&'a CharDev>, Placement) {
-    // The pairing is the host's: ERIs that can carry traffic (all ports ACTIVE), else all.
+    // The pairing is over the ERIs that can carry traffic (every port ACTIVE), else all.
     let usable: Vec<&RdmaDevice> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
     let active: Vec<&RdmaDevice> =
         usable.iter().copied().filter(|d| d.all_ports_active()).collect();
     let topology = topology::of_host(config, if active.is_empty() { &usable } else { &active });
-    let mut placement = Placement::default();
     if topology.gpus.is_empty() {
-        placement.topology = topology;
-        return (devices, nodes, placement);
+        return (devices, nodes, Placement { topology, ..Placement::default() });
     }
     let (gpus, from) = match topology::container_gpus(spec, &topology) {
         GpuSet::Given { gpus, from } => (Some(gpus), from),
@@ -103,64 +93,31 @@ pub fn place<'a>(
             });
         }
     }
+    let mut pairing = Vec::new();
     for p in topology.pairs.iter().filter(|p| theirs.contains(&p.gpu)) {
-        let given = if devices.iter().any(|d| d.name == p.eri) { "" } else { ", not given to it" };
-        let tied = if p.tied.is_empty() {
+        let missing: Vec<&str> = p
+            .eris
+            .iter()
+            .filter(|e| !devices.iter().any(|d| &d.name == *e))
+            .map(String::as_str)
+            .collect();
+        let given = if missing.is_empty() {
             String::new()
         } else {
-            format!(", as near as {}", p.tied.join(", "))
+            format!("; not given: {}", missing.join(", "))
         };
-        placement.pairing.push(format!(
-            "GPU {} ({}) -> {} ({}{tied}{given})",
+        pairing.push(format!(
+            "GPU {} ({}) -> {} ({}{given})",
             p.gpu,
             p.gpu_bus_id,
-            p.eri,
+            p.eris.join(", "),
             p.path.name()
         ));
     }
-    if !placement.pairing.is_empty() {
-        placement.pairing.insert(0, format!("the container's GPUs: {from}"));
+    if !pairing.is_empty() {
+        pairing.insert(0, format!("the container's GPUs: {from}"));
     }
-    if let Some(dir) = &config.nccl_topo_dir {
-        let names: Vec<&str> = devices
-            .iter()
-            .filter(|d| d.ports.iter().any(|p| p.state == 4))
-            .map(|d| d.name.as_str())
-            .collect();
-        if let Ok(hint) = topology.hint(&theirs, &names) {
-            let xml = hint.topo_xml(&topology::CpuId::read(&config.proc_root));
-            match write_topo_file(dir, &xml) {
-                Ok(path) => placement.topo_file = Some((path, hint)),
-                Err(e) => placement.warnings.push(format!("the NCCL topology file cannot be written under {}: {e}; NCCL is not told which ERI goes with which GPUs", dir.display())),
-            }
-        }
-    }
-    placement.topology = topology;
-    placement.gpus = gpus;
-    (devices, nodes, placement)
-}
-
-/// Writes `xml` to `DIR/topo-HASH.xml` (the file for one layout, shared by the containers
-/// with that layout), atomically, and reads it back: a path NCCL cannot open is only an INFO
-/// line to it ("Could not open XML topology file"), so it is checked here, not assumed.
-fn write_topo_file(dir: &std::path::Path, xml: &str) -> std::io::Result<std::path::PathBuf> {
-    use sha2::Digest;
-    let hash = sha2::Sha256::digest(xml.as_bytes());
-    let name: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let path = dir.join(format!("topo-{name}.xml"));
-    if std::fs::read_to_string(&path).ok().as_deref() != Some(xml) {
-        std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::io::Write::write_all(&mut tmp, xml.as_bytes())?;
-        tmp.persist(&path).map_err(|e| e.error)?;
-    }
-    let back = std::fs::read_to_string(&path)?;
-    if back != xml {
-        return Err(std::io::Error::other("it reads back different"));
-    }
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-    Ok(path)
+    (devices, nodes, Placement { topology, gpus, pairing })
 }
 
 /// What was done, for logs and `--json` reports.
@@ -291,7 +248,7 @@ pub fn apply(
     config: &Config,
     placement: &Placement,
 ) -> Result<Report> {
-    let mut warnings = placement.warnings.clone();
+    let mut warnings = Vec::new();
     // Decide the network first: it is the one edit that can refuse.
     let namespaces =
         spec.pointer("/linux/namespaces").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -357,17 +314,6 @@ pub fn apply(
         }
     }
 
-    if let (true, Some((path, _))) = (config.env_presets, &placement.topo_file) {
-        // The topology file NCCL_TOPO_FILE names, read-only: it is shared by every container
-        // with this layout. Last in the list, so it lands on whatever /run the engine mounts.
-        let m = json!({"destination": TOPO_FILE_IN_CONTAINER, "type": "bind", "source": path, "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]});
-        if let Some(mounts) = root.entry("mounts").or_insert_with(|| json!([])).as_array_mut() {
-            mounts.retain(|x| {
-                x.get("destination").and_then(Value::as_str) != Some(TOPO_FILE_IN_CONTAINER)
-            });
-            mounts.push(m);
-        }
-    }
     let process = root.entry("process").or_insert_with(|| json!({}));
     let memlock = config.memlock.value();
     if let Some(p) = process.as_object_mut() {
@@ -386,11 +332,9 @@ pub fn apply(
             .and_then(|p| Some(p.entry("env").or_insert_with(|| json!([])).as_array_mut()?.clone()))
             .unwrap_or_default();
         // Derived from this host's sysfs for these devices (nccl.rs), merged by the policy.
-        let hint = placement.topo_file.as_ref().map(|(_, h)| (TOPO_FILE_IN_CONTAINER, h));
         let ctx = nccl::Context {
             topology: Some(&placement.topology),
             gpus: placement.gpus.as_deref(),
-            topo_file: hint,
             ..nccl::Context::of(config)
         };
         let derived = nccl::derive(host, devices, &net, &ctx);
@@ -415,6 +359,10 @@ pub fn apply(
             ));
         }
         warnings.extend(plan.warnings);
+        // Why GPU Direct RDMA stays off, where it does: the job will be slower, not broken.
+        warnings.extend(
+            derived.notes.iter().filter(|n| n.starts_with("GPU Direct RDMA cannot")).cloned(),
+        );
         if network == NetworkOutcome::Own {
             warnings
                 .extend(derived.notes.iter().filter(|n| n.contains("NCCL_SOCKET_IFNAME")).cloned());

@@ -31,8 +31,6 @@
 //! - `NCCL_NET_GDR_LEVEL`: where GPU Direct RDMA can work (`nvidia_peermem`) and the container's
 //!   GPUs are farther from their nearest ERI than NCCL's default (`PXB`) admits, the level of
 //!   the farthest of those paths, as NCCL classifies them ([`crate::topology`]).
-//! - `NCCL_TOPO_FILE`: where a container's GPUs are equally near several of its ERIs and
-//!   each ERI belongs with the GPUs of one NUMA node, the file that tells NCCL so.
 //! - `NCCL_NET=IB` (unless the config's `tcp_fallback`): NCCL stops with its own error
 //!   ("Failed to initialize any NET plugin") where eRDMA is unusable, instead of running over
 //!   TCP sockets.
@@ -46,7 +44,7 @@ use serde::Serialize;
 use crate::config::EnvPolicy;
 use crate::discover::{Host, RdmaDevice};
 use crate::netns::Net;
-use crate::topology::{Hint, Topology, GDR_DEFAULT_LEVEL};
+use crate::topology::{Topology, GDR_DEFAULT_LEVEL};
 
 /// What the settings depend on beyond the devices and the network: where the GPUs sit, and the
 /// operator's choices.
@@ -57,9 +55,6 @@ pub struct Context<'a> {
     /// The container's GPUs, indexes into the topology's; `None` when its spec does not say,
     /// which counts as all of the host's.
     pub gpus: Option<&'a [usize]>,
-    /// The topology file the container is given: its path inside the container, and what it
-    /// tells NCCL.
-    pub topo_file: Option<(&'a str, &'a Hint)>,
     /// `NCCL_NET=IB` (the config's `tcp_fallback = false`).
     pub fail_closed: bool,
 }
@@ -169,11 +164,6 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice], net: &Net, ctx: &Context) ->
         }
     }
     gdr(&mut d, &active, ctx);
-    if let Some((path, hint)) = ctx.topo_file {
-        let placed: Vec<String> =
-            hint.eris.iter().map(|(e, n)| format!("{e} on NUMA node {n}")).collect();
-        d.vars.push(Var { name: "NCCL_TOPO_FILE", value: path.to_string(), source: format!("the container's GPUs are equally near several of its ERIs in sysfs; the file places {}", placed.join(", ")) });
-    }
     if ctx.fail_closed {
         d.vars.push(Var { name: "NCCL_NET", value: "IB".into(), source: "fail closed: where eRDMA is unusable NCCL stops with its own error (\"Failed to initialize any NET plugin\") instead of running over TCP sockets (tcp_fallback = false)".into() });
     } else {
@@ -204,7 +194,7 @@ fn gdr(d: &mut Derived, active: &[(&RdmaDevice, &crate::discover::Port)], ctx: &
     }
     let mut eris: Vec<&str> = active.iter().map(|(dev, _)| dev.name.as_str()).collect();
     eris.dedup();
-    let Some(level) = t.gdr_level_needed(gpus, &eris, ctx.topo_file.map(|(_, h)| h)) else {
+    let Some(level) = t.gdr_level_needed(gpus, &eris) else {
         return;
     };
     let Some(gdr) = t.gdr.as_ref() else { return };

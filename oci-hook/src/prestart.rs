@@ -197,10 +197,7 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
     // 1. Devices, and the host nodes once more right before use.
     let host = discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
     let (devices, nodes) = modify::select(&request, &host, config)?;
-    // No topology file: a running container's mounts cannot be changed.
-    let no_file = Config { nccl_topo_dir: None, ..config.clone() };
-    let (devices, nodes, placement) =
-        modify::place(&spec, &host, &no_file, &request, devices, nodes);
+    let (devices, nodes, placement) = modify::place(&spec, &host, config, &request, devices, nodes);
     for n in &nodes {
         recheck_host_node(n)?;
     }

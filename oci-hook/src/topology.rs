@@ -14,6 +14,14 @@
 //! - **GPU Direct RDMA** (`paths.cc`, `ncclTopoCheckGdr`): used for a GPU and a NIC when the NIC
 //!   supports GPU memory (`nvidia_peermem`, or dma-buf) and their path type is at most
 //!   `NCCL_NET_GDR_LEVEL`, `PXB` by default.
+//! - **A GPU's NICs** (`topo.cc`, `ncclTopoGetLocal`): those of the lowest path type (at equal
+//!   bandwidth). Where several are equally near, NCCL spreads over them by itself: channels
+//!   start on alternate NICs (`search.cc`, `ncclTopoSearchRecNet`) and point-to-point picks by
+//!   the GPU's NVML index (`ncclTopoGetLocalNet`). Measured with NCCL 2.28.9
+//!   (`bench/nccl_topology.sh`, docs/benchmarks.md): with two equally near NICs every channel
+//!   alternates between them without any topology file, and the files that move a NIC beside
+//!   some GPUs either lose the placement (a `<nic>` straight under a `<cpu>`) or leave the far
+//!   NIC idle. So erdma-kit gives a container the ERIs nearest its GPUs and no topology file.
 //!
 //! Not modelled: NVLink (`NVL`, `NVB`, `PXN`: NCCL reads it from NVML, which a hook does not
 //! load), Grace's C2C (`C2C`, `P2C`) and the merging of Broadcom Gen4 switches
@@ -172,16 +180,14 @@ pub struct Gpu {
     pub uuid: Option<String>,
 }
 
-/// How a GPU's ERI was chosen.
+/// A GPU's ERIs: the nearest, as NCCL takes them (`topo.cc`, `ncclTopoGetLocal`: the lowest
+/// path type; several when they are equally near, and NCCL then spreads its channels over them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Pair {
     pub gpu: usize,
     pub gpu_bus_id: String,
-    pub eri: String,
+    pub eris: Vec<String>,
     pub path: PathType,
-    /// Other ERIs at the same distance (NCCL, reading sysfs alone, puts the GPU on the first).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tied: Vec<String>,
 }
 
 /// Whether GPU Direct RDMA can work on this host, and by which means.
@@ -280,7 +286,11 @@ pub fn read(sysfs: &Path, proc_root: &Path, eris: &[&str]) -> Topology {
             Some((name.to_string(), place(sysfs, &t.to_string_lossy())?))
         })
         .collect();
-    let gdr = (!gpus.is_empty()).then(|| gdr(sysfs, proc_root));
+    if gpus.is_empty() {
+        // No GPU: nothing to place the ERIs beside, and no GPU Direct RDMA to decide.
+        return Topology::default();
+    }
+    let gdr = Some(gdr(sysfs, proc_root));
     let mut t = Topology { gpus, eris, pairs: Vec::new(), gdr };
     t.pairs = pair(&t.gpus, &t.eris);
     t
@@ -303,32 +313,22 @@ pub fn gdr(sysfs: &Path, proc_root: &Path) -> Gdr {
     }
 }
 
-/// Each GPU with its ERI: the nearest (lowest path type); among equally near ones, the first
-/// that has fewer than its share (GPUs / ERIs, rounded up) of GPUs, so equal distances split
-/// the GPUs into contiguous blocks, one block per ERI, in bus order.
+/// Each GPU with its nearest ERIs.
 pub fn pair(gpus: &[Gpu], eris: &[(String, PciPlace)]) -> Vec<Pair> {
-    if eris.is_empty() {
-        return Vec::new();
-    }
-    let share = gpus.len().div_ceil(eris.len());
-    let mut load = vec![0usize; eris.len()];
     let mut out = Vec::new();
     for g in gpus {
         let dist: Vec<PathType> = eris.iter().map(|(_, p)| path_type(&g.place, p)).collect();
-        let best = *dist.iter().min().expect("eris is not empty");
-        let near: Vec<usize> = (0..eris.len()).filter(|&i| dist[i] == best).collect();
-        let pick = near
-            .iter()
-            .copied()
-            .find(|&i| load[i] < share)
-            .unwrap_or_else(|| *near.iter().min_by_key(|&&i| load[i]).expect("not empty"));
-        load[pick] += 1;
+        let Some(best) = dist.iter().min().copied() else { continue };
         out.push(Pair {
             gpu: g.index,
             gpu_bus_id: g.place.bus_id.clone(),
-            eri: eris[pick].0.clone(),
+            eris: eris
+                .iter()
+                .zip(&dist)
+                .filter(|(_, d)| **d == best)
+                .map(|((n, _), _)| n.clone())
+                .collect(),
             path: best,
-            tied: near.iter().filter(|&&i| i != pick).map(|&i| eris[i].0.clone()).collect(),
         });
     }
     out
@@ -402,170 +402,29 @@ pub fn container_gpus(spec: &Value, topo: &Topology) -> GpuSet {
     GpuSet::Given { gpus, from }
 }
 
-/// What NCCL needs to be told beyond sysfs: each ERI on the CPU node of the GPUs it goes with,
-/// where sysfs leaves a GPU equally near several ERIs (as on hosts whose ERIs have no NUMA node:
-/// SYS from every GPU). Written as an `NCCL_TOPO_FILE`: a NIC named in it takes its place from
-/// the file, not from sysfs (`xml.cc`, `ncclTopoFillNet`), and NCCL then takes the nearest
-/// (`topo.cc`, `ncclTopoGetLocal`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Hint {
-    /// Each ERI with the CPU node (NUMA id) it is placed on.
-    pub eris: Vec<(String, String)>,
-}
-
-/// The CPU's identity NCCL wants on a `<cpu>` node (`topo.cc`, `ncclTopoAddCpu`: `arch`, and on
-/// x86 `vendor`, `familyid`, `modelid`), read from `/proc/cpuinfo` as NCCL reads CPUID.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuId {
-    pub arch: &'static str,
-    pub vendor: Option<String>,
-    pub family: Option<u32>,
-    pub model: Option<u32>,
-}
-
-impl CpuId {
-    pub fn read(proc_root: &Path) -> CpuId {
-        let info = std::fs::read_to_string(proc_root.join("cpuinfo")).unwrap_or_default();
-        let field = |k: &str| {
-            info.lines().find_map(|l| {
-                let (name, v) = l.split_once(':')?;
-                (name.trim() == k).then(|| v.trim().to_string())
-            })
-        };
-        let arch = match std::env::consts::ARCH {
-            "aarch64" => "arm64",
-            "powerpc64" => "ppc64",
-            _ => "x86_64",
-        };
-        CpuId {
-            arch,
-            vendor: field("vendor_id"),
-            family: field("cpu family").and_then(|v| v.parse().ok()),
-            model: field("model").and_then(|v| v.parse().ok()),
-        }
-    }
-}
-
-/// XML attribute text: the values here are NUMA ids, device names and CPUID strings, but a
-/// device name comes from sysfs, so escape anyway.
-fn attr(v: &str) -> String {
-    v.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
-impl Hint {
-    /// The `NCCL_TOPO_FILE` text: `<system version="1">`, a `<cpu>` per NUMA node with its ERIs'
-    /// `<nic><net name=…/></nic>`. NCCL's parser takes no tabs and no `<?xml` prolog
-    /// (`xml.cc`, `xmlLoadSub`); the CPU's identity is written, since a CPU node that none of
-    /// a rank's GPUs hangs from would otherwise lack it (`ncclTopoAddCpu` requires it).
-    pub fn topo_xml(&self, cpu: &CpuId) -> String {
-        let mut numas: Vec<&str> = self.eris.iter().map(|(_, n)| n.as_str()).collect();
-        numas.sort_by_key(|n| n.parse::<i64>().unwrap_or(i64::MAX));
-        numas.dedup();
-        let mut out = String::from("<system version=\"1\">\n");
-        for numa in numas {
-            out.push_str(&format!("  <cpu numaid=\"{}\" arch=\"{}\"", attr(numa), cpu.arch));
-            if cpu.arch == "x86_64" {
-                if let Some(v) = &cpu.vendor {
-                    out.push_str(&format!(" vendor=\"{}\"", attr(v)));
-                }
-                if let (Some(f), Some(m)) = (cpu.family, cpu.model) {
-                    out.push_str(&format!(" familyid=\"{f}\" modelid=\"{m}\""));
-                }
-            }
-            out.push_str(">\n");
-            for (eri, _) in self.eris.iter().filter(|(_, n)| n == numa) {
-                out.push_str(&format!(
-                    "    <nic>\n      <net name=\"{}\"/>\n    </nic>\n",
-                    attr(eri)
-                ));
-            }
-            out.push_str("  </cpu>\n");
-        }
-        out.push_str("</system>\n");
-        out
-    }
-}
-
 impl Topology {
-    /// The ERIs paired with `gpus`, in ERI order.
+    /// The ERIs nearest `gpus`, in ERI order.
     pub fn eris_for(&self, gpus: &[usize]) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
         for (name, _) in &self.eris {
-            if self.pairs.iter().any(|p| gpus.contains(&p.gpu) && &p.eri == name) {
+            if self.pairs.iter().any(|p| gpus.contains(&p.gpu) && p.eris.contains(name)) {
                 out.push(name);
             }
         }
         out
     }
 
-    /// Where NCCL sees ERI `name`: its place in sysfs, or on the CPU node `hint` gives it.
-    fn eri_place(&self, name: &str, hint: Option<&Hint>) -> Option<PciPlace> {
-        let (_, p) = self.eris.iter().find(|(n, _)| n == name)?;
-        match hint.and_then(|h| h.eris.iter().find(|(n, _)| n == name)) {
-            Some((_, numa)) => {
-                Some(PciPlace { bus_id: p.bus_id.clone(), cpu: numa.clone(), switches: Vec::new() })
-            }
-            None => Some(p.clone()),
-        }
-    }
-
-    /// For each of `gpus`, the nearest of `eris` as NCCL will see them (with `hint`): the
-    /// farthest of these is the path type the GPU Direct RDMA level must admit. `None` without
-    /// GPUs or placed ERIs.
-    pub fn gdr_level_needed(
-        &self,
-        gpus: &[usize],
-        eris: &[&str],
-        hint: Option<&Hint>,
-    ) -> Option<PathType> {
-        let places: Vec<PciPlace> = eris.iter().filter_map(|e| self.eri_place(e, hint)).collect();
+    /// For each of `gpus`, the nearest of `eris`: the farthest of these is the path type the
+    /// GPU Direct RDMA level must admit. `None` without GPUs or placed ERIs.
+    pub fn gdr_level_needed(&self, gpus: &[usize], eris: &[&str]) -> Option<PathType> {
+        let places: Vec<&PciPlace> =
+            self.eris.iter().filter(|(n, _)| eris.contains(&n.as_str())).map(|(_, p)| p).collect();
         gpus.iter()
             .filter_map(|&i| {
                 let g = self.gpus.iter().find(|g| g.index == i)?;
                 places.iter().map(|p| path_type(&g.place, p)).min()
             })
             .max()
-    }
-
-    /// The topology file a container with `gpus` and `eris` needs, or why it needs none. Only
-    /// where sysfs leaves one of its GPUs equally near two of its ERIs, and the pairing puts
-    /// each of those ERIs with GPUs of one NUMA node, a node no other ERI's GPUs are on:
-    /// then each ERI is placed on that node.
-    pub fn hint(&self, gpus: &[usize], eris: &[&str]) -> Result<Hint, String> {
-        if eris.len() < 2 {
-            return Err("one ERI: nothing to choose".into());
-        }
-        let pairs: Vec<&Pair> = self
-            .pairs
-            .iter()
-            .filter(|p| gpus.contains(&p.gpu) && eris.contains(&p.eri.as_str()))
-            .collect();
-        let tied = pairs.iter().any(|p| p.tied.iter().any(|t| eris.contains(&t.as_str())));
-        if !tied {
-            return Err("each GPU has one nearest ERI in sysfs".into());
-        }
-        let mut placed: Vec<(String, String)> = Vec::new();
-        for eri in eris {
-            let mut numas: Vec<&str> = pairs
-                .iter()
-                .filter(|p| p.eri == *eri)
-                .filter_map(|p| self.gpus.iter().find(|g| g.index == p.gpu))
-                .map(|g| g.place.cpu.as_str())
-                .collect();
-            numas.dedup();
-            match numas.as_slice() {
-                [one] if *one != "-1" && !placed.iter().any(|(_, n)| n == one) => {
-                    placed.push((eri.to_string(), one.to_string()))
-                }
-                [] => return Err(format!("{eri} goes with none of the container's GPUs")),
-                _ => {
-                    return Err(format!(
-                        "the GPUs that go with {eri} are not on a NUMA node of their own; NCCL spreads the GPUs over equally near ERIs by their NVML index"
-                    ))
-                }
-            }
-        }
-        Ok(Hint { eris: placed })
     }
 }
 
@@ -595,7 +454,7 @@ mod tests {
     }
 
     #[test]
-    fn ncclc_path_types() {
+    fn nccl_path_types() {
         let cpu0 = |b, s: &[&str]| at(b, "0", s);
         // One switch above both: PIX.
         let g = cpu0("0000:03:00.0", &["0000:01:00.0"]);
@@ -625,12 +484,15 @@ mod tests {
         read(&base.join("sys"), &base.join("proc"), eris)
     }
 
-    fn pairs(t: &Topology) -> Vec<(usize, &str, &str)> {
-        t.pairs.iter().map(|p| (p.gpu, p.eri.as_str(), p.path.name())).collect()
+    fn pairs(t: &Topology) -> Vec<(usize, Vec<&str>, &str)> {
+        t.pairs
+            .iter()
+            .map(|p| (p.gpu, p.eris.iter().map(String::as_str).collect(), p.path.name()))
+            .collect()
     }
 
     #[test]
-    fn equal_distance_host_splits_the_gpus_between_its_two_eris() {
+    fn equal_distance_host_gives_every_gpu_both_eris() {
         let t = fixture("gpu8-eri2", &["erdma_0", "erdma_1"]);
         assert_eq!(t.gpus.len(), 8);
         // NVML's order is bus order; the minors follow it on this host.
@@ -640,33 +502,13 @@ mod tests {
         assert_eq!(t.gpus[0].place.switches, ["0000:16:00.0"]);
         assert_eq!((t.gpus[0].place.cpu.as_str(), t.gpus[4].place.cpu.as_str()), ("0", "1"));
         assert_eq!(t.eris[0].1, at("0000:05:00.0", "-1", &[]));
-        // Every GPU is SYS from both ERIs: NCCL alone would put them all on erdma_0.
-        let want: Vec<(usize, &str, &str)> =
-            (0..8).map(|i| (i, if i < 4 { "erdma_0" } else { "erdma_1" }, "SYS")).collect();
+        // Every GPU is SYS from both ERIs (their NUMA node is -1, a CPU node of its own to
+        // NCCL): both are nearest, and NCCL spreads its channels over them.
+        let want: Vec<(usize, Vec<&str>, &str)> =
+            (0..8).map(|i| (i, vec!["erdma_0", "erdma_1"], "SYS")).collect();
         assert_eq!(pairs(&t), want);
-        assert!(t.pairs.iter().all(|p| p.tied.len() == 1));
-        assert_eq!(t.gdr_level_needed(&[0, 5], &["erdma_0", "erdma_1"], None), Some(PathType::Sys));
-        // Told each ERI's node, NCCL sees each GPU PHB from its own.
-        let hint = t.hint(&(0..8).collect::<Vec<_>>(), &["erdma_0", "erdma_1"]).unwrap();
-        assert_eq!(hint.eris, [("erdma_0".into(), "0".into()), ("erdma_1".into(), "1".into())]);
-        assert_eq!(
-            t.gdr_level_needed(&[0, 5], &["erdma_0", "erdma_1"], Some(&hint)),
-            Some(PathType::Phb)
-        );
-        let cpu = CpuId {
-            arch: "x86_64",
-            vendor: Some("GenuineIntel".into()),
-            family: Some(6),
-            model: Some(143),
-        };
-        assert_eq!(
-            hint.topo_xml(&cpu),
-            "<system version=\"1\">\n  <cpu numaid=\"0\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"143\">\n    <nic>\n      <net name=\"erdma_0\"/>\n    </nic>\n  </cpu>\n  <cpu numaid=\"1\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"143\">\n    <nic>\n      <net name=\"erdma_1\"/>\n    </nic>\n  </cpu>\n</system>\n"
-        );
-        // Half the GPUs, one ERI: nothing to tell.
-        assert!(t.hint(&[0, 1, 2, 3], &["erdma_0"]).is_err());
-        assert_eq!(t.eris_for(&[1, 2]), ["erdma_0"]);
-        assert_eq!(t.eris_for(&[3, 4]), ["erdma_0", "erdma_1"]);
+        assert_eq!(t.gdr_level_needed(&[0, 5], &["erdma_0", "erdma_1"]), Some(PathType::Sys));
+        assert_eq!(t.eris_for(&[1, 2]), ["erdma_0", "erdma_1"]);
         let gdr = t.gdr.as_ref().unwrap();
         assert!(gdr.possible && gdr.why.starts_with("nvidia_peermem is loaded"), "{gdr:?}");
     }
@@ -674,40 +516,47 @@ mod tests {
     #[test]
     fn four_eris_on_two_numa_nodes_go_with_the_gpus_of_their_node() {
         let t = fixture("gpu8-eri4", &["erdma_0", "erdma_1", "erdma_2", "erdma_3"]);
-        let want: Vec<(usize, &str, &str)> = vec![
-            (0, "erdma_0", "PHB"),
-            (1, "erdma_0", "PHB"),
-            (2, "erdma_1", "PHB"),
-            (3, "erdma_1", "PHB"),
-            (4, "erdma_2", "PHB"),
-            (5, "erdma_2", "PHB"),
-            (6, "erdma_3", "PHB"),
-            (7, "erdma_3", "PHB"),
-        ];
+        let want: Vec<(usize, Vec<&str>, &str)> = (0..8)
+            .map(|i| {
+                (
+                    i,
+                    if i < 4 { vec!["erdma_0", "erdma_1"] } else { vec!["erdma_2", "erdma_3"] },
+                    "PHB",
+                )
+            })
+            .collect();
         assert_eq!(pairs(&t), want);
-        // Each GPU's other ERI of its node is as near; the far node's are not.
-        assert_eq!(t.pairs[0].tied, ["erdma_1"]);
-        assert_eq!(t.eris_for(&[4, 5, 6, 7]), ["erdma_2", "erdma_3"]);
+        assert_eq!(t.eris_for(&[4, 5]), ["erdma_2", "erdma_3"]);
+        assert_eq!(t.eris_for(&[3, 4]), ["erdma_0", "erdma_1", "erdma_2", "erdma_3"]);
         // A GPU's nearest of the ERIs given decides; across nodes, SYS.
-        assert_eq!(t.gdr_level_needed(&[0], &["erdma_0"], None), Some(PathType::Phb));
-        assert_eq!(t.gdr_level_needed(&[0], &["erdma_2"], None), Some(PathType::Sys));
-        assert_eq!(t.gdr_level_needed(&[0, 4], &["erdma_0", "erdma_2"], None), Some(PathType::Phb));
-        // Two ERIs per node tie for the node's GPUs: no node of their own, no file; NCCL
-        // spreads them by NVML index.
-        let all: Vec<usize> = (0..8).collect();
-        let e = t.hint(&all, &["erdma_0", "erdma_1", "erdma_2", "erdma_3"]).unwrap_err();
-        assert!(e.contains("not on a NUMA node of their own"), "{e}");
+        assert_eq!(t.gdr_level_needed(&[0], &["erdma_0"]), Some(PathType::Phb));
+        assert_eq!(t.gdr_level_needed(&[0], &["erdma_2"]), Some(PathType::Sys));
+        assert_eq!(t.gdr_level_needed(&[0, 4], &["erdma_0", "erdma_2"]), Some(PathType::Phb));
     }
 
     #[test]
     fn a_one_node_vm_is_phb() {
         let t = fixture("gpu2-eri1", &["erdma_0"]);
-        assert_eq!(pairs(&t), [(0, "erdma_0", "PHB"), (1, "erdma_0", "PHB")]);
+        assert_eq!(pairs(&t), [(0, vec!["erdma_0"], "PHB"), (1, vec!["erdma_0"], "PHB")]);
         assert_eq!(t.gpus[1].uuid.as_deref(), Some("GPU-6f1d3b2a-0001-4c1e-9a7b-00163e000001"));
         // No GPU: no GDR to decide.
         let t = fixture("two", &["erdma_0", "erdma_1"]);
-        assert!(t.gpus.is_empty() && t.pairs.is_empty() && t.gdr.is_none());
-        assert_eq!(t.eris.len(), 2);
+        assert_eq!(t, Topology::default(), "nothing is read beyond the missing GPU list");
+    }
+
+    #[test]
+    fn a_gpu_under_the_switch_of_an_eri_has_that_one() {
+        let g = Gpu {
+            index: 0,
+            place: at("0000:03:00.0", "0", &["0000:01:00.0"]),
+            minor: None,
+            uuid: None,
+        };
+        let eris = vec![
+            ("near".to_string(), at("0000:04:00.0", "0", &["0000:01:00.0"])),
+            ("far".to_string(), at("0000:13:00.0", "0", &["0000:11:00.0"])),
+        ];
+        assert_eq!(pair(&[g], &eris)[0].eris, ["near"]);
     }
 
     #[test]

@@ -223,13 +223,11 @@ fn doctor_on_each_fixture_host_root() {
             "warn",
             "{scenario}: a missing CDI spec is only a warning"
         );
+        // No GPU on these hosts: GPU Direct RDMA does not apply, with or without the module.
         let peermem = ["two", "four", "mlx5-beside"].contains(&scenario);
-        assert_eq!(
-            check(&report, "nvidia_peermem")["status"],
-            if peermem { "ok" } else { "warn" },
-            "{scenario}"
-        );
-        assert_eq!(check(&report, "nvidia_peermem")["details"]["loaded"], json!(peermem));
+        assert_eq!(check(&report, "gpu-direct-rdma")["status"], "ok", "{scenario}");
+        assert_eq!(check(&report, "gpu-direct-rdma")["details"]["loaded"], json!(peermem));
+        assert_eq!(check(&report, "gpu-direct-rdma")["details"]["gpus"], json!(0));
         let driver = check(&report, "driver");
         if scenario == "none" {
             assert_eq!(driver["status"], "fail");

@@ -10,3 +10,4 @@ mod nccl_cases;
 mod prestart_cases;
 mod runtime_cases;
 mod support;
+mod topology_cases;

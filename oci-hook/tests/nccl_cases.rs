@@ -3,9 +3,7 @@
 //! asserted; `erdma-oci-hook env` prints the same for jobs without an engine.
 use serde_json::Value;
 
-use crate::support::{
-    self, assert_success, busybox_bundle, read_spec, text, write_spec, Fixture, RuncRoot,
-};
+use crate::support::{self, assert_success, text, Fixture};
 
 const MEMLOCK: u64 = 4_194_304;
 
@@ -18,25 +16,11 @@ fn env_inside(
     own: &[&str],
 ) -> (Vec<String>, Fixture) {
     let fx = Fixture::new(scenario, &format!("memlock = {MEMLOCK}\n{extra_toml}"));
-    let root = RuncRoot::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let bundle = busybox_bundle(&tmp.path().join("b"));
-    let mut spec = read_spec(&bundle);
-    support::set_args(&mut spec, &["env"]);
     let ask = format!("ERDMA_VISIBLE_DEVICES={devices}");
     let mut vars = vec![ask.as_str()];
     vars.extend_from_slice(own);
-    support::add_env(&mut spec, &vars);
-    write_spec(&bundle, &spec);
-    let id = RuncRoot::id("nccl");
-    let out = fx
-        .command("erdma-runtime")
-        .args(root.args())
-        .args(["run", "--bundle", bundle.to_str().unwrap(), &id])
-        .output()
-        .unwrap();
-    assert_success("erdma-runtime run", &out);
-    (text(&out.stdout).lines().map(str::to_string).collect(), fx)
+    let out = support::run_busybox(&fx, "nccl", &["env"], &vars);
+    (out.lines().map(str::to_string).collect(), fx)
 }
 
 fn value<'a>(env: &'a [String], k: &str) -> Option<&'a str> {
@@ -61,9 +45,10 @@ fn rocep_host_without_eth0_gets_its_own_names_and_pai_values_repaired_root() {
     assert_eq!(value(&env, "NCCL_IB_HCA"), Some("=rocep26s0:1"), "{env:?}");
     assert_eq!(value(&env, "NCCL_SOCKET_IFNAME"), Some("=ens5"), "{env:?}");
     assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), Some("1"), "{env:?}");
-    // The container's own working values win; NCCL_IB_DISABLE and NCCL_NET are never touched.
+    // The container's own working values win; NCCL_IB_DISABLE is never touched, and NCCL_NET=IB
+    // makes NCCL stop instead of falling back to TCP (tcp_fallback = false).
     assert_eq!(value(&env, "NCCL_DEBUG"), Some("WARN"));
-    assert_eq!((value(&env, "NCCL_IB_DISABLE"), value(&env, "NCCL_NET")), (None, None));
+    assert_eq!((value(&env, "NCCL_IB_DISABLE"), value(&env, "NCCL_NET")), (None, Some("IB")));
     let log = fx.log_text();
     assert!(log.contains("NCCL_SOCKET_IFNAME=eth0 replaced by NCCL_SOCKET_IFNAME==ens5: it names no interface of this host (bond0, ens5, ens6, lo)"), "{log}");
     assert!(log.contains("NCCL_IB_HCA=erdma replaced by NCCL_IB_HCA==rocep26s0:1"), "{log}");
@@ -99,12 +84,15 @@ fn two_devices_on_two_netdevs_and_exact_names_root() {
 /// Alibaba's benchmark notes: RoCE v2 GIDs at 2 and 1 on one node. Together no index is set
 /// (NCCL 2.21+ chooses per port); alone, each device gets its own.
 #[test]
-fn differing_gid_indexes_leave_the_choice_to_nccl_root() {
+fn differing_gid_indexes_are_chosen_by_address_root() {
     if !support::require_runc() {
         return;
     }
+    // GIDs at 2 and 1 with 172.16.0.5 and 172.16.1.5: NCCL 2.21+ picks each port's by address.
     let (env, _) = env_inside("gids-differ", "", "all", &[]);
-    assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), None, "{env:?}");
+    assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), Some("-1"), "{env:?}");
+    assert_eq!(value(&env, "NCCL_IB_ADDR_FAMILY"), Some("AF_INET"));
+    assert_eq!(value(&env, "NCCL_IB_ADDR_RANGE"), Some("172.16.0.0/23"));
     let (env, _) = env_inside("gids-differ", "", "erdma_0", &[]);
     assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), Some("2"));
     let (env, _) = env_inside("gids-differ", "", "erdma_1", &[]);
@@ -123,7 +111,9 @@ fn mlx5_roce_beside_erdma_root() {
     assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), Some("3"), "{env:?}");
     assert_eq!(value(&env, "NCCL_SOCKET_IFNAME"), Some("=ens1f0np0"));
     let (env, _) = env_inside("mlx5-beside", drivers, "all", &[]);
-    assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), None, "{env:?}");
+    // By address: 172.16.0.5 and 192.168.1.11 share only their first bit.
+    assert_eq!(value(&env, "NCCL_IB_GID_INDEX"), Some("-1"), "{env:?}");
+    assert_eq!(value(&env, "NCCL_IB_ADDR_RANGE"), Some("128.0.0.0/1"));
     assert_eq!(value(&env, "NCCL_IB_HCA"), Some("=erdma_0:1,mlx5_0:1"));
     // MTU 9000 on the mlx5 netdev: LL128 off.
     assert_eq!(value(&env, "NCCL_PROTO"), Some("^LL128"));

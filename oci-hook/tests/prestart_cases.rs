@@ -224,7 +224,7 @@ fn creates_nodes_sets_memlock_root() {
     assert_eq!(init.memlock(), (MEMLOCK.to_string(), MEMLOCK.to_string()));
     assert!(fx.log_text().contains("prestart applied"), "{}", fx.log_text());
     // The env is the runtime's already: what the container lacks is reported, derived from sysfs.
-    assert!(fx.log_text().contains("the container's env lacks NCCL_IB_HCA==erdma_0:1,erdma_1:1 NCCL_SOCKET_IFNAME==eth0,eth1 NCCL_IB_GID_INDEX=1, which a prestart hook cannot set"), "{}", fx.log_text());
+    assert!(fx.log_text().contains("the container's env lacks NCCL_IB_HCA==erdma_0:1,erdma_1:1 NCCL_SOCKET_IFNAME==eth0,eth1 NCCL_IB_GID_INDEX=1 NCCL_NET=IB, which a prestart hook cannot set"), "{}", fx.log_text());
 
     // Again (a restarted container, a second hook): the identical nodes are accepted as they are.
     let before = tree(&b.rootfs());

@@ -222,6 +222,14 @@ impl Fixture {
         copy_tree(&src.join("sys"), &sysfs);
         let dev = dir.path().join("dev");
         std::fs::create_dir_all(&dev).unwrap();
+        // The NVIDIA driver's GPU list where the scenario has GPUs; an empty /proc otherwise,
+        // never this machine's.
+        let proc_root = dir.path().join("proc");
+        if src.join("proc").is_dir() {
+            copy_tree(&src.join("proc"), &proc_root);
+        } else {
+            std::fs::create_dir_all(&proc_root).unwrap();
+        }
         let f = Fixture {
             scenario: scenario.into(),
             sysfs,
@@ -239,6 +247,7 @@ impl Fixture {
         let mut t = toml::Table::new();
         t.insert("sysfs_root".into(), self.sysfs.display().to_string().into());
         t.insert("dev_root".into(), self.dev.display().to_string().into());
+        t.insert("proc_root".into(), self.dir.path().join("proc").display().to_string().into());
         t.insert("log_file".into(), self.log.display().to_string().into());
         t.insert("log_level".into(), "debug".into());
         let extra: toml::Table = toml::from_str(extra_toml)
@@ -348,6 +357,27 @@ pub fn env_of<'a>(spec: &'a Value, name: &str) -> Option<&'a str> {
         .rev()
         .filter_map(Value::as_str)
         .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Runs `args` in a busybox container with `env`, under erdma-runtime and real runc with `fx`'s
+/// config; returns what it printed.
+pub fn run_busybox(fx: &Fixture, name: &str, args: &[&str], env: &[&str]) -> String {
+    let root = RuncRoot::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = busybox_bundle(&tmp.path().join("b"));
+    let mut spec = read_spec(&bundle);
+    set_args(&mut spec, args);
+    add_env(&mut spec, env);
+    write_spec(&bundle, &spec);
+    let id = RuncRoot::id(name);
+    let out = fx
+        .command("erdma-runtime")
+        .args(root.args())
+        .args(["run", "--bundle", bundle.to_str().unwrap(), &id])
+        .output()
+        .unwrap();
+    assert_success("erdma-runtime run", &out);
+    text(&out.stdout)
 }
 
 /// A private runc state directory (`runc --root`), and unique container ids; containers

@@ -162,11 +162,8 @@ pub fn create(
     };
     let host = &host;
     let (devices, nodes) = modify::select(&request, host, config)?;
-    // The plugin runs in a container of its own: a file it wrote would not be the host's to
-    // mount, so no topology file; the GPUs kubelet put in the container still pick its ERIs.
-    let no_file = Config { nccl_topo_dir: None, ..config.clone() };
-    let (devices, nodes, placement) =
-        modify::place(&spec, host, &no_file, &request, devices, nodes);
+    // The GPU nodes kubelet put in the container (CDI, the GPU device plugin) pick its ERIs.
+    let (devices, nodes, placement) = modify::place(&spec, host, config, &request, devices, nodes);
     let mut edited = spec.clone();
     let report = modify::apply(&mut edited, host, &devices, &nodes, config, &placement).map_err(|e| match e {
         Error::HostNetworkRequired => Error::Invalid(format!(
