@@ -206,6 +206,7 @@ call() { # INDEX OUTFILE
 CALL_ALL="0 1 2 3 4 5 6"
 for _ in $(seq "$WARMUP"); do for c in $CALL_ALL; do call "$c" /dev/null; done; done
 # The GPU host's edit, to show the work was done: GPUs 4 and 5 get node 1's ERIs and the level.
+fresh_spec "$WORK/askgpu"
 ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook-gpu.toml" "$ERDMA_RUNTIME" --root "$STATE" create --bundle "$WORK/askgpu" x
 jq -e '([.linux.devices[].path] == ["/dev/infiniband/uverbs2", "/dev/infiniband/uverbs3", "/dev/infiniband/rdma_cm"]) and (.process.env | index("NCCL_NET_GDR_LEVEL=PHB"))' "$WORK/askgpu/config.json" >/dev/null \
     || { echo "runtime_start: the GPU host's edit is not the expected one" >&2; exit 1; }

@@ -344,7 +344,7 @@ fn t_gpu_topology(data: &[u8]) {
     let t = topology::read(&sys, &proc_root, &["erdma_0", "erdma_1"]);
     let spec = serde_json::json!({"process": {"env": [format!("NVIDIA_VISIBLE_DEVICES={visible}")]},
         "linux": {"devices": [{"path": format!("/dev/nvidia{}", visible.len())}]}});
-    let gpus = match topology::container_gpus(&spec, &t) {
+    let gpus = match topology::container_gpus(&spec, &t, &proc_root) {
         topology::GpuSet::Given { gpus, .. } => gpus,
         topology::GpuSet::Unknown => t.gpus.iter().map(|g| g.index).collect(),
     };

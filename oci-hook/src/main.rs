@@ -452,7 +452,7 @@ fn topology_command(config: &Config, json: bool, netdevs: &[String]) -> anyhow::
     let host =
         erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
     let usable: Vec<_> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
-    let t = topology::of_host(config, &usable);
+    let t = topology::of_host(config, &usable).with_driver_info(&config.proc_root);
     let mut nics: Vec<(String, topology::PciPlace)> = t.eris.clone();
     for n in netdevs {
         let place = topology::place_netdev(&config.sysfs_root, n).ok_or_else(|| {

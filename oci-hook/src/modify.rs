@@ -76,7 +76,7 @@ pub fn place<'a>(
     if topology.gpus.is_empty() {
         return (devices, nodes, Placement { topology, ..Placement::default() });
     }
-    let (gpus, from) = match topology::container_gpus(spec, &topology) {
+    let (gpus, from) = match topology::container_gpus(spec, &topology, &config.proc_root) {
         GpuSet::Given { gpus, from } => (Some(gpus), from),
         GpuSet::Unknown => (None, "its spec names no GPU: all of the host's count".to_string()),
     };

@@ -235,11 +235,12 @@ fn gpu_bus_ids(sysfs: &Path, proc_root: &Path) -> Vec<String> {
     ids
 }
 
-/// `Device Minor` and `GPU UUID` from the driver's `information` file.
+/// `Device Minor` and `GPU UUID` from the driver's `information` file (a page at most, as a
+/// sysfs attribute).
 fn gpu_information(proc_root: &Path, bus_id: &str) -> (Option<u32>, Option<String>) {
-    let Ok(text) = std::fs::read_to_string(
-        proc_root.join("driver/nvidia/gpus").join(bus_id).join("information"),
-    ) else {
+    let Some(text) =
+        read_trim(&proc_root.join("driver/nvidia/gpus").join(bus_id).join("information"))
+    else {
         return (None, None);
     };
     let field = |k: &str| {
@@ -266,7 +267,9 @@ pub fn of_host(
     read(&config.sysfs_root, &config.proc_root, &names)
 }
 
-/// Reads the host's topology for the ERIs named `eris`, with GPU Direct RDMA's state.
+/// Reads the host's topology for the ERIs named `eris`, with GPU Direct RDMA's state. The
+/// driver's `information` files (minor, UUID) are read only where asked: [`Topology::with_driver_info`],
+/// and by [`container_gpus`] for a spec that names GPUs by node or UUID.
 pub fn read(sysfs: &Path, proc_root: &Path, eris: &[&str]) -> Topology {
     let mut gpus = Vec::new();
     for (index, bus_id) in gpu_bus_ids(sysfs, proc_root).into_iter().enumerate() {
@@ -276,8 +279,11 @@ pub fn read(sysfs: &Path, proc_root: &Path, eris: &[&str]) -> Topology {
         else {
             continue;
         };
-        let (minor, uuid) = gpu_information(proc_root, &bus_id);
-        gpus.push(Gpu { index, place, minor, uuid });
+        gpus.push(Gpu { index, place, minor: None, uuid: None });
+    }
+    if gpus.is_empty() {
+        // No GPU: nothing to place the ERIs beside, and no GPU Direct RDMA to decide.
+        return Topology::default();
     }
     let eris: Vec<(String, PciPlace)> = eris
         .iter()
@@ -286,10 +292,6 @@ pub fn read(sysfs: &Path, proc_root: &Path, eris: &[&str]) -> Topology {
             Some((name.to_string(), place(sysfs, &t.to_string_lossy())?))
         })
         .collect();
-    if gpus.is_empty() {
-        // No GPU: nothing to place the ERIs beside, and no GPU Direct RDMA to decide.
-        return Topology::default();
-    }
     let gdr = Some(gdr(sysfs, proc_root));
     let mut t = Topology { gpus, eris, pairs: Vec::new(), gdr };
     t.pairs = pair(&t.gpus, &t.eris);
@@ -348,7 +350,12 @@ pub enum GpuSet {
 /// the NVIDIA runtime in CDI mode put them there), else `NVIDIA_VISIBLE_DEVICES` (the NVIDIA
 /// container runtime's and the GPU device plugin's variable: `all`, `none`, `void`, or indexes,
 /// UUIDs and MIG devices `GPU:MIG` separated by commas).
-pub fn container_gpus(spec: &Value, topo: &Topology) -> GpuSet {
+pub fn container_gpus(spec: &Value, topo: &Topology, proc_root: &Path) -> GpuSet {
+    // Minor and UUID: from the topology where read, else from the driver now.
+    let info = |g: &Gpu| match (g.minor, &g.uuid) {
+        (None, None) => gpu_information(proc_root, &g.place.bus_id),
+        (m, u) => (m, u.clone()),
+    };
     let minors: Vec<u32> = spec
         .pointer("/linux/devices")
         .and_then(Value::as_array)
@@ -362,7 +369,7 @@ pub fn container_gpus(spec: &Value, topo: &Topology) -> GpuSet {
         let gpus = topo
             .gpus
             .iter()
-            .filter(|g| g.minor.is_some_and(|m| minors.contains(&m)))
+            .filter(|g| info(g).0.is_some_and(|m| minors.contains(&m)))
             .map(|g| g.index)
             .collect();
         let list = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect::<Vec<_>>().join(",");
@@ -387,7 +394,7 @@ pub fn container_gpus(spec: &Value, topo: &Topology) -> GpuSet {
                 } else {
                     topo.gpus
                         .iter()
-                        .find(|g| g.uuid.as_deref().is_some_and(|u| u.eq_ignore_ascii_case(gpu)))
+                        .find(|g| info(g).1.is_some_and(|u| u.eq_ignore_ascii_case(gpu)))
                 };
                 match found {
                     Some(g) if !out.contains(&g.index) => out.push(g.index),
@@ -403,6 +410,14 @@ pub fn container_gpus(spec: &Value, topo: &Topology) -> GpuSet {
 }
 
 impl Topology {
+    /// The same with each GPU's minor and UUID from the driver's `information` file.
+    pub fn with_driver_info(mut self, proc_root: &Path) -> Topology {
+        for g in &mut self.gpus {
+            (g.minor, g.uuid) = gpu_information(proc_root, &g.place.bus_id);
+        }
+        self
+    }
+
     /// The ERIs nearest `gpus`, in ERI order.
     pub fn eris_for(&self, gpus: &[usize]) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
@@ -498,7 +513,9 @@ mod tests {
         // NVML's order is bus order; the minors follow it on this host.
         let buses: Vec<&str> = t.gpus.iter().map(|g| g.place.bus_id.as_str()).collect();
         assert_eq!(buses[..3], ["0000:18:00.0", "0000:19:00.0", "0000:28:00.0"]);
-        assert_eq!(t.gpus[7].minor, Some(7));
+        assert_eq!(t.gpus[7].minor, None, "read only where asked");
+        let base = Path::new(FIXTURES).join("gpu8-eri2");
+        assert_eq!(t.clone().with_driver_info(&base.join("proc")).gpus[7].minor, Some(7));
         assert_eq!(t.gpus[0].place.switches, ["0000:16:00.0"]);
         assert_eq!((t.gpus[0].place.cpu.as_str(), t.gpus[4].place.cpu.as_str()), ("0", "1"));
         assert_eq!(t.eris[0].1, at("0000:05:00.0", "-1", &[]));
@@ -538,6 +555,7 @@ mod tests {
     fn a_one_node_vm_is_phb() {
         let t = fixture("gpu2-eri1", &["erdma_0"]);
         assert_eq!(pairs(&t), [(0, vec!["erdma_0"], "PHB"), (1, vec!["erdma_0"], "PHB")]);
+        let t = t.with_driver_info(&Path::new(FIXTURES).join("gpu2-eri1/proc"));
         assert_eq!(t.gpus[1].uuid.as_deref(), Some("GPU-6f1d3b2a-0001-4c1e-9a7b-00163e000001"));
         // No GPU: no GDR to decide.
         let t = fixture("two", &["erdma_0", "erdma_1"]);
@@ -562,7 +580,8 @@ mod tests {
     #[test]
     fn the_gpus_a_spec_gives() {
         let t = fixture("gpu8-eri2", &["erdma_0", "erdma_1"]);
-        let given = |spec: Value| match container_gpus(&spec, &t) {
+        let proc_root = Path::new(FIXTURES).join("gpu8-eri2/proc");
+        let given = |spec: Value| match container_gpus(&spec, &t, &proc_root) {
             GpuSet::Given { gpus, .. } => Some(gpus),
             GpuSet::Unknown => None,
         };
