@@ -4,7 +4,9 @@ topology XML, graph dumps and logs. Standard library only, except `rank` (torch)
 
   rank                                  one rank: all-reduce, result as JSON in $RESULT
   merge-dumps OUT DUMP...               one topology of several NCCL_TOPO_DUMP_FILEs
-  variants REAL OUTDIR GPN              the NCCL_TOPO_FILEs of case nic-choice (b, bp, c, cp, c2, c2p, e)
+  variants REAL OUTDIR GPN              the NCCL_TOPO_FILEs of case nic-choice (b, bp, c, cp, c2, c2p, e;
+                                        s-sys-200, s-sys-100, s-phb-200, s-c2p-200) and its
+                                        NCCL_GRAPH_FILEs (graph-a, graph-b, graph-rev-a, graph-rev-b)
   classify LOGDIR REAL HOOKJSON IF      path types GPU -> IF: ours, the dump's tree, NCCL's log
   channels NAME LOGDIR GPN              which NET each channel and each GPU used
   report SUMMARY                        the summary's lines as tables
@@ -45,6 +47,17 @@ def rank():
         dist.all_reduce(x)
         torch.cuda.synchronize()
         out["sum_ok"] = bool((x == world * (world + 1) / 2).all().item())
+        if os.environ.get("OP") == "alltoall":
+            # Point-to-point (ncclSend/ncclRecv in a group): block j of rank r holds 100 r + j, and
+            # after the exchange block j holds 100 j + r.
+            n = 1 << 16
+            src = torch.cat([torch.full((n,), float(100 * r + j), device="cuda") for j in range(world)])
+            dst = torch.empty_like(src)
+            dist.all_to_all_single(dst, src)
+            torch.cuda.synchronize()
+            want = torch.cat([torch.full((n,), float(100 * j + r), device="cuda") for j in range(world)])
+            out["alltoall_ok"] = bool((dst == want).all().item())
+            out["sum_ok"] = out["sum_ok"] and out["alltoall_ok"]
         dist.destroy_process_group()
     except Exception as e:  # what NCCL reports is the result of the fail-closed case
         out["error"] = " | ".join(str(e).splitlines()[:3])[:600]
@@ -306,6 +319,55 @@ def variants(real, outdir, gpn):
         k0.append(pnic("n0", "0000:e0:00.0"))
         k1.append(pnic("n1", "0000:e1:00.0"))
         write("c2p", c2)
+        write("s-c2p-200", speeded(c2, 200000))
+
+    # ERI-like speeds: each <net> with speed="MBPS" (Mbit/s; `ncclTopoAddNet`: bw = speed / 8000
+    # GB/s, so 200000 is 25 GB/s, against the veth's 10000, 1.25 GB/s). The file's value stays:
+    # `ncclTopoPopulateNics` sets speed with `xmlInitAttrInt`, which leaves a present attribute.
+    # s-sys-*: bp (both NICs SYS from every GPU, each in a <pci> under a CPU of their own);
+    # s-phb-200: both NICs in a <pci> each under the GPUs' own CPU (PHB from every GPU);
+    # s-c2p-200: c2p (above).
+    write("s-sys-200", speeded(b, 200000))
+    write("s-sys-100", speeded(b, 100000))
+    ph = ET.fromstring(ET.tostring(b))
+    phc = list(ph.iter("cpu"))
+    ph.remove(phc[-1])                       # the NICs' own CPU, appended last
+    home = next(c for c in ph.iter("cpu") if c.attrib.get("numaid") == near)
+    home.extend([pnic("n0", "0000:e0:00.0"), pnic("n1", "0000:e1:00.0")])
+    write("s-phb-200", speeded(ph, 200000))
+
+    # NCCL_GRAPH_FILEs, one per fake node (a GPU `dev` the node lacks fails its init: "XML Import
+    # Channel : dev %ld not found"): ring (id 0, pattern 4) and balanced tree (id 1, pattern 1),
+    # 2 channels with all of the node's GPUs; graph-X: channel 0 on NET dev 0, channel 1 on NET
+    # dev 1; graph-rev-X: the other way round, which NCCL's own search would not choose, so that
+    # the file's effect shows. Ids as NCCL dumps them: NCCL_TOPO_ID(systemId 0, dev), "%#lx".
+    devs = [int(p.find("gpu").attrib.get("dev", i)) for i, (_, p) in enumerate(gpus)]
+    nvl = "NVL" if root.find(".//nvlink") is not None else "PHB"
+    for node, ds in (("a", devs[:gpn]), ("b", devs[gpn:2 * gpn])):
+        if len(ds) < gpn:
+            continue
+        for name, order in (("graph", (0, 1)), ("graph-rev", (1, 0))):
+            gs = ET.Element("graphs", {"version": "1"})
+            for gid, pattern in ((0, 4), (1, 1)):
+                g = ET.SubElement(gs, "graph", {
+                    "id": str(gid), "pattern": str(pattern), "crossnic": "0", "nchannels": str(len(order)),
+                    "speedintra": "20", "speedinter": "20", "latencyinter": "0",
+                    "typeintra": nvl, "typeinter": "SYS", "samechannels": "1"})
+                for netdev in order:
+                    ch = ET.SubElement(g, "channel")
+                    ET.SubElement(ch, "net", {"dev": "%#x" % netdev})
+                    for d in ds:
+                        ET.SubElement(ch, "gpu", {"dev": "%#x" % d})
+                    ET.SubElement(ch, "net", {"dev": "%#x" % netdev})
+            write(f"{name}-{node}", gs)
+
+
+def speeded(tree, mbps):
+    """A copy of a topology with every <net> at `mbps` Mbit/s."""
+    c = ET.fromstring(ET.tostring(tree))
+    for n in c.iter("net"):
+        n.attrib["speed"] = str(mbps)
+    return c
 
 
 # --- NCCL's logs ----------------------------------------------------------------------------
@@ -467,6 +529,9 @@ def channels(name, logdir, gpn):
                     conns += pending
                     pending = []
         conns += pending
+        for c in conns:  # point-to-point (ncclSend/ncclRecv) connects connIndex 1 (`enqueue.cc`)
+            if c["conn"] == 1:
+                c["algo"] = "p2p"
         per_net = {}
         for c in conns:
             per_net.setdefault(f'{c["algo"]} {c["dir"]} {c["net"]}', set()).add(c["ch"])
@@ -492,6 +557,17 @@ def channels(name, logdir, gpn):
                     d = int(x.split("-")[1], 16)
                     return devs.get(d, x)
                 cur["channels"].append(f"{int(g.group(1)):2d}: {nm(g.group(2))} {g.group(3)} {nm(g.group(4))}")
+        # What sizes the comm, and what a graph file did: "=== System : maxBw …", "Search 0 : 2
+        # channels loaded from XML graph", "4 coll channels, … p2p channels per peer", WARNs.
+        notes = [l for l in lines if l.startswith("=== System") or "loaded from XML graph" in l
+                 or "coll channels," in l or l.startswith("NCCL_GRAPH_FILE") or l.startswith("NCCL_CROSS_NIC")
+                 or l.startswith("Could not find a path")]
+        try:
+            with open(os.path.join(logdir, f), errors="replace") as fh:
+                notes += [w.group(0) for w in (re.search(r"NCCL WARN .*$", x.rstrip("\n")) for x in fh) if w]
+        except OSError:
+            pass
+        res.setdefault("notes", {})[r] = notes
         if r % gpn == 0:
             res["graphs"][r] = graphs
             # The system NCCL built (ncclTopoPrint), first time printed.
@@ -505,7 +581,7 @@ def channels(name, logdir, gpn):
                     sysl.append(l)
             res["system"][r] = sysl
         p = nccl_paths(lines)
-        res["paths"][r] = {f"{bus} -> {devs.get(d, d)}": t for (bus, d), (t, _bw) in sorted(p.items())}
+        res["paths"][r] = {f"{bus} -> {devs.get(d, d)}": f"{t}/{bw}" for (bus, d), (t, bw) in sorted(p.items())}
     print(json.dumps(res))
 
 
@@ -531,6 +607,9 @@ def report(path):
                         print(f"      {c}")
             for r, ps in sorted((t.get("paths") or {}).items(), key=lambda x: int(x[0])):
                 print(f"  paths seen by rank {r}: " + ", ".join(f"{k} {v}" for k, v in ps.items()))
+            for r, ns in sorted((t.get("notes") or {}).items(), key=lambda x: int(x[0])):
+                if ns:
+                    print(f"  rank {r} notes: " + " | ".join(ns))
             for r, sl in sorted((t.get("system") or {}).items(), key=lambda x: int(x[0])):
                 print(f"  system of the node of rank {r}: " + " | ".join(x.strip() for x in sl))
         elif case == "classify":

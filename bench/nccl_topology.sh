@@ -34,7 +34,14 @@
 #    f: no file, every GPU in the first node and one rank (sharing GPU 0) in the second;
 #    bp, cp, c2p: b, c, c2 with each NIC in a <pci> of its own (a <nic> straight under a <cpu>
 #       loses its NUMA node: bench/nccl_topology.py says why);
-#    c2p-x0 / c2p-x1: c2p with NCCL_CROSS_NIC=0 / 1.
+#    c2p-x0 / c2p-x1: c2p with NCCL_CROSS_NIC=0 / 1;
+#    ERI-like speeds (each <net> speed="MBPS", Mbit/s, over the veth's 10000; NCCL takes the
+#    file's value): s-sys-200 / s-sys-100: bp at 200 / 100 Gbit/s; s-sys-200-x0 / -x1: with
+#    NCCL_CROSS_NIC=0 / 1; s-phb-200: both NICs in a <pci> each under the GPUs' CPU (PHB from
+#    every GPU); s-c2p-200: c2p at 200 Gbit/s; s-graph / s-graph-rev: s-sys-200 with an
+#    NCCL_GRAPH_FILE per fake node (ring and tree, 2 channels of all the node's GPUs, channel 0 on
+#    NET dev 0 and 1 on dev 1 / the other way round); s-p2p: s-sys-200 and, after the all-reduce,
+#    an all-to-all (ncclSend/ncclRecv; their connections are "Channel NN/1").
 #    Recorded: the NET of each connection ("Channel 00/0 : 0[0] -> 2[2] [send] via
 #    NET/Socket/1"), the graphs each node searched (ncclTopoPrintGraph, NCCL_GRAPH_DUMP_FILE),
 #    the system NCCL built (ncclTopoPrint), each GPU's path types and NCCL_TOPO_DUMP_FILE.
@@ -47,6 +54,9 @@
 #   PYTHON          a python with torch built with NCCL     (default: the first that imports torch)
 #   ERDMA_OCI_HOOK  erdma-oci-hook                           (default: on PATH)
 #   IP              iproute2's ip, a command line            (default: ip)
+#   ONLY            `nic`: case 4 alone (case 3's NCCL job still runs, for the topology dump the
+#                   variants are written from; no hook needed); default all
+#   NIC             case 4's variants to run, names separated by spaces (default: all)
 # Prints one JSON line per case (also OUT_DIR/summary.jsonl) and a report (OUT_DIR/report.txt);
 # logs, dumps and topology files go to OUT_DIR/logs, packed at the end into OUT_DIR/logs.tar.gz.
 # Each NCCL job is stopped after 120 s. Exits 0 only when cases 1 and 2 are as expected and
@@ -57,6 +67,8 @@ OUT=${1:-$(mktemp -d)}
 mkdir -p "$OUT/logs"
 IP=${IP:-ip}
 HOOK=${ERDMA_OCI_HOOK:-erdma-oci-hook}
+ONLY=${ONLY:-all}
+NIC=${NIC:-}
 HELPER=$PWD/bench/nccl_topology.py
 if [ -z "${PYTHON:-}" ]; then
     for p in python3 /opt/*/bin/python /root/*/bin/python /workspace/*/bin/python /venv/bin/python; do
@@ -124,54 +136,56 @@ has() { grep -q -- "$1" "$2" 2>/dev/null && echo true || echo false; }
 quote() { grep -h -m1 -- "$1" "$2" 2>/dev/null | sed 's/.*NCCL [A-Z]* //' | tr -d '"\\' || true; }
 
 # --- 1 and 2: two namespaces, the hook's settings ------------------------------------------
-. bench/netns_pair.sh
-netns_pair "$A" "$B"
+if [ "$ONLY" != nic ]; then
+    . bench/netns_pair.sh
+    netns_pair "$A" "$B"
 
-# The fixture host: the `one` scenario's sysfs and the /dev nodes its dev.txt lists.
-. bench/fixture_host.sh
-(fixture_host "$WORK" one)
-derived() {
-    ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook.toml" "$HOOK" env --netns "/run/netns/$1" --format env-file
-}
-derived "$A" > "$OUT/logs/hook-env-a.txt"
-derived "$B" > "$OUT/logs/hook-env-b.txt"
-HOOK_NET=$(sed -n 's/^NCCL_NET=//p' "$OUT/logs/hook-env-a.txt")
-ENV_A=$(grep -v '^NCCL_NET=' "$OUT/logs/hook-env-a.txt" | tr '\n' ' ')
-ENV_B=$(grep -v '^NCCL_NET=' "$OUT/logs/hook-env-b.txt" | tr '\n' ' ')
-NET_OFF="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
+    # The fixture host: the `one` scenario's sysfs and the /dev nodes its dev.txt lists.
+    . bench/fixture_host.sh
+    (fixture_host "$WORK" one)
+    derived() {
+        ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook.toml" "$HOOK" env --netns "/run/netns/$1" --format env-file
+    }
+    derived "$A" > "$OUT/logs/hook-env-a.txt"
+    derived "$B" > "$OUT/logs/hook-env-b.txt"
+    HOOK_NET=$(sed -n 's/^NCCL_NET=//p' "$OUT/logs/hook-env-a.txt")
+    ENV_A=$(grep -v '^NCCL_NET=' "$OUT/logs/hook-env-a.txt" | tr '\n' ' ')
+    ENV_B=$(grep -v '^NCCL_NET=' "$OUT/logs/hook-env-b.txt" | tr '\n' ' ')
+    NET_OFF="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
 
-two() {  # two NAME EXTRA: the two namespaced ranks with the hook's settings (no NCCL_NET) + EXTRA
-    job "$OUT/logs/$1" 2 "10.231.7.1:$PORT" "0|0|$A|$ENV_A $NET_OFF $2" "1|1|$B|$ENV_B $NET_OFF $2" || true
-}
-two socket-fallback ""
-d=$OUT/logs/socket-fallback
-printf '{"case":"socket-fallback","ok":%s,"env_a":"%s","no_ib_device":%s,"using_socket":%s,"quotes":["%s","%s","%s"],"rank0":%s,"rank1":%s}\n' \
-    "$(grep -q '"sum_ok": true' "$d/rank0.json" 2>/dev/null && grep -q '"sum_ok": true' "$d/rank1.json" 2>/dev/null \
-        && [ "$(has 'NET/IB : No device found' "$d/rank0.log")" = true ] && [ "$(has 'Using network Socket' "$d/rank0.log")" = true ] \
-        && echo true || echo false)" \
-    "$ENV_A" "$(has 'NET/IB : No device found' "$d/rank0.log")" "$(has 'Using network Socket' "$d/rank0.log")" \
-    "$(quote 'NET/IB : No device found' "$d/rank0.log")" "$(quote 'NET/Socket : Using' "$d/rank0.log")" \
-    "$(quote 'Using network' "$d/rank0.log")" \
-    "$(result "$d/rank0.json")" "$(result "$d/rank1.json")" | tee -a "$OUT/summary.jsonl"
+    two() {  # two NAME EXTRA: the two namespaced ranks with the hook's settings (no NCCL_NET) + EXTRA
+        job "$OUT/logs/$1" 2 "10.231.7.1:$PORT" "0|0|$A|$ENV_A $NET_OFF $2" "1|1|$B|$ENV_B $NET_OFF $2" || true
+    }
+    two socket-fallback ""
+    d=$OUT/logs/socket-fallback
+    printf '{"case":"socket-fallback","ok":%s,"env_a":"%s","no_ib_device":%s,"using_socket":%s,"quotes":["%s","%s","%s"],"rank0":%s,"rank1":%s}\n' \
+        "$(grep -q '"sum_ok": true' "$d/rank0.json" 2>/dev/null && grep -q '"sum_ok": true' "$d/rank1.json" 2>/dev/null \
+            && [ "$(has 'NET/IB : No device found' "$d/rank0.log")" = true ] && [ "$(has 'Using network Socket' "$d/rank0.log")" = true ] \
+            && echo true || echo false)" \
+        "$ENV_A" "$(has 'NET/IB : No device found' "$d/rank0.log")" "$(has 'Using network Socket' "$d/rank0.log")" \
+        "$(quote 'NET/IB : No device found' "$d/rank0.log")" "$(quote 'NET/Socket : Using' "$d/rank0.log")" \
+        "$(quote 'Using network' "$d/rank0.log")" \
+        "$(result "$d/rank0.json")" "$(result "$d/rank1.json")" | tee -a "$OUT/summary.jsonl"
 
-# The hook's NCCL_NET as it gives it; IB if it gives none, so that NCCL's answer is seen anyway.
-two fail-closed "NCCL_NET=${HOOK_NET:-IB}"
-d=$OUT/logs/fail-closed
-printf '{"case":"fail-closed","ok":%s,"hook_nccl_net":"%s","failed_any_net":%s,"quotes":["%s","%s"],"rank0":%s,"rank1":%s}\n' \
-    "$([ "$HOOK_NET" = IB ] && ! grep -q '"sum_ok": true' "$d/rank0.json" "$d/rank1.json" 2>/dev/null \
-        && [ "$(has 'Failed to initialize any NET plugin' "$d/rank0.log")" = true ] \
-        && grep -qi 'invalid usage' "$d/rank0.json" 2>/dev/null && echo true || echo false)" \
-    "$HOOK_NET" "$(has 'Failed to initialize any NET plugin' "$d/rank0.log")" \
-    "$(quote 'Failed to initialize NET plugin IB' "$d/rank0.log")" "$(quote 'Failed to initialize any NET plugin' "$d/rank0.log")" \
-    "$(result "$d/rank0.json")" "$(result "$d/rank1.json")" | tee -a "$OUT/summary.jsonl"
+    # The hook's NCCL_NET as it gives it; IB if it gives none, so that NCCL's answer is seen anyway.
+    two fail-closed "NCCL_NET=${HOOK_NET:-IB}"
+    d=$OUT/logs/fail-closed
+    printf '{"case":"fail-closed","ok":%s,"hook_nccl_net":"%s","failed_any_net":%s,"quotes":["%s","%s"],"rank0":%s,"rank1":%s}\n' \
+        "$([ "$HOOK_NET" = IB ] && ! grep -q '"sum_ok": true' "$d/rank0.json" "$d/rank1.json" 2>/dev/null \
+            && [ "$(has 'Failed to initialize any NET plugin' "$d/rank0.log")" = true ] \
+            && grep -qi 'invalid usage' "$d/rank0.json" 2>/dev/null && echo true || echo false)" \
+        "$HOOK_NET" "$(has 'Failed to initialize any NET plugin' "$d/rank0.log")" \
+        "$(quote 'Failed to initialize NET plugin IB' "$d/rank0.log")" "$(quote 'Failed to initialize any NET plugin' "$d/rank0.log")" \
+        "$(result "$d/rank0.json")" "$(result "$d/rank1.json")" | tee -a "$OUT/summary.jsonl"
 
-two topo-missing "NCCL_TOPO_FILE=/nonexistent/x.xml"
-d=$OUT/logs/topo-missing
-printf '{"case":"topo-missing","ok":%s,"could_not_open":%s,"quotes":["%s"],"rank0":%s,"rank1":%s}\n' \
-    "$(grep -q '"sum_ok": true' "$d/rank0.json" 2>/dev/null && grep -q '"sum_ok": true' "$d/rank1.json" 2>/dev/null \
-        && [ "$(has 'Could not open XML topology file /nonexistent/x.xml' "$d/rank0.log")" = true ] && echo true || echo false)" \
-    "$(has 'Could not open XML topology file' "$d/rank0.log")" "$(quote 'Could not open XML topology file' "$d/rank0.log")" \
-    "$(result "$d/rank0.json")" "$(result "$d/rank1.json")" | tee -a "$OUT/summary.jsonl"
+    two topo-missing "NCCL_TOPO_FILE=/nonexistent/x.xml"
+    d=$OUT/logs/topo-missing
+    printf '{"case":"topo-missing","ok":%s,"could_not_open":%s,"quotes":["%s"],"rank0":%s,"rank1":%s}\n' \
+        "$(grep -q '"sum_ok": true' "$d/rank0.json" 2>/dev/null && grep -q '"sum_ok": true' "$d/rank1.json" 2>/dev/null \
+            && [ "$(has 'Could not open XML topology file /nonexistent/x.xml' "$d/rank0.log")" = true ] && echo true || echo false)" \
+        "$(has 'Could not open XML topology file' "$d/rank0.log")" "$(quote 'Could not open XML topology file' "$d/rank0.log")" \
+        "$(result "$d/rank0.json")" "$(result "$d/rank1.json")" | tee -a "$OUT/summary.jsonl"
+fi
 
 # --- 3: our path types against NCCL's, on the host's own interface -----------------------------
 # The interface: the default route's if it is a PCI function with an IPv4 address (what the
@@ -198,14 +212,16 @@ done
 job "$d" "$NGPU" "$ADDR:$PORT" "${specs[@]}" || true
 "$PYTHON" "$HELPER" merge-dumps "$OUT/topo-real.xml" "$d"/topo-dump-r*.xml || true
 cp "$OUT/topo-real.xml" "$d/" 2>/dev/null || true
-hook_rc=0
-"$HOOK" topology --json --netdev "$IF" > "$OUT/hook-topology.json" 2> "$d/hook-topology.err" || hook_rc=$?
-cp "$OUT/hook-topology.json" "$d/"
-cls=$("$PYTHON" "$HELPER" classify "$d" "$OUT/topo-real.xml" "$OUT/hook-topology.json" "$IF" || echo '{}')
-printf '{"case":"classify","ok":%s,"netdev":"%s","addr":"%s","hook_rc":%s,"hook_stderr":"%s","result":%s,"nic_quote":"%s"}\n' \
-    "$(echo "$cls" | grep -q '"ours_equals_nccl": true' && echo true || echo false)" "$IF" "$ADDR" "$hook_rc" \
-    "$(head -c 300 "$d/hook-topology.err" | tr -d '"\\' | tr '\n' ' ')" "$cls" \
-    "$(quote "network path (name = $IF)" "$d/rank0.log")" | tee -a "$OUT/summary.jsonl"
+if [ "$ONLY" != nic ]; then
+    hook_rc=0
+    "$HOOK" topology --json --netdev "$IF" > "$OUT/hook-topology.json" 2> "$d/hook-topology.err" || hook_rc=$?
+    cp "$OUT/hook-topology.json" "$d/"
+    cls=$("$PYTHON" "$HELPER" classify "$d" "$OUT/topo-real.xml" "$OUT/hook-topology.json" "$IF" || echo '{}')
+    printf '{"case":"classify","ok":%s,"netdev":"%s","addr":"%s","hook_rc":%s,"hook_stderr":"%s","result":%s,"nic_quote":"%s"}\n' \
+        "$(echo "$cls" | grep -q '"ours_equals_nccl": true' && echo true || echo false)" "$IF" "$ADDR" "$hook_rc" \
+        "$(head -c 300 "$d/hook-topology.err" | tr -d '"\\' | tr '\n' ' ')" "$cls" \
+        "$(quote "network path (name = $IF)" "$d/rank0.log")" | tee -a "$OUT/summary.jsonl"
+fi
 
 # --- 4: two fake nodes with two NICs each ---------------------------------------------------------
 $IP netns add "$C"
@@ -224,10 +240,12 @@ mkdir -p "$TOPO"
 "$PYTHON" "$HELPER" variants "$OUT/topo-real.xml" "$TOPO" "$GPN" 2> "$TOPO/variants.txt" || true
 
 # nic VARIANT EXTRA [LAYOUT]: ranks 0..GPN-1 in C (node a, GPUs 0..GPN-1), the next GPN in D;
-# LAYOUT "f": ranks 0..NGPU-1 in C on every GPU, one more in D on GPU 0.
+# LAYOUT "f": ranks 0..NGPU-1 in C on every GPU, one more in D on GPU 0. In EXTRA, @NODE@ is
+# the rank's fake node, a or b. Only the variants NIC names, if it names any.
 nic() {
     local v=$1 extra=$2 layout=${3:-}
-    local dir=$OUT/logs/nic-$v specs=() world r
+    if [ -n "$NIC" ] && [[ " $NIC " != *" $v "* ]]; then return 0; fi
+    local dir=$OUT/logs/nic-$v specs=() world r node
     if [ "$layout" = f ]; then
         world=$((NGPU + 1))
         for ((r = 0; r < NGPU; r++)); do specs+=("$r|$r|$C|NCCL_HOSTID=fake-a"); done
@@ -241,8 +259,10 @@ nic() {
     local i
     for i in "${!specs[@]}"; do
         r=${specs[$i]%%|*}
+        node=a
+        [[ ${specs[$i]} == *NCCL_HOSTID=fake-b* ]] && node=b
         specs[i]+=" NCCL_NET=Socket NCCL_SOCKET_IFNAME==n0,n1 NCCL_RUNTIME_CONNECT=0 NELEM=1048576 NCCL_GRAPH_DUMP_FILE=$dir/graph-r$r.xml NCCL_GRAPH_DUMP_FILE_RANK=$r"
-        specs[i]+=" NCCL_TOPO_DUMP_FILE=$dir/topo-dump-r$r.xml NCCL_TOPO_DUMP_FILE_RANK=$r $extra"
+        specs[i]+=" NCCL_TOPO_DUMP_FILE=$dir/topo-dump-r$r.xml NCCL_TOPO_DUMP_FILE_RANK=$r ${extra//@NODE@/$node}"
     done
     local ok=true
     job "$dir" "$world" "10.231.8.1:$PORT" "${specs[@]}" || ok=false
@@ -267,6 +287,19 @@ if [ -f "$TOPO/b.xml" ]; then
     nic d0 "NCCL_TOPO_FILE=$TOPO/b.xml NCCL_CROSS_NIC=0"
     nic d1 "NCCL_TOPO_FILE=$TOPO/b.xml NCCL_CROSS_NIC=1"
     nic e "NCCL_TOPO_FILE=$TOPO/e.xml"
+    if [ -f "$TOPO/s-sys-200.xml" ]; then
+        nic s-sys-200 "NCCL_TOPO_FILE=$TOPO/s-sys-200.xml"
+        nic s-sys-200-x0 "NCCL_TOPO_FILE=$TOPO/s-sys-200.xml NCCL_CROSS_NIC=0"
+        nic s-sys-200-x1 "NCCL_TOPO_FILE=$TOPO/s-sys-200.xml NCCL_CROSS_NIC=1"
+        nic s-sys-100 "NCCL_TOPO_FILE=$TOPO/s-sys-100.xml"
+        nic s-phb-200 "NCCL_TOPO_FILE=$TOPO/s-phb-200.xml"
+        [ -f "$TOPO/s-c2p-200.xml" ] && nic s-c2p-200 "NCCL_TOPO_FILE=$TOPO/s-c2p-200.xml"
+        nic s-p2p "NCCL_TOPO_FILE=$TOPO/s-sys-200.xml OP=alltoall"
+        if [ -f "$TOPO/graph-b.xml" ]; then
+            nic s-graph "NCCL_TOPO_FILE=$TOPO/s-sys-200.xml NCCL_GRAPH_FILE=$TOPO/graph-@NODE@.xml"
+            nic s-graph-rev "NCCL_TOPO_FILE=$TOPO/s-sys-200.xml NCCL_GRAPH_FILE=$TOPO/graph-rev-@NODE@.xml"
+        fi
+    fi
 else
     echo '{"case":"nic-choice","variant":"b-d","ok":false,"why":"no topology dump from case classify"}' | tee -a "$OUT/summary.jsonl"
 fi
@@ -275,7 +308,9 @@ fi
 "$PYTHON" "$HELPER" report "$OUT/summary.jsonl" | tee "$OUT/report.txt"
 
 # The verdict: cases 1 and 2 as expected, case 3's types equal.
-if grep -q '"case":"socket-fallback","ok":true' "$OUT/summary.jsonl" \
+if [ "$ONLY" = nic ]; then
+    echo "nccl_topology: case 4 only (ONLY=nic), an observation (logs in $OUT)"
+elif grep -q '"case":"socket-fallback","ok":true' "$OUT/summary.jsonl" \
     && grep -q '"case":"fail-closed","ok":true' "$OUT/summary.jsonl" \
     && grep -q '"case":"topo-missing","ok":true' "$OUT/summary.jsonl" \
     && grep -q '"case":"classify","ok":true' "$OUT/summary.jsonl"; then
