@@ -205,6 +205,18 @@ fn nccl_findings(f: &Facts, pai: bool) -> Vec<Finding> {
                     format!("{what}{which}: built for CUDA {built}, the image has CUDA {image}"),
                     Some("erdma-build build --nccl picks the build for the image's CUDA"),
                 ));
+            } else if n.version < erdma_common::nccl::GID_BY_ADDRESS {
+                // Works over eRDMA, but not on hosts whose ERIs' GID indexes differ.
+                let hint = if is_pip {
+                    pip_fix(f.cuda.as_ref().map(|c| c.version).or(n.cuda))
+                } else {
+                    "erdma-build build --nccl latest".into()
+                };
+                out.push(Finding::warn(
+                    "nccl",
+                    format!("{what}{which}: before 2.21 NCCL cannot choose each ERI's GID by address (NCCL_IB_GID_INDEX=-1), which erdma-oci-hook sets on hosts whose ERIs' GID indexes differ"),
+                    hint,
+                ));
             } else {
                 out.push(finding("nccl", Ok, format!("{what}{which}"), None));
             }
@@ -324,6 +336,7 @@ fn host_env_findings(env: &[(String, String)], profile: Option<Profile>) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inspect::NcclFact;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -359,6 +372,23 @@ mod tests {
             env_finding(&env(&[]), &presets, None).message,
             "not set: NCCL_DEBUG NCCL_IB_HCA"
         );
+    }
+
+    #[test]
+    fn nccl_before_2_21_is_a_warning_for_gids_by_address() {
+        let lib = |v: &str| NcclFact {
+            version: Nccl::parse(v).unwrap(),
+            cuda: None,
+            path: "/usr/lib/x86_64-linux-gnu/libnccl.so.2".into(),
+            package: Some(format!("libnccl2 {v}-1+cuda12.2")),
+        };
+        let facts = |v: &str| Facts { system_nccl: Some(lib(v)), ..Facts::default() };
+        let f = &nccl_findings(&facts("2.20.5"), false)[0];
+        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert!(f.message.contains("NCCL_IB_GID_INDEX=-1"), "{f:?}");
+        assert_eq!(f.hint.as_deref(), Some("erdma-build build --nccl latest"));
+        assert_eq!(nccl_findings(&facts("2.21.5"), false)[0].status, Status::Ok);
+        assert_eq!(nccl_findings(&facts("2.18.3"), false)[0].status, Status::Fail);
     }
 
     #[test]

@@ -741,18 +741,7 @@ fn precreate_edits_stdin_to_stdout_root() {
         return;
     }
     let fx = Fixture::new("four", "memlock = 65536");
-    let run = |input: &[u8]| {
-        let mut child = fx
-            .command("erdma-oci-hook")
-            .arg("precreate")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input).unwrap();
-        child.wait_with_output().unwrap()
-    };
+    let run = |input: &[u8]| support::precreate(&fx, input);
     let spec = json!({
         "ociVersion": "1.0.2",
         "process": {"args": ["sh"], "env": ["PATH=/bin", "ERDMA_VISIBLE_DEVICES=rocep9s0"]},

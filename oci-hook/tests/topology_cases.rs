@@ -2,7 +2,7 @@
 //! hosts (`testdata/sysfs/gpu*`), through `erdma-oci-hook precreate` and, with real runc,
 //! `erdma-runtime`; `doctor`'s GPU Direct RDMA verdict. Names ending in `_root` need root (mknod)
 //! and, where they run containers, runc.
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use serde_json::{json, Value};
 
@@ -16,17 +16,7 @@ fn root() -> bool {
 
 /// `erdma-oci-hook precreate` on `spec` under `fx`'s config.
 fn precreate(fx: &Fixture, spec: &Value) -> (Output, Value) {
-    let mut child = fx
-        .command("erdma-oci-hook")
-        .arg("precreate")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &serde_json::to_vec(spec).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::precreate(fx, &serde_json::to_vec(spec).unwrap());
     assert_success("precreate", &out);
     let edited = serde_json::from_slice(&out.stdout).unwrap();
     (out, edited)

@@ -77,6 +77,12 @@ pub fn ll128_off(mtus: &[u32]) -> bool {
 /// The first NCCL release that works over eRDMA (the PAI-DLC eRDMA guide).
 pub const MIN: Nccl = Nccl { major: 2, minor: 19, patch: 0 };
 
+/// The first NCCL release that chooses a RoCE GID by address (`NCCL_IB_GID_INDEX=-1`,
+/// `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`; NCCL 2.21.5's `src/transport/net_ib.cc`,
+/// `ncclIbGetGidIndex`), which erdma-oci-hook sets where a host's ERIs' GID indexes differ;
+/// older ones read `-1` as an index.
+pub const GID_BY_ADDRESS: Nccl = Nccl { major: 2, minor: 21, patch: 0 };
+
 /// An NCCL release, `2.21.5`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Nccl {

@@ -359,6 +359,20 @@ pub fn env_of<'a>(spec: &'a Value, name: &str) -> Option<&'a str> {
         .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
 }
 
+/// `erdma-oci-hook precreate` with `input` on stdin under `fx`'s config.
+pub fn precreate(fx: &Fixture, input: &[u8]) -> Output {
+    let mut child = fx
+        .command("erdma-oci-hook")
+        .arg("precreate")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// Runs `args` in a busybox container with `env`, under erdma-runtime and real runc with `fx`'s
 /// config; returns what it printed.
 pub fn run_busybox(fx: &Fixture, name: &str, args: &[&str], env: &[&str]) -> String {
