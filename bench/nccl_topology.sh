@@ -60,7 +60,8 @@
 # Prints one JSON line per case (also OUT_DIR/summary.jsonl) and a report (OUT_DIR/report.txt);
 # logs, dumps and topology files go to OUT_DIR/logs, packed at the end into OUT_DIR/logs.tar.gz.
 # Each NCCL job is stopped after 120 s. Exits 0 only when cases 1 and 2 are as expected and
-# case 3's types are equal; case 4 is an observation.
+# case 3's types are equal (with ONLY=nic, whenever the script itself runs through); case 4 is
+# an observation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-$(mktemp -d)}
