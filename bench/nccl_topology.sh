@@ -71,15 +71,8 @@ HOOK=${ERDMA_OCI_HOOK:-erdma-oci-hook}
 ONLY=${ONLY:-all}
 NIC=${NIC:-}
 HELPER=$PWD/bench/nccl_topology.py
-if [ -z "${PYTHON:-}" ]; then
-    for p in python3 /opt/*/bin/python /root/*/bin/python /workspace/*/bin/python /venv/bin/python; do
-        if [ -x "$(command -v "$p" 2>/dev/null)" ] && "$p" -c 'import torch' 2>/dev/null; then
-            PYTHON=$p
-            break
-        fi
-    done
-fi
-[ -n "${PYTHON:-}" ] || { echo "nccl_topology: no python with torch (set PYTHON)" >&2; exit 2; }
+. bench/nccl_common.sh
+torch_python nccl_topology
 
 A=erdma-topo-a
 B=erdma-topo-b
@@ -138,7 +131,6 @@ quote() { grep -h -m1 -- "$1" "$2" 2>/dev/null | sed 's/.*NCCL [A-Z]* //' | tr -
 
 # --- 1 and 2: two namespaces, the hook's settings ------------------------------------------
 if [ "$ONLY" != nic ]; then
-    . bench/netns_pair.sh
     netns_pair "$A" "$B"
 
     # The fixture host: the `one` scenario's sysfs and the /dev nodes its dev.txt lists.

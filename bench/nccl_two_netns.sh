@@ -29,15 +29,8 @@ OUT=${1:-$(mktemp -d)}
 mkdir -p "$OUT"
 IP=${IP:-ip}
 HOOK=${ERDMA_OCI_HOOK:-erdma-oci-hook}
-if [ -z "${PYTHON:-}" ]; then
-    for p in python3 /opt/*/bin/python /root/*/bin/python /workspace/*/bin/python /venv/bin/python; do
-        if [ -x "$(command -v "$p" 2>/dev/null)" ] && "$p" -c 'import torch' 2>/dev/null; then
-            PYTHON=$p
-            break
-        fi
-    done
-fi
-[ -n "${PYTHON:-}" ] || { echo "nccl_two_netns: no python with torch (set PYTHON)" >&2; exit 2; }
+. bench/nccl_common.sh
+torch_python nccl_two_netns
 
 A=erdma-nccl-a
 B=erdma-nccl-b
@@ -50,7 +43,6 @@ cleanup() {
 trap cleanup EXIT
 
 # The two namespaces and the veth pair between them.
-. bench/netns_pair.sh
 netns_pair "$A" "$B"
 
 # The fixture host: the `one` scenario's sysfs and the /dev nodes its dev.txt lists.
