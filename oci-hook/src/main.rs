@@ -76,7 +76,8 @@ enum Command {
     },
     /// Tell whether this host is ready for eRDMA containers.
     ///
-    /// Checks the erdma driver, devices and ports, the MTU, nvidia_peermem, each engine's
+    /// Checks the erdma driver, devices and ports, the MTU, whether NCCL will use GPU Direct
+    /// RDMA (nvidia_peermem, the GPUs' PCIe paths to the ERIs), each engine's
     /// registration and memlock, and the CDI spec. Exit 0 when nothing failed, 1 otherwise,
     /// 2 for a usage or hook-config error.
     Doctor {
