@@ -351,10 +351,21 @@ pub enum GpuSet {
 /// container runtime's and the GPU device plugin's variable: `all`, `none`, `void`, or indexes,
 /// UUIDs and MIG devices `GPU:MIG` separated by commas).
 pub fn container_gpus(spec: &Value, topo: &Topology, proc_root: &Path) -> GpuSet {
-    // Minor and UUID: from the topology where read, else from the driver now.
-    let info = |g: &Gpu| match (g.minor, &g.uuid) {
-        (None, None) => gpu_information(proc_root, &g.place.bus_id),
-        (m, u) => (m, u.clone()),
+    // Minor and UUID: from the topology where read, else from the driver, once per GPU however
+    // long the container's list is.
+    let infos = std::cell::OnceCell::new();
+    let info = |g: &Gpu| {
+        let all: &Vec<(Option<u32>, Option<String>)> = infos.get_or_init(|| {
+            topo.gpus
+                .iter()
+                .map(|g| match (g.minor, &g.uuid) {
+                    (None, None) => gpu_information(proc_root, &g.place.bus_id),
+                    (m, u) => (m, u.clone()),
+                })
+                .collect()
+        });
+        let i = topo.gpus.iter().position(|x| x.index == g.index).unwrap_or_default();
+        all.get(i).cloned().unwrap_or_default()
     };
     let minors: Vec<u32> = spec
         .pointer("/linux/devices")
@@ -591,6 +602,9 @@ mod tests {
         assert_eq!(given(env("5,1")), Some(vec![5, 1]));
         assert_eq!(given(env("GPU-6f1d3b2a-0006-4c1e-9a7b-00163e000006,0:1")), Some(vec![6, 0]));
         assert_eq!(given(env("MIG-0123")), None, "a MIG UUID names no GPU here");
+        // A container's list of any length: each GPU named once, the driver's files read once.
+        let long = vec!["GPU-6f1d3b2a-0006-4c1e-9a7b-00163e000006"; 10_000].join(",");
+        assert_eq!(given(env(&long)), Some(vec![6]));
         assert_eq!(given(env("9")), None, "a GPU this host lacks");
         assert_eq!(given(serde_json::json!({"process": {"env": ["PATH=/bin"]}})), None);
         // Device nodes (CDI) win over the variable.
