@@ -121,10 +121,8 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
     // asked for (nccl.rs): CDI env cannot depend on which devices were asked for (module docs),
     // nor on the network a container is on: the host's interface only where every container
     // that asks must be on the host's network.
-    // The GPUs a container gets are not known here: all of the host's count.
-    let topology = crate::topology::of_host(config, &usable);
-    let ctx = nccl::Context { topology: Some(&topology), ..nccl::Context::of(config) };
-    let derived = nccl::derive(host, &usable, &Net::any_container(config.network), &ctx);
+    let derived =
+        nccl::derive_for_any_gpus(host, &usable, &Net::any_container(config.network), config);
     for n in &derived.notes {
         tracing::warn!("{n}");
     }

@@ -193,23 +193,19 @@ fn roce_v2_ipv4_gid(port: &Path) -> Option<(u32, std::net::Ipv4Addr)> {
     None
 }
 
-/// The IPv4 address of an IPv4-mapped GID.
+/// The IPv4 address of an IPv4-mapped GID: `0000:0000:0000:0000:0000:ffff:0a00:0001` is
+/// `::ffff:10.0.0.1`.
 fn ipv4_of(gid: &str) -> Option<std::net::Ipv4Addr> {
-    if !is_ipv4_mapped(gid) {
+    let groups: Vec<&str> = gid.split(':').collect();
+    let mapped = groups.len() == 8
+        && groups[..5].iter().all(|g| g.trim_start_matches('0').is_empty())
+        && groups[5].eq_ignore_ascii_case("ffff");
+    if !mapped {
         return None;
     }
-    let groups: Vec<&str> = gid.split(':').collect();
     let hi = u16::from_str_radix(groups[6], 16).ok()?;
     let lo = u16::from_str_radix(groups[7], 16).ok()?;
     Some(std::net::Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)))
-}
-
-/// `0000:0000:0000:0000:0000:ffff:0a00:0001` is `::ffff:10.0.0.1`.
-fn is_ipv4_mapped(gid: &str) -> bool {
-    let groups: Vec<&str> = gid.split(':').collect();
-    groups.len() == 8
-        && groups[..5].iter().all(|g| g.trim_start_matches('0').is_empty())
-        && groups[5].eq_ignore_ascii_case("ffff")
 }
 
 /// Finds the RDMA devices under `sysfs` and their nodes under `dev`.
@@ -522,10 +518,10 @@ mod tests {
 
     #[test]
     fn gid_text() {
-        assert!(is_ipv4_mapped("0000:0000:0000:0000:0000:ffff:ac10:0005"));
-        assert!(!is_ipv4_mapped("fe80:0000:0000:0000:0216:3eff:fe00:0000"));
-        assert!(!is_ipv4_mapped("0000:0000:0000:0000:0000:0000:0000:0000"));
-        assert!(!is_ipv4_mapped("ffff:ac10:0005"));
+        assert!(ipv4_of("0000:0000:0000:0000:0000:ffff:ac10:0005").is_some());
+        assert!(ipv4_of("fe80:0000:0000:0000:0216:3eff:fe00:0000").is_none());
+        assert!(ipv4_of("0000:0000:0000:0000:0000:0000:0000:0000").is_none());
+        assert!(ipv4_of("ffff:ac10:0005").is_none());
         assert_eq!(
             ipv4_of("0000:0000:0000:0000:0000:ffff:c0a8:0415"),
             Some(std::net::Ipv4Addr::new(192, 168, 4, 21))

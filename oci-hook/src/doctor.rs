@@ -300,10 +300,7 @@ fn netns_check(config: &Config, host: &Host) -> Check {
 /// prints them for jobs without an engine). A warning when some cannot be derived.
 fn nccl_check(config: &Config, host: &Host) -> Check {
     let usable: Vec<&RdmaDevice> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
-    let topology = crate::topology::of_host(config, &usable);
-    let ctx =
-        crate::nccl::Context { topology: Some(&topology), ..crate::nccl::Context::of(config) };
-    let d = crate::nccl::derive(host, &usable, &crate::netns::Net::Host, &ctx);
+    let d = crate::nccl::derive_for_any_gpus(host, &usable, &crate::netns::Net::Host, config);
     let set: Vec<String> = d.vars.iter().map(|v| format!("{}={}", v.name, v.value)).collect();
     let details = json!({"vars": d.vars, "notes": d.notes});
     let shown = if set.is_empty() { "nothing can be derived".to_string() } else { set.join(" ") };
@@ -496,7 +493,11 @@ fn gdr_check(config: &Config, host: Option<&Host>) -> Check {
         host.map(|h| h.devices.iter().filter(|d| d.uverbs.is_some()).collect()).unwrap_or_default();
     let t = crate::topology::of_host(config, &usable);
     let peermem = module(&config.sysfs_root, PEERMEM_MODULE);
-    let gdr = crate::topology::gdr(&config.sysfs_root, &config.proc_root);
+    // The topology probed it where it found GPUs; without GPUs the report still says.
+    let gdr = t
+        .gdr
+        .clone()
+        .unwrap_or_else(|| crate::topology::gdr(&config.sysfs_root, &config.proc_root));
     let (kernel, dmabuf) = dmabuf_host(config);
     let mut details = json!({
         "gpus": t.gpus.len(), "pairs": t.pairs, "possible": gdr.possible, "why": gdr.why,

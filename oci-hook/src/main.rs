@@ -279,12 +279,8 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 }
                 Some(net) => net,
             };
-            let ctx = erdma_oci_hook::nccl::Context {
-                topology: Some(&placement.topology),
-                gpus: placement.gpus.as_deref(),
-                ..erdma_oci_hook::nccl::Context::of(config)
-            };
-            let derived = erdma_oci_hook::nccl::derive(&host, &chosen, &net, &ctx);
+            let derived =
+                erdma_oci_hook::nccl::derive(&host, &chosen, &net, &placement.context(config));
             let env = derived.with_presets();
             for n in &derived.notes {
                 eprintln!("note: {n}");

@@ -57,6 +57,17 @@ pub struct Placement {
     pub pairing: Vec<String>,
 }
 
+impl Placement {
+    /// What the NCCL settings of this container depend on beyond its devices and network.
+    pub fn context<'a>(&'a self, config: &Config) -> nccl::Context<'a> {
+        nccl::Context {
+            topology: Some(&self.topology),
+            gpus: self.gpus.as_deref(),
+            ..nccl::Context::of(config)
+        }
+    }
+}
+
 /// Reads where the host's GPUs and ERIs sit and which GPUs `spec` gives its container; for a
 /// request of `all` from a container given some of the GPUs, narrows `devices` (and their
 /// `nodes`) to the ERIs nearest those GPUs ([`topology::pair`]).
@@ -88,7 +99,7 @@ pub fn place<'a>(
         if !near.is_empty() && devices.iter().any(|d| !near.contains(&d.name.as_str())) {
             devices.retain(|d| near.contains(&d.name.as_str()));
             nodes.retain(|n| {
-                n.path == "/dev/infiniband/rdma_cm"
+                host.rdma_cm.as_ref().is_some_and(|cm| cm.path == n.path)
                     || devices.iter().any(|d| d.uverbs.as_ref().is_some_and(|u| u.path == n.path))
             });
         }
@@ -332,12 +343,7 @@ pub fn apply(
             .and_then(|p| Some(p.entry("env").or_insert_with(|| json!([])).as_array_mut()?.clone()))
             .unwrap_or_default();
         // Derived from this host's sysfs for these devices (nccl.rs), merged by the policy.
-        let ctx = nccl::Context {
-            topology: Some(&placement.topology),
-            gpus: placement.gpus.as_deref(),
-            ..nccl::Context::of(config)
-        };
-        let derived = nccl::derive(host, devices, &net, &ctx);
+        let derived = nccl::derive(host, devices, &net, &placement.context(config));
         let plan = nccl::plan(
             &|k| env_get(&env, k).map(str::to_string),
             &derived,

@@ -184,6 +184,18 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice], net: &Net, ctx: &Context) ->
     d
 }
 
+/// [`derive`] for a container whose GPUs are not known here (a CDI spec, `doctor`, a trial
+/// container without GPUs): all of the host's count.
+pub fn derive_for_any_gpus(
+    host: &Host,
+    devices: &[&RdmaDevice],
+    net: &Net,
+    config: &crate::config::Config,
+) -> Derived {
+    let topology = crate::topology::of_host(config, devices);
+    derive(host, devices, net, &Context { topology: Some(&topology), ..Context::of(config) })
+}
+
 /// `NCCL_NET_GDR_LEVEL`, or why it is not set.
 fn gdr(d: &mut Derived, active: &[(&RdmaDevice, &crate::discover::Port)], ctx: &Context) {
     let Some(t) = ctx.topology.filter(|t| !t.gpus.is_empty()) else { return };

@@ -222,12 +222,7 @@ pub fn apply(config: &Config, state: &[u8]) -> Result<Option<Report>> {
             .and_then(serde_json::Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let ctx = crate::nccl::Context {
-            topology: Some(&placement.topology),
-            gpus: placement.gpus.as_deref(),
-            ..crate::nccl::Context::of(config)
-        };
-        let derived = crate::nccl::derive(&host, &devices, &net, &ctx);
+        let derived = crate::nccl::derive(&host, &devices, &net, &placement.context(config));
         let plan = crate::nccl::plan(
             &|k| crate::request::env_get(&env, k).map(str::to_string),
             &derived,

@@ -311,10 +311,7 @@ fn env_check(
     let usable: Vec<&crate::discover::RdmaDevice> =
         host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
     // The trial container is given no GPU, which counts as all of the host's.
-    let topology = crate::topology::of_host(config, &usable);
-    let ctx =
-        crate::nccl::Context { topology: Some(&topology), ..crate::nccl::Context::of(config) };
-    let derived = crate::nccl::derive(host, &usable, net, &ctx);
+    let derived = crate::nccl::derive_for_any_gpus(host, &usable, net, config);
     let wrong: Vec<String> = derived
         .vars
         .iter()

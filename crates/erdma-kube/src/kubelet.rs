@@ -132,15 +132,16 @@ impl DevicePlugin for Arc<Plugin> {
         req: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
         let host = self.host()?;
+        // Kubelet does not say which GPUs the pod gets: all of the host's count. One read for
+        // all the containers of the request.
+        let usable: Vec<_> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
+        let topology = erdma_oci_hook::topology::of_host(&self.config, &usable);
+        let ctx = erdma_oci_hook::nccl::Context {
+            topology: Some(&topology),
+            ..erdma_oci_hook::nccl::Context::of(&self.config)
+        };
         let mut container_responses = Vec::new();
         for c in req.into_inner().container_requests {
-            // Kubelet does not say which GPUs the pod gets: all of the host's count.
-            let usable: Vec<_> = host.devices.iter().filter(|d| d.uverbs.is_some()).collect();
-            let topology = erdma_oci_hook::topology::of_host(&self.config, &usable);
-            let ctx = erdma_oci_hook::nccl::Context {
-                topology: Some(&topology),
-                ..erdma_oci_hook::nccl::Context::of(&self.config)
-            };
             let a = deviceplugin::allocate(
                 &host,
                 &self.plugin,
