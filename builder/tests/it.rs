@@ -1,4 +1,5 @@
 //! Integration tests for erdma-build against real components (see tests/support).
+#![forbid(unsafe_code)]
 // A test binary has no API: its helpers are `pub` for the modules beside them.
 #![allow(unreachable_pub)]
 

@@ -7,6 +7,7 @@
 //!   containerd with it as kubelet does).
 //!
 //! It also sets the `--version` line (version, commit, target: erdma-buildinfo).
+#![forbid(unsafe_code)]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     erdma_buildinfo::emit();
     println!("cargo:rerun-if-changed=proto");

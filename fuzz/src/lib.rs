@@ -10,6 +10,7 @@
 //!
 //! Seeds are the real files the tests already use (`fuzz/seeds/TARGET/`, and paths in
 //! `testdata/`), listed per target in [`Target::seeds`].
+#![forbid(unsafe_code)]
 use std::io::{BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -9,6 +9,7 @@
 //! anything was found.
 //!
 //!   erdma-fuzz [--seconds 10] [--seed 1] [--hang-ms 10000] [--json] [TARGET…]
+#![forbid(unsafe_code)]
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -11,6 +11,7 @@
 //!
 //! Inputs come from a seeded generator (the same cases every run; `ERDMA_PROP_SEED` picks
 //! others, `ERDMA_PROP_CASES` more of them).
+#![forbid(unsafe_code)]
 // A test binary has no API: its helpers are `pub` for the modules beside them.
 #![allow(unreachable_pub)]
 use std::cmp::Ordering;

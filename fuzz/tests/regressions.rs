@@ -1,6 +1,7 @@
 //! Every fuzz target on its seeds and on each input that once made it fail
 //! (`fuzz/regressions/TARGET/`): each must return without panicking (hangs are the fuzzer's to find: `scripts/fuzz`). This is
 //! what the normal test run keeps of the fuzzing; `scripts/fuzz` does the exploring.
+#![forbid(unsafe_code)]
 // A test binary has no API: its helpers are `pub` for the modules beside them.
 #![allow(unreachable_pub)]
 use std::panic::{self, AssertUnwindSafe};

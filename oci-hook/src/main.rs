@@ -1,6 +1,7 @@
 //! `erdma-oci-hook`: parse arguments, load the config, call the library, map errors to exit codes.
 //! Hooks must not write to stdout unless it is their protocol (precreate); they log to the file
 //! named in the config.
+#![forbid(unsafe_code)]
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,6 +1,7 @@
 //! The one integration test binary of erdma-oci-hook (one per crate, small
 //! helpers in `support`). Cases that need root or real runc say so and call
 //! `support::require`, which fails under `CI` and skips locally.
+#![forbid(unsafe_code)]
 // A test binary has no API: its helpers are `pub` for the modules beside them.
 #![allow(unreachable_pub)]
 

@@ -9,6 +9,7 @@
 //! 30 s read timeout, and the error names the URL. Bodies stream: nothing larger than a
 //! chunk is held in memory unless the caller asks for the bytes ([`Client::get`], for the
 //! small metadata files only).
+#![forbid(unsafe_code)]
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

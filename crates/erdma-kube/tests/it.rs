@@ -2,6 +2,7 @@
 //! root, containerd or kubectl say so and call `support::require`, which fails under `CI` and
 //! skips locally. The runtime side's binaries (`erdma-oci-hook`, `erdma-runtime`) come from the
 //! same target directory: run with `cargo nextest run --workspace`.
+#![forbid(unsafe_code)]
 // A test binary has no API: its helpers are `pub` for the modules beside them.
 #![allow(unreachable_pub)]
 

@@ -15,6 +15,7 @@
 //! verify (gpgv's `BADSIG`) fails the whole file even when another signature is good; signatures
 //! by keys outside the keyring are ignored; MD5, SHA-1 and RIPEMD-160 digests are refused as apt
 //! refuses them (`methods/gpgv.cc`, "weak digest").
+#![forbid(unsafe_code)]
 use pgp::composed::{
     CleartextSignedMessage, Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey,
 };

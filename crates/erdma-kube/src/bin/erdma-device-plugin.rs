@@ -2,6 +2,7 @@
 //! is in `erdma_kube::kubelet` (gRPC) and `erdma_kube::deviceplugin` (decisions). The
 //! hook config (`ERDMA_OCI_HOOK_CONFIG`, else /etc/erdma/oci-hook.toml) gives the sysfs and /dev
 //! roots and the drivers, as for the hooks.
+#![forbid(unsafe_code)]
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -3,6 +3,7 @@
 //! `erdma_kube::nri`. The hook config (`ERDMA_OCI_HOOK_CONFIG`, else
 //! /etc/erdma/oci-hook.toml) gives the sysfs and /dev roots, drivers, memlock, network policy and
 //! env policy, as for `erdma-runtime` and the hooks.
+#![forbid(unsafe_code)]
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
