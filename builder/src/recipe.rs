@@ -239,7 +239,7 @@ impl Recipe {
             other => other,
         };
         // rpm's name for the architecture, dnf's `$basearch`.
-        let basearch = crate::packages::rpm::install::basearch(arch);
+        let basearch = crate::packages::rpm::repos::basearch(arch);
         for repo in r.repositories.iter_mut() {
             for u in repo.urls.iter_mut().chain(repo.key_url.iter_mut()) {
                 *u = u.replace("{nvarch}", nvarch).replace("{basearch}", basearch);

@@ -192,7 +192,7 @@ struct Module {
 
 fn module(sysfs: &Path, name: &str) -> Option<Module> {
     let dir = sysfs.join("module").join(name);
-    let attr = |name: &str| discover::read_trim(&dir.join(name)).filter(|s| !s.is_empty());
+    let attr = |name: &str| crate::sysfs::read_trim(&dir.join(name)).filter(|s| !s.is_empty());
     dir.is_dir().then(|| Module { version: attr("version"), initstate: attr("initstate") })
 }
 
@@ -473,7 +473,7 @@ fn mtu_check(config: &Config, opts: &Options, host: &Host) -> Check {
 /// says "Open Kernel Module"). NCCL then still probes the RDMA provider (`ibv_reg_dmabuf_mr`),
 /// and upstream rdma-core's erdma provider does not implement it (`providers/erdma/erdma.c`).
 fn dmabuf_host(config: &Config) -> (Option<String>, bool) {
-    let kernel = discover::read_trim(&config.proc_root.join("sys/kernel/osrelease"));
+    let kernel = crate::sysfs::read_trim(&config.proc_root.join("sys/kernel/osrelease"));
     let recent = kernel.as_deref().is_some_and(|k| {
         let mut it = k.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u32>().ok());
         (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (5, 12)

@@ -33,6 +33,7 @@ pub mod prestart;
 pub mod request;
 pub mod runtime;
 pub mod spec;
+mod sysfs;
 pub mod topology;
 pub mod trial;
 

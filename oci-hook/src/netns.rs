@@ -42,7 +42,7 @@ pub const NETNS_MODE_PARAM: &str = "module/ib_core/parameters/netns_mode";
 /// changes (drivers/infiniband/core/device.c, `ib_devices_shared_netns`), so it reads the
 /// mode as it is now, `Y` (shared) or `N` (exclusive).
 pub fn rdma_netns_mode(sysfs_root: &Path) -> RdmaNetns {
-    match crate::discover::read_trim(&sysfs_root.join(NETNS_MODE_PARAM)).as_deref() {
+    match crate::sysfs::read_trim(&sysfs_root.join(NETNS_MODE_PARAM)).as_deref() {
         Some("Y" | "1") => RdmaNetns::Shared,
         Some("N" | "0") => RdmaNetns::Exclusive,
         _ => RdmaNetns::Unknown,

@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::discover::read_trim;
 use crate::request::env_get;
+use crate::sysfs::read_trim;
 
 /// NCCL's path types (`src/graph/topo.h`, `PATH_*`), in its order: the number is NCCL's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

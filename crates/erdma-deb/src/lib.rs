@@ -8,7 +8,6 @@
 //!   checked against it; [`index`] streams and hashes one index.
 #![forbid(unsafe_code)]
 
-mod ar;
 pub mod deb;
 pub mod deb822;
 pub mod index;

@@ -2,8 +2,7 @@
 //! `info/PACKAGE.*` files, as dpkg itself leaves them after an install.
 use std::collections::BTreeMap;
 
-use super::resolve::{Installed, Planned};
-use super::unpack::package_label;
+use super::resolve::{package_label, Installed, Planned};
 use crate::error::{Error, Result};
 use crate::packages::payload::{self};
 use erdma_deb::deb::Deb;
@@ -188,4 +187,11 @@ pub(crate) fn dpkg_order(fields: Vec<(String, String)>) -> Vec<(String, String)>
     // Stable: fields dpkg does not know keep the order the package gave them.
     fields.sort_by_key(|(r, _)| *r);
     fields.into_iter().map(|(_, f)| f).collect()
+}
+
+/// The base's dpkg status, as read once by [`super::install::resolve`] and used again by [`super::unpack::unpack`].
+pub struct BaseStatus {
+    pub paragraphs: Vec<Paragraph>,
+    /// The file as it was, for `status-old`; `None` when the base has none.
+    pub raw: Option<Vec<u8>>,
 }

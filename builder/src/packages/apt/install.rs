@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use super::dpkg::{MAX_STATUS, STATUS};
+use super::dpkg::{BaseStatus, MAX_STATUS, STATUS};
 use super::fetch::fetch_debs;
 use super::resolve::{self, Installed, Request};
 use super::sandboxed;
@@ -79,13 +79,6 @@ fn needs_sandbox(e: &Error, inputs: &Inputs<'_>) -> Option<String> {
         }
         _ => None,
     }
-}
-
-/// The base's dpkg status, as read once by [`resolve`] and used again by [`unpack`].
-pub struct BaseStatus {
-    pub paragraphs: Vec<Paragraph>,
-    /// The file as it was, for `status-old`; `None` when the base has none.
-    pub raw: Option<Vec<u8>>,
 }
 
 /// Resolves the recipe's packages against its repositories; writes nothing.

@@ -643,6 +643,11 @@ pub fn resolve(
     Ok(res)
 }
 
+/// `name version (origin)`: how an error about a package's payload names it.
+pub(crate) fn package_label(planned: &Planned) -> String {
+    format!("{} {} ({})", planned.name, planned.version, planned.pkg.origin())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -181,7 +181,11 @@ pub(super) fn apply(
 ) -> Result<()> {
     for r in regs {
         let refuse = |why: String| {
-            super::scripts::needs_sandbox(&r.package, format!("{} ({why})", r.command))
+            crate::packages::scripts::needs_sandbox(
+                &r.package,
+                "postinst",
+                format!("{} ({why})", r.command),
+            )
         };
         match &r.what {
             What::RcDefaults { name, disabled } => {

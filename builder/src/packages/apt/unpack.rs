@@ -5,11 +5,10 @@ use std::path::{Path, PathBuf};
 
 use md5::{Digest as _, Md5};
 
-use super::dpkg::{info_name, write_info, INFO, STATUS};
+use super::dpkg::{info_name, write_info, BaseStatus, INFO, STATUS};
 use super::fetch::on_disk;
-use super::install::BaseStatus;
 use super::resolve::Installed;
-use super::resolve::{self, Planned};
+use super::resolve::{self, package_label, Planned};
 use super::scripts::{self, Accounted};
 use crate::error::{Error, Result};
 use crate::packages::payload::{self, FileType, Placer, Refused};
@@ -19,11 +18,6 @@ use erdma_deb::deb::{self, DataKind};
 use erdma_deb::deb822::Paragraph;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{Entry, EntryKind, LayerContents};
-
-/// `name version (origin)`: how an error about a package's payload names it.
-pub(crate) fn package_label(planned: &Planned) -> String {
-    format!("{} {} ({})", planned.name, planned.version, planned.pkg.origin())
-}
 
 /// A refused entry, or a `.deb` that cannot be read, as one line naming the package.
 pub(crate) fn entry_error(

@@ -2,7 +2,7 @@
 //! and its signature before it is used.
 use std::path::PathBuf;
 
-use super::install::{local_package, package_file, Resolved};
+use super::plan::Resolved;
 use crate::error::{Error, Result};
 use crate::packages::PackageError;
 use crate::packages::{Inputs, PackagesReport};
@@ -155,4 +155,12 @@ pub(crate) async fn fetch(
         out.push((path, pkg));
     }
     Ok(out)
+}
+
+pub(crate) fn local_package(arg: &str, why: impl std::fmt::Display) -> Error {
+    PackageError::LocalPackage { arg: arg.to_string(), why: why.to_string() }.into()
+}
+
+pub(crate) fn package_file(at: impl std::fmt::Display, why: impl std::fmt::Display) -> Error {
+    PackageError::Package { at: at.to_string(), why: why.to_string() }.into()
 }

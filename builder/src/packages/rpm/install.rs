@@ -4,13 +4,14 @@
 //! the flow; the steps are `sources` (repositories and their metadata), `resolve`, `fetch`,
 //! `unpack` and `scripts` (scriptlets); the database itself is `erdma_rpm::rpmdb`'s.
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use super::fetch::{fetch, on_disk, MAX_RPM};
+use super::fetch::{fetch, local_package, on_disk, MAX_RPM};
+use super::plan::Resolved;
 use super::repos;
+use super::repos::basearch;
 use super::sandboxed;
 use super::scripts::{scriptlets, AccountFiles, Accounted};
-use super::sources::{base_repo_keys, base_repo_urls, load_repo, LoadedRepo};
+use super::sources::{base_repo_keys, base_repo_urls, load_repo, repository, NCCL};
 use super::unpack::{check_paths, note_special, unpack};
 use crate::error::{Error, Result};
 use crate::packages::sandboxed::Over;
@@ -22,40 +23,6 @@ use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_openpgp::Keyring;
 use erdma_rpm::PackageMeta;
-
-/// NVIDIA's NCCL package in its rpm repositories (`libnccl-devel` beside it).
-pub const NCCL: &str = "libnccl";
-
-/// `excludepkgs` patterns for NVIDIA's repository that keep a later `dnf upgrade` in the image
-/// from swapping the NCCL build chosen for CUDA `major` for one built for another CUDA major
-/// (NCCL links the CUDA runtime statically: a `+cuda13` build does not run on a CUDA 12
-/// driver stack). The rpm counterpart of `apt-mark hold`. dnf reads each as a NEVR glob
-/// (`name-version-release`), matching the `+cudaX.Y` in the release.
-pub fn nccl_excludes(major: u32) -> Vec<String> {
-    let others: Vec<u32> = (9..=20).filter(|m| *m != major).collect();
-    [NCCL, "libnccl-devel", "libnccl-static"]
-        .iter()
-        .flat_map(|n| others.iter().map(move |m| format!("{n}-*-*+cuda{m}.*")))
-        .collect()
-}
-
-/// rpm's name for a Debian architecture (dnf's `$basearch`).
-pub fn basearch(debian_arch: &str) -> &str {
-    match debian_arch {
-        "amd64" => "x86_64",
-        "arm64" => "aarch64",
-        "ppc64el" => "ppc64le",
-        other => other,
-    }
-}
-
-/// What a build of an rpm image knows about its database and repositories after resolving.
-pub(crate) struct Resolved {
-    pub(crate) db: erdma_rpm::rpmdb::Database,
-    pub(crate) plan: super::resolve::Resolution,
-    pub(crate) repos: Vec<LoadedRepo>,
-    pub(crate) local: Vec<(PathBuf, PackageMeta)>,
-}
 
 /// Installed packages built by Mellanox OFED (`mlnx` in the version or release, or named in the
 /// recipe's remove list): each goes, replaced by the repository build of the same name when
@@ -533,16 +500,4 @@ pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
         return Ok(BTreeMap::new());
     };
     Ok(db.installed().into_iter().map(|p| (p.name, p.evr.to_string())).collect())
-}
-
-pub(crate) fn repository(repo: &str, why: impl std::fmt::Display) -> Error {
-    PackageError::Repository { repo: repo.to_string(), why: why.to_string() }.into()
-}
-
-pub(crate) fn local_package(arg: &str, why: impl std::fmt::Display) -> Error {
-    PackageError::LocalPackage { arg: arg.to_string(), why: why.to_string() }.into()
-}
-
-pub(crate) fn package_file(at: impl std::fmt::Display, why: impl std::fmt::Display) -> Error {
-    PackageError::Package { at: at.to_string(), why: why.to_string() }.into()
 }

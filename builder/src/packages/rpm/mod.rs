@@ -4,6 +4,7 @@
 //! image's rpm database ([`install`]), over rpm's formats in `erdma_rpm`.
 mod fetch;
 pub mod install;
+mod plan;
 pub mod repos;
 pub mod resolve;
 mod sandboxed;

@@ -245,6 +245,16 @@ pub fn add_excludes(text: &str, id: &str, exclude: &[String]) -> String {
     out
 }
 
+/// rpm's name for a Debian architecture (dnf's `$basearch`).
+pub fn basearch(debian_arch: &str) -> &str {
+    match debian_arch {
+        "amd64" => "x86_64",
+        "arm64" => "aarch64",
+        "ppc64el" => "ppc64le",
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::install::{nccl_excludes, repository};
 use super::repos::{self, YumRepo};
 use crate::error::{Error, Result};
 use crate::packages::PackageError;
@@ -292,6 +291,26 @@ pub(super) fn add_repos(
         )?;
     }
     Ok(())
+}
+
+/// NVIDIA's NCCL package in its rpm repositories (`libnccl-devel` beside it).
+pub(crate) const NCCL: &str = "libnccl";
+
+/// `excludepkgs` patterns for NVIDIA's repository that keep a later `dnf upgrade` in the image
+/// from swapping the NCCL build chosen for CUDA `major` for one built for another CUDA major
+/// (NCCL links the CUDA runtime statically: a `+cuda13` build does not run on a CUDA 12
+/// driver stack). The rpm counterpart of `apt-mark hold`. dnf reads each as a NEVR glob
+/// (`name-version-release`), matching the `+cudaX.Y` in the release.
+pub(crate) fn nccl_excludes(major: u32) -> Vec<String> {
+    let others: Vec<u32> = (9..=20).filter(|m| *m != major).collect();
+    [NCCL, "libnccl-devel", "libnccl-static"]
+        .iter()
+        .flat_map(|n| others.iter().map(move |m| format!("{n}-*-*+cuda{m}.*")))
+        .collect()
+}
+
+pub(crate) fn repository(repo: &str, why: impl std::fmt::Display) -> Error {
+    PackageError::Repository { repo: repo.to_string(), why: why.to_string() }.into()
 }
 
 #[cfg(test)]

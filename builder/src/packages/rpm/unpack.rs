@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::install::{package_file, Resolved};
+use super::fetch::package_file;
+use super::plan::Resolved;
 use super::scripts::Accounted;
 use crate::error::{Error, Result};
 use crate::packages::users;

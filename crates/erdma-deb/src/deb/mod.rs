@@ -5,12 +5,14 @@
 //! Packages come from the network, so everything here treats the file as hostile: sizes are
 //! checked against the file, member order and compression magic are checked as dpkg-deb
 //! does, paths that would leave the package root are refused, and nothing panics.
+mod ar;
+
 use std::collections::BTreeMap;
 use std::io::{self, Cursor, Read};
 use std::path::{Path, PathBuf};
 
-use crate::ar::{read_up_to, ArReader, Member};
 use crate::deb822::{self, Deb822Error, Paragraph};
+use ar::{read_up_to, ArReader, Member};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DebError {
@@ -645,8 +647,8 @@ fn walk_tar<'a>(
 
 #[cfg(test)]
 mod tests {
+    use super::ar::AR_MAGIC;
     use super::*;
-    use crate::ar::AR_MAGIC;
     use std::collections::BTreeSet;
     use std::os::unix::fs::PermissionsExt;
     use std::process::Command;

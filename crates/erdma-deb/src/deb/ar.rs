@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use crate::deb::DebError;
+use super::DebError;
 
 /// One member of the `ar` archive: its name and where its content lies in the file.
 #[derive(Debug, Clone)]
