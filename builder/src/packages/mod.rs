@@ -2,27 +2,23 @@
 //!
 //! [`install`], [`add_repositories`] and [`installed`] are the one interface `build`, `plan`
 //! and `check` use; [`apt`] (Debian, Ubuntu) and [`rpm`] (Enterprise Linux) are behind it.
-//! What every backend needs lives here, once, below them: the inputs and the report, OpenPGP
-//! keys, pins and signature verification ([`openpgp`]) and NCCL's build selection ([`nccl`]).
+//! What every backend needs lives here, once, below them: the inputs and the report, NCCL's
+//! build selection ([`nccl`]), the layer's payload rules ([`payload`]), the script emulations
+//! both backends share ([`users`], [`alternatives`]), ld.so.cache's format and directory scan
+//! ([`ldcache`]) and the sandbox ([`sandboxed`]). OpenPGP (keys, pins, signatures) is the `erdma_openpgp` crate.
 /// `--install` of an alternative, as dpkg's update-alternatives and chkconfig's alternatives
 /// leave the image.
 pub(crate) mod alternatives;
 pub mod apt;
 pub mod error;
-/// What `chmod` and `setcap` do to a file, for both backends' script emulations.
-pub mod file_changes;
 /// The image as scripts see it: the base's files with this build's layer over them.
 pub(crate) mod image;
 pub(crate) mod ldcache;
-/// `ldconfig` after an install: the image's ld.so.cache rewritten as it would rewrite it.
-pub(crate) mod ldconfig;
 /// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 
 /// Package payloads into the layer: where entries land, what is refused, what is reported.
 pub mod payload;
-/// `systemctl preset`, as the rpm macros run it: the image's presets, the units' links.
-pub(crate) mod presets;
 pub mod rpm;
 pub mod sandboxed;
 pub mod scripts;

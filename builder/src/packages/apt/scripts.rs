@@ -34,10 +34,10 @@
 //! from its payload, and `DPKG_ROOT` is empty, as dpkg exports it for an install to `/`.
 use std::collections::BTreeSet;
 
+use super::file_changes::{capability_xattr, ModeChange};
 use super::resolve::{Installed, Planned};
 use crate::error::{Error, Result};
 use crate::packages::alternatives;
-use crate::packages::file_changes::{capability_xattr, ModeChange};
 use crate::packages::scripts::{self, Outcome, ScriptRecord};
 use crate::packages::users;
 use crate::packages::PackageError;
@@ -47,7 +47,7 @@ use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{EntryKind, LayerContents};
 use erdma_oci::rootfs::SnapEntry;
 
-/// What the `ldconfig` emulation does ([`crate::packages::ldconfig`]).
+/// What the `ldconfig` emulation does ([`super::ldconfig`]).
 const LDCONFIG_DONE: &str =
     "ldconfig: /etc/ld.so.cache rewritten as the image's ldconfig writes it, once every package is unpacked";
 

@@ -424,9 +424,7 @@ pub(super) fn unpack(
     // Triggers last, as dpkg processes them: libc-bin's `ldconfig`.
     if let Some((package, script)) = &accounted.ldconfig {
         let done = match crate::packages::ldcache::Arch::from_debian(inputs.arch) {
-            Some(arch) => {
-                crate::packages::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?
-            }
+            Some(arch) => super::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?,
             None => Err(format!("not emulated on {}", inputs.arch)),
         };
         if let Err(why) = done {

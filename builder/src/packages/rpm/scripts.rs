@@ -22,7 +22,7 @@
 //!   `%posttrans`: [`crate::packages::alternatives`], after the package's files.
 //!
 //! - `%systemd_post`'s `systemctl preset` (directly on EL8, through `systemd-update-helper
-//!   install-system-units` on EL9): [`crate::packages::presets`], once every package is
+//!   install-system-units` on EL9): [`super::presets`], once every package is
 //!   unpacked.
 //!
 //! Without effect here:
@@ -41,10 +41,11 @@
 //! without effect, anything else goes to the sandbox.
 use std::collections::BTreeSet;
 
+use super::presets;
 use crate::error::{Error, Result};
 use crate::packages::scripts::{commands_with, is_inert, Known, Outcome, ScriptRecord, Truth};
 use crate::packages::users;
-use crate::packages::{alternatives, presets, PackageError};
+use crate::packages::{alternatives, PackageError};
 
 /// What an rpm `ldconfig` leaves undone here: the cache of glibc before 2.36 (EL8's 2.28,
 /// EL9's 2.34, Alibaba Cloud Linux 3's 2.32) is not rewritten, for want of those ldconfigs to
@@ -76,7 +77,7 @@ pub(crate) struct Accounted {
     /// The `%posttrans` of every package, in plan order.
     pub(crate) posttrans: Vec<users::Op>,
     /// `systemctl preset` calls (`%systemd_post`), in the order rpm makes them; applied once
-    /// every package is unpacked ([`crate::packages::presets`]).
+    /// every package is unpacked ([`super::presets`]).
     pub(crate) presets: Vec<presets::Preset>,
     /// Each package's `%post` `alternatives --install` calls (by plan index), applied after its
     /// files as rpm runs them ([`crate::packages::alternatives`]).

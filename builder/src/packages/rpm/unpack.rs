@@ -213,7 +213,7 @@ pub(crate) fn unpack(
         base,
         layer,
     )?;
-    crate::packages::presets::apply(&accounted.presets, base, layer)?;
+    super::presets::apply(&accounted.presets, base, layer)?;
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::from(PackageError::WriteDatabase(e.to_string())))?
     {
