@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Container start through the CRI, as kubelet does it (CreateContainer + StartContainer on a
-# running host-network pod; crates/erdma-kube/examples/cri_start.rs), with the NRI plugin against plain
+# running host-network pod; kube/examples/cri_start.rs), with the NRI plugin against plain
 # containerd/runc on the same pod spec, and against erdma-runtime as a containerd runtime
 # handler, in one run, the variants interleaved round by round.
 #

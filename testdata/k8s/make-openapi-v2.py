@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes testdata/k8s/openapi-v2.json: the Kubernetes API schema of the kinds deploy/ uses
 (ConfigMap, Namespace, DaemonSet, RuntimeClass and everything they reference), as a Swagger 2.0
-`definitions` document, for the fake API server of crates/erdma-kube/tests/deploy_cases.rs to serve to
+`definitions` document, for the fake API server of kube/tests/deploy_cases.rs to serve to
 `kubectl apply --dry-run=client --validate=true` (see README.md beside this file).
 
 Source: the models of Debian's python3-kubernetes 22.6.0 (bookworm), which OpenAPI Generator made

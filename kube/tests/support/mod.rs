@@ -3,7 +3,7 @@
 //! containerd with ([`cri`]).
 #![allow(dead_code, unused_imports)]
 
-#[path = "../../../../oci-hook/tests/support/mod.rs"]
+#[path = "../../../oci-hook/tests/support/mod.rs"]
 mod shared;
 
 pub use shared::*;

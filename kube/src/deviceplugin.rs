@@ -420,7 +420,7 @@ mod tests {
     /// `numa_node` say (testdata/sysfs/README.md), and the others' `-1` (no affinity).
     #[test]
     fn numa_from_the_fixture_trees() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/sysfs");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/sysfs");
         let sysfs = root.join("four/sys");
         let h = erdma_oci_hook::discover::discover(
             &sysfs,
