@@ -307,7 +307,7 @@ fn env_finding(
     }
 }
 
-/// Host data baked into the image ([`crate::env_presets::HOST_SPECIFIC`]): a warning each,
+/// Host data baked into the image ([`erdma_common::nccl::HOST_SPECIFIC`]): a warning each,
 /// saying what breaks where. A profile's hosts are known, so its own values are expected there
 /// (and others already differ from its presets).
 fn host_env_findings(env: &[(String, String)], profile: Option<Profile>) -> Vec<Finding> {

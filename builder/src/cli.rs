@@ -138,6 +138,8 @@ pub struct RegistryArgs {
     /// does not speak HTTPS (as loopback registries may). Repeatable.
     #[arg(long = "insecure-registry", value_name = "HOST")]
     pub insecure_registries: Vec<String>,
+    // clap's help text, not Markdown: `HOST[:PORT]` is no link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     /// Read CA certificates (*.crt) and a client certificate (*.cert with its *.key) for every
     /// registry from DIR, instead of HOST[:PORT]/ under ~/.config/containers/certs.d,
     /// /etc/containers/certs.d and /etc/docker/certs.d.

@@ -5,7 +5,7 @@
 //! - [`PRESETS`]: what holds on every eRDMA host. `build` and `plan` add these by default.
 //! - [`PAI_DLC_ENV`]: what describes PAI-DLC's hosts, not the image: their `eth0` interface and
 //!   `erdma_N` devices, and a fixed RoCE v2 GID index. Added only with `--profile pai-dlc`
-//!   (PAI-DLC runs no hook to derive them); elsewhere they break NCCL (see [`HOST_SPECIFIC`]),
+//!   (PAI-DLC runs no hook to derive them); elsewhere they break NCCL (see [`HOST_SPECIFIC`](erdma_common::nccl::HOST_SPECIFIC)),
 //!   and `erdma-oci-hook` derives them per container from the host's sysfs.
 //!
 //! The base image's own value wins over a preset; `--env` replaces both.

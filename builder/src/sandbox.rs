@@ -212,7 +212,7 @@ pub fn become_namespace_root(
 pub struct Ran {
     /// The command's exit status (a signal `N` as 128 + N).
     pub status: i32,
-    /// Its standard output and error, interleaved, the last [`KEEP_OUTPUT`] bytes.
+    /// Its standard output and error, interleaved, the last `KEEP_OUTPUT` bytes.
     pub output: Vec<u8>,
 }
 

@@ -184,7 +184,7 @@ pub fn derive(host: &Host, devices: &[&RdmaDevice], net: &Net, ctx: &Context) ->
     d
 }
 
-/// [`derive`] for a container whose GPUs are not known here (a CDI spec, `doctor`, a trial
+/// [`derive()`] for a container whose GPUs are not known here (a CDI spec, `doctor`, a trial
 /// container without GPUs): all of the host's count.
 pub fn derive_for_any_gpus(
     host: &Host,

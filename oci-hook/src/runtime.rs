@@ -314,7 +314,7 @@ fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// Runs the wrapper with `args` (without argv[0]); returns only on error, with the exit code.
+/// Runs the wrapper with `args` (without `argv[0]`); returns only on error, with the exit code.
 pub fn main_with(args: Vec<OsString>) -> i32 {
     let inv = parse(&args);
     if inv.version && inv.command.is_none() {

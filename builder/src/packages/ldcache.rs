@@ -4,10 +4,10 @@
 //! scriptlet). The build writes the cache itself: the base's cache is read ([`Cache::parse`]),
 //! the directories `ldconfig` scans are computed from the image ([`conf_dirs`]), each directory
 //! the packages change is scanned as `ldconfig` scans it ([`scan_dir`], reading shared objects
-//! with [`probe`]), and its entries replace the old ones ([`Cache::replace_dir`]). The result,
+//! with [`probe`]), and its entries replace the old ones ([`Cache::remove_dir`], [`Cache::add`]). The result,
 //! [`Cache::to_bytes`], is byte for byte what `ldconfig` writes after the install, when the
-//! base's cache was fresh: [`Cache::build`] makes a cache from scratch the same way, so a
-//! caller can first check that it reproduces the base's own cache.
+//! base's cache was fresh: `Cache::build` (in the tests) makes a cache from scratch the same
+//! way, so the tests check that it reproduces the base's own cache.
 //!
 //! The rules are glibc's (elf/cache.c, elf/stringtable.c, elf/ldconfig.c, elf/readlib.c,
 //! elf/readelflib.c) as of 2.36 (Debian 12) and 2.41 (Debian 13), plus what Debian's

@@ -4,8 +4,8 @@
 //! and `check` use; [`apt`] (Debian, Ubuntu) and [`rpm`] (Enterprise Linux) are behind it.
 //! What every backend needs lives here, once, below them: the inputs and the report, NCCL's
 //! build selection ([`nccl`]), the layer's payload rules ([`payload`]), the script emulations
-//! both backends share ([`users`], [`alternatives`]), ld.so.cache's format and directory scan
-//! ([`ldcache`]) and the sandbox ([`sandboxed`]). OpenPGP (keys, pins, signatures) is the `erdma_openpgp` crate.
+//! both backends share (`users`, `alternatives`), ld.so.cache's format and directory scan
+//! (`ldcache`) and the sandbox ([`sandboxed`]). OpenPGP (keys, pins, signatures) is the `erdma_openpgp` crate.
 /// `--install` of an alternative, as dpkg's update-alternatives and chkconfig's alternatives
 /// leave the image.
 pub(crate) mod alternatives;

@@ -1,7 +1,7 @@
 //! Registry credentials as docker, podman and skopeo read them: the auth files in the order of
 //! containers-auth.json(5) (see [`auth_files`]), their `auths` (keys normalised as Docker and
 //! containers/image do, repository-scoped keys honoured), `credHelpers` and `credsStore`; and
-//! the exchange of a stored identity token for an access token ([`exchange_identity_token`]).
+//! the exchange of a stored identity token for an access token ([`access_token`]).
 //!
 //! Our own code rather than the `docker_credential` crate: that crate reads only Docker's
 //! config.json (no Podman paths, no repository-scoped keys) and hands an identity token back

@@ -114,7 +114,7 @@ fn with_name(r: &Reference, name: &str) -> Result<Reference> {
 }
 
 /// Loopback registries (`127.0.0.0/8`, `::1`, `localhost`): tried over HTTPS first, then plain
-/// HTTP ([`Registries::new_endpoint`]). Addresses are parsed, not matched as text: a name such
+/// HTTP (`Registries::new_endpoint`). Addresses are parsed, not matched as text: a name such
 /// as `127.0.0.1.example` is a host name like any other.
 pub fn is_loopback(registry: &str) -> bool {
     let host = host_of(registry);
@@ -628,7 +628,7 @@ impl Registries {
     /// Uploads a blob in one `PUT` (the distribution spec's monolithic upload: `POST` opens the
     /// upload, `PUT LOCATION?digest=` sends it), streaming; not retried (the stream is
     /// consumed). The upload stops at `size` bytes: `stream` must be checked by then, as
-    /// [`crate::source::Source::blob_stream`]'s are. Answers other than the expected ones are read up to [`ERROR_BODY`].
+    /// [`crate::source::Source::blob_stream`]'s are. Answers other than the expected ones are read up to `ERROR_BODY` (64 KiB).
     pub async fn push_blob(
         &self,
         r: &Reference,

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 pub use erdma_http::{tls_failure, TlsFailure};
 
-/// Where [`cert_dir`] looks, apart so that tests need not touch the process's environment.
+/// Where [`CertEnv::cert_dir`] looks, apart so that tests need not touch the process's environment.
 #[derive(Debug, Clone)]
 pub struct CertEnv {
     /// `--cert-dir`: this directory for every registry, nothing else.

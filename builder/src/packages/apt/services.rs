@@ -17,7 +17,7 @@
 //!   service, as `policy-rc.d` denies it in `docker build`.
 //!
 //! Anything these cannot reproduce (a template unit, systemctl or insserv in the image, a unit
-//! file the image lacks) stops the emulation with [`PackageError::Script`], which sends the
+//! file the image lacks) stops the emulation with [`PackageError::Script`](crate::packages::PackageError::Script), which sends the
 //! build to the sandbox where the real helper runs.
 use crate::error::{Error, Result};
 use crate::packages::image;

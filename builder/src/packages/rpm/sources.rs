@@ -37,7 +37,7 @@ pub(crate) struct LoadedRepo {
 /// checksum stops the build (an attack or a broken mirror, as apt's backend treats it).
 ///
 /// `Ok(Err(why))` when no mirror could be reached: the caller decides whether that stops the
-/// build (the recipe's repositories) or not (the base's own, see [`install`]).
+/// build (the recipe's repositories) or not (the base's own, see [`install`](super::install)).
 pub(super) async fn load_repo(
     http: &erdma_http::Client,
     name: &str,

@@ -146,7 +146,7 @@ impl fmt::Debug for IndexedPackage {
 
 impl IndexedPackage {
     /// The packages of an index's text, each checked for what its download needs, as
-    /// [`read_streamed`] reads them; `url` names the index in errors.
+    /// `fetch::read_streamed` reads them; `url` names the index in errors.
     pub fn read_index(
         text: String,
         url: &str,
