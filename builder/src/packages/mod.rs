@@ -6,25 +6,19 @@
 //! build selection ([`nccl`]), the layer's payload rules ([`payload`]), the script emulations
 //! both backends share (`users`, `alternatives`), ld.so.cache's format and directory scan
 //! (`ldcache`) and the sandbox ([`sandboxed`]). OpenPGP (keys, pins, signatures) is the `erdma_openpgp` crate.
-/// `--install` of an alternative, as dpkg's update-alternatives and chkconfig's alternatives
-/// leave the image.
 pub(crate) mod alternatives;
 pub mod apt;
 pub mod error;
-/// The image as scripts see it: the base's files with this build's layer over them.
 pub(crate) mod image;
 pub(crate) mod ldcache;
-/// NCCL builds: which `libnccl2` fits an image's CUDA, and what a `libnccl.so` says it is.
 pub mod nccl;
 
-/// Package payloads into the layer: where entries land, what is refused, what is reported.
 pub mod payload;
 pub mod rpm;
 pub mod sandboxed;
 pub mod scripts;
 #[cfg(test)]
 pub(crate) mod testing;
-/// System users and groups the scripts add, written as the image's own tools write them.
 pub(crate) mod users;
 
 use std::collections::BTreeMap;

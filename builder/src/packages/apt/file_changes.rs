@@ -1,4 +1,4 @@
-//! What `chmod` and `setcap` do to a file, for the scripts' emulations of both backends: a
+//! What `chmod` and `setcap` do to a file, for the maintainer-script emulation: a
 //! mode change as chmod(1) reads it, and file capabilities as setcap(8) (libcap's
 //! `cap_from_text`, then `cap_set_file`) writes them into the `security.capability` xattr.
 //! Anything outside the forms below is `None`, and the caller refuses to emulate it.

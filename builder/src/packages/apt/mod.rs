@@ -1,10 +1,8 @@
 //! The apt backend: Debian and Ubuntu packages, installed the way `apt-get install` would.
 mod dpkg;
 mod fetch;
-/// What `chmod` and `setcap` do to a file, for the maintainer-script emulation.
 pub mod file_changes;
 pub mod install;
-/// `ldconfig` after an install: the image's ld.so.cache rewritten as it would rewrite it.
 mod ldconfig;
 pub mod local;
 pub mod resolve;

@@ -5,7 +5,6 @@
 mod fetch;
 pub mod install;
 mod plan;
-/// `systemctl preset`, as the rpm macros run it: the image's presets, the units' links.
 mod presets;
 pub mod repos;
 pub mod resolve;
