@@ -5,10 +5,12 @@
 // A test binary has no API: its helpers are `pub` for the modules beside them.
 #![allow(unreachable_pub)]
 
+mod cdi_cases;
 mod doctor_cases;
 mod engine_cases;
 mod nccl_cases;
 mod prestart_cases;
+mod real_engine_cases;
 mod runtime_cases;
 mod support;
 mod topology_cases;
