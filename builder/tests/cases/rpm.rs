@@ -1,7 +1,7 @@
 //! The rpm backend end to end: erdma-build against EL-like bases whose rpm database real rpm
 //! wrote (Berkeley DB by Debian 11's rpm 4.16 on libdb 5.3, SQLite by rpm 4.18) and signed
 //! repositories laid out like Alibaba's eRDMA yum repository, holding rdma-core rpms made from
-//! Debian's real binaries (tests/support/rpm_repo.rs, testdata/rpm/README.md). Every result is
+//! Debian's real binaries (tests/support/rpm_repo/, testdata/rpm/README.md). Every result is
 //! checked with the real tools: rpm (-qa, -V, -i on top), dnf, db5.3_verify, Docker.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Checks of the rpm fixtures (`tests/support/rpm_repo.rs`) against real tools: rpm 4.18,
+//! Checks of the rpm fixtures (`tests/support/rpm_repo/`) against real tools: rpm 4.18,
 //! rpmsign, gpg, createrepo_c, dnf, db5.3_verify. They never run erdma-build; they prove that
 //! what the rpm backend will be tested against is coherent.
 use std::path::{Path, PathBuf};
