@@ -355,8 +355,29 @@ pub(super) fn account(
     skip: bool,
     out: &mut Accounted,
 ) -> Result<()> {
-    let package = format!("{} {}", planned.name, planned.version);
-    let files = payload.list;
+    read_base_databases(base, out)?;
+    let scope = Scope {
+        planned,
+        package: format!("{} {}", planned.name, planned.version),
+        payload,
+        old,
+        base,
+        layer,
+        skip,
+    };
+    for script in INSTALL_SCRIPTS {
+        let Some(body) = deb.control_files.get(*script) else { continue };
+        scope.script(script, &String::from_utf8_lossy(body), out)?;
+    }
+    scope.activated_file_triggers(out)?;
+    if let Some(body) = deb.control_files.get("triggers") {
+        scope.triggers(body, out)?;
+    }
+    Ok(())
+}
+
+/// The base's dpkg databases and account files the scripts' tests read, once per build.
+fn read_base_databases(base: &dyn BaseFiles, out: &mut Accounted) -> Result<()> {
     if out.overrides.is_none() {
         let text = base.read("var/lib/dpkg/statoverride", 4 << 20)?.unwrap_or_default();
         out.overrides = Some(
@@ -366,7 +387,6 @@ pub(super) fn account(
                 .collect(),
         );
     }
-    let overrides = out.overrides.clone().unwrap_or_default();
     if out.diversions.is_none() {
         // dpkg-divert's database: `FROM`, `TO`, `PACKAGE`, a line each.
         let text = base.read("var/lib/dpkg/diversions", 4 << 20)?.unwrap_or_default();
@@ -375,29 +395,58 @@ pub(super) fn account(
         out.diversions =
             Some(lines.chunks_exact(3).map(|c| (c[0].to_string(), c[1].to_string())).collect());
     }
-    let diversions = out.diversions.clone().unwrap_or_default();
     if out.account_files.is_none() {
         let read = |p: &str| -> Result<String> {
             Ok(String::from_utf8_lossy(&base.read(p, 4 << 20)?.unwrap_or_default()).into_owned())
         };
         out.account_files = Some((read("etc/group")?, read("etc/passwd")?));
     }
-    let account_files = out.account_files.clone().unwrap_or_default();
     if out.ldconfig_interest.is_none() {
         // dpkg's list of the packages interested in the `ldconfig` trigger (libc-bin).
         let interested = base.read("var/lib/dpkg/triggers/ldconfig", 1 << 20)?;
         out.ldconfig_interest = Some(interested.is_some_and(|t| !t.trim_ascii().is_empty()));
     }
-    for script in INSTALL_SCRIPTS {
-        let Some(body) = deb.control_files.get(*script) else { continue };
-        let text = String::from_utf8_lossy(body);
-        let mut effects: Vec<String> = Vec::new();
-        let mut emulated: Vec<String> = Vec::new();
-        let mut unknown: Option<String> = None;
+    Ok(())
+}
+
+/// One package whose scripts are being accounted for: what [`account`] was given.
+struct Scope<'a> {
+    planned: &'a Planned,
+    /// `name version`, as records and errors name it.
+    package: String,
+    payload: &'a Payload<'a>,
+    old: Option<&'a Version>,
+    base: &'a dyn BaseFiles,
+    layer: Option<&'a LayerContents>,
+    skip: bool,
+}
+
+/// What one script's commands came to, while its commands are read.
+#[derive(Default)]
+struct ScriptTally {
+    effects: Vec<String>,
+    emulated: Vec<String>,
+    unknown: Option<String>,
+    /// The script has sourced debconf's confmodule.
+    confmodule: bool,
+}
+
+impl Scope<'_> {
+    /// One maintainer script (`script`, its text `text`): its commands read with the answers
+    /// its tests would get, each emulated, shown to be without effect, or not placed.
+    fn script(&self, script: &str, text: &str, out: &mut Accounted) -> Result<()> {
+        let Scope { package, payload, old, base, layer, .. } = self;
+        let (package, payload, old, base, layer) =
+            (package.as_str(), *payload, *old, *base, *layer);
+        let files = payload.list;
+        let overrides = out.overrides.clone().unwrap_or_default();
+        let diversions = out.diversions.clone().unwrap_or_default();
+        let account_files = out.account_files.clone().unwrap_or_default();
+        let mut tally = ScriptTally::default();
         // The arguments dpkg gives (deb-maintscripts(5)); `configure` gets the version last
         // configured, empty on a first install.
         let old_text = old.map(|v| v.to_string()).unwrap_or_default();
-        let args: Vec<&str> = match (*script, old) {
+        let args: Vec<&str> = match (script, old) {
             ("preinst", None) => vec!["install"],
             ("preinst", Some(_)) => vec!["upgrade", &old_text],
             _ => vec!["configure", &old_text],
@@ -405,7 +454,7 @@ pub(super) fn account(
         // `dpkg-statoverride --list PATH` succeeds when the database has an override for it;
         // a file test on a path of this package is told by its payload (dpkg has unpacked it
         // when postinst runs); the service helpers answer theirs.
-        let unpacked = *script == "postinst";
+        let unpacked = script == "postinst";
         // Paths a test answered from the base (absent: in neither the base nor this package),
         // which holds unless another package of the plan adds or removes one
         // ([`check_assumed`]).
@@ -440,7 +489,6 @@ pub(super) fn account(
             }
             Some(None)
         };
-        let call = |words: &[String]| users::Call::new(&package, script, words);
         // `getent group|passwd NAME`: the base's account files and what earlier scripts add.
         let added: (BTreeSet<&str>, BTreeSet<&str>) = (
             out.accounts.iter().filter_map(users::Op::group).collect(),
@@ -518,194 +566,222 @@ pub(super) fn account(
         let known = scripts::Known { status: &status, output: &output };
         // dpkg exports DPKG_ROOT, empty when it installs to `/` (deb-maintscripts(5)).
         let env = [("DPKG_ROOT", "")];
-        let mut confmodule = false;
-        for words in scripts::commands_with(&text, Some(&args), &env, &known) {
+        for words in scripts::commands_with(text, Some(&args), &env, &known) {
             if scripts::is_inert(&words) {
                 continue;
             }
-            let shown = words.join(" ");
-            match words[0].as_str() {
-                "adduser" => match users::SystemUser::parse(call(&words), &words) {
-                    Some(user) => {
-                        emulated.push(format!("system user {}", user.name));
-                        out.accounts.push(users::Op::AddUser(user));
-                    }
-                    None => unknown = unknown.or(Some(shown)),
-                },
-                "useradd" => match users::UserAdd::parse(call(&words), &words) {
-                    Some(user) => {
-                        emulated.push(format!("system user {}", user.name));
-                        out.accounts.push(users::Op::UserAdd(user));
-                    }
-                    None => unknown = unknown.or(Some(shown)),
-                },
-                "groupadd" => match users::GroupAdd::parse(call(&words), &words) {
-                    Some(group) => {
-                        emulated.push(format!("system group {}", group.name));
-                        out.accounts.push(users::Op::GroupAdd(group));
-                    }
-                    None => unknown = unknown.or(Some(shown)),
-                },
-                "update-rc.d" | "invoke-rc.d" | "deb-systemd-helper" => {
-                    match super::services::parse(&package, &words, base)? {
-                        Some(super::services::Parsed::Emulate(r)) => {
-                            emulated.push(shown);
-                            out.services.push(r);
-                        }
-                        Some(super::services::Parsed::NoEffect(why)) => effects.push(why),
-                        None => unknown = unknown.or(Some(shown)),
-                    }
-                }
-                "addgroup" => match users::system_group(&words) {
-                    Some(name) => {
-                        emulated.push(format!("system group {name}"));
-                        out.accounts.push(users::Op::AddGroup(call(&words), name));
-                    }
-                    None => unknown = unknown.or(Some(shown)),
-                },
-                "update-alternatives" => {
-                    match alternatives::Install::parse(
-                        alternatives::Tool::Dpkg,
-                        &package,
-                        script,
-                        &words,
-                    ) {
-                        Some(i) => {
-                            emulated.push(format!(
-                                "alternative {} ({} -> {}, priority {})",
-                                i.name, i.link, i.path, i.priority
-                            ));
-                            out.alternatives.push(i);
-                        }
-                        None => unknown = unknown.or(Some(shown)),
-                    }
-                }
-                "dpkg-statoverride" if words.get(1).is_some_and(|w| w == "--list") => {}
-                "dpkg-statoverride" => match StatAdd::parse(&package, &words) {
-                    Some(a) if !overrides.contains(&a.path) => {
-                        emulated.push(shown);
-                        out.stat_adds.push(a);
-                    }
-                    _ => unknown = unknown.or(Some(shown)),
-                },
-                "chown" | "chgrp" | "chmod" | "setcap" => {
-                    match FileChange::parse(&package, &words, files) {
-                        Some(o) => {
-                            emulated.push(shown);
-                            out.file_changes.push(o);
-                        }
-                        None => unknown = unknown.or(Some(shown)),
-                    }
-                }
-                "dpkg-maintscript-helper" => match maintscript_helper(&words, old, base)? {
-                    Some(why) => effects.push(why),
-                    None => unknown = unknown.or(Some(shown)),
-                },
-                "add-shell" => match super::shells::parse_add(&words) {
-                    Some(c) => {
-                        emulated.push(shown);
-                        out.shells.push((package.clone(), c));
-                    }
-                    None => unknown = unknown.or(Some(shown)),
-                },
-                "ucf" | "ucfr" | "touch" => match super::ucf::Call::parse(&words) {
-                    // ucf from a script that runs under debconf's frontend behaves otherwise
-                    // (it warns, or loads nothing): not reproduced.
-                    Some(super::ucf::Call::Ucf { .. })
-                        if confmodule || !super::ucf::emulable(base, layer, out.ucf_planned)? =>
-                    {
-                        unknown = unknown.or(Some(shown))
-                    }
-                    Some(c) => {
-                        emulated.push(shown);
-                        out.ucf.push((package.clone(), c));
-                    }
-                    None => unknown = unknown.or(Some(shown)),
-                },
-                // The frontend, started for the script, registers the package's templates in
-                // debconf's database (/var/cache/debconf, not written here: ucf and
-                // dpkg-reconfigure load them again from the package's control files).
-                "." if words.len() == 2 && words[1] == "/usr/share/debconf/confmodule" => {
-                    confmodule = true;
-                    effects.push("debconf's confmodule: the package's templates are not registered in /var/cache/debconf".into());
-                }
-                "db_capb" if confmodule => {}
-                "update-shells" if words.len() == 1 => {
-                    emulated.push(shown);
-                    out.shells.push((package.clone(), super::shells::Change::Update));
-                }
-                "ldconfig" | "/sbin/ldconfig" if words.len() == 1 => {
-                    emulated.push(LDCONFIG_DONE.into());
-                    out.ldconfig.get_or_insert_with(|| (package.clone(), script.to_string()));
-                }
-                _ => unknown = unknown.or(Some(shown)),
-            }
+            self.command(script, &words, &overrides, &mut tally, out)?;
         }
-        out.assumed.extend(assumed.take().into_iter().map(|(p, t)| (package.clone(), p, t)));
-        let outcome = match unknown {
-            Some(command) => unplaced(&package, script, command, skip, "runs")?,
-            None if !emulated.is_empty() => Outcome::Emulated(emulated.join(", ")),
-            None => Outcome::NoEffect(if effects.is_empty() {
+        out.assumed.extend(assumed.take().into_iter().map(|(p, t)| (package.to_string(), p, t)));
+        let outcome = match tally.unknown {
+            Some(command) => unplaced(package, script, command, self.skip, "runs")?,
+            None if !tally.emulated.is_empty() => Outcome::Emulated(tally.emulated.join(", ")),
+            None => Outcome::NoEffect(if tally.effects.is_empty() {
                 "only tests and shell builtins".into()
             } else {
-                dedup(effects).join("; ")
+                dedup(tally.effects).join("; ")
             }),
         };
         out.records.push(ScriptRecord {
-            package: package.clone(),
-            script: (*script).into(),
+            package: package.to_string(),
+            script: script.into(),
             outcome,
         });
+        Ok(())
     }
-    // A base package's file trigger that this package's files activate: dpkg runs that
-    // package's postinst `triggered`. debianutils' (on /usr/share/debianutils/shells.d) is
-    // emulated; any other (man-db's on /usr/share/man) is not.
-    if out.file_triggers.is_none() {
-        let text = base.read("var/lib/dpkg/triggers/File", 4 << 20)?.unwrap_or_default();
-        out.file_triggers = Some(
-            String::from_utf8_lossy(&text)
-                .lines()
-                .filter_map(|l| {
-                    let (path, pkg) = l.split_once(' ')?;
-                    Some((path.trim_end_matches('/').to_string(), pkg.trim().to_string()))
-                })
-                .collect(),
-        );
+
+    /// One command of `script` (its words): what it does to `out`, or why it has no effect,
+    /// or that it cannot be placed, told to `tally`.
+    fn command(
+        &self,
+        script: &str,
+        words: &[String],
+        overrides: &BTreeSet<String>,
+        tally: &mut ScriptTally,
+        out: &mut Accounted,
+    ) -> Result<()> {
+        let (package, base, layer, old) = (&self.package, self.base, self.layer, self.old);
+        let files = self.payload.list;
+        let call = |words: &[String]| users::Call::new(package, script, words);
+        let shown = words.join(" ");
+        let (emulated, effects, unknown) =
+            (&mut tally.emulated, &mut tally.effects, &mut tally.unknown);
+        let confmodule = &mut tally.confmodule;
+        match words[0].as_str() {
+            "adduser" => match users::SystemUser::parse(call(words), words) {
+                Some(user) => {
+                    emulated.push(format!("system user {}", user.name));
+                    out.accounts.push(users::Op::AddUser(user));
+                }
+                None => *unknown = unknown.take().or(Some(shown)),
+            },
+            "useradd" => match users::UserAdd::parse(call(words), words) {
+                Some(user) => {
+                    emulated.push(format!("system user {}", user.name));
+                    out.accounts.push(users::Op::UserAdd(user));
+                }
+                None => *unknown = unknown.take().or(Some(shown)),
+            },
+            "groupadd" => match users::GroupAdd::parse(call(words), words) {
+                Some(group) => {
+                    emulated.push(format!("system group {}", group.name));
+                    out.accounts.push(users::Op::GroupAdd(group));
+                }
+                None => *unknown = unknown.take().or(Some(shown)),
+            },
+            "update-rc.d" | "invoke-rc.d" | "deb-systemd-helper" => {
+                match super::services::parse(package, words, base)? {
+                    Some(super::services::Parsed::Emulate(r)) => {
+                        emulated.push(shown);
+                        out.services.push(r);
+                    }
+                    Some(super::services::Parsed::NoEffect(why)) => effects.push(why),
+                    None => *unknown = unknown.take().or(Some(shown)),
+                }
+            }
+            "addgroup" => match users::system_group(words) {
+                Some(name) => {
+                    emulated.push(format!("system group {name}"));
+                    out.accounts.push(users::Op::AddGroup(call(words), name));
+                }
+                None => *unknown = unknown.take().or(Some(shown)),
+            },
+            "update-alternatives" => {
+                match alternatives::Install::parse(alternatives::Tool::Dpkg, package, script, words)
+                {
+                    Some(i) => {
+                        emulated.push(format!(
+                            "alternative {} ({} -> {}, priority {})",
+                            i.name, i.link, i.path, i.priority
+                        ));
+                        out.alternatives.push(i);
+                    }
+                    None => *unknown = unknown.take().or(Some(shown)),
+                }
+            }
+            "dpkg-statoverride" if words.get(1).is_some_and(|w| w == "--list") => {}
+            "dpkg-statoverride" => match StatAdd::parse(package, words) {
+                Some(a) if !overrides.contains(&a.path) => {
+                    emulated.push(shown);
+                    out.stat_adds.push(a);
+                }
+                _ => *unknown = unknown.take().or(Some(shown)),
+            },
+            "chown" | "chgrp" | "chmod" | "setcap" => {
+                match FileChange::parse(package, words, files) {
+                    Some(o) => {
+                        emulated.push(shown);
+                        out.file_changes.push(o);
+                    }
+                    None => *unknown = unknown.take().or(Some(shown)),
+                }
+            }
+            "dpkg-maintscript-helper" => match maintscript_helper(words, old, base)? {
+                Some(why) => effects.push(why),
+                None => *unknown = unknown.take().or(Some(shown)),
+            },
+            "add-shell" => match super::shells::parse_add(words) {
+                Some(c) => {
+                    emulated.push(shown);
+                    out.shells.push((package.clone(), c));
+                }
+                None => *unknown = unknown.take().or(Some(shown)),
+            },
+            "ucf" | "ucfr" | "touch" => match super::ucf::Call::parse(words) {
+                // ucf from a script that runs under debconf's frontend behaves otherwise
+                // (it warns, or loads nothing): not reproduced.
+                Some(super::ucf::Call::Ucf { .. })
+                    if *confmodule || !super::ucf::emulable(base, layer, out.ucf_planned)? =>
+                {
+                    *unknown = unknown.take().or(Some(shown))
+                }
+                Some(c) => {
+                    emulated.push(shown);
+                    out.ucf.push((package.clone(), c));
+                }
+                None => *unknown = unknown.take().or(Some(shown)),
+            },
+            // The frontend, started for the script, registers the package's templates in
+            // debconf's database (/var/cache/debconf, not written here: ucf and
+            // dpkg-reconfigure load them again from the package's control files).
+            "." if words.len() == 2 && words[1] == "/usr/share/debconf/confmodule" => {
+                *confmodule = true;
+                effects.push("debconf's confmodule: the package's templates are not registered in /var/cache/debconf".into());
+            }
+            "db_capb" if *confmodule => {}
+            "update-shells" if words.len() == 1 => {
+                emulated.push(shown);
+                out.shells.push((package.clone(), super::shells::Change::Update));
+            }
+            "ldconfig" | "/sbin/ldconfig" if words.len() == 1 => {
+                emulated.push(LDCONFIG_DONE.into());
+                out.ldconfig.get_or_insert_with(|| (package.clone(), script.to_string()));
+            }
+            _ => *unknown = unknown.take().or(Some(shown)),
+        }
+        Ok(())
     }
-    let activated: Vec<(String, String)> = out
-        .file_triggers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .filter(|(path, _)| files.iter().any(|f| f == path || f.starts_with(&format!("{path}/"))))
-        .cloned()
-        .collect();
-    for (path, interested) in activated {
-        let interested = interested.split('/').next().unwrap_or_default().to_string();
-        let outcome = if interested == "debianutils"
-            && path == super::shells::SHELLS_D
-            && super::shells::has_update_shells(base)?
-        {
-            out.shells_trigger.get_or_insert_with(|| package.clone());
-            Outcome::Emulated(format!(
-                "the file trigger of debianutils on {path}: update-shells, once every package is configured"
-            ))
-        } else {
-            unplaced(
-                &package,
-                "payload",
-                format!("the file trigger of {interested} on {path}"),
-                skip,
-                "activates",
-            )?
-        };
-        out.records.push(ScriptRecord {
-            package: package.clone(),
-            script: "payload".into(),
-            outcome,
-        });
+
+    /// A base package's file trigger that this package's files activate: dpkg runs that
+    /// package's postinst `triggered`. debianutils' (on /usr/share/debianutils/shells.d) is
+    /// emulated; any other (man-db's on /usr/share/man) is not.
+    fn activated_file_triggers(&self, out: &mut Accounted) -> Result<()> {
+        let (package, base, skip, files) = (&self.package, self.base, self.skip, self.payload.list);
+        if out.file_triggers.is_none() {
+            let text = base.read("var/lib/dpkg/triggers/File", 4 << 20)?.unwrap_or_default();
+            out.file_triggers = Some(
+                String::from_utf8_lossy(&text)
+                    .lines()
+                    .filter_map(|l| {
+                        let (path, pkg) = l.split_once(' ')?;
+                        Some((path.trim_end_matches('/').to_string(), pkg.trim().to_string()))
+                    })
+                    .collect(),
+            );
+        }
+        let activated: Vec<(String, String)> = out
+            .file_triggers
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .filter(|(path, _)| {
+                files.iter().any(|f| f == path || f.starts_with(&format!("{path}/")))
+            })
+            .cloned()
+            .collect();
+        for (path, interested) in activated {
+            let interested = interested.split('/').next().unwrap_or_default().to_string();
+            let outcome = if interested == "debianutils"
+                && path == super::shells::SHELLS_D
+                && super::shells::has_update_shells(base)?
+            {
+                out.shells_trigger.get_or_insert_with(|| package.clone());
+                Outcome::Emulated(format!(
+                    "the file trigger of debianutils on {path}: update-shells, once every package is configured"
+                ))
+            } else {
+                unplaced(
+                    package,
+                    "payload",
+                    format!("the file trigger of {interested} on {path}"),
+                    skip,
+                    "activates",
+                )?
+            };
+            out.records.push(ScriptRecord {
+                package: package.clone(),
+                script: "payload".into(),
+                outcome,
+            });
+        }
+        Ok(())
     }
-    if let Some(body) = deb.control_files.get("triggers") {
+
+    /// The package's `triggers` control file (`body`): the ldconfig trigger it activates and the
+    /// file triggers it is interested in.
+    fn triggers(&self, body: &[u8], out: &mut Accounted) -> Result<()> {
+        let (planned, skip) = (self.planned, self.skip);
+        let package = self.package.clone();
         let mut unknown = None;
         let mut ldconfig = false;
         let mut interests = Vec::new();
@@ -761,8 +837,8 @@ pub(super) fn account(
             }
         };
         out.records.push(ScriptRecord { package, script: "triggers".into(), outcome });
+        Ok(())
     }
-    Ok(())
 }
 
 /// A file trigger a package of the plan declares interest in (`interest[-noawait] PATH` in its
