@@ -159,32 +159,71 @@ fn read(
     depth: usize,
 ) -> Vec<Vec<String>> {
     let main = unroll_loops(main);
-    let main = main.as_str();
-    let mut out = Vec::new();
-    let mut vars: BTreeMap<String, String> =
-        env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let mut cases: Vec<CaseFrame> = Vec::new();
-    let mut ifs: Vec<IfFrame> = Vec::new();
-    // Reading an `if`/`elif` condition: `Some(is_elif)`.
-    let mut condition: Option<bool> = None;
-    // The status of the last command of the current `&&`/`||` list and how it is joined on.
-    let mut chain: (Truth, Sep) = (None, Sep::Seq);
-    let mut expect_in = false;
-    let active = |cases: &[CaseFrame], ifs: &[IfFrame]| {
-        cases.iter().all(|c| !c.on_arg || c.active) && ifs.iter().all(|f| f.active)
+    let mut reader = Reader {
+        args,
+        env,
+        known,
+        functions,
+        depth,
+        out: Vec::new(),
+        vars: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        cases: Vec::new(),
+        ifs: Vec::new(),
+        condition: None,
+        chain: (None, Sep::Seq),
+        expect_in: false,
     };
-    // Whether what is being read certainly runs (not only possibly): a variable set there
-    // has that value after it; one set anywhere else is not known.
-    let sure = |cases: &[CaseFrame], ifs: &[IfFrame]| {
-        cases.iter().all(|c| c.sure) && ifs.iter().all(|f| f.sure)
-    };
-    'lines: for line in logical_lines(main) {
-        let mut rest = line.trim_start();
-        // A `case` pattern starts the line: `configure)`, `abort-upgrade|abort-remove)`.
-        if let Some(top) = cases.last_mut() {
+    'lines: for line in logical_lines(&main) {
+        let rest = reader.case_pattern(line.trim_start());
+        for (words, sep) in split_commands(rest) {
+            let (words, negate) = reader.keywords(&words);
+            if reader.command(words, negate, sep) {
+                break 'lines;
+            }
+        }
+    }
+    reader.out
+}
+
+/// The state of [`read`] going through a script, line by line and command by command.
+struct Reader<'a> {
+    args: Option<&'a [&'a str]>,
+    env: &'a [(&'a str, &'a str)],
+    known: &'a Known<'a>,
+    functions: &'a BTreeMap<String, String>,
+    depth: usize,
+    /// The commands read so far that run.
+    out: Vec<Vec<String>>,
+    /// The variables whose values are known here.
+    vars: BTreeMap<String, String>,
+    cases: Vec<CaseFrame>,
+    ifs: Vec<IfFrame>,
+    /// Reading an `if`/`elif` condition: `Some(is_elif)`.
+    condition: Option<bool>,
+    /// The status of the last command of the current `&&`/`||` list and how it is joined on.
+    chain: (Truth, Sep),
+    expect_in: bool,
+}
+
+impl<'a> Reader<'a> {
+    /// Whether what is being read can run.
+    fn active(&self) -> bool {
+        self.cases.iter().all(|c| !c.on_arg || c.active) && self.ifs.iter().all(|f| f.active)
+    }
+
+    /// Whether what is being read certainly runs (not only possibly): a variable set there
+    /// has that value after it; one set anywhere else is not known.
+    fn sure(&self) -> bool {
+        self.cases.iter().all(|c| c.sure) && self.ifs.iter().all(|f| f.sure)
+    }
+
+    /// A `case` pattern that starts the line (`configure)`, `abort-upgrade|abort-remove)`)
+    /// decides the branch; the rest of the line is returned.
+    fn case_pattern<'l>(&mut self, mut rest: &'l str) -> &'l str {
+        let arg1 = self.args.map(|a| a.first().copied().unwrap_or(""));
+        if let Some(top) = self.cases.last_mut() {
             if let Some(end) = pattern_end(rest) {
                 let head = rest[..end - 1].trim_start_matches('(');
-                let arg1 = args.map(|a| a.first().copied().unwrap_or(""));
                 match arg1.filter(|_| top.on_arg) {
                     Some(a) => {
                         let matches =
@@ -201,185 +240,215 @@ fn read(
                 rest = &rest[end..];
             }
         }
-        for (words, sep) in split_commands(rest) {
-            let mut words: &[String] = &words;
-            let mut negate = false;
-            // Keywords that start a command, and what follows `for`, `case`.
-            loop {
-                match words.first().map(String::as_str) {
-                    Some("if") => {
-                        let parent = active(&cases, &ifs);
-                        ifs.push(IfFrame {
-                            active: parent,
-                            taken: false,
-                            decided: true,
-                            sure: false,
-                        });
-                        condition = Some(false);
-                        chain = (None, Sep::Seq);
-                        words = &words[1..];
-                    }
-                    Some("elif") => {
-                        if let Some(f) = ifs.last_mut() {
-                            f.active = !f.taken;
-                            f.sure = false;
-                        }
-                        condition = Some(true);
-                        chain = (None, Sep::Seq);
-                        words = &words[1..];
-                    }
-                    Some("then") => {
-                        if let (Some(f), Some(_)) = (ifs.last_mut(), condition.take()) {
-                            let was = f.active;
-                            f.active = was && chain.0 != Some(false);
-                            f.sure = f.decided && !f.taken && chain.0 == Some(true);
-                            f.decided &= chain.0.is_some();
-                            f.taken = f.taken || (was && chain.0 == Some(true));
-                        }
-                        chain = (None, Sep::Seq);
-                        words = &words[1..];
-                    }
-                    Some("else") => {
-                        if let Some(f) = ifs.last_mut() {
-                            f.active = !f.taken;
-                            f.sure = f.decided && !f.taken;
-                        }
-                        words = &words[1..];
-                    }
-                    Some("fi") => {
-                        ifs.pop();
-                        words = &words[1..];
-                    }
-                    Some("!") => {
-                        negate = !negate;
-                        words = &words[1..];
-                    }
-                    Some("do" | "done" | "while" | "until" | "{" | "}") => words = &words[1..],
-                    Some("esac") => {
-                        cases.pop();
-                        words = &words[1..];
-                    }
-                    Some("for") => words = &[],
-                    Some("case") => {
-                        let on_arg = words.get(1).is_some_and(|w| w == "$1" || w == "${1}");
-                        cases.push(CaseFrame { on_arg, active: true, sure: false, matched: false });
-                        expect_in = !words.iter().any(|w| w == "in");
-                        words = &[];
-                    }
-                    Some("in") if expect_in => {
-                        expect_in = false;
-                        words = &[];
-                    }
-                    _ => break,
+        rest
+    }
+
+    /// The keywords that start a command (and what follows `for`, `case`), acted on: the
+    /// words left, and whether the command's status is negated (`!`).
+    fn keywords<'w>(&mut self, mut words: &'w [String]) -> (&'w [String], bool) {
+        let mut negate = false;
+        loop {
+            match words.first().map(String::as_str) {
+                Some("if") => {
+                    let parent = self.active();
+                    self.ifs.push(IfFrame {
+                        active: parent,
+                        taken: false,
+                        decided: true,
+                        sure: false,
+                    });
+                    self.condition = Some(false);
+                    self.chain = (None, Sep::Seq);
+                    words = &words[1..];
                 }
+                Some("elif") => {
+                    if let Some(f) = self.ifs.last_mut() {
+                        f.active = !f.taken;
+                        f.sure = false;
+                    }
+                    self.condition = Some(true);
+                    self.chain = (None, Sep::Seq);
+                    words = &words[1..];
+                }
+                Some("then") => {
+                    let chain = self.chain.0;
+                    if let (Some(f), Some(_)) = (self.ifs.last_mut(), self.condition.take()) {
+                        let was = f.active;
+                        f.active = was && chain != Some(false);
+                        f.sure = f.decided && !f.taken && chain == Some(true);
+                        f.decided &= chain.is_some();
+                        f.taken = f.taken || (was && chain == Some(true));
+                    }
+                    self.chain = (None, Sep::Seq);
+                    words = &words[1..];
+                }
+                Some("else") => {
+                    if let Some(f) = self.ifs.last_mut() {
+                        f.active = !f.taken;
+                        f.sure = f.decided && !f.taken;
+                    }
+                    words = &words[1..];
+                }
+                Some("fi") => {
+                    self.ifs.pop();
+                    words = &words[1..];
+                }
+                Some("!") => {
+                    negate = !negate;
+                    words = &words[1..];
+                }
+                Some("do" | "done" | "while" | "until" | "{" | "}") => words = &words[1..],
+                Some("esac") => {
+                    self.cases.pop();
+                    words = &words[1..];
+                }
+                Some("for") => words = &[],
+                Some("case") => {
+                    let on_arg = words.get(1).is_some_and(|w| w == "$1" || w == "${1}");
+                    self.cases.push(CaseFrame {
+                        on_arg,
+                        active: true,
+                        sure: false,
+                        matched: false,
+                    });
+                    self.expect_in = !words.iter().any(|w| w == "in");
+                    words = &[];
+                }
+                Some("in") if self.expect_in => {
+                    self.expect_in = false;
+                    words = &[];
+                }
+                _ => break,
             }
-            let words = strip_redirections(words);
-            // `x=$(cmd)` runs cmd: kept, so that it is seen as a command nobody knows, unless
-            // `known` prints for it (then the assignment is plain, its value that output).
-            let queried: Vec<String> = words
-                .iter()
-                .map(|w| match substitution(w, args, &vars).and_then(|q| (known.output)(&q)) {
+        }
+        (words, negate)
+    }
+
+    /// One simple command (after its keywords), joined on by `sep`: its assignments kept, its
+    /// words expanded, its status told, and the command recorded where it runs (a function's
+    /// commands in its place). True when it ends the script.
+    fn command(&mut self, words: &[String], negate: bool, sep: Sep) -> bool {
+        let words = strip_redirections(words);
+        let queried = self.with_outputs(&words);
+        let plain = |w: &String| is_assignment(w) && !w.contains("$(") && !w.contains('`');
+        let n_assign = queried.iter().take_while(|w| plain(w)).count();
+        let (assigns, words) = queried.split_at(n_assign);
+        // Short-circuit: the operand of a settled `&&`/`||` does not run.
+        let skipped = matches!(self.chain, (Some(false), Sep::And) | (Some(true), Sep::Or));
+        let runs = !skipped && self.active();
+        // The operand of an `&&`/`||` whose left side is not known may or may not run.
+        let certain_operand = match self.chain {
+            (_, Sep::Seq | Sep::Pipe) => true,
+            (t, Sep::And) => t == Some(true),
+            (t, Sep::Or) => t == Some(false),
+        };
+        if runs && words.is_empty() {
+            self.assign(assigns, certain_operand);
+        }
+        if words.is_empty() && assigns.is_empty() {
+            // Keywords alone (`then`, `fi`): the list goes on as it was joined.
+            if sep != Sep::Seq {
+                self.chain.1 = sep;
+            }
+            return false;
+        }
+        let words = self.expanded(words);
+        let truth = if skipped {
+            self.chain.0
+        } else if words.is_empty() {
+            Some(true)
+        } else {
+            evaluate(&words, self.args, &self.vars)
+                .or_else(|| (self.known.status)(&words))
+                .map(|t| t != negate)
+        };
+        self.chain = (truth, sep);
+        if !runs || words.is_empty() {
+            return false;
+        }
+        // `exit` outside any condition ends the script; `return` in a function, where it
+        // certainly runs, ends the function.
+        let certain = self.ifs.is_empty() && self.cases.is_empty() && self.condition.is_none();
+        let surely = certain_operand && self.condition.is_none() && self.sure();
+        let ends = match words[0].as_str() {
+            "exit" => certain,
+            "return" => self.depth > 0 && surely,
+            _ => false,
+        };
+        if ends && sep == Sep::Seq {
+            self.out.push(words);
+            return true;
+        }
+        match self.functions.get(&words[0]) {
+            Some(body) if self.depth < MAX_CALL_DEPTH => {
+                // The arguments as the call has them; one still holding a `$` is unknown.
+                let call: Option<Vec<&str>> =
+                    words[1..].iter().map(|w| (!w.contains('$')).then_some(w.as_str())).collect();
+                let (env, known, functions) = (self.env, self.known, self.functions);
+                self.out.extend(read(body, call.as_deref(), env, known, functions, self.depth + 1));
+            }
+            _ => self.out.push(words),
+        }
+        false
+    }
+
+    /// `x=$(cmd)` runs cmd: kept, so that it is seen as a command nobody knows, unless `known`
+    /// prints for it (then the assignment is plain, its value that output).
+    fn with_outputs(&self, words: &[String]) -> Vec<String> {
+        words
+            .iter()
+            .map(|w| {
+                match substitution(w, self.args, &self.vars).and_then(|q| (self.known.output)(&q)) {
                     Some(out) => format!(
                         "{}={}",
                         w.split_once('=').map(|(n, _)| n).unwrap_or_default(),
                         out.trim_end_matches('\n').replace('$', &QUOTED_DOLLAR.to_string())
                     ),
                     None => w.clone(),
-                })
-                .collect();
-            let words = queried.as_slice();
-            let plain = |w: &String| is_assignment(w) && !w.contains("$(") && !w.contains('`');
-            let n_assign = words.iter().take_while(|w| plain(w)).count();
-            let (assigns, words) = words.split_at(n_assign);
-            // Short-circuit: the operand of a settled `&&`/`||` does not run.
-            let skipped = matches!(chain, (Some(false), Sep::And) | (Some(true), Sep::Or));
-            let runs = !skipped && active(&cases, &ifs);
-            // The operand of an `&&`/`||` whose left side is not known may or may not run.
-            let certain_operand = match chain {
-                (_, Sep::Seq | Sep::Pipe) => true,
-                (t, Sep::And) => t == Some(true),
-                (t, Sep::Or) => t == Some(false),
-            };
-            if runs && words.is_empty() {
-                let certain = certain_operand && condition.is_none() && sure(&cases, &ifs);
-                for a in assigns {
-                    let (name, value) = a.split_once('=').unwrap_or_default();
-                    match expand(value, args, &vars).filter(|_| certain) {
-                        Some(v) => vars.insert(name.to_string(), v),
-                        None => vars.remove(name),
-                    };
                 }
-            }
-            if words.is_empty() && assigns.is_empty() {
-                // Keywords alone (`then`, `fi`): the list goes on as it was joined.
-                if sep != Sep::Seq {
-                    chain.1 = sep;
-                }
-                continue;
-            }
-            // Each word with the variables known here put in (`$GROUP` set above), the
-            // others as written.
-            // `"$@"` (and `$*`) is the arguments, each a word, where they are known.
-            let words: Vec<String> = words
-                .iter()
-                .flat_map(|w| {
-                    if let ("$@" | "$*", Some(a)) = (w.as_str(), args) {
-                        return a.iter().map(|s| s.to_string()).collect();
-                    }
-                    // `"$(cmd)"` whose output `known` tells: that output, one word.
-                    if w.starts_with(QUOTED_SUBST) {
-                        if let Some(out) =
-                            command_of(w, args, &vars).and_then(|q| (known.output)(&q))
-                        {
-                            return vec![out.trim_end_matches('\n').to_string()];
-                        }
-                    }
-                    if w.contains('$') {
-                        vec![expand(w, args, &vars).unwrap_or_else(|| restore(w))]
-                    } else {
-                        vec![restore(w)]
-                    }
-                })
-                .collect();
-            let words = words.as_slice();
-            let truth = if skipped {
-                chain.0
-            } else if words.is_empty() {
-                Some(true)
-            } else {
-                evaluate(words, args, &vars).or_else(|| (known.status)(words)).map(|t| t != negate)
+            })
+            .collect()
+    }
+
+    /// Assignments alone on a command that runs: each variable gets its value where the
+    /// assignment certainly runs, and is no longer known otherwise.
+    fn assign(&mut self, assigns: &[String], certain_operand: bool) {
+        let certain = certain_operand && self.condition.is_none() && self.sure();
+        for a in assigns {
+            let (name, value) = a.split_once('=').unwrap_or_default();
+            match expand(value, self.args, &self.vars).filter(|_| certain) {
+                Some(v) => self.vars.insert(name.to_string(), v),
+                None => self.vars.remove(name),
             };
-            chain = (truth, sep);
-            if !runs || words.is_empty() {
-                continue;
-            }
-            // `exit` outside any condition ends the script; `return` in a function, where it
-            // certainly runs, ends the function.
-            let certain = ifs.is_empty() && cases.is_empty() && condition.is_none();
-            let surely = certain_operand && condition.is_none() && sure(&cases, &ifs);
-            let ends = match words[0].as_str() {
-                "exit" => certain,
-                "return" => depth > 0 && surely,
-                _ => false,
-            };
-            if ends && sep == Sep::Seq {
-                out.push(words.to_vec());
-                break 'lines;
-            }
-            match functions.get(&words[0]) {
-                Some(body) if depth < MAX_CALL_DEPTH => {
-                    // The arguments as the call has them; one still holding a `$` is unknown.
-                    let call: Option<Vec<&str>> = words[1..]
-                        .iter()
-                        .map(|w| (!w.contains('$')).then_some(w.as_str()))
-                        .collect();
-                    out.extend(read(body, call.as_deref(), env, known, functions, depth + 1));
-                }
-                _ => out.push(words.to_vec()),
-            }
         }
     }
-    out
+
+    /// Each word with the variables known here put in (`$GROUP` set above), the others as
+    /// written; `"$@"` (and `$*`) is the arguments, each a word, where they are known.
+    fn expanded(&self, words: &[String]) -> Vec<String> {
+        let (args, vars) = (self.args, &self.vars);
+        words
+            .iter()
+            .flat_map(|w| {
+                if let ("$@" | "$*", Some(a)) = (w.as_str(), args) {
+                    return a.iter().map(|s| s.to_string()).collect();
+                }
+                // `"$(cmd)"` whose output `known` tells: that output, one word.
+                if w.starts_with(QUOTED_SUBST) {
+                    if let Some(out) =
+                        command_of(w, args, vars).and_then(|q| (self.known.output)(&q))
+                    {
+                        return vec![out.trim_end_matches('\n').to_string()];
+                    }
+                }
+                if w.contains('$') {
+                    vec![expand(w, args, vars).unwrap_or_else(|| restore(w))]
+                } else {
+                    vec![restore(w)]
+                }
+            })
+            .collect()
+    }
 }
 
 /// The command of an assignment `NAME=$(COMMAND)` (the whole value one substitution of one
