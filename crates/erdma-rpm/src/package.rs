@@ -619,14 +619,141 @@ impl Package {
         owners: &dyn Fn(&str, &str) -> (u32, u32),
         opts: &UnpackOptions,
     ) -> Result<Unpacked, RpmError> {
-        let files = self.files();
+        let table = FileTable::new(path, self.files(), opts)?;
+        let (files, n) = (&table.files, table.files.len());
+        let mut out = Unpacked { file_states: vec![filestate::NORMAL; n], ..Unpacked::default() };
+        for (i, s) in table.skipped.iter().enumerate() {
+            if *s {
+                out.file_states[i] = filestate::NOT_INSTALLED;
+            }
+        }
+        out.ghosts = files.iter().filter(|f| f.is_ghost()).map(|f| f.path.clone()).collect();
+
+        // The payload can be no larger than its entries: header, name, padding and content
+        // of each file (ghosts included: rpm < 4.11 sometimes archived them), and a trailer.
+        let limit = files.iter().fold(512u64, |acc, f| {
+            acc.saturating_add(110 + 2 + f.path.len() as u64 + 1 + 8)
+                .saturating_add(f.size.saturating_add(3))
+        });
+        let mut cpio = Cpio { inner: stream, pos: 0, limit };
+        let digest_algo = self.header.int(tag::FILEDIGESTALGO).unwrap_or(hashalgo::MD5);
+        let payload_err = |source: io::Error| payload_error(path, source);
+        let mut found = vec![false; n];
+
+        while let Some((fx, cpio_size)) = table.next_entry(&mut cpio)? {
+            let f = &files[fx];
+            if std::mem::replace(&mut found[fx], true) {
+                return Err(table.bad(&f.path, "appears twice in the payload".into()));
+            }
+            if f.is_ghost() {
+                // rpm skips an archived ghost; only `newc` says how long it is.
+                let size = cpio_size.ok_or_else(|| {
+                    table.bad(&f.path, "a %ghost file in a stripped payload".into())
+                })?;
+                cpio.skip(size).map_err(payload_err)?;
+                continue;
+            }
+            let expected = match f.file_type() {
+                S_IFREG if table.link_set[fx].as_ref().is_some_and(|s| s.last() != Some(&fx)) => 0,
+                S_IFREG | S_IFLNK => f.size,
+                _ => 0,
+            };
+            if let Some(size) = cpio_size {
+                if size != expected {
+                    return Err(table.bad(
+                        &f.path,
+                        format!("the payload holds {size} bytes, the header says {expected}"),
+                    ));
+                }
+            }
+            let (uid, gid) = owners(&f.user, &f.group);
+            let entry = |kind: EntryKind| Entry {
+                kind,
+                mode: f.mode & 0o7777,
+                uid: u64::from(uid),
+                gid: u64::from(gid),
+            };
+            match f.file_type() {
+                S_IFDIR => {
+                    if !table.skipped[fx] {
+                        table.insert_as(layer, fx, entry(EntryKind::Dir), None)?;
+                        out.written.push(f.path.clone());
+                    }
+                }
+                S_IFLNK => {
+                    table.check_link_target(&mut cpio, fx, expected)?;
+                    if !table.skipped[fx] {
+                        let mut e = entry(EntryKind::Symlink(f.link_to.clone()));
+                        e.mode = 0o777;
+                        table.insert_as(layer, fx, e, None)?;
+                        out.written.push(f.path.clone());
+                    }
+                }
+                S_IFREG => {
+                    if expected == 0 && f.size > 0 {
+                        // An earlier link of a set: the content comes with the last one.
+                        continue;
+                    }
+                    let content = RegularContent { fx, expected, digest_algo };
+                    table.write_regular(&mut cpio, layer, owners, content, &mut out)?;
+                }
+                t @ (S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) => {
+                    if !table.skipped[fx] {
+                        out.nodes.push(device_node(f, t));
+                    }
+                }
+                t => return Err(table.bad(&f.path, format!("unknown file type {t:o}"))),
+            }
+        }
+        // Read the rest, so decompressors check their trailing checksums (gzip CRC32, xz and
+        // zstd checks) and a payload cannot go on past its bound.
+        io::copy(&mut cpio, &mut io::sink()).map_err(payload_err)?;
+        out.archive_size = cpio.pos;
+        if let Some(i) = (0..n).find(|i| !found[*i] && !files[*i].is_ghost()) {
+            return Err(table.bad(&files[i].path, "in the header but not in the payload".into()));
+        }
+        Ok(out)
+    }
+}
+
+/// A package's files as the header lists them, checked before anything of the payload is
+/// written: each path normalised and safe, listed once, under none of the package's own
+/// symlinks; the hard link sets; which `--nodocs` leaves out.
+struct FileTable<'a> {
+    /// The `.rpm`, for errors.
+    path: &'a Path,
+    files: Vec<FileInfo>,
+    /// Each file's normalised path (no leading `/`).
+    norm: Vec<String>,
+    /// Normalised path -> index in `files`.
+    index: HashMap<String, usize>,
+    /// The hard link set of each regular file that has one.
+    link_set: Vec<Option<std::rc::Rc<Vec<usize>>>>,
+    /// Files `--nodocs` leaves out.
+    skipped: Vec<bool>,
+    opts: &'a UnpackOptions<'a>,
+}
+
+/// One regular file's content to read from the payload: its index, its size in the archive
+/// and the algorithm of the header's digests.
+struct RegularContent {
+    fx: usize,
+    expected: u64,
+    digest_algo: u64,
+}
+
+impl<'a> FileTable<'a> {
+    fn new(
+        path: &'a Path,
+        files: Vec<FileInfo>,
+        opts: &'a UnpackOptions<'a>,
+    ) -> Result<Self, RpmError> {
         let n = files.len();
         let bad = |entry: &str, reason: String| RpmError::BadEntry {
             path: path.to_owned(),
             entry: entry.to_owned(),
             reason,
         };
-
         // Every path checked before anything is written.
         let mut index: HashMap<String, usize> = HashMap::with_capacity(n);
         let mut norm = Vec::with_capacity(n);
@@ -679,298 +806,229 @@ impl Package {
                 link_set[i] = Some(set.clone());
             }
         }
-
-        let mut out = Unpacked { file_states: vec![filestate::NORMAL; n], ..Unpacked::default() };
         let skipped: Vec<bool> = files
             .iter()
             .map(|f| {
                 opts.nodocs && f.flags & fileflag::DOC != 0 && f.flags & fileflag::LICENSE == 0
             })
             .collect();
-        for (i, s) in skipped.iter().enumerate() {
-            if *s {
-                out.file_states[i] = filestate::NOT_INSTALLED;
+        Ok(FileTable { path, files, norm, index, link_set, skipped, opts })
+    }
+
+    fn bad(&self, entry: &str, reason: String) -> RpmError {
+        RpmError::BadEntry { path: self.path.to_owned(), entry: entry.to_owned(), reason }
+    }
+
+    /// The next entry's header: the index of its file and, for `newc`, its size; `None` at the
+    /// trailer.
+    fn next_entry(&self, cpio: &mut Cpio<'_>) -> Result<Option<(usize, Option<u64>)>, RpmError> {
+        let path = self.path;
+        let payload_err = |source: io::Error| payload_error(path, source);
+        let malformed = |reason: String| RpmError::Malformed { path: path.to_owned(), reason };
+        cpio.pad().map_err(payload_err)?;
+        let mut magic = [0u8; 6];
+        cpio.read_exact(&mut magic).map_err(payload_err)?;
+        if &magic == CPIO_NEWC_MAGIC || &magic == CPIO_CRC_MAGIC {
+            let mut h = [0u8; 104];
+            cpio.read_exact(&mut h).map_err(payload_err)?;
+            let mut fields = [0u64; 13];
+            for (k, v) in fields.iter_mut().enumerate() {
+                *v = hex_field(&h[k * 8..k * 8 + 8]).ok_or_else(|| {
+                    malformed(format!("bad cpio header at payload offset {}", cpio.pos))
+                })?;
+            }
+            let (size, namesize) = (fields[6], fields[11]);
+            if namesize == 0 || namesize > CPIO_NAMESIZE_MAX {
+                return Err(malformed(format!(
+                    "cpio name of {namesize} bytes at payload offset {}",
+                    cpio.pos
+                )));
+            }
+            let mut name = vec![0u8; namesize as usize];
+            cpio.read_exact(&mut name).map_err(payload_err)?;
+            if name.pop() != Some(0) || name.contains(&0) {
+                return Err(malformed(format!(
+                    "cpio name without its NUL at payload offset {}",
+                    cpio.pos
+                )));
+            }
+            cpio.pad().map_err(payload_err)?;
+            if name == CPIO_TRAILER {
+                return Ok(None);
+            }
+            let shown = String::from_utf8_lossy(&name).into_owned();
+            let key =
+                std::str::from_utf8(&name).ok().and_then(layer::normalize).ok_or_else(|| {
+                    RpmError::UnsafePath { path: path.to_owned(), entry: shown.clone() }
+                })?;
+            let fx = *self
+                .index
+                .get(&key)
+                .ok_or_else(|| self.bad(&shown, "not in the header's file list".into()))?;
+            Ok(Some((fx, Some(size))))
+        } else if &magic == CPIO_STRIPPED_MAGIC {
+            let mut h = [0u8; 8];
+            cpio.read_exact(&mut h).map_err(payload_err)?;
+            let fx = hex_field(&h).ok_or_else(|| {
+                malformed(format!("bad stripped cpio header at payload offset {}", cpio.pos))
+            })?;
+            cpio.pad().map_err(payload_err)?;
+            if fx == 0xffff_ffff {
+                return Ok(None);
+            }
+            let n = self.files.len();
+            if fx >= n as u64 {
+                return Err(malformed(format!("stripped cpio entry for file {fx} of {n}")));
+            }
+            Ok(Some((fx as usize, None)))
+        } else {
+            Err(malformed(format!(
+                "bad cpio magic `{}` at payload offset {}",
+                magic.escape_ascii(),
+                cpio.pos - 6
+            )))
+        }
+    }
+
+    /// Puts file `i` into the layer as `e`, where `opts.place` says (by default its own path);
+    /// `link_to`: where an earlier name of the same file landed, for a hard link (rpm links the
+    /// names of a set: lib/fsm.c `fsmMkfile`). rpm gives every file its header mtime
+    /// (lib/fsm.c), and `rpm -V` compares it. Returns where the entry landed.
+    fn insert_as(
+        &self,
+        layer: &mut LayerContents,
+        i: usize,
+        e: Entry,
+        link_to: Option<&str>,
+    ) -> Result<Option<String>, RpmError> {
+        let at = match self.opts.place {
+            Some(place) => {
+                let kind = match &e.kind {
+                    EntryKind::Dir => layer::Placing::Dir,
+                    EntryKind::Symlink(t) => layer::Placing::Symlink(t),
+                    _ => layer::Placing::File,
+                };
+                match place(&self.norm[i], kind)
+                    .map_err(|why| self.bad(&self.files[i].path, why))?
+                {
+                    Some(at) => at,
+                    None => return Ok(None),
+                }
+            }
+            None => self.norm[i].clone(),
+        };
+        match link_to {
+            Some(to) => layer.add_hardlink(&at, to),
+            None => layer.insert(&at, e),
+        }
+        .map_err(|e| self.bad(&self.files[i].path, e.to_string()))?;
+        layer.set_mtime(&at, u64::from(self.files[i].mtime));
+        Ok(Some(at))
+    }
+
+    /// A symlink's target in the payload (`expected` bytes) is the one the header names.
+    fn check_link_target(
+        &self,
+        cpio: &mut Cpio<'_>,
+        fx: usize,
+        expected: u64,
+    ) -> Result<(), RpmError> {
+        let f = &self.files[fx];
+        if expected > MAX_LINK {
+            return Err(self.bad(&f.path, format!("a symlink target of {expected} bytes")));
+        }
+        let mut target = vec![0u8; expected as usize];
+        cpio.read_exact(&mut target).map_err(|e| payload_error(self.path, e))?;
+        if f.link_to.is_empty() || target != f.link_to.as_bytes() {
+            return Err(self.bad(
+                &f.path,
+                format!(
+                    "the payload's link target `{}` is not the header's `{}`",
+                    target.escape_ascii(),
+                    f.link_to
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A regular file's content, checked against the header's digest, written once under
+    /// each name of its hard link set that is installed (the others link to the first).
+    fn write_regular(
+        &self,
+        cpio: &mut Cpio<'_>,
+        layer: &mut LayerContents,
+        owners: &dyn Fn(&str, &str) -> (u32, u32),
+        content: RegularContent,
+        out: &mut Unpacked,
+    ) -> Result<(), RpmError> {
+        let RegularContent { fx, expected, digest_algo } = content;
+        let (f, path) = (&self.files[fx], self.path);
+        let payload_err = |source: io::Error| payload_error(path, source);
+        let targets: Vec<usize> = match &self.link_set[fx] {
+            Some(s) => s.iter().copied().filter(|i| !self.skipped[*i]).collect(),
+            None if !self.skipped[fx] => vec![fx],
+            None => Vec::new(),
+        };
+        let mut hasher = FileHasher::new(digest_algo).ok_or_else(|| RpmError::Unverifiable {
+            path: path.to_owned(),
+            reason: format!("unsupported file digest algorithm {digest_algo}"),
+        })?;
+        if targets.is_empty() {
+            cpio.skip(expected).map_err(payload_err)?;
+            return Ok(());
+        }
+        let mut stream = cpio.take(expected);
+        let kind = layer
+            .file_kind(&mut stream, expected, &mut |c| hasher.update(c))
+            .map_err(payload_err)?;
+        if !f.digest.is_empty() {
+            let got = hasher.finish();
+            if got != f.digest {
+                return Err(RpmError::Digest {
+                    path: path.to_owned(),
+                    which: format!("{} of {}", hasher.name(), f.path),
+                    expected: f.digest.clone(),
+                    actual: got,
+                });
             }
         }
-        out.ghosts = files.iter().filter(|f| f.is_ghost()).map(|f| f.path.clone()).collect();
-
-        // The payload can be no larger than its entries: header, name, padding and content
-        // of each file (ghosts included: rpm < 4.11 sometimes archived them), and a trailer.
-        let limit = files.iter().fold(512u64, |acc, f| {
-            acc.saturating_add(110 + 2 + f.path.len() as u64 + 1 + 8)
-                .saturating_add(f.size.saturating_add(3))
-        });
-        let mut cpio = Cpio { inner: stream, pos: 0, limit };
-        let digest_algo = self.header.int(tag::FILEDIGESTALGO).unwrap_or(hashalgo::MD5);
-        let payload_err = |source: io::Error| payload_error(path, source);
-        let mut found = vec![false; n];
-
-        loop {
-            cpio.pad().map_err(payload_err)?;
-            let mut magic = [0u8; 6];
-            cpio.read_exact(&mut magic).map_err(payload_err)?;
-            let (fx, cpio_size) = if &magic == CPIO_NEWC_MAGIC || &magic == CPIO_CRC_MAGIC {
-                let mut h = [0u8; 104];
-                cpio.read_exact(&mut h).map_err(payload_err)?;
-                let mut fields = [0u64; 13];
-                for (k, v) in fields.iter_mut().enumerate() {
-                    *v = hex_field(&h[k * 8..k * 8 + 8]).ok_or_else(|| RpmError::Malformed {
-                        path: path.to_owned(),
-                        reason: format!("bad cpio header at payload offset {}", cpio.pos),
-                    })?;
-                }
-                let (size, namesize) = (fields[6], fields[11]);
-                if namesize == 0 || namesize > CPIO_NAMESIZE_MAX {
-                    return Err(RpmError::Malformed {
-                        path: path.to_owned(),
-                        reason: format!(
-                            "cpio name of {namesize} bytes at payload offset {}",
-                            cpio.pos
-                        ),
-                    });
-                }
-                let mut name = vec![0u8; namesize as usize];
-                cpio.read_exact(&mut name).map_err(payload_err)?;
-                if name.pop() != Some(0) || name.contains(&0) {
-                    return Err(RpmError::Malformed {
-                        path: path.to_owned(),
-                        reason: format!("cpio name without its NUL at payload offset {}", cpio.pos),
-                    });
-                }
-                cpio.pad().map_err(payload_err)?;
-                if name == CPIO_TRAILER {
-                    break;
-                }
-                let shown = String::from_utf8_lossy(&name).into_owned();
-                let key = std::str::from_utf8(&name).ok().and_then(layer::normalize).ok_or_else(
-                    || RpmError::UnsafePath { path: path.to_owned(), entry: shown.clone() },
-                )?;
-                let fx = *index
-                    .get(&key)
-                    .ok_or_else(|| bad(&shown, "not in the header's file list".into()))?;
-                (fx, Some(size))
-            } else if &magic == CPIO_STRIPPED_MAGIC {
-                let mut h = [0u8; 8];
-                cpio.read_exact(&mut h).map_err(payload_err)?;
-                let fx = hex_field(&h).ok_or_else(|| RpmError::Malformed {
-                    path: path.to_owned(),
-                    reason: format!("bad stripped cpio header at payload offset {}", cpio.pos),
-                })?;
-                cpio.pad().map_err(payload_err)?;
-                if fx == 0xffff_ffff {
-                    break;
-                }
-                if fx >= n as u64 {
-                    return Err(RpmError::Malformed {
-                        path: path.to_owned(),
-                        reason: format!("stripped cpio entry for file {fx} of {n}"),
-                    });
-                }
-                (fx as usize, None)
-            } else {
-                return Err(RpmError::Malformed {
-                    path: path.to_owned(),
-                    reason: format!(
-                        "bad cpio magic `{}` at payload offset {}",
-                        magic.escape_ascii(),
-                        cpio.pos - 6
-                    ),
-                });
-            };
-            let f = &files[fx];
-            if std::mem::replace(&mut found[fx], true) {
-                return Err(bad(&f.path, "appears twice in the payload".into()));
-            }
-            if f.is_ghost() {
-                // rpm skips an archived ghost; only `newc` says how long it is.
-                let size = cpio_size
-                    .ok_or_else(|| bad(&f.path, "a %ghost file in a stripped payload".into()))?;
-                cpio.skip(size).map_err(payload_err)?;
-                continue;
-            }
-            let set = link_set[fx].clone();
-            let expected = match f.file_type() {
-                S_IFREG if set.as_ref().is_some_and(|s| s.last() != Some(&fx)) => 0,
-                S_IFREG | S_IFLNK => f.size,
-                _ => 0,
-            };
-            if let Some(size) = cpio_size {
-                if size != expected {
-                    return Err(bad(
-                        &f.path,
-                        format!("the payload holds {size} bytes, the header says {expected}"),
-                    ));
-                }
-            }
-            let (uid, gid) = owners(&f.user, &f.group);
-            let entry = |kind: EntryKind, f: &FileInfo| Entry {
-                kind,
-                mode: f.mode & 0o7777,
+        let mut first: Option<String> = None;
+        for i in targets {
+            let fi = &self.files[i];
+            let (uid, gid) = owners(&fi.user, &fi.group);
+            let e = Entry {
+                kind: kind.clone(),
+                mode: fi.mode & 0o7777,
                 uid: u64::from(uid),
                 gid: u64::from(gid),
             };
-            // rpm gives every file its header mtime (lib/fsm.c), and `rpm -V` compares it.
-            // `link_to`: where an earlier name of the same file landed, for a hard link (rpm
-            // links the names of a set: lib/fsm.c `fsmMkfile`). Returns where the entry landed.
-            let insert_as =
-                |layer: &mut LayerContents, i: usize, e: Entry, link_to: Option<&str>| {
-                    let at = match opts.place {
-                        Some(place) => {
-                            let kind = match &e.kind {
-                                EntryKind::Dir => layer::Placing::Dir,
-                                EntryKind::Symlink(t) => layer::Placing::Symlink(t),
-                                _ => layer::Placing::File,
-                            };
-                            match place(&norm[i], kind).map_err(|why| bad(&files[i].path, why))? {
-                                Some(at) => at,
-                                None => return Ok(None),
-                            }
-                        }
-                        None => norm[i].clone(),
-                    };
-                    match link_to {
-                        Some(to) => layer.add_hardlink(&at, to),
-                        None => layer.insert(&at, e),
-                    }
-                    .map_err(|e| bad(&files[i].path, e.to_string()))?;
-                    layer.set_mtime(&at, u64::from(files[i].mtime));
-                    Ok::<Option<String>, RpmError>(Some(at))
-                };
-            let insert = |layer: &mut LayerContents, i: usize, e: Entry| {
-                insert_as(layer, i, e, None).map(|_| ())
-            };
-            match f.file_type() {
-                S_IFDIR => {
-                    if !skipped[fx] {
-                        insert(layer, fx, entry(EntryKind::Dir, f))?;
-                        out.written.push(f.path.clone());
-                    }
-                }
-                S_IFLNK => {
-                    if expected > MAX_LINK {
-                        return Err(bad(&f.path, format!("a symlink target of {expected} bytes")));
-                    }
-                    let mut target = vec![0u8; expected as usize];
-                    cpio.read_exact(&mut target).map_err(payload_err)?;
-                    if f.link_to.is_empty() || target != f.link_to.as_bytes() {
-                        return Err(bad(
-                            &f.path,
-                            format!(
-                                "the payload's link target `{}` is not the header's `{}`",
-                                target.escape_ascii(),
-                                f.link_to
-                            ),
-                        ));
-                    }
-                    if !skipped[fx] {
-                        insert(
-                            layer,
-                            fx,
-                            Entry {
-                                kind: EntryKind::Symlink(f.link_to.clone()),
-                                mode: 0o777,
-                                uid: u64::from(uid),
-                                gid: u64::from(gid),
-                            },
-                        )?;
-                        out.written.push(f.path.clone());
-                    }
-                }
-                S_IFREG => {
-                    if expected == 0 && f.size > 0 {
-                        // An earlier link of a set: the content comes with the last one.
-                        continue;
-                    }
-                    let targets: Vec<usize> = match &set {
-                        Some(s) => s.iter().copied().filter(|i| !skipped[*i]).collect(),
-                        None if !skipped[fx] => vec![fx],
-                        None => Vec::new(),
-                    };
-                    let mut hasher =
-                        FileHasher::new(digest_algo).ok_or_else(|| RpmError::Unverifiable {
-                            path: path.to_owned(),
-                            reason: format!("unsupported file digest algorithm {digest_algo}"),
-                        })?;
-                    let kind = if targets.is_empty() {
-                        cpio.skip(expected).map_err(payload_err)?;
-                        None
-                    } else {
-                        let mut content = (&mut cpio).take(expected);
-                        let kind = layer
-                            .file_kind(&mut content, expected, &mut |c| hasher.update(c))
-                            .map_err(payload_err)?;
-                        if !f.digest.is_empty() {
-                            let got = hasher.finish();
-                            if got != f.digest {
-                                return Err(RpmError::Digest {
-                                    path: path.to_owned(),
-                                    which: format!("{} of {}", hasher.name(), f.path),
-                                    expected: f.digest.clone(),
-                                    actual: got,
-                                });
-                            }
-                        }
-                        Some(kind)
-                    };
-                    if let Some(kind) = kind {
-                        let mut first: Option<String> = None;
-                        for i in targets {
-                            let fi = &files[i];
-                            let (uid, gid) = owners(&fi.user, &fi.group);
-                            let landed = insert_as(
-                                layer,
-                                i,
-                                Entry {
-                                    kind: kind.clone(),
-                                    mode: fi.mode & 0o7777,
-                                    uid: u64::from(uid),
-                                    gid: u64::from(gid),
-                                },
-                                first.as_deref(),
-                            )?;
-                            first = first.or(landed);
-                            out.written.push(fi.path.clone());
-                            if fi.is_config() {
-                                out.config.push(fi.path.clone());
-                            }
-                            if fi.mode & 0o6000 != 0 {
-                                out.setid.push((fi.path.clone(), fi.mode & 0o7777));
-                            }
-                        }
-                    }
-                }
-                t @ (S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) => {
-                    let kind = match t {
-                        S_IFCHR => "char",
-                        S_IFBLK => "block",
-                        S_IFIFO => "fifo",
-                        _ => "socket",
-                    };
-                    // Linux's `new_encode_dev` (include/linux/kdev_t.h).
-                    let (major, minor) =
-                        ((f.rdev >> 8) & 0xfff, (f.rdev & 0xff) | ((f.rdev >> 12) & 0xfff00));
-                    if !skipped[fx] {
-                        out.nodes.push(Node {
-                            path: f.path.clone(),
-                            kind,
-                            mode: f.mode & 0o7777,
-                            major,
-                            minor,
-                        });
-                    }
-                }
-                t => return Err(bad(&f.path, format!("unknown file type {t:o}"))),
+            let landed = self.insert_as(layer, i, e, first.as_deref())?;
+            first = first.or(landed);
+            out.written.push(fi.path.clone());
+            if fi.is_config() {
+                out.config.push(fi.path.clone());
+            }
+            if fi.mode & 0o6000 != 0 {
+                out.setid.push((fi.path.clone(), fi.mode & 0o7777));
             }
         }
-        // Read the rest, so decompressors check their trailing checksums (gzip CRC32, xz and
-        // zstd checks) and a payload cannot go on past its bound.
-        io::copy(&mut cpio, &mut io::sink()).map_err(payload_err)?;
-        out.archive_size = cpio.pos;
-        if let Some(i) = (0..n).find(|i| !found[*i] && !files[*i].is_ghost()) {
-            return Err(bad(&files[i].path, "in the header but not in the payload".into()));
-        }
-        Ok(out)
+        Ok(())
     }
+}
+
+/// A device node, FIFO or socket of the payload (`t`, its file type), as the report lists it:
+/// never written to the layer.
+fn device_node(f: &FileInfo, t: u32) -> Node {
+    let kind = match t {
+        S_IFCHR => "char",
+        S_IFBLK => "block",
+        S_IFIFO => "fifo",
+        _ => "socket",
+    };
+    // Linux's `new_encode_dev` (include/linux/kdev_t.h).
+    let (major, minor) = ((f.rdev >> 8) & 0xfff, (f.rdev & 0xff) | ((f.rdev >> 12) & 0xfff00));
+    Node { path: f.path.clone(), kind, mode: f.mode & 0o7777, major, minor }
 }
 
 fn io_err<'p>(operation: &'static str, path: &'p Path) -> impl Fn(io::Error) -> RpmError + 'p {
