@@ -587,12 +587,10 @@ async fn recipe_contents(
 fn signed_by_dropped_key(e: Error, trusted: &[erdma_openpgp::Trusted]) -> Error {
     use erdma_deb::repo::RepoError;
     use erdma_openpgp::SignatureError;
-    let Error::Repo(
-        repo_err @ RepoError::BadSignature {
-            source: SignatureError::NoValidSignature { outside, .. },
-            ..
-        },
-    ) = &e
+    let Error::Repo(RepoError::BadSignature {
+        source: SignatureError::NoValidSignature { outside, .. },
+        ..
+    }) = &e
     else {
         return e;
     };
@@ -602,18 +600,21 @@ fn signed_by_dropped_key(e: Error, trusted: &[erdma_openpgp::Trusted]) -> Error 
             i == d || (i.len() == 16 && (d.ends_with(i.as_str()) || d.starts_with(i.as_str())))
         })
     };
-    for t in trusted {
-        if let Some(d) = t.dropped.iter().find(|d| issued(d)) {
-            return Error::UnpinnedSigner {
-                repository: t.repository.clone(),
-                key: d.clone(),
-                keyring: t.source.clone(),
-                pinned: t.fingerprints.join(", "),
-                cause: repo_err.to_string(),
-            };
-        }
+    let Some((t, key)) =
+        trusted.iter().find_map(|t| t.dropped.iter().find(|d| issued(d)).map(|d| (t, d.clone())))
+    else {
+        return e;
+    };
+    match e {
+        Error::Repo(cause) => Error::UnpinnedSigner {
+            repository: t.repository.clone(),
+            key,
+            keyring: t.source.clone(),
+            pinned: t.fingerprints.join(", "),
+            cause: Box::new(cause),
+        },
+        e => e,
     }
-    e
 }
 
 /// Checks what `--nccl` needs of the base and finds its CUDA; warns about a pip NCCL older
@@ -711,11 +712,14 @@ async fn repo_key(
 /// A key file is a few KiB; NVIDIA's and Alibaba's are under 4 KiB.
 const MAX_KEY: u64 = 1 << 20;
 
-async fn fetch_key(http: &erdma_http::Client, url: &str) -> std::result::Result<Vec<u8>, String> {
+async fn fetch_key(
+    http: &erdma_http::Client,
+    url: &str,
+) -> std::result::Result<Vec<u8>, crate::error::Cause> {
     match http.get(url, MAX_KEY).await {
         Ok(Some(body)) => Ok(body),
         Ok(None) => Err("not found (404)".into()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -83,7 +83,7 @@ impl SelfImageArgs {
         let bad = |what: &str, v: &str, want: &str| crate::error::Error::Malformed {
             what: "argument",
             reference: format!("{what} {v}"),
-            reason: format!("expected {want}"),
+            reason: format!("expected {want}").into(),
         };
         let binaries = self
             .binaries

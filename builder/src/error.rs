@@ -9,8 +9,13 @@ pub enum Error {
     #[error(transparent)]
     Image(#[from] erdma_oci::Error),
 
-    #[error("malformed {what} in {reference}: {reason}")]
-    Malformed { what: &'static str, reference: String, reason: String },
+    #[error("malformed {what} in {reference}")]
+    Malformed {
+        what: &'static str,
+        reference: String,
+        #[source]
+        reason: Cause,
+    },
 
     #[error("digest mismatch for blob {expected}: got {actual}")]
     DigestMismatch { expected: String, actual: String },
@@ -57,7 +62,7 @@ pub enum Error {
     #[error(transparent)]
     Nccl(#[from] crate::packages::nccl::NcclError),
 
-    #[error("repository `{repo}`: {source}")]
+    #[error("repository `{repo}`")]
     Repodata {
         repo: String,
         #[source]
@@ -83,15 +88,28 @@ pub enum Error {
     #[error("package {package}: refusing entry `{entry}`: {reason}")]
     PackageEntry { package: String, entry: String, reason: String },
 
-    #[error("downloading {url} failed: {reason}")]
-    Download { url: String, reason: String },
+    /// A payload entry whose place in the base image could not be read.
+    #[error("package {package}: entry `{entry}`")]
+    PackageEntryBase {
+        package: String,
+        entry: String,
+        #[source]
+        source: crate::packages::payload::Refused,
+    },
+
+    #[error("downloading {url} failed")]
+    Download {
+        url: String,
+        #[source]
+        reason: Cause,
+    },
 
     /// A command-line value that does not parse: `option` as typed (`--repo`), `expected` what
     /// it takes.
     #[error("invalid {option} `{value}`: expected {expected}")]
     Usage { option: &'static str, value: String, expected: &'static str },
 
-    #[error("--package {path} is not signed by any repository; hint: pass --allow-unsigned-package to install it anyway (it is then named in the report and the image label {label})")]
+    #[error("--package {path} is not signed by any repository")]
     UnsignedPackage { path: String, label: &'static str },
 
     #[error(
@@ -111,28 +129,35 @@ pub enum Error {
     #[error(transparent)]
     Http(#[from] erdma_http::HttpError),
 
-    #[error("fetching {what} from {url} failed: {reason}; hint: pass --keyring {repository}=FILE")]
-    KeyFetch { what: String, url: String, reason: String, repository: String },
+    #[error("fetching {what} from {url} failed")]
+    KeyFetch {
+        what: String,
+        url: String,
+        #[source]
+        reason: Cause,
+        repository: String,
+    },
 
     /// A repository's Release is signed by a key that came with the pinned one but is not
     /// pinned itself; `cause` is the verification error that this explains.
-    #[error("repository `{repository}` is signed by key {key}, which {keyring} holds beside the pinned key {pinned} but the recipe does not pin: refusing it ({cause})")]
+    #[error("repository `{repository}` is signed by key {key}, which {keyring} holds beside the pinned key {pinned} but the recipe does not pin: refusing it")]
     UnpinnedSigner {
         repository: String,
         key: String,
         keyring: String,
         pinned: String,
-        cause: String,
+        #[source]
+        cause: Box<erdma_deb::repo::RepoError>,
     },
 
     /// After resolving, the image's libibverbs still lacks the erdma provider.
-    #[error("{found} has no erdma provider (/etc/libibverbs.d/erdma.driver is missing; rdma-core gained it in 43.0), so recipe {recipe} cannot give this image eRDMA; hint: use a repository with eRDMA builds (--repo, --mirror) or another base")]
+    #[error("{found} has no erdma provider (/etc/libibverbs.d/erdma.driver is missing; rdma-core gained it in 43.0), so recipe {recipe} cannot give this image eRDMA")]
     NoErdmaProvider { found: String, recipe: String },
 
-    #[error("the base has no CUDA (no CUDA_VERSION in its config, no /usr/local/cuda/version.json), and NCCL builds are per CUDA major version; hint: pass --cuda X.Y")]
+    #[error("the base has no CUDA (no CUDA_VERSION in its config, no /usr/local/cuda/version.json), and NCCL builds are per CUDA major version")]
     NoCuda,
 
-    #[error("--nccl with --no-packages needs a base whose libibverbs has the erdma provider: NCCL opens libibverbs with dlopen and, without it, silently falls back to TCP; hint: drop --no-packages to add the eRDMA packages")]
+    #[error("--nccl with --no-packages needs a base whose libibverbs has the erdma provider: NCCL opens libibverbs with dlopen and, without it, silently falls back to TCP")]
     NcclNeedsErdma,
 
     /// A bound on what a hostile input may cost ([`erdma_limits`]): `what` names the input,
@@ -141,12 +166,70 @@ pub enum Error {
     Limit { what: String, exceeded: erdma_limits::Exceeded },
 }
 
+/// A cause kept whole: the error that made this one, or a reason that only exists as text.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// One link of a chain: what was being done (`reading URL`) when `source` happened. It prints
+/// as its own `Caused by:` line, with `source` after it.
+#[derive(Debug, thiserror::Error)]
+#[error("{doing}")]
+pub struct Doing {
+    doing: String,
+    #[source]
+    source: Cause,
+}
+
+impl Doing {
+    pub fn new(doing: impl Into<String>, source: impl Into<Cause>) -> Doing {
+        Doing { doing: doing.into(), source: source.into() }
+    }
+}
+
 impl Error {
+    /// What the user can do about this error, where there is something to say; the binary
+    /// prints it as the `hint:` line after the error and its causes ([`hint`] asks each cause).
+    pub fn hint(&self) -> Option<String> {
+        Some(match self {
+            Error::Image(e) => return e.hint(),
+            Error::Package(e) => return e.hint(),
+            Error::RpmResolve(e) => return e.hint(),
+            Error::UnsupportedDistro { .. } | Error::NoOsRelease { .. } => {
+                "`erdma-build recipes` lists the recipes; --recipe NAME|PATH picks one".into()
+            }
+            Error::DigestMismatch { .. } => erdma_oci::error::DIGEST_HINT.into(),
+            Error::UnsignedPackage { label, .. } => format!("pass --allow-unsigned-package to install it anyway (it is then named in the report and the image label {label})"),
+            Error::KeyFetch { repository, .. } => format!("pass --keyring {repository}=FILE"),
+            Error::NoErdmaProvider { .. } => {
+                "use a repository with eRDMA builds (--repo, --mirror) or another base".into()
+            }
+            Error::NoCuda => "pass --cuda X.Y".into(),
+            Error::NcclNeedsErdma => "drop --no-packages to add the eRDMA packages".into(),
+            _ => return None,
+        })
+    }
     pub(crate) fn io(
         operation: &'static str,
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { operation, path, source }
+    }
+}
+
+/// The one place hints come from: the hint of `cause`, if it is an error of ours that has
+/// one. The binary asks each error of a chain in turn, outermost first, and prints the first.
+pub fn hint(cause: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(e) = cause.downcast_ref::<Error>() {
+        e.hint()
+    } else if let Some(e) = cause.downcast_ref::<crate::packages::error::PackageError>() {
+        e.hint()
+    } else if let Some(e) = cause.downcast_ref::<crate::packages::rpm::resolve::ResolveError>() {
+        e.hint()
+    } else if let Some(e) = cause.downcast_ref::<erdma_oci::Error>() {
+        e.hint()
+    } else if let Some(e) = cause.downcast_ref::<erdma_rpm::rpmdb::RpmdbError>() {
+        e.hint().map(String::from)
+    } else {
+        None
     }
 }

@@ -85,36 +85,11 @@ fn fail(e: &anyhow::Error) -> ExitCode {
     for cause in e.chain().skip(1) {
         let _ = writeln!(err, "  Caused by: {cause}");
     }
-    if let Some(hint) = hint(e) {
+    // The outermost error of the chain that has a hint gives it (erdma_build::error::hint).
+    if let Some(hint) = e.chain().find_map(erdma_build::error::hint) {
         let _ = writeln!(err, "hint: {hint}");
     }
     ExitCode::from(1)
-}
-
-fn hint(e: &anyhow::Error) -> Option<String> {
-    use erdma_build::Error;
-    Some(match e.downcast_ref::<Error>()? {
-        Error::Image(image) => return image_hint(image),
-        Error::UnsupportedDistro { .. } | Error::NoOsRelease { .. } => {
-            "`erdma-build recipes` lists the recipes; --recipe NAME|PATH picks one".into()
-        }
-        Error::DigestMismatch { .. } => DIGEST_HINT.into(),
-        _ => return None,
-    })
-}
-
-const DIGEST_HINT: &str = "the source served corrupt or tampered content; nothing was written";
-
-fn image_hint(e: &erdma_oci::Error) -> Option<String> {
-    use erdma_oci::Error;
-    Some(match e {
-        Error::AuthRefused { .. } => "log in with `docker login` or `skopeo login`, or set REGISTRY_AUTH_FILE".into(),
-        Error::Registry { .. } => "check the registry address; --insecure-registry HOST skips certificate checks and allows plain HTTP".into(),
-        Error::Tls { hint, .. } => hint.clone(),
-        Error::RegistriesConf(erdma_oci::registries_conf::ConfError::Blocked { .. }) => "containers-registries.conf(5): remove `blocked = true` from that entry, or name another registry".into(),
-        Error::DigestMismatch { .. } => DIGEST_HINT.into(),
-        _ => return None,
-    })
 }
 
 async fn run(cli: Cli, multi: MultiProgress) -> anyhow::Result<ExitCode> {

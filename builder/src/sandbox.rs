@@ -47,8 +47,25 @@ const KEEP_OUTPUT: usize = 256 << 10;
 pub enum SandboxError {
     #[error("running scripts in a sandbox without root needs a range of 65535 subordinate ids for {user} in /etc/subuid and /etc/subgid, and newuidmap and newgidmap (Debian's and Ubuntu's uidmap package), as rootless Podman does: {missing}")]
     NoIds { user: String, missing: String },
-    #[error("could not make the sandbox: {0}")]
-    Setup(String),
+    /// `source`: the error met, where there is one in hand (a helper process's own words
+    /// arrive as text, in `what`).
+    #[error("could not make the sandbox: {what}")]
+    Setup {
+        what: String,
+        #[source]
+        source: Option<std::io::Error>,
+    },
+}
+
+impl SandboxError {
+    fn setup(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SandboxError {
+        let what = what.into();
+        move |e| SandboxError::Setup { what, source: Some(e) }
+    }
+
+    fn said(what: impl Into<String>) -> SandboxError {
+        SandboxError::Setup { what: what.into(), source: None }
+    }
 }
 
 /// How the ids of a sandbox's user namespace map to this machine's: 0 to 65535
@@ -132,15 +149,13 @@ impl IdMap {
                 for file in ["uid_map", "gid_map"] {
                     let path = format!("/proc/{pid}/{file}");
                     std::fs::write(&path, format!("0 {shift} {count}\n"))
-                        .map_err(|e| SandboxError::Setup(format!("writing {path}: {e}")))?;
+                        .map_err(SandboxError::setup(format!("writing {path}")))?;
                 }
             }
             IdMap::Same => {
                 for file in ["uid_map", "gid_map"] {
-                    let own =
-                        std::fs::read_to_string(format!("/proc/self/{file}")).map_err(|e| {
-                            SandboxError::Setup(format!("reading /proc/self/{file}: {e}"))
-                        })?;
+                    let own = std::fs::read_to_string(format!("/proc/self/{file}"))
+                        .map_err(SandboxError::setup(format!("reading /proc/self/{file}")))?;
                     let same: String = own
                         .lines()
                         .filter_map(|l| {
@@ -150,7 +165,7 @@ impl IdMap {
                         .collect();
                     let path = format!("/proc/{pid}/{file}");
                     std::fs::write(&path, same)
-                        .map_err(|e| SandboxError::Setup(format!("writing {path}: {e}")))?;
+                        .map_err(SandboxError::setup(format!("writing {path}")))?;
                 }
             }
             IdMap::Subordinate { uid, gid, subuid, subgid } => {
@@ -161,9 +176,9 @@ impl IdMap {
                         .arg((count - 1).to_string())
                         .stdin(Stdio::null())
                         .output()
-                        .map_err(|e| SandboxError::Setup(format!("running {tool}: {e}")))?;
+                        .map_err(SandboxError::setup(format!("running {tool}")))?;
                     if !out.status.success() {
-                        return Err(SandboxError::Setup(format!(
+                        return Err(SandboxError::said(format!(
                             "{tool} refused the map: {}",
                             String::from_utf8_lossy(&out.stderr).trim()
                         )));
@@ -224,8 +239,7 @@ pub fn run(
     argv: &[&str],
     env: &[(&str, &str)],
 ) -> Result<Ran, SandboxError> {
-    let setup = |what: &str, e: std::io::Error| SandboxError::Setup(format!("{what}: {e}"));
-    let exe = std::env::current_exe().map_err(|e| setup("finding erdma-build itself", e))?;
+    let exe = std::env::current_exe().map_err(SandboxError::setup("finding erdma-build itself"))?;
     let mut cmd = Command::new(exe);
     cmd.arg(HELPER).arg(root);
     for (k, v) in env {
@@ -238,7 +252,7 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| setup("starting the sandbox helper", e))?;
+        .map_err(SandboxError::setup("starting the sandbox helper"))?;
     let mut out = BufReader::new(child.stdout.take().expect("piped"));
     let mut err = child.stderr.take().expect("piped");
     let mut line = String::new();
@@ -248,7 +262,7 @@ pub fn run(
         let _ = child.wait();
         let mut why = String::new();
         let _ = err.read_to_string(&mut why);
-        return Err(SandboxError::Setup(why.trim().to_string()));
+        return Err(SandboxError::said(why.trim()));
     }
     if let Err(e) = map.write(child.id()) {
         let _ = child.kill();
@@ -280,14 +294,14 @@ pub fn run(
     if output.len() > KEEP_OUTPUT {
         output.drain(..output.len() - KEEP_OUTPUT);
     }
-    let status = child.wait().map_err(|e| setup("waiting for the sandbox", e))?;
+    let status = child.wait().map_err(SandboxError::setup("waiting for the sandbox"))?;
     let own = err_reader.join().unwrap_or_default();
     let code = match status.code() {
         Some(c) => c,
         None => 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0),
     };
     if code == OWN_FAILURE && !own.is_empty() {
-        return Err(SandboxError::Setup(String::from_utf8_lossy(&own).trim().to_string()));
+        return Err(SandboxError::said(String::from_utf8_lossy(&own).trim()));
     }
     Ok(Ran { status: code, output })
 }

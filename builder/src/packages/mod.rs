@@ -404,14 +404,14 @@ pub async fn local_package(
     use crate::error::Error;
     if arg.starts_with("http://") || arg.starts_with("https://") {
         std::fs::create_dir_all(dir).map_err(Error::io("creating cache", dir))?;
-        let fail = |reason: String| Error::Download { url: arg.to_string(), reason };
+        let fail = |reason: crate::error::Cause| Error::Download { url: arg.to_string(), reason };
         let (tmp, size, sha256) = match client.download(arg, dir, max).await {
             Ok(Some(d)) => d,
             Ok(None) => return Err(fail("not found (404)".into())),
             Err(erdma_http::HttpError::TooLarge { .. }) => {
-                return Err(fail(format!("larger than {max} bytes")))
+                return Err(fail(format!("larger than {max} bytes").into()))
             }
-            Err(e) => return Err(fail(e.to_string())),
+            Err(e) => return Err(fail(e.into())),
         };
         let path = dir.join(format!("{sha256}.{ext}"));
         tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;

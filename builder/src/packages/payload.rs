@@ -34,7 +34,7 @@ use erdma_oci::layer::Placing;
 use erdma_oci::rootfs::SnapEntry;
 
 /// Why an entry is refused; the caller names the package and the entry.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Refused {
     #[error("it would be outside the image root")]
     Escapes,
@@ -46,14 +46,35 @@ pub enum Refused {
     UnderFile { parent: String },
     #[error("it would replace the directory /{path}{whose} with a {what} (dpkg and rpm refuse this too)")]
     ReplacesDir { path: String, whose: &'static str, what: &'static str },
-    /// The base image could not be read where the entry goes.
-    #[error("{0}")]
-    Image(String),
+    /// The base image could not be read where the entry goes (shared: a refusal is kept by
+    /// the caller and also handed to the package reader).
+    #[error("reading the base image where it goes")]
+    Image(#[source] std::sync::Arc<erdma_oci::Error>),
+}
+
+/// Refusals compare by their fields; two image errors only when they are the same one.
+impl PartialEq for Refused {
+    fn eq(&self, other: &Refused) -> bool {
+        use Refused::*;
+        match (self, other) {
+            (Escapes, Escapes) | (OddName, OddName) => true,
+            (UnderSymlink { parent: a, target: b }, UnderSymlink { parent: c, target: d }) => {
+                a == c && b == d
+            }
+            (UnderFile { parent: a }, UnderFile { parent: b }) => a == b,
+            (
+                ReplacesDir { path: a, whose: b, what: c },
+                ReplacesDir { path: d, whose: e, what: f },
+            ) => a == d && b == e && c == f,
+            (Image(a), Image(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 impl From<erdma_oci::Error> for Refused {
     fn from(e: erdma_oci::Error) -> Refused {
-        Refused::Image(e.to_string())
+        Refused::Image(std::sync::Arc::new(e))
     }
 }
 
@@ -94,7 +115,7 @@ impl<'a> Placer<'a> {
                     Err(Refused::UnderSymlink { parent: p.to_string(), target: target.clone() })
                 }
                 Some(Placed::Other) => Err(Refused::UnderFile { parent: p.to_string() }),
-                Some(Placed::Dir) | None => base.kind(p).map_err(|e| Refused::Image(e.to_string())),
+                Some(Placed::Dir) | None => base.kind(p).map_err(Refused::from),
             })?
             .unwrap_or_else(|| path.to_string());
         if real.is_empty() {
@@ -103,7 +124,7 @@ impl<'a> Placer<'a> {
         let ours = self.placed.get(&real).cloned();
         let theirs = match &ours {
             Some(_) => None,
-            None => self.base.kind(&real).map_err(|e| Refused::Image(e.to_string()))?,
+            None => self.base.kind(&real)?,
         };
         match kind {
             Placing::Dir => {

@@ -23,7 +23,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Cause, Doing, Error, Result};
 use crate::packages::error::PackageError;
 use crate::packages::{Inputs, SandboxRun};
 use erdma_common::progress::Reporter;
@@ -71,8 +71,8 @@ pub(crate) struct Job<'a> {
     pub commands: Vec<String>,
 }
 
-fn error(because: &str, why: String) -> Error {
-    PackageError::Sandbox { because: because.to_string(), why }.into()
+fn error(because: &str, why: impl Into<Cause>) -> Error {
+    PackageError::Sandbox { because: because.to_string(), why: why.into() }.into()
 }
 
 /// What a build would run and read, for `plan`.
@@ -126,8 +126,7 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
     let Over { base, layer, inputs, reporter } = over;
     let because = job.because.as_str();
     // What stops a sandbox from working, said before any layer is read.
-    let map = crate::sandbox::IdMap::for_this_process(SHIFT)
-        .map_err(|e| error(because, e.to_string()))?;
+    let map = crate::sandbox::IdMap::for_this_process(SHIFT).map_err(|e| error(because, e))?;
     for tool in ["bin/sh", job.needs] {
         if base.real_path(tool)?.map(|p| base.kind(&p)).transpose()?.flatten().is_none() {
             return Err(error(because, format!("the base has no /{tool} to run them with")));
@@ -200,8 +199,8 @@ fn run_job(
     reporter: &dyn Reporter,
     because: &str,
 ) -> Result<Outcome> {
-    let setup = |what: &str, e: &dyn std::fmt::Display| error(because, format!("{what}: {e}"));
-    let exe = std::env::current_exe().map_err(|e| setup("finding erdma-build itself", &e))?;
+    let setup = |what: &str, e: Cause| error(because, Doing::new(what, e));
+    let exe = std::env::current_exe().map_err(|e| setup("finding erdma-build itself", e.into()))?;
     let mut child = Command::new(exe)
         .arg(JOB)
         .arg(work)
@@ -211,7 +210,7 @@ fn run_job(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| setup("starting the sandbox's job", &e))?;
+        .map_err(|e| setup("starting the sandbox's job", e.into()))?;
     let mut err = child.stderr.take().expect("piped");
     let err_reader = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -220,12 +219,13 @@ fn run_job(
     });
     let fail = |child: &mut std::process::Child,
                 err_reader: std::thread::JoinHandle<Vec<u8>>,
-                why: String| {
+                why: Cause| {
         let _ = child.kill();
         let _ = child.wait();
+        // The job says why it stopped on its stderr, as text.
         let own =
             String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).trim().to_string();
-        error(because, if own.is_empty() { why } else { own })
+        error(because, if own.is_empty() { why } else { own.into() })
     };
     let mut line = String::new();
     let _ = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
@@ -233,7 +233,7 @@ fn run_job(
         return Err(fail(&mut child, err_reader, "the sandbox's job did not start".into()));
     }
     if let Err(e) = map.write(child.id()) {
-        return Err(fail(&mut child, err_reader, e.to_string()));
+        return Err(fail(&mut child, err_reader, e.into()));
     }
     // Large writes: the layers cross the pipe in as few system calls as the pipe allows.
     let mut stdin = std::io::BufWriter::with_capacity(1 << 20, child.stdin.take().expect("piped"));
@@ -247,7 +247,7 @@ fn run_job(
         let pipe = Stop::Pipe;
         stdin.write_all(b"go\n").map_err(pipe)?;
         let text = serde_json::to_string(header)
-            .map_err(|e| Stop::Input(Box::new(setup("the job", &e))))?;
+            .map_err(|e| Stop::Input(Box::new(setup("the job", e.into()))))?;
         stdin.write_all(text.as_bytes()).and_then(|()| stdin.write_all(b"\n")).map_err(pipe)?;
         for i in 0..header.layers.len() {
             let mut tar = base.layer_tar(i).map_err(|e| Stop::Input(Box::new(e.into())))?;
@@ -268,7 +268,8 @@ fn run_job(
     match streamed {
         Ok(()) => {}
         Err(Stop::Pipe(e)) => {
-            return Err(fail(&mut child, err_reader, format!("feeding the sandbox's job: {e}")))
+            let why = Doing::new("feeding the sandbox's job", e);
+            return Err(fail(&mut child, err_reader, why.into()));
         }
         Err(Stop::Input(e)) => {
             let _ = child.kill();
@@ -281,7 +282,7 @@ fn run_job(
         header.tool,
         header.files.len()
     ));
-    let status = child.wait().map_err(|e| setup("waiting for the sandbox's job", &e))?;
+    let status = child.wait().map_err(|e| setup("waiting for the sandbox's job", e.into()))?;
     let own = String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).trim().to_string();
     if !status.success() {
         return Err(error(
@@ -291,7 +292,7 @@ fn run_job(
     }
     let result = work.join("result.json");
     let text = std::fs::read(&result).map_err(|e| Error::io("reading", &result)(e))?;
-    serde_json::from_slice(&text).map_err(|e| setup("reading the sandbox's result", &e))
+    serde_json::from_slice(&text).map_err(|e| setup("reading the sandbox's result", e.into()))
 }
 
 /// All of `r` as one stream of [`Frames`] on `out`.
@@ -407,35 +408,35 @@ pub fn job_main(args: &[std::ffi::OsString], unshare: crate::sandbox::Unshare) -
     }
     match done {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
+        Err(e) => fail(&erdma_http::chain(&*e)),
     }
 }
 
-/// The job's own failures are said in its parent's words: a line without a prefix.
-fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), String> {
-    let say = |e: erdma_oci::Error| e.to_string();
+/// The job's own failures are said in its parent's words: a line without a prefix, the
+/// causes after it ([`erdma_http::chain`]).
+fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), Cause> {
     let mut line = String::new();
-    input.read_line(&mut line).map_err(|e| e.to_string())?;
-    let header: Header = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+    input.read_line(&mut line)?;
+    let header: Header = serde_json::from_str(&line)?;
     // The namespace's ids are the tree's: no shift inside it.
-    let root = RootDir::create(&work.join("root"), 0).map_err(say)?;
+    let root = RootDir::create(&work.join("root"), 0)?;
     let mut outcome = Outcome::default();
     for digest in &header.layers {
         let mut tar = Unframe::new(input);
-        let applied = root.apply(digest, &mut tar).map_err(say)?;
+        let applied = root.apply(digest, &mut tar)?;
         outcome.not_taken.extend(applied.skipped);
-        tar.drain().map_err(|e| e.to_string())?;
+        tar.drain()?;
     }
     let mut tar = Unframe::new(input);
-    root.apply("(this build's layer)", &mut tar).map_err(say)?;
-    tar.drain().map_err(|e| e.to_string())?;
+    root.apply("(this build's layer)", &mut tar)?;
+    tar.drain()?;
 
-    let before = root.scan().map_err(say)?;
-    root.put_dir(INBOX).map_err(say)?;
+    let before = root.scan()?;
+    root.put_dir(INBOX)?;
     for name in &header.files {
         let mut f = Unframe::new(input);
-        root.put_file(&format!("{INBOX}/{name}"), &mut f, 0o644).map_err(say)?;
-        f.drain().map_err(|e| e.to_string())?;
+        root.put_file(&format!("{INBOX}/{name}"), &mut f, 0o644)?;
+        f.drain()?;
     }
     let script = format!("set -e\n{}\n", header.commands.join("\n"));
     let ran = crate::sandbox::run(
@@ -443,28 +444,26 @@ fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), String> 
         &crate::sandbox::IdMap::Same,
         &["/bin/sh", "-c", &script],
         ENV,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     outcome.status = ran.status;
     outcome.output = String::from_utf8_lossy(&ran.output).into_owned();
     if ran.status == 0 {
-        root.remove(INBOX).map_err(say)?;
-        let after = root.scan().map_err(say)?;
+        root.remove(INBOX)?;
+        let after = root.scan()?;
         let mut changes = LayerContents::new();
-        let (removed, skipped) = root.changes(&before, &after, &mut changes).map_err(say)?;
+        let (removed, skipped) = root.changes(&before, &after, &mut changes)?;
         outcome.removed = removed;
         outcome.not_taken.extend(skipped);
         let path = work.join("changes.tar");
-        let f =
-            std::fs::File::create(&path).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        let f = std::fs::File::create(&path).map_err(erdma_oci::Error::io("writing", &path))?;
         changes
             .write_tar(std::io::BufWriter::new(f), 0)
             .and_then(|mut w| w.flush())
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            .map_err(erdma_oci::Error::io("writing", &path))?;
     }
     let path = work.join("result.json");
-    let text = serde_json::to_vec(&outcome).map_err(|e| e.to_string())?;
-    std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let text = serde_json::to_vec(&outcome)?;
+    std::fs::write(&path, text).map_err(erdma_oci::Error::io("writing", &path))?;
     Ok(())
 }
 

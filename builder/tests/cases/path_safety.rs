@@ -295,6 +295,21 @@ fn refused_line(out: &Output, dest: &Path) -> String {
     lines[0].to_string()
 }
 
+/// Asserts a failed build as [`refused_line`] does, but with one cause below the `error:`
+/// line (an error the build read, kept whole). Returns the error line and the cause's.
+#[track_caller]
+fn refused_with_cause(out: &Output, dest: &Path) -> (String, String) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "expected a refusal\n{err}\n{}", text(&out.stdout));
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    let causes: Vec<&str> = err.lines().filter(|l| l.starts_with("  Caused by: ")).collect();
+    assert_eq!(causes.len(), 1, "{err}");
+    assert!(!dest.exists(), "a refused build writes nothing: {}", dest.display());
+    (lines[0].to_string(), causes[0].to_string())
+}
+
 /// Asserts a refused build ([`refused_line`]) whose line names `package` and `entry` with
 /// `reason`. Returns the error line.
 #[track_caller]
@@ -1024,15 +1039,15 @@ fn damaged_unsigned_rpms_are_refused_by_their_digests() {
         std::fs::write(&path, bad).unwrap();
         let k = Command::new("rpm").args(["-K", "--nosignature"]).arg(&path).output().unwrap();
         assert!(!k.status.success(), "rpm -K took the damage: {}", text(&k.stdout));
-        let line = refused_line(
+        let (line, cause) = refused_with_cause(
             &run("build", &base, &recipe, &[&path], Some(&dest), &tmp.path().join("cache")),
             &dest,
         );
         assert!(
             line.contains(&format!("--package {}", path.display()))
-                && line.contains(which)
-                && line.contains("mismatch"),
-            "{line}"
+                && cause.contains(which)
+                && cause.contains("mismatch"),
+            "{line}\n{cause}"
         );
     }
 }

@@ -150,10 +150,10 @@ fn a_failing_postinst_fails_the_build_and_writes_nothing() {
         "--output",
         &dest,
     ]);
-    assert!(err.starts_with("error: running maintainer scripts in a sandbox (needed for failing-stand-in 1.0's postinst (`cat /etc/nonexistent-erdma-config`)): dpkg exited with status 1: "), "{err}");
+    assert!(err.starts_with("error: running maintainer scripts in a sandbox (needed for failing-stand-in 1.0's postinst (`cat /etc/nonexistent-erdma-config`))\n  Caused by: dpkg exited with status 1: "), "{err}");
     assert!(err.contains("failing-stand-in"), "{err}");
-    assert!(err.contains("hint: --no-sandbox"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("\nhint: --no-sandbox"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 3, "the error, its cause and the hint: {err}");
     assert!(!out.exists(), "nothing written");
 }
 
@@ -358,14 +358,16 @@ fn the_sandbox_runs_without_root_on_subordinate_ids() {
         .unwrap();
     support::assert_success("chown", &chown);
     let out = build_as("nobody", "nogroup", &nobody, &base.tag);
-    let err = String::from_utf8_lossy(&out.stderr);
-    let err = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
-    assert!(!out.status.success(), "{err}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let err = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(err.starts_with("error: running maintainer scripts in a sandbox"), "{stderr}");
+    let cause = stderr.lines().find(|l| l.starts_with("  Caused by: ")).unwrap_or_default();
     assert!(
-        err.contains("running scripts in a sandbox without root needs a range of 65535 subordinate ids for nobody in /etc/subuid"),
-        "{err}"
+        cause.contains("running scripts in a sandbox without root needs a range of 65535 subordinate ids for nobody in /etc/subuid"),
+        "{stderr}"
     );
-    assert!(err.contains("hint: "), "{err}");
+    assert!(stderr.lines().any(|l| l.starts_with("hint: ")), "{stderr}");
     assert!(!nobody.join("out").exists(), "nothing written");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("reading the base's"), "no layer read");
     let made = &ours["var/lib/rootless-probe/made"];

@@ -47,8 +47,7 @@ pub enum Error {
     #[error("credential helper docker-credential-{helper} failed for {registry}: {reason}")]
     CredentialHelper { helper: String, registry: String, reason: String },
 
-    /// The hint is in the message: the binary's hints are per variant and this one names the registry.
-    #[error("registry {registry}: exchanging the stored identity token at {url} failed: {reason}; log in again with `docker login {registry}`")]
+    #[error("registry {registry}: exchanging the stored identity token at {url} failed: {reason}")]
     TokenExchange { registry: String, url: String, reason: String },
 
     #[error("registry {registry}: getting an access token from {url} failed: {reason}")]
@@ -110,6 +109,24 @@ pub enum Error {
 }
 
 impl Error {
+    /// What the user can do about it, where there is something to say: the binary prints it
+    /// as the `hint:` line after the error and its causes.
+    pub fn hint(&self) -> Option<String> {
+        Some(match self {
+            Error::AuthRefused { .. } => {
+                "log in with `docker login` or `skopeo login`, or set REGISTRY_AUTH_FILE".into()
+            }
+            Error::Registry { .. } => "check the registry address; --insecure-registry HOST skips certificate checks and allows plain HTTP".into(),
+            Error::Tls { hint, .. } => hint.clone(),
+            Error::TokenExchange { registry, .. } => {
+                format!("log in again with `docker login {registry}`")
+            }
+            Error::RegistriesConf(crate::registries_conf::ConfError::Blocked { .. }) => "containers-registries.conf(5): remove `blocked = true` from that entry, or name another registry".into(),
+            Error::DigestMismatch { .. } => DIGEST_HINT.into(),
+            _ => return None,
+        })
+    }
+
     pub fn io(
         operation: &'static str,
         path: impl Into<PathBuf>,
@@ -118,3 +135,6 @@ impl Error {
         move |source| Error::Io { operation, path, source }
     }
 }
+
+/// The hint for content that does not match its digest, here and in the builder's own check.
+pub const DIGEST_HINT: &str = "the source served corrupt or tampered content; nothing was written";

@@ -64,7 +64,8 @@ pub(crate) fn write_info(
             reason: format!(
                 "`{}` is not a valid package name and architecture for dpkg",
                 iname.escape_debug()
-            ),
+            )
+            .into(),
         });
     }
     layer.add_file(
@@ -100,7 +101,7 @@ pub(crate) fn write_info(
     let bad = |e: erdma_deb::deb822::Deb822Error| Error::Malformed {
         what: "package control",
         reference: planned.name.clone(),
-        reason: e.to_string(),
+        reason: e.into(),
     };
     let mut fields: Vec<(String, String)> =
         deb.control.fields().map(|(k, v)| (k.to_string(), v.to_string())).collect();

@@ -62,18 +62,18 @@ pub(crate) async fn fetch_one(
     if path.exists() {
         return Ok((path, 0));
     }
-    let fail = |reason: String| Error::Download { url: url.clone(), reason };
+    let fail = |reason: crate::error::Cause| Error::Download { url: url.clone(), reason };
     // One byte more than the index says is enough to know the file is wrong.
     let (tmp, got_size, got) = match client.download(&url, dir, size).await {
         Ok(Some(d)) => d,
         Ok(None) => return Err(fail("not found (404)".into())),
         Err(erdma_http::HttpError::TooLarge { .. }) => {
-            return Err(fail(format!("larger than the {size} bytes the index says")))
+            return Err(fail(format!("larger than the {size} bytes the index says").into()))
         }
-        Err(e) => return Err(fail(e.to_string())),
+        Err(e) => return Err(fail(e.into())),
     };
     if got_size != size {
-        return Err(fail(format!("size {got_size} but the index says {size}")));
+        return Err(fail(format!("size {got_size} but the index says {size}").into()));
     }
     if got != sha256 {
         return Err(Error::DigestMismatch {

@@ -92,7 +92,7 @@ pub async fn resolve(
         .map_err(|e| Error::Malformed {
             what: "dpkg status",
             reference: format!("/{STATUS}"),
-            reason: e.to_string(),
+            reason: e.into(),
         })?;
     let installed = Installed::from_status(&status);
 

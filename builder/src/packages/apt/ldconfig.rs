@@ -16,7 +16,7 @@ use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{EntryKind, LayerContents};
 use erdma_oci::rootfs::SnapEntry;
 
-use crate::error::Result;
+use crate::error::{Cause, Result};
 use crate::packages::image;
 use crate::packages::ldcache::{self, Arch, Cache, DirEntry, Glibc, Kind, Resolved, ScanDir};
 
@@ -45,14 +45,14 @@ pub(crate) fn rewrite(
     layer: &mut LayerContents,
     arch: Arch,
     trusted: &[String],
-) -> Result<std::result::Result<Rewritten, String>> {
+) -> Result<std::result::Result<Rewritten, Cause>> {
     let cache_path = image::real("/etc/ld.so.cache", base)?;
     let Some(bytes) = base.read(&cache_path, 64 << 20)? else {
         return Ok(Err("the base has no /etc/ld.so.cache to update".into()));
     };
     let mut cache = match Cache::parse_exact(&bytes) {
         Ok(c) => c,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Err(e.into())),
     };
     let Some(glibc) = cache.glibc().filter(|g| GLIBC.contains(&g.minor)) else {
         return Ok(Err(format!(
@@ -60,16 +60,17 @@ pub(crate) fn rewrite(
             cache.generator.as_deref().unwrap_or("an unknown ldconfig"),
             GLIBC.start(),
             GLIBC.end()
-        )));
+        )
+        .into()));
     };
     let view = View { base, layer: &*layer };
     let before = match view.dirs(glibc, arch, trusted, false) {
         Ok(d) => d,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Err(e.into())),
     };
     let dirs = match view.dirs(glibc, arch, trusted, true) {
         Ok(d) => d,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Err(e.into())),
     };
     let mut done = Rewritten::default();
     let mut links: Vec<(String, String)> = Vec::new();
@@ -86,7 +87,8 @@ pub(crate) fn rewrite(
             return Ok(Err(format!(
                 "{} is newly configured and already holds libraries of the base",
                 dir_path(dir)
-            )));
+            )
+            .into()));
         }
         if listing.is_empty() && removed.is_empty() && !new_dir {
             continue;
@@ -99,10 +101,12 @@ pub(crate) fn rewrite(
             view.inspect(&format!("{real}/{name}"), arch, glibc)
         }) {
             Ok(s) => s,
-            Err(e) => return Ok(Err(e.to_string())),
+            Err(e) => return Ok(Err(e.into())),
         };
         if let Some(stale) = scan.stale.first() {
-            return Ok(Err(format!("ldconfig would delete the dangling link {real}/{stale}")));
+            return Ok(Err(
+                format!("ldconfig would delete the dangling link {real}/{stale}").into()
+            ));
         }
         // ldconfig leaves a link that already leads to the chosen file (it compares inodes:
         // libpmix2's `libpmix.so.2 -> pmix2/lib/libpmix.so.2.6.2` beside a
@@ -119,7 +123,7 @@ pub(crate) fn rewrite(
             }
         }
         if let Err(e) = cache.add(dir, scan.entries, &dirs) {
-            return Ok(Err(e.to_string()));
+            return Ok(Err(e.into()));
         }
         done.scanned.push(dir_path(dir));
     }

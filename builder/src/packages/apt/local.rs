@@ -50,7 +50,7 @@ pub async fn load(arg: &str, cache_dir: &Path, client: &erdma_http::Client) -> R
         control.get(f).map(str::to_string).ok_or_else(|| Error::Malformed {
             what: "package control",
             reference: arg.to_string(),
-            reason: format!("no {f} field"),
+            reason: format!("no {f} field").into(),
         })
     };
     let (name, version, arch) = (field("Package")?, field("Version")?, field("Architecture")?);
@@ -61,7 +61,7 @@ pub async fn load(arg: &str, cache_dir: &Path, client: &erdma_http::Client) -> R
     let bad = |e: erdma_deb::deb822::Deb822Error| Error::Malformed {
         what: "package control",
         reference: arg.to_string(),
-        reason: e.to_string(),
+        reason: e.into(),
     };
     stanza.set("Filename", file).map_err(bad)?;
     stanza.set("Size", size.to_string()).map_err(bad)?;

@@ -88,8 +88,13 @@ pub enum ResolveError {
         other: String,
         other_version: String,
     },
-    #[error("malformed {field} of {package}: {reason}")]
-    Malformed { package: String, field: &'static str, reason: String },
+    #[error("malformed {field} of {package}")]
+    Malformed {
+        package: String,
+        field: &'static str,
+        #[source]
+        reason: crate::error::Cause,
+    },
     /// A stanza the resolver reads in full did not parse.
     #[error(transparent)]
     Index(#[from] RepoError),
@@ -115,7 +120,7 @@ fn parse_field(
         Some(v) => parse_relations(v).map_err(|e| ResolveError::Malformed {
             package: package.into(),
             field,
-            reason: e.to_string(),
+            reason: e.into(),
         }),
     }
 }
@@ -406,7 +411,7 @@ pub fn resolve(
                 Some(v.parse::<Version>().map_err(|e| ResolveError::Malformed {
                     package: n.into(),
                     field: "requested version",
-                    reason: e.to_string(),
+                    reason: e.into(),
                 })?),
             ),
             None => (item.as_str(), None),
@@ -758,11 +763,14 @@ mod tests {
         // One that is needed is reported.
         let req = Request { install: &["wants-virtual".into()], replace: &[], arch: "amd64" };
         let text = text.replace("Provides: ,,", "Provides: some-virtual (= 2),,");
-        let e = resolve(&req, &[], &available_from(&text)).unwrap_err().to_string();
-        assert!(e.starts_with("malformed Provides of broken: "), "{e}");
+        // The parser's own error is its cause.
+        let e = resolve(&req, &[], &available_from(&text)).unwrap_err();
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        assert!(e.to_string() == "malformed Provides of broken" && cause.is_some(), "{e}");
         let req = Request { install: &["broken".into()], replace: &[], arch: "amd64" };
-        let e = resolve(&req, &[], &available_from(&text)).unwrap_err().to_string();
-        assert!(e.starts_with("malformed Depends of broken: "), "{e}");
+        let e = resolve(&req, &[], &available_from(&text)).unwrap_err();
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        assert!(e.to_string() == "malformed Depends of broken" && cause.is_some(), "{e}");
     }
 
     #[test]

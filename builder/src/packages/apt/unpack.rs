@@ -29,6 +29,9 @@ pub(crate) fn entry_error(
     let package = package_label(planned);
     let shown = |entry: &str| entry.escape_debug().to_string();
     match (refused, e) {
+        (Some((entry, why @ Refused::Image(_))), _) => {
+            Error::PackageEntryBase { package, entry: shown(&entry), source: why }
+        }
         (Some((entry, why)), _) => {
             Error::PackageEntry { package, entry: shown(&entry), reason: why.to_string() }
         }
@@ -425,9 +428,11 @@ pub(super) fn unpack(
     if let Some((package, script)) = &accounted.ldconfig {
         let done = match crate::packages::ldcache::Arch::from_debian(inputs.arch) {
             Some(arch) => super::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?,
-            None => Err(format!("not emulated on {}", inputs.arch)),
+            None => Err(format!("not emulated on {}", inputs.arch).into()),
         };
         if let Err(why) = done {
+            // Said in the report and the script's record, as text with its causes.
+            let why = erdma_http::chain(&*why);
             // Where no package adds a library directory, the loader finds the new libraries
             // without a cache entry: the base's cache stays, and the report says so. A new
             // directory needs the cache: the sandbox runs the image's ldconfig.

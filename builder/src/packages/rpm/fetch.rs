@@ -50,7 +50,7 @@ pub(crate) fn on_disk(
             nevra: meta.nevra(),
             repo: repo.name.clone(),
             at: format!("cached {}", path.display()),
-            why: e.to_string(),
+            why: Box::new(e),
         })
     })?;
     Ok(Some((path, pkg)))
@@ -108,18 +108,22 @@ pub(crate) async fn fetch(
         let path = dir.join(format!("{}-{}.rpm", sum.kind, sum.hex));
         if !path.exists() {
             reporter.step(&format!("downloading {}", meta.nevra()));
-            let fail = |reason: String| Error::Download { url: url.clone(), reason };
+            let fail = |reason: crate::error::Cause| Error::Download { url: url.clone(), reason };
             let limit = if meta.size > 0 { meta.size } else { MAX_RPM };
             let (tmp, got_size, got_sha256) = match inputs.http.download(&url, &dir, limit).await {
                 Ok(Some(d)) => d,
                 Ok(None) => return Err(fail("not found (404)".into())),
                 Err(erdma_http::HttpError::TooLarge { .. }) => {
-                    return Err(fail(format!("larger than the {limit} bytes primary.xml says")))
+                    return Err(fail(
+                        format!("larger than the {limit} bytes primary.xml says").into(),
+                    ))
                 }
-                Err(e) => return Err(fail(e.to_string())),
+                Err(e) => return Err(fail(e.into())),
             };
             if meta.size > 0 && got_size != meta.size {
-                return Err(fail(format!("size {got_size} but primary.xml says {}", meta.size)));
+                return Err(fail(
+                    format!("size {got_size} but primary.xml says {}", meta.size).into(),
+                ));
             }
             // SHA256 (what createrepo_c writes) was computed as the file streamed by; another
             // kind is checked from the file.
@@ -133,9 +137,14 @@ pub(crate) async fn fetch(
             } else {
                 let bytes =
                     std::fs::read(tmp.path()).map_err(Error::io("reading download", tmp.path()))?;
-                repodata::verify(&bytes, &sum).map_err(|e| Error::DigestMismatch {
-                    expected: format!("{}:{} ({url})", sum.kind, sum.hex),
-                    actual: e.to_string(),
+                repodata::verify(&bytes, &sum).map_err(|e| match e {
+                    repodata::RepodataError::ChecksumMismatch { kind, actual, .. } => {
+                        Error::DigestMismatch {
+                            expected: format!("{}:{} ({url})", sum.kind, sum.hex),
+                            actual: format!("{kind}:{actual}"),
+                        }
+                    }
+                    source => Error::Repodata { repo: repo.name.clone(), source },
                 })?;
             }
             tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
@@ -149,7 +158,7 @@ pub(crate) async fn fetch(
                 nevra: meta.nevra(),
                 repo: repo.name.clone(),
                 at: url.clone(),
-                why: e.to_string(),
+                why: Box::new(e),
             })
         })?;
         out.push((path, pkg));
@@ -157,10 +166,13 @@ pub(crate) async fn fetch(
     Ok(out)
 }
 
-pub(crate) fn local_package(arg: &str, why: impl std::fmt::Display) -> Error {
-    PackageError::LocalPackage { arg: arg.to_string(), why: why.to_string() }.into()
+pub(crate) fn local_package(arg: &str, why: impl Into<crate::error::Cause>) -> Error {
+    PackageError::LocalPackage { arg: arg.to_string(), why: why.into() }.into()
 }
 
-pub(crate) fn package_file(at: impl std::fmt::Display, why: impl std::fmt::Display) -> Error {
-    PackageError::Package { at: at.to_string(), why: why.to_string() }.into()
+pub(crate) fn package_file(
+    at: impl std::fmt::Display,
+    why: impl Into<crate::error::Cause>,
+) -> Error {
+    PackageError::Package { at: at.to_string(), why: why.into() }.into()
 }

@@ -58,7 +58,7 @@ pub(crate) async fn resolve(
 ) -> Result<(Resolved, PackagesReport)> {
     let arch = basearch(inputs.arch);
     let db = erdma_rpm::rpmdb::open(base)
-        .map_err(|e| Error::from(PackageError::ReadDatabase(e.to_string())))?
+        .map_err(|e| Error::from(PackageError::ReadDatabase(Box::new(e))))?
         .ok_or_else(|| {
             Error::from(PackageError::NoDatabase {
                 recipe: inputs.target.recipe.to_string(),
@@ -233,7 +233,7 @@ pub(crate) async fn resolve(
         |e| match unreached.is_empty() {
             true => Error::from(e),
             false => {
-                PackageError::BaseUnreachable { why: e.to_string(), repos: unreached.join(", ") }
+                PackageError::BaseUnreachable { why: Box::new(e), repos: unreached.join(", ") }
                     .into()
             }
         },
@@ -495,7 +495,7 @@ pub(crate) fn label(meta: &PackageMeta) -> String {
 /// Installed rpm packages: name → `[E:]V-R` (empty without a database).
 pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
     let Some(db) = erdma_rpm::rpmdb::open(base)
-        .map_err(|e| Error::from(PackageError::ReadDatabase(e.to_string())))?
+        .map_err(|e| Error::from(PackageError::ReadDatabase(Box::new(e))))?
     else {
         return Ok(BTreeMap::new());
     };

@@ -34,8 +34,9 @@ pub use crate::packages::Action;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    #[error("no package {name} available for {arch} (repositories: {repos}){hint}")]
-    UnknownPackage { name: String, arch: String, repos: String, hint: String },
+    /// `hint`: what else there is ([`ResolveError::hint`]).
+    #[error("no package {name} available for {arch} (repositories: {repos})")]
+    UnknownPackage { name: String, arch: String, repos: String, hint: Option<String> },
 
     #[error("no version {version} of {name} available for {arch} (available: {available})")]
     UnknownVersion { name: String, version: String, arch: String, available: String },
@@ -45,21 +46,21 @@ pub enum ResolveError {
     Virtual { name: String, providers: String },
 
     /// dnf's own wording: "nothing provides libnl3 >= 3.5 needed by rdma-core-44.0-2.al8.x86_64".
-    #[error("nothing provides {dependency} needed by {package} (from {origin}){hint}")]
-    NothingProvides { dependency: String, package: String, origin: String, hint: String },
+    #[error("nothing provides {dependency} needed by {package} (from {origin})")]
+    NothingProvides { dependency: String, package: String, origin: String, hint: Option<String> },
 
     #[error(
         "{package} needs {dependency}, but {chosen} is already chosen and does not provide it"
     )]
     Clash { package: String, dependency: String, chosen: String },
 
-    #[error("{package} conflicts with {other} ({dependency}); hint: add {other_name} to the packages to remove, or install a build without the conflict")]
+    #[error("{package} conflicts with {other} ({dependency})")]
     Conflict { package: String, other: String, other_name: String, dependency: String },
 
-    #[error("installing {by} breaks installed {installed}, which requires {dependency}, and no repository has another {name}; hint: add {name} to the packages to remove or to install")]
+    #[error("installing {by} breaks installed {installed}, which requires {dependency}, and no repository has another {name}")]
     Breaks { installed: String, name: String, dependency: String, by: String },
 
-    #[error("removing {removed} breaks installed {installed}, which requires {dependency}; hint: remove {name} too")]
+    #[error("removing {removed} breaks installed {installed}, which requires {dependency}")]
     RemovalBreaks { removed: String, installed: String, name: String, dependency: String },
 
     #[error("malformed rich dependency `{dependency}` of {package}: {reason}")]
@@ -67,6 +68,25 @@ pub enum ResolveError {
 
     #[error("invalid package request `{request}`: {reason}")]
     Request { request: String, reason: String },
+}
+
+impl ResolveError {
+    /// What the user can do about it, where there is something to say (see
+    /// [`crate::error::hint`]).
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            ResolveError::UnknownPackage { hint, .. }
+            | ResolveError::NothingProvides { hint, .. } => hint.clone(),
+            ResolveError::Conflict { other_name, .. } => Some(format!(
+                "add {other_name} to the packages to remove, or install a build without the conflict"
+            )),
+            ResolveError::Breaks { name, .. } => {
+                Some(format!("add {name} to the packages to remove or to install"))
+            }
+            ResolveError::RemovalBreaks { name, .. } => Some(format!("remove {name} too")),
+            _ => None,
+        }
+    }
 }
 
 /// A replace rule: the installed package `installed` goes and `with` (a repository
@@ -399,11 +419,8 @@ impl<'a, 'p> Solver<'a, 'p> {
             .take(5)
             .map(|p| format!("{} (from {})", p.nevra(), p.origin))
             .collect();
-        let hint = if near.is_empty() {
-            String::new()
-        } else {
-            format!("; hint: available but not fitting: {}", near.join(", "))
-        };
+        let hint =
+            (!near.is_empty()).then(|| format!("available but not fitting: {}", near.join(", ")));
         ResolveError::NothingProvides {
             dependency: dep.to_string(),
             package: by.nevra(),
@@ -810,7 +827,7 @@ pub fn resolve(
                 name: rule.with.clone(),
                 arch: req.arch.into(),
                 repos: s.repos.clone(),
-                hint: format!("; hint: it replaces {}", rule.installed),
+                hint: Some(format!("it replaces {}", rule.installed)),
             },
         )?;
         for &i in pool.installed_by_name.get(rule.installed.as_str()).into_iter().flatten() {
@@ -881,11 +898,8 @@ pub fn resolve(
                     .map(PackageMeta::nevra)
                     .take(3)
                     .collect();
-                let hint = if other_arch.is_empty() {
-                    String::new()
-                } else {
-                    format!("; hint: there is {} (ask for NAME.ARCH)", other_arch.join(", "))
-                };
+                let hint = (!other_arch.is_empty())
+                    .then(|| format!("there is {} (ask for NAME.ARCH)", other_arch.join(", ")));
                 return Err(ResolveError::UnknownPackage {
                     name: ask.text.clone(),
                     arch: req.arch.into(),
@@ -1258,7 +1272,7 @@ mod tests {
             .filter(|p| !(p.name == "librdmacm" && p.evr.version == "46.0"))
             .collect();
         let e = run(&["libibverbs-utils"], &[], &[], &installed, &partial).unwrap_err();
-        assert_eq!(e.to_string(), "installing libibverbs-46.0-1.al8.x86_64 breaks installed librdmacm-44.0-2.al8.x86_64, which requires libibverbs(x86-64) = 44.0-2.al8, and no repository has another librdmacm; hint: add librdmacm to the packages to remove or to install");
+        assert_eq!(format!("{e}; hint: {}", e.hint().unwrap()), "installing libibverbs-46.0-1.al8.x86_64 breaks installed librdmacm-44.0-2.al8.x86_64, which requires libibverbs(x86-64) = 44.0-2.al8, and no repository has another librdmacm; hint: add librdmacm to the packages to remove or to install");
     }
 
     /// MLNX_OFED's user space: `libibverbs-58mlnx43-1.58101`, newer by EVR than any
@@ -1332,7 +1346,7 @@ mod tests {
         );
         // Removing what ucx needs, with nothing to take its place, names both.
         let e = run(&[], &["librdmacm"], &[], &installed, &[]).unwrap_err();
-        assert_eq!(e.to_string(), "removing librdmacm-58mlnx43-1.58101.x86_64 breaks installed ucx-1.15.0-1.58101.x86_64, which requires librdmacm.so.1()(64bit); hint: remove ucx too");
+        assert_eq!(format!("{e}; hint: {}", e.hint().unwrap()), "removing librdmacm-58mlnx43-1.58101.x86_64 breaks installed ucx-1.15.0-1.58101.x86_64, which requires librdmacm.so.1()(64bit); hint: remove ucx too");
     }
 
     #[test]
@@ -1340,7 +1354,7 @@ mod tests {
         let mut installed = base();
         installed.push(pkg("installed", "infiniband-diags 1.6.7-1 x86_64"));
         let e = run(&["rdma-core"], &[], &[], &installed, &repo()).unwrap_err();
-        assert_eq!(e.to_string(), "rdma-core-46.0-1.al8.x86_64 conflicts with infiniband-diags-1.6.7-1.x86_64 (infiniband-diags <= 1.6.7); hint: add infiniband-diags to the packages to remove, or install a build without the conflict");
+        assert_eq!(format!("{e}; hint: {}", e.hint().unwrap()), "rdma-core-46.0-1.al8.x86_64 conflicts with infiniband-diags-1.6.7-1.x86_64 (infiniband-diags <= 1.6.7); hint: add infiniband-diags to the packages to remove, or install a build without the conflict");
         // Removed: fine.
         assert!(run(&["rdma-core"], &["infiniband-diags"], &[], &installed, &repo()).is_ok());
         // A newer build in a repository clears it.
@@ -1397,7 +1411,7 @@ mod tests {
             pkg("baseos", "libnl3 3.5.0-1.el8 x86_64"),
         ];
         let e = run(&["old"], &[], &[], &base(), &avail).unwrap_err();
-        assert_eq!(e.to_string(), "nothing provides libnl3 >= 3.6 needed by old-1-1.x86_64 (from x); hint: available but not fitting: libnl3-3.5.0-1.el8.x86_64 (from baseos)");
+        assert_eq!(format!("{e}; hint: {}", e.hint().unwrap()), "nothing provides libnl3 >= 3.6 needed by old-1-1.x86_64 (from x); hint: available but not fitting: libnl3-3.5.0-1.el8.x86_64 (from baseos)");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::repos::{self, YumRepo};
-use crate::error::{Error, Result};
+use crate::error::{Cause, Doing, Error, Result};
 use crate::packages::PackageError;
 use crate::packages::{Mirror, Target};
 use erdma_common::progress::Reporter;
@@ -73,7 +73,10 @@ pub(super) async fn load_repo(
                 erdma_common::dates::now(),
             )
             .map_err(|e| {
-                repository(name, format!("{repomd_url} does not verify against {sig_url}: {e}"))
+                repository(
+                    name,
+                    Doing::new(format!("{repomd_url} does not verify against {sig_url}"), e),
+                )
             })?,
             None if repo_gpgcheck => {
                 return Err(repository(
@@ -84,7 +87,7 @@ pub(super) async fn load_repo(
             None => {}
         }
         let md = repodata::parse_repomd(&raw)
-            .map_err(|e| repository(name, format!("{repomd_url}: {e}")))?;
+            .map_err(|e| repository(name, Doing::new(repomd_url.clone(), e)))?;
         let primary = md.primary().map_err(|e| repository(name, e))?;
         let sum = primary.checksum.clone().ok_or_else(|| {
             repository(name, format!("repomd.xml gives no checksum for {}", primary.location))
@@ -99,9 +102,9 @@ pub(super) async fn load_repo(
             MAX_PRIMARY_OPEN,
             http.inflation(),
         )
-        .map_err(|e| repository(name, format!("{}: {e}", primary.location)))?;
+        .map_err(|e| repository(name, Doing::new(primary.location.clone(), e)))?;
         let packages = repodata::parse_primary(std::io::Cursor::new(xml), name)
-            .map_err(|e| repository(name, format!("{}: {e}", primary.location)))?;
+            .map_err(|e| repository(name, Doing::new(primary.location.clone(), e)))?;
         return Ok(Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring }));
     }
     Ok(Err(format!("repository `{name}` cannot be reached ({})", unreachable.join("; "))))
@@ -113,7 +116,7 @@ pub(crate) async fn fetch_cached(
     url: &str,
     sum: &erdma_rpm::Checksum,
     cache_dir: &Path,
-) -> std::result::Result<Vec<u8>, String> {
+) -> std::result::Result<Vec<u8>, Cause> {
     let dir = cache_dir.join("rpm-md");
     let cached: PathBuf = dir.join(format!("{}-{}", sum.kind, sum.hex));
     if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -123,12 +126,8 @@ pub(crate) async fn fetch_cached(
             }
         }
     }
-    let bytes = http
-        .get(url, MAX_PRIMARY)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("{url}: not found"))?;
-    repodata::verify(&bytes, sum).map_err(|e| format!("{url}: {e}"))?;
+    let bytes = http.get(url, MAX_PRIMARY).await?.ok_or_else(|| format!("{url}: not found"))?;
+    repodata::verify(&bytes, sum).map_err(|e| Doing::new(url, e))?;
     if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) && std::fs::create_dir_all(&dir).is_ok() {
         // Best effort: a cache that cannot be written only costs a download next time.
         let _ = tempfile::NamedTempFile::new_in(&dir).and_then(|mut f| {
@@ -159,7 +158,7 @@ pub(super) async fn base_repo_urls(
                     return Err(PackageError::BaseRepository {
                         id: repo.id.clone(),
                         file: repo.file.clone(),
-                        why: format!("mirrorlist: {e}"),
+                        why: Doing::new(format!("mirrorlist {list}"), e).into(),
                     }
                     .into())
                 }
@@ -213,8 +212,11 @@ pub(super) fn base_repo_keys(
     base: &dyn BaseFiles,
     base_keyring: Option<&[u8]>,
 ) -> Result<Keyring> {
-    let bad = |why: String| -> Error {
+    let bad = |why: Cause| -> Error {
         PackageError::BaseRepository { id: repo.id.clone(), file: repo.file.clone(), why }.into()
+    };
+    let no_key = |why: String| -> Error {
+        PackageError::BaseKey { id: repo.id.clone(), file: repo.file.clone(), why }.into()
     };
     let mut raw = Vec::new();
     match base_keyring {
@@ -222,21 +224,19 @@ pub(super) fn base_repo_keys(
         None => {
             for key in &repo.gpgkeys {
                 let Some(path) = key.strip_prefix("file://") else {
-                    return Err(bad(format!(
-                        "its key {key} is not a file in the image; hint: --keyring base=FILE"
-                    )));
+                    return Err(no_key(format!("its key {key} is not a file in the image")));
                 };
                 let data = base
                     .read(path.trim_start_matches('/'), 1 << 20)?
-                    .ok_or_else(|| bad(format!("its key {key} is not in the image")))?;
+                    .ok_or_else(|| bad(format!("its key {key} is not in the image").into()))?;
                 raw.extend(openpgp::dearmor(&data)?);
             }
         }
     }
     if raw.is_empty() {
-        return Err(bad("it names no gpgkey, and packages are only installed verified; hint: --keyring base=FILE".into()));
+        return Err(no_key("it names no gpgkey, and packages are only installed verified".into()));
     }
-    Keyring::load(&raw).map_err(|e| bad(e.to_string()))
+    Keyring::load(&raw).map_err(|e| bad(e.into()))
 }
 
 /// The rpm side of [`crate::packages::add_repositories`]: for each of the recipe's own
@@ -309,8 +309,8 @@ pub(crate) fn nccl_excludes(major: u32) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn repository(repo: &str, why: impl std::fmt::Display) -> Error {
-    PackageError::Repository { repo: repo.to_string(), why: why.to_string() }.into()
+pub(crate) fn repository(repo: &str, why: impl Into<crate::error::Cause>) -> Error {
+    PackageError::Repository { repo: repo.to_string(), why: why.into() }.into()
 }
 
 #[cfg(test)]

@@ -109,7 +109,8 @@ pub(crate) fn unpack(
     // through a symlink this build installs (one placer for every package).
     let placer = std::cell::RefCell::new(crate::packages::payload::Placer::new(base));
     let place = |p: &str, kind: erdma_oci::layer::Placing<'_>| {
-        placer.borrow_mut().place(p, kind).map_err(|why| why.to_string())
+        // erdma_rpm takes the refusal as text: with its causes, where it has any.
+        placer.borrow_mut().place(p, kind).map_err(|why| erdma_http::chain(&why))
     };
     let now = erdma_common::dates::now().max(0) as u32;
     let color = erdma_rpm::rpmdb::transaction_color(base, arch);
@@ -215,7 +216,7 @@ pub(crate) fn unpack(
     )?;
     super::presets::apply(&accounted.presets, base, layer)?;
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
-        .map_err(|e| Error::from(PackageError::WriteDatabase(e.to_string())))?
+        .map_err(|e| Error::from(PackageError::WriteDatabase(Box::new(e))))?
     {
         db_file.apply(layer)?;
     }

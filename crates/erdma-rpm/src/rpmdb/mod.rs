@@ -40,9 +40,9 @@ pub enum RpmdbError {
         #[source]
         source: Box<erdma_oci::Error>,
     },
-    #[error("the rpm database at /{path} is in rpm's ndb format, which erdma-build cannot write; hint: convert it in the base (`rpmdb --rebuilddb --define '_db_backend sqlite'`) or use a base with a sqlite or bdb database")]
+    #[error("the rpm database at /{path} is in rpm's ndb format, which erdma-build cannot write")]
     Ndb { path: String },
-    #[error("the rpm database at /{path} is {found}, but the image's rpm is configured for {expects} (%_db_backend in {macros}); hint: run `rpmdb --rebuilddb` in the base so the database matches its rpm")]
+    #[error("the rpm database at /{path} is {found}, but the image's rpm is configured for {expects} (%_db_backend in {macros})")]
     Mismatch { path: String, found: &'static str, expects: String, macros: String },
     #[error("the image's rpm is configured for the `{backend}` database backend (%_db_backend in {macros}), which erdma-build cannot write")]
     UnknownBackend { backend: String, macros: String },
@@ -89,6 +89,18 @@ pub enum RpmdbError {
 impl RpmdbError {
     fn base(path: &str, e: erdma_oci::Error) -> RpmdbError {
         RpmdbError::Base { path: path.to_string(), source: Box::new(e) }
+    }
+
+    /// What the user can do about it, where there is something to say (the binary prints it
+    /// as its `hint:` line).
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            RpmdbError::Ndb { .. } => Some("convert it in the base (`rpmdb --rebuilddb --define '_db_backend sqlite'`) or use a base with a sqlite or bdb database"),
+            RpmdbError::Mismatch { .. } => {
+                Some("run `rpmdb --rebuilddb` in the base so the database matches its rpm")
+            }
+            _ => None,
+        }
     }
 }
 
@@ -1049,7 +1061,8 @@ ln -s b.txt %{buildroot}/usr/share/erdma-libfoo/link
         std::fs::write(root.join("etc/rpm/macros.db"), "%_db_backend bdb\n").unwrap();
         let e = open(&base).unwrap_err();
         assert!(
-            e.to_string().contains("/etc/rpm/macros.db") && e.to_string().contains("hint"),
+            e.to_string().contains("/etc/rpm/macros.db")
+                && e.hint().is_some_and(|h| h.contains("rpmdb --rebuilddb")),
             "{e}"
         );
     }
