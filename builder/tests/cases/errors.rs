@@ -138,6 +138,8 @@ fn tampered_layer_in_a_layout_leaves_the_output_as_it_was() {
             "NEW=1",
         ]);
         assert!(err.lines().next().unwrap().contains("digest mismatch"), "{err}");
+        // The error and the hint for tampered content.
+        stderr_snapshot("chain_corrupt_base_layer", &err, tmp.path());
     }
     assert_eq!(snapshot(&out), before, "the existing layout is byte for byte as it was");
     assert!(!tmp.path().join("fresh").exists());
@@ -340,4 +342,68 @@ fn auth_refused() {
         &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())],
     );
     support::assert_success("build with credentials", &out);
+}
+
+/// What a user reads for a failure whose cause chain or hint matters: the `error:` line, each
+/// `Caused by:` and the one `hint:` line, in a snapshot. Filtered: temporary paths and ports.
+fn stderr_snapshot(name: &str, err: &str, tmp: &Path) {
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(&regex::escape(&tmp.to_string_lossy()), "[TMP]");
+    settings.add_filter(r"127\.0\.0\.1:[0-9]+", "127.0.0.1:[PORT]");
+    settings.add_filter(r"sha256:[0-9a-f]{64}", "sha256:[DIGEST]");
+    settings.bind(|| insta::assert_snapshot!(name, err));
+}
+
+/// A registry nobody answers at: the transport's own error below the registry's, and the
+/// hint erdma_oci gives.
+#[test]
+fn chain_of_an_unreachable_registry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let out = super::build_env(
+        &["plan", "--no-packages", "--base", &format!("docker://127.0.0.1:{port}/base:1")],
+        &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "1")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    stderr_snapshot("chain_unreachable_registry", &error_on(&out), tmp.path());
+}
+
+/// The `error:` line of a run and what follows it (retry warnings come first, and may say
+/// `error:` inside).
+fn error_on(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let at = stderr.lines().position(|l| l.starts_with("error: "));
+    let at = at.unwrap_or_else(|| panic!("no `error:` line: {stderr}"));
+    stderr.lines().skip(at).map(|l| format!("{l}\n")).collect()
+}
+
+/// A base of one layer of `entries` with `os_release`.
+fn base_of(tmp: &Path, entries: Vec<support::fixture::Entry<'_>>, os_release: &str) -> String {
+    support::fixture_image(&tmp.join("base"), &[entries], &[], Some(os_release)).reference()
+}
+
+/// A Debian base whose apt lists were deleted: one line, and the hint that says what to pass.
+#[test]
+fn chain_of_a_base_without_apt_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let motd = vec![("etc/motd", b"x".as_slice(), 0o644)];
+    let base = base_of(tmp.path(), motd, support::DEBIAN12_OS_RELEASE);
+    let err = build_fails(&["plan", "--base", &base]);
+    stderr_snapshot("chain_no_apt_sources", &err, tmp.path());
+}
+
+/// An rpm base whose sqlite database is not one: what erdma-build was doing, sqlite's step,
+/// and sqlite's own words, one line each. (`check` reads the database offline, where `plan`
+/// would fetch the recipe's keys first; it exits 2: the image could not be checked.)
+#[test]
+fn chain_of_an_unreadable_rpm_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db =
+        vec![("var/lib/rpm/rpmdb.sqlite", b"not a database, not even close".as_slice(), 0o644)];
+    let base = base_of(tmp.path(), db, support::rpm_repo::ROCKY9_OS_RELEASE);
+    let out = support::run_build(["check", &base]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = error_on(&out);
+    assert!(err.contains("\n  Caused by: "), "{err}");
+    stderr_snapshot("chain_unreadable_rpm_database", &err, tmp.path());
 }
