@@ -193,7 +193,6 @@ pub(super) fn unpack(
     inputs: &Inputs<'_>,
     report: &mut PackagesReport,
 ) -> Result<Vec<String>> {
-    let (inflation, skip_scripts) = (inputs.http.inflation(), inputs.skip_scripts);
     let mut new_paths: BTreeSet<String> = BTreeSet::new();
     let installed = Installed::from_status(&status.paragraphs);
     let mut accounted = Accounted::default();
@@ -204,102 +203,9 @@ pub(super) fn unpack(
     // Each package's control part and payload list, for its scripts.
     let mut unpacked = Vec::new();
     for (planned, path) in res.install.iter().zip(debs) {
-        let deb = deb::read_control(path).map_err(|e| entry_error(planned, path, e, None))?;
-        let label = format!("{} {}", planned.name, planned.version);
-        let mut list = vec!["/.".to_string()];
-        let mut executable = BTreeSet::new();
-        // Each regular file's content (held when small, spooled when large) and MD5, for hard
-        // links and the conffiles' checksums; a package's files are never all held at once.
-        let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
-        // Each regular file's name (as the package has it) and MD5 in payload order, for an
-        // md5sums dpkg computes when the package has none; where each landed in the layer.
-        let mut sums: Vec<(String, [u8; 16])> = Vec::new();
-        let mut landed: BTreeMap<String, String> = BTreeMap::new();
-        // The entry refused and why, for the error that names the package.
-        let mut refused: Option<(String, Refused)> = None;
-        deb::for_each_data_entry(path, inflation, |entry, data| {
-            let mut refuse = |why: Refused| {
-                refused = Some((entry.path.clone(), why.clone()));
-                deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) }
-            };
-            payload::check_name(&entry.path).map_err(&mut refuse)?;
-            list.push(format!("/{}", entry.path));
-            if matches!(entry.kind, DataKind::File { .. }) && entry.mode & 0o111 != 0 {
-                executable.insert(format!("/{}", entry.path));
-            }
-            report.special_files.extend(payload::special(
-                &label,
-                &entry.path,
-                file_type(&entry.kind),
-                entry.mode,
-            ));
-            let kind = match &entry.kind {
-                DataKind::Dir => EntryKind::Dir,
-                DataKind::File { size } => {
-                    let mut md5 = Md5::new();
-                    let kind = layer
-                        .file_kind(data, *size, &mut |chunk| md5.update(chunk))
-                        .map_err(|e| deb::DebError::Handler {
-                            entry: entry.path.clone(),
-                            source: Box::new(e),
-                        })?;
-                    let sum: [u8; 16] = md5.finalize().into();
-                    files.insert(entry.path.clone(), (kind.clone(), sum));
-                    sums.push((entry.path.clone(), sum));
-                    kind
-                }
-                DataKind::Symlink(target) => EntryKind::Symlink(target.clone()),
-                // A hard link stays one: another name of the file, as dpkg's link(2) leaves
-                // it. tar writes the first name of a file before its links, so a link to
-                // anything else (`/etc/shadow`, a directory) is not a file of this package.
-                DataKind::Hardlink(target) => {
-                    let (Some((k, sum)), Some(to)) = (files.get(target), landed.get(target)) else {
-                        return Err(dangling_link(path, &entry.path, target));
-                    };
-                    let (k, sum, to) = (k.clone(), *sum, to.clone());
-                    let Some(real) = placer
-                        .place(&entry.path, erdma_oci::layer::Placing::File)
-                        .map_err(&mut refuse)?
-                    else {
-                        return Ok(());
-                    };
-                    layer.add_hardlink(&real, &to).map_err(|e| deb::DebError::Handler {
-                        entry: entry.path.clone(),
-                        source: Box::new(e),
-                    })?;
-                    files.insert(entry.path.clone(), (k, sum));
-                    sums.push((entry.path.clone(), sum));
-                    landed.insert(entry.path.clone(), real.clone());
-                    new_paths.insert(real);
-                    return Ok(());
-                }
-                // Not created (see payload::SpecialFile::created); listed in the report.
-                DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
-                    return Ok(())
-                }
-            };
-            let place = match &kind {
-                EntryKind::Dir => erdma_oci::layer::Placing::Dir,
-                EntryKind::Symlink(t) => erdma_oci::layer::Placing::Symlink(t),
-                _ => erdma_oci::layer::Placing::File,
-            };
-            let Some(real) = placer.place(&entry.path, place).map_err(&mut refuse)? else {
-                return Ok(());
-            };
-            layer
-                .insert(&real, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid })
-                .map_err(|e| deb::DebError::Handler {
-                entry: entry.path.clone(),
-                source: Box::new(e),
-            })?;
-            if !matches!(entry.kind, DataKind::Dir) {
-                landed.insert(entry.path.clone(), real.clone());
-                new_paths.insert(real);
-            }
-            Ok(())
-        })
-        .map_err(|e| entry_error(planned, path, e, refused.take()))?;
-        write_info(&deb, planned, &list, &files, &sums, layer, &mut stanzas)?;
+        let mut into = UnpackInto { placer: &mut placer, layer, new_paths: &mut new_paths, report };
+        let (deb, list, executable) =
+            unpack_one(planned, path, inputs.http.inflation(), &mut into, &mut stanzas)?;
         unpacked.push((planned, deb, list, executable));
     }
     // The scripts are read once every package is unpacked, in the order dpkg configures them.
@@ -314,16 +220,148 @@ pub(super) fn unpack(
             old,
             base,
             Some(layer),
-            skip_scripts,
+            inputs.skip_scripts,
             &mut accounted,
         )?;
     }
+    let removed_files = remove(res, base, layer, &new_paths, &mut accounted)?;
+    write_status(res, status, stanzas, layer)?;
+    let payloads = unpacked.iter().flat_map(|u| u.2.iter().map(String::as_str));
+    apply_scripts(&mut accounted, payloads, base, layer, &new_paths, inputs)?;
+    report.scripts.extend(accounted.records);
+    Ok(removed_files)
+}
 
-    // What the removed packages owned and nothing new provides goes, as `apt remove` would.
+/// Where [`unpack_one`] writes: the layer through the one placer of the install, the paths
+/// it adds, the report's special files.
+struct UnpackInto<'p, 'b, 'l> {
+    placer: &'p mut Placer<'b>,
+    layer: &'l mut LayerContents,
+    new_paths: &'l mut BTreeSet<String>,
+    report: &'l mut PackagesReport,
+}
+
+/// One `.deb` (`planned`, at `path`) unpacked into the layer as dpkg unpacks it, its info
+/// files written and its status stanza added to `stanzas`: its control part, its payload's
+/// paths (`/.` first) and the regular files with an execute bit, for its scripts.
+fn unpack_one(
+    planned: &Planned,
+    path: &Path,
+    inflation: u64,
+    into: &mut UnpackInto<'_, '_, '_>,
+    stanzas: &mut Vec<Paragraph>,
+) -> Result<(deb::Deb, Vec<String>, BTreeSet<String>)> {
+    let UnpackInto { placer, layer, new_paths, report } = into;
+    let deb = deb::read_control(path).map_err(|e| entry_error(planned, path, e, None))?;
+    let label = format!("{} {}", planned.name, planned.version);
+    let mut list = vec!["/.".to_string()];
+    let mut executable = BTreeSet::new();
+    // Each regular file's content (held when small, spooled when large) and MD5, for hard
+    // links and the conffiles' checksums; a package's files are never all held at once.
+    let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
+    // Each regular file's name (as the package has it) and MD5 in payload order, for an
+    // md5sums dpkg computes when the package has none; where each landed in the layer.
+    let mut sums: Vec<(String, [u8; 16])> = Vec::new();
+    let mut landed: BTreeMap<String, String> = BTreeMap::new();
+    // The entry refused and why, for the error that names the package.
+    let mut refused: Option<(String, Refused)> = None;
+    deb::for_each_data_entry(path, inflation, |entry, data| {
+        let mut refuse = |why: Refused| {
+            refused = Some((entry.path.clone(), why.clone()));
+            deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) }
+        };
+        payload::check_name(&entry.path).map_err(&mut refuse)?;
+        list.push(format!("/{}", entry.path));
+        if matches!(entry.kind, DataKind::File { .. }) && entry.mode & 0o111 != 0 {
+            executable.insert(format!("/{}", entry.path));
+        }
+        report.special_files.extend(payload::special(
+            &label,
+            &entry.path,
+            file_type(&entry.kind),
+            entry.mode,
+        ));
+        let kind = match &entry.kind {
+            DataKind::Dir => EntryKind::Dir,
+            DataKind::File { size } => {
+                let mut md5 = Md5::new();
+                let kind =
+                    layer.file_kind(data, *size, &mut |chunk| md5.update(chunk)).map_err(|e| {
+                        deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) }
+                    })?;
+                let sum: [u8; 16] = md5.finalize().into();
+                files.insert(entry.path.clone(), (kind.clone(), sum));
+                sums.push((entry.path.clone(), sum));
+                kind
+            }
+            DataKind::Symlink(target) => EntryKind::Symlink(target.clone()),
+            // A hard link stays one: another name of the file, as dpkg's link(2) leaves
+            // it. tar writes the first name of a file before its links, so a link to
+            // anything else (`/etc/shadow`, a directory) is not a file of this package.
+            DataKind::Hardlink(target) => {
+                let (Some((k, sum)), Some(to)) = (files.get(target), landed.get(target)) else {
+                    return Err(dangling_link(path, &entry.path, target));
+                };
+                let (k, sum, to) = (k.clone(), *sum, to.clone());
+                let Some(real) = placer
+                    .place(&entry.path, erdma_oci::layer::Placing::File)
+                    .map_err(&mut refuse)?
+                else {
+                    return Ok(());
+                };
+                layer.add_hardlink(&real, &to).map_err(|e| deb::DebError::Handler {
+                    entry: entry.path.clone(),
+                    source: Box::new(e),
+                })?;
+                files.insert(entry.path.clone(), (k, sum));
+                sums.push((entry.path.clone(), sum));
+                landed.insert(entry.path.clone(), real.clone());
+                new_paths.insert(real);
+                return Ok(());
+            }
+            // Not created (see payload::SpecialFile::created); listed in the report.
+            DataKind::Fifo | DataKind::CharDevice { .. } | DataKind::BlockDevice { .. } => {
+                return Ok(())
+            }
+        };
+        let place = match &kind {
+            EntryKind::Dir => erdma_oci::layer::Placing::Dir,
+            EntryKind::Symlink(t) => erdma_oci::layer::Placing::Symlink(t),
+            _ => erdma_oci::layer::Placing::File,
+        };
+        let Some(real) = placer.place(&entry.path, place).map_err(&mut refuse)? else {
+            return Ok(());
+        };
+        layer
+            .insert(&real, Entry { kind, mode: entry.mode, uid: entry.uid, gid: entry.gid })
+            .map_err(|e| deb::DebError::Handler {
+                entry: entry.path.clone(),
+                source: Box::new(e),
+            })?;
+        if !matches!(entry.kind, DataKind::Dir) {
+            landed.insert(entry.path.clone(), real.clone());
+            new_paths.insert(real);
+        }
+        Ok(())
+    })
+    .map_err(|e| entry_error(planned, path, e, refused.take()))?;
+    write_info(&deb, planned, &list, &files, &sums, layer, stanzas)?;
+    Ok((deb, list, executable))
+}
+
+/// What the removed packages owned and nothing new provides goes, as `apt remove` would, with
+/// their info files; returns the files removed.
+fn remove(
+    res: &resolve::Resolution,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+    new_paths: &BTreeSet<String>,
+    accounted: &mut Accounted,
+) -> Result<Vec<String>> {
     let mut removed_files = Vec::new();
     for gone in &res.remove {
         let iname = info_name(&gone.paragraph, &gone.arch);
-        scripts::removed(gone, &iname, base, &mut accounted)?;
+        scripts::removed(gone, &iname, base, accounted)?;
         if let Some(list) = base.read(&format!("{INFO}/{iname}.list"), 16 << 20)? {
             for p in String::from_utf8_lossy(&list).lines() {
                 let Some(p) = erdma_oci::layer::normalize(p) else { continue };
@@ -370,9 +408,17 @@ pub(super) fn unpack(
             }
         }
     }
+    Ok(removed_files)
+}
 
-    // The status file: the base's stanzas, less what went, plus what came, sorted by name
-    // as dpkg keeps it.
+/// The status file: the base's stanzas, less what went, plus what came (`stanzas`), sorted by
+/// name as dpkg keeps it; the base's as status-old.
+fn write_status(
+    res: &resolve::Resolution,
+    status: &BaseStatus,
+    stanzas: Vec<Paragraph>,
+    layer: &mut LayerContents,
+) -> Result<()> {
     let gone: BTreeSet<(&str, &str)> =
         res.remove.iter().map(|i| (i.name.as_str(), i.arch.as_str())).collect();
     let mut all: Vec<Paragraph> = status
@@ -398,12 +444,21 @@ pub(super) fn unpack(
     if let Some(old) = &status.raw {
         layer.add_file("var/lib/dpkg/status-old", old.clone(), 0o644)?;
     }
+    Ok(())
+}
 
+/// What the scripts do, once every package is unpacked and configured, in dpkg's order; then
+/// the triggers. `payloads`: every path the packages install, for the file triggers.
+fn apply_scripts<'a>(
+    accounted: &mut Accounted,
+    payloads: impl Iterator<Item = &'a str>,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+    new_paths: &BTreeSet<String>,
+    inputs: &Inputs<'_>,
+) -> Result<()> {
     scripts::check_assumed(&accounted.assumed, base, layer)?;
-    scripts::check_interests(
-        &accounted.interests,
-        unpacked.iter().flat_map(|u| u.2.iter().map(String::as_str)),
-    )?;
+    scripts::check_interests(&accounted.interests, payloads)?;
     scripts::register_interests(&accounted.interests, base, layer)?;
     users::apply(&accounted.accounts, base, layer, users::today(), users::Tools::Debian)?;
     crate::packages::alternatives::apply(
@@ -423,7 +478,7 @@ pub(super) fn unpack(
         shells.push((package.clone(), super::shells::Change::Update));
     }
     super::shells::apply(&shells, base, layer)?;
-    scripts::apply_statoverrides(base, layer, &new_paths)?;
+    scripts::apply_statoverrides(base, layer, new_paths)?;
     // Triggers last, as dpkg processes them: libc-bin's `ldconfig`.
     if let Some((package, script)) = &accounted.ldconfig {
         let done = match crate::packages::ldcache::Arch::from_debian(inputs.arch) {
@@ -446,8 +501,7 @@ pub(super) fn unpack(
             scripts::ldconfig_not_emulated(&mut accounted.records, &why);
         }
     }
-    report.scripts.extend(accounted.records);
-    Ok(removed_files)
+    Ok(())
 }
 
 pub(crate) fn layer_has(layer: &LayerContents, path: &str) -> bool {
