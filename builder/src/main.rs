@@ -231,72 +231,7 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
             writeln!(out, "  - {f}")?;
         }
         if let Some(p) = &img.packages {
-            for c in &p.install {
-                let what = match &c.action {
-                    Action::Install => "install".to_string(),
-                    Action::Upgrade { from } => format!("upgrade from {from}"),
-                    Action::Replace { from } => format!("replace {}", from.join(", ")),
-                    Action::Downgrade { from } => format!("downgrade from {from}"),
-                };
-                writeln!(out, "  package {} {} ({what}; {})", c.name, c.version, c.origin)?;
-            }
-            for s in &p.selected {
-                writeln!(out, "  selecting {} for {} (a virtual package)", s.package, s.requested)?;
-            }
-            for d in &p.unsigned {
-                writeln!(
-                    out,
-                    "  UNSIGNED package {} {} from {} (sha256:{})",
-                    d.name, d.version, d.source, d.sha256
-                )?;
-            }
-            for k in &p.kept {
-                writeln!(out, "  package {} {} (already installed)", k.name, k.version)?;
-            }
-            for g in &p.remove {
-                writeln!(out, "  package {} {} (remove)", g.name, g.version)?;
-            }
-            for f in &p.special_files {
-                let what = match (f.major, f.minor) {
-                    (Some(major), Some(minor)) => {
-                        format!("{} device {} {major}:{minor}", f.kind, f.path)
-                    }
-                    _ if f.created => format!("{} file {}", f.kind, f.path),
-                    _ => format!("{} {}", f.kind, f.path),
-                };
-                let created = if f.created { "" } else { ", not created" };
-                writeln!(out, "  {what} (mode {}{created}) in package {}", f.mode, f.package)?;
-            }
-            if !p.recommends_left_out.is_empty() {
-                writeln!(
-                    out,
-                    "  recommended, not installed (as --no-install-recommends): {}",
-                    p.recommends_left_out.join(", ")
-                )?;
-            }
-            for sc in &p.scripts {
-                writeln!(out, "  script {sc}")?;
-            }
-            if let Some(sb) = &p.sandbox {
-                writeln!(
-                    out,
-                    "  sandbox: the image's dpkg runs the scripts, needed for {}; base layers read: {} ({} bytes)",
-                    sb.because, sb.layers_read, sb.bytes_read
-                )?;
-                for c in &sb.commands {
-                    writeln!(out, "    {c}")?;
-                }
-                if !sb.not_taken.is_empty() {
-                    writeln!(out, "    left out of the layer: {}", sb.not_taken.join(", "))?;
-                }
-            }
-            if !p.not_inspected.is_empty() {
-                writeln!(
-                    out,
-                    "  payloads and scripts not read (not downloaded; plan --download reads them): {}",
-                    p.not_inspected.join(", ")
-                )?;
-            }
+            print_packages(&mut out, p)?;
         }
         if let Some(n) = &img.nccl {
             writeln!(
@@ -355,6 +290,80 @@ fn print_report(r: &Report, json: bool, built: bool) -> anyhow::Result<()> {
             out,
             "downloaded {} bytes of image layers and {} bytes of packages, uploaded {} bytes",
             r.bytes_downloaded, debs, r.bytes_uploaded
+        )?;
+    }
+    Ok(())
+}
+
+/// The packages part of one image's report, as `plan` and `build` print it.
+fn print_packages(
+    out: &mut impl Write,
+    p: &erdma_build::packages::PackagesReport,
+) -> anyhow::Result<()> {
+    for c in &p.install {
+        let what = match &c.action {
+            Action::Install => "install".to_string(),
+            Action::Upgrade { from } => format!("upgrade from {from}"),
+            Action::Replace { from } => format!("replace {}", from.join(", ")),
+            Action::Downgrade { from } => format!("downgrade from {from}"),
+        };
+        writeln!(out, "  package {} {} ({what}; {})", c.name, c.version, c.origin)?;
+    }
+    for s in &p.selected {
+        writeln!(out, "  selecting {} for {} (a virtual package)", s.package, s.requested)?;
+    }
+    for d in &p.unsigned {
+        writeln!(
+            out,
+            "  UNSIGNED package {} {} from {} (sha256:{})",
+            d.name, d.version, d.source, d.sha256
+        )?;
+    }
+    for k in &p.kept {
+        writeln!(out, "  package {} {} (already installed)", k.name, k.version)?;
+    }
+    for g in &p.remove {
+        writeln!(out, "  package {} {} (remove)", g.name, g.version)?;
+    }
+    for f in &p.special_files {
+        let what = match (f.major, f.minor) {
+            (Some(major), Some(minor)) => {
+                format!("{} device {} {major}:{minor}", f.kind, f.path)
+            }
+            _ if f.created => format!("{} file {}", f.kind, f.path),
+            _ => format!("{} {}", f.kind, f.path),
+        };
+        let created = if f.created { "" } else { ", not created" };
+        writeln!(out, "  {what} (mode {}{created}) in package {}", f.mode, f.package)?;
+    }
+    if !p.recommends_left_out.is_empty() {
+        writeln!(
+            out,
+            "  recommended, not installed (as --no-install-recommends): {}",
+            p.recommends_left_out.join(", ")
+        )?;
+    }
+    for sc in &p.scripts {
+        writeln!(out, "  script {sc}")?;
+    }
+    if let Some(sb) = &p.sandbox {
+        writeln!(
+            out,
+            "  sandbox: the image's dpkg runs the scripts, needed for {}; base layers read: {} ({} bytes)",
+            sb.because, sb.layers_read, sb.bytes_read
+        )?;
+        for c in &sb.commands {
+            writeln!(out, "    {c}")?;
+        }
+        if !sb.not_taken.is_empty() {
+            writeln!(out, "    left out of the layer: {}", sb.not_taken.join(", "))?;
+        }
+    }
+    if !p.not_inspected.is_empty() {
+        writeln!(
+            out,
+            "  payloads and scripts not read (not downloaded; plan --download reads them): {}",
+            p.not_inspected.join(", ")
         )?;
     }
     Ok(())
