@@ -4,6 +4,7 @@
 //! the flow; the steps are `sources` (repositories and their metadata), `resolve`, `fetch`,
 //! `unpack` and `scripts` (scriptlets); the database itself is `erdma_rpm::rpmdb`'s.
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use super::fetch::{fetch, local_package, on_disk, MAX_RPM};
 use super::plan::Resolved;
@@ -22,6 +23,7 @@ use erdma_common::progress::Reporter;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_openpgp::Keyring;
+use erdma_rpm::repo::LoadedRepo;
 use erdma_rpm::PackageMeta;
 
 /// Installed packages built by Mellanox OFED (`mlnx` in the version or release, or named in the
@@ -67,89 +69,9 @@ pub(crate) async fn resolve(
         })?;
     let installed = db.installed();
     let mut report = PackagesReport::default();
-    let mut repos_loaded = Vec::new();
-    let mut unreached: Vec<String> = Vec::new();
-    let http = inputs.http;
     let cache = inputs.cache_dir.join("rpm");
-    for repo in inputs.target.repositories {
-        if repo.from_base {
-            let vars = repos::variables(base, inputs.target.version_id, arch)?;
-            // Repository files the recipe removes (MLNX_OFED's, pointing into a directory of
-            // the machine it was installed on) are not read.
-            let removed: Vec<String> = inputs
-                .target
-                .packages
-                .remove_files
-                .iter()
-                .filter_map(|f| erdma_oci::layer::normalize(f))
-                .map(|f| format!("/{f}"))
-                .collect();
-            for yr in repos::base_repos(base, &vars)?
-                .into_iter()
-                .filter(|r| r.enabled && !removed.contains(&r.file))
-            {
-                // `--repo ID=URL` names one of the base's repositories by its id, too.
-                let urls = match inputs.repo_urls.get(&yr.id) {
-                    Some(u) => vec![u.clone()],
-                    None => base_repo_urls(http, &yr, inputs.mirrors).await?,
-                };
-                if urls.is_empty() {
-                    report.warnings.push(format!("repository `base {}` ({}): its mirrorlist {} cannot be reached: skipped; hint: --repo {}=URL for a mirror of it", yr.id, yr.file, yr.mirrorlist.as_deref().unwrap_or(""), yr.id));
-                    unreached.push(yr.id.clone());
-                    continue;
-                }
-                let keyring = base_repo_keys(&yr, base, inputs.base_keyring.as_deref())?;
-                // A base repository that cannot be reached (CentOS 8's retired mirrorlist, a
-                // VPC-only mirror) is skipped with a warning: the base may already have every
-                // dependency. It is named again if resolution then misses something.
-                match load_repo(
-                    http,
-                    &format!("base {}", yr.id),
-                    &urls,
-                    keyring,
-                    yr.repo_gpgcheck,
-                    &cache,
-                    reporter,
-                )
-                .await?
-                {
-                    Ok(loaded) => {
-                        report.repositories.insert(loaded.name.clone(), loaded.url.clone());
-                        repos_loaded.push(loaded);
-                    }
-                    Err(why) => {
-                        report.warnings.push(format!(
-                            "{why}: skipped; hint: --repo {}=URL for a mirror of it",
-                            yr.id
-                        ));
-                        unreached.push(yr.id.clone());
-                    }
-                }
-            }
-            continue;
-        }
-        let urls = inputs
-            .repo_urls
-            .get(&repo.name)
-            .map(|u| vec![u.clone()])
-            .unwrap_or_else(|| repo.urls.clone());
-        let key = inputs
-            .repo_keys
-            .get(&repo.name)
-            .ok_or_else(|| Error::from(PackageError::NoKey { repo: repo.name.clone() }))?;
-        let keyring = Keyring::load(key).map_err(|e| repository(&repo.name, e))?;
-        let mut loaded =
-            load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, &cache, reporter)
-                .await?
-                .map_err(|why| {
-                    Error::from(PackageError::Unreachable { why, repo: repo.name.clone() })
-                })?;
-        // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
-        let nccl_name = |n: &str| n.starts_with("libnccl");
-        loaded.packages.retain(|p| nccl_name(&p.name) == repo.nccl);
-        report.repositories.insert(repo.name.clone(), loaded.url.clone());
-        repos_loaded.push(loaded);
-    }
+    let (repos_loaded, unreached) =
+        load_repositories(inputs, base, reporter, &cache, &mut report).await?;
     let mut available: Vec<PackageMeta> =
         repos_loaded.iter().flat_map(|r| r.packages.iter().cloned()).collect();
     let mut install: Vec<String> = Vec::new();
@@ -157,61 +79,10 @@ pub(crate) async fn resolve(
         install.extend(inputs.target.packages.install.iter().cloned());
     }
     install.extend(inputs.extra.iter().cloned());
-    let mut local = Vec::new();
-    for arg in inputs.local {
-        reporter.step(&format!("reading unsigned package {arg}"));
-        let (path, _, sha256) =
-            crate::packages::local_package(arg, &cache.join("packages"), "rpm", MAX_RPM, http)
-                .await?;
-        let pkg = erdma_rpm::package::open(&path).map_err(|e| local_package(arg, e))?;
-        // No signature is checked on it, but its digests are, as rpm checks them.
-        pkg.check_digests(&path).map_err(|e| local_package(arg, e))?;
-        let meta = pkg.header.meta(&format!("unsigned {arg}"));
-        if meta.arch != arch && meta.arch != "noarch" {
-            return Err(PackageError::WrongArch {
-                arg: arg.to_string(),
-                what: meta.nevra(),
-                arch: meta.arch.clone(),
-                image: arch.to_string(),
-            }
-            .into());
-        }
-        install.push(format!("{}={}", meta.name, meta.evr));
-        report.unsigned.push(crate::packages::Unsigned {
-            name: meta.name.clone(),
-            version: meta.evr.to_string(),
-            arch: meta.arch.clone(),
-            source: arg.clone(),
-            sha256,
-        });
-        available.push(meta.clone());
-        local.push((path, meta));
-    }
+    let local = read_local_packages(inputs, reporter, &cache, &mut report, &mut install).await?;
+    available.extend(local.iter().map(|(_, meta)| meta.clone()));
     if let Some(want) = &inputs.nccl {
-        // NVIDIA's rpm builds are `libnccl` `2.21.5-1+cuda12.4` (and `libnccl-devel`): the
-        // same version shape as its `libnccl2` debs, so one selection serves both.
-        let names = inputs.target.nccl_repositories();
-        if names.is_empty() {
-            return Err(PackageError::NoNcclRepository {
-                recipe: inputs.target.recipe.to_string(),
-            }
-            .into());
-        }
-        let evrs: Vec<String> = repos_loaded
-            .iter()
-            .filter(|r| names.contains(&r.name.as_str()))
-            .flat_map(|r| &r.packages)
-            .filter(|p| p.name == NCCL && (p.arch == arch || p.arch == "noarch"))
-            .map(|p| p.evr.to_string())
-            .collect();
-        let repos =
-            names.iter().map(|n| format!("repository `{n}`")).collect::<Vec<_>>().join(", ");
-        let version = crate::packages::nccl::select(
-            evrs.iter().map(String::as_str),
-            &want.want,
-            want.cuda,
-            &repos,
-        )?;
+        let version = choose_nccl(inputs, want, &repos_loaded, arch)?;
         install.push(format!("{NCCL}={version}"));
         if want.dev {
             install.push(format!("{NCCL}-devel={version}"));
@@ -302,6 +173,192 @@ pub(crate) async fn resolve(
             .push(crate::packages::PackageRef { name: k.name.clone(), version: k.evr.to_string() });
     }
     Ok((Resolved { db, plan, repos: repos_loaded, local }, report))
+}
+
+/// The recipe's repositories and, where the recipe says so, the base's own, each read and
+/// verified; a base repository that cannot be reached is skipped with a warning. Returns
+/// those read and the ids of the base's that were not.
+async fn load_repositories(
+    inputs: &Inputs<'_>,
+    base: &dyn BaseFiles,
+    reporter: &dyn Reporter,
+    cache: &Path,
+    report: &mut PackagesReport,
+) -> Result<(Vec<LoadedRepo>, Vec<String>)> {
+    let mut repos_loaded = Vec::new();
+    let mut unreached: Vec<String> = Vec::new();
+    let http = inputs.http;
+    for repo in inputs.target.repositories {
+        if repo.from_base {
+            let read = load_base_repos(inputs, base, reporter, cache, report).await?;
+            repos_loaded.extend(read.0);
+            unreached.extend(read.1);
+            continue;
+        }
+        let urls = inputs
+            .repo_urls
+            .get(&repo.name)
+            .map(|u| vec![u.clone()])
+            .unwrap_or_else(|| repo.urls.clone());
+        let key = inputs
+            .repo_keys
+            .get(&repo.name)
+            .ok_or_else(|| Error::from(PackageError::NoKey { repo: repo.name.clone() }))?;
+        let keyring = Keyring::load(key).map_err(|e| repository(&repo.name, e))?;
+        let mut loaded =
+            load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, cache, reporter)
+                .await?
+                .map_err(|why| {
+                    Error::from(PackageError::Unreachable { why, repo: repo.name.clone() })
+                })?;
+        // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
+        let nccl_name = |n: &str| n.starts_with("libnccl");
+        loaded.packages.retain(|p| nccl_name(&p.name) == repo.nccl);
+        report.repositories.insert(repo.name.clone(), loaded.url.clone());
+        repos_loaded.push(loaded);
+    }
+    Ok((repos_loaded, unreached))
+}
+
+/// The base's own enabled repositories (`.repo` files), less those the recipe removes: each
+/// read where it can be reached, skipped with a warning where it cannot.
+async fn load_base_repos(
+    inputs: &Inputs<'_>,
+    base: &dyn BaseFiles,
+    reporter: &dyn Reporter,
+    cache: &Path,
+    report: &mut PackagesReport,
+) -> Result<(Vec<LoadedRepo>, Vec<String>)> {
+    let (http, arch) = (inputs.http, basearch(inputs.arch));
+    let mut repos_loaded = Vec::new();
+    let mut unreached: Vec<String> = Vec::new();
+    let vars = repos::variables(base, inputs.target.version_id, arch)?;
+    // Repository files the recipe removes (MLNX_OFED's, pointing into a directory of
+    // the machine it was installed on) are not read.
+    let removed: Vec<String> = inputs
+        .target
+        .packages
+        .remove_files
+        .iter()
+        .filter_map(|f| erdma_oci::layer::normalize(f))
+        .map(|f| format!("/{f}"))
+        .collect();
+    for yr in repos::base_repos(base, &vars)?
+        .into_iter()
+        .filter(|r| r.enabled && !removed.contains(&r.file))
+    {
+        // `--repo ID=URL` names one of the base's repositories by its id, too.
+        let urls = match inputs.repo_urls.get(&yr.id) {
+            Some(u) => vec![u.clone()],
+            None => base_repo_urls(http, &yr, inputs.mirrors).await?,
+        };
+        if urls.is_empty() {
+            report.warnings.push(format!("repository `base {}` ({}): its mirrorlist {} cannot be reached: skipped; hint: --repo {}=URL for a mirror of it", yr.id, yr.file, yr.mirrorlist.as_deref().unwrap_or(""), yr.id));
+            unreached.push(yr.id.clone());
+            continue;
+        }
+        let keyring = base_repo_keys(&yr, base, inputs.base_keyring.as_deref())?;
+        // A base repository that cannot be reached (CentOS 8's retired mirrorlist, a
+        // VPC-only mirror) is skipped with a warning: the base may already have every
+        // dependency. It is named again if resolution then misses something.
+        match load_repo(
+            http,
+            &format!("base {}", yr.id),
+            &urls,
+            keyring,
+            yr.repo_gpgcheck,
+            cache,
+            reporter,
+        )
+        .await?
+        {
+            Ok(loaded) => {
+                report.repositories.insert(loaded.name.clone(), loaded.url.clone());
+                repos_loaded.push(loaded);
+            }
+            Err(why) => {
+                report
+                    .warnings
+                    .push(format!("{why}: skipped; hint: --repo {}=URL for a mirror of it", yr.id));
+                unreached.push(yr.id.clone());
+            }
+        }
+    }
+    Ok((repos_loaded, unreached))
+}
+
+/// `--package` files: each read, its digests checked (no signature is, as rpm checks them),
+/// its architecture the image's; each is added to `install` and the report.
+async fn read_local_packages(
+    inputs: &Inputs<'_>,
+    reporter: &dyn Reporter,
+    cache: &Path,
+    report: &mut PackagesReport,
+    install: &mut Vec<String>,
+) -> Result<Vec<(PathBuf, PackageMeta)>> {
+    let (http, arch) = (inputs.http, basearch(inputs.arch));
+    let mut local = Vec::new();
+    for arg in inputs.local {
+        reporter.step(&format!("reading unsigned package {arg}"));
+        let (path, _, sha256) =
+            crate::packages::local_package(arg, &cache.join("packages"), "rpm", MAX_RPM, http)
+                .await?;
+        let pkg = erdma_rpm::package::open(&path).map_err(|e| local_package(arg, e))?;
+        // No signature is checked on it, but its digests are, as rpm checks them.
+        pkg.check_digests(&path).map_err(|e| local_package(arg, e))?;
+        let meta = pkg.header.meta(&format!("unsigned {arg}"));
+        if meta.arch != arch && meta.arch != "noarch" {
+            return Err(PackageError::WrongArch {
+                arg: arg.to_string(),
+                what: meta.nevra(),
+                arch: meta.arch.clone(),
+                image: arch.to_string(),
+            }
+            .into());
+        }
+        install.push(format!("{}={}", meta.name, meta.evr));
+        report.unsigned.push(crate::packages::Unsigned {
+            name: meta.name.clone(),
+            version: meta.evr.to_string(),
+            arch: meta.arch.clone(),
+            source: arg.clone(),
+            sha256,
+        });
+        local.push((path, meta));
+    }
+    Ok(local)
+}
+
+/// The NCCL build for the image's CUDA from the recipe's NCCL repositories.
+fn choose_nccl(
+    inputs: &Inputs<'_>,
+    want: &crate::packages::NcclRequest,
+    repos_loaded: &[LoadedRepo],
+    arch: &str,
+) -> Result<String> {
+    // NVIDIA's rpm builds are `libnccl` `2.21.5-1+cuda12.4` (and `libnccl-devel`): the
+    // same version shape as its `libnccl2` debs, so one selection serves both.
+    let names = inputs.target.nccl_repositories();
+    if names.is_empty() {
+        return Err(
+            PackageError::NoNcclRepository { recipe: inputs.target.recipe.to_string() }.into()
+        );
+    }
+    let evrs: Vec<String> = repos_loaded
+        .iter()
+        .filter(|r| names.contains(&r.name.as_str()))
+        .flat_map(|r| &r.packages)
+        .filter(|p| p.name == NCCL && (p.arch == arch || p.arch == "noarch"))
+        .map(|p| p.evr.to_string())
+        .collect();
+    let repos = names.iter().map(|n| format!("repository `{n}`")).collect::<Vec<_>>().join(", ");
+    let version = crate::packages::nccl::select(
+        evrs.iter().map(String::as_str),
+        &want.want,
+        want.cuda,
+        &repos,
+    )?;
+    Ok(version)
 }
 
 /// The `Recommends` of the packages installed that nothing in the image or the plan provides
