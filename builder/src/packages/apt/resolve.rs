@@ -351,60 +351,121 @@ pub fn resolve(
     available: &[IndexedPackage],
 ) -> Result<Resolution, ResolveError> {
     let cands = Candidates::new(available, req.arch);
-    let inst: BTreeMap<&str, &Installed> = installed.iter().map(|i| (i.name.as_str(), i)).collect();
-    let mut inst_provides: BTreeMap<&str, Vec<Vec<Dependency>>> = BTreeMap::new();
-    for i in installed {
-        inst_provides.insert(i.name.as_str(), relations(&i.paragraph, "Provides", &i.name)?);
+    let mut solver = Solver::new(req, installed, available, &cands)?;
+    for item in req.install {
+        solver.request(item)?;
+    }
+    for name in &solver.replaceable {
+        if !solver.requested.contains(&name.as_str()) {
+            solver.gone.insert(name.clone());
+        }
+    }
+    // Dependencies, then conflicts, until nothing changes.
+    for _round in 0..64 {
+        solver.depends()?;
+        let changed = solver.conflicts()?;
+        if !changed && solver.queue.is_empty() {
+            break;
+        }
+    }
+    Ok(solver.resolution())
+}
+
+/// The repositories read, for errors.
+fn repos_of(available: &[IndexedPackage]) -> String {
+    let mut r: Vec<&str> = available.iter().map(|p| p.repo()).collect();
+    r.dedup();
+    r.join(", ")
+}
+
+/// What [`resolve`] knows while it goes: the candidates chosen, the installed packages that go,
+/// the candidates still to look at.
+struct Solver<'s, 'a> {
+    req: &'s Request<'s>,
+    installed: &'a [Installed],
+    available: &'a [IndexedPackage],
+    cands: &'s Candidates<'a>,
+    inst: BTreeMap<&'a str, &'a Installed>,
+    inst_provides: BTreeMap<&'a str, Vec<Vec<Dependency>>>,
+    chosen: BTreeMap<&'a str, &'s Cand<'a>>,
+    gone: BTreeSet<String>,
+    res: Resolution,
+    /// Installed packages the remove list names, by their own name or by what they provide
+    /// (a `librdmacm1t64` for `librdmacm1`): replaced by the candidates, or removed.
+    replaceable: BTreeSet<String>,
+    queue: Vec<&'s Cand<'a>>,
+    /// The names asked for, after a virtual name is taken as its one provider.
+    requested: Vec<&'s str>,
+}
+
+impl<'s, 'a: 's> Solver<'s, 'a> {
+    fn new(
+        req: &'s Request<'s>,
+        installed: &'a [Installed],
+        available: &'a [IndexedPackage],
+        cands: &'s Candidates<'a>,
+    ) -> Result<Self, ResolveError> {
+        let inst: BTreeMap<&str, &Installed> =
+            installed.iter().map(|i| (i.name.as_str(), i)).collect();
+        let mut inst_provides: BTreeMap<&str, Vec<Vec<Dependency>>> = BTreeMap::new();
+        for i in installed {
+            inst_provides.insert(i.name.as_str(), relations(&i.paragraph, "Provides", &i.name)?);
+        }
+        let replaceable: BTreeSet<String> = installed
+            .iter()
+            .filter(|i| {
+                req.replace.contains(&i.name)
+                    || inst_provides[i.name.as_str()]
+                        .iter()
+                        .flatten()
+                        .any(|p| req.replace.contains(&p.name))
+            })
+            .map(|i| i.name.clone())
+            .collect();
+        Ok(Solver {
+            req,
+            installed,
+            available,
+            cands,
+            inst,
+            inst_provides,
+            chosen: BTreeMap::new(),
+            gone: BTreeSet::new(),
+            res: Resolution::default(),
+            replaceable,
+            queue: Vec::new(),
+            requested: Vec::new(),
+        })
     }
 
-    let mut chosen: BTreeMap<&str, &Cand> = BTreeMap::new();
-    let mut gone: BTreeSet<String> = BTreeSet::new();
-    let mut res = Resolution::default();
-    let repos = || {
-        let mut r: Vec<&str> = available.iter().map(|p| p.repo()).collect();
-        r.dedup();
-        r.join(", ")
-    };
-
-    // Is `dep` met by what will be installed, or by what stays installed?
-    let satisfied = |dep: &Dependency,
-                     chosen: &BTreeMap<&str, &Cand>,
-                     gone: &BTreeSet<String>|
-     -> Result<bool, ResolveError> {
-        for c in chosen.values() {
+    /// Is `dep` met by what will be installed, or by what stays installed?
+    fn satisfied(&self, dep: &Dependency) -> Result<bool, ResolveError> {
+        for c in self.chosen.values() {
             if c.offers(dep)? {
                 return Ok(true);
             }
         }
-        Ok(installed
+        Ok(self
+            .installed
             .iter()
-            .filter(|i| !gone.contains(&i.name))
-            .any(|i| offered(dep, &i.name, &i.version, &inst_provides[i.name.as_str()])))
-    };
-    // The newest candidate that meets `dep`: the package itself, else a provider.
-    let find = |dep: &Dependency| -> Result<Option<&Cand>, ResolveError> {
+            .filter(|i| !self.gone.contains(&i.name))
+            .any(|i| offered(dep, &i.name, &i.version, &self.inst_provides[i.name.as_str()])))
+    }
+
+    /// The newest candidate that meets `dep`: the package itself, else a provider.
+    fn find(&self, dep: &Dependency) -> Result<Option<&'s Cand<'a>>, ResolveError> {
+        let cands: &'s Candidates<'a> = self.cands;
         if let Some(c) = cands.get(&dep.name).iter().find(|c| c.is(dep)) {
             return Ok(Some(c));
         }
         cands.newest_provider(dep)
-    };
+    }
 
-    // Installed packages the remove list names, by their own name or by what they provide
-    // (a `librdmacm1t64` for `librdmacm1`): replaced by the candidates, or removed.
-    let mut replaceable: BTreeSet<String> = installed
-        .iter()
-        .filter(|i| {
-            req.replace.contains(&i.name)
-                || inst_provides[i.name.as_str()]
-                    .iter()
-                    .flatten()
-                    .any(|p| req.replace.contains(&p.name))
-        })
-        .map(|i| i.name.clone())
-        .collect();
-    let mut queue: Vec<&Cand> = Vec::new();
-    let mut requested: Vec<&str> = Vec::new();
-    for item in req.install {
+    /// One name of the request (`name` or `name=version`): kept where apt keeps what is
+    /// installed, else its candidate queued.
+    fn request(&mut self, item: &'s str) -> Result<(), ResolveError> {
+        let (req, cands): (&'s Request<'s>, &'s Candidates<'a>) = (self.req, self.cands);
+        let available = self.available;
         let (asked, pin) = match item.split_once('=') {
             Some((n, v)) => (
                 n,
@@ -414,21 +475,21 @@ pub fn resolve(
                     reason: e.into(),
                 })?),
             ),
-            None => (item.as_str(), None),
+            None => (item, None),
         };
         let unknown = || ResolveError::UnknownPackage {
             name: asked.into(),
-            repos: repos(),
+            repos: repos_of(available),
             arch: req.arch.into(),
         };
         let mut name = asked;
         if cands.get(asked).is_empty() {
             // Installed, in no repository and not to be replaced: apt leaves it as it is.
             if let Some(i) =
-                inst.get(asked).filter(|_| !replaceable.contains(asked) && pin.is_none())
+                self.inst.get(asked).filter(|_| !self.replaceable.contains(asked) && pin.is_none())
             {
-                res.kept.push((*i).clone());
-                continue;
+                self.res.kept.push((*i).clone());
+                return Ok(());
             }
             // A name only Provides offer (the 64-bit time_t renames: `librdmacm1` is
             // `librdmacm1t64` in Debian 13 and Ubuntu 24.04): apt installs its one provider,
@@ -437,13 +498,13 @@ pub fn resolve(
             match providers.as_slice() {
                 [] => return Err(unknown()),
                 [one] if pin.is_none() => {
-                    res.selected.push(Selected {
+                    self.res.selected.push(Selected {
                         requested: asked.to_string(),
                         package: one.name.to_string(),
                     });
                     // The remove list's name stands for its provider too (an OFED build of it).
-                    if req.replace.iter().any(|r| r == asked) && inst.contains_key(one.name) {
-                        replaceable.insert(one.name.to_string());
+                    if req.replace.iter().any(|r| r == asked) && self.inst.contains_key(one.name) {
+                        self.replaceable.insert(one.name.to_string());
                     }
                     name = one.name;
                 }
@@ -459,7 +520,7 @@ pub fn resolve(
                 }
             }
         }
-        requested.push(name);
+        self.requested.push(name);
         let chosen_cand = match &pin {
             None => cands.get(name).first(),
             Some(v) => {
@@ -467,44 +528,41 @@ pub fn resolve(
                 Some(found.ok_or_else(|| ResolveError::UnknownVersion {
                     name: name.into(),
                     version: v.to_string(),
-                    repos: repos(),
+                    repos: repos_of(available),
                     arch: req.arch.into(),
                 })?)
             }
         };
-        if let Some(i) = inst.get(name) {
+        if let Some(i) = self.inst.get(name) {
             let keep = match (&pin, chosen_cand) {
                 (Some(v), _) => &i.version == v,
                 (None, c) => {
-                    let replace =
-                        replaceable.contains(name) && c.is_some_and(|c| c.version != i.version);
+                    let replace = self.replaceable.contains(name)
+                        && c.is_some_and(|c| c.version != i.version);
                     let upgrade = c.is_some_and(|c| c.version > i.version) && !replace;
                     !replace && !upgrade
                 }
             };
             if keep {
-                res.kept.push((*i).clone());
-                continue;
+                self.res.kept.push((*i).clone());
+                return Ok(());
             }
         }
-        queue.push(chosen_cand.ok_or_else(unknown)?);
-    }
-    for name in &replaceable {
-        if !requested.contains(&name.as_str()) {
-            gone.insert(name.clone());
-        }
+        self.queue.push(chosen_cand.ok_or_else(unknown)?);
+        Ok(())
     }
 
-    // Dependencies, then conflicts, until nothing changes.
-    for _round in 0..64 {
-        while let Some(c) = queue.pop() {
-            if chosen.contains_key(c.name) {
+    /// The queued candidates chosen, each one's Pre-Depends and Depends met by what is
+    /// chosen or stays installed, else by the first alternative a candidate meets.
+    fn depends(&mut self) -> Result<(), ResolveError> {
+        while let Some(c) = self.queue.pop() {
+            if self.chosen.contains_key(c.name) {
                 continue;
             }
-            if inst.contains_key(c.name) {
-                gone.insert(c.name.to_string());
+            if self.inst.contains_key(c.name) {
+                self.gone.insert(c.name.to_string());
             }
-            chosen.insert(c.name, c);
+            self.chosen.insert(c.name, c);
             let p = c.pkg.paragraph()?;
             for group in relations(p, "Pre-Depends", c.name)?
                 .into_iter()
@@ -512,11 +570,11 @@ pub fn resolve(
             {
                 let mut met = false;
                 'alternatives: for d in &group {
-                    if satisfied(d, &chosen, &gone)? {
+                    if self.satisfied(d)? {
                         met = true;
                         break;
                     }
-                    for q in &queue {
+                    for q in &self.queue {
                         if q.offers(d)? {
                             met = true;
                             break 'alternatives;
@@ -528,7 +586,7 @@ pub fn resolve(
                 }
                 let mut pick = None;
                 for d in &group {
-                    if let Some(c) = find(d)? {
+                    if let Some(c) = self.find(d)? {
                         pick = Some(c);
                         break;
                     }
@@ -538,12 +596,21 @@ pub fn resolve(
                     version: c.version.to_string(),
                     dependency: group.iter().map(dep_text).collect::<Vec<_>>().join(" | "),
                 })?;
-                queue.push(pick);
+                self.queue.push(pick);
             }
         }
+        Ok(())
+    }
+
+    /// Breaks and Conflicts, of what is chosen against everything that will be there, and of
+    /// what stays installed against what is chosen: an installed package hit is upgraded to a
+    /// candidate the relation misses (or removed, when the remove list names it). Whether
+    /// anything changed.
+    fn conflicts(&mut self) -> Result<bool, ResolveError> {
+        let (installed, cands): (&'a [Installed], &'s Candidates<'a>) =
+            (self.installed, self.cands);
         let mut changed = false;
-        // Breaks/Conflicts of what we install, against everything that will be there.
-        let chosen_now: Vec<&Cand> = chosen.values().copied().collect();
+        let chosen_now: Vec<&'s Cand<'a>> = self.chosen.values().copied().collect();
         for c in &chosen_now {
             for (kind, field) in [("breaks", "Breaks"), ("conflicts with", "Conflicts")] {
                 for dep in relations(c.pkg.paragraph()?, field, c.name)?.into_iter().flatten() {
@@ -560,7 +627,8 @@ pub fn resolve(
                     let staying: Vec<&Installed> = installed
                         .iter()
                         .filter(|i| {
-                            !gone.contains(&i.name) && !chosen.contains_key(i.name.as_str())
+                            !self.gone.contains(&i.name)
+                                && !self.chosen.contains_key(i.name.as_str())
                         })
                         .collect();
                     for i in staying {
@@ -574,11 +642,11 @@ pub fn resolve(
                             .find(|n| n.version > i.version && !n.is(&dep));
                         match fix {
                             Some(n) => {
-                                queue.push(n);
+                                self.queue.push(n);
                                 changed = true;
                             }
-                            None if replaceable.contains(&i.name) => {
-                                gone.insert(i.name.clone());
+                            None if self.replaceable.contains(&i.name) => {
+                                self.gone.insert(i.name.clone());
                                 changed = true;
                             }
                             None => {
@@ -596,16 +664,17 @@ pub fn resolve(
             }
         }
         // Breaks/Conflicts of what stays installed, against what we install.
-        for i in installed
+        let staying: Vec<&Installed> = installed
             .iter()
-            .filter(|i| !gone.contains(&i.name) && !chosen.contains_key(i.name.as_str()))
-        {
+            .filter(|i| !self.gone.contains(&i.name) && !self.chosen.contains_key(i.name.as_str()))
+            .collect();
+        for i in staying {
             for (kind, field) in [("breaks", "Breaks"), ("conflicts with", "Conflicts")] {
                 for dep in relations(&i.paragraph, field, &i.name)?.into_iter().flatten() {
                     let Some(c) = chosen_now.iter().find(|c| c.is(&dep)) else { continue };
                     match cands.get(&i.name).iter().find(|n| n.version > i.version) {
                         Some(n) => {
-                            queue.push(n);
+                            self.queue.push(n);
                             changed = true;
                         }
                         None => {
@@ -621,31 +690,36 @@ pub fn resolve(
                 }
             }
         }
-        if !changed && queue.is_empty() {
-            break;
-        }
+        Ok(changed)
     }
 
-    for c in chosen.values() {
-        let action = match inst.get(c.name) {
-            None => Action::Install,
-            Some(i) if replaceable.contains(c.name) && c.version != i.version => {
-                Action::Replace { from: vec![i.version.to_string()] }
-            }
-            Some(i) if c.version < i.version => Action::Downgrade { from: i.version.to_string() },
-            Some(i) => Action::Upgrade { from: i.version.to_string() },
-        };
-        res.install.push(Planned {
-            pkg: c.pkg.clone(),
-            name: c.name.to_string(),
-            arch: c.arch.to_string(),
-            version: c.version.clone(),
-            action,
-            hold: false,
-        });
+    /// The plan: each chosen candidate with what it does to the image, and what goes.
+    fn resolution(self) -> Resolution {
+        let mut res = self.res;
+        for c in self.chosen.values() {
+            let action = match self.inst.get(c.name) {
+                None => Action::Install,
+                Some(i) if self.replaceable.contains(c.name) && c.version != i.version => {
+                    Action::Replace { from: vec![i.version.to_string()] }
+                }
+                Some(i) if c.version < i.version => {
+                    Action::Downgrade { from: i.version.to_string() }
+                }
+                Some(i) => Action::Upgrade { from: i.version.to_string() },
+            };
+            res.install.push(Planned {
+                pkg: c.pkg.clone(),
+                name: c.name.to_string(),
+                arch: c.arch.to_string(),
+                version: c.version.clone(),
+                action,
+                hold: false,
+            });
+        }
+        res.remove =
+            self.installed.iter().filter(|i| self.gone.contains(&i.name)).cloned().collect();
+        res
     }
-    res.remove = installed.iter().filter(|i| gone.contains(&i.name)).cloned().collect();
-    Ok(res)
 }
 
 /// `name version (origin)`: how an error about a package's payload names it.
