@@ -839,82 +839,7 @@ pub fn resolve(
         wanted.push((rule.with.clone(), a));
     }
     for ask in &asked {
-        let fits = |p: &PackageMeta| {
-            ask.arch.as_ref().is_none_or(|a| *a == p.arch)
-                && ask.version.as_ref().is_none_or(|v| compare_evr(&p.evr, v) == Ordering::Equal)
-        };
-        if wanted.iter().any(|(n, _)| *n == ask.name) {
-            continue;
-        }
-        // Already there at a fitting version: kept.
-        let here = pool
-            .installed_by_name
-            .get(ask.name.as_str())
-            .into_iter()
-            .flatten()
-            .copied()
-            .find(|&i| !s.gone.contains_key(&i) && fits(&installed[i]));
-        if let Some(i) = here {
-            kept.push(installed[i].clone());
-            continue;
-        }
-        let by_name = pool.by_name.get(ask.name.as_str());
-        if let Some(list) = by_name {
-            let a = list.iter().copied().find(|&a| fits(&available[a])).ok_or_else(|| {
-                ResolveError::UnknownVersion {
-                    name: ask.name.clone(),
-                    version: ask
-                        .version
-                        .as_ref()
-                        .map_or_else(|| ask.text.clone(), |v| v.to_string()),
-                    arch: ask.arch.clone().unwrap_or_else(|| req.arch.to_string()),
-                    available: list
-                        .iter()
-                        .map(|&a| available[a].nevra())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                }
-            })?;
-            wanted.push((ask.name.clone(), a));
-            continue;
-        }
-        // A provide (virtual name, soname): kept when installed, else its one provider.
-        let dep = Dep {
-            name: ask.name.clone(),
-            version: ask.version.clone().map(|v| (erdma_rpm::Cmp::Eq, v)),
-            pre: false,
-        };
-        if let Some(Id::Installed(i)) = s.world_providers(&dep).first() {
-            kept.push(installed[*i].clone());
-            continue;
-        }
-        let cands = s.candidates(&dep);
-        let names: BTreeSet<&str> = cands.iter().map(|&a| available[a].name.as_str()).collect();
-        match names.len() {
-            0 => {
-                let other_arch: Vec<String> = available
-                    .iter()
-                    .filter(|p| p.name == ask.name)
-                    .map(PackageMeta::nevra)
-                    .take(3)
-                    .collect();
-                let hint = (!other_arch.is_empty())
-                    .then(|| format!("there is {} (ask for NAME.ARCH)", other_arch.join(", ")));
-                return Err(ResolveError::UnknownPackage {
-                    name: ask.text.clone(),
-                    arch: req.arch.into(),
-                    repos: s.repos.clone(),
-                    hint,
-                });
-            }
-            1 => wanted.push((ask.name.clone(), cands[0])),
-            _ => {
-                return Err(ResolveError::Virtual {
-                    name: ask.text.clone(),
-                    providers: names.into_iter().collect::<Vec<_>>().join(", "),
-                })
-            }
-        }
+        s.ask(ask, &mut wanted, &mut kept)?;
     }
     for &(_, a) in &wanted {
         if let Some(&c) = s.chosen.get(available[a].name.as_str()) {
@@ -945,6 +870,96 @@ pub fn resolve(
         break;
     }
     Ok(finish(&s, kept))
+}
+
+impl<'a> Solver<'a, '_> {
+    /// One name of the request: kept where an installed package fits it, else the available
+    /// package it names (or the one provider of the name) added to `wanted`.
+    fn ask(
+        &self,
+        ask: &Asked,
+        wanted: &mut Vec<(String, usize)>,
+        kept: &mut Vec<PackageMeta>,
+    ) -> Result<(), ResolveError> {
+        let (pool, installed, available) = (self.pool, self.pool.installed, self.pool.available);
+        let fits = |p: &PackageMeta| {
+            ask.arch.as_ref().is_none_or(|a| *a == p.arch)
+                && ask.version.as_ref().is_none_or(|v| compare_evr(&p.evr, v) == Ordering::Equal)
+        };
+        if wanted.iter().any(|(n, _)| *n == ask.name) {
+            return Ok(());
+        }
+        // Already there at a fitting version: kept.
+        let here = pool
+            .installed_by_name
+            .get(ask.name.as_str())
+            .into_iter()
+            .flatten()
+            .copied()
+            .find(|&i| !self.gone.contains_key(&i) && fits(&installed[i]));
+        if let Some(i) = here {
+            kept.push(installed[i].clone());
+            return Ok(());
+        }
+        let by_name = pool.by_name.get(ask.name.as_str());
+        if let Some(list) = by_name {
+            let a = list.iter().copied().find(|&a| fits(&available[a])).ok_or_else(|| {
+                ResolveError::UnknownVersion {
+                    name: ask.name.clone(),
+                    version: ask
+                        .version
+                        .as_ref()
+                        .map_or_else(|| ask.text.clone(), |v| v.to_string()),
+                    arch: ask.arch.clone().unwrap_or_else(|| self.pool.arch.to_string()),
+                    available: list
+                        .iter()
+                        .map(|&a| available[a].nevra())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+            })?;
+            wanted.push((ask.name.clone(), a));
+            return Ok(());
+        }
+        // A provide (virtual name, soname): kept when installed, else its one provider.
+        let dep = Dep {
+            name: ask.name.clone(),
+            version: ask.version.clone().map(|v| (erdma_rpm::Cmp::Eq, v)),
+            pre: false,
+        };
+        if let Some(Id::Installed(i)) = self.world_providers(&dep).first() {
+            kept.push(installed[*i].clone());
+            return Ok(());
+        }
+        let cands = self.candidates(&dep);
+        let names: BTreeSet<&str> = cands.iter().map(|&a| available[a].name.as_str()).collect();
+        match names.len() {
+            0 => {
+                let other_arch: Vec<String> = available
+                    .iter()
+                    .filter(|p| p.name == ask.name)
+                    .map(PackageMeta::nevra)
+                    .take(3)
+                    .collect();
+                let hint = (!other_arch.is_empty())
+                    .then(|| format!("there is {} (ask for NAME.ARCH)", other_arch.join(", ")));
+                return Err(ResolveError::UnknownPackage {
+                    name: ask.text.clone(),
+                    arch: self.pool.arch.into(),
+                    repos: self.repos.clone(),
+                    hint,
+                });
+            }
+            1 => wanted.push((ask.name.clone(), cands[0])),
+            _ => {
+                return Err(ResolveError::Virtual {
+                    name: ask.text.clone(),
+                    providers: names.into_iter().collect::<Vec<_>>().join(", "),
+                })
+            }
+        }
+        Ok(())
+    }
 }
 
 fn finish(s: &Solver, kept: Vec<PackageMeta>) -> Resolution {
