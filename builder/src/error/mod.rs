@@ -1,4 +1,7 @@
 //! One error type for the library; each variant names the operation and the object.
+mod cause;
+pub use cause::{Cause, Doing};
+
 use std::path::PathBuf;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -164,25 +167,6 @@ pub enum Error {
     /// the limit says how to raise it. One line, so that it is the `error:` line.
     #[error("{what} {exceeded}")]
     Limit { what: String, exceeded: erdma_limits::Exceeded },
-}
-
-/// A cause kept whole: the error that made this one, or a reason that only exists as text.
-pub type Cause = Box<dyn std::error::Error + Send + Sync>;
-
-/// One link of a chain: what was being done (`reading URL`) when `source` happened. It prints
-/// as its own `Caused by:` line, with `source` after it.
-#[derive(Debug, thiserror::Error)]
-#[error("{doing}")]
-pub struct Doing {
-    doing: String,
-    #[source]
-    source: Cause,
-}
-
-impl Doing {
-    pub fn new(doing: impl Into<String>, source: impl Into<Cause>) -> Doing {
-        Doing { doing: doing.into(), source: source.into() }
-    }
 }
 
 impl Error {

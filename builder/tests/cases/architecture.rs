@@ -330,6 +330,14 @@ impl Graph {
     }
 }
 
+fn join_path(m: &str, segment: &str) -> String {
+    if m.is_empty() {
+        segment.to_string()
+    } else {
+        format!("{m}::{segment}")
+    }
+}
+
 /// The module of this crate that the path `p`, written in module `m`, names; re-exports are
 /// followed to the module that defines the item. `None` for other crates' paths.
 fn resolve(m: &str, p: &str, sources: &BTreeMap<String, Source>, depth: u32) -> Option<String> {
@@ -352,6 +360,9 @@ fn resolve(m: &str, p: &str, sources: &BTreeMap<String, Source>, depth: u32) -> 
                 segs.remove(0);
             }
         }
+        // A path relative to the module (`use child::Item`, as edition 2018 allows), when
+        // its first segment is a child module; otherwise another crate's.
+        Some(first) if sources.contains_key(&join_path(m, first)) => {}
         _ => return None,
     }
     let mut full = base;
@@ -393,7 +404,7 @@ fn the_import_reader_sees_every_form() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     };
-    write("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\nmod e;\n");
+    write("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\nmod e;\nmod f;\n");
     // a -> b through a `use` tree with braces and `self`.
     write("a/mod.rs", "mod inner;\nuse super::{b::{self, Thing as T}};\n");
     // a::inner -> c through `super::super::`, written out in code.
@@ -403,15 +414,19 @@ fn the_import_reader_sees_every_form() {
         "b.rs",
         "use crate::e::Moved;\n// use crate::c::NotCode;\nconst S: &str = \"crate::c::x\";\n",
     );
-    write("e.rs", "pub(crate) use self::super::d::Moved;\n");
+    write("e/mod.rs", "mod leaf;\npub(crate) use self::super::d::Moved;\npub use leaf::Deep;\n");
     write("d.rs", "#[cfg(test)]\nmod tests { use crate::a::X; }\npub struct Moved;\n");
     write("c.rs", "use self::nothing::Here;\n");
+    // f -> e::leaf through f's use of e's relative re-export (`pub use leaf::Deep`).
+    write("f.rs", "use crate::e::Deep;\nuse serde::Serialize;\n");
+    write("e/leaf.rs", "pub struct Deep;\n");
     let g = Graph::of(src);
     let e = |m: &str| g.edges[m].iter().cloned().collect::<Vec<_>>();
     assert_eq!(e("a"), ["b"]);
     assert_eq!(e("a::inner"), ["c"]);
     assert_eq!(e("b"), ["d"], "re-exports are followed; comments and strings are not code");
     assert_eq!(e("d"), Vec::<String>::new(), "#[cfg(test)] items are left out");
+    assert_eq!(e("f"), ["e::leaf"], "relative re-exports are followed; other crates are none");
     assert!(g.circles().is_empty());
     // d -> a closes a circle a -> b -> d -> a.
     write("d.rs", "pub struct Moved;\nfn g() { let _ = crate::a::X; }\n");
@@ -441,7 +456,7 @@ fn layers_import_only_what_is_below_them() {
     assert!(g["sandbox"].is_empty(), "the sandbox imports {:?}", g["sandbox"]);
     for (m, deps) in &g {
         let allowed = |d: &str| -> bool {
-            if leaves.contains(&d) {
+            if leaves.iter().any(|l| d == *l || d.starts_with(&format!("{l}::"))) {
                 return true;
             }
             if m.starts_with("packages") {
