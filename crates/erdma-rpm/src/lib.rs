@@ -7,6 +7,7 @@
 
 pub mod header;
 pub mod package;
+pub mod repo;
 pub mod repodata;
 pub mod rpmdb;
 pub mod version;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::resolve::Resolution;
-use super::sources::LoadedRepo;
+use erdma_rpm::repo::LoadedRepo;
 use erdma_rpm::PackageMeta;
 
 /// What a build of an rpm image knows about its database and repositories after resolving.

@@ -2,7 +2,7 @@
 //! `.repo` files, their verified metadata, and the repositories the image keeps for a later
 //! `dnf install`.
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::repos::{self, YumRepo};
 use crate::error::{Cause, Doing, Error, Result};
@@ -12,29 +12,9 @@ use erdma_common::progress::Reporter;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_openpgp::{self as openpgp, Keyring};
-use erdma_rpm::repodata;
-use erdma_rpm::PackageMeta;
+use erdma_rpm::repo::LoadedRepo;
 
-/// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
-pub(crate) const MAX_REPOMD: u64 = 16 << 20;
-
-pub(crate) const MAX_PRIMARY: u64 = 256 << 20;
-
-pub(crate) const MAX_PRIMARY_OPEN: u64 = 1 << 30;
-
-/// A repository's packages, read from its verified metadata.
-pub(crate) struct LoadedRepo {
-    pub name: String,
-    /// The base URL it was reached at.
-    pub url: String,
-    pub packages: Vec<PackageMeta>,
-    pub keyring: Keyring,
-}
-
-/// Reads one repository's `repomd.xml` (verifying `repomd.xml.asc` when there is one, and
-/// requiring one with `repo_gpgcheck`) and its `primary` metadata, checked against repomd's
-/// checksum. Mirrors are tried in order while they cannot be reached; a bad signature or
-/// checksum stops the build (an attack or a broken mirror, as apt's backend treats it).
+/// Reads one repository through [`erdma_rpm::repo::load`], saying so on `reporter`.
 ///
 /// `Ok(Err(why))` when no mirror could be reached: the caller decides whether that stops the
 /// build (the recipe's repositories) or not (the base's own, see [`install`](super::install)).
@@ -48,94 +28,11 @@ pub(super) async fn load_repo(
     reporter: &dyn Reporter,
 ) -> Result<std::result::Result<LoadedRepo, String>> {
     reporter.step(&format!("reading repository {name}"));
-    let mut unreachable = Vec::new();
-    for url in urls {
-        let base = format!("{}/", url.trim_end_matches('/'));
-        let repomd_url = format!("{base}repodata/repomd.xml");
-        let raw = match http.get(&repomd_url, MAX_REPOMD).await {
-            Ok(Some(raw)) => raw,
-            Ok(None) => {
-                unreachable.push(format!("{repomd_url}: not found"));
-                continue;
-            }
-            Err(e) if e.is_transient() => {
-                unreachable.push(e.to_string());
-                continue;
-            }
-            Err(e) => return Err(repository(name, e)),
-        };
-        let sig_url = format!("{repomd_url}.asc");
-        match http.get(&sig_url, 1 << 20).await.map_err(|e| repository(name, e))? {
-            Some(sig) => erdma_openpgp::verify_detached_with(
-                &raw,
-                &sig,
-                &keyring,
-                erdma_common::dates::now(),
-            )
-            .map_err(|e| {
-                repository(
-                    name,
-                    Doing::new(format!("{repomd_url} does not verify against {sig_url}"), e),
-                )
-            })?,
-            None if repo_gpgcheck => {
-                return Err(repository(
-                    name,
-                    format!("repo_gpgcheck is set but {sig_url} does not exist"),
-                ))
-            }
-            None => {}
-        }
-        let md = repodata::parse_repomd(&raw)
-            .map_err(|e| repository(name, Doing::new(repomd_url.clone(), e)))?;
-        let primary = md.primary().map_err(|e| repository(name, e))?;
-        let sum = primary.checksum.clone().ok_or_else(|| {
-            repository(name, format!("repomd.xml gives no checksum for {}", primary.location))
-        })?;
-        let compressed =
-            fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir)
-                .await
-                .map_err(|e| repository(name, e))?;
-        let xml = repodata::decompress(
-            &primary.location,
-            &compressed,
-            MAX_PRIMARY_OPEN,
-            http.inflation(),
-        )
-        .map_err(|e| repository(name, Doing::new(primary.location.clone(), e)))?;
-        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name)
-            .map_err(|e| repository(name, Doing::new(primary.location.clone(), e)))?;
-        return Ok(Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring }));
+    match erdma_rpm::repo::load(http, name, urls, keyring, repo_gpgcheck, cache_dir).await {
+        Ok(loaded) => Ok(Ok(loaded)),
+        Err(e) if e.is_unreachable() => Ok(Err(e.to_string())),
+        Err(e) => Err(repository(name, e)),
     }
-    Ok(Err(format!("repository `{name}` cannot be reached ({})", unreachable.join("; "))))
-}
-
-/// Fetches metadata by checksum, from the cache when a file with that checksum is there.
-pub(crate) async fn fetch_cached(
-    http: &erdma_http::Client,
-    url: &str,
-    sum: &erdma_rpm::Checksum,
-    cache_dir: &Path,
-) -> std::result::Result<Vec<u8>, Cause> {
-    let dir = cache_dir.join("rpm-md");
-    let cached: PathBuf = dir.join(format!("{}-{}", sum.kind, sum.hex));
-    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        if let Ok(bytes) = std::fs::read(&cached) {
-            if repodata::verify(&bytes, sum).is_ok() {
-                return Ok(bytes);
-            }
-        }
-    }
-    let bytes = http.get(url, MAX_PRIMARY).await?.ok_or_else(|| format!("{url}: not found"))?;
-    repodata::verify(&bytes, sum).map_err(|e| Doing::new(url, e))?;
-    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) && std::fs::create_dir_all(&dir).is_ok() {
-        // Best effort: a cache that cannot be written only costs a download next time.
-        let _ = tempfile::NamedTempFile::new_in(&dir).and_then(|mut f| {
-            std::io::Write::write_all(&mut f, &bytes)?;
-            f.persist(&cached).map(|_| ()).map_err(|e| e.error)
-        });
-    }
-    Ok(bytes)
 }
 
 /// The URLs of one of the base's repositories: its `baseurl`s, or the list its `mirrorlist`

@@ -1,0 +1,183 @@
+//! Fetching and verifying a yum repository's metadata, the way dnf does it: `repomd.xml`,
+//! verified against `repomd.xml.asc` when there is one (and required to have one with
+//! `repo_gpgcheck`), then the `primary` metadata it names, checked against repomd's checksum
+//! before it is decompressed and read. Each package's own checksum and signature are checked
+//! by the caller after downloading it ([`crate::package`]). The apt counterpart is
+//! `erdma_deb::repo`.
+use std::path::{Path, PathBuf};
+
+use erdma_http::{Client, HttpError};
+use erdma_openpgp::{Keyring, SignatureError};
+
+use crate::repodata::{self, RepodataError};
+use crate::{Checksum, PackageMeta};
+
+/// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
+pub const MAX_REPOMD: u64 = 16 << 20;
+/// The largest compressed metadata file fetched.
+pub const MAX_PRIMARY: u64 = 256 << 20;
+/// The largest decompressed `primary.xml` read.
+pub const MAX_PRIMARY_OPEN: u64 = 1 << 30;
+
+/// A repository's packages, read from its verified metadata.
+pub struct LoadedRepo {
+    pub name: String,
+    /// The base URL it was reached at.
+    pub url: String,
+    pub packages: Vec<PackageMeta>,
+    pub keyring: Keyring,
+}
+
+/// Why a repository's metadata could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    /// No mirror could be reached (each one's reason, in order).
+    #[error("repository `{name}` cannot be reached ({})", tried.join("; "))]
+    Unreachable { name: String, tried: Vec<String> },
+    /// A transfer failed for a reason a retry elsewhere would not cure.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("{repomd} does not verify against {signature}")]
+    BadSignature {
+        repomd: String,
+        signature: String,
+        #[source]
+        source: SignatureError,
+    },
+    #[error("repo_gpgcheck is set but {signature} does not exist")]
+    NoSignature { signature: String },
+    #[error("{url}")]
+    Repomd {
+        url: String,
+        #[source]
+        source: RepodataError,
+    },
+    /// repomd.xml names no usable `primary`.
+    #[error(transparent)]
+    NoPrimary(RepodataError),
+    #[error("repomd.xml gives no checksum for {location}")]
+    NoChecksum { location: String },
+    #[error("{url}: not found")]
+    NotFound { url: String },
+    /// A metadata file that is not what repomd.xml says (checksum), or cannot be read.
+    #[error("{at}")]
+    Metadata {
+        at: String,
+        #[source]
+        source: RepodataError,
+    },
+}
+
+impl RepoError {
+    /// No mirror of the repository answered: the caller decides whether that stops the build.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, RepoError::Unreachable { .. })
+    }
+}
+
+/// Reads one repository (`name`, its mirrors `urls`, tried in order while they cannot be
+/// reached) with the keys of `keyring`; `cache_dir`: where metadata is kept by checksum. A bad
+/// signature or checksum is an error at once (an attack or a broken mirror, as apt's backend
+/// treats it), not a reason to try the next mirror.
+pub async fn load(
+    http: &Client,
+    name: &str,
+    urls: &[String],
+    keyring: Keyring,
+    repo_gpgcheck: bool,
+    cache_dir: &Path,
+) -> Result<LoadedRepo, RepoError> {
+    let mut tried = Vec::new();
+    for url in urls {
+        let base = format!("{}/", url.trim_end_matches('/'));
+        let repomd_url = format!("{base}repodata/repomd.xml");
+        let raw = match http.get(&repomd_url, MAX_REPOMD).await {
+            Ok(Some(raw)) => raw,
+            Ok(None) => {
+                tried.push(format!("{repomd_url}: not found"));
+                continue;
+            }
+            Err(e) if e.is_transient() => {
+                tried.push(e.to_string());
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        verify_repomd(http, &raw, &repomd_url, &keyring, repo_gpgcheck).await?;
+        let md = repodata::parse_repomd(&raw)
+            .map_err(|source| RepoError::Repomd { url: repomd_url.clone(), source })?;
+        let primary = md.primary().map_err(RepoError::NoPrimary)?;
+        let sum = primary
+            .checksum
+            .clone()
+            .ok_or_else(|| RepoError::NoChecksum { location: primary.location.clone() })?;
+        let compressed =
+            fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir).await?;
+        let at = || primary.location.clone();
+        let xml = repodata::decompress(
+            &primary.location,
+            &compressed,
+            MAX_PRIMARY_OPEN,
+            http.inflation(),
+        )
+        .map_err(|source| RepoError::Metadata { at: at(), source })?;
+        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name)
+            .map_err(|source| RepoError::Metadata { at: at(), source })?;
+        return Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring });
+    }
+    Err(RepoError::Unreachable { name: name.to_string(), tried })
+}
+
+/// `repomd.xml` (`raw`, read from `url`) against its detached signature, where there is one.
+async fn verify_repomd(
+    http: &Client,
+    raw: &[u8],
+    url: &str,
+    keyring: &Keyring,
+    repo_gpgcheck: bool,
+) -> Result<(), RepoError> {
+    let sig_url = format!("{url}.asc");
+    match http.get(&sig_url, 1 << 20).await? {
+        Some(sig) => {
+            erdma_openpgp::verify_detached_with(raw, &sig, keyring, erdma_common::dates::now())
+                .map_err(|source| RepoError::BadSignature {
+                    repomd: url.to_string(),
+                    signature: sig_url,
+                    source,
+                })?;
+        }
+        None if repo_gpgcheck => return Err(RepoError::NoSignature { signature: sig_url }),
+        None => {}
+    }
+    Ok(())
+}
+
+/// Fetches metadata by checksum, from the cache when a file with that checksum is there.
+pub async fn fetch_cached(
+    http: &Client,
+    url: &str,
+    sum: &Checksum,
+    cache_dir: &Path,
+) -> Result<Vec<u8>, RepoError> {
+    let dir = cache_dir.join("rpm-md");
+    let cached: PathBuf = dir.join(format!("{}-{}", sum.kind, sum.hex));
+    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        if let Ok(bytes) = std::fs::read(&cached) {
+            if repodata::verify(&bytes, sum).is_ok() {
+                return Ok(bytes);
+            }
+        }
+    }
+    let bytes =
+        http.get(url, MAX_PRIMARY).await?.ok_or_else(|| RepoError::NotFound { url: url.into() })?;
+    repodata::verify(&bytes, sum)
+        .map_err(|source| RepoError::Metadata { at: url.to_string(), source })?;
+    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) && std::fs::create_dir_all(&dir).is_ok() {
+        // Best effort: a cache that cannot be written only costs a download next time.
+        let _ = tempfile::NamedTempFile::new_in(&dir).and_then(|mut f| {
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.persist(&cached).map(|_| ()).map_err(|e| e.error)
+        });
+    }
+    Ok(bytes)
+}
