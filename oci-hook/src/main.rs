@@ -81,47 +81,7 @@ enum Command {
     /// RDMA (nvidia_peermem, the GPUs' PCIe paths to the ERIs), each engine's
     /// registration and memlock, and the CDI spec. Exit 0 when nothing failed, 1 otherwise,
     /// 2 for a usage or hook-config error.
-    Doctor {
-        /// Print the report as JSON (`ready`, `summary`, `checks`).
-        #[arg(long)]
-        json: bool,
-        /// Docker's daemon config [default: /etc/docker/daemon.json].
-        #[arg(long, value_name = "FILE")]
-        docker_config: Option<PathBuf>,
-        /// containerd's main config [default: /etc/containerd/config.toml].
-        #[arg(long, value_name = "FILE")]
-        containerd_config: Option<PathBuf>,
-        /// CRI-O's main config, crio.conf.d beside it [default: /etc/crio/crio.conf].
-        #[arg(long, value_name = "FILE")]
-        crio_config: Option<PathBuf>,
-        /// Podman's OCI hooks directory [default: /etc/containers/oci/hooks.d].
-        #[arg(long, value_name = "DIR")]
-        podman_hooks_dir: Option<PathBuf>,
-        /// A CDI spec directory; repeat for several, lowest precedence first [default: /etc/cdi, /var/run/cdi].
-        #[arg(long = "cdi-dir", value_name = "DIR")]
-        cdi_dirs: Vec<PathBuf>,
-        /// The root the engines' sockets are looked for under (`run/docker.sock`, …); their
-        /// programs are looked for on PATH [default: /].
-        #[arg(long, value_name = "DIR")]
-        engine_root: Option<PathBuf>,
-        /// Also start one short-lived container of IMAGE through an engine, as a user would
-        /// (Docker: `--runtime erdma`; Podman: the hook's annotation; host networking), and
-        /// check inside it: the device nodes, `ulimit -l`, the NCCL settings, the erdma
-        /// provider, `ibv_devinfo` and NCCL when the image has them. Removed afterwards.
-        #[arg(long, value_name = "IMAGE")]
-        image: Option<String>,
-        /// The engine for --image (containerd: through `ctr`, with the erdma-runtime its config
-        /// registers; the image must be in containerd's store).
-        #[arg(long, value_enum, default_value = "docker", requires = "image")]
-        engine: Engine,
-        /// With --image: ask with the CDI device `aliyun.com/erdma=all` (Podman 4.1+, Docker
-        /// 25+; needs `erdma-oci-hook cdi generate`) instead of the runtime or hook.
-        #[arg(long, requires = "image")]
-        cdi: bool,
-        /// With --image: seconds the container may take, image pull included.
-        #[arg(long, value_name = "SECONDS", default_value_t = 120, requires = "image")]
-        timeout: u64,
-    },
+    Doctor(DoctorArgs),
     /// Register erdma-runtime or the hooks with a container engine.
     Configure {
         #[arg(value_enum)]
@@ -138,6 +98,50 @@ enum Command {
         #[arg(long)]
         runtime_path: Option<PathBuf>,
     },
+}
+
+// `doctor`'s options (no doc comment: the variant's is the subcommand's help).
+#[derive(Debug, clap::Args)]
+struct DoctorArgs {
+    /// Print the report as JSON (`ready`, `summary`, `checks`).
+    #[arg(long)]
+    json: bool,
+    /// Docker's daemon config [default: /etc/docker/daemon.json].
+    #[arg(long, value_name = "FILE")]
+    docker_config: Option<PathBuf>,
+    /// containerd's main config [default: /etc/containerd/config.toml].
+    #[arg(long, value_name = "FILE")]
+    containerd_config: Option<PathBuf>,
+    /// CRI-O's main config, crio.conf.d beside it [default: /etc/crio/crio.conf].
+    #[arg(long, value_name = "FILE")]
+    crio_config: Option<PathBuf>,
+    /// Podman's OCI hooks directory [default: /etc/containers/oci/hooks.d].
+    #[arg(long, value_name = "DIR")]
+    podman_hooks_dir: Option<PathBuf>,
+    /// A CDI spec directory; repeat for several, lowest precedence first [default: /etc/cdi, /var/run/cdi].
+    #[arg(long = "cdi-dir", value_name = "DIR")]
+    cdi_dirs: Vec<PathBuf>,
+    /// The root the engines' sockets are looked for under (`run/docker.sock`, …); their
+    /// programs are looked for on PATH [default: /].
+    #[arg(long, value_name = "DIR")]
+    engine_root: Option<PathBuf>,
+    /// Also start one short-lived container of IMAGE through an engine, as a user would
+    /// (Docker: `--runtime erdma`; Podman: the hook's annotation; host networking), and
+    /// check inside it: the device nodes, `ulimit -l`, the NCCL settings, the erdma
+    /// provider, `ibv_devinfo` and NCCL when the image has them. Removed afterwards.
+    #[arg(long, value_name = "IMAGE")]
+    image: Option<String>,
+    /// The engine for --image (containerd: through `ctr`, with the erdma-runtime its config
+    /// registers; the image must be in containerd's store).
+    #[arg(long, value_enum, default_value = "docker", requires = "image")]
+    engine: Engine,
+    /// With --image: ask with the CDI device `aliyun.com/erdma=all` (Podman 4.1+, Docker
+    /// 25+; needs `erdma-oci-hook cdi generate`) instead of the runtime or hook.
+    #[arg(long, requires = "image")]
+    cdi: bool,
+    /// With --image: seconds the container may take, image pull included.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120, requires = "image")]
+    timeout: u64,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -205,122 +209,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     result
 }
 
+/// Runs `cli`'s subcommand; those that are more than a call have a function of their own.
 fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Devices { json } => {
-            let host = erdma_oci_hook::discover::discover(
-                &config.sysfs_root,
-                &config.dev_root,
-                &config.drivers,
-            )?;
-            let mut out = std::io::stdout().lock();
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&host)?)?;
-            } else {
-                for d in host.devices.iter().chain(&host.others) {
-                    let ports: Vec<String> = d
-                        .ports
-                        .iter()
-                        .map(|p| {
-                            format!(
-                                "port {} {} {} mtu {}",
-                                p.num,
-                                p.state_name,
-                                p.netdev.as_deref().unwrap_or("-"),
-                                p.mtu.map(|m| m.to_string()).unwrap_or("-".into())
-                            )
-                        })
-                        .collect();
-                    let node = d.uverbs.as_ref().map(|u| u.path.clone()).unwrap_or_else(|| {
-                        format!("unusable: {}", d.problem.as_deref().unwrap_or("?"))
-                    });
-                    writeln!(
-                        out,
-                        "{} ({}) {} {}",
-                        d.name,
-                        d.driver.as_deref().unwrap_or("?"),
-                        node,
-                        ports.join(", ")
-                    )?;
-                }
-                if host.devices.is_empty() && host.others.is_empty() {
-                    writeln!(out, "no RDMA devices under {}", config.sysfs_root.display())?;
-                }
-            }
-        }
+        Command::Devices { json } => devices_command(config, json)?,
         Command::Topology { json, netdevs } => topology_command(config, json, &netdevs)?,
         Command::Env { devices, format, netns, gpus } => {
-            let host = erdma_oci_hook::discover::discover(
-                &config.sysfs_root,
-                &config.dev_root,
-                &config.drivers,
-            )?;
-            let request = if devices.is_empty() {
-                erdma_oci_hook::request::Request::All
-            } else {
-                erdma_oci_hook::request::Request::Named(devices)
-            };
-            let (chosen, nodes) = erdma_oci_hook::modify::select(&request, &host, config)?;
-            // The job's GPUs as a container's spec would give them.
-            let spec = match &gpus {
-                Some(g) => {
-                    serde_json::json!({"process": {"env": [format!("NVIDIA_VISIBLE_DEVICES={g}")]}})
-                }
-                None => serde_json::json!({}),
-            };
-            let (chosen, _, placement) =
-                erdma_oci_hook::modify::place(&spec, &host, config, &request, chosen, nodes);
-            for p in &placement.pairing {
-                eprintln!("note: {p}");
-            }
-            let net = match netns.map(|p| erdma_oci_hook::netns::Net::read(&p)) {
-                None => erdma_oci_hook::netns::Net::Host,
-                Some(erdma_oci_hook::netns::Net::Unread { why }) => {
-                    anyhow::bail!("the network namespace: {why}")
-                }
-                Some(net) => net,
-            };
-            let derived =
-                erdma_oci_hook::nccl::derive(&host, &chosen, &net, &placement.context(config));
-            let env = derived.with_presets();
-            for n in &derived.notes {
-                eprintln!("note: {n}");
-            }
-            let mut out = std::io::stdout().lock();
-            match format {
-                EnvFormat::Shell => {
-                    for (k, v) in &env {
-                        writeln!(out, "export {k}='{}'", v.replace('\'', "'\\''"))?;
-                    }
-                }
-                EnvFormat::Json => {
-                    let names: Vec<&str> = chosen.iter().map(|d| d.name.as_str()).collect();
-                    let env: serde_json::Map<String, serde_json::Value> =
-                        env.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect();
-                    writeln!(
-                        out,
-                        "{}",
-                        serde_json::to_string_pretty(
-                            &serde_json::json!({"devices": names, "env": env, "derived": derived.vars, "notes": derived.notes})
-                        )?
-                    )?;
-                }
-                EnvFormat::DockerArgs => writeln!(
-                    out,
-                    "{}",
-                    env.iter().map(|(k, v)| format!("-e {k}={v}")).collect::<Vec<_>>().join(" ")
-                )?,
-                EnvFormat::EnvFile => {
-                    for (k, v) in &env {
-                        writeln!(out, "{k}={v}")?;
-                    }
-                }
-                EnvFormat::Mpirun => writeln!(
-                    out,
-                    "{}",
-                    env.iter().map(|(k, v)| format!("-x {k}={v}")).collect::<Vec<_>>().join(" ")
-                )?,
-            }
+            env_command(config, devices, format, netns, gpus)?
         }
         Command::Precreate => erdma_oci_hook::hooks::precreate(
             config,
@@ -340,108 +235,247 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
                 None => std::io::stdout().lock().write_all(text.as_bytes())?,
             }
         }
-        Command::Doctor {
-            json,
-            docker_config,
-            containerd_config,
-            crio_config,
-            podman_hooks_dir,
-            cdi_dirs,
-            engine_root,
-            image,
-            engine,
-            cdi,
-            timeout,
-        } => {
-            let defaults = erdma_oci_hook::doctor::Options::default();
-            let containerd_config = containerd_config.unwrap_or(defaults.containerd_config.clone());
-            let opts = erdma_oci_hook::doctor::Options {
-                config_path: Config::path(),
-                docker_config: docker_config.unwrap_or(defaults.docker_config),
-                containerd_config: containerd_config.clone(),
-                crio_config: crio_config.unwrap_or(defaults.crio_config),
-                podman_hooks_dir: podman_hooks_dir.unwrap_or(defaults.podman_hooks_dir),
-                cdi_dirs: if cdi_dirs.is_empty() { defaults.cdi_dirs } else { cdi_dirs },
-                trial: image.map(|image| {
-                    // containerd's CLI is `ctr`; it runs the container with the erdma-runtime
-                    // containerd's config registers, else the one on PATH.
-                    let cli = if engine == Engine::Containerd { "ctr" } else { engine.arg() };
-                    let runtime = (engine == Engine::Containerd)
-                        .then(|| {
-                            erdma_oci_hook::engine::inspect(engine, &containerd_config)
-                                .ok()
-                                .and_then(|r| r.entry)
-                                .and_then(|e| e.program)
-                        })
-                        .flatten()
-                        .or_else(|| {
-                            (engine == Engine::Containerd)
-                                .then(|| {
-                                    erdma_oci_hook::engine::detect::which(
-                                        &defaults.probe.path,
-                                        "erdma-runtime",
-                                    )
-                                })
-                                .flatten()
-                        });
-                    erdma_oci_hook::trial::Options {
-                        image,
-                        engine,
-                        program: erdma_oci_hook::engine::detect::which(&defaults.probe.path, cli)
-                            .unwrap_or_else(|| PathBuf::from(cli)),
-                        cdi,
-                        timeout: std::time::Duration::from_secs(timeout),
-                        runtime,
-                    }
-                }),
-                probe: erdma_oci_hook::engine::detect::Probe {
-                    root: engine_root.unwrap_or(defaults.probe.root.clone()),
-                    ..defaults.probe
-                },
-            };
-            let report = erdma_oci_hook::doctor::run(config, &opts);
-            let mut out = std::io::stdout().lock();
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
-            } else {
-                write!(out, "{}", report.render())?;
-            }
-            return Ok(if report.ready { ExitCode::SUCCESS } else { ExitCode::from(1) });
-        }
+        Command::Doctor(args) => return doctor_command(config, args),
         Command::Configure { engine, dry_run, config: config_path, runtime_path } => {
-            let me = std::env::current_exe()?;
-            let runtime_path = runtime_path.unwrap_or_else(|| me.with_file_name("erdma-runtime"));
-            let report = erdma_oci_hook::engine::configure(
-                engine,
-                &ConfigureOptions { dry_run, config_path, runtime_path, hook_path: me },
-            )?;
-            let mut out = std::io::stdout().lock();
-            if dry_run {
-                write!(out, "{}", report.diff)?;
-            } else if report.changed {
-                let changed = std::iter::once((&report.path, report.changed, &report.backup))
-                    .chain(report.also.iter().map(|f| (&f.path, f.changed, &f.backup)));
-                for (path, _, backup) in changed.filter(|(_, c, _)| *c) {
-                    writeln!(
-                        out,
-                        "updated {}{}",
-                        path.display(),
-                        backup
-                            .as_ref()
-                            .map(|b| format!(" (backup {})", b.display()))
-                            .unwrap_or_default()
-                    )?;
-                }
-            } else {
-                writeln!(out, "{} already configured", report.path.display())?;
-            }
-            // Notes are advice, not data: stderr.
-            for note in &report.notes {
-                eprintln!("note: {note}");
-            }
+            configure_command(engine, dry_run, config_path, runtime_path)?
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `erdma-oci-hook devices`: each RDMA device with its node and ports, or the host as JSON.
+fn devices_command(config: &Config, json: bool) -> anyhow::Result<()> {
+    let host =
+        erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&host)?)?;
+        return Ok(());
+    }
+    for d in host.devices.iter().chain(&host.others) {
+        let ports: Vec<String> = d
+            .ports
+            .iter()
+            .map(|p| {
+                format!(
+                    "port {} {} {} mtu {}",
+                    p.num,
+                    p.state_name,
+                    p.netdev.as_deref().unwrap_or("-"),
+                    p.mtu.map(|m| m.to_string()).unwrap_or("-".into())
+                )
+            })
+            .collect();
+        let node = d
+            .uverbs
+            .as_ref()
+            .map(|u| u.path.clone())
+            .unwrap_or_else(|| format!("unusable: {}", d.problem.as_deref().unwrap_or("?")));
+        writeln!(
+            out,
+            "{} ({}) {} {}",
+            d.name,
+            d.driver.as_deref().unwrap_or("?"),
+            node,
+            ports.join(", ")
+        )?;
+    }
+    if host.devices.is_empty() && host.others.is_empty() {
+        writeln!(out, "no RDMA devices under {}", config.sysfs_root.display())?;
+    }
+    Ok(())
+}
+
+/// `erdma-oci-hook env`: the NCCL settings a container with these devices (and GPUs, in this
+/// network namespace) gets, in `format`; notes on stderr.
+fn env_command(
+    config: &Config,
+    devices: Vec<String>,
+    format: EnvFormat,
+    netns: Option<PathBuf>,
+    gpus: Option<String>,
+) -> anyhow::Result<()> {
+    let host =
+        erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;
+    let request = if devices.is_empty() {
+        erdma_oci_hook::request::Request::All
+    } else {
+        erdma_oci_hook::request::Request::Named(devices)
+    };
+    let (chosen, nodes) = erdma_oci_hook::modify::select(&request, &host, config)?;
+    // The job's GPUs as a container's spec would give them.
+    let spec = match &gpus {
+        Some(g) => serde_json::json!({"process": {"env": [format!("NVIDIA_VISIBLE_DEVICES={g}")]}}),
+        None => serde_json::json!({}),
+    };
+    let (chosen, _, placement) =
+        erdma_oci_hook::modify::place(&spec, &host, config, &request, chosen, nodes);
+    for p in &placement.pairing {
+        eprintln!("note: {p}");
+    }
+    let net = match netns.map(|p| erdma_oci_hook::netns::Net::read(&p)) {
+        None => erdma_oci_hook::netns::Net::Host,
+        Some(erdma_oci_hook::netns::Net::Unread { why }) => {
+            anyhow::bail!("the network namespace: {why}")
+        }
+        Some(net) => net,
+    };
+    let derived = erdma_oci_hook::nccl::derive(&host, &chosen, &net, &placement.context(config));
+    let env = derived.with_presets();
+    for n in &derived.notes {
+        eprintln!("note: {n}");
+    }
+    let mut out = std::io::stdout().lock();
+    match format {
+        EnvFormat::Shell => {
+            for (k, v) in &env {
+                writeln!(out, "export {k}='{}'", v.replace('\'', "'\\''"))?;
+            }
+        }
+        EnvFormat::Json => {
+            let names: Vec<&str> = chosen.iter().map(|d| d.name.as_str()).collect();
+            let env: serde_json::Map<String, serde_json::Value> =
+                env.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect();
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"devices": names, "env": env, "derived": derived.vars, "notes": derived.notes})
+                )?
+            )?;
+        }
+        EnvFormat::DockerArgs => writeln!(
+            out,
+            "{}",
+            env.iter().map(|(k, v)| format!("-e {k}={v}")).collect::<Vec<_>>().join(" ")
+        )?,
+        EnvFormat::EnvFile => {
+            for (k, v) in &env {
+                writeln!(out, "{k}={v}")?;
+            }
+        }
+        EnvFormat::Mpirun => writeln!(
+            out,
+            "{}",
+            env.iter().map(|(k, v)| format!("-x {k}={v}")).collect::<Vec<_>>().join(" ")
+        )?,
+    }
+    Ok(())
+}
+
+/// `erdma-oci-hook doctor`: the report, as text or JSON; exit 0 when the host is ready, else 1.
+fn doctor_command(config: &Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let json = args.json;
+    let opts = doctor_options(args);
+    let report = erdma_oci_hook::doctor::run(config, &opts);
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        write!(out, "{}", report.render())?;
+    }
+    Ok(if report.ready { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `doctor`'s options: each path given on the command line, else the default.
+fn doctor_options(args: DoctorArgs) -> erdma_oci_hook::doctor::Options {
+    let DoctorArgs {
+        json: _,
+        docker_config,
+        containerd_config,
+        crio_config,
+        podman_hooks_dir,
+        cdi_dirs,
+        engine_root,
+        image,
+        engine,
+        cdi,
+        timeout,
+    } = args;
+    let defaults = erdma_oci_hook::doctor::Options::default();
+    let containerd_config = containerd_config.unwrap_or(defaults.containerd_config.clone());
+    erdma_oci_hook::doctor::Options {
+        config_path: Config::path(),
+        docker_config: docker_config.unwrap_or(defaults.docker_config),
+        containerd_config: containerd_config.clone(),
+        crio_config: crio_config.unwrap_or(defaults.crio_config),
+        podman_hooks_dir: podman_hooks_dir.unwrap_or(defaults.podman_hooks_dir),
+        cdi_dirs: if cdi_dirs.is_empty() { defaults.cdi_dirs } else { cdi_dirs },
+        trial: image.map(|image| {
+            // containerd's CLI is `ctr`; it runs the container with the erdma-runtime
+            // containerd's config registers, else the one on PATH.
+            let cli = if engine == Engine::Containerd { "ctr" } else { engine.arg() };
+            let runtime = (engine == Engine::Containerd)
+                .then(|| {
+                    erdma_oci_hook::engine::inspect(engine, &containerd_config)
+                        .ok()
+                        .and_then(|r| r.entry)
+                        .and_then(|e| e.program)
+                })
+                .flatten()
+                .or_else(|| {
+                    (engine == Engine::Containerd)
+                        .then(|| {
+                            erdma_oci_hook::engine::detect::which(
+                                &defaults.probe.path,
+                                "erdma-runtime",
+                            )
+                        })
+                        .flatten()
+                });
+            erdma_oci_hook::trial::Options {
+                image,
+                engine,
+                program: erdma_oci_hook::engine::detect::which(&defaults.probe.path, cli)
+                    .unwrap_or_else(|| PathBuf::from(cli)),
+                cdi,
+                timeout: std::time::Duration::from_secs(timeout),
+                runtime,
+            }
+        }),
+        probe: erdma_oci_hook::engine::detect::Probe {
+            root: engine_root.unwrap_or(defaults.probe.root.clone()),
+            ..defaults.probe
+        },
+    }
+}
+
+/// `erdma-oci-hook configure`: registers erdma-runtime (beside this binary unless named) or
+/// the hooks with `engine`, and says which files changed (with `dry_run`, the diff).
+fn configure_command(
+    engine: Engine,
+    dry_run: bool,
+    config_path: Option<PathBuf>,
+    runtime_path: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let me = std::env::current_exe()?;
+    let runtime_path = runtime_path.unwrap_or_else(|| me.with_file_name("erdma-runtime"));
+    let report = erdma_oci_hook::engine::configure(
+        engine,
+        &ConfigureOptions { dry_run, config_path, runtime_path, hook_path: me },
+    )?;
+    let mut out = std::io::stdout().lock();
+    if dry_run {
+        write!(out, "{}", report.diff)?;
+    } else if report.changed {
+        let changed = std::iter::once((&report.path, report.changed, &report.backup))
+            .chain(report.also.iter().map(|f| (&f.path, f.changed, &f.backup)));
+        for (path, _, backup) in changed.filter(|(_, c, _)| *c) {
+            writeln!(
+                out,
+                "updated {}{}",
+                path.display(),
+                backup.as_ref().map(|b| format!(" (backup {})", b.display())).unwrap_or_default()
+            )?;
+        }
+    } else {
+        writeln!(out, "{} already configured", report.path.display())?;
+    }
+    // Notes are advice, not data: stderr.
+    for note in &report.notes {
+        eprintln!("note: {note}");
+    }
+    Ok(())
 }
 
 /// `erdma-oci-hook topology`.
