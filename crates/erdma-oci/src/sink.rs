@@ -310,159 +310,105 @@ impl Sink {
             Kind::Layout { dir, tag, existing } => {
                 self.put_bytes(&top.raw, &top.digest).await?;
                 let staging = self.staging.take().expect("staged");
-                let desc = json!({"mediaType": top.media_type, "digest": top.digest, "size": top.raw.len()});
                 if *existing {
-                    let index_path = dir.join("index.json");
-                    let old: Value = serde_json::from_slice(
-                        &std::fs::read(&index_path).map_err(Error::io("reading", &index_path))?,
-                    )
-                    .map_err(|e| Error::Malformed {
-                        what: "index.json",
-                        reference: dir.display().to_string(),
-                        reason: e.to_string(),
-                    })?;
-                    if !old.get("manifests").is_some_and(Value::is_array) {
-                        return Err(Error::Malformed {
-                            what: "index.json",
-                            reference: dir.display().to_string(),
-                            reason: "no `manifests` array".into(),
-                        });
-                    }
-                    let blobs = dir.join("blobs/sha256");
-                    std::fs::create_dir_all(&blobs).map_err(not_writable(dir))?;
-                    for entry in std::fs::read_dir(staging.path().join("blobs/sha256"))
-                        .map_err(not_writable(dir))?
-                    {
-                        let entry = entry.map_err(not_writable(dir))?;
-                        let target = blobs.join(entry.file_name());
-                        if !target.exists() {
-                            std::fs::rename(entry.path(), &target).map_err(not_writable(dir))?;
-                        }
-                    }
-                    let index = index_with(Some(old), desc, tag.as_deref());
-                    write_atomic(&index_path, &serde_json::to_vec(&index).expect("json"))
+                    add_to_layout(dir, staging.path(), tag.as_deref(), top)
                 } else {
-                    let index = index_with(None, desc, tag.as_deref());
-                    std::fs::write(staging.path().join("oci-layout"), OCI_LAYOUT)
-                        .map_err(not_writable(dir))?;
-                    std::fs::write(
-                        staging.path().join("index.json"),
-                        serde_json::to_vec(&index).expect("json"),
-                    )
-                    .map_err(not_writable(dir))?;
-                    let path = staging.keep();
-                    if let Err(e) = std::fs::rename(&path, dir) {
-                        let _ = std::fs::remove_dir_all(&path);
-                        return Err(not_writable(dir)(e));
-                    }
-                    Ok(())
+                    place_new_layout(dir, staging, tag.as_deref(), top)
                 }
             }
             Kind::OciArchive { file, tag } => {
                 self.put_bytes(&top.raw, &top.digest).await?;
                 let staging = self.staging.as_ref().expect("staged").path();
-                let desc = json!({"mediaType": top.media_type, "digest": top.digest, "size": top.raw.len()});
-                let index = index_with(None, desc, tag.as_deref());
-                std::fs::write(staging.join("oci-layout"), OCI_LAYOUT)
-                    .map_err(not_writable(file))?;
-                std::fs::write(
-                    staging.join("index.json"),
-                    serde_json::to_vec(&index).expect("json"),
-                )
-                .map_err(not_writable(file))?;
-                let mut names: Vec<String> = vec!["oci-layout".into(), "index.json".into()];
-                let mut blobs: Vec<String> = std::fs::read_dir(staging.join("blobs/sha256"))
-                    .map_err(not_writable(file))?
-                    .filter_map(|e| {
-                        e.ok().map(|e| format!("blobs/sha256/{}", e.file_name().to_string_lossy()))
-                    })
-                    .collect();
-                blobs.sort();
-                names.extend(blobs);
-                let entries: Vec<(String, PathBuf)> =
-                    names.into_iter().map(|n| (n.clone(), staging.join(n))).collect();
-                write_archive(file, &entries)
+                write_oci_archive(file, staging, tag.as_deref(), top)
             }
             Kind::DockerArchive { file, name } => {
-                let manifest: Value = serde_json::from_slice(&top.raw).expect("we wrote it");
-                let staging = self.staging.as_ref().expect("staged").path().to_path_buf();
-                let config_digest = manifest["config"]["digest"].as_str().expect("we wrote it");
-                let config_name = format!("{}.json", digest_hex(config_digest)?);
-                let config_path = self.staged(config_digest)?;
-                let config: Value = serde_json::from_slice(
-                    &std::fs::read(&config_path).map_err(Error::io("reading", &config_path))?,
-                )
-                .map_err(|e| Error::Malformed {
-                    what: "image config",
-                    reference: "output".into(),
-                    reason: e.to_string(),
-                })?;
-                let diff_ids = config["rootfs"]["diff_ids"].as_array().cloned().unwrap_or_default();
-                let mut entries = vec![(config_name.clone(), config_path)];
-                let mut layer_names = Vec::new();
-                // `docker save` stores layers uncompressed, named by diff_id; we do the same
-                // so every reader of the format (docker load, skopeo) accepts the archive.
-                for (layer, diff_id) in
-                    manifest["layers"].as_array().expect("layers").iter().zip(&diff_ids)
-                {
-                    let digest = layer["digest"].as_str().expect("digest");
-                    let diff_id = diff_id.as_str().unwrap_or_default();
-                    let lname = format!("{}/layer.tar", digest_hex(diff_id)?);
-                    if layer_names.contains(&lname) {
-                        // The same layer twice (a base built by us, built on again): one copy.
-                        layer_names.push(lname);
-                        continue;
-                    }
-                    let raw_path = staging.join(format!("{}.tar", digest_hex(diff_id)?));
-                    let compressed = self.staged(digest)?;
-                    let reader = std::io::BufReader::new(
-                        File::open(&compressed).map_err(Error::io("reading", &compressed))?,
-                    );
-                    let mut out = crate::blob::HashingWriter::new(BufWriter::new(
-                        File::create(&raw_path).map_err(not_writable(file))?,
-                    ));
-                    let limit = |e: std::io::Error| match erdma_limits::exceeded(&e) {
-                        Some(exceeded) => Error::Limit {
-                            what: format!("layer {digest}"),
-                            exceeded: exceeded.clone(),
-                        },
-                        None => Error::Io {
-                            operation: "decompressing",
-                            path: compressed.clone(),
-                            source: e,
-                        },
-                    };
-                    std::io::copy(
-                        &mut crate::blob::decompressed(reader, self.max_inflation)
-                            .map_err(limit)?,
-                        &mut out,
-                    )
-                    .map_err(limit)?;
-                    let (mut w, got, _) = out.finish();
-                    w.flush().map_err(not_writable(file))?;
-                    if got != diff_id {
-                        return Err(Error::DigestMismatch {
-                            expected: diff_id.to_string(),
-                            actual: got,
-                        });
-                    }
-                    std::fs::remove_file(&compressed).map_err(not_writable(file))?;
-                    entries.push((lname.clone(), raw_path));
-                    layer_names.push(lname);
-                }
-                let repo_tags: Vec<String> = name
-                    .iter()
-                    .map(|n| if n.contains(':') { n.clone() } else { format!("{n}:latest") })
-                    .collect();
-                let list =
-                    json!([{"Config": config_name, "RepoTags": repo_tags, "Layers": layer_names}]);
-                let list_path = staging.join("manifest.json");
-                std::fs::write(&list_path, serde_json::to_vec(&list).expect("json"))
-                    .map_err(not_writable(file))?;
-                entries.push(("manifest.json".into(), list_path));
-                write_archive(file, &entries)
+                self.write_docker_archive(file, name.as_deref(), top)
             }
         }
+    }
+
+    /// Writes the docker archive `file` for the manifest `top`: its config, each layer
+    /// decompressed, and the `manifest.json` that lists them under the name.
+    fn write_docker_archive(&self, file: &Path, name: Option<&str>, top: &Top) -> Result<()> {
+        let manifest: Value = serde_json::from_slice(&top.raw).expect("we wrote it");
+        let staging = self.staging.as_ref().expect("staged").path().to_path_buf();
+        let config_digest = manifest["config"]["digest"].as_str().expect("we wrote it");
+        let config_name = format!("{}.json", digest_hex(config_digest)?);
+        let config_path = self.staged(config_digest)?;
+        let config: Value = serde_json::from_slice(
+            &std::fs::read(&config_path).map_err(Error::io("reading", &config_path))?,
+        )
+        .map_err(|e| Error::Malformed {
+            what: "image config",
+            reference: "output".into(),
+            reason: e.to_string(),
+        })?;
+        let diff_ids = config["rootfs"]["diff_ids"].as_array().cloned().unwrap_or_default();
+        let mut entries = vec![(config_name.clone(), config_path)];
+        let mut layer_names = Vec::new();
+        // `docker save` stores layers uncompressed, named by diff_id; we do the same
+        // so every reader of the format (docker load, skopeo) accepts the archive.
+        for (layer, diff_id) in manifest["layers"].as_array().expect("layers").iter().zip(&diff_ids)
+        {
+            let digest = layer["digest"].as_str().expect("digest");
+            let diff_id = diff_id.as_str().unwrap_or_default();
+            let lname = format!("{}/layer.tar", digest_hex(diff_id)?);
+            if layer_names.contains(&lname) {
+                // The same layer twice (a base built by us, built on again): one copy.
+                layer_names.push(lname);
+                continue;
+            }
+            let raw_path = staging.join(format!("{}.tar", digest_hex(diff_id)?));
+            self.decompress_layer(file, digest, diff_id, &raw_path)?;
+            entries.push((lname.clone(), raw_path));
+            layer_names.push(lname);
+        }
+        let repo_tags: Vec<String> = name
+            .iter()
+            .map(|n| if n.contains(':') { n.to_string() } else { format!("{n}:latest") })
+            .collect();
+        let list = json!([{"Config": config_name, "RepoTags": repo_tags, "Layers": layer_names}]);
+        let list_path = staging.join("manifest.json");
+        std::fs::write(&list_path, serde_json::to_vec(&list).expect("json"))
+            .map_err(not_writable(file))?;
+        entries.push(("manifest.json".into(), list_path));
+        write_archive(file, &entries)
+    }
+
+    /// Decompresses the staged layer `digest` to `raw_path` for the docker archive `file`,
+    /// checks that it is `diff_id`, and removes the compressed copy.
+    fn decompress_layer(
+        &self,
+        file: &Path,
+        digest: &str,
+        diff_id: &str,
+        raw_path: &Path,
+    ) -> Result<()> {
+        let compressed = self.staged(digest)?;
+        let reader = std::io::BufReader::new(
+            File::open(&compressed).map_err(Error::io("reading", &compressed))?,
+        );
+        let mut out = crate::blob::HashingWriter::new(BufWriter::new(
+            File::create(raw_path).map_err(not_writable(file))?,
+        ));
+        let limit = |e: std::io::Error| match erdma_limits::exceeded(&e) {
+            Some(exceeded) => {
+                Error::Limit { what: format!("layer {digest}"), exceeded: exceeded.clone() }
+            }
+            None => Error::Io { operation: "decompressing", path: compressed.clone(), source: e },
+        };
+        std::io::copy(
+            &mut crate::blob::decompressed(reader, self.max_inflation).map_err(limit)?,
+            &mut out,
+        )
+        .map_err(limit)?;
+        let (mut w, got, _) = out.finish();
+        w.flush().map_err(not_writable(file))?;
+        if got != diff_id {
+            return Err(Error::DigestMismatch { expected: diff_id.to_string(), actual: got });
+        }
+        std::fs::remove_file(&compressed).map_err(not_writable(file))?;
+        Ok(())
     }
 
     /// Wraps a stream so progress is reported and bytes are counted.
@@ -493,6 +439,88 @@ impl Sink {
             reporter.transfer_done(&id);
         })
     }
+}
+
+impl Top {
+    /// The descriptor an `index.json` lists it by.
+    fn descriptor(&self) -> Value {
+        json!({"mediaType": self.media_type, "digest": self.digest, "size": self.raw.len()})
+    }
+}
+
+/// Moves the blobs staged in `staging` into the existing layout `dir` (those it lacks), then
+/// replaces its `index.json` atomically with one that also lists `top`.
+fn add_to_layout(dir: &Path, staging: &Path, tag: Option<&str>, top: &Top) -> Result<()> {
+    let index_path = dir.join("index.json");
+    let old: Value = serde_json::from_slice(
+        &std::fs::read(&index_path).map_err(Error::io("reading", &index_path))?,
+    )
+    .map_err(|e| Error::Malformed {
+        what: "index.json",
+        reference: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    if !old.get("manifests").is_some_and(Value::is_array) {
+        return Err(Error::Malformed {
+            what: "index.json",
+            reference: dir.display().to_string(),
+            reason: "no `manifests` array".into(),
+        });
+    }
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).map_err(not_writable(dir))?;
+    for entry in std::fs::read_dir(staging.join("blobs/sha256")).map_err(not_writable(dir))? {
+        let entry = entry.map_err(not_writable(dir))?;
+        let target = blobs.join(entry.file_name());
+        if !target.exists() {
+            std::fs::rename(entry.path(), &target).map_err(not_writable(dir))?;
+        }
+    }
+    let index = index_with(Some(old), top.descriptor(), tag);
+    write_atomic(&index_path, &serde_json::to_vec(&index).expect("json"))
+}
+
+/// Completes the layout staged in `staging` with an index of `top` and renames it into place
+/// as `dir`; the staging is removed where the rename fails.
+fn place_new_layout(
+    dir: &Path,
+    staging: tempfile::TempDir,
+    tag: Option<&str>,
+    top: &Top,
+) -> Result<()> {
+    let index = index_with(None, top.descriptor(), tag);
+    write_layout_files(staging.path(), &index, dir)?;
+    let path = staging.keep();
+    if let Err(e) = std::fs::rename(&path, dir) {
+        let _ = std::fs::remove_dir_all(&path);
+        return Err(not_writable(dir)(e));
+    }
+    Ok(())
+}
+
+/// Writes the OCI archive `file`: the layout staged in `staging` with an index of `top`,
+/// `oci-layout` and `index.json` first, then the blobs by name.
+fn write_oci_archive(file: &Path, staging: &Path, tag: Option<&str>, top: &Top) -> Result<()> {
+    let index = index_with(None, top.descriptor(), tag);
+    write_layout_files(staging, &index, file)?;
+    let mut names: Vec<String> = vec!["oci-layout".into(), "index.json".into()];
+    let mut blobs: Vec<String> = std::fs::read_dir(staging.join("blobs/sha256"))
+        .map_err(not_writable(file))?
+        .filter_map(|e| e.ok().map(|e| format!("blobs/sha256/{}", e.file_name().to_string_lossy())))
+        .collect();
+    blobs.sort();
+    names.extend(blobs);
+    let entries: Vec<(String, PathBuf)> =
+        names.into_iter().map(|n| (n.clone(), staging.join(n))).collect();
+    write_archive(file, &entries)
+}
+
+/// Writes a staged layout's `oci-layout` and `index.json`; errors name `dest`, the output.
+fn write_layout_files(staging: &Path, index: &Value, dest: &Path) -> Result<()> {
+    std::fs::write(staging.join("oci-layout"), OCI_LAYOUT).map_err(not_writable(dest))?;
+    std::fs::write(staging.join("index.json"), serde_json::to_vec(index).expect("json"))
+        .map_err(not_writable(dest))?;
+    Ok(())
 }
 
 async fn write_stream(
