@@ -414,30 +414,8 @@ async fn recipe_contents(
 ) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
     let http = erdma_http::Client::new(opts.timeouts)?.max_inflation(opts.limits.inflation);
-    let mut keys = BTreeMap::new();
-    let mut trusted = Vec::new();
     let mut warnings = Vec::new();
-    for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
-        let keyring = opts.repo_keyrings.get(&repo.name).or(opts.keyring.as_ref());
-        let (binary, t) = repo_key(&http, recipe, repo, keyring.map(PathBuf::as_path)).await?;
-        if t.trust == "first-use" {
-            warnings.push(format!(
-                "repository `{}`: trusted key {} from {} on first use (the recipe pins no fingerprint); check it, then pin it with --keyring {}=FILE",
-                t.repository,
-                t.fingerprints.join(", "),
-                t.source,
-                t.repository
-            ));
-        }
-        for d in &t.dropped {
-            warnings.push(format!(
-                "repository `{}`: {} also holds key {d}, which the recipe does not pin: dropped",
-                t.repository, t.source
-            ));
-        }
-        keys.insert(repo.name.clone(), binary);
-        trusted.push(t);
-    }
+    let (keys, trusted) = repository_keys(&http, recipe, opts, &mut warnings).await?;
     let mut packages = None;
     let mut complete = true;
     let mut removed: Vec<String> = Vec::new();
@@ -451,31 +429,8 @@ async fn recipe_contents(
         || !opts.install.is_empty()
         || !opts.local_packages.is_empty()
     {
-        // The recipe's own repositories have their keys in `keys` already.
-        let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {
-            Some(p) => Some(erdma_openpgp::dearmor(
-                &std::fs::read(p).map_err(Error::io("reading keyring", p))?,
-            )?),
-            None => None,
-        };
-        let inputs = Inputs {
-            http: &http,
-            target: recipe.target(),
-            arch,
-            mirrors: &opts.mirrors,
-            repo_urls: &opts.repo_urls,
-            repo_keys: &keys,
-            base_keyring,
-            recipe_packages: opts.packages,
-            extra: &opts.install,
-            local: &opts.local_packages,
-            nccl: nccl.as_ref().map(|(req, _)| req.clone()),
-            cache_dir: cache_dir(),
-            download: opts.download,
-            skip_scripts: opts.skip_scripts,
-            sandbox: opts.sandbox,
-            install_recommends: opts.install_recommends,
-        };
+        let nccl_request = nccl.as_ref().map(|(req, _)| req.clone());
+        let inputs = package_inputs(&http, recipe, opts, arch, &keys, nccl_request)?;
         let (report, gone) = crate::packages::install(
             recipe.distro.backend,
             &inputs,
@@ -487,31 +442,7 @@ async fn recipe_contents(
         .map_err(|e| signed_by_dropped_key(e, &trusted))?;
         if build {
             removed = gone;
-            // The whole point: an image whose libibverbs has no erdma provider silently falls
-            // back to TCP. Refuse it (rdma-core gained the provider in v43).
-            // (`--no-packages --install X` asks for no eRDMA packages: nothing to refuse.)
-            let has_provider = !(opts.packages || nccl.is_some())
-                || layer.files().any(|(p, _)| p == "etc/libibverbs.d/erdma.driver")
-                || base.read("etc/libibverbs.d/erdma.driver", 4096)?.is_some();
-            if !has_provider {
-                // Name the rdma-core that came out: what was installed, else what the base kept.
-                let found = report
-                    .install
-                    .iter()
-                    .map(|p| (p.name.as_str(), p.version.as_str(), p.origin.as_str()))
-                    .chain(
-                        report
-                            .kept
-                            .iter()
-                            .map(|p| (p.name.as_str(), p.version.as_str(), "the base")),
-                    )
-                    .find(|(n, _, _)| {
-                        ["ibverbs-providers", "libibverbs1", "libibverbs"].contains(n)
-                    })
-                    .map(|(n, v, o)| format!("rdma-core {v} ({n} from {o})"))
-                    .unwrap_or_else(|| "the rdma-core installed".into());
-                return Err(Error::NoErdmaProvider { found, recipe: recipe.name.clone() });
-            }
+            check_erdma_provider(recipe, opts, nccl.is_some(), &layer, base, &report)?;
         } else {
             complete = false;
         }
@@ -519,44 +450,16 @@ async fn recipe_contents(
         warnings.extend(report.warnings.iter().cloned());
         packages = Some(report);
     }
-    let urls: BTreeMap<String, String> = recipe
-        .repositories
-        .iter()
-        .filter(|r| !r.from_base)
-        .map(|r| {
-            (
-                r.name.clone(),
-                used_urls
-                    .get(&r.name)
-                    .or_else(|| opts.repo_urls.get(&r.name))
-                    .or(r.urls.first())
-                    .expect("validated: urls or from_base")
-                    .clone(),
-            )
-        })
-        .collect();
     crate::packages::add_repositories(
         recipe.distro.backend,
         &recipe.target(),
-        &urls,
+        &repository_urls(recipe, opts, &used_urls),
         &keys,
         nccl.as_ref().map(|(req, _)| req.cuda),
         base,
         &mut layer,
     )?;
-    for f in &recipe.files {
-        layer.add_file(&f.path, f.content.clone().into_bytes(), f.mode)?;
-    }
-    let whiteouts: Vec<String> = recipe
-        .packages
-        .remove_files
-        .iter()
-        .filter_map(|p| erdma_oci::layer::normalize(p))
-        .collect();
-    for p in &whiteouts {
-        layer.add_whiteout(p)?;
-        removed.push(format!("/{p}"));
-    }
+    add_recipe_files(recipe, &mut layer, &mut removed)?;
     let added = layer
         .files()
         .filter(|(_, e)| e.kind != erdma_oci::layer::EntryKind::Whiteout)
@@ -580,6 +483,156 @@ async fn recipe_contents(
         path: PathBuf::new(),
         info: None,
     })
+}
+
+/// The key of each of the recipe's own repositories (not the base's), by repository name, and
+/// how each came to be trusted; a key trusted on first use, or one dropped from a download,
+/// adds a warning.
+async fn repository_keys(
+    http: &erdma_http::Client,
+    recipe: &Recipe,
+    opts: &Options,
+    warnings: &mut Vec<String>,
+) -> Result<(BTreeMap<String, Vec<u8>>, Vec<erdma_openpgp::Trusted>)> {
+    let mut keys = BTreeMap::new();
+    let mut trusted = Vec::new();
+    for repo in recipe.repositories.iter().filter(|r| !r.from_base) {
+        let keyring = opts.repo_keyrings.get(&repo.name).or(opts.keyring.as_ref());
+        let (binary, t) = repo_key(http, recipe, repo, keyring.map(PathBuf::as_path)).await?;
+        if t.trust == "first-use" {
+            warnings.push(format!(
+                "repository `{}`: trusted key {} from {} on first use (the recipe pins no fingerprint); check it, then pin it with --keyring {}=FILE",
+                t.repository,
+                t.fingerprints.join(", "),
+                t.source,
+                t.repository
+            ));
+        }
+        for d in &t.dropped {
+            warnings.push(format!(
+                "repository `{}`: {} also holds key {d}, which the recipe does not pin: dropped",
+                t.repository, t.source
+            ));
+        }
+        keys.insert(repo.name.clone(), binary);
+        trusted.push(t);
+    }
+    Ok((keys, trusted))
+}
+
+/// What the package backend is given: the options, the recipe's repository `keys`, and the
+/// base's keyring from `--keyring base=FILE` (or `--keyring FILE`), read here.
+fn package_inputs<'a>(
+    http: &'a erdma_http::Client,
+    recipe: &'a Recipe,
+    opts: &'a Options,
+    arch: &'a str,
+    keys: &'a BTreeMap<String, Vec<u8>>,
+    nccl: Option<NcclRequest>,
+) -> Result<Inputs<'a>> {
+    // The recipe's own repositories have their keys in `keys` already.
+    let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {
+        Some(p) => Some(erdma_openpgp::dearmor(
+            &std::fs::read(p).map_err(Error::io("reading keyring", p))?,
+        )?),
+        None => None,
+    };
+    Ok(Inputs {
+        http,
+        target: recipe.target(),
+        arch,
+        mirrors: &opts.mirrors,
+        repo_urls: &opts.repo_urls,
+        repo_keys: keys,
+        base_keyring,
+        recipe_packages: opts.packages,
+        extra: &opts.install,
+        local: &opts.local_packages,
+        nccl,
+        cache_dir: cache_dir(),
+        download: opts.download,
+        skip_scripts: opts.skip_scripts,
+        sandbox: opts.sandbox,
+        install_recommends: opts.install_recommends,
+    })
+}
+
+/// Refuses a build whose image would have no erdma provider for libibverbs, naming the
+/// rdma-core that came out of `report`.
+fn check_erdma_provider(
+    recipe: &Recipe,
+    opts: &Options,
+    nccl: bool,
+    layer: &LayerContents,
+    base: &ImageFiles<'_>,
+    report: &PackagesReport,
+) -> Result<()> {
+    // The whole point: an image whose libibverbs has no erdma provider silently falls
+    // back to TCP. Refuse it (rdma-core gained the provider in v43).
+    // (`--no-packages --install X` asks for no eRDMA packages: nothing to refuse.)
+    let has_provider = !(opts.packages || nccl)
+        || layer.files().any(|(p, _)| p == "etc/libibverbs.d/erdma.driver")
+        || base.read("etc/libibverbs.d/erdma.driver", 4096)?.is_some();
+    if has_provider {
+        return Ok(());
+    }
+    // Name the rdma-core that came out: what was installed, else what the base kept.
+    let found = report
+        .install
+        .iter()
+        .map(|p| (p.name.as_str(), p.version.as_str(), p.origin.as_str()))
+        .chain(report.kept.iter().map(|p| (p.name.as_str(), p.version.as_str(), "the base")))
+        .find(|(n, _, _)| ["ibverbs-providers", "libibverbs1", "libibverbs"].contains(n))
+        .map(|(n, v, o)| format!("rdma-core {v} ({n} from {o})"))
+        .unwrap_or_else(|| "the rdma-core installed".into());
+    Err(Error::NoErdmaProvider { found, recipe: recipe.name.clone() })
+}
+
+/// The URL of each of the recipe's own repositories: the one the packages came from, else
+/// `--repo NAME=URL`, else the recipe's first.
+fn repository_urls(
+    recipe: &Recipe,
+    opts: &Options,
+    used_urls: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    recipe
+        .repositories
+        .iter()
+        .filter(|r| !r.from_base)
+        .map(|r| {
+            (
+                r.name.clone(),
+                used_urls
+                    .get(&r.name)
+                    .or_else(|| opts.repo_urls.get(&r.name))
+                    .or(r.urls.first())
+                    .expect("validated: urls or from_base")
+                    .clone(),
+            )
+        })
+        .collect()
+}
+
+/// The recipe's plain files, and a whiteout for each file it removes (listed in `removed`).
+fn add_recipe_files(
+    recipe: &Recipe,
+    layer: &mut LayerContents,
+    removed: &mut Vec<String>,
+) -> Result<()> {
+    for f in &recipe.files {
+        layer.add_file(&f.path, f.content.clone().into_bytes(), f.mode)?;
+    }
+    let whiteouts: Vec<String> = recipe
+        .packages
+        .remove_files
+        .iter()
+        .filter_map(|p| erdma_oci::layer::normalize(p))
+        .collect();
+    for p in &whiteouts {
+        layer.add_whiteout(p)?;
+        removed.push(format!("/{p}"));
+    }
+    Ok(())
 }
 
 /// A repository whose signature names a key the pin dropped from its key download: say so,
