@@ -258,6 +258,9 @@ fn epoch(s: Option<String>) -> Option<u32> {
     s.and_then(|e| e.trim().parse::<u32>().ok()).filter(|&e| e != 0)
 }
 
+/// The file [`for_each_package`] reads, for errors.
+const PRIMARY_XML: &str = "primary.xml";
+
 /// Reads `primary.xml` (already decompressed) one package at a time, handing each to `each`:
 /// memory stays at one package however large the repository (tens of MB of XML for
 /// EL's BaseOS). `origin` becomes each package's [`PackageMeta::origin`].
@@ -269,161 +272,201 @@ pub fn for_each_package<R: BufRead>(
     origin: &str,
     each: &mut dyn FnMut(PackageMeta) -> Result<(), RepodataError>,
 ) -> Result<(), RepodataError> {
-    const FILE: &str = "primary.xml";
-    let bad = malformed(FILE);
+    let bad = malformed(PRIMARY_XML);
     let mut reader = quick_xml::Reader::from_reader(input);
     reader.config_mut().expand_empty_elements = true;
     let mut buf = Vec::new();
-    let mut pkg: Option<PackageMeta> = None;
-    let mut field: Option<Field> = None;
-    let mut list: Option<List> = None;
-    let mut sum_kind: Option<String> = None;
-    let mut text = String::new();
+    let mut primary =
+        Primary { origin, pkg: None, field: None, list: None, sum_kind: None, text: String::new() };
     loop {
         let event = reader
             .read_event_into(&mut buf)
             .map_err(|e| bad(format!("at byte {}: {e}", reader.buffer_position())))?;
         match &event {
-            Event::Start(e) => {
-                let name = e.local_name();
-                let name = name.as_ref();
-                if name == "package" {
-                    if pkg.is_some() {
-                        return Err(bad("nested <package>".into()));
-                    }
-                    pkg = Some(PackageMeta {
-                        name: String::new(),
-                        evr: Evr { epoch: None, version: String::new(), release: String::new() },
-                        arch: String::new(),
-                        provides: Vec::new(),
-                        requires: Vec::new(),
-                        obsoletes: Vec::new(),
-                        conflicts: Vec::new(),
-                        recommends: Vec::new(),
-                        files: Vec::new(),
-                        origin: origin.to_string(),
-                        location: None,
-                        checksum: None,
-                        size: 0,
-                    });
-                } else if let Some(p) = pkg.as_mut() {
-                    text.clear();
-                    match name {
-                        "name" if list.is_none() => field = Some(Field::Name),
-                        "arch" => field = Some(Field::Arch),
-                        "checksum" => {
-                            sum_kind = attr(e, "type", FILE)?;
-                            field = Some(Field::Checksum);
-                        }
-                        "file" => field = Some(Field::File),
-                        "version" => {
-                            p.evr = Evr {
-                                epoch: epoch(attr(e, "epoch", FILE)?),
-                                version: attr(e, "ver", FILE)?.unwrap_or_default(),
-                                release: attr(e, "rel", FILE)?.unwrap_or_default(),
-                            };
-                        }
-                        "location" => {
-                            let href = attr(e, "href", FILE)?.ok_or_else(|| {
-                                bad(format!("package {} has a location without href", p.name))
-                            })?;
-                            p.location = Some(match attr(e, "base", FILE)? {
-                                Some(base) if !base.is_empty() => {
-                                    format!("{}/{}", base.trim_end_matches('/'), href)
-                                }
-                                _ => href,
-                            });
-                        }
-                        "size" => {
-                            if let Some(s) = attr(e, "package", FILE)? {
-                                p.size = number(&s, "package size", FILE)?;
-                            }
-                        }
-                        "provides" => list = Some(List::Provides),
-                        "requires" => list = Some(List::Requires),
-                        "obsoletes" => list = Some(List::Obsoletes),
-                        "conflicts" => list = Some(List::Conflicts),
-                        "recommends" => list = Some(List::Recommends),
-                        "suggests" | "enhances" | "supplements" => list = Some(List::Ignored),
-                        "entry" if list.is_some() => {
-                            let which = list.expect("matched");
-                            let dep_name = attr(e, "name", FILE)?.ok_or_else(|| {
-                                bad(format!("package {} has an entry without a name", p.name))
-                            })?;
-                            let version = match attr(e, "flags", FILE)? {
-                                None => None,
-                                Some(flags) => {
-                                    let cmp = Cmp::from_flags(&flags).ok_or_else(|| {
-                                        bad(format!(
-                                            "package {}: unknown flags `{flags}` on {dep_name}",
-                                            p.name
-                                        ))
-                                    })?;
-                                    let evr = Evr {
-                                        epoch: epoch(attr(e, "epoch", FILE)?),
-                                        version: attr(e, "ver", FILE)?.unwrap_or_default(),
-                                        release: attr(e, "rel", FILE)?.unwrap_or_default(),
-                                    };
-                                    Some((cmp, evr))
-                                }
-                            };
-                            let pre =
-                                matches!(attr(e, "pre", FILE)?.as_deref(), Some("1" | "true"));
-                            let dep = Dep { name: dep_name, version, pre };
-                            match which {
-                                List::Provides => p.provides.push(dep),
-                                List::Requires => p.requires.push(dep),
-                                List::Obsoletes => p.obsoletes.push(dep),
-                                List::Conflicts => p.conflicts.push(dep),
-                                List::Recommends => p.recommends.push(dep),
-                                List::Ignored => {}
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            Event::End(e) => {
-                let name = e.local_name();
-                match name.as_ref() {
-                    "package" => {
-                        if let Some(p) = pkg.take() {
-                            if p.name.is_empty() || p.arch.is_empty() || p.evr.version.is_empty() {
-                                return Err(bad(format!(
-                                    "a package lacks a name, arch or version (near byte {})",
-                                    reader.buffer_position()
-                                )));
-                            }
-                            each(p)?;
-                        }
-                    }
-                    "provides" | "requires" | "obsoletes" | "conflicts" | "suggests"
-                    | "recommends" | "enhances" | "supplements" => list = None,
-                    _ => {}
-                }
-                if let (Some(f), Some(p)) = (field.take(), pkg.as_mut()) {
-                    let value = std::mem::take(&mut text);
-                    match f {
-                        Field::Name => p.name = value.trim().to_string(),
-                        Field::Arch => p.arch = value.trim().to_string(),
-                        Field::Checksum => p.checksum = Some(checksum(sum_kind.take(), &value)),
-                        Field::File => p.files.push(value),
-                    }
-                }
-            }
+            Event::Start(e) => primary.start(e)?,
+            Event::End(e) => primary.end(e, reader.buffer_position(), each)?,
             Event::Eof => break,
-            other => {
-                if field.is_some() {
-                    push_text(other, &mut text, FILE)?;
-                }
-            }
+            other => primary.characters(other)?,
         }
         buf.clear();
     }
-    if pkg.is_some() {
+    if primary.pkg.is_some() {
         return Err(bad("truncated inside a <package>".into()));
     }
     Ok(())
+}
+
+/// Where [`for_each_package`] is in `primary.xml`: the package being read, the text element
+/// and dependency list it is in, and the text read so far.
+struct Primary<'a> {
+    origin: &'a str,
+    pkg: Option<PackageMeta>,
+    field: Option<Field>,
+    list: Option<List>,
+    /// The `type` of the `<checksum>` being read.
+    sum_kind: Option<String>,
+    text: String,
+}
+
+impl Primary<'_> {
+    /// An element opens: a `<package>` (not inside another), or, inside one, a text element,
+    /// an element whose attributes say the version, location or size, a dependency list, or an
+    /// entry of one.
+    fn start(&mut self, e: &quick_xml::events::BytesStart) -> Result<(), RepodataError> {
+        const FILE: &str = PRIMARY_XML;
+        let bad = malformed(FILE);
+        let name = e.local_name();
+        let name = name.as_ref();
+        if name == "package" {
+            if self.pkg.is_some() {
+                return Err(bad("nested <package>".into()));
+            }
+            self.pkg = Some(empty_package(self.origin));
+            return Ok(());
+        }
+        let Some(p) = self.pkg.as_mut() else { return Ok(()) };
+        self.text.clear();
+        match name {
+            "name" if self.list.is_none() => self.field = Some(Field::Name),
+            "arch" => self.field = Some(Field::Arch),
+            "checksum" => {
+                self.sum_kind = attr(e, "type", FILE)?;
+                self.field = Some(Field::Checksum);
+            }
+            "file" => self.field = Some(Field::File),
+            "version" => p.evr = evr_attributes(e)?,
+            "location" => {
+                let href = attr(e, "href", FILE)?.ok_or_else(|| {
+                    bad(format!("package {} has a location without href", p.name))
+                })?;
+                p.location = Some(match attr(e, "base", FILE)? {
+                    Some(base) if !base.is_empty() => {
+                        format!("{}/{}", base.trim_end_matches('/'), href)
+                    }
+                    _ => href,
+                });
+            }
+            "size" => {
+                if let Some(s) = attr(e, "package", FILE)? {
+                    p.size = number(&s, "package size", FILE)?;
+                }
+            }
+            "provides" => self.list = Some(List::Provides),
+            "requires" => self.list = Some(List::Requires),
+            "obsoletes" => self.list = Some(List::Obsoletes),
+            "conflicts" => self.list = Some(List::Conflicts),
+            "recommends" => self.list = Some(List::Recommends),
+            "suggests" | "enhances" | "supplements" => self.list = Some(List::Ignored),
+            "entry" if self.list.is_some() => {
+                let which = self.list.expect("matched");
+                let dep = dependency(e, &p.name)?;
+                match which {
+                    List::Provides => p.provides.push(dep),
+                    List::Requires => p.requires.push(dep),
+                    List::Obsoletes => p.obsoletes.push(dep),
+                    List::Conflicts => p.conflicts.push(dep),
+                    List::Recommends => p.recommends.push(dep),
+                    List::Ignored => {}
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// An element closes: a `<package>` goes to `each` once it has a name, arch and version
+    /// (`position`, the reader's, for the error); a dependency list ends; a text element takes
+    /// the text read.
+    fn end(
+        &mut self,
+        e: &quick_xml::events::BytesEnd,
+        position: u64,
+        each: &mut dyn FnMut(PackageMeta) -> Result<(), RepodataError>,
+    ) -> Result<(), RepodataError> {
+        let name = e.local_name();
+        match name.as_ref() {
+            "package" => {
+                if let Some(p) = self.pkg.take() {
+                    if p.name.is_empty() || p.arch.is_empty() || p.evr.version.is_empty() {
+                        return Err(malformed(PRIMARY_XML)(format!(
+                            "a package lacks a name, arch or version (near byte {position})"
+                        )));
+                    }
+                    each(p)?;
+                }
+            }
+            "provides" | "requires" | "obsoletes" | "conflicts" | "suggests" | "recommends"
+            | "enhances" | "supplements" => self.list = None,
+            _ => {}
+        }
+        if let (Some(f), Some(p)) = (self.field.take(), self.pkg.as_mut()) {
+            let value = std::mem::take(&mut self.text);
+            match f {
+                Field::Name => p.name = value.trim().to_string(),
+                Field::Arch => p.arch = value.trim().to_string(),
+                Field::Checksum => p.checksum = Some(checksum(self.sum_kind.take(), &value)),
+                Field::File => p.files.push(value),
+            }
+        }
+        Ok(())
+    }
+
+    /// Any other event: text kept while inside a text element.
+    fn characters(&mut self, event: &Event) -> Result<(), RepodataError> {
+        if self.field.is_some() {
+            push_text(event, &mut self.text, PRIMARY_XML)?;
+        }
+        Ok(())
+    }
+}
+
+/// A `<package>` just opened: nothing read yet but where it comes from.
+fn empty_package(origin: &str) -> PackageMeta {
+    PackageMeta {
+        name: String::new(),
+        evr: Evr { epoch: None, version: String::new(), release: String::new() },
+        arch: String::new(),
+        provides: Vec::new(),
+        requires: Vec::new(),
+        obsoletes: Vec::new(),
+        conflicts: Vec::new(),
+        recommends: Vec::new(),
+        files: Vec::new(),
+        origin: origin.to_string(),
+        location: None,
+        checksum: None,
+        size: 0,
+    }
+}
+
+/// The `epoch`, `ver` and `rel` attributes of a `<version>` or an `<rpm:entry>`.
+fn evr_attributes(e: &quick_xml::events::BytesStart) -> Result<Evr, RepodataError> {
+    const FILE: &str = PRIMARY_XML;
+    Ok(Evr {
+        epoch: epoch(attr(e, "epoch", FILE)?),
+        version: attr(e, "ver", FILE)?.unwrap_or_default(),
+        release: attr(e, "rel", FILE)?.unwrap_or_default(),
+    })
+}
+
+/// An `<rpm:entry>` of `package`'s dependency lists: the name, the version where `flags`
+/// bound it, and `pre`.
+fn dependency(e: &quick_xml::events::BytesStart, package: &str) -> Result<Dep, RepodataError> {
+    const FILE: &str = PRIMARY_XML;
+    let bad = malformed(FILE);
+    let dep_name = attr(e, "name", FILE)?
+        .ok_or_else(|| bad(format!("package {package} has an entry without a name")))?;
+    let version = match attr(e, "flags", FILE)? {
+        None => None,
+        Some(flags) => {
+            let cmp = Cmp::from_flags(&flags).ok_or_else(|| {
+                bad(format!("package {package}: unknown flags `{flags}` on {dep_name}"))
+            })?;
+            Some((cmp, evr_attributes(e)?))
+        }
+    };
+    let pre = matches!(attr(e, "pre", FILE)?.as_deref(), Some("1" | "true"));
+    Ok(Dep { name: dep_name, version, pre })
 }
 
 /// Reads all of `primary.xml` (decompressed) into memory: [`for_each_package`] collected.
