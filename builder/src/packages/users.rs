@@ -459,176 +459,267 @@ pub(crate) fn apply(
     if ops.is_empty() {
         return Ok(());
     }
-    let read = |p: &str, layer: &LayerContents| -> Result<String> {
-        Ok(crate::packages::image::read(p, base, layer, 4 << 20)?
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default())
-    };
-    let adduser_conf = settings(&read("etc/adduser.conf", layer)?, '=');
-    let login_defs = settings(&read("etc/login.defs", layer)?, ' ');
-    let useradd_defaults =
-        crate::packages::image::read("etc/default/useradd", base, layer, 1 << 20)?
-            .map(|b| settings(&String::from_utf8_lossy(&b), '='));
-    let num = |m: &BTreeMap<String, String>, k: &str, d: u64| -> u64 {
-        m.get(k).and_then(|v| v.parse().ok()).unwrap_or(d)
-    };
-    let (first, last) =
-        (num(&adduser_conf, "FIRST_SYSTEM_UID", 100), num(&adduser_conf, "LAST_SYSTEM_UID", 999));
-    let sys_gid = (
-        num(&login_defs, "SYS_GID_MIN", 101),
-        num(&login_defs, "SYS_GID_MAX", num(&login_defs, "GID_MIN", 1000) - 1),
-    );
-    let sys_uid = (
-        num(&login_defs, "SYS_UID_MIN", 101),
-        num(&login_defs, "SYS_UID_MAX", num(&login_defs, "UID_MIN", 1000) - 1),
-    );
-    let usergroups = login_defs.get("USERGROUPS_ENAB").is_some_and(|v| v == "yes");
-    let mut db = Db::load(base, layer)?;
+    let settings = Settings::read(base, layer)?;
+    let db = Db::load(base, layer)?;
+    let mut accounts = Accounts { db, settings, day, tools };
     for op in ops {
         match op {
-            Op::AddGroup(_, name) => {
-                if db.has(GROUP, name).is_some() {
-                    continue;
-                }
-                let gid = db.adduser_gid(name)?;
-                db.add_group(name, gid);
+            Op::AddGroup(_, name) => accounts.addgroup(name)?,
+            Op::GroupAdd(g) => accounts.groupadd(g)?,
+            Op::AddUser(u) => accounts.adduser(u, base, layer)?,
+            Op::UserAdd(u) => accounts.useradd(u)?,
+        }
+    }
+    accounts.db.write(layer, tools)
+}
+
+/// What the image sets for the tools: adduser's `/etc/adduser.conf`, shadow's
+/// `/etc/login.defs` and useradd's `/etc/default/useradd`, as [`apply`] reads them.
+struct Settings {
+    adduser_conf: BTreeMap<String, String>,
+    /// FIRST_SYSTEM_UID and LAST_SYSTEM_UID (adduser).
+    first: u64,
+    last: u64,
+    /// SYS_GID_MIN and SYS_GID_MAX (login.defs).
+    sys_gid: (u64, u64),
+    /// SYS_UID_MIN and SYS_UID_MAX (login.defs).
+    sys_uid: (u64, u64),
+    /// `USERGROUPS_ENAB yes`: useradd gives a user a group of its name.
+    usergroups: bool,
+    /// Where the image has `/etc/default/useradd`.
+    useradd_defaults: Option<BTreeMap<String, String>>,
+}
+
+impl Settings {
+    /// The image's settings, with the tools' defaults for what it does not set.
+    fn read(base: &dyn BaseFiles, layer: &LayerContents) -> Result<Settings> {
+        let read = |p: &str, layer: &LayerContents| -> Result<String> {
+            Ok(crate::packages::image::read(p, base, layer, 4 << 20)?
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default())
+        };
+        let adduser_conf = settings(&read("etc/adduser.conf", layer)?, '=');
+        let login_defs = settings(&read("etc/login.defs", layer)?, ' ');
+        let useradd_defaults =
+            crate::packages::image::read("etc/default/useradd", base, layer, 1 << 20)?
+                .map(|b| settings(&String::from_utf8_lossy(&b), '='));
+        let num = |m: &BTreeMap<String, String>, k: &str, d: u64| -> u64 {
+            m.get(k).and_then(|v| v.parse().ok()).unwrap_or(d)
+        };
+        let (first, last) = (
+            num(&adduser_conf, "FIRST_SYSTEM_UID", 100),
+            num(&adduser_conf, "LAST_SYSTEM_UID", 999),
+        );
+        let sys_gid = (
+            num(&login_defs, "SYS_GID_MIN", 101),
+            num(&login_defs, "SYS_GID_MAX", num(&login_defs, "GID_MIN", 1000) - 1),
+        );
+        let sys_uid = (
+            num(&login_defs, "SYS_UID_MIN", 101),
+            num(&login_defs, "SYS_UID_MAX", num(&login_defs, "UID_MIN", 1000) - 1),
+        );
+        let usergroups = login_defs.get("USERGROUPS_ENAB").is_some_and(|v| v == "yes");
+        Ok(Settings { adduser_conf, first, last, sys_gid, sys_uid, usergroups, useradd_defaults })
+    }
+}
+
+/// The account databases as [`apply`]'s calls change them, with what each call reads.
+struct Accounts {
+    db: Db,
+    settings: Settings,
+    /// The date shadow records ([`today`]).
+    day: u64,
+    tools: Tools,
+}
+
+impl Accounts {
+    /// `addgroup --system NAME`: nothing where the group exists.
+    fn addgroup(&mut self, name: &str) -> Result<()> {
+        if self.db.has(GROUP, name).is_some() {
+            return Ok(());
+        }
+        let gid = self.db.adduser_gid(name)?;
+        self.db.add_group(name, gid);
+        Ok(())
+    }
+
+    /// `groupadd --system`: fails where the group exists (but with `-f`) or its `-g` gid is
+    /// taken.
+    fn groupadd(&mut self, g: &GroupAdd) -> Result<()> {
+        let db = &mut self.db;
+        if db.has(GROUP, &g.name).is_some() {
+            if g.force {
+                return Ok(());
             }
-            Op::GroupAdd(g) => {
-                if db.has(GROUP, &g.name).is_some() {
-                    if g.force {
-                        continue;
-                    }
-                    return Err(g.call.fails(format!("group '{}' already exists", g.name)));
-                }
-                let used = db.ids(GROUP);
-                let gid = match g.gid {
-                    Some(gid) if !used.contains(&gid) => gid,
-                    Some(gid) if !g.force => {
-                        return Err(g.call.fails(format!("GID '{gid}' already exists")))
-                    }
-                    _ => shadow_id(&used, sys_gid.0, sys_gid.1, None)
-                        .ok_or_else(|| g.call.fails("no free system gid".into()))?,
-                };
-                db.add_group(&g.name, gid);
+            return Err(g.call.fails(format!("group '{}' already exists", g.name)));
+        }
+        let used = db.ids(GROUP);
+        let (min, max) = self.settings.sys_gid;
+        let gid = match g.gid {
+            Some(gid) if !used.contains(&gid) => gid,
+            Some(gid) if !g.force => {
+                return Err(g.call.fails(format!("GID '{gid}' already exists")))
             }
-            Op::AddUser(u) => {
-                if let Some(uid) = db.has(PASSWD, &u.name) {
-                    if (first..=last).contains(&uid) {
-                        continue;
-                    }
+            _ => shadow_id(&used, min, max, None)
+                .ok_or_else(|| g.call.fails("no free system gid".into()))?,
+        };
+        db.add_group(&g.name, gid);
+        Ok(())
+    }
+
+    /// `adduser --system`: nothing where the user exists as a system user; else its group
+    /// (with `--group`), its home where adduser makes one, its passwd and shadow lines, and
+    /// the comment chfn sets after.
+    fn adduser(
+        &mut self,
+        u: &SystemUser,
+        base: &dyn BaseFiles,
+        layer: &mut LayerContents,
+    ) -> Result<()> {
+        let (first, last) = (self.settings.first, self.settings.last);
+        let db = &mut self.db;
+        if let Some(uid) = db.has(PASSWD, &u.name) {
+            if (first..=last).contains(&uid) {
+                return Ok(());
+            }
+            return Err(u
+                .call
+                .fails(format!("the user `{}' already exists, but is not a system user", u.name)));
+        }
+        if self.settings.adduser_conf.get("UID_POOL").is_some_and(|v| !v.is_empty()) {
+            return Err(u.call.needs_sandbox("the image's /etc/adduser.conf sets UID_POOL"));
+        }
+        if u.own_group && db.has(GROUP, &u.name).is_none() {
+            let gid = db.adduser_gid(&u.name)?;
+            db.add_group(&u.name, gid);
+        }
+        let gid = db
+            .has(GROUP, &u.group)
+            .ok_or_else(|| u.call.fails(format!("the group `{}' does not exist", u.group)))?;
+        let make_home = u.create_home
+            && !is_nonexistent(&u.home)
+            && !crate::packages::image::exists(&u.home, base, layer)?;
+        let used = db.ids(PASSWD);
+        let uid = (first..=last)
+            .find(|i| !used.contains(i))
+            .ok_or_else(|| u.call.fails(format!("no uid is free from {first} to {last}")))?;
+        if make_home {
+            make_system_home(u, uid, gid, &self.settings.adduser_conf, base, layer)?;
+        }
+        let plain = format!("{}:x:{uid}:{gid}::{}:{}", u.name, u.home, u.shell);
+        db.append(&[
+            (PASSWD, plain.clone()),
+            (SHADOW, format!("{}:{}:{}::::::", u.name, self.tools.locked(), self.day)),
+        ]);
+        if let Some(c) = &u.comment {
+            let full = format!("{}:x:{uid}:{gid}:{c}:{}:{}", u.name, u.home, u.shell);
+            db.replace_last(PASSWD, &plain, &full);
+        }
+        Ok(())
+    }
+
+    /// `useradd --system`: fails where the user exists; else its uid, its shell and home
+    /// (given, else the defaults), its group ([`Accounts::useradd_gid`]), its passwd and shadow
+    /// lines.
+    fn useradd(&mut self, u: &UserAdd) -> Result<()> {
+        if self.db.has(PASSWD, &u.name).is_some() {
+            return Err(u.call.fails(format!("user '{}' already exists", u.name)));
+        }
+        if self.db.files.get(SHADOW).is_none_or(Option::is_none) {
+            return Err(u.call.needs_sandbox("the image has no /etc/shadow"));
+        }
+        let defaults = self.settings.useradd_defaults.as_ref();
+        let shell = match (&u.shell, defaults.and_then(|d| d.get("SHELL"))) {
+            (Some(s), _) | (None, Some(s)) => s.clone(),
+            (None, None) => {
+                return Err(u
+                    .call
+                    .needs_sandbox("no -s, and the image has no SHELL in /etc/default/useradd"))
+            }
+        };
+        let home = match &u.home {
+            Some(h) => h.clone(),
+            None => format!(
+                "{}/{}",
+                defaults.and_then(|d| d.get("HOME")).map_or("/home", String::as_str),
+                u.name
+            ),
+        };
+        let used_uids = self.db.ids(PASSWD);
+        let (min, max) = self.settings.sys_uid;
+        let uid = match u.uid {
+            Some(uid) if used_uids.contains(&uid) => {
+                return Err(u.call.fails(format!("UID {uid} is not unique")))
+            }
+            Some(uid) => uid,
+            None => shadow_id(&used_uids, min, max, None)
+                .ok_or_else(|| u.call.fails("no free system uid".into()))?,
+        };
+        let gid = self.useradd_gid(u, uid)?;
+        let comment = u.comment.as_deref().unwrap_or_default();
+        self.db.append(&[
+            (PASSWD, format!("{}:x:{uid}:{gid}:{comment}:{home}:{shell}", u.name)),
+            (SHADOW, format!("{}:{}:{}::::::", u.name, self.tools.locked(), self.day)),
+        ]);
+        Ok(())
+    }
+
+    /// The primary group of useradd's user `u` (uid `uid`): `-g` (a gid or a name) where
+    /// given; else a group of its name, added with the uid as the preferred gid, where it gets
+    /// one (`-U`, or `USERGROUPS_ENAB yes` without `-N`).
+    fn useradd_gid(&mut self, u: &UserAdd, uid: u64) -> Result<u64> {
+        let db = &mut self.db;
+        let own_group =
+            u.group.is_none() && (u.user_group || (self.settings.usergroups && !u.no_user_group));
+        Ok(match &u.group {
+            Some(g) => match g.parse::<u64>() {
+                Ok(n) if db.ids(GROUP).contains(&n) => n,
+                _ => db
+                    .has(GROUP, g)
+                    .ok_or_else(|| u.call.fails(format!("group '{g}' does not exist")))?,
+            },
+            None if own_group => {
+                if db.has(GROUP, &u.name).is_some() {
                     return Err(u.call.fails(format!(
-                        "the user `{}' already exists, but is not a system user",
+                        "group {} exists - if you want to add this user to that group, use -g.",
                         u.name
                     )));
                 }
-                if adduser_conf.get("UID_POOL").is_some_and(|v| !v.is_empty()) {
-                    return Err(u
-                        .call
-                        .needs_sandbox("the image's /etc/adduser.conf sets UID_POOL"));
-                }
-                if u.own_group && db.has(GROUP, &u.name).is_none() {
-                    let gid = db.adduser_gid(&u.name)?;
-                    db.add_group(&u.name, gid);
-                }
-                let gid = db.has(GROUP, &u.group).ok_or_else(|| {
-                    u.call.fails(format!("the group `{}' does not exist", u.group))
-                })?;
-                let make_home = u.create_home
-                    && !is_nonexistent(&u.home)
-                    && !crate::packages::image::exists(&u.home, base, layer)?;
-                let used = db.ids(PASSWD);
-                let uid = (first..=last).find(|i| !used.contains(i)).ok_or_else(|| {
-                    u.call.fails(format!("no uid is free from {first} to {last}"))
-                })?;
-                if make_home {
-                    let mode = system_home_mode(&adduser_conf).ok_or_else(|| {
-                        u.call.needs_sandbox("the image's /etc/adduser.conf sets SYS_DIR_MODE or SETGID_HOME in a form not reproduced")
-                    })?;
-                    // adduser's `mktree`: each missing directory 0755 (umask 022), root's;
-                    // then the home given to the user and its primary group, SYS_DIR_MODE.
-                    let parent = crate::packages::image::parent(&u.home);
-                    if !parent.is_empty() {
-                        crate::packages::image::ensure_dir(parent, base, layer)?;
-                    }
-                    let real = crate::packages::image::real(&u.home, base)?;
-                    layer.add_dir(&real, mode)?;
-                    layer.set_owner_mode(&real, mode, uid, gid)?;
-                }
-                let plain = format!("{}:x:{uid}:{gid}::{}:{}", u.name, u.home, u.shell);
-                db.append(&[
-                    (PASSWD, plain.clone()),
-                    (SHADOW, format!("{}:{}:{day}::::::", u.name, tools.locked())),
-                ]);
-                if let Some(c) = &u.comment {
-                    let full = format!("{}:x:{uid}:{gid}:{c}:{}:{}", u.name, u.home, u.shell);
-                    db.replace_last(PASSWD, &plain, &full);
-                }
+                let (min, max) = self.settings.sys_gid;
+                let gid = shadow_id(&db.ids(GROUP), min, max, Some(uid))
+                    .ok_or_else(|| u.call.fails("no free system gid".into()))?;
+                db.add_group(&u.name, gid);
+                gid
             }
-            Op::UserAdd(u) => {
-                if db.has(PASSWD, &u.name).is_some() {
-                    return Err(u.call.fails(format!("user '{}' already exists", u.name)));
-                }
-                if db.files.get(SHADOW).is_none_or(Option::is_none) {
-                    return Err(u.call.needs_sandbox("the image has no /etc/shadow"));
-                }
-                let defaults = useradd_defaults.as_ref();
-                let shell = match (&u.shell, defaults.and_then(|d| d.get("SHELL"))) {
-                    (Some(s), _) | (None, Some(s)) => s.clone(),
-                    (None, None) => {
-                        return Err(u.call.needs_sandbox(
-                            "no -s, and the image has no SHELL in /etc/default/useradd",
-                        ))
-                    }
-                };
-                let home = match &u.home {
-                    Some(h) => h.clone(),
-                    None => format!(
-                        "{}/{}",
-                        defaults.and_then(|d| d.get("HOME")).map_or("/home", String::as_str),
-                        u.name
-                    ),
-                };
-                let used_uids = db.ids(PASSWD);
-                let uid = match u.uid {
-                    Some(uid) if used_uids.contains(&uid) => {
-                        return Err(u.call.fails(format!("UID {uid} is not unique")))
-                    }
-                    Some(uid) => uid,
-                    None => shadow_id(&used_uids, sys_uid.0, sys_uid.1, None)
-                        .ok_or_else(|| u.call.fails("no free system uid".into()))?,
-                };
-                let own_group =
-                    u.group.is_none() && (u.user_group || (usergroups && !u.no_user_group));
-                let gid = match &u.group {
-                    Some(g) => match g.parse::<u64>() {
-                        Ok(n) if db.ids(GROUP).contains(&n) => n,
-                        _ => db
-                            .has(GROUP, g)
-                            .ok_or_else(|| u.call.fails(format!("group '{g}' does not exist")))?,
-                    },
-                    None if own_group => {
-                        if db.has(GROUP, &u.name).is_some() {
-                            return Err(u.call.fails(format!(
-                                "group {} exists - if you want to add this user to that group, use -g.",
-                                u.name
-                            )));
-                        }
-                        let gid = shadow_id(&db.ids(GROUP), sys_gid.0, sys_gid.1, Some(uid))
-                            .ok_or_else(|| u.call.fails("no free system gid".into()))?;
-                        db.add_group(&u.name, gid);
-                        gid
-                    }
-                    None => return Err(u.call.needs_sandbox("no group: useradd's default GROUP")),
-                };
-                let comment = u.comment.as_deref().unwrap_or_default();
-                db.append(&[
-                    (PASSWD, format!("{}:x:{uid}:{gid}:{comment}:{home}:{shell}", u.name)),
-                    (SHADOW, format!("{}:{}:{day}::::::", u.name, tools.locked())),
-                ]);
-            }
-        }
+            None => return Err(u.call.needs_sandbox("no group: useradd's default GROUP")),
+        })
     }
-    db.write(layer, tools)
+}
+
+/// The home adduser makes for system user `u` (uid `uid`, primary group `gid`): adduser's
+/// `mktree`, each missing directory 0755 (umask 022), root's; then the home given to the
+/// user and its primary group, SYS_DIR_MODE.
+fn make_system_home(
+    u: &SystemUser,
+    uid: u64,
+    gid: u64,
+    adduser_conf: &BTreeMap<String, String>,
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+) -> Result<()> {
+    let mode = system_home_mode(adduser_conf).ok_or_else(|| {
+        u.call.needs_sandbox(
+            "the image's /etc/adduser.conf sets SYS_DIR_MODE or SETGID_HOME in a form not reproduced",
+        )
+    })?;
+    let parent = crate::packages::image::parent(&u.home);
+    if !parent.is_empty() {
+        crate::packages::image::ensure_dir(parent, base, layer)?;
+    }
+    let real = crate::packages::image::real(&u.home, base)?;
+    layer.add_dir(&real, mode)?;
+    layer.set_owner_mode(&real, mode, uid, gid)?;
+    Ok(())
 }
 
 /// `shadow`, `gshadow` and their backups as the distribution keeps them ([`Tools`]): Debian's
