@@ -73,6 +73,16 @@ impl Install {
         )
     }
 
+    /// This call's failure, as the tool would fail it: the install stops.
+    fn fails(&self, reason: String) -> Error {
+        Error::from(PackageError::ScriptFails {
+            package: self.package.clone(),
+            script: self.script.clone(),
+            command: self.command(),
+            reason,
+        })
+    }
+
     fn command(&self) -> String {
         format!(
             "alternatives --install {} {} {} {}",
@@ -324,67 +334,70 @@ pub(crate) fn apply(
 ) -> Result<()> {
     let mut groups: Vec<(String, State)> = Vec::new();
     for i in installs {
-        let fails = |reason: String| {
-            Error::from(PackageError::ScriptFails {
-                package: i.package.clone(),
-                script: i.script.clone(),
-                command: i.command(),
-                reason,
-            })
-        };
-        let refuse = |why: &str| i.needs_sandbox(why);
         if tool == Tool::Dpkg && !image::exists(&i.path, base, layer)? {
-            return Err(fails(format!("{} does not exist", i.path)));
+            return Err(i.fails(format!("{} does not exist", i.path)));
         }
         let at = match groups.iter().position(|(n, _)| *n == i.name) {
             Some(at) => at,
             None => {
-                let admin = format!("{}/{}", tool.admin_dir(), i.name);
-                let current = match image::kind(&format!("{ALTDIR}/{}", i.name), base, layer)? {
-                    Some(SnapEntry::Symlink(t)) => Some(t),
-                    _ => None,
-                };
-                let group = match image::read(&admin, base, layer, 1 << 20)? {
-                    Some(t) => {
-                        Some(Group::parse(tool, &String::from_utf8_lossy(&t)).ok_or_else(|| {
-                            Error::Malformed {
-                                what: "alternatives file",
-                                reference: admin.clone(),
-                                reason: "not as the image's alternatives tool writes it".into(),
-                            }
-                        })?)
-                    }
-                    None => None,
-                };
-                let group = match (tool, group) {
-                    (_, None) => Group {
-                        auto: true,
-                        link: i.link.clone(),
-                        slaves: Vec::new(),
-                        choices: Vec::new(),
-                    },
-                    (Tool::Dpkg, Some(g)) => g,
-                    // chkconfig reads the link: one that points at no alternative, or not at
-                    // the best one in auto mode, makes the group manual.
-                    (Tool::Chkconfig, Some(mut g)) => {
-                        let Some(cur) = &current else {
-                            return Err(refuse(&format!("{admin} without its link")));
-                        };
-                        let at = g.choices.iter().position(|c| c.path == *cur);
-                        if at.is_none() || (g.auto && at != g.first_best()) {
-                            g.auto = false;
-                        }
-                        g
-                    }
-                };
-                groups.push((i.name.clone(), State { group, current, relink: false }));
+                groups.push((i.name.clone(), State::read(tool, i, base, layer)?));
                 groups.len() - 1
             }
         };
-        let state = &mut groups[at].1;
-        let group = &mut state.group;
+        groups[at].1.install(tool, i)?;
+    }
+    for (name, state) in groups {
+        state.write(tool, &name, installs, base, layer)?;
+    }
+    Ok(())
+}
+
+impl State {
+    /// The group of `i`'s first call, as the image holds it: its administrative file (a new
+    /// group where there is none) and where its link points.
+    fn read(tool: Tool, i: &Install, base: &dyn BaseFiles, layer: &LayerContents) -> Result<State> {
+        let admin = format!("{}/{}", tool.admin_dir(), i.name);
+        let current = match image::kind(&format!("{ALTDIR}/{}", i.name), base, layer)? {
+            Some(SnapEntry::Symlink(t)) => Some(t),
+            _ => None,
+        };
+        let group = match image::read(&admin, base, layer, 1 << 20)? {
+            Some(t) => Some(Group::parse(tool, &String::from_utf8_lossy(&t)).ok_or_else(|| {
+                Error::Malformed {
+                    what: "alternatives file",
+                    reference: admin.clone(),
+                    reason: "not as the image's alternatives tool writes it".into(),
+                }
+            })?),
+            None => None,
+        };
+        let group = match (tool, group) {
+            (_, None) => {
+                Group { auto: true, link: i.link.clone(), slaves: Vec::new(), choices: Vec::new() }
+            }
+            (Tool::Dpkg, Some(g)) => g,
+            // chkconfig reads the link: one that points at no alternative, or not at
+            // the best one in auto mode, makes the group manual.
+            (Tool::Chkconfig, Some(mut g)) => {
+                let Some(cur) = &current else {
+                    return Err(i.needs_sandbox(&format!("{admin} without its link")));
+                };
+                let at = g.choices.iter().position(|c| c.path == *cur);
+                if at.is_none() || (g.auto && at != g.first_best()) {
+                    g.auto = false;
+                }
+                g
+            }
+        };
+        Ok(State { group, current, relink: false })
+    }
+
+    /// One `--install` over the group: its alternative added (or replaced), its slaves
+    /// added to the group's, and the choice as `tool` makes it.
+    fn install(&mut self, tool: Tool, i: &Install) -> Result<()> {
+        let group = &mut self.group;
         if group.link != i.link {
-            return Err(fails(format!("the link group {} has the link {}", i.name, group.link)));
+            return Err(i.fails(format!("the link group {} has the link {}", i.name, group.link)));
         }
         let existed = !group.choices.is_empty();
         let mut paths = vec![None; group.slaves.len()];
@@ -401,79 +414,103 @@ pub(crate) fn apply(
             slaves: paths,
         };
         match tool {
-            Tool::Dpkg => {
-                match group.choices.iter_mut().find(|c| c.path == i.path) {
-                    Some(c) => *c = choice,
-                    None => group.choices.push(choice),
-                }
-                if group.auto {
-                    let best = group.choices.iter().map(|c| c.priority).max().unwrap_or(i64::MIN);
-                    let keep = state.current.as_ref().is_some_and(|cur| {
-                        group.choices.iter().any(|c| c.path == *cur && c.priority == best)
-                    });
-                    if !keep {
-                        let mut tops: Vec<&Choice> =
-                            group.choices.iter().filter(|c| c.priority == best).collect();
-                        tops.sort_by(|a, b| a.path.cmp(&b.path));
-                        state.current = tops.first().map(|c| c.path.clone());
-                    }
-                } else if state.current.is_none() {
-                    state.current = Some(i.path.clone());
-                }
-                state.relink = true;
+            Tool::Dpkg => self.install_dpkg(i, choice),
+            Tool::Chkconfig => self.install_chkconfig(i, choice, existed)?,
+        }
+        Ok(())
+    }
+
+    /// dpkg's `--install`: the alternative replaces the one of its path; in auto mode the
+    /// current choice stays where it is among the highest priority, else the first of those by
+    /// path is chosen; in manual mode it is chosen only where nothing was.
+    fn install_dpkg(&mut self, i: &Install, choice: Choice) {
+        let group = &mut self.group;
+        match group.choices.iter_mut().find(|c| c.path == i.path) {
+            Some(c) => *c = choice,
+            None => group.choices.push(choice),
+        }
+        if group.auto {
+            let best = group.choices.iter().map(|c| c.priority).max().unwrap_or(i64::MIN);
+            let keep = self.current.as_ref().is_some_and(|cur| {
+                group.choices.iter().any(|c| c.path == *cur && c.priority == best)
+            });
+            if !keep {
+                let mut tops: Vec<&Choice> =
+                    group.choices.iter().filter(|c| c.priority == best).collect();
+                tops.sort_by(|a, b| a.path.cmp(&b.path));
+                self.current = tops.first().map(|c| c.path.clone());
             }
-            Tool::Chkconfig => {
-                match group.choices.iter_mut().find(|c| c.path == i.path) {
-                    // A reinstall as it was: its links made again.
-                    Some(c) if c.priority == i.priority => {
-                        *c = Choice { initscript: c.initscript.clone(), ..choice };
-                        state.relink = true;
-                    }
-                    Some(_) => {
-                        return Err(refuse(
-                            "a registered alternative again with another priority, which the tool leaves chosen by the old one",
-                        ))
-                    }
-                    None => group.choices.push(choice),
-                }
-                // Every install over a group that had alternatives sorts the slaves by link.
-                if existed {
-                    let mut order: Vec<usize> = (0..group.slaves.len()).collect();
-                    order.sort_by(|a, b| group.slaves[*a].1.cmp(&group.slaves[*b].1));
-                    group.slaves = order.iter().map(|&k| group.slaves[k].clone()).collect();
-                    for c in &mut group.choices {
-                        c.slaves = order.iter().map(|&k| c.slaves[k].clone()).collect();
-                    }
-                }
-                if group.auto {
-                    state.current = group.first_best().map(|b| group.choices[b].path.clone());
-                    state.relink = true;
-                }
+        } else if self.current.is_none() {
+            self.current = Some(i.path.clone());
+        }
+        self.relink = true;
+    }
+
+    /// chkconfig's `--install`: a new alternative goes last, a reinstall of one as it was
+    /// remakes the links (another priority is refused); the slaves are sorted by link where the
+    /// group had alternatives; in auto mode the first best is chosen.
+    fn install_chkconfig(&mut self, i: &Install, choice: Choice, existed: bool) -> Result<()> {
+        let group = &mut self.group;
+        match group.choices.iter_mut().find(|c| c.path == i.path) {
+            // A reinstall as it was: its links made again.
+            Some(c) if c.priority == i.priority => {
+                *c = Choice { initscript: c.initscript.clone(), ..choice };
+                self.relink = true;
+            }
+            Some(_) => {
+                return Err(i.needs_sandbox(
+                    "a registered alternative again with another priority, which the tool leaves chosen by the old one",
+                ))
+            }
+            None => group.choices.push(choice),
+        }
+        // Every install over a group that had alternatives sorts the slaves by link.
+        if existed {
+            let mut order: Vec<usize> = (0..group.slaves.len()).collect();
+            order.sort_by(|a, b| group.slaves[*a].1.cmp(&group.slaves[*b].1));
+            group.slaves = order.iter().map(|&k| group.slaves[k].clone()).collect();
+            for c in &mut group.choices {
+                c.slaves = order.iter().map(|&k| c.slaves[k].clone()).collect();
             }
         }
+        if group.auto {
+            self.current = group.first_best().map(|b| group.choices[b].path.clone());
+            self.relink = true;
+        }
+        Ok(())
     }
-    for (name, state) in groups {
-        let group = &state.group;
+
+    /// Writes group `name`'s administrative file into the layer and, where its links are
+    /// (re)made, the master link and each slave's of the chosen alternative.
+    fn write(
+        self,
+        tool: Tool,
+        name: &str,
+        installs: &[Install],
+        base: &dyn BaseFiles,
+        layer: &mut LayerContents,
+    ) -> Result<()> {
+        let group = &self.group;
         let admin = format!("{}/{name}", tool.admin_dir());
         if tool == Tool::Chkconfig && !image::is_dir(tool.admin_dir(), base, layer)? {
             return Err(refuse_group(
                 installs,
-                &name,
+                name,
                 &format!("no {} in the image", tool.admin_dir()),
             ));
         }
         layer.add_file(&image::real(&admin, base)?, group.render(tool).into_bytes(), 0o644)?;
-        let Some(chosen) = state.current.filter(|_| state.relink) else { continue };
-        let Some(choice) = group.choices.iter().find(|c| c.path == chosen) else { continue };
-        make_link(tool, base, layer, &group.link, &format!("{ALTDIR}/{name}"), installs, &name)?;
-        make_link(tool, base, layer, &format!("{ALTDIR}/{name}"), &chosen, installs, &name)?;
+        let Some(chosen) = self.current.filter(|_| self.relink) else { return Ok(()) };
+        let Some(choice) = group.choices.iter().find(|c| c.path == chosen) else { return Ok(()) };
+        make_link(tool, base, layer, &group.link, &format!("{ALTDIR}/{name}"), installs, name)?;
+        make_link(tool, base, layer, &format!("{ALTDIR}/{name}"), &chosen, installs, name)?;
         for ((sname, slink), path) in group.slaves.iter().zip(&choice.slaves) {
             let alt = format!("{ALTDIR}/{sname}");
             match (tool, path) {
                 (Tool::Dpkg, Some(p)) if !image::exists(p, base, layer)? => {}
                 (_, Some(p)) => {
-                    make_link(tool, base, layer, slink, &alt, installs, &name)?;
-                    make_link(tool, base, layer, &alt, p, installs, &name)?;
+                    make_link(tool, base, layer, slink, &alt, installs, name)?;
+                    make_link(tool, base, layer, &alt, p, installs, name)?;
                 }
                 (Tool::Dpkg, None) => {}
                 // chkconfig removes the links of a slave the chosen one lacks.
@@ -487,8 +524,8 @@ pub(crate) fn apply(
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The refusal of group `name`'s first call.
