@@ -287,7 +287,10 @@ fn wrong_identity_token_fails_naming_the_realm() {
         )),
         "{err}"
     );
-    assert!(first.contains(&format!("docker login {}", gate.addr())), "{err}");
+    // What to do about it is the hint, the line after the error and its causes.
+    let hint =
+        err.lines().find(|l| l.starts_with("hint: ")).unwrap_or_else(|| panic!("no hint: {err}"));
+    assert!(hint.contains(&format!("docker login {}", gate.addr())), "{err}");
     assert!(!err.contains("REFRESH-wrong"), "the token is a secret: {err}");
     // One try, refused; nothing reached the registry API with a token.
     let exchanges = gate.exchanges();
