@@ -164,7 +164,7 @@ fn use_leaves(tree: &str) -> Vec<(String, String)> {
         if let Some(open) = tree.find('{') {
             let head = tree[..open].trim().trim_end_matches("::");
             let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
-            let base = join(prefix, head);
+            let base = join_path(prefix, head);
             let mut depth = 0;
             let mut start = 0;
             for (i, c) in inner.char_indices() {
@@ -185,16 +185,9 @@ fn use_leaves(tree: &str) -> Vec<(String, String)> {
             Some((p, a)) => (p.trim(), Some(a.trim())),
             None => (tree, None),
         };
-        let full = if path == "self" { prefix.to_string() } else { join(prefix, path) };
+        let full = if path == "self" { prefix.to_string() } else { join_path(prefix, path) };
         let name = alias.unwrap_or_else(|| full.rsplit("::").next().unwrap()).to_string();
         out.push((full, name));
-    }
-    fn join(a: &str, b: &str) -> String {
-        match (a.is_empty(), b.is_empty()) {
-            (true, _) => b.to_string(),
-            (_, true) => a.to_string(),
-            _ => format!("{a}::{b}"),
-        }
     }
     let mut out = vec![];
     walk("", tree, &mut out);
@@ -330,11 +323,12 @@ impl Graph {
     }
 }
 
-fn join_path(m: &str, segment: &str) -> String {
-    if m.is_empty() {
-        segment.to_string()
-    } else {
-        format!("{m}::{segment}")
+/// Two paths joined by `::`, either of them possibly empty (the crate root).
+fn join_path(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a.to_string(),
+        _ => format!("{a}::{b}"),
     }
 }
 
