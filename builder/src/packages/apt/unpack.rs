@@ -64,6 +64,23 @@ pub(crate) fn dangling_link(path: &Path, entry: &str, target: &str) -> deb::DebE
     }
 }
 
+/// What the scripts and the report keep of one payload entry of the package `label`: its
+/// path in `list` (and in `executable` when it is a regular file with an execute bit), and
+/// what the report lists of it (setuid and setgid files, device nodes, FIFOs).
+fn note_entry(
+    entry: &deb::DataEntry,
+    label: &str,
+    list: &mut Vec<String>,
+    executable: &mut BTreeSet<String>,
+    special: &mut Vec<payload::SpecialFile>,
+) {
+    list.push(format!("/{}", entry.path));
+    if matches!(entry.kind, DataKind::File { .. }) && entry.mode & 0o111 != 0 {
+        executable.insert(format!("/{}", entry.path));
+    }
+    special.extend(payload::special(label, &entry.path, file_type(&entry.kind), entry.mode));
+}
+
 /// The `.deb` payload's entry kind, for [`payload::special`].
 pub(crate) fn file_type(kind: &DataKind) -> FileType {
     match kind {
@@ -111,16 +128,7 @@ pub(crate) fn inspect(
         let mut list = Vec::new();
         let mut executable = BTreeSet::new();
         deb::for_each_data_entry(&path, inflation, |entry, _| {
-            list.push(format!("/{}", entry.path));
-            if matches!(entry.kind, DataKind::File { .. }) && entry.mode & 0o111 != 0 {
-                executable.insert(format!("/{}", entry.path));
-            }
-            report.special_files.extend(payload::special(
-                &label,
-                &entry.path,
-                file_type(&entry.kind),
-                entry.mode,
-            ));
+            note_entry(&entry, &label, &mut list, &mut executable, &mut report.special_files);
             let place = match &entry.kind {
                 DataKind::Dir => erdma_oci::layer::Placing::Dir,
                 DataKind::Symlink(t) => erdma_oci::layer::Placing::Symlink(t),
@@ -271,16 +279,7 @@ fn unpack_one(
             deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) }
         };
         payload::check_name(&entry.path).map_err(&mut refuse)?;
-        list.push(format!("/{}", entry.path));
-        if matches!(entry.kind, DataKind::File { .. }) && entry.mode & 0o111 != 0 {
-            executable.insert(format!("/{}", entry.path));
-        }
-        report.special_files.extend(payload::special(
-            &label,
-            &entry.path,
-            file_type(&entry.kind),
-            entry.mode,
-        ));
+        note_entry(&entry, &label, &mut list, &mut executable, &mut report.special_files);
         let kind = match &entry.kind {
             DataKind::Dir => EntryKind::Dir,
             DataKind::File { size } => {
