@@ -194,12 +194,39 @@ pub async fn unix_channel(
         .await
 }
 
+/// Why the plugin cannot serve or register.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("connecting to {path}")]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("registering with {path}: {}", .status.message())]
+    Register { path: PathBuf, status: tonic::Status },
+    #[error("listening on {path}")]
+    Listen {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another plugin advertises the same resource on this node.
+    #[error("{socket} is {whose}, which advertises {resource} on this node already; kubelet would take either plugin's answers. Use one: {choice}, or run erdma-device-plugin with another --resource")]
+    TwoAdvertisers {
+        socket: PathBuf,
+        whose: &'static str,
+        resource: &'static str,
+        choice: &'static str,
+    },
+}
+
 /// Registers `endpoint` (a socket name in `dir`) with the kubelet listening on `dir/kubelet.sock`.
-pub async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), String> {
+pub async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), KubeletError> {
     let kubelet = dir.join(KUBELET_SOCKET);
     let channel = unix_channel(&kubelet)
         .await
-        .map_err(|e| format!("connecting to {}: {e}", kubelet.display()))?;
+        .map_err(|source| KubeletError::Connect { path: kubelet.clone(), source })?;
     let mut client = pb::registration_client::RegistrationClient::new(channel);
     client
         .register(pb::RegisterRequest {
@@ -212,7 +239,7 @@ pub async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), 
             }),
         })
         .await
-        .map_err(|e| format!("registering with {}: {}", kubelet.display(), e.message()))?;
+        .map_err(|status| KubeletError::Register { path: kubelet.clone(), status })?;
     Ok(())
 }
 
@@ -224,7 +251,7 @@ fn inode(path: &Path) -> Option<u64> {
 
 /// Serves the plugin on `dir/endpoint` and keeps it registered: forever, re-binding and
 /// registering again whenever kubelet restarts (its socket's inode changes, or ours is gone).
-pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), String> {
+pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), KubeletError> {
     let plugin = Arc::new(plugin);
     let socket = dir.join(&endpoint);
     loop {
@@ -233,17 +260,16 @@ pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), S
         if let Some(other) = deviceplugin::other_plugin_socket(&dir)
             .filter(|_| plugin.plugin.resource == deviceplugin::RESOURCE)
         {
-            return Err(format!(
-                "{} is {}, which advertises {} on this node already; kubelet would take either plugin's answers. Use one: {}, or run erdma-device-plugin with another --resource",
-                other.socket.display(),
-                other.whose,
-                deviceplugin::RESOURCE,
-                other.choice,
-            ));
+            return Err(KubeletError::TwoAdvertisers {
+                socket: other.socket,
+                whose: other.whose,
+                resource: deviceplugin::RESOURCE,
+                choice: other.choice,
+            });
         }
         let _ = std::fs::remove_file(&socket);
         let listener = tokio::net::UnixListener::bind(&socket)
-            .map_err(|e| format!("listening on {}: {e}", socket.display()))?;
+            .map_err(|source| KubeletError::Listen { path: socket.clone(), source })?;
         let server = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(DevicePluginServer::new(Arc::clone(&plugin)))
@@ -266,7 +292,7 @@ pub async fn run(plugin: Plugin, dir: PathBuf, endpoint: String) -> Result<(), S
                 }
                 Err(_) if server.is_finished() || !socket.exists() => break None,
                 Err(e) => {
-                    tracing::warn!("{e}; trying again");
+                    tracing::warn!("{}; trying again", erdma_common::errors::chain(&e));
                     tokio::time::sleep(plugin.poll).await;
                 }
             }

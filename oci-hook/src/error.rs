@@ -23,6 +23,24 @@ pub enum Error {
     #[error("malformed {what} {path}: {reason}")]
     Malformed { what: &'static str, path: PathBuf, reason: String },
 
+    /// An engine's TOML configuration that does not parse.
+    #[error("malformed {what} {path}")]
+    Toml {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Box<toml_edit::TomlError>,
+    },
+
+    /// JSON that does not parse, or not into the shape its specification gives it.
+    #[error("malformed {what} {path}")]
+    Json {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+
     #[error("eRDMA device `{name}` does not exist (found: {found})")]
     UnknownDevice { name: String, found: String },
 

@@ -82,7 +82,11 @@ pub fn precreate(config: &Config, input: &mut dyn Read, output: &mut dyn Write) 
     input.read_to_end(&mut raw).map_err(Error::io("reading the OCI spec from", "stdin"))?;
     let malformed =
         |reason: String| Error::Malformed { what: "OCI spec", path: "stdin".into(), reason };
-    let spec: Value = serde_json::from_slice(&raw).map_err(|e| malformed(e.to_string()))?;
+    let spec: Value = serde_json::from_slice(&raw).map_err(|source| Error::Json {
+        what: "OCI spec",
+        path: "stdin".into(),
+        source,
+    })?;
     if !spec.is_object() {
         return Err(malformed("not a JSON object".into()));
     }

@@ -162,7 +162,11 @@ pub fn check_environment(names: impl IntoIterator<Item = String>) -> Result<()> 
 /// The state JSON the runtime hands a hook, read and checked (`bundle` absolute): input from
 /// the engine, on which nothing is acted here.
 pub fn parse_state(state: &[u8]) -> Result<State> {
-    let state: State = serde_json::from_slice(state).map_err(|e| malformed_state(e.to_string()))?;
+    let state: State = serde_json::from_slice(state).map_err(|source| Error::Json {
+        what: "container state",
+        path: PathBuf::from("<stdin>"),
+        source,
+    })?;
     let bundle = state.bundle();
     if bundle.as_os_str().is_empty() || !bundle.is_absolute() {
         return Err(malformed_state(format!(

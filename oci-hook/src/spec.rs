@@ -12,10 +12,10 @@ use crate::error::{Error, Result};
 
 pub fn read(path: &Path) -> Result<(Vec<u8>, Value)> {
     let raw = std::fs::read(path).map_err(Error::io("reading", path))?;
-    let spec: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed {
+    let spec: Value = serde_json::from_slice(&raw).map_err(|source| Error::Json {
         what: "OCI spec",
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source,
     })?;
     if !spec.is_object() {
         return Err(Error::Malformed {

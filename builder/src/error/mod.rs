@@ -82,7 +82,7 @@ pub enum Error {
     Deb {
         path: PathBuf,
         #[source]
-        source: erdma_deb::deb::DebError,
+        source: Box<erdma_deb::deb::DebError>,
     },
 
     /// A payload entry refused before anything is written ([`crate::packages::payload`]):

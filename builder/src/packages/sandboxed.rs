@@ -408,12 +408,12 @@ pub fn job_main(args: &[std::ffi::OsString], unshare: crate::sandbox::Unshare) -
     }
     match done {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&erdma_http::chain(&*e)),
+        Err(e) => fail(&erdma_common::errors::chain(&*e)),
     }
 }
 
 /// The job's own failures are said in its parent's words: a line without a prefix, the
-/// causes after it ([`erdma_http::chain`]).
+/// causes after it ([`erdma_common::errors::chain`]).
 fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), Cause> {
     let mut line = String::new();
     input.read_line(&mut line)?;

@@ -5,10 +5,12 @@
 //!   rule, the NCCL floor).
 //! - [`check`]: the status and finding of a readiness check (`erdma-build check`, `doctor`).
 //! - [`dates`]: UTC civil dates from Unix seconds and back.
+//! - [`errors`]: an error and its causes on one line.
 //! - [`progress`]: progress events a library reports and a binary shows.
 #![forbid(unsafe_code)]
 
 pub mod check;
 pub mod dates;
+pub mod errors;
 pub mod nccl;
 pub mod progress;

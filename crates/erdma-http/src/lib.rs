@@ -17,6 +17,18 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
 
+/// The start of every reqwest client of erdma-kit (this crate's, the registry client's): with
+/// rustls over ring as the process's cryptography, set up on first use. reqwest is built without
+/// a provider of its own (Cargo.toml says why) and would panic on a client made without this.
+pub fn reqwest_builder() -> reqwest::ClientBuilder {
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    PROVIDER.call_once(|| {
+        // Err: another provider was installed first (none in erdma-kit): that one serves.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+}
+
 /// Tries after the first for a transfer that failed in a way another try may fix.
 pub const RETRIES: u32 = 3;
 
@@ -64,8 +76,9 @@ pub enum HttpError {
         #[source]
         source: std::io::Error,
     },
-    #[error("http client: {0}")]
-    Client(String),
+    /// The HTTP client could not be set up (its TLS configuration, for one).
+    #[error("setting up the HTTP client")]
+    Client(#[source] reqwest::Error),
 }
 
 impl HttpError {
@@ -82,18 +95,6 @@ impl HttpError {
 
 pub fn retryable_status(status: reqwest::StatusCode) -> bool {
     status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
-}
-
-/// An error and its causes on one line (reqwest's own text is "error sending request": the
-/// causes say what happened).
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text = format!("{text}: {c}");
-        cause = c.source();
-    }
-    text
 }
 
 /// Why a TLS connection failed, as far as the handshake tells.
@@ -185,12 +186,12 @@ pub struct Client {
 
 impl Client {
     pub fn new(timeouts: Timeouts) -> Result<Client, HttpError> {
-        let inner = reqwest::Client::builder()
+        let inner = reqwest_builder()
             .connect_timeout(timeouts.connect)
             .read_timeout(timeouts.read)
             .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| HttpError::Client(e.to_string()))?;
+            .map_err(HttpError::Client)?;
         Ok(Client { inner, timeouts, max_inflation: None })
     }
 
@@ -240,7 +241,7 @@ impl Client {
                     )
                 }
             } else {
-                chain(&e)
+                erdma_common::errors::chain(&e)
             };
             // A certificate that failed to verify fails again: not retried.
             let retry = !e.is_builder() && !e.is_redirect() && tls_failure(&e).is_none();

@@ -295,35 +295,37 @@ struct HelperReply {
 /// Runs `docker-credential-HELPER get` with the server address on stdin (the
 /// docker-credential-helpers protocol). A `<token>` user means the secret is an identity token.
 fn helper_get(helper: &str, server: &str) -> Result<Credential> {
-    let fail = |reason: String| Error::CredentialHelper {
+    let fail = |reason: &str, source: Option<crate::error::Cause>| Error::CredentialHelper {
         helper: helper.into(),
         registry: server.into(),
-        reason,
+        reason: reason.into(),
+        source,
     };
+    use crate::error::cause;
     let mut child = Command::new(format!("docker-credential-{helper}"))
         .arg("get")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail("cannot run it", cause(e)))?;
     child
         .stdin
         .take()
         .expect("piped")
         .write_all(server.as_bytes())
-        .map_err(|e| fail(e.to_string()))?;
-    let out = child.wait_with_output().map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail("writing the server address to it", cause(e)))?;
+    let out = child.wait_with_output().map_err(|e| fail("reading its answer", cause(e)))?;
     if !out.status.success() {
         let msg = String::from_utf8_lossy(&out.stdout).trim().to_string();
         // "credentials not found in native keychain" means: no credentials, go anonymous.
         if msg.contains("not found") {
             return Ok(Credential::Auth(RegistryAuth::Anonymous));
         }
-        return Err(fail(format!("{}: {msg}", out.status)));
+        return Err(fail(&format!("{}: {msg}", out.status), None));
     }
     let reply: HelperReply =
-        serde_json::from_slice(&out.stdout).map_err(|e| fail(e.to_string()))?;
+        serde_json::from_slice(&out.stdout).map_err(|e| fail("unreadable reply", cause(e)))?;
     if reply.username == "<token>" {
         return Ok(Credential::IdentityToken(reply.secret));
     }
@@ -465,8 +467,9 @@ pub enum TokenError {
     Transport(reqwest::Error),
     /// The realm refused the password, or an anonymous token (401, 403), with its status.
     Refused(reqwest::StatusCode),
-    /// Any other failure of the token service at `url`.
-    Failed { url: String, reason: String },
+    /// Any other failure of the token service at `url`: what went wrong, and the error
+    /// under it where there was one.
+    Failed { url: String, reason: String, source: Option<crate::error::Cause> },
 }
 
 /// An access token covering `scopes` (e.g. `repository:NAME:pull,push`) from the registry's
@@ -488,6 +491,7 @@ pub async fn access_token(
         Err(_) => Err(TokenError::Failed {
             url: ping,
             reason: format!("no answer within {}s", EXCHANGE_TIMEOUT.as_secs()),
+            source: None,
         }),
     }
 }
@@ -498,8 +502,8 @@ async fn exchange(
     grant: Grant<'_>,
     scopes: &[String],
 ) -> std::result::Result<Option<AccessToken>, TokenError> {
-    let fail = |url: &str, reason: String| TokenError::Failed { url: url.into(), reason };
-    let why = |e: reqwest::Error| erdma_http::chain(&e);
+    let fail =
+        |url: &str, reason: String| TokenError::Failed { url: url.into(), reason, source: None };
     let res = client.get(ping).send().await.map_err(TokenError::Transport)?;
     let values: Vec<&str> = res
         .headers()
@@ -549,25 +553,41 @@ async fn exchange(
     if !status.is_success() {
         return Err(fail(realm, format!("HTTP {status}")));
     }
-    let (body, over) = erdma_http::capped_body(&mut res, MAX_TOKEN_REPLY)
-        .await
-        .map_err(|e| fail(realm, why(e)))?;
+    let (body, over) = erdma_http::capped_body(&mut res, MAX_TOKEN_REPLY).await.map_err(|e| {
+        TokenError::Failed {
+            url: realm.into(),
+            reason: "reading the reply".into(),
+            source: crate::error::cause(e),
+        }
+    })?;
     if over {
         return Err(fail(realm, format!("the reply is longer than {MAX_TOKEN_REPLY} bytes, far more than any token (an endless body?)")));
     }
-    token_reply(&body).map(Some).map_err(|reason| fail(realm, reason))
+    token_reply(&body).map(Some).map_err(|e| {
+        let reason = e.to_string();
+        let source = match e {
+            ReplyError::Unreadable(e) => crate::error::cause(e),
+            ReplyError::NoToken => None,
+        };
+        TokenError::Failed { url: realm.into(), reason, source }
+    })
+}
+
+/// Why a token service's reply gives no token.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplyError {
+    #[error("unreadable reply")]
+    Unreadable(#[source] serde_json::Error),
+    #[error("the reply holds no access_token")]
+    NoToken,
 }
 
 /// A token service's reply (`token.md`, `oauth.md`): `access_token`, else `token`, and
-/// `expires_in`; the reason when it holds none.
-pub fn token_reply(body: &[u8]) -> std::result::Result<AccessToken, String> {
-    let reply: TokenReply =
-        serde_json::from_slice(body).map_err(|e| format!("unreadable reply: {e}"))?;
-    let token = reply
-        .access_token
-        .or(reply.token)
-        .filter(|t| !t.is_empty())
-        .ok_or("the reply holds no access_token")?;
+/// `expires_in`.
+pub fn token_reply(body: &[u8]) -> std::result::Result<AccessToken, ReplyError> {
+    let reply: TokenReply = serde_json::from_slice(body).map_err(ReplyError::Unreadable)?;
+    let token =
+        reply.access_token.or(reply.token).filter(|t| !t.is_empty()).ok_or(ReplyError::NoToken)?;
     Ok(AccessToken { token, expires_in: reply.expires_in })
 }
 

@@ -4,6 +4,29 @@ use std::path::PathBuf;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The error under one of ours, of any type, kept for `Caused by:`: it shows as the error it
+/// holds, and its sources are that error's. A `reason` field beside it says what we were
+/// doing, never the cause's text again.
+#[derive(Debug)]
+pub struct Cause(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// `e` as the optional cause of one of ours (none where our own check found the problem).
+pub fn cause(e: impl std::error::Error + Send + Sync + 'static) -> Option<Cause> {
+    Some(Cause(Box::new(e)))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid --env `{0}`: expected KEY=VALUE")]
@@ -11,6 +34,14 @@ pub enum Error {
 
     #[error("invalid image reference `{reference}`: {reason}")]
     InvalidReference { reference: String, reason: String },
+
+    /// A reference registries.conf rewrote (a mirror, a prefix) into one that does not parse.
+    #[error("invalid image reference `{reference}` from registries.conf")]
+    RewrittenReference {
+        reference: String,
+        #[source]
+        source: oci_client::ParseError,
+    },
 
     #[error("registry {registry}: {operation} failed")]
     Registry {
@@ -32,7 +63,12 @@ pub enum Error {
     RegistriesConf(#[from] crate::registries_conf::ConfError),
 
     #[error("certificate file {path}: {reason}")]
-    CertFile { path: PathBuf, reason: String },
+    CertFile {
+        path: PathBuf,
+        reason: String,
+        #[source]
+        source: Option<Cause>,
+    },
 
     #[error("no manifest for platform {platform} in {reference} (available: {available})")]
     NoPlatform { platform: String, reference: String, available: String },
@@ -45,13 +81,31 @@ pub enum Error {
     },
 
     #[error("credential helper docker-credential-{helper} failed for {registry}: {reason}")]
-    CredentialHelper { helper: String, registry: String, reason: String },
+    CredentialHelper {
+        helper: String,
+        registry: String,
+        reason: String,
+        #[source]
+        source: Option<Cause>,
+    },
 
     #[error("registry {registry}: exchanging the stored identity token at {url} failed: {reason}")]
-    TokenExchange { registry: String, url: String, reason: String },
+    TokenExchange {
+        registry: String,
+        url: String,
+        reason: String,
+        #[source]
+        source: Option<Cause>,
+    },
 
     #[error("registry {registry}: getting an access token from {url} failed: {reason}")]
-    TokenService { registry: String, url: String, reason: String },
+    TokenService {
+        registry: String,
+        url: String,
+        reason: String,
+        #[source]
+        source: Option<Cause>,
+    },
 
     #[error("output {path} is not writable")]
     OutputNotWritable {
@@ -65,6 +119,25 @@ pub enum Error {
 
     #[error("malformed {what} in {reference}: {reason}")]
     Malformed { what: &'static str, reference: String, reason: String },
+
+    /// Data that cannot be read as what it should be (a tar stream, a compressed layer), with
+    /// the reader's error.
+    #[error("malformed {what} in {reference}")]
+    Corrupt {
+        what: &'static str,
+        reference: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// JSON that does not parse, or not into the shape the specification gives it.
+    #[error("malformed {what} in {reference}")]
+    Json {
+        what: &'static str,
+        reference: String,
+        #[source]
+        source: serde_json::Error,
+    },
 
     #[error("digest mismatch for blob {expected}: got {actual}")]
     DigestMismatch { expected: String, actual: String },

@@ -271,10 +271,10 @@ impl<'a> ImageFiles<'a> {
                 what: format!("layer {digest} of {}", self.src.reference),
                 exceeded: exceeded.clone(),
             },
-            None => crate::blob::digest_error(&e).unwrap_or(Error::Malformed {
+            None => crate::blob::digest_error(&e).unwrap_or_else(|| Error::Corrupt {
                 what: "layer",
                 reference: format!("{digest} of {}", self.src.reference),
-                reason: e.to_string(),
+                source: e,
             }),
         }
     }

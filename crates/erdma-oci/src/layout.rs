@@ -33,11 +33,9 @@ impl TarIndex {
             Some(exceeded) => {
                 Error::Limit { what: file.display().to_string(), exceeded: exceeded.clone() }
             }
-            None => Error::Malformed {
-                what: "archive",
-                reference: file.display().to_string(),
-                reason: e.to_string(),
-            },
+            None => {
+                Error::Corrupt { what: "archive", reference: file.display().to_string(), source: e }
+            }
         };
         erdma_limits::walk_tar_seek(std::io::BufReader::new(f), malformed, |entry| {
             let Some(name) = crate::layer::normalize(&String::from_utf8_lossy(&entry.path_bytes()))

@@ -107,10 +107,7 @@ fn with_name(r: &Reference, name: &str) -> Result<Reference> {
         (None, Some(t)) => format!("{name}:{t}"),
         (None, None) => name.to_string(),
     };
-    whole.parse().map_err(|e: oci_client::ParseError| Error::InvalidReference {
-        reference: whole.clone(),
-        reason: format!("from registries.conf: {e}"),
-    })
+    whole.parse().map_err(|source| Error::RewrittenReference { reference: whole.clone(), source })
 }
 
 /// Loopback registries (`127.0.0.0/8`, `::1`, `localhost`): tried over HTTPS first, then plain
@@ -187,7 +184,7 @@ impl Registries {
             match got {
                 Ok(got) => return Ok(got),
                 Err(e) if i < last => {
-                    let why = erdma_http::chain(&e);
+                    let why = erdma_common::errors::chain(&e);
                     let kind = if source.mirror { "mirror" } else { "location" };
                     tracing::warn!("reading {} from {kind} {} failed ({why}); trying the next source registries.conf names", r.whole(), source.name);
                 }
@@ -237,7 +234,7 @@ impl Registries {
     /// verified, and a certificate failure the ping meets is reported at once.
     async fn new_endpoint(&self, registry: &str, insecure: bool) -> Result<Arc<Endpoint>> {
         let files = crate::tls::cert_files(&self.certs, registry)?;
-        let mut builder = reqwest::Client::builder()
+        let mut builder = erdma_http::reqwest_builder()
             .connect_timeout(Duration::from_secs(15))
             .read_timeout(Duration::from_secs(120))
             .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
@@ -248,7 +245,8 @@ impl Registries {
         }
         let client = builder.build().map_err(|e| Error::CertFile {
             path: files.dir.unwrap_or_else(|| self.certs.suggested(registry)),
-            reason: format!("cannot set up TLS with these certificates: {}", erdma_http::chain(&e)),
+            reason: "cannot set up TLS with these certificates".into(),
+            source: crate::error::cause(e),
         })?;
         let (https, http) = (format!("https://{registry}"), format!("http://{registry}"));
         let mut base = https.clone();
@@ -395,11 +393,13 @@ impl Registries {
                         reference: r.whole(),
                         answer: format!("the token service answered HTTP {status}"),
                     })),
-                    Err(TokenError::Failed { url, reason }) => Ok(Err(match grant {
+                    Err(TokenError::Failed { url, reason, source }) => Ok(Err(match grant {
                         Grant::Refresh(_) => {
-                            Error::TokenExchange { registry: registry.clone(), url, reason }
+                            Error::TokenExchange { registry: registry.clone(), url, reason, source }
                         }
-                        _ => Error::TokenService { registry: registry.clone(), url, reason },
+                        _ => {
+                            Error::TokenService { registry: registry.clone(), url, reason, source }
+                        }
                     })),
                 }
             })
@@ -432,7 +432,7 @@ impl Registries {
                 Err(e) if attempt < ATTEMPTS && transient(&e) => {
                     // The cause, not reqwest's "error sending request": what went wrong is what a user can act on.
                     let why = match &e {
-                        OciDistributionError::RequestError(re) => erdma_http::chain(re),
+                        OciDistributionError::RequestError(re) => erdma_common::errors::chain(re),
                         other => other.to_string(),
                     };
                     tracing::warn!("{operation} at {} failed ({why}); retrying in {delay:?} (attempt {} of {ATTEMPTS})", r.resolve_registry(), attempt + 1);
@@ -881,12 +881,13 @@ mod tests {
             let _ = s.read(&mut hello).await;
             let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
         });
-        let e = reqwest::Client::new().get(format!("https://{addr}/v2/")).send().await.unwrap_err();
+        let client = erdma_http::reqwest_builder().build().unwrap();
+        let e = client.get(format!("https://{addr}/v2/")).send().await.unwrap_err();
         assert_eq!(
             erdma_http::tls_failure(&e),
             Some(TlsFailure::NotTls),
             "{}",
-            erdma_http::chain(&e)
+            erdma_common::errors::chain(&e)
         );
         assert!(e.is_connect(), "a connect error, which alone would be retried");
         assert!(!transient(&OciDistributionError::RequestError(e)));

@@ -150,10 +150,10 @@ impl RootDir {
 
     /// Applies one layer's uncompressed tar stream (`name` for errors: its digest).
     pub fn apply(&self, name: &str, tar: &mut dyn Read) -> Result<Applied> {
-        let bad = |e: io::Error| Error::Malformed {
+        let bad = |source: io::Error| Error::Corrupt {
             what: "layer",
             reference: name.to_string(),
-            reason: e.to_string(),
+            source,
         };
         let mut applied = Applied::default();
         // What this layer wrote: an opaque marker hides only what lies below it.

@@ -173,10 +173,10 @@ fn layer_error(e: io::Error, i: usize) -> Error {
             exceeded: exceeded.clone(),
         };
     }
-    crate::blob::digest_error(&e).unwrap_or(Error::Malformed {
+    crate::blob::digest_error(&e).unwrap_or_else(|| Error::Corrupt {
         what: "layer",
         reference: format!("layer {i} from the top"),
-        reason: e.to_string(),
+        source: e,
     })
 }
 

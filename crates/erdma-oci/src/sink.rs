@@ -338,10 +338,10 @@ impl Sink {
         let config: Value = serde_json::from_slice(
             &std::fs::read(&config_path).map_err(Error::io("reading", &config_path))?,
         )
-        .map_err(|e| Error::Malformed {
+        .map_err(|source| Error::Json {
             what: "image config",
             reference: "output".into(),
-            reason: e.to_string(),
+            source,
         })?;
         let diff_ids = config["rootfs"]["diff_ids"].as_array().cloned().unwrap_or_default();
         let mut entries = vec![(config_name.clone(), config_path)];
@@ -455,10 +455,10 @@ fn add_to_layout(dir: &Path, staging: &Path, tag: Option<&str>, top: &Top) -> Re
     let old: Value = serde_json::from_slice(
         &std::fs::read(&index_path).map_err(Error::io("reading", &index_path))?,
     )
-    .map_err(|e| Error::Malformed {
+    .map_err(|source| Error::Json {
         what: "index.json",
         reference: dir.display().to_string(),
-        reason: e.to_string(),
+        source,
     })?;
     if !old.get("manifests").is_some_and(Value::is_array) {
         return Err(Error::Malformed {

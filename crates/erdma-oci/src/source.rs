@@ -105,6 +105,10 @@ impl Source {
             reference: display.clone(),
             reason,
         };
+        let json = |what: &'static str| {
+            let reference = display.clone();
+            move |source| Error::Json { what, reference, source }
+        };
         let (store, root_digest, raw) = match reference {
             ImageRef::Registry(r) => {
                 // Through registries.conf: the mirror or location that served it is where its
@@ -116,8 +120,7 @@ impl Source {
                 let index_path = dir.join("index.json");
                 let text = std::fs::read(&index_path)
                     .map_err(Error::io("reading image layout", &index_path))?;
-                let index: Value = serde_json::from_slice(&text)
-                    .map_err(|e| malformed("index.json", e.to_string()))?;
+                let index: Value = serde_json::from_slice(&text).map_err(json("index.json"))?;
                 let desc = select_from_index(&index, tag.as_deref(), &display)?;
                 let digest = desc_digest(&desc, &display)?;
                 let store = Store::Dir(dir.clone());
@@ -127,7 +130,7 @@ impl Source {
             ImageRef::OciArchive { file, tag } => {
                 let index = Arc::new(TarIndex::open(file)?);
                 let idx: Value = serde_json::from_slice(&index.read_small("index.json", MAX_JSON)?)
-                    .map_err(|e| malformed("index.json", e.to_string()))?;
+                    .map_err(json("index.json"))?;
                 let desc = select_from_index(&idx, tag.as_deref(), &display)?;
                 let digest = desc_digest(&desc, &display)?;
                 let store = Store::Tar { index, names: HashMap::new() };
@@ -138,8 +141,7 @@ impl Source {
                 docker_archive(file, name.as_deref(), &display, &limits)?
             }
         };
-        let root: Value =
-            serde_json::from_slice(&raw).map_err(|e| malformed("manifest", e.to_string()))?;
+        let root: Value = serde_json::from_slice(&raw).map_err(json("manifest"))?;
         if !root.is_object() {
             return Err(malformed("manifest", "not a JSON object".into()));
         }
@@ -203,10 +205,10 @@ impl Source {
         let mut out = Vec::new();
         for (digest, size, platform) in picked {
             let raw = self.child_manifest(&digest, size, &platform).await?;
-            let m: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed {
+            let m: Value = serde_json::from_slice(&raw).map_err(|source| Error::Json {
                 what: "manifest",
                 reference: display.clone(),
-                reason: e.to_string(),
+                source,
             })?;
             out.push(self.image(digest, m, Some(platform)).await?);
         }
@@ -298,10 +300,10 @@ impl Source {
             })
             .collect::<Result<Vec<_>>>()?;
         let raw = self.read_blob(&config_digest, MAX_JSON).await?;
-        let config: Value = serde_json::from_slice(&raw).map_err(|e| Error::Malformed {
+        let config: Value = serde_json::from_slice(&raw).map_err(|source| Error::Json {
             what: "image config",
             reference: display.clone(),
-            reason: e.to_string(),
+            source,
         })?;
         let n_diff = config.pointer("/rootfs/diff_ids").and_then(Value::as_array).map(Vec::len);
         if n_diff != Some(layers.len()) {
@@ -511,9 +513,11 @@ fn docker_archive(
         reference: display.into(),
         reason,
     };
+    let json =
+        |what: &'static str| move |source| Error::Json { what, reference: display.into(), source };
     let index = TarIndex::open(file)?;
     let list: Value = serde_json::from_slice(&index.read_small("manifest.json", MAX_JSON)?)
-        .map_err(|e| malformed(e.to_string()))?;
+        .map_err(json("docker archive manifest.json"))?;
     let list = list.as_array().ok_or_else(|| malformed("not an array".into()))?;
     let entry = match name {
         Some(n) => list.iter().find(|e| {
@@ -537,7 +541,7 @@ fn docker_archive(
     let config_raw = index.read_small(&config_name, MAX_JSON)?;
     let config_digest = sha256_digest(&config_raw);
     let config: Value =
-        serde_json::from_slice(&config_raw).map_err(|e| malformed(format!("config: {e}")))?;
+        serde_json::from_slice(&config_raw).map_err(json("docker archive config"))?;
     let diff_ids: Vec<String> = config
         .pointer("/rootfs/diff_ids")
         .and_then(Value::as_array)

@@ -71,20 +71,34 @@ pub struct CertFiles {
 /// Reads `registry`'s certificate directory (none: nothing added).
 pub fn cert_files(env: &CertEnv, registry: &str) -> Result<CertFiles> {
     let Some(dir) = env.cert_dir(registry) else { return Ok(CertFiles::default()) };
-    let bad = |path: &Path, reason: String| Error::CertFile { path: path.to_path_buf(), reason };
+    let bad = |path: &Path, reason: String| Error::CertFile {
+        path: path.to_path_buf(),
+        reason,
+        source: None,
+    };
+    let failed = |path: &Path, reason: &str, source: std::io::Error| Error::CertFile {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+        source: crate::error::cause(source),
+    };
     let mut names: Vec<PathBuf> = match std::fs::read_dir(&dir) {
         Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
         // `--cert-dir` naming nothing is a mistake; a certs.d folder we found is there.
-        Err(e) => return Err(bad(&dir, e.to_string())),
+        Err(e) => return Err(failed(&dir, "cannot list it", e)),
     };
     names.sort();
-    let read = |p: &Path| std::fs::read(p).map_err(|e| bad(p, e.to_string()));
+    let read = |p: &Path| std::fs::read(p).map_err(|e| failed(p, "cannot read it", e));
     let mut files = CertFiles { dir: Some(dir.clone()), ..CertFiles::default() };
     for path in &names {
         match path.extension().and_then(|e| e.to_str()) {
             Some("crt") => {
-                let certs = reqwest::Certificate::from_pem_bundle(&read(path)?)
-                    .map_err(|e| bad(path, format!("not a PEM certificate: {e}")))?;
+                let certs = reqwest::Certificate::from_pem_bundle(&read(path)?).map_err(|e| {
+                    Error::CertFile {
+                        path: path.clone(),
+                        reason: "not a PEM certificate".into(),
+                        source: crate::error::cause(e),
+                    }
+                })?;
                 if certs.is_empty() {
                     return Err(bad(path, "holds no PEM certificate".into()));
                 }
@@ -102,8 +116,11 @@ pub fn cert_files(env: &CertEnv, registry: &str) -> Result<CertFiles> {
                     let mut pem = read(path)?;
                     pem.push(b'\n');
                     pem.extend(read(&key)?);
-                    let id = reqwest::Identity::from_pem(&pem)
-                        .map_err(|e| bad(path, format!("not a PEM certificate and key: {e}")))?;
+                    let id = reqwest::Identity::from_pem(&pem).map_err(|e| Error::CertFile {
+                        path: path.clone(),
+                        reason: "not a PEM certificate and key".into(),
+                        source: crate::error::cause(e),
+                    })?;
                     files.identity = Some(id);
                 }
             }

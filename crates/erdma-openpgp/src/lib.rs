@@ -33,21 +33,33 @@ const END: &str = "-----END PGP PUBLIC KEY BLOCK-----";
 /// Why a key file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
+    /// Not OpenPGP data as far as its framing tells (no armour, no packet).
     #[error("cannot read the keyring: {0}")]
-    Unreadable(String),
+    NotOpenPgp(&'static str),
+    /// OpenPGP framing that rpgp could not read.
+    #[error("cannot read the keyring")]
+    Unreadable(#[source] Box<pgp::errors::Error>),
     #[error("the keyring holds no public key")]
     Empty,
     /// A key file that cannot be used, with what it was for.
-    #[error("{what}: {reason}")]
-    Unusable { what: String, reason: String },
+    #[error("{what}")]
+    Unusable {
+        what: String,
+        #[source]
+        source: Box<KeyError>,
+    },
     #[error(
         "{what}: the pin `{pin}` is not a key fingerprint (40 hex digits for a v4 key, 64 for v6)"
     )]
     BadPin { what: String, pin: String },
     #[error("{what} holds key {held}, but the recipe pins {pin}")]
     PinMismatch { what: String, held: String, pin: String },
-    #[error("writing key {fingerprint}: {reason}")]
-    Write { fingerprint: String, reason: String },
+    #[error("writing key {fingerprint}")]
+    Write {
+        fingerprint: String,
+        #[source]
+        source: Box<pgp::errors::Error>,
+    },
 }
 
 type Result<T, E = KeyError> = std::result::Result<T, E>;
@@ -70,23 +82,24 @@ pub fn parse(data: &[u8]) -> Result<Vec<SignedPublicKey>> {
     if data[start] & 0x80 != 0 {
         push(
             SignedPublicKey::from_bytes_many(&data[start..])
-                .map_err(|e| KeyError::Unreadable(e.to_string()))?,
+                .map_err(|e| KeyError::Unreadable(Box::new(e)))?,
         );
     } else {
         let text = std::str::from_utf8(data)
-            .map_err(|_| KeyError::Unreadable("neither binary OpenPGP nor armour".into()))?;
+            .map_err(|_| KeyError::NotOpenPgp("neither binary OpenPGP nor armour"))?;
         if !text.contains(BEGIN) {
-            return Err(KeyError::Unreadable(format!("no `{BEGIN}` line")));
+            return Err(KeyError::NotOpenPgp("no `-----BEGIN PGP PUBLIC KEY BLOCK-----` line"));
         }
         // rpgp reads one armour block per call; a `.asc` file may hold several.
         let mut rest = text;
         while let Some(b) = rest.find(BEGIN) {
             let block = &rest[b..];
-            let e = block.find(END).ok_or_else(|| {
-                KeyError::Unreadable("an armoured key block has no END line".into())
-            })? + END.len();
+            let e = block
+                .find(END)
+                .ok_or_else(|| KeyError::NotOpenPgp("an armoured key block has no END line"))?
+                + END.len();
             let (parsed, _headers) = SignedPublicKey::from_armor_many(&block.as_bytes()[..e])
-                .map_err(|e| KeyError::Unreadable(e.to_string()))?;
+                .map_err(|e| KeyError::Unreadable(Box::new(e)))?;
             push(parsed);
             rest = &block[e..];
         }
@@ -108,7 +121,7 @@ pub fn to_binary(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for k in keys {
         k.to_writer(&mut out)
-            .map_err(|e| KeyError::Write { fingerprint: fingerprint(k), reason: e.to_string() })?;
+            .map_err(|e| KeyError::Write { fingerprint: fingerprint(k), source: Box::new(e) })?;
     }
     Ok(out)
 }
@@ -120,7 +133,7 @@ pub fn to_armored(keys: &[SignedPublicKey]) -> Result<Vec<u8>> {
     for k in keys {
         let block = k
             .to_armored_bytes(pgp::composed::ArmorOptions::default())
-            .map_err(|e| KeyError::Write { fingerprint: fingerprint(k), reason: e.to_string() })?;
+            .map_err(|e| KeyError::Write { fingerprint: fingerprint(k), source: Box::new(e) })?;
         out.extend_from_slice(&block);
         if !out.ends_with(b"\n") {
             out.push(b'\n');
@@ -167,7 +180,7 @@ pub fn select(
     what: &str,
 ) -> Result<(Vec<SignedPublicKey>, Vec<String>)> {
     let keys = parse(data)
-        .map_err(|e| KeyError::Unusable { what: what.to_string(), reason: e.to_string() })?;
+        .map_err(|e| KeyError::Unusable { what: what.to_string(), source: Box::new(e) })?;
     let Some(pin) = pin else { return Ok((keys, Vec::new())) };
     let want = normalise_pin(pin)
         .ok_or_else(|| KeyError::BadPin { what: what.to_string(), pin: pin.to_string() })?;
@@ -193,14 +206,19 @@ pub fn select(
 /// Why an OpenPGP signature was not accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum SignatureError {
-    #[error("cannot read the keyring: {0}")]
-    Keyring(String),
+    #[error(transparent)]
+    Keyring(Box<KeyError>),
 
     #[error("the keyring holds no public key")]
     EmptyKeyring,
 
-    #[error("malformed signature: {0}")]
-    Malformed(String),
+    /// What is wrong with it, and rpgp's error where rpgp found it.
+    #[error("malformed signature: {what}")]
+    Malformed {
+        what: &'static str,
+        #[source]
+        source: Option<Box<pgp::errors::Error>>,
+    },
 
     /// gpgv's `BADSIG`: the signature names a key of the keyring but does not verify.
     #[error("signature by key {key} does not match the signed data")]
@@ -227,9 +245,7 @@ impl Keyring {
         match parse(data) {
             Ok(keys) => Ok(Keyring { keys }),
             Err(KeyError::Empty) => Err(SignatureError::EmptyKeyring),
-            Err(KeyError::Unreadable(why)) => Err(SignatureError::Keyring(why)),
-            // parse() makes only the two above.
-            Err(other) => Err(SignatureError::Keyring(other.to_string())),
+            Err(other) => Err(SignatureError::Keyring(Box::new(other))),
         }
     }
 }
@@ -241,13 +257,16 @@ pub fn verify_clearsigned_with(
     keyring: &Keyring,
     now: i64,
 ) -> Result<String, SignatureError> {
-    let text = std::str::from_utf8(text)
-        .map_err(|_| SignatureError::Malformed("the clear-signed message is not UTF-8".into()))?;
+    let text = std::str::from_utf8(text).map_err(|_| SignatureError::Malformed {
+        what: "the clear-signed message is not UTF-8",
+        source: None,
+    })?;
     // rpgp refuses text before the BEGIN line and after the signature block, as apt does
     // since data outside the signed part was used to inject content (CVE-2013-1051 and
     // apt's 1.0.9 / 1.4.9 InRelease splitting fixes).
-    let (msg, _headers) = CleartextSignedMessage::from_string(text)
-        .map_err(|e| SignatureError::Malformed(format!("not a clear-signed message: {e}")))?;
+    let (msg, _headers) = CleartextSignedMessage::from_string(text).map_err(|e| {
+        SignatureError::Malformed { what: "not a clear-signed message", source: Some(Box::new(e)) }
+    })?;
     // The text the signatures cover: dash-escapes removed, CRLF line endings (RFC 9580 §7.1).
     let signed = msg.signed_text();
     check_signatures(msg.signatures(), signed.as_bytes(), keyring, now)?;
@@ -266,11 +285,11 @@ pub fn verify_detached_with(
     now: i64,
 ) -> Result<(), SignatureError> {
     let (parsed, _headers) = DetachedSignature::from_reader_many(sig)
-        .map_err(|e| SignatureError::Malformed(e.to_string()))?;
+        .map_err(|e| SignatureError::Malformed { what: "unreadable", source: Some(Box::new(e)) })?;
     let signatures = parsed
         .map(|s| s.map(|s| s.signature))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| SignatureError::Malformed(e.to_string()))?;
+        .map_err(|e| SignatureError::Malformed { what: "unreadable", source: Some(Box::new(e)) })?;
     check_signatures(&signatures, data, keyring, now)?;
     Ok(())
 }
@@ -425,7 +444,7 @@ fn check_signatures(
     now: i64,
 ) -> Result<(), SignatureError> {
     if signatures.is_empty() {
-        return Err(SignatureError::Malformed("no signature found".into()));
+        return Err(SignatureError::Malformed { what: "no signature found", source: None });
     }
     let mut good = false;
     let mut problems: Vec<String> = Vec::new();

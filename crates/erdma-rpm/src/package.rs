@@ -98,6 +98,15 @@ pub enum RpmError {
 
     #[error("{path}: payload entry `{entry}`: {reason}")]
     BadEntry { path: PathBuf, entry: String, reason: String },
+
+    /// The layer refused the entry (it conflicts with what the layer holds).
+    #[error("{path}: payload entry `{entry}`")]
+    Layer {
+        path: PathBuf,
+        entry: String,
+        #[source]
+        source: Box<erdma_oci::Error>,
+    },
 }
 
 /// `rpmlead` magic (lib/rpmlead.c).
@@ -921,7 +930,11 @@ impl<'a> FileTable<'a> {
             Some(to) => layer.add_hardlink(&at, to),
             None => layer.insert(&at, e),
         }
-        .map_err(|e| self.bad(&self.files[i].path, e.to_string()))?;
+        .map_err(|e| RpmError::Layer {
+            path: self.path.to_owned(),
+            entry: self.files[i].path.clone(),
+            source: Box::new(e),
+        })?;
         layer.set_mtime(&at, u64::from(self.files[i].mtime));
         Ok(Some(at))
     }

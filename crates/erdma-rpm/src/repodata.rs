@@ -20,6 +20,23 @@ pub enum RepodataError {
     #[error("malformed {file}: {reason}")]
     Malformed { file: &'static str, reason: String },
 
+    /// A character reference (`&#…;`) that names no character.
+    #[error("malformed {file}: a character reference")]
+    CharRef {
+        file: &'static str,
+        #[source]
+        source: quick_xml::Error,
+    },
+
+    /// XML the reader cannot read, at a byte offset of the decompressed file.
+    #[error("malformed {file}: at byte {at}")]
+    Xml {
+        file: &'static str,
+        at: u64,
+        #[source]
+        source: quick_xml::Error,
+    },
+
     #[error("repomd.xml lists no `{kind}` metadata")]
     MissingData { kind: String },
 
@@ -113,7 +130,9 @@ fn push_text(event: &Event, text: &mut String, file: &'static str) -> Result<(),
         Event::Text(t) => text.push_str(&t.xml10_content()),
         Event::CData(t) => text.push_str(&t.xml10_content()),
         Event::GeneralRef(r) => {
-            if let Some(c) = r.resolve_char_ref().map_err(|e| malformed(file)(e.to_string()))? {
+            if let Some(c) =
+                r.resolve_char_ref().map_err(|source| RepodataError::CharRef { file, source })?
+            {
                 text.push(c);
             } else {
                 let name: &str = r;
@@ -151,9 +170,11 @@ pub fn parse_repomd(bytes: &[u8]) -> Result<RepoMd, RepodataError> {
     let mut text = String::new();
     let mut path: Vec<String> = Vec::new();
     loop {
-        let event = reader
-            .read_event_into(&mut buf)
-            .map_err(|e| bad(format!("at byte {}: {e}", reader.buffer_position())))?;
+        let event = reader.read_event_into(&mut buf).map_err(|source| RepodataError::Xml {
+            file: FILE,
+            at: reader.buffer_position(),
+            source,
+        })?;
         match &event {
             Event::Start(e) => {
                 let name = e.local_name().as_ref().to_string();
@@ -279,9 +300,11 @@ pub fn for_each_package<R: BufRead>(
     let mut primary =
         Primary { origin, pkg: None, field: None, list: None, sum_kind: None, text: String::new() };
     loop {
-        let event = reader
-            .read_event_into(&mut buf)
-            .map_err(|e| bad(format!("at byte {}: {e}", reader.buffer_position())))?;
+        let event = reader.read_event_into(&mut buf).map_err(|source| RepodataError::Xml {
+            file: PRIMARY_XML,
+            at: reader.buffer_position(),
+            source,
+        })?;
         match &event {
             Event::Start(e) => primary.start(e)?,
             Event::End(e) => primary.end(e, reader.buffer_position(), each)?,

@@ -65,6 +65,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                eprintln!("  Caused by: {c}");
+                cause = c.source();
+            }
             ExitCode::from(1)
         }
     }

@@ -91,7 +91,11 @@ fn import_files(import: &str, main_dir: &Path) -> Vec<PathBuf> {
 }
 
 fn parse(path: &Path, text: &str) -> Result<DocumentMut> {
-    text.parse().map_err(|e: toml_edit::TomlError| malformed(path, e.to_string()))
+    text.parse().map_err(|e: toml_edit::TomlError| Error::Toml {
+        what: "containerd config",
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
 }
 
 /// The config's version and the name of the CRI plugin section that holds runtime handlers.

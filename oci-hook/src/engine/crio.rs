@@ -20,10 +20,10 @@ const HEADER: &str = "# Written by `erdma-oci-hook configure crio`: the runtime 
 # settings with erdma-runtime as the runtime.\n";
 
 fn parse(path: &Path, text: &str) -> Result<DocumentMut> {
-    text.parse().map_err(|e: toml_edit::TomlError| Error::Malformed {
+    text.parse().map_err(|e: toml_edit::TomlError| Error::Toml {
         what: "CRI-O config",
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source: Box::new(e),
     })
 }
 

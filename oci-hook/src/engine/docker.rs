@@ -24,7 +24,11 @@ fn parse(path: &Path, text: Option<&str>) -> Result<Value> {
     let config: Value = match text {
         None => json!({}),
         Some(text) if text.trim().is_empty() => json!({}),
-        Some(text) => serde_json::from_str(text).map_err(|e| malformed(path, e.to_string()))?,
+        Some(text) => serde_json::from_str(text).map_err(|source| Error::Json {
+            what: "Docker daemon config",
+            path: path.to_path_buf(),
+            source,
+        })?,
     };
     if !config.is_object() {
         return Err(malformed(path, "not a JSON object".into()));

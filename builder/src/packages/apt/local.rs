@@ -44,7 +44,7 @@ pub async fn load(arg: &str, cache_dir: &Path, client: &erdma_http::Client) -> R
         crate::packages::local_package(arg, &cache_dir.join("debs"), "deb", MAX_DEB, client)
             .await?;
     let control = deb::read_control(&path)
-        .map_err(|source| Error::Deb { path: path.clone(), source })?
+        .map_err(|e| Error::Deb { path: path.clone(), source: Box::new(e) })?
         .control;
     let field = |f: &str| {
         control.get(f).map(str::to_string).ok_or_else(|| Error::Malformed {

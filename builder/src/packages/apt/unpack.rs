@@ -46,7 +46,7 @@ pub(crate) fn entry_error(
         (None, deb::DebError::Limit { member, exceeded, .. }) => {
             Error::Limit { what: format!("{member} of {package}"), exceeded }
         }
-        (None, source) => Error::Deb { path: path.to_owned(), source },
+        (None, source) => Error::Deb { path: path.to_owned(), source: Box::new(source) },
     }
 }
 
@@ -486,7 +486,7 @@ fn apply_scripts<'a>(
         };
         if let Err(why) = done {
             // Said in the report and the script's record, as text with its causes.
-            let why = erdma_http::chain(&*why);
+            let why = erdma_common::errors::chain(&*why);
             // Where no package adds a library directory, the loader finds the new libraries
             // without a cache entry: the base's cache stays, and the report says so. A new
             // directory needs the cache: the sandbox runs the image's ldconfig.

@@ -110,7 +110,7 @@ pub(crate) fn unpack(
     let placer = std::cell::RefCell::new(crate::packages::payload::Placer::new(base));
     let place = |p: &str, kind: erdma_oci::layer::Placing<'_>| {
         // erdma_rpm takes the refusal as text: with its causes, where it has any.
-        placer.borrow_mut().place(p, kind).map_err(|why| erdma_http::chain(&why))
+        placer.borrow_mut().place(p, kind).map_err(|why| erdma_common::errors::chain(&why))
     };
     let now = erdma_common::dates::now().max(0) as u32;
     let color = erdma_rpm::rpmdb::transaction_color(base, arch);

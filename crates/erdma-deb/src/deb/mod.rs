@@ -61,6 +61,17 @@ pub enum DebError {
     #[error("{path}: entry `{entry}` in `{member}`: {reason}")]
     BadEntry { path: PathBuf, member: String, entry: String, reason: String },
 
+    /// A tar header field the tar reader cannot read (not octal, too large).
+    #[error("{path}: entry `{entry}` in `{member}`: unreadable {field}")]
+    BadHeader {
+        path: PathBuf,
+        member: String,
+        entry: String,
+        field: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("{path}: invalid control file")]
     Control {
         path: PathBuf,
@@ -270,6 +281,16 @@ fn data_entry<R: Read>(
         entry: raw.clone(),
         reason,
     };
+    let unreadable = |field: &'static str| {
+        let (member, entry) = (&member.name, &raw);
+        move |source| DebError::BadHeader {
+            path: path.to_owned(),
+            member: member.clone(),
+            entry: entry.clone(),
+            field,
+            source,
+        }
+    };
     let entry_type = header.entry_type();
     if entry_type.is_pax_global_extensions() {
         return Ok(None);
@@ -277,8 +298,8 @@ fn data_entry<R: Read>(
     let entry_path =
         normalise(&entry.path_bytes()).map_err(|reason| entry_error(path, member, &raw, reason))?;
     let device = || -> Result<(u32, u32), DebError> {
-        let major = header.device_major().map_err(|e| bad(e.to_string()))?;
-        let minor = header.device_minor().map_err(|e| bad(e.to_string()))?;
+        let major = header.device_major().map_err(unreadable("device major"))?;
+        let minor = header.device_minor().map_err(unreadable("device minor"))?;
         Ok((major.unwrap_or(0), minor.unwrap_or(0)))
     };
     let link_target = || -> Result<String, DebError> {
@@ -329,12 +350,12 @@ fn data_entry<R: Read>(
     Ok(Some(DataEntry {
         path: entry_path,
         kind,
-        mode: header.mode().map_err(|e| bad(e.to_string()))? & 0o7777,
-        uid: header.uid().map_err(|e| bad(e.to_string()))?,
-        gid: header.gid().map_err(|e| bad(e.to_string()))?,
+        mode: header.mode().map_err(unreadable("mode"))? & 0o7777,
+        uid: header.uid().map_err(unreadable("uid"))?,
+        gid: header.gid().map_err(unreadable("gid"))?,
         uname: name(header.username(), "user name")?,
         gname: name(header.groupname(), "group name")?,
-        mtime: header.mtime().map_err(|e| bad(e.to_string()))?,
+        mtime: header.mtime().map_err(unreadable("mtime"))?,
     }))
 }
 

@@ -368,6 +368,13 @@ pub enum RepoError {
     #[error("malformed Release file {url}: {reason}")]
     MalformedRelease { url: String, reason: String },
 
+    #[error("malformed Release file {url}")]
+    ReleaseSyntax {
+        url: String,
+        #[source]
+        source: Deb822Error,
+    },
+
     #[error("release file {url} has expired (valid until {valid_until})")]
     Expired { url: String, valid_until: String },
 

@@ -30,7 +30,7 @@ impl Release {
         let malformed =
             |reason: String| RepoError::MalformedRelease { url: url.to_owned(), reason };
         let paragraph = deb822::parse(text)
-            .map_err(|e| malformed(e.to_string()))?
+            .map_err(|source| RepoError::ReleaseSyntax { url: url.to_owned(), source })?
             .into_iter()
             .next()
             .ok_or_else(|| malformed("it is empty".into()))?;
@@ -307,7 +307,7 @@ mod tests {
             assert!(matches!(e, RepoError::Signature(SignatureError::Bad { .. })), "{e:?}");
         }
         let e = verify_detached(RELEASE.as_bytes(), b"garbage", &keyring).unwrap_err();
-        assert!(matches!(e, RepoError::Signature(SignatureError::Malformed(_))), "{e:?}");
+        assert!(matches!(e, RepoError::Signature(SignatureError::Malformed { .. })), "{e:?}");
     }
 
     #[test]
