@@ -91,6 +91,15 @@ pub enum Error {
     #[error("package {package}: refusing entry `{entry}`: {reason}")]
     PackageEntry { package: String, entry: String, reason: String },
 
+    /// The layer did not take a package's entry (it conflicts with what the layer holds).
+    #[error("package {package}: entry `{entry}`")]
+    PackageLayer {
+        package: String,
+        entry: String,
+        #[source]
+        source: Box<erdma_oci::Error>,
+    },
+
     /// A payload entry whose place in the base image could not be read.
     #[error("package {package}: entry `{entry}`")]
     PackageEntryBase {

@@ -23,6 +23,8 @@
 //! 1 GiB (`erdma_deb::repo`), `primary.xml` 1 GiB (erdma-build's `packages::rpm::install`); a package
 //! or index body longer than its signed size is cut off there (`http`).
 #![forbid(unsafe_code)]
+
+pub mod paths;
 use std::cell::Cell;
 use std::io::{self, BufRead, Read, Seek};
 use std::rc::Rc;

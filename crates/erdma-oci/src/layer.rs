@@ -93,14 +93,7 @@ pub struct LayerInfo {
     pub media_type: String,
 }
 
-/// Why a package payload entry's name is refused whatever it is (dpkg: "newline not allowed in
-/// archive object name"): dpkg's `.list` files and rpm's tools hold one path per line.
-pub const ODD_NAME: &str = "its name holds a newline or NUL byte";
-
-/// Whether `path` holds a newline or NUL ([`ODD_NAME`]).
-pub fn odd_name(path: &str) -> bool {
-    path.bytes().any(|b| b == b'\n' || b == 0)
-}
+pub use erdma_limits::paths::{normalize, odd_name, ODD_NAME};
 
 /// What a package entry is, as far as placing it in the image goes (the place callbacks of
 /// both package backends).
@@ -110,19 +103,6 @@ pub enum Placing<'t> {
     /// A regular file (or a hard link's copy).
     File,
     Symlink(&'t str),
-}
-
-/// Normalises an in-image path: no leading `/` or `./`, no empty, `.` or `..` components.
-pub fn normalize(path: &str) -> Option<String> {
-    let mut parts = Vec::new();
-    for c in path.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => return None,
-            c => parts.push(c),
-        }
-    }
-    (!parts.is_empty()).then(|| parts.join("/"))
 }
 
 impl LayerContents {

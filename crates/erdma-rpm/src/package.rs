@@ -1,5 +1,6 @@
 //! `.rpm` files: read (lead, signature header, main header, payload), verified as dnf with
-//! `gpgcheck=1` verifies them, and unpacked into a layer without rpm.
+//! `gpgcheck=1` verifies them, and their payload read without rpm, checked against the header
+//! and handed to a [`PayloadSink`] (erdma-build's writes it into its layer).
 //!
 //! A package file is a 96-byte lead (lib/rpmlead.c), the signature header (with magic, padded
 //! to 8 bytes), the main header (with magic) and the payload: a cpio archive compressed as
@@ -31,7 +32,7 @@ use md5::Digest as _;
 use serde::Serialize;
 
 use crate::header::{self, fileflag, sigtag, tag, Header, HeaderError};
-use erdma_oci::layer::{self, Entry, EntryKind, LayerContents};
+use erdma_limits::paths;
 use erdma_openpgp::{self as openpgp, Keyring, SignatureError};
 
 #[derive(Debug, thiserror::Error)]
@@ -98,15 +99,6 @@ pub enum RpmError {
 
     #[error("{path}: payload entry `{entry}`: {reason}")]
     BadEntry { path: PathBuf, entry: String, reason: String },
-
-    /// The layer refused the entry (it conflicts with what the layer holds).
-    #[error("{path}: payload entry `{entry}`")]
-    Layer {
-        path: PathBuf,
-        entry: String,
-        #[source]
-        source: Box<erdma_oci::Error>,
-    },
 }
 
 /// `rpmlead` magic (lib/rpmlead.c).
@@ -211,40 +203,76 @@ impl FileInfo {
     }
 }
 
-/// Where a package path (normalised, no leading `/`) of the given kind lands in the image:
-/// `None` to write nothing there, an error (the reason) to refuse the entry
-/// (erdma-build's `packages::payload::Placer`).
-pub type Place<'a> = &'a dyn Fn(&str, layer::Placing<'_>) -> Result<Option<String>, String>;
+/// Where a payload's files go, in payload order, once [`Package::unpack`] has checked them
+/// against the header (erdma-build's layer: `packages/rpm/unpack.rs`).
+pub trait PayloadSink {
+    /// What a regular file's content became (a blob of the layer): read once for a hard link
+    /// set, written under each of its names.
+    type Content;
+    /// The sink's own refusal of an entry.
+    type Error;
+    /// Reads a regular file's content: `size` bytes from `from`, each chunk also handed to
+    /// `each` (the header's digest is checked before anything is written with it).
+    fn content(
+        &mut self,
+        from: &mut dyn Read,
+        size: u64,
+        each: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<Self::Content>;
+    /// Writes `file` (its path normalised: no leading `/`) as `what`. Returns where it landed,
+    /// or `None` when the sink left it out (a directory the image has as a symlink).
+    fn write(
+        &mut self,
+        file: &FileInfo,
+        path: &str,
+        what: Written<'_, Self::Content>,
+    ) -> Result<Option<String>, Self::Error>;
+}
+
+/// One entry for a [`PayloadSink`] to write.
+pub enum Written<'a, C> {
+    Dir,
+    /// The target, as the header gives it.
+    Symlink(&'a str),
+    /// A regular file; `link_to`: where an earlier name of its hard link set landed (rpm links
+    /// the names of a set: lib/fsm.c `fsmMkfile`).
+    File {
+        content: &'a C,
+        link_to: Option<&'a str>,
+    },
+}
+
+/// Why [`Package::unpack`] stopped: the package, or the sink.
+#[derive(Debug)]
+pub enum UnpackError<E> {
+    Package(RpmError),
+    /// The sink refused `entry` (the path as the header gives it).
+    Sink {
+        entry: String,
+        error: E,
+    },
+}
+
+impl<E> From<RpmError> for UnpackError<E> {
+    fn from(e: RpmError) -> Self {
+        UnpackError::Package(e)
+    }
+}
 
 /// How to install, as the transaction flags and macros of the image's dnf would say.
-#[derive(Clone, Copy)]
-pub struct UnpackOptions<'a> {
+#[derive(Debug, Clone, Copy)]
+pub struct UnpackOptions {
     /// `--max-inflation`: how many times its compressed size the payload may decompress to
     /// ([`erdma_limits::inflate`]; 0: no limit). Default 100.
     pub inflation: u64,
     /// `tsflags=nodocs` (`%_excludedocs`): `%doc` files are not written and recorded as not
     /// installed; `%license` files are kept, as rpm keeps them (lib/transaction.c `skipFiles`).
     pub nodocs: bool,
-    /// The image's symlinked directories, followed as rpm's fsm writes through them (EL9's
-    /// merged /usr: a package's `/sbin/x` lands in `usr/sbin/x`, and the `sbin -> usr/sbin`
-    /// link stays); a directory the image has as a symlink is not written; what would escape
-    /// is refused. Unset: every path as it is.
-    pub place: Option<Place<'a>>,
 }
 
-impl Default for UnpackOptions<'_> {
+impl Default for UnpackOptions {
     fn default() -> Self {
-        UnpackOptions { inflation: erdma_limits::DEFAULT_INFLATION, nodocs: false, place: None }
-    }
-}
-
-impl std::fmt::Debug for UnpackOptions<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UnpackOptions")
-            .field("inflation", &self.inflation)
-            .field("nodocs", &self.nodocs)
-            .field("place", &self.place.is_some())
-            .finish()
+        UnpackOptions { inflation: erdma_limits::DEFAULT_INFLATION, nodocs: false }
     }
 }
 
@@ -590,22 +618,21 @@ impl Package {
             .collect()
     }
 
-    /// Streams the payload of the package at `path` into `layer`: see the module
-    /// documentation. `owners` turns a user and group name into ids (the image's
-    /// `/etc/passwd` and `/etc/group`). On error the layer may hold part of the package.
-    pub fn unpack(
+    /// Streams the payload of the package at `path` into `sink`: see the module
+    /// documentation. On error the sink may hold part of the package.
+    pub fn unpack<S: PayloadSink>(
         &self,
         path: &Path,
-        layer: &mut LayerContents,
-        owners: &dyn Fn(&str, &str) -> (u32, u32),
+        sink: &mut S,
         opts: &UnpackOptions,
-    ) -> Result<Unpacked, RpmError> {
+    ) -> Result<Unpacked, UnpackError<S::Error>> {
         let format = self.header.string(tag::PAYLOADFORMAT).unwrap_or_else(|| "cpio".into());
         if format != "cpio" {
             return Err(RpmError::Malformed {
                 path: path.to_owned(),
                 reason: format!("payload format `{format}` is not cpio"),
-            });
+            }
+            .into());
         }
         let mut file = File::open(path).map_err(io_err("opening", path))?;
         file.seek(SeekFrom::Start(self.payload_offset)).map_err(io_err("seeking in", path))?;
@@ -617,17 +644,16 @@ impl Package {
             compressed,
             opts.inflation,
         )?;
-        self.unpack_stream(path, stream, layer, owners, opts)
+        self.unpack_stream(path, stream, sink, opts)
     }
 
-    fn unpack_stream(
+    fn unpack_stream<S: PayloadSink>(
         &self,
         path: &Path,
         stream: Box<dyn Read + '_>,
-        layer: &mut LayerContents,
-        owners: &dyn Fn(&str, &str) -> (u32, u32),
+        sink: &mut S,
         opts: &UnpackOptions,
-    ) -> Result<Unpacked, RpmError> {
+    ) -> Result<Unpacked, UnpackError<S::Error>> {
         let table = FileTable::new(path, self.files(), opts)?;
         let (files, n) = (&table.files, table.files.len());
         let mut out = Unpacked { file_states: vec![filestate::NORMAL; n], ..Unpacked::default() };
@@ -652,7 +678,7 @@ impl Package {
         while let Some((fx, cpio_size)) = table.next_entry(&mut cpio)? {
             let f = &files[fx];
             if std::mem::replace(&mut found[fx], true) {
-                return Err(table.bad(&f.path, "appears twice in the payload".into()));
+                return Err(table.bad(&f.path, "appears twice in the payload".into()).into());
             }
             if f.is_ghost() {
                 // rpm skips an archived ghost; only `newc` says how long it is.
@@ -669,32 +695,25 @@ impl Package {
             };
             if let Some(size) = cpio_size {
                 if size != expected {
-                    return Err(table.bad(
-                        &f.path,
-                        format!("the payload holds {size} bytes, the header says {expected}"),
-                    ));
+                    return Err(table
+                        .bad(
+                            &f.path,
+                            format!("the payload holds {size} bytes, the header says {expected}"),
+                        )
+                        .into());
                 }
             }
-            let (uid, gid) = owners(&f.user, &f.group);
-            let entry = |kind: EntryKind| Entry {
-                kind,
-                mode: f.mode & 0o7777,
-                uid: u64::from(uid),
-                gid: u64::from(gid),
-            };
             match f.file_type() {
                 S_IFDIR => {
                     if !table.skipped[fx] {
-                        table.insert_as(layer, fx, entry(EntryKind::Dir), None)?;
+                        table.write(sink, fx, Written::Dir)?;
                         out.written.push(f.path.clone());
                     }
                 }
                 S_IFLNK => {
                     table.check_link_target(&mut cpio, fx, expected)?;
                     if !table.skipped[fx] {
-                        let mut e = entry(EntryKind::Symlink(f.link_to.clone()));
-                        e.mode = 0o777;
-                        table.insert_as(layer, fx, e, None)?;
+                        table.write(sink, fx, Written::Symlink(&f.link_to))?;
                         out.written.push(f.path.clone());
                     }
                 }
@@ -704,14 +723,14 @@ impl Package {
                         continue;
                     }
                     let content = RegularContent { fx, expected, digest_algo };
-                    table.write_regular(&mut cpio, layer, owners, content, &mut out)?;
+                    table.write_regular(&mut cpio, sink, content, &mut out)?;
                 }
                 t @ (S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) => {
                     if !table.skipped[fx] {
                         out.nodes.push(device_node(f, t));
                     }
                 }
-                t => return Err(table.bad(&f.path, format!("unknown file type {t:o}"))),
+                t => return Err(table.bad(&f.path, format!("unknown file type {t:o}")).into()),
             }
         }
         // Read the rest, so decompressors check their trailing checksums (gzip CRC32, xz and
@@ -719,7 +738,9 @@ impl Package {
         io::copy(&mut cpio, &mut io::sink()).map_err(payload_err)?;
         out.archive_size = cpio.pos;
         if let Some(i) = (0..n).find(|i| !found[*i] && !files[*i].is_ghost()) {
-            return Err(table.bad(&files[i].path, "in the header but not in the payload".into()));
+            return Err(table
+                .bad(&files[i].path, "in the header but not in the payload".into())
+                .into());
         }
         Ok(out)
     }
@@ -740,7 +761,6 @@ struct FileTable<'a> {
     link_set: Vec<Option<std::rc::Rc<Vec<usize>>>>,
     /// Files `--nodocs` leaves out.
     skipped: Vec<bool>,
-    opts: &'a UnpackOptions<'a>,
 }
 
 /// One regular file's content to read from the payload: its index, its size in the archive
@@ -752,11 +772,7 @@ struct RegularContent {
 }
 
 impl<'a> FileTable<'a> {
-    fn new(
-        path: &'a Path,
-        files: Vec<FileInfo>,
-        opts: &'a UnpackOptions<'a>,
-    ) -> Result<Self, RpmError> {
+    fn new(path: &'a Path, files: Vec<FileInfo>, opts: &UnpackOptions) -> Result<Self, RpmError> {
         let n = files.len();
         let bad = |entry: &str, reason: String| RpmError::BadEntry {
             path: path.to_owned(),
@@ -767,12 +783,12 @@ impl<'a> FileTable<'a> {
         let mut index: HashMap<String, usize> = HashMap::with_capacity(n);
         let mut norm = Vec::with_capacity(n);
         for (i, f) in files.iter().enumerate() {
-            let p = layer::normalize(&f.path).ok_or_else(|| RpmError::UnsafePath {
+            let p = paths::normalize(&f.path).ok_or_else(|| RpmError::UnsafePath {
                 path: path.to_owned(),
                 entry: f.path.clone(),
             })?;
-            if layer::odd_name(&p) {
-                return Err(bad(&f.path, layer::ODD_NAME.into()));
+            if paths::odd_name(&p) {
+                return Err(bad(&f.path, paths::ODD_NAME.into()));
             }
             if index.insert(p.clone(), i).is_some() {
                 return Err(bad(&f.path, "listed twice in the header".into()));
@@ -821,7 +837,7 @@ impl<'a> FileTable<'a> {
                 opts.nodocs && f.flags & fileflag::DOC != 0 && f.flags & fileflag::LICENSE == 0
             })
             .collect();
-        Ok(FileTable { path, files, norm, index, link_set, skipped, opts })
+        Ok(FileTable { path, files, norm, index, link_set, skipped })
     }
 
     fn bad(&self, entry: &str, reason: String) -> RpmError {
@@ -867,7 +883,7 @@ impl<'a> FileTable<'a> {
             }
             let shown = String::from_utf8_lossy(&name).into_owned();
             let key =
-                std::str::from_utf8(&name).ok().and_then(layer::normalize).ok_or_else(|| {
+                std::str::from_utf8(&name).ok().and_then(paths::normalize).ok_or_else(|| {
                     RpmError::UnsafePath { path: path.to_owned(), entry: shown.clone() }
                 })?;
             let fx = *self
@@ -899,44 +915,16 @@ impl<'a> FileTable<'a> {
         }
     }
 
-    /// Puts file `i` into the layer as `e`, where `opts.place` says (by default its own path);
-    /// `link_to`: where an earlier name of the same file landed, for a hard link (rpm links the
-    /// names of a set: lib/fsm.c `fsmMkfile`). rpm gives every file its header mtime
-    /// (lib/fsm.c), and `rpm -V` compares it. Returns where the entry landed.
-    fn insert_as(
+    /// Hands file `i` to the sink as `what`; returns where it landed.
+    fn write<S: PayloadSink>(
         &self,
-        layer: &mut LayerContents,
+        sink: &mut S,
         i: usize,
-        e: Entry,
-        link_to: Option<&str>,
-    ) -> Result<Option<String>, RpmError> {
-        let at = match self.opts.place {
-            Some(place) => {
-                let kind = match &e.kind {
-                    EntryKind::Dir => layer::Placing::Dir,
-                    EntryKind::Symlink(t) => layer::Placing::Symlink(t),
-                    _ => layer::Placing::File,
-                };
-                match place(&self.norm[i], kind)
-                    .map_err(|why| self.bad(&self.files[i].path, why))?
-                {
-                    Some(at) => at,
-                    None => return Ok(None),
-                }
-            }
-            None => self.norm[i].clone(),
-        };
-        match link_to {
-            Some(to) => layer.add_hardlink(&at, to),
-            None => layer.insert(&at, e),
-        }
-        .map_err(|e| RpmError::Layer {
-            path: self.path.to_owned(),
-            entry: self.files[i].path.clone(),
-            source: Box::new(e),
-        })?;
-        layer.set_mtime(&at, u64::from(self.files[i].mtime));
-        Ok(Some(at))
+        what: Written<'_, S::Content>,
+    ) -> Result<Option<String>, UnpackError<S::Error>> {
+        let f = &self.files[i];
+        sink.write(f, &self.norm[i], what)
+            .map_err(|error| UnpackError::Sink { entry: f.path.clone(), error })
     }
 
     /// A symlink's target in the payload (`expected` bytes) is the one the header names.
@@ -967,14 +955,13 @@ impl<'a> FileTable<'a> {
 
     /// A regular file's content, checked against the header's digest, written once under
     /// each name of its hard link set that is installed (the others link to the first).
-    fn write_regular(
+    fn write_regular<S: PayloadSink>(
         &self,
         cpio: &mut Cpio<'_>,
-        layer: &mut LayerContents,
-        owners: &dyn Fn(&str, &str) -> (u32, u32),
+        sink: &mut S,
         content: RegularContent,
         out: &mut Unpacked,
-    ) -> Result<(), RpmError> {
+    ) -> Result<(), UnpackError<S::Error>> {
         let RegularContent { fx, expected, digest_algo } = content;
         let (f, path) = (&self.files[fx], self.path);
         let payload_err = |source: io::Error| payload_error(path, source);
@@ -992,9 +979,8 @@ impl<'a> FileTable<'a> {
             return Ok(());
         }
         let mut stream = cpio.take(expected);
-        let kind = layer
-            .file_kind(&mut stream, expected, &mut |c| hasher.update(c))
-            .map_err(payload_err)?;
+        let kind =
+            sink.content(&mut stream, expected, &mut |c| hasher.update(c)).map_err(payload_err)?;
         if !f.digest.is_empty() {
             let got = hasher.finish();
             if got != f.digest {
@@ -1003,20 +989,15 @@ impl<'a> FileTable<'a> {
                     which: format!("{} of {}", hasher.name(), f.path),
                     expected: f.digest.clone(),
                     actual: got,
-                });
+                }
+                .into());
             }
         }
         let mut first: Option<String> = None;
         for i in targets {
             let fi = &self.files[i];
-            let (uid, gid) = owners(&fi.user, &fi.group);
-            let e = Entry {
-                kind: kind.clone(),
-                mode: fi.mode & 0o7777,
-                uid: u64::from(uid),
-                gid: u64::from(gid),
-            };
-            let landed = self.insert_as(layer, i, e, first.as_deref())?;
+            let landed =
+                self.write(sink, i, Written::File { content: &kind, link_to: first.as_deref() })?;
             first = first.or(landed);
             out.written.push(fi.path.clone());
             if fi.is_config() {
@@ -1415,34 +1396,70 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         (id(user), id(group))
     }
 
-    /// What a layer holds, read back from its tar: path → (type, mode, uid, gid, content or
-    /// link target).
-    fn layer_entries(layer: &LayerContents) -> BTreeMap<String, (char, u32, u64, u64, Vec<u8>)> {
-        let tar = layer.write_tar(Vec::new(), 0).unwrap();
-        let mut a = tar::Archive::new(tar.as_slice());
-        let mut out = BTreeMap::new();
-        for e in a.entries().unwrap() {
-            let mut e = e.unwrap();
-            let path = e.path().unwrap().to_string_lossy().trim_end_matches('/').to_string();
-            let h = e.header().clone();
-            let (t, data) = match h.entry_type() {
-                tar::EntryType::Directory => ('d', Vec::new()),
-                tar::EntryType::Symlink => ('l', e.link_name_bytes().unwrap().into_owned()),
-                // Another name of a file written before it: that file's content.
-                tar::EntryType::Link => {
-                    let to = e.link_name().unwrap().unwrap().to_string_lossy().into_owned();
-                    let to: &(char, u32, u64, u64, Vec<u8>) = &out[to.trim_end_matches('/')];
-                    ('-', to.4.clone())
-                }
-                _ => {
-                    let mut d = Vec::new();
-                    e.read_to_end(&mut d).unwrap();
-                    ('-', d)
+    /// What the payload wrote: path → (type, mode, uid, gid, content or link target), with
+    /// the parent directories a layer would add (0755, root), as `cpio -idm` makes them too.
+    /// Hard links: (name, the earlier name it links to).
+    #[derive(Default)]
+    struct Entries(BTreeMap<String, (char, u32, u64, u64, Vec<u8>)>, Vec<(String, String)>);
+
+    impl PayloadSink for Entries {
+        type Content = Vec<u8>;
+        type Error = std::convert::Infallible;
+        fn content(
+            &mut self,
+            from: &mut dyn Read,
+            size: u64,
+            each: &mut dyn FnMut(&[u8]),
+        ) -> io::Result<Vec<u8>> {
+            let mut data = Vec::with_capacity(size as usize);
+            from.read_to_end(&mut data)?;
+            each(&data);
+            Ok(data)
+        }
+        fn write(
+            &mut self,
+            file: &FileInfo,
+            path: &str,
+            what: Written<'_, Vec<u8>>,
+        ) -> Result<Option<String>, Self::Error> {
+            let (uid, gid) = owners(&file.user, &file.group);
+            let (uid, gid) = (u64::from(uid), u64::from(gid));
+            let mode = file.mode & 0o7777;
+            let entry = match what {
+                Written::Dir => ('d', mode, uid, gid, Vec::new()),
+                Written::Symlink(to) => ('l', 0o777, uid, gid, to.as_bytes().to_vec()),
+                Written::File { content, link_to } => {
+                    if let Some(to) = link_to {
+                        self.1.push((path.to_string(), to.to_string()));
+                    }
+                    ('-', mode, uid, gid, content.clone())
                 }
             };
-            out.insert(path, (t, h.mode().unwrap(), h.uid().unwrap(), h.gid().unwrap(), data));
+            let mut at = path;
+            while let Some((parent, _)) = at.rsplit_once('/') {
+                self.0.entry(parent.to_string()).or_insert(('d', 0o755, 0, 0, Vec::new()));
+                at = parent;
+            }
+            self.0.insert(path.to_string(), entry);
+            Ok(Some(path.to_string()))
         }
-        out
+    }
+
+    type Written3 =
+        (Unpacked, BTreeMap<String, (char, u32, u64, u64, Vec<u8>)>, Vec<(String, String)>);
+
+    /// Unpacks the package at `path` into [`Entries`].
+    fn unpack_entries(
+        pkg: &Package,
+        path: &Path,
+        opts: &UnpackOptions,
+    ) -> Result<Written3, RpmError> {
+        let mut sink = Entries::default();
+        match pkg.unpack(path, &mut sink, opts) {
+            Ok(u) => Ok((u, sink.0, sink.1)),
+            Err(UnpackError::Package(e)) => Err(e),
+            Err(UnpackError::Sink { error, .. }) => match error {},
+        }
     }
 
     /// What `rpm2cpio | cpio -idm` extracts: path → (type, content or link target).
@@ -1538,9 +1555,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             let e = open(&unsigned).unwrap().verify(&unsigned, &keyring, now).unwrap_err();
             assert!(matches!(e, RpmError::NotSigned { .. }), "{e}");
 
-            let mut layer = LayerContents::new();
-            let u = pkg.unpack(&signed, &mut layer, &owners, &UnpackOptions::default()).unwrap();
-            let got = layer_entries(&layer);
+            let (u, got, links) = unpack_entries(&pkg, &signed, &UnpackOptions::default()).unwrap();
             let want = cpio_extract(&signed, &dir.path().join(format!("x-{payload}")));
             assert_eq!(
                 got.keys().collect::<Vec<_>>(),
@@ -1570,7 +1585,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             assert_eq!(got["usr/bin/h1"].4, b"hard\n");
             assert_eq!(got["usr/bin/h2"].4, b"hard\n");
             // One file with two names, as rpm links them.
-            assert_eq!(layer.other_names("usr/bin/h1"), ["usr/bin/h2"], "{payload}");
+            assert_eq!(links, [("usr/bin/h2".to_string(), "usr/bin/h1".to_string())], "{payload}");
             assert_eq!(u.ghosts, ["/var/log/erdmatest.log"]);
             assert_eq!(u.config, ["/etc/erdmatest.conf"]);
             assert_eq!(u.setid, [("/usr/bin/su1".to_string(), 0o4755)]);
@@ -1586,16 +1601,13 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             );
 
             // nodocs: the %doc file is skipped and recorded as not installed.
-            let mut layer = LayerContents::new();
-            let u = pkg
-                .unpack(
-                    &signed,
-                    &mut layer,
-                    &owners,
-                    &UnpackOptions { nodocs: true, ..UnpackOptions::default() },
-                )
-                .unwrap();
-            assert!(!layer_entries(&layer).contains_key("usr/share/doc/erdmatest/README"));
+            let (u, got, _) = unpack_entries(
+                &pkg,
+                &signed,
+                &UnpackOptions { nodocs: true, ..UnpackOptions::default() },
+            )
+            .unwrap();
+            assert!(!got.contains_key("usr/share/doc/erdmatest/README"));
             let doc = pkg
                 .files()
                 .iter()
@@ -1637,7 +1649,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             "{e}"
         );
         assert!(
-            p.unpack(&bad, &mut LayerContents::new(), &owners, &UnpackOptions::default()).is_err(),
+            unpack_entries(&p, &bad, &UnpackOptions::default()).is_err(),
             "zstd's checksum or a file digest catches it"
         );
         // A header signature that no longer matches, digests left intact: BADSIG.
@@ -1736,13 +1748,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
             if let Ok(p) = open(&cut_path) {
                 assert!(p.verify(&cut_path, &keyring, 0).is_err(), "cut at {cut}");
                 assert!(
-                    p.unpack(
-                        &cut_path,
-                        &mut LayerContents::new(),
-                        &owners,
-                        &UnpackOptions::default()
-                    )
-                    .is_err(),
+                    unpack_entries(&p, &cut_path, &UnpackOptions::default()).is_err(),
                     "cut at {cut}"
                 );
             }
@@ -1837,12 +1843,7 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         let content = b"#!/bin/sh\n";
         let entries = two_files(&["/usr/bin/", "/usr/lib64/"], &["a", "b"], content);
         let unpack = |path: &Path| {
-            Package::open(path).unwrap().unpack(
-                path,
-                &mut LayerContents::new(),
-                &owners,
-                &UnpackOptions::default(),
-            )
+            unpack_entries(&Package::open(path).unwrap(), path, &UnpackOptions::default())
         };
 
         // rpm's stripped format (rpm ≥ 4.12, files of 4 GiB or more): index, content, and
@@ -1853,10 +1854,8 @@ printf 'doc\n' > %{buildroot}/usr/share/doc/erdmatest/README
         trailer(&mut cpio);
         let path = synthetic(dir.path(), "stripped.rpm", &entries, &cpio);
         let pkg = Package::open(&path).unwrap();
-        let mut layer = LayerContents::new();
-        let u = pkg.unpack(&path, &mut layer, &owners, &UnpackOptions::default()).unwrap();
+        let (u, got, _) = unpack_entries(&pkg, &path, &UnpackOptions::default()).unwrap();
         assert_eq!(u.written, ["/usr/lib64/b", "/usr/bin/a"]);
-        let got = layer_entries(&layer);
         assert_eq!(got["usr/bin/a"], ('-', 0o755, 0, 0, content.to_vec()));
         assert_eq!(got["usr/lib64/b"].4, b"a");
         // The header has no region: nothing can be verified.

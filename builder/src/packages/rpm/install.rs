@@ -59,7 +59,7 @@ pub(crate) async fn resolve(
     reporter: &dyn Reporter,
 ) -> Result<(Resolved, PackagesReport)> {
     let arch = basearch(inputs.arch);
-    let db = erdma_rpm::rpmdb::open(base)
+    let db = erdma_rpm::rpmdb::open(&super::image::Image(base))
         .map_err(|e| Error::from(PackageError::ReadDatabase(Box::new(e))))?
         .ok_or_else(|| {
             Error::from(PackageError::NoDatabase {
@@ -551,7 +551,7 @@ pub(crate) fn label(meta: &PackageMeta) -> String {
 
 /// Installed rpm packages: name → `[E:]V-R` (empty without a database).
 pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
-    let Some(db) = erdma_rpm::rpmdb::open(base)
+    let Some(db) = erdma_rpm::rpmdb::open(&super::image::Image(base))
         .map_err(|e| Error::from(PackageError::ReadDatabase(Box::new(e))))?
     else {
         return Ok(BTreeMap::new());

@@ -3,6 +3,7 @@
 //! reads ([`repos`]), dnf's resolution ([`resolve`]) and the install into the layer and the
 //! image's rpm database ([`install`]), over rpm's formats in `erdma_rpm`.
 mod fetch;
+mod image;
 pub mod install;
 mod plan;
 mod presets;

@@ -12,8 +12,77 @@ use crate::packages::users;
 use crate::packages::PackagesReport;
 use crate::packages::{alternatives, PackageError};
 use erdma_oci::files::BaseFiles;
-use erdma_oci::layer::LayerContents;
+use erdma_oci::layer::{Entry, EntryKind, LayerContents, Placing};
+use erdma_rpm::package::{FileInfo, PayloadSink, RpmError, UnpackError, Written};
 use erdma_rpm::PackageMeta;
+
+/// Why [`LayerSink`] did not write an entry.
+enum SinkError {
+    Refused(crate::packages::payload::Refused),
+    Layer(erdma_oci::Error),
+}
+
+/// A payload's files into the layer, as rpm's fsm writes them (lib/fsm.c): through the image's
+/// symlinked directories ([`crate::packages::payload::Placer`]: EL9's merged /usr puts a
+/// package's `/sbin/x` in `usr/sbin/x`, and the `sbin -> usr/sbin` link stays), owners by name
+/// from the image's passwd and group (root for a name it does not know, as lib/rpmug.c), the
+/// header's mode and mtime (`rpm -V` compares both; a symlink's mode is 0777), a hard link set
+/// as links to its first name.
+struct LayerSink<'a, 'b> {
+    layer: &'a mut LayerContents,
+    placer: &'a mut crate::packages::payload::Placer<'b>,
+    passwd: &'a BTreeMap<String, u32>,
+    group: &'a BTreeMap<String, u32>,
+}
+
+impl PayloadSink for LayerSink<'_, '_> {
+    type Content = EntryKind;
+    type Error = SinkError;
+
+    fn content(
+        &mut self,
+        from: &mut dyn std::io::Read,
+        size: u64,
+        each: &mut dyn FnMut(&[u8]),
+    ) -> std::io::Result<EntryKind> {
+        self.layer.file_kind(from, size, each)
+    }
+
+    fn write(
+        &mut self,
+        file: &FileInfo,
+        path: &str,
+        what: Written<'_, EntryKind>,
+    ) -> std::result::Result<Option<String>, SinkError> {
+        let (kind, placing, link_to) = match what {
+            Written::Dir => (EntryKind::Dir, Placing::Dir, None),
+            Written::Symlink(to) => {
+                (EntryKind::Symlink(to.to_string()), Placing::Symlink(to), None)
+            }
+            Written::File { content, link_to } => (content.clone(), Placing::File, link_to),
+        };
+        let Some(at) = self.placer.place(path, placing).map_err(SinkError::Refused)? else {
+            return Ok(None);
+        };
+        let mode = if matches!(kind, EntryKind::Symlink(_)) { 0o777 } else { file.mode & 0o7777 };
+        let id = |names: &BTreeMap<String, u32>, name: &str| {
+            u64::from(names.get(name).copied().unwrap_or(0))
+        };
+        let entry = Entry {
+            kind,
+            mode,
+            uid: id(self.passwd, &file.user),
+            gid: id(self.group, &file.group),
+        };
+        match link_to {
+            Some(to) => self.layer.add_hardlink(&at, to),
+            None => self.layer.insert(&at, entry),
+        }
+        .map_err(SinkError::Layer)?;
+        self.layer.set_mtime(&at, u64::from(file.mtime));
+        Ok(Some(at))
+    }
+}
 
 /// The header's file list through [`crate::packages::payload::Placer`], as an unpack would
 /// place it (header order: a directory or symlink before what is under it).
@@ -23,7 +92,6 @@ pub(crate) fn check_paths(
     placer: &mut crate::packages::payload::Placer<'_>,
 ) -> Result<()> {
     use crate::packages::payload::{check_name, Refused};
-    use erdma_oci::layer::Placing;
     for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
         let refuse = |why: Refused| Error::PackageEntry {
             package: format!("{} ({})", meta.nevra(), meta.origin),
@@ -107,13 +175,9 @@ pub(crate) fn unpack(
     // rpm writes through the directory symlinks the image has (merged /usr on EL9: /sbin ->
     // usr/sbin), and never replaces such a symlink with a directory; nothing is written
     // through a symlink this build installs (one placer for every package).
-    let placer = std::cell::RefCell::new(crate::packages::payload::Placer::new(base));
-    let place = |p: &str, kind: erdma_oci::layer::Placing<'_>| {
-        // erdma_rpm takes the refusal as text: with its causes, where it has any.
-        placer.borrow_mut().place(p, kind).map_err(|why| erdma_common::errors::chain(&why))
-    };
+    let mut placer = crate::packages::payload::Placer::new(base);
     let now = erdma_common::dates::now().max(0) as u32;
-    let color = erdma_rpm::rpmdb::transaction_color(base, arch);
+    let color = erdma_rpm::rpmdb::transaction_color(&super::image::Image(base), arch);
     let mut blobs = Vec::new();
     for (i, ((path, pkg), planned)) in files.iter().zip(&resolved.plan.install).enumerate() {
         let (pre, post) = (accounted.pre.get(i), accounted.post.get(i));
@@ -128,36 +192,39 @@ pub(crate) fn unpack(
         // rpm resolves file owners by name as it unpacks, after the package's %pre, and falls
         // back to root (with a warning) for a name the image does not know (lib/fsm.c,
         // lib/rpmug.c).
-        let owners = |user: &str, grp: &str| {
-            (passwd.get(user).copied().unwrap_or(0), group.get(grp).copied().unwrap_or(0))
-        };
-        let entry_error = |e: erdma_rpm::package::RpmError| {
-            let package = format!("{} ({})", planned.package.nevra(), planned.package.origin);
-            match e {
-                erdma_rpm::package::RpmError::UnsafePath { entry, .. } => Error::PackageEntry {
-                    package,
-                    entry: entry.escape_debug().to_string(),
-                    reason: crate::packages::payload::Refused::Escapes.to_string(),
-                },
-                erdma_rpm::package::RpmError::BadEntry { entry, reason, .. } => {
-                    Error::PackageEntry { package, entry: entry.escape_debug().to_string(), reason }
-                }
-                erdma_rpm::package::RpmError::Limit { exceeded, .. } => {
-                    Error::Limit { what: format!("the payload of {package}"), exceeded }
-                }
-                e => package_file(path.display(), e),
+        let package = || format!("{} ({})", planned.package.nevra(), planned.package.origin);
+        let entry_error = |e: UnpackError<SinkError>| match e {
+            UnpackError::Package(RpmError::UnsafePath { entry, .. }) => Error::PackageEntry {
+                package: package(),
+                entry: entry.escape_debug().to_string(),
+                reason: crate::packages::payload::Refused::Escapes.to_string(),
+            },
+            UnpackError::Package(RpmError::BadEntry { entry, reason, .. }) => Error::PackageEntry {
+                package: package(),
+                entry: entry.escape_debug().to_string(),
+                reason,
+            },
+            UnpackError::Package(RpmError::Limit { exceeded, .. }) => {
+                Error::Limit { what: format!("the payload of {}", package()), exceeded }
             }
+            UnpackError::Package(e) => package_file(path.display(), e),
+            UnpackError::Sink { entry, error: SinkError::Refused(why) } => Error::PackageEntry {
+                package: package(),
+                entry: entry.escape_debug().to_string(),
+                reason: why.to_string(),
+            },
+            UnpackError::Sink { entry, error: SinkError::Layer(e) } => Error::PackageLayer {
+                package: package(),
+                entry: entry.escape_debug().to_string(),
+                source: Box::new(e),
+            },
         };
+        let mut sink = LayerSink { layer, placer: &mut placer, passwd, group };
         let unpacked = pkg
             .unpack(
                 path,
-                layer,
-                &owners,
-                &erdma_rpm::package::UnpackOptions {
-                    place: Some(&place),
-                    inflation,
-                    nodocs: false,
-                },
+                &mut sink,
+                &erdma_rpm::package::UnpackOptions { inflation, nodocs: false },
             )
             .map_err(entry_error)?;
         if pkg.files().iter().any(|f| f.path == "/etc/passwd" || f.path == "/etc/group") {
@@ -218,7 +285,7 @@ pub(crate) fn unpack(
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::from(PackageError::WriteDatabase(Box::new(e))))?
     {
-        db_file.apply(layer)?;
+        super::image::apply(db_file, layer)?;
     }
     removed.sort();
     Ok(removed)

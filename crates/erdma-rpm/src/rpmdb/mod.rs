@@ -23,10 +23,23 @@ use std::collections::BTreeMap;
 
 use crate::header::{Header, HeaderError};
 use crate::PackageMeta;
-use erdma_oci::files::BaseFiles;
+/// An error of an [`ImageFiles`], whatever its type.
+pub type FilesError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The base image's files, as the database code reads them (erdma-build reads them from the
+/// base's layers). Paths are relative to the image's root, without a leading `/`.
+pub trait ImageFiles {
+    /// The regular file at `path`, at most `max` bytes; `None` when there is none.
+    fn read(&self, path: &str, max: u64) -> Result<Option<Vec<u8>>, FilesError>;
+    /// The names in the directory `dir` (none when there is no such directory).
+    fn list(&self, dir: &str) -> Result<Vec<String>, FilesError>;
+    /// `path` with the symlinks of its directories resolved inside the image; `None` when one
+    /// of them does not exist.
+    fn real_path(&self, path: &str) -> Result<Option<String>, FilesError>;
+}
 
 /// Where rpm keeps its database (`%_dbpath`); Fedora >= 36 and EL10 link it to
-/// `usr/lib/sysimage/rpm`, which [`BaseFiles::real_path`] follows.
+/// `usr/lib/sysimage/rpm`, which [`ImageFiles::real_path`] follows.
 pub const DBPATH: &str = "var/lib/rpm";
 /// A database of a big image is tens of MiB; refuse absurd ones.
 const MAX_DB: u64 = 2 << 30;
@@ -38,7 +51,7 @@ pub enum RpmdbError {
     Base {
         path: String,
         #[source]
-        source: Box<erdma_oci::Error>,
+        source: FilesError,
     },
     #[error("the rpm database at /{path} is in rpm's ndb format, which erdma-build cannot write")]
     Ndb { path: String },
@@ -87,8 +100,8 @@ pub enum RpmdbError {
 }
 
 impl RpmdbError {
-    fn base(path: &str, e: erdma_oci::Error) -> RpmdbError {
-        RpmdbError::Base { path: path.to_string(), source: Box::new(e) }
+    fn base(path: &str, source: FilesError) -> RpmdbError {
+        RpmdbError::Base { path: path.to_string(), source }
     }
 
     /// What the user can do about it, where there is something to say (the binary prints it
@@ -160,16 +173,6 @@ pub enum DbFile {
     Whiteout { path: String },
 }
 
-impl DbFile {
-    /// Puts the file into the layer, or whites the path out.
-    pub fn apply(self, layer: &mut erdma_oci::layer::LayerContents) -> erdma_oci::Result<()> {
-        match self {
-            DbFile::File { path, bytes, mode } => layer.add_file(&path, bytes, mode),
-            DbFile::Whiteout { path } => layer.add_whiteout(&path),
-        }
-    }
-}
-
 /// What rpm's own configuration inside the image says: the backend it opens, and the macro
 /// files that said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,7 +187,7 @@ struct Configured {
 /// `%_db_backend` and `%_dbpath` from the image's macro files, in rpm's `macrofiles` order
 /// (lib/rpmrc.c; later files override earlier ones): `usr/lib/rpm/macros`, `macros.d`, then
 /// `etc/rpm/macros.*` and `etc/rpm/macros`.
-fn configured(base: &dyn BaseFiles) -> Result<Configured, RpmdbError> {
+fn configured(base: &dyn ImageFiles) -> Result<Configured, RpmdbError> {
     let mut files = vec!["usr/lib/rpm/macros".to_string()];
     let listed = |dir: &str, filter: &dyn Fn(&str) -> bool| -> Result<Vec<String>, RpmdbError> {
         let mut names: Vec<String> = base
@@ -225,7 +228,7 @@ fn configured(base: &dyn BaseFiles) -> Result<Configured, RpmdbError> {
 /// Finds and reads the base's rpm database: `None` when the image has none. The format is
 /// told by the files present (`rpmdb.sqlite`, `Packages`, `Packages.db`) and must be the one
 /// the image's rpm is configured for.
-pub fn open(base: &dyn BaseFiles) -> Result<Option<Database>, RpmdbError> {
+pub fn open(base: &dyn ImageFiles) -> Result<Option<Database>, RpmdbError> {
     let conf = configured(base)?;
     // `%_dbpath` moved to /usr/lib/sysimage/rpm in Fedora 36, with /var/lib/rpm a link to it.
     let mut dirs = vec![DBPATH.to_string()];
@@ -353,7 +356,7 @@ fn parse_all(blobs: Vec<(u32, Vec<u8>)>, path: &str) -> Result<Vec<(u32, Header)
 }
 
 /// rpm's default permissions for its database files (`%_dbi_perms`... lib/rpmdb.c `perms =
-/// 0644`); the base's own modes are not visible through [`BaseFiles`].
+/// 0644`); the base's own modes are not visible through [`ImageFiles`].
 const DB_MODE: u32 = 0o644;
 
 /// The new database: `db` without the packages `remove` (instance numbers) and with the
@@ -472,27 +475,24 @@ mod tests {
     /// A base image that is a directory on this machine.
     struct DirBase(PathBuf);
 
-    impl BaseFiles for DirBase {
-        fn read(&self, path: &str, _max: u64) -> erdma_oci::Result<Option<Vec<u8>>> {
+    impl ImageFiles for DirBase {
+        fn read(&self, path: &str, _max: u64) -> Result<Option<Vec<u8>>, FilesError> {
             Ok(std::fs::read(self.0.join(path)).ok())
         }
-        fn list(&self, dir: &str) -> erdma_oci::Result<Vec<String>> {
+        fn list(&self, dir: &str) -> Result<Vec<String>, FilesError> {
             let Ok(rd) = std::fs::read_dir(self.0.join(dir)) else { return Ok(Vec::new()) };
             Ok(rd
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect())
         }
-        fn real_path(&self, path: &str) -> erdma_oci::Result<Option<String>> {
+        fn real_path(&self, path: &str) -> Result<Option<String>, FilesError> {
             let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
             let root = self.0.canonicalize().unwrap();
             let Ok(real) = self.0.join(dir).canonicalize() else { return Ok(None) };
             let rel =
                 real.strip_prefix(&root).expect("inside the root").to_string_lossy().into_owned();
             Ok(Some(if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") }))
-        }
-        fn kind(&self, _path: &str) -> erdma_oci::Result<Option<erdma_oci::rootfs::SnapEntry>> {
-            Ok(None)
         }
     }
 

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use super::ImageFiles;
 use super::{RpmdbError, MAX_MACROS};
 use crate::header::{self, tag, Header, Value};
-use erdma_oci::files::BaseFiles;
 
 /// The indexes rpm keeps, in the order it fills them (lib/rpmdb.c `dbiTags`), with the tag
 /// each is keyed by and whether the key is a string (`RPM_STRING_CLASS`: SQLite `TEXT`,
@@ -106,7 +106,7 @@ pub struct InstallCtx {
 /// `%_transaction_color` as the image's rpm has it for `arch` (rpm's platform macros,
 /// `usr/lib/rpm/platform/ARCH-linux/macros`), else rpm's own default: 3 on 64-bit
 /// multilib arches, 0 elsewhere.
-pub fn transaction_color(base: &dyn BaseFiles, arch: &str) -> u32 {
+pub fn transaction_color(base: &dyn ImageFiles, arch: &str) -> u32 {
     let path = format!("usr/lib/rpm/platform/{arch}-linux/macros");
     if let Ok(Some(text)) = base.read(&path, MAX_MACROS) {
         for line in String::from_utf8_lossy(&text).lines() {
