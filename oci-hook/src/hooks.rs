@@ -132,9 +132,11 @@ mod tests {
     #[test]
     fn precreate_errors() {
         let mut out = Vec::new();
-        let e =
-            precreate(&none_host(), &mut b"{nope".as_slice(), &mut out).unwrap_err().to_string();
-        assert!(e.starts_with("malformed OCI spec stdin:"), "{e}");
+        let e = precreate(&none_host(), &mut b"{nope".as_slice(), &mut out).unwrap_err();
+        assert_eq!(e.to_string(), "malformed OCI spec stdin");
+        // What serde_json found is the cause, kept as it is.
+        let cause = std::error::Error::source(&e).expect("a cause");
+        assert!(cause.is::<serde_json::Error>(), "{cause}");
         let e = precreate(&none_host(), &mut b"[1]".as_slice(), &mut out).unwrap_err().to_string();
         assert!(e.contains("not a JSON object"), "{e}");
         // Asking on a host without devices is an error, and nothing is written.
