@@ -573,6 +573,13 @@ impl Scope<'_> {
             self.command(script, &words, &overrides, &mut tally, out)?;
         }
         out.assumed.extend(assumed.take().into_iter().map(|(p, t)| (package.to_string(), p, t)));
+        self.record(script, tally, out)
+    }
+
+    /// What the script's commands came to, for the report: emulated, without effect, or (a
+    /// command that cannot be emulated) run in the sandbox or refused.
+    fn record(&self, script: &str, tally: ScriptTally, out: &mut Accounted) -> Result<()> {
+        let package = self.package.as_str();
         let outcome = match tally.unknown {
             Some(command) => unplaced(package, script, command, self.skip, "runs")?,
             None if !tally.emulated.is_empty() => Outcome::Emulated(tally.emulated.join(", ")),

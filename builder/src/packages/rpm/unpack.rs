@@ -8,6 +8,7 @@ use super::fetch::package_file;
 use super::plan::Resolved;
 use super::scripts::Accounted;
 use crate::error::{Error, Result};
+use crate::packages::payload::Refused;
 use crate::packages::users;
 use crate::packages::PackagesReport;
 use crate::packages::{alternatives, PackageError};
@@ -18,7 +19,7 @@ use erdma_rpm::PackageMeta;
 
 /// Why [`LayerSink`] did not write an entry.
 enum SinkError {
-    Refused(crate::packages::payload::Refused),
+    Refused(Refused),
     Layer(erdma_oci::Error),
 }
 
@@ -91,12 +92,15 @@ pub(crate) fn check_paths(
     meta: &PackageMeta,
     placer: &mut crate::packages::payload::Placer<'_>,
 ) -> Result<()> {
-    use crate::packages::payload::{check_name, Refused};
+    use crate::packages::payload::check_name;
     for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
-        let refuse = |why: Refused| Error::PackageEntry {
-            package: format!("{} ({})", meta.nevra(), meta.origin),
-            entry: f.path.escape_debug().to_string(),
-            reason: why.to_string(),
+        let refuse = |why: Refused| {
+            let (package, entry) =
+                (format!("{} ({})", meta.nevra(), meta.origin), f.path.escape_debug().to_string());
+            match why {
+                Refused::Image(_) => Error::PackageEntryBase { package, entry, source: why },
+                _ => Error::PackageEntry { package, entry, reason: why.to_string() },
+            }
         };
         let norm = erdma_oci::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
         check_name(&norm).map_err(refuse)?;
@@ -208,6 +212,14 @@ pub(crate) fn unpack(
                 Error::Limit { what: format!("the payload of {}", package()), exceeded }
             }
             UnpackError::Package(e) => package_file(path.display(), e),
+            // The base image unreadable where the entry goes: that error is the cause, as apt's.
+            UnpackError::Sink { entry, error: SinkError::Refused(why @ Refused::Image(_)) } => {
+                Error::PackageEntryBase {
+                    package: package(),
+                    entry: entry.escape_debug().to_string(),
+                    source: why,
+                }
+            }
             UnpackError::Sink { entry, error: SinkError::Refused(why) } => Error::PackageEntry {
                 package: package(),
                 entry: entry.escape_debug().to_string(),
