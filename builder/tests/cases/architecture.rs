@@ -513,6 +513,7 @@ fn every_crate_root_forbids_unsafe_code() {
 /// The workspace's crates, lowest first: a crate may depend (dev-dependencies too) only on crates
 /// of a lower rank, so nothing low imports something above it. Cargo already refuses cycles.
 const RANKS: &[&[&str]] = &[
+    &["erdma-workspace-hack"],
     &["erdma-buildinfo", "erdma-common"],
     &["erdma-limits"],
     &["erdma-http"],
@@ -557,4 +558,56 @@ fn crates_depend_only_on_crates_below_them() {
         }
     }
     assert_eq!(seen, RANKS.iter().map(|r| r.len()).sum::<usize>(), "every ranked crate exists");
+}
+
+/// Each package of a member's build graph and the feature sets it is built with there (one per
+/// unit: a package built for the host, as a build dependency, and for the target may differ),
+/// as `cargo tree` resolves them for this machine's target.
+fn feature_sets(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .current_dir(workspace_root())
+        .args(["tree", "--locked", "--offline", "-e", "normal,build", "--prefix", "none"])
+        .args(["--format", "{p}|{f}", "--target", "x86_64-unknown-linux-gnu"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo tree {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut sets: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let line = line.trim_end_matches(" (*)");
+        let Some((package, features)) = line.split_once('|') else { continue };
+        // Workspace members by their path; everything else by name and version.
+        let package = package.split(" (").next().unwrap().to_string();
+        sets.entry(package).or_default().insert(features.to_string());
+    }
+    sets
+}
+
+/// A build of one product alone (`cargo build -p erdma-build`, what scripts/demo runs) builds
+/// every dependency with the features a workspace build gives it, so that switching between the
+/// two recompiles nothing: the workspace-hack crate (`crates/erdma-workspace-hack`, which
+/// `cargo hakari generate` writes) is a dependency of every product and carries the union.
+///
+/// `cargo tree` does not say which of a package's feature sets is its host build and which its
+/// target build, so each set a member alone builds must be one the workspace builds too (the
+/// workspace may build more: a package that one member uses as a build dependency and another
+/// as a normal one).
+#[test]
+fn one_member_builds_its_dependencies_as_the_workspace_does() {
+    let whole = feature_sets(&["--workspace"]);
+    // The products; a library alone (`cargo test -p erdma-rpm`) still unifies for itself: the
+    // workspace-hack would make each wait for every dependency of the workspace.
+    for member in ["erdma-build", "erdma-oci-hook", "erdma-kube", "erdma-fuzz"] {
+        let alone = feature_sets(&["-p", member]);
+        let differ: Vec<String> = alone
+            .iter()
+            .filter(|(p, f)| whole.get(*p).is_some_and(|w| !f.is_subset(w)))
+            .map(|(p, f)| format!("{p}: {f:?} alone, {:?} in the workspace", whole[p]))
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{member} alone builds these with other features than the workspace does (run `cargo hakari generate`):\n{}",
+            differ.join("\n")
+        );
+    }
 }
