@@ -573,11 +573,13 @@ fn engine_checks(engine: Engine, config: &Config, opts: &Options, checks: &mut V
     let reg = match engine::inspect(engine, path) {
         Ok(r) => r,
         Err(e) => {
+            // With its causes: the parser's line and column of a malformed file.
+            let error = erdma_common::errors::chain(&e);
             checks.push(Check::fail(
                 id,
-                format!("{name}: {e}"),
+                format!("{name}: {error}"),
                 format!("fix the file, then run `{configure}`"),
-                json!({"engine": engine, "config_path": path, "error": e.to_string()}),
+                json!({"engine": engine, "config_path": path, "error": error}),
             ));
             return;
         }

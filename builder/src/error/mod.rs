@@ -100,6 +100,16 @@ pub enum Error {
         source: Box<erdma_oci::Error>,
     },
 
+    /// A `.deb`'s data entry whose tar header holds a field the tar reader cannot read.
+    #[error("package {package}: refusing entry `{entry}`: unreadable {field}")]
+    PackageEntryHeader {
+        package: String,
+        entry: String,
+        field: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A payload entry whose place in the base image could not be read.
     #[error("package {package}: entry `{entry}`")]
     PackageEntryBase {

@@ -595,9 +595,10 @@ fn feature_sets(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn one_member_builds_its_dependencies_as_the_workspace_does() {
     let whole = feature_sets(&["--workspace"]);
-    // The products; a library alone (`cargo test -p erdma-rpm`) still unifies for itself: the
-    // workspace-hack would make each wait for every dependency of the workspace.
-    for member in ["erdma-build", "erdma-oci-hook", "erdma-kube", "erdma-fuzz"] {
+    // The products but erdma-oci-hook (the root Cargo.toml says why); a library alone (`cargo
+    // test -p erdma-rpm`) still unifies for itself: the workspace-hack would make each wait for
+    // every dependency of the workspace.
+    for member in ["erdma-build", "erdma-kube", "erdma-fuzz"] {
         let alone = feature_sets(&["-p", member]);
         let differ: Vec<String> = alone
             .iter()

@@ -253,6 +253,24 @@ pub enum UnpackError<E> {
     },
 }
 
+impl<E: std::fmt::Display> std::fmt::Display for UnpackError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnpackError::Package(e) => e.fmt(f),
+            UnpackError::Sink { entry, error } => write!(f, "payload entry `{entry}`: {error}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for UnpackError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            UnpackError::Package(e) => e.source(),
+            UnpackError::Sink { error, .. } => error.source(),
+        }
+    }
+}
+
 impl<E> From<RpmError> for UnpackError<E> {
     fn from(e: RpmError) -> Self {
         UnpackError::Package(e)

@@ -43,6 +43,9 @@ pub(crate) fn entry_error(
         (None, deb::DebError::BadEntry { entry, reason, .. }) => {
             Error::PackageEntry { package, entry: shown(&entry), reason }
         }
+        (None, deb::DebError::BadHeader { entry, field, source, .. }) => {
+            Error::PackageEntryHeader { package, entry: shown(&entry), field, source }
+        }
         (None, deb::DebError::Limit { member, exceeded, .. }) => {
             Error::Limit { what: format!("{member} of {package}"), exceeded }
         }
