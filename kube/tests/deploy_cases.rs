@@ -529,54 +529,8 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
     assert_eq!(ncmd[0], format!("{IMAGE_BIN}/erdma-nri-plugin"));
     let socket = flag(&ncmd, "--socket").unwrap();
     assert_eq!((flag(&ncmd, "--name"), flag(&ncmd, "--idx")), (Some("erdma"), Some("10")));
-    for (c, own) in
-        [(dp, socket_dir), (nri_c, Path::new(socket).parent().unwrap().to_str().unwrap())]
-    {
-        let m = mounts(ds, c);
-        let name = c["name"].as_str().unwrap();
-        assert_eq!(
-            m[own],
-            (own.to_string(), false, String::new()),
-            "{name}: its socket directory, the host's, writable"
-        );
-        assert_eq!(m["/sys"], ("/sys".to_string(), true, String::new()), "{name}");
-        assert_eq!(
-            m["/dev/infiniband"],
-            ("/dev/infiniband".to_string(), true, String::new()),
-            "{name}: the nodes under dev_root"
-        );
-        if c == nri_c {
-            // The pods' network namespaces, also those made after it started (NCCL_SOCKET_IFNAME
-            // is read from the pod's), and only the capability setns(2) into them needs.
-            assert_eq!(
-                m["/var/run/netns"],
-                ("/var/run/netns".to_string(), true, "HostToContainer".to_string()),
-                "{name}"
-            );
-            assert_eq!(
-                c["securityContext"]["capabilities"]["add"],
-                json!(["CAP_SYS_ADMIN"]),
-                "{name}"
-            );
-            // Kubernetes' ValidateSecurityContext refuses allowPrivilegeEscalation: false
-            // beside CAP_SYS_ADMIN.
-            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], Value::Null, "{name}");
-            assert_eq!(m.len(), 5, "{name}: {m:?}");
-        } else {
-            assert_eq!(c["securityContext"]["capabilities"]["add"], Value::Null, "{name}");
-            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], json!(false), "{name}");
-            assert_eq!(m.len(), 4, "{name}: {m:?}");
-        }
-        assert!(!m.contains_key("/host"), "{name}");
-        assert_eq!(
-            env(c, erdma_oci_hook::config::ENV_PATH),
-            Some(config_file),
-            "{name}: the same config"
-        );
-        assert_eq!(c["securityContext"]["privileged"], Value::Null, "{name}");
-        assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]), "{name}");
-        assert_eq!(c["image"], node["image"], "{name}: one image");
-    }
+    let nri_dir = Path::new(socket).parent().unwrap().to_str().unwrap();
+    assert_daemon_containers(ds, [(dp, socket_dir), (nri_c, nri_dir)], node, config_file);
 
     // The other two files: the same DaemonSet name and the same parts, so a node runs one mode
     // and the files cannot drift apart.
@@ -623,6 +577,64 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
         (Some("erdma"), Some("erdma"))
     );
     assert_eq!(rc["scheduling"]["nodeSelector"], pod["nodeSelector"]);
+}
+
+/// The two daemons of the NRI DaemonSet (the device plugin and the NRI plugin, each with its
+/// socket directory): narrow mounts at the paths the config and their flags name, no more
+/// privilege than each needs, the same config and image as the installer.
+fn assert_daemon_containers(
+    ds: &Value,
+    daemons: [(&Value, &str); 2],
+    node: &Value,
+    config_file: &str,
+) {
+    let nri_c = daemons[1].0;
+    for (c, own) in daemons {
+        let m = mounts(ds, c);
+        let name = c["name"].as_str().unwrap();
+        assert_eq!(
+            m[own],
+            (own.to_string(), false, String::new()),
+            "{name}: its socket directory, the host's, writable"
+        );
+        assert_eq!(m["/sys"], ("/sys".to_string(), true, String::new()), "{name}");
+        assert_eq!(
+            m["/dev/infiniband"],
+            ("/dev/infiniband".to_string(), true, String::new()),
+            "{name}: the nodes under dev_root"
+        );
+        if c == nri_c {
+            // The pods' network namespaces, also those made after it started (NCCL_SOCKET_IFNAME
+            // is read from the pod's), and only the capability setns(2) into them needs.
+            assert_eq!(
+                m["/var/run/netns"],
+                ("/var/run/netns".to_string(), true, "HostToContainer".to_string()),
+                "{name}"
+            );
+            assert_eq!(
+                c["securityContext"]["capabilities"]["add"],
+                json!(["CAP_SYS_ADMIN"]),
+                "{name}"
+            );
+            // Kubernetes' ValidateSecurityContext refuses allowPrivilegeEscalation: false
+            // beside CAP_SYS_ADMIN.
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], Value::Null, "{name}");
+            assert_eq!(m.len(), 5, "{name}: {m:?}");
+        } else {
+            assert_eq!(c["securityContext"]["capabilities"]["add"], Value::Null, "{name}");
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], json!(false), "{name}");
+            assert_eq!(m.len(), 4, "{name}: {m:?}");
+        }
+        assert!(!m.contains_key("/host"), "{name}");
+        assert_eq!(
+            env(c, erdma_oci_hook::config::ENV_PATH),
+            Some(config_file),
+            "{name}: the same config"
+        );
+        assert_eq!(c["securityContext"]["privileged"], Value::Null, "{name}");
+        assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]), "{name}");
+        assert_eq!(c["image"], node["image"], "{name}: one image");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -145,6 +145,86 @@ fn allow_rule(spec: &Value, major: u64, minor: u64) -> bool {
     })
 }
 
+/// A pod off the host network, on a CNI ptp network (its eth0 with an address of
+/// 10.254.x.0/24): under the default `network = "any"` an asking container gets the nodes,
+/// memlock and an NCCL_SOCKET_IFNAME read from the pod's namespace, which has no eth1 (the
+/// host's interfaces would give `=eth0,eth1` for both devices).
+/// Returns the pod's sandbox id.
+fn own_network_pod(h: &Containerd17, plugin: &NriPlugin, asked: &str) -> String {
+    let isolated = h.run_pod("nri-isolated", false, &[], "");
+    let asks = h.create_and_start(
+        &isolated,
+        &Container {
+            name: "asks".into(),
+            envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "all".into())],
+            ..Default::default()
+        },
+    );
+    assert_eq!(nodes_inside(&h, &asks), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
+    assert_eq!(memlock_inside(&h, &asks), asked);
+    let env = env_inside(&h, &asks);
+    for kv in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_SOCKET_IFNAME==eth0"] {
+        assert!(has_env(&env, kv), "{kv} not in {env:?}; the plugin's log:\n{}", plugin.log_text());
+    }
+    let (_, ifaces, _) =
+        h.exec_sync(&asks, &["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"]);
+    let mut names: Vec<&str> = ifaces.lines().map(str::trim).collect();
+    names.sort();
+    assert_eq!(names, ["eth0", "lo"], "the pod's interfaces");
+    plugin.wait_for("rdma_cm", 1);
+    assert!(
+        plugin.log_text().lines().any(|l| l.contains("nri-isolated")
+            && l.contains("rdma_cm")
+            && l.contains("hostNetwork: true")),
+        "one warning naming the pod:\n{}",
+        plugin.log_text()
+    );
+    isolated
+}
+
+/// Beside Terway's own `aliyun/erdma` device plugin, whose Allocate answers with every node
+/// under /dev/infiniband, host and container path alike, "rw", and no env (Terway
+/// `deviceplugin/eni.go` and `eni_test.go`, ENITypeERDMA): the pod on its own network
+/// (`isolated`) gets what Terway leaves out, memlock (`asked`) and the NCCL settings, and no
+/// node twice.
+fn beside_terways_device_plugin(h: &Containerd17, fixture: &Fixture, isolated: &str, asked: &str) {
+    let mut terway_nodes: Vec<String> = std::fs::read_dir(fixture.dev.join("infiniband"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    terway_nodes.sort();
+    let terway = h.create_and_start(
+        &isolated,
+        &Container {
+            name: "terway".into(),
+            devices: terway_nodes
+                .iter()
+                .map(|n| Device {
+                    host_path: fixture.dev.join("infiniband").join(n),
+                    container_path: format!("/dev/infiniband/{n}"),
+                    permissions: "rw".into(),
+                })
+                .collect(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(nodes_inside(&h, &terway), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
+    let spec = h.runtime_spec(&terway);
+    let paths: Vec<&str> = spec["linux"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["path"].as_str())
+        .filter(|p| p.starts_with("/dev/infiniband/"))
+        .collect();
+    assert_eq!(paths.len(), 3, "no node added twice: {paths:?}");
+    assert_eq!(memlock_inside(&h, &terway), asked);
+    let env = env_inside(&h, &terway);
+    for kv in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_SOCKET_IFNAME==eth0"] {
+        assert!(has_env(&env, kv), "{kv} not in {env:?}");
+    }
+}
+
 #[test]
 fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     if !require_containerd17() {
@@ -242,78 +322,8 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     let c = h.create_and_start(&annotated, &Container { name: "all".into(), ..Default::default() });
     assert_eq!(nodes_inside(&h, &c), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
 
-    // A pod off the host network, on a CNI ptp network (its eth0 with an address of
-    // 10.254.x.0/24): under the default `network = "any"` an asking container gets the nodes,
-    // memlock and an NCCL_SOCKET_IFNAME read from the pod's namespace, which has no eth1 (the
-    // host's interfaces would give `=eth0,eth1` for both devices).
-    let isolated = h.run_pod("nri-isolated", false, &[], "");
-    let asks = h.create_and_start(
-        &isolated,
-        &Container {
-            name: "asks".into(),
-            envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "all".into())],
-            ..Default::default()
-        },
-    );
-    assert_eq!(nodes_inside(&h, &asks), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
-    assert_eq!(memlock_inside(&h, &asks), asked);
-    let env = env_inside(&h, &asks);
-    for kv in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_SOCKET_IFNAME==eth0"] {
-        assert!(has_env(&env, kv), "{kv} not in {env:?}; the plugin's log:\n{}", plugin.log_text());
-    }
-    let (_, ifaces, _) =
-        h.exec_sync(&asks, &["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"]);
-    let mut names: Vec<&str> = ifaces.lines().map(str::trim).collect();
-    names.sort();
-    assert_eq!(names, ["eth0", "lo"], "the pod's interfaces");
-    plugin.wait_for("rdma_cm", 1);
-    assert!(
-        plugin.log_text().lines().any(|l| l.contains("nri-isolated")
-            && l.contains("rdma_cm")
-            && l.contains("hostNetwork: true")),
-        "one warning naming the pod:\n{}",
-        plugin.log_text()
-    );
-
-    // Beside Terway's own `aliyun/erdma` device plugin, whose Allocate answers with every node
-    // under /dev/infiniband, host and container path alike, "rw", and no env (Terway
-    // `deviceplugin/eni.go` and `eni_test.go`, ENITypeERDMA): the pod on its own network gets
-    // what Terway leaves out, memlock and the NCCL settings, and no node twice.
-    let mut terway_nodes: Vec<String> = std::fs::read_dir(fixture.dev.join("infiniband"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    terway_nodes.sort();
-    let terway = h.create_and_start(
-        &isolated,
-        &Container {
-            name: "terway".into(),
-            devices: terway_nodes
-                .iter()
-                .map(|n| Device {
-                    host_path: fixture.dev.join("infiniband").join(n),
-                    container_path: format!("/dev/infiniband/{n}"),
-                    permissions: "rw".into(),
-                })
-                .collect(),
-            ..Default::default()
-        },
-    );
-    assert_eq!(nodes_inside(&h, &terway), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
-    let spec = h.runtime_spec(&terway);
-    let paths: Vec<&str> = spec["linux"]["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|d| d["path"].as_str())
-        .filter(|p| p.starts_with("/dev/infiniband/"))
-        .collect();
-    assert_eq!(paths.len(), 3, "no node added twice: {paths:?}");
-    assert_eq!(memlock_inside(&h, &terway), asked);
-    let env = env_inside(&h, &terway);
-    for kv in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_SOCKET_IFNAME==eth0"] {
-        assert!(has_env(&env, kv), "{kv} not in {env:?}");
-    }
+    let isolated = own_network_pod(&h, &plugin, &asked);
+    beside_terways_device_plugin(&h, &fixture, &isolated, &asked);
 
     // `network = "require"`: refused with the fix named, which kubelet shows as the
     // container's CreateContainerError event; a plain one starts.

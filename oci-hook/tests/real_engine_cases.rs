@@ -167,6 +167,18 @@ fn ls_line<'a>(out: &'a str, node: &str) -> Option<&'a str> {
     out.lines().find(|l| l.split_whitespace().last() == Some(node))
 }
 
+/// Nothing left behind: no container running, none left over at all.
+fn assert_no_container_left(dockerd: &Dockerd) {
+    let ps = dockerd.docker(&["ps", "-a", "-q"]);
+    assert_success("docker ps -a", &ps);
+    assert_eq!(
+        text(&ps.stdout).trim(),
+        "",
+        "containers left: {}",
+        text(&dockerd.docker(&["ps", "-a"]).stdout)
+    );
+}
+
 #[test]
 fn docker_runs_erdma_containers_root_daemon() {
     if !(require(is_root(), "root is needed to run dockerd")
@@ -309,15 +321,7 @@ fn docker_runs_erdma_containers_root_daemon() {
         text(&plain.stdout)
     );
 
-    // Nothing left behind: no container running, none left over at all.
-    let ps = dockerd.docker(&["ps", "-a", "-q"]);
-    assert_success("docker ps -a", &ps);
-    assert_eq!(
-        text(&ps.stdout).trim(),
-        "",
-        "containers left: {}",
-        text(&dockerd.docker(&["ps", "-a"]).stdout)
-    );
+    assert_no_container_left(&dockerd);
     drop(dockerd);
 }
 

@@ -150,6 +150,62 @@ fn manifest_gets(log: &[support::AccessLogEntry]) -> Vec<(String, u16)> {
 }
 
 /// The requests `reg` logged after the first `skip`.
+/// Both children of the base's index were read from the manifests endpoint, once each; no
+/// manifest was asked for as a blob, and nothing answered "unknown".
+fn assert_children_read_once(reg: &Registry, log: &[support::AccessLogEntry], children: &[String]) {
+    let gets = manifest_gets(log);
+    for d in children {
+        assert_eq!(
+            gets.iter().filter(|(g, st)| g == d && *st == 200).count(),
+            1,
+            "child {d}: {gets:?}"
+        );
+        assert_eq!(
+            log.iter().filter(|l| l.blob_digest() == Some(d.as_str())).count(),
+            0,
+            "child {d} asked for as a blob:\n{}",
+            reg.log()
+        );
+    }
+    assert!(!log.iter().any(|l| l.status == 404 && l.method == "GET"), "{}", reg.log());
+}
+
+/// The new index: each new manifest with its platform, pushed by digest, then the index by the
+/// tag; OCI media types throughout, whatever the base's were.
+fn assert_new_index(reg: &Registry, r: &Value, images: &[Value], before: usize) {
+    let raw = support::skopeo([
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &reg.reference("debian:12-erdma"),
+    ]);
+    support::assert_success("skopeo inspect --raw", &raw);
+    assert_eq!(r["digest"], sha256(&raw.stdout));
+    let out: Value = serde_json::from_slice(&raw.stdout).unwrap();
+    assert_eq!(out["mediaType"], fixture::MEDIA_INDEX, "{out}");
+    let entries = out["manifests"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{out}");
+    for (i, p) in [debian::AMD64.platform(), debian::ARM64.platform()].iter().enumerate() {
+        assert_eq!(entries[i]["platform"], p.json(), "{out}");
+        assert_eq!(entries[i]["mediaType"], fixture::MEDIA_MANIFEST);
+        assert_eq!(entries[i]["digest"], images[i]["manifest_digest"]);
+    }
+    let puts: Vec<String> = requests_after(reg, before)
+        .iter()
+        .filter(|l| l.method == "PUT" && l.path().contains("/manifests/"))
+        .map(|l| l.path().rsplit_once("/manifests/").unwrap().1.to_string())
+        .collect();
+    assert_eq!(
+        puts,
+        [
+            entries[0]["digest"].as_str().unwrap(),
+            entries[1]["digest"].as_str().unwrap(),
+            "12-erdma"
+        ],
+        "children by digest, the index last"
+    );
+}
+
 fn requests_after(reg: &Registry, skip: usize) -> Vec<support::AccessLogEntry> {
     reg.requests().into_iter().skip(skip).collect()
 }
@@ -232,23 +288,7 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
     eprintln!("{kind:?}: erdma-build --platform all took {:.1?}", started.elapsed());
     let log = requests_after(&reg, before);
 
-    // Both children were read from the manifests endpoint, once each; no manifest was asked
-    // for as a blob, and nothing answered "unknown".
-    let gets = manifest_gets(&log);
-    for d in &children {
-        assert_eq!(
-            gets.iter().filter(|(g, st)| g == d && *st == 200).count(),
-            1,
-            "child {d}: {gets:?}"
-        );
-        assert_eq!(
-            log.iter().filter(|l| l.blob_digest() == Some(d.as_str())).count(),
-            0,
-            "child {d} asked for as a blob:\n{}",
-            reg.log()
-        );
-    }
-    assert!(!log.iter().any(|l| l.status == 404 && l.method == "GET"), "{}", reg.log());
+    assert_children_read_once(&reg, &log, &children);
 
     let images = r["images"].as_array().unwrap();
     assert_eq!(images.len(), 2, "{r}");
@@ -263,39 +303,7 @@ fn builds_both_platforms_and_docker_runs_them(kind: IndexKind) {
     assert_eq!(images[0]["base_layers"][0]["digest"], amd.layers[0].digest.as_str());
     assert_eq!(images[1]["base_layers"][0]["digest"], arm.layers[0].digest.as_str());
 
-    // The new index: each new manifest with its platform, pushed by digest, then the index by
-    // the tag; OCI media types throughout, whatever the base's were.
-    let raw = support::skopeo([
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &reg.reference("debian:12-erdma"),
-    ]);
-    support::assert_success("skopeo inspect --raw", &raw);
-    assert_eq!(r["digest"], sha256(&raw.stdout));
-    let out: Value = serde_json::from_slice(&raw.stdout).unwrap();
-    assert_eq!(out["mediaType"], fixture::MEDIA_INDEX, "{out}");
-    let entries = out["manifests"].as_array().unwrap();
-    assert_eq!(entries.len(), 2, "{out}");
-    for (i, p) in [debian::AMD64.platform(), debian::ARM64.platform()].iter().enumerate() {
-        assert_eq!(entries[i]["platform"], p.json(), "{out}");
-        assert_eq!(entries[i]["mediaType"], fixture::MEDIA_MANIFEST);
-        assert_eq!(entries[i]["digest"], images[i]["manifest_digest"]);
-    }
-    let puts: Vec<String> = requests_after(&reg, before)
-        .iter()
-        .filter(|l| l.method == "PUT" && l.path().contains("/manifests/"))
-        .map(|l| l.path().rsplit_once("/manifests/").unwrap().1.to_string())
-        .collect();
-    assert_eq!(
-        puts,
-        [
-            entries[0]["digest"].as_str().unwrap(),
-            entries[1]["digest"].as_str().unwrap(),
-            "12-erdma"
-        ],
-        "children by digest, the index last"
-    );
+    assert_new_index(&reg, &r, images, before);
 
     // Docker pulls each platform from the index and runs it (arm64 under qemu-user-static):
     // the provider of the image's own architecture is there, and dpkg and apt are clean.

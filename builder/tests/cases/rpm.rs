@@ -195,6 +195,56 @@ fn names(list: &Value) -> Vec<String> {
     list.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
 }
 
+/// Every file of a Berkeley DB rpm database the build wrote passes `db5.3_verify`, and the
+/// environment (`__db.*`) is left for rpm to make.
+fn assert_berkeley_db_verifies(db: &Path) {
+    for f in std::fs::read_dir(db).unwrap() {
+        let f = f.unwrap().path();
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("__db") || name.starts_with('.') {
+            continue;
+        }
+        let out = Command::new("db5.3_verify").arg("-q").arg(&f).output().unwrap();
+        assert!(
+            out.status.success(),
+            "db5.3_verify {name}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+    assert!(!db.join("__db.001").exists(), "the Berkeley DB environment is left for rpm to make");
+}
+
+/// A later install in the image works on the database we wrote: dnf with the repository
+/// file the image got (SQLite: this machine's dnf writes SQLite), else the image's rpm.
+fn install_on_top(setup: &Setup, kind: BaseKind, r: &Path) {
+    if kind.sqlite() && support::have("dnf") {
+        let conf = rpm_repo::dnf_conf(&setup.tmp.path().join("dnf"));
+        let out = rpm_repo::dnf_command(&conf, r)
+            .args([
+                "--releasever",
+                kind.releasever(),
+                "-y",
+                "-q",
+                "--disablerepo=*",
+                "--enablerepo=erdma",
+            ])
+            .arg(format!("--setopt=reposdir={}", s(&r.join("etc/yum.repos.d"))))
+            .arg(format!(
+                "--setopt=erdma.gpgkey=file://{}",
+                s(&r.join("etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"))
+            ))
+            .args(["install", "librdmacm-utils"])
+            .output()
+            .unwrap();
+        support::assert_success("dnf --installroot install librdmacm-utils on the result", &out);
+    } else {
+        let extra = setup.erdma.rpm("librdmacm-utils");
+        let out = image_rpm(kind, r, &["-i", "--nosignature", "{0}"], &[extra]);
+        support::assert_success("rpm -i librdmacm-utils on top", &out);
+    }
+}
+
 /// The ECS AI-training-cluster guide's package set from a signed Alibaba-layout repository into EL-like bases, checked
 /// with real rpm: the database in the base's own format, `rpm -V` clean, a later `rpm -i` on
 /// top, the repository left configured for `yum install`.
@@ -316,52 +366,9 @@ fn el_base_gets_erdma(kind: BaseKind) {
     assert_eq!(text(&owner.stdout).trim(), format!("libibverbs-{evr}.x86_64"));
     assert!(r.join("usr/lib64/libibverbs/liberdma-rdmav34.so").exists(), "the erdma provider");
     if !kind.sqlite() {
-        for f in std::fs::read_dir(&db).unwrap() {
-            let f = f.unwrap().path();
-            let name = f.file_name().unwrap().to_string_lossy().into_owned();
-            if name.starts_with("__db") || name.starts_with('.') {
-                continue;
-            }
-            let out = Command::new("db5.3_verify").arg("-q").arg(&f).output().unwrap();
-            assert!(
-                out.status.success(),
-                "db5.3_verify {name}: {}{}",
-                text(&out.stdout),
-                text(&out.stderr)
-            );
-        }
-        assert!(
-            !db.join("__db.001").exists(),
-            "the Berkeley DB environment is left for rpm to make"
-        );
+        assert_berkeley_db_verifies(&db);
     }
-    // A later install in the image works on the database we wrote: dnf with the repository
-    // file the image got (SQLite: this machine's dnf writes SQLite), else the image's rpm.
-    if kind.sqlite() && support::have("dnf") {
-        let conf = rpm_repo::dnf_conf(&setup.tmp.path().join("dnf"));
-        let out = rpm_repo::dnf_command(&conf, r)
-            .args([
-                "--releasever",
-                kind.releasever(),
-                "-y",
-                "-q",
-                "--disablerepo=*",
-                "--enablerepo=erdma",
-            ])
-            .arg(format!("--setopt=reposdir={}", s(&r.join("etc/yum.repos.d"))))
-            .arg(format!(
-                "--setopt=erdma.gpgkey=file://{}",
-                s(&r.join("etc/pki/rpm-gpg/RPM-GPG-KEY-erdma"))
-            ))
-            .args(["install", "librdmacm-utils"])
-            .output()
-            .unwrap();
-        support::assert_success("dnf --installroot install librdmacm-utils on the result", &out);
-    } else {
-        let extra = setup.erdma.rpm("librdmacm-utils");
-        let out = image_rpm(kind, r, &["-i", "--nosignature", "{0}"], &[extra]);
-        support::assert_success("rpm -i librdmacm-utils on top", &out);
-    }
+    install_on_top(&setup, kind, r);
     let after = image_rpm(kind, r, &["-q", "librdmacm-utils", "libibverbs"], &[]);
     support::assert_success("rpm -q after rpm -i", &after);
     // The ECS AI-training-cluster guide's repository file, with the key the build verified with.
