@@ -160,9 +160,9 @@ fn own_network_pod(h: &Containerd17, plugin: &NriPlugin, asked: &str) -> String 
             ..Default::default()
         },
     );
-    assert_eq!(nodes_inside(&h, &asks), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
-    assert_eq!(memlock_inside(&h, &asks), asked);
-    let env = env_inside(&h, &asks);
+    assert_eq!(nodes_inside(h, &asks), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
+    assert_eq!(memlock_inside(h, &asks), asked);
+    let env = env_inside(h, &asks);
     for kv in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_SOCKET_IFNAME==eth0"] {
         assert!(has_env(&env, kv), "{kv} not in {env:?}; the plugin's log:\n{}", plugin.log_text());
     }
@@ -194,7 +194,7 @@ fn beside_terways_device_plugin(h: &Containerd17, fixture: &Fixture, isolated: &
         .collect();
     terway_nodes.sort();
     let terway = h.create_and_start(
-        &isolated,
+        isolated,
         &Container {
             name: "terway".into(),
             devices: terway_nodes
@@ -208,7 +208,7 @@ fn beside_terways_device_plugin(h: &Containerd17, fixture: &Fixture, isolated: &
             ..Default::default()
         },
     );
-    assert_eq!(nodes_inside(&h, &terway), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
+    assert_eq!(nodes_inside(h, &terway), ["rdma_cm a:3a", "uverbs0 e7:c0", "uverbs1 e7:c1"]);
     let spec = h.runtime_spec(&terway);
     let paths: Vec<&str> = spec["linux"]["devices"]
         .as_array()
@@ -218,8 +218,8 @@ fn beside_terways_device_plugin(h: &Containerd17, fixture: &Fixture, isolated: &
         .filter(|p| p.starts_with("/dev/infiniband/"))
         .collect();
     assert_eq!(paths.len(), 3, "no node added twice: {paths:?}");
-    assert_eq!(memlock_inside(&h, &terway), asked);
-    let env = env_inside(&h, &terway);
+    assert_eq!(memlock_inside(h, &terway), asked);
+    let env = env_inside(h, &terway);
     for kv in ["NCCL_IB_HCA==erdma_0:1,erdma_1:1", "NCCL_SOCKET_IFNAME==eth0"] {
         assert!(has_env(&env, kv), "{kv} not in {env:?}");
     }
