@@ -1,16 +1,12 @@
-//! Helpers for the one integration-test binary (`tests/it.rs`), in the manner of ripgrep's
-//! `tests/util.rs`: real components (runc, Debian's static busybox, device nodes made with
-//! `mknod`) over fixture sysfs trees from `testdata/sysfs/`.
+//! Helpers for the runtime side's integration tests (erdma-oci-hook's and erdma-kube's
+//! `tests/it.rs`, each a dev-dependency), in the manner of ripgrep's `tests/util.rs`: real
+//! components (runc, Debian's static busybox, device nodes made with `mknod`) over fixture sysfs
+//! trees from `testdata/sysfs/`.
 //!
 //! Tests that need root or a tool call [`require`] first: locally a missing precondition prints
 //! a skip note and the test returns; with `CI` set it panics, so that in CI every such test
 //! really runs (CONTRIBUTING.md, "Tests").
-//!
-//! Keep these names stable: `bin`, `Fixture`, `busybox_bundle`, `require`. `erdma-kube`'s tests
-//! include this file too (its `tests/support/mod.rs`), beside their CRI client.
-
-// Each test module uses a subset of the helpers.
-#![allow(dead_code)]
+#![forbid(unsafe_code)]
 
 use std::ffi::OsStr;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -19,20 +15,14 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-/// A binary of the workspace that Cargo built for the test run: the including package's own
-/// through `CARGO_BIN_EXE_*` (always fresh), another package's from the same target directory,
-/// where `cargo nextest run --workspace` (or `cargo build --workspace --bins`) puts it.
+/// A binary of the workspace that Cargo built for the test run, from the test's target
+/// directory: cargo builds the binaries of the package whose integration tests run and puts
+/// them there, and `cargo nextest run --workspace` (or `cargo build --workspace --bins`) every
+/// other package's.
 pub fn bin(name: &str) -> PathBuf {
-    let own = match name {
-        "erdma-oci-hook" => option_env!("CARGO_BIN_EXE_erdma-oci-hook"),
-        "erdma-runtime" => option_env!("CARGO_BIN_EXE_erdma-runtime"),
-        "erdma-device-plugin" => option_env!("CARGO_BIN_EXE_erdma-device-plugin"),
-        "erdma-nri-plugin" => option_env!("CARGO_BIN_EXE_erdma-nri-plugin"),
-        other => panic!("no binary `{other}` in erdma-oci-hook or erdma-kube"),
-    };
-    if let Some(p) = own {
-        return PathBuf::from(p);
-    }
+    const KNOWN: [&str; 4] =
+        ["erdma-oci-hook", "erdma-runtime", "erdma-device-plugin", "erdma-nri-plugin"];
+    assert!(KNOWN.contains(&name), "no binary `{name}` in erdma-oci-hook or erdma-kube");
     // This test binary is target/PROFILE/deps/it-HASH; the workspace's binaries are in
     // target/PROFILE.
     let exe = std::env::current_exe().expect("the test binary's path");
@@ -400,6 +390,12 @@ pub struct RuncRoot {
     pub dir: tempfile::TempDir,
 }
 
+impl Default for RuncRoot {
+    fn default() -> Self {
+        RuncRoot::new()
+    }
+}
+
 impl RuncRoot {
     pub fn new() -> RuncRoot {
         RuncRoot { dir: tempfile::Builder::new().prefix("erdma-runc-").tempdir().unwrap() }
@@ -455,6 +451,8 @@ pub struct Netns {
     child: std::process::Child,
 }
 
+// Making one starts a process holding a new network namespace: not a default value.
+#[allow(clippy::new_without_default)]
 impl Netns {
     pub fn new() -> Netns {
         let host = std::fs::read_link("/proc/self/ns/net").unwrap();
