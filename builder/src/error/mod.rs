@@ -189,6 +189,23 @@ pub enum Error {
 }
 
 impl Error {
+    /// A payload entry refused before anything is written, by either backend: `entry` as the
+    /// package names it (escaped here). The base image unreadable where it goes keeps that error
+    /// as the cause; every other refusal is the reason on the one line.
+    pub(crate) fn refused(
+        package: String,
+        entry: &str,
+        why: crate::packages::payload::Refused,
+    ) -> Error {
+        let entry = entry.escape_debug().to_string();
+        match why {
+            crate::packages::payload::Refused::Image(_) => {
+                Error::PackageEntryBase { package, entry, source: why }
+            }
+            _ => Error::PackageEntry { package, entry, reason: why.to_string() },
+        }
+    }
+
     /// What the user can do about this error, where there is something to say; the binary
     /// prints it as the `hint:` line after the error and its causes ([`hint`] asks each cause).
     pub fn hint(&self) -> Option<String> {

@@ -29,12 +29,7 @@ pub(crate) fn entry_error(
     let package = package_label(planned);
     let shown = |entry: &str| entry.escape_debug().to_string();
     match (refused, e) {
-        (Some((entry, why @ Refused::Image(_))), _) => {
-            Error::PackageEntryBase { package, entry: shown(&entry), source: why }
-        }
-        (Some((entry, why)), _) => {
-            Error::PackageEntry { package, entry: shown(&entry), reason: why.to_string() }
-        }
+        (Some((entry, why)), _) => Error::refused(package, &entry, why),
         (None, deb::DebError::UnsafePath { entry, .. }) => Error::PackageEntry {
             package,
             entry: shown(&entry),

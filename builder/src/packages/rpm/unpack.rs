@@ -95,12 +95,7 @@ pub(crate) fn check_paths(
     use crate::packages::payload::check_name;
     for f in pkg.files().iter().filter(|f| !f.is_ghost()) {
         let refuse = |why: Refused| {
-            let (package, entry) =
-                (format!("{} ({})", meta.nevra(), meta.origin), f.path.escape_debug().to_string());
-            match why {
-                Refused::Image(_) => Error::PackageEntryBase { package, entry, source: why },
-                _ => Error::PackageEntry { package, entry, reason: why.to_string() },
-            }
+            Error::refused(format!("{} ({})", meta.nevra(), meta.origin), &f.path, why)
         };
         let norm = erdma_oci::layer::normalize(&f.path).ok_or_else(|| refuse(Refused::Escapes))?;
         check_name(&norm).map_err(refuse)?;
@@ -212,19 +207,9 @@ pub(crate) fn unpack(
                 Error::Limit { what: format!("the payload of {}", package()), exceeded }
             }
             UnpackError::Package(e) => package_file(path.display(), e),
-            // The base image unreadable where the entry goes: that error is the cause, as apt's.
-            UnpackError::Sink { entry, error: SinkError::Refused(why @ Refused::Image(_)) } => {
-                Error::PackageEntryBase {
-                    package: package(),
-                    entry: entry.escape_debug().to_string(),
-                    source: why,
-                }
+            UnpackError::Sink { entry, error: SinkError::Refused(why) } => {
+                Error::refused(package(), &entry, why)
             }
-            UnpackError::Sink { entry, error: SinkError::Refused(why) } => Error::PackageEntry {
-                package: package(),
-                entry: entry.escape_debug().to_string(),
-                reason: why.to_string(),
-            },
             UnpackError::Sink { entry, error: SinkError::Layer(e) } => Error::PackageLayer {
                 package: package(),
                 entry: entry.escape_debug().to_string(),
