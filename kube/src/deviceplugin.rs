@@ -12,7 +12,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use erdma_oci_hook::discover::{Host, RdmaDevice};
+use crate::grant::GrantError;
+use erdma_oci_hook::discover::Host;
 use erdma_oci_hook::netns::Net;
 
 /// The resource ACK's jobs request (the ACK GDR guide: `--device=aliyun/erdma=1`).
@@ -63,18 +64,13 @@ pub fn numa_node(sysfs: &Path, device: &str) -> Option<u32> {
     text.trim().parse::<i64>().ok().filter(|n| *n >= 0).and_then(|n| u32::try_from(n).ok())
 }
 
-/// Healthy: every port PORT_ACTIVE and the uverbs node present (what a container needs).
-fn healthy(d: &RdmaDevice) -> bool {
-    d.all_ports_active() && d.uverbs.is_some()
-}
-
 /// The devices to advertise for `host`: `shares` IDs per eRDMA device, in device order.
 pub fn advertise(host: &Host, sysfs: &Path, cfg: &PluginConfig) -> Vec<Advertised> {
     host.devices
         .iter()
         .flat_map(|d| {
             let numa = numa_node(sysfs, &d.name);
-            let health = if healthy(d) { HEALTHY } else { UNHEALTHY };
+            let health = if crate::grant::healthy(d) { HEALTHY } else { UNHEALTHY };
             (0..cfg.shares.max(1)).map(move |i| Advertised {
                 id: format!("{}-{i}", d.name),
                 device: d.name.clone(),
@@ -148,16 +144,6 @@ pub struct Allocation {
     pub cdi_devices: Vec<String>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AllocateError {
-    #[error("device {0} is not advertised on this node")]
-    Unknown(String),
-    #[error("device {device} is unhealthy: {why}")]
-    Unhealthy { device: String, why: String },
-    #[error("this node has no usable /dev/infiniband/rdma_cm")]
-    NoRdmaCm,
-}
-
 /// What a container given the advertised `ids` gets: each distinct device's uverbs node once,
 /// `rdma_cm`, and the env the hooks would set for those devices (`ERDMA_VISIBLE_DEVICES`, the
 /// presets and the NCCL settings derived for them); with CDI, the device names instead of specs.
@@ -172,28 +158,10 @@ pub fn allocate(
     ids: &[String],
     net: &Net,
     ctx: &erdma_oci_hook::nccl::Context,
-) -> Result<Allocation, AllocateError> {
+) -> Result<Allocation, GrantError> {
     let names: BTreeSet<&str> = ids.iter().map(|id| device_of(id)).collect();
-    let mut chosen: Vec<&RdmaDevice> = Vec::new();
-    for n in &names {
-        let d = host
-            .devices
-            .iter()
-            .find(|d| d.name == *n)
-            .ok_or_else(|| AllocateError::Unknown(n.to_string()))?;
-        if !healthy(d) {
-            let why = d.problem.clone().unwrap_or_else(|| {
-                if d.uverbs.is_none() {
-                    "no uverbs node".into()
-                } else {
-                    "a port is not PORT_ACTIVE".into()
-                }
-            });
-            return Err(AllocateError::Unhealthy { device: d.name.clone(), why });
-        }
-        chosen.push(d);
-    }
-    let cm = host.rdma_cm.as_ref().ok_or(AllocateError::NoRdmaCm)?;
+    let chosen = crate::grant::usable(host, names)?;
+    let cm = host.rdma_cm.as_ref().ok_or(GrantError::NoRdmaCm)?;
     let mut a = Allocation::default();
     if cfg.cdi {
         a.cdi_devices =
@@ -207,12 +175,7 @@ pub fn allocate(
             });
         }
     }
-    let derived = erdma_oci_hook::nccl::derive(host, &chosen, net, ctx);
-    a.envs.insert(
-        erdma_oci_hook::request::ENV.to_string(),
-        chosen.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(","),
-    );
-    a.envs.extend(derived.with_presets());
+    a.envs = crate::grant::envs(host, &chosen, net, ctx);
     Ok(a)
 }
 
@@ -256,7 +219,7 @@ pub fn preferred(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use erdma_oci_hook::discover::{CharDev, Port};
+    use erdma_oci_hook::discover::{CharDev, Port, RdmaDevice};
 
     #[test]
     fn acks_and_terways_plugin_sockets_are_recognised_and_ours_is_not() {
@@ -364,11 +327,11 @@ mod tests {
         assert_eq!(a.envs.get("NCCL_SOCKET_IFNAME").map(String::as_str), Some("=eth0"));
         assert!(matches!(
             allocate(&h, &cfg, &["erdma_1-0".into()], &Net::Host, &Default::default()),
-            Err(AllocateError::Unhealthy { .. })
+            Err(GrantError::Unhealthy { .. })
         ));
         assert_eq!(
             allocate(&h, &cfg, &["erdma_9-0".into()], &Net::Host, &Default::default()),
-            Err(AllocateError::Unknown("erdma_9".into()))
+            Err(GrantError::Unknown("erdma_9".into()))
         );
         let cdi = allocate(
             &h,

@@ -72,7 +72,7 @@ fn device_node(dev: &CharDev) -> Value {
 }
 
 /// CDI device names (SPEC.md, "CDI Devices"): alphanumerics at both ends, `-`, `_`, `.` between.
-fn valid_device_name(name: &str) -> bool {
+pub fn valid_device_name(name: &str) -> bool {
     let ok_end = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     ok_end(name.chars().next())
         && ok_end(name.chars().last())
@@ -109,13 +109,11 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
         }
     }
 
-    let mut devices: Vec<Value> = usable
+    let mut devices: Vec<(String, Vec<&CharDev>)> = usable
         .iter()
-        .map(|d| json!({"name": d.name, "containerEdits": {"deviceNodes": [device_node(d.uverbs.as_ref().expect("filtered"))]}}))
+        .map(|d| (d.name.clone(), vec![d.uverbs.as_ref().expect("filtered")]))
         .collect();
-    let all_nodes: Vec<Value> =
-        usable.iter().map(|d| device_node(d.uverbs.as_ref().expect("filtered"))).collect();
-    devices.push(json!({"name": ALL, "containerEdits": {"deviceNodes": all_nodes}}));
+    devices.push((ALL.to_string(), usable.iter().filter_map(|d| d.uverbs.as_ref()).collect()));
 
     // Derived for all devices, as the runtime wrapper derives them for the ones a container
     // asked for (nccl.rs): CDI env cannot depend on which devices were asked for (module docs),
@@ -132,19 +130,36 @@ pub fn spec_for(host: &Host, config: &Config) -> Result<Value> {
     } else if let Some(hca) = derived.get("NCCL_IB_HCA") {
         env.push(format!("NCCL_IB_HCA={hca}"));
     }
+    Ok(render(KIND, &devices, &[rdma_cm], env))
+}
 
+/// A CDI spec of `kind` with `devices` (each a name and its device nodes) and, as spec-level
+/// edits (applied once to a container given any device of the spec), the `common` device nodes
+/// and `env` (`NAME=value`), at the lowest `cdiVersion` that has what it uses. The one renderer
+/// of CDI specs: the host's spec here, a DRA claim's in erdma-kube.
+pub fn render(
+    kind: &str,
+    devices: &[(String, Vec<&CharDev>)],
+    common: &[&CharDev],
+    env: Vec<String>,
+) -> Value {
+    let devices: Vec<Value> = devices
+        .iter()
+        .map(|(name, nodes)| {
+            let nodes: Vec<Value> = nodes.iter().map(|n| device_node(n)).collect();
+            json!({"name": name, "containerEdits": {"deviceNodes": nodes}})
+        })
+        .collect();
+    let common: Vec<Value> = common.iter().map(|n| device_node(n)).collect();
     let mut spec = Map::new();
     spec.insert("cdiVersion".into(), json!(""));
-    spec.insert("kind".into(), json!(KIND));
+    spec.insert("kind".into(), json!(kind));
     spec.insert("devices".into(), Value::Array(devices));
-    spec.insert(
-        "containerEdits".into(),
-        json!({"env": env, "deviceNodes": [device_node(rdma_cm)]}),
-    );
+    spec.insert("containerEdits".into(), json!({"env": env, "deviceNodes": common}));
     let mut spec = Value::Object(spec);
     let version = minimum_version(&spec);
     spec["cdiVersion"] = json!(version);
-    Ok(spec)
+    spec
 }
 
 /// The lowest `cdiVersion` whose schema has every field `spec` uses.
