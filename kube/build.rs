@@ -4,7 +4,13 @@
 //! - `proto/deviceplugin_v1beta1.proto`: kubelet's device-plugin API (client and server);
 //! - `proto/nri_v1alpha1.proto`: the NRI plugin API's messages (carried over ttrpc by `nri/`);
 //! - `proto/cri_v1.proto`: the CRI runtime API, client only (the tests and the NRI bench drive
-//!   containerd with it as kubelet does).
+//!   containerd with it as kubelet does);
+//! - `proto/pluginregistration_v1.proto`, `proto/dra_v1.proto`, `proto/dra_v1beta1.proto`,
+//!   `proto/dra_health_v1alpha1.proto`, `proto/dra_health_v1beta1.proto`: kubelet's plugin
+//!   registration, DRA and DRA device-health APIs (server for `dra/`, client for the tests'
+//!   kubelet stand-in). The health APIs' packages (`v1alpha1`, `v1beta1`) are as bare as the
+//!   device-plugin API's (`v1beta1`), so their code goes to a directory of its own
+//!   (`OUT_DIR/dra_health/`) instead of overwriting it.
 //!
 //! It also sets the `--version` line (version, commit, target: erdma-buildinfo).
 #![forbid(unsafe_code)]
@@ -24,5 +30,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(false)
         .compile_fds(fds("proto/cri_v1.proto")?)?;
+    for file in
+        ["proto/pluginregistration_v1.proto", "proto/dra_v1.proto", "proto/dra_v1beta1.proto"]
+    {
+        tonic_prost_build::configure()
+            .build_client(true)
+            .build_server(true)
+            .compile_fds(fds(file)?)?;
+    }
+    let health = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("dra_health");
+    std::fs::create_dir_all(&health)?;
+    for file in ["proto/dra_health_v1alpha1.proto", "proto/dra_health_v1beta1.proto"] {
+        tonic_prost_build::configure()
+            .build_client(true)
+            .build_server(true)
+            .out_dir(&health)
+            .compile_fds(fds(file)?)?;
+    }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! What a container handed a set of ERIs gets, whichever Kubernetes API handed them out (the
-//! device plugin's `Allocate`, [`crate::deviceplugin`]; DRA's `NodePrepareResources` next): the ERIs checked usable, and the environment the hooks would set for them
+//! device plugin's `Allocate`, [`crate::deviceplugin`]; DRA's `NodePrepareResources`,
+//! [`crate::dra`]): the ERIs checked usable, and the environment the hooks would set for them
 //! (`ERDMA_VISIBLE_DEVICES`, the presets, the NCCL settings derived for exactly those ERIs).
 use std::collections::BTreeMap;
 

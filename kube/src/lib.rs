@@ -3,11 +3,14 @@
 //!
 //! - [`deviceplugin`]: what is advertised and allocated (`aliyun/erdma`), with [`kubelet`], its
 //!   gRPC side (device-plugin API v1beta1, `proto/`).
-//! - [`grant`]: what a container handed a set of ERIs gets.
+//! - [`dra`]: the DRA driver `erdma.aliyun.com` (`erdma-dra-plugin`): ResourceSlices published to
+//!   the API server, claims prepared as CDI specs, over kubelet's DRA and registration APIs.
+//! - [`grant`]: what a container handed a set of ERIs gets, for both.
 //! - [`nri`]: the NRI plugin: the spec edits as an NRI adjustment, in one long-running process.
 #![forbid(unsafe_code)]
 
 pub mod deviceplugin;
+pub mod dra;
 pub mod grant;
 pub mod kubelet;
 pub mod nri;

@@ -1,11 +1,14 @@
 //! The Kubernetes installer (`deploy/`, `scripts/node-image`):
 //!
-//! - the manifests through `kubectl apply --dry-run=client --validate=true`, against a fake API
-//!   server on 127.0.0.1 that answers discovery and serves a real Kubernetes schema
-//!   (`testdata/k8s/`, where it comes from in its README), so kubectl maps, validates and prints
-//!   every object as it would against a cluster; a misspelt field must fail there;
-//! - what the objects say (mounts, probe, hooks, the resource, the handler), read from kubectl's
-//!   JSON of them;
+//! - the manifests (`deploy/erdma-kit-*.yaml`, `deploy/examples/*.yaml`) through
+//!   `kubectl apply --dry-run=client --validate=true`, against a fake API server on 127.0.0.1 that
+//!   answers discovery and serves a real Kubernetes schema (`testdata/k8s/`, Kubernetes 1.34,
+//!   where it comes from in its README), so kubectl maps, validates and prints every object as it
+//!   would against a cluster; a misspelt field, a wrong type, a missing required field must fail
+//!   there, in the DRA kinds (DeviceClass, ResourceClaimTemplate, a Pod's claims) as in the rest;
+//! - what the objects say (mounts, probe, hooks, the resource, the handler; for DRA the plugin's
+//!   flags and mounts, its RBAC, the DeviceClass, the examples' claims), read from kubectl's JSON
+//!   of them;
 //! - `deploy/node/erdma-kit-node` installing onto a fake host root (a fixture sysfs, mknod'd
 //!   nodes, containerd's or CRI-O's config, `/var/run` an absolute link to `/run` as on Debian)
 //!   through chroot, as the DaemonSet does, and uninstalling back to the same tree;
@@ -26,9 +29,19 @@ use crate::support::{
     assert_success, bin, copy_tree, dev_nodes, have, is_root, mknod, require, sysfs_fixtures, text,
 };
 
-const MANIFESTS: [&str; 3] =
-    ["erdma-kit-nri.yaml", "erdma-kit-runtimeclass.yaml", "erdma-kit-nri-with-ack.yaml"];
+const MANIFESTS: [&str; 4] = [
+    "erdma-kit-nri.yaml",
+    "erdma-kit-runtimeclass.yaml",
+    "erdma-kit-nri-with-ack.yaml",
+    "erdma-kit-dra.yaml",
+];
 const IMAGE_BIN: &str = "/opt/erdma/bin";
+/// The DRA driver's name (`erdma-dra-plugin --driver-name`'s default), its DeviceClass's name and
+/// the domain of its unqualified attributes.
+const DRA_DRIVER: &str = erdma_kube::dra::DRIVER;
+/// The standard attribute a GPU and an ERI are matched by (the Kubernetes documentation page
+/// "Standard Device Attributes for Dynamic Resource Allocation").
+const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
 
 fn workspace() -> PathBuf {
     crate::support::repo_root()
@@ -40,6 +53,19 @@ fn manifest(name: &str) -> PathBuf {
 
 // ---------------------------------------------------------------------------------------------
 // A fake API server: discovery for the kinds deploy/ uses and the schema at /openapi/v2.
+
+/// The group versions the fake server discovers beside the core `v1`. `kubeflow.org/v2beta1`
+/// (the MPI Operator's MPIJob, a custom resource) is mapped but has no schema, as a CRD whose
+/// schema kubectl does not validate: kubectl prints it unvalidated, and
+/// `dra_examples_pass_kubectl_client_dry_run_with_schema_validation` validates its pod templates
+/// as Pods.
+const GROUPS: [(&str, &str); 5] = [
+    ("apps", "v1"),
+    ("node.k8s.io", "v1"),
+    ("rbac.authorization.k8s.io", "v1"),
+    ("resource.k8s.io", "v1"),
+    ("kubeflow.org", "v2beta1"),
+];
 
 /// The schema as kubectl asks for it (client-go `OpenAPISchema`: `GET /openapi/v2` with
 /// `Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf`): gnostic's
@@ -144,20 +170,22 @@ fn openapi_v2_protobuf(doc: &Value) -> Vec<u8> {
 fn discovery(path: &str) -> Option<Value> {
     let verbs = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
     let resource = |name: &str, singular: &str, kind: &str, namespaced: bool| json!({"name": name, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": verbs});
-    let group = |name: &str| json!({"name": name, "versions": [{"groupVersion": format!("{name}/v1"), "version": "v1"}], "preferredVersion": {"groupVersion": format!("{name}/v1"), "version": "v1"}});
+    let group = |(name, v): &(&str, &str)| json!({"name": name, "versions": [{"groupVersion": format!("{name}/{v}"), "version": v}], "preferredVersion": {"groupVersion": format!("{name}/{v}"), "version": v}});
     let list = |gv: &str, resources: Vec<Value>| json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources});
     Some(match path {
         "/api" => {
             json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
         }
         "/apis" => {
-            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group("apps"), group("node.k8s.io")]})
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": GROUPS.iter().map(group).collect::<Vec<_>>()})
         }
         "/api/v1" => list(
             "v1",
             vec![
                 resource("namespaces", "namespace", "Namespace", false),
                 resource("configmaps", "configmap", "ConfigMap", true),
+                resource("serviceaccounts", "serviceaccount", "ServiceAccount", true),
+                resource("pods", "pod", "Pod", true),
             ],
         ),
         "/apis/apps/v1" => {
@@ -167,6 +195,29 @@ fn discovery(path: &str) -> Option<Value> {
             "node.k8s.io/v1",
             vec![resource("runtimeclasses", "runtimeclass", "RuntimeClass", false)],
         ),
+        "/apis/rbac.authorization.k8s.io/v1" => list(
+            "rbac.authorization.k8s.io/v1",
+            vec![
+                resource("clusterroles", "clusterrole", "ClusterRole", false),
+                resource("clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false),
+            ],
+        ),
+        "/apis/resource.k8s.io/v1" => list(
+            "resource.k8s.io/v1",
+            vec![
+                resource("deviceclasses", "deviceclass", "DeviceClass", false),
+                resource(
+                    "resourceclaimtemplates",
+                    "resourceclaimtemplate",
+                    "ResourceClaimTemplate",
+                    true,
+                ),
+                resource("resourceclaims", "resourceclaim", "ResourceClaim", true),
+            ],
+        ),
+        "/apis/kubeflow.org/v2beta1" => {
+            list("kubeflow.org/v2beta1", vec![resource("mpijobs", "mpijob", "MPIJob", true)])
+        }
         _ => return None,
     })
 }
@@ -297,6 +348,18 @@ fn objects(kubectl: &Kubectl, file: &Path) -> Vec<Value> {
     }
 }
 
+/// `KIND/NAME` of each object, sorted.
+fn kinds_and_names(objs: &[Value]) -> Vec<String> {
+    let mut kinds: Vec<String> = objs
+        .iter()
+        .map(|o| {
+            format!("{}/{}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap())
+        })
+        .collect();
+    kinds.sort();
+    kinds
+}
+
 #[test]
 fn manifests_pass_kubectl_client_dry_run_with_schema_validation() {
     if !need_kubectl() {
@@ -305,21 +368,19 @@ fn manifests_pass_kubectl_client_dry_run_with_schema_validation() {
     let server = FakeApiServer::start();
     let kubectl = Kubectl::new(&server);
     for name in MANIFESTS {
-        let objs = objects(&kubectl, &manifest(name));
-        let mut kinds: Vec<String> = objs
-            .iter()
-            .map(|o| {
-                format!(
-                    "{}/{}",
-                    o["kind"].as_str().unwrap(),
-                    o["metadata"]["name"].as_str().unwrap()
-                )
-            })
-            .collect();
-        kinds.sort();
+        let kinds = kinds_and_names(&objects(&kubectl, &manifest(name)));
         let mut want = vec!["ConfigMap/erdma-kit-config", "DaemonSet/erdma-kit"];
         if name.contains("runtimeclass") {
             want.push("RuntimeClass/erdma");
+        }
+        if name.contains("dra") {
+            want.extend([
+                "ClusterRole/erdma-kit-dra",
+                "ClusterRoleBinding/erdma-kit-dra",
+                "DeviceClass/erdma.aliyun.com",
+                "ServiceAccount/erdma-kit",
+            ]);
+            want.sort();
         }
         assert_eq!(kinds, want, "{name}");
     }
@@ -330,35 +391,69 @@ fn manifests_pass_kubectl_client_dry_run_with_schema_validation() {
     );
 
     // The schema is really applied: a misspelt field, a wrong type and a missing required
-    // field are each refused.
+    // field are each refused, in the kinds of 1.22 as in those DRA brought (resource.k8s.io/v1,
+    // a Pod's claims) and the DRA plugin's RBAC.
     let tmp = tempfile::tempdir().unwrap();
-    let good = std::fs::read_to_string(manifest("erdma-kit-nri.yaml")).unwrap();
-    for (what, from, to, expect) in [
+    for (what, file, from, to, expect) in [
         (
             "misspelt field",
+            "deploy/erdma-kit-nri.yaml",
             "mountPropagation: HostToContainer",
             "mountPropogation: HostToContainer",
             "unknown field \"mountPropogation\" in V1VolumeMount",
         ),
         (
             "wrong type",
+            "deploy/erdma-kit-nri.yaml",
             "privileged: true",
             "privileged: [true]",
             "invalid type for V1SecurityContext.privileged: got \"array\", expected \"boolean\"",
         ),
         (
             "missing required field",
+            "deploy/erdma-kit-runtimeclass.yaml",
             "handler: erdma",
             "",
             "missing required field \"handler\" in V1RuntimeClass",
         ),
+        (
+            "misspelt field in the DeviceClass",
+            "deploy/erdma-kit-dra.yaml",
+            "- cel:",
+            "- cell:",
+            "unknown field \"cell\" in V1DeviceSelector",
+        ),
+        (
+            "wrong type in the ClusterRole",
+            "deploy/erdma-kit-dra.yaml",
+            "verbs: [\"get\"]",
+            "verbs: get",
+            "invalid type for V1PolicyRule.verbs: got \"string\", expected \"array\"",
+        ),
+        (
+            "wrong type in the claim template",
+            "deploy/examples/dra-one-eri.yaml",
+            "count: 1",
+            "count: \"1\"",
+            "invalid type for V1ExactDeviceRequest.count: got \"string\", expected \"integer\"",
+        ),
+        (
+            "missing required field in the claim template",
+            "deploy/examples/dra-gpu-and-eri.yaml",
+            "deviceClassName: gpu.nvidia.com",
+            "",
+            "missing required field \"deviceClassName\" in V1ExactDeviceRequest",
+        ),
+        (
+            "misspelt field in the Pod's claims",
+            "deploy/examples/dra-one-eri.yaml",
+            "resourceClaimTemplateName: one-eri",
+            "resourceClaimTemplate: one-eri",
+            "unknown field \"resourceClaimTemplate\" in V1PodResourceClaim",
+        ),
     ] {
-        let src = if what.contains("required") {
-            std::fs::read_to_string(manifest("erdma-kit-runtimeclass.yaml")).unwrap()
-        } else {
-            good.clone()
-        };
-        assert!(src.contains(from), "{what}: `{from}` is not in the manifest any more");
+        let src = std::fs::read_to_string(workspace().join(file)).unwrap();
+        assert!(src.contains(from), "{what}: `{from}` is not in {file} any more");
         let bad = tmp.path().join("bad.yaml");
         std::fs::write(&bad, src.replacen(from, to, 1)).unwrap();
         let out = kubectl.dry_run(&bad);
@@ -396,7 +491,8 @@ fn flag<'a>(cmd: &[&'a str], name: &str) -> Option<&'a str> {
     cmd.iter().position(|a| *a == name).and_then(|i| cmd.get(i + 1).copied())
 }
 
-/// mount path -> (volume's host path or `configMap:NAME`, read-only, propagation).
+/// mount path -> (volume's host path, `configMap:NAME` or `projected:KIND+KIND…` naming its
+/// sources' kinds, read-only, propagation).
 fn mounts(ds: &Value, c: &Value) -> BTreeMap<String, (String, bool, String)> {
     let volumes = ds["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
     c["volumeMounts"]
@@ -411,7 +507,16 @@ fn mounts(ds: &Value, c: &Value) -> BTreeMap<String, (String, bool, String)> {
             let source = match (v["hostPath"]["path"].as_str(), v["configMap"]["name"].as_str()) {
                 (Some(p), _) => p.to_string(),
                 (_, Some(cm)) => format!("configMap:{cm}"),
-                _ => panic!("volume {} is neither hostPath nor configMap", v["name"]),
+                _ if v["projected"].is_object() => {
+                    let kinds: Vec<&str> = v["projected"]["sources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|s| s.as_object().unwrap().keys().next().unwrap().as_str())
+                        .collect();
+                    format!("projected:{}", kinds.join("+"))
+                }
+                _ => panic!("volume {} is neither hostPath, configMap nor projected", v["name"]),
             };
             (
                 m["mountPath"].as_str().unwrap().to_string(),
@@ -635,6 +740,351 @@ fn assert_daemon_containers(
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]), "{name}");
         assert_eq!(c["image"], node["image"], "{name}: one image");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dynamic Resource Allocation: deploy/erdma-kit-dra.yaml and deploy/examples/.
+
+/// The directory an in-cluster client reads its service account's token, CA and namespace from.
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// `erdma-kit-dra.yaml` is the NRI file with the device plugin replaced by the DRA plugin: the
+/// same ConfigMap, installer and NRI plugin (which gives a claim's containers the memlock limit),
+/// and the DRA plugin with its node's name, kubelet's plugin registry, its own plugin directory
+/// and the CDI directory; a service account whose token only the DRA plugin mounts, bound to
+/// exactly the access it needs; the DeviceClass pods claim ERIs of.
+#[test]
+fn dra_manifest_runs_the_dra_plugin_beside_the_nri_plugin() {
+    if !need_kubectl() {
+        return;
+    }
+    let server = FakeApiServer::start();
+    let kubectl = Kubectl::new(&server);
+    let nri = objects(&kubectl, &manifest("erdma-kit-nri.yaml"));
+    let dra = objects(&kubectl, &manifest("erdma-kit-dra.yaml"));
+    let (nri_ds, ds) = (find(&nri, "DaemonSet"), find(&dra, "DaemonSet"));
+    let (nri_pod, pod) = (&nri_ds["spec"]["template"]["spec"], &ds["spec"]["template"]["spec"]);
+
+    // The NRI file's parts, unchanged, under the same DaemonSet name: a node runs one variant.
+    assert_eq!(find(&dra, "ConfigMap")["data"], find(&nri, "ConfigMap")["data"]);
+    for key in ["name", "namespace"] {
+        assert_eq!(ds["metadata"][key], nri_ds["metadata"][key], "{key}");
+    }
+    for key in ["nodeSelector", "tolerations", "hostNetwork", "priorityClassName"] {
+        assert_eq!(pod[key], nri_pod[key], "{key}");
+    }
+    let names: Vec<&str> =
+        pod["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["node", "dra-plugin", "nri-plugin"]);
+    for name in ["node", "nri-plugin"] {
+        let (c, want) = (container(ds, name).unwrap(), container(nri_ds, name).unwrap());
+        assert_eq!(c, want, "{name}");
+        assert_eq!(mounts(ds, c), mounts(nri_ds, want), "{name}: its volumes");
+    }
+    assert_eq!(env(container(ds, "node").unwrap(), "ERDMA_MODE"), Some("nri"));
+
+    // The DRA plugin: the driver, kubelet's directories and the CDI directory at the host's
+    // paths, writable; the rest read-only, as the device plugin had them.
+    let dp = container(ds, "dra-plugin").unwrap();
+    let cmd = strings(&dp["command"]);
+    assert_eq!(cmd[0], format!("{IMAGE_BIN}/erdma-dra-plugin"));
+    assert_eq!(flag(&cmd, "--driver-name"), Some(DRA_DRIVER));
+    assert_eq!(flag(&cmd, "--shares"), Some("1"), "an ERI goes to one claim at a time");
+    let registry = flag(&cmd, "--registry-dir").unwrap();
+    let plugin_dir = flag(&cmd, "--plugin-dir").unwrap();
+    let cdi_dir = flag(&cmd, "--cdi-dir").unwrap();
+    // The plugin's own defaults, spelt out so that the manifest says where kubelet looks.
+    assert_eq!(registry, erdma_kube::dra::REGISTRY_DIR);
+    assert_eq!(plugin_dir, erdma_kube::dra::PLUGIN_DIR);
+    assert_eq!(cdi_dir, erdma_kube::dra::CDI_DIR);
+    assert!(
+        erdma_oci_hook::cdi::SPEC_DIRS.iter().any(|d| Path::new(cdi_dir) == Path::new(d)),
+        "{cdi_dir}: not a directory the runtimes read CDI specs from"
+    );
+    let m = mounts(ds, dp);
+    for dir in [registry, plugin_dir, cdi_dir] {
+        assert_eq!(m[dir], (dir.to_string(), false, String::new()), "{dir}: the host's, writable");
+    }
+    assert_eq!(m["/sys"], ("/sys".to_string(), true, String::new()));
+    assert_eq!(m["/dev/infiniband"], ("/dev/infiniband".to_string(), true, String::new()));
+    let config_file = env(dp, erdma_oci_hook::config::ENV_PATH).unwrap();
+    assert_eq!(
+        Some(config_file),
+        env(container(ds, "nri-plugin").unwrap(), erdma_oci_hook::config::ENV_PATH),
+        "the same config"
+    );
+    assert_eq!(
+        m[Path::new(config_file).parent().unwrap().to_str().unwrap()],
+        ("configMap:erdma-kit-config".to_string(), true, String::new())
+    );
+    assert_eq!(
+        m[SERVICE_ACCOUNT_DIR],
+        ("projected:serviceAccountToken+configMap+downwardAPI".to_string(), true, String::new())
+    );
+    assert_eq!(m.len(), 7, "{m:?}");
+    let node_name = dp["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME");
+    assert_eq!(
+        node_name.map(|e| &e["valueFrom"]),
+        Some(&json!({"fieldRef": {"fieldPath": "spec.nodeName"}})),
+        "the ResourceSlice's node, from the downward API"
+    );
+    assert_eq!(
+        dp["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}})
+    );
+    assert_eq!(dp["image"], container(ds, "node").unwrap()["image"], "one image");
+
+    // Its identity: the service account's token in this one container, at the in-cluster path.
+    let sa = find(&dra, "ServiceAccount");
+    assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
+    assert_eq!(sa["metadata"]["namespace"], ds["metadata"]["namespace"]);
+    assert_eq!(pod["automountServiceAccountToken"], false, "not in every container");
+    for c in pod["containers"].as_array().unwrap() {
+        let token =
+            mounts(ds, c).values().any(|(source, ..)| source.contains("serviceAccountToken"));
+        assert_eq!(token, c["name"] == "dra-plugin", "{}: the token", c["name"]);
+    }
+    let token = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| {
+            v["projected"]["sources"].as_array()?.iter().find_map(|s| s.get("serviceAccountToken"))
+        })
+        .unwrap();
+    assert_eq!(token["path"], "token");
+
+    // Bound to exactly what the plugin does: its node's ResourceSlice, the claims it prepares,
+    // its node.
+    let role = find(&dra, "ClusterRole");
+    let binding = find(&dra, "ClusterRoleBinding");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}])
+    );
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_array().unwrap() {
+        let keys: Vec<&str> = rule.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["apiGroups", "resources", "verbs"], "no names, no URLs: {rule}");
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                for v in strings(&rule["verbs"]) {
+                    granted.push(format!("{g}/{r} {v}"));
+                }
+            }
+        }
+    }
+    granted.sort();
+    let mut want: Vec<String> = ["get", "list", "watch", "create", "update", "delete"]
+        .iter()
+        .map(|v| format!("resource.k8s.io/resourceslices {v}"))
+        .chain(["resource.k8s.io/resourceclaims get".to_string(), "/nodes get".to_string()])
+        .collect();
+    want.sort();
+    assert_eq!(granted, want);
+
+    // The DeviceClass: this driver's ERIs whose port is ACTIVE.
+    let class = find(&dra, "DeviceClass");
+    assert_eq!(class["metadata"]["name"], DRA_DRIVER);
+    assert_eq!(
+        class["spec"]["selectors"],
+        json!([{"cel": {"expression": format!("device.driver == \"{DRA_DRIVER}\" && device.attributes[\"{DRA_DRIVER}\"].portState == \"ACTIVE\"")}}])
+    );
+
+    // The whole of what the DRA variant adds, as kubectl prints it.
+    let nri_volumes = nri_pod["volumes"].as_array().unwrap();
+    let volumes: Vec<&Value> =
+        pod["volumes"].as_array().unwrap().iter().filter(|v| !nri_volumes.contains(v)).collect();
+    let added = json!({
+        "dra-plugin": dp,
+        "volumes": volumes,
+        "ClusterRole": role["rules"],
+        "DeviceClass": class["spec"],
+    });
+    insta::assert_json_snapshot!("dra_plugin_rbac_and_device_class", added);
+}
+
+/// An MPIJob's replicas' pod templates as Pods (`NAME-ROLE`), each written as JSON into `dir`
+/// for kubectl: what the MPI Operator makes of them.
+fn mpijob_pods(job: &Value, dir: &Path) -> Vec<PathBuf> {
+    let name = job["metadata"]["name"].as_str().unwrap();
+    job["spec"]["mpiReplicaSpecs"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(role, replica)| {
+            let pod = json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": format!("{name}-{}", role.to_lowercase())},
+                "spec": replica["template"]["spec"],
+            });
+            let path = dir.join(format!("{name}-{role}.json"));
+            std::fs::write(&path, serde_json::to_vec(&pod).unwrap()).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// `deploy/examples/*.yaml` through kubectl like the manifests. The MPIJob is a custom resource
+/// the fake server maps but has no schema for (as kubectl skips validating a CRD without one), so
+/// its replicas' pod templates are validated as Pods of their own. Then what the claims say: each
+/// pod claims through a ResourceClaimTemplate of its file and each container names one of its
+/// pod's claims; each request is one device, an ERI from the DeviceClass of erdma-kit-dra.yaml or
+/// a GPU from NVIDIA's; a GPU and an ERI are matched by PCIe root.
+#[test]
+fn dra_examples_pass_kubectl_client_dry_run_with_schema_validation() {
+    if !need_kubectl() {
+        return;
+    }
+    let server = FakeApiServer::start();
+    let kubectl = Kubectl::new(&server);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(workspace().join("deploy/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut examples = BTreeMap::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_str().unwrap().to_string();
+        let objs = objects(&kubectl, file);
+        let mut pods = Vec::new();
+        for o in &objs {
+            match o["kind"].as_str().unwrap() {
+                "Pod" => pods.push(o.clone()),
+                "MPIJob" => {
+                    for path in mpijob_pods(o, tmp.path()) {
+                        pods.extend(objects(&kubectl, &path));
+                    }
+                }
+                "ResourceClaimTemplate" => {}
+                other => panic!("{name}: a {other}"),
+            }
+        }
+        examples.insert(name, (objs, pods));
+    }
+    let names: Vec<&String> = examples.keys().collect();
+    assert_eq!(names, ["dra-gpu-and-eri.yaml", "dra-mpijob.yaml", "dra-one-eri.yaml"]);
+    for (name, want) in [
+        ("dra-gpu-and-eri.yaml", ["Pod/gpu-eri-check", "ResourceClaimTemplate/gpu-and-eri"]),
+        ("dra-mpijob.yaml", ["MPIJob/nccl-allreduce", "ResourceClaimTemplate/nccl-gpu-and-eri"]),
+        ("dra-one-eri.yaml", ["Pod/eri-check", "ResourceClaimTemplate/one-eri"]),
+    ] {
+        assert_eq!(kinds_and_names(&examples[name].0), want, "{name}");
+    }
+    assert!(server.requested("/apis/resource.k8s.io/v1"), "kubectl did not map resource.k8s.io");
+
+    for (name, (objs, pods)) in &examples {
+        let templates: BTreeMap<&str, &Value> = objs
+            .iter()
+            .filter(|o| o["kind"] == "ResourceClaimTemplate")
+            .map(|t| (t["metadata"]["name"].as_str().unwrap(), &t["spec"]["spec"]["devices"]))
+            .collect();
+        let mut used = Vec::new();
+        for pod in pods {
+            let pod_name = pod["metadata"]["name"].as_str().unwrap();
+            let claims: Vec<&str> = pod["spec"]["resourceClaims"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    let template = c["resourceClaimTemplateName"].as_str().unwrap();
+                    assert!(
+                        templates.contains_key(template),
+                        "{name}: {pod_name} claims through {template}, not in the file"
+                    );
+                    used.push(template);
+                    c["name"].as_str().unwrap()
+                })
+                .collect();
+            for c in pod["spec"]["containers"].as_array().unwrap() {
+                for claim in c["resources"]["claims"].as_array().into_iter().flatten() {
+                    let claim = claim["name"].as_str().unwrap();
+                    assert!(
+                        claims.contains(&claim),
+                        "{name}: {pod_name}/{}: no pod claim {claim}",
+                        c["name"]
+                    );
+                }
+            }
+        }
+        for (template, devices) in &templates {
+            assert!(used.contains(template), "{name}: {template} is claimed by no pod");
+            let mut requests: Vec<&str> = Vec::new();
+            for r in devices["requests"].as_array().unwrap() {
+                let request = r["name"].as_str().unwrap();
+                let class = match request {
+                    "eri" => DRA_DRIVER,
+                    "gpu" => "gpu.nvidia.com",
+                    other => panic!("{name}: {template}: request {other}"),
+                };
+                assert_eq!(r["exactly"]["deviceClassName"], class, "{name}: {template}/{request}");
+                assert_eq!(r["exactly"]["count"], 1, "{name}: {template}/{request}");
+                requests.push(request);
+            }
+            if requests.contains(&"gpu") {
+                assert_eq!(requests, ["gpu", "eri"], "{name}: {template}");
+                assert_eq!(
+                    devices["constraints"],
+                    json!([{"requests": ["gpu", "eri"], "matchAttribute": PCIE_ROOT}]),
+                    "{name}: {template}: the GPU and the ERI on one PCIe root"
+                );
+            } else {
+                assert_eq!(requests, ["eri"], "{name}: {template}");
+                assert!(devices["constraints"].is_null(), "{name}: {template}");
+            }
+        }
+    }
+
+    // The MPIJob is not validated as such (kubectl has no schema for it), its pods are: a
+    // misspelt field in the worker's template passes the first and fails the second.
+    let src = std::fs::read_to_string(workspace().join("deploy/examples/dra-mpijob.yaml")).unwrap();
+    let from = "resourceClaimTemplateName: nccl-gpu-and-eri";
+    assert!(src.contains(from));
+    let bad = tmp.path().join("bad-mpijob.yaml");
+    std::fs::write(&bad, src.replacen(from, "resourceClaimTemplate: nccl-gpu-and-eri", 1)).unwrap();
+    let job = objects(&kubectl, &bad).into_iter().find(|o| o["kind"] == "MPIJob").unwrap();
+    let refused: Vec<String> = mpijob_pods(&job, tmp.path())
+        .iter()
+        .map(|p| kubectl.dry_run(p))
+        .filter(|out| !out.status.success())
+        .map(|out| text(&out.stderr))
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("unknown field \"resourceClaimTemplate\" in V1PodResourceClaim"),
+        "{}",
+        refused[0]
+    );
+
+    // The MPIJob: each worker claims its own pair, the launcher none; sshd's sessions get the
+    // claim's settings from the file each worker writes before it starts sshd.
+    let (_, pods) = &examples["dra-mpijob.yaml"];
+    let pod = |role: &str| {
+        pods.iter()
+            .find(|p| p["metadata"]["name"] == format!("nccl-allreduce-{role}"))
+            .unwrap_or_else(|| panic!("no {role}"))
+    };
+    let (launcher, worker) = (pod("launcher"), pod("worker"));
+    assert!(launcher["spec"]["resourceClaims"].is_null());
+    assert_eq!(worker["spec"]["resourceClaims"].as_array().unwrap().len(), 1);
+    let script = |p: &Value| strings(&p["spec"]["containers"][0]["args"]).join(" ");
+    assert!(
+        script(worker).contains("> /tmp/erdma-env.sh && exec /usr/sbin/sshd -De"),
+        "{}",
+        script(worker)
+    );
+    assert!(
+        script(launcher).contains(" . /tmp/erdma-env.sh && exec all_reduce_perf"),
+        "{}",
+        script(launcher)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1023,7 +1473,13 @@ fn node_image_builds_offline_on_the_demo_base() {
     let tmp = tempfile::Builder::new().prefix("erdma-node-image-").tempdir().unwrap();
     let bins = tmp.path().join("bin");
     std::fs::create_dir_all(&bins).unwrap();
-    for b in ["erdma-oci-hook", "erdma-runtime", "erdma-device-plugin", "erdma-nri-plugin"] {
+    for b in [
+        "erdma-oci-hook",
+        "erdma-runtime",
+        "erdma-device-plugin",
+        "erdma-dra-plugin",
+        "erdma-nri-plugin",
+    ] {
         copy_stripped(&bin(b), &bins.join(b));
     }
     let layout = tmp.path().join("out");
@@ -1069,6 +1525,7 @@ fn node_image_builds_offline_on_the_demo_base() {
         "erdma-oci-hook",
         "erdma-runtime",
         "erdma-device-plugin",
+        "erdma-dra-plugin",
         "erdma-nri-plugin",
         "erdma-kit-node",
     ] {

@@ -1,28 +1,44 @@
 #!/usr/bin/env python3
-"""Writes testdata/k8s/openapi-v2.json: the Kubernetes API schema of the kinds deploy/ uses
-(ConfigMap, Namespace, DaemonSet, RuntimeClass and everything they reference), as a Swagger 2.0
-`definitions` document, for the fake API server of kube/tests/deploy_cases.rs to serve to
-`kubectl apply --dry-run=client --validate=true` (see README.md beside this file).
+"""Writes testdata/k8s/openapi-v2.json: the Kubernetes API schema of the kinds deploy/ uses (see
+ROOTS) and everything they reference, as a Swagger 2.0 `definitions` document, for the fake API
+server of kube/tests/deploy_cases.rs to serve to `kubectl apply --dry-run=client --validate=true`
+(see README.md beside this file).
 
-Source: the models of Debian's python3-kubernetes 22.6.0 (bookworm), which OpenAPI Generator made
-from Kubernetes' own OpenAPI document, release-1.22 (each model's docstring says so). From each
-model class: `openapi_types` (field -> type), `attribute_map` (field -> JSON name) and the fields
-whose setter refuses None (required). The source is read as text, not imported.
+Source: the models of the Kubernetes Python client 34.1.0 (PyPI `kubernetes`), which OpenAPI
+Generator made from Kubernetes' own OpenAPI document, release-1.34 (each model's docstring says
+so; the script refuses models of mixed releases). From each model class: `openapi_types` (field
+-> type), `attribute_map` (field -> JSON name) and the fields whose setter refuses None
+(required). The source is read as text, not imported.
 
-    apt-get download python3-kubernetes && dpkg-deb -x python3-kubernetes_*.deb x
-    testdata/k8s/make-openapi-v2.py x/usr/lib/python3/dist-packages/kubernetes/client/models
+    pip download --no-deps kubernetes==34.1.0 && unzip -q kubernetes-34.1.0-py2.py3-none-any.whl -d x
+    testdata/k8s/make-openapi-v2.py x/kubernetes/client/models
 """
 import ast, json, os, re, sys
 
-MODELS = sys.argv[1] if len(sys.argv) > 1 else "/usr/lib/python3/dist-packages/kubernetes/client/models"
+if len(sys.argv) != 2:
+    sys.exit(__doc__)
+MODELS = sys.argv[1]
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "openapi-v2.json")
-# model -> (group, version, kind): the kinds deploy/ may use.
+# model -> (group, version, kind): the kinds deploy/ and deploy/examples/ may use. The client
+# names a model by its kind, prefixed with its group where two groups share one:
+# resource.k8s.io's ResourceClaim is ResourceV1ResourceClaim (CoreV1ResourceClaim is a
+# container's `resources.claims` entry).
 ROOTS = {
     "V1Namespace": ("", "v1", "Namespace"),
     "V1ConfigMap": ("", "v1", "ConfigMap"),
+    "V1ServiceAccount": ("", "v1", "ServiceAccount"),
+    "V1Pod": ("", "v1", "Pod"),
     "V1DaemonSet": ("apps", "v1", "DaemonSet"),
     "V1RuntimeClass": ("node.k8s.io", "v1", "RuntimeClass"),
+    "V1ClusterRole": ("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+    "V1ClusterRoleBinding": ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+    "V1DeviceClass": ("resource.k8s.io", "v1", "DeviceClass"),
+    "V1ResourceClaimTemplate": ("resource.k8s.io", "v1", "ResourceClaimTemplate"),
+    "ResourceV1ResourceClaim": ("resource.k8s.io", "v1", "ResourceClaim"),
 }
+# The package's version, from kubernetes/__init__.py two levels above the models.
+init = os.path.join(MODELS, os.pardir, os.pardir, "__init__.py")
+version = re.search(r'^__version__ = "(.*)"', open(init).read(), re.M).group(1)
 
 classes = {}
 release = None
@@ -65,7 +81,8 @@ def closure(name, seen):
         return
     seen.add(name)
     for t in classes[name][0].values():
-        for n in re.findall(r"V\w+", t):
+        # Whole names: `list[CoreV1ResourceClaim]` names CoreV1ResourceClaim, not V1ResourceClaim.
+        for n in re.findall(r"[A-Za-z_]\w*", t):
             if n in classes:
                 closure(n, seen)
 
@@ -85,7 +102,7 @@ for name in sorted(needed):
     definitions[name] = s
 doc = {
     "swagger": "2.0",
-    "info": {"title": "Kubernetes", "version": f"{release} (python3-kubernetes 22.6.0 models)"},
+    "info": {"title": "Kubernetes", "version": f"{release} (Python client kubernetes {version} models)"},
     "paths": {},
     "definitions": definitions,
 }

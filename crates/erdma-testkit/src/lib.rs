@@ -6,7 +6,15 @@
 //! Tests that need root or a tool call [`require`] first: locally a missing precondition prints
 //! a skip note and the test returns; with `CI` set it panics, so that in CI every such test
 //! really runs (CONTRIBUTING.md, "Tests").
+//!
+//! [`openapi`] checks request bodies against the OpenAPI v3 schema the Kubernetes API server
+//! publishes (`testdata/k8s/openapi-v3/`), as strictly as the server decodes them, for the
+//! stand-in API servers of the tests; [`apiserver`] is that stand-in, for a DRA driver's
+//! requests.
 #![forbid(unsafe_code)]
+
+pub mod apiserver;
+pub mod openapi;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -20,8 +28,13 @@ use serde_json::Value;
 /// them there, and `cargo nextest run --workspace` (or `cargo build --workspace --bins`) every
 /// other package's.
 pub fn bin(name: &str) -> PathBuf {
-    const KNOWN: [&str; 4] =
-        ["erdma-oci-hook", "erdma-runtime", "erdma-device-plugin", "erdma-nri-plugin"];
+    const KNOWN: [&str; 5] = [
+        "erdma-oci-hook",
+        "erdma-runtime",
+        "erdma-device-plugin",
+        "erdma-dra-plugin",
+        "erdma-nri-plugin",
+    ];
     assert!(KNOWN.contains(&name), "no binary `{name}` in erdma-oci-hook or erdma-kube");
     // This test binary is target/PROFILE/deps/it-HASH; the workspace's binaries are in
     // target/PROFILE.
