@@ -7,6 +7,8 @@
 # repository on 127.0.0.1, the dependencies (libnl3, pciutils) from a BaseOS-like one.
 #
 #   bench/rpm_build.sh
+#   ERDMA_BUILD=path bench/rpm_build.sh    times that binary (e.g. a release's), with the fixtures
+#                                          already in the test cache when they are there
 #
 # Fixtures: the Rocky 9 (SQLite rpmdb) base and the rdma-core rpms the tests build from Debian's
 # real binaries (builder/tests/support/rpm_repo.rs), made by running the fixture tests once; here the
@@ -32,10 +34,16 @@ say() { printf '\n== %s\n' "$*" >&2; }
 
 scripts/setup --no-docker
 say "fixtures (the rpm fixture tests build them once)"
-CI=1 cargo nextest run -p erdma-build --test it -E 'test(rpm_fixtures)' >"$WORK/fixtures.log" 2>&1
-cargo build --release -p erdma-build
-BIN=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release/erdma-build
 CACHE=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/erdma-test-cache
+if [ -z "${ERDMA_BUILD:-}" ] || ! ls -d "$CACHE"/el-base-rocky9-sqlite-*/ "$CACHE"/el-rpms-rdma-el9-*/rpms >/dev/null 2>&1; then
+    CI=1 cargo nextest run -p erdma-build --test it -E 'test(rpm_fixtures)' >"$WORK/fixtures.log" 2>&1
+fi
+if [ -n "${ERDMA_BUILD:-}" ]; then
+    BIN=$ERDMA_BUILD
+else
+    cargo build --release -p erdma-build
+    BIN=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release/erdma-build
+fi
 BASE=$(ls -d "$CACHE"/el-base-rocky9-sqlite-*/ | head -1)
 RDMA=$(ls -d "$CACHE"/el-rpms-rdma-el9-*/rpms | head -1)
 DEPS=$(ls -d "$CACHE"/el-rpms-deps-el9-*/rpms | head -1)
