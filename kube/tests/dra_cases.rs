@@ -437,6 +437,30 @@ fn dra_plugin_refuses_bad_claims_and_leaves_nothing_root() {
         let answer = prepare(&mut r, vec![pb_claim("ns1", "good", &uid(7))]).await;
         assert!(answer[&uid(7)].error.contains("reading it from the API server"), "{:?}", answer[&uid(7)]);
 
+        // kubelet gives up on a call midway (it restarts, or its deadline passes) while the
+        // plugin waits for the API server: nothing is written, and the call made again works.
+        api.delay_next(http::Method::GET, &claim_path("ns1", "good"), Duration::from_secs(2));
+        let cut = tokio::time::timeout(
+            Duration::from_millis(300),
+            prepare(&mut r, vec![pb_claim("ns1", "good", &uid(7))]),
+        )
+        .await;
+        assert!(cut.is_err(), "the call was cut");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(d.cdi_files(), Vec::<String>::new(), "nothing from the cut call");
+        let again = prepare(&mut r, vec![pb_claim("ns1", "good", &uid(7))]).await;
+        assert_eq!(again[&uid(7)].error, "");
+        assert_eq!(d.cdi_files(), [format!("erdma.aliyun.com-claim_{}.json", uid(7))]);
+        let un = r
+            .v1
+            .node_unprepare_resources(pb::v1::NodeUnprepareResourcesRequest {
+                claims: vec![pb_claim("ns1", "good", &uid(7))],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(un.claims[&uid(7)].error, "");
+
         // A CDI directory that cannot be written: its parent is a file.
         child.kill().await.unwrap();
         let _ = child.wait().await;

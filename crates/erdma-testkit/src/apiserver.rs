@@ -38,6 +38,8 @@ struct State {
     violations: Vec<String>,
     /// Answer the next request whose method and path match with this status instead.
     fail_next: Vec<(Method, String, u16)>,
+    /// Answer the next request whose method and path match only after this long.
+    delay_next: Vec<(Method, String, std::time::Duration)>,
 }
 
 /// The stand-in, serving until dropped.
@@ -228,6 +230,15 @@ async fn serve(
         Ok(b) => b.to_bytes(),
         Err(_) => Bytes::new(),
     };
+    let delay = {
+        let mut s = state.lock().expect("not poisoned");
+        let i =
+            s.delay_next.iter().position(|(m, p, _)| *m == method && path.starts_with(p.as_str()));
+        i.map(|i| s.delay_next.remove(i).2)
+    };
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
     let (code, value) = {
         let mut s = state.lock().expect("not poisoned");
         let (code, value) = s.answer(&method, &path, &body);
@@ -252,6 +263,7 @@ impl ApiServer {
             log: Vec::new(),
             violations: Vec::new(),
             fail_next: Vec::new(),
+            delay_next: Vec::new(),
         }));
         let shared = Arc::clone(&state);
         let task = tokio::spawn(async move {
@@ -316,6 +328,11 @@ impl ApiServer {
     /// Answers the next `method` request to a path starting with `path` with `code`.
     pub fn fail_next(&self, method: Method, path: &str, code: u16) {
         self.state().fail_next.push((method, path.to_string(), code));
+    }
+
+    /// Answers the next `method` request to a path starting with `path` only after `delay`.
+    pub fn delay_next(&self, method: Method, path: &str, delay: std::time::Duration) {
+        self.state().delay_next.push((method, path.to_string(), delay));
     }
 
     /// Every request so far.

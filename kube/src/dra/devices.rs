@@ -199,6 +199,66 @@ pub fn slice_name(node: &str, driver: &str) -> String {
 mod tests {
     use super::*;
 
+    fn host(names: &[&str]) -> Host {
+        let devices = names
+            .iter()
+            .map(|n| RdmaDevice {
+                name: n.to_string(),
+                driver: Some("erdma".into()),
+                ports: Vec::new(),
+                uverbs: None,
+                problem: None,
+            })
+            .collect();
+        Host {
+            devices,
+            others: Vec::new(),
+            rdma_cm: None,
+            netdevs: Vec::new(),
+            rdma_netns: erdma_oci_hook::netns::RdmaNetns::Shared,
+        }
+    }
+
+    #[test]
+    fn shares_publish_a_device_per_share_and_clashing_names_are_refused() {
+        let none = Path::new("/nonexistent");
+        let names = |p: Vec<Published>| p.into_iter().map(|p| (p.name, p.eri)).collect::<Vec<_>>();
+        assert_eq!(
+            names(published(&host(&["erdma_0", "erdma_1"]), none, 1).unwrap()),
+            [("erdma-0".into(), "erdma_0".into()), ("erdma-1".into(), "erdma_1".into())]
+        );
+        assert_eq!(
+            names(published(&host(&["erdma_0"]), none, 2).unwrap()),
+            [("erdma-0-s0".into(), "erdma_0".into()), ("erdma-0-s1".into(), "erdma_0".into())]
+        );
+        assert_eq!(
+            published(&host(&["erdma_0", "erdma-0"]), none, 1),
+            Err(PublishError::NameClash {
+                a: "erdma_0".into(),
+                b: "erdma-0".into(),
+                name: "erdma-0".into()
+            })
+        );
+        assert_eq!(
+            published(&host(&["erdma_0_"]), none, 1),
+            Err(PublishError::BadName("erdma_0_".into()))
+        );
+        // No port: not healthy, and no port attributes.
+        let p = published(&host(&["erdma_0"]), none, 1).unwrap();
+        assert!(!p[0].healthy);
+        assert_eq!(p[0].attributes.keys().collect::<Vec<_>>(), ["rdmaDevice"]);
+    }
+
+    #[test]
+    fn node_and_slice_names_are_dns_subdomains() {
+        assert!(dns_subdomain("node-a"));
+        assert!(dns_subdomain("cn-hangzhou.192.168.0.1"));
+        assert!(dns_subdomain(&slice_name("node-a", "erdma.aliyun.com")));
+        for bad in ["", "Node", "a..b", "-a", "a-", "a_b", &"a".repeat(254)] {
+            assert!(!dns_subdomain(bad), "{bad:?}");
+        }
+    }
+
     #[test]
     fn rdma_device_names_become_dns_labels_or_are_refused() {
         assert_eq!(dns_label("erdma_0").as_deref(), Some("erdma-0"));
