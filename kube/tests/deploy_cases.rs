@@ -1085,6 +1085,35 @@ fn dra_examples_pass_kubectl_client_dry_run_with_schema_validation() {
         "{}",
         script(launcher)
     );
+
+    // The resource.k8s.io objects also hold against the API server's own OpenAPI document,
+    // the one the DRA driver's writes are checked against (testdata/k8s/openapi-v3/).
+    let schema = erdma_testkit::openapi::Schema::load(
+        &workspace().join("testdata/k8s/openapi-v3/apis__resource.k8s.io__v1_openapi.json"),
+    )
+    .unwrap();
+    let dra = objects(&kubectl, &manifest("erdma-kit-dra.yaml"));
+    let mut checked = Vec::new();
+    for o in examples.values().flat_map(|(objs, _)| objs).chain(&dra) {
+        if o["apiVersion"] != "resource.k8s.io/v1" {
+            continue;
+        }
+        let kind = o["kind"].as_str().unwrap();
+        let name = format!("{kind}/{}", o["metadata"]["name"].as_str().unwrap());
+        let def = schema.for_kind("resource.k8s.io", "v1", kind).unwrap();
+        assert_eq!(schema.validate(def, o), Vec::<String>::new(), "{name}");
+        checked.push(name);
+    }
+    checked.sort();
+    assert_eq!(
+        checked,
+        [
+            "DeviceClass/erdma.aliyun.com",
+            "ResourceClaimTemplate/gpu-and-eri",
+            "ResourceClaimTemplate/nccl-gpu-and-eri",
+            "ResourceClaimTemplate/one-eri"
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -79,10 +79,8 @@ pub enum Problem {
     UnknownDevice { device: String, published: String },
     #[error(transparent)]
     Unusable(GrantError),
-    #[error("listing this node's RDMA devices")]
-    Discover(#[source] erdma_oci_hook::error::Error),
     #[error(transparent)]
-    Publish(super::devices::PublishError),
+    Devices(super::devices::ListError),
     #[error("writing its CDI spec {0}")]
     Write(PathBuf, #[source] erdma_oci_hook::error::Error),
     #[error("removing its CDI spec {0}")]

@@ -160,6 +160,27 @@ pub fn published(host: &Host, sysfs: &Path, shares: u32) -> Result<Vec<Published
     Ok(out)
 }
 
+/// Why this node's devices cannot be listed for publication.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error("listing this node's RDMA devices")]
+    Discover(#[source] erdma_oci_hook::error::Error),
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+}
+
+/// The host as `config` finds it, and what it publishes with `shares`.
+pub fn list(
+    config: &erdma_oci_hook::config::Config,
+    shares: u32,
+) -> Result<(Host, Vec<Published>), ListError> {
+    let host =
+        erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)
+            .map_err(ListError::Discover)?;
+    let published = published(&host, &config.sysfs_root, shares)?;
+    Ok((host, published))
+}
+
 /// The ResourceSlice's spec for this node's pool (named after the node): every published device,
 /// at pool generation `generation`.
 pub fn slice_spec(

@@ -76,19 +76,6 @@ pub enum DraError {
 }
 
 impl Driver {
-    /// The devices this node publishes now.
-    fn published(&self) -> Result<(erdma_oci_hook::discover::Host, Vec<Published>), String> {
-        let host = erdma_oci_hook::discover::discover(
-            &self.config.sysfs_root,
-            &self.config.dev_root,
-            &self.config.drivers,
-        )
-        .map_err(|e| erdma_common::errors::chain(&e))?;
-        let published = devices::published(&host, &self.config.sysfs_root, self.settings.shares)
-            .map_err(|e| e.to_string())?;
-        Ok((host, published))
-    }
-
     /// Prepares one claim: reads its allocation, writes its CDI spec.
     pub async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, PrepareError> {
         claims::check_uid(claim)?;
@@ -99,14 +86,8 @@ impl Driver {
             .map_err(|e| claim.error(Problem::Api(e)))?;
         let driver = &self.settings.driver;
         let allocated = claims::allocated(claim, &found, driver)?;
-        let host = erdma_oci_hook::discover::discover(
-            &self.config.sysfs_root,
-            &self.config.dev_root,
-            &self.config.drivers,
-        )
-        .map_err(|e| claim.error(Problem::Discover(e)))?;
-        let published = devices::published(&host, &self.config.sysfs_root, self.settings.shares)
-            .map_err(|e| claim.error(Problem::Publish(e)))?;
+        let (host, published) = devices::list(&self.config, self.settings.shares)
+            .map_err(|e| claim.error(Problem::Devices(e)))?;
         let prepared = claims::Preparer {
             config: &self.config,
             driver,
@@ -160,7 +141,7 @@ impl Driver {
 
     /// The health of every published device: (pool, device, healthy).
     fn health(&self) -> Vec<(String, String, bool)> {
-        match self.published() {
+        match devices::list(&self.config, self.settings.shares) {
             Ok((_, published)) => published
                 .into_iter()
                 .map(|p| (self.settings.node.clone(), p.name, p.healthy))
@@ -332,7 +313,7 @@ fn bind(path: &Path) -> Result<tokio::net::UnixListener, DraError> {
 pub async fn publish_loop(driver: Arc<Driver>) {
     let mut last: Option<Vec<Published>> = None;
     loop {
-        match driver.published() {
+        match devices::list(&driver.config, driver.settings.shares) {
             Ok((_, now)) if last.as_ref() != Some(&now) => match driver.api.publish(&now).await {
                 Ok(p) => {
                     if let Publication::Written(generation) = p {
@@ -350,7 +331,7 @@ pub async fn publish_loop(driver: Arc<Driver>) {
                 ),
             },
             Ok(_) => {}
-            Err(e) => tracing::warn!("listing the RDMA devices: {e}"),
+            Err(e) => tracing::warn!("{}", erdma_common::errors::chain(&e)),
         }
         tokio::time::sleep(driver.settings.poll).await;
     }
