@@ -145,6 +145,10 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdm
         write(os.path.join(p, "state"), state + "\n")
         write(os.path.join(p, "phys_state"), phys + "\n")
         write(os.path.join(p, "link_layer"), "Ethernet\n")
+        if driver == "erdma":
+            # Alibaba's erdma driver reports a fixed 4X EDR for every port with a netdev
+            # (erdma_verbs.c, erdma_query_port), which ib_core prints as this (sysfs.c, rate_show).
+            write(os.path.join(p, "rate"), "100 Gb/sec (4X EDR)\n")
         table = (gids or {}).get(ib) or (erdma_gids(uv) if driver == "erdma" else mlx5_gids(uv))
         for n, (gid, typ) in enumerate(table):
             write(os.path.join(p, f"gids/{n}"), gid + "\n")
