@@ -35,13 +35,16 @@
 # nodes, a container given GPUs 4 and 5): as it is, and with its GPUs hidden (no `nvidia`
 # driver directory, an empty /proc), so that their difference is what reading where the GPUs
 # sit, pairing them with ERIs and deciding GPU Direct RDMA cost an asking create.
+# The floor: the same calls through a static no-op wrapper (C, musl, `execv` of the real
+# runtime with the arguments it was given, nothing else), built here: what any wrapper costs
+# per call. "no ask" is compared with it.
 # Every wrapper call is one more execve: a do-nothing Rust wrapper costs about 0.4 ms (static)
 # or 0.7 ms (dynamic, PIE) per call on a small VM, so three calls per container set the floor.
 # The binary timed is the one scripts/build-runtime makes (static, non-PIE, `runtime` profile),
 # as it is meant to be installed; ERDMA_RUNTIME=path times another (e.g. target/release's).
 # On a busy machine run the script under `nice -n -15`.
 #
-# Needs root, runc and busybox-static (scripts/setup). ERDMA_RUNTIME=path skips the build.
+# Needs root, runc, busybox-static and musl-tools (scripts/setup). ERDMA_RUNTIME=path skips the build.
 # Dated figures: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +52,7 @@ RUNS=${1:-200}
 WARMUP=10
 
 [ "$(id -u)" -eq 0 ] || { echo "runtime_start: needs root (runc, mknod)" >&2; exit 1; }
-for t in runc mknod ip; do command -v "$t" >/dev/null || { echo "runtime_start: $t not found (run scripts/setup)" >&2; exit 1; }; done
+for t in runc mknod ip musl-gcc; do command -v "$t" >/dev/null || { echo "runtime_start: $t not found (run scripts/setup)" >&2; exit 1; }; done
 [ -x /bin/busybox ] || { echo "runtime_start: /bin/busybox not found (busybox-static; run scripts/setup)" >&2; exit 1; }
 
 if [ -z "${ERDMA_RUNTIME:-}" ]; then
@@ -66,6 +69,10 @@ cleanup() {
     [ "${KEEP_WORK:-0}" = 1 ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
 }
 trap cleanup EXIT
+
+# The floor wrapper (see above).
+printf '#include <unistd.h>\nint main(int c, char **v) { (void)c; v[0] = "/bin/true"; execv(v[0], v); return 127; }\n' >"$WORK/noop.c"
+musl-gcc -static -O2 -o "$WORK/noop-wrapper" "$WORK/noop.c"
 
 # The fixture host: the `two` scenario's sysfs, its /dev nodes, a config pointing there.
 . bench/fixture_host.sh
@@ -185,7 +192,7 @@ cmp -s "$WORK/plain/config.json" "$WORK/plain/config.json.orig" || { echo "runti
 
 # The wrapper's own cost per call, with the real runtime replaced by /bin/true: what the
 # table above measures through runc's much larger and noisier start time.
-CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden")
+CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden" "floor: no-op wrapper")
 call() { # INDEX OUTFILE
     local t0 t1 b=plain conf=$WORK/oci-hook-true.toml
     [ "$1" -eq 3 ] && b=ask
@@ -197,13 +204,14 @@ call() { # INDEX OUTFILE
     t0=$EPOCHREALTIME
     case "$1" in
         0) /bin/true --root "$STATE" state x ;;
+        7) "$WORK/noop-wrapper" --root "$STATE" create --bundle "$WORK/$b" x ;;
         1) ERDMA_OCI_HOOK_CONFIG="$conf" "$ERDMA_RUNTIME" --root "$STATE" state x ;;
         *) ERDMA_OCI_HOOK_CONFIG="$conf" "$ERDMA_RUNTIME" --root "$STATE" create --bundle "$WORK/$b" x ;;
     esac
     t1=$EPOCHREALTIME
     echo $(( (${t1/./} - ${t0/./}) )) >>"$2"
 }
-CALL_ALL="0 1 2 3 4 5 6"
+CALL_ALL="0 1 2 3 4 5 6 7"
 for _ in $(seq "$WARMUP"); do for c in $CALL_ALL; do call "$c" /dev/null; done; done
 # The GPU host's edit, to show the work was done: GPUs 4 and 5 get node 1's ERIs and the level.
 fresh_spec "$WORK/askgpu"
@@ -254,6 +262,10 @@ for c in 2 3; do
     awk -v cr="$cr" -v st="$st" -v t="$t" -v what="${CALLS[$c]#erdma create, }" \
         'BEGIN { printf "per container, %s: create + start + delete = %+.2f ms\n", what, (cr - t) + 2 * (st - t) }'
 done
+fl=$(pct "$WORK/calls.7" 50)
+awk -v f="$fl" -v t="$t" 'BEGIN { printf "per container, floor (a static no-op wrapper, 3 calls): %+.2f ms\n", 3 * (f - t) }'
+awk -v cr="$(pct "$WORK/calls.2" 50)" -v st="$st" -v f="$fl" \
+    'BEGIN { printf "per container, no ask, over the floor: %+.2f ms\n", (cr - f) + 2 * (st - f) }'
 echo "placing 8 GPUs beside 4 ERIs, per asking create: $(paired "$WORK/calls.5" "$WORK/calls.6") ms (paired p50)"
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

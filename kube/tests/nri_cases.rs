@@ -355,6 +355,74 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     assert!(nodes_inside(&h, &ok).is_empty());
 }
 
+/// A DRA claim reaches a container as kubelet hands it over: the CDI device IDs
+/// `NodePrepareResources` returned go into CRI's `CDI_devices`; containerd applies the claim's
+/// CDI spec (the ERI's uverbs node, `rdma_cm`, the env for exactly the claim's ERIs), and the NRI
+/// plugin, seeing the claim's `ERDMA_VISIBLE_DEVICES`, adds the memlock limit CDI cannot give,
+/// without doubling the nodes CDI gave.
+#[test]
+fn dra_claim_reaches_the_container_through_cdi_and_nri_root_daemon() {
+    use erdma_kube::dra::claims::{self, Allocated, ClaimRef};
+    if !require_containerd17() {
+        return;
+    }
+    let fixture = Fixture::new("two", &format!("memlock = {MEMLOCK}"));
+    let h = Containerd17::start(Options { cni_loopback: true, ..Default::default() });
+    let plugin = NriPlugin::start_beside(&fixture, &h);
+
+    // The driver's part, as `NodePrepareResources` does it for a claim of erdma-1.
+    let config = erdma_oci_hook::config::Config::load_from(&fixture.config_path).unwrap();
+    let (host, published) = erdma_kube::dra::devices::list(&config, 1).unwrap();
+    let claim = ClaimRef {
+        namespace: "ns1".into(),
+        name: "eri".into(),
+        uid: "3f1c2b7e-5d0a-4c1e-9a63-0d2b9e7f1a44".into(),
+    };
+    let driver = erdma_kube::dra::DRIVER;
+    let prepared = claims::Preparer {
+        config: &config,
+        driver,
+        node: "node-a",
+        host: &host,
+        published: &published,
+    }
+    .prepare(
+        &claim,
+        &[Allocated { request: "eri".into(), pool: "node-a".into(), device: "erdma-1".into() }],
+    )
+    .unwrap();
+    claims::write_spec(&h.cdi_dir(), driver, &claim, &prepared.spec).unwrap();
+
+    // kubelet's part: the IDs into CRI.
+    let pod = h.run_pod("dra-host", true, &[], "");
+    let c = h.create_and_start(
+        &pod,
+        &Container {
+            name: "claimed".into(),
+            cdi_devices: prepared.devices[0].cdi_device_ids.clone(),
+            ..Default::default()
+        },
+    );
+    plugin.wait_for("eRDMA given", 1);
+    assert_eq!(nodes_inside(&h, &c), ["rdma_cm a:3a", "uverbs1 e7:c1"]);
+    assert_eq!(memlock_inside(&h, &c), format!("Max locked memory {MEMLOCK} {MEMLOCK} bytes"));
+    let env = env_inside(&h, &c);
+    for kv in ["ERDMA_VISIBLE_DEVICES=erdma_1", "NCCL_IB_HCA==erdma_1:1"] {
+        assert!(has_env(&env, kv), "{kv} not in {env:?}");
+    }
+    let spec = h.runtime_spec(&c);
+    let mut paths: Vec<&str> = spec["linux"]["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["path"].as_str())
+        .filter(|p| p.starts_with("/dev/infiniband/"))
+        .collect();
+    paths.sort();
+    assert_eq!(paths, ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs1"], "each node once");
+    assert!(allow_rule(&spec, 231, 193) && allow_rule(&spec, 10, 58), "{}", spec["linux"]["resources"]);
+}
+
 /// The plugin outlives the runtime: when containerd's NRI connection goes (plugin restart
 /// here, as a DaemonSet rollout does), a new plugin process registers and serves again; and a
 /// plugin started before the socket exists waits for it.
