@@ -420,7 +420,11 @@ fn dra_claim_reaches_the_container_through_cdi_and_nri_root_daemon() {
         .collect();
     paths.sort();
     assert_eq!(paths, ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs1"], "each node once");
-    assert!(allow_rule(&spec, 231, 193) && allow_rule(&spec, 10, 58), "{}", spec["linux"]["resources"]);
+    assert!(
+        allow_rule(&spec, 231, 193) && allow_rule(&spec, 10, 58),
+        "{}",
+        spec["linux"]["resources"]
+    );
 }
 
 /// The plugin outlives the runtime: when containerd's NRI connection goes (plugin restart
