@@ -307,6 +307,9 @@ fn dra_plugin_publishes_prepares_and_survives_a_restart_root() {
             .devices
             .iter()
             .all(|h| h.health == pb::health_v1alpha1::HealthStatus::Healthy as i32));
+        // Someone else's write wins the race: the plugin's update gets 409 Conflict, and it
+        // reads the slice again and writes once more.
+        api.fail_next(http::Method::PUT, SLICE, 409);
         let state = f.sysfs.join("class/infiniband/erdma_0/ports/1/state");
         std::fs::write(&state, "1: DOWN\n").unwrap();
         let slice = until("the slice with erdma-0 DOWN", || {
@@ -342,8 +345,8 @@ fn dra_plugin_publishes_prepares_and_survives_a_restart_root() {
             api.writes().into_iter().map(|w| (w.method, w.status)).collect();
         assert_eq!(
             writes,
-            [("POST".to_string(), 201), ("PUT".to_string(), 200)],
-            "one write per change"
+            [("POST".to_string(), 201), ("PUT".to_string(), 409), ("PUT".to_string(), 200)],
+            "one write per change, and one again after the conflict"
         );
 
         // The plugin restarts: kubelet finds it again, the slice is left as it is, and the claim
@@ -354,7 +357,7 @@ fn dra_plugin_publishes_prepares_and_survives_a_restart_root() {
         let mut child = spawn_plugin(&f, &d, &d.cdi);
         let mut r = register(&d.registry).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(api.writes().len(), 2, "nothing written after the restart: {:?}", api.writes());
+        assert_eq!(api.writes().len(), 3, "nothing written after the restart: {:?}", api.writes());
         let un = r
             .v1beta1
             .node_unprepare_resources(pb::v1beta1::NodeUnprepareResourcesRequest {

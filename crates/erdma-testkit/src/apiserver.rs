@@ -131,7 +131,15 @@ impl State {
             self.fail_next.iter().position(|(m, p, _)| m == method && path.starts_with(p.as_str()))
         {
             let (_, _, code) = self.fail_next.remove(i);
-            return status(code, "InternalError", format!("injected by the test: {code}"));
+            // The reason the API server gives with each code (apimachinery's StatusReason).
+            let reason = match code {
+                404 => "NotFound",
+                409 => "Conflict",
+                422 => "Invalid",
+                429 => "TooManyRequests",
+                _ => "InternalError",
+            };
+            return status(code, reason, format!("injected by the test: {code}"));
         }
         let Some((collection, resource, name)) = split(path) else {
             return status(
