@@ -873,10 +873,7 @@ fn runnable_el_base(dir: &Path, el: El) -> (OciFixture, PathBuf) {
         _ => (rpm_repo::debian11_rpm_root(), rpm_repo::CENTOS8_OS_RELEASE, "CentOS-Linux"),
     };
     let root = dir.join("el-root");
-    support::assert_success(
-        "cp -a",
-        &Command::new("cp").arg("-a").arg(tree).arg(&root).output().unwrap(),
-    );
+    rpm_repo::copy_rpm_root(&tree, &root);
     for gone in
         ["etc/debian_version", "etc/os-release", "usr/lib/os-release", "var/lib/dpkg", "etc/apt"]
     {

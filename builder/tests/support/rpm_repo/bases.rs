@@ -396,6 +396,17 @@ fn debian_rpm_root(suite: &str, name: &str) -> PathBuf {
     .join("rootfs")
 }
 
+/// Copies `tree` ([`debian11_rpm_root`] or [`debian12_rpm_root`]) to `to` with `cp -a`, holding
+/// the lock [`rpm416`] holds while another test's root sits inside the bullseye tree (under
+/// `/mnt/erdma-check-PID`): a copy taken meanwhile would see that root's files come and go.
+pub fn copy_rpm_root(tree: &Path, to: &Path) {
+    let _lock = lock_file(&cache_root().join("debian11-rpm.use.lock"));
+    super::super::assert_success(
+        "cp -a",
+        &Command::new("cp").arg("-a").arg(tree).arg(to).output().unwrap(),
+    );
+}
+
 /// Installs `rpms` into `root` with Debian 11's rpm 4.16 writing a Berkeley DB rpmdb: `root`
 /// is moved into the bullseye tree (same file system), rpm runs chrooted there with
 /// `--root /mnt/...`, and `root` is moved back.
