@@ -285,17 +285,7 @@ mod tests {
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/sysfs");
 
-    fn is_root() -> bool {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("Uid:"))
-                    .and_then(|l| l.split_whitespace().nth(2))
-                    .map(|u| u == "0")
-            })
-            .unwrap_or(false)
-    }
+    use erdma_testkit::is_root;
 
     /// A /dev root with the nodes `testdata/sysfs/<scenario>/dev.txt` declares, made with
     /// `mknod` (root). Without root: a skip locally (`None`), a failure under `CI`.
