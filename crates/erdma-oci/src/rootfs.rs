@@ -474,18 +474,29 @@ impl Budget {
 
 /// Whether a file's content is kept in the snapshot.
 fn of_interest(path: &str, size: u64) -> bool {
-    const KEEP: &[&str] = &[
-        "etc/",
-        "usr/share/keyrings/",
-        "usr/lib/os-release",
-        "var/lib/dpkg/status",
-        "var/lib/dpkg/info/format",
-        // What every apt build reads for maintainer scripts: stat overrides, file triggers.
-        "var/lib/dpkg/statoverride",
-        "var/lib/dpkg/triggers/File",
-    ];
-    size <= 16 << 20
-        && KEEP.iter().any(|k| path.starts_with(k) && !path.starts_with("var/lib/dpkg/status-"))
+    const KEEP: &[&str] = &["etc/", "usr/share/keyrings/", "usr/lib/os-release", "var/lib/dpkg/"];
+    if size > 16 << 20 || !KEEP.iter().any(|k| path.starts_with(k)) {
+        return false;
+    }
+    // dpkg's database as every apt build reads it (status, diversions, stat overrides,
+    // alternatives, triggers), without its backups; of `info/`, only what a build may ask of
+    // an installed package (its file list and maintainer scripts, read when it is replaced),
+    // not the checksums, which are most of it.
+    match path.strip_prefix("var/lib/dpkg/") {
+        None => true,
+        Some(rest) => {
+            !rest.ends_with("-old")
+                && match rest.strip_prefix("info/") {
+                    None => true,
+                    Some(name) => {
+                        name == "format"
+                            || [".list", ".preinst", ".postinst", ".prerm", ".postrm"]
+                                .iter()
+                                .any(|s| name.ends_with(s))
+                    }
+                }
+        }
+    }
 }
 
 impl Snapshot {
