@@ -82,9 +82,14 @@ pub async fn fetch_index(client: &Client, spec: &RepoSpec) -> Result<RepoIndex, 
     fetch_index_cached(client, spec, None).await
 }
 
-/// [`fetch_index`], keeping downloaded index files in `cache` named by their SHA256. The
-/// Release (always fetched and verified) names the hash, and a cached file is checked against
-/// it like a downloaded one, so the cache cannot feed in anything the signature does not cover.
+/// [`fetch_index`], keeping what was read of each index in `cache` ([`fields_path`]): the
+/// fields the resolver reads, named by the SHA256 of the index file the signed Release lists
+/// and written only once that file matched it. The Release is fetched and verified every
+/// time; an index whose entry there is unchanged is then read from the cache without being
+/// downloaded, decompressed or hashed again, as apt reads its `lists/` directory.
+///
+/// The cache is trusted as apt's lists are: a cached file is used only when the user running
+/// the build owns it and no one else may write it (see `docs/security.md`).
 pub async fn fetch_index_cached(
     client: &Client,
     spec: &RepoSpec,
@@ -112,15 +117,17 @@ pub async fn fetch_index_cached(
     let mut packages = Vec::new();
     for dir in &layout.index_dirs {
         // The Release also lists the uncompressed index's hash (mirrors need not serve it):
-        // a cached decompressed copy checked against it skips both download and
-        // decompression, and stays covered by the signature.
+        // the decompressed text is checked against it too, and names the cached copy.
         let plain = format!("{dir}Packages");
-        let plain_entry =
-            release.sha256.get(&plain).cloned().filter(|e| {
-                e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_hexdigit())
-            });
-        let plain_cache =
-            cache.zip(plain_entry.as_ref()).map(|(c, e)| c.join(e.sha256.to_ascii_lowercase()));
+        let plain_entry = release.sha256.get(&plain).cloned().filter(|e| is_sha256(&e.sha256));
+        let listed: Vec<(String, FileEntry)> = INDEX_NAMES
+            .iter()
+            .map(|name| format!("{dir}{name}"))
+            .filter_map(|path| release.sha256.get(&path).map(|e| (path, e.clone())))
+            .collect();
+        if listed.is_empty() {
+            return Err(RepoError::NoIndex { url: release_url, wanted: format!("{dir}Packages") });
+        }
         let context = |url: String, file: String, entry: FileEntry| IndexContext {
             url,
             file,
@@ -131,76 +138,50 @@ pub async fn fetch_index_cached(
             entry,
             max_inflation: client.inflation(),
         };
-        if let (Some(path), Some(entry)) = (&plain_cache, &plain_entry) {
-            if let Ok(f) = std::fs::File::open(path) {
-                let ctx =
-                    context(format!("{}{}", layout.meta, plain), plain.clone(), entry.clone());
-                match read_streamed(Box::new(f), None, ctx, None, None).await {
+        // What a copy is named by: the entry its text was checked against.
+        let key = |entry: &FileEntry| {
+            plain_entry.as_ref().map_or(&entry.sha256, |p| &p.sha256).to_ascii_lowercase()
+        };
+        if let Some(c) = cache {
+            let hit = listed.iter().filter(|(_, e)| is_sha256(&e.sha256)).find_map(|(path, e)| {
+                let at = fields_path(c, &key(e));
+                read_kept(&at).map(|kept| (path, e, at, kept))
+            });
+            if let Some((path, entry, at, kept)) = hit {
+                let ctx = context(format!("{}{}", layout.meta, path), path.clone(), entry.clone());
+                match from_kept(kept, ctx).await {
                     Ok(parsed) => {
                         packages.extend(parsed);
                         continue;
                     }
-                    Err(e) => tracing::warn!("ignoring cached index {}: {e}", path.display()),
+                    Err(e) => {
+                        tracing::warn!("ignoring cached index {}: {e}", at.display());
+                        let _ = std::fs::remove_file(&at);
+                    }
                 }
             }
         }
-        let listed: Vec<(String, FileEntry)> = INDEX_NAMES
-            .iter()
-            .map(|name| format!("{dir}{name}"))
-            .filter_map(|path| release.sha256.get(&path).map(|e| (path, e.clone())))
-            .collect();
-        if listed.is_empty() {
-            return Err(RepoError::NoIndex { url: release_url, wanted: format!("{dir}Packages") });
-        }
         for (i, (path, entry)) in listed.iter().enumerate() {
             let url = format!("{}{}", layout.meta, path);
-            let hex_ok =
-                entry.sha256.len() == 64 && entry.sha256.bytes().all(|b| b.is_ascii_hexdigit());
-            // Without a Release entry for the decompressed index, the compressed file is what
-            // is cached (and checked against its own entry when read again).
-            let cached = cache.filter(|_| hex_ok && plain_cache.is_none()).map(|c| {
-                c.join(format!("{}{}", entry.sha256.to_ascii_lowercase(), index_suffix(path)))
-            });
+            let keep =
+                cache.filter(|_| is_sha256(&entry.sha256)).map(|c| fields_path(c, &key(entry)));
             let ctx = context(url.clone(), path.clone(), entry.clone());
             let mut attempt = 0;
             let parsed = loop {
-                let hit = cached.as_ref().and_then(|p| std::fs::File::open(p).ok());
-                let from_cache = hit.is_some();
-                let (src, failed): (Box<dyn Read + Send>, Option<Failed>) = match hit {
-                    Some(f) => (Box::new(f), None),
-                    None => match client.open_stream(&url).await {
-                        Ok(Some((src, failed))) => (src, Some(failed)),
-                        Ok(None) => break None,
-                        Err(e) if e.is_transient() && attempt < RETRIES => {
-                            attempt += 1;
-                            Client::backoff(&e, attempt).await;
-                            continue;
-                        }
-                        Err(e) => return Err(e.into()),
-                    },
-                };
-                // Copies for the cache, kept only when everything checked out.
-                let tee = |dest: Option<&std::path::PathBuf>| {
-                    dest.and_then(|d| {
-                        let dir = d.parent()?;
-                        std::fs::create_dir_all(dir).ok()?;
-                        tempfile::NamedTempFile::new_in(dir).ok().map(|t| (t, d.clone()))
-                    })
-                };
-                let plain_tee = tee(plain_cache.as_ref());
-                let compressed_tee = if from_cache { None } else { tee(cached.as_ref()) };
-                let tees = index::Tees {
-                    plain: plain_tee.as_ref().and_then(|(t, _)| t.reopen().ok()),
-                    compressed: compressed_tee.as_ref().and_then(|(t, _)| t.reopen().ok()),
-                };
-                match read_streamed(src, failed, ctx.clone(), plain_entry.clone(), Some(tees)).await
-                {
-                    Ok(parsed) => {
-                        for (tmp, dest) in plain_tee.into_iter().chain(compressed_tee) {
-                            let _ = tmp.persist(dest);
-                        }
-                        break Some(parsed);
+                let (src, failed) = match client.open_stream(&url).await {
+                    Ok(Some(opened)) => opened,
+                    Ok(None) => break None,
+                    Err(e) if e.is_transient() && attempt < RETRIES => {
+                        attempt += 1;
+                        Client::backoff(&e, attempt).await;
+                        continue;
                     }
+                    Err(e) => return Err(e.into()),
+                };
+                match read_streamed(src, failed, ctx.clone(), plain_entry.clone(), keep.clone())
+                    .await
+                {
+                    Ok(parsed) => break Some(parsed),
                     Err(e @ RepoError::Http(HttpError::Transfer { .. })) if attempt < RETRIES => {
                         attempt += 1;
                         Client::backoff(&e, attempt).await;
@@ -224,19 +205,82 @@ pub async fn fetch_index_cached(
     Ok(RepoIndex { packages })
 }
 
-/// Reads, checks and parses one index from `src` on the blocking pool (see [`index`]).
+/// The version of the cached indices' form ([`IndexedPackage::to_kept`]): raised whenever
+/// [`index::KEPT_FIELDS`] or what is kept of a stanza changes, so that older copies are
+/// fetched again.
+const KEPT_FORMAT: u32 = 2;
+
+/// Where what was kept of the index whose checked SHA256 is `sha256` is cached.
+fn fields_path(cache: &std::path::Path, sha256: &str) -> std::path::PathBuf {
+    cache.join(format!("{sha256}.kept-{KEPT_FORMAT}"))
+}
+
+fn is_sha256(hex: &str) -> bool {
+    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A cached index, when the user running this owns it and no one else may write it (a cache
+/// directory shared with others is read as empty).
+fn read_kept(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut f = std::fs::File::open(path).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file()
+        || meta.uid() != rustix::process::geteuid().as_raw()
+        || meta.mode() & 0o022 != 0
+    {
+        tracing::warn!(
+            "ignoring cached index {}: not the user's own, or writable by others",
+            path.display()
+        );
+        return None;
+    }
+    if meta.len() > 2 * MAX_INDEX {
+        return None;
+    }
+    let mut kept = Vec::with_capacity(meta.len() as usize);
+    f.read_to_end(&mut kept).ok()?;
+    Some(kept)
+}
+
+/// Writes what is kept of an index to `path` whole or not at all.
+fn write_kept(path: &std::path::Path, kept: &[u8]) {
+    let Some(dir) = path.parent() else { return };
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| tempfile::NamedTempFile::new_in(dir))
+        .and_then(|mut tmp| {
+            std::io::Write::write_all(&mut tmp, kept)?;
+            tmp.persist(path).map_err(|e| e.error)?;
+            Ok(())
+        });
+    if let Err(e) = written {
+        tracing::debug!("not caching {}: {e}", path.display());
+    }
+}
+
+/// Reads a cached index's packages on the blocking pool.
+async fn from_kept(kept: Vec<u8>, ctx: IndexContext) -> Result<Vec<IndexedPackage>, RepoError> {
+    tokio::task::spawn_blocking(move || {
+        IndexedPackage::from_kept(kept, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+/// Reads, checks and parses one index from `src` on the blocking pool (see [`index`]); what
+/// is kept of it goes to `keep` once it checked out and parsed.
 async fn read_streamed(
     src: Box<dyn Read + Send>,
-    failed: Option<Failed>,
+    failed: Failed,
     ctx: IndexContext,
     plain: Option<FileEntry>,
-    tees: Option<index::Tees>,
+    keep: Option<std::path::PathBuf>,
 ) -> Result<Vec<IndexedPackage>, RepoError> {
     tokio::task::spawn_blocking(move || {
         let expect = index::Expect { size: ctx.entry.size, sha256: ctx.entry.sha256.clone() };
         let plain_expect =
             plain.as_ref().map(|p| index::Expect { size: p.size, sha256: p.sha256.clone() });
-        let source_failed = || failed.as_ref().and_then(|f| f.lock().expect("poisoned").clone());
+        let source_failed = || failed.lock().expect("poisoned").clone();
         let plain_name = ctx.file.trim_end_matches(".xz").trim_end_matches(".gz").to_string();
         let bound = index::Bound { max: MAX_INDEX, inflation: ctx.max_inflation };
         let text = index::read_index(
@@ -245,7 +289,6 @@ async fn read_streamed(
             &expect,
             plain_expect.as_ref(),
             bound,
-            tees.unwrap_or_default(),
             &source_failed,
         )
         .map_err(|e| match e {
@@ -285,21 +328,14 @@ async fn read_streamed(
                 RepoError::Limit { url: ctx.url.clone(), exceeded }
             }
         })?;
-        IndexedPackage::read_index(text, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)
+        let parsed = IndexedPackage::read_index(text, &ctx.url, &ctx.base, &ctx.origin, &ctx.repo)?;
+        if let Some(path) = &keep {
+            write_kept(path, &IndexedPackage::to_kept(&parsed));
+        }
+        Ok(parsed)
     })
     .await
     .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-}
-
-/// `.xz`, `.gz` or nothing: cached files keep their compression in the name.
-fn index_suffix(path: &str) -> &'static str {
-    if path.ends_with(".xz") {
-        ".xz"
-    } else if path.ends_with(".gz") {
-        ".gz"
-    } else {
-        ""
-    }
 }
 
 /// Fetches `InRelease`, or `Release` and `Release.gpg` when there is no `InRelease`, and
@@ -588,6 +624,80 @@ mod tests {
             e.to_string(),
             format!("{meta_url}main/binary-amd64/Packages.xz is listed in the Release file but the server does not have it")
         );
+    }
+
+    #[tokio::test]
+    async fn a_cached_index_serves_while_the_signed_release_lists_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let fx = Fixture::new();
+        let meta = fx.publish(
+            "dists/bookworm",
+            "main/binary-amd64",
+            &[".xz", ""],
+            "pool/main/",
+            Some("main"),
+            None,
+        );
+        let server = HttpServer::start(fx.root.path());
+        let client = client();
+        let spec = fx.spec(&server.url, "bookworm", &["main"]);
+        let cache = tempfile::tempdir().unwrap();
+        let fetch = || fetch_index_cached(&client, &spec, Some(cache.path()));
+        let summary = |index: &RepoIndex| -> Vec<(String, String, String)> {
+            index.packages.iter().map(|p| (p.name().to_owned(), p.sha256(), p.url())).collect()
+        };
+        let first = summary(&fetch().await.unwrap());
+        assert_eq!(first.len(), 2);
+
+        // Kept: the fields the resolver reads, named by the SHA256 the Release gives the
+        // decompressed index.
+        let idx = meta.join("main/binary-amd64");
+        let plain = std::fs::read_to_string(idx.join("Packages")).unwrap();
+        let kept = cache.path().join(format!("{}.kept-2", hex::encode(Sha256::digest(&plain))));
+        let bytes = std::fs::read(&kept).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("Package: erdma-tools\nVersion: 1.0-1\n"), "{text}");
+        assert!(!text.contains("Description"), "{text}");
+
+        // With the index gone from the server, the Release (still fetched and verified) names
+        // the kept copy: the same packages, nothing downloaded or hashed again.
+        std::fs::remove_file(idx.join("Packages.xz")).unwrap();
+        std::fs::remove_file(idx.join("Packages")).unwrap();
+        assert_eq!(summary(&fetch().await.unwrap()), first);
+
+        // A copy others may write is not trusted: the index is fetched, and is missing.
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let e = fetch().await.unwrap_err();
+        assert!(matches!(e, RepoError::IndexMissing { .. }), "{e}");
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(summary(&fetch().await.unwrap()), first);
+
+        // A damaged copy is dropped, and the index fetched again.
+        std::fs::write(&kept, &bytes[..bytes.len() - 1]).unwrap();
+        let e = fetch().await.unwrap_err();
+        assert!(matches!(e, RepoError::IndexMissing { .. }), "{e}");
+        assert!(!kept.exists());
+
+        // A new Release with another index: that one is downloaded and kept beside.
+        let changed = plain.replace("Size: 99", "Size: 100");
+        std::fs::write(idx.join("Packages"), &changed).unwrap();
+        std::fs::write(idx.join("Packages.xz"), compress("Packages.xz", changed.as_bytes()))
+            .unwrap();
+        let release = hand_release(
+            &meta,
+            &format!(
+                "Origin: erdma-test\nSuite: bookworm\nCodename: bookworm\nDate: {}\n\
+                 Architectures: amd64\nComponents: main\n",
+                rfc2822(now())
+            ),
+        );
+        fx.sign_release(&meta, release.as_bytes());
+        let index = fetch().await.unwrap();
+        assert_eq!(index.packages[1].size(), 100);
+        assert!(cache
+            .path()
+            .join(format!("{}.kept-2", hex::encode(Sha256::digest(&changed))))
+            .is_file());
     }
 
     #[tokio::test]

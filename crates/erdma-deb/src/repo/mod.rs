@@ -125,6 +125,12 @@ const PROVIDES: usize = 3;
 const FILENAME: usize = 4;
 const SHA256: usize = 5;
 const SIZE: usize = 6;
+/// The start of a kept index ([`IndexedPackage::to_kept`]), its header (magic, text length,
+/// stanza count) and the size of one stanza's record (start, end, line, the fields' ranges,
+/// the `.deb`'s size).
+const KEPT_MAGIC: &[u8; 8] = b"ERDMAIX1";
+const KEPT_HEAD: usize = 24;
+const KEPT_RECORD: usize = 4 * (3 + 2 * INDEX_FIELDS.len()) + 8;
 /// A field the stanza does not have.
 const ABSENT: (u32, u32) = (u32::MAX, 0);
 /// A value to read from the parsed paragraph ([`deb822::ValueSpan::Folded`]).
@@ -183,7 +189,7 @@ impl IndexedPackage {
         index: &Arc<IndexText>,
         stanza: deb822::Scanned<{ INDEX_FIELDS.len() }>,
     ) -> Result<IndexedPackage, RepoError> {
-        let mut pkg = IndexedPackage {
+        let pkg = IndexedPackage {
             index: Arc::clone(index),
             start: stanza.range.start as u32,
             end: stanza.range.end as u32,
@@ -196,20 +202,26 @@ impl IndexedPackage {
             size: 0,
             paragraph: OnceLock::new(),
         };
-        if pkg.values.contains(&FOLDED) {
+        pkg.validated()
+    }
+
+    /// The package once what its download needs is there and sane: its name, `Filename`,
+    /// `SHA256` and `Size` (read into [`Self::size`]).
+    fn validated(mut self) -> Result<IndexedPackage, RepoError> {
+        if self.values.contains(&FOLDED) {
             // Rare: a value whose lines are not contiguous in the text; it is read from the
             // parsed paragraph.
-            let paragraph = pkg.parse_paragraph()?;
-            let _ = pkg.paragraph.set(paragraph);
+            let paragraph = self.parse_paragraph()?;
+            let _ = self.paragraph.set(paragraph);
         }
         let malformed =
-            |reason: String| RepoError::MalformedIndex { url: index.url.clone(), reason };
-        let name = pkg.name();
+            |reason: String| RepoError::MalformedIndex { url: self.index.url.clone(), reason };
+        let name = self.name();
         if name.is_empty() {
             return Err(malformed("a stanza has no Package field".into()));
         }
         let field = |i: usize| {
-            pkg.value(i).map(str::trim).filter(|v| !v.is_empty()).ok_or_else(|| {
+            self.value(i).map(str::trim).filter(|v| !v.is_empty()).ok_or_else(|| {
                 malformed(format!("package `{name}` has no {} field", INDEX_FIELDS[i]))
             })
         };
@@ -230,8 +242,125 @@ impl IndexedPackage {
                 "package `{name}` has an invalid Filename `{filename}`"
             )));
         }
-        pkg.size = size;
-        Ok(pkg)
+        self.size = size;
+        Ok(self)
+    }
+
+    /// An index's packages as the cache keeps them ([`Self::from_kept`]): the text, then
+    /// where each stanza and its fields are in it, so that reading them again does not scan
+    /// the text.
+    pub fn to_kept(packages: &[IndexedPackage]) -> Vec<u8> {
+        let text = packages.first().map_or("", |p| p.index.text.as_str());
+        let mut out = Vec::with_capacity(KEPT_HEAD + text.len() + packages.len() * KEPT_RECORD);
+        out.extend_from_slice(KEPT_MAGIC);
+        out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(packages.len() as u64).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+        for p in packages {
+            for v in [p.start, p.end, p.line] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            for (a, b) in p.values {
+                out.extend_from_slice(&a.to_le_bytes());
+                out.extend_from_slice(&b.to_le_bytes());
+            }
+            out.extend_from_slice(&p.size.to_le_bytes());
+        }
+        out
+    }
+
+    /// The packages [`Self::to_kept`] wrote, as [`Self::read_index`] read them. What it
+    /// checked then is not checked again; each stanza's place in the text is, so that a
+    /// damaged copy is an error, never a panic. `url` names the index.
+    pub fn from_kept(
+        kept: Vec<u8>,
+        url: &str,
+        base: &str,
+        origin: &str,
+        repo: &str,
+    ) -> Result<Vec<IndexedPackage>, RepoError> {
+        let damaged = |why: &str| RepoError::MalformedIndex {
+            url: url.to_owned(),
+            reason: format!("the cached copy is damaged ({why})"),
+        };
+        let head = |at: usize| {
+            kept.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        };
+        if !kept.starts_with(KEPT_MAGIC) {
+            return Err(damaged("not a kept index"));
+        }
+        let (Some(text_len), Some(count)) = (head(8), head(16)) else {
+            return Err(damaged("short"));
+        };
+        let records_at = usize::try_from(text_len)
+            .ok()
+            .and_then(|t| t.checked_add(KEPT_HEAD))
+            .filter(|&r| u32::try_from(r).is_ok())
+            .ok_or_else(|| damaged("its text is too long"))?;
+        let expected = usize::try_from(count)
+            .ok()
+            .and_then(|c| c.checked_mul(KEPT_RECORD))
+            .and_then(|r| r.checked_add(records_at));
+        if expected != Some(kept.len()) {
+            return Err(damaged("its length does not match"));
+        }
+        let mut records = kept[records_at..]
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+        let mut next = || records.next().expect("counted");
+        let mut raw = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let (start, end, line) = (next(), next(), next());
+            let values: [(u32, u32); INDEX_FIELDS.len()] =
+                std::array::from_fn(|_| (next(), next()));
+            let size = u64::from(next()) | u64::from(next()) << 32;
+            raw.push((start, end, line, values, size));
+        }
+        let mut bytes = kept;
+        bytes.truncate(records_at);
+        bytes.drain(..KEPT_HEAD);
+        let text = String::from_utf8(bytes).map_err(|_| damaged("its text is not UTF-8"))?;
+        let index = Arc::new(IndexText {
+            text,
+            url: url.to_owned(),
+            base: base.to_owned(),
+            origin: origin.to_owned(),
+            repo: repo.to_owned(),
+        });
+        let text = index.text.as_str();
+        let in_text = |a: u32, b: u32| {
+            a <= b
+                && text.is_char_boundary(a as usize)
+                && text.is_char_boundary(b as usize)
+                && (b as usize) <= text.len()
+        };
+        let mut packages = Vec::with_capacity(raw.len());
+        for (start, end, line, values, size) in raw {
+            let fits = |&(a, b): &(u32, u32)| {
+                (a, b) == ABSENT || (a, b) == FOLDED || (in_text(a, b) && start <= a && b <= end)
+            };
+            if line == 0 || !in_text(start, end) || !values.iter().all(fits) {
+                return Err(damaged("a stanza lies outside its text"));
+            }
+            let pkg = IndexedPackage {
+                index: Arc::clone(&index),
+                start,
+                end,
+                line,
+                values,
+                size,
+                paragraph: OnceLock::new(),
+            };
+            if values.contains(&FOLDED) {
+                let paragraph = pkg.parse_paragraph()?;
+                let _ = pkg.paragraph.set(paragraph);
+            }
+            if pkg.name().is_empty() {
+                return Err(damaged("a stanza has no name"));
+            }
+            packages.push(pkg);
+        }
+        Ok(packages)
     }
 
     /// One of [`INDEX_FIELDS`], in the form [`Paragraph::get`] gives.
@@ -490,6 +619,63 @@ mod tests {
         let debug = format!("{a:?}");
         assert!(debug.contains("\"a\"") && !debug.contains("Package: b"), "{debug}");
         assert!(read("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn kept_indices_read_back_as_parsed_and_damage_is_an_error() {
+        let sha = "ab".repeat(32);
+        let text = format!(
+            "Package: a\nVersion: 1.0-1\nArchitecture: amd64\nFilename: pool/a.deb\nSize: 10\nSHA256: {sha}\n\n\
+             Package: c\nProvides: z,\n# inside\n w\nFilename: pool/c.dëb\nSize: 30\nSHA256: {sha}\n"
+        );
+        let pkgs = read(&text).unwrap();
+        let kept = IndexedPackage::to_kept(&pkgs);
+        let from = |bytes: Vec<u8>| {
+            IndexedPackage::from_kept(
+                bytes,
+                "http://repo.test/Packages",
+                "http://repo.test",
+                "Test",
+                "http://repo.test bookworm",
+            )
+        };
+        let again = from(kept.clone()).unwrap();
+        let fields = |p: &IndexedPackage| {
+            (
+                p.name().to_owned(),
+                p.version().map(str::to_owned),
+                p.provides().map(str::to_owned),
+                p.url(),
+                p.sha256(),
+                p.size(),
+            )
+        };
+        assert_eq!(
+            again.iter().map(fields).collect::<Vec<_>>(),
+            pkgs.iter().map(fields).collect::<Vec<_>>()
+        );
+        for (p, q) in pkgs.iter().zip(&again) {
+            assert_eq!(p.paragraph().unwrap(), q.paragraph().unwrap());
+        }
+        assert!(from(IndexedPackage::to_kept(&[])).unwrap().is_empty());
+        // Every shorter copy, and every byte of the records changed, is refused or reads as
+        // packages that pass the same checks: never a panic.
+        for n in 0..kept.len() {
+            assert!(from(kept[..n].to_vec()).is_err(), "{n} bytes");
+        }
+        let records = KEPT_HEAD + text.len();
+        for at in records..kept.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut bad = kept.clone();
+                bad[at] ^= flip;
+                if let Ok(read) = from(bad) {
+                    assert!(read.iter().all(|p| !p.name().is_empty()));
+                }
+            }
+        }
+        let mut bad = kept.clone();
+        bad[0] = b'X';
+        assert!(from(bad).unwrap_err().to_string().contains("not a kept index"));
     }
 
     #[test]
