@@ -1,5 +1,5 @@
-//! OCI images, below everything that decides what goes into one: names
-//! ([`transport`]), reading ([`source`], [`registry`], [`layout`], [`blob`]), a base's files
+//! OCI images, below everything that decides what goes into one: names ([`reference`],
+//! [`transport`]), reading ([`source`], [`registry`], [`layout`], [`blob`]), a base's files
 //! ([`files`], [`rootfs`]), the whole root on disk for running scripts ([`rootdir`]), the new layer ([`layer`]) and config ([`config`]), and writing
 //! ([`sink`]). Nothing here knows of builds, recipes or package backends.
 #![forbid(unsafe_code)]
@@ -11,6 +11,7 @@ pub mod error;
 pub mod files;
 pub mod layer;
 pub mod layout;
+pub mod reference;
 pub mod registries_conf;
 pub mod registry;
 pub mod rootdir;

@@ -107,7 +107,8 @@ fn with_name(r: &Reference, name: &str) -> Result<Reference> {
         (None, Some(t)) => format!("{name}:{t}"),
         (None, None) => name.to_string(),
     };
-    whole.parse().map_err(|source| Error::RewrittenReference { reference: whole.clone(), source })
+    crate::reference::parse(&whole)
+        .map_err(|source| Error::RewrittenReference { reference: whole.clone(), source })
 }
 
 /// Loopback registries (`127.0.0.0/8`, `::1`, `localhost`): tried over HTTPS first, then plain

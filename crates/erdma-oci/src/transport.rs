@@ -34,8 +34,8 @@ impl ImageRef {
                 if name.is_empty() {
                     return Err(invalid("empty image name"));
                 }
-                let reference: oci_client::Reference =
-                    name.parse().map_err(|e: oci_client::ParseError| invalid(&e.to_string()))?;
+                let reference =
+                    crate::reference::parse(name).map_err(|e| invalid(&e.to_string()))?;
                 Ok(ImageRef::Registry(reference))
             }
             "oci" | "oci-archive" | "docker-archive" => {
