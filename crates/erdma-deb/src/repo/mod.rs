@@ -115,6 +115,18 @@ struct IndexText {
     repo: String,
 }
 
+impl IndexText {
+    fn shared(text: String, url: &str, base: &str, origin: &str, repo: &str) -> Arc<IndexText> {
+        Arc::new(IndexText {
+            text,
+            url: url.to_owned(),
+            base: base.to_owned(),
+            origin: origin.to_owned(),
+            repo: repo.to_owned(),
+        })
+    }
+}
+
 /// The fields of every stanza that are read up front, in [`IndexedPackage::values`] order.
 const INDEX_FIELDS: [&str; 7] =
     ["Package", "Version", "Architecture", "Provides", "Filename", "SHA256", "Size"];
@@ -160,13 +172,7 @@ impl IndexedPackage {
         origin: &str,
         repo: &str,
     ) -> Result<Vec<IndexedPackage>, RepoError> {
-        let index = Arc::new(IndexText {
-            text,
-            url: url.to_owned(),
-            base: base.to_owned(),
-            origin: origin.to_owned(),
-            repo: repo.to_owned(),
-        });
+        let index = IndexText::shared(text, url, base, origin, repo);
         let text = index.text.as_str();
         // Offsets are kept in 32 bits; MAX_INDEX keeps indices well below 4 GiB.
         if u32::try_from(text.len()).is_err() {
@@ -320,13 +326,7 @@ impl IndexedPackage {
         bytes.truncate(records_at);
         bytes.drain(..KEPT_HEAD);
         let text = String::from_utf8(bytes).map_err(|_| damaged("its text is not UTF-8"))?;
-        let index = Arc::new(IndexText {
-            text,
-            url: url.to_owned(),
-            base: base.to_owned(),
-            origin: origin.to_owned(),
-            repo: repo.to_owned(),
-        });
+        let index = IndexText::shared(text, url, base, origin, repo);
         let text = index.text.as_str();
         let in_text = |a: u32, b: u32| {
             a <= b
