@@ -255,7 +255,12 @@ async fn run(
             )
             .await?;
             let path = work.path().join(format!("layer-{i}"));
-            c.info = Some(c.layer.write_layer(&path, opts.compression, opts.epoch)?);
+            c.info = Some(c.layer.write_layer_reusing(
+                &path,
+                opts.compression,
+                opts.epoch,
+                &compressed_layers(),
+            )?);
             c.path = path;
             layers_by_recipe.insert(key.clone(), c);
         }
@@ -903,4 +908,19 @@ fn prepare(
         platform_json,
         base_layers: img.layers.iter().map(|(d, s, _)| (d.clone(), *s)).collect(),
     })
+}
+
+/// Where layers this program compressed are kept by their contents
+/// ([`erdma_oci::layer::CompressedLayers`]): named for this release and this very binary (its
+/// size and modification time), so that no other compressor's bytes are taken for its own.
+fn compressed_layers() -> erdma_oci::layer::CompressedLayers {
+    use std::os::unix::fs::MetadataExt as _;
+    let binary = std::env::current_exe()
+        .and_then(std::fs::metadata)
+        .map(|m| format!("{} {}.{}", m.size(), m.mtime(), m.mtime_nsec()))
+        .unwrap_or_else(|_| "unknown".into());
+    erdma_oci::layer::CompressedLayers::new(
+        &cache_dir(),
+        &format!("{} {binary}", env!("ERDMA_VERSION")),
+    )
 }

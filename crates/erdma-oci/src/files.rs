@@ -317,6 +317,7 @@ impl<'a> ImageFiles<'a> {
         let Some(real) = self.real_path(path, true)? else { return Ok(None) };
         match self.entry(&real)? {
             Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| {
+                tracing::debug!("streaming /{real} from the layers");
                 crate::rootfs::read_file_with(
                     self.layers.len(),
                     &mut |i| self.open(i),
@@ -336,6 +337,7 @@ impl<'a> ImageFiles<'a> {
             Some(SnapEntry::File(Some(data))) if data.len() as u64 <= max => Ok(Some(data)),
             // Content the snapshot did not keep: one streaming pass for it.
             Some(SnapEntry::File(_)) => tokio::task::block_in_place(|| {
+                tracing::debug!("reading /{real} from the layers: the snapshot did not keep it");
                 crate::rootfs::read_file_bounded(
                     self.layers.len(),
                     &mut |i| self.open(i),

@@ -529,6 +529,27 @@ impl LayerContents {
         Ok(())
     }
 
+    /// [`Self::write_layer`], taking the blob from `kept` when a layer with the same files
+    /// was compressed before, and keeping it there when not.
+    pub fn write_layer_reusing(
+        &self,
+        dest: &Path,
+        compression: LayerCompression,
+        mtime: u64,
+        kept: &CompressedLayers,
+    ) -> Result<LayerInfo> {
+        let (_, diff_id, _) = self
+            .write_tar(HashingWriter::new(io::sink()), mtime)
+            .map_err(Error::io("writing layer", dest))?
+            .finish();
+        if let Some(info) = kept.reuse(&diff_id, compression, dest) {
+            return Ok(info);
+        }
+        let info = self.write_layer(dest, compression, mtime)?;
+        kept.keep(&info, compression, dest);
+        Ok(info)
+    }
+
     /// Writes the compressed layer to `dest` and returns its digests.
     pub fn write_layer(
         &self,
@@ -566,6 +587,86 @@ impl LayerContents {
         };
         let (digest, diff_id, size) = write().map_err(Error::io("writing layer", dest))?;
         Ok(LayerInfo { digest, diff_id, size, media_type: compression.media_type().to_string() })
+    }
+}
+
+/// Compressed layers kept across builds by what they hold (their diff_id) and how they were
+/// compressed, for the program that compressed them (`identity`: its version and binary; a
+/// compressor of another release may write other bytes for the same tar). A build whose layer
+/// holds the same files then writes the same blob without compressing it again. A kept blob is
+/// used only when it decompresses to exactly the diff_id; anything else is dropped.
+pub struct CompressedLayers {
+    dir: std::path::PathBuf,
+}
+
+impl CompressedLayers {
+    pub fn new(root: &Path, identity: &str) -> CompressedLayers {
+        let id = crate::blob::sha256_digest(identity.as_bytes());
+        CompressedLayers { dir: root.join("compressed").join(&id["sha256:".len()..][..16]) }
+    }
+
+    fn path(&self, diff_id: &str, compression: LayerCompression) -> Option<std::path::PathBuf> {
+        let hex = crate::blob::digest_hex(diff_id).ok()?;
+        let ext = match compression {
+            LayerCompression::Gzip => "gz",
+            LayerCompression::Zstd => "zst",
+        };
+        Some(self.dir.join(format!("{hex}.{ext}")))
+    }
+
+    /// The kept blob for `diff_id` copied to `dest`, when there is one and it checks out.
+    fn reuse(
+        &self,
+        diff_id: &str,
+        compression: LayerCompression,
+        dest: &Path,
+    ) -> Option<LayerInfo> {
+        let kept = self.path(diff_id, compression)?;
+        let copy = || -> io::Result<(String, u64)> {
+            let mut from = File::open(&kept)?;
+            let mut to = HashingWriter::new(BufWriter::new(File::create(dest)?));
+            io::copy(&mut from, &mut to)?;
+            let (buf, digest, size) = to.finish();
+            buf.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            let raw = io::BufReader::new(File::open(dest)?);
+            let mut unpacked = HashingWriter::new(io::sink());
+            io::copy(&mut crate::blob::decompressed(raw, 0)?, &mut unpacked)?;
+            let (_, got, _) = unpacked.finish();
+            if got != diff_id {
+                return Err(io::Error::other(format!("holds {got}")));
+            }
+            Ok((digest, size))
+        };
+        match copy() {
+            Ok((digest, size)) => Some(LayerInfo {
+                digest,
+                diff_id: diff_id.to_string(),
+                size,
+                media_type: compression.media_type().to_string(),
+            }),
+            Err(e) => {
+                if kept.exists() {
+                    tracing::warn!("dropping kept layer {}: {e}", kept.display());
+                    let _ = std::fs::remove_file(&kept);
+                }
+                None
+            }
+        }
+    }
+
+    /// Keeps the blob at `written` (just compressed) for `info.diff_id`.
+    fn keep(&self, info: &LayerInfo, compression: LayerCompression, written: &Path) {
+        let Some(kept) = self.path(&info.diff_id, compression) else { return };
+        let done = std::fs::create_dir_all(&self.dir)
+            .and_then(|()| tempfile::NamedTempFile::new_in(&self.dir))
+            .and_then(|mut tmp| {
+                io::copy(&mut File::open(written)?, &mut tmp)?;
+                tmp.persist(&kept).map_err(|e| e.error)?;
+                Ok(())
+            });
+        if let Err(e) = done {
+            tracing::debug!("not keeping layer {}: {e}", info.diff_id);
+        }
     }
 }
 
@@ -709,6 +810,38 @@ mod tests {
             crate::blob::decompressed(f, 0).unwrap().read_to_end(&mut raw).unwrap();
             assert_eq!(crate::blob::sha256_digest(&raw), a.diff_id);
             assert_eq!(a.size, std::fs::metadata(dir.path().join("a")).unwrap().len());
+        }
+    }
+
+    #[test]
+    fn a_kept_compressed_layer_is_the_blob_compressing_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = CompressedLayers::new(dir.path(), "erdma-build 1.0 (test)");
+        for c in [LayerCompression::Gzip, LayerCompression::Zstd] {
+            let fresh = sample().write_layer(&dir.path().join("fresh"), c, 0).unwrap();
+            let first = sample().write_layer_reusing(&dir.path().join("a"), c, 0, &kept).unwrap();
+            let blob = kept.path(&fresh.diff_id, c).unwrap();
+            assert!(blob.is_file());
+            let again = sample().write_layer_reusing(&dir.path().join("b"), c, 0, &kept).unwrap();
+            for info in [&first, &again] {
+                assert_eq!(
+                    (&info.digest, &info.diff_id, info.size, &info.media_type),
+                    (&fresh.digest, &fresh.diff_id, fresh.size, &fresh.media_type)
+                );
+            }
+            let bytes = std::fs::read(dir.path().join("fresh")).unwrap();
+            assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), bytes);
+            // A kept blob that is not what its name says is dropped, and the layer compressed.
+            let mut other = LayerContents::new();
+            other.add_file("etc/other", b"x".to_vec(), 0o644).unwrap();
+            other.write_layer(&blob, c, 0).unwrap();
+            let third = sample().write_layer_reusing(&dir.path().join("c"), c, 0, &kept).unwrap();
+            assert_eq!(third.digest, fresh.digest);
+            assert_eq!(std::fs::read(dir.path().join("c")).unwrap(), bytes);
+            assert_eq!(std::fs::read(&blob).unwrap(), bytes, "kept again, good this time");
+            // Another program's blobs are elsewhere.
+            let newer = CompressedLayers::new(dir.path(), "erdma-build 1.1 (test)");
+            assert_ne!(newer.path(&fresh.diff_id, c), kept.path(&fresh.diff_id, c));
         }
     }
 
