@@ -101,30 +101,36 @@ pub async fn resolve(
     let mut report = PackagesReport::default();
     // Where each repository's packages are in `available`.
     let mut ranges: Vec<(String, std::ops::Range<usize>)> = Vec::new();
-    for (name, specs) in repo_specs(inputs, base)? {
+    // The repositories are read at once (a Debian image names three suites, an NGC one five
+    // repositories), each trying its mirrors in turn; their packages go in in the order the
+    // sources name them.
+    let repos = repo_specs(inputs, base)?;
+    for (name, _) in &repos {
         reporter.step(&format!("reading repository {name}"));
+    }
+    let indices = repos.into_iter().map(|(name, specs)| async move {
         let mut last = None;
         for spec in specs {
-            match repo::fetch_index_cached(client, &spec, Some(&inputs.cache_dir.join("indices")))
-                .await
-            {
-                Ok(index) => {
-                    report.repositories.insert(name.clone(), spec.url.clone());
-                    let start = available.len();
-                    available.extend(index.packages);
-                    ranges.push((name.clone(), start..available.len()));
-                    last = None;
-                    break;
-                }
+            let cache = inputs.cache_dir.join("indices");
+            match repo::fetch_index_cached(client, &spec, Some(&cache)).await {
+                Ok(index) => return Ok(Some((name, spec.url, index))),
                 // Try the next mirror only when this one cannot be reached; a bad signature
                 // or hash is an attack or a broken mirror and stops the build.
                 Err(e) if e.is_unreachable() => last = Some(e),
                 Err(e) => return Err(Error::Repo(e)),
             }
         }
-        if let Some(e) = last {
-            return Err(Error::Repo(e));
+        match last {
+            Some(e) => Err(Error::Repo(e)),
+            None => Ok(None),
         }
+    });
+    for read in futures_util::future::join_all(indices).await {
+        let Some((name, url, index)) = read? else { continue };
+        report.repositories.insert(name.clone(), url);
+        let start = available.len();
+        available.extend(index.packages);
+        ranges.push((name, start..available.len()));
     }
     let mut install: Vec<String> = Vec::new();
     let mut replace: Vec<String> = Vec::new();
