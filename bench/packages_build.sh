@@ -20,8 +20,14 @@
 #       ALSO="name=PATH ..." adds other erdma-build binaries to the same rounds (e.g. a musl
 #       build with another allocator), each reported against glibc.
 #
+#   COMPARE="old=PATH new=PATH" bench/packages_build.sh bookworm
+#       erdma-build binaries side by side (e.g. a commit's and its parent's), the first being
+#       the one the others are reported against: the same rounds as MUSL=1, without docker
+#       and without building anything. COLD=1 makes every build cold (an empty cache each).
+#
 # Cold: erdma-build with an empty package cache; docker without the base pulled and with its
 #       build cache pruned.
+# ROUNDS=N (default 1) repeats the cold and warm pairs N times; the walls are the medians.
 # Warm: erdma-build with its package cache; docker with the base pulled (build run with
 #       --no-cache: a cached RUN would skip the work being compared).
 # Measured: wall seconds; bytes downloaded (erdma-build: packages + indices + registry; docker:
@@ -57,7 +63,9 @@ trap cleanup EXIT
 say() { printf '\n== %s\n' "$*" >&2; }
 
 scripts/setup
-cargo build --release -p erdma-build
+if [ -z "${COMPARE:-}" ]; then
+    cargo build --release -p erdma-build
+fi
 BIN=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release/erdma-build
 if [ "${MUSL:-0}" = 1 ]; then
     RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C relocation-model=static" \
@@ -99,6 +107,7 @@ run_erdma() { # $1 = cold|warm, $2 = output tag
     t1=$(now)
     R[erdma-$1,rss]=$(cat "$WORK/rss")
     R[erdma-$1,wall]=$(echo "$t1 - $t0" | bc)
+    R[erdma-$1,walls]+=" ${R[erdma-$1,wall]}"
     R[erdma-$1,net]=$(( $(eth) - e0 + $(lo) - l0 ))
     R[erdma-$1,layer]=$(echo "$json" | jq '.images[0].layer.size')
     R[erdma-$1,debs]=$(echo "$json" | jq '.images[0].packages.downloaded_bytes')
@@ -114,6 +123,7 @@ run_docker() { # $1 = cold|warm, $2 = output tag
     docker push -q "$REG/out-docker-$SUITE:$2" >/dev/null
     t1=$(now)
     R[docker-$1,wall]=$(echo "$t1 - $t0" | bc)
+    R[docker-$1,walls]+=" ${R[docker-$1,wall]}"
     R[docker-$1,net]=$(( $(eth) - e0 + $(lo) - l0 ))
     R[docker-$1,layer]=$(skopeo inspect --raw --tls-verify=false "docker://$REG/out-docker-$SUITE:$2" | jq '.layers[-1].size')
     fetched=$(grep -o 'Fetched [0-9.]* [kMG]B' "$WORK/docker-$1.log" | awk '{ v=$2; u=$3; m=(u=="kB")?1e3:(u=="MB")?1e6:1e9; s += v*m } END { printf "%.0f", s }')
@@ -122,67 +132,90 @@ run_docker() { # $1 = cold|warm, $2 = output tag
 
 # musl against glibc: the same warm build, alternating, RUNS times each.
 compare_musl() {
-    local runs=${RUNS:-7} i v which bin t0 t1
-    local variants=("glibc=$BIN" "musl=$MUSL_BIN")
-    for v in ${ALSO:-}; do variants+=("$v"); done
-    XDG_CACHE_HOME="$WORK/cache-$SUITE" "$BIN" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:prime" >/dev/null
+    local runs=${RUNS:-7} i v which bin t0 t1 cache
+    local variants=()
+    if [ -n "${COMPARE:-}" ]; then
+        for v in $COMPARE; do variants+=("$v"); done
+    else
+        variants=("glibc=$BIN" "musl=$MUSL_BIN")
+        for v in ${ALSO:-}; do variants+=("$v"); done
+    fi
+    for v in "${variants[@]}"; do
+        # Each binary's own cache: one program's kept files are not another's to read.
+        which=${v%%=*} bin=${v#*=}
+        [ "${COLD:-0}" = 1 ] || XDG_CACHE_HOME="$WORK/cache-$SUITE-$which" "$bin" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:prime" >/dev/null
+    done
     : >"$WORK/musl.tsv"
     for i in $(seq "$runs"); do
         for v in "${variants[@]}"; do
             which=${v%%=*} bin=${v#*=}
+            cache=$WORK/cache-$SUITE-$which
+            [ "${COLD:-0}" = 1 ] && rm -rf "$cache"
             sync; sleep 1
             t0=$(now)
-            XDG_CACHE_HOME="$WORK/cache-$SUITE" /usr/bin/time -f '%M %U %S' -o "$WORK/rss" "$bin" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$which-$i" >/dev/null
+            XDG_CACHE_HOME="$cache" /usr/bin/time -f '%M %U %S' -o "$WORK/rss" "$bin" build --quiet "${ERDMA_ARGS[@]}" --base "docker://$REG/$SUITE:1" --output "docker://$REG/out-erdma-$SUITE:$which-$i" >/dev/null
             t1=$(now)
             read -r rss user sys <"$WORK/rss"
             printf '%s\t%s\t%s\t%s\n' "$which" "$(echo "$t1 - $t0" | bc)" "$rss" "$(echo "$user + $sys" | bc)" >>"$WORK/musl.tsv"
         done
     done
-    python3 - "$SUITE" "$WORK/musl.tsv" "$("$MUSL_BIN" --version)" "${PACKAGES:-eRDMA packages}" <<'PY2'
+    local versions=""
+    for v in "${variants[@]}"; do versions+="${v%%=*}: $("${v#*=}" --version); "; done
+    python3 - "$SUITE" "$WORK/musl.tsv" "$versions" "${PACKAGES:-eRDMA packages}" "$([ "${COLD:-0}" = 1 ] && echo cold || echo warm)" <<'PY2'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
 names = list(dict.fromkeys(r[0] for r in rows))
 m = {w: ([float(r[1]) for r in rows if r[0] == w], [int(r[2]) for r in rows if r[0] == w],
           [float(r[3]) for r in rows if r[0] == w]) for w in names}
 med = statistics.median
-print(f"\n{sys.argv[1]} {sys.argv[4]}, warm, {len(m['musl'][0])} runs each; musl: {sys.argv[3]}")
+print(f"\n{sys.argv[1]} {sys.argv[4]}, {sys.argv[5]}, {len(m[names[0]][0])} runs each; {sys.argv[3]}")
 print(f"{'':9} {'p50 wall s':>10} {'min':>7} {'max':>7} {'p50 CPU s':>10} {'min':>7} {'max':>7} {'p50 RSS KiB':>12}")
 for w, (wall, rss, cpu) in m.items():
     print(f"{w:9} {med(wall):10.3f} {min(wall):7.3f} {max(wall):7.3f} {med(cpu):10.2f} {min(cpu):7.2f} {max(cpu):7.2f} {med(rss):12.0f}")
-g = m["glibc"]
+g = m[names[0]]
 for w in names[1:]:
     u = m[w]
-    print(f"{w}/glibc: wall {med(u[0]) / med(g[0]):.2f}x, CPU {med(u[2]) / med(g[2]):.2f}x, RSS {med(u[1]) / med(g[1]):.2f}x")
+    print(f"{w}/{names[0]}: wall {med(u[0]) / med(g[0]):.2f}x, CPU {med(u[2]) / med(g[2]):.2f}x, RSS {med(u[1]) / med(g[1]):.2f}x")
 PY2
 }
 
 for SUITE in "${SUITES[@]}"; do
     declare -A R=()
     make_base "$SUITE"
-    if [ "${MUSL:-0}" = 1 ]; then
+    if [ "${MUSL:-0}" = 1 ] || [ -n "${COMPARE:-}" ]; then
         compare_musl
         continue
     fi
     # Each measurement starts on a settled machine (dockerd keeps working for a moment after a
     # push), erdma-build first.
     settle() { sync; sleep 3; }
-    say "$SUITE cold"
-    docker builder prune -af >/dev/null 2>&1 || true
-    settle; run_erdma cold 1
-    settle; run_docker cold 1
-    say "$SUITE warm"
-    settle; run_erdma warm 2
-    settle; run_docker warm 2
+    for round in $(seq "${ROUNDS:-1}"); do
+        say "$SUITE cold, round $round"
+        rm -rf "$WORK/cache-$SUITE"
+        docker rmi -f "$REG/$SUITE:1" "$REG/out-docker-$SUITE:1" "$REG/out-docker-$SUITE:2" >/dev/null 2>&1 || true
+        docker builder prune -af >/dev/null 2>&1 || true
+        settle; run_erdma cold 1
+        settle; run_docker cold 1
+        say "$SUITE warm, round $round"
+        settle; run_erdma warm 2
+        settle; run_docker warm 2
+    done
 
     python3 - "$SUITE" "$(declare -p R)" "$PACKAGES" <<'PY'
 import re, sys
 suite = sys.argv[1]
 R = dict(re.findall(r'\[([^\]]+)\]="([^"]*)"', sys.argv[2]))
+import statistics
+# Wall: the median over the rounds (ROUNDS), with its range; the rest: the last round's.
+walls = {t: sorted(float(w) for w in R[t + ',walls'].split()) for t in ["docker-cold", "erdma-cold", "docker-warm", "erdma-warm"]}
+for t, w in walls.items():
+    R[t + ',wall'] = str(statistics.median(w))
 g = lambda k: float(R[k])
-print(f"\n{suite} {sys.argv[3] or 'eRDMA packages'}; erdma-build read {R.get('erdma-cold,sandbox', '0')} bytes of base layers for the sandbox\n{'':14} {'wall s':>8} {'net bytes':>12} {'apt/deb bytes':>14} {'layer bytes':>12} {'peak RSS KiB':>13}")
+rounds = len(walls["erdma-cold"])
+print(f"\n{suite} {sys.argv[3] or 'eRDMA packages'}, {rounds} round(s); erdma-build read {R.get('erdma-cold,sandbox', '0')} bytes of base layers for the sandbox\n{'':14} {'wall s':>8} {'min':>6} {'max':>6} {'net bytes':>12} {'apt/deb bytes':>14} {'layer bytes':>12} {'peak RSS KiB':>13}")
 for t in ["docker-cold", "erdma-cold", "docker-warm", "erdma-warm"]:
     rss = R.get(t + ',rss', '')
-    print(f"{t:14} {g(t+',wall'):8.2f} {g(t+',net'):12.0f} {g(t+',debs'):14.0f} {g(t+',layer'):12.0f} {rss:>13}")
+    print(f"{t:14} {g(t+',wall'):8.2f} {walls[t][0]:6.2f} {walls[t][-1]:6.2f} {g(t+',net'):12.0f} {g(t+',debs'):14.0f} {g(t+',layer'):12.0f} {rss:>13}")
 for c in ["cold", "warm"]:
     print(f"docker/erdma {c}: wall {g(f'docker-{c},wall')/g(f'erdma-{c},wall'):.1f}x, "
           f"network {g(f'docker-{c},net')/max(g(f'erdma-{c},net'),1):.1f}x, layer {g(f'docker-{c},layer')/g(f'erdma-{c},layer'):.1f}x")
