@@ -1,4 +1,4 @@
-//! OCI images, below everything that decides what goes into one: names ([`reference`],
+//! OCI images, below everything that decides what goes into one: names ([`reference`](mod@reference),
 //! [`transport`]), reading ([`source`], [`registry`], [`layout`], [`blob`]), a base's files
 //! ([`files`], [`rootfs`]), the whole root on disk for running scripts ([`rootdir`]), the new layer ([`layer`]) and config ([`config`]), and writing
 //! ([`sink`]). Nothing here knows of builds, recipes or package backends.

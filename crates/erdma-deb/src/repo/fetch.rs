@@ -82,7 +82,7 @@ pub async fn fetch_index(client: &Client, spec: &RepoSpec) -> Result<RepoIndex, 
     fetch_index_cached(client, spec, None).await
 }
 
-/// [`fetch_index`], keeping what was read of each index in `cache` ([`fields_path`]): the
+/// [`fetch_index`], keeping what was read of each index in `cache` (`HASH.kept-N`): the
 /// fields the resolver reads, named by the SHA256 of the index file the signed Release lists
 /// and written only once that file matched it. The Release is fetched and verified every
 /// time; an index whose entry there is unchanged is then read from the cache without being
