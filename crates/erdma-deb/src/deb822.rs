@@ -790,8 +790,8 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
         eprintln!("parsed {} paragraphs in {elapsed:?}", all.len());
     }
 
-    /// A synthetic `Packages` file the size of Debian main (~60k paragraphs) parses quickly
-    /// even in a debug build.
+    /// A synthetic `Packages` file the size of Debian main (~60k paragraphs) parses whole
+    /// (how fast is the benchmarks' business, not a test's: the time is printed, not asserted).
     #[test]
     fn parses_a_large_packages_file() {
         let stanza = "Package: libfoo{}\nVersion: 1.0-{}\nInstalled-Size: 123\n\
@@ -812,6 +812,5 @@ Description: Library for direct userspace use of RDMA (InfiniBand/iWARP)
         let elapsed = start.elapsed();
         assert_eq!(count, 60_000);
         eprintln!("parsed {count} paragraphs ({} MB) in {elapsed:?}", text.len() >> 20);
-        assert!(elapsed.as_secs() < 20, "took {elapsed:?}");
     }
 }

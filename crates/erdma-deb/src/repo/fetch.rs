@@ -215,10 +215,6 @@ fn fields_path(cache: &std::path::Path, sha256: &str) -> std::path::PathBuf {
     cache.join(format!("{sha256}.kept-{KEPT_FORMAT}"))
 }
 
-fn is_sha256(hex: &str) -> bool {
-    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 /// A cached index, when the user running this owns it and no one else may write it (a cache
 /// directory shared with others is read as empty).
 fn read_kept(path: &std::path::Path) -> Option<Vec<u8>> {

@@ -137,6 +137,16 @@ const PROVIDES: usize = 3;
 const FILENAME: usize = 4;
 const SHA256: usize = 5;
 const SIZE: usize = 6;
+/// A SHA256 in hex.
+fn is_sha256(hex: &str) -> bool {
+    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A `Filename` that stays under the archive root: no scheme, no `..`.
+fn is_relative_filename(filename: &str) -> bool {
+    !filename.contains("://") && !filename.split('/').any(|p| p == "..")
+}
+
 /// The start of a kept index ([`IndexedPackage::to_kept`]), its header (magic, text length,
 /// stanza count) and the size of one stanza's record (start, end, line, the fields' ranges,
 /// the `.deb`'s size).
@@ -234,7 +244,7 @@ impl IndexedPackage {
         let filename = field(FILENAME)?;
         let sha256 = field(SHA256)?;
         let size = field(SIZE)?;
-        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_sha256(sha256) {
             return Err(malformed(format!(
                 "package `{name}` has an invalid SHA256 `{}`",
                 sha256.to_ascii_lowercase()
@@ -243,7 +253,7 @@ impl IndexedPackage {
         let size: u64 = size
             .parse()
             .map_err(|_| malformed(format!("package `{name}` has an invalid Size `{size}`")))?;
-        if filename.contains("://") || filename.split('/').any(|p| p == "..") {
+        if !is_relative_filename(filename) {
             return Err(malformed(format!(
                 "package `{name}` has an invalid Filename `{filename}`"
             )));
@@ -355,8 +365,13 @@ impl IndexedPackage {
                 let paragraph = pkg.parse_paragraph()?;
                 let _ = pkg.paragraph.set(paragraph);
             }
-            if pkg.name().is_empty() {
-                return Err(damaged("a stanza has no name"));
+            // What the download and the package cache make paths of is checked again.
+            let (sha256, filename) = (pkg.value(SHA256), pkg.value(FILENAME));
+            if pkg.name().is_empty()
+                || !sha256.map(str::trim).is_some_and(is_sha256)
+                || !filename.map(str::trim).is_some_and(is_relative_filename)
+            {
+                return Err(damaged("a stanza's name, SHA256 or Filename is not what was kept"));
             }
             packages.push(pkg);
         }
@@ -676,6 +691,17 @@ mod tests {
         let mut bad = kept.clone();
         bad[0] = b'X';
         assert!(from(bad).unwrap_err().to_string().contains("not a kept index"));
+        // Text changed in place (same length): a Filename leaving the archive root, a SHA256
+        // that is not one, are refused as read_index refuses them.
+        for (from_text, to_text) in
+            [("pool/a.deb", "../a.deb!"), ("ab".repeat(4).as_str(), "zzzzzzzz")]
+        {
+            let at = kept.windows(from_text.len()).position(|w| w == from_text.as_bytes()).unwrap();
+            let mut bad = kept.clone();
+            bad[at..at + to_text.len().min(from_text.len())]
+                .copy_from_slice(&to_text.as_bytes()[..to_text.len().min(from_text.len())]);
+            assert!(from(bad).unwrap_err().to_string().contains("not what was kept"), "{to_text}");
+        }
     }
 
     #[test]
