@@ -88,7 +88,7 @@ pub fn read_index(
     let mut compressed = Hashing::new(src, expect.size, None);
     let plain_limit = plain.map_or(bound.max, |p| p.size.min(bound.max));
     let (result, plain_over, plain_read, plain_sha) = {
-        let decoder: Box<dyn Read + '_> = if file.ends_with(".xz") {
+        let mut decoder: Box<dyn Read + '_> = if file.ends_with(".xz") {
             Box::new(
                 erdma_limits::inflate(&mut compressed, bound.inflation, u64::MAX, |c| {
                     Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(c)))
@@ -107,7 +107,6 @@ pub fn read_index(
         };
         // Decompressing (this thread) and hashing and keeping fields (another) overlap: each
         // is about half of the work on an index of Debian's size.
-        let mut decoder = decoder;
         std::thread::scope(|scope| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(8);
             let consumer = scope.spawn(move || {

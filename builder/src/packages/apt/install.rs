@@ -108,11 +108,12 @@ pub async fn resolve(
     for (name, _) in &repos {
         reporter.step(&format!("reading repository {name}"));
     }
+    let cache = inputs.cache_dir.join("indices");
+    let cache = cache.as_path();
     let indices = repos.into_iter().map(|(name, specs)| async move {
         let mut last = None;
         for spec in specs {
-            let cache = inputs.cache_dir.join("indices");
-            match repo::fetch_index_cached(client, &spec, Some(&cache)).await {
+            match repo::fetch_index_cached(client, &spec, Some(cache)).await {
                 Ok(index) => return Ok(Some((name, spec.url, index))),
                 // Try the next mirror only when this one cannot be reached; a bad signature
                 // or hash is an attack or a broken mirror and stops the build.

@@ -138,13 +138,16 @@ pub async fn fetch_index_cached(
             entry,
             max_inflation: client.inflation(),
         };
-        // What a copy is named by: the entry its text was checked against.
-        let key = |entry: &FileEntry| {
-            plain_entry.as_ref().map_or(&entry.sha256, |p| &p.sha256).to_ascii_lowercase()
+        // Where a copy is kept: named by the entry its text was checked against, the
+        // decompressed index's where the Release lists one (then the same for every format).
+        let kept_at = |entry: &FileEntry| {
+            let sha256 = plain_entry.as_ref().map_or(&entry.sha256, |p| &p.sha256);
+            cache.filter(|_| is_sha256(sha256)).map(|c| kept_path(c, &sha256.to_ascii_lowercase()))
         };
-        if let Some(c) = cache {
-            let hit = listed.iter().filter(|(_, e)| is_sha256(&e.sha256)).find_map(|(path, e)| {
-                let at = fields_path(c, &key(e));
+        let names = if plain_entry.is_some() { 1 } else { listed.len() };
+        if cache.is_some() {
+            let hit = listed.iter().take(names).find_map(|(path, e)| {
+                let at = kept_at(e)?;
                 read_kept(&at).map(|kept| (path, e, at, kept))
             });
             if let Some((path, entry, at, kept)) = hit {
@@ -163,8 +166,7 @@ pub async fn fetch_index_cached(
         }
         for (i, (path, entry)) in listed.iter().enumerate() {
             let url = format!("{}{}", layout.meta, path);
-            let keep =
-                cache.filter(|_| is_sha256(&entry.sha256)).map(|c| fields_path(c, &key(entry)));
+            let keep = kept_at(entry);
             let ctx = context(url.clone(), path.clone(), entry.clone());
             let mut attempt = 0;
             let parsed = loop {
@@ -211,7 +213,7 @@ pub async fn fetch_index_cached(
 const KEPT_FORMAT: u32 = 2;
 
 /// Where what was kept of the index whose checked SHA256 is `sha256` is cached.
-fn fields_path(cache: &std::path::Path, sha256: &str) -> std::path::PathBuf {
+fn kept_path(cache: &std::path::Path, sha256: &str) -> std::path::PathBuf {
     cache.join(format!("{sha256}.kept-{KEPT_FORMAT}"))
 }
 
