@@ -588,55 +588,39 @@ mod tests {
     /// Keys made by gpg in a throwaway home: (armoured public key, fingerprint) for each name.
     fn gpg_keys(names: &[&str], algo: &str) -> Option<Vec<(String, String)>> {
         let home = tempfile::tempdir().unwrap();
-        let gpg = |args: &[&str]| {
-            Command::new("gpg")
-                .arg("--homedir")
-                .arg(home.path())
-                .args(["--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""])
-                .args(args)
-                .output()
-                .ok()
-        };
         let mut out = Vec::new();
         for n in names {
-            let o = gpg(&[
-                "--quick-gen-key",
-                &format!("{n} <{n}@erdma-kit.invalid>"),
-                algo,
-                "sign",
-                "never",
-            ])?;
-            if !o.status.success() {
-                return None;
-            }
-            let list = gpg(&["--with-colons", "--fingerprint", &format!("{n}@erdma-kit.invalid")])?;
-            let text = String::from_utf8_lossy(&list.stdout).into_owned();
-            let fpr = text.lines().find(|l| l.starts_with("fpr:"))?.split(':').nth(9)?.to_string();
-            let armoured = gpg(&["--armor", "--export", &format!("{n}@erdma-kit.invalid")])?;
-            out.push((String::from_utf8(armoured.stdout).ok()?, fpr));
+            let email = format!("{n}@erdma-kit.invalid");
+            let user = format!("{n} <{email}>");
+            gpg(home.path(), &["--quick-gen-key", &user, algo, "sign", "never"], "")?;
+            let list = gpg(home.path(), &["--with-colons", "--fingerprint", &email], "")?;
+            let fpr = list.lines().find(|l| l.starts_with("fpr:"))?.split(':').nth(9)?.to_string();
+            out.push((gpg(home.path(), &["--armor", "--export", &email], "")?, fpr));
         }
         Some(out)
+    }
+
+    /// gpg in the throwaway home `home`, `input` on its stdin: its stdout when it succeeds.
+    fn gpg(home: &std::path::Path, args: &[&str], input: &str) -> Option<String> {
+        let mut cmd = Command::new("gpg");
+        cmd.arg("--homedir").arg(home);
+        cmd.args(["--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]);
+        cmd.args(args).stdin(std::process::Stdio::piped());
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().ok()?;
+        std::io::Write::write_all(&mut child.stdin.take()?, input.as_bytes()).ok()?;
+        let out = child.wait_with_output().ok()?;
+        out.status.success().then(|| String::from_utf8(out.stdout).ok()).flatten()
     }
 
     /// A key made by gpg in a throwaway home and `text` clear-signed with it (`gpg
     /// --clearsign`, which dash-escapes): (armoured public key, signed message).
     fn gpg_clearsigned(text: &str) -> Option<(String, String)> {
         let home = tempfile::tempdir().unwrap();
-        let gpg = |args: &[&str], input: Option<&str>| {
-            let mut cmd = Command::new("gpg");
-            cmd.arg("--homedir").arg(home.path());
-            cmd.args(["--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]);
-            cmd.args(args).stdin(std::process::Stdio::piped());
-            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
-            let mut child = cmd.spawn().ok()?;
-            std::io::Write::write_all(&mut child.stdin.take()?, input.unwrap_or("").as_bytes())
-                .ok()?;
-            let out = child.wait_with_output().ok()?;
-            out.status.success().then(|| String::from_utf8(out.stdout).ok()).flatten()
-        };
-        gpg(&["--quick-gen-key", "cs <cs@erdma-kit.invalid>", "rsa2048", "sign", "never"], None)?;
-        let key = gpg(&["--armor", "--export", "cs@erdma-kit.invalid"], None)?;
-        let signed = gpg(&["--clearsign", "--digest-algo", "SHA256"], Some(text))?;
+        let user = "cs <cs@erdma-kit.invalid>";
+        gpg(home.path(), &["--quick-gen-key", user, "rsa2048", "sign", "never"], "")?;
+        let key = gpg(home.path(), &["--armor", "--export", "cs@erdma-kit.invalid"], "")?;
+        let signed = gpg(home.path(), &["--clearsign", "--digest-algo", "SHA256"], text)?;
         Some((key, signed))
     }
 
