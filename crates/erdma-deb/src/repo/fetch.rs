@@ -218,40 +218,25 @@ fn kept_path(cache: &std::path::Path, sha256: &str) -> std::path::PathBuf {
 }
 
 /// A cached index, when the user running this owns it and no one else may write it (a cache
-/// directory shared with others is read as empty).
+/// directory shared with others is read as empty: [`erdma_limits::kept`]).
 fn read_kept(path: &std::path::Path) -> Option<Vec<u8>> {
-    use std::os::unix::fs::MetadataExt;
-    let mut f = std::fs::File::open(path).ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file()
-        || meta.uid() != rustix::process::geteuid().as_raw()
-        || meta.mode() & 0o022 != 0
-    {
-        tracing::warn!(
-            "ignoring cached index {}: not the user's own, or writable by others",
-            path.display()
-        );
-        return None;
+    use erdma_limits::kept::{self, NotKept};
+    match kept::read(path, 2 * MAX_INDEX) {
+        Ok(kept) => Some(kept),
+        Err(NotKept::Untrusted) => {
+            tracing::warn!(
+                "ignoring cached index {}: not the user's own, or writable by others",
+                path.display()
+            );
+            None
+        }
+        Err(NotKept::Missing(_) | NotKept::TooLarge) => None,
     }
-    if meta.len() > 2 * MAX_INDEX {
-        return None;
-    }
-    let mut kept = Vec::with_capacity(meta.len() as usize);
-    f.read_to_end(&mut kept).ok()?;
-    Some(kept)
 }
 
 /// Writes what is kept of an index to `path` whole or not at all.
 fn write_kept(path: &std::path::Path, kept: &[u8]) {
-    let Some(dir) = path.parent() else { return };
-    let written = std::fs::create_dir_all(dir)
-        .and_then(|()| tempfile::NamedTempFile::new_in(dir))
-        .and_then(|mut tmp| {
-            std::io::Write::write_all(&mut tmp, kept)?;
-            tmp.persist(path).map_err(|e| e.error)?;
-            Ok(())
-        });
-    if let Err(e) = written {
+    if let Err(e) = erdma_limits::kept::write(path, |f| std::io::Write::write_all(f, kept)) {
         tracing::debug!("not caching {}: {e}", path.display());
     }
 }
