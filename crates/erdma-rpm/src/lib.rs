@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod header;
+pub mod index;
 pub mod package;
 pub mod repo;
 pub mod repodata;

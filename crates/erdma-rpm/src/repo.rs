@@ -1,15 +1,18 @@
 //! Fetching and verifying a yum repository's metadata, the way dnf does it: `repomd.xml`,
 //! verified against `repomd.xml.asc` when there is one (and required to have one with
 //! `repo_gpgcheck`), then the `primary` metadata it names, checked against repomd's checksum
-//! before it is decompressed and read. Each package's own checksum and signature are checked
-//! by the caller after downloading it ([`crate::package`]). The apt counterpart is
-//! `erdma_deb::repo`.
+//! before it is decompressed and read into a [`PrimaryIndex`] (kept by that checksum for the
+//! next build); [`select_packages`] then parses the packages a resolution can reach. Each
+//! package's own checksum and signature are checked by the caller after downloading it
+//! ([`crate::package`]). The apt counterpart is `erdma_deb::repo`.
 use std::path::{Path, PathBuf};
+
+use crate::index::{PrimaryIndex, KEPT_FORMAT};
 
 use erdma_http::{Client, HttpError};
 use erdma_openpgp::{Keyring, SignatureError};
 
-use crate::repodata::{self, RepodataError};
+use crate::repodata::{self, RepoMdData, RepodataError};
 use crate::{Checksum, PackageMeta};
 
 /// `repomd.xml` is a few KiB; Fedora's `primary.xml` is about 100 MiB decompressed.
@@ -24,8 +27,27 @@ pub struct LoadedRepo {
     pub name: String,
     /// The base URL it was reached at.
     pub url: String,
+    /// Every package, as names.
+    pub index: PrimaryIndex,
+    /// The packages [`select_packages`] parsed: none before it.
     pub packages: Vec<PackageMeta>,
     pub keyring: Keyring,
+}
+
+/// Fills each repository's `packages` with those a resolution starting from `seeds` can
+/// reach ([`crate::index::select`]).
+pub fn select_packages<'a>(
+    repos: &mut [LoadedRepo],
+    seeds: impl IntoIterator<Item = &'a str>,
+) -> Result<(), RepoError> {
+    let indices: Vec<(&PrimaryIndex, &str)> =
+        repos.iter().map(|r| (&r.index, r.name.as_str())).collect();
+    let selected = crate::index::select(&indices, seeds)
+        .map_err(|source| RepoError::Metadata { at: "primary.xml".into(), source })?;
+    for (repo, packages) in repos.iter_mut().zip(selected) {
+        repo.packages = packages;
+    }
+    Ok(())
 }
 
 /// Why a repository's metadata could not be used.
@@ -111,19 +133,14 @@ pub async fn load(
             .checksum
             .clone()
             .ok_or_else(|| RepoError::NoChecksum { location: primary.location.clone() })?;
-        let compressed =
-            fetch_cached(http, &format!("{base}{}", primary.location), &sum, cache_dir).await?;
-        let at = || primary.location.clone();
-        let xml = repodata::decompress(
-            &primary.location,
-            &compressed,
-            MAX_PRIMARY_OPEN,
-            http.inflation(),
-        )
-        .map_err(|source| RepoError::Metadata { at: at(), source })?;
-        let packages = repodata::parse_primary(std::io::Cursor::new(xml), name)
-            .map_err(|source| RepoError::Metadata { at: at(), source })?;
-        return Ok(LoadedRepo { name: name.to_string(), url: url.clone(), packages, keyring });
+        let index = read_primary(http, &base, primary, &sum, cache_dir, name).await?;
+        return Ok(LoadedRepo {
+            name: name.to_string(),
+            url: url.clone(),
+            index,
+            packages: Vec::new(),
+            keyring,
+        });
     }
     Err(RepoError::Unreachable { name: name.to_string(), tried })
 }
@@ -152,32 +169,52 @@ async fn verify_repomd(
     Ok(())
 }
 
-/// Fetches metadata by checksum, from the cache when a file with that checksum is there.
-pub async fn fetch_cached(
+/// The index of a repository's `primary` (`data`, checked against `sum`): the one kept under
+/// `cache_dir` by that checksum, else fetched from `base`, verified, and indexed as it is
+/// decompressed, the index kept for the next build.
+async fn read_primary(
     http: &Client,
-    url: &str,
+    base: &str,
+    data: &RepoMdData,
     sum: &Checksum,
     cache_dir: &Path,
-) -> Result<Vec<u8>, RepoError> {
-    let dir = cache_dir.join("rpm-md");
-    let cached: PathBuf = dir.join(format!("{}-{}", sum.kind, sum.hex));
-    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        if let Ok(bytes) = std::fs::read(&cached) {
-            if repodata::verify(&bytes, sum).is_ok() {
-                return Ok(bytes);
+    origin: &str,
+) -> Result<PrimaryIndex, RepoError> {
+    let kept: Option<PathBuf> = (!sum.hex.is_empty()
+        && sum.hex.chars().all(|c| c.is_ascii_hexdigit())
+        && sum.kind.chars().all(|c| c.is_ascii_alphanumeric()))
+    .then(|| {
+        cache_dir.join("rpm-md").join(format!(
+            "{}-{}.kept-{KEPT_FORMAT}",
+            sum.kind,
+            sum.hex.to_ascii_lowercase()
+        ))
+    });
+    if let Some(path) = &kept {
+        if let Ok(file) = erdma_limits::kept::open(path, MAX_PRIMARY_OPEN * 2) {
+            match PrimaryIndex::read_kept(file) {
+                Ok(index) => return Ok(index),
+                Err(_) => {
+                    let _ = std::fs::remove_file(path);
+                }
             }
         }
     }
-    let bytes =
-        http.get(url, MAX_PRIMARY).await?.ok_or_else(|| RepoError::NotFound { url: url.into() })?;
-    repodata::verify(&bytes, sum)
-        .map_err(|source| RepoError::Metadata { at: url.to_string(), source })?;
-    if sum.hex.chars().all(|c| c.is_ascii_hexdigit()) && std::fs::create_dir_all(&dir).is_ok() {
-        // Best effort: a cache that cannot be written only costs a download next time.
-        let _ = tempfile::NamedTempFile::new_in(&dir).and_then(|mut f| {
-            std::io::Write::write_all(&mut f, &bytes)?;
-            f.persist(&cached).map(|_| ()).map_err(|e| e.error)
-        });
-    }
-    Ok(bytes)
+    let url = format!("{base}{}", data.location);
+    let compressed = http
+        .get(&url, MAX_PRIMARY)
+        .await?
+        .ok_or_else(|| RepoError::NotFound { url: url.clone() })?;
+    repodata::verify(&compressed, sum)
+        .map_err(|source| RepoError::Metadata { at: url.clone(), source })?;
+    let (location, inflation) = (data.location.clone(), http.inflation());
+    let origin = origin.to_string();
+    tokio::task::spawn_blocking(move || {
+        let input =
+            repodata::decompressor(&location, &compressed[..], MAX_PRIMARY_OPEN, inflation)?;
+        PrimaryIndex::build(input, &location, MAX_PRIMARY_OPEN, &origin, kept.as_deref())
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    .map_err(|source| RepoError::Metadata { at: data.location.clone(), source })
 }

@@ -55,6 +55,14 @@ pub enum RepodataError {
     #[error("{name} {exceeded}")]
     Limit { name: String, exceeded: erdma_limits::Exceeded },
 
+    /// The file the metadata is copied to or read back from.
+    #[error("{file}")]
+    Io {
+        file: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("cannot decompress {name}: {reason}")]
     UnsupportedCompression { name: String, reason: &'static str },
 
@@ -293,20 +301,45 @@ pub fn for_each_package<R: BufRead>(
     origin: &str,
     each: &mut dyn FnMut(PackageMeta) -> Result<(), RepodataError>,
 ) -> Result<(), RepodataError> {
+    for_each_package_at(input, origin, &mut |p, _| each(p))
+}
+
+/// [`for_each_package`], with where each `<package>` element lies in the input: from its `<`
+/// to just past its closing tag, so that [`for_each_package`] reads the same package again
+/// from those bytes alone.
+pub fn for_each_package_at<R: BufRead>(
+    input: R,
+    origin: &str,
+    each: &mut dyn FnMut(PackageMeta, std::ops::Range<u64>) -> Result<(), RepodataError>,
+) -> Result<(), RepodataError> {
     let bad = malformed(PRIMARY_XML);
     let mut reader = quick_xml::Reader::from_reader(input);
     reader.config_mut().expand_empty_elements = true;
     let mut buf = Vec::new();
-    let mut primary =
-        Primary { origin, pkg: None, field: None, list: None, sum_kind: None, text: String::new() };
+    let mut primary = Primary {
+        origin,
+        pkg: None,
+        start: 0,
+        field: None,
+        list: None,
+        sum_kind: None,
+        text: String::new(),
+    };
     loop {
+        let before = reader.buffer_position();
         let event = reader.read_event_into(&mut buf).map_err(|source| RepodataError::Xml {
             file: PRIMARY_XML,
             at: reader.buffer_position(),
             source,
         })?;
         match &event {
-            Event::Start(e) => primary.start(e)?,
+            Event::Start(e) => {
+                let opens = primary.pkg.is_none();
+                primary.start(e)?;
+                if opens && primary.pkg.is_some() {
+                    primary.start = before;
+                }
+            }
             Event::End(e) => primary.end(e, reader.buffer_position(), each)?,
             Event::Eof => break,
             other => primary.characters(other)?,
@@ -324,6 +357,8 @@ pub fn for_each_package<R: BufRead>(
 struct Primary<'a> {
     origin: &'a str,
     pkg: Option<PackageMeta>,
+    /// Where the `<package>` being read starts.
+    start: u64,
     field: Option<Field>,
     list: Option<List>,
     /// The `type` of the `<checksum>` being read.
@@ -404,7 +439,7 @@ impl Primary<'_> {
         &mut self,
         e: &quick_xml::events::BytesEnd,
         position: u64,
-        each: &mut dyn FnMut(PackageMeta) -> Result<(), RepodataError>,
+        each: &mut dyn FnMut(PackageMeta, std::ops::Range<u64>) -> Result<(), RepodataError>,
     ) -> Result<(), RepodataError> {
         let name = e.local_name();
         match name.as_ref() {
@@ -415,7 +450,7 @@ impl Primary<'_> {
                             "a package lacks a name, arch or version (near byte {position})"
                         )));
                     }
-                    each(p)?;
+                    each(p, self.start..position)?;
                 }
             }
             "provides" | "requires" | "obsoletes" | "conflicts" | "suggests" | "recommends"
@@ -541,15 +576,18 @@ pub fn read_decompressed(
     let mut out = Vec::new();
     match reader.read_to_end(&mut out) {
         Ok(_) => Ok(out),
-        Err(e) => Err(match erdma_limits::exceeded(&e) {
-            Some(erdma_limits::Exceeded::Size { .. }) => {
-                RepodataError::TooLarge { name: name.into(), limit }
-            }
-            Some(exceeded) => {
-                RepodataError::Limit { name: name.into(), exceeded: exceeded.clone() }
-            }
-            None => RepodataError::Decompress { name: name.into(), source: e },
-        }),
+        Err(e) => Err(read_error(name, limit, e)),
+    }
+}
+
+/// What a [`decompressor`] of `name` with `limit` failing with `e` means.
+pub fn read_error(name: &str, limit: u64, e: std::io::Error) -> RepodataError {
+    match erdma_limits::exceeded(&e) {
+        Some(erdma_limits::Exceeded::Size { .. }) => {
+            RepodataError::TooLarge { name: name.into(), limit }
+        }
+        Some(exceeded) => RepodataError::Limit { name: name.into(), exceeded: exceeded.clone() },
+        None => RepodataError::Decompress { name: name.into(), source: e },
     }
 }
 

@@ -70,16 +70,33 @@ pub(crate) async fn resolve(
     let installed = db.installed();
     let mut report = PackagesReport::default();
     let cache = inputs.cache_dir.join("rpm");
-    let (repos_loaded, unreached) =
+    let (mut repos_loaded, unreached) =
         load_repositories(inputs, base, reporter, &cache, &mut report).await?;
-    let mut available: Vec<PackageMeta> =
-        repos_loaded.iter().flat_map(|r| r.packages.iter().cloned()).collect();
     let mut install: Vec<String> = Vec::new();
     if inputs.recipe_packages {
         install.extend(inputs.target.packages.install.iter().cloned());
     }
     install.extend(inputs.extra.iter().cloned());
     let local = read_local_packages(inputs, reporter, &cache, &mut report, &mut install).await?;
+    // Only the packages a resolution can reach are parsed from the repositories' metadata.
+    let mut named: Vec<String> = inputs.target.packages.remove.clone();
+    if inputs.nccl.is_some() {
+        named.extend([NCCL.to_string(), format!("{NCCL}-devel")]);
+    }
+    let metas: Vec<&PackageMeta> = installed.iter().chain(local.iter().map(|(_, m)| m)).collect();
+    let seeds = seeds(&install, named, &metas);
+    erdma_rpm::repo::select_packages(&mut repos_loaded, seeds.iter().map(String::as_str))
+        .map_err(|e| repository("metadata", e))?;
+    for loaded in &mut repos_loaded {
+        // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
+        let recipe =
+            inputs.target.repositories.iter().find(|r| !r.from_base && r.name == loaded.name);
+        if let Some(repo) = recipe {
+            loaded.packages.retain(|p| p.name.starts_with("libnccl") == repo.nccl);
+        }
+    }
+    let mut available: Vec<PackageMeta> =
+        repos_loaded.iter().flat_map(|r| r.packages.iter().cloned()).collect();
     available.extend(local.iter().map(|(_, meta)| meta.clone()));
     if let Some(want) = &inputs.nccl {
         let version = choose_nccl(inputs, want, &repos_loaded, arch)?;
@@ -175,6 +192,31 @@ pub(crate) async fn resolve(
     Ok((Resolved { db, plan, repos: repos_loaded, local }, report))
 }
 
+/// The names a resolution of this build starts from, for
+/// [`erdma_rpm::repo::select_packages`]: each request as given and each name it may stand for
+/// (`NAME=EVR`, `NAME.ARCH`, dnf's `NAME-V[-R]`), the `named` packages (NCCL's, the recipe's
+/// removals), and the image's and local packages' (`metas`) names and the names they ask for
+/// (an upgrade may have to keep an installed package's requirements met).
+fn seeds(install: &[String], named: Vec<String>, metas: &[&PackageMeta]) -> Vec<String> {
+    let mut seeds: Vec<String> = named;
+    for text in install {
+        seeds.push(text.clone());
+        let name = text.split_once('=').map_or(text.as_str(), |(n, _)| n.trim());
+        seeds.push(name.to_string());
+        if let Some((n, _)) = name.rsplit_once('.') {
+            seeds.push(n.to_string());
+        }
+        seeds.extend(name.match_indices('-').map(|(i, _)| name[..i].to_string()));
+    }
+    for p in metas {
+        seeds.push(p.name.clone());
+        erdma_rpm::index::asked_names(p, |n| seeds.push(n.to_string()));
+    }
+    seeds.sort_unstable();
+    seeds.dedup();
+    seeds
+}
+
 /// The recipe's repositories and, where the recipe says so, the base's own, each read and
 /// verified; a base repository that cannot be reached is skipped with a warning. Returns
 /// those read and the ids of the base's that were not.
@@ -205,15 +247,12 @@ async fn load_repositories(
             .get(&repo.name)
             .ok_or_else(|| Error::from(PackageError::NoKey { repo: repo.name.clone() }))?;
         let keyring = Keyring::load(key).map_err(|e| repository(&repo.name, e))?;
-        let mut loaded =
+        let loaded =
             load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, cache, reporter)
                 .await?
                 .map_err(|why| {
                     Error::from(PackageError::Unreachable { why, repo: repo.name.clone() })
                 })?;
-        // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
-        let nccl_name = |n: &str| n.starts_with("libnccl");
-        loaded.packages.retain(|p| nccl_name(&p.name) == repo.nccl);
         report.repositories.insert(repo.name.clone(), loaded.url.clone());
         repos_loaded.push(loaded);
     }
@@ -557,4 +596,221 @@ pub fn installed(base: &dyn BaseFiles) -> Result<BTreeMap<String, String>> {
         return Ok(BTreeMap::new());
     };
     Ok(db.installed().into_iter().map(|p| (p.name, p.evr.to_string())).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_rpm::index::{select, PrimaryIndex};
+    use erdma_rpm::{Cmp, Dep};
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+        }
+    }
+
+    fn entry(d: &Dep) -> String {
+        let name = d.name.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        match &d.version {
+            None => format!("<rpm:entry name=\"{name}\"/>"),
+            Some((cmp, evr)) => {
+                let flags = match cmp {
+                    Cmp::Lt => "LT",
+                    Cmp::Le => "LE",
+                    Cmp::Eq => "EQ",
+                    Cmp::Ge => "GE",
+                    Cmp::Gt => "GT",
+                };
+                format!(
+                    "<rpm:entry name=\"{name}\" flags=\"{flags}\" epoch=\"{}\" ver=\"{}\" rel=\"{}\"/>",
+                    evr.epoch.unwrap_or(0),
+                    evr.version,
+                    evr.release
+                )
+            }
+        }
+    }
+
+    /// `packages` as createrepo_c writes them into `primary.xml`.
+    fn primary(packages: &[PackageMeta]) -> String {
+        let mut x = String::from("<?xml version=\"1.0\"?>\n<metadata xmlns=\"http://linux.duke.edu/metadata/common\" xmlns:rpm=\"http://linux.duke.edu/metadata/rpm\">\n");
+        for p in packages {
+            x += &format!("<package type=\"rpm\"><name>{}</name><arch>{}</arch><version epoch=\"0\" ver=\"{}\" rel=\"{}\"/><location href=\"Packages/{}.rpm\"/><format>", p.name, p.arch, p.evr.version, p.evr.release, p.nevra());
+            for (tag, list) in [
+                ("provides", &p.provides),
+                ("requires", &p.requires),
+                ("obsoletes", &p.obsoletes),
+                ("conflicts", &p.conflicts),
+                ("recommends", &p.recommends),
+            ] {
+                if !list.is_empty() {
+                    x += &format!("<rpm:{tag}>");
+                    list.iter().for_each(|d| x += &entry(d));
+                    x += &format!("</rpm:{tag}>");
+                }
+            }
+            p.files.iter().for_each(|f| x += &format!("<file>{f}</file>"));
+            x += "</format></package>\n";
+        }
+        x + "</metadata>\n"
+    }
+
+    /// A random world of `n` packages: versions, virtual provides, files, plain, versioned and
+    /// rich requirements, obsoletes and conflicts among them.
+    fn world(rng: &mut Rng, n: usize, origin: &str) -> Vec<PackageMeta> {
+        // On packages further down (as an application needs libraries, which need fewer):
+        // chains of about log n.
+        let dep = |rng: &mut Rng, i: usize| -> Dep {
+            let near = i * (1 + rng.below(3)) / 4;
+            let d = match rng.below(5) {
+                0 => format!("cap{}", near / 2),
+                1 => format!("/usr/bin/f{near}"),
+                2 => format!("p{near} >= 1.{}", rng.below(2)),
+                3 => format!("(p{near} or cap{})", near / 2 + 1),
+                _ => format!("p{near}"),
+            };
+            Dep::parse(&d)
+        };
+        let mut world = (0..n)
+            .map(|i| {
+                let evr =
+                    erdma_rpm::version::parse_evr(&format!("1.{}-{}", rng.below(3), rng.below(2)));
+                let mut p = PackageMeta {
+                    name: format!("p{i}"),
+                    evr: evr.clone(),
+                    arch: ["i686", "noarch", "noarch", "x86_64", "x86_64", "x86_64"][rng.below(6)]
+                        .into(),
+                    provides: vec![Dep::this(&format!("p{i}"), &evr)],
+                    requires: (0..rng.below(3)).map(|_| dep(rng, i)).collect(),
+                    obsoletes: vec![],
+                    conflicts: vec![],
+                    recommends: (0..rng.below(2)).map(|_| dep(rng, i)).collect(),
+                    files: vec![],
+                    origin: origin.into(),
+                    location: None,
+                    checksum: None,
+                    size: 0,
+                };
+                for _ in 0..rng.below(3) {
+                    p.provides.push(Dep::named(&format!("cap{}", i / 2 + rng.below(2))));
+                }
+                if rng.below(2) == 0 {
+                    p.files.push(format!("/usr/bin/f{i}"));
+                }
+                if rng.below(20) == 0 {
+                    p.obsoletes.push(Dep::named(&format!("p{}", rng.below(n))));
+                }
+                if rng.below(20) == 0 {
+                    p.conflicts.push(Dep::parse(&format!("p{} < 1.1", rng.below(n))));
+                }
+                p
+            })
+            .collect::<Vec<_>>();
+        // Other builds of a quarter of them, older and newer.
+        for k in 0..n / 4 {
+            let mut p = world[rng.below(n)].clone();
+            p.evr = erdma_rpm::version::parse_evr(&format!("{}.{k}-1", rng.below(3)));
+            p.provides[0] = Dep::this(&p.name, &p.evr);
+            world.push(p);
+        }
+        world
+    }
+
+    /// Resolving against only the packages [`select`] parses gives what resolving against
+    /// every package gives, plan or error, over random worlds, images and requests.
+    #[test]
+    fn the_selection_resolves_as_everything_does() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut smaller, mut planned, mut failed, mut parsed, mut total) = (0, 0, 0, 0, 0);
+        for round in 0..300 {
+            let n = 40 + rng.below(80);
+            let (a, b) = (world(&mut rng, n, "a"), world(&mut rng, n, "b"));
+            let b: Vec<PackageMeta> = b
+                .into_iter()
+                .map(|mut p| {
+                    p.name = p.name.replacen('p', "q", 1);
+                    p.provides[0].name = p.name.clone();
+                    p
+                })
+                .chain(a.iter().take(5).cloned().map(|mut p| {
+                    p.origin = "b".into();
+                    p
+                }))
+                .collect();
+            let installed: Vec<PackageMeta> = world(&mut rng, 6, "installed")
+                .into_iter()
+                .map(|mut p| {
+                    p.name = format!("p{}", rng.below(n));
+                    p.provides[0].name = p.name.clone();
+                    p
+                })
+                .collect();
+            let install: Vec<String> = (0..1 + rng.below(3))
+                .map(|_| match rng.below(8) {
+                    0 => format!("cap{}", rng.below(n / 2)),
+                    1 => format!("p{}.x86_64", rng.below(n)),
+                    2 | 3 => format!("q{}", rng.below(n)),
+                    _ => format!("p{}", rng.below(n)),
+                })
+                .collect();
+            let remove: Vec<String> = vec![];
+            let (xa, xb) = (primary(&a), primary(&b));
+            let ia = PrimaryIndex::build(xa.as_bytes(), "primary.xml", 1 << 30, "a", None).unwrap();
+            let ib = PrimaryIndex::build(xb.as_bytes(), "primary.xml", 1 << 30, "b", None).unwrap();
+            let metas: Vec<&PackageMeta> = installed.iter().collect();
+            let seeds = seeds(&install, vec![], &metas);
+            let chosen =
+                select(&[(&ia, "a"), (&ib, "b")], seeds.iter().map(String::as_str)).unwrap();
+            let every: Vec<PackageMeta> = erdma_rpm::repodata::parse_primary(xa.as_bytes(), "a")
+                .unwrap()
+                .into_iter()
+                .chain(erdma_rpm::repodata::parse_primary(xb.as_bytes(), "b").unwrap())
+                .collect();
+            let some: Vec<PackageMeta> = chosen.into_iter().flatten().collect();
+            smaller += usize::from(some.len() < every.len());
+            let req = super::super::resolve::Request {
+                install: &install,
+                remove: &remove,
+                replace: &[],
+                arch: "x86_64",
+            };
+            let has = |f: &str| f == "/usr/bin/f0";
+            let show = |r: Result<
+                super::super::resolve::Resolution,
+                super::super::resolve::ResolveError,
+            >| match r {
+                Ok(plan) => format!(
+                    "{:?} {:?} {:?}",
+                    plan.install
+                        .iter()
+                        .map(|p| (p.package.nevra(), &p.package.origin, format!("{:?}", p.action)))
+                        .collect::<Vec<_>>(),
+                    plan.remove.iter().map(|r| &r.nevra).collect::<Vec<_>>(),
+                    plan.kept.iter().map(|k| k.nevra()).collect::<Vec<_>>(),
+                ),
+                Err(e) => format!("error: {e}"),
+            };
+            let full = show(super::super::resolve::resolve(&req, &installed, &every, &has));
+            let part = show(super::super::resolve::resolve(&req, &installed, &some, &has));
+            assert_eq!(part, full, "round {round}: install {install:?}");
+            planned += usize::from(full.starts_with("[(") && !full.starts_with("[] "));
+            failed += usize::from(full.starts_with("error"));
+            parsed += some.len();
+            total += every.len();
+        }
+        eprintln!("{planned} plans, {failed} errors; {parsed} of {total} packages parsed");
+        // The rounds test something: plans and refusals both, from a selection that is
+        // smaller than everything.
+        assert!(planned > 50 && failed > 20, "{planned} plans, {failed} errors");
+        assert!(
+            smaller > 200,
+            "the selection was smaller than everything in {smaller} of 300 rounds"
+        );
+    }
 }
