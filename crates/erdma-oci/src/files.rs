@@ -16,7 +16,7 @@ use erdma_common::progress::{Counters, Reporter, Transfer};
 /// The version of the cached layer snapshots' contents: raised whenever a snapshot keeps more
 /// (a file newly of interest), so that older ones are read again instead of answering
 /// without it.
-const SNAPSHOT_FORMAT: u32 = 3;
+const SNAPSHOT_FORMAT: u32 = 4;
 
 /// Source layers fetched for reading whole (a snapshot of their files, the sandbox's root):
 /// kept across builds in the user's cache by digest (`blobs/sha256/HEX` under [`cache_dir`]),

@@ -375,6 +375,33 @@ mod tests {
     }
 
     #[test]
+    fn package_databases_are_kept_and_payloads_are_not() {
+        let kept = [
+            "etc/os-release",
+            "var/lib/dpkg/status",
+            "var/lib/dpkg/info/bash.list",
+            "var/lib/rpm/rpmdb.sqlite",
+            "var/lib/rpm/rpmdb.sqlite-wal",
+            "var/lib/rpm/Packages",
+            "usr/lib/sysimage/rpm/rpmdb.sqlite",
+        ];
+        let not = ["var/lib/dpkg/info/bash.md5sums", "var/lib/dpkg/status-old", "usr/bin/rpm"];
+        let l = layer(|l| {
+            for p in kept.iter().chain(&not) {
+                l.add_file(p, b"data".to_vec(), 0o644).unwrap();
+            }
+        });
+        let snap =
+            Snapshot::read(&mut io::Cursor::new(l), 100, &Budget::new(&Limits::default())).unwrap();
+        for p in kept {
+            assert!(matches!(snap.entries.get(p), Some(SnapEntry::File(Some(_)))), "{p}");
+        }
+        for p in not {
+            assert!(matches!(snap.entries.get(p), Some(SnapEntry::File(None))), "{p}");
+        }
+    }
+
+    #[test]
     fn kept_content_is_bounded_per_image() {
         // Five 16 MiB files under /etc: four fit in KEEP_TOTAL, the fifth is read when asked.
         let l = layer(|l| {
@@ -474,7 +501,17 @@ impl Budget {
 
 /// Whether a file's content is kept in the snapshot.
 fn of_interest(path: &str, size: u64) -> bool {
-    const KEEP: &[&str] = &["etc/", "usr/share/keyrings/", "usr/lib/os-release", "var/lib/dpkg/"];
+    const KEEP: &[&str] = &[
+        "etc/",
+        "usr/share/keyrings/",
+        "usr/lib/os-release",
+        "var/lib/dpkg/",
+        // rpm's database (EL's place, and Fedora's and EL10's `usr/lib/sysimage/rpm`), which
+        // every rpm build reads: SQLite's file and its journal, or Berkeley DB's `Packages`
+        // and indices (larger than the bound below in big images, then read from the layer).
+        "var/lib/rpm/",
+        "usr/lib/sysimage/rpm/",
+    ];
     if size > 16 << 20 || !KEEP.iter().any(|k| path.starts_with(k)) {
         return false;
     }
