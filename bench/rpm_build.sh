@@ -9,6 +9,14 @@
 #   bench/rpm_build.sh
 #   ERDMA_BUILD=path bench/rpm_build.sh    times that binary (e.g. a release's), with the fixtures
 #                                          already in the test cache when they are there
+#   SHAPE=none bench/rpm_build.sh          the five-package repositories alone (before issue 41)
+#
+# By default (SHAPE=rocky9) the BaseOS-like repository is padded to the shape of Rocky Linux 9's
+# BaseOS, and a second one shaped like its AppStream is added (bench/rpm_md_shape.py: package
+# counts, primary/filelists/other sizes and compression, with the real figures and their
+# sources in its header); the base gets an `appstream` .repo file (bench/oci_add_file.py), and
+# both tools read both repositories. The padding is ballast no real package needs, so both
+# install the same packages as without it.
 #
 # Fixtures: the Rocky 9 (SQLite rpmdb) base and the rdma-core rpms the tests build from Debian's
 # real binaries (builder/tests/support/rpm_repo.rs), made by running the fixture tests once; here the
@@ -56,16 +64,39 @@ gpg --armor --export bench@erdma-kit.invalid >"$WORK/key.asc"
 mkdir -p "$WORK/www/erdma/yum/redhat/9/erdma/x86_64" "$WORK/www/baseos"
 cp "$RDMA"/*.rpm "$WORK/www/erdma/yum/redhat/9/erdma/x86_64/"
 cp "$DEPS"/*.rpm "$WORK/www/baseos/"
-for d in "$WORK/www/erdma/yum/redhat/9/erdma/x86_64" "$WORK/www/baseos"; do
-    rpmsign --addsign --define '_gpg_name bench@erdma-kit.invalid' --define "__gpg $(command -v gpg)" "$d"/*.rpm >/dev/null 2>&1
+REPOS=("$WORK/www/erdma/yum/redhat/9/erdma/x86_64" "$WORK/www/baseos")
+SHAPE=${SHAPE:-rocky9}
+[ "$SHAPE" = rocky9 ] && mkdir -p "$WORK/www/appstream" && REPOS+=("$WORK/www/appstream")
+for d in "${REPOS[@]}"; do
+    if ls "$d"/*.rpm >/dev/null 2>&1; then
+        rpmsign --addsign --define '_gpg_name bench@erdma-kit.invalid' --define "__gpg $(command -v gpg)" "$d"/*.rpm >/dev/null 2>&1
+    fi
     createrepo_c -q "$d"
+    case "$SHAPE:$d" in
+        rocky9:*/baseos) python3 bench/rpm_md_shape.py "$d" rocky9-baseos ;;
+        rocky9:*/appstream) python3 bench/rpm_md_shape.py "$d" rocky9-appstream ;;
+    esac
     gpg --batch --yes --armor --detach-sign "$d/repodata/repomd.xml"
 done
+BASE_OCI=${BASE}oci
+EXTRA_ERDMA=()
+EXTRA_DNF=()
+if [ "$SHAPE" = rocky9 ]; then
+    # The base as Rocky 9's images have it: BaseOS and AppStream both enabled.
+    cp -a "${BASE}oci" "$WORK/base-oci"
+    BASE_OCI=$WORK/base-oci
+    printf '[appstream]\nname=Rocky Linux $releasever - AppStream\nmirrorlist=https://mirrors.rockylinux.org/mirrorlist?arch=$basearch&repo=AppStream-$releasever$rltype\ngpgcheck=1\nenabled=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-Rocky-9\n' >"$WORK/appstream.repo"
+    python3 bench/oci_add_file.py "$BASE_OCI" latest /etc/yum.repos.d/rocky-appstream.repo "$WORK/appstream.repo"
+fi
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 (cd "$WORK/www" && exec python3 -m http.server "$PORT" --bind 127.0.0.1) >"$WORK/http.log" 2>&1 &
 HTTP_PID=$!
 for _ in $(seq 50); do curl -fsS "http://127.0.0.1:$PORT/" >/dev/null 2>&1 && break; sleep 0.1; done
 URL=http://127.0.0.1:$PORT
+if [ "$SHAPE" = rocky9 ]; then
+    EXTRA_ERDMA=(--repo "appstream=$URL/appstream")
+    EXTRA_DNF=(--repofrompath "appstream,$URL/appstream" --setopt "appstream.gpgkey=file://$WORK/key.asc" --setopt appstream.gpgcheck=1)
+fi
 
 now() { date +%s.%N; }
 declare -A R
@@ -74,8 +105,8 @@ run_erdma() { # $1 = cold|warm
     local t0 t1
     rm -rf "$WORK/out"
     t0=$(now)
-    XDG_CACHE_HOME="$WORK/erdma-cache" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --json --base "oci:${BASE}oci:latest" \
-        --repo "erdma=$URL/erdma/yum/redhat/9/erdma/x86_64" --repo "baseos=$URL/baseos" \
+    XDG_CACHE_HOME="$WORK/erdma-cache" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --json --base "oci:$BASE_OCI:latest" \
+        --repo "erdma=$URL/erdma/yum/redhat/9/erdma/x86_64" --repo "baseos=$URL/baseos" "${EXTRA_ERDMA[@]}" \
         --keyring "erdma=$WORK/key.asc" --keyring "base=$WORK/key.asc" \
         --output "oci:$WORK/out:erdma" >"$WORK/erdma-$1.json" 2>"$WORK/erdma-$1.log"
     t1=$(now)
@@ -95,12 +126,14 @@ run_dnf() { # $1 = cold|warm
     if [ "$1" = warm ]; then mkdir -p "$WORK/root/var/cache" && cp -a "$WORK/dnf-cache" "$WORK/root/var/cache/dnf-bench"; fi
     mkdir -p "$WORK/home" "$WORK/reposdir"
     printf '%%_dbpath /var/lib/rpm\n%%_db_backend sqlite\n' >"$WORK/home/.rpmmacros"
+    # The base's packages, from its copy (rpm opening the fixture's own would change it).
+    if [ "$1" = cold ]; then HOME=$WORK/home rpm -qa --root "$WORK/root" --qf '%{NEVRA}\n' | sort >"$WORK/base-installed"; fi
     printf '[main]\ngpgcheck=1\nreposdir=%s\nplugins=0\ninstall_weak_deps=0\ncachedir=%s\nkeepcache=1\n' "$WORK/reposdir" /var/cache/dnf-bench >"$WORK/dnf.conf"
     t0=$(now)
     HOME=$WORK/home /usr/bin/time -f %M -o "$WORK/rss" dnf -q -y -c "$WORK/dnf.conf" --installroot "$WORK/root" --releasever 9 \
         --repofrompath "erdma,$URL/erdma/yum/redhat/9/erdma/x86_64" --repofrompath "baseos,$URL/baseos" \
         --setopt "erdma.gpgkey=file://$WORK/key.asc" --setopt "baseos.gpgkey=file://$WORK/key.asc" \
-        --setopt erdma.gpgcheck=1 --setopt baseos.gpgcheck=1 ${DNF_CACHEONLY:-} \
+        --setopt erdma.gpgcheck=1 --setopt baseos.gpgcheck=1 "${EXTRA_DNF[@]}" ${DNF_CACHEONLY:-} \
         install libibverbs rdma-core librdmacm libibverbs-utils >"$WORK/dnf-$1.log" 2>&1
     # The layer commit: what changed, as a gzip tar (dnf's cache left out, as `dnf clean all`
     # in the same RUN would).
@@ -114,11 +147,27 @@ run_dnf() { # $1 = cold|warm
     R[dnf-$1,layer]=$(stat -c %s "$WORK/layer.tar.gz")
 }
 
+# What each installed: dnf's by the root's rpm database against the base's, erdma-build's by its
+# report. They must be the same packages, or the comparison means nothing.
+installed_sets() {
+    comm -13 "$WORK/base-installed" \
+        <(HOME=$WORK/home rpm -qa --root "$WORK/root" --qf '%{NEVRA}\n' | sort) |
+        grep -v '^gpg-pubkey-' >"$WORK/dnf-installed" # the repository key dnf imported
+    jq -r '.images[0].packages.install[] | "\(.name)-\(.version).\(.arch)"' "$WORK/erdma-cold.json" | sort >"$WORK/erdma-installed"
+    if ! diff "$WORK/dnf-installed" "$WORK/erdma-installed" >"$WORK/installed.diff"; then
+        echo "the two installed different packages:" >&2
+        cat "$WORK/installed.diff" >&2
+        exit 1
+    fi
+    echo "both installed the same $(wc -l <"$WORK/dnf-installed") packages" >&2
+}
+
 settle() { sync; sleep 2; }
 say "cold"
 rm -rf "$WORK/erdma-cache"
 settle; run_erdma cold
 settle; run_dnf cold
+installed_sets
 say "warm"
 settle; run_erdma warm
 settle; DNF_CACHEONLY=-C run_dnf warm
