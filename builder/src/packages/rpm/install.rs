@@ -217,9 +217,21 @@ fn seeds(install: &[String], named: Vec<String>, metas: &[&PackageMeta]) -> Vec<
     seeds
 }
 
+/// One repository a build reads: where, with which keys, and whose it is.
+struct ToRead {
+    name: String,
+    urls: Vec<String>,
+    /// Taken by the read.
+    keyring: Option<Keyring>,
+    repo_gpgcheck: bool,
+    /// The base's repository id (one that cannot be reached is skipped), or `None` for the
+    /// recipe's (one that cannot be reached stops the build).
+    base_id: Option<String>,
+}
+
 /// The recipe's repositories and, where the recipe says so, the base's own, each read and
-/// verified; a base repository that cannot be reached is skipped with a warning. Returns
-/// those read and the ids of the base's that were not.
+/// verified, all at once (their order kept); a base repository that cannot be reached is
+/// skipped with a warning. Returns those read and the ids of the base's that were not.
 async fn load_repositories(
     inputs: &Inputs<'_>,
     base: &dyn BaseFiles,
@@ -227,14 +239,11 @@ async fn load_repositories(
     cache: &Path,
     report: &mut PackagesReport,
 ) -> Result<(Vec<LoadedRepo>, Vec<String>)> {
-    let mut repos_loaded = Vec::new();
     let mut unreached: Vec<String> = Vec::new();
-    let http = inputs.http;
+    let mut to_read: Vec<ToRead> = Vec::new();
     for repo in inputs.target.repositories {
         if repo.from_base {
-            let read = load_base_repos(inputs, base, reporter, cache, report).await?;
-            repos_loaded.extend(read.0);
-            unreached.extend(read.1);
+            to_read.extend(base_repositories(inputs, base, report, &mut unreached).await?);
             continue;
         }
         let urls = inputs
@@ -247,30 +256,54 @@ async fn load_repositories(
             .get(&repo.name)
             .ok_or_else(|| Error::from(PackageError::NoKey { repo: repo.name.clone() }))?;
         let keyring = Keyring::load(key).map_err(|e| repository(&repo.name, e))?;
-        let loaded =
-            load_repo(http, &repo.name, &urls, keyring, repo.repo_gpgcheck, cache, reporter)
-                .await?
-                .map_err(|why| {
-                    Error::from(PackageError::Unreachable { why, repo: repo.name.clone() })
-                })?;
-        report.repositories.insert(repo.name.clone(), loaded.url.clone());
-        repos_loaded.push(loaded);
+        to_read.push(ToRead {
+            name: repo.name.clone(),
+            urls,
+            keyring: Some(keyring),
+            repo_gpgcheck: repo.repo_gpgcheck,
+            base_id: None,
+        });
+    }
+    let reads = to_read.iter_mut().map(|r| {
+        let keyring = r.keyring.take().expect("each repository is read once");
+        load_repo(inputs.http, &r.name, &r.urls, keyring, r.repo_gpgcheck, cache, reporter)
+    });
+    let mut repos_loaded = Vec::new();
+    let reads = futures_util::future::join_all(reads).await;
+    for (r, read) in to_read.iter().zip(reads) {
+        match (read?, &r.base_id) {
+            (Ok(loaded), _) => {
+                report.repositories.insert(loaded.name.clone(), loaded.url.clone());
+                repos_loaded.push(loaded);
+            }
+            (Err(why), None) => {
+                return Err(PackageError::Unreachable { why, repo: r.name.clone() }.into())
+            }
+            // A base repository that cannot be reached (CentOS 8's retired mirrorlist, a
+            // VPC-only mirror) is skipped with a warning: the base may already have every
+            // dependency. It is named again if resolution then misses something.
+            (Err(why), Some(id)) => {
+                report
+                    .warnings
+                    .push(format!("{why}: skipped; hint: --repo {id}=URL for a mirror of it"));
+                unreached.push(id.clone());
+            }
+        }
     }
     Ok((repos_loaded, unreached))
 }
 
-/// The base's own enabled repositories (`.repo` files), less those the recipe removes: each
-/// read where it can be reached, skipped with a warning where it cannot.
-async fn load_base_repos(
+/// The base's own enabled repositories (`.repo` files), less those the recipe removes, to be
+/// read; one whose mirrorlist cannot be reached is skipped with a warning (its id added to
+/// `unreached`).
+async fn base_repositories(
     inputs: &Inputs<'_>,
     base: &dyn BaseFiles,
-    reporter: &dyn Reporter,
-    cache: &Path,
     report: &mut PackagesReport,
-) -> Result<(Vec<LoadedRepo>, Vec<String>)> {
+    unreached: &mut Vec<String>,
+) -> Result<Vec<ToRead>> {
     let (http, arch) = (inputs.http, basearch(inputs.arch));
-    let mut repos_loaded = Vec::new();
-    let mut unreached: Vec<String> = Vec::new();
+    let mut to_read = Vec::new();
     let vars = repos::variables(base, inputs.target.version_id, arch)?;
     // Repository files the recipe removes (MLNX_OFED's, pointing into a directory of
     // the machine it was installed on) are not read.
@@ -297,33 +330,15 @@ async fn load_base_repos(
             continue;
         }
         let keyring = base_repo_keys(&yr, base, inputs.base_keyring.as_deref())?;
-        // A base repository that cannot be reached (CentOS 8's retired mirrorlist, a
-        // VPC-only mirror) is skipped with a warning: the base may already have every
-        // dependency. It is named again if resolution then misses something.
-        match load_repo(
-            http,
-            &format!("base {}", yr.id),
-            &urls,
-            keyring,
-            yr.repo_gpgcheck,
-            cache,
-            reporter,
-        )
-        .await?
-        {
-            Ok(loaded) => {
-                report.repositories.insert(loaded.name.clone(), loaded.url.clone());
-                repos_loaded.push(loaded);
-            }
-            Err(why) => {
-                report
-                    .warnings
-                    .push(format!("{why}: skipped; hint: --repo {}=URL for a mirror of it", yr.id));
-                unreached.push(yr.id.clone());
-            }
-        }
+        to_read.push(ToRead {
+            name: format!("base {}", yr.id),
+            urls,
+            keyring: Some(keyring),
+            repo_gpgcheck: yr.repo_gpgcheck,
+            base_id: Some(yr.id.clone()),
+        });
     }
-    Ok((repos_loaded, unreached))
+    Ok(to_read)
 }
 
 /// `--package` files: each read, its digests checked (no signature is, as rpm checks them),
