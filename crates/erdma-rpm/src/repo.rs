@@ -218,3 +218,81 @@ async fn read_primary(
     .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     .map_err(|source| RepoError::Metadata { at: data.location.clone(), source })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A repository of `packages` (name, version) under `dir`: its `primary.xml.gz` and a
+    /// `repomd.xml` giving its SHA256, as createrepo_c lays them out.
+    fn publish(dir: &Path, packages: &[(&str, &str)]) -> String {
+        let mut xml = String::from("<?xml version=\"1.0\"?>\n<metadata xmlns=\"http://linux.duke.edu/metadata/common\" xmlns:rpm=\"http://linux.duke.edu/metadata/rpm\">\n");
+        for (name, ver) in packages {
+            xml += &format!("<package type=\"rpm\"><name>{name}</name><arch>x86_64</arch><version epoch=\"0\" ver=\"{ver}\" rel=\"1.el9\"/><location href=\"Packages/{name}.rpm\"/><format><rpm:requires><rpm:entry name=\"libc.so.6()(64bit)\"/></rpm:requires></format></package>\n");
+        }
+        xml += "</metadata>\n";
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(xml.as_bytes()).unwrap();
+        let gz = gz.finish().unwrap();
+        let sum = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&gz));
+        std::fs::create_dir_all(dir.join("repodata")).unwrap();
+        std::fs::write(dir.join(format!("repodata/{sum}-primary.xml.gz")), &gz).unwrap();
+        std::fs::write(dir.join("repodata/repomd.xml"), format!("<?xml version=\"1.0\"?>\n<repomd xmlns=\"http://linux.duke.edu/metadata/repo\"><data type=\"primary\"><checksum type=\"sha256\">{sum}</checksum><location href=\"repodata/{sum}-primary.xml.gz\"/></data></repomd>\n")).unwrap();
+        sum
+    }
+
+    fn client() -> Client {
+        Client::new(erdma_http::Timeouts::default()).unwrap()
+    }
+
+    async fn names(url: &str, cache: &Path) -> Result<Vec<String>, RepoError> {
+        let keyring = Keyring { keys: Vec::new() };
+        let repo = load(&client(), "base", &[url.to_string()], keyring, false, cache).await?;
+        let mut repos = [repo];
+        select_packages(&mut repos, ["glibc", "rdma-core", "pciutils"])?;
+        Ok(repos[0].packages.iter().map(|p| format!("{}-{}", p.name, p.evr)).collect())
+    }
+
+    #[tokio::test]
+    async fn a_kept_index_serves_while_the_verified_repomd_names_it() {
+        let (repo, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let url = format!("file://{}", repo.path().display());
+        let sum = publish(repo.path(), &[("rdma-core", "46.0"), ("glibc", "2.34"), ("other", "1")]);
+        let first = names(&url, cache.path()).await.unwrap();
+        assert_eq!(first, ["rdma-core-46.0-1.el9", "glibc-2.34-1.el9"]);
+        let kept = cache.path().join(format!("rpm-md/sha256-{sum}.kept-{KEPT_FORMAT}"));
+        assert_eq!(std::fs::metadata(&kept).unwrap().permissions().mode() & 0o077, 0);
+
+        // With primary gone from the server, repomd (still read) names the kept index.
+        let primary = repo.path().join(format!("repodata/{sum}-primary.xml.gz"));
+        let gz = std::fs::read(&primary).unwrap();
+        std::fs::remove_file(&primary).unwrap();
+        assert_eq!(names(&url, cache.path()).await.unwrap(), first);
+
+        // A copy others may write is not read: primary is fetched, and is missing.
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let e = names(&url, cache.path()).await.unwrap_err();
+        assert!(matches!(e, RepoError::NotFound { .. }), "{e}");
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(names(&url, cache.path()).await.unwrap(), first);
+
+        // A damaged copy is dropped, and primary fetched again.
+        let bytes = std::fs::read(&kept).unwrap();
+        std::fs::write(&kept, &bytes[..bytes.len() - 3]).unwrap();
+        assert!(names(&url, cache.path()).await.is_err());
+        assert!(!kept.exists(), "the damaged copy is removed");
+        std::fs::write(&primary, &gz).unwrap();
+        assert_eq!(names(&url, cache.path()).await.unwrap(), first);
+        assert_eq!(std::fs::read(&kept).unwrap(), bytes, "kept again, the same");
+
+        // A new primary (another checksum) is read and kept beside the old.
+        let new = publish(repo.path(), &[("rdma-core", "47.0"), ("glibc", "2.34")]);
+        assert_eq!(
+            names(&url, cache.path()).await.unwrap(),
+            ["rdma-core-47.0-1.el9", "glibc-2.34-1.el9"]
+        );
+        assert!(cache.path().join(format!("rpm-md/sha256-{new}.kept-{KEPT_FORMAT}")).exists());
+    }
+}
