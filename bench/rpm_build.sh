@@ -10,6 +10,9 @@
 #   ERDMA_BUILD=path bench/rpm_build.sh    times that binary (e.g. a release's), with the fixtures
 #                                          already in the test cache when they are there
 #   SHAPE=none bench/rpm_build.sh          the five-package repositories alone (before issue 41)
+#   ROUNDS=N bench/rpm_build.sh            N rounds of cold and warm builds; medians
+#   ERDMA_BUILD_OLD=path bench/rpm_build.sh  another erdma-build beside it in the same rounds
+#                                          (its own cache), e.g. the build before a change
 #
 # By default (SHAPE=rocky9) the BaseOS-like repository is padded to the shape of Rocky Linux 9's
 # BaseOS, and a second one shaped like its AppStream is added (bench/rpm_md_shape.py: package
@@ -101,18 +104,22 @@ fi
 now() { date +%s.%N; }
 declare -A R
 
-run_erdma() { # $1 = cold|warm
-    local t0 t1
+# One build by erdma-build: $1 = erdma|old (the binary: $BIN or $ERDMA_BUILD_OLD, each with
+# its own cache), $2 = cold|warm. Each figure is appended to R, one value per round.
+run_erdma() {
+    local t0 t1 bin=$BIN
+    [ "$1" = old ] && bin=$ERDMA_BUILD_OLD
+    [ "$2" = cold ] && rm -rf "$WORK/cache-$1"
     rm -rf "$WORK/out"
     t0=$(now)
-    XDG_CACHE_HOME="$WORK/erdma-cache" /usr/bin/time -f %M -o "$WORK/rss" "$BIN" build --json --base "oci:$BASE_OCI:latest" \
+    XDG_CACHE_HOME="$WORK/cache-$1" /usr/bin/time -f %M -o "$WORK/rss" "$bin" build --json --base "oci:$BASE_OCI:latest" \
         --repo "erdma=$URL/erdma/yum/redhat/9/erdma/x86_64" --repo "baseos=$URL/baseos" "${EXTRA_ERDMA[@]}" \
         --keyring "erdma=$WORK/key.asc" --keyring "base=$WORK/key.asc" \
-        --output "oci:$WORK/out:erdma" >"$WORK/erdma-$1.json" 2>"$WORK/erdma-$1.log"
+        --output "oci:$WORK/out:erdma" >"$WORK/$1-$2.json" 2>"$WORK/$1-$2.log"
     t1=$(now)
-    R[erdma-$1,wall]=$(echo "$t1 - $t0" | bc)
-    R[erdma-$1,rss]=$(cat "$WORK/rss")
-    R[erdma-$1,layer]=$(jq '.images[0].layer.size' "$WORK/erdma-$1.json")
+    R[$1-$2,wall]+="$(echo "$t1 - $t0" | bc) "
+    R[$1-$2,rss]+="$(cat "$WORK/rss") "
+    R[$1-$2,layer]+="$(jq '.images[0].layer.size' "$WORK/$1-$2.json") "
 }
 
 run_dnf() { # $1 = cold|warm
@@ -142,9 +149,9 @@ run_dnf() { # $1 = cold|warm
     (cd "$WORK/root" && tar -czf "$WORK/layer.tar.gz" -T "$WORK/changed")
     t1=$(now)
     if [ "$1" = cold ]; then rm -rf "$WORK/dnf-cache" && cp -a "$WORK/root/var/cache/dnf-bench" "$WORK/dnf-cache"; fi
-    R[dnf-$1,wall]=$(echo "$t1 - $t0" | bc)
-    R[dnf-$1,rss]=$(cat "$WORK/rss")
-    R[dnf-$1,layer]=$(stat -c %s "$WORK/layer.tar.gz")
+    R[dnf-$1,wall]+="$(echo "$t1 - $t0" | bc) "
+    R[dnf-$1,rss]+="$(cat "$WORK/rss") "
+    R[dnf-$1,layer]+="$(stat -c %s "$WORK/layer.tar.gz") "
 }
 
 # What each installed: dnf's by the root's rpm database against the base's, erdma-build's by its
@@ -153,32 +160,42 @@ installed_sets() {
     comm -13 "$WORK/base-installed" \
         <(HOME=$WORK/home rpm -qa --root "$WORK/root" --qf '%{NEVRA}\n' | sort) |
         grep -v '^gpg-pubkey-' >"$WORK/dnf-installed" # the repository key dnf imported
-    jq -r '.images[0].packages.install[] | "\(.name)-\(.version).\(.arch)"' "$WORK/erdma-cold.json" | sort >"$WORK/erdma-installed"
-    if ! diff "$WORK/dnf-installed" "$WORK/erdma-installed" >"$WORK/installed.diff"; then
-        echo "the two installed different packages:" >&2
-        cat "$WORK/installed.diff" >&2
-        exit 1
-    fi
-    echo "both installed the same $(wc -l <"$WORK/dnf-installed") packages" >&2
+    for b in "${BUILDS[@]}"; do
+        jq -r '.images[0].packages.install[] | "\(.name)-\(.version).\(.arch)"' "$WORK/$b-cold.json" | sort >"$WORK/$b-installed"
+        if ! diff "$WORK/dnf-installed" "$WORK/$b-installed" >"$WORK/installed.diff"; then
+            echo "dnf and $b installed different packages:" >&2
+            cat "$WORK/installed.diff" >&2
+            exit 1
+        fi
+    done
+    echo "dnf and ${BUILDS[*]} installed the same $(wc -l <"$WORK/dnf-installed") packages" >&2
 }
 
 settle() { sync; sleep 2; }
-say "cold"
-rm -rf "$WORK/erdma-cache"
-settle; run_erdma cold
-settle; run_dnf cold
-installed_sets
-say "warm"
-settle; run_erdma warm
-settle; DNF_CACHEONLY=-C run_dnf warm
+BUILDS=(erdma)
+[ -n "${ERDMA_BUILD_OLD:-}" ] && BUILDS+=(old)
+for round in $(seq "${ROUNDS:-1}"); do
+    say "round $round: cold"
+    for b in "${BUILDS[@]}"; do settle; run_erdma "$b" cold; done
+    settle; run_dnf cold
+    [ "$round" = 1 ] && installed_sets
+    say "round $round: warm"
+    for b in "${BUILDS[@]}"; do settle; run_erdma "$b" warm; done
+    settle; DNF_CACHEONLY=-C run_dnf warm
+done
 
-python3 - "$(declare -p R)" <<'PY'
-import re, sys
-R = dict(re.findall(r'\[([^\]]+)\]="([^"]*)"', sys.argv[1]))
-g = lambda k: float(R[k])
-print(f"\n{'':12} {'wall s':>8} {'peak RSS KiB':>13} {'layer bytes':>12}")
-for t in ["dnf-cold", "erdma-cold", "dnf-warm", "erdma-warm"]:
-    print(f"{t:12} {g(t+',wall'):8.2f} {R[t+',rss']:>13} {g(t+',layer'):12.0f}")
+python3 - "$(declare -p R)" "${BUILDS[*]}" <<'PY'
+import re, statistics, sys
+R = {k: [float(x) for x in v.split()] for k, v in re.findall(r'\[([^\]]+)\]="([^"]*)"', sys.argv[1])}
+builds = sys.argv[2].split()
+m = lambda k: statistics.median(R[k])
+n = len(R["dnf-cold,wall"])
+print(f"\nmedians of {n} round(s); erdma = this binary, old = ERDMA_BUILD_OLD")
+print(f"{'':12} {'wall s':>8} {'peak RSS KiB':>13} {'layer bytes':>12}  all walls")
 for c in ["cold", "warm"]:
-    print(f"dnf/erdma {c}: wall {g(f'dnf-{c},wall')/g(f'erdma-{c},wall'):.1f}x, peak RSS {g(f'dnf-{c},rss')/g(f'erdma-{c},rss'):.1f}x")
+    for t in [f"dnf-{c}"] + [f"{b}-{c}" for b in builds]:
+        print(f"{t:12} {m(t+',wall'):8.3f} {m(t+',rss'):13.0f} {m(t+',layer'):12.0f}  {' '.join(f'{x:.3f}' for x in R[t+',wall'])}")
+for c in ["cold", "warm"]:
+    for b in builds:
+        print(f"dnf/{b} {c}: wall {m(f'dnf-{c},wall')/m(f'{b}-{c},wall'):.1f}x, peak RSS {m(f'dnf-{c},rss')/m(f'{b}-{c},rss'):.1f}x")
 PY
