@@ -42,8 +42,11 @@ pub fn select_packages<'a>(
 ) -> Result<(), RepoError> {
     let indices: Vec<(&PrimaryIndex, &str)> =
         repos.iter().map(|r| (&r.index, r.name.as_str())).collect();
-    let selected = crate::index::select(&indices, seeds)
-        .map_err(|source| RepoError::Metadata { at: "primary.xml".into(), source })?;
+    // Only a kept index that does not match its own XML fails here (a damaged cache).
+    let selected = crate::index::select(&indices, seeds).map_err(|source| RepoError::Metadata {
+        at: "a kept primary.xml index (the build cache's rpm/rpm-md/; remove it to read the repository again)".into(),
+        source,
+    })?;
     for (repo, packages) in repos.iter_mut().zip(selected) {
         repo.packages = packages;
     }

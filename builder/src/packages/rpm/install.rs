@@ -86,7 +86,7 @@ pub(crate) async fn resolve(
     let metas: Vec<&PackageMeta> = installed.iter().chain(local.iter().map(|(_, m)| m)).collect();
     let seeds = seeds(&install, named, &metas);
     erdma_rpm::repo::select_packages(&mut repos_loaded, seeds.iter().map(String::as_str))
-        .map_err(|e| repository("metadata", e))?;
+        .map_err(|e| repository("cache", e))?;
     for loaded in &mut repos_loaded {
         // NCCL comes only from an NCCL repository, and an NCCL repository gives nothing else.
         let recipe =
