@@ -1,8 +1,9 @@
 //! The reproducible layer writer: where a layer gets written.
 //!
 //! Entries are sorted by path, every mtime is the build epoch, owners are root unless an
-//! entry says otherwise, and compression is single-threaded with fixed parameters, so the
-//! same entries always give the same bytes and digests on every machine.
+//! entry says otherwise, and compression has fixed parameters (a large layer's gzip is cut into
+//! fixed blocks compressed side by side: [`crate::gzip`]), so the same entries always give the
+//! same bytes and digests on every machine.
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -562,12 +563,9 @@ impl LayerContents {
             let compressed = HashingWriter::new(BufWriter::new(file));
             let (compressed, diff_id) = match compression {
                 LayerCompression::Gzip => {
-                    // mtime 0, OS "unknown" and a fixed level: the gzip header then carries
-                    // nothing that varies between machines or runs.
-                    let gz = flate2::GzBuilder::new()
-                        .mtime(0)
-                        .operating_system(255)
-                        .write(compressed, flate2::Compression::new(6));
+                    // mtime 0, OS "unknown", a fixed level and fixed blocks: nothing that
+                    // varies between machines, runs or numbers of cores (`gzip`).
+                    let gz = crate::gzip::LayerGz::new(compressed);
                     let raw = self.write_tar(HashingWriter::new(gz), mtime)?;
                     let (gz, diff_id, _) = raw.finish();
                     (gz.finish()?, diff_id)

@@ -9,6 +9,7 @@ pub mod blob;
 pub mod config;
 pub mod error;
 pub mod files;
+pub mod gzip;
 pub mod layer;
 pub mod layout;
 pub mod reference;
