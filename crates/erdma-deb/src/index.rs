@@ -108,36 +108,17 @@ pub fn read_index(
         // Decompressing (this thread) and hashing and keeping fields (another) overlap: each
         // is about half of the work on an index of Debian's size.
         std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(8);
+            let (tx, rx) = crate::pipe::channel();
             let consumer = scope.spawn(move || {
-                let chunks = Chunks { rx, current: Vec::new(), at: 0 };
-                let mut decompressed = Hashing::new(chunks, plain_limit, None);
+                let mut decompressed =
+                    Hashing::new(crate::pipe::Chunks::new(rx), plain_limit, None);
                 let result =
                     keep_fields(&mut BufReader::with_capacity(256 << 10, &mut decompressed));
                 let over = decompressed.over();
                 let (read, sha256) = decompressed.finish();
                 (result, over, read, sha256)
             });
-            loop {
-                let mut chunk = vec![0u8; 256 << 10];
-                let sent = match decoder.read(&mut chunk) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        chunk.truncate(n);
-                        tx.send(Ok(chunk))
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        break;
-                    }
-                };
-                // The consumer stopped (an error, or more than the index may hold).
-                if sent.is_err() {
-                    break;
-                }
-            }
-            drop(tx);
+            crate::pipe::pump(&mut decoder, tx);
             consumer.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
         })
     };
@@ -201,32 +182,6 @@ pub fn read_index(
         }
     }
     Ok(out)
-}
-
-/// The decompressed index as it comes over from the decompressing thread.
-struct Chunks {
-    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
-    current: Vec<u8>,
-    at: usize,
-}
-
-impl Read for Chunks {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.at == self.current.len() {
-            match self.rx.recv() {
-                Ok(chunk) => {
-                    self.current = chunk?;
-                    self.at = 0;
-                }
-                // The decompressing thread is done.
-                Err(_) => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len() - self.at);
-        buf[..n].copy_from_slice(&self.current[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
 }
 
 /// The stanzas of a deb822 stream with only [`KEPT_FIELDS`], continuation lines included. This

@@ -11,5 +11,6 @@
 pub mod deb;
 pub mod deb822;
 pub mod index;
+mod pipe;
 pub mod repo;
 pub mod version;

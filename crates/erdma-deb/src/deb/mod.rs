@@ -234,12 +234,32 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
 pub fn for_each_data_entry(
     path: &Path,
     inflation: u64,
-    mut f: impl FnMut(DataEntry, &mut dyn Read) -> Result<(), DebError>,
+    mut f: impl FnMut(DataEntry, &mut dyn Read) -> Result<(), DebError> + Send,
 ) -> Result<(), DebError> {
     let mut ar = ArReader::open(path)?;
     let layout = read_layout(&mut ar)?;
     let member = &layout.data;
-    let reader = ar.tar_stream(member, inflation)?;
+    let mut decoder = ar.tar_stream(member, inflation)?;
+    // The payload is decompressed here while the entries are walked and handled on another
+    // thread: for xz, each is about half of the work.
+    std::thread::scope(|scope| {
+        let (tx, rx) = crate::pipe::channel();
+        let walker = scope.spawn(move || {
+            let chunks: Box<dyn Read> = Box::new(crate::pipe::Chunks::new(rx));
+            walk_data(path, member, chunks, &mut f)
+        });
+        crate::pipe::pump(&mut decoder, tx);
+        walker.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}
+
+/// The entries of a package's decompressed `data.tar` (`reader`), each handed to `f`.
+fn walk_data(
+    path: &Path,
+    member: &Member,
+    reader: Box<dyn Read + '_>,
+    f: &mut dyn FnMut(DataEntry, &mut dyn Read) -> Result<(), DebError>,
+) -> Result<(), DebError> {
     walk_tar(path, &member.name, reader, |entry| {
         let Some(data_entry) = data_entry(path, member, entry)? else {
             return Ok(());
