@@ -1,141 +1,127 @@
 //! The gzip writer of layers: one gzip member whose bytes depend only on the input, compressed
 //! on every core once a layer is large.
 //!
-//! A layer of at most [`SINGLE_UP_TO`] bytes is compressed as one deflate stream, exactly as
-//! flate2's `GzBuilder` (level 6, mtime 0, OS "unknown") compresses it. A larger one (OpenMPI's
-//! 100 MB, NCCL's 400 MB) is cut into blocks of [`BLOCK`] bytes, compressed side by side as
-//! pigz does it: each block is raw deflate primed with the 32 KiB of input before it (so the
-//! ratio stays that of one stream, within a fraction of a percent) and ends with a sync flush
-//! (an empty stored block, which puts the next one on a byte boundary); the last ends the
-//! stream. Header, CRC-32 and length make one ordinary gzip member. The blocks are fixed, so
-//! the bytes are the same whatever the number of cores: only the time differs.
+//! A layer whose tar is at most [`SINGLE_UP_TO`] bytes (or of unknown length) is compressed as
+//! one deflate stream through flate2's `GzBuilder` (level 6, mtime 0, OS "unknown"), fed as
+//! it is written, exactly as before this writer existed. A larger one (OpenMPI's 100 MB,
+//! NCCL's 400 MB) is cut into blocks of [`BLOCK`] bytes, compressed side by side as pigz does
+//! it: each block is raw deflate primed with the 32 KiB of input before it (so the ratio stays
+//! that of one stream, within a fraction of a percent) and ends with a sync flush (an empty
+//! stored block, which puts the next one on a byte boundary); the last ends the stream.
+//! Header, CRC-32 and length make one ordinary gzip member. The blocks are fixed, so the bytes
+//! are the same whatever the number of cores: only the time differs.
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::thread::JoinHandle;
 
 use flate2::{Compress, Compression, FlushCompress, Status};
 
-/// Layers up to this size are compressed as one stream (and their bytes stay what they were
-/// before the parallel writer).
-pub const SINGLE_UP_TO: usize = 16 << 20;
+/// Layers whose tar is up to this long are compressed as one stream.
+pub const SINGLE_UP_TO: u64 = 16 << 20;
 /// The input of one block of a large layer.
 pub const BLOCK: usize = 1 << 20;
 /// Deflate's window: the input before a block that primes its compressor.
 const WINDOW: usize = 32 << 10;
 const LEVEL: u32 = 6;
 
-/// Writes one gzip member of what is written to it, to `out`; [`LayerGz::finish`] ends it.
-pub struct LayerGz<W: Write> {
-    out: Option<W>,
-    /// Input not yet handed to a compressor: the whole input while it may still be a small
-    /// layer, then the block being filled.
-    buf: Vec<u8>,
-    /// The last [`WINDOW`] bytes of the input before `buf`, once in blocks.
-    window: Vec<u8>,
-    blocks: Option<Blocks>,
+/// Writes one gzip member of what is written to it; [`LayerGz::finish`] ends it.
+pub enum LayerGz<W: Write> {
+    Stream(flate2::write::GzEncoder<W>),
+    Blocks(Blocks<W>),
 }
 
-/// Compressing in blocks: the CRC and length of all input so far, and the blocks in flight
-/// (oldest first).
-struct Blocks {
+/// Compressing in blocks: the block being filled, the input before it that primes the next,
+/// the CRC and length of all input so far, and the blocks in flight (oldest first).
+pub struct Blocks<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    window: Vec<u8>,
     crc: flate2::Crc,
     pending: VecDeque<JoinHandle<io::Result<Vec<u8>>>>,
     threads: usize,
 }
 
 impl<W: Write> LayerGz<W> {
-    pub fn new(out: W) -> LayerGz<W> {
-        LayerGz { out: Some(out), buf: Vec::new(), window: Vec::new(), blocks: None }
-    }
-
-    fn out(&mut self) -> &mut W {
-        self.out.as_mut().expect("not finished")
-    }
-
-    /// Switches to blocks: the gzip header written, the input so far cut into blocks.
-    fn start_blocks(&mut self) -> io::Result<()> {
-        // ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=255, as GzBuilder writes it.
-        self.out().write_all(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255])?;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16);
-        self.blocks = Some(Blocks { crc: flate2::Crc::new(), pending: VecDeque::new(), threads });
-        let all = std::mem::take(&mut self.buf);
-        let mut at = 0;
-        while all.len() - at > BLOCK {
-            self.send(all[at..at + BLOCK].to_vec(), false)?;
-            at += BLOCK;
+    /// A writer of the gzip of a tar of `tar_len` bytes (0: unknown) to `out`.
+    pub fn new(mut out: W, tar_len: u64) -> io::Result<LayerGz<W>> {
+        if tar_len <= SINGLE_UP_TO {
+            let gz = flate2::GzBuilder::new()
+                .mtime(0)
+                .operating_system(255)
+                .write(out, Compression::new(LEVEL));
+            return Ok(LayerGz::Stream(gz));
         }
-        self.buf = all[at..].to_vec();
-        Ok(())
+        // ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=255, as GzBuilder writes it.
+        out.write_all(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255])?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16);
+        Ok(LayerGz::Blocks(Blocks {
+            out,
+            buf: Vec::with_capacity(BLOCK),
+            window: Vec::new(),
+            crc: flate2::Crc::new(),
+            pending: VecDeque::new(),
+            threads,
+        }))
     }
 
+    /// Ends the member and returns the writer it went to.
+    pub fn finish(self) -> io::Result<W> {
+        match self {
+            LayerGz::Stream(gz) => gz.finish(),
+            LayerGz::Blocks(mut b) => {
+                let last = std::mem::take(&mut b.buf);
+                b.send(last, true)?;
+                for p in b.pending {
+                    b.out.write_all(&join(p)?)?;
+                }
+                b.out.write_all(&b.crc.sum().to_le_bytes())?;
+                b.out.write_all(&b.crc.amount().to_le_bytes())?;
+                Ok(b.out)
+            }
+        }
+    }
+}
+
+impl<W: Write> Blocks<W> {
     /// Hands one block to a compressor thread, after writing out the oldest ones while as
     /// many are in flight as there are cores.
     fn send(&mut self, block: Vec<u8>, last: bool) -> io::Result<()> {
         let window = std::mem::take(&mut self.window);
-        self.window = block[block.len().saturating_sub(WINDOW)..].to_vec();
-        if self.window.len() < WINDOW {
-            // A short last block: the window also reaches into the one before.
-            let mut w = window[window.len().saturating_sub(WINDOW - self.window.len())..].to_vec();
-            w.extend_from_slice(&self.window);
-            self.window = w;
+        let mut next =
+            window[window.len().saturating_sub(WINDOW.saturating_sub(block.len()))..].to_vec();
+        next.extend_from_slice(&block[block.len().saturating_sub(WINDOW)..]);
+        self.window = next;
+        self.crc.update(&block);
+        while self.pending.len() >= self.threads {
+            let done = join(self.pending.pop_front().expect("in flight"))?;
+            self.out.write_all(&done)?;
         }
-        let b = self.blocks.as_mut().expect("in blocks");
-        b.crc.update(&block);
-        while b.pending.len() >= b.threads {
-            let done = join(b.pending.pop_front().expect("in flight"))?;
-            self.out.as_mut().expect("not finished").write_all(&done)?;
-        }
-        let b = self.blocks.as_mut().expect("in blocks");
-        b.pending.push_back(std::thread::spawn(move || deflate_block(&window, &block, last)));
+        self.pending.push_back(std::thread::spawn(move || deflate_block(&window, &block, last)));
         Ok(())
-    }
-
-    /// Ends the member and returns the writer it went to.
-    pub fn finish(mut self) -> io::Result<W> {
-        if self.blocks.is_none() {
-            // A small layer: one stream, as it always was.
-            let out = self.out.take().expect("not finished");
-            let mut gz = flate2::GzBuilder::new()
-                .mtime(0)
-                .operating_system(255)
-                .write(out, Compression::new(LEVEL));
-            gz.write_all(&self.buf)?;
-            return gz.finish();
-        }
-        let last = std::mem::take(&mut self.buf);
-        self.send(last, true)?;
-        let b = self.blocks.take().expect("in blocks");
-        let mut out = self.out.take().expect("not finished");
-        for p in b.pending {
-            out.write_all(&join(p)?)?;
-        }
-        out.write_all(&b.crc.sum().to_le_bytes())?;
-        out.write_all(&(b.crc.amount()).to_le_bytes())?;
-        Ok(out)
     }
 }
 
 impl<W: Write> Write for LayerGz<W> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.blocks.is_none() {
-            self.buf.extend_from_slice(data);
-            if self.buf.len() > SINGLE_UP_TO {
-                self.start_blocks()?;
-            }
-            return Ok(data.len());
-        }
+        let b = match self {
+            LayerGz::Stream(gz) => return gz.write(data),
+            LayerGz::Blocks(b) => b,
+        };
         // A full block goes once more input shows it is not the last.
-        if self.buf.len() == BLOCK {
-            let full = std::mem::replace(&mut self.buf, Vec::with_capacity(BLOCK));
-            self.send(full, false)?;
+        if b.buf.len() == BLOCK {
+            let full = std::mem::replace(&mut b.buf, Vec::with_capacity(BLOCK));
+            b.send(full, false)?;
         }
-        let take = (BLOCK - self.buf.len()).min(data.len());
-        self.buf.extend_from_slice(&data[..take]);
+        let take = (BLOCK - b.buf.len()).min(data.len());
+        b.buf.extend_from_slice(&data[..take]);
         Ok(take)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            LayerGz::Stream(gz) => gz.flush(),
+            LayerGz::Blocks(_) => Ok(()),
+        }
     }
 }
 
@@ -196,7 +182,7 @@ mod tests {
     }
 
     fn gz(data: &[u8], chunks: usize) -> Vec<u8> {
-        let mut w = LayerGz::new(Vec::new());
+        let mut w = LayerGz::new(Vec::new(), data.len() as u64).unwrap();
         for part in data.chunks(chunks.max(1)) {
             w.write_all(part).unwrap();
         }
@@ -216,19 +202,30 @@ mod tests {
 
     #[test]
     fn small_layers_keep_their_single_stream_bytes() {
+        // Fed as the tar writer feeds it, write by write (deflate's output depends on how its
+        // input arrives): the same bytes as GzBuilder given the same writes, as before.
         let data = input(3 << 20, 7);
-        let mut reference = flate2::GzBuilder::new()
-            .mtime(0)
-            .operating_system(255)
-            .write(Vec::new(), Compression::new(6));
-        reference.write_all(&data).unwrap();
-        assert_eq!(gz(&data, 8191), reference.finish().unwrap());
+        for chunks in [512, 8191, 1 << 20] {
+            let mut reference = flate2::GzBuilder::new()
+                .mtime(0)
+                .operating_system(255)
+                .write(Vec::new(), Compression::new(6));
+            for part in data.chunks(chunks) {
+                reference.write_all(part).unwrap();
+            }
+            assert_eq!(gz(&data, chunks), reference.finish().unwrap(), "{chunks}");
+        }
+        // Unknown length: one stream too.
+        let mut w = LayerGz::new(Vec::new(), 0).unwrap();
+        w.write_all(&data).unwrap();
+        assert_eq!(gunzip_one_member(&w.finish().unwrap()), data);
         assert_eq!(gunzip_one_member(&gz(&[], 1)), b"");
     }
 
     #[test]
     fn large_layers_round_trip_whatever_the_writes() {
-        for (n, seed) in [(SINGLE_UP_TO + 1, 1), (SINGLE_UP_TO + 3 * BLOCK, 2), (40 << 20, 3)] {
+        let single_up_to = SINGLE_UP_TO as usize;
+        for (n, seed) in [(single_up_to + 1, 1), (single_up_to + 3 * BLOCK, 2), (40 << 20, 3)] {
             let data = input(n, seed);
             let a = gz(&data, 65536);
             assert_eq!(gunzip_one_member(&a), data, "{n}");
@@ -247,7 +244,7 @@ mod tests {
 
     #[test]
     fn a_large_layer_is_read_by_the_real_gzip() {
-        let data = input(SINGLE_UP_TO + 2 * BLOCK + 12345, 9);
+        let data = input(SINGLE_UP_TO as usize + 2 * BLOCK + 12345, 9);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("layer.gz");
         std::fs::write(&path, gz(&data, 100_000)).unwrap();

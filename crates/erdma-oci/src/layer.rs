@@ -539,14 +539,14 @@ impl LayerContents {
         mtime: u64,
         kept: &CompressedLayers,
     ) -> Result<LayerInfo> {
-        let (_, diff_id, _) = self
+        let (_, diff_id, tar_len) = self
             .write_tar(HashingWriter::new(io::sink()), mtime)
             .map_err(Error::io("writing layer", dest))?
             .finish();
         if let Some(info) = kept.reuse(&diff_id, compression, dest) {
             return Ok(info);
         }
-        let info = self.write_layer(dest, compression, mtime)?;
+        let info = self.write_compressed(dest, compression, mtime, tar_len)?;
         kept.keep(&info, compression, dest);
         Ok(info)
     }
@@ -558,6 +558,18 @@ impl LayerContents {
         compression: LayerCompression,
         mtime: u64,
     ) -> Result<LayerInfo> {
+        self.write_compressed(dest, compression, mtime, 0)
+    }
+
+    /// [`Self::write_layer`], knowing the tar's length (`tar_len`, 0: unknown), which decides
+    /// how gzip compresses it ([`crate::gzip`]).
+    fn write_compressed(
+        &self,
+        dest: &Path,
+        compression: LayerCompression,
+        mtime: u64,
+        tar_len: u64,
+    ) -> Result<LayerInfo> {
         let file = File::create(dest).map_err(Error::io("creating layer", dest))?;
         let write = || -> io::Result<(String, String, u64)> {
             let compressed = HashingWriter::new(BufWriter::new(file));
@@ -565,7 +577,7 @@ impl LayerContents {
                 LayerCompression::Gzip => {
                     // mtime 0, OS "unknown", a fixed level and fixed blocks: nothing that
                     // varies between machines, runs or numbers of cores (`gzip`).
-                    let gz = crate::gzip::LayerGz::new(compressed);
+                    let gz = crate::gzip::LayerGz::new(compressed, tar_len)?;
                     let raw = self.write_tar(HashingWriter::new(gz), mtime)?;
                     let (gz, diff_id, _) = raw.finish();
                     (gz.finish()?, diff_id)
