@@ -130,3 +130,16 @@ pub struct Checksum {
     pub kind: String,
     pub hex: String,
 }
+
+impl Checksum {
+    /// `KIND-HEX`, the name a cache keeps the file with this checksum under: only when both
+    /// are non-empty and the hex is hex digits and the kind letters and digits, so that a
+    /// hostile repository's checksum can never make a path.
+    pub fn file_stem(&self) -> Option<String> {
+        let safe = !self.hex.is_empty()
+            && self.hex.chars().all(|c| c.is_ascii_hexdigit())
+            && !self.kind.is_empty()
+            && self.kind.chars().all(|c| c.is_ascii_alphanumeric());
+        safe.then(|| format!("{}-{}", self.kind, self.hex))
+    }
+}

@@ -183,16 +183,9 @@ async fn read_primary(
     cache_dir: &Path,
     origin: &str,
 ) -> Result<PrimaryIndex, RepoError> {
-    let kept: Option<PathBuf> = (!sum.hex.is_empty()
-        && sum.hex.chars().all(|c| c.is_ascii_hexdigit())
-        && sum.kind.chars().all(|c| c.is_ascii_alphanumeric()))
-    .then(|| {
-        cache_dir.join("rpm-md").join(format!(
-            "{}-{}.kept-{KEPT_FORMAT}",
-            sum.kind,
-            sum.hex.to_ascii_lowercase()
-        ))
-    });
+    let kept: Option<PathBuf> = sum
+        .file_stem()
+        .map(|stem| cache_dir.join("rpm-md").join(format!("{stem}.kept-{KEPT_FORMAT}")));
     if let Some(path) = &kept {
         if let Ok(file) = erdma_limits::kept::open(path, MAX_PRIMARY_OPEN * 2) {
             match PrimaryIndex::read_kept(file) {
@@ -256,6 +249,17 @@ mod tests {
         let mut repos = [repo];
         select_packages(&mut repos, ["glibc", "rdma-core", "pciutils"])?;
         Ok(repos[0].packages.iter().map(|p| format!("{}-{}", p.name, p.evr)).collect())
+    }
+
+    #[test]
+    fn only_hex_and_an_algorithm_name_make_a_cache_name() {
+        let sum = |kind: &str, hex: &str| Checksum { kind: kind.into(), hex: hex.into() };
+        assert_eq!(sum("sha256", "00aF").file_stem().as_deref(), Some("sha256-00aF"));
+        for (kind, hex) in
+            [("sha256", ""), ("", "00"), ("sha256", "../00"), ("sha/256", "00"), ("sha256", "0 0")]
+        {
+            assert_eq!(sum(kind, hex).file_stem(), None, "{kind:?} {hex:?}");
+        }
     }
 
     #[tokio::test]

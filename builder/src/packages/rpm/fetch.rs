@@ -33,14 +33,8 @@ pub(crate) fn on_disk(
     else {
         return Ok(None);
     };
-    if sum.hex.is_empty()
-        || !sum.hex.chars().all(|c| c.is_ascii_hexdigit())
-        || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric())
-    {
-        return Ok(None);
-    }
-    let path =
-        inputs.cache_dir.join("rpm").join("packages").join(format!("{}-{}.rpm", sum.kind, sum.hex));
+    let Some(stem) = sum.file_stem() else { return Ok(None) };
+    let path = inputs.cache_dir.join("rpm").join("packages").join(format!("{stem}.rpm"));
     if !path.is_file() {
         return Ok(None);
     }
@@ -92,20 +86,16 @@ pub(crate) async fn fetch(
         let sum = meta.checksum.clone().ok_or_else(|| {
             Error::from(PackageError::NoChecksum { nevra: meta.nevra(), repo: repo.name.clone() })
         })?;
-        // The cache file is named from these two: hex digits and an algorithm name only.
-        if !sum.hex.chars().all(|c| c.is_ascii_hexdigit())
-            || sum.hex.is_empty()
-            || !sum.kind.chars().all(|c| c.is_ascii_alphanumeric())
-            || sum.kind.is_empty()
-        {
+        // The cache file is named from the checksum: hex digits and an algorithm name only.
+        let Some(stem) = sum.file_stem() else {
             return Err(PackageError::MalformedChecksum {
                 kind: "checksum",
                 url,
                 repo: repo.name.clone(),
             }
             .into());
-        }
-        let path = dir.join(format!("{}-{}.rpm", sum.kind, sum.hex));
+        };
+        let path = dir.join(format!("{stem}.rpm"));
         if !path.exists() {
             reporter.step(&format!("downloading {}", meta.nevra()));
             let fail = |reason: crate::error::Cause| Error::Download { url: url.clone(), reason };
