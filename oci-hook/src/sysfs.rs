@@ -3,26 +3,24 @@ use std::path::Path;
 
 /// A sysfs attribute's value, trimmed; `None` when it cannot be read or is not UTF-8.
 ///
-/// An attribute is at most a page, which sysfs hands over whole. So: one buffer, reads until
-/// end of file, and no `fstat` for a size hint, as `std::fs::read_to_string` makes: four system
-/// calls, not six, for each of the twenty-odd attributes an asking `create` reads.
+/// An attribute is at most a page, which sysfs hands over whole in one `read`. So: one buffer,
+/// no `fstat` for a size hint, and no second `read` to see the end when the first one left
+/// room (a regular file, as a fixture's attributes are, returns less than asked only at its
+/// end too): three system calls, not six as `std::fs::read_to_string` makes, for each of the
+/// twenty-odd attributes an asking `create` reads.
 pub(crate) fn read_trim(path: &Path) -> Option<String> {
     use rustix::fs::{open, Mode, OFlags};
     let fd = open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
     let mut buf = [0u8; 4096];
-    let mut len = 0;
-    loop {
-        match rustix::io::read(&fd, &mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
+    let len = loop {
+        match rustix::io::read(&fd, &mut buf) {
+            Ok(n) if n < buf.len() => break n,
+            // Not a sysfs attribute after all (a fixture's, or a file put there).
+            Ok(_) => return std::fs::read_to_string(path).ok().map(|s| s.trim().to_string()),
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => return None,
         }
-        if len == buf.len() {
-            // Not a sysfs attribute after all (a fixture's, or a file put there).
-            return std::fs::read_to_string(path).ok().map(|s| s.trim().to_string());
-        }
-    }
+    };
     std::str::from_utf8(&buf[..len]).ok().map(|s| s.trim().to_string())
 }
 
