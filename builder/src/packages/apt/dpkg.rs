@@ -196,3 +196,29 @@ pub struct BaseStatus {
     /// The file as it was, for `status-old`; `None` when the base has none.
     pub raw: Option<Vec<u8>>,
 }
+
+/// dpkg's string hash (FNV-1a, 32 bits: `str_fnv_hash` in lib/dpkg/strhash.c), which places
+/// files and packages in its hash tables, and so the order it walks them in.
+pub(super) fn fnv_hash(s: &str) -> u32 {
+    let mut h: u32 = 2_166_136_261;
+    for b in s.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(16_777_619);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// dpkg's own vectors (lib/dpkg/t/t-string.c, `test_str_fnv_hash`).
+    #[test]
+    fn fnv_hash_is_dpkgs() {
+        for (s, h) in
+            [("", 0x811c_9dc5), ("a", 0xe40c_292c), ("b", 0xe70c_2de5), ("d", 0xe10c_2473)]
+        {
+            assert_eq!(fnv_hash(s), h, "{s:?}");
+        }
+    }
+}

@@ -5,6 +5,7 @@ pub mod file_changes;
 pub mod install;
 mod ldconfig;
 pub mod local;
+mod order;
 pub mod resolve;
 mod sandboxed;
 mod scripts;

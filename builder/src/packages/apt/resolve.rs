@@ -110,7 +110,7 @@ pub struct Request<'a> {
     pub arch: &'a str,
 }
 
-fn parse_field(
+pub(super) fn parse_field(
     value: Option<&str>,
     field: &'static str,
     package: &str,
@@ -125,55 +125,12 @@ fn parse_field(
     }
 }
 
-fn relations(
+pub(super) fn relations(
     p: &Paragraph,
     field: &'static str,
     package: &str,
 ) -> Result<Vec<Vec<Dependency>>, ResolveError> {
     parse_field(p.get(field), field, package)
-}
-
-/// The order dpkg configures the planned packages in, as indices into `plan`: a package after
-/// the planned packages its `Pre-Depends` and `Depends` name (directly or through their
-/// `Provides`), as dpkg will not configure a package before its dependencies; among packages
-/// free to go, the plan's order. A dependency cycle is broken at its first package in plan
-/// order (dpkg breaks cycles too, by its own choice, which this does not reproduce). apt
-/// chooses among independent packages by its own ordering, which this does not reproduce
-/// either: their scripts are read in the plan's order.
-pub fn configure_order(plan: &[Planned]) -> Result<Vec<usize>, ResolveError> {
-    let mut needs: Vec<BTreeSet<usize>> = Vec::with_capacity(plan.len());
-    let provides: Vec<Vec<Vec<Dependency>>> = plan
-        .iter()
-        .map(|q| parse_field(q.pkg.provides(), "Provides", &q.name))
-        .collect::<Result<_, _>>()?;
-    for p in plan {
-        let par = p.pkg.paragraph()?;
-        let mut set = BTreeSet::new();
-        for group in relations(par, "Pre-Depends", &p.name)?
-            .into_iter()
-            .chain(relations(par, "Depends", &p.name)?)
-        {
-            for d in &group {
-                for (j, q) in plan.iter().enumerate() {
-                    if q.name != p.name && offered(d, &q.name, &q.version, &provides[j]) {
-                        set.insert(j);
-                    }
-                }
-            }
-        }
-        needs.push(set);
-    }
-    let mut placed = vec![false; plan.len()];
-    let mut order = Vec::with_capacity(plan.len());
-    while order.len() < plan.len() {
-        let next = (0..plan.len())
-            .find(|&i| !placed[i] && needs[i].iter().all(|&j| placed[j]))
-            .or_else(|| (0..plan.len()).find(|&i| !placed[i]))
-            .expect("an unplaced package remains");
-        placed[next] = true;
-        order.push(next);
-    }
-    Ok(order)
 }
 
 fn dep_text(d: &Dependency) -> String {
@@ -202,7 +159,12 @@ fn matches(dep: &Dependency, offer: &Offer) -> bool {
 }
 
 /// Whether a package offers what `dep` asks for: itself at its version, or its Provides.
-fn offered(dep: &Dependency, name: &str, version: &Version, provides: &[Vec<Dependency>]) -> bool {
+pub(super) fn offered(
+    dep: &Dependency,
+    name: &str,
+    version: &Version,
+    provides: &[Vec<Dependency>],
+) -> bool {
     matches(dep, &Offer { name, version: Some(version) }) || provided(dep, provides)
 }
 

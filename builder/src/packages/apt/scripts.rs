@@ -34,6 +34,7 @@
 //! from its payload, and `DPKG_ROOT` is empty, as dpkg exports it for an install to `/`.
 use std::collections::BTreeSet;
 
+use super::dpkg::fnv_hash;
 use super::file_changes::{capability_xattr, ModeChange};
 use super::resolve::{Installed, Planned};
 use crate::error::{Error, Result};
@@ -275,15 +276,10 @@ pub(super) fn apply_stat_adds(
 }
 
 /// The bin of dpkg's file hash table a path falls in (lib/dpkg/fsys-hash.c: 262139 bins, the
-/// path without its leading `/` hashed with FNV-1a, lib/dpkg/string.c `str_fnv_hash`):
-/// dpkg-statoverride writes its database walking the bins in order.
+/// path without its leading `/` hashed with [`fnv_hash`]): dpkg-statoverride writes its
+/// database walking the bins in order.
 fn dpkg_bin(path: &str) -> u32 {
-    let mut h: u32 = 2_166_136_261;
-    for b in path.trim_start_matches('/').bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(16_777_619);
-    }
-    h % 262_139
+    fnv_hash(path.trim_start_matches('/')) % 262_139
 }
 
 /// The records that said `ldconfig` was emulated, where it was not (`why`) and no package adds

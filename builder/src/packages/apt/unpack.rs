@@ -7,6 +7,7 @@ use md5::{Digest as _, Md5};
 
 use super::dpkg::{info_name, write_info, BaseStatus, INFO, STATUS};
 use super::fetch::on_disk;
+use super::order;
 use super::resolve::Installed;
 use super::resolve::{self, package_label, Planned};
 use super::scripts::{self, Accounted};
@@ -160,7 +161,7 @@ pub(crate) fn inspect(
         read.push((i, deb, list, executable));
     }
     // The scripts in the order dpkg configures the packages.
-    for i in resolve::configure_order(&res.install)? {
+    for i in order::configure_order(&res.install)? {
         let Some((_, deb, list, executable)) = read.iter().find(|r| r.0 == i) else { continue };
         let planned = &res.install[i];
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
@@ -215,7 +216,7 @@ pub(super) fn unpack(
         unpacked.push((planned, deb, list, executable));
     }
     // The scripts are read once every package is unpacked, in the order dpkg configures them.
-    for i in resolve::configure_order(&res.install)? {
+    for i in order::configure_order(&res.install)? {
         let (planned, deb, list, executable) = &unpacked[i];
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
         let payload = scripts::Payload { list, executable };
