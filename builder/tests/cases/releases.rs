@@ -948,8 +948,10 @@ fn made_per_run(p: &str) -> bool {
     // openssh-server's postinst: `ssh-keygen -A` (host keys are made per build, as apt-get
     // makes them per `docker build`).
     p.starts_with("etc/ssh/ssh_host_")
-        // systemd's machine id, made on Debian 13 when a package first needs one.
+        // systemd's machine id, made when a package first needs one (systemd's postinst).
         || p == "etc/machine-id"
+        // D-Bus's, made by dbus's postinst (`dbus-uuidgen --ensure`).
+        || p == "var/lib/dbus/machine-id"
 }
 
 /// `--install` of `request` on `rel`'s base, with erdma-build and with `apt-get install
@@ -1160,6 +1162,101 @@ fn plocate_emulated_equals_apt_get(rel: debian::Release) {
         "stat -c '%a %G' /usr/bin/plocate && locate --help >/dev/null && dpkg --audit",
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2755 plocate");
+}
+
+/// Packages whose scripts each add a system group, none depending on another: uuid-runtime
+/// and plocate, whose scripts are emulated (on Debian 12); then with tcpdump and cron too, whose scripts go
+/// to the sandbox (cron's group comes with cron-daemon-common, which cron pre-depends on, so
+/// apt has dpkg configure it first, on its own). The groups get their gids in the order the
+/// packages are configured, which apt leaves to `dpkg --configure --pending`: dpkg's package
+/// hash order, not the command line's. Each set, in two command-line orders, gives apt-get's
+/// layer (the gids in `/etc/group`, `/etc/gshadow`, plocate's setgid override and crontab's
+/// group included), and the same order of groups both times, which is not the order of the
+/// command line in at least one of them.
+#[test]
+fn debian12_group_creating_packages_are_configured_as_apt_get_does() {
+    group_creating_packages_are_configured_as_apt_get_does(debian::BOOKWORM);
+}
+
+/// The same on Debian 13 (dpkg 1.22, apt 3.0).
+#[test]
+fn debian13_group_creating_packages_are_configured_as_apt_get_does() {
+    group_creating_packages_are_configured_as_apt_get_does(debian::TRIXIE);
+}
+
+fn group_creating_packages_are_configured_as_apt_get_does(rel: debian::Release) {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    fn group_of(package: &str) -> &str {
+        match package {
+            "cron" => "crontab",
+            "uuid-runtime" => "uuidd",
+            other => other,
+        }
+    }
+    // On Debian 13 uuid-runtime brings systemd, whose preinst goes to the sandbox.
+    let emulated = rel.suite == "bookworm";
+    let sets: [(&[&str], &[&str], bool); 2] = [
+        (&["plocate", "uuid-runtime"], &["uuid-runtime", "plocate"], !emulated),
+        (
+            &["plocate", "tcpdump", "cron", "uuid-runtime"],
+            &["uuid-runtime", "cron", "tcpdump", "plocate"],
+            true,
+        ),
+    ];
+    for (one, other, sandboxed) in sets {
+        let mut seen: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+        for request in [one, other] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (r, dir) = extras_equal_apt_get(rel, request, tmp.path());
+            let sandbox = r["images"][0]["packages"].get("sandbox").is_some();
+            assert_eq!(sandbox, sandboxed, "{request:?}: {r}");
+            let out = run_in_result(&dir, "cat /etc/group");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let by_request: Vec<String> = request.iter().map(|p| group_of(p).to_string()).collect();
+            let added: Vec<String> = text
+                .lines()
+                .filter_map(|l| l.split(':').next())
+                .filter(|g| by_request.iter().any(|b| b == g))
+                .map(str::to_string)
+                .collect();
+            assert_eq!(added.len(), request.len(), "{text}");
+            seen.push((added, by_request));
+        }
+        assert_eq!(seen[0].0, seen[1].0, "the command line's order changed the groups' order");
+        assert!(
+            seen.iter().any(|(added, by_request)| added != by_request),
+            "{seen:?}: the groups came in command-line order both times, which shows nothing"
+        );
+    }
+}
+
+/// polkitd brings systemd, which `init` (essential) depends on through systemd-sysv: apt
+/// configures systemd and what it needs itself, before the rest, dmsetup and libdevmapper (each
+/// depending on the other) among them, in one `dpkg --configure`. Through the sandbox, the
+/// layer equals apt-get's.
+#[test]
+fn debian12_polkitd_through_the_sandbox_equals_apt_get() {
+    if !debian::require_base() || !support::require_docker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, _) = extras_equal_apt_get(debian::BOOKWORM, &["polkitd"], tmp.path());
+    let commands = &r["images"][0]["packages"]["sandbox"]["commands"];
+    let configure = commands
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .find(|c| c.starts_with("dpkg --no-triggers --configure "))
+        .unwrap_or_else(|| panic!("no configure of apt's own: {commands}"));
+    assert!(
+        configure.contains(" dmsetup:amd64")
+            && configure.contains(" libdevmapper1.02.1:amd64")
+            && configure.contains(" systemd:amd64"),
+        "{configure}"
+    );
 }
 
 /// iputils-ping's postinst sets `PROGRAM=$(dpkg-divert --truename /bin/ping)`, and where

@@ -46,7 +46,7 @@ pub async fn install(
             Ok(()) => return Ok((read, Vec::new())),
             Err(e) => {
                 let because = needs_sandbox(&e, inputs).ok_or(e)?;
-                sandboxed::plan(&res, because, base, inputs, &mut report);
+                sandboxed::plan(&res, &status.paragraphs, because, base, inputs, &mut report)?;
                 return Ok((report, Vec::new()));
             }
         }
@@ -64,7 +64,8 @@ pub async fn install(
         Err(e) => {
             let because = needs_sandbox(&e, inputs).ok_or(e)?;
             let over = Over { base, layer, inputs, reporter };
-            let removed = sandboxed::install(&res, &debs, because, over, &mut report)?;
+            let removed =
+                sandboxed::install(&res, &status.paragraphs, &debs, because, over, &mut report)?;
             Ok((report, removed))
         }
     }

@@ -690,11 +690,12 @@ pub(crate) fn package_label(planned: &Planned) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use erdma_deb::deb822;
 
-    fn available_from(text: &str) -> Vec<IndexedPackage> {
+    /// Index stanzas (`Package`, `Version`, `Architecture`, relations) as a repository's.
+    pub(in crate::packages::apt) fn available_from(text: &str) -> Vec<IndexedPackage> {
         let stanzas: Vec<String> = text
             .split("\n\n")
             .map(|s| {

@@ -1,26 +1,37 @@
 //! What the image's dpkg runs in the sandbox ([`crate::packages::sandboxed`]) when a maintainer
 //! script can be neither emulated nor shown to be without effect (`adduser` of a user, debconf,
-//! `ucf`, …): `dpkg --purge` of what the plan removes, `dpkg --unpack` of the plan's packages in
-//! its order, `dpkg --configure --pending` (every postinst in dependency order, then the
-//! triggers) and the holds, so that the layer is what `apt-get install
-//! --no-install-recommends` gives.
+//! `ucf`, …): `dpkg --purge` of what the plan removes, the packages apt configures itself
+//! unpacked and configured one by one, `dpkg --unpack` of the others in the plan's order,
+//! `dpkg --configure --pending` (dpkg's own order, then the triggers) and the holds, so that the
+//! layer is what `apt-get install --no-install-recommends` gives.
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use super::resolve;
+use super::{order, resolve};
 use crate::error::Result;
 use crate::packages::sandboxed::{self, Job, Over, INBOX};
 use crate::packages::scripts::{Outcome, ScriptRecord};
 use crate::packages::{payload, Inputs, PackagesReport};
 use erdma_deb::deb::{self, DataKind};
+use erdma_deb::deb822::Paragraph;
 use erdma_oci::files::BaseFiles;
 
 fn deb_name(p: &resolve::Planned) -> String {
     sandboxed::file_name(&p.name, &p.version.to_string(), &p.arch, "deb")
 }
 
-/// The job: `debs` are the verified files (empty for a plan, which names them only).
-fn job<'a>(res: &resolve::Resolution, debs: &'a [PathBuf], because: String) -> Job<'a> {
+/// The job: `debs` are the verified files (empty for a plan, which names them only). The
+/// packages are unpacked and configured as `apt-get install` has dpkg do it
+/// ([`order`]): the packages apt configures itself unpacked, then configured in apt's order
+/// (`--no-triggers`, as apt runs it), then every other one unpacked and `dpkg --configure
+/// --pending`, which chooses their order as it does under apt.
+fn job<'a>(
+    res: &resolve::Resolution,
+    status: &[Paragraph],
+    debs: &'a [PathBuf],
+    because: String,
+) -> Result<Job<'a>> {
+    let configure = order::configure_order(&res.install, status)?;
     let names: Vec<String> = res.install.iter().map(deb_name).collect();
     let mut commands = Vec::new();
     let replaced: BTreeSet<&str> = res.install.iter().map(|p| p.name.as_str()).collect();
@@ -33,31 +44,50 @@ fn job<'a>(res: &resolve::Resolution, debs: &'a [PathBuf], because: String) -> J
     if !purge.is_empty() {
         commands.push(format!("dpkg --purge --force-depends {}", purge.join(" ")));
     }
-    let files: Vec<String> = names.iter().map(|d| format!("/{INBOX}/{d}")).collect();
+    let file = |i: usize| format!("/{INBOX}/{}", names[i]);
+    let by_apt = &configure.order[..configure.by_apt];
+    if !by_apt.is_empty() {
+        // In one call each, as apt joins its consecutive unpacks and configures: dpkg then
+        // configures them in the order given, and breaks a cycle among them (dmsetup and
+        // libdevmapper depend on each other) as it does under apt.
+        let mut unpack: Vec<usize> = by_apt.to_vec();
+        unpack.sort_unstable();
+        let files: Vec<String> = unpack.into_iter().map(file).collect();
+        commands.push(format!("dpkg --force-depends --unpack {}", files.join(" ")));
+        let names: Vec<String> = by_apt
+            .iter()
+            .map(|&i| format!("{}:{}", res.install[i].name, res.install[i].arch))
+            .collect();
+        commands.push(format!("dpkg --no-triggers --configure {}", names.join(" ")));
+    }
+    let rest: Vec<String> = (0..names.len()).filter(|i| !by_apt.contains(i)).map(file).collect();
     // Dependencies are all in the plan; dpkg checks them again when it configures.
-    commands.push(format!("dpkg --force-depends --unpack {}", files.join(" ")));
+    if !rest.is_empty() {
+        commands.push(format!("dpkg --force-depends --unpack {}", rest.join(" ")));
+    }
     commands.push("dpkg --configure --pending".to_string());
     for h in res.install.iter().filter(|p| p.hold) {
         commands.push(format!("echo '{} hold' | dpkg --set-selections", h.name));
     }
-    Job {
+    Ok(Job {
         because,
         tool: "dpkg",
         needs: "usr/bin/dpkg",
         files: names.into_iter().zip(debs.iter().map(PathBuf::as_path)).collect(),
         commands,
-    }
+    })
 }
 
 /// The sandbox part of a plan: what a build would run and read, without running it.
 pub(super) fn plan(
     res: &resolve::Resolution,
+    status: &[Paragraph],
     because: String,
     base: &dyn BaseFiles,
     inputs: &Inputs<'_>,
     report: &mut PackagesReport,
-) {
-    report.sandbox = Some(sandboxed::plan(job(res, &[], because), base));
+) -> Result<()> {
+    report.sandbox = Some(sandboxed::plan(job(res, status, &[], because)?, base));
     // The packages on disk (all of them after `plan --download`) name their scripts one by one.
     let on_disk: Vec<PathBuf> = res
         .install
@@ -66,6 +96,7 @@ pub(super) fn plan(
         .collect();
     let debs = if on_disk.len() == res.install.len() { on_disk } else { Vec::new() };
     record_scripts(res, &debs, report, "will be run by the image's dpkg in the sandbox");
+    Ok(())
 }
 
 /// Every maintainer script of the packages installed (read from `debs` where given) and
@@ -106,6 +137,7 @@ fn record_scripts(
 /// adds what the run changed to the layer. Returns the paths removed.
 pub(super) fn install(
     res: &resolve::Resolution,
+    status: &[Paragraph],
     debs: &[PathBuf],
     because: String,
     over: Over<'_, '_>,
@@ -129,7 +161,7 @@ pub(super) fn install(
         })
         .map_err(|e| super::unpack::entry_error(planned, path, e, None))?;
     }
-    let (removed, run) = sandboxed::run(job(res, debs, because), over)?;
+    let (removed, run) = sandboxed::run(job(res, status, debs, because)?, over)?;
     record_scripts(res, debs, report, "run by the image's dpkg in the sandbox");
     report.sandbox = Some(run);
     Ok(removed)

@@ -161,7 +161,7 @@ pub(crate) fn inspect(
         read.push((i, deb, list, executable));
     }
     // The scripts in the order dpkg configures the packages.
-    for i in order::configure_order(&res.install)? {
+    for i in order::configure_order(&res.install, &status.paragraphs)?.order {
         let Some((_, deb, list, executable)) = read.iter().find(|r| r.0 == i) else { continue };
         let planned = &res.install[i];
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
@@ -216,7 +216,7 @@ pub(super) fn unpack(
         unpacked.push((planned, deb, list, executable));
     }
     // The scripts are read once every package is unpacked, in the order dpkg configures them.
-    for i in order::configure_order(&res.install)? {
+    for i in order::configure_order(&res.install, &status.paragraphs)?.order {
         let (planned, deb, list, executable) = &unpacked[i];
         let old = installed.iter().find(|i| i.name == planned.name).map(|i| &i.version);
         let payload = scripts::Payload { list, executable };
