@@ -44,6 +44,8 @@
 # as it is meant to be installed; ERDMA_RUNTIME=path times another (e.g. target/release's).
 # On a busy machine run the script under `nice -n -15`.
 #
+# ERDMA_RUNTIME_OLD=path adds that binary's state and create calls to the per-call table (rows
+# "old: …"), interleaved with the others: an old and a new build side by side in one run.
 # Needs root, runc, busybox-static and musl-tools (scripts/setup). ERDMA_RUNTIME=path skips the build.
 # Dated figures: docs/benchmarks.md.
 set -euo pipefail
@@ -192,26 +194,32 @@ cmp -s "$WORK/plain/config.json" "$WORK/plain/config.json.orig" || { echo "runti
 
 # The wrapper's own cost per call, with the real runtime replaced by /bin/true: what the
 # table above measures through runc's much larger and noisier start time.
-CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden" "floor: no-op wrapper")
+CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden" "floor: no-op wrapper" "old: erdma state" "old: create, no ask" "old: create, ask all")
 call() { # INDEX OUTFILE
-    local t0 t1 b=plain conf=$WORK/oci-hook-true.toml
-    [ "$1" -eq 3 ] && b=ask
-    [ "$1" -eq 4 ] && b=asknet
-    [ "$1" -ge 5 ] && b=askgpu
-    [ "$1" -eq 5 ] && conf=$WORK/oci-hook-gpu.toml
-    [ "$1" -eq 6 ] && conf=$WORK/oci-hook-nogpu.toml
-    [ "$1" -ge 2 ] && fresh_spec "$WORK/$b"
+    local t0 t1 b=plain conf=$WORK/oci-hook-true.toml rt=$ERDMA_RUNTIME c=$1
+    # The old binary's rows: the same calls as 1, 2 and 3.
+    [ "$c" -ge 8 ] && { rt=$ERDMA_RUNTIME_OLD; c=$((c - 7)); }
+    [ "$c" -eq 3 ] && b=ask
+    [ "$c" -eq 4 ] && b=asknet
+    [ "$c" -ge 5 ] && b=askgpu
+    [ "$c" -eq 5 ] && conf=$WORK/oci-hook-gpu.toml
+    [ "$c" -eq 6 ] && conf=$WORK/oci-hook-nogpu.toml
+    [ "$c" -ge 2 ] && fresh_spec "$WORK/$b"
     t0=$EPOCHREALTIME
-    case "$1" in
+    case "$c" in
         0) /bin/true --root "$STATE" state x ;;
         7) "$WORK/noop-wrapper" --root "$STATE" create --bundle "$WORK/$b" x ;;
-        1) ERDMA_OCI_HOOK_CONFIG="$conf" "$ERDMA_RUNTIME" --root "$STATE" state x ;;
-        *) ERDMA_OCI_HOOK_CONFIG="$conf" "$ERDMA_RUNTIME" --root "$STATE" create --bundle "$WORK/$b" x ;;
+        1) ERDMA_OCI_HOOK_CONFIG="$conf" "$rt" --root "$STATE" state x ;;
+        *) ERDMA_OCI_HOOK_CONFIG="$conf" "$rt" --root "$STATE" create --bundle "$WORK/$b" x ;;
     esac
     t1=$EPOCHREALTIME
     echo $(( (${t1/./} - ${t0/./}) )) >>"$2"
 }
 CALL_ALL="0 1 2 3 4 5 6 7"
+if [ -n "${ERDMA_RUNTIME_OLD:-}" ]; then
+    [ -x "$ERDMA_RUNTIME_OLD" ] || { echo "runtime_start: $ERDMA_RUNTIME_OLD is not executable" >&2; exit 1; }
+    CALL_ALL="$CALL_ALL 8 9 10"
+fi
 for _ in $(seq "$WARMUP"); do for c in $CALL_ALL; do call "$c" /dev/null; done; done
 # The GPU host's edit, to show the work was done: GPUs 4 and 5 get node 1's ERIs and the level.
 fresh_spec "$WORK/askgpu"
@@ -267,5 +275,13 @@ awk -v f="$fl" -v t="$t" 'BEGIN { printf "per container, floor (a static no-op w
 awk -v cr="$(pct "$WORK/calls.2" 50)" -v st="$st" -v f="$fl" \
     'BEGIN { printf "per container, no ask, over the floor: %+.2f ms\n", (cr - f) + 2 * (st - f) }'
 echo "placing 8 GPUs beside 4 ERIs, per asking create: $(paired "$WORK/calls.5" "$WORK/calls.6") ms (paired p50)"
+if [ -n "${ERDMA_RUNTIME_OLD:-}" ]; then
+    ost=$(pct "$WORK/calls.8" 50)
+    for c in 9 10; do
+        awk -v cr="$(pct "$WORK/calls.$c" 50)" -v st="$ost" -v t="$t" -v what="${CALLS[$c]#old: create, }" \
+            'BEGIN { printf "per container, old binary, %s: create + start + delete = %+.2f ms\n", what, (cr - t) + 2 * (st - t) }'
+    done
+    echo "new - old, paired p50 per call: state $(paired "$WORK/calls.1" "$WORK/calls.8") ms, create no ask $(paired "$WORK/calls.2" "$WORK/calls.9") ms, create ask all $(paired "$WORK/calls.3" "$WORK/calls.10") ms"
+fi
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
