@@ -230,6 +230,35 @@ fn is_own_netns(path: &str) -> bool {
     }
 }
 
+/// Why a fresh network namespace that no engine sets up must stay the container's own: runc
+/// refuses the spec on the host's network, where it would run it on its own. `None`: it may go.
+/// - `net.*` sysctls: runc sets them only in a network namespace of the container's own
+///   ("sysctl ... not allowed in host network namespace", libcontainer's `validate`);
+/// - a user namespace and a sysfs mount: the user namespace does not own the host's network
+///   namespace, and the kernel mounts sysfs only for the network namespace's owner (EPERM).
+fn kept_own(spec: &Value, namespaces: &[Value]) -> Option<String> {
+    let sysctls: Vec<&str> = spec
+        .pointer("/linux/sysctl")
+        .and_then(Value::as_object)
+        .map(|m| m.keys().map(String::as_str).filter(|k| k.starts_with("net.")).collect())
+        .unwrap_or_default();
+    if !sysctls.is_empty() {
+        return Some(format!(
+            "the spec sets {} for it, which runc applies only in a network namespace of the container's own",
+            sysctls.join(", ")
+        ));
+    }
+    let user = namespaces.iter().any(|n| n.get("type").and_then(Value::as_str) == Some("user"));
+    let sysfs = spec
+        .pointer("/mounts")
+        .and_then(Value::as_array)
+        .is_some_and(|m| m.iter().any(|m| m.get("type").and_then(Value::as_str) == Some("sysfs")));
+    if user && sysfs {
+        return Some("the container has a user namespace and mounts sysfs, which it could not do on the host's network".into());
+    }
+    None
+}
+
 /// A container on a network namespace of its own: refused under `network = "require"`, or
 /// where the host's RDMA devices cannot be opened from another namespace (exclusive mode);
 /// else its network, as `read` finds it, and the one warning about `rdma_cm` in `warnings`.
@@ -277,8 +306,17 @@ pub fn apply(
             let path = namespaces[i].get("path").and_then(Value::as_str).filter(|p| !p.is_empty());
             let managed = path.is_some() || engine_hook(spec);
             match managed {
-                // A fresh namespace no engine sets up would hold only `lo`.
-                false => (NetworkOutcome::Dropped, Net::Host),
+                // A fresh namespace no engine sets up would hold only `lo`: the container goes
+                // on the host's network, unless runc could not run it there.
+                false => match kept_own(spec, &namespaces) {
+                    None => (NetworkOutcome::Dropped, Net::Host),
+                    Some(why) => {
+                        let net = own_network(config, host, &mut warnings, || Net::Unread {
+                            why: format!("runc creates it, with `lo` alone: {why}"),
+                        })?;
+                        (NetworkOutcome::Own, net)
+                    }
+                },
                 true => {
                     let net = own_network(config, host, &mut warnings, || match path {
                         Some(p) => Net::read(std::path::Path::new(p)),
@@ -796,6 +834,42 @@ mod tests {
         assert_eq!(r.network, NetworkOutcome::AlreadyHost);
         assert_eq!(s["linux"]["namespaces"], before["linux"]["namespaces"]);
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // A fresh namespace runc could not run the spec without: kept, with the warning, and
+        // refused under `require`.
+        let sysctl = {
+            let mut s = runc_spec();
+            s["linux"]["sysctl"] =
+                json!({"kernel.shm_rmid_forced": "1", "net.ipv4.ip_forward": "1"});
+            s
+        };
+        let userns = {
+            let mut s = runc_spec();
+            s["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
+            s["mounts"] = json!([{"destination": "/sys", "type": "sysfs", "source": "sysfs"}]);
+            s
+        };
+        for fresh in [&sysctl, &userns] {
+            let mut s = fresh.clone();
+            let r = edit(&mut s, Request::All, &h, &Config::default()).unwrap();
+            assert_eq!(r.network, NetworkOutcome::Own);
+            assert_eq!(s["linux"]["namespaces"], fresh["linux"]["namespaces"]);
+            assert!(r.warnings.iter().any(|w| w.contains("rdma_cm")), "{:?}", r.warnings);
+            let Net::Unread { why } = &r.net else { panic!("{:?}", r.net) };
+            assert!(why.contains("net.ipv4.ip_forward") || why.contains("user namespace"), "{why}");
+            assert!(!why.contains("kernel.shm_rmid_forced"), "{why}");
+            let mut s = fresh.clone();
+            let e = edit(&mut s, Request::All, &h, &require).unwrap_err();
+            assert!(matches!(e, Error::HostNetworkRequired), "{e}");
+            assert_eq!(&s, fresh, "a refused spec is unchanged");
+        }
+        // Sysctls of other kinds, a user namespace without sysfs: the host's network does.
+        let mut s = runc_spec();
+        s["linux"]["sysctl"] = json!({"kernel.shm_rmid_forced": "1"});
+        s["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
+        assert_eq!(
+            edit(&mut s, Request::All, &h, &Config::default()).unwrap().network,
+            NetworkOutcome::Dropped
+        );
         // An empty path is no path: the namespace is fresh.
         let mut s = runc_spec();
         s["linux"]["namespaces"][1]["path"] = json!("");

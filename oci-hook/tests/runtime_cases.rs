@@ -565,6 +565,69 @@ fn managed_network_namespace_root() {
     assert!(!host.fx.log_text().contains(" WARN "), "{}", host.fx.log_text());
 }
 
+/// A spec that creates a network namespace of its own (no engine sets it up) and that runc
+/// runs only there: `net.*` sysctls (runc: "not allowed in host network namespace"), or a user
+/// namespace with `/sys` mounted (EPERM on the host's network). Asking for eRDMA, it keeps its
+/// namespace and runs as plain runc runs it, where it used to be put on the host's network and
+/// refused by runc. (runtime-tools' `linux_sysctl` and `linux_uid_mappings` found it.)
+#[test]
+fn a_fresh_namespace_runc_needs_is_kept_root() {
+    if !support::require_runc() {
+        return;
+    }
+    let fx = Fixture::new("one", &format!("memlock = {MEMLOCK}"));
+    let root = RuncRoot::new();
+    let tmp = tempfile::tempdir().unwrap();
+    // What makes each case: the spec's sysctls, or a user namespace (identity-mapped).
+    let change = |name: &str, spec: &mut Value| match name {
+        "sysctl" => spec["linux"]["sysctl"] = json!({"net.ipv4.ip_forward": "1"}),
+        _ => {
+            spec["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
+            let map = json!([{"containerID": 0, "hostID": 0, "size": 65536}]);
+            spec["linux"]["uidMappings"] = map.clone();
+            spec["linux"]["gidMappings"] = map;
+        }
+    };
+    for name in ["sysctl", "userns"] {
+        let bundle = busybox_bundle(&tmp.path().join(name));
+        let mut spec = read_spec(&bundle);
+        support::set_args(&mut spec, &["sh", "-c", "readlink /proc/self/ns/net; cat /proc/sys/net/ipv4/ip_forward; ls /sys/class/net; env"]);
+        change(name, &mut spec);
+        assert!(spec["mounts"].as_array().unwrap().iter().any(|m| m["type"] == "sysfs"));
+        write_spec(&bundle, &spec);
+        // Plain runc runs it.
+        let out = Command::new("runc")
+            .args(root.args())
+            .args(["run", "--bundle", bundle.to_str().unwrap(), &RuncRoot::id(name)])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_success(&format!("runc run ({name})"), &out);
+        // Asking, through erdma-runtime.
+        support::add_env(&mut spec, &["ERDMA_VISIBLE_DEVICES=all"]);
+        write_spec(&bundle, &spec);
+        let id = RuncRoot::id(&format!("{name}-ask"));
+        let out = runtime(&fx, &root, &["run", "--bundle", bundle.to_str().unwrap(), &id]);
+        assert_success(&format!("erdma-runtime run ({name})"), &out);
+        let stdout = text(&out.stdout);
+        let mut lines = stdout.lines();
+        let netns = lines.next().unwrap_or_default();
+        assert_ne!(netns, host_netns(), "{name}: put on the host's network:\n{stdout}");
+        if name == "sysctl" {
+            assert_eq!(lines.next(), Some("1"), "{stdout}");
+        }
+        // Its own namespace holds `lo` alone: no interface to name for NCCL, the devices all
+        // the same.
+        assert!(stdout.lines().any(|l| l == "lo"), "{stdout}");
+        assert!(stdout.lines().any(|l| l == "NCCL_IB_HCA==erdma_0:1"), "{stdout}");
+        assert!(!stdout.lines().any(|l| l.starts_with("NCCL_SOCKET_IFNAME=")), "{stdout}");
+        let after = read_spec(&bundle);
+        assert_eq!(after["linux"]["namespaces"], spec["linux"]["namespaces"], "{name}");
+        let log = fx.log_text();
+        assert!(log.contains("rdma_cm"), "{log}");
+    }
+}
+
 #[test]
 fn other_subcommands_pass_straight_through_root() {
     if !support::require_runc() {
