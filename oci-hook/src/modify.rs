@@ -339,13 +339,22 @@ pub fn apply(
             ns.retain(|n| n.get("type").and_then(Value::as_str) != Some("network"));
         }
     }
-    // Device nodes for the runtime to create, and the cgroup rules to use them.
+    // Device nodes for the runtime to create, and the cgroup rules to use them. In a user
+    // namespace runc cannot make nodes: it bind-mounts the host's, which keep the host's owner,
+    // so no owner is asked for there (runtime-tools' `linux_uid_mappings` checks it).
+    let userns = namespaces.iter().any(|n| n.get("type").and_then(Value::as_str) == Some("user"));
     let devs =
         linux.as_object_mut().expect("checked").entry("devices").or_insert_with(|| json!([]));
     if let Some(list) = devs.as_array_mut() {
         for n in nodes {
             list.retain(|d| d.get("path").and_then(Value::as_str) != Some(n.path.as_str()));
-            list.push(json!({"path": n.path, "type": "c", "major": n.major, "minor": n.minor, "fileMode": 0o666, "uid": 0, "gid": 0}));
+            let mut dev = json!({"path": n.path, "type": "c", "major": n.major, "minor": n.minor, "fileMode": 0o666, "uid": 0, "gid": 0});
+            if userns {
+                let d = dev.as_object_mut().expect("an object");
+                d.remove("uid");
+                d.remove("gid");
+            }
+            list.push(dev);
         }
     }
     let resources =
@@ -861,6 +870,15 @@ mod tests {
             let e = edit(&mut s, Request::All, &h, &require).unwrap_err();
             assert!(matches!(e, Error::HostNetworkRequired), "{e}");
             assert_eq!(&s, fresh, "a refused spec is unchanged");
+        }
+        // In a user namespace the nodes are the host's, bind-mounted: no owner is asked for.
+        let mut s = userns.clone();
+        edit(&mut s, Request::All, &h, &Config::default()).unwrap();
+        let devices = s["linux"]["devices"].as_array().unwrap();
+        assert!(!devices.is_empty());
+        for d in devices {
+            assert!(d.get("uid").is_none() && d.get("gid").is_none(), "{d}");
+            assert_eq!(d["fileMode"], 0o666);
         }
         // Sysctls of other kinds, a user namespace without sysfs: the host's network does.
         let mut s = runc_spec();

@@ -628,6 +628,55 @@ fn a_fresh_namespace_runc_needs_is_kept_root() {
     }
 }
 
+/// opencontainers/runtime-tools' validation suite, built from the source Debian serves for
+/// trixie (scripts/runtime-validation/run): each of its 58 programs gives the same result under
+/// erdma-runtime, with containers asking for eRDMA and not, as under plain runc. The programs
+/// runc fails here fail for this machine's reasons (cgroup v2 without v1 controllers, no
+/// SELinux or AppArmor, no CAP_SYS_RESOURCE), listed in docs/runtime-and-hooks.md.
+#[test]
+fn runtime_tools_validation_gives_runcs_results_root() {
+    let docker = std::process::Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !support::require_runc()
+        || !support::require(docker, "a running docker daemon (run scripts/setup)")
+        || !support::require(support::have("debootstrap"), "debootstrap (run scripts/setup)")
+    {
+        return;
+    }
+    let root = support::repo_root();
+    let work = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("runtime-validation");
+    let out = Command::new(root.join("scripts/runtime-validation/run"))
+        .env("WORK", &work)
+        .current_dir(&root)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_success("scripts/runtime-validation/run", &out);
+    let stdout = text(&out.stdout);
+    // The suite ran: every program, most of them passing under runc.
+    let passing = |mode: &str| -> usize {
+        let line = stdout.lines().find(|l| l.starts_with(&format!("{mode}:"))).unwrap_or_default();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        words.windows(2).find(|w| w[1] == "PASS").and_then(|w| w[0].parse().ok()).unwrap_or(0)
+    };
+    // The table's rows: a program, then runc's, noask's and ask's verdicts.
+    let programs = stdout
+        .lines()
+        .filter(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() >= 4 && w[1..4].iter().all(|v| *v == "PASS" || *v == "FAIL")
+        })
+        .count();
+    assert_eq!(programs, 58, "{stdout}");
+    assert!(passing("runc") >= 30, "{stdout}");
+    assert_eq!(passing("ask"), passing("runc"), "{stdout}");
+    assert_eq!(passing("noask"), passing("runc"), "{stdout}");
+}
+
 #[test]
 fn other_subcommands_pass_straight_through_root() {
     if !support::require_runc() {
