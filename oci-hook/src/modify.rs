@@ -230,6 +230,11 @@ fn is_own_netns(path: &str) -> bool {
     }
 }
 
+/// Whether the spec's `linux.namespaces` make a user namespace.
+fn has_user_namespace(namespaces: &[Value]) -> bool {
+    namespaces.iter().any(|n| n.get("type").and_then(Value::as_str) == Some("user"))
+}
+
 /// Why a fresh network namespace that no engine sets up must stay the container's own: runc
 /// refuses the spec on the host's network, where it would run it on its own. `None`: it may go.
 /// - `net.*` sysctls: runc sets them only in a network namespace of the container's own
@@ -248,7 +253,7 @@ fn kept_own(spec: &Value, namespaces: &[Value]) -> Option<String> {
             sysctls.join(", ")
         ));
     }
-    let user = namespaces.iter().any(|n| n.get("type").and_then(Value::as_str) == Some("user"));
+    let user = has_user_namespace(namespaces);
     let sysfs = spec
         .pointer("/mounts")
         .and_then(Value::as_array)
@@ -342,7 +347,7 @@ pub fn apply(
     // Device nodes for the runtime to create, and the cgroup rules to use them. In a user
     // namespace runc cannot make nodes: it bind-mounts the host's, which keep the host's owner,
     // so no owner is asked for there (runtime-tools' `linux_uid_mappings` checks it).
-    let userns = namespaces.iter().any(|n| n.get("type").and_then(Value::as_str) == Some("user"));
+    let userns = has_user_namespace(&namespaces);
     let devs =
         linux.as_object_mut().expect("checked").entry("devices").or_insert_with(|| json!([]));
     if let Some(list) = devs.as_array_mut() {

@@ -77,8 +77,9 @@ pub(super) fn configure_order(
         .collect::<Result<_, ResolveError>>()?;
     let planned_names: BTreeSet<&str> = plan.iter().map(|p| p.name.as_str()).collect();
     // What stays installed, with what it provides: it satisfies a dependency from the start.
-    let kept: Vec<(Installed, Vec<Vec<Dependency>>)> = Installed::from_status(status)
-        .into_iter()
+    let installed = Installed::from_status(status);
+    let kept: Vec<(&Installed, Vec<Vec<Dependency>>)> = installed
+        .iter()
         .filter(|i| !planned_names.contains(i.name.as_str()))
         .map(|i| {
             let provides = parse_field(i.paragraph.get("Provides"), "Provides", &i.name)?;
@@ -114,7 +115,7 @@ pub(super) fn configure_order(
         })
         .collect();
 
-    let explicit = configured_by_apt(plan, &nodes, status, &waits, &by_base, &providers)?;
+    let explicit = configured_by_apt(plan, &nodes, &installed, &waits, &by_base, &providers)?;
     let mut configured = vec![false; plan.len()];
     let mut order = Vec::with_capacity(plan.len());
     // apt's own configures, each after what it depends on (a cycle: in plan order).
@@ -153,7 +154,7 @@ pub(super) fn configure_order(
 fn configured_by_apt(
     plan: &[Planned],
     nodes: &[Node],
-    status: &[Paragraph],
+    installed: &[Installed],
     waits: &[Vec<Vec<usize>>],
     by_base: &dyn Fn(&[Dependency]) -> bool,
     providers: &dyn Fn(&[Dependency]) -> Vec<usize>,
@@ -170,7 +171,7 @@ fn configured_by_apt(
         }
     }
     // The immediate ones.
-    let immediate = immediate_names(plan, status)?;
+    let immediate = immediate_names(plan, installed)?;
     explicit.extend((0..plan.len()).filter(|&i| immediate.contains(&plan[i].name)));
     // With each, what it waits on, first.
     let mut todo: Vec<usize> = explicit.iter().copied().collect();
@@ -189,12 +190,11 @@ fn configured_by_apt(
 /// alternative), with both the installed and the new version of each.
 fn immediate_names(
     plan: &[Planned],
-    status: &[Paragraph],
+    installed: &[Installed],
 ) -> Result<BTreeSet<String>, ResolveError> {
     // Each name's versions: the installed one and the planned one.
-    let installed = Installed::from_status(status);
     let mut versions: BTreeMap<&str, Vec<&Paragraph>> = BTreeMap::new();
-    for i in &installed {
+    for i in installed {
         versions.entry(i.name.as_str()).or_default().push(&i.paragraph);
     }
     for p in plan {
