@@ -19,9 +19,12 @@ pub(crate) struct Object {
     /// [`Arch::flags`].
     pub(crate) flags: i32,
     /// From a `GNU_PROPERTY_X86_ISA_1_NEEDED` property (the index of its highest bit; 0
-    /// without one, and on Arm). Stored (in `hwcap`) only for glibc-hwcaps subdirectories,
-    /// in 2.36 as in 2.41; `osversion` is always 0.
+    /// without one, and on Arm). Stored (in `hwcap`) only for glibc-hwcaps subdirectories.
     pub(crate) isa_level: u32,
+    /// Before 2.36: the OS and kernel version of the first `NT_GNU_ABI_TAG` note
+    /// (`.note.ABI-tag`: glibc's own libraries carry Linux 3.2.0, `0x030200`); 0 without one,
+    /// and always 0 since 2.36.
+    pub(crate) osversion: u32,
 }
 
 const ET_DYN: u16 = 3;
@@ -36,6 +39,8 @@ const DT_NULL: u64 = 0;
 const DT_NEEDED: u64 = 1;
 const DT_STRTAB: u64 = 5;
 const DT_SONAME: u64 = 14;
+const PT_NOTE: u32 = 4;
+const NT_GNU_ABI_TAG: u32 = 1;
 const NT_GNU_PROPERTY_TYPE_0: u32 = 5;
 const GNU_PROPERTY_X86_ISA_1_NEEDED: u32 = 0xc000_8002;
 
@@ -177,6 +182,7 @@ impl Elf64<'_> {
         let mut phdrs = Vec::new();
         let (mut dynamic_addr, mut dynamic_size) = (0u32, 0u64);
         let mut isa_level = 0;
+        let mut osversion = 0;
         let mut libc6 = false; // 2.36: the flags are FLAG_ELF_LIBC6 rather than FLAG_ELF.
         for i in 0..phnum {
             let at = phoff + i * 56;
@@ -206,6 +212,9 @@ impl Elf64<'_> {
                             }
                         }
                     }
+                }
+                PT_NOTE if self.glibc.minor < 36 && osversion == 0 => {
+                    osversion = self.abi_tag(p_offset, p_filesz, p_align)?;
                 }
                 PT_GNU_PROPERTY if p_align == 8 => {
                     if let Some(level) = self.isa_level(p_offset, p_filesz)? {
@@ -282,7 +291,7 @@ impl Elf64<'_> {
             Some(s) => Some(String::from_utf8(s).ok()?),
             None => None,
         };
-        Some(Probe::Library(Object { soname, flags: self.arch.flags(), isa_level }))
+        Some(Probe::Library(Object { soname, flags: self.arch.flags(), isa_level, osversion }))
     }
 
     /// glibc 2.36's known program interpreters (readlib.c, the architecture's ldconfig.h).
@@ -302,6 +311,34 @@ impl Elf64<'_> {
                 "/lib/ld-linux.so.3",
                 "/lib/ld-linux-armhf.so.3",
             ],
+        }
+    }
+
+    /// The PT_NOTE walk of readelflib.c before 2.36: the version an `NT_GNU_ABI_TAG` note
+    /// (name "GNU", 16 bytes: OS, major, minor, patch) gives, 0 where the segment has none or
+    /// is not looked at. `None` where ldconfig would read past the end of the file, which it
+    /// does not guard.
+    fn abi_tag(&self, offset: u64, filesz: u64, align: u64) -> Option<u32> {
+        if filesz < 32 || align < 4 || (align != 4 && align != 8) {
+            return Some(0);
+        }
+        let (mut at, mut size) = (offset, filesz);
+        loop {
+            let word = |k: u64| self.u32_at(at.checked_add(4 * k)?);
+            let (namesz, descsz) = (word(0)?, word(1)?);
+            if namesz == 4 && descsz == 16 && word(2)? == NT_GNU_ABI_TAG && word(3)? == 0x0055_4e47
+            {
+                let v = [word(4)?, word(5)?, word(6)?, word(7)?];
+                return Some(v[0] << 24 | (v[1] & 0xff) << 16 | (v[2] & 0xff) << 8 | v[3] & 0xff);
+            }
+            // ELF_NOTE_NEXT_OFFSET: the header and name, then the descriptor, each aligned.
+            let next = (12 + u64::from(namesz)).next_multiple_of(align)
+                + u64::from(descsz).next_multiple_of(align);
+            if size - 32 < next || next == 0 {
+                return Some(0);
+            }
+            size -= next;
+            at = at.checked_add(next)?;
         }
     }
 

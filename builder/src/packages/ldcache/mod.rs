@@ -12,11 +12,15 @@
 //! The rules are glibc's (elf/cache.c, elf/stringtable.c, elf/ldconfig.c, elf/readlib.c,
 //! elf/readelflib.c) as of 2.36 (Debian 12) and 2.41 (Debian 13), plus what Debian's
 //! `ldconfig` does differently (its built-in directories: [`Arch::debian_trusted_dirs`]); they
-//! are held against both real tools in the tests. Only the format glibc 2.32 and later write by
-//! default (`glibc-ld.so.cache1.1` alone) is read and written: the compat format of glibc
-//! before 2.32 (`ld.so-1.7.0` followed by the new one, as Enterprise Linux 8's 2.28 writes)
-//! is refused with [`LdCacheError::OldFormat`]. Nothing here does I/O: files, directories and
-//! configuration are read through the closures the caller passes.
+//! are held against both real tools in the tests. Both layouts `ldconfig` writes by default
+//! are read and written: the new format alone (`glibc-ld.so.cache1.1`, the default since
+//! 2.32), and "compat", the old format's entries (`ld.so-1.7.0`) followed by the new format
+//! (the default before 2.32: Enterprise Linux 8's 2.28). The string table is laid out as the
+//! writer's release lays it out: one copy of each entry's name and path in entry order before
+//! 2.33, tail-merged with an extension directory since ([`Cache::generator`] tells them
+//! apart). The old format alone (`ldconfig -c old`) is refused with
+//! [`LdCacheError::OldFormat`]. Nothing here does I/O: files, directories and configuration
+//! are read through the closures the caller passes.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
@@ -38,6 +42,10 @@ const MAGIC_OLD: &[u8; 11] = b"ld.so-1.7.0";
 /// `struct cache_file_new` (the header), and one `struct file_entry_new`.
 const HEADER: usize = 48;
 const ENTRY: usize = 24;
+/// `struct cache_file` (the old format's header: its magic, padded, and `nlibs`) and one
+/// `struct file_entry` (flags, key, value).
+const OLD_HEADER: usize = 16;
+const OLD_ENTRY: usize = 12;
 /// `cache_extension_magic`, `(uint32_t) -358342284`.
 const EXT_MAGIC: u32 = 0xeaa4_2174;
 const EXT_TAG_GENERATOR: u32 = 0;
@@ -49,6 +57,7 @@ const EXT_DIRECTORY: usize = 8 + 2 * 16;
 const HWCAP_EXTENSION: u64 = 1 << 62;
 const ISA_LEVEL_MASK: u64 = 0x3ff;
 /// `cache_file_new_flags_endian_little`.
+#[cfg(test)]
 const ENDIAN_LITTLE: u8 = 2;
 /// How many strings no entry names a cache may hold (ldconfig's are the names of empty
 /// glibc-hwcaps subdirectories).
@@ -64,9 +73,9 @@ const FLAG_REQUIRED_MASK: i32 = 0xff00;
 /// Why a cache cannot be read, or the emulation cannot say what `ldconfig` would do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum LdCacheError {
-    /// The format of glibc before 2.32 (`ld.so-1.7.0`, alone or followed by the new one):
+    /// The old format alone (`ld.so-1.7.0` without the new one after it, `ldconfig -c old`):
     /// not emulated, the caller refuses.
-    #[error("ld.so.cache is in the old format of glibc before 2.32 (ld.so-1.7.0), which is not emulated")]
+    #[error("ld.so.cache is in the old format alone (ld.so-1.7.0, as `ldconfig -c old` writes it), which is not emulated")]
     OldFormat,
     #[error("not an ld.so.cache (no glibc-ld.so.cache1.1 header)")]
     NotACache,
@@ -97,6 +106,8 @@ pub(crate) struct Glibc {
 }
 
 impl Glibc {
+    #[cfg(test)]
+    pub(crate) const V2_31: Glibc = Glibc { minor: 31 };
     #[cfg(test)]
     pub(crate) const V2_36: Glibc = Glibc { minor: 36 };
     #[cfg(test)]
@@ -241,7 +252,8 @@ pub(crate) struct Entry {
     /// The value: the directory as configured, `/`, the soname (in glibc-hwcaps
     /// subdirectories, the file's own name).
     pub(crate) path: String,
-    /// `osversion_unused`: always 0 as `ldconfig` 2.36 and later write it, kept as read.
+    /// The kernel version the library's ABI note asks for, as `ldconfig` wrote it before 2.36
+    /// ([`Object::osversion`](elf::Object::osversion)); `osversion_unused`, always 0, since.
     pub(crate) osversion: u32,
     pub(crate) hwcap: Hwcap,
 }
@@ -277,9 +289,16 @@ impl ScanDir {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Cache {
     /// The extension section's generator string, kept as read
-    /// (`ldconfig (Debian GLIBC 2.36-9+deb12u14) stable release version 2.36`); `None`: no
-    /// extension section (not as any `ldconfig` since 2.33 writes it).
+    /// (`ldconfig (Debian GLIBC 2.36-9+deb12u14) stable release version 2.36`), as every
+    /// `ldconfig` since 2.33 writes it, with the strings tail-merged. `None`: as `ldconfig`
+    /// wrote before 2.33: no extension section, no byte-order flags, and each entry's name and
+    /// path copied into the string table in entry order.
     pub(crate) generator: Option<String>,
+    /// Whether the old format's entries come first ("compat", `ld.so-1.7.0`).
+    pub(crate) compat: bool,
+    /// The header's byte-order flags, kept as read: `cache_file_new_flags_endian_little` (2)
+    /// as glibc writes them since 2.33 (and Debian's 2.31), 0 as glibc wrote before.
+    pub(crate) byte_order: u8,
     entries: Vec<Entry>,
     extra_strings: BTreeSet<String>,
 }
@@ -290,6 +309,8 @@ impl Cache {
     pub(crate) fn new(generator: impl Into<String>) -> Cache {
         Cache {
             generator: Some(generator.into()),
+            compat: false,
+            byte_order: ENDIAN_LITTLE,
             entries: Vec::new(),
             extra_strings: BTreeSet::new(),
         }
@@ -299,11 +320,24 @@ impl Cache {
     /// [`LdCacheError::OldFormat`]. Every offset and count is checked against the input, and
     /// what is read takes memory in proportion to the input's size (names that many entries
     /// point to are copied out at most about eight times the input's size in all).
-    pub(crate) fn parse(bytes: &[u8]) -> Result<Cache, LdCacheError> {
+    pub(crate) fn parse(file: &[u8]) -> Result<Cache, LdCacheError> {
         use LdCacheError::Malformed;
-        if bytes.starts_with(MAGIC_OLD) {
-            return Err(LdCacheError::OldFormat);
-        }
+        // Compat: the new format follows the old one's entries, aligned as `struct
+        // cache_file_new` (8 bytes); its string offsets count from its own header, the
+        // extension's from the start of the file.
+        let (new_at, compat) = if file.starts_with(MAGIC_OLD) {
+            let nlibs = le32(file, OLD_HEADER - 4).ok_or(Malformed("truncated header"))?;
+            let at = (OLD_HEADER as u64 + u64::from(nlibs) * OLD_ENTRY as u64).next_multiple_of(8);
+            match usize::try_from(at) {
+                Ok(at) if file.get(at..).is_some_and(|rest| rest.starts_with(MAGIC_NEW)) => {
+                    (at, true)
+                }
+                _ => return Err(LdCacheError::OldFormat),
+            }
+        } else {
+            (0, false)
+        };
+        let bytes = &file[new_at..];
         if !bytes.starts_with(MAGIC_NEW) {
             return Err(LdCacheError::NotACache);
         }
@@ -344,26 +378,27 @@ impl Cache {
         let mut generator = None;
         let mut hwcaps_names: Option<Vec<String>> = None;
         if ext_offset != 0 {
+            let file_size = file.len() as u64;
             let at = u64::from(ext_offset);
-            if at % 4 != 0 || at + 8 > size {
+            if at % 4 != 0 || at + 8 > file_size {
                 return Err(Malformed("extension directory misplaced"));
             }
             let at = at as usize;
-            if le32(bytes, at) != Some(EXT_MAGIC) {
+            if le32(file, at) != Some(EXT_MAGIC) {
                 return Err(Malformed("extension directory without its magic"));
             }
-            let count = le32(bytes, at + 4).ok_or(Malformed("truncated extension directory"))?;
-            if at as u64 + 8 + u64::from(count) * 16 > size {
+            let count = le32(file, at + 4).ok_or(Malformed("truncated extension directory"))?;
+            if at as u64 + 8 + u64::from(count) * 16 > file_size {
                 return Err(Malformed("extension directory beyond the end"));
             }
             for i in 0..count as usize {
                 let s = at + 8 + i * 16;
-                let field = |k: usize| le32(bytes, s + 4 * k).ok_or(Malformed("truncated section"));
+                let field = |k: usize| le32(file, s + 4 * k).ok_or(Malformed("truncated section"));
                 let (tag, offset, len) = (field(0)?, field(2)?, field(3)?);
-                if u64::from(offset) + u64::from(len) > size {
+                if u64::from(offset) + u64::from(len) > file_size {
                     return Err(Malformed("extension section beyond the end"));
                 }
-                let data = &bytes[offset as usize..offset as usize + len as usize];
+                let data = &file[offset as usize..offset as usize + len as usize];
                 match tag {
                     EXT_TAG_GENERATOR => {
                         let text = std::str::from_utf8(data).map_err(|_| LdCacheError::NotUtf8)?;
@@ -427,7 +462,7 @@ impl Cache {
                 extra_strings.insert(s.to_string());
             }
         }
-        Ok(Cache { generator, entries, extra_strings })
+        Ok(Cache { generator, compat, byte_order, entries, extra_strings })
     }
 
     /// [`Cache::parse`], and [`LdCacheError::NotReproduced`] where [`Cache::to_bytes`] would
@@ -546,35 +581,82 @@ impl Cache {
         self.add(dir, entries, order)
     }
 
-    /// The file `ldconfig` writes for these entries: the header, the entries in their order,
-    /// the string table (tail-merged as glibc's stringtable.c does), padding to 4 bytes, and
-    /// the extension directory with the glibc-hwcaps names (sorted) and the generator.
+    /// The file `ldconfig` writes for these entries (save_cache in glibc's elf/cache.c). In
+    /// compat layout first the old format: its header and one entry per library outside a
+    /// legacy hwcap subdirectory (flags, and the offsets of the same strings as the new
+    /// format's), their count rounded up to even by repeating the last (so that the new format
+    /// lands 8-aligned, without padding). Then the new format: the header, the entries in
+    /// their order, the string table, and since 2.33 (a generator) padding to 4 bytes and the
+    /// extension directory with the glibc-hwcaps names (sorted) and the generator.
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let mut hwcaps: Vec<&str> = self.entries.iter().filter_map(|e| e.hwcap.subdir()).collect();
         hwcaps.sort_unstable();
         hwcaps.dedup();
-        let mut strings: BTreeSet<&str> = self.extra_strings.iter().map(String::as_str).collect();
-        strings.extend(hwcaps.iter().copied());
-        for e in &self.entries {
-            strings.insert(&e.soname);
-            strings.insert(&e.path);
-        }
-        let (table, offsets) = string_table(&strings);
+        // Where each entry's name and path lie in the string table, and where the hwcaps'
+        // names do.
+        let mut hwcap_at = HashMap::new();
+        let (table, strings_at): (Vec<u8>, Vec<(u32, u32)>) = if self.generator.is_some() {
+            let mut strings: BTreeSet<&str> =
+                self.extra_strings.iter().map(String::as_str).collect();
+            strings.extend(hwcaps.iter().copied());
+            for e in &self.entries {
+                strings.insert(&e.soname);
+                strings.insert(&e.path);
+            }
+            let (table, offsets) = string_table(&strings);
+            hwcap_at = hwcaps.iter().map(|h| (*h, offsets[h])).collect();
+            let at = self.entries.iter().map(|e| (offsets[&*e.soname], offsets[&*e.path]));
+            let at = at.collect();
+            (table, at)
+        } else {
+            let mut table = Vec::new();
+            let mut at = Vec::with_capacity(self.entries.len());
+            for e in &self.entries {
+                let key = table.len() as u32;
+                table.extend_from_slice(e.soname.as_bytes());
+                table.push(0);
+                let value = table.len() as u32;
+                table.extend_from_slice(e.path.as_bytes());
+                table.push(0);
+                at.push((key, value));
+            }
+            (table, at)
+        };
 
-        let str_offset = HEADER + ENTRY * self.entries.len();
-        let ext_offset = (str_offset + table.len()).next_multiple_of(4);
-        let mut out = Vec::with_capacity(ext_offset + 64);
+        // String offsets count from the new format's header, in both formats.
+        let str_offset = (HEADER + ENTRY * self.entries.len()) as u32;
+        let mut out = Vec::new();
+        if self.compat {
+            let old: Vec<(i32, (u32, u32))> = self
+                .entries
+                .iter()
+                .zip(&strings_at)
+                .filter(|(e, _)| e.hwcap.legacy_bits() == 0)
+                .map(|(e, &at)| (e.flags, at))
+                .collect();
+            let count = old.len().next_multiple_of(2);
+            out.extend_from_slice(MAGIC_OLD);
+            out.push(0);
+            put32(&mut out, count as u32);
+            for &(flags, (key, value)) in old.iter().chain(old.last().filter(|_| old.len() < count))
+            {
+                put32(&mut out, flags as u32);
+                put32(&mut out, str_offset + key);
+                put32(&mut out, str_offset + value);
+            }
+        }
+        let new_at = out.len();
+        let ext_offset = (new_at + str_offset as usize + table.len()).next_multiple_of(4);
         out.extend_from_slice(MAGIC_NEW);
         put32(&mut out, self.entries.len() as u32);
         put32(&mut out, table.len() as u32);
-        out.extend_from_slice(&[ENDIAN_LITTLE, 0, 0, 0]);
+        out.extend_from_slice(&[self.byte_order, 0, 0, 0]);
         put32(&mut out, if self.generator.is_some() { ext_offset as u32 } else { 0 });
         out.extend_from_slice(&[0; 12]);
-        let at = |s: &str| (str_offset + offsets[s] as usize) as u32;
-        for e in &self.entries {
+        for (e, (key, value)) in self.entries.iter().zip(&strings_at) {
             put32(&mut out, e.flags as u32);
-            put32(&mut out, at(&e.soname));
-            put32(&mut out, at(&e.path));
+            put32(&mut out, str_offset + key);
+            put32(&mut out, str_offset + value);
             put32(&mut out, e.osversion);
             let raw = match &e.hwcap {
                 Hwcap::None => 0,
@@ -606,7 +688,7 @@ impl Cache {
                 put32(&mut out, v);
             }
             for name in &hwcaps {
-                put32(&mut out, at(name));
+                put32(&mut out, str_offset + hwcap_at[name]);
             }
         }
         out.extend_from_slice(generator.as_bytes());
@@ -617,7 +699,8 @@ impl Cache {
 /// `compare` of glibc's elf/cache.c: the order of entries in the file, `Greater` when `a`
 /// comes after `b`. Sonames by [`libcmp`], descending (`libz.so.1` before `libz.so`); then
 /// flags, descending; then entries of glibc-hwcaps subdirectories first, by subdirectory
-/// name; then (glibc before 2.37) the most legacy hwcap bits first. `signed`: whether `char`
+/// name; then (glibc before 2.37) the most legacy hwcap bits first; then (before 2.36) the
+/// highest `osversion` first. `signed`: whether `char`
 /// is signed for the `ldconfig` that sorts (x86).
 pub(crate) fn compare(a: &Entry, b: &Entry, signed: bool) -> Ordering {
     let res = libcmp(b.soname.as_bytes(), a.soname.as_bytes(), signed);
@@ -634,7 +717,8 @@ pub(crate) fn compare(a: &Entry, b: &Entry, signed: bool) -> Ordering {
         _ => {}
     }
     let (ha, hb) = (a.hwcap.legacy_bits(), b.hwcap.legacy_bits());
-    hb.count_ones().cmp(&ha.count_ones()).then(hb.cmp(&ha))
+    // The newest kernel a library's ABI note asks for first (written before 2.36 only).
+    hb.count_ones().cmp(&ha.count_ones()).then(hb.cmp(&ha)).then(b.osversion.cmp(&a.osversion))
 }
 
 /// glibc's `_dl_cache_libcmp`: runs of digits compare as numbers (in a C `int`, wrapping),

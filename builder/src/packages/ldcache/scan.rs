@@ -91,6 +91,7 @@ pub(crate) fn scan_dir(
         flags: i32,
         is_link: bool,
         isa_level: u32,
+        osversion: u32,
     }
     let unsupported = |name: &str, why: &'static str| LdCacheError::Unsupported {
         path: format!("{}/{name}", dir.path),
@@ -165,6 +166,7 @@ pub(crate) fn scan_dir(
                 d.name = name.to_string();
                 d.is_link = is_link;
                 d.isa_level = object.isa_level;
+                d.osversion = object.osversion;
             }
             continue;
         }
@@ -175,6 +177,7 @@ pub(crate) fn scan_dir(
             flags: object.flags,
             is_link,
             isa_level: object.isa_level,
+            osversion: object.osversion,
         });
     }
     for d in dlibs.into_iter().rev() {
@@ -188,7 +191,8 @@ pub(crate) fn scan_dir(
             Some(sub) => (d.name, Hwcap::Subdir { name: sub.clone(), isa_level: d.isa_level }),
         };
         let path = format!("{}/{file}", dir.path);
-        scan.entries.push(Entry { flags: d.flags, soname: d.soname, path, osversion: 0, hwcap });
+        let osversion = d.osversion;
+        scan.entries.push(Entry { flags: d.flags, soname: d.soname, path, osversion, hwcap });
     }
     Ok(scan)
 }

@@ -11,6 +11,12 @@ const FIXTURE: &[u8] = include_bytes!(concat!(
     "/../testdata/ldcache/debian13-hwcaps.ld.so.cache"
 ));
 
+/// Compat layout, as glibc wrote before 2.33 (testdata/ldcache/README.md).
+const COMPAT: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../testdata/ldcache/debian11-compat.ld.so.cache"
+));
+
 /// `$ERDMA_TEST_CACHE`, else `target/erdma-test-cache`: the debootstrapped roots.
 fn test_cache() -> PathBuf {
     match std::env::var_os("ERDMA_TEST_CACHE") {
@@ -128,15 +134,12 @@ impl HostRoot {
     }
 
     fn conf_dirs(&self, glibc: Glibc, arch: Arch) -> Vec<ScanDir> {
-        conf_dirs(
-            glibc,
-            arch,
-            &arch.debian_trusted_dirs(),
-            |p| self.read(p),
-            |p| self.list(p),
-            |p| self.resolve(p),
-        )
-        .expect("conf_dirs")
+        self.conf_dirs_with(glibc, arch, &arch.debian_trusted_dirs())
+    }
+
+    fn conf_dirs_with(&self, glibc: Glibc, arch: Arch, trusted: &[String]) -> Vec<ScanDir> {
+        conf_dirs(glibc, arch, trusted, |p| self.read(p), |p| self.list(p), |p| self.resolve(p))
+            .expect("conf_dirs")
     }
 
     fn scan(&self, glibc: Glibc, arch: Arch, dir: &ScanDir) -> Scan {
@@ -167,11 +170,15 @@ enum Tool {
 
 impl Tool {
     fn run(&self, tree: &Path) {
+        self.run_with(tree, &[]);
+    }
+
+    fn run_with(&self, tree: &Path, args: &[&str]) {
         let status = match self {
-            Tool::Host => Command::new("/sbin/ldconfig").arg("-r").arg(tree).status(),
+            Tool::Host => Command::new("/sbin/ldconfig").arg("-r").arg(tree).args(args).status(),
             Tool::Static(binary) => {
                 fs::copy(binary, tree.join(".ldconfig")).expect("copy ldconfig");
-                let status = Command::new("chroot").arg(tree).arg("/.ldconfig").status();
+                let status = Command::new("chroot").arg(tree).arg("/.ldconfig").args(args).status();
                 fs::remove_file(tree.join(".ldconfig")).expect("remove ldconfig");
                 status
             }
@@ -189,6 +196,24 @@ impl Tool {
         }
         if let Some(root) = debian_root("debian13-minbase") {
             tools.push((Tool::Static(root.join("usr/sbin/ldconfig")), "debian13"));
+        }
+        tools
+    }
+
+    /// [`Tool::available`], and Debian 11's ldconfig (glibc 2.31, which writes as glibc did
+    /// before 2.33: no extension, strings not merged, `osversion` from the ABI note; Debian
+    /// gave it the byte-order flags of 2.33 and the new format by default), with the glibc
+    /// release of each.
+    fn all() -> Vec<(Tool, &'static str, Glibc)> {
+        let mut tools: Vec<(Tool, &'static str, Glibc)> = Tool::available()
+            .into_iter()
+            .map(|(t, what)| {
+                let glibc = if what == "host" { Glibc::V2_36 } else { Glibc::V2_41 };
+                (t, what, glibc)
+            })
+            .collect();
+        if let Some(root) = debian_root("debian11-rpm") {
+            tools.push((Tool::Static(root.join("sbin/ldconfig")), "debian11", Glibc::V2_31));
         }
         tools
     }
@@ -303,12 +328,119 @@ fn fixture_round_trips() {
 }
 
 #[test]
+fn compat_fixture_round_trips() {
+    let cache = Cache::parse_exact(COMPAT).expect("the compat fixture reads and writes back");
+    assert!(cache.compat);
+    assert_eq!((cache.generator.as_deref(), cache.glibc(), cache.byte_order), (None, None, 2));
+    let got: Vec<(&str, &str, u32, &Hwcap)> = cache
+        .entries()
+        .iter()
+        .map(|e| (e.soname.as_str(), e.path.as_str(), e.osversion, &e.hwcap))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("libz.so.1", "/lib64/libz.so.1", 0, &Hwcap::None),
+            ("libz.so", "/lib64/libz.so", 0, &Hwcap::None),
+            ("libc.so.6", "/lib64/libc.so.6", 0x0003_0200, &Hwcap::None),
+            ("libbz2.so.1.0", "/lib64/tls/libbz2.so.1.0", 0, &Hwcap::Legacy(1 << 63)),
+        ]
+    );
+    // The old format's entries: the three outside `tls`, the last twice; then the new format
+    // at byte 64, whose strings both point into.
+    assert_eq!(le32(COMPAT, 12), Some(4));
+    assert_eq!(&COMPAT[64..84], MAGIC_NEW);
+    assert_eq!(COMPAT[40..52], COMPAT[52..64]);
+    assert_eq!(le32(COMPAT, 20), le32(COMPAT, 64 + HEADER + 4), "libz.so.1's key");
+    // Written as 2.28 writes it (byte-order flags 0), it reads back the same.
+    let mut el8 = cache.clone();
+    el8.byte_order = 0;
+    let bytes = el8.to_bytes();
+    assert_eq!(bytes[64 + 28], 0);
+    assert_eq!(Cache::parse_exact(&bytes), Ok(el8));
+    // And without the old format, as 2.32 writes by default.
+    let mut new = cache.clone();
+    new.compat = false;
+    let bytes = new.to_bytes();
+    assert!(bytes.starts_with(MAGIC_NEW) && bytes.len() == COMPAT.len() - 64);
+    assert_eq!(Cache::parse_exact(&bytes).map(|c| c.entries), Ok(cache.entries));
+}
+
+#[test]
 fn old_format_is_refused() {
-    let mut compat = b"ld.so-1.7.0".to_vec();
-    compat.extend_from_slice(&[0; 5]);
-    compat.extend_from_slice(FIXTURE);
-    assert_eq!(Cache::parse(&compat), Err(LdCacheError::OldFormat));
+    // `ldconfig -c old` of an empty tree: the header alone, no new format after it.
+    let mut old = b"ld.so-1.7.0".to_vec();
+    old.extend_from_slice(&[0; 5]);
+    assert_eq!(Cache::parse(&old), Err(LdCacheError::OldFormat));
+    // One old entry, and something other than the new format where it would begin.
+    old[12] = 1;
+    old.extend_from_slice(&[3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    old.extend_from_slice(b"libz.so.1\0/usr/lib64/libz.so.1\0");
+    assert_eq!(Cache::parse(&old), Err(LdCacheError::OldFormat));
+    // The same with the new format at its aligned place: compat, whose extension directory
+    // counts from the start of the file, not from the new format's header.
+    old.truncate(32);
+    old.extend_from_slice(FIXTURE);
+    assert!(matches!(Cache::parse(&old), Err(LdCacheError::Malformed(_))));
     assert_eq!(Cache::parse(b"hello"), Err(LdCacheError::NotACache));
+}
+
+/// A cache from scratch for `root`, laid out as `like` is (generator, compat, byte order).
+fn build_like(root: &HostRoot, like: &Cache, glibc: Glibc, trusted: &[String]) -> Cache {
+    let dirs = root.conf_dirs_with(glibc, Arch::X86_64, trusted);
+    let mut cache =
+        Cache::build("", &dirs, |d| Ok(root.scan(glibc, Arch::X86_64, d).entries)).expect("build");
+    cache.generator.clone_from(&like.generator);
+    cache.compat = like.compat;
+    cache.byte_order = like.byte_order;
+    cache
+}
+
+/// Both layouts each real tool writes (`-c compat`, `-c new`): compat with the new format
+/// after the old one's entries (an odd count, so the last is repeated), and Debian 11's,
+/// which writes as glibc did before 2.33. Read back byte for byte, built from scratch, and
+/// updated after a package adds libraries (libc with its ABI note among them: `osversion`
+/// before 2.36).
+#[test]
+fn both_layouts_as_ldconfig_writes_them() {
+    if !root_user() {
+        return;
+    }
+    let trusted = Arch::X86_64.debian_trusted_dirs();
+    for (tool, what, glibc) in Tool::all() {
+        for format in ["compat", "new"] {
+            let what = format!("{what} -c {format}");
+            let Some(tree) = debian_like_tree() else { return };
+            let t = tree.path();
+            tool.run_with(t, &["-c", format]);
+            let bytes = fs::read(t.join("etc/ld.so.cache")).unwrap();
+            let base = Cache::parse_exact(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(base.compat, format == "compat", "{what}");
+            assert_eq!(base.generator.is_none(), glibc < Glibc { minor: 33 }, "{what}");
+            assert_eq!(base.entries().len() % 2, 1, "{what}: an odd count, the last repeated");
+            let root = HostRoot { root: t.to_path_buf() };
+            let rebuilt = build_like(&root, &base, glibc, &trusted);
+            assert_eq!(rebuilt.entries(), base.entries(), "{what}");
+            assert!(rebuilt.to_bytes() == bytes, "{what}: the rebuilt cache differs");
+
+            // The package: libc (ABI note: Linux 3.2.0) and liblzma into a new directory.
+            write(t, "/etc/ld.so.conf.d/x.conf", "/opt/x/lib\n");
+            install(t, "/opt/x/lib", "libc.so.6", true);
+            install(t, "/opt/x/lib", "liblzma.so.5", true);
+            let dirs = root.conf_dirs_with(glibc, Arch::X86_64, &trusted);
+            let x = dirs.iter().find(|d| d.path == "/opt/x/lib").expect("configured");
+            let mut ours = base.clone();
+            ours.add(x, root.scan(glibc, Arch::X86_64, x).entries, &dirs).unwrap();
+            tool.run_with(t, &["-c", format]);
+            let real = fs::read(t.join("etc/ld.so.cache")).unwrap();
+            let parsed = Cache::parse_exact(&real).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let libc = parsed.entries().iter().find(|e| e.soname == "libc.so.6").unwrap();
+            let abi = if glibc < Glibc::V2_36 { 0x0003_0200 } else { 0 };
+            assert_eq!(libc.osversion, abi, "{what}");
+            assert_eq!(ours.entries(), parsed.entries(), "{what}");
+            assert!(ours.to_bytes() == real, "{what}: the updated cache differs from ldconfig's");
+        }
+    }
 }
 
 /// The Debian roots' caches, made by their own ldconfig, are what scanning their
@@ -495,7 +627,7 @@ fn odd_directory_contents_as_ldconfig() {
 
 #[test]
 fn truncated_and_corrupted_caches_are_errors() {
-    let mut samples = vec![FIXTURE.to_vec()];
+    let mut samples = vec![FIXTURE.to_vec(), COMPAT.to_vec()];
     if let Ok(host) = fs::read("/etc/ld.so.cache") {
         samples.push(host);
     }
@@ -504,13 +636,14 @@ fn truncated_and_corrupted_caches_are_errors() {
             assert!(Cache::parse(&bytes[..n]).is_err(), "a cache cut at {n} bytes");
         }
     }
-    let bytes = FIXTURE;
-    for i in 0..bytes.len() {
-        for v in [0, 0xff, bytes[i] ^ 0x80, bytes[i].wrapping_add(1)] {
-            let mut b = bytes.to_vec();
-            b[i] = v;
-            if let Ok(cache) = Cache::parse(&b) {
-                cache.to_bytes();
+    for bytes in [FIXTURE, COMPAT] {
+        for i in 0..bytes.len() {
+            for v in [0, 0xff, bytes[i] ^ 0x80, bytes[i].wrapping_add(1)] {
+                let mut b = bytes.to_vec();
+                b[i] = v;
+                if let Ok(cache) = Cache::parse(&b) {
+                    cache.to_bytes();
+                }
             }
         }
     }
@@ -556,7 +689,8 @@ fn shared_objects_read_as_ldconfig_reads_them() {
         return;
     };
     let bytes = fs::read(path).unwrap();
-    let want = Object { soname: Some("libz.so.1".into()), flags: 0x0303, isa_level: 0 };
+    let want =
+        Object { soname: Some("libz.so.1".into()), flags: 0x0303, isa_level: 0, osversion: 0 };
     for glibc in [Glibc::V2_36, Glibc::V2_41] {
         assert_eq!(probe(&bytes, Arch::X86_64, glibc), Some(Probe::Library(want.clone())));
     }
@@ -582,7 +716,8 @@ fn shared_objects_read_as_ldconfig_reads_them() {
     if let Some(arm) = debian_root("debian12-minbase-arm64") {
         let arm = HostRoot { root: arm };
         let bytes = arm.read("/lib/aarch64-linux-gnu/libz.so.1").unwrap();
-        let want = Object { soname: Some("libz.so.1".into()), flags: 0x0a03, isa_level: 0 };
+        let want =
+            Object { soname: Some("libz.so.1".into()), flags: 0x0a03, isa_level: 0, osversion: 0 };
         assert_eq!(probe(&bytes, Arch::Aarch64, Glibc::V2_36), Some(Probe::Library(want)));
         assert_eq!(probe(&bytes, Arch::X86_64, Glibc::V2_36), Some(Probe::Skipped));
     }
@@ -760,6 +895,7 @@ fn a_directory_scans_as_search_dir() {
             soname: Some(soname.into()),
             flags: 0x0303,
             isa_level: 0,
+            osversion: 0,
         })))
     };
     let listing = [
