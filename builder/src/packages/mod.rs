@@ -5,12 +5,13 @@
 //! What every backend needs lives here, once, below them: the inputs and the report, NCCL's
 //! build selection ([`nccl`]), the layer's payload rules ([`payload`]), the script emulations
 //! both backends share (`users`, `alternatives`), ld.so.cache's format and directory scan
-//! (`ldcache`) and the sandbox ([`sandboxed`]). OpenPGP (keys, pins, signatures) is the `erdma_openpgp` crate.
+//! (`ldcache`) and its rewrite after an install (`ldconfig`), and the sandbox ([`sandboxed`]). OpenPGP (keys, pins, signatures) is the `erdma_openpgp` crate.
 pub(crate) mod alternatives;
 pub mod apt;
 pub mod error;
 pub(crate) mod image;
 pub(crate) mod ldcache;
+pub(crate) mod ldconfig;
 pub mod nccl;
 
 pub mod payload;

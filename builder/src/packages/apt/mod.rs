@@ -3,7 +3,6 @@ mod dpkg;
 mod fetch;
 pub mod file_changes;
 pub mod install;
-mod ldconfig;
 pub mod local;
 mod order;
 pub mod resolve;

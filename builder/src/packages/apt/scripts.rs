@@ -48,7 +48,7 @@ use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{EntryKind, LayerContents};
 use erdma_oci::rootfs::SnapEntry;
 
-/// What the `ldconfig` emulation does ([`super::ldconfig`]).
+/// What the `ldconfig` emulation does ([`crate::packages::ldconfig`]).
 const LDCONFIG_DONE: &str =
     "ldconfig: /etc/ld.so.cache rewritten as the image's ldconfig writes it, once every package is unpacked";
 

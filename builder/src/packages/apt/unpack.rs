@@ -480,7 +480,9 @@ fn apply_scripts<'a>(
     // Triggers last, as dpkg processes them: libc-bin's `ldconfig`.
     if let Some((package, script)) = &accounted.ldconfig {
         let done = match crate::packages::ldcache::Arch::from_debian(inputs.arch) {
-            Some(arch) => super::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?,
+            Some(arch) => {
+                crate::packages::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?
+            }
             None => Err(format!("not emulated on {}", inputs.arch).into()),
         };
         if let Err(why) = done {
