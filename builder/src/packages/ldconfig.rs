@@ -12,16 +12,116 @@
 //! already holds some, a stale link to delete, a cache in the format of glibc before 2.32, a
 //! glibc release whose rules are not held against the real tool) is refused with the reason,
 //! and the caller sends the install to the sandbox.
+//!
+//! Both backends use it: apt for libc-bin's trigger and `ldconfig` in maintainer scripts, rpm
+//! for `ldconfig` in scriptlets and glibc's file trigger. Which `ldconfig` the image has
+//! decides its built-in directories and, for a cache without a generator string (glibc
+//! before 2.33), the release ([`Ldconfig`]).
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::{EntryKind, LayerContents};
 use erdma_oci::rootfs::SnapEntry;
 
 use crate::error::{Cause, Result};
 use crate::packages::image;
-use crate::packages::ldcache::{self, Arch, Cache, DirEntry, Glibc, Kind, Resolved, ScanDir};
+use crate::packages::ldcache::{
+    self, Arch, Build, Cache, DirEntry, Glibc, Kind, Resolved, ScanDir,
+};
+use crate::packages::scripts::{Outcome, ScriptRecord};
 
-/// The glibc releases whose `ldconfig` rules are held against the real tool.
-const GLIBC: std::ops::RangeInclusive<u32> = 36..=41;
+/// The glibc releases whose `ldconfig` rules are emulated: 2.31, 2.36 and 2.41 (Debian 11, 12
+/// and 13) are held against the real tool; Enterprise Linux 8's 2.28, Alibaba Cloud Linux
+/// 3's 2.32 and Enterprise Linux 9's 2.34 follow glibc's source.
+const GLIBC: std::ops::RangeInclusive<u32> = 28..=41;
+
+/// What the records of scripts that run `ldconfig` say when the rewrite is done.
+pub(crate) const DONE: &str =
+    "ldconfig: /etc/ld.so.cache rewritten as the image's ldconfig writes it, once every package is unpacked";
+
+/// Whose `ldconfig` the image runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// Debian's and Ubuntu's: the multiarch directories built in ([`Arch::debian_trusted_dirs`]).
+    Debian,
+    /// Enterprise Linux's (and Alibaba Cloud Linux's): upstream's built-in directories
+    /// ([`Arch::el_trusted_dirs`]), unless the cache's generator names a Debian or Ubuntu build
+    /// (the test fixtures' EL images carry Debian's libc and ldconfig).
+    Rpm,
+}
+
+/// The image's `ldconfig`, as far as the rewrite needs to know it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ldconfig {
+    pub(crate) arch: Arch,
+    pub(crate) family: Family,
+    /// The glibc release the package database has installed once the plan is in (libc-bin,
+    /// glibc): what tells the rules of a cache without a generator string.
+    pub(crate) installed: Option<Glibc>,
+}
+
+impl Ldconfig {
+    /// The built-in directories of the `ldconfig` that wrote `generator` (or none).
+    fn trusted(&self, glibc: Glibc) -> Vec<String> {
+        match (self.family, glibc.build) {
+            (Family::Rpm, Build::Other | Build::El8Backport) => self.arch.el_trusted_dirs(),
+            _ => self.arch.debian_trusted_dirs(),
+        }
+    }
+
+    /// The release whose rules apply to `cache`: its generator's, else the installed one,
+    /// which must be older than 2.33 (every `ldconfig` since writes a generator).
+    fn glibc(&self, cache: &Cache) -> std::result::Result<Glibc, String> {
+        let glibc = match (&cache.generator, self.installed) {
+            (Some(generator), _) => cache
+                .glibc()
+                .ok_or_else(|| format!("the base's cache names no glibc release ({generator})"))?,
+            (None, Some(g)) if g.minor < 33 => g,
+            (None, Some(g)) => {
+                return Err(format!(
+                    "the base's cache has no generator string, as glibc before 2.33 wrote it, but glibc 2.{} is installed",
+                    g.minor
+                ))
+            }
+            (None, None) => {
+                return Err("the base's cache has no generator string and no glibc package says which ldconfig wrote it".into())
+            }
+        };
+        if !GLIBC.contains(&glibc.minor) {
+            return Err(format!(
+                "the base's cache was written by glibc 2.{}'s ldconfig, whose rules are not emulated (glibc 2.{}-2.{} are)",
+                glibc.minor,
+                GLIBC.start(),
+                GLIBC.end()
+            ));
+        }
+        Ok(glibc)
+    }
+}
+
+/// The first of `records` whose script runs `ldconfig` (its outcome says [`DONE`]).
+pub(crate) fn first_run(records: &[ScriptRecord]) -> Option<&ScriptRecord> {
+    records.iter().find(|r| matches!(&r.outcome, Outcome::Emulated(d) if d.contains(DONE)))
+}
+
+/// The records that said `ldconfig` was emulated ([`DONE`]), where it was not (`why`) and no
+/// package adds a library directory: the base's `/etc/ld.so.cache` stays as it is, which the
+/// loader does without for libraries in its default directories (Debian's ld.so searches the
+/// multiarch directories itself, EL's `/lib64` and `/usr/lib64`).
+pub(crate) fn not_emulated(records: &mut [ScriptRecord], why: &str) {
+    let kept = format!(
+        "ldconfig: not emulated for this image ({why}); /etc/ld.so.cache is left as the base has it, and the new libraries lie where the loader looks without a cache entry"
+    );
+    for r in records.iter_mut() {
+        let Outcome::Emulated(detail) = &r.outcome else { continue };
+        if detail == DONE {
+            r.outcome = Outcome::NoEffect(kept.clone());
+        } else if let Some(prefix) = detail.strip_suffix(DONE).filter(|p| p.ends_with(": ")) {
+            // A trigger's record: `the ldconfig trigger: DONE`.
+            r.outcome = Outcome::NoEffect(format!("{prefix}{kept}"));
+        } else if detail.contains(DONE) {
+            r.outcome = Outcome::Emulated(detail.replace(DONE, &kept));
+        }
+    }
+}
 
 /// The largest base file read whole to look at its headers (a package's symlink into the base).
 const MAX_BASE_READ: u64 = 64 << 20;
@@ -37,15 +137,15 @@ pub(crate) struct Rewritten {
     pub(crate) entries: usize,
 }
 
-/// Rewrites `/etc/ld.so.cache` into `layer` as the image's `ldconfig` (glibc 2.36 to 2.41, on
-/// `arch`, with Debian's built-in directories: `trusted`) would after the install.
-/// `Ok(Err(why))`: not reproduced here, for the reason given.
+/// Rewrites `/etc/ld.so.cache` into `layer` as the image's `ldconfig` (`image`: glibc 2.28 to
+/// 2.41, its built-in directories) would after the install. `Ok(Err(why))`: not reproduced
+/// here, for the reason given.
 pub(crate) fn rewrite(
     base: &dyn BaseFiles,
     layer: &mut LayerContents,
-    arch: Arch,
-    trusted: &[String],
+    image: &Ldconfig,
 ) -> Result<std::result::Result<Rewritten, Cause>> {
+    let arch = image.arch;
     let cache_path = image::real("/etc/ld.so.cache", base)?;
     let Some(bytes) = base.read(&cache_path, 64 << 20)? else {
         return Ok(Err("the base has no /etc/ld.so.cache to update".into()));
@@ -54,15 +154,19 @@ pub(crate) fn rewrite(
         Ok(c) => c,
         Err(e) => return Ok(Err(e.into())),
     };
-    let Some(glibc) = cache.glibc().filter(|g| GLIBC.contains(&g.minor)) else {
-        return Ok(Err(format!(
-            "the base's cache was written by {}, whose rules are not emulated (glibc 2.{}-2.{} are)",
-            cache.generator.as_deref().unwrap_or("an unknown ldconfig"),
-            GLIBC.start(),
-            GLIBC.end()
-        )
-        .into()));
+    let glibc = match image.glibc(&cache) {
+        Ok(g) => g,
+        Err(why) => return Ok(Err(why.into())),
     };
+    if cache.compat
+        && cache.generator.is_some()
+        && cache.entries().iter().any(|e| e.hwcap.is_legacy())
+    {
+        // glibc 2.33 to 2.41 fill the old format's entries from the wrong index once a legacy
+        // hwcap entry has come (`-c compat` only): nothing to reproduce.
+        return Ok(Err("the base's cache is in the compat layout of glibc 2.33 or later with legacy hwcap entries, which that ldconfig writes wrongly".into()));
+    }
+    let trusted = &image.trusted(glibc)[..];
     let view = View { base, layer: &*layer };
     let before = match view.dirs(glibc, arch, trusted, false) {
         Ok(d) => d,

@@ -291,7 +291,8 @@ fn el_base_gets_erdma(kind: BaseKind) {
         );
     }
     // Every scriptlet is accounted for: rdma-core's `%post` (`udevadm trigger … || true` under
-    // a test) and a bare `-p /sbin/ldconfig` as without effect in an image build.
+    // a test) as without effect in an image build, ldconfig (a bare `-p /sbin/ldconfig`, glibc's
+    // file trigger) as emulated.
     let scripts = pk["scripts"].as_array().expect("scripts in the report");
     assert!(
         scripts.iter().any(|r| r["package"].as_str().unwrap().starts_with("rdma-core ")
@@ -300,8 +301,11 @@ fn el_base_gets_erdma(kind: BaseKind) {
         "rdma-core's %post is accounted for: {pk}"
     );
     for r in scripts {
-        assert_eq!(r["outcome"], "no-effect", "{r}");
+        let ldconfig = r["detail"].as_str().unwrap().starts_with("ldconfig")
+            || r["detail"].as_str().unwrap().starts_with("/sbin/ldconfig");
+        assert_eq!(r["outcome"], if ldconfig { "emulated" } else { "no-effect" }, "{r}");
     }
+    assert!(scripts.iter().any(|r| r["outcome"] == "emulated"), "ldconfig runs: {pk}");
     assert!(img["keys"].as_array().unwrap().iter().any(|k| k["repository"] == "erdma"), "{img}");
 
     // `check` reads the rpm database for the rdma-core it finds, and sees no Mellanox OFED.
@@ -318,6 +322,18 @@ fn el_base_gets_erdma(kind: BaseKind) {
     let root = setup.tmp.path().join("root");
     rootfs_of(&layout, "erdma", &root);
     let r = root.as_path();
+    // The loader's cache lists the new libraries, as ldconfig reads it.
+    let cache = Command::new("/sbin/ldconfig")
+        .arg("-p")
+        .arg("-C")
+        .arg(r.join("etc/ld.so.cache"))
+        .output()
+        .unwrap();
+    support::assert_success("ldconfig -p", &cache);
+    for lib in ["libibverbs.so.1", "librdmacm.so.1"] {
+        let line = format!("{lib} (libc6,x86-64) => /usr/lib64/{lib}");
+        assert!(text(&cache.stdout).contains(&line), "{line}:\n{}", text(&cache.stdout));
+    }
     // The database is in the base's format, and real rpm reads it.
     let db = r.join("var/lib/rpm");
     assert_eq!(db.join("rpmdb.sqlite").exists(), kind.sqlite());
@@ -418,8 +434,9 @@ fn centos8_berkeley_db_base_gets_erdma_root_net() {
 }
 
 /// What erdma-build writes equals what real `rpm -i` of the same packages writes into the same
-/// base: every file's type, mode, owner, content and link target, and each package's database
-/// entry as `rpm -q --dump` and the header's tags show it (install times aside).
+/// base, followed by the image's ldconfig as glibc's file trigger runs it: every file's type,
+/// mode, owner, content and link target (`/etc/ld.so.cache` included), and each package's
+/// database entry as `rpm -q --dump` and the header's tags show it (install times aside).
 #[test]
 fn payload_and_database_equal_real_rpm_install_root_net() {
     if !rpm_repo::require_bases() {
@@ -467,16 +484,38 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
     let paths: Vec<String> = files.iter().map(|f| s(f).to_string()).collect();
     args.extend(paths.iter().map(String::as_str));
     support::assert_success("rpm -i (the reference)", &rpm418(&theirs, &args));
+    // glibc's `%transfiletriggerin -- /lib /usr/lib /lib64 /usr/lib64`: `/sbin/ldconfig` in
+    // the image (the fixture's is Debian 12's, glibc 2.36).
+    let ldconfig = Command::new("chroot").arg(&theirs).arg("/sbin/ldconfig").output().unwrap();
+    support::assert_success("ldconfig in the reference", &ldconfig);
+    assert!(
+        report["images"][0]["packages"]["scripts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.to_string().contains("/etc/ld.so.cache rewritten")),
+        "the ldconfig trigger is emulated: {report}"
+    );
 
     let a = tree(&ours);
     let b = tree(&theirs);
     // What running programs leave behind is set aside: the database files themselves (compared
     // through rpm below) and rpm's lock.
     // What is not a package's payload either: the repository file and key the recipe adds.
+    // ldconfig's own aux-cache (not written by erdma-build) is set aside too.
     let skip = |p: &Path| {
         p.starts_with("var/lib/rpm")
+            || p.starts_with("var/cache/ldconfig")
             || p.starts_with("etc/pki")
             || p == Path::new("etc/yum.repos.d/erdma.repo")
+    };
+    // A file a program writes (not a package) has the build's epoch as its mtime in a layer,
+    // the time it ran on disk: ldconfig's cache.
+    let when = |p: &Path, e: &str| {
+        let words: Vec<&str> = e.split(' ').collect();
+        let generated = p == Path::new("etc/ld.so.cache");
+        let keep = |i: usize| !(generated && i > 0 && words[i - 1] == "mtime");
+        (0..words.len()).filter(|&i| keep(i)).map(|i| words[i]).collect::<Vec<_>>().join(" ")
     };
     let mut diffs = Vec::new();
     for (p, e) in &b {
@@ -485,7 +524,7 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
         }
         match a.get(p) {
             None => diffs.push(format!("missing {}", p.display())),
-            Some(o) if o != e => {
+            Some(o) if when(p, o) != when(p, e) => {
                 diffs.push(format!("differs {}: ours {o:?} theirs {e:?}", p.display()))
             }
             _ => {}
@@ -621,9 +660,9 @@ fn tampered_repositories_fail_with_nothing_written_root_net() {
 
 /// The result runs: `ibv_devices` loads libibverbs and the erdma provider's directory under
 /// Docker (no RDMA device here, so it finds none). The fixture bases are Debian user space with
-/// EL's layout, and Debian's loader does not search /usr/lib64 by itself as EL's does (EL's
-/// `ld.so` has it built in, so the packages' `/sbin/ldconfig` scriptlets are not needed there):
-/// LD_LIBRARY_PATH stands in for that default.
+/// EL's layout, and Debian's loader does not search /usr/lib64 by itself as EL's does: it
+/// finds the new libraries through the `/etc/ld.so.cache` the build rewrote (the bases
+/// configure `/usr/lib64` in `/etc/ld.so.conf.d`), as `ldconfig -p` lists them.
 #[test]
 fn the_result_runs_ibv_devices_in_docker_root_net() {
     if !rpm_repo::require_bases() || !support::require_docker() {
@@ -643,12 +682,10 @@ fn the_result_runs_ibv_devices_in_docker_root_net() {
             "--rm",
             "--network",
             "none",
-            "-e",
-            "LD_LIBRARY_PATH=/usr/lib64",
             &name,
             "sh",
             "-c",
-            "ibv_devices 2>&1; echo rc=$?; ls /etc/libibverbs.d/erdma.driver",
+            "ibv_devices 2>&1; echo rc=$?; ls /etc/libibverbs.d/erdma.driver; /sbin/ldconfig -p",
         ])
         .output()
         .unwrap();
@@ -660,6 +697,9 @@ fn the_result_runs_ibv_devices_in_docker_root_net() {
         "{all}"
     );
     assert!(all.contains("/etc/libibverbs.d/erdma.driver"), "{all}");
+    for lib in ["libibverbs.so.1", "librdmacm.so.1"] {
+        assert!(all.contains(&format!("{lib} (libc6,x86-64) => /usr/lib64/{lib}")), "{all}");
+    }
 }
 
 /// `--nccl` on an rpm image: NVIDIA's `libnccl` build for the image's CUDA major (12.4 here) is
@@ -925,16 +965,19 @@ fn a_scriptlet_runs_in_the_sandbox_on_a_sqlite_rpmdb_root_net() {
     scriptlet_runs_in_the_sandbox(El::El9);
 }
 
-fn scriptlet_runs_in_the_sandbox(el: El) {
-    if !rpm_repo::require_bases() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let (base, root) = runnable_el_base(tmp.path(), el);
+/// A build with `extra` arguments and `--no-packages` over a runnable EL base in `tmp`, with
+/// the fixture repositories (`baseos`, and the recipe's `erdma`, which is added to the image
+/// even with --no-packages): the report, the output layout (image `x`), the base's root on
+/// disk (for the image's own rpm as the oracle), and the `baseos` repository.
+fn build_on_runnable_base(
+    tmp: &Path,
+    el: El,
+    extra: &[&str],
+) -> (Value, PathBuf, PathBuf, RpmRepo) {
+    let (base, root) = runnable_el_base(tmp, el);
     let key = RpmKey::generate();
     let baseos =
         RpmRepo::build(RpmLayout::Flat, &rpm_repo::el_deps_rpms(el), &key, el.rpmv3_signatures());
-    // The recipe's repository is added to the image even with --no-packages.
     let releasever = if el == El::El9 { "9" } else { "8" };
     let erdma = RpmRepo::build(
         RpmLayout::alibaba(releasever),
@@ -942,10 +985,10 @@ fn scriptlet_runs_in_the_sandbox(el: El) {
         &key,
         el.rpmv3_signatures(),
     );
-    let key_file = tmp.path().join("key.asc");
+    let key_file = tmp.join("key.asc");
     std::fs::write(&key_file, key.armored_public()).unwrap();
-    let out_dir = tmp.path().join("out");
-    let args: Vec<String> = [
+    let out_dir = tmp.join("out");
+    let mut args: Vec<String> = [
         "build",
         "--json",
         "--base",
@@ -960,31 +1003,43 @@ fn scriptlet_runs_in_the_sandbox(el: El) {
         &format!("base={}", s(&key_file)),
         "--keyring",
         &format!("erdma={}", s(&key_file)),
-        "--install",
-        "sysuser-stand-in",
         "--output",
         &format!("oci:{}:x", s(&out_dir)),
     ]
     .map(String::from)
     .to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
     let out = support::run_build(&args);
-    support::assert_success("erdma-build build (rpm sandbox)", &out);
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    support::assert_success(&format!("erdma-build build {}", extra.join(" ")), &out);
+    (serde_json::from_slice(&out.stdout).unwrap(), out_dir, root, baseos)
+}
+
+/// The oracle of a sandboxed build: the image's own rpm, chrooted into a copy of the base's
+/// root, installing `rpm_file` as the sandbox does.
+fn chroot_rpm_u(root: &Path, rpm_file: &Path) {
+    std::fs::copy(rpm_file, root.join("tmp/oracle.rpm")).unwrap();
+    let o = Command::new("chroot")
+        .arg(root)
+        .args(["rpm", "-U", "--nodeps", "--nosignature", "/tmp/oracle.rpm"])
+        .output()
+        .unwrap();
+    support::assert_success("chroot rpm -U", &o);
+    std::fs::remove_file(root.join("tmp/oracle.rpm")).unwrap();
+}
+
+fn scriptlet_runs_in_the_sandbox(el: El) {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, out_dir, root, baseos) =
+        build_on_runnable_base(tmp.path(), el, &["--install", "sysuser-stand-in"]);
     let pk = &r["images"][0]["packages"];
     assert!(pk["sandbox"]["because"].as_str().unwrap().contains("useradd -r -m"), "{pk}");
     let rec = pk["scripts"].as_array().unwrap().iter().find(|s| s["script"] == "%pre").unwrap();
     assert_eq!(rec["outcome"], "run", "{rec}");
 
-    // The oracle: the image's own rpm, chrooted into a copy of the same root.
-    let rpm_file = baseos.rpm("sysuser-stand-in");
-    std::fs::copy(&rpm_file, root.join("tmp/sysuser.rpm")).unwrap();
-    let o = Command::new("chroot")
-        .arg(&root)
-        .args(["rpm", "-U", "--nodeps", "--nosignature", "/tmp/sysuser.rpm"])
-        .output()
-        .unwrap();
-    support::assert_success("chroot rpm -U", &o);
-    std::fs::remove_file(root.join("tmp/sysuser.rpm")).unwrap();
+    chroot_rpm_u(&root, &baseos.rpm("sysuser-stand-in"));
 
     let ours = tmp.path().join("ours-root");
     rootfs_of(&out_dir, "x", &ours);
@@ -1236,5 +1291,60 @@ fn alternatives_scriptlets_are_emulated_as_chkconfig_leaves_them_root_net() {
             .filter(|n| n.starts_with("tool"))
             .collect();
         assert_eq!(named.len(), 3, "{named:?}");
+    }
+}
+
+/// A package adding a library directory through `/etc/ld.so.conf.d` whose ldconfig run the
+/// emulation does not reproduce (here a dangling soname link, which ldconfig deletes): the
+/// build goes to the sandbox, where the image's rpm runs the `%post` ldconfig, and the cache
+/// and the directory come out as the image's own `rpm -U` leaves them.
+#[test]
+fn a_library_directory_ldconfig_is_not_reproduced_for_goes_to_the_sandbox_root_net() {
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    let zlib = std::fs::canonicalize("/usr/lib/x86_64-linux-gnu/libz.so.1").unwrap();
+    let specs = move |_: &Path| {
+        let p = rpm_repo::RpmDef {
+            name: "erdma-xlib".into(),
+            summary: "a library directory of its own (TEST ONLY)".into(),
+            no_auto: true,
+            contents: vec![
+                ("/etc/ld.so.conf.d/xlib.conf".into(), b"/opt/xlib/lib\n".to_vec(), 0o644),
+                ("/opt/xlib/lib/libz.so.1.2.13".into(), std::fs::read(&zlib).unwrap(), 0o755),
+            ],
+            symlinks: vec![("/opt/xlib/lib/libgone.so.1".into(), "libgone.so.1.0".into())],
+            scripts: "%post -p /sbin/ldconfig\n".into(),
+            ..Default::default()
+        };
+        vec![rpm_repo::SpecDef {
+            name: "erdma-xlib".into(),
+            version: "1.0".into(),
+            release: "1.el9".into(),
+            license: "MIT".into(),
+            packages: vec![p],
+        }]
+    };
+    let local = rpm_repo::cached_rpms("local-xlib", El::El9, specs, &[]).remove(0);
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, out_dir, root, _) = build_on_runnable_base(
+        tmp.path(),
+        El::El9,
+        &["--package", s(&local), "--allow-unsigned-package"],
+    );
+    let pk = &r["images"][0]["packages"];
+    let because = pk["sandbox"]["because"].as_str().unwrap_or_default();
+    assert!(because.contains("ldconfig") && because.contains("dangling"), "{pk}");
+
+    chroot_rpm_u(&root, &local);
+
+    let ours = tmp.path().join("ours-root");
+    rootfs_of(&out_dir, "x", &ours);
+    let cache = std::fs::read(ours.join("etc/ld.so.cache")).unwrap();
+    assert!(cache == std::fs::read(root.join("etc/ld.so.cache")).unwrap(), "the cache differs");
+    assert!(text(&cache).contains("/opt/xlib/lib/libz.so.1"));
+    for (name, gone) in [("libz.so.1", false), ("libgone.so.1", true)] {
+        let at = |r: &Path| std::fs::symlink_metadata(r.join("opt/xlib/lib").join(name)).is_err();
+        assert_eq!((at(&ours), at(&root)), (gone, gone), "{name}");
     }
 }

@@ -49,8 +49,7 @@ use erdma_oci::layer::{EntryKind, LayerContents};
 use erdma_oci::rootfs::SnapEntry;
 
 /// What the `ldconfig` emulation does ([`crate::packages::ldconfig`]).
-const LDCONFIG_DONE: &str =
-    "ldconfig: /etc/ld.so.cache rewritten as the image's ldconfig writes it, once every package is unpacked";
+use crate::packages::ldconfig::DONE as LDCONFIG_DONE;
 
 /// `PATH` as `apt-get` in a container gives it to dpkg and the scripts (Debian's default for
 /// root).
@@ -280,26 +279,6 @@ pub(super) fn apply_stat_adds(
 /// database walking the bins in order.
 fn dpkg_bin(path: &str) -> u32 {
     fnv_hash(path.trim_start_matches('/')) % 262_139
-}
-
-/// The records that said `ldconfig` was emulated, where it was not (`why`) and no package adds
-/// a library directory: the base's `/etc/ld.so.cache` stays as it is, which the loader does
-/// without for libraries in its default directories (Debian's ld.so searches the multiarch
-/// directories itself).
-pub(super) fn ldconfig_not_emulated(records: &mut [ScriptRecord], why: &str) {
-    let kept = format!(
-        "ldconfig: not emulated for this image ({why}); /etc/ld.so.cache is left as the base has it, and the new libraries lie where the loader looks without a cache entry"
-    );
-    for r in records.iter_mut() {
-        let Outcome::Emulated(detail) = &r.outcome else { continue };
-        if detail == &format!("the ldconfig trigger: {LDCONFIG_DONE}") {
-            r.outcome = Outcome::NoEffect(format!("the ldconfig trigger: {kept}"));
-        } else if detail == LDCONFIG_DONE {
-            r.outcome = Outcome::NoEffect(kept.clone());
-        } else if detail.contains(LDCONFIG_DONE) {
-            r.outcome = Outcome::Emulated(detail.replace(LDCONFIG_DONE, &kept));
-        }
-    }
 }
 
 /// A postinst command of `package` that the emulation cannot reproduce once it sees the image
@@ -1114,7 +1093,7 @@ mod tests {
             rec("preinst", Outcome::Emulated(LDCONFIG_DONE.into())),
             rec("config", Outcome::Emulated("system group h".into())),
         ];
-        ldconfig_not_emulated(&mut records, "glibc 2.35");
+        crate::packages::ldconfig::not_emulated(&mut records, "glibc 2.35");
         let Outcome::NoEffect(d) = &records[0].outcome else { panic!("{:?}", records[0]) };
         assert!(d.starts_with("the ldconfig trigger: ldconfig: not emulated for this image (glibc 2.35); /etc/ld.so.cache is left"), "{d}");
         let Outcome::Emulated(d) = &records[1].outcome else { panic!("{:?}", records[1]) };

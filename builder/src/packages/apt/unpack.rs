@@ -481,7 +481,8 @@ fn apply_scripts<'a>(
     if let Some((package, script)) = &accounted.ldconfig {
         let done = match crate::packages::ldcache::Arch::from_debian(inputs.arch) {
             Some(arch) => {
-                crate::packages::ldconfig::rewrite(base, layer, arch, &arch.debian_trusted_dirs())?
+                use crate::packages::ldconfig::{rewrite, Family, Ldconfig};
+                rewrite(base, layer, &Ldconfig { arch, family: Family::Debian, installed: None })?
             }
             None => Err(format!("not emulated on {}", inputs.arch).into()),
         };
@@ -498,7 +499,7 @@ fn apply_scripts<'a>(
                     format!("ldconfig ({why})"),
                 ));
             }
-            scripts::ldconfig_not_emulated(&mut accounted.records, &why);
+            crate::packages::ldconfig::not_emulated(&mut accounted.records, &why);
         }
     }
     Ok(())

@@ -88,7 +88,13 @@ impl Conf {
                     }
                 }
             } else if line.len() > 5 && line[..5].eq_ignore_ascii_case(b"hwcap") && blank_at(5) {
-                // "hwcap directive ignored"
+                if self.glibc.hwcap_directive() {
+                    return Err(LdCacheError::Unsupported {
+                        path: file.into(),
+                        why: "a hwcap directive, which ldconfig before 2.32 honours",
+                    });
+                }
+                // Since 2.32: "hwcap directive ignored".
             } else {
                 let mut path = line;
                 if self.glibc.legacy() {
@@ -140,6 +146,9 @@ impl Conf {
         }
         self.ids.push(found.id.clone());
         self.dirs.push(ScanDir { path: path.to_string(), hwcaps: None });
+        if !self.glibc.glibc_hwcaps() {
+            return Ok(());
+        }
         let mut subdirs: Vec<String> = list(&format!("{path}/glibc-hwcaps"))
             .into_iter()
             .filter(|e| !e.name.starts_with('.') && e.kind != Kind::File && !e.name.contains(':'))

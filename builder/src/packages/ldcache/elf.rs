@@ -213,7 +213,7 @@ impl Elf64<'_> {
                         }
                     }
                 }
-                PT_NOTE if self.glibc.minor < 36 && osversion == 0 => {
+                PT_NOTE if self.glibc.osversion() && osversion == 0 => {
                     osversion = self.abi_tag(p_offset, p_filesz, p_align)?;
                 }
                 PT_GNU_PROPERTY if p_align == 8 => {
@@ -244,7 +244,18 @@ impl Elf64<'_> {
                     t == PT_LOAD && val >= vaddr && val - vaddr < filesz
                 });
                 let loadoff = load.map_or(0, |&(_, offset, vaddr, _)| vaddr.wrapping_sub(offset));
-                let s = val.wrapping_sub(loadoff);
+                // Before bug 25087's fix: the first PT_LOAD's (`loadaddr`, -1 without one).
+                let first = phdrs.iter().find(|&&(t, ..)| t == PT_LOAD);
+                let first =
+                    first.map_or(u64::MAX, |&(_, offset, vaddr, _)| vaddr.wrapping_sub(offset));
+                let (old, new) = (val.wrapping_sub(first), val.wrapping_sub(loadoff));
+                let s = match self.glibc.dynstr_in_first_load() {
+                    Some(true) => old,
+                    Some(false) => new,
+                    // Either rule gives the same for nearly every library.
+                    None if old == new => new,
+                    None => return None,
+                };
                 if s > self.len() {
                     return skipped;
                 }

@@ -10,12 +10,15 @@
 //! way, so the tests check that it reproduces the base's own cache.
 //!
 //! The rules are glibc's (elf/cache.c, elf/stringtable.c, elf/ldconfig.c, elf/readlib.c,
-//! elf/readelflib.c) as of 2.36 (Debian 12) and 2.41 (Debian 13), plus what Debian's
-//! `ldconfig` does differently (its built-in directories: [`Arch::debian_trusted_dirs`]); they
-//! are held against both real tools in the tests. Both layouts `ldconfig` writes by default
-//! are read and written: the new format alone (`glibc-ld.so.cache1.1`, the default since
-//! 2.32), and "compat", the old format's entries (`ld.so-1.7.0`) followed by the new format
-//! (the default before 2.32: Enterprise Linux 8's 2.28). The string table is laid out as the
+//! elf/readelflib.c) from 2.28 to 2.41, release by release and build by build ([`Glibc`]),
+//! plus what Debian's `ldconfig` does differently (its built-in directories:
+//! [`Arch::debian_trusted_dirs`]; upstream's, as Enterprise Linux builds it:
+//! [`Arch::el_trusted_dirs`]); they are held against Debian 11's (2.31), 12's (2.36) and 13's
+//! (2.41) real tools in the tests. Both layouts `ldconfig` writes by default are read and
+//! written: the new format alone (`glibc-ld.so.cache1.1`, the default since 2.32), and
+//! "compat", the old format's entries (`ld.so-1.7.0`) followed by the new format (the default
+//! before 2.32: Enterprise Linux 8.0 to 8.3's 2.28; later EL8 builds write the new format,
+//! Red Hat having backported 2.33's ldconfig). The string table is laid out as the
 //! writer's release lays it out: one copy of each entry's name and path in entry order before
 //! 2.33, tail-merged with an extension directory since ([`Cache::generator`] tells them
 //! apart). The old format alone (`ldconfig -c old`) is refused with
@@ -97,32 +100,73 @@ pub(crate) enum LdCacheError {
     Unsupported { path: String, why: &'static str },
 }
 
-/// The glibc release whose `ldconfig` is emulated, `2.minor`. The rules are glibc's from 2.36
-/// (which stopped storing the `.note.ABI-tag` kernel version in `osversion`) to 2.41; 2.36
-/// and 2.41 are held against the real tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// The `ldconfig` emulated: glibc `2.minor`, and whose build it is. The rules are upstream
+/// glibc's of the release (elf/ldconfig.c, cache.c, readlib.c, readelflib.c; 2.28 to 2.41), as
+/// far as the build follows them: Debian 11's 2.31, 12's 2.36 and 13's 2.41 are held against
+/// the real tool. Red Hat backports ldconfig changes into Enterprise Linux 8's 2.28 (read from
+/// its glibc.spec and patches): from 2.28-142, glibc 2.33's (the new format by default, the
+/// extension section with a generator string, tail-merged strings, glibc-hwcaps
+/// subdirectories without ISA levels); from 2.28-107, `.dynstr` found through its own
+/// segment; from 2.28-243, 2.39's skipping of package managers' temporary names. Where such a
+/// backport could change the result and the cache cannot tell whether the build has it, the
+/// emulation refuses ([`Glibc::skips_package_temporaries`], [`Glibc::dynstr_in_first_load`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Glibc {
     pub(crate) minor: u32,
+    pub(crate) build: Build,
+}
+
+/// Whose build of glibc's `ldconfig`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Build {
+    /// Debian's or Ubuntu's (`ldconfig (Debian GLIBC …)`): upstream's rules of the release.
+    Debian,
+    /// Any other (Enterprise Linux's `ldconfig (GNU libc) …`, or a cache without a generator
+    /// string on an rpm image): upstream's rules, but a distribution may have backported later
+    /// ones.
+    Other,
+    /// Enterprise Linux 8's 2.28 with glibc 2.33's ldconfig backported (2.28-142 and later):
+    /// what a cache with a generator string naming 2.28 was written by.
+    El8Backport,
 }
 
 impl Glibc {
     #[cfg(test)]
-    pub(crate) const V2_31: Glibc = Glibc { minor: 31 };
+    pub(crate) const V2_31: Glibc = Glibc { minor: 31, build: Build::Debian };
     #[cfg(test)]
-    pub(crate) const V2_36: Glibc = Glibc { minor: 36 };
+    pub(crate) const V2_36: Glibc = Glibc { minor: 36, build: Build::Debian };
     #[cfg(test)]
-    pub(crate) const V2_41: Glibc = Glibc { minor: 41 };
+    pub(crate) const V2_41: Glibc = Glibc { minor: 41, build: Build::Debian };
 
-    /// The release named by a cache's generator string
-    /// (`ldconfig (Debian GLIBC 2.36-9+deb12u14) stable release version 2.36`).
+    /// The `ldconfig` named by a cache's generator string
+    /// (`ldconfig (Debian GLIBC 2.36-9+deb12u14) stable release version 2.36`,
+    /// `ldconfig (GNU libc) stable release version 2.34`).
     pub(crate) fn from_generator(generator: &str) -> Option<Glibc> {
-        let version = generator.rsplit("release version ").next()?;
+        let minor = Glibc::minor_of(generator.rsplit("release version ").next()?)?;
+        let build = if generator.contains("(Debian GLIBC ") || generator.contains("(Ubuntu GLIBC ")
+        {
+            Build::Debian
+        } else if minor < 33 {
+            // Upstream writes a generator string since 2.33 only.
+            Build::El8Backport
+        } else {
+            Build::Other
+        };
+        Some(Glibc { minor, build })
+    }
+
+    /// The release of a package version (`2.28`, `2.36-9+deb12u14`), of `build`.
+    pub(crate) fn from_version(version: &str, build: Build) -> Option<Glibc> {
+        Some(Glibc { minor: Glibc::minor_of(version)?, build })
+    }
+
+    fn minor_of(version: &str) -> Option<u32> {
         let mut parts = version.trim().split('.');
         if parts.next()? != "2" {
             return None;
         }
         let minor: String = parts.next()?.chars().take_while(char::is_ascii_digit).collect();
-        Some(Glibc { minor: minor.parse().ok()? })
+        minor.parse().ok()
     }
 
     /// Before 2.37: legacy hwcap subdirectories (`tls`, `x86_64`, `haswell`…) are scanned, a
@@ -132,10 +176,55 @@ impl Glibc {
         self.minor < 37
     }
 
-    /// Since 2.39: files that rpm (`;`) and dpkg (`.dpkg-new`, `.dpkg-tmp`) write before
-    /// renaming are skipped.
-    fn skips_package_temporaries(self) -> bool {
-        self.minor >= 39
+    /// Since 2.33 (and EL8's backport): each directory's `glibc-hwcaps` subdirectories are
+    /// scanned after it.
+    fn glibc_hwcaps(self) -> bool {
+        self.minor >= 33 || self.build == Build::El8Backport
+    }
+
+    /// Since 2.33, but not in EL8's backport: a library's x86 ISA level goes into the hwcap
+    /// field of its glibc-hwcaps entry.
+    fn isa_levels(self) -> bool {
+        self.minor >= 33 && self.build != Build::El8Backport
+    }
+
+    /// Before 2.36: `osversion` holds the kernel version of the library's ABI note.
+    fn osversion(self) -> bool {
+        self.minor < 36
+    }
+
+    /// Since 2.34 (`_dl_is_dso`): `ld.so.*` and `ld64.so.*` are libraries' names too.
+    fn ld_so_names(self) -> bool {
+        self.minor >= 34
+    }
+
+    /// Before 2.32 without EL8's backport: an `ld.so.conf` line `hwcap N NAME` defines a
+    /// hwcap subdirectory name (2.32 ignores it).
+    fn hwcap_directive(self) -> bool {
+        self.minor < 32 && self.build != Build::El8Backport
+    }
+
+    /// Whether files that rpm (`;`) and dpkg (`.dpkg-new`, `.dpkg-tmp`) write before renaming
+    /// are skipped: since 2.39; before, not by Debian's builds, and not known of others (EL8
+    /// skips them from 2.28-243, which the cache does not tell).
+    fn skips_package_temporaries(self) -> Option<bool> {
+        match self.build {
+            _ if self.minor >= 39 => Some(true),
+            Build::Debian => Some(false),
+            Build::Other | Build::El8Backport => None,
+        }
+    }
+
+    /// Whether readelflib.c finds `.dynstr` at its address less the first `PT_LOAD`'s offset
+    /// from its address (before 2.31, fixed by bug 25087) rather than through the segment that
+    /// holds it: `None` where not known (EL8's 2.28 has the fix from 2.28-107).
+    fn dynstr_in_first_load(self) -> Option<bool> {
+        match self.build {
+            _ if self.minor >= 31 => Some(false),
+            Build::El8Backport => Some(false),
+            Build::Debian => Some(true),
+            Build::Other => None,
+        }
     }
 }
 
@@ -152,6 +241,15 @@ impl Arch {
         match arch {
             "amd64" => Some(Arch::X86_64),
             "arm64" => Some(Arch::Aarch64),
+            _ => None,
+        }
+    }
+
+    /// From rpm's name (`x86_64`, `aarch64`).
+    pub(crate) fn from_rpm(arch: &str) -> Option<Arch> {
+        match arch {
+            "x86_64" => Some(Arch::X86_64),
+            "aarch64" => Some(Arch::Aarch64),
             _ => None,
         }
     }
@@ -178,6 +276,26 @@ impl Arch {
     pub(crate) fn debian_trusted_dirs(self) -> Vec<String> {
         let t = self.triplet();
         vec![format!("/lib/{t}"), format!("/usr/lib/{t}"), "/lib".into(), "/usr/lib".into()]
+    }
+
+    /// The directories upstream's `ldconfig` scans after those of `/etc/ld.so.conf`, as
+    /// Enterprise Linux builds it (`--prefix=/usr`: slibdir `/lib64`, libdir `/usr/lib64`):
+    /// `add_system_dir` (sysdeps/unix/sysv/linux/x86_64/dl-cache.h, and aarch64's) adds each
+    /// with its `lib` and the other ABI's sibling, in this order.
+    pub(crate) fn el_trusted_dirs(self) -> Vec<String> {
+        let other = match self {
+            Arch::X86_64 => "libx32",
+            Arch::Aarch64 => "libilp32",
+        };
+        let (lib, lib64) = ("/lib".to_string(), "/lib64".to_string());
+        vec![
+            lib,
+            lib64,
+            format!("/{other}"),
+            "/usr/lib".into(),
+            "/usr/lib64".into(),
+            format!("/usr/{other}"),
+        ]
     }
 
     /// `char` is signed on x86 and unsigned on Arm, which orders names with bytes over 0x7f.
@@ -227,6 +345,11 @@ pub(crate) enum Hwcap {
 }
 
 impl Hwcap {
+    /// An entry of a legacy hwcap subdirectory.
+    pub(crate) fn is_legacy(&self) -> bool {
+        self.legacy_bits() != 0
+    }
+
     fn legacy_bits(&self) -> u64 {
         match self {
             Hwcap::Legacy(bits) => *bits,
@@ -316,8 +439,8 @@ impl Cache {
         }
     }
 
-    /// Reads a cache in the new format. The old and compat formats (glibc before 2.32) are
-    /// [`LdCacheError::OldFormat`]. Every offset and count is checked against the input, and
+    /// Reads a cache in the new format, alone or after the old one's entries (compat); the old
+    /// format alone is [`LdCacheError::OldFormat`]. Every offset and count is checked against the input, and
     /// what is read takes memory in proportion to the input's size (names that many entries
     /// point to are copied out at most about eight times the input's size in all).
     pub(crate) fn parse(file: &[u8]) -> Result<Cache, LdCacheError> {

@@ -53,22 +53,36 @@ pub(crate) struct Scan {
     pub(crate) stale: Vec<String>,
 }
 
-/// `_dl_is_dso`: `lib*.so*`, `ld-*.so*`, `ld.so.*`, `ld64.so.*`.
+/// `_dl_is_dso` (2.34): `lib*.so*`, `ld-*.so*`, `ld.so.*`, `ld64.so.*`; before 2.34 the
+/// first two only ([`is_library_name`]).
 pub(crate) fn is_dso_name(name: &str) -> bool {
     ((name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so"))
         || name.starts_with("ld.so.")
         || name.starts_with("ld64.so.")
 }
 
-/// Names `ldconfig` never reads: prelink's temporaries, and since 2.39 rpm's and dpkg's.
-fn temporary_name(name: &str, glibc: Glibc) -> bool {
+/// The names `ldconfig` of `glibc` reads as libraries.
+fn is_library_name(name: &str, glibc: Glibc) -> bool {
+    if glibc.ld_so_names() {
+        is_dso_name(name)
+    } else {
+        (name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so")
+    }
+}
+
+/// Names `ldconfig` never reads: prelink's temporaries, and since 2.39 rpm's and dpkg's;
+/// `None` where the build may or may not skip the latter.
+fn temporary_name(name: &str, glibc: Glibc) -> Option<bool> {
     let prelink = name.ends_with(".#prelink#")
         || name.len() >= ".#prelink#.XXXXXX".len()
             && name.as_bytes()[name.len() - ".#prelink#.XXXXXX".len()..]
                 .starts_with(b".#prelink#.");
-    prelink
-        || glibc.skips_package_temporaries()
-            && (name.contains(';') || name.ends_with(".dpkg-new") || name.ends_with(".dpkg-tmp"))
+    let package = name.contains(';') || name.ends_with(".dpkg-new") || name.ends_with(".dpkg-tmp");
+    match (prelink, package) {
+        (true, _) => Some(true),
+        (false, false) => Some(false),
+        (false, true) => glibc.skips_package_temporaries(),
+    }
 }
 
 /// search_dir of ldconfig.c: the cache entries (and the links) `ldconfig` of `glibc` on `arch`
@@ -107,11 +121,20 @@ pub(crate) fn scan_dir(
             continue;
         }
         let hwcap_name = glibc.legacy() && !in_hwcaps && arch.legacy_subdir(name);
-        if !is_dso_name(name) && (entry.kind == Kind::File || (!in_hwcaps && !hwcap_name)) {
+        if !is_library_name(name, glibc)
+            && (entry.kind == Kind::File || (!in_hwcaps && !hwcap_name))
+        {
             continue;
         }
-        if temporary_name(name, glibc) {
-            continue;
+        match temporary_name(name, glibc) {
+            Some(true) => continue,
+            Some(false) => {}
+            None => {
+                return Err(unsupported(
+                    name,
+                    "a package manager's temporary name, which this ldconfig may skip or read",
+                ))
+            }
         }
         let mut target = None;
         let is_dir = match entry.kind {
@@ -188,7 +211,10 @@ pub(crate) fn scan_dir(
                 }
                 (d.soname.clone(), Hwcap::None)
             }
-            Some(sub) => (d.name, Hwcap::Subdir { name: sub.clone(), isa_level: d.isa_level }),
+            Some(sub) => {
+                let isa_level = if glibc.isa_levels() { d.isa_level } else { 0 };
+                (d.name, Hwcap::Subdir { name: sub.clone(), isa_level })
+            }
         };
         let path = format!("{}/{file}", dir.path);
         let osversion = d.osversion;

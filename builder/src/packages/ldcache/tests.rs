@@ -366,6 +366,110 @@ fn compat_fixture_round_trips() {
     assert_eq!(Cache::parse_exact(&bytes).map(|c| c.entries), Ok(cache.entries));
 }
 
+/// Enterprise Linux's built-in directories (`/lib`, `/lib64`, `/libx32` and their `/usr`
+/// twins, in that order) over a tree laid out as EL lays out its libraries (`/lib ->
+/// usr/lib`, `/lib64 -> usr/lib64`), held against each real tool given those directories in
+/// its configuration after the image's own (no Debian directory exists in the tree, so the
+/// Debian tool's own built-in ones add nothing): the cache spells `/lib64/…`, and a library
+/// in `/usr/lib` comes as `/lib/…` before the same soname in `/lib64`.
+#[test]
+fn enterprise_linux_directories_as_ldconfig_scans_them() {
+    if !root_user() {
+        return;
+    }
+    let trusted = Arch::X86_64.el_trusted_dirs();
+    assert_eq!(trusted, ["/lib", "/lib64", "/libx32", "/usr/lib", "/usr/lib64", "/usr/libx32"]);
+    for (tool, what, glibc) in Tool::all() {
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        for d in ["usr/lib64", "usr/lib", "etc/ld.so.conf.d", "var/cache/ldconfig", "opt/x"] {
+            fs::create_dir_all(t.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("usr/lib", t.join("lib")).unwrap();
+        std::os::unix::fs::symlink("usr/lib64", t.join("lib64")).unwrap();
+        write(t, "/etc/ld.so.conf", "include ld.so.conf.d/*.conf\n");
+        write(t, "/etc/ld.so.conf.d/x.conf", "/opt/x\n");
+        write(t, "/etc/oracle.conf", &format!("include /etc/ld.so.conf\n{}\n", trusted.join("\n")));
+        for soname in ["libc.so.6", "libz.so.1", "libbz2.so.1.0"] {
+            install(t, "/usr/lib64", soname, true);
+        }
+        install(t, "/usr/lib", "libz.so.1", true);
+        install(t, "/opt/x", "libuuid.so.1", true);
+        tool.run_with(t, &["-f", "/etc/oracle.conf"]);
+        let real = fs::read(t.join("etc/ld.so.cache")).unwrap();
+        let parsed = Cache::parse_exact(&real).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let root = HostRoot { root: t.to_path_buf() };
+        let ours = build_like(&root, &parsed, glibc, &trusted);
+        let paths: Vec<&str> = ours.entries().iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/lib/libz.so.1",
+                "/lib64/libz.so.1",
+                "/opt/x/libuuid.so.1",
+                "/lib64/libc.so.6",
+                "/lib64/libbz2.so.1.0"
+            ],
+            "{what}"
+        );
+        assert_eq!(ours.entries(), parsed.entries(), "{what}");
+        assert!(ours.to_bytes() == real, "{what}: the cache differs from ldconfig's");
+    }
+}
+
+/// What the builds of ldconfig that cannot run here do differently, from their sources.
+#[test]
+fn enterprise_linux_builds_follow_their_sources() {
+    // The generator tells the build: Debian's; Red Hat's (PKGVERSION "(GNU libc) ");
+    // a generator naming a release before 2.33 is EL8's backport.
+    let g = |s: &str| Glibc::from_generator(s).unwrap();
+    let debian = g("ldconfig (Debian GLIBC 2.36-9+deb12u14) stable release version 2.36");
+    assert_eq!(debian, Glibc::V2_36);
+    let el9 = g("ldconfig (GNU libc) stable release version 2.34");
+    assert_eq!(el9, Glibc { minor: 34, build: Build::Other });
+    let el8 = g("ldconfig (GNU libc) stable release version 2.28");
+    assert_eq!(el8, Glibc { minor: 28, build: Build::El8Backport });
+    let upstream32 = Glibc { minor: 32, build: Build::Other };
+
+    // glibc-hwcaps: EL8's backport stores no ISA level; 2.32 reads no glibc-hwcaps at all,
+    // and no `ld.so.*` name, which 2.34 reads.
+    let dir = ScanDir {
+        path: "/usr/lib64/glibc-hwcaps/x86-64-v3".into(),
+        hwcaps: Some("x86-64-v3".into()),
+    };
+    let listing = [DirEntry { name: "libv.so.1".into(), kind: Kind::File }];
+    let object = |isa_level| {
+        Some(Target::File(Probe::Library(Object {
+            soname: Some("libv.so.1".into()),
+            flags: 0x0303,
+            isa_level,
+            osversion: 0,
+        })))
+    };
+    let hwcap = |glibc| {
+        scan_dir(glibc, Arch::X86_64, &dir, &listing, |_| object(2)).unwrap().entries[0]
+            .hwcap
+            .clone()
+    };
+    assert_eq!(hwcap(el9), Hwcap::Subdir { name: "x86-64-v3".into(), isa_level: 2 });
+    assert_eq!(hwcap(el8), Hwcap::Subdir { name: "x86-64-v3".into(), isa_level: 0 });
+    let plain = ScanDir { path: "/usr/lib64".into(), hwcaps: None };
+    let ld = [DirEntry { name: "ld.so.2".into(), kind: Kind::File }];
+    let found =
+        |glibc| scan_dir(glibc, Arch::X86_64, &plain, &ld, |_| object(0)).unwrap().entries.len();
+    assert_eq!((found(upstream32), found(el9)), (0, 1));
+
+    // Package managers' temporary names: skipped since 2.39, read by Debian's 2.36, and
+    // refused for the others (EL8 skips them from 2.28-243, which no cache tells).
+    let tmp = [DirEntry { name: "libv.so.1;6543abcd".into(), kind: Kind::File }];
+    let scan =
+        |glibc| scan_dir(glibc, Arch::X86_64, &plain, &tmp, |_| object(0)).map(|s| s.entries.len());
+    assert_eq!(scan(Glibc::V2_41), Ok(0));
+    assert_eq!(scan(Glibc::V2_36), Ok(1));
+    assert!(matches!(scan(el8), Err(LdCacheError::Unsupported { .. })));
+    assert!(matches!(scan(el9), Err(LdCacheError::Unsupported { .. })));
+}
+
 #[test]
 fn old_format_is_refused() {
     // `ldconfig -c old` of an empty tree: the header alone, no new format after it.
@@ -416,7 +520,7 @@ fn both_layouts_as_ldconfig_writes_them() {
             let bytes = fs::read(t.join("etc/ld.so.cache")).unwrap();
             let base = Cache::parse_exact(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(base.compat, format == "compat", "{what}");
-            assert_eq!(base.generator.is_none(), glibc < Glibc { minor: 33 }, "{what}");
+            assert_eq!(base.generator.is_none(), glibc.minor < 33, "{what}");
             assert_eq!(base.entries().len() % 2, 1, "{what}: an odd count, the last repeated");
             let root = HostRoot { root: t.to_path_buf() };
             let rebuilt = build_like(&root, &base, glibc, &trusted);
@@ -435,7 +539,7 @@ fn both_layouts_as_ldconfig_writes_them() {
             let real = fs::read(t.join("etc/ld.so.cache")).unwrap();
             let parsed = Cache::parse_exact(&real).unwrap_or_else(|e| panic!("{what}: {e}"));
             let libc = parsed.entries().iter().find(|e| e.soname == "libc.so.6").unwrap();
-            let abi = if glibc < Glibc::V2_36 { 0x0003_0200 } else { 0 };
+            let abi = if glibc.minor < 36 { 0x0003_0200 } else { 0 };
             assert_eq!(libc.osversion, abi, "{what}");
             assert_eq!(ours.entries(), parsed.entries(), "{what}");
             assert!(ours.to_bytes() == real, "{what}: the updated cache differs from ldconfig's");
@@ -878,6 +982,16 @@ fn configured_directories_as_ldconfig_reads_them() {
     assert_eq!(paths(Glibc::V2_41), want);
     let dirs = fs.conf_dirs(Glibc::V2_41).unwrap();
     assert_eq!(dirs[3].hwcaps.as_deref(), Some("x86-64-v3"));
+    // EL8's backport of 2.33 (a cache whose generator names 2.28) scans glibc-hwcaps and
+    // ignores the hwcap line; upstream 2.32 scans no glibc-hwcaps; upstream 2.28 honours the
+    // hwcap line, which is refused.
+    let el8 = Glibc { minor: 28, build: Build::El8Backport };
+    assert_eq!(paths(el8), paths(Glibc::V2_36));
+    let mut want32 = paths(Glibc::V2_36);
+    want32.retain(|p| !p.contains("glibc-hwcaps"));
+    assert_eq!(paths(Glibc { minor: 32, build: Build::Other }), want32);
+    let upstream28 = Glibc { minor: 28, build: Build::Other };
+    assert!(matches!(fs.conf_dirs(upstream28), Err(LdCacheError::Unsupported { .. })));
 
     // 2.36 scans legacy hwcap subdirectories, which are refused.
     fs.dirs.insert("/usr/local/lib/tls".into());

@@ -523,11 +523,11 @@ pub async fn install(
     // all in a sandbox, on the layer as it was before this attempt.
     let because = match account(files.iter().map(|(_, p)| p), &resolved, base, Some(layer), inputs)?
     {
-        Ok(accounted) => {
+        Ok(mut accounted) => {
             let mut trial = layer.clone();
             let arch = basearch(inputs.arch);
             let inflation = inputs.http.inflation();
-            match unpack(&resolved, &files, &accounted, base, arch, &mut trial, inflation) {
+            match unpack(&resolved, &files, &mut accounted, base, arch, &mut trial, inflation) {
                 Ok(removed) => {
                     *layer = trial;
                     report.scripts = accounted.records;

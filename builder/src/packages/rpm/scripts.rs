@@ -25,11 +25,15 @@
 //!   install-system-units` on EL9): [`super::presets`], once every package is
 //!   unpacked.
 //!
+//! - `-p /sbin/ldconfig`, or `ldconfig` in a body or a trigger (rdma-core's `libibverbs`,
+//!   `librdmacm`: redhat/rdma-core.spec's `%ldconfig_scriptlets`; glibc's
+//!   `%transfiletriggerin`): `/etc/ld.so.cache` rewritten once every package is unpacked, as
+//!   the image's ldconfig writes it ([`crate::packages::ldconfig`]). Where that cannot be
+//!   reproduced, the base's cache stays (the loader finds libraries in `/lib64` and
+//!   `/usr/lib64` without it), unless a package adds a directory through `/etc/ld.so.conf.d`:
+//!   then the sandbox runs the image's ldconfig.
+//!
 //! Without effect here:
-//! - `-p /sbin/ldconfig`, or `ldconfig` in a body: the loader searches `/usr/lib64` and `/lib64`
-//!   without a cache entry (rdma-core's `libibverbs`, `librdmacm`: redhat/rdma-core.spec's
-//!   `%ldconfig_scriptlets`); `/etc/ld.so.cache` is left as the base has it, an accepted
-//!   difference the README names;
 //! - `udevadm` (rdma-core's `%post` runs `udevadm trigger … || true`): no udev runs while an
 //!   image is built, and `dnf install` in a container gets nothing from it either (its `/sys` is
 //!   read-only there);
@@ -37,7 +41,7 @@
 //!
 //! File triggers ([`file_triggers`]): those of the image's packages and of the new ones fire
 //! on the paths installed (`in`) and removed (`un`, `postun`), and are accounted the same way:
-//! ldconfig (glibc's `%transfiletriggerin`), `udevadm` and `systemctl daemon-reload` are
+//! ldconfig (glibc's `%transfiletriggerin`) as above, `udevadm` and `systemctl daemon-reload`
 //! without effect, anything else goes to the sandbox.
 use std::collections::BTreeSet;
 
@@ -47,10 +51,7 @@ use crate::packages::scripts::{commands_with, is_inert, Known, Outcome, ScriptRe
 use crate::packages::users;
 use crate::packages::{alternatives, PackageError};
 
-/// What an rpm `ldconfig` leaves undone here: the cache of glibc before 2.36 (EL8's 2.28,
-/// EL9's 2.34, Alibaba Cloud Linux 3's 2.32) is not rewritten, for want of those ldconfigs to
-/// hold a rewrite against; the loader finds the libraries without it.
-const LDCONFIG_NOT_RUN: &str = "without effect on how the libraries load (they lie in the loader's default directories); /etc/ld.so.cache is left as the base has it, so `ldconfig -p` does not list them (an accepted difference)";
+use crate::packages::ldconfig::DONE as LDCONFIG_DONE;
 
 const HINT: &str = "drop --no-sandbox to run it as rpm does in a sandbox over the base, or pass --skip-scripts to build without running it (the report lists what was not run)";
 
@@ -215,7 +216,7 @@ fn scriptlet(
     let ldconfig = |w: &str| w == "ldconfig" || w.ends_with("/ldconfig");
     if body.trim().is_empty() {
         let outcome = if ldconfig(&interp) {
-            Outcome::NoEffect(format!("{shown}: {LDCONFIG_NOT_RUN}"))
+            Outcome::Emulated(LDCONFIG_DONE.into())
         } else {
             refuse(interp.clone())?
         };
@@ -245,8 +246,10 @@ fn scriptlet(
     let mut units = Vec::new();
     let mut alts = Vec::new();
     let mut emulated: Vec<String> = Vec::new();
+    let mut ran_ldconfig = false;
     for words in commands_with(&body, Some(&["1"]), &[], &known) {
         let cmd = words[0].rsplit('/').next().unwrap_or_default();
+        ran_ldconfig |= ldconfig(cmd);
         if is_inert(&words) || ldconfig(cmd) || cmd == "udevadm" {
             continue;
         }
@@ -296,9 +299,12 @@ fn scriptlet(
             }
         }
     }
+    if ran_ldconfig {
+        emulated.push(LDCONFIG_DONE.into());
+    }
     let outcome = if emulated.is_empty() {
         Outcome::NoEffect(format!(
-            "{shown}: only ldconfig, udevadm (no udev while an image is built) and tests"
+            "{shown}: only udevadm (no udev while an image is built) and tests"
         ))
     } else {
         Outcome::Emulated(emulated.join(", "))
@@ -345,8 +351,9 @@ struct FileTriggerTags {
 /// those of the image's installed packages that stay (`installed`) and of the packages
 /// installed (`planned`), whose prefix a path of `added` (the files installed) starts with
 /// (`in`), or of `removed` (the files of erased and replaced packages: `un`, `postun`), as a
-/// plain string prefix. Each fires once per script. `ldconfig`, `udevadm` and `systemctl daemon-reload` (no systemd runs
-/// while an image is built) are without effect here; anything else is refused as an unknown
+/// plain string prefix. Each fires once per script. `ldconfig` is emulated once every package
+/// is unpacked ([`crate::packages::ldconfig`]); `udevadm` and `systemctl daemon-reload` (no
+/// systemd runs while an image is built) are without effect here; anything else is refused as an unknown
 /// scriptlet command is: the sandbox, where the image's rpm fires them, or `--skip-scripts`.
 pub(crate) fn file_triggers(
     installed: &[&erdma_rpm::header::Header],
@@ -480,8 +487,8 @@ fn trigger_record(
     skip: bool,
 ) -> Result<ScriptRecord> {
     let package = format!("{} {}", h.name(), h.evr());
-    let outcome = match trigger_without_effect(body, prog) {
-        Ok(why) => Outcome::NoEffect(why),
+    let outcome = match trigger_outcome(body, prog) {
+        Ok(outcome) => outcome,
         Err(_) if skip => {
             Outcome::NotRun(format!("--skip-scripts (it runs `{}`)", shown_command(body, prog)))
         }
@@ -492,14 +499,14 @@ fn trigger_record(
     Ok(ScriptRecord { package, script, outcome })
 }
 
-/// Why a file trigger's script changes nothing in an image build, or the first command that
-/// may.
-fn trigger_without_effect(body: &str, prog: &str) -> std::result::Result<String, String> {
+/// What a trigger's script amounts to in an image build (ldconfig emulated, or nothing), or
+/// the first command that may change something else.
+fn trigger_outcome(body: &str, prog: &str) -> std::result::Result<Outcome, String> {
     let prog_name = prog.split_whitespace().next().unwrap_or("/bin/sh");
     let ldconfig = |w: &str| w == "ldconfig" || w.ends_with("/ldconfig");
     if !matches!(prog_name, "/bin/sh" | "/bin/bash" | "/usr/bin/sh" | "/usr/bin/bash") {
         return if ldconfig(prog_name) && body.trim().is_empty() {
-            Ok(format!("{prog_name}: {LDCONFIG_NOT_RUN}"))
+            Ok(Outcome::Emulated(LDCONFIG_DONE.into()))
         } else {
             Err(format!("{prog} script"))
         };
@@ -516,10 +523,12 @@ fn trigger_without_effect(body: &str, prog: &str) -> std::result::Result<String,
         return Err(words.join(" "));
     }
     Ok(if ran_ldconfig {
-        format!("ldconfig: {LDCONFIG_NOT_RUN}")
+        Outcome::Emulated(LDCONFIG_DONE.into())
     } else {
-        "only udevadm and systemctl daemon-reload (no udev or systemd runs while an image is built)"
-            .into()
+        Outcome::NoEffect(
+            "only udevadm and systemctl daemon-reload (no udev or systemd runs while an image is built)"
+                .into(),
+        )
     })
 }
 
@@ -681,10 +690,19 @@ mod tests {
             assert!(acc.in_order().is_empty(), "{body}");
             assert!(matches!(acc.records[0].outcome, Outcome::NotRun(_)), "{body}");
         }
-        // ldconfig and udevadm alone: no effect, as before.
+        // ldconfig and udevadm: the cache rewritten (once every package is in), udevadm without
+        // effect; udevadm alone: no effect.
         let h = header("p", &[(tag::POSTIN, "/sbin/ldconfig\nudevadm trigger || true\n")]);
         let acc = scriptlets(&[&h], &files(), false).unwrap();
+        assert_eq!(acc.records[0].outcome, Outcome::Emulated(LDCONFIG_DONE.into()));
+        assert_eq!(
+            crate::packages::ldconfig::first_run(&acc.records).map(|r| r.script.as_str()),
+            Some("%post")
+        );
+        let h = header("p", &[(tag::POSTIN, "udevadm trigger || true\n")]);
+        let acc = scriptlets(&[&h], &files(), false).unwrap();
         assert!(matches!(acc.records[0].outcome, Outcome::NoEffect(_)));
+        assert!(crate::packages::ldconfig::first_run(&acc.records).is_none());
     }
 
     /// Packages built by the real rpmbuild: a base package with file triggers (as glibc's
@@ -717,13 +735,12 @@ mod tests {
             (r[0].package.as_str(), r[0].script.as_str()),
             ("trig 1-1", "%transfiletriggerin (/usr/lib)")
         );
-        assert!(matches!(r[0].outcome, Outcome::NoEffect(_)), "{r:?}");
-        // A unit file: daemon-reload, without effect; files elsewhere fire nothing.
+        assert_eq!(r[0].outcome, Outcome::Emulated(LDCONFIG_DONE.into()), "{r:?}");
+        // A unit file: ldconfig too (`/usr/lib` is its prefix), and daemon-reload, without
+        // effect; files elsewhere fire nothing.
         let r = fire(&["/usr/lib/systemd/system/rdma.service"], &[], false).unwrap();
-        assert!(
-            r.iter().all(|t| matches!(t.outcome, Outcome::NoEffect(_))) && r.len() == 2,
-            "{r:?}"
-        );
+        let outcomes: Vec<&Outcome> = r.iter().map(|t| &t.outcome).collect();
+        assert!(matches!(outcomes[..], [Outcome::Emulated(_), Outcome::NoEffect(_)]), "{r:?}");
         assert!(fire(&["/usr/share/doc/x", "/opt/xy/b"], &[], false).unwrap().is_empty());
         // A removed library (OFED's, replaced): the postun trigger.
         let r = fire(&[], &["/usr/lib64/libmlx5.so.1.24.58"], false).unwrap();
@@ -777,7 +794,8 @@ mod tests {
             r.iter().map(|t| t.script.as_str()).collect::<Vec<_>>(),
             ["%triggerpostun (mlnx-ofa_kernel)"]
         );
-        assert!(matches!(r[0].outcome, Outcome::NoEffect(_)), "{r:?}");
+        // It runs ldconfig.
+        assert_eq!(r[0].outcome, Outcome::Emulated(LDCONFIG_DONE.into()), "{r:?}");
         // The trigger package itself installed while the named one is there: fires too.
         let r = package_triggers(&[&old], &[&base], &[], true).unwrap();
         assert!(matches!(&r[0].outcome, Outcome::NotRun(w) if w.contains("touch")), "{r:?}");

@@ -8,6 +8,7 @@ use super::fetch::package_file;
 use super::plan::Resolved;
 use super::scripts::Accounted;
 use crate::error::{Error, Result};
+use crate::packages::ldconfig;
 use crate::packages::payload::Refused;
 use crate::packages::users;
 use crate::packages::PackagesReport;
@@ -157,7 +158,7 @@ pub(crate) fn ids(text: &str) -> BTreeMap<String, u32> {
 pub(crate) fn unpack(
     resolved: &Resolved,
     files: &[(PathBuf, erdma_rpm::package::Package)],
-    accounted: &Accounted,
+    accounted: &mut Accounted,
     base: &dyn BaseFiles,
     arch: &str,
     layer: &mut LayerContents,
@@ -279,6 +280,7 @@ pub(crate) fn unpack(
         layer,
     )?;
     super::presets::apply(&accounted.presets, base, layer)?;
+    ldconfig(resolved, files, &mut accounted.records, base, arch, layer)?;
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::from(PackageError::WriteDatabase(Box::new(e))))?
     {
@@ -286,6 +288,57 @@ pub(crate) fn unpack(
     }
     removed.sort();
     Ok(removed)
+}
+
+/// `ldconfig`, where a scriptlet or a trigger runs it (`records`, [`ldconfig::first_run`]): as
+/// rpm runs glibc's file trigger once the transaction's files are in, `/etc/ld.so.cache` is
+/// rewritten for the image with every package in ([`ldconfig::rewrite`], the image's glibc
+/// as the plan leaves it). Where that cannot be reproduced, the base's cache stays and the
+/// records say so, unless a package adds a directory through `/etc/ld.so.conf.d`, which only
+/// the cache makes the loader search: then the image's ldconfig must run (the sandbox).
+fn ldconfig(
+    resolved: &Resolved,
+    files: &[(PathBuf, erdma_rpm::package::Package)],
+    records: &mut [crate::packages::scripts::ScriptRecord],
+    base: &dyn BaseFiles,
+    arch: &str,
+    layer: &mut LayerContents,
+) -> Result<()> {
+    use crate::packages::ldcache::{Arch, Build, Glibc};
+    let Some(first) = ldconfig::first_run(records) else {
+        return Ok(());
+    };
+    let (package, script) = (first.package.clone(), first.script.clone());
+    // glibc as the transaction leaves it: a planned build, else the installed one.
+    let planned = files.iter().map(|(_, p)| &p.header).find(|h| h.name() == "glibc");
+    let staying = installed_fates(resolved)
+        .into_iter()
+        .find(|(_, h, goes)| !goes && h.name() == "glibc")
+        .map(|(_, h, _)| h);
+    let installed =
+        planned.or(staying).and_then(|h| Glibc::from_version(&h.evr().version, Build::Other));
+    let done = match Arch::from_rpm(arch) {
+        Some(arch) => {
+            let image = ldconfig::Ldconfig { arch, family: ldconfig::Family::Rpm, installed };
+            ldconfig::rewrite(base, layer, &image)?
+        }
+        None => Err(format!("not emulated on {arch}").into()),
+    };
+    if let Err(why) = done {
+        let why = erdma_common::errors::chain(&*why);
+        let adds_dir = files.iter().any(|(_, p)| {
+            p.header.file_paths().iter().any(|f| f.starts_with("/etc/ld.so.conf.d/"))
+        });
+        if adds_dir {
+            return Err(crate::packages::scripts::needs_sandbox(
+                &package,
+                &script,
+                format!("ldconfig ({why})"),
+            ));
+        }
+        ldconfig::not_emulated(records, &why);
+    }
+    Ok(())
 }
 
 /// Each installed package (its header number and header) and whether this transaction takes
