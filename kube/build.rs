@@ -5,6 +5,8 @@
 //! - `proto/nri_v1alpha1.proto`: the NRI plugin API's messages (carried over ttrpc by `nri/`);
 //! - `proto/cri_v1.proto`: the CRI runtime API, client only (the tests and the NRI bench drive
 //!   containerd with it as kubelet does);
+//! - `proto/podresources_v1.proto`: kubelet's PodResources API (client for the metrics' pod
+//!   labels, server for the tests' kubelet stand-in);
 //! - `proto/pluginregistration_v1.proto`, `proto/dra_v1.proto`, `proto/dra_v1beta1.proto`,
 //!   `proto/dra_health_v1alpha1.proto`, `proto/dra_health_v1beta1.proto`: kubelet's plugin
 //!   registration, DRA and DRA device-health APIs (server for `dra/`, client for the tests'
@@ -30,9 +32,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(false)
         .compile_fds(fds("proto/cri_v1.proto")?)?;
-    for file in
-        ["proto/pluginregistration_v1.proto", "proto/dra_v1.proto", "proto/dra_v1beta1.proto"]
-    {
+    for file in [
+        "proto/pluginregistration_v1.proto",
+        "proto/dra_v1.proto",
+        "proto/dra_v1beta1.proto",
+        "proto/podresources_v1.proto",
+    ] {
         tonic_prost_build::configure()
             .build_client(true)
             .build_server(true)

@@ -13,4 +13,5 @@ pub mod deviceplugin;
 pub mod dra;
 pub mod grant;
 pub mod kubelet;
+pub mod metrics;
 pub mod nri;

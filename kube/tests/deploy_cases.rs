@@ -728,7 +728,20 @@ fn assert_daemon_containers(
         } else {
             assert_eq!(c["securityContext"]["capabilities"]["add"], Value::Null, "{name}");
             assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], json!(false), "{name}");
-            assert_eq!(m.len(), 4, "{name}: {m:?}");
+            // The metrics: on the port the flag names, the pods from kubelet's PodResources
+            // socket (read-only), the node's name from the downward API.
+            let pr = std::path::Path::new(erdma_kube::metrics::PODRESOURCES_SOCKET);
+            let pr = pr.parent().unwrap().to_str().unwrap();
+            assert_eq!(m[pr], (pr.to_string(), true, String::new()), "{name}");
+            let cmd = strings(&c["command"]);
+            assert_eq!(flag(&cmd, "--metrics-address"), Some(":9435"), "{name}");
+            assert_eq!(
+                c["ports"],
+                json!([{"name": "metrics", "containerPort": 9435, "protocol": "TCP"}])
+            );
+            let node_name = c["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME");
+            assert_eq!(node_name.unwrap()["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+            assert_eq!(m.len(), 5, "{name}: {m:?}");
         }
         assert!(!m.contains_key("/host"), "{name}");
         assert_eq!(

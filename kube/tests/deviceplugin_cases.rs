@@ -43,7 +43,10 @@ impl pb::registration_server::Registration for TestKubelet {
 /// A kubelet's registration socket at `dir/kubelet.sock`, served until the task is aborted.
 /// As kubelet's start does, every socket in `dir` is removed first (the plugins' too:
 /// `CleanupPluginDirectory`).
-fn start_kubelet(dir: &Path, tx: mpsc::Sender<pb::RegisterRequest>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn start_kubelet(
+    dir: &Path,
+    tx: mpsc::Sender<pb::RegisterRequest>,
+) -> tokio::task::JoinHandle<()> {
     use std::os::unix::fs::FileTypeExt;
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         if e.file_type().is_ok_and(|t| t.is_socket()) {
@@ -66,7 +69,7 @@ fn start_kubelet(dir: &Path, tx: mpsc::Sender<pb::RegisterRequest>) -> tokio::ta
 
 /// `erdma-device-plugin` over fixture `f`'s host, serving in `dir`, with `args`; killed when
 /// dropped.
-fn spawn_plugin(f: &Fixture, dir: &Path, args: &[&str]) -> tokio::process::Child {
+pub(crate) fn spawn_plugin(f: &Fixture, dir: &Path, args: &[&str]) -> tokio::process::Child {
     tokio::process::Command::new(bin("erdma-device-plugin"))
         .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
         .arg("--socket-dir")

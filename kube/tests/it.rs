@@ -10,5 +10,6 @@ mod cri_cases;
 mod deploy_cases;
 mod deviceplugin_cases;
 mod dra_cases;
+mod metrics_cases;
 mod nri_cases;
 mod support;

@@ -20,6 +20,7 @@
 pub mod cdi;
 pub mod check;
 pub mod config;
+pub mod counters;
 pub mod discover;
 pub mod doctor;
 pub mod engine;
@@ -33,6 +34,7 @@ pub mod prestart;
 pub mod request;
 pub mod runtime;
 pub mod spec;
+pub mod stat;
 mod sysfs;
 pub mod topology;
 pub mod trial;

@@ -28,6 +28,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Live eRDMA traffic per ERI, as `eadm stat -d DEV -l` shows it: receive and transmit
+    /// bytes and packets per second with their maximum, average and minimum over the session,
+    /// totals, drops, and the port's state, from the driver's counters in sysfs
+    /// (`ports/N/hw_counters`). Refreshes in place on a terminal until Ctrl-C.
+    Stat {
+        /// Only this device (e.g. `erdma_0`, `rocep26s0`); repeat for several [default: all].
+        #[arg(short = 'd', long = "device", value_name = "NAME")]
+        devices: Vec<String>,
+        /// Seconds between readings.
+        #[arg(short, long, value_name = "SECONDS", default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many intervals [default: until interrupted].
+        #[arg(short, long, value_name = "N")]
+        count: Option<u64>,
+        /// One JSON line per reading instead of the table (the first without rates).
+        #[arg(long)]
+        json: bool,
+    },
     /// Podman hooks.d precreate stage: OCI spec on stdin, edited spec on stdout.
     Precreate,
     /// OCI prestart hook: container state on stdin; acts on the container directly.
@@ -213,6 +231,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Devices { json } => devices_command(config, json)?,
+        Command::Stat { devices, interval, count, json } => {
+            stat_command(config, &devices, interval, count, json)?
+        }
         Command::Topology { json, netdevs } => topology_command(config, json, &netdevs)?,
         Command::Env { devices, format, netns, gpus } => {
             env_command(config, devices, format, netns, gpus)?
@@ -244,6 +265,67 @@ fn dispatch(cli: Cli, config: &Config) -> anyhow::Result<ExitCode> {
 }
 
 /// `erdma-oci-hook devices`: each RDMA device with its node and ports, or the host as JSON.
+/// Reads the counters every `interval` seconds and prints the rates: a table redrawn in place
+/// on a terminal (appended otherwise), or a JSON line per interval.
+fn stat_command(
+    config: &Config,
+    devices: &[String],
+    interval: f64,
+    count: Option<u64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    use std::time::{Duration, Instant, SystemTime};
+    if !(interval.is_finite() && (0.01..=86_400.0).contains(&interval)) {
+        anyhow::bail!("--interval {interval}: give seconds between 0.01 and 86400");
+    }
+    let discover = || {
+        erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)
+    };
+    let known = discover()?;
+    if let Some(unknown) = devices.iter().find(|d| !known.devices.iter().any(|k| &k.name == *d)) {
+        let names: Vec<&str> = known.devices.iter().map(|d| d.name.as_str()).collect();
+        anyhow::bail!(
+            "no eRDMA device {unknown} on this host (there are: {})",
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        );
+    }
+    let terminal = std::io::stdout().is_terminal() && !json;
+    let start = Instant::now();
+    let mut session = erdma_oci_hook::stat::Session::new();
+    let mut out = std::io::stdout().lock();
+    // A reading now, then one per interval; `count` intervals have rates.
+    let mut taken = 0u64;
+    loop {
+        let host = discover()?;
+        let now = start.elapsed().as_secs_f64();
+        let rows = session
+            .update(now, erdma_oci_hook::counters::sample(&config.sysfs_root, &host, devices));
+        if json {
+            // The first line has no rates yet: the counters as they stood.
+            let unix = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            writeln!(out, "{}", erdma_oci_hook::stat::json_line(&rows, unix))?;
+        } else {
+            let table = erdma_oci_hook::stat::render(&rows, interval, now);
+            if terminal {
+                // Home and clear, then the table: redrawn in place.
+                write!(out, "\x1b[H\x1b[2J{table}")?;
+            } else {
+                writeln!(out, "{table}")?;
+            }
+        }
+        out.flush()?;
+        if count.is_some_and(|c| taken >= c) {
+            return Ok(());
+        }
+        taken += 1;
+        let next = start + Duration::from_secs_f64(interval * taken as f64);
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+}
+
 fn devices_command(config: &Config, json: bool) -> anyhow::Result<()> {
     let host =
         erdma_oci_hook::discover::discover(&config.sysfs_root, &config.dev_root, &config.drivers)?;

@@ -12,5 +12,6 @@ mod nccl_cases;
 mod prestart_cases;
 mod real_engine_cases;
 mod runtime_cases;
+mod stat_cases;
 use erdma_testkit as support;
 mod topology_cases;

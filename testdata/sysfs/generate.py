@@ -25,11 +25,53 @@ VENDOR = {"erdma": ("0x1ded", "0x107f"), "mlx5_core": ("0x15b3", "0x101d")}
 
 def module(sys_, name, version):
     """/sys/module/<name> of a loaded module: `initstate` and `refcnt` as the kernel writes
-    them, `version` only when the module declares MODULE_VERSION (both here do)."""
+    them, `version` only when the module declares MODULE_VERSION (Alibaba's erdma and
+    nvidia_peermem do; the erdma of upstream Linux does not: version "")."""
     mdir = os.path.join(sys_, "module", name)
     write(os.path.join(mdir, "initstate"), "live\n")
     write(os.path.join(mdir, "refcnt"), "0\n")
-    write(os.path.join(mdir, "version"), version + "\n")
+    if version:
+        write(os.path.join(mdir, "version"), version + "\n")
+
+# The port counters erdma keeps (testdata/sysfs/README.md, "Counters"): upstream Linux's since
+# 6.8 (drivers/infiniband/hw/erdma/erdma_verbs.c, `erdma_descs`, in its order), and Alibaba's
+# out-of-tree driver's (kernel/src/erdma_stats.c of alibaba/elastic-rdma-drivers 0.2.37,
+# `erdma_hw_stat_descs`: 44 software counters, then the same 11 of the device, prefixed `hw_`,
+# the three transmit drops without `tx_`).
+UPSTREAM_COUNTERS = ["tx_reqs_cnt", "tx_packets_cnt", "tx_bytes_cnt", "tx_disable_drop_cnt",
+                     "tx_bps_limit_drop_cnt", "tx_pps_limit_drop_cnt", "rx_packets_cnt",
+                     "rx_bytes_cnt", "rx_disable_drop_cnt", "rx_bps_limit_drop_cnt",
+                     "rx_pps_limit_drop_cnt"]
+OOT_COUNTERS = (
+    "listen_create_cnt listen_ipv6_cnt listen_success_cnt listen_failed_cnt listen_destroy_cnt "
+    "accept_total_cnt accept_success_cnt accept_failed_cnt reject_cnt reject_failed_cnt "
+    "connect_total_cnt connect_success_cnt connect_failed_cnt connect_timeout_cnt connect_reset_cnt "
+    "cmdq_submitted_cnt cmdq_comp_cnt cmdq_eq_notify_cnt cmdq_eq_event_cnt cmdq_cq_armed_cnt "
+    "erdma_aeq_event_cnt erdma_aeq_notify_cnt "
+    "verbs_alloc_mr_cnt verbs_alloc_mr_failed_cnt verbs_alloc_pd_cnt verbs_alloc_pd_failed_cnt "
+    "verbs_alloc_uctx_cnt verbs_alloc_uctx_failed_cnt verbs_create_cq_cnt verbs_create_cq_failed_cnt "
+    "verbs_create_qp_cnt verbs_create_qp_failed_cnt verbs_dealloc_pd_cnt verbs_dealloc_uctx_cnt "
+    "verbs_dereg_mr_cnt verbs_dereg_mr_failed_cnt verbs_destroy_cq_cnt verbs_destroy_cq_failed_cnt "
+    "verbs_destroy_qp_cnt verbs_destroy_qp_failed_cnt verbs_get_dma_mr_cnt verbs_get_dma_mr_failed_cnt "
+    "verbs_reg_usr_mr_cnt verbs_reg_usr_mr_failed_cnt "
+    "hw_tx_reqs_cnt hw_tx_packets_cnt hw_tx_bytes_cnt hw_disable_drop_cnt hw_bps_limit_drop_cnt "
+    "hw_pps_limit_drop_cnt hw_rx_packets_cnt hw_rx_bytes_cnt hw_rx_disable_drop_cnt "
+    "hw_rx_bps_limit_drop_cnt hw_rx_pps_limit_drop_cnt").split()
+
+def hw_counters(port_dir, names, uv):
+    """ports/1/hw_counters: one decimal u64 per file (ib_core's hw_stat_port_show prints
+    `%llu\n`) and `lifespan` (ms between refreshes, default 10). The values are made up:
+    traffic of some GB, a few drops, per device."""
+    d = os.path.join(port_dir, "hw_counters")
+    for i, n in enumerate(names):
+        if "bytes" in n:
+            v = (uv + 1) * 7_000_000_000 + i
+        elif "packets" in n or "reqs" in n:
+            v = (uv + 1) * 1_700_000 + i
+        else:
+            v = i % 3
+        write(os.path.join(d, n), f"{v}\n")
+    write(os.path.join(d, "lifespan"), "10\n")
 
 def ipv4_mapped(a, b, c, d):
     """The GID of an IPv4 address, as sysfs prints it: ::ffff:a.b.c.d in eight groups."""
@@ -95,15 +137,16 @@ def gpus_of(base, sys_, gpus, model):
               GPU_INFO.format(model=model, irq=100 + minor, uuid=uuid, bus=bdf, minor=minor))
     write(os.path.join(sys_, "bus/pci/drivers/nvidia/uevent"), "DRIVER=nvidia\n")
 
-def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False, gids=None, numa=None, gpus=(), gpu_model="NVIDIA H100 80GB HBM3", eri_chain=None):
+def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdma_version=None, peermem=False, gids=None, numa=None, gpus=(), gpu_model="NVIDIA H100 80GB HBM3", eri_chain=None, counters=False):
     """devices: (ibdev, pci, driver, uverbs_index, netdev, port_state, phys_state);
     numa: per ibdev, its PCI function's NUMA node (default -1, what a kernel with one node or
     no firmware affinity prints);
     gids: per ibdev, the port's GID table [(gid, type)] (default erdma_gids / mlx5_gids);
     gpus: (chain, numa) per GPU (gpus_of); eri_chain: per ibdev, the bridges above its PCI
     function (bus ids from the root port down; default none: on the root bus);
-    erdma_version: the loaded erdma module's version (None: not loaded); peermem: whether
-    nvidia_peermem is loaded (GPU Direct RDMA)."""
+    erdma_version: the loaded erdma module's version (None: not loaded; "": upstream Linux's,
+    which has none); peermem: whether nvidia_peermem is loaded (GPU Direct RDMA); counters:
+    whether the erdma ports have their hw_counters (the names of the module's kind)."""
     base = os.path.join(ROOT, name)
     shutil.rmtree(base, ignore_errors=True)
     sys_ = os.path.join(base, "sys")
@@ -157,6 +200,8 @@ def scenario(name, devices, netdevs, rdma_cm=True, dev_nodes=None, umad=(), erdm
         # Empty slots read as the zero GID (their type and ndev files fail with EINVAL).
         for n in range(len(table), 8):
             write(os.path.join(p, f"gids/{n}"), "0000:0000:0000:0000:0000:0000:0000:0000\n")
+        if driver == "erdma" and erdma_version is not None and counters:
+            hw_counters(p, OOT_COUNTERS if erdma_version else UPSTREAM_COUNTERS, uv)
         link(os.path.join(idir, "device"), rel(idir, pdir))
         link(os.path.join(sys_, "class/infiniband", ib), rel(os.path.join(sys_, "class/infiniband"), idir))
         vdir = os.path.join(pdir, "infiniband_verbs", f"uverbs{uv}")
@@ -209,14 +254,14 @@ DOWN = ("1: DOWN", "3: Disabled")
 scenario("one", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE)], [("eth0", 8500)], erdma_version="0.2.35")
 scenario("two", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
                  ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
-         [("eth0", 8500), ("eth1", 8500)], erdma_version="0.2.37", peermem=True)
+         [("eth0", 8500), ("eth1", 8500)], erdma_version="0.2.37", peermem=True, counters=True)
 scenario("four", [(f"rocep{b}s0", f"0000:{b:02x}:00.0", "erdma", i, f"eth{i}", *ACTIVE) for i, b in enumerate([9, 10, 11, 12])],
-         [(f"eth{i}", 1400) for i in range(4)], erdma_version="0.2.38", peermem=True,
+         [(f"eth{i}", 1400) for i in range(4)], erdma_version="0.2.38", peermem=True, counters=True,
          numa={"rocep9s0": 0, "rocep10s0": 0, "rocep11s0": 1, "rocep12s0": 1})
 scenario("missing-uverbs", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
                             ("erdma_1", "0000:00:06.0", "erdma", 1, "eth1", *ACTIVE)],
          [("eth0", 8500), ("eth1", 8500)], dev_nodes={"infiniband/uverbs0", "infiniband/rdma_cm"}, erdma_version="0.2.36")
-scenario("port-down", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *DOWN)], [("eth0", 8500)], erdma_version="0.2.34")
+scenario("port-down", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *DOWN)], [("eth0", 8500)], erdma_version="0.2.34", counters=True)
 scenario("mlx5-beside", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
                          ("mlx5_0", "0000:3b:00.0", "mlx5_core", 1, "ens1f0np0", *ACTIVE)],
          [("eth0", 8500), ("ens1f0np0", 9000)], umad=[("mlx5_0", "0000:3b:00.0", 0)], erdma_version="0.2.33", peermem=True)
@@ -225,7 +270,9 @@ scenario("none", [], [("eth0", 1500)], rdma_cm=False)
 # rocep26s0 ACTIVE on ens5, rocep156s0 DOWN on ens6, and a bond0 with no RDMA device.
 scenario("rocep-ens5", [("rocep156s0", "0000:9c:00.0", "erdma", 0, "ens6", *DOWN),
                         ("rocep26s0", "0000:1a:00.0", "erdma", 1, "ens5", *ACTIVE)],
-         [("ens5", 8500), ("ens6", 8500), ("bond0", 8500)], erdma_version="0.2.39", peermem=True)
+         [("ens5", 8500), ("ens6", 8500), ("bond0", 8500)], erdma_version="0.2.39", peermem=True, counters=True)
+# Upstream Linux's erdma (6.8 and later: no MODULE_VERSION, the counters' upstream names).
+scenario("upstream", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE)], [("eth0", 8500)], erdma_version="", counters=True)
 # Two ACTIVE devices of one node whose RoCE v2 GIDs sit at different indexes (2 and 1), as
 # Alibaba's eRDMA benchmark notes found: no one NCCL_IB_GID_INDEX is right for both.
 scenario("gids-differ", [("erdma_0", "0000:00:05.0", "erdma", 0, "eth0", *ACTIVE),
