@@ -59,7 +59,7 @@ pub(crate) struct Ldconfig {
 }
 
 impl Ldconfig {
-    /// The built-in directories of the `ldconfig` that wrote `generator` (or none).
+    /// The built-in directories of the `ldconfig` of `glibc` (Debian's build, or another).
     fn trusted(&self, glibc: Glibc) -> Vec<String> {
         match (self.family, glibc.build) {
             (Family::Rpm, Build::Other | Build::El8Backport) => self.arch.el_trusted_dirs(),
@@ -121,6 +121,40 @@ pub(crate) fn not_emulated(records: &mut [ScriptRecord], why: &str) {
             r.outcome = Outcome::Emulated(detail.replace(DONE, &kept));
         }
     }
+}
+
+/// `ldconfig` once every package is unpacked, where a script ran it (`trigger`: the first such,
+/// `(package, script)`), for both backends: `/etc/ld.so.cache` rewritten ([`rewrite`]; `image`:
+/// the image's ldconfig, or why it is not emulated). Where that cannot be reproduced, the
+/// base's cache stays and `records` say so ([`not_emulated`]): the loader finds libraries in
+/// its default directories without a cache entry. Unless a package adds a directory through
+/// `/etc/ld.so.conf.d` (`adds_conf_dir`), which only the cache makes the loader search: then
+/// the image's own ldconfig must run, and the error sends the install to the sandbox.
+pub(crate) fn run(
+    base: &dyn BaseFiles,
+    layer: &mut LayerContents,
+    image: std::result::Result<Ldconfig, String>,
+    trigger: (&str, &str),
+    adds_conf_dir: bool,
+    records: &mut [ScriptRecord],
+) -> Result<()> {
+    let done = match image {
+        Ok(image) => rewrite(base, layer, &image)?.map(drop),
+        Err(why) => Err(why.into()),
+    };
+    if let Err(why) = done {
+        // Said in the report and the script's record, as text with its causes.
+        let why = erdma_common::errors::chain(&*why);
+        if adds_conf_dir {
+            return Err(crate::packages::scripts::needs_sandbox(
+                trigger.0,
+                trigger.1,
+                format!("ldconfig ({why})"),
+            ));
+        }
+        not_emulated(records, &why);
+    }
+    Ok(())
 }
 
 /// The largest base file read whole to look at its headers (a package's symlink into the base).

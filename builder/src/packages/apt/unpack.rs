@@ -479,28 +479,13 @@ fn apply_scripts<'a>(
     scripts::apply_statoverrides(base, layer, new_paths)?;
     // Triggers last, as dpkg processes them: libc-bin's `ldconfig`.
     if let Some((package, script)) = &accounted.ldconfig {
-        let done = match crate::packages::ldcache::Arch::from_debian(inputs.arch) {
-            Some(arch) => {
-                use crate::packages::ldconfig::{rewrite, Family, Ldconfig};
-                rewrite(base, layer, &Ldconfig { arch, family: Family::Debian, installed: None })?
-            }
-            None => Err(format!("not emulated on {}", inputs.arch).into()),
-        };
-        if let Err(why) = done {
-            // Said in the report and the script's record, as text with its causes.
-            let why = erdma_common::errors::chain(&*why);
-            // Where no package adds a library directory, the loader finds the new libraries
-            // without a cache entry: the base's cache stays, and the report says so. A new
-            // directory needs the cache: the sandbox runs the image's ldconfig.
-            if new_paths.iter().any(|p| p.starts_with("etc/ld.so.conf.d/")) {
-                return Err(crate::packages::scripts::needs_sandbox(
-                    package,
-                    script,
-                    format!("ldconfig ({why})"),
-                ));
-            }
-            crate::packages::ldconfig::not_emulated(&mut accounted.records, &why);
-        }
+        use crate::packages::ldconfig::{self, Family, Ldconfig};
+        let image = crate::packages::ldcache::Arch::from_debian(inputs.arch)
+            .map(|arch| Ldconfig { arch, family: Family::Debian, installed: None })
+            .ok_or_else(|| format!("not emulated on {}", inputs.arch));
+        let adds_conf_dir = new_paths.iter().any(|p| p.starts_with("etc/ld.so.conf.d/"));
+        let trigger = (package.as_str(), script.as_str());
+        ldconfig::run(base, layer, image, trigger, adds_conf_dir, &mut accounted.records)?;
     }
     Ok(())
 }

@@ -56,18 +56,22 @@ pub(crate) struct Scan {
 /// `_dl_is_dso` (2.34): `lib*.so*`, `ld-*.so*`, `ld.so.*`, `ld64.so.*`; before 2.34 the
 /// first two only ([`is_library_name`]).
 pub(crate) fn is_dso_name(name: &str) -> bool {
-    ((name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so"))
-        || name.starts_with("ld.so.")
-        || name.starts_with("ld64.so.")
+    is_lib_name(name) || is_ld_so_name(name)
+}
+
+/// `lib*.so*`, `ld-*.so*`: what every `ldconfig` reads as a library's name.
+fn is_lib_name(name: &str) -> bool {
+    (name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so")
+}
+
+/// `ld.so.*`, `ld64.so.*`: library names since 2.34.
+fn is_ld_so_name(name: &str) -> bool {
+    name.starts_with("ld.so.") || name.starts_with("ld64.so.")
 }
 
 /// The names `ldconfig` of `glibc` reads as libraries.
 fn is_library_name(name: &str, glibc: Glibc) -> bool {
-    if glibc.ld_so_names() {
-        is_dso_name(name)
-    } else {
-        (name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so")
-    }
+    is_lib_name(name) || glibc.ld_so_names() && is_ld_so_name(name)
 }
 
 /// Names `ldconfig` never reads: prelink's temporaries, and since 2.39 rpm's and dpkg's;

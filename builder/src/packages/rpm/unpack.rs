@@ -249,7 +249,8 @@ pub(crate) fn unpack(
     let mut gone_hnums = Vec::new();
     let mut gone_files: Vec<String> = Vec::new();
     let mut kept_files: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-    for (hnum, h, goes) in installed_fates(resolved) {
+    let fates = installed_fates(resolved);
+    for &(hnum, h, goes) in &fates {
         if goes {
             gone_hnums.push(hnum);
             gone_files.extend(h.file_paths());
@@ -280,7 +281,7 @@ pub(crate) fn unpack(
         layer,
     )?;
     super::presets::apply(&accounted.presets, base, layer)?;
-    ldconfig(resolved, files, &mut accounted.records, base, arch, layer)?;
+    ldconfig(&fates, files, &mut accounted.records, base, arch, layer)?;
     for db_file in erdma_rpm::rpmdb::write(&resolved.db, &gone_hnums, &blobs)
         .map_err(|e| Error::from(PackageError::WriteDatabase(Box::new(e))))?
     {
@@ -292,12 +293,10 @@ pub(crate) fn unpack(
 
 /// `ldconfig`, where a scriptlet or a trigger runs it (`records`, [`ldconfig::first_run`]): as
 /// rpm runs glibc's file trigger once the transaction's files are in, `/etc/ld.so.cache` is
-/// rewritten for the image with every package in ([`ldconfig::rewrite`], the image's glibc
-/// as the plan leaves it). Where that cannot be reproduced, the base's cache stays and the
-/// records say so, unless a package adds a directory through `/etc/ld.so.conf.d`, which only
-/// the cache makes the loader search: then the image's ldconfig must run (the sandbox).
+/// rewritten for the image with every package in ([`ldconfig::run`], the image's glibc as the
+/// plan leaves it: a planned build, else the installed one of `fates`).
 fn ldconfig(
-    resolved: &Resolved,
+    fates: &[(u32, &erdma_rpm::header::Header, bool)],
     files: &[(PathBuf, erdma_rpm::package::Package)],
     records: &mut [crate::packages::scripts::ScriptRecord],
     base: &dyn BaseFiles,
@@ -309,36 +308,18 @@ fn ldconfig(
         return Ok(());
     };
     let (package, script) = (first.package.clone(), first.script.clone());
-    // glibc as the transaction leaves it: a planned build, else the installed one.
     let planned = files.iter().map(|(_, p)| &p.header).find(|h| h.name() == "glibc");
-    let staying = installed_fates(resolved)
-        .into_iter()
-        .find(|(_, h, goes)| !goes && h.name() == "glibc")
-        .map(|(_, h, _)| h);
+    let staying =
+        fates.iter().find(|(_, h, goes)| !goes && h.name() == "glibc").map(|(_, h, _)| *h);
     let installed =
         planned.or(staying).and_then(|h| Glibc::from_version(&h.evr().version, Build::Other));
-    let done = match Arch::from_rpm(arch) {
-        Some(arch) => {
-            let image = ldconfig::Ldconfig { arch, family: ldconfig::Family::Rpm, installed };
-            ldconfig::rewrite(base, layer, &image)?
-        }
-        None => Err(format!("not emulated on {arch}").into()),
-    };
-    if let Err(why) = done {
-        let why = erdma_common::errors::chain(&*why);
-        let adds_dir = files.iter().any(|(_, p)| {
-            p.header.file_paths().iter().any(|f| f.starts_with("/etc/ld.so.conf.d/"))
-        });
-        if adds_dir {
-            return Err(crate::packages::scripts::needs_sandbox(
-                &package,
-                &script,
-                format!("ldconfig ({why})"),
-            ));
-        }
-        ldconfig::not_emulated(records, &why);
-    }
-    Ok(())
+    let image = Arch::from_rpm(arch)
+        .map(|arch| ldconfig::Ldconfig { arch, family: ldconfig::Family::Rpm, installed })
+        .ok_or_else(|| format!("not emulated on {arch}"));
+    let adds_conf_dir = files
+        .iter()
+        .any(|(_, p)| p.header.file_paths().iter().any(|f| f.starts_with("/etc/ld.so.conf.d/")));
+    ldconfig::run(base, layer, image, (&package, &script), adds_conf_dir, records)
 }
 
 /// Each installed package (its header number and header) and whether this transaction takes
