@@ -290,6 +290,7 @@ fn stat_command(
             if names.is_empty() { "none".to_string() } else { names.join(", ") }
         );
     }
+    let mut first = Some(known);
     let terminal = std::io::stdout().is_terminal() && !json;
     let start = Instant::now();
     let mut session = erdma_oci_hook::stat::Session::new();
@@ -297,7 +298,11 @@ fn stat_command(
     // A reading now, then one per interval; `count` intervals have rates.
     let mut taken = 0u64;
     loop {
-        let host = discover()?;
+        // The first reading uses the discovery that checked `-d` above.
+        let host = match first.take() {
+            Some(host) => host,
+            None => discover()?,
+        };
         let now = start.elapsed().as_secs_f64();
         let rows = session
             .update(now, erdma_oci_hook::counters::sample(&config.sysfs_root, &host, devices));
