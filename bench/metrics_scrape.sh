@@ -4,7 +4,7 @@
 # them), the pods read from a PodResources stand-in (kubelet's API: 8 pods holding the ERIs),
 # timed as Prometheus sees it (HTTP GET on 127.0.0.1; kube/examples/metrics_scrape.rs). Beside
 # it, run by run: reading the same counter files and nothing else (the floor). Then the plugin's
-# peak RSS. The goals (issue 43): a scrape under 5 ms, the exporter under 20 MB.
+# peak RSS. The goals: a scrape under 5 ms, the exporter under 20 MB.
 #
 #   bench/metrics_scrape.sh [RUNS]        (default 500, after 20 warm-up)
 #
