@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use erdma_kube::metrics::podresources as pr;
+use erdma_kube::holders::podresources as pr;
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -39,6 +39,7 @@ impl pr::pod_resources_lister_server::PodResourcesLister for Pods {
                         resource_name: "aliyun/erdma".into(),
                         device_ids: vec![format!("{}-{}", devices[i % 4], i / 4)],
                     }],
+                    dynamic_resources: vec![],
                 }],
             })
             .collect();

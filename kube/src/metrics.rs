@@ -1,48 +1,37 @@
 //! Prometheus metrics of the node's ERIs, served on `/metrics` by the device plugin
 //! (`--metrics-address`; off unless given, as the DaemonSet manifests give it): each port's
 //! traffic counters as counters ([`erdma_oci_hook::counters`]), its state and MTU as gauges, and
-//! which pod's containers each ERI is handed to (kubelet's PodResources API, the device
-//! plugin's allocations) as an info metric, so a dashboard can join traffic to pods.
+//! which pod's containers each ERI is handed to ([`crate::holders`]: the device plugin's
+//! allocations, DRA claims, the NRI plugin's records) as an info metric, so a dashboard can
+//! join traffic to pods.
 //!
 //! The exposition is Prometheus' text format 0.0.4 (held against `promtool check metrics`).
 //! A counter that goes backwards (the driver reloaded) is exposed as read: Prometheus takes a
 //! decrease as a reset. A port that disappears has no series from then on, which Prometheus
 //! marks stale; a counter file that does not read is left out, never exposed as 0.
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::holders::{self, Holder};
 use erdma_oci_hook::config::Config;
 use erdma_oci_hook::counters::{Counter, PortSample};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// kubelet's PodResources socket.
-pub const PODRESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
-
-/// The PodResources API's messages and client.
-pub mod podresources {
-    #![allow(missing_docs, clippy::all, clippy::pedantic, unreachable_pub)]
-    tonic::include_proto!("v1");
-}
-
-/// One ERI handed to one container, as kubelet records it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Grant {
-    pub device: String,
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-}
 
 /// What a scrape reads, and how.
 pub struct Exporter {
     pub config: Config,
     /// The `node` label: the downward API's `NODE_NAME`, else the host name.
     pub node: String,
-    /// kubelet's PodResources socket; `None`: no pod labels.
+    /// kubelet's PodResources socket; `None`: no holders from kubelet.
     pub podresources: Option<PathBuf>,
-    /// The extended resource whose device IDs name ERIs (`aliyun/erdma`).
-    pub resource: String,
+    /// The extended resource whose device IDs name ERIs (`aliyun/erdma`), when the device
+    /// plugin serves.
+    pub resource: Option<String>,
+    /// The DRA driver whose claims' devices are ERIs (`erdma.aliyun.com`), when it serves.
+    pub dra_driver: Option<String>,
+    /// The NRI plugin's record directory; `None`: none read.
+    pub nri_records: Option<PathBuf>,
 }
 
 /// The counters by metric: name, help, and the direction's drop reason where it is one.
@@ -100,8 +89,8 @@ fn labels(node: &str, p: &PortSample, extra: &[(&str, &str)]) -> String {
     format!("{{{l}}}")
 }
 
-/// The exposition for `ports` on `node`, with `grants` as the pod info metric.
-pub fn render(node: &str, ports: &[PortSample], grants: &[Grant]) -> String {
+/// The exposition for `ports` on `node`, with `holders` as the pod info metric.
+pub fn render(node: &str, ports: &[PortSample], holders: &[Holder]) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, lines: Vec<String>| {
         if lines.is_empty() {
@@ -178,7 +167,7 @@ pub fn render(node: &str, ports: &[PortSample], grants: &[Grant]) -> String {
         "Counter files of the port that did not read as a number this scrape (left out above).",
         gauge(&|p| Some(p.unreadable.len().to_string())),
     );
-    let info = grants
+    let info = holders
         .iter()
         .map(|g| {
             format!(
@@ -194,47 +183,15 @@ pub fn render(node: &str, ports: &[PortSample], grants: &[Grant]) -> String {
     family(
         "erdma_device_container_info",
         "gauge",
-        "The containers each eRDMA device is handed to (kubelet's PodResources), 1 per pair: join on device.",
+        "The containers each eRDMA device is handed to (the device plugin's, DRA's and the NRI plugin's records), 1 per pair: join on device.",
         info,
     );
     out
 }
 
-/// The ERIs kubelet handed to containers through the device plugin (`resource`), by device:
-/// the device IDs the plugin advertised name their device ([`crate::deviceplugin::device_of`]).
-pub async fn grants(socket: &Path, resource: &str) -> Result<Vec<Grant>, String> {
-    let channel = crate::kubelet::unix_channel(socket)
-        .await
-        .map_err(|e| format!("connecting to {}: {e}", socket.display()))?;
-    let mut client =
-        podresources::pod_resources_lister_client::PodResourcesListerClient::new(channel);
-    let list = client
-        .list(podresources::ListPodResourcesRequest {})
-        .await
-        .map_err(|e| format!("PodResources List: {}", e.message()))?
-        .into_inner();
-    let mut out = Vec::new();
-    for pod in list.pod_resources {
-        for c in &pod.containers {
-            for d in c.devices.iter().filter(|d| d.resource_name == resource) {
-                for id in &d.device_ids {
-                    out.push(Grant {
-                        device: crate::deviceplugin::device_of(id).to_string(),
-                        namespace: pod.namespace.clone(),
-                        pod: pod.name.clone(),
-                        container: c.name.clone(),
-                    });
-                }
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
-
 impl Exporter {
-    /// One scrape: the counters as sysfs has them now, the pods as kubelet has them.
+    /// One scrape: the counters as sysfs has them now, the holders as kubelet and the NRI
+    /// plugin record them.
     pub async fn scrape(&self) -> String {
         let ports = match erdma_oci_hook::discover::discover(
             &self.config.sysfs_root,
@@ -247,14 +204,29 @@ impl Exporter {
                 Vec::new()
             }
         };
-        let grants = match &self.podresources {
-            Some(socket) => grants(socket, &self.resource).await.unwrap_or_else(|e| {
-                tracing::debug!("metrics: no pod labels: {e}");
-                Vec::new()
-            }),
+        let mut holders = match &self.podresources {
+            Some(socket) => match holders::pod_resources(socket).await {
+                Ok(list) => {
+                    let eris: Vec<String> = ports.iter().map(|p| p.device.clone()).collect();
+                    let kinds = holders::Kinds {
+                        resource: self.resource.as_deref(),
+                        dra_driver: self.dra_driver.as_deref(),
+                    };
+                    holders::from_pod_resources(&list, &kinds, &eris)
+                }
+                Err(e) => {
+                    tracing::debug!("metrics: no holders from kubelet: {e}");
+                    Vec::new()
+                }
+            },
             None => Vec::new(),
         };
-        render(&self.node, &ports, &grants)
+        if let Some(dir) = &self.nri_records {
+            holders.extend(holders::recorded(dir));
+        }
+        holders.sort();
+        holders.dedup();
+        render(&self.node, &ports, &holders)
     }
 }
 
@@ -319,6 +291,48 @@ pub async fn serve(listener: tokio::net::TcpListener, exporter: Arc<Exporter>) {
     }
 }
 
+/// The command-line options of the metrics, the same for every plugin that serves them.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Serve Prometheus metrics of the node's ERIs on `http://ADDRESS/metrics` (`:9435` for
+    /// every address): traffic counters, port state and MTU, and the pods each ERI is
+    /// handed to [default: off].
+    #[arg(long, value_name = "ADDRESS")]
+    pub metrics_address: Option<String>,
+    /// kubelet's PodResources socket, for the metrics' pod labels.
+    #[arg(long, value_name = "PATH", default_value = holders::PODRESOURCES_SOCKET)]
+    pub podresources_socket: PathBuf,
+    /// The NRI plugin's record directory (its `--records`), for the pod labels of ERIs it
+    /// gives by annotation or env [default: none].
+    #[arg(long, value_name = "DIR")]
+    pub nri_records: Option<PathBuf>,
+}
+
+/// Binds `args`' address and serves the metrics from a task of the current runtime; nothing
+/// where no address is given. `resource` and `dra_driver`: which of kubelet's records are ours.
+pub async fn start(
+    args: &Args,
+    config: Config,
+    resource: Option<String>,
+    dra_driver: Option<String>,
+) -> Result<(), String> {
+    let Some(address) = &args.metrics_address else { return Ok(()) };
+    let addr = parse_address(address)?;
+    let exporter = Arc::new(Exporter {
+        config,
+        node: node_name(),
+        podresources: Some(args.podresources_socket.clone()),
+        resource,
+        dra_driver,
+        nri_records: args.nri_records.clone(),
+    });
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("serving metrics on {addr}: {e} (hint: another --metrics-address)"))?;
+    tokio::spawn(serve(listener, exporter));
+    Ok(())
+}
+
 /// `host:port`, or `:port` for every address.
 pub fn parse_address(a: &str) -> Result<std::net::SocketAddr, String> {
     let full = if a.starts_with(':') { format!("0.0.0.0{a}") } else { a.to_string() };
@@ -332,7 +346,7 @@ mod tests {
     #[test]
     fn label_values_are_escaped_and_addresses_read() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-        let g = Grant {
+        let g = Holder {
             device: "erdma_0".into(),
             namespace: "ns".into(),
             pod: "p\"1".into(),

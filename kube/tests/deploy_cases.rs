@@ -36,6 +36,7 @@ const MANIFESTS: [&str; 4] = [
     "erdma-kit-dra.yaml",
 ];
 const IMAGE_BIN: &str = "/opt/erdma/bin";
+const NRI_RECORDS: &str = erdma_kube::holders::NRI_RECORDS;
 /// The DRA driver's name (`erdma-dra-plugin --driver-name`'s default), its DeviceClass's name and
 /// the domain of its unqualified attributes.
 const DRA_DRIVER: &str = erdma_kube::dra::DRIVER;
@@ -682,6 +683,29 @@ fn manifests_mount_probe_and_name_what_the_node_needs() {
         (Some("erdma"), Some("erdma"))
     );
     assert_eq!(rc["scheduling"]["nodeSelector"], pod["nodeSelector"]);
+
+    // Every daemon's command line parses in the binary it names (clap reads the arguments
+    // before `--help`, so an unknown or misspelt flag fails), in each manifest.
+    let mut checked = 0;
+    for (file, objs) in &all {
+        let ds = find(objs, "DaemonSet");
+        for c in ds["spec"]["template"]["spec"]["containers"].as_array().unwrap() {
+            let cmd = strings(&c["command"]);
+            let Some(name) = cmd[0].strip_prefix(&format!("{IMAGE_BIN}/")) else { continue };
+            if !name.ends_with("-plugin") {
+                continue; // erdma-kit-node: node_image_builds_offline_on_the_demo_base's
+            }
+            let out = std::process::Command::new(crate::support::bin(name))
+                .args(&cmd[1..])
+                .arg("--help")
+                .env("NODE_NAME", "node-1")
+                .output()
+                .unwrap();
+            assert_success(&format!("{file}: {}", cmd.join(" ")), &out);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6, "the plugins of the four DaemonSets");
 }
 
 /// The two daemons of the NRI DaemonSet (the device plugin and the NRI plugin, each with its
@@ -724,13 +748,18 @@ fn assert_daemon_containers(
             // Kubernetes' ValidateSecurityContext refuses allowPrivilegeEscalation: false
             // beside CAP_SYS_ADMIN.
             assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], Value::Null, "{name}");
-            assert_eq!(m.len(), 5, "{name}: {m:?}");
+            // Its records of the ERIs it gives, where the metrics read them: the host's
+            // directory (they outlive a restart of the pod), writable.
+            let records = flag(&strings(&c["command"]), "--records").unwrap();
+            assert_eq!(records, NRI_RECORDS, "{name}");
+            assert_eq!(m[records], (records.to_string(), false, String::new()), "{name}");
+            assert_eq!(m.len(), 6, "{name}: {m:?}");
         } else {
             assert_eq!(c["securityContext"]["capabilities"]["add"], Value::Null, "{name}");
             assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], json!(false), "{name}");
             // The metrics: on the port the flag names, the pods from kubelet's PodResources
             // socket (read-only), the node's name from the downward API.
-            let pr = std::path::Path::new(erdma_kube::metrics::PODRESOURCES_SOCKET);
+            let pr = std::path::Path::new(erdma_kube::holders::PODRESOURCES_SOCKET);
             let pr = pr.parent().unwrap().to_str().unwrap();
             assert_eq!(m[pr], (pr.to_string(), true, String::new()), "{name}");
             let cmd = strings(&c["command"]);
@@ -741,7 +770,10 @@ fn assert_daemon_containers(
             );
             let node_name = c["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME");
             assert_eq!(node_name.unwrap()["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
-            assert_eq!(m.len(), 5, "{name}: {m:?}");
+            // The NRI plugin's records, read-only.
+            assert_eq!(flag(&cmd, "--nri-records"), Some(NRI_RECORDS), "{name}");
+            assert_eq!(m[NRI_RECORDS], (NRI_RECORDS.to_string(), true, String::new()), "{name}");
+            assert_eq!(m.len(), 6, "{name}: {m:?}");
         }
         assert!(!m.contains_key("/host"), "{name}");
         assert_eq!(
@@ -834,7 +866,16 @@ fn dra_manifest_runs_the_dra_plugin_beside_the_nri_plugin() {
         m[SERVICE_ACCOUNT_DIR],
         ("projected:serviceAccountToken+configMap+downwardAPI".to_string(), true, String::new())
     );
-    assert_eq!(m.len(), 7, "{m:?}");
+    // The metrics, as the device plugin serves them in the other DaemonSets, with the claims'
+    // devices from kubelet's PodResources.
+    assert_eq!(flag(&cmd, "--metrics-address"), Some(":9435"));
+    assert_eq!(flag(&cmd, "--nri-records"), Some(NRI_RECORDS));
+    assert_eq!(m[NRI_RECORDS], (NRI_RECORDS.to_string(), true, String::new()));
+    let pr = Path::new(erdma_kube::holders::PODRESOURCES_SOCKET).parent().unwrap();
+    let pr = pr.to_str().unwrap();
+    assert_eq!(m[pr], (pr.to_string(), true, String::new()));
+    assert_eq!(dp["ports"], json!([{"name": "metrics", "containerPort": 9435, "protocol": "TCP"}]));
+    assert_eq!(m.len(), 9, "{m:?}");
     let node_name = dp["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME");
     assert_eq!(
         node_name.map(|e| &e["valueFrom"]),

@@ -71,6 +71,16 @@ async fn cluster(f: &Fixture) -> (ApiServer, Dirs) {
 
 /// `erdma-dra-plugin` over fixture `f`'s host, writing CDI specs to `cdi`; killed when dropped.
 fn spawn_plugin(f: &Fixture, d: &Dirs, cdi: &Path) -> tokio::process::Child {
+    spawn_plugin_with(f, d, cdi, &[])
+}
+
+/// [`spawn_plugin`] with `extra` arguments.
+fn spawn_plugin_with(
+    f: &Fixture,
+    d: &Dirs,
+    cdi: &Path,
+    extra: &[&std::ffi::OsStr],
+) -> tokio::process::Child {
     tokio::process::Command::new(bin("erdma-dra-plugin"))
         .env("ERDMA_OCI_HOOK_CONFIG", &f.config_path)
         .env_remove("KUBECONFIG")
@@ -83,6 +93,7 @@ fn spawn_plugin(f: &Fixture, d: &Dirs, cdi: &Path) -> tokio::process::Child {
         .arg(&d.plugin)
         .arg("--cdi-dir")
         .arg(cdi)
+        .args(extra)
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -228,9 +239,36 @@ fn dra_plugin_publishes_prepares_and_survives_a_restart_root() {
     let Some((f, rt)) = two_host() else { return };
     rt.block_on(async {
         let (api, d) = cluster(&f).await;
-        let mut child = spawn_plugin(&f, &d, &d.cdi);
+        // With its metrics, over a PodResources stand-in where a pod's claim holds erdma-1.
+        let podresources = f.dir.path().join("pod-resources.sock");
+        let _kubelet = crate::metrics_cases::start_podresources(&podresources);
+        let metrics: std::net::SocketAddr =
+            format!("127.0.0.1:{}", crate::metrics_cases::free_port()).parse().unwrap();
+        let metrics_arg = metrics.to_string();
+        let mut child = spawn_plugin_with(
+            &f,
+            &d,
+            &d.cdi,
+            &[
+                "--metrics-address".as_ref(),
+                metrics_arg.as_ref(),
+                "--podresources-socket".as_ref(),
+                podresources.as_os_str(),
+            ],
+        );
         let mut r = register(&d.registry).await;
         assert_eq!(r.info.name, "erdma.aliyun.com");
+        let body = tokio::task::spawn_blocking(move || crate::metrics_cases::scrape(metrics))
+            .await
+            .unwrap();
+        let info: Vec<&str> =
+            body.lines().filter(|l| l.starts_with("erdma_device_container_info")).collect();
+        assert_eq!(info.len(), 1, "{body}");
+        assert!(
+            info[0]
+                .contains(r#"device="erdma_1",namespace="ml",pod="claimed-0",container="rank0""#),
+            "{body}"
+        );
         assert_eq!(r.info.supported_versions, ["v1.DRAPlugin", "v1beta1.DRAPlugin"]);
         assert_eq!(Path::new(&r.info.endpoint), d.plugin.join("dra.sock"));
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use erdma_kube::metrics::podresources as pr;
+use erdma_kube::holders::podresources as pr;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -17,7 +17,8 @@ use crate::deviceplugin_cases::{spawn_plugin, start_kubelet};
 use crate::support::{self, Fixture};
 
 /// kubelet's PodResources `List`: one pod whose container holds `erdma_0` twice (two of its
-/// shares) and a GPU, another pod without devices.
+/// shares) and a GPU, one whose container holds `erdma_1` through a DRA claim (with a GPU
+/// claimed from NVIDIA's driver), another pod without devices.
 struct TestPodResources;
 
 #[tonic::async_trait]
@@ -41,19 +42,55 @@ impl pr::pod_resources_lister_server::PodResourcesLister for TestPodResources {
                 pr::PodResources {
                     name: "trainer-0".into(),
                     namespace: "ml".into(),
-                    containers: vec![pr::ContainerResources { name: "worker".into(), devices }],
+                    containers: vec![pr::ContainerResources {
+                        name: "worker".into(),
+                        devices,
+                        dynamic_resources: vec![],
+                    }],
+                },
+                pr::PodResources {
+                    name: "claimed-0".into(),
+                    namespace: "ml".into(),
+                    containers: vec![pr::ContainerResources {
+                        name: "rank0".into(),
+                        devices: vec![],
+                        dynamic_resources: vec![pr::DynamicResource {
+                            claim_name: "claimed-0-rdma".into(),
+                            claim_namespace: "ml".into(),
+                            claim_resources: vec![
+                                pr::ClaimResource {
+                                    cdi_devices: vec![pr::CdiDevice {
+                                        name: "k8s.erdma.aliyun.com/claim=uid-erdma-1".into(),
+                                    }],
+                                    driver_name: erdma_kube::dra::DRIVER.into(),
+                                    pool_name: "node-1".into(),
+                                    device_name: "erdma-1".into(),
+                                },
+                                pr::ClaimResource {
+                                    cdi_devices: vec![],
+                                    driver_name: "gpu.nvidia.com".into(),
+                                    pool_name: "node-1".into(),
+                                    device_name: "gpu-0".into(),
+                                },
+                            ],
+                        }],
+                    }],
                 },
                 pr::PodResources {
                     name: "idle".into(),
                     namespace: "default".into(),
-                    containers: vec![pr::ContainerResources { name: "c".into(), devices: vec![] }],
+                    containers: vec![pr::ContainerResources {
+                        name: "c".into(),
+                        devices: vec![],
+                        dynamic_resources: vec![],
+                    }],
                 },
             ],
         }))
     }
 }
 
-fn start_podresources(path: &Path) -> tokio::task::JoinHandle<()> {
+pub(crate) fn start_podresources(path: &Path) -> tokio::task::JoinHandle<()> {
     let listener = tokio::net::UnixListener::bind(path).unwrap();
     tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
@@ -66,7 +103,7 @@ fn start_podresources(path: &Path) -> tokio::task::JoinHandle<()> {
 }
 
 /// A port on 127.0.0.1 nothing listens on now.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -82,7 +119,7 @@ fn get(addr: SocketAddr, path: &str) -> Option<(String, String)> {
 }
 
 /// `GET /metrics` once the plugin serves it (within 20 s).
-fn scrape(addr: SocketAddr) -> String {
+pub(crate) fn scrape(addr: SocketAddr) -> String {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some((status, body)) = get(addr, "/metrics") {
@@ -150,6 +187,8 @@ fn metrics_name_each_eri_and_the_pods_it_is_handed_to() {
         "one per container and device"
     );
     assert!(!body.contains("GPU-0") && !body.contains("idle"), "{body}");
+    // The device plugin serves beside no DRA driver of ours: the claim is not read as one.
+    assert!(!body.contains("claimed-0"), "{body}");
     // The real promtool's lint of the exposition.
     if support::require(
         support::have("promtool"),
@@ -185,6 +224,61 @@ fn metrics_name_each_eri_and_the_pods_it_is_handed_to() {
         line("erdma_port_unreadable_counters", "erdma_1").is_some_and(|l| l.ends_with(" 1")),
         "{body}"
     );
+}
+
+/// The DRA plugin's exporter (its driver, no device plugin resource) with the NRI plugin's
+/// records: the ERI a claim holds and the one a container asked for by annotation both carry
+/// their pods; a record removed (the container gone) ends its series; a record directory with
+/// files that are not records does not break the scrape.
+#[test]
+fn claims_and_nri_records_name_their_pods() {
+    let fx = Fixture::sysfs_only("two", "");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let podresources = fx.dir.path().join("pod-resources.sock");
+    let records = fx.dir.path().join("nri-records");
+    let _kubelet = {
+        let _in_runtime = rt.enter();
+        start_podresources(&podresources)
+    };
+    let record = erdma_kube::holders::Record {
+        namespace: "batch".into(),
+        pod: "by-annotation".into(),
+        container: "main".into(),
+        devices: vec!["erdma_0".into()],
+    };
+    erdma_kube::holders::record(&records, "0123abcd", &record).unwrap();
+    std::fs::write(records.join("junk.json"), b"{not json").unwrap();
+    let exporter = erdma_kube::metrics::Exporter {
+        config: erdma_oci_hook::config::Config::load_from(&fx.config_path).unwrap(),
+        node: "node-1".into(),
+        podresources: Some(podresources),
+        resource: None,
+        dra_driver: Some(erdma_kube::dra::DRIVER.into()),
+        nri_records: Some(records.clone()),
+    };
+    let info = |body: &str| -> Vec<String> {
+        body.lines()
+            .filter(|l| l.starts_with("erdma_device_container_info{"))
+            .map(str::to_string)
+            .collect()
+    };
+    let body = rt.block_on(exporter.scrape());
+    assert_eq!(
+        info(&body),
+        [
+            r#"erdma_device_container_info{node="node-1",device="erdma_0",namespace="batch",pod="by-annotation",container="main"} 1"#,
+            r#"erdma_device_container_info{node="node-1",device="erdma_1",namespace="ml",pod="claimed-0",container="rank0"} 1"#,
+        ],
+        "{body}"
+    );
+    // The device plugin's allocation (trainer-0) is not this exporter's to read.
+    assert!(!body.contains("trainer-0"), "{body}");
+    erdma_kube::holders::forget(&records, "0123abcd").unwrap();
+    let body = rt.block_on(exporter.scrape());
+    assert_eq!(info(&body).len(), 1, "{body}");
+    assert!(info(&body)[0].contains("claimed-0"), "{body}");
+    // Traffic is served as before.
+    assert!(body.contains("erdma_port_transmit_bytes_total{"), "{body}");
 }
 
 /// A real Prometheus server scrapes the plugin every second while erdma_0 sends 1 GB/s;
@@ -337,7 +431,7 @@ fn the_dashboard_and_pod_monitor_match_the_metrics() {
     let fx = Fixture::sysfs_only("two", "");
     let host = erdma_oci_hook::discover::discover(&fx.sysfs, &fx.dev, &["erdma".into()]).unwrap();
     let ports = erdma_oci_hook::counters::sample(&fx.sysfs, &host, &[]);
-    let grant = erdma_kube::metrics::Grant {
+    let grant = erdma_kube::holders::Holder {
         device: "erdma_0".into(),
         namespace: "ml".into(),
         pod: "trainer-0".into(),

@@ -27,6 +27,8 @@ const MEMLOCK: u64 = 4 << 20;
 struct NriPlugin {
     child: Child,
     log: PathBuf,
+    /// Its `--records` directory.
+    records: PathBuf,
 }
 
 impl NriPlugin {
@@ -49,6 +51,7 @@ impl NriPlugin {
     /// Runs the plugin through `cmd` (its namespaces) and waits until the runtime configured it.
     fn spawn(fixture: &Fixture, mut cmd: std::process::Command, socket: &Path) -> NriPlugin {
         let log = fixture.dir.path().join("nri-plugin.log");
+        let records = fixture.dir.path().join("nri-records");
         let (k, v) = fixture.env();
         let child = cmd
             .arg(crate::support::bin("erdma-nri-plugin"))
@@ -56,11 +59,12 @@ impl NriPlugin {
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .args(["--socket".as_ref(), socket.as_os_str(), "--retry-ms".as_ref(), "50".as_ref()])
+            .args(["--records".as_ref(), records.as_os_str()])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let p = NriPlugin { child, log };
+        let p = NriPlugin { child, log, records };
         p.wait_for("configured by the runtime", 1);
         p
     }
@@ -76,6 +80,35 @@ impl NriPlugin {
             assert!(
                 Instant::now() < deadline,
                 "erdma-nri-plugin never logged `{needle}` ({n}×):\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl NriPlugin {
+    /// Its records as (device, pod, container), sorted.
+    fn holders(&self) -> Vec<(String, String, String)> {
+        erdma_kube::holders::recorded(&self.records)
+            .into_iter()
+            .map(|h| {
+                assert_eq!(h.namespace, "erdma-it");
+                (h.device, h.pod, h.container)
+            })
+            .collect()
+    }
+
+    /// Waits until its records are `want`.
+    fn wait_for_holders(&self, want: &[(&str, &str, &str)]) {
+        let want: Vec<(String, String, String)> =
+            want.iter().map(|(d, p, c)| (d.to_string(), p.to_string(), c.to_string())).collect();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.holders() != want {
+            assert!(
+                Instant::now() < deadline,
+                "records {:?}, want {want:?}:\n{}",
+                self.holders(),
                 self.log_text()
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -311,6 +344,31 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
     let (_, out, _) = h.exec_sync(&by_env, &["sh", "-c", "cat /dev/infiniband/uverbs1 2>&1"]);
     assert!(out.contains("No such device or address"), "{out}");
 
+    // Both are in the plugin's records, for the metrics' pod labels; removing a container
+    // removes its record (containerd 1.7 tells through StateChange, REMOVE_CONTAINER).
+    plugin.wait_for_holders(&[
+        ("erdma_0", "nri-host", "allocated"),
+        ("erdma_1", "nri-host", "by-env"),
+    ]);
+    let gone = h.create_and_start(
+        &pod,
+        &Container {
+            name: "short-lived".into(),
+            envs: vec![("ERDMA_VISIBLE_DEVICES".into(), "erdma_0".into())],
+            ..Default::default()
+        },
+    );
+    plugin.wait_for_holders(&[
+        ("erdma_0", "nri-host", "allocated"),
+        ("erdma_0", "nri-host", "short-lived"),
+        ("erdma_1", "nri-host", "by-env"),
+    ]);
+    h.stop_and_remove_container(&gone, 0);
+    plugin.wait_for_holders(&[
+        ("erdma_0", "nri-host", "allocated"),
+        ("erdma_1", "nri-host", "by-env"),
+    ]);
+
     // Not asking: exactly as containerd made it.
     assert!(nodes_inside(&h, &plain).is_empty());
     assert_eq!(memlock_inside(&h, &plain), ours);
@@ -327,9 +385,28 @@ fn nri_plugin_gives_asking_containers_nodes_memlock_and_env_root_daemon() {
 
     // `network = "require"`: refused with the fix named, which kubelet shows as the
     // container's CreateContainerError event; a plain one starts.
+    // A container removed while no plugin listens leaves a record behind: the plugin that
+    // comes next drops it when the runtime synchronises it, and keeps the others.
     drop(plugin);
+    let stale = erdma_kube::holders::Record {
+        namespace: "erdma-it".into(),
+        pod: "nri-host".into(),
+        container: "removed-meanwhile".into(),
+        devices: vec!["erdma_1".into()],
+    };
+    erdma_kube::holders::record(&fixture.dir.path().join("nri-records"), "f00d", &stale).unwrap();
     fixture.write_config(&format!("memlock = {MEMLOCK}\nnetwork = \"require\""));
     let plugin = NriPlugin::start_beside(&fixture, &h);
+    plugin.wait_for_holders(&[
+        ("erdma_0", "nri-annotated", "all"),
+        ("erdma_0", "nri-host", "allocated"),
+        ("erdma_0", "nri-isolated", "asks"),
+        ("erdma_0", "nri-isolated", "terway"),
+        ("erdma_1", "nri-annotated", "all"),
+        ("erdma_1", "nri-host", "by-env"),
+        ("erdma_1", "nri-isolated", "asks"),
+        ("erdma_1", "nri-isolated", "terway"),
+    ]);
     let err = h
         .try_create_and_start(
             &isolated,

@@ -33,14 +33,8 @@ struct Cli {
     /// Milliseconds between reads of sysfs (health) and checks for a kubelet restart.
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     poll_ms: u64,
-    /// Serve Prometheus metrics of the node's ERIs on `http://ADDRESS/metrics` (`:9435` for
-    /// every address): traffic counters, port state and MTU, and the pods each ERI is
-    /// handed to [default: off].
-    #[arg(long, value_name = "ADDRESS")]
-    metrics_address: Option<String>,
-    /// kubelet's PodResources socket, for the metrics' pod labels.
-    #[arg(long, value_name = "PATH", default_value = erdma_kube::metrics::PODRESOURCES_SOCKET)]
-    podresources_socket: PathBuf,
+    #[command(flatten)]
+    metrics: erdma_kube::metrics::Args,
 }
 
 fn main() -> ExitCode {
@@ -53,22 +47,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let metrics = match cli.metrics_address.as_deref().map(erdma_kube::metrics::parse_address) {
-        Some(Ok(addr)) => Some((
-            addr,
-            std::sync::Arc::new(erdma_kube::metrics::Exporter {
-                config: config.clone(),
-                node: erdma_kube::metrics::node_name(),
-                podresources: Some(cli.podresources_socket.clone()),
-                resource: cli.resource.clone(),
-            }),
-        )),
-        Some(Err(e)) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-        None => None,
-    };
+    if let Some(Err(e)) =
+        cli.metrics.metrics_address.as_deref().map(erdma_kube::metrics::parse_address)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let metrics_config = config.clone();
     let plugin = erdma_kube::kubelet::Plugin {
         config,
         plugin: erdma_kube::deviceplugin::PluginConfig {
@@ -85,15 +70,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let served = rt.block_on(async {
-        if let Some((addr, exporter)) = metrics {
-            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                format!("serving metrics on {addr}: {e} (hint: another --metrics-address)")
-            })?;
-            tokio::spawn(erdma_kube::metrics::serve(listener, exporter));
-        }
-        Ok::<_, String>(())
-    });
+    let served = rt.block_on(erdma_kube::metrics::start(
+        &cli.metrics,
+        metrics_config,
+        Some(plugin.plugin.resource.clone()),
+        None,
+    ));
     if let Err(e) = served {
         eprintln!("error: {e}");
         return ExitCode::from(1);

@@ -40,6 +40,8 @@ struct Cli {
     /// A kubeconfig to reach the API server with; default: $KUBECONFIG, else the pod's service account.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    metrics: erdma_kube::metrics::Args,
 }
 
 fn fail(e: &(dyn std::error::Error + 'static)) -> ExitCode {
@@ -77,6 +79,12 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if let Some(Err(e)) =
+        cli.metrics.metrics_address.as_deref().map(erdma_kube::metrics::parse_address)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let config = match erdma_oci_hook::config::Config::load() {
         Ok(c) => c,
         Err(e) => {
@@ -92,6 +100,16 @@ fn main() -> ExitCode {
         }
     };
     rt.block_on(async move {
+        let metrics = erdma_kube::metrics::start(
+            &cli.metrics,
+            config.clone(),
+            None,
+            Some(cli.driver_name.clone()),
+        );
+        if let Err(e) = metrics.await {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
         let client = match client(cli.kubeconfig).await {
             Ok(c) => c,
             Err(e) => {

@@ -34,6 +34,11 @@ struct Cli {
     /// Serve one connection and exit (tests, debugging) instead of reconnecting for ever.
     #[arg(long)]
     once: bool,
+    /// Record in DIR, one file per container, the ERIs given to each (removed with the
+    /// container), for the metrics' pod labels (`--nri-records` of the plugin serving them)
+    /// [default: no records].
+    #[arg(long, value_name = "DIR")]
+    records: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -46,7 +51,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let plugin = NriPlugin { config, name: cli.name, idx: cli.idx };
+    let plugin = NriPlugin { config, name: cli.name, idx: cli.idx, records: cli.records };
     if let Err(e) = plugin.validate() {
         eprintln!("error: {e}");
         return ExitCode::from(2);

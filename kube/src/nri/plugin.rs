@@ -1,5 +1,6 @@
 //! The NRI plugin daemon: connects to the runtime's NRI socket, registers, subscribes to
-//! `CreateContainer`, and answers each call in this process (no process is started per
+//! `CreateContainer` (and `RemoveContainer` where it keeps records of whom it gave ERIs:
+//! [`crate::holders`]), and answers each call in this process (no process is started per
 //! container). When the runtime goes away (restart, `Shutdown`), it connects again.
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -11,6 +12,7 @@ use prost::Message as _;
 use super::adjust;
 use super::pb;
 use super::wire::{self, code, Demux, Message, PLUGIN_CONN, REQUEST, RESPONSE, RUNTIME_CONN};
+use crate::holders;
 use erdma_oci_hook::config::Config;
 use erdma_oci_hook::discover;
 
@@ -29,6 +31,9 @@ pub struct NriPlugin {
     /// The plugin's name and two-digit index, which orders it among the runtime's plugins.
     pub name: String,
     pub idx: String,
+    /// Where it records the containers it gives ERIs to, one file each, for the metrics;
+    /// `None`: no records.
+    pub records: Option<PathBuf>,
 }
 
 /// How a connection ended.
@@ -73,20 +78,45 @@ impl NriPlugin {
             "Configure" => match pb::ConfigureRequest::decode(payload) {
                 Ok(req) => {
                     tracing::info!(runtime = %req.runtime_name, version = %req.runtime_version, "configured by the runtime");
-                    Ok(pb::ConfigureResponse { events: mask(pb::Event::CreateContainer) }
-                        .encode_to_vec())
+                    let mut events = mask(pb::Event::CreateContainer);
+                    if self.records.is_some() {
+                        events |= mask(pb::Event::RemoveContainer);
+                    }
+                    Ok(pb::ConfigureResponse { events }.encode_to_vec())
                 }
                 Err(e) => Err(decode_err(e)),
             },
-            // Containers that already exist were edited (or not) when they were created.
-            "Synchronize" => Ok(pb::SynchronizeResponse::default().encode_to_vec()),
+            // Containers that already exist were edited (or not) when they were created; the
+            // records of those that are gone are dropped.
+            "Synchronize" => match pb::SynchronizeRequest::decode(payload) {
+                Ok(req) => {
+                    self.synchronize(&req);
+                    Ok(pb::SynchronizeResponse::default().encode_to_vec())
+                }
+                Err(e) => Err(decode_err(e)),
+            },
             "CreateContainer" => match pb::CreateContainerRequest::decode(payload) {
                 Ok(req) => self.create_container(&req),
                 Err(e) => Err(decode_err(e)),
             },
             "UpdateContainer" => Ok(pb::UpdateContainerResponse::default().encode_to_vec()),
             "StopContainer" => Ok(pb::StopContainerResponse::default().encode_to_vec()),
-            "StateChange" => Ok(pb::Empty::default().encode_to_vec()),
+            "StateChange" => match pb::StateChangeEvent::decode(payload) {
+                Ok(ev) => {
+                    if ev.event == pb::Event::RemoveContainer as i32 {
+                        self.removed(ev.container.as_ref());
+                    }
+                    Ok(pb::Empty::default().encode_to_vec())
+                }
+                Err(e) => Err(decode_err(e)),
+            },
+            "RemoveContainer" => match pb::RemoveContainerRequest::decode(payload) {
+                Ok(req) => {
+                    self.removed(req.container.as_ref());
+                    Ok(pb::RemoveContainerResponse::default().encode_to_vec())
+                }
+                Err(e) => Err(decode_err(e)),
+            },
             "Shutdown" => return (Ok(pb::Empty::default().encode_to_vec()), Some(Ended::Shutdown)),
             other => status_err(
                 code::UNIMPLEMENTED,
@@ -94,6 +124,32 @@ impl NriPlugin {
             ),
         };
         (reply, None)
+    }
+
+    /// Drops the records of containers the runtime no longer has (those removed while the
+    /// plugin was away). Where later NRI splits the list (`more`), nothing is dropped: a
+    /// container of a later part would lose its record.
+    fn synchronize(&self, req: &pb::SynchronizeRequest) {
+        let Some(dir) = &self.records else { return };
+        if req.more {
+            return;
+        }
+        let live = req.containers.iter().map(|c| c.id.clone()).collect();
+        match holders::keep_only(dir, &live) {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(removed = n, "dropped the records of containers gone while away")
+            }
+            Err(e) => tracing::warn!(dir = %dir.display(), "records: {e}"),
+        }
+    }
+
+    /// The runtime removed `ctr`: its record goes.
+    fn removed(&self, ctr: Option<&pb::Container>) {
+        let (Some(dir), Some(ctr)) = (&self.records, ctr) else { return };
+        if let Err(e) = holders::forget(dir, &ctr.id) {
+            tracing::warn!(container = %ctr.name, "records: {e}");
+        }
     }
 
     fn create_container(&self, req: &pb::CreateContainerRequest) -> Result<Vec<u8>, wire::Status> {
@@ -121,6 +177,19 @@ impl NriPlugin {
                     tracing::info!(pod = %adjust::pod_name(pod), container = %ctr.name, devices = ?r.devices, nodes = ?r.nodes, memlock = r.memlock, env = ?r.env_added, "eRDMA given");
                     for w in &r.warnings {
                         tracing::warn!(pod = %adjust::pod_name(pod), container = %ctr.name, "{w}");
+                    }
+                    if let Some(dir) = &self.records {
+                        let record = holders::Record {
+                            namespace: pod.map(|p| p.namespace.clone()).unwrap_or_default(),
+                            pod: pod.map(|p| p.name.clone()).unwrap_or_default(),
+                            container: ctr.name.clone(),
+                            devices: r.devices.clone(),
+                        };
+                        // The record serves the metrics only: the container is not refused
+                        // for it.
+                        if let Err(e) = holders::record(dir, &ctr.id, &record) {
+                            tracing::warn!(pod = %adjust::pod_name(pod), container = %ctr.name, dir = %dir.display(), "records: {e}");
+                        }
                     }
                 }
                 Ok(pb::CreateContainerResponse { adjust: d.adjust, ..Default::default() }
@@ -264,7 +333,12 @@ mod tests {
     use super::*;
 
     fn plugin() -> NriPlugin {
-        NriPlugin { config: Config::default(), name: "erdma".into(), idx: "10".into() }
+        NriPlugin {
+            config: Config::default(),
+            name: "erdma".into(),
+            idx: "10".into(),
+            records: None,
+        }
     }
 
     #[test]
@@ -280,6 +354,70 @@ mod tests {
             "CREATE_CONTAINER is event 4"
         );
         assert!(e.is_none());
+    }
+
+    /// With records kept: REMOVE_CONTAINER too; a removal (as v0.6.1's StateChange and later
+    /// NRI's RemoveContainer) drops the container's record, a synchronisation those of the
+    /// containers the runtime no longer lists, but not while more of the list is to come.
+    #[test]
+    fn records_follow_the_runtime_s_containers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("records");
+        let p = NriPlugin { records: Some(dir.clone()), ..plugin() };
+        let (r, _) = p.handle("Configure", &pb::ConfigureRequest::default().encode_to_vec());
+        assert_eq!(
+            pb::ConfigureResponse::decode(&r.unwrap()[..]).unwrap().events,
+            0b100_0000_1000,
+            "CREATE_CONTAINER is event 4, REMOVE_CONTAINER 11"
+        );
+        let rec = |c: &str| holders::Record {
+            namespace: "ml".into(),
+            pod: "p".into(),
+            container: c.into(),
+            devices: vec!["erdma_0".into()],
+        };
+        for id in ["a1", "b2", "c3", "d4"] {
+            holders::record(&dir, id, &rec(id)).unwrap();
+        }
+        let ctr = |id: &str| pb::Container { id: id.into(), ..Default::default() };
+        let names = || -> Vec<String> {
+            holders::recorded(&dir).into_iter().map(|h| h.container).collect()
+        };
+        let event = pb::StateChangeEvent {
+            event: pb::Event::RemoveContainer as i32,
+            container: Some(ctr("a1")),
+            ..Default::default()
+        };
+        p.handle("StateChange", &event.encode_to_vec()).0.unwrap();
+        // Another event for a container does not touch its record.
+        let other = pb::StateChangeEvent {
+            event: pb::Event::StopContainer as i32,
+            container: Some(ctr("b2")),
+            ..Default::default()
+        };
+        p.handle("StateChange", &other.encode_to_vec()).0.unwrap();
+        assert_eq!(names(), ["b2", "c3", "d4"]);
+        let removed = pb::RemoveContainerRequest { container: Some(ctr("b2")), pod: None };
+        p.handle("RemoveContainer", &removed.encode_to_vec()).0.unwrap();
+        assert_eq!(names(), ["c3", "d4"]);
+        let partial =
+            pb::SynchronizeRequest { containers: vec![ctr("c3")], more: true, pods: vec![] };
+        p.handle("Synchronize", &partial.encode_to_vec()).0.unwrap();
+        assert_eq!(names(), ["c3", "d4"], "more is to come: nothing dropped");
+        let whole =
+            pb::SynchronizeRequest { containers: vec![ctr("c3")], more: false, pods: vec![] };
+        p.handle("Synchronize", &whole.encode_to_vec()).0.unwrap();
+        assert_eq!(names(), ["c3"]);
+        // Without records, nothing is written or removed.
+        plugin()
+            .handle(
+                "RemoveContainer",
+                &pb::RemoveContainerRequest { container: Some(ctr("c3")), pod: None }
+                    .encode_to_vec(),
+            )
+            .0
+            .unwrap();
+        assert_eq!(names(), ["c3"]);
     }
 
     #[test]
