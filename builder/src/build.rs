@@ -13,6 +13,7 @@ use crate::distro::OsRelease;
 use crate::env_presets::Profile;
 use crate::error::{Error, Result};
 use crate::inspect::{CudaFact, NcclFact, TorchFact};
+use crate::packages::apt::prefetch::Prefetches;
 use crate::packages::nccl::{Cuda, Want};
 use crate::packages::{Inputs, NcclRequest, PackagesReport};
 use crate::recipe::Recipe;
@@ -215,11 +216,25 @@ async fn run(
     };
 
     let cache = LayerCache::new(work.path());
+    let http = erdma_http::Client::new(opts.timeouts)?.max_inflation(opts.limits.inflation);
     let mut prepared = Vec::new();
     // One layer per recipe and architecture (platforms of one architecture share it).
     let mut layers_by_recipe: HashMap<(String, String), RecipeLayer> = HashMap::new();
     for (i, img) in images.iter().enumerate() {
-        let files = ImageFiles::new(&src, img, &cache, &reporter, &counters);
+        // The base's apt sources start their fetches as its layers stream past (not where
+        // --mirror stands in for them, or no package is fetched; ERDMA_BUILD_FETCH_AHEAD=0
+        // turns it off, for measuring it).
+        let arch = debian_arch(img);
+        let fetches = (opts.packages || opts.nccl.is_some() || !opts.install.is_empty())
+            && std::env::var_os("ERDMA_BUILD_FETCH_AHEAD").is_none_or(|v| v != "0");
+        let ahead = (opts.mirrors.is_empty() && fetches)
+            .then(|| Prefetches::new(http.clone(), &cache_dir(), &arch));
+        let watch = |path: &str, data: &[u8]| {
+            if let Some(a) = &ahead {
+                a.watch(path, data);
+            }
+        };
+        let files = ImageFiles::new(&src, img, &cache, &reporter, &counters).watching(&watch);
         let (recipe, os_release) = choose_recipe(opts, &src, &files)?;
         for name in opts.repo_keyrings.keys() {
             if name != "base" && !recipe.repositories.iter().any(|r| &r.name == name) {
@@ -239,7 +254,6 @@ async fn run(
                 });
             }
         }
-        let arch = debian_arch(img);
         let recipe = recipe.for_build(opts.nccl.is_some(), &arch);
         let key = (recipe.name.clone(), arch.clone());
         if !layers_by_recipe.contains_key(&key) {
@@ -248,6 +262,8 @@ async fn run(
                 &recipe,
                 opts,
                 &files,
+                &http,
+                ahead.as_ref(),
                 &arch,
                 &env,
                 output.is_some(),
@@ -412,15 +428,16 @@ async fn recipe_contents(
     recipe: &Recipe,
     opts: &Options,
     base: &ImageFiles<'_>,
+    http: &erdma_http::Client,
+    prefetched: Option<&Prefetches>,
     arch: &str,
     env: &[(String, String)],
     build: bool,
     reporter: &dyn Reporter,
 ) -> Result<RecipeLayer> {
     let mut layer = LayerContents::new();
-    let http = erdma_http::Client::new(opts.timeouts)?.max_inflation(opts.limits.inflation);
     let mut warnings = Vec::new();
-    let (keys, trusted) = repository_keys(&http, recipe, opts, &mut warnings).await?;
+    let (keys, trusted) = repository_keys(http, recipe, opts, &mut warnings).await?;
     let mut packages = None;
     let mut complete = true;
     let mut removed: Vec<String> = Vec::new();
@@ -435,7 +452,7 @@ async fn recipe_contents(
         || !opts.local_packages.is_empty()
     {
         let nccl_request = nccl.as_ref().map(|(req, _)| req.clone());
-        let inputs = package_inputs(&http, recipe, opts, arch, &keys, nccl_request)?;
+        let inputs = package_inputs(http, recipe, opts, arch, &keys, nccl_request, prefetched)?;
         let (report, gone) = crate::packages::install(
             recipe.distro.backend,
             &inputs,
@@ -534,6 +551,7 @@ fn package_inputs<'a>(
     arch: &'a str,
     keys: &'a BTreeMap<String, Vec<u8>>,
     nccl: Option<NcclRequest>,
+    prefetched: Option<&'a Prefetches>,
 ) -> Result<Inputs<'a>> {
     // The recipe's own repositories have their keys in `keys` already.
     let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {
@@ -559,6 +577,7 @@ fn package_inputs<'a>(
         skip_scripts: opts.skip_scripts,
         sandbox: opts.sandbox,
         install_recommends: opts.install_recommends,
+        prefetched,
     })
 }
 

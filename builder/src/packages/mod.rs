@@ -148,6 +148,8 @@ pub struct Inputs<'a> {
     pub sandbox: bool,
     /// `--install-recommends`: Recommends are installed as `apt-get install` installs them.
     pub install_recommends: bool,
+    /// The base's apt repositories fetched ahead while its layer was read (apt only).
+    pub prefetched: Option<&'a apt::prefetch::Prefetches>,
 }
 
 /// `--mirror [FROM=]URL`: where to read a source of the base's from instead.

@@ -212,11 +212,12 @@ impl Client {
         self.max_inflation.unwrap_or(erdma_limits::DEFAULT_INFLATION)
     }
 
-    /// Waits before try `attempt` (1-based) and says why in the log.
-    pub async fn backoff(e: &dyn std::fmt::Display, attempt: u32) {
+    /// Says why in the log, and gives the wait before try `attempt` (1-based). Not an `async
+    /// fn`, so that the error is not held across the wait (the future stays `Send`).
+    pub fn backoff(e: &dyn std::fmt::Display, attempt: u32) -> tokio::time::Sleep {
         let delay = Duration::from_millis(250 << attempt);
         tracing::warn!("{e}; retrying in {delay:?}");
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(delay)
     }
 
     /// What a reqwest failure means, in words a user can act on.

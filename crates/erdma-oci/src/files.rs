@@ -176,7 +176,12 @@ pub struct ImageFiles<'a> {
     snapshots: Vec<std::sync::OnceLock<Snapshot>>,
     /// What the snapshots may hold in all (`--max-entries`).
     budget: crate::rootfs::Budget,
+    /// Handed each kept file of a layer as it is read ([`ImageFiles::watching`]).
+    watch: Option<Watch<'a>>,
 }
+
+/// A watcher of the files a layer's read keeps: path and content.
+pub type Watch<'a> = &'a (dyn Fn(&str, &[u8]) + Sync);
 
 impl<'a> ImageFiles<'a> {
     pub fn new(
@@ -199,7 +204,17 @@ impl<'a> ImageFiles<'a> {
             handle: tokio::runtime::Handle::current(),
             snapshots,
             budget,
+            watch: None,
         }
+    }
+
+    /// Hands `watch` each kept file (its path and content) of the layers read from now on, as
+    /// their streams pass it: to start work that needs a few files early (fetching the
+    /// repositories the base's apt sources name while the rest of the layer is read). A
+    /// layer whose snapshot is cached is not read, so not watched.
+    pub fn watching(mut self, watch: Watch<'a>) -> Self {
+        self.watch = Some(watch);
+        self
     }
 
     fn open(&self, i: usize) -> Result<Box<dyn BufRead>> {
@@ -243,8 +258,18 @@ impl<'a> ImageFiles<'a> {
             return Ok(self.snapshots[i].get_or_init(|| snap));
         }
         let snap = tokio::task::block_in_place(|| {
-            Snapshot::read(&mut *self.open(i)?, self.src.limits.inflation, &self.budget)
-                .map_err(|e| self.layer_error(i, e))
+            let mut watch = |path: &str, data: &[u8]| {
+                if let Some(w) = self.watch {
+                    w(path, data);
+                }
+            };
+            Snapshot::read_watching(
+                &mut *self.open(i)?,
+                self.src.limits.inflation,
+                &self.budget,
+                &mut watch,
+            )
+            .map_err(|e| self.layer_error(i, e))
         })?;
         if let Some(p) = cached {
             if let (Some(dir), Ok(json)) = (p.parent(), serde_json::to_vec(&snap)) {

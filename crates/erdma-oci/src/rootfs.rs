@@ -541,6 +541,17 @@ impl Snapshot {
     /// taking its entries from `budget`; the input is drained for its digest check. A limit
     /// reached is an error carrying [`Exceeded`].
     pub fn read(r: &mut dyn BufRead, max_inflation: u64, budget: &Budget) -> io::Result<Snapshot> {
+        Snapshot::read_watching(r, max_inflation, budget, &mut |_, _| {})
+    }
+
+    /// [`Snapshot::read`], handing `watch` each kept file's path and content as the layer
+    /// streams past (before the layer is read whole: a later entry may still replace it).
+    pub fn read_watching(
+        r: &mut dyn BufRead,
+        max_inflation: u64,
+        budget: &Budget,
+        watch: &mut dyn FnMut(&str, &[u8]),
+    ) -> io::Result<Snapshot> {
         let mut snap = Snapshot::default();
         {
             erdma_limits::walk_tar(
@@ -570,6 +581,7 @@ impl Snapshot {
                         if of_interest(&name, entry.size()) && budget.keep(entry.size()) {
                             let mut data = Vec::with_capacity(entry.size() as usize);
                             Read::take(&mut *entry, 16 << 20).read_to_end(&mut data)?;
+                            watch(&name, &data);
                             SnapEntry::File(Some(data))
                         } else {
                             SnapEntry::File(None)

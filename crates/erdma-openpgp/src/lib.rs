@@ -276,11 +276,26 @@ pub fn verify_clearsigned_with(
         CleartextSignedMessage::from_string(&framing).map_err(|e| malformed(Some(e)))?;
     let signed = signed_text(body);
     check_signatures(msg.signatures(), signed.as_bytes(), keyring, now)?;
+    Ok(with_lf(&signed))
+}
+
+/// The signed text as callers get it: LF line endings, ending in one.
+fn with_lf(signed: &str) -> String {
     let mut text = signed.replace("\r\n", "\n");
     if !text.ends_with('\n') {
         text.push('\n');
     }
-    Ok(text)
+    text
+}
+
+/// The text a clear-signed message (an `InRelease` file) says it signs, with LF line endings,
+/// **not verified**: for deciding what to fetch ahead of the verification, never for trusting
+/// what the text says. Whatever is fetched on its word must be checked against the text
+/// [`verify_clearsigned_with`] returns before it is used. `None` if it is not framed as one.
+pub fn unverified_cleartext(text: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(text).ok()?;
+    let (_, body) = split_cleartext(text)?;
+    Some(with_lf(&signed_text(body)))
 }
 
 /// A clear-signed message split into its framing (the armour header lines and the signature

@@ -114,7 +114,11 @@ pub async fn resolve(
     let indices = repos.into_iter().map(|(name, specs)| async move {
         let mut last = None;
         for spec in specs {
-            match repo::fetch_index_cached(client, &spec, Some(cache)).await {
+            let ahead = match inputs.prefetched {
+                Some(p) => p.take(&spec).await,
+                None => None,
+            };
+            match repo::fetch_index_prefetched(client, &spec, Some(cache), ahead.as_ref()).await {
                 Ok(index) => return Ok(Some((name, spec.url, index))),
                 // Try the next mirror only when this one cannot be reached; a bad signature
                 // or hash is an attack or a broken mirror and stops the build.

@@ -5,6 +5,7 @@ pub mod file_changes;
 pub mod install;
 pub mod local;
 mod order;
+pub mod prefetch;
 pub mod resolve;
 mod sandboxed;
 mod scripts;

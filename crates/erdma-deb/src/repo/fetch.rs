@@ -95,10 +95,58 @@ pub async fn fetch_index_cached(
     spec: &RepoSpec,
     cache: Option<&std::path::Path>,
 ) -> Result<RepoIndex, RepoError> {
+    fetch_index_prefetched(client, spec, cache, None).await
+}
+
+/// An `InRelease` fetched ahead ([`prefetch_index`]), not verified: [`fetch_index_prefetched`]
+/// verifies these bytes instead of fetching them again.
+#[derive(Debug, Clone)]
+pub struct Prefetched {
+    url: String,
+    body: Vec<u8>,
+}
+
+/// Fetches ahead what [`fetch_index_cached`] will read for `spec`, before its keyring is known
+/// (while the base image is still being read): the `InRelease`, and each index it lists into
+/// `cache`, checked against the hash the text names as it streams. Nothing here is trusted:
+/// the `InRelease` is returned unverified for [`fetch_index_prefetched`] to verify, and a kept
+/// index is named by the SHA256 its content was checked against, so it is used only where a
+/// verified Release lists that hash. `spec.keyring` is not read.
+pub async fn prefetch_index(
+    client: &Client,
+    spec: &RepoSpec,
+    cache: &std::path::Path,
+) -> Result<Prefetched, RepoError> {
+    let layout = Layout::new(spec)?;
+    let url = format!("{}InRelease", layout.meta);
+    let Some(body) = get_meta(client, &url).await? else {
+        return Err(RepoError::NoRelease { url: layout.meta.clone() });
+    };
+    let text = erdma_openpgp::unverified_cleartext(&body).ok_or_else(|| {
+        RepoError::MalformedRelease { url: url.clone(), reason: "not clear-signed".into() }
+    })?;
+    let release = Release::parse(&text, &url)?;
+    let origin = origin_of(&release, &layout);
+    for dir in &layout.index_dirs {
+        // A component the repository lacks is the build's to report.
+        let _ =
+            read_dir_index(client, &layout, &release, &url, &origin, dir, Some(cache), true).await;
+    }
+    Ok(Prefetched { url, body })
+}
+
+/// [`fetch_index_cached`], verifying `prefetched`'s `InRelease` (where it is this repository's)
+/// instead of fetching it again.
+pub async fn fetch_index_prefetched(
+    client: &Client,
+    spec: &RepoSpec,
+    cache: Option<&std::path::Path>,
+    prefetched: Option<&Prefetched>,
+) -> Result<RepoIndex, RepoError> {
     let mut layout = Layout::new(spec)?;
     let keyring = Keyring::load(&spec.keyring)
         .map_err(|source| RepoError::Keyring { repo: layout.display.clone(), source })?;
-    let (release_url, text) = fetch_release(client, &layout.meta, &keyring).await?;
+    let (release_url, text) = fetch_release(client, &layout.meta, &keyring, prefetched).await?;
     let release = Release::parse(&text, &release_url)?;
     release.check_dates(&release_url, now())?;
     if !layout.flat {
@@ -108,103 +156,125 @@ pub async fn fetch_index_cached(
             layout.index_dirs.retain(|d| *d != dir);
         }
     }
-    let origin = release
-        .origin
-        .clone()
-        .or_else(|| release.label.clone())
-        .unwrap_or_else(|| layout.base.clone());
-
+    let origin = origin_of(&release, &layout);
     let mut packages = Vec::new();
     for dir in &layout.index_dirs {
-        // The Release also lists the uncompressed index's hash (mirrors need not serve it):
-        // the decompressed text is checked against it too, and names the cached copy.
-        let plain = format!("{dir}Packages");
-        let plain_entry = release.sha256.get(&plain).cloned().filter(|e| is_sha256(&e.sha256));
-        let listed: Vec<(String, FileEntry)> = INDEX_NAMES
-            .iter()
-            .map(|name| format!("{dir}{name}"))
-            .filter_map(|path| release.sha256.get(&path).map(|e| (path, e.clone())))
-            .collect();
-        if listed.is_empty() {
-            return Err(RepoError::NoIndex { url: release_url, wanted: format!("{dir}Packages") });
+        let read =
+            read_dir_index(client, &layout, &release, &release_url, &origin, dir, cache, false)
+                .await?;
+        packages.extend(read.unwrap_or_default());
+    }
+    Ok(RepoIndex { packages })
+}
+
+/// The name packages of a repository are reported under: its Release's Origin, else Label,
+/// else its URL.
+fn origin_of(release: &Release, layout: &Layout) -> String {
+    release.origin.clone().or_else(|| release.label.clone()).unwrap_or_else(|| layout.base.clone())
+}
+
+/// The packages of one index directory (`main/binary-amd64/`) as `release` lists its files:
+/// from the copy kept in `cache` under the hash the Release gives, else downloaded (trying
+/// each compression the Release lists) and kept. `only_keep`: make sure a copy is kept and
+/// return `None` without reading one that already is.
+#[allow(clippy::too_many_arguments)]
+async fn read_dir_index(
+    client: &Client,
+    layout: &Layout,
+    release: &Release,
+    release_url: &str,
+    origin: &str,
+    dir: &str,
+    cache: Option<&std::path::Path>,
+    only_keep: bool,
+) -> Result<Option<Vec<IndexedPackage>>, RepoError> {
+    // The Release also lists the uncompressed index's hash (mirrors need not serve it):
+    // the decompressed text is checked against it too, and names the cached copy.
+    let plain = format!("{dir}Packages");
+    let plain_entry = release.sha256.get(&plain).cloned().filter(|e| is_sha256(&e.sha256));
+    let listed: Vec<(String, FileEntry)> = INDEX_NAMES
+        .iter()
+        .map(|name| format!("{dir}{name}"))
+        .filter_map(|path| release.sha256.get(&path).map(|e| (path, e.clone())))
+        .collect();
+    if listed.is_empty() {
+        return Err(RepoError::NoIndex { url: release_url.to_string(), wanted: plain });
+    }
+    let context = |url: String, file: String, entry: FileEntry| IndexContext {
+        url,
+        file,
+        repo_meta: layout.meta.clone(),
+        base: layout.base.clone(),
+        origin: origin.to_string(),
+        repo: layout.display.clone(),
+        entry,
+        max_inflation: client.inflation(),
+    };
+    // Where a copy is kept: named by the entry its text was checked against, the
+    // decompressed index's where the Release lists one (then the same for every format).
+    let kept_at = |entry: &FileEntry| {
+        let sha256 = plain_entry.as_ref().map_or(&entry.sha256, |p| &p.sha256);
+        cache.filter(|_| is_sha256(sha256)).map(|c| kept_path(c, &sha256.to_ascii_lowercase()))
+    };
+    let names = if plain_entry.is_some() { 1 } else { listed.len() };
+    if only_keep {
+        let kept = listed.iter().take(names).any(|(_, e)| kept_at(e).is_some_and(|p| p.is_file()));
+        if kept {
+            return Ok(None);
         }
-        let context = |url: String, file: String, entry: FileEntry| IndexContext {
-            url,
-            file,
-            repo_meta: layout.meta.clone(),
-            base: layout.base.clone(),
-            origin: origin.clone(),
-            repo: layout.display.clone(),
-            entry,
-            max_inflation: client.inflation(),
-        };
-        // Where a copy is kept: named by the entry its text was checked against, the
-        // decompressed index's where the Release lists one (then the same for every format).
-        let kept_at = |entry: &FileEntry| {
-            let sha256 = plain_entry.as_ref().map_or(&entry.sha256, |p| &p.sha256);
-            cache.filter(|_| is_sha256(sha256)).map(|c| kept_path(c, &sha256.to_ascii_lowercase()))
-        };
-        let names = if plain_entry.is_some() { 1 } else { listed.len() };
-        if cache.is_some() {
-            let hit = listed.iter().take(names).find_map(|(path, e)| {
-                let at = kept_at(e)?;
-                read_kept(&at).map(|kept| (path, e, at, kept))
-            });
-            if let Some((path, entry, at, kept)) = hit {
-                let ctx = context(format!("{}{}", layout.meta, path), path.clone(), entry.clone());
-                match from_kept(kept, ctx).await {
-                    Ok(parsed) => {
-                        packages.extend(parsed);
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::warn!("ignoring cached index {}: {e}", at.display());
-                        let _ = std::fs::remove_file(&at);
-                    }
+    } else if cache.is_some() {
+        let hit = listed.iter().take(names).find_map(|(path, e)| {
+            let at = kept_at(e)?;
+            read_kept(&at).map(|kept| (path, e, at, kept))
+        });
+        if let Some((path, entry, at, kept)) = hit {
+            let ctx = context(format!("{}{}", layout.meta, path), path.clone(), entry.clone());
+            match from_kept(kept, ctx).await {
+                Ok(parsed) => return Ok(Some(parsed)),
+                Err(e) => {
+                    tracing::warn!("ignoring cached index {}: {e}", at.display());
+                    let _ = std::fs::remove_file(&at);
                 }
             }
         }
-        for (i, (path, entry)) in listed.iter().enumerate() {
-            let url = format!("{}{}", layout.meta, path);
-            let keep = kept_at(entry);
-            let ctx = context(url.clone(), path.clone(), entry.clone());
-            let mut attempt = 0;
-            let parsed = loop {
-                let (src, failed) = match client.open_stream(&url).await {
-                    Ok(Some(opened)) => opened,
-                    Ok(None) => break None,
-                    Err(e) if e.is_transient() && attempt < RETRIES => {
-                        attempt += 1;
-                        Client::backoff(&e, attempt).await;
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                match read_streamed(src, failed, ctx.clone(), plain_entry.clone(), keep.clone())
-                    .await
-                {
-                    Ok(parsed) => break Some(parsed),
-                    Err(e @ RepoError::Http(HttpError::Transfer { .. })) if attempt < RETRIES => {
-                        attempt += 1;
-                        Client::backoff(&e, attempt).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            let Some(parsed) = parsed else {
-                // apt tries the next compression the Release lists (Debian lists an
-                // uncompressed `Packages` that is not on the mirrors).
-                if i + 1 < listed.len() {
-                    tracing::debug!("{url} is missing; trying the next index format");
+    }
+    for (i, (path, entry)) in listed.iter().enumerate() {
+        let url = format!("{}{}", layout.meta, path);
+        let keep = kept_at(entry);
+        let ctx = context(url.clone(), path.clone(), entry.clone());
+        let mut attempt = 0;
+        let parsed = loop {
+            let (src, failed) = match client.open_stream(&url).await {
+                Ok(Some(opened)) => opened,
+                Ok(None) => break None,
+                Err(e) if e.is_transient() && attempt < RETRIES => {
+                    attempt += 1;
+                    Client::backoff(&e, attempt).await;
                     continue;
                 }
-                return Err(RepoError::IndexMissing { url });
+                Err(e) => return Err(e.into()),
             };
-            packages.extend(parsed);
-            break;
-        }
+            match read_streamed(src, failed, ctx.clone(), plain_entry.clone(), keep.clone()).await {
+                Ok(parsed) => break Some(parsed),
+                Err(e @ RepoError::Http(HttpError::Transfer { .. })) if attempt < RETRIES => {
+                    attempt += 1;
+                    Client::backoff(&e, attempt).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let Some(parsed) = parsed else {
+            // apt tries the next compression the Release lists (Debian lists an
+            // uncompressed `Packages` that is not on the mirrors).
+            if i + 1 < listed.len() {
+                tracing::debug!("{url} is missing; trying the next index format");
+                continue;
+            }
+            return Err(RepoError::IndexMissing { url });
+        };
+        return Ok(Some(parsed));
     }
-    Ok(RepoIndex { packages })
+    unreachable!("the last format either reads or returns an error")
 }
 
 /// The version of the cached indices' form ([`IndexedPackage::to_kept`]): raised whenever
@@ -327,9 +397,14 @@ async fn fetch_release(
     client: &Client,
     meta: &str,
     keyring: &Keyring,
+    prefetched: Option<&Prefetched>,
 ) -> Result<(String, String), RepoError> {
     let in_release = format!("{meta}InRelease");
-    if let Some(body) = get_meta(client, &in_release).await? {
+    let body = match prefetched.filter(|p| p.url == in_release) {
+        Some(p) => Some(p.body.clone()),
+        None => get_meta(client, &in_release).await?,
+    };
+    if let Some(body) = body {
         // A bad InRelease is an error; apt does not fall back to Release then.
         let text = verify_clearsigned_with(&body, keyring, now())
             .map_err(|e| RepoError::from(e).at(&in_release))?;
@@ -681,6 +756,62 @@ mod tests {
             .path()
             .join(format!("{}.kept-2", hex::encode(Sha256::digest(&changed))))
             .is_file());
+    }
+
+    /// Fetched ahead without a key: the index is kept, and the build proper, verifying the
+    /// same `InRelease` bytes, reads it with nothing fetched again. The bytes fetched ahead are
+    /// verified as a fresh download is: tampered with, they are refused.
+    #[tokio::test]
+    async fn fetched_ahead_then_verified_before_use() {
+        let fx = Fixture::new();
+        let meta = fx.publish(
+            "dists/bookworm",
+            "main/binary-amd64",
+            &[".xz", ""],
+            "pool/main/",
+            Some("main"),
+            None,
+        );
+        let server = HttpServer::start(fx.root.path());
+        let client = client();
+        let spec = fx.spec(&server.url, "bookworm", &["main"]);
+        let cache = tempfile::tempdir().unwrap();
+        let keyless = RepoSpec { keyring: Vec::new(), ..spec.clone() };
+        let ahead = prefetch_index(&client, &keyless, cache.path()).await.unwrap();
+        let kept: Vec<_> = std::fs::read_dir(cache.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(kept[0].ends_with(".kept-2"), "{kept:?}");
+
+        // The server loses everything: the InRelease fetched ahead and the kept index serve.
+        let in_release = std::fs::read(meta.join("InRelease")).unwrap();
+        for f in ["InRelease", "Release", "Release.gpg"] {
+            let _ = std::fs::remove_file(meta.join(f));
+        }
+        for f in ["Packages", "Packages.xz"] {
+            std::fs::remove_file(meta.join("main/binary-amd64").join(f)).unwrap();
+        }
+        let index =
+            fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(&ahead)).await.unwrap();
+        assert_eq!(index.packages.len(), 2);
+        // Another repository's InRelease is not taken for this one's.
+        let other =
+            Prefetched { url: format!("{}/dists/trixie/InRelease", server.url), ..ahead.clone() };
+        let e = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(&other))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RepoError::NoRelease { .. }), "{e}");
+        // Bytes changed after the signature (a Release naming other indices): refused.
+        let text = String::from_utf8(in_release).unwrap();
+        let forged = text.replacen("Origin: erdma-test", "Origin: erdma-tesT", 1);
+        assert_ne!(forged, text);
+        let forged = Prefetched { body: forged.into_bytes(), ..ahead.clone() };
+        let e = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(&forged))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("signature"), "{e}");
     }
 
     #[tokio::test]

@@ -32,7 +32,9 @@ mod sources;
 #[cfg(test)]
 mod testkit;
 
-pub use fetch::{fetch_index, fetch_index_cached};
+pub use fetch::{
+    fetch_index, fetch_index_cached, fetch_index_prefetched, prefetch_index, Prefetched,
+};
 pub use release::{verify_clearsigned, verify_detached};
 pub use sources::{parse_deb822_sources, parse_one_line_sources};
 
