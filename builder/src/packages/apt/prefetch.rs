@@ -4,7 +4,7 @@
 //! the recipe and the keys, finds them in hand instead of waiting for them after the layer.
 //!
 //! Nothing fetched here is trusted on its own: the build proper verifies the `InRelease` with
-//! the keys the finished read of the base gives ([`super::sources::base_specs`]), and a kept
+//! the keys the finished read of the base gives (`sources.rs`, `base_specs`), and a kept
 //! index is named by the hash its content was checked against, so it is read only where that
 //! verified Release lists it. A source a later layer replaces, or one the build does not read,
 //! costs a download and nothing else.
