@@ -576,6 +576,8 @@ fn a_fresh_namespace_runc_needs_is_kept_root() {
         return;
     }
     let fx = Fixture::new("one", &format!("memlock = {MEMLOCK}"));
+    // The user namespace's nodes are bind-mounted from the host's /dev.
+    support::host_dev_nodes("one");
     let root = RuncRoot::new();
     let tmp = tempfile::tempdir().unwrap();
     // What makes each case: the spec's sysctls, or a user namespace (identity-mapped).

@@ -190,6 +190,31 @@ pub fn mknod(path: &Path, kind: char, major: u32, minor: u32) {
     assert_success(&format!("mknod {}", path.display()), &out);
 }
 
+/// Makes the nodes `scenario` declares under the host's own `/dev` where missing, and leaves
+/// them there (a node of a driver that is not loaded opens nothing). runc in a user namespace
+/// cannot make device nodes: it bind-mounts each from the host's path the spec names, as on a
+/// real eRDMA host, where they exist. Never removed, so that tests running at the same time
+/// (and `scripts/runtime-validation/run`) never pull one from under another.
+pub fn host_dev_nodes(scenario: &str) {
+    for n in dev_nodes(scenario) {
+        let path = Path::new("/dev").join(&n.path);
+        if std::fs::symlink_metadata(&path).is_ok() {
+            continue;
+        }
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let out = Command::new("mknod")
+            .args(["-m", "0666"])
+            .arg(&path)
+            .args([n.kind.to_string(), n.major.to_string(), n.minor.to_string()])
+            .output()
+            .unwrap();
+        // Another test may have made it meanwhile.
+        if !out.status.success() && std::fs::symlink_metadata(&path).is_err() {
+            assert_success(&format!("mknod {}", path.display()), &out);
+        }
+    }
+}
+
 /// A fixture host: a copy of `testdata/sysfs/<scenario>/sys`, a /dev root with the nodes the
 /// scenario declares, and a config file pointing there, with its log file.
 pub struct Fixture {
