@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use super::dpkg::{BaseStatus, MAX_STATUS, STATUS};
 use super::fetch::fetch_debs;
+use super::prefetch::Ahead;
 use super::resolve::{self, Installed, Request};
 use super::sandboxed;
 use super::sources::repo_specs;
@@ -116,7 +117,16 @@ pub async fn resolve(
         for spec in specs {
             let ahead = match inputs.prefetched {
                 Some(p) => p.take(&spec).await,
-                None => None,
+                None => Ahead::Nothing,
+            };
+            let ahead = match ahead {
+                Ahead::Nothing => None,
+                Ahead::Fetched(fetched) => Some(fetched),
+                // Already tried, with the client's retries: on to the next mirror.
+                Ahead::Unreachable(e) => {
+                    last = Some(e);
+                    continue;
+                }
             };
             match repo::fetch_index_prefetched(client, &spec, Some(cache), ahead.as_ref()).await {
                 Ok(index) => return Ok(Some((name, spec.url, index))),

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use erdma_deb::repo::{self, Prefetched, RepoSpec, SourceEntry};
+use erdma_deb::repo::{self, Prefetched, RepoError, RepoSpec, SourceEntry};
 
 /// What names one fetch: the archive, suite, components and architecture.
 type Key = (String, String, Vec<String>, String);
@@ -24,7 +24,20 @@ pub struct Prefetches {
     cache: PathBuf,
     arch: String,
     handle: tokio::runtime::Handle,
-    started: Mutex<HashMap<Key, tokio::task::JoinHandle<Option<Prefetched>>>>,
+    started: Mutex<HashMap<Key, tokio::task::JoinHandle<Result<Prefetched, RepoError>>>>,
+}
+
+/// What a fetch ahead left for the build proper.
+#[derive(Debug)]
+pub enum Ahead {
+    /// None was started for the archive, or it failed for a reason the build proper meets and
+    /// reports itself, fetching again (a missing or malformed file, a cache it could not write).
+    Nothing,
+    /// The `InRelease` as fetched, still to be verified, and the indices kept in the cache.
+    Fetched(Prefetched),
+    /// The archive could not be reached, after the client's retries: the build proper goes on
+    /// to the next mirror rather than wait for the same timeouts again.
+    Unreachable(RepoError),
 }
 
 /// The apt sources a file of the base holds, by its path in the image; `None` for any other
@@ -89,20 +102,23 @@ impl Prefetches {
                     continue;
                 }
                 let (http, cache) = (self.http.clone(), self.cache.clone());
-                // A failure is the build proper's to meet and report, fetching again.
                 let task = self
                     .handle
-                    .spawn(async move { repo::prefetch_index(&http, &spec, &cache).await.ok() });
+                    .spawn(async move { repo::prefetch_index(&http, &spec, &cache).await });
                 started.insert(key, task);
             }
         }
     }
 
-    /// The fetch ahead of `spec`'s archive, once it is done; `None` where none was started or
-    /// it failed (the build proper then fetches as without it).
-    pub async fn take(&self, spec: &RepoSpec) -> Option<Prefetched> {
-        let task = self.started.lock().expect("poisoned").remove(&Prefetches::key(spec))?;
-        task.await.ok().flatten()
+    /// The fetch ahead of `spec`'s archive, once it is done.
+    pub async fn take(&self, spec: &RepoSpec) -> Ahead {
+        let task = self.started.lock().expect("poisoned").remove(&Prefetches::key(spec));
+        let Some(task) = task else { return Ahead::Nothing };
+        match task.await {
+            Ok(Ok(fetched)) => Ahead::Fetched(fetched),
+            Ok(Err(e)) if e.is_unreachable() => Ahead::Unreachable(e),
+            Ok(Err(_)) | Err(_) => Ahead::Nothing,
+        }
     }
 
     /// How many fetches were started (for the tests).
@@ -131,5 +147,43 @@ mod tests {
         ] {
             assert!(sources_in(other, line).is_none(), "{other}");
         }
+    }
+
+    /// One fetch per `deb` suite, however often the sources stream past; source entries,
+    /// Mellanox's repository and `trusted=yes` start none. An archive that cannot be reached
+    /// is said so, for the build to go on to its next mirror.
+    #[tokio::test]
+    async fn a_fetch_per_suite_and_an_unreachable_archive_said_so() {
+        // A port nothing listens on (the listener is dropped at once).
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}/debian");
+        let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let ahead = Prefetches::new(http, cache.path(), "amd64");
+        let sources = format!(
+            "Types: deb deb-src\nURIs: {url}\nSuites: bookworm bookworm-updates\nComponents: main\n\n\
+             Types: deb-src\nURIs: http://127.0.0.1:{port}/source\nSuites: trixie\nComponents: main\n\n\
+             Types: deb\nURIs: http://linux.mellanox.com/public/repo/mlnx_ofed/latest/debian12.1/x86_64\nSuites: ./\n\n\
+             Types: deb\nURIs: http://127.0.0.1:{port}/insecure\nSuites: ./\nTrusted: yes\n"
+        );
+        ahead.watch("etc/apt/sources.list.d/debian.sources", sources.as_bytes());
+        ahead.watch("etc/apt/sources.list.d/debian.sources", sources.as_bytes());
+        ahead.watch("etc/apt/sources.list", format!("deb {url} bookworm main\n").as_bytes());
+        assert_eq!(ahead.started(), 2);
+        let spec = |suite: &str| RepoSpec {
+            url: url.clone(),
+            suite: suite.into(),
+            components: vec!["main".into()],
+            arch: "amd64".into(),
+            keyring: Vec::new(),
+        };
+        let Ahead::Unreachable(e) = ahead.take(&spec("bookworm")).await else {
+            panic!("not unreachable")
+        };
+        assert!(e.is_unreachable() && e.to_string().contains(&url), "{e}");
+        // Taken once; a suite never named was never started.
+        assert!(matches!(ahead.take(&spec("bookworm")).await, Ahead::Nothing));
+        assert!(matches!(ahead.take(&spec("trixie")).await, Ahead::Nothing));
+        assert_eq!(ahead.started(), 1);
     }
 }
