@@ -13,8 +13,9 @@ use crate::distro::OsRelease;
 use crate::env_presets::Profile;
 use crate::error::{Error, Result};
 use crate::inspect::{CudaFact, NcclFact, TorchFact};
-use crate::packages::apt::prefetch::Prefetches;
 use crate::packages::nccl::{Cuda, Want};
+use crate::packages::prefetch::FetchAhead;
+use crate::packages::{apt, rpm};
 use crate::packages::{Inputs, NcclRequest, PackagesReport};
 use crate::recipe::Recipe;
 use erdma_common::progress::{Counters, Reporter, Transfer};
@@ -221,14 +222,33 @@ async fn run(
     // One layer per recipe and architecture (platforms of one architecture share it).
     let mut layers_by_recipe: HashMap<(String, String), RecipeLayer> = HashMap::new();
     for (i, img) in images.iter().enumerate() {
-        // The base's apt sources start their fetches as its layers stream past (not where
+        // The repositories of the base's apt sources or yum `.repo` files, and the recipe's,
+        // start their fetches as its layers stream past (packages::prefetch; not where
         // --mirror stands in for them, or no package is fetched; ERDMA_BUILD_FETCH_AHEAD=0
         // turns it off, for measuring it).
         let arch = debian_arch(img);
         let fetches = (opts.packages || opts.nccl.is_some() || !opts.install.is_empty())
             && std::env::var_os("ERDMA_BUILD_FETCH_AHEAD").is_none_or(|v| v != "0");
-        let ahead = (opts.mirrors.is_empty() && fetches)
-            .then(|| Prefetches::new(http.clone(), &cache_dir(), &arch));
+        let ahead = (opts.mirrors.is_empty() && fetches).then(|| {
+            // The recipe the build will pick, from the os-release as it streams past.
+            let (named, nccl, image_arch) =
+                (opts.recipe.clone(), opts.nccl.is_some(), arch.clone());
+            let recipe_of = move |os_release: &[u8]| {
+                let os = OsRelease::parse(&String::from_utf8_lossy(os_release));
+                let (recipe, _) = pick_recipe(named.as_deref(), || Ok(os)).ok()?;
+                Some(recipe.for_build(nccl, &image_arch).picked())
+            };
+            FetchAhead {
+                apt: apt::prefetch::Prefetches::new(http.clone(), &cache_dir(), &arch),
+                rpm: rpm::prefetch::Prefetches::new(
+                    http.clone(),
+                    &cache_dir(),
+                    &arch,
+                    opts.repo_urls.clone(),
+                    Box::new(recipe_of),
+                ),
+            }
+        });
         let watch = |path: &str, data: &[u8]| {
             if let Some(a) = &ahead {
                 a.watch(path, data);
@@ -380,7 +400,16 @@ fn choose_recipe(
         crate::distro::of_image(files)?
             .ok_or_else(|| Error::NoOsRelease { reference: src.reference.to_string() })
     };
-    let (recipe, os) = match &opts.recipe {
+    pick_recipe(opts.recipe.as_deref(), os_release)
+}
+
+/// The recipe `named` (`--recipe`; a generic one filled in with the release), else the one
+/// for the release; `os_release` reads the base's os-release where that is needed.
+fn pick_recipe(
+    named: Option<&str>,
+    os_release: impl FnOnce() -> Result<OsRelease>,
+) -> Result<(Recipe, Option<OsRelease>)> {
+    let (recipe, os) = match named {
         Some(name) => {
             let recipe = Recipe::load(name)?;
             if recipe.is_generic() {
@@ -429,7 +458,7 @@ async fn recipe_contents(
     opts: &Options,
     base: &ImageFiles<'_>,
     http: &erdma_http::Client,
-    prefetched: Option<&Prefetches>,
+    prefetched: Option<&FetchAhead>,
     arch: &str,
     env: &[(String, String)],
     build: bool,
@@ -551,7 +580,7 @@ fn package_inputs<'a>(
     arch: &'a str,
     keys: &'a BTreeMap<String, Vec<u8>>,
     nccl: Option<NcclRequest>,
-    prefetched: Option<&'a Prefetches>,
+    prefetched: Option<&'a FetchAhead>,
 ) -> Result<Inputs<'a>> {
     // The recipe's own repositories have their keys in `keys` already.
     let base_keyring = match opts.repo_keyrings.get("base").or(opts.keyring.as_ref()) {

@@ -261,6 +261,17 @@ impl Recipe {
         }
     }
 
+    /// What a fetch ahead of an rpm build needs of this recipe (as [`Recipe::for_build`]
+    /// made it).
+    pub fn picked(&self) -> crate::packages::rpm::prefetch::Picked {
+        crate::packages::rpm::prefetch::Picked {
+            backend: self.distro.backend,
+            version_id: self.distro.version_id.clone(),
+            repositories: self.repositories.clone(),
+            remove_files: self.packages.remove_files.clone(),
+        }
+    }
+
     /// Names of the repositories NCCL may come from.
     pub fn nccl_repositories(&self) -> Vec<&str> {
         self.target().nccl_repositories()

@@ -5,7 +5,9 @@
 //! What every backend needs lives here, once, below them: the inputs and the report, NCCL's
 //! build selection ([`nccl`]), the layer's payload rules ([`payload`]), the script emulations
 //! both backends share (`users`, `alternatives`), ld.so.cache's format and directory scan
-//! (`ldcache`) and its rewrite after an install (`ldconfig`), and the sandbox ([`sandboxed`]). OpenPGP (keys, pins, signatures) is the `erdma_openpgp` crate.
+//! (`ldcache`) and its rewrite after an install (`ldconfig`), the sandbox ([`sandboxed`]), and
+//! the repositories fetched while the base's layer is read ([`prefetch`]). OpenPGP (keys, pins,
+//! signatures) is the `erdma_openpgp` crate.
 pub(crate) mod alternatives;
 pub mod apt;
 pub mod error;
@@ -15,6 +17,7 @@ pub(crate) mod ldconfig;
 pub mod nccl;
 
 pub mod payload;
+pub mod prefetch;
 pub mod rpm;
 pub mod sandboxed;
 pub mod scripts;
@@ -148,8 +151,8 @@ pub struct Inputs<'a> {
     pub sandbox: bool,
     /// `--install-recommends`: Recommends are installed as `apt-get install` installs them.
     pub install_recommends: bool,
-    /// The base's apt repositories fetched ahead while its layer was read (apt only).
-    pub prefetched: Option<&'a apt::prefetch::Prefetches>,
+    /// The repositories fetched ahead while the base's layer was read.
+    pub prefetched: Option<&'a prefetch::FetchAhead>,
 }
 
 /// `--mirror [FROM=]URL`: where to read a source of the base's from instead.

@@ -307,6 +307,15 @@ fn el_base_gets_erdma(kind: BaseKind) {
     }
     assert!(scripts.iter().any(|r| r["outcome"] == "emulated"), "ldconfig runs: {pk}");
     assert!(img["keys"].as_array().unwrap().iter().any(|k| k["repository"] == "erdma"), "{img}");
+    // Each run (the plan, the build) asked each repository for its metadata once: what was
+    // fetched while the base's layer was read is what the build verified, not fetched again.
+    for (name, repo) in [("erdma", &setup.erdma), ("baseos", &setup.baseos)] {
+        let paths = repo.get_paths();
+        for file in ["repodata/repomd.xml", "repodata/repomd.xml.asc"] {
+            let n = paths.iter().filter(|p| p.ends_with(file)).count();
+            assert_eq!(n, 2, "{name}: {file} fetched {n} times in two runs: {paths:?}");
+        }
+    }
 
     // `check` reads the rpm database for the rdma-core it finds, and sees no Mellanox OFED.
     let check = support::run_build(["check", "--json", &format!("oci:{}:erdma", s(&layout))]);

@@ -5,6 +5,7 @@
 //! next build); [`select_packages`] then parses the packages a resolution can reach. Each
 //! package's own checksum and signature are checked by the caller after downloading it
 //! ([`crate::package`]). The apt counterpart is `erdma_deb::repo`.
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::index::{PrimaryIndex, KEPT_FORMAT};
@@ -100,10 +101,101 @@ impl RepoError {
     }
 }
 
+/// A repository's `repomd.xml` and its detached signature as one of its mirrors served them,
+/// fetched ahead of the build ([`prefetch`]) and not yet verified: [`load`] verifies them as
+/// if it had fetched them itself.
+#[derive(Debug, Clone)]
+pub struct Prefetched {
+    /// The base URL that answered.
+    pub url: String,
+    /// The mirrors before it that could not be reached or had no `repomd.xml`, with why.
+    tried: Vec<String>,
+    repomd: Vec<u8>,
+    /// `None`: the mirror has no `repomd.xml.asc`.
+    signature: Option<Vec<u8>>,
+}
+
+/// One mirror's `repomd.xml` and `repomd.xml.asc`, asked for at once (a round trip less to
+/// a far mirror than one after the other); `Ok(Err(why))` where another mirror may do better
+/// (it has no `repomd.xml`, or cannot be reached).
+async fn fetch_repomd(
+    http: &Client,
+    base: &str,
+) -> Result<Result<(Vec<u8>, Option<Vec<u8>>), String>, RepoError> {
+    let repomd_url = format!("{base}repodata/repomd.xml");
+    let signature_url = format!("{repomd_url}.asc");
+    let (raw, signature) =
+        tokio::join!(http.get(&repomd_url, MAX_REPOMD), http.get(&signature_url, 1 << 20));
+    let raw = match raw {
+        Ok(Some(raw)) => raw,
+        Ok(None) => return Ok(Err(format!("{repomd_url}: not found"))),
+        Err(e) if e.is_transient() => return Ok(Err(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Ok((raw, signature?)))
+}
+
+fn base_of(url: &str) -> String {
+    format!("{}/", url.trim_end_matches('/'))
+}
+
+/// The `primary` `repomd.xml` (`raw`, from `repomd_url`) names, with its checksum.
+fn primary_of(raw: &[u8], repomd_url: &str) -> Result<(RepoMdData, Checksum), RepoError> {
+    let md = repodata::parse_repomd(raw)
+        .map_err(|source| RepoError::Repomd { url: repomd_url.to_string(), source })?;
+    let primary = md.primary().map_err(RepoError::NoPrimary)?.clone();
+    let sum = primary
+        .checksum
+        .clone()
+        .ok_or_else(|| RepoError::NoChecksum { location: primary.location.clone() })?;
+    Ok((primary, sum))
+}
+
+/// Fetches what [`load`] will need of a repository before the build knows its keys: the
+/// first mirror's `repomd.xml` and signature, held unverified, and its `primary` as served,
+/// checked against the checksum that unverified `repomd.xml` gives and kept under that
+/// checksum (not indexed here: this runs while the base's layer is read, and the transfer is
+/// what overlaps it well; the index is built by `load`, as for a download of its own).
+/// Nothing here is trusted: `load` verifies the `repomd.xml`, and reads a kept `primary` only
+/// where the verified one names its checksum, checking it against that checksum again.
+pub async fn prefetch(
+    http: &Client,
+    name: &str,
+    urls: &[String],
+    cache_dir: &Path,
+) -> Result<Prefetched, RepoError> {
+    let mut tried = Vec::new();
+    for url in urls {
+        let base = base_of(url);
+        let (repomd, signature) = match fetch_repomd(http, &base).await? {
+            Ok(got) => got,
+            Err(why) => {
+                tried.push(why);
+                continue;
+            }
+        };
+        let (primary, sum) = primary_of(&repomd, &format!("{base}repodata/repomd.xml"))?;
+        let have = |p: &Path, max| erdma_limits::kept::open(p, max).is_ok();
+        let kept = kept_path(&sum, cache_dir).is_some_and(|p| have(&p, MAX_PRIMARY_OPEN * 2));
+        match fetched_path(&sum, cache_dir) {
+            Some(path) if !kept && !have(&path, MAX_PRIMARY) => {
+                let compressed = fetch_primary(http, &base, &primary, &sum).await?;
+                // Best effort: one that cannot be kept is fetched again by `load`.
+                let _ = erdma_limits::kept::write(&path, |f| f.write_all(&compressed));
+            }
+            _ => {}
+        }
+        return Ok(Prefetched { url: url.clone(), tried, repomd, signature });
+    }
+    Err(RepoError::Unreachable { name: name.to_string(), tried })
+}
+
 /// Reads one repository (`name`, its mirrors `urls`, tried in order while they cannot be
 /// reached) with the keys of `keyring`; `cache_dir`: where metadata is kept by checksum. A bad
 /// signature or checksum is an error at once (an attack or a broken mirror, as apt's backend
-/// treats it), not a reason to try the next mirror.
+/// treats it), not a reason to try the next mirror. `prefetched`, where it is one of `urls`,
+/// stands in for fetching that mirror's `repomd.xml` and signature (and for trying the
+/// mirrors before it again).
 pub async fn load(
     http: &Client,
     name: &str,
@@ -111,32 +203,29 @@ pub async fn load(
     keyring: Keyring,
     repo_gpgcheck: bool,
     cache_dir: &Path,
+    prefetched: Option<&Prefetched>,
 ) -> Result<LoadedRepo, RepoError> {
-    let mut tried = Vec::new();
-    for url in urls {
-        let base = format!("{}/", url.trim_end_matches('/'));
+    let ahead = prefetched.and_then(|p| Some((urls.iter().position(|u| *u == p.url)?, p)));
+    let (mut tried, skip) = match ahead {
+        Some((at, p)) => (p.tried.clone(), at),
+        None => (Vec::new(), 0),
+    };
+    for url in &urls[skip..] {
+        let base = base_of(url);
         let repomd_url = format!("{base}repodata/repomd.xml");
-        let raw = match http.get(&repomd_url, MAX_REPOMD).await {
-            Ok(Some(raw)) => raw,
-            Ok(None) => {
-                tried.push(format!("{repomd_url}: not found"));
-                continue;
-            }
-            Err(e) if e.is_transient() => {
-                tried.push(e.to_string());
-                continue;
-            }
-            Err(e) => return Err(e.into()),
+        let (raw, signature) = match ahead.filter(|(_, p)| p.url == *url) {
+            Some((_, p)) => (p.repomd.clone(), p.signature.clone()),
+            None => match fetch_repomd(http, &base).await? {
+                Ok(got) => got,
+                Err(why) => {
+                    tried.push(why);
+                    continue;
+                }
+            },
         };
-        verify_repomd(http, &raw, &repomd_url, &keyring, repo_gpgcheck).await?;
-        let md = repodata::parse_repomd(&raw)
-            .map_err(|source| RepoError::Repomd { url: repomd_url.clone(), source })?;
-        let primary = md.primary().map_err(RepoError::NoPrimary)?;
-        let sum = primary
-            .checksum
-            .clone()
-            .ok_or_else(|| RepoError::NoChecksum { location: primary.location.clone() })?;
-        let index = read_primary(http, &base, primary, &sum, cache_dir, name).await?;
+        verify_repomd(&raw, signature.as_deref(), &repomd_url, &keyring, repo_gpgcheck)?;
+        let (primary, sum) = primary_of(&raw, &repomd_url)?;
+        let index = read_primary(http, &base, &primary, &sum, cache_dir, name).await?;
         return Ok(LoadedRepo {
             name: name.to_string(),
             url: url.clone(),
@@ -149,17 +238,17 @@ pub async fn load(
 }
 
 /// `repomd.xml` (`raw`, read from `url`) against its detached signature, where there is one.
-async fn verify_repomd(
-    http: &Client,
+fn verify_repomd(
     raw: &[u8],
+    signature: Option<&[u8]>,
     url: &str,
     keyring: &Keyring,
     repo_gpgcheck: bool,
 ) -> Result<(), RepoError> {
     let sig_url = format!("{url}.asc");
-    match http.get(&sig_url, 1 << 20).await? {
+    match signature {
         Some(sig) => {
-            erdma_openpgp::verify_detached_with(raw, &sig, keyring, erdma_common::dates::now())
+            erdma_openpgp::verify_detached_with(raw, sig, keyring, erdma_common::dates::now())
                 .map_err(|source| RepoError::BadSignature {
                     repomd: url.to_string(),
                     signature: sig_url,
@@ -170,6 +259,32 @@ async fn verify_repomd(
         None => {}
     }
     Ok(())
+}
+
+/// Where the index of the `primary` of checksum `sum` is kept.
+fn kept_path(sum: &Checksum, cache_dir: &Path) -> Option<PathBuf> {
+    sum.file_stem().map(|stem| cache_dir.join("rpm-md").join(format!("{stem}.kept-{KEPT_FORMAT}")))
+}
+
+/// Where a `primary` of checksum `sum` fetched ahead waits, as served, for its index.
+fn fetched_path(sum: &Checksum, cache_dir: &Path) -> Option<PathBuf> {
+    sum.file_stem().map(|stem| cache_dir.join("rpm-md").join(format!("{stem}.fetched")))
+}
+
+/// A mirror's `primary` (`data`, under `base`), checked against `sum`.
+async fn fetch_primary(
+    http: &Client,
+    base: &str,
+    data: &RepoMdData,
+    sum: &Checksum,
+) -> Result<Vec<u8>, RepoError> {
+    let url = format!("{base}{}", data.location);
+    let compressed = http
+        .get(&url, MAX_PRIMARY)
+        .await?
+        .ok_or_else(|| RepoError::NotFound { url: url.clone() })?;
+    repodata::verify(&compressed, sum).map_err(|source| RepoError::Metadata { at: url, source })?;
+    Ok(compressed)
 }
 
 /// The index of a repository's `primary` (`data`, checked against `sum`): the one kept under
@@ -183,9 +298,7 @@ async fn read_primary(
     cache_dir: &Path,
     origin: &str,
 ) -> Result<PrimaryIndex, RepoError> {
-    let kept: Option<PathBuf> = sum
-        .file_stem()
-        .map(|stem| cache_dir.join("rpm-md").join(format!("{stem}.kept-{KEPT_FORMAT}")));
+    let kept = kept_path(sum, cache_dir);
     if let Some(path) = &kept {
         if let Ok(file) = erdma_limits::kept::open(path, MAX_PRIMARY_OPEN * 2) {
             match PrimaryIndex::read_kept(file) {
@@ -196,13 +309,19 @@ async fn read_primary(
             }
         }
     }
-    let url = format!("{base}{}", data.location);
-    let compressed = http
-        .get(&url, MAX_PRIMARY)
-        .await?
-        .ok_or_else(|| RepoError::NotFound { url: url.clone() })?;
-    repodata::verify(&compressed, sum)
-        .map_err(|source| RepoError::Metadata { at: url.clone(), source })?;
+    // One fetched ahead, where it has the checksum the verified repomd.xml gives.
+    let fetched = fetched_path(sum, cache_dir);
+    let ahead = fetched
+        .as_deref()
+        .and_then(|p| erdma_limits::kept::read(p, MAX_PRIMARY).ok())
+        .filter(|c| repodata::verify(c, sum).is_ok());
+    if let Some(path) = &fetched {
+        let _ = std::fs::remove_file(path);
+    }
+    let compressed = match ahead {
+        Some(compressed) => compressed,
+        None => fetch_primary(http, base, data, sum).await?,
+    };
     let (location, inflation) = (data.location.clone(), http.inflation());
     let origin = origin.to_string();
     tokio::task::spawn_blocking(move || {
@@ -218,7 +337,6 @@ async fn read_primary(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
 
     /// A repository of `packages` (name, version) under `dir`: its `primary.xml.gz` and a
@@ -245,7 +363,7 @@ mod tests {
 
     async fn names(url: &str, cache: &Path) -> Result<Vec<String>, RepoError> {
         let keyring = Keyring { keys: Vec::new() };
-        let repo = load(&client(), "base", &[url.to_string()], keyring, false, cache).await?;
+        let repo = load(&client(), "base", &[url.to_string()], keyring, false, cache, None).await?;
         let mut repos = [repo];
         select_packages(&mut repos, ["glibc", "rdma-core", "pciutils"])?;
         Ok(repos[0].packages.iter().map(|p| format!("{}-{}", p.name, p.evr)).collect())
@@ -301,5 +419,60 @@ mod tests {
             ["rdma-core-47.0-1.el9", "glibc-2.34-1.el9"]
         );
         assert!(cache.path().join(format!("rpm-md/sha256-{new}.kept-{KEPT_FORMAT}")).exists());
+    }
+
+    /// What a fetch ahead holds is used as fetched, and verified as if it were: the mirror's
+    /// `repomd.xml` and `primary` can be gone by then, a mirror it found empty is not tried
+    /// again, and a missing or bad signature fails the load as it would have.
+    #[tokio::test]
+    async fn a_fetch_ahead_stands_in_for_the_fetch_and_is_verified_as_one() {
+        let (empty, repo, cache) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let urls = [empty.path(), repo.path()].map(|p| format!("file://{}", p.display()));
+        let sum = publish(repo.path(), &[("rdma-core", "46.0"), ("glibc", "2.34")]);
+        let ahead = prefetch(&client(), "base", &urls, cache.path()).await.unwrap();
+        assert_eq!(ahead.url, urls[1]);
+        assert_eq!(ahead.tried.len(), 1, "{:?}", ahead.tried);
+        // The primary as served, for the build to index.
+        let fetched = cache.path().join(format!("rpm-md/sha256-{sum}.fetched"));
+        let kept = cache.path().join(format!("rpm-md/sha256-{sum}.kept-{KEPT_FORMAT}"));
+        assert!(fetched.exists() && !kept.exists());
+
+        // The mirror is emptied, and the one it found empty filled with another repository.
+        std::fs::remove_dir_all(repo.path().join("repodata")).unwrap();
+        publish(empty.path(), &[("rdma-core", "99.0")]);
+        let none = || Keyring { keys: Vec::new() };
+        let load = |ahead: Option<Prefetched>, gpgcheck: bool| {
+            let (urls, cache) = (urls.clone(), cache.path().to_path_buf());
+            async move { load(&client(), "base", &urls, none(), gpgcheck, &cache, ahead.as_ref()).await }
+        };
+        // A primary fetched ahead that no longer has its checksum is not read (and, its
+        // mirror emptied, the load fails), and is dropped.
+        let gz = std::fs::read(&fetched).unwrap();
+        std::fs::write(&fetched, b"not the primary").unwrap();
+        assert!(load(Some(ahead.clone()), false).await.is_err());
+        assert!(!fetched.exists());
+        std::fs::write(&fetched, &gz).unwrap();
+        let loaded = load(Some(ahead.clone()), false).await.unwrap();
+        assert_eq!(loaded.url, urls[1]);
+        assert!(kept.exists() && !fetched.exists(), "indexed, and kept as an index");
+        let mut repos = [loaded];
+        select_packages(&mut repos, ["rdma-core"]).unwrap();
+        assert_eq!(repos[0].packages[0].evr.to_string(), "46.0-1.el9");
+        // Without it, the first mirror answers now.
+        assert_eq!(load(None, false).await.unwrap().url, urls[0]);
+
+        // repo_gpgcheck: the prefetched signature is required, and checked.
+        let e = load(Some(ahead.clone()), true).await.err().unwrap();
+        assert!(matches!(e, RepoError::NoSignature { .. }), "{e}");
+        let forged = Prefetched { signature: Some(b"not a signature".to_vec()), ..ahead.clone() };
+        let e = load(Some(forged), false).await.err().unwrap();
+        assert!(matches!(e, RepoError::BadSignature { .. }), "{e}");
+        // One for another repository's URL stands in for nothing.
+        let other = Prefetched { url: "file:///nowhere".into(), ..ahead };
+        assert_eq!(load(Some(other), false).await.unwrap().url, urls[0]);
     }
 }

@@ -8,13 +8,13 @@ use std::collections::BTreeSet;
 
 use super::dpkg::{BaseStatus, MAX_STATUS, STATUS};
 use super::fetch::fetch_debs;
-use super::prefetch::Ahead;
 use super::resolve::{self, Installed, Request};
 use super::sandboxed;
 use super::sources::repo_specs;
 use super::unpack::{inspect, unpack};
 use crate::error::{Error, Result};
 use crate::packages::nccl;
+use crate::packages::prefetch::Ahead;
 use crate::packages::sandboxed::Over;
 use crate::packages::PackageError;
 use crate::packages::{Inputs, NcclRequest, PackageChange, PackageRef, PackagesReport};
@@ -116,7 +116,7 @@ pub async fn resolve(
         let mut last = None;
         for spec in specs {
             let ahead = match inputs.prefetched {
-                Some(p) => p.take(&spec).await,
+                Some(p) => p.apt.take(&spec).await,
                 None => Ahead::Nothing,
             };
             let ahead = match ahead {

@@ -1,18 +1,13 @@
-//! The base's repositories fetched ahead: while the base's layer is still being read, the apt
-//! sources it names start their fetches ([`erdma_deb::repo::prefetch_index`]: the `InRelease`
-//! and the indices it lists, kept in the index cache), so that the build proper, once it knows
-//! the recipe and the keys, finds them in hand instead of waiting for them after the layer.
-//!
-//! Nothing fetched here is trusted on its own: the build proper verifies the `InRelease` with
-//! the keys the finished read of the base gives (`sources.rs`, `base_specs`), and a kept
-//! index is named by the hash its content was checked against, so it is read only where that
-//! verified Release lists it. A source a later layer replaces, or one the build does not read,
-//! costs a download and nothing else.
-use std::collections::HashMap;
+//! The base's apt sources fetched ahead ([`crate::packages::prefetch`]): each `deb` suite
+//! of `sources.list` and `sources.list.d` starts [`erdma_deb::repo::prefetch_index`] (the
+//! `InRelease` held unverified, the indices it lists kept in the index cache by the hash
+//! their content was checked against). The build proper verifies that `InRelease` with the
+//! keys the finished read of the base gives (`sources.rs`, `base_specs`).
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use erdma_deb::repo::{self, Prefetched, RepoError, RepoSpec, SourceEntry};
+
+use crate::packages::prefetch::{Ahead, Tasks};
 
 /// What names one fetch: the archive, suite, components and architecture.
 type Key = (String, String, Vec<String>, String);
@@ -23,21 +18,9 @@ pub struct Prefetches {
     /// The index cache (`indices/` under the build cache), as the build proper reads it.
     cache: PathBuf,
     arch: String,
-    handle: tokio::runtime::Handle,
-    started: Mutex<HashMap<Key, tokio::task::JoinHandle<Result<Prefetched, RepoError>>>>,
-}
-
-/// What a fetch ahead left for the build proper.
-#[derive(Debug)]
-pub enum Ahead {
-    /// None was started for the archive, or it failed for a reason the build proper meets and
-    /// reports itself, fetching again (a missing or malformed file, a cache it could not write).
-    Nothing,
-    /// The `InRelease` as fetched, still to be verified, and the indices kept in the cache.
-    Fetched(Prefetched),
-    /// The archive could not be reached, after the client's retries: the build proper goes on
-    /// to the next mirror rather than wait for the same timeouts again.
-    Unreachable(RepoError),
+    tasks: Tasks<Key, Prefetched, RepoError>,
+    /// Set once the build is known not to be apt's.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// The apt sources a file of the base holds, by its path in the image; `None` for any other
@@ -65,8 +48,8 @@ impl Prefetches {
             http,
             cache: cache_dir.join("indices"),
             arch: arch.to_string(),
-            handle: tokio::runtime::Handle::current(),
-            started: Mutex::new(HashMap::new()),
+            tasks: Tasks::on_current_runtime(),
+            stopped: Default::default(),
         }
     }
 
@@ -78,8 +61,10 @@ impl Prefetches {
     /// archives they name (each suite of each `deb` entry at its first URI, as the build
     /// proper tries it first), once per archive.
     pub fn watch(&self, path: &str, data: &[u8]) {
+        if self.stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let Some(entries) = sources_in(path, data) else { return };
-        let mut started = self.started.lock().expect("poisoned");
         for e in entries {
             // As base_specs reads them: Mellanox's repository is dropped, trusted=yes refused.
             if !e.types.iter().any(|t| t == "deb")
@@ -97,33 +82,28 @@ impl Prefetches {
                     arch: self.arch.clone(),
                     keyring: Vec::new(),
                 };
-                let key = Prefetches::key(&spec);
-                if started.contains_key(&key) {
-                    continue;
-                }
                 let (http, cache) = (self.http.clone(), self.cache.clone());
-                let task = self
-                    .handle
-                    .spawn(async move { repo::prefetch_index(&http, &spec, &cache).await });
-                started.insert(key, task);
+                self.tasks.start(Prefetches::key(&spec), || async move {
+                    repo::prefetch_index(&http, &spec, &cache).await
+                });
             }
         }
     }
 
     /// The fetch ahead of `spec`'s archive, once it is done.
-    pub async fn take(&self, spec: &RepoSpec) -> Ahead {
-        let task = self.started.lock().expect("poisoned").remove(&Prefetches::key(spec));
-        let Some(task) = task else { return Ahead::Nothing };
-        match task.await {
-            Ok(Ok(fetched)) => Ahead::Fetched(fetched),
-            Ok(Err(e)) if e.is_unreachable() => Ahead::Unreachable(e),
-            Ok(Err(_)) | Err(_) => Ahead::Nothing,
-        }
+    pub async fn take(&self, spec: &RepoSpec) -> Ahead<Prefetched, RepoError> {
+        self.tasks.take(&Prefetches::key(spec), RepoError::is_unreachable).await
     }
 
-    /// How many fetches were started (for the tests).
+    /// How many fetches were started and not yet taken (for the tests).
     pub fn started(&self) -> usize {
-        self.started.lock().expect("poisoned").len()
+        self.tasks.started()
+    }
+
+    /// Stops the fetches started, and starts none after (the build is not apt's).
+    pub fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.tasks.abort_all();
     }
 }
 

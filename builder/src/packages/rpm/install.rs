@@ -12,9 +12,13 @@ use super::repos;
 use super::repos::basearch;
 use super::sandboxed;
 use super::scripts::{scriptlets, AccountFiles, Accounted};
-use super::sources::{base_repo_keys, base_repo_urls, load_repo, repository, NCCL};
+use super::sources::{
+    base_name, base_repo_keys, base_repo_urls, known_base_urls, load_repo, recipe_repo_urls,
+    repository, wanted_base_repos, NCCL,
+};
 use super::unpack::{check_paths, note_special, unpack};
 use crate::error::{Error, Result};
+use crate::packages::prefetch::Ahead;
 use crate::packages::sandboxed::Over;
 use crate::packages::users;
 use crate::packages::PackageError;
@@ -246,11 +250,7 @@ async fn load_repositories(
             to_read.extend(base_repositories(inputs, base, report, &mut unreached).await?);
             continue;
         }
-        let urls = inputs
-            .repo_urls
-            .get(&repo.name)
-            .map(|u| vec![u.clone()])
-            .unwrap_or_else(|| repo.urls.clone());
+        let urls = recipe_repo_urls(repo, inputs.repo_urls);
         let key = inputs
             .repo_keys
             .get(&repo.name)
@@ -266,7 +266,14 @@ async fn load_repositories(
     }
     let reads = to_read.iter_mut().map(|r| {
         let keyring = r.keyring.take().expect("each repository is read once");
-        load_repo(inputs.http, &r.name, &r.urls, keyring, r.repo_gpgcheck, cache, reporter)
+        // What was fetched of it while the base's layer was read.
+        let ahead = async {
+            match inputs.prefetched {
+                Some(p) => p.rpm.take(&r.name, &r.urls).await,
+                None => Ahead::Nothing,
+            }
+        };
+        load_repo(inputs.http, &r.name, &r.urls, keyring, r.repo_gpgcheck, cache, ahead, reporter)
     });
     let mut repos_loaded = Vec::new();
     let reads = futures_util::future::join_all(reads).await;
@@ -305,23 +312,12 @@ async fn base_repositories(
     let (http, arch) = (inputs.http, basearch(inputs.arch));
     let mut to_read = Vec::new();
     let vars = repos::variables(base, inputs.target.version_id, arch)?;
-    // Repository files the recipe removes (MLNX_OFED's, pointing into a directory of
-    // the machine it was installed on) are not read.
-    let removed: Vec<String> = inputs
-        .target
-        .packages
-        .remove_files
-        .iter()
-        .filter_map(|f| erdma_oci::layer::normalize(f))
-        .map(|f| format!("/{f}"))
-        .collect();
-    for yr in repos::base_repos(base, &vars)?
-        .into_iter()
-        .filter(|r| r.enabled && !removed.contains(&r.file))
+    for yr in
+        wanted_base_repos(repos::base_repos(base, &vars)?, &inputs.target.packages.remove_files)
     {
         // `--repo ID=URL` names one of the base's repositories by its id, too.
-        let urls = match inputs.repo_urls.get(&yr.id) {
-            Some(u) => vec![u.clone()],
+        let urls = match known_base_urls(&yr, inputs.repo_urls, inputs.mirrors) {
+            Some(urls) => urls,
             None => base_repo_urls(http, &yr, inputs.mirrors).await?,
         };
         if urls.is_empty() {
@@ -331,7 +327,7 @@ async fn base_repositories(
         }
         let keyring = base_repo_keys(&yr, base, inputs.base_keyring.as_deref())?;
         to_read.push(ToRead {
-            name: format!("base {}", yr.id),
+            name: base_name(&yr.id),
             urls,
             keyring: Some(keyring),
             repo_gpgcheck: yr.repo_gpgcheck,

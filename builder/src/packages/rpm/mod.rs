@@ -6,6 +6,7 @@ mod fetch;
 mod image;
 pub mod install;
 mod plan;
+pub mod prefetch;
 mod presets;
 pub mod repos;
 pub mod resolve;

@@ -142,6 +142,24 @@ pub fn variables(
     releasever: &str,
     basearch: &str,
 ) -> Result<BTreeMap<String, String>> {
+    let mut vars = builtin_variables(releasever, basearch);
+    for dir in VARIABLE_DIRS {
+        for name in base.list(dir)? {
+            if let Some(v) = base.read(&format!("{dir}/{name}"), 4096)? {
+                if let Some((name, v)) = variable_file(&format!("{dir}/{name}"), &v) {
+                    vars.insert(name, v);
+                }
+            }
+        }
+    }
+    Ok(vars)
+}
+
+/// Where dnf reads variables from, the later winning.
+pub const VARIABLE_DIRS: [&str; 2] = ["etc/yum/vars", "etc/dnf/vars"];
+
+/// The variables dnf sets itself.
+pub fn builtin_variables(releasever: &str, basearch: &str) -> BTreeMap<String, String> {
     let mut vars = BTreeMap::new();
     vars.insert("releasever".to_string(), releasever.to_string());
     vars.insert(
@@ -150,18 +168,18 @@ pub fn variables(
     );
     vars.insert("basearch".to_string(), basearch.to_string());
     vars.insert("arch".to_string(), basearch.to_string());
-    for dir in ["etc/yum/vars", "etc/dnf/vars"] {
-        for name in base.list(dir)? {
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                continue;
-            }
-            if let Some(v) = base.read(&format!("{dir}/{name}"), 4096)? {
-                let v = String::from_utf8_lossy(&v).lines().next().unwrap_or("").trim().to_string();
-                vars.insert(name, v);
-            }
-        }
+    vars
+}
+
+/// The variable a file of one of [`VARIABLE_DIRS`] (`path` in the image) sets, from its
+/// content: its name and its first line; `None` for a name dnf does not take.
+pub fn variable_file(path: &str, content: &[u8]) -> Option<(String, String)> {
+    let name = path.rsplit_once('/')?.1;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return None;
     }
-    Ok(vars)
+    let v = String::from_utf8_lossy(content).lines().next().unwrap_or("").trim().to_string();
+    Some((name.to_string(), v))
 }
 
 /// Every repository the base's `/etc/yum.repos.d/*.repo` files define, in file name order.

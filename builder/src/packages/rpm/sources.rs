@@ -6,18 +6,21 @@ use std::path::Path;
 
 use super::repos::{self, YumRepo};
 use crate::error::{Cause, Doing, Error, Result};
+use crate::packages::prefetch::Ahead;
 use crate::packages::PackageError;
-use crate::packages::{Mirror, Target};
+use crate::packages::{Mirror, Repository, Target};
 use erdma_common::progress::Reporter;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_openpgp::{self as openpgp, Keyring};
-use erdma_rpm::repo::LoadedRepo;
+use erdma_rpm::repo::{LoadedRepo, Prefetched, RepoError};
 
-/// Reads one repository through [`erdma_rpm::repo::load`], saying so on `reporter`.
+/// Reads one repository through [`erdma_rpm::repo::load`], saying so on `reporter`, with what
+/// was fetched of it ahead (`ahead`, awaited once the read is said).
 ///
 /// `Ok(Err(why))` when no mirror could be reached: the caller decides whether that stops the
 /// build (the recipe's repositories) or not (the base's own, see [`install`](super::install)).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn load_repo(
     http: &erdma_http::Client,
     name: &str,
@@ -25,14 +28,61 @@ pub(super) async fn load_repo(
     keyring: Keyring,
     repo_gpgcheck: bool,
     cache_dir: &Path,
+    ahead: impl std::future::Future<Output = Ahead<Prefetched, RepoError>>,
     reporter: &dyn Reporter,
 ) -> Result<std::result::Result<LoadedRepo, String>> {
     reporter.step(&format!("reading repository {name}"));
-    match erdma_rpm::repo::load(http, name, urls, keyring, repo_gpgcheck, cache_dir).await {
+    let ahead = match ahead.await {
+        Ahead::Nothing => None,
+        Ahead::Fetched(fetched) => Some(fetched),
+        Ahead::Unreachable(e) => return Ok(Err(e.to_string())),
+    };
+    let load =
+        erdma_rpm::repo::load(http, name, urls, keyring, repo_gpgcheck, cache_dir, ahead.as_ref());
+    match load.await {
         Ok(loaded) => Ok(Ok(loaded)),
         Err(e) if e.is_unreachable() => Ok(Err(e.to_string())),
         Err(e) => Err(repository(name, e)),
     }
+}
+
+/// The base's repositories a build reads: those enabled, less those in a file the recipe
+/// removes (MLNX_OFED's, pointing into a directory of the machine it was installed on).
+pub(super) fn wanted_base_repos(all: Vec<YumRepo>, remove_files: &[String]) -> Vec<YumRepo> {
+    let removed: Vec<String> = remove_files
+        .iter()
+        .filter_map(|f| erdma_oci::layer::normalize(f))
+        .map(|f| format!("/{f}"))
+        .collect();
+    all.into_iter().filter(|r| r.enabled && !removed.contains(&r.file)).collect()
+}
+
+/// The name a base repository is read and reported under.
+pub(super) fn base_name(id: &str) -> String {
+    format!("base {id}")
+}
+
+/// The URLs of one of the recipe's repositories: `--repo NAME=URL`, else the recipe's.
+pub(super) fn recipe_repo_urls(
+    repo: &Repository,
+    repo_urls: &BTreeMap<String, String>,
+) -> Vec<String> {
+    repo_urls.get(&repo.name).map(|u| vec![u.clone()]).unwrap_or_else(|| repo.urls.clone())
+}
+
+/// The URLs of one of the base's repositories known without fetching anything: `--repo
+/// ID=URL`, else its `baseurl`s with `--mirror` applied; `None` where its `mirrorlist` is to
+/// give them ([`base_repo_urls`]).
+pub(super) fn known_base_urls(
+    repo: &YumRepo,
+    repo_urls: &BTreeMap<String, String>,
+    mirrors: &[Mirror],
+) -> Option<Vec<String>> {
+    if let Some(u) = repo_urls.get(&repo.id) {
+        return Some(vec![u.clone()]);
+    }
+    (!repo.baseurls.is_empty())
+        .then(|| repo.baseurls.iter().map(|u| mirrored(u, mirrors)).collect())
 }
 
 /// The URLs of one of the base's repositories: its `baseurl`s, or the list its `mirrorlist`

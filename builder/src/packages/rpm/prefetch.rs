@@ -1,0 +1,237 @@
+//! The repositories of an rpm build fetched ahead ([`crate::packages::prefetch`]): once the
+//! base's os-release has streamed past, the recipe it picks is known, and with it `$releasever`
+//! and the recipe's own repositories; the base's `/etc/yum.repos.d/*.repo` files, read with
+//! the variables of `/etc/dnf/vars` and `/etc/yum/vars` seen so far, add the base's. Each
+//! repository whose URLs are known without a fetch (`baseurl`, `--repo ID=URL`, the recipe's)
+//! starts [`erdma_rpm::repo::prefetch`]: `repomd.xml` and its signature held unverified, the
+//! `primary` kept in the metadata cache by the checksum it was checked against. The build
+//! proper (`sources.rs`, `load_repo`) verifies them with the keys it reads from the
+//! finished base. Repositories given by a `mirrorlist` are left to the build proper.
+//!
+//! The fetches are named by the repository's name and URLs as the build proper computes them;
+//! where a file that changes them streams past late (a variables file after the `.repo` file
+//! using it, a later layer's `.repo` file), the build proper finds no fetch under its name and
+//! fetches itself.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use erdma_rpm::repo::{Prefetched, RepoError};
+
+use super::repos;
+use super::sources::{base_name, known_base_urls, recipe_repo_urls, wanted_base_repos};
+use crate::packages::prefetch::{Ahead, Tasks};
+use crate::packages::{Backend, Repository};
+
+/// What the recipe the build picks for a base says of the repositories the build reads.
+#[derive(Debug, Clone)]
+pub struct Picked {
+    pub backend: Backend,
+    /// dnf's `$releasever`.
+    pub version_id: String,
+    /// As the build uses them (URLs filled in for the architecture, NCCL's where asked for).
+    pub repositories: Vec<Repository>,
+    /// The files the recipe removes (a `.repo` among them is not read).
+    pub remove_files: Vec<String>,
+}
+
+/// The build's pick for a base with this os-release (its content; `None` where it picks none).
+pub type RecipeOf = Box<dyn Fn(&[u8]) -> Option<Picked> + Send + Sync>;
+
+/// What names one fetch: the repository's name and its URLs.
+type Key = (String, Vec<String>);
+
+/// The fetches started ahead for one build.
+pub struct Prefetches {
+    http: erdma_http::Client,
+    /// The rpm metadata cache (`rpm/` under the build cache), as the build proper reads it.
+    cache: PathBuf,
+    basearch: String,
+    /// `--repo NAME=URL`.
+    repo_urls: BTreeMap<String, String>,
+    recipe_of: RecipeOf,
+    seen: Mutex<Seen>,
+    tasks: Tasks<Key, Prefetched, RepoError>,
+}
+
+/// The files of the base read so far that say which repositories a build reads.
+#[derive(Default)]
+struct Seen {
+    /// Whether `/etc/os-release` was seen (it wins over `/usr/lib`'s).
+    etc_os_release: bool,
+    recipe: Option<Picked>,
+    /// `.repo` files by path.
+    repo_files: BTreeMap<String, String>,
+    /// Variables files by path (`/etc/dnf/vars` sorts after `/etc/yum/vars`, and wins).
+    variables: BTreeMap<String, (String, String)>,
+}
+
+impl Prefetches {
+    /// Fetches for an image of Debian architecture `arch`, into `cache_dir`'s rpm metadata
+    /// cache, on the current runtime; `recipe_of` picks the recipe from the os-release.
+    pub fn new(
+        http: erdma_http::Client,
+        cache_dir: &Path,
+        arch: &str,
+        repo_urls: BTreeMap<String, String>,
+        recipe_of: RecipeOf,
+    ) -> Prefetches {
+        Prefetches {
+            http,
+            cache: cache_dir.join("rpm"),
+            basearch: repos::basearch(arch).to_string(),
+            repo_urls,
+            recipe_of,
+            seen: Mutex::new(Seen::default()),
+            tasks: Tasks::on_current_runtime(),
+        }
+    }
+
+    /// A file of the base as its layer streams past.
+    pub fn watch(&self, path: &str, data: &[u8]) {
+        let mut seen = self.seen.lock().expect("poisoned");
+        let from_etc = path == "etc/os-release";
+        if from_etc || (path == "usr/lib/os-release" && !seen.etc_os_release) {
+            seen.recipe = (self.recipe_of)(data);
+            seen.etc_os_release |= from_etc;
+        } else if repo_file(path) {
+            seen.repo_files.insert(path.to_string(), String::from_utf8_lossy(data).into_owned());
+        } else if let Some(var) = repos::VARIABLE_DIRS
+            .iter()
+            .find(|d| path.strip_prefix(**d).is_some_and(|n| n.starts_with('/')))
+            .and_then(|_| repos::variable_file(path, data))
+        {
+            seen.variables.insert(path.to_string(), var);
+        } else {
+            return;
+        }
+        self.start(&seen);
+    }
+
+    /// Starts the fetches of every repository `seen` names now (those started already are
+    /// not started again).
+    fn start(&self, seen: &Seen) {
+        let Some(recipe) = seen.recipe.as_ref().filter(|r| r.backend == Backend::Rpm) else {
+            return;
+        };
+        let mut vars = repos::builtin_variables(&recipe.version_id, &self.basearch);
+        vars.extend(seen.variables.values().cloned());
+        for repo in &recipe.repositories {
+            if !repo.from_base {
+                self.fetch(repo.name.clone(), recipe_repo_urls(repo, &self.repo_urls));
+                continue;
+            }
+            for (path, text) in &seen.repo_files {
+                let defined = repos::parse(&format!("/{path}"), text, &vars);
+                for yr in wanted_base_repos(defined, &recipe.remove_files) {
+                    // Not under --mirror (no fetch ahead is made then).
+                    if let Some(urls) = known_base_urls(&yr, &self.repo_urls, &[]) {
+                        self.fetch(base_name(&yr.id), urls);
+                    }
+                }
+            }
+        }
+    }
+
+    fn fetch(&self, name: String, urls: Vec<String>) {
+        if urls.is_empty() {
+            return;
+        }
+        let (http, cache) = (self.http.clone(), self.cache.clone());
+        let key = (name.clone(), urls.clone());
+        self.tasks.start(key, || async move {
+            erdma_rpm::repo::prefetch(&http, &name, &urls, &cache).await
+        });
+    }
+
+    /// The fetch ahead of repository `name` at `urls`, once it is done.
+    pub async fn take(&self, name: &str, urls: &[String]) -> Ahead<Prefetched, RepoError> {
+        let key = (name.to_string(), urls.to_vec());
+        self.tasks.take(&key, RepoError::is_unreachable).await
+    }
+
+    /// Whether the recipe the build picks, once the os-release has streamed past, is an rpm
+    /// recipe.
+    pub fn is_rpm_build(&self) -> bool {
+        let seen = self.seen.lock().expect("poisoned");
+        seen.recipe.as_ref().is_some_and(|r| r.backend == Backend::Rpm)
+    }
+
+    /// How many fetches were started and not yet taken (for the tests).
+    pub fn started(&self) -> usize {
+        self.tasks.started()
+    }
+}
+
+/// Whether `path` (in the image, without the leading `/`) is a `.repo` file dnf reads.
+fn repo_file(path: &str) -> bool {
+    path.strip_prefix("etc/yum.repos.d/")
+        .is_some_and(|name| !name.contains('/') && name.ends_with(".repo"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The built-in recipe for the release, as the build picks it.
+    fn picked(os_release: &[u8]) -> Option<Picked> {
+        let os = crate::distro::OsRelease::parse(&String::from_utf8_lossy(os_release));
+        Some(crate::recipe::Recipe::for_os(&os).ok()?.for_build(false, "amd64").picked())
+    }
+
+    /// The files stream past as a Rocky 9 image's layer has them (variables, then `.repo`
+    /// files, then `usr/lib/os-release`): once the release is known, a fetch starts for each
+    /// repository the build will read at a known URL, named as the build names it, and none
+    /// for what it will not read. A port nothing listens on stands in for every mirror.
+    #[tokio::test]
+    async fn the_repositories_the_build_reads_start_once_the_release_is_known() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let at = |path: &str| format!("http://127.0.0.1:{port}/{path}");
+        let repo_urls = BTreeMap::from([("erdma".to_string(), at("erdma"))]);
+        let recipe_of: RecipeOf = Box::new(picked);
+        let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let ahead = Prefetches::new(http, cache.path(), "amd64", repo_urls, recipe_of);
+
+        ahead.watch("etc/dnf/vars/contentdir", b"pub/rocky\n");
+        let rocky = format!(
+            "[baseos]\nname=BaseOS\nbaseurl={}\ngpgcheck=1\n\n\
+             [appstream]\nmirrorlist={}\n\n[devel]\nenabled=0\nbaseurl={}\n",
+            at("$contentdir/$releasever/BaseOS/$basearch/os/"),
+            at("mirrorlist?arch=$basearch&repo=AppStream-$releasever"),
+            at("devel/"),
+        );
+        ahead.watch("etc/yum.repos.d/rocky.repo", rocky.as_bytes());
+        // MLNX_OFED's, which the recipe removes, and files dnf does not read.
+        let ofed = format!("[mlnx_ofed]\nbaseurl={}\n", at("ofed/"));
+        ahead.watch("etc/yum.repos.d/mlnx_ofed.repo", ofed.as_bytes());
+        ahead.watch("etc/yum.repos.d/other.repo.rpmnew", ofed.as_bytes());
+        ahead.watch("etc/yum.repos.d/sub/x.repo", ofed.as_bytes());
+        assert_eq!(ahead.started(), 0, "nothing before the release is known");
+        ahead.watch(
+            "usr/lib/os-release",
+            b"NAME=\"Rocky Linux\"\nID=\"rocky\"\nVERSION_ID=\"9.5\"\n",
+        );
+        // Again, as a later layer may bring the same file: nothing is started twice.
+        ahead.watch("etc/yum.repos.d/rocky.repo", rocky.as_bytes());
+        assert_eq!(ahead.started(), 2);
+
+        let baseos = vec![at("pub/rocky/9/BaseOS/x86_64/os/")];
+        let Ahead::Unreachable(e) = ahead.take(&base_name("baseos"), &baseos).await else {
+            panic!("baseos: no fetch under the build's name and URLs")
+        };
+        assert!(e.to_string().contains("127.0.0.1"), "{e}");
+        assert!(matches!(ahead.take("erdma", &[at("erdma")]).await, Ahead::Unreachable(_)));
+        assert_eq!(ahead.started(), 0);
+        assert!(matches!(ahead.take(&base_name("appstream"), &[]).await, Ahead::Nothing));
+
+        // A Debian base starts nothing here (apt's sources are apt::prefetch's).
+        let recipe_of: RecipeOf = Box::new(picked);
+        let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+        let debian = Prefetches::new(http, cache.path(), "amd64", BTreeMap::new(), recipe_of);
+        debian.watch("etc/yum.repos.d/rocky.repo", rocky.as_bytes());
+        debian
+            .watch("etc/os-release", b"ID=debian\nVERSION_ID=\"12\"\nVERSION_CODENAME=bookworm\n");
+        assert_eq!(debian.started(), 0);
+    }
+}
