@@ -13,6 +13,10 @@
 #   ROUNDS=N bench/rpm_build.sh            N rounds of cold and warm builds; medians
 #   ERDMA_BUILD_OLD=path bench/rpm_build.sh  another erdma-build beside it in the same rounds
 #                                          (its own cache), e.g. the build before a change
+#   MIRROR_RTT_MS=50 MIRROR_MBPS=100 bench/rpm_build.sh
+#                                          the repositories served as a mirror that far away
+#                                          (bench/far_mirror.py) instead of by a local
+#                                          http.server, for both tools
 #
 # By default (SHAPE=rocky9) the BaseOS-like repository is padded to the shape of Rocky Linux 9's
 # BaseOS, and a second one shaped like its AppStream is added (bench/rpm_md_shape.py: package
@@ -92,7 +96,11 @@ if [ "$SHAPE" = rocky9 ]; then
     python3 bench/oci_add_file.py "$BASE_OCI" latest /etc/yum.repos.d/rocky-appstream.repo "$WORK/appstream.repo"
 fi
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-(cd "$WORK/www" && exec python3 -m http.server "$PORT" --bind 127.0.0.1) >"$WORK/http.log" 2>&1 &
+if [ -n "${MIRROR_RTT_MS:-}" ]; then
+    python3 bench/far_mirror.py "$WORK/www" "$PORT" --rtt-ms "$MIRROR_RTT_MS" --mbps "${MIRROR_MBPS:-100}" >"$WORK/http.log" 2>&1 &
+else
+    (cd "$WORK/www" && exec python3 -m http.server "$PORT" --bind 127.0.0.1) >"$WORK/http.log" 2>&1 &
+fi
 HTTP_PID=$!
 for _ in $(seq 50); do curl -fsS "http://127.0.0.1:$PORT/" >/dev/null 2>&1 && break; sleep 0.1; done
 URL=http://127.0.0.1:$PORT
