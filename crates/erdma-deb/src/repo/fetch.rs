@@ -126,11 +126,10 @@ pub async fn prefetch_index(
         RepoError::MalformedRelease { url: url.clone(), reason: "not clear-signed".into() }
     })?;
     let release = Release::parse(&text, &url)?;
-    let origin = origin_of(&release, &layout);
+    let at = ReleaseAt::new(&layout, &release, &url);
     for dir in &layout.index_dirs {
         // A component the repository lacks is the build's to report.
-        let _ =
-            read_dir_index(client, &layout, &release, &url, &origin, dir, Some(cache), true).await;
+        let _ = read_dir_index(client, &at, dir, Some(cache), true).await;
     }
     Ok(Prefetched { url, body })
 }
@@ -156,38 +155,48 @@ pub async fn fetch_index_prefetched(
             layout.index_dirs.retain(|d| *d != dir);
         }
     }
-    let origin = origin_of(&release, &layout);
+    let at = ReleaseAt::new(&layout, &release, &release_url);
     let mut packages = Vec::new();
     for dir in &layout.index_dirs {
-        let read =
-            read_dir_index(client, &layout, &release, &release_url, &origin, dir, cache, false)
-                .await?;
+        let read = read_dir_index(client, &at, dir, cache, false).await?;
         packages.extend(read.unwrap_or_default());
     }
     Ok(RepoIndex { packages })
 }
 
-/// The name packages of a repository are reported under: its Release's Origin, else Label,
-/// else its URL.
-fn origin_of(release: &Release, layout: &Layout) -> String {
-    release.origin.clone().or_else(|| release.label.clone()).unwrap_or_else(|| layout.base.clone())
+/// A repository's Release as read from `url`, with where its files are.
+struct ReleaseAt<'a> {
+    layout: &'a Layout,
+    release: &'a Release,
+    url: &'a str,
+    /// The name its packages are reported under: the Release's Origin, else its Label, else
+    /// the repository's URL.
+    origin: String,
+}
+
+impl<'a> ReleaseAt<'a> {
+    fn new(layout: &'a Layout, release: &'a Release, url: &'a str) -> Self {
+        let origin = release
+            .origin
+            .clone()
+            .or_else(|| release.label.clone())
+            .unwrap_or_else(|| layout.base.clone());
+        ReleaseAt { layout, release, url, origin }
+    }
 }
 
 /// The packages of one index directory (`main/binary-amd64/`) as `release` lists its files:
 /// from the copy kept in `cache` under the hash the Release gives, else downloaded (trying
 /// each compression the Release lists) and kept. `only_keep`: make sure a copy is kept and
 /// return `None` without reading one that already is.
-#[allow(clippy::too_many_arguments)]
 async fn read_dir_index(
     client: &Client,
-    layout: &Layout,
-    release: &Release,
-    release_url: &str,
-    origin: &str,
+    at: &ReleaseAt<'_>,
     dir: &str,
     cache: Option<&std::path::Path>,
     only_keep: bool,
 ) -> Result<Option<Vec<IndexedPackage>>, RepoError> {
+    let ReleaseAt { layout, release, url: release_url, origin } = at;
     // The Release also lists the uncompressed index's hash (mirrors need not serve it):
     // the decompressed text is checked against it too, and names the cached copy.
     let plain = format!("{dir}Packages");
@@ -238,7 +247,10 @@ async fn read_dir_index(
             }
         }
     }
-    for (i, (path, entry)) in listed.iter().enumerate() {
+    // apt tries the next compression the Release lists where one is missing (Debian lists an
+    // uncompressed `Packages` that is not on the mirrors); the last one missing is the error.
+    let mut missing = String::new();
+    for (path, entry) in &listed {
         let url = format!("{}{}", layout.meta, path);
         let keep = kept_at(entry);
         let ctx = context(url.clone(), path.clone(), entry.clone());
@@ -263,18 +275,15 @@ async fn read_dir_index(
                 Err(e) => return Err(e),
             }
         };
-        let Some(parsed) = parsed else {
-            // apt tries the next compression the Release lists (Debian lists an
-            // uncompressed `Packages` that is not on the mirrors).
-            if i + 1 < listed.len() {
-                tracing::debug!("{url} is missing; trying the next index format");
-                continue;
+        match parsed {
+            Some(parsed) => return Ok(Some(parsed)),
+            None => {
+                tracing::debug!("{url} is missing; trying the next index format, if any");
+                missing = url;
             }
-            return Err(RepoError::IndexMissing { url });
-        };
-        return Ok(Some(parsed));
+        }
     }
-    unreachable!("the last format either reads or returns an error")
+    Err(RepoError::IndexMissing { url: missing })
 }
 
 /// The version of the cached indices' form ([`IndexedPackage::to_kept`]): raised whenever
