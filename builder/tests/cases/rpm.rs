@@ -825,6 +825,60 @@ fn an_unreachable_base_repository_is_skipped_then_named_root_net() {
     assert!(warnings.contains("base baseos") && warnings.contains("skipped"), "{warnings}");
 }
 
+/// A base repository given by a `mirrorlist`, as Rocky's and CentOS's images give theirs: the
+/// list is read once and the repository fetched from the mirror it names, once per build (what
+/// was fetched while the base's layer was read is what the build verified), and the packages
+/// come from it.
+#[test]
+fn a_base_repository_from_its_mirrorlist_is_read_once_root_net() {
+    use crate::support::fixture;
+    if !rpm_repo::require_bases() {
+        return;
+    }
+    let setup = Setup::new(BaseKind::Rocky9Sqlite);
+    // The list, on 127.0.0.1, naming the BaseOS-like repository; its requests logged.
+    let www = setup.tmp.path().join("lists");
+    std::fs::create_dir_all(&www).unwrap();
+    let body = format!("# the nearest first\n{}\n", setup.baseos.url());
+    std::fs::write(www.join("mirrorlist"), body).unwrap();
+    let lists = crate::support::apt_repo::Served::start(&www);
+    let list = lists.url("mirrorlist?arch=x86_64&repo=BaseOS-9");
+    // The base, its BaseOS given by that list ($arch and $releasever as dnf fills them in).
+    let dir = setup.tmp.path().join("listed");
+    let repo = list.replace("x86_64", "$basearch").replace("BaseOS-9", "BaseOS-$releasever");
+    let repo = format!("[baseos]\nname=BaseOS\nmirrorlist={repo}\ngpgcheck=1\nenabled=1\n");
+    let mut layers: Vec<_> =
+        (0..setup.base.layers.len()).map(|i| fixture::import_layer(&setup.base, i, &dir)).collect();
+    layers.push(fixture::entries_layer(
+        &dir,
+        &[("etc/yum.repos.d/rocky.repo", repo.as_bytes(), 0o644)],
+    ));
+    let env = fixture::env_of(&setup.base);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let base = fixture::image_from_layers(&dir, fixture::DEFAULT_TAG, layers, &env, &["/bin/bash"]);
+    // Without `--repo baseos=URL`: the list says where BaseOS is.
+    let mut args = setup.args("build");
+    let at = args.iter().position(|a| a.starts_with("baseos=")).unwrap();
+    args.drain(at - 1..=at);
+    let at = args.iter().position(|a| *a == setup.base.reference()).unwrap();
+    args[at] = base.reference();
+    args.extend(["--output".into(), format!("oci:{}:erdma", s(&dir.join("out")))]);
+    let out = support::run_build(&args);
+    support::assert_success("erdma-build build (a mirrorlist)", &out);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pk = &report["images"][0]["packages"];
+    assert_eq!(pk["repositories"]["base baseos"], setup.baseos.url(), "{pk}");
+    let libnl = pk["install"].as_array().unwrap().iter().find(|p| p["name"] == "libnl3");
+    assert_eq!(libnl.map(|p| &p["origin"]), Some(&Value::from("base baseos")), "{pk}");
+    let log = std::fs::read_to_string(www.with_extension("http.log")).unwrap();
+    assert_eq!(log.matches("GET /mirrorlist?").count(), 1, "the mirrorlist, asked for once: {log}");
+    let paths = setup.baseos.get_paths();
+    for file in ["repodata/repomd.xml", "repodata/repomd.xml.asc"] {
+        let n = paths.iter().filter(|p| p.ends_with(file)).count();
+        assert_eq!(n, 1, "{file} fetched {n} times: {paths:?}");
+    }
+}
+
 /// A `%pre` that adds a system user with a home (`useradd -r -m`), which the rpm backend does not
 /// emulate: on a base without rpm the sandbox cannot run it and says so; with `--no-sandbox`
 /// the build stops before writing anything, naming the package, the scriptlet and the command;

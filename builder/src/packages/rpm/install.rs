@@ -13,8 +13,8 @@ use super::repos::basearch;
 use super::sandboxed;
 use super::scripts::{scriptlets, AccountFiles, Accounted};
 use super::sources::{
-    base_name, base_repo_keys, base_repo_urls, known_base_urls, load_repo, recipe_repo_urls,
-    repository, wanted_base_repos, NCCL,
+    base_name, base_repo_keys, base_repo_urls, known_base_urls, load_repo, mirrorlist_source,
+    recipe_repo_urls, repository, wanted_base_repos, NCCL,
 };
 use super::unpack::{check_paths, note_special, unpack};
 use crate::error::{Error, Result};
@@ -27,7 +27,7 @@ use erdma_common::progress::Reporter;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
 use erdma_openpgp::Keyring;
-use erdma_rpm::repo::LoadedRepo;
+use erdma_rpm::repo::{LoadedRepo, Prefetched, RepoError};
 use erdma_rpm::PackageMeta;
 
 /// Installed packages built by Mellanox OFED (`mlnx` in the version or release, or named in the
@@ -231,6 +231,8 @@ struct ToRead {
     /// The base's repository id (one that cannot be reached is skipped), or `None` for the
     /// recipe's (one that cannot be reached stops the build).
     base_id: Option<String>,
+    /// What was fetched of it ahead, where it was taken already (a mirrorlist's repository).
+    ahead: Option<Ahead<Prefetched, RepoError>>,
 }
 
 /// The recipe's repositories and, where the recipe says so, the base's own, each read and
@@ -262,15 +264,22 @@ async fn load_repositories(
             keyring: Some(keyring),
             repo_gpgcheck: repo.repo_gpgcheck,
             base_id: None,
+            ahead: None,
         });
     }
     let reads = to_read.iter_mut().map(|r| {
         let keyring = r.keyring.take().expect("each repository is read once");
-        // What was fetched of it while the base's layer was read.
+        // What was fetched of it while the base's layer was read (taken already where its
+        // mirrorlist gave its URLs).
+        let taken = r.ahead.take();
         let ahead = async {
-            match inputs.prefetched {
-                Some(p) => p.rpm.take(&r.name, &r.urls).await,
-                None => Ahead::Nothing,
+            match (taken, inputs.prefetched) {
+                (Some(ahead), _) => ahead,
+                (None, Some(p)) => match p.rpm.take(&r.name, &r.urls).await {
+                    Ahead::Fetched(listed) => listed.ahead(),
+                    _ => Ahead::Nothing,
+                },
+                (None, None) => Ahead::Nothing,
             }
         };
         load_repo(inputs.http, &r.name, &r.urls, keyring, r.repo_gpgcheck, cache, ahead, reporter)
@@ -315,10 +324,26 @@ async fn base_repositories(
     for yr in
         wanted_base_repos(repos::base_repos(base, &vars)?, &inputs.target.packages.remove_files)
     {
+        let name = base_name(&yr.id);
+        let mut ahead = None;
         // `--repo ID=URL` names one of the base's repositories by its id, too.
         let urls = match known_base_urls(&yr, inputs.repo_urls, inputs.mirrors) {
             Some(urls) => urls,
-            None => base_repo_urls(http, &yr, inputs.mirrors).await?,
+            None => {
+                // Its mirrorlist fetched ahead (with the mirrors it gives), or now.
+                let taken = match (inputs.prefetched, &yr.mirrorlist) {
+                    (Some(p), Some(list)) => p.rpm.take(&name, &mirrorlist_source(list)).await,
+                    _ => Ahead::Nothing,
+                };
+                match taken {
+                    Ahead::Fetched(listed) => {
+                        let urls = listed.urls.clone();
+                        ahead = Some(listed.ahead());
+                        urls
+                    }
+                    _ => base_repo_urls(http, &yr, inputs.mirrors).await?,
+                }
+            }
         };
         if urls.is_empty() {
             report.warnings.push(format!("repository `base {}` ({}): its mirrorlist {} cannot be reached: skipped; hint: --repo {}=URL for a mirror of it", yr.id, yr.file, yr.mirrorlist.as_deref().unwrap_or(""), yr.id));
@@ -327,11 +352,12 @@ async fn base_repositories(
         }
         let keyring = base_repo_keys(&yr, base, inputs.base_keyring.as_deref())?;
         to_read.push(ToRead {
-            name: base_name(&yr.id),
+            name,
             urls,
             keyring: Some(keyring),
             repo_gpgcheck: yr.repo_gpgcheck,
             base_id: Some(yr.id.clone()),
+            ahead,
         });
     }
     Ok(to_read)

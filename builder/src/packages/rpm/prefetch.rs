@@ -2,11 +2,11 @@
 //! base's os-release has streamed past, the recipe it picks is known, and with it `$releasever`
 //! and the recipe's own repositories; the base's `/etc/yum.repos.d/*.repo` files, read with
 //! the variables of `/etc/dnf/vars` and `/etc/yum/vars` seen so far, add the base's. Each
-//! repository whose URLs are known without a fetch (`baseurl`, `--repo ID=URL`, the recipe's)
-//! starts [`erdma_rpm::repo::prefetch`]: `repomd.xml` and its signature held unverified, the
-//! `primary` kept in the metadata cache by the checksum it was checked against. The build
-//! proper (`sources.rs`, `load_repo`) verifies them with the keys it reads from the
-//! finished base. Repositories given by a `mirrorlist` are left to the build proper.
+//! repository starts [`erdma_rpm::repo::prefetch`] at its URLs (`baseurl`, `--repo ID=URL`,
+//! the recipe's, or what its `mirrorlist` gives, fetched first): `repomd.xml` and its
+//! signature held unverified, the `primary` kept in the metadata cache by the checksum it was
+//! checked against. The build proper (`sources.rs`, `load_repo`) verifies them with the keys
+//! it reads from the finished base.
 //!
 //! The fetches are named by the repository's name and URLs as the build proper computes them;
 //! where a file that changes them streams past late (a variables file after the `.repo` file
@@ -19,7 +19,10 @@ use std::sync::Mutex;
 use erdma_rpm::repo::{Prefetched, RepoError};
 
 use super::repos;
-use super::sources::{base_name, known_base_urls, recipe_repo_urls, wanted_base_repos};
+use super::sources::{
+    base_name, fetch_mirrorlist, known_base_urls, mirrorlist_source, recipe_repo_urls,
+    wanted_base_repos,
+};
 use crate::packages::prefetch::{Ahead, Tasks};
 use crate::packages::{Backend, Repository};
 
@@ -38,8 +41,28 @@ pub struct Picked {
 /// The build's pick for a base with this os-release (its content; `None` where it picks none).
 pub type RecipeOf = Box<dyn Fn(&[u8]) -> Option<Picked> + Send + Sync>;
 
-/// What names one fetch: the repository's name and its URLs.
+/// What names one fetch: the repository's name and its URLs, or its mirrorlist
+/// ([`mirrorlist_source`]).
 type Key = (String, Vec<String>);
+
+/// What a fetch ahead found: the repository's URLs (a mirrorlist's, once fetched: none where
+/// it could not be) and what one of them served, or why none did.
+#[derive(Debug)]
+pub struct Listed {
+    pub urls: Vec<String>,
+    pub read: Result<Prefetched, RepoError>,
+}
+
+impl Listed {
+    /// What was fetched of the repository, for its load.
+    pub fn ahead(self) -> Ahead<Prefetched, RepoError> {
+        match self.read {
+            Ok(fetched) => Ahead::Fetched(fetched),
+            Err(e) if e.is_unreachable() => Ahead::Unreachable(e),
+            Err(_) => Ahead::Nothing,
+        }
+    }
+}
 
 /// The fetches started ahead for one build.
 pub struct Prefetches {
@@ -51,7 +74,7 @@ pub struct Prefetches {
     repo_urls: BTreeMap<String, String>,
     recipe_of: RecipeOf,
     seen: Mutex<Seen>,
-    tasks: Tasks<Key, Prefetched, RepoError>,
+    tasks: Tasks<Key, Listed, RepoError>,
 }
 
 /// The files of the base read so far that say which repositories a build reads.
@@ -127,6 +150,8 @@ impl Prefetches {
                     // Not under --mirror (no fetch ahead is made then).
                     if let Some(urls) = known_base_urls(&yr, &self.repo_urls, &[]) {
                         self.fetch(base_name(&yr.id), urls);
+                    } else if let Some(list) = &yr.mirrorlist {
+                        self.fetch_listed(base_name(&yr.id), list.clone());
                     }
                 }
             }
@@ -140,13 +165,33 @@ impl Prefetches {
         let (http, cache) = (self.http.clone(), self.cache.clone());
         let key = (name.clone(), urls.clone());
         self.tasks.start(key, || async move {
-            erdma_rpm::repo::prefetch(&http, &name, &urls, &cache).await
+            let read = erdma_rpm::repo::prefetch(&http, &name, &urls, &cache).await;
+            Ok(Listed { urls, read })
         });
     }
 
-    /// The fetch ahead of repository `name` at `urls`, once it is done.
-    pub async fn take(&self, name: &str, urls: &[String]) -> Ahead<Prefetched, RepoError> {
-        let key = (name.to_string(), urls.to_vec());
+    /// The fetch of a repository given by the mirrorlist `list`: the list, then the mirrors
+    /// it gives, in order.
+    fn fetch_listed(&self, name: String, list: String) {
+        let (http, cache) = (self.http.clone(), self.cache.clone());
+        let key = (name.clone(), mirrorlist_source(&list));
+        self.tasks.start(key, || async move {
+            // A list that cannot be fetched for a reason other than the network is the build
+            // proper's to fetch again and report.
+            let urls = fetch_mirrorlist(&http, &list).await?;
+            if urls.is_empty() {
+                let read = Err(RepoError::Unreachable { name, tried: Vec::new() });
+                return Ok(Listed { urls, read });
+            }
+            let read = erdma_rpm::repo::prefetch(&http, &name, &urls, &cache).await;
+            Ok(Listed { urls, read })
+        });
+    }
+
+    /// The fetch ahead of repository `name` at `source` (its URLs, or its mirrorlist as
+    /// `sources.rs`'s `mirrorlist_source` names it), once it is done.
+    pub async fn take(&self, name: &str, source: &[String]) -> Ahead<Listed, RepoError> {
+        let key = (name.to_string(), source.to_vec());
         self.tasks.take(&key, RepoError::is_unreachable).await
     }
 
@@ -179,14 +224,41 @@ mod tests {
         Some(crate::recipe::Recipe::for_os(&os).ok()?.for_build(false, "amd64").picked())
     }
 
+    /// Serves `body` to every request on 127.0.0.1; returns the port.
+    fn serve(body: String) -> u16 {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(format!("{head}{body}").as_bytes());
+            }
+        });
+        port
+    }
+
     /// The files stream past as a Rocky 9 image's layer has them (variables, then `.repo`
     /// files, then `usr/lib/os-release`): once the release is known, a fetch starts for each
-    /// repository the build will read at a known URL, named as the build names it, and none
-    /// for what it will not read. A port nothing listens on stands in for every mirror.
+    /// repository the build will read, named as the build names it (a mirrorlist's by the
+    /// list, the URLs it gives coming back with what was fetched), and none for what it will
+    /// not read. A port nothing listens on stands in for every mirror.
     #[tokio::test]
     async fn the_repositories_the_build_reads_start_once_the_release_is_known() {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let at = |path: &str| format!("http://127.0.0.1:{port}/{path}");
+        let lists = serve(format!("# the nearest first\n{}\n", at("appstream/")));
         let repo_urls = BTreeMap::from([("erdma".to_string(), at("erdma"))]);
         let recipe_of: RecipeOf = Box::new(picked);
         let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
@@ -194,11 +266,13 @@ mod tests {
         let ahead = Prefetches::new(http, cache.path(), "amd64", repo_urls, recipe_of);
 
         ahead.watch("etc/dnf/vars/contentdir", b"pub/rocky\n");
+        let list = format!(
+            "http://127.0.0.1:{lists}/mirrorlist?arch=$basearch&repo=AppStream-$releasever"
+        );
         let rocky = format!(
             "[baseos]\nname=BaseOS\nbaseurl={}\ngpgcheck=1\n\n\
-             [appstream]\nmirrorlist={}\n\n[devel]\nenabled=0\nbaseurl={}\n",
+             [appstream]\nmirrorlist={list}\n\n[devel]\nenabled=0\nbaseurl={}\n",
             at("$contentdir/$releasever/BaseOS/$basearch/os/"),
-            at("mirrorlist?arch=$basearch&repo=AppStream-$releasever"),
             at("devel/"),
         );
         ahead.watch("etc/yum.repos.d/rocky.repo", rocky.as_bytes());
@@ -214,16 +288,26 @@ mod tests {
         );
         // Again, as a later layer may bring the same file: nothing is started twice.
         ahead.watch("etc/yum.repos.d/rocky.repo", rocky.as_bytes());
-        assert_eq!(ahead.started(), 2);
+        assert_eq!(ahead.started(), 3);
 
-        let baseos = vec![at("pub/rocky/9/BaseOS/x86_64/os/")];
-        let Ahead::Unreachable(e) = ahead.take(&base_name("baseos"), &baseos).await else {
-            panic!("baseos: no fetch under the build's name and URLs")
+        // Each is found under the name and URLs the build gives it, unreachable.
+        let unreachable = |got: Ahead<Listed, RepoError>, urls: &[String]| match got {
+            Ahead::Fetched(listed) => {
+                assert_eq!(listed.urls, urls);
+                match listed.ahead() {
+                    Ahead::Unreachable(e) => assert!(e.to_string().contains("127.0.0.1"), "{e}"),
+                    other => panic!("{other:?}"),
+                }
+            }
+            other => panic!("no fetch under the build's name and URLs: {other:?}"),
         };
-        assert!(e.to_string().contains("127.0.0.1"), "{e}");
-        assert!(matches!(ahead.take("erdma", &[at("erdma")]).await, Ahead::Unreachable(_)));
+        let baseos = vec![at("pub/rocky/9/BaseOS/x86_64/os/")];
+        unreachable(ahead.take(&base_name("baseos"), &baseos).await, &baseos);
+        unreachable(ahead.take("erdma", &[at("erdma")]).await, &[at("erdma")]);
+        let list = format!("http://127.0.0.1:{lists}/mirrorlist?arch=x86_64&repo=AppStream-9");
+        let appstream = ahead.take(&base_name("appstream"), &mirrorlist_source(&list)).await;
+        unreachable(appstream, &[at("appstream/")]);
         assert_eq!(ahead.started(), 0);
-        assert!(matches!(ahead.take(&base_name("appstream"), &[]).await, Ahead::Nothing));
 
         // A Debian base starts nothing here (apt's sources are apt::prefetch's).
         let recipe_of: RecipeOf = Box::new(picked);

@@ -62,6 +62,12 @@ pub(super) fn base_name(id: &str) -> String {
     format!("base {id}")
 }
 
+/// What names a repository given by a `mirrorlist` before the list is fetched (where a fetch
+/// ahead files it: [`super::prefetch`]).
+pub(super) fn mirrorlist_source(list: &str) -> Vec<String> {
+    vec![format!("mirrorlist {list}")]
+}
+
 /// The URLs of one of the recipe's repositories: `--repo NAME=URL`, else the recipe's.
 pub(super) fn recipe_repo_urls(
     repo: &Repository,
@@ -96,26 +102,12 @@ pub(super) async fn base_repo_urls(
     let mut urls = repo.baseurls.clone();
     if urls.is_empty() {
         if let Some(list) = &repo.mirrorlist {
-            // A mirrorlist that cannot be fetched gives no URL: the repository counts as
-            // unreachable (below), as dnf's would.
-            let text = match http.get(list, 1 << 20).await {
-                Ok(t) => t.unwrap_or_default(),
-                Err(e) if e.is_transient() => Vec::new(),
-                Err(e) => {
-                    return Err(PackageError::BaseRepository {
-                        id: repo.id.clone(),
-                        file: repo.file.clone(),
-                        why: Doing::new(format!("mirrorlist {list}"), e).into(),
-                    }
-                    .into())
-                }
-            };
-            urls = String::from_utf8_lossy(&text)
-                .lines()
-                .map(str::trim)
-                .filter(|l| l.contains("://") && !l.starts_with('#'))
-                .map(String::from)
-                .collect();
+            urls =
+                fetch_mirrorlist(http, list).await.map_err(|e| PackageError::BaseRepository {
+                    id: repo.id.clone(),
+                    file: repo.file.clone(),
+                    why: Doing::new(format!("mirrorlist {list}"), e).into(),
+                })?;
         }
     }
     if urls.is_empty() && repo.mirrorlist.is_none() {
@@ -129,6 +121,25 @@ pub(super) async fn base_repo_urls(
         );
     }
     Ok(urls.into_iter().map(|u| mirrored(&u, mirrors)).collect())
+}
+
+/// The URLs a `mirrorlist` gives, one per line. One that cannot be fetched (unreachable, or
+/// not there) gives none: the repository counts as unreachable, as dnf's would.
+pub(super) async fn fetch_mirrorlist(
+    http: &erdma_http::Client,
+    list: &str,
+) -> std::result::Result<Vec<String>, erdma_http::HttpError> {
+    let text = match http.get(list, 1 << 20).await {
+        Ok(t) => t.unwrap_or_default(),
+        Err(e) if e.is_transient() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains("://") && !l.starts_with('#'))
+        .map(String::from)
+        .collect())
 }
 
 pub(crate) fn mirrored(url: &str, mirrors: &[Mirror]) -> String {
