@@ -416,11 +416,21 @@ fn key_expiry(created_at: i64, binding: &Signature) -> Option<i64> {
     }
 }
 
-fn newer<'a>(best: Option<&'a Signature>, sig: &'a Signature) -> Option<&'a Signature> {
-    match best {
-        Some(b) if created(b) >= created(sig) => Some(b),
-        _ => Some(sig),
-    }
+/// The newest of `candidates` that `valid` holds for (of equal creation times, the first
+/// given), checking the newest first: each check is a public-key operation (an RSA 4096
+/// verification costs milliseconds), and an older signature cannot win once a newer one holds.
+fn newest_valid<T>(
+    candidates: Vec<T>,
+    sig: impl Fn(&T) -> &Signature,
+    valid: impl Fn(&T) -> bool,
+) -> Option<T> {
+    let mut order: Vec<(std::cmp::Reverse<i64>, usize, T)> = candidates
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (std::cmp::Reverse(created(sig(&c))), i, c))
+        .collect();
+    order.sort_by_key(|(newest, i, _)| (*newest, *i));
+    order.into_iter().map(|(_, _, c)| c).find(|c| valid(c))
 }
 
 /// Whether the primary key may be trusted now, as gpg judges it: not revoked, bound to a
@@ -432,18 +442,16 @@ fn primary_validity(key: &SignedPublicKey, now: i64) -> Result<&Signature, Strin
             return Err("revoked".into());
         }
     }
-    let mut newest: Option<&Signature> = None;
+    // Self-signatures: over a user ID (third-party certifications, which Debian's keys carry
+    // many of, are not), or direct-key ones (no user ID).
+    let mut candidates: Vec<(&Signature, Option<&pgp::packet::UserId>)> = Vec::new();
     for user in &key.details.users {
         for sig in &user.signatures {
-            // Third-party certifications (Debian's keys carry many) are not self-signatures.
-            if sig.typ() == Some(SignatureType::CertRevocation)
-                || names_issuer(sig, pk) == Some(false)
-                || signature_expired(sig, now)
+            if sig.typ() != Some(SignatureType::CertRevocation)
+                && names_issuer(sig, pk) != Some(false)
+                && !signature_expired(sig, now)
             {
-                continue;
-            }
-            if sig.verify_certification(pk, Tag::UserId, &user.id).is_ok() {
-                newest = newer(newest, sig);
+                candidates.push((sig, Some(&user.id)));
             }
         }
     }
@@ -451,12 +459,19 @@ fn primary_validity(key: &SignedPublicKey, now: i64) -> Result<&Signature, Strin
         if sig.typ() == Some(SignatureType::Key)
             && names_issuer(sig, pk) != Some(false)
             && !signature_expired(sig, now)
-            && sig.verify_key(pk).is_ok()
         {
-            newest = newer(newest, sig);
+            candidates.push((sig, None));
         }
     }
-    let binding = newest.ok_or_else(|| "without a valid self-signature".to_owned())?;
+    let newest = newest_valid(
+        candidates,
+        |(sig, _)| sig,
+        |(sig, user)| match user {
+            Some(id) => sig.verify_certification(pk, Tag::UserId, id).is_ok(),
+            None => sig.verify_key(pk).is_ok(),
+        },
+    );
+    let (binding, _) = newest.ok_or_else(|| "without a valid self-signature".to_owned())?;
     if let Some(at) = key_expiry(i64::from(pk.created_at().as_secs()), binding) {
         if now >= at {
             return Err(format!("expired since {}", format_utc(at)));
@@ -476,15 +491,18 @@ fn subkey_validity(primary: &PublicKey, sub: &SignedPublicSubKey, now: i64) -> R
             return Err("revoked".into());
         }
     }
-    let mut newest: Option<&Signature> = None;
-    for sig in &sub.signatures {
-        if sig.typ() == Some(SignatureType::SubkeyBinding)
-            && !signature_expired(sig, now)
-            && sig.verify_subkey_binding(primary, &sub.key).is_ok()
-        {
-            newest = newer(newest, sig);
-        }
-    }
+    let candidates = sub
+        .signatures
+        .iter()
+        .filter(|sig| {
+            sig.typ() == Some(SignatureType::SubkeyBinding) && !signature_expired(sig, now)
+        })
+        .collect();
+    let newest = newest_valid(
+        candidates,
+        |sig| sig,
+        |sig| sig.verify_subkey_binding(primary, &sub.key).is_ok(),
+    );
     let binding = newest.ok_or_else(|| "not bound to its primary key".to_owned())?;
     if !binding.key_flags().sign() {
         return Err("not a signing subkey".into());

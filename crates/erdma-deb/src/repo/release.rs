@@ -322,6 +322,28 @@ mod tests {
         assert_eq!(verify_clearsigned(&signed, &keyring).unwrap(), RELEASE);
     }
 
+    /// A key's expiry is what its newest self-signature says, as gpg reads it: extended later
+    /// (`--quick-set-expire`), the key is valid again; shortened again after, it is not.
+    #[test]
+    fn the_newest_self_signature_gives_the_expiry() {
+        let gpg = Gpg::new();
+        let at = |time: &'static str| ["--faked-system-time", time];
+        let fpr =
+            gpg.gen_key("renewed@example.org", "ed25519", "sign", "1d", &at("20200101T000000!"));
+        let signed = gpg.sign(&fpr, RELEASE.as_bytes(), &["--clearsign"], &at("20200101T010000!"));
+        let e = verify_clearsigned(&signed, &gpg.export(&fpr, false)).unwrap_err();
+        assert!(err_chain(&e).contains("expired since 2020-01-02"), "{}", err_chain(&e));
+        let mut args = at("20200101T020000!").to_vec();
+        args.extend(["--quick-set-expire", &fpr, "0"]);
+        gpg.run(&args);
+        assert_eq!(verify_clearsigned(&signed, &gpg.export(&fpr, false)).unwrap(), RELEASE);
+        let mut args = at("20200101T030000!").to_vec();
+        args.extend(["--quick-set-expire", &fpr, "2d"]);
+        gpg.run(&args);
+        let e = verify_clearsigned(&signed, &gpg.export(&fpr, false)).unwrap_err();
+        assert!(err_chain(&e).contains("expired since 2020-01-03"), "{}", err_chain(&e));
+    }
+
     #[test]
     fn expired_key_is_refused() {
         let gpg = Gpg::new();
