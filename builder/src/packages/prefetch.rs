@@ -84,6 +84,16 @@ where
     }
 }
 
+/// Fetches nobody took (a repository the build did not read, a build that failed) stop with
+/// the build's use of them.
+impl<K, T, E> Drop for Tasks<K, T, E> {
+    fn drop(&mut self) {
+        for (_, task) in self.started.get_mut().expect("poisoned").drain() {
+            task.abort();
+        }
+    }
+}
+
 /// The fetches ahead of one image's build, apt's and rpm's: each reacts to its own files only.
 pub struct FetchAhead {
     pub apt: apt::prefetch::Prefetches,

@@ -164,6 +164,7 @@ pub async fn prefetch(
     urls: &[String],
     cache_dir: &Path,
 ) -> Result<Prefetched, RepoError> {
+    sweep_fetched(cache_dir);
     let mut tried = Vec::new();
     for url in urls {
         let base = base_of(url);
@@ -181,7 +182,8 @@ pub async fn prefetch(
             Some(path) if !kept && !have(&path, MAX_PRIMARY) => {
                 let compressed = fetch_primary(http, &base, &primary, &sum).await?;
                 // Best effort: one that cannot be kept is fetched again by `load`.
-                let _ = erdma_limits::kept::write(&path, |f| f.write_all(&compressed));
+                let write = move || erdma_limits::kept::write(&path, |f| f.write_all(&compressed));
+                let _ = tokio::task::spawn_blocking(write).await;
             }
             _ => {}
         }
@@ -271,6 +273,25 @@ fn fetched_path(sum: &Checksum, cache_dir: &Path) -> Option<PathBuf> {
     sum.file_stem().map(|stem| cache_dir.join("rpm-md").join(format!("{stem}.fetched")))
 }
 
+/// How long a `primary` fetched ahead waits for a build to index it: one a build did not read
+/// (it failed, or read another repository) is removed by a later fetch ahead after that.
+const FETCHED_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Removes the `primary` files fetched ahead that no build read within [`FETCHED_KEPT_FOR`].
+fn sweep_fetched(cache_dir: &Path) {
+    let Ok(dir) = std::fs::read_dir(cache_dir.join("rpm-md")) else { return };
+    for e in dir.flatten() {
+        let stale = e
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .is_some_and(|at| at.elapsed().is_ok_and(|age| age > FETCHED_KEPT_FOR));
+        if stale && e.file_name().to_string_lossy().ends_with(".fetched") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// A mirror's `primary` (`data`, under `base`), checked against `sum`.
 async fn fetch_primary(
     http: &Client,
@@ -299,10 +320,17 @@ async fn read_primary(
     origin: &str,
 ) -> Result<PrimaryIndex, RepoError> {
     let kept = kept_path(sum, cache_dir);
+    // A primary fetched ahead is read once, or not at all where its index is kept already.
+    let fetched = fetched_path(sum, cache_dir);
     if let Some(path) = &kept {
         if let Ok(file) = erdma_limits::kept::open(path, MAX_PRIMARY_OPEN * 2) {
             match PrimaryIndex::read_kept(file) {
-                Ok(index) => return Ok(index),
+                Ok(index) => {
+                    if let Some(path) = &fetched {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    return Ok(index);
+                }
                 Err(_) => {
                     let _ = std::fs::remove_file(path);
                 }
@@ -310,7 +338,6 @@ async fn read_primary(
         }
     }
     // One fetched ahead, where it has the checksum the verified repomd.xml gives.
-    let fetched = fetched_path(sum, cache_dir);
     let ahead = fetched
         .as_deref()
         .and_then(|p| erdma_limits::kept::read(p, MAX_PRIMARY).ok())

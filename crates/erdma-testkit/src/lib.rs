@@ -190,16 +190,33 @@ pub fn mknod(path: &Path, kind: char, major: u32, minor: u32) {
     assert_success(&format!("mknod {}", path.display()), &out);
 }
 
-/// Makes the nodes `scenario` declares under the host's own `/dev` where missing, and leaves
-/// them there (a node of a driver that is not loaded opens nothing). runc in a user namespace
-/// cannot make device nodes: it bind-mounts each from the host's path the spec names, as on a
-/// real eRDMA host, where they exist. Never removed, so that tests running at the same time
-/// (and `scripts/runtime-validation/run`) never pull one from under another.
+/// Makes the nodes `scenario` declares under the host's own `/dev` where missing, with the
+/// mode rdma-core's udev rules give them on an eRDMA host (0666, which a container in a user
+/// namespace of other ids needs), and leaves them there. runc in a user namespace cannot make
+/// device nodes: it bind-mounts each from the host's path the spec names, as on a real eRDMA
+/// host, where they exist. Never removed, so that tests running at the same time (and
+/// `scripts/runtime-validation/run`) never pull one from under another. A misc minor (major
+/// 10: `rdma_cm`'s 58) that another driver of this host holds (`/proc/misc`; older kernels hand
+/// out minors below 64) is refused: a node open to all would open that driver.
 pub fn host_dev_nodes(scenario: &str) {
     for n in dev_nodes(scenario) {
         let path = Path::new("/dev").join(&n.path);
         if std::fs::symlink_metadata(&path).is_ok() {
             continue;
+        }
+        if n.kind == 'c' && n.major == 10 {
+            let misc = std::fs::read_to_string("/proc/misc").unwrap_or_default();
+            let name = Path::new(&n.path).file_name().unwrap().to_string_lossy().into_owned();
+            let holder = misc.lines().find_map(|l| {
+                let (minor, driver) = l.trim().split_once(' ')?;
+                (minor.parse() == Ok(n.minor) && driver != name).then(|| driver.to_string())
+            });
+            assert!(
+                holder.is_none(),
+                "misc minor {} is {holder:?}'s here, not {name}'s: /dev/{} not made",
+                n.minor,
+                n.path
+            );
         }
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let out = Command::new("mknod")

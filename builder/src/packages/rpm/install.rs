@@ -13,8 +13,8 @@ use super::repos::basearch;
 use super::sandboxed;
 use super::scripts::{scriptlets, AccountFiles, Accounted};
 use super::sources::{
-    base_name, base_repo_keys, base_repo_urls, known_base_urls, load_repo, mirrorlist_source,
-    recipe_repo_urls, repository, wanted_base_repos, NCCL,
+    base_name, base_repo_keys, base_repo_urls, known_base_urls, load_repo, mirrored,
+    mirrorlist_source, recipe_repo_urls, repository, wanted_base_repos, NCCL,
 };
 use super::unpack::{check_paths, note_special, unpack};
 use crate::error::{Error, Result};
@@ -337,7 +337,9 @@ async fn base_repositories(
                 };
                 match taken {
                     Ahead::Fetched(listed) => {
-                        let urls = listed.urls.clone();
+                        // (No fetch ahead is made under --mirror; applied all the same.)
+                        let urls =
+                            listed.urls.iter().map(|u| mirrored(u, inputs.mirrors)).collect();
                         ahead = Some(listed.ahead());
                         urls
                     }

@@ -8,10 +8,12 @@
 //! checked against. The build proper (`sources.rs`, `load_repo`) verifies them with the keys
 //! it reads from the finished base.
 //!
-//! The fetches are named by the repository's name and URLs as the build proper computes them;
-//! where a file that changes them streams past late (a variables file after the `.repo` file
-//! using it, a later layer's `.repo` file), the build proper finds no fetch under its name and
-//! fetches itself.
+//! The layers stream past the top one first, so the first version of a file seen is the
+//! image's. The fetches are named by the repository's name and URLs as the build proper
+//! computes them; where a file that changes them streams past late (a variables file after
+//! the `.repo` file using it), or a lower layer's file that a whiteout hides started one, the
+//! build proper finds no fetch under its name and fetches itself, and the fetch is stopped
+//! when the build is done with the image.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -80,13 +82,10 @@ pub struct Prefetches {
 /// The files of the base read so far that say which repositories a build reads.
 #[derive(Default)]
 struct Seen {
-    /// Whether `/etc/os-release` was seen (it wins over `/usr/lib`'s).
-    etc_os_release: bool,
+    /// The os-release files, `.repo` files and variables files, by path.
+    files: BTreeMap<String, Vec<u8>>,
+    /// The build's pick for the os-release seen.
     recipe: Option<Picked>,
-    /// `.repo` files by path.
-    repo_files: BTreeMap<String, String>,
-    /// Variables files by path (`/etc/dnf/vars` sorts after `/etc/yum/vars`, and wins).
-    variables: BTreeMap<String, (String, String)>,
 }
 
 impl Prefetches {
@@ -110,23 +109,26 @@ impl Prefetches {
         }
     }
 
-    /// A file of the base as its layer streams past.
+    /// A file of the base as its layers stream past, the top layer first: of each path, the
+    /// first version seen is the image's (a lower layer's is hidden by it).
     pub fn watch(&self, path: &str, data: &[u8]) {
-        let mut seen = self.seen.lock().expect("poisoned");
-        let from_etc = path == "etc/os-release";
-        if from_etc || (path == "usr/lib/os-release" && !seen.etc_os_release) {
-            seen.recipe = (self.recipe_of)(data);
-            seen.etc_os_release |= from_etc;
-        } else if repo_file(path) {
-            seen.repo_files.insert(path.to_string(), String::from_utf8_lossy(data).into_owned());
-        } else if let Some(var) = repos::VARIABLE_DIRS
-            .iter()
-            .find(|d| path.strip_prefix(**d).is_some_and(|n| n.starts_with('/')))
-            .and_then(|_| repos::variable_file(path, data))
-        {
-            seen.variables.insert(path.to_string(), var);
-        } else {
+        let relevant = path == "etc/os-release"
+            || path == "usr/lib/os-release"
+            || repo_file(path)
+            || variable_dir(path).is_some();
+        if !relevant {
             return;
+        }
+        let mut seen = self.seen.lock().expect("poisoned");
+        if seen.files.contains_key(path) {
+            return;
+        }
+        seen.files.insert(path.to_string(), data.to_vec());
+        if path.ends_with("os-release") {
+            // /etc/os-release wins over /usr/lib's, as the build reads them.
+            let os_release =
+                seen.files.get("etc/os-release").or(seen.files.get("usr/lib/os-release"));
+            seen.recipe = os_release.and_then(|text| (self.recipe_of)(text));
         }
         self.start(&seen);
     }
@@ -138,14 +140,23 @@ impl Prefetches {
             return;
         };
         let mut vars = repos::builtin_variables(&recipe.version_id, &self.basearch);
-        vars.extend(seen.variables.values().cloned());
+        // In the order dnf reads them, the later winning.
+        for dir in repos::VARIABLE_DIRS {
+            let files = seen.files.iter().filter(|(path, _)| variable_dir(path) == Some(dir));
+            vars.extend(files.filter_map(|(path, data)| repos::variable_file(path, data)));
+        }
+        let repo_files = seen
+            .files
+            .iter()
+            .filter(|(path, _)| repo_file(path))
+            .map(|(path, data)| (path, String::from_utf8_lossy(data)));
         for repo in &recipe.repositories {
             if !repo.from_base {
                 self.fetch(repo.name.clone(), recipe_repo_urls(repo, &self.repo_urls));
                 continue;
             }
-            for (path, text) in &seen.repo_files {
-                let defined = repos::parse(&format!("/{path}"), text, &vars);
+            for (path, text) in repo_files.clone() {
+                let defined = repos::parse(&format!("/{path}"), &text, &vars);
                 for yr in wanted_base_repos(defined, &recipe.remove_files) {
                     // Not under --mirror (no fetch ahead is made then).
                     if let Some(urls) = known_base_urls(&yr, &self.repo_urls, &[]) {
@@ -206,6 +217,13 @@ impl Prefetches {
     pub fn started(&self) -> usize {
         self.tasks.started()
     }
+}
+
+/// Which of [`repos::VARIABLE_DIRS`] `path` (in the image, without the leading `/`) is a
+/// variables file of.
+fn variable_dir(path: &str) -> Option<&'static str> {
+    let (dir, name) = path.rsplit_once('/')?;
+    repos::VARIABLE_DIRS.into_iter().find(|d| *d == dir && !name.is_empty())
 }
 
 /// Whether `path` (in the image, without the leading `/`) is a `.repo` file dnf reads.
@@ -317,5 +335,33 @@ mod tests {
         debian
             .watch("etc/os-release", b"ID=debian\nVERSION_ID=\"12\"\nVERSION_CODENAME=bookworm\n");
         assert_eq!(debian.started(), 0);
+    }
+
+    /// The layers stream past the top one first: a lower layer's `.repo` file, variables file
+    /// or os-release does not replace the one above it; dnf's variables beat yum's, and a file
+    /// in a directory below `vars/` is none.
+    #[tokio::test]
+    async fn the_top_layer_s_files_and_dnf_s_variables_are_the_ones_read() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let at = |path: &str| format!("http://127.0.0.1:{port}/{path}");
+        let repo_urls = BTreeMap::from([("erdma".to_string(), at("erdma"))]);
+        let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let ahead = Prefetches::new(http, cache.path(), "amd64", repo_urls, Box::new(picked));
+        let repo = |path: &str| format!("[baseos]\nbaseurl={}\n", at(path));
+        // The top layer.
+        ahead.watch("etc/yum.repos.d/rocky.repo", repo("corp/$contentdir/").as_bytes());
+        ahead.watch("etc/dnf/vars/contentdir", b"dnf\n");
+        ahead.watch("etc/yum/vars/contentdir", b"yum\n");
+        ahead.watch("etc/dnf/vars/sub/contentdir", b"nested\n");
+        ahead.watch("etc/os-release", b"ID=\"rocky\"\nVERSION_ID=\"9.5\"\n");
+        // The layer below it.
+        ahead.watch("etc/yum.repos.d/rocky.repo", repo("public/").as_bytes());
+        ahead.watch("etc/dnf/vars/contentdir", b"lower\n");
+        ahead.watch("usr/lib/os-release", b"ID=debian\nVERSION_ID=\"12\"\n");
+        assert_eq!(ahead.started(), 2, "the recipe's erdma and the top layer's baseos");
+        let baseos = ahead.take(&base_name("baseos"), &[at("corp/dnf/")]).await;
+        assert!(matches!(baseos, Ahead::Fetched(_)), "{baseos:?}");
+        assert_eq!(ahead.started(), 1);
     }
 }
