@@ -37,6 +37,15 @@ pub struct Tasks<K, T, E> {
     started: Mutex<HashMap<K, tokio::task::JoinHandle<Result<T, E>>>>,
 }
 
+impl<K, T, E> Tasks<K, T, E> {
+    /// Stops every fetch started (what they kept so far stays, written whole or not at all).
+    pub fn abort_all(&self) {
+        for (_, task) in self.started.lock().expect("poisoned").drain() {
+            task.abort();
+        }
+    }
+}
+
 impl<K, T, E> Tasks<K, T, E>
 where
     K: Eq + Hash,
@@ -75,22 +84,13 @@ where
     pub fn started(&self) -> usize {
         self.started.lock().expect("poisoned").len()
     }
-
-    /// Stops every fetch started (what they kept so far stays, written whole or not at all).
-    pub fn abort_all(&self) {
-        for (_, task) in self.started.lock().expect("poisoned").drain() {
-            task.abort();
-        }
-    }
 }
 
 /// Fetches nobody took (a repository the build did not read, a build that failed) stop with
 /// the build's use of them.
 impl<K, T, E> Drop for Tasks<K, T, E> {
     fn drop(&mut self) {
-        for (_, task) in self.started.get_mut().expect("poisoned").drain() {
-            task.abort();
-        }
+        self.abort_all();
     }
 }
 

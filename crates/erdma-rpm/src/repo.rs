@@ -164,7 +164,6 @@ pub async fn prefetch(
     urls: &[String],
     cache_dir: &Path,
 ) -> Result<Prefetched, RepoError> {
-    sweep_fetched(cache_dir);
     let mut tried = Vec::new();
     for url in urls {
         let base = base_of(url);
@@ -181,8 +180,13 @@ pub async fn prefetch(
         match fetched_path(&sum, cache_dir) {
             Some(path) if !kept && !have(&path, MAX_PRIMARY) => {
                 let compressed = fetch_primary(http, &base, &primary, &sum).await?;
-                // Best effort: one that cannot be kept is fetched again by `load`.
-                let write = move || erdma_limits::kept::write(&path, |f| f.write_all(&compressed));
+                // Best effort: one that cannot be kept is fetched again by `load`. The cache
+                // gains a file here, so here the stale ones go.
+                let cache_dir = cache_dir.to_path_buf();
+                let write = move || {
+                    sweep_fetched(&cache_dir);
+                    erdma_limits::kept::write(&path, |f| f.write_all(&compressed))
+                };
                 let _ = tokio::task::spawn_blocking(write).await;
             }
             _ => {}

@@ -19,6 +19,7 @@ use super::sources::{
 use super::unpack::{check_paths, note_special, unpack};
 use crate::error::{Error, Result};
 use crate::packages::prefetch::Ahead;
+use crate::packages::rpm::prefetch::Listed;
 use crate::packages::sandboxed::Over;
 use crate::packages::users;
 use crate::packages::PackageError;
@@ -275,10 +276,9 @@ async fn load_repositories(
         let ahead = async {
             match (taken, inputs.prefetched) {
                 (Some(ahead), _) => ahead,
-                (None, Some(p)) => match p.rpm.take(&r.name, &r.urls).await {
-                    Ahead::Fetched(listed) => listed.ahead(),
-                    _ => Ahead::Nothing,
-                },
+                (None, Some(p)) => {
+                    p.rpm.take(&r.name, &r.urls).await.map_or(Ahead::Nothing, Listed::ahead)
+                }
                 (None, None) => Ahead::Nothing,
             }
         };
@@ -333,17 +333,17 @@ async fn base_repositories(
                 // Its mirrorlist fetched ahead (with the mirrors it gives), or now.
                 let taken = match (inputs.prefetched, &yr.mirrorlist) {
                     (Some(p), Some(list)) => p.rpm.take(&name, &mirrorlist_source(list)).await,
-                    _ => Ahead::Nothing,
+                    _ => None,
                 };
                 match taken {
-                    Ahead::Fetched(listed) => {
+                    Some(listed) => {
                         // (No fetch ahead is made under --mirror; applied all the same.)
                         let urls =
                             listed.urls.iter().map(|u| mirrored(u, inputs.mirrors)).collect();
                         ahead = Some(listed.ahead());
                         urls
                     }
-                    _ => base_repo_urls(http, &yr, inputs.mirrors).await?,
+                    None => base_repo_urls(http, &yr, inputs.mirrors).await?,
                 }
             }
         };

@@ -114,8 +114,8 @@ impl Prefetches {
     pub fn watch(&self, path: &str, data: &[u8]) {
         let relevant = path == "etc/os-release"
             || path == "usr/lib/os-release"
-            || repo_file(path)
-            || variable_dir(path).is_some();
+            || repos::is_repo_file(path)
+            || repos::variable_dir(path).is_some();
         if !relevant {
             return;
         }
@@ -142,13 +142,14 @@ impl Prefetches {
         let mut vars = repos::builtin_variables(&recipe.version_id, &self.basearch);
         // In the order dnf reads them, the later winning.
         for dir in repos::VARIABLE_DIRS {
-            let files = seen.files.iter().filter(|(path, _)| variable_dir(path) == Some(dir));
+            let files =
+                seen.files.iter().filter(|(path, _)| repos::variable_dir(path) == Some(dir));
             vars.extend(files.filter_map(|(path, data)| repos::variable_file(path, data)));
         }
         let repo_files = seen
             .files
             .iter()
-            .filter(|(path, _)| repo_file(path))
+            .filter(|(path, _)| repos::is_repo_file(path))
             .map(|(path, data)| (path, String::from_utf8_lossy(data)));
         for repo in &recipe.repositories {
             if !repo.from_base {
@@ -200,10 +201,15 @@ impl Prefetches {
     }
 
     /// The fetch ahead of repository `name` at `source` (its URLs, or its mirrorlist as
-    /// `sources.rs`'s `mirrorlist_source` names it), once it is done.
-    pub async fn take(&self, name: &str, source: &[String]) -> Ahead<Listed, RepoError> {
+    /// `sources.rs`'s `mirrorlist_source` names it), once it is done; `None` where none was
+    /// started, or its mirrorlist could not be read for a reason the build reports itself.
+    /// (A repository no mirror of answered is a [`Listed`] whose `read` says so.)
+    pub async fn take(&self, name: &str, source: &[String]) -> Option<Listed> {
         let key = (name.to_string(), source.to_vec());
-        self.tasks.take(&key, RepoError::is_unreachable).await
+        match self.tasks.take(&key, RepoError::is_unreachable).await {
+            Ahead::Fetched(listed) => Some(listed),
+            Ahead::Nothing | Ahead::Unreachable(_) => None,
+        }
     }
 
     /// Whether the recipe the build picks, once the os-release has streamed past, is an rpm
@@ -217,19 +223,6 @@ impl Prefetches {
     pub fn started(&self) -> usize {
         self.tasks.started()
     }
-}
-
-/// Which of [`repos::VARIABLE_DIRS`] `path` (in the image, without the leading `/`) is a
-/// variables file of.
-fn variable_dir(path: &str) -> Option<&'static str> {
-    let (dir, name) = path.rsplit_once('/')?;
-    repos::VARIABLE_DIRS.into_iter().find(|d| *d == dir && !name.is_empty())
-}
-
-/// Whether `path` (in the image, without the leading `/`) is a `.repo` file dnf reads.
-fn repo_file(path: &str) -> bool {
-    path.strip_prefix("etc/yum.repos.d/")
-        .is_some_and(|name| !name.contains('/') && name.ends_with(".repo"))
 }
 
 #[cfg(test)]
@@ -309,15 +302,15 @@ mod tests {
         assert_eq!(ahead.started(), 3);
 
         // Each is found under the name and URLs the build gives it, unreachable.
-        let unreachable = |got: Ahead<Listed, RepoError>, urls: &[String]| match got {
-            Ahead::Fetched(listed) => {
+        let unreachable = |got: Option<Listed>, urls: &[String]| match got {
+            Some(listed) => {
                 assert_eq!(listed.urls, urls);
                 match listed.ahead() {
                     Ahead::Unreachable(e) => assert!(e.to_string().contains("127.0.0.1"), "{e}"),
                     other => panic!("{other:?}"),
                 }
             }
-            other => panic!("no fetch under the build's name and URLs: {other:?}"),
+            None => panic!("no fetch under the build's name and URLs"),
         };
         let baseos = vec![at("pub/rocky/9/BaseOS/x86_64/os/")];
         unreachable(ahead.take(&base_name("baseos"), &baseos).await, &baseos);
@@ -361,7 +354,7 @@ mod tests {
         ahead.watch("usr/lib/os-release", b"ID=debian\nVERSION_ID=\"12\"\n");
         assert_eq!(ahead.started(), 2, "the recipe's erdma and the top layer's baseos");
         let baseos = ahead.take(&base_name("baseos"), &[at("corp/dnf/")]).await;
-        assert!(matches!(baseos, Ahead::Fetched(_)), "{baseos:?}");
+        assert!(baseos.is_some(), "{baseos:?}");
         assert_eq!(ahead.started(), 1);
     }
 }

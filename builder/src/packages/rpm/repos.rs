@@ -182,13 +182,29 @@ pub fn variable_file(path: &str, content: &[u8]) -> Option<(String, String)> {
     Some((name.to_string(), v))
 }
 
+/// Where dnf reads `.repo` files (in the image, without the leading `/`).
+const REPO_DIR: &str = "etc/yum.repos.d";
+
+/// Whether `path` (in the image, without the leading `/`) is a `.repo` file dnf reads.
+pub fn is_repo_file(path: &str) -> bool {
+    path.strip_prefix(REPO_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|name| !name.contains('/') && name.ends_with(".repo"))
+}
+
+/// Which of [`VARIABLE_DIRS`] `path` (in the image, without the leading `/`) is a variables
+/// file of.
+pub fn variable_dir(path: &str) -> Option<&'static str> {
+    let (dir, name) = path.rsplit_once('/')?;
+    VARIABLE_DIRS.into_iter().find(|d| *d == dir && !name.is_empty())
+}
+
 /// Every repository the base's `/etc/yum.repos.d/*.repo` files define, in file name order.
 pub fn base_repos(base: &dyn BaseFiles, vars: &BTreeMap<String, String>) -> Result<Vec<YumRepo>> {
-    let mut names = base.list("etc/yum.repos.d")?;
+    let mut names = base.list(REPO_DIR)?;
     names.sort();
     let mut out = Vec::new();
-    for name in names.into_iter().filter(|n| n.ends_with(".repo")) {
-        let path = format!("etc/yum.repos.d/{name}");
+    for path in names.into_iter().map(|n| format!("{REPO_DIR}/{n}")).filter(|p| is_repo_file(p)) {
         if let Some(text) = base.read(&path, MAX_REPO_FILE)? {
             out.extend(parse(&format!("/{path}"), &String::from_utf8_lossy(&text), vars));
         }
