@@ -218,91 +218,119 @@ async fn run(
 
     let cache = LayerCache::new(work.path());
     let http = erdma_http::Client::new(opts.timeouts)?.max_inflation(opts.limits.inflation);
-    let mut prepared = Vec::new();
-    // One layer per recipe and architecture (platforms of one architecture share it).
-    let mut layers_by_recipe: HashMap<(String, String), RecipeLayer> = HashMap::new();
-    for (i, img) in images.iter().enumerate() {
-        // The repositories of the base's apt sources or yum `.repo` files, and the recipe's,
-        // start their fetches as its layers stream past (packages::prefetch; not where
-        // --mirror stands in for them, or no package is fetched; ERDMA_BUILD_FETCH_AHEAD=0
-        // turns it off, for measuring it).
-        let arch = debian_arch(img);
-        let fetches = (opts.packages || opts.nccl.is_some() || !opts.install.is_empty())
-            && std::env::var_os("ERDMA_BUILD_FETCH_AHEAD").is_none_or(|v| v != "0");
-        let ahead = (opts.mirrors.is_empty() && fetches).then(|| {
-            // The recipe the build will pick, from the os-release as it streams past.
-            let (named, nccl, image_arch) =
-                (opts.recipe.clone(), opts.nccl.is_some(), arch.clone());
-            let recipe_of = move |os_release: &[u8]| {
-                let os = OsRelease::parse(&String::from_utf8_lossy(os_release));
-                let (recipe, _) = pick_recipe(named.as_deref(), || Ok(os)).ok()?;
-                Some(recipe.for_build(nccl, &image_arch).picked())
+    let building = async {
+        let mut prepared = Vec::new();
+        // One layer per recipe and architecture (platforms of one architecture share it).
+        let mut layers_by_recipe: HashMap<(String, String), RecipeLayer> = HashMap::new();
+        for (i, img) in images.iter().enumerate() {
+            // The repositories of the base's apt sources or yum `.repo` files, and the recipe's,
+            // start their fetches as its layers stream past (packages::prefetch; not where
+            // --mirror stands in for them, or no package is fetched; ERDMA_BUILD_FETCH_AHEAD=0
+            // turns it off, for measuring it).
+            let arch = debian_arch(img);
+            let fetches = (opts.packages || opts.nccl.is_some() || !opts.install.is_empty())
+                && std::env::var_os("ERDMA_BUILD_FETCH_AHEAD").is_none_or(|v| v != "0");
+            let ahead = (opts.mirrors.is_empty() && fetches).then(|| {
+                // The recipe the build will pick, from the os-release as it streams past.
+                let (named, nccl, image_arch) =
+                    (opts.recipe.clone(), opts.nccl.is_some(), arch.clone());
+                let recipe_of = move |os_release: &[u8]| {
+                    let os = OsRelease::parse(&String::from_utf8_lossy(os_release));
+                    let (recipe, _) = pick_recipe(named.as_deref(), || Ok(os)).ok()?;
+                    Some(recipe.for_build(nccl, &image_arch).picked())
+                };
+                FetchAhead {
+                    apt: apt::prefetch::Prefetches::new(http.clone(), &cache_dir(), &arch),
+                    rpm: rpm::prefetch::Prefetches::new(
+                        http.clone(),
+                        &cache_dir(),
+                        &arch,
+                        opts.repo_urls.clone(),
+                        Box::new(recipe_of),
+                    ),
+                }
+            });
+            let watch = |path: &str, data: &[u8]| {
+                if let Some(a) = &ahead {
+                    a.watch(path, data);
+                }
             };
-            FetchAhead {
-                apt: apt::prefetch::Prefetches::new(http.clone(), &cache_dir(), &arch),
-                rpm: rpm::prefetch::Prefetches::new(
-                    http.clone(),
-                    &cache_dir(),
+            let files = ImageFiles::new(&src, img, &cache, &reporter, &counters).watching(&watch);
+            let (recipe, os_release) = choose_recipe(opts, &src, &files)?;
+            for name in opts.repo_keyrings.keys() {
+                if name != "base" && !recipe.repositories.iter().any(|r| &r.name == name) {
+                    let names: Vec<&str> = std::iter::once("base")
+                        .chain(
+                            recipe
+                                .repositories
+                                .iter()
+                                .filter(|r| !r.from_base)
+                                .map(|r| r.name.as_str()),
+                        )
+                        .collect();
+                    return Err(Error::UnknownKeyringRepository {
+                        name: name.clone(),
+                        recipe: recipe.name.clone(),
+                        available: names.join(", "),
+                    });
+                }
+            }
+            let recipe = recipe.for_build(opts.nccl.is_some(), &arch);
+            let key = (recipe.name.clone(), arch.clone());
+            if !layers_by_recipe.contains_key(&key) {
+                let env = crate::inspect::env_of(&img.config);
+                let mut c = recipe_contents(
+                    &recipe,
+                    opts,
+                    &files,
+                    &http,
+                    ahead.as_ref(),
                     &arch,
-                    opts.repo_urls.clone(),
-                    Box::new(recipe_of),
-                ),
+                    &env,
+                    output.is_some(),
+                    reporter.as_ref(),
+                )
+                .await?;
+                let path = work.path().join(format!("layer-{i}"));
+                c.info = Some(c.layer.write_layer_reusing(
+                    &path,
+                    opts.compression,
+                    opts.epoch,
+                    &compressed_layers(),
+                )?);
+                c.path = path;
+                layers_by_recipe.insert(key.clone(), c);
             }
-        });
-        let watch = |path: &str, data: &[u8]| {
-            if let Some(a) = &ahead {
-                a.watch(path, data);
-            }
-        };
-        let files = ImageFiles::new(&src, img, &cache, &reporter, &counters).watching(&watch);
-        let (recipe, os_release) = choose_recipe(opts, &src, &files)?;
-        for name in opts.repo_keyrings.keys() {
-            if name != "base" && !recipe.repositories.iter().any(|r| &r.name == name) {
-                let names: Vec<&str> = std::iter::once("base")
-                    .chain(
-                        recipe
-                            .repositories
-                            .iter()
-                            .filter(|r| !r.from_base)
-                            .map(|r| r.name.as_str()),
-                    )
-                    .collect();
-                return Err(Error::UnknownKeyringRepository {
-                    name: name.clone(),
-                    recipe: recipe.name.clone(),
-                    available: names.join(", "),
-                });
+            let c = &layers_by_recipe[&key];
+            prepared.push(prepare(opts, &src, img, recipe, os_release, c)?);
+        }
+        Ok::<_, Error>(prepared)
+    };
+    // The base's layers at hand in a local layout go to the output while the build works on
+    // the rest (each is checked against its digest on the way: a whole read of the layer);
+    // those of a registry wait for the build's own read of them, so as not to download twice.
+    // A build that fails drops the sink, and with it what was staged.
+    let placing = async {
+        let Some(sink) = &sink else { return Ok(HashMap::new()) };
+        let mut at_hand: Vec<(&str, u64)> = Vec::new();
+        for (digest, size, _) in images.iter().flat_map(|img| &img.layers) {
+            if src.local_file(digest).is_some() && !at_hand.iter().any(|(d, _)| d == digest) {
+                at_hand.push((digest, *size));
             }
         }
-        let recipe = recipe.for_build(opts.nccl.is_some(), &arch);
-        let key = (recipe.name.clone(), arch.clone());
-        if !layers_by_recipe.contains_key(&key) {
-            let env = crate::inspect::env_of(&img.config);
-            let mut c = recipe_contents(
-                &recipe,
-                opts,
-                &files,
-                &http,
-                ahead.as_ref(),
-                &arch,
-                &env,
-                output.is_some(),
-                reporter.as_ref(),
-            )
-            .await?;
-            let path = work.path().join(format!("layer-{i}"));
-            c.info = Some(c.layer.write_layer_reusing(
-                &path,
-                opts.compression,
-                opts.epoch,
-                &compressed_layers(),
-            )?);
-            c.path = path;
-            layers_by_recipe.insert(key.clone(), c);
-        }
-        let c = &layers_by_recipe[&key];
-        prepared.push(prepare(opts, &src, img, recipe, os_release, c)?);
-    }
+        let placed: Vec<erdma_oci::Result<Reuse>> = futures_util::stream::iter(
+            at_hand.iter().map(|(d, s)| sink.put_base_blob(&src, d, *s)),
+        )
+        .buffered(3)
+        .collect()
+        .await;
+        at_hand
+            .iter()
+            .zip(placed)
+            .map(|((d, _), reuse)| Ok((d.to_string(), reuse?)))
+            .collect::<Result<HashMap<String, Reuse>>>()
+    };
+    let (mut prepared, placed) = futures_util::future::try_join(building, placing).await?;
 
     let top = top_object(
         &prepared,
@@ -313,12 +341,16 @@ async fn run(
     if let Some(sink) = sink {
         for p in prepared.iter_mut() {
             reporter.step("writing layers");
-            let reuses: Vec<erdma_oci::Result<Reuse>> = futures_util::stream::iter(
-                p.base_layers.iter().map(|(d, s)| sink.put_base_blob(&src, d, *s)),
-            )
-            .buffered(3)
-            .collect()
-            .await;
+            let reuses: Vec<erdma_oci::Result<Reuse>> =
+                futures_util::stream::iter(p.base_layers.iter().map(|(d, s)| async {
+                    match placed.get(d) {
+                        Some(reuse) => Ok(*reuse),
+                        None => sink.put_base_blob(&src, d, *s).await,
+                    }
+                }))
+                .buffered(3)
+                .collect()
+                .await;
             for (bl, reuse) in p.report.base_layers.iter_mut().zip(reuses) {
                 bl.reuse = Some(reuse?);
             }

@@ -151,6 +151,17 @@ fn two_builds_are_byte_identical() {
                 compression,
             ]);
             digests.push((r["digest"].as_str().unwrap().to_string(), snapshot(&out)));
+            // The base's layer, at hand in a layout on the same file system, is checked and
+            // linked (while the build works on the rest), not copied.
+            let layer = &base.layers[0].digest;
+            assert_eq!(r["images"][0]["base_layers"][0]["reuse"], "linked", "{r}");
+            let ino = |dir: &Path| {
+                std::os::unix::fs::MetadataExt::ino(
+                    &std::fs::metadata(dir.join("blobs/sha256").join(&layer["sha256:".len()..]))
+                        .unwrap(),
+                )
+            };
+            assert_eq!(ino(&out), ino(&base.dir));
         }
         assert_eq!(digests[0].0, digests[1].0);
         assert_eq!(digests[0].1, digests[1].1, "every byte of the two layouts is the same");

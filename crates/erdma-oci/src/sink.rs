@@ -192,11 +192,18 @@ impl Sink {
                 let from_layout = layout_file.is_some();
                 if let Some(local) = layout_file.or(kept) {
                     // Checked before linking: the layout we read from is input we do not trust.
-                    let mut r = VerifyingReader::new(
-                        File::open(&local).map_err(Error::io("opening blob", &local))?,
-                        digest,
-                    );
-                    let checked = std::io::copy(&mut r, &mut std::io::sink());
+                    // The check reads the whole layer, on the blocking pool: a build places its
+                    // base's layers while it works on the rest (a dropped future links nothing).
+                    let file = File::open(&local).map_err(Error::io("opening blob", &local))?;
+                    let wanted = digest.to_string();
+                    let checked = tokio::task::spawn_blocking(move || {
+                        std::io::copy(
+                            &mut VerifyingReader::new(file, &wanted),
+                            &mut std::io::sink(),
+                        )
+                    })
+                    .await
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
                     match checked {
                         Ok(_) => {}
                         // A kept copy that is not the layer any more: fetched again below.
