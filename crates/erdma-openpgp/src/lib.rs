@@ -234,6 +234,7 @@ pub enum SignatureError {
 }
 
 /// The public keys of a keyring file.
+#[derive(Clone)]
 pub struct Keyring {
     pub keys: Vec<SignedPublicKey>,
 }
