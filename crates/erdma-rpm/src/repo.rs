@@ -229,7 +229,13 @@ pub async fn load(
                 }
             },
         };
-        verify_repomd(&raw, signature.as_deref(), &repomd_url, &keyring, repo_gpgcheck)?;
+        // The signature check and the kept index's read (below) run on the blocking pool, so
+        // that repositories read at once use every core.
+        let (raw, keyring, repomd_url) = blocking(move || {
+            verify_repomd(&raw, signature.as_deref(), &repomd_url, &keyring, repo_gpgcheck)?;
+            Ok::<_, RepoError>((raw, keyring, repomd_url))
+        })
+        .await?;
         let (primary, sum) = primary_of(&raw, &repomd_url)?;
         let index = read_primary(http, &base, &primary, &sum, cache_dir, name).await?;
         return Ok(LoadedRepo {
@@ -328,7 +334,7 @@ async fn read_primary(
     let fetched = fetched_path(sum, cache_dir);
     if let Some(path) = &kept {
         if let Ok(file) = erdma_limits::kept::open(path, MAX_PRIMARY_OPEN * 2) {
-            match PrimaryIndex::read_kept(file) {
+            match blocking(move || PrimaryIndex::read_kept(file)).await {
                 Ok(index) => {
                     if let Some(path) = &fetched {
                         let _ = std::fs::remove_file(path);
@@ -355,14 +361,20 @@ async fn read_primary(
     };
     let (location, inflation) = (data.location.clone(), http.inflation());
     let origin = origin.to_string();
-    tokio::task::spawn_blocking(move || {
+    blocking(move || {
         let input =
             repodata::decompressor(&location, &compressed[..], MAX_PRIMARY_OPEN, inflation)?;
         PrimaryIndex::build(input, &location, MAX_PRIMARY_OPEN, &origin, kept.as_deref())
     })
     .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     .map_err(|source| RepoError::Metadata { at: data.location.clone(), source })
+}
+
+/// `f` on the blocking pool (a panic in it goes on in the caller).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 #[cfg(test)]
