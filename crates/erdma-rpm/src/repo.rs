@@ -5,7 +5,6 @@
 //! next build); [`select_packages`] then parses the packages a resolution can reach. Each
 //! package's own checksum and signature are checked by the caller after downloading it
 //! ([`crate::package`]). The apt counterpart is `erdma_deb::repo`.
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::index::{PrimaryIndex, KEPT_FORMAT};
@@ -152,12 +151,12 @@ fn primary_of(raw: &[u8], repomd_url: &str) -> Result<(RepoMdData, Checksum), Re
 }
 
 /// Fetches what [`load`] will need of a repository before the build knows its keys: the
-/// first mirror's `repomd.xml` and signature, held unverified, and its `primary` as served,
-/// checked against the checksum that unverified `repomd.xml` gives and kept under that
-/// checksum (not indexed here: this runs while the base's layer is read, and the transfer is
-/// what overlaps it well; the index is built by `load`, as for a download of its own).
-/// Nothing here is trusted: `load` verifies the `repomd.xml`, and reads a kept `primary` only
-/// where the verified one names its checksum, checking it against that checksum again.
+/// first mirror's `repomd.xml` and signature, held unverified, and its `primary`, checked
+/// against the checksum that unverified `repomd.xml` gives and indexed (on the blocking pool,
+/// beside the base's layer read) into the index kept under that checksum. Nothing here is
+/// trusted: `load` verifies the `repomd.xml`, and reads a kept index only where the verified
+/// one names its checksum, i.e. only where the `primary` indexed is the one it signed for. An
+/// index that cannot be built is left to `load` to meet again, and report.
 pub async fn prefetch(
     http: &Client,
     name: &str,
@@ -175,21 +174,11 @@ pub async fn prefetch(
             }
         };
         let (primary, sum) = primary_of(&repomd, &format!("{base}repodata/repomd.xml"))?;
-        let have = |p: &Path, max| erdma_limits::kept::open(p, max).is_ok();
-        let kept = kept_path(&sum, cache_dir).is_some_and(|p| have(&p, MAX_PRIMARY_OPEN * 2));
-        match fetched_path(&sum, cache_dir) {
-            Some(path) if !kept && !have(&path, MAX_PRIMARY) => {
-                let compressed = fetch_primary(http, &base, &primary, &sum).await?;
-                // Best effort: one that cannot be kept is fetched again by `load`. The cache
-                // gains a file here, so here the stale ones go.
-                let cache_dir = cache_dir.to_path_buf();
-                let write = move || {
-                    sweep_fetched(&cache_dir);
-                    erdma_limits::kept::write(&path, |f| f.write_all(&compressed))
-                };
-                let _ = tokio::task::spawn_blocking(write).await;
-            }
-            _ => {}
+        let kept = kept_path(&sum, cache_dir);
+        let have = |p: &Path| erdma_limits::kept::open(p, MAX_PRIMARY_OPEN * 2).is_ok();
+        if let Some(kept) = kept.filter(|p| !have(p)) {
+            let compressed = fetch_primary(http, &base, &primary, &sum).await?;
+            let _ = index_primary(compressed, &primary, http.inflation(), name, Some(kept)).await;
         }
         return Ok(Prefetched { url: url.clone(), tried, repomd, signature });
     }
@@ -278,30 +267,6 @@ fn kept_path(sum: &Checksum, cache_dir: &Path) -> Option<PathBuf> {
     sum.file_stem().map(|stem| cache_dir.join("rpm-md").join(format!("{stem}.kept-{KEPT_FORMAT}")))
 }
 
-/// Where a `primary` of checksum `sum` fetched ahead waits, as served, for its index.
-fn fetched_path(sum: &Checksum, cache_dir: &Path) -> Option<PathBuf> {
-    sum.file_stem().map(|stem| cache_dir.join("rpm-md").join(format!("{stem}.fetched")))
-}
-
-/// How long a `primary` fetched ahead waits for a build to index it: one a build did not read
-/// (it failed, or read another repository) is removed by a later fetch ahead after that.
-const FETCHED_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
-/// Removes the `primary` files fetched ahead that no build read within [`FETCHED_KEPT_FOR`].
-fn sweep_fetched(cache_dir: &Path) {
-    let Ok(dir) = std::fs::read_dir(cache_dir.join("rpm-md")) else { return };
-    for e in dir.flatten() {
-        let stale = e
-            .metadata()
-            .ok()
-            .and_then(|m| m.modified().ok())
-            .is_some_and(|at| at.elapsed().is_ok_and(|age| age > FETCHED_KEPT_FOR));
-        if stale && e.file_name().to_string_lossy().ends_with(".fetched") {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-}
-
 /// A mirror's `primary` (`data`, under `base`), checked against `sum`.
 async fn fetch_primary(
     http: &Client,
@@ -319,8 +284,9 @@ async fn fetch_primary(
 }
 
 /// The index of a repository's `primary` (`data`, checked against `sum`): the one kept under
-/// `cache_dir` by that checksum, else fetched from `base`, verified, and indexed as it is
-/// decompressed, the index kept for the next build.
+/// `cache_dir` by that checksum (by an earlier build, or by [`prefetch`] for this one), else
+/// fetched from `base`, verified, and indexed as it is decompressed, the index kept for the
+/// next build.
 async fn read_primary(
     http: &Client,
     base: &str,
@@ -330,44 +296,38 @@ async fn read_primary(
     origin: &str,
 ) -> Result<PrimaryIndex, RepoError> {
     let kept = kept_path(sum, cache_dir);
-    // A primary fetched ahead is read once, or not at all where its index is kept already.
-    let fetched = fetched_path(sum, cache_dir);
     if let Some(path) = &kept {
         if let Ok(file) = erdma_limits::kept::open(path, MAX_PRIMARY_OPEN * 2) {
             match blocking(move || PrimaryIndex::read_kept(file)).await {
-                Ok(index) => {
-                    if let Some(path) = &fetched {
-                        let _ = std::fs::remove_file(path);
-                    }
-                    return Ok(index);
-                }
+                Ok(index) => return Ok(index),
                 Err(_) => {
                     let _ = std::fs::remove_file(path);
                 }
             }
         }
     }
-    // One fetched ahead, where it has the checksum the verified repomd.xml gives.
-    let ahead = fetched
-        .as_deref()
-        .and_then(|p| erdma_limits::kept::read(p, MAX_PRIMARY).ok())
-        .filter(|c| repodata::verify(c, sum).is_ok());
-    if let Some(path) = &fetched {
-        let _ = std::fs::remove_file(path);
-    }
-    let compressed = match ahead {
-        Some(compressed) => compressed,
-        None => fetch_primary(http, base, data, sum).await?,
-    };
-    let (location, inflation) = (data.location.clone(), http.inflation());
-    let origin = origin.to_string();
+    let compressed = fetch_primary(http, base, data, sum).await?;
+    index_primary(compressed, data, http.inflation(), origin, kept)
+        .await
+        .map_err(|source| RepoError::Metadata { at: data.location.clone(), source })
+}
+
+/// The index of `compressed`, the `primary` `data` names (checked against its checksum by the
+/// caller), decompressed and read on the blocking pool; kept at `kept` where given.
+async fn index_primary(
+    compressed: Vec<u8>,
+    data: &RepoMdData,
+    inflation: u64,
+    origin: &str,
+    kept: Option<PathBuf>,
+) -> Result<PrimaryIndex, RepodataError> {
+    let (location, origin) = (data.location.clone(), origin.to_string());
     blocking(move || {
         let input =
             repodata::decompressor(&location, &compressed[..], MAX_PRIMARY_OPEN, inflation)?;
         PrimaryIndex::build(input, &location, MAX_PRIMARY_OPEN, &origin, kept.as_deref())
     })
     .await
-    .map_err(|source| RepoError::Metadata { at: data.location.clone(), source })
 }
 
 /// `f` on the blocking pool (a panic in it goes on in the caller).
@@ -380,6 +340,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
 
     /// A repository of `packages` (name, version) under `dir`: its `primary.xml.gz` and a
@@ -465,8 +426,9 @@ mod tests {
     }
 
     /// What a fetch ahead holds is used as fetched, and verified as if it were: the mirror's
-    /// `repomd.xml` and `primary` can be gone by then, a mirror it found empty is not tried
-    /// again, and a missing or bad signature fails the load as it would have.
+    /// `repomd.xml` and `primary` can be gone by then (the `primary` is indexed and kept under
+    /// its checksum), a mirror it found empty is not tried again, and a missing or bad
+    /// signature fails the load as it would have.
     #[tokio::test]
     async fn a_fetch_ahead_stands_in_for_the_fetch_and_is_verified_as_one() {
         let (empty, repo, cache) = (
@@ -479,10 +441,10 @@ mod tests {
         let ahead = prefetch(&client(), "base", &urls, cache.path()).await.unwrap();
         assert_eq!(ahead.url, urls[1]);
         assert_eq!(ahead.tried.len(), 1, "{:?}", ahead.tried);
-        // The primary as served, for the build to index.
-        let fetched = cache.path().join(format!("rpm-md/sha256-{sum}.fetched"));
+        // The primary, indexed under its checksum.
         let kept = cache.path().join(format!("rpm-md/sha256-{sum}.kept-{KEPT_FORMAT}"));
-        assert!(fetched.exists() && !kept.exists());
+        assert!(kept.exists());
+        assert_eq!(std::fs::read_dir(cache.path().join("rpm-md")).unwrap().count(), 1);
 
         // The mirror is emptied, and the one it found empty filled with another repository.
         std::fs::remove_dir_all(repo.path().join("repodata")).unwrap();
@@ -492,16 +454,16 @@ mod tests {
             let (urls, cache) = (urls.clone(), cache.path().to_path_buf());
             async move { load(&client(), "base", &urls, none(), gpgcheck, &cache, ahead.as_ref()).await }
         };
-        // A primary fetched ahead that no longer has its checksum is not read (and, its
-        // mirror emptied, the load fails), and is dropped.
-        let gz = std::fs::read(&fetched).unwrap();
-        std::fs::write(&fetched, b"not the primary").unwrap();
+        // A damaged index is not read (and, its mirror emptied, the load fails), and is
+        // dropped.
+        let index = std::fs::read(&kept).unwrap();
+        std::fs::write(&kept, &index[..index.len() - 3]).unwrap();
         assert!(load(Some(ahead.clone()), false).await.is_err());
-        assert!(!fetched.exists());
-        std::fs::write(&fetched, &gz).unwrap();
+        assert!(!kept.exists());
+        std::fs::write(&kept, &index).unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
         let loaded = load(Some(ahead.clone()), false).await.unwrap();
         assert_eq!(loaded.url, urls[1]);
-        assert!(kept.exists() && !fetched.exists(), "indexed, and kept as an index");
         let mut repos = [loaded];
         select_packages(&mut repos, ["rdma-core"]).unwrap();
         assert_eq!(repos[0].packages[0].evr.to_string(), "46.0-1.el9");

@@ -4,8 +4,8 @@
 //! the variables of `/etc/dnf/vars` and `/etc/yum/vars` seen so far, add the base's. Each
 //! repository starts [`erdma_rpm::repo::prefetch`] at its URLs (`baseurl`, `--repo ID=URL`,
 //! the recipe's, or what its `mirrorlist` gives, fetched first): `repomd.xml` and its
-//! signature held unverified, the `primary` kept in the metadata cache by the checksum it was
-//! checked against. The build proper (`sources.rs`, `load_repo`) verifies them with the keys
+//! signature held unverified, the `primary` indexed (on another core than the layer read's)
+//! and kept in the metadata cache by the checksum it was checked against. The build proper (`sources.rs`, `load_repo`) verifies them with the keys
 //! it reads from the finished base.
 //!
 //! The layers stream past the top one first, so the first version of a file seen is the
