@@ -34,7 +34,13 @@ struct Run {
     stderr: String,
     rss_kib: u64,
     wall: Duration,
+    cpu: Duration,
 }
+
+/// How much longer than its CPU bound a run may take on the clock: a loaded machine (CI's two
+/// cores shared with other tests) stretches the wall time, not the work; a run that stalls
+/// without working still fails.
+const STALL_FACTOR: u32 = 5;
 
 impl Run {
     /// The `error:` line, asserting it is the only line of the error (no `Caused by:`).
@@ -54,18 +60,23 @@ impl Run {
         error
     }
 
+    /// The run's work stayed under `cpu` (user and system time) and `rss_mib` of peak RSS,
+    /// and it ended within [`STALL_FACTOR`] times `cpu` on the clock.
     #[track_caller]
-    fn within(&self, what: &str, wall: Duration, rss_mib: u64) {
+    fn within(&self, what: &str, cpu: Duration, rss_mib: u64) {
         eprintln!(
-            "hostile: {what}: exit {:?}, {:.2?}, peak RSS {} MiB",
+            "hostile: {what}: exit {:?}, {:.2?} ({:.2?} of CPU), peak RSS {} MiB",
             self.code,
             self.wall,
+            self.cpu,
             self.rss_kib / 1024
         );
         if let Some(e) = self.stderr.lines().find(|l| l.starts_with("error: ")) {
             eprintln!("hostile:   {e}");
         }
-        assert!(self.wall < wall, "{what} took {:?}\n{}", self.wall, self.stderr);
+        assert!(self.cpu < cpu, "{what} took {:?} of CPU\n{}", self.cpu, self.stderr);
+        let stall = cpu * STALL_FACTOR;
+        assert!(self.wall < stall, "{what} took {:?} (stalled?)\n{}", self.wall, self.stderr);
         assert!(
             self.rss_kib < rss_mib * 1024,
             "{what}: peak RSS {} KiB\n{}",
@@ -83,6 +94,7 @@ fn run(args: &[&str], cache: &Path) -> Run {
         stderr: String::from_utf8_lossy(&m.out.stderr).into_owned(),
         rss_kib: m.rss_kib,
         wall: m.wall,
+        cpu: m.cpu,
     }
 }
 

@@ -45,6 +45,9 @@ pub struct Measured {
     /// Peak RSS, from GNU time's report on stderr.
     pub rss_kib: u64,
     pub wall: std::time::Duration,
+    /// CPU time, user and system, from GNU time's report: the work done, which a loaded
+    /// machine stretches far less than the wall time.
+    pub cpu: std::time::Duration,
 }
 
 /// Runs erdma-build ARGS under GNU time, with `cache` as `XDG_CACHE_HOME`, `NO_COLOR` and `env`.
@@ -68,7 +71,18 @@ pub fn run_measured(args: &[&str], cache: &std::path::Path, env: &[(&str, &str)]
         .unwrap_or_else(|| panic!("no RSS in\n{stderr}"))
         .parse()
         .unwrap();
-    Measured { out, rss_kib, wall }
+    let seconds = |field: &str| -> f64 {
+        stderr
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(field))
+            .unwrap_or_else(|| panic!("no {field:?} in\n{stderr}"))
+            .parse()
+            .unwrap()
+    };
+    let cpu = std::time::Duration::from_secs_f64(
+        seconds("User time (seconds): ") + seconds("System time (seconds): "),
+    );
+    Measured { out, rss_kib, wall, cpu }
 }
 
 /// Runs `erdma-build ARGS` to completion with stdin closed and `NO_COLOR` set.
