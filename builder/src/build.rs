@@ -312,12 +312,13 @@ async fn run(
     // A build that fails drops the sink, and with it what was staged.
     let placing = async {
         let Some(sink) = &sink else { return Ok(HashMap::new()) };
-        let mut at_hand: Vec<(&str, u64)> = Vec::new();
-        for (digest, size, _) in images.iter().flat_map(|img| &img.layers) {
-            if src.local_file(digest).is_some() && !at_hand.iter().any(|(d, _)| d == digest) {
-                at_hand.push((digest, *size));
-            }
-        }
+        let mut seen = std::collections::HashSet::new();
+        let at_hand: Vec<(&str, u64)> = images
+            .iter()
+            .flat_map(|img| &img.layers)
+            .filter(|(digest, _, _)| src.local_file(digest).is_some() && seen.insert(digest))
+            .map(|(digest, size, _)| (digest.as_str(), *size))
+            .collect();
         let placed: Vec<erdma_oci::Result<Reuse>> = futures_util::stream::iter(
             at_hand.iter().map(|(d, s)| sink.put_base_blob(&src, d, *s)),
         )
