@@ -524,8 +524,8 @@ const RANKS: &[&[&str]] = &[
     &["erdma-fuzz"],
 ];
 
-#[test]
-fn crates_depend_only_on_crates_below_them() {
+/// The workspace's root manifest, and the manifest of each member.
+fn manifests() -> (toml::Table, Vec<PathBuf>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let workspace: toml::Table =
         toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()).unwrap();
@@ -541,6 +541,56 @@ fn crates_depend_only_on_crates_below_them() {
             None => manifests.push(root.join(m).join("Cargo.toml")),
         }
     }
+    (workspace, manifests)
+}
+
+/// Every proc-macro crate in the graph (this machine's target) is compiled unoptimised in test
+/// builds, named in the root Cargo.toml (which says why), so that a new one does not quietly
+/// come in at `package."*"`'s opt-level 3.
+#[test]
+fn proc_macros_are_not_optimised_in_test_builds() {
+    let (workspace, _) = manifests();
+    let named = workspace["profile"]["dev"]["package"].as_table().unwrap();
+    let out = std::process::Command::new(env!("CARGO"))
+        .current_dir(workspace_root())
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", "x86_64-unknown-linux-gnu"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let in_graph: BTreeSet<&str> = meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    let mut proc_macros = BTreeSet::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let kinds = p["targets"].as_array().unwrap().iter().flat_map(|t| t["kind"].as_array());
+        if in_graph.contains(p["id"].as_str().unwrap())
+            && kinds.flatten().any(|k| k == "proc-macro")
+        {
+            proc_macros.insert(p["name"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(proc_macros.contains("serde_derive"), "{proc_macros:?}");
+    let left: Vec<&String> = proc_macros
+        .iter()
+        .filter(|n| {
+            named.get(n.as_str()).and_then(|p| p.get("opt-level")).and_then(|o| o.as_integer())
+                != Some(0)
+        })
+        .collect();
+    assert!(
+        left.is_empty(),
+        "proc-macros optimised in test builds (add a [profile.dev.package.NAME] with opt-level = 0 to Cargo.toml): {left:?}"
+    );
+}
+
+#[test]
+fn crates_depend_only_on_crates_below_them() {
+    let (_, manifests) = manifests();
     let rank = |name: &str| RANKS.iter().position(|r| r.contains(&name));
     let mut seen = 0;
     for path in &manifests {
