@@ -45,10 +45,16 @@ fn push_base(tmp: &Path, reg: &Registry, certs: &Path) {
 const RETRY_WAIT: Duration = Duration::from_secs(10);
 
 /// erdma-build ARGS with `HOME` (whose `.config/containers/certs.d` is read) and no
-/// `/etc` certs.d folder of this registry's port unless the test made one.
+/// `/etc` certs.d folder of this registry's port unless the test made one; a retry would first
+/// wait [`RETRY_WAIT`].
 fn run(home: &Path, args: &[&str]) -> (Output, Duration) {
+    run_waiting(home, args, RETRY_WAIT)
+}
+
+/// [`run`] with `wait` before the first retry.
+fn run_waiting(home: &Path, args: &[&str], wait: Duration) -> (Output, Duration) {
     let t = Instant::now();
-    let backoff = RETRY_WAIT.as_millis().to_string();
+    let backoff = wait.as_millis().to_string();
     let out = build_env(
         args,
         &[("HOME", home.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", &backoff)],
@@ -411,7 +417,10 @@ fn retries_are_erdma_builds_own_lines_naming_the_cause_and_quiet_prints_only_the
     // Nothing listens on port 1: every attempt is refused, then the run fails. The first request
     // is the login (the ping for a token challenge), anonymous or not.
     let home = tempfile::tempdir().unwrap();
-    let (out, _) = run(home.path(), &["plan", "--base", "docker://127.0.0.1:1/base:1"]);
+    // Short waits: this test retries on purpose.
+    let wait = Duration::from_millis(200);
+    let (out, _) =
+        run_waiting(home.path(), &["plan", "--base", "docker://127.0.0.1:1/base:1"], wait);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let warns: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN")).collect();
@@ -432,7 +441,8 @@ fn retries_are_erdma_builds_own_lines_naming_the_cause_and_quiet_prints_only_the
             || l.starts_with("hint: ");
         assert!(ours, "a line that is not erdma-build's: {l}\n{stderr}");
     }
-    let (out, _) = run(home.path(), &["--quiet", "plan", "--base", "docker://127.0.0.1:1/base:1"]);
+    let args = ["--quiet", "plan", "--base", "docker://127.0.0.1:1/base:1"];
+    let (out, _) = run_waiting(home.path(), &args, wait);
     let stderr = text(&out.stderr);
     assert!(stderr.starts_with("error: registry 127.0.0.1:1: logging in failed"), "{stderr}");
     assert!(
