@@ -524,13 +524,16 @@ const RANKS: &[&[&str]] = &[
     &["erdma-fuzz"],
 ];
 
-/// The workspace's root manifest, and the manifest of each member.
-fn manifests() -> (toml::Table, Vec<PathBuf>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let workspace: toml::Table =
-        toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()).unwrap();
+/// The workspace's root manifest.
+fn root_manifest() -> toml::Table {
+    toml::from_str(&std::fs::read_to_string(workspace_root().join("Cargo.toml")).unwrap()).unwrap()
+}
+
+/// The path of each member's manifest.
+fn member_manifests() -> Vec<PathBuf> {
+    let root = workspace_root();
     let mut manifests = vec![];
-    for m in workspace["workspace"]["members"].as_array().unwrap() {
+    for m in root_manifest()["workspace"]["members"].as_array().unwrap() {
         let m = m.as_str().unwrap();
         match m.strip_suffix("/*") {
             Some(dir) => {
@@ -541,7 +544,7 @@ fn manifests() -> (toml::Table, Vec<PathBuf>) {
             None => manifests.push(root.join(m).join("Cargo.toml")),
         }
     }
-    (workspace, manifests)
+    manifests
 }
 
 /// Every proc-macro crate in the graph (this machine's target) is compiled unoptimised in test
@@ -549,7 +552,7 @@ fn manifests() -> (toml::Table, Vec<PathBuf>) {
 /// come in at `package."*"`'s opt-level 3.
 #[test]
 fn proc_macros_are_not_optimised_in_test_builds() {
-    let (workspace, _) = manifests();
+    let workspace = root_manifest();
     let named = workspace["profile"]["dev"]["package"].as_table().unwrap();
     let out = std::process::Command::new(env!("CARGO"))
         .current_dir(workspace_root())
@@ -590,7 +593,7 @@ fn proc_macros_are_not_optimised_in_test_builds() {
 
 #[test]
 fn crates_depend_only_on_crates_below_them() {
-    let (_, manifests) = manifests();
+    let manifests = member_manifests();
     let rank = |name: &str| RANKS.iter().position(|r| r.contains(&name));
     let mut seen = 0;
     for path in &manifests {
