@@ -49,13 +49,37 @@ pub fn read(path: &Path, max: u64) -> Result<Vec<u8>, NotKept> {
 /// beside it (mode 0600, the directory made where missing), renamed over `path` once `fill`
 /// succeeded.
 pub fn write(path: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
-    let dir = path.parent().ok_or_else(|| io::Error::other("no directory"))?;
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    fill(tmp.as_file_mut())?;
-    tmp.as_file_mut().flush()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    let mut w = Writer::new(path)?;
+    fill(w.file())?;
+    w.commit()
+}
+
+/// A kept file written piece by piece, as [`write`] writes one: [`Writer::commit`] renames it
+/// into place; dropped without that, it leaves nothing behind.
+pub struct Writer {
+    path: std::path::PathBuf,
+    tmp: tempfile::NamedTempFile,
+}
+
+impl Writer {
+    /// A temporary file beside `path` (mode 0600, the directory made where missing).
+    pub fn new(path: &Path) -> io::Result<Writer> {
+        let dir = path.parent().ok_or_else(|| io::Error::other("no directory"))?;
+        std::fs::create_dir_all(dir)?;
+        Ok(Writer { path: path.to_owned(), tmp: tempfile::NamedTempFile::new_in(dir)? })
+    }
+
+    /// The file being written.
+    pub fn file(&mut self) -> &mut File {
+        self.tmp.as_file_mut()
+    }
+
+    /// Puts what was written in place of whatever `path` held.
+    pub fn commit(mut self) -> io::Result<()> {
+        self.tmp.as_file_mut().flush()?;
+        self.tmp.persist(&self.path).map_err(|e| e.error)?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -95,5 +119,16 @@ mod tests {
         assert_eq!(e.to_string(), "stopped");
         assert_eq!(std::fs::read(&path).unwrap(), b"old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
+        // Written piece by piece: nothing until committed, nothing left when dropped.
+        let mut w = Writer::new(&path).unwrap();
+        w.file().write_all(b"new").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        drop(w);
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
+        let mut w = Writer::new(&path).unwrap();
+        w.file().write_all(b"new").unwrap();
+        w.commit().unwrap();
+        assert_eq!(read(&path, 100).unwrap(), b"new");
     }
 }

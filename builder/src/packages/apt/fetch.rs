@@ -85,6 +85,17 @@ pub(crate) async fn fetch_one(
     Ok((path, got_size))
 }
 
+/// Where the decompressed payload of `path` is kept between builds
+/// ([`erdma_deb::deb::for_each_data_entry_kept`]): `payloads/` in the cache, by the package's
+/// SHA256, when `path` is the cache's copy of `pkg` (checked against that SHA256 when it came);
+/// `None` for any other file.
+pub(crate) fn kept_payload(pkg: &IndexedPackage, path: &Path, cache_dir: &Path) -> Option<PathBuf> {
+    let sha256 = pkg.sha256();
+    erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).ok()?;
+    (path == cache_dir.join("debs").join(format!("{sha256}.deb")))
+        .then(|| cache_dir.join("payloads").join(format!("{sha256}.tar")))
+}
+
 /// Where `pkg` already is on this machine, checked to be the file its index names.
 pub(crate) fn on_disk(pkg: &IndexedPackage, cache: &Path) -> Option<PathBuf> {
     let sha256 = pkg.sha256();

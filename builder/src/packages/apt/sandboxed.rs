@@ -147,18 +147,24 @@ pub(super) fn install(
     // Special files of the payloads, for the report, as every build lists them.
     for (planned, path) in res.install.iter().zip(debs) {
         let label = format!("{} {}", planned.name, planned.version);
-        deb::for_each_data_entry(path, inputs.http.inflation(), |entry, _| {
-            let kind = super::unpack::file_type(&entry.kind);
-            if !matches!(entry.kind, DataKind::Hardlink(_)) {
-                report.special_files.extend(payload::special(
-                    &label,
-                    &entry.path,
-                    kind,
-                    entry.mode,
-                ));
-            }
-            Ok(())
-        })
+        let kept = super::fetch::kept_payload(&planned.pkg, path, &inputs.cache_dir);
+        deb::for_each_data_entry_kept(
+            path,
+            inputs.http.inflation(),
+            kept.as_deref(),
+            |entry, _| {
+                let kind = super::unpack::file_type(&entry.kind);
+                if !matches!(entry.kind, DataKind::Hardlink(_)) {
+                    report.special_files.extend(payload::special(
+                        &label,
+                        &entry.path,
+                        kind,
+                        entry.mode,
+                    ));
+                }
+                Ok(())
+            },
+        )
         .map_err(|e| super::unpack::entry_error(planned, path, e, None))?;
     }
     let (removed, run) = sandboxed::run(job(res, status, debs, because)?, over)?;

@@ -126,7 +126,8 @@ pub(crate) fn inspect(
         let mut files: BTreeSet<String> = BTreeSet::new();
         let mut list = Vec::new();
         let mut executable = BTreeSet::new();
-        deb::for_each_data_entry(&path, inflation, |entry, _| {
+        let kept = super::fetch::kept_payload(&planned.pkg, &path, &inputs.cache_dir);
+        deb::for_each_data_entry_kept(&path, inflation, kept.as_deref(), |entry, _| {
             note_entry(&entry, &label, &mut list, &mut executable, &mut report.special_files);
             let place = match &entry.kind {
                 DataKind::Dir => erdma_oci::layer::Placing::Dir,
@@ -211,8 +212,9 @@ pub(super) fn unpack(
     let mut unpacked = Vec::new();
     for (planned, path) in res.install.iter().zip(debs) {
         let mut into = UnpackInto { placer: &mut placer, layer, new_paths: &mut new_paths, report };
-        let (deb, list, executable) =
-            unpack_one(planned, path, inputs.http.inflation(), &mut into, &mut stanzas)?;
+        let kept = super::fetch::kept_payload(&planned.pkg, path, &inputs.cache_dir);
+        let file = DebFile { path, kept: kept.as_deref(), inflation: inputs.http.inflation() };
+        let (deb, list, executable) = unpack_one(planned, file, &mut into, &mut stanzas)?;
         unpacked.push((planned, deb, list, executable));
     }
     // The scripts are read once every package is unpacked, in the order dpkg configures them.
@@ -239,6 +241,14 @@ pub(super) fn unpack(
     Ok(removed_files)
 }
 
+/// Where [`unpack_one`] reads a package: the `.deb`, where its decompressed payload is kept
+/// ([`super::fetch::kept_payload`]), how far it may inflate.
+struct DebFile<'a> {
+    path: &'a Path,
+    kept: Option<&'a Path>,
+    inflation: u64,
+}
+
 /// Where [`unpack_one`] writes: the layer through the one placer of the install, the paths
 /// it adds, the report's special files.
 struct UnpackInto<'p, 'b, 'l> {
@@ -253,12 +263,12 @@ struct UnpackInto<'p, 'b, 'l> {
 /// paths (`/.` first) and the regular files with an execute bit, for its scripts.
 fn unpack_one(
     planned: &Planned,
-    path: &Path,
-    inflation: u64,
+    file: DebFile<'_>,
     into: &mut UnpackInto<'_, '_, '_>,
     stanzas: &mut Vec<Paragraph>,
 ) -> Result<(deb::Deb, Vec<String>, BTreeSet<String>)> {
     let UnpackInto { placer, layer, new_paths, report } = into;
+    let DebFile { path, kept, inflation } = file;
     let deb = deb::read_control(path).map_err(|e| entry_error(planned, path, e, None))?;
     let label = format!("{} {}", planned.name, planned.version);
     let mut list = vec!["/.".to_string()];
@@ -272,7 +282,7 @@ fn unpack_one(
     let mut landed: BTreeMap<String, String> = BTreeMap::new();
     // The entry refused and why, for the error that names the package.
     let mut refused: Option<(String, Refused)> = None;
-    deb::for_each_data_entry(path, inflation, |entry, data| {
+    deb::for_each_data_entry_kept(path, inflation, kept, |entry, data| {
         let mut refuse = |why: Refused| {
             refused = Some((entry.path.clone(), why.clone()));
             deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(why) }

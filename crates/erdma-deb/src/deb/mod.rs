@@ -6,6 +6,7 @@
 //! checked against the file, member order and compression magic are checked as dpkg-deb
 //! does, paths that would leave the package root are refused, and nothing panics.
 mod ar;
+mod kept;
 
 use std::collections::BTreeMap;
 use std::io::{self, Cursor, Read};
@@ -234,12 +235,27 @@ pub fn read_control(path: &Path) -> Result<Deb, DebError> {
 pub fn for_each_data_entry(
     path: &Path,
     inflation: u64,
+    f: impl FnMut(DataEntry, &mut dyn Read) -> Result<(), DebError> + Send,
+) -> Result<(), DebError> {
+    for_each_data_entry_kept(path, inflation, None, f)
+}
+
+/// [`for_each_data_entry`], with the decompressed `data.tar` kept at `kept` (a file named
+/// after the package's verified checksum): read from there when an intact copy is, written
+/// there as it is decompressed otherwise. The entries handed to `f` are the same either way.
+pub fn for_each_data_entry_kept(
+    path: &Path,
+    inflation: u64,
+    kept: Option<&Path>,
     mut f: impl FnMut(DataEntry, &mut dyn Read) -> Result<(), DebError> + Send,
 ) -> Result<(), DebError> {
     let mut ar = ArReader::open(path)?;
     let layout = read_layout(&mut ar)?;
     let member = &layout.data;
-    let mut decoder = ar.tar_stream(member, inflation)?;
+    if let Some(tar) = kept.and_then(|k| kept::read(k, member, inflation)) {
+        return walk_data(path, member, Box::new(Cursor::new(tar)), &mut f);
+    }
+    let mut decoder = kept::Tee::new(ar.tar_stream(member, inflation)?, kept, member);
     // The payload is decompressed here while the entries are walked and handled on another
     // thread: for xz, each is about half of the work.
     std::thread::scope(|scope| {
@@ -249,7 +265,11 @@ pub fn for_each_data_entry(
             walk_data(path, member, chunks, &mut f)
         });
         crate::pipe::pump(&mut decoder, tx);
-        walker.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+        let walked = walker.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+        if walked.is_ok() {
+            decoder.keep();
+        }
+        walked
     })
 }
 
@@ -750,8 +770,17 @@ mod tests {
     }
 
     fn collect(path: &Path) -> Result<Vec<(DataEntry, Vec<u8>)>, DebError> {
+        collect_from(path, None, erdma_limits::DEFAULT_INFLATION)
+    }
+
+    /// Every entry with its content, through [`for_each_data_entry_kept`].
+    fn collect_from(
+        path: &Path,
+        kept: Option<&Path>,
+        inflation: u64,
+    ) -> Result<Vec<(DataEntry, Vec<u8>)>, DebError> {
         let mut entries = Vec::new();
-        for_each_data_entry(path, erdma_limits::DEFAULT_INFLATION, |entry, content| {
+        for_each_data_entry_kept(path, inflation, kept, |entry, content| {
             let mut buf = Vec::new();
             content.read_to_end(&mut buf).map_err(|e| DebError::Handler {
                 entry: entry.path.clone(),
@@ -865,6 +894,90 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen, 15);
+    }
+
+    /// The entries' paths and contents, the payload kept at `kept`.
+    fn collect_kept(path: &Path, kept: &Path, inflation: u64) -> Vec<(String, Vec<u8>)> {
+        let entries = collect_from(path, Some(kept), inflation).unwrap();
+        entries.into_iter().map(|(e, c)| (e.path, c)).collect()
+    }
+
+    /// A kept payload as [`kept`] writes one: `tar`, its SHA256, `member_size`, the magic.
+    fn kept_file(tar: &[u8], member_size: u64) -> Vec<u8> {
+        use sha2::Digest;
+        let mut out = tar.to_vec();
+        out.extend_from_slice(&sha2::Sha256::digest(tar));
+        out.extend_from_slice(&member_size.to_le_bytes());
+        out.extend_from_slice(b"erdma-data.tar-1");
+        out
+    }
+
+    #[test]
+    fn a_kept_payload_is_what_dpkg_deb_extracts_and_is_read_only_when_intact() {
+        if !have_dpkg_deb() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let deb_path = build_deb(dir.path(), "xz");
+        let kept = dir.path().join("payloads").join("x.tar");
+        let inflation = erdma_limits::DEFAULT_INFLATION;
+        let plain: Vec<_> =
+            collect(&deb_path).unwrap().into_iter().map(|(e, c)| (e.path, c)).collect();
+        let member_size = {
+            let mut ar = ArReader::open(&deb_path).unwrap();
+            read_layout(&mut ar).unwrap().data.size
+        };
+        // The first walk keeps the payload: the tar dpkg-deb itself extracts, byte for byte.
+        assert_eq!(collect_kept(&deb_path, &kept, inflation), plain);
+        let out = Command::new("dpkg-deb").arg("--fsys-tarfile").arg(&deb_path).output().unwrap();
+        assert!(out.status.success());
+        let written = std::fs::read(&kept).unwrap();
+        assert_eq!(written, kept_file(&out.stdout, member_size));
+        assert_eq!(std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(collect_kept(&deb_path, &kept, inflation), plain, "read back");
+
+        // What the kept copy says is what the walk gives: another tar, intact, stands in.
+        let other = tar(&[file("./a", b"a")]);
+        std::fs::write(&kept, kept_file(&other, member_size)).unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let a = vec![("a".to_string(), b"a".to_vec())];
+        assert_eq!(collect_kept(&deb_path, &kept, inflation), a);
+        // Not intact, not this member's, beyond the inflation asked for, or writable by
+        // others: ignored, the package decompressed and its payload kept again.
+        let damaged = |bytes: &mut Vec<u8>| bytes[0] ^= 1;
+        let other_member = |bytes: &mut Vec<u8>| {
+            let at = bytes.len() - 24;
+            bytes[at] ^= 1;
+        };
+        let short = |bytes: &mut Vec<u8>| bytes.truncate(10);
+        for (why, spoil) in [
+            ("damaged", &damaged as &dyn Fn(&mut Vec<u8>)),
+            ("another member's", &other_member),
+            ("short", &short),
+        ] {
+            let mut bytes = kept_file(&other, member_size);
+            spoil(&mut bytes);
+            std::fs::write(&kept, &bytes).unwrap();
+            assert_eq!(collect_kept(&deb_path, &kept, inflation), plain, "{why}");
+            assert_eq!(std::fs::read(&kept).unwrap(), written, "{why}: kept again");
+        }
+        std::fs::write(&kept, kept_file(&other, member_size)).unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(collect_kept(&deb_path, &kept, inflation), plain, "writable by others");
+        let large = tar(&[file("./a", &vec![b'a'; member_size as usize * 3])]);
+        std::fs::write(&kept, kept_file(&large, member_size)).unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(collect_kept(&deb_path, &kept, 2), plain, "past the inflation limit");
+        assert_eq!(std::fs::read(&kept).unwrap(), written);
+
+        // A walk its handler stops keeps nothing.
+        std::fs::remove_file(&kept).unwrap();
+        for_each_data_entry_kept(&deb_path, inflation, Some(&kept), |entry, _| {
+            Err(DebError::Handler { entry: entry.path, source: "stop".into() })
+        })
+        .unwrap_err();
+        assert!(!kept.exists());
+        assert_eq!(std::fs::read_dir(kept.parent().unwrap()).unwrap().count(), 0, "no temporary");
     }
 
     type Members<'a> = &'a [(&'a str, &'a [u8])];

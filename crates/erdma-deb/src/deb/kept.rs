@@ -1,0 +1,137 @@
+//! A package's decompressed `data.tar`, kept between builds so that a build with the package
+//! already in its cache does not decompress it again (xz: about 50 MB/s on one core, most of
+//! what unpacking a handful of packages costs).
+//!
+//! The caller names the file after the `.deb` it came from (by its verified SHA256), so a kept
+//! payload only ever stands for the one package. The file is the tar as the decompressor gave
+//! it, then a trailer: the tar's SHA256, the compressed member's size, and [`MAGIC`]. It is
+//! read back whole ([`erdma_limits::kept`]: the user's own, not writable by others), and used
+//! only when the trailer is intact, the member's size is the package's and the tar hashes as
+//! the trailer says; anything else is ignored and the package decompressed again, as if
+//! nothing were kept.
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::ar::Member;
+
+/// The end of every kept payload.
+const MAGIC: &[u8; 16] = b"erdma-data.tar-1";
+/// SHA256, the member's size, [`MAGIC`].
+const TRAILER: usize = 32 + 8 + MAGIC.len();
+/// Payloads larger than this are not kept: read back whole, they would cost their size in
+/// memory (Debian's largest `data.tar`s, firmware and debug symbols, run to gigabytes).
+pub(super) const MAX: u64 = 256 << 20;
+
+/// The `data.tar` kept at `path` for `member`, when it is there and intact; `None` otherwise.
+/// `inflation` (0: none) is applied to it as to the member's decompression: a kept payload
+/// larger than the member may inflate to is not used, and the member is decompressed (and
+/// refused) as without a kept copy.
+pub(super) fn read(path: &Path, member: &Member, inflation: u64) -> Option<Vec<u8>> {
+    use erdma_limits::kept::NotKept;
+    let mut kept = match erdma_limits::kept::read(path, MAX + TRAILER as u64) {
+        Ok(kept) => kept,
+        Err(NotKept::Untrusted) => {
+            tracing::warn!(
+                "ignoring cached payload {}: not the user's own, or writable by others",
+                path.display()
+            );
+            return None;
+        }
+        Err(NotKept::Missing(_) | NotKept::TooLarge) => return None,
+    };
+    let tar_len = kept.len().checked_sub(TRAILER)?;
+    let trailer = &kept[tar_len..];
+    let (sha256, rest) = trailer.split_at(32);
+    let (size, magic) = rest.split_at(8);
+    let size = u64::from_le_bytes(size.try_into().expect("8 bytes"));
+    let within = inflation == 0 || (tar_len as u64) <= member.size.saturating_mul(inflation);
+    if magic != MAGIC || size != member.size || !within {
+        return None;
+    }
+    if Sha256::digest(&kept[..tar_len]).as_slice() != sha256 {
+        tracing::warn!("ignoring cached payload {}: damaged (its SHA256 differs)", path.display());
+        return None;
+    }
+    kept.truncate(tar_len);
+    Some(kept)
+}
+
+/// A decompressor's output passed on as it is read, and written to a kept payload beside.
+/// Writing stops, and nothing is kept, at a write error or once the payload grows past
+/// [`MAX`]; [`Tee::keep`] puts it in place once the decompressor has given all it has.
+pub(super) struct Tee<'a> {
+    inner: Box<dyn Read + 'a>,
+    out: Option<Out>,
+}
+
+struct Out {
+    path: std::path::PathBuf,
+    writer: erdma_limits::kept::Writer,
+    hash: Sha256,
+    len: u64,
+    member_size: u64,
+    ended: bool,
+}
+
+impl<'a> Tee<'a> {
+    /// `inner`'s bytes, kept at `path` (for `member`) when `path` is given and a file can be
+    /// made there.
+    pub(super) fn new(inner: Box<dyn Read + 'a>, path: Option<&Path>, member: &Member) -> Tee<'a> {
+        let out = path.and_then(|path| match erdma_limits::kept::Writer::new(path) {
+            Ok(writer) => Some(Out {
+                path: path.to_owned(),
+                writer,
+                hash: Sha256::new(),
+                len: 0,
+                member_size: member.size,
+                ended: false,
+            }),
+            Err(e) => {
+                tracing::debug!("not keeping the payload at {}: {e}", path.display());
+                None
+            }
+        });
+        Tee { inner, out }
+    }
+
+    /// Reads what the consumer left (the tar's padding after its end blocks) and, when all
+    /// of it came out and was written, puts the kept payload in place. A decompressor error
+    /// here only means nothing is kept: the consumer already had all the entries.
+    pub(super) fn keep(mut self) {
+        if self.out.is_none() {
+            return;
+        }
+        if let Err(e) = io::copy(&mut self, &mut io::sink()) {
+            tracing::debug!("not keeping a payload: reading to its end: {e}");
+            return;
+        }
+        let Some(mut out) = self.out.take().filter(|o| o.ended) else { return };
+        let mut trailer = Vec::with_capacity(TRAILER);
+        trailer.extend_from_slice(&out.hash.finalize());
+        trailer.extend_from_slice(&out.member_size.to_le_bytes());
+        trailer.extend_from_slice(MAGIC);
+        let kept = out.writer.file().write_all(&trailer).and_then(|()| out.writer.commit());
+        if let Err(e) = kept {
+            tracing::debug!("not keeping the payload at {}: {e}", out.path.display());
+        }
+    }
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(out) = &mut self.out {
+            if n == 0 {
+                out.ended = true;
+            } else if out.len + n as u64 > MAX || out.writer.file().write_all(&buf[..n]).is_err() {
+                self.out = None;
+            } else {
+                out.len += n as u64;
+                out.hash.update(&buf[..n]);
+            }
+        }
+        Ok(n)
+    }
+}
