@@ -289,7 +289,7 @@ async fn read_dir_index(
 /// The version of the cached indices' form ([`IndexedPackage::to_kept`]): raised whenever
 /// [`index::KEPT_FIELDS`] or what is kept of a stanza changes, so that older copies are
 /// fetched again.
-const KEPT_FORMAT: u32 = 2;
+const KEPT_FORMAT: u32 = 3;
 
 /// Where what was kept of the index whose checked SHA256 is `sha256` is cached.
 fn kept_path(cache: &std::path::Path, sha256: &str) -> std::path::PathBuf {
@@ -720,7 +720,7 @@ mod tests {
         // decompressed index.
         let idx = meta.join("main/binary-amd64");
         let plain = std::fs::read_to_string(idx.join("Packages")).unwrap();
-        let kept = cache.path().join(format!("{}.kept-2", hex::encode(Sha256::digest(&plain))));
+        let kept = cache.path().join(format!("{}.kept-3", hex::encode(Sha256::digest(&plain))));
         let bytes = std::fs::read(&kept).unwrap();
         let text = String::from_utf8_lossy(&bytes);
         assert!(text.contains("Package: erdma-tools\nVersion: 1.0-1\n"), "{text}");
@@ -763,7 +763,7 @@ mod tests {
         assert_eq!(index.packages[1].size(), 100);
         assert!(cache
             .path()
-            .join(format!("{}.kept-2", hex::encode(Sha256::digest(&changed))))
+            .join(format!("{}.kept-3", hex::encode(Sha256::digest(&changed))))
             .is_file());
     }
 
@@ -792,7 +792,7 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(kept.len(), 1, "{kept:?}");
-        assert!(kept[0].ends_with(".kept-2"), "{kept:?}");
+        assert!(kept[0].ends_with(".kept-3"), "{kept:?}");
 
         // The server loses everything: the InRelease fetched ahead and the kept index serve.
         let in_release = std::fs::read(meta.join("InRelease")).unwrap();

@@ -149,12 +149,14 @@ fn is_relative_filename(filename: &str) -> bool {
     !filename.contains("://") && !filename.split('/').any(|p| p == "..")
 }
 
-/// The start of a kept index ([`IndexedPackage::to_kept`]), its header (magic, text length,
+/// The end of a kept index ([`IndexedPackage::to_kept`]), its trailer (magic, text length,
 /// stanza count) and the size of one stanza's record (start, end, line, the fields' ranges,
 /// the `.deb`'s size).
-const KEPT_MAGIC: &[u8; 8] = b"ERDMAIX1";
-const KEPT_HEAD: usize = 24;
+const KEPT_MAGIC: &[u8; 8] = b"ERDMAIX2";
+const KEPT_TAIL: usize = 24;
 const KEPT_RECORD: usize = 4 * (3 + 2 * INDEX_FIELDS.len()) + 8;
+/// One stanza's record of a kept index: start, end, line, the fields' ranges, the size.
+type KeptRecord = (u32, u32, u32, [(u32, u32); INDEX_FIELDS.len()], u64);
 /// A field the stanza does not have.
 const ABSENT: (u32, u32) = (u32::MAX, 0);
 /// A value to read from the parsed paragraph ([`deb822::ValueSpan::Folded`]).
@@ -266,13 +268,11 @@ impl IndexedPackage {
 
     /// An index's packages as the cache keeps them ([`Self::from_kept`]): the text, then
     /// where each stanza and its fields are in it, so that reading them again does not scan
-    /// the text.
+    /// the text, then the trailer (magic, text length, stanza count). The text comes first
+    /// so that reading it back moves no bytes.
     pub fn to_kept(packages: &[IndexedPackage]) -> Vec<u8> {
         let text = packages.first().map_or("", |p| p.index.text.as_str());
-        let mut out = Vec::with_capacity(KEPT_HEAD + text.len() + packages.len() * KEPT_RECORD);
-        out.extend_from_slice(KEPT_MAGIC);
-        out.extend_from_slice(&(text.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(packages.len() as u64).to_le_bytes());
+        let mut out = Vec::with_capacity(text.len() + packages.len() * KEPT_RECORD + KEPT_TAIL);
         out.extend_from_slice(text.as_bytes());
         for p in packages {
             for v in [p.start, p.end, p.line] {
@@ -284,6 +284,9 @@ impl IndexedPackage {
             }
             out.extend_from_slice(&p.size.to_le_bytes());
         }
+        out.extend_from_slice(KEPT_MAGIC);
+        out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(packages.len() as u64).to_le_bytes());
         out
     }
 
@@ -301,28 +304,29 @@ impl IndexedPackage {
             url: url.to_owned(),
             reason: format!("the cached copy is damaged ({why})"),
         };
-        let head = |at: usize| {
-            kept.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        };
-        if !kept.starts_with(KEPT_MAGIC) {
-            return Err(damaged("not a kept index"));
-        }
-        let (Some(text_len), Some(count)) = (head(8), head(16)) else {
+        let Some(tail_at) = kept.len().checked_sub(KEPT_TAIL) else {
             return Err(damaged("short"));
         };
+        let tail = |at: usize| {
+            let at = tail_at + at;
+            u64::from_le_bytes(kept[at..at + 8].try_into().expect("8 bytes"))
+        };
+        if !kept[tail_at..].starts_with(KEPT_MAGIC) {
+            return Err(damaged("not a kept index"));
+        }
+        let (text_len, count) = (tail(8), tail(16));
         let records_at = usize::try_from(text_len)
             .ok()
-            .and_then(|t| t.checked_add(KEPT_HEAD))
             .filter(|&r| u32::try_from(r).is_ok())
             .ok_or_else(|| damaged("its text is too long"))?;
         let expected = usize::try_from(count)
             .ok()
             .and_then(|c| c.checked_mul(KEPT_RECORD))
             .and_then(|r| r.checked_add(records_at));
-        if expected != Some(kept.len()) {
+        if expected != Some(tail_at) {
             return Err(damaged("its length does not match"));
         }
-        let mut records = kept[records_at..]
+        let mut records = kept[records_at..tail_at]
             .chunks_exact(4)
             .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
         let mut next = || records.next().expect("counted");
@@ -336,7 +340,6 @@ impl IndexedPackage {
         }
         let mut bytes = kept;
         bytes.truncate(records_at);
-        bytes.drain(..KEPT_HEAD);
         let text = String::from_utf8(bytes).map_err(|_| damaged("its text is not UTF-8"))?;
         let index = IndexText::shared(text, url, base, origin, repo);
         let text = index.text.as_str();
@@ -346,37 +349,54 @@ impl IndexedPackage {
                 && text.is_char_boundary(b as usize)
                 && (b as usize) <= text.len()
         };
-        let mut packages = Vec::with_capacity(raw.len());
-        for (start, end, line, values, size) in raw {
-            let fits = |&(a, b): &(u32, u32)| {
-                (a, b) == ABSENT || (a, b) == FOLDED || (in_text(a, b) && start <= a && b <= end)
-            };
-            if line == 0 || !in_text(start, end) || !values.iter().all(fits) {
-                return Err(damaged("a stanza lies outside its text"));
+        // Each stanza is checked on its own: the two halves on two threads (Debian 13's
+        // 65,000 stanzas take about 40 ms on one).
+        let check = |raw: &[KeptRecord]| -> Result<Vec<IndexedPackage>, RepoError> {
+            let mut packages = Vec::with_capacity(raw.len());
+            for &(start, end, line, values, size) in raw {
+                let fits = |&(a, b): &(u32, u32)| {
+                    (a, b) == ABSENT
+                        || (a, b) == FOLDED
+                        || (in_text(a, b) && start <= a && b <= end)
+                };
+                if line == 0 || !in_text(start, end) || !values.iter().all(fits) {
+                    return Err(damaged("a stanza lies outside its text"));
+                }
+                let pkg = IndexedPackage {
+                    index: Arc::clone(&index),
+                    start,
+                    end,
+                    line,
+                    values,
+                    size,
+                    paragraph: OnceLock::new(),
+                };
+                if values.contains(&FOLDED) {
+                    let paragraph = pkg.parse_paragraph()?;
+                    let _ = pkg.paragraph.set(paragraph);
+                }
+                // What the download and the package cache make paths of is checked again.
+                let (sha256, filename) = (pkg.value(SHA256), pkg.value(FILENAME));
+                if pkg.name().is_empty()
+                    || !sha256.map(str::trim).is_some_and(is_sha256)
+                    || !filename.map(str::trim).is_some_and(is_relative_filename)
+                {
+                    return Err(damaged(
+                        "a stanza's name, SHA256 or Filename is not what was kept",
+                    ));
+                }
+                packages.push(pkg);
             }
-            let pkg = IndexedPackage {
-                index: Arc::clone(&index),
-                start,
-                end,
-                line,
-                values,
-                size,
-                paragraph: OnceLock::new(),
-            };
-            if values.contains(&FOLDED) {
-                let paragraph = pkg.parse_paragraph()?;
-                let _ = pkg.paragraph.set(paragraph);
-            }
-            // What the download and the package cache make paths of is checked again.
-            let (sha256, filename) = (pkg.value(SHA256), pkg.value(FILENAME));
-            if pkg.name().is_empty()
-                || !sha256.map(str::trim).is_some_and(is_sha256)
-                || !filename.map(str::trim).is_some_and(is_relative_filename)
-            {
-                return Err(damaged("a stanza's name, SHA256 or Filename is not what was kept"));
-            }
-            packages.push(pkg);
-        }
+            Ok(packages)
+        };
+        let (first, second) = raw.split_at(raw.len() / 2);
+        let (first, second) = std::thread::scope(|scope| {
+            let other = scope.spawn(|| check(second));
+            let first = check(first);
+            (first, other.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        });
+        let mut packages = first?;
+        packages.extend(second?);
         Ok(packages)
     }
 
@@ -680,7 +700,7 @@ mod tests {
         for n in 0..kept.len() {
             assert!(from(kept[..n].to_vec()).is_err(), "{n} bytes");
         }
-        let records = KEPT_HEAD + text.len();
+        let records = text.len();
         for at in records..kept.len() {
             for flip in [0x01, 0x80, 0xff] {
                 let mut bad = kept.clone();
@@ -691,7 +711,7 @@ mod tests {
             }
         }
         let mut bad = kept.clone();
-        bad[0] = b'X';
+        bad[kept.len() - KEPT_TAIL] = b'X';
         assert!(from(bad).unwrap_err().to_string().contains("not a kept index"));
         // Text changed in place (same length): a Filename leaving the archive root, a SHA256
         // that is not one, are refused as read_index refuses them.
