@@ -295,6 +295,18 @@ pub fn scan<'a, const N: usize>(text: &'a str, wanted: [&'a str; N]) -> Scanner<
     }
 }
 
+/// [`scan`] of `text` from byte `at`, the start of line number `line` (1-based) and a place
+/// where a paragraph may start (`text[..at]` ends with an empty line): the paragraphs after
+/// `at`, with their ranges and line numbers in the whole text.
+pub fn scan_from<'a, const N: usize>(
+    text: &'a str,
+    wanted: [&'a str; N],
+    at: usize,
+    line: usize,
+) -> Scanner<'a, N> {
+    Scanner { next: Some((at, line)), ..scan(text, wanted) }
+}
+
 /// A field name's length and first 7 bytes, lower-cased: equal keys mean equal names (for
 /// names of up to 7 bytes) or names worth comparing in full.
 fn name_key(name: &[u8]) -> u64 {
