@@ -54,7 +54,7 @@ pub fn write(path: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io:
     w.commit()
 }
 
-/// A kept file written piece by piece, as [`write`] writes one: [`Writer::commit`] renames it
+/// A kept file written piece by piece, as [`write()`] writes one: [`Writer::commit`] renames it
 /// into place; dropped without that, it leaves nothing behind.
 pub struct Writer {
     path: std::path::PathBuf,
