@@ -245,6 +245,47 @@ fn alibaba_style_nested_and_flat_repositories() {
         "{paths:?}"
     );
 
+    // Beside each cached package, its decompressed payload. A cached package that no longer
+    // hashes as its name says is fetched again, that one alone; a damaged kept payload is
+    // ignored and the package decompressed again: the layer is the same.
+    let kept = cache.join("erdma-build");
+    let files = |dir: &str| {
+        let mut f: Vec<PathBuf> =
+            std::fs::read_dir(kept.join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
+        f.sort();
+        f
+    };
+    assert_eq!(files("payloads").len(), 6, "{:?}", files("payloads"));
+    let flip = |path: &Path| {
+        let mut bytes = std::fs::read(path).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 1;
+        std::fs::write(path, bytes).unwrap();
+    };
+    flip(&files("debs")[0]);
+    flip(&files("payloads")[1]);
+    let repo = erdma_repo(Layout::erdma(), &key);
+    let recipe =
+        repo_recipe(tmp.path(), &repo.url(), "bookworm/erdma", &["main"], &debs::ERDMA_PACKAGES);
+    let again = build(
+        &[
+            "--base",
+            &base.reference(),
+            "--output",
+            &format!("oci:{}:x", s(&tmp.path().join("again"))),
+            "--recipe",
+            &s(&recipe),
+            "--keyring",
+            &s(&keyfile),
+        ],
+        &cache,
+    );
+    assert_eq!(again["images"][0]["layer"]["digest"], r["images"][0]["layer"]["digest"]);
+    assert_eq!(again["images"][0]["packages"]["cached_debs"], 5);
+    let debs_fetched: Vec<_> =
+        repo.get_paths().into_iter().filter(|p| p.ends_with(".deb")).collect();
+    assert_eq!(debs_fetched.len(), 1, "{debs_fetched:?}");
+
     // plan lists the packages with versions and origins and writes nothing.
     let out = build_env(
         &["plan", "--base", &base.reference(), "--recipe", &s(&recipe), "--keyring", &s(&keyfile)],

@@ -42,8 +42,10 @@ pub(super) async fn fetch_debs(
     Ok(paths)
 }
 
-/// The cache is keyed by SHA256, so a cached file is right by construction; a download streams
-/// to a temporary name while it is hashed (never held in memory), is checked, then renamed.
+/// The cache is keyed by SHA256: a cached file is used when it still hashes as its name says
+/// (checked again on every build, on the blocking pool; anything else is fetched again); a
+/// download streams to a temporary name while it is hashed (never held in memory), is
+/// checked, then renamed.
 pub(crate) async fn fetch_one(
     client: &erdma_http::Client,
     pkg: &IndexedPackage,
@@ -60,7 +62,15 @@ pub(crate) async fn fetch_one(
         .into());
     }
     if path.exists() {
-        return Ok((path, 0));
+        let (cached, want) = (path.clone(), sha256.clone());
+        let intact = tokio::task::spawn_blocking(move || hashes_as(&cached, size, &want))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        if intact {
+            return Ok((path, 0));
+        }
+        // Damaged, or not the user's own: fetched again below, the download replacing it
+        // (the report counts it as downloaded, not cached).
     }
     let fail = |reason: crate::error::Cause| Error::Download { url: url.clone(), reason };
     // One byte more than the index says is enough to know the file is wrong.
@@ -83,6 +93,17 @@ pub(crate) async fn fetch_one(
     }
     tmp.persist(&path).map_err(|e| Error::io("writing cache", &path)(e.error))?;
     Ok((path, got_size))
+}
+
+/// Whether the kept file at `path` is `size` bytes that hash to `sha256` (and the user's own,
+/// not writable by others: [`erdma_limits::kept`]).
+fn hashes_as(path: &Path, size: u64, sha256: &str) -> bool {
+    let Ok(file) = erdma_limits::kept::open(path, size) else { return false };
+    let mut hashing = erdma_http::Hashing::new(file, u64::MAX, None);
+    if std::io::copy(&mut hashing, &mut std::io::sink()).is_err() {
+        return false;
+    }
+    hashing.finish() == (size, sha256.to_string())
 }
 
 /// Where the decompressed payload of `path` is kept between builds
