@@ -62,11 +62,11 @@ pub(crate) async fn fetch_one(
         .into());
     }
     if path.exists() {
-        let (cached, want) = (path.clone(), sha256.clone());
-        let intact = tokio::task::spawn_blocking(move || hashes_as(&cached, size, &want))
+        let (pkg, dir) = (pkg.clone(), dir.to_owned());
+        let intact = tokio::task::spawn_blocking(move || cached(&pkg, &dir))
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-        if intact {
+        if let Some(path) = intact {
             return Ok((path, 0));
         }
         // Damaged, or not the user's own: fetched again below, the download replacing it
@@ -95,15 +95,21 @@ pub(crate) async fn fetch_one(
     Ok((path, got_size))
 }
 
-/// Whether the kept file at `path` is `size` bytes that hash to `sha256` (and the user's own,
-/// not writable by others: [`erdma_limits::kept`]).
-fn hashes_as(path: &Path, size: u64, sha256: &str) -> bool {
-    let Ok(file) = erdma_limits::kept::open(path, size) else { return false };
+/// The cache's copy of `pkg` in `dir` (`HASH.deb`), when it is the user's own, not writable by
+/// others ([`erdma_limits::kept`]), and still the size and SHA256 its index gives.
+fn cached(pkg: &IndexedPackage, dir: &Path) -> Option<PathBuf> {
+    let (sha256, size) = (pkg.sha256(), pkg.size());
+    erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).ok()?;
+    let path = dir.join(format!("{sha256}.deb"));
+    let file = erdma_limits::kept::open(&path, size).ok()?;
+    (sha256_of(file)? == (size, sha256)).then_some(path)
+}
+
+/// The size and SHA256 (hex) of what `file` holds.
+fn sha256_of(file: std::fs::File) -> Option<(u64, String)> {
     let mut hashing = erdma_http::Hashing::new(file, u64::MAX, None);
-    if std::io::copy(&mut hashing, &mut std::io::sink()).is_err() {
-        return false;
-    }
-    hashing.finish() == (size, sha256.to_string())
+    std::io::copy(&mut hashing, &mut std::io::sink()).ok()?;
+    Some(hashing.finish())
 }
 
 /// Where the decompressed payload of `path` is kept between builds
@@ -117,17 +123,14 @@ pub(crate) fn kept_payload(pkg: &IndexedPackage, path: &Path, cache_dir: &Path) 
         .then(|| cache_dir.join("payloads").join(format!("{sha256}.tar")))
 }
 
-/// Where `pkg` already is on this machine, checked to be the file its index names.
+/// Where `pkg` already is on this machine, checked to be the file its index names: the
+/// cache's copy ([`cached`]), or the file a `file://` repository serves.
 pub(crate) fn on_disk(pkg: &IndexedPackage, cache: &Path) -> Option<PathBuf> {
-    let sha256 = pkg.sha256();
-    let cached = cache.join(format!("{sha256}.deb"));
-    if erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).is_ok() && cached.is_file() {
-        return Some(cached);
+    if let Some(path) = cached(pkg, cache) {
+        return Some(path);
     }
     let url = pkg.url();
     let file = std::path::PathBuf::from(url.strip_prefix("file://")?);
-    let mut hashing = erdma_http::Hashing::new(std::fs::File::open(&file).ok()?, u64::MAX, None);
-    std::io::copy(&mut hashing, &mut std::io::sink()).ok()?;
-    let (_, got) = hashing.finish();
-    (got == sha256).then_some(file)
+    let (_, got) = sha256_of(std::fs::File::open(&file).ok()?)?;
+    (got == pkg.sha256()).then_some(file)
 }
