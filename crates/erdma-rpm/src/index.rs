@@ -51,8 +51,9 @@ struct Entry {
 
 /// A repository's packages as names (see the module's documentation).
 pub struct PrimaryIndex {
-    /// The names, sorted, without repeats: `strings[string_at[i]..string_at[i + 1]]`.
-    strings: Vec<u8>,
+    /// The names, sorted, without repeats: `strings[string_at[i]..string_at[i + 1]]`. One
+    /// string, checked to be UTF-8 once, where a check per name cost more than the lookups.
+    strings: String,
     string_at: Vec<u32>,
     /// The packages that provide name `i`: `providers[provided_at[i]..provided_at[i + 1]]`.
     provided_at: Vec<u32>,
@@ -174,12 +175,12 @@ impl PrimaryIndex {
         order
             .sort_unstable_by(|&a, &b| interner.names[a as usize].cmp(&interner.names[b as usize]));
         let mut rank = vec![0u32; order.len()];
-        let mut strings = Vec::new();
+        let mut strings = String::new();
         let mut string_at = Vec::with_capacity(order.len() + 1);
         for (r, &old) in order.iter().enumerate() {
             rank[old as usize] = r as u32;
             string_at.push(strings.len() as u32);
-            strings.extend_from_slice(interner.names[old as usize].as_bytes());
+            strings.push_str(&interner.names[old as usize]);
         }
         string_at.push(strings.len() as u32);
         drop(interner);
@@ -247,7 +248,7 @@ impl PrimaryIndex {
         ] {
             put(w, &(count as u64).to_le_bytes())?;
         }
-        put(w, &self.strings)?;
+        put(w, self.strings.as_bytes())?;
         put(w, &u32s(&self.string_at))?;
         put(w, &u32s(&self.provided_at))?;
         put(w, &u32s(&self.providers))?;
@@ -285,7 +286,8 @@ impl PrimaryIndex {
             *c = usize::try_from(r.u64()?).map_err(|_| "a count is too large")?;
         }
         let [n_bytes, n_strings_at, n_providers, n_entries, n_wanted] = counts;
-        let strings = r.take(n_bytes)?.to_vec();
+        let strings =
+            String::from_utf8(r.take(n_bytes)?.to_vec()).map_err(|_| "a name is not UTF-8")?;
         let string_at = r.u32s(n_strings_at)?;
         let provided_at = r.u32s(n_strings_at)?;
         let providers = r.u32s(n_providers)?;
@@ -321,7 +323,6 @@ impl PrimaryIndex {
             wanted,
             xml: Xml::File(file, HEADER),
         };
-        std::str::from_utf8(&index.strings).map_err(|_| "a name is not UTF-8")?;
         let mut last_wanted = 0;
         for e in &index.entries {
             if e.name as usize >= n_strings
@@ -334,7 +335,9 @@ impl PrimaryIndex {
             last_wanted = e.wanted_from;
         }
         for i in 1..n_strings {
-            if index.string(i as u32 - 1) >= index.string(i as u32) {
+            // As bytes: UTF-8 orders as its bytes do, and a name split inside a character
+            // (which [`PrimaryIndex::string`] reads as empty) is still compared as written.
+            if index.name_bytes(i as u32 - 1) >= index.name_bytes(i as u32) {
                 return Err("the names are not sorted".into());
             }
         }
@@ -353,8 +356,17 @@ impl PrimaryIndex {
     /// Name `i`. Names are checked to be UTF-8 and split at offsets the index gives, which
     /// [`PrimaryIndex::read_kept`] checked; a split inside a character reads as empty.
     fn string(&self, i: u32) -> &str {
-        let (a, b) = (self.string_at[i as usize] as usize, self.string_at[i as usize + 1] as usize);
-        std::str::from_utf8(&self.strings[a..b]).unwrap_or("")
+        let (a, b) = self.name_span(i);
+        self.strings.get(a..b).unwrap_or("")
+    }
+
+    fn name_bytes(&self, i: u32) -> &[u8] {
+        let (a, b) = self.name_span(i);
+        &self.strings.as_bytes()[a..b]
+    }
+
+    fn name_span(&self, i: u32) -> (usize, usize) {
+        (self.string_at[i as usize] as usize, self.string_at[i as usize + 1] as usize)
     }
 
     fn find(&self, name: &str) -> Option<u32> {
