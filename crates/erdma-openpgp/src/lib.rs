@@ -25,6 +25,9 @@ use pgp::ser::Serialize as _;
 use pgp::types::{KeyDetails, Tag};
 use serde::Serialize;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use erdma_common::dates::format_utc;
 
 const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
@@ -233,21 +236,70 @@ pub enum SignatureError {
     },
 }
 
-/// The public keys of a keyring file.
+/// The public keys of a keyring file, and what was found of their self-signatures: a build
+/// checks many signatures by one key (a repository's metadata, each of its packages), and each
+/// check of a key's own binding is a public-key operation (an RSA 4096 verification costs
+/// milliseconds). Clones share what was found; the keys cannot change.
 #[derive(Clone)]
 pub struct Keyring {
-    pub keys: Vec<SignedPublicKey>,
+    keys: Vec<SignedPublicKey>,
+    validity: Arc<Mutex<HashMap<Validity, Result<bool, String>>>>,
 }
+
+/// Which key's validity at which time: (key, subkey, `now`).
+type Validity = (usize, Option<usize>, i64);
 
 impl Keyring {
     /// Reads a binary keyring (`gpg --export`, several keys concatenated) or one or more
     /// ASCII-armoured key blocks ([`parse`]).
     pub fn load(data: &[u8]) -> Result<Self, SignatureError> {
         match parse(data) {
-            Ok(keys) => Ok(Keyring { keys }),
+            Ok(keys) => Ok(Keyring::of(keys)),
             Err(KeyError::Empty) => Err(SignatureError::EmptyKeyring),
             Err(other) => Err(SignatureError::Keyring(Box::new(other))),
         }
+    }
+
+    /// A keyring of `keys`.
+    pub fn of(keys: Vec<SignedPublicKey>) -> Self {
+        Keyring { keys, validity: Arc::default() }
+    }
+
+    pub fn keys(&self) -> &[SignedPublicKey] {
+        &self.keys
+    }
+
+    /// [`primary_validity`] of key `i` at `now`: whether it may sign (not when its binding has
+    /// key flags without signing), or why it is not valid; found once per keyring and time.
+    fn primary(&self, i: usize, now: i64) -> Result<bool, String> {
+        self.found((i, None, now), || {
+            primary_validity(&self.keys[i], now)
+                .map(|binding| !has_key_flags(binding) || binding.key_flags().sign())
+        })
+    }
+
+    /// [`subkey_validity`] of subkey `j` of key `i` at `now`, found once per keyring and time.
+    fn subkey(&self, i: usize, j: usize, now: i64) -> Result<(), String> {
+        let key = &self.keys[i];
+        self.found((i, Some(j), now), || {
+            subkey_validity(&key.primary_key, &key.public_subkeys[j], now).map(|()| true)
+        })
+        .map(|_| ())
+    }
+
+    /// What `find` gives for `which`, from an earlier call where there was one. Found outside
+    /// the lock: two threads asking at once may each find it.
+    fn found(
+        &self,
+        which: Validity,
+        find: impl FnOnce() -> Result<bool, String>,
+    ) -> Result<bool, String> {
+        if let Some(known) = self.validity.lock().expect("poisoned").get(&which) {
+            return known.clone();
+        }
+        let known = find();
+        self.validity.lock().expect("poisoned").insert(which, known.clone());
+        known
     }
 }
 
@@ -558,17 +610,15 @@ fn check_signatures(
             continue;
         }
         let mut candidate = false;
-        for key in &keyring.keys {
+        for (i, key) in keyring.keys.iter().enumerate() {
             let pk = &key.primary_key;
             let named = names_issuer(sig, pk);
             if named != Some(false) {
                 candidate = true;
                 match sig.verify(pk, data) {
-                    Ok(()) => match primary_validity(key, now) {
-                        Ok(binding) if has_key_flags(binding) && !binding.key_flags().sign() => {
-                            problems.push(format!("{issuer}: key not marked for signing"))
-                        }
-                        Ok(_) => good = true,
+                    Ok(()) => match keyring.primary(i, now) {
+                        Ok(false) => problems.push(format!("{issuer}: key not marked for signing")),
+                        Ok(true) => good = true,
                         Err(why) => problems.push(format!("{issuer}: key {why}")),
                     },
                     Err(_) if named == Some(true) => {
@@ -577,7 +627,7 @@ fn check_signatures(
                     Err(_) => {}
                 }
             }
-            for sub in &key.public_subkeys {
+            for (j, sub) in key.public_subkeys.iter().enumerate() {
                 let named = names_issuer(sig, &sub.key);
                 if named == Some(false) {
                     continue;
@@ -585,10 +635,7 @@ fn check_signatures(
                 candidate = true;
                 match sig.verify(&sub.key, data) {
                     Ok(()) => {
-                        match primary_validity(key, now)
-                            .map(|_| ())
-                            .and_then(|()| subkey_validity(pk, sub, now))
-                        {
+                        match keyring.primary(i, now).and_then(|_| keyring.subkey(i, j, now)) {
                             Ok(()) => good = true,
                             Err(why) => problems.push(format!("{issuer}: key {why}")),
                         }

@@ -366,7 +366,7 @@ mod tests {
     }
 
     async fn names(url: &str, cache: &Path) -> Result<Vec<String>, RepoError> {
-        let keyring = Keyring { keys: Vec::new() };
+        let keyring = Keyring::of(Vec::new());
         let repo = load(&client(), "base", &[url.to_string()], keyring, false, cache, None).await?;
         let mut repos = [repo];
         select_packages(&mut repos, ["glibc", "rdma-core", "pciutils"])?;
@@ -449,7 +449,7 @@ mod tests {
         // The mirror is emptied, and the one it found empty filled with another repository.
         std::fs::remove_dir_all(repo.path().join("repodata")).unwrap();
         publish(empty.path(), &[("rdma-core", "99.0")]);
-        let none = || Keyring { keys: Vec::new() };
+        let none = || Keyring::of(Vec::new());
         let load = |ahead: Option<Prefetched>, gpgcheck: bool| {
             let (urls, cache) = (urls.clone(), cache.path().to_path_buf());
             async move { load(&client(), "base", &urls, none(), gpgcheck, &cache, ahead.as_ref()).await }

@@ -365,10 +365,16 @@ mod tests {
         let e = verify_clearsigned(&signed, &keyring).unwrap_err();
         let msg = err_chain(&e);
         assert!(msg.contains("expired since 2020-01-02"), "{msg}");
-        // The same key and signature were fine back then.
+        // The same key and signature were fine back then. One keyring, asked at both times
+        // (and a clone, which shares what its original found): the key's validity is kept
+        // per time, not once for all.
         let k = Keyring::load(&keyring).unwrap();
         let then = parse_rfc2822("1 Jan 2020 12:00:00 UTC").unwrap();
-        verify_clearsigned_with(&signed, &k, then).unwrap();
+        let later = parse_rfc2822("3 Jan 2020 00:00:00 UTC").unwrap();
+        for (keyring, at, ok) in [(&k, then, true), (&k, later, false), (&k.clone(), then, true)] {
+            let got = verify_clearsigned_with(&signed, keyring, at);
+            assert_eq!(got.is_ok(), ok, "{at}: {got:?}");
+        }
     }
 
     #[test]
@@ -395,6 +401,6 @@ mod tests {
             return;
         };
         let k = Keyring::load(&data).unwrap();
-        assert!(k.keys.len() >= 3, "{} keys", k.keys.len());
+        assert!(k.keys().len() >= 3, "{} keys", k.keys().len());
     }
 }
