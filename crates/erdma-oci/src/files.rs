@@ -51,13 +51,8 @@ impl LayerCache {
             let check = kept.clone();
             let digest_owned = digest.to_string();
             let good = tokio::task::spawn_blocking(move || {
-                std::fs::File::open(&check).is_ok_and(|f| {
-                    let mut r = crate::blob::VerifyingReader::new(
-                        std::io::BufReader::with_capacity(1 << 20, f),
-                        &digest_owned,
-                    );
-                    std::io::copy(&mut r, &mut std::io::sink()).is_ok()
-                })
+                std::fs::File::open(&check)
+                    .is_ok_and(|f| crate::blob::check_reader(f, &digest_owned).is_ok())
             })
             .await
             .unwrap_or(false);

@@ -7,6 +7,7 @@
 //! - Archives: written to a temporary file beside the destination and renamed.
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use crate::blob::{digest_hex, VerifyingReader};
+use crate::blob::digest_hex;
 use crate::error::{Error, Result};
 use crate::layout::{blob_rel_path, index_with, OCI_LAYOUT};
 use crate::registry::Registries;
@@ -197,18 +198,17 @@ impl Sink {
                     let file = File::open(&local).map_err(Error::io("opening blob", &local))?;
                     let wanted = digest.to_string();
                     let checked = tokio::task::spawn_blocking(move || {
-                        std::io::copy(
-                            &mut VerifyingReader::new(file, &wanted),
-                            &mut std::io::sink(),
-                        )
+                        crate::blob::check_reader(&file, &wanted)?;
+                        Ok(file)
                     })
                     .await
                     .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-                    match checked {
-                        Ok(_) => {}
+                    let file = match checked {
+                        Ok(file) => Some(file),
                         // A kept copy that is not the layer any more: fetched again below.
                         Err(_) if !from_layout => {
                             let _ = std::fs::remove_file(&local);
+                            None
                         }
                         Err(e) => {
                             return Err(crate::blob::digest_error(&e).unwrap_or(Error::Io {
@@ -217,13 +217,24 @@ impl Sink {
                                 source: e,
                             }))
                         }
-                    }
-                    // Only a plain file is linked: a symlink in a hostile layout could point anywhere.
+                    };
+                    // Only a plain file is linked: a symlink in a hostile layout could point
+                    // anywhere. And only the file checked: one put in its place since is
+                    // unlinked again and the blob streamed (and checked) instead.
                     let plain =
                         std::fs::symlink_metadata(&local).is_ok_and(|m| m.file_type().is_file());
-                    let plain = plain && (from_layout || checked.is_ok());
-                    if plain && std::fs::hard_link(&local, &dest).is_ok() {
-                        return Ok(Reuse::Linked);
+                    if let Some(file) = file.filter(|_| plain) {
+                        if std::fs::hard_link(&local, &dest).is_ok() {
+                            let linked = std::fs::symlink_metadata(&dest);
+                            match (file.metadata(), linked) {
+                                (Ok(a), Ok(b)) if (a.dev(), a.ino()) == (b.dev(), b.ino()) => {
+                                    return Ok(Reuse::Linked)
+                                }
+                                _ => {
+                                    let _ = std::fs::remove_file(&dest);
+                                }
+                            }
+                        }
                     }
                 }
                 crate::blob::with_restarts(digest, || async {
