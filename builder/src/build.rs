@@ -21,7 +21,7 @@ use crate::recipe::Recipe;
 use erdma_common::progress::{Counters, Reporter, Transfer};
 use erdma_oci::config::{rfc3339, ConfigEdit, EnvChange};
 use erdma_oci::files::{cache_dir, debian_arch, ImageFiles, LayerCache};
-use erdma_oci::layer::{LayerCompression, LayerContents, LayerInfo};
+use erdma_oci::layer::{LayerCompression, LayerContents, LayerInfo, Split};
 use erdma_oci::registry::Registries;
 use erdma_oci::sink::{Reuse, Sink, Top};
 use erdma_oci::source::{PlatformChoice, Source, SourceImage};
@@ -292,12 +292,18 @@ async fn run(
                 )
                 .await?;
                 let path = work.path().join(format!("layer-{i}"));
-                c.info = Some(c.layer.write_layer_reusing(
-                    &path,
-                    opts.compression,
-                    opts.epoch,
-                    &compressed_layers(),
-                )?);
+                c.info = Some(if c.reproducible {
+                    c.layer.write_layer_reusing(
+                        &path,
+                        opts.compression,
+                        opts.epoch,
+                        &compressed_layers(),
+                    )?
+                } else {
+                    // No later build writes this layer alike: it is not kept for one, and it
+                    // is compressed on every core whatever its size.
+                    c.layer.write_layer(&path, opts.compression, opts.epoch, Split::Always)?
+                });
                 c.path = path;
                 layers_by_recipe.insert(key.clone(), c);
             }
@@ -479,6 +485,9 @@ struct RecipeLayer {
     keys: Vec<erdma_openpgp::Trusted>,
     /// False for a plan whose packages were resolved but not downloaded.
     complete: bool,
+    /// Whether another build of the same recipe on the same base writes the same layer (not
+    /// when the packages' database records the time: [`PackagesReport::dated`]).
+    reproducible: bool,
     path: PathBuf,
     info: Option<LayerInfo>,
 }
@@ -502,6 +511,7 @@ async fn recipe_contents(
     let (keys, trusted) = repository_keys(http, recipe, opts, &mut warnings).await?;
     let mut packages = None;
     let mut complete = true;
+    let mut reproducible = true;
     let mut removed: Vec<String> = Vec::new();
     let mut used_urls = BTreeMap::new();
     let nccl = match &opts.nccl {
@@ -532,6 +542,7 @@ async fn recipe_contents(
         }
         used_urls = report.repositories.clone();
         warnings.extend(report.warnings.iter().cloned());
+        reproducible = !report.dated;
         packages = Some(report);
     }
     crate::packages::add_repositories(
@@ -564,6 +575,7 @@ async fn recipe_contents(
         warnings,
         keys: trusted,
         complete,
+        reproducible,
         path: PathBuf::new(),
         info: None,
     })

@@ -231,6 +231,7 @@ pub async fn write(opts: &Options, reporter: Arc<dyn Reporter>) -> Result<Report
             &layer_path,
             LayerCompression::Gzip,
             opts.epoch,
+            erdma_oci::layer::Split::Large,
         )?;
         let config_raw = serde_json::to_vec(&config(platform, &info, opts)).expect("json");
         let config_digest = erdma_oci::blob::sha256_digest(&config_raw);

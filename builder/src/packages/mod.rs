@@ -258,6 +258,10 @@ pub struct PackagesReport {
     /// Maintainer scripts run by the image's own dpkg in a sandbox, and what that cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxRun>,
+    /// Whether the layer records when it was built, so that no other build writes it alike:
+    /// the rpm database's install times.
+    #[serde(skip)]
+    pub dated: bool,
 }
 
 /// Why and how the build ran the image's package manager in a sandbox ([`crate::sandbox`]).

@@ -471,6 +471,7 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
         report["images"][0]["packages"]["unsigned"][0]["name"], "erdma-local-probe",
         "{report}"
     );
+    assert_dated_layer(&layout, &report);
     let ours = setup.tmp.path().join("ours");
     rootfs_of(&layout, "erdma", &ours);
     // The same packages, installed by rpm 4.18 into the base's own tree.
@@ -564,6 +565,41 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
         let dump = |root: &Path| text(&rpm418(root, &["-q", "--dump", name]).stdout);
         assert_eq!(dump(&ours), dump(&theirs), "rpm -q --dump {name}");
     }
+}
+
+/// The new layer of an rpm build, which no other build writes alike (the database records
+/// each package's install time): compressed in blocks of `SMALL_BLOCK` on every core, each
+/// block but the last ended by a sync flush's empty stored block (00 00 FF FF), one gzip member
+/// that gzip reads back; and not kept in the cache of compressed layers for a later build.
+fn assert_dated_layer(layout: &Path, report: &Value) {
+    use std::io::Read as _;
+    let digest = report["images"][0]["layer"]["digest"].as_str().unwrap();
+    let blob = std::fs::read(layout.join("blobs/sha256").join(&digest["sha256:".len()..])).unwrap();
+    let mut tar = Vec::new();
+    flate2::read::GzDecoder::new(&blob[..]).read_to_end(&mut tar).unwrap();
+    let gunzip = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "gzip -dc < {} | wc -c",
+            layout.join("blobs/sha256").join(&digest[7..]).display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(text(&gunzip.stdout).trim(), tar.len().to_string(), "gzip reads it whole");
+    let blocks = tar.len().div_ceil(erdma_oci::gzip::SMALL_BLOCK);
+    assert!(blocks > 2, "a layer of {} bytes", tar.len());
+    let flushes = blob.windows(4).filter(|w| *w == [0, 0, 0xff, 0xff]).count();
+    assert!(flushes >= blocks - 1, "{flushes} sync flushes for {blocks} blocks");
+    let diff_id = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&tar));
+    let kept = support::test_cache().join("erdma-build/compressed");
+    let names: Vec<String> = std::fs::read_dir(&kept)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with(&diff_id)), "kept: {names:?}");
 }
 
 /// An rpm with files under /sbin and /lib64 (paths merged /usr images have as symlinks), and a

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::blob::HashingWriter;
 use crate::error::{Error, Result};
+pub use crate::gzip::Split;
 
 pub const MEDIA_TYPE_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 pub const MEDIA_TYPE_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
@@ -546,29 +547,32 @@ impl LayerContents {
         if let Some(info) = kept.reuse(&diff_id, compression, dest) {
             return Ok(info);
         }
-        let info = self.write_compressed(dest, compression, mtime, tar_len)?;
+        let info = self.write_compressed(dest, compression, mtime, tar_len, Split::Large)?;
         kept.keep(&info, compression, dest);
         Ok(info)
     }
 
-    /// Writes the compressed layer to `dest` and returns its digests.
+    /// Writes the compressed layer to `dest` and returns its digests; `split` says when gzip
+    /// cuts it into blocks ([`crate::gzip`]).
     pub fn write_layer(
         &self,
         dest: &Path,
         compression: LayerCompression,
         mtime: u64,
+        split: Split,
     ) -> Result<LayerInfo> {
-        self.write_compressed(dest, compression, mtime, 0)
+        self.write_compressed(dest, compression, mtime, 0, split)
     }
 
     /// [`Self::write_layer`], knowing the tar's length (`tar_len`, 0: unknown), which decides
-    /// how gzip compresses it ([`crate::gzip`]).
+    /// with `split` how gzip compresses it ([`crate::gzip`]).
     fn write_compressed(
         &self,
         dest: &Path,
         compression: LayerCompression,
         mtime: u64,
         tar_len: u64,
+        split: Split,
     ) -> Result<LayerInfo> {
         let file = File::create(dest).map_err(Error::io("creating layer", dest))?;
         let write = || -> io::Result<(String, String, u64)> {
@@ -577,7 +581,7 @@ impl LayerContents {
                 LayerCompression::Gzip => {
                     // mtime 0, OS "unknown", a fixed level and fixed blocks: nothing that
                     // varies between machines, runs or numbers of cores (`gzip`).
-                    let gz = crate::gzip::LayerGz::new(compressed, tar_len)?;
+                    let gz = crate::gzip::LayerGz::new(compressed, tar_len, split)?;
                     let raw = self.write_tar(HashingWriter::new(gz), mtime)?;
                     let (gz, diff_id, _) = raw.finish();
                     (gz.finish()?, diff_id)
@@ -807,8 +811,8 @@ mod tests {
     fn same_contents_same_digest_for_both_compressions() {
         let dir = tempfile::tempdir().unwrap();
         for c in [LayerCompression::Gzip, LayerCompression::Zstd] {
-            let a = sample().write_layer(&dir.path().join("a"), c, 0).unwrap();
-            let b = sample().write_layer(&dir.path().join("b"), c, 0).unwrap();
+            let a = sample().write_layer(&dir.path().join("a"), c, 0, Split::Large).unwrap();
+            let b = sample().write_layer(&dir.path().join("b"), c, 0, Split::Large).unwrap();
             assert_eq!(a.digest, b.digest);
             assert_eq!(
                 std::fs::read(dir.path().join("a")).unwrap(),
@@ -828,7 +832,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kept = CompressedLayers::new(dir.path(), "erdma-build 1.0 (test)");
         for c in [LayerCompression::Gzip, LayerCompression::Zstd] {
-            let fresh = sample().write_layer(&dir.path().join("fresh"), c, 0).unwrap();
+            let fresh =
+                sample().write_layer(&dir.path().join("fresh"), c, 0, Split::Large).unwrap();
             let first = sample().write_layer_reusing(&dir.path().join("a"), c, 0, &kept).unwrap();
             let blob = kept.path(&fresh.diff_id, c).unwrap();
             assert!(blob.is_file());
@@ -844,7 +849,7 @@ mod tests {
             // A kept blob that is not what its name says is dropped, and the layer compressed.
             let mut other = LayerContents::new();
             other.add_file("etc/other", b"x".to_vec(), 0o644).unwrap();
-            other.write_layer(&blob, c, 0).unwrap();
+            other.write_layer(&blob, c, 0, Split::Large).unwrap();
             let third = sample().write_layer_reusing(&dir.path().join("c"), c, 0, &kept).unwrap();
             assert_eq!(third.digest, fresh.digest);
             assert_eq!(std::fs::read(dir.path().join("c")).unwrap(), bytes);
