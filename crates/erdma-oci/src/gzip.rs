@@ -8,9 +8,10 @@
 //! MB, NCCL's 400 MB) is cut into blocks of [`BLOCK`] bytes. With [`Split::Always`], for a layer
 //! that no two builds write alike (an rpm database records each package's install time), every
 //! layer is cut into blocks of [`SMALL_BLOCK`] bytes, so that a 3 MB layer, too, is compressed
-//! on every core. Blocks are compressed side by side as pigz does it: each block is raw deflate primed with the 32 KiB of input before it (so the ratio stays
-//! that of one stream, within a fraction of a percent) and ends with a sync flush (an empty
-//! stored block, which puts the next one on a byte boundary); the last ends the stream.
+//! on every core. Blocks are compressed side by side as pigz does it: each block is raw
+//! deflate primed with the 32 KiB of input before it (so the ratio stays that of one stream,
+//! within a fraction of a percent) and ends with a sync flush (an empty stored block, which
+//! puts the next one on a byte boundary); the last ends the stream.
 //! Header, CRC-32 and length make one ordinary gzip member. The blocks are fixed, so the bytes
 //! are the same whatever the number of cores: only the time differs.
 use std::collections::VecDeque;
@@ -37,6 +38,7 @@ pub enum Split {
     /// At any size, in blocks of [`SMALL_BLOCK`].
     Always,
 }
+
 /// Deflate's window: the input before a block that primes its compressor.
 const WINDOW: usize = 32 << 10;
 const LEVEL: u32 = 6;

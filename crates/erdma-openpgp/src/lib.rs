@@ -16,6 +16,9 @@
 //! by keys outside the keyring are ignored; MD5, SHA-1 and RIPEMD-160 digests are refused as apt
 //! refuses them (`methods/gpgv.cc`, "weak digest").
 #![forbid(unsafe_code)]
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use pgp::composed::{
     CleartextSignedMessage, Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey,
 };
@@ -24,9 +27,6 @@ use pgp::packet::{PublicKey, Signature, SignatureType, SubpacketData};
 use pgp::ser::Serialize as _;
 use pgp::types::{KeyDetails, Tag};
 use serde::Serialize;
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
 use erdma_common::dates::format_utc;
 
@@ -243,11 +243,13 @@ pub enum SignatureError {
 #[derive(Clone)]
 pub struct Keyring {
     keys: Vec<SignedPublicKey>,
-    validity: Arc<Mutex<HashMap<Validity, Result<bool, String>>>>,
+    validity: Arc<Mutex<HashMap<Which, Found>>>,
 }
 
-/// Which key's validity at which time: (key, subkey, `now`).
-type Validity = (usize, Option<usize>, i64);
+/// Which key's validity: (key, subkey).
+type Which = (usize, Option<usize>);
+/// The time it was last found for, and what was found.
+type Found = (i64, Result<bool, String>);
 
 impl Keyring {
     /// Reads a binary keyring (`gpg --export`, several keys concatenated) or one or more
@@ -272,7 +274,7 @@ impl Keyring {
     /// [`primary_validity`] of key `i` at `now`: whether it may sign (not when its binding has
     /// key flags without signing), or why it is not valid; found once per keyring and time.
     fn primary(&self, i: usize, now: i64) -> Result<bool, String> {
-        self.found((i, None, now), || {
+        self.found((i, None), now, || {
             primary_validity(&self.keys[i], now)
                 .map(|binding| !has_key_flags(binding) || binding.key_flags().sign())
         })
@@ -281,24 +283,28 @@ impl Keyring {
     /// [`subkey_validity`] of subkey `j` of key `i` at `now`, found once per keyring and time.
     fn subkey(&self, i: usize, j: usize, now: i64) -> Result<(), String> {
         let key = &self.keys[i];
-        self.found((i, Some(j), now), || {
+        self.found((i, Some(j)), now, || {
             subkey_validity(&key.primary_key, &key.public_subkeys[j], now).map(|()| true)
         })
         .map(|_| ())
     }
 
-    /// What `find` gives for `which`, from an earlier call where there was one. Found outside
-    /// the lock: two threads asking at once may each find it.
+    /// What `find` gives for `which` at `now`, from an earlier call for the same time where
+    /// there was one (one time per key is kept: a keyring that lives long stays small). Found
+    /// outside the lock: two threads asking at once may each find it.
     fn found(
         &self,
-        which: Validity,
+        which: Which,
+        now: i64,
         find: impl FnOnce() -> Result<bool, String>,
     ) -> Result<bool, String> {
-        if let Some(known) = self.validity.lock().expect("poisoned").get(&which) {
-            return known.clone();
+        if let Some((at, known)) = self.validity.lock().expect("poisoned").get(&which) {
+            if *at == now {
+                return known.clone();
+            }
         }
         let known = find();
-        self.validity.lock().expect("poisoned").insert(which, known.clone());
+        self.validity.lock().expect("poisoned").insert(which, (now, known.clone()));
         known
     }
 }
