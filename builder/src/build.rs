@@ -292,7 +292,10 @@ async fn run(
                 )
                 .await?;
                 let path = work.path().join(format!("layer-{i}"));
-                c.info = Some(if c.reproducible {
+                // Another build of the same recipe on the same base writes the same layer,
+                // unless the packages' database records the time (`PackagesReport::dated`).
+                let dated = c.packages.as_ref().is_some_and(|p| p.dated);
+                c.info = Some(if !dated {
                     c.layer.write_layer_reusing(
                         &path,
                         opts.compression,
@@ -485,9 +488,6 @@ struct RecipeLayer {
     keys: Vec<erdma_openpgp::Trusted>,
     /// False for a plan whose packages were resolved but not downloaded.
     complete: bool,
-    /// Whether another build of the same recipe on the same base writes the same layer (not
-    /// when the packages' database records the time: [`PackagesReport::dated`]).
-    reproducible: bool,
     path: PathBuf,
     info: Option<LayerInfo>,
 }
@@ -511,7 +511,6 @@ async fn recipe_contents(
     let (keys, trusted) = repository_keys(http, recipe, opts, &mut warnings).await?;
     let mut packages = None;
     let mut complete = true;
-    let mut reproducible = true;
     let mut removed: Vec<String> = Vec::new();
     let mut used_urls = BTreeMap::new();
     let nccl = match &opts.nccl {
@@ -542,7 +541,6 @@ async fn recipe_contents(
         }
         used_urls = report.repositories.clone();
         warnings.extend(report.warnings.iter().cloned());
-        reproducible = !report.dated;
         packages = Some(report);
     }
     crate::packages::add_repositories(
@@ -575,7 +573,6 @@ async fn recipe_contents(
         warnings,
         keys: trusted,
         complete,
-        reproducible,
         path: PathBuf::new(),
         info: None,
     })

@@ -574,15 +574,13 @@ fn payload_and_database_equal_real_rpm_install_root_net() {
 fn assert_dated_layer(layout: &Path, report: &Value) {
     use std::io::Read as _;
     let digest = report["images"][0]["layer"]["digest"].as_str().unwrap();
-    let blob = std::fs::read(layout.join("blobs/sha256").join(&digest["sha256:".len()..])).unwrap();
+    let path = layout.join("blobs/sha256").join(&digest["sha256:".len()..]);
+    let blob = std::fs::read(&path).unwrap();
     let mut tar = Vec::new();
     flate2::read::GzDecoder::new(&blob[..]).read_to_end(&mut tar).unwrap();
     let gunzip = Command::new("sh")
         .arg("-c")
-        .arg(format!(
-            "gzip -dc < {} | wc -c",
-            layout.join("blobs/sha256").join(&digest[7..]).display()
-        ))
+        .arg(format!("gzip -dc < {} | wc -c", path.display()))
         .output()
         .unwrap();
     assert_eq!(text(&gunzip.stdout).trim(), tar.len().to_string(), "gzip reads it whole");

@@ -99,17 +99,12 @@ pub(crate) async fn fetch_one(
 /// others ([`erdma_limits::kept`]), and still the size and SHA256 its index gives.
 fn cached(pkg: &IndexedPackage, dir: &Path) -> Option<PathBuf> {
     let (sha256, size) = (pkg.sha256(), pkg.size());
-    erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).ok()?;
+    let digest = format!("sha256:{sha256}");
+    erdma_oci::blob::digest_hex(&digest).ok()?;
     let path = dir.join(format!("{sha256}.deb"));
     let file = erdma_limits::kept::open(&path, size).ok()?;
-    (sha256_of(file)? == (size, sha256)).then_some(path)
-}
-
-/// The size and SHA256 (hex) of what `file` holds.
-fn sha256_of(file: std::fs::File) -> Option<(u64, String)> {
-    let mut hashing = erdma_http::Hashing::new(file, u64::MAX, None);
-    std::io::copy(&mut hashing, &mut std::io::sink()).ok()?;
-    Some(hashing.finish())
+    let read = erdma_oci::blob::check_reader(file, &digest).ok()?;
+    (read == size).then_some(path)
 }
 
 /// Where the decompressed payload of `path` is kept between builds
@@ -131,6 +126,7 @@ pub(crate) fn on_disk(pkg: &IndexedPackage, cache: &Path) -> Option<PathBuf> {
     }
     let url = pkg.url();
     let file = std::path::PathBuf::from(url.strip_prefix("file://")?);
-    let (_, got) = sha256_of(std::fs::File::open(&file).ok()?)?;
-    (got == pkg.sha256()).then_some(file)
+    let opened = std::fs::File::open(&file).ok()?;
+    erdma_oci::blob::check_reader(opened, &format!("sha256:{}", pkg.sha256())).ok()?;
+    Some(file)
 }

@@ -540,6 +540,10 @@ pub async fn install(
         return Ok((report, Vec::new()));
     };
     let files = fetch(inputs, &resolved, &mut report, reporter).await?;
+    // The database written from here records each package's install time, emulated (the
+    // build's time; README.md, "What each run makes at random") or by the image's rpm in the
+    // sandbox (the sandbox's).
+    report.dated = true;
     for (planned, (_, pkg)) in resolved.plan.install.iter().zip(&files) {
         note_special(pkg, &label(&planned.package), &mut report);
     }
@@ -555,9 +559,6 @@ pub async fn install(
                 Ok(removed) => {
                     *layer = trial;
                     report.scripts = accounted.records;
-                    // Each package's install time is the build's (README.md, "What each run makes at
-                    // random").
-                    report.dated = true;
                     return Ok((report, removed));
                 }
                 // An account the image refuses to the emulation (a home to create, no
@@ -569,8 +570,6 @@ pub async fn install(
     };
     let over = Over { base, layer, inputs, reporter };
     let removed = sandboxed::install(&resolved.plan, &files, because, over, &mut report)?;
-    // The image's rpm wrote its database at the sandbox's time.
-    report.dated = true;
     Ok((report, removed))
 }
 
