@@ -8,6 +8,7 @@
 //!
 //! Trust flows down from `repomd.xml`, whose signature the caller checks: its checksums
 //! vouch for `primary.xml`, whose checksums vouch for each package.
+use std::borrow::Cow;
 use std::io::{BufRead, Read};
 
 use quick_xml::events::Event;
@@ -118,17 +119,35 @@ fn attr(
     key: &str,
     file: &'static str,
 ) -> Result<Option<String>, RepodataError> {
+    let [value] = attrs(e, [key], file)?;
+    Ok(value.map(Cow::into_owned))
+}
+
+/// The values of attributes `keys` (local names), unescaped, read in one pass over the
+/// element's attributes: every attribute is read and checked (a duplicate or a malformed one
+/// is refused, as an XML parser refuses it), once per element however many are asked for.
+/// A dependency entry asks for six; reading the attributes again for each was a tenth of
+/// parsing a `primary.xml`.
+fn attrs<'e, const N: usize>(
+    e: &'e quick_xml::events::BytesStart,
+    keys: [&str; N],
+    file: &'static str,
+) -> Result<[Option<Cow<'e, str>>; N], RepodataError> {
+    let mut out = [const { None }; N];
     for a in e.attributes() {
         let a = a.map_err(|err| malformed(file)(err.to_string()))?;
-        if a.key.local_name().as_ref() == key {
-            return Ok(Some(
+        let local = a.key.local_name();
+        let Some(i) = keys.iter().position(|k| *k == local.as_ref()) else {
+            continue;
+        };
+        if out[i].is_none() {
+            out[i] = Some(
                 a.normalized_value(XmlVersion::Implicit1_0)
-                    .map_err(|err| malformed(file)(err.to_string()))?
-                    .into_owned(),
-            ));
+                    .map_err(|err| malformed(file)(err.to_string()))?,
+            );
         }
     }
-    Ok(None)
+    Ok(out)
 }
 
 /// Appends the text of an event to `text`: character data, CDATA, or an entity reference
@@ -283,7 +302,7 @@ enum List {
 
 /// An epoch attribute: `0` and none are the same to rpm; kept as none so that names print
 /// as dnf prints them (`rdma-core-44.0-2.el8`, not `0:44.0`).
-fn epoch(s: Option<String>) -> Option<u32> {
+fn epoch(s: Option<&str>) -> Option<u32> {
     s.and_then(|e| e.trim().parse::<u32>().ok()).filter(|&e| e != 0)
 }
 
@@ -499,12 +518,16 @@ fn empty_package(origin: &str) -> PackageMeta {
 
 /// The `epoch`, `ver` and `rel` attributes of a `<version>` or an `<rpm:entry>`.
 fn evr_attributes(e: &quick_xml::events::BytesStart) -> Result<Evr, RepodataError> {
-    const FILE: &str = PRIMARY_XML;
-    Ok(Evr {
-        epoch: epoch(attr(e, "epoch", FILE)?),
-        version: attr(e, "ver", FILE)?.unwrap_or_default(),
-        release: attr(e, "rel", FILE)?.unwrap_or_default(),
-    })
+    let [e, v, r] = attrs(e, ["epoch", "ver", "rel"], PRIMARY_XML)?;
+    Ok(evr(e, v, r))
+}
+
+fn evr(epoch_: Option<Cow<str>>, ver: Option<Cow<str>>, rel: Option<Cow<str>>) -> Evr {
+    Evr {
+        epoch: epoch(epoch_.as_deref()),
+        version: ver.map(Cow::into_owned).unwrap_or_default(),
+        release: rel.map(Cow::into_owned).unwrap_or_default(),
+    }
 }
 
 /// An `<rpm:entry>` of `package`'s dependency lists: the name, the version where `flags`
@@ -512,18 +535,21 @@ fn evr_attributes(e: &quick_xml::events::BytesStart) -> Result<Evr, RepodataErro
 fn dependency(e: &quick_xml::events::BytesStart, package: &str) -> Result<Dep, RepodataError> {
     const FILE: &str = PRIMARY_XML;
     let bad = malformed(FILE);
-    let dep_name = attr(e, "name", FILE)?
-        .ok_or_else(|| bad(format!("package {package} has an entry without a name")))?;
-    let version = match attr(e, "flags", FILE)? {
+    let [name, flags, epoch_, ver, rel, pre] =
+        attrs(e, ["name", "flags", "epoch", "ver", "rel", "pre"], FILE)?;
+    let dep_name = name
+        .ok_or_else(|| bad(format!("package {package} has an entry without a name")))?
+        .into_owned();
+    let version = match flags {
         None => None,
         Some(flags) => {
             let cmp = Cmp::from_flags(&flags).ok_or_else(|| {
                 bad(format!("package {package}: unknown flags `{flags}` on {dep_name}"))
             })?;
-            Some((cmp, evr_attributes(e)?))
+            Some((cmp, evr(epoch_, ver, rel)))
         }
     };
-    let pre = matches!(attr(e, "pre", FILE)?.as_deref(), Some("1" | "true"));
+    let pre = matches!(pre.as_deref(), Some("1" | "true"));
     Ok(Dep { name: dep_name, version, pre })
 }
 
@@ -739,6 +765,18 @@ mod tests {
         assert!(parse_primary(cut.as_bytes(), "erdma").is_err());
         assert!(parse_primary(PRIMARY.replace("flags=\"LT\"", "flags=\"XX\"").as_bytes(), "erdma")
             .is_err());
+        // An attribute given twice is not well-formed XML (expat, under libsolv, refuses it),
+        // also after every attribute asked for.
+        for (from, to) in [
+            (r#"rel="2.el8.1"/>"#, r#"rel="2.el8.1" rel="3"/>"#),
+            (r#"<rpm:entry name="perl"/>"#, r#"<rpm:entry name="perl" pre="1" x="a" x="b"/>"#),
+            (r#"href="Packages"#, r#"href="a" href="Packages"#),
+        ] {
+            let doubled = PRIMARY.replacen(from, to, 1);
+            assert_ne!(doubled, PRIMARY);
+            let e = parse_primary(doubled.as_bytes(), "erdma").unwrap_err();
+            assert!(e.to_string().contains("primary.xml"), "{to}: {e}");
+        }
     }
 
     #[test]
