@@ -14,7 +14,7 @@
 //! The index is kept between builds beside the XML it points into (`<checksum>.kept-N`, named
 //! by the checksum the repository's `repomd.xml` gives its `primary`, which the signature
 //! covers); [`erdma_limits::kept`] says which kept files are read back.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -82,22 +82,28 @@ pub fn asked_names(p: &PackageMeta, mut each: impl FnMut(&str)) {
     }
 }
 
-/// Names while the index is built: each string once, numbered in order of first sight.
+/// Names while the index is built: each string once, numbered in order of first sight. One
+/// lookup per name (hashed once, the key allocated only when new): most names of a
+/// `primary.xml` are file paths seen once. std's SipHash with a random key, as for any map of
+/// names a repository chooses.
 #[derive(Default)]
 struct Interner {
-    ids: HashMap<Box<str>, u32>,
-    names: Vec<Box<str>>,
+    ids: hashbrown::HashMap<String, u32, std::hash::RandomState>,
 }
 
 impl Interner {
     fn id(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.ids.get(s) {
-            return id;
+        let next = self.ids.len() as u32;
+        *self.ids.entry_ref(s).or_insert(next)
+    }
+
+    /// The names by id.
+    fn into_names(self) -> Vec<String> {
+        let mut names = vec![String::new(); self.ids.len()];
+        for (name, id) in self.ids {
+            names[id as usize] = name;
         }
-        let id = self.names.len() as u32;
-        self.names.push(s.into());
-        self.ids.insert(s.into(), id);
-        id
+        names
     }
 }
 
@@ -171,19 +177,19 @@ impl PrimaryIndex {
             tee.n
         };
         // Names sorted: ids renumbered by rank.
-        let mut order: Vec<u32> = (0..interner.names.len() as u32).collect();
-        order
-            .sort_unstable_by(|&a, &b| interner.names[a as usize].cmp(&interner.names[b as usize]));
+        let names = interner.into_names();
+        let mut order: Vec<u32> = (0..names.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
         let mut rank = vec![0u32; order.len()];
         let mut strings = String::new();
         let mut string_at = Vec::with_capacity(order.len() + 1);
         for (r, &old) in order.iter().enumerate() {
             rank[old as usize] = r as u32;
             string_at.push(strings.len() as u32);
-            strings.push_str(&interner.names[old as usize]);
+            strings.push_str(&names[old as usize]);
         }
         string_at.push(strings.len() as u32);
-        drop(interner);
+        drop(names);
         for e in &mut entries {
             e.name = rank[e.name as usize];
         }
