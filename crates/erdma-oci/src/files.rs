@@ -52,7 +52,7 @@ impl LayerCache {
             let digest_owned = digest.to_string();
             let good = tokio::task::spawn_blocking(move || {
                 std::fs::File::open(&check)
-                    .is_ok_and(|f| crate::blob::check_reader(f, &digest_owned).is_ok())
+                    .is_ok_and(|f| crate::blob::check_file(&f, &digest_owned).is_ok())
             })
             .await
             .unwrap_or(false);

@@ -198,7 +198,7 @@ impl Sink {
                     let file = File::open(&local).map_err(Error::io("opening blob", &local))?;
                     let wanted = digest.to_string();
                     let checked = tokio::task::spawn_blocking(move || {
-                        crate::blob::check_reader(&file, &wanted)?;
+                        crate::blob::check_file(&file, &wanted)?;
                         Ok(file)
                     })
                     .await

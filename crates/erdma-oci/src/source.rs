@@ -370,6 +370,14 @@ impl Source {
 
     /// A checked synchronous reader for local stores; `None` for registries.
     pub fn blob_reader(&self, digest: &str) -> Result<Box<dyn BufRead + Send>> {
+        if let Store::Dir(dir) = &self.store {
+            // A layout's file: once read whole and matched, not read again to be checked
+            // before it is linked into an output (crate::blob::check_file).
+            let path = dir.join(blob_rel_path(digest)?);
+            let f = std::fs::File::open(&path).map_err(Error::io("opening blob", &path))?;
+            let r = crate::blob::VerifyingFile::new(f, digest);
+            return Ok(Box::new(BufReader::with_capacity(1 << 16, r)));
+        }
         let (r, _) = open_local(&self.store, digest)?;
         Ok(Box::new(BufReader::with_capacity(1 << 16, VerifyingReader::new(r, digest))))
     }
