@@ -78,7 +78,7 @@ pub enum HttpError {
     },
     /// The HTTP client could not be set up (its TLS configuration, for one).
     #[error("setting up the HTTP client")]
-    Client(#[source] reqwest::Error),
+    Client(#[source] Arc<reqwest::Error>),
 }
 
 impl HttpError {
@@ -177,22 +177,53 @@ pub type Failed = Arc<Mutex<Option<String>>>;
 /// The client: cheap to clone (one connection pool).
 #[derive(Clone)]
 pub struct Client {
-    inner: reqwest::Client,
+    inner: Arc<Setup>,
     timeouts: Timeouts,
     /// `--max-inflation`: how far what this client fetches may inflate when decompressed
     /// (`None`: the default of `limits`, which this module does not import: it stays a leaf).
     max_inflation: Option<u64>,
 }
 
+/// The reqwest client, set up on a thread of its own: setting up TLS reads and parses the
+/// system's CA certificates (rustls-native-certs' PEM decoding is constant-time, 5-10 ms for
+/// Debian's 140), which need not hold up what a build does before its first request (reading
+/// the base's files). The first request waits for it.
+struct Setup {
+    client: std::sync::OnceLock<Result<reqwest::Client, Arc<reqwest::Error>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<reqwest::Result<reqwest::Client>>>>,
+}
+
 impl Client {
+    /// A client with these bounds. TLS is set up beside the caller; an error there comes with
+    /// the first request ([`HttpError::Client`]).
     pub fn new(timeouts: Timeouts) -> Result<Client, HttpError> {
-        let inner = reqwest_builder()
-            .connect_timeout(timeouts.connect)
-            .read_timeout(timeouts.read)
-            .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(HttpError::Client)?;
-        Ok(Client { inner, timeouts, max_inflation: None })
+        let build = move || {
+            reqwest_builder()
+                .connect_timeout(timeouts.connect)
+                .read_timeout(timeouts.read)
+                .user_agent(concat!("erdma-build/", env!("CARGO_PKG_VERSION")))
+                .build()
+        };
+        let setup = match std::thread::Builder::new().name("http-setup".into()).spawn(build) {
+            Ok(thread) => Setup { client: Default::default(), thread: Mutex::new(Some(thread)) },
+            // No thread to be had: set up here.
+            Err(_) => Setup { client: build().map_err(Arc::new).into(), thread: Mutex::new(None) },
+        };
+        Ok(Client { inner: Arc::new(setup), timeouts, max_inflation: None })
+    }
+
+    /// The reqwest client, once set up (waiting for its thread the first time).
+    fn http(&self) -> Result<&reqwest::Client, HttpError> {
+        let setup = &self.inner;
+        let built = setup.client.get_or_init(|| {
+            let thread = setup.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let thread = thread.expect("the setup thread is joined once, in this initialiser");
+            match thread.join() {
+                Ok(built) => built.map_err(Arc::new),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        });
+        built.as_ref().map_err(|e| HttpError::Client(e.clone()))
     }
 
     /// The client, with indices it fetches allowed to inflate `n` times (`--max-inflation`;
@@ -254,7 +285,7 @@ impl Client {
     pub async fn send(&self, url: &str) -> Result<Option<(reqwest::Response, Instant)>, HttpError> {
         let started = Instant::now();
         let resp = self
-            .inner
+            .http()?
             .get(url)
             .timeout(self.timeouts.deadline)
             .send()
