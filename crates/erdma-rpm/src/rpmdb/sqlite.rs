@@ -60,8 +60,10 @@ fn open_copy(
         .map_err(sql_err("configuring", path))?;
     // A scratch copy, read back whole once closed: nothing is gained by waiting for the disk
     // at each commit (17 `fsync`s, 10 ms, for one build's read and write). `synchronous` only
-    // decides when SQLite syncs, not what it writes.
-    conn.pragma_update(None, "synchronous", "OFF").map_err(sql_err("configuring", path))?;
+    // decides when SQLite syncs, not what it writes. Like any statement, the pragma reads the
+    // schema first: a file that is not a database fails here.
+    conn.pragma_update(None, "synchronous", "OFF")
+        .map_err(sql_err("reading the schema of", path))?;
     Ok(conn)
 }
 
