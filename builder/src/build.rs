@@ -217,7 +217,7 @@ async fn run(
     };
 
     let cache = LayerCache::new(work.path());
-    let http = erdma_http::Client::new(opts.timeouts)?.max_inflation(opts.limits.inflation);
+    let http = erdma_http::Client::new(opts.timeouts).max_inflation(opts.limits.inflation);
     let building = async {
         let mut prepared = Vec::new();
         // One layer per recipe and architecture (platforms of one architecture share it).

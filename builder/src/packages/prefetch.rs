@@ -133,7 +133,7 @@ mod tests {
         let sources = format!("deb http://127.0.0.1:{port}/debian bookworm main\n");
         let cache = tempfile::tempdir().unwrap();
         let ahead = || {
-            let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+            let http = erdma_http::Client::new(erdma_http::Timeouts::default());
             FetchAhead {
                 apt: apt::prefetch::Prefetches::new(http.clone(), cache.path(), "amd64"),
                 rpm: rpm::prefetch::Prefetches::new(

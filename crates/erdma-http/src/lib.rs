@@ -78,7 +78,7 @@ pub enum HttpError {
     },
     /// The HTTP client could not be set up (its TLS configuration, for one).
     #[error("setting up the HTTP client")]
-    Client(#[source] Arc<reqwest::Error>),
+    Client(#[source] Arc<dyn std::error::Error + Send + Sync>),
 }
 
 impl HttpError {
@@ -189,14 +189,17 @@ pub struct Client {
 /// Debian's 140), which need not hold up what a build does before its first request (reading
 /// the base's files). The first request waits for it.
 struct Setup {
-    client: std::sync::OnceLock<Result<reqwest::Client, Arc<reqwest::Error>>>,
+    client: std::sync::OnceLock<Result<reqwest::Client, SetupError>>,
     thread: Mutex<Option<std::thread::JoinHandle<reqwest::Result<reqwest::Client>>>>,
 }
 
+/// Why the client could not be set up, kept for every request that asks.
+type SetupError = Arc<dyn std::error::Error + Send + Sync>;
+
 impl Client {
-    /// A client with these bounds. TLS is set up beside the caller; an error there comes with
-    /// the first request ([`HttpError::Client`]).
-    pub fn new(timeouts: Timeouts) -> Result<Client, HttpError> {
+    /// A client with these bounds. TLS is set up beside the caller; an error there (the TLS
+    /// configuration) comes with each request ([`HttpError::Client`]), not retried.
+    pub fn new(timeouts: Timeouts) -> Client {
         let build = move || {
             reqwest_builder()
                 .connect_timeout(timeouts.connect)
@@ -207,9 +210,12 @@ impl Client {
         let setup = match std::thread::Builder::new().name("http-setup".into()).spawn(build) {
             Ok(thread) => Setup { client: Default::default(), thread: Mutex::new(Some(thread)) },
             // No thread to be had: set up here.
-            Err(_) => Setup { client: build().map_err(Arc::new).into(), thread: Mutex::new(None) },
+            Err(_) => Setup {
+                client: build().map_err(|e| Arc::new(e) as SetupError).into(),
+                thread: Mutex::new(None),
+            },
         };
-        Ok(Client { inner: Arc::new(setup), timeouts, max_inflation: None })
+        Client { inner: Arc::new(setup), timeouts, max_inflation: None }
     }
 
     /// The reqwest client, once set up (waiting for its thread the first time).
@@ -217,10 +223,12 @@ impl Client {
         let setup = &self.inner;
         let built = setup.client.get_or_init(|| {
             let thread = setup.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let thread = thread.expect("the setup thread is joined once, in this initialiser");
-            match thread.join() {
-                Ok(built) => built.map_err(Arc::new),
-                Err(panic) => std::panic::resume_unwind(panic),
+            match thread.map(std::thread::JoinHandle::join) {
+                Some(Ok(built)) => built.map_err(|e| Arc::new(e) as SetupError),
+                // A panic in reqwest's or rustls' setup: an error for every request.
+                Some(Err(_)) | None => {
+                    Err(Arc::new(std::io::Error::other("the TLS setup thread panicked")))
+                }
             }
         });
         built.as_ref().map_err(|e| HttpError::Client(e.clone()))
@@ -641,7 +649,7 @@ mod tests {
     #[tokio::test]
     async fn a_stalled_body_fails_after_the_retries_naming_the_url() {
         let (url, count) = stalling_server(1000);
-        let client = Client::new(quick()).unwrap();
+        let client = Client::new(quick());
         let dir = tempfile::tempdir().unwrap();
         let started = Instant::now();
         let e = client.download(&url, dir.path(), 1 << 20).await.unwrap_err();
@@ -677,8 +685,7 @@ mod tests {
             connect: Duration::from_secs(2),
             read: Duration::from_secs(5),
             deadline: Duration::from_millis(700),
-        })
-        .unwrap();
+        });
         let started = Instant::now();
         let e = client.get(&url, 1 << 20).await.unwrap_err();
         assert!(e.to_string().contains("transfer deadline"), "{e}");
@@ -691,7 +698,7 @@ mod tests {
         let src = dir.path().join("src.bin");
         let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&src, &data).unwrap();
-        let client = Client::new(quick()).unwrap();
+        let client = Client::new(quick());
         let url = format!("file://{}", src.display());
         let (tmp, size, sha) = client.download(&url, dir.path(), 1 << 20).await.unwrap().unwrap();
         assert_eq!(size, data.len() as u64);

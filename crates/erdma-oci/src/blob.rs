@@ -101,8 +101,10 @@ impl<R: Read> Read for VerifyingReader<R> {
 }
 
 /// What `fstat` says of a file, as far as its content goes: the same device, inode and size,
-/// and a change time (which no one can set; every write, `truncate` and `utimes` moves it)
-/// and modification time both unchanged, mean the same bytes.
+/// and the same modification and change times (no one can set a change time back; a `write`,
+/// `truncate` or `utimes` moves it) stand for the same bytes. Not for every writer: a write
+/// within the same clock tick as the last change, or through a shared mapping before the page
+/// is written back, leaves both times as they were.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FileState {
     dev: u64,
@@ -178,9 +180,11 @@ impl Read for VerifyingFile {
 
 /// Checks that `file` (just opened) holds `digest`'s bytes: read whole ([`check_reader`]),
 /// unless this process already read this file whole and found it so, and its state is still
-/// what it was then. A writer racing with the check could change the file unseen either way
-/// (between this check and the caller's use of the file as between two reads), so the memo
-/// widens nothing a check by reading closes.
+/// what it was then. What the memo gives up: a writer changing the file while the build
+/// runs, in the ways its times cannot show (`FileState`), is not caught between the first
+/// read and the caller's use, where a second read would catch it until that read's end. Such
+/// a writer wins anyway: a linked file shares its inode with the output, so whatever it
+/// writes after the link reaches the output unchecked.
 pub fn check_file(file: &File, digest: &str) -> io::Result<()> {
     if remembered(file, digest) {
         return Ok(());
@@ -378,13 +382,13 @@ mod tests {
         std::fs::write(&path, &content).unwrap();
         // An old mtime: a rewrite below moves it, whatever the clock's granularity.
         let f = File::options().write(true).open(&path).unwrap();
-        f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000)).unwrap();
+        let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000);
+        f.set_modified(old).unwrap();
         let digest = sha256_digest(&content);
         let other = sha256_digest(b"other");
-        let read_whole = |digest: &str, n: usize| {
+        let read_whole = |digest: &str| {
             let mut r = VerifyingFile::new(File::open(&path).unwrap(), digest);
-            let mut buf = vec![0u8; n];
-            let _ = r.read_to_end(&mut buf);
+            let _ = r.read_to_end(&mut Vec::new());
         };
         // Read in part: not remembered.
         let mut r = VerifyingFile::new(File::open(&path).unwrap(), &digest);
@@ -392,10 +396,19 @@ mod tests {
         drop(r);
         assert!(!remembered(&File::open(&path).unwrap(), &digest));
         // Read whole against another digest: refused, not remembered.
-        read_whole(&other, 0);
+        read_whole(&other);
         assert!(!remembered(&File::open(&path).unwrap(), &other));
+        // Written to (the same bytes) between its opening and its end: it matches, but what
+        // was read may not be what the file holds, so it is not remembered.
+        let mut r = VerifyingFile::new(File::open(&path).unwrap(), &digest);
+        r.read_exact(&mut [0u8; 100]).unwrap();
+        f.write_all_at(b"layer", 0).unwrap();
+        r.read_to_end(&mut Vec::new()).unwrap();
+        drop(r);
+        assert!(!remembered(&File::open(&path).unwrap(), &digest));
+        f.set_modified(old).unwrap();
         // Read whole and matched: remembered, for this digest only.
-        read_whole(&digest, 0);
+        read_whole(&digest);
         assert!(remembered(&File::open(&path).unwrap(), &digest));
         assert!(!remembered(&File::open(&path).unwrap(), &other));
         check_file(&File::open(&path).unwrap(), &digest).unwrap();

@@ -373,9 +373,7 @@ impl Source {
         if let Store::Dir(dir) = &self.store {
             // A layout's file: once read whole and matched, not read again to be checked
             // before it is linked into an output (crate::blob::check_file).
-            let path = dir.join(blob_rel_path(digest)?);
-            let f = std::fs::File::open(&path).map_err(Error::io("opening blob", &path))?;
-            let r = crate::blob::VerifyingFile::new(f, digest);
+            let r = crate::blob::VerifyingFile::new(open_dir_blob(dir, digest)?, digest);
             return Ok(Box::new(BufReader::with_capacity(1 << 16, r)));
         }
         let (r, _) = open_local(&self.store, digest)?;
@@ -467,11 +465,16 @@ fn desc_digest(desc: &Value, reference: &str) -> Result<String> {
     Ok(d.to_string())
 }
 
+/// A layout's blob file.
+fn open_dir_blob(dir: &std::path::Path, digest: &str) -> Result<std::fs::File> {
+    let path = dir.join(blob_rel_path(digest)?);
+    std::fs::File::open(&path).map_err(Error::io("opening blob", &path))
+}
+
 fn open_local(store: &Store, digest: &str) -> Result<(Box<dyn Read + Send>, u64)> {
     match store {
         Store::Dir(dir) => {
-            let path = dir.join(blob_rel_path(digest)?);
-            let f = std::fs::File::open(&path).map_err(Error::io("opening blob", &path))?;
+            let f = open_dir_blob(dir, digest)?;
             let size = f.metadata().map(|m| m.len()).unwrap_or(0);
             Ok((Box::new(f), size))
         }

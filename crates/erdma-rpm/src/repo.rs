@@ -362,7 +362,7 @@ mod tests {
     }
 
     fn client() -> Client {
-        Client::new(erdma_http::Timeouts::default()).unwrap()
+        Client::new(erdma_http::Timeouts::default())
     }
 
     async fn names(url: &str, cache: &Path) -> Result<Vec<String>, RepoError> {

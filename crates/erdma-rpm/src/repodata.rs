@@ -124,8 +124,9 @@ fn attr(
 }
 
 /// The values of attributes `keys` (local names), unescaped, read in one pass over the
-/// element's attributes: every attribute is read and checked (a duplicate or a malformed one
-/// is refused, as an XML parser refuses it), once per element however many are asked for.
+/// element's attributes, however many are asked for: every attribute's syntax is checked and a
+/// duplicate refused, as an XML parser refuses them; the values asked for are unescaped (a bad
+/// reference in another attribute's value goes unseen, as it did before).
 /// A dependency entry asks for six; reading the attributes again for each was a tenth of
 /// parsing a `primary.xml`.
 fn attrs<'e, const N: usize>(

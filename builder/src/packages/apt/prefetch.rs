@@ -137,7 +137,7 @@ mod tests {
         // A port nothing listens on (the listener is dropped at once).
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}/debian");
-        let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+        let http = erdma_http::Client::new(erdma_http::Timeouts::default());
         let cache = tempfile::tempdir().unwrap();
         let ahead = Prefetches::new(http, cache.path(), "amd64");
         let sources = format!(

@@ -272,7 +272,7 @@ mod tests {
         let lists = serve(format!("# the nearest first\n{}\n", at("appstream/")));
         let repo_urls = BTreeMap::from([("erdma".to_string(), at("erdma"))]);
         let recipe_of: RecipeOf = Box::new(picked);
-        let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+        let http = erdma_http::Client::new(erdma_http::Timeouts::default());
         let cache = tempfile::tempdir().unwrap();
         let ahead = Prefetches::new(http, cache.path(), "amd64", repo_urls, recipe_of);
 
@@ -322,7 +322,7 @@ mod tests {
 
         // A Debian base starts nothing here (apt's sources are apt::prefetch's).
         let recipe_of: RecipeOf = Box::new(picked);
-        let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+        let http = erdma_http::Client::new(erdma_http::Timeouts::default());
         let debian = Prefetches::new(http, cache.path(), "amd64", BTreeMap::new(), recipe_of);
         debian.watch("etc/yum.repos.d/rocky.repo", rocky.as_bytes());
         debian
@@ -338,7 +338,7 @@ mod tests {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let at = |path: &str| format!("http://127.0.0.1:{port}/{path}");
         let repo_urls = BTreeMap::from([("erdma".to_string(), at("erdma"))]);
-        let http = erdma_http::Client::new(erdma_http::Timeouts::default()).unwrap();
+        let http = erdma_http::Client::new(erdma_http::Timeouts::default());
         let cache = tempfile::tempdir().unwrap();
         let ahead = Prefetches::new(http, cache.path(), "amd64", repo_urls, Box::new(picked));
         let repo = |path: &str| format!("[baseos]\nbaseurl={}\n", at(path));

@@ -927,8 +927,7 @@ mod tests {
         let client = Client::new(erdma_http::Timeouts {
             connect: Duration::from_secs(15),
             ..Default::default()
-        })
-        .unwrap();
+        });
         let index = match fetch_index(&client, &spec).await {
             Ok(i) => i,
             Err(e) if e.is_unreachable() => return skip(err_chain(&e)),

@@ -338,7 +338,7 @@ impl Fixture {
 }
 
 pub(crate) fn client() -> Client {
-    Client::new(erdma_http::Timeouts::default()).unwrap()
+    Client::new(erdma_http::Timeouts::default())
 }
 
 pub(crate) fn err_chain(e: &dyn std::error::Error) -> String {
