@@ -519,8 +519,8 @@ fn empty_package(origin: &str) -> PackageMeta {
 
 /// The `epoch`, `ver` and `rel` attributes of a `<version>` or an `<rpm:entry>`.
 fn evr_attributes(e: &quick_xml::events::BytesStart) -> Result<Evr, RepodataError> {
-    let [e, v, r] = attrs(e, ["epoch", "ver", "rel"], PRIMARY_XML)?;
-    Ok(evr(e, v, r))
+    let [epoch_, ver, rel] = attrs(e, ["epoch", "ver", "rel"], PRIMARY_XML)?;
+    Ok(evr(epoch_, ver, rel))
 }
 
 fn evr(epoch_: Option<Cow<str>>, ver: Option<Cow<str>>, rel: Option<Cow<str>>) -> Evr {
