@@ -11,24 +11,33 @@ use crate::packages::PackagesReport;
 use erdma_common::progress::Reporter;
 use erdma_deb::repo::IndexedPackage;
 
-/// Downloads (or takes from the cache) every planned `.deb`, checked against the index.
+/// Downloads (or takes from the cache) every planned `.deb`, checked against the index. With
+/// `ahead`, each package's payload is decompressed into the cache as soon as the package is
+/// at hand, beside the downloads still running ([`erdma_deb::deb::PayloadsAhead`]).
 pub(super) async fn fetch_debs(
     client: &erdma_http::Client,
     plan: &[Planned],
     cache_dir: &Path,
+    ahead: Option<&erdma_deb::deb::PayloadsAhead>,
     report: &mut PackagesReport,
     reporter: &dyn Reporter,
 ) -> Result<Vec<PathBuf>> {
     let dir = cache_dir.join("debs");
     std::fs::create_dir_all(&dir).map_err(Error::io("creating cache", &dir))?;
-    let results: Vec<Result<(PathBuf, u64)>> = futures_util::stream::iter(plan.iter().map(|p| {
+    let mut fetched = futures_util::stream::iter(plan.iter().map(|p| {
         let client = client.clone();
         let dir = dir.clone();
         async move { fetch_one(&client, &p.pkg, &dir).await }
     }))
-    .buffered(4)
-    .collect()
-    .await;
+    .buffered(4);
+    // In the plan's order, which is the order the packages are unpacked in.
+    let mut results: Vec<Result<(PathBuf, u64)>> = Vec::with_capacity(plan.len());
+    while let Some(r) = fetched.next().await {
+        if let (Some(ahead), Ok((path, _))) = (ahead, &r) {
+            decompress_ahead(ahead, &plan[results.len()].pkg, path, cache_dir, client.inflation());
+        }
+        results.push(r);
+    }
     let mut paths = Vec::new();
     for (r, p) in results.into_iter().zip(plan) {
         let (path, downloaded) = r?;
@@ -116,6 +125,24 @@ pub(crate) fn kept_payload(pkg: &IndexedPackage, path: &Path, cache_dir: &Path) 
     erdma_oci::blob::digest_hex(&format!("sha256:{sha256}")).ok()?;
     (path == cache_dir.join("debs").join(format!("{sha256}.deb")))
         .then(|| cache_dir.join("payloads").join(format!("{sha256}.tar")))
+}
+
+/// Puts `pkg`'s payload (the `.deb` at `path`) on `ahead`'s threads, when it is to be kept
+/// ([`kept_payload`]) and likely to fit ([`erdma_deb::deb::KEPT_MAX`]): a package is taken
+/// when its `.deb` is at most a sixteenth of that, as xz seldom shrinks a `data.tar` more.
+/// A larger one (NCCL's, CUDA's) is decompressed by its walk alone, not once ahead up to the
+/// limit and again after; a smaller one that still does not fit costs that once.
+fn decompress_ahead(
+    ahead: &erdma_deb::deb::PayloadsAhead,
+    pkg: &IndexedPackage,
+    path: &Path,
+    cache_dir: &Path,
+    inflation: u64,
+) {
+    let Some(kept) = kept_payload(pkg, path, cache_dir) else { return };
+    if pkg.size().saturating_mul(16) <= erdma_deb::deb::KEPT_MAX {
+        ahead.keep(path.to_owned(), inflation, kept);
+    }
 }
 
 /// Where `pkg` already is on this machine, checked to be the file its index names: the

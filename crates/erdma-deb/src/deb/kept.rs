@@ -9,8 +9,11 @@
 //! only when the trailer is intact, the member's size is the package's and the tar hashes as
 //! the trailer says; anything else is ignored and the package decompressed again, as if
 //! nothing were kept.
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Condvar, LazyLock, Mutex};
 
 use sha2::{Digest, Sha256};
 
@@ -22,7 +25,7 @@ const MAGIC: &[u8; 16] = b"erdma-data.tar-1";
 const TRAILER: usize = 32 + 8 + MAGIC.len();
 /// Payloads larger than this are not kept: read back whole, they would cost their size in
 /// memory (Debian's largest `data.tar`s, firmware and debug symbols, run to gigabytes).
-pub(super) const MAX: u64 = 256 << 20;
+pub const MAX: u64 = 256 << 20;
 
 /// The `data.tar` kept at `path` for `member`, when it is there and intact; `None` otherwise.
 /// `inflation` (0: none) is applied to it as to the member's decompression: a kept payload
@@ -133,5 +136,154 @@ impl Read for Tee<'_> {
             }
         }
         Ok(n)
+    }
+}
+
+impl Tee<'_> {
+    /// Whether the bytes are still being written to a kept payload.
+    fn keeping(&self) -> bool {
+        self.out.is_some()
+    }
+}
+
+/// Payloads being decompressed ahead ([`PayloadsAhead`]), by the path they are kept at.
+static PENDING: LazyLock<Mutex<HashMap<PathBuf, Arc<Pending>>>> = LazyLock::new(Default::default);
+
+/// One payload being decompressed ahead: done once it is kept, or given up.
+#[derive(Default)]
+struct Pending {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// Waits while the payload kept at `path` is being decompressed ahead, so that a walk reads
+/// what [`PayloadsAhead`] keeps there instead of decompressing the package a second time.
+pub(super) fn wait_ahead(path: &Path) {
+    let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner()).get(path).cloned();
+    if let Some(p) = pending {
+        let mut done = p.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = p.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Marks `job` done (also when its thread unwinds), waking whoever waits for it.
+struct Finish<'a>(&'a Job);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        let Job { kept, pending, .. } = self.0;
+        let mut map = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(kept).is_some_and(|p| Arc::ptr_eq(p, pending)) {
+            map.remove(kept);
+        }
+        drop(map);
+        *pending.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        pending.cv.notify_all();
+    }
+}
+
+struct Job {
+    deb: PathBuf,
+    inflation: u64,
+    kept: PathBuf,
+    pending: Arc<Pending>,
+}
+
+/// Decompresses packages' payloads into their kept files on threads of their own, in the
+/// order they are given, while the caller does something else (downloads the next packages,
+/// walks the ones already kept). A walk of a package given here
+/// ([`super::for_each_data_entry_kept`] with the same kept path) waits for its payload, then
+/// reads it as a kept one. Nothing here is trusted more than a kept payload from an earlier
+/// build: the walk checks it the same way, and decompresses the package itself when it is not
+/// there (a decompressor error, a payload past [`MAX`], a cache that cannot be written).
+/// Dropping it gives up what has not started and stops what has at its next chunk.
+pub struct PayloadsAhead {
+    jobs: Option<mpsc::Sender<Job>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl PayloadsAhead {
+    /// `threads` decompressors (at least one).
+    pub fn new(threads: usize) -> PayloadsAhead {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers = (0..threads.max(1))
+            .filter_map(|i| {
+                let (rx, stop) = (rx.clone(), stop.clone());
+                std::thread::Builder::new()
+                    .name(format!("payload-{i}"))
+                    .spawn(move || loop {
+                        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok(job) = job else { break };
+                        let _finish = Finish(&job);
+                        keep_payload(&job.deb, job.inflation, &job.kept, &stop);
+                    })
+                    .ok()
+            })
+            .collect();
+        PayloadsAhead { jobs: Some(tx), workers, stop }
+    }
+
+    /// Decompresses the `data.tar` of the `.deb` at `deb` (its member inflating at most
+    /// `inflation` times, 0: no limit) into a kept payload at `kept`, unless one is there or
+    /// on its way.
+    pub fn keep(&self, deb: PathBuf, inflation: u64, kept: PathBuf) {
+        if kept.exists() {
+            return;
+        }
+        let pending = Arc::new(Pending::default());
+        {
+            let mut map = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+            if map.contains_key(&kept) {
+                return;
+            }
+            map.insert(kept.clone(), pending.clone());
+        }
+        let job = Job { deb, inflation, kept, pending };
+        if let Some(Err(mpsc::SendError(job))) = self.jobs.as_ref().map(|tx| tx.send(job)) {
+            drop(Finish(&job));
+        }
+    }
+}
+
+impl Drop for PayloadsAhead {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// [`PayloadsAhead`]'s work for one package: its payload decompressed into `kept`, given up
+/// when it cannot be kept or once `stop` is set.
+fn keep_payload(deb: &Path, inflation: u64, kept: &Path, stop: &AtomicBool) {
+    let run = || -> Result<(), super::DebError> {
+        if kept.exists() || stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut ar = super::ArReader::open(deb)?;
+        let layout = super::read_layout(&mut ar)?;
+        let member = &layout.data;
+        let mut tee = Tee::new(ar.tar_stream(member, inflation)?, Some(kept), member);
+        let mut buf = vec![0u8; 256 << 10];
+        let io =
+            |source| super::DebError::Io { operation: "decompressing", path: deb.into(), source };
+        while tee.keeping() && !stop.load(Ordering::Relaxed) {
+            if tee.read(&mut buf).map_err(io)? == 0 {
+                tee.keep();
+                break;
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        // The walk decompresses it again and reports what is wrong.
+        tracing::debug!("not decompressing {} ahead: {e}", deb.display());
     }
 }

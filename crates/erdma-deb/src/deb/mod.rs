@@ -8,6 +8,8 @@
 mod ar;
 mod kept;
 
+pub use kept::{PayloadsAhead, MAX as KEPT_MAX};
+
 use std::collections::BTreeMap;
 use std::io::{self, Cursor, Read};
 use std::path::{Path, PathBuf};
@@ -243,6 +245,7 @@ pub fn for_each_data_entry(
 /// [`for_each_data_entry`], with the decompressed `data.tar` kept at `kept` (a file named
 /// after the package's verified checksum): read from there when an intact copy is, written
 /// there as it is decompressed otherwise. The entries handed to `f` are the same either way.
+/// When a [`PayloadsAhead`] is decompressing into `kept`, the walk waits for it first.
 pub fn for_each_data_entry_kept(
     path: &Path,
     inflation: u64,
@@ -252,6 +255,9 @@ pub fn for_each_data_entry_kept(
     let mut ar = ArReader::open(path)?;
     let layout = read_layout(&mut ar)?;
     let member = &layout.data;
+    if let Some(k) = kept {
+        kept::wait_ahead(k);
+    }
     if let Some(tar) = kept.and_then(|k| kept::read(k, member, inflation)) {
         return walk_data(path, member, Box::new(Cursor::new(tar)), &mut f);
     }
@@ -978,6 +984,83 @@ mod tests {
         .unwrap_err();
         assert!(!kept.exists());
         assert_eq!(std::fs::read_dir(kept.parent().unwrap()).unwrap().count(), 0, "no temporary");
+    }
+
+    #[test]
+    fn payloads_decompressed_ahead_are_kept_as_a_walk_keeps_them_and_waited_for() {
+        if !have_dpkg_deb() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let deb_path = build_deb(dir.path(), "xz");
+        let inflation = erdma_limits::DEFAULT_INFLATION;
+        let plain: Vec<_> =
+            collect(&deb_path).unwrap().into_iter().map(|(e, c)| (e.path, c)).collect();
+        let walked = dir.path().join("walked").join("x.tar");
+        assert_eq!(collect_kept(&deb_path, &walked, inflation), plain);
+
+        // Ahead: the file a walk keeps, byte for byte. A walk started while it is on its way
+        // waits for it: the kept copy is in place before the first entry comes. (The one
+        // thread is held first by a "package" that is a FIFO, opened only when written.)
+        let kept = dir.path().join("ahead").join("x.tar");
+        let fifo = dir.path().join("held.deb");
+        assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let ahead = PayloadsAhead::new(1);
+        ahead.keep(fifo.clone(), inflation, dir.path().join("ahead").join("held.tar"));
+        ahead.keep(deb_path.clone(), inflation, kept.clone());
+        let walk = std::thread::spawn({
+            let (deb_path, kept) = (deb_path.clone(), kept.clone());
+            move || {
+                let mut first = None;
+                for_each_data_entry_kept(&deb_path, inflation, Some(&kept), |_, _| {
+                    first.get_or_insert(kept.exists());
+                    Ok(())
+                })
+                .map(|()| first)
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let waited = !walk.is_finished();
+        std::fs::write(&fifo, b"not a package").unwrap();
+        assert!(waited, "the walk did not wait for the payload on its way");
+        assert_eq!(walk.join().unwrap().unwrap(), Some(true), "read before it was kept");
+        assert_eq!(std::fs::read(&kept).unwrap(), std::fs::read(&walked).unwrap());
+        assert_eq!(collect_kept(&deb_path, &kept, inflation), plain);
+        // Already kept: nothing is done again (another payload there stays).
+        let other = tar(&[file("./a", b"a")]);
+        let member_size = {
+            let mut ar = ArReader::open(&deb_path).unwrap();
+            read_layout(&mut ar).unwrap().data.size
+        };
+        std::fs::write(&kept, kept_file(&other, member_size)).unwrap();
+        ahead.keep(deb_path.clone(), inflation, kept.clone());
+        drop(ahead);
+        assert_eq!(collect_kept(&deb_path, &kept, inflation), vec![("a".into(), b"a".to_vec())]);
+
+        // Not a package: nothing kept ahead, and the walk reports what it would report alone.
+        let bad = dir.path().join("bad.deb");
+        std::fs::write(&bad, b"not an ar archive").unwrap();
+        let bad_kept = dir.path().join("ahead").join("bad.tar");
+        let ahead = PayloadsAhead::new(2);
+        ahead.keep(bad.clone(), inflation, bad_kept.clone());
+        let alone = for_each_data_entry(&bad, inflation, |_, _| Ok(())).unwrap_err().to_string();
+        let err = for_each_data_entry_kept(&bad, inflation, Some(&bad_kept), |_, _| Ok(()));
+        assert_eq!(err.unwrap_err().to_string(), alone);
+        assert!(!bad_kept.exists());
+        drop(ahead);
+
+        // Dropped with work queued: what had not started is given up, and no walk waits for
+        // it forever; each walk then gives the package's entries.
+        let ahead = PayloadsAhead::new(1);
+        let many: Vec<PathBuf> =
+            (0..4).map(|i| dir.path().join("dropped").join(format!("{i}.tar"))).collect();
+        for k in &many {
+            ahead.keep(deb_path.clone(), inflation, k.clone());
+        }
+        drop(ahead);
+        for k in &many {
+            assert_eq!(collect_kept(&deb_path, k, inflation), plain);
+        }
     }
 
     type Members<'a> = &'a [(&'a str, &'a [u8])];
