@@ -908,6 +908,12 @@ mod tests {
         entries.into_iter().map(|(e, c)| (e.path, c)).collect()
     }
 
+    /// The size of the package's `data.tar` member, as its `ar` header gives it.
+    fn data_member_size(deb: &Path) -> u64 {
+        let mut ar = ArReader::open(deb).unwrap();
+        read_layout(&mut ar).unwrap().data.size
+    }
+
     /// A kept payload as [`kept`] writes one: `tar`, its SHA256, `member_size`, the magic.
     fn kept_file(tar: &[u8], member_size: u64) -> Vec<u8> {
         use sha2::Digest;
@@ -929,10 +935,7 @@ mod tests {
         let inflation = erdma_limits::DEFAULT_INFLATION;
         let plain: Vec<_> =
             collect(&deb_path).unwrap().into_iter().map(|(e, c)| (e.path, c)).collect();
-        let member_size = {
-            let mut ar = ArReader::open(&deb_path).unwrap();
-            read_layout(&mut ar).unwrap().data.size
-        };
+        let member_size = data_member_size(&deb_path);
         // The first walk keeps the payload: the tar dpkg-deb itself extracts, byte for byte.
         assert_eq!(collect_kept(&deb_path, &kept, inflation), plain);
         let out = Command::new("dpkg-deb").arg("--fsys-tarfile").arg(&deb_path).output().unwrap();
@@ -1028,10 +1031,7 @@ mod tests {
         assert_eq!(collect_kept(&deb_path, &kept, inflation), plain);
         // Already kept: nothing is done again (another payload there stays).
         let other = tar(&[file("./a", b"a")]);
-        let member_size = {
-            let mut ar = ArReader::open(&deb_path).unwrap();
-            read_layout(&mut ar).unwrap().data.size
-        };
+        let member_size = data_member_size(&deb_path);
         std::fs::write(&kept, kept_file(&other, member_size)).unwrap();
         ahead.keep(deb_path.clone(), inflation, kept.clone());
         drop(ahead);
