@@ -59,10 +59,9 @@ pub async fn install(
             }
         }
     };
-    // Each package's payload decompressed into the cache as soon as the package is at hand,
-    // on up to four cores, while the rest downloads and while unpack() walks those already
-    // done (it waits for each in turn). xz, at about 50 MB/s on a core, was a cold build's
-    // largest cost after the network, one package after another on one core.
+    // Each package's payload is decompressed into the cache as soon as the package is at hand
+    // (downloaded or found in the cache), on up to four cores, while the rest downloads and
+    // while unpack() walks those already done (it waits for each in turn).
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
     let ahead = erdma_deb::deb::PayloadsAhead::new(threads);
     let debs = fetch_debs(

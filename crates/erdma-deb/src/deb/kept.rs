@@ -9,6 +9,11 @@
 //! only when the trailer is intact, the member's size is the package's and the tar hashes as
 //! the trailer says; anything else is ignored and the package decompressed again, as if
 //! nothing were kept.
+//!
+//! A walk keeps the payload only once it has handled every entry; [`PayloadsAhead`] keeps
+//! every payload that decompresses whole, before any walk. Such a payload may hold a tar that
+//! a walk then refuses (a bad entry, a path the handler refuses): the walk refuses it again on
+//! every build that reads it, as it would from the `.deb`, at the cost of reading it back.
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -168,27 +173,26 @@ pub(super) fn wait_ahead(path: &Path) {
     }
 }
 
-/// Marks `job` done (also when its thread unwinds), waking whoever waits for it.
-struct Finish<'a>(&'a Job);
-
-impl Drop for Finish<'_> {
-    fn drop(&mut self) {
-        let Job { kept, pending, .. } = self.0;
-        let mut map = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        if map.get(kept).is_some_and(|p| Arc::ptr_eq(p, pending)) {
-            map.remove(kept);
-        }
-        drop(map);
-        *pending.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        pending.cv.notify_all();
-    }
-}
-
+/// One package for [`PayloadsAhead`]. It is marked done when dropped, wherever that is (its
+/// work finished or given up, its thread unwinding, the queue dropped with it still in it),
+/// waking whoever waits for it.
 struct Job {
     deb: PathBuf,
     inflation: u64,
     kept: PathBuf,
     pending: Arc<Pending>,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let mut map = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(&self.kept).is_some_and(|p| Arc::ptr_eq(p, &self.pending)) {
+            map.remove(&self.kept);
+        }
+        drop(map);
+        *self.pending.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.pending.cv.notify_all();
+    }
 }
 
 /// Decompresses packages' payloads into their kept files on threads of their own, in the
@@ -219,7 +223,6 @@ impl PayloadsAhead {
                     .spawn(move || loop {
                         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                         let Ok(job) = job else { break };
-                        let _finish = Finish(&job);
                         keep_payload(&job.deb, job.inflation, &job.kept, &stop);
                     })
                     .ok()
@@ -243,9 +246,9 @@ impl PayloadsAhead {
             }
             map.insert(kept.clone(), pending.clone());
         }
-        let job = Job { deb, inflation, kept, pending };
-        if let Some(Err(mpsc::SendError(job))) = self.jobs.as_ref().map(|tx| tx.send(job)) {
-            drop(Finish(&job));
+        // Not sent (no thread left to take it): dropped here, and so done.
+        if let Some(tx) = &self.jobs {
+            let _ = tx.send(Job { deb, inflation, kept, pending });
         }
     }
 }
@@ -275,9 +278,14 @@ fn keep_payload(deb: &Path, inflation: u64, kept: &Path, stop: &AtomicBool) {
         let io =
             |source| super::DebError::Io { operation: "decompressing", path: deb.into(), source };
         while tee.keeping() && !stop.load(Ordering::Relaxed) {
-            if tee.read(&mut buf).map_err(io)? == 0 {
-                tee.keep();
-                break;
+            match tee.read(&mut buf) {
+                Ok(0) => {
+                    tee.keep();
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(e)),
             }
         }
         Ok(())

@@ -989,77 +989,129 @@ mod tests {
         assert_eq!(std::fs::read_dir(kept.parent().unwrap()).unwrap().count(), 0, "no temporary");
     }
 
+    /// A walk of `deb` with its payload kept at `kept`, on a thread of its own: whether the
+    /// kept copy was in place when the first entry came, and the entries; `None` when it has
+    /// not ended within `within`.
+    #[allow(clippy::type_complexity)]
+    fn walk_aside(
+        deb: &Path,
+        kept: &Path,
+        inflation: u64,
+    ) -> impl FnOnce(std::time::Duration) -> Option<Result<(Option<bool>, Vec<String>), String>>
+    {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (deb, kept) = (deb.to_owned(), kept.to_owned());
+        std::thread::spawn(move || {
+            let (mut first, mut paths) = (None, Vec::new());
+            let walked = for_each_data_entry_kept(&deb, inflation, Some(&kept), |entry, _| {
+                first.get_or_insert(kept.exists());
+                paths.push(entry.path);
+                Ok(())
+            });
+            let _ = tx.send(walked.map(|()| (first, paths)).map_err(|e| e.to_string()));
+        });
+        move |within| rx.recv_timeout(within).ok()
+    }
+
+    /// A FIFO standing in for a `.deb`: a thread of [`PayloadsAhead`] that opens it is held
+    /// until [`release`] opens it too.
+    fn fifo(path: &Path) -> PathBuf {
+        assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+        path.to_owned()
+    }
+
+    /// Lets go of whoever opened `fifo` for reading, or will: opened for reading and writing,
+    /// which never blocks, written to and closed.
+    fn release(fifo: &Path) {
+        let mut f = std::fs::OpenOptions::new().read(true).write(true).open(fifo).unwrap();
+        std::io::Write::write_all(&mut f, b"not a package").unwrap();
+    }
+
     #[test]
     fn payloads_decompressed_ahead_are_kept_as_a_walk_keeps_them_and_waited_for() {
         if !have_dpkg_deb() {
             return;
         }
+        let long = std::time::Duration::from_secs(20);
         let dir = tempfile::tempdir().unwrap();
         let deb_path = build_deb(dir.path(), "xz");
         let inflation = erdma_limits::DEFAULT_INFLATION;
         let plain: Vec<_> =
             collect(&deb_path).unwrap().into_iter().map(|(e, c)| (e.path, c)).collect();
+        let paths: Vec<String> = plain.iter().map(|(p, _)| p.clone()).collect();
         let walked = dir.path().join("walked").join("x.tar");
         assert_eq!(collect_kept(&deb_path, &walked, inflation), plain);
 
         // Ahead: the file a walk keeps, byte for byte. A walk started while it is on its way
         // waits for it: the kept copy is in place before the first entry comes. (The one
-        // thread is held first by a "package" that is a FIFO, opened only when written.)
+        // thread is held first by a "package" that is a FIFO.)
         let kept = dir.path().join("ahead").join("x.tar");
-        let fifo = dir.path().join("held.deb");
-        assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let held = fifo(&dir.path().join("held.deb"));
         let ahead = PayloadsAhead::new(1);
-        ahead.keep(fifo.clone(), inflation, dir.path().join("ahead").join("held.tar"));
+        ahead.keep(held.clone(), inflation, dir.path().join("ahead").join("held.tar"));
         ahead.keep(deb_path.clone(), inflation, kept.clone());
-        let walk = std::thread::spawn({
-            let (deb_path, kept) = (deb_path.clone(), kept.clone());
-            move || {
-                let mut first = None;
-                for_each_data_entry_kept(&deb_path, inflation, Some(&kept), |_, _| {
-                    first.get_or_insert(kept.exists());
-                    Ok(())
-                })
-                .map(|()| first)
-            }
-        });
+        let walk = walk_aside(&deb_path, &kept, inflation);
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let waited = !walk.is_finished();
-        std::fs::write(&fifo, b"not a package").unwrap();
-        assert!(waited, "the walk did not wait for the payload on its way");
-        assert_eq!(walk.join().unwrap().unwrap(), Some(true), "read before it was kept");
+        let early = walk(std::time::Duration::ZERO);
+        release(&held);
+        assert!(early.is_none(), "the walk did not wait for the payload on its way");
+        let got = walk_aside(&deb_path, &kept, inflation)(long).expect("a walk never ended");
+        assert_eq!(got, Ok((Some(true), paths.clone())));
         assert_eq!(std::fs::read(&kept).unwrap(), std::fs::read(&walked).unwrap());
         assert_eq!(collect_kept(&deb_path, &kept, inflation), plain);
-        // Already kept: nothing is done again (another payload there stays).
+
+        // Already kept: not written again (another payload put there stays, and is what the
+        // walk reads, as in the test above).
         let other = tar(&[file("./a", b"a")]);
-        let member_size = data_member_size(&deb_path);
-        std::fs::write(&kept, kept_file(&other, member_size)).unwrap();
+        std::fs::write(&kept, kept_file(&other, data_member_size(&deb_path))).unwrap();
         ahead.keep(deb_path.clone(), inflation, kept.clone());
+        let a = vec![("a".to_string(), b"a".to_vec())];
+        assert_eq!(collect_kept(&deb_path, &kept, inflation), a);
         drop(ahead);
-        assert_eq!(collect_kept(&deb_path, &kept, inflation), vec![("a".into(), b"a".to_vec())]);
+        assert_eq!(collect_kept(&deb_path, &kept, inflation), a);
 
-        // Not a package: nothing kept ahead, and the walk reports what it would report alone.
-        let bad = dir.path().join("bad.deb");
-        std::fs::write(&bad, b"not an ar archive").unwrap();
-        let bad_kept = dir.path().join("ahead").join("bad.tar");
+        // A damaged member, and a low inflation limit: whatever is kept ahead, the walk gives
+        // what it gives alone (an error, the entries) and keeps nothing from a damaged member.
+        let mut bytes = std::fs::read(&deb_path).unwrap();
+        let data = {
+            let mut ar = ArReader::open(&deb_path).unwrap();
+            read_layout(&mut ar).unwrap().data
+        };
+        bytes[(data.offset + data.size / 2) as usize] ^= 0x55;
+        let damaged = dir.path().join("damaged.deb");
+        std::fs::write(&damaged, &bytes).unwrap();
         let ahead = PayloadsAhead::new(2);
-        ahead.keep(bad.clone(), inflation, bad_kept.clone());
-        let alone = for_each_data_entry(&bad, inflation, |_, _| Ok(())).unwrap_err().to_string();
-        let err = for_each_data_entry_kept(&bad, inflation, Some(&bad_kept), |_, _| Ok(()));
-        assert_eq!(err.unwrap_err().to_string(), alone);
-        assert!(!bad_kept.exists());
+        let damaged_kept = dir.path().join("ahead").join("damaged.tar");
+        ahead.keep(damaged.clone(), inflation, damaged_kept.clone());
+        let low = dir.path().join("ahead").join("low.tar");
+        ahead.keep(deb_path.clone(), 2, low.clone());
+        let alone = for_each_data_entry(&damaged, inflation, |_, _| Ok(())).unwrap_err();
+        let got = walk_aside(&damaged, &damaged_kept, inflation)(long).expect("a walk never ended");
+        assert_eq!(got, Err(alone.to_string()));
+        assert!(!damaged_kept.exists(), "kept from a damaged member");
+        let alone = collect(&deb_path).map(|v| v.into_iter().map(|(e, _)| e.path).collect());
+        let got = walk_aside(&deb_path, &low, 2)(long).expect("a walk never ended");
+        assert_eq!(got.map(|(_, p)| p), alone.map_err(|e| e.to_string()));
         drop(ahead);
 
-        // Dropped with work queued: what had not started is given up, and no walk waits for
-        // it forever; each walk then gives the package's entries.
+        // Dropped with work queued behind a held thread: what had not started is given up
+        // (nothing kept), and no walk waits for it.
+        let held = fifo(&dir.path().join("held2.deb"));
         let ahead = PayloadsAhead::new(1);
+        ahead.keep(held.clone(), inflation, dir.path().join("dropped").join("held.tar"));
         let many: Vec<PathBuf> =
-            (0..4).map(|i| dir.path().join("dropped").join(format!("{i}.tar"))).collect();
+            (0..3).map(|i| dir.path().join("dropped").join(format!("{i}.tar"))).collect();
         for k in &many {
             ahead.keep(deb_path.clone(), inflation, k.clone());
         }
-        drop(ahead);
+        let dropping = std::thread::spawn(move || drop(ahead));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        release(&held);
+        dropping.join().unwrap();
         for k in &many {
-            assert_eq!(collect_kept(&deb_path, k, inflation), plain);
+            assert!(!k.exists(), "{} kept after the drop", k.display());
+            let got = walk_aside(&deb_path, k, inflation)(long).expect("a walk never ended");
+            assert_eq!(got, Ok((Some(false), paths.clone())));
         }
     }
 
