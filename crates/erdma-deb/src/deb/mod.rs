@@ -908,10 +908,10 @@ mod tests {
         entries.into_iter().map(|(e, c)| (e.path, c)).collect()
     }
 
-    /// The size of the package's `data.tar` member, as its `ar` header gives it.
-    fn data_member_size(deb: &Path) -> u64 {
+    /// The package's `data.tar` member, where its `ar` header puts it.
+    fn data_member(deb: &Path) -> Member {
         let mut ar = ArReader::open(deb).unwrap();
-        read_layout(&mut ar).unwrap().data.size
+        read_layout(&mut ar).unwrap().data
     }
 
     /// A kept payload as [`kept`] writes one: `tar`, its SHA256, `member_size`, the magic.
@@ -935,7 +935,7 @@ mod tests {
         let inflation = erdma_limits::DEFAULT_INFLATION;
         let plain: Vec<_> =
             collect(&deb_path).unwrap().into_iter().map(|(e, c)| (e.path, c)).collect();
-        let member_size = data_member_size(&deb_path);
+        let member_size = data_member(&deb_path).size;
         // The first walk keeps the payload: the tar dpkg-deb itself extracts, byte for byte.
         assert_eq!(collect_kept(&deb_path, &kept, inflation), plain);
         let out = Command::new("dpkg-deb").arg("--fsys-tarfile").arg(&deb_path).output().unwrap();
@@ -1063,7 +1063,7 @@ mod tests {
         // Already kept: not written again (another payload put there stays, and is what the
         // walk reads, as in the test above).
         let other = tar(&[file("./a", b"a")]);
-        std::fs::write(&kept, kept_file(&other, data_member_size(&deb_path))).unwrap();
+        std::fs::write(&kept, kept_file(&other, data_member(&deb_path).size)).unwrap();
         ahead.keep(deb_path.clone(), inflation, kept.clone());
         let a = vec![("a".to_string(), b"a".to_vec())];
         assert_eq!(collect_kept(&deb_path, &kept, inflation), a);
@@ -1073,10 +1073,7 @@ mod tests {
         // A damaged member, and a low inflation limit: whatever is kept ahead, the walk gives
         // what it gives alone (an error, the entries) and keeps nothing from a damaged member.
         let mut bytes = std::fs::read(&deb_path).unwrap();
-        let data = {
-            let mut ar = ArReader::open(&deb_path).unwrap();
-            read_layout(&mut ar).unwrap().data
-        };
+        let data = data_member(&deb_path);
         bytes[(data.offset + data.size / 2) as usize] ^= 0x55;
         let damaged = dir.path().join("damaged.deb");
         std::fs::write(&damaged, &bytes).unwrap();
