@@ -4,7 +4,11 @@
 # containerd/runc on the same pod spec, and against erdma-runtime as a containerd runtime
 # handler, in one run, the variants interleaved round by round.
 #
-#   bench/nri_start.sh [RUNS]      (default 100)
+#   bench/nri_start.sh [RUNS]            (default 100)
+#   ONLY=nri bench/nri_start.sh [RUNS]   the four NRI host-network variants alone
+#
+# Beside each variant's percentiles, paired differences (`cri_start --pair`): per round, one
+# variant's time minus another's, its median and spread.
 #
 # Four private containerd 1.7 instances (Debian 13's, which scripts/setup puts in
 # /opt/erdma-ci/containerd-1.7; CONTAINERD17_BIN=dir overrides):
@@ -18,6 +22,11 @@
 #   nri on, no plugin        C, runc, does not ask
 #   nri, no ask              B, runc, container does not ask (the plugin is called, answers nothing)
 #   nri, ask all             B, runc, ERDMA_VISIBLE_DEVICES=all (nodes, memlock, NCCL env)
+#   nri on, given directly   C, runc, the same device nodes and env in the container's own CRI
+#                            config (`erdma-oci-hook cdi generate`'s `all`), no plugin: what
+#                            containerd and runc cost to apply what the plugin adds, so that
+#                            `nri, ask all` minus this is the plugin's own cost (the memlock
+#                            rlimit aside: the CRI has no field for it)
 #   erdma-runtime, no ask    A, erdma, does not ask
 #   erdma-runtime, ask all   A, erdma, ERDMA_VISIBLE_DEVICES=all
 #   nri, no ask, pod net     B, runc, a pod on B's CNI network (`ptp`, Debian's plugins in
@@ -35,7 +44,7 @@ C17=${CONTAINERD17_BIN:-/opt/erdma-ci/containerd-1.7/usr/bin}
 [ "$(id -u)" -eq 0 ] || { echo "nri_start: needs root" >&2; exit 1; }
 [ -x "$C17/containerd" ] || { echo "nri_start: no containerd 1.7 in $C17 (run scripts/setup)" >&2; exit 1; }
 
-cargo build -q --release -p erdma-kube --bin erdma-nri-plugin --example cri_start
+cargo build -q --release -p erdma-kube --bin erdma-nri-plugin --example cri_start -p erdma-oci-hook --bin erdma-oci-hook
 ERDMA_RUNTIME=${ERDMA_RUNTIME:-$(scripts/build-runtime)}
 BIN=$PWD/target/release
 
@@ -60,6 +69,11 @@ trap cleanup EXIT
 
 . bench/fixture_host.sh
 fixture_host "$WORK"
+# What the plugin gives an asking container on this host, as a CDI spec has it: the `all`
+# device's nodes with the spec's own edits (rdma_cm, the NCCL env).
+"$BIN/erdma-oci-hook" cdi generate >"$WORK/cdi.json"
+jq '{env: .containerEdits.env, deviceNodes: (.containerEdits.deviceNodes + (.devices[] | select(.name == "all") | .containerEdits.deviceNodes))}' \
+    "$WORK/cdi.json" >"$WORK/edits.json"
 
 for inst in a b c d; do
     nri=false; case $inst in a|d) nri=true ;; esac  # `disable`: NRI off in A and D
@@ -126,23 +140,53 @@ for _ in $(seq 50); do grep -q "configured by the runtime" "$WORK/nri-plugin.log
 grep -q "configured by the runtime" "$WORK/nri-plugin.log" || { echo "nri_start: the NRI plugin did not register" >&2; cat "$WORK/nri-plugin.log" >&2; exit 1; }
 
 echo "# $(date -u +%F) $(nproc) cores, $(uname -r); containerd $("$C17/containerd" --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'); $RUNS runs per variant"
-"$BIN/examples/cri_start" --image "$IMG" --runs "$RUNS" \
-    --variant "plain=$WORK/a/containerd.sock,runc" \
-    --variant "plain, 2nd containerd=$WORK/d/containerd.sock,runc" \
-    --variant "nri on, no plugin=$WORK/c/containerd.sock,runc" \
-    --variant "nri, no ask=$WORK/b/containerd.sock,runc" \
-    --variant "nri, ask all=$WORK/b/containerd.sock,runc,ERDMA_VISIBLE_DEVICES=all" \
-    --variant "erdma-runtime, no ask=$WORK/a/containerd.sock,erdma" \
-    --variant "erdma-runtime, ask all=$WORK/a/containerd.sock,erdma,ERDMA_VISIBLE_DEVICES=all" \
-    --variant "nri, no ask, pod net=$WORK/b/containerd.sock,runc,pod-network" \
-    --variant "nri, ask all, pod net=$WORK/b/containerd.sock,runc,pod-network,ERDMA_VISIBLE_DEVICES=all"
+A=$WORK/a/containerd.sock B=$WORK/b/containerd.sock C=$WORK/c/containerd.sock D=$WORK/d/containerd.sock
+if [ "${ONLY:-}" = nri ]; then
+    # The NRI variants alone, for more rounds in the same time (pods bench-1 and bench-2 are
+    # the plugin's host-network ones).
+    VARIANTS=(
+        "nri on, no plugin=$C,runc"
+        "nri, no ask=$B,runc"
+        "nri, ask all=$B,runc,ERDMA_VISIBLE_DEVICES=all"
+        "nri on, given directly=$C,runc,edits=$WORK/edits.json,ERDMA_VISIBLE_DEVICES=all"
+    )
+    PODS=("1 host network, no ask" "2 host network, ask all")
+else
+    VARIANTS=(
+        "plain=$A,runc"
+        "plain, 2nd containerd=$D,runc"
+        "nri on, no plugin=$C,runc"
+        "nri, no ask=$B,runc"
+        "nri, ask all=$B,runc,ERDMA_VISIBLE_DEVICES=all"
+        "nri on, given directly=$C,runc,edits=$WORK/edits.json,ERDMA_VISIBLE_DEVICES=all"
+        "erdma-runtime, no ask=$A,erdma"
+        "erdma-runtime, ask all=$A,erdma,ERDMA_VISIBLE_DEVICES=all"
+        "nri, no ask, pod net=$B,runc,pod-network"
+        "nri, ask all, pod net=$B,runc,pod-network,ERDMA_VISIBLE_DEVICES=all"
+    )
+    # By pod: bench-3 and bench-4 are the host-network pod's `nri, no ask` and `nri, ask all`,
+    # bench-8 and bench-9 the pod-network ones (the variants' order above).
+    PODS=("3 host network, no ask" "4 host network, ask all" "8 pod network, no ask" "9 pod network, ask all")
+fi
+ARGS=()
+for v in "${VARIANTS[@]}"; do ARGS+=(--variant "$v"); done
+# Paired differences print only where both variants ran.
+for p in "plain, 2nd containerd/plain" "nri, no ask/nri on, no plugin" "nri, ask all/nri on, no plugin" \
+    "nri, ask all/nri on, given directly" "nri on, given directly/nri on, no plugin" \
+    "erdma-runtime, ask all/erdma-runtime, no ask"; do
+    if printf '%s\n' "${VARIANTS[@]}" | grep -q "^${p%%/*}=" && printf '%s\n' "${VARIANTS[@]}" | grep -q "^${p#*/}="; then
+        ARGS+=(--pair "$p")
+    fi
+done
+"$BIN/examples/cri_start" --image "$IMG" --runs "$RUNS" "${ARGS[@]}"
 # The plugin really edited the asking containers; and its own time per call (from reading the
 # request to writing the answer), which is all a container start waits on in this process.
 grep -c "eRDMA given" "$WORK/nri-plugin.log" | sed 's/^/nri plugin: containers given eRDMA: /'
 grep "eRDMA given" "$WORK/nri-plugin.log" | grep -c 'NCCL_SOCKET_IFNAME==eth0"' | sed "s/^/nri plugin: of those, on the pod network with the pod's eth0: /"
-# By pod: bench-3 and bench-4 are the host-network pod's `nri, no ask` and `nri, ask all`,
-# bench-7 and bench-8 the pod-network ones (the variants' order above).
-for v in "3 host network, no ask" "4 host network, ask all" "7 pod network, no ask" "8 pod network, ask all"; do
+# What the plugin gave (the last asking container) against what the direct variant was given.
+grep "eRDMA given" "$WORK/nri-plugin.log" | tail -1 | grep -o 'nodes=.*' | sed 's/^/nri plugin: last given: /'
+jq -c '[.deviceNodes[].path, .env[]]' "$WORK/edits.json" | sed 's/^/given directly: /'
+for v in "${PODS[@]}"; do
     grep "CreateContainer decided" "$WORK/nri-plugin.log" | grep "pod=bench/bench-${v%% *} " | grep -o 'elapsed_us=[0-9]*' | cut -d= -f2 | sort -n |
         awk -v what="${v#* }" '{a[NR]=$1} END {if (NR) printf "nri plugin: CreateContainer decided in p50 %.3f ms, max %.3f ms (%d calls, %s)\n", a[int((NR+1)/2)]/1000, a[NR]/1000, NR, what}'
 done

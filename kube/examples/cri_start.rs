@@ -21,9 +21,11 @@ use cri::runtime_service_client::RuntimeServiceClient;
 
 #[derive(Parser, Debug)]
 struct Cli {
-    /// `NAME=SOCKET,HANDLER[,pod-network][,KEY=VALUE…]`: a containerd CRI socket, the pod's
-    /// runtime handler (`runc` is containerd's default), `pod-network` for a pod on the
-    /// containerd's CNI network instead of the host's, and env for the container.
+    /// `NAME=SOCKET,HANDLER[,pod-network][,edits=FILE][,KEY=VALUE…]`: a containerd CRI socket,
+    /// the pod's runtime handler (`runc` is containerd's default), `pod-network` for a pod on
+    /// the containerd's CNI network instead of the host's, `edits=FILE` for device nodes and
+    /// env given in the container's own CRI config (FILE: a CDI `containerEdits` object, JSON,
+    /// its `env` and `deviceNodes`), and env for the container.
     #[arg(long = "variant", required = true)]
     variants: Vec<String>,
     /// The image the containers run (already in the k8s.io namespace of every containerd).
@@ -33,6 +35,12 @@ struct Cli {
     runs: usize,
     #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// `A/B`: also print the paired difference of two variants (by name): the median and the
+    /// 10th and 90th percentiles of A's time minus B's in the same round, and how many rounds
+    /// A took longer. Rounds share the machine's drift, so this is steadier than the
+    /// difference of the two p50s.
+    #[arg(long = "pair")]
+    pairs: Vec<String>,
     /// Print the figures as JSON too.
     #[arg(long)]
     json: bool,
@@ -43,6 +51,7 @@ struct Variant {
     client: RuntimeServiceClient<tonic::transport::Channel>,
     handler: String,
     envs: Vec<cri::KeyValue>,
+    devices: Vec<cri::Device>,
     pod: String,
     pod_config: cri::PodSandboxConfig,
     times: Vec<Duration>,
@@ -72,6 +81,33 @@ fn pod_config(name: &str, pod_network: bool) -> cri::PodSandboxConfig {
     }
 }
 
+/// The env and device nodes of a CDI `containerEdits` object in `path`, as a container's CRI
+/// config carries them.
+fn edits(path: &str) -> Result<(Vec<cri::KeyValue>, Vec<cri::Device>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let str_of = |v: &serde_json::Value, key: &str| v[key].as_str().map(str::to_string);
+    let mut envs = Vec::new();
+    for e in v["env"].as_array().into_iter().flatten() {
+        let (k, val) = e
+            .as_str()
+            .and_then(|e| e.split_once('='))
+            .ok_or_else(|| format!("env entry {e} is not \"KEY=VALUE\""))?;
+        envs.push(cri::KeyValue { key: k.into(), value: val.into() });
+    }
+    let mut devices = Vec::new();
+    for d in v["deviceNodes"].as_array().into_iter().flatten() {
+        let container_path =
+            str_of(d, "path").ok_or_else(|| format!("device node {d}: no path"))?;
+        devices.push(cri::Device {
+            host_path: str_of(d, "hostPath").unwrap_or_else(|| container_path.clone()),
+            container_path,
+            permissions: str_of(d, "permissions").unwrap_or_else(|| "rwm".into()),
+        });
+    }
+    Ok((envs, devices))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i].as_secs_f64() * 1000.0
@@ -92,18 +128,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok_or_else(|| format!("--variant {spec}: no runtime handler"))?
             .to_string();
         let mut pod_network = false;
-        let envs = parts
-            .filter(|kv| {
-                let flag = *kv == "pod-network";
-                pod_network |= flag;
-                !flag
-            })
-            .map(|kv| {
-                kv.split_once('=')
-                    .map(|(k, v)| cri::KeyValue { key: k.into(), value: v.into() })
-                    .ok_or_else(|| format!("--variant {spec}: `{kv}` is not KEY=VALUE"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (mut envs, mut devices) = (Vec::new(), Vec::new());
+        for kv in parts {
+            if kv == "pod-network" {
+                pod_network = true;
+                continue;
+            }
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("--variant {spec}: `{kv}` is not KEY=VALUE"))?;
+            if k == "edits" {
+                let (e, d) = edits(v).map_err(|e| format!("--variant {spec}: {v}: {e}"))?;
+                envs.extend(e);
+                devices.extend(d);
+            } else {
+                envs.push(cri::KeyValue { key: k.into(), value: v.into() });
+            }
+        }
         let mut client = RuntimeServiceClient::new(
             erdma_kube::kubelet::unix_channel(&socket)
                 .await
@@ -124,6 +165,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             client,
             handler,
             envs,
+            devices,
             pod,
             pod_config: cfg,
             times: Vec::new(),
@@ -142,6 +184,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 image: Some(cri::ImageSpec { image: cli.image.clone(), ..Default::default() }),
                 command: vec!["true".into()],
                 envs: v.envs.clone(),
+                devices: v.devices.clone(),
                 ..Default::default()
             };
             let t = Instant::now();
@@ -191,6 +234,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|e| format!("{}: RemoveContainer: {}", v.name, e.message()))?;
         }
     }
+    // Each variant's times in round order, before they are sorted for the percentiles.
+    let by_round: std::collections::HashMap<String, Vec<Duration>> =
+        variants.iter().map(|v| (v.name.clone(), v.times.clone())).collect();
     let base = {
         let mut t = variants[0].times.clone();
         t.sort();
@@ -214,6 +260,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         v.client
             .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: v.pod.clone() })
             .await?;
+    }
+    for pair in &cli.pairs {
+        let times = |name: &str| {
+            by_round.get(name).ok_or_else(|| format!("--pair {pair}: no variant named `{name}`"))
+        };
+        let (a, b) = pair.split_once('/').ok_or_else(|| format!("--pair {pair}: expected A/B"))?;
+        let (ta, tb) = (times(a)?, times(b)?);
+        let mut d: Vec<f64> =
+            ta.iter().zip(tb).map(|(x, y)| (x.as_secs_f64() - y.as_secs_f64()) * 1000.0).collect();
+        d.sort_by(f64::total_cmp);
+        let at = |p: f64| d[((d.len() as f64 - 1.0) * p).round() as usize];
+        let longer = d.iter().filter(|x| **x > 0.0).count();
+        println!(
+            "paired {a} − {b}: p50 {:+.2} ms (p10 {:+.2}, p90 {:+.2}), longer in {longer} of {} rounds",
+            at(0.5),
+            at(0.1),
+            at(0.9),
+            d.len()
+        );
+        json.push(serde_json::json!({"pair": [a, b], "p50_ms": at(0.5), "p10_ms": at(0.1), "p90_ms": at(0.9), "longer": longer, "rounds": d.len()}));
     }
     if cli.json {
         println!("{}", serde_json::Value::Array(json));
