@@ -67,9 +67,15 @@ pub(crate) struct Job<'a> {
     pub needs: &'static str,
     /// Package files: the name inside [`INBOX`] and the verified file here.
     pub files: Vec<(String, &'a Path)>,
+    /// What goes in file `i`'s place, where the backend has it in a form the tool reads the
+    /// same and sooner (a `.deb` with its kept payload uncompressed); `None`: the file as it is.
+    pub given: Option<Given<'a>>,
     /// Shell commands, run in order under `set -e`.
     pub commands: Vec<String>,
 }
+
+/// [`Job::given`].
+pub(crate) type Given<'a> = Box<dyn Fn(usize) -> Option<Vec<u8>> + 'a>;
 
 fn error(because: &str, why: impl Into<Cause>) -> Error {
     PackageError::Sandbox { because: because.to_string(), why: why.into() }.into()
@@ -162,7 +168,8 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
         commands: job.commands.clone(),
     };
     let outcome = tokio::task::block_in_place(|| {
-        run_job(work.path(), &map, &header, base, layer, &job.files, reporter, because)
+        let given = job.given.as_deref();
+        run_job(work.path(), &map, &header, base, layer, &job.files, given, reporter, because)
     })?;
     if outcome.status != 0 {
         let tail: Vec<&str> = outcome.output.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -196,6 +203,7 @@ fn run_job(
     base: &dyn BaseFiles,
     layer: &LayerContents,
     files: &[(String, &Path)],
+    given: Option<&dyn Fn(usize) -> Option<Vec<u8>>>,
     reporter: &dyn Reporter,
     because: &str,
 ) -> Result<Outcome> {
@@ -257,7 +265,11 @@ fn run_job(
         let mut frames = Frames::new(&mut stdin);
         layer.write_tar(&mut frames, 0).map_err(pipe)?;
         frames.finish().map_err(pipe)?;
-        for (_, path) in files {
+        for (i, (_, path)) in files.iter().enumerate() {
+            if let Some(bytes) = given.and_then(|g| g(i)) {
+                send(&mut stdin, &mut bytes.as_slice()).map_err(pipe)?;
+                continue;
+            }
             let mut f = std::fs::File::open(path)
                 .map_err(|e| Stop::Input(Box::new(Error::io("reading", *path)(e))))?;
             send(&mut stdin, &mut f).map_err(pipe)?;

@@ -74,6 +74,7 @@ fn job<'a>(
         tool: "dpkg",
         needs: "usr/bin/dpkg",
         files: names.into_iter().zip(debs.iter().map(PathBuf::as_path)).collect(),
+        given: None,
         commands,
     })
 }
@@ -167,7 +168,16 @@ pub(super) fn install(
         )
         .map_err(|e| super::unpack::entry_error(planned, path, e, None))?;
     }
-    let (removed, run) = sandboxed::run(job(res, status, debs, because)?, over)?;
+    // Each package's payload was kept by the walk above: dpkg gets it uncompressed, and
+    // unpacks the same files without decompressing them again (xz: most of its unpacking).
+    let mut job = job(res, status, debs, because)?;
+    let (cache_dir, inflation) = (&inputs.cache_dir, inputs.http.inflation());
+    job.given = Some(Box::new(move |i| {
+        let (planned, path) = (res.install.get(i)?, debs.get(i)?);
+        let kept = super::fetch::kept_payload(&planned.pkg, path, cache_dir)?;
+        deb::with_kept_payload(path, inflation, &kept)
+    }));
+    let (removed, run) = sandboxed::run(job, over)?;
     record_scripts(res, debs, report, "run by the image's dpkg in the sandbox");
     report.sandbox = Some(run);
     Ok(removed)

@@ -40,6 +40,7 @@ fn job<'a>(plan: &Resolution, files: &'a [PathBuf], because: String) -> Job<'a> 
         tool: "rpm",
         needs: "usr/bin/rpm",
         files: names.into_iter().zip(files.iter().map(PathBuf::as_path)).collect(),
+        given: None,
         commands,
     }
 }

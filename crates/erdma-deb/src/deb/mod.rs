@@ -279,6 +279,33 @@ pub fn for_each_data_entry_kept(
     })
 }
 
+/// The package at `path` with its `data.tar` uncompressed, from the payload kept at `kept`
+/// ([`for_each_data_entry_kept`] keeps it, under the same checks): the members before
+/// `data.tar` byte for byte, then a `data.tar` member holding the tar as the package's own
+/// decompresses. dpkg unpacks the same files from it (deb(5) allows an uncompressed
+/// `data.tar`) without decompressing them again. `None` where no intact payload is kept for
+/// this package (waiting first for one on its way, [`PayloadsAhead`]), or `path` is not a
+/// package: the package is then given as it is.
+pub fn with_kept_payload(path: &Path, inflation: u64, kept: &Path) -> Option<Vec<u8>> {
+    let mut ar = ArReader::open(path).ok()?;
+    let data = read_layout(&mut ar).ok()?.data;
+    kept::wait_ahead(kept);
+    let tar = kept::read(kept, &data, inflation)?;
+    let head = Member { name: String::new(), offset: 0, size: data.offset.checked_sub(60)? };
+    let mut out = Vec::with_capacity(usize::try_from(head.size).ok()? + 61 + tar.len());
+    ar.content(&head).ok()?.read_to_end(&mut out).ok()?;
+    // ar(5)'s header: name, mtime, uid, gid, octal mode, size, then "`\n"; 60 bytes.
+    let header =
+        format!("{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", "data.tar", 0, 0, 0, 100644, tar.len());
+    debug_assert_eq!(header.len(), 60);
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&tar);
+    if tar.len() % 2 == 1 {
+        out.push(b'\n');
+    }
+    Some(out)
+}
+
 /// The entries of a package's decompressed `data.tar` (`reader`), each handed to `f`.
 fn walk_data(
     path: &Path,
@@ -1025,6 +1052,63 @@ mod tests {
     fn release(fifo: &Path) {
         let mut f = std::fs::OpenOptions::new().read(true).write(true).open(fifo).unwrap();
         std::io::Write::write_all(&mut f, b"not a package").unwrap();
+    }
+
+    /// A package given with its kept payload uncompressed is, to dpkg-deb, the same package:
+    /// the same control fields and the same `data.tar`, byte for byte; without an intact
+    /// payload there is nothing to give.
+    #[test]
+    fn a_package_with_its_kept_payload_uncompressed_is_the_same_to_dpkg_deb() {
+        if !have_dpkg_deb() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let inflation = erdma_limits::DEFAULT_INFLATION;
+        let output = |args: &[&str], deb: &Path| {
+            let out = Command::new("dpkg-deb").args(args).arg(deb).output().unwrap();
+            assert!(out.status.success(), "dpkg-deb {args:?}: {out:?}");
+            out.stdout
+        };
+        for compression in ["xz", "gzip", "zstd", "none"] {
+            let deb = build_deb(dir.path(), compression);
+            let kept = dir.path().join(format!("{compression}.tar"));
+            assert_eq!(with_kept_payload(&deb, inflation, &kept), None, "nothing kept yet");
+            let plain = collect_kept(&deb, &kept, inflation);
+            let bytes = with_kept_payload(&deb, inflation, &kept).expect("kept by the walk");
+            let given = dir.path().join(format!("given-{compression}.deb"));
+            std::fs::write(&given, &bytes).unwrap();
+            // The members before data.tar as they were; data.tar last, uncompressed.
+            let data = data_member(&deb);
+            let head = (data.offset - 60) as usize;
+            assert_eq!(bytes[..head], std::fs::read(&deb).unwrap()[..head]);
+            let given_data = data_member(&given);
+            assert_eq!(given_data.name, "data.tar");
+            assert_eq!(
+                given_data.offset + given_data.size + given_data.size % 2,
+                bytes.len() as u64
+            );
+            for args in
+                [&["--fsys-tarfile"][..], &["--field"], &["--ctrl-tarfile"], &["--contents"]]
+            {
+                assert_eq!(
+                    output(args, &given),
+                    output(args, &deb),
+                    "dpkg-deb {args:?}, {compression}"
+                );
+            }
+            assert_eq!(
+                collect(&given).unwrap().into_iter().map(|(e, c)| (e.path, c)).collect::<Vec<_>>(),
+                plain
+            );
+            // A damaged payload is not used.
+            let mut damaged = std::fs::read(&kept).unwrap();
+            damaged[0] ^= 1;
+            std::fs::write(&kept, damaged).unwrap();
+            assert_eq!(with_kept_payload(&deb, inflation, &kept), None, "{compression}");
+        }
+        let not_a_package = dir.path().join("not.deb");
+        std::fs::write(&not_a_package, b"!<arch>\n").unwrap();
+        assert_eq!(with_kept_payload(&not_a_package, inflation, &dir.path().join("x.tar")), None);
     }
 
     #[test]
