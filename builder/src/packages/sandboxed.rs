@@ -75,7 +75,7 @@ pub(crate) struct Job<'a> {
 }
 
 /// [`Job::given`].
-pub(crate) type Given<'a> = Box<dyn Fn(usize) -> Option<Vec<u8>> + 'a>;
+pub(crate) type Given<'a> = Box<dyn Fn(usize) -> Option<Box<dyn Read>> + 'a>;
 
 fn error(because: &str, why: impl Into<Cause>) -> Error {
     PackageError::Sandbox { because: because.to_string(), why: why.into() }.into()
@@ -203,7 +203,7 @@ fn run_job(
     base: &dyn BaseFiles,
     layer: &LayerContents,
     files: &[(String, &Path)],
-    given: Option<&dyn Fn(usize) -> Option<Vec<u8>>>,
+    given: Option<&dyn Fn(usize) -> Option<Box<dyn Read>>>,
     reporter: &dyn Reporter,
     because: &str,
 ) -> Result<Outcome> {
@@ -266,8 +266,8 @@ fn run_job(
         layer.write_tar(&mut frames, 0).map_err(pipe)?;
         frames.finish().map_err(pipe)?;
         for (i, (_, path)) in files.iter().enumerate() {
-            if let Some(bytes) = given.and_then(|g| g(i)) {
-                send(&mut stdin, &mut bytes.as_slice()).map_err(pipe)?;
+            if let Some(mut given) = given.and_then(|g| g(i)) {
+                send(&mut stdin, &mut given).map_err(pipe)?;
                 continue;
             }
             let mut f = std::fs::File::open(path)

@@ -175,7 +175,8 @@ pub(super) fn install(
     job.given = Some(Box::new(move |i| {
         let (planned, path) = (res.install.get(i)?, debs.get(i)?);
         let kept = super::fetch::kept_payload(&planned.pkg, path, cache_dir)?;
-        deb::with_kept_payload(path, inflation, &kept)
+        let given = deb::with_kept_payload(path, inflation, &kept)?;
+        Some(Box::new(given) as Box<dyn std::io::Read>)
     }));
     let (removed, run) = sandboxed::run(job, over)?;
     record_scripts(res, debs, report, "run by the image's dpkg in the sandbox");

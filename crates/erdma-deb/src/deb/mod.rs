@@ -286,24 +286,22 @@ pub fn for_each_data_entry_kept(
 /// `data.tar`) without decompressing them again. `None` where no intact payload is kept for
 /// this package (waiting first for one on its way, [`PayloadsAhead`]), or `path` is not a
 /// package: the package is then given as it is.
-pub fn with_kept_payload(path: &Path, inflation: u64, kept: &Path) -> Option<Vec<u8>> {
+pub fn with_kept_payload(path: &Path, inflation: u64, kept: &Path) -> Option<impl Read> {
     let mut ar = ArReader::open(path).ok()?;
     let data = read_layout(&mut ar).ok()?.data;
     kept::wait_ahead(kept);
     let tar = kept::read(kept, &data, inflation)?;
     let head = Member { name: String::new(), offset: 0, size: data.offset.checked_sub(60)? };
-    let mut out = Vec::with_capacity(usize::try_from(head.size).ok()? + 61 + tar.len());
-    ar.content(&head).ok()?.read_to_end(&mut out).ok()?;
+    let mut before = Vec::with_capacity(usize::try_from(head.size).ok()? + 60);
+    ar.content(&head).ok()?.read_to_end(&mut before).ok()?;
     // ar(5)'s header: name, mtime, uid, gid, octal mode, size, then "`\n"; 60 bytes.
     let header =
         format!("{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", "data.tar", 0, 0, 0, 100644, tar.len());
     debug_assert_eq!(header.len(), 60);
-    out.extend_from_slice(header.as_bytes());
-    out.extend_from_slice(&tar);
-    if tar.len() % 2 == 1 {
-        out.push(b'\n');
-    }
-    Some(out)
+    before.extend_from_slice(header.as_bytes());
+    // A member of odd size is followed by one byte of padding.
+    let pad: &[u8] = if tar.len() % 2 == 1 { b"\n" } else { b"" };
+    Some(Cursor::new(before).chain(Cursor::new(tar)).chain(pad))
 }
 
 /// The entries of a package's decompressed `data.tar` (`reader`), each handed to `f`.
@@ -1072,9 +1070,11 @@ mod tests {
         for compression in ["xz", "gzip", "zstd", "none"] {
             let deb = build_deb(dir.path(), compression);
             let kept = dir.path().join(format!("{compression}.tar"));
-            assert_eq!(with_kept_payload(&deb, inflation, &kept), None, "nothing kept yet");
+            assert!(with_kept_payload(&deb, inflation, &kept).is_none(), "nothing kept yet");
             let plain = collect_kept(&deb, &kept, inflation);
-            let bytes = with_kept_payload(&deb, inflation, &kept).expect("kept by the walk");
+            let mut bytes = Vec::new();
+            let given = with_kept_payload(&deb, inflation, &kept).expect("kept by the walk");
+            std::io::copy(&mut { given }, &mut bytes).unwrap();
             let given = dir.path().join(format!("given-{compression}.deb"));
             std::fs::write(&given, &bytes).unwrap();
             // The members before data.tar as they were; data.tar last, uncompressed.
@@ -1104,11 +1104,11 @@ mod tests {
             let mut damaged = std::fs::read(&kept).unwrap();
             damaged[0] ^= 1;
             std::fs::write(&kept, damaged).unwrap();
-            assert_eq!(with_kept_payload(&deb, inflation, &kept), None, "{compression}");
+            assert!(with_kept_payload(&deb, inflation, &kept).is_none(), "{compression}");
         }
         let not_a_package = dir.path().join("not.deb");
         std::fs::write(&not_a_package, b"!<arch>\n").unwrap();
-        assert_eq!(with_kept_payload(&not_a_package, inflation, &dir.path().join("x.tar")), None);
+        assert!(with_kept_payload(&not_a_package, inflation, &dir.path().join("x.tar")).is_none());
     }
 
     #[test]
