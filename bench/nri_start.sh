@@ -35,7 +35,7 @@
 #                            for NCCL_SOCKET_IFNAME (a thread joins it, two rtnetlink dumps)
 # Host: the `two` sysfs fixture with mknod'd nodes; memlock 4 MiB (the default, unlimited, is
 # above this machine's hard limit and runc would refuse it).
-# Needs root, docker (to make the busybox image archive), runc, busybox-static.
+# Needs root, docker (to make the busybox image archive), runc, busybox-static, jq.
 # Dated figures: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,7 +72,7 @@ fixture_host "$WORK"
 # What the plugin gives an asking container on this host, as a CDI spec has it: the `all`
 # device's nodes with the spec's own edits (rdma_cm, the NCCL env).
 "$BIN/erdma-oci-hook" cdi generate >"$WORK/cdi.json"
-jq '{env: .containerEdits.env, deviceNodes: (.containerEdits.deviceNodes + (.devices[] | select(.name == "all") | .containerEdits.deviceNodes))}' \
+jq '{env: (.containerEdits.env // []), deviceNodes: ((.containerEdits.deviceNodes // []) + (.devices[] | select(.name == "all") | .containerEdits.deviceNodes // []))}' \
     "$WORK/cdi.json" >"$WORK/edits.json"
 
 for inst in a b c d; do
@@ -174,18 +174,31 @@ for v in "${VARIANTS[@]}"; do ARGS+=(--variant "$v"); done
 for p in "plain, 2nd containerd/plain" "nri, no ask/nri on, no plugin" "nri, ask all/nri on, no plugin" \
     "nri, ask all/nri on, given directly" "nri on, given directly/nri on, no plugin" \
     "erdma-runtime, ask all/erdma-runtime, no ask"; do
-    if printf '%s\n' "${VARIANTS[@]}" | grep -q "^${p%%/*}=" && printf '%s\n' "${VARIANTS[@]}" | grep -q "^${p#*/}="; then
-        ARGS+=(--pair "$p")
-    fi
+    have_a=0 have_b=0
+    for v in "${VARIANTS[@]}"; do
+        [ "${v%%=*}" = "${p%%/*}" ] && have_a=1
+        [ "${v%%=*}" = "${p#*/}" ] && have_b=1
+    done
+    if [ "$have_a$have_b" = 11 ]; then ARGS+=(--pair "$p"); fi
 done
 "$BIN/examples/cri_start" --image "$IMG" --runs "$RUNS" "${ARGS[@]}"
 # The plugin really edited the asking containers; and its own time per call (from reading the
 # request to writing the answer), which is all a container start waits on in this process.
 grep -c "eRDMA given" "$WORK/nri-plugin.log" | sed 's/^/nri plugin: containers given eRDMA: /'
 grep "eRDMA given" "$WORK/nri-plugin.log" | grep -c 'NCCL_SOCKET_IFNAME==eth0"' | sed "s/^/nri plugin: of those, on the pod network with the pod's eth0: /"
-# What the plugin gave (the last asking container) against what the direct variant was given.
-grep "eRDMA given" "$WORK/nri-plugin.log" | tail -1 | grep -o 'nodes=.*' | sed 's/^/nri plugin: last given: /'
-jq -c '[.deviceNodes[].path, .env[]]' "$WORK/edits.json" | sed 's/^/given directly: /'
+# What the plugin gave the last host-network asking container against what the direct variant
+# was given: the same nodes and env, compared (the plugin adds NCCL_SOCKET_IFNAME only for a
+# pod on its own network; both containers carry ERDMA_VISIBLE_DEVICES=all besides).
+given=$(grep "eRDMA given" "$WORK/nri-plugin.log" | grep -v 'NCCL_SOCKET_IFNAME==eth0"' | tail -1 || true)
+echo "nri plugin: last given: ${given#*nodes=}"
+plugin_items=$(printf '%s\n' "${given#*nodes=}" | { grep -o '"[^"]*"' || true; } | tr -d '"' | sort)
+direct_items=$(jq -r '.deviceNodes[].path, .env[]' "$WORK/edits.json" | sort)
+if [ "$plugin_items" = "$direct_items" ]; then
+    echo "given directly: the same nodes and env as the plugin gave"
+else
+    echo "given directly: NOT the plugin's edits (the comparison is void):"
+    diff <(echo "$plugin_items") <(echo "$direct_items") || true
+fi
 for v in "${PODS[@]}"; do
     grep "CreateContainer decided" "$WORK/nri-plugin.log" | grep "pod=bench/bench-${v%% *} " | grep -o 'elapsed_us=[0-9]*' | cut -d= -f2 | sort -n |
         awk -v what="${v#* }" '{a[NR]=$1} END {if (NR) printf "nri plugin: CreateContainer decided in p50 %.3f ms, max %.3f ms (%d calls, %s)\n", a[int((NR+1)/2)]/1000, a[NR]/1000, NR, what}'

@@ -86,6 +86,11 @@ fn pod_config(name: &str, pod_network: bool) -> cri::PodSandboxConfig {
 fn edits(path: &str) -> Result<(Vec<cri::KeyValue>, Vec<cri::Device>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    // A whole CDI spec (or anything else) would give no edits, and the variant would measure
+    // nothing: only a `containerEdits` object is taken.
+    if !v.is_object() || v.get("env").is_none() && v.get("deviceNodes").is_none() {
+        return Err("not a CDI containerEdits object (no `env`, no `deviceNodes`)".into());
+    }
     let str_of = |v: &serde_json::Value, key: &str| v[key].as_str().map(str::to_string);
     let mut envs = Vec::new();
     for e in v["env"].as_array().into_iter().flatten() {
@@ -170,6 +175,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             pod_config: cfg,
             times: Vec::new(),
         });
+    }
+    // A pair that names no variant is refused before the rounds, not after them.
+    for pair in &cli.pairs {
+        let (a, b) = pair.split_once('/').ok_or_else(|| format!("--pair {pair}: expected A/B"))?;
+        for name in [a, b] {
+            if !variants.iter().any(|v| v.name == name) {
+                return Err(format!("--pair {pair}: no variant named `{name}`").into());
+            }
+        }
     }
     eprintln!(
         "cri_start: {} variants, {} runs each (+{} warm-up)",

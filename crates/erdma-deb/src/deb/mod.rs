@@ -279,16 +279,25 @@ pub fn for_each_data_entry_kept(
     })
 }
 
+/// How far into a package [`with_kept_payload`] copies the members before `data.tar`.
+const MAX_BEFORE_DATA: u64 = 64 << 20;
+
 /// The package at `path` with its `data.tar` uncompressed, from the payload kept at `kept`
 /// ([`for_each_data_entry_kept`] keeps it, under the same checks): the members before
 /// `data.tar` byte for byte, then a `data.tar` member holding the tar as the package's own
 /// decompresses. dpkg unpacks the same files from it (deb(5) allows an uncompressed
-/// `data.tar`) without decompressing them again. `None` where no intact payload is kept for
-/// this package (waiting first for one on its way, [`PayloadsAhead`]), or `path` is not a
+/// `data.tar`) without decompressing them again; it reads nothing after `data.tar`, and none
+/// is given. `None` where no intact payload is kept for this package (waiting first for one
+/// on its way, [`PayloadsAhead`]), its `data.tar` is not compressed, or `path` is not a
 /// package: the package is then given as it is.
 pub fn with_kept_payload(path: &Path, inflation: u64, kept: &Path) -> Option<impl Read> {
     let mut ar = ArReader::open(path).ok()?;
     let data = read_layout(&mut ar).ok()?.data;
+    // Already uncompressed: nothing to gain. Members before data.tar past this are not a
+    // package's (the control member is at most a few MiB): the package goes as it is.
+    if data.name == "data.tar" || data.offset > MAX_BEFORE_DATA {
+        return None;
+    }
     kept::wait_ahead(kept);
     let tar = kept::read(kept, &data, inflation)?;
     let head = Member { name: String::new(), offset: 0, size: data.offset.checked_sub(60)? };
@@ -829,7 +838,7 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        for compression in ["xz", "gzip", "zstd", "none"] {
+        for compression in ["xz", "gzip", "zstd"] {
             let deb_path = build_deb(dir.path(), compression);
             let deb = read_control(&deb_path).unwrap();
             assert_eq!(deb.control.to_string(), CONTROL, "{compression}");
@@ -1067,7 +1076,7 @@ mod tests {
             assert!(out.status.success(), "dpkg-deb {args:?}: {out:?}");
             out.stdout
         };
-        for compression in ["xz", "gzip", "zstd", "none"] {
+        for compression in ["xz", "gzip", "zstd"] {
             let deb = build_deb(dir.path(), compression);
             let kept = dir.path().join(format!("{compression}.tar"));
             assert!(with_kept_payload(&deb, inflation, &kept).is_none(), "nothing kept yet");
@@ -1100,15 +1109,24 @@ mod tests {
                 collect(&given).unwrap().into_iter().map(|(e, c)| (e.path, c)).collect::<Vec<_>>(),
                 plain
             );
+            // Past the inflation limit: not used, as a walk would not use it.
+            assert!(with_kept_payload(&deb, 1, &kept).is_none(), "{compression}");
             // A damaged payload is not used.
             let mut damaged = std::fs::read(&kept).unwrap();
             damaged[0] ^= 1;
             std::fs::write(&kept, damaged).unwrap();
             assert!(with_kept_payload(&deb, inflation, &kept).is_none(), "{compression}");
         }
+        // An uncompressed package is given as it is, though its payload is kept.
+        let deb = build_deb(dir.path(), "none");
+        let kept = dir.path().join("none.tar");
+        collect_kept(&deb, &kept, inflation);
+        assert!(kept.is_file());
+        assert!(with_kept_payload(&deb, inflation, &kept).is_none());
+        // Not a package (a kept payload beside it or not): nothing.
         let not_a_package = dir.path().join("not.deb");
         std::fs::write(&not_a_package, b"!<arch>\n").unwrap();
-        assert!(with_kept_payload(&not_a_package, inflation, &dir.path().join("x.tar")).is_none());
+        assert!(with_kept_payload(&not_a_package, inflation, &kept).is_none());
     }
 
     #[test]
@@ -1560,7 +1578,7 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        for compression in ["xz", "gzip", "zstd", "none"] {
+        for compression in ["xz", "gzip", "zstd"] {
             let original = std::fs::read(build_deb(dir.path(), compression)).unwrap();
             let path = dir.path().join("damaged.deb");
             let try_all = |bytes: &[u8]| {
