@@ -23,7 +23,8 @@
 #   nri, no ask              B, runc, container does not ask (the plugin is called, answers nothing)
 #   nri, ask all             B, runc, ERDMA_VISIBLE_DEVICES=all (nodes, memlock, NCCL env)
 #   nri on, given directly   C, runc, the same device nodes and env in the container's own CRI
-#                            config (`erdma-oci-hook cdi generate`'s `all`), no plugin: what
+#                            config (`erdma-oci-hook cdi generate`'s `all`, `erdma-oci-hook
+#                            env`), no plugin: what
 #                            containerd and runc cost to apply what the plugin adds, so that
 #                            `nri, ask all` minus this is the plugin's own cost (the memlock
 #                            rlimit aside: the CRI has no field for it)
@@ -69,10 +70,14 @@ trap cleanup EXIT
 
 . bench/fixture_host.sh
 fixture_host "$WORK"
-# What the plugin gives an asking container on this host, as a CDI spec has it: the `all`
-# device's nodes with the spec's own edits (rdma_cm, the NCCL env).
+# What the plugin gives an asking host-network container on this host: the device nodes of
+# the CDI spec's `all` device with the spec's own (rdma_cm), and the env `erdma-oci-hook env`
+# derives for the host's network (the CDI spec leaves NCCL_SOCKET_IFNAME out: it serves
+# containers on any network).
 "$BIN/erdma-oci-hook" cdi generate >"$WORK/cdi.json"
-jq '{env: (.containerEdits.env // []), deviceNodes: ((.containerEdits.deviceNodes // []) + (.devices[] | select(.name == "all") | .containerEdits.deviceNodes // []))}' \
+"$BIN/erdma-oci-hook" env --format json >"$WORK/env.json"
+jq --slurpfile env "$WORK/env.json" \
+    '{env: ($env[0].env | to_entries | map("\(.key)=\(.value)")), deviceNodes: ((.containerEdits.deviceNodes // []) + (.devices[] | select(.name == "all") | .containerEdits.deviceNodes // []))}' \
     "$WORK/cdi.json" >"$WORK/edits.json"
 
 for inst in a b c d; do
@@ -185,7 +190,7 @@ done
 # The plugin really edited the asking containers; and its own time per call (from reading the
 # request to writing the answer), which is all a container start waits on in this process.
 grep -c "eRDMA given" "$WORK/nri-plugin.log" | sed 's/^/nri plugin: containers given eRDMA: /'
-grep "eRDMA given" "$WORK/nri-plugin.log" | grep -c 'NCCL_SOCKET_IFNAME==eth0"' | sed "s/^/nri plugin: of those, on the pod network with the pod's eth0: /"
+grep "eRDMA given" "$WORK/nri-plugin.log" | { grep -c 'NCCL_SOCKET_IFNAME==eth0"' || true; } | sed "s/^/nri plugin: of those, on the pod network with the pod's eth0: /"
 # What the plugin gave the last host-network asking container against what the direct variant
 # was given: the same nodes and env, compared (the plugin adds NCCL_SOCKET_IFNAME only for a
 # pod on its own network; both containers carry ERDMA_VISIBLE_DEVICES=all besides).
