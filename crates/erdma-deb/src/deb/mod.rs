@@ -838,7 +838,7 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        for compression in ["xz", "gzip", "zstd"] {
+        for compression in ["xz", "gzip", "zstd", "none"] {
             let deb_path = build_deb(dir.path(), compression);
             let deb = read_control(&deb_path).unwrap();
             assert_eq!(deb.control.to_string(), CONTROL, "{compression}");
@@ -1578,7 +1578,7 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        for compression in ["xz", "gzip", "zstd"] {
+        for compression in ["xz", "gzip", "zstd", "none"] {
             let original = std::fs::read(build_deb(dir.path(), compression)).unwrap();
             let path = dir.path().join("damaged.deb");
             let try_all = |bytes: &[u8]| {
