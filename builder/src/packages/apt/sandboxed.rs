@@ -145,37 +145,36 @@ pub(super) fn install(
     report: &mut PackagesReport,
 ) -> Result<Vec<String>> {
     let inputs = over.inputs;
+    let inflation = inputs.http.inflation();
+    // Where each package's payload is kept (`None`: it is not).
+    let kept: Vec<Option<PathBuf>> = res
+        .install
+        .iter()
+        .zip(debs)
+        .map(|(planned, path)| super::fetch::kept_payload(&planned.pkg, path, &inputs.cache_dir))
+        .collect();
     // Special files of the payloads, for the report, as every build lists them.
-    for (planned, path) in res.install.iter().zip(debs) {
+    for ((planned, path), kept) in res.install.iter().zip(debs).zip(&kept) {
         let label = format!("{} {}", planned.name, planned.version);
-        let kept = super::fetch::kept_payload(&planned.pkg, path, &inputs.cache_dir);
-        deb::for_each_data_entry_kept(
-            path,
-            inputs.http.inflation(),
-            kept.as_deref(),
-            |entry, _| {
-                let kind = super::unpack::file_type(&entry.kind);
-                if !matches!(entry.kind, DataKind::Hardlink(_)) {
-                    report.special_files.extend(payload::special(
-                        &label,
-                        &entry.path,
-                        kind,
-                        entry.mode,
-                    ));
-                }
-                Ok(())
-            },
-        )
+        deb::for_each_data_entry_kept(path, inflation, kept.as_deref(), |entry, _| {
+            let kind = super::unpack::file_type(&entry.kind);
+            if !matches!(entry.kind, DataKind::Hardlink(_)) {
+                report.special_files.extend(payload::special(
+                    &label,
+                    &entry.path,
+                    kind,
+                    entry.mode,
+                ));
+            }
+            Ok(())
+        })
         .map_err(|e| super::unpack::entry_error(planned, path, e, None))?;
     }
     // Each package's payload was kept by the walk above: dpkg gets it uncompressed, and
     // unpacks the same files without decompressing them again (xz: most of its unpacking).
     let mut job = job(res, status, debs, because)?;
-    let (cache_dir, inflation) = (&inputs.cache_dir, inputs.http.inflation());
     job.given = Some(Box::new(move |i| {
-        let (planned, path) = (res.install.get(i)?, debs.get(i)?);
-        let kept = super::fetch::kept_payload(&planned.pkg, path, cache_dir)?;
-        let given = deb::with_kept_payload(path, inflation, &kept)?;
+        let given = deb::with_kept_payload(debs.get(i)?, inflation, kept.get(i)?.as_deref()?)?;
         Some(Box::new(given) as Box<dyn std::io::Read>)
     }));
     let (removed, run) = sandboxed::run(job, over)?;
