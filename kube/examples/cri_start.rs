@@ -176,14 +176,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             times: Vec::new(),
         });
     }
-    // A pair that names no variant is refused before the rounds, not after them.
+    // Each pair as the two variants' places, found before the rounds: a pair that names no
+    // variant is refused before them, not after.
+    let mut pairs = Vec::new();
     for pair in &cli.pairs {
         let (a, b) = pair.split_once('/').ok_or_else(|| format!("--pair {pair}: expected A/B"))?;
-        for name in [a, b] {
-            if !variants.iter().any(|v| v.name == name) {
-                return Err(format!("--pair {pair}: no variant named `{name}`").into());
-            }
-        }
+        let place = |name: &str| {
+            variants
+                .iter()
+                .position(|v| v.name == name)
+                .ok_or_else(|| format!("--pair {pair}: no variant named `{name}`"))
+        };
+        pairs.push((place(a)?, place(b)?));
     }
     eprintln!(
         "cri_start: {} variants, {} runs each (+{} warm-up)",
@@ -248,9 +252,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|e| format!("{}: RemoveContainer: {}", v.name, e.message()))?;
         }
     }
-    // Each variant's times in round order, before they are sorted for the percentiles.
-    let by_round: std::collections::HashMap<String, Vec<Duration>> =
-        variants.iter().map(|v| (v.name.clone(), v.times.clone())).collect();
+    // Per pair, A's time minus B's in each round (before the times are sorted below), sorted.
+    let differences: Vec<Vec<f64>> = pairs
+        .iter()
+        .map(|&(a, b)| {
+            let (ta, tb) = (&variants[a].times, &variants[b].times);
+            let mut d: Vec<f64> = ta
+                .iter()
+                .zip(tb)
+                .map(|(x, y)| (x.as_secs_f64() - y.as_secs_f64()) * 1000.0)
+                .collect();
+            d.sort_by(f64::total_cmp);
+            d
+        })
+        .collect();
     let base = {
         let mut t = variants[0].times.clone();
         t.sort();
@@ -275,15 +290,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: v.pod.clone() })
             .await?;
     }
-    for pair in &cli.pairs {
-        let times = |name: &str| {
-            by_round.get(name).ok_or_else(|| format!("--pair {pair}: no variant named `{name}`"))
-        };
-        let (a, b) = pair.split_once('/').ok_or_else(|| format!("--pair {pair}: expected A/B"))?;
-        let (ta, tb) = (times(a)?, times(b)?);
-        let mut d: Vec<f64> =
-            ta.iter().zip(tb).map(|(x, y)| (x.as_secs_f64() - y.as_secs_f64()) * 1000.0).collect();
-        d.sort_by(f64::total_cmp);
+    for (&(a, b), d) in pairs.iter().zip(&differences) {
+        let (a, b) = (&variants[a].name, &variants[b].name);
         let at = |p: f64| d[((d.len() as f64 - 1.0) * p).round() as usize];
         let longer = d.iter().filter(|x| **x > 0.0).count();
         println!(
