@@ -35,6 +35,10 @@
 # nodes, a container given GPUs 4 and 5): as it is, and with its GPUs hidden (no `nvidia`
 # driver directory, an empty /proc), so that their difference is what reading where the GPUs
 # sit, pairing them with ERIs and deciding GPU Direct RDMA cost an asking create.
+# Two more create a container from the spec Docker itself wrote (testdata/specs/README.md: 9 kB,
+# most of it the default seccomp profile), as Docker wrote it ("no ask, Docker") and asking on
+# the host's network ("ask, Docker"): the bundles above are `runc spec`'s 2.6 kB, smaller than
+# any engine's.
 # The floor: the same calls through a static no-op wrapper (C, musl, `execv` of the real
 # runtime with the arguments it was given, nothing else), built here: what any wrapper costs
 # per call. "no ask" is compared with it.
@@ -118,6 +122,15 @@ for b in plain ask asknet askgpu; do
         "$WORK/$b/config.json" >"$WORK/$b/config.json.orig"
     cp "$WORK/$b/config.json.orig" "$WORK/$b/config.json"
 done
+# Docker's own spec (testdata/specs: Docker 20.10, default seccomp profile, 9 kB) for the
+# per-call table: as Docker wrote it (does not ask), and asking on the host's network (its
+# network namespace left out, as `--network host` leaves it).
+for b in dnoask dask; do
+    mkdir -p "$WORK/$b"
+    jq -c --arg b "$b" 'if $b == "dask" then .process.env += ["ERDMA_VISIBLE_DEVICES=all"] | .linux.namespaces |= map(select(.type != "network")) else . end' \
+        testdata/specs/docker-20.10-bridge.json >"$WORK/$b/config.json.orig"
+    cp "$WORK/$b/config.json.orig" "$WORK/$b/config.json"
+done
 # The asking specs as erdma-runtime edits them, for runc alone.
 for e in edited:ask ednet:asknet; do
     mkdir -p "$WORK/${e%%:*}"
@@ -194,16 +207,19 @@ cmp -s "$WORK/plain/config.json" "$WORK/plain/config.json.orig" || { echo "runti
 
 # The wrapper's own cost per call, with the real runtime replaced by /bin/true: what the
 # table above measures through runc's much larger and noisier start time.
-CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden" "floor: no-op wrapper" "old: erdma state" "old: create, no ask" "old: create, ask all")
+CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden" "floor: no-op wrapper" "create, no ask, Docker" "create, ask, Docker" "old: erdma state" "old: create, no ask" "old: create, ask all" "old: no ask, Docker" "old: ask, Docker")
+OLD_OF=(1 2 3 8 9)  # the call each "old: …" row (10 to 14) makes
 call() { # INDEX OUTFILE
     local t0 t1 b=plain conf=$WORK/oci-hook-true.toml rt=$ERDMA_RUNTIME c=$1
-    # The old binary's rows: the same calls as 1, 2 and 3.
-    [ "$c" -ge 8 ] && { rt=$ERDMA_RUNTIME_OLD; c=$((c - 7)); }
-    [ "$c" -eq 3 ] && b=ask
-    [ "$c" -eq 4 ] && b=asknet
-    [ "$c" -ge 5 ] && b=askgpu
-    [ "$c" -eq 5 ] && conf=$WORK/oci-hook-gpu.toml
-    [ "$c" -eq 6 ] && conf=$WORK/oci-hook-nogpu.toml
+    [ "$c" -ge 10 ] && { rt=$ERDMA_RUNTIME_OLD; c=${OLD_OF[$((c - 10))]}; }
+    case "$c" in
+        3) b=ask ;;
+        4) b=asknet ;;
+        5) b=askgpu; conf=$WORK/oci-hook-gpu.toml ;;
+        6) b=askgpu; conf=$WORK/oci-hook-nogpu.toml ;;
+        8) b=dnoask ;;
+        9) b=dask ;;
+    esac
     [ "$c" -ge 2 ] && fresh_spec "$WORK/$b"
     t0=$EPOCHREALTIME
     case "$c" in
@@ -215,10 +231,10 @@ call() { # INDEX OUTFILE
     t1=$EPOCHREALTIME
     echo $(( (${t1/./} - ${t0/./}) )) >>"$2"
 }
-CALL_ALL="0 1 2 3 4 5 6 7"
+CALL_ALL="0 1 2 3 4 5 6 7 8 9"
 if [ -n "${ERDMA_RUNTIME_OLD:-}" ]; then
     [ -x "$ERDMA_RUNTIME_OLD" ] || { echo "runtime_start: $ERDMA_RUNTIME_OLD is not executable" >&2; exit 1; }
-    CALL_ALL="$CALL_ALL 8 9 10"
+    CALL_ALL="$CALL_ALL 10 11 12 13 14"
 fi
 for _ in $(seq "$WARMUP"); do for c in $CALL_ALL; do call "$c" /dev/null; done; done
 # The GPU host's edit, to show the work was done: GPUs 4 and 5 get node 1's ERIs and the level.
@@ -228,6 +244,11 @@ jq -e '([.linux.devices[].path] == ["/dev/infiniband/uverbs2", "/dev/infiniband/
     || { echo "runtime_start: the GPU host's edit is not the expected one" >&2; exit 1; }
 for c in $CALL_ALL; do : >"$WORK/calls.$c"; done
 for _ in $(seq "$RUNS"); do for c in $CALL_ALL; do call "$c" "$WORK/calls.$c"; done; done
+# Docker's spec, asking, after its last edit: the devices added, the seccomp profile as it was.
+jq -e '[.linux.devices[].path] == ["/dev/infiniband/uverbs0", "/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"]' "$WORK/dask/config.json" >/dev/null \
+    && [ "$(jq -c .linux.seccomp "$WORK/dask/config.json")" = "$(jq -c .linux.seccomp "$WORK/dask/config.json.orig")" ] \
+    || { echo "runtime_start: Docker's asking spec was not edited as expected" >&2; exit 1; }
+cmp -s "$WORK/dnoask/config.json" "$WORK/dnoask/config.json.orig" || { echo "runtime_start: Docker's spec that does not ask was changed" >&2; exit 1; }
 
 pct() { # FILE P: nearest-rank percentile, in ms with two decimals
     sort -n "$1" | awk -v p="$2" '{ v[NR] = $1 } END { r = int((p / 100) * NR + 0.999999); if (r < 1) r = 1; printf "%.2f", v[r] / 1000 }'
@@ -265,9 +286,9 @@ for c in $CALL_ALL; do
 done
 # A container is one create and two pass-through calls (start, delete) through the wrapper.
 st=$(pct "$WORK/calls.1" 50); t=$(pct "$WORK/calls.0" 50)
-for c in 2 3; do
+for c in 2 3 8 9; do
     cr=$(pct "$WORK/calls.$c" 50)
-    awk -v cr="$cr" -v st="$st" -v t="$t" -v what="${CALLS[$c]#erdma create, }" \
+    awk -v cr="$cr" -v st="$st" -v t="$t" -v what="${CALLS[$c]#*create, }" \
         'BEGIN { printf "per container, %s: create + start + delete = %+.2f ms\n", what, (cr - t) + 2 * (st - t) }'
 done
 fl=$(pct "$WORK/calls.7" 50)
@@ -276,12 +297,14 @@ awk -v cr="$(pct "$WORK/calls.2" 50)" -v st="$st" -v f="$fl" \
     'BEGIN { printf "per container, no ask, over the floor: %+.2f ms\n", (cr - f) + 2 * (st - f) }'
 echo "placing 8 GPUs beside 4 ERIs, per asking create: $(paired "$WORK/calls.5" "$WORK/calls.6") ms (paired p50)"
 if [ -n "${ERDMA_RUNTIME_OLD:-}" ]; then
-    ost=$(pct "$WORK/calls.8" 50)
-    for c in 9 10; do
-        awk -v cr="$(pct "$WORK/calls.$c" 50)" -v st="$ost" -v t="$t" -v what="${CALLS[$c]#old: create, }" \
+    ost=$(pct "$WORK/calls.10" 50)
+    for c in 11 12 13 14; do
+        awk -v cr="$(pct "$WORK/calls.$c" 50)" -v st="$ost" -v t="$t" -v what="${CALLS[$c]#old: }" \
             'BEGIN { printf "per container, old binary, %s: create + start + delete = %+.2f ms\n", what, (cr - t) + 2 * (st - t) }'
     done
-    echo "new - old, paired p50 per call: state $(paired "$WORK/calls.1" "$WORK/calls.8") ms, create no ask $(paired "$WORK/calls.2" "$WORK/calls.9") ms, create ask all $(paired "$WORK/calls.3" "$WORK/calls.10") ms"
+    printf 'new - old, paired p50 per call:'
+    for c in 10 11 12 13 14; do printf ' %s %s ms;' "${CALLS[$c]#old: }" "$(paired "$WORK/calls.${OLD_OF[$((c - 10))]}" "$WORK/calls.$c")"; done
+    echo
 fi
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

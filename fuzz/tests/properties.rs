@@ -382,6 +382,14 @@ fn runc_spec(r: &mut Rng) -> Value {
     if r.below(3) == 0 {
         s["annotations"] = json!({"io.kubernetes.pod.name": "p", "x": "y"});
     }
+    // What engines add and the edit never reads (spec::NOT_EDITED), somewhere among `linux`'s
+    // members: kept as bytes by the runtime's parse.
+    for key in erdma_oci_hook::spec::NOT_EDITED {
+        if r.below(2) == 0 {
+            let v = json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"}], "x": json_value(r, 2)});
+            s["linux"][*key] = v;
+        }
+    }
     s
 }
 
@@ -423,10 +431,20 @@ fn edit_leaves_specs_that_do_not_ask_alone_and_changes_only_documented_fields() 
             }
         }
         let text = serde_json::to_vec(&spec).unwrap();
+        // The runtime's way (erdma-runtime, precreate): its bytes checked for a request, then
+        // parsed with what the edit never reads kept as bytes, edited and written back.
+        let may_ask = erdma_oci_hook::request::may_ask(&text, &config);
+        assert_eq!(may_ask, asks, "case {case}: may_ask");
+        let mut editable =
+            erdma_oci_hook::spec::Editable::parse(&text, "config.json".as_ref()).unwrap();
+        let by_runtime = erdma_oci_hook::hooks::edit_in_place(&mut editable.value, &config)
+            .unwrap_or_else(|e| panic!("case {case}: {e}\n{spec}"))
+            .map(|_| serde_json::from_slice::<Value>(&editable.to_vec()).unwrap());
         match erdma_oci_hook::hooks::edit(&spec, &config)
             .unwrap_or_else(|e| panic!("case {case}: {e}\n{spec}"))
         {
             None => {
+                assert!(by_runtime.is_none(), "case {case}: edited through the runtime's parse");
                 assert!(!asks, "case {case}: an asking spec was not edited");
                 assert_eq!(
                     serde_json::to_vec(&spec).unwrap(),
@@ -436,6 +454,11 @@ fn edit_leaves_specs_that_do_not_ask_alone_and_changes_only_documented_fields() 
             }
             Some((edited, report)) => {
                 asked += 1;
+                assert_eq!(
+                    by_runtime.as_ref(),
+                    Some(&edited),
+                    "case {case}: the runtime's parse edits to another spec"
+                );
                 assert!(asks, "case {case}: a spec that did not ask was edited");
                 assert_eq!(
                     strip(edited.clone()),

@@ -76,32 +76,29 @@ pub fn log_report(what: &str, report: &Report) {
 }
 
 /// Podman hooks.d `precreate`: reads the spec from `input`, writes the edited spec to `output`
-/// (the input unchanged, byte for byte, when the container does not ask).
+/// (the input unchanged, byte for byte, when the container does not ask; left unparsed when
+/// its bytes cannot ask, [`request::may_ask`]).
 pub fn precreate(config: &Config, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let mut raw = Vec::new();
     input.read_to_end(&mut raw).map_err(Error::io("reading the OCI spec from", "stdin"))?;
-    let malformed =
-        |reason: String| Error::Malformed { what: "OCI spec", path: "stdin".into(), reason };
-    let spec: Value = serde_json::from_slice(&raw).map_err(|source| Error::Json {
-        what: "OCI spec",
-        path: "stdin".into(),
-        source,
-    })?;
-    if !spec.is_object() {
-        return Err(malformed("not a JSON object".into()));
-    }
-    let out = match edit(&spec, config)? {
-        None => {
-            tracing::debug!("precreate: the container does not ask for eRDMA; spec passed through");
-            raw
+    let out = if request::may_ask(&raw, config) {
+        // In place: on error nothing is written.
+        let mut spec = crate::spec::Editable::parse(&raw, "stdin".as_ref())?;
+        match edit_in_place(&mut spec.value, config)? {
+            None => None,
+            Some(report) => {
+                log_report("precreate spec", &report);
+                Some(spec.to_vec())
+            }
         }
-        Some((edited, report)) => {
-            log_report("precreate spec", &report);
-            serde_json::to_vec(&edited).expect("a Value serialises")
-        }
+    } else {
+        None
     };
+    if out.is_none() {
+        tracing::debug!("precreate: the container does not ask for eRDMA; spec passed through");
+    }
     output
-        .write_all(&out)
+        .write_all(out.as_deref().unwrap_or(&raw))
         .and_then(|()| output.flush())
         .map_err(Error::io("writing the OCI spec to", "stdout"))
 }
@@ -132,13 +129,24 @@ mod tests {
     #[test]
     fn precreate_errors() {
         let mut out = Vec::new();
-        let e = precreate(&none_host(), &mut b"{nope".as_slice(), &mut out).unwrap_err();
+        let e =
+            precreate(&none_host(), &mut b"{\"ERDMA_VISIBLE_DEVICES\" nope".as_slice(), &mut out)
+                .unwrap_err();
         assert_eq!(e.to_string(), "malformed OCI spec stdin");
         // What serde_json found is the cause, kept as it is.
         let cause = std::error::Error::source(&e).expect("a cause");
         assert!(cause.is::<serde_json::Error>(), "{cause}");
-        let e = precreate(&none_host(), &mut b"[1]".as_slice(), &mut out).unwrap_err().to_string();
+        let e =
+            precreate(&none_host(), &mut b"[\"ERDMA_VISIBLE_DEVICES=all\"]".as_slice(), &mut out)
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("not a JSON object"), "{e}");
+        assert!(out.is_empty());
+        // Bytes that cannot ask are passed through unparsed: the runtime that reads them next
+        // judges them, as it would without the hook.
+        precreate(&none_host(), &mut b"{nope".as_slice(), &mut out).unwrap();
+        assert_eq!(out, b"{nope");
+        out.clear();
         // Asking on a host without devices is an error, and nothing is written.
         let spec = serde_json::to_vec(&json!({"process": {"env": ["ERDMA_VISIBLE_DEVICES=all"]}}))
             .unwrap();

@@ -43,6 +43,20 @@ pub fn env_get<'a>(env: &'a [Value], name: &str) -> Option<&'a str> {
         .find_map(|e| e.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
 
+/// Whether a spec whose bytes are `raw` can ask for eRDMA under `config`: `false` only when it
+/// certainly cannot, that is, the default request is `none` and the bytes hold neither the
+/// annotation's key nor (where the env is honoured) the variable's name, nor any `\u` escape,
+/// the only way JSON could spell either without its letters. A `create` that does not ask
+/// then leaves the spec unparsed, and the real runtime reads and checks it as it would without
+/// the wrapper.
+pub fn may_ask(raw: &[u8], config: &Config) -> bool {
+    let has = |needle: &[u8]| memchr::memmem::find(raw, needle).is_some();
+    !matches!(parse(&config.default_request, "the default_request setting"), Ok(Request::None))
+        || has(b"\\u")
+        || has(ANNOTATION.as_bytes())
+        || (config.accept_env && has(ENV.as_bytes()))
+}
+
 /// The request in `spec`: the annotation first, then (if the operator allows) the env, then
 /// the runtime-wide default.
 pub fn from_spec(spec: &Value, config: &Config) -> Result<Request> {
@@ -90,6 +104,41 @@ mod tests {
 
     fn env(vars: &[&str]) -> Value {
         json!({"process": {"env": vars}})
+    }
+
+    #[test]
+    fn only_bytes_that_cannot_ask_skip_the_parse() {
+        let c = Config::default();
+        let no_env = Config { accept_env: false, ..Config::default() };
+        let def = Config { default_request: "all".into(), ..Config::default() };
+        // Docker's spec for a container that does not ask: nothing to parse.
+        let docker = crate::spec::tests::DOCKER;
+        assert!(!may_ask(docker.as_bytes(), &c));
+        assert!(may_ask(docker.as_bytes(), &def), "the default asks for every container");
+        let with = |from: &str, to: &str| {
+            assert!(docker.contains(from));
+            docker.replacen(from, to, 1)
+        };
+        // The variable, or the annotation, anywhere: the parse decides.
+        let asking = with(r#""HOSTNAME="#, r#""ERDMA_VISIBLE_DEVICES=all","HOSTNAME="#);
+        assert!(may_ask(asking.as_bytes(), &c));
+        assert!(!may_ask(asking.as_bytes(), &no_env), "the env is not honoured");
+        let annotated = with(
+            r#""hostname":"#,
+            &format!(r#""annotations":{{"{ANNOTATION}":"all"}},"hostname":"#),
+        );
+        assert!(may_ask(annotated.as_bytes(), &no_env));
+        // A `\u` escape can spell the name without its letters; the parse then finds it.
+        let escaped = with(r#""HOSTNAME="#, r#""ERDMA\u005fVISIBLE_DEVICES=all","HOSTNAME="#);
+        assert!(may_ask(escaped.as_bytes(), &c));
+        let spec: Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(from_spec(&spec, &c).unwrap(), Request::All);
+        // Wherever may_ask says no, the parse agrees.
+        for raw in [docker.to_string(), with("HOSTNAME=", "ERDMA_VISIBLE=")] {
+            assert!(!may_ask(raw.as_bytes(), &c));
+            let spec: Value = serde_json::from_str(&raw).unwrap();
+            assert_eq!(from_spec(&spec, &c).unwrap(), Request::None);
+        }
     }
 
     #[test]

@@ -365,16 +365,28 @@ fn errors_are_clear_and_leave_the_spec_alone_root() {
     ErrorCase::new("mlx5-beside", "", &["ERDMA_VISIBLE_DEVICES=mlx5_0"])
         .expect_error("RDMA device `mlx5_0` has driver mlx5_core");
 
-    // Malformed config.json.
+    // Malformed config.json that asks.
     let c = ErrorCase::new("one", "", &["ERDMA_VISIBLE_DEVICES=all"]);
-    std::fs::write(c.bundle.join("config.json"), "{\"ociVersion\": \"1.0.2\", \"process\": ")
-        .unwrap();
+    std::fs::write(
+        c.bundle.join("config.json"),
+        "{\"ociVersion\": \"1.0.2\", \"process\": {\"env\": [\"ERDMA_VISIBLE_DEVICES=all\"]}, ",
+    )
+    .unwrap();
     c.expect_error(&format!(
         "malformed OCI spec {}: EOF while parsing",
         c.bundle.join("config.json").display()
     ));
-    std::fs::write(c.bundle.join("config.json"), "[]").unwrap();
+    std::fs::write(c.bundle.join("config.json"), "[\"ERDMA_VISIBLE_DEVICES=all\"]").unwrap();
     c.expect_error("not a JSON object");
+    // One that cannot ask is not parsed: the real runtime reads it and gives its own error,
+    // as it would without the wrapper; the spec stays as it was.
+    let truncated = "{\"ociVersion\": \"1.0.2\", \"process\": ";
+    std::fs::write(c.bundle.join("config.json"), truncated).unwrap();
+    let out = c.create(&RuncRoot::id("err"));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected EOF"), "{out:?}");
+    assert!(c.marker.exists(), "the real runtime was not run");
+    assert_eq!(std::fs::read_to_string(c.bundle.join("config.json")).unwrap(), truncated);
 
     // A bundle that does not exist, and one without config.json.
     let c = ErrorCase::new("one", "", &[]);
@@ -878,8 +890,12 @@ fn precreate_edits_stdin_to_stdout_root() {
     assert_success("precreate", &out);
     assert_eq!(out.stdout, raw);
     // Errors: exit 1, nothing on stdout.
-    let out = run(b"{");
+    let out = run(b"{\"process\": {\"env\": [\"ERDMA_VISIBLE_DEVICES=all\"]}");
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert!(text(&out.stderr).contains("malformed OCI spec stdin"), "{}", text(&out.stderr));
+    // Bytes that cannot ask come back unparsed, as they were.
+    let out = run(b"{");
+    assert_success("precreate", &out);
+    assert_eq!(out.stdout, b"{");
 }
