@@ -244,9 +244,13 @@ jq -e '([.linux.devices[].path] == ["/dev/infiniband/uverbs2", "/dev/infiniband/
     || { echo "runtime_start: the GPU host's edit is not the expected one" >&2; exit 1; }
 for c in $CALL_ALL; do : >"$WORK/calls.$c"; done
 for _ in $(seq "$RUNS"); do for c in $CALL_ALL; do call "$c" "$WORK/calls.$c"; done; done
-# Docker's spec, asking, after its last edit: the devices added, the seccomp profile as it was.
+# Docker's spec, asking, edited once more by the binary timed (the old one's rows run last in
+# each round): the devices added, the seccomp profile's bytes as Docker wrote them (the
+# `.orig` is `jq -c` output, as Docker's own is compact).
+fresh_spec "$WORK/dask"
+ERDMA_OCI_HOOK_CONFIG="$WORK/oci-hook-true.toml" "$ERDMA_RUNTIME" --root "$STATE" create --bundle "$WORK/dask" x
 jq -e '[.linux.devices[].path] == ["/dev/infiniband/uverbs0", "/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"]' "$WORK/dask/config.json" >/dev/null \
-    && [ "$(jq -c .linux.seccomp "$WORK/dask/config.json")" = "$(jq -c .linux.seccomp "$WORK/dask/config.json.orig")" ] \
+    && grep -qF "\"seccomp\":$(jq -c .linux.seccomp "$WORK/dask/config.json.orig")" "$WORK/dask/config.json" \
     || { echo "runtime_start: Docker's asking spec was not edited as expected" >&2; exit 1; }
 cmp -s "$WORK/dnoask/config.json" "$WORK/dnoask/config.json.orig" || { echo "runtime_start: Docker's spec that does not ask was changed" >&2; exit 1; }
 

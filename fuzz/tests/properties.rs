@@ -382,12 +382,14 @@ fn runc_spec(r: &mut Rng) -> Value {
     if r.below(3) == 0 {
         s["annotations"] = json!({"io.kubernetes.pod.name": "p", "x": "y"});
     }
-    // What engines add and the edit never reads (spec::NOT_EDITED), somewhere among `linux`'s
-    // members: kept as bytes by the runtime's parse.
-    for key in erdma_oci_hook::spec::NOT_EDITED {
-        if r.below(2) == 0 {
-            let v = json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"}], "x": json_value(r, 2)});
-            s["linux"][*key] = v;
+    // What engines add and the edit never reads (spec::NOT_EDITED), among `linux`'s and
+    // `process`'s members: kept as bytes by the runtime's parse.
+    for (parent, keys) in erdma_oci_hook::spec::NOT_EDITED {
+        for key in *keys {
+            if r.below(2) == 0 {
+                let v = json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"}], "x": json_value(r, 2)});
+                s[parent][*key] = v;
+            }
         }
     }
     s

@@ -45,16 +45,26 @@ pub fn env_get<'a>(env: &'a [Value], name: &str) -> Option<&'a str> {
 
 /// Whether a spec whose bytes are `raw` can ask for eRDMA under `config`: `false` only when it
 /// certainly cannot, that is, the default request is `none` and the bytes hold neither the
-/// annotation's key nor (where the env is honoured) the variable's name, nor any `\u` escape,
-/// the only way JSON could spell either without its letters. A `create` that does not ask
-/// then leaves the spec unparsed, and the real runtime reads and checks it as it would without
-/// the wrapper.
+/// annotation's key nor (where the env is honoured) the variable's name, nor a `\u` escape of a
+/// letter, digit, `_` or `.`, the only way JSON could spell either without its letters. A
+/// `create` that does not ask then leaves the spec unparsed, and the real runtime reads and
+/// checks it as it would without the wrapper.
 pub fn may_ask(raw: &[u8], config: &Config) -> bool {
     let has = |needle: &[u8]| memchr::memmem::find(raw, needle).is_some();
+    // An escape that could stand for a character of either name (`\u0045` for `E`); others,
+    // such as Go's `\u0026` for `&`, cannot make one.
+    let spells = || {
+        memchr::memmem::find_iter(raw, b"\\u").any(|at| {
+            let hex = raw.get(at + 2..at + 6).and_then(|h| std::str::from_utf8(h).ok());
+            hex.and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32)
+                .is_none_or(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        })
+    };
     !matches!(parse(&config.default_request, "the default_request setting"), Ok(Request::None))
-        || has(b"\\u")
         || has(ANNOTATION.as_bytes())
         || (config.accept_env && has(ENV.as_bytes()))
+        || spells()
 }
 
 /// The request in `spec`: the annotation first, then (if the operator allows) the env, then
@@ -133,6 +143,19 @@ mod tests {
         assert!(may_ask(escaped.as_bytes(), &c));
         let spec: Value = serde_json::from_str(&escaped).unwrap();
         assert_eq!(from_spec(&spec, &c).unwrap(), Request::All);
+        // serde_json's token for raw JSON text is a key like any other: no request hides in it.
+        let token = with(
+            r#""hostname":"#,
+            &format!(
+                r#""annotations":{{"$serde_json::private::RawValue":"{{\"{ANNOTATION}\":\"all\"}}"}},"hostname":"#
+            ),
+        );
+        let spec: Value = serde_json::from_str(&token).unwrap();
+        assert_eq!(from_spec(&spec, &c).unwrap(), Request::None);
+        // Go's encoding/json escapes `&`, `<` and `>` (`\u0026`): no name is spelt that way, so
+        // such a spec still skips the parse.
+        let amp = with(r#""sleep","300""#, r#""sh","-c","a \u0026\u0026 b \u003e c""#);
+        assert!(!may_ask(amp.as_bytes(), &c));
         // Wherever may_ask says no, the parse agrees.
         for raw in [docker.to_string(), with("HOSTNAME=", "ERDMA_VISIBLE=")] {
             assert!(!may_ask(raw.as_bytes(), &c));

@@ -3,192 +3,207 @@
 //! why a bundle's spec is not fsync'd). Files that outlive a boot (engine configs, CDI specs)
 //! go through [`write_bytes_atomic`], which is.
 use std::io::Write;
+use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use serde::de::value::SeqAccessDeserializer;
-use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::ser::{Serialize, SerializeMap, Serializer};
-use serde_json::value::RawValue;
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
 pub fn read(path: &Path) -> Result<(Vec<u8>, Value)> {
     let raw = std::fs::read(path).map_err(Error::io("reading", path))?;
-    let spec: Value = serde_json::from_slice(&raw).map_err(|source| Error::Json {
+    let spec = parse_whole(&raw, path)?;
+    Ok((raw, spec))
+}
+
+/// `raw` (the spec at `path`, named in errors) parsed whole; an error unless it is an object.
+fn parse_whole(raw: &[u8], path: &Path) -> Result<Value> {
+    let spec: Value = serde_json::from_slice(raw).map_err(|source| Error::Json {
         what: "OCI spec",
         path: path.to_path_buf(),
         source,
     })?;
     if !spec.is_object() {
-        return Err(not_an_object(path));
+        return Err(Error::Malformed {
+            what: "OCI spec",
+            path: path.to_path_buf(),
+            reason: "not a JSON object".into(),
+        });
     }
-    Ok((raw, spec))
+    Ok(spec)
 }
 
-fn not_an_object(path: &Path) -> Error {
-    Error::Malformed {
-        what: "OCI spec",
-        path: path.to_path_buf(),
-        reason: "not a JSON object".into(),
-    }
-}
+/// Members of `linux` and `process` that the eRDMA edit (`crate::hooks::edit_in_place`)
+/// neither reads nor writes. [`Editable`] keeps their bytes instead of parsing them.
+/// `linux.seccomp` is most of a spec's size where an engine sets a profile (5.8 of Docker's
+/// 9.1 kB with its default profile; containerd's CRI with `RuntimeDefault` likewise);
+/// `process.capabilities` is the next largest (three to five lists of names), and
+/// `process.args` a job's command line.
+pub const NOT_EDITED: &[(&str, &[&str])] = &[
+    ("linux", &["seccomp", "maskedPaths", "readonlyPaths"]),
+    ("process", &["args", "capabilities"]),
+];
 
-/// Members of `linux` that the eRDMA edit (`crate::hooks::edit_in_place`) neither reads nor
-/// writes. [`Editable`] keeps their bytes instead of parsing them. `seccomp` is most of a
-/// spec's size where an engine sets a profile (5.8 of Docker's 9.1 kB with its default
-/// profile; containerd's CRI with `RuntimeDefault` likewise).
-pub const NOT_EDITED: &[&str] = &["seccomp", "maskedPaths", "readonlyPaths"];
-
-/// A spec as the edit sees it: every member parsed into `value` except `linux`'s
-/// [`NOT_EDITED`] members, which stand there as `null` and keep their bytes. [`Editable::to_vec`]
-/// writes them back as they were, in their places. What this saves an asking `create` is
-/// building, serialising and dropping the tree of a seccomp profile (docs/benchmarks.md).
+/// A spec as the edit sees it: every member parsed into `value` except the [`NOT_EDITED`]
+/// ones, which stand there as `null` and keep their bytes. [`Editable::to_vec`] writes them
+/// back as they were, in their places. What this saves an asking `create` is building,
+/// serialising and dropping the tree of a seccomp profile (docs/benchmarks.md).
 ///
-/// Parsed members behave as in a whole-spec parse (`serde_json::Value`): a key given twice
-/// keeps its first place and its last value; so do the kept members.
+/// Parsed members are what a whole-spec parse (`serde_json::Value`) gives: a key given twice
+/// keeps its first place and its last value; so do the kept members. A kept member is checked
+/// as JSON text only (serde_json's `IgnoredAny`): a lone surrogate or a number out of range in
+/// it, which a whole-spec parse refuses, goes to the real runtime as the engine wrote it, for
+/// the runtime to judge as it would without the wrapper. Whatever the split does not read as
+/// plainly well-formed is parsed whole, without kept members, and refused with serde_json's
+/// own error where it is not JSON.
 #[derive(Debug)]
-pub struct Editable {
+pub struct Editable<'a> {
     pub value: Value,
-    /// `linux`'s kept members, by key.
-    kept: Vec<(String, Box<RawValue>)>,
+    raw: &'a [u8],
+    /// Parent, key and where the bytes are in `raw`.
+    kept: Vec<(&'static str, String, Range<usize>)>,
 }
 
-/// The top level of a spec, read in one pass: each member into a `Value`, `linux` through
-/// [`Linux`].
-struct Top<'a>(&'a mut Vec<(String, Box<RawValue>)>);
-
-/// `linux`: an object's members into `Value`s but for [`NOT_EDITED`], whose bytes go to the
-/// list; anything else (not an object) into a `Value` as it is.
-struct Linux<'a>(&'a mut Vec<(String, Box<RawValue>)>);
-
-impl<'de> DeserializeSeed<'de> for Top<'_> {
-    type Value = Map<String, Value>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Top<'_> {
-    type Value = Map<String, Value>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> std::result::Result<Self::Value, A::Error> {
-        let mut map = Map::new();
-        while let Some(key) = m.next_key::<String>()? {
-            let value = match key.as_str() {
-                "linux" => m.next_value_seed(Linux(&mut *self.0))?,
-                _ => m.next_value()?,
-            };
-            map.insert(key, value);
+impl<'a> Editable<'a> {
+    /// Reads `raw` (the spec at `path`, named in errors).
+    pub fn parse(raw: &'a [u8], path: &Path) -> Result<Editable<'a>> {
+        if let Some(split) = Self::split(raw) {
+            return Ok(split);
         }
-        Ok(map)
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Linux<'_> {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Linux<'_> {
-    type Value = Value;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> std::result::Result<Value, A::Error> {
-        // A `linux` given twice: the last one's kept members only, as its value wins.
-        self.0.clear();
-        let mut map = Map::new();
-        while let Some(key) = m.next_key::<String>()? {
-            let value = if NOT_EDITED.contains(&key.as_str()) {
-                let raw = m.next_value::<Box<RawValue>>()?;
-                self.0.retain(|(name, _)| *name != key);
-                self.0.push((key.clone(), raw));
-                Value::Null
-            } else {
-                m.next_value()?
-            };
-            map.insert(key, value);
-        }
-        Ok(Value::Object(map))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<Value, A::Error> {
-        Value::deserialize(SeqAccessDeserializer::new(seq))
-    }
-    fn visit_bool<E: serde::de::Error>(self, v: bool) -> std::result::Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Value, E> {
-        Ok(Value::Null)
-    }
-}
-
-impl Editable {
-    /// Parses `raw` (the spec at `path`, named in errors), in one pass.
-    pub fn parse(raw: &[u8], path: &Path) -> Result<Editable> {
-        let json = |source| Error::Json { what: "OCI spec", path: path.to_path_buf(), source };
-        let mut kept = Vec::new();
-        let mut de = serde_json::Deserializer::from_slice(raw);
-        // Anything but an object fails here as the whole-spec parse would, with serde_json's
-        // own message for what is not JSON at all.
-        let value = match Top(&mut kept).deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
-            Ok(v) => v,
-            Err(e) if e.is_data() => return Err(not_an_object(path)),
-            Err(e) => return Err(json(e)),
-        };
-        Ok(Editable { value: Value::Object(value), kept })
+        Ok(Editable { value: parse_whole(raw, path)?, raw, kept: Vec::new() })
     }
 
-    /// The spec as JSON: `value` compact, the kept members as they were read. A kept member
-    /// whose `null` the edit replaced (none does) is written as the edit left it.
-    pub fn to_vec(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("a Value serialises")
-    }
-}
-
-impl Serialize for Editable {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        struct Linux<'a>(&'a Map<String, Value>, &'a [(String, Box<RawValue>)]);
-        impl Serialize for Linux<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-                let mut m = s.serialize_map(Some(self.0.len()))?;
-                for (k, v) in self.0 {
-                    match self.1.iter().find(|(name, _)| name == k) {
-                        Some((_, raw)) if v.is_null() => m.serialize_entry(k, raw)?,
-                        _ => m.serialize_entry(k, v)?,
-                    }
+    /// The spec's members found by their structure and each read on its own where it is, the
+    /// kept ones checked as JSON text; `None` for anything else.
+    fn split(raw: &'a [u8]) -> Option<Editable<'a>> {
+        let mut kept: Vec<(&'static str, String, Range<usize>)> = Vec::new();
+        let mut value = Map::new();
+        let end = members(raw, skip_ws(raw, 0), |key, at| {
+            let (member, end) = match NOT_EDITED.iter().find(|(name, _)| *name == key) {
+                Some(&(parent, keep)) if raw.get(at) == Some(&b'{') => {
+                    // A parent given twice: the last one's kept members only, as its value wins.
+                    kept.retain(|(p, ..)| *p != parent);
+                    let mut map = Map::new();
+                    let end = members(raw, at, |k, at| {
+                        let (v, end) = if keep.contains(&k.as_str()) {
+                            let (IgnoredAny, end) = read_at::<IgnoredAny>(raw, at)?;
+                            kept.retain(|(p, name, _)| (*p, name) != (parent, &k));
+                            kept.push((parent, k.clone(), at..end));
+                            (Value::Null, end)
+                        } else {
+                            read_at::<Value>(raw, at)?
+                        };
+                        map.insert(k, v);
+                        Some(end)
+                    })?;
+                    (Value::Object(map), end)
                 }
-                m.end()
-            }
-        }
+                _ => read_at::<Value>(raw, at)?,
+            };
+            value.insert(key, member);
+            Some(end)
+        })?;
+        (skip_ws(raw, end) == raw.len()).then(|| Editable {
+            value: Value::Object(value),
+            raw,
+            kept,
+        })
+    }
+
+    /// The spec as JSON: `value` compact, as serde_json writes it, the kept members as they
+    /// were read. A kept member whose `null` the edit replaced (none does) is written as the
+    /// edit left it.
+    pub fn to_vec(&self) -> Vec<u8> {
         let Some(top) = self.value.as_object().filter(|_| !self.kept.is_empty()) else {
-            return self.value.serialize(s);
+            return serde_json::to_vec(&self.value).expect("a Value serialises");
         };
-        let mut m = s.serialize_map(Some(top.len()))?;
-        for (k, v) in top {
-            match v.as_object() {
-                Some(linux) if k == "linux" => m.serialize_entry(k, &Linux(linux, &self.kept))?,
-                _ => m.serialize_entry(k, v)?,
+        let mut out = Vec::with_capacity(self.raw.len() + 4096);
+        write_object(&mut out, top, |out, k, v| match v.as_object() {
+            Some(members) if self.kept.iter().any(|(p, ..)| *p == k) => {
+                write_object(out, members, |out, mk, mv| {
+                    match self.kept.iter().find(|(p, name, _)| (*p, name.as_str()) == (k, mk)) {
+                        Some((.., span)) if mv.is_null() => {
+                            out.extend_from_slice(&self.raw[span.clone()])
+                        }
+                        _ => write_json(out, mv),
+                    }
+                })
             }
+            _ => write_json(out, v),
+        });
+        out
+    }
+}
+
+/// `value` as serde_json writes it, compact.
+fn write_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
+    serde_json::to_writer(out, value).expect("a string or a Value serialises");
+}
+
+/// `{"key":value,…}` as serde_json writes an object, each value written by `value`.
+fn write_object(
+    out: &mut Vec<u8>,
+    members: &Map<String, Value>,
+    mut value: impl FnMut(&mut Vec<u8>, &str, &Value),
+) {
+    out.push(b'{');
+    for (i, (k, v)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
         }
-        m.end()
+        write_json(out, k);
+        out.push(b':');
+        value(out, k, v);
+    }
+    out.push(b'}');
+}
+
+fn skip_ws(raw: &[u8], mut i: usize) -> usize {
+    while matches!(raw.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The JSON value at `at` in `raw`, as a `T`, and the offset just past it.
+fn read_at<'de, T: serde::Deserialize<'de>>(raw: &'de [u8], at: usize) -> Option<(T, usize)> {
+    let mut values = serde_json::Deserializer::from_slice(raw.get(at..)?).into_iter::<T>();
+    let value = values.next()?.ok()?;
+    Some((value, at + values.byte_offset()))
+}
+
+/// Reads the object whose `{` is at `at`: each member's key, decoded, and where its value
+/// starts go to `member`, which reads the value and says where it ends. The offset just past
+/// the `}`; `None` where the bytes are not an object's.
+fn members(
+    raw: &[u8],
+    at: usize,
+    mut member: impl FnMut(String, usize) -> Option<usize>,
+) -> Option<usize> {
+    if raw.get(at) != Some(&b'{') {
+        return None;
+    }
+    let mut i = skip_ws(raw, at + 1);
+    if raw.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        if raw.get(i) != Some(&b'"') {
+            return None;
+        }
+        let (key, end) = read_at::<String>(raw, i)?;
+        i = skip_ws(raw, end);
+        if raw.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(raw, member(key, skip_ws(raw, i + 1))?);
+        match raw.get(i)? {
+            b',' => i = skip_ws(raw, i + 1),
+            b'}' => return Some(i + 1),
+            _ => return None,
+        }
     }
 }
 
@@ -276,15 +291,37 @@ pub(crate) mod tests {
         let spec = Editable::parse(DOCKER.as_bytes(), "config.json".as_ref()).unwrap();
         // What the edit sees: every member, the kept ones as `null` in their places.
         let mut expect = whole(DOCKER.as_bytes());
-        for k in NOT_EDITED {
-            expect["linux"][*k] = Value::Null;
+        for (parent, keys) in NOT_EDITED {
+            for k in *keys {
+                expect[parent][*k] = Value::Null;
+            }
         }
         assert_eq!(spec.value, expect);
-        let keys = |v: &Value| v["linux"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-        assert_eq!(keys(&spec.value), keys(&whole(DOCKER.as_bytes())));
+        for parent in ["linux", "process"] {
+            let keys =
+                |v: &Value| v[parent].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(&spec.value), keys(&whole(DOCKER.as_bytes())));
+        }
         // Unedited, it writes back what Docker wrote, byte for byte (Docker writes compact
         // JSON, as serde_json does).
         assert_eq!(String::from_utf8(spec.to_vec()).unwrap(), DOCKER);
+    }
+
+    #[test]
+    fn a_kept_member_is_checked_as_json_text_and_goes_on_as_written() {
+        // A lone surrogate and a number past f64: the whole parse refuses them; kept, they go to
+        // the runtime as the engine wrote them.
+        let raw = br#"{"linux":{"seccomp":{"names":["\ud800"],"n":1e400},"devices":[]}}"#;
+        assert!(serde_json::from_slice::<Value>(raw).is_err());
+        let spec = Editable::parse(raw, "config.json".as_ref()).unwrap();
+        assert_eq!(spec.to_vec(), raw);
+        // Where it is not JSON text, the whole parse says why.
+        let raw = br#"{"linux":{"seccomp":{"names":[,]}}}"#;
+        let e = Editable::parse(raw, "config.json".as_ref()).unwrap_err();
+        assert!(
+            std::error::Error::source(&e).unwrap().to_string().contains("expected value"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -318,6 +355,9 @@ pub(crate) mod tests {
             br#"{"linux":{"seccomp":{"x":1}},"linux":{"namespaces":[]}}"#,
             br#"{"linux":{"seccomp":{"x":1}},"linux":{"seccomp":[3]}}"#,
             br#"{"linux":{"seccomp":{"x":1}},"linux":"no object"}"#,
+            br#"{"process":{"args":["a"],"env":[],"args":["b"]},"linux":{"seccomp":1}}"#,
+            br#"{"process":{"capabilities":{"bounding":[]}},"linux":{"seccomp":1},"process":{"env":["A=b"]}}"#,
+            br#"{"process":{"args":"x","capabilities":null},"linux":{"readonlyPaths":[]}}"#,
             br#"{"linux":"no object","process":null}"#,
             br#"{"linux":[{"seccomp":1}]}"#,
             b"{}",
@@ -330,6 +370,13 @@ pub(crate) mod tests {
         for (raw, err) in [
             (&b"[1]"[..], "malformed OCI spec config.json: not a JSON object"),
             (b"\"x\"", "malformed OCI spec config.json: not a JSON object"),
+            // Not JSON before it is not an object: serde_json's error.
+            (b"[1,", "malformed OCI spec config.json"),
+            (b"5 x", "malformed OCI spec config.json"),
+            (b"{\"a\": [1}", "malformed OCI spec config.json"),
+            (b"{\"a\":1{}", "malformed OCI spec config.json"),
+            (b"{\"a\" 1}", "malformed OCI spec config.json"),
+            (b"{\"a\":\"\xff\"}", "malformed OCI spec config.json"),
             (b"{nope", "malformed OCI spec config.json"),
             (b"{\"linux\": {\"seccomp\": }}", "malformed OCI spec config.json"),
             (b"{} {}", "malformed OCI spec config.json"),
