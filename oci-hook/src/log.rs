@@ -138,7 +138,9 @@ impl FileLog {
 }
 
 /// Fields as tracing-subscriber's default formatter writes them: the message as it is, others
-/// as ` name=value` with the value's `Debug` (a string quoted), control characters escaped.
+/// as ` name=value` with the value's `Debug` (a string quoted). Control characters are escaped
+/// in every field, where tracing-subscriber escapes the message only: a device name or an env
+/// value from a container's spec cannot drive the terminal of whoever reads the log either.
 struct Fields<'a>(&'a mut String, bool);
 
 impl Visit for Fields<'_> {
@@ -162,8 +164,7 @@ impl Visit for Fields<'_> {
     }
 }
 
-/// What tracing-subscriber escapes in what it writes: ESC, BEL, BS, FF, DEL and the C1
-/// controls, so that a logged value cannot drive a terminal that shows the log.
+/// What tracing-subscriber escapes in a message: ESC, BEL, BS, FF, DEL and the C1 controls.
 fn escape(out: &mut String, text: &str) {
     for c in text.chars() {
         match c {
@@ -212,9 +213,14 @@ impl Subscriber for FileLog {
     }
 
     fn record(&self, span: &Id, values: &Record<'_>) {
+        // Formatted before the lock is taken: a value's own formatting may log.
+        let mut more = String::new();
+        values.record(&mut Fields(&mut more, true));
         if let Some((_, fields, _)) = self.spans().get_mut(&span.into_u64()) {
-            let first = fields.is_empty();
-            values.record(&mut Fields(fields, first));
+            if !fields.is_empty() && !more.is_empty() {
+                fields.push(' ');
+            }
+            fields.push_str(&more);
         }
     }
 
@@ -383,6 +389,25 @@ mod tests {
         assert_eq!(untimed(&ours), untimed(&theirs), "ours:\n{ours}\ntheirs:\n{theirs}");
         assert_eq!(untimed(&ours).iter().filter(|l| l.starts_with("<time> ")).count(), 6, "{ours}");
         assert!(ours.contains(r#" INFO erdma{program="erdma-runtime" pid=4242}: eRDMA edit of"#));
+    }
+
+    #[test]
+    fn control_characters_are_escaped_in_every_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = FileLog::new(open(&path).unwrap(), "info".parse().unwrap());
+        tracing::subscriber::with_default(log, || {
+            let span = tracing::info_span!("s", name = "a\x1bb", n = tracing::field::Empty);
+            span.record("n", "\u{9b}");
+            let _in = span.enter();
+            tracing::warn!(devices = %"erdma_0\x1b[31m", env = ?"X=\x07", "m\x7f");
+        });
+        let line = std::fs::read_to_string(&path).unwrap();
+        // Quoted values are escaped by their `Debug` already; the message and `%` values here.
+        let want =
+            r#" WARN s{name="a\u{1b}b" n="\u{9b}"}: m\x7f devices=erdma_0\x1b[31m env="X=\u{7}""#;
+        assert!(line.ends_with(&format!("{want}\n")), "{line}");
+        assert!(!line.contains('\x1b') && !line.contains('\x07') && !line.contains('\u{9b}'));
     }
 
     #[test]

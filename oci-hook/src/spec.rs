@@ -37,7 +37,7 @@ fn parse_whole(raw: &[u8], path: &Path) -> Result<Value> {
 
 /// Members of `linux` and `process` that the eRDMA edit (`crate::hooks::edit_in_place`)
 /// neither reads nor writes. [`Editable`] keeps their bytes instead of parsing them.
-/// `linux.seccomp` is most of a spec's size where an engine sets a profile (5.8 of Docker's
+/// `linux.seccomp` is most of a spec's size where an engine sets a profile (5.3 of Docker's
 /// 9.1 kB with its default profile; containerd's CRI with `RuntimeDefault` likewise);
 /// `process.capabilities` is the next largest (three to five lists of names), and
 /// `process.args` a job's command line.
@@ -52,12 +52,14 @@ pub const NOT_EDITED: &[(&str, &[&str])] = &[
 /// serialising and dropping the tree of a seccomp profile (docs/benchmarks.md).
 ///
 /// Parsed members are what a whole-spec parse (`serde_json::Value`) gives: a key given twice
-/// keeps its first place and its last value; so do the kept members. A kept member is checked
-/// as JSON text only (serde_json's `IgnoredAny`): a lone surrogate or a number out of range in
-/// it, which a whole-spec parse refuses, goes to the real runtime as the engine wrote it, for
-/// the runtime to judge as it would without the wrapper. Whatever the split does not read as
-/// plainly well-formed is parsed whole, without kept members, and refused with serde_json's
-/// own error where it is not JSON.
+/// keeps its first place and its last value; so do the kept members. What the split takes that
+/// a whole-spec parse refuses goes to the real runtime as the engine wrote it, for the runtime
+/// to judge as it would without the wrapper: in a kept member, which is checked as JSON
+/// structure only (serde_json's `IgnoredAny`), a lone surrogate, invalid UTF-8 in a string or a
+/// number out of range; in any member, nesting up to serde_json's limit of 128 levels counted
+/// from the member rather than from the spec (Go's decoder, runc's, allows 10,000). Whatever
+/// the split does not read as plainly well-formed is parsed whole, without kept members, and
+/// refused with serde_json's own error where it is not JSON.
 #[derive(Debug)]
 pub struct Editable<'a> {
     pub value: Value,
