@@ -5,6 +5,7 @@
 //! runtime has read `config.json`, changes to it no longer affect the container (OCI runtime
 //! spec, "Lifecycle").
 use std::io::{Read, Write};
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -13,6 +14,7 @@ use crate::discover;
 use crate::error::{Error, Result};
 use crate::modify::{self, Report};
 use crate::request::{self, Request};
+use crate::spec::Editable;
 
 /// The spec `spec` becomes when its container asks for eRDMA, with what was done; `None` when
 /// it does not ask (the caller must then leave the spec untouched, byte for byte).
@@ -57,6 +59,22 @@ pub fn edit_in_place(spec: &mut Value, config: &Config) -> Result<Option<Report>
     Ok(Some(report))
 }
 
+/// [`edit_in_place`] over a spec's bytes, as erdma-runtime and `precreate` take them: `None`,
+/// the bytes left unparsed, where they cannot ask ([`request::may_ask`]), and `None` where the
+/// container does not ask; else the spec read as [`Editable`] (the members the edit never reads
+/// kept as their bytes), edited, with what was done. `path` names the spec in errors.
+pub fn edit_bytes<'a>(
+    raw: &'a [u8],
+    path: &Path,
+    config: &Config,
+) -> Result<Option<(Editable<'a>, Report)>> {
+    if !request::may_ask(raw, config) {
+        return Ok(None);
+    }
+    let mut spec = Editable::parse(raw, path)?;
+    Ok(edit_in_place(&mut spec.value, config)?.map(|report| (spec, report)))
+}
+
 /// Logs what [`edit`] did for `what` (a bundle path, `stdin`).
 pub fn log_report(what: &str, report: &Report) {
     tracing::info!(
@@ -81,19 +99,11 @@ pub fn log_report(what: &str, report: &Report) {
 pub fn precreate(config: &Config, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let mut raw = Vec::new();
     input.read_to_end(&mut raw).map_err(Error::io("reading the OCI spec from", "stdin"))?;
-    let out = if request::may_ask(&raw, config) {
-        // In place: on error nothing is written.
-        let mut spec = crate::spec::Editable::parse(&raw, "stdin".as_ref())?;
-        match edit_in_place(&mut spec.value, config)? {
-            None => None,
-            Some(report) => {
-                log_report("precreate spec", &report);
-                Some(spec.to_vec())
-            }
-        }
-    } else {
-        None
-    };
+    // On error nothing is written.
+    let out = edit_bytes(&raw, "stdin".as_ref(), config)?.map(|(spec, report)| {
+        log_report("precreate spec", &report);
+        spec.to_vec()
+    });
     if out.is_none() {
         tracing::debug!("precreate: the container does not ask for eRDMA; spec passed through");
     }

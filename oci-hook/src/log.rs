@@ -183,8 +183,13 @@ fn escape(out: &mut String, text: &str) {
 fn timestamp() -> String {
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let (y, mo, d, h, mi, s) = erdma_common::dates::civil(now.as_secs() as i64);
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:06}Z", now.subsec_micros())
+    let seconds = erdma_common::dates::rfc3339(now.as_secs() as i64);
+    format!("{}.{:06}Z", seconds.trim_end_matches('Z'), now.subsec_micros())
+}
+
+/// The most verbose level `filter` lets through anywhere (`None`: nothing).
+fn most_verbose(filter: &Targets) -> Option<LevelFilter> {
+    filter.iter().map(|(_, l)| l).chain(filter.default_level()).max()
 }
 
 impl Subscriber for FileLog {
@@ -201,7 +206,7 @@ impl Subscriber for FileLog {
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {
-        self.filter.iter().map(|(_, l)| l).chain(self.filter.default_level()).max()
+        most_verbose(&self.filter)
     }
 
     fn new_span(&self, span: &Attributes<'_>) -> Id {
@@ -301,12 +306,7 @@ pub fn wants_debug(config: &Config) -> bool {
         .ok()
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| config.log_level.clone());
-    spec.parse::<Targets>()
-        .map(|t| {
-            t.default_level().unwrap_or(LevelFilter::OFF) >= LevelFilter::DEBUG
-                || t.iter().any(|(_, l)| l >= LevelFilter::DEBUG)
-        })
-        .unwrap_or(false)
+    spec.parse::<Targets>().is_ok_and(|t| most_verbose(&t) >= Some(LevelFilter::DEBUG))
 }
 
 #[cfg(test)]

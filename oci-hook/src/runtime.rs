@@ -246,25 +246,20 @@ fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), Run
     let path = bundle.join(inv.config_file.as_deref().unwrap_or(Path::new("config.json")));
     let raw = std::fs::read(&path).map_err(Error::io("reading", &path))?;
     let id = inv.container_id.as_deref().unwrap_or("?");
-    let untouched =
-        || tracing::debug!("container {id}: does not ask for eRDMA; {} untouched", path.display());
-    if !crate::request::may_ask(&raw, config) {
-        untouched();
-        return Ok(());
-    }
-    let mut spec = crate::spec::Editable::parse(&raw, &path)?;
-    // In place: on error nothing is written and the spec is dropped.
-    match crate::hooks::edit_in_place(&mut spec.value, config)? {
-        None => untouched(),
-        Some(report) => {
+    // On error nothing is written.
+    match crate::hooks::edit_bytes(&raw, &path, config)? {
+        None => {
+            tracing::debug!("container {id}: does not ask for eRDMA; {} untouched", path.display())
+        }
+        Some((spec, report)) => {
             log.on();
             crate::spec::write_atomic(&path, &spec.to_vec())?;
             crate::hooks::log_report(&format!("container {id} ({})", path.display()), &report);
+            // The real runtime replaces this process next, which frees everything at once;
+            // dropping the tree would walk every node of it first.
+            std::mem::forget(spec);
         }
     }
-    // The real runtime replaces this process next, which frees everything at once; dropping
-    // the tree would walk every node of it first.
-    std::mem::forget(spec);
     Ok(())
 }
 

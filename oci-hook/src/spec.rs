@@ -64,9 +64,11 @@ pub const NOT_EDITED: &[(&str, &[&str])] = &[
 pub struct Editable<'a> {
     pub value: Value,
     raw: &'a [u8],
-    /// Parent, key and where the bytes are in `raw`.
-    kept: Vec<(&'static str, String, Range<usize>)>,
+    kept: Kept,
 }
+
+/// [`Editable`]'s kept members: parent, key and where the bytes are in the spec.
+type Kept = Vec<(&'static str, String, Range<usize>)>;
 
 impl<'a> Editable<'a> {
     /// Reads `raw` (the spec at `path`, named in errors).
@@ -80,7 +82,7 @@ impl<'a> Editable<'a> {
     /// The spec's members found by their structure and each read on its own where it is, the
     /// kept ones checked as JSON text; `None` for anything else.
     fn split(raw: &'a [u8]) -> Option<Editable<'a>> {
-        let mut kept: Vec<(&'static str, String, Range<usize>)> = Vec::new();
+        let mut kept = Kept::new();
         let mut value = Map::new();
         let end = members(raw, skip_ws(raw, 0), |key, at| {
             let (member, end) = match NOT_EDITED.iter().find(|(name, _)| *name == key) {
