@@ -24,10 +24,9 @@
 #   nri, ask all             B, runc, ERDMA_VISIBLE_DEVICES=all (nodes, memlock, NCCL env)
 #   nri on, given directly   C, runc, the same device nodes and env in the container's own CRI
 #                            config (`erdma-oci-hook cdi generate`'s `all`, `erdma-oci-hook
-#                            env`), no plugin: what
-#                            containerd and runc cost to apply what the plugin adds, so that
-#                            `nri, ask all` minus this is the plugin's own cost (the memlock
-#                            rlimit aside: the CRI has no field for it)
+#                            env`), no plugin: what containerd and runc cost to apply what the
+#                            plugin adds, so that `nri, ask all` minus this is the plugin's
+#                            own cost (the memlock rlimit aside: the CRI has no field for it)
 #   erdma-runtime, no ask    A, erdma, does not ask
 #   erdma-runtime, ask all   A, erdma, ERDMA_VISIBLE_DEVICES=all
 #   nri, no ask, pod net     B, runc, a pod on B's CNI network (`ptp`, Debian's plugins in
