@@ -352,6 +352,11 @@ fn print_packages(
             "  sandbox: the image's dpkg runs the scripts, needed for {}; base layers read: {} ({} bytes)",
             sb.because, sb.layers_read, sb.bytes_read
         )?;
+        match sb.tree.strip_prefix("disk") {
+            Some(why) => writeln!(out, "    its root assembled on disk{why}")?,
+            None if !sb.tree.is_empty() => writeln!(out, "    its root assembled in {}", sb.tree)?,
+            None => {}
+        }
         for c in &sb.commands {
             writeln!(out, "    {c}")?;
         }

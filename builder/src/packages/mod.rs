@@ -279,6 +279,10 @@ pub struct SandboxRun {
     /// What the run left that a layer does not take (device nodes, FIFOs, sockets).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_taken: Vec<String>,
+    /// Where the sandbox's root was assembled: `memory` (a tmpfs), `disk`, or `disk (…)` with
+    /// why not in memory (`build` only).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub tree: String,
 }
 
 /// A `--package` file installed without a signature vouching for it.

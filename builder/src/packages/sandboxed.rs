@@ -90,6 +90,7 @@ pub(crate) fn plan(job: Job<'_>, base: &dyn BaseFiles) -> SandboxRun {
         layers_read: layers.len(),
         bytes_read: layers.iter().map(|(_, s)| s).sum(),
         not_taken: Vec::new(),
+        tree: String::new(),
     }
 }
 
@@ -107,6 +108,92 @@ struct Header {
     /// built so far).
     files: Vec<String>,
     commands: Vec<String>,
+    /// Where the job assembles the root ([`TreeIn`]).
+    tree: TreeIn,
+}
+
+/// Where the sandbox's root is assembled: in memory (a tmpfs of at most `limit` bytes, mounted
+/// in the job's own mount namespace, gone with it), or on disk in the job's work directory.
+/// In memory, nothing of the tree is written to disk: the base's files, what the package
+/// manager unpacks and the removal at the end cost no disk I/O and no inode allocation, and
+/// the result is the same (the layer comes from the same scans, `tree_in_memory_or_on_disk`
+/// in tests/cases/sandbox.rs compares the two). A tree that outgrows its tmpfs is assembled
+/// again on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum TreeIn {
+    Memory { limit: u64 },
+    Disk,
+}
+
+/// `ERDMA_BUILD_SANDBOX_TREE`: `disk`, `memory`, `memory:BYTES` (a limit of the tmpfs), or
+/// `auto`/unset: memory where the memory this build may use leaves four times the estimate
+/// (see `tree_in`).
+pub const TREE_ENV: &str = "ERDMA_BUILD_SANDBOX_TREE";
+
+/// Where this build's tree goes, for a base of `base_bytes` (compressed layers) and packages
+/// of `package_bytes` (their files). The tree's size is estimated at four times both (gzip
+/// and xz shrink a root file system 2.5 to 4 times); with the room memory has
+/// (`room`, [`memory_room`]) at least four times that, the tree goes to a tmpfs limited to
+/// half the room: an estimate off by 2× still fits, and beyond that the build goes to disk
+/// again rather than fail.
+fn tree_in(
+    setting: Option<&str>,
+    room: Option<u64>,
+    base_bytes: u64,
+    package_bytes: u64,
+) -> std::result::Result<TreeIn, String> {
+    let estimate = base_bytes.saturating_add(package_bytes).saturating_mul(4);
+    let auto = || match room {
+        Some(room) if estimate.saturating_mul(4) <= room => TreeIn::Memory { limit: room / 2 },
+        _ => TreeIn::Disk,
+    };
+    match setting.map(str::trim) {
+        None | Some("" | "auto") => Ok(auto()),
+        Some("disk") => Ok(TreeIn::Disk),
+        Some("memory") => {
+            Ok(TreeIn::Memory { limit: room.map_or(estimate.saturating_mul(2), |r| r / 2) })
+        }
+        Some(other) => match other.strip_prefix("memory:").map(str::parse::<u64>) {
+            Some(Ok(limit)) if limit > 0 => Ok(TreeIn::Memory { limit }),
+            _ => Err(format!(
+                "{TREE_ENV}={other:?}: expected `auto`, `disk`, `memory` or `memory:BYTES`"
+            )),
+        },
+    }
+}
+
+/// The memory a tmpfs of this process may fill: the kernel's `MemAvailable`, less where the
+/// memory cgroup this process is in (cgroup v2, or any of its parents) leaves less room under
+/// its `memory.max` (tmpfs pages are charged to the cgroup of the process that writes them).
+/// `None` where `/proc/meminfo` cannot be read.
+fn memory_room() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let mut room = mem_available(&meminfo)?;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    if let Some(path) = cgroup.lines().find_map(|l| l.strip_prefix("0::")) {
+        let mut dir = Path::new("/sys/fs/cgroup").join(path.trim().trim_start_matches('/'));
+        loop {
+            let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+            if let (Some(max), Some(current)) = (read("memory.max"), read("memory.current")) {
+                if let (Ok(max), Ok(current)) =
+                    (max.trim().parse::<u64>(), current.trim().parse::<u64>())
+                {
+                    room = room.min(max.saturating_sub(current));
+                }
+            }
+            if dir == Path::new("/sys/fs/cgroup") || !dir.pop() {
+                break;
+            }
+        }
+    }
+    Some(room)
+}
+
+/// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
+fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// What the job process leaves in `result.json`.
@@ -118,6 +205,16 @@ struct Outcome {
     output: String,
     removed: Vec<String>,
     not_taken: Vec<String>,
+    /// The tree was in memory and filled its tmpfs: nothing else of this outcome holds.
+    #[serde(default)]
+    full: bool,
+    /// Where the tree was, as the report says it (`memory`, `disk`, and why disk where memory
+    /// was asked for).
+    #[serde(default)]
+    tree: String,
+    /// The run's changes, until they are written to `changes.tar`.
+    #[serde(skip)]
+    changes: Option<LayerContents>,
 }
 
 /// Runs `job` over the base and the layer so far, and adds what it changed to `layer`.
@@ -156,21 +253,42 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
     }
     let layers = base.layers();
     let bytes: u64 = layers.iter().map(|(_, s)| s).sum();
+    let package_bytes: u64 =
+        job.files.iter().filter_map(|(_, p)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
+    let setting = std::env::var(TREE_ENV).ok();
+    let mut tree = tree_in(setting.as_deref(), memory_room(), bytes, package_bytes)
+        .map_err(|e| error(because, e))?;
     reporter.step(&format!(
-        "reading the base's {} layers ({:.1} MB) to run maintainer scripts in a sandbox",
+        "reading the base's {} layers ({:.1} MB) to run maintainer scripts in a sandbox{}",
         layers.len(),
-        bytes as f64 / 1e6
+        bytes as f64 / 1e6,
+        if matches!(tree, TreeIn::Memory { .. }) { ", its root in memory" } else { "" }
     ));
-    let header = Header {
-        tool: job.tool.to_string(),
-        layers: layers.iter().map(|(d, _)| d.clone()).collect(),
-        files: job.files.iter().map(|(n, _)| n.clone()).collect(),
-        commands: job.commands.clone(),
+    let mut outgrew = None;
+    let outcome = loop {
+        let header = Header {
+            tool: job.tool.to_string(),
+            layers: layers.iter().map(|(d, _)| d.clone()).collect(),
+            files: job.files.iter().map(|(n, _)| n.clone()).collect(),
+            commands: job.commands.clone(),
+            tree,
+        };
+        let outcome = tokio::task::block_in_place(|| {
+            let given = job.given.as_deref();
+            run_job(work.path(), &map, &header, base, layer, &job.files, given, reporter, because)
+        })?;
+        match tree {
+            TreeIn::Memory { limit } if outcome.full => {
+                reporter.step(&format!(
+                    "the sandbox's root outgrew its {} MiB in memory: assembling it again on disk",
+                    limit >> 20
+                ));
+                outgrew = Some(limit);
+                tree = TreeIn::Disk;
+            }
+            _ => break outcome,
+        }
     };
-    let outcome = tokio::task::block_in_place(|| {
-        let given = job.given.as_deref();
-        run_job(work.path(), &map, &header, base, layer, &job.files, given, reporter, because)
-    })?;
     if outcome.status != 0 {
         let tail: Vec<&str> = outcome.output.lines().filter(|l| !l.trim().is_empty()).collect();
         let tail = tail[tail.len().saturating_sub(3)..].join(" / ");
@@ -190,6 +308,10 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
             layers_read: layers.len(),
             bytes_read: bytes,
             not_taken: outcome.not_taken,
+            tree: match outgrew {
+                Some(limit) => format!("disk (outgrew {} MiB in memory)", limit >> 20),
+                None => outcome.tree,
+            },
         },
     ))
 }
@@ -402,12 +524,19 @@ pub fn job_main(args: &[std::ffi::OsString], unshare: crate::sandbox::Unshare) -
     let mut input = BufReader::with_capacity(1 << 20, std::io::stdin());
     if let Err(e) = crate::sandbox::become_namespace_root(
         unshare,
-        rustix::thread::UnshareFlags::empty(),
+        // A mount namespace of its own, for a tree in memory: its tmpfs is seen by no one
+        // else, and goes when this process and the sandbox's are gone.
+        rustix::thread::UnshareFlags::NEWNS,
         &mut input,
     ) {
         return fail(&e);
     }
     let done = job(&work, &mut input);
+    let tmpfs = work.join(TMPFS);
+    if tmpfs.exists() {
+        let _ = rustix::mount::unmount(&tmpfs, rustix::mount::UnmountFlags::DETACH);
+        let _ = std::fs::remove_dir(&tmpfs);
+    }
     // The tree belongs to the namespace's ids: a user without root could not remove it from
     // outside (its subordinate ids own most of it), so it goes here, whatever happened.
     let root = work.join("root");
@@ -430,9 +559,83 @@ fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), Cause> {
     let mut line = String::new();
     input.read_line(&mut line)?;
     let header: Header = serde_json::from_str(&line)?;
-    // The namespace's ids are the tree's: no shift inside it.
-    let root = RootDir::create(&work.join("root"), 0)?;
     let mut outcome = Outcome::default();
+    let (root, in_memory) = match header.tree {
+        TreeIn::Memory { limit } => match mount_tmpfs(&work.join(TMPFS), limit) {
+            Ok(()) => {
+                outcome.tree = "memory".into();
+                (work.join(TMPFS).join("root"), true)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir(work.join(TMPFS));
+                outcome.tree = format!("disk (no tmpfs: {e})");
+                (work.join("root"), false)
+            }
+        },
+        TreeIn::Disk => {
+            outcome.tree = "disk".into();
+            (work.join("root"), false)
+        }
+    };
+    let ran = assemble_and_run(&root, &header, input, &mut outcome);
+    // A tree in memory that filled its tmpfs: the parent assembles it again on disk (the
+    // failure, `No space left on device` wherever it struck, is not the build's).
+    let full = in_memory
+        && (ran.is_err() || outcome.status != 0)
+        && rustix::fs::statvfs(work.join(TMPFS))
+            .is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) < FULL_BELOW);
+    if full {
+        // The rest of what the parent sends, read to its end, so that it comes to read this.
+        std::io::copy(input, &mut std::io::sink())?;
+        outcome = Outcome { full: true, tree: outcome.tree, ..Outcome::default() };
+    } else {
+        ran?;
+        if outcome.status == 0 {
+            let path = work.join("changes.tar");
+            let f = std::fs::File::create(&path).map_err(erdma_oci::Error::io("writing", &path))?;
+            outcome
+                .changes
+                .take()
+                .expect("a run that succeeded leaves its changes")
+                .write_tar(std::io::BufWriter::new(f), 0)
+                .and_then(|mut w| w.flush())
+                .map_err(erdma_oci::Error::io("writing", &path))?;
+        }
+    }
+    let path = work.join("result.json");
+    let text = serde_json::to_vec(&outcome)?;
+    std::fs::write(&path, text).map_err(erdma_oci::Error::io("writing", &path))?;
+    Ok(())
+}
+
+/// Where a tree in memory is mounted, inside the job's work directory.
+const TMPFS: &str = "tree";
+
+/// Free space under which a tmpfs counts as filled (a file that did not fit).
+const FULL_BELOW: u64 = 1 << 20;
+
+/// Mounts a tmpfs of at most `limit` bytes at `mnt` (created here), seen only in this
+/// process's mount namespace.
+fn mount_tmpfs(mnt: &Path, limit: u64) -> std::io::Result<()> {
+    use rustix::mount::{mount, mount_change, MountFlags, MountPropagationFlags};
+    mount_change("/", MountPropagationFlags::PRIVATE | MountPropagationFlags::REC)?;
+    std::fs::create_dir(mnt)?;
+    let data = std::ffi::CString::new(format!("size={limit},mode=0755"))
+        .expect("no NUL in the tmpfs options");
+    mount("erdma-build-sandbox", mnt, "tmpfs", MountFlags::empty(), data.as_c_str())?;
+    Ok(())
+}
+
+/// The job itself: the tree assembled at `root` from the layers on `input`, the packages put
+/// in, the commands run, and on success the changes in `outcome`.
+fn assemble_and_run(
+    root: &Path,
+    header: &Header,
+    input: &mut dyn BufRead,
+    outcome: &mut Outcome,
+) -> std::result::Result<(), Cause> {
+    // The namespace's ids are the tree's: no shift inside it.
+    let root = RootDir::create(root, 0)?;
     for digest in &header.layers {
         let mut tar = Unframe::new(input);
         let applied = root.apply(digest, &mut tar)?;
@@ -466,16 +669,8 @@ fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), Cause> {
         let (removed, skipped) = root.changes(&before, &after, &mut changes)?;
         outcome.removed = removed;
         outcome.not_taken.extend(skipped);
-        let path = work.join("changes.tar");
-        let f = std::fs::File::create(&path).map_err(erdma_oci::Error::io("writing", &path))?;
-        changes
-            .write_tar(std::io::BufWriter::new(f), 0)
-            .and_then(|mut w| w.flush())
-            .map_err(erdma_oci::Error::io("writing", &path))?;
+        outcome.changes = Some(changes);
     }
-    let path = work.join("result.json");
-    let text = serde_json::to_vec(&outcome)?;
-    std::fs::write(&path, text).map_err(erdma_oci::Error::io("writing", &path))?;
     Ok(())
 }
 
@@ -509,4 +704,52 @@ pub(crate) fn file_name(name: &str, version: &str, arch: &str, ext: &str) -> Str
             .collect()
     };
     format!("{}_{}_{}.{ext}", clean(name), clean(version), clean(arch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_tree_goes_to_memory_only_with_room_for_four_times_the_estimate() {
+        // A 50 MB base and 23 MB of packages: an estimate of 292 MB.
+        let (base, debs) = (50_000_000, 23_000_000);
+        let estimate = 4 * (base + debs);
+        assert_eq!(
+            tree_in(None, Some(4 * estimate), base, debs),
+            Ok(TreeIn::Memory { limit: 2 * estimate })
+        );
+        assert_eq!(tree_in(Some("auto"), Some(4 * estimate - 1), base, debs), Ok(TreeIn::Disk));
+        // Unknown room (no /proc/meminfo): disk.
+        assert_eq!(tree_in(None, None, base, debs), Ok(TreeIn::Disk));
+        // A 15 GB base (NGC PyTorch) on a 64 GiB host: disk.
+        assert_eq!(tree_in(None, Some(64 << 30), 15_000_000_000, 0), Ok(TreeIn::Disk));
+    }
+
+    #[test]
+    fn the_setting_overrides_and_is_checked() {
+        assert_eq!(tree_in(Some("disk"), Some(1 << 40), 1, 1), Ok(TreeIn::Disk));
+        assert_eq!(
+            tree_in(Some("memory"), Some(100 * MIB), 1 << 30, 0),
+            Ok(TreeIn::Memory { limit: 50 * MIB })
+        );
+        assert_eq!(tree_in(Some("memory"), None, MIB, 0), Ok(TreeIn::Memory { limit: 8 * MIB }));
+        assert_eq!(tree_in(Some(" memory:4096 "), None, 0, 0), Ok(TreeIn::Memory { limit: 4096 }));
+        for bad in ["ram", "memory:", "memory:0", "memory:1G", "Disk"] {
+            let e = tree_in(Some(bad), Some(1 << 30), 0, 0).unwrap_err();
+            assert!(e.starts_with(&format!("{TREE_ENV}=")) && e.contains("memory:BYTES"), "{e}");
+        }
+    }
+
+    #[test]
+    fn mem_available_is_read_in_bytes() {
+        let meminfo = "MemTotal:       24731708 kB\nMemFree:         1234567 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(mem_available(meminfo), Some(20_000_000 * 1024));
+        assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
+        assert_eq!(mem_available("MemAvailable: lots\n"), None);
+        // This machine's own.
+        assert!(memory_room().is_some_and(|r| r > 0));
+    }
 }

@@ -86,7 +86,18 @@ pub fn build_one_deb(base: &str, deb: &Path, out: &Path, cache: &Path) -> Value 
 
 /// [`build_one_deb`] into any output reference (a registry's).
 pub fn build_one_deb_to(base: &str, deb: &Path, dest: &str, cache: &Path) -> Value {
-    build_cached(
+    build_one_deb_env(base, deb, dest, cache, &[]).0
+}
+
+/// [`build_one_deb_to`] with more environment variables: the report and the progress output.
+pub fn build_one_deb_env(
+    base: &str,
+    deb: &Path,
+    dest: &str,
+    cache: &Path,
+    env: &[(&str, &str)],
+) -> (Value, String) {
+    build_cached_env(
         &[
             "--base",
             base,
@@ -99,20 +110,27 @@ pub fn build_one_deb_to(base: &str, deb: &Path, dest: &str, cache: &Path) -> Val
             dest,
         ],
         cache,
+        env,
     )
 }
 
 pub fn build_cached(args: &[&str], cache: &Path) -> Value {
+    build_cached_env(args, cache, &[]).0
+}
+
+/// [`build_cached`] with more environment variables: the report and the progress output.
+pub fn build_cached_env(args: &[&str], cache: &Path, env: &[(&str, &str)]) -> (Value, String) {
     let mut all = vec!["build", "--json"];
     all.extend_from_slice(args);
-    let out = build_env(
-        &all,
-        &[("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")],
-    );
+    let mut vars =
+        vec![("XDG_CACHE_HOME", cache.to_str().unwrap()), ("ERDMA_BUILD_RETRY_BACKOFF_MS", "20")];
+    vars.extend_from_slice(env);
+    let out = build_env(&all, &vars);
     support::assert_success("erdma-build build", &out);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!("report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
-    })
+    });
+    (report, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// Runs `erdma-build ARGS` with extra environment variables.

@@ -205,9 +205,9 @@ const ROOTLESS_USER: &str = "erdma-rootless";
 
 /// Every entry of a gzip layer blob but what a run leaves by its clock (dpkg's and apt's logs
 /// and bookkeeping, adduser's lock): `path → type, mode, owner, content`.
-fn layer_entries(blob: &[u8]) -> std::collections::BTreeMap<String, String> {
+fn layer_entries(blob: &[u8]) -> Entries {
     use sha2::Digest as _;
-    let mut out = std::collections::BTreeMap::new();
+    let mut out = Entries::new();
     for e in tar::Archive::new(flate2::read::GzDecoder::new(blob)).entries().unwrap() {
         let mut e = e.unwrap();
         let p = e.path().unwrap().to_string_lossy().trim_end_matches('/').to_string();
@@ -237,6 +237,19 @@ fn layer_entries(blob: &[u8]) -> std::collections::BTreeMap<String, String> {
         );
     }
     out
+}
+
+type Entries = std::collections::BTreeMap<String, String>;
+
+/// The paths two [`layer_entries`] differ at, each with both sides, named.
+fn differing((a, ours): (&str, &Entries), (b, theirs): (&str, &Entries)) -> Vec<String> {
+    ours.keys()
+        .chain(theirs.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|p| ours.get(*p) != theirs.get(*p))
+        .map(|p| format!("{p}: {a} {:?}, {b} {:?}", ours.get(p), theirs.get(p)))
+        .collect()
 }
 
 /// `erdma-build build --json` of `DIR/probe.deb` on `DIR/base` (tagged `tag`) into `DIR/out`,
@@ -373,14 +386,7 @@ fn the_sandbox_runs_without_root_on_subordinate_ids() {
     let made = &ours["var/lib/rootless-probe/made"];
     assert!(made.contains(" 600 ") && !made.contains(" 0:0 "), "owned by the new user: {made}");
     assert!(ours["etc/shadow"].contains(" 0:42 "), "{}", ours["etc/shadow"]);
-    let differing: Vec<String> = ours
-        .keys()
-        .chain(theirs.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .filter(|p| ours.get(*p) != theirs.get(*p))
-        .map(|p| format!("{p}: rootless {:?}, root {:?}", ours.get(p), theirs.get(p)))
-        .collect();
+    let differing = differing(("rootless", &ours), ("root", &theirs));
     assert!(differing.is_empty(), "{}", differing.join("\n"));
 }
 
@@ -449,4 +455,75 @@ fn a_warm_sandboxed_build_keeps_the_base_layer() {
     assert!(reg.count_blob_gets(&layer_digest) > after_cold, "fetched again");
     assert_eq!(std::fs::metadata(&kept).unwrap().len(), base.layers[0].size, "and kept whole");
     let _ = cold;
+}
+
+/// The sandbox's root in memory (a tmpfs in the job's own mount namespace, the default where
+/// memory has room) and on disk (`ERDMA_BUILD_SANDBOX_TREE=disk`) give the same layer, entry
+/// for entry; the report says where it was. A tmpfs too small for the tree, whether it fills
+/// while the base's layer is applied or while a script writes, sends the build to disk again,
+/// with the same layer, and the report says why.
+#[test]
+fn tree_in_memory_or_on_disk() {
+    if !debian::require_base()
+        || !support::require(support::have("dpkg-deb"), "dpkg-deb is needed")
+        || !support::require(support::is_root(), "root, for the sandbox's ids")
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Adds a user, changes a base file in place and removes another, writes 48 MiB.
+    let postinst = "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  adduser --system --group --home /var/lib/tree-probe tree-probe\n  echo '# tree-probe' >> /etc/bash.bashrc\n  rm /etc/issue.net\n  head -c 50331648 /dev/zero > /var/lib/tree-probe/big\nfi\n";
+    let deb = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "tree-probe",
+            version: "1.0",
+            files: vec![("/usr/share/doc/tree-probe/README", b"probe\n".as_slice(), 0o644)],
+            postinst: Some(postinst),
+            ..Default::default()
+        },
+    );
+    let base = debian::base(debian::BOOKWORM);
+    // What the base's tree needs: its layer's uncompressed tar is a little more than its files.
+    let tar_size = {
+        let f = std::fs::File::open(base.blob_path(&base.layers[0].digest)).unwrap();
+        std::io::copy(&mut flate2::read::GzDecoder::new(f), &mut std::io::sink()).unwrap()
+    };
+    let build = |name: &str, setting: Option<String>| {
+        let out = tmp.path().join(name);
+        let env: Vec<(&str, &str)> =
+            setting.iter().map(|v| ("ERDMA_BUILD_SANDBOX_TREE", v.as_str())).collect();
+        let (r, progress) = super::build_one_deb_env(
+            &base.reference(),
+            &deb,
+            &format!("oci:{}:x", s(&out)),
+            &tmp.path().join("cache"),
+            &env,
+        );
+        let img = support::fixture::read_fixture(&out, "x");
+        let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
+        let tree = r["images"][0]["packages"]["sandbox"]["tree"].as_str().unwrap().to_string();
+        (tree, layer_entries(&blob), progress)
+    };
+    let (tree, memory, progress) = build("memory", None);
+    assert_eq!(tree, "memory", "this machine has the room: {progress}");
+    assert!(progress.contains("to run maintainer scripts in a sandbox, its root in memory"));
+    let (tree, disk, _) = build("disk", Some("disk".into()));
+    assert_eq!(tree, "disk");
+    // Filled while the base is applied.
+    let (tree, small, progress) = build("small", Some("memory:8388608".into()));
+    assert_eq!(tree, "disk (outgrew 8 MiB in memory)", "{progress}");
+    assert!(progress.contains("outgrew its 8 MiB in memory: assembling it again on disk"));
+    // Filled by the script: room for the base and the package, not for its 48 MiB.
+    let limit = tar_size + (16 << 20);
+    let (tree, by_script, progress) = build("by-script", Some(format!("memory:{limit}")));
+    assert_eq!(tree, format!("disk (outgrew {} MiB in memory)", limit >> 20), "{progress}");
+
+    assert!(memory.contains_key("var/lib/tree-probe/big"), "{:?}", memory.keys());
+    assert!(memory["etc/bash.bashrc"].starts_with("Regular "), "{}", memory["etc/bash.bashrc"]);
+    assert!(memory.contains_key("etc/.wh.issue.net"), "{:?}", memory.keys());
+    for other in [("disk", &disk), ("small", &small), ("by-script", &by_script)] {
+        let differing = differing(("memory", &memory), other);
+        assert!(differing.is_empty(), "{}", differing.join("\n"));
+    }
 }
