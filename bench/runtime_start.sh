@@ -66,15 +66,31 @@ if [ -z "${ERDMA_RUNTIME:-}" ]; then
 fi
 [ -x "$ERDMA_RUNTIME" ] || { echo "runtime_start: $ERDMA_RUNTIME is not executable" >&2; exit 1; }
 
+# The bundles, runc's state and the wrapper's log on a tmpfs of their own, where Docker,
+# containerd and CRI-O keep them on a host: under /run (containerd's
+# /run/containerd/io.containerd.runtime.v2.task/<namespace>/<id>, CRI-O's
+# /run/containers/storage/overlay-containers/<id>/userdata, runc's /run/runc). Podman (as root)
+# writes its bundles under its graphroot, /var/lib/containers/storage/overlay-containers/<id>/
+# userdata, on disk: the per-call row "create, ask, bundle on disk" times the asking create over
+# a bundle in DISK (default /var/tmp) instead. On a disk file system the spec's atomic
+# replacement makes a new file, and what that costs is the file system's: on ext4 without a
+# journal, inode allocation passes over every inode freed in the last minute.
 WORK=$(mktemp -d /tmp/erdma-bench-rt.XXXXXX)
+DISK=$(mktemp -d "${DISK:-/var/tmp}/erdma-bench-rt-disk.XXXXXX")
 NETNS=erdma-bench-$$
 cleanup() {
     set +e
     for id in $(runc --root "$WORK/state" list -q 2>/dev/null); do runc --root "$WORK/state" delete --force "$id"; done
     ip netns delete "$NETNS" 2>/dev/null
-    [ "${KEEP_WORK:-0}" = 1 ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
+    if [ "${KEEP_WORK:-0}" = 1 ]; then
+        echo "kept $WORK (a tmpfs: umount it) and $DISK" >&2
+    else
+        umount "$WORK" 2>/dev/null
+        rm -rf "$WORK" "$DISK"
+    fi
 }
 trap cleanup EXIT
+mount -t tmpfs -o size=256m,mode=0700 erdma-bench-rt "$WORK"
 
 # The floor wrapper (see above).
 printf '#include <unistd.h>\nint main(int c, char **v) { (void)c; v[0] = "/bin/true"; execv(v[0], v); return 127; }\n' >"$WORK/noop.c"
@@ -139,6 +155,10 @@ for e in edited:ask ednet:asknet; do
     cp "$WORK/${e%%:*}/config.json" "$WORK/${e%%:*}/config.json.orig"
     cmp -s "$WORK/${e%%:*}/config.json" "$WORK/${e#*:}/config.json.orig" && { echo "runtime_start: the $e spec was not edited" >&2; exit 1; }
 done
+# The asking bundle once more, on disk (see DISK above).
+mkdir -p "$DISK/ask"
+cp "$WORK/ask/config.json.orig" "$DISK/ask/config.json.orig"
+cp "$DISK/ask/config.json.orig" "$DISK/ask/config.json"
 jq -e '.process.env | index("NCCL_SOCKET_IFNAME==eth0")' "$WORK/ednet/config.json" >/dev/null \
     || { echo "runtime_start: the own-network spec did not get the namespace's eth0" >&2; exit 1; }
 
@@ -207,34 +227,35 @@ cmp -s "$WORK/plain/config.json" "$WORK/plain/config.json.orig" || { echo "runti
 
 # The wrapper's own cost per call, with the real runtime replaced by /bin/true: what the
 # table above measures through runc's much larger and noisier start time.
-CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden" "floor: no-op wrapper" "create, no ask, Docker" "create, ask, Docker" "old: erdma state" "old: create, no ask" "old: create, ask all" "old: no ask, Docker" "old: ask, Docker")
-OLD_OF=(1 2 3 8 9)  # the call each "old: …" row (10 to 14) makes
+CALLS=("true" "erdma state" "erdma create, no ask" "erdma create, ask all" "erdma create, ask, net" "create, ask, 8 GPUs" "create, ask, GPUs hidden" "floor: no-op wrapper" "create, no ask, Docker" "create, ask, Docker" "old: erdma state" "old: create, no ask" "old: create, ask all" "old: no ask, Docker" "old: ask, Docker" "create, ask, bundle on disk" "old: ask, bundle on disk")
+OLD_OF=(1 2 3 8 9 - 15)  # the call each "old: …" row (10 to 14, 16) makes
 call() { # INDEX OUTFILE
-    local t0 t1 b=plain conf=$WORK/oci-hook-true.toml rt=$ERDMA_RUNTIME c=$1
-    [ "$c" -ge 10 ] && { rt=$ERDMA_RUNTIME_OLD; c=${OLD_OF[$((c - 10))]}; }
+    local t0 t1 b=$WORK/plain conf=$WORK/oci-hook-true.toml rt=$ERDMA_RUNTIME c=$1
+    [ "$c" -ge 10 ] && [ "${OLD_OF[$((c - 10))]}" != - ] && { rt=$ERDMA_RUNTIME_OLD; c=${OLD_OF[$((c - 10))]}; }
     case "$c" in
-        3) b=ask ;;
-        4) b=asknet ;;
-        5) b=askgpu; conf=$WORK/oci-hook-gpu.toml ;;
-        6) b=askgpu; conf=$WORK/oci-hook-nogpu.toml ;;
-        8) b=dnoask ;;
-        9) b=dask ;;
+        3) b=$WORK/ask ;;
+        4) b=$WORK/asknet ;;
+        5) b=$WORK/askgpu; conf=$WORK/oci-hook-gpu.toml ;;
+        6) b=$WORK/askgpu; conf=$WORK/oci-hook-nogpu.toml ;;
+        8) b=$WORK/dnoask ;;
+        9) b=$WORK/dask ;;
+        15) b=$DISK/ask ;;
     esac
-    [ "$c" -ge 2 ] && fresh_spec "$WORK/$b"
+    [ "$c" -ge 2 ] && fresh_spec "$b"
     t0=$EPOCHREALTIME
     case "$c" in
         0) /bin/true --root "$STATE" state x ;;
-        7) "$WORK/noop-wrapper" --root "$STATE" create --bundle "$WORK/$b" x ;;
+        7) "$WORK/noop-wrapper" --root "$STATE" create --bundle "$b" x ;;
         1) ERDMA_OCI_HOOK_CONFIG="$conf" "$rt" --root "$STATE" state x ;;
-        *) ERDMA_OCI_HOOK_CONFIG="$conf" "$rt" --root "$STATE" create --bundle "$WORK/$b" x ;;
+        *) ERDMA_OCI_HOOK_CONFIG="$conf" "$rt" --root "$STATE" create --bundle "$b" x ;;
     esac
     t1=$EPOCHREALTIME
     echo $(( (${t1/./} - ${t0/./}) )) >>"$2"
 }
-CALL_ALL="0 1 2 3 4 5 6 7 8 9"
+CALL_ALL="0 1 2 3 4 5 6 7 8 9 15"
 if [ -n "${ERDMA_RUNTIME_OLD:-}" ]; then
     [ -x "$ERDMA_RUNTIME_OLD" ] || { echo "runtime_start: $ERDMA_RUNTIME_OLD is not executable" >&2; exit 1; }
-    CALL_ALL="$CALL_ALL 10 11 12 13 14"
+    CALL_ALL="$CALL_ALL 10 11 12 13 14 16"
 fi
 for _ in $(seq "$WARMUP"); do for c in $CALL_ALL; do call "$c" /dev/null; done; done
 # The GPU host's edit, to show the work was done: GPUs 4 and 5 get node 1's ERIs and the level.
@@ -291,7 +312,7 @@ for c in $CALL_ALL; do
 done
 # A container is one create and two pass-through calls (start, delete) through the wrapper.
 st=$(pct "$WORK/calls.1" 50); t=$(pct "$WORK/calls.0" 50)
-for c in 2 3 8 9; do
+for c in 2 3 8 9 15; do
     cr=$(pct "$WORK/calls.$c" 50)
     awk -v cr="$cr" -v st="$st" -v t="$t" -v what="${CALLS[$c]#*create, }" \
         'BEGIN { printf "per container, %s: create + start + delete = %+.2f ms\n", what, (cr - t) + 2 * (st - t) }'
@@ -303,12 +324,12 @@ awk -v cr="$(pct "$WORK/calls.2" 50)" -v st="$st" -v f="$fl" \
 echo "placing 8 GPUs beside 4 ERIs, per asking create: $(paired "$WORK/calls.5" "$WORK/calls.6") ms (paired p50)"
 if [ -n "${ERDMA_RUNTIME_OLD:-}" ]; then
     ost=$(pct "$WORK/calls.10" 50)
-    for c in 11 12 13 14; do
+    for c in 11 12 13 14 16; do
         awk -v cr="$(pct "$WORK/calls.$c" 50)" -v st="$ost" -v t="$t" -v what="${CALLS[$c]#old: }" \
             'BEGIN { printf "per container, old binary, %s: create + start + delete = %+.2f ms\n", what, (cr - t) + 2 * (st - t) }'
     done
     printf 'new - old, paired p50 per call:'
-    for c in 10 11 12 13 14; do printf ' %s %s ms;' "${CALLS[$c]#old: }" "$(paired "$WORK/calls.${OLD_OF[$((c - 10))]}" "$WORK/calls.$c")"; done
+    for c in 10 11 12 13 14 16; do printf ' %s %s ms;' "${CALLS[$c]#old: }" "$(paired "$WORK/calls.${OLD_OF[$((c - 10))]}" "$WORK/calls.$c")"; done
     echo
 fi
 echo
