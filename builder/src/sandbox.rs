@@ -1,9 +1,9 @@
 //! Running a command inside an image's root, cut off from the host: where maintainer scripts
 //! that cannot be emulated run ([`crate::packages::apt`] decides when).
 //!
-//! The root is a tree on disk ([`erdma_oci::rootdir::RootDir`]) owned by the ids of a user
-//! namespace ([`IdMap`]: a range only root may hand out, or a rootless user's own id and its
-//! subordinate ids). The command runs as that namespace's root, in new mount, PID, network, IPC
+//! The root is a tree ([`erdma_oci::rootdir::RootDir`], on disk or on a tmpfs) owned by the
+//! ids of a user namespace ([`IdMap`]: a range only root may hand out, or a rootless user's own
+//! id and its subordinate ids). The command runs as that namespace's root, in new mount, PID, network, IPC
 //! and UTS namespaces:
 //! - the tree is bind-mounted and made the root with `pivot_root`, the host's root unmounted
 //!   under it: no path leads out;

@@ -5,11 +5,11 @@
 //!
 //! The packages are the ones the backend resolved and verified. A process of its own, the root
 //! of a user namespace of the sandbox's ids ([`crate::sandbox::IdMap`]: root's shifted range,
-//! or a rootless user's subordinate ids), applies the base's layers to a tree on disk
-//! ([`erdma_oci::rootdir`]) with the layer built so far; the package files go in; the sandbox
-//! ([`crate::sandbox`]) runs the backend's commands with the image's `/bin/sh`; the package
-//! files come out again, and the layer gets what differs from the tree before the run
-//! (`apt/sandboxed.rs` and `rpm/sandboxed.rs` say what runs).
+//! or a rootless user's subordinate ids), applies the base's layers to a tree in memory or on
+//! disk (`TreeIn`, [`erdma_oci::rootdir`]) with the layer built so far; the package files go
+//! in; the sandbox ([`crate::sandbox`]) runs the backend's commands with the image's
+//! `/bin/sh`; the package files come out again, and the layer gets what differs from the tree
+//! before the run (`apt/sandboxed.rs` and `rpm/sandboxed.rs` say what runs).
 //!
 //! No `policy-rc.d` is added (the base's own, if it has one, applies): `apt-get install` in a
 //! container of the base has none either, and helpers read it for more than starts (Debian 13's
@@ -117,8 +117,9 @@ struct Header {
 /// In memory, nothing of the tree is written to disk: the base's files, what the package
 /// manager unpacks and the removal at the end cost no disk I/O and no inode allocation, and
 /// the result is the same (the layer comes from the same scans, `tree_in_memory_or_on_disk`
-/// in tests/cases/sandbox.rs compares the two). A tree that outgrows its tmpfs is assembled
-/// again on disk.
+/// in tests/cases/sandbox.rs compares the two). A run in memory that fails, or ends with its
+/// tmpfs (nearly) full, is run again on disk, whose result or error stands. What cannot be
+/// seen: a script that swallows a failed write and then removes enough to leave room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum TreeIn {
     Memory { limit: u64 },
@@ -130,12 +131,18 @@ enum TreeIn {
 /// (see `tree_in`).
 pub const TREE_ENV: &str = "ERDMA_BUILD_SANDBOX_TREE";
 
+/// The smallest tmpfs worth mounting.
+const MIN_TMPFS: u64 = 64 << 20;
+
+/// What a tmpfs may hold beyond twice the estimate.
+const SLACK: u64 = 256 << 20;
+
 /// Where this build's tree goes, for a base of `base_bytes` (compressed layers) and packages
 /// of `package_bytes` (their files). The tree's size is estimated at four times both (gzip
 /// and xz shrink a root file system 2.5 to 4 times); with the room memory has
 /// (`room`, [`memory_room`]) at least four times that, the tree goes to a tmpfs limited to
-/// half the room: an estimate off by 2× still fits, and beyond that the build goes to disk
-/// again rather than fail.
+/// twice the estimate and [`SLACK`], and never more than half the room: an estimate off by 2×
+/// still fits, and a run that goes beyond is run again on disk.
 fn tree_in(
     setting: Option<&str>,
     room: Option<u64>,
@@ -143,17 +150,21 @@ fn tree_in(
     package_bytes: u64,
 ) -> std::result::Result<TreeIn, String> {
     let estimate = base_bytes.saturating_add(package_bytes).saturating_mul(4);
+    let capped = estimate.saturating_mul(2).saturating_add(SLACK);
     let auto = || match room {
-        Some(room) if estimate.saturating_mul(4) <= room => TreeIn::Memory { limit: room / 2 },
+        Some(room) if estimate.saturating_mul(4) <= room && room / 2 >= MIN_TMPFS => {
+            TreeIn::Memory { limit: capped.min(room / 2) }
+        }
         _ => TreeIn::Disk,
     };
     match setting.map(str::trim) {
         None | Some("" | "auto") => Ok(auto()),
         Some("disk") => Ok(TreeIn::Disk),
         Some("memory") => {
-            Ok(TreeIn::Memory { limit: room.map_or(estimate.saturating_mul(2), |r| r / 2) })
+            Ok(TreeIn::Memory { limit: room.map_or(capped, |r| capped.min(r / 2)).max(MIN_TMPFS) })
         }
         Some(other) => match other.strip_prefix("memory:").map(str::parse::<u64>) {
+            // Never 0: a tmpfs of size 0 has no limit at all.
             Some(Ok(limit)) if limit > 0 => Ok(TreeIn::Memory { limit }),
             _ => Err(format!(
                 "{TREE_ENV}={other:?}: expected `auto`, `disk`, `memory` or `memory:BYTES`"
@@ -163,30 +174,61 @@ fn tree_in(
 }
 
 /// The memory a tmpfs of this process may fill: the kernel's `MemAvailable`, less where the
-/// memory cgroup this process is in (cgroup v2, or any of its parents) leaves less room under
-/// its `memory.max` (tmpfs pages are charged to the cgroup of the process that writes them).
-/// `None` where `/proc/meminfo` cannot be read.
+/// memory cgroup this process is in, or any of its parents, leaves less room under its limit
+/// (tmpfs pages are charged to the cgroup of the process that writes them): cgroup v2's
+/// `memory.max` less `memory.current`, v1's `memory.limit_in_bytes` less
+/// `memory.usage_in_bytes`, the reclaimable page cache (`inactive_file`) counted as room.
+/// `None` where `/proc/meminfo` cannot be read, or the process's memory cgroup is not where
+/// `/proc/self/cgroup` says (a cgroup namespace without its view mounted): the room is then
+/// unknown.
 fn memory_room() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let mut room = mem_available(&meminfo)?;
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    if let Some(path) = cgroup.lines().find_map(|l| l.strip_prefix("0::")) {
-        let mut dir = Path::new("/sys/fs/cgroup").join(path.trim().trim_start_matches('/'));
-        loop {
-            let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
-            if let (Some(max), Some(current)) = (read("memory.max"), read("memory.current")) {
-                if let (Ok(max), Ok(current)) =
-                    (max.trim().parse::<u64>(), current.trim().parse::<u64>())
-                {
-                    room = room.min(max.saturating_sub(current));
-                }
-            }
-            if dir == Path::new("/sys/fs/cgroup") || !dir.pop() {
-                break;
-            }
+    let Some((mount, path, v2)) = memory_cgroup(&cgroup) else { return Some(room) };
+    let top = Path::new(mount);
+    let mut dir = top.join(path.trim_start_matches('/'));
+    if !dir.is_dir() {
+        return None;
+    }
+    let (max, used, stat_key) = if v2 {
+        ("memory.max", "memory.current", "inactive_file")
+    } else {
+        ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+    };
+    loop {
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+        let number = |f: &str| read(f).and_then(|t| t.trim().parse::<u64>().ok());
+        if let (Some(max), Some(used)) = (number(max), number(used)) {
+            let reclaimable = read("memory.stat")
+                .and_then(|t| {
+                    t.lines().find_map(|l| l.strip_prefix(stat_key)?.trim().parse::<u64>().ok())
+                })
+                .unwrap_or(0);
+            room = room.min(max.saturating_sub(used.saturating_sub(reclaimable)));
+        }
+        if dir == top || !dir.pop() {
+            break;
         }
     }
     Some(room)
+}
+
+/// Where `/proc/self/cgroup`'s text puts this process's memory cgroup: the hierarchy's mount,
+/// the path in it, and whether it is cgroup v2. v1's `memory` controller where it has one
+/// (the unified hierarchy then holds no memory controller), else v2's `0::`.
+fn memory_cgroup(text: &str) -> Option<(&'static str, &str, bool)> {
+    let v1 = text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        controllers.split(',').any(|c| c == "memory").then_some(path)
+    });
+    match v1 {
+        Some(path) => Some(("/sys/fs/cgroup/memory", path, false)),
+        None => {
+            text.lines().find_map(|l| l.strip_prefix("0::")).map(|p| ("/sys/fs/cgroup", p, true))
+        }
+    }
 }
 
 /// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
@@ -264,7 +306,8 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
         bytes as f64 / 1e6,
         if matches!(tree, TreeIn::Memory { .. }) { ", its root in memory" } else { "" }
     ));
-    let mut outgrew = None;
+    // Why a run in memory was run again on disk.
+    let mut again = None;
     let outcome = loop {
         let header = Header {
             tool: job.tool.to_string(),
@@ -276,18 +319,19 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
         let outcome = tokio::task::block_in_place(|| {
             let given = job.given.as_deref();
             run_job(work.path(), &map, &header, base, layer, &job.files, given, reporter, because)
-        })?;
-        match tree {
-            TreeIn::Memory { limit } if outcome.full => {
-                reporter.step(&format!(
-                    "the sandbox's root outgrew its {} MiB in memory: assembling it again on disk",
-                    limit >> 20
-                ));
-                outgrew = Some(limit);
-                tree = TreeIn::Disk;
-            }
-            _ => break outcome,
-        }
+        });
+        // In memory, any run that did not succeed is run again on disk: a tmpfs that filled
+        // is not always seen full afterwards (dpkg removes what it unpacked when a write
+        // fails), and the disk's run is the one whose result or error stands.
+        let TreeIn::Memory { limit } = tree else { break outcome? };
+        let why = match &outcome {
+            Ok(o) if o.full => format!("its root outgrew {} MiB in memory", limit >> 20),
+            Ok(o) if o.status == 0 => break outcome?,
+            _ => format!("the run in memory ({} MiB) failed", limit >> 20),
+        };
+        reporter.step(&format!("{why}: running the sandbox again, its root on disk"));
+        again = Some(why);
+        tree = TreeIn::Disk;
     };
     if outcome.status != 0 {
         let tail: Vec<&str> = outcome.output.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -308,8 +352,8 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
             layers_read: layers.len(),
             bytes_read: bytes,
             not_taken: outcome.not_taken,
-            tree: match outgrew {
-                Some(limit) => format!("disk (outgrew {} MiB in memory)", limit >> 20),
+            tree: match again {
+                Some(why) => format!("disk ({why})"),
                 None => outcome.tree,
             },
         },
@@ -507,7 +551,8 @@ impl Read for Unframe<'_> {
 
 /// The job process (`erdma-build __sandbox-job WORK`): becomes the root of a user namespace
 /// whose ids its parent maps, reads the job and its data on stdin, assembles the root in
-/// `WORK/root` from the layers (owned by the namespace's ids), puts the packages in, runs the
+/// `WORK/root`, or in memory on a tmpfs at `WORK/tree` in a mount namespace of its own
+/// (`TreeIn`), from the layers (owned by the namespace's ids), puts the packages in, runs the
 /// commands in the sandbox ([`crate::sandbox::run`], its ids the same as this namespace's),
 /// and leaves the changes as a layer in `WORK/changes.tar` and the outcome in
 /// `WORK/result.json`. Its own failures go to stderr with exit status 125.
@@ -578,12 +623,12 @@ fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), Cause> {
         }
     };
     let ran = assemble_and_run(&root, &header, input, &mut outcome);
-    // A tree in memory that filled its tmpfs: the parent assembles it again on disk (the
-    // failure, `No space left on device` wherever it struck, is not the build's).
+    // A tree in memory that ends (nearly) filling its tmpfs, in bytes or inodes, whether the
+    // run failed or a script went on past a failed write: the parent runs it again on disk.
     let full = in_memory
-        && (ran.is_err() || outcome.status != 0)
-        && rustix::fs::statvfs(work.join(TMPFS))
-            .is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) < FULL_BELOW);
+        && rustix::fs::statvfs(work.join(TMPFS)).is_ok_and(|s| {
+            s.f_bavail.saturating_mul(s.f_frsize) < FULL_BELOW || s.f_favail < FULL_INODES
+        });
     if full {
         // The rest of what the parent sends, read to its end, so that it comes to read this.
         std::io::copy(input, &mut std::io::sink())?;
@@ -614,13 +659,22 @@ const TMPFS: &str = "tree";
 /// Free space under which a tmpfs counts as filled (a file that did not fit).
 const FULL_BELOW: u64 = 1 << 20;
 
-/// Mounts a tmpfs of at most `limit` bytes at `mnt` (created here), seen only in this
-/// process's mount namespace.
+/// Free inodes under which a tmpfs counts as filled.
+const FULL_INODES: u64 = 64;
+
+/// Bytes of a tmpfs's limit per inode it may have: a Debian root averages 20 kB a file. The
+/// kernel keeps about 1 kB per inode outside the limit, so inodes cap that at a quarter of it.
+const BYTES_PER_INODE: u64 = 4096;
+
+/// Mounts a tmpfs of at most `limit` bytes and `limit / BYTES_PER_INODE` inodes at `mnt`
+/// (created here), in this process's mount namespace (made with its user namespace, so no
+/// mount event reaches the host's).
 fn mount_tmpfs(mnt: &Path, limit: u64) -> std::io::Result<()> {
     use rustix::mount::{mount, mount_change, MountFlags, MountPropagationFlags};
     mount_change("/", MountPropagationFlags::PRIVATE | MountPropagationFlags::REC)?;
     std::fs::create_dir(mnt)?;
-    let data = std::ffi::CString::new(format!("size={limit},mode=0755"))
+    let inodes = (limit / BYTES_PER_INODE).max(1024);
+    let data = std::ffi::CString::new(format!("size={limit},nr_inodes={inodes},mode=0755"))
         .expect("no NUL in the tmpfs options");
     mount("erdma-build-sandbox", mnt, "tmpfs", MountFlags::empty(), data.as_c_str())?;
     Ok(())
@@ -717,13 +771,21 @@ mod tests {
         // A 50 MB base and 23 MB of packages: an estimate of 292 MB.
         let (base, debs) = (50_000_000, 23_000_000);
         let estimate = 4 * (base + debs);
+        // Just the room: half of it, twice the estimate.
         assert_eq!(
             tree_in(None, Some(4 * estimate), base, debs),
             Ok(TreeIn::Memory { limit: 2 * estimate })
         );
+        // Plenty of room: twice the estimate and the slack, not half the host.
+        assert_eq!(
+            tree_in(Some("auto"), Some(64 << 30), base, debs),
+            Ok(TreeIn::Memory { limit: 2 * estimate + SLACK })
+        );
         assert_eq!(tree_in(Some("auto"), Some(4 * estimate - 1), base, debs), Ok(TreeIn::Disk));
-        // Unknown room (no /proc/meminfo): disk.
+        // Unknown room, or none (a cgroup at its limit): disk.
         assert_eq!(tree_in(None, None, base, debs), Ok(TreeIn::Disk));
+        assert_eq!(tree_in(None, Some(0), 0, 0), Ok(TreeIn::Disk));
+        assert_eq!(tree_in(None, Some(2 * MIN_TMPFS - 1), 0, 0), Ok(TreeIn::Disk));
         // A 15 GB base (NGC PyTorch) on a 64 GiB host: disk.
         assert_eq!(tree_in(None, Some(64 << 30), 15_000_000_000, 0), Ok(TreeIn::Disk));
     }
@@ -731,11 +793,20 @@ mod tests {
     #[test]
     fn the_setting_overrides_and_is_checked() {
         assert_eq!(tree_in(Some("disk"), Some(1 << 40), 1, 1), Ok(TreeIn::Disk));
+        // `memory` whatever the estimate: capped by half the room, never under the minimum,
+        // never 0 (which would be a tmpfs without a limit).
         assert_eq!(
-            tree_in(Some("memory"), Some(100 * MIB), 1 << 30, 0),
-            Ok(TreeIn::Memory { limit: 50 * MIB })
+            tree_in(Some("memory"), Some(1 << 30), 1 << 30, 0),
+            Ok(TreeIn::Memory { limit: 512 * MIB })
         );
-        assert_eq!(tree_in(Some("memory"), None, MIB, 0), Ok(TreeIn::Memory { limit: 8 * MIB }));
+        assert_eq!(
+            tree_in(Some("memory"), Some(0), 1 << 30, 0),
+            Ok(TreeIn::Memory { limit: MIN_TMPFS })
+        );
+        assert_eq!(
+            tree_in(Some("memory"), None, MIB, 0),
+            Ok(TreeIn::Memory { limit: 8 * MIB + SLACK })
+        );
         assert_eq!(tree_in(Some(" memory:4096 "), None, 0, 0), Ok(TreeIn::Memory { limit: 4096 }));
         for bad in ["ram", "memory:", "memory:0", "memory:1G", "Disk"] {
             let e = tree_in(Some(bad), Some(1 << 30), 0, 0).unwrap_err();
@@ -744,12 +815,32 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_cgroup_is_found_in_either_version() {
+        // cgroup v1 with the unified hierarchy beside it (this project's CI machine).
+        let v1 = "9:name=systemd:/\n4:memory:/process_api/e17a\n3:cpuset:/\n0::/\n";
+        assert_eq!(memory_cgroup(v1), Some(("/sys/fs/cgroup/memory", "/process_api/e17a", false)));
+        let joined = "5:cpu,memory:/a/b\n";
+        assert_eq!(memory_cgroup(joined), Some(("/sys/fs/cgroup/memory", "/a/b", false)));
+        // v2 alone, and v1 without a memory controller.
+        let v2 = "0::/user.slice/user-0.slice/session-1.scope\n";
+        assert_eq!(
+            memory_cgroup(v2),
+            Some(("/sys/fs/cgroup", "/user.slice/user-0.slice/session-1.scope", true))
+        );
+        assert_eq!(memory_cgroup("2:cpu:/x\n0::/y\n"), Some(("/sys/fs/cgroup", "/y", true)));
+        assert_eq!(memory_cgroup("2:cpu:/x\n"), None);
+    }
+
+    #[test]
     fn mem_available_is_read_in_bytes() {
         let meminfo = "MemTotal:       24731708 kB\nMemFree:         1234567 kB\nMemAvailable:   20000000 kB\n";
         assert_eq!(mem_available(meminfo), Some(20_000_000 * 1024));
         assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
         assert_eq!(mem_available("MemAvailable: lots\n"), None);
-        // This machine's own.
-        assert!(memory_room().is_some_and(|r| r > 0));
+        // This machine's own: never more than all its memory.
+        let total = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let total = total.lines().find_map(|l| l.strip_prefix("MemTotal:")).unwrap();
+        let total: u64 = total.trim().trim_end_matches("kB").trim().parse().unwrap();
+        assert!(memory_room().is_none_or(|r| r <= total * 1024));
     }
 }

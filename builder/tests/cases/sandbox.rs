@@ -204,7 +204,7 @@ fn the_sandbox_runs_a_foreign_architecture_through_binfmt() {
 const ROOTLESS_USER: &str = "erdma-rootless";
 
 /// Every entry of a gzip layer blob but what a run leaves by its clock (dpkg's and apt's logs
-/// and bookkeeping, adduser's lock): `path → type, mode, owner, content`.
+/// and bookkeeping, adduser's lock): `path → type, mode, owner, content, link, xattrs`.
 fn layer_entries(blob: &[u8]) -> Entries {
     use sha2::Digest as _;
     let mut out = Entries::new();
@@ -221,13 +221,22 @@ fn layer_entries(blob: &[u8]) -> Entries {
             continue;
         }
         let h = e.header().clone();
+        let mut xattrs = Vec::new();
+        if let Some(pax) = e.pax_extensions().unwrap() {
+            for x in pax {
+                let x = x.unwrap();
+                if let Some(name) = x.key().unwrap().strip_prefix("SCHILY.xattr.") {
+                    xattrs.push(format!("{name}={}", hex::encode(x.value_bytes())));
+                }
+            }
+        }
         let mut data = Vec::new();
         std::io::Read::read_to_end(&mut e, &mut data).unwrap();
         let link = e.link_name().unwrap().map(|l| l.to_string_lossy().into_owned());
         out.insert(
             p,
             format!(
-                "{:?} {:o} {}:{} {} {link:?}",
+                "{:?} {:o} {}:{} {} {link:?} {xattrs:?}",
                 h.entry_type(),
                 h.mode().unwrap(),
                 h.uid().unwrap(),
@@ -242,7 +251,7 @@ fn layer_entries(blob: &[u8]) -> Entries {
 type Entries = std::collections::BTreeMap<String, String>;
 
 /// The paths two [`layer_entries`] differ at, each with both sides, named.
-fn differing((a, ours): (&str, &Entries), (b, theirs): (&str, &Entries)) -> Vec<String> {
+fn diff_entries((a, ours): (&str, &Entries), (b, theirs): (&str, &Entries)) -> Vec<String> {
     ours.keys()
         .chain(theirs.keys())
         .collect::<std::collections::BTreeSet<_>>()
@@ -252,9 +261,15 @@ fn differing((a, ours): (&str, &Entries), (b, theirs): (&str, &Entries)) -> Vec<
         .collect()
 }
 
-/// `erdma-build build --json` of `DIR/probe.deb` on `DIR/base` (tagged `tag`) into `DIR/out`,
-/// as `user`:`group`, with `DIR` as its home and cache.
-fn build_as(user: &str, group: &str, dir: &Path, tag: &str) -> std::process::Output {
+/// `erdma-build build --json` of `DIR/probe.deb` on `DIR/base` (tagged `tag`) into `DIR/OUT`,
+/// as `user`:`group`, with `DIR` as its home and cache and `env` besides.
+fn build_as(
+    (user, group): (&str, &str),
+    dir: &Path,
+    tag: &str,
+    out: &str,
+    env: &[(&str, &str)],
+) -> std::process::Output {
     std::process::Command::new("setpriv")
         .args([&format!("--reuid={user}"), &format!("--regid={group}"), "--clear-groups", "--"])
         .arg(support::bin())
@@ -263,12 +278,13 @@ fn build_as(user: &str, group: &str, dir: &Path, tag: &str) -> std::process::Out
         .args(["--no-packages", "--no-env-presets", "--allow-unsigned-package", "--package"])
         .arg(dir.join("probe.deb"))
         .arg("--output")
-        .arg(format!("oci:{}:x", s(&dir.join("out"))))
+        .arg(format!("oci:{}:x", s(&dir.join(out))))
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("HOME", dir)
         .env("XDG_CACHE_HOME", dir.join("cache"))
         .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap()
@@ -330,7 +346,8 @@ fn the_sandbox_runs_without_root_on_subordinate_ids() {
         .unwrap();
     support::assert_success("chown", &chown);
     let rootless = home.join("out");
-    let out = build_as(ROOTLESS_USER, ROOTLESS_USER, &home, &base.tag);
+    let user = (ROOTLESS_USER, ROOTLESS_USER);
+    let out = build_as(user, &home, &base.tag, "out", &[]);
     support::assert_success("erdma-build build as erdma-rootless", &out);
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("newuidmap:"),
@@ -370,7 +387,7 @@ fn the_sandbox_runs_without_root_on_subordinate_ids() {
         .output()
         .unwrap();
     support::assert_success("chown", &chown);
-    let out = build_as("nobody", "nogroup", &nobody, &base.tag);
+    let out = build_as(("nobody", "nogroup"), &nobody, &base.tag, "out", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let err = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
     assert!(!out.status.success(), "{stderr}");
@@ -386,7 +403,19 @@ fn the_sandbox_runs_without_root_on_subordinate_ids() {
     let made = &ours["var/lib/rootless-probe/made"];
     assert!(made.contains(" 600 ") && !made.contains(" 0:0 "), "owned by the new user: {made}");
     assert!(ours["etc/shadow"].contains(" 0:42 "), "{}", ours["etc/shadow"]);
-    let differing = differing(("rootless", &ours), ("root", &theirs));
+    let differing = diff_entries(("rootless", &ours), ("root", &theirs));
+    assert!(differing.is_empty(), "{}", differing.join("\n"));
+    // The same with the sandbox's root on disk, as where memory is short (the default puts
+    // it in memory on a machine like this one).
+    let tree = |r: &std::process::Output| {
+        let r: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        r["images"][0]["packages"]["sandbox"]["tree"].as_str().unwrap().to_string()
+    };
+    let out = build_as(user, &home, &base.tag, "out-disk", &[("ERDMA_BUILD_SANDBOX_TREE", "disk")]);
+    support::assert_success("erdma-build build as erdma-rootless, tree on disk", &out);
+    assert_eq!(tree(&out), "disk");
+    let on_disk = layer_entries(&layer(&home.join("out-disk")));
+    let differing = diff_entries(("rootless, disk", &on_disk), ("root", &theirs));
     assert!(differing.is_empty(), "{}", differing.join("\n"));
 }
 
@@ -459,9 +488,10 @@ fn a_warm_sandboxed_build_keeps_the_base_layer() {
 
 /// The sandbox's root in memory (a tmpfs in the job's own mount namespace, the default where
 /// memory has room) and on disk (`ERDMA_BUILD_SANDBOX_TREE=disk`) give the same layer, entry
-/// for entry; the report says where it was. A tmpfs too small for the tree, whether it fills
-/// while the base's layer is applied or while a script writes, sends the build to disk again,
-/// with the same layer, and the report says why.
+/// for entry; the report says where it was. A tmpfs too small for the tree sends the build to
+/// disk again, with the same layer, and the report says why: filled while the base's layer is
+/// applied, filled by a script (the tmpfs full afterwards), and filled while dpkg unpacks (dpkg
+/// removes what it wrote: the run failed, the tmpfs is not full afterwards).
 #[test]
 fn tree_in_memory_or_on_disk() {
     if !debian::require_base()
@@ -473,7 +503,7 @@ fn tree_in_memory_or_on_disk() {
     let tmp = tempfile::tempdir().unwrap();
     // Adds a user, changes a base file in place and removes another, writes 48 MiB.
     let postinst = "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  adduser --system --group --home /var/lib/tree-probe tree-probe\n  echo '# tree-probe' >> /etc/bash.bashrc\n  rm /etc/issue.net\n  head -c 50331648 /dev/zero > /var/lib/tree-probe/big\nfi\n";
-    let deb = debs::fake_deb(
+    let probe = debs::fake_deb(
         tmp.path(),
         debs::FakeDeb {
             name: "tree-probe",
@@ -483,47 +513,79 @@ fn tree_in_memory_or_on_disk() {
             ..Default::default()
         },
     );
+    // 24 MiB of files, and a postinst that sends the install to the sandbox.
+    let noise = vec![0u8; 24 << 20];
+    let noisy = debs::fake_deb(
+        tmp.path(),
+        debs::FakeDeb {
+            name: "tree-noise",
+            version: "1.0",
+            files: vec![("/usr/share/tree-noise/data", noise.as_slice(), 0o644)],
+            postinst: Some("echo noise > /etc/tree-noise.conf\n"),
+            ..Default::default()
+        },
+    );
     let base = debian::base(debian::BOOKWORM);
-    // What the base's tree needs: its layer's uncompressed tar is a little more than its files.
+    // What the base's tree needs: a little more than its layer's uncompressed tar (8 MB more
+    // on a tmpfs for Debian 12's minbase of 2026-11: a page for every small file).
     let tar_size = {
         let f = std::fs::File::open(base.blob_path(&base.layers[0].digest)).unwrap();
         std::io::copy(&mut flate2::read::GzDecoder::new(f), &mut std::io::sink()).unwrap()
     };
-    let build = |name: &str, setting: Option<String>| {
+    let build = |deb: &Path, name: &str, setting: &str| {
         let out = tmp.path().join(name);
-        let env: Vec<(&str, &str)> =
-            setting.iter().map(|v| ("ERDMA_BUILD_SANDBOX_TREE", v.as_str())).collect();
         let (r, progress) = super::build_one_deb_env(
             &base.reference(),
-            &deb,
+            deb,
             &format!("oci:{}:x", s(&out)),
             &tmp.path().join("cache"),
-            &env,
+            &[("ERDMA_BUILD_SANDBOX_TREE", setting)],
         );
         let img = support::fixture::read_fixture(&out, "x");
         let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
         let tree = r["images"][0]["packages"]["sandbox"]["tree"].as_str().unwrap().to_string();
         (tree, layer_entries(&blob), progress)
     };
-    let (tree, memory, progress) = build("memory", None);
-    assert_eq!(tree, "memory", "this machine has the room: {progress}");
+    let (tree, memory, progress) = build(&probe, "memory", "memory");
+    assert_eq!(tree, "memory", "{progress}");
     assert!(progress.contains("to run maintainer scripts in a sandbox, its root in memory"));
-    let (tree, disk, _) = build("disk", Some("disk".into()));
+    let (tree, disk, _) = build(&probe, "disk", "disk");
     assert_eq!(tree, "disk");
     // Filled while the base is applied.
-    let (tree, small, progress) = build("small", Some("memory:8388608".into()));
-    assert_eq!(tree, "disk (outgrew 8 MiB in memory)", "{progress}");
-    assert!(progress.contains("outgrew its 8 MiB in memory: assembling it again on disk"));
+    let (tree, small, progress) = build(&probe, "small", "memory:8388608");
+    assert_eq!(tree, "disk (its root outgrew 8 MiB in memory)", "{progress}");
+    assert!(
+        progress.contains("outgrew 8 MiB in memory: running the sandbox again, its root on disk")
+    );
     // Filled by the script: room for the base and the package, not for its 48 MiB.
     let limit = tar_size + (16 << 20);
-    let (tree, by_script, progress) = build("by-script", Some(format!("memory:{limit}")));
-    assert_eq!(tree, format!("disk (outgrew {} MiB in memory)", limit >> 20), "{progress}");
+    let (tree, by_script, progress) = build(&probe, "by-script", &format!("memory:{limit}"));
+    assert_eq!(
+        tree,
+        format!("disk (its root outgrew {} MiB in memory)", limit >> 20),
+        "{progress}"
+    );
 
     assert!(memory.contains_key("var/lib/tree-probe/big"), "{:?}", memory.keys());
     assert!(memory["etc/bash.bashrc"].starts_with("Regular "), "{}", memory["etc/bash.bashrc"]);
     assert!(memory.contains_key("etc/.wh.issue.net"), "{:?}", memory.keys());
     for other in [("disk", &disk), ("small", &small), ("by-script", &by_script)] {
-        let differing = differing(("memory", &memory), other);
+        let differing = diff_entries(("memory", &memory), other);
         assert!(differing.is_empty(), "{}", differing.join("\n"));
     }
+
+    // Filled while dpkg unpacks: room for the base and the package file (its xz-compressed
+    // zeros are small), not for the 24 MiB it unpacks.
+    let limit = tar_size + (16 << 20);
+    let (tree, unpacked, progress) = build(&noisy, "unpack", &format!("memory:{limit}"));
+    assert_eq!(
+        tree,
+        format!("disk (the run in memory ({} MiB) failed)", limit >> 20),
+        "{progress}"
+    );
+    let (tree, noisy_disk, _) = build(&noisy, "noisy-disk", "disk");
+    assert_eq!(tree, "disk");
+    assert!(unpacked.contains_key("usr/share/tree-noise/data"), "{:?}", unpacked.keys());
+    let differing = diff_entries(("unpack", &unpacked), ("disk", &noisy_disk));
+    assert!(differing.is_empty(), "{}", differing.join("\n"));
 }

@@ -1,4 +1,4 @@
-//! An image's root assembled on disk: its layers applied in order, whiteouts honoured, for the
+//! An image's root assembled in a directory (on disk or a tmpfs): its layers applied in order, whiteouts honoured, for the
 //! one job that needs the whole tree (running maintainer scripts in a sandbox); then what
 //! changed in it turned back into entries of the new layer.
 //!
@@ -30,7 +30,7 @@ use crate::layer::{normalize, Entry, EntryKind, LayerContents};
 pub const ID_COUNT: u32 = 65536;
 const NOBODY: u32 = 65534;
 
-/// A root tree on disk, owned by the ids of a user namespace whose root is host uid `shift`.
+/// A root tree in a directory, owned by the ids of a user namespace whose root is host uid `shift`.
 pub struct RootDir {
     path: PathBuf,
     shift: u32,
