@@ -3,8 +3,8 @@
 //!
 //! The root is a tree ([`erdma_oci::rootdir::RootDir`], on disk or on a tmpfs) owned by the
 //! ids of a user namespace ([`IdMap`]: a range only root may hand out, or a rootless user's own
-//! id and its subordinate ids). The command runs as that namespace's root, in new mount, PID, network, IPC
-//! and UTS namespaces:
+//! id and its subordinate ids). The command runs as that namespace's root, in new mount, PID,
+//! network, IPC and UTS namespaces:
 //! - the tree is bind-mounted and made the root with `pivot_root`, the host's root unmounted
 //!   under it: no path leads out;
 //! - a new `/proc` for the new PID namespace, a tmpfs `/dev` with only `null`, `zero`, `full`,

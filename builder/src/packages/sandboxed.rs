@@ -164,8 +164,9 @@ fn tree_in(
             Ok(TreeIn::Memory { limit: room.map_or(capped, |r| capped.min(r / 2)).max(MIN_TMPFS) })
         }
         Some(other) => match other.strip_prefix("memory:").map(str::parse::<u64>) {
-            // Never 0: a tmpfs of size 0 has no limit at all.
-            Some(Ok(limit)) if limit > 0 => Ok(TreeIn::Memory { limit }),
+            // Never 0: a tmpfs of size 0 has no limit at all; nor so near 2^64 that the
+            // kernel's rounding to pages wraps around to 0.
+            Some(Ok(limit)) if limit > 0 => Ok(TreeIn::Memory { limit: limit.min(1 << 62) }),
             _ => Err(format!(
                 "{TREE_ENV}={other:?}: expected `auto`, `disk`, `memory` or `memory:BYTES`"
             )),
@@ -178,23 +179,25 @@ fn tree_in(
 /// (tmpfs pages are charged to the cgroup of the process that writes them): cgroup v2's
 /// `memory.max` less `memory.current`, v1's `memory.limit_in_bytes` less
 /// `memory.usage_in_bytes`, the reclaimable page cache (`inactive_file`) counted as room.
-/// `None` where `/proc/meminfo` cannot be read, or the process's memory cgroup is not where
-/// `/proc/self/cgroup` says (a cgroup namespace without its view mounted): the room is then
-/// unknown.
+/// `None` where `/proc/meminfo` cannot be read, or the process's memory cgroup cannot be
+/// found in the mounted hierarchy (`memory_cgroup`): the room is then unknown.
 fn memory_room() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let mut room = mem_available(&meminfo)?;
-    let Some((mount, path, v2)) = memory_cgroup(&cgroup) else { return Some(room) };
-    let top = Path::new(mount);
-    let mut dir = top.join(path.trim_start_matches('/'));
+    let Some((top, mut dir, v2)) = memory_cgroup(&cgroup, &mountinfo) else {
+        // No memory controller and no unified hierarchy (cgroups off): no cgroup limit.
+        return (!cgroup.lines().any(|l| is_memory_line(l) || l.starts_with("0::")))
+            .then_some(room);
+    };
     if !dir.is_dir() {
         return None;
     }
     let (max, used, stat_key) = if v2 {
-        ("memory.max", "memory.current", "inactive_file")
+        ("memory.max", "memory.current", "inactive_file ")
     } else {
-        ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file ")
     };
     loop {
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
@@ -214,21 +217,44 @@ fn memory_room() -> Option<u64> {
     Some(room)
 }
 
-/// Where `/proc/self/cgroup`'s text puts this process's memory cgroup: the hierarchy's mount,
-/// the path in it, and whether it is cgroup v2. v1's `memory` controller where it has one
-/// (the unified hierarchy then holds no memory controller), else v2's `0::`.
-fn memory_cgroup(text: &str) -> Option<(&'static str, &str, bool)> {
-    let v1 = text.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-        controllers.split(',').any(|c| c == "memory").then_some(path)
-    });
-    match v1 {
-        Some(path) => Some(("/sys/fs/cgroup/memory", path, false)),
-        None => {
-            text.lines().find_map(|l| l.strip_prefix("0::")).map(|p| ("/sys/fs/cgroup", p, true))
+/// A line of `/proc/self/cgroup` naming a v1 hierarchy with the `memory` controller.
+fn is_memory_line(line: &str) -> bool {
+    line.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory"))
+}
+
+/// Where this process's memory cgroup is mounted, from `/proc/self/cgroup` and
+/// `/proc/self/mountinfo`: the hierarchy's mount point, the cgroup's directory under it, and
+/// whether it is cgroup v2. v1's hierarchy with the `memory` controller where there is one
+/// (the unified hierarchy then has no memory controller), else v2's (`0::`). The cgroup's
+/// path is relative to the hierarchy's root, and a mount may show only a subtree of it (its
+/// root field: a container without a cgroup namespace sees its own cgroup `/docker/ID` as
+/// the mount's top), so that root is taken off; a cgroup outside the mounted subtree: `None`.
+fn memory_cgroup(cgroup: &str, mountinfo: &str) -> Option<(PathBuf, PathBuf, bool)> {
+    let (path, v2) = match cgroup.lines().find(|l| is_memory_line(l)) {
+        Some(l) => (l.splitn(3, ':').nth(2)?, false),
+        None => (cgroup.lines().find_map(|l| l.strip_prefix("0::"))?, true),
+    };
+    let mount = mountinfo.lines().find_map(|l| {
+        let (fields, fs) = l.split_once(" - ")?;
+        let fields: Vec<&str> = fields.split(' ').collect();
+        let fs: Vec<&str> = fs.split(' ').collect();
+        let ours = match (fs.first()?, v2) {
+            (&"cgroup2", true) => true,
+            (&"cgroup", false) => fs.get(2)?.split(',').any(|o| o == "memory"),
+            _ => false,
+        };
+        if !ours {
+            return None;
         }
+        Some((*fields.get(3)?, *fields.get(4)?))
+    });
+    let (root, point) = mount?;
+    let rel = if root == "/" { Some(path) } else { path.strip_prefix(root) }?;
+    if !(rel.is_empty() || rel.starts_with('/')) || rel.split('/').any(|c| c == "..") {
+        return None;
     }
+    let top = PathBuf::from(point);
+    Some((top.clone(), top.join(rel.trim_start_matches('/')), v2))
 }
 
 /// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
@@ -254,6 +280,10 @@ struct Outcome {
     /// was asked for).
     #[serde(default)]
     tree: String,
+    /// The job's own failure where its root was in memory (on disk it ends the job instead):
+    /// the parent runs it again on disk.
+    #[serde(default)]
+    error: Option<String>,
     /// The run's changes, until they are written to `changes.tar`.
     #[serde(skip)]
     changes: Option<LayerContents>,
@@ -320,16 +350,30 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
             let given = job.given.as_deref();
             run_job(work.path(), &map, &header, base, layer, &job.files, given, reporter, because)
         });
-        // In memory, any run that did not succeed is run again on disk: a tmpfs that filled
-        // is not always seen full afterwards (dpkg removes what it unpacked when a write
-        // fails), and the disk's run is the one whose result or error stands.
+        // A run whose root was in memory and did not succeed goes once more with its root on
+        // disk, whose result or error then stands: a tmpfs that filled is not always seen full
+        // afterwards (dpkg removes what it unpacked when a write fails). What failed outside
+        // the tree (the build's own reading, the ids' mapping) is not run again.
         let TreeIn::Memory { limit } = tree else { break outcome? };
-        let why = match &outcome {
-            Ok(o) if o.full => format!("its root outgrew {} MiB in memory", limit >> 20),
-            Ok(o) if o.status == 0 => break outcome?,
-            _ => format!("the run in memory ({} MiB) failed", limit >> 20),
+        let mib = limit >> 20;
+        let (step, why) = match &outcome {
+            Ok(o) if o.full => (
+                format!("its root filled its {mib} MiB tmpfs (bytes or inodes): running the sandbox again, its root on disk"),
+                format!("filled its {mib} MiB tmpfs in memory"),
+            ),
+            Ok(o) if o.tree == "memory" && (o.status != 0 || o.error.is_some()) => {
+                let cause = match &o.error {
+                    Some(e) => e.lines().next().unwrap_or_default().to_string(),
+                    None => format!("{} exited with status {}", job.tool, o.status),
+                };
+                (
+                    format!("{cause}, its root in memory ({mib} MiB): running it once more on disk, in case the limit caused it"),
+                    format!("after a failed run in memory, {mib} MiB: {cause}"),
+                )
+            }
+            _ => break outcome?,
         };
-        reporter.step(&format!("{why}: running the sandbox again, its root on disk"));
+        reporter.step(&step);
         again = Some(why);
         tree = TreeIn::Disk;
     };
@@ -629,10 +673,11 @@ fn job(work: &Path, input: &mut dyn BufRead) -> std::result::Result<(), Cause> {
         && rustix::fs::statvfs(work.join(TMPFS)).is_ok_and(|s| {
             s.f_bavail.saturating_mul(s.f_frsize) < FULL_BELOW || s.f_favail < FULL_INODES
         });
-    if full {
+    if full || (in_memory && ran.is_err()) {
         // The rest of what the parent sends, read to its end, so that it comes to read this.
         std::io::copy(input, &mut std::io::sink())?;
-        outcome = Outcome { full: true, tree: outcome.tree, ..Outcome::default() };
+        let error = ran.err().filter(|_| !full).map(|e| erdma_common::errors::chain(&*e));
+        outcome = Outcome { full, error, tree: outcome.tree, ..Outcome::default() };
     } else {
         ran?;
         if outcome.status == 0 {
@@ -816,19 +861,51 @@ mod tests {
 
     #[test]
     fn the_memory_cgroup_is_found_in_either_version() {
+        let mount = |root: &str, point: &str, fs: &str, opts: &str| {
+            format!("35 24 0:31 {root} {point} rw,nosuid shared:9 - {fs} cgroup {opts}\n")
+        };
+        let p = |s: &str| PathBuf::from(s);
         // cgroup v1 with the unified hierarchy beside it (this project's CI machine).
         let v1 = "9:name=systemd:/\n4:memory:/process_api/e17a\n3:cpuset:/\n0::/\n";
-        assert_eq!(memory_cgroup(v1), Some(("/sys/fs/cgroup/memory", "/process_api/e17a", false)));
-        let joined = "5:cpu,memory:/a/b\n";
-        assert_eq!(memory_cgroup(joined), Some(("/sys/fs/cgroup/memory", "/a/b", false)));
-        // v2 alone, and v1 without a memory controller.
-        let v2 = "0::/user.slice/user-0.slice/session-1.scope\n";
+        let mounts = mount("/", "/sys/fs/cgroup/cpuset", "cgroup", "rw,cpuset")
+            + &mount("/", "/sys/fs/cgroup/memory", "cgroup", "rw,memory")
+            + &mount("/", "/sys/fs/cgroup/unified", "cgroup2", "rw");
         assert_eq!(
-            memory_cgroup(v2),
-            Some(("/sys/fs/cgroup", "/user.slice/user-0.slice/session-1.scope", true))
+            memory_cgroup(v1, &mounts),
+            Some((p("/sys/fs/cgroup/memory"), p("/sys/fs/cgroup/memory/process_api/e17a"), false))
         );
-        assert_eq!(memory_cgroup("2:cpu:/x\n0::/y\n"), Some(("/sys/fs/cgroup", "/y", true)));
-        assert_eq!(memory_cgroup("2:cpu:/x\n"), None);
+        // Controllers joined in one hierarchy, mounted under another name.
+        let joined = "5:cpu,memory:/a/b\n";
+        let mounts = mount("/", "/sys/fs/cgroup/cpu,memory", "cgroup", "rw,cpu,memory");
+        assert_eq!(
+            memory_cgroup(joined, &mounts),
+            Some((p("/sys/fs/cgroup/cpu,memory"), p("/sys/fs/cgroup/cpu,memory/a/b"), false))
+        );
+        // A container without a cgroup namespace: its own cgroup is the mount's top.
+        let docker = "4:memory:/docker/abc\n";
+        let mounts = mount("/docker/abc", "/sys/fs/cgroup/memory", "cgroup", "rw,memory");
+        assert_eq!(
+            memory_cgroup(docker, &mounts),
+            Some((p("/sys/fs/cgroup/memory"), p("/sys/fs/cgroup/memory"), false))
+        );
+        // A cgroup outside the mounted subtree.
+        assert_eq!(memory_cgroup("4:memory:/other\n", &mounts), None);
+        assert_eq!(memory_cgroup("4:memory:/docker/abcd\n", &mounts), None);
+        // v2 alone, and v1 without a memory controller.
+        let v2 = "0::/user.slice/session-1.scope\n";
+        let mounts = mount("/", "/sys/fs/cgroup", "cgroup2", "rw,nsdelegate");
+        assert_eq!(
+            memory_cgroup(v2, &mounts),
+            Some((p("/sys/fs/cgroup"), p("/sys/fs/cgroup/user.slice/session-1.scope"), true))
+        );
+        assert_eq!(
+            memory_cgroup("2:cpu:/x\n0::/y\n", &mounts),
+            Some((p("/sys/fs/cgroup"), p("/sys/fs/cgroup/y"), true))
+        );
+        assert_eq!(memory_cgroup("2:cpu:/x\n", &mounts), None);
+        // No mount of the hierarchy, or a path climbing out.
+        assert_eq!(memory_cgroup(v2, ""), None);
+        assert_eq!(memory_cgroup("0::/../x\n", &mounts), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! An image's root assembled in a directory (on disk or a tmpfs): its layers applied in order, whiteouts honoured, for the
-//! one job that needs the whole tree (running maintainer scripts in a sandbox); then what
-//! changed in it turned back into entries of the new layer.
+//! An image's root assembled in a directory (on disk or a tmpfs): its layers applied in order,
+//! whiteouts honoured, for the one job that needs the whole tree (running maintainer scripts in
+//! a sandbox); then what changed in it turned back into entries of the new layer.
 //!
 //! Layers are hostile input and the writer here is the host's root, so:
 //! - every name is normalised (no `..`, no absolute path) and no entry is written through a
