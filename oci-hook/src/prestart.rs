@@ -58,6 +58,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use erdma_common::cgroups;
 use oci_spec::runtime::State;
 use pathrs::flags::{OpenFlags, ResolverFlags};
 use pathrs::{InodeType, Root};
@@ -466,7 +467,7 @@ impl DeviceCgroup {
     fn locate(pid: i32) -> Result<DeviceCgroup> {
         let cg_file = format!("/proc/{pid}/cgroup");
         let cgroups = std::fs::read_to_string(&cg_file).map_err(Error::io("reading", &cg_file))?;
-        let Some(cg_path) = devices_cgroup_of(&cgroups) else {
+        let Some(cg_path) = cgroups::v1_path(&cgroups, "devices") else {
             let reason = if cgroups.lines().any(|l| l.starts_with("0::")) {
                 format!("the container's cgroup is on cgroup v2 (no v1 devices controller in {cg_file}), where device access is an eBPF program the runtime owns and a hook cannot extend")
             } else {
@@ -476,7 +477,7 @@ impl DeviceCgroup {
         };
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(Error::io("reading", "/proc/self/mountinfo"))?;
-        let Some((mount_root, mount_point)) = devices_mount(&mountinfo) else {
+        let Some((mount_root, mount_point)) = cgroups::mount(&mountinfo, Some("devices")) else {
             return Ok(DeviceCgroup::Unsupported { reason: format!("the container is in devices cgroup {cg_path} but the hook sees no cgroup v1 devices mount") });
         };
         let rel = Path::new(&cg_path).strip_prefix(&mount_root).map_err(|_| {
@@ -551,49 +552,6 @@ impl DeviceCgroup {
             }
         }
     }
-}
-
-/// The v1 `devices` line of `/proc/PID/cgroup` (`5:devices:/docker/abc`).
-fn devices_cgroup_of(cgroups: &str) -> Option<String> {
-    cgroups.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
-        ctrls.split(',').any(|c| c == "devices").then(|| path.to_string())
-    })
-}
-
-/// Root and mount point of the host's cgroup v1 mount that has the `devices` controller.
-fn devices_mount(mountinfo: &str) -> Option<(String, PathBuf)> {
-    mountinfo.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        let mut post = post.split_whitespace();
-        let (fstype, _source, opts) = (post.next()?, post.next()?, post.next()?);
-        if fstype != "cgroup" || !opts.split(',').any(|o| o == "devices") {
-            return None;
-        }
-        let pre: Vec<&str> = pre.split_whitespace().collect();
-        Some((unescape_mountinfo(pre.get(3)?), PathBuf::from(unescape_mountinfo(pre.get(4)?))))
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What is to be made in the container root: each node and whether it is already there, and
@@ -886,19 +844,6 @@ mod tests {
                       Max locked memory         8388608              unlimited            bytes     \n";
         assert_eq!(parse_memlock(limits), Some((8388608, u64::MAX)));
         assert_eq!(parse_memlock("nothing"), None);
-    }
-
-    #[test]
-    fn cgroup_lines() {
-        let cg = "9:name=systemd:/\n5:devices:/docker/abc\n4:memory:/x\n0::/\n";
-        assert_eq!(devices_cgroup_of(cg).as_deref(), Some("/docker/abc"));
-        assert_eq!(devices_cgroup_of("0::/user.slice\n"), None);
-        let mi = "30 25 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n\
-                  31 25 0:27 /nested /sys/fs/cgroup/dev\\040ices rw,relatime - cgroup cgroup rw,devices\n";
-        assert_eq!(
-            devices_mount(mi),
-            Some(("/nested".into(), PathBuf::from("/sys/fs/cgroup/dev ices")))
-        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Cause, Doing, Error, Result};
 use crate::packages::error::PackageError;
 use crate::packages::{Inputs, SandboxRun};
+use erdma_common::cgroups;
 use erdma_common::progress::Reporter;
 use erdma_oci::files::BaseFiles;
 use erdma_oci::layer::LayerContents;
@@ -188,8 +189,9 @@ fn memory_room() -> Option<u64> {
     let mut room = mem_available(&meminfo)?;
     let Some((top, mut dir, v2)) = memory_cgroup(&cgroup, &mountinfo) else {
         // No memory controller and no unified hierarchy (cgroups off): no cgroup limit.
-        return (!cgroup.lines().any(|l| is_memory_line(l) || l.starts_with("0::")))
-            .then_some(room);
+        let none =
+            cgroups::v1_path(&cgroup, "memory").is_none() && cgroups::v2_path(&cgroup).is_none();
+        return none.then_some(room);
     };
     if !dir.is_dir() {
         return None;
@@ -217,11 +219,6 @@ fn memory_room() -> Option<u64> {
     Some(room)
 }
 
-/// A line of `/proc/self/cgroup` naming a v1 hierarchy with the `memory` controller.
-fn is_memory_line(line: &str) -> bool {
-    line.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory"))
-}
-
 /// Where this process's memory cgroup is mounted, from `/proc/self/cgroup` and
 /// `/proc/self/mountinfo`: the hierarchy's mount point, the cgroup's directory under it, and
 /// whether it is cgroup v2. v1's hierarchy with the `memory` controller where there is one
@@ -230,31 +227,17 @@ fn is_memory_line(line: &str) -> bool {
 /// root field: a container without a cgroup namespace sees its own cgroup `/docker/ID` as
 /// the mount's top), so that root is taken off; a cgroup outside the mounted subtree: `None`.
 fn memory_cgroup(cgroup: &str, mountinfo: &str) -> Option<(PathBuf, PathBuf, bool)> {
-    let (path, v2) = match cgroup.lines().find(|l| is_memory_line(l)) {
-        Some(l) => (l.splitn(3, ':').nth(2)?, false),
-        None => (cgroup.lines().find_map(|l| l.strip_prefix("0::"))?, true),
+    let (path, v2) = match cgroups::v1_path(cgroup, "memory") {
+        Some(path) => (path, false),
+        None => (cgroups::v2_path(cgroup)?, true),
     };
-    let mount = mountinfo.lines().find_map(|l| {
-        let (fields, fs) = l.split_once(" - ")?;
-        let fields: Vec<&str> = fields.split(' ').collect();
-        let fs: Vec<&str> = fs.split(' ').collect();
-        let ours = match (fs.first()?, v2) {
-            (&"cgroup2", true) => true,
-            (&"cgroup", false) => fs.get(2)?.split(',').any(|o| o == "memory"),
-            _ => false,
-        };
-        if !ours {
-            return None;
-        }
-        Some((*fields.get(3)?, *fields.get(4)?))
-    });
-    let (root, point) = mount?;
-    let rel = if root == "/" { Some(path) } else { path.strip_prefix(root) }?;
+    let (root, top) = cgroups::mount(mountinfo, (!v2).then_some("memory"))?;
+    let rel = if root == "/" { Some(path) } else { path.strip_prefix(root.as_str()) }?;
     if !(rel.is_empty() || rel.starts_with('/')) || rel.split('/').any(|c| c == "..") {
         return None;
     }
-    let top = PathBuf::from(point);
-    Some((top.clone(), top.join(rel.trim_start_matches('/')), v2))
+    let dir = top.join(rel.trim_start_matches('/'));
+    Some((top, dir, v2))
 }
 
 /// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
@@ -328,7 +311,7 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
     let package_bytes: u64 =
         job.files.iter().filter_map(|(_, p)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
     let setting = std::env::var(TREE_ENV).ok();
-    let mut tree = tree_in(setting.as_deref(), memory_room(), bytes, package_bytes)
+    let tree = tree_in(setting.as_deref(), memory_room(), bytes, package_bytes)
         .map_err(|e| error(because, e))?;
     reporter.step(&format!(
         "reading the base's {} layers ({:.1} MB) to run maintainer scripts in a sandbox{}",
@@ -336,16 +319,16 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
         bytes as f64 / 1e6,
         if matches!(tree, TreeIn::Memory { .. }) { ", its root in memory" } else { "" }
     ));
+    let mut header = Header {
+        tool: job.tool.to_string(),
+        layers: layers.iter().map(|(d, _)| d.clone()).collect(),
+        files: job.files.iter().map(|(n, _)| n.clone()).collect(),
+        commands: job.commands.clone(),
+        tree,
+    };
     // Why a run in memory was run again on disk.
     let mut again = None;
     let outcome = loop {
-        let header = Header {
-            tool: job.tool.to_string(),
-            layers: layers.iter().map(|(d, _)| d.clone()).collect(),
-            files: job.files.iter().map(|(n, _)| n.clone()).collect(),
-            commands: job.commands.clone(),
-            tree,
-        };
         let outcome = tokio::task::block_in_place(|| {
             let given = job.given.as_deref();
             run_job(work.path(), &map, &header, base, layer, &job.files, given, reporter, because)
@@ -354,7 +337,7 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
         // disk, whose result or error then stands: a tmpfs that filled is not always seen full
         // afterwards (dpkg removes what it unpacked when a write fails). What failed outside
         // the tree (the build's own reading, the ids' mapping) is not run again.
-        let TreeIn::Memory { limit } = tree else { break outcome? };
+        let TreeIn::Memory { limit } = header.tree else { break outcome? };
         let mib = limit >> 20;
         let (step, why) = match &outcome {
             Ok(o) if o.full => (
@@ -375,7 +358,7 @@ pub(crate) fn run(job: Job<'_>, over: Over<'_, '_>) -> Result<(Vec<String>, Sand
         };
         reporter.step(&step);
         again = Some(why);
-        tree = TreeIn::Disk;
+        header.tree = TreeIn::Disk;
     };
     if outcome.status != 0 {
         let tail: Vec<&str> = outcome.output.lines().filter(|l| !l.trim().is_empty()).collect();
