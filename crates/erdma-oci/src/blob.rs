@@ -104,7 +104,8 @@ impl<R: Read> Read for VerifyingReader<R> {
 /// and the same modification and change times (no one can set a change time back; a `write`,
 /// `truncate` or `utimes` moves it) stand for the same bytes. Not for every writer: a write
 /// within the same clock tick as the last change, or through a shared mapping before the page
-/// is written back, leaves both times as they were.
+/// is written back, leaves both times as they were. The birth time, where the file system
+/// keeps one, tells a file from a later one given the same inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FileState {
     dev: u64,
@@ -112,6 +113,7 @@ struct FileState {
     size: u64,
     mtime: (i64, i64),
     ctime: (i64, i64),
+    btime: Option<(i64, i64)>,
 }
 
 impl FileState {
@@ -124,26 +126,133 @@ impl FileState {
             size: m.len(),
             mtime: (m.mtime(), m.mtime_nsec()),
             ctime: (m.ctime(), m.ctime_nsec()),
+            btime: m
+                .created()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| (d.as_secs() as i64, i64::from(d.subsec_nanos()))),
         })
     }
 }
 
 /// Files this process read whole and found to hash to a digest, with their state then: a
 /// layout's layer checked as it was read for the base's files is not read again to be checked
-/// before it is linked into the output (51 MB, 40 ms of a core, for a Rocky 9 base). Kept in
-/// memory only: another process, or a later build, checks again.
+/// before it is linked into the output (51 MB, 40 ms of a core, for a Rocky 9 base). Kept
+/// for later builds too where [`remember_checks_in`] named a directory.
 static CHECKED: std::sync::Mutex<Vec<(String, FileState)>> = std::sync::Mutex::new(Vec::new());
+
+/// Where checks are kept for later builds: one small file per digest, named by its hex, with
+/// the file states (`Lasting`, one per line) it was read whole and matched in.
+static KEPT_IN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// How many files' states one digest keeps (a layout's, the kept copy, another layout's).
+const KEPT_STATES: usize = 8;
+
+/// A modification time this close to the clock is not kept for later builds: a write in the
+/// same clock tick would leave it as it is. Two seconds cover the coarsest clock a Linux file
+/// system keeps times by.
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Keeps the checks of this process in `dir` for later ones, and trusts the ones kept there
+/// (the user's cache: what a build finds there is as trusted as the layer snapshots beside
+/// it). The first call wins.
+pub fn remember_checks_in(dir: std::path::PathBuf) {
+    let _ = KEPT_IN.set(dir);
+}
+
+/// What of a file's state a later build compares: `FileState` without the change time, which
+/// linking the file into an output, or removing that output, moves (a layout's layers are
+/// linked into every build's output). A write moves the modification time; setting it back
+/// takes the file's owner, who can change a layer after it is linked anyway. The birth time,
+/// which no one sets, is required: without it, a file made later in a freed inode, its
+/// modification time set to the old one's (`tar -x` does so), would pass for the file checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lasting {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    btime: (i64, i64),
+}
+
+impl Lasting {
+    fn of(s: &FileState) -> Option<Lasting> {
+        Some(Lasting { dev: s.dev, ino: s.ino, size: s.size, mtime: s.mtime, btime: s.btime? })
+    }
+
+    fn line(&self) -> String {
+        let Lasting { dev, ino, size, mtime: (ms, mn), btime: (bs, bn) } = self;
+        format!("{dev} {ino} {size} {ms} {mn} {bs} {bn}")
+    }
+
+    fn parse(line: &str) -> Option<Lasting> {
+        let f: Vec<&str> = line.split(' ').collect();
+        let [dev, ino, size, ms, mn, bs, bn] = f[..] else { return None };
+        Some(Lasting {
+            dev: dev.parse().ok()?,
+            ino: ino.parse().ok()?,
+            size: size.parse().ok()?,
+            mtime: (ms.parse().ok()?, mn.parse().ok()?),
+            btime: (bs.parse().ok()?, bn.parse().ok()?),
+        })
+    }
+
+    /// Whether its modification and birth times are far enough behind the clock that a later
+    /// write, or a later file in the same inode, has other ones.
+    fn settled(&self) -> bool {
+        let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) else {
+            return false;
+        };
+        #[cfg(test)]
+        let now = now + tests::clock_ahead();
+        let behind = |(secs, nanos): (i64, i64)| match (u64::try_from(secs), u32::try_from(nanos)) {
+            (Ok(secs), Ok(nanos)) => std::time::Duration::new(secs, nanos) + SETTLED < now,
+            _ => false,
+        };
+        behind(self.mtime) && behind(self.btime)
+    }
+}
+
+/// The file keeping `digest`'s checks, where checks are kept.
+fn kept_file(digest: &str) -> Option<std::path::PathBuf> {
+    Some(KEPT_IN.get()?.join(digest_hex(digest).ok()?))
+}
+
+fn kept_states(path: &std::path::Path) -> Vec<Lasting> {
+    let text = std::fs::read(path).unwrap_or_default();
+    String::from_utf8_lossy(&text).lines().filter_map(Lasting::parse).collect()
+}
 
 fn remember(digest: &str, state: FileState) {
     let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
     checked.retain(|(d, s)| !(d == digest && (s.dev, s.ino) == (state.dev, state.ino)));
     checked.push((digest.to_string(), state));
+    drop(checked);
+    let lasting = Lasting::of(&state).filter(Lasting::settled);
+    if let (Some(lasting), Some(path)) = (lasting, kept_file(digest)) {
+        let mut states = kept_states(&path);
+        states.retain(|s| (s.dev, s.ino) != (state.dev, state.ino));
+        states.push(lasting);
+        let from = states.len().saturating_sub(KEPT_STATES);
+        let text: String = states[from..].iter().map(|s| s.line() + "\n").collect();
+        // Best effort, written whole: a cache that cannot be written only costs a read later.
+        let dir = path.parent().expect("under the directory");
+        let _ = std::fs::create_dir_all(dir)
+            .and_then(|()| tempfile::NamedTempFile::new_in(dir))
+            .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
+            .and_then(|f| f.persist(&path).map_err(|e| e.error));
+    }
 }
 
 fn remembered(f: &File, digest: &str) -> bool {
     let Some(now) = FileState::of(f) else { return false };
     let checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
-    checked.iter().any(|(d, s)| d == digest && *s == now)
+    if checked.iter().any(|(d, s)| d == digest && *s == now) {
+        return true;
+    }
+    drop(checked);
+    let Some(now) = Lasting::of(&now) else { return false };
+    kept_file(digest).is_some_and(|p| kept_states(&p).contains(&now))
 }
 
 /// A file read from its start through [`VerifyingReader`]: once read to its end and matched,
@@ -363,6 +472,14 @@ where
 mod tests {
     use super::*;
 
+    /// How far `Lasting::settled` sets its clock ahead: a test's files, made just now, cannot
+    /// be given an old birth time.
+    static CLOCK_AHEAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    pub(super) fn clock_ahead() -> std::time::Duration {
+        std::time::Duration::from_secs(CLOCK_AHEAD.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     #[test]
     fn digest_validation_blocks_traversal() {
         assert!(digest_hex(&format!("sha256:{}", "0".repeat(64))).is_ok());
@@ -428,6 +545,92 @@ mod tests {
         // Grown: not remembered.
         f.write_all_at(b"x", content.len() as u64).unwrap();
         assert!(!remembered(&File::open(&path).unwrap(), &digest));
+    }
+
+    /// Checks kept for later builds: a file read whole and matched is remembered by a later
+    /// process (here: this one, its memory cleared) while its device, inode, size and
+    /// modification time hold, whatever links to it do to its change time; not when it was
+    /// modified within `SETTLED` of the check, nor once modified, nor from a kept file that
+    /// is not one.
+    #[test]
+    fn checks_are_kept_for_later_builds_while_the_file_holds() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        remember_checks_in(dir.path().join("checked"));
+        let forget_this_process = || CHECKED.lock().unwrap().clear();
+        let path = dir.path().join("blob");
+        let content = b"layer bytes ".repeat(1000);
+        std::fs::write(&path, &content).unwrap();
+        let digest = sha256_digest(&content);
+        let kept = dir.path().join("checked").join(digest_hex(&digest).unwrap());
+        let open = || File::open(&path).unwrap();
+        // Just written: remembered by this process only.
+        check_file(&open(), &digest).unwrap();
+        assert!(remembered(&open(), &digest));
+        assert!(!kept.exists());
+        forget_this_process();
+        assert!(!remembered(&open(), &digest));
+        // An old modification time, but born just now: still not kept.
+        let f = File::options().write(true).open(&path).unwrap();
+        let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000);
+        f.set_modified(old).unwrap();
+        check_file(&open(), &digest).unwrap();
+        assert!(!kept.exists());
+        // Both settled (the clock set ahead): kept for later builds too.
+        CLOCK_AHEAD.store(10, std::sync::atomic::Ordering::Relaxed);
+        forget_this_process();
+        check_file(&open(), &digest).unwrap();
+        forget_this_process();
+        assert!(remembered(&open(), &digest));
+        // What was kept for another file born in the same inode, with the same size and
+        // modification time, is not this file's.
+        let line = std::fs::read_to_string(&kept).unwrap();
+        let mut fields: Vec<String> = line.trim().split(' ').map(str::to_string).collect();
+        assert_eq!(fields.len(), 7, "{line}");
+        fields[5] = (fields[5].parse::<i64>().unwrap() - 100).to_string();
+        std::fs::write(&kept, fields.join(" ") + "\n").unwrap();
+        assert!(!remembered(&open(), &digest));
+        std::fs::write(&kept, &line).unwrap();
+        assert!(remembered(&open(), &digest));
+        // A link to it (as into an output) and its removal move the change time only.
+        let link = dir.path().join("link");
+        std::fs::hard_link(&path, &link).unwrap();
+        std::fs::remove_file(&link).unwrap();
+        assert!(remembered(&open(), &digest));
+        // Only for this digest, and only for this file.
+        let other = sha256_digest(b"other");
+        assert!(!remembered(&open(), &other));
+        let copy = dir.path().join("copy");
+        std::fs::copy(&path, &copy).unwrap();
+        assert!(!remembered(&File::open(&copy).unwrap(), &digest));
+        // Rewritten in place: the modification time moves, and the next check reads it.
+        f.write_all_at(b"LAYER", 0).unwrap();
+        assert!(!remembered(&open(), &digest));
+        let e = check_file(&open(), &digest).unwrap_err();
+        assert!(digest_error(&e).is_some(), "{e}");
+        // Put back, its modification time too: the same file as checked, kept as such.
+        f.write_all_at(b"layer", 0).unwrap();
+        f.set_modified(old).unwrap();
+        assert!(remembered(&open(), &digest));
+        // A kept file that is not one is no check.
+        std::fs::write(&kept, "garbage\n1 2 3\n").unwrap();
+        assert!(!remembered(&open(), &digest));
+        // Several files per digest, the last `KEPT_STATES` of them.
+        let copies: Vec<_> = (0..KEPT_STATES + 1)
+            .map(|i| {
+                let p = dir.path().join(format!("copy{i}"));
+                std::fs::write(&p, &content).unwrap();
+                File::options().write(true).open(&p).unwrap().set_modified(old).unwrap();
+                check_file(&File::open(&p).unwrap(), &digest).unwrap();
+                p
+            })
+            .collect();
+        forget_this_process();
+        let remembered_copies: Vec<bool> =
+            copies.iter().map(|p| remembered(&File::open(p).unwrap(), &digest)).collect();
+        let mut expected = vec![true; KEPT_STATES + 1];
+        expected[0] = false;
+        assert_eq!(remembered_copies, expected);
     }
 
     #[test]

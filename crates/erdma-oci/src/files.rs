@@ -29,7 +29,11 @@ pub struct LayerCache {
 }
 
 impl LayerCache {
+    /// A cache of this build's layers in `dir`, beside the user's cache: the layers kept there
+    /// and the checks of files against their digests ([`crate::blob::remember_checks_in`],
+    /// `checked/` under [`cache_dir`]).
     pub fn new(dir: &Path) -> LayerCache {
+        crate::blob::remember_checks_in(cache_dir().join("checked"));
         LayerCache { dir: dir.to_path_buf(), files: Mutex::new(HashMap::new()) }
     }
 
