@@ -21,7 +21,7 @@ use crate::recipe::Recipe;
 use erdma_common::progress::{Counters, Reporter, Transfer};
 use erdma_oci::config::{rfc3339, ConfigEdit, EnvChange};
 use erdma_oci::files::{cache_dir, debian_arch, ImageFiles, LayerCache};
-use erdma_oci::layer::{LayerCompression, LayerContents, LayerInfo, Split};
+use erdma_oci::layer::{LayerCompression, LayerContents, LayerInfo};
 use erdma_oci::registry::Registries;
 use erdma_oci::sink::{Reuse, Sink, Top};
 use erdma_oci::source::{PlatformChoice, Source, SourceImage};
@@ -303,9 +303,15 @@ async fn run(
                         &compressed_layers(),
                     )?
                 } else {
-                    // No later build writes this layer alike: it is not kept for one, and it
-                    // is compressed on every core whatever its size.
-                    c.layer.write_layer(&path, opts.compression, opts.epoch, Split::Always)?
+                    // No later build writes this layer alike: it is not kept whole for one,
+                    // and it is compressed on every core whatever its size, its blocks kept
+                    // for a later build whose layer holds the same bytes there.
+                    c.layer.write_layer_unalike(
+                        &path,
+                        opts.compression,
+                        opts.epoch,
+                        &compressed_layers(),
+                    )?
                 });
                 c.path = path;
                 layers_by_recipe.insert(key.clone(), c);

@@ -13,9 +13,13 @@
 //! within a fraction of a percent) and ends with a sync flush (an empty stored block, which
 //! puts the next one on a byte boundary); the last ends the stream.
 //! Header, CRC-32 and length make one ordinary gzip member. The blocks are fixed, so the bytes
-//! are the same whatever the number of cores: only the time differs.
+//! are the same whatever the number of cores: only the time differs. For the same reason a
+//! block's deflate depends only on its input, its window and whether it is the last, so a
+//! [`BlockMemo`] can keep it for a later layer holding the same bytes there.
 use std::collections::VecDeque;
 use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use flate2::{Compress, Compression, FlushCompress, Status};
@@ -59,6 +63,7 @@ pub struct Blocks<W: Write> {
     pending: VecDeque<JoinHandle<io::Result<Vec<u8>>>>,
     threads: usize,
     block: usize,
+    memo: Option<Arc<BlockMemo>>,
 }
 
 impl<W: Write> LayerGz<W> {
@@ -86,7 +91,17 @@ impl<W: Write> LayerGz<W> {
             pending: VecDeque::new(),
             threads,
             block,
+            memo: None,
         }))
+    }
+
+    /// Takes each block's deflate from `memo` where it holds it, and keeps the others there.
+    /// A layer compressed as one stream is compressed as before.
+    pub fn with_memo(mut self, memo: Arc<BlockMemo>) -> LayerGz<W> {
+        if let LayerGz::Blocks(b) = &mut self {
+            b.memo = Some(memo);
+        }
+        self
     }
 
     /// Ends the member and returns the writer it went to.
@@ -101,6 +116,9 @@ impl<W: Write> LayerGz<W> {
                 }
                 b.out.write_all(&b.crc.sum().to_le_bytes())?;
                 b.out.write_all(&b.crc.amount().to_le_bytes())?;
+                if let Some(memo) = &b.memo {
+                    memo.prune();
+                }
                 Ok(b.out)
             }
         }
@@ -121,7 +139,11 @@ impl<W: Write> Blocks<W> {
             let done = join(self.pending.pop_front().expect("in flight"))?;
             self.out.write_all(&done)?;
         }
-        self.pending.push_back(std::thread::spawn(move || deflate_block(&window, &block, last)));
+        let memo = self.memo.clone();
+        self.pending.push_back(std::thread::spawn(move || match memo {
+            Some(memo) => memo.deflate(&window, &block, last),
+            None => deflate_block(&window, &block, last),
+        }));
         Ok(())
     }
 }
@@ -179,6 +201,117 @@ fn deflate_block(window: &[u8], block: &[u8], last: bool) -> io::Result<Vec<u8>>
         }
     }
     Ok(out)
+}
+
+/// Blocks' deflate kept across builds by what they were made from (input, window, whether
+/// last), for layers that no two builds write alike but that mostly hold the same bytes at
+/// the same places: an rpm layer differs from the last build's only where its database
+/// records the install time. One file per block, named by the SHA-256 of what it was made
+/// from; one taken from here is used only when it inflates, with its window, to exactly its
+/// input and ends as the block it stands for must; anything else is dropped and compressed
+/// again. The [`MEMO_BLOCKS`] used last are kept.
+pub struct BlockMemo {
+    dir: PathBuf,
+}
+
+/// How many blocks a [`BlockMemo`] keeps: at [`SMALL_BLOCK`] each, the blocks of a few
+/// hundred megabytes of layers.
+pub const MEMO_BLOCKS: usize = 1024;
+
+impl BlockMemo {
+    /// A memo in `dir` (made when first written; it may be removed at any time). `dir` must
+    /// belong to one compressor: another may deflate the same input to other bytes.
+    pub fn new(dir: PathBuf) -> BlockMemo {
+        BlockMemo { dir }
+    }
+
+    /// The name of the block made from `window`, `block` and `last`.
+    fn path(window: &[u8], block: &[u8], last: bool) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update([LEVEL as u8, last as u8]);
+        h.update((window.len() as u64).to_le_bytes());
+        h.update(window);
+        h.update(block);
+        hex::encode(h.finalize())
+    }
+
+    /// `block`'s deflate primed with `window` ([`deflate_block`]): kept, or made and kept.
+    fn deflate(&self, window: &[u8], block: &[u8], last: bool) -> io::Result<Vec<u8>> {
+        let path = self.dir.join(Self::path(window, block, last));
+        if let Ok(kept) = std::fs::read(&path) {
+            if inflates_to(&kept, window, block, last) {
+                // Used last now: the prune keeps it.
+                let _ = std::fs::File::open(&path)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                return Ok(kept);
+            }
+            tracing::warn!(
+                "dropping kept deflate block {}: not what it stands for",
+                path.display()
+            );
+            let _ = std::fs::remove_file(&path);
+        }
+        let made = deflate_block(window, block, last)?;
+        // Best effort, written whole: a memo that cannot be written only costs time.
+        let _ = std::fs::create_dir_all(&self.dir)
+            .and_then(|()| tempfile::NamedTempFile::new_in(&self.dir))
+            .and_then(|mut f| f.write_all(&made).map(|()| f))
+            .and_then(|f| f.persist(&path).map_err(|e| e.error));
+        Ok(made)
+    }
+
+    /// Removes all but the [`MEMO_BLOCKS`] used last.
+    fn prune(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        let mut kept: Vec<(std::time::SystemTime, PathBuf)> = entries
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, e.path()))
+            })
+            .collect();
+        if kept.len() <= MEMO_BLOCKS {
+            return;
+        }
+        kept.sort();
+        for (_, path) in &kept[..kept.len() - MEMO_BLOCKS] {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Whether `deflated`, raw deflate primed with `window`, gives back exactly `block` and ends as
+/// [`deflate_block`] ends it: with the stream's end for the `last`, else with a sync flush (an
+/// empty stored block, so that the next block starts on a byte of its own), which a final
+/// empty stored block appended after it must then end cleanly.
+fn inflates_to(deflated: &[u8], window: &[u8], block: &[u8], last: bool) -> bool {
+    let mut input = deflated.to_vec();
+    if !last {
+        if !deflated.ends_with(&[0, 0, 0xff, 0xff]) {
+            return false;
+        }
+        // BFINAL=1, BTYPE=00 (stored), padding; LEN 0, NLEN 0xFFFF.
+        input.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+    }
+    let mut d = flate2::Decompress::new(false);
+    if !window.is_empty() && d.set_dictionary(window).is_err() {
+        return false;
+    }
+    // One byte more than the block: a stream that gives more is not this block's.
+    let mut out = Vec::with_capacity(block.len() + 1);
+    loop {
+        let read = d.total_in() as usize;
+        let before = d.total_out();
+        match d.decompress_vec(&input[read..], &mut out, flate2::FlushDecompress::Finish) {
+            Ok(Status::StreamEnd) => break,
+            Ok(_) if out.len() == out.capacity() => return false,
+            Ok(_) if d.total_in() as usize == read && d.total_out() == before => return false,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    d.total_in() as usize == input.len() && out == block
 }
 
 #[cfg(test)]
@@ -290,6 +423,134 @@ mod tests {
                 assert!(ratio < 1.01, "{n}: {ratio}");
             }
         }
+    }
+
+    fn gz_memo(data: &[u8], chunks: usize, memo: &Arc<BlockMemo>) -> Vec<u8> {
+        let mut w = LayerGz::new(Vec::new(), data.len() as u64, Split::Always)
+            .unwrap()
+            .with_memo(memo.clone());
+        for part in data.chunks(chunks.max(1)) {
+            w.write_all(part).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    fn memo_files(dir: &std::path::Path) -> Vec<String> {
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// A memo of blocks changes no byte of a layer: kept blocks are the ones compressing
+    /// writes, a layer that differs in one place compresses only the blocks that place
+    /// reaches, and a kept block that is not what it stands for is dropped and made again.
+    #[test]
+    fn a_memo_of_blocks_gives_the_bytes_compressing_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocks = dir.path().join("blocks");
+        let memo = Arc::new(BlockMemo::new(blocks.clone()));
+        let n = 8 * SMALL_BLOCK + 777;
+        let data = input(n, 21);
+        let plain = gz_split(&data, 65536, Split::Always);
+        // Made and kept: one file per block.
+        assert_eq!(gz_memo(&data, 65536, &memo), plain);
+        let first = memo_files(&blocks);
+        assert_eq!(first.len(), n.div_ceil(SMALL_BLOCK));
+        // Taken from the memo: the same bytes, nothing new kept.
+        assert_eq!(gz_memo(&data, 4097, &memo), plain);
+        assert_eq!(memo_files(&blocks), first);
+        // A byte changed at the start of the fourth block: that block is new. One near its
+        // end: that block and the next, whose window it is in.
+        let mut changed = data.clone();
+        changed[3 * SMALL_BLOCK + 100] ^= 0x55;
+        assert_eq!(gz_memo(&changed, 65536, &memo), gz_split(&changed, 65536, Split::Always));
+        assert_eq!(memo_files(&blocks).len(), first.len() + 1);
+        changed[4 * SMALL_BLOCK - 100] ^= 0x55;
+        assert_eq!(gz_memo(&changed, 65536, &memo), gz_split(&changed, 65536, Split::Always));
+        assert_eq!(memo_files(&blocks).len(), first.len() + 3);
+        // Kept blocks that are not what they stand for, each dropped and made again.
+        let head = &data[..SMALL_BLOCK];
+        let no_sync_flush = {
+            let mut c = Compress::new(Compression::new(LEVEL), false);
+            let mut out = Vec::with_capacity(SMALL_BLOCK);
+            c.compress_vec(head, &mut out, FlushCompress::Partial).unwrap();
+            out
+        };
+        let kept = blocks.join(BlockMemo::path(b"", head, false));
+        let good = std::fs::read(&kept).unwrap();
+        let mut flipped = good.clone();
+        flipped[good.len() / 3] ^= 1;
+        let tampered = [
+            ("cut short", good[..good.len() / 2].to_vec()),
+            ("a byte changed", flipped),
+            (
+                "valid deflate of other bytes",
+                deflate_block(b"", &input(SMALL_BLOCK, 5), false).unwrap(),
+            ),
+            (
+                "the stream ended where a sync flush must be",
+                deflate_block(b"", head, true).unwrap(),
+            ),
+            ("no sync flush to put the next block on a byte", no_sync_flush),
+            ("bytes after the stream's end", {
+                let mut ended = deflate_block(b"", head, true).unwrap();
+                ended.extend_from_slice(&[0, 0, 0xff, 0xff]);
+                ended
+            }),
+        ];
+        for (what, bytes) in tampered {
+            assert_ne!(bytes, good);
+            std::fs::write(&kept, bytes).unwrap();
+            assert_eq!(gz_memo(&data, 65536, &memo), plain, "{what}");
+            assert_eq!(std::fs::read(&kept).unwrap(), good, "{what}: made again");
+        }
+        // The last block ends the stream: a sync-flushed one is not it.
+        let last_from = 8 * SMALL_BLOCK;
+        let window = &data[last_from - WINDOW..last_from];
+        let last = blocks.join(BlockMemo::path(window, &data[last_from..], true));
+        let good_last = std::fs::read(&last).unwrap();
+        std::fs::write(&last, deflate_block(window, &data[last_from..], false).unwrap()).unwrap();
+        assert_eq!(gz_memo(&data, 65536, &memo), plain);
+        assert_eq!(std::fs::read(&last).unwrap(), good_last);
+        // A memo that cannot be written only costs time.
+        std::fs::write(dir.path().join("file"), b"a file").unwrap();
+        let blocked = Arc::new(BlockMemo::new(dir.path().join("file").join("blocks")));
+        assert_eq!(gz_memo(&data, 65536, &blocked), plain);
+    }
+
+    /// The memo keeps the blocks used last, [`MEMO_BLOCKS`] of them.
+    #[test]
+    fn a_memo_keeps_the_blocks_used_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocks = dir.path().join("blocks");
+        std::fs::create_dir_all(&blocks).unwrap();
+        let set_used = |name: &str, at: std::time::SystemTime| {
+            let f = std::fs::File::options().write(true).open(blocks.join(name)).unwrap();
+            f.set_modified(at).unwrap();
+        };
+        let long_ago = |i: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 20 | i);
+        for i in 0..MEMO_BLOCKS + 10 {
+            let name = format!("{i:05}");
+            std::fs::write(blocks.join(&name), b"").unwrap();
+            set_used(&name, long_ago(i as u64));
+        }
+        // The oldest, used again now, stays; the block of a layer written now is new.
+        set_used("00000", std::time::SystemTime::now());
+        let data = input(SMALL_BLOCK / 2, 3);
+        let a = gz_memo(&data, 65536, &Arc::new(BlockMemo::new(blocks.clone())));
+        assert_eq!(gunzip_one_member(&a), data);
+        let left = memo_files(&blocks);
+        assert_eq!(left.len(), MEMO_BLOCKS);
+        assert!(left.contains(&"00000".to_string()));
+        assert!(left.contains(&BlockMemo::path(b"", &data, true)));
+        // The eleven used longest ago went, but the one used again.
+        for i in 1..=11 {
+            assert!(!left.contains(&format!("{i:05}")), "{i}");
+        }
+        assert!(left.contains(&format!("{:05}", 12)));
     }
 
     #[test]

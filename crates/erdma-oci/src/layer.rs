@@ -547,9 +547,23 @@ impl LayerContents {
         if let Some(info) = kept.reuse(&diff_id, compression, dest) {
             return Ok(info);
         }
-        let info = self.write_compressed(dest, compression, mtime, tar_len, Split::Large)?;
+        let info = self.write_compressed(dest, compression, mtime, tar_len, Split::Large, None)?;
         kept.keep(&info, compression, dest);
         Ok(info)
+    }
+
+    /// [`Self::write_layer`] for a layer that no later build writes alike (an rpm database
+    /// records each package's install time): not kept whole, and cut into blocks at any size
+    /// ([`Split::Always`]), each block's deflate taken from `kept`'s memo of blocks where an
+    /// earlier layer held the same bytes there ([`crate::gzip::BlockMemo`]).
+    pub fn write_layer_unalike(
+        &self,
+        dest: &Path,
+        compression: LayerCompression,
+        mtime: u64,
+        kept: &CompressedLayers,
+    ) -> Result<LayerInfo> {
+        self.write_compressed(dest, compression, mtime, 0, Split::Always, Some(kept.blocks()))
     }
 
     /// Writes the compressed layer to `dest` and returns its digests; `split` says when gzip
@@ -561,11 +575,12 @@ impl LayerContents {
         mtime: u64,
         split: Split,
     ) -> Result<LayerInfo> {
-        self.write_compressed(dest, compression, mtime, 0, split)
+        self.write_compressed(dest, compression, mtime, 0, split, None)
     }
 
     /// [`Self::write_layer`], knowing the tar's length (`tar_len`, 0: unknown), which decides
-    /// with `split` how gzip compresses it ([`crate::gzip`]).
+    /// with `split` how gzip compresses it ([`crate::gzip`]), with gzip's blocks taken from and
+    /// kept in `memo` when given.
     fn write_compressed(
         &self,
         dest: &Path,
@@ -573,6 +588,7 @@ impl LayerContents {
         mtime: u64,
         tar_len: u64,
         split: Split,
+        memo: Option<std::sync::Arc<crate::gzip::BlockMemo>>,
     ) -> Result<LayerInfo> {
         let file = File::create(dest).map_err(Error::io("creating layer", dest))?;
         let write = || -> io::Result<(String, String, u64)> {
@@ -581,7 +597,10 @@ impl LayerContents {
                 LayerCompression::Gzip => {
                     // mtime 0, OS "unknown", a fixed level and fixed blocks: nothing that
                     // varies between machines, runs or numbers of cores (`gzip`).
-                    let gz = crate::gzip::LayerGz::new(compressed, tar_len, split)?;
+                    let mut gz = crate::gzip::LayerGz::new(compressed, tar_len, split)?;
+                    if let Some(memo) = memo {
+                        gz = gz.with_memo(memo);
+                    }
                     let raw = self.write_tar(HashingWriter::new(gz), mtime)?;
                     let (gz, diff_id, _) = raw.finish();
                     (gz.finish()?, diff_id)
@@ -617,6 +636,12 @@ impl CompressedLayers {
     pub fn new(root: &Path, identity: &str) -> CompressedLayers {
         let id = crate::blob::sha256_digest(identity.as_bytes());
         CompressedLayers { dir: root.join("compressed").join(&id["sha256:".len()..][..16]) }
+    }
+
+    /// The memo of gzip blocks for layers no two builds write alike
+    /// ([`LayerContents::write_layer_unalike`]), beside the kept layers of the same compressor.
+    pub fn blocks(&self) -> std::sync::Arc<crate::gzip::BlockMemo> {
+        std::sync::Arc::new(crate::gzip::BlockMemo::new(self.dir.join("blocks")))
     }
 
     fn path(&self, diff_id: &str, compression: LayerCompression) -> Option<std::path::PathBuf> {
@@ -858,6 +883,31 @@ mod tests {
             let newer = CompressedLayers::new(dir.path(), "erdma-build 1.1 (test)");
             assert_ne!(newer.path(&fresh.diff_id, c), kept.path(&fresh.diff_id, c));
         }
+    }
+
+    /// A layer no two builds write alike is not kept whole; its gzip blocks are, beside the
+    /// kept layers of the same program, and a later layer with the same bytes gets the same
+    /// blob as compressing gives.
+    #[test]
+    fn an_unalike_layer_keeps_its_blocks_not_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = CompressedLayers::new(dir.path(), "erdma-build 1.0 (test)");
+        let c = LayerCompression::Gzip;
+        let fresh = sample().write_layer(&dir.path().join("fresh"), c, 0, Split::Always).unwrap();
+        let first = sample().write_layer_unalike(&dir.path().join("a"), c, 0, &kept).unwrap();
+        let again = sample().write_layer_unalike(&dir.path().join("b"), c, 0, &kept).unwrap();
+        assert_eq!((&first.digest, &first.diff_id), (&fresh.digest, &fresh.diff_id));
+        assert_eq!((&again.digest, &again.diff_id), (&fresh.digest, &fresh.diff_id));
+        let bytes = std::fs::read(dir.path().join("fresh")).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), bytes);
+        assert!(!kept.path(&fresh.diff_id, c).unwrap().exists(), "not kept whole");
+        let blocks = std::fs::read_dir(kept.dir.join("blocks")).unwrap().count();
+        assert_eq!(blocks, 1, "the sample's one block");
+        // Zstd: no blocks, the same blob as compressing gives.
+        let z = LayerCompression::Zstd;
+        let zf = sample().write_layer(&dir.path().join("zf"), z, 0, Split::Always).unwrap();
+        let za = sample().write_layer_unalike(&dir.path().join("za"), z, 0, &kept).unwrap();
+        assert_eq!(za.digest, zf.digest);
     }
 
     #[test]
