@@ -59,7 +59,7 @@ impl<W: Write> Write for HashingWriter<W> {
 /// so nothing downstream can commit unverified bytes.
 pub struct VerifyingReader<R> {
     inner: R,
-    hasher: Sha256,
+    hasher: Hashing,
     expected: String,
     done: bool,
     /// The end was reached and the content matched.
@@ -71,11 +71,68 @@ impl<R: Read> VerifyingReader<R> {
     pub fn new(inner: R, expected: &str) -> Self {
         Self {
             inner,
-            hasher: Sha256::new(),
+            hasher: Hashing::Here(Sha256::new()),
             expected: expected.to_string(),
             done: false,
             matched: false,
             len: 0,
+        }
+    }
+}
+
+/// Where a [`VerifyingReader`] hashes what it reads.
+enum Hashing {
+    Here(Sha256),
+    /// On a thread of its own, handed the bytes read in pieces of [`ASIDE_PIECE`] (at most
+    /// [`ASIDE_QUEUE`] of them waiting).
+    Aside {
+        piece: Vec<u8>,
+        to: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+        hash: Option<std::thread::JoinHandle<String>>,
+    },
+}
+
+const ASIDE_PIECE: usize = 1 << 20;
+const ASIDE_QUEUE: usize = 8;
+
+impl Hashing {
+    fn aside() -> Hashing {
+        let (to, pieces) = std::sync::mpsc::sync_channel::<Vec<u8>>(ASIDE_QUEUE);
+        let hash = std::thread::spawn(move || {
+            let mut h = Sha256::new();
+            for piece in pieces {
+                h.update(&piece);
+            }
+            format!("sha256:{}", hex::encode(h.finalize()))
+        });
+        Hashing::Aside { piece: Vec::with_capacity(ASIDE_PIECE), to: Some(to), hash: Some(hash) }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        match self {
+            Hashing::Here(h) => h.update(bytes),
+            Hashing::Aside { piece, to, .. } => {
+                piece.extend_from_slice(bytes);
+                if piece.len() >= ASIDE_PIECE {
+                    let full = std::mem::replace(piece, Vec::with_capacity(ASIDE_PIECE));
+                    // A hashing thread gone has panicked: `digest` says so.
+                    let _ = to.as_ref().map(|to| to.send(full));
+                }
+            }
+        }
+    }
+
+    /// The `sha256:` digest of all bytes handed to it.
+    fn digest(&mut self) -> String {
+        match self {
+            Hashing::Here(h) => format!("sha256:{}", hex::encode(h.clone().finalize())),
+            Hashing::Aside { piece, to, hash } => {
+                if let Some(to) = to.take() {
+                    let _ = to.send(std::mem::take(piece));
+                }
+                let hash = hash.take().expect("the digest is taken once");
+                hash.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+            }
         }
     }
 }
@@ -85,7 +142,7 @@ impl<R: Read> Read for VerifyingReader<R> {
         let n = self.inner.read(buf)?;
         if n == 0 && !buf.is_empty() && !self.done {
             self.done = true;
-            let actual = format!("sha256:{}", hex::encode(self.hasher.clone().finalize()));
+            let actual = self.hasher.digest();
             if actual != self.expected {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -137,15 +194,17 @@ impl FileState {
 
 /// Files this process read whole and found to hash to a digest, with their state then: a
 /// layout's layer checked as it was read for the base's files is not read again to be checked
-/// before it is linked into the output (51 MB, 40 ms of a core, for a Rocky 9 base). Kept
-/// for later builds too where [`remember_checks_in`] named a directory.
+/// before it is linked into the output (51 MB, 40 ms of a core, for a Rocky 9 base). Kept in
+/// memory only; the checks of the user's own cache's files are also kept for later builds
+/// ([`check_cached_file`]).
 static CHECKED: std::sync::Mutex<Vec<(String, FileState)>> = std::sync::Mutex::new(Vec::new());
 
-/// Where checks are kept for later builds: one small file per digest, named by its hex, with
-/// the file states (`Lasting`, one per line) it was read whole and matched in.
+/// Where the checks of the cache's own files are kept for later builds: one small file per
+/// digest, named by its hex, with the file states (`Lasting`, one per line) it was read whole
+/// and matched in.
 static KEPT_IN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
-/// How many files' states one digest keeps (a layout's, the kept copy, another layout's).
+/// How many files' states one digest keeps (the kept copy, one kept again after a removal).
 const KEPT_STATES: usize = 8;
 
 /// A modification time this close to the clock is not kept for later builds: a write in the
@@ -153,19 +212,19 @@ const KEPT_STATES: usize = 8;
 /// system keeps times by.
 const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Keeps the checks of this process in `dir` for later ones, and trusts the ones kept there
-/// (the user's cache: what a build finds there is as trusted as the layer snapshots beside
-/// it). The first call wins.
+/// Keeps the checks of the cache's own files ([`check_cached_file`]) in `dir` for later
+/// processes, and trusts the ones kept there when the user owns them and no one else may
+/// write them (`erdma_limits::kept`). The first call wins.
 pub fn remember_checks_in(dir: std::path::PathBuf) {
     let _ = KEPT_IN.set(dir);
 }
 
-/// What of a file's state a later build compares: `FileState` without the change time, which
-/// linking the file into an output, or removing that output, moves (a layout's layers are
-/// linked into every build's output). A write moves the modification time; setting it back
-/// takes the file's owner, who can change a layer after it is linked anyway. The birth time,
-/// which no one sets, is required: without it, a file made later in a freed inode, its
-/// modification time set to the old one's (`tar -x` does so), would pass for the file checked.
+/// What of a cached file's state a later build compares: `FileState` without the change time,
+/// which linking the file into an output, or removing that output, moves (a kept layer is
+/// linked into every layout output). A write moves the modification time; setting it back
+/// takes one who may write the cache, who could rewrite what is kept of the check as well.
+/// The birth time, which no local file system lets anyone set, is required: without it, a
+/// file made later in a freed inode, with the old one's modification time, would pass for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lasting {
     dev: u64,
@@ -218,42 +277,49 @@ fn kept_file(digest: &str) -> Option<std::path::PathBuf> {
     Some(KEPT_IN.get()?.join(digest_hex(digest).ok()?))
 }
 
+/// The states kept for a digest: none unless the user owns the file and no one else may
+/// write it.
 fn kept_states(path: &std::path::Path) -> Vec<Lasting> {
-    let text = std::fs::read(path).unwrap_or_default();
+    let text = erdma_limits::kept::read(path, 4096).unwrap_or_default();
     String::from_utf8_lossy(&text).lines().filter_map(Lasting::parse).collect()
+}
+
+/// Keeps `state` for later builds as one `digest` was read whole in.
+fn keep_check(digest: &str, state: &FileState) {
+    let lasting = Lasting::of(state).filter(Lasting::settled);
+    let (Some(lasting), Some(path)) = (lasting, kept_file(digest)) else { return };
+    let mut states = kept_states(&path);
+    states.retain(|s| (s.dev, s.ino) != (state.dev, state.ino));
+    states.push(lasting);
+    let from = states.len().saturating_sub(KEPT_STATES);
+    let text: String = states[from..].iter().map(|s| s.line() + "\n").collect();
+    // Best effort, written whole: a cache that cannot be written only costs a read later.
+    let dir = path.parent().expect("under the directory");
+    let _ = std::fs::create_dir_all(dir)
+        .and_then(|()| erdma_limits::kept::write(&path, |f| f.write_all(text.as_bytes())));
+}
+
+/// Whether `state` was kept for later builds as one `digest` was read whole in.
+fn kept_check(digest: &str, state: &FileState) -> bool {
+    let Some(lasting) = Lasting::of(state) else { return false };
+    kept_file(digest).is_some_and(|p| kept_states(&p).contains(&lasting))
 }
 
 fn remember(digest: &str, state: FileState) {
     let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
     checked.retain(|(d, s)| !(d == digest && (s.dev, s.ino) == (state.dev, state.ino)));
     checked.push((digest.to_string(), state));
-    drop(checked);
-    let lasting = Lasting::of(&state).filter(Lasting::settled);
-    if let (Some(lasting), Some(path)) = (lasting, kept_file(digest)) {
-        let mut states = kept_states(&path);
-        states.retain(|s| (s.dev, s.ino) != (state.dev, state.ino));
-        states.push(lasting);
-        let from = states.len().saturating_sub(KEPT_STATES);
-        let text: String = states[from..].iter().map(|s| s.line() + "\n").collect();
-        // Best effort, written whole: a cache that cannot be written only costs a read later.
-        let dir = path.parent().expect("under the directory");
-        let _ = std::fs::create_dir_all(dir)
-            .and_then(|()| tempfile::NamedTempFile::new_in(dir))
-            .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
-            .and_then(|f| f.persist(&path).map_err(|e| e.error));
-    }
 }
 
 fn remembered(f: &File, digest: &str) -> bool {
     let Some(now) = FileState::of(f) else { return false };
     let checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
-    if checked.iter().any(|(d, s)| d == digest && *s == now) {
-        return true;
-    }
-    drop(checked);
-    let Some(now) = Lasting::of(&now) else { return false };
-    kept_file(digest).is_some_and(|p| kept_states(&p).contains(&now))
+    checked.iter().any(|(d, s)| d == digest && *s == now)
 }
+
+/// From this size, [`VerifyingFile::hashed_aside`] hashes beside its reader: a Rocky 9 base's
+/// 51 MB layer takes 47 ms of a core to hash, 10 % of its decompression.
+pub const HASH_ASIDE_FROM: u64 = 8 << 20;
 
 /// A file read from its start through [`VerifyingReader`]: once read to its end and matched,
 /// remembered as checked (see [`check_file`]), when its state at the end is the one it had
@@ -262,13 +328,30 @@ pub struct VerifyingFile {
     inner: VerifyingReader<File>,
     opened: Option<FileState>,
     remembered: bool,
+    /// The state it was read whole in and matched, once it was.
+    checked: Option<FileState>,
 }
 
 impl VerifyingFile {
     /// `file`, just opened (read from its start), checked against `digest`.
     pub fn new(file: File, digest: &str) -> VerifyingFile {
         let opened = FileState::of(&file);
-        VerifyingFile { inner: VerifyingReader::new(file, digest), opened, remembered: false }
+        VerifyingFile {
+            inner: VerifyingReader::new(file, digest),
+            opened,
+            remembered: false,
+            checked: None,
+        }
+    }
+
+    /// [`Self::new`] for a reader with work of its own on what it reads (a layer's
+    /// decompression): from [`HASH_ASIDE_FROM`] bytes, hashed on a thread of its own.
+    pub fn hashed_aside(file: File, digest: &str) -> VerifyingFile {
+        let mut f = VerifyingFile::new(file, digest);
+        if f.opened.is_some_and(|s| s.size >= HASH_ASIDE_FROM) {
+            f.inner.hasher = Hashing::aside();
+        }
+        f
     }
 }
 
@@ -281,6 +364,7 @@ impl Read for VerifyingFile {
             if let Some(state) = self.opened.filter(|s| Some(*s) == end && s.size == self.inner.len)
             {
                 remember(&self.inner.expected, state);
+                self.checked = Some(state);
             }
         }
         Ok(n)
@@ -299,6 +383,23 @@ pub fn check_file(file: &File, digest: &str) -> io::Result<()> {
         return Ok(());
     }
     read_to_end_1m(&mut VerifyingFile::new(file.try_clone()?, digest))
+}
+
+/// [`check_file`] for a file of the user's own cache (a registry's layer an earlier build
+/// kept): a check is also kept for later builds ([`remember_checks_in`]), and one kept there
+/// stands while the file's device, inode, size, modification and birth time hold (`Lasting`).
+/// Not for a layout's files: whoever may write those need not be able to write the cache, and
+/// could rewrite one and set its modification time back between two builds.
+pub fn check_cached_file(file: &File, digest: &str) -> io::Result<()> {
+    if remembered(file, digest) || FileState::of(file).is_some_and(|s| kept_check(digest, &s)) {
+        return Ok(());
+    }
+    let mut r = VerifyingFile::new(file.try_clone()?, digest);
+    read_to_end_1m(&mut r)?;
+    if let Some(state) = r.checked {
+        keep_check(digest, &state);
+    }
+    Ok(())
 }
 
 /// Reads `r` to its end, checking it against `digest` as [`VerifyingReader`] does (the error
@@ -547,90 +648,161 @@ mod tests {
         assert!(!remembered(&File::open(&path).unwrap(), &digest));
     }
 
-    /// Checks kept for later builds: a file read whole and matched is remembered by a later
-    /// process (here: this one, its memory cleared) while its device, inode, size and
-    /// modification time hold, whatever links to it do to its change time; not when it was
-    /// modified within `SETTLED` of the check, nor once modified, nor from a kept file that
-    /// is not one.
+    /// Checks of the cache's own files kept for later builds: a file read whole and matched is
+    /// taken as checked by a later process (here: this one, its memory cleared) while its
+    /// device, inode, size, modification and birth time hold, whatever links to it do to its
+    /// change time; not when a time was within `SETTLED` of the check, nor once modified, nor
+    /// from a kept file that is not one or not the user's alone. A layout's file
+    /// ([`check_file`]) is never taken as checked by a later process.
     #[test]
-    fn checks_are_kept_for_later_builds_while_the_file_holds() {
-        use std::os::unix::fs::FileExt;
+    fn checks_of_cached_files_are_kept_for_later_builds_while_the_file_holds() {
+        use std::os::unix::fs::{FileExt, PermissionsExt};
         let dir = tempfile::tempdir().unwrap();
         remember_checks_in(dir.path().join("checked"));
         let forget_this_process = || CHECKED.lock().unwrap().clear();
         let path = dir.path().join("blob");
-        let content = b"layer bytes ".repeat(1000);
+        let content = b"cached layer bytes ".repeat(1000);
         std::fs::write(&path, &content).unwrap();
         let digest = sha256_digest(&content);
         let kept = dir.path().join("checked").join(digest_hex(&digest).unwrap());
         let open = || File::open(&path).unwrap();
-        // Just written: remembered by this process only.
-        check_file(&open(), &digest).unwrap();
-        assert!(remembered(&open(), &digest));
+        let taken_as_checked = |f: &File| {
+            FileState::of(f).is_some_and(|s| remembered(f, &digest) || kept_check(&digest, &s))
+        };
+        // Just written: taken as checked by this process only.
+        check_cached_file(&open(), &digest).unwrap();
+        assert!(taken_as_checked(&open()));
         assert!(!kept.exists());
         forget_this_process();
-        assert!(!remembered(&open(), &digest));
+        assert!(!taken_as_checked(&open()));
         // An old modification time, but born just now: still not kept.
         let f = File::options().write(true).open(&path).unwrap();
         let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000);
         f.set_modified(old).unwrap();
-        check_file(&open(), &digest).unwrap();
+        check_cached_file(&open(), &digest).unwrap();
         assert!(!kept.exists());
-        // Both settled (the clock set ahead): kept for later builds too.
+        forget_this_process();
+        // Born long enough ago (the clock set ahead), but modified later than the clock: not
+        // kept.
         CLOCK_AHEAD.store(10, std::sync::atomic::Ordering::Relaxed);
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        f.set_modified(later).unwrap();
+        check_cached_file(&open(), &digest).unwrap();
+        assert!(!kept.exists());
         forget_this_process();
-        check_file(&open(), &digest).unwrap();
+        // Both settled: kept for later builds.
+        f.set_modified(old).unwrap();
+        check_cached_file(&open(), &digest).unwrap();
+        assert!(kept.exists());
         forget_this_process();
-        assert!(remembered(&open(), &digest));
-        // What was kept for another file born in the same inode, with the same size and
-        // modification time, is not this file's.
+        assert!(taken_as_checked(&open()));
+        // A layout's file is checked by reading, whatever was kept.
+        assert!(!remembered(&open(), &digest));
+        // A link to it (as into an output) and its removal move the change time only.
+        let link = dir.path().join("link");
+        std::fs::hard_link(&path, &link).unwrap();
+        std::fs::remove_file(&link).unwrap();
+        assert!(taken_as_checked(&open()));
+        // Only for this digest, and only for this file.
+        assert!(!kept_check(&sha256_digest(b"other"), &FileState::of(&open()).unwrap()));
+        let copy = dir.path().join("copy");
+        std::fs::copy(&path, &copy).unwrap();
+        assert!(!taken_as_checked(&File::open(&copy).unwrap()));
+        // Rewritten in place: the modification time moves, and the next check reads it.
+        f.write_all_at(b"CACHED", 0).unwrap();
+        assert!(!taken_as_checked(&open()));
+        let e = check_cached_file(&open(), &digest).unwrap_err();
+        assert!(digest_error(&e).is_some(), "{e}");
+        // Put back, its modification time too: the same state as checked (setting the time
+        // back takes one who may write the cache).
+        f.write_all_at(b"cached", 0).unwrap();
+        f.set_modified(old).unwrap();
+        assert!(taken_as_checked(&open()));
+        // Kept for another file born in the same inode, with the same size and modification
+        // time: not this file's.
         let line = std::fs::read_to_string(&kept).unwrap();
         let mut fields: Vec<String> = line.trim().split(' ').map(str::to_string).collect();
         assert_eq!(fields.len(), 7, "{line}");
         fields[5] = (fields[5].parse::<i64>().unwrap() - 100).to_string();
         std::fs::write(&kept, fields.join(" ") + "\n").unwrap();
-        assert!(!remembered(&open(), &digest));
+        assert!(!taken_as_checked(&open()));
         std::fs::write(&kept, &line).unwrap();
-        assert!(remembered(&open(), &digest));
-        // A link to it (as into an output) and its removal move the change time only.
-        let link = dir.path().join("link");
-        std::fs::hard_link(&path, &link).unwrap();
-        std::fs::remove_file(&link).unwrap();
-        assert!(remembered(&open(), &digest));
-        // Only for this digest, and only for this file.
-        let other = sha256_digest(b"other");
-        assert!(!remembered(&open(), &other));
-        let copy = dir.path().join("copy");
-        std::fs::copy(&path, &copy).unwrap();
-        assert!(!remembered(&File::open(&copy).unwrap(), &digest));
-        // Rewritten in place: the modification time moves, and the next check reads it.
-        f.write_all_at(b"LAYER", 0).unwrap();
-        assert!(!remembered(&open(), &digest));
-        let e = check_file(&open(), &digest).unwrap_err();
-        assert!(digest_error(&e).is_some(), "{e}");
-        // Put back, its modification time too: the same file as checked, kept as such.
-        f.write_all_at(b"layer", 0).unwrap();
-        f.set_modified(old).unwrap();
-        assert!(remembered(&open(), &digest));
-        // A kept file that is not one is no check.
+        assert!(taken_as_checked(&open()));
+        // Writable by others: not trusted.
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(!taken_as_checked(&open()));
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(taken_as_checked(&open()));
+        // Not a kept check.
         std::fs::write(&kept, "garbage\n1 2 3\n").unwrap();
-        assert!(!remembered(&open(), &digest));
+        assert!(!taken_as_checked(&open()));
         // Several files per digest, the last `KEPT_STATES` of them.
         let copies: Vec<_> = (0..KEPT_STATES + 1)
             .map(|i| {
                 let p = dir.path().join(format!("copy{i}"));
                 std::fs::write(&p, &content).unwrap();
                 File::options().write(true).open(&p).unwrap().set_modified(old).unwrap();
-                check_file(&File::open(&p).unwrap(), &digest).unwrap();
+                check_cached_file(&File::open(&p).unwrap(), &digest).unwrap();
                 p
             })
             .collect();
         forget_this_process();
-        let remembered_copies: Vec<bool> =
-            copies.iter().map(|p| remembered(&File::open(p).unwrap(), &digest)).collect();
+        let taken: Vec<bool> =
+            copies.iter().map(|p| taken_as_checked(&File::open(p).unwrap())).collect();
         let mut expected = vec![true; KEPT_STATES + 1];
         expected[0] = false;
-        assert_eq!(remembered_copies, expected);
+        assert_eq!(taken, expected);
+        // A layout's file checked by reading is not kept for later builds.
+        let layout = dir.path().join("layout");
+        std::fs::write(&layout, b"layout bytes").unwrap();
+        File::options().write(true).open(&layout).unwrap().set_modified(old).unwrap();
+        let layout_digest = sha256_digest(b"layout bytes");
+        check_file(&File::open(&layout).unwrap(), &layout_digest).unwrap();
+        assert!(!dir.path().join("checked").join(digest_hex(&layout_digest).unwrap()).exists());
+        CLOCK_AHEAD.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Hashed on a thread of its own, a large file is checked as one hashed here: the same
+    /// verdict whatever the reads, a mismatch at the end, remembered once read whole; dropped
+    /// half read, nothing waits.
+    #[test]
+    fn a_large_file_hashed_aside_is_checked_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("large");
+        let content: Vec<u8> =
+            (0..HASH_ASIDE_FROM as usize + 12345).map(|i| (i * 31 % 251) as u8).collect();
+        std::fs::write(&path, &content).unwrap();
+        let digest = sha256_digest(&content);
+        let aside = |digest: &str| VerifyingFile::hashed_aside(File::open(&path).unwrap(), digest);
+        assert!(matches!(aside(&digest).inner.hasher, Hashing::Aside { .. }));
+        for piece in [1000, 1 << 16, 3 << 20] {
+            let mut r = aside(&digest);
+            let mut buf = vec![0u8; piece];
+            let mut got = Vec::new();
+            loop {
+                let n = r.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == content, "{piece}");
+            assert!(r.checked.is_some(), "{piece}");
+        }
+        assert!(remembered(&File::open(&path).unwrap(), &digest));
+        let other = sha256_digest(b"other");
+        let e = aside(&other).read_to_end(&mut Vec::new()).unwrap_err();
+        assert!(matches!(digest_error(&e), Some(Error::DigestMismatch { .. })), "{e}");
+        let mut half = aside(&digest);
+        half.read_exact(&mut vec![0u8; 5 << 20]).unwrap();
+        drop(half);
+        // Small files are hashed here.
+        std::fs::write(dir.path().join("small"), b"small").unwrap();
+        let small = VerifyingFile::hashed_aside(
+            File::open(dir.path().join("small")).unwrap(),
+            &sha256_digest(b"small"),
+        );
+        assert!(matches!(small.inner.hasher, Hashing::Here(_)));
     }
 
     #[test]

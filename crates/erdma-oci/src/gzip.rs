@@ -282,17 +282,12 @@ impl BlockMemo {
 }
 
 /// Whether `deflated`, raw deflate primed with `window`, gives back exactly `block` and ends as
-/// [`deflate_block`] ends it: with the stream's end for the `last`, else with a sync flush (an
-/// empty stored block, so that the next block starts on a byte of its own), which a final
-/// empty stored block appended after it must then end cleanly.
+/// [`deflate_block`] ends it: with the stream's end for the `last`; else with a sync flush (an
+/// empty stored block, so that the next block starts on a byte of its own), all of it read
+/// and nothing after it, which a final empty stored block appended then ends cleanly.
 fn inflates_to(deflated: &[u8], window: &[u8], block: &[u8], last: bool) -> bool {
-    let mut input = deflated.to_vec();
-    if !last {
-        if !deflated.ends_with(&[0, 0, 0xff, 0xff]) {
-            return false;
-        }
-        // BFINAL=1, BTYPE=00 (stored), padding; LEN 0, NLEN 0xFFFF.
-        input.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+    if !last && !deflated.ends_with(&[0, 0, 0xff, 0xff]) {
+        return false;
     }
     let mut d = flate2::Decompress::new(false);
     if !window.is_empty() && d.set_dictionary(window).is_err() {
@@ -300,18 +295,30 @@ fn inflates_to(deflated: &[u8], window: &[u8], block: &[u8], last: bool) -> bool
     }
     // One byte more than the block: a stream that gives more is not this block's.
     let mut out = Vec::with_capacity(block.len() + 1);
-    loop {
-        let read = d.total_in() as usize;
-        let before = d.total_out();
-        match d.decompress_vec(&input[read..], &mut out, flate2::FlushDecompress::Finish) {
-            Ok(Status::StreamEnd) => break,
-            Ok(_) if out.len() == out.capacity() => return false,
-            Ok(_) if d.total_in() as usize == read && d.total_out() == before => return false,
+    let ended = |d: &mut flate2::Decompress, input: &[u8], out: &mut Vec<u8>| loop {
+        let (read, given) = (d.total_in(), d.total_out());
+        let left = &input[(read as usize).min(input.len())..];
+        match d.decompress_vec(left, out, flate2::FlushDecompress::None) {
+            Ok(Status::StreamEnd) => return Some(true),
+            Ok(_) if out.len() == out.capacity() => return None,
+            Ok(_) if d.total_in() == read && d.total_out() == given => return Some(false),
             Ok(_) => {}
-            Err(_) => return false,
+            Err(_) => return None,
         }
+    };
+    let whole = |d: &flate2::Decompress, n: usize| d.total_in() as usize == n;
+    match ended(&mut d, deflated, &mut out) {
+        Some(true) => last && whole(&d, deflated.len()) && out == block,
+        Some(false) if !last && whole(&d, deflated.len()) && out == block => {
+            // BFINAL=1, BTYPE=00 (stored), padding; LEN 0, NLEN 0xFFFF.
+            let mut input = deflated.to_vec();
+            input.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+            ended(&mut d, &input, &mut out) == Some(true)
+                && whole(&d, input.len())
+                && out.len() == block.len()
+        }
+        _ => false,
     }
-    d.total_in() as usize == input.len() && out == block
 }
 
 #[cfg(test)]
@@ -507,6 +514,27 @@ mod tests {
             assert_eq!(gz_memo(&data, 65536, &memo), plain, "{what}");
             assert_eq!(std::fs::read(&kept).unwrap(), good, "{what}: made again");
         }
+        // A kept block is what the layer gets: one deflated otherwise (level 1), but
+        // inflating to the block and ending as its place needs, is taken as it is, and the
+        // layer still gives the input back.
+        let other = {
+            let mut c = Compress::new(Compression::new(1), false);
+            let mut out = Vec::with_capacity(2 * SMALL_BLOCK);
+            c.compress_vec(head, &mut out, FlushCompress::Sync).unwrap();
+            out
+        };
+        assert_ne!(other, good);
+        std::fs::write(&kept, &other).unwrap();
+        let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 20);
+        std::fs::File::options().write(true).open(&kept).unwrap().set_modified(long_ago).unwrap();
+        let with_other = gz_memo(&data, 65536, &memo);
+        assert_ne!(with_other, plain);
+        assert!(with_other.windows(other.len()).any(|w| w == other.as_slice()));
+        assert_eq!(gunzip_one_member(&with_other), data);
+        // Taken as used now: the prune keeps it.
+        let used = std::fs::metadata(&kept).unwrap().modified().unwrap();
+        assert!(used > long_ago + std::time::Duration::from_secs(1 << 20), "{used:?}");
+        std::fs::write(&kept, &good).unwrap();
         // The last block ends the stream: a sync-flushed one is not it.
         let last_from = 8 * SMALL_BLOCK;
         let window = &data[last_from - WINDOW..last_from];

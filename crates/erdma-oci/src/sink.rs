@@ -198,7 +198,11 @@ impl Sink {
                     let file = File::open(&local).map_err(Error::io("opening blob", &local))?;
                     let wanted = digest.to_string();
                     let checked = tokio::task::spawn_blocking(move || {
-                        crate::blob::check_file(&file, &wanted)?;
+                        if from_layout {
+                            crate::blob::check_file(&file, &wanted)?;
+                        } else {
+                            crate::blob::check_cached_file(&file, &wanted)?;
+                        }
                         Ok(file)
                     })
                     .await

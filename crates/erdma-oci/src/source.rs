@@ -373,7 +373,7 @@ impl Source {
         if let Store::Dir(dir) = &self.store {
             // A layout's file: once read whole and matched, not read again to be checked
             // before it is linked into an output (crate::blob::check_file).
-            let r = crate::blob::VerifyingFile::new(open_dir_blob(dir, digest)?, digest);
+            let r = crate::blob::VerifyingFile::hashed_aside(open_dir_blob(dir, digest)?, digest);
             return Ok(Box::new(BufReader::with_capacity(1 << 16, r)));
         }
         let (r, _) = open_local(&self.store, digest)?;
