@@ -239,14 +239,21 @@ impl Lasting {
         Some(Lasting { dev: s.dev, ino: s.ino, size: s.size, mtime: s.mtime, btime: s.btime? })
     }
 
-    fn line(&self) -> String {
+    /// One line of `digest`'s kept file. The digest is in it, not only in the file's name: a
+    /// kept file renamed (by whoever owns a cache directory shared with others) is no check
+    /// of another digest.
+    fn line(&self, digest: &str) -> String {
         let Lasting { dev, ino, size, mtime: (ms, mn), btime: (bs, bn) } = self;
-        format!("{dev} {ino} {size} {ms} {mn} {bs} {bn}")
+        format!("{digest} {dev} {ino} {size} {ms} {mn} {bs} {bn}")
     }
 
-    fn parse(line: &str) -> Option<Lasting> {
+    /// A line of `digest`'s kept file ([`Self::line`]), none of another digest's.
+    fn parse(line: &str, digest: &str) -> Option<Lasting> {
         let f: Vec<&str> = line.split(' ').collect();
-        let [dev, ino, size, ms, mn, bs, bn] = f[..] else { return None };
+        let [of, dev, ino, size, ms, mn, bs, bn] = f[..] else { return None };
+        if of != digest {
+            return None;
+        }
         Some(Lasting {
             dev: dev.parse().ok()?,
             ino: ino.parse().ok()?,
@@ -277,22 +284,22 @@ fn kept_file(digest: &str) -> Option<std::path::PathBuf> {
     Some(KEPT_IN.get()?.join(digest_hex(digest).ok()?))
 }
 
-/// The states kept for a digest: none unless the user owns the file and no one else may
-/// write it.
-fn kept_states(path: &std::path::Path) -> Vec<Lasting> {
+/// The states kept for `digest` in `path`: none unless the user owns the file and no one else
+/// may write it.
+fn kept_states(path: &std::path::Path, digest: &str) -> Vec<Lasting> {
     let text = erdma_limits::kept::read(path, 4096).unwrap_or_default();
-    String::from_utf8_lossy(&text).lines().filter_map(Lasting::parse).collect()
+    String::from_utf8_lossy(&text).lines().filter_map(|l| Lasting::parse(l, digest)).collect()
 }
 
 /// Keeps `state` for later builds as one `digest` was read whole in.
 fn keep_check(digest: &str, state: &FileState) {
     let lasting = Lasting::of(state).filter(Lasting::settled);
     let (Some(lasting), Some(path)) = (lasting, kept_file(digest)) else { return };
-    let mut states = kept_states(&path);
+    let mut states = kept_states(&path, digest);
     states.retain(|s| (s.dev, s.ino) != (state.dev, state.ino));
     states.push(lasting);
     let from = states.len().saturating_sub(KEPT_STATES);
-    let text: String = states[from..].iter().map(|s| s.line() + "\n").collect();
+    let text: String = states[from..].iter().map(|s| s.line(digest) + "\n").collect();
     // Best effort, written whole: a cache that cannot be written only costs a read later.
     let dir = path.parent().expect("under the directory");
     let _ = std::fs::create_dir_all(dir)
@@ -302,7 +309,7 @@ fn keep_check(digest: &str, state: &FileState) {
 /// Whether `state` was kept for later builds as one `digest` was read whole in.
 fn kept_check(digest: &str, state: &FileState) -> bool {
     let Some(lasting) = Lasting::of(state) else { return false };
-    kept_file(digest).is_some_and(|p| kept_states(&p).contains(&lasting))
+    kept_file(digest).is_some_and(|p| kept_states(&p, digest).contains(&lasting))
 }
 
 fn remember(digest: &str, state: FileState) {
@@ -722,10 +729,24 @@ mod tests {
         // time: not this file's.
         let line = std::fs::read_to_string(&kept).unwrap();
         let mut fields: Vec<String> = line.trim().split(' ').map(str::to_string).collect();
-        assert_eq!(fields.len(), 7, "{line}");
-        fields[5] = (fields[5].parse::<i64>().unwrap() - 100).to_string();
+        assert_eq!(fields.len(), 8, "{line}");
+        fields[6] = (fields[6].parse::<i64>().unwrap() - 100).to_string();
         std::fs::write(&kept, fields.join(" ") + "\n").unwrap();
         assert!(!taken_as_checked(&open()));
+        std::fs::write(&kept, &line).unwrap();
+        assert!(taken_as_checked(&open()));
+        // Another digest's kept file, renamed to this digest's name: not this digest's check.
+        let other_content = b"other cached bytes".to_vec();
+        let other_path = dir.path().join("other");
+        std::fs::write(&other_path, &other_content).unwrap();
+        File::options().write(true).open(&other_path).unwrap().set_modified(old).unwrap();
+        let other_digest = sha256_digest(&other_content);
+        check_cached_file(&File::open(&other_path).unwrap(), &other_digest).unwrap();
+        let other_kept = dir.path().join("checked").join(digest_hex(&other_digest).unwrap());
+        std::fs::rename(&other_kept, &kept).unwrap();
+        forget_this_process();
+        assert!(!FileState::of(&File::open(&other_path).unwrap())
+            .is_some_and(|s| kept_check(&digest, &s)));
         std::fs::write(&kept, &line).unwrap();
         assert!(taken_as_checked(&open()));
         // Writable by others: not trusted.

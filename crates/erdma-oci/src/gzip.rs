@@ -214,9 +214,10 @@ pub struct BlockMemo {
     dir: PathBuf,
 }
 
-/// How many blocks a [`BlockMemo`] keeps: at [`SMALL_BLOCK`] each, the blocks of a few
-/// hundred megabytes of layers.
-pub const MEMO_BLOCKS: usize = 1024;
+/// How many blocks a [`BlockMemo`] keeps: at [`SMALL_BLOCK`] each, the blocks of 64 MB of
+/// layers (the eRDMA packages' rpm layer is eleven), about 25 MB of deflate. Each build of
+/// erdma-build keeps its own ([`BlockMemo::new`]).
+pub const MEMO_BLOCKS: usize = 256;
 
 impl BlockMemo {
     /// A memo in `dir` (made when first written; it may be removed at any time). `dir` must
