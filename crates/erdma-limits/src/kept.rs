@@ -17,16 +17,19 @@ pub enum NotKept {
     TooLarge,
 }
 
-/// Opens the kept file at `path` when it is a regular file of at most `max` bytes owned by
-/// the effective user and not writable by group or others.
-pub fn open(path: &Path, max: u64) -> Result<File, NotKept> {
+/// Whether `meta` is a regular file owned by the effective user and not writable by group or
+/// others: one no one else can change.
+pub fn users_own(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
+    meta.is_file() && meta.uid() == rustix::process::geteuid().as_raw() && meta.mode() & 0o022 == 0
+}
+
+/// Opens the kept file at `path` when it is a regular file of at most `max` bytes owned by
+/// the effective user and not writable by group or others ([`users_own`]).
+pub fn open(path: &Path, max: u64) -> Result<File, NotKept> {
     let f = File::open(path).map_err(NotKept::Missing)?;
     let meta = f.metadata().map_err(NotKept::Missing)?;
-    if !meta.is_file()
-        || meta.uid() != rustix::process::geteuid().as_raw()
-        || meta.mode() & 0o022 != 0
-    {
+    if !users_own(&meta) {
         return Err(NotKept::Untrusted);
     }
     if meta.len() > max {

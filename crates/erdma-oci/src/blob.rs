@@ -96,16 +96,24 @@ const ASIDE_PIECE: usize = 1 << 20;
 const ASIDE_QUEUE: usize = 8;
 
 impl Hashing {
+    /// Hashing on a thread of its own, or here where no thread can be made.
     fn aside() -> Hashing {
         let (to, pieces) = std::sync::mpsc::sync_channel::<Vec<u8>>(ASIDE_QUEUE);
-        let hash = std::thread::spawn(move || {
+        let hash = std::thread::Builder::new().name("hash".into()).spawn(move || {
             let mut h = Sha256::new();
             for piece in pieces {
                 h.update(&piece);
             }
             format!("sha256:{}", hex::encode(h.finalize()))
         });
-        Hashing::Aside { piece: Vec::with_capacity(ASIDE_PIECE), to: Some(to), hash: Some(hash) }
+        match hash {
+            Ok(hash) => Hashing::Aside {
+                piece: Vec::with_capacity(ASIDE_PIECE),
+                to: Some(to),
+                hash: Some(hash),
+            },
+            Err(_) => Hashing::Here(Sha256::new()),
+        }
     }
 
     fn update(&mut self, bytes: &[u8]) {
@@ -393,11 +401,16 @@ pub fn check_file(file: &File, digest: &str) -> io::Result<()> {
 }
 
 /// [`check_file`] for a file of the user's own cache (a registry's layer an earlier build
-/// kept): a check is also kept for later builds ([`remember_checks_in`]), and one kept there
-/// stands while the file's device, inode, size, modification and birth time hold (`Lasting`).
-/// Not for a layout's files: whoever may write those need not be able to write the cache, and
-/// could rewrite one and set its modification time back between two builds.
+/// kept): where the user owns the file and no one else may write it, a check is also kept for
+/// later builds ([`remember_checks_in`]), and one kept there stands while the file's device,
+/// inode, size, modification and birth time hold (`Lasting`). Not for a layout's files, nor
+/// for a cached file someone else may write (a cache directory shared with others): whoever
+/// may write one could rewrite it and set its modification time back between two builds.
 pub fn check_cached_file(file: &File, digest: &str) -> io::Result<()> {
+    let own = file.metadata().is_ok_and(|m| erdma_limits::kept::users_own(&m));
+    if !own {
+        return check_file(file, digest);
+    }
     if remembered(file, digest) || FileState::of(file).is_some_and(|s| kept_check(digest, &s)) {
         return Ok(());
     }
@@ -584,6 +597,10 @@ mod tests {
     /// be given an old birth time.
     static CLOCK_AHEAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+    /// The tests of what this process remembers, one at a time (they clear it, and set the
+    /// clock ahead), where tests share a process.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     pub(super) fn clock_ahead() -> std::time::Duration {
         std::time::Duration::from_secs(CLOCK_AHEAD.load(std::sync::atomic::Ordering::Relaxed))
     }
@@ -600,6 +617,7 @@ mod tests {
     /// any change to it, a partial read, a mismatch or another file is checked by reading.
     #[test]
     fn a_file_read_whole_is_checked_once_while_unchanged() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         use std::os::unix::fs::FileExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("blob");
@@ -663,6 +681,7 @@ mod tests {
     /// ([`check_file`]) is never taken as checked by a later process.
     #[test]
     fn checks_of_cached_files_are_kept_for_later_builds_while_the_file_holds() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         use std::os::unix::fs::{FileExt, PermissionsExt};
         let dir = tempfile::tempdir().unwrap();
         remember_checks_in(dir.path().join("checked"));
@@ -773,6 +792,14 @@ mod tests {
         let mut expected = vec![true; KEPT_STATES + 1];
         expected[0] = false;
         assert_eq!(taken, expected);
+        // A cached file others may write is checked by reading, and nothing is kept.
+        let shared = dir.path().join("shared");
+        std::fs::write(&shared, b"shared bytes").unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o666)).unwrap();
+        File::options().write(true).open(&shared).unwrap().set_modified(old).unwrap();
+        let shared_digest = sha256_digest(b"shared bytes");
+        check_cached_file(&File::open(&shared).unwrap(), &shared_digest).unwrap();
+        assert!(!dir.path().join("checked").join(digest_hex(&shared_digest).unwrap()).exists());
         // A layout's file checked by reading is not kept for later builds.
         let layout = dir.path().join("layout");
         std::fs::write(&layout, b"layout bytes").unwrap();
@@ -788,6 +815,7 @@ mod tests {
     /// half read, nothing waits.
     #[test]
     fn a_large_file_hashed_aside_is_checked_alike() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("large");
         let content: Vec<u8> =

@@ -240,7 +240,10 @@ impl BlockMemo {
     /// `block`'s deflate primed with `window` ([`deflate_block`]): kept, or made and kept.
     fn deflate(&self, window: &[u8], block: &[u8], last: bool) -> io::Result<Vec<u8>> {
         let path = self.dir.join(Self::path(window, block, last));
-        if let Ok(kept) = std::fs::read(&path) {
+        // The user's own file only, and no larger than a block's deflate can be (stored
+        // blocks of 64 KiB, five bytes each, and the flush).
+        let most = block.len() as u64 + block.len() as u64 / 4096 * 5 + 64;
+        if let Ok(kept) = erdma_limits::kept::read(&path, most) {
             if inflates_to(&kept, window, block, last) {
                 // Used last now: the prune keeps it.
                 let _ = std::fs::File::open(&path)
@@ -255,10 +258,7 @@ impl BlockMemo {
         }
         let made = deflate_block(window, block, last)?;
         // Best effort, written whole: a memo that cannot be written only costs time.
-        let _ = std::fs::create_dir_all(&self.dir)
-            .and_then(|()| tempfile::NamedTempFile::new_in(&self.dir))
-            .and_then(|mut f| f.write_all(&made).map(|()| f))
-            .and_then(|f| f.persist(&path).map_err(|e| e.error));
+        let _ = erdma_limits::kept::write(&path, |f| f.write_all(&made));
         Ok(made)
     }
 

@@ -580,6 +580,9 @@ async fn write_stream(
 
 /// Writes a tar of `entries` (name, file) to a temporary file beside `dest`, then renames it.
 /// Headers carry fixed owners, modes and mtimes so the same content gives the same archive.
+/// A blob (`blobs/sha256/HEX`) is checked against its name as it is copied: a layout's layer
+/// linked into the staging directory may have been rewritten since it was checked, by
+/// whoever may write that layout, and the archive is a copy no later change reaches.
 fn write_archive(dest: &Path, entries: &[(String, PathBuf)]) -> Result<()> {
     let parent = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -601,12 +604,19 @@ fn write_archive(dest: &Path, entries: &[(String, PathBuf)]) -> Result<()> {
             h.set_uid(0);
             h.set_gid(0);
             h.set_entry_type(tar::EntryType::Regular);
-            tar.append_data(&mut h, name, &mut f)?;
+            match name.strip_prefix("blobs/sha256/") {
+                Some(hex) => {
+                    let digest = format!("sha256:{hex}");
+                    let mut checked = crate::blob::VerifyingReader::new(f, &digest);
+                    tar.append_data(&mut h, name, &mut checked)?
+                }
+                None => tar.append_data(&mut h, name, &mut f)?,
+            }
         }
         tar.into_inner()?.flush()?;
         tmp.as_file().sync_all()
     };
-    write().map_err(not_writable(dest))?;
+    write().map_err(|e| crate::blob::digest_error(&e).unwrap_or_else(|| not_writable(dest)(e)))?;
     tmp.persist(dest).map_err(|e| not_writable(dest)(e.error))?;
     Ok(())
 }
@@ -622,4 +632,45 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     tmp.as_file().sync_all().map_err(not_writable(path))?;
     tmp.persist(path).map_err(|e| not_writable(path)(e.error))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An archive's blob that does not hold its name's bytes (a layout's layer rewritten after
+    /// its check) fails the archive, which is then not written; the right bytes go in whole.
+    #[test]
+    fn an_archive_checks_its_blobs_as_it_copies_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let hex = &crate::blob::sha256_digest(b"layer bytes")["sha256:".len()..];
+        let blob = dir.path().join(hex);
+        let layout = dir.path().join("oci-layout");
+        std::fs::write(&layout, br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+        let entries = vec![
+            ("oci-layout".to_string(), layout.clone()),
+            (format!("blobs/sha256/{hex}"), blob.clone()),
+        ];
+        let dest = dir.path().join("out.tar");
+        std::fs::write(&blob, b"LAYER BYTES").unwrap();
+        let e = write_archive(&dest, &entries).unwrap_err();
+        assert!(matches!(e, Error::DigestMismatch { .. }), "{e}");
+        assert!(!dest.exists());
+        std::fs::write(&blob, b"layer bytes").unwrap();
+        write_archive(&dest, &entries).unwrap();
+        let mut archive = tar::Archive::new(File::open(&dest).unwrap());
+        let got: Vec<(String, Vec<u8>)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let name = e.path().unwrap().to_string_lossy().into_owned();
+                let mut data = Vec::new();
+                std::io::Read::read_to_end(&mut e, &mut data).unwrap();
+                (name, data)
+            })
+            .collect();
+        assert_eq!(got[1], (format!("blobs/sha256/{hex}"), b"layer bytes".to_vec()));
+        assert_eq!(got.len(), 2);
+    }
 }
