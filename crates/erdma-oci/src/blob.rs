@@ -309,9 +309,7 @@ fn keep_check(digest: &str, state: &FileState) {
     let from = states.len().saturating_sub(KEPT_STATES);
     let text: String = states[from..].iter().map(|s| s.line(digest) + "\n").collect();
     // Best effort, written whole: a cache that cannot be written only costs a read later.
-    let dir = path.parent().expect("under the directory");
-    let _ = std::fs::create_dir_all(dir)
-        .and_then(|()| erdma_limits::kept::write(&path, |f| f.write_all(text.as_bytes())));
+    let _ = erdma_limits::kept::write(&path, |f| f.write_all(text.as_bytes()));
 }
 
 /// Whether `state` was kept for later builds as one `digest` was read whole in.
@@ -397,7 +395,15 @@ pub fn check_file(file: &File, digest: &str) -> io::Result<()> {
     if remembered(file, digest) {
         return Ok(());
     }
-    read_to_end_1m(&mut VerifyingFile::new(file.try_clone()?, digest))
+    read_checking(file, digest).map(drop)
+}
+
+/// Reads `file` whole through a [`VerifyingFile`]: the state it was read whole and matched in,
+/// where nothing wrote to it meanwhile.
+fn read_checking(file: &File, digest: &str) -> io::Result<Option<FileState>> {
+    let mut r = VerifyingFile::new(file.try_clone()?, digest);
+    read_to_end_1m(&mut r)?;
+    Ok(r.checked)
 }
 
 /// [`check_file`] for a file of the user's own cache (a registry's layer an earlier build
@@ -414,9 +420,7 @@ pub fn check_cached_file(file: &File, digest: &str) -> io::Result<()> {
     if remembered(file, digest) || FileState::of(file).is_some_and(|s| kept_check(digest, &s)) {
         return Ok(());
     }
-    let mut r = VerifyingFile::new(file.try_clone()?, digest);
-    read_to_end_1m(&mut r)?;
-    if let Some(state) = r.checked {
+    if let Some(state) = read_checking(file, digest)? {
         keep_check(digest, &state);
     }
     Ok(())

@@ -22,8 +22,8 @@ const SNAPSHOT_FORMAT: u32 = 4;
 /// kept across builds in the user's cache by digest (`blobs/sha256/HEX` under [`cache_dir`]),
 /// each checked against its digest again before it is used (by reading it, or by the check an
 /// earlier build kept while the file is unchanged: [`crate::blob::check_cached_file`]), so a
-/// warm build downloads no layer it has read before. The directory may be removed at any time. Where it cannot be
-/// written, layers are kept for the build's duration only.
+/// warm build downloads no layer it has read before. The directory may be removed at any
+/// time. Where it cannot be written, layers are kept for the build's duration only.
 pub struct LayerCache {
     dir: PathBuf,
     files: Mutex<HashMap<String, PathBuf>>,

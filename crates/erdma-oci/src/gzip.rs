@@ -227,7 +227,7 @@ impl BlockMemo {
     }
 
     /// The name of the block made from `window`, `block` and `last`.
-    fn path(window: &[u8], block: &[u8], last: bool) -> String {
+    fn name(window: &[u8], block: &[u8], last: bool) -> String {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         h.update([LEVEL as u8, last as u8]);
@@ -239,15 +239,17 @@ impl BlockMemo {
 
     /// `block`'s deflate primed with `window` ([`deflate_block`]): kept, or made and kept.
     fn deflate(&self, window: &[u8], block: &[u8], last: bool) -> io::Result<Vec<u8>> {
-        let path = self.dir.join(Self::path(window, block, last));
+        let path = self.dir.join(Self::name(window, block, last));
         // The user's own file only, and no larger than a block's deflate can be (stored
         // blocks of 64 KiB, five bytes each, and the flush).
         let most = block.len() as u64 + block.len() as u64 / 4096 * 5 + 64;
-        if let Ok(kept) = erdma_limits::kept::read(&path, most) {
-            if inflates_to(&kept, window, block, last) {
+        if let Ok(mut f) = erdma_limits::kept::open(&path, most) {
+            let mut kept = Vec::new();
+            if std::io::Read::read_to_end(&mut f, &mut kept).is_ok()
+                && inflates_to(&kept, window, block, last)
+            {
                 // Used last now: the prune keeps it.
-                let _ = std::fs::File::open(&path)
-                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                let _ = f.set_modified(std::time::SystemTime::now());
                 return Ok(kept);
             }
             tracing::warn!(
@@ -487,7 +489,7 @@ mod tests {
             c.compress_vec(head, &mut out, FlushCompress::Partial).unwrap();
             out
         };
-        let kept = blocks.join(BlockMemo::path(b"", head, false));
+        let kept = blocks.join(BlockMemo::name(b"", head, false));
         let good = std::fs::read(&kept).unwrap();
         let mut flipped = good.clone();
         flipped[good.len() / 3] ^= 1;
@@ -539,7 +541,7 @@ mod tests {
         // The last block ends the stream: a sync-flushed one is not it.
         let last_from = 8 * SMALL_BLOCK;
         let window = &data[last_from - WINDOW..last_from];
-        let last = blocks.join(BlockMemo::path(window, &data[last_from..], true));
+        let last = blocks.join(BlockMemo::name(window, &data[last_from..], true));
         let good_last = std::fs::read(&last).unwrap();
         std::fs::write(&last, deflate_block(window, &data[last_from..], false).unwrap()).unwrap();
         assert_eq!(gz_memo(&data, 65536, &memo), plain);
@@ -574,7 +576,7 @@ mod tests {
         let left = memo_files(&blocks);
         assert_eq!(left.len(), MEMO_BLOCKS);
         assert!(left.contains(&"00000".to_string()));
-        assert!(left.contains(&BlockMemo::path(b"", &data, true)));
+        assert!(left.contains(&BlockMemo::name(b"", &data, true)));
         // The eleven used longest ago went, but the one used again.
         for i in 1..=11 {
             assert!(!left.contains(&format!("{i:05}")), "{i}");
