@@ -202,12 +202,11 @@ impl FileState {
 
 /// Files this process read whole and found to hash to a digest, with their state then: a
 /// layout's layer checked as it was read for the base's files is not read again to be checked
-/// before it is linked into the output (51 MB, 40 ms of a core, for a Rocky 9 base). Kept in
-/// memory only; the checks of the user's own cache's files are also kept for later builds
-/// ([`check_cached_file`]).
+/// before it is linked into the output (51 MB, 40 ms of a core, for a Rocky 9 base). The
+/// checks of files the user alone may write are also kept for later builds ([`check_file`]).
 static CHECKED: std::sync::Mutex<Vec<(String, FileState)>> = std::sync::Mutex::new(Vec::new());
 
-/// Where the checks of the cache's own files are kept for later builds: one small file per
+/// Where the checks of the user's own files are kept for later builds: one small file per
 /// digest, named by its hex, with the file states (`Lasting`, one per line) it was read whole
 /// and matched in.
 static KEPT_IN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
@@ -220,17 +219,18 @@ const KEPT_STATES: usize = 8;
 /// system keeps times by.
 const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Keeps the checks of the cache's own files ([`check_cached_file`]) in `dir` for later
-/// processes, and trusts the ones kept there when the user owns them and no one else may
-/// write them (`erdma_limits::kept`). The first call wins.
+/// Keeps the checks of the user's own files ([`check_file`]) in `dir` for later processes,
+/// and trusts the ones kept there when the user owns them and no one else may write them
+/// (`erdma_limits::kept`). The first call wins.
 pub fn remember_checks_in(dir: std::path::PathBuf) {
     let _ = KEPT_IN.set(dir);
 }
 
-/// What of a cached file's state a later build compares: `FileState` without the change time,
-/// which linking the file into an output, or removing that output, moves (a kept layer is
+/// What of a checked file's state a later build compares: `FileState` without the change time,
+/// which linking the file into an output, or removing that output, moves (a base's layer is
 /// linked into every layout output). A write moves the modification time; setting it back
-/// takes one who may write the cache, who could rewrite what is kept of the check as well.
+/// takes the file's owner (or root), the user, who could rewrite what is kept of the check as
+/// well.
 /// The birth time, which no local file system lets anyone set, is required: without it, a
 /// file made later in a freed inode, with the old one's modification time, would pass for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,7 +318,12 @@ fn kept_check(digest: &str, state: &FileState) -> bool {
     kept_file(digest).is_some_and(|p| kept_states(&p, digest).contains(&lasting))
 }
 
-fn remember(digest: &str, state: FileState) {
+/// Remembers that `file`, in `state`, was read whole and matched `digest`: in this process,
+/// and for later builds where the user alone may write it.
+fn remember(file: &File, digest: &str, state: FileState) {
+    if file.metadata().is_ok_and(|m| erdma_limits::kept::users_own(&m)) {
+        keep_check(digest, &state);
+    }
     let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
     checked.retain(|(d, s)| !(d == digest && (s.dev, s.ino) == (state.dev, state.ino)));
     checked.push((digest.to_string(), state));
@@ -335,7 +340,7 @@ fn remembered(f: &File, digest: &str) -> bool {
 pub const HASH_ASIDE_FROM: u64 = 8 << 20;
 
 /// A file read from its start through [`VerifyingReader`]: once read to its end and matched,
-/// remembered as checked (see [`check_file`]), when its state at the end is the one it had
+/// remembered as checked ([`check_file`]), when its state at the end is the one it had
 /// when opened (nothing wrote to it meanwhile) and every byte of it was read.
 pub struct VerifyingFile {
     inner: VerifyingReader<File>,
@@ -376,7 +381,7 @@ impl Read for VerifyingFile {
             let end = FileState::of(&self.inner.inner);
             if let Some(state) = self.opened.filter(|s| Some(*s) == end && s.size == self.inner.len)
             {
-                remember(&self.inner.expected, state);
+                remember(&self.inner.inner, &self.inner.expected, state);
                 self.checked = Some(state);
             }
         }
@@ -385,45 +390,32 @@ impl Read for VerifyingFile {
 }
 
 /// Checks that `file` (just opened) holds `digest`'s bytes: read whole ([`check_reader`]),
-/// unless this process already read this file whole and found it so, and its state is still
-/// what it was then. What the memo gives up: a writer changing the file while the build
-/// runs, in the ways its times cannot show (`FileState`), is not caught between the first
-/// read and the caller's use, where a second read would catch it until that read's end. Such
-/// a writer wins anyway: a linked file shares its inode with the output, so whatever it
-/// writes after the link reaches the output unchecked.
+/// unless this process already read this file whole and found it so, or an earlier build did
+/// and kept the check ([`remember_checks_in`]), and its state is still what it was then.
+///
+/// A check is kept for later builds only where the user owns the file and no one else may
+/// write it, and it stands while the file's device, inode, size, modification and birth time
+/// hold (`Lasting`): a file others may write (in a layout or a cache directory shared with
+/// others) is read by every build, as whoever may write it could rewrite it. Only the owner
+/// (or root) can set a modification time back, and the user could as well rewrite the kept
+/// check.
+///
+/// What the memo gives up: a writer changing the file in the ways its times cannot show
+/// (`FileState`; for a kept check, the owner setting the time back) is not caught between the
+/// first read and the caller's use, where a second read would catch it until that read's end.
+/// Such a writer wins anyway: the caller links the file, which then shares its inode with the
+/// output, so whatever it writes after the link reaches the output unchecked; every copy out
+/// of it is checked as it copies (a registry's upload, an archive's entry).
 pub fn check_file(file: &File, digest: &str) -> io::Result<()> {
     if remembered(file, digest) {
         return Ok(());
     }
-    read_checking(file, digest).map(drop)
-}
-
-/// Reads `file` whole through a [`VerifyingFile`]: the state it was read whole and matched in,
-/// where nothing wrote to it meanwhile.
-fn read_checking(file: &File, digest: &str) -> io::Result<Option<FileState>> {
-    let mut r = VerifyingFile::new(file.try_clone()?, digest);
-    read_to_end_1m(&mut r)?;
-    Ok(r.checked)
-}
-
-/// [`check_file`] for a file of the user's own cache (a registry's layer an earlier build
-/// kept): where the user owns the file and no one else may write it, a check is also kept for
-/// later builds ([`remember_checks_in`]), and one kept there stands while the file's device,
-/// inode, size, modification and birth time hold (`Lasting`). Not for a layout's files, nor
-/// for a cached file someone else may write (a cache directory shared with others): whoever
-/// may write one could rewrite it and set its modification time back between two builds.
-pub fn check_cached_file(file: &File, digest: &str) -> io::Result<()> {
     let own = file.metadata().is_ok_and(|m| erdma_limits::kept::users_own(&m));
-    if !own {
-        return check_file(file, digest);
-    }
-    if remembered(file, digest) || FileState::of(file).is_some_and(|s| kept_check(digest, &s)) {
+    if own && FileState::of(file).is_some_and(|s| kept_check(digest, &s)) {
         return Ok(());
     }
-    if let Some(state) = read_checking(file, digest)? {
-        keep_check(digest, &state);
-    }
-    Ok(())
+    let mut r = VerifyingFile::new(file.try_clone()?, digest);
+    read_to_end_1m(&mut r)
 }
 
 /// Reads `r` to its end, checking it against `digest` as [`VerifyingReader`] does (the error
@@ -677,14 +669,15 @@ mod tests {
         assert!(!remembered(&File::open(&path).unwrap(), &digest));
     }
 
-    /// Checks of the cache's own files kept for later builds: a file read whole and matched is
+    /// Checks of the user's own files kept for later builds: a file read whole and matched is
     /// taken as checked by a later process (here: this one, its memory cleared) while its
     /// device, inode, size, modification and birth time hold, whatever links to it do to its
     /// change time; not when a time was within `SETTLED` of the check, nor once modified, nor
-    /// from a kept file that is not one or not the user's alone. A layout's file
-    /// ([`check_file`]) is never taken as checked by a later process.
+    /// from a kept file that is not one or not the user's alone, nor for a file others may
+    /// write. A file read whole for its content (a layout's layer read for the base's files)
+    /// is kept alike.
     #[test]
-    fn checks_of_cached_files_are_kept_for_later_builds_while_the_file_holds() {
+    fn checks_of_the_users_files_are_kept_for_later_builds_while_the_file_holds() {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         use std::os::unix::fs::{FileExt, PermissionsExt};
         let dir = tempfile::tempdir().unwrap();
@@ -700,7 +693,7 @@ mod tests {
             FileState::of(f).is_some_and(|s| remembered(f, &digest) || kept_check(&digest, &s))
         };
         // Just written: taken as checked by this process only.
-        check_cached_file(&open(), &digest).unwrap();
+        check_file(&open(), &digest).unwrap();
         assert!(taken_as_checked(&open()));
         assert!(!kept.exists());
         forget_this_process();
@@ -709,7 +702,7 @@ mod tests {
         let f = File::options().write(true).open(&path).unwrap();
         let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000);
         f.set_modified(old).unwrap();
-        check_cached_file(&open(), &digest).unwrap();
+        check_file(&open(), &digest).unwrap();
         assert!(!kept.exists());
         forget_this_process();
         // Born long enough ago (the clock set ahead), but modified later than the clock: not
@@ -717,16 +710,15 @@ mod tests {
         CLOCK_AHEAD.store(10, std::sync::atomic::Ordering::Relaxed);
         let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
         f.set_modified(later).unwrap();
-        check_cached_file(&open(), &digest).unwrap();
+        check_file(&open(), &digest).unwrap();
         assert!(!kept.exists());
         forget_this_process();
         // Both settled: kept for later builds.
         f.set_modified(old).unwrap();
-        check_cached_file(&open(), &digest).unwrap();
+        check_file(&open(), &digest).unwrap();
         assert!(kept.exists());
         forget_this_process();
         assert!(taken_as_checked(&open()));
-        // A layout's file is checked by reading, whatever was kept.
         assert!(!remembered(&open(), &digest));
         // A link to it (as into an output) and its removal move the change time only.
         let link = dir.path().join("link");
@@ -741,10 +733,10 @@ mod tests {
         // Rewritten in place: the modification time moves, and the next check reads it.
         f.write_all_at(b"CACHED", 0).unwrap();
         assert!(!taken_as_checked(&open()));
-        let e = check_cached_file(&open(), &digest).unwrap_err();
+        let e = check_file(&open(), &digest).unwrap_err();
         assert!(digest_error(&e).is_some(), "{e}");
         // Put back, its modification time too: the same state as checked (setting the time
-        // back takes one who may write the cache).
+        // back takes the file's owner, who may write the cache).
         f.write_all_at(b"cached", 0).unwrap();
         f.set_modified(old).unwrap();
         assert!(taken_as_checked(&open()));
@@ -764,7 +756,7 @@ mod tests {
         std::fs::write(&other_path, &other_content).unwrap();
         File::options().write(true).open(&other_path).unwrap().set_modified(old).unwrap();
         let other_digest = sha256_digest(&other_content);
-        check_cached_file(&File::open(&other_path).unwrap(), &other_digest).unwrap();
+        check_file(&File::open(&other_path).unwrap(), &other_digest).unwrap();
         let other_kept = dir.path().join("checked").join(digest_hex(&other_digest).unwrap());
         std::fs::rename(&other_kept, &kept).unwrap();
         forget_this_process();
@@ -786,7 +778,7 @@ mod tests {
                 let p = dir.path().join(format!("copy{i}"));
                 std::fs::write(&p, &content).unwrap();
                 File::options().write(true).open(&p).unwrap().set_modified(old).unwrap();
-                check_cached_file(&File::open(&p).unwrap(), &digest).unwrap();
+                check_file(&File::open(&p).unwrap(), &digest).unwrap();
                 p
             })
             .collect();
@@ -796,21 +788,39 @@ mod tests {
         let mut expected = vec![true; KEPT_STATES + 1];
         expected[0] = false;
         assert_eq!(taken, expected);
-        // A cached file others may write is checked by reading, and nothing is kept.
+        // A file others may write is checked by reading, and nothing is kept; nor is a check
+        // kept of one taken as the user's only.
         let shared = dir.path().join("shared");
         std::fs::write(&shared, b"shared bytes").unwrap();
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o666)).unwrap();
         File::options().write(true).open(&shared).unwrap().set_modified(old).unwrap();
         let shared_digest = sha256_digest(b"shared bytes");
-        check_cached_file(&File::open(&shared).unwrap(), &shared_digest).unwrap();
-        assert!(!dir.path().join("checked").join(digest_hex(&shared_digest).unwrap()).exists());
-        // A layout's file checked by reading is not kept for later builds.
+        check_file(&File::open(&shared).unwrap(), &shared_digest).unwrap();
+        let shared_kept = dir.path().join("checked").join(digest_hex(&shared_digest).unwrap());
+        assert!(!shared_kept.exists());
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+        forget_this_process();
+        check_file(&File::open(&shared).unwrap(), &shared_digest).unwrap();
+        assert!(shared_kept.exists());
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o664)).unwrap();
+        forget_this_process();
+        let shared_file = File::open(&shared).unwrap();
+        assert!(kept_check(&shared_digest, &FileState::of(&shared_file).unwrap()));
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+        File::options().write(true).open(&shared).unwrap().write_all_at(b"SHARED", 0).unwrap();
+        File::options().write(true).open(&shared).unwrap().set_modified(old).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let e = check_file(&File::open(&shared).unwrap(), &shared_digest).unwrap_err();
+        assert!(digest_error(&e).is_some(), "{e}");
+        // A layout's layer read whole for the base's files: its check kept too.
         let layout = dir.path().join("layout");
         std::fs::write(&layout, b"layout bytes").unwrap();
         File::options().write(true).open(&layout).unwrap().set_modified(old).unwrap();
         let layout_digest = sha256_digest(b"layout bytes");
-        check_file(&File::open(&layout).unwrap(), &layout_digest).unwrap();
-        assert!(!dir.path().join("checked").join(digest_hex(&layout_digest).unwrap()).exists());
+        let mut r = VerifyingFile::new(File::open(&layout).unwrap(), &layout_digest);
+        r.read_to_end(&mut Vec::new()).unwrap();
+        forget_this_process();
+        assert!(kept_check(&layout_digest, &FileState::of(&File::open(&layout).unwrap()).unwrap()));
         CLOCK_AHEAD.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 

@@ -21,7 +21,7 @@ const SNAPSHOT_FORMAT: u32 = 4;
 /// Source layers fetched for reading whole (a snapshot of their files, the sandbox's root):
 /// kept across builds in the user's cache by digest (`blobs/sha256/HEX` under [`cache_dir`]),
 /// each checked against its digest again before it is used (by reading it, or by the check an
-/// earlier build kept while the file is unchanged: [`crate::blob::check_cached_file`]), so a
+/// earlier build kept while the file is unchanged: [`crate::blob::check_file`]), so a
 /// warm build downloads no layer it has read before. The directory may be removed at any
 /// time. Where it cannot be written, layers are kept for the build's duration only.
 pub struct LayerCache {
@@ -57,7 +57,7 @@ impl LayerCache {
             let digest_owned = digest.to_string();
             let good = tokio::task::spawn_blocking(move || {
                 std::fs::File::open(&check)
-                    .is_ok_and(|f| crate::blob::check_cached_file(&f, &digest_owned).is_ok())
+                    .is_ok_and(|f| crate::blob::check_file(&f, &digest_owned).is_ok())
             })
             .await
             .unwrap_or(false);
@@ -113,7 +113,7 @@ impl LayerCache {
 
 /// Where a base layer read whole is kept across builds ([`LayerCache`]): unverified, as any
 /// file there; whoever uses it checks it against `digest` first
-/// ([`crate::blob::check_cached_file`]).
+/// ([`crate::blob::check_file`]).
 pub fn kept_blob(digest: &str) -> Result<PathBuf> {
     Ok(cache_dir().join("blobs").join("sha256").join(crate::blob::digest_hex(digest)?))
 }

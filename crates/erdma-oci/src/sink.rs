@@ -198,12 +198,7 @@ impl Sink {
                     let file = File::open(&local).map_err(Error::io("opening blob", &local))?;
                     let wanted = digest.to_string();
                     let checked = tokio::task::spawn_blocking(move || {
-                        if from_layout {
-                            crate::blob::check_file(&file, &wanted)?;
-                        } else {
-                            crate::blob::check_cached_file(&file, &wanted)?;
-                        }
-                        Ok(file)
+                        crate::blob::check_file(&file, &wanted).map(|()| file)
                     })
                     .await
                     .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
