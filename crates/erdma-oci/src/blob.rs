@@ -229,9 +229,7 @@ pub fn remember_checks_in(dir: std::path::PathBuf) {
 /// What of a checked file's state a later build compares: `FileState` without the change time,
 /// which linking the file into an output, or removing that output, moves (a base's layer is
 /// linked into every layout output). A write moves the modification time; setting it back
-/// takes the file's owner (or root), the user, who could rewrite what is kept of the check as
-/// well.
-/// The birth time, which no local file system lets anyone set, is required: without it, a
+/// takes the file's owner (or root): see [`check_file`] for what that leaves. The birth time, which no local file system lets anyone set, is required: without it, a
 /// file made later in a freed inode, with the old one's modification time, would pass for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lasting {
@@ -318,10 +316,32 @@ fn kept_check(digest: &str, state: &FileState) -> bool {
     kept_file(digest).is_some_and(|p| kept_states(&p, digest).contains(&lasting))
 }
 
+/// Whether a check of `file` may be kept for later builds, or a kept one used: where the user
+/// owns it and no one else may write it (`erdma_limits::kept::users_own`), on a local file
+/// system, where a file's owner is who the kernel says. Not on a network or FUSE file system:
+/// SMB shows every file as the mounting user's, and its other clients may write it and set
+/// its times; an NFS server takes other hosts' word for who they are.
+fn checks_kept_for(file: &File) -> bool {
+    // statfs(2)'s magic numbers (linux/magic.h), of the file systems kept checks trust.
+    const LOCAL: [u32; 9] = [
+        0xEF53,      // ext2, ext3, ext4
+        0x5846_5342, // xfs
+        0x9123_683E, // btrfs
+        0x0102_1994, // tmpfs
+        0xF2F5_2010, // f2fs
+        0x2FC1_2FC1, // zfs
+        0x794C_7630, // overlay
+        0xCA45_1A4E, // bcachefs
+        0x6165_676C, // ramfs
+    ];
+    file.metadata().is_ok_and(|m| erdma_limits::kept::users_own(&m))
+        && rustix::fs::fstatfs(file).is_ok_and(|s| LOCAL.contains(&(s.f_type as u32)))
+}
+
 /// Remembers that `file`, in `state`, was read whole and matched `digest`: in this process,
-/// and for later builds where the user alone may write it.
+/// and for later builds where the check may be kept ([`checks_kept_for`]).
 fn remember(file: &File, digest: &str, state: FileState) {
-    if file.metadata().is_ok_and(|m| erdma_limits::kept::users_own(&m)) {
+    if checks_kept_for(file) {
         keep_check(digest, &state);
     }
     let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
@@ -393,25 +413,27 @@ impl Read for VerifyingFile {
 /// unless this process already read this file whole and found it so, or an earlier build did
 /// and kept the check ([`remember_checks_in`]), and its state is still what it was then.
 ///
-/// A check is kept for later builds only where the user owns the file and no one else may
-/// write it, and it stands while the file's device, inode, size, modification and birth time
-/// hold (`Lasting`): a file others may write (in a layout or a cache directory shared with
-/// others) is read by every build, as whoever may write it could rewrite it. Only the owner
-/// (or root) can set a modification time back, and the user could as well rewrite the kept
-/// check.
+/// A check is kept for later builds only where the user owns the file, no one else may write
+/// it and the file system is local (`checks_kept_for`), and it stands while the file's
+/// device, inode, size, modification and birth time hold (`Lasting`): a file others may write
+/// (in a layout or a cache directory shared with others) is read by every build, as whoever
+/// may write it could rewrite it.
 ///
-/// What the memo gives up: a writer changing the file in the ways its times cannot show
-/// (`FileState`; for a kept check, the owner setting the time back) is not caught between the
-/// first read and the caller's use, where a second read would catch it until that read's end.
-/// Such a writer wins anyway: the caller links the file, which then shares its inode with the
-/// output, so whatever it writes after the link reaches the output unchecked; every copy out
-/// of it is checked as it copies (a registry's upload, an archive's entry).
+/// What the memo gives up: a writer changing the file in the ways its times cannot show is
+/// not caught between the first read and the caller's use, where a second read would catch
+/// it. Within a build, a write in the same clock tick (`FileState`); across builds, a process
+/// running as the file's owner (the user's own, or one the user started in a user namespace,
+/// as a rootless container's root), which may set the modification time back. The caller
+/// only links the file, and what it links is the layer's file in the layout the user gave:
+/// such a writer can change the output after the link just as well, as the two share an
+/// inode. Every copy out of it is checked as it copies (a registry's upload, an archive's
+/// entry), and what the build learns of the layer's files comes from the snapshot made when
+/// its bytes were read and matched.
 pub fn check_file(file: &File, digest: &str) -> io::Result<()> {
     if remembered(file, digest) {
         return Ok(());
     }
-    let own = file.metadata().is_ok_and(|m| erdma_limits::kept::users_own(&m));
-    if own && FileState::of(file).is_some_and(|s| kept_check(digest, &s)) {
+    if checks_kept_for(file) && FileState::of(file).is_some_and(|s| kept_check(digest, &s)) {
         return Ok(());
     }
     let mut r = VerifyingFile::new(file.try_clone()?, digest);
@@ -681,6 +703,18 @@ mod tests {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         use std::os::unix::fs::{FileExt, PermissionsExt};
         let dir = tempfile::tempdir().unwrap();
+        // A file of a file system whose owners kept checks do not take on trust: /proc's,
+        // though the user's own and no one else's to write.
+        let proc_file = File::open("/proc/self/status").unwrap();
+        assert!(erdma_limits::kept::users_own(&proc_file.metadata().unwrap()));
+        assert!(!checks_kept_for(&proc_file));
+        let probe = dir.path().join("probe");
+        std::fs::write(&probe, b"").unwrap();
+        let probe = File::open(&probe).unwrap();
+        if probe.metadata().and_then(|m| m.created()).is_err() || !checks_kept_for(&probe) {
+            eprintln!("skipped: {} keeps no birth times or is not local", dir.path().display());
+            return;
+        }
         remember_checks_in(dir.path().join("checked"));
         let forget_this_process = || CHECKED.lock().unwrap().clear();
         let path = dir.path().join("blob");
@@ -735,8 +769,13 @@ mod tests {
         assert!(!taken_as_checked(&open()));
         let e = check_file(&open(), &digest).unwrap_err();
         assert!(digest_error(&e).is_some(), "{e}");
-        // Put back, its modification time too: the same state as checked (setting the time
-        // back takes the file's owner, who may write the cache).
+        // Rewritten again, its modification time set back: taken as checked, unread (setting
+        // the time back takes the file's owner), so `check_file` uses what was kept.
+        f.write_all_at(b"CACHED", 0).unwrap();
+        f.set_modified(old).unwrap();
+        assert!(taken_as_checked(&open()));
+        check_file(&open(), &digest).unwrap();
+        // Put back.
         f.write_all_at(b"cached", 0).unwrap();
         f.set_modified(old).unwrap();
         assert!(taken_as_checked(&open()));
