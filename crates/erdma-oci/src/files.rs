@@ -16,7 +16,11 @@ use erdma_common::progress::{Counters, Reporter, Transfer};
 /// The version of the cached layer snapshots' contents: raised whenever a snapshot keeps more
 /// (a file newly of interest), so that older ones are read again instead of answering
 /// without it.
-const SNAPSHOT_FORMAT: u32 = 4;
+const SNAPSHOT_FORMAT: u32 = 5;
+
+/// The largest cached snapshot read: one at the default entry limit, with its kept content
+/// ([`crate::rootfs::KEEP_TOTAL`]), is well under it.
+const SNAPSHOT_MAX: u64 = 1 << 30;
 
 /// Source layers fetched for reading whole (a snapshot of their files, the sandbox's root):
 /// kept across builds in the user's cache by digest (`blobs/sha256/HEX` under [`cache_dir`]),
@@ -243,14 +247,15 @@ impl<'a> ImageFiles<'a> {
             return Ok(s);
         }
         // Snapshots are cached by the layer's digest (content-addressed, so a cached one is
-        // the same answer): a rebuild on the same base downloads no base layer at all.
-        let cached = crate::blob::digest_hex(&self.layers[i].0).ok().map(|h| {
-            cache_dir().join("layers").join(format!("{h}.snapshot-{SNAPSHOT_FORMAT}.json"))
-        });
+        // the same answer): a rebuild on the same base downloads no base layer at all. Read
+        // only where the user alone may write it, as every kept file is.
+        let cached = crate::blob::digest_hex(&self.layers[i].0)
+            .ok()
+            .map(|h| cache_dir().join("layers").join(format!("{h}.snapshot-{SNAPSHOT_FORMAT}")));
         if let Some(snap) = cached
             .as_ref()
-            .and_then(|p| std::fs::read(p).ok())
-            .and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok())
+            .and_then(|p| erdma_limits::kept::read(p, SNAPSHOT_MAX).ok())
+            .and_then(|b| Snapshot::decode(&b))
         {
             self.budget.take_entries(snap.len()).map_err(|exceeded| Error::Limit {
                 what: format!("the base {}", self.src.reference),
@@ -272,14 +277,15 @@ impl<'a> ImageFiles<'a> {
             )
             .map_err(|e| self.layer_error(i, e))
         })?;
-        if let Some(p) = cached {
-            if let (Some(dir), Ok(json)) = (p.parent(), serde_json::to_vec(&snap)) {
-                let _ = std::fs::create_dir_all(dir);
-                if let Ok(tmp) = tempfile::NamedTempFile::new_in(dir) {
-                    if std::fs::write(tmp.path(), json).is_ok() {
-                        let _ = tmp.persist(&p);
-                    }
-                }
+        if let (Some(p), Some(bytes)) = (cached, snap.encode()) {
+            // Best effort: a cache that cannot be written only costs a read later. The
+            // previous format's file of the layer goes.
+            if erdma_limits::kept::write(&p, |f| std::io::Write::write_all(f, &bytes)).is_ok() {
+                let _ = std::fs::remove_file(p.with_file_name(format!(
+                    "{}.snapshot-{}.json",
+                    crate::blob::digest_hex(&self.layers[i].0).unwrap_or_default(),
+                    SNAPSHOT_FORMAT - 1
+                )));
             }
         }
         Ok(self.snapshots[i].get_or_init(|| snap))

@@ -293,6 +293,74 @@ mod tests {
         read_file(layers.len(), &mut open, path, 1 << 20).unwrap()
     }
 
+    /// A snapshot the cache keeps reads back as it was: every kind of entry, whiteouts and
+    /// opaque directories, content of every byte, paths not ASCII. Anything else reads as
+    /// none: every cut, a byte more, another magic, a kind unknown, entries out of order or
+    /// twice, a path that is not UTF-8, counts larger than what follows.
+    #[test]
+    fn a_cached_snapshot_reads_back_as_it_was_and_nothing_else_does() {
+        let tar = layer(|l| {
+            l.add_file("etc/os-release", b"ID=rocky\n".to_vec(), 0o644).unwrap();
+            l.add_file("etc/bytes", (0..=255u8).collect(), 0o644).unwrap();
+            l.add_file("usr/bin/tool", b"not kept".to_vec(), 0o755).unwrap();
+            l.add_file("etc/caf\u{e9}.conf", vec![], 0o644).unwrap();
+            l.add_symlink("etc/localtime", "../usr/share/zoneinfo/UTC").unwrap();
+            l.add_whiteout("etc/gone").unwrap();
+            l.add_file("var/.wh..wh..opq", vec![], 0o644).unwrap();
+            l.add_file("usr/lib/.wh..wh..opq", vec![], 0o644).unwrap();
+        });
+        let budget = Budget::new(&Limits::default());
+        let snap = Snapshot::read(&mut io::Cursor::new(tar), DEFAULT_INFLATION, &budget).unwrap();
+        assert!(
+            matches!(snap.entries.get("etc/bytes"), Some(SnapEntry::File(Some(b))) if b.len() == 256)
+        );
+        assert_eq!(snap.entries.get("usr/bin/tool"), Some(&SnapEntry::File(None)));
+        assert!(matches!(snap.entries.get("etc/localtime"), Some(SnapEntry::Symlink(_))));
+        assert_eq!((snap.whiteouts.len(), snap.opaque.len()), (1, 2));
+        let bytes = snap.encode().unwrap();
+        assert_eq!(Snapshot::decode(&bytes).as_ref(), Some(&snap));
+        assert_eq!(
+            Snapshot::decode(&Snapshot::default().encode().unwrap()),
+            Some(Snapshot::default())
+        );
+        for cut in 0..bytes.len() {
+            assert!(Snapshot::decode(&bytes[..cut]).is_none(), "cut at {cut}");
+        }
+        let changed = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = bytes.clone();
+            f(&mut b);
+            Snapshot::decode(&b)
+        };
+        assert!(changed(&|b| b.push(0)).is_none());
+        assert!(changed(&|b| b[7] = b'2').is_none());
+        // The first entry's kind byte follows its path: "dir"s come first (`etc`).
+        let first = 8 + 12 + 4 + snap.entries.keys().next().unwrap().len();
+        assert_eq!(bytes[first], 2, "etc is a directory");
+        assert!(changed(&|b| b[first] = 5).is_none());
+        // More entries, whiteouts or opaque directories than follow.
+        for count in [8, 12, 16] {
+            assert!(changed(&|b| b[count] += 1).is_none(), "count at {count}");
+            assert!(changed(&|b| b[count + 3] = 0xff).is_none(), "count at {count}");
+        }
+        let mut two = Snapshot::default();
+        two.entries.insert("a".into(), SnapEntry::Dir);
+        two.entries.insert("b".into(), SnapEntry::Other);
+        let two = two.encode().unwrap();
+        assert!(Snapshot::decode(&two).is_some());
+        let mut swapped = two.clone();
+        // Past the magic and the counts.
+        let at = |c: u8| 20 + two[20..].iter().position(|&x| x == c).unwrap();
+        let (a, b) = (at(b'a'), at(b'b'));
+        swapped[a] = b'b';
+        swapped[b] = b'a';
+        assert!(Snapshot::decode(&swapped).is_none(), "out of order");
+        swapped[b] = b'b';
+        assert!(Snapshot::decode(&swapped).is_none(), "twice");
+        swapped[a] = 0xff;
+        swapped[b] = 0xfe;
+        assert!(Snapshot::decode(&swapped).is_none(), "not UTF-8");
+    }
+
     #[test]
     fn topmost_wins_and_symlinks_resolve() {
         let bottom = layer(|l| {
@@ -433,7 +501,7 @@ mod tests {
 /// One layer's entries, read once: the kind of every path, whiteouts and opaque directories,
 /// and the content of the small configuration files a build asks about, so repeated questions
 /// (os-release, dpkg status, apt sources, keys, groups, directory symlinks) cost one pass.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     entries: BTreeMap<String, SnapEntry>,
     /// Paths whited out in this layer (hiding that path and everything below it).
@@ -442,37 +510,109 @@ pub struct Snapshot {
     opaque: std::collections::HashSet<String>,
 }
 
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SnapEntry {
     /// A regular file; its content when it was small and of interest.
-    File(#[serde(with = "b64")] Option<Vec<u8>>),
+    File(Option<Vec<u8>>),
     Dir,
     Symlink(String),
     Other,
 }
 
-/// File contents as base64 in the on-disk snapshot cache.
-mod b64 {
-    use base64::Engine as _;
-    use serde::{Deserialize, Deserializer, Serializer};
+/// The first bytes of a snapshot as the cache keeps it ([`Snapshot::encode`]).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"erdmasn1";
 
-    pub(super) fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(b) => s.serialize_some(&base64::engine::general_purpose::STANDARD.encode(b)),
-            None => s.serialize_none(),
+impl Snapshot {
+    /// The snapshot as the cache keeps it: `SNAPSHOT_MAGIC`, the numbers of entries,
+    /// whiteouts and opaque directories, then each entry in path order (its path, a kind byte,
+    /// and a file's kept content or a symlink's target), each whiteout and each opaque
+    /// directory; every number a 32-bit little-endian one, every string or content its length
+    /// and its bytes. `None` where a length does not fit.
+    pub fn encode(&self) -> Option<Vec<u8>> {
+        fn put(out: &mut Vec<u8>, bytes: &[u8]) -> Option<()> {
+            out.extend_from_slice(&u32::try_from(bytes.len()).ok()?.to_le_bytes());
+            out.extend_from_slice(bytes);
+            Some(())
         }
+        let mut out = SNAPSHOT_MAGIC.to_vec();
+        for n in [self.entries.len(), self.whiteouts.len(), self.opaque.len()] {
+            out.extend_from_slice(&u32::try_from(n).ok()?.to_le_bytes());
+        }
+        for (path, e) in &self.entries {
+            put(&mut out, path.as_bytes())?;
+            match e {
+                SnapEntry::File(None) => out.push(0),
+                SnapEntry::File(Some(data)) => {
+                    out.push(1);
+                    put(&mut out, data)?;
+                }
+                SnapEntry::Dir => out.push(2),
+                SnapEntry::Symlink(target) => {
+                    out.push(3);
+                    put(&mut out, target.as_bytes())?;
+                }
+                SnapEntry::Other => out.push(4),
+            }
+        }
+        for path in self.whiteouts.iter().chain(&self.opaque) {
+            put(&mut out, path.as_bytes())?;
+        }
+        Some(out)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Vec<u8>>, D::Error> {
-        Option::<String>::deserialize(d)?
-            .map(|t| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(t)
-                    .map_err(serde::de::Error::custom)
-            })
-            .transpose()
+    /// A snapshot [`Snapshot::encode`] wrote: `None` for anything else (another format, cut
+    /// short, trailing bytes, a string that is not UTF-8, entries out of order, a kind
+    /// unknown).
+    pub fn decode(bytes: &[u8]) -> Option<Snapshot> {
+        struct At<'b>(&'b [u8]);
+        impl<'b> At<'b> {
+            fn take(&mut self, n: usize) -> Option<&'b [u8]> {
+                let (head, rest) = self.0.split_at_checked(n)?;
+                self.0 = rest;
+                Some(head)
+            }
+            fn number(&mut self) -> Option<usize> {
+                let b = self.take(4)?;
+                usize::try_from(u32::from_le_bytes(b.try_into().ok()?)).ok()
+            }
+            fn bytes(&mut self) -> Option<&'b [u8]> {
+                let n = self.number()?;
+                self.take(n)
+            }
+            fn string(&mut self) -> Option<String> {
+                std::str::from_utf8(self.bytes()?).ok().map(str::to_string)
+            }
+        }
+        let mut at = At(bytes);
+        if at.take(SNAPSHOT_MAGIC.len())? != SNAPSHOT_MAGIC {
+            return None;
+        }
+        let (n_entries, n_whiteouts, n_opaque) = (at.number()?, at.number()?, at.number()?);
+        // Each entry takes at least five bytes: a count past them is not believed.
+        let mut entries = Vec::with_capacity(n_entries.min(at.0.len() / 5));
+        for _ in 0..n_entries {
+            let path = at.string()?;
+            let e = match at.take(1)?[0] {
+                0 => SnapEntry::File(None),
+                1 => SnapEntry::File(Some(at.bytes()?.to_vec())),
+                2 => SnapEntry::Dir,
+                3 => SnapEntry::Symlink(at.string()?),
+                4 => SnapEntry::Other,
+                _ => return None,
+            };
+            if entries.last().is_some_and(|(last, _): &(String, SnapEntry)| *last >= path) {
+                return None;
+            }
+            entries.push((path, e));
+        }
+        let mut paths = |n: usize| (0..n).map(|_| at.string()).collect::<Option<_>>();
+        let whiteouts = paths(n_whiteouts)?;
+        let opaque = paths(n_opaque)?;
+        if !at.0.is_empty() {
+            return None;
+        }
+        // In order already: built without sorting.
+        Some(Snapshot { entries: entries.into_iter().collect(), whiteouts, opaque })
     }
 }
 
