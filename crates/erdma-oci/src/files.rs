@@ -249,15 +249,16 @@ impl<'a> ImageFiles<'a> {
         // Snapshots are cached by the layer's digest (content-addressed, so a cached one is
         // the same answer): a rebuild on the same base downloads no base layer at all. Read
         // only where the user alone may write it, as every kept file is.
-        let cached = crate::blob::digest_hex(&self.layers[i].0)
-            .ok()
+        let hex = crate::blob::digest_hex(&self.layers[i].0).ok();
+        let cached = hex
+            .as_ref()
             .map(|h| cache_dir().join("layers").join(format!("{h}.snapshot-{SNAPSHOT_FORMAT}")));
-        if let Some(snap) = cached
+        if let Some(mut snap) = cached
             .as_ref()
             .and_then(|p| erdma_limits::kept::read(p, SNAPSHOT_MAX).ok())
             .and_then(|b| Snapshot::decode(&b))
         {
-            self.budget.take_entries(snap.len()).map_err(|exceeded| Error::Limit {
+            snap.charge(&self.budget).map_err(|exceeded| Error::Limit {
                 what: format!("the base {}", self.src.reference),
                 exceeded,
             })?;
@@ -277,15 +278,16 @@ impl<'a> ImageFiles<'a> {
             )
             .map_err(|e| self.layer_error(i, e))
         })?;
-        if let (Some(p), Some(bytes)) = (cached, snap.encode()) {
+        let bytes = snap.encode().filter(|b| b.len() as u64 <= SNAPSHOT_MAX);
+        if let (Some(p), Some(h), Some(bytes)) = (cached, hex, bytes) {
             // Best effort: a cache that cannot be written only costs a read later. The
-            // previous format's file of the layer goes.
+            // layer's files of earlier formats go.
             if erdma_limits::kept::write(&p, |f| std::io::Write::write_all(f, &bytes)).is_ok() {
-                let _ = std::fs::remove_file(p.with_file_name(format!(
-                    "{}.snapshot-{}.json",
-                    crate::blob::digest_hex(&self.layers[i].0).unwrap_or_default(),
-                    SNAPSHOT_FORMAT - 1
-                )));
+                for n in 1..SNAPSHOT_FORMAT {
+                    for name in [format!("{h}.snapshot-{n}"), format!("{h}.snapshot-{n}.json")] {
+                        let _ = std::fs::remove_file(p.with_file_name(name));
+                    }
+                }
             }
         }
         Ok(self.snapshots[i].get_or_init(|| snap))

@@ -356,9 +356,20 @@ mod tests {
         assert!(Snapshot::decode(&swapped).is_none(), "out of order");
         swapped[b] = b'b';
         assert!(Snapshot::decode(&swapped).is_none(), "twice");
-        swapped[a] = 0xff;
-        swapped[b] = 0xfe;
+        // In order, and not UTF-8.
+        swapped[a] = b'a';
+        swapped[b] = 0xff;
         assert!(Snapshot::decode(&swapped).is_none(), "not UTF-8");
+        // A whiteout twice.
+        let mut wh = Snapshot::default();
+        wh.whiteouts.insert("a".into());
+        wh.whiteouts.insert("b".into());
+        let wh = wh.encode().unwrap();
+        assert!(Snapshot::decode(&wh).is_some());
+        let mut twice = wh.clone();
+        let at = |c: u8| 20 + wh[20..].iter().position(|&x| x == c).unwrap();
+        twice[at(b'b')] = b'a';
+        assert!(Snapshot::decode(&twice).is_none(), "a whiteout twice");
     }
 
     #[test]
@@ -495,6 +506,29 @@ mod tests {
             })
             .count();
         assert_eq!(kept, 4);
+        // Hard links to a kept file: their content counts too, past the budget not kept.
+        let l = layer(|l| {
+            l.add_file("etc/big", vec![b'x'; 16 << 20], 0o644).unwrap();
+            for i in 0..5 {
+                l.add_hardlink(&format!("etc/link{i}"), "etc/big").unwrap();
+            }
+        });
+        let budget = Budget::new(&Limits::default());
+        let snap = Snapshot::read(&mut io::Cursor::new(l), 100, &budget).unwrap();
+        let kept = |snap: &Snapshot| {
+            snap.entries.values().filter(|e| matches!(e, SnapEntry::File(Some(_)))).count()
+        };
+        assert_eq!(kept(&snap), 4);
+        assert_eq!(snap.entries.get("etc/link4"), Some(&SnapEntry::File(None)));
+        // A snapshot from the cache is charged alike: against what is left, its content past
+        // the budget dropped, its entries taken.
+        let mut cached = Snapshot::decode(&snap.encode().unwrap()).unwrap();
+        let half = Budget::new(&Limits::default());
+        assert!(half.keep(KEEP_TOTAL - (40 << 20)));
+        cached.charge(&half).unwrap();
+        assert_eq!(kept(&cached), 2);
+        let few = Budget::new(&Limits { entries: 3, ..Limits::default() });
+        assert!(Snapshot::decode(&snap.encode().unwrap()).unwrap().charge(&few).is_err());
     }
 }
 
@@ -561,8 +595,8 @@ impl Snapshot {
     }
 
     /// A snapshot [`Snapshot::encode`] wrote: `None` for anything else (another format, cut
-    /// short, trailing bytes, a string that is not UTF-8, entries out of order, a kind
-    /// unknown).
+    /// short, trailing bytes, a string that is not UTF-8, entries out of order or twice, a
+    /// whiteout or opaque directory twice, a kind unknown).
     pub fn decode(bytes: &[u8]) -> Option<Snapshot> {
         struct At<'b>(&'b [u8]);
         impl<'b> At<'b> {
@@ -589,7 +623,7 @@ impl Snapshot {
         }
         let (n_entries, n_whiteouts, n_opaque) = (at.number()?, at.number()?, at.number()?);
         // Each entry takes at least five bytes: a count past them is not believed.
-        let mut entries = Vec::with_capacity(n_entries.min(at.0.len() / 5));
+        let mut entries = Vec::with_capacity(n_entries.min(at.0.len() / 5).min(1 << 20));
         for _ in 0..n_entries {
             let path = at.string()?;
             let e = match at.take(1)?[0] {
@@ -605,14 +639,33 @@ impl Snapshot {
             }
             entries.push((path, e));
         }
-        let mut paths = |n: usize| (0..n).map(|_| at.string()).collect::<Option<_>>();
+        // Each path once, as sets hold them.
+        let mut paths = |n: usize| {
+            let set: std::collections::HashSet<String> =
+                (0..n).map(|_| at.string()).collect::<Option<_>>()?;
+            (set.len() == n).then_some(set)
+        };
         let whiteouts = paths(n_whiteouts)?;
         let opaque = paths(n_opaque)?;
         if !at.0.is_empty() {
             return None;
         }
-        // In order already: built without sorting.
         Some(Snapshot { entries: entries.into_iter().collect(), whiteouts, opaque })
+    }
+
+    /// Takes this snapshot's entries from `budget`, and its kept content while the budget has
+    /// room; content past it is dropped, to be read from the layer when asked for, as a layer
+    /// read now would have left it. For a snapshot from the cache.
+    pub fn charge(&mut self, budget: &Budget) -> std::result::Result<(), Exceeded> {
+        budget.take_entries(self.len())?;
+        for e in self.entries.values_mut() {
+            if let SnapEntry::File(Some(data)) = e {
+                if !budget.keep(data.len() as u64) {
+                    *e = SnapEntry::File(None);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -750,8 +803,13 @@ impl Snapshot {
                         let target = entry
                             .link_name_bytes()
                             .and_then(|l| normalize(&String::from_utf8_lossy(&l)));
-                        match target.and_then(|t| snap.entries.get(&t).cloned()) {
-                            Some(e @ SnapEntry::File(_)) => e,
+                        // Its content kept again only while the budget has room: links are
+                        // cheap to write, content is not to hold.
+                        match target.and_then(|t| snap.entries.get(&t)) {
+                            Some(SnapEntry::File(Some(data))) if budget.keep(data.len() as u64) => {
+                                SnapEntry::File(Some(data.clone()))
+                            }
+                            Some(SnapEntry::File(_)) => SnapEntry::File(None),
                             _ => SnapEntry::Other,
                         }
                     } else {
