@@ -425,11 +425,102 @@ pub fn debian_arch(img: &SourceImage) -> String {
     .to_string()
 }
 
-/// `$XDG_CACHE_HOME/erdma-build`: packages, indices and layer snapshots.
+/// `$XDG_CACHE_HOME/erdma-build` (`$HOME/.cache/erdma-build`): packages, indices and layer
+/// snapshots. Without either variable, a directory of the user's own in the temporary
+/// directory (`private_cache_dir`).
 pub fn cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    static PRIVATE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    match std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("erdma-build")
+    {
+        Some(base) => base.join("erdma-build"),
+        None => PRIVATE.get_or_init(|| private_cache_dir(&std::env::temp_dir())).clone(),
+    }
+}
+
+/// `erdma-build-UID` in `tmp`, made with mode 0700 where missing and taken only while it is a
+/// directory (not a link) that the user owns and no one else may enter. The temporary
+/// directory is everyone's: one made there first by someone else, or left open to others,
+/// could be read and written by them (they could remove what the cache keeps, or plant
+/// links). Then this process keeps its cache in a directory of its own, made new
+/// (`erdma-build-UID-XXXXXX`, left for a later clean-up of the temporary directory), and
+/// says so.
+fn private_cache_dir(tmp: &Path) -> PathBuf {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = tmp.join(format!("erdma-build-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let private = std::fs::symlink_metadata(&dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0);
+    if private {
+        return dir;
+    }
+    let made = tempfile::Builder::new()
+        .prefix(&format!("erdma-build-{uid}-"))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir_in(tmp);
+    match made {
+        Ok(own) => {
+            let own = own.keep();
+            tracing::warn!(
+                "{} is not yours alone: this build's cache is {} (set XDG_CACHE_HOME for one that lasts)",
+                dir.display(),
+                own.display()
+            );
+            own
+        }
+        // Nowhere to make one (the temporary directory full or not writable): a name no one
+        // made, whose making fails the same way, and the build that needs a cache with it.
+        Err(_) => tmp.join(format!("erdma-build-{uid}-unavailable")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// Without `XDG_CACHE_HOME` and `HOME`: `erdma-build-UID`, made private, and kept while it
+    /// is the user's alone; one that others may enter, a link in its place, or one someone
+    /// else owns gives way to a new directory of the process's own.
+    #[test]
+    fn the_cache_in_the_temporary_directory_is_the_users_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let uid = rustix::process::geteuid().as_raw();
+        let named = tmp.path().join(format!("erdma-build-{uid}"));
+        let first = private_cache_dir(tmp.path());
+        assert_eq!(first, named);
+        let m = std::fs::symlink_metadata(&first).unwrap();
+        assert!(m.is_dir() && m.mode() & 0o777 == 0o700, "{:o}", m.mode());
+        assert_eq!(private_cache_dir(tmp.path()), named, "kept while it is private");
+        let own_instead = |why: &str| {
+            let got = private_cache_dir(tmp.path());
+            assert_ne!(got, named, "{why}");
+            let m = std::fs::symlink_metadata(&got).unwrap();
+            assert!(m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0, "{why}");
+            assert!(got
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with(&format!("erdma-build-{uid}-")));
+            std::fs::remove_dir(&got).unwrap();
+        };
+        std::fs::set_permissions(&named, std::fs::Permissions::from_mode(0o777)).unwrap();
+        own_instead("open to others");
+        std::fs::remove_dir(&named).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &named).unwrap();
+        own_instead("a link");
+        std::fs::remove_file(&named).unwrap();
+        if uid == 0 {
+            std::fs::create_dir(&named).unwrap();
+            std::fs::set_permissions(&named, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&named, Some(1), Some(1)).unwrap();
+            own_instead("someone else's");
+        }
+    }
 }
