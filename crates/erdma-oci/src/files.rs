@@ -443,37 +443,45 @@ pub fn cache_dir() -> PathBuf {
 /// directory (not a link) that the user owns and no one else may enter. The temporary
 /// directory is everyone's: one made there first by someone else, or left open to others,
 /// could be read and written by them (they could remove what the cache keeps, or plant
-/// links). Then this process keeps its cache in a directory of its own, made new
-/// (`erdma-build-UID-XXXXXX`, left for a later clean-up of the temporary directory), and
-/// says so.
+/// links). Then `erdma-build-UID-1` to `-8` are tried alike, and the process says which it
+/// took. Where none will do, or `tmp` itself lets others move what is in it (writable by
+/// others without the sticky bit, or someone else's), a path under `/dev/null`, where
+/// nothing can be made: a build that needs its cache then stops, naming it, and this says why.
 fn private_cache_dir(tmp: &Path) -> PathBuf {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let uid = rustix::process::geteuid().as_raw();
-    let dir = tmp.join(format!("erdma-build-{uid}"));
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-    let private = std::fs::symlink_metadata(&dir)
-        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0);
-    if private {
-        return dir;
-    }
-    let made = tempfile::Builder::new()
-        .prefix(&format!("erdma-build-{uid}-"))
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .tempdir_in(tmp);
-    match made {
-        Ok(own) => {
-            let own = own.keep();
-            tracing::warn!(
-                "{} is not yours alone: this build's cache is {} (set XDG_CACHE_HOME for one that lasts)",
-                dir.display(),
-                own.display()
-            );
-            own
+    let first = tmp.join(format!("erdma-build-{uid}"));
+    let tmp_holds = std::fs::metadata(tmp).is_ok_and(|m| {
+        m.is_dir()
+            && (m.uid() == uid || m.uid() == 0)
+            && (m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0)
+    });
+    let ours = |dir: &Path| {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+        std::fs::symlink_metadata(dir)
+            .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
+    };
+    if tmp_holds {
+        if ours(&first) {
+            return first;
         }
-        // Nowhere to make one (the temporary directory full or not writable): a name no one
-        // made, whose making fails the same way, and the build that needs a cache with it.
-        Err(_) => tmp.join(format!("erdma-build-{uid}-unavailable")),
+        for n in 1..=8 {
+            let dir = tmp.join(format!("erdma-build-{uid}-{n}"));
+            if ours(&dir) {
+                tracing::warn!(
+                    "{} is not a private directory of yours: the cache is {} (set XDG_CACHE_HOME to choose one)",
+                    first.display(),
+                    dir.display()
+                );
+                return dir;
+            }
+        }
     }
+    tracing::warn!(
+        "no private directory for the cache in {} (set XDG_CACHE_HOME to choose one)",
+        tmp.display()
+    );
+    PathBuf::from("/dev/null/erdma-build")
 }
 
 #[cfg(test)]
@@ -483,44 +491,44 @@ mod tests {
 
     /// Without `XDG_CACHE_HOME` and `HOME`: `erdma-build-UID`, made private, and kept while it
     /// is the user's alone; one that others may enter, a link in its place, or one someone
-    /// else owns gives way to a new directory of the process's own.
+    /// else owns gives way to `-1` and on, checked alike; none at all, or a temporary
+    /// directory that lets others move what is in it, gives a path where nothing can be made.
     #[test]
     fn the_cache_in_the_temporary_directory_is_the_users_alone() {
         let tmp = tempfile::tempdir().unwrap();
         let uid = rustix::process::geteuid().as_raw();
-        let named = tmp.path().join(format!("erdma-build-{uid}"));
+        let named = |n: &str| tmp.path().join(format!("erdma-build-{uid}{n}"));
         let first = private_cache_dir(tmp.path());
-        assert_eq!(first, named);
+        assert_eq!(first, named(""));
         let m = std::fs::symlink_metadata(&first).unwrap();
         assert!(m.is_dir() && m.mode() & 0o777 == 0o700, "{:o}", m.mode());
-        assert_eq!(private_cache_dir(tmp.path()), named, "kept while it is private");
-        let own_instead = |why: &str| {
-            let got = private_cache_dir(tmp.path());
-            assert_ne!(got, named, "{why}");
-            let m = std::fs::symlink_metadata(&got).unwrap();
-            assert!(m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0, "{why}");
-            assert!(got
-                .file_name()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .starts_with(&format!("erdma-build-{uid}-")));
-            std::fs::remove_dir(&got).unwrap();
-        };
-        std::fs::set_permissions(&named, std::fs::Permissions::from_mode(0o777)).unwrap();
-        own_instead("open to others");
-        std::fs::remove_dir(&named).unwrap();
+        assert_eq!(private_cache_dir(tmp.path()), named(""), "kept while it is private");
+        std::fs::set_permissions(named(""), std::fs::Permissions::from_mode(0o710)).unwrap();
+        assert_eq!(private_cache_dir(tmp.path()), named("-1"), "open to others");
+        assert_eq!(private_cache_dir(tmp.path()), named("-1"), "the same one next time");
         let elsewhere = tmp.path().join("elsewhere");
         std::fs::create_dir(&elsewhere).unwrap();
         std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
-        std::os::unix::fs::symlink(&elsewhere, &named).unwrap();
-        own_instead("a link");
-        std::fs::remove_file(&named).unwrap();
-        if uid == 0 {
-            std::fs::create_dir(&named).unwrap();
-            std::fs::set_permissions(&named, std::fs::Permissions::from_mode(0o700)).unwrap();
-            std::os::unix::fs::chown(&named, Some(1), Some(1)).unwrap();
-            own_instead("someone else's");
+        std::fs::remove_dir(named("-1")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, named("-1")).unwrap();
+        assert_eq!(private_cache_dir(tmp.path()), named("-2"), "a link");
+        if uid == 0 && std::os::unix::fs::chown(named("-2"), Some(1), Some(1)).is_ok() {
+            assert_eq!(private_cache_dir(tmp.path()), named("-3"), "someone else's");
         }
+        for n in 1..=8 {
+            let p = named(&format!("-{n}"));
+            let _ = std::fs::remove_file(&p);
+            let _ = std::fs::remove_dir(&p);
+            std::fs::write(&p, b"").unwrap();
+        }
+        let nowhere = private_cache_dir(tmp.path());
+        assert!(std::fs::create_dir_all(nowhere.join("debs")).is_err(), "{}", nowhere.display());
+        // A temporary directory others may write, without the sticky bit.
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(std::fs::create_dir_all(private_cache_dir(&open).join("debs")).is_err());
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(private_cache_dir(&open), open.join(format!("erdma-build-{uid}")));
     }
 }
