@@ -292,18 +292,23 @@ fn stat_command(
     }
     let mut first = Some(known);
     let terminal = std::io::stdout().is_terminal() && !json;
-    let start = Instant::now();
     let mut session = erdma_oci_hook::stat::Session::new();
     let mut out = std::io::stdout().lock();
     // A reading now, then one per interval; `count` intervals have rates.
     let mut taken = 0u64;
+    // The session's clock starts at the first reading, not before it: each reading is timed
+    // where it is taken, so an interval is never shorter than the sleep (a start slowed by a
+    // busy machine would otherwise shorten the first interval and overstate its rates).
+    let mut start: Option<Instant> = None;
     loop {
         // The first reading uses the discovery that checked `-d` above.
         let host = match first.take() {
             Some(host) => host,
             None => discover()?,
         };
-        let now = start.elapsed().as_secs_f64();
+        let taken_at = Instant::now();
+        let start = *start.get_or_insert(taken_at);
+        let now = taken_at.duration_since(start).as_secs_f64();
         let rows = session
             .update(now, erdma_oci_hook::counters::sample(&config.sysfs_root, &host, devices));
         if json {
