@@ -536,11 +536,34 @@ fn nri_plugin_reconnects_root_daemon() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Its stderr read aside, so that the wait below is for the line, not a guess at how long a
+    // busy machine takes to start the plugin.
+    let mut stderr = waiting.stderr.take().unwrap();
+    let (said, heard) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = std::io::Read::read(&mut stderr, &mut buf) {
+            all.extend_from_slice(&buf[..n]);
+            let _ = said.send(String::from_utf8_lossy(&all).into_owned());
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut so_far = String::new();
+    while !so_far.contains("cannot connect to the runtime's NRI socket") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match heard.recv_timeout(left) {
+            Ok(text) => so_far = text,
+            Err(_) => panic!("no word of the missing socket in 15 s: {so_far}"),
+        }
+    }
+    // Twenty-millisecond retries go on after the line: the plugin is still waiting.
     std::thread::sleep(Duration::from_millis(300));
     assert!(waiting.try_wait().unwrap().is_none(), "the plugin must keep waiting for the runtime");
     waiting.kill().unwrap();
-    let out = waiting.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    waiting.wait().unwrap();
+    let err = reader.join().unwrap();
     assert!(
         err.contains("cannot connect to the runtime's NRI socket")
             && err.contains("disable = false"),

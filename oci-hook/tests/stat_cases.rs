@@ -56,6 +56,13 @@ fn port<'v>(line: &'v Value, device: &str) -> &'v Value {
     line["ports"].as_array().unwrap().iter().find(|p| p["device"] == device).unwrap()
 }
 
+/// `interval`, as the rates say the program timed it, is the time between its two lines (each
+/// line's `time`, taken as it is printed, just after its reading) within 0.1 s.
+fn assert_near_lines(interval: f64, first: &Value, second: &Value) {
+    let between = second["time"].as_f64().unwrap() - first["time"].as_f64().unwrap();
+    assert!((interval - between).abs() < 0.1, "{interval} s against {between} s between lines");
+}
+
 /// Rates from two readings a second apart while the counters move between them, under the
 /// out-of-tree driver's names (`two`) and upstream's (`upstream`).
 #[test]
@@ -78,9 +85,13 @@ fn rates_follow_the_counters_under_both_names() {
         run.finish();
         let p = port(&second, "erdma_0");
         let rate = |c: &str| p["rates"][c].as_f64().unwrap_or_else(|| panic!("{c}: {second}"));
-        // The interval is a second, as the program timed it (a slow start makes it no shorter).
-        assert!((2.0e9..=3.0e9).contains(&rate("tx_bytes")), "{scenario}: {second}");
-        assert!((1.3e6..=2.0e6).contains(&rate("rx_packets")), "{scenario}: {second}");
+        // Each rate is the counter's increase over the interval as the program timed it: at
+        // least the second it slept (a slow start makes it no shorter), about the time between
+        // its two lines, and the same for every counter.
+        let interval = 3.0e9 / rate("tx_bytes");
+        assert!(interval >= 1.0, "{scenario}: {interval} s: {second}");
+        assert_near_lines(interval, &first, &second);
+        assert!((rate("rx_packets") * interval - 2.0e6).abs() < 1.0, "{scenario}: {second}");
         assert_eq!(rate("rx_bytes"), 0.0, "{second}");
         assert_eq!(p["totals"]["tx_bytes"], 3_000_000_000u64, "{second}");
         assert_eq!(p["reset"], false);
@@ -95,7 +106,7 @@ fn resets_gone_devices_and_unreadable_counters() {
     let tx0 = counter(&fx, "erdma_0", "hw_tx_bytes_cnt");
     let rx0 = counter(&fx, "erdma_0", "hw_rx_bytes_cnt");
     let mut run = Running::start(&fx, &["--count", "1", "--interval", "1"]);
-    run.next();
+    let first = run.next();
     std::fs::write(&tx0, "1000\n").unwrap();
     std::fs::write(&rx0, "not a number\n").unwrap();
     std::fs::remove_file(fx.sysfs.join("class/infiniband/erdma_1")).unwrap();
@@ -103,8 +114,10 @@ fn resets_gone_devices_and_unreadable_counters() {
     run.finish();
     let p = port(&line, "erdma_0");
     assert_eq!(p["reset"], true, "{line}");
-    let tx = p["rates"]["tx_bytes"].as_f64().unwrap();
-    assert!((600.0..=1000.0).contains(&tx), "the new value over the interval: {line}");
+    // The new value over the interval.
+    let interval = 1000.0 / p["rates"]["tx_bytes"].as_f64().unwrap();
+    assert!(interval >= 1.0, "{interval} s: {line}");
+    assert_near_lines(interval, &first, &line);
     assert!(p["rates"].get("rx_bytes").is_none(), "{line}");
     assert_eq!(p["unreadable"], serde_json::json!(["hw_rx_bytes_cnt"]), "{line}");
     assert_eq!(port(&line, "erdma_1")["state"], "gone", "{line}");

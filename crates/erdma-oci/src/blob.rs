@@ -277,7 +277,7 @@ impl Lasting {
             return false;
         };
         #[cfg(test)]
-        let now = now + tests::clock_ahead();
+        let now = tests::clock_moved(now);
         let behind = |(secs, nanos): (i64, i64)| match (u64::try_from(secs), u32::try_from(nanos)) {
             (Ok(secs), Ok(nanos)) => std::time::Duration::new(secs, nanos) + SETTLED < now,
             _ => false,
@@ -604,16 +604,24 @@ where
 mod tests {
     use super::*;
 
-    /// How far `Lasting::settled` sets its clock ahead: a test's files, made just now, cannot
-    /// be given an old birth time.
-    static CLOCK_AHEAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    /// How far `Lasting::settled` sets its clock ahead, in seconds: a test's files, made just
+    /// now, cannot be given an old birth time. Behind where negative: what a test made just now
+    /// is then not settled however slowly the test runs.
+    static CLOCK_AHEAD: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
     /// The tests of what this process remembers, one at a time (they clear it, and set the
     /// clock ahead), where tests share a process.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    pub(super) fn clock_ahead() -> std::time::Duration {
-        std::time::Duration::from_secs(CLOCK_AHEAD.load(std::sync::atomic::Ordering::Relaxed))
+    /// `now` (since the epoch) moved by [`CLOCK_AHEAD`].
+    pub(super) fn clock_moved(now: std::time::Duration) -> std::time::Duration {
+        let by = CLOCK_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
+        let secs = std::time::Duration::from_secs(by.unsigned_abs());
+        if by >= 0 {
+            now + secs
+        } else {
+            now.saturating_sub(secs)
+        }
     }
 
     #[test]
@@ -719,7 +727,9 @@ mod tests {
         let taken_as_checked = |f: &File| {
             FileState::of(f).is_some_and(|s| remembered(f, &digest) || kept_check(&digest, &s))
         };
-        // Just written: taken as checked by this process only.
+        // Just written: taken as checked by this process only. (The clock a minute behind,
+        // so that the file stays "just written" however slowly this runs.)
+        CLOCK_AHEAD.store(-60, std::sync::atomic::Ordering::Relaxed);
         check_file(&open(), &digest).unwrap();
         assert!(taken_as_checked(&open()));
         assert!(!kept.exists());

@@ -517,14 +517,16 @@ impl Netns {
             .spawn()
             .expect("unshare --net");
         let ns = Netns { child };
-        // unshare(2) happens after the spawn returns: wait until the namespace differs.
-        for _ in 0..500 {
+        // unshare(2) happens after the spawn returns: wait until the namespace differs (by a
+        // deadline, not a count of short sleeps: a busy machine may take a while to exec).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
             match std::fs::read_link(ns.path()) {
                 Ok(l) if l != host => return ns,
                 _ => std::thread::sleep(std::time::Duration::from_millis(2)),
             }
         }
-        panic!("unshare --net did not make a new network namespace");
+        panic!("unshare --net did not make a new network namespace in 20 s");
     }
 
     /// `/proc/PID/ns/net` of the namespace's process.

@@ -253,6 +253,14 @@ impl PayloadsAhead {
     }
 }
 
+#[cfg(test)]
+impl PayloadsAhead {
+    /// The flag a drop sets first, for a test to see that the drop has begun.
+    pub(crate) fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+}
+
 impl Drop for PayloadsAhead {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

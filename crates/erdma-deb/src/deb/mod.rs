@@ -1054,11 +1054,32 @@ mod tests {
         path.to_owned()
     }
 
-    /// Lets go of whoever opened `fifo` for reading, or will: opened for reading and writing,
-    /// which never blocks, written to and closed.
-    fn release(fifo: &Path) {
-        let mut f = std::fs::OpenOptions::new().read(true).write(true).open(fifo).unwrap();
-        std::io::Write::write_all(&mut f, b"not a package").unwrap();
+    /// `fifo`'s writing end, once a thread has opened it for reading (and is held there): an
+    /// open without blocking fails (ENXIO) while no one reads, so it is tried until one does.
+    /// Opening it before the reader would lose what is written, as a FIFO's data goes with
+    /// its last opener, and leave the reader held for good.
+    fn read_by_someone(fifo: &Path) -> std::fs::File {
+        use rustix::fs::{Mode, OFlags};
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match rustix::fs::open(
+                fifo,
+                OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => return fd.into(),
+                Err(e) if e == rustix::io::Errno::NXIO && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                Err(e) => panic!("{}: no reader in 20 s: {e}", fifo.display()),
+            }
+        }
+    }
+
+    /// Lets go of the thread that opened `fifo` (its writing end, from [`read_by_someone`]):
+    /// written to and closed.
+    fn release(mut writer: std::fs::File) {
+        std::io::Write::write_all(&mut writer, b"not a package").unwrap();
     }
 
     /// A package given with its kept payload uncompressed is, to dpkg-deb, the same package:
@@ -1153,9 +1174,9 @@ mod tests {
         ahead.keep(held.clone(), inflation, dir.path().join("ahead").join("held.tar"));
         ahead.keep(deb_path.clone(), inflation, kept.clone());
         let walk = walk_aside(&deb_path, &kept, inflation);
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let writer = read_by_someone(&held);
         let early = walk(std::time::Duration::ZERO);
-        release(&held);
+        release(writer);
         assert!(early.is_none(), "the walk did not wait for the payload on its way");
         let got = walk_aside(&deb_path, &kept, inflation)(long).expect("a walk never ended");
         assert_eq!(got, Ok((Some(true), paths.clone())));
@@ -1203,9 +1224,17 @@ mod tests {
         for k in &many {
             ahead.keep(deb_path.clone(), inflation, k.clone());
         }
+        // The one thread held in the first package; then the drop under way (its stop set)
+        // before that package ends, so that what is queued behind it is never started.
+        let writer = read_by_someone(&held);
+        let stopping = ahead.stop_flag();
         let dropping = std::thread::spawn(move || drop(ahead));
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        release(&held);
+        let deadline = std::time::Instant::now() + long;
+        while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            assert!(std::time::Instant::now() < deadline, "the drop never began");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        release(writer);
         dropping.join().unwrap();
         for k in &many {
             assert!(!k.exists(), "{} kept after the drop", k.display());
