@@ -82,6 +82,13 @@ pub fn asked_names(p: &PackageMeta, mut each: impl FnMut(&str)) {
     }
 }
 
+/// How many distinct names an XML of `size` bytes is likely to hold: Rocky 9's BaseOS has one
+/// per 144 bytes, its AppStream one per 246 (packages there list fewer files). At most 256 Ki
+/// names (an 8 MiB table), whatever a repository says its size is.
+fn names_for(size: u64) -> usize {
+    usize::try_from(size / 144).unwrap_or(usize::MAX).min(1 << 18)
+}
+
 /// Names while the index is built: each string once, numbered in order of first sight. One
 /// lookup per name (hashed once, the key allocated only when new): most names of a
 /// `primary.xml` are file paths seen once. std's SipHash with a random key, as for any map of
@@ -92,6 +99,12 @@ struct Interner {
 }
 
 impl Interner {
+    /// Room for `n` names from the start: the table grows otherwise by doubling, hashing every
+    /// name again each time (a tenth of indexing Rocky 9's AppStream).
+    fn with_capacity(n: usize) -> Interner {
+        Interner { ids: hashbrown::HashMap::with_capacity_and_hasher(n, Default::default()) }
+    }
+
     fn id(&mut self, s: &str) -> u32 {
         let next = self.ids.len() as u32;
         *self.ids.entry_ref(s).or_insert(next)
@@ -112,13 +125,15 @@ impl PrimaryIndex {
     /// XML is copied to `keep` (the kept file, written whole or not at all) or, without one or
     /// when it cannot be written, to an unnamed temporary file. `input` is a
     /// [`repodata::decompressor`] of `name` bounded at `limit` (for its errors); `origin` as
-    /// for [`repodata::for_each_package`].
+    /// for [`repodata::for_each_package`]. `expected_size`, the XML's size where `repomd.xml`
+    /// gives it (`open-size`), sizes the table of names up front; it bounds nothing.
     pub fn build(
         input: impl Read,
         name: &str,
         limit: u64,
         origin: &str,
         keep: Option<&Path>,
+        expected_size: Option<u64>,
     ) -> Result<PrimaryIndex, RepodataError> {
         let io = |source: std::io::Error| RepodataError::Io { file: "primary.xml", source };
         let mut named = keep.and_then(|path| {
@@ -132,7 +147,7 @@ impl PrimaryIndex {
         };
         file.write_all(MAGIC).map_err(io)?;
         file.write_all(&0u64.to_le_bytes()).map_err(io)?;
-        let mut interner = Interner::default();
+        let mut interner = Interner::with_capacity(names_for(expected_size.unwrap_or(0)));
         let mut entries: Vec<Entry> = Vec::new();
         let mut provided: Vec<(u32, u32)> = Vec::new();
         let mut wanted: Vec<u32> = Vec::new();
@@ -548,7 +563,7 @@ mod tests {
 "#;
 
     fn built(keep: Option<&Path>) -> PrimaryIndex {
-        PrimaryIndex::build(XML.as_bytes(), "primary.xml", 1 << 20, "repo", keep).unwrap()
+        PrimaryIndex::build(XML.as_bytes(), "primary.xml", 1 << 20, "repo", keep, None).unwrap()
     }
 
     fn names(v: &[PackageMeta]) -> Vec<&str> {
@@ -584,6 +599,7 @@ mod tests {
             1 << 20,
             "a",
             None,
+            None,
         )
         .unwrap();
         let b_xml = XML.split("<package").nth(2).unwrap();
@@ -593,6 +609,7 @@ mod tests {
             "primary.xml",
             1 << 20,
             "b",
+            None,
             None,
         )
         .unwrap();

@@ -103,7 +103,6 @@ impl RepoError {
 /// A repository's `repomd.xml` and its detached signature as one of its mirrors served them,
 /// fetched ahead of the build ([`prefetch`]) and not yet verified: [`load`] verifies them as
 /// if it had fetched them itself.
-#[derive(Debug, Clone)]
 pub struct Prefetched {
     /// The base URL that answered.
     pub url: String,
@@ -112,6 +111,36 @@ pub struct Prefetched {
     repomd: Vec<u8>,
     /// `None`: the mirror has no `repomd.xml.asc`.
     signature: Option<Vec<u8>>,
+    /// The index of the `primary` that the unverified `repomd.xml` names, where this fetch
+    /// built it, with the checksum its XML was checked against. [`load`] takes it in place of
+    /// reading back the copy kept in the cache, and only where the verified `repomd.xml` names
+    /// that same checksum: the trust a kept index is given.
+    index: Option<(Checksum, PrimaryIndex)>,
+}
+
+/// A clone holds no index: the one built is handed to one [`load`].
+impl Clone for Prefetched {
+    fn clone(&self) -> Prefetched {
+        Prefetched {
+            url: self.url.clone(),
+            tried: self.tried.clone(),
+            repomd: self.repomd.clone(),
+            signature: self.signature.clone(),
+            index: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Prefetched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefetched")
+            .field("url", &self.url)
+            .field("tried", &self.tried)
+            .field("repomd", &self.repomd.len())
+            .field("signature", &self.signature.as_ref().map(Vec::len))
+            .field("index", &self.index.as_ref().map(|(sum, _)| sum))
+            .finish()
+    }
 }
 
 /// One mirror's `repomd.xml` and `repomd.xml.asc`, asked for at once (a round trip less to
@@ -176,11 +205,13 @@ pub async fn prefetch(
         let (primary, sum) = primary_of(&repomd, &format!("{base}repodata/repomd.xml"))?;
         let kept = kept_path(&sum, cache_dir);
         let have = |p: &Path| erdma_limits::kept::open(p, MAX_PRIMARY_OPEN * 2).is_ok();
+        let mut index = None;
         if let Some(kept) = kept.filter(|p| !have(p)) {
             let compressed = fetch_primary(http, &base, &primary, &sum).await?;
-            let _ = index_primary(compressed, &primary, http.inflation(), name, Some(kept)).await;
+            let built = index_primary(compressed, &primary, http.inflation(), name, Some(kept));
+            index = built.await.ok().map(|built| (sum, built));
         }
-        return Ok(Prefetched { url: url.clone(), tried, repomd, signature });
+        return Ok(Prefetched { url: url.clone(), tried, repomd, signature, index });
     }
     Err(RepoError::Unreachable { name: name.to_string(), tried })
 }
@@ -190,7 +221,7 @@ pub async fn prefetch(
 /// signature or checksum is an error at once (an attack or a broken mirror, as apt's backend
 /// treats it), not a reason to try the next mirror. `prefetched`, where it is one of `urls`,
 /// stands in for fetching that mirror's `repomd.xml` and signature (and for trying the
-/// mirrors before it again).
+/// mirrors before it again), and its index, if it built one, for the kept one.
 pub async fn load(
     http: &Client,
     name: &str,
@@ -198,20 +229,21 @@ pub async fn load(
     keyring: Keyring,
     repo_gpgcheck: bool,
     cache_dir: &Path,
-    prefetched: Option<&Prefetched>,
+    prefetched: Option<Prefetched>,
 ) -> Result<LoadedRepo, RepoError> {
-    let ahead = prefetched.and_then(|p| Some((urls.iter().position(|u| *u == p.url)?, p)));
-    let (mut tried, skip) = match ahead {
-        Some((at, p)) => (p.tried.clone(), at),
+    let mut ahead = prefetched.and_then(|p| Some((urls.iter().position(|u| *u == p.url)?, p)));
+    let (mut tried, skip) = match &ahead {
+        Some((at, p)) => (p.tried.clone(), *at),
         None => (Vec::new(), 0),
     };
     for url in &urls[skip..] {
         let base = base_of(url);
         let repomd_url = format!("{base}repodata/repomd.xml");
-        let (raw, signature) = match ahead.filter(|(_, p)| p.url == *url) {
-            Some((_, p)) => (p.repomd.clone(), p.signature.clone()),
+        let mine = ahead.take_if(|(_, p)| p.url == *url).map(|(_, p)| p);
+        let (raw, signature, index_ahead) = match mine {
+            Some(p) => (p.repomd, p.signature, p.index),
             None => match fetch_repomd(http, &base).await? {
-                Ok(got) => got,
+                Ok((raw, signature)) => (raw, signature, None),
                 Err(why) => {
                     tried.push(why);
                     continue;
@@ -226,7 +258,12 @@ pub async fn load(
         })
         .await?;
         let (primary, sum) = primary_of(&raw, &repomd_url)?;
-        let index = read_primary(http, &base, &primary, &sum, cache_dir, name).await?;
+        // The index built ahead is of a `primary` checked against the checksum that the
+        // unverified `repomd.xml` gave: taken only where the verified one gives the same.
+        let index = match index_ahead.filter(|(built_for, _)| *built_for == sum) {
+            Some((_, index)) => index,
+            None => read_primary(http, &base, &primary, &sum, cache_dir, name).await?,
+        };
         return Ok(LoadedRepo {
             name: name.to_string(),
             url: url.clone(),
@@ -321,11 +358,11 @@ async fn index_primary(
     origin: &str,
     kept: Option<PathBuf>,
 ) -> Result<PrimaryIndex, RepodataError> {
-    let (location, origin) = (data.location.clone(), origin.to_string());
+    let (location, origin, size) = (data.location.clone(), origin.to_string(), data.open_size);
     blocking(move || {
         let input =
             repodata::decompressor(&location, &compressed[..], MAX_PRIMARY_OPEN, inflation)?;
-        PrimaryIndex::build(input, &location, MAX_PRIMARY_OPEN, &origin, kept.as_deref())
+        PrimaryIndex::build(input, &location, MAX_PRIMARY_OPEN, &origin, kept.as_deref(), size)
     })
     .await
 }
@@ -438,7 +475,7 @@ mod tests {
         );
         let urls = [empty.path(), repo.path()].map(|p| format!("file://{}", p.display()));
         let sum = publish(repo.path(), &[("rdma-core", "46.0"), ("glibc", "2.34")]);
-        let ahead = prefetch(&client(), "base", &urls, cache.path()).await.unwrap();
+        let mut ahead = prefetch(&client(), "base", &urls, cache.path()).await.unwrap();
         assert_eq!(ahead.url, urls[1]);
         assert_eq!(ahead.tried.len(), 1, "{:?}", ahead.tried);
         // The primary, indexed under its checksum.
@@ -452,7 +489,7 @@ mod tests {
         let none = || Keyring::of(Vec::new());
         let load = |ahead: Option<Prefetched>, gpgcheck: bool| {
             let (urls, cache) = (urls.clone(), cache.path().to_path_buf());
-            async move { load(&client(), "base", &urls, none(), gpgcheck, &cache, ahead.as_ref()).await }
+            async move { load(&client(), "base", &urls, none(), gpgcheck, &cache, ahead).await }
         };
         // A damaged index is not read (and, its mirror emptied, the load fails), and is
         // dropped.
@@ -476,6 +513,23 @@ mod tests {
         let forged = Prefetched { signature: Some(b"not a signature".to_vec()), ..ahead.clone() };
         let e = load(Some(forged), false).await.err().unwrap();
         assert!(matches!(e, RepoError::BadSignature { .. }), "{e}");
+
+        // The index the fetch ahead built is handed over whole: neither the kept copy nor the
+        // mirror is needed for it, and it is the repository's. Only for the checksum the
+        // verified repomd.xml gives.
+        std::fs::remove_file(&kept).unwrap();
+        assert!(load(Some(ahead.clone()), false).await.is_err(), "a clone holds no index");
+        let (built_for, index) = ahead.index.take().expect("an index built ahead");
+        let handed = Prefetched { index: Some((built_for.clone(), index)), ..ahead.clone() };
+        let mut repos = [load(Some(handed), false).await.unwrap()];
+        assert_eq!(repos[0].url, urls[1]);
+        select_packages(&mut repos, ["rdma-core"]).unwrap();
+        assert_eq!(repos[0].packages[0].evr.to_string(), "46.0-1.el9");
+        let [loaded] = repos;
+        let elsewhere = Checksum { hex: "0".repeat(64), ..built_for };
+        let not_its = Prefetched { index: Some((elsewhere, loaded.index)), ..ahead.clone() };
+        assert!(load(Some(not_its), false).await.is_err(), "an index of another primary");
+
         // One for another repository's URL stands in for nothing.
         let other = Prefetched { url: "file:///nowhere".into(), ..ahead };
         assert_eq!(load(Some(other), false).await.unwrap().url, urls[0]);

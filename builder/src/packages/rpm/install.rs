@@ -804,8 +804,10 @@ mod tests {
                 .collect();
             let remove: Vec<String> = vec![];
             let (xa, xb) = (primary(&a), primary(&b));
-            let ia = PrimaryIndex::build(xa.as_bytes(), "primary.xml", 1 << 30, "a", None).unwrap();
-            let ib = PrimaryIndex::build(xb.as_bytes(), "primary.xml", 1 << 30, "b", None).unwrap();
+            let ia = PrimaryIndex::build(xa.as_bytes(), "primary.xml", 1 << 30, "a", None, None)
+                .unwrap();
+            let ib = PrimaryIndex::build(xb.as_bytes(), "primary.xml", 1 << 30, "b", None, None)
+                .unwrap();
             let metas: Vec<&PackageMeta> = installed.iter().collect();
             let seeds = seeds(&install, vec![], &metas);
             let chosen =

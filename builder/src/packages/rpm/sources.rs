@@ -37,8 +37,7 @@ pub(super) async fn load_repo(
         Ahead::Fetched(fetched) => Some(fetched),
         Ahead::Unreachable(e) => return Ok(Err(e.to_string())),
     };
-    let load =
-        erdma_rpm::repo::load(http, name, urls, keyring, repo_gpgcheck, cache_dir, ahead.as_ref());
+    let load = erdma_rpm::repo::load(http, name, urls, keyring, repo_gpgcheck, cache_dir, ahead);
     match load.await {
         Ok(loaded) => Ok(Ok(loaded)),
         Err(e) if e.is_unreachable() => Ok(Err(e.to_string())),
