@@ -83,10 +83,13 @@ pub fn asked_names(p: &PackageMeta, mut each: impl FnMut(&str)) {
 }
 
 /// How many distinct names an XML of `size` bytes is likely to hold: Rocky 9's BaseOS has one
-/// per 144 bytes, its AppStream one per 246 (packages there list fewer files). At most 256 Ki
-/// names (an 8 MiB table), whatever a repository says its size is.
+/// per 144 bytes, its AppStream one per 246 (packages there list fewer files). At most 128 Ki
+/// names, whatever a repository says its size is: 256 Ki buckets of 32 bytes, 8 MiB reserved
+/// and touched only as names come (the table grows past it as it would have).
+const MAX_NAMES_AHEAD: usize = 1 << 17;
+
 fn names_for(size: u64) -> usize {
-    usize::try_from(size / 144).unwrap_or(usize::MAX).min(1 << 18)
+    usize::try_from(size / 144).unwrap_or(usize::MAX).min(MAX_NAMES_AHEAD)
 }
 
 /// Names while the index is built: each string once, numbered in order of first sight. One
@@ -584,6 +587,17 @@ mod tests {
             assert_eq!(format!("{p:?}"), format!("{whole:?}"), "parsed alone as in the whole");
         }
         assert!(select(&[(&index, "repo")], ["nothing"]).unwrap()[0].is_empty());
+        // The size repomd.xml gives only sizes the table of names: none, a byte, or more than
+        // any file (a hostile repository's word), the same index and the same selection.
+        assert_eq!((names_for(0), names_for(144 * 1000)), (0, 1000));
+        assert_eq!(names_for(u64::MAX), MAX_NAMES_AHEAD);
+        for size in [Some(1), Some(u64::MAX)] {
+            let sized =
+                PrimaryIndex::build(XML.as_bytes(), "primary.xml", 1 << 20, "repo", None, size)
+                    .unwrap();
+            let again = select(&[(&sized, "repo")], ["rdma-core"]).unwrap();
+            assert_eq!(format!("{again:?}"), format!("{got:?}"), "{size:?}");
+        }
     }
 
     #[test]

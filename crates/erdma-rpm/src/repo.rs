@@ -185,7 +185,8 @@ fn primary_of(raw: &[u8], repomd_url: &str) -> Result<(RepoMdData, Checksum), Re
 /// beside the base's layer read) into the index kept under that checksum. Nothing here is
 /// trusted: `load` verifies the `repomd.xml`, and reads a kept index only where the verified
 /// one names its checksum, i.e. only where the `primary` indexed is the one it signed for. An
-/// index that cannot be built is left to `load` to meet again, and report.
+/// index that cannot be built is left to `load` to meet again, and report. The index built is
+/// also handed to `load` in memory, on the same terms.
 pub async fn prefetch(
     http: &Client,
     name: &str,
@@ -259,7 +260,9 @@ pub async fn load(
         .await?;
         let (primary, sum) = primary_of(&raw, &repomd_url)?;
         // The index built ahead is of a `primary` checked against the checksum that the
-        // unverified `repomd.xml` gave: taken only where the verified one gives the same.
+        // unverified `repomd.xml` gave: taken only where the verified one gives the same. (They
+        // are the same bytes today, verified here, not fetched again; the check keeps that
+        // so should this ever fetch the `repomd.xml` anew.)
         let index = match index_ahead.filter(|(built_for, _)| *built_for == sum) {
             Some((_, index)) => index,
             None => read_primary(http, &base, &primary, &sum, cache_dir, name).await?,
@@ -492,10 +495,14 @@ mod tests {
             async move { load(&client(), "base", &urls, none(), gpgcheck, &cache, ahead).await }
         };
         // A damaged index is not read (and, its mirror emptied, the load fails), and is
-        // dropped.
+        // dropped. (Damaged in a new file put in its place, as the cache's files are written:
+        // the index held by the fetch ahead reads the old one's inode.)
         let index = std::fs::read(&kept).unwrap();
-        std::fs::write(&kept, &index[..index.len() - 3]).unwrap();
-        assert!(load(Some(ahead.clone()), false).await.is_err());
+        let damaged = kept.with_extension("damaged");
+        std::fs::write(&damaged, &index[..index.len() - 3]).unwrap();
+        std::fs::rename(&damaged, &kept).unwrap();
+        let e = load(Some(ahead.clone()), false).await.err().unwrap();
+        assert!(matches!(e, RepoError::NotFound { .. }), "{e}");
         assert!(!kept.exists());
         std::fs::write(&kept, &index).unwrap();
         std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -518,7 +525,8 @@ mod tests {
         // mirror is needed for it, and it is the repository's. Only for the checksum the
         // verified repomd.xml gives.
         std::fs::remove_file(&kept).unwrap();
-        assert!(load(Some(ahead.clone()), false).await.is_err(), "a clone holds no index");
+        let e = load(Some(ahead.clone()), false).await.err().unwrap();
+        assert!(matches!(e, RepoError::NotFound { .. }), "a clone holds no index: {e}");
         let (built_for, index) = ahead.index.take().expect("an index built ahead");
         let handed = Prefetched { index: Some((built_for.clone(), index)), ..ahead.clone() };
         let mut repos = [load(Some(handed), false).await.unwrap()];
@@ -528,7 +536,8 @@ mod tests {
         let [loaded] = repos;
         let elsewhere = Checksum { hex: "0".repeat(64), ..built_for };
         let not_its = Prefetched { index: Some((elsewhere, loaded.index)), ..ahead.clone() };
-        assert!(load(Some(not_its), false).await.is_err(), "an index of another primary");
+        let e = load(Some(not_its), false).await.err().unwrap();
+        assert!(matches!(e, RepoError::NotFound { .. }), "an index of another primary: {e}");
 
         // One for another repository's URL stands in for nothing.
         let other = Prefetched { url: "file:///nowhere".into(), ..ahead };
