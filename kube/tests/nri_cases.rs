@@ -555,7 +555,10 @@ fn nri_plugin_reconnects_root_daemon() {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match heard.recv_timeout(left) {
             Ok(text) => so_far = text,
-            Err(_) => panic!("no word of the missing socket in 15 s: {so_far}"),
+            Err(_) => {
+                let _ = waiting.kill();
+                panic!("no word of the missing socket in 15 s: {so_far}")
+            }
         }
     }
     // Twenty-millisecond retries go on after the line: the plugin is still waiting.

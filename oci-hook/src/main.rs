@@ -307,15 +307,16 @@ fn stat_command(
             None => discover()?,
         };
         let taken_at = Instant::now();
+        // The time printed with a reading is its own, not the printing's.
+        let unix = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         let start = *start.get_or_insert(taken_at);
         let now = taken_at.duration_since(start).as_secs_f64();
         let rows = session
             .update(now, erdma_oci_hook::counters::sample(&config.sysfs_root, &host, devices));
         if json {
             // The first line has no rates yet: the counters as they stood.
-            let unix = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
             writeln!(out, "{}", erdma_oci_hook::stat::json_line(&rows, unix))?;
         } else {
             let table = erdma_oci_hook::stat::render(&rows, interval, now);

@@ -57,7 +57,7 @@ fn port<'v>(line: &'v Value, device: &str) -> &'v Value {
 }
 
 /// `interval`, as the rates say the program timed it, is the time between its two lines (each
-/// line's `time`, taken as it is printed, just after its reading) within 0.1 s.
+/// line's `time`, taken with its reading) within 0.1 s.
 fn assert_near_lines(interval: f64, first: &Value, second: &Value) {
     let between = second["time"].as_f64().unwrap() - first["time"].as_f64().unwrap();
     assert!((interval - between).abs() < 0.1, "{interval} s against {between} s between lines");

@@ -277,7 +277,7 @@ impl Lasting {
             return false;
         };
         #[cfg(test)]
-        let now = tests::clock_moved(now);
+        let now = tests::clock().unwrap_or(now);
         let behind = |(secs, nanos): (i64, i64)| match (u64::try_from(secs), u32::try_from(nanos)) {
             (Ok(secs), Ok(nanos)) => std::time::Duration::new(secs, nanos) + SETTLED < now,
             _ => false,
@@ -604,25 +604,34 @@ where
 mod tests {
     use super::*;
 
-    /// How far `Lasting::settled` sets its clock ahead, in seconds: a test's files, made just
-    /// now, cannot be given an old birth time. Behind where negative: what a test made just now
-    /// is then not settled however slowly the test runs.
-    static CLOCK_AHEAD: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    /// The time `Lasting::settled` takes as now (since the epoch), where a test sets one: a
+    /// test's files, made just now, cannot be given an old birth time, and a clock of its own
+    /// puts each step a known distance from the file's times however slowly the test runs.
+    static CLOCK: std::sync::Mutex<Option<std::time::Duration>> = std::sync::Mutex::new(None);
 
-    /// The tests of what this process remembers, one at a time (they clear it, and set the
-    /// clock ahead), where tests share a process.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    pub(super) fn clock() -> Option<std::time::Duration> {
+        *CLOCK.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
-    /// `now` (since the epoch) moved by [`CLOCK_AHEAD`].
-    pub(super) fn clock_moved(now: std::time::Duration) -> std::time::Duration {
-        let by = CLOCK_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
-        let secs = std::time::Duration::from_secs(by.unsigned_abs());
-        if by >= 0 {
-            now + secs
-        } else {
-            now.saturating_sub(secs)
+    /// Sets [`CLOCK`] to `at` (since the epoch); the real clock again once dropped.
+    struct TestClock;
+
+    impl TestClock {
+        fn at(&self, at: std::time::SystemTime) {
+            let since = at.duration_since(std::time::UNIX_EPOCH).unwrap();
+            *CLOCK.lock().unwrap_or_else(|e| e.into_inner()) = Some(since);
         }
     }
+
+    impl Drop for TestClock {
+        fn drop(&mut self) {
+            *CLOCK.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// The tests of what this process remembers, one at a time (they clear it, and set its
+    /// clock), where tests share a process.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     #[test]
     fn digest_validation_blocks_traversal() {
@@ -727,9 +736,13 @@ mod tests {
         let taken_as_checked = |f: &File| {
             FileState::of(f).is_some_and(|s| remembered(f, &digest) || kept_check(&digest, &s))
         };
-        // Just written: taken as checked by this process only. (The clock a minute behind,
-        // so that the file stays "just written" however slowly this runs.)
-        CLOCK_AHEAD.store(-60, std::sync::atomic::Ordering::Relaxed);
+        // Just written (the clock a second after the file's birth and modification, within
+        // SETTLED of both): taken as checked by this process only.
+        let clock = TestClock;
+        let meta = open().metadata().unwrap();
+        let born = meta.created().unwrap();
+        let second = std::time::Duration::from_secs(1);
+        clock.at(born.max(meta.modified().unwrap()) + second);
         check_file(&open(), &digest).unwrap();
         assert!(taken_as_checked(&open()));
         assert!(!kept.exists());
@@ -742,18 +755,21 @@ mod tests {
         check_file(&open(), &digest).unwrap();
         assert!(!kept.exists());
         forget_this_process();
-        // Born long enough ago (the clock set ahead), but modified later than the clock: not
-        // kept.
-        CLOCK_AHEAD.store(10, std::sync::atomic::Ordering::Relaxed);
-        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
-        f.set_modified(later).unwrap();
+        // Born long enough ago (the clock ten seconds on), but modified later than the clock:
+        // not kept.
+        clock.at(born + 10 * second);
+        f.set_modified(born + 60 * second).unwrap();
         check_file(&open(), &digest).unwrap();
         assert!(!kept.exists());
         forget_this_process();
-        // Both settled: kept for later builds.
+        // Both settled, the clock three seconds after the birth (just past SETTLED): kept for
+        // later builds.
         f.set_modified(old).unwrap();
+        clock.at(born + 3 * second);
         check_file(&open(), &digest).unwrap();
         assert!(kept.exists());
+        // What the test makes from here on is settled, with a minute to spare.
+        clock.at(std::time::SystemTime::now() + 60 * second);
         forget_this_process();
         assert!(taken_as_checked(&open()));
         assert!(!remembered(&open(), &digest));
@@ -863,7 +879,6 @@ mod tests {
         r.read_to_end(&mut Vec::new()).unwrap();
         forget_this_process();
         assert!(kept_check(&layout_digest, &FileState::of(&File::open(&layout).unwrap()).unwrap()));
-        CLOCK_AHEAD.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Hashed on a thread of its own, a large file is checked as one hashed here: the same

@@ -1175,7 +1175,9 @@ mod tests {
         ahead.keep(deb_path.clone(), inflation, kept.clone());
         let walk = walk_aside(&deb_path, &kept, inflation);
         let writer = read_by_someone(&held);
-        let early = walk(std::time::Duration::ZERO);
+        // 300 ms for a walk that would not wait to end; one that waits cannot while the one
+        // thread is held.
+        let early = walk(std::time::Duration::from_millis(300));
         release(writer);
         assert!(early.is_none(), "the walk did not wait for the payload on its way");
         let got = walk_aside(&deb_path, &kept, inflation)(long).expect("a walk never ended");
