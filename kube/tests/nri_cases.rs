@@ -530,43 +530,23 @@ fn nri_plugin_reconnects_root_daemon() {
 
     // Waiting for a socket that is not there yet (the runtime starting after the plugin).
     let later = fixture.dir.path().join("later.sock");
-    let mut waiting = fixture
+    // Its stderr to a log, waited on (and the plugin killed when dropped) as every plugin of
+    // these tests is: the wait is for the line, not a guess at how long a busy machine takes.
+    let log = fixture.dir.path().join("nri-waiting.log");
+    let child = fixture
         .command("erdma-nri-plugin")
         .args(["--socket".as_ref(), later.as_os_str(), "--retry-ms".as_ref(), "20".as_ref()])
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    // Its stderr read aside, so that the wait below is for the line, not a guess at how long a
-    // busy machine takes to start the plugin.
-    let mut stderr = waiting.stderr.take().unwrap();
-    let (said, heard) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = std::io::Read::read(&mut stderr, &mut buf) {
-            all.extend_from_slice(&buf[..n]);
-            let _ = said.send(String::from_utf8_lossy(&all).into_owned());
-        }
-        String::from_utf8_lossy(&all).into_owned()
-    });
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let mut so_far = String::new();
-    while !so_far.contains("cannot connect to the runtime's NRI socket") {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match heard.recv_timeout(left) {
-            Ok(text) => so_far = text,
-            Err(_) => {
-                let _ = waiting.kill();
-                panic!("no word of the missing socket in 15 s: {so_far}")
-            }
-        }
-    }
+    let records = fixture.dir.path().join("nri-waiting-records");
+    let mut waiting = NriPlugin { child, log, records };
+    waiting.wait_for("cannot connect to the runtime's NRI socket", 1);
     // Twenty-millisecond retries go on after the line: the plugin is still waiting.
     std::thread::sleep(Duration::from_millis(300));
-    assert!(waiting.try_wait().unwrap().is_none(), "the plugin must keep waiting for the runtime");
-    waiting.kill().unwrap();
-    waiting.wait().unwrap();
-    let err = reader.join().unwrap();
+    let still = waiting.child.try_wait().unwrap().is_none();
+    assert!(still, "the plugin must keep waiting for the runtime");
+    let err = waiting.log_text();
     assert!(
         err.contains("cannot connect to the runtime's NRI socket")
             && err.contains("disable = false"),

@@ -96,7 +96,6 @@ fn names_for(size: u64) -> usize {
 /// lookup per name (hashed once, the key allocated only when new): most names of a
 /// `primary.xml` are file paths seen once. std's SipHash with a random key, as for any map of
 /// names a repository chooses.
-#[derive(Default)]
 struct Interner {
     ids: hashbrown::HashMap<String, u32, std::hash::RandomState>,
 }
