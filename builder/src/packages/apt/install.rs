@@ -147,7 +147,7 @@ pub async fn resolve(
                     continue;
                 }
             };
-            match repo::fetch_index_prefetched(client, &spec, Some(cache), ahead.as_ref()).await {
+            match repo::fetch_index_prefetched(client, &spec, Some(cache), ahead).await {
                 Ok(index) => return Ok(Some((name, spec.url, index))),
                 // Try the next mirror only when this one cannot be reached; a bad signature
                 // or hash is an attack or a broken mirror and stops the build.
@@ -160,7 +160,13 @@ pub async fn resolve(
             None => Ok(None),
         }
     });
-    for read in futures_util::future::join_all(indices).await {
+    let read = futures_util::future::join_all(indices).await;
+    // What was fetched ahead and not taken (a suite the build did not read) holds its indices:
+    // dropped now, not at the end of the build.
+    if let Some(p) = inputs.prefetched {
+        p.apt.stop();
+    }
+    for read in read {
         let Some((name, url, index)) = read? else { continue };
         report.repositories.insert(name.clone(), url);
         let start = available.len();

@@ -100,7 +100,8 @@ impl Prefetches {
         self.tasks.started()
     }
 
-    /// Stops the fetches started, and starts none after (the build is not apt's).
+    /// Stops the fetches started, dropping what they fetched, and starts none after (the build
+    /// is not apt's, or has read its indices).
     pub fn stop(&self) {
         self.stopped.store(true, std::sync::atomic::Ordering::Relaxed);
         self.tasks.abort_all();

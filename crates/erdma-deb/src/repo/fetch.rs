@@ -100,10 +100,49 @@ pub async fn fetch_index_cached(
 
 /// An `InRelease` fetched ahead ([`prefetch_index`]), not verified: [`fetch_index_prefetched`]
 /// verifies these bytes instead of fetching them again.
-#[derive(Debug, Clone)]
 pub struct Prefetched {
     url: String,
     body: Vec<u8>,
+    /// The indices this fetch downloaded, each as read: [`fetch_index_prefetched`] takes one
+    /// in place of reading back the copy kept in the cache, and only where the verified
+    /// Release lists the SHA256 its text was checked against: the trust a kept copy is given.
+    read: Vec<DirIndex>,
+}
+
+/// A clone holds no indices: those read are handed to one [`fetch_index_prefetched`].
+impl Clone for Prefetched {
+    fn clone(&self) -> Prefetched {
+        Prefetched { url: self.url.clone(), body: self.body.clone(), read: Vec::new() }
+    }
+}
+
+impl fmt::Debug for Prefetched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prefetched")
+            .field("url", &self.url)
+            .field("body", &self.body.len())
+            .field("read", &self.read.iter().map(|r| &r.sha256).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// One index directory's packages as [`read_dir_index`] read them.
+struct DirIndex {
+    /// The SHA256 (lower-case hex) the text was checked against, which names its kept copy:
+    /// the uncompressed index's where the Release lists one, else the file's read.
+    sha256: Option<String>,
+    packages: Vec<IndexedPackage>,
+}
+
+/// What [`read_dir_index`] is asked for.
+enum Want<'a> {
+    /// A copy kept (a fetch ahead): what is read is returned, nothing where a copy already
+    /// is.
+    Kept,
+    /// The packages (the build), taken from `handed` (what a fetch ahead read) where one
+    /// was read under a hash the Release lists for them, else from the kept copy or the
+    /// mirror.
+    Packages { handed: &'a mut Vec<DirIndex> },
 }
 
 /// Fetches ahead what [`fetch_index_cached`] will read for `spec`, before its keyring is known
@@ -127,25 +166,31 @@ pub async fn prefetch_index(
     })?;
     let release = Release::parse(&text, &url)?;
     let at = ReleaseAt::new(&layout, &release, &url);
+    let mut read = Vec::new();
     for dir in &layout.index_dirs {
         // A component the repository lacks is the build's to report.
-        let _ = read_dir_index(client, &at, dir, Some(cache), true).await;
+        if let Ok(Some(index)) = read_dir_index(client, &at, dir, Some(cache), Want::Kept).await {
+            read.push(index);
+        }
     }
-    Ok(Prefetched { url, body })
+    Ok(Prefetched { url, body, read })
 }
 
 /// [`fetch_index_cached`], verifying `prefetched`'s `InRelease` (where it is this repository's)
-/// instead of fetching it again.
+/// instead of fetching it again, and taking the indices it read (where the verified Release
+/// lists what they were checked against) instead of reading their kept copies back.
 pub async fn fetch_index_prefetched(
     client: &Client,
     spec: &RepoSpec,
     cache: Option<&std::path::Path>,
-    prefetched: Option<&Prefetched>,
+    prefetched: Option<Prefetched>,
 ) -> Result<RepoIndex, RepoError> {
     let mut layout = Layout::new(spec)?;
     let keyring = Keyring::load(&spec.keyring)
         .map_err(|source| RepoError::Keyring { repo: layout.display.clone(), source })?;
-    let (release_url, text) = fetch_release(client, &layout.meta, &keyring, prefetched).await?;
+    let (release_url, text) =
+        fetch_release(client, &layout.meta, &keyring, prefetched.as_ref()).await?;
+    let mut handed = prefetched.map(|p| p.read).unwrap_or_default();
     let release = Release::parse(&text, &release_url)?;
     release.check_dates(&release_url, now())?;
     if !layout.flat {
@@ -158,8 +203,9 @@ pub async fn fetch_index_prefetched(
     let at = ReleaseAt::new(&layout, &release, &release_url);
     let mut packages = Vec::new();
     for dir in &layout.index_dirs {
-        let read = read_dir_index(client, &at, dir, cache, false).await?;
-        packages.extend(read.unwrap_or_default());
+        let want = Want::Packages { handed: &mut handed };
+        let read = read_dir_index(client, &at, dir, cache, want).await?;
+        packages.extend(read.map(|r| r.packages).unwrap_or_default());
     }
     Ok(RepoIndex { packages })
 }
@@ -186,16 +232,16 @@ impl<'a> ReleaseAt<'a> {
 }
 
 /// The packages of one index directory (`main/binary-amd64/`) as `release` lists its files:
-/// from the copy kept in `cache` under the hash the Release gives, else downloaded (trying
-/// each compression the Release lists) and kept. `only_keep`: make sure a copy is kept and
-/// return `None` without reading one that already is.
+/// from what a fetch ahead read or the copy kept in `cache`, under the hash the Release gives,
+/// else downloaded (trying each compression the Release lists) and kept. `Want::Kept`: make
+/// sure a copy is kept, and return `None` without reading one that already is.
 async fn read_dir_index(
     client: &Client,
     at: &ReleaseAt<'_>,
     dir: &str,
     cache: Option<&std::path::Path>,
-    only_keep: bool,
-) -> Result<Option<Vec<IndexedPackage>>, RepoError> {
+    want: Want<'_>,
+) -> Result<Option<DirIndex>, RepoError> {
     let ReleaseAt { layout, release, url: release_url, origin } = at;
     // The Release also lists the uncompressed index's hash (mirrors need not serve it):
     // the decompressed text is checked against it too, and names the cached copy.
@@ -219,30 +265,58 @@ async fn read_dir_index(
         entry,
         max_inflation: client.inflation(),
     };
-    // Where a copy is kept: named by the entry its text was checked against, the
-    // decompressed index's where the Release lists one (then the same for every format).
-    let kept_at = |entry: &FileEntry| {
+    // What the text read for `entry` is checked against and its copy named by: the
+    // decompressed index's SHA256 where the Release lists one (then the same for every
+    // format).
+    let checked_as = |entry: &FileEntry| {
         let sha256 = plain_entry.as_ref().map_or(&entry.sha256, |p| &p.sha256);
-        cache.filter(|_| is_sha256(sha256)).map(|c| kept_path(c, &sha256.to_ascii_lowercase()))
+        is_sha256(sha256).then(|| sha256.to_ascii_lowercase())
     };
+    let kept_at = |entry: &FileEntry| Some(kept_path(cache?, &checked_as(entry)?));
     let names = if plain_entry.is_some() { 1 } else { listed.len() };
-    if only_keep {
-        let kept = listed.iter().take(names).any(|(_, e)| kept_at(e).is_some_and(|p| p.is_file()));
-        if kept {
-            return Ok(None);
+    match want {
+        Want::Kept => {
+            let kept =
+                listed.iter().take(names).any(|(_, e)| kept_at(e).is_some_and(|p| p.is_file()));
+            if kept {
+                return Ok(None);
+            }
         }
-    } else if cache.is_some() {
-        let hit = listed.iter().take(names).find_map(|(path, e)| {
-            let at = kept_at(e)?;
-            read_kept(&at).map(|kept| (path, e, at, kept))
-        });
-        if let Some((path, entry, at, kept)) = hit {
-            let ctx = context(format!("{}{}", layout.meta, path), path.clone(), entry.clone());
-            match from_kept(kept, ctx).await {
-                Ok(parsed) => return Ok(Some(parsed)),
-                Err(e) => {
-                    tracing::warn!("ignoring cached index {}: {e}", at.display());
-                    let _ = std::fs::remove_file(&at);
+        Want::Packages { handed } => {
+            // Read ahead from this Release's files, for the same archive and origin: as good
+            // as the kept copy of that text, which would be read next.
+            let urls: Vec<String> =
+                listed.iter().map(|(path, _)| format!("{}{}", layout.meta, path)).collect();
+            let same_place = |p: &IndexedPackage| {
+                let index = &p.index;
+                urls.contains(&index.url)
+                    && index.base == layout.base
+                    && index.origin == *origin
+                    && index.repo == layout.display
+            };
+            let taken = listed.iter().take(names).find_map(|(_, e)| {
+                let sha256 = checked_as(e)?;
+                handed.iter().position(|r| {
+                    r.sha256.as_ref() == Some(&sha256) && r.packages.iter().take(1).all(same_place)
+                })
+            });
+            if let Some(i) = taken {
+                return Ok(Some(handed.swap_remove(i)));
+            }
+            let hit = listed.iter().take(names).find_map(|(path, e)| {
+                let at = kept_at(e)?;
+                read_kept(&at).map(|kept| (path, e, at, kept))
+            });
+            if let Some((path, entry, at, kept)) = hit {
+                let ctx = context(format!("{}{}", layout.meta, path), path.clone(), entry.clone());
+                match from_kept(kept, ctx).await {
+                    Ok(packages) => {
+                        return Ok(Some(DirIndex { sha256: checked_as(entry), packages }))
+                    }
+                    Err(e) => {
+                        tracing::warn!("ignoring cached index {}: {e}", at.display());
+                        let _ = std::fs::remove_file(&at);
+                    }
                 }
             }
         }
@@ -276,7 +350,9 @@ async fn read_dir_index(
             }
         };
         match parsed {
-            Some(parsed) => return Ok(Some(parsed)),
+            Some(packages) => {
+                return Ok(Some(DirIndex { sha256: checked_as(entry), packages }));
+            }
             None => {
                 tracing::debug!("{url} is missing; trying the next index format, if any");
                 missing = url;
@@ -746,19 +822,7 @@ mod tests {
         assert!(!kept.exists());
 
         // A new Release with another index: that one is downloaded and kept beside.
-        let changed = plain.replace("Size: 99", "Size: 100");
-        std::fs::write(idx.join("Packages"), &changed).unwrap();
-        std::fs::write(idx.join("Packages.xz"), compress("Packages.xz", changed.as_bytes()))
-            .unwrap();
-        let release = hand_release(
-            &meta,
-            &format!(
-                "Origin: erdma-test\nSuite: bookworm\nCodename: bookworm\nDate: {}\n\
-                 Architectures: amd64\nComponents: main\n",
-                rfc2822(now())
-            ),
-        );
-        fx.sign_release(&meta, release.as_bytes());
+        let changed = publish_sizes_changed(&fx, &meta, &plain);
         let index = fetch().await.unwrap();
         assert_eq!(index.packages[1].size(), 100);
         assert!(cache
@@ -767,9 +831,32 @@ mod tests {
             .is_file());
     }
 
-    /// Fetched ahead without a key: the index is kept, and the build proper, verifying the
-    /// same `InRelease` bytes, reads it with nothing fetched again. The bytes fetched ahead are
-    /// verified as a fresh download is: tampered with, they are refused.
+    /// Publishes, in place of `plain`'s main index under `meta`, the same with liberdma1's
+    /// size 100 (not 99), under a new signed Release; returns the new index's text.
+    fn publish_sizes_changed(fx: &Fixture, meta: &std::path::Path, plain: &str) -> String {
+        let idx = meta.join("main/binary-amd64");
+        let changed = plain.replace("Size: 99", "Size: 100");
+        assert_ne!(changed, plain);
+        std::fs::write(idx.join("Packages"), &changed).unwrap();
+        std::fs::write(idx.join("Packages.xz"), compress("Packages.xz", changed.as_bytes()))
+            .unwrap();
+        let release = hand_release(
+            meta,
+            &format!(
+                "Origin: erdma-test\nSuite: bookworm\nCodename: bookworm\nDate: {}\n\
+                 Architectures: amd64\nComponents: main\n",
+                rfc2822(now())
+            ),
+        );
+        fx.sign_release(meta, release.as_bytes());
+        changed
+    }
+
+    /// Fetched ahead without a key: the index is kept, and read, and the build proper,
+    /// verifying the same `InRelease` bytes, takes what was read with nothing fetched or read
+    /// again, only where the verified Release lists the hash it was checked against and for
+    /// the same archive. The bytes fetched ahead are verified as a fresh download is:
+    /// tampered with, they are refused.
     #[tokio::test]
     async fn fetched_ahead_then_verified_before_use() {
         let fx = Fixture::new();
@@ -782,6 +869,8 @@ mod tests {
             None,
         );
         let server = HttpServer::start(fx.root.path());
+        // The same files at another address: another archive to the build.
+        let elsewhere = HttpServer::start(fx.root.path());
         let client = client();
         let spec = fx.spec(&server.url, "bookworm", &["main"]);
         let cache = tempfile::tempdir().unwrap();
@@ -792,32 +881,76 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(kept.len(), 1, "{kept:?}");
-        assert!(kept[0].ends_with(".kept-3"), "{kept:?}");
+        let idx = meta.join("main/binary-amd64");
+        let plain = std::fs::read_to_string(idx.join("Packages")).unwrap();
+        let sha256 = hex::encode(Sha256::digest(&plain));
+        assert_eq!(kept[0], format!("{sha256}.kept-3"));
+        // Read under the hash of the text it checked, which names the kept copy.
+        assert_eq!(ahead.read.len(), 1);
+        assert_eq!(ahead.read[0].sha256.as_deref(), Some(sha256.as_str()));
+        assert_eq!(ahead.read[0].packages.len(), 2);
+        // Once kept, a fetch ahead reads nothing again.
+        let again = prefetch_index(&client, &keyless, cache.path()).await.unwrap();
+        assert!(again.read.is_empty());
+        let summary = |index: &RepoIndex| -> Vec<(String, u64, String, String)> {
+            let p = &index.packages;
+            p.iter().map(|p| (p.name().into(), p.size(), p.url(), p.origin().into())).collect()
+        };
+        let first = summary(&fetch_index_cached(&client, &spec, Some(cache.path())).await.unwrap());
+        assert_eq!(first[1].1, 99);
+        assert!(first[1].2.starts_with(&server.url), "{first:?}");
 
-        // The server loses everything: the InRelease fetched ahead and the kept index serve.
+        // Read ahead from the same text at another archive: not taken (its packages would be
+        // downloaded from there); the kept copy is read for this one.
+        let cache_elsewhere = tempfile::tempdir().unwrap();
+        let keyless_elsewhere = fx.spec(&elsewhere.url, "bookworm", &["main"]);
+        let keyless_elsewhere = RepoSpec { keyring: Vec::new(), ..keyless_elsewhere };
+        let there = prefetch_index(&client, &keyless_elsewhere, cache_elsewhere.path()).await;
+        let there = there.unwrap();
+        assert_eq!(there.read[0].sha256.as_deref(), Some(sha256.as_str()));
+        let mixed = Prefetched { read: there.read, ..ahead.clone() };
+        let index = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(mixed));
+        assert_eq!(summary(&index.await.unwrap()), first);
+
+        // Read from another text than the one the verified Release lists: not taken.
         let in_release = std::fs::read(meta.join("InRelease")).unwrap();
+        publish_sizes_changed(&fx, &meta, &plain);
+        let newer = prefetch_index(&client, &keyless, cache.path()).await.unwrap();
+        assert_eq!(newer.read[0].packages[1].size(), 100);
+        let stale = Prefetched { read: newer.read, ..ahead.clone() };
+        let index = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(stale));
+        assert_eq!(summary(&index.await.unwrap()), first);
+
+        // The server loses everything, and the kept copy is gone: a clone of what was fetched
+        // ahead holds no indices, so the index is missing; what was read ahead serves.
         for f in ["InRelease", "Release", "Release.gpg"] {
             let _ = std::fs::remove_file(meta.join(f));
         }
         for f in ["Packages", "Packages.xz"] {
-            std::fs::remove_file(meta.join("main/binary-amd64").join(f)).unwrap();
+            std::fs::remove_file(idx.join(f)).unwrap();
         }
-        let index =
-            fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(&ahead)).await.unwrap();
-        assert_eq!(index.packages.len(), 2);
+        std::fs::remove_file(cache.path().join(&kept[0])).unwrap();
+        let e = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(ahead.clone()))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RepoError::IndexMissing { .. }), "{e}");
+        let index = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(ahead)).await;
+        assert_eq!(summary(&index.unwrap()), first);
+
         // Another repository's InRelease is not taken for this one's.
-        let other =
-            Prefetched { url: format!("{}/dists/trixie/InRelease", server.url), ..ahead.clone() };
-        let e = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(&other))
+        let url = format!("{}/dists/trixie/InRelease", server.url);
+        let other = Prefetched { url, body: in_release, read: Vec::new() };
+        let e = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(other.clone()))
             .await
             .unwrap_err();
         assert!(matches!(e, RepoError::NoRelease { .. }), "{e}");
         // Bytes changed after the signature (a Release naming other indices): refused.
-        let text = String::from_utf8(in_release).unwrap();
+        let text = String::from_utf8(other.body).unwrap();
         let forged = text.replacen("Origin: erdma-test", "Origin: erdma-tesT", 1);
         assert_ne!(forged, text);
-        let forged = Prefetched { body: forged.into_bytes(), ..ahead.clone() };
-        let e = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(&forged))
+        let url = format!("{}/dists/bookworm/InRelease", server.url);
+        let forged = Prefetched { url, body: forged.into_bytes(), read: Vec::new() };
+        let e = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(forged))
             .await
             .unwrap_err();
         assert!(e.to_string().contains("signature"), "{e}");
