@@ -128,8 +128,9 @@ mod tests {
     /// is stopped; a Debian image's sources fetch as before.
     #[tokio::test]
     async fn apt_sources_of_an_rpm_build_fetch_nothing() {
-        // A port nothing listens on: the fetches fail, after the client's retries.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Port 1, where nothing listens (a port bound to 0 is never given it): the fetches
+        // fail, after the client's retries.
+        let port = 1;
         let sources = format!("deb http://127.0.0.1:{port}/debian bookworm main\n");
         let cache = tempfile::tempdir().unwrap();
         let ahead = || {

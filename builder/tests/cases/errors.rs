@@ -25,7 +25,7 @@ fn with_manifest(layout: &Path, manifest: &[u8]) -> String {
 #[test]
 fn unreachable_registry() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = support::free_port();
+    let port = support::REFUSED_PORT;
     let out = tmp.path().join("out");
     let err = build_fails(&[
         "build",
@@ -359,7 +359,7 @@ fn stderr_snapshot(name: &str, err: &str, tmp: &Path) {
 #[test]
 fn chain_of_an_unreachable_registry() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = support::free_port();
+    let port = support::REFUSED_PORT;
     let out = super::build_env(
         &["plan", "--no-packages", "--base", &format!("docker://127.0.0.1:{port}/base:1")],
         &[("ERDMA_BUILD_RETRY_BACKOFF_MS", "1")],

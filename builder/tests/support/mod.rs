@@ -228,6 +228,11 @@ pub fn require_root() -> bool {
     require(is_root(), "root is needed")
 }
 
+/// A port of 127.0.0.1 where nothing listens, for a server out of reach: connections are
+/// refused. A port found free and released could be bound by another test meanwhile; port 1
+/// (tcpmux) is never given to a bind to port 0, and nothing here serves it.
+pub const REFUSED_PORT: u16 = 1;
+
 /// A free TCP port on 127.0.0.1 at the time of the call (the listener is closed again, so a
 /// caller that hands it to another process should retry on a bind failure).
 pub fn free_port() -> u16 {

@@ -264,10 +264,11 @@ mod tests {
     /// files, then `usr/lib/os-release`): once the release is known, a fetch starts for each
     /// repository the build will read, named as the build names it (a mirrorlist's by the
     /// list, the URLs it gives coming back with what was fetched), and none for what it will
-    /// not read. A port nothing listens on stands in for every mirror.
+    /// not read. Port 1, where nothing listens (a port bound to 0 is never given it), stands
+    /// in for every mirror.
     #[tokio::test]
     async fn the_repositories_the_build_reads_start_once_the_release_is_known() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = 1;
         let at = |path: &str| format!("http://127.0.0.1:{port}/{path}");
         let lists = serve(format!("# the nearest first\n{}\n", at("appstream/")));
         let repo_urls = BTreeMap::from([("erdma".to_string(), at("erdma"))]);
@@ -335,7 +336,8 @@ mod tests {
     /// in a directory below `vars/` is none.
     #[tokio::test]
     async fn the_top_layer_s_files_and_dnf_s_variables_are_the_ones_read() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Port 1: nothing listens there.
+        let port = 1;
         let at = |path: &str| format!("http://127.0.0.1:{port}/{path}");
         let repo_urls = BTreeMap::from([("erdma".to_string(), at("erdma"))]);
         let http = erdma_http::Client::new(erdma_http::Timeouts::default());
