@@ -121,16 +121,15 @@ impl fmt::Debug for Prefetched {
         f.debug_struct("Prefetched")
             .field("url", &self.url)
             .field("body", &self.body.len())
-            .field("read", &self.read.iter().map(|r| &r.sha256).collect::<Vec<_>>())
+            .field("read", &self.read.iter().map(|r| &r.checked).collect::<Vec<_>>())
             .finish()
     }
 }
 
 /// One index directory's packages as [`read_dir_index`] read them.
 struct DirIndex {
-    /// The SHA256 (lower-case hex) the text was checked against, which names its kept copy:
-    /// the uncompressed index's where the Release lists one, else the file's read.
-    sha256: Option<String>,
+    /// What the text was checked against, which names its kept copy ([`checked_as`]).
+    checked: Option<String>,
     packages: Vec<IndexedPackage>,
 }
 
@@ -147,10 +146,11 @@ enum Want<'a> {
 
 /// Fetches ahead what [`fetch_index_cached`] will read for `spec`, before its keyring is known
 /// (while the base image is still being read): the `InRelease`, and each index it lists into
-/// `cache`, checked against the hash the text names as it streams. Nothing here is trusted:
-/// the `InRelease` is returned unverified for [`fetch_index_prefetched`] to verify, and a kept
-/// index is named by the SHA256 its content was checked against, so it is used only where a
-/// verified Release lists that hash. `spec.keyring` is not read.
+/// `cache`, checked against the hash the text names as it streams, and returned as read.
+/// Nothing here is trusted: the `InRelease` is returned unverified for
+/// [`fetch_index_prefetched`] to verify, and an index kept or read is named by the SHA256 its
+/// content was checked against (and, for a compressed file, its compression), so it is used only where a verified Release
+/// lists that hash for it. `spec.keyring` is not read.
 pub async fn prefetch_index(
     client: &Client,
     spec: &RepoSpec,
@@ -265,19 +265,13 @@ async fn read_dir_index(
         entry,
         max_inflation: client.inflation(),
     };
-    // What the text read for `entry` is checked against and its copy named by: the
-    // decompressed index's SHA256 where the Release lists one (then the same for every
-    // format).
-    let checked_as = |entry: &FileEntry| {
-        let sha256 = plain_entry.as_ref().map_or(&entry.sha256, |p| &p.sha256);
-        is_sha256(sha256).then(|| sha256.to_ascii_lowercase())
-    };
-    let kept_at = |entry: &FileEntry| Some(kept_path(cache?, &checked_as(entry)?));
+    let checked = |path: &str, entry: &FileEntry| checked_as(plain_entry.as_ref(), path, entry);
+    let kept_at = |path: &str, entry: &FileEntry| Some(kept_path(cache?, &checked(path, entry)?));
     let names = if plain_entry.is_some() { 1 } else { listed.len() };
     match want {
         Want::Kept => {
             let kept =
-                listed.iter().take(names).any(|(_, e)| kept_at(e).is_some_and(|p| p.is_file()));
+                listed.iter().take(names).any(|(p, e)| kept_at(p, e).is_some_and(|p| p.is_file()));
             if kept {
                 return Ok(None);
             }
@@ -294,24 +288,24 @@ async fn read_dir_index(
                     && index.origin == *origin
                     && index.repo == layout.display
             };
-            let taken = listed.iter().take(names).find_map(|(_, e)| {
-                let sha256 = checked_as(e)?;
+            let taken = listed.iter().take(names).find_map(|(path, e)| {
+                let key = checked(path, e)?;
                 handed.iter().position(|r| {
-                    r.sha256.as_ref() == Some(&sha256) && r.packages.iter().take(1).all(same_place)
+                    r.checked.as_ref() == Some(&key) && r.packages.iter().take(1).all(same_place)
                 })
             });
             if let Some(i) = taken {
                 return Ok(Some(handed.swap_remove(i)));
             }
             let hit = listed.iter().take(names).find_map(|(path, e)| {
-                let at = kept_at(e)?;
+                let at = kept_at(path, e)?;
                 read_kept(&at).map(|kept| (path, e, at, kept))
             });
             if let Some((path, entry, at, kept)) = hit {
                 let ctx = context(format!("{}{}", layout.meta, path), path.clone(), entry.clone());
                 match from_kept(kept, ctx).await {
                     Ok(packages) => {
-                        return Ok(Some(DirIndex { sha256: checked_as(entry), packages }))
+                        return Ok(Some(DirIndex { checked: checked(path, entry), packages }))
                     }
                     Err(e) => {
                         tracing::warn!("ignoring cached index {}: {e}", at.display());
@@ -326,7 +320,7 @@ async fn read_dir_index(
     let mut missing = String::new();
     for (path, entry) in &listed {
         let url = format!("{}{}", layout.meta, path);
-        let keep = kept_at(entry);
+        let keep = kept_at(path, entry);
         let ctx = context(url.clone(), path.clone(), entry.clone());
         let mut attempt = 0;
         let parsed = loop {
@@ -351,7 +345,7 @@ async fn read_dir_index(
         };
         match parsed {
             Some(packages) => {
-                return Ok(Some(DirIndex { sha256: checked_as(entry), packages }));
+                return Ok(Some(DirIndex { checked: checked(path, entry), packages }));
             }
             None => {
                 tracing::debug!("{url} is missing; trying the next index format, if any");
@@ -362,14 +356,33 @@ async fn read_dir_index(
     Err(RepoError::IndexMissing { url: missing })
 }
 
+/// What the text of the index file `path` (listed as `entry`) is checked against, which names
+/// its kept copy and what a fetch ahead read of it: the decompressed index's SHA256 where the
+/// Release lists one (`plain`; then the same for every format, all checked against it), else
+/// the SHA256 of the file read with its compression after it (`….gz`, `….xz`). The two kinds
+/// never name the same thing: a file's bytes taken for an index's text would otherwise be
+/// read where a Release lists that file, and its text found to be something else. `None`
+/// where the hash is not a SHA256.
+fn checked_as(plain: Option<&FileEntry>, path: &str, entry: &FileEntry) -> Option<String> {
+    let (sha256, format) = match plain {
+        Some(plain) => (&plain.sha256, ""),
+        None => {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            (&entry.sha256, name.strip_prefix("Packages").unwrap_or(name))
+        }
+    };
+    is_sha256(sha256).then(|| format!("{}{format}", sha256.to_ascii_lowercase()))
+}
+
 /// The version of the cached indices' form ([`IndexedPackage::to_kept`]): raised whenever
 /// [`index::KEPT_FIELDS`] or what is kept of a stanza changes, so that older copies are
 /// fetched again.
 const KEPT_FORMAT: u32 = 3;
 
-/// Where what was kept of the index whose checked SHA256 is `sha256` is cached.
-fn kept_path(cache: &std::path::Path, sha256: &str) -> std::path::PathBuf {
-    cache.join(format!("{sha256}.kept-{KEPT_FORMAT}"))
+/// Where what was kept of the index whose text was checked as `checked` ([`checked_as`]) is
+/// cached.
+fn kept_path(cache: &std::path::Path, checked: &str) -> std::path::PathBuf {
+    cache.join(format!("{checked}.kept-{KEPT_FORMAT}"))
 }
 
 /// A cached index, when the user running this owns it and no one else may write it (a cache
@@ -538,8 +551,6 @@ mod tests {
 
     use sha2::{Digest as _, Sha256};
 
-    use std::net::TcpListener;
-
     use std::time::Duration;
     use std::time::Instant;
 
@@ -643,20 +654,30 @@ mod tests {
         assert!(!e.is_unreachable());
     }
 
-    #[tokio::test]
-    async fn tampering_and_fallbacks_over_http() {
-        let fx = Fixture::new();
+    /// `fx`'s packages published as `bookworm main` in `formats` and served over HTTP: the
+    /// metadata directory, the server, and the spec naming it.
+    fn served_bookworm(
+        fx: &Fixture,
+        formats: &[&str],
+    ) -> (std::path::PathBuf, HttpServer, RepoSpec) {
         let meta = fx.publish(
             "dists/bookworm",
             "main/binary-amd64",
-            &[".xz"],
+            formats,
             "pool/main/",
             Some("main"),
             None,
         );
         let server = HttpServer::start(fx.root.path());
-        let client = client();
         let spec = fx.spec(&server.url, "bookworm", &["main"]);
+        (meta, server, spec)
+    }
+
+    #[tokio::test]
+    async fn tampering_and_fallbacks_over_http() {
+        let fx = Fixture::new();
+        let (meta, server, spec) = served_bookworm(&fx, &[".xz"]);
+        let client = client();
         let meta_url = format!("{}/dists/bookworm/", server.url);
         fetch_index(&client, &spec).await.unwrap();
 
@@ -887,7 +908,7 @@ mod tests {
         assert_eq!(kept[0], format!("{sha256}.kept-3"));
         // Read under the hash of the text it checked, which names the kept copy.
         assert_eq!(ahead.read.len(), 1);
-        assert_eq!(ahead.read[0].sha256.as_deref(), Some(sha256.as_str()));
+        assert_eq!(ahead.read[0].checked.as_deref(), Some(sha256.as_str()));
         assert_eq!(ahead.read[0].packages.len(), 2);
         // Once kept, a fetch ahead reads nothing again.
         let again = prefetch_index(&client, &keyless, cache.path()).await.unwrap();
@@ -907,7 +928,7 @@ mod tests {
         let keyless_elsewhere = RepoSpec { keyring: Vec::new(), ..keyless_elsewhere };
         let there = prefetch_index(&client, &keyless_elsewhere, cache_elsewhere.path()).await;
         let there = there.unwrap();
-        assert_eq!(there.read[0].sha256.as_deref(), Some(sha256.as_str()));
+        assert_eq!(there.read[0].checked.as_deref(), Some(sha256.as_str()));
         let mixed = Prefetched { read: there.read, ..ahead.clone() };
         let index = fetch_index_prefetched(&client, &spec, Some(cache.path()), Some(mixed));
         assert_eq!(summary(&index.await.unwrap()), first);
@@ -956,6 +977,43 @@ mod tests {
         assert!(e.to_string().contains("signature"), "{e}");
     }
 
+    /// Where the Release lists no uncompressed index, a text is named by the hash of the file
+    /// it came from and that file's compression, never by the bare hash an uncompressed
+    /// index's text is named by: a copy kept, or read ahead, under the bare hash of the file
+    /// (as a fetch ahead told by a hostile Release that the file's bytes are an uncompressed
+    /// index would have it) is not taken for the file's text.
+    #[tokio::test]
+    async fn a_file_s_hash_never_names_an_index_s_text() {
+        let fx = Fixture::new();
+        let (meta, _server, spec) = served_bookworm(&fx, &[".xz"]);
+        let client = client();
+        let xz = std::fs::read(meta.join("main/binary-amd64/Packages.xz")).unwrap();
+        let file_sha = hex::encode(Sha256::digest(&xz));
+        let cache = tempfile::tempdir().unwrap();
+        let keyless = RepoSpec { keyring: Vec::new(), ..spec.clone() };
+        let ahead = prefetch_index(&client, &keyless, cache.path()).await.unwrap();
+        assert_eq!(ahead.read[0].checked.as_deref(), Some(format!("{file_sha}.xz").as_str()));
+        assert!(cache.path().join(format!("{file_sha}.xz.kept-3")).is_file());
+
+        // An empty index kept, and read ahead, under the file's bare hash: neither is taken.
+        let other = tempfile::tempdir().unwrap();
+        let planted = other.path().join(format!("{file_sha}.kept-3"));
+        erdma_limits::kept::write(&planted, |f| {
+            std::io::Write::write_all(f, &IndexedPackage::to_kept(&[]))
+        })
+        .unwrap();
+        let index = fetch_index_cached(&client, &spec, Some(other.path())).await.unwrap();
+        assert_eq!(index.packages.len(), 2);
+        let empty = DirIndex { checked: Some(file_sha.clone()), packages: Vec::new() };
+        let planted = Prefetched { read: vec![empty], ..ahead.clone() };
+        let index = fetch_index_prefetched(&client, &spec, None, Some(planted)).await.unwrap();
+        assert_eq!(index.packages.len(), 2);
+        // What was read under the file's hash and compression is taken, the mirror gone.
+        std::fs::remove_file(meta.join("main/binary-amd64/Packages.xz")).unwrap();
+        let index = fetch_index_prefetched(&client, &spec, None, Some(ahead)).await.unwrap();
+        assert_eq!(index.packages.len(), 2);
+    }
+
     #[tokio::test]
     async fn packages_without_checksums_are_malformed() {
         let fx = Fixture::new();
@@ -983,8 +1041,9 @@ mod tests {
 
     #[tokio::test]
     async fn unreachable_server_is_reported_as_such() {
-        // Nothing listens on a port we just released; every retry is refused.
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Nothing listens on port 1 (a port bound to 0, by this or another test, is never
+        // given it); every retry is refused.
+        let port = 1;
         let spec = RepoSpec {
             url: format!("http://127.0.0.1:{port}"),
             suite: "bookworm".into(),
