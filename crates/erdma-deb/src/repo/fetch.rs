@@ -149,8 +149,8 @@ enum Want<'a> {
 /// `cache`, checked against the hash the text names as it streams, and returned as read.
 /// Nothing here is trusted: the `InRelease` is returned unverified for
 /// [`fetch_index_prefetched`] to verify, and an index kept or read is named by the SHA256 its
-/// content was checked against (and, for a compressed file, its compression), so it is used only where a verified Release
-/// lists that hash for it. `spec.keyring` is not read.
+/// content was checked against (and, for a compressed file, its compression), so it is used
+/// only where a verified Release lists that hash for it. `spec.keyring` is not read.
 pub async fn prefetch_index(
     client: &Client,
     spec: &RepoSpec,
@@ -1011,6 +1011,10 @@ mod tests {
         // What was read under the file's hash and compression is taken, the mirror gone.
         std::fs::remove_file(meta.join("main/binary-amd64/Packages.xz")).unwrap();
         let index = fetch_index_prefetched(&client, &spec, None, Some(ahead)).await.unwrap();
+        assert_eq!(index.packages.len(), 2);
+        // And what was kept under that name is read back by a later build, the mirror's file
+        // still gone.
+        let index = fetch_index_cached(&client, &spec, Some(cache.path())).await.unwrap();
         assert_eq!(index.packages.len(), 2);
     }
 
