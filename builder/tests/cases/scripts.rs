@@ -537,3 +537,102 @@ fn hard_links_stay_links_and_a_missing_md5sums_is_computed_as_dpkg_does() {
     use std::os::unix::fs::MetadataExt as _;
     assert_eq!(on_disk("usr/share/linked/a").ino(), on_disk("usr/share/linked/b").ino());
 }
+
+/// The status file's `Conffiles` hashes of a package that brings its own `md5sums` (so only
+/// the conffiles' MD5s are computed while unpacking), held against the real `dpkg --root … -i`
+/// of the same file: a plain conffile, one that is a hard link to a file that is not a
+/// conffile (held in memory) and one linked to a file of 2 MiB (spooled), each link coming
+/// after its target in the payload.
+#[test]
+fn conffiles_hashes_are_dpkg_s_where_the_package_brings_its_md5sums() {
+    if !support::require(support::have("dpkg-deb") && support::have("dpkg"), "dpkg is needed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let stage = tmp.path().join("stage");
+    for d in ["DEBIAN", "etc/conf-linked", "usr/share/conf-linked"] {
+        std::fs::create_dir_all(stage.join(d)).unwrap();
+    }
+    std::fs::write(
+        stage.join("DEBIAN/control"),
+        "Package: conf-linked-stand-in\nVersion: 1.0\nArchitecture: all\nMaintainer: erdma-kit tests <tests@erdma-kit.invalid>\nDescription: conffiles linked to other files (TEST ONLY)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        stage.join("DEBIAN/conffiles"),
+        "/etc/conf-linked/plain.conf\n/etc/conf-linked/small.conf\n/etc/conf-linked/large.conf\n",
+    )
+    .unwrap();
+    std::fs::write(stage.join("etc/conf-linked/plain.conf"), "key=value\n").unwrap();
+    // `a-…` sorts before the conffile's directory: the tar holds the bytes there first.
+    std::fs::create_dir_all(stage.join("etc/a-data")).unwrap();
+    std::fs::write(stage.join("etc/a-data/small"), "small, two names\n").unwrap();
+    let large: Vec<u8> = (0..2u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(stage.join("etc/a-data/large"), &large).unwrap();
+    for (from, to) in [("small", "small.conf"), ("large", "large.conf")] {
+        std::fs::hard_link(
+            stage.join("etc/a-data").join(from),
+            stage.join("etc/conf-linked").join(to),
+        )
+        .unwrap();
+    }
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("find etc usr -type f | sort | xargs md5sum > DEBIAN/md5sums")
+        .current_dir(&stage)
+        .output()
+        .unwrap();
+    support::assert_success("md5sum", &o);
+    let deb = tmp.path().join("conf-linked.deb");
+    let o = std::process::Command::new("dpkg-deb")
+        .args(["--build", "--root-owner-group"])
+        .arg(&stage)
+        .arg(&deb)
+        .output()
+        .unwrap();
+    support::assert_success("dpkg-deb --build", &o);
+
+    let out = tmp.path().join("out");
+    let mut args = demo_with(&[&deb]);
+    args.extend(["--output".to_string(), format!("oci:{}:x", s(&out))]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    build(&args, &tmp.path().join("cache"));
+
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(root.join("var/lib/dpkg/info")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/dpkg/updates")).unwrap();
+    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
+    let o = std::process::Command::new("dpkg")
+        .arg(format!("--root={}", root.display()))
+        .args(["--log=/dev/null", "--force-unsafe-io", "-i"])
+        .arg(&deb)
+        .output()
+        .unwrap();
+    support::assert_success("dpkg -i", &o);
+    // The stanza's Conffiles field: its continuation lines after `Conffiles:`.
+    let conffiles = |status: &str| -> Vec<String> {
+        let stanza = status
+            .split("\n\n")
+            .find(|p| p.starts_with("Package: conf-linked-stand-in\n"))
+            .unwrap_or_else(|| panic!("no stanza in {status}"))
+            .to_string();
+        stanza
+            .lines()
+            .skip_while(|l| *l != "Conffiles:")
+            .skip(1)
+            .take_while(|l| l.starts_with(' '))
+            .map(str::to_string)
+            .collect()
+    };
+    let want = conffiles(&std::fs::read_to_string(root.join("var/lib/dpkg/status")).unwrap());
+    assert_eq!(want.len(), 3, "{want:?}");
+    assert!(want.iter().all(|l| !l.contains("newconffile")), "{want:?}");
+    let img = support::fixture::read_fixture(&out, "x");
+    let blob = std::fs::read(img.blob_path(&img.layers.last().unwrap().digest)).unwrap();
+    let got = conffiles(&layer_file(&blob, "var/lib/dpkg/status").expect("status"));
+    assert_eq!(got, want);
+    assert_eq!(
+        layer_file(&blob, "var/lib/dpkg/info/conf-linked-stand-in.md5sums").expect("md5sums"),
+        std::fs::read_to_string(stage.join("DEBIAN/md5sums")).unwrap()
+    );
+}

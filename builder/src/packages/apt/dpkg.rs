@@ -1,6 +1,6 @@
 //! dpkg's database in the image: `var/lib/dpkg/status` read and written, and the
 //! `info/PACKAGE.*` files, as dpkg itself leaves them after an install.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::resolve::{package_label, Installed, Planned};
 use crate::error::{Error, Result};
@@ -8,7 +8,7 @@ use crate::packages::payload::{self};
 use erdma_deb::deb::Deb;
 use erdma_deb::deb822::{self, Paragraph};
 use erdma_oci::files::BaseFiles;
-use erdma_oci::layer::{EntryKind, LayerContents};
+use erdma_oci::layer::LayerContents;
 
 pub(super) const STATUS: &str = "var/lib/dpkg/status";
 
@@ -39,11 +39,59 @@ pub(crate) fn info_name(control: &Paragraph, arch: &str) -> String {
     }
 }
 
+/// The MD5 sums dpkg records of a package's files: in `info/PACKAGE.md5sums`, which `dpkg -i`
+/// computes for every regular file and hard link when the package has no `md5sums` member,
+/// and beside each conffile in the status file. Where the package brings its `md5sums`, only
+/// the conffiles' are computed: dpkg copies the member as it is.
+pub(crate) enum SumsWanted {
+    All,
+    /// The conffiles' payload paths (`etc/x`), as [`write_info`] looks them up.
+    Conffiles(BTreeSet<String>),
+}
+
+impl SumsWanted {
+    pub(crate) fn of(deb: &Deb) -> SumsWanted {
+        if deb.control_files.contains_key("md5sums") {
+            SumsWanted::Conffiles(conffiles(deb).into_iter().map(|(_, path, _)| path).collect())
+        } else {
+            SumsWanted::All
+        }
+    }
+
+    /// Whether the file at payload path `path` needs its MD5.
+    pub(crate) fn wants(&self, path: &str) -> bool {
+        match self {
+            SumsWanted::All => true,
+            SumsWanted::Conffiles(c) => c.contains(path),
+        }
+    }
+}
+
+/// A package's conffiles (deb-conffiles(5): `[remove-on-upgrade] PATH`), each as listed, as
+/// its payload path (`etc/x`) and with the flag dpkg records after its hash (procps'
+/// `/etc/sysctl.conf` on Debian 13: ` /etc/sysctl.conf newconffile remove-on-upgrade`, as dpkg
+/// writes it for a conffile the package does not ship). Lines that name no absolute path are
+/// skipped.
+fn conffiles(deb: &Deb) -> Vec<(String, String, &'static str)> {
+    let Some(text) = deb.control_files.get("conffiles") else { return Vec::new() };
+    String::from_utf8_lossy(text)
+        .lines()
+        .map(str::trim)
+        .filter_map(|line| {
+            let (flag, c) = match line.split_once(char::is_whitespace) {
+                Some(("remove-on-upgrade", path)) => (" remove-on-upgrade", path.trim()),
+                _ => ("", line),
+            };
+            c.starts_with('/').then(|| (c.to_string(), c.trim_start_matches('/').to_string(), flag))
+        })
+        .collect()
+}
+
 pub(crate) fn write_info(
     deb: &Deb,
     planned: &Planned,
     list: &[String],
-    files: &BTreeMap<String, (EntryKind, [u8; 16])>,
+    files: &BTreeMap<String, Option<[u8; 16]>>,
     sums: &[(String, [u8; 16])],
     layer: &mut LayerContents,
     stanzas: &mut Vec<Paragraph>,
@@ -110,28 +158,23 @@ pub(crate) fn write_info(
         "Status".into(),
         if planned.hold { "hold ok installed" } else { "install ok installed" }.into(),
     ));
-    if let Some(conffiles) = deb.control_files.get("conffiles") {
-        let mut lines = Vec::new();
-        // deb-conffiles(5): `[remove-on-upgrade] PATH`; dpkg records the flag after the hash
-        // (procps' `/etc/sysctl.conf` on Debian 13: ` /etc/sysctl.conf newconffile
-        // remove-on-upgrade`, as dpkg writes it for a conffile the package does not ship).
-        for line in String::from_utf8_lossy(conffiles).lines().map(str::trim) {
-            let (flag, c) = match line.split_once(char::is_whitespace) {
-                Some(("remove-on-upgrade", path)) => (" remove-on-upgrade", path.trim()),
-                _ => ("", line),
-            };
-            if !c.starts_with('/') {
-                continue;
+    let mut lines = Vec::new();
+    for (listed, path, flag) in conffiles(deb) {
+        let sum = match files.get(&path) {
+            Some(Some(md5)) => hex::encode(md5),
+            Some(None) => {
+                return Err(Error::PackageEntry {
+                    package: package_label(planned),
+                    entry: listed,
+                    reason: "a conffile's MD5 was not computed while unpacking".into(),
+                })
             }
-            let sum = files
-                .get(c.trim_start_matches('/'))
-                .map(|(_, md5)| hex::encode(md5))
-                .unwrap_or_else(|| "newconffile".into());
-            lines.push(format!(" {c} {sum}{flag}"));
-        }
-        if !lines.is_empty() {
-            fields.push(("Conffiles".into(), format!("\n{}", lines.join("\n"))));
-        }
+            None => "newconffile".into(),
+        };
+        lines.push(format!(" {listed} {sum}{flag}"));
+    }
+    if !lines.is_empty() {
+        fields.push(("Conffiles".into(), format!("\n{}", lines.join("\n"))));
     }
     let mut stanza = Paragraph::default();
     for (k, v) in dpkg_order(fields) {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use md5::{Digest as _, Md5};
 
-use super::dpkg::{info_name, write_info, BaseStatus, INFO, STATUS};
+use super::dpkg::{info_name, write_info, BaseStatus, SumsWanted, INFO, STATUS};
 use super::fetch::on_disk;
 use super::order;
 use super::resolve::Installed;
@@ -273,9 +273,10 @@ fn unpack_one(
     let label = format!("{} {}", planned.name, planned.version);
     let mut list = vec!["/.".to_string()];
     let mut executable = BTreeSet::new();
-    // Each regular file's content (held when small, spooled when large) and MD5, for hard
-    // links and the conffiles' checksums; a package's files are never all held at once.
-    let mut files: BTreeMap<String, (EntryKind, [u8; 16])> = BTreeMap::new();
+    // Each regular file of the package, for its hard links, with its MD5 where dpkg records
+    // one (SumsWanted: the conffiles', or every file's for a package without md5sums).
+    let wanted = SumsWanted::of(&deb);
+    let mut files: BTreeMap<String, Option<[u8; 16]>> = BTreeMap::new();
     // Each regular file's name (as the package has it) and MD5 in payload order, for an
     // md5sums dpkg computes when the package has none; where each landed in the layer.
     let mut sums: Vec<(String, [u8; 16])> = Vec::new();
@@ -292,14 +293,22 @@ fn unpack_one(
         let kind = match &entry.kind {
             DataKind::Dir => EntryKind::Dir,
             DataKind::File { size } => {
-                let mut md5 = Md5::new();
-                let kind =
-                    layer.file_kind(data, *size, &mut |chunk| md5.update(chunk)).map_err(|e| {
-                        deb::DebError::Handler { entry: entry.path.clone(), source: Box::new(e) }
+                let mut md5 = wanted.wants(&entry.path).then(Md5::new);
+                let kind = layer
+                    .file_kind(data, *size, &mut |chunk| {
+                        if let Some(md5) = md5.as_mut() {
+                            md5.update(chunk);
+                        }
+                    })
+                    .map_err(|e| deb::DebError::Handler {
+                        entry: entry.path.clone(),
+                        source: Box::new(e),
                     })?;
-                let sum: [u8; 16] = md5.finalize().into();
-                files.insert(entry.path.clone(), (kind.clone(), sum));
-                sums.push((entry.path.clone(), sum));
+                let sum = md5.map(|m| <[u8; 16]>::from(m.finalize()));
+                files.insert(entry.path.clone(), sum);
+                if let Some(sum) = sum {
+                    sums.push((entry.path.clone(), sum));
+                }
                 kind
             }
             DataKind::Symlink(target) => EntryKind::Symlink(target.clone()),
@@ -307,10 +316,10 @@ fn unpack_one(
             // it. tar writes the first name of a file before its links, so a link to
             // anything else (`/etc/shadow`, a directory) is not a file of this package.
             DataKind::Hardlink(target) => {
-                let (Some((k, sum)), Some(to)) = (files.get(target), landed.get(target)) else {
+                let (Some(sum), Some(to)) = (files.get(target), landed.get(target)) else {
                     return Err(dangling_link(path, &entry.path, target));
                 };
-                let (k, sum, to) = (k.clone(), *sum, to.clone());
+                let (sum, to) = (*sum, to.clone());
                 let Some(real) = placer
                     .place(&entry.path, erdma_oci::layer::Placing::File)
                     .map_err(&mut refuse)?
@@ -321,8 +330,21 @@ fn unpack_one(
                     entry: entry.path.clone(),
                     source: Box::new(e),
                 })?;
-                files.insert(entry.path.clone(), (k, sum));
-                sums.push((entry.path.clone(), sum));
+                // A link wanted where its target was not (a conffile linked to a file that is
+                // not one): the MD5 of the bytes the target left in the layer.
+                let sum = match sum {
+                    None if wanted.wants(&entry.path) => {
+                        Some(md5_in_layer(layer, &to).map_err(|e| deb::DebError::Handler {
+                            entry: entry.path.clone(),
+                            source: Box::new(e),
+                        })?)
+                    }
+                    sum => sum,
+                };
+                files.insert(entry.path.clone(), sum);
+                if let Some(sum) = sum {
+                    sums.push((entry.path.clone(), sum));
+                }
                 landed.insert(entry.path.clone(), real.clone());
                 new_paths.insert(real);
                 return Ok(());
@@ -355,6 +377,28 @@ fn unpack_one(
     .map_err(|e| entry_error(planned, path, e, refused.take()))?;
     write_info(&deb, planned, &list, &files, &sums, layer, stanzas)?;
     Ok((deb, list, executable))
+}
+
+/// The MD5 of the regular file the layer holds at `path`, held or spooled.
+fn md5_in_layer(layer: &LayerContents, path: &str) -> std::io::Result<[u8; 16]> {
+    let mut md5 = Md5::new();
+    match layer.get(path).map(|e| &e.kind) {
+        Some(EntryKind::File(data)) => md5.update(data),
+        Some(EntryKind::Spooled { len, .. }) => {
+            let mut buf = vec![0; 1 << 16];
+            let mut at = 0;
+            while at < *len {
+                let n = (*len - at).min(buf.len() as u64) as usize;
+                if !layer.read_file_at(path, at, &mut buf[..n])? {
+                    return Err(std::io::Error::other(format!("{path}: shorter than its length")));
+                }
+                md5.update(&buf[..n]);
+                at += n as u64;
+            }
+        }
+        _ => return Err(std::io::Error::other(format!("{path}: not a regular file in the layer"))),
+    }
+    Ok(md5.finalize().into())
 }
 
 /// What the removed packages owned and nothing new provides goes, as `apt remove` would, with
