@@ -451,6 +451,42 @@ fn an_emulated_command_that_would_fail_fails_the_build() {
     assert!(!out.exists());
 }
 
+/// `stage` made into the package `deb` by `dpkg-deb --build`, then installed twice: by
+/// erdma-build over the offline demo's base into the OCI layout `dir/out` (tag `x`), and by the
+/// oracle, dpkg itself, into an empty database under `dir/root`. Returns both directories.
+fn built_and_installed(
+    dir: &std::path::Path,
+    stage: &std::path::Path,
+    deb: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let o = std::process::Command::new("dpkg-deb")
+        .args(["--build", "--root-owner-group"])
+        .arg(stage)
+        .arg(deb)
+        .output()
+        .unwrap();
+    support::assert_success("dpkg-deb --build", &o);
+
+    let out = dir.join("out");
+    let mut args = demo_with(&[deb]);
+    args.extend(["--output".to_string(), format!("oci:{}:x", s(&out))]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    build(&args, &dir.join("cache"));
+
+    let root = dir.join("root");
+    std::fs::create_dir_all(root.join("var/lib/dpkg/info")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/dpkg/updates")).unwrap();
+    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
+    let o = std::process::Command::new("dpkg")
+        .arg(format!("--root={}", root.display()))
+        .args(["--log=/dev/null", "--force-unsafe-io", "-i"])
+        .arg(deb)
+        .output()
+        .unwrap();
+    support::assert_success("dpkg -i", &o);
+    (out, root)
+}
+
 /// A `--package` made with plain `dpkg-deb --build` (no `md5sums` member, a hard link in its
 /// `data.tar`), held against the real `dpkg --root … -i` of the same file: the layer keeps the
 /// link as a tar link entry (one file, two names) and gets the `md5sums` dpkg computes, byte
@@ -477,33 +513,7 @@ fn hard_links_stay_links_and_a_missing_md5sums_is_computed_as_dpkg_does() {
     std::fs::hard_link(stage.join("usr/share/linked/a"), stage.join("usr/share/linked/b")).unwrap();
     std::fs::write(stage.join("usr/share/linked/empty"), "").unwrap();
     let deb = tmp.path().join("linked.deb");
-    let o = std::process::Command::new("dpkg-deb")
-        .args(["--build", "--root-owner-group"])
-        .arg(&stage)
-        .arg(&deb)
-        .output()
-        .unwrap();
-    support::assert_success("dpkg-deb --build", &o);
-
-    let out = tmp.path().join("out");
-    let dest = format!("oci:{}:x", s(&out));
-    let mut args = demo_with(&[&deb]);
-    args.extend(["--output".to_string(), dest]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    build(&args, &tmp.path().join("cache"));
-
-    // The oracle: dpkg itself, into an empty database.
-    let root = tmp.path().join("root");
-    std::fs::create_dir_all(root.join("var/lib/dpkg/info")).unwrap();
-    std::fs::create_dir_all(root.join("var/lib/dpkg/updates")).unwrap();
-    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
-    let o = std::process::Command::new("dpkg")
-        .arg(format!("--root={}", root.display()))
-        .args(["--log=/dev/null", "--force-unsafe-io", "-i"])
-        .arg(&deb)
-        .output()
-        .unwrap();
-    support::assert_success("dpkg -i", &o);
+    let (out, root) = built_and_installed(tmp.path(), &stage, &deb);
     let want =
         std::fs::read_to_string(root.join("var/lib/dpkg/info/linked-stand-in.md5sums")).unwrap();
     assert!(want.contains("usr/share/linked/b\n") && want.contains("etc/linked.conf\n"), "{want}");
@@ -584,31 +594,7 @@ fn conffiles_hashes_are_dpkg_s_where_the_package_brings_its_md5sums() {
         .unwrap();
     support::assert_success("md5sum", &o);
     let deb = tmp.path().join("conf-linked.deb");
-    let o = std::process::Command::new("dpkg-deb")
-        .args(["--build", "--root-owner-group"])
-        .arg(&stage)
-        .arg(&deb)
-        .output()
-        .unwrap();
-    support::assert_success("dpkg-deb --build", &o);
-
-    let out = tmp.path().join("out");
-    let mut args = demo_with(&[&deb]);
-    args.extend(["--output".to_string(), format!("oci:{}:x", s(&out))]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    build(&args, &tmp.path().join("cache"));
-
-    let root = tmp.path().join("root");
-    std::fs::create_dir_all(root.join("var/lib/dpkg/info")).unwrap();
-    std::fs::create_dir_all(root.join("var/lib/dpkg/updates")).unwrap();
-    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
-    let o = std::process::Command::new("dpkg")
-        .arg(format!("--root={}", root.display()))
-        .args(["--log=/dev/null", "--force-unsafe-io", "-i"])
-        .arg(&deb)
-        .output()
-        .unwrap();
-    support::assert_success("dpkg -i", &o);
+    let (out, root) = built_and_installed(tmp.path(), &stage, &deb);
     // The stanza's Conffiles field: its continuation lines after `Conffiles:`.
     let conffiles = |status: &str| -> Vec<String> {
         let stanza = status
