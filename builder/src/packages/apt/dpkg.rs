@@ -67,11 +67,13 @@ impl SumsWanted {
     }
 }
 
-/// A package's conffiles (deb-conffiles(5): `[remove-on-upgrade] PATH`), each as listed, as
-/// its payload path (`etc/x`) and with the flag dpkg records after its hash (procps'
-/// `/etc/sysctl.conf` on Debian 13: ` /etc/sysctl.conf newconffile remove-on-upgrade`, as dpkg
-/// writes it for a conffile the package does not ship). Lines that name no absolute path are
-/// skipped.
+/// A package's conffiles (deb-conffiles(5): `[remove-on-upgrade] PATH`), each as dpkg names
+/// it in the status file (`/etc/x`), as its payload path (`etc/x`) and with the flag dpkg
+/// records after its hash (procps' `/etc/sysctl.conf` on Debian 13: ` /etc/sysctl.conf
+/// newconffile remove-on-upgrade`, as dpkg writes it for a conffile the package does not ship).
+/// dpkg files a name under its path without the leading run of `/` and `./`
+/// (`path_skip_slash_dotslash`, lib/dpkg/path.c), so `//etc/x` and `/./etc/x` are `/etc/x`.
+/// Lines that name no absolute path are skipped.
 fn conffiles(deb: &Deb) -> Vec<(String, String, &'static str)> {
     let Some(text) = deb.control_files.get("conffiles") else { return Vec::new() };
     String::from_utf8_lossy(text)
@@ -82,7 +84,14 @@ fn conffiles(deb: &Deb) -> Vec<(String, String, &'static str)> {
                 Some(("remove-on-upgrade", path)) => (" remove-on-upgrade", path.trim()),
                 _ => ("", line),
             };
-            c.starts_with('/').then(|| (c.to_string(), c.trim_start_matches('/').to_string(), flag))
+            if !c.starts_with('/') {
+                return None;
+            }
+            let mut path = c;
+            while let Some(rest) = path.strip_prefix('/').or_else(|| path.strip_prefix("./")) {
+                path = rest;
+            }
+            Some((format!("/{path}"), path.to_string(), flag))
         })
         .collect()
 }
@@ -159,19 +168,19 @@ pub(crate) fn write_info(
         if planned.hold { "hold ok installed" } else { "install ok installed" }.into(),
     ));
     let mut lines = Vec::new();
-    for (listed, path, flag) in conffiles(deb) {
+    for (name, path, flag) in conffiles(deb) {
         let sum = match files.get(&path) {
             Some(Some(md5)) => hex::encode(md5),
             Some(None) => {
                 return Err(Error::PackageEntry {
                     package: package_label(planned),
-                    entry: listed,
+                    entry: name,
                     reason: "a conffile's MD5 was not computed while unpacking".into(),
                 })
             }
             None => "newconffile".into(),
         };
-        lines.push(format!(" {listed} {sum}{flag}"));
+        lines.push(format!(" {name} {sum}{flag}"));
     }
     if !lines.is_empty() {
         fields.push(("Conffiles".into(), format!("\n{}", lines.join("\n"))));
@@ -263,5 +272,24 @@ mod tests {
         {
             assert_eq!(fnv_hash(s), h, "{s:?}");
         }
+    }
+
+    /// Names as `dpkg -i` (1.21) records them in the status file for the same conffiles list.
+    #[test]
+    fn conffiles_are_named_as_dpkg_names_them() {
+        let list = b"/etc/a\r\n//etc/b\n/./etc/c  \nremove-on-upgrade /etc/d\n";
+        let deb = Deb {
+            control: Paragraph::default(),
+            control_files: BTreeMap::from([("conffiles".to_string(), list.to_vec())]),
+        };
+        let got = conffiles(&deb);
+        let want = [
+            ("/etc/a", "etc/a", ""),
+            ("/etc/b", "etc/b", ""),
+            ("/etc/c", "etc/c", ""),
+            ("/etc/d", "etc/d", " remove-on-upgrade"),
+        ];
+        let got: Vec<_> = got.iter().map(|(n, p, f)| (n.as_str(), p.as_str(), *f)).collect();
+        assert_eq!(got, want);
     }
 }
