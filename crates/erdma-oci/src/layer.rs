@@ -627,7 +627,10 @@ impl LayerContents {
 /// compressed, for the program that compressed them (`identity`: its version and binary; a
 /// compressor of another release may write other bytes for the same tar). A build whose layer
 /// holds the same files then writes the same blob without compressing it again. A kept blob is
-/// used only when it decompresses to exactly the diff_id; anything else is dropped.
+/// the blob as written, then a trailer: its SHA-256, its length and a magic string. It is used
+/// only while the file is the user's own, not writable by others ([`erdma_limits::kept`]), and
+/// its bytes hash as the trailer says; a damaged one is dropped. That it holds the diff_id it is
+/// named by is trusted as a kept index is: the build that kept it compressed it from that tar.
 pub struct CompressedLayers {
     dir: std::path::PathBuf,
 }
@@ -660,19 +663,39 @@ impl CompressedLayers {
         compression: LayerCompression,
         dest: &Path,
     ) -> Option<LayerInfo> {
+        use erdma_limits::kept::NotKept;
         let kept = self.path(diff_id, compression)?;
+        let from = match erdma_limits::kept::open(&kept, u64::MAX) {
+            Ok(f) => f,
+            Err(NotKept::Missing(_)) => return None,
+            Err(NotKept::Untrusted | NotKept::TooLarge) => {
+                tracing::warn!(
+                    "ignoring kept layer {}: not the user's own, or writable by others",
+                    kept.display()
+                );
+                return None;
+            }
+        };
         let copy = || -> io::Result<(String, u64)> {
-            let mut from = File::open(&kept)?;
+            let damaged = |why: &str| io::Error::other(why.to_string());
+            let len = from.metadata()?.len();
+            let blob_len =
+                len.checked_sub(KEPT_TRAILER as u64).ok_or_else(|| damaged("too short"))?;
+            let mut trailer = [0u8; KEPT_TRAILER];
+            from.read_exact_at(&mut trailer, blob_len)?;
+            let (sha256, rest) = trailer.split_at(32);
+            let (recorded_len, magic) = rest.split_at(8);
+            if magic != KEPT_MAGIC
+                || u64::from_le_bytes(recorded_len.try_into().expect("8 bytes")) != blob_len
+            {
+                return Err(damaged("no trailer of this release"));
+            }
             let mut to = HashingWriter::new(BufWriter::new(File::create(dest)?));
-            io::copy(&mut from, &mut to)?;
+            io::copy(&mut (&from).take(blob_len), &mut to)?;
             let (buf, digest, size) = to.finish();
             buf.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            let raw = io::BufReader::new(File::open(dest)?);
-            let mut unpacked = HashingWriter::new(io::sink());
-            io::copy(&mut crate::blob::decompressed(raw, 0)?, &mut unpacked)?;
-            let (_, got, _) = unpacked.finish();
-            if got != diff_id {
-                return Err(io::Error::other(format!("holds {got}")));
+            if digest != format!("sha256:{}", hex::encode(sha256)) || size != blob_len {
+                return Err(damaged("its SHA-256 differs from its trailer's"));
             }
             Ok((digest, size))
         };
@@ -684,30 +707,40 @@ impl CompressedLayers {
                 media_type: compression.media_type().to_string(),
             }),
             Err(e) => {
-                if kept.exists() {
-                    tracing::warn!("dropping kept layer {}: {e}", kept.display());
-                    let _ = std::fs::remove_file(&kept);
-                }
+                tracing::warn!("dropping kept layer {}: {e}", kept.display());
+                let _ = std::fs::remove_file(&kept);
                 None
             }
         }
     }
 
-    /// Keeps the blob at `written` (just compressed) for `info.diff_id`.
+    /// Keeps the blob at `written` (just compressed) for `info.diff_id`, with its trailer.
     fn keep(&self, info: &LayerInfo, compression: LayerCompression, written: &Path) {
         let Some(kept) = self.path(&info.diff_id, compression) else { return };
-        let done = std::fs::create_dir_all(&self.dir)
-            .and_then(|()| tempfile::NamedTempFile::new_in(&self.dir))
-            .and_then(|mut tmp| {
-                io::copy(&mut File::open(written)?, &mut tmp)?;
-                tmp.persist(&kept).map_err(|e| e.error)?;
-                Ok(())
-            });
+        let Some(sha256) =
+            crate::blob::digest_hex(&info.digest).ok().and_then(|h| hex::decode(h).ok())
+        else {
+            return;
+        };
+        let done = erdma_limits::kept::write(&kept, |f| {
+            let copied = io::copy(&mut File::open(written)?, f)?;
+            if copied != info.size {
+                return Err(io::Error::other("the blob changed while it was kept"));
+            }
+            f.write_all(&sha256)?;
+            f.write_all(&info.size.to_le_bytes())?;
+            f.write_all(KEPT_MAGIC)
+        });
         if let Err(e) = done {
             tracing::debug!("not keeping layer {}: {e}", info.diff_id);
         }
     }
 }
+
+/// The end of every kept compressed layer ([`CompressedLayers`]).
+const KEPT_MAGIC: &[u8; 16] = b"erdma-layer-kp-1";
+/// The blob's SHA-256, its length, [`KEPT_MAGIC`].
+const KEPT_TRAILER: usize = 32 + 8 + KEPT_MAGIC.len();
 
 /// One spooled file's bytes, read in place.
 struct SpoolReader<'a> {
@@ -871,14 +904,40 @@ mod tests {
             }
             let bytes = std::fs::read(dir.path().join("fresh")).unwrap();
             assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), bytes);
-            // A kept blob that is not what its name says is dropped, and the layer compressed.
+            let kept_bytes = std::fs::read(&blob).unwrap();
+            assert_eq!(&kept_bytes[..bytes.len()], bytes, "the blob, then its trailer");
+            // A kept blob without this release's trailer (an earlier release's, a layer
+            // written there) is dropped, and the layer compressed and kept again.
             let mut other = LayerContents::new();
             other.add_file("etc/other", b"x".to_vec(), 0o644).unwrap();
             other.write_layer(&blob, c, 0, Split::Large).unwrap();
             let third = sample().write_layer_reusing(&dir.path().join("c"), c, 0, &kept).unwrap();
             assert_eq!(third.digest, fresh.digest);
             assert_eq!(std::fs::read(dir.path().join("c")).unwrap(), bytes);
-            assert_eq!(std::fs::read(&blob).unwrap(), bytes, "kept again, good this time");
+            assert_eq!(std::fs::read(&blob).unwrap(), kept_bytes, "kept again, good this time");
+            // One byte of the blob changed: its SHA-256 is not the trailer's; dropped.
+            let mut damaged = kept_bytes.clone();
+            damaged[bytes.len() / 2] ^= 1;
+            erdma_limits::kept::write(&blob, |f| f.write_all(&damaged)).unwrap();
+            let fourth = sample().write_layer_reusing(&dir.path().join("d"), c, 0, &kept).unwrap();
+            assert_eq!(fourth.digest, fresh.digest);
+            assert_eq!(std::fs::read(dir.path().join("d")).unwrap(), bytes);
+            assert_eq!(std::fs::read(&blob).unwrap(), kept_bytes, "kept again");
+            // A good blob that others may write is not used: the layer is compressed and kept
+            // again, the user's alone.
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o666)).unwrap();
+            let fifth = sample().write_layer_reusing(&dir.path().join("e"), c, 0, &kept).unwrap();
+            assert_eq!(fifth.digest, fresh.digest);
+            assert_eq!(std::fs::read(dir.path().join("e")).unwrap(), bytes);
+            assert_eq!(mode(&blob), 0o600, "compressed and kept again");
+            // And the user's own is used as it is (nothing written over it).
+            std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o400)).unwrap();
+            let sixth = sample().write_layer_reusing(&dir.path().join("f"), c, 0, &kept).unwrap();
+            assert_eq!(sixth.digest, fresh.digest);
+            assert_eq!(mode(&blob), 0o400, "used, not kept again");
+            std::fs::remove_file(&blob).unwrap();
             // Another program's blobs are elsewhere.
             let newer = CompressedLayers::new(dir.path(), "erdma-build 1.1 (test)");
             assert_ne!(newer.path(&fresh.diff_id, c), kept.path(&fresh.diff_id, c));
