@@ -665,6 +665,7 @@ impl CompressedLayers {
     ) -> Option<LayerInfo> {
         use erdma_limits::kept::NotKept;
         let kept = self.path(diff_id, compression)?;
+        let want = trailer_for(diff_id, compression)?;
         let from = match erdma_limits::kept::open(&kept, u64::MAX) {
             Ok(f) => f,
             Err(NotKept::Missing(_)) => return None,
@@ -676,7 +677,8 @@ impl CompressedLayers {
                 return None;
             }
         };
-        let copy = || -> io::Result<(String, u64)> {
+        // What the file says of itself: Err is a damaged file, dropped.
+        let checked = || -> io::Result<(u64, [u8; 32])> {
             let damaged = |why: &str| io::Error::other(why.to_string());
             let len = from.metadata()?.len();
             let blob_len =
@@ -684,52 +686,66 @@ impl CompressedLayers {
             let mut trailer = [0u8; KEPT_TRAILER];
             from.read_exact_at(&mut trailer, blob_len)?;
             let (sha256, rest) = trailer.split_at(32);
-            let (recorded_len, magic) = rest.split_at(8);
-            if magic != KEPT_MAGIC
-                || u64::from_le_bytes(recorded_len.try_into().expect("8 bytes")) != blob_len
-            {
-                return Err(damaged("no trailer of this release"));
+            let (what, recorded_len) = rest.split_at(want.len());
+            if what != want.as_slice() {
+                return Err(damaged("its trailer names another layer or compression"));
             }
+            if u64::from_le_bytes(recorded_len.try_into().expect("8 bytes")) != blob_len {
+                return Err(damaged("its length is not its trailer's"));
+            }
+            Ok((blob_len, sha256.try_into().expect("32 bytes")))
+        };
+        let drop_damaged = |e: io::Error| {
+            tracing::warn!("dropping kept layer {}: {e}", kept.display());
+            let _ = std::fs::remove_file(&kept);
+        };
+        let (blob_len, sha256) = checked().map_err(drop_damaged).ok()?;
+        let copy = || -> io::Result<(String, u64)> {
             let mut to = HashingWriter::new(BufWriter::new(File::create(dest)?));
             io::copy(&mut (&from).take(blob_len), &mut to)?;
             let (buf, digest, size) = to.finish();
             buf.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            if digest != format!("sha256:{}", hex::encode(sha256)) || size != blob_len {
-                return Err(damaged("its SHA-256 differs from its trailer's"));
-            }
             Ok((digest, size))
         };
         match copy() {
-            Ok((digest, size)) => Some(LayerInfo {
-                digest,
-                diff_id: diff_id.to_string(),
-                size,
-                media_type: compression.media_type().to_string(),
-            }),
+            Ok((digest, size))
+                if size == blob_len && digest == format!("sha256:{}", hex::encode(sha256)) =>
+            {
+                Some(LayerInfo {
+                    digest,
+                    diff_id: diff_id.to_string(),
+                    size,
+                    media_type: compression.media_type().to_string(),
+                })
+            }
+            Ok(_) => {
+                drop_damaged(io::Error::other("its SHA-256 differs from its trailer's"));
+                None
+            }
+            // Not the kept file's fault (the output could not be written): it stays.
             Err(e) => {
-                tracing::warn!("dropping kept layer {}: {e}", kept.display());
-                let _ = std::fs::remove_file(&kept);
+                tracing::debug!("not reusing kept layer {}: {e}", kept.display());
                 None
             }
         }
     }
 
-    /// Keeps the blob at `written` (just compressed) for `info.diff_id`, with its trailer.
+    /// Keeps the blob at `written` (just compressed) for `info.diff_id`, with its trailer:
+    /// only when the bytes kept are the ones `info` describes.
     fn keep(&self, info: &LayerInfo, compression: LayerCompression, written: &Path) {
         let Some(kept) = self.path(&info.diff_id, compression) else { return };
-        let Some(sha256) =
-            crate::blob::digest_hex(&info.digest).ok().and_then(|h| hex::decode(h).ok())
-        else {
-            return;
-        };
+        let Some(what) = trailer_for(&info.diff_id, compression) else { return };
         let done = erdma_limits::kept::write(&kept, |f| {
-            let copied = io::copy(&mut File::open(written)?, f)?;
-            if copied != info.size {
-                return Err(io::Error::other("the blob changed while it was kept"));
+            let mut to = HashingWriter::new(&mut *f);
+            io::copy(&mut File::open(written)?, &mut to)?;
+            let (_, digest, size) = to.finish();
+            if digest != info.digest || size != info.size {
+                return Err(io::Error::other("the blob changed before it was kept"));
             }
+            let sha256 = hex::decode(&digest["sha256:".len()..]).map_err(io::Error::other)?;
             f.write_all(&sha256)?;
-            f.write_all(&info.size.to_le_bytes())?;
-            f.write_all(KEPT_MAGIC)
+            f.write_all(&what)?;
+            f.write_all(&size.to_le_bytes())
         });
         if let Err(e) = done {
             tracing::debug!("not keeping layer {}: {e}", info.diff_id);
@@ -737,10 +753,23 @@ impl CompressedLayers {
     }
 }
 
-/// The end of every kept compressed layer ([`CompressedLayers`]).
-const KEPT_MAGIC: &[u8; 16] = b"erdma-layer-kp-1";
-/// The blob's SHA-256, its length, [`KEPT_MAGIC`].
-const KEPT_TRAILER: usize = 32 + 8 + KEPT_MAGIC.len();
+/// What a kept compressed layer's trailer says of it after the blob's SHA-256, and before its
+/// length: a magic string naming the compression, then the diff_id's 32 bytes. A blob renamed
+/// to another diff_id or compression is then refused as a damaged one is. `None` for a
+/// diff_id that is not a SHA-256.
+fn trailer_for(diff_id: &str, compression: LayerCompression) -> Option<Vec<u8>> {
+    let magic: &[u8; 16] = match compression {
+        LayerCompression::Gzip => b"erdma-layer-gz-2",
+        LayerCompression::Zstd => b"erdma-layer-zs-2",
+    };
+    let mut out = magic.to_vec();
+    out.extend(hex::decode(crate::blob::digest_hex(diff_id).ok()?).ok()?);
+    Some(out)
+}
+
+/// A kept compressed layer's trailer: the blob's SHA-256, [`trailer_for`]'s 48 bytes, the
+/// blob's length.
+const KEPT_TRAILER: usize = 32 + 48 + 8;
 
 /// One spooled file's bytes, read in place.
 struct SpoolReader<'a> {
@@ -915,14 +944,27 @@ mod tests {
             assert_eq!(third.digest, fresh.digest);
             assert_eq!(std::fs::read(dir.path().join("c")).unwrap(), bytes);
             assert_eq!(std::fs::read(&blob).unwrap(), kept_bytes, "kept again, good this time");
-            // One byte of the blob changed: its SHA-256 is not the trailer's; dropped.
-            let mut damaged = kept_bytes.clone();
-            damaged[bytes.len() / 2] ^= 1;
-            erdma_limits::kept::write(&blob, |f| f.write_all(&damaged)).unwrap();
-            let fourth = sample().write_layer_reusing(&dir.path().join("d"), c, 0, &kept).unwrap();
-            assert_eq!(fourth.digest, fresh.digest);
-            assert_eq!(std::fs::read(dir.path().join("d")).unwrap(), bytes);
-            assert_eq!(std::fs::read(&blob).unwrap(), kept_bytes, "kept again");
+            // Damaged, each way: dropped, the layer compressed and kept again. One byte of the
+            // blob changed (its SHA-256 is not the trailer's); the last byte gone; the length
+            // the trailer records changed; another layer's kept file under this one's name
+            // (the trailer's diff_id).
+            let mut changed = kept_bytes.clone();
+            changed[bytes.len() / 2] ^= 1;
+            let short = kept_bytes[..kept_bytes.len() - 1].to_vec();
+            let mut misread = kept_bytes.clone();
+            let at = misread.len() - 8;
+            misread[at] ^= 1;
+            let mut other_sample = sample();
+            other_sample.add_file("etc/more", b"y".to_vec(), 0o644).unwrap();
+            let o = other_sample.write_layer_reusing(&dir.path().join("o"), c, 0, &kept).unwrap();
+            let renamed = std::fs::read(kept.path(&o.diff_id, c).unwrap()).unwrap();
+            for damaged in [changed, short, misread, renamed] {
+                erdma_limits::kept::write(&blob, |f| f.write_all(&damaged)).unwrap();
+                let d = sample().write_layer_reusing(&dir.path().join("d"), c, 0, &kept).unwrap();
+                assert_eq!(d.digest, fresh.digest);
+                assert_eq!(std::fs::read(dir.path().join("d")).unwrap(), bytes);
+                assert_eq!(std::fs::read(&blob).unwrap(), kept_bytes, "kept again");
+            }
             // A good blob that others may write is not used: the layer is compressed and kept
             // again, the user's alone.
             use std::os::unix::fs::PermissionsExt as _;
@@ -942,6 +984,26 @@ mod tests {
             let newer = CompressedLayers::new(dir.path(), "erdma-build 1.1 (test)");
             assert_ne!(newer.path(&fresh.diff_id, c), kept.path(&fresh.diff_id, c));
         }
+        // The same layer's zstd blob under its gzip name: the trailer names the compression.
+        let diff_id = sample()
+            .write_layer_reusing(&dir.path().join("z"), LayerCompression::Zstd, 0, &kept)
+            .unwrap()
+            .diff_id;
+        let zst = std::fs::read(kept.path(&diff_id, LayerCompression::Zstd).unwrap()).unwrap();
+        let gz = kept.path(&diff_id, LayerCompression::Gzip).unwrap();
+        erdma_limits::kept::write(&gz, |f| f.write_all(&zst)).unwrap();
+        let g = sample()
+            .write_layer_reusing(&dir.path().join("g"), LayerCompression::Gzip, 0, &kept)
+            .unwrap();
+        assert_eq!(g.media_type, LayerCompression::Gzip.media_type());
+        assert_ne!(std::fs::read(&gz).unwrap(), zst, "dropped, and the gzip blob kept there");
+        let raw = crate::blob::decompressed(
+            io::BufReader::new(std::fs::File::open(dir.path().join("g")).unwrap()),
+            0,
+        );
+        let mut tar = Vec::new();
+        raw.unwrap().read_to_end(&mut tar).unwrap();
+        assert_eq!(crate::blob::sha256_digest(&tar), diff_id);
     }
 
     /// A layer no two builds write alike is not kept whole; its gzip blocks are, beside the
