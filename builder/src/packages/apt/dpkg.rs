@@ -50,12 +50,14 @@ pub(crate) enum SumsWanted {
 }
 
 impl SumsWanted {
-    pub(crate) fn of(deb: &Deb) -> SumsWanted {
-        if deb.control_files.contains_key("md5sums") {
-            SumsWanted::Conffiles(conffiles(deb).into_iter().map(|(_, path, _)| path).collect())
+    pub(crate) fn of(deb: &Deb, planned: &Planned) -> Result<SumsWanted> {
+        Ok(if deb.control_files.contains_key("md5sums") {
+            SumsWanted::Conffiles(
+                conffiles(deb, planned)?.into_iter().map(|(_, path, _)| path).collect(),
+            )
         } else {
             SumsWanted::All
-        }
+        })
     }
 
     /// Whether the file at payload path `path` needs its MD5.
@@ -73,27 +75,46 @@ impl SumsWanted {
 /// newconffile remove-on-upgrade`, as dpkg writes it for a conffile the package does not ship).
 /// dpkg files a name under its path without the leading run of `/` and `./`
 /// (`path_skip_slash_dotslash`, lib/dpkg/path.c), so `//etc/x` and `/./etc/x` are `/etc/x`.
-/// Lines that name no absolute path are skipped.
-fn conffiles(deb: &Deb) -> Vec<(String, String, &'static str)> {
-    let Some(text) = deb.control_files.get("conffiles") else { return Vec::new() };
-    String::from_utf8_lossy(text)
-        .lines()
-        .map(str::trim)
-        .filter_map(|line| {
-            let (flag, c) = match line.split_once(char::is_whitespace) {
-                Some(("remove-on-upgrade", path)) => (" remove-on-upgrade", path.trim()),
-                _ => ("", line),
-            };
-            if !c.starts_with('/') {
-                return None;
+/// Blank lines are skipped; a line with a flag dpkg does not know, or a name that is not
+/// absolute, is refused as `dpkg -i` refuses the package (src/main/unpack.c,
+/// `deb_parse_conffiles`).
+fn conffiles(deb: &Deb, planned: &Planned) -> Result<Vec<(String, String, &'static str)>> {
+    let Some(text) = deb.control_files.get("conffiles") else { return Ok(Vec::new()) };
+    let refused = |reason: String| Error::Malformed {
+        what: "conffiles",
+        reference: package_label(planned),
+        reason: reason.into(),
+    };
+    let mut out = Vec::new();
+    for line in String::from_utf8_lossy(text).lines().map(str::trim) {
+        if line.is_empty() {
+            continue;
+        }
+        // A line not starting with `/` starts with a flag, up to the first space.
+        let (flag, c) = match line.strip_prefix('/') {
+            Some(_) => (None, line),
+            None => match line.split_once(' ') {
+                Some((flag, name)) => (Some(flag), name.trim_start()),
+                None => (None, line),
+            },
+        };
+        if !c.starts_with('/') {
+            return Err(refused(format!("conffile name '{c}' is not an absolute pathname")));
+        }
+        let flag = match flag {
+            None => "",
+            Some("remove-on-upgrade") => " remove-on-upgrade",
+            Some(other) => {
+                return Err(refused(format!("unknown flag '{other}' for conffile '{c}'")))
             }
-            let mut path = c;
-            while let Some(rest) = path.strip_prefix('/').or_else(|| path.strip_prefix("./")) {
-                path = rest;
-            }
-            Some((format!("/{path}"), path.to_string(), flag))
-        })
-        .collect()
+        };
+        let mut path = c;
+        while let Some(rest) = path.strip_prefix('/').or_else(|| path.strip_prefix("./")) {
+            path = rest;
+        }
+        out.push((format!("/{path}"), path.to_string(), flag));
+    }
+    Ok(out)
 }
 
 pub(crate) fn write_info(
@@ -168,7 +189,7 @@ pub(crate) fn write_info(
         if planned.hold { "hold ok installed" } else { "install ok installed" }.into(),
     ));
     let mut lines = Vec::new();
-    for (name, path, flag) in conffiles(deb) {
+    for (name, path, flag) in conffiles(deb, planned)? {
         let sum = match files.get(&path) {
             Some(Some(md5)) => hex::encode(md5),
             Some(None) => {
@@ -274,15 +295,28 @@ mod tests {
         }
     }
 
-    /// Names as `dpkg -i` (1.21) records them in the status file for the same conffiles list.
+    /// Names as `dpkg -i` (1.21) records them in the status file for the same conffiles list,
+    /// and the lines it refuses the package for, with its words.
     #[test]
     fn conffiles_are_named_as_dpkg_names_them() {
-        let list = b"/etc/a\r\n//etc/b\n/./etc/c  \nremove-on-upgrade /etc/d\n";
-        let deb = Deb {
+        let pkg = crate::packages::apt::resolve::tests::available_from(
+            "Package: cfx\nVersion: 1\nArchitecture: all",
+        )
+        .remove(0);
+        let planned = Planned {
+            name: "cfx".into(),
+            arch: "all".into(),
+            version: "1".parse().unwrap(),
+            pkg,
+            action: crate::packages::Action::Install,
+            hold: false,
+        };
+        let deb = |list: &[u8]| Deb {
             control: Paragraph::default(),
             control_files: BTreeMap::from([("conffiles".to_string(), list.to_vec())]),
         };
-        let got = conffiles(&deb);
+        let list = b"/etc/a\r\n//etc/b\n\n   \n/./etc/c  \nremove-on-upgrade /etc/d\n";
+        let got = conffiles(&deb(list), &planned).unwrap();
         let want = [
             ("/etc/a", "etc/a", ""),
             ("/etc/b", "etc/b", ""),
@@ -291,5 +325,18 @@ mod tests {
         ];
         let got: Vec<_> = got.iter().map(|(n, p, f)| (n.as_str(), p.as_str(), *f)).collect();
         assert_eq!(got, want);
+        for (list, why) in [
+            (&b"/etc/a\netc/rel\n"[..], "conffile name 'etc/rel' is not an absolute pathname"),
+            (b"# c\n", "conffile name 'c' is not an absolute pathname"),
+            (b"foo /etc/a\n", "unknown flag 'foo' for conffile '/etc/a'"),
+        ] {
+            let e = conffiles(&deb(list), &planned).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("malformed conffiles in {}", package_label(&planned))
+            );
+            let Error::Malformed { reason, .. } = e else { panic!("{e:?}") };
+            assert_eq!(reason.to_string(), why);
+        }
     }
 }

@@ -275,7 +275,7 @@ fn unpack_one(
     let mut executable = BTreeSet::new();
     // Each regular file of the package, for its hard links, with its MD5 where dpkg records
     // one (SumsWanted: the conffiles', or every file's for a package without md5sums).
-    let wanted = SumsWanted::of(&deb);
+    let wanted = SumsWanted::of(&deb, planned)?;
     let mut files: BTreeMap<String, Option<[u8; 16]>> = BTreeMap::new();
     // Each regular file's name (as the package has it) and MD5 in payload order, for an
     // md5sums dpkg computes when the package has none; where each landed in the layer.
