@@ -263,15 +263,29 @@ impl LayerContents {
                 if at.checked_add(buf.len() as u64).is_none_or(|end| end > *len) {
                     return Ok(false);
                 }
-                let spool = self
-                    .spool
-                    .as_deref()
-                    .ok_or_else(|| io::Error::other("spooled entry without a spool file"))?;
-                spool.read_exact_at(buf, offset + at)?;
+                self.spool_file()?.read_exact_at(buf, offset + at)?;
                 Ok(true)
             }
             _ => Ok(false),
         }
+    }
+
+    /// The bytes of the regular file at `path`, held or spooled, read from the start; `None`:
+    /// no regular file there.
+    pub fn file_reader(&self, path: &str) -> io::Result<Option<Box<dyn Read + '_>>> {
+        Ok(match self.get(path).map(|e| &e.kind) {
+            Some(EntryKind::File(data)) => Some(Box::new(data.as_slice())),
+            Some(EntryKind::Spooled { offset, len }) => {
+                let file = self.spool_file()?;
+                Some(Box::new(SpoolReader { file, at: *offset, end: offset + len }))
+            }
+            _ => None,
+        })
+    }
+
+    /// The file spooled entries' bytes are in.
+    fn spool_file(&self) -> io::Result<&File> {
+        self.spool.as_deref().ok_or_else(|| io::Error::other("spooled entry without a spool file"))
     }
 
     /// The size of the regular file at `path`, held or spooled.
@@ -425,16 +439,13 @@ impl LayerContents {
                     tar.append_data(&mut h, path, data.as_slice())?;
                 }
                 EntryKind::Spooled { offset, len } => {
-                    let spool = self
-                        .spool
-                        .as_deref()
-                        .ok_or_else(|| io::Error::other("spooled entry without a spool file"))?;
+                    let file = self.spool_file()?;
                     h.set_entry_type(tar::EntryType::Regular);
                     h.set_size(*len);
                     tar.append_data(
                         &mut h,
                         path,
-                        SpoolReader { file: spool, at: *offset, end: offset + len },
+                        SpoolReader { file, at: *offset, end: offset + len },
                     )?;
                 }
                 EntryKind::Symlink(target) => {
@@ -627,9 +638,10 @@ impl LayerContents {
 /// compressed, for the program that compressed them (`identity`: its version and binary; a
 /// compressor of another release may write other bytes for the same tar). A build whose layer
 /// holds the same files then writes the same blob without compressing it again. A kept blob is
-/// the blob as written, then a trailer: its SHA-256, its length and a magic string. It is used
-/// only while the file is the user's own, not writable by others ([`erdma_limits::kept`]), and
-/// its bytes hash as the trailer says; a damaged one is dropped. That it holds the diff_id it is
+/// the blob as written, then a trailer: its SHA-256, a magic string naming its compression, its
+/// diff_id and its length. It is used only while the file is the user's own, not writable by
+/// others ([`erdma_limits::kept`]), its trailer names the diff_id and compression asked for,
+/// and its bytes hash as the trailer says; a damaged one is dropped. That it holds the diff_id it is
 /// named by is trusted as a kept index is: the build that kept it compressed it from that tar.
 pub struct CompressedLayers {
     dir: std::path::PathBuf,
@@ -821,9 +833,13 @@ mod tests {
             }
             assert!(!l.read_file_at(p, data.len() as u64 - 6, &mut buf).unwrap(), "{p}");
             assert!(!l.read_file_at(p, u64::MAX, &mut buf).unwrap(), "{p}");
+            let mut whole = Vec::new();
+            l.file_reader(p).unwrap().expect("a file").read_to_end(&mut whole).unwrap();
+            assert_eq!(&whole, data, "{p}");
         }
         assert!(!l.read_file_at("a", 0, &mut [0u8; 1]).unwrap());
         assert_eq!(l.file_len("nothing"), None);
+        assert!(l.file_reader("nothing").unwrap().is_none());
     }
 
     #[test]

@@ -381,23 +381,9 @@ fn unpack_one(
 
 /// The MD5 of the regular file the layer holds at `path`, held or spooled.
 fn md5_in_layer(layer: &LayerContents, path: &str) -> std::io::Result<[u8; 16]> {
+    let not_a_file = || std::io::Error::other(format!("{path}: not a regular file in the layer"));
     let mut md5 = Md5::new();
-    match layer.get(path).map(|e| &e.kind) {
-        Some(EntryKind::File(data)) => md5.update(data),
-        Some(EntryKind::Spooled { len, .. }) => {
-            let mut buf = vec![0; 1 << 16];
-            let mut at = 0;
-            while at < *len {
-                let n = (*len - at).min(buf.len() as u64) as usize;
-                if !layer.read_file_at(path, at, &mut buf[..n])? {
-                    return Err(std::io::Error::other(format!("{path}: shorter than its length")));
-                }
-                md5.update(&buf[..n]);
-                at += n as u64;
-            }
-        }
-        _ => return Err(std::io::Error::other(format!("{path}: not a regular file in the layer"))),
-    }
+    std::io::copy(&mut layer.file_reader(path)?.ok_or_else(not_a_file)?, &mut md5)?;
     Ok(md5.finalize().into())
 }
 
