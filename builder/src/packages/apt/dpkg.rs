@@ -86,7 +86,8 @@ fn conffiles(deb: &Deb, planned: &Planned) -> Result<Vec<(String, String, &'stat
         reason: reason.into(),
     };
     let mut out = Vec::new();
-    for line in String::from_utf8_lossy(text).lines().map(str::trim) {
+    // dpkg strips a line's trailing white space only: a leading space is an empty flag.
+    for line in String::from_utf8_lossy(text).lines().map(str::trim_end) {
         if line.is_empty() {
             continue;
         }
@@ -94,7 +95,7 @@ fn conffiles(deb: &Deb, planned: &Planned) -> Result<Vec<(String, String, &'stat
         let (flag, c) = match line.strip_prefix('/') {
             Some(_) => (None, line),
             None => match line.split_once(' ') {
-                Some((flag, name)) => (Some(flag), name.trim_start()),
+                Some((flag, name)) => (Some(flag), name),
                 None => (None, line),
             },
         };
@@ -329,6 +330,8 @@ mod tests {
             (&b"/etc/a\netc/rel\n"[..], "conffile name 'etc/rel' is not an absolute pathname"),
             (b"# c\n", "conffile name 'c' is not an absolute pathname"),
             (b"foo /etc/a\n", "unknown flag 'foo' for conffile '/etc/a'"),
+            (b" /etc/a\n", "unknown flag '' for conffile '/etc/a'"),
+            (b"remove-on-upgrade  /etc/a\n", "conffile name ' /etc/a' is not an absolute pathname"),
         ] {
             let e = conffiles(&deb(list), &planned).unwrap_err();
             assert_eq!(
