@@ -259,7 +259,8 @@ pub struct PackagesReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxRun>,
     /// Whether the layer records when it was built, so that no other build writes it alike:
-    /// the rpm database's install times.
+    /// the rpm database's install times, or the times of the files an image's dpkg wrote in
+    /// the sandbox (with what its scripts made at random: an ssh server's host keys).
     #[serde(skip)]
     pub dated: bool,
 }

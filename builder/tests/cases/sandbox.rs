@@ -474,6 +474,20 @@ fn a_warm_sandboxed_build_keeps_the_base_layer() {
     let img = support::fixture::read_fixture(&tmp.path().join("warm-layout"), "x");
     let linked = std::fs::read(img.blob_path(&layer_digest)).unwrap();
     assert_eq!(linked.len() as u64, base.layers[0].size, "the base layer in the layout, whole");
+    // The layer records when dpkg wrote its files: it is not kept whole for a later build
+    // (none writes it alike), its gzip blocks are.
+    let (mut whole, mut blocks) = (Vec::new(), 0);
+    for program in std::fs::read_dir(cache.join("erdma-build/compressed")).unwrap() {
+        for e in std::fs::read_dir(program.unwrap().path()).unwrap() {
+            let e = e.unwrap();
+            match e.file_name() == "blocks" {
+                true => blocks += std::fs::read_dir(e.path()).unwrap().count(),
+                false => whole.push(e.path()),
+            }
+        }
+    }
+    assert!(whole.is_empty(), "kept whole: {whole:?}");
+    assert!(blocks > 0, "its blocks kept");
 
     // Tampered with in the cache (a new file in its place): fetched again, for the sandbox
     // and for the layout alike, and kept whole again.

@@ -64,6 +64,8 @@ pub struct Blocks<W: Write> {
     threads: usize,
     block: usize,
     memo: Option<Arc<BlockMemo>>,
+    /// Blocks handed to the compressors so far.
+    sent: usize,
 }
 
 impl<W: Write> LayerGz<W> {
@@ -92,6 +94,7 @@ impl<W: Write> LayerGz<W> {
             threads,
             block,
             memo: None,
+            sent: 0,
         }))
     }
 
@@ -117,7 +120,7 @@ impl<W: Write> LayerGz<W> {
                 b.out.write_all(&b.crc.sum().to_le_bytes())?;
                 b.out.write_all(&b.crc.amount().to_le_bytes())?;
                 if let Some(memo) = &b.memo {
-                    memo.prune();
+                    memo.prune(b.sent);
                 }
                 Ok(b.out)
             }
@@ -140,6 +143,7 @@ impl<W: Write> Blocks<W> {
             self.out.write_all(&done)?;
         }
         let memo = self.memo.clone();
+        self.sent += 1;
         self.pending.push_back(std::thread::spawn(move || match memo {
             Some(memo) => memo.deflate(&window, &block, last),
             None => deflate_block(&window, &block, last),
@@ -209,21 +213,25 @@ fn deflate_block(window: &[u8], block: &[u8], last: bool) -> io::Result<Vec<u8>>
 /// records the install time. One file per block, named by the SHA-256 of what it was made
 /// from; one taken from here is used only when it inflates, with its window, to exactly its
 /// input and ends as the block it stands for must; anything else is dropped and compressed
-/// again. The [`MEMO_BLOCKS`] used last are kept.
+/// again. The [`MEMO_BLOCKS`] used last are kept, and never fewer than the last layer's.
 pub struct BlockMemo {
     dir: PathBuf,
+    /// How many blocks the prune keeps at least ([`MEMO_BLOCKS`]).
+    keep: usize,
 }
 
-/// How many blocks a [`BlockMemo`] keeps: at [`SMALL_BLOCK`] each, the blocks of 64 MB of
-/// layers (the eRDMA packages' rpm layer is eleven), about 25 MB of deflate. Each build of
-/// erdma-build keeps its own ([`BlockMemo::new`]).
+/// How many blocks a [`BlockMemo`] keeps at least: at [`SMALL_BLOCK`] each, the blocks of 64
+/// MB of layers (the eRDMA packages' rpm layer is eleven), about 25 MB of deflate. A larger
+/// layer keeps all of its own (OpenMPI's with openssh-server, 90 MB of tar, is 350), so that
+/// the next build of it finds every block it did not change. Each build of erdma-build keeps
+/// its own ([`BlockMemo::new`]).
 pub const MEMO_BLOCKS: usize = 256;
 
 impl BlockMemo {
     /// A memo in `dir` (made when first written; it may be removed at any time). `dir` must
     /// belong to one compressor: another may deflate the same input to other bytes.
     pub fn new(dir: PathBuf) -> BlockMemo {
-        BlockMemo { dir }
+        BlockMemo { dir, keep: MEMO_BLOCKS }
     }
 
     /// The name of the block made from `window`, `block` and `last`.
@@ -264,8 +272,9 @@ impl BlockMemo {
         Ok(made)
     }
 
-    /// Removes all but the [`MEMO_BLOCKS`] used last.
-    fn prune(&self) {
+    /// Removes all but the [`MEMO_BLOCKS`] used last, or the `used` of the layer just written
+    /// where it used more (they are the newest: each was written or touched by it).
+    fn prune(&self, used: usize) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
         let mut kept: Vec<(std::time::SystemTime, PathBuf)> = entries
             .filter_map(|e| {
@@ -274,11 +283,12 @@ impl BlockMemo {
                 Some((m.modified().ok()?, e.path()))
             })
             .collect();
-        if kept.len() <= MEMO_BLOCKS {
+        let keep = used.max(self.keep);
+        if kept.len() <= keep {
             return;
         }
         kept.sort();
-        for (_, path) in &kept[..kept.len() - MEMO_BLOCKS] {
+        for (_, path) in &kept[..kept.len() - keep] {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -582,6 +592,30 @@ mod tests {
             assert!(!left.contains(&format!("{i:05}")), "{i}");
         }
         assert!(left.contains(&format!("{:05}", 12)));
+    }
+
+    /// A layer of more blocks than the memo keeps at least keeps every one of its own, so
+    /// that the next build of it finds them all; a smaller layer after it prunes back.
+    #[test]
+    fn a_memo_keeps_all_of_a_large_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocks = dir.path().join("blocks");
+        let memo = Arc::new(BlockMemo { dir: blocks.clone(), keep: 3 });
+        let data = input(8 * SMALL_BLOCK, 17);
+        let plain = gz_split(&data, 65536, Split::Always);
+        assert_eq!(gz_memo(&data, 65536, &memo), plain);
+        let all = memo_files(&blocks);
+        assert_eq!(all.len(), 8);
+        // All eight taken from the memo the next time: nothing new kept, nothing dropped.
+        assert_eq!(gz_memo(&data, 65536, &memo), plain);
+        assert_eq!(memo_files(&blocks), all);
+        // One block's layer: the three used last stay, this one among them.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let small = input(SMALL_BLOCK / 4, 4);
+        gz_memo(&small, 65536, &memo);
+        let left = memo_files(&blocks);
+        assert_eq!(left.len(), 3, "{left:?}");
+        assert!(left.contains(&BlockMemo::name(b"", &small, true)));
     }
 
     #[test]

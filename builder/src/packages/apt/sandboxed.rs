@@ -178,6 +178,8 @@ pub(super) fn install(
         Some(Box::new(given) as Box<dyn std::io::Read>)
     }));
     let (removed, run) = sandboxed::run(job, over)?;
+    // What dpkg and the scripts wrote carries the time they wrote it.
+    report.dated = true;
     record_scripts(res, debs, report, "run by the image's dpkg in the sandbox");
     report.sandbox = Some(run);
     Ok(removed)
