@@ -26,8 +26,11 @@
 #       and without building anything. COLD=1 makes every build cold (an empty cache each).
 #
 # Cold: erdma-build with an empty package cache; docker without the base pulled and with its
-#       build cache pruned.
-# ROUNDS=N (default 1) repeats the cold and warm pairs N times; the walls are the medians.
+#       build cache pruned. Before every timed build the suite's index files are read once
+#       from the archive, so that its caching proxy is as fresh for one tool as for the other
+#       (prime).
+# ROUNDS=N (default 1) repeats the cold and warm pairs N times, erdma-build first in odd
+# rounds and docker first in even ones; the walls are the medians.
 # Warm: erdma-build with its package cache; docker with the base pulled (build run with
 #       --no-cache: a cached RUN would skip the work being compared).
 # Measured: wall seconds; bytes downloaded (erdma-build: packages + indices + registry; docker:
@@ -87,6 +90,26 @@ lo() { awk '$1 == "lo:" { printf "%.0f\n", $2 + $10 }' /proc/net/dev; }
 eth() { awk 'NR > 2 && $1 != "lo:" { b += $2 } END { printf "%.0f\n", b }' /proc/net/dev; }
 now() { date +%s.%N; }
 declare -A R
+
+# The suite's index files, at the addresses each tool asks for them (InRelease; Packages.gz,
+# which erdma-build reads, and Packages.xz and Translation-en.xz, which apt-get does, each
+# by its path and by its hash, as apt-get asks where the Release says Acquire-By-Hash),
+# read once and thrown away just before each timed build, docker's and erdma-build's alike.
+# This machine reaches the archive through a caching proxy that now and then asks upstream
+# again before it answers, and the first request then waits 0.4-0.7 s (docs/benchmarks.md,
+# 2026-12-02): without this, whichever build ran first after a pause paid it. The packages
+# themselves are not primed.
+prime() {
+    local arch dists f hash
+    arch=$(dpkg --print-architecture)
+    dists="$MIRROR/dists/$SUITE"
+    curl -fsS -o "$WORK/InRelease" "$dists/InRelease" || return 0
+    for f in "main/binary-$arch/Packages.gz" "main/binary-$arch/Packages.xz" main/i18n/Translation-en.xz; do
+        curl -fsS -o /dev/null "$dists/$f" || true
+        hash=$(awk -v f="$f" '/^SHA256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == f { print $1 }' "$WORK/InRelease")
+        [ -z "$hash" ] || curl -fsS -o /dev/null "$dists/${f%/*}/by-hash/SHA256/$hash" || true
+    done
+}
 
 make_base() { # $1 = suite
     say "$1 base (debootstrap --variant=minbase $1 $MIRROR)"
@@ -187,18 +210,28 @@ for SUITE in "${SUITES[@]}"; do
         continue
     fi
     # Each measurement starts on a settled machine (dockerd keeps working for a moment after a
-    # push), erdma-build first.
-    settle() { sync; sleep 3; }
+    # push) and with the archive's proxy fresh for its index files (prime). erdma-build goes
+    # first in odd rounds, docker in even ones: a package the other tool fetched a moment
+    # before is fresh in the proxy too.
+    settle() { sync; sleep 3; prime; }
     for round in $(seq "${ROUNDS:-1}"); do
         say "$SUITE cold, round $round"
         rm -rf "$WORK/cache-$SUITE"
         docker rmi -f "$REG/$SUITE:1" "$REG/out-docker-$SUITE:1" "$REG/out-docker-$SUITE:2" >/dev/null 2>&1 || true
         docker builder prune -af >/dev/null 2>&1 || true
-        settle; run_erdma cold 1
-        settle; run_docker cold 1
-        say "$SUITE warm, round $round"
-        settle; run_erdma warm 2
-        settle; run_docker warm 2
+        if [ $((round % 2)) = 1 ]; then
+            settle; run_erdma cold 1
+            settle; run_docker cold 1
+            say "$SUITE warm, round $round"
+            settle; run_erdma warm 2
+            settle; run_docker warm 2
+        else
+            settle; run_docker cold 1
+            settle; run_erdma cold 1
+            say "$SUITE warm, round $round"
+            settle; run_docker warm 2
+            settle; run_erdma warm 2
+        fi
     done
 
     python3 - "$SUITE" "$(declare -p R)" "$PACKAGES" <<'PY'
