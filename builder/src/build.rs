@@ -222,6 +222,8 @@ async fn run(
         let mut prepared = Vec::new();
         // One layer per recipe and architecture (platforms of one architecture share it).
         let mut layers_by_recipe: HashMap<(String, String), RecipeLayer> = HashMap::new();
+        // One for the build: a memo of blocks keeps every block of all the layers it wrote.
+        let kept_layers = compressed_layers();
         for (i, img) in images.iter().enumerate() {
             // The repositories of the base's apt sources or yum `.repo` files, and the recipe's,
             // start their fetches as its layers stream past (packages::prefetch; not where
@@ -300,7 +302,7 @@ async fn run(
                         &path,
                         opts.compression,
                         opts.epoch,
-                        &compressed_layers(),
+                        &kept_layers,
                     )?
                 } else {
                     // No later build writes this layer alike: it is not kept whole for one,
@@ -310,7 +312,7 @@ async fn run(
                         &path,
                         opts.compression,
                         opts.epoch,
-                        &compressed_layers(),
+                        &kept_layers,
                     )?
                 });
                 c.path = path;

@@ -85,6 +85,39 @@ impl Writer {
     }
 }
 
+/// How many kept files [`prune`] leaves at most, and how many bytes they may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Most {
+    pub files: usize,
+    pub bytes: u64,
+}
+
+/// Removes the kept files of `dir` that `is_kept` names, those used longest ago first (a use
+/// sets a kept file's modification time), until no more than `most` are left; never `spare`.
+/// Best effort: what cannot be listed or removed stays.
+pub fn prune(dir: &Path, is_kept: impl Fn(&Path) -> bool, most: Most, spare: Option<&Path>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut kept: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let path = e.path();
+            let m = e.metadata().ok().filter(|m| m.is_file() && is_kept(&path))?;
+            Some((m.modified().ok()?, m.len(), path))
+        })
+        .collect();
+    let (mut files, mut bytes) = (kept.len(), kept.iter().map(|(_, len, _)| len).sum::<u64>());
+    kept.sort();
+    for (_, len, path) in kept {
+        if files <= most.files && bytes <= most.bytes {
+            break;
+        }
+        if Some(path.as_path()) != spare && std::fs::remove_file(&path).is_ok() {
+            files -= 1;
+            bytes -= len;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +140,34 @@ mod tests {
         assert!(matches!(read(&dir.path().join("none"), 100), Err(NotKept::Missing(_))));
         // A directory is not a kept file.
         assert!(matches!(read(&dir.path().join("sub"), 100), Err(NotKept::Untrusted)));
+    }
+
+    /// Those used longest ago go first, by count or by bytes; what the filter does not name
+    /// and the spared file stay.
+    #[test]
+    fn prune_removes_those_used_longest_ago() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        for (i, name) in ["a.k", "b.k", "c.k", "d.k", "other"].iter().enumerate() {
+            let path = dir.path().join(name);
+            write(&path, |f| f.write_all(&vec![0; 10 * (i + 1)])).unwrap();
+            File::options().write(true).open(&path).unwrap().set_modified(at(i as u64)).unwrap();
+        }
+        let left = || {
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let is_k = |p: &Path| p.extension().is_some_and(|e| e == "k");
+        prune(dir.path(), is_k, Most { files: 3, bytes: u64::MAX }, None);
+        assert_eq!(left(), ["b.k", "c.k", "d.k", "other"]);
+        // 20 + 30 + 40 bytes, down to 50: `b.k` goes, `c.k` is spared, `d.k` goes.
+        let spare = dir.path().join("c.k");
+        prune(dir.path(), is_k, Most { files: usize::MAX, bytes: 50 }, Some(&spare));
+        assert_eq!(left(), ["c.k", "other"]);
     }
 
     #[test]

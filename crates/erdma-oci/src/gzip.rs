@@ -18,7 +18,8 @@
 //! [`BlockMemo`] can keep it for a later layer holding the same bytes there.
 use std::collections::VecDeque;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -120,7 +121,7 @@ impl<W: Write> LayerGz<W> {
                 b.out.write_all(&b.crc.sum().to_le_bytes())?;
                 b.out.write_all(&b.crc.amount().to_le_bytes())?;
                 if let Some(memo) = &b.memo {
-                    memo.prune(b.sent);
+                    memo.prune_after(b.sent);
                 }
                 Ok(b.out)
             }
@@ -213,17 +214,20 @@ fn deflate_block(window: &[u8], block: &[u8], last: bool) -> io::Result<Vec<u8>>
 /// records the install time. One file per block, named by the SHA-256 of what it was made
 /// from; one taken from here is used only when it inflates, with its window, to exactly its
 /// input and ends as the block it stands for must; anything else is dropped and compressed
-/// again. The [`MEMO_BLOCKS`] used last are kept, and never fewer than the last layer's.
+/// again. The [`MEMO_BLOCKS`] used last are kept, and never fewer than the layers written
+/// through this memo used (a build of several platforms writes a layer for each).
 pub struct BlockMemo {
     dir: PathBuf,
     /// How many blocks the prune keeps at least ([`MEMO_BLOCKS`]).
     keep: usize,
+    /// Blocks the layers written through this memo have used so far.
+    used: std::sync::atomic::AtomicUsize,
 }
 
 /// How many blocks a [`BlockMemo`] keeps at least: at [`SMALL_BLOCK`] each, the blocks of 64
-/// MB of layers (the eRDMA packages' rpm layer is eleven), about 25 MB of deflate. A larger
-/// layer keeps all of its own (OpenMPI's with openssh-server, 90 MB of tar, is 350), so that
-/// the next build of it finds every block it did not change. Each build of erdma-build keeps
+/// MB of layers (the eRDMA packages' rpm layer is eleven), about 25 MB of deflate. Larger
+/// layers keep all of their own (OpenMPI's with openssh-server, 90 MB of tar, is 350), so that
+/// the next build of them finds every block it did not change. Each build of erdma-build keeps
 /// its own ([`BlockMemo::new`]).
 pub const MEMO_BLOCKS: usize = 256;
 
@@ -231,7 +235,7 @@ impl BlockMemo {
     /// A memo in `dir` (made when first written; it may be removed at any time). `dir` must
     /// belong to one compressor: another may deflate the same input to other bytes.
     pub fn new(dir: PathBuf) -> BlockMemo {
-        BlockMemo { dir, keep: MEMO_BLOCKS }
+        BlockMemo { dir, keep: MEMO_BLOCKS, used: Default::default() }
     }
 
     /// The name of the block made from `window`, `block` and `last`.
@@ -272,25 +276,19 @@ impl BlockMemo {
         Ok(made)
     }
 
-    /// Removes all but the [`MEMO_BLOCKS`] used last, or the `used` of the layer just written
-    /// where it used more (they are the newest: each was written or touched by it).
-    fn prune(&self, used: usize) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
-        let mut kept: Vec<(std::time::SystemTime, PathBuf)> = entries
-            .filter_map(|e| {
-                let e = e.ok()?;
-                let m = e.metadata().ok()?;
-                Some((m.modified().ok()?, e.path()))
-            })
-            .collect();
-        let keep = used.max(self.keep);
-        if kept.len() <= keep {
-            return;
-        }
-        kept.sort();
-        for (_, path) in &kept[..kept.len() - keep] {
-            let _ = std::fs::remove_file(path);
-        }
+    /// Counts the `sent` blocks of a layer just written, then removes all but the
+    /// [`MEMO_BLOCKS`] used last, or all the blocks the layers written through this memo used
+    /// where they are more (they are the newest: each was written or touched by them).
+    fn prune_after(&self, sent: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let used = self.used.fetch_add(sent, Relaxed) + sent;
+        // A block's name is its SHA-256 in hex: not a block being written (a temporary file).
+        let is_block = |p: &Path| {
+            p.file_name()
+                .is_some_and(|n| n.len() == 64 && n.as_bytes().iter().all(u8::is_ascii_hexdigit))
+        };
+        let most = erdma_limits::kept::Most { files: used.max(self.keep), bytes: u64::MAX };
+        erdma_limits::kept::prune(&self.dir, is_block, most, None);
     }
 }
 
@@ -574,45 +572,59 @@ mod tests {
         };
         let long_ago = |i: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 20 | i);
         for i in 0..MEMO_BLOCKS + 10 {
-            let name = format!("{i:05}");
+            let name = format!("{i:064x}");
             std::fs::write(blocks.join(&name), b"").unwrap();
             set_used(&name, long_ago(i as u64));
         }
+        std::fs::write(blocks.join(".tmp-being-written"), b"").unwrap();
         // The oldest, used again now, stays; the block of a layer written now is new.
-        set_used("00000", std::time::SystemTime::now());
+        set_used(&format!("{:064x}", 0), std::time::SystemTime::now());
         let data = input(SMALL_BLOCK / 2, 3);
         let a = gz_memo(&data, 65536, &Arc::new(BlockMemo::new(blocks.clone())));
         assert_eq!(gunzip_one_member(&a), data);
         let left = memo_files(&blocks);
-        assert_eq!(left.len(), MEMO_BLOCKS);
-        assert!(left.contains(&"00000".to_string()));
+        // Not a block: neither counted nor removed.
+        assert!(left.contains(&".tmp-being-written".to_string()));
+        assert_eq!(left.len(), MEMO_BLOCKS + 1);
+        assert!(left.contains(&format!("{:064x}", 0)));
         assert!(left.contains(&BlockMemo::name(b"", &data, true)));
         // The eleven used longest ago went, but the one used again.
         for i in 1..=11 {
-            assert!(!left.contains(&format!("{i:05}")), "{i}");
+            assert!(!left.contains(&format!("{i:064x}")), "{i}");
         }
-        assert!(left.contains(&format!("{:05}", 12)));
+        assert!(left.contains(&format!("{:064x}", 12)));
     }
 
-    /// A layer of more blocks than the memo keeps at least keeps every one of its own, so
-    /// that the next build of it finds them all; a smaller layer after it prunes back.
+    /// Layers of more blocks than the memo keeps at least keep every one of their own, so
+    /// that the next build of them finds them all; another build's smaller layer prunes back.
     #[test]
-    fn a_memo_keeps_all_of_a_large_layer() {
+    fn a_memo_keeps_all_of_its_large_layers() {
         let dir = tempfile::tempdir().unwrap();
         let blocks = dir.path().join("blocks");
-        let memo = Arc::new(BlockMemo { dir: blocks.clone(), keep: 3 });
-        let data = input(8 * SMALL_BLOCK, 17);
-        let plain = gz_split(&data, 65536, Split::Always);
-        assert_eq!(gz_memo(&data, 65536, &memo), plain);
+        let memo =
+            |keep| Arc::new(BlockMemo { dir: blocks.clone(), keep, used: Default::default() });
+        // One build, two layers of eight blocks (two platforms): all sixteen kept.
+        let build = memo(3);
+        let (one, two) = (input(8 * SMALL_BLOCK, 17), input(8 * SMALL_BLOCK, 18));
+        let (plain_one, plain_two) =
+            (gz_split(&one, 65536, Split::Always), gz_split(&two, 65536, Split::Always));
+        assert_eq!(gz_memo(&one, 65536, &build), plain_one);
+        assert_eq!(gz_memo(&two, 65536, &build), plain_two);
         let all = memo_files(&blocks);
-        assert_eq!(all.len(), 8);
-        // All eight taken from the memo the next time: nothing new kept, nothing dropped.
-        assert_eq!(gz_memo(&data, 65536, &memo), plain);
+        assert_eq!(all.len(), 16);
+        // The next build of both takes all sixteen from the memo: nothing new, nothing dropped.
+        let next = memo(3);
+        assert_eq!(gz_memo(&one, 65536, &next), plain_one);
+        assert_eq!(gz_memo(&two, 65536, &next), plain_two);
         assert_eq!(memo_files(&blocks), all);
-        // One block's layer: the three used last stay, this one among them.
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Another build's one-block layer: the three used last stay, its block among them.
+        let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 20);
+        for name in &all {
+            let f = std::fs::File::options().write(true).open(blocks.join(name)).unwrap();
+            f.set_modified(long_ago).unwrap();
+        }
         let small = input(SMALL_BLOCK / 4, 4);
-        gz_memo(&small, 65536, &memo);
+        gz_memo(&small, 65536, &memo(3));
         let left = memo_files(&blocks);
         assert_eq!(left.len(), 3, "{left:?}");
         assert!(left.contains(&BlockMemo::name(b"", &small, true)));

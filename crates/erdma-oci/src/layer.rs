@@ -643,20 +643,32 @@ impl LayerContents {
 /// others ([`erdma_limits::kept`]), its trailer names the diff_id and compression asked for,
 /// and its bytes hash as the trailer says; a damaged one is dropped. That it holds the diff_id it is
 /// named by is trusted as a kept index is: the build that kept it compressed it from that tar.
+/// The layers used last are kept, up to [`KEPT_LAYER_BYTES`].
 pub struct CompressedLayers {
     dir: std::path::PathBuf,
+    /// Bytes of whole layers kept at most ([`KEPT_LAYER_BYTES`]).
+    budget: u64,
+    /// The memo of blocks, one for all the layers written through this.
+    blocks: std::sync::Arc<crate::gzip::BlockMemo>,
 }
+
+/// How many bytes of whole compressed layers one program keeps: those used last, and always
+/// the one kept last whatever its size. A layer with NCCL is a few hundred megabytes, the
+/// eRDMA packages' one megabyte.
+pub const KEPT_LAYER_BYTES: u64 = 2 << 30;
 
 impl CompressedLayers {
     pub fn new(root: &Path, identity: &str) -> CompressedLayers {
         let id = crate::blob::sha256_digest(identity.as_bytes());
-        CompressedLayers { dir: root.join("compressed").join(&id["sha256:".len()..][..16]) }
+        let dir = root.join("compressed").join(&id["sha256:".len()..][..16]);
+        let blocks = std::sync::Arc::new(crate::gzip::BlockMemo::new(dir.join("blocks")));
+        CompressedLayers { dir, budget: KEPT_LAYER_BYTES, blocks }
     }
 
     /// The memo of gzip blocks for layers no two builds write alike
     /// ([`LayerContents::write_layer_unalike`]), beside the kept layers of the same compressor.
     pub fn blocks(&self) -> std::sync::Arc<crate::gzip::BlockMemo> {
-        std::sync::Arc::new(crate::gzip::BlockMemo::new(self.dir.join("blocks")))
+        self.blocks.clone()
     }
 
     fn path(&self, diff_id: &str, compression: LayerCompression) -> Option<std::path::PathBuf> {
@@ -723,6 +735,8 @@ impl CompressedLayers {
             Ok((digest, size))
                 if size == blob_len && digest == format!("sha256:{}", hex::encode(sha256)) =>
             {
+                // Used last now: the prune keeps it longest.
+                let _ = from.set_modified(std::time::SystemTime::now());
                 Some(LayerInfo {
                     digest,
                     diff_id: diff_id.to_string(),
@@ -759,9 +773,19 @@ impl CompressedLayers {
             f.write_all(&what)?;
             f.write_all(&size.to_le_bytes())
         });
-        if let Err(e) = done {
-            tracing::debug!("not keeping layer {}: {e}", info.diff_id);
+        match done {
+            Ok(()) => self.prune(&kept),
+            Err(e) => tracing::debug!("not keeping layer {}: {e}", info.diff_id),
         }
+    }
+
+    /// Removes the kept layers used longest ago while they hold more than the budget; never
+    /// `newest`, the one just kept.
+    fn prune(&self, newest: &Path) {
+        // Kept layers only: not the memo of blocks beside them, nor a file being written.
+        let is_layer = |p: &Path| p.extension().is_some_and(|e| e == "gz" || e == "zst");
+        let most = erdma_limits::kept::Most { files: usize::MAX, bytes: self.budget };
+        erdma_limits::kept::prune(&self.dir, is_layer, most, Some(newest));
     }
 }
 
@@ -1020,6 +1044,46 @@ mod tests {
         let mut tar = Vec::new();
         raw.unwrap().read_to_end(&mut tar).unwrap();
         assert_eq!(crate::blob::sha256_digest(&tar), diff_id);
+    }
+
+    /// Kept layers are pruned to their budget, those used longest ago first; one just used
+    /// counts as new, and the one just kept stays whatever its size.
+    #[test]
+    fn kept_layers_are_pruned_to_their_budget_used_last_kept_longest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut kept = CompressedLayers::new(dir.path(), "erdma-build 1.0 (test)");
+        let c = LayerCompression::Gzip;
+        let layer = |name: &str| {
+            let mut l = sample();
+            l.add_file(&format!("etc/{name}"), name.as_bytes().to_vec(), 0o644).unwrap();
+            l
+        };
+        let path = |name: &str, kept: &CompressedLayers| {
+            let info = layer(name).write_layer_reusing(&dir.path().join(name), c, 0, kept);
+            kept.path(&info.unwrap().diff_id, c).unwrap()
+        };
+        let (a, b) = (path("a", &kept), path("b", &kept));
+        let len = |p: &Path| std::fs::metadata(p).unwrap().len();
+        let set_used = |p: &Path, secs: u64| {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 20 | secs);
+            File::options().write(true).open(p).unwrap().set_modified(at).unwrap();
+        };
+        set_used(&a, 1);
+        set_used(&b, 2);
+        // `a` used again: newer than `b` now. Room for two: `b` goes when `c` comes.
+        kept.budget = len(&a) + len(&b);
+        layer("a").write_layer_reusing(&dir.path().join("a2"), c, 0, &kept).unwrap();
+        let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
+        assert_eq!(read("a2"), read("a"));
+        let cc = path("c", &kept);
+        assert!(a.is_file() && cc.is_file(), "used last, and kept last");
+        assert!(!b.exists(), "used longest ago");
+        // No room at all: the one just kept stays, alone; the memo of blocks is not a layer.
+        std::fs::create_dir_all(kept.dir.join("blocks")).unwrap();
+        kept.budget = 0;
+        let d = path("d", &kept);
+        assert!(d.is_file() && !a.exists() && !cc.exists());
+        assert!(kept.dir.join("blocks").is_dir());
     }
 
     /// A layer no two builds write alike is not kept whole; its gzip blocks are, beside the
