@@ -30,7 +30,8 @@
 #       from the archive, so that its caching proxy is as fresh for one tool as for the other
 #       (prime).
 # ROUNDS=N (default 1) repeats the cold and warm pairs N times, erdma-build first in odd
-# rounds and docker first in even ones; the walls are the medians.
+# rounds and docker first in even ones (an even N gives each tool the first place as often);
+# the walls are the medians.
 # Warm: erdma-build with its package cache; docker with the base pulled (build run with
 #       --no-cache: a cached RUN would skip the work being compared).
 # Measured: wall seconds; bytes downloaded (erdma-build: packages + indices + registry; docker:
@@ -102,12 +103,12 @@ declare -A R
 prime() {
     local arch dists f hash
     arch=$(dpkg --print-architecture)
-    dists="$MIRROR/dists/$SUITE"
-    curl -fsS -o "$WORK/InRelease" "$dists/InRelease" || return 0
+    dists="${MIRROR%/}/dists/$SUITE"
+    curl -fsS -m 60 -o "$WORK/InRelease" "$dists/InRelease" || return 0
     for f in "main/binary-$arch/Packages.gz" "main/binary-$arch/Packages.xz" main/i18n/Translation-en.xz; do
-        curl -fsS -o /dev/null "$dists/$f" || true
+        curl -fsS -m 60 -o /dev/null "$dists/$f" || true
         hash=$(awk -v f="$f" '/^SHA256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == f { print $1 }' "$WORK/InRelease")
-        [ -z "$hash" ] || curl -fsS -o /dev/null "$dists/${f%/*}/by-hash/SHA256/$hash" || true
+        [ -z "$hash" ] || curl -fsS -m 60 -o /dev/null "$dists/${f%/*}/by-hash/SHA256/$hash" || true
     done
 }
 
