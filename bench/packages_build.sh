@@ -220,19 +220,13 @@ for SUITE in "${SUITES[@]}"; do
         rm -rf "$WORK/cache-$SUITE"
         docker rmi -f "$REG/$SUITE:1" "$REG/out-docker-$SUITE:1" "$REG/out-docker-$SUITE:2" >/dev/null 2>&1 || true
         docker builder prune -af >/dev/null 2>&1 || true
-        if [ $((round % 2)) = 1 ]; then
-            settle; run_erdma cold 1
-            settle; run_docker cold 1
-            say "$SUITE warm, round $round"
-            settle; run_erdma warm 2
-            settle; run_docker warm 2
-        else
-            settle; run_docker cold 1
-            settle; run_erdma cold 1
-            say "$SUITE warm, round $round"
-            settle; run_docker warm 2
-            settle; run_erdma warm 2
-        fi
+        order=(run_erdma run_docker)
+        [ $((round % 2)) = 1 ] || order=(run_docker run_erdma)
+        settle; "${order[0]}" cold 1
+        settle; "${order[1]}" cold 1
+        say "$SUITE warm, round $round"
+        settle; "${order[0]}" warm 2
+        settle; "${order[1]}" warm 2
     done
 
     python3 - "$SUITE" "$(declare -p R)" "$PACKAGES" <<'PY'
