@@ -114,7 +114,7 @@ mod support_selftest {
         assert_eq!(img.config()["rootfs"]["diff_ids"].as_array().unwrap().len(), 2);
         let read = |i: usize| {
             let f = std::fs::File::open(img.blob_path(&img.layers[i].digest)).unwrap();
-            let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+            let mut tar = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
             tar.entries()
                 .unwrap()
                 .map(|e| {
@@ -318,7 +318,7 @@ mod support_selftest {
         /// Path → entry of one gzip layer.
         fn layer_entries(img: &support::OciFixture, i: usize) -> BTreeMap<String, LayerEntry> {
             let f = std::fs::File::open(img.blob_path(&img.layers[i].digest)).unwrap();
-            let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+            let mut tar = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
             tar.entries()
                 .unwrap()
                 .map(|e| {

@@ -60,7 +60,7 @@ fn image_key_fingerprints(layout: &Path, tag: &str) -> Vec<String> {
         .unwrap()
         .to_string();
     let f = std::fs::File::open(support::fixture::blob_path(layout, &top)).unwrap();
-    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut tar = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
     let mut key = None;
     for e in tar.entries().unwrap() {
         let mut e = e.unwrap();

@@ -331,7 +331,7 @@ fn top_layer(layout: &Path) -> BTreeMap<String, (tar::EntryType, u32, Option<Str
     let last = img.layers.last().unwrap();
     let f = std::fs::File::open(img.blob_path(&last.digest)).unwrap();
     let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(f).read_to_end(&mut raw).unwrap();
+    flate2::read::MultiGzDecoder::new(f).read_to_end(&mut raw).unwrap();
     let mut a = tar::Archive::new(raw.as_slice());
     a.entries()
         .unwrap()

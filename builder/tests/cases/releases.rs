@@ -91,7 +91,7 @@ const STATUS: &str = "var/lib/dpkg/status";
 fn read_layer(blob: &[u8]) -> LayerView {
     let mut raw = Vec::new();
     let mut r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::read::GzDecoder::new(blob))
+        Box::new(flate2::read::MultiGzDecoder::new(blob))
     } else {
         Box::new(blob)
     };

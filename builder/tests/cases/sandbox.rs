@@ -208,7 +208,7 @@ const ROOTLESS_USER: &str = "erdma-rootless";
 fn layer_entries(blob: &[u8]) -> Entries {
     use sha2::Digest as _;
     let mut out = Entries::new();
-    for e in tar::Archive::new(flate2::read::GzDecoder::new(blob)).entries().unwrap() {
+    for e in tar::Archive::new(flate2::read::MultiGzDecoder::new(blob)).entries().unwrap() {
         let mut e = e.unwrap();
         let p = e.path().unwrap().to_string_lossy().trim_end_matches('/').to_string();
         if ["var/log/", "var/cache/", "var/lib/dpkg/triggers/", "var/lib/dpkg/updates/", "tmp/"]
@@ -546,7 +546,7 @@ fn tree_in_memory_or_on_disk() {
     // on a tmpfs for Debian 12's minbase of 2026-11: a page for every small file).
     let tar_size = {
         let f = std::fs::File::open(base.blob_path(&base.layers[0].digest)).unwrap();
-        std::io::copy(&mut flate2::read::GzDecoder::new(f), &mut std::io::sink()).unwrap()
+        std::io::copy(&mut flate2::read::MultiGzDecoder::new(f), &mut std::io::sink()).unwrap()
     };
     let build = |deb: &Path, name: &str, setting: &str| {
         let out = tmp.path().join(name);

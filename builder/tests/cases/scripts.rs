@@ -277,7 +277,7 @@ fn layer_meta(blob: &[u8], path: &str) -> Option<(u32, Option<Vec<u8>>)> {
 /// A gzip or plain tar layer blob as a tar archive.
 fn layer_tar(blob: &[u8]) -> tar::Archive<Box<dyn std::io::Read + '_>> {
     tar::Archive::new(if blob.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::read::GzDecoder::new(blob))
+        Box::new(flate2::read::MultiGzDecoder::new(blob))
     } else {
         Box::new(blob)
     })
@@ -404,7 +404,7 @@ fn alternatives_are_written_as_update_alternatives_writes_them() {
 /// The symlinks of a layer blob under `dirs`, as `PATH -> TARGET`, sorted.
 fn layer_links(blob: &[u8], dirs: &[&str]) -> Vec<String> {
     let r: Box<dyn std::io::Read> = if blob.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::read::GzDecoder::new(blob))
+        Box::new(flate2::read::MultiGzDecoder::new(blob))
     } else {
         Box::new(blob)
     };
@@ -525,7 +525,7 @@ fn hard_links_stay_links_and_a_missing_md5sums_is_computed_as_dpkg_does() {
         want
     );
     // One file under two names: the first name carries the bytes, the other links to it.
-    let r = flate2::read::GzDecoder::new(blob.as_slice());
+    let r = flate2::read::MultiGzDecoder::new(blob.as_slice());
     let mut seen = Vec::new();
     for e in tar::Archive::new(r).entries().unwrap() {
         let e = e.unwrap();

@@ -35,7 +35,7 @@ fn file_in_top_layer(layout: &Path, tag: &str, path: &str) -> Option<Vec<u8>> {
         .unwrap()
         .to_string();
     let data = blob(&top);
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(data.as_slice()));
+    let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(data.as_slice()));
     for e in archive.entries().unwrap() {
         let mut e = e.unwrap();
         if e.path().unwrap().to_string_lossy().trim_start_matches("./") == path {

@@ -281,7 +281,7 @@ fn ubuntu2404_recipe_against_a_noble_shaped_archive() {
 /// One file of a gzip layer, as text.
 fn layer_file(blob: &Path, path: &str) -> String {
     let f = std::fs::File::open(blob).unwrap();
-    for e in tar::Archive::new(flate2::read::GzDecoder::new(f)).entries().unwrap() {
+    for e in tar::Archive::new(flate2::read::MultiGzDecoder::new(f)).entries().unwrap() {
         let mut e = e.unwrap();
         if e.path().unwrap().to_string_lossy().trim_start_matches("./") == path {
             let mut text = String::new();
