@@ -154,12 +154,13 @@ impl<W: Write> Write for LayerGz<W> {
             LayerGz::Stream(gz) => return gz.write(data),
             LayerGz::Blocks(b) => b,
         };
+        let take = (b.block - b.buf.len()).min(data.len());
+        b.buf.extend_from_slice(&data[..take]);
+        // A member does not depend on whether it is the last: a full block goes at once.
         if b.buf.len() == b.block {
             let full = std::mem::replace(&mut b.buf, Vec::with_capacity(b.block));
             b.send(full)?;
         }
-        let take = (b.block - b.buf.len()).min(data.len());
-        b.buf.extend_from_slice(&data[..take]);
         Ok(take)
     }
 
