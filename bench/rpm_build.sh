@@ -183,12 +183,16 @@ settle() { sync; sleep 2; }
 BUILDS=(erdma)
 [ -n "${ERDMA_BUILD_OLD:-}" ] && BUILDS+=(old)
 for round in $(seq "${ROUNDS:-1}"); do
+    # With two binaries, they take turns at going first (right after dnf's build), so that
+    # neither gains from its place in the order.
+    ORDER=("${BUILDS[@]}")
+    [ $((round % 2)) = 0 ] && [ "${#BUILDS[@]}" = 2 ] && ORDER=("${BUILDS[1]}" "${BUILDS[0]}")
     say "round $round: cold"
-    for b in "${BUILDS[@]}"; do settle; run_erdma "$b" cold; done
+    for b in "${ORDER[@]}"; do settle; run_erdma "$b" cold; done
     settle; run_dnf cold
     [ "$round" = 1 ] && installed_sets
     say "round $round: warm"
-    for b in "${BUILDS[@]}"; do settle; run_erdma "$b" warm; done
+    for b in "${ORDER[@]}"; do settle; run_erdma "$b" warm; done
     settle; DNF_CACHEONLY=-C run_dnf warm
 done
 
