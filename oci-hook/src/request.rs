@@ -50,11 +50,11 @@ pub fn env_get<'a>(env: &'a [Value], name: &str) -> Option<&'a str> {
 /// `create` that does not ask then leaves the spec unparsed, and the real runtime reads and
 /// checks it as it would without the wrapper.
 pub fn may_ask(raw: &[u8], config: &Config) -> bool {
-    let has = |needle: &[u8]| memchr::memmem::find(raw, needle).is_some();
+    let has = |needle: &[u8]| find(raw, needle).is_some();
     // An escape that could stand for a character of either name (`\u0045` for `E`); others,
     // such as Go's `\u0026` for `&`, cannot make one.
     let spells = || {
-        memchr::memmem::find_iter(raw, b"\\u").any(|at| {
+        raw.windows(2).enumerate().filter(|(_, w)| w == b"\\u").map(|(at, _)| at).any(|at| {
             let hex = raw.get(at + 2..at + 6).and_then(|h| std::str::from_utf8(h).ok());
             hex.and_then(|h| u32::from_str_radix(h, 16).ok())
                 .and_then(char::from_u32)
@@ -65,6 +65,15 @@ pub fn may_ask(raw: &[u8], config: &Config) -> bool {
         || has(ANNOTATION.as_bytes())
         || (config.accept_env && has(ENV.as_bytes()))
         || spells()
+}
+
+/// Where `needle` first occurs in `haystack`. memchr's portable Two-Way search, not
+/// `memchr::memmem`: memmem picks its SIMD code by asking the CPU what it has (std's feature
+/// detection, a series of `cpuid`s), and every `cpuid` traps to the hypervisor in a VM. For
+/// erdma-runtime, a process that lives for one call, those traps cost more than the search of
+/// a few kilobytes of spec saves (docs/benchmarks.md).
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    memchr::arch::all::twoway::Finder::new(needle).find(haystack, needle)
 }
 
 /// The request in `spec`: the annotation first, then (if the operator allows) the env, then
