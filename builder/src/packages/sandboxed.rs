@@ -436,8 +436,15 @@ fn run_job(
     if let Err(e) = map.write(child.id()) {
         return Err(fail(&mut child, err_reader, e.into()));
     }
-    // Large writes: the layers cross the pipe in as few system calls as the pipe allows.
-    let mut stdin = std::io::BufWriter::with_capacity(1 << 20, child.stdin.take().expect("piped"));
+    // Large writes: the layers cross the pipe in as few system calls as the pipe allows. The
+    // pipe holds 1 MiB (the most an unprivileged process may ask for by default,
+    // /proc/sys/fs/pipe-max-size) rather than 64 KiB: with the smaller one, this side
+    // (inflating the base) and the job (writing its files) took turns, each waiting on the
+    // other, and the machine's cores stood idle for a third of the time (docs/benchmarks.md).
+    // Where it cannot be grown, the pipe stays as it was, only slower.
+    let stdin = child.stdin.take().expect("piped");
+    let _ = rustix::pipe::fcntl_setpipe_size(&stdin, 1 << 20);
+    let mut stdin = std::io::BufWriter::with_capacity(1 << 20, stdin);
     /// Why feeding the job stopped: the pipe (the job stopped reading, and says why on its
     /// stderr), or reading what was to be sent.
     enum Stop {
