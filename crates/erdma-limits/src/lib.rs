@@ -24,6 +24,7 @@
 //! or index body longer than its signed size is cut off there (`http`).
 #![forbid(unsafe_code)]
 
+pub mod checked;
 pub mod kept;
 pub mod paths;
 use std::cell::Cell;

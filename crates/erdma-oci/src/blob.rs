@@ -3,6 +3,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 
 use bytes::Bytes;
+use erdma_limits::checked::FileState;
 use futures_util::stream::BoxStream;
 use sha2::{Digest as _, Sha256};
 
@@ -165,47 +166,6 @@ impl<R: Read> Read for VerifyingReader<R> {
     }
 }
 
-/// What `fstat` says of a file, as far as its content goes: the same device, inode and size,
-/// and the same modification and change times (no one can set a change time back; a `write`,
-/// `truncate` or `utimes` moves it) stand for the same bytes. Not for every writer: a write
-/// within the same clock tick as the last change, or through a shared mapping before the page
-/// is written back, leaves both times as they were. The birth time, where the file system
-/// keeps one, tells a file from a later one given the same inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileState {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-    btime: Option<(i64, i64)>,
-}
-
-impl FileState {
-    fn of(f: &File) -> Option<FileState> {
-        use std::os::unix::fs::MetadataExt;
-        let m = f.metadata().ok().filter(|m| m.is_file())?;
-        Some(FileState {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-            btime: m
-                .created()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| (d.as_secs() as i64, i64::from(d.subsec_nanos()))),
-        })
-    }
-}
-
-/// Files this process read whole and found to hash to a digest, with their state then: a
-/// layout's layer checked as it was read for the base's files is not read again to be checked
-/// before it is linked into the output (51 MB, 40 ms of a core, for a Rocky 9 base). The
-/// checks of files the user alone may write are also kept for later builds ([`check_file`]).
-static CHECKED: std::sync::Mutex<Vec<(String, FileState)>> = std::sync::Mutex::new(Vec::new());
-
 /// Where the checks of the user's own files are kept for later builds: one small file per
 /// digest, named by its hex, with the file states (`Lasting`, one per line) it was read whole
 /// and matched in.
@@ -339,21 +299,15 @@ fn checks_kept_for(file: &File) -> bool {
         && rustix::fs::fstatfs(file).is_ok_and(|s| LOCAL.contains(&(s.f_type as u32)))
 }
 
-/// Remembers that `file`, in `state`, was read whole and matched `digest`: in this process,
-/// and for later builds where the check may be kept ([`checks_kept_for`]).
+/// Remembers that `file`, in `state`, was read whole and matched `digest`: in this process
+/// (`erdma_limits::checked`: a layout's layer checked as it was read for the base's files is
+/// not read again to be checked before it is linked into the output, 51 MB, 40 ms of a core,
+/// for a Rocky 9 base), and for later builds where the check may be kept ([`checks_kept_for`]).
 fn remember(file: &File, digest: &str, state: FileState) {
     if checks_kept_for(file) {
         keep_check(digest, &state);
     }
-    let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
-    checked.retain(|(d, s)| !(d == digest && (s.dev, s.ino) == (state.dev, state.ino)));
-    checked.push((digest.to_string(), state));
-}
-
-fn remembered(f: &File, digest: &str) -> bool {
-    let Some(now) = FileState::of(f) else { return false };
-    let checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
-    checked.iter().any(|(d, s)| d == digest && *s == now)
+    erdma_limits::checked::remember(digest, state);
 }
 
 /// From this size, [`VerifyingFile::hashed_aside`] hashes beside its reader: a Rocky 9 base's
@@ -423,7 +377,7 @@ impl Read for VerifyingFile {
 /// entry), and what the build learns of the layer's files comes from the snapshot made when
 /// its bytes were read and matched.
 pub fn check_file(file: &File, digest: &str) -> io::Result<()> {
-    if remembered(file, digest) {
+    if erdma_limits::checked::remembered(file, digest) {
         return Ok(());
     }
     if checks_kept_for(file) && FileState::of(file).is_some_and(|s| kept_check(digest, &s)) {
@@ -603,6 +557,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use erdma_limits::checked::remembered;
 
     /// The time `Lasting::settled` takes as now (since the epoch), where a test sets one: a
     /// test's files, made just now, cannot be given an old birth time, and a clock of its own
@@ -726,7 +681,7 @@ mod tests {
             return;
         }
         remember_checks_in(dir.path().join("checked"));
-        let forget_this_process = || CHECKED.lock().unwrap().clear();
+        let forget_this_process = || erdma_limits::checked::forget_all();
         let path = dir.path().join("blob");
         let content = b"cached layer bytes ".repeat(1000);
         std::fs::write(&path, &content).unwrap();
@@ -896,7 +851,7 @@ mod tests {
         let aside = |digest: &str| VerifyingFile::hashed_aside(File::open(&path).unwrap(), digest);
         assert!(matches!(aside(&digest).inner.hasher, Hashing::Aside { .. }));
         for piece in [1000, 1 << 16, 3 << 20] {
-            CHECKED.lock().unwrap().clear();
+            erdma_limits::checked::forget_all();
             let mut r = aside(&digest);
             let mut buf = vec![0u8; piece];
             let mut got = Vec::new();
