@@ -78,10 +78,15 @@ impl Writer {
     }
 
     /// Puts what was written in place of whatever `path` held.
-    pub fn commit(mut self) -> io::Result<()> {
+    pub fn commit(self) -> io::Result<()> {
+        self.commit_file().map(drop)
+    }
+
+    /// [`Self::commit`], giving back the file now at `path` (for its state once in place: a
+    /// rename moves a file's change time).
+    pub fn commit_file(mut self) -> io::Result<File> {
         self.tmp.as_file_mut().flush()?;
-        self.tmp.persist(&self.path).map_err(|e| e.error)?;
-        Ok(())
+        self.tmp.persist(&self.path).map_err(|e| e.error)
     }
 }
 

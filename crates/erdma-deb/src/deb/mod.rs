@@ -1001,6 +1001,9 @@ mod tests {
             let mut bytes = kept_file(&other, member_size);
             spoil(&mut bytes);
             std::fs::write(&kept, &bytes).unwrap();
+            // As a later build finds it: this process checked the copy before, and a rewrite
+            // at the same size within the same clock tick would leave its state as it was.
+            erdma_limits::checked::forget_all();
             assert_eq!(collect_kept(&deb_path, &kept, inflation), plain, "{why}");
             assert_eq!(std::fs::read(&kept).unwrap(), written, "{why}: kept again");
         }
@@ -1021,6 +1024,43 @@ mod tests {
         .unwrap_err();
         assert!(!kept.exists());
         assert_eq!(std::fs::read_dir(kept.parent().unwrap()).unwrap().count(), 0, "no temporary");
+    }
+
+    /// A payload this process kept, or read back and found intact, is remembered as checked
+    /// while its file's state holds, so that the next read does not hash it again; a file put
+    /// in its place, or changed, is not, and is checked when read.
+    #[test]
+    fn a_payload_kept_or_checked_here_is_remembered_while_its_file_holds() {
+        if !have_dpkg_deb() {
+            return;
+        }
+        use std::io::Write;
+        let inflation = erdma_limits::DEFAULT_INFLATION;
+        let dir = tempfile::tempdir().unwrap();
+        let deb = build_deb(dir.path(), "xz");
+        let kept_at = dir.path().join("kept").join("payload.tar");
+        let plain = collect_kept(&deb, &kept_at, inflation);
+        let bytes = std::fs::read(&kept_at).unwrap();
+        let sha256 = &bytes[bytes.len() - 56..][..32];
+        let key = kept::memo_key(sha256);
+        let remembered =
+            || erdma_limits::checked::remembered(&std::fs::File::open(&kept_at).unwrap(), &key);
+        assert!(remembered(), "kept as it was decompressed");
+        assert_eq!(collect_kept(&deb, &kept_at, inflation), plain, "read back");
+        // Put in its place by another writer, the same bytes: not this file, checked as it
+        // is read, then remembered.
+        std::fs::remove_file(&kept_at).unwrap();
+        erdma_limits::kept::write(&kept_at, |f| f.write_all(&bytes)).unwrap();
+        assert!(!remembered());
+        assert_eq!(collect_kept(&deb, &kept_at, inflation), plain, "checked");
+        assert!(remembered(), "checked as it was read");
+        // Grown in place: no longer remembered; a payload whose trailer is not at its end is
+        // not used, and the package is decompressed and its payload kept again.
+        std::fs::OpenOptions::new().append(true).open(&kept_at).unwrap().write_all(b"!").unwrap();
+        assert!(!remembered());
+        assert_eq!(collect_kept(&deb, &kept_at, inflation), plain, "kept again");
+        assert_eq!(std::fs::read(&kept_at).unwrap(), bytes);
+        assert!(remembered(), "kept again as it was decompressed");
     }
 
     /// A walk of `deb` with its payload kept at `kept`, on a thread of its own: whether the
@@ -1136,6 +1176,7 @@ mod tests {
             let mut damaged = std::fs::read(&kept).unwrap();
             damaged[0] ^= 1;
             std::fs::write(&kept, damaged).unwrap();
+            erdma_limits::checked::forget_all(); // as a later build finds it (see above)
             assert!(with_kept_payload(&deb, inflation, &kept).is_none(), "{compression}");
         }
         // An uncompressed package is given as it is, though its payload is kept.
