@@ -9,6 +9,7 @@
 //! written back) between the first check and a later use. The files remembered are the
 //! build's own, in the user's cache or output, which only the user may write; the callers say
 //! what else stands on them (`erdma_oci::blob::check_file`, `erdma_deb`'s kept payloads).
+use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Mutex;
 
@@ -48,15 +49,19 @@ impl FileState {
     }
 }
 
-/// The files remembered, each as the digest it matched and its state then; one entry per
-/// digest and file.
-static CHECKED: Mutex<Vec<(String, FileState)>> = Mutex::new(Vec::new());
+/// The files remembered, by the digest each matched and its device and inode, with its state
+/// then: one entry per digest and file, found without a search (a build may keep the payloads
+/// of thousands of packages).
+type Checked = HashMap<(String, u64, u64), FileState>;
+
+static CHECKED: Mutex<Option<Checked>> = Mutex::new(None);
 
 /// Remembers that the file in `state` was read or written whole and holds `digest`'s bytes.
 pub fn remember(digest: &str, state: FileState) {
     let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
-    checked.retain(|(d, s)| !(d == digest && (s.dev, s.ino) == (state.dev, state.ino)));
-    checked.push((digest.to_string(), state));
+    checked
+        .get_or_insert_with(HashMap::new)
+        .insert((digest.to_string(), state.dev, state.ino), state);
 }
 
 /// Whether `f` was remembered as holding `digest`'s bytes ([`remember`]) and its state is still
@@ -64,12 +69,13 @@ pub fn remember(digest: &str, state: FileState) {
 pub fn remembered(f: &File, digest: &str) -> bool {
     let Some(now) = FileState::of(f) else { return false };
     let checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
-    checked.iter().any(|(d, s)| d == digest && *s == now)
+    let key = (digest.to_string(), now.dev, now.ino);
+    checked.as_ref().and_then(|c| c.get(&key)).is_some_and(|s| *s == now)
 }
 
 /// Forgets every file remembered: for tests that play a later process.
 pub fn forget_all() {
-    CHECKED.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    *CHECKED.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
 #[cfg(test)]
