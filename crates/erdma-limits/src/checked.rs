@@ -67,10 +67,14 @@ pub fn remember(digest: &str, state: FileState) {
 /// Whether `f` was remembered as holding `digest`'s bytes ([`remember`]) and its state is still
 /// the one it had then.
 pub fn remembered(f: &File, digest: &str) -> bool {
-    let Some(now) = FileState::of(f) else { return false };
+    FileState::of(f).is_some_and(|now| remembered_in(digest, &now))
+}
+
+/// [`remembered`] for a file whose state the caller has just taken.
+pub fn remembered_in(digest: &str, now: &FileState) -> bool {
     let checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
     let key = (digest.to_string(), now.dev, now.ino);
-    checked.as_ref().and_then(|c| c.get(&key)).is_some_and(|s| *s == now)
+    checked.as_ref().and_then(|c| c.get(&key)).is_some_and(|s| s == now)
 }
 
 /// Forgets every file remembered: for tests that play a later process.

@@ -76,7 +76,7 @@ pub(super) fn read(path: &Path, member: &Member, inflation: u64) -> Option<Vec<u
     // Read while nothing changed it: its state before the read is the bytes read.
     let key = memo_key(sha256);
     let stable = FileState::of(&file) == Some(before);
-    if !(stable && checked::remembered(&file, &key)) {
+    if !(stable && checked::remembered_in(&key, &before)) {
         if Sha256::digest(&kept[..tar_len]).as_slice() != sha256 {
             tracing::warn!(
                 "ignoring cached payload {}: damaged (its SHA256 differs)",
@@ -146,12 +146,11 @@ impl<'a> Tee<'a> {
         trailer.extend_from_slice(&out.hash.finalize());
         trailer.extend_from_slice(&out.member_size.to_le_bytes());
         trailer.extend_from_slice(MAGIC);
-        let hash = trailer[..32].to_vec();
         match out.writer.file().write_all(&trailer).and_then(|()| out.writer.commit_file()) {
             // Hashed as it was written: [`read`] need not hash it again while it stays so.
             Ok(file) => {
                 if let Some(state) = erdma_limits::checked::FileState::of(&file) {
-                    erdma_limits::checked::remember(&memo_key(&hash), state);
+                    erdma_limits::checked::remember(&memo_key(&trailer[..32]), state);
                 }
             }
             Err(e) => tracing::debug!("not keeping the payload at {}: {e}", out.path.display()),
