@@ -7,7 +7,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 pub const DEFAULT_PATH: &str = "/etc/erdma/oci-hook.toml";
-pub const ENV_PATH: &str = "ERDMA_OCI_HOOK_CONFIG";
+pub const ENV_PATH: &str = match ENV_PATH_C.to_str() {
+    Ok(name) => name,
+    Err(_) => panic!("ASCII"),
+};
+/// [`ENV_PATH`] for the C library's `getenv`.
+pub const ENV_PATH_C: &std::ffi::CStr = c"ERDMA_OCI_HOOK_CONFIG";
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -154,13 +159,182 @@ impl Config {
     }
 
     pub fn load_from(path: &Path) -> Result<Config> {
+        Self::read_as::<Config>(path, Config::default)
+    }
+
+    /// What a call that hands the container over to the real runtime unchanged reads
+    /// (erdma-runtime's every subcommand but `create` and `run`): `runtime`, `log_file` and
+    /// `log_level`, the rest left at its defaults. The file must be well-formed TOML and these
+    /// three keys strings; what only the edit uses is neither read nor checked here, so that an
+    /// engine can still stop and delete its containers while one of those settings is wrong
+    /// (`create` and `run`, which use them, refuse the file with its error).
+    /// [`handover_plain`] reads the same from a file of the plainest form without a TOML parser.
+    pub fn load_handover() -> Result<Config> {
+        let h = Self::read_as::<Handover>(&Self::path(), Handover::default)?;
+        Ok(Config {
+            runtime: h.runtime,
+            log_file: h.log_file,
+            log_level: h.log_level,
+            ..Config::default()
+        })
+    }
+
+    /// The file at `path` as a `T`; a missing file is `absent()`.
+    fn read_as<T: serde::de::DeserializeOwned>(
+        path: &Path,
+        absent: impl FnOnce() -> T,
+    ) -> Result<T> {
         match std::fs::read_to_string(path) {
             Ok(text) => toml::from_str(&text)
                 .map_err(|source| Error::Config { path: path.to_path_buf(), source }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(absent()),
             Err(e) => Err(Error::io("reading config", path)(e)),
         }
     }
+}
+
+/// The part of the file [`Config::load_handover`] reads; other keys are not looked at.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(default)]
+struct Handover {
+    runtime: String,
+    log_file: Option<PathBuf>,
+    log_level: String,
+}
+
+impl Default for Handover {
+    fn default() -> Self {
+        let Config { runtime, log_file, log_level, .. } = Config::default();
+        Handover { runtime, log_file, log_level }
+    }
+}
+
+/// The keys [`Config::load_handover`] reads, as [`handover_plain`] finds them: each `None` when
+/// the file does not set it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plain<'a> {
+    pub runtime: Option<&'a [u8]>,
+    pub log_file: Option<&'a [u8]>,
+    pub log_level: Option<&'a [u8]>,
+}
+
+/// [`Config::load_handover`]'s reading of `text`, without a TOML parser, for a file of the
+/// plainest form only; `None` for any other, which then goes to the parser. erdma-runtime
+/// reads its configuration on every call an engine makes, and a call it only hands over to the
+/// real runtime (start, delete, state, kill: two or more per container) then touches no more
+/// of the program than this and the `exec` (docs/benchmarks.md).
+///
+/// Plainest form: ASCII only; lines ended by `\n`; each line blank, a comment, or
+/// `key = value` with an optional comment after it, where the key is bare (letters, digits,
+/// `_`, `-`) and set once, and the value is a basic string without escapes, a literal string,
+/// a decimal integer of up to 18 digits, `true`, `false`, or a one-line array of such strings.
+/// That is a subset of TOML in which every document means what TOML says it means (tests compare
+/// the two on generated files); what it leaves out (tables, dotted or quoted keys, escapes,
+/// multi-line values, other numbers, dates, `\r`, control characters, any non-ASCII byte)
+/// is refused, never guessed at. As for the parser, the three keys must be strings, and the
+/// others' values are not looked at beyond their form.
+pub fn handover_plain(text: &[u8]) -> Option<Plain<'_>> {
+    let mut plain = Plain::default();
+    // Keys seen, for TOML's rule that a key is set once (a document has a handful).
+    let mut seen: [&[u8]; 32] = [b""; 32];
+    let mut n_seen = 0;
+    if text.iter().any(|&c| (c < 0x20 && c != b'\t' && c != b'\n') || c >= 0x7f) {
+        return None;
+    }
+    for line in text.split(|&c| c == b'\n') {
+        let rest = trim_ws(line);
+        if rest.is_empty() || rest[0] == b'#' {
+            continue;
+        }
+        let key_len = rest.iter().position(|&c| !is_bare_key_byte(c)).unwrap_or(rest.len());
+        let (key, rest) = rest.split_at(key_len);
+        let rest = trim_ws(rest).strip_prefix(b"=")?;
+        let rest = trim_ws(rest);
+        if key.is_empty() || n_seen == seen.len() || seen[..n_seen].contains(&key) {
+            return None;
+        }
+        seen[n_seen] = key;
+        n_seen += 1;
+        let (value, rest) = plain_value(rest)?;
+        let rest = trim_ws(rest);
+        if !(rest.is_empty() || rest[0] == b'#') {
+            return None;
+        }
+        let slot = match key {
+            b"runtime" => &mut plain.runtime,
+            b"log_file" => &mut plain.log_file,
+            b"log_level" => &mut plain.log_level,
+            _ => continue,
+        };
+        *slot = Some(value.string?);
+    }
+    Some(plain)
+}
+
+/// One value of [`handover_plain`]'s form at the start of `s`, and what follows it.
+struct PlainValue<'a> {
+    /// The string's contents, for a string.
+    string: Option<&'a [u8]>,
+}
+
+fn plain_value(s: &[u8]) -> Option<(PlainValue<'_>, &[u8])> {
+    if let Some((string, rest)) = plain_string(s) {
+        return Some((PlainValue { string: Some(string) }, rest));
+    }
+    let word =
+        |w: &[u8]| s.strip_prefix(w).filter(|r| r.first().is_none_or(|&c| !is_bare_key_byte(c)));
+    if let Some(rest) = word(b"true").or_else(|| word(b"false")) {
+        return Some((PlainValue { string: None }, rest));
+    }
+    if let Some(mut rest) = s.strip_prefix(b"[") {
+        loop {
+            rest = trim_ws(rest);
+            if let Some(after) = rest.strip_prefix(b"]") {
+                return Some((PlainValue { string: None }, after));
+            }
+            let (_, after) = plain_string(rest)?;
+            rest = trim_ws(after);
+            match rest.first() {
+                Some(b',') => rest = &rest[1..],
+                Some(b']') => {}
+                _ => return None,
+            }
+        }
+    }
+    // A decimal integer: an optional sign, then `0` or digits not starting with `0`; TOML's
+    // underscores and other bases are left to the parser, as are numbers past 18 digits
+    // (an i64 holds every one of those).
+    let digits_at = usize::from(matches!(s.first(), Some(b'+' | b'-')));
+    let digits = s[digits_at..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let end = digits_at + digits;
+    let next_ok = s.get(end).is_none_or(|&c| c == b' ' || c == b'\t' || c == b'#');
+    if digits == 0 || digits > 18 || (digits > 1 && s[digits_at] == b'0') || !next_ok {
+        return None;
+    }
+    Some((PlainValue { string: None }, &s[end..]))
+}
+
+/// A basic string without escapes or a literal string at the start of `s` (its contents, and
+/// what follows); not a multi-line one.
+fn plain_string(s: &[u8]) -> Option<(&[u8], &[u8])> {
+    let quote = *s.first().filter(|q| matches!(q, b'"' | b'\''))?;
+    let body = &s[1..];
+    let end = body.iter().position(|&c| c == quote || (quote == b'"' && c == b'\\'))?;
+    // `""` followed by a quote would open a multi-line string; a backslash is an escape.
+    if body[end] != quote || (end == 0 && body.get(1) == Some(&quote)) {
+        return None;
+    }
+    Some((&body[..end], &body[end + 1..]))
+}
+
+fn trim_ws(s: &[u8]) -> &[u8] {
+    let start = s.iter().position(|&c| c != b' ' && c != b'\t').unwrap_or(s.len());
+    let end = s.iter().rposition(|&c| c != b' ' && c != b'\t').map_or(start, |e| e + 1);
+    &s[start..end.max(start)]
+}
+
+fn is_bare_key_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
 }
 
 #[cfg(test)]
@@ -212,6 +386,145 @@ mod tests {
         assert!(e.contains("memlok"), "{e}");
         let e = toml::from_str::<Config>("memlock = \"lots\"\n").unwrap_err().to_string();
         assert!(e.contains("unlimited"), "{e}");
+    }
+
+    /// `handover_plain` against the TOML parser on generated files: wherever it answers, the
+    /// parser reads the file, and the same three values from it; where the parser refuses a
+    /// file, it does not answer. Keys, values and line shapes are mixed from lists holding
+    /// what the plain form takes and what lies just outside it.
+    #[test]
+    fn handover_plain_reads_what_toml_reads_or_nothing() {
+        const KEYS: &[&str] = &[
+            "runtime",
+            "log_level",
+            "log_file",
+            "memlock",
+            "drivers",
+            "other",
+            "Runtime",
+            "run-time",
+            "\"runtime\"",
+            "a.b",
+            "",
+        ];
+        const VALUES: &[&str] = &[
+            r#""/usr/bin/runc""#,
+            "'/usr/sbin/runc'",
+            r#""runc""#,
+            r#""""#,
+            "''",
+            r#""debug""#,
+            r#""info""#,
+            r#""a\"b""#,
+            r#""a\u0041""#,
+            r"'C:\x'",
+            r#""""x""""#,
+            "'''x'''",
+            r#""""""#,
+            "\"x\tz\"",
+            "'it''s'",
+            r#""unterminated"#,
+            "5",
+            "-0",
+            "+12",
+            "007",
+            "0",
+            "1_000",
+            "0x10",
+            "5.0",
+            "1e5",
+            "123456789012345678",
+            "12345678901234567890",
+            "true",
+            "false",
+            "truex",
+            "[]",
+            "[ ]",
+            r#"["erdma", 'mlx5_core',]"#,
+            r#"["a" "b"]"#,
+            "[1, 2]",
+            r#"["a""#,
+            "[,]",
+            "{a = 1}",
+            "1979-05-27",
+            "inf",
+            "\"\u{e9}\"",
+        ];
+        const SHAPES: &[&str] = &[
+            "{k} = {v}",
+            "{k}={v}",
+            "  {k}\t=  {v}  # note",
+            "{k} = {v}#note",
+            "{k} = {v} x",
+            "# {k} = {v}",
+            "",
+            "[table]",
+            "{k}",
+            "{k} = {v}\r",
+            "{k} = {v} # \u{e9}",
+        ];
+        // A small fixed generator: the same files on every run.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let (mut answered, mut total) = (0, 0);
+        for _ in 0..20_000 {
+            let lines = 1 + next(4);
+            let doc: String = (0..lines)
+                .map(|_| {
+                    SHAPES[next(SHAPES.len())]
+                        .replace("{k}", KEYS[next(KEYS.len())])
+                        .replace("{v}", VALUES[next(VALUES.len())])
+                        + "\n"
+                })
+                .collect();
+            total += 1;
+            let parsed = toml::from_str::<Handover>(&doc);
+            let Some(plain) = handover_plain(doc.as_bytes()) else { continue };
+            answered += 1;
+            let h =
+                parsed.unwrap_or_else(|e| panic!("plain read a file TOML refuses: {doc:?}: {e}"));
+            let text = |v: Option<&[u8]>| v.map(|b| String::from_utf8(b.to_vec()).unwrap());
+            let want = Handover::default();
+            assert_eq!(text(plain.runtime).unwrap_or(want.runtime), h.runtime, "{doc:?}");
+            assert_eq!(text(plain.log_level).unwrap_or(want.log_level), h.log_level, "{doc:?}");
+            assert_eq!(text(plain.log_file).map(PathBuf::from), h.log_file, "{doc:?}");
+        }
+        // Not a test that passes by answering nothing: about one file in ten is plain.
+        assert!(answered * 20 > total, "{answered} of {total}");
+    }
+
+    /// The files erdma-kit itself writes or ships are plain: the shipped one and the one
+    /// deploy/ writes, as they are and with every key set.
+    #[test]
+    fn shipped_and_deployed_files_are_plain() {
+        let shipped = include_str!("../oci-hook.toml");
+        assert_eq!(handover_plain(shipped.as_bytes()), Some(Plain::default()));
+        let uncommented: String = shipped
+            .lines()
+            .filter_map(|l| l.strip_prefix('#'))
+            .filter(|l| l.contains(" = ") && !l.starts_with(' '))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let all = handover_plain(uncommented.as_bytes()).expect("every key uncommented is plain");
+        assert_eq!(all.runtime, Some(&b"runc"[..]));
+        let deployed = include_str!("../../deploy/erdma-kit-runtimeclass.yaml");
+        let block: String = deployed
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("runtime = "))
+            .take_while(|l| l.starts_with("    ") && !l.trim().is_empty())
+            .map(|l| format!("{}\n", l.trim_start()))
+            .collect();
+        assert!(block.starts_with("runtime = "), "{block}");
+        assert_eq!(handover_plain(block.as_bytes()).unwrap().runtime, Some(&b"runc"[..]));
+        // Not plain: left to the parser, which reads the first (the others it refuses).
+        for doc in [r#"runtime = "\u002Fusr/bin/runc""#, "[x]\nruntime = 'y'\n", "runtime = 1\n"] {
+            assert_eq!(handover_plain(doc.as_bytes()), None, "{doc}");
+        }
     }
 
     #[test]

@@ -301,6 +301,13 @@ fn open(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// Whether `init` would log at debug level or finer: calls that have nothing to log otherwise
 /// (the pass-through subcommands) skip setting logging up, which is most of their own cost.
+/// Whether `level`, as `log_level`, is plainly one that asks for no debug lines: `off`,
+/// `error`, `warn` or `info` as they are, which [`wants_debug`] reads the same way (a test says
+/// so); other filters are left to it.
+pub fn plainly_quiet(level: &[u8]) -> bool {
+    matches!(level, b"off" | b"error" | b"warn" | b"info")
+}
+
 pub fn wants_debug(config: &Config) -> bool {
     let spec = std::env::var("RUST_LOG")
         .ok()
@@ -415,6 +422,12 @@ mod tests {
         let c = |lvl: &str| Config { log_level: lvl.into(), ..Config::default() };
         if std::env::var_os("RUST_LOG").is_some() {
             return;
+        }
+        for quiet in ["off", "error", "warn", "info"] {
+            assert!(plainly_quiet(quiet.as_bytes()) && !wants_debug(&c(quiet)), "{quiet}");
+        }
+        for other in ["debug", "trace", "INFO", "info,erdma_oci_hook=debug", ""] {
+            assert!(!plainly_quiet(other.as_bytes()), "{other}");
         }
         assert!(!wants_debug(&c("info")));
         assert!(wants_debug(&c("debug")));

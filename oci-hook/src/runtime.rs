@@ -9,9 +9,8 @@
 //!
 //! Errors are one line on stderr (and in the log), exit code 1, and the spec untouched: the
 //! edit is computed fully, and the real runtime is found, before anything is written.
-use std::ffi::{OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
@@ -104,31 +103,48 @@ fn flag(arg: &OsStr) -> Option<(&str, Option<&OsStr>)> {
     Some((std::str::from_utf8(name).ok()?, value))
 }
 
-/// Finds the subcommand and, for `create`/`run`, the bundle, config file and container id.
-pub fn parse(args: &[OsString]) -> Invocation {
-    let mut inv = Invocation::default();
+/// Walks the global flags before the subcommand, handing each to `each` with its value, and
+/// returns the subcommand's index (`args.len()` when there is none).
+fn globals<A: AsRef<[u8]>>(args: &[A], mut each: impl FnMut(&str, Option<&OsStr>)) -> usize {
     let mut i = 0;
     while i < args.len() {
-        let a = &args[i];
+        let a = OsStr::from_bytes(args[i].as_ref());
         if a == "--" {
-            i += 1;
-            break;
+            return i + 1;
         }
         let (name, value, used) = match flag(a) {
             Some((name, None)) if GLOBAL_VALUE_FLAGS.contains(&name) => {
-                (name, args.get(i + 1).map(OsString::as_os_str), 2)
+                (name, args.get(i + 1).map(|v| OsStr::from_bytes(v.as_ref())), 2)
             }
             Some((name, value)) => (name, value, 1),
-            None => break,
+            None => return i,
         };
-        match name {
-            "log" => inv.log = value.map(PathBuf::from),
-            "log-format" => inv.log_format = value.map(|v| v.to_string_lossy().into_owned()),
-            "version" | "v" | "V" => inv.version = true,
-            _ => {}
-        }
+        each(name, value);
         i += used;
     }
+    i
+}
+
+/// Whether erdma-runtime only hands these arguments over to the real runtime: a subcommand runc
+/// and crun know, other than `create` and `run` (which [`parse`] reads further).
+pub fn hands_over<A: AsRef<[u8]>>(args: &[A]) -> bool {
+    let at = globals(args, |_, _| {});
+    args.get(at).is_some_and(|cmd| {
+        let cmd = cmd.as_ref();
+        cmd != b"create" && cmd != b"run" && KNOWN_COMMANDS.iter().any(|k| k.as_bytes() == cmd)
+    })
+}
+
+/// Finds the subcommand and, for `create`/`run`, the bundle, config file and container id.
+pub fn parse(args: &[OsString]) -> Invocation {
+    let mut inv = Invocation::default();
+    let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let i = globals(&bytes, |name, value| match name {
+        "log" => inv.log = value.map(PathBuf::from),
+        "log-format" => inv.log_format = value.map(|v| v.to_string_lossy().into_owned()),
+        "version" | "v" | "V" => inv.version = true,
+        _ => {}
+    });
     let Some(cmd) = args.get(i) else { return inv };
     let cmd = cmd.to_string_lossy().into_owned();
     let rest = &args[i + 1..];
@@ -177,8 +193,39 @@ pub fn parse(args: &[OsString]) -> Invocation {
     inv
 }
 
-fn is_executable(path: &Path) -> Option<std::fs::Metadata> {
-    std::fs::metadata(path).ok().filter(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+/// The search path when `PATH` is not set.
+const DEFAULT_SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A file and the device and inode it is, when it is a regular file someone may execute.
+fn executable(path: &CStr) -> Option<(u64, u64)> {
+    let st = rustix::fs::stat(path).ok()?;
+    let file = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+    (file && st.st_mode & 0o111 != 0).then_some((st.st_dev as u64, st.st_ino as u64))
+}
+
+/// The real runtime `name` names: `name` itself when it holds a `/`, else the first `dir/name`
+/// over `search_path` (PATH's value; empty entries skipped) that is not this program (`me`: an
+/// `erdma-runtime` installed as `runc` earlier on PATH would otherwise exec itself forever).
+/// Either way an executable regular file, NUL-terminated, or `None`.
+fn search(
+    name: &[u8],
+    search_path: &[u8],
+    me: impl FnOnce() -> Option<(u64, u64)>,
+) -> Option<CString> {
+    if name.contains(&b'/') {
+        return CString::new(name).ok().filter(|path| executable(path).is_some());
+    }
+    let me = me();
+    search_path.split(|c| *c == b':').filter(|d| !d.is_empty()).find_map(|dir| {
+        let mut candidate = Vec::with_capacity(dir.len() + 1 + name.len() + 1);
+        candidate.extend_from_slice(dir);
+        if !dir.ends_with(b"/") {
+            candidate.push(b'/');
+        }
+        candidate.extend_from_slice(name);
+        let candidate = CString::new(candidate).ok()?;
+        executable(&candidate).filter(|id| Some(*id) != me).map(|_| candidate)
+    })
 }
 
 /// The real runtime: a path, or a name looked up on `PATH`, never this wrapper itself (an
@@ -186,33 +233,82 @@ fn is_executable(path: &Path) -> Option<std::fs::Metadata> {
 pub fn resolve_runtime(name: &str) -> Result<PathBuf, RuntimeError> {
     let config = std::env::var(crate::config::ENV_PATH)
         .unwrap_or_else(|_| crate::config::DEFAULT_PATH.into());
-    if name.contains('/') {
-        return match is_executable(Path::new(name)) {
-            Some(_) => Ok(PathBuf::from(name)),
-            None => Err(RuntimeError::NotFound {
-                name: name.into(),
-                where_: "(no executable file there)".into(),
-                config,
-            }),
-        };
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_SEARCH_PATH.into());
+    let me = || executable(c"/proc/self/exe");
+    if let Some(found) = search(name.as_bytes(), path.as_bytes(), me) {
+        return Ok(PathBuf::from(OsStr::from_bytes(found.as_bytes())));
     }
-    let me = std::fs::metadata("/proc/self/exe").ok().map(|m| (m.dev(), m.ino()));
-    let path = std::env::var_os("PATH")
-        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    for dir in std::env::split_paths(&path).filter(|d| !d.as_os_str().is_empty()) {
-        let candidate = dir.join(name);
-        if let Some(m) = is_executable(&candidate) {
-            if Some((m.dev(), m.ino())) == me {
-                continue;
-            }
-            return Ok(candidate);
+    let where_ = match name.contains('/') {
+        true => "(no executable file there)".into(),
+        false => format!("on PATH ({})", path.to_string_lossy()),
+    };
+    Err(RuntimeError::NotFound { name: name.into(), where_, config })
+}
+
+/// What to exec for a call erdma-runtime only hands over: the program, and the name it is
+/// given as `argv[0]` (the configuration's `runtime`, as [`main_with`] gives it).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Handover {
+    pub program: CString,
+    pub arg0: CString,
+}
+
+/// The runtime a call that only hands over (`args` without `argv[0]`, [`hands_over`]) execs,
+/// worked out with a few system calls and no more of this program than that, for the plainest
+/// configuration files ([`crate::config::handover_plain`]) when nothing is to be logged; `None`
+/// in every other case, which [`main_with`] then handles as it handles every call. `env` reads
+/// the environment.
+///
+/// The answer is the one [`main_with`] comes to: the same file (`ERDMA_OCI_HOOK_CONFIG`, else
+/// the default; a missing one is the defaults), the same keys ([`Config::load_handover`]), the
+/// same search ([`resolve_runtime`]); and no debug lines wanted (`RUST_LOG` unset and a plainly
+/// quiet `log_level`), so that there, too, nothing would be logged. What it leaves out is the
+/// point: an engine calls the wrapper two or more times per container (start, delete, state,
+/// kill) besides `create`, and a call that parses TOML, builds std's `Command` and walks its
+/// arguments as `OsString`s touches pages of the program that this does not
+/// (docs/benchmarks.md).
+pub fn handover<'e, A: AsRef<[u8]>>(
+    args: &[A],
+    env: impl Fn(&CStr) -> Option<&'e [u8]>,
+) -> Option<Handover> {
+    if !hands_over(args) || env(c"RUST_LOG").is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let config = match env(crate::config::ENV_PATH_C) {
+        Some(path) => CString::new(path).ok()?,
+        None => CString::new(crate::config::DEFAULT_PATH).ok()?,
+    };
+    let text = read_whole(&config)?;
+    let plain = crate::config::handover_plain(&text)?;
+    if !crate::log::plainly_quiet(plain.log_level.unwrap_or(b"info")) {
+        return None;
+    }
+    let runtime = plain.runtime.unwrap_or(b"runc");
+    let search_path = env(c"PATH").unwrap_or(DEFAULT_SEARCH_PATH.as_bytes());
+    let program = search(runtime, search_path, || executable(c"/proc/self/exe"))?;
+    Some(Handover { program, arg0: CString::new(runtime).ok()? })
+}
+
+/// The file at `path`, whole: empty when there is no such file (the defaults, as
+/// [`Config::load_handover`] reads it); `None` when it cannot be read.
+fn read_whole(path: &CStr) -> Option<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = match rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Some(Vec::new()),
+        Err(_) => return None,
+    };
+    let mut text = Vec::with_capacity(4096);
+    loop {
+        if text.len() == text.capacity() {
+            text.reserve(4096);
+        }
+        match rustix::io::read(&fd, rustix::buffer::spare_capacity(&mut text)) {
+            Ok(0) => return Some(text),
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
         }
     }
-    Err(RuntimeError::NotFound {
-        name: name.into(),
-        where_: format!("on PATH ({})", path.to_string_lossy()),
-        config,
-    })
 }
 
 /// Logging to the config's `log_file`, set up on first use. Setting it up (the log file opened,
@@ -264,8 +360,9 @@ fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), Run
 }
 
 fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, RuntimeError> {
-    let config = Config::load()?;
     let intercepted = matches!(inv.command.as_deref(), Some("create" | "run"));
+    // A call that only hands over reads only the runtime and the log settings.
+    let config = if intercepted { Config::load()? } else { Config::load_handover()? };
     let unknown = inv.command.as_deref().is_some_and(|c| !KNOWN_COMMANDS.contains(&c));
     let mut log = Log { config: &config, guard: None };
     if unknown || crate::log::wants_debug(&config) {
@@ -346,7 +443,7 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
 /// follow it. Without a runtime to ask, our line alone answers, with a note; the exit code is
 /// the runtime's.
 fn version(args: &[OsString]) -> i32 {
-    let runtime = Config::load()
+    let runtime = Config::load_handover()
         .map_err(RuntimeError::from)
         .and_then(|config| Ok((resolve_runtime(&config.runtime)?, config.runtime)));
     let code = match runtime {
@@ -524,6 +621,119 @@ mod tests {
             p(&["exec", "-b", "/b", "c1"]),
             Invocation { command: Some("exec".into()), ..Default::default() }
         );
+    }
+
+    /// `hands_over` says what `parse` and `run` do with the same arguments: hand over every
+    /// subcommand runc and crun know but create and run, after any global flags.
+    #[test]
+    fn hands_over_what_parse_finds_to_hand_over() {
+        let cases: &[&[&str]] = &[
+            &["state", "c1"],
+            &["--root", "/r", "--log", "/l", "--log-format", "json", "delete", "--force", "c1"],
+            &["--root=/r", "-debug", "start", "c1"],
+            &["--root", "create", "--log", "run", "state", "c1"],
+            &["--systemd-cgroup", "kill", "c1", "9"],
+            &["--", "state", "c1"],
+            &["create", "--bundle", "/b", "c1"],
+            &["--root", "/r", "run", "c1"],
+            &["--version"],
+            &["--version", "state", "c1"],
+            &["frobnicate", "c1"],
+            &["--root", "/r"],
+            &[],
+            &["-"],
+        ];
+        for args in cases {
+            let inv = p(args);
+            let want = inv
+                .command
+                .as_deref()
+                .is_some_and(|c| c != "create" && c != "run" && KNOWN_COMMANDS.contains(&c));
+            let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            assert_eq!(hands_over(&bytes), want, "{args:?}");
+        }
+    }
+
+    /// An executable script at `path`.
+    fn program(path: &Path) {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::write(path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// `handover` over a configuration file and an environment of the test's own.
+    fn handover_with(
+        config: Option<&str>,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Option<Handover> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("oci-hook.toml");
+        if let Some(text) = config {
+            std::fs::write(&path, text).unwrap();
+        }
+        let path = path.to_str().unwrap().to_string();
+        let mut vars: Vec<(String, String)> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        vars.push((crate::config::ENV_PATH.into(), path));
+        let get = |name: &CStr| {
+            let name = name.to_str().unwrap();
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes())
+        };
+        handover(args, get)
+    }
+
+    #[test]
+    fn handover_finds_the_runtime_the_long_way_finds_or_leaves_it() {
+        let bin = tempfile::tempdir().unwrap();
+        let (a, b) = (bin.path().join("a"), bin.path().join("b"));
+        for d in [&a, &b] {
+            std::fs::create_dir(d).unwrap();
+        }
+        program(&b.join("runc"));
+        // Not executable, a directory: passed over, as the long way passes them over.
+        std::fs::write(a.join("runc"), "").unwrap();
+        std::fs::create_dir(a.join("crun")).unwrap();
+        program(&b.join("crun"));
+        let search = format!("::{}:{}/", a.display(), b.display());
+        let path = [("PATH", search.as_str())];
+        let state = ["--root", "/run/runc", "state", "c1"];
+        let found = |config: Option<&str>, env: &[(&str, &str)]| {
+            handover_with(config, env, &state)
+                .map(|h| (h.program.into_string().unwrap(), h.arg0.into_string().unwrap()))
+        };
+        let runc = (format!("{}/runc", b.display()), "runc".to_string());
+        // The defaults (no file, or every key commented out): `runc` on PATH.
+        assert_eq!(found(None, &path), Some(runc.clone()));
+        assert_eq!(found(Some(include_str!("../oci-hook.toml")), &path), Some(runc.clone()));
+        assert_eq!(found(Some("runtime = 'runc'\nlog_level = \"info\"\n"), &path), Some(runc));
+        assert_eq!(
+            found(Some("runtime = \"crun\"\nmemlock = \"lots\"\n"), &path),
+            Some((format!("{}/crun", b.display()), "crun".into())),
+            "what only the edit reads is not checked here, as in Config::load_handover"
+        );
+        let direct = b.join("crun").display().to_string();
+        assert_eq!(
+            found(Some(&format!("runtime = \"{direct}\"\n")), &[]),
+            Some((direct.clone(), direct.clone()))
+        );
+        // Left to the long way: debug lines wanted, a file not of the plainest form, a runtime
+        // not found (the long way reports it), and every call but one that only hands over.
+        let runc_cfg = Some("runtime = \"runc\"\n");
+        assert_eq!(found(runc_cfg, &[("PATH", search.as_str()), ("RUST_LOG", "info")]), None);
+        assert_eq!(found(Some("log_level = \"debug\"\n"), &path), None);
+        assert_eq!(found(Some("log_level = \"info,erdma=debug\"\n"), &path), None);
+        assert_eq!(found(Some("runtime = \"\\u0072unc\"\n"), &path), None);
+        assert_eq!(found(Some("runtime = \"runc-missing\"\n"), &path), None);
+        assert_eq!(found(Some("runtime = \"/nonexistent/runc\"\n"), &path), None);
+        assert_eq!(found(Some(&format!("runtime = \"{}\"\n", a.display())), &path), None);
+        for args in
+            [&["create", "--bundle", "/b", "c1"][..], &["run", "c1"], &["--version"], &["odd"]]
+        {
+            assert_eq!(handover_with(None, &path, args), None, "{args:?}");
+        }
+        // An empty RUST_LOG asks for nothing, as for `wants_debug`.
+        assert!(found(runc_cfg, &[("PATH", search.as_str()), ("RUST_LOG", "")]).is_some());
     }
 
     #[test]

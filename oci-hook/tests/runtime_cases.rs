@@ -899,3 +899,94 @@ fn precreate_edits_stdin_to_stdout_root() {
     assert_success("precreate", &out);
     assert_eq!(out.stdout, b"{");
 }
+
+/// A call erdma-runtime only hands over (here `state`) execs the real runtime alike whichever
+/// way it takes: the quick one, for a configuration file of the plainest form with nothing to
+/// log (`runtime::handover`), and the long one, for a file that says the same in other TOML
+/// (an escape) or asks for debug lines. The runtime, a script, records the program run (a
+/// script's `$0` is its path, found on PATH for a name), its arguments and whether SIGPIPE is
+/// ignored: the caller ignores it, and both ways give the runtime the default, as std's
+/// `Command` does. A setting only `create` reads (`memlock`) is
+/// wrong in every file: the calls that hand over do not read it, and `create` refuses it.
+#[test]
+fn handing_over_execs_alike_either_way() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let record = tmp.path().join("record");
+    let spy = bin.join("spy-rt");
+    std::fs::write(
+        &spy,
+        format!(
+            "#!/bin/sh\n{{ printf '%s\\n' \"$0\" \"$@\"; grep '^SigIgn:' /proc/self/status; }} > '{}'\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&spy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = tmp.path().join("oci-hook.toml");
+    let log = tmp.path().join("erdma.log");
+    let call = |toml: &str, args: &[&str]| -> (Output, String) {
+        std::fs::write(&config, toml).unwrap();
+        let _ = std::fs::remove_file(&record);
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("trap '' PIPE; exec \"$@\"")
+            .arg("sh")
+            .arg(support::bin("erdma-runtime"))
+            .args(args)
+            .env("ERDMA_OCI_HOOK_CONFIG", &config)
+            .env("PATH", format!("/nonexistent:{}:/usr/bin:/bin", bin.display()))
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out, std::fs::read_to_string(&record).unwrap_or_default())
+    };
+    let args = ["--root", "/run/x", "--log", "/run/x/log.json", "state", "ctr-1"];
+    let log_line = format!("log_file = \"{}\"\n", log.display());
+    for runtime in [spy.display().to_string(), "spy-rt".to_string()] {
+        let escaped = runtime.replacen('s', "\\u0073", 1);
+        let quick = format!(
+            "runtime = \"{runtime}\"\nlog_level = \"info\"\nmemlock = \"lots\"\n{log_line}"
+        );
+        let long = format!(
+            "runtime = \"{escaped}\"\nlog_level = \"info\"\nmemlock = \"lots\"\n{log_line}"
+        );
+        let debug = format!(
+            "runtime = \"{runtime}\"\nlog_level = \"debug\"\nmemlock = \"lots\"\n{log_line}"
+        );
+        assert_eq!(
+            erdma_oci_hook::config::handover_plain(quick.as_bytes()).map(|p| p.runtime.is_some()),
+            Some(true)
+        );
+        assert_eq!(erdma_oci_hook::config::handover_plain(long.as_bytes()), None);
+        let mut seen = Vec::new();
+        for toml in [&quick, &long, &debug] {
+            let (out, record) = call(toml, &args);
+            assert_success("erdma-runtime state", &out);
+            assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{}", text(&out.stderr));
+            let lines: Vec<&str> = record.lines().collect();
+            assert_eq!(lines[0], spy.display().to_string(), "{record}");
+            assert_eq!(lines[1..lines.len() - 1], args, "{record}");
+            let ignored =
+                u64::from_str_radix(lines.last().unwrap().split_whitespace().nth(1).unwrap(), 16)
+                    .unwrap();
+            assert_eq!(
+                ignored & (1 << (13 - 1)),
+                0,
+                "SIGPIPE not ignored in the runtime: {record}"
+            );
+            seen.push(record);
+        }
+        assert!(seen.iter().all(|r| *r == seen[0]), "{seen:?}");
+        // Only the debug file made a log line, the exec's.
+        assert!(std::fs::read_to_string(&log).unwrap().contains("exec "), "debug logs the exec");
+        std::fs::remove_file(&log).unwrap();
+        // What create reads, it checks: the same file, refused there.
+        let (out, record) = call(&quick, &["create", "--bundle", "/nonexistent-bundle", "ctr-1"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains("unlimited"), "{}", text(&out.stderr));
+        assert!(record.is_empty(), "the runtime was not run: {record}");
+    }
+}
