@@ -293,14 +293,20 @@ pub fn init_stderr() {
 /// Appends, creating the file (and its directory) readable by root and the admin group only:
 /// the log names containers, bundles and devices.
 fn open(path: &Path) -> std::io::Result<std::fs::File> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+    let open = || OpenOptions::new().create(true).append(true).mode(0o640).open(path);
+    match open() {
+        // The directory is made only when it is missing: an asking create opens the log every
+        // time, and the directory is there nearly always.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            open()
+        }
+        opened => opened,
     }
-    OpenOptions::new().create(true).append(true).mode(0o640).open(path)
 }
 
-/// Whether `init` would log at debug level or finer: calls that have nothing to log otherwise
-/// (the pass-through subcommands) skip setting logging up, which is most of their own cost.
 /// Whether `level`, as `log_level`, is plainly one that asks for no debug lines: `off`,
 /// `error`, `warn` or `info` as they are, which [`wants_debug`] reads the same way (a test says
 /// so); other filters are left to it.
@@ -308,6 +314,8 @@ pub fn plainly_quiet(level: &[u8]) -> bool {
     matches!(level, b"off" | b"error" | b"warn" | b"info")
 }
 
+/// Whether `init` would log at debug level or finer: calls that have nothing to log otherwise
+/// (the pass-through subcommands) skip setting logging up, which is most of their own cost.
 pub fn wants_debug(config: &Config) -> bool {
     let spec = std::env::var("RUST_LOG")
         .ok()
@@ -415,6 +423,20 @@ mod tests {
             r#" WARN s{name="a\u{1b}b" n="\u{9b}"}: m\x7f devices=erdma_0\x1b[31m env="X=\u{7}""#;
         assert!(line.ends_with(&format!("{want}\n")), "{line}");
         assert!(!line.contains('\x1b') && !line.contains('\x07') && !line.contains('\u{9b}'));
+    }
+
+    /// The log's directory is made when it is missing, not otherwise; the file is the admin's.
+    #[test]
+    fn the_log_and_its_directory_are_made_when_missing() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b/erdma.log");
+        std::io::Write::write_all(&mut open(&path).unwrap(), b"one\n").unwrap();
+        std::io::Write::write_all(&mut open(&path).unwrap(), b"two\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\ntwo\n");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o640);
+        // A parent that is a file: the error, not a second try elsewhere.
+        assert!(open(&path.join("x")).is_err());
     }
 
     #[test]
