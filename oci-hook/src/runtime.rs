@@ -290,14 +290,21 @@ pub fn handover<'e, A: AsRef<[u8]>>(
 }
 
 /// The file at `path`, whole: empty when there is no such file (the defaults, as
-/// [`Config::load_handover`] reads it); `None` when it cannot be read.
+/// [`Config::load_handover`] reads it); `None` when it cannot be read, or is not a regular file
+/// (a FIFO, or `/dev/stdin`: what is read from it here the full path would not find again, so
+/// it is not read here at all; opened without blocking, which a FIFO's open otherwise does).
 fn read_whole(path: &CStr) -> Option<Vec<u8>> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = match rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOENT) => return Some(Vec::new()),
         Err(_) => return None,
     };
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return None;
+    }
     let mut text = Vec::with_capacity(4096);
     loop {
         if text.len() == text.capacity() {
@@ -732,6 +739,25 @@ mod tests {
         {
             assert_eq!(handover_with(None, &path, args), None, "{args:?}");
         }
+        // A config that is not a regular file is not read here (what is read from a FIFO or
+        // the engine's stdin would be gone for the full path); a FIFO without a writer would
+        // block a plain open.
+        let fifo = bin.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let fifo_env =
+            [("PATH", search.as_str()), (crate::config::ENV_PATH, fifo.to_str().unwrap())];
+        let get = |name: &CStr| {
+            let name = name.to_str().unwrap();
+            fifo_env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_bytes())
+        };
+        assert_eq!(handover(&state, get), None);
+        let dir_env = [("PATH", search.as_str()), (crate::config::ENV_PATH, "/")];
+        let get = |name: &CStr| {
+            let name = name.to_str().unwrap();
+            dir_env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_bytes())
+        };
+        assert_eq!(handover(&state, get), None);
         // An empty RUST_LOG asks for nothing, as for `wants_debug`.
         assert!(found(runc_cfg, &[("PATH", search.as_str()), ("RUST_LOG", "")]).is_some());
     }

@@ -53,6 +53,7 @@ mod handover {
     }
     const SIGPIPE: c_int = 13;
     const SIG_DFL: usize = 0;
+    const SIG_ERR: usize = usize::MAX;
     /// More arguments than this (engines give about ten) go the long way.
     const MAX_ARGS: usize = 64;
 
@@ -85,10 +86,15 @@ mod handover {
         }
         // SAFETY: plain C calls; `argv_out` is null-terminated (n <= MAX_ARGS) and its strings
         // outlive the call. SIGPIPE back to its default, as std's `Command::exec` (the long
-        // way) sets it for the program it runs.
+        // way) sets it for the program it runs; and back to what the engine gave (a fresh
+        // program's disposition is the default or ignored, which `signal` restores alike) if
+        // the exec fails and the long way goes on, reporting it.
         unsafe {
-            signal(SIGPIPE, SIG_DFL);
+            let engines = signal(SIGPIPE, SIG_DFL);
             execv(to.program.as_ptr(), argv_out.as_ptr());
+            if engines != SIG_ERR {
+                signal(SIGPIPE, engines);
+            }
         }
     }
 }
