@@ -204,18 +204,14 @@ fn executable(path: &CStr) -> Option<(u64, u64)> {
 }
 
 /// The real runtime `name` names: `name` itself when it holds a `/`, else the first `dir/name`
-/// over `search_path` (PATH's value; empty entries skipped) that is not this program (`me`: an
+/// over `search_path` (PATH's value; empty entries skipped) that is not this program (an
 /// `erdma-runtime` installed as `runc` earlier on PATH would otherwise exec itself forever).
 /// Either way an executable regular file, NUL-terminated, or `None`.
-fn search(
-    name: &[u8],
-    search_path: &[u8],
-    me: impl FnOnce() -> Option<(u64, u64)>,
-) -> Option<CString> {
+fn search(name: &[u8], search_path: &[u8]) -> Option<CString> {
     if name.contains(&b'/') {
         return CString::new(name).ok().filter(|path| executable(path).is_some());
     }
-    let me = me();
+    let me = executable(c"/proc/self/exe");
     search_path.split(|c| *c == b':').filter(|d| !d.is_empty()).find_map(|dir| {
         let mut candidate = Vec::with_capacity(dir.len() + 1 + name.len() + 1);
         candidate.extend_from_slice(dir);
@@ -234,8 +230,7 @@ pub fn resolve_runtime(name: &str) -> Result<PathBuf, RuntimeError> {
     let config = std::env::var(crate::config::ENV_PATH)
         .unwrap_or_else(|_| crate::config::DEFAULT_PATH.into());
     let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_SEARCH_PATH.into());
-    let me = || executable(c"/proc/self/exe");
-    if let Some(found) = search(name.as_bytes(), path.as_bytes(), me) {
+    if let Some(found) = search(name.as_bytes(), path.as_bytes()) {
         return Ok(PathBuf::from(OsStr::from_bytes(found.as_bytes())));
     }
     let where_ = match name.contains('/') {
@@ -285,7 +280,7 @@ pub fn handover<'e, A: AsRef<[u8]>>(
     }
     let runtime = plain.runtime.unwrap_or(b"runc");
     let search_path = env(c"PATH").unwrap_or(DEFAULT_SEARCH_PATH.as_bytes());
-    let program = search(runtime, search_path, || executable(c"/proc/self/exe"))?;
+    let program = search(runtime, search_path)?;
     Some(Handover { program, arg0: CString::new(runtime).ok()? })
 }
 
