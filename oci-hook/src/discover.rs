@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::sysfs::read_trim;
+use crate::sysfs::{read_trim, SysDir};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct CharDev {
@@ -104,40 +104,33 @@ fn check_node(host_path: &Path, want: (u32, u32)) -> std::result::Result<(), Str
     Ok(())
 }
 
-fn name_of_link(path: &Path) -> Option<String> {
-    std::fs::read_link(path).ok()?.file_name().map(|n| n.to_string_lossy().into_owned())
-}
-
-fn ports(sysfs: &Path, dev_dir: &Path) -> Vec<Port> {
+/// The ports of the device whose directory is `dev_dir`; `net` is `class/net`, where a port's
+/// netdev has its MTU.
+fn ports(dev_dir: &SysDir, net: Option<&SysDir>) -> Vec<Port> {
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dev_dir.join("ports")) else { return out };
-    for e in entries.flatten() {
-        let Ok(num) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let p = e.path();
+    let Ok(ports) = dev_dir.dir("ports") else { return out };
+    for name in ports.names() {
+        let Ok(num) = name.parse::<u32>() else { continue };
+        // A port that cannot be opened reads as one whose attributes are all missing.
+        let p = ports.dir(&name).ok();
+        let attr = |rel: &str| p.as_ref().and_then(|p| p.read_trim(rel));
         // "4: ACTIVE"
-        let state_raw = read_trim(&p.join("state")).unwrap_or_default();
+        let state_raw = attr("state").unwrap_or_default();
         let (state, state_name) = match state_raw.split_once(':') {
             Some((n, name)) => (n.trim().parse().unwrap_or(0), name.trim().to_string()),
             None => (0, state_raw.clone()),
         };
-        let netdev =
-            read_trim(&p.join("gid_attrs/ndevs/0")).filter(|s| !s.is_empty()).or_else(|| {
-                // Older kernels: the netdev sits under the device's PCI function.
-                std::fs::read_dir(dev_dir.join("device/net"))
-                    .ok()?
-                    .flatten()
-                    .next()
-                    .map(|n| n.file_name().to_string_lossy().into_owned())
-            });
-        let mtu = netdev
-            .as_ref()
-            .and_then(|n| read_trim(&sysfs.join("class/net").join(n).join("mtu"))?.parse().ok());
-        let gid = roce_v2_ipv4_gid(&p);
+        let netdev = attr("gid_attrs/ndevs/0").filter(|s| !s.is_empty()).or_else(|| {
+            // Older kernels: the netdev sits under the device's PCI function.
+            dev_dir.dir("device/net").ok()?.names().into_iter().next()
+        });
+        let mtu = netdev.as_ref().and_then(|n| net?.read_trim(&format!("{n}/mtu"))?.parse().ok());
+        let gid = p.as_ref().and_then(roce_v2_ipv4_gid);
         out.push(Port {
             num,
             state,
             state_name,
-            link_layer: read_trim(&p.join("link_layer")),
+            link_layer: attr("link_layer"),
             netdev,
             mtu,
             roce_v2_ipv4_gid: gid.map(|(n, _)| n),
@@ -155,14 +148,11 @@ const MAX_GIDS: u32 = 256;
 /// The lowest index whose GID is an IPv4-mapped RoCE v2 one, with its address. The table is
 /// read in order and stops at the first missing entry; an empty slot reads as the zero GID (and
 /// its type file fails to read, EINVAL on real sysfs), and is skipped.
-fn roce_v2_ipv4_gid(port: &Path) -> Option<(u32, std::net::Ipv4Addr)> {
-    let gids = port.join("gids");
+fn roce_v2_ipv4_gid(port: &SysDir) -> Option<(u32, std::net::Ipv4Addr)> {
     for n in 0..MAX_GIDS {
-        let gid = read_trim(&gids.join(n.to_string()))?;
+        let gid = port.read_trim(&format!("gids/{n}"))?;
         let Some(addr) = ipv4_of(&gid) else { continue };
-        if read_trim(&port.join("gid_attrs/types").join(n.to_string())).as_deref()
-            == Some("RoCE v2")
-        {
+        if port.read_trim(&format!("gid_attrs/types/{n}")).as_deref() == Some("RoCE v2") {
             return Some((n, addr));
         }
     }
@@ -186,34 +176,37 @@ fn ipv4_of(gid: &str) -> Option<std::net::Ipv4Addr> {
 
 /// Finds the RDMA devices under `sysfs` and their nodes under `dev`.
 pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
-    let class = sysfs.join("class/infiniband");
-    let mut devices = Vec::new();
-    let mut others = Vec::new();
-    let entries = match std::fs::read_dir(&class) {
-        Ok(e) => e.flatten().collect::<Vec<_>>(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(Error::io("reading", &class)(e)),
+    let class_path = sysfs.join("class/infiniband");
+    let (class, entries) = match SysDir::open(&class_path) {
+        Ok(d) => {
+            let names = d.names();
+            (Some(d), names)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, Vec::new()),
+        Err(e) => return Err(Error::io("reading", &class_path)(e)),
     };
     // uverbsN -> ibdev, from infiniband_verbs.
     let mut verbs = Vec::new();
-    if let Ok(v) = std::fs::read_dir(sysfs.join("class/infiniband_verbs")) {
-        for e in v.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
+    if let Ok(v) = SysDir::open(&sysfs.join("class/infiniband_verbs")) {
+        for name in v.names() {
             if !name.starts_with("uverbs") {
                 continue;
             }
             if let (Some(ibdev), Some(devnum)) = (
-                read_trim(&e.path().join("ibdev")),
-                read_trim(&e.path().join("dev")).as_deref().and_then(parse_dev),
+                v.read_trim(&format!("{name}/ibdev")),
+                v.read_trim(&format!("{name}/dev")).as_deref().and_then(parse_dev),
             ) {
                 verbs.push((name, ibdev, devnum));
             }
         }
     }
-    for e in entries {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let dir = class.join(&name);
-        let driver = name_of_link(&dir.join("device/driver"));
+    let net = SysDir::open(&sysfs.join("class/net")).ok();
+    let mut devices = Vec::new();
+    let mut others = Vec::new();
+    for name in entries {
+        // A device whose directory cannot be opened has no driver and no ports.
+        let dir = class.as_ref().and_then(|c| c.dir(&name).ok());
+        let driver = dir.as_ref().and_then(|d| d.link_name("device/driver"));
         let mut problem = None;
         let uverbs = match verbs.iter().find(|(_, ibdev, _)| *ibdev == name) {
             Some((uname, _, devnum)) => {
@@ -236,8 +229,8 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
                 None
             }
         };
-        let d =
-            RdmaDevice { ports: ports(sysfs, &dir), name, driver: driver.clone(), uverbs, problem };
+        let ports = dir.as_ref().map(|d| ports(d, net.as_ref())).unwrap_or_default();
+        let d = RdmaDevice { ports, name, driver: driver.clone(), uverbs, problem };
         if driver.as_ref().is_some_and(|drv| drivers.iter().any(|w| w == drv)) {
             devices.push(d);
         } else {
@@ -258,9 +251,7 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
                 minor: devnum.1,
             })
         });
-    let mut netdevs: Vec<String> = std::fs::read_dir(sysfs.join("class/net"))
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
+    let mut netdevs = net.as_ref().map(SysDir::names).unwrap_or_default();
     netdevs.sort();
     let rdma_netns = crate::netns::rdma_netns_mode(sysfs);
     Ok(Host { devices, others, rdma_cm, netdevs, rdma_netns })
@@ -516,5 +507,55 @@ mod tests {
             Some(format!("{} is not a character device", u1.display()).as_str())
         );
         assert_eq!(h.rdma_cm, None);
+    }
+
+    /// A tree built here, as an older kernel lays it out: no `gid_attrs/ndevs`, the netdev found
+    /// under the device's PCI function (`device/net`), reached through the class directory's
+    /// symbolic link as on a real sysfs; and a port entry that is not a directory, which reads
+    /// as a port whose attributes are all missing, not as no port.
+    #[test]
+    fn an_older_kernels_tree_through_its_links() {
+        let d = tempfile::tempdir().unwrap();
+        let sys = d.path().join("sys");
+        let pci = sys.join("devices/pci0000:00/0000:00:05.0");
+        let dev = pci.join("infiniband/erdma_0");
+        let put = |rel: &Path, body: &str| {
+            std::fs::create_dir_all(rel.parent().unwrap()).unwrap();
+            std::fs::write(rel, body).unwrap();
+        };
+        let link = |target: &str, at: &Path| {
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(target, at).unwrap();
+        };
+        put(&dev.join("ports/1/state"), "4: ACTIVE\n");
+        put(&dev.join("ports/1/link_layer"), "Ethernet\n");
+        put(&dev.join("ports/2"), "not a directory\n");
+        link("../..", &dev.join("device"));
+        std::fs::create_dir_all(sys.join("bus/pci/drivers/erdma")).unwrap();
+        link("../../../bus/pci/drivers/erdma", &pci.join("driver"));
+        put(&pci.join("net/eth7/mtu"), "1500\n");
+        link(
+            "../../devices/pci0000:00/0000:00:05.0/infiniband/erdma_0",
+            &sys.join("class/infiniband/erdma_0"),
+        );
+        link("../../devices/pci0000:00/0000:00:05.0/net/eth7", &sys.join("class/net/eth7"));
+        let h = discover(&sys, &d.path().join("dev"), &["erdma".into()]).unwrap();
+        assert_eq!(names(&h.devices), ["erdma_0"]);
+        let e = &h.devices[0];
+        assert_eq!(e.driver.as_deref(), Some("erdma"));
+        assert_eq!(e.problem.as_deref(), Some("no uverbs device in sysfs"));
+        let port = |num, state, state_name: &str, link_layer: Option<&str>| Port {
+            num,
+            state,
+            state_name: state_name.into(),
+            link_layer: link_layer.map(Into::into),
+            netdev: Some("eth7".into()),
+            mtu: Some(1500),
+            roce_v2_ipv4_gid: None,
+            roce_v2_ipv4: None,
+        };
+        assert_eq!(e.ports, [port(1, 4, "ACTIVE", Some("Ethernet")), port(2, 0, "", None)]);
+        assert!(!e.all_ports_active());
+        assert_eq!(h.netdevs, ["eth7"]);
     }
 }

@@ -1,5 +1,9 @@
-//! Reading sysfs: one attribute's value as the kernel hands it over.
+//! Reading sysfs: one attribute's value as the kernel hands it over, and directories held open
+//! so that what is under them is opened relative to them.
+use std::os::fd::OwnedFd;
 use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
 
 /// A sysfs attribute's value, trimmed; `None` when it cannot be read or is not UTF-8.
 ///
@@ -9,19 +13,79 @@ use std::path::Path;
 /// end too): three system calls, not six as `std::fs::read_to_string` makes, for each of the
 /// twenty-odd attributes an asking `create` reads.
 pub(crate) fn read_trim(path: &Path) -> Option<String> {
-    use rustix::fs::{open, Mode, OFlags};
-    let fd = open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    read_fd(fd)
+}
+
+/// [`read_trim`] of an open file.
+fn read_fd(fd: OwnedFd) -> Option<String> {
     let mut buf = [0u8; 4096];
     let len = loop {
         match rustix::io::read(&fd, &mut buf) {
             Ok(n) if n < buf.len() => break n,
-            // Not a sysfs attribute after all (a fixture's, or a file put there).
-            Ok(_) => return std::fs::read_to_string(path).ok().map(|s| s.trim().to_string()),
+            // Not a sysfs attribute after all (a fixture's, or a file put there): the rest of it.
+            Ok(n) => {
+                let mut all = buf[..n].to_vec();
+                std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut all).ok()?;
+                return String::from_utf8(all).ok().map(|s| s.trim().to_string());
+            }
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => return None,
         }
     };
     std::str::from_utf8(&buf[..len]).ok().map(|s| s.trim().to_string())
+}
+
+/// A sysfs directory held open. What is under it is opened relative to it, so the kernel walks
+/// only the rest of the path for each attribute, not the root, the class directory and the
+/// device's symbolic link (`class/infiniband/erdma_0` leads into `devices/pci…`) again and
+/// again. The same files are reached as by their whole paths: symbolic links below are followed
+/// alike.
+pub(crate) struct SysDir(OwnedFd);
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+
+impl SysDir {
+    pub(crate) fn open(path: &Path) -> std::io::Result<SysDir> {
+        Ok(SysDir(rustix::fs::open(path, DIR_FLAGS, Mode::empty())?))
+    }
+
+    /// The directory `rel` under this one.
+    pub(crate) fn dir(&self, rel: &str) -> std::io::Result<SysDir> {
+        Ok(SysDir(rustix::fs::openat(&self.0, rel, DIR_FLAGS, Mode::empty())?))
+    }
+
+    /// [`read_trim`] of the attribute `rel` under this directory.
+    pub(crate) fn read_trim(&self, rel: &str) -> Option<String> {
+        read_fd(
+            rustix::fs::openat(&self.0, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+                .ok()?,
+        )
+    }
+
+    /// The last component of where the symbolic link `rel` points (a driver's name from
+    /// `device/driver`).
+    pub(crate) fn link_name(&self, rel: &str) -> Option<String> {
+        let target = rustix::fs::readlinkat(&self.0, rel, Vec::new()).ok()?;
+        use std::os::unix::ffi::OsStrExt;
+        let name = Path::new(std::ffi::OsStr::from_bytes(target.as_bytes())).file_name()?;
+        Some(name.to_string_lossy().into_owned())
+    }
+
+    /// The names of the entries (not `.` and `..`), in the kernel's order; a read that fails
+    /// ends the list, as a directory removed under us would.
+    pub(crate) fn names(&self) -> Vec<String> {
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+        let mut dir = rustix::fs::RawDir::new(&self.0, &mut buf);
+        let mut out = Vec::new();
+        while let Some(Ok(e)) = dir.next() {
+            let name = e.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                out.push(String::from_utf8_lossy(name).into_owned());
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
