@@ -147,6 +147,24 @@ impl Default for Config {
     }
 }
 
+/// Every key of the file, as [`Config`] names its fields (a test holds the two alike).
+pub const KEYS: &[&str] = &[
+    "runtime",
+    "log_file",
+    "log_level",
+    "sysfs_root",
+    "dev_root",
+    "proc_root",
+    "drivers",
+    "accept_env",
+    "default_request",
+    "memlock",
+    "network",
+    "env_presets",
+    "env_policy",
+    "tcp_fallback",
+];
+
 impl Config {
     /// Loads the file named by `ERDMA_OCI_HOOK_CONFIG`, else `/etc/erdma/oci-hook.toml`.
     pub fn load() -> Result<Config> {
@@ -167,14 +185,35 @@ impl Config {
     /// `log_level`, the rest left at its defaults. The file must be well-formed TOML and these
     /// three keys strings; what only the edit uses is neither read nor checked here, so that an
     /// engine can still stop and delete its containers while one of those settings is wrong
-    /// (`create` and `run`, which use them, refuse the file with its error).
-    /// [`handover_plain`] reads the same from a file of the plainest form without a TOML parser.
+    /// (a `create` or `run` of a container that may ask, which uses them, refuses the file with
+    /// its error). [`handover_plain`] reads the same from a file of the plainest form without a
+    /// TOML parser.
     pub fn load_handover() -> Result<Config> {
         let h = Self::read_as::<Handover>(&Self::path(), Handover::default)?;
         Ok(Config {
             runtime: h.runtime,
             log_file: h.log_file,
             log_level: h.log_level,
+            ..Config::default()
+        })
+    }
+
+    /// What erdma-runtime's `create` and `run` read before they know whether the container can
+    /// ask for eRDMA ([`crate::request::may_ask`]): [`Config::load_handover`]'s keys,
+    /// `accept_env` and `default_request`, the rest left at its defaults. Unknown keys are
+    /// errors here too (a misspelt `default_request` must not quietly leave every container
+    /// without the default), and these five must have their types; the values of the keys only
+    /// the edit uses are not looked at, so that a wrong one stops the containers that ask, which
+    /// then read the whole file ([`Config::load`]), and no other. [`handover_plain`] reads the
+    /// same from a file of the plainest form ([`Plain::first_look`]).
+    pub fn load_first_look() -> Result<Config> {
+        let f = Self::read_as::<FirstLook>(&Self::path(), FirstLook::default)?;
+        Ok(Config {
+            runtime: f.runtime,
+            log_file: f.log_file,
+            log_level: f.log_level,
+            accept_env: f.accept_env,
+            default_request: f.default_request,
             ..Config::default()
         })
     }
@@ -209,6 +248,51 @@ impl Default for Handover {
     }
 }
 
+/// The part of the file [`Config::load_first_look`] reads; the keys only the edit uses are
+/// known and not looked at, any other key is an error.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+struct FirstLook {
+    runtime: String,
+    log_file: Option<PathBuf>,
+    log_level: String,
+    accept_env: bool,
+    default_request: String,
+    sysfs_root: serde::de::IgnoredAny,
+    dev_root: serde::de::IgnoredAny,
+    proc_root: serde::de::IgnoredAny,
+    drivers: serde::de::IgnoredAny,
+    memlock: serde::de::IgnoredAny,
+    network: serde::de::IgnoredAny,
+    env_presets: serde::de::IgnoredAny,
+    env_policy: serde::de::IgnoredAny,
+    tcp_fallback: serde::de::IgnoredAny,
+}
+
+impl Default for FirstLook {
+    fn default() -> Self {
+        let Config { runtime, log_file, log_level, accept_env, default_request, .. } =
+            Config::default();
+        let ignored = serde::de::IgnoredAny;
+        FirstLook {
+            runtime,
+            log_file,
+            log_level,
+            accept_env,
+            default_request,
+            sysfs_root: ignored,
+            dev_root: ignored,
+            proc_root: ignored,
+            drivers: ignored,
+            memlock: ignored,
+            network: ignored,
+            env_presets: ignored,
+            env_policy: ignored,
+            tcp_fallback: ignored,
+        }
+    }
+}
+
 /// The keys [`Config::load_handover`] reads, as [`handover_plain`] finds them: each `None` when
 /// the file does not set it.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -216,6 +300,12 @@ pub struct Plain<'a> {
     pub runtime: Option<&'a [u8]>,
     pub log_file: Option<&'a [u8]>,
     pub log_level: Option<&'a [u8]>,
+    /// What [`Config::load_first_look`] reads besides: `accept_env` and `default_request`.
+    pub accept_env: Option<bool>,
+    pub default_request: Option<&'a [u8]>,
+    /// Whether [`Config::load_first_look`] reads the file without an error: every key one of
+    /// [`KEYS`], `accept_env` a boolean and `default_request` a string where they are set.
+    pub first_look: bool,
 }
 
 /// [`Config::load_handover`]'s reading of `text`, without a TOML parser, for a file of the
@@ -232,9 +322,10 @@ pub struct Plain<'a> {
 /// the two on generated files); what it leaves out (tables, dotted or quoted keys, escapes,
 /// multi-line values, other numbers, dates, `\r`, control characters, any non-ASCII byte)
 /// is refused, never guessed at. As for the parser, the three keys must be strings, and the
-/// others' values are not looked at beyond their form.
+/// others' values are not looked at beyond their form; [`Plain::first_look`] says whether
+/// the file also holds what `create` reads first.
 pub fn handover_plain(text: &[u8]) -> Option<Plain<'_>> {
-    let mut plain = Plain::default();
+    let mut plain = Plain { first_look: true, ..Plain::default() };
     // Keys seen, for TOML's rule that a key is set once (a document has a handful).
     let mut seen: [&[u8]; 32] = [b""; 32];
     let mut n_seen = 0;
@@ -264,7 +355,20 @@ pub fn handover_plain(text: &[u8]) -> Option<Plain<'_>> {
             b"runtime" => &mut plain.runtime,
             b"log_file" => &mut plain.log_file,
             b"log_level" => &mut plain.log_level,
-            _ => continue,
+            b"accept_env" => {
+                plain.accept_env = value.boolean;
+                plain.first_look &= value.boolean.is_some();
+                continue;
+            }
+            b"default_request" => {
+                plain.default_request = value.string;
+                plain.first_look &= value.string.is_some();
+                continue;
+            }
+            _ => {
+                plain.first_look &= KEYS.iter().any(|k| k.as_bytes() == key);
+                continue;
+            }
         };
         *slot = Some(value.string?);
     }
@@ -272,25 +376,31 @@ pub fn handover_plain(text: &[u8]) -> Option<Plain<'_>> {
 }
 
 /// One value of [`handover_plain`]'s form at the start of `s`, and what follows it.
+#[derive(Default)]
 struct PlainValue<'a> {
     /// The string's contents, for a string.
     string: Option<&'a [u8]>,
+    /// The value, for `true` or `false`.
+    boolean: Option<bool>,
 }
 
 fn plain_value(s: &[u8]) -> Option<(PlainValue<'_>, &[u8])> {
     if let Some((string, rest)) = plain_string(s) {
-        return Some((PlainValue { string: Some(string) }, rest));
+        return Some((PlainValue { string: Some(string), boolean: None }, rest));
     }
     let word =
         |w: &[u8]| s.strip_prefix(w).filter(|r| r.first().is_none_or(|&c| !is_bare_key_byte(c)));
-    if let Some(rest) = word(b"true").or_else(|| word(b"false")) {
-        return Some((PlainValue { string: None }, rest));
+    if let Some(rest) = word(b"true") {
+        return Some((PlainValue { string: None, boolean: Some(true) }, rest));
+    }
+    if let Some(rest) = word(b"false") {
+        return Some((PlainValue { string: None, boolean: Some(false) }, rest));
     }
     if let Some(mut rest) = s.strip_prefix(b"[") {
         loop {
             rest = trim_ws(rest);
             if let Some(after) = rest.strip_prefix(b"]") {
-                return Some((PlainValue { string: None }, after));
+                return Some((PlainValue::default(), after));
             }
             let (_, after) = plain_string(rest)?;
             rest = trim_ws(after);
@@ -311,7 +421,7 @@ fn plain_value(s: &[u8]) -> Option<(PlainValue<'_>, &[u8])> {
     if digits == 0 || digits > 18 || (digits > 1 && s[digits_at] == b'0') || !next_ok {
         return None;
     }
-    Some((PlainValue { string: None }, &s[end..]))
+    Some((PlainValue::default(), &s[end..]))
 }
 
 /// A basic string without escapes or a literal string at the start of `s` (its contents, and
@@ -390,8 +500,10 @@ mod tests {
 
     /// `handover_plain` against the TOML parser on generated files: wherever it answers, the
     /// parser reads the file, and the same three values from it; where the parser refuses a
-    /// file, it does not answer. Keys, values and line shapes are mixed from lists holding
-    /// what the plain form takes and what lies just outside it.
+    /// file, it does not answer. And `first_look` says whether the parser reads the file as
+    /// `create` first reads it, with the same `accept_env` and `default_request`. Keys, values
+    /// and line shapes are mixed from lists holding what the plain form takes and what lies
+    /// just outside it.
     #[test]
     fn handover_plain_reads_what_toml_reads_or_nothing() {
         const KEYS: &[&str] = &[
@@ -400,6 +512,12 @@ mod tests {
             "log_file",
             "memlock",
             "drivers",
+            "accept_env",
+            "default_request",
+            "default_request",
+            "accept_env",
+            "network",
+            "memlok",
             "other",
             "Runtime",
             "run-time",
@@ -415,6 +533,8 @@ mod tests {
             "''",
             r#""debug""#,
             r#""info""#,
+            r#""none""#,
+            r#""all""#,
             r#""a\"b""#,
             r#""a\u0041""#,
             r"'C:\x'",
@@ -471,7 +591,7 @@ mod tests {
             state ^= state << 17;
             (state % n as u64) as usize
         };
-        let (mut answered, mut total) = (0, 0);
+        let (mut answered, mut total, mut first_looks) = (0, 0, 0);
         for _ in 0..20_000 {
             let lines = 1 + next(4);
             let doc: String = (0..lines)
@@ -493,9 +613,21 @@ mod tests {
             assert_eq!(text(plain.runtime).unwrap_or(want.runtime), h.runtime, "{doc:?}");
             assert_eq!(text(plain.log_level).unwrap_or(want.log_level), h.log_level, "{doc:?}");
             assert_eq!(text(plain.log_file).map(PathBuf::from), h.log_file, "{doc:?}");
+            let first = toml::from_str::<FirstLook>(&doc);
+            assert_eq!(plain.first_look, first.is_ok(), "{doc:?}: {first:?}");
+            if let Ok(f) = first {
+                first_looks += 1;
+                let want = FirstLook::default();
+                assert_eq!(plain.accept_env.unwrap_or(want.accept_env), f.accept_env, "{doc:?}");
+                let request = text(plain.default_request).unwrap_or(want.default_request);
+                assert_eq!(request, f.default_request, "{doc:?}");
+            }
         }
-        // Not a test that passes by answering nothing: about one file in ten is plain.
+        // Not a test that passes by answering nothing: about one file in ten is plain, and
+        // most of those hold what create reads first.
         assert!(answered * 20 > total, "{answered} of {total}");
+        assert!(first_looks * 2 > answered, "{first_looks} of {answered}");
+        eprintln!("{answered} of {total} plain, {first_looks} of them a first look");
     }
 
     /// The files erdma-kit itself writes or ships are plain: the shipped one and the one
@@ -503,7 +635,10 @@ mod tests {
     #[test]
     fn shipped_and_deployed_files_are_plain() {
         let shipped = include_str!("../oci-hook.toml");
-        assert_eq!(handover_plain(shipped.as_bytes()), Some(Plain::default()));
+        assert_eq!(
+            handover_plain(shipped.as_bytes()),
+            Some(Plain { first_look: true, ..Plain::default() })
+        );
         let uncommented: String = shipped
             .lines()
             .filter_map(|l| l.strip_prefix('#'))
@@ -512,6 +647,8 @@ mod tests {
             .collect();
         let all = handover_plain(uncommented.as_bytes()).expect("every key uncommented is plain");
         assert_eq!(all.runtime, Some(&b"runc"[..]));
+        assert_eq!((all.accept_env, all.default_request), (Some(true), Some(&b"none"[..])));
+        assert!(all.first_look);
         let deployed = include_str!("../../deploy/erdma-kit-runtimeclass.yaml");
         let block: String = deployed
             .lines()
@@ -520,11 +657,32 @@ mod tests {
             .map(|l| format!("{}\n", l.trim_start()))
             .collect();
         assert!(block.starts_with("runtime = "), "{block}");
-        assert_eq!(handover_plain(block.as_bytes()).unwrap().runtime, Some(&b"runc"[..]));
+        let deployed = handover_plain(block.as_bytes()).unwrap();
+        assert_eq!(deployed.runtime, Some(&b"runc"[..]));
+        assert!(deployed.first_look, "{block}");
         // Not plain: left to the parser, which reads the first (the others it refuses).
         for doc in [r#"runtime = "\u002Fusr/bin/runc""#, "[x]\nruntime = 'y'\n", "runtime = 1\n"] {
             assert_eq!(handover_plain(doc.as_bytes()), None, "{doc}");
         }
+    }
+
+    /// [`KEYS`] names every key of [`Config`], and `create`'s first look knows each of them
+    /// (and no other).
+    #[test]
+    fn every_key_is_known_to_the_first_look() {
+        let all = Config { log_file: Some("/x".into()), ..Config::default() };
+        let table = toml::Value::try_from(&all).unwrap();
+        let mut keys: Vec<&str> = table.as_table().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        let mut known = KEYS.to_vec();
+        known.sort();
+        assert_eq!(keys, known);
+        let text = toml::to_string(&all).unwrap();
+        assert!(toml::from_str::<FirstLook>(&text).is_ok(), "{text}");
+        assert_eq!(handover_plain(text.as_bytes()).map(|p| p.first_look), Some(true), "{text}");
+        let typo = format!("{text}default_requst = \"all\"\n");
+        assert!(toml::from_str::<FirstLook>(&typo).is_err());
+        assert_eq!(handover_plain(typo.as_bytes()).map(|p| p.first_look), Some(false));
     }
 
     #[test]

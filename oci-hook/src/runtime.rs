@@ -10,7 +10,7 @@
 //! Errors are one line on stderr (and in the log), exit code 1, and the spec untouched: the
 //! edit is computed fully, and the real runtime is found, before anything is written.
 use std::ffi::{CStr, CString, OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
@@ -137,9 +137,15 @@ pub fn hands_over<A: AsRef<[u8]>>(args: &[A]) -> bool {
 
 /// Finds the subcommand and, for `create`/`run`, the bundle, config file and container id.
 pub fn parse(args: &[OsString]) -> Invocation {
-    let mut inv = Invocation::default();
     let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    let i = globals(&bytes, |name, value| match name {
+    invocation(&bytes)
+}
+
+/// [`parse`] over the arguments' bytes.
+fn invocation<A: AsRef<[u8]>>(bytes: &[A]) -> Invocation {
+    let mut inv = Invocation::default();
+    let args: Vec<&OsStr> = bytes.iter().map(|a| OsStr::from_bytes(a.as_ref())).collect();
+    let i = globals(bytes, |name, value| match name {
         "log" => inv.log = value.map(PathBuf::from),
         "log-format" => inv.log_format = value.map(|v| v.to_string_lossy().into_owned()),
         "version" | "v" | "V" => inv.version = true,
@@ -153,7 +159,7 @@ pub fn parse(args: &[OsString]) -> Invocation {
         // every argument until `--`.
         let mut j = 0;
         while j < rest.len() {
-            let a = &rest[j];
+            let a = rest[j];
             if a == "--" {
                 if inv.container_id.is_none() {
                     inv.container_id = rest.get(j + 1).map(|s| s.to_string_lossy().into_owned());
@@ -163,7 +169,7 @@ pub fn parse(args: &[OsString]) -> Invocation {
             let (name, value, used) = match flag(a) {
                 Some((name, Some(v))) => (name, Some(v.to_os_string()), 1),
                 Some((name, None)) if CREATE_VALUE_FLAGS.contains(&name) => {
-                    (name, rest.get(j + 1).cloned(), 2)
+                    (name, rest.get(j + 1).map(|v| v.to_os_string()), 2)
                 }
                 // crun (argp) also takes `-b/path`, glued.
                 Some((name, None))
@@ -248,25 +254,28 @@ pub struct Handover {
     pub arg0: CString,
 }
 
-/// The runtime a call that only hands over (`args` without `argv[0]`, [`hands_over`]) execs,
+/// The runtime a call that only hands over (`args` without `argv[0]`: a subcommand that
+/// [`hands_over`], or a `create` or `run` of a container that cannot ask for eRDMA) execs,
 /// worked out with a few system calls and no more of this program than that, for the plainest
 /// configuration files ([`crate::config::handover_plain`]) when nothing is to be logged; `None`
 /// in every other case, which [`main_with`] then handles as it handles every call. `env` reads
 /// the environment.
 ///
 /// The answer is the one [`main_with`] comes to: the same file (`ERDMA_OCI_HOOK_CONFIG`, else
-/// the default; a missing one is the defaults), the same keys ([`Config::load_handover`]), the
-/// same search ([`resolve_runtime`]); and no debug lines wanted (`RUST_LOG` unset and a plainly
-/// quiet `log_level`), so that there, too, nothing would be logged. What it leaves out is the
-/// point: an engine calls the wrapper two or more times per container (start, delete, state,
-/// kill) besides `create`, and a call that parses TOML, builds std's `Command` and walks its
-/// arguments as `OsString`s touches pages of the program that this does not
-/// (docs/benchmarks.md).
+/// the default; a missing one is the defaults), the same keys ([`Config::load_handover`], and
+/// for create and run [`Config::load_first_look`]), the same spec and the same judgement of it
+/// ([`crate::request::may_ask`]), the same search ([`resolve_runtime`]); and no debug lines
+/// wanted (`RUST_LOG` unset and a plainly quiet `log_level`), so that there, too, nothing would
+/// be logged. What it leaves out is the point: an engine calls the wrapper three or more times
+/// per container (create, start, delete, state, kill), most containers do not ask, and a call
+/// that parses TOML, builds std's `Command` and walks its arguments as `OsString`s touches
+/// pages of the program that this does not (docs/benchmarks.md).
 pub fn handover<'e, A: AsRef<[u8]>>(
     args: &[A],
     env: impl Fn(&CStr) -> Option<&'e [u8]>,
 ) -> Option<Handover> {
-    if !hands_over(args) || env(c"RUST_LOG").is_some_and(|v| !v.is_empty()) {
+    let creates = creates(args);
+    if !(creates || hands_over(args)) || env(c"RUST_LOG").is_some_and(|v| !v.is_empty()) {
         return None;
     }
     let config = match env(crate::config::ENV_PATH_C) {
@@ -278,27 +287,75 @@ pub fn handover<'e, A: AsRef<[u8]>>(
     if !crate::log::plainly_quiet(plain.log_level.unwrap_or(b"info")) {
         return None;
     }
+    if creates && !cannot_ask(args, &plain) {
+        return None;
+    }
     let runtime = plain.runtime.unwrap_or(b"runc");
     let search_path = env(c"PATH").unwrap_or(DEFAULT_SEARCH_PATH.as_bytes());
     let program = search(runtime, search_path)?;
     Some(Handover { program, arg0: CString::new(runtime).ok()? })
 }
 
+/// Whether `args` are a `create` or a `run`.
+fn creates<A: AsRef<[u8]>>(args: &[A]) -> bool {
+    let at = globals(args, |_, _| {});
+    args.get(at).is_some_and(|cmd| matches!(cmd.as_ref(), b"create" | b"run"))
+}
+
+/// Whether the container of a `create` or `run` with `args` certainly cannot ask for eRDMA,
+/// under what `plain` holds of the configuration: its spec, where [`intercept`] finds it, read
+/// and judged by [`crate::request::may_ask`] with the `accept_env` and `default_request` that
+/// [`Config::load_first_look`] reads. `false` wherever that cannot be told here (a file
+/// that is not a first look's, a spec that is not a regular file or cannot be read), which
+/// leaves the call to the full path.
+fn cannot_ask<A: AsRef<[u8]>>(args: &[A], plain: &crate::config::Plain) -> bool {
+    if !plain.first_look {
+        return false;
+    }
+    let defaults = Config::default();
+    let config = Config {
+        accept_env: plain.accept_env.unwrap_or(defaults.accept_env),
+        default_request: match plain.default_request {
+            Some(r) => String::from_utf8_lossy(r).into_owned(),
+            None => defaults.default_request.clone(),
+        },
+        ..defaults
+    };
+    let inv = invocation(args);
+    let path = spec_path(inv.bundle.as_deref().unwrap_or(Path::new(".")), &inv);
+    let Ok(path) = CString::new(path.into_os_string().into_vec()) else { return false };
+    match read_regular(&path) {
+        Ok(raw) => !crate::request::may_ask(&raw, &config),
+        Err(_) => false,
+    }
+}
+
+/// The spec of a `create` or `run` in `bundle`: `config.json`, or crun's `--config` file.
+fn spec_path(bundle: &Path, inv: &Invocation) -> PathBuf {
+    bundle.join(inv.config_file.as_deref().unwrap_or(Path::new("config.json")))
+}
+
 /// The file at `path`, whole: empty when there is no such file (the defaults, as
 /// [`Config::load_handover`] reads it); `None` when it cannot be read, or is not a regular file
-/// (a FIFO, or `/dev/stdin`: what is read from it here the full path would not find again, so
-/// it is not read here at all; opened without blocking, which a FIFO's open otherwise does).
+/// ([`read_regular`]).
 fn read_whole(path: &CStr) -> Option<Vec<u8>> {
+    match read_regular(path) {
+        Ok(text) => Some(text),
+        Err(rustix::io::Errno::NOENT) => Some(Vec::new()),
+        Err(_) => None,
+    }
+}
+
+/// The regular file at `path`, whole. Any other kind of file is an error (`EINVAL`): a FIFO,
+/// or `/dev/stdin`: what is read from it here the full path would not find again, so it is not
+/// read here at all; opened without blocking, which a FIFO's open otherwise does.
+fn read_regular(path: &CStr) -> rustix::io::Result<Vec<u8>> {
     use rustix::fs::{FileType, Mode, OFlags};
     let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Some(Vec::new()),
-        Err(_) => return None,
-    };
-    let st = rustix::fs::fstat(&fd).ok()?;
+    let fd = rustix::fs::open(path, flags, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return None;
+        return Err(rustix::io::Errno::INVAL);
     }
     let mut text = Vec::with_capacity(4096);
     loop {
@@ -306,9 +363,9 @@ fn read_whole(path: &CStr) -> Option<Vec<u8>> {
             text.reserve(4096);
         }
         match rustix::io::read(&fd, rustix::buffer::spare_capacity(&mut text)) {
-            Ok(0) => return Some(text),
+            Ok(0) => return Ok(text),
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return None,
+            Err(e) => return Err(e),
         }
     }
 }
@@ -331,8 +388,11 @@ impl Log<'_> {
     }
 }
 
-/// Edits the bundle's spec for `create`/`run` when the container asks for eRDMA.
-fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), RuntimeError> {
+/// Edits the bundle's spec for `create`/`run` when the container asks for eRDMA. `first_look`
+/// is what [`Config::load_first_look`] read: enough to tell a container that cannot ask, which
+/// is left as it is whatever the edit's settings say; for one that may ask the whole file is
+/// read and checked.
+fn intercept(inv: &Invocation, first_look: &Config, log: &mut Log) -> Result<(), RuntimeError> {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
         None => std::env::current_dir()
@@ -341,11 +401,17 @@ fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), Run
     if !bundle.is_dir() {
         return Err(RuntimeError::NoBundle(bundle));
     }
-    let path = bundle.join(inv.config_file.as_deref().unwrap_or(Path::new("config.json")));
+    let path = spec_path(&bundle, inv);
     let raw = std::fs::read(&path).map_err(Error::io("reading", &path))?;
     let id = inv.container_id.as_deref().unwrap_or("?");
+    if !crate::request::may_ask(&raw, first_look) {
+        tracing::debug!("container {id}: cannot ask for eRDMA; {} untouched", path.display());
+        return Ok(());
+    }
+    // It may ask: now the whole file, every value checked.
+    let config = Config::load()?;
     // On error nothing is written.
-    match crate::hooks::edit_bytes(&raw, &path, config)? {
+    match crate::hooks::edit_bytes(&raw, &path, &config)? {
         None => {
             tracing::debug!("container {id}: does not ask for eRDMA; {} untouched", path.display())
         }
@@ -363,8 +429,9 @@ fn intercept(inv: &Invocation, config: &Config, log: &mut Log) -> Result<(), Run
 
 fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, RuntimeError> {
     let intercepted = matches!(inv.command.as_deref(), Some("create" | "run"));
-    // A call that only hands over reads only the runtime and the log settings.
-    let config = if intercepted { Config::load()? } else { Config::load_handover()? };
+    // A call that only hands over reads only the runtime and the log settings; create and run
+    // besides what tells whether the container can ask, and the rest where it may.
+    let config = if intercepted { Config::load_first_look()? } else { Config::load_handover()? };
     let unknown = inv.command.as_deref().is_some_and(|c| !KNOWN_COMMANDS.contains(&c));
     let mut log = Log { config: &config, guard: None };
     if unknown || crate::log::wants_debug(&config) {
@@ -755,6 +822,70 @@ mod tests {
         assert_eq!(handover(&state, get), None);
         // An empty RUST_LOG asks for nothing, as for `wants_debug`.
         assert!(found(runc_cfg, &[("PATH", search.as_str()), ("RUST_LOG", "")]).is_some());
+    }
+
+    /// A `create` or `run` of a container whose spec cannot ask is handed over as `state` is;
+    /// one that may ask, or one whose answer takes more than the first look, is left to the
+    /// full path.
+    #[test]
+    fn handover_takes_a_create_that_cannot_ask() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        program(&bin.join("runc"));
+        let search = bin.display().to_string();
+        let path = [("PATH", search.as_str())];
+        let bundle = dir.path().join("bundle");
+        std::fs::create_dir(&bundle).unwrap();
+        let b = bundle.to_str().unwrap();
+        let spec = |text: &str| std::fs::write(bundle.join("config.json"), text).unwrap();
+        let runc = Some(format!("{search}/runc"));
+        let found = |config: Option<&str>, args: &[&str]| {
+            handover_with(config, &path, args).map(|h| h.program.into_string().unwrap())
+        };
+        let create = ["--root", "/run/runc", "create", "--bundle", b, "c1"];
+        let plain = r#"{"ociVersion":"1.0.2","process":{"env":["PATH=/bin"]}}"#;
+        let env_asks = r#"{"process":{"env":["ERDMA_VISIBLE_DEVICES=all"]}}"#;
+        let annotation_asks =
+            format!(r#"{{"annotations":{{"{}":"all"}}}}"#, crate::request::ANNOTATION);
+        spec(plain);
+        assert_eq!(found(None, &create), runc);
+        assert_eq!(found(Some(include_str!("../oci-hook.toml")), &create), runc);
+        assert_eq!(found(None, &["run", "-b", b, "c1"]), runc);
+        assert_eq!(found(None, &["create", &format!("--bundle={b}"), "c1"]), runc);
+        // What only the edit reads is not looked at for a container that cannot ask.
+        assert_eq!(found(Some("memlock = \"lots\"\n"), &create), runc);
+        assert_eq!(found(Some("default_request = \"none\"\n"), &create), runc);
+        // crun's --config, relative to the bundle.
+        std::fs::write(bundle.join("other.json"), env_asks).unwrap();
+        assert_eq!(found(None, &["create", "--bundle", b, "--config", "other.json", "c1"]), None);
+        std::fs::write(bundle.join("other.json"), plain).unwrap();
+        assert_eq!(found(None, &["create", "--bundle", b, "--config", "other.json", "c1"]), runc);
+        // Asking by env, honoured or not; by annotation.
+        spec(env_asks);
+        assert_eq!(found(None, &create), None);
+        assert_eq!(found(Some("accept_env = false\n"), &create), runc);
+        spec(&annotation_asks);
+        assert_eq!(found(Some("accept_env = false\n"), &create), None);
+        // Left to the full path: a default that gives every container eRDMA, a key the first
+        // look does not know or a value of the wrong type (the full path refuses those), a
+        // spec that is missing or is not a regular file, debug lines wanted.
+        spec(plain);
+        for config in [
+            "default_request = \"all\"\n",
+            "default_requst = \"none\"\n",
+            "accept_env = \"no\"\n",
+            "default_request = 1\n",
+            "log_level = \"debug\"\n",
+        ] {
+            assert_eq!(found(Some(config), &create), None, "{config}");
+        }
+        assert_eq!(found(None, &["create", "--bundle", "/nonexistent", "c1"]), None);
+        std::fs::remove_file(bundle.join("config.json")).unwrap();
+        let made =
+            std::process::Command::new("mkfifo").arg(bundle.join("config.json")).status().unwrap();
+        assert!(made.success());
+        assert_eq!(found(None, &create), None);
     }
 
     #[test]

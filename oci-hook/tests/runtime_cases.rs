@@ -926,10 +926,13 @@ fn handing_over_execs_alike_either_way() {
     std::fs::set_permissions(&spy, std::fs::Permissions::from_mode(0o755)).unwrap();
     let config = tmp.path().join("oci-hook.toml");
     let log = tmp.path().join("erdma.log");
+    let bundle = tmp.path().join("bundle");
+    std::fs::create_dir(&bundle).unwrap();
     let call = |toml: &str, args: &[&str]| -> (Output, String) {
         std::fs::write(&config, toml).unwrap();
         let _ = std::fs::remove_file(&record);
         let out = Command::new("sh")
+            .current_dir(&bundle)
             .arg("-c")
             .arg("trap '' PIPE; exec \"$@\"")
             .arg("sh")
@@ -957,8 +960,9 @@ fn handing_over_execs_alike_either_way() {
             "runtime = \"{runtime}\"\nlog_level = \"debug\"\nmemlock = \"lots\"\n{log_line}"
         );
         assert_eq!(
-            erdma_oci_hook::config::handover_plain(quick.as_bytes()).map(|p| p.runtime.is_some()),
-            Some(true)
+            erdma_oci_hook::config::handover_plain(quick.as_bytes())
+                .map(|p| (p.runtime.is_some(), p.first_look)),
+            Some((true, true))
         );
         assert_eq!(erdma_oci_hook::config::handover_plain(long.as_bytes()), None);
         let mut seen = Vec::new();
@@ -983,10 +987,33 @@ fn handing_over_execs_alike_either_way() {
         // Only the debug file made a log line, the exec's.
         assert!(std::fs::read_to_string(&log).unwrap().contains("exec "), "debug logs the exec");
         std::fs::remove_file(&log).unwrap();
-        // What create reads, it checks: the same file, refused there.
-        let (out, record) = call(&quick, &["create", "--bundle", "/nonexistent-bundle", "ctr-1"]);
-        assert_eq!(out.status.code(), Some(1));
-        assert!(text(&out.stderr).contains("unlimited"), "{}", text(&out.stderr));
-        assert!(record.is_empty(), "the runtime was not run: {record}");
+        // A create of a container that cannot ask is handed over alike, whatever the edit's
+        // settings say (`memlock` here), from a bundle named or the current directory.
+        let b = bundle.to_str().unwrap();
+        std::fs::write(bundle.join("config.json"), r#"{"process":{"env":["PATH=/bin"]}}"#).unwrap();
+        for create in [&["create", "--bundle", b, "ctr-1"][..], &["run", "ctr-1"]] {
+            let mut seen = Vec::new();
+            for toml in [&quick, &long, &debug] {
+                let (out, record) = call(toml, create);
+                assert_success("erdma-runtime create", &out);
+                let lines: Vec<&str> = record.lines().collect();
+                assert_eq!(lines[0], spy.display().to_string(), "{record}");
+                assert_eq!(lines[1..lines.len() - 1], *create, "{record}");
+                seen.push(record);
+            }
+            assert!(seen.iter().all(|r| *r == seen[0]), "{seen:?}");
+        }
+        std::fs::remove_file(&log).unwrap();
+        // One that may ask reads and checks the whole file: refused for its memlock, the spec
+        // untouched, the runtime not run.
+        let asking = r#"{"process":{"env":["ERDMA_VISIBLE_DEVICES=all"]}}"#;
+        std::fs::write(bundle.join("config.json"), asking).unwrap();
+        for toml in [&quick, &long] {
+            let (out, record) = call(toml, &["create", "--bundle", b, "ctr-1"]);
+            assert_eq!(out.status.code(), Some(1));
+            assert!(text(&out.stderr).contains("unlimited"), "{}", text(&out.stderr));
+            assert!(record.is_empty(), "the runtime was not run: {record}");
+            assert_eq!(std::fs::read_to_string(bundle.join("config.json")).unwrap(), asking);
+        }
     }
 }

@@ -35,12 +35,13 @@ extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) 
 }
 
 /// A call erdma-runtime only hands over to the real runtime (start, delete, state, kill: every
-/// subcommand but create and run), exec'd from here when `runtime::handover` can tell what to
-/// exec, before anything else of this program runs. That touches few of its pages: a pass-through
-/// call took 0.12 ms less this way (docs/benchmarks.md), on a container's start, delete and
-/// whatever else its engine asks. Whatever `handover` leaves (create, run, a configuration that
-/// is not of the plainest form, debug logging) and an exec that fails go on to `main_with`,
-/// which does the same with its full readers, and reports.
+/// subcommand but create and run; and the create or run of a container whose spec cannot ask
+/// for eRDMA), exec'd from here when `runtime::handover` can tell what to exec, before anything
+/// else of this program runs. That touches few of its pages: a pass-through call took 0.12 ms
+/// less this way (docs/benchmarks.md), on a container's start, delete and whatever else its
+/// engine asks. Whatever `handover` leaves (a container that may ask, a configuration that is
+/// not of the plainest form, debug logging) and an exec that fails go on to `main_with`, which
+/// does the same with its full readers, and reports.
 #[cfg(not(test))]
 #[allow(unsafe_code)]
 mod handover {
