@@ -388,11 +388,16 @@ impl Log<'_> {
     }
 }
 
-/// Edits the bundle's spec for `create`/`run` when the container asks for eRDMA. `first_look`
-/// is what [`Config::load_first_look`] read: enough to tell a container that cannot ask, which
-/// is left as it is whatever the edit's settings say; for one that may ask the whole file is
-/// read and checked.
-fn intercept(inv: &Invocation, first_look: &Config, log: &mut Log) -> Result<(), RuntimeError> {
+/// Edits the bundle's spec for `create`/`run` when the container asks for eRDMA. `config` is
+/// the whole file, or where that was refused (`refused`), what [`Config::load_first_look`]
+/// read: enough to tell a container that cannot ask, which is left as it is whatever the
+/// edit's settings say; one that may ask gets the refusal.
+fn intercept(
+    inv: &Invocation,
+    config: &Config,
+    refused: Option<Error>,
+    log: &mut Log,
+) -> Result<(), RuntimeError> {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
         None => std::env::current_dir()
@@ -404,14 +409,15 @@ fn intercept(inv: &Invocation, first_look: &Config, log: &mut Log) -> Result<(),
     let path = spec_path(&bundle, inv);
     let raw = std::fs::read(&path).map_err(Error::io("reading", &path))?;
     let id = inv.container_id.as_deref().unwrap_or("?");
-    if !crate::request::may_ask(&raw, first_look) {
+    if !crate::request::may_ask(&raw, config) {
         tracing::debug!("container {id}: cannot ask for eRDMA; {} untouched", path.display());
         return Ok(());
     }
-    // It may ask: now the whole file, every value checked.
-    let config = Config::load()?;
+    if let Some(e) = refused {
+        return Err(e.into());
+    }
     // On error nothing is written.
-    match crate::hooks::edit_bytes(&raw, &path, &config)? {
+    match crate::hooks::edit_bytes(&raw, &path, config)? {
         None => {
             tracing::debug!("container {id}: does not ask for eRDMA; {} untouched", path.display())
         }
@@ -429,9 +435,16 @@ fn intercept(inv: &Invocation, first_look: &Config, log: &mut Log) -> Result<(),
 
 fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, RuntimeError> {
     let intercepted = matches!(inv.command.as_deref(), Some("create" | "run"));
-    // A call that only hands over reads only the runtime and the log settings; create and run
-    // besides what tells whether the container can ask, and the rest where it may.
-    let config = if intercepted { Config::load_first_look()? } else { Config::load_handover()? };
+    // A call that only hands over reads only the runtime and the log settings. Create and run
+    // read the whole file; where it is refused, what tells whether the container can ask, and
+    // the refusal is for a container that may.
+    let (config, refused) = match intercepted {
+        true => match Config::load() {
+            Ok(config) => (config, None),
+            Err(e) => (Config::load_first_look()?, Some(e)),
+        },
+        false => (Config::load_handover()?, None),
+    };
     let unknown = inv.command.as_deref().is_some_and(|c| !KNOWN_COMMANDS.contains(&c));
     let mut log = Log { config: &config, guard: None };
     if unknown || crate::log::wants_debug(&config) {
@@ -443,7 +456,7 @@ fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, 
         tracing::error!("{e}");
     })?;
     if intercepted {
-        intercept(inv, &config, &mut log).inspect_err(|e| {
+        intercept(inv, &config, refused, &mut log).inspect_err(|e| {
             log.on();
             tracing::error!("{}", one_line(e));
         })?;
