@@ -198,24 +198,40 @@ impl Config {
         })
     }
 
-    /// What erdma-runtime's `create` and `run` read before they know whether the container can
-    /// ask for eRDMA ([`crate::request::may_ask`]): [`Config::load_handover`]'s keys,
-    /// `accept_env` and `default_request`, the rest left at its defaults. Unknown keys are
-    /// errors here too (a misspelt `default_request` must not quietly leave every container
-    /// without the default), and these five must have their types; the values of the keys only
-    /// the edit uses are not looked at, so that a wrong one stops the containers that ask, which
-    /// then read the whole file ([`Config::load`]), and no other. [`handover_plain`] reads the
-    /// same from a file of the plainest form ([`Plain::first_look`]).
-    pub fn load_first_look() -> Result<Config> {
-        let f = Self::read_as::<FirstLook>(&Self::path(), FirstLook::default)?;
-        Ok(Config {
+    /// What erdma-runtime's `create` and `run` read: the whole file, or where that is refused,
+    /// with the refusal, the first look: what tells whether the container can ask for eRDMA
+    /// ([`crate::request::may_ask`]), [`Config::load_handover`]'s keys, `accept_env` and
+    /// `default_request`, the rest left at its defaults. Unknown keys are refused by the first
+    /// look too (a misspelt `default_request` must not quietly leave every container without
+    /// the default), as are a table anywhere (no key takes one: a `[table]` header would hide
+    /// the keys after it) and those five keys' wrong types; the values of the keys only the
+    /// edit uses are not looked at, so that a wrong one stops the containers that ask, which
+    /// get the refusal, and no other. The file is read once, for both. [`handover_plain`] reads
+    /// the same from a file of the plainest form ([`Plain::first_look`]).
+    pub fn load_or_first_look() -> Result<(Config, Option<Error>)> {
+        let path = Self::path();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((Config::default(), None))
+            }
+            Err(e) => return Err(Error::io("reading config", &path)(e)),
+        };
+        let refused = match toml::from_str::<Config>(&text) {
+            Ok(config) => return Ok((config, None)),
+            Err(source) => Error::Config { path: path.clone(), source },
+        };
+        let f = toml::from_str::<FirstLook>(&text)
+            .map_err(|source| Error::Config { path: path.clone(), source })?;
+        let config = Config {
             runtime: f.runtime,
             log_file: f.log_file,
             log_level: f.log_level,
             accept_env: f.accept_env,
             default_request: f.default_request,
             ..Config::default()
-        })
+        };
+        Ok((config, Some(refused)))
     }
 
     /// The file at `path` as a `T`; a missing file is `absent()`.
@@ -232,23 +248,67 @@ impl Config {
     }
 }
 
-/// The part of the file [`Config::load_handover`] reads; other keys are not looked at.
+/// The part of the file [`Config::load_handover`] reads; other keys are not looked at beyond
+/// not being tables, which no key of the file is (a `[table]` header would take the keys
+/// after it, `runtime` too, out of the top level).
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(default)]
 struct Handover {
     runtime: String,
     log_file: Option<PathBuf>,
     log_level: String,
+    #[serde(flatten)]
+    others: std::collections::BTreeMap<String, NotTable>,
+}
+
+/// A value not looked at, but refused where it is a table (or holds one, in an array): no key
+/// of the file takes one.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct NotTable;
+
+impl<'de> Deserialize<'de> for NotTable {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = NotTable;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string, number, boolean or array, not a table")
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<NotTable, E> {
+                Ok(NotTable)
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<NotTable, E> {
+                Ok(NotTable)
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<NotTable, E> {
+                Ok(NotTable)
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<NotTable, E> {
+                Ok(NotTable)
+            }
+            fn visit_str<E>(self, _: &str) -> std::result::Result<NotTable, E> {
+                Ok(NotTable)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<NotTable, A::Error> {
+                while seq.next_element::<NotTable>()?.is_some() {}
+                Ok(NotTable)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 impl Default for Handover {
     fn default() -> Self {
         let Config { runtime, log_file, log_level, .. } = Config::default();
-        Handover { runtime, log_file, log_level }
+        Handover { runtime, log_file, log_level, others: Default::default() }
     }
 }
 
-/// The part of the file [`Config::load_first_look`] reads; the keys only the edit uses are
+/// The part of the file [`Config::load_or_first_look`] reads; the keys only the edit uses are
 /// known and not looked at, any other key is an error.
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -257,24 +317,24 @@ struct FirstLook {
     runtime: String,
     log_file: Option<PathBuf>,
     log_level: String,
-    sysfs_root: serde::de::IgnoredAny,
-    dev_root: serde::de::IgnoredAny,
-    proc_root: serde::de::IgnoredAny,
-    drivers: serde::de::IgnoredAny,
+    sysfs_root: NotTable,
+    dev_root: NotTable,
+    proc_root: NotTable,
+    drivers: NotTable,
     accept_env: bool,
     default_request: String,
-    memlock: serde::de::IgnoredAny,
-    network: serde::de::IgnoredAny,
-    env_presets: serde::de::IgnoredAny,
-    env_policy: serde::de::IgnoredAny,
-    tcp_fallback: serde::de::IgnoredAny,
+    memlock: NotTable,
+    network: NotTable,
+    env_presets: NotTable,
+    env_policy: NotTable,
+    tcp_fallback: NotTable,
 }
 
 impl Default for FirstLook {
     fn default() -> Self {
         let Config { runtime, log_file, log_level, accept_env, default_request, .. } =
             Config::default();
-        let ignored = serde::de::IgnoredAny;
+        let ignored = NotTable;
         FirstLook {
             runtime,
             log_file,
@@ -301,10 +361,10 @@ pub struct Plain<'a> {
     pub runtime: Option<&'a [u8]>,
     pub log_file: Option<&'a [u8]>,
     pub log_level: Option<&'a [u8]>,
-    /// What [`Config::load_first_look`] reads besides: `accept_env` and `default_request`.
+    /// What [`Config::load_or_first_look`] reads besides: `accept_env` and `default_request`.
     pub accept_env: Option<bool>,
     pub default_request: Option<&'a [u8]>,
-    /// Whether [`Config::load_first_look`] reads the file without an error: every key one of
+    /// Whether [`Config::load_or_first_look`] reads the file without an error: every key one of
     /// [`KEYS`], `accept_env` a boolean and `default_request` a string where they are set.
     pub first_look: bool,
 }
@@ -687,6 +747,33 @@ mod tests {
         let (full, first) = (toml::from_str::<Config>(&typo), toml::from_str::<FirstLook>(&typo));
         assert_eq!(full.unwrap_err().message(), first.unwrap_err().message());
         assert_eq!(handover_plain(typo.as_bytes()).map(|p| p.first_look), Some(false));
+    }
+
+    /// No key takes a table, so a table is refused by every reader alike: the first look and
+    /// the handover's reading would otherwise miss the keys a `[table]` header takes out of
+    /// the top level (`default_request`, `runtime`), and read their defaults instead.
+    #[test]
+    fn a_table_is_refused_by_every_reader() {
+        for doc in [
+            "[network]\ndefault_request = \"all\"\n",
+            "env_presets = { default_request = \"all\" }\n",
+            "drivers = [{ name = \"erdma\" }]\n",
+            "[[memlock]]\nx = 1\n",
+            "[other]\nruntime = \"crun\"\n",
+            "sysfs_root = 1979-05-27\n",
+        ] {
+            assert!(toml::from_str::<Config>(doc).is_err(), "{doc}");
+            assert!(toml::from_str::<FirstLook>(doc).is_err(), "{doc}");
+            assert!(toml::from_str::<Handover>(doc).is_err(), "{doc}");
+            assert_eq!(handover_plain(doc.as_bytes()), None, "{doc}");
+        }
+        // A value only the edit uses, wrong but not a table: refused by the whole file's
+        // reader only.
+        for doc in ["memlock = \"lots\"\n", "network = 5\n", "drivers = [1, [true]]\n"] {
+            assert!(toml::from_str::<Config>(doc).is_err(), "{doc}");
+            assert!(toml::from_str::<FirstLook>(doc).is_ok(), "{doc}");
+            assert!(toml::from_str::<Handover>(doc).is_ok(), "{doc}");
+        }
     }
 
     #[test]

@@ -263,7 +263,7 @@ pub struct Handover {
 ///
 /// The answer is the one [`main_with`] comes to: the same file (`ERDMA_OCI_HOOK_CONFIG`, else
 /// the default; a missing one is the defaults), the same keys ([`Config::load_handover`], and
-/// for create and run [`Config::load_first_look`]), the same spec and the same judgement of it
+/// for create and run [`Config::load_or_first_look`]), the same spec and the same judgement of it
 /// ([`crate::request::may_ask`]), the same search ([`resolve_runtime`]); and no debug lines
 /// wanted (`RUST_LOG` unset and a plainly quiet `log_level`), so that there, too, nothing would
 /// be logged. What it leaves out is the point: an engine calls the wrapper three or more times
@@ -305,7 +305,7 @@ fn creates<A: AsRef<[u8]>>(args: &[A]) -> bool {
 /// Whether the container of a `create` or `run` with `args` certainly cannot ask for eRDMA,
 /// under what `plain` holds of the configuration: its spec, where [`intercept`] finds it, read
 /// and judged by [`crate::request::may_ask`] with the `accept_env` and `default_request` that
-/// [`Config::load_first_look`] reads. `false` wherever that cannot be told here (a file
+/// [`Config::load_or_first_look`] reads. `false` wherever that cannot be told here (a file
 /// that is not a first look's, a spec that is not a regular file or cannot be read), which
 /// leaves the call to the full path.
 fn cannot_ask<A: AsRef<[u8]>>(args: &[A], plain: &crate::config::Plain) -> bool {
@@ -322,7 +322,16 @@ fn cannot_ask<A: AsRef<[u8]>>(args: &[A], plain: &crate::config::Plain) -> bool 
         ..defaults
     };
     let inv = invocation(args);
-    let path = spec_path(inv.bundle.as_deref().unwrap_or(Path::new(".")), &inv);
+    let bundle = inv.bundle.as_deref().unwrap_or(Path::new("."));
+    // A bundle that is not a directory (or an empty name) is the full path's to report, as
+    // intercept does, even where --config names a spec outside it.
+    let is_dir = rustix::fs::stat(bundle).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+    });
+    if !is_dir {
+        return false;
+    }
+    let path = spec_path(bundle, &inv);
     let Ok(path) = CString::new(path.into_os_string().into_vec()) else { return false };
     match read_regular(&path) {
         Ok(raw) => !crate::request::may_ask(&raw, &config),
@@ -389,7 +398,7 @@ impl Log<'_> {
 }
 
 /// Edits the bundle's spec for `create`/`run` when the container asks for eRDMA. `config` is
-/// the whole file, or where that was refused (`refused`), what [`Config::load_first_look`]
+/// the whole file, or where that was refused (`refused`), what [`Config::load_or_first_look`]
 /// read: enough to tell a container that cannot ask, which is left as it is whatever the
 /// edit's settings say; one that may ask gets the refusal.
 fn intercept(
@@ -439,10 +448,7 @@ fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, 
     // read the whole file; where it is refused, what tells whether the container can ask, and
     // the refusal is for a container that may.
     let (config, refused) = match intercepted {
-        true => match Config::load() {
-            Ok(config) => (config, None),
-            Err(e) => (Config::load_first_look()?, Some(e)),
-        },
+        true => Config::load_or_first_look()?,
         false => (Config::load_handover()?, None),
     };
     let unknown = inv.command.as_deref().is_some_and(|c| !KNOWN_COMMANDS.contains(&c));
@@ -894,6 +900,14 @@ mod tests {
             assert_eq!(found(Some(config), &create), None, "{config}");
         }
         assert_eq!(found(None, &["create", "--bundle", "/nonexistent", "c1"]), None);
+        // Not a bundle, though the spec is there to read: an empty name (the current
+        // directory's config.json otherwise), a spec named outside a missing bundle.
+        let elsewhere = bundle.join("config.json").display().to_string();
+        assert_eq!(found(None, &["create", "--bundle=", "c1"]), None);
+        assert_eq!(found(None, &["create", "-b", "", "c1"]), None);
+        let outside = ["create", "--bundle", "/nonexistent", "--config", &elsewhere, "c1"];
+        assert_eq!(found(None, &outside), None);
+        assert_eq!(found(None, &["create", "--bundle", b, "--config", &elsewhere, "c1"]), runc);
         std::fs::remove_file(bundle.join("config.json")).unwrap();
         let made =
             std::process::Command::new("mkfifo").arg(bundle.join("config.json")).status().unwrap();

@@ -1015,5 +1015,12 @@ fn handing_over_execs_alike_either_way() {
             assert!(record.is_empty(), "the runtime was not run: {record}");
             assert_eq!(std::fs::read_to_string(bundle.join("config.json")).unwrap(), asking);
         }
+        // A table takes the keys after it out of the top level: refused for a container that
+        // does not ask too, not read as the default `none`.
+        std::fs::write(bundle.join("config.json"), r#"{"process":{"env":["PATH=/bin"]}}"#).unwrap();
+        let table = format!("runtime = \"{runtime}\"\n[network]\ndefault_request = \"all\"\n");
+        let (out, record) = call(&table, &["create", "--bundle", b, "ctr-1"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert!(record.is_empty(), "the runtime was not run: {record}");
     }
 }
