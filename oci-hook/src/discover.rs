@@ -104,15 +104,15 @@ fn check_node(host_path: &Path, want: (u32, u32)) -> std::result::Result<(), Str
     Ok(())
 }
 
-/// The ports of the device whose directory is `dev_dir`; `net` is `class/net`, where a port's
-/// netdev has its MTU.
-fn ports(dev_dir: &SysDir, net: Option<&SysDir>) -> Vec<Port> {
+/// The ports of the device whose directory is `dev_dir`; `net` is `class/net` under `sysfs`,
+/// where a port's netdev has its MTU.
+fn ports(sysfs: &Path, dev_dir: &SysDir, net: Option<&SysDir>) -> Vec<Port> {
     let mut out = Vec::new();
-    let Ok(ports) = dev_dir.dir("ports") else { return out };
+    let Ok(ports) = dev_dir.list("ports") else { return out };
     for name in ports.names() {
-        let Ok(num) = name.parse::<u32>() else { continue };
+        let Ok(num) = name.to_string_lossy().parse::<u32>() else { continue };
         // A port that cannot be opened reads as one whose attributes are all missing.
-        let p = ports.dir(&name).ok();
+        let p = ports.through(name.as_os_str()).ok();
         let attr = |rel: &str| p.as_ref().and_then(|p| p.read_trim(rel));
         // "4: ACTIVE"
         let state_raw = attr("state").unwrap_or_default();
@@ -122,9 +122,19 @@ fn ports(dev_dir: &SysDir, net: Option<&SysDir>) -> Vec<Port> {
         };
         let netdev = attr("gid_attrs/ndevs/0").filter(|s| !s.is_empty()).or_else(|| {
             // Older kernels: the netdev sits under the device's PCI function.
-            dev_dir.dir("device/net").ok()?.names().into_iter().next()
+            let first = dev_dir.list("device/net").ok()?.names().into_iter().next()?;
+            Some(first.to_string_lossy().into_owned())
         });
-        let mtu = netdev.as_ref().and_then(|n| net?.read_trim(&format!("{n}/mtu"))?.parse().ok());
+        let mtu = netdev.as_ref().and_then(|n| {
+            match net {
+                Some(net) => net.read_trim(format!("{n}/mtu").as_str()),
+                // Not open (not there, or passable but not readable): the whole path, which
+                // an absolute name in ndevs/0 also gives.
+                None => read_trim(&sysfs.join("class/net").join(n).join("mtu")),
+            }?
+            .parse()
+            .ok()
+        });
         let gid = p.as_ref().and_then(roce_v2_ipv4_gid);
         out.push(Port {
             num,
@@ -150,9 +160,9 @@ const MAX_GIDS: u32 = 256;
 /// its type file fails to read, EINVAL on real sysfs), and is skipped.
 fn roce_v2_ipv4_gid(port: &SysDir) -> Option<(u32, std::net::Ipv4Addr)> {
     for n in 0..MAX_GIDS {
-        let gid = port.read_trim(&format!("gids/{n}"))?;
+        let gid = port.read_trim(format!("gids/{n}"))?;
         let Some(addr) = ipv4_of(&gid) else { continue };
-        if port.read_trim(&format!("gid_attrs/types/{n}")).as_deref() == Some("RoCE v2") {
+        if port.read_trim(format!("gid_attrs/types/{n}")).as_deref() == Some("RoCE v2") {
             return Some((n, addr));
         }
     }
@@ -179,7 +189,7 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
     let class_path = sysfs.join("class/infiniband");
     let (class, entries) = match SysDir::open(&class_path) {
         Ok(d) => {
-            let names = d.names();
+            let names = d.names().iter().map(|n| n.to_string_lossy().into_owned()).collect();
             (Some(d), names)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, Vec::new()),
@@ -188,13 +198,16 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
     // uverbsN -> ibdev, from infiniband_verbs.
     let mut verbs = Vec::new();
     if let Ok(v) = SysDir::open(&sysfs.join("class/infiniband_verbs")) {
-        for name in v.names() {
+        for raw in v.names() {
+            let name = raw.to_string_lossy().into_owned();
             if !name.starts_with("uverbs") {
                 continue;
             }
+            // Read by the name as it is; kept as text, as the node's name under /dev.
+            let dir = Path::new(&raw);
             if let (Some(ibdev), Some(devnum)) = (
-                v.read_trim(&format!("{name}/ibdev")),
-                v.read_trim(&format!("{name}/dev")).as_deref().and_then(parse_dev),
+                v.read_trim(dir.join("ibdev").as_path()),
+                v.read_trim(dir.join("dev").as_path()).as_deref().and_then(parse_dev),
             ) {
                 verbs.push((name, ibdev, devnum));
             }
@@ -205,7 +218,7 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
     let mut others = Vec::new();
     for name in entries {
         // A device whose directory cannot be opened has no driver and no ports.
-        let dir = class.as_ref().and_then(|c| c.dir(&name).ok());
+        let dir = class.as_ref().and_then(|c| c.through(name.as_str()).ok());
         let driver = dir.as_ref().and_then(|d| d.link_name("device/driver"));
         let mut problem = None;
         let uverbs = match verbs.iter().find(|(_, ibdev, _)| *ibdev == name) {
@@ -229,7 +242,7 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
                 None
             }
         };
-        let ports = dir.as_ref().map(|d| ports(d, net.as_ref())).unwrap_or_default();
+        let ports = dir.as_ref().map(|d| ports(sysfs, d, net.as_ref())).unwrap_or_default();
         let d = RdmaDevice { ports, name, driver: driver.clone(), uverbs, problem };
         if driver.as_ref().is_some_and(|drv| drivers.iter().any(|w| w == drv)) {
             devices.push(d);
@@ -251,7 +264,10 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
                 minor: devnum.1,
             })
         });
-    let mut netdevs = net.as_ref().map(SysDir::names).unwrap_or_default();
+    let mut netdevs: Vec<String> = net
+        .as_ref()
+        .map(|n| n.names().iter().map(|n| n.to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
     netdevs.sort();
     let rdma_netns = crate::netns::rdma_netns_mode(sysfs);
     Ok(Host { devices, others, rdma_cm, netdevs, rdma_netns })
@@ -557,5 +573,42 @@ mod tests {
         assert_eq!(e.ports, [port(1, 4, "ACTIVE", Some("Ethernet")), port(2, 0, "", None)]);
         assert!(!e.all_ports_active());
         assert_eq!(h.netdevs, ["eth7"]);
+    }
+
+    /// What the whole-path reading gave on odd trees, the held directories give too: a
+    /// `uverbs` entry whose name is not UTF-8 is read by its name as it is (and its node looked
+    /// for under the name as text), and where `class/net` cannot be opened a netdev's MTU is
+    /// read by its whole path (here an absolute name in `ndevs/0`, which that path follows).
+    #[test]
+    fn odd_names_and_no_class_net() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        let sys = d.path().join("sys");
+        let dev = sys.join("class/infiniband/erdma_0");
+        let put = |rel: &Path, body: &str| {
+            std::fs::create_dir_all(rel.parent().unwrap()).unwrap();
+            std::fs::write(rel, body).unwrap();
+        };
+        let elsewhere = d.path().join("elsewhere/eth9");
+        put(&elsewhere.join("mtu"), "1234\n");
+        put(&dev.join("ports/1/state"), "4: ACTIVE\n");
+        put(&dev.join("ports/1/gid_attrs/ndevs/0"), &format!("{}\n", elsewhere.display()));
+        std::fs::create_dir_all(sys.join("bus/pci/drivers/erdma")).unwrap();
+        std::fs::create_dir_all(dev.join("device")).unwrap();
+        std::os::unix::fs::symlink("../../../../bus/pci/drivers/erdma", dev.join("device/driver"))
+            .unwrap();
+        let verbs =
+            sys.join("class/infiniband_verbs").join(std::ffi::OsStr::from_bytes(b"uverbs\xff"));
+        put(&verbs.join("ibdev"), "erdma_0\n");
+        put(&verbs.join("dev"), "231:192\n");
+        let h = discover(&sys, &d.path().join("dev"), &["erdma".into()]).unwrap();
+        assert_eq!(names(&h.devices), ["erdma_0"]);
+        let e = &h.devices[0];
+        assert_eq!(e.driver.as_deref(), Some("erdma"));
+        let problem = e.problem.as_deref().unwrap();
+        assert!(problem.contains("infiniband/uverbs\u{fffd}: "), "{problem}");
+        assert_eq!(e.ports[0].netdev.as_deref(), Some(elsewhere.to_str().unwrap()));
+        assert_eq!(e.ports[0].mtu, Some(1234));
+        assert!(h.netdevs.is_empty());
     }
 }

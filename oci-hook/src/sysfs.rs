@@ -1,5 +1,6 @@
 //! Reading sysfs: one attribute's value as the kernel hands it over, and directories held open
 //! so that what is under them is opened relative to them.
+use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
@@ -40,23 +41,32 @@ fn read_fd(fd: OwnedFd) -> Option<String> {
 /// only the rest of the path for each attribute, not the root, the class directory and the
 /// device's symbolic link (`class/infiniband/erdma_0` leads into `devices/pci…`) again and
 /// again. The same files are reached as by their whole paths: symbolic links below are followed
-/// alike.
+/// alike, and a directory only walked through is opened with `O_PATH`, which asks for no more
+/// permission than the walk did.
 pub(crate) struct SysDir(OwnedFd);
 
-const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+const LIST: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+const THROUGH: OFlags = OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
 
 impl SysDir {
+    /// The directory at `path`, to list ([`SysDir::names`]) and to read below.
     pub(crate) fn open(path: &Path) -> std::io::Result<SysDir> {
-        Ok(SysDir(rustix::fs::open(path, DIR_FLAGS, Mode::empty())?))
+        Ok(SysDir(rustix::fs::open(path, LIST, Mode::empty())?))
     }
 
-    /// The directory `rel` under this one.
-    pub(crate) fn dir(&self, rel: &str) -> std::io::Result<SysDir> {
-        Ok(SysDir(rustix::fs::openat(&self.0, rel, DIR_FLAGS, Mode::empty())?))
+    /// The directory `rel` under this one, to list and to read below.
+    pub(crate) fn list<P: rustix::path::Arg>(&self, rel: P) -> std::io::Result<SysDir> {
+        Ok(SysDir(rustix::fs::openat(&self.0, rel, LIST, Mode::empty())?))
+    }
+
+    /// The directory `rel` under this one, only to read below: [`SysDir::names`] of it is
+    /// empty.
+    pub(crate) fn through<P: rustix::path::Arg>(&self, rel: P) -> std::io::Result<SysDir> {
+        Ok(SysDir(rustix::fs::openat(&self.0, rel, THROUGH, Mode::empty())?))
     }
 
     /// [`read_trim`] of the attribute `rel` under this directory.
-    pub(crate) fn read_trim(&self, rel: &str) -> Option<String> {
+    pub(crate) fn read_trim<P: rustix::path::Arg>(&self, rel: P) -> Option<String> {
         read_fd(
             rustix::fs::openat(&self.0, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
                 .ok()?,
@@ -65,23 +75,24 @@ impl SysDir {
 
     /// The last component of where the symbolic link `rel` points (a driver's name from
     /// `device/driver`).
-    pub(crate) fn link_name(&self, rel: &str) -> Option<String> {
-        let target = rustix::fs::readlinkat(&self.0, rel, Vec::new()).ok()?;
+    pub(crate) fn link_name<P: rustix::path::Arg>(&self, rel: P) -> Option<String> {
         use std::os::unix::ffi::OsStrExt;
+        let target = rustix::fs::readlinkat(&self.0, rel, Vec::new()).ok()?;
         let name = Path::new(std::ffi::OsStr::from_bytes(target.as_bytes())).file_name()?;
         Some(name.to_string_lossy().into_owned())
     }
 
-    /// The names of the entries (not `.` and `..`), in the kernel's order; a read that fails
-    /// ends the list, as a directory removed under us would.
-    pub(crate) fn names(&self) -> Vec<String> {
+    /// The names of the entries (not `.` and `..`), as the kernel gives them, in its order; a
+    /// read that fails ends the list, as a directory removed under us would.
+    pub(crate) fn names(&self) -> Vec<OsString> {
+        use std::os::unix::ffi::OsStrExt;
         let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
         let mut dir = rustix::fs::RawDir::new(&self.0, &mut buf);
         let mut out = Vec::new();
         while let Some(Ok(e)) = dir.next() {
             let name = e.file_name().to_bytes();
             if name != b"." && name != b".." {
-                out.push(String::from_utf8_lossy(name).into_owned());
+                out.push(std::ffi::OsStr::from_bytes(name).to_os_string());
             }
         }
         out
