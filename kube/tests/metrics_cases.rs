@@ -335,7 +335,12 @@ fn prometheus_scrapes_and_answers_rate() {
         let (start, base) = (Instant::now(), *value);
         while start.elapsed() < Duration::from_secs(secs) {
             *value = base + (start.elapsed().as_secs_f64() * 1e9) as u64;
-            std::fs::write(&tx, format!("{value}\n")).unwrap();
+            // Whole or not at all, as the kernel hands a counter over: a plain write truncates
+            // first, and a scrape in between read an empty counter (seen under load).
+            // Outside hw_counters, whose every file the exporter reads.
+            let next = fx.dir.path().join("hw_tx_bytes_cnt.next");
+            std::fs::write(&next, format!("{value}\n")).unwrap();
+            std::fs::rename(&next, &tx).unwrap();
             std::thread::sleep(Duration::from_millis(100));
         }
     };
