@@ -182,8 +182,9 @@ impl Config {
 
     /// What a call that hands the container over to the real runtime unchanged reads
     /// (erdma-runtime's every subcommand but `create` and `run`): `runtime`, `log_file` and
-    /// `log_level`, the rest left at its defaults. The file must be well-formed TOML and these
-    /// three keys strings; what only the edit uses is neither read nor checked here, so that an
+    /// `log_level`, the rest left at its defaults. The file must be well-formed TOML without a
+    /// table (no key takes one) and these three keys strings; what only the edit uses is
+    /// neither read nor checked here, so that an
     /// engine can still stop and delete its containers while one of those settings is wrong
     /// (a `create` or `run` of a container that may ask, which uses them, refuses the file with
     /// its error). [`handover_plain`] reads the same from a file of the plainest form without a
