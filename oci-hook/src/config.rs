@@ -54,7 +54,7 @@ pub struct Config {
     pub tcp_fallback: bool,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum EnvPolicy {
     /// The container's value, unless it cannot work here (an `NCCL_IB_HCA` that selects none of
@@ -111,7 +111,7 @@ impl<'de> Deserialize<'de> for Memlock {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkPolicy {
     /// Refuse a container whose network namespace an engine manages (a pod without
@@ -122,8 +122,38 @@ pub enum NetworkPolicy {
     /// from its namespace (`nccl.rs`), and one warning that `rdma_cm`-based programs need host
     /// networking. `warn`, its name before, is read as this.
     #[default]
-    #[serde(alias = "warn")]
     Any,
+}
+
+/// A setting that is one of a few words, read from the word only: a derived reading would also
+/// take toml's table form of a unit variant (`network = { require = {} }`), and no key of the
+/// file is a table, which the readers that look at less than the whole file rely on
+/// ([`NotTable`]).
+fn word<'de, D: serde::Deserializer<'de>, T: Copy>(
+    d: D,
+    words: &[(&str, T)],
+    expected: &'static [&'static str],
+) -> std::result::Result<T, D::Error> {
+    let s = String::deserialize(d)?;
+    match words.iter().find(|(w, _)| *w == s) {
+        Some((_, v)) => Ok(*v),
+        None => Err(serde::de::Error::unknown_variant(&s, expected)),
+    }
+}
+
+impl<'de> Deserialize<'de> for NetworkPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use NetworkPolicy::*;
+        word(d, &[("require", Require), ("any", Any), ("warn", Any)], &["require", "any"])
+    }
+}
+
+impl<'de> Deserialize<'de> for EnvPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use EnvPolicy::*;
+        let words = [("repair", Repair), ("keep", Keep), ("replace", Replace)];
+        word(d, &words, &["repair", "keep", "replace"])
+    }
 }
 
 impl Default for Config {
@@ -762,6 +792,12 @@ mod tests {
             "[[memlock]]\nx = 1\n",
             "[other]\nruntime = \"crun\"\n",
             "sysfs_root = 1979-05-27\n",
+            // toml's table form of a unit variant, which a derived reading of the two
+            // policies would take.
+            "network = { require = {} }\n",
+            "env_policy = { keep = {} }\n",
+            "[network]\nrequire = {}\n",
+            "[network.require]\n",
         ] {
             assert!(toml::from_str::<Config>(doc).is_err(), "{doc}");
             assert!(toml::from_str::<FirstLook>(doc).is_err(), "{doc}");
