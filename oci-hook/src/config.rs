@@ -214,10 +214,9 @@ impl Config {
     /// (erdma-runtime's every subcommand but `create` and `run`): `runtime`, `log_file` and
     /// `log_level`, the rest left at its defaults. The file must be well-formed TOML without a
     /// table (no key takes one) and these three keys strings; what only the edit uses is
-    /// neither read nor checked here, so that an
-    /// engine can still stop and delete its containers while one of those settings is wrong
-    /// (a `create` or `run` of a container that may ask, which uses them, refuses the file with
-    /// its error). [`handover_plain`] reads the same from a file of the plainest form without a
+    /// neither read nor checked here, so that an engine can still stop and delete its
+    /// containers while one of those settings is wrong (a `create` or `run` of a container that
+    /// may ask, which uses them, refuses the file with its error). [`handover_plain`] reads the same from a file of the plainest form without a
     /// TOML parser.
     pub fn load_handover() -> Result<Config> {
         let h = Self::read_as::<Handover>(&Self::path(), Handover::default)?;
@@ -241,13 +240,7 @@ impl Config {
     /// the same from a file of the plainest form ([`Plain::first_look`]).
     pub fn load_or_first_look() -> Result<(Config, Option<Error>)> {
         let path = Self::path();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok((Config::default(), None))
-            }
-            Err(e) => return Err(Error::io("reading config", &path)(e)),
-        };
+        let Some(text) = Self::read_text(&path)? else { return Ok((Config::default(), None)) };
         let refused = match toml::from_str::<Config>(&text) {
             Ok(config) => return Ok((config, None)),
             Err(source) => Error::Config { path: path.clone(), source },
@@ -270,10 +263,18 @@ impl Config {
         path: &Path,
         absent: impl FnOnce() -> T,
     ) -> Result<T> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text)
+        match Self::read_text(path)? {
+            Some(text) => toml::from_str(&text)
                 .map_err(|source| Error::Config { path: path.to_path_buf(), source }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(absent()),
+            None => Ok(absent()),
+        }
+    }
+
+    /// The text of the file at `path`; `None` where there is no such file.
+    fn read_text(path: &Path) -> Result<Option<String>> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io("reading config", path)(e)),
         }
     }
@@ -395,7 +396,7 @@ pub struct Plain<'a> {
     /// What [`Config::load_or_first_look`] reads besides: `accept_env` and `default_request`.
     pub accept_env: Option<bool>,
     pub default_request: Option<&'a [u8]>,
-    /// Whether [`Config::load_or_first_look`] reads the file without an error: every key one of
+    /// Whether [`Config::load_or_first_look`]'s first look takes the file: every key one of
     /// [`KEYS`], `accept_env` a boolean and `default_request` a string where they are set.
     pub first_look: bool,
 }
