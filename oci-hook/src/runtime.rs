@@ -128,11 +128,22 @@ fn globals<A: AsRef<[u8]>>(args: &[A], mut each: impl FnMut(&str, Option<&OsStr>
 /// Whether erdma-runtime only hands these arguments over to the real runtime: a subcommand runc
 /// and crun know, other than `create` and `run` (which [`parse`] reads further).
 pub fn hands_over<A: AsRef<[u8]>>(args: &[A]) -> bool {
-    let at = globals(args, |_, _| {});
-    args.get(at).is_some_and(|cmd| {
-        let cmd = cmd.as_ref();
-        cmd != b"create" && cmd != b"run" && KNOWN_COMMANDS.iter().any(|k| k.as_bytes() == cmd)
-    })
+    subcommand(args).is_some_and(only_hands_over)
+}
+
+/// The subcommand, after any global flags.
+fn subcommand<A: AsRef<[u8]>>(args: &[A]) -> Option<&[u8]> {
+    args.get(globals(args, |_, _| {})).map(AsRef::as_ref)
+}
+
+/// Whether `cmd` is one erdma-runtime only hands over ([`hands_over`]).
+fn only_hands_over(cmd: &[u8]) -> bool {
+    !creates(cmd) && KNOWN_COMMANDS.iter().any(|k| k.as_bytes() == cmd)
+}
+
+/// Whether `cmd` is `create` or `run`, which erdma-runtime reads further.
+fn creates(cmd: &[u8]) -> bool {
+    matches!(cmd, b"create" | b"run")
 }
 
 /// Finds the subcommand and, for `create`/`run`, the bundle, config file and container id.
@@ -274,8 +285,8 @@ pub fn handover<'e, A: AsRef<[u8]>>(
     args: &[A],
     env: impl Fn(&CStr) -> Option<&'e [u8]>,
 ) -> Option<Handover> {
-    let creates = creates(args);
-    if !(creates || hands_over(args)) || env(c"RUST_LOG").is_some_and(|v| !v.is_empty()) {
+    let cmd = subcommand(args)?;
+    if !(creates(cmd) || only_hands_over(cmd)) || env(c"RUST_LOG").is_some_and(|v| !v.is_empty()) {
         return None;
     }
     let config = match env(crate::config::ENV_PATH_C) {
@@ -287,19 +298,13 @@ pub fn handover<'e, A: AsRef<[u8]>>(
     if !crate::log::plainly_quiet(plain.log_level.unwrap_or(b"info")) {
         return None;
     }
-    if creates && !cannot_ask(args, &plain) {
+    if creates(cmd) && !cannot_ask(args, &plain) {
         return None;
     }
     let runtime = plain.runtime.unwrap_or(b"runc");
     let search_path = env(c"PATH").unwrap_or(DEFAULT_SEARCH_PATH.as_bytes());
     let program = search(runtime, search_path)?;
     Some(Handover { program, arg0: CString::new(runtime).ok()? })
-}
-
-/// Whether `args` are a `create` or a `run`.
-fn creates<A: AsRef<[u8]>>(args: &[A]) -> bool {
-    let at = globals(args, |_, _| {});
-    args.get(at).is_some_and(|cmd| matches!(cmd.as_ref(), b"create" | b"run"))
 }
 
 /// Whether the container of a `create` or `run` with `args` certainly cannot ask for eRDMA,
@@ -325,10 +330,7 @@ fn cannot_ask<A: AsRef<[u8]>>(args: &[A], plain: &crate::config::Plain) -> bool 
     let bundle = inv.bundle.as_deref().unwrap_or(Path::new("."));
     // A bundle that is not a directory (or an empty name) is the full path's to report, as
     // intercept does, even where --config names a spec outside it.
-    let is_dir = rustix::fs::stat(bundle).is_ok_and(|st| {
-        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
-    });
-    if !is_dir {
+    if !bundle.is_dir() {
         return false;
     }
     let path = spec_path(bundle, &inv);
@@ -443,7 +445,7 @@ fn intercept(
 }
 
 fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, RuntimeError> {
-    let intercepted = matches!(inv.command.as_deref(), Some("create" | "run"));
+    let intercepted = inv.command.as_deref().is_some_and(|c| creates(c.as_bytes()));
     // A call that only hands over reads only the runtime and the log settings. Create and run
     // read the whole file; where it is refused, what tells whether the container can ask, and
     // the refusal is for a container that may.
