@@ -122,8 +122,7 @@ fn ports(sysfs: &Path, dev_dir: &SysDir, net: Option<&SysDir>) -> Vec<Port> {
         };
         let netdev = attr("gid_attrs/ndevs/0").filter(|s| !s.is_empty()).or_else(|| {
             // Older kernels: the netdev sits under the device's PCI function.
-            let first = dev_dir.list("device/net").ok()?.names().into_iter().next()?;
-            Some(first.to_string_lossy().into_owned())
+            dev_dir.list("device/net").ok()?.text_names().into_iter().next()
         });
         let mtu = netdev.as_ref().and_then(|n| {
             match net {
@@ -189,7 +188,7 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
     let class_path = sysfs.join("class/infiniband");
     let (class, entries) = match SysDir::open(&class_path) {
         Ok(d) => {
-            let names = d.names().iter().map(|n| n.to_string_lossy().into_owned()).collect();
+            let names = d.text_names();
             (Some(d), names)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, Vec::new()),
@@ -264,10 +263,7 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
                 minor: devnum.1,
             })
         });
-    let mut netdevs: Vec<String> = net
-        .as_ref()
-        .map(|n| n.names().iter().map(|n| n.to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
+    let mut netdevs = net.as_ref().map(SysDir::text_names).unwrap_or_default();
     netdevs.sort();
     let rdma_netns = crate::netns::rdma_netns_mode(sysfs);
     Ok(Host { devices, others, rdma_cm, netdevs, rdma_netns })

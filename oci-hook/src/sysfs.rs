@@ -97,6 +97,12 @@ impl SysDir {
         }
         out
     }
+
+    /// [`SysDir::names`] as text, a name that is not UTF-8 with U+FFFD in its place: what
+    /// the devices and interfaces are called in reports and settings.
+    pub(crate) fn text_names(&self) -> Vec<String> {
+        self.names().iter().map(|n| n.to_string_lossy().into_owned()).collect()
+    }
 }
 
 #[cfg(test)]
