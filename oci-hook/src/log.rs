@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
 use std::io::Write as _;
+use std::mem::ManuallyDrop;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,8 +86,13 @@ struct FileLog {
 }
 
 thread_local! {
-    /// The spans this thread is in, outermost first.
-    static ENTERED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// The spans this thread is in, outermost first. Never dropped: a thread-local that needs
+    /// dropping has its destructor registered on first use, which under musl sets up a pthread
+    /// key and the C library's own allocator (six system calls and their page faults, in an
+    /// asking `create` that logs one line). The programs that log here are short-lived and run
+    /// their work on one thread; what a thread leaves at its exit is its few ids' allocation.
+    static ENTERED: ManuallyDrop<RefCell<Vec<u64>>> =
+        const { ManuallyDrop::new(RefCell::new(Vec::new())) };
 }
 
 impl FileLog {
