@@ -232,29 +232,84 @@ fn members(
 /// exchange with), a plain rename.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
-    let dir = path.parent().unwrap_or(Path::new("."));
     let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o644);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".config.json.")
-        .tempfile_in(dir)
-        .map_err(Error::io("writing", path))?;
-    tmp.write_all(data).map_err(Error::io("writing", path))?;
-    tmp.as_file()
+    let mut tmp = Temporary::beside(path).map_err(Error::io("writing", path))?;
+    tmp.file.write_all(data).map_err(Error::io("writing", path))?;
+    tmp.file
         .set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(Error::io("writing", path))?;
-    match renameat_with(CWD, tmp.path(), CWD, path, RenameFlags::EXCHANGE) {
+    match renameat_with(CWD, &tmp.path, CWD, path, RenameFlags::EXCHANGE) {
         // The new spec is in place; the temporary's name now holds the old one. A failure to
         // remove it leaves a stray hidden file in the bundle, not a wrong spec.
         Ok(()) => {
-            if let Err(e) = tmp.close() {
+            if let Err(e) = tmp.remove() {
                 tracing::warn!("removing the previous {} after the edit: {e}", path.display());
             }
         }
         Err(_) => {
-            tmp.persist(path).map_err(|e| Error::io("writing", path)(e.error))?;
+            rustix::fs::rename(&tmp.path, path)
+                .map_err(|e| Error::io("writing", path)(e.into()))?;
+            tmp.kept = true;
         }
     }
     Ok(())
+}
+
+/// A new file beside another, `.config.json.XXXXXX` in the same directory (six random letters
+/// and digits), opened for writing with mode 0600 and removed again when dropped unless `kept`:
+/// what [`write_atomic`] writes the new spec into. Made here with `open(O_CREAT | O_EXCL)`
+/// rather than with the tempfile crate, whose name needs a seed from `std::thread::current()`
+/// and an absolute path from `getcwd`: under musl that set up the C library's allocator and a
+/// pthread key for the thread's handle, eight system calls of an asking `create`'s ~100. The
+/// name is drawn from std's `RandomState` (seeded once per thread from the kernel, as the
+/// spec's maps already are).
+struct Temporary {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    kept: bool,
+}
+
+impl Temporary {
+    fn beside(path: &Path) -> std::io::Result<Temporary> {
+        use rustix::fs::{Mode, OFlags};
+        use std::hash::BuildHasher;
+        const LETTERS: &[u8; 62] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        for attempt in 0u32..100 {
+            let mut draw = std::hash::RandomState::new().hash_one(attempt);
+            let mut name = String::from(".config.json.");
+            for _ in 0..6 {
+                name.push(char::from(LETTERS[(draw % 62) as usize]));
+                draw /= 62;
+            }
+            let tmp = dir.join(name);
+            match rustix::fs::open(&tmp, flags, Mode::from_raw_mode(0o600)) {
+                Ok(fd) => return Ok(Temporary { path: tmp, file: fd.into(), kept: false }),
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("100 temporary names taken in {}", dir.display()),
+        ))
+    }
+
+    /// Removes the file now, reporting a failure that dropping would not.
+    fn remove(mut self) -> std::io::Result<()> {
+        self.kept = true;
+        rustix::fs::unlink(&self.path).map_err(Into::into)
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = rustix::fs::unlink(&self.path);
+        }
+    }
 }
 
 /// Writes `data` to `path` through a temporary file, fsync'd, and a rename (same mode if it
@@ -415,5 +470,27 @@ pub(crate) mod tests {
         assert_eq!(read(&q).unwrap().1, json!({"alt": []}));
         assert_eq!(std::fs::metadata(&q).unwrap().permissions().mode() & 0o777, 0o644);
         assert_eq!(names(dir.path()), ["alt.json", "config.json"]);
+    }
+
+    #[test]
+    fn a_temporary_not_kept_is_removed_and_names_differ() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        let (a, b) = (Temporary::beside(&p).unwrap(), Temporary::beside(&p).unwrap());
+        assert_ne!(a.path, b.path);
+        for t in [&a, &b] {
+            let name = t.path.file_name().unwrap().to_str().unwrap();
+            let tail = name.strip_prefix(".config.json.").unwrap();
+            assert!(tail.len() == 6 && tail.bytes().all(|c| c.is_ascii_alphanumeric()), "{name}");
+            let mode = std::fs::metadata(&t.path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{name}: for its owner only until the mode is set");
+        }
+        assert_eq!(names(dir.path()).len(), 2);
+        drop(a);
+        b.remove().unwrap();
+        assert!(names(dir.path()).is_empty());
+        // No directory to make it in: the error, and nothing made.
+        assert!(Temporary::beside(&dir.path().join("gone/config.json")).is_err());
+        assert!(names(dir.path()).is_empty());
     }
 }
