@@ -207,7 +207,7 @@ impl Config {
     }
 
     pub fn load_from(path: &Path) -> Result<Config> {
-        Self::read_as::<Config>(path, Config::default)
+        Self::read_as::<Config>(path, None, Config::default)
     }
 
     /// What a call that hands the container over to the real runtime unchanged reads
@@ -218,8 +218,9 @@ impl Config {
     /// containers while one of those settings is wrong (a `create` or `run` of a container that
     /// may ask, which uses them, refuses the file with its error). [`handover_plain`] reads the same from a file of the plainest form without a
     /// TOML parser.
-    pub fn load_handover() -> Result<Config> {
-        let h = Self::read_as::<Handover>(&Self::path(), Handover::default)?;
+    /// `read` is the file as the caller already read it, if it did ([`Read`]).
+    pub fn load_handover(read: Option<Read>) -> Result<Config> {
+        let h = Self::read_as::<Handover>(&Self::path(), read, Handover::default)?;
         Ok(Config {
             runtime: h.runtime,
             log_file: h.log_file,
@@ -237,10 +238,13 @@ impl Config {
     /// the keys after it) and those five keys' wrong types; the values of the keys only the
     /// edit uses are not looked at, so that a wrong one stops the containers that ask, which
     /// get the refusal, and no other. The file is read once, for both. [`handover_plain`] reads
-    /// the same from a file of the plainest form ([`Plain::first_look`]).
-    pub fn load_or_first_look() -> Result<(Config, Option<Error>)> {
+    /// the same from a file of the plainest form ([`Plain::first_look`]). `read` is the file as
+    /// the caller already read it, if it did ([`Read`]).
+    pub fn load_or_first_look(read: Option<Read>) -> Result<(Config, Option<Error>)> {
         let path = Self::path();
-        let Some(text) = Self::read_text(&path)? else { return Ok((Config::default(), None)) };
+        let Some(text) = Self::read_text(&path, read)? else {
+            return Ok((Config::default(), None));
+        };
         let refused = match toml::from_str::<Config>(&text) {
             Ok(config) => return Ok((config, None)),
             Err(source) => Error::Config { path: path.clone(), source },
@@ -261,17 +265,29 @@ impl Config {
     /// The file at `path` as a `T`; a missing file is `absent()`.
     fn read_as<T: serde::de::DeserializeOwned>(
         path: &Path,
+        read: Option<Read>,
         absent: impl FnOnce() -> T,
     ) -> Result<T> {
-        match Self::read_text(path)? {
+        match Self::read_text(path, read)? {
             Some(text) => toml::from_str(&text)
                 .map_err(|source| Error::Config { path: path.to_path_buf(), source }),
             None => Ok(absent()),
         }
     }
 
-    /// The text of the file at `path`; `None` where there is no such file.
-    fn read_text(path: &Path) -> Result<Option<String>> {
+    /// The text of the file at `path`, or of what was `read` of it; `None` where there is no
+    /// such file. Text that is not UTF-8 is refused alike either way.
+    fn read_text(path: &Path, read: Option<Read>) -> Result<Option<String>> {
+        if let Some(read) = read {
+            let Some(bytes) = read.0 else { return Ok(None) };
+            return String::from_utf8(bytes).map(Some).map_err(|_| {
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "stream did not contain valid UTF-8",
+                );
+                Error::io("reading config", path)(e)
+            });
+        }
         match std::fs::read_to_string(path) {
             Ok(text) => Ok(Some(text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -279,6 +295,12 @@ impl Config {
         }
     }
 }
+
+/// The configuration file as a caller already read it ([`Config::path`], whole; `None` where
+/// there is none): erdma-runtime's quick way ([`crate::runtime::handover`]) hands what it read to
+/// the full path, which then reads the same bytes instead of the file a second time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read(pub Option<Vec<u8>>);
 
 /// The part of the file [`Config::load_handover`] reads; other keys are not looked at beyond
 /// not being tables, which no key of the file is (a `[table]` header would take the keys
@@ -820,5 +842,31 @@ mod tests {
             Config::load_from(Path::new("/nonexistent/erdma.toml")).unwrap(),
             Config::default()
         );
+    }
+
+    /// What the caller already read is what is parsed; the file at the path is not read.
+    #[test]
+    fn a_read_file_is_taken_as_read() {
+        let read = |bytes: Option<&[u8]>| Some(Read(bytes.map(<[u8]>::to_vec)));
+        let (config, refused) =
+            Config::load_or_first_look(read(Some(b"accept_env = false\n"))).unwrap();
+        assert!(!config.accept_env && refused.is_none());
+        let (config, refused) =
+            Config::load_or_first_look(read(Some(b"accept_env = false\nmemlock = \"lots\"\n")))
+                .unwrap();
+        assert!(!config.accept_env);
+        let why = std::error::Error::source(&refused.unwrap()).unwrap().to_string();
+        assert!(why.contains("memlock"), "{why}");
+        assert_eq!(Config::load_or_first_look(read(None)).unwrap().0, Config::default());
+        let handover = Config::load_handover(read(Some(b"runtime = \"crun\"\n"))).unwrap();
+        assert_eq!(handover.runtime, "crun");
+        // Not UTF-8: refused as a read of the file refuses it.
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join("odd.toml");
+        std::fs::write(&odd, b"runtime = \"\xff\"\n").unwrap();
+        let from_file = Config::read_text(&odd, None).unwrap_err().to_string();
+        let from_read =
+            Config::read_text(&odd, read(Some(b"runtime = \"\xff\"\n"))).unwrap_err().to_string();
+        assert_eq!(from_read, from_file);
     }
 }

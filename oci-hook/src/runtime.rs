@@ -281,9 +281,13 @@ pub struct Handover {
 /// per container (create, start, delete, state, kill), most containers do not ask, and a call
 /// that parses TOML, builds std's `Command` and walks its arguments as `OsString`s touches
 /// pages of the program that this does not (docs/benchmarks.md).
+///
+/// What it reads on the way to `None` (the configuration file, a create's spec) it leaves in
+/// `earlier` for [`main_with`], which takes it from there instead of reading the same files again.
 pub fn handover<'e, A: AsRef<[u8]>>(
     args: &[A],
     env: impl Fn(&CStr) -> Option<&'e [u8]>,
+    earlier: &mut Earlier,
 ) -> Option<Handover> {
     let cmd = subcommand(args)?;
     if !(creates(cmd) || only_hands_over(cmd)) || env(c"RUST_LOG").is_some_and(|v| !v.is_empty()) {
@@ -293,12 +297,20 @@ pub fn handover<'e, A: AsRef<[u8]>>(
         Some(path) => CString::new(path).ok()?,
         None => CString::new(crate::config::DEFAULT_PATH).ok()?,
     };
-    let text = read_whole(&config)?;
-    let plain = crate::config::handover_plain(&text)?;
+    // A missing file is the defaults, as the full path reads it; a file that cannot be read or
+    // is not a regular file ([`read_regular`]) is left to the full path to read and report.
+    let text = match read_regular(&config) {
+        Ok(text) => Some(text),
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(_) => return None,
+    };
+    let Earlier { config, spec } = earlier;
+    let text = &config.insert(crate::config::Read(text)).0;
+    let plain = crate::config::handover_plain(text.as_deref().unwrap_or_default())?;
     if !crate::log::plainly_quiet(plain.log_level.unwrap_or(b"info")) {
         return None;
     }
-    if creates(cmd) && !cannot_ask(args, &plain) {
+    if creates(cmd) && !cannot_ask(args, &plain, spec) {
         return None;
     }
     let runtime = plain.runtime.unwrap_or(b"runc");
@@ -312,8 +324,12 @@ pub fn handover<'e, A: AsRef<[u8]>>(
 /// and judged by [`crate::request::may_ask`] with the `accept_env` and `default_request` that
 /// [`Config::load_or_first_look`] reads. `false` wherever that cannot be told here (a file
 /// that is not a first look's, a spec that is not a regular file or cannot be read), which
-/// leaves the call to the full path.
-fn cannot_ask<A: AsRef<[u8]>>(args: &[A], plain: &crate::config::Plain) -> bool {
+/// leaves the call to the full path. The spec of a container that may ask is left in `spec`.
+fn cannot_ask<A: AsRef<[u8]>>(
+    args: &[A],
+    plain: &crate::config::Plain,
+    spec: &mut Option<Vec<u8>>,
+) -> bool {
     if !plain.first_look {
         return false;
     }
@@ -336,25 +352,30 @@ fn cannot_ask<A: AsRef<[u8]>>(args: &[A], plain: &crate::config::Plain) -> bool 
     let path = spec_path(bundle, &inv);
     let Ok(path) = CString::new(path.into_os_string().into_vec()) else { return false };
     match read_regular(&path) {
-        Ok(raw) => !crate::request::may_ask(&raw, &config),
+        Ok(raw) => {
+            let asks = crate::request::may_ask(&raw, &config);
+            if asks {
+                *spec = Some(raw);
+            }
+            !asks
+        }
         Err(_) => false,
     }
+}
+
+/// What [`handover`] read before it left a call to the full path ([`main_with`]), which takes
+/// it from here rather than read the same file a second time: the configuration file, and the
+/// spec of a `create` or `run` (read from where [`intercept`] finds it, a regular file in a
+/// bundle that is a directory). What is not here the full path reads itself.
+#[derive(Debug, Default)]
+pub struct Earlier {
+    pub config: Option<crate::config::Read>,
+    pub spec: Option<Vec<u8>>,
 }
 
 /// The spec of a `create` or `run` in `bundle`: `config.json`, or crun's `--config` file.
 fn spec_path(bundle: &Path, inv: &Invocation) -> PathBuf {
     bundle.join(inv.config_file.as_deref().unwrap_or(Path::new("config.json")))
-}
-
-/// The file at `path`, whole: empty when there is no such file (the defaults, as
-/// [`Config::load_handover`] reads it); `None` when it cannot be read, or is not a regular file
-/// ([`read_regular`]).
-fn read_whole(path: &CStr) -> Option<Vec<u8>> {
-    match read_regular(path) {
-        Ok(text) => Some(text),
-        Err(rustix::io::Errno::NOENT) => Some(Vec::new()),
-        Err(_) => None,
-    }
 }
 
 /// The regular file at `path`, whole. Any other kind of file is an error (`EINVAL`): a FIFO,
@@ -402,11 +423,13 @@ impl Log<'_> {
 /// Edits the bundle's spec for `create`/`run` when the container asks for eRDMA. `config` is
 /// the whole file, or where that was refused (`refused`), what [`Config::load_or_first_look`]
 /// read: enough to tell a container that cannot ask, which is left as it is whatever the
-/// edit's settings say; one that may ask gets the refusal.
+/// edit's settings say; one that may ask gets the refusal. `earlier` is the spec as [`handover`]
+/// read it, if it did.
 fn intercept(
     inv: &Invocation,
     config: &Config,
     refused: Option<Error>,
+    earlier: Option<Vec<u8>>,
     log: &mut Log,
 ) -> Result<(), RuntimeError> {
     let bundle = match &inv.bundle {
@@ -414,11 +437,12 @@ fn intercept(
         None => std::env::current_dir()
             .map_err(|e| Error::io("getting the current directory (the default bundle)", ".")(e))?,
     };
-    if !bundle.is_dir() {
-        return Err(RuntimeError::NoBundle(bundle));
-    }
     let path = spec_path(&bundle, inv);
-    let raw = std::fs::read(&path).map_err(Error::io("reading", &path))?;
+    let raw = match earlier {
+        Some(raw) => raw,
+        None if !bundle.is_dir() => return Err(RuntimeError::NoBundle(bundle)),
+        None => std::fs::read(&path).map_err(Error::io("reading", &path))?,
+    };
     let id = inv.container_id.as_deref().unwrap_or("?");
     if !crate::request::may_ask(&raw, config) {
         tracing::debug!("container {id}: cannot ask for eRDMA; {} untouched", path.display());
@@ -444,14 +468,18 @@ fn intercept(
     Ok(())
 }
 
-fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, RuntimeError> {
+fn run(
+    args: &[OsString],
+    inv: &Invocation,
+    earlier: Earlier,
+) -> Result<std::convert::Infallible, RuntimeError> {
     let intercepted = inv.command.as_deref().is_some_and(|c| creates(c.as_bytes()));
     // A call that only hands over reads only the runtime and the log settings. Create and run
     // read the whole file; where it is refused, what tells whether the container can ask, and
     // the refusal is for a container that may.
     let (config, refused) = match intercepted {
-        true => Config::load_or_first_look()?,
-        false => (Config::load_handover()?, None),
+        true => Config::load_or_first_look(earlier.config)?,
+        false => (Config::load_handover(earlier.config)?, None),
     };
     let unknown = inv.command.as_deref().is_some_and(|c| !KNOWN_COMMANDS.contains(&c));
     let mut log = Log { config: &config, guard: None };
@@ -464,7 +492,7 @@ fn run(args: &[OsString], inv: &Invocation) -> Result<std::convert::Infallible, 
         tracing::error!("{e}");
     })?;
     if intercepted {
-        intercept(inv, &config, refused, &mut log).inspect_err(|e| {
+        intercept(inv, &config, refused, earlier.spec, &mut log).inspect_err(|e| {
             log.on();
             tracing::error!("{}", one_line(e));
         })?;
@@ -504,13 +532,14 @@ fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// Runs the wrapper with `args` (without `argv[0]`); returns only on error, with the exit code.
-pub fn main_with(args: Vec<OsString>) -> i32 {
+/// Runs the wrapper with `args` (without `argv[0]`) and what [`handover`] read of its files;
+/// returns only on error, with the exit code.
+pub fn main_with(args: Vec<OsString>, earlier: Earlier) -> i32 {
     let inv = parse(&args);
     if inv.version && inv.command.is_none() {
         return version(&args);
     }
-    match run(&args, &inv) {
+    match run(&args, &inv, earlier) {
         Ok(never) => match never {},
         Err(e) => {
             let msg = one_line(&e);
@@ -533,7 +562,7 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
 /// follow it. Without a runtime to ask, our line alone answers, with a note; the exit code is
 /// the runtime's.
 fn version(args: &[OsString]) -> i32 {
-    let runtime = Config::load_handover()
+    let runtime = Config::load_handover(None)
         .map_err(RuntimeError::from)
         .and_then(|config| Ok((resolve_runtime(&config.runtime)?, config.runtime)));
     let code = match runtime {
@@ -757,6 +786,15 @@ mod tests {
         env: &[(&str, &str)],
         args: &[&str],
     ) -> Option<Handover> {
+        handover_leaving(config, env, args).0
+    }
+
+    /// [`handover_with`], and what it left for the full path.
+    fn handover_leaving(
+        config: Option<&str>,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> (Option<Handover>, Earlier) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("oci-hook.toml");
         if let Some(text) = config {
@@ -770,7 +808,8 @@ mod tests {
             let name = name.to_str().unwrap();
             vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes())
         };
-        handover(args, get)
+        let mut earlier = Earlier::default();
+        (handover(args, get, &mut earlier), earlier)
     }
 
     #[test]
@@ -834,13 +873,13 @@ mod tests {
             let name = name.to_str().unwrap();
             fifo_env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_bytes())
         };
-        assert_eq!(handover(&state, get), None);
+        assert_eq!(handover(&state, get, &mut Earlier::default()), None);
         let dir_env = [("PATH", search.as_str()), (crate::config::ENV_PATH, "/")];
         let get = |name: &CStr| {
             let name = name.to_str().unwrap();
             dir_env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_bytes())
         };
-        assert_eq!(handover(&state, get), None);
+        assert_eq!(handover(&state, get, &mut Earlier::default()), None);
         // An empty RUST_LOG asks for nothing, as for `wants_debug`.
         assert!(found(runc_cfg, &[("PATH", search.as_str()), ("RUST_LOG", "")]).is_some());
     }
@@ -885,6 +924,15 @@ mod tests {
         // Asking by env, honoured or not; by annotation.
         spec(env_asks);
         assert_eq!(found(None, &create), None);
+        // What it read is left for the full path: the file (or that there is none) and the
+        // spec of the container that may ask.
+        let (none, earlier) = handover_leaving(Some("accept_env = true\n"), &path, &create);
+        assert_eq!(none, None);
+        assert_eq!(earlier.config, Some(crate::config::Read(Some(b"accept_env = true\n".into()))));
+        assert_eq!(earlier.spec.as_deref(), Some(env_asks.as_bytes()));
+        let earlier = handover_leaving(None, &path, &create).1;
+        assert_eq!(earlier.config, Some(crate::config::Read(None)));
+        assert_eq!(earlier.spec.as_deref(), Some(env_asks.as_bytes()));
         assert_eq!(found(Some("accept_env = false\n"), &create), runc);
         spec(&annotation_asks);
         assert_eq!(found(Some("accept_env = false\n"), &create), None);
@@ -915,6 +963,34 @@ mod tests {
             std::process::Command::new("mkfifo").arg(bundle.join("config.json")).status().unwrap();
         assert!(made.success());
         assert_eq!(found(None, &create), None);
+    }
+
+    /// The spec the quick way read is the one judged and edited: the file is not read again.
+    #[test]
+    fn intercept_takes_the_spec_handover_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.json");
+        let plain = r#"{"process":{"env":["PATH=/bin"]}}"#;
+        let asks = r#"{"process":{"env":["ERDMA_VISIBLE_DEVICES=all"]}}"#;
+        let inv = Invocation {
+            command: Some("create".into()),
+            bundle: Some(dir.path().into()),
+            ..Invocation::default()
+        };
+        let config = Config::default();
+        let mut log = Log { config: &config, guard: None };
+        let refused = || Some(Error::Invalid("a test's refusal".into()));
+        // A container that may ask gets the refusal; one that cannot is left as it is.
+        std::fs::write(&file, plain).unwrap();
+        let e = intercept(&inv, &config, refused(), Some(asks.into()), &mut log).unwrap_err();
+        assert!(one_line(&e).contains("a test's refusal"), "{e}");
+        std::fs::write(&file, asks).unwrap();
+        intercept(&inv, &config, refused(), Some(plain.into()), &mut log).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), asks);
+        // Nothing read before: the file.
+        assert!(intercept(&inv, &config, refused(), None, &mut log).is_err());
+        std::fs::write(&file, plain).unwrap();
+        intercept(&inv, &config, refused(), None, &mut log).unwrap();
     }
 
     #[test]

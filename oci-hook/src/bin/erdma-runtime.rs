@@ -23,15 +23,16 @@
 extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
     use std::ffi::{CStr, OsStr, OsString};
     use std::os::unix::ffi::OsStrExt;
+    let mut earlier = erdma_oci_hook::runtime::Earlier::default();
     // SAFETY: as below; returns only where it does not apply or the exec failed.
-    unsafe { handover::exec(argc, argv) };
+    unsafe { handover::exec(argc, argv, &mut earlier) };
     // SAFETY: the C library passes `argc` valid NUL-terminated strings in `argv`, which live
     // as long as the process.
     let args = (1..usize::try_from(argc).unwrap_or(0))
         .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
         .map(|s| OsString::from(OsStr::from_bytes(s.to_bytes())))
         .collect();
-    erdma_oci_hook::runtime::main_with(args)
+    erdma_oci_hook::runtime::main_with(args, earlier)
 }
 
 /// A call erdma-runtime only hands over to the real runtime (start, delete, state, kill: every
@@ -58,11 +59,16 @@ mod handover {
     /// More arguments than this (engines give about ten) go the long way.
     const MAX_ARGS: usize = 64;
 
-    /// Execs the real runtime for a call that only hands over, or returns.
+    /// Execs the real runtime for a call that only hands over, or returns. What it read on the
+    /// way to returning is left in `earlier`.
     ///
     /// # Safety
     /// `argv` holds `argc` valid NUL-terminated strings and a null, as the C library gives them.
-    pub(crate) unsafe fn exec(argc: c_int, argv: *const *const c_char) {
+    pub(crate) unsafe fn exec(
+        argc: c_int,
+        argv: *const *const c_char,
+        earlier: &mut erdma_oci_hook::runtime::Earlier,
+    ) {
         let n = usize::try_from(argc).unwrap_or(0);
         if !(2..=MAX_ARGS).contains(&n) {
             return;
@@ -78,7 +84,9 @@ mod handover {
             let value = unsafe { getenv(name.as_ptr()) };
             (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_bytes())
         };
-        let Some(to) = erdma_oci_hook::runtime::handover(&args[..n - 1], env) else { return };
+        let Some(to) = erdma_oci_hook::runtime::handover(&args[..n - 1], env, earlier) else {
+            return;
+        };
         let mut argv_out: [*const c_char; MAX_ARGS + 1] = [std::ptr::null(); MAX_ARGS + 1];
         argv_out[0] = to.arg0.as_ptr();
         for (i, slot) in argv_out.iter_mut().enumerate().take(n).skip(1) {
