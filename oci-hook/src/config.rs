@@ -858,15 +858,30 @@ mod tests {
         let why = std::error::Error::source(&refused.unwrap()).unwrap().to_string();
         assert!(why.contains("memlock"), "{why}");
         assert_eq!(Config::load_or_first_look(read(None)).unwrap().0, Config::default());
+        // The file at the path is not read when the caller read it.
+        let dir = tempfile::tempdir().unwrap();
+        let there = dir.path().join("oci-hook.toml");
+        std::fs::write(&there, "runtime = \"crun\"\n").unwrap();
+        assert_eq!(Config::read_text(&there, read(None)).unwrap(), None);
+        let text = Config::read_text(&there, read(Some(b"runtime = \"runc\"\n"))).unwrap();
+        assert_eq!(text.as_deref(), Some("runtime = \"runc\"\n"));
+        assert_eq!(
+            Config::read_text(&there, None).unwrap().as_deref(),
+            Some("runtime = \"crun\"\n")
+        );
         let handover = Config::load_handover(read(Some(b"runtime = \"crun\"\n"))).unwrap();
         assert_eq!(handover.runtime, "crun");
-        // Not UTF-8: refused as a read of the file refuses it.
-        let dir = tempfile::tempdir().unwrap();
+        // Not UTF-8: refused as a read of the file refuses it, whole chain and kind.
         let odd = dir.path().join("odd.toml");
         std::fs::write(&odd, b"runtime = \"\xff\"\n").unwrap();
-        let from_file = Config::read_text(&odd, None).unwrap_err().to_string();
+        let chain = |e: Error| {
+            let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+            (e.to_string(), io.map(|io| (io.kind(), io.to_string())))
+        };
+        let from_file = chain(Config::read_text(&odd, None).unwrap_err());
         let from_read =
-            Config::read_text(&odd, read(Some(b"runtime = \"\xff\"\n"))).unwrap_err().to_string();
+            chain(Config::read_text(&odd, read(Some(b"runtime = \"\xff\"\n"))).unwrap_err());
         assert_eq!(from_read, from_file);
+        assert!(from_file.1.is_some_and(|(kind, _)| kind == std::io::ErrorKind::InvalidData));
     }
 }

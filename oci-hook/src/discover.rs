@@ -270,7 +270,7 @@ pub fn discover(sysfs: &Path, dev: &Path, drivers: &[String]) -> Result<Host> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -286,13 +286,13 @@ mod tests {
         assert_eq!(parse_dev("231"), None);
     }
 
-    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/sysfs");
+    pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/sysfs");
 
     use erdma_testkit::is_root;
 
     /// A /dev root with the nodes `testdata/sysfs/<scenario>/dev.txt` declares, made with
     /// `mknod` (root). Without root: a skip locally (`None`), a failure under `CI`.
-    fn dev_root(scenario: &str) -> Option<tempfile::TempDir> {
+    pub(crate) fn dev_root(scenario: &str) -> Option<tempfile::TempDir> {
         if !is_root() {
             assert!(
                 std::env::var_os("CI").is_none(),

@@ -873,13 +873,17 @@ mod tests {
             let name = name.to_str().unwrap();
             fifo_env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_bytes())
         };
-        assert_eq!(handover(&state, get, &mut Earlier::default()), None);
+        let mut earlier = Earlier::default();
+        assert_eq!(handover(&state, get, &mut earlier), None);
+        assert_eq!(earlier.config, None, "the full path reads and reports it");
         let dir_env = [("PATH", search.as_str()), (crate::config::ENV_PATH, "/")];
         let get = |name: &CStr| {
             let name = name.to_str().unwrap();
             dir_env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_bytes())
         };
-        assert_eq!(handover(&state, get, &mut Earlier::default()), None);
+        let mut earlier = Earlier::default();
+        assert_eq!(handover(&state, get, &mut earlier), None);
+        assert_eq!(earlier.config, None, "the full path reads and reports it");
         // An empty RUST_LOG asks for nothing, as for `wants_debug`.
         assert!(found(runc_cfg, &[("PATH", search.as_str()), ("RUST_LOG", "")]).is_some());
     }
@@ -991,6 +995,28 @@ mod tests {
         assert!(intercept(&inv, &config, refused(), None, &mut log).is_err());
         std::fs::write(&file, plain).unwrap();
         intercept(&inv, &config, refused(), None, &mut log).unwrap();
+        // Edited: what was read before, not the file (which does not ask), on the `two` host.
+        use crate::discover::tests::{dev_root, FIXTURES};
+        let Some(dev) = dev_root("two") else { return };
+        let config = Config {
+            sysfs_root: format!("{FIXTURES}/two/sys").into(),
+            dev_root: dev.path().into(),
+            ..Config::default()
+        };
+        let mut log = Log { config: &config, guard: None };
+        intercept(&inv, &config, None, Some(asks.into()), &mut log).unwrap();
+        let edited: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let env = edited["process"]["env"].as_array().unwrap();
+        assert!(env.iter().any(|e| e == "ERDMA_VISIBLE_DEVICES=all"), "{edited}");
+        assert!(env.iter().any(|e| e == "NCCL_IB_HCA==erdma_0:1,erdma_1:1"), "{edited}");
+        let nodes: Vec<&str> = edited["linux"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["path"].as_str().unwrap())
+            .collect();
+        assert!(nodes.contains(&"/dev/infiniband/uverbs1"), "{edited}");
     }
 
     #[test]

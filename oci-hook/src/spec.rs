@@ -476,8 +476,12 @@ pub(crate) mod tests {
     fn a_temporary_not_kept_is_removed_and_names_differ() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("config.json");
+        // Names drawn afresh: the name of one removed is not the next one's.
+        let gone = Temporary::beside(&p).unwrap();
+        let first = gone.path.clone();
+        drop(gone);
         let (a, b) = (Temporary::beside(&p).unwrap(), Temporary::beside(&p).unwrap());
-        assert_ne!(a.path, b.path);
+        assert_ne!(a.path, first);
         for t in [&a, &b] {
             let name = t.path.file_name().unwrap().to_str().unwrap();
             let tail = name.strip_prefix(".config.json.").unwrap();
