@@ -365,7 +365,7 @@ fn cannot_ask<A: AsRef<[u8]>>(
 
 /// What [`handover`] read before it left a call to the full path ([`main_with`]), which takes
 /// it from here rather than read the same file a second time: the configuration file, and the
-/// spec of a `create` or `run` (read from where [`intercept`] finds it, a regular file in a
+/// spec of a `create` or `run` (read from where the full path finds it, a regular file in a
 /// bundle that is a directory). What is not here the full path reads itself.
 #[derive(Debug, Default)]
 pub struct Earlier {
