@@ -216,8 +216,8 @@ impl Config {
     /// table (no key takes one) and these three keys strings; what only the edit uses is
     /// neither read nor checked here, so that an engine can still stop and delete its
     /// containers while one of those settings is wrong (a `create` or `run` of a container that
-    /// may ask, which uses them, refuses the file with its error). [`handover_plain`] reads the same from a file of the plainest form without a
-    /// TOML parser.
+    /// may ask, which uses them, refuses the file with its error). [`handover_plain`] reads the
+    /// same from a file of the plainest form without a TOML parser.
     /// `read` is the file as the caller already read it, if it did ([`Read`]).
     pub fn load_handover(read: Option<Read>) -> Result<Config> {
         let h = Self::read_as::<Handover>(&Self::path(), read, Handover::default)?;

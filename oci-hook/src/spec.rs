@@ -233,7 +233,7 @@ fn members(
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o644);
-    let mut tmp = Temporary::beside(path).map_err(Error::io("writing", path))?;
+    let mut tmp = Temporary::beside(path, ".config.json.").map_err(Error::io("writing", path))?;
     tmp.file.write_all(data).map_err(Error::io("writing", path))?;
     tmp.file
         .set_permissions(std::fs::Permissions::from_mode(mode))
@@ -255,14 +255,14 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A new file beside another, `.config.json.XXXXXX` in the same directory (six random letters
-/// and digits), opened for writing with mode 0600 and removed again when dropped unless `kept`:
-/// what [`write_atomic`] writes the new spec into. Made here with `open(O_CREAT | O_EXCL)`
-/// rather than with the tempfile crate, whose name needs a seed from `std::thread::current()`
-/// and an absolute path from `getcwd`: under musl that set up the C library's allocator and a
-/// pthread key for the thread's handle, eight system calls of an asking `create`'s ~100. The
-/// name is drawn from std's `RandomState` (seeded once per thread from the kernel, as the
-/// spec's maps already are).
+/// A new file beside another, `PREFIXXXXXXX` in the same directory (the prefix, then six random
+/// letters and digits), opened for writing with mode 0600 and removed again when dropped unless
+/// `kept`: what [`write_atomic`] and [`write_bytes_atomic`] write into before the rename. Made
+/// here with `open(O_CREAT | O_EXCL)` rather than with the tempfile crate, whose name needs a
+/// seed from `std::thread::current()` and an absolute path from `getcwd`: under musl that set
+/// up the C library's allocator and a pthread key for the thread's handle, eight system calls
+/// of an asking `create`'s 144. The name is drawn from std's `RandomState` (seeded once per
+/// thread from the kernel, as the spec's maps already are).
 struct Temporary {
     path: std::path::PathBuf,
     file: std::fs::File,
@@ -270,7 +270,7 @@ struct Temporary {
 }
 
 impl Temporary {
-    fn beside(path: &Path) -> std::io::Result<Temporary> {
+    fn beside(path: &Path, prefix: &str) -> std::io::Result<Temporary> {
         use rustix::fs::{Mode, OFlags};
         use std::hash::BuildHasher;
         const LETTERS: &[u8; 62] =
@@ -279,7 +279,7 @@ impl Temporary {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
         for attempt in 0u32..100 {
             let mut draw = std::hash::RandomState::new().hash_one(attempt);
-            let mut name = String::from(".config.json.");
+            let mut name = String::from(prefix);
             for _ in 0..6 {
                 name.push(char::from(LETTERS[(draw % 62) as usize]));
                 draw /= 62;
@@ -315,18 +315,15 @@ impl Drop for Temporary {
 /// Writes `data` to `path` through a temporary file, fsync'd, and a rename (same mode if it
 /// existed): for files that must survive a crash whole (engine configs, CDI specs).
 pub fn write_bytes_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o644);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".erdma.")
-        .tempfile_in(dir)
-        .map_err(Error::io("writing", path))?;
-    tmp.write_all(data).map_err(Error::io("writing", path))?;
-    tmp.as_file()
+    let mut tmp = Temporary::beside(path, ".erdma.").map_err(Error::io("writing", path))?;
+    tmp.file.write_all(data).map_err(Error::io("writing", path))?;
+    tmp.file
         .set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(Error::io("writing", path))?;
-    tmp.as_file().sync_all().map_err(Error::io("writing", path))?;
-    tmp.persist(path).map_err(|e| Error::io("writing", path)(e.error))?;
+    tmp.file.sync_all().map_err(Error::io("writing", path))?;
+    rustix::fs::rename(&tmp.path, path).map_err(|e| Error::io("writing", path)(e.into()))?;
+    tmp.kept = true;
     Ok(())
 }
 
@@ -477,10 +474,13 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("config.json");
         // Names drawn afresh: the name of one removed is not the next one's.
-        let gone = Temporary::beside(&p).unwrap();
+        let gone = Temporary::beside(&p, ".config.json.").unwrap();
         let first = gone.path.clone();
         drop(gone);
-        let (a, b) = (Temporary::beside(&p).unwrap(), Temporary::beside(&p).unwrap());
+        let (a, b) = (
+            Temporary::beside(&p, ".config.json.").unwrap(),
+            Temporary::beside(&p, ".config.json.").unwrap(),
+        );
         assert_ne!(a.path, first);
         for t in [&a, &b] {
             let name = t.path.file_name().unwrap().to_str().unwrap();
@@ -494,7 +494,7 @@ pub(crate) mod tests {
         b.remove().unwrap();
         assert!(names(dir.path()).is_empty());
         // No directory to make it in: the error, and nothing made.
-        assert!(Temporary::beside(&dir.path().join("gone/config.json")).is_err());
+        assert!(Temporary::beside(&dir.path().join("gone/config.json"), ".config.json.").is_err());
         assert!(names(dir.path()).is_empty());
     }
 }
